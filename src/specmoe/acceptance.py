@@ -1,0 +1,110 @@
+"""Deconfounded acceptance statistics (SPEC.md, "Deconfounded acceptance statistics").
+
+Acceptance falls with draft position and so does overlap, so tokens are compared within the same
+draft position only: consecutive overlap overlap(S(j-1), S(j)) (layer-averaged) of accepted drafts at j
+against first-rejected drafts at j.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from .trace import ACCEPTED, FIRST_REJECTED, STATUS, Trace
+
+
+def size_label(d: float) -> str:
+    a = abs(d)
+    if not np.isfinite(a):
+        return "n/a"
+    return "negligible" if a < 0.2 else "small" if a < 0.5 else "medium" if a < 0.8 else "large"
+
+
+def cohens_d(x: np.ndarray, y: np.ndarray) -> float:
+    """(mean x - mean y) / pooled standard deviation (ddof 1)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    nx, ny = x.size, y.size
+    if nx < 2 or ny < 2:
+        return float("nan")
+    pooled = ((nx - 1) * x.var(ddof=1) + (ny - 1) * y.var(ddof=1)) / (nx + ny - 2)
+    if pooled == 0:
+        return float("nan")
+    return float((x.mean() - y.mean()) / np.sqrt(pooled))
+
+
+def compare(acc: np.ndarray, rej: np.ndarray) -> dict:
+    """Accepted vs first-rejected: means, delta, n, Cohen's d, Welch t p, Mann-Whitney U p, label."""
+    acc, rej = np.asarray(acc, float), np.asarray(rej, float)
+    out = {"accepted_overlap": float(acc.mean()) if acc.size else float("nan"),
+           "first_rejected_overlap": float(rej.mean()) if rej.size else float("nan"),
+           "n_accepted": int(acc.size), "n_first_rejected": int(rej.size)}
+    out["delta"] = out["accepted_overlap"] - out["first_rejected_overlap"]
+    d = cohens_d(acc, rej)
+    out["cohens_d"] = d
+    if acc.size >= 2 and rej.size >= 2 and (acc.var() > 0 or rej.var() > 0):
+        out["p_value"] = float(stats.ttest_ind(acc, rej, equal_var=False).pvalue)
+        out["p_mannwhitney"] = float(stats.mannwhitneyu(acc, rej, alternative="two-sided").pvalue)
+    else:
+        out["p_value"] = out["p_mannwhitney"] = float("nan")
+    out["size"] = size_label(d)
+    return out
+
+
+def by_position(consec: np.ndarray, position: np.ndarray, status: np.ndarray,
+                k_draft: int) -> list[dict]:
+    rows = []
+    for j in range(1, k_draft + 1):
+        at = position == j
+        rows.append({"draft_position": j,
+                     **compare(consec[at & (status == ACCEPTED)],
+                               consec[at & (status == FIRST_REJECTED)])})
+    return rows
+
+
+def anchor_table(anchor: np.ndarray, position: np.ndarray, status: np.ndarray,
+                 k_draft: int) -> list[dict]:
+    """overlap(S(0), S(j)) by draft position and status, with standard errors."""
+    rows = []
+    for j in range(1, k_draft + 1):
+        for s in range(1, len(STATUS)):
+            v = anchor[(position == j) & (status == s)]
+            if v.size == 0:
+                continue
+            se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+            rows.append({"draft_position": j, "status": STATUS[s], "mean": float(v.mean()),
+                         "se": se, "n": int(v.size)})
+    return rows
+
+
+def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
+                     slice_column: str = "category") -> dict:
+    """All acceptance statistics of one trace: overall, anchor, per slice and median across slices."""
+    pos, st = trace.columns["position"], trace.columns["status"]
+    kd = trace.k_draft
+    out = {"by_position": by_position(consec, pos, st, kd),
+           "anchor": anchor_table(anchor, pos, st, kd)}
+    acc_len = _acceptance_length(trace)
+    out["acceptance_length"] = acc_len
+    if slice_column in trace.columns:
+        labels = trace.columns[slice_column]
+        slices = {}
+        for name in sorted(set(labels.tolist())):
+            m = labels == name
+            slices[name] = by_position(consec[m], pos[m], st[m], kd)
+        out["slices"] = slices
+        out["median_delta_by_position"] = [
+            float(np.nanmedian([rows[j]["delta"] for rows in slices.values()]))
+            for j in range(kd)]
+    return out
+
+
+def _acceptance_length(trace: Trace) -> dict:
+    """tau = mean accepted drafts per step + 1 (bonus token); per-position acceptance rates."""
+    first = trace.columns["position"] == 0
+    acc = trace.columns["accepted"][first].astype(float)
+    nd = trace.columns.get("n_drafts")
+    nd = nd[first] if nd is not None else np.full(acc.size, trace.k_draft)
+    rates = [float((acc[nd >= j] >= j).mean()) if (nd >= j).any() else float("nan")
+             for j in range(1, trace.k_draft + 1)]
+    return {"tau": float(acc.mean() + 1) if acc.size else float("nan"), "steps": int(acc.size),
+            "position_acceptance": rates}

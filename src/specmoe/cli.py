@@ -1,0 +1,241 @@
+"""The `specmoe` command: what-if calculations and trace tools without the pipeline.
+
+Every subcommand prints a readable table, or JSON with --json. Bad input exits 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError, SpecmoeError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got '{text}'") from None
+
+
+def _print(obj: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(obj, default=float))
+        return
+    width = max(len(k) for k in obj)
+    for key, val in obj.items():
+        if isinstance(val, float):
+            val = f"{val:.4f}"
+        elif isinstance(val, list) and val and isinstance(val[0], dict):
+            print(f"{key}:")
+            cols = list(val[0])
+            cells = [[_cell(row[c]) for c in cols] for row in val]
+            widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+            print("  " + "  ".join(f"{c:>{w}}" for c, w in zip(cols, widths)))
+            for r in cells:
+                print("  " + "  ".join(f"{x:>{w}}" for x, w in zip(r, widths)))
+            continue
+        print(f"{key:<{width}}  {val}")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return str(v)
+
+
+def _read_loads(path: str, n: int, k: int) -> np.ndarray:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such loads file")
+    text = p.read_text()
+    try:
+        vals = json.loads(text) if text.lstrip().startswith("[") else \
+            [float(x) for x in text.replace(",", " ").split()]
+    except ValueError:
+        raise InputError(f"{p}: expected numbers (JSON list, CSV or one per line)") from None
+    q = np.asarray(vals, dtype=float)
+    if q.size != n:
+        raise InputError(f"{p}: {q.size} loads for N={n} experts")
+    if np.any(q < 0) or q.sum() <= 0:
+        raise InputError(f"{p}: loads must be non-negative and not all zero")
+    q = q / q.sum() * k  # relative loads -> marginals with sum_e q_e = k
+    if q.max() > 1:
+        raise InputError(f"{p}: a load share of {q.max():.3f} > 1 after scaling to sum k={k}")
+    return q
+
+
+def cmd_ipf(a) -> dict:
+    from . import ipf
+    from .unique import check_nk, uniform_unique
+
+    check_nk(a.n, a.k)
+    if a.batch < 1:
+        raise InputError(f"--batch must be >= 1 (got {a.batch})")
+    window = len(a.overlaps) + 1
+    if a.loads:
+        q = _read_loads(a.loads, a.n, a.k)
+        res = ipf.predict_skewed(q[None, :], np.asarray(a.overlaps)[None, :], batch=a.batch)
+        res.pop("per_layer")
+    else:
+        res = ipf.predict_uniform(a.n, a.k, a.overlaps, batch=a.batch)
+    return {"unique": res["unique"], "uniform": uniform_unique(a.n, a.k, window * a.batch),
+            "window": window, "batch": a.batch, "loads": "skewed" if a.loads else "uniform",
+            "converged": res["converged"], "n_clipped": res["n_clipped"]}
+
+
+def cmd_te(a) -> dict:
+    from .costmodel import ModelDims
+
+    if a.config:
+        dims = ModelDims.from_hf_config(a.config, dtype=a.dtype, tp=a.tp)
+    else:
+        missing = [f"--{n.replace('_', '-')}" for n in
+                   ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k")
+                   if getattr(a, n) is None]
+        if missing:
+            raise InputError(f"give --config or all of: {', '.join(missing)}")
+        dims = ModelDims.from_dims(hidden=a.hidden, expert_intermediate=a.expert_intermediate,
+                                   num_experts=a.n or a.k, top_k=a.k, heads=a.heads,
+                                   kv_heads=a.kv_heads, head_dim=a.head_dim,
+                                   shared_intermediate=a.shared_intermediate or 0,
+                                   dtype=a.dtype or "bf16", tp=a.tp)
+    out = dims.summary(a.unique)
+    out.update(dtype=dims.dtype, tp=dims.tp, top_k=dims.top_k)
+    return out
+
+
+def cmd_correction(a) -> dict:
+    from .costmodel import three_step_correction
+
+    return three_step_correction(a.moe_weight_share, a.unique_ratio, a.moe_time_share,
+                                 a.moe_time_ratio, a.dense_time_ratio, a.measured)
+
+
+def cmd_synth(a) -> dict:
+    from .provenance import provenance
+    from .synth import SynthParams, generate
+    from .trace import write_trace
+
+    p = SynthParams(num_experts=a.n, top_k=a.k, num_layers=a.layers, k_draft=a.k_draft,
+                    skew=a.skew, stickiness=a.stickiness, requests=a.requests, steps=a.steps,
+                    accept_prob=a.accept_prob, accept_overlap_tie=a.tie, seed=a.seed)
+    tr = generate(p)
+    write_trace(a.out, tr, provenance(p.to_dict(), model={"name": "synthetic", "source":
+                                                          "synthetic", "revision": None}))
+    return {"out": str(a.out), "rows": len(tr), "layers": p.num_layers, "top_k": p.top_k,
+            "num_experts": p.num_experts, "k_draft": p.k_draft}
+
+
+def cmd_analyze(a) -> dict:
+    from . import acceptance, overlap
+    from .trace import read_trace
+    from .unique import uniform_unique
+
+    tr = read_trace(a.trace)
+    ws = overlap.window_stats(tr, shuffle_seed=a.seed)
+    s = ws.summary()
+    out = {k: s[k] for k in ("num_experts", "top_k", "k_draft", "n_tokens", "n_windows",
+                             "uniform", "independent", "step1", "temporal", "temporal_share",
+                             "shuffle_step1")}
+    out["overlap_by_distance"] = s["overlap_by_distance"]
+    out["shuffle_by_distance"] = s["shuffle_by_distance"]
+    out["unique_empirical"] = float(np.nanmean(ws.unique))
+    out["unique_uniform"] = uniform_unique(ws.num_experts, ws.top_k, ws.k_draft + 1)
+    consec, anchor = overlap.row_overlaps(tr)
+    acc = acceptance.acceptance_stats(tr, consec, anchor)
+    out["tau"] = acc["acceptance_length"]["tau"]
+    out["acceptance"] = [{k: r[k] for k in ("draft_position", "accepted_overlap",
+                                              "first_rejected_overlap", "cohens_d", "p_value",
+                                              "size")} for r in acc["by_position"]]
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="specmoe", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("ipf", help="max-entropy IPF prediction of unique experts")
+    s.add_argument("--k", type=int, required=True, help="experts per token (top-k)")
+    s.add_argument("--n", type=int, required=True, help="routed experts per layer")
+    s.add_argument("--overlaps", type=_floats, required=True,
+                   help="ov(d) for d = 1..K, comma-separated; the window has K+1 tokens")
+    s.add_argument("--loads", help="file of N relative expert loads (skewed IPF)")
+    s.add_argument("--batch", type=int, default=1, help="independent sequences (default 1)")
+    s.set_defaults(fn=cmd_ipf)
+
+    s = sub.add_parser("te", help="weight-model target efficiency")
+    s.add_argument("--config", help="a Hugging Face config.json instead of the dimensions")
+    for name in ("hidden", "expert-intermediate", "heads", "kv-heads", "head-dim", "k", "n",
+                 "shared-intermediate"):
+        s.add_argument(f"--{name}", type=int)
+    s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: config's, else bf16)")
+    s.add_argument("--tp", type=int, default=1)
+    s.add_argument("--unique", type=float, help="unique experts per verification window")
+    s.set_defaults(fn=cmd_te)
+
+    s = sub.add_parser("correction", help="three-step correction of the weight model")
+    for name in ("moe-weight-share", "unique-ratio", "moe-time-share", "moe-time-ratio",
+                 "dense-time-ratio"):
+        s.add_argument(f"--{name}", type=float, required=True)
+    s.add_argument("--measured", type=float, help="TE measured from the sweep")
+    s.set_defaults(fn=cmd_correction)
+
+    s = sub.add_parser("synth", help="write a synthetic routing trace")
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--n", type=int, default=128)
+    s.add_argument("--k", type=int, default=8)
+    s.add_argument("--layers", type=int, default=8)
+    s.add_argument("--k-draft", type=int, default=3)
+    s.add_argument("--skew", type=float, default=1.0)
+    s.add_argument("--stickiness", type=float, default=0.4)
+    s.add_argument("--requests", type=int, default=32)
+    s.add_argument("--steps", type=int, default=32)
+    s.add_argument("--accept-prob", type=float, default=0.7)
+    s.add_argument("--tie", type=float, default=0.0, help="acceptance tied to overlap")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(fn=cmd_synth)
+
+    s = sub.add_parser("analyze", help="summarise a routing trace")
+    s.add_argument("trace")
+    s.add_argument("--seed", type=int, default=0, help="seed of the shuffle null")
+    s.set_defaults(fn=cmd_analyze)
+
+    for sp in sub.choices.values():
+        sp.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        out = args.fn(args)
+    except SpecmoeError as exc:
+        sys.stderr.write(f"specmoe: error: {exc}\n")
+        return 2
+    _print(_clean(out), args.json)
+    return 0
+
+
+def _clean(obj):
+    """NaN -> None so that --json output is strict JSON."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    return obj

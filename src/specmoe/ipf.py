@@ -1,0 +1,130 @@
+"""Maximum-entropy prediction of unique experts by iterative proportional fitting (SPEC.md, "IPF").
+
+For one expert, x_j in {0, 1} says whether window position j (0..K) selects it. We fit the maximum
+entropy distribution over the 2^(K+1) patterns whose pair tables match
+  P(x_i = 1, x_j = 1) = q * ov(|i - j|),  P(x_i = 1) = q,
+starting from the uniform distribution and cycling over every pair's 2x2 table. Many experts are
+fitted at once (rows of one array). Predicted unique experts = sum_e (1 - P_e(all zeros)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from .errors import InputError
+from .unique import check_nk
+
+MAX_POSITIONS = 9  # K <= 8
+
+
+@dataclass
+class IPFResult:
+    p_zero: np.ndarray      # [expert] P(all positions unused)
+    converged: bool
+    iterations: int
+    max_error: float
+    n_clipped: int          # pair tables whose target was infeasible and clipped
+    n_unconverged: int = 0  # experts whose margins are still off by >= tol (jointly infeasible)
+
+    @property
+    def unique(self) -> float:
+        return float((1.0 - self.p_zero).sum())
+
+    def batch_unique(self, batch: float) -> float:
+        return float((1.0 - self.p_zero**batch).sum())
+
+
+def _check_overlaps(ov: np.ndarray) -> np.ndarray:
+    ov = np.asarray(ov, dtype=np.float64)
+    if ov.ndim == 0 or ov.shape[-1] < 1:
+        raise InputError("need at least one overlap value (step distance 1)")
+    if ov.shape[-1] + 1 > MAX_POSITIONS:
+        raise InputError(f"{ov.shape[-1]} overlaps means a window of {ov.shape[-1] + 1} positions; "
+                         f"at most {MAX_POSITIONS} (K <= 8)")
+    if np.any(~np.isfinite(ov)) or np.any(ov < 0) or np.any(ov > 1):
+        raise InputError(f"overlaps must lie in [0, 1] (got {np.round(ov, 4).tolist()})")
+    return ov
+
+
+def fit(q: np.ndarray, overlaps: np.ndarray, tol: float = 1e-10, max_iter: int = 2000) -> IPFResult:
+    """Fit one max-entropy pattern distribution per expert load q_e.
+
+    overlaps: ov(d) for d = 1..K, shape (K,) shared by all experts or (experts, K) per expert.
+    """
+    ov = _check_overlaps(overlaps)
+    q = np.asarray(q, dtype=np.float64).reshape(-1)
+    if np.any(~np.isfinite(q)) or np.any(q < 0) or np.any(q > 1):
+        raise InputError("expert loads q_e must lie in [0, 1]")
+    ov = np.broadcast_to(ov, (q.size, ov.shape[-1]))
+    positions = ov.shape[1] + 1
+    patterns = (np.arange(2**positions)[:, None] >> np.arange(positions)[None, :]) & 1
+    pairs = list(combinations(range(positions), 2))
+
+    # Target 2x2 tables (cells 00, 01, 10, 11 indexed 2*x_i + x_j) per pair and expert, clipped.
+    targets, cells, n_clipped = [], [], 0
+    for i, j in pairs:
+        p11 = q * ov[:, j - i - 1]
+        lo, hi = np.maximum(0.0, 2 * q - 1), q
+        clipped = (p11 < lo - 1e-15) | (p11 > hi + 1e-15)
+        n_clipped += int(clipped[q > 0].sum())
+        p11 = np.clip(p11, lo, hi)
+        targets.append(np.stack([1 - 2 * q + p11, q - p11, q - p11, p11], axis=1))
+        cells.append(2 * patterns[:, i] + patterns[:, j])
+    onehots = [np.eye(4)[c] for c in cells]           # [pattern, cell]
+
+    # Rows (experts) are fitted together; a row whose pair tables all lie within tol is frozen and
+    # leaves the working set, so slowly converging experts do not hold the others back.
+    dist = np.full((q.size, 2**positions), 1.0 / 2**positions)
+    active = np.arange(q.size)
+    row_err = np.full(q.size, np.inf)
+    it = 0
+    for it in range(1, max_iter + 1):
+        d = dist[active]
+        err = np.zeros(active.size)
+        for target, cell, onehot in zip(targets, cells, onehots):
+            cur = d @ onehot
+            t = target[active]
+            err = np.maximum(err, np.abs(cur - t).max(axis=1))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                factor = np.where(cur > 0, t / cur, 0.0)
+            d *= factor[:, cell]
+        dist[active] = d
+        row_err[active] = err
+        active = active[err >= tol]
+        if active.size == 0:
+            break
+    err = float(row_err.max()) if q.size else 0.0
+    return IPFResult(p_zero=dist[:, 0], converged=bool(err < tol), iterations=it, max_error=err,
+                     n_clipped=n_clipped, n_unconverged=int((row_err >= tol).sum()))
+
+
+def ov_len(overlaps) -> int:
+    return int(np.asarray(overlaps).shape[-1])
+
+
+def predict_uniform(num_experts: int, top_k: int, overlaps, batch: float = 1) -> dict:
+    """Uniform IPF: every expert has q = k/N; returns unique experts for a batch of B windows."""
+    check_nk(num_experts, top_k)
+    res = fit(np.array([top_k / num_experts]), overlaps)
+    p0 = float(res.p_zero[0])
+    return {"unique": num_experts * (1 - p0**batch), "window": ov_len(overlaps) + 1,
+            "converged": res.converged,
+            "iterations": res.iterations, "max_error": res.max_error, "n_clipped": res.n_clipped}
+
+
+def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dict:
+    """Skewed IPF: q[layer, e] and overlaps[layer, d-1]; summed over experts, averaged over layers."""
+    q = np.atleast_2d(np.asarray(q, dtype=np.float64))
+    ov = np.atleast_2d(np.asarray(overlaps, dtype=np.float64))
+    if ov.shape[0] != q.shape[0]:
+        raise InputError(f"{q.shape[0]} layers of loads but {ov.shape[0]} of overlaps")
+    n_layers, n_experts = q.shape
+    res = fit(q.reshape(-1), np.repeat(ov, n_experts, axis=0))
+    p0 = res.p_zero.reshape(n_layers, n_experts)
+    per_layer = (1.0 - p0**batch).sum(axis=1)
+    return {"unique": float(per_layer.mean()), "per_layer": per_layer.tolist(),
+            "converged": res.converged, "iterations": res.iterations, "n_clipped": res.n_clipped,
+            "n_unconverged": res.n_unconverged, "max_error": res.max_error}

