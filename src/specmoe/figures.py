@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -113,6 +114,7 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
         ax.set_title(run, fontsize=8)
         ax.set_xlabel("draft position j")
         ax.set_ylabel("overlap(S(0), S(j))")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -1,0 +1,18 @@
+# specmoe: why speculative decoding works better than predicted on sparse MoE models.
+# Run `snakemake --cores all`; see README.md for the stages and config/schema.yaml for the config.
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/traces.smk"
+include: "workflow/rules/overlap.smk"
+include: "workflow/rules/costmodel.smk"
+include: "workflow/rules/acceptance.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        "results/report/index.md",

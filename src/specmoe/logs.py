@@ -1,0 +1,35 @@
+"""Logging for pipeline stages: everything, failures included, goes to the rule's log file."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Iterator
+
+log = logging.getLogger("specmoe")
+
+
+@contextlib.contextmanager
+def logged(path: str | Path, stage: str) -> Iterator[logging.Logger]:
+    """Send the specmoe logger (and Python warnings) to `path`; log a failure before re-raising."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    start = time.perf_counter()
+    log.info("stage %s started", stage)
+    try:
+        yield log
+    except Exception:
+        log.exception("stage %s failed", stage)
+        raise
+    else:
+        log.info("stage %s done in %.1f s", stage, time.perf_counter() - start)
+    finally:
+        root.removeHandler(handler)
+        handler.close()

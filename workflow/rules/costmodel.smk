@@ -1,0 +1,18 @@
+# Cost model: target efficiency at batch 1 and vs batch size under each routing assumption.
+
+
+rule costmodel:
+    input:
+        overlap="results/overlap/{model}/{drafter}/K{k}/{dataset}.json",
+        ipf="results/ipf/{model}/{drafter}/K{k}/{dataset}.json",
+    output:
+        "results/costmodel/{model}/{drafter}/K{k}/{dataset}.json",
+    log:
+        "logs/costmodel/{model}/{drafter}/K{k}/{dataset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        model=model_of,
+        hardware=config["hardware"],
+    script:
+        "../scripts/costmodel.py"

@@ -1,0 +1,15 @@
+"""Rule report_index: results/report/index.md linking every table and figure."""
+
+from pathlib import Path
+
+from specmoe.logs import logged
+from specmoe.provenance import provenance
+from specmoe.stages import write_report
+
+with logged(snakemake.log[0], "report"):
+    write_report(
+        Path(snakemake.input.tables[0]).parent,
+        Path(snakemake.input.figures[0]).parent,
+        snakemake.output[0],
+        provenance(snakemake.config),
+    )
