@@ -28,6 +28,7 @@ class IPFResult:
     max_error: float
     n_clipped: int          # pair tables whose target was infeasible and clipped
     n_unconverged: int = 0  # experts whose margins are still off by >= tol (jointly infeasible)
+    dist: np.ndarray | None = None  # [expert, pattern] fitted distribution; bit j of a pattern = x_j
 
     @property
     def unique(self) -> float:
@@ -98,7 +99,7 @@ def fit(q: np.ndarray, overlaps: np.ndarray, tol: float = 1e-10, max_iter: int =
             break
     err = float(row_err.max()) if q.size else 0.0
     return IPFResult(p_zero=dist[:, 0], converged=bool(err < tol), iterations=it, max_error=err,
-                     n_clipped=n_clipped, n_unconverged=int((row_err >= tol).sum()))
+                     n_clipped=n_clipped, n_unconverged=int((row_err >= tol).sum()), dist=dist)
 
 
 def ov_len(overlaps) -> int:

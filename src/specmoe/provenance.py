@@ -95,6 +95,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a killed earlier attempt
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)

@@ -1,0 +1,105 @@
+import json
+
+import pytest
+
+from specmoe import costmodel as cm
+from specmoe.errors import InputError
+
+QWEN3_30B = {  # the fields of Qwen/Qwen3-30B-A3B's config.json that the model reads
+    "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "moe_intermediate_size": 768,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48, "torch_dtype": "bfloat16",
+}
+
+
+def test_hand_computed_bytes():
+    d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
+                               heads=32, kv_heads=4, head_dim=128, dtype="bf16", tp=1)
+    # attention: q 2048x4096 + k,v 2048x512 each + o 4096x2048 = 18,874,368 params x 2 bytes
+    assert d.c_dense == 18_874_368 * 2
+    assert d.c_dense / cm.MIB == 36.0
+    assert d.c_expert / cm.MIB == 3 * 2048 * 768 * 2 / 2**20 == 9.0
+    assert abs(d.moe_weight_share - 72 / 108) < 1e-12
+    assert abs(d.te_weight(19.49) - (36 + 72) / (36 + 19.49 * 9)) < 1e-12
+
+
+def test_fp8_tp_and_shared_experts():
+    d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
+                               heads=32, kv_heads=4, head_dim=128, dtype="fp8", tp=2,
+                               shared_intermediate=1024)
+    assert d.c_expert / cm.MIB == 2.25
+    assert d.c_dense == (18_874_368 + 3 * 2048 * 1024) / 2
+
+
+def test_from_hf_config_file(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_30B))
+    d = cm.ModelDims.from_hf_config(path)
+    assert (d.num_experts, d.top_k, d.dtype, d.num_layers) == (128, 8, "bf16", 48)
+    assert d.c_dense / cm.MIB == 36.0
+    fp8 = dict(QWEN3_30B, quantization_config={"quant_method": "fp8"})
+    assert cm.ModelDims.from_hf_config(fp8).dtype == "fp8"
+    # the published profiling table: Qwen3-30B fp8 TP1 has 4.5 MiB experts and 0.667 MoE weight share
+    d8 = cm.ModelDims.from_hf_config(fp8)
+    assert d8.c_expert / cm.MIB == 4.5 and round(d8.moe_weight_share, 3) == 0.667
+
+
+def test_mixtral_config():
+    mixtral = {"hidden_size": 4096, "intermediate_size": 14336, "num_local_experts": 8,
+               "num_experts_per_tok": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
+               "torch_dtype": "bfloat16"}
+    d = cm.ModelDims.from_hf_config(mixtral, tp=2)
+    assert d.c_expert / cm.MIB == 168.0  # published: 168 MiB at fp8 TP1 = bf16 TP2
+    assert round(d.moe_weight_share, 3) == 0.894
+
+
+def test_mla_config():
+    glm = {"hidden_size": 2048, "moe_intermediate_size": 1536, "n_routed_experts": 64,
+           "num_experts_per_tok": 4, "n_shared_experts": 1, "num_attention_heads": 20,
+           "kv_lora_rank": 512, "q_lora_rank": 768, "qk_nope_head_dim": 192,
+           "qk_rope_head_dim": 64, "v_head_dim": 256, "torch_dtype": "bfloat16"}
+    d = cm.ModelDims.from_hf_config(glm)
+    q = 2048 * 768 + 768 * 20 * 256
+    kv = 2048 * (512 + 64) + 512 * 20 * (192 + 256)
+    o = 20 * 256 * 2048
+    assert d.attention_params == q + kv + o
+    assert d.shared_intermediate == 1536
+
+
+def test_three_step_correction():
+    out = cm.three_step_correction(0.667, 2.436, 0.33, 1.57, 0.94, measured=0.896)
+    te = [s["te"] for s in out["steps"]]
+    assert abs(te[0] - 1 / (0.333 + 0.667 * 2.436)) < 1e-12
+    assert abs(te[1] - 1 / (0.67 + 0.33 * 2.436)) < 1e-12
+    assert abs(te[2] - 1 / (0.67 + 0.33 * 1.57)) < 1e-12
+    assert abs(te[3] - 1 / (0.67 * 0.94 + 0.33 * 1.57)) < 1e-12
+    assert out["steps"][0]["delta"] is None
+    gap = 0.896 - te[0]
+    assert abs(sum(s["gap_closed"] for s in out["steps"][1:]) - (te[3] - te[0]) / gap) < 1e-12
+
+
+def test_te_curve_goes_compute_bound():
+    d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
+                               heads=32, kv_heads=4, head_dim=128)
+    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
+    rows = cm.te_curve(d, hw, 3, [1, 4096],
+                       lambda b: 128 * (1 - (120 / 128) ** (4 * b)),
+                       lambda b: 128 * (1 - (120 / 128) ** b))
+    assert not rows[0]["compute_bound"]
+    assert abs(rows[0]["te"] - d.te_weight(128 * (1 - (120 / 128) ** 4))) < 1e-12
+    assert rows[1]["compute_bound"] and abs(rows[1]["te"] - 1 / 4) < 0.01
+
+
+def test_speedup_and_te_from_sweep_invert():
+    s = cm.speedup(tau=2.5, te=0.6, draft_cost=0.1)
+    assert abs(cm.te_from_sweep(2.5, s, 0.1) - 0.6) < 1e-12
+
+
+@pytest.mark.parametrize("kw,msg", [({"dtype": "int4"}, "unknown dtype"), ({"top_k": 200}, "exceeds"),
+                                    ({"tp": 0}, "tp must be")])
+def test_bad_dims(kw, msg):
+    base = dict(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8, heads=32,
+                kv_heads=4, head_dim=128)
+    base.update(kw)
+    with pytest.raises(InputError, match=msg):
+        cm.ModelDims.from_dims(**base)

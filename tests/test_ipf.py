@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+
+from specmoe import ipf
+from specmoe.errors import InputError
+from specmoe.overlap import window_stats
+from specmoe.synth import SynthParams, generate
+from specmoe.unique import uniform_unique
+
+
+@pytest.mark.parametrize("n,k,window", [(128, 8, 4), (64, 4, 6), (8, 2, 8), (256, 8, 9)])
+def test_uniform_ipf_at_independence_is_closed_form(n, k, window):
+    res = ipf.predict_uniform(n, k, [k / n] * (window - 1))
+    assert res["converged"]
+    assert abs(res["unique"] - uniform_unique(n, k, window)) < 1e-9
+
+
+def test_fitted_margins_match_targets():
+    q = np.array([0.02, 0.0625, 0.2, 0.35])
+    ov = np.array([0.43, 0.36, 0.33, 0.31, 0.30])
+    res = ipf.fit(q, ov)
+    assert res.converged and res.n_clipped == 0
+    positions = ov.size + 1
+    bits = (np.arange(2**positions)[:, None] >> np.arange(positions)) & 1
+    for e, qe in enumerate(q):
+        p = res.dist[e]
+        assert abs(p.sum() - 1) < 1e-12
+        for i in range(positions):
+            assert abs(p[bits[:, i] == 1].sum() - qe) < 1e-9
+            for j in range(i + 1, positions):
+                both = p[(bits[:, i] == 1) & (bits[:, j] == 1)].sum()
+                assert abs(both - qe * ov[j - i - 1]) < 1e-9
+
+
+def test_two_positions_are_pinned_by_the_margins():
+    q, ov = np.array([0.1]), np.array([0.5])
+    res = ipf.fit(q, ov)
+    p11 = 0.05
+    np.testing.assert_allclose(res.dist[0], [1 - 0.2 + p11, 0.1 - p11, 0.1 - p11, p11], atol=1e-12)
+
+
+def test_more_overlap_fewer_unique():
+    lo = ipf.predict_uniform(128, 8, [0.1, 0.1, 0.1])["unique"]
+    hi = ipf.predict_uniform(128, 8, [0.5, 0.4, 0.35])["unique"]
+    assert 8 < hi < lo < 32
+
+
+def test_batch_prediction():
+    one = ipf.predict_uniform(128, 8, [0.43, 0.36, 0.33], batch=1)["unique"]
+    four = ipf.predict_uniform(128, 8, [0.43, 0.36, 0.33], batch=4)["unique"]
+    p0 = 1 - one / 128
+    assert abs(four - 128 * (1 - p0**4)) < 1e-9
+
+
+def test_infeasible_margins_are_clipped_and_counted():
+    # q = 0.8 needs P(1,1) >= 2q - 1 = 0.6, i.e. overlap >= 0.75
+    res = ipf.fit(np.array([0.8, 0.1]), np.array([0.2]))
+    assert res.n_clipped == 1
+    assert res.converged
+    res = ipf.fit(np.array([0.1]), np.array([0.3, 0.3]))
+    assert res.n_clipped == 0
+
+
+def test_jointly_infeasible_is_reported_not_hidden():
+    # each pair table is feasible but no joint distribution has all three
+    # three mutually exclusive events of probability 0.5 each
+    res = ipf.fit(np.array([0.5]), np.array([0.0, 0.0]), max_iter=300)
+    assert not res.converged
+    assert res.n_unconverged == 1
+
+
+@pytest.mark.parametrize("stick,skew", [(0.45, 0.6), (0.2, 0.0), (0.6, 1.0)])
+def test_skewed_ipf_predicts_synthetic_windows(stick, skew):
+    tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=3, k_draft=3, skew=skew,
+                              stickiness=stick, requests=60, steps=60, seed=21))
+    ws = window_stats(tr, shuffle_seed=None)
+    pred = ipf.predict_skewed(ws.q, ws.overlap)["unique"]
+    emp = float(ws.unique.mean())
+    assert abs(pred - emp) / emp < 0.03
+
+
+@pytest.mark.parametrize("ov,msg", [([1.2], r"\[0, 1\]"), ([], "at least one"),
+                                    ([0.3] * 9, "at most 9")])
+def test_bad_overlaps(ov, msg):
+    with pytest.raises(InputError, match=msg):
+        ipf.predict_uniform(128, 8, ov)

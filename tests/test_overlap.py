@@ -1,0 +1,90 @@
+import numpy as np
+
+from specmoe.overlap import overlap_reference, row_overlaps, window_stats
+from specmoe.synth import SynthParams, generate
+from specmoe.trace import Trace
+from specmoe.unique import batch_unique, independent_unique, uniform_unique, window_unique_table
+
+
+def test_compiled_pass_equals_plain_python(small_trace):
+    ws = window_stats(small_trace)
+    starts, lengths = small_trace.windows()
+    ref = overlap_reference(small_trace.experts, starts, lengths, small_trace.k_draft)
+    np.testing.assert_allclose(ws.overlap, ref, rtol=0, atol=1e-12)
+
+
+def test_loads_and_unions_by_brute_force(small_trace):
+    ws = window_stats(small_trace, shuffle_seed=None)
+    e = small_trace.experts
+    starts, lengths = small_trace.windows()
+    for layer in range(small_trace.num_layers):
+        counts = np.bincount(e[:, layer].ravel(), minlength=32)
+        np.testing.assert_allclose(ws.q[layer], counts / len(small_trace))
+        unions = [set(e[s:s + n, layer].ravel().tolist()) for s, n in zip(starts, lengths)]
+        assert abs(ws.unique[layer] - np.mean([len(u) for u in unions])) < 1e-12
+        used = np.zeros(32)
+        for u in unions:
+            used[list(u)] += 1
+        np.testing.assert_allclose(ws.used[layer], used / len(unions))
+    assert abs(ws.q.sum(axis=1) - 4).max() < 1e-12
+    np.testing.assert_allclose(ws.independence, (ws.q ** 2).sum(axis=1) / 4)
+
+
+def test_shuffle_null_mixes_distances(small_trace):
+    """Shuffling positions inside a window makes every distance carry the pair-weighted mean."""
+    ws = window_stats(small_trace, shuffle_seed=3)
+    expected = (ws.overlap * ws.pairs).sum(axis=1) / ws.pairs.sum()
+    for d in range(ws.k_draft):
+        np.testing.assert_allclose(ws.shuffle[:, d], expected, atol=0.02)
+    # Learned locality: step-1 overlap beats the shuffle null, which beats step K.
+    assert (ws.overlap[:, 0] > ws.shuffle[:, 0] + 0.05).all()
+    assert (ws.overlap[:, -1] < ws.shuffle[:, -1]).all()
+
+
+def test_partial_windows_count_pairs_not_unions():
+    e = np.array([[[0, 1]], [[1, 2]], [[2, 3]],   # window of 3 (K=2): full
+                  [[0, 1]], [[0, 2]]], np.uint8)   # window of 2: partial
+    cols = {"request": np.array([0, 0, 0, 1, 1]), "step": np.zeros(5, int),
+            "position": np.array([0, 1, 2, 0, 1]), "status": np.zeros(5, int)}
+    tr = Trace(experts=e, columns=cols, num_experts=4, k_draft=2)
+    ws = window_stats(tr, shuffle_seed=None)
+    assert ws.pairs.tolist() == [3, 1]
+    np.testing.assert_allclose(ws.overlap[0], [(1 + 1 + 1) / 6, 0 / 2])
+    assert ws.n_full_windows == 1 and ws.unique[0] == 4
+
+
+def test_row_overlaps(small_trace):
+    consec, anchor = row_overlaps(small_trace)
+    pos = small_trace.columns["position"]
+    assert np.isnan(consec[pos == 0]).all() and not np.isnan(consec[pos > 0]).any()
+    np.testing.assert_allclose(consec[pos == 1], anchor[pos == 1])
+    e = small_trace.experts
+    i = int(np.flatnonzero(pos == 2)[5])
+    want = np.mean([len(set(e[i, l]) & set(e[i - 1, l])) / 4 for l in range(3)])
+    assert abs(consec[i] - want) < 1e-12
+
+
+def test_unique_formulas():
+    assert uniform_unique(128, 8, 1) == 8
+    assert abs(uniform_unique(128, 8, 4) - 128 * (1 - (120 / 128) ** 4)) < 1e-12
+    q = np.full(128, 8 / 128)
+    assert abs(independent_unique(q, 4) - uniform_unique(128, 8, 4)) < 1e-9
+    # an expert used by every window is used by every batch
+    assert batch_unique(np.array([0.0, 1.0, 0.5]), 2) == 1 + 0 + 0.75
+
+
+def test_batch_unique_matches_sampled_batches():
+    tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, stickiness=0.5,
+                              requests=100, steps=40, seed=9))
+    ws = window_stats(tr, shuffle_seed=None)
+    rows = window_unique_table(ws.used, ws.q, 32, 4, 3, [4])
+    starts, lengths = tr.windows()
+    rng = np.random.default_rng(0)
+    sampled = []
+    for _ in range(2000):
+        pick = rng.choice(starts.size, 4, replace=False)
+        sampled.append(np.mean([len({x for w in pick for x in
+                                     tr.experts[starts[w]:starts[w] + 4, layer].ravel().tolist()})
+                                for layer in range(2)]))
+    assert abs(np.mean(sampled) - rows[0]["verify_empirical"]) < 0.15
+    assert rows[0]["verify_empirical"] < rows[0]["verify_independent"] < rows[0]["verify_uniform"] + 1e-9

@@ -1,0 +1,26 @@
+import json
+
+import pandas as pd
+
+from specmoe.tables import read_csv, to_latex, to_markdown, write_table
+
+
+def test_write_table_three_formats_with_provenance(tmp_path):
+    df = pd.DataFrame({"model": ["a_b", "c"], "step1": [0.4312, float("nan")], "n": [3, 4]})
+    paths = write_table(df, tmp_path / "t", {"config_hash": "h1"}, caption="Cap 50%")
+    assert [p.suffix for p in paths] == [".csv", ".md", ".tex"]
+    back = read_csv(paths[0])
+    pd.testing.assert_frame_equal(back, df)
+    first = paths[0].read_text().splitlines()[0]
+    assert json.loads(first.split(": ", 1)[1])["config_hash"] == "h1"
+    md = paths[1].read_text()
+    assert "| a_b | 0.431 | 3 |" in md and "| c | – | 4 |" in md
+    tex = paths[2].read_text()
+    assert r"\toprule" in tex and r"a\_b" in tex and r"Cap 50\%" in tex
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_markdown_alignment():
+    md = to_markdown(pd.DataFrame({"x": ["a"], "y": [1.0]}))
+    assert md.splitlines()[1] == "|:---|---:|"
+    assert to_latex(pd.DataFrame({"x": ["a"], "y": [1.0]})).count(r"\midrule") == 1

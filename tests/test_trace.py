@@ -1,0 +1,98 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from specmoe.errors import TraceError
+from specmoe.trace import (ACCEPTED, AFTER_REJECTION, COMMITTED, FIRST_REJECTED, read_meta,
+                           read_trace, status_for, write_trace)
+
+
+def test_roundtrip_keeps_everything(tmp_path, small_trace):
+    path = tmp_path / "t.parquet"
+    write_trace(path, small_trace, {"config_hash": "abc", "model": {"name": "m"}})
+    back = read_trace(path)
+    assert back.experts.dtype == np.uint8
+    np.testing.assert_array_equal(back.experts, small_trace.experts)
+    for name in ("request", "step", "position", "status", "accepted", "token_id"):
+        np.testing.assert_array_equal(back.columns[name], small_trace.columns[name])
+    assert list(back.columns["category"][:3]) == list(small_trace.columns["category"][:3])
+    meta = read_meta(path)
+    assert meta["provenance"]["config_hash"] == "abc"
+    assert (meta["num_layers"], meta["top_k"], meta["num_experts"], meta["k_draft"]) == (3, 4, 32, 3)
+
+
+def test_status_follows_spec():
+    pos = np.array([0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3])
+    acc = np.array([1] * 4 + [3] * 4 + [0] * 4)
+    assert status_for(pos, acc).tolist() == [
+        COMMITTED, ACCEPTED, FIRST_REJECTED, AFTER_REJECTION,
+        COMMITTED, ACCEPTED, ACCEPTED, ACCEPTED,
+        COMMITTED, FIRST_REJECTED, AFTER_REJECTION, AFTER_REJECTION]
+
+
+def test_windows_follow_request_and_step(small_trace):
+    starts, lengths = small_trace.windows()
+    assert starts.size == 40 * 30
+    assert set(lengths.tolist()) == {4}
+
+
+def test_truncated_file_is_one_line_error(tmp_path, small_trace):
+    path = tmp_path / "t.parquet"
+    write_trace(path, small_trace)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(TraceError) as exc:
+        read_trace(bad)
+    msg = str(exc.value)
+    assert "bad.parquet" in msg and "\n" not in msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TraceError, match="no such trace file"):
+        read_trace(tmp_path / "nope.parquet")
+
+
+def test_foreign_parquet_is_rejected(tmp_path):
+    path = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), path)
+    with pytest.raises(TraceError, match="not a specmoe routing trace"):
+        read_trace(path)
+
+
+def test_wrong_schema_version(tmp_path, small_trace):
+    path = tmp_path / "t.parquet"
+    write_trace(path, small_trace)
+    table = pq.read_table(path)
+    md = dict(table.schema.metadata)
+    md[b"specmoe.schema_version"] = b"99"
+    pq.write_table(table.replace_schema_metadata(md), path)
+    with pytest.raises(TraceError, match="schema version 99"):
+        read_trace(path)
+
+
+def test_expert_id_out_of_range_is_caught(tmp_path, small_trace):
+    path = tmp_path / "t.parquet"
+    write_trace(path, small_trace)
+    table = pq.read_table(path)
+    md = dict(table.schema.metadata)
+    meta = json.loads(md[b"specmoe.meta"])
+    meta["num_experts"] = 8
+    md[b"specmoe.meta"] = json.dumps(meta).encode()
+    pq.write_table(table.replace_schema_metadata(md), path)
+    with pytest.raises(TraceError, match="num_experts=8"):
+        read_trace(path)
+
+
+def test_failed_write_leaves_no_file(tmp_path, small_trace, monkeypatch):
+    path = tmp_path / "t.parquet"
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", boom)
+    with pytest.raises(OSError):
+        write_trace(path, small_trace)
+    assert list(tmp_path.iterdir()) == []
