@@ -1,6 +1,6 @@
 import numpy as np
 
-from specmoe.overlap import overlap_reference, row_overlaps, window_stats
+from specmoe.overlap import reference_stats, row_overlaps, window_stats
 from specmoe.synth import SynthParams, generate
 from specmoe.trace import Trace
 from specmoe.unique import batch_unique, independent_unique, uniform_unique, window_unique_table
@@ -9,8 +9,10 @@ from specmoe.unique import batch_unique, independent_unique, uniform_unique, win
 def test_compiled_pass_equals_plain_python(small_trace):
     ws = window_stats(small_trace)
     starts, lengths = small_trace.windows()
-    ref = overlap_reference(small_trace.experts, starts, lengths, small_trace.k_draft)
-    np.testing.assert_allclose(ws.overlap, ref, rtol=0, atol=1e-12)
+    ref = reference_stats(small_trace.experts, starts, lengths, small_trace.k_draft, 32)
+    np.testing.assert_allclose(ws.overlap, ref["overlap"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ws.q, ref["q"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ws.unique, ref["unique"], rtol=0, atol=1e-12)
 
 
 def test_loads_and_unions_by_brute_force(small_trace):

@@ -55,6 +55,7 @@ def overlap_by_distance(df: pd.DataFrame) -> plt.Figure:
         ax.set_title(run, fontsize=8)
         ax.set_xlabel("step distance d")
         ax.set_ylabel("overlap")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylim(bottom=0)
     axes[0].legend(fontsize=7)
     fig.tight_layout()

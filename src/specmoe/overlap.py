@@ -14,57 +14,95 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from .trace import Trace
 
 
-@numba.njit(cache=True, inline="always")
-def _popcount(x):
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+@intrinsic
+def _popcount(typingctx, x):
+    """Population count of a uint64 (LLVM ctpop: one POPCNT instruction where the CPU has it)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
+@intrinsic
+def _lowest_bit(typingctx, x):
+    """Index of the lowest set bit of a non-zero uint64 (LLVM cttz: one TZCNT/BSF instruction)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return sig, codegen
 
 
 @numba.njit(cache=True, parallel=True)
-def _window_pass(experts, rows, starts, lengths, n_experts, positions):
+def _window_pass(experts, starts, lengths, n_experts, positions, n_chunks):
+    """Accumulate pair intersections, loads, unions and per-expert window use.
+
+    Parallel over chunks of windows: a window's rows are contiguous, so each thread streams its part
+    of the trace once; per-chunk partial sums are added at the end. A token's set is built as
+    bitmask words in registers, 128 experts (two words) per group, then written to `masks`.
+    """
     n_tokens, n_layers, k = experts.shape
-    n_words = (n_experts + 63) // 64
-    pair_sum = np.zeros((n_layers, positions), np.int64)
-    load = np.zeros((n_layers, n_experts), np.int64)
-    union_sum = np.zeros(n_layers, np.int64)
-    present = np.zeros((n_layers, n_experts), np.int64)
-    one = np.uint64(1)
-    for layer in numba.prange(n_layers):
-        masks = np.zeros((positions, n_words), np.uint64)
-        for w in range(starts.size):
+    n_groups = (n_experts + 127) // 128
+    n_words = 2 * n_groups
+    flat = experts.reshape(n_tokens, n_layers * k)
+    pair_c = np.zeros((n_chunks, n_layers, positions), np.int64)
+    load_c = np.zeros((n_chunks, n_layers, n_experts), np.int64)
+    union_c = np.zeros((n_chunks, n_layers), np.int64)
+    present_c = np.zeros((n_chunks, n_layers, n_experts), np.int64)
+    one, zero = np.uint64(1), np.uint64(0)
+    for c in numba.prange(n_chunks):
+        masks = np.zeros(positions * n_words, np.uint64)
+        lo = starts.size * c // n_chunks
+        hi = starts.size * (c + 1) // n_chunks
+        for w in range(lo, hi):
             s = starts[w]
             n = lengths[w]
-            for j in range(n):
-                r = rows[s + j]
-                for word in range(n_words):
-                    masks[j, word] = 0
-                for i in range(k):
-                    e = np.int64(experts[r, layer, i])
-                    masks[j, e >> 6] |= one << np.uint64(e & 63)
-                    load[layer, e] += 1
-            for d in range(1, n):
-                acc = np.uint64(0)
-                for j in range(n - d):
+            for layer in range(n_layers):
+                loads = load_c[c, layer]
+                base = layer * k
+                for j in range(n):
+                    row = flat[s + j]
+                    for g in range(n_groups):
+                        a = zero
+                        b = zero
+                        for i in range(k):
+                            e = row[base + i]
+                            if e >> 7 != g:  # always false for N <= 128: predicted for free
+                                continue
+                            eu = np.uint64(e)
+                            bit = one << (eu & np.uint64(63))
+                            upper = zero - ((eu >> np.uint64(6)) & one)
+                            b |= bit & upper
+                            a |= bit & ~upper
+                            loads[e] += 1
+                        masks[j * n_words + 2 * g] = a
+                        masks[j * n_words + 2 * g + 1] = b
+                for d in range(1, n):
+                    acc = zero
+                    for t in range((n - d) * n_words):
+                        acc += _popcount(masks[t] & masks[t + d * n_words])
+                    pair_c[c, layer, d] += np.int64(acc)
+                if n == positions:
+                    used = present_c[c, layer]
                     for word in range(n_words):
-                        acc += _popcount(masks[j, word] & masks[j + d, word])
-                pair_sum[layer, d] += np.int64(acc)
-            if n == positions:
-                for word in range(n_words):
-                    m = masks[0, word]
-                    for j in range(1, n):
-                        m |= masks[j, word]
-                    union_sum[layer] += np.int64(_popcount(m))
-                    while m:
-                        low = m & (~m + one)
-                        present[layer, word * 64 + np.int64(_popcount(low - one))] += 1
-                        m ^= low
-    return pair_sum, load, union_sum, present
+                        u = zero
+                        for j in range(n):
+                            u |= masks[j * n_words + word]
+                        union_c[c, layer] += np.int64(_popcount(u))
+                        while u:
+                            used[word * 64 + np.int64(_lowest_bit(u))] += 1
+                            u &= u - one
+    return pair_c.sum(axis=0), load_c.sum(axis=0), union_c.sum(axis=0), present_c.sum(axis=0)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -162,9 +200,9 @@ def window_stats(trace: Trace, shuffle_seed: int | None = 0) -> WindowStats:
     if lengths.size and lengths.max() > positions:
         raise ValueError(f"window of {lengths.max()} rows exceeds K+1={positions}")
     experts = np.ascontiguousarray(trace.experts)
-    rows = np.arange(len(trace), dtype=np.int64)
-    pair_sum, load, union_sum, present = _window_pass(experts, rows, starts, lengths,
-                                                      trace.num_experts, positions)
+    n_chunks = max(1, min(starts.size, 8 * numba.get_num_threads()))
+    pair_sum, load, union_sum, present = _window_pass(experts, starts, lengths, trace.num_experts,
+                                                      positions, n_chunks)
     pairs = np.array([np.clip(lengths - d, 0, None).sum() for d in range(1, positions)], np.int64)
     n_full = int((lengths == positions).sum())
     k = trace.top_k
@@ -173,8 +211,8 @@ def window_stats(trace: Trace, shuffle_seed: int | None = 0) -> WindowStats:
         shuffle = None
         if shuffle_seed is not None:
             perm = _within_window_permutation(starts, lengths, len(trace), shuffle_seed)
-            sh_sum, _, _, _ = _window_pass(experts, perm, starts, lengths, trace.num_experts,
-                                           positions)
+            sh_sum, _, _, _ = _window_pass(experts[perm], starts, lengths, trace.num_experts,
+                                           positions, n_chunks)
             shuffle = sh_sum[:, 1:] / (pairs[None, :] * k)
         return WindowStats(
             num_experts=trace.num_experts, top_k=k, k_draft=trace.k_draft, n_tokens=len(trace),
@@ -197,18 +235,35 @@ def row_overlaps(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return _row_overlaps(np.ascontiguousarray(trace.experts), starts, lengths, trace.num_experts)
 
 
-def overlap_reference(experts: np.ndarray, starts, lengths, k_draft: int) -> np.ndarray:
-    """Plain-Python overlap by distance (sets and loops): the reference the benchmark beats."""
+def reference_stats(experts: np.ndarray, starts, lengths, k_draft: int, num_experts: int) -> dict:
+    """Plain-Python overlap by distance, loads and window unions (sets and loops).
+
+    The reference that tests check the compiled pass against and that the benchmark beats.
+    """
     n_layers, k = experts.shape[1], experts.shape[2]
     sums = [[0] * (k_draft + 1) for _ in range(n_layers)]
     counts = [0] * (k_draft + 1)
+    loads = [[0] * num_experts for _ in range(n_layers)]
+    unions = [0] * n_layers
+    n_full = 0
     for s, n in zip(starts.tolist(), lengths.tolist()):
         for d in range(1, n):
             counts[d] += n - d
+        n_full += n == k_draft + 1
         for layer in range(n_layers):
             sets = [set(experts[s + j, layer].tolist()) for j in range(n)]
+            for st in sets:
+                for e in st:
+                    loads[layer][e] += 1
             for d in range(1, n):
                 for j in range(n - d):
                     sums[layer][d] += len(sets[j] & sets[j + d])
-    return np.array([[sums[l][d] / (counts[d] * k) for d in range(1, k_draft + 1)]
-                     for l in range(n_layers)])
+            if n == k_draft + 1:
+                unions[layer] += len(set().union(*sets))
+    n_tokens = int(sum(lengths))
+    return {
+        "overlap": np.array([[sums[l][d] / (counts[d] * k) for d in range(1, k_draft + 1)]
+                             for l in range(n_layers)]),
+        "q": np.array(loads) / n_tokens,
+        "unique": np.array(unions) / max(n_full, 1),
+    }

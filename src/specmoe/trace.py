@@ -12,11 +12,16 @@ Columns (schema version 1):
   accepted     int8    accepted drafts in this step (a)
   status       int8    0 committed, 1 accepted, 2 first_rejected, 3 after_rejection
   token_id     int32
-  experts      fixed_size_list<uint8|uint16>[L*k]  top-k expert ids, layer-major
-  weights      fixed_size_list<float16>[L*k]       router weights (optional)
+  experts      fixed_size_binary[L*k*w]  top-k expert ids as little-endian integers of w bytes
+               (meta experts_dtype: uint8 when N <= 256, else uint16), layer-major: id of
+               (layer l, slot i) at element l*k + i
+  weights      fixed_size_binary[L*k*2]  router weights as little-endian float16 (optional)
 
+The id matrix is stored as fixed-size binary rather than a list column because Parquet decodes
+flat fixed-width values at memory speed and nested lists about 40x slower; any reader gets the ids
+back with numpy.frombuffer(column.buffers()[1], dtype).reshape(rows, L, k).
 Schema-level metadata: `specmoe.schema_version` and `specmoe.meta` (JSON: num_layers, top_k,
-num_experts, k_draft, provenance). Readers need only pyarrow and numpy.
+num_experts, k_draft, experts_dtype, provenance). Readers need only pyarrow and numpy.
 Rows are sorted by (request, step, position); a window is a run of rows with the same (request, step).
 """
 
@@ -116,17 +121,33 @@ class Trace:
                 raise TraceError(f"{source}: window position outside 0..K={self.k_draft}")
 
 
-def _experts_type(num_experts: int) -> pa.DataType:
-    return pa.uint8() if num_experts <= 256 else pa.uint16()
+def _experts_dtype(num_experts: int) -> np.dtype:
+    return np.dtype("<u1") if num_experts <= 256 else np.dtype("<u2")
+
+
+def _fixed_binary(values: np.ndarray) -> pa.Array:
+    """(rows, ...) array -> fixed_size_binary column of each row's little-endian bytes."""
+    rows = np.ascontiguousarray(values).reshape(values.shape[0], -1)
+    width = rows.shape[1] * rows.dtype.itemsize
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows.shape[0],
+                                                [None, pa.py_buffer(rows.tobytes())])
+
+
+def _from_fixed_binary(col: pa.ChunkedArray, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    arr = col.combine_chunks()
+    if arr.null_count:
+        raise ValueError("null rows")
+    width = arr.type.byte_width
+    buf = arr.buffers()[1]
+    return np.frombuffer(buf, dtype=dtype, count=len(arr) * width // dtype.itemsize,
+                         offset=arr.offset * width).reshape(shape)
 
 
 def write_trace(path: str | Path, trace: Trace, provenance: dict | None = None) -> None:
-    """Write a trace atomically as Parquet (zstd), with schema version and provenance."""
+    """Write a trace atomically as Parquet (LZ4), with schema version and provenance."""
     trace.validate(str(path))
     t, n_layers, k = trace.experts.shape
-    etype = _experts_type(trace.num_experts)
-    flat = pa.array(np.ascontiguousarray(trace.experts).reshape(-1).astype(etype.to_pandas_dtype()),
-                    type=etype)
+    edtype = _experts_dtype(trace.num_experts)
     arrays: dict[str, pa.Array] = {}
     for name, dtype in _INT_COLUMNS.items():
         if name in trace.columns:
@@ -134,13 +155,12 @@ def write_trace(path: str | Path, trace: Trace, provenance: dict | None = None) 
     for name in _STR_COLUMNS:
         if name in trace.columns:
             arrays[name] = pa.array(np.asarray(trace.columns[name]).astype(str)).dictionary_encode()
-    arrays["experts"] = pa.FixedSizeListArray.from_arrays(flat, n_layers * k)
+    arrays["experts"] = _fixed_binary(trace.experts.astype(edtype, copy=False))
     if trace.weights is not None:
-        w = pa.array(np.asarray(trace.weights, dtype=np.float16).reshape(-1))
-        arrays["weights"] = pa.FixedSizeListArray.from_arrays(w, n_layers * k)
+        arrays["weights"] = _fixed_binary(np.asarray(trace.weights, dtype="<f2"))
     meta = dict(trace.meta)
     meta.update(num_layers=n_layers, top_k=k, num_experts=trace.num_experts, k_draft=trace.k_draft,
-                rows=t)
+                rows=t, experts_dtype=edtype.name)
     if provenance is not None:
         meta["provenance"] = provenance
     table = pa.table(arrays).replace_schema_metadata({
@@ -148,7 +168,7 @@ def write_trace(path: str | Path, trace: Trace, provenance: dict | None = None) 
         "specmoe.meta": json.dumps(meta, default=str),
     })
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 18)
+        pq.write_table(table, tmp, compression="lz4", row_group_size=1 << 18)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -200,23 +220,30 @@ def read_trace(path: str | Path, with_weights: bool = False) -> Trace:
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0]})") from None
     n_layers, k = int(meta["num_layers"]), int(meta["top_k"])
-    ex = table.column("experts").combine_chunks()
-    if not pa.types.is_fixed_size_list(ex.type) or ex.type.list_size != n_layers * k:
-        raise TraceError(f"{path}: 'experts' is {ex.type}, expected fixed lists of "
-                         f"{n_layers}x{k}")
-    experts = ex.values.to_numpy(zero_copy_only=False).reshape(len(table), n_layers, k)
-    weights = None
-    if with_weights and "weights" in table.column_names:
-        w = table.column("weights").combine_chunks()
-        weights = w.values.to_numpy(zero_copy_only=False).reshape(len(table), n_layers, k)
+    edtype = np.dtype(meta.get("experts_dtype", _experts_dtype(int(meta["num_experts"])).name))
+    ex_type = table.schema.field("experts").type
+    if not pa.types.is_fixed_size_binary(ex_type) or \
+            ex_type.byte_width != n_layers * k * edtype.itemsize:
+        raise TraceError(f"{path}: 'experts' is {ex_type}, expected {n_layers}x{k} {edtype.name} "
+                         f"ids as fixed_size_binary[{n_layers * k * edtype.itemsize}]")
+    try:
+        experts = _from_fixed_binary(table.column("experts"), edtype, (len(table), n_layers, k))
+        weights = None
+        if with_weights and "weights" in table.column_names:
+            weights = _from_fixed_binary(table.column("weights"), np.dtype("<f2"),
+                                         (len(table), n_layers, k))
+    except ValueError as exc:
+        raise TraceError(f"{path}: unreadable expert ids ({exc})") from None
     columns: dict[str, np.ndarray] = {}
     for name in table.column_names:
         if name in ("experts", "weights"):
             continue
-        col = table.column(name)
-        if pa.types.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
-        columns[name] = col.to_numpy(zero_copy_only=False)
+        col = table.column(name).combine_chunks()
+        if pa.types.is_dictionary(col.type):  # decode through the (small) dictionary
+            words = col.dictionary.to_numpy(zero_copy_only=False)
+            columns[name] = words[col.indices.to_numpy(zero_copy_only=False)]
+        else:
+            columns[name] = col.to_numpy(zero_copy_only=False)
     trace = Trace(experts=experts, columns=columns, num_experts=int(meta["num_experts"]),
                   k_draft=int(meta["k_draft"]), meta=meta, weights=weights)
     trace.validate(str(path))

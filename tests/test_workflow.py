@@ -1,0 +1,156 @@
+"""Real Snakemake runs of the pipeline in a temporary directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specmoe.provenance import read_json
+from specmoe.trace import read_trace
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+pytestmark = pytest.mark.slow
+
+TEST_CONFIG = {
+    "ks": [3],
+    "batch_sizes": [1, 8],
+    "models": [{
+        "name": "tiny",
+        "source": "synthetic",
+        "hardware": "H100",
+        "drafters": ["synth"],
+        "datasets": ["synth"],
+        "dims": {"hidden": 256, "expert_intermediate": 64, "heads": 4, "kv_heads": 2,
+                 "head_dim": 64},
+        "synthetic": {"num_experts": 16, "top_k": 2, "num_layers": 2, "requests": 8, "steps": 8,
+                      "stickiness": 0.4, "categories": ["a", "b"], "seed": 3},
+    }],
+}
+
+
+def make_workdir(tmp_path: Path, config: dict) -> Path:
+    wd = tmp_path / "wf"
+    wd.mkdir()
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(REPO / name, wd / name)
+    for name in ("config", "workflow", "profiles", "envs"):
+        shutil.copytree(REPO / name, wd / name)
+    (wd / "test.yaml").write_text(yaml.safe_dump(config))
+    return wd
+
+
+def snakemake(wd: Path, *args, check=True) -> subprocess.CompletedProcess:
+    r = subprocess.run([*SNAKEMAKE, "--configfile", "test.yaml", "--cores", "2", *args], cwd=wd,
+                       capture_output=True, text=True, timeout=600)
+    if check and r.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+    return r
+
+
+def outputs(wd: Path) -> dict[str, float]:
+    return {str(p.relative_to(wd)): p.stat().st_mtime_ns
+            for p in (wd / "results").rglob("*") if p.is_file()}
+
+
+RUN = "tiny/synth/K3/synth"
+
+
+def test_chain_runs_caches_and_forcerun_reruns_only_downstream(tmp_path):
+    wd = make_workdir(tmp_path, TEST_CONFIG)
+    snakemake(wd)
+    res = wd / "results"
+    tr = read_trace(res / f"traces/{RUN}.parquet")
+    assert tr.meta["provenance"]["config_hash"] and tr.meta["provenance"]["hardware"]["cpu_count"]
+    ov = read_json(res / f"overlap/{RUN}.json")
+    assert 0 < ov["summary"]["step1"] <= 1 and ov["provenance"]["stage"] == "overlap"
+    assert len(ov["summary"]["shuffle_by_distance"]) == 3
+    cm = read_json(res / f"costmodel/{RUN}.json")
+    assert {r["routing"] for r in cm["te_vs_batch"]} >= {"uniform i.i.d. (prior model)"}
+    index = (res / "report/index.md").read_text()
+    for stem in ("overlap_by_distance", "te_vs_batch", "unique_experts", "acceptance_consecutive"):
+        assert stem in index
+    for link in [line.split("](../")[1].split(")")[0] for line in index.splitlines()
+                 if "](../" in line]:
+        assert (res / link).exists(), link
+    for log in (wd / "logs").rglob("*.log"):
+        assert "done in" in log.read_text(), log
+    assert list((wd / "benchmarks").rglob("*.tsv"))
+
+    # A second run does nothing.
+    before = outputs(wd)
+    r = snakemake(wd)
+    assert "Nothing to be done" in r.stdout + r.stderr
+    assert outputs(wd) == before
+
+    # --forcerun of one rule reruns it and what depends on it, nothing upstream.
+    snakemake(wd, "--forcerun", "costmodel")
+    after = outputs(wd)
+    changed = {p for p in after if after[p] != before[p]}
+    assert f"results/costmodel/{RUN}.json" in changed
+    assert "results/tables/te_vs_batch.csv" in changed and "results/report/index.md" in changed
+    for upstream in (f"results/traces/{RUN}.parquet", f"results/overlap/{RUN}.json",
+                     f"results/ipf/{RUN}.json", f"results/acceptance/{RUN}.json"):
+        assert upstream not in changed, upstream
+
+
+def test_killed_run_leaves_nothing_half_written_and_resumes(tmp_path):
+    cfg = yaml.safe_load(yaml.safe_dump(TEST_CONFIG))
+    # big enough that the trace rule runs for several seconds
+    cfg["models"][0]["synthetic"].update(num_experts=64, top_k=8, num_layers=16, requests=200,
+                                         steps=100)
+    wd = make_workdir(tmp_path, cfg)
+    log = wd / f"logs/traces/{RUN}.log"
+    proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "test.yaml", "--cores", "2"], cwd=wd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if log.exists() and "generating" in log.read_text():
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the trace rule never started")
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    trace = wd / f"results/traces/{RUN}.parquet"
+    assert not trace.exists(), "a killed rule left a file under its final name"
+    # After SIGKILL Snakemake's lock stays (documented recovery: --unlock); the rerun, with the
+    # workflow profile's rerun-incomplete, completes and every output reads back.
+    snakemake(wd, "--unlock")
+    snakemake(wd)
+    assert read_trace(trace).experts.shape[1:] == (16, 8)
+    assert (wd / "results/report/index.md").exists()
+    assert not [p for p in (wd / "results").rglob(".*.tmp")]
+
+
+def test_bad_config_names_the_key(tmp_path):
+    cfg = yaml.safe_load(yaml.safe_dump(TEST_CONFIG))
+    cfg["models"][0]["synthetic"]["stikiness"] = 0.4
+    wd = make_workdir(tmp_path, cfg)
+    r = snakemake(wd, "-n", check=False)
+    assert r.returncode != 0
+    assert "stikiness" in r.stdout + r.stderr
+
+    cfg = yaml.safe_load(yaml.safe_dump(TEST_CONFIG))
+    cfg["ks"] = ["three"]
+    (wd / "test.yaml").write_text(yaml.safe_dump(cfg))
+    r = snakemake(wd, "-n", check=False)
+    assert r.returncode != 0 and "'three' is not of type 'integer'" in r.stdout + r.stderr
+
+
+def test_lint_is_clean():
+    r = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert "Lints for" not in r.stdout + r.stderr, r.stdout[-3000:]
