@@ -6,6 +6,7 @@ configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/overlap.smk"
 include: "workflow/rules/costmodel.smk"
@@ -15,4 +16,4 @@ include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        "results/report/index.md",
+        all_outputs(),

@@ -154,3 +154,54 @@ def test_lint_is_clean():
     r = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
     assert "Lints for" not in r.stdout + r.stderr, r.stdout[-3000:]
+
+
+TINY_CONFIG = {
+    "ks": [3],
+    "batch_sizes": [1, 8],
+    "tiny": {"vocab_size": 512, "max_train_tokens": 300000, "max_heldout_tokens": 20000,
+             "train": {"seq_len": 64, "batch_size": 16, "lr": 0.004, "warmup": 10,
+                       "eval_batches": 2, "threads": 2},
+             "sd_check": {"k": 3, "dataset": "heldout-code", "prompts": 4, "max_tokens": 32,
+                          "kv_cache_mib": 128}},
+    "drafters": [{"name": "dr", "source": "tiny", "steps": 120,
+                  "arch": {"kind": "dense", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1,
+                           "head_dim": 32, "intermediate": 128}}],
+    "models": [{"name": "moe", "source": "tiny", "hardware": "CPU", "drafters": ["dr"],
+                "datasets": ["heldout-code"], "steps": 60,
+                "arch": {"kind": "moe", "hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1,
+                         "head_dim": 32, "num_experts": 16, "top_k": 4,
+                         "expert_intermediate": 16}}],
+}
+
+
+def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
+    pytest.importorskip("vllm")
+    wd = make_workdir(tmp_path, TINY_CONFIG)
+    snakemake(wd)
+    res = wd / "results"
+    trained = read_json(res / "models/moe/manifest.json")
+    control = read_json(res / "models/moe-random/manifest.json")
+    assert trained["trained"] and not control["trained"] and control["steps"] == 0
+    assert trained["heldout_loss"] < control["heldout_loss"] - 1.0
+    assert trained["provenance"]["model"]["revision"] == "seed0-steps60"
+    sd = read_json(res / "sd_check/moe/dr/K3/heldout-code.json")
+    assert sd["sd_equals_plain"] and sd["spec"]["num_drafts"] > 0
+    assert "done in" in (wd / "logs/sd_check/moe/dr/K3/heldout-code.log").read_text()
+    r = snakemake(wd)
+    assert "Nothing to be done" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda c: c["models"][0].update(steps=0), "0 is less than the minimum of 1"),
+    (lambda c: c["models"][0].update(drafters=["nope"]), "drafter 'nope'"),
+    (lambda c: c["tiny"]["sd_check"].update(k=9), "9 is greater than the maximum of 8"),
+])
+def test_bad_tiny_config_stops_before_anything_runs(tmp_path, edit, needle):
+    cfg = yaml.safe_load(yaml.safe_dump(TINY_CONFIG))
+    edit(cfg)
+    wd = make_workdir(tmp_path, cfg)
+    (wd / "results/models/keep").mkdir(parents=True)
+    r = snakemake(wd, check=False)
+    assert r.returncode != 0 and needle in r.stdout + r.stderr
+    assert (wd / "results/models/keep").exists() and not (wd / "logs").exists()

@@ -12,13 +12,32 @@ report: "../report/workflow.rst"
 
 MODELS = {m["name"]: m for m in config["models"]}
 SYNTHETIC = [m["name"] for m in config["models"] if m["source"] == "synthetic"]
+# Sources whose routing traces the pipeline can produce today.
+TRACE_SOURCES = {"synthetic"}
 RUNS = [
     {"model": m["name"], "drafter": d, "k": k, "dataset": ds}
     for m in config["models"]
+    if m["source"] in TRACE_SOURCES
     for d in m["drafters"]
     for k in config["ks"]
     for ds in m["datasets"]
 ]
+
+# Tiny models built here: targets (each with an untrained "-random" control) and drafters.
+TINY_TARGETS = {m["name"]: m for m in config["models"] if m["source"] == "tiny"}
+TINY_DRAFTERS = {
+    d["name"]: d for d in config.get("drafters", []) if d["source"] == "tiny"
+}
+TINY = {**TINY_TARGETS, **TINY_DRAFTERS}
+if TINY_TARGETS and "tiny" not in config:
+    raise ValueError("config: models with source 'tiny' need the 'tiny' section")
+for _m in TINY_TARGETS.values():
+    for _d in _m["drafters"]:
+        if _d not in TINY_DRAFTERS:
+            raise ValueError(
+                f"config: model {_m['name']} names drafter '{_d}', which is not defined "
+                "under 'drafters'"
+            )
 TABLES = [
     "overlap_decomposition_step1",
     "overlap_by_distance",
@@ -38,6 +57,25 @@ wildcard_constraints:
     drafter="[^/]+",
     k="[0-9]+",
     dataset="[^/]+",
+
+
+def tiny_outputs():
+    """Model directories and speculative-decoding checks of the tiny models."""
+    if not TINY:
+        return []
+    sd = config["tiny"].get("sd_check", {})
+    out = [f"results/models/{name}" for name in TINY]
+    out += [f"results/models/{name}-random" for name in TINY_TARGETS]
+    out += [
+        f"results/sd_check/{m}/{d}/K{sd.get('k', 3)}/{sd.get('dataset', 'tinybench')}.json"
+        for m, cfg in TINY_TARGETS.items()
+        for d in cfg["drafters"]
+    ]
+    return out
+
+
+def all_outputs():
+    return ["results/report/index.md"] + tiny_outputs()
 
 
 def run_files(pattern):

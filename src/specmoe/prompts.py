@@ -1,0 +1,73 @@
+"""The prompt table: one schema for the embedded prompt set and the study's datasets.
+
+Columns: prompt_id (unique), dataset, category (or held-out slice), text. The embedded set
+(`builtin:v1`, src/specmoe/data/prompts_v1.csv) has 80 prompts in 8 categories (dataset `tinybench`)
+and two held-out slices (`heldout-code`, `heldout-prose`), written for this project.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+COLUMNS = ("prompt_id", "dataset", "category", "text")
+BUILTIN = {"builtin:v1": "prompts_v1.csv"}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    prompt_id: str
+    dataset: str
+    category: str
+    text: str
+
+
+def _open(source: str):
+    if source in BUILTIN:
+        return resources.files("specmoe.data").joinpath(BUILTIN[source]).open(newline="")
+    path = Path(source)
+    if not path.exists():
+        raise InputError(f"{path}: no such prompt table (or use one of {', '.join(BUILTIN)})")
+    return path.open(newline="")
+
+
+def load(source: str = "builtin:v1", datasets: list[str] | None = None) -> list[Prompt]:
+    """Read and check a prompt table; keep the given datasets (all if None)."""
+    with _open(source) as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(f"{source}: prompt table lacks column(s) {', '.join(missing)}")
+        rows = [Prompt(**{c: r[c] for c in COLUMNS}) for r in reader]
+    seen: set[str] = set()
+    for r in rows:
+        if r.prompt_id in seen:
+            raise InputError(f"{source}: duplicate prompt_id '{r.prompt_id}'")
+        seen.add(r.prompt_id)
+        if not r.text.strip():
+            raise InputError(f"{source}: prompt '{r.prompt_id}' is empty")
+    if datasets is not None:
+        known = {r.dataset for r in rows}
+        unknown = [d for d in datasets if d not in known]
+        if unknown:
+            raise InputError(f"{source}: no dataset(s) {', '.join(unknown)} (has "
+                             f"{', '.join(sorted(known))})")
+        rows = [r for r in rows if r.dataset in datasets]
+    return rows
+
+
+def schedule(prompts: list[Prompt], n: int, seed: int = 0) -> list[Prompt]:
+    """n prompts: each once in order while they last, then oversampled with replacement."""
+    if not prompts:
+        raise InputError("no prompts to schedule")
+    if n <= len(prompts):
+        return list(prompts[:n])
+    rng = np.random.default_rng(seed)
+    extra = rng.integers(0, len(prompts), n - len(prompts))
+    return list(prompts) + [prompts[i] for i in extra]

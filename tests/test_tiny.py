@@ -1,0 +1,97 @@
+"""Tiny models: corpus split, tokenizer, deterministic init, training, bad input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from specmoe import tiny
+from specmoe.errors import InputError
+
+torch = pytest.importorskip("torch")
+
+
+def test_corpus_split_is_fixed_and_disjoint():
+    train = tiny.corpus_files(False)
+    held = tiny.corpus_files(True)
+    assert train and held and not set(train) & set(held)
+    assert 0.05 < len(held) / (len(train) + len(held)) < 0.15
+    assert tiny.corpus_files(True) == held
+    assert not [p for p in train if "site-packages" in p.parts or "test" in p.parts]
+
+
+def test_tokenizer_roundtrip_and_digest(tmp_path):
+    files = tiny.corpus_files(False)[:40]
+    tiny.train_tokenizer(files, 400, tmp_path / "tok")
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "tok"))
+    text = "def f(x):\n    return x + 1  # ünïcode\n"
+    assert tok.decode(tok(text)["input_ids"]) == text
+    assert len(tok) == 400
+    tiny.train_tokenizer(files, 400, tmp_path / "tok2")
+    assert tiny.tokenizer_digest(tmp_path / "tok") == tiny.tokenizer_digest(tmp_path / "tok2")
+    tiny.train_tokenizer(files, 500, tmp_path / "tok3")
+    assert tiny.tokenizer_digest(tmp_path / "tok") != tiny.tokenizer_digest(tmp_path / "tok3")
+
+
+def test_build_is_deterministic_in_seed():
+    arch = tiny.Arch(hidden=32, layers=1, heads=2, kv_heads=1, head_dim=32, num_experts=8, top_k=2,
+                     expert_intermediate=8)
+    a, b = tiny.build_model(arch, 300, seed=1), tiny.build_model(arch, 300, seed=1)
+    c = tiny.build_model(arch, 300, seed=2)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+    assert a.config.num_experts == 8 and a.config.num_experts_per_tok == 2
+
+
+def test_training_lowers_heldout_loss():
+    rng = np.random.default_rng(0)
+    # a learnable stream: a repeated random phrase of 20 tokens
+    phrase = rng.integers(0, 300, 20)
+    tokens = np.tile(phrase, 400).astype(np.int32)
+    arch = tiny.Arch(kind="dense", hidden=32, layers=1, heads=2, kv_heads=1, head_dim=32,
+                     intermediate=64)
+    model = tiny.build_model(arch, 300, seed=0)
+    spec = tiny.TrainSpec(steps=60, seq_len=32, batch_size=8, lr=1e-2, warmup=5, eval_batches=2)
+    before = tiny.evaluate(model, tokens, 32, 2, 8)
+    res = tiny.train(model, tokens, spec, progress=False)
+    after = tiny.evaluate(model, tokens, 32, 2, 8)
+    assert res["steps"] == 60 and after < before - 2
+
+
+@pytest.mark.parametrize("kw,msg", [({"steps": 0}, "budget"), ({"lr": 0}, "lr"),
+                                    ({"seq_len": 0}, "seq_len")])
+def test_bad_training_spec(kw, msg):
+    with pytest.raises(InputError, match=msg):
+        tiny.TrainSpec(**kw).validate()
+
+
+def test_bad_arch():
+    with pytest.raises(InputError, match="top_k"):
+        tiny.Arch(num_experts=4, top_k=8).validate()
+    with pytest.raises(InputError, match="unknown arch key"):
+        tiny.arch_from_dict({"hiden": 3})
+
+
+def test_atomic_dir_replaces_whole(tmp_path):
+    out = tmp_path / "m"
+    with tiny.atomic_dir(out) as d:
+        (d / "a").write_text("1")
+    with pytest.raises(RuntimeError):
+        with tiny.atomic_dir(out) as d:
+            (d / "b").write_text("2")
+            raise RuntimeError("crash mid-write")
+    assert sorted(p.name for p in out.iterdir()) == ["a"]
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+def test_train_stage_rejects_zero_budget_before_building(tmp_path):
+    from specmoe.modelstages import train_stage
+
+    cfg = {"name": "x", "arch": {"kind": "dense", "hidden": 32, "layers": 1, "heads": 2,
+                                 "kv_heads": 1, "head_dim": 32}, "steps": 0}
+    with pytest.raises(InputError, match="budget"):
+        train_stage(cfg, {"vocab_size": 300}, tmp_path / "nope", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
