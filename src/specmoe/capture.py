@@ -170,7 +170,7 @@ def _install() -> None:
     except ImportError:
         pass
     for cls in classes:
-        if getattr(cls, "_specmoe_patched", False):
+        if cls.__dict__.get("_specmoe_patched"):  # not inherited: each class is patched once
             continue
         if "load_model" in cls.__dict__:
             cls.load_model = _wrap_load(cls.__dict__["load_model"], bind_routed_experts_capturer)

@@ -15,7 +15,8 @@ log = logging.getLogger("specmoe")
 def logged(path: str | Path, stage: str) -> Iterator[logging.Logger]:
     """Send the specmoe logger (and Python warnings) to `path`; log a failure before re-raising."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, mode="w")
+    open(path, "w").close()  # start empty, then append: engine children append to the same file
+    handler = logging.FileHandler(path, mode="a")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)

@@ -87,6 +87,7 @@ def sd_check_stage(target_dir, drafter_dir, k: int, sd_cfg: dict, prompts_source
         raise InputError(f"dataset {dataset} has no prompts")
     res = sd_check(target_dir, drafter_dir, k, [r.text for r in rows],
                    int(sd_cfg.get("max_tokens", 64)), log_path=engine_log, seed=0,
+                   dtype=sd_cfg.get("dtype", "auto"),
                    kv_cache_mib=int(sd_cfg.get("kv_cache_mib", 512)))
     res["prompt_ids"] = [r.prompt_id for r in rows]
     res["target"], res["drafter"], res["dataset"] = str(target_dir), str(drafter_dir), dataset
@@ -114,7 +115,8 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     rows = prompt_table.schedule(rows, int(cap_cfg.get("prompts", len(rows))), seed=0)
     engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
                            kv_cache_mib=int(cap_cfg.get("kv_cache_mib", 512)),
-                           max_num_seqs=int(cap_cfg.get("max_num_seqs", 16)))
+                           max_num_seqs=int(cap_cfg.get("max_num_seqs", 16)),
+                           dtype=cap_cfg.get("dtype", "auto"))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],

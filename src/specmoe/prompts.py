@@ -38,7 +38,10 @@ def _open(source: str):
 
 
 def load(source: str = "builtin:v1", datasets: list[str] | None = None) -> list[Prompt]:
-    """Read and check a prompt table; keep the given datasets (all if None)."""
+    """Read and check a prompt table; keep the given datasets (all if None).
+
+    A dataset name "a+b" stands for datasets a and b together.
+    """
     with _open(source) as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
@@ -53,6 +56,7 @@ def load(source: str = "builtin:v1", datasets: list[str] | None = None) -> list[
         if not r.text.strip():
             raise InputError(f"{source}: prompt '{r.prompt_id}' is empty")
     if datasets is not None:
+        datasets = [d for name in datasets for d in name.split("+")]
         known = {r.dataset for r in rows}
         unknown = [d for d in datasets if d not in known]
         if unknown:

@@ -10,16 +10,25 @@ validate(config, "../../config/schema.yaml")
 report: "../report/workflow.rst"
 
 
-MODELS = {m["name"]: m for m in config["models"]}
-SYNTHETIC = [m["name"] for m in config["models"] if m["source"] == "synthetic"]
-# Sources whose routing traces the pipeline can produce today.
-TRACE_SOURCES = {"synthetic"}
+# Every model the runs refer to; a tiny target also runs untrained, as "<name>-random", and its
+# cost model reads the architecture from the checkpoint the pipeline writes.
+MODELS = {}
+for _m in config["models"]:
+    MODELS[_m["name"]] = _m
+    if _m["source"] == "tiny":
+        MODELS[_m["name"]] = {
+            **_m,
+            "hf_config": f"results/models/{_m['name']}/config.json",
+        }
+        _r = _m["name"] + "-random"
+        MODELS[_r] = {**_m, "name": _r, "hf_config": f"results/models/{_r}/config.json"}
+SYNTHETIC = [n for n, m in MODELS.items() if m["source"] == "synthetic"]
+CAPTURED = [n for n, m in MODELS.items() if m["source"] == "tiny"]
 RUNS = [
-    {"model": m["name"], "drafter": d, "k": k, "dataset": ds}
-    for m in config["models"]
-    if m["source"] in TRACE_SOURCES
+    {"model": name, "drafter": d, "k": k, "dataset": ds}
+    for name, m in MODELS.items()
     for d in m["drafters"]
-    for k in config["ks"]
+    for k in m.get("ks", config["ks"])
     for ds in m["datasets"]
 ]
 
@@ -59,6 +68,13 @@ wildcard_constraints:
     dataset="[^/]+",
 
 
+def tiny_params(*keys):
+    """The named keys of the `tiny` config section (a rule's params, so that editing another key
+    does not rerun it)."""
+    tiny = config.get("tiny", {})
+    return {k: tiny[k] for k in keys if k in tiny}
+
+
 def tiny_outputs():
     """Model directories and speculative-decoding checks of the tiny models."""
     if not TINY:
@@ -95,3 +111,9 @@ def run_of(wildcards):
 
 def model_of(wildcards):
     return MODELS[wildcards.model]
+
+
+def model_files(wildcards):
+    """The checkpoint a run's cost model reads (none for synthetic models)."""
+    m = MODELS[wildcards.model]
+    return [f"results/models/{wildcards.model}"] if m["source"] == "tiny" else []

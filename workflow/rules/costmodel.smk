@@ -5,6 +5,7 @@ rule costmodel:
     input:
         overlap="results/overlap/{model}/{drafter}/K{k}/{dataset}.json",
         ipf="results/ipf/{model}/{drafter}/K{k}/{dataset}.json",
+        checkpoint=model_files,
     output:
         "results/costmodel/{model}/{drafter}/K{k}/{dataset}.json",
     log:

@@ -13,7 +13,7 @@ rule tokenizer:
         "../../envs/models.yaml"
     threads: 2
     params:
-        tiny=config.get("tiny", {}),
+        tiny=tiny_params("vocab_size", "train"),
     script:
         "../scripts/tokenizer.py"
 
@@ -34,7 +34,7 @@ rule train_model:
     threads: 2
     params:
         model=lambda w: TINY[w.tiny],
-        tiny=config.get("tiny", {}),
+        tiny=tiny_params("vocab_size", "train"),
         trained=True,
     script:
         "../scripts/train_model.py"
@@ -54,7 +54,7 @@ rule random_model:
     threads: 2
     params:
         model=lambda w: TINY[w.tiny],
-        tiny=config.get("tiny", {}),
+        tiny=tiny_params("vocab_size", "train"),
         trained=False,
     script:
         "../scripts/train_model.py"
