@@ -76,11 +76,12 @@ def tiny_params(*keys):
 
 
 def tiny_outputs():
-    """Model directories and speculative-decoding checks of the tiny models."""
-    if not TINY:
+    """Directories of the tiny targets, their controls and drafters, and the SD checks."""
+    if not TINY_TARGETS:
         return []
     sd = config["tiny"].get("sd_check", {})
-    out = [f"results/models/{name}" for name in TINY]
+    drafters = sorted({d for m in TINY_TARGETS.values() for d in m["drafters"]})
+    out = [f"results/models/{name}" for name in [*TINY_TARGETS, *drafters]]
     out += [f"results/models/{name}-random" for name in TINY_TARGETS]
     out += [
         f"results/sd_check/{m}/{d}/K{sd.get('k', 3)}/{sd.get('dataset', 'tinybench')}.json"
