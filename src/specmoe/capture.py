@@ -87,51 +87,45 @@ class Recorder:
         if self.pending is None:
             return
         t0 = time.perf_counter()
-        req_ids = list(runner.input_batch.req_ids)
-        sched = self.pending["num_scheduled"]
-        counts = np.array([sched.get(r, 0) for r in req_ids], dtype=np.int64)
-        total = int(counts.sum())
-        if total == 0:
+        sched, drafts = self.pending["num_scheduled"], self.pending["drafts"]
+        req_ids, starts, n_drafts = [], [], []
+        start = 0
+        for r in runner.input_batch.req_ids:
+            n = sched.get(r, 0)
+            d = drafts.get(r, 0)
+            # a decode window: 1 + drafts rows of a request that has produced output already
+            if n == 1 + d and (d or len(runner.requests[r].output_token_ids) > 0):
+                req_ids.append(r)
+                starts.append(start)
+                n_drafts.append(d)
+            start += n
+        if req_ids:
+            self.pending.update(req_ids=req_ids, starts=starts, n_drafts=n_drafts,
+                                routing=self.buffer[:start].cpu().numpy(),
+                                input_ids=runner.input_ids.gpu[:start].cpu().numpy())
+        else:
             self.pending = None
-            return
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        windows = []
-        for i, r in enumerate(req_ids):
-            n_drafts = self.pending["drafts"].get(r, 0)
-            state = runner.requests.get(r)
-            decoding = state is not None and len(state.output_token_ids) > 0
-            if decoding and counts[i] == 1 + n_drafts:
-                windows.append((r, int(starts[i]), n_drafts))
-        if not windows:
-            self.pending = None
-            self.capture_s += time.perf_counter() - t0
-            return
-        self.pending.update(
-            windows=windows,
-            routing=self.buffer[:total].cpu().numpy(),
-            input_ids=runner.input_ids.gpu[:total].cpu().numpy().astype(np.int32))
         self.capture_s += time.perf_counter() - t0
 
     def after_sample(self, output) -> None:
         p, self.pending = self.pending, None
-        if p is None or "windows" not in p:
+        if p is None:
             return
         t0 = time.perf_counter()
-        index = output.req_id_to_index
-        rows, meta = [], []
-        for r, start, n_drafts in p["windows"]:
+        index, sampled = output.req_id_to_index, output.sampled_token_ids
+        keep, meta = [], []
+        for r, start, d in zip(p["req_ids"], p["starts"], p["n_drafts"]):
             i = index.get(r)
             if i is None:
                 continue
-            sampled = output.sampled_token_ids[i]
-            accepted = max(len(sampled) - 1, 0) if n_drafts else 0
             step = self.step_of.get(r, 0)
             self.step_of[r] = step + 1
-            rows.append(np.arange(start, start + 1 + n_drafts))
-            meta.append((r, step, n_drafts, accepted))
-        if rows:
-            idx = np.concatenate(rows)
-            self.chunks.append({"experts": p["routing"][idx], "token_id": p["input_ids"][idx],
+            keep.append((start, d))
+            meta.append((r, step, d, max(len(sampled[i]) - 1, 0) if d else 0))
+        if keep:
+            idx = np.concatenate([np.arange(s, s + 1 + d) for s, d in keep])
+            self.chunks.append({"experts": p["routing"][idx],
+                                "token_id": p["input_ids"][idx].astype(np.int32),
                                 "windows": meta})
         self.capture_s += time.perf_counter() - t0
 
@@ -256,34 +250,28 @@ class CaptureExtension:
 # --- driver side ----------------------------------------------------------------------------------
 
 def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_dir: str) -> dict:
-    """Greedy SD generation with capture on; returns shard paths and per-request outputs."""
-    os.environ[ENV] = "1"
-    os.environ[ENV_DIR] = shard_dir
-    from vllm import LLM, SamplingParams
+    """Greedy SD generation with capture on; adds shard paths and per-request outputs."""
+    from .engine import generate
 
+    os.environ[ENV] = "1"  # inherited by the engine's processes, where the plugin reads it
+    os.environ[ENV_DIR] = shard_dir
     check_version()
     engine = dict(engine, worker_extension_cls="specmoe.capture.CaptureExtension",
                   per_request_spec_decode_metrics="detailed")
-    t0 = time.perf_counter()
-    llm = LLM(**engine)
-    try:
-        t1 = time.perf_counter()
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        t2 = time.perf_counter()
-        shards = [p for p in llm.collective_rpc("specmoe_flush") if p]
-        requests = []
-        for o in outs:
-            c = o.outputs[0]
-            m = c.spec_decode_metrics
-            requests.append({"request_id": o.request_id, "token_ids": list(c.token_ids),
-                             "prompt_token_ids": list(o.prompt_token_ids),
-                             "per_step_accepted": list(m.per_step_accepted) if m else [],
-                             "per_step_drafted": list(m.per_step_drafted) if m else []})
-        return {"shards": shards, "requests": requests, "startup_s": t1 - t0,
-                "generate_s": t2 - t1}
-    finally:
-        llm.llm_engine.engine_core.shutdown()
+    return generate(prompts, max_tokens, engine, collect=_collect)
+
+
+def _collect(llm, outs) -> dict:
+    shards = [p for p in llm.collective_rpc("specmoe_flush") if p]
+    requests = []
+    for o in outs:
+        c = o.outputs[0]
+        m = c.spec_decode_metrics
+        requests.append({"request_id": o.request_id, "token_ids": list(c.token_ids),
+                         "prompt_token_ids": list(o.prompt_token_ids),
+                         "per_step_accepted": list(m.per_step_accepted) if m else [],
+                         "per_step_drafted": list(m.per_step_drafted) if m else []})
+    return {"shards": shards, "requests": requests}
 
 
 def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":

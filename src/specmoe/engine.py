@@ -82,8 +82,11 @@ def _spec_metrics(llm) -> dict:
     return out
 
 
-def generate(prompts: list[str], max_tokens: int, engine: dict) -> dict:
-    """Greedy generation of a fixed length; returns token ids, SD metrics and timings."""
+def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None) -> dict:
+    """Greedy generation of a fixed length; returns token ids, SD metrics and timings.
+
+    collect(llm, outputs) -> dict, if given, adds its keys to the result before the engine stops.
+    """
     from vllm import LLM, SamplingParams
 
     t0 = time.perf_counter()
@@ -93,9 +96,12 @@ def generate(prompts: list[str], max_tokens: int, engine: dict) -> dict:
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         outs = llm.generate(prompts, params, use_tqdm=False)
         t2 = time.perf_counter()
-        return {"token_ids": [list(o.outputs[0].token_ids) for o in outs],
-                "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
-                "spec": _spec_metrics(llm), "startup_s": t1 - t0, "generate_s": t2 - t1}
+        res = {"token_ids": [list(o.outputs[0].token_ids) for o in outs],
+               "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
+               "spec": _spec_metrics(llm), "startup_s": t1 - t0, "generate_s": t2 - t1}
+        if collect is not None:
+            res.update(collect(llm, outs))
+        return res
     finally:
         # A spawned child ends with os._exit, which skips vLLM's atexit shutdown: without this the
         # engine-core and worker processes outlive the child.
