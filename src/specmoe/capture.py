@@ -86,6 +86,9 @@ class Recorder:
     def after_forward(self, runner) -> None:
         if self.pending is None:
             return
+        state = getattr(runner, "execute_model_state", None)
+        if state is not None and hasattr(state, "input_batch"):
+            return self._after_forward_v2(state.input_batch)
         t0 = time.perf_counter()
         sched, drafts = self.pending["num_scheduled"], self.pending["drafts"]
         req_ids, starts, n_drafts = [], [], []
@@ -103,6 +106,26 @@ class Recorder:
             self.pending.update(req_ids=req_ids, starts=starts, n_drafts=n_drafts,
                                 routing=self.buffer[:start].cpu().numpy(),
                                 input_ids=runner.input_ids.gpu[:start].cpu().numpy())
+        else:
+            self.pending = None
+        self.capture_s += time.perf_counter() - t0
+
+    def _after_forward_v2(self, batch) -> None:
+        """Model Runner V2: the step's InputBatch carries the layout (written for vLLM 0.32's
+        vllm/v1/worker/gpu/input_batch.py; not exercised on CPU, where V2 needs Triton)."""
+        t0 = time.perf_counter()
+        counts = np.asarray(batch.num_scheduled_tokens[: batch.num_reqs], dtype=np.int64)
+        drafts = (np.zeros_like(counts) if batch.num_draft_tokens_per_req is None else
+                  np.asarray(batch.num_draft_tokens_per_req[: batch.num_reqs], dtype=np.int64))
+        starts = np.asarray(batch.query_start_loc_np[: batch.num_reqs], dtype=np.int64)
+        decoding = ~np.asarray(batch.is_prefilling_np[: batch.num_reqs], dtype=bool)
+        ok = np.flatnonzero(decoding & (counts == 1 + drafts))
+        total = int(batch.num_tokens)
+        if ok.size:
+            self.pending.update(req_ids=[batch.req_ids[i] for i in ok],
+                                starts=starts[ok].tolist(), n_drafts=drafts[ok].tolist(),
+                                routing=self.buffer[:total].cpu().numpy(),
+                                input_ids=batch.input_ids[:total].cpu().numpy())
         else:
             self.pending = None
         self.capture_s += time.perf_counter() - t0
@@ -156,19 +179,24 @@ def _install() -> None:
     )
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    classes = [GPUModelRunner]
-    try:
-        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
-
-        classes.append(CPUModelRunner)
-    except ImportError:
-        pass
+    classes, bases = [GPUModelRunner], [GPUModelRunner]
+    for module, name, base in (
+        ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner", False),
+        ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner", True),  # Model Runner V2
+    ):
+        try:
+            cls = getattr(__import__(module, fromlist=[name]), name)
+        except Exception:  # noqa: BLE001 - V2 imports Triton-only code on some platforms
+            continue
+        classes.append(cls)
+        if base:
+            bases.append(cls)
     for cls in classes:
         if cls.__dict__.get("_specmoe_patched"):  # not inherited: each class is patched once
             continue
         if "load_model" in cls.__dict__:
             cls.load_model = _wrap_load(cls.__dict__["load_model"], bind_routed_experts_capturer)
-        if cls is GPUModelRunner:
+        if cls in bases:
             cls.execute_model = _wrap_execute(cls.execute_model)
             cls.sample_tokens = _wrap_sample(cls.sample_tokens)
         cls._specmoe_patched = True
