@@ -57,7 +57,7 @@ def check_version() -> None:
 class Recorder:
     """Lives in a worker: a static routing buffer plus the windows recorded so far."""
 
-    def __init__(self, runner, model) -> None:
+    def __init__(self, runner) -> None:
         import torch
 
         cfg = runner.model_config
@@ -206,7 +206,7 @@ def _wrap_load(orig, bind):
     @functools.wraps(orig)
     def load_model(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
-        self._specmoe = Recorder(self, self.model)
+        self._specmoe = Recorder(self)
         bind(self.model, self._specmoe)
         log.info("specmoe: routing capture bound to %s", type(self.model).__name__)
         return out
