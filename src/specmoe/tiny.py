@@ -6,7 +6,8 @@ and `tests` folders. A file is held out when the SHA-1 of its path relative to t
 0 mod `heldout_every` (default 10), so the split is fixed for a given Python version.
 
 Models are Hugging Face Qwen3-MoE (targets) and Qwen3 (drafter) checkpoints that vLLM loads, sharing
-one byte-level BPE tokenizer. Everything is deterministic given the seeds. torch and transformers are
+one byte-level BPE tokenizer. Seeds fix initialisation and data order (multi-threaded CPU kernels
+still add in varying order, so losses vary in the last digits). torch and transformers are
 imported lazily (the `cpu` extra).
 """
 
