@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -33,6 +34,10 @@ def save(fig: plt.Figure, stem: str | Path, prov: dict) -> list[Path]:
     return paths
 
 
+def _title(ax, run: str) -> None:
+    ax.set_title(textwrap.fill(run, 38), fontsize=8)  # long run names wrap instead of overlapping
+
+
 def _facets(n: int, width: float = 3.2, height: float = 2.6):
     cols = min(n, 4)
     rows = (n + cols - 1) // cols
@@ -52,7 +57,7 @@ def overlap_by_distance(df: pd.DataFrame) -> plt.Figure:
         ax.plot(d["distance"], d["shuffle"], "s--", label="within-window shuffle")
         ax.plot(d["distance"], d["independent"], ":", label="independence")
         ax.plot(d["distance"], d["uniform"], ":", color="grey", label="uniform k/N")
-        ax.set_title(run, fontsize=8)
+        _title(ax, run)
         ax.set_xlabel("step distance d")
         ax.set_ylabel("overlap")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -71,7 +76,7 @@ def per_layer_overlap(df: pd.DataFrame) -> plt.Figure:
         ax.plot(d["layer"], d["step1_overlap"], "o-", label="step-1 overlap")
         ax.plot(d["layer"], d["shuffle"], "--", label="within-window shuffle")
         ax.plot(d["layer"], d["independent"], ":", label="independence")
-        ax.set_title(run, fontsize=8)
+        _title(ax, run)
         ax.set_xlabel("layer")
         ax.set_ylabel("overlap")
         ax.set_ylim(bottom=0)
@@ -89,7 +94,7 @@ def te_vs_batch(df: pd.DataFrame) -> plt.Figure:
         sns.lineplot(data=d, x="batch", y="te", hue="routing", style="routing", markers=True,
                      ax=ax, legend=ax is axes[0])
         ax.set_xscale("log", base=2)
-        ax.set_title(run, fontsize=8)
+        _title(ax, run)
         ax.set_ylabel("target efficiency")
         ax.set_ylim(0, 1.05)
     if axes[0].get_legend():
@@ -112,7 +117,7 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
             top = d[d["draft_position"] == r["draft_position"]]["mean"].max()
             ax.annotate(f"d={r['cohens_d']:.2f}", (r["draft_position"], top), fontsize=6,
                         textcoords="offset points", xytext=(0, 6), ha="center")
-        ax.set_title(run, fontsize=8)
+        _title(ax, run)
         ax.set_xlabel("draft position j")
         ax.set_ylabel("overlap(S(0), S(j))")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
