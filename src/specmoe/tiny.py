@@ -252,7 +252,7 @@ def train(model, tokens: np.ndarray, spec: TrainSpec, progress: bool = True) -> 
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % 10 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-10:]):.3f}")
         if step % 100 == 0:
