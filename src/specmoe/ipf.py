@@ -102,30 +102,32 @@ def fit(q: np.ndarray, overlaps: np.ndarray, tol: float = 1e-10, max_iter: int =
                      n_clipped=n_clipped, n_unconverged=int((row_err >= tol).sum()), dist=dist)
 
 
-def ov_len(overlaps) -> int:
-    return int(np.asarray(overlaps).shape[-1])
-
-
 def predict_uniform(num_experts: int, top_k: int, overlaps, batch: float = 1) -> dict:
     """Uniform IPF: every expert has q = k/N; returns unique experts for a batch of B windows."""
     check_nk(num_experts, top_k)
     res = fit(np.array([top_k / num_experts]), overlaps)
     p0 = float(res.p_zero[0])
-    return {"unique": num_experts * (1 - p0**batch), "window": ov_len(overlaps) + 1,
+    return {"unique": num_experts * (1 - p0**batch), "window": np.asarray(overlaps).shape[-1] + 1,
             "converged": res.converged,
             "iterations": res.iterations, "max_error": res.max_error, "n_clipped": res.n_clipped}
 
 
-def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dict:
-    """Skewed IPF: q[layer, e] and overlaps[layer, d-1]; summed over experts, averaged over layers."""
+def fit_layers(q: np.ndarray, overlaps: np.ndarray) -> IPFResult:
+    """Fit every expert of every layer at once: q[layer, e] with that layer's overlaps[layer, d-1].
+    The result's p_zero has shape [layer, e]."""
     q = np.atleast_2d(np.asarray(q, dtype=np.float64))
     ov = np.atleast_2d(np.asarray(overlaps, dtype=np.float64))
     if ov.shape[0] != q.shape[0]:
         raise InputError(f"{q.shape[0]} layers of loads but {ov.shape[0]} of overlaps")
-    n_layers, n_experts = q.shape
-    res = fit(q.reshape(-1), np.repeat(ov, n_experts, axis=0))
-    p0 = res.p_zero.reshape(n_layers, n_experts)
-    per_layer = (1.0 - p0**batch).sum(axis=1)
+    res = fit(q.reshape(-1), np.repeat(ov, q.shape[1], axis=0))
+    res.p_zero = res.p_zero.reshape(q.shape)
+    return res
+
+
+def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dict:
+    """Skewed IPF: q[layer, e] and overlaps[layer, d-1]; summed over experts, averaged over layers."""
+    res = fit_layers(q, overlaps)
+    per_layer = (1.0 - res.p_zero**batch).sum(axis=1)
     return {"unique": float(per_layer.mean()), "per_layer": per_layer.tolist(),
             "converged": res.converged, "iterations": res.iterations, "n_clipped": res.n_clipped,
             "n_unconverged": res.n_unconverged, "max_error": res.max_error}

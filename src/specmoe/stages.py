@@ -27,10 +27,6 @@ ROUTINGS = {  # routing assumption -> (verify column, decode column) of the uniq
 }
 
 
-def run_label(run: dict) -> str:
-    return f"{run['model']} {run['drafter']} K={run['k']} {run['dataset']}"
-
-
 def model_ref(model_cfg: dict) -> dict:
     """{name, source, revision} for provenance."""
     rev = model_cfg.get("revision")
@@ -92,8 +88,8 @@ def ipf_stage(overlap_json, out, batch_sizes) -> None:
     q = np.asarray(ov["per_layer"]["q"], dtype=float)
     mean_ov = per_layer_ov.mean(axis=0)
     uni = ipf.predict_uniform(n, k, mean_ov)
-    skew = ipf.fit(q.reshape(-1), np.repeat(per_layer_ov, q.shape[1], axis=0))
-    p0 = skew.p_zero.reshape(q.shape)
+    skew = ipf.fit_layers(q, per_layer_ov)
+    p0 = skew.p_zero
     emp = ov["unique"]["empirical"]
     pred = {
         "uniform": uni["unique"],
