@@ -108,7 +108,25 @@ def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None) ->
         llm.llm_engine.engine_core.shutdown()
 
 
+# Thread counts that Snakemake sets to a rule's threads. vLLM's CPU workers pin themselves to
+# their cores and run torch with one thread for serving; with these at 2 on a 2-core machine,
+# OpenMP/MKL workers spin-wait between ops and decoding gets 30-50x slower (0.14 s vs 7 s for
+# 32 tokens of tiny-fine here; MKL_NUM_THREADS alone does it).
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def engine_env(env: dict | None = None) -> dict:
+    """The environment for engine processes: vLLM's own thread settings, not the rule's."""
+    env = dict(os.environ if env is None else env)
+    for var in THREAD_VARS:
+        env.pop(var, None)
+    return env
+
+
 def _child(fn, args, kwargs, q, log_path) -> None:
+    for var in THREAD_VARS:  # see engine_env: vLLM's processes inherit these
+        os.environ.pop(var, None)
     if log_path:  # the engine's own output (and its subprocesses') goes to the rule's log
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(fd, 1)
