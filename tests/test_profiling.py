@@ -48,3 +48,85 @@ def test_compare_feeds_the_time_share_form():
 def test_empty_profile_is_an_error():
     with pytest.raises(ValueError):
         compare([], [Event("x", 1)])
+
+
+# --- chrome traces ---------------------------------------------------------------------------------
+
+from specmoe.profiling import (  # noqa: E402
+    MOE_BLOCK, UNTRACKED, class_times, classify_event, grid_stats, label, mean_events,
+    steps_from_chrome_trace,
+)
+
+
+def X(name, cat, ts, dur, tid=1, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 7, "tid": tid,
+            "args": args}
+
+
+def test_cpu_trace_self_times_gaps_and_moe_blocks():
+    """A target forward of 100 us: an attention op with a nested copy, a MoE block with a router
+    top-k and the fused MoE op, and host time between ops, inside and outside the block."""
+    trace = {"traceEvents": [
+        X(label("target", 2, 2, 2), "user_annotation", 0, 100),
+        X("_C::cpu_attention_with_kv_cache", "cpu_op", 5, 20),
+        X("aten::copy_", "cpu_op", 10, 5),                      # child of the attention op
+        X(MOE_BLOCK, "user_annotation", 40, 50),
+        X("aten::topk", "cpu_op", 42, 6),
+        X("_C::cpu_fused_moe", "cpu_op", 50, 30),
+        X("aten::add", "cpu_op", 95, 3),
+        X("aten::mm", "cpu_op", 200, 10),                       # outside the forward: ignored
+        X("aten::mm", "cpu_op", 20, 5, tid=2),                  # other thread: ignored
+        X(label("drafter", 2, 2, 0), "user_annotation", 300, 40),
+    ]}
+    steps = steps_from_chrome_trace(trace)
+    assert [(s.role, s.nreq, s.ntok, s.nwin) for s in steps] == [("target", 2, 2, 2),
+                                                                ("drafter", 2, 2, 0)]
+    ev = {(e.name, e.in_moe): e.duration_us for e in steps[0].events}
+    assert ev[("_C::cpu_attention_with_kv_cache", False)] == 15   # 20 minus the nested copy
+    assert ev[("aten::copy_", False)] == 5
+    assert ev[("aten::topk", True)] == 6 and ev[("_C::cpu_fused_moe", True)] == 30
+    assert ev[(UNTRACKED, True)] == 50 - 36                       # block time between its ops
+    assert ev[(UNTRACKED, False)] == 100 - 20 - 36 - 3 - 14       # the rest of the gaps
+    assert sum(ev.values()) == pytest.approx(100)                 # a step adds up to its wall
+    times = class_times(steps[0].events)
+    assert times["moe"] == 6 + 30 + 14 and times["attention"] == 15
+    assert classify_event(Event("aten::topk", 1.0)) == "other"     # outside a block: by name
+
+
+def test_cuda_trace_kernels_by_correlation_with_grids_mock_gpu():
+    """No GPU here: a hand-written trace in torch.profiler's CUDA layout (runtime launches inside
+    the labelled range, kernels on the device timeline linked by correlation id)."""
+    trace = {"traceEvents": [
+        X(label("target", 1, 4, 1), "user_annotation", 0, 50),
+        X(MOE_BLOCK, "user_annotation", 20, 20),
+        X("cudaLaunchKernel", "cuda_runtime", 5, 2, correlation=11),
+        X("cudaLaunchKernel", "cuda_runtime", 22, 2, correlation=12),
+        X("cudaLaunchKernel", "cuda_runtime", 30, 2, correlation=13),
+        X("cudaLaunchKernel", "cuda_runtime", 80, 2, correlation=14),  # after the range
+        X("flash_fwd_splitkv_kernel", "kernel", 1000, 7, tid=99, correlation=11,
+          grid=[4, 2, 1]),
+        X("vllm::moe::topkGatingSoftmax", "kernel", 1010, 3, tid=99, correlation=12,
+          grid=[1, 1, 1]),
+        X("fused_moe_kernel", "kernel", 1015, 20, tid=99, correlation=13, grid=[64, 1, 1]),
+        X("sm90_xmma_gemm", "kernel", 1040, 9, tid=99, correlation=14, grid=[300, 1, 1]),
+    ]}
+    (step,) = steps_from_chrome_trace(trace)
+    assert [(e.name, e.duration_us, e.grid, e.in_moe) for e in step.events] == [
+        ("flash_fwd_splitkv_kernel", 7.0, 8, False),
+        ("vllm::moe::topkGatingSoftmax", 3.0, 1, True),
+        ("fused_moe_kernel", 20.0, 64, True)]
+    g = grid_stats([step], sm_count=132)
+    assert g["moe"] == {"launches": 2, "median_ctas": 32.5, "below_sm_count": 1.0}
+    assert class_times(step.events)["moe"] == 23.0
+
+
+def test_mean_events_averages_per_step():
+    trace = {"traceEvents": [
+        X(label("target", 1, 1, 1), "user_annotation", 0, 10),
+        X("aten::mm", "cpu_op", 0, 10),
+        X(label("target", 1, 1, 1), "user_annotation", 100, 30),
+        X("aten::mm", "cpu_op", 100, 30),
+    ]}
+    steps = steps_from_chrome_trace(trace)
+    (mm,) = [e for e in mean_events(steps) if e.name == "aten::mm"]
+    assert mm.duration_us == 20.0

@@ -42,12 +42,21 @@ class Event:
     name: str
     duration_us: float
     grid: int | None = None  # CTAs of a CUDA kernel launch, when the profiler reports it
+    in_moe: bool = False     # ran inside a MoE block's forward (router glue, see classify_event)
+
+
+def classify_event(e: Event) -> str:
+    """The name's class; an op the name table leaves as "other" counts as MoE when it ran inside a
+    MoE block (the router's softmax, top-k and renormalisation, host time of the block's code).
+    Dense GEMMs inside a block (router gate, shared experts) stay dense, as in the weight model."""
+    c = classify(e.name)
+    return "moe" if c == "other" and e.in_moe else c
 
 
 def class_times(events: list[Event]) -> dict[str, float]:
     out = {c: 0.0 for c in ALL_CLASSES}
     for e in events:
-        out[classify(e.name)] += e.duration_us
+        out[classify_event(e)] += e.duration_us
     return out
 
 
@@ -66,3 +75,140 @@ def compare(decode: list[Event], verify: list[Event]) -> dict:
             "moe_time_ratio": v["moe"] / d["moe"] if d["moe"] > 0 else float("nan"),
             "dense_time_ratio": dense_v / dense_d if dense_d > 0 else float("nan"),
             "te_profiled": td / tv}
+
+
+# --- steps from a torch.profiler chrome trace ------------------------------------------------------
+
+TARGET, DRAFTER, MOE_BLOCK = "specmoe_target", "specmoe_drafter", "specmoe_moe_block"
+UNTRACKED = "(host time between ops)"
+
+
+@dataclass
+class Step:
+    """One labelled forward pass: the target (or drafter) model at one engine step."""
+    role: str          # "target" or "drafter"
+    nreq: int          # requests scheduled in the step
+    ntok: int          # tokens in the forward
+    nwin: int          # requests whose rows are one decode/verify window (1 + drafts tokens)
+    ts: float          # start, microseconds
+    dur_us: float      # wall time of the forward on the host
+    events: list[Event]
+
+
+def label(role: str, nreq: int, ntok: int, nwin: int) -> str:
+    return f"{TARGET if role == 'target' else DRAFTER}|{nreq}|{ntok}|{nwin}"
+
+
+def _self_times(ops: list[dict], moe: list[tuple[float, float]]) -> list[Event]:
+    """Self time of nested host ops on one thread (an op's duration minus its direct children's)."""
+    ops = sorted(ops, key=lambda e: (e["ts"], -e["dur"]))
+    out, stack = [], []  # stack of [end, event index]
+    for e in ops:
+        while stack and e["ts"] >= stack[-1][0]:
+            stack.pop()
+        ev = Event(e["name"], float(e["dur"]), in_moe=_within(e["ts"], moe))
+        if stack:
+            out[stack[-1][1]].duration_us -= float(e["dur"])
+        out.append(ev)
+        stack.append([e["ts"] + e["dur"], len(out) - 1])
+    return out
+
+
+def _within(ts: float, ranges: list[tuple[float, float]]) -> bool:
+    return any(lo <= ts <= hi for lo, hi in ranges)
+
+
+def _covered(ops: list[dict], lo: float, hi: float) -> float:
+    """Length of [lo, hi] covered by the union of the ops' intervals."""
+    covered, end = 0.0, lo
+    for e in sorted(ops, key=lambda e: e["ts"]):
+        s, t = max(e["ts"], end), min(e["ts"] + e["dur"], hi)
+        if t > s:
+            covered += t - s
+            end = t
+    return covered
+
+
+def steps_from_chrome_trace(trace: dict) -> list[Step]:
+    """The labelled forward passes of a torch.profiler chrome trace, each with its events.
+
+    With device kernels in the trace (CUDA), a step's events are the kernels launched from inside its
+    range (linked by correlation id), timed on the device, with their grid sizes. Without them (CPU),
+    they are the host ops inside the range with their self times, plus the host time between
+    top-level ops as UNTRACKED, so that a step's events add up to its wall time. Events launched
+    inside a MOE_BLOCK range are marked in_moe.
+    """
+    evs = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    ranges, blocks = [], {}
+    for e in evs:
+        name = e.get("name", "")
+        if e.get("cat") != "user_annotation":
+            continue
+        if name.startswith((TARGET + "|", DRAFTER + "|")):
+            head, nreq, ntok, nwin = name.split("|")
+            ranges.append((e, "target" if head == TARGET else "drafter", int(nreq), int(ntok),
+                           int(nwin)))
+        elif name == MOE_BLOCK:
+            blocks.setdefault((e.get("pid"), e.get("tid")), []).append(
+                (e["ts"], e["ts"] + e["dur"]))
+    kernels = {}
+    for e in evs:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get(
+                "args", {}):
+            kernels[e["args"]["correlation"]] = e
+    by_tid: dict = {}
+    for e in evs:
+        if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver"):
+            by_tid.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    steps = []
+    for r, role, nreq, ntok, nwin in ranges:
+        lo, hi = r["ts"], r["ts"] + r["dur"]
+        tid = (r.get("pid"), r.get("tid"))
+        inside = [e for e in by_tid.get(tid, []) if e["ts"] >= lo and e["ts"] + e["dur"] <= hi]
+        moe = [(a, b) for a, b in blocks.get(tid, []) if a >= lo and b <= hi]
+        if kernels:
+            events = []
+            for e in inside:
+                k = kernels.get(e.get("args", {}).get("correlation"))
+                if k is not None:
+                    grid = k.get("args", {}).get("grid")
+                    ctas = int(grid[0]) * int(grid[1]) * int(grid[2]) if grid else None
+                    events.append(Event(k["name"], float(k["dur"]), ctas,
+                                        in_moe=_within(e["ts"], moe)))
+        else:
+            ops = [e for e in inside if e.get("cat") == "cpu_op"]
+            events = _self_times(ops, moe)
+            gap = r["dur"] - _covered(ops, lo, hi)
+            moe_gap = sum((b - a) - _covered([e for e in ops if a <= e["ts"] <= b], a, b)
+                          for a, b in moe)
+            events.append(Event(UNTRACKED, max(0.0, gap - moe_gap)))
+            if moe:
+                events.append(Event(UNTRACKED, max(0.0, moe_gap), in_moe=True))
+        steps.append(Step(role, nreq, ntok, nwin, lo, float(r["dur"]), events))
+    return sorted(steps, key=lambda s: s.ts)
+
+
+def mean_events(steps: list[Step]) -> list[Event]:
+    """Events per name averaged over steps (durations summed per name, divided by the step count)."""
+    tot: dict[tuple[str, bool], float] = {}
+    grids: dict[tuple[str, bool], int | None] = {}
+    for s in steps:
+        for e in s.events:
+            key = (e.name, e.in_moe)
+            tot[key] = tot.get(key, 0.0) + e.duration_us
+            grids.setdefault(key, e.grid)
+    return [Event(n, t / len(steps), grids[(n, m)], m) for (n, m), t in tot.items()]
+
+
+def grid_stats(steps: list[Step], sm_count: int) -> dict:
+    """Per class: kernel launches, median CTAs and the share of launches with fewer CTAs than SMs."""
+    import statistics
+
+    per: dict[str, list[int]] = {}
+    for s in steps:
+        for e in s.events:
+            if e.grid is not None:
+                per.setdefault(classify_event(e), []).append(e.grid)
+    return {c: {"launches": len(g), "median_ctas": statistics.median(g),
+                "below_sm_count": sum(x < sm_count for x in g) / len(g) if sm_count else None}
+            for c, g in per.items()}

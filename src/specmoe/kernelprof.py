@@ -1,0 +1,218 @@
+"""Kernel profiling of target forward passes inside a vLLM engine (torch.profiler).
+
+A worker extension (engine argument worker_extension_cls) labels every forward pass while a profile is
+open: the target's `_model_forward` of vLLM's V1 model runner (GPU and CPU) and the drafter model's
+forward, each in a `record_function` range named `specmoe_target|nreq|ntok|nwin` (see
+profiling.label), where nwin counts requests whose scheduled rows are exactly one decode or
+verification window (1 + drafts). The driver runs B concurrent requests per batch size, one profile
+each, and keeps the steady steps: decode = B windows of 1 token (engine without SD), verify = B
+windows of K+1 tokens (engine with SD). Prefill and mixed steps never match those shapes.
+
+On CUDA the profile records device kernels with their grid sizes (engine in eager mode, so kernels are
+launched one by one from inside the labelled range); on CPU, host ops with their self times.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+
+from . import profiling
+from .errors import InputError, SpecmoeError
+
+log = logging.getLogger("specmoe")
+WARMUP_STEPS = 2  # steady steps dropped at the start of each profile
+
+
+class ProfileExtension:
+    """Mixed into vLLM's worker class: open and close a labelled torch.profiler session."""
+
+    def specmoe_profile_start(self) -> None:
+        import torch
+
+        runner = self.model_runner
+        if not hasattr(runner, "_model_forward"):
+            raise SpecmoeError(f"{type(runner).__name__} has no _model_forward: profiling needs "
+                               "vLLM's V1 model runner (unset VLLM_USE_V2_MODEL_RUNNER)")
+        orig_exec, orig_fwd = runner.execute_model, runner._model_forward
+        shape = {"step": (0, 0, 0)}
+
+        def execute_model(scheduler_output, *args, **kwargs):
+            sched = scheduler_output.num_scheduled_tokens
+            drafts = scheduler_output.scheduled_spec_decode_tokens
+            nwin = sum(1 for r, n in sched.items() if n == 1 + len(drafts.get(r, ())))
+            shape["step"] = (len(sched), sum(sched.values()), nwin)
+            return orig_exec(scheduler_output, *args, **kwargs)
+
+        def model_forward(*args, **kwargs):
+            with torch.profiler.record_function(profiling.label("target", *shape["step"])):
+                return orig_fwd(*args, **kwargs)
+
+        runner.execute_model, runner._model_forward = execute_model, model_forward
+        self._specmoe_wrapped = [runner]
+        for block in moe_blocks(runner.model):
+            block.forward = _labelled(block.forward, profiling.MOE_BLOCK)
+            self._specmoe_wrapped.append(block)
+        draft_model = getattr(getattr(runner, "drafter", None), "model", None)
+        if draft_model is not None:
+            orig_draft = draft_model.forward
+
+            def draft_forward(*args, **kwargs):
+                ids = kwargs.get("input_ids", args[0] if args else None)
+                ntok = int(ids.shape[0]) if ids is not None else 0
+                with torch.profiler.record_function(
+                        profiling.label("drafter", shape["step"][0], ntok, 0)):
+                    return orig_draft(*args, **kwargs)
+
+            draft_model.forward = draft_forward
+            self._specmoe_wrapped.append(draft_model)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._specmoe_prof = torch.profiler.profile(activities=activities)
+        self._specmoe_prof.__enter__()
+
+    def specmoe_profile_stop(self, path_pattern: str) -> dict | None:
+        import torch
+
+        self._specmoe_prof.__exit__(None, None, None)
+        for obj in self._specmoe_wrapped:
+            for name in ("execute_model", "_model_forward", "forward"):
+                if name in vars(obj):
+                    delattr(obj, name)  # back to the class's method
+        rank = getattr(self, "rank", 0)
+        path = path_pattern.format(rank=rank)
+        self._specmoe_prof.export_chrome_trace(path)
+        self._specmoe_prof = None
+        info = {"path": path, "rank": rank, "device": "cuda" if torch.cuda.is_available() else "cpu"}
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            info.update(sm_count=props.multi_processor_count, gpu=props.name)
+        return info
+
+
+def moe_blocks(model) -> list:
+    """The outermost MoE blocks of a model: modules whose class name ends in MoE or MoeBlock
+    (Qwen3MoeSparseMoeBlock, MixtralMoE, DeepseekV2MoE, FusedMoE, ...)."""
+    found, prefixes = [], []
+    for name, mod in model.named_modules():
+        if any(name.startswith(p) for p in prefixes):
+            continue
+        if re.search(r"(MoE|MoeBlock)$", type(mod).__name__):
+            found.append(mod)
+            prefixes.append(name + ".")
+    return found
+
+
+def _labelled(fn, name: str):
+    import torch
+
+    def forward(*args, **kwargs):
+        with torch.profiler.record_function(name):
+            return fn(*args, **kwargs)
+
+    return forward
+
+
+def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, engine: dict,
+                     trace_dir: str) -> dict:
+    """In an engine child: one profile per batch size, B requests running together."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**dict(engine, worker_extension_cls="specmoe.kernelprof.ProfileExtension"))
+    try:
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        first = next(iter(prompts_by_batch.values()))
+        llm.generate(first[:2], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
+                     use_tqdm=False)  # warm-up outside any profile
+        out = {}
+        for batch, texts in prompts_by_batch.items():
+            llm.collective_rpc("specmoe_profile_start")
+            t0 = time.perf_counter()
+            llm.generate(texts, params, use_tqdm=False)
+            wall = time.perf_counter() - t0
+            infos = [i for i in llm.collective_rpc(
+                "specmoe_profile_stop", args=(f"{trace_dir}/b{batch}-rank{{rank}}.json.gz",)) if i]
+            out[batch] = {"traces": infos, "generate_s": wall}
+        return out
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+
+def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
+    """Steady steps of one profile: B requests, each one window of `window` tokens (1 = decode)."""
+    with gzip.open(trace_path, "rt") if str(trace_path).endswith(".gz") else open(trace_path) as fh:
+        trace = json.load(fh)
+    steps = profiling.steps_from_chrome_trace(trace)
+    target = [s for s in steps if s.role == "target" and s.nreq == batch and s.nwin == batch
+              and s.ntok == batch * window]
+    target = target[WARMUP_STEPS:] if len(target) > WARMUP_STEPS + 2 else target
+    if not target:
+        shapes = sorted({(s.nreq, s.ntok, s.nwin) for s in steps if s.role == "target"})
+        raise SpecmoeError(f"{trace_path}: no steady step with {batch} windows of {window} tokens "
+                           f"(target step shapes nreq/ntok/nwin seen: {shapes[:12]})")
+    drafter = [s for s in steps if s.role == "drafter" and target[0].ts <= s.ts <= target[-1].ts]
+    return {"steps": target, "drafter_us_per_step": (sum(s.dur_us for s in drafter) /
+                                                     max(1, len(target) - 1)) if drafter else 0.0,
+            "wall_us": sum(s.dur_us for s in target) / len(target)}
+
+
+def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
+                  max_tokens: int, engine_opts: dict, trace_dir, log_path: str | None = None,
+                  sm_count: int = 0) -> dict:
+    """Decode (no SD) and verify (SD, K drafts) profiles at each batch size; per-class comparison."""
+    from .engine import check_inputs, engine_kwargs, run_in_child
+
+    check_inputs(target_dir, drafter_dir, k)
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0"):
+        raise InputError("profiling needs vLLM's V1 model runner: unset VLLM_USE_V2_MODEL_RUNNER")
+    if max(batches) > len(texts):
+        raise InputError(f"profiling batch {max(batches)} needs that many prompts (have {len(texts)})")
+    by_batch = {b: texts[:b] for b in batches}
+    trace_dir = Path(trace_dir)
+    out = {}
+    for mode, drafter in (("decode", None), ("verify", drafter_dir)):
+        d = trace_dir / mode
+        d.mkdir(parents=True, exist_ok=True)
+        engine = engine_kwargs(target_dir, drafter, k if drafter else None,
+                               max_num_seqs=max(batches), **engine_opts)
+        out[mode] = run_in_child(profile_generate, by_batch, max_tokens, engine, str(d),
+                                 log_path=log_path)
+    rows = []
+    for b in batches:
+        dec_info, ver_info = out["decode"][b]["traces"][0], out["verify"][b]["traces"][0]
+        dec = summarise(dec_info["path"], b, 1)
+        ver = summarise(ver_info["path"], b, k + 1)
+        sms = dec_info.get("sm_count", sm_count)
+        cmp = profiling.compare(profiling.mean_events(dec["steps"]),
+                                profiling.mean_events(ver["steps"]))
+        rows.append({"batch": b, "device": dec_info["device"], "gpu": dec_info.get("gpu"),
+                     "sm_count": sms, "decode_steps": len(dec["steps"]),
+                     "verify_steps": len(ver["steps"]), "decode_wall_us": dec["wall_us"],
+                     "verify_wall_us": ver["wall_us"],
+                     "drafter_us_per_step": ver["drafter_us_per_step"],
+                     "draft_cost_profiled": ver["drafter_us_per_step"] / dec["wall_us"],
+                     **cmp,
+                     "grids": {"decode": profiling.grid_stats(dec["steps"], sms),
+                               "verify": profiling.grid_stats(ver["steps"], sms)},
+                     "top_ops": top_ops(dec["steps"], ver["steps"])})
+        log.info("batch %d: %d decode / %d verify steps; MoE share %.3f, S_moe %.2f, S_dense %.2f, "
+                 "TE %.3f", b, len(dec["steps"]), len(ver["steps"]), cmp["moe_time_share"],
+                 cmp["moe_time_ratio"], cmp["dense_time_ratio"], cmp["te_profiled"])
+    return {"k": k, "batches": rows}
+
+
+def top_ops(decode: list[profiling.Step], verify: list[profiling.Step], n: int = 12) -> list[dict]:
+    """The most expensive op/kernel names (decode + verify time per step) with their class, so that
+    a name that falls into "other" by mistake is easy to see in the output."""
+    d = {(e.name, e.in_moe): e.duration_us for e in profiling.mean_events(decode)}
+    v = {(e.name, e.in_moe): e.duration_us for e in profiling.mean_events(verify)}
+    names = sorted(set(d) | set(v), key=lambda x: -(d.get(x, 0.0) + v.get(x, 0.0)))[:n]
+    return [{"name": x[0], "in_moe_block": x[1],
+             "class": profiling.classify_event(profiling.Event(x[0], 0.0, in_moe=x[1])),
+             "decode_us": d.get(x, 0.0), "verify_us": v.get(x, 0.0)} for x in names]
