@@ -82,3 +82,57 @@ def test_unknown_vllm_version_fails_loudly(monkeypatch):
     monkeypatch.setattr(vllm, "__version__", "0.99.0")
     with pytest.raises(SpecmoeError, match="supports vLLM 0.32.x, found 0.99.0"):
         capture.check_version()
+
+
+# --- Model Runner V2 and async scheduling: GPU-only code paths, driven by stand-ins ------------------
+
+def _bare_recorder(rows: int, layers: int = 2, top_k: int = 2):
+    import torch
+
+    rec = capture.Recorder.__new__(capture.Recorder)
+    rec.num_layers, rec.top_k, rec.num_experts = layers, top_k, 64
+    # row r routes to experts (r, r + 1) in every layer, so rows are recognisable afterwards
+    rec.buffer = (torch.arange(rows).view(rows, 1, 1) + torch.arange(top_k).view(1, 1, top_k)
+                  ).expand(rows, layers, top_k).to(torch.int16).contiguous()
+    rec.layers_seen, rec.pending, rec.chunks, rec.step_of, rec.capture_s = {0, 1}, {}, [], {}, 0.0
+    return rec
+
+
+def test_model_runner_v2_input_batch_layout_mock_gpu():
+    """No GPU here (V2 needs Triton): a stand-in for 0.32's gpu/input_batch.InputBatch with a
+    verify window, a prefill chunk and a window with fewer drafts than K."""
+    import torch
+    from types import SimpleNamespace
+
+    batch = SimpleNamespace(
+        num_reqs=3, req_ids=["a", "b", "c"], num_tokens=16,
+        num_scheduled_tokens=np.array([4, 10, 2]), num_draft_tokens_per_req=np.array([3, 0, 1]),
+        query_start_loc_np=np.array([0, 4, 14, 16]), is_prefilling_np=np.array([0, 1, 0]),
+        input_ids=torch.arange(100, 116))
+    rec = _bare_recorder(16)
+    rec._after_forward_v2(batch)
+    rec.after_sample(SimpleNamespace(req_id_to_index={"a": 0, "b": 1, "c": 2},
+                                     sampled_token_ids=[[7, 8], [9], [5, 6]]))
+    (chunk,) = rec.chunks
+    assert chunk["windows"] == [("a", 0, 3, 1), ("c", 0, 1, 1)]   # request, step, drafts, accepted
+    assert chunk["token_id"].tolist() == [100, 101, 102, 103, 114, 115]
+    assert chunk["experts"][:, 0, 0].tolist() == [0, 1, 2, 3, 14, 15]  # the prefill rows are skipped
+
+
+def test_async_scheduling_output_is_recorded_when_get_output_is_called_mock_gpu():
+    """Async scheduling (CUDA) returns an AsyncModelRunnerOutput whose tokens arrive later."""
+    from types import SimpleNamespace
+
+    class Runner:
+        def sample_tokens(self, grammar_output=None):
+            return SimpleNamespace(get_output=lambda: SimpleNamespace(
+                req_id_to_index={"a": 0}, sampled_token_ids=[[1, 2, 3]]))
+
+    runner = Runner()
+    runner._specmoe = rec = _bare_recorder(4)
+    rec.pending = {"req_ids": ["a"], "starts": [0], "n_drafts": [3],
+                   "routing": rec.buffer.numpy(), "input_ids": np.arange(4)}
+    out = capture._wrap_sample(Runner.sample_tokens)(runner)
+    assert rec.chunks == []                      # nothing until the engine asks for the tokens
+    out.get_output()
+    assert rec.chunks[0]["windows"] == [("a", 0, 3, 2)]
