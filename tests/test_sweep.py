@@ -69,3 +69,27 @@ def test_te_is_nan_when_the_draft_cost_exceeds_what_the_speedup_allows():
 def test_bad_series(ar, sd, msg):
     with pytest.raises(InputError, match=msg):
         speedup_curve(ar, sd, None, 3)
+
+
+def test_engine_timing_is_used_when_asked_and_both_speedups_are_kept():
+    ar, sd = point(1, 10.0), point(1, 5.0, 2.0)
+    ar["engine"] = {"request_time_per_output_token_ms": 4.0}
+    sd["engine"] = {"request_time_per_output_token_ms": 8.0}
+    eng = speedup_curve([ar], [sd], None, 3, timing="engine")["rows"][0]
+    assert eng["speedup"] == pytest.approx(0.5) and eng["speedup_client"] == pytest.approx(2.0)
+    cli = speedup_curve([ar], [sd], None, 3, timing="client")["rows"][0]
+    assert cli["speedup"] == pytest.approx(2.0) and cli["speedup_engine"] == pytest.approx(0.5)
+    with pytest.raises(InputError, match="no engine-side timing"):
+        speedup_curve([point(1, 10.0)], [sd], None, 3, timing="engine")
+    with pytest.raises(InputError, match="timing must be one of"):
+        speedup_curve([ar], [sd], None, 3, timing="wall")
+
+
+def test_engine_means_are_per_request_deltas_between_scrapes():
+    from specmoe.serving import engine_means
+
+    m = "vllm:request_time_per_output_token_seconds"
+    before = {m + "_sum": 1.0, m + "_count": 10.0}
+    after = {m + "_sum": 1.5, m + "_count": 60.0}
+    assert engine_means(before, after) == {"request_time_per_output_token_ms": pytest.approx(10.0)}
+    assert engine_means(after, after) == {}

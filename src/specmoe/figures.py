@@ -124,3 +124,22 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def speedup_vs_batch(df: pd.DataFrame) -> plt.Figure:
+    """df: run, batch, speedup, tau. One line per run; speedup 1 marked."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    if df.empty:
+        ax.text(0.5, 0.5, "no sweep in this configuration", ha="center", va="center",
+                transform=ax.transAxes)
+    else:
+        sns.lineplot(data=df, x="batch", y="speedup", hue="run", style="run", markers=True, ax=ax)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(df["batch"].unique()))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+        ax.legend(fontsize=7)
+    ax.set_xlabel("batch size (max concurrency)")
+    ax.set_ylabel("speedup (TPOT no SD / TPOT SD)")
+    fig.tight_layout()
+    return fig

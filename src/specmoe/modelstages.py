@@ -138,3 +138,90 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
         model={"name": run["model"], "source": "tiny",
                "revision": (manifest.get("provenance") or {}).get("model", {}).get("revision")},
         stage="capture", engine=f"vllm {vllm_version()} ({device()})"))
+
+
+def model_identity(model_dir) -> dict:
+    """What identifies a checkpoint for caching measurements: name, revision and creation time from
+    the pipeline's manifest, else a hash of its config.json."""
+    import json
+
+    from .provenance import config_hash
+
+    p = Path(model_dir)
+    man = p / "manifest.json"
+    if man.exists():
+        prov = json.loads(man.read_text()).get("provenance", {})
+        return {"name": p.name, "revision": (prov.get("model") or {}).get("revision"),
+                "created": prov.get("created")}
+    cfg = p / "config.json"
+    return {"name": p.name, "config": config_hash(json.loads(cfg.read_text())) if cfg.exists()
+            else None}
+
+
+def _engine_opts(cfg: dict) -> dict:
+    """Engine options of a sweep/profiling config section."""
+    return {"dtype": cfg.get("dtype", "auto"), "kv_cache_mib": int(cfg.get("kv_cache_mib", 512)),
+            "max_model_len": int(cfg.get("max_model_len", 1024)), "seed": 0,
+            "extra": dict(cfg.get("engine_args") or {})}
+
+
+def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, sweep_cfg: dict,
+                       prompts_source: str, out, engine_log: str | None = None) -> None:
+    """One serving series (one engine, with or without SD) over the batch sizes of the schedule.
+
+    Points go to `<out without .json>.points/b<B>.json` as they are measured (resume: see
+    serving.run_series); `out` lists them once the series is complete.
+    """
+    import time
+
+    from .capture import vllm_version
+    from .engine import check_inputs, device, engine_kwargs
+    from .serving import run_series
+
+    check_inputs(target_dir, drafter_dir, k)
+    sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep_cfg["schedule"]]
+    rows = prompt_table.load(prompts_source, [series["dataset"]])
+    rows = prompt_table.schedule(rows, max(n for _, n in sched), seed=0)
+    engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
+                           **_engine_opts(sweep_cfg))
+    key_base = {"engine": {n: v for n, v in engine.items() if n != "model"},
+                "target": model_identity(target_dir),
+                "drafter": model_identity(drafter_dir) if drafter_dir else None,
+                "vllm": vllm_version(), "device": device()}
+    prov = provenance({"series": series, "sweep": sweep_cfg, "prompts": prompts_source},
+                      model={"name": Path(target_dir).name, "source": series.get("source"),
+                             "revision": key_base["target"].get("revision")},
+                      stage="sweep", engine=f"vllm {vllm_version()} ({device()})")
+    t0 = time.perf_counter()
+    points = run_series(engine, str(target_dir), [r.text for r in rows], sched,
+                        int(sweep_cfg.get("output_len", 64)), int(sweep_cfg.get("warmups", 2)),
+                        Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
+                        log_path=engine_log,
+                        startup_timeout=float(sweep_cfg.get("startup_timeout_s", 600)))
+    write_json(out, {"series": series, "engine": key_base["engine"], "points": points,
+                     "measured": sum(not p["reused"] for p in points),
+                     "wall_s": time.perf_counter() - t0}, prov)
+
+
+def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, prompts_source: str,
+                  out, trace_dir, engine_log: str | None = None) -> None:
+    """Kernel/op profiles of the target's decode and verify forward passes (kernelprof)."""
+    import time
+
+    from .capture import vllm_version
+    from .engine import device
+    from .kernelprof import profile_model
+
+    rows = prompt_table.load(prompts_source, [run["dataset"]])
+    batches = [int(b) for b in prof_cfg["batch_sizes"]]
+    rows = prompt_table.schedule(rows, max(batches), seed=0)
+    opts = _engine_opts(prof_cfg)
+    opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
+    t0 = time.perf_counter()
+    res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
+                        int(prof_cfg.get("max_tokens", 32)), opts, trace_dir, log_path=engine_log)
+    write_json(out, {"run": run, **res, "wall_s": time.perf_counter() - t0}, provenance(
+        {"run": run, "profiling": prof_cfg, "prompts": prompts_source},
+        model={"name": run["model"], "source": "tiny",
+               "revision": model_identity(target_dir).get("revision")},
+        stage="profile", engine=f"vllm {vllm_version()} ({device()})"))

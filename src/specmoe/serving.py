@@ -30,6 +30,7 @@ from .provenance import config_hash, read_json, write_json
 
 log = logging.getLogger("specmoe")
 TAIL_LINES = 40
+POINT_FORMAT = 2  # part of every point's key: points of an older format are measured again
 
 
 def free_port() -> int:
@@ -138,6 +139,38 @@ class Server:
         self.stop()
 
 
+# Engine-side histograms (timestamps taken by the engine core when it produces each output, so
+# they do not move when the API server or the client fall behind and merge streamed chunks).
+ENGINE_METRICS = ("vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
+                  "vllm:request_decode_time_seconds", "vllm:e2e_request_latency_seconds")
+
+
+def engine_metrics(url: str) -> dict[str, float]:
+    """Sums and counts of ENGINE_METRICS from the server's Prometheus endpoint."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        for m in ENGINE_METRICS:
+            if name in (m + "_sum", m + "_count"):
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def engine_means(before: dict, after: dict) -> dict[str, float]:
+    """Mean of each engine histogram over the requests between two scrapes, in milliseconds."""
+    out = {}
+    for m in ENGINE_METRICS:
+        n = after.get(m + "_count", 0.0) - before.get(m + "_count", 0.0)
+        if n > 0:
+            short = m.removeprefix("vllm:").removesuffix("_seconds")
+            out[short + "_ms"] = 1e3 * (after[m + "_sum"] - before.get(m + "_sum", 0.0)) / n
+    return out
+
+
 def write_prompts_jsonl(texts: list[str], path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
@@ -215,7 +248,7 @@ def run_series(engine: dict, model_dir: str, texts: list[str], schedule: list[tu
         if batch < 1 or n < batch:
             raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch <= "
                              "prompts")
-        key = config_hash({**key_base, "batch": batch, "num_prompts": n, "output_len": output_len,
+        key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch, "num_prompts": n, "output_len": output_len,
                            "warmups": warmups, "prompts": config_hash(texts[:n])})
         path = points_dir / f"b{batch}.json"
         if path.exists():
@@ -232,9 +265,12 @@ def run_series(engine: dict, model_dir: str, texts: list[str], schedule: list[tu
         with Server(engine, log_path, startup_timeout) as server:
             for batch, n, key, path in todo:
                 t0 = time.perf_counter()
-                try:
-                    res = bench(server, model_dir, prompts_jsonl, batch, n, output_len,
-                                max(warmups, batch))
+                try:  # warm-up requests first, so that the engine scrape below excludes them
+                    bench(server, model_dir, prompts_jsonl, batch, max(warmups, batch),
+                          output_len, 0)
+                    before = engine_metrics(server.url)
+                    res = bench(server, model_dir, prompts_jsonl, batch, n, output_len, 0)
+                    side = engine_means(before, engine_metrics(server.url))
                 except Exception as exc:
                     raise server.failure(f"batch {batch}: the benchmark client failed "
                                          f"({type(exc).__name__}: {exc})") from exc
@@ -243,11 +279,13 @@ def run_series(engine: dict, model_dir: str, texts: list[str], schedule: list[tu
                 if res["failed"] or res["completed"] != n:
                     raise server.failure(f"batch {batch}: {res['failed']} of {n} requests failed")
                 pt = point_summary(res, batch, n, output_len)
-                pt.update(key=key, engine_startup_s=server.startup_s,
+                pt.update(engine=side, key=key, engine_startup_s=server.startup_s,
                           wall_s=time.perf_counter() - t0)
                 write_json(path, pt, prov)
                 points[batch] = {**pt, "reused": False}
-                log.info("batch %d: TPOT mean %.2f ms, %s (%.1f s)", batch, pt["tpot_ms"]["mean"],
+                log.info("batch %d: TPOT mean %.2f ms (engine side %.2f ms), %s (%.1f s)", batch,
+                         pt["tpot_ms"]["mean"],
+                         side.get("request_time_per_output_token_ms", float("nan")),
                          f"acceptance length {pt['sd']['acceptance_length']:.2f}" if "sd" in pt
                          else "no SD", pt["wall_s"])
         prompts_jsonl.unlink(missing_ok=True)

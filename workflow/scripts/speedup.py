@@ -1,0 +1,16 @@
+"""Rule speedup: speedup, acceptance, draft cost, TE from the sweep and the curve's shape."""
+
+from specmoe.logs import logged
+from specmoe.stages import speedup_stage
+
+with logged(snakemake.log[0], "speedup"):
+    i = snakemake.input
+    speedup_stage(
+        i.sd,
+        i.ar,
+        i.drafter,
+        snakemake.params.run,
+        snakemake.params.margin,
+        snakemake.output[0],
+        timing=snakemake.params.timing,
+    )
