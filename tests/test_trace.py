@@ -96,3 +96,18 @@ def test_failed_write_leaves_no_file(tmp_path, small_trace, monkeypatch):
     with pytest.raises(OSError):
         write_trace(path, small_trace)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_get_the_usual_permissions_not_mkstemps_0600(tmp_path, small_trace):
+    import os
+
+    from specmoe.provenance import write_json
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "a.json", {"x": 1})
+        write_trace(tmp_path / "t.parquet", small_trace)
+    finally:
+        os.umask(old)
+    for name in ("a.json", "t.parquet"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644

@@ -90,6 +90,12 @@ def provenance(config: Any = None, model: dict | None = None, **extra: Any) -> d
     return rec
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
@@ -103,6 +109,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.is_file():  # mkstemp makes 0600; give the result the usual permissions
+            os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
