@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specmoe import tables
 from specmoe.provenance import read_json
 from specmoe.trace import read_trace
 
@@ -164,6 +165,9 @@ TINY_CONFIG = {
                        "eval_batches": 2, "threads": 2},
              "sd_check": {"k": 3, "dataset": "heldout-code", "prompts": 4, "max_tokens": 32,
                           "kv_cache_mib": 128}},
+    "sweep": {"schedule": [{"batch": 1, "prompts": 2}, {"batch": 2, "prompts": 4}],
+              "output_len": 12, "warmups": 1, "kv_cache_mib": 128},
+    "profiling": {"batch_sizes": [1], "max_tokens": 16, "kv_cache_mib": 128},
     "drafters": [{"name": "dr", "source": "tiny", "steps": 120,
                   "arch": {"kind": "dense", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1,
                            "head_dim": 32, "intermediate": 128}}],
@@ -176,6 +180,8 @@ TINY_CONFIG = {
 
 
 def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
+    """The tiny chain end to end: training, SD check, capture, sweeps, profiles and the report;
+    then a rerun does nothing, and a series that lost a point re-measures only that point."""
     pytest.importorskip("vllm")
     wd = make_workdir(tmp_path, TINY_CONFIG)
     snakemake(wd)
@@ -188,8 +194,27 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     sd = read_json(res / "sd_check/moe/dr/K3/heldout-code.json")
     assert sd["sd_equals_plain"] and sd["spec"]["num_drafts"] > 0
     assert "done in" in (wd / "logs/sd_check/moe/dr/K3/heldout-code.log").read_text()
+    sp = read_json(res / "speedup/moe/dr/K3/heldout-code.json")
+    assert [r["batch"] for r in sp["rows"]] == [1, 2] and sp["shape"] == "peak at low batch"
+    for r in sp["rows"]:  # the drafter's own series gives c, and with it TE from the sweep
+        assert r["speedup"] > 0 and 1.0 <= r["tau"] <= 4.0 and r["draft_cost"] > 0
+    prof = read_json(res / "profiles/moe/dr/K3.json")
+    assert prof["batches"][0]["decode_steps"] > 0 and prof["batches"][0]["verify_steps"] > 0
+    te3 = tables.read_csv(res / "tables/te_three_ways.csv")
+    assert len(te3) == 1 and te3.loc[0, "te_profiled"] > 0 and te3.loc[0, "te_costmodel"] > 0
+    assert len(tables.read_csv(res / "tables/three_step_correction.csv")) == 4
+    assert "speedup_vs_batch" in (res / "report/index.md").read_text()
     r = snakemake(wd)
     assert "Nothing to be done" in r.stdout + r.stderr
+    # a sweep interrupted after its first point: the rerun measures the second one only
+    points = res / "sweeps/moe/dr/K3/heldout-code.points"
+    kept = (points / "b1.json").stat().st_mtime_ns
+    (points / "b2.json").unlink()
+    (res / "sweeps/moe/dr/K3/heldout-code.json").unlink()
+    snakemake(wd, "results/sweeps/moe/dr/K3/heldout-code.json")
+    log = (wd / "logs/sweeps/moe/dr/K3/heldout-code.log").read_text()
+    assert "batch 1: reusing" in log and "batch 2: TPOT" in log
+    assert (points / "b1.json").stat().st_mtime_ns == kept and (points / "b2.json").exists()
 
 
 @pytest.mark.parametrize("edit,needle", [
