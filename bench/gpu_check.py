@@ -43,7 +43,8 @@ def main() -> int:
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     model = tiny.build_model(arch, vocab_size=2048, seed=0).to(dev).to(dtype).eval()
     for block in kernelprof.moe_blocks(model):
-        block.forward = kernelprof._labelled(block.forward, profiling.MOE_BLOCK)
+        block.forward = kernelprof._labelled(block.forward,
+                                             lambda *a, **kw: profiling.MOE_BLOCK)
     b, k = a.batch, a.k
     prompt = torch.randint(0, 2048, (b, 32), device=dev)
     with torch.no_grad():

@@ -8,6 +8,7 @@ cannot take the rule's process with it. vLLM spawns its own workers, so callers 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -87,11 +88,10 @@ def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None) ->
 
     collect(llm, outputs) -> dict, if given, adds its keys to the result before the engine stops.
     """
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     t0 = time.perf_counter()
-    llm = LLM(**engine)
-    try:
+    with open_llm(engine) as llm:
         t1 = time.perf_counter()
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         outs = llm.generate(prompts, params, use_tqdm=False)
@@ -102,6 +102,16 @@ def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None) ->
         if collect is not None:
             res.update(collect(llm, outs))
         return res
+
+
+@contextlib.contextmanager
+def open_llm(engine: dict):
+    """An offline vLLM engine that is always shut down on leaving the block."""
+    from vllm import LLM
+
+    llm = LLM(**engine)
+    try:
+        yield llm
     finally:
         # A spawned child ends with os._exit, which skips vLLM's atexit shutdown: without this the
         # engine-core and worker processes outlive the child.

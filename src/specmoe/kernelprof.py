@@ -39,7 +39,7 @@ class ProfileExtension:
         if not hasattr(runner, "_model_forward"):
             raise SpecmoeError(f"{type(runner).__name__} has no _model_forward: profiling needs "
                                "vLLM's V1 model runner (unset VLLM_USE_V2_MODEL_RUNNER)")
-        orig_exec, orig_fwd = runner.execute_model, runner._model_forward
+        orig_exec = runner.execute_model
         shape = {"step": (0, 0, 0)}
 
         def execute_model(scheduler_output, *args, **kwargs):
@@ -49,27 +49,21 @@ class ProfileExtension:
             shape["step"] = (len(sched), sum(sched.values()), nwin)
             return orig_exec(scheduler_output, *args, **kwargs)
 
-        def model_forward(*args, **kwargs):
-            with torch.profiler.record_function(profiling.label("target", *shape["step"])):
-                return orig_fwd(*args, **kwargs)
-
-        runner.execute_model, runner._model_forward = execute_model, model_forward
+        runner.execute_model = execute_model
+        runner._model_forward = _labelled(
+            runner._model_forward, lambda *a, **kw: profiling.label("target", *shape["step"]))
         self._specmoe_wrapped = [runner]
         for block in moe_blocks(runner.model):
-            block.forward = _labelled(block.forward, profiling.MOE_BLOCK)
+            block.forward = _labelled(block.forward, lambda *a, **kw: profiling.MOE_BLOCK)
             self._specmoe_wrapped.append(block)
         draft_model = getattr(getattr(runner, "drafter", None), "model", None)
         if draft_model is not None:
-            orig_draft = draft_model.forward
-
-            def draft_forward(*args, **kwargs):
+            def draft_label(*args, **kwargs):
                 ids = kwargs.get("input_ids", args[0] if args else None)
                 ntok = int(ids.shape[0]) if ids is not None else 0
-                with torch.profiler.record_function(
-                        profiling.label("drafter", shape["step"][0], ntok, 0)):
-                    return orig_draft(*args, **kwargs)
+                return profiling.label("drafter", shape["step"][0], ntok, 0)
 
-            draft_model.forward = draft_forward
+            draft_model.forward = _labelled(draft_model.forward, draft_label)
             self._specmoe_wrapped.append(draft_model)
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -109,11 +103,12 @@ def moe_blocks(model) -> list:
     return found
 
 
-def _labelled(fn, name: str):
+def _labelled(fn, name):
+    """fn inside a profiler range; name(*args, **kwargs) gives the range's name at each call."""
     import torch
 
     def forward(*args, **kwargs):
-        with torch.profiler.record_function(name):
+        with torch.profiler.record_function(name(*args, **kwargs)):
             return fn(*args, **kwargs)
 
     return forward
@@ -122,10 +117,12 @@ def _labelled(fn, name: str):
 def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, engine: dict,
                      trace_dir: str) -> dict:
     """In an engine child: one profile per batch size, B requests running together."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    llm = LLM(**dict(engine, worker_extension_cls="specmoe.kernelprof.ProfileExtension"))
-    try:
+    from .engine import open_llm
+
+    engine = dict(engine, worker_extension_cls="specmoe.kernelprof.ProfileExtension")
+    with open_llm(engine) as llm:
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         first = next(iter(prompts_by_batch.values()))
         llm.generate(first[:2], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
@@ -140,8 +137,6 @@ def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, en
                 "specmoe_profile_stop", args=(f"{trace_dir}/b{batch}-rank{{rank}}.json.gz",)) if i]
             out[batch] = {"traces": infos, "generate_s": wall}
         return out
-    finally:
-        llm.llm_engine.engine_core.shutdown()
 
 
 def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
@@ -163,8 +158,8 @@ def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
 
 
 def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
-                  max_tokens: int, engine_opts: dict, trace_dir, log_path: str | None = None,
-                  sm_count: int = 0) -> dict:
+                  max_tokens: int, engine_opts: dict, trace_dir,
+                  log_path: str | None = None) -> dict:
     """Decode (no SD) and verify (SD, K drafts) profiles at each batch size; per-class comparison."""
     from .engine import check_inputs, engine_kwargs, run_in_child
 
@@ -188,7 +183,7 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
         dec_info, ver_info = out["decode"][b]["traces"][0], out["verify"][b]["traces"][0]
         dec = summarise(dec_info["path"], b, 1)
         ver = summarise(ver_info["path"], b, k + 1)
-        sms = dec_info.get("sm_count", sm_count)
+        sms = dec_info.get("sm_count", 0)
         cmp = profiling.compare(profiling.mean_events(dec["steps"]),
                                 profiling.mean_events(ver["steps"]))
         rows.append({"batch": b, "device": dec_info["device"], "gpu": dec_info.get("gpu"),

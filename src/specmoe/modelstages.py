@@ -106,8 +106,8 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     """Run the target with SD over the prompt table, capturing every verification window."""
     import tempfile
 
-    from .capture import assemble, capture_generate, vllm_version
-    from .engine import check_inputs, device, engine_kwargs, run_in_child
+    from .capture import assemble, capture_generate
+    from .engine import check_inputs, engine_kwargs, run_in_child
     from .trace import write_trace
 
     check_inputs(target_dir, drafter_dir, k)
@@ -127,17 +127,19 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     log.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches in %d "
              "steps", cap["windows"], cap["short_windows"], len(tr),
              cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
-    manifest = {}
-    mpath = Path(target_dir) / "manifest.json"
-    if mpath.exists():
-        import json
-
-        manifest = json.loads(mpath.read_text())
     write_trace(out, tr, provenance(
         {"run": run, "capture": cap_cfg, "prompts": prompts_source},
         model={"name": run["model"], "source": "tiny",
-               "revision": (manifest.get("provenance") or {}).get("model", {}).get("revision")},
-        stage="capture", engine=f"vllm {vllm_version()} ({device()})"))
+               "revision": model_identity(target_dir).get("revision")},
+        stage="capture", engine=engine_label()))
+
+
+def engine_label() -> str:
+    """The engine, for provenance: vLLM version and device."""
+    from .capture import vllm_version
+    from .engine import device
+
+    return f"vllm {vllm_version()} ({device()})"
 
 
 def model_identity(model_dir) -> dict:
@@ -191,7 +193,7 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     prov = provenance({"series": series, "sweep": sweep_cfg, "prompts": prompts_source},
                       model={"name": Path(target_dir).name, "source": series.get("source"),
                              "revision": key_base["target"].get("revision")},
-                      stage="sweep", engine=f"vllm {vllm_version()} ({device()})")
+                      stage="sweep", engine=engine_label())
     t0 = time.perf_counter()
     points = run_series(engine, str(target_dir), [r.text for r in rows], sched,
                         int(sweep_cfg.get("output_len", 64)), int(sweep_cfg.get("warmups", 2)),
@@ -208,8 +210,6 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
     """Kernel/op profiles of the target's decode and verify forward passes (kernelprof)."""
     import time
 
-    from .capture import vllm_version
-    from .engine import device
     from .kernelprof import profile_model
 
     rows = prompt_table.load(prompts_source, [run["dataset"]])
@@ -224,4 +224,4 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
         {"run": run, "profiling": prof_cfg, "prompts": prompts_source},
         model={"name": run["model"], "source": "tiny",
                "revision": model_identity(target_dir).get("revision")},
-        stage="profile", engine=f"vllm {vllm_version()} ({device()})"))
+        stage="profile", engine=engine_label()))

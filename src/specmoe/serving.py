@@ -178,7 +178,7 @@ def write_prompts_jsonl(texts: list[str], path: Path) -> None:
 
 
 def bench(server: Server, model: str, prompts_jsonl: Path, batch: int, num_prompts: int,
-          output_len: int, warmups: int, seed: int = 0) -> dict:
+          output_len: int, seed: int = 0) -> dict:
     """One point with vLLM's `bench serve` client (in process): returns its result dictionary."""
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -190,7 +190,7 @@ def bench(server: Server, model: str, prompts_jsonl: Path, batch: int, num_promp
         "--dataset-name", "custom", "--dataset-path", str(prompts_jsonl), "--disable-shuffle",
         "--skip-chat-template", "--custom-output-len", str(output_len),
         "--num-prompts", str(num_prompts), "--max-concurrency", str(batch),
-        "--num-warmups", str(warmups), "--ignore-eos", "--temperature", "0", "--seed", str(seed),
+        "--ignore-eos", "--temperature", "0", "--seed", str(seed),
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--disable-tqdm"])
     with contextlib.redirect_stdout(_LogWriter()):
@@ -248,8 +248,9 @@ def run_series(engine: dict, model_dir: str, texts: list[str], schedule: list[tu
         if batch < 1 or n < batch:
             raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch <= "
                              "prompts")
-        key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch, "num_prompts": n, "output_len": output_len,
-                           "warmups": warmups, "prompts": config_hash(texts[:n])})
+        key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch,
+                           "num_prompts": n, "output_len": output_len, "warmups": warmups,
+                           "prompts": config_hash(texts[:n])})
         path = points_dir / f"b{batch}.json"
         if path.exists():
             with contextlib.suppress(Exception):
@@ -267,9 +268,9 @@ def run_series(engine: dict, model_dir: str, texts: list[str], schedule: list[tu
                 t0 = time.perf_counter()
                 try:  # warm-up requests first, so that the engine scrape below excludes them
                     bench(server, model_dir, prompts_jsonl, batch, max(warmups, batch),
-                          output_len, 0)
+                          output_len)
                     before = engine_metrics(server.url)
-                    res = bench(server, model_dir, prompts_jsonl, batch, n, output_len, 0)
+                    res = bench(server, model_dir, prompts_jsonl, batch, n, output_len)
                     side = engine_means(before, engine_metrics(server.url))
                 except Exception as exc:
                     raise server.failure(f"batch {batch}: the benchmark client failed "

@@ -367,7 +367,7 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
     three-step correction with profiled values (batch 1) against the TE from the sweep."""
     sps, prs, cms = (_runs(x) for x in (speedup_jsons, profile_jsons, cost_jsons))
     t: dict[str, list] = {k: [] for k in MEASURED_TABLES}
-    te_sweep, te_cost, curve = {}, {}, {}
+    te_cost, sweep_rows = {}, {}
     for cm in cms:
         rc = _run_cols(cm["run"])
         for r in cm["te_vs_batch"]:
@@ -386,20 +386,19 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 "speedup_engine": r.get("speedup_engine", r["speedup"]), "tau": r["tau"],
                 "draft_cost": r["draft_cost"], "te_sweep": r["te_sweep"], "shape": sp["shape"],
                 **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}})
-            te_sweep[(rc["model"], rc["drafter"], rc["k"], r["batch"])] = r["te_sweep"]
-            curve[(rc["model"], rc["drafter"], rc["k"], r["batch"])] = (r["tau"], r["speedup"])
+            sweep_rows[(rc["model"], rc["drafter"], rc["k"], r["batch"])] = r
     for pr in prs:
         rc = _run_cols(pr["run"])
         key3 = (rc["model"], rc["drafter"], rc["k"])
         for b in pr["batches"]:
             key = (*key3, b["batch"])
-            tau, spd = curve.get(key, (np.nan, np.nan))
+            sw = sweep_rows.get(key)
             t["te_three_ways"].append({
-                **rc, "batch": b["batch"], "te_sweep": te_sweep.get(key, np.nan),
+                **rc, "batch": b["batch"], "te_sweep": sw["te_sweep"] if sw else np.nan,
                 # the same sweep point with the drafter cost from profiling: serving the drafter
                 # alone also times the engine's per-step work, which SD pays once, not K times
-                "te_sweep_profiled_c": costmodel.te_from_sweep(tau, spd, b["draft_cost_profiled"])
-                if np.isfinite(tau) else np.nan,
+                "te_sweep_profiled_c": costmodel.te_from_sweep(
+                    sw["tau"], sw["speedup"], b["draft_cost_profiled"]) if sw else np.nan,
                 "te_profiled": b["te_profiled"], "te_costmodel": te_cost.get(key, np.nan),
                 "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
                     b["draft_cost_profiled"], "device": b["device"]})
@@ -419,7 +418,7 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 corr = costmodel.three_step_correction(
                     cm["moe_weight_share"], cm["unique_ratio"], b["moe_time_share"],
                     b["moe_time_ratio"], b["dense_time_ratio"],
-                    measured=_finite_or_none(te_sweep.get(key)))
+                    measured=_finite_or_none(sw["te_sweep"] if sw else None))
                 for s in corr["steps"]:
                     t["three_step_correction"].append({**rc, "batch": 1, **s,
                                                        "te_sweep": corr["measured"]})
