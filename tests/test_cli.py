@@ -42,7 +42,8 @@ def test_te_from_config(tmp_path):
     cfg.write_text(json.dumps({"hidden_size": 2048, "moe_intermediate_size": 768,
                                "num_experts": 128, "num_experts_per_tok": 8,
                                "num_attention_heads": 32, "num_key_value_heads": 4,
-                               "head_dim": 128, "torch_dtype": "bfloat16"}))
+                               "head_dim": 128, "num_hidden_layers": 48,
+                               "torch_dtype": "bfloat16"}))
     out = json.loads(run("te", "--config", str(cfg), "--json").stdout)
     assert out["c_dense_mib"] == 36.0 and out["moe_weight_share"] == pytest.approx(2 / 3)
 

@@ -38,7 +38,7 @@ def test_from_hf_config_file(tmp_path):
     assert (d.num_experts, d.top_k, d.dtype, d.num_layers) == (128, 8, "bf16", 48)
     assert d.c_dense / cm.MIB == 36.0
     fp8 = dict(QWEN3_30B, quantization_config={"quant_method": "fp8"})
-    assert cm.ModelDims.from_hf_config(fp8).dtype == "fp8"
+    assert cm.ModelDims.from_hf_config(fp8).dtype == "fp8"  # per-tensor scales: 1 byte
     # the published profiling table: Qwen3-30B fp8 TP1 has 4.5 MiB experts and 0.667 MoE weight share
     d8 = cm.ModelDims.from_hf_config(fp8)
     assert d8.c_expert / cm.MIB == 4.5 and round(d8.moe_weight_share, 3) == 0.667
@@ -47,7 +47,7 @@ def test_from_hf_config_file(tmp_path):
 def test_mixtral_config():
     mixtral = {"hidden_size": 4096, "intermediate_size": 14336, "num_local_experts": 8,
                "num_experts_per_tok": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
-               "torch_dtype": "bfloat16"}
+               "num_hidden_layers": 32, "torch_dtype": "bfloat16"}
     d = cm.ModelDims.from_hf_config(mixtral, tp=2)
     assert d.c_expert / cm.MIB == 168.0  # published: 168 MiB at fp8 TP1 = bf16 TP2
     assert round(d.moe_weight_share, 3) == 0.894
@@ -57,7 +57,8 @@ def test_mla_config():
     glm = {"hidden_size": 2048, "moe_intermediate_size": 1536, "n_routed_experts": 64,
            "num_experts_per_tok": 4, "n_shared_experts": 1, "num_attention_heads": 20,
            "kv_lora_rank": 512, "q_lora_rank": 768, "qk_nope_head_dim": 192,
-           "qk_rope_head_dim": 64, "v_head_dim": 256, "torch_dtype": "bfloat16"}
+           "qk_rope_head_dim": 64, "v_head_dim": 256, "num_hidden_layers": 4,
+           "torch_dtype": "bfloat16"}
     d = cm.ModelDims.from_hf_config(glm)
     q = 2048 * 768 + 768 * 20 * 256
     kv = 2048 * (512 + 64) + 512 * 20 * (192 + 256)
@@ -95,7 +96,7 @@ def test_speedup_and_te_from_sweep_invert():
     assert abs(cm.te_from_sweep(2.5, s, 0.1) - 0.6) < 1e-12
 
 
-@pytest.mark.parametrize("kw,msg", [({"dtype": "int4"}, "unknown dtype"), ({"top_k": 200}, "exceeds"),
+@pytest.mark.parametrize("kw,msg", [({"dtype": "int3"}, "unknown dtype"), ({"top_k": 200}, "exceeds"),
                                     ({"tp": 0}, "tp must be")])
 def test_bad_dims(kw, msg):
     base = dict(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8, heads=32,

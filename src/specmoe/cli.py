@@ -164,6 +164,19 @@ def cmd_analyze(a) -> dict:
     return out
 
 
+def cmd_download(a) -> dict:
+    from .hub import download
+
+    man = download(a.name or a.repo_id, a.repo_id, a.revision, mode=a.mode,
+                   repo_type=a.repo_type, trust_remote_code=a.trust_remote_code)
+    if a.out:
+        from .provenance import provenance, write_json
+
+        write_json(a.out, man, provenance({"repo_id": a.repo_id, "revision": a.revision,
+                                           "mode": a.mode}, stage="download"))
+    return man
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specmoe", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -214,6 +227,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the shuffle null")
     s.set_defaults(fn=cmd_analyze)
 
+    s = sub.add_parser("download", help="fetch a Hugging Face repository into the HF cache and "
+                                        "print its manifest (the only networked command)")
+    s.add_argument("repo_id")
+    s.add_argument("--revision", help="commit, branch or tag (default: newest, unpinned)")
+    s.add_argument("--mode", choices=["full", "config"], default="full",
+                   help="full: what vLLM loads; config: config.json and tokenizer only")
+    s.add_argument("--repo-type", choices=["model", "dataset"], default="model")
+    s.add_argument("--trust-remote-code", action="store_true", help="also fetch *.py files")
+    s.add_argument("--name", help="name for messages (default: the repo id)")
+    s.add_argument("--out", type=Path, help="also write the manifest here")
+    s.set_defaults(fn=cmd_download)
+
     for sp in sub.choices.values():
         sp.add_argument("--json", action="store_true", help="print JSON")
     return p
@@ -239,3 +264,7 @@ def _clean(obj):
     if isinstance(obj, list):
         return [_clean(v) for v in obj]
     return obj
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,7 @@ Weights per GPU are counted per MoE layer: C_expert (gate, up, down of one route
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -15,39 +15,86 @@ from .errors import InputError
 from .unique import check_nk
 
 MIB = 2**20
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+
+# Bytes per stored weight, scales included. "fp8-b128": fp8 with one fp32 scale per 128x128 block
+# (DeepSeek/Qwen FP8 checkpoints); "fp8": per-tensor or per-channel scales (negligible bytes);
+# "mxfp4": 4-bit values with one 8-bit (e8m0) scale per 32 (GPT-OSS); "int4-g32": 4-bit integers with
+# one bf16 scale per group of 32 (compressed-tensors, symmetric, e.g. Kimi-K2.5).
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
+_BLOCK_FP8 = re.compile(r"^fp8-b(\d+)$")
+_GROUP_INT = re.compile(r"^int(4|8)-g(\d+)$")
+# Peak FLOP/s key of the hardware entry each weight format computes in. Weight-only formats (mxfp4,
+# int4/int8 groups) are dequantised and multiply in bf16.
+_COMPUTE = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "mxfp4": "bf16"}
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
                  "float": "fp32"}
 
 
-def dtype_bytes(dtype: str) -> int:
-    if dtype not in DTYPE_BYTES:
-        raise InputError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)})")
-    return DTYPE_BYTES[dtype]
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per weight of a storage format, scales included."""
+    if dtype in DTYPE_BYTES:
+        return DTYPE_BYTES[dtype]
+    if dtype == "mxfp4":
+        return (4 + 8 / 32) / 8
+    if m := _BLOCK_FP8.match(dtype):
+        return 1.0 + 4.0 / int(m[1]) ** 2
+    if m := _GROUP_INT.match(dtype):
+        return (int(m[1]) + 16 / int(m[2])) / 8
+    raise InputError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPE_BYTES)}, fp8-b<block>, "
+                     "mxfp4, int4-g<group>, int8-g<group>)")
+
+
+def compute_dtype(dtype: str) -> str:
+    """The peak-FLOP/s class a weight format multiplies in."""
+    dtype_bytes(dtype)
+    if _BLOCK_FP8.match(dtype):
+        return "fp8"
+    if _GROUP_INT.match(dtype):
+        return "bf16"
+    return _COMPUTE[dtype]
 
 
 @dataclass
 class ModelDims:
-    """What the cost model needs of a target. attention_params: weights of one layer's attention."""
+    """What the cost model needs of a target, per MoE layer.
+
+    attention_params: weights of one MoE layer's attention (the mean over MoE layers where layer types
+    differ, as in hybrid linear-attention models). dtype: the routed experts' storage format;
+    dense_dtype: attention and shared experts' format (default: dtype). dense_layer_params: all
+    weights (attention and FFN) of layers without experts (e.g. DeepSeek's first_k_dense_replace),
+    counted once per model and spread over the MoE layers.
+    """
 
     hidden: int
     expert_intermediate: int
     num_experts: int
     top_k: int
-    attention_params: int
+    attention_params: float
     shared_intermediate: int = 0
     num_layers: int = 1
     dtype: str = "bf16"
     tp: int = 1
+    dense_dtype: str | None = None
+    num_moe_layers: int | None = None
+    dense_layer_params: float = 0.0
 
     def __post_init__(self) -> None:
         dtype_bytes(self.dtype)
+        if self.dense_dtype is None:
+            self.dense_dtype = self.dtype
+        dtype_bytes(self.dense_dtype)
+        if self.num_moe_layers is None:
+            self.num_moe_layers = self.num_layers
         check_nk(self.num_experts, self.top_k)
-        for name in ("hidden", "expert_intermediate", "attention_params", "num_layers", "tp"):
+        for name in ("hidden", "expert_intermediate", "attention_params", "num_layers", "tp",
+                     "num_moe_layers"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if self.shared_intermediate < 0:
-            raise InputError(f"shared_intermediate must be >= 0 (got {self.shared_intermediate})")
+        if self.num_moe_layers > self.num_layers:
+            raise InputError(f"num_moe_layers ({self.num_moe_layers}) exceeds num_layers "
+                             f"({self.num_layers})")
+        if self.shared_intermediate < 0 or self.dense_layer_params < 0:
+            raise InputError("shared_intermediate and dense_layer_params must be >= 0")
 
     @staticmethod
     def gqa_attention_params(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
@@ -59,67 +106,22 @@ class ModelDims:
 
     @classmethod
     def from_dims(cls, *, hidden, expert_intermediate, num_experts, top_k, heads, kv_heads,
-                  head_dim, shared_intermediate=0, num_layers=1, dtype="bf16", tp=1) -> "ModelDims":
+                  head_dim, shared_intermediate=0, num_layers=1, dtype="bf16", tp=1,
+                  dense_dtype=None) -> "ModelDims":
         attn = cls.gqa_attention_params(hidden, heads, kv_heads, head_dim)
         return cls(hidden=hidden, expert_intermediate=expert_intermediate, num_experts=num_experts,
                    top_k=top_k, attention_params=attn, shared_intermediate=shared_intermediate,
-                   num_layers=num_layers, dtype=dtype, tp=tp)
+                   num_layers=num_layers, dtype=dtype, tp=tp, dense_dtype=dense_dtype)
 
     @classmethod
     def from_hf_config(cls, cfg: dict | str | Path, dtype: str | None = None,
                        tp: int = 1) -> "ModelDims":
-        """Read dimensions from a Hugging Face config.json (Qwen2/3-MoE, Mixtral, DeepSeek/GLM MLA,
-        GPT-OSS style). dtype defaults to the config's quantization or torch_dtype."""
-        if not isinstance(cfg, dict):
-            path = Path(cfg)
-            if not path.exists():
-                raise InputError(f"{path}: no such config file")
-            try:
-                cfg = json.loads(path.read_text())
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}: not valid JSON ({exc.msg})") from None
-        cfg = cfg.get("text_config", cfg)
+        """Read every dimension from a Hugging Face config.json (see specmoe.hfconfig). dtype, when
+        given, overrides the checkpoint's storage format for experts and dense weights alike (an
+        online quantisation such as vLLM's `quantization: fp8`)."""
+        from .hfconfig import dims_from_config
 
-        def pick(*names, default=None):
-            for n in names:
-                if cfg.get(n) is not None:
-                    return cfg[n]
-            if default is not None:
-                return default
-            raise InputError(f"config.json lacks any of {', '.join(names)}")
-
-        hidden = int(pick("hidden_size"))
-        num_experts = int(pick("num_experts", "num_local_experts", "n_routed_experts"))
-        top_k = int(pick("num_experts_per_tok", "moe_topk", "top_k"))
-        expert_inter = int(pick("moe_intermediate_size", "expert_intermediate_size",
-                                "intermediate_size"))
-        shared = int(cfg.get("shared_expert_intermediate_size") or 0)
-        if not shared and cfg.get("n_shared_experts"):
-            shared = int(cfg["n_shared_experts"]) * expert_inter
-        heads = int(pick("num_attention_heads"))
-        if cfg.get("kv_lora_rank"):  # multi-head latent attention (DeepSeek-V2/V3, GLM-4.x MoE)
-            qk = int(cfg.get("qk_nope_head_dim", 0)) + int(cfg.get("qk_rope_head_dim", 0))
-            v_dim = int(pick("v_head_dim"))
-            q_rank = cfg.get("q_lora_rank")
-            q = hidden * q_rank + q_rank * heads * qk if q_rank else hidden * heads * qk
-            kv = hidden * (cfg["kv_lora_rank"] + int(cfg.get("qk_rope_head_dim", 0))) \
-                + cfg["kv_lora_rank"] * heads * (int(cfg.get("qk_nope_head_dim", 0)) + v_dim)
-            attn = q + kv + heads * v_dim * hidden
-        else:
-            kv_heads = int(pick("num_key_value_heads", default=heads))
-            head_dim = int(cfg.get("head_dim") or hidden // heads)
-            attn = cls.gqa_attention_params(hidden, heads, kv_heads, head_dim)
-        if dtype is None:
-            quant = (cfg.get("quantization_config") or {})
-            if "fp8" in json.dumps(quant).lower():
-                dtype = "fp8"
-            else:
-                raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-                dtype = _TORCH_DTYPES.get(raw, raw)
-        layers = int(pick("num_hidden_layers", default=1))
-        return cls(hidden=hidden, expert_intermediate=expert_inter, num_experts=num_experts,
-                   top_k=top_k, attention_params=attn, shared_intermediate=shared,
-                   num_layers=layers, dtype=dtype, tp=tp)
+        return dims_from_config(cfg, dtype=dtype, tp=tp)
 
     # --- bytes per GPU per layer ---
     @property
@@ -137,22 +139,32 @@ class ModelDims:
 
     @property
     def c_dense(self) -> float:
-        return self.dense_params * dtype_bytes(self.dtype) / self.tp
+        """Bytes of one MoE layer's attention and shared experts per GPU."""
+        return self.dense_params * dtype_bytes(self.dense_dtype) / self.tp
+
+    @property
+    def c_dense_layers(self) -> float:
+        """Bytes of the expert-free layers per GPU, per MoE layer (0 for most models)."""
+        return (self.dense_layer_params * dtype_bytes(self.dense_dtype) / self.tp
+                / self.num_moe_layers)
 
     @property
     def moe_weight_share(self) -> float:
         k_ce = self.top_k * self.c_expert
-        return k_ce / (self.c_dense + k_ce)
+        return k_ce / (self.c_dense + self.c_dense_layers + k_ce)
 
     def te_weight(self, unique_sd: float, unique_decode: float | None = None) -> float:
-        """Weight-model TE = (C_dense + k C_expert) / (C_dense + unique_sd C_expert)."""
-        if unique_sd <= 0:
+        """Weight-model TE = (C_dense + k C_expert) / (C_dense + unique_sd C_expert), with the
+        expert-free layers' bytes (read equally by both steps) added to C_dense."""
+        if not unique_sd > 0:
             raise InputError(f"unique experts must be > 0 (got {unique_sd})")
         base = self.top_k if unique_decode is None else unique_decode
-        return (self.c_dense + base * self.c_expert) / (self.c_dense + unique_sd * self.c_expert)
+        dense = self.c_dense + self.c_dense_layers
+        return (dense + base * self.c_expert) / (dense + unique_sd * self.c_expert)
 
     def summary(self, unique_sd: float | None = None) -> dict:
         out = {"c_expert_mib": self.c_expert / MIB, "c_dense_mib": self.c_dense / MIB,
+               "c_dense_layers_mib": self.c_dense_layers / MIB,
                "moe_weight_share": self.moe_weight_share}
         if unique_sd is not None:
             out["te"] = self.te_weight(unique_sd)
@@ -172,11 +184,11 @@ def three_step_correction(moe_weight_share: float, unique_ratio: float, moe_time
                           measured: float | None = None) -> dict:
     """Weight baseline, then replace f, S_moe, S_dense by measured values one at a time."""
     for name, v in (("moe_weight_share", moe_weight_share), ("moe_time_share", moe_time_share)):
-        if not 0.0 <= v <= 1.0:
-            raise InputError(f"{name} must lie in [0, 1] (got {v})")
+        if not 0.0 < v < 1.0:  # also rejects NaN: a share of 0 or 1 means nothing was measured
+            raise InputError(f"{name} must lie strictly between 0 and 1 (got {v})")
     for name, v in (("unique_ratio", unique_ratio), ("moe_time_ratio", moe_time_ratio),
                     ("dense_time_ratio", dense_time_ratio)):
-        if v <= 0:
+        if not v > 0:
             raise InputError(f"{name} must be > 0 (got {v})")
     settings = [
         ("weight baseline", moe_weight_share, unique_ratio, 1.0),
@@ -215,17 +227,20 @@ class Hardware:
                    l2_bytes=float(d.get("l2_mib", 0)) * MIB, sm_count=int(d.get("sm_count", 0)))
 
     def flops(self, dtype: str) -> float:
-        if dtype in self.peak_flops:
-            return self.peak_flops[dtype]
-        if "bf16" in self.peak_flops:
-            return self.peak_flops["bf16"]
-        raise InputError(f"hardware {self.name} has no peak FLOP/s for {dtype}")
+        """Peak dense FLOP/s for the class `dtype` computes in; a missing entry is an error."""
+        key = compute_dtype(dtype)
+        if key not in self.peak_flops:
+            raise InputError(f"hardware {self.name} has no peak FLOP/s for {key} (weights {dtype}); "
+                             f"add peak_tflops.{key} to its entry")
+        return self.peak_flops[key]
 
 
 def step_time(dims: ModelDims, hw: Hardware, tokens: float, unique: float) -> float:
     """Roofline time of one MoE layer: max(bytes / bandwidth, flops / peak), per GPU."""
-    bytes_ = dims.c_dense + unique * dims.c_expert
-    flops = 2.0 * tokens * (dims.dense_params + dims.top_k * dims.expert_params) / dims.tp
+    bytes_ = dims.c_dense + dims.c_dense_layers + unique * dims.c_expert
+    dense_layers = dims.dense_layer_params / dims.num_moe_layers
+    flops = 2.0 * tokens * (dims.dense_params + dense_layers
+                            + dims.top_k * dims.expert_params) / dims.tp
     return max(bytes_ / hw.hbm_bandwidth, flops / hw.flops(dims.dtype))
 
 
@@ -243,7 +258,8 @@ def te_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes,
         t_ver = step_time(dims, hw, b * (k_draft + 1), u_v)
         rows.append({"batch": int(b), "unique_verify": u_v, "unique_decode": u_d,
                      "t_decode_us": t_dec * 1e6, "t_verify_us": t_ver * 1e6, "te": t_dec / t_ver,
-                     "compute_bound": bool(t_ver > (dims.c_dense + u_v * dims.c_expert)
+                     "compute_bound": bool(t_ver > (dims.c_dense + dims.c_dense_layers
+                                                    + u_v * dims.c_expert)
                                            / hw.hbm_bandwidth * (1 + 1e-12))})
     return rows
 

@@ -1,0 +1,190 @@
+"""Downloads from the Hugging Face Hub: the only stage of the pipeline that uses the network.
+
+The Hugging Face cache is the store (`HF_HOME` / `HF_HUB_CACHE`, as huggingface_hub sets them):
+weights are never copied into results/. A download writes a manifest: repo id, the commit it resolved
+to, the snapshot path that later rules read, and every file with its size and sha256 (the hub's LFS
+sha256, which names the cached blob, where there is one; computed for small non-LFS files).
+
+- `revision` from the config is used as given; without one the newest commit is resolved once,
+  recorded in the manifest, and a warning says the run is unpinned.
+- `mode="full"`: what vLLM loads (safetensors and their index, config, generation config, tokenizer
+  files), not duplicate `.bin`/`.pth`/`consolidated`/`original/` copies; `.bin` weights only where
+  the repository has no safetensors (older EAGLE drafters). `mode="config"`: config.json,
+  generation_config.json and the tokenizer, for the cost model without weights.
+- With `HF_HUB_OFFLINE=1` everything resolves from the cache and nothing touches the network.
+- `HF_TOKEN` from the environment (huggingface_hub reads it).
+- Every failure is one line naming the model and what to do (`InputError`).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import re
+from pathlib import Path
+
+from .errors import InputError
+
+log = logging.getLogger("specmoe")
+
+CONFIG_PATTERNS = [
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    "tokenizer.model", "special_tokens_map.json", "vocab.json", "merges.txt", "*.tiktoken",
+    "tiktoken.model", "chat_template.jinja", "chat_template.json",
+]
+SAFETENSORS = ["*.safetensors", "*.safetensors.index.json"]
+BIN = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
+IGNORE = ["consolidated*", "original/*", "*.pth", "*.pt", "*.gguf", "*.onnx", "*.msgpack", "*.h5"]
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def check_repo_id(name: str, repo_id) -> str:
+    if not isinstance(repo_id, str) or not REPO_ID.match(repo_id):
+        raise InputError(f"{name}: repo_id is not set ({repo_id!r}); the study names none for "
+                         "this model: put the Hugging Face repo id (owner/name) in the config")
+    return repo_id
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _errors():
+    from huggingface_hub import errors
+
+    return errors
+
+
+def _explain(name: str, repo_id: str, revision: str | None, exc: BaseException) -> InputError:
+    """The most specific cause in the exception chain, as one line."""
+    errs = _errors()
+    chain, e = [], exc
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    rev = revision or "main"
+    for e in chain:
+        if isinstance(e, errs.GatedRepoError):
+            return InputError(f"{name}: {repo_id} is gated: accept its terms on the Hub with your "
+                              "account and set HF_TOKEN to a token of that account")
+        if isinstance(e, errs.RevisionNotFoundError):
+            return InputError(f"{name}: revision '{rev}' does not exist in {repo_id}: fix "
+                              "`revision` in the config (or remove it to take the newest commit)")
+        if isinstance(e, errs.RepositoryNotFoundError):
+            return InputError(f"{name}: repository {repo_id} was not found on the Hub: check "
+                              "`repo_id` (a private repository also needs HF_TOKEN)")
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            return InputError(f"{name}: the disk is full while downloading {repo_id}: free space "
+                              "or point HF_HOME at a larger disk, then rerun")
+    for e in chain:
+        if isinstance(e, (errs.LocalEntryNotFoundError, errs.IncompleteSnapshotError)) or (
+                offline() and isinstance(e, errs.OfflineModeIsEnabled if hasattr(
+                    errs, "OfflineModeIsEnabled") else ())):
+            if offline():
+                return InputError(f"{name}: {repo_id}@{rev} is not (completely) in the Hugging Face "
+                                  "cache and HF_HUB_OFFLINE=1 forbids downloading: unset it, or "
+                                  "download on a machine with network into the same HF_HOME")
+            return InputError(f"{name}: could not reach the Hub for {repo_id}@{rev} and it is not "
+                              f"in the cache ({type(exc).__name__}): check the network or HF_ENDPOINT")
+    return InputError(f"{name}: download of {repo_id}@{rev} failed: "
+                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+
+
+def _weight_patterns(files: list[str]) -> list[str]:
+    kept = [f for f in files if not any(Path(f).match(p) or f.startswith("original/")
+                                        for p in IGNORE)]
+    if any(f.endswith(".safetensors") for f in kept):
+        return SAFETENSORS
+    if any(f.endswith(".bin") for f in kept):
+        return BIN
+    raise InputError("no safetensors or pytorch_model*.bin weights in the repository")
+
+
+def _file_record(snapshot: Path, rel: str) -> dict:
+    path = snapshot / rel
+    real = path.resolve()
+    rec = {"path": rel, "size": real.stat().st_size}
+    if _SHA256.match(real.name):  # an LFS blob is named by its sha256 (the hub's own)
+        rec.update(sha256=real.name, sha256_source="hub-lfs")
+    else:
+        h = hashlib.sha256()
+        with open(real, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        rec.update(sha256=h.hexdigest(), sha256_source="computed")
+    return rec
+
+
+def download(name: str, repo_id, revision: str | None = None, *, mode: str = "full",
+             repo_type: str = "model", trust_remote_code: bool = False,
+             allow_patterns: list[str] | None = None, cache_dir: str | None = None) -> dict:
+    """Resolve (and fetch unless offline) one repository into the HF cache; return its manifest."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    repo_id = check_repo_id(name, repo_id)
+    if mode not in ("full", "config"):
+        raise InputError(f"{name}: unknown download mode '{mode}' (full, config)")
+    if revision is None:
+        log.warning("%s: no revision in the config: taking the newest commit of %s and recording "
+                    "it in the manifest; this run is unpinned (put the recorded commit in the "
+                    "config as `revision` to pin it)", name, repo_id)
+    patterns = list(allow_patterns or [])
+    ignore = None
+    if repo_type == "model" and not allow_patterns:
+        patterns = list(CONFIG_PATTERNS) + (["*.py"] if trust_remote_code else [])
+        if mode == "full":
+            ignore = IGNORE
+            if offline():
+                patterns += SAFETENSORS
+            else:
+                try:
+                    files = HfApi().list_repo_files(repo_id, revision=revision, repo_type=repo_type)
+                    patterns += _weight_patterns(files)
+                except InputError as exc:
+                    raise InputError(f"{name}: {repo_id}: {exc}") from None
+                except Exception as exc:  # noqa: BLE001 - mapped to one line below
+                    raise _explain(name, repo_id, revision, exc) from None
+    try:
+        snapshot = Path(snapshot_download(repo_id, repo_type=repo_type, revision=revision,
+                                          allow_patterns=patterns, ignore_patterns=ignore,
+                                          cache_dir=cache_dir, local_files_only=offline()))
+    except Exception as exc:  # noqa: BLE001 - mapped to one line
+        raise _explain(name, repo_id, revision, exc) from None
+    commit = snapshot.name
+    if not COMMIT.match(commit):
+        raise InputError(f"{name}: {snapshot} is not a Hugging Face cache snapshot")
+    files = sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*")
+                   if p.is_file() or (p.is_symlink() and p.exists()))
+    if repo_type == "model" and "config.json" not in files:
+        raise InputError(f"{name}: {repo_id}@{commit[:12]} has no config.json")
+    if repo_type == "model" and mode == "full" and not any(
+            f.endswith((".safetensors", ".bin")) for f in files):
+        raise InputError(f"{name}: {repo_id}@{commit[:12]} has no weights in the cache "
+                         f"({snapshot}); rerun without HF_HUB_OFFLINE to fetch them")
+    records = [_file_record(snapshot, f) for f in files]
+    return {"name": name, "repo_id": repo_id, "repo_type": repo_type, "mode": mode,
+            "revision_requested": revision, "commit": commit, "pinned": revision is not None,
+            "snapshot_path": str(snapshot), "offline": offline(), "files": records,
+            "total_bytes": sum(r["size"] for r in records)}
+
+
+def snapshot_of(manifest_or_dir) -> Path:
+    """The model directory a later rule reads: a download manifest's snapshot, or a directory."""
+    import json
+
+    p = Path(manifest_or_dir)
+    if p.is_dir():
+        return p
+    try:
+        man = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{p}: not a download manifest ({exc})") from None
+    snap = Path(man.get("snapshot_path", ""))
+    if not (snap / "config.json").exists():
+        raise InputError(f"{p}: its snapshot {snap} is gone from the Hugging Face cache: rerun the "
+                         "download rule (snakemake --forcerun download_model)")
+    return snap

@@ -1,0 +1,105 @@
+"""Every study model's cost-model dimensions from its own config.json (fixtures in each model's real
+shape under fixtures/hf_configs/), checked against hand-computed bytes."""
+
+from pathlib import Path
+
+import pytest
+
+from specmoe import costmodel as cm
+from specmoe.errors import InputError
+from specmoe.hfconfig import dims_from_config, load_config
+
+F = Path(__file__).parent / "fixtures" / "hf_configs"
+MIB = cm.MIB
+
+
+def dims(name, **kw):
+    return dims_from_config(F / f"{name}.json", **kw)
+
+
+def test_fp8_block_scaled_qwen3_30b_matches_the_published_weight_table():
+    d = dims("Qwen3-30B-A3B-FP8")
+    assert (d.dtype, d.dense_dtype, d.num_experts, d.top_k) == ("fp8-b128", "fp8-b128", 128, 8)
+    per_weight = 1 + 4 / 128**2  # one fp32 scale per 128x128 block
+    assert d.c_expert == pytest.approx(3 * 2048 * 768 * per_weight)
+    assert round(d.c_expert / MIB, 1) == 4.5 and round(d.c_dense / MIB, 1) == 18.0
+    assert round(d.moe_weight_share, 3) == 0.667
+    bf16 = dims("Qwen3-30B-A3B-FP8", dtype="bf16", tp=2)  # the published bf16 TP2 row
+    assert (bf16.c_expert / MIB, bf16.c_dense / MIB) == (4.5, 18.0)
+
+
+def test_mixtral_and_qwen3_235b_shares():
+    assert round(dims("Mixtral-8x7B-Instruct-v0.1", tp=2).c_expert / MIB, 1) == 168.0
+    assert round(dims("Mixtral-8x7B-Instruct-v0.1", tp=2).c_dense / MIB, 1) == 40.0
+    assert round(dims("Qwen3-235B-A22B-Instruct-2507-FP8", tp=4).moe_weight_share, 3) == 0.679
+    assert dims("Qwen3-235B-A22B-Instruct-2507").dtype == "bf16"
+
+
+def test_mxfp4_experts_keep_bf16_attention_gpt_oss():
+    d = dims("gpt-oss-120b", tp=4)
+    assert (d.dtype, d.dense_dtype, d.num_experts, d.top_k, d.num_layers) == (
+        "mxfp4", "bf16", 128, 4, 36)
+    assert d.c_expert == pytest.approx(3 * 2880 * 2880 * (4 + 8 / 32) / 8 / 4)
+    attn = 2880 * 64 * 64 * 2 + 2 * 2880 * 8 * 64  # q, o and k, v
+    assert d.c_dense == pytest.approx(attn * 2 / 4)
+
+
+def test_int4_group_scaled_experts_mla_and_a_dense_first_layer_kimi():
+    d = dims("Kimi-K2.5")  # text_config of a multimodal wrapper
+    assert (d.dtype, d.dense_dtype) == ("int4-g32", "bf16")
+    assert (d.num_experts, d.top_k, d.num_layers, d.num_moe_layers) == (384, 8, 61, 60)
+    assert d.c_expert == pytest.approx(3 * 7168 * 2048 * (4 + 16 / 32) / 8)
+    q = 7168 * 1536 + 1536 * 64 * (128 + 64)
+    kv = 7168 * (512 + 64) + 512 * 64 * (128 + 128)
+    attn = q + kv + 64 * 128 * 7168
+    assert d.attention_params == attn
+    assert d.shared_intermediate == 2048  # one shared expert of the routed width
+    assert d.dense_layer_params == attn + 3 * 7168 * 18432  # layer 0: attention + dense FFN
+    assert d.c_dense_layers == pytest.approx(d.dense_layer_params * 2 / 60)
+
+
+def test_glm_flash_mla_shared_expert_and_dense_layer():
+    d = dims("GLM-4.7-Flash")
+    assert (d.num_layers, d.num_moe_layers, d.shared_intermediate) == (47, 46, 1536)
+    q = 2048 * 768 + 768 * 20 * 256
+    kv = 2048 * (512 + 64) + 512 * 20 * (192 + 256)
+    assert d.attention_params == q + kv + 20 * 256 * 2048
+
+
+def test_hybrid_linear_attention_layers_counted_as_what_they_are():
+    nxt = dims("Qwen3-Next-80B-A3B-Instruct")  # every 4th layer full attention
+    full = 2048 * 16 * 256 * 2 + 2 * 2048 * 2 * 256 + 16 * 256 * 2048  # gated q, k, v, o
+    linear = 2048 * (2 * 16 * 128 + 2 * 32 * 128) + 2048 * 64 + (2 * 16 * 128 + 32 * 128) * 4 \
+        + 32 * 128 * 2048
+    assert nxt.attention_params == pytest.approx((12 * full + 36 * linear) / 48)
+    assert (nxt.num_experts, nxt.top_k, nxt.shared_intermediate) == (512, 10, 512)
+    q35 = dims("Qwen3.5-35B-A3B")  # layer_types list inside text_config
+    assert q35.attention_params == pytest.approx((10 * full + 30 * linear) / 40)
+    assert (q35.num_experts, q35.top_k, q35.num_layers) == (256, 8, 40)
+
+
+def test_shared_expert_qwen2():
+    d = dims("Qwen2-57B-A14B-Instruct", tp=2)
+    assert d.shared_intermediate == 20480
+    assert d.c_dense == pytest.approx(
+        (cm.ModelDims.gqa_attention_params(3584, 28, 4, 128) + 3 * 3584 * 20480) * 2 / 2)
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "unknown quantization method"),
+    ({"torch_dtype": "float8_e5m2"}, "unknown torch_dtype"),
+    ({"torch_dtype": None}, "no torch_dtype"),
+    ({"num_experts": None}, "lacks any of num_experts"),
+])
+def test_unknown_formats_are_errors_not_bf16(change, msg):
+    cfg, _ = load_config(F / "Qwen3-30B-A3B-FP8.json")
+    cfg = {k: v for k, v in {**cfg, **change}.items() if v is not None}
+    with pytest.raises(InputError, match=msg):
+        dims_from_config(cfg)
+
+
+def test_hardware_without_the_compute_dtype_is_an_error():
+    hw = cm.Hardware.from_config("X", {"hbm_bandwidth_gbs": 1000, "peak_tflops": {"bf16": 100}})
+    assert hw.flops("mxfp4") == 100e12 and hw.flops("int4-g32") == 100e12
+    with pytest.raises(InputError, match="no peak FLOP/s for fp8"):
+        hw.flops("fp8-b128")

@@ -1,0 +1,108 @@
+"""The download stage, for real and with no network: huggingface_hub's snapshot_download against a
+cache laid out by hand with HF_HUB_OFFLINE=1, and against a loopback HF_ENDPOINT that answers the
+hub's error responses. Each case runs `specmoe download` in a fresh process, as the rule does, since
+huggingface_hub reads HF_ENDPOINT and HF_HUB_OFFLINE at import."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hubfake import FakeHub, lay_out_cache
+
+pytest.importorskip("huggingface_hub")
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+WEIGHTS = b"\x00" * 4096 + b"weights"
+
+
+def run_download(args, env_extra, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(tmp_path / "hf" / "hub"),
+               HF_HUB_DISABLE_TELEMETRY="1", **env_extra)
+    return subprocess.run([sys.executable, "-m", "specmoe.cli", "download", *args, "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def qwen_cache(tmp_path, commit="c" * 40):
+    config = (FIXTURES / "Qwen3-30B-A3B-FP8.json").read_bytes()
+    return lay_out_cache(tmp_path / "hf" / "hub", "Qwen/Qwen3-30B-A3B-FP8", {
+        "config.json": config,
+        "tokenizer.json": b'{"version": "1.0"}',
+        "model-00001-of-00001.safetensors": WEIGHTS,
+        "model.safetensors.index.json": b'{"weight_map": {}}',
+    }, commit=commit, lfs={"model-00001-of-00001.safetensors"})
+
+
+def test_offline_download_resolves_from_the_cache_with_lfs_sha256(tmp_path):
+    snap = qwen_cache(tmp_path)
+    r = run_download(["Qwen/Qwen3-30B-A3B-FP8", "--out", str(tmp_path / "m.json")],
+                     {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    man = json.loads(r.stdout)
+    assert man["commit"] == "c" * 40 and man["snapshot_path"] == str(snap)
+    assert not man["pinned"] and "unpinned" in r.stderr  # no revision: warned, commit recorded
+    files = {f["path"]: f for f in man["files"]}
+    w = files["model-00001-of-00001.safetensors"]
+    assert w["sha256"] == hashlib.sha256(WEIGHTS).hexdigest() and w["sha256_source"] == "hub-lfs"
+    assert w["size"] == len(WEIGHTS)
+    c = files["config.json"]
+    assert c["sha256"] == hashlib.sha256((FIXTURES / "Qwen3-30B-A3B-FP8.json").read_bytes()
+                                         ).hexdigest() and c["sha256_source"] == "computed"
+    on_disk = json.loads((tmp_path / "m.json").read_text())
+    assert on_disk["commit"] == man["commit"] and "provenance" in on_disk
+
+
+def test_offline_pinned_revision_and_config_only_mode(tmp_path):
+    qwen_cache(tmp_path, commit="d" * 40)
+    r = run_download(["Qwen/Qwen3-30B-A3B-FP8", "--revision", "d" * 40, "--mode", "config"],
+                     {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    man = json.loads(r.stdout)
+    assert man["pinned"] and man["mode"] == "config" and "unpinned" not in r.stderr
+
+
+def test_offline_without_the_repo_in_the_cache_is_one_line(tmp_path):
+    (tmp_path / "hf" / "hub").mkdir(parents=True)
+    r = run_download(["Qwen/Qwen3-30B-A3B-FP8", "--name", "qwen3-30b"],
+                     {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith("specmoe: error: qwen3-30b:") and "HF_HUB_OFFLINE=1" in err
+
+
+def test_offline_full_mode_without_weights_in_the_cache(tmp_path):
+    lay_out_cache(tmp_path / "hf" / "hub", "Qwen/Qwen3-30B-A3B-FP8",
+                  {"config.json": (FIXTURES / "Qwen3-30B-A3B-FP8.json").read_bytes()})
+    r = run_download(["Qwen/Qwen3-30B-A3B-FP8"], {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    assert r.returncode == 2 and "no weights in the cache" in r.stderr
+
+
+@pytest.mark.parametrize("status,code,expect", [
+    (404, "RepoNotFound", "was not found on the Hub"),
+    (401, "GatedRepo", "is gated"),
+    (404, "RevisionNotFound", "does not exist in"),
+])
+def test_hub_errors_from_a_loopback_endpoint(tmp_path, status, code, expect):
+    with FakeHub({"/api/": (status, code, "answer of the fake hub")}) as hub:
+        r = run_download(["acme/moe-model", "--revision", "v1", "--name", "acme-moe"],
+                         {"HF_ENDPOINT": hub.url}, tmp_path)
+        assert hub.requests, "the download never asked the endpoint"
+    assert r.returncode == 2, r.stdout
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("specmoe: error:")]
+    assert len(lines) == 1 and lines[0].startswith("specmoe: error: acme-moe:"), r.stderr
+    assert expect in lines[0]
+    assert not list((tmp_path / "hf" / "hub").glob("*/snapshots/*")), "partial snapshot left"
+
+
+def test_unset_repo_id_is_named(tmp_path):
+    from specmoe.errors import InputError
+    from specmoe.hub import check_repo_id
+
+    with pytest.raises(InputError, match="Kimi-K2.5: repo_id is not set"):
+        check_repo_id("Kimi-K2.5", None)
+    assert check_repo_id("x", "moonshotai/Kimi-K2.5") == "moonshotai/Kimi-K2.5"
