@@ -22,8 +22,32 @@ from .tiny import tokenizer_digest
 MAX_K = 8
 
 
-def check_inputs(target: str | Path, drafter: str | Path | None = None, k: int | None = None) -> None:
+SPEC_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
+
+
+def drafter_spec(drafter) -> dict | None:
+    """A drafter as {"method", "model"}: a path is a separate draft model (method draft_model); a
+    dict names vLLM's speculative method (draft_model, eagle, eagle3 with a checkpoint; mtp, the
+    target's own multi-token-prediction layers, without one)."""
+    if drafter is None:
+        return None
+    if not isinstance(drafter, dict):
+        return {"method": "draft_model", "model": str(drafter)}
+    method = drafter.get("method", "draft_model")
+    if method not in SPEC_METHODS:
+        raise InputError(f"unknown speculative method '{method}' (known: {', '.join(SPEC_METHODS)})")
+    model = drafter.get("model")
+    if method == "mtp" and model:
+        raise InputError("method mtp uses the target's own MTP layers: give it no drafter model")
+    if method != "mtp" and not model:
+        raise InputError(f"speculative method {method} needs a drafter checkpoint")
+    return {"method": method, "model": str(model) if model else None}
+
+
+def check_inputs(target: str | Path, drafter=None, k: int | None = None) -> None:
     """One-line errors for bad engine input, before anything heavy starts."""
+    spec = drafter_spec(drafter)
+    drafter = spec["model"] if spec else None
     for role, path in (("target", target), ("drafter", drafter)):
         if path is None:
             continue
@@ -32,10 +56,11 @@ def check_inputs(target: str | Path, drafter: str | Path | None = None, k: int |
             raise InputError(f"{role} model {p}: no such model directory")
         if not (p / "config.json").exists():
             raise InputError(f"{role} model {p}: no config.json (not a Hugging Face checkpoint)")
-    if drafter is not None:
+    if spec is not None:
         if k is None or not 1 <= int(k) <= MAX_K:
             raise InputError(f"K (num_speculative_tokens) must lie in 1..{MAX_K} (got {k})")
-        if tokenizer_digest(target) != tokenizer_digest(drafter):
+        # EAGLE heads carry no tokenizer of their own; a separate draft model must share it
+        if spec["method"] == "draft_model" and tokenizer_digest(target) != tokenizer_digest(drafter):
             raise InputError(f"drafter {drafter} has a different tokenizer from target {target}")
 
 
@@ -50,6 +75,24 @@ def device() -> str:
         return "cuda"
 
 
+def require_cuda(what: str) -> None:
+    """Rules of the study's models need vLLM's CUDA build and a visible GPU: stop at once without."""
+    ok = False
+    if device() == "cuda":
+        try:
+            import torch
+
+            ok = torch.cuda.is_available()
+        except ImportError:
+            ok = False
+    if not ok:
+        seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise InputError(
+            f"{what}: needs a CUDA GPU and vLLM's CUDA build (the `gpu` extra), and none is visible "
+            f"here{f' (CUDA_VISIBLE_DEVICES={seen})' if seen is not None else ''}: submit it to a "
+            "GPU node (README: Run the study on a SLURM cluster), or use config.yaml for a CPU run")
+
+
 def engine_kwargs(target, drafter=None, k=None, *, seed=0, max_model_len=1024, max_num_seqs=16,
                   kv_cache_mib=512, dtype="auto", extra: dict | None = None) -> dict:
     kw = dict(model=str(target), seed=seed, max_model_len=max_model_len,
@@ -58,9 +101,10 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0, max_model_len=1024, m
     if device() == "cpu":
         # On CPU the "GPU memory" fraction is of host RAM; size the KV cache explicitly instead.
         kw.update(kv_cache_memory_bytes=kv_cache_mib * 2**20, enforce_eager=True)
-    if drafter is not None:
-        kw["speculative_config"] = {"method": "draft_model", "model": str(drafter),
-                                    "num_speculative_tokens": int(k)}
+    spec = drafter_spec(drafter)
+    if spec is not None:
+        kw["speculative_config"] = {"method": spec["method"], "num_speculative_tokens": int(k),
+                                    **({"model": spec["model"]} if spec["model"] else {})}
     kw.update(extra or {})
     return kw
 

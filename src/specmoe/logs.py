@@ -34,3 +34,13 @@ def logged(path: str | Path, stage: str) -> Iterator[logging.Logger]:
     finally:
         root.removeHandler(handler)
         handler.close()
+
+
+def one(files):
+    """A rule input that may be absent, one file, or a one-file list: the file or None."""
+    if files is None or isinstance(files, str):
+        return files or None
+    files = list(files)
+    if len(files) > 1:
+        raise ValueError(f"expected at most one file, got {files}")
+    return files[0] if files else None

@@ -116,7 +116,8 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
                            kv_cache_mib=int(cap_cfg.get("kv_cache_mib", 512)),
                            max_num_seqs=int(cap_cfg.get("max_num_seqs", 16)),
-                           dtype=cap_cfg.get("dtype", "auto"))
+                           dtype=cap_cfg.get("dtype", "auto"),
+                           extra=dict(cap_cfg.get("engine_args") or {}))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],
@@ -134,6 +135,23 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
         stage="capture", engine=engine_label()))
 
 
+def engine_inputs(target, drafter=None, method: str | None = None, gpu: bool = False,
+                  what: str = "engine"):
+    """(target dir, drafter) for the engine stages from rule inputs: a model directory or a download
+    manifest (its snapshot in the HF cache); the drafter as a path (a separate draft model) or, for
+    EAGLE/EAGLE-3/MTP, a {"method", "model"} spec. GPU rules stop at once without CUDA."""
+    from .engine import require_cuda
+    from .hub import snapshot_of
+
+    if gpu:
+        require_cuda(what)
+    target_dir = snapshot_of(target)
+    d = snapshot_of(drafter) if drafter else None
+    if method in (None, "draft_model"):
+        return target_dir, d
+    return target_dir, {"method": method, "model": str(d) if d else None}
+
+
 def engine_label() -> str:
     """The engine, for provenance: vLLM version and device."""
     from .capture import vllm_version
@@ -149,7 +167,12 @@ def model_identity(model_dir) -> dict:
 
     from .provenance import config_hash
 
+    if isinstance(model_dir, dict):  # an EAGLE/MTP spec
+        return {"method": model_dir["method"],
+                **(model_identity(model_dir["model"]) if model_dir.get("model") else {})}
     p = Path(model_dir)
+    if p.parent.name == "snapshots":  # a Hugging Face cache snapshot: the commit is the revision
+        return {"name": p.parent.parent.name, "revision": p.name}
     man = p / "manifest.json"
     if man.exists():
         prov = json.loads(man.read_text()).get("provenance", {})
@@ -191,7 +214,7 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                 "drafter": model_identity(drafter_dir) if drafter_dir else None,
                 "vllm": vllm_version(), "device": device()}
     prov = provenance({"series": series, "sweep": sweep_cfg, "prompts": prompts_source},
-                      model={"name": Path(target_dir).name, "source": series.get("source"),
+                      model={"name": series.get("model", Path(target_dir).name), "source": series.get("source"),
                              "revision": key_base["target"].get("revision")},
                       stage="sweep", engine=engine_label())
     t0 = time.perf_counter()

@@ -1,4 +1,6 @@
 # Helpers shared by the rules: config validation, the list of runs, per-run paths.
+import sys
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -7,14 +9,65 @@ min_version("9.0")
 validate(config, "../../config/schema.yaml")
 
 
+def repo_key(entry):
+    """The file name of a model's or drafter's download: owner--name of its repo id."""
+    repo = entry.get("repo_id")
+    return repo.replace("/", "--") if repo else f"unset--{entry['name']}"
+
+
+
 report: "../report/workflow.rst"
 
 
+# The study's models and drafters from the Hugging Face Hub (source: hf), the datasets downloaded
+# for them, and the download manifests that later rules read (the HF cache is the store).
+DRAFTERS = {d["name"]: d for d in config.get("drafters", [])}
+HF_DRAFTERS = {n: d for n, d in DRAFTERS.items() if d["source"] in ("hf", "self")}
+HF_MODELS = {m["name"]: m for m in config["models"] if m["source"] == "hf"}
+DATASETS = config.get("datasets") or {}
+REPOS = {}  # "owner--name" -> {repo_id, revision, trust_remote_code, names}
+for _e in [*HF_MODELS.values(), *HF_DRAFTERS.values()]:
+    if _e["source"] == "self":
+        continue
+    _key = repo_key(_e)
+    _r = REPOS.setdefault(
+        _key,
+        {
+            "repo_id": _e.get("repo_id"),
+            "revision": _e.get("revision"),
+            "trust_remote_code": False,
+            "names": [],
+        },
+    )
+    if _r["revision"] != _e.get("revision"):
+        raise ValueError(
+            f"config: {_e['name']} asks for {_e.get('repo_id')} at revision "
+            f"{_e.get('revision')!r}, {', '.join(_r['names'])} at {_r['revision']!r}: "
+            "one repository, one revision"
+        )
+    _r["trust_remote_code"] |= bool(_e.get("trust_remote_code", False))
+    _r["names"].append(_e["name"])
+_unset = [n for r in REPOS.values() if not r["repo_id"] for n in r["names"]]
+if _unset:
+    print(
+        f"config: no repo_id for {', '.join(_unset)} (the study names none): fill it in "
+        "before their downloads run; the DAG below includes them",
+        file=sys.stderr,
+    )
+
 # Every model the runs refer to; a tiny target also runs untrained, as "<name>-random", and its
-# cost model reads the architecture from the checkpoint the pipeline writes.
+# cost model reads the architecture from the checkpoint the pipeline writes; a study model's cost
+# model reads the config.json of its download.
 MODELS = {}
 for _m in config["models"]:
     MODELS[_m["name"]] = _m
+    if _m["source"] == "hf":
+        MODELS[_m["name"]] = {
+            **_m,
+            "hf_config": f"results/downloads/{repo_key(_m)}.config.json",
+        }
+        if _m.get("cost_only"):
+            del MODELS[_m["name"]]  # no runs: the weight-model table only
     if _m["source"] == "tiny":
         MODELS[_m["name"]] = {
             **_m,
@@ -24,6 +77,7 @@ for _m in config["models"]:
         MODELS[_r] = {**_m, "name": _r, "hf_config": f"results/models/{_r}/config.json"}
 SYNTHETIC = [n for n, m in MODELS.items() if m["source"] == "synthetic"]
 CAPTURED = [n for n, m in MODELS.items() if m["source"] == "tiny"]
+HF_RUN = [n for n, m in MODELS.items() if m["source"] == "hf"]
 RUNS = [
     {"model": name, "drafter": d, "k": k, "dataset": ds}
     for name, m in MODELS.items()
@@ -47,14 +101,33 @@ for _m in TINY_TARGETS.values():
                 f"config: model {_m['name']} names drafter '{_d}', which is not defined "
                 "under 'drafters'"
             )
-# Models measured by serving sweeps and kernel profiling: trained tiny targets (not the controls).
+# Models measured by serving sweeps and kernel profiling: trained tiny targets (not the controls)
+# and the study's models.
 SWEPT = (
     [n for n, m in TINY_TARGETS.items() if m.get("sweep", True)]
     if "sweep" in config and "profiling" in config
     else []
 )
-SWEEP_RUNS = [r for r in RUNS if r["model"] in SWEPT]
-SWEEP_MODELS = sorted(set(SWEPT) | {r["drafter"] for r in SWEEP_RUNS})
+HF_SWEPT = (
+    [n for n in HF_RUN if MODELS[n].get("sweep", True)]
+    if "sweep" in config and "profiling" in config
+    else []
+)
+SWEEP_RUNS = [r for r in RUNS if r["model"] in SWEPT + HF_SWEPT]
+# Drafters served alone for the draft cost c: separate draft models only (EAGLE heads and MTP
+# layers cannot run alone).
+SWEEP_MODELS = sorted(
+    set(SWEPT)
+    | {r["drafter"] for r in SWEEP_RUNS if r["model"] in SWEPT}
+)
+HF_SWEEP_MODELS = sorted(
+    set(HF_SWEPT)
+    | {
+        r["drafter"]
+        for r in SWEEP_RUNS
+        if r["model"] in HF_SWEPT and DRAFTERS[r["drafter"]]["method"] == "draft_model"
+    }
+)
 MEASURED_TABLES = [
     "speedup_vs_batch",
     "te_three_ways",
@@ -77,6 +150,7 @@ FIGURES = ["overlap_by_distance", "per_layer_overlap", "te_vs_batch", "anchor_ov
 
 
 wildcard_constraints:
+    repo="[^/.]+",
     model="[^/]+",
     drafter="[^/]+",
     k="[0-9]+",
@@ -107,7 +181,10 @@ def tiny_outputs():
 
 
 def all_outputs():
-    return ["results/report/index.md"] + tiny_outputs()
+    out = ["results/report/index.md"] + tiny_outputs()
+    if HF_MODELS:
+        out += expand("results/tables/weight_model.{ext}", ext=["csv", "md", "tex"])
+    return out
 
 
 def measure_threads():
@@ -167,4 +244,79 @@ def model_of(wildcards):
 def model_files(wildcards):
     """The checkpoint a run's cost model reads (none for synthetic models)."""
     m = MODELS[wildcards.model]
+    if m["source"] == "hf":
+        return [m["hf_config"]]
     return [f"results/models/{wildcards.model}"] if m["source"] == "tiny" else []
+
+
+# --- the study's models (source: hf) ----------------------------------------------------------
+
+
+def hf_model(name):
+    return MODELS.get(name) or HF_MODELS.get(name) or DRAFTERS[name]
+
+
+def download_manifest(name, mode="full"):
+    return f"results/downloads/{repo_key(hf_model(name))}.{mode}.json"
+
+
+def gpu_target(wildcards):
+    return download_manifest(wildcards.model)
+
+
+def gpu_drafter(wildcards):
+    """The drafter's download (none for MTP, which uses the target's own layers)."""
+    d = DRAFTERS[wildcards.drafter]
+    return [] if d["source"] == "self" else [download_manifest(wildcards.drafter)]
+
+
+def spec_method(wildcards):
+    return DRAFTERS[wildcards.drafter]["method"]
+
+
+def gpu_resources(name):
+    """Snakemake's standard resources of a GPU rule for one model: gpu = TP, memory and hours from
+    the model's `gpu` entry over the config's defaults."""
+    m = hf_model(name)
+    g = {**(config.get("gpu") or {}), **(m.get("gpu") or {})}
+    return {
+        "gpu": int(m.get("tp", 1)),
+        "mem_mb": int(g.get("mem_mb", 64000)),
+        "runtime": int(g.get("runtime", 120)),
+        "engine": 1,
+    }
+
+
+def prompts_for(wildcards):
+    """The prompt table of a downloaded study dataset (none: the embedded table)."""
+    if wildcards.dataset in DATASETS:
+        return [f"results/prompts/{wildcards.dataset}.csv"]
+    return []
+
+
+def profile_prompts(wildcards):
+    """Profiles use the prompts of the model's first dataset."""
+    ds = profile_dataset(wildcards)
+    return [f"results/prompts/{ds}.csv"] if ds in DATASETS else []
+
+
+def speedup_drafter(wildcards):
+    """The drafter served alone, for the draft cost c (separate draft models only)."""
+    d = DRAFTERS.get(wildcards.drafter, {})
+    if d.get("source") == "tiny" or d.get("method") == "draft_model":
+        return [f"results/sweeps/{wildcards.drafter}/ar/{wildcards.dataset}.json"]
+    return []
+
+
+def engine_settings(name, section):
+    """A sweep/profiling/capture section with the model's TP, precision and engine arguments."""
+    m = hf_model(name)
+    base = dict(config.get(section) or {})
+    extra = {**(base.get("engine_args") or {}), **(m.get("engine_args") or {})}
+    extra["tensor_parallel_size"] = int(m.get("tp", 1))
+    if m.get("precision", "auto") == "fp8":
+        extra["quantization"] = "fp8"
+    if m.get("trust_remote_code"):
+        extra["trust_remote_code"] = True
+    base["engine_args"] = extra
+    return base

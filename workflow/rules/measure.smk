@@ -63,7 +63,7 @@ rule speedup:
     input:
         sd="results/sweeps/{model}/{drafter}/K{k}/{dataset}.json",
         ar="results/sweeps/{model}/ar/{dataset}.json",
-        drafter="results/sweeps/{drafter}/ar/{dataset}.json",
+        drafter=speedup_drafter,
     output:
         "results/speedup/{model}/{drafter}/K{k}/{dataset}.json",
     log:

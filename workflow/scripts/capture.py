@@ -1,17 +1,26 @@
-"""Rule capture: a routing trace of every verification window from a real vLLM engine."""
+"""Rules capture / capture_gpu: a routing trace of every verification window from a real vLLM
+engine (a tiny model's directory, or a study model's download manifest)."""
 
-from specmoe.logs import logged
-from specmoe.modelstages import capture_stage
+from specmoe.logs import logged, one
+from specmoe.modelstages import capture_stage, engine_inputs
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "capture"):
+        i, p = snakemake.input, snakemake.params
+        target, drafter = engine_inputs(
+            i.target,
+            one(i.get("drafter")),
+            p.get("method"),
+            gpu=p.get("gpu", False),
+            what=f"capture of {p.run['model']}",
+        )
         capture_stage(
-            snakemake.input.target,
-            snakemake.input.drafter,
+            target,
+            drafter,
             int(snakemake.wildcards.k),
-            snakemake.params.run,
-            snakemake.params.capture,
-            snakemake.params.prompts,
+            p.run,
+            p.capture,
+            one(i.get("prompts")) or p.prompts,
             snakemake.output[0],
             engine_log=snakemake.log[0],
         )

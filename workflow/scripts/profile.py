@@ -1,18 +1,27 @@
-"""Rule profile: torch.profiler over the target's decode and verify forward passes."""
+"""Rules profile / profile_gpu: torch.profiler over the target's decode and verify forward
+passes."""
 
-from specmoe.logs import logged
-from specmoe.modelstages import profile_stage
+from specmoe.logs import logged, one
+from specmoe.modelstages import engine_inputs, profile_stage
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "profile"):
-        run = snakemake.params.run
+        i, p = snakemake.input, snakemake.params
+        run = p.run
+        target, drafter = engine_inputs(
+            i.target,
+            one(i.get("drafter")),
+            p.get("method"),
+            gpu=p.get("gpu", False),
+            what=f"profile of {run['model']}",
+        )
         profile_stage(
-            snakemake.input.target,
-            snakemake.input.drafter,
+            target,
+            drafter,
             run["k"],
             run,
-            snakemake.params.profiling,
-            snakemake.params.prompts,
+            p.profiling,
+            one(i.get("prompts")) or p.prompts,
             snakemake.output.json,
             snakemake.output.traces,
             engine_log=snakemake.log[0],

@@ -1,6 +1,6 @@
 """Rule speedup: speedup, acceptance, draft cost, TE from the sweep and the curve's shape."""
 
-from specmoe.logs import logged
+from specmoe.logs import logged, one
 from specmoe.stages import speedup_stage
 
 with logged(snakemake.log[0], "speedup"):
@@ -8,7 +8,7 @@ with logged(snakemake.log[0], "speedup"):
     speedup_stage(
         i.sd,
         i.ar,
-        i.drafter,
+        one(i.get("drafter")),  # none for EAGLE heads and MTP, which cannot be served alone
         snakemake.params.run,
         snakemake.params.margin,
         snakemake.output[0],

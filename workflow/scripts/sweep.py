@@ -1,18 +1,27 @@
-"""Rules sweep_ar / sweep_sd: one serving series (one engine) over the sweep's batch sizes."""
+"""Rules sweep_ar / sweep_sd (and their _gpu forms): one serving series (one engine) over the
+sweep's batch sizes."""
 
-from specmoe.logs import logged
-from specmoe.modelstages import sweep_series_stage
+from specmoe.logs import logged, one
+from specmoe.modelstages import engine_inputs, sweep_series_stage
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "sweep"):
-        i, series = snakemake.input, snakemake.params.series
-        sweep_series_stage(
+        i, p = snakemake.input, snakemake.params
+        series = p.series
+        target, drafter = engine_inputs(
             i.target,
-            i.get("drafter"),
+            one(i.get("drafter")),
+            p.get("method"),
+            gpu=p.get("gpu", False),
+            what=f"sweep of {series['model']}",
+        )
+        sweep_series_stage(
+            target,
+            drafter,
             series["k"],
             series,
-            snakemake.params.sweep,
-            snakemake.params.prompts,
+            p.sweep,
+            one(i.get("prompts")) or p.prompts,
             snakemake.output[0],
             engine_log=snakemake.log[0],
         )

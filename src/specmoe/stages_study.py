@@ -1,0 +1,48 @@
+"""Stages of the study's own path: model and dataset downloads (the only networked stages).
+
+Each writes its outputs atomically with provenance; on failure nothing is written under a final
+name, and earlier results stay.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from . import hub, studydata
+from .errors import InputError
+from .provenance import provenance, write_json, write_text
+
+log = logging.getLogger("specmoe")
+
+
+def download_model_stage(names: list[str], repo_id, revision: str | None, mode: str,
+                         trust_remote_code: bool, out) -> dict:
+    """One repository (shared by the model variants and drafters in `names`) into the HF cache."""
+    label = ", ".join(names)
+    man = hub.download(label, repo_id, revision, mode=mode, trust_remote_code=trust_remote_code)
+    log.info("%s: %s@%s, %d files, %.1f GiB in %s", label, repo_id, man["commit"][:12],
+             len(man["files"]), man["total_bytes"] / 2**30, man["snapshot_path"])
+    write_json(out, man, provenance({"repo_id": repo_id, "revision": revision, "mode": mode},
+                                    model={"name": label, "source": "hf",
+                                           "revision": man["commit"]}, stage="download"))
+    return man
+
+
+def download_dataset_stage(name: str, spec: dict, out_csv, out_manifest) -> dict:
+    """A study dataset: fetched from its dataset repo, normalised into a prompt table."""
+    if spec.get("repo_id") is None:
+        raise InputError(f"dataset {name}: no repo_id")
+    patterns = spec.get("files") or studydata.DEFAULT_FILES[spec["format"]]
+    man = hub.download(f"dataset {name}", spec["repo_id"], spec.get("revision"),
+                       repo_type="dataset", allow_patterns=patterns)
+    rows = studydata.normalise(name, spec, man["snapshot_path"])
+    info = studydata.summary(rows)
+    log.info("dataset %s: %d prompts in %d categories from %s@%s", name, info["prompts"],
+             len(info["categories"]), spec["repo_id"], man["commit"][:12])
+    prov = provenance(spec, model=None, stage="download_dataset",
+                      dataset={"repo_id": spec["repo_id"], "revision": man["commit"]})
+    text = studydata.to_csv(rows)
+    write_text(out_csv, text)
+    write_json(out_manifest, {**man, **info, "prompt_table": str(Path(out_csv))}, prov)
+    return info

@@ -1,0 +1,165 @@
+"""The study's datasets, normalised into the prompt-table schema (prompt_id, dataset, category, text).
+
+Where vLLM's `bench serve` already reads a dataset, its own loader reads it here too, so that the
+prompts are the ones vLLM would send:
+- MT-Bench and Spec-Bench (`question.jsonl`: question_id, category, turns): vLLM's `SpecBench`
+  loader, one category at a time; the first turn is the prompt.
+- ShareGPT (a JSON list of {id, conversations: [{from, value}, ...]}): vLLM's `ShareGPTDataset`;
+  the first turn is the prompt.
+- InstructCoder (parquet: instruction, input, output): vLLM's `InstructCoderDataset` prompt
+  (the input, then the instruction and "Just output the code").
+No vLLM loader exists for these two, so they are read as published:
+- Aya (parquet: inputs, targets, language, language_code, ...): `inputs`, one category per language,
+  for the configured held-out languages.
+- SPEED-Bench (parquet per config, e.g. throughput_32k/: question_id, category, turns, ...): the
+  first turn, by category.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+from pathlib import Path
+
+from .errors import InputError
+from .prompts import COLUMNS
+
+FORMATS = ("mt-bench", "spec-bench", "sharegpt", "instructcoder", "aya", "speed-bench")
+DEFAULT_FILES = {
+    "mt-bench": ["question.jsonl"],
+    "spec-bench": ["question.jsonl", "data/spec_bench/question.jsonl"],
+    "sharegpt": ["ShareGPT_V3_unfiltered_cleaned_split.json"],
+    "instructcoder": ["*.parquet", "data/*.parquet"],
+    "aya": ["data/*.parquet", "*.parquet"],
+    "speed-bench": ["throughput_32k/*.parquet"],
+}
+
+
+def _vllm_datasets():
+    try:
+        from vllm.benchmarks.datasets import datasets as vd
+    except ImportError as exc:
+        raise InputError("reading this dataset uses vLLM's own loader: install the `cpu` or `gpu` "
+                         f"extra ({exc})") from None
+    return vd
+
+
+def _files(root: Path, patterns: list[str], what: str) -> list[Path]:
+    found = sorted({Path(p) for pat in patterns for p in glob.glob(str(root / pat))})
+    if not found:
+        raise InputError(f"{what}: no file matching {', '.join(patterns)} under {root}")
+    return found
+
+
+def _questions(path: Path) -> list[tuple[str, str]]:
+    """(category, first turn) in file order, through vLLM's SpecBench loader."""
+    import pandas as pd
+
+    vd = _vllm_datasets()
+    cats = pd.read_json(path, lines=True)
+    if "category" not in cats.columns:
+        raise InputError(f"{path}: no 'category' column (not a question.jsonl)")
+    out = []
+    for cat in dict.fromkeys(cats["category"]):
+        data = vd.SpecBench(dataset_path=str(path), category=cat, disable_shuffle=True).data
+        out += [(str(cat), d["prompt"]) for d in data]
+    return out
+
+
+def _sharegpt(path: Path) -> list[tuple[str, str]]:
+    vd = _vllm_datasets()
+    data = vd.ShareGPTDataset(dataset_path=str(path), disable_shuffle=True).data
+    return [("sharegpt", e["conversations"][0]["value"]) for e in data]
+
+
+class _Rows:
+    """The `.take(n)` that vLLM's HF loaders iterate, over rows read from parquet."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def take(self, n: int):
+        return self.rows[:n]
+
+
+def _instructcoder(paths: list[Path]) -> list[tuple[str, str]]:
+    import pandas as pd
+
+    vd = _vllm_datasets()
+    df = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    missing = {"instruction", "input"} - set(df.columns)
+    if missing:
+        raise InputError(f"InstructCoder files lack column(s) {', '.join(sorted(missing))}")
+    loader = vd.InstructCoderDataset.__new__(vd.InstructCoderDataset)  # no load_dataset call
+    loader.data = _Rows(df[["instruction", "input"]].to_dict("records"))
+    return [("instructcoder", p) for p in loader.sample_prompts(n=len(df))]
+
+
+def _aya(paths: list[Path], languages: list[str] | None) -> list[tuple[str, str]]:
+    import pandas as pd
+
+    df = pd.concat([pd.read_parquet(p, columns=["inputs", "language"]) for p in paths],
+                   ignore_index=True)
+    if languages:
+        unknown = sorted(set(languages) - set(df["language"]))
+        if unknown:
+            raise InputError(f"Aya has no language(s) {', '.join(unknown)}")
+        df = df[df["language"].isin(languages)]
+    return [(str(lang), str(text)) for text, lang in zip(df["inputs"], df["language"])]
+
+
+def _speed_bench(paths: list[Path]) -> list[tuple[str, str]]:
+    import pandas as pd
+
+    df = pd.concat([pd.read_parquet(p, columns=["category", "turns"]) for p in paths],
+                   ignore_index=True)
+    return [(str(c), str(list(t)[0])) for c, t in zip(df["category"], df["turns"])]
+
+
+def normalise(name: str, spec: dict, root: str | Path) -> list[dict]:
+    """The prompt rows of dataset `name` (config entry `spec`) from its files under `root`."""
+    fmt = spec["format"]
+    if fmt not in FORMATS:
+        raise InputError(f"dataset {name}: unknown format '{fmt}' (known: {', '.join(FORMATS)})")
+    root = Path(root)
+    files = _files(root, spec.get("files") or DEFAULT_FILES[fmt], f"dataset {name}")
+    if fmt in ("mt-bench", "spec-bench"):
+        pairs = [p for f in files for p in _questions(f)]
+    elif fmt == "sharegpt":
+        pairs = [p for f in files for p in _sharegpt(f)]
+    elif fmt == "instructcoder":
+        pairs = _instructcoder(files)
+    elif fmt == "aya":
+        pairs = _aya(files, spec.get("languages"))
+    else:
+        pairs = _speed_bench(files)
+    limit = spec.get("max_prompts")
+    rows, per_cat = [], {}
+    for cat, text in pairs:
+        if not str(text).strip():
+            continue
+        i = per_cat.get(cat, 0)
+        if limit and (i >= limit if fmt == "aya" else len(rows) >= limit):
+            continue
+        per_cat[cat] = i + 1
+        rows.append({"prompt_id": f"{name}/{cat}/{i:05d}", "dataset": name, "category": cat,
+                     "text": text})
+    if not rows:
+        raise InputError(f"dataset {name}: no prompts after normalisation")
+    return rows
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS))
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def summary(rows: list[dict]) -> dict:
+    cats: dict[str, int] = {}
+    for r in rows:
+        cats[r["category"]] = cats.get(r["category"], 0) + 1
+    return {"prompts": len(rows), "categories": cats}

@@ -1,0 +1,73 @@
+"""The weight-model table of the study's models, from their config.json alone (no GPU, no weights).
+
+One row per configured model variant (checkpoint, precision, TP): C_expert and C_dense per GPU (MiB,
+per MoE layer), the expert-free layers' bytes spread over the MoE layers, the MoE weight share, and
+the weight model's TE at batch 1 for each K with unique experts per window under the prior uniform
+i.i.d. model, and, where the config gives a model's overlaps by step distance, under the uniform
+max-entropy IPF fit of those overlaps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import costmodel, ipf, tables
+from .errors import InputError
+from .hub import snapshot_of
+from .provenance import provenance, read_json
+from .unique import uniform_unique
+
+CAPTION = ("Weight model at batch 1 from each model's config.json: bytes per GPU of one routed "
+           "expert (C_expert) and of one MoE layer's attention and shared experts (C_dense), in MiB; "
+           "expert-free layers spread over the MoE layers; MoE weight share; and TE = (C_dense + k "
+           "C_expert) / (C_dense + U C_expert) with U the unique experts per window of K+1 tokens "
+           "(uniform i.i.d.; IPF where the model's overlaps are configured).")
+
+
+def weight_row(dims: costmodel.ModelDims, k_draft: int, overlaps=None) -> dict:
+    window = k_draft + 1
+    u_uniform = uniform_unique(dims.num_experts, dims.top_k, window)
+    row = {"K": k_draft, "c_expert_mib_per_gpu": dims.c_expert / costmodel.MIB,
+           "c_dense_mib_per_gpu": dims.c_dense / costmodel.MIB,
+           "c_dense_layers_mib_per_gpu": dims.c_dense_layers / costmodel.MIB,
+           "moe_weight_share": dims.moe_weight_share,
+           "unique_uniform": u_uniform, "te_uniform": dims.te_weight(u_uniform),
+           "unique_ipf": np.nan, "te_ipf": np.nan}
+    if overlaps:
+        if len(overlaps) < k_draft:
+            raise InputError(f"{len(overlaps)} overlaps given, K={k_draft} needs {k_draft}")
+        u = ipf.predict_uniform(dims.num_experts, dims.top_k, np.asarray(overlaps[:k_draft]))
+        row.update(unique_ipf=u["unique"], te_ipf=dims.te_weight(u["unique"]))
+    return row
+
+
+def weight_model_table(entries: list[dict]) -> pd.DataFrame:
+    """entries: {name, manifest (or config), precision, tp, hardware, ks, overlaps?}."""
+    rows = []
+    for e in entries:
+        cfg = snapshot_of(e["manifest"]) / "config.json" if "manifest" in e else e["config"]
+        dtype = "fp8" if e.get("precision", "auto") == "fp8" else None
+        dims = costmodel.ModelDims.from_hf_config(cfg, dtype=dtype, tp=int(e.get("tp", 1)))
+        if dtype and costmodel.dtype_bytes(dims.dtype) > 1.01:
+            raise InputError(f"{e['name']}: fp8 asked for but the weights are {dims.dtype}")
+        for k in e["ks"]:
+            rows.append({"model": e["name"], "repo_id": e.get("repo_id"),
+                         "precision": dims.dtype if dims.dtype == dims.dense_dtype
+                         else f"{dims.dtype} experts, {dims.dense_dtype} dense",
+                         "tp": dims.tp, "hardware": e.get("hardware"), "N": dims.num_experts,
+                         "k": dims.top_k, **weight_row(dims, int(k), e.get("overlaps"))})
+    return pd.DataFrame(rows)
+
+
+def weight_model_stage(entries: list[dict], out_stem, config_for_hash: dict) -> list[Path]:
+    df = weight_model_table(entries)
+    commits = {}
+    for e in entries:
+        if "manifest" in e:
+            man = read_json(e["manifest"])
+            commits[e["name"]] = man.get("commit")
+    prov = provenance(config_for_hash, stage="weight_model", revisions=commits)
+    return tables.write_table(df, Path(out_stem), prov, CAPTION)

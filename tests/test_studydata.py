@@ -1,0 +1,120 @@
+"""The study's datasets normalised into the prompt-table schema, each from a small file in the
+dataset's published layout (vLLM's own loaders read MT-Bench, Spec-Bench, ShareGPT, InstructCoder),
+and one whole download stage against a dataset repo laid out in an offline Hugging Face cache."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hubfake import lay_out_cache
+from specmoe import prompts, studydata
+from specmoe.errors import InputError
+
+pytest.importorskip("vllm")
+
+
+def write_questions(path: Path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+MT = [
+    {"question_id": 81, "category": "writing", "turns": ["Write a travel blog post.", "Rewrite it."]},
+    {"question_id": 82, "category": "writing", "turns": ["Draft an email.", "Shorter."]},
+    {"question_id": 101, "category": "reasoning", "turns": ["Who is taller?", "Why?"]},
+]
+
+
+def test_mt_bench_and_spec_bench_through_vllms_loader(tmp_path):
+    write_questions(tmp_path / "question.jsonl", MT)
+    rows = studydata.normalise("mt-bench", {"format": "mt-bench"}, tmp_path)
+    assert [(r["category"], r["text"]) for r in rows] == [
+        ("writing", "Write a travel blog post."), ("writing", "Draft an email."),
+        ("reasoning", "Who is taller?")]
+    assert rows[0]["prompt_id"] == "mt-bench/writing/00000" and rows[0]["dataset"] == "mt-bench"
+    sb = [{"question_id": i, "category": c, "turns": [f"{c} {i}"], "reference": []}
+          for i, c in enumerate(["translation", "summarization", "qa", "math_reasoning", "rag"])]
+    write_questions(tmp_path / "sb" / "data" / "spec_bench" / "question.jsonl", sb)
+    rows = studydata.normalise("spec-bench", {"format": "spec-bench"}, tmp_path / "sb")
+    assert [r["category"] for r in rows] == ["translation", "summarization", "qa",
+                                             "math_reasoning", "rag"]
+
+
+def test_sharegpt_first_turn(tmp_path):
+    data = [{"id": "a1", "conversations": [{"from": "human", "value": "Hi there"},
+                                            {"from": "gpt", "value": "Hello"}]},
+            {"id": "a2", "conversations": [{"from": "human", "value": "lonely"}]},  # 1 turn: dropped
+            {"id": "a3", "conversations": [{"from": "human", "value": "Explain MoE"},
+                                            {"from": "gpt", "value": "..."}]}]
+    (tmp_path / "ShareGPT_V3_unfiltered_cleaned_split.json").write_text(json.dumps(data))
+    rows = studydata.normalise("sharegpt", {"format": "sharegpt"}, tmp_path)
+    assert [r["text"] for r in rows] == ["Hi there", "Explain MoE"]
+
+
+def test_instructcoder_uses_vllms_prompt(tmp_path):
+    (tmp_path / "data").mkdir()
+    pd.DataFrame({"instruction": ["Add type hints."], "input": ["def f(x): return x"],
+                  "output": ["def f(x: int) -> int: return x"]}).to_parquet(
+        tmp_path / "data" / "train-00000-of-00001.parquet")
+    rows = studydata.normalise("instructcoder", {"format": "instructcoder"}, tmp_path)
+    assert rows[0]["text"].startswith("def f(x): return x\n\nAdd type hints.")
+    assert "Just output the code" in rows[0]["text"]
+
+
+def test_aya_held_out_languages_and_limit(tmp_path):
+    (tmp_path / "data").mkdir()
+    pd.DataFrame({"inputs": ["uno", "dos", "eins", "hello", "tres"],
+                  "targets": ["1", "2", "1", "hi", "3"],
+                  "language": ["Spanish", "Spanish", "German", "English", "Spanish"],
+                  "language_code": ["spa", "spa", "deu", "eng", "spa"],
+                  "annotation_type": ["original-annotations"] * 5,
+                  "user_id": ["u"] * 5}).to_parquet(tmp_path / "data" / "train-00000-of-00001.parquet")
+    spec = {"format": "aya", "languages": ["Spanish", "German"], "max_prompts": 2}
+    rows = studydata.normalise("aya", spec, tmp_path)
+    assert [(r["category"], r["text"]) for r in rows] == [
+        ("Spanish", "uno"), ("Spanish", "dos"), ("German", "eins")]
+    with pytest.raises(InputError, match="no language"):
+        studydata.normalise("aya", {"format": "aya", "languages": ["Klingon"]}, tmp_path)
+
+
+def test_speed_bench_long_context_config(tmp_path):
+    (tmp_path / "throughput_32k").mkdir()
+    pd.DataFrame({"question_id": ["q1", "q2"], "category": ["low_entropy", "high_entropy"],
+                  "sub_category": ["", ""], "turns": [["long " * 50], ["context " * 50]],
+                  "source": ["s", "s"], "src_id": ["1", "2"], "difficulty": ["", ""],
+                  "multiturn": [False, False]}).to_parquet(
+        tmp_path / "throughput_32k" / "test-00000-of-00001.parquet")
+    rows = studydata.normalise("speed-bench-32k", {"format": "speed-bench"}, tmp_path)
+    assert [r["category"] for r in rows] == ["low_entropy", "high_entropy"]
+    assert rows[0]["text"].startswith("long long")
+
+
+def test_missing_files_are_named(tmp_path):
+    with pytest.raises(InputError, match="dataset mt: no file matching question.jsonl"):
+        studydata.normalise("mt", {"format": "mt-bench"}, tmp_path)
+
+
+def test_download_dataset_stage_offline_writes_a_prompt_table(tmp_path):
+    """The whole stage in a fresh process (huggingface_hub reads HF_HUB_OFFLINE at import)."""
+    cache = tmp_path / "hf" / "hub"
+    lay_out_cache(cache, "philschmid/mt-bench",
+                  {"question.jsonl": "".join(json.dumps(r) + "\n" for r in MT).encode()},
+                  commit="e" * 40, repo_type="dataset")
+    code = ("from specmoe.stages_study import download_dataset_stage as s; "
+            "import sys; s('mt-bench', {'format': 'mt-bench', 'repo_id': 'philschmid/mt-bench'}, "
+            "sys.argv[1], sys.argv[2])")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "HF_HUB_CACHE": str(cache)}
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.csv"),
+                        str(tmp_path / "m.json")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    table = prompts.load(str(tmp_path / "p.csv"), ["mt-bench"])
+    assert len(table) == 3 and {p.category for p in table} == {"writing", "reasoning"}
+    man = json.loads((tmp_path / "m.json").read_text())
+    assert man["commit"] == "e" * 40 and man["prompts"] == 3 and "provenance" in man

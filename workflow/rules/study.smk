@@ -1,0 +1,203 @@
+# The study's models (source: hf): downloads from the Hugging Face Hub (the only networked rules),
+# the weight-model table from each config.json, and the GPU rules (capture, sweeps, profiles) that
+# run them with vLLM's CUDA build. Each GPU rule asks for Snakemake's `gpu` resource = TP and stops at
+# once where no CUDA device is visible.
+
+
+rule download_model:
+    output:
+        "results/downloads/{repo}.{mode}.json",
+    log:
+        "logs/downloads/{repo}.{mode}.log",
+    benchmark:
+        "benchmarks/downloads/{repo}.{mode}.tsv"
+    wildcard_constraints:
+        repo="|".join(REPOS) or "^$",
+        mode="full|config",
+    retries: 2
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        repo=lambda w: REPOS[w.repo],
+    script:
+        "../scripts/download_model.py"
+
+
+rule download_dataset:
+    output:
+        prompts="results/prompts/{dataset}.csv",
+        manifest="results/downloads/datasets/{dataset}.json",
+    log:
+        "logs/downloads/datasets/{dataset}.log",
+    benchmark:
+        "benchmarks/downloads/datasets/{dataset}.tsv"
+    wildcard_constraints:
+        dataset="|".join(DATASETS) or "^$",
+    retries: 2
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        spec=lambda w: DATASETS[w.dataset],
+    script:
+        "../scripts/download_dataset.py"
+
+
+rule weight_model:
+    input:
+        [download_manifest(n, "config") for n in HF_MODELS],
+    output:
+        expand("results/tables/weight_model.{ext}", ext=["csv", "md", "tex"]),
+    log:
+        "logs/report/weight_model.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        entries=[
+            {
+                "name": n,
+                "repo_id": m["repo_id"],
+                "manifest": download_manifest(n, "config"),
+                "precision": m.get("precision", "auto"),
+                "tp": m.get("tp", 1),
+                "hardware": m.get("hardware", "H100"),
+                "ks": m.get("ks", config["ks"]),
+                **({"overlaps": m["overlaps"]} if m.get("overlaps") else {}),
+            }
+            for n, m in HF_MODELS.items()
+        ],
+    script:
+        "../scripts/weight_model.py"
+
+
+rule capture_gpu:
+    input:
+        target=gpu_target,
+        drafter=gpu_drafter,
+        prompts=prompts_for,
+    output:
+        "results/traces/{model}/{drafter}/K{k}/{dataset}.parquet",
+    log:
+        "logs/traces/{model}/{drafter}/K{k}/{dataset}.log",
+    benchmark:
+        "benchmarks/traces/{model}/{drafter}/K{k}/{dataset}.tsv"
+    wildcard_constraints:
+        model="|".join(HF_RUN) or "^$",
+    conda:
+        "../../envs/gpu.yaml"
+    resources:
+        gpu=lambda w: gpu_resources(w.model)["gpu"],
+        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
+        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        engine=1,
+    params:
+        run=run_of,
+        capture=lambda w: engine_settings(w.model, "capture"),
+        method=spec_method,
+        gpu=True,
+        prompts="builtin:v1",
+    script:
+        "../scripts/capture.py"
+
+
+rule sweep_ar_gpu:
+    input:
+        target=gpu_target,
+        prompts=prompts_for,
+    output:
+        "results/sweeps/{model}/ar/{dataset}.json",
+    log:
+        "logs/sweeps/{model}/ar/{dataset}.log",
+    benchmark:
+        "benchmarks/sweeps/{model}/ar/{dataset}.tsv"
+    wildcard_constraints:
+        model="|".join(HF_SWEEP_MODELS) or "^$",
+    retries: 1
+    conda:
+        "../../envs/gpu.yaml"
+    resources:
+        gpu=lambda w: gpu_resources(w.model)["gpu"],
+        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
+        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        engine=1,
+    params:
+        series=lambda w: {
+            "model": w.model,
+            "drafter": None,
+            "k": None,
+            "dataset": w.dataset,
+            "source": "hf",
+        },
+        sweep=lambda w: engine_settings(w.model, "sweep"),
+        method=None,
+        gpu=True,
+        prompts="builtin:v1",
+    script:
+        "../scripts/sweep.py"
+
+
+rule sweep_sd_gpu:
+    input:
+        target=gpu_target,
+        drafter=gpu_drafter,
+        prompts=prompts_for,
+    output:
+        "results/sweeps/{model}/{drafter}/K{k}/{dataset}.json",
+    log:
+        "logs/sweeps/{model}/{drafter}/K{k}/{dataset}.log",
+    benchmark:
+        "benchmarks/sweeps/{model}/{drafter}/K{k}/{dataset}.tsv"
+    wildcard_constraints:
+        model="|".join(HF_SWEPT) or "^$",
+    retries: 1
+    conda:
+        "../../envs/gpu.yaml"
+    resources:
+        gpu=lambda w: gpu_resources(w.model)["gpu"],
+        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
+        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        engine=1,
+    params:
+        series=lambda w: {**run_of(w), "source": "hf"},
+        sweep=lambda w: engine_settings(w.model, "sweep"),
+        method=spec_method,
+        gpu=True,
+        prompts="builtin:v1",
+    script:
+        "../scripts/sweep.py"
+
+
+rule profile_gpu:
+    input:
+        target=gpu_target,
+        drafter=gpu_drafter,
+        prompts=profile_prompts,
+    output:
+        json="results/profiles/{model}/{drafter}/K{k}.json",
+        traces=directory("results/profiles/{model}/{drafter}/K{k}.traces"),
+    log:
+        "logs/profiles/{model}/{drafter}/K{k}.log",
+    benchmark:
+        "benchmarks/profiles/{model}/{drafter}/K{k}.tsv"
+    wildcard_constraints:
+        model="|".join(HF_SWEPT) or "^$",
+    retries: 1
+    conda:
+        "../../envs/gpu.yaml"
+    resources:
+        gpu=lambda w: gpu_resources(w.model)["gpu"],
+        mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
+        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        engine=1,
+    params:
+        run=lambda w: {
+            "model": w.model,
+            "drafter": w.drafter,
+            "k": int(w.k),
+            "dataset": profile_dataset(w),
+        },
+        profiling=lambda w: engine_settings(w.model, "profiling"),
+        method=spec_method,
+        gpu=True,
+        prompts="builtin:v1",
+    script:
+        "../scripts/profile.py"
