@@ -12,6 +12,7 @@ include: "workflow/rules/overlap.smk"
 include: "workflow/rules/costmodel.smk"
 include: "workflow/rules/acceptance.smk"
 include: "workflow/rules/measure.smk"
+include: "workflow/rules/study.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -18,6 +18,7 @@ sha256, which names the cached blob, where there is one; computed for small non-
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import logging
@@ -138,8 +139,8 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
         patterns = list(CONFIG_PATTERNS) + (["*.py"] if trust_remote_code else [])
         if mode == "full":
             ignore = IGNORE
-            if offline():
-                patterns += SAFETENSORS
+            if offline():  # which weights the repo has is decided from the cached snapshot below
+                patterns += SAFETENSORS + BIN
             else:
                 try:
                     files = HfApi().list_repo_files(repo_id, revision=revision, repo_type=repo_type)
@@ -157,8 +158,19 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
     commit = snapshot.name
     if not COMMIT.match(commit):
         raise InputError(f"{name}: {snapshot} is not a Hugging Face cache snapshot")
-    files = sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*")
-                   if p.is_file() or (p.is_symlink() and p.exists()))
+    from huggingface_hub.utils import filter_repo_objects
+
+    if repo_type == "model" and mode == "full" and offline() and not allow_patterns:
+        present = [str(p.relative_to(snapshot)) for p in snapshot.rglob("*")]
+        with contextlib.suppress(InputError):  # no weights at all: reported below
+            patterns = [p for p in patterns if p not in SAFETENSORS + BIN]
+            patterns += _weight_patterns(present)
+
+    # the snapshot may hold more than this mode asked for (another mode's download of the repo)
+    files = sorted(filter_repo_objects(
+        (str(p.relative_to(snapshot)) for p in snapshot.rglob("*")
+         if p.is_file() or (p.is_symlink() and p.exists())),
+        allow_patterns=patterns or None, ignore_patterns=ignore))
     if repo_type == "model" and "config.json" not in files:
         raise InputError(f"{name}: {repo_id}@{commit[:12]} has no config.json")
     if repo_type == "model" and mode == "full" and not any(

@@ -126,6 +126,17 @@ def ipf_stage(overlap_json, out, batch_sizes) -> None:
 def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.ModelDims:
     """ModelDims from the model's config: an HF config.json path or explicit dims."""
     d = dict(model_cfg.get("dims") or {})
+    if model_cfg.get("source") == "hf":  # the config.json of the model's download
+        from .hub import snapshot_of
+
+        dims = costmodel.ModelDims.from_hf_config(
+            snapshot_of(model_cfg["hf_config"]) / "config.json",
+            dtype="fp8" if model_cfg.get("precision") == "fp8" else None,
+            tp=int(model_cfg.get("tp", 1)))
+        if (dims.num_experts, dims.top_k) != (num_experts, top_k):
+            raise InputError(f"model {model_cfg['name']}: config.json says {dims.top_k}-of-"
+                             f"{dims.num_experts} experts but the trace has {top_k}-of-{num_experts}")
+        return dims
     if model_cfg.get("hf_config"):
         return costmodel.ModelDims.from_hf_config(model_cfg["hf_config"], dtype=d.get("dtype"),
                                                   tp=int(d.get("tp", 1)))

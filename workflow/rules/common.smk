@@ -1,4 +1,5 @@
 # Helpers shared by the rules: config validation, the list of runs, per-run paths.
+import re
 import sys
 
 from snakemake.utils import min_version, validate
@@ -9,14 +10,13 @@ min_version("9.0")
 validate(config, "../../config/schema.yaml")
 
 
+report: "../report/workflow.rst"
+
+
 def repo_key(entry):
     """The file name of a model's or drafter's download: owner--name of its repo id."""
     repo = entry.get("repo_id")
-    return repo.replace("/", "--") if repo else f"unset--{entry['name']}"
-
-
-
-report: "../report/workflow.rst"
+    return re.sub(r"[/]", "--", repo) if repo else f"unset--{entry['name']}"
 
 
 # The study's models and drafters from the Hugging Face Hub (source: hf), the datasets downloaded
@@ -117,8 +117,7 @@ SWEEP_RUNS = [r for r in RUNS if r["model"] in SWEPT + HF_SWEPT]
 # Drafters served alone for the draft cost c: separate draft models only (EAGLE heads and MTP
 # layers cannot run alone).
 SWEEP_MODELS = sorted(
-    set(SWEPT)
-    | {r["drafter"] for r in SWEEP_RUNS if r["model"] in SWEPT}
+    set(SWEPT) | {r["drafter"] for r in SWEEP_RUNS if r["model"] in SWEPT}
 )
 HF_SWEEP_MODELS = sorted(
     set(HF_SWEPT)
@@ -181,7 +180,7 @@ def tiny_outputs():
 
 
 def all_outputs():
-    out = ["results/report/index.md"] + tiny_outputs()
+    out = (["results/report/index.md"] if RUNS else []) + tiny_outputs()
     if HF_MODELS:
         out += expand("results/tables/weight_model.{ext}", ext=["csv", "md", "tex"])
     return out
@@ -275,16 +274,22 @@ def spec_method(wildcards):
 
 
 def gpu_resources(name):
-    """Snakemake's standard resources of a GPU rule for one model: gpu = TP, memory and hours from
+    """Snakemake's standard resources of the GPU jobs of one model (gpu = TP), memory and hours from
     the model's `gpu` entry over the config's defaults."""
     m = hf_model(name)
     g = {**(config.get("gpu") or {}), **(m.get("gpu") or {})}
+    hw = config["hardware"].get(m.get("hardware", "H100"), {})
     return {
         "gpu": int(m.get("tp", 1)),
+        "gpu_model": g.get("constraint") or hw.get("gpu_model") or "",
         "mem_mb": int(g.get("mem_mb", 64000)),
         "runtime": int(g.get("runtime", 120)),
-        "engine": 1,
     }
+
+
+def one_of(names):
+    """A wildcard constraint matching exactly these names (none: nothing)."""
+    return "|".join(re.escape(n) for n in names) or "^$"
 
 
 def prompts_for(wildcards):

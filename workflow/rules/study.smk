@@ -12,7 +12,7 @@ rule download_model:
     benchmark:
         "benchmarks/downloads/{repo}.{mode}.tsv"
     wildcard_constraints:
-        repo="|".join(REPOS) or "^$",
+        repo=one_of(REPOS),
         mode="full|config",
     retries: 2
     conda:
@@ -32,7 +32,7 @@ rule download_dataset:
     benchmark:
         "benchmarks/downloads/datasets/{dataset}.tsv"
     wildcard_constraints:
-        dataset="|".join(DATASETS) or "^$",
+        dataset=one_of(DATASETS),
     retries: 2
     conda:
         "../../envs/analysis.yaml"
@@ -81,13 +81,14 @@ rule capture_gpu:
     benchmark:
         "benchmarks/traces/{model}/{drafter}/K{k}/{dataset}.tsv"
     wildcard_constraints:
-        model="|".join(HF_RUN) or "^$",
+        model=one_of(HF_RUN),
     conda:
         "../../envs/gpu.yaml"
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
+        gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:
         run=run_of,
@@ -110,7 +111,7 @@ rule sweep_ar_gpu:
     benchmark:
         "benchmarks/sweeps/{model}/ar/{dataset}.tsv"
     wildcard_constraints:
-        model="|".join(HF_SWEEP_MODELS) or "^$",
+        model=one_of(HF_SWEEP_MODELS),
     retries: 1
     conda:
         "../../envs/gpu.yaml"
@@ -118,6 +119,7 @@ rule sweep_ar_gpu:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
+        gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:
         series=lambda w: {
@@ -147,7 +149,7 @@ rule sweep_sd_gpu:
     benchmark:
         "benchmarks/sweeps/{model}/{drafter}/K{k}/{dataset}.tsv"
     wildcard_constraints:
-        model="|".join(HF_SWEPT) or "^$",
+        model=one_of(HF_SWEPT),
     retries: 1
     conda:
         "../../envs/gpu.yaml"
@@ -155,6 +157,7 @@ rule sweep_sd_gpu:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
+        gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:
         series=lambda w: {**run_of(w), "source": "hf"},
@@ -179,7 +182,7 @@ rule profile_gpu:
     benchmark:
         "benchmarks/profiles/{model}/{drafter}/K{k}.tsv"
     wildcard_constraints:
-        model="|".join(HF_SWEPT) or "^$",
+        model=one_of(HF_SWEPT),
     retries: 1
     conda:
         "../../envs/gpu.yaml"
@@ -187,6 +190,7 @@ rule profile_gpu:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
         runtime=lambda w: gpu_resources(w.model)["runtime"],
+        gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:
         run=lambda w: {

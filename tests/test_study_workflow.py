@@ -1,0 +1,124 @@
+"""The study's path through real Snakemake runs, with no network and no GPU: the paper config's DAG,
+the cost-only weight-model table of every study model from config.json files in an offline Hugging
+Face cache (.test/study), and a GPU rule that stops at once where no CUDA device is visible."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hubfake import lay_out_cache
+from specmoe import tables
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+CASE = REPO / ".test" / "study" / "config.yaml"
+pytestmark = pytest.mark.slow
+
+
+def workdir(tmp_path: Path) -> Path:
+    wd = tmp_path / "wf"
+    wd.mkdir()
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(REPO / name, wd / name)
+    for name in ("config", "workflow", "profiles", "envs"):
+        shutil.copytree(REPO / name, wd / name)
+    return wd
+
+
+def offline_cache(tmp_path: Path) -> dict:
+    """Every repo of the test case in an HF cache: its fixture config.json and a tokenizer; the
+    runnable model also a (fake) safetensors file."""
+    cache = tmp_path / "hf" / "hub"
+    case = yaml.safe_load(CASE.read_text())
+    for m in case["models"]:
+        files = {"config.json": (FIXTURES / f"{m['repo_id'].split('/')[1]}.json").read_bytes(),
+                 "tokenizer.json": b"{}"}
+        if not m.get("cost_only"):
+            files["model.safetensors"] = b"\0" * 64
+        lay_out_cache(cache, m["repo_id"], files, commit="f" * 40)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(cache),
+               CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def snakemake(wd, *args, env=None, configfile=".test/study/config.yaml"):
+    return subprocess.run([sys.executable, "-m", "snakemake", "--configfile", configfile,
+                           "--cores", "2", *args], cwd=wd, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def test_paper_config_builds_the_whole_dag_quickly():
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile",
+                        "config/paper.yaml"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    total = int(re.search(r"^total\s+(\d+)", out, re.M)[1])
+    assert total >= 300, out[-2000:]
+    for rule in ("download_model", "download_dataset", "capture_gpu", "sweep_sd_gpu",
+                 "profile_gpu", "weight_model"):
+        assert re.search(rf"^{rule}\s+\d+", out, re.M), rule
+    # every target of the study is in the DAG, and no tiny model of the default came along
+    for name in ("mixtral-8x7b-bf16-tp2", "qwen2-57b-bf16-tp2", "glm-4.7-flash-bf16-tp1",
+                 "qwen3-30b-fp8-tp1", "qwen3-235b-fp8-tp4", "gpt-oss-120b-tp4",
+                 "qwen3-next-80b-bf16-tp4", "qwen3.5-35b-bf16-tp2", "kimi-k2.5-tp8"):
+        assert f"results/traces/{name}/" in out, name
+    assert "tiny-fine" not in out and "train_model" not in out
+    assert "no repo_id for qwen3-next-80b-bf16-tp4" in out  # the values the user must fill
+    # GPU jobs ask for gpu = TP and the hardware's GPU model
+    assert re.search(r"gpu=8, runtime=480, gpu_model=h100", out)
+    print(f"paper dry-run: {total} jobs in {elapsed:.1f} s")
+
+
+def test_cost_only_weight_model_table_for_every_study_model(tmp_path):
+    wd = workdir(tmp_path)
+    shutil.copytree(REPO / ".test", wd / ".test")
+    env = offline_cache(tmp_path)
+    r = snakemake(wd, "results/tables/weight_model.csv", env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    df = tables.read_csv(wd / "results" / "tables" / "weight_model.csv")
+    case = yaml.safe_load(CASE.read_text())
+    assert set(df["model"]) == {m["name"] for m in case["models"]}  # runnable ones too
+    row = df.set_index("model").loc["qwen3-30b-fp8-tp1"]
+    assert round(row["c_expert_mib_per_gpu"], 1) == 4.5 and round(row["moe_weight_share"], 3) == 0.667
+    assert row["precision"] == "fp8-b128" and row["te_ipf"] > row["te_uniform"]
+    mix = df.set_index("model").loc["mixtral-8x7b-fp8-tp1"]
+    assert round(mix["c_expert_mib_per_gpu"]) == 168 and mix["precision"] == "fp8"
+    kimi = df.set_index("model").loc["kimi-k2.5-tp8"]
+    assert kimi["precision"] == "int4-g32 experts, bf16 dense" and kimi["N"] == 384
+    assert (df["te_uniform"] > 0).all() and (df["te_uniform"] < 1).all()
+    # only config and tokenizer were asked for: no weights in any manifest
+    for man in (wd / "results" / "downloads").glob("*.config.json"):
+        assert ".safetensors" not in man.read_text()
+    # nothing downloads a second time, and the table is not rebuilt
+    again = snakemake(wd, "results/tables/weight_model.csv", "-n", env=env)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
+    wd = workdir(tmp_path)
+    shutil.copytree(REPO / ".test", wd / ".test")
+    env = offline_cache(tmp_path)
+    target = "results/traces/qwen3-30b-run/mtp/K3/tinybench.parquet"
+    dry = snakemake(wd, target, "-n", env=env)
+    assert dry.returncode == 0 and re.search(r"gpu=2\b", dry.stdout + dry.stderr)
+    t0 = time.perf_counter()
+    r = snakemake(wd, target, env=env)
+    elapsed = time.perf_counter() - t0
+    assert r.returncode != 0
+    log = (wd / "logs" / "traces" / "qwen3-30b-run" / "mtp" / "K3" / "tinybench.log").read_text()
+    assert "needs a CUDA GPU" in log and "config.yaml for a CPU run" in log
+    assert not (wd / target).exists()
+    assert (wd / "results" / "downloads" / "Qwen--Qwen3-30B-A3B-FP8.full.json").exists()
+    assert elapsed < 120
