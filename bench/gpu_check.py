@@ -75,10 +75,20 @@ def main() -> int:
     ver = [s for s in steps if s.ntok == b * (k + 1)]
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 0
     cmp = profiling.compare(profiling.mean_events(dec), profiling.mean_events(ver))
+    from specmoe.engine import require_cuda
+    from specmoe.errors import InputError
+
+    try:  # the guard every GPU rule of the study's models runs first
+        require_cuda("gpu_check")
+        guard = True
+    except InputError:
+        guard = False
     checks = {
+        "cuda_guard_passes": guard if dev == "cuda" else not guard,
         "steps_found": len(dec) == a.steps and len(ver) == a.steps,
         "kernels_in_every_step": all(s.events for s in steps),
-        "grids_read": all(e.grid for s in steps for e in s.events if "memcpy" not in e.name),
+        "grids_read": all(e.grid for s in steps for e in s.events
+                          if not e.name.lower().startswith(("memcpy", "memset"))),
         "moe_kernels_inside_blocks": any(e.in_moe for s in steps for e in s.events),
         "shares_add_up": abs(sum(c["decode_share"] for c in cmp["classes"].values()) - 1) < 1e-9,
     }

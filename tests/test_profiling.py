@@ -130,3 +130,26 @@ def test_mean_events_averages_per_step():
     steps = steps_from_chrome_trace(trace)
     (mm,) = [e for e in mean_events(steps) if e.name == "aten::mm"]
     assert mm.duration_us == 20.0
+
+
+# The kernel seen inside a transformers MoE block on an H200 (bench/gpu_check.py): the experts'
+# grouped GEMM is a CUTLASS kernel whose name also matches the dense-GEMM pattern.
+CUTLASS_GROUPED = ("_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6"
+                   "kernel13GemmUniversalINS5_17GroupProblemShapeIN4cute5tupleIJiiiEEEEE")
+
+
+@pytest.mark.parametrize("name", [CUTLASS_GROUPED, "sm90_xmma_gemm_bf16bf16_bf16f32",
+                                  "aten::linear", "aten::mm"])
+def test_everything_inside_a_moe_block_is_moe_time(name):
+    assert classify(name) == "dense_gemm"                      # by name alone: dense
+    assert classify_event(Event(name, 1.0, in_moe=True)) == "moe"
+    assert classify_event(Event(name, 1.0, in_moe=False)) == "dense_gemm"
+    assert classify_event(Event("ncclDevKernel_AllReduce_Sum_bf16", 1.0, in_moe=True)) == \
+        "communication"
+
+
+def test_broadcast_tensors_is_not_communication():
+    assert classify("aten::broadcast_tensors") == "other"
+    assert classify("aten::broadcast_to") == "other"
+    assert classify("ncclDevKernel_Broadcast_RING_LL") == "communication"
+    assert classify("c10d::broadcast_") == "communication"

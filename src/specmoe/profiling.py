@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 CLASSES: tuple[tuple[str, str], ...] = (
     ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_to_all|alltoall|"
-                      r"custom_ar|cross_device|c10d::|broadcast"),
+                      r"custom_ar|cross_device|c10d::|(?<!aten::)broadcast(?!_tensors|_to|_shapes)"),
     ("moe", r"fused_moe|moe_align|moe_sum|moe_permute|moe_unpermute|_moe_|moe::|cutlass_moe|"
             r"topk_softmax|topk_sigmoid|grouped_topk|fused_topk|topkgating|expert|routing|router|"
             r"count_and_sort|shuffle_rows|grouped_gemm|grouped_mm|m_grouped|fused_experts|"
@@ -46,11 +46,14 @@ class Event:
 
 
 def classify_event(e: Event) -> str:
-    """The name's class; an op the name table leaves as "other" counts as MoE when it ran inside a
-    MoE block (the router's softmax, top-k and renormalisation, host time of the block's code).
-    Dense GEMMs inside a block (router gate, shared experts) stay dense, as in the weight model."""
+    """The name's class, except that everything that ran inside a MoE block is MoE time: the
+    router (gate GEMM, softmax, top-k), the expert GEMMs whatever their kernel is called (a CUTLASS
+    grouped GEMM, `aten::linear` of a per-expert CPU path), and the block's glue. Collective
+    communication inside a block (a TP all-reduce of its output) stays communication."""
     c = classify(e.name)
-    return "moe" if c == "other" and e.in_moe else c
+    if e.in_moe and c != "communication":
+        return "moe"
+    return c
 
 
 def class_times(events: list[Event]) -> dict[str, float]:
