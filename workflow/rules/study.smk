@@ -44,7 +44,7 @@ rule download_dataset:
 
 rule weight_model:
     input:
-        [download_manifest(n, "config") for n in HF_MODELS],
+        [download_manifest(n, "config") for n in HF_MODELS if HF_MODELS[n]["repo_id"]],
     output:
         expand("results/tables/weight_model.{ext}", ext=["csv", "md", "tex"]),
     log:
@@ -64,6 +64,7 @@ rule weight_model:
                 **({"overlaps": m["overlaps"]} if m.get("overlaps") else {}),
             }
             for n, m in HF_MODELS.items()
+            if m["repo_id"]
         ],
     script:
         "../scripts/weight_model.py"
