@@ -136,3 +136,27 @@ def test_async_scheduling_output_is_recorded_when_get_output_is_called_mock_gpu(
     assert rec.chunks == []                      # nothing until the engine asks for the tokens
     out.get_output()
     assert rec.chunks[0]["windows"] == [("a", 0, 3, 2)]
+
+
+def test_an_unfilled_routing_slot_is_an_error_naming_step_and_layer(tmp_path):
+    """A shard as the recorder writes it, with one slot left at -1 (no engine needed)."""
+    from specmoe.prompts import Prompt
+
+    experts = np.tile(np.arange(4, dtype=np.int16), (8, 2, 1))  # 2 windows of K+1 rows, 2 layers
+    experts[6, 1, 2] = -1                                         # window 1, position 2, layer 7
+    shard = tmp_path / "capture-0.npz"
+    np.savez(shard, experts=experts, token_id=np.arange(8, dtype=np.int32),
+             req=np.array(["r0", "r0"]), step=np.array([0, 1], np.int32),
+             n_drafts=np.array([3, 3], np.int8), accepted=np.array([1, 2], np.int8),
+             layers=np.array([3, 7]), num_experts=16, capture_s=0.0)
+    res = {"shards": [str(shard)], "requests": [{"request_id": "r0", "per_step_accepted": [1, 2]}]}
+    run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
+    with pytest.raises(SpecmoeError, match=r"step 1, position 2, layer 7 \(1 slot"):
+        capture.assemble(res, [Prompt("p0", "x", "c", "text")], run, K)
+    experts[6, 1, 2] = 5
+    np.savez(shard, experts=experts, token_id=np.arange(8, dtype=np.int32),
+             req=np.array(["r0", "r0"]), step=np.array([0, 1], np.int32),
+             n_drafts=np.array([3, 3], np.int8), accepted=np.array([1, 2], np.int8),
+             layers=np.array([3, 7]), num_experts=16, capture_s=0.0)
+    tr = capture.assemble(res, [Prompt("p0", "x", "c", "text")], run, K)
+    assert len(tr) == 8 and tr.experts.min() == 0

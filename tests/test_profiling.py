@@ -153,3 +153,24 @@ def test_broadcast_tensors_is_not_communication():
     assert classify("aten::broadcast_to") == "other"
     assert classify("ncclDevKernel_Broadcast_RING_LL") == "communication"
     assert classify("c10d::broadcast_") == "communication"
+
+
+def test_drafter_time_belongs_to_the_step_it_follows(tmp_path):
+    """Steady verify steps (2 windows of 4 tokens) each followed by 30 us of drafting, with a
+    non-steady step (a prefill chunk) in between that drafts too: c must stay 30 us per step."""
+    import json
+
+    from specmoe.kernelprof import summarise
+
+    events, ts = [], 0
+    shapes = [(2, 8, 2)] * 4 + [(2, 5, 1)] + [(2, 8, 2)] * 3
+    for nreq, ntok, nwin in shapes:
+        events.append(X(label("target", nreq, ntok, nwin), "user_annotation", ts, 50))
+        events.append(X("aten::mm", "cpu_op", ts, 50))
+        events.append(X(label("drafter", nreq, nreq, 0), "user_annotation", ts + 60, 30))
+        ts += 100
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    out = summarise(path, batch=2, window=4)
+    assert len(out["steps"]) == 7 - 2                  # steady steps after the warm-up ones
+    assert out["drafter_us_per_step"] == pytest.approx(30.0)

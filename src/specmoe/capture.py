@@ -354,7 +354,16 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
         "layers": shards[0]["layers"].tolist(), "capture_s": float(sum(s["capture_s"] for s in shards)),
         "accepted_crosscheck": {"steps": checked, "mismatches": mism},
         "generate_s": result.get("generate_s")}}
-    return Trace(experts=experts[rows].astype(np.int64).clip(min=0), columns=columns,
+    routed = experts[rows].astype(np.int64)
+    unfilled = np.argwhere(routed < 0)
+    if unfilled.size:  # the recorder missed a forward pass for these rows: never expert 0
+        r, layer = int(unfilled[0][0]), int(unfilled[0][1])
+        raise SpecmoeError(
+            f"routing capture: unfilled routing slot at request {int(columns['request'][r])}, "
+            f"step {int(columns['step'][r])}, position {int(columns['position'][r])}, layer "
+            f"{int(shards[0]['layers'][layer])} ({len(unfilled)} slot(s) in all): the recorder "
+            "missed a forward pass of the target")
+    return Trace(experts=routed, columns=columns,
                  num_experts=int(shards[0]["num_experts"]), k_draft=k_draft, meta=meta)
 
 

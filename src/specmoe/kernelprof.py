@@ -22,6 +22,8 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
+
 from . import profiling
 from .errors import InputError, SpecmoeError
 
@@ -151,15 +153,33 @@ def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
         shapes = sorted({(s.nreq, s.ntok, s.nwin) for s in steps if s.role == "target"})
         raise SpecmoeError(f"{trace_path}: no steady step with {batch} windows of {window} tokens "
                            f"(target step shapes nreq/ntok/nwin seen: {shapes[:12]})")
-    drafter = [s for s in steps if s.role == "drafter" and target[0].ts <= s.ts <= target[-1].ts]
-    return {"steps": target, "drafter_us_per_step": (sum(s.dur_us for s in drafter) /
-                                                     max(1, len(target) - 1)) if drafter else 0.0,
+    return {"steps": target, "drafter_us_per_step": drafter_per_step(steps, target),
             "wall_us": sum(s.dur_us for s in target) / len(target)}
+
+
+def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) -> float:
+    """Mean drafter time per steady target step. Each drafter forward belongs to the target step
+    it follows (vLLM drafts the next window after the verify pass of the same engine step), so a
+    non-steady step in between keeps its own drafting; steady steps that drafted nothing (the
+    last step of a request) are left out of the mean."""
+    targets = sorted((s for s in steps if s.role == "target"), key=lambda s: s.ts)
+    if not targets:
+        return 0.0
+    starts = np.array([t.ts for t in targets])
+    own: dict[int, float] = {}
+    for d in steps:
+        if d.role != "drafter":
+            continue
+        i = int(np.searchsorted(starts, d.ts, side="right")) - 1
+        if i >= 0:
+            own[id(targets[i])] = own.get(id(targets[i]), 0.0) + d.dur_us
+    per = [own[id(t)] for t in steady if id(t) in own]
+    return float(np.mean(per)) if per else 0.0
 
 
 def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
                   max_tokens: int, engine_opts: dict, trace_dir,
-                  log_path: str | None = None) -> dict:
+                  log_path: str | None = None, timeout: float = 1800) -> dict:
     """Decode (no SD) and verify (SD, K drafts) profiles at each batch size; per-class comparison."""
     from .engine import check_inputs, engine_kwargs, run_in_child
 
@@ -177,7 +197,7 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
         engine = engine_kwargs(target_dir, drafter, k if drafter else None,
                                max_num_seqs=max(batches), **engine_opts)
         out[mode] = run_in_child(profile_generate, by_batch, max_tokens, engine, str(d),
-                                 log_path=log_path)
+                                 log_path=log_path, timeout=timeout / 2)
     rows = []
     for b in batches:
         dec_info, ver_info = out["decode"][b]["traces"][0], out["verify"][b]["traces"][0]

@@ -122,7 +122,7 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],
                            int(cap_cfg.get("max_tokens", 64)), engine, shard_dir,
-                           log_path=engine_log)
+                           log_path=engine_log, timeout=float(cap_cfg.get("timeout_s", 1800)))
         tr = assemble(res, rows, run, k)
     cap = tr.meta["capture"]
     log.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches in %d "
@@ -242,7 +242,8 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()
     res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
-                        int(prof_cfg.get("max_tokens", 32)), opts, trace_dir, log_path=engine_log)
+                        int(prof_cfg.get("max_tokens", 32)), opts, trace_dir, log_path=engine_log,
+                        timeout=float(prof_cfg.get("timeout_s", 1800)))
     write_json(out, {"run": run, **res, "wall_s": time.perf_counter() - t0}, provenance(
         {"run": run, "profiling": prof_cfg, "prompts": prompts_source},
         model={"name": run["model"], "source": "tiny",
