@@ -324,4 +324,9 @@ def engine_settings(name, section):
     if m.get("trust_remote_code"):
         extra["trust_remote_code"] = True
     base["engine_args"] = extra
+    # engine timeouts follow the job's runtime, so an engine stuck at start-up fails the job with
+    # its own message before the scheduler kills it
+    budget = gpu_resources(name)["runtime"] * 60 * 0.95
+    base["timeout_s"] = budget
+    base["startup_timeout_s"] = min(float(base.get("startup_timeout_s", budget)), budget)
     return base

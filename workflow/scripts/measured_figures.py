@@ -4,7 +4,7 @@ from pathlib import Path
 
 from specmoe.logs import logged
 from specmoe.provenance import provenance
-from specmoe.stages import write_measured_figures
+from specmoe.measured import write_measured_figures
 
 with logged(snakemake.log[0], "measured_figures"):
     write_measured_figures(

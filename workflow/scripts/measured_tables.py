@@ -4,7 +4,8 @@ from pathlib import Path
 
 from specmoe.logs import logged
 from specmoe.provenance import provenance
-from specmoe.stages import build_measured_tables, write_tables
+from specmoe.measured import build_measured_tables
+from specmoe.stages import write_tables
 
 with logged(snakemake.log[0], "measured_tables"):
     i = snakemake.input

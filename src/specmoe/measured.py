@@ -1,0 +1,121 @@
+"""The measured side: speedup from the serving sweeps, profiles, and the tables that join them.
+
+Every join is keyed by the full run (model, drafter, K, dataset) and the batch size: a profile runs
+on its model's first dataset and joins that dataset's sweep and cost model only.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import costmodel, figures, tables
+from .provenance import provenance, read_json, write_json
+from .stages import _run_cols, _runs
+
+log = logging.getLogger("specmoe")
+
+MEASURED_ROUTING = "measured windows (temporal)"
+
+
+def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
+                  timing: str = "client") -> None:
+    """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run."""
+    from .sweep import speedup_curve
+
+    sd, ar = read_json(sd_json), read_json(ar_json)
+    dr = read_json(drafter_json) if drafter_json else None
+    res = speedup_curve(ar["points"], sd["points"], dr["points"] if dr else None, run["k"], margin,
+                        timing)
+    prov = dict(sd.get("provenance", {}))
+    prov.update(provenance({"run": run, "margin": margin, "timing": timing},
+                           model=prov.get("model"), stage="speedup"))
+    write_json(out, {"run": run, **res}, prov)
+    log.info("%s: speedup %s; shape %s", run["model"],
+             ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
+
+
+def run_key(rc: dict) -> tuple:
+    return (rc["model"], rc["drafter"], int(rc["k"]), rc["dataset"])
+
+
+def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str, pd.DataFrame]:
+    """Tables of the measured side: speedup vs batch, TE three ways, kernel time shares and the
+    three-step correction with profiled values (batch 1) against the TE from the sweep."""
+    sps, prs, cms = (_runs(x) for x in (speedup_jsons, profile_jsons, cost_jsons))
+    t: dict[str, list] = {k: [] for k in MEASURED_TABLES}
+    te_cost, sweep_rows = {}, {}
+    for cm in cms:
+        rc = _run_cols(cm["run"])
+        for r in cm["te_vs_batch"]:
+            if r["routing"] == MEASURED_ROUTING:
+                te_cost[(*run_key(rc), r["batch"])] = r["te"]
+    cost_by_run = {run_key(_run_cols(c["run"])): c for c in cms}
+    for sp in sps:
+        rc = _run_cols(sp["run"])
+        for r in sp["rows"]:
+            t["speedup_vs_batch"].append({
+                **rc, "batch": r["batch"], "tpot_ar_ms": r["tpot_ar_ms"],
+                "tpot_sd_ms": r["tpot_sd_ms"], "tpot_ar_p99_ms": r["tpot_ar_p99_ms"],
+                "tpot_sd_p99_ms": r["tpot_sd_p99_ms"], "speedup": r["speedup"],
+                "timing": sp.get("timing", "client"),
+                "speedup_client": r.get("speedup_client", r["speedup"]),
+                "speedup_engine": r.get("speedup_engine", r["speedup"]), "tau": r["tau"],
+                "draft_cost": r["draft_cost"], "te_sweep": r["te_sweep"], "shape": sp["shape"],
+                **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}})
+            sweep_rows[(*run_key(rc), r["batch"])] = r
+    for pr in prs:
+        rc = _run_cols(pr["run"])
+        run = run_key(rc)
+        for b in pr["batches"]:
+            key = (*run, b["batch"])
+            sw = sweep_rows.get(key)
+            t["te_three_ways"].append({
+                **rc, "batch": b["batch"], "te_sweep": sw["te_sweep"] if sw else np.nan,
+                # the same sweep point with the drafter cost from profiling: serving the drafter
+                # alone also times the engine's per-step work, which SD pays once, not K times
+                "te_sweep_profiled_c": costmodel.te_from_sweep(
+                    sw["tau"], sw["speedup"], b["draft_cost_profiled"]) if sw else np.nan,
+                "te_profiled": b["te_profiled"], "te_costmodel": te_cost.get(key, np.nan),
+                "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
+                    b["draft_cost_profiled"], "device": b["device"]})
+            for cls, c in b["classes"].items():
+                g = {ph: (b.get("grids") or {}).get(ph, {}).get(cls, {}) for ph in ("decode",
+                                                                                      "verify")}
+                t["kernel_time_shares"].append({
+                    **rc, "batch": b["batch"], "class": cls, "decode_us": c["decode_us"],
+                    "verify_us": c["verify_us"], "decode_share": c["decode_share"],
+                    "verify_share": c["verify_share"], "ratio": c["ratio"],
+                    "median_ctas_decode": g["decode"].get("median_ctas", np.nan),
+                    "median_ctas_verify": g["verify"].get("median_ctas", np.nan),
+                    "below_sm_share_verify": g["verify"].get("below_sm_count", np.nan),
+                    "sm_count": b.get("sm_count") or np.nan})
+            cm = cost_by_run.get(run)
+            if b["batch"] == 1 and cm is not None:
+                corr = costmodel.three_step_correction(
+                    cm["moe_weight_share"], cm["unique_ratio"], b["moe_time_share"],
+                    b["moe_time_ratio"], b["dense_time_ratio"],
+                    measured=_finite_or_none(sw["te_sweep"] if sw else None))
+                for s in corr["steps"]:
+                    t["three_step_correction"].append({**rc, "batch": 1, **s,
+                                                       "te_sweep": corr["measured"]})
+    return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+def _finite_or_none(x):
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
+MEASURED_TABLES = ("speedup_vs_batch", "te_three_ways", "kernel_time_shares",
+                   "three_step_correction")
+
+
+def write_measured_figures(table_dir, outdir, prov: dict) -> list[Path]:
+    df = tables.read_csv(Path(table_dir) / "speedup_vs_batch.csv")
+    if not df.empty:
+        df["run"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " ("
+                     + df["shape"] + ")")
+    return figures.save(figures.speedup_vs_batch(df), Path(outdir) / "speedup_vs_batch", prov)

@@ -1,0 +1,47 @@
+"""The measured tables join sweeps, profiles and cost models by the full run, dataset included."""
+
+import json
+
+import pytest
+
+from specmoe.measured import build_measured_tables
+
+
+def dump(tmp_path, name, obj):
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(obj))
+    return str(p)
+
+
+def run(ds):
+    return {"model": "m", "drafter": "d", "k": 3, "dataset": ds}
+
+
+def speedup(ds, te, tau, s):
+    return {"run": run(ds), "shape": "peak at low batch", "timing": "client", "rows": [
+        {"batch": 1, "tpot_ar_ms": 10.0, "tpot_sd_ms": 10.0 / s, "tpot_ar_p99_ms": 11.0,
+         "tpot_sd_p99_ms": 11.0, "speedup": s, "tau": tau, "draft_cost": 0.1, "te_sweep": te,
+         "position_acceptance": [0.7, 0.5, 0.3]}]}
+
+
+def cost(ds, te, share):
+    return {"run": run(ds), "moe_weight_share": share, "unique_ratio": 2.4,
+            "te_vs_batch": [{"routing": "measured windows (temporal)", "batch": 1, "te": te}]}
+
+
+def test_a_profile_joins_its_own_datasets_sweep_and_cost_model(tmp_path):
+    # two datasets of one model: the profile ran on d1, which must not take d2's numbers
+    sps = [dump(tmp_path, "s1", speedup("d1", 0.8, 2.5, 1.6)),
+           dump(tmp_path, "s2", speedup("d2", 0.5, 2.0, 1.1))]
+    cms = [dump(tmp_path, "c1", cost("d1", 0.61, 0.667)), dump(tmp_path, "c2", cost("d2", 0.42, 0.5))]
+    prof = {"run": run("d1"), "batches": [{
+        "batch": 1, "te_profiled": 0.7, "moe_time_share": 0.33, "moe_time_ratio": 1.6,
+        "dense_time_ratio": 0.95, "draft_cost_profiled": 0.05, "device": "cuda", "sm_count": 132,
+        "classes": {}, "grids": {}}]}
+    t = build_measured_tables(sps, [dump(tmp_path, "p", prof)], cms)
+    row = t["te_three_ways"].iloc[0]
+    assert row["dataset"] == "d1" and row["te_sweep"] == 0.8 and row["te_costmodel"] == 0.61
+    assert row["te_sweep_profiled_c"] == pytest.approx(1 / (2.5 / 1.6 - 0.05))
+    corr = t["three_step_correction"]
+    assert (corr["te_sweep"] == 0.8).all() and corr.iloc[0]["f"] == 0.667
+    assert len(t["speedup_vs_batch"]) == 2
