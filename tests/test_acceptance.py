@@ -44,3 +44,59 @@ def test_tied_acceptance_shows_positive_delta(small_trace):
     statuses = {r["status"] for r in res["anchor"]}
     assert statuses == {"accepted", "first_rejected", "after_rejection"}
     assert 1 <= res["acceptance_length"]["tau"] <= 4
+
+
+def _trace(windows, k=3):
+    """A hand-made trace: windows of (n_drafts, accepted), one request."""
+    from specmoe.trace import Trace, status_for
+
+    pos, nd, acc, step = [], [], [], []
+    for s, (n, a) in enumerate(windows):
+        for j in range(n + 1):
+            pos.append(j)
+            nd.append(n)
+            acc.append(a)
+            step.append(s)
+    pos, acc = np.array(pos, np.int8), np.array(acc, np.int8)
+    cols = {"request": np.zeros(len(pos), np.int32), "step": np.array(step, np.int32),
+            "position": pos, "n_drafts": np.array(nd, np.int8), "accepted": acc,
+            "status": status_for(pos, acc)}
+    return Trace(experts=np.zeros((len(pos), 1, 2), np.int64), columns=cols, num_experts=8,
+                 k_draft=k)
+
+
+def test_acceptance_length_counts_drafting_steps_only_as_vllm_does():
+    from specmoe.acceptance import _acceptance_length
+
+    # two drafting steps with 2 accepted each, and a last step that drafted nothing: vLLM says
+    # 1 + 4/2 = 3.0 (counting the empty step too would give 1 + 4/3 = 2.33)
+    out = _acceptance_length(_trace([(3, 2), (3, 2), (0, 0)]))
+    assert out["tau"] == pytest.approx(3.0) and out["steps"] == 2
+    assert out["steps_without_drafts"] == 1
+
+
+def test_median_delta_uses_the_held_out_datasets_slices_only(small_trace):
+    import dataclasses
+
+    consec, anchor = row_overlaps(small_trace)
+    tr = dataclasses.replace(small_trace, meta={**small_trace.meta, "run": {"dataset": "main+held"},
+                                                "slice_datasets": {"a": "main", "b": "held"}})
+    res = acceptance_stats(tr, consec, anchor)
+    b = [r["delta"] for r in res["slices"]["b"]]
+    assert res["median_delta_by_position"] == pytest.approx(b)   # slice a is the main set
+    assert res["heldout"] == {"held": {"slices": ["b"], "median_delta_by_position": pytest.approx(b)}}
+    tr = dataclasses.replace(tr, meta={**tr.meta, "run": {"dataset": "main"}})  # no held-out set
+    assert all(np.isnan(acceptance_stats(tr, consec, anchor)["median_delta_by_position"]))
+
+
+def test_anchor_effects_compare_anchor_overlap_not_consecutive(small_trace):
+    from specmoe.trace import ACCEPTED, FIRST_REJECTED
+
+    consec, anchor = row_overlaps(small_trace)
+    res = acceptance_stats(small_trace, consec, anchor)
+    pos, st = small_trace.columns["position"], small_trace.columns["status"]
+    for r in res["anchor_effects"]:
+        j = r["draft_position"]
+        want = compare(anchor[(pos == j) & (st == ACCEPTED)], anchor[(pos == j) & (st == FIRST_REJECTED)])
+        assert r["cohens_d"] == pytest.approx(want["cohens_d"], nan_ok=True)
+    assert res["anchor_effects"][1]["cohens_d"] != pytest.approx(res["by_position"][1]["cohens_d"])

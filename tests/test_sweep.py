@@ -6,7 +6,7 @@ import pytest
 
 from specmoe.costmodel import speedup
 from specmoe.errors import InputError
-from specmoe.sweep import CONCAVE, PEAK_LOW, shape_label, speedup_curve
+from specmoe.sweep import CONCAVE, FLAT, PEAK_LOW, RISING, TOO_FEW, shape_label, speedup_curve
 
 
 def point(batch, tpot, tau=None, per_pos=None):
@@ -21,7 +21,9 @@ def point(batch, tpot, tau=None, per_pos=None):
     ([2.0, 1.8, 1.5, 1.1], PEAK_LOW),            # monotone decreasing
     ([1.5, 1.9, 1.7, 1.2], CONCAVE),             # interior maximum well above batch 1
     ([1.5, 1.52, 1.4, 1.2], PEAK_LOW),           # interior maximum inside the margin
-    ([1.0, 1.2, 1.4, 1.6], PEAK_LOW),            # maximum at the largest batch is not interior
+    ([1.0, 1.2, 1.4, 1.6], RISING),              # rising with batch size is not a low-batch peak
+    ([1.0, 1.3, 1.5, 1.48], RISING),             # ends within the margin of its maximum
+    ([1.0, 1.03, 0.98, 1.02], FLAT),             # every point within the margin of batch 1
 ])
 def test_shape_label(speedups, label):
     assert shape_label([1, 2, 4, 8], speedups, margin=0.05) == label
@@ -29,8 +31,9 @@ def test_shape_label(speedups, label):
 
 def test_shape_label_ignores_order_and_nan():
     assert shape_label([8, 1, 4, 2], [1.2, 1.5, 1.7, 1.9]) == CONCAVE
-    assert shape_label([1, 2], [1.0, 2.0]) == PEAK_LOW  # too few points to be concave
-    assert shape_label([1, 2, 4], [1.0, float("nan"), 2.0]) == PEAK_LOW
+    assert shape_label([1, 2], [1.0, 2.0]) == RISING
+    assert shape_label([1, 2, 4], [1.0, float("nan"), 2.0]) == RISING
+    assert shape_label([1, 2], [1.0, float("nan")]) == TOO_FEW
 
 
 def test_speedup_curve_recovers_the_te_it_was_built_from():

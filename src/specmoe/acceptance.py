@@ -76,15 +76,30 @@ def anchor_table(anchor: np.ndarray, position: np.ndarray, status: np.ndarray,
     return rows
 
 
+def anchor_effects(anchor: np.ndarray, position: np.ndarray, status: np.ndarray,
+                   k_draft: int) -> list[dict]:
+    """Accepted vs first-rejected anchor overlap overlap(S(0), S(j)) per draft position j (the
+    effect sizes that label the anchor-overlap figure)."""
+    return by_position(anchor, position, status, k_draft)
+
+
+def heldout_split(run_dataset: str | None, slice_datasets: dict[str, str]) -> dict[str, list[str]]:
+    """Held-out datasets of a run and their slices: a run of datasets "a+b+c" has main set a and
+    held-out sets b and c; each slice (category) belongs to the dataset its prompts came from."""
+    parts = (run_dataset or "").split("+")
+    return {d: sorted(c for c, ds in slice_datasets.items() if ds == d) for d in parts[1:]}
+
+
 def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
                      slice_column: str = "category") -> dict:
-    """All acceptance statistics of one trace: overall, anchor, per slice and median across slices."""
+    """All acceptance statistics of one trace: overall, anchor (with effect sizes), per slice, and
+    the median accepted-minus-first-rejected delta across the held-out datasets' slices."""
     pos, st = trace.columns["position"], trace.columns["status"]
     kd = trace.k_draft
     out = {"by_position": by_position(consec, pos, st, kd),
-           "anchor": anchor_table(anchor, pos, st, kd)}
-    acc_len = _acceptance_length(trace)
-    out["acceptance_length"] = acc_len
+           "anchor": anchor_table(anchor, pos, st, kd),
+           "anchor_effects": anchor_effects(anchor, pos, st, kd),
+           "acceptance_length": _acceptance_length(trace)}
     if slice_column in trace.columns:
         labels = trace.columns[slice_column]
         slices = {}
@@ -92,19 +107,36 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
             m = labels == name
             slices[name] = by_position(consec[m], pos[m], st[m], kd)
         out["slices"] = slices
-        out["median_delta_by_position"] = [
-            float(np.nanmedian([rows[j]["delta"] for rows in slices.values()]))
-            for j in range(kd)]
+        split = heldout_split((trace.meta.get("run") or {}).get("dataset"),
+                              trace.meta.get("slice_datasets") or {})
+        out["heldout"] = {
+            ds: {"slices": names, "median_delta_by_position": _median_delta(slices, names, kd)}
+            for ds, names in split.items()}
+        held = [n for names in split.values() for n in names]
+        out["median_delta_by_position"] = _median_delta(slices, held, kd)
+    return out
+
+
+def _median_delta(slices: dict, names: list[str], kd: int) -> list[float]:
+    """Median over the named slices of the per-position delta (NaN without slices)."""
+    out = []
+    for j in range(kd):
+        vals = [slices[n][j]["delta"] for n in names if n in slices]
+        vals = [v for v in vals if np.isfinite(v)]
+        out.append(float(np.median(vals)) if vals else float("nan"))
     return out
 
 
 def _acceptance_length(trace: Trace) -> dict:
-    """tau = mean accepted drafts per step + 1 (bonus token); per-position acceptance rates."""
+    """tau as vLLM reports it: 1 + accepted drafts / steps that drafted (a step with no drafts,
+    such as a request's last, is not a drafting step); per-position acceptance rates."""
     first = trace.columns["position"] == 0
     acc = trace.columns["accepted"][first].astype(float)
     nd = trace.columns.get("n_drafts")
     nd = nd[first] if nd is not None else np.full(acc.size, trace.k_draft)
+    drafting = nd > 0
     rates = [float((acc[nd >= j] >= j).mean()) if (nd >= j).any() else float("nan")
              for j in range(1, trace.k_draft + 1)]
-    return {"tau": float(acc.mean() + 1) if acc.size else float("nan"), "steps": int(acc.size),
+    tau = float(acc[drafting].sum() / drafting.sum() + 1) if drafting.any() else float("nan")
+    return {"tau": tau, "steps": int(drafting.sum()), "steps_without_drafts": int((~drafting).sum()),
             "position_acceptance": rates}

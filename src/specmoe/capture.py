@@ -349,7 +349,8 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
         "token_id": token_id[rows].astype(np.int32),
     }
     mism, checked = _crosscheck(result["requests"], request, step, n_drafts, accepted)
-    meta = {"run": run, "capture": {
+    meta = {"run": run, "slice_datasets": {p.category: p.dataset for p in prompts},
+            "capture": {
         "windows": int(order.size), "short_windows": int((n_drafts < k_draft).sum()),
         "layers": shards[0]["layers"].tolist(), "capture_s": float(sum(s["capture_s"] for s in shards)),
         "accepted_crosscheck": {"steps": checked, "mismatches": mism},

@@ -251,13 +251,24 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
         rc = _run_cols(ac["run"])
         for r in ac["by_position"]:
             t["acceptance_consecutive"].append({**rc, **r})
+        eff = {e["draft_position"]: e for e in ac.get("anchor_effects", [])}
         for r in ac["anchor"]:
-            t["anchor_overlap"].append({**rc, **r})
+            e = eff.get(r["draft_position"], {})
+            # the effect of acceptance on anchor overlap at this position (accepted vs
+            # first-rejected), the label of the anchor-overlap figure
+            t["anchor_overlap"].append({**rc, **r, "cohens_d": e.get("cohens_d", np.nan),
+                                        "p_value": e.get("p_value", np.nan)})
+        heldout = ac.get("heldout", {})
+        slice_set = {n: ds for ds, h in heldout.items() for n in h["slices"]}
         for name, rows in ac.get("slices", {}).items():
             t["heldout_acceptance"].append({
-                **rc, "slice": name,
+                **rc, "slice": name, "heldout_dataset": slice_set.get(name, ""),
                 **{f"delta_pos{r['draft_position']}": r["delta"] for r in rows},
                 **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"] for r in rows}})
+        for ds, h in heldout.items():  # the median across each held-out dataset's slices
+            t["heldout_acceptance"].append({
+                **rc, "slice": f"median of {ds}", "heldout_dataset": ds,
+                **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)}})
     return {k: pd.DataFrame(v) for k, v in t.items()}
 
 
@@ -272,8 +283,11 @@ CAPTIONS = {
     "te_vs_batch": "Target efficiency vs batch size with a roofline floor.",
     "acceptance_consecutive": "Deconfounded consecutive overlap, accepted vs first-rejected drafts "
                               "at the same position.",
-    "anchor_overlap": "Anchor overlap overlap(S(0), S(j)) by acceptance status, with standard errors.",
-    "heldout_acceptance": "Accepted minus first-rejected overlap per slice.",
+    "anchor_overlap": "Anchor overlap overlap(S(0), S(j)) by acceptance status, with standard errors, "
+                      "and the accepted vs first-rejected effect at each position (Cohen's d, "
+                      "Welch p).",
+    "heldout_acceptance": "Accepted minus first-rejected consecutive overlap per slice, and its "
+                          "median across the slices of each held-out dataset.",
 }
 
 
@@ -312,9 +326,10 @@ def write_figures(table_dir, outdir, prov: dict) -> list[Path]:
     paths += figures.save(figures.per_layer_overlap(load("per_layer_overlap")),
                           od / "per_layer_overlap", prov)
     paths += figures.save(figures.te_vs_batch(load("te_vs_batch")), od / "te_vs_batch", prov)
-    paths += figures.save(figures.anchor_overlap(load("anchor_overlap"),
-                                                 load("acceptance_consecutive")),
-                          od / "anchor_overlap", prov)
+    anchor = load("anchor_overlap")
+    effects = anchor.drop_duplicates(["run", "draft_position"])[
+        ["run", "draft_position", "cohens_d"]] if not anchor.empty else anchor
+    paths += figures.save(figures.anchor_overlap(anchor, effects), od / "anchor_overlap", prov)
     return paths
 
 
@@ -325,7 +340,7 @@ FIGURE_CAPTIONS = {
     "te_vs_batch": "Target efficiency vs batch size under uniform, independent-skewed, IPF and "
                    "measured (temporally correlated) routing.",
     "anchor_overlap": "Anchor overlap by acceptance status with standard-error bars; labels give "
-                      "Cohen's d of accepted vs first-rejected consecutive overlap.",
+                      "Cohen's d of accepted vs first-rejected anchor overlap at each position.",
 }
 
 

@@ -19,6 +19,8 @@ from .costmodel import te_from_sweep
 from .errors import InputError
 
 CONCAVE, PEAK_LOW = "concave", "peak at low batch"
+RISING, FLAT, TOO_FEW = "rising", "flat within the margin", "too few points"
+SHAPES = (PEAK_LOW, CONCAVE, RISING, FLAT, TOO_FEW)
 # client: TPOT of each request as vLLM's bench client sees the stream. engine: the engine's own
 # per-request TPOT histogram (timestamps taken when the engine core produces each output). They
 # agree when the API server keeps up; on a 2-core CPU it does not (it shares a core with the engine
@@ -39,12 +41,23 @@ def tpot(point: dict, timing: str) -> float:
 
 
 def shape_label(batches: list[int], speedups: list[float], margin: float = 0.05) -> str:
+    """The shape of a speedup-vs-batch curve, `margin` being the relative difference that counts:
+    "flat within the margin" (every point within it of batch 1), "rising" (the maximum at the
+    largest batch, or within the margin of it, above batch 1 by more than the margin), "concave"
+    (an interior maximum above batch 1 by more than the margin, falling again after it), else "peak
+    at low batch" (nothing beats the smallest batch by more than the margin)."""
     pairs = sorted((b, s) for b, s in zip(batches, speedups) if math.isfinite(s))
-    if len(pairs) < 3:
-        return PEAK_LOW
-    best = max(range(len(pairs)), key=lambda i: pairs[i][1])
-    interior = 0 < best < len(pairs) - 1
-    return CONCAVE if interior and pairs[best][1] > pairs[0][1] * (1.0 + margin) else PEAK_LOW
+    if len(pairs) < 2:
+        return TOO_FEW
+    first, last = pairs[0][1], pairs[-1][1]
+    vals = [v for _, v in pairs]
+    best = max(vals)
+    up = 1.0 + margin
+    if best <= first * up and min(vals) >= first / up:
+        return FLAT
+    if best > first * up:
+        return RISING if last * up >= best else CONCAVE
+    return PEAK_LOW
 
 
 def _by_batch(points: list[dict], what: str) -> dict[int, dict]:
