@@ -41,10 +41,14 @@ def tokenizer_stage(tiny_cfg: dict, out_dir) -> None:
 
 
 def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained: bool = True,
-                progress: bool = True) -> dict:
-    """Train (or, for the random control, only initialise) one tiny model and save it."""
+                progress: bool = True, threads: int | None = None) -> dict:
+    """Train (or, for the random control, only initialise) one tiny model and save it. threads:
+    the job's threads (default: the config's tiny.train.threads)."""
     arch = tiny.arch_from_dict(model_cfg["arch"])
-    spec = tiny.spec_from_dict({**tiny_cfg.get("train", {}), "steps": model_cfg["steps"],
+    train = dict(tiny_cfg.get("train", {}))
+    if threads:
+        train["threads"] = int(threads)
+    spec = tiny.spec_from_dict({**train, "steps": model_cfg.get("steps", 1),
                                 "seed": model_cfg.get("seed", 0)})
     arch.validate()
     spec.validate()  # bad input fails here, before torch is even imported

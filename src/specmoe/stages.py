@@ -53,7 +53,17 @@ def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
                                           engine="specmoe.synth"))
 
 
-def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0) -> None:
+def use_threads(threads: int | None) -> None:
+    """Run the numba-parallel passes on the job's threads (not every core of the machine)."""
+    if threads:
+        import numba
+
+        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+
+
+def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
+                  threads: int | None = None) -> None:
+    use_threads(threads)
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
     summary = ws.summary()
@@ -180,7 +190,8 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
                      "te_weight_batch1": te_b1, "te_vs_batch": curves}, prov)
 
 
-def acceptance_stage(trace_path, out) -> None:
+def acceptance_stage(trace_path, out, threads: int | None = None) -> None:
+    use_threads(threads)
     tr = trace.read_trace(trace_path)
     consec, anchor = overlap.row_overlaps(tr)
     res = acceptance.acceptance_stats(tr, consec, anchor)

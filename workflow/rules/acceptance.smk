@@ -12,5 +12,6 @@ rule acceptance:
         "benchmarks/acceptance/{model}/{drafter}/K{k}/{dataset}.tsv"
     conda:
         "../../envs/analysis.yaml"
+    threads: 2
     script:
         "../scripts/acceptance.py"

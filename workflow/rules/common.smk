@@ -4,6 +4,9 @@ import sys
 
 from snakemake.utils import min_version, validate
 
+from specmoe import prompts as prompt_table
+from specmoe.configcheck import check as check_config
+
 min_version("9.0")
 
 
@@ -11,6 +14,19 @@ validate(config, "../../config/schema.yaml")
 
 
 report: "../report/workflow.rst"
+
+
+def prompt_datasets(cfg):
+    """Datasets of the prompt table the tiny models read (None when it cannot be read yet)."""
+    try:
+        source = (cfg.get("tiny") or {}).get("prompts", "builtin:v1")
+        return {p.dataset for p in prompt_table.load(source)}
+    except Exception:
+        return None
+
+
+# Every cross-reference and pair of numbers that could contradict: one line each, before any job.
+check_config(config, prompt_datasets(config))
 
 
 def repo_key(entry):
@@ -94,13 +110,6 @@ TINY_DRAFTERS = {
 TINY = {**TINY_TARGETS, **TINY_DRAFTERS}
 if TINY_TARGETS and "tiny" not in config:
     raise ValueError("config: models with source 'tiny' need the 'tiny' section")
-for _m in TINY_TARGETS.values():
-    for _d in _m["drafters"]:
-        if _d not in TINY_DRAFTERS:
-            raise ValueError(
-                f"config: model {_m['name']} names drafter '{_d}', which is not defined "
-                "under 'drafters'"
-            )
 # Models measured by serving sweeps and kernel profiling: trained tiny targets (not the controls)
 # and the study's models.
 SWEPT = (
@@ -160,7 +169,7 @@ def tiny_params(*keys):
     """The named keys of the `tiny` config section (a rule's params, so that editing another key
     does not rerun it)."""
     tiny = config.get("tiny", {})
-    return {k: tiny[k] for k in keys if k in tiny}
+    return canonical({k: tiny[k] for k in keys if k in tiny})
 
 
 def tiny_outputs():
@@ -188,9 +197,76 @@ def all_outputs():
 
 def measure_threads():
     """Sweeps and profiles time things: on a local machine they take every core, so that no
-    other job runs beside them (on a cluster each job has its own node anyway)."""
-    cores = workflow.cores
+    other job runs beside them. A cluster executor sets no total of cores (reading it raises):
+    there each job asks for 2 CPUs and runs on its own allocation."""
+    try:
+        cores = workflow.cores
+    except Exception:
+        return 2
     return cores if isinstance(cores, int) and 2 <= cores <= 512 else 2
+
+
+def canonical(obj):
+    """A config value with every mapping's keys sorted: a job's params compare equal whatever
+    order the configuration file wrote them in."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(v) for v in obj]
+    return obj
+
+
+def training_recipe(name, trained=True):
+    """What a tiny model's weights depend on: architecture, budget and seed (not its drafters,
+    datasets, K or hardware, which only its runs use)."""
+    m = TINY[name]
+    recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", 0)}
+    if trained:
+        recipe["steps"] = m["steps"]
+    return canonical(recipe)
+
+
+def train_settings(trained=True):
+    """The tiny section's training settings, without the thread count (the rule's threads); an
+    untrained control depends on the evaluation settings only."""
+    tiny = config.get("tiny", {})
+    train = {k: v for k, v in (tiny.get("train") or {}).items() if k != "threads"}
+    if not trained:
+        train = {k: v for k, v in train.items() if k in ("seq_len", "batch_size", "eval_batches")}
+    return canonical({"vocab_size": tiny.get("vocab_size"), "train": train})
+
+
+def train_threads():
+    return int((config.get("tiny", {}).get("train") or {}).get("threads", 2))
+
+
+def synth_entry(wildcards):
+    """What a synthetic trace depends on: the generator's parameters."""
+    m = MODELS[wildcards.model]
+    return canonical({k: m[k] for k in ("name", "source", "synthetic") if k in m})
+
+
+def cost_entry(wildcards):
+    """What a cost model depends on: the model's dimensions, checkpoint config, precision, TP and
+    hardware name (not its drafters or datasets)."""
+    m = MODELS[wildcards.model]
+    keys = (
+        "name",
+        "source",
+        "dims",
+        "hf_config",
+        "precision",
+        "tp",
+        "hardware",
+        "revision",
+    )
+    return canonical({k: m[k] for k in keys if k in m})
+
+
+def cost_hardware(wildcards):
+    """The one hardware entry a cost model uses."""
+    hw = MODELS[wildcards.model].get("hardware", "H100")
+    return canonical({hw: config["hardware"][hw]} if hw in config["hardware"] else {})
 
 
 def sweep_measure_params():
@@ -328,5 +404,7 @@ def engine_settings(name, section):
     # its own message before the scheduler kills it
     budget = gpu_resources(name)["runtime"] * 60 * 0.95
     base["timeout_s"] = budget
-    base["startup_timeout_s"] = min(float(base.get("startup_timeout_s", budget)), budget)
+    base["startup_timeout_s"] = min(
+        float(base.get("startup_timeout_s", budget)), budget
+    )
     return base

@@ -13,7 +13,7 @@ rule costmodel:
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=model_of,
-        hardware=config["hardware"],
+        model=cost_entry,
+        hardware=cost_hardware,
     script:
         "../scripts/costmodel.py"

@@ -13,7 +13,7 @@ rule sweep_ar:
     benchmark:
         "benchmarks/sweeps/{model}/ar/{dataset}.tsv"
     wildcard_constraints:
-        model="|".join(SWEEP_MODELS) or "^$",
+        model=one_of(SWEEP_MODELS),
     retries: 1
     conda:
         "../../envs/models.yaml"
@@ -44,7 +44,7 @@ rule sweep_sd:
     benchmark:
         "benchmarks/sweeps/{model}/{drafter}/K{k}/{dataset}.tsv"
     wildcard_constraints:
-        model="|".join(SWEPT) or "^$",
+        model=one_of(SWEPT),
     retries: 1
     conda:
         "../../envs/models.yaml"
@@ -90,7 +90,7 @@ rule profile:
     benchmark:
         "benchmarks/profiles/{model}/{drafter}/K{k}.tsv"
     wildcard_constraints:
-        model="|".join(SWEPT) or "^$",
+        model=one_of(SWEPT),
     retries: 1
     conda:
         "../../envs/models.yaml"

@@ -13,7 +13,9 @@ rule tokenizer:
         "../../envs/models.yaml"
     threads: 2
     params:
-        tiny=tiny_params("vocab_size", "train"),
+        tiny=tiny_params(
+            "vocab_size", "heldout_every", "max_train_tokens", "max_heldout_tokens"
+        ),
     script:
         "../scripts/tokenizer.py"
 
@@ -28,13 +30,13 @@ rule train_model:
     benchmark:
         "benchmarks/models/{tiny}.tsv"
     wildcard_constraints:
-        tiny="|".join(TINY) or "^$",
+        tiny=one_of(TINY),
     conda:
         "../../envs/models.yaml"
-    threads: 2
+    threads: train_threads()
     params:
-        model=lambda w: TINY[w.tiny],
-        tiny=tiny_params("vocab_size", "train"),
+        model=lambda w: training_recipe(w.tiny),
+        tiny=train_settings(),
         trained=True,
     script:
         "../scripts/train_model.py"
@@ -48,13 +50,13 @@ rule random_model:
     log:
         "logs/models/{tiny}-random.log",
     wildcard_constraints:
-        tiny="|".join(TINY_TARGETS) or "^$",
+        tiny=one_of(TINY_TARGETS),
     conda:
         "../../envs/models.yaml"
-    threads: 2
+    threads: train_threads()
     params:
-        model=lambda w: TINY[w.tiny],
-        tiny=tiny_params("vocab_size", "train"),
+        model=lambda w: training_recipe(w.tiny, trained=False),
+        tiny=train_settings(trained=False),
         trained=False,
     script:
         "../scripts/train_model.py"

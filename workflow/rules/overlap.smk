@@ -12,6 +12,7 @@ rule overlap:
         "benchmarks/overlap/{model}/{drafter}/K{k}/{dataset}.tsv"
     conda:
         "../../envs/analysis.yaml"
+    threads: 2
     params:
         batch_sizes=config["batch_sizes"],
         shuffle_seed=config.get("shuffle_seed", 0),

@@ -9,11 +9,11 @@ rule synth_trace:
     benchmark:
         "benchmarks/traces/{model}/{drafter}/K{k}/{dataset}.tsv"
     wildcard_constraints:
-        model="|".join(SYNTHETIC) or "^$",
+        model=one_of(SYNTHETIC),
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=model_of,
+        model=synth_entry,
         run=run_of,
     script:
         "../scripts/synth_trace.py"
@@ -30,7 +30,7 @@ rule capture:
     benchmark:
         "benchmarks/traces/{model}/{drafter}/K{k}/{dataset}.tsv"
     wildcard_constraints:
-        model="|".join(CAPTURED) or "^$",
+        model=one_of(CAPTURED),
     retries: 1
     conda:
         "../../envs/models.yaml"

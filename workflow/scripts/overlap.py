@@ -9,4 +9,5 @@ with logged(snakemake.log[0], "overlap"):
         snakemake.output[0],
         snakemake.params.batch_sizes,
         snakemake.params.shuffle_seed,
+        threads=snakemake.threads,
     )

@@ -1,0 +1,125 @@
+"""Bad configurations stop when the workflow is parsed, with one line naming the entry and the value:
+a corpus of them, each through `snakemake -n` (and so before any job)."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specmoe.configcheck import problems
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_ARCH = {"kind": "moe", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 32,
+             "num_experts": 8, "top_k": 2, "expert_intermediate": 16}
+BASE = {
+    "ks": [3],
+    "drafters": [{"name": "d", "source": "tiny", "steps": 2, "arch": {
+        "kind": "dense", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 32,
+        "intermediate": 64}}],
+    "models": [
+        {"name": "t", "source": "tiny", "hardware": "CPU", "drafters": ["d"],
+         "datasets": ["tinybench"], "steps": 2, "arch": TINY_ARCH},
+        {"name": "s", "source": "synthetic", "hardware": "H100", "drafters": ["synth"],
+         "datasets": ["synth"], "synthetic": {"num_experts": 16, "top_k": 2, "num_layers": 2}},
+    ],
+}
+
+
+def bad(edit):
+    cfg = copy.deepcopy(BASE)
+    edit(cfg)
+    return cfg
+
+
+CORPUS = [
+    ("duplicate model", lambda c: c["models"].append(copy.deepcopy(c["models"][1])),
+     "model name 's' is used by 2 entries"),
+    ("synthetic top-k", lambda c: c["models"][1]["synthetic"].update(top_k=20),
+     "model s: synthetic: top_k=20 exceeds num_experts=16"),
+    ("tiny top-k", lambda c: c["models"][0]["arch"].update(top_k=9),
+     "model t: top_k=9 must lie in 1..num_experts=8"),
+    ("undefined hardware", lambda c: c["models"][1].update(hardware="H300"),
+     "model s: hardware 'H300' is not defined"),
+    ("dataset not in the prompt table", lambda c: c["models"][0].update(datasets=["mtbench"]),
+     "model t: dataset 'mtbench' is not in the prompt table"),
+    ("sweep point short of prompts", lambda c: c.update(sweep={"schedule": [
+        {"batch": 8, "prompts": 4}]}), "sweep.schedule: batch 8 has 4 prompts"),
+    ("undefined drafter", lambda c: c["models"][0].update(drafters=["nope"]),
+     "model t: drafter 'nope' is not defined under 'drafters'"),
+    ("head_dim vLLM-CPU cannot run", lambda c: c["models"][0]["arch"].update(head_dim=16),
+     "model t: head_dim=16: vLLM's CPU attention needs a multiple of 32"),
+    ("model named like a drafter", lambda c: c["drafters"].append(
+        {**copy.deepcopy(c["drafters"][0]), "name": "s"}), "'s' is both a model and a drafter"),
+    ("stickiness per layer", lambda c: c["models"][1]["synthetic"].update(stickiness=[0.1, 0.2, 0.3]),
+     "model s: synthetic: stickiness has 3 values for 2 layers"),
+    ("sd_check dataset", lambda c: c.update(tiny={"vocab_size": 300, "sd_check": {"dataset": "x"}}),
+     "tiny.sd_check.dataset 'x' is not in the prompt table"),
+    ("K twice", lambda c: c["models"][1].update(ks=[3, 3]), "model s: ks lists K=3 twice"),
+    ("dtype without a peak", lambda c: c["models"][1].update(
+        hardware="CPU", dims={"hidden": 64, "expert_intermediate": 16, "heads": 2, "kv_heads": 1,
+                              "head_dim": 32, "dtype": "fp8"}),
+     "model s: dims.dtype fp8 on hardware CPU, which has no peak_tflops.fp8"),
+    ("downloaded model with a tiny drafter", lambda c: c["models"].append(
+        {"name": "h", "source": "hf", "repo_id": "o/r", "drafters": ["d"],
+         "datasets": ["tinybench"]}), "model h: drafter 'd' is a tiny drafter"),
+    ("downloaded dataset not configured", lambda c: c["models"].append(
+        {"name": "h", "source": "hf", "repo_id": "o/r", "drafters": ["m"],
+         "datasets": ["mt-bench"]}) or c["drafters"].append(
+        {"name": "m", "source": "self", "method": "mtp"}),
+     "model h: dataset 'mt-bench' is neither under 'datasets' nor in the prompt table"),
+    ("fp8 on hardware without fp8", lambda c: c["models"].append(
+        {"name": "h", "source": "hf", "repo_id": "o/r", "drafters": ["m"], "hardware": "CPU",
+         "precision": "fp8", "datasets": ["tinybench"]}) or c["drafters"].append(
+        {"name": "m", "source": "self", "method": "mtp"}),
+     "model h: precision fp8 on hardware CPU, which has no fp8 peak"),
+    ("synthetic dims against the generator", lambda c: c["models"][1].update(
+        dims={"hidden": 64, "expert_intermediate": 16, "heads": 2, "kv_heads": 1, "head_dim": 32,
+              "num_experts": 32}), "model s: dims.num_experts=32 contradicts synthetic.num_experts=16"),
+]
+
+
+def merged(cfg):
+    """cfg over config.yaml, as `--configfile` merges it (lists replaced, mappings merged)."""
+    out = yaml.safe_load((REPO / "config.yaml").read_text())
+    for k, v in cfg.items():
+        out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def test_the_base_config_is_consistent_and_each_case_is_caught():
+    tables = {"tinybench", "heldout-code", "heldout-prose"}
+    assert problems(merged(BASE), tables) == []
+    for label, edit, expect in CORPUS:
+        found = problems(merged(bad(edit)), tables)
+        assert any(expect in line for line in found), (label, found)
+
+
+@pytest.mark.slow
+def test_bad_configurations_stop_at_parse_time(tmp_path):
+    """Each case through `snakemake -n` in one workdir: exit status 1, the expected line, no job."""
+    wd = tmp_path / "wf"
+    wd.mkdir()
+    for name in ("Snakefile", "config.yaml"):
+        (wd / name).write_bytes((REPO / name).read_bytes())
+    for name in ("config", "workflow", "profiles", "envs"):
+        shutil.copytree(REPO / name, wd / name)
+    (wd / "base.yaml").write_text(yaml.safe_dump(BASE))
+    ok = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "base.yaml"],
+                        cwd=wd, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    failures = []
+    for label, edit, expect in CORPUS:
+        (wd / "bad.yaml").write_text(yaml.safe_dump(bad(edit)))
+        r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "bad.yaml"],
+                           cwd=wd, capture_output=True, text=True, timeout=120)
+        out = r.stdout + r.stderr
+        if r.returncode == 0 or expect not in out or "Job stats" in out:
+            failures.append(f"{label}: rc={r.returncode}, expected '{expect}'\n{out[-600:]}")
+    assert not failures, "\n\n".join(failures)
+    assert not (wd / "results").exists()
