@@ -90,3 +90,23 @@ def test_batch_unique_matches_sampled_batches():
                                 for layer in range(2)]))
     assert abs(np.mean(sampled) - rows[0]["verify_empirical"]) < 0.15
     assert rows[0]["verify_empirical"] < rows[0]["verify_independent"] < rows[0]["verify_uniform"] + 1e-9
+
+
+def test_small_samples_are_marked_where_unseen_experts_could_matter():
+    """128 experts with a long tail of rare ones: 30 windows see few of them, so large batches
+    (which would reach the unseen ones) are marked; 4,000 windows are enough."""
+    tr = generate(SynthParams(num_experts=128, top_k=8, num_layers=1, skew=1.2, stickiness=0.3,
+                              requests=10, steps=3, seed=4))
+    ws = window_stats(tr, shuffle_seed=None)
+    rows = window_unique_table(ws.used, ws.q, 128, 8, 3, [1, 64], n_windows=ws.n_full_windows)
+    assert ws.n_full_windows == 30
+    small, big = rows
+    assert not small["verify_empirical_reliable"] and not big["verify_empirical_reliable"]
+    # a larger batch reaches more of the unseen tail: it needs a larger sample
+    assert big["windows_needed"] > small["windows_needed"] > ws.n_full_windows
+    assert big["verify_empirical_missing"] > small["verify_empirical_missing"] > 0
+    many = generate(SynthParams(num_experts=128, top_k=8, num_layers=1, skew=1.2, stickiness=0.3,
+                                requests=200, steps=20, seed=4))
+    ws2 = window_stats(many, shuffle_seed=None)
+    rows2 = window_unique_table(ws2.used, ws2.q, 128, 8, 3, [1], n_windows=ws2.n_full_windows)
+    assert rows2[0]["verify_empirical_reliable"] is True

@@ -96,3 +96,30 @@ def test_engine_means_are_per_request_deltas_between_scrapes():
     after = {m + "_sum": 1.5, m + "_count": 60.0}
     assert engine_means(before, after) == {"request_time_per_output_token_ms": pytest.approx(10.0)}
     assert engine_means(after, after) == {}
+
+
+def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditioned():
+    from specmoe.sweep import te_interval
+
+    k, tau = 3, 2.2
+
+    def pt(batch, tpot_ms, std, sd=None):
+        p = point(batch, tpot_ms, tau=sd)
+        p["tpot_ms"]["std"], p["completed"] = std, 100
+        return p
+
+    # well conditioned: tau TPOT_SD far above K TPOT_drafter
+    ar, sd, dr = [pt(1, 10.0, 1.0)], [pt(1, 6.0, 1.0, sd=tau)], [pt(1, 0.5, 0.05)]
+    row = speedup_curve(ar, sd, dr, k)["rows"][0]
+    te = 10.0 / (tau * 6.0 - 3 * 0.5)
+    assert row["te_sweep"] == pytest.approx(te) and row["te_sweep_status"] == "ok"
+    assert row["te_sweep_low"] < te < row["te_sweep_high"] < 1
+    lo, hi = te_interval(tau, k, (10.0, 0.1), (6.0, 0.1), (0.5, 0.005))
+    assert (lo, hi) == (pytest.approx(row["te_sweep_low"]), pytest.approx(row["te_sweep_high"]))
+    # ill conditioned: tau TPOT_SD barely above K TPOT_drafter gives TE > 1: not a number
+    sd = [pt(1, 4.0, 1.0, sd=tau)]
+    dr = [pt(1, 2.5, 0.3)]
+    row = speedup_curve(ar, sd, dr, k)["rows"][0]
+    assert row["te_sweep_raw"] > 1 and math.isnan(row["te_sweep"])
+    assert row["te_sweep_status"] == "not identifiable here"
+    assert row["te_sweep_high"] > row["te_sweep_raw"] > row["te_sweep_low"] > 1

@@ -64,7 +64,10 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 "timing": sp.get("timing", "client"),
                 "speedup_client": r.get("speedup_client", r["speedup"]),
                 "speedup_engine": r.get("speedup_engine", r["speedup"]), "tau": r["tau"],
-                "draft_cost": r["draft_cost"], "te_sweep": r["te_sweep"], "shape": sp["shape"],
+                "draft_cost": r["draft_cost"], "te_sweep": r["te_sweep"],
+                "te_sweep_low": r.get("te_sweep_low", np.nan),
+                "te_sweep_high": r.get("te_sweep_high", np.nan),
+                "te_sweep_status": r.get("te_sweep_status", ""), "shape": sp["shape"],
                 **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}})
             sweep_rows[(*run_key(rc), r["batch"])] = r
     for pr in prs:
@@ -77,8 +80,8 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 **rc, "batch": b["batch"], "te_sweep": sw["te_sweep"] if sw else np.nan,
                 # the same sweep point with the drafter cost from profiling: serving the drafter
                 # alone also times the engine's per-step work, which SD pays once, not K times
-                "te_sweep_profiled_c": costmodel.te_from_sweep(
-                    sw["tau"], sw["speedup"], b["draft_cost_profiled"]) if sw else np.nan,
+                "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
+                    sw["tau"], sw["speedup"], b["draft_cost_profiled"])) if sw else np.nan,
                 "te_profiled": b["te_profiled"], "te_costmodel": te_cost.get(key, np.nan),
                 "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
                     b["draft_cost_profiled"], "device": b["device"]})
@@ -103,6 +106,11 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                     t["three_step_correction"].append({**rc, "batch": 1, **s,
                                                        "te_sweep": corr["measured"]})
     return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+def identifiable(te: float) -> float:
+    """A TE from the sweep above 1 is not physical here (ill-conditioned): NaN, not a number."""
+    return te if np.isfinite(te) and 0 < te <= 1.0 else np.nan
 
 
 def _finite_or_none(x):

@@ -212,7 +212,7 @@ def point_summary(res: dict, batch: int, num_prompts: int, output_len: int) -> d
     """The numbers a point keeps: TPOT, ITL, TTFT, throughput and the SD acceptance."""
     def stat(name):
         return {"mean": res[f"mean_{name}_ms"], "median": res[f"median_{name}_ms"],
-                "p99": res[f"p99_{name}_ms"]}
+                "p99": res[f"p99_{name}_ms"], "std": res.get(f"std_{name}_ms")}
 
     out = {"batch": batch, "num_prompts": num_prompts, "output_len": output_len,
            "completed": res["completed"], "failed": res["failed"], "duration_s": res["duration"],

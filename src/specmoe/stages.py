@@ -67,7 +67,8 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
     summary = ws.summary()
-    uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes)
+    uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
+                               n_windows=ws.n_full_windows)
     w = ws.k_draft + 1
     unique = {
         "empirical": float(np.nanmean(ws.unique)),
@@ -176,7 +177,10 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
         rows = costmodel.te_curve(dims, hw, s["k_draft"], table.index.tolist(),
                                   lambda b, c=vcol: table.loc[b, c],
                                   lambda b, c=dcol: table.loc[b, c])
-        curves += [{"routing": routing, **r} for r in rows]
+        for r in rows:  # measured windows: is the trace large enough for this batch size?
+            ok = (bool(table.loc[r["batch"], "verify_empirical_reliable"])
+                  if vcol == "verify_empirical" and "verify_empirical_reliable" in table else True)
+            curves.append({"routing": routing, **r, "sample_ok": ok})
     u = ov["unique"]
     te_b1 = {"uniform": dims.te_weight(u["uniform"]),
              "independent": dims.te_weight(u["independent"]),
@@ -257,7 +261,8 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
             **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()}})
         for r in cm["te_vs_batch"]:
             t["te_vs_batch"].append({**rc, "routing": r["routing"], "batch": r["batch"],
-                                     "te": r["te"], "compute_bound": r["compute_bound"]})
+                                     "te": r["te"], "compute_bound": r["compute_bound"],
+                                     "sample_ok": r.get("sample_ok", True)})
     for ac in accs:
         rc = _run_cols(ac["run"])
         for r in ac["by_position"]:
@@ -291,7 +296,9 @@ CAPTIONS = {
     "per_layer_overlap": "Step-1 overlap per layer against the independence baseline.",
     "unique_experts": "Unique experts per verification window: empirical, closed forms and IPF.",
     "target_efficiency": "Weight-model target efficiency at batch 1 under each routing assumption.",
-    "te_vs_batch": "Target efficiency vs batch size with a roofline floor.",
+    "te_vs_batch": "Target efficiency vs batch size with a roofline floor; sample_ok is false where "
+                   "the trace holds too few windows for the measured-windows estimate at that "
+                   "batch size (unseen experts could add more than 2%).",
     "acceptance_consecutive": "Deconfounded consecutive overlap, accepted vs first-rejected drafts "
                               "at the same position.",
     "anchor_overlap": "Anchor overlap overlap(S(0), S(j)) by acceptance status, with standard errors, "
@@ -355,13 +362,39 @@ FIGURE_CAPTIONS = {
 }
 
 
+def report_caveats(table_dir) -> list[str]:
+    """What a reader must know before trusting a number: IPF fits that did not converge and
+    batch sizes too large for the trace's sample of windows."""
+    out = []
+    ue = Path(table_dir) / "unique_experts.csv"
+    if ue.exists():
+        df = tables.read_csv(ue)
+        for _, r in df[df["ipf_unconverged_experts"] > 0].iterrows():
+            out.append(f"{r['model']} {r['drafter']} K={r['k']} {r['dataset']}: the skewed IPF fit "
+                       f"did not converge for {int(r['ipf_unconverged_experts'])} expert(s) (their "
+                       "pair margins are jointly infeasible); its prediction is the closest fit")
+    tb = Path(table_dir) / "te_vs_batch.csv"
+    if tb.exists():
+        df = tables.read_csv(tb)
+        if "sample_ok" in df:
+            bad = df[~df["sample_ok"].astype(bool)]
+            for (m, d, k, ds), g in bad.groupby(["model", "drafter", "k", "dataset"]):
+                out.append(f"{m} {d} K={k} {ds}: the trace has too few windows for the "
+                           "measured-windows TE at batch "
+                           f"{', '.join(str(b) for b in sorted(g['batch'].unique()))}")
+    return out
+
+
 def write_report(table_dir, figure_dir, out, prov: dict) -> None:
     """results/report/index.md linking every table and figure."""
     out = Path(out)
     rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
     lines = ["# specmoe report", "",
-             f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.", "",
-             "## Figures", ""]
+             f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.", ""]
+    caveats = report_caveats(table_dir)
+    if caveats:
+        lines += ["## Caveats", "", *[f"- {c}" for c in caveats], ""]
+    lines += ["## Figures", ""]
     for stem, cap in FIGURE_CAPTIONS.items():
         png = Path(figure_dir) / f"{stem}.png"
         if png.exists():

@@ -6,9 +6,13 @@ Per batch size B, from three series measured with the same prompts and output le
 - tau(B): mean acceptance length of the SD series (tokens per step, bonus token included);
 - c(B) = K * TPOT_drafter(B) / TPOT_noSD(B): the draft cost per SD step over the target's decode step,
   with the drafter timed alone (served without SD, same batch);
-- TE(B) = 1 / (tau / speedup - c), NaN where that denominator is not positive;
-- the curve's shape: "concave" when the maximum speedup is at an interior batch size and exceeds
-  the batch-1 (smallest batch) speedup by more than `margin` (relative), else "peak at low batch".
+- TE(B) = 1 / (tau / speedup - c) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95%
+  interval from the standard errors of the three mean TPOTs (each bound evaluated at the corner of
+  the box where TE is smallest or largest, since TE rises with TPOT_noSD and TPOT_drafter and falls
+  with TPOT_SD). TE is ill-conditioned when tau TPOT_SD is close to K TPOT_drafter: a point value
+  above 1, or an interval whose upper bound is unbounded, is "not identifiable here" and its TE is
+  NaN (the raw value is kept as te_sweep_raw);
+- the curve's shape (shape_label).
 """
 
 from __future__ import annotations
@@ -38,6 +42,34 @@ def tpot(point: dict, timing: str) -> float:
             raise InputError(f"batch {point['batch']}: the point has no engine-side timing")
         return v
     raise InputError(f"timing must be one of {', '.join(TIMINGS)} (got {timing!r})")
+
+
+def tpot_se(point: dict, timing: str) -> float:
+    """Standard error of a point's mean TPOT: the client's per-request spread over sqrt(requests).
+    The engine keeps means only, so engine timing borrows the client's relative error."""
+    t = point.get("tpot_ms") or {}
+    n = point.get("completed") or point.get("num_prompts") or 0
+    if t.get("std") is None or not n or not t.get("mean"):
+        return float("nan")
+    se = t["std"] / math.sqrt(n)
+    return se if timing == "client" else se / t["mean"] * tpot(point, timing)
+
+
+def te_interval(tau: float, k: int, ar: tuple, sd: tuple, dr: tuple,
+                z: float = 1.96) -> tuple[float, float]:
+    """(low, high) of TE = ar / (tau sd - k dr) over the box of each mean TPOT +- z SE (NaN
+    without standard errors; high is inf where the denominator can reach 0)."""
+    (a, sa), (s, ss), (d, sdr) = ar, sd, dr
+    if not all(math.isfinite(v) for v in (a, sa, s, ss, d, sdr)):
+        return float("nan"), float("nan")
+
+    def te(a_, s_, d_):
+        den = tau * s_ - k * d_
+        return a_ / den if den > 0 else float("inf")
+
+    low = te(max(a - z * sa, 0.0), s + z * ss, max(d - z * sdr, 0.0))
+    high = te(a + z * sa, max(s - z * ss, 1e-12), d + z * sdr)
+    return low, high
 
 
 def shape_label(batches: list[int], speedups: list[float], margin: float = 0.05) -> str:
@@ -88,13 +120,21 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
             spd_other = tpot(a, other) / tpot(s, other)
         except InputError:
             spd_other = float("nan")
+        te_raw = te_from_sweep(tau, spd, c) if math.isfinite(c) else float("nan")
+        lo, hi = te_interval(tau, k, (tpot_ar, tpot_se(a, timing)), (tpot_sd, tpot_se(s, timing)),
+                             (tpot(dr_b[b], timing), tpot_se(dr_b[b], timing)) if b in dr_b
+                             else (float("nan"), float("nan")))
+        ok = math.isfinite(te_raw) and 0 < te_raw <= 1.0 and hi != float("inf")
         rows.append({"batch": b, "tpot_ar_ms": tpot_ar, "tpot_sd_ms": tpot_sd,
                      f"speedup_{other}": spd_other,
                      "tpot_ar_p99_ms": a["tpot_ms"]["p99"], "tpot_sd_p99_ms": s["tpot_ms"]["p99"],
                      "speedup": spd,
                      "tau": tau, "position_acceptance": s["sd"]["per_position_acceptance"],
                      "draft_cost": c,
-                     "te_sweep": te_from_sweep(tau, spd, c) if math.isfinite(c) else float("nan"),
+                     "te_sweep": te_raw if ok else float("nan"), "te_sweep_raw": te_raw,
+                     "te_sweep_low": lo, "te_sweep_high": hi,
+                     "te_sweep_status": "ok" if ok else (
+                         "no drafter series" if not math.isfinite(c) else "not identifiable here"),
                      "throughput_ar": a["output_throughput"],
                      "throughput_sd": s["output_throughput"]})
     if not rows:

@@ -37,22 +37,46 @@ def batch_unique(p_unused: np.ndarray, batch: float) -> float:
     return float((1.0 - p**batch).sum())
 
 
+SAMPLE_TOLERANCE = 0.02  # unseen experts may add at most this share to an empirical estimate
+
+
 def window_unique_table(used: np.ndarray, q: np.ndarray, num_experts: int, top_k: int,
-                        k_draft: int, batch_sizes: list[int]) -> list[dict]:
+                        k_draft: int, batch_sizes: list[int],
+                        n_windows: int | None = None) -> list[dict]:
     """Per batch size: unique experts of a verify step (B windows of K+1) and of a decode step (B
     tokens), empirical-window, independent-skewed and uniform; layer-averaged.
 
-    used: [layer, e] fraction of windows that use e; q: [layer, e] load marginals.
+    used: [layer, e] fraction of the n_windows sampled windows that use e; q: [layer, e] load
+    marginals. The empirical estimate counts an expert never seen in the sample as unused; the
+    experts seen in exactly one window (Q1) estimate the usage that the sample missed
+    (Good-Turing: Q1/n per window), so unseen experts add at most B Q1/n to the estimate at batch
+    B. A cell is marked unreliable when that bound exceeds SAMPLE_TOLERANCE of the estimate or
+    the sample holds fewer than B windows; `windows_needed` is the sample that would meet it.
     """
     w = k_draft + 1
+    used = np.asarray(used, dtype=np.float64)
+    if n_windows:
+        counts = np.rint(used * n_windows)
+        q1 = (counts == 1).sum(axis=1)                # per layer
+        unseen = (counts == 0).sum(axis=1)
     rows = []
     for b in batch_sizes:
-        rows.append({
+        per_layer = np.array([batch_unique(1.0 - u, b) for u in used])
+        row = {
             "batch": int(b),
-            "verify_empirical": float(np.mean([batch_unique(1.0 - u, b) for u in used])),
+            "verify_empirical": float(per_layer.mean()),
             "verify_independent": float(np.mean([independent_unique(x, w * b) for x in q])),
             "verify_uniform": uniform_unique(num_experts, top_k, w * b),
             "decode_independent": float(np.mean([independent_unique(x, b) for x in q])),
             "decode_uniform": uniform_unique(num_experts, top_k, b),
-        })
+        }
+        if n_windows:
+            missing = np.minimum(unseen, b * q1 / n_windows)
+            limit = SAMPLE_TOLERANCE * np.maximum(per_layer, 1e-12)
+            needed = np.where(q1 > 0, np.ceil(b * q1 / limit), b)
+            row.update(
+                verify_empirical_missing=float(missing.mean()),
+                verify_empirical_reliable=bool((missing <= limit).all() and n_windows >= b),
+                windows_needed=int(max(needed.max(), b)))
+        rows.append(row)
     return rows
