@@ -110,3 +110,25 @@ def test_small_samples_are_marked_where_unseen_experts_could_matter():
     ws2 = window_stats(many, shuffle_seed=None)
     rows2 = window_unique_table(ws2.used, ws2.q, 128, 8, 3, [1], n_windows=ws2.n_full_windows)
     assert rows2[0]["verify_empirical_reliable"] is True
+
+
+def test_repetitive_windows_are_flagged_and_can_be_left_out():
+    from specmoe.overlap import overlap_by_status, repetitive_windows, select_windows
+    from specmoe.trace import Trace, status_for
+
+    # one request, three windows of K+1 = 3 tokens: a clean one, one repeating a token inside,
+    # and one whose committed token repeats the previous step's
+    tokens = [[5, 6, 7], [8, 9, 9], [8, 1, 2]]
+    pos = np.tile(np.arange(3, dtype=np.int8), 3)
+    acc = np.repeat(np.array([2, 1, 0], np.int8), 3)
+    cols = {"request": np.zeros(9, np.int32), "step": np.repeat(np.arange(3, dtype=np.int32), 3),
+            "position": pos, "accepted": acc, "status": status_for(pos, acc),
+            "token_id": np.array(tokens, np.int32).ravel()}
+    experts = np.arange(9 * 2).reshape(9, 1, 2) % 6
+    tr = Trace(experts=experts, columns=cols, num_experts=6, k_draft=2)
+    assert repetitive_windows(tr).tolist() == [False, True, True]
+    clean = select_windows(tr, np.array([True, False, False]))
+    assert len(clean) == 3 and clean.columns["token_id"].tolist() == [5, 6, 7]
+    by = overlap_by_status(tr)
+    assert np.isnan(by["committed"]) and set(by) == {"committed", "accepted", "first_rejected",
+                                                      "after_rejection"}

@@ -267,3 +267,48 @@ def reference_stats(experts: np.ndarray, starts, lengths, k_draft: int, num_expe
         "q": np.array(loads) / n_tokens,
         "unique": np.array(unions) / max(n_full, 1),
     }
+
+
+def repetitive_windows(trace: Trace) -> np.ndarray:
+    """Per window: does it show degenerate repetition? A token that occurs twice inside the
+    window, or a committed token equal to the previous step's committed token of the same request.
+    Repeated tokens route alike, so such windows inflate overlap without saying anything about
+    routing; tables report overlap with them and without them."""
+    starts, lengths = trace.windows()
+    tok = trace.columns["token_id"]
+    req = trace.columns["request"]
+    flag = np.zeros(starts.size, bool)
+    for w, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        ids = tok[s:s + n]
+        flag[w] = np.unique(ids).size < n
+    same_req = np.zeros(starts.size, bool)
+    same_req[1:] = req[starts[1:]] == req[starts[:-1]]
+    repeat_prev = np.zeros(starts.size, bool)
+    repeat_prev[1:] = tok[starts[1:]] == tok[starts[:-1]]
+    return flag | (same_req & repeat_prev)
+
+
+def select_windows(trace: Trace, keep: np.ndarray) -> Trace:
+    """The trace restricted to the kept windows (whole windows, order unchanged)."""
+    from dataclasses import replace
+
+    starts, lengths = trace.windows()
+    rows = np.repeat(keep, lengths)
+    return replace(trace, experts=trace.experts[rows],
+                   columns={k: v[rows] for k, v in trace.columns.items()},
+                   weights=None if trace.weights is None else trace.weights[rows])
+
+
+def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> dict[str, float]:
+    """Mean consecutive overlap overlap(S(j-1), S(j)) of the window positions in each acceptance
+    status (position 0, the committed token, has none)."""
+    from .trace import STATUS
+
+    if consec is None:
+        consec, _ = row_overlaps(trace)
+    st = trace.columns["status"]
+    out = {}
+    for i, name in enumerate(STATUS):
+        v = consec[(st == i) & np.isfinite(consec)]
+        out[name] = float(v.mean()) if v.size else float("nan")
+    return out

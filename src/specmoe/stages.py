@@ -76,12 +76,23 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         "independent": float(np.mean([independent_unique(q, w) for q in ws.q])),
     }
     unique["empirical_over_k"] = unique["empirical"] / ws.top_k
+    # degenerate repetition routes alike: the same statistics without those windows, and the
+    # overlap of each acceptance status
+    rep = overlap.repetitive_windows(tr)
+    no_rep = None
+    if rep.any() and (~rep).sum() >= 2:
+        no_rep = overlap.window_stats(overlap.select_windows(tr, ~rep),
+                                      shuffle_seed=shuffle_seed).summary()
+    by_status = overlap.overlap_by_status(tr)
     prov = dict(tr.meta.get("provenance", {}))
     prov.update(provenance({"batch_sizes": batch_sizes, "shuffle_seed": shuffle_seed},
                            model=prov.get("model"), stage="overlap", trace=str(trace_path)))
     write_json(out, {
         "run": tr.meta.get("run", {}),
         "summary": summary,
+        "repetitive_windows": float(rep.mean()) if rep.size else 0.0,
+        "summary_without_repetition": no_rep if no_rep is not None else summary,
+        "overlap_by_status": by_status,
         "unique": unique,
         "unique_by_batch": uniq,
         "per_layer": {
@@ -219,6 +230,7 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
     """All tables of the report, as DataFrames keyed by file stem."""
     ovs, ips, cms, accs = (_runs(x) for x in (overlap_jsons, ipf_jsons, cost_jsons, acc_jsons))
     t: dict[str, list] = {k: [] for k in ("overlap_decomposition_step1", "overlap_by_distance",
+                                          "overlap_by_status",
                                           "per_layer_overlap", "unique_experts", "target_efficiency",
                                           "te_vs_batch", "acceptance_consecutive",
                                           "anchor_overlap", "heldout_acceptance")}
@@ -235,7 +247,14 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
         row["independent"] = s["independent"]
         for d, v in enumerate(s.get("shuffle_by_distance", []), 1):
             row[f"shuffle{d}"] = v
+        nr = ov.get("summary_without_repetition") or {}
+        for d, v in enumerate(nr.get("overlap_by_distance", []), 1):
+            row[f"step{d}_no_repetition"] = v
+        row["repetitive_windows"] = ov.get("repetitive_windows", np.nan)
         t["overlap_by_distance"].append(row)
+        if ov.get("overlap_by_status"):
+            t["overlap_by_status"].append({**rc, **ov["overlap_by_status"],
+                                           "repetitive_windows": ov.get("repetitive_windows")})
         pl = ov["per_layer"]
         for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"])):
             t["per_layer_overlap"].append({
@@ -292,7 +311,11 @@ CAPTIONS = {
     "overlap_decomposition_step1": "Step-1 overlap decomposition: uniform, independence, empirical, "
                                    "temporal, and the within-window shuffle null.",
     "overlap_by_distance": "Overlap by step distance with the independence baseline and the "
-                           "within-window shuffle null.",
+                           "within-window shuffle null; step<d>_no_repetition without the windows "
+                           "that repeat a token (repetitive_windows: their share).",
+    "overlap_by_status": "Mean consecutive overlap overlap(S(j-1), S(j)) of the window positions in "
+                         "each acceptance status (committed, accepted, first rejected, after "
+                         "rejection), and the share of windows with degenerate repetition.",
     "per_layer_overlap": "Step-1 overlap per layer against the independence baseline.",
     "unique_experts": "Unique experts per verification window: empirical, closed forms and IPF.",
     "target_efficiency": "Weight-model target efficiency at batch 1 under each routing assumption.",

@@ -146,6 +146,7 @@ MEASURED_FIGURES = ["speedup_vs_batch"]
 TABLES = [
     "overlap_decomposition_step1",
     "overlap_by_distance",
+    "overlap_by_status",
     "per_layer_overlap",
     "unique_experts",
     "target_efficiency",
