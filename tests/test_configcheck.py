@@ -123,3 +123,21 @@ def test_bad_configurations_stop_at_parse_time(tmp_path):
             failures.append(f"{label}: rc={r.returncode}, expected '{expect}'\n{out[-600:]}")
     assert not failures, "\n\n".join(failures)
     assert not (wd / "results").exists()
+
+
+def test_config_files_have_no_duplicate_keys():
+    """YAML keeps the last of two equal keys silently (the schema once had `dtype` twice)."""
+
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def no_duplicates(loader, node, deep=False):
+        keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+        dup = {k for k in keys if keys.count(k) > 1}
+        assert not dup, f"duplicate key(s) {dup} at line {node.start_mark.line + 1}"
+        return loader.construct_mapping(node, deep)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, no_duplicates)
+    for path in [REPO / "config.yaml", *(REPO / "config").glob("*.yaml"),
+                 *(REPO / ".test").glob("*/config.yaml")]:
+        yaml.load(path.read_text(), Loader=Strict)

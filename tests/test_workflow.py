@@ -160,7 +160,7 @@ def test_lint_is_clean():
 TINY_CONFIG = {
     "ks": [3],
     "batch_sizes": [1, 8],
-    "tiny": {"vocab_size": 512, "max_train_tokens": 300000, "max_heldout_tokens": 20000,
+    "tiny": {"vocab_size": 512, "max_train_tokens": 2000000, "max_heldout_tokens": 20000,
              "train": {"seq_len": 64, "batch_size": 16, "lr": 0.004, "warmup": 10,
                        "eval_batches": 2, "threads": 2},
              "sd_check": {"k": 3, "dataset": "heldout-code", "prompts": 4, "max_tokens": 32,
