@@ -105,9 +105,9 @@ def test_download_dataset_stage_offline_writes_a_prompt_table(tmp_path):
     lay_out_cache(cache, "philschmid/mt-bench",
                   {"question.jsonl": "".join(json.dumps(r) + "\n" for r in MT).encode()},
                   commit="e" * 40, repo_type="dataset")
-    code = ("from specmoe.stages_study import download_dataset_stage as s; "
-            "import sys; s('mt-bench', {'format': 'mt-bench', 'repo_id': 'philschmid/mt-bench'}, "
-            "sys.argv[1], sys.argv[2])")
+    code = ("from specmoe.stages_study import download_dataset_stage as d, prompt_table_stage as p; "
+            "import sys; spec = {'format': 'mt-bench', 'repo_id': 'philschmid/mt-bench'}; "
+            "d('mt-bench', spec, sys.argv[2]); p('mt-bench', spec, sys.argv[2], sys.argv[1])")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "HF_HUB_CACHE": str(cache)}
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.csv"),
@@ -117,4 +117,4 @@ def test_download_dataset_stage_offline_writes_a_prompt_table(tmp_path):
     table = prompts.load(str(tmp_path / "p.csv"), ["mt-bench"])
     assert len(table) == 3 and {p.category for p in table} == {"writing", "reasoning"}
     man = json.loads((tmp_path / "m.json").read_text())
-    assert man["commit"] == "e" * 40 and man["prompts"] == 3 and "provenance" in man
+    assert man["commit"] == "e" * 40 and "provenance" in man

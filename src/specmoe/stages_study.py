@@ -29,20 +29,29 @@ def download_model_stage(names: list[str], repo_id, revision: str | None, mode: 
     return man
 
 
-def download_dataset_stage(name: str, spec: dict, out_csv, out_manifest) -> dict:
-    """A study dataset: fetched from its dataset repo, normalised into a prompt table."""
+def download_dataset_stage(name: str, spec: dict, out_manifest) -> dict:
+    """A study dataset's files from its dataset repo into the HF cache (the manifest says where)."""
     if spec.get("repo_id") is None:
-        raise InputError(f"dataset {name}: no repo_id")
+        raise InputError(f"dataset {name}: no repo_id: name the dataset repo in the config")
     patterns = spec.get("files") or studydata.DEFAULT_FILES[spec["format"]]
     man = hub.download(f"dataset {name}", spec["repo_id"], spec.get("revision"),
                        repo_type="dataset", allow_patterns=patterns)
+    log.info("dataset %s: %s@%s, %d files", name, spec["repo_id"], man["commit"][:12],
+             len(man["files"]))
+    write_json(out_manifest, man, provenance(spec, stage="download_dataset",
+                                             dataset={"repo_id": spec["repo_id"],
+                                                      "revision": man["commit"]}))
+    return man
+
+
+def prompt_table_stage(name: str, spec: dict, manifest, out_csv) -> dict:
+    """A downloaded dataset normalised into a prompt table (vLLM's loaders where it has them)."""
+    from .provenance import read_json
+
+    man = read_json(manifest)
     rows = studydata.normalise(name, spec, man["snapshot_path"])
     info = studydata.summary(rows)
-    log.info("dataset %s: %d prompts in %d categories from %s@%s", name, info["prompts"],
-             len(info["categories"]), spec["repo_id"], man["commit"][:12])
-    prov = provenance(spec, model=None, stage="download_dataset",
-                      dataset={"repo_id": spec["repo_id"], "revision": man["commit"]})
-    text = studydata.to_csv(rows)
-    write_text(out_csv, text)
-    write_json(out_manifest, {**man, **info, "prompt_table": str(Path(out_csv))}, prov)
+    log.info("dataset %s: %d prompts in %d categories", name, info["prompts"],
+             len(info["categories"]))
+    write_text(out_csv, studydata.to_csv(rows))
     return info

@@ -16,6 +16,22 @@ validate(config, "../../config/schema.yaml")
 report: "../report/workflow.rst"
 
 
+# Rules that take seconds run where the workflow is launched, not as cluster jobs; so do the
+# downloads, since compute nodes often have no network.
+localrules:
+    ipf,
+    costmodel,
+    speedup,
+    tables,
+    figures,
+    measured_tables,
+    measured_figures,
+    report_index,
+    weight_model,
+    download_model,
+    download_dataset,
+
+
 def prompt_datasets(cfg):
     """Datasets of the prompt table the tiny models read (None when it cannot be read yet)."""
     try:
@@ -233,7 +249,11 @@ def train_settings(trained=True):
     tiny = config.get("tiny", {})
     train = {k: v for k, v in (tiny.get("train") or {}).items() if k != "threads"}
     if not trained:
-        train = {k: v for k, v in train.items() if k in ("seq_len", "batch_size", "eval_batches")}
+        train = {
+            k: v
+            for k, v in train.items()
+            if k in ("seq_len", "batch_size", "eval_batches")
+        }
     return canonical({"vocab_size": tiny.get("vocab_size"), "train": train})
 
 

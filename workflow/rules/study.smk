@@ -25,8 +25,7 @@ rule download_model:
 
 rule download_dataset:
     output:
-        prompts="results/prompts/{dataset}.csv",
-        manifest="results/downloads/datasets/{dataset}.json",
+        "results/downloads/datasets/{dataset}.json",
     log:
         "logs/downloads/datasets/{dataset}.log",
     benchmark:
@@ -40,6 +39,23 @@ rule download_dataset:
         spec=lambda w: DATASETS[w.dataset],
     script:
         "../scripts/download_dataset.py"
+
+
+rule prompt_table:
+    input:
+        "results/downloads/datasets/{dataset}.json",
+    output:
+        "results/prompts/{dataset}.csv",
+    log:
+        "logs/prompts/{dataset}.log",
+    wildcard_constraints:
+        dataset=one_of(DATASETS),
+    conda:
+        "../../envs/models.yaml"
+    params:
+        spec=lambda w: DATASETS[w.dataset],
+    script:
+        "../scripts/prompt_table.py"
 
 
 rule weight_model:

@@ -1,0 +1,171 @@
+"""The cluster path on a real SLURM (tests/slurm_cluster.py): the README's command, the SLURM profile,
+the launcher's environment (.venv-slurm, the plugin) apart from the engines' (.venv, where jobs run).
+Each job's submission is asserted from SLURM's own records (scontrol; there is no slurmdbd).
+
+Needs Debian's slurmctld, slurmd, slurm-client and munge and the launcher environment; without them
+the tests are skipped, unless SPECMOE_REQUIRE_SLURM=1 (set by .ci/run), which makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hubfake import lay_out_cache
+from slurm_cluster import Cluster, available
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+pytestmark = pytest.mark.slow
+
+SYNTH = {
+    "ks": [3], "batch_sizes": [1, 8],
+    "models": [{
+        "name": "syn", "source": "synthetic", "hardware": "H100", "drafters": ["synth"],
+        "datasets": ["synth"],
+        "dims": {"hidden": 256, "expert_intermediate": 64, "heads": 4, "kv_heads": 2,
+                 "head_dim": 64},
+        "synthetic": {"num_experts": 16, "top_k": 2, "num_layers": 2, "requests": 8, "steps": 8,
+                      "stickiness": 0.4, "categories": ["a", "b"], "seed": 3}}],
+}
+TINY = {
+    "ks": [3], "batch_sizes": [1],
+    "tiny": {"vocab_size": 300, "max_train_tokens": 20000, "max_heldout_tokens": 5000,
+             "train": {"seq_len": 32, "batch_size": 4, "warmup": 1, "eval_batches": 1}},
+    "drafters": [{"name": "d", "source": "tiny", "steps": 2, "arch": {
+        "kind": "dense", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 32,
+        "intermediate": 64}}],
+    "models": [{"name": "t", "source": "tiny", "hardware": "CPU", "drafters": ["d"],
+                "datasets": ["tinybench"], "steps": 2, "arch": {
+                    "kind": "moe", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1,
+                    "head_dim": 32, "num_experts": 8, "top_k": 2, "expert_intermediate": 16}}],
+}
+GPU = {
+    "ks": [3], "batch_sizes": [1],
+    "hardware": {"H100": {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989, "fp8": 1979}}},
+    "drafters": [{"name": "mtp", "source": "self", "method": "mtp"}],
+    "models": [{"name": "q", "source": "hf", "repo_id": "Qwen/Qwen3-30B-A3B-FP8", "tp": 2,
+                "hardware": "H100", "drafters": ["mtp"], "datasets": ["tinybench"],
+                "gpu": {"mem_mb": 2000, "runtime": 5}}],
+}
+
+
+def _unavailable() -> str | None:
+    why = available()
+    if why is None and not LAUNCHER.exists():
+        why = (f"no launcher environment at {LAUNCHER} (python3 -m venv .venv-slurm && "
+               ".venv-slurm/bin/pip install -e '.[slurm]')")
+    return why
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = _unavailable()
+    if why:
+        if os.environ.get("SPECMOE_REQUIRE_SLURM") == "1":
+            pytest.fail(f"SLURM test required but {why}")
+        pytest.skip(why)
+    c = Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()  # by pid, also when a test fails
+
+
+def workdir(root: Path, config: dict) -> Path:
+    wd = root / "wf"
+    wd.mkdir(parents=True)
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(REPO / name, wd / name)
+    for name in ("config", "workflow", "profiles", "envs"):
+        shutil.copytree(REPO / name, wd / name)
+    (wd / "case.yaml").write_text(yaml.safe_dump(config))
+    return wd
+
+
+def on_slurm(cluster, wd, *targets, extra_env=None, check=True):
+    """The README's command: the launcher's snakemake with the SLURM profile; jobs run in the
+    engines' environment (this test's own)."""
+    env = {**cluster.env, "SPECMOE_ENGINE_VENV": sys.prefix, **(extra_env or {})}
+    r = subprocess.run([str(LAUNCHER), "-m", "snakemake", *targets, "--profile", "profiles/slurm",
+                        "--slurm-init-seconds-before-status-checks", "2",
+                        "--configfile", "case.yaml"], cwd=wd, env=env, capture_output=True,
+                       text=True, timeout=420)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{r.stdout[-3000:]}\n{r.stderr[-5000:]}\n{cluster.logs()}")
+    return r
+
+
+def submitted(cluster, wd) -> dict[str, list[dict]]:
+    """SLURM's records of this workdir's jobs, by rule (from the plugin's --comment)."""
+    out: dict[str, list[dict]] = {}
+    for j in cluster.jobs():
+        if j.get("WorkDir") != str(wd):
+            continue
+        m = re.match(r"rule_([A-Za-z0-9_]+?)(_wildcards_.*)?$", j.get("Comment", ""))
+        if m:
+            out.setdefault(m[1], []).append(j)
+    return out
+
+
+def tables_without_provenance(wd: Path) -> dict[str, str]:
+    return {p.name: "".join(ln for ln in p.read_text().splitlines(True)
+                            if not ln.startswith("# provenance"))
+            for p in sorted((wd / "results" / "tables").glob("*.csv"))}
+
+
+def test_synthetic_chain_through_sbatch_equals_a_local_run(cluster, tmp_path):
+    t0 = time.time()
+    wd = workdir(tmp_path / "slurm", SYNTH)
+    on_slurm(cluster, wd)
+    jobs = submitted(cluster, wd)
+    # the per-run stages went through sbatch and completed; the quick ones ran on the launcher
+    assert set(jobs) == {"synth_trace", "overlap", "acceptance"}, jobs.keys()
+    assert all(j["JobState"] == "COMPLETED" for js in jobs.values() for j in js)
+    assert all(j.get("NumCPUs") == "2" for j in jobs["overlap"])   # the rule's threads
+    assert (wd / "results" / "report" / "index.md").exists()
+    local = workdir(tmp_path / "local", SYNTH)
+    subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+                    "case.yaml"], cwd=local, check=True, capture_output=True, timeout=300)
+    assert tables_without_provenance(wd) == tables_without_provenance(local)
+    print(f"synthetic chain on SLURM: {time.time() - t0:.0f} s")
+
+
+def test_tiny_model_training_runs_as_a_slurm_job(cluster, tmp_path):
+    pytest.importorskip("torch")
+    wd = workdir(tmp_path, TINY)
+    on_slurm(cluster, wd, "results/models/t")
+    jobs = submitted(cluster, wd)
+    assert {"tokenizer", "train_model"} <= set(jobs)
+    assert all(j["JobState"] == "COMPLETED" for js in jobs.values() for j in js)
+    assert (wd / "results" / "models" / "t" / "model.safetensors").exists()
+
+
+def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, tmp_path):
+    cache = tmp_path / "hf" / "hub"
+    lay_out_cache(cache, "Qwen/Qwen3-30B-A3B-FP8", {
+        "config.json": (FIXTURES / "Qwen3-30B-A3B-FP8.json").read_bytes(),
+        "tokenizer.json": b"{}", "model.safetensors": b"\0" * 64}, commit="f" * 40)
+    wd = workdir(tmp_path, GPU)
+    target = "results/traces/q/mtp/K3/tinybench.parquet"
+    r = on_slurm(cluster, wd, target, check=False, extra_env={
+        "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(cache)})
+    assert r.returncode != 0
+    jobs = submitted(cluster, wd)
+    assert "capture_gpu" in jobs, r.stdout[-3000:] + r.stderr[-3000:]
+    (job,) = jobs["capture_gpu"]
+    assert "gpu:2" in job.get("TresPerJob", "") and job["JobState"] == "FAILED"
+    log = (wd / "logs" / "traces" / "q" / "mtp" / "K3" / "tinybench.log").read_text()
+    assert "needs a CUDA GPU" in log
+    assert "download_model" not in jobs  # downloads run where the workflow is launched
+    assert not (wd / target).exists()
