@@ -104,3 +104,21 @@ def test_bad_dims(kw, msg):
     base.update(kw)
     with pytest.raises(InputError, match=msg):
         cm.ModelDims.from_dims(**base)
+
+
+def test_plan_estimates_by_hand():
+    """One decode step of a bf16 model at batch 1 is memory bound: bytes over bandwidth, divided
+    by the efficiency, times the MoE layers; a series is waves x tokens x steps."""
+    from specmoe import plan
+
+    d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
+                               heads=32, kv_heads=4, head_dim=128, num_layers=48)
+    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
+    a = plan.PlanAssumptions(efficiency=0.5, tau=2.0, draft_cost=0.1)
+    one = (d.c_dense + 8 * d.c_expert) / 3350e9 / 0.5 * 48
+    assert plan.step_s(d, hw, 1, 1, a) == pytest.approx(one)
+    assert plan.series_s(d, hw, [(1, 4)], 10, None, a) == pytest.approx(4 * 10 * one)
+    sd = plan.series_s(d, hw, [(1, 4)], 10, 3, a)
+    assert sd == pytest.approx(4 * 5 * (plan.step_s(d, hw, 1, 4, a) + 0.1 * one))
+    with pytest.raises(InputError, match="plan: unknown key"):
+        plan.PlanAssumptions.from_dict({"speed": 2})

@@ -4,6 +4,7 @@ Face cache (.test/study), and a GPU rule that stops at once where no CUDA device
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -77,7 +78,7 @@ def test_paper_config_builds_the_whole_dag_quickly():
     assert "tiny-fine" not in out and "train_model" not in out
     assert "no repo_id for qwen3-next-80b-bf16-tp4" in out  # the values the user must fill
     # GPU jobs ask for gpu = TP and the hardware's GPU model
-    assert re.search(r"gpu=8, runtime=480, gpu_model=h100", out)
+    assert re.search(r"gpu=8, runtime=\d+, gpu_model=h100", out)
     print(f"paper dry-run: {total} jobs in {elapsed:.1f} s")
 
 
@@ -122,3 +123,21 @@ def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
     assert not (wd / target).exists()
     assert (wd / "results" / "downloads" / "Qwen--Qwen3-30B-A3B-FP8.full.json").exists()
     assert elapsed < 120
+
+
+def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
+    wd = workdir(tmp_path)
+    shutil.copytree(REPO / ".test", wd / ".test")
+    env = offline_cache(tmp_path)
+    r = snakemake(wd, "results/plan.md", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads((wd / "results" / "plan.json").read_text())
+    jobs = {(j["rule"], j["dataset"]): j for j in plan["jobs"] if j["model"] == "qwen3-30b-run"}
+    assert set(r for r, _ in jobs) == {"sweep_ar_gpu", "sweep_sd_gpu", "capture_gpu", "profile_gpu"}
+    cap = jobs[("capture_gpu", "tinybench")]
+    assert cap["gpus"] == 2 and cap["gpu_hours"] == pytest.approx(2 * cap["hours"])
+    assert cap["runtime_min"] >= plan["assumptions"]["min_runtime"]
+    assert plan["gpu_hours"] == pytest.approx(sum(j["gpu_hours"] for j in plan["jobs"]))
+    assert "GPU-hours" in (wd / "results" / "plan.md").read_text()
+    dry = snakemake(wd, "results/traces/qwen3-30b-run/mtp/K3/tinybench.parquet", "-n", env=env)
+    assert f"runtime={cap['runtime_min']}," in dry.stdout + dry.stderr

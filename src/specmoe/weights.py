@@ -24,7 +24,7 @@ CAPTION = ("Weight model at batch 1 from each model's config.json: bytes per GPU
            "expert (C_expert) and of one MoE layer's attention and shared experts (C_dense), in MiB; "
            "expert-free layers spread over the MoE layers; MoE weight share; and TE = (C_dense + k "
            "C_expert) / (C_dense + U C_expert) with U the unique experts per window of K+1 tokens "
-           "(uniform i.i.d.; IPF where the model's overlaps are configured).")
+           "(uniform i.i.d.; IPF where the model's overlaps are configured for every distance up to K).")
 
 
 def weight_row(dims: costmodel.ModelDims, k_draft: int, overlaps=None) -> dict:
@@ -36,9 +36,7 @@ def weight_row(dims: costmodel.ModelDims, k_draft: int, overlaps=None) -> dict:
            "moe_weight_share": dims.moe_weight_share,
            "unique_uniform": u_uniform, "te_uniform": dims.te_weight(u_uniform),
            "unique_ipf": np.nan, "te_ipf": np.nan}
-    if overlaps:
-        if len(overlaps) < k_draft:
-            raise InputError(f"{len(overlaps)} overlaps given, K={k_draft} needs {k_draft}")
+    if overlaps and len(overlaps) >= k_draft:  # IPF needs ov(d) for every d = 1..K
         u = ipf.predict_uniform(dims.num_experts, dims.top_k, np.asarray(overlaps[:k_draft]))
         row.update(unique_ipf=u["unique"], te_ipf=dims.te_weight(u["unique"]))
     return row

@@ -1,4 +1,6 @@
 # Helpers shared by the rules: config validation, the list of runs, per-run paths.
+import json
+import os
 import re
 import sys
 
@@ -364,6 +366,40 @@ def gpu_drafter(wildcards):
     """The drafter's download (none for MTP, which uses the target's own layers)."""
     d = DRAFTERS[wildcards.drafter]
     return [] if d["source"] == "self" else [download_manifest(wildcards.drafter)]
+
+
+# Study models whose GPU jobs the plan estimates (a repo id is needed to read their config.json).
+PLANNED = [n for n in HF_RUN if MODELS[n].get("repo_id")]
+
+
+def plan_input(wildcards):
+    return ["results/plan.json"] if wildcards.model in PLANNED else []
+
+
+def planned_runtime(rule_name):
+    """A GPU job's SLURM runtime (minutes): the plan's estimate times its safety factor, doubled on
+    each retry; the model's `gpu.runtime` (or the config's) where the plan has no estimate.
+    """
+
+    def runtime(wildcards, input, attempt):
+        fallback = gpu_resources(wildcards.model)["runtime"]
+        plan = input.get("plan") or []
+        plan = [plan] if isinstance(plan, str) else list(plan)
+        if not plan or not os.path.exists(plan[0]):  # a dry-run before the plan exists
+            return fallback * attempt
+        with open(plan[0]) as fh:
+            jobs = json.load(fh)["jobs"]
+        want = {
+            k: str(v)
+            for k, v in wildcards.items()
+            if k in ("model", "drafter", "k", "dataset")
+        }
+        for j in jobs:
+            if j["rule"] == rule_name and all(str(j[k]) == v for k, v in want.items()):
+                return int(j["runtime_min"]) * attempt
+        return fallback * attempt
+
+    return runtime
 
 
 def spec_method(wildcards):

@@ -86,8 +86,48 @@ rule weight_model:
         "../scripts/weight_model.py"
 
 
+rule plan:
+    input:
+        [download_manifest(n, "config") for n in PLANNED],
+    output:
+        md="results/plan.md",
+        json="results/plan.json",
+    log:
+        "logs/report/plan.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        entries=[
+            {
+                "name": n,
+                "manifest": download_manifest(n, "config"),
+                **{
+                    k: MODELS[n][k]
+                    for k in (
+                        "precision",
+                        "tp",
+                        "hardware",
+                        "datasets",
+                        "drafters",
+                        "ks",
+                    )
+                    if k in MODELS[n]
+                },
+            }
+            for n in PLANNED
+        ],
+        config={
+            k: config[k]
+            for k in ("sweep", "capture", "profiling", "hardware", "plan", "ks")
+            if k in config
+        },
+    script:
+        "../scripts/plan.py"
+
+
 rule capture_gpu:
     input:
+        plan=plan_input,
         target=gpu_target,
         drafter=gpu_drafter,
         prompts=prompts_for,
@@ -104,7 +144,7 @@ rule capture_gpu:
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        runtime=planned_runtime("capture_gpu"),
         gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:
@@ -119,6 +159,7 @@ rule capture_gpu:
 
 rule sweep_ar_gpu:
     input:
+        plan=plan_input,
         target=gpu_target,
         prompts=prompts_for,
     output:
@@ -135,7 +176,7 @@ rule sweep_ar_gpu:
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        runtime=planned_runtime("sweep_ar_gpu"),
         gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:
@@ -156,6 +197,7 @@ rule sweep_ar_gpu:
 
 rule sweep_sd_gpu:
     input:
+        plan=plan_input,
         target=gpu_target,
         drafter=gpu_drafter,
         prompts=prompts_for,
@@ -173,7 +215,7 @@ rule sweep_sd_gpu:
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        runtime=planned_runtime("sweep_sd_gpu"),
         gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:
@@ -188,6 +230,7 @@ rule sweep_sd_gpu:
 
 rule profile_gpu:
     input:
+        plan=plan_input,
         target=gpu_target,
         drafter=gpu_drafter,
         prompts=profile_prompts,
@@ -206,7 +249,7 @@ rule profile_gpu:
     resources:
         gpu=lambda w: gpu_resources(w.model)["gpu"],
         mem_mb=lambda w: gpu_resources(w.model)["mem_mb"],
-        runtime=lambda w: gpu_resources(w.model)["runtime"],
+        runtime=planned_runtime("profile_gpu"),
         gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:

@@ -1,0 +1,175 @@
+"""The GPU bill of a configuration before it is submitted: GPU-hours per GPU job and in total, and
+each job's SLURM runtime, from the schedule and the cost model's roofline.
+
+An engine step at batch B takes the roofline time of every MoE layer (bytes read over HBM bandwidth,
+or FLOPs over the peak, whichever is larger, see costmodel.step_time) divided by an efficiency (the
+share of the roofline an engine reaches); experts touched are the uniform-routing count, an upper
+bound. A series of points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes
+output_len / tau verification steps plus drafting. Every job also starts an engine: a fixed
+start-up (CUDA graphs, compilation) plus the weights over the loading bandwidth. The SLURM runtime of
+a job is `safety` times its estimate, at least `min_runtime` minutes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+from . import costmodel
+from .errors import InputError
+from .unique import uniform_unique
+
+
+@dataclass
+class PlanAssumptions:
+    """What the plan assumes before anything is measured (config section `plan`)."""
+
+    tau: float = 2.5            # acceptance length (tokens per SD step)
+    draft_cost: float = 0.1     # draft time per SD step over a decode step
+    efficiency: float = 0.5     # share of the roofline an engine reaches
+    startup_s: float = 300.0    # engine start-up besides loading weights
+    load_gbs: float = 2.0       # weight loading, GB/s per GPU
+    safety: float = 2.0         # SLURM runtime = safety x estimate
+    min_runtime: int = 15       # minutes
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "PlanAssumptions":
+        d = dict(d or {})
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise InputError(f"plan: unknown key(s) {', '.join(sorted(unknown))}")
+        p = cls(**d)
+        for f in fields(cls):
+            if not getattr(p, f.name) > 0:
+                raise InputError(f"plan.{f.name} must be > 0 (got {getattr(p, f.name)})")
+        if p.tau < 1 or p.efficiency > 1:
+            raise InputError("plan: tau must be >= 1 and efficiency <= 1")
+        return p
+
+
+def step_s(dims: costmodel.ModelDims, hw: costmodel.Hardware, batch: int, window: int,
+           a: PlanAssumptions) -> float:
+    """One forward pass of B sequences with `window` tokens each, all MoE layers."""
+    tokens = batch * window
+    unique = uniform_unique(dims.num_experts, dims.top_k, tokens)
+    return costmodel.step_time(dims, hw, tokens, unique) * dims.num_moe_layers / a.efficiency
+
+
+def weight_bytes(dims: costmodel.ModelDims) -> float:
+    """Weights per GPU: every expert and dense weight of every layer (embeddings left out)."""
+    return dims.num_moe_layers * (dims.c_dense + dims.c_dense_layers
+                                  + dims.num_experts * dims.c_expert)
+
+
+def startup_s(dims: costmodel.ModelDims, a: PlanAssumptions) -> float:
+    return a.startup_s + weight_bytes(dims) / (a.load_gbs * 1e9)
+
+
+def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int | None,
+             a: PlanAssumptions) -> float:
+    """A serving series over the schedule, without (k None) or with SD."""
+    total = 0.0
+    for batch, prompts in schedule:
+        waves = math.ceil(prompts / batch)
+        if k is None:
+            total += waves * output_len * step_s(dims, hw, batch, 1, a)
+        else:
+            steps = math.ceil(output_len / a.tau)
+            per = step_s(dims, hw, batch, k + 1, a) + a.draft_cost * step_s(dims, hw, batch, 1, a)
+            total += waves * steps * per
+    return total
+
+
+def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions) -> list[dict]:
+    """The GPU jobs of one model and their estimates."""
+    sweep = config.get("sweep") or {}
+    sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep.get("schedule") or []]
+    out_len = int(sweep.get("output_len", 256))
+    warm = int(sweep.get("warmups", 2))
+    cap = config.get("capture") or {}
+    prof = config.get("profiling") or {}
+    tp = int(model.get("tp", 1))
+    boot = startup_s(dims, a)
+    ks = model.get("ks") or config.get("ks") or [3]
+    rows = []
+
+    def add(rule, run, seconds):
+        rows.append({"rule": rule, "model": name, **run, "gpus": tp,
+                     "hours": seconds / 3600, "gpu_hours": seconds * tp / 3600,
+                     "runtime_min": max(a.min_runtime, math.ceil(a.safety * seconds / 60))})
+
+    warm_sched = [(b, n + warm * b) for b, n in sched]
+    for ds in model["datasets"]:
+        if sched:
+            add("sweep_ar_gpu", {"drafter": "", "k": "", "dataset": ds},
+                boot + series_s(dims, hw, warm_sched, out_len, None, a))
+        for d in model["drafters"]:
+            for k in ks:
+                run = {"drafter": d, "k": k, "dataset": ds}
+                if sched:
+                    add("sweep_sd_gpu", run,
+                        boot + series_s(dims, hw, warm_sched, out_len, int(k), a))
+                seqs = int(cap.get("max_num_seqs", 16))
+                add("capture_gpu", run, boot + series_s(
+                    dims, hw, [(seqs, int(cap.get("prompts", 80)))],
+                    int(cap.get("max_tokens", 256)), int(k), a))
+    for d in model["drafters"]:
+        for k in ks:
+            tokens = int(prof.get("max_tokens", 32))
+            secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a)
+                       + series_s(dims, hw, [(b, b)], tokens, int(k), a)
+                       for b in prof.get("batch_sizes") or [1])
+            add("profile_gpu", {"drafter": d, "k": k, "dataset": model["datasets"][0]},
+                2 * boot + 3 * secs)  # two engines; the profiler slows steps down
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    by_model: dict[str, float] = {}
+    for r in rows:
+        by_model[r["model"]] = by_model.get(r["model"], 0.0) + r["gpu_hours"]
+    return {"gpu_hours_by_model": by_model, "gpu_hours": sum(by_model.values()),
+            "jobs": len(rows)}
+
+
+def assumptions_dict(a: PlanAssumptions) -> dict:
+    return asdict(a)
+
+
+def plan_stage(entries: list[dict], config: dict, out_md, out_json) -> dict:
+    """entries: {name, manifest, precision, tp, hardware, datasets, drafters, ks} per study model
+    that runs on GPUs; config: the sweep, capture, profiling, hardware and plan sections."""
+    import pandas as pd
+
+    from . import tables
+    from .hub import snapshot_of
+    from .provenance import provenance, write_json
+
+    a = PlanAssumptions.from_dict(config.get("plan"))
+    rows = []
+    for e in entries:
+        dims = costmodel.ModelDims.from_hf_config(
+            snapshot_of(e["manifest"]) / "config.json",
+            dtype="fp8" if e.get("precision") == "fp8" else None, tp=int(e.get("tp", 1)))
+        hw_name = e.get("hardware", "H100")
+        if hw_name not in config["hardware"]:
+            raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
+        hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
+        rows += job_rows(e["name"], e, dims, hw, config, a)
+    s = summary(rows)
+    prov = provenance(config, stage="plan")
+    write_json(out_json, {"assumptions": assumptions_dict(a), **s, "jobs": rows}, prov)
+    df = pd.DataFrame(rows)
+    by_model = pd.DataFrame([{"model": m, "gpu_hours": h}
+                             for m, h in s["gpu_hours_by_model"].items()])
+    lines = ["# GPU bill of this configuration", "",
+             f"**{s['gpu_hours']:,.0f} GPU-hours** in {len(rows)} GPU jobs, estimated from the "
+             "schedule and the cost model's roofline before anything is measured. Assumptions "
+             f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in assumptions_dict(a).items())}. "
+             f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} min).",
+             "", "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
+             tables.to_markdown(df, 2), f"<!-- provenance: {prov} -->", ""]
+    from .provenance import write_text
+
+    write_text(out_md, "\n".join(lines))
+    return s
