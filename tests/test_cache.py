@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 CASE = yaml.safe_load((REPO / ".test" / "cache" / "config.yaml").read_text())
@@ -48,12 +49,7 @@ def jobs(wd, config: dict) -> set[str]:
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    wd = tmp_path_factory.mktemp("cache") / "wf"
-    wd.mkdir()
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, wd / name)
-    for name in ("config", "workflow", "profiles", "envs"):
-        shutil.copytree(REPO / name, wd / name)
+    wd = copy_workflow(tmp_path_factory.mktemp("cache") / "wf")
     snakemake(wd, CASE)
     assert scheduled(wd, CASE) == {}
     return wd

@@ -4,7 +4,6 @@ a corpus of them, each through `snakemake -n` (and so before any job)."""
 from __future__ import annotations
 
 import copy
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from specmoe.configcheck import problems
+from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_ARCH = {"kind": "moe", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 32,
@@ -103,13 +103,7 @@ def test_the_base_config_is_consistent_and_each_case_is_caught():
 @pytest.mark.slow
 def test_bad_configurations_stop_at_parse_time(tmp_path):
     """Each case through `snakemake -n` in one workdir: exit status 1, the expected line, no job."""
-    wd = tmp_path / "wf"
-    wd.mkdir()
-    for name in ("Snakefile", "config.yaml"):
-        (wd / name).write_bytes((REPO / name).read_bytes())
-    for name in ("config", "workflow", "profiles", "envs"):
-        shutil.copytree(REPO / name, wd / name)
-    (wd / "base.yaml").write_text(yaml.safe_dump(BASE))
+    wd = copy_workflow(tmp_path / "wf", BASE, "base.yaml")
     ok = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "base.yaml"],
                         cwd=wd, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from hubfake import lay_out_cache
 from slurm_cluster import Cluster, available
+from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
@@ -83,14 +82,7 @@ def cluster(tmp_path_factory):
 
 
 def workdir(root: Path, config: dict) -> Path:
-    wd = root / "wf"
-    wd.mkdir(parents=True)
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, wd / name)
-    for name in ("config", "workflow", "profiles", "envs"):
-        shutil.copytree(REPO / name, wd / name)
-    (wd / "case.yaml").write_text(yaml.safe_dump(config))
-    return wd
+    return copy_workflow(root / "wf", config)
 
 
 def on_slurm(cluster, wd, *targets, extra_env=None, check=True):

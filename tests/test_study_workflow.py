@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import yaml
 
 from hubfake import lay_out_cache
 from specmoe import tables
+from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -26,13 +26,7 @@ pytestmark = pytest.mark.slow
 
 
 def workdir(tmp_path: Path) -> Path:
-    wd = tmp_path / "wf"
-    wd.mkdir()
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, wd / name)
-    for name in ("config", "workflow", "profiles", "envs"):
-        shutil.copytree(REPO / name, wd / name)
-    return wd
+    return copy_workflow(tmp_path / "wf")
 
 
 def offline_cache(tmp_path: Path) -> dict:
@@ -84,7 +78,6 @@ def test_paper_config_builds_the_whole_dag_quickly():
 
 def test_cost_only_weight_model_table_for_every_study_model(tmp_path):
     wd = workdir(tmp_path)
-    shutil.copytree(REPO / ".test", wd / ".test")
     env = offline_cache(tmp_path)
     r = snakemake(wd, "results/tables/weight_model.csv", env=env)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -109,7 +102,6 @@ def test_cost_only_weight_model_table_for_every_study_model(tmp_path):
 
 def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
     wd = workdir(tmp_path)
-    shutil.copytree(REPO / ".test", wd / ".test")
     env = offline_cache(tmp_path)
     target = "results/traces/qwen3-30b-run/mtp/K3/tinybench.parquet"
     dry = snakemake(wd, target, "-n", env=env)
@@ -127,7 +119,6 @@ def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
 
 def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
     wd = workdir(tmp_path)
-    shutil.copytree(REPO / ".test", wd / ".test")
     env = offline_cache(tmp_path)
     r = snakemake(wd, "results/plan.md", env=env)
     assert r.returncode == 0, r.stderr[-3000:]

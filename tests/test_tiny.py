@@ -1,6 +1,5 @@
 """Tiny models: corpus split, tokenizer, deterministic init, training, bad input."""
 
-import json
 
 import numpy as np
 import pytest

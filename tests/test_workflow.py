@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import yaml
 from specmoe import tables
 from specmoe.provenance import read_json
 from specmoe.trace import read_trace
+from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -39,14 +39,7 @@ TEST_CONFIG = {
 
 
 def make_workdir(tmp_path: Path, config: dict) -> Path:
-    wd = tmp_path / "wf"
-    wd.mkdir()
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, wd / name)
-    for name in ("config", "workflow", "profiles", "envs"):
-        shutil.copytree(REPO / name, wd / name)
-    (wd / "test.yaml").write_text(yaml.safe_dump(config))
-    return wd
+    return copy_workflow(tmp_path / "wf", config, "test.yaml")
 
 
 def snakemake(wd: Path, *args, check=True) -> subprocess.CompletedProcess:

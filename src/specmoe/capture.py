@@ -28,7 +28,6 @@ import logging
 import os
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 

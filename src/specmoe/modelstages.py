@@ -156,6 +156,15 @@ def engine_inputs(target, drafter=None, method: str | None = None, gpu: bool = F
     return target_dir, {"method": method, "model": str(d) if d else None}
 
 
+def rule_engine_inputs(inputs, params, what: str):
+    """engine_inputs from a rule's input (target, optional drafter) and params (optional method
+    and gpu): the preamble every engine rule script shares."""
+    from .logs import one
+
+    return engine_inputs(inputs.target, one(inputs.get("drafter")), params.get("method"),
+                         gpu=params.get("gpu", False), what=what)
+
+
 def engine_label() -> str:
     """The engine, for provenance: vLLM version and device."""
     from .capture import vllm_version

@@ -7,7 +7,6 @@ name, and earlier results stay.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from . import hub, studydata
 from .errors import InputError

@@ -2,18 +2,12 @@
 engine (a tiny model's directory, or a study model's download manifest)."""
 
 from specmoe.logs import logged, one
-from specmoe.modelstages import capture_stage, engine_inputs
+from specmoe.modelstages import capture_stage, rule_engine_inputs
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "capture"):
         i, p = snakemake.input, snakemake.params
-        target, drafter = engine_inputs(
-            i.target,
-            one(i.get("drafter")),
-            p.get("method"),
-            gpu=p.get("gpu", False),
-            what=f"capture of {p.run['model']}",
-        )
+        target, drafter = rule_engine_inputs(i, p, f"capture of {p.run['model']}")
         capture_stage(
             target,
             drafter,

@@ -2,19 +2,13 @@
 passes."""
 
 from specmoe.logs import logged, one
-from specmoe.modelstages import engine_inputs, profile_stage
+from specmoe.modelstages import profile_stage, rule_engine_inputs
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "profile"):
         i, p = snakemake.input, snakemake.params
         run = p.run
-        target, drafter = engine_inputs(
-            i.target,
-            one(i.get("drafter")),
-            p.get("method"),
-            gpu=p.get("gpu", False),
-            what=f"profile of {run['model']}",
-        )
+        target, drafter = rule_engine_inputs(i, p, f"profile of {run['model']}")
         profile_stage(
             target,
             drafter,

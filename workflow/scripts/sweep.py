@@ -2,19 +2,13 @@
 sweep's batch sizes."""
 
 from specmoe.logs import logged, one
-from specmoe.modelstages import engine_inputs, sweep_series_stage
+from specmoe.modelstages import rule_engine_inputs, sweep_series_stage
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "sweep"):
         i, p = snakemake.input, snakemake.params
         series = p.series
-        target, drafter = engine_inputs(
-            i.target,
-            one(i.get("drafter")),
-            p.get("method"),
-            gpu=p.get("gpu", False),
-            what=f"sweep of {series['model']}",
-        )
+        target, drafter = rule_engine_inputs(i, p, f"sweep of {series['model']}")
         sweep_series_stage(
             target,
             drafter,

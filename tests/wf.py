@@ -1,0 +1,23 @@
+"""A copy of the workflow in a temporary folder, for real Snakemake runs in the tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml") -> Path:
+    """The Snakefile, default config, config/, workflow/, profiles/ and envs/ (and .test/) under
+    dest; `config`, if given, written there as `name` for --configfile."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in ("Snakefile", "config.yaml"):
+        shutil.copy(REPO / f, dest / f)
+    for d in ("config", "workflow", "profiles", "envs", ".test"):
+        shutil.copytree(REPO / d, dest / d)
+    if config is not None:
+        (dest / name).write_text(yaml.safe_dump(config))
+    return dest
