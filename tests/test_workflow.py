@@ -14,6 +14,7 @@ import yaml
 
 from specmoe import tables
 from specmoe.provenance import read_json
+from specmoe.sweep import shape_label
 from specmoe.trace import read_trace
 from wf import copy_workflow
 
@@ -188,7 +189,9 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     assert sd["sd_equals_plain"] and sd["spec"]["num_drafts"] > 0
     assert "done in" in (wd / "logs/sd_check/moe/dr/K3/heldout-code.log").read_text()
     sp = read_json(res / "speedup/moe/dr/K3/heldout-code.json")
-    assert [r["batch"] for r in sp["rows"]] == [1, 2] and sp["shape"] == "peak at low batch"
+    assert [r["batch"] for r in sp["rows"]] == [1, 2]
+    # the label follows the measured curve (timing noise decides it on these tiny models)
+    assert sp["shape"] == shape_label([1, 2], [r["speedup"] for r in sp["rows"]], sp["margin"])
     for r in sp["rows"]:  # the drafter's own series gives c, and with it TE from the sweep
         assert r["speedup"] > 0 and 1.0 <= r["tau"] <= 4.0 and r["draft_cost"] > 0
     prof = read_json(res / "profiles/moe/dr/K3.json")
