@@ -122,3 +122,17 @@ def test_plan_estimates_by_hand():
     assert sd == pytest.approx(4 * 5 * (plan.step_s(d, hw, 1, 4, a) + 0.1 * one))
     with pytest.raises(InputError, match="plan: unknown key"):
         plan.PlanAssumptions.from_dict({"speed": 2})
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"moe_time_share": float("nan")}, "moe_time_share must lie strictly between 0 and 1"),
+    ({"moe_time_share": 0.0}, "moe_time_share must lie strictly between 0 and 1"),
+    ({"moe_time_ratio": float("nan")}, "moe_time_ratio must be > 0"),
+    ({"dense_time_ratio": 0.0}, "dense_time_ratio must be > 0"),
+])
+def test_degenerate_correction_inputs_are_errors_not_numbers(kw, msg):
+    args = dict(moe_weight_share=0.667, unique_ratio=2.4, moe_time_share=0.33, moe_time_ratio=1.6,
+                dense_time_ratio=0.95)
+    args.update(kw)
+    with pytest.raises(InputError, match=msg):
+        cm.three_step_correction(**args)

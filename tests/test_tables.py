@@ -24,3 +24,25 @@ def test_markdown_alignment():
     md = to_markdown(pd.DataFrame({"x": ["a"], "y": [1.0]}))
     assert md.splitlines()[1] == "|:---|---:|"
     assert to_latex(pd.DataFrame({"x": ["a"], "y": [1.0]})).count(r"\midrule") == 1
+
+
+def test_report_opens_with_its_caveats(tmp_path):
+    """A skewed IPF fit that did not converge and batch sizes beyond the trace's sample are said at
+    the top of the report, not only in JSON."""
+    import pandas as pd
+
+    from specmoe.stages import write_report
+
+    td = tmp_path / "tables"
+    td.mkdir()
+    run = {"model": "m", "drafter": "d", "k": 7, "dataset": "x"}
+    pd.DataFrame([{**run, "ipf_unconverged_experts": 15}]).to_csv(td / "unique_experts.csv",
+                                                                   index=False)
+    pd.DataFrame([{**run, "routing": "r", "batch": b, "te": 0.5, "compute_bound": False,
+                   "sample_ok": b < 64} for b in (1, 64, 128)]).to_csv(td / "te_vs_batch.csv",
+                                                                      index=False)
+    out = tmp_path / "report" / "index.md"
+    write_report(td, tmp_path / "figures", out, {})
+    text = out.read_text()
+    assert "## Caveats" in text and "did not converge for 15 expert(s)" in text
+    assert "too few windows for the measured-windows TE at batch 64, 128" in text
