@@ -408,12 +408,66 @@ def report_caveats(table_dir) -> list[str]:
     return out
 
 
+def _trend(values: list[float], margin: float = 0.01) -> str:
+    """Direction of overlap over step distance: decays, rises or flat (within `margin`)."""
+    v = [x for x in values if np.isfinite(x)]
+    if len(v) < 2:
+        return "too few distances"
+    change = f"{v[-1] - v[0]:+.3f} from d = 1 to {len(v)}"
+    if v[-1] < v[0] - margin and all(b <= a + margin for a, b in zip(v, v[1:])):
+        return f"decays with distance, {change}"
+    if v[-1] > v[0] + margin:
+        return f"rises with distance, {change}"
+    if max(v) - min(v) <= 2 * margin:
+        return f"flat, {change}"
+    return f"not monotone, {change}"
+
+
+def report_findings(table_dir) -> list[str]:
+    """What the routing shows, run by run: overlap by distance against its baselines, with and
+    without windows of degenerate repetition (repeated tokens route alike)."""
+    ob = Path(table_dir) / "overlap_by_distance.csv"
+    if not ob.exists():
+        return []
+    df = tables.read_csv(ob)
+    out = []
+    for _, r in df.iterrows():
+        d = 1
+        steps, clean = [], []
+        while f"step{d}" in df.columns and pd.notna(r.get(f"step{d}")):
+            steps.append(float(r[f"step{d}"]))
+            clean.append(float(r.get(f"step{d}_no_repetition", np.nan)))
+            d += 1
+        fmt = lambda xs: " / ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+        line = (f"{r['model']} {r['drafter']} K={r['k']} {r['dataset']}: overlap at d = 1..{len(steps)} "
+                f"{fmt(steps)} ({_trend(steps)}), independence {r['independent']:.3f}, "
+                f"within-window shuffle {r.get('shuffle1', np.nan):.3f}")
+        rep = float(r.get("repetitive_windows", 0) or 0)
+        if rep > 0.01:
+            line += (f"; {rep:.0%} of windows repeat a token, and without them {fmt(clean)} "
+                     f"({_trend(clean)})")
+        out.append(line)
+    return out
+
+
 def write_report(table_dir, figure_dir, out, prov: dict) -> None:
     """results/report/index.md linking every table and figure."""
     out = Path(out)
     rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
     lines = ["# specmoe report", "",
              f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.", ""]
+    findings = report_findings(table_dir)
+    if findings:
+        lines += ["## What the routing shows", "",
+                  "Temporal overlap is what the study's argument rests on: overlap that decays with "
+                  "step distance, above both the independence baseline and the within-window "
+                  "shuffle null. Untrained controls clear independence without it (every position "
+                  "of a window feeds the routers nearly the same vector) and stay flat; weak models "
+                  "decoding greedily repeat tokens, which route alike, so overlap is also given "
+                  "without such windows.", "", *[f"- {f}" for f in findings], "",
+                  "What a CPU run cannot show: timings of these tiny models are dominated by "
+                  "per-step host overhead rather than by reading weights, so their speedup and TE "
+                  "curves test the pipeline, not the study's GPU claims.", ""]
     caveats = report_caveats(table_dir)
     if caveats:
         lines += ["## Caveats", "", *[f"- {c}" for c in caveats], ""]
