@@ -78,6 +78,13 @@ CORPUS = [
          "precision": "fp8", "datasets": ["tinybench"]}) or c["drafters"].append(
         {"name": "m", "source": "self", "method": "mtp"}),
      "model h: precision fp8 on hardware CPU, which has no fp8 peak"),
+    ("one repository at two revisions", lambda c: c["models"].extend([
+        {"name": "h1", "source": "hf", "repo_id": "o/r", "revision": "a" * 40, "drafters": ["m"],
+         "datasets": ["tinybench"]},
+        {"name": "h2", "source": "hf", "repo_id": "o/r", "revision": "b" * 40, "drafters": ["m"],
+         "datasets": ["tinybench"]}]) or c["drafters"].append(
+        {"name": "m", "source": "self", "method": "mtp"}),
+     "o/r is asked for at different revisions"),
     ("synthetic dims against the generator", lambda c: c["models"][1].update(
         dims={"hidden": 64, "expert_intermediate": 16, "heads": 2, "kv_heads": 1, "head_dim": 32,
               "num_experts": 32}), "model s: dims.num_experts=32 contradicts synthetic.num_experts=16"),

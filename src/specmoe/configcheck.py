@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .costmodel import compute_dtype
 from .errors import InputError
-
-MAX_K = 8
-_PEAK_KEY = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8"}
 
 
 def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]:
@@ -41,6 +39,15 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
         if n > 1:
             out.append(f"ks lists K={name} {n} times")
 
+    revisions: dict[str, dict] = {}  # one repository is downloaded once, at one revision
+    for e in [*models, *drafters]:
+        if e.get("source") == "hf" and e.get("repo_id"):
+            revisions.setdefault(e["repo_id"], {})[e["name"]] = e.get("revision")
+    for repo, by_name in revisions.items():
+        if len(set(by_name.values())) > 1:
+            asks = ", ".join(f"{n} at {r!r}" for n, r in by_name.items())
+            out.append(f"{repo} is asked for at different revisions ({asks}): one repository, "
+                       "one revision")
     drafter_by_name = {d["name"]: d for d in drafters}
     for d in drafters:
         if d["source"] == "tiny":
@@ -93,9 +100,10 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
                            "(peak_tflops.fp8)")
         dims = m.get("dims") or {}
         dt = dims.get("dtype")
-        if dt and hw in hardware and _PEAK_KEY.get(dt, dt) not in (
+        if dt and hw in hardware and compute_dtype(dt) not in (
                 hardware[hw].get("peak_tflops") or {}):
-            out.append(f"{where}: dims.dtype {dt} on hardware {hw}, which has no peak_tflops.{dt}")
+            out.append(f"{where}: dims.dtype {dt} on hardware {hw}, which has no "
+                       f"peak_tflops.{compute_dtype(dt)}")
 
     sweep = config.get("sweep") or {}
     for p in sweep.get("schedule") or []:

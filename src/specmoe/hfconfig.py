@@ -230,3 +230,14 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
         num_layers=layers, dtype=expert_fmt, tp=tp, dense_dtype=dense_fmt,
         num_moe_layers=len(moe_attn),
         dense_layer_params=float(sum(dense_layers) + dense_ffn * len(dense_layers)))
+
+
+def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> ModelDims:
+    """A study model's dimensions from its config.json, given directly or as a download manifest
+    (its snapshot's config.json); precision "fp8" is vLLM's online fp8 of the whole model."""
+    path = Path(config_or_manifest)
+    if path.suffix == ".json" and path.name != "config.json":
+        from .hub import snapshot_of
+
+        path = snapshot_of(path) / "config.json"
+    return dims_from_config(path, dtype="fp8" if precision == "fp8" else None, tp=int(tp))

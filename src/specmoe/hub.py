@@ -81,10 +81,12 @@ def _explain(name: str, repo_id: str, revision: str | None, exc: BaseException) 
         if isinstance(e, OSError) and e.errno == errno.ENOSPC:
             return InputError(f"{name}: the disk is full while downloading {repo_id}: free space "
                               "or point HF_HOME at a larger disk, then rerun")
+    # not (completely) in the cache; the names differ between huggingface_hub releases
+    missing = tuple(getattr(errs, n) for n in ("LocalEntryNotFoundError",
+                                               "IncompleteSnapshotError", "OfflineModeIsEnabled")
+                    if hasattr(errs, n))
     for e in chain:
-        if isinstance(e, (errs.LocalEntryNotFoundError, errs.IncompleteSnapshotError)) or (
-                offline() and isinstance(e, errs.OfflineModeIsEnabled if hasattr(
-                    errs, "OfflineModeIsEnabled") else ())):
+        if isinstance(e, missing):
             if offline():
                 return InputError(f"{name}: {repo_id}@{rev} is not (completely) in the Hugging Face "
                                   "cache and HF_HUB_OFFLINE=1 forbids downloading: unset it, or "

@@ -156,6 +156,17 @@ def engine_inputs(target, drafter=None, method: str | None = None, gpu: bool = F
     return target_dir, {"method": method, "model": str(d) if d else None}
 
 
+def with_job_runtime(cfg: dict, runtime_min) -> dict:
+    """An engine section whose timeouts follow the job's runtime (minutes; a cluster job's limit),
+    so that an engine stuck at start-up fails the job with its own message before the scheduler
+    kills it. Without a runtime (a local run) the section is unchanged."""
+    if not isinstance(runtime_min, (int, float)) or runtime_min <= 0:
+        return cfg
+    budget = float(runtime_min) * 60 * 0.95
+    return {**cfg, "timeout_s": budget,
+            "startup_timeout_s": min(float(cfg.get("startup_timeout_s", budget)), budget)}
+
+
 def rule_engine_inputs(inputs, params, what: str):
     """engine_inputs from a rule's input (target, optional drafter) and params (optional method
     and gpu): the preamble every engine rule script shares."""

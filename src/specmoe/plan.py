@@ -128,12 +128,7 @@ def summary(rows: list[dict]) -> dict:
     by_model: dict[str, float] = {}
     for r in rows:
         by_model[r["model"]] = by_model.get(r["model"], 0.0) + r["gpu_hours"]
-    return {"gpu_hours_by_model": by_model, "gpu_hours": sum(by_model.values()),
-            "jobs": len(rows)}
-
-
-def assumptions_dict(a: PlanAssumptions) -> dict:
-    return asdict(a)
+    return {"gpu_hours_by_model": by_model, "gpu_hours": sum(by_model.values())}
 
 
 def plan_stage(entries: list[dict], config: dict, out_md, out_json) -> dict:
@@ -142,15 +137,13 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json) -> dict:
     import pandas as pd
 
     from . import tables
-    from .hub import snapshot_of
-    from .provenance import provenance, write_json
+    from .hfconfig import study_dims
+    from .provenance import provenance, write_json, write_text
 
     a = PlanAssumptions.from_dict(config.get("plan"))
     rows = []
     for e in entries:
-        dims = costmodel.ModelDims.from_hf_config(
-            snapshot_of(e["manifest"]) / "config.json",
-            dtype="fp8" if e.get("precision") == "fp8" else None, tp=int(e.get("tp", 1)))
+        dims = study_dims(e["manifest"], e.get("precision", "auto"), e.get("tp", 1))
         hw_name = e.get("hardware", "H100")
         if hw_name not in config["hardware"]:
             raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
@@ -158,18 +151,16 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json) -> dict:
         rows += job_rows(e["name"], e, dims, hw, config, a)
     s = summary(rows)
     prov = provenance(config, stage="plan")
-    write_json(out_json, {"assumptions": assumptions_dict(a), **s, "jobs": rows}, prov)
+    write_json(out_json, {"assumptions": asdict(a), **s, "jobs": rows}, prov)
     df = pd.DataFrame(rows)
     by_model = pd.DataFrame([{"model": m, "gpu_hours": h}
                              for m, h in s["gpu_hours_by_model"].items()])
     lines = ["# GPU bill of this configuration", "",
              f"**{s['gpu_hours']:,.0f} GPU-hours** in {len(rows)} GPU jobs, estimated from the "
              "schedule and the cost model's roofline before anything is measured. Assumptions "
-             f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in assumptions_dict(a).items())}. "
+             f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in asdict(a).items())}. "
              f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} min).",
              "", "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
              tables.to_markdown(df, 2), f"<!-- provenance: {prov} -->", ""]
-    from .provenance import write_text
-
     write_text(out_md, "\n".join(lines))
     return s

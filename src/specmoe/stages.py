@@ -149,12 +149,10 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.Model
     """ModelDims from the model's config: an HF config.json path or explicit dims."""
     d = dict(model_cfg.get("dims") or {})
     if model_cfg.get("source") == "hf":  # the config.json of the model's download
-        from .hub import snapshot_of
+        from .hfconfig import study_dims
 
-        dims = costmodel.ModelDims.from_hf_config(
-            snapshot_of(model_cfg["hf_config"]) / "config.json",
-            dtype="fp8" if model_cfg.get("precision") == "fp8" else None,
-            tp=int(model_cfg.get("tp", 1)))
+        dims = study_dims(model_cfg["hf_config"], model_cfg.get("precision", "auto"),
+                          model_cfg.get("tp", 1))
         if (dims.num_experts, dims.top_k) != (num_experts, top_k):
             raise InputError(f"model {model_cfg['name']}: config.json says {dims.top_k}-of-"
                              f"{dims.num_experts} experts but the trace has {top_k}-of-{num_experts}")
@@ -339,6 +337,16 @@ def write_tables(dfs: dict[str, pd.DataFrame], outdir, prov: dict) -> list[Path]
     return paths
 
 
+def by_distance(row, suffix: str = "", n: int | None = None) -> list[float]:
+    """A row of the overlap_by_distance table as a list over d = 1, 2, ... (columns step<d><suffix>,
+    up to the first missing one, or exactly n of them, NaN where missing)."""
+    out, d = [], 1
+    while (n is None and pd.notna(row.get(f"step{d}{suffix}"))) or (n is not None and d <= n):
+        out.append(float(row.get(f"step{d}{suffix}", np.nan)))
+        d += 1
+    return out
+
+
 def write_figures(table_dir, outdir, prov: dict) -> list[Path]:
     """Render every figure from the CSV tables (so figures never disagree with tables)."""
     td, od = Path(table_dir), Path(outdir)
@@ -354,12 +362,10 @@ def write_figures(table_dir, outdir, prov: dict) -> list[Path]:
     ob = load("overlap_by_distance")
     long = []
     for _, r in ob.iterrows():
-        d = 1
-        while f"step{d}" in ob.columns and pd.notna(r.get(f"step{d}")):
-            long.append({"run": r["run"], "distance": d, "empirical": r[f"step{d}"],
+        for d, v in enumerate(by_distance(r), 1):
+            long.append({"run": r["run"], "distance": d, "empirical": v,
                          "shuffle": r.get(f"shuffle{d}", np.nan), "independent": r["independent"],
                          "uniform": np.nan})
-            d += 1
     dec = load("overlap_decomposition_step1").set_index("run")["uniform"]
     long = pd.DataFrame(long)
     long["uniform"] = long["run"].map(dec)
@@ -432,12 +438,8 @@ def report_findings(table_dir) -> list[str]:
     df = tables.read_csv(ob)
     out = []
     for _, r in df.iterrows():
-        d = 1
-        steps, clean = [], []
-        while f"step{d}" in df.columns and pd.notna(r.get(f"step{d}")):
-            steps.append(float(r[f"step{d}"]))
-            clean.append(float(r.get(f"step{d}_no_repetition", np.nan)))
-            d += 1
+        steps = by_distance(r)
+        clean = by_distance(r, "_no_repetition", len(steps))
         fmt = lambda xs: " / ".join(f"{x:.3f}" for x in xs)  # noqa: E731
         line = (f"{r['model']} {r['drafter']} K={r['k']} {r['dataset']}: overlap at d = 1..{len(steps)} "
                 f"{fmt(steps)} ({_trend(steps)}), independence {r['independent']:.3f}, "

@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import costmodel, ipf, tables
-from .errors import InputError
-from .hub import snapshot_of
+from .hfconfig import study_dims
 from .provenance import provenance, read_json
 from .unique import uniform_unique
 
@@ -46,11 +45,8 @@ def weight_model_table(entries: list[dict]) -> pd.DataFrame:
     """entries: {name, manifest (or config), precision, tp, hardware, ks, overlaps?}."""
     rows = []
     for e in entries:
-        cfg = snapshot_of(e["manifest"]) / "config.json" if "manifest" in e else e["config"]
-        dtype = "fp8" if e.get("precision", "auto") == "fp8" else None
-        dims = costmodel.ModelDims.from_hf_config(cfg, dtype=dtype, tp=int(e.get("tp", 1)))
-        if dtype and costmodel.dtype_bytes(dims.dtype) > 1.01:
-            raise InputError(f"{e['name']}: fp8 asked for but the weights are {dims.dtype}")
+        dims = study_dims(e.get("manifest") or e["config"], e.get("precision", "auto"),
+                          e.get("tp", 1))
         for k in e["ks"]:
             rows.append({"model": e["name"], "repo_id": e.get("repo_id"),
                          "precision": dims.dtype if dims.dtype == dims.dense_dtype
@@ -60,12 +56,12 @@ def weight_model_table(entries: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def weight_model_stage(entries: list[dict], out_stem, config_for_hash: dict) -> list[Path]:
+def weight_model_stage(entries: list[dict], out_stem) -> list[Path]:
     df = weight_model_table(entries)
     commits = {}
     for e in entries:
         if "manifest" in e:
             man = read_json(e["manifest"])
             commits[e["name"]] = man.get("commit")
-    prov = provenance(config_for_hash, stage="weight_model", revisions=commits)
+    prov = provenance(entries, stage="weight_model", revisions=commits)
     return tables.write_table(df, Path(out_stem), prov, CAPTION)

@@ -73,12 +73,6 @@ for _e in [*HF_MODELS.values(), *HF_DRAFTERS.values()]:
             "names": [],
         },
     )
-    if _r["revision"] != _e.get("revision"):
-        raise ValueError(
-            f"config: {_e['name']} asks for {_e.get('repo_id')} at revision "
-            f"{_e.get('revision')!r}, {', '.join(_r['names'])} at {_r['revision']!r}: "
-            "one repository, one revision"
-        )
     _r["trust_remote_code"] |= bool(_e.get("trust_remote_code", False))
     _r["names"].append(_e["name"])
 _unset = [n for r in REPOS.values() if not r["repo_id"] for n in r["names"]]
@@ -177,7 +171,6 @@ FIGURES = ["overlap_by_distance", "per_layer_overlap", "te_vs_batch", "anchor_ov
 
 
 wildcard_constraints:
-    repo="[^/.]+",
     model="[^/]+",
     drafter="[^/]+",
     k="[0-9]+",
@@ -457,11 +450,4 @@ def engine_settings(name, section):
     if m.get("trust_remote_code"):
         extra["trust_remote_code"] = True
     base["engine_args"] = extra
-    # engine timeouts follow the job's runtime, so an engine stuck at start-up fails the job with
-    # its own message before the scheduler kills it
-    budget = gpu_resources(name)["runtime"] * 60 * 0.95
-    base["timeout_s"] = budget
-    base["startup_timeout_s"] = min(
-        float(base.get("startup_timeout_s", budget)), budget
-    )
     return base

@@ -48,6 +48,8 @@ rule prompt_table:
         "results/prompts/{dataset}.csv",
     log:
         "logs/prompts/{dataset}.log",
+    benchmark:
+        "benchmarks/prompts/{dataset}.tsv"
     wildcard_constraints:
         dataset=one_of(DATASETS),
     conda:

@@ -2,7 +2,7 @@
 engine (a tiny model's directory, or a study model's download manifest)."""
 
 from specmoe.logs import logged, one
-from specmoe.modelstages import capture_stage, rule_engine_inputs
+from specmoe.modelstages import capture_stage, rule_engine_inputs, with_job_runtime
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "capture"):
@@ -13,7 +13,7 @@ if __name__ == "__main__":  # vLLM spawns processes that re-import the main modu
             drafter,
             int(snakemake.wildcards.k),
             p.run,
-            p.capture,
+            with_job_runtime(p.capture, snakemake.resources.get("runtime")),
             one(i.get("prompts")) or p.prompts,
             snakemake.output[0],
             engine_log=snakemake.log[0],

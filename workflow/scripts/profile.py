@@ -2,7 +2,7 @@
 passes."""
 
 from specmoe.logs import logged, one
-from specmoe.modelstages import profile_stage, rule_engine_inputs
+from specmoe.modelstages import profile_stage, rule_engine_inputs, with_job_runtime
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "profile"):
@@ -14,7 +14,7 @@ if __name__ == "__main__":  # vLLM spawns processes that re-import the main modu
             drafter,
             run["k"],
             run,
-            p.profiling,
+            with_job_runtime(p.profiling, snakemake.resources.get("runtime")),
             one(i.get("prompts")) or p.prompts,
             snakemake.output.json,
             snakemake.output.traces,

@@ -2,7 +2,7 @@
 sweep's batch sizes."""
 
 from specmoe.logs import logged, one
-from specmoe.modelstages import rule_engine_inputs, sweep_series_stage
+from specmoe.modelstages import rule_engine_inputs, sweep_series_stage, with_job_runtime
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "sweep"):
@@ -14,7 +14,7 @@ if __name__ == "__main__":  # vLLM spawns processes that re-import the main modu
             drafter,
             series["k"],
             series,
-            p.sweep,
+            with_job_runtime(p.sweep, snakemake.resources.get("runtime")),
             one(i.get("prompts")) or p.prompts,
             snakemake.output[0],
             engine_log=snakemake.log[0],

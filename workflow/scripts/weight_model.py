@@ -7,5 +7,4 @@ with logged(snakemake.log[0], "weight_model"):
     weight_model_stage(
         snakemake.params.entries,
         snakemake.output[0].removesuffix(".csv"),
-        snakemake.params.entries,
     )
