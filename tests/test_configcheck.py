@@ -60,6 +60,8 @@ CORPUS = [
      "model s: synthetic: stickiness has 3 values for 2 layers"),
     ("sd_check dataset", lambda c: c.update(tiny={"vocab_size": 300, "sd_check": {"dataset": "x"}}),
      "tiny.sd_check.dataset 'x' is not in the prompt table"),
+    ("compare_with an unknown study model", lambda c: c["models"][1].update(
+        compare_with="Qwen9-1T"), "model s: compare_with 'Qwen9-1T' is not a model of the study"),
     ("K twice", lambda c: c["models"][1].update(ks=[3, 3]), "model s: ks lists K=3 twice"),
     ("dtype without a peak", lambda c: c["models"][1].update(
         hardware="CPU", dims={"hidden": 64, "expert_intermediate": 16, "heads": 2, "kv_heads": 1,

@@ -5,10 +5,10 @@ import pandas as pd
 from specmoe.tables import read_csv, to_latex, to_markdown, write_table
 
 
-def test_write_table_three_formats_with_provenance(tmp_path):
+def test_write_table_four_formats_with_provenance(tmp_path):
     df = pd.DataFrame({"model": ["a_b", "c"], "step1": [0.4312, float("nan")], "n": [3, 4]})
     paths = write_table(df, tmp_path / "t", {"config_hash": "h1"}, caption="Cap 50%")
-    assert [p.suffix for p in paths] == [".csv", ".md", ".tex"]
+    assert [p.suffix for p in paths] == [".csv", ".md", ".tex", ".html"]
     back = read_csv(paths[0])
     pd.testing.assert_frame_equal(back, df)
     first = paths[0].read_text().splitlines()[0]
@@ -17,6 +17,9 @@ def test_write_table_three_formats_with_provenance(tmp_path):
     assert "| a_b | 0.431 | 3 |" in md and "| c | – | 4 |" in md
     tex = paths[2].read_text()
     assert r"\toprule" in tex and r"a\_b" in tex and r"Cap 50\%" in tex
+    page = paths[3].read_text()
+    assert "<p>Cap 50%</p>" in page and "<td>a_b</td>" in page and "0.431" in page
+    assert "h1" in page.split("<!-- provenance:")[1]
     assert not list(tmp_path.glob(".*tmp"))
 
 
@@ -31,7 +34,7 @@ def test_report_opens_with_its_caveats(tmp_path):
     the top of the report, not only in JSON."""
     import pandas as pd
 
-    from specmoe.stages import write_report
+    from specmoe.report import write_report
 
     td = tmp_path / "tables"
     td.mkdir()
@@ -51,7 +54,7 @@ def test_report_opens_with_its_caveats(tmp_path):
 def test_report_says_what_the_routing_shows(tmp_path):
     import pandas as pd
 
-    from specmoe.stages import write_report
+    from specmoe.report import write_report
 
     td = tmp_path / "tables"
     td.mkdir()
@@ -71,4 +74,3 @@ def test_report_says_what_the_routing_shows(tmp_path):
     assert ("28% of windows repeat a token, and without them 0.465 / 0.426 / 0.414 (decays with "
             "distance, -0.051 from d = 1 to 3)") in text
     assert "without them 0.455 / 0.454 / 0.456 (flat, +0.001 from d = 1 to 3)" in text
-    assert "What a CPU run cannot show" in text

@@ -79,6 +79,7 @@ def test_chain_runs_caches_and_forcerun_reruns_only_downstream(tmp_path):
     for log in (wd / "logs").rglob("*.log"):
         assert "done in" in log.read_text(), log
     assert list((wd / "benchmarks").rglob("*.tsv"))
+    assert_snakemake_report(wd)
 
     # A second run does nothing.
     before = outputs(wd)
@@ -95,6 +96,25 @@ def test_chain_runs_caches_and_forcerun_reruns_only_downstream(tmp_path):
     for upstream in (f"results/traces/{RUN}.parquet", f"results/overlap/{RUN}.json",
                      f"results/ipf/{RUN}.json", f"results/acceptance/{RUN}.json"):
         assert upstream not in changed, upstream
+
+
+def assert_snakemake_report(wd: Path) -> None:
+    """`snakemake --report` holds every figure and every table (its HTML page) with its caption,
+    and opens in a headless browser with every image decoded and no caption error."""
+    from browser import SNAKEMAKE_REPORT, open_page
+    from specmoe import captions
+
+    snakemake(wd, "--report", "report.html")
+    page = open_page((wd / "report.html").as_uri(), expression=SNAKEMAKE_REPORT)
+    items = set(page["items"])
+    figures = {f"results/figures/{f}.png" for s in captions.SECTIONS.values() for f in s["figures"]}
+    made = {f"results/tables/{p.stem}.html" for p in (wd / "results/tables").glob("*.csv")}
+    assert "results/tables/comparison.html" in made and "results/tables/te_vs_batch.html" in made
+    assert figures | made | {"results/report/index.md"} <= items, (figures | made) - items
+    assert page["images"] == len(figures) and page["broken"] == []
+    assert page["caption_errors"] == [] and page["empty"] == [] and page["errors"] == []
+    for stem in made:  # each table's section is in the report's menu
+        assert captions.section_of(Path(stem).stem) in page["text"], stem
 
 
 def test_killed_run_leaves_nothing_half_written_and_resumes(tmp_path):

@@ -48,6 +48,15 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
             asks = ", ".join(f"{n} at {r!r}" for n, r in by_name.items())
             out.append(f"{repo} is asked for at different revisions ({asks}): one repository, "
                        "one revision")
+    study = None
+    for m in models:
+        if m.get("compare_with"):
+            from .published import study_models
+
+            study = study if study is not None else study_models()
+            if m["compare_with"] not in study:
+                out.append(f"model {m['name']}: compare_with '{m['compare_with']}' is not a model "
+                           f"of the study (one of: {', '.join(sorted(study))})")
     drafter_by_name = {d["name"]: d for d in drafters}
     for d in drafters:
         if d["source"] == "tiny":

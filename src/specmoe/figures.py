@@ -11,6 +11,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
@@ -47,58 +48,141 @@ def _facets(n: int, width: float = 3.2, height: float = 2.6):
     return fig, list(axes.flat[:n])
 
 
-def overlap_by_distance(df: pd.DataFrame) -> plt.Figure:
-    """df: run, distance, empirical, shuffle, independent, uniform (layer-averaged)."""
+def palette(models) -> dict[str, tuple]:
+    """One colour per model, the same in every figure of a report (order as given)."""
+    names = list(dict.fromkeys(models))
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {m: cmap(i % cmap.N) for i, m in enumerate(names)}
+
+
+def empty(message: str) -> plt.Figure:
+    """A figure that says why it has nothing to show in this configuration."""
+    fig, ax = plt.subplots(figsize=(5.5, 1.6))
+    ax.text(0.5, 0.5, textwrap.fill(message, 70), ha="center", va="center", fontsize=9,
+            transform=ax.transAxes)
+    ax.set_axis_off()
+    return fig
+
+
+def _batch_axis(ax, batches) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(batches)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("batch size (max concurrency)")
+
+
+def _published(ax, pub: pd.DataFrame | None, run: str, x: str) -> str:
+    """The study's published points of the model a run is matched with, as black crosses;
+    returns a title suffix naming that model."""
+    if pub is None or pub.empty:
+        return ""
+    p = pub[pub["run"] == run]
+    if p.empty:
+        return ""
+    ax.plot(p[x], p["value"], "x", color="black", ms=7, mew=1.5, label="published (matched model)")
+    return f" (x: {p['study_model'].iloc[0]})"
+
+
+def _figure_legend(fig, axes) -> None:
+    """One legend for all panels, below them (panels' own legends would cover the data)."""
+    seen = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="lower center", fontsize=7,
+                   ncol=min(len(seen), 5), frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.tight_layout(rect=(0, 0.06 if len(axes) > 4 else 0.1, 1, 1))
+
+
+def overlap_by_distance(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None = None
+                        ) -> plt.Figure:
+    """df: run, model, distance, empirical, shuffle, independent, uniform (layer mean);
+    pub: run, study_model, distance, value."""
     runs = list(dict.fromkeys(df["run"]))
     fig, axes = _facets(len(runs))
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
-        ax.plot(d["distance"], d["empirical"], "o-", label="empirical")
-        ax.plot(d["distance"], d["shuffle"], "s--", label="within-window shuffle")
-        ax.plot(d["distance"], d["independent"], ":", label="independence")
-        ax.plot(d["distance"], d["uniform"], ":", color="grey", label="uniform k/N")
-        _title(ax, run)
-        ax.set_xlabel("step distance d")
-        ax.set_ylabel("overlap")
+        c = colors[d["model"].iloc[0]]
+        ax.plot(d["distance"], d["empirical"], "o-", color=c, label="measured")
+        ax.plot(d["distance"], d["shuffle"], "s--", color=c, alpha=0.5, label="within-window shuffle")
+        ax.plot(d["distance"], d["independent"], ":", color="dimgray", label="independence")
+        ax.plot(d["distance"], d["uniform"], ":", color="silver", label="uniform k/N")
+        _title(ax, run + _published(ax, pub, run, "distance"))
+        ax.set_xlabel("step distance d (tokens)")
+        ax.set_ylabel("expert overlap (fraction of k)")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylim(bottom=0)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    _figure_legend(fig, axes)
     return fig
 
 
-def per_layer_overlap(df: pd.DataFrame) -> plt.Figure:
-    """df: run, layer, step1_overlap, independent, shuffle."""
+def per_layer_overlap(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None = None
+                      ) -> plt.Figure:
+    """df: run, model, layer, step1_overlap, independent, shuffle; pub: run, study_model, layer,
+    value."""
     runs = list(dict.fromkeys(df["run"]))
     fig, axes = _facets(len(runs))
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
-        ax.plot(d["layer"], d["step1_overlap"], "o-", label="step-1 overlap")
-        ax.plot(d["layer"], d["shuffle"], "--", label="within-window shuffle")
-        ax.plot(d["layer"], d["independent"], ":", label="independence")
-        _title(ax, run)
-        ax.set_xlabel("layer")
-        ax.set_ylabel("overlap")
+        c = colors[d["model"].iloc[0]]
+        ax.plot(d["layer"], d["step1_overlap"], "o-", color=c, label="step-1 overlap")
+        ax.plot(d["layer"], d["shuffle"], "--", color=c, alpha=0.5, label="within-window shuffle")
+        ax.plot(d["layer"], d["independent"], ":", color="dimgray", label="independence")
+        _title(ax, run + _published(ax, pub, run, "layer"))
+        ax.set_xlabel("MoE layer")
+        ax.set_ylabel("step-1 overlap (fraction of k)")
         ax.set_ylim(bottom=0)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    _figure_legend(fig, axes)
     return fig
 
 
-def te_vs_batch(df: pd.DataFrame) -> plt.Figure:
-    """df: run, batch, routing, te. One panel per run, one line per routing assumption."""
+ROUTING_STYLES = ("o:", "s--", "^-.", "D-")
+
+
+def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
+    """df: run, model, batch, routing, te. One panel per run, one line style per routing."""
     runs = list(dict.fromkeys(df["run"]))
+    routings = list(dict.fromkeys(df["routing"]))
     fig, axes = _facets(len(runs))
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
-        sns.lineplot(data=d, x="batch", y="te", hue="routing", style="routing", markers=True,
-                     ax=ax, legend=ax is axes[0])
-        ax.set_xscale("log", base=2)
+        c = colors[d["model"].iloc[0]]
+        for style, routing in zip(ROUTING_STYLES, routings):
+            g = d[d["routing"] == routing]
+            ax.plot(g["batch"], g["te"], style, color=c, ms=4, label=routing)
+        _batch_axis(ax, d["batch"])
         _title(ax, run)
         ax.set_ylabel("target efficiency")
         ax.set_ylim(0, 1.05)
-    if axes[0].get_legend():
-        axes[0].legend(fontsize=7)
+    _figure_legend(fig, axes)
+    return fig
+
+
+LINE_STYLES = ("o-", "s--", "^-.", "D:", "v-", "P--")
+
+
+def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: str, ylabel: str,
+              message: str, ref: float | None = None) -> plt.Figure:
+    """One panel per `panel` group with at least two values of `line`, one line style per value
+    (colour: the panel's model). An explanatory figure where no group has two."""
+    groups = [(k, g) for k, g in df.groupby(panel, sort=False) if g[line].nunique() >= 2]
+    if not groups:
+        return empty(message)
+    fig, axes = _facets(len(groups), width=3.6)
+    for ax, (key, g) in zip(axes, groups):
+        key = key if isinstance(key, tuple) else (key,)
+        for style, (val, h) in zip(LINE_STYLES, g.groupby(line, sort=False)):
+            h = h.sort_values("batch")
+            model = h["model"].iloc[0]
+            ax.plot(h["batch"], h[y], style, color=colors[model], ms=4,
+                    label=f"{line} {val}" if line in ("K", "k") else str(val))
+        if ref is not None:
+            ax.axhline(ref, color="grey", lw=0.8, ls=":")
+        _batch_axis(ax, g["batch"])
+        _title(ax, " ".join(str(v) for v in key))
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     return fig
 
@@ -119,27 +203,67 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
                         textcoords="offset points", xytext=(0, 6), ha="center")
         _title(ax, run)
         ax.set_xlabel("draft position j")
-        ax.set_ylabel("overlap(S(0), S(j))")
+        ax.set_ylabel("anchor overlap(S(0), S(j))")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    axes[0].legend(fontsize=7)
+    _figure_legend(fig, axes)
+    return fig
+
+
+def speedup_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
+    """df: model, label, batch, speedup. One line per model on one axis; speedup 1 marked."""
+    if df.empty:
+        return empty("No serving sweep in this configuration.")
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for (model, label), g in df.groupby(["model", "label"], sort=False):
+        g = g.sort_values("batch")
+        ax.plot(g["batch"], g["speedup"], "o-", color=colors[model], label=label)
+    _batch_axis(ax, df["batch"])
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set_ylabel("speedup (TPOT without SD / with SD)")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def speedup_vs_batch(df: pd.DataFrame) -> plt.Figure:
-    """df: run, batch, speedup, tau. One line per run; speedup 1 marked."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
+    """df: model, label, batch, draft_cost (drafters served alone only)."""
+    df = df[np.isfinite(df["draft_cost"])] if not df.empty else df
     if df.empty:
-        ax.text(0.5, 0.5, "no sweep in this configuration", ha="center", va="center",
-                transform=ax.transAxes)
-    else:
-        sns.lineplot(data=df, x="batch", y="speedup", hue="run", style="run", markers=True, ax=ax)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(df["batch"].unique()))
-        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-        ax.legend(fontsize=7)
-    ax.set_xlabel("batch size (max concurrency)")
-    ax.set_ylabel("speedup (TPOT no SD / TPOT SD)")
+        return empty("No drafter is served alone in this configuration (EAGLE heads and MTP "
+                     "layers cannot run alone), so there is no measured draft cost ratio.")
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for (model, label), g in df.groupby(["model", "label"], sort=False):
+        g = g.sort_values("batch")
+        ax.plot(g["batch"], g["draft_cost"], "o-", color=colors[model], label=label)
+    _batch_axis(ax, df["batch"])
+    ax.set_ylabel("draft cost c = K TPOT(drafter) / TPOT(target)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:
+    """df: model, table, quantity, published, reproduced. One panel per table, reproduced vs
+    published (linear axes), one colour per model; the diagonal is agreement."""
+    df = df[np.isfinite(df["published"]) & np.isfinite(df["reproduced"])] if not df.empty else df
+    if df.empty:
+        return empty("No model of this configuration is matched to one of the study's models "
+                     "(set compare_with, or use a study checkpoint).")
+    tabs = list(dict.fromkeys(df["table"]))
+    fig, axes = _facets(len(tabs), width=3.0, height=2.8)
+    for ax, table in zip(axes, tabs):
+        d = df[df["table"] == table]
+        for model, g in d.groupby("model", sort=False):
+            ax.scatter(g["published"], g["reproduced"], color=colors[model], s=16, label=model)
+        lo = float(min(d["published"].min(), d["reproduced"].min(), 0))
+        hi = float(max(d["published"].max(), d["reproduced"].max()))
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls=":")
+        _title(ax, table.replace("_", " "))
+        ax.set_xlabel("published value")
+        ax.set_ylabel("this run's value")
+    _figure_legend(fig, axes)
     return fig

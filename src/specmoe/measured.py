@@ -7,12 +7,11 @@ on its model's first dataset and joins that dataset's sweep and cost model only.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import costmodel, figures, tables
+from . import costmodel
 from .provenance import provenance, read_json, write_json
 from .stages import _run_cols, _runs
 
@@ -119,11 +118,3 @@ def _finite_or_none(x):
 
 MEASURED_TABLES = ("speedup_vs_batch", "te_three_ways", "kernel_time_shares",
                    "three_step_correction")
-
-
-def write_measured_figures(table_dir, outdir, prov: dict) -> list[Path]:
-    df = tables.read_csv(Path(table_dir) / "speedup_vs_batch.csv")
-    if not df.empty:
-        df["run"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " ("
-                     + df["shape"] + ")")
-    return figures.save(figures.speedup_vs_batch(df), Path(outdir) / "speedup_vs_batch", prov)

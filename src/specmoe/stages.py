@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import acceptance, costmodel, figures, ipf, overlap, synth, tables, trace
+from . import acceptance, captions, costmodel, ipf, overlap, synth, tables, trace
 from .errors import InputError
-from .provenance import provenance, read_json, write_json, write_text
+from .provenance import provenance, read_json, write_json
 from .unique import independent_unique, uniform_unique, window_unique_table
 
 log = logging.getLogger("specmoe")
@@ -84,6 +84,7 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         no_rep = overlap.window_stats(overlap.select_windows(tr, ~rep),
                                       shuffle_seed=shuffle_seed).summary()
     by_status = overlap.overlap_by_status(tr)
+    by_slice = slice_overlaps(tr)
     prov = dict(tr.meta.get("provenance", {}))
     prov.update(provenance({"batch_sizes": batch_sizes, "shuffle_seed": shuffle_seed},
                            model=prov.get("model"), stage="overlap", trace=str(trace_path)))
@@ -93,6 +94,7 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         "repetitive_windows": float(rep.mean()) if rep.size else 0.0,
         "summary_without_repetition": no_rep if no_rep is not None else summary,
         "overlap_by_status": by_status,
+        "by_slice": by_slice,
         "unique": unique,
         "unique_by_batch": uniq,
         "per_layer": {
@@ -100,6 +102,27 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
             "unique": ws.unique, "q": ws.q, "used": ws.used,
         },
     }, prov)
+
+
+def slice_overlaps(tr) -> dict[str, dict]:
+    """Overlap by distance and the independence baseline of each prompt slice (category) of a
+    trace: whether the decay with distance holds slice by slice. Slices with fewer than two full
+    windows are left out."""
+    if "category" not in tr.columns:
+        return {}
+    starts, lengths = tr.windows()
+    cat = tr.columns["category"][starts]
+    datasets = tr.meta.get("slice_datasets") or {}
+    out = {}
+    for name in sorted({str(c) for c in cat}):
+        keep = cat == name
+        if (keep & (lengths == tr.k_draft + 1)).sum() < 2:
+            continue
+        s = overlap.window_stats(overlap.select_windows(tr, keep), shuffle_seed=None).summary()
+        out[name] = {"dataset": datasets.get(name, ""), "n_windows": s["n_windows"],
+                     "overlap_by_distance": s["overlap_by_distance"],
+                     "independent": s["independent"]}
+    return out
 
 
 def ipf_stage(overlap_json, out, batch_sizes) -> None:
@@ -228,7 +251,7 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
     """All tables of the report, as DataFrames keyed by file stem."""
     ovs, ips, cms, accs = (_runs(x) for x in (overlap_jsons, ipf_jsons, cost_jsons, acc_jsons))
     t: dict[str, list] = {k: [] for k in ("overlap_decomposition_step1", "overlap_by_distance",
-                                          "overlap_by_status",
+                                          "overlap_by_status", "heldout_overlap",
                                           "per_layer_overlap", "unique_experts", "target_efficiency",
                                           "te_vs_batch", "acceptance_consecutive",
                                           "anchor_overlap", "heldout_acceptance")}
@@ -253,6 +276,11 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
         if ov.get("overlap_by_status"):
             t["overlap_by_status"].append({**rc, **ov["overlap_by_status"],
                                            "repetitive_windows": ov.get("repetitive_windows")})
+        for name, sl in (ov.get("by_slice") or {}).items():
+            t["heldout_overlap"].append({
+                **rc, "slice": name, "slice_dataset": sl["dataset"], "n_windows": sl["n_windows"],
+                **{f"step{d}": v for d, v in enumerate(sl["overlap_by_distance"], 1)},
+                "independent": sl["independent"]})
         pl = ov["per_layer"]
         for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"])):
             t["per_layer_overlap"].append({
@@ -305,205 +333,8 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
     return {k: pd.DataFrame(v) for k, v in t.items()}
 
 
-CAPTIONS = {
-    "overlap_decomposition_step1": "Step-1 overlap decomposition: uniform, independence, empirical, "
-                                   "temporal, and the within-window shuffle null.",
-    "overlap_by_distance": "Overlap by step distance with the independence baseline and the "
-                           "within-window shuffle null; step<d>_no_repetition without the windows "
-                           "that repeat a token (repetitive_windows: their share).",
-    "overlap_by_status": "Mean consecutive overlap overlap(S(j-1), S(j)) of the window positions in "
-                         "each acceptance status (committed, accepted, first rejected, after "
-                         "rejection), and the share of windows with degenerate repetition.",
-    "per_layer_overlap": "Step-1 overlap per layer against the independence baseline.",
-    "unique_experts": "Unique experts per verification window: empirical, closed forms and IPF.",
-    "target_efficiency": "Weight-model target efficiency at batch 1 under each routing assumption.",
-    "te_vs_batch": "Target efficiency vs batch size with a roofline floor; sample_ok is false where "
-                   "the trace holds too few windows for the measured-windows estimate at that "
-                   "batch size (unseen experts could add more than 2%).",
-    "acceptance_consecutive": "Deconfounded consecutive overlap, accepted vs first-rejected drafts "
-                              "at the same position.",
-    "anchor_overlap": "Anchor overlap overlap(S(0), S(j)) by acceptance status, with standard errors, "
-                      "and the accepted vs first-rejected effect at each position (Cohen's d, "
-                      "Welch p).",
-    "heldout_acceptance": "Accepted minus first-rejected consecutive overlap per slice, and its "
-                          "median across the slices of each held-out dataset.",
-}
-
-
 def write_tables(dfs: dict[str, pd.DataFrame], outdir, prov: dict) -> list[Path]:
     paths = []
     for stem, df in dfs.items():
-        paths += tables.write_table(df, Path(outdir) / stem, prov, CAPTIONS.get(stem, ""))
+        paths += tables.write_table(df, Path(outdir) / stem, prov, captions.text(stem))
     return paths
-
-
-def by_distance(row, suffix: str = "", n: int | None = None) -> list[float]:
-    """A row of the overlap_by_distance table as a list over d = 1, 2, ... (columns step<d><suffix>,
-    up to the first missing one, or exactly n of them, NaN where missing)."""
-    out, d = [], 1
-    while (n is None and pd.notna(row.get(f"step{d}{suffix}"))) or (n is not None and d <= n):
-        out.append(float(row.get(f"step{d}{suffix}", np.nan)))
-        d += 1
-    return out
-
-
-def write_figures(table_dir, outdir, prov: dict) -> list[Path]:
-    """Render every figure from the CSV tables (so figures never disagree with tables)."""
-    td, od = Path(table_dir), Path(outdir)
-
-    def load(stem):
-        df = tables.read_csv(td / f"{stem}.csv")
-        if not df.empty:
-            df["run"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " "
-                         + df["dataset"])
-        return df
-
-    paths = []
-    ob = load("overlap_by_distance")
-    long = []
-    for _, r in ob.iterrows():
-        for d, v in enumerate(by_distance(r), 1):
-            long.append({"run": r["run"], "distance": d, "empirical": v,
-                         "shuffle": r.get(f"shuffle{d}", np.nan), "independent": r["independent"],
-                         "uniform": np.nan})
-    dec = load("overlap_decomposition_step1").set_index("run")["uniform"]
-    long = pd.DataFrame(long)
-    long["uniform"] = long["run"].map(dec)
-    paths += figures.save(figures.overlap_by_distance(long), od / "overlap_by_distance", prov)
-    paths += figures.save(figures.per_layer_overlap(load("per_layer_overlap")),
-                          od / "per_layer_overlap", prov)
-    paths += figures.save(figures.te_vs_batch(load("te_vs_batch")), od / "te_vs_batch", prov)
-    anchor = load("anchor_overlap")
-    effects = anchor.drop_duplicates(["run", "draft_position"])[
-        ["run", "draft_position", "cohens_d"]] if not anchor.empty else anchor
-    paths += figures.save(figures.anchor_overlap(anchor, effects), od / "anchor_overlap", prov)
-    return paths
-
-
-FIGURE_CAPTIONS = {
-    "overlap_by_distance": "Expert overlap by step distance inside verification windows, with the "
-                           "independence baseline and the within-window shuffle null.",
-    "per_layer_overlap": "Step-1 overlap per layer against the independence baseline.",
-    "te_vs_batch": "Target efficiency vs batch size under uniform, independent-skewed, IPF and "
-                   "measured (temporally correlated) routing.",
-    "anchor_overlap": "Anchor overlap by acceptance status with standard-error bars; labels give "
-                      "Cohen's d of accepted vs first-rejected anchor overlap at each position.",
-}
-
-
-def report_caveats(table_dir) -> list[str]:
-    """What a reader must know before trusting a number: IPF fits that did not converge and
-    batch sizes too large for the trace's sample of windows."""
-    out = []
-    ue = Path(table_dir) / "unique_experts.csv"
-    if ue.exists():
-        df = tables.read_csv(ue)
-        for _, r in df[df["ipf_unconverged_experts"] > 0].iterrows():
-            out.append(f"{r['model']} {r['drafter']} K={r['k']} {r['dataset']}: the skewed IPF fit "
-                       f"did not converge for {int(r['ipf_unconverged_experts'])} expert(s) (their "
-                       "pair margins are jointly infeasible); its prediction is the closest fit")
-    tb = Path(table_dir) / "te_vs_batch.csv"
-    if tb.exists():
-        df = tables.read_csv(tb)
-        if "sample_ok" in df:
-            bad = df[~df["sample_ok"].astype(bool)]
-            for (m, d, k, ds), g in bad.groupby(["model", "drafter", "k", "dataset"]):
-                out.append(f"{m} {d} K={k} {ds}: the trace has too few windows for the "
-                           "measured-windows TE at batch "
-                           f"{', '.join(str(b) for b in sorted(g['batch'].unique()))}")
-    return out
-
-
-def _trend(values: list[float], margin: float = 0.01) -> str:
-    """Direction of overlap over step distance: decays, rises or flat (within `margin`)."""
-    v = [x for x in values if np.isfinite(x)]
-    if len(v) < 2:
-        return "too few distances"
-    change = f"{v[-1] - v[0]:+.3f} from d = 1 to {len(v)}"
-    if v[-1] < v[0] - margin and all(b <= a + margin for a, b in zip(v, v[1:])):
-        return f"decays with distance, {change}"
-    if v[-1] > v[0] + margin:
-        return f"rises with distance, {change}"
-    if max(v) - min(v) <= 2 * margin:
-        return f"flat, {change}"
-    return f"not monotone, {change}"
-
-
-def report_findings(table_dir) -> list[str]:
-    """What the routing shows, run by run: overlap by distance against its baselines, with and
-    without windows of degenerate repetition (repeated tokens route alike)."""
-    ob = Path(table_dir) / "overlap_by_distance.csv"
-    if not ob.exists():
-        return []
-    df = tables.read_csv(ob)
-    out = []
-    for _, r in df.iterrows():
-        steps = by_distance(r)
-        clean = by_distance(r, "_no_repetition", len(steps))
-        fmt = lambda xs: " / ".join(f"{x:.3f}" for x in xs)  # noqa: E731
-        line = (f"{r['model']} {r['drafter']} K={r['k']} {r['dataset']}: overlap at d = 1..{len(steps)} "
-                f"{fmt(steps)} ({_trend(steps)}), independence {r['independent']:.3f}, "
-                f"within-window shuffle {r.get('shuffle1', np.nan):.3f}")
-        rep = float(r.get("repetitive_windows", 0) or 0)
-        if rep > 0.01:
-            line += (f"; {rep:.0%} of windows repeat a token, and without them {fmt(clean)} "
-                     f"({_trend(clean)})")
-        out.append(line)
-    return out
-
-
-def write_report(table_dir, figure_dir, out, prov: dict) -> None:
-    """results/report/index.md linking every table and figure."""
-    out = Path(out)
-    rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
-    lines = ["# specmoe report", "",
-             f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.", ""]
-    findings = report_findings(table_dir)
-    if findings:
-        lines += ["## What the routing shows", "",
-                  "Temporal overlap is what the study's argument rests on: overlap that decays with "
-                  "step distance, above both the independence baseline and the within-window "
-                  "shuffle null. Untrained controls clear independence without it (every position "
-                  "of a window feeds the routers nearly the same vector) and stay flat; weak models "
-                  "decoding greedily repeat tokens, which route alike, so overlap is also given "
-                  "without such windows.", "", *[f"- {f}" for f in findings], "",
-                  "What a CPU run cannot show: timings of these tiny models are dominated by "
-                  "per-step host overhead rather than by reading weights, so their speedup and TE "
-                  "curves test the pipeline, not the study's GPU claims.", ""]
-    caveats = report_caveats(table_dir)
-    if caveats:
-        lines += ["## Caveats", "", *[f"- {c}" for c in caveats], ""]
-    lines += ["## Figures", ""]
-    for stem, cap in FIGURE_CAPTIONS.items():
-        png = Path(figure_dir) / f"{stem}.png"
-        if png.exists():
-            lines += [f"### {stem.replace('_', ' ')}", "", cap, "",
-                      f"![{stem}](../{rel(png)})  ([PDF](../{rel(png.with_suffix('.pdf'))}))", ""]
-    lines += ["## Tables", ""]
-    for stem, cap in CAPTIONS.items():
-        md = Path(table_dir) / f"{stem}.md"
-        if md.exists():
-            lines.append(f"- [{stem}](../{rel(md)}): {cap} "
-                         f"([CSV](../{rel(md.with_suffix('.csv'))}), "
-                         f"[LaTeX](../{rel(md.with_suffix('.tex'))}))")
-    write_text(out, "\n".join(lines) + f"\n\n<!-- provenance: {prov} -->\n")
-
-
-# Captions of the measured side's tables and figures (specmoe.measured builds them).
-CAPTIONS.update({
-    "speedup_vs_batch": "Measured SD speedup vs batch size (mean TPOT without SD over with SD, timed "
-                        "as `timing` says; the other timing's speedup beside it), acceptance "
-                        "length tau, draft cost c, TE from the sweep, curve shape.",
-    "te_three_ways": "Target efficiency three ways: from the sweep (tau / speedup and c, with c "
-                     "from the drafter served alone and from profiling), from profiled decode and "
-                     "verify forward passes, from the cost model with the measured windows' "
-                     "unique experts.",
-    "kernel_time_shares": "Profiled time per op/kernel class in decode and verify forward passes, "
-                          "shares and verify/decode ratios (CTAs vs SM count on CUDA).",
-    "three_step_correction": "Three-step correction at batch 1: weight baseline, then measured MoE "
-                             "time share, MoE kernel time ratio and non-MoE time ratio, against the "
-                             "TE from the sweep.",
-})
-
-FIGURE_CAPTIONS["speedup_vs_batch"] = ("Measured SD speedup vs batch size per model, with the "
-                                      "curve's shape label.")

@@ -1,10 +1,11 @@
-"""Tables as CSV, Markdown and LaTeX (booktabs), each written atomically with provenance.
+"""Tables as CSV, Markdown, LaTeX (booktabs) and HTML, each written atomically with provenance.
 
 CSV files start with one `# provenance: {...}` comment line; read them with `read_csv`.
 """
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import math
@@ -14,7 +15,7 @@ import pandas as pd
 
 from .provenance import write_text
 
-FORMATS = ("csv", "md", "tex")
+FORMATS = ("csv", "md", "tex", "html")
 
 
 def _fmt(v, digits: int) -> str:
@@ -57,18 +58,32 @@ def to_latex(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
     return "\n".join(out) + "\n"
 
 
+def to_html(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
+    """A standalone HTML page: the caption, then the table (numbers right-aligned)."""
+    body = df.to_html(index=False, na_rep="–", border=0, classes="specmoe",
+                      float_format=lambda v: _fmt(float(v), digits))
+    style = ("body{font-family:sans-serif;font-size:13px} table{border-collapse:collapse} "
+             "td,th{padding:2px 8px;border-bottom:1px solid #ddd} td{text-align:right} "
+             "th{text-align:left}")
+    cap = f"<p>{html.escape(caption)}</p>" if caption else ""
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>{style}</style></head>"
+            f"<body>{cap}{body}</body></html>")
+
+
 def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "",
                 digits: int = 3) -> list[Path]:
-    """Write stem.csv, stem.md and stem.tex. Returns the paths."""
+    """Write stem.csv, stem.md, stem.tex and stem.html. Returns the paths."""
     stem = Path(stem)
     prov_line = json.dumps(prov, default=str, separators=(",", ":"))
     buf = io.StringIO()
     df.to_csv(buf, index=False)
-    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
+    paths = [stem.with_suffix(f".{ext}") for ext in FORMATS]
     write_text(paths[0], f"# provenance: {prov_line}\n" + buf.getvalue())
     head = f"**{caption}**\n\n" if caption else ""
     write_text(paths[1], head + to_markdown(df, digits) + f"\n<!-- provenance: {prov_line} -->\n")
     write_text(paths[2], f"% provenance: {prov_line}\n" + to_latex(df, caption, digits))
+    write_text(paths[3], to_html(df, caption, digits)
+               + f"\n<!-- provenance: {html.escape(prov_line)} -->\n")
     return paths
 
 

@@ -14,16 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import costmodel, ipf, tables
+from . import captions, costmodel, ipf, tables
 from .hfconfig import study_dims
 from .provenance import provenance, read_json
 from .unique import uniform_unique
-
-CAPTION = ("Weight model at batch 1 from each model's config.json: bytes per GPU of one routed "
-           "expert (C_expert) and of one MoE layer's attention and shared experts (C_dense), in MiB; "
-           "expert-free layers spread over the MoE layers; MoE weight share; and TE = (C_dense + k "
-           "C_expert) / (C_dense + U C_expert) with U the unique experts per window of K+1 tokens "
-           "(uniform i.i.d.; IPF where the model's overlaps are configured for every distance up to K).")
 
 
 def weight_row(dims: costmodel.ModelDims, k_draft: int, overlaps=None) -> dict:
@@ -64,4 +58,4 @@ def weight_model_stage(entries: list[dict], out_stem) -> list[Path]:
             man = read_json(e["manifest"])
             commits[e["name"]] = man.get("commit")
     prov = provenance(entries, stage="weight_model", revisions=commits)
-    return tables.write_table(df, Path(out_stem), prov, CAPTION)
+    return tables.write_table(df, Path(out_stem), prov, captions.text("weight_model"))

@@ -4,10 +4,13 @@ import os
 import re
 import sys
 
+from snakemake.io import report as report_item
 from snakemake.utils import min_version, validate
 
+from specmoe import captions
 from specmoe import prompts as prompt_table
 from specmoe.configcheck import check as check_config
+from specmoe.published import study_entry
 
 min_version("9.0")
 
@@ -27,8 +30,9 @@ localrules:
     tables,
     figures,
     measured_tables,
-    measured_figures,
     report_index,
+    replay,
+    comparison,
     weight_model,
     download_model,
     download_dataset,
@@ -154,12 +158,12 @@ MEASURED_TABLES = [
     "kernel_time_shares",
     "three_step_correction",
 ]
-MEASURED_FIGURES = ["speedup_vs_batch"]
 TABLES = [
     "overlap_decomposition_step1",
     "overlap_by_distance",
     "overlap_by_status",
     "per_layer_overlap",
+    "heldout_overlap",
     "unique_experts",
     "target_efficiency",
     "te_vs_batch",
@@ -167,7 +171,14 @@ TABLES = [
     "anchor_overlap",
     "heldout_acceptance",
 ]
-FIGURES = ["overlap_by_distance", "per_layer_overlap", "te_vs_batch", "anchor_overlap"]
+REPLAY_TABLES = ["replay_unique_experts", "replay_weight_model", "replay_three_step"]
+FIGURES = [f for sec in captions.SECTIONS.values() for f in sec["figures"]]
+TABLE_FORMATS = ["csv", "md", "tex", "html"]
+# Models whose results sit beside the study's published numbers (compare_with, or a study
+# checkpoint): name -> the study model and the variant (precision, TP, hardware).
+STUDY = {
+    m["name"]: study_entry(m) for m in config["models"] if study_entry(m) is not None
+}
 
 
 wildcard_constraints:
@@ -201,10 +212,36 @@ def tiny_outputs():
 
 
 def all_outputs():
-    out = (["results/report/index.md"] if RUNS else []) + tiny_outputs()
-    if HF_MODELS:
-        out += expand("results/tables/weight_model.{ext}", ext=["csv", "md", "tex"])
+    return ["results/report/index.md"] + tiny_outputs()
+
+
+def table_outputs(names):
+    """Each table in every format; its HTML page is an item of Snakemake's report, with the
+    table's caption, in the study's section."""
+    out = []
+    for t in names:
+        out += [f"results/tables/{t}.{ext}" for ext in TABLE_FORMATS[:-1]]
+        out.append(
+            report_item(
+                f"results/tables/{t}.html",
+                caption=captions.path(t),
+                category=captions.section_of(t),
+                subcategory="Tables",
+            )
+        )
     return out
+
+
+def run_tables():
+    """The tables of this configuration's own runs and models."""
+    names = list(TABLES) if RUNS else []
+    names += MEASURED_TABLES if SWEEP_RUNS else []
+    return names + (["weight_model"] if HF_MODELS else [])
+
+
+def report_tables():
+    """Every table of the report: the runs', the comparison with the study and the replay."""
+    return run_tables() + ["comparison"] + REPLAY_TABLES
 
 
 def measure_threads():
@@ -302,15 +339,6 @@ def sweep_files(pattern):
 def profile_dataset(wildcards):
     """Profiles use the prompts of the model's first dataset."""
     return MODELS[wildcards.model]["datasets"][0]
-
-
-def measured_report_inputs():
-    """The measured tables and figures, when the configuration sweeps any model."""
-    if not SWEEP_RUNS:
-        return []
-    return expand("results/tables/{t}.md", t=MEASURED_TABLES) + expand(
-        "results/figures/{f}.png", f=MEASURED_FIGURES
-    )
 
 
 def run_files(pattern):

@@ -118,32 +118,10 @@ rule measured_tables:
         ),
         costmodel=sweep_files("results/costmodel/{model}/{drafter}/K{k}/{dataset}.json"),
     output:
-        expand(
-            "results/tables/{table}.{ext}",
-            table=MEASURED_TABLES,
-            ext=["csv", "md", "tex"],
-        ),
+        table_outputs(MEASURED_TABLES),
     log:
         "logs/report/measured_tables.log",
     conda:
         "../../envs/report.yaml"
     script:
         "../scripts/measured_tables.py"
-
-
-rule measured_figures:
-    input:
-        "results/tables/speedup_vs_batch.csv",
-    output:
-        report(
-            "results/figures/speedup_vs_batch.png",
-            caption="../report/speedup_vs_batch.rst",
-            category="Figures",
-        ),
-        "results/figures/speedup_vs_batch.pdf",
-    log:
-        "logs/report/measured_figures.log",
-    conda:
-        "../../envs/report.yaml"
-    script:
-        "../scripts/measured_figures.py"

@@ -1,4 +1,4 @@
-# Tables, figures and the report index.
+# Tables, the study's published numbers beside them, figures and the report.
 
 
 rule tables:
@@ -8,7 +8,7 @@ rule tables:
         costmodel=run_files("results/costmodel/{model}/{drafter}/K{k}/{dataset}.json"),
         acceptance=run_files("results/acceptance/{model}/{drafter}/K{k}/{dataset}.json"),
     output:
-        expand("results/tables/{table}.{ext}", table=TABLES, ext=["csv", "md", "tex"]),
+        table_outputs(TABLES),
     log:
         "logs/report/tables.log",
     conda:
@@ -17,15 +17,42 @@ rule tables:
         "../scripts/tables.py"
 
 
+rule replay:
+    output:
+        table_outputs(REPLAY_TABLES),
+    log:
+        "logs/report/replay.log",
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/replay.py"
+
+
+rule comparison:
+    input:
+        [f"results/tables/{t}.csv" for t in run_tables()],
+    output:
+        table_outputs(["comparison"]),
+    log:
+        "logs/report/comparison.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        study=STUDY,
+    script:
+        "../scripts/comparison.py"
+
+
 rule figures:
     input:
-        expand("results/tables/{table}.csv", table=TABLES),
+        [f"results/tables/{t}.csv" for t in report_tables()],
     output:
         [
             report(
                 f"results/figures/{fig}.png",
-                caption=f"../report/{fig}.rst",
-                category="Figures",
+                caption=captions.path(fig, figure=True),
+                category=captions.section_of(fig, "figures"),
+                subcategory="Figures",
             )
             for fig in FIGURES
         ],
@@ -34,21 +61,23 @@ rule figures:
         "logs/report/figures.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        study=STUDY,
     script:
         "../scripts/figures.py"
 
 
 rule report_index:
     input:
-        tables=expand("results/tables/{table}.md", table=TABLES),
+        tables=[f"results/tables/{t}.md" for t in report_tables()],
         figures=expand("results/figures/{fig}.png", fig=FIGURES),
-        measured=measured_report_inputs(),
     output:
         report(
             "results/report/index.md",
-            caption="../report/index.rst",
+            caption=captions.path("index"),
             category="Report",
         ),
+        "results/report/index.html",
     log:
         "logs/report/index.log",
     conda:

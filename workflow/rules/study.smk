@@ -64,7 +64,7 @@ rule weight_model:
     input:
         [download_manifest(n, "config") for n in HF_MODELS if HF_MODELS[n]["repo_id"]],
     output:
-        expand("results/tables/weight_model.{ext}", ext=["csv", "md", "tex"]),
+        table_outputs(["weight_model"]),
     log:
         "logs/report/weight_model.log",
     conda:

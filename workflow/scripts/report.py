@@ -4,7 +4,7 @@ from pathlib import Path
 
 from specmoe.logs import logged
 from specmoe.provenance import provenance
-from specmoe.stages import write_report
+from specmoe.report import write_report
 
 with logged(snakemake.log[0], "report"):
     write_report(

@@ -1,0 +1,192 @@
+"""The study's published numbers (package data, copied verbatim) and the side-by-side comparison.
+
+`load(name)` reads one published table (`data/published/<name>.csv`; SOURCE.md there names the
+study and which table each file holds). `comparison(tables, study_models)` puts a run's numbers
+beside the published ones, one row per quantity, wherever a run's model is matched to a study
+model: by the config's `compare_with` (e.g. a tiny model shaped like a study model) or, for a
+downloaded model, by its repository id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+SOURCE = ("Why Speculative Decoding Works Better Than Predicted on Sparse MoE Models "
+          "(Cohere, arXiv, October 2026)")
+
+
+def load(name: str) -> pd.DataFrame:
+    """One published table by file stem (e.g. "overlap_by_distance")."""
+    path = resources.files("specmoe") / "data" / "published" / f"{name}.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"no published table {name!r}")
+    with path.open() as fh:
+        return pd.read_csv(fh)
+
+
+def study_models() -> set[str]:
+    """Every model the published tables name."""
+    names = set()
+    for f in ("models", "overlap_by_distance", "unique_experts_ipf", "te_batch1_k3",
+              "overlap_decomposition_step1", "profiling_batch1"):
+        names |= set(load(f)["model"])
+    return names
+
+
+def study_model_of(model_cfg: dict) -> str | None:
+    """The study model a configured model is compared with: `compare_with`, else the study model
+    whose checkpoint is the model's repo_id (None: no published counterpart)."""
+    if model_cfg.get("compare_with"):
+        return model_cfg["compare_with"]
+    repo = model_cfg.get("repo_id")
+    if not repo:
+        return None
+    models = load("models")
+    hit = models[models["hf_target"].str.lower() == repo.lower()]
+    if hit.empty:  # the same model in another precision (e.g. Qwen3-30B-A3B vs -FP8)
+        base = repo.lower().removesuffix("-fp8")
+        hit = models[models["hf_target"].str.lower().str.removesuffix("-fp8") == base]
+    return None if hit.empty else str(hit["model"].iloc[0])
+
+
+def study_entry(model_cfg: dict, hardware: str | None = None) -> dict | None:
+    """What the comparison needs of a configured model: its study model and variant."""
+    study = study_model_of(model_cfg)
+    if study is None:
+        return None
+    precision = model_cfg.get("precision")
+    if precision in (None, "auto"):  # the checkpoint's own format
+        repo = (model_cfg.get("repo_id") or "").lower()
+        precision = ("fp8" if "fp8" in repo else "bf16") if repo else \
+            (model_cfg.get("dims") or {}).get("dtype")
+    return {"study": study, "precision": precision, "tp": model_cfg.get("tp"),
+            "gpu": hardware or model_cfg.get("hardware")}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one of the pipeline's tables lines up with one published table."""
+    table: str                      # the pipeline's table
+    published: str                  # the published table
+    quantities: dict[str, str]      # pipeline column -> published column
+    key: tuple[str, str] | None = None      # (pipeline column, published column), e.g. position
+    where: dict = field(default_factory=dict)   # rows of the pipeline's table to use
+    variant: tuple[str, ...] = ()   # published columns that must match the model's variant
+
+
+SPECS = (
+    Spec("overlap_by_distance", "overlap_by_distance",
+         {"step1": "step1", "step2": "step2", "step3": "step3", "step4": "step4",
+          "independent": "independent"}),
+    Spec("overlap_decomposition_step1", "overlap_decomposition_step1",
+         {"uniform": "uniform", "independent": "independent", "empirical": "empirical",
+          "temporal": "temporal", "temporal_share": "temporal_share"}),
+    Spec("unique_experts", "unique_experts_ipf",
+         {"uniform": "unique_uniform", "independent": "unique_independent",
+          "empirical": "unique_empirical", "ipf_uniform": "uniform_ipf",
+          "ipf_skewed": "skewed_ipf"}, where={"k": 3}),
+    Spec("per_layer_overlap", "per_layer_overlap",
+         {"step1_overlap": "step1_overlap", "independent": "independent"},
+         key=("layer", "layer")),
+    Spec("acceptance_consecutive", "acceptance_consecutive",
+         {"accepted_overlap": "accepted_overlap", "first_rejected_overlap":
+          "first_rejected_overlap", "delta": "delta", "cohens_d": "cohens_d"},
+         key=("draft_position", "draft_position")),
+    Spec("kernel_time_shares", "profiling_batch1", {"decode_share": "moe_time_share"},
+         where={"batch": 1, "class": "moe"}, variant=("gpu", "precision", "tp")),
+    Spec("te_three_ways", "te_batch1_k3", {"te_sweep": "target_efficiency"},
+         where={"batch": 1, "k": 3}, variant=("precision", "tp")),
+    Spec("weight_model", "te_weight_model_batch1",
+         {"c_expert_mib_per_gpu": "c_expert_mib_per_gpu",
+          "c_dense_mib_per_gpu": "c_dense_mib_per_gpu", "moe_weight_share": "moe_weight_share",
+          "unique_ipf": "unique_sd", "te_ipf": "te_predicted"},
+         where={"K": 3}, variant=("dtype", "tp")),
+)
+
+# The published three-step correction is for one model at batch 1 on H100.
+THREE_STEP_MODEL = "Qwen3-30B"
+
+
+def _variant_ok(pub_row: pd.Series, entry: dict, cols: tuple[str, ...]) -> bool:
+    names = {"gpu": "gpu", "precision": "precision", "dtype": "precision", "tp": "tp"}
+    for c in cols:
+        want = entry.get(names[c])
+        if want is None or str(pub_row[c]).lower() != str(want).lower():
+            return False
+    return True
+
+
+def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
+    pub = load(spec.published)
+    out = []
+    for c, v in spec.where.items():
+        if c in df:
+            df = df[df[c] == v]
+    for _, r in df.iterrows():
+        entry = study.get(r["model"])
+        if entry is None:
+            continue
+        p = pub[pub["model"] == entry["study"]]
+        p = p[[_variant_ok(pr, entry, spec.variant) for _, pr in p.iterrows()]] if len(p) else p
+        if spec.key:
+            p = p[p[spec.key[1]] == r[spec.key[0]]]
+        if p.empty:
+            continue
+        pr = p.iloc[0]
+        key = f"{spec.key[0]} {r[spec.key[0]]}" if spec.key else ""
+        for ours, theirs in spec.quantities.items():
+            if ours not in r or pd.isna(pr[theirs]):
+                continue
+            if pd.isna(r[ours]):  # e.g. a distance beyond this run's K
+                continue
+            mine = float(r[ours])
+            out.append({"table": spec.table, "model": r["model"],
+                        "drafter": r.get("drafter", ""), "k": r.get("k", r.get("K")),
+                        "dataset": r.get("dataset", ""), "study_model": entry["study"],
+                        "key": key, "quantity": ours, "published": float(pr[theirs]),
+                        "reproduced": mine, "difference": mine - float(pr[theirs])})
+    return out
+
+
+def _three_step_rows(df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
+    pub = load("three_step_correction_qwen3_30b")
+    steps = pub[pub["step"].isin(["0", "1", "2", "3"])].reset_index(drop=True)
+    out = []
+    for model, g in df.groupby("model", sort=False):
+        entry = study.get(model)
+        if entry is None or entry["study"] != THREE_STEP_MODEL:
+            continue
+        for i, (_, r) in enumerate(g.iterrows()):
+            if i >= len(steps):
+                break
+            pr = steps.iloc[i]
+            out.append({"table": "three_step_correction", "model": model,
+                        "drafter": r["drafter"], "k": r["k"], "dataset": r["dataset"],
+                        "study_model": entry["study"], "key": f"step {i}", "quantity": "te",
+                        "published": float(pr["te"]), "reproduced": float(r["te"]),
+                        "difference": float(r["te"]) - float(pr["te"])})
+    return out
+
+
+COLUMNS = ["table", "model", "drafter", "k", "dataset", "study_model", "key", "quantity",
+           "published", "reproduced", "difference"]
+
+
+def comparison(tables: dict[str, pd.DataFrame], study: dict[str, dict]) -> pd.DataFrame:
+    """Published vs reproduced, one row per quantity, for every model matched to a study model.
+
+    tables: the pipeline's tables by name (any subset); study: model -> `study_entry(...)`.
+    """
+    rows = []
+    for spec in SPECS:
+        df = tables.get(spec.table)
+        if df is not None and not df.empty:
+            rows += _rows(spec, df, study)
+    tsc = tables.get("three_step_correction")
+    if tsc is not None and not tsc.empty:
+        rows += _three_step_rows(tsc, study)
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,164 @@
+"""The study side by side (published data, comparison, replay) and the report: every figure and
+table present, captions valid reStructuredText, the HTML report opened in a real headless browser."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from browser import open_page
+from specmoe import captions, published, replay, report, tables
+from wf import copy_workflow
+
+FIXTURE = Path(__file__).parent / "fixtures" / "report_tables"
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def test_published_tables_are_the_studys_as_copied():
+    models = published.load("models")
+    assert "Qwen/Qwen3-30B-A3B-FP8" in set(models["hf_target"])
+    ob = published.load("overlap_by_distance").set_index("model")
+    assert ob.loc["Qwen3-30B", "step1"] == pytest.approx(0.431)
+    with pytest.raises(FileNotFoundError):
+        published.load("no_such_table")
+
+
+def test_study_model_by_compare_with_or_checkpoint():
+    assert published.study_entry({"name": "x", "repo_id": "Qwen/Qwen3-30B-A3B-FP8", "tp": 1,
+                                  "hardware": "H100"}) == {
+        "study": "Qwen3-30B", "precision": "fp8", "tp": 1, "gpu": "H100"}
+    bf16 = published.study_entry({"name": "x", "repo_id": "Qwen/Qwen2-57B-A14B-Instruct",
+                                  "tp": 2, "precision": "auto"})
+    assert bf16["study"] == "Qwen2-57B" and bf16["precision"] == "bf16"
+    assert published.study_entry({"name": "x", "repo_id": "someone/else"}) is None
+    assert published.study_entry({"name": "x", "source": "tiny"}) is None
+    assert published.study_entry({"name": "x", "compare_with": "Mixtral-8x7B"})["study"] == \
+        "Mixtral-8x7B"
+
+
+def test_comparison_puts_each_quantity_beside_the_published_one():
+    run = {"drafter": "d", "k": 3, "dataset": "x"}
+    ob = pd.DataFrame([{"model": "mine", **run, "step1": 0.5, "step2": 0.4, "step3": 0.3,
+                        "step4": np.nan, "independent": 0.1},
+                       {"model": "other", **run, "step1": 0.9, "step2": 0.9, "step3": 0.9,
+                        "step4": np.nan, "independent": 0.9}])
+    te = pd.DataFrame([{"model": "mine", **run, "batch": b, "te_sweep": 0.8} for b in (1, 4)])
+    study = {"mine": {"study": "Qwen3-30B", "precision": "fp8", "tp": 2, "gpu": "H100"}}
+    df = published.comparison({"overlap_by_distance": ob, "te_three_ways": te}, study)
+    assert set(df["model"]) == {"mine"}  # unmatched models are left out
+    s1 = df[(df["table"] == "overlap_by_distance") & (df["quantity"] == "step1")].iloc[0]
+    assert (s1["published"], s1["reproduced"]) == (0.431, 0.5)
+    assert s1["difference"] == pytest.approx(0.069)
+    assert "step4" not in set(df["quantity"])  # beyond this run's K
+    t = df[df["table"] == "te_three_ways"]
+    assert len(t) == 1 and t["published"].iloc[0] == 0.860  # fp8 TP2 only, batch 1 only
+    study["mine"]["tp"] = 1  # no published TE for this variant
+    df = published.comparison({"te_three_ways": te}, study)
+    assert df.empty
+
+
+def test_replay_reproduces_the_published_model_derived_tables():
+    t0 = time.perf_counter()
+    out = replay.replay_tables()
+    assert time.perf_counter() - t0 < 30
+    ue = out["replay_unique_experts"]
+    assert ue["unique_uniform_diff"].abs().max() < 0.05  # published to one decimal
+    have = ue[ue["overlaps_published"]]
+    assert len(have) == 5 and have["uniform_ipf_diff"].abs().max() < 0.01
+    assert np.isnan(ue.set_index("model").loc["Kimi-K2.5", "uniform_ipf_replayed"])
+    wm = out["replay_weight_model"]
+    assert wm["te_predicted_diff"].abs().max() < 0.001
+    assert np.allclose(wm["te_from_share"], wm["te_predicted_replayed"], atol=0.001)
+    ts = out["replay_three_step"]
+    assert list(ts["step"]) == [0, 1, 2, 3] and ts["te_diff"].abs().max() < 0.002
+    assert ts["gap_closed_pct_diff"].abs().max() < 1.0
+
+
+@pytest.mark.parametrize("stem", sorted(p.stem for p in Path(captions.path("index")).parent.glob(
+    "*.rst")))
+def test_every_caption_is_valid_restructuredtext(stem):
+    from docutils.core import publish_parts
+
+    path = Path(captions.path("index")).parent / f"{stem}.rst"
+    html = publish_parts(path.read_text(), writer="html",
+                         settings_overrides={"report_level": 1, "halt_level": 5})["body"]
+    assert "system-message" not in html, html
+    assert "docs/method.md" in path.read_text()
+
+
+def test_every_report_item_has_a_caption_and_a_section():
+    for section, items in captions.SECTIONS.items():
+        for t in items["tables"]:
+            assert captions.text(t) and captions.section_of(t) == section
+        for f in items["figures"]:
+            assert captions.text(f, figure=True) and captions.section_of(f, "figures") == section
+
+
+def make_report(tmp_path: Path) -> Path:
+    """The report from a fixed set of results: the tables of one default run."""
+    res = tmp_path / "results"
+    td = res / "tables"
+    shutil.copytree(FIXTURE, td)
+    for csv in sorted(td.glob("*.csv")):
+        tables.write_table(tables.read_csv(csv), csv.with_suffix(""), {"config_hash": "fixture"},
+                           captions.text(csv.stem))
+    study = {"tiny-fine": {"study": "Qwen2-57B", "precision": None, "tp": None, "gpu": "CPU"},
+             "synth-fine": {"study": "Qwen3-30B", "precision": "bf16", "tp": 1, "gpu": "H100"}}
+    replay.write_replay(td)
+    report.write_comparison(td, td / "comparison", study, {})
+    report.write_figures(td, res / "figures", {}, study)
+    report.write_report(td, res / "figures", res / "report" / "index.md", {"config_hash": "x"})
+    return res
+
+
+def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
+    res = make_report(tmp_path)
+    index = (res / "report" / "index.md").read_text()
+    for fig in report.FIGURES:
+        png = res / "figures" / f"{fig}.png"
+        assert png.stat().st_size > 5000 and (res / "figures" / f"{fig}.pdf").stat().st_size > 0
+        assert f"![{fig}](../figures/{fig}.png)" in index
+        assert captions.text(fig, figure=True) in index
+    tables_made = sorted(p.stem for p in (res / "tables").glob("*.csv"))
+    assert "comparison" in tables_made and "replay_three_step" in tables_made
+    for stem in tables_made:
+        assert f"#### {stem.replace('_', ' ')}" in index and captions.text(stem) in index
+        assert not tables.read_csv(res / "tables" / f"{stem}.csv").empty, stem
+    for section in ("## What the routing shows", "## What the measurements show",
+                    "## How it compares with the study", "## Overlap and IPF", "## Cost model",
+                    "## Speedup and sweeps", "## Profiling", "## Acceptance",
+                    "## The study side by side"):
+        assert section in index
+    assert "tiny-fine (compared with Qwen2-57B): step-1 overlap 0.433 vs 0.204" in index
+    assert "What a CPU run cannot show" in index
+    cmp_ = tables.read_csv(res / "tables" / "comparison.csv")
+    assert set(cmp_["model"]) == {"tiny-fine", "synth-fine"}
+
+
+def test_report_html_opens_in_a_headless_browser_with_every_image(tmp_path):
+    res = make_report(tmp_path)
+    page = open_page((res / "report" / "index.html").as_uri())
+    assert page["errors"] == []
+    assert page["images"] == len(report.FIGURES) and page["broken"] == []
+    assert "How it compares with the study" in page["text"]
+
+
+def test_replay_configuration_runs_in_seconds_without_models(tmp_path):
+    wd = copy_workflow(tmp_path / "wf", {"models": []}, "replay.yaml")
+    t0 = time.perf_counter()
+    r = subprocess.run([*SNAKEMAKE, "--configfile", "replay.yaml", "--cores", "1"], cwd=wd,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert time.perf_counter() - t0 < 120
+    for stem in ("replay_unique_experts", "replay_weight_model", "replay_three_step"):
+        df = tables.read_csv(wd / "results" / "tables" / f"{stem}.csv")
+        assert not df.empty
+    index = (wd / "results" / "report" / "index.md").read_text()
+    assert "largest difference from the published te_predicted" in index
