@@ -232,7 +232,7 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     rows = prompt_table.load(prompts_source, [series["dataset"]])
     rows = prompt_table.schedule(rows, max(n for _, n in sched), seed=0)
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
-                           **_engine_opts(sweep_cfg))
+                           in_process=False, **_engine_opts(sweep_cfg))
     key_base = {"engine": {n: v for n, v in engine.items() if n != "model"},
                 "target": model_identity(target_dir),
                 "drafter": model_identity(drafter_dir) if drafter_dir else None,
