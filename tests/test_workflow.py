@@ -186,7 +186,7 @@ TINY_CONFIG = {
                   "arch": {"kind": "dense", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1,
                            "head_dim": 32, "intermediate": 128}}],
     "models": [{"name": "moe", "source": "tiny", "hardware": "CPU", "drafters": ["dr"],
-                "datasets": ["heldout-code"], "steps": 60,
+                "datasets": ["heldout-code", "heldout-prose"], "steps": 60,
                 "arch": {"kind": "moe", "hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1,
                          "head_dim": 32, "num_experts": 16, "top_k": 4,
                          "expert_intermediate": 16}}],
@@ -194,8 +194,9 @@ TINY_CONFIG = {
 
 
 def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
-    """The tiny chain end to end: training, SD check, capture, sweeps, profiles and the report;
-    then a rerun does nothing, and a series that lost a point re-measures only that point."""
+    """The tiny chain end to end: training, SD check, capture, sweeps (one engine per series for
+    both datasets), profiles and the report; then a rerun does nothing, and a series that lost a
+    point re-measures only that point."""
     pytest.importorskip("vllm")
     wd = make_workdir(tmp_path, TINY_CONFIG)
     snakemake(wd)
@@ -214,6 +215,15 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     assert sp["shape"] == shape_label([1, 2], [r["speedup"] for r in sp["rows"]], sp["margin"])
     for r in sp["rows"]:  # the drafter's own series gives c, and with it TE from the sweep
         assert r["speedup"] > 0 and 1.0 <= r["tau"] <= 4.0 and r["draft_cost"] > 0
+    # one engine per series serves both datasets: one start-up, every dataset's points
+    for series, log in ((res / "sweeps/moe/dr/K3.json", wd / "logs/sweeps/moe/dr/K3.log"),
+                        (res / "sweeps/moe/ar.json", wd / "logs/sweeps/moe/ar.log"),
+                        (res / "sweeps/dr/ar.json", wd / "logs/sweeps/dr/ar.log")):
+        sw = read_json(series)
+        assert sw["engine_starts"] == 1 and log.read_text().count("engine up on port") == 1
+        assert {ds: [p["batch"] for p in v["points"]] for ds, v in sw["datasets"].items()} == {
+            "heldout-code": [1, 2], "heldout-prose": [1, 2]}
+    assert read_json(res / "speedup/moe/dr/K3/heldout-prose.json")["rows"]
     prof = read_json(res / "profiles/moe/dr/K3.json")
     assert prof["batches"][0]["decode_steps"] > 0 and prof["batches"][0]["verify_steps"] > 0
     te3 = tables.read_csv(res / "tables/te_three_ways.csv")
@@ -223,13 +233,13 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     r = snakemake(wd)
     assert "Nothing to be done" in r.stdout + r.stderr
     # a sweep interrupted after its first point: the rerun measures the second one only
-    points = res / "sweeps/moe/dr/K3/heldout-code.points"
+    points = res / "sweeps/moe/dr/K3.points/heldout-code"
     kept = (points / "b1.json").stat().st_mtime_ns
     (points / "b2.json").unlink()
-    (res / "sweeps/moe/dr/K3/heldout-code.json").unlink()
-    snakemake(wd, "results/sweeps/moe/dr/K3/heldout-code.json")
-    log = (wd / "logs/sweeps/moe/dr/K3/heldout-code.log").read_text()
-    assert "batch 1: reusing" in log and "batch 2: TPOT" in log
+    (res / "sweeps/moe/dr/K3.json").unlink()
+    snakemake(wd, "results/sweeps/moe/dr/K3.json")
+    log = (wd / "logs/sweeps/moe/dr/K3.log").read_text()
+    assert "heldout-code: batch 1: reusing" in log and "heldout-code: batch 2: TPOT" in log
     assert (points / "b1.json").stat().st_mtime_ns == kept and (points / "b2.json").exists()
 
 

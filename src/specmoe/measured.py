@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from . import costmodel
+from .errors import InputError
 from .provenance import provenance, read_json, write_json
 from .stages import _run_cols, _runs
 
@@ -27,14 +28,24 @@ def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
 
     sd, ar = read_json(sd_json), read_json(ar_json)
     dr = read_json(drafter_json) if drafter_json else None
-    res = speedup_curve(ar["points"], sd["points"], dr["points"] if dr else None, run["k"], margin,
-                        timing)
+    ds = run["dataset"]
+    res = speedup_curve(series_points(ar, ds), series_points(sd, ds),
+                        series_points(dr, ds) if dr else None, run["k"], margin, timing)
     prov = dict(sd.get("provenance", {}))
     prov.update(provenance({"run": run, "margin": margin, "timing": timing},
                            model=prov.get("model"), stage="speedup"))
     write_json(out, {"run": run, **res}, prov)
     log.info("%s: speedup %s; shape %s", run["model"],
              ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
+
+
+def series_points(series: dict, dataset: str) -> list[dict]:
+    """One dataset's points of a serving series (an engine serves every dataset of its model)."""
+    try:
+        return series["datasets"][dataset]["points"]
+    except KeyError:
+        raise InputError(f"the series of {series.get('series', {}).get('model')} has no points "
+                         f"for dataset {dataset!r}") from None
 
 
 def run_key(rc: dict) -> tuple:

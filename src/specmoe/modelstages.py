@@ -215,10 +215,13 @@ def _engine_opts(cfg: dict) -> dict:
 
 
 def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, sweep_cfg: dict,
-                       prompts_source: str, out, engine_log: str | None = None) -> None:
-    """One serving series (one engine, with or without SD) over the batch sizes of the schedule.
+                       prompts_source, out, engine_log: str | None = None) -> None:
+    """One serving series: one engine (with or without SD) over the batch sizes of the schedule,
+    for each dataset of `series["datasets"]` in turn (datasets do not change the engine, so they
+    share one start-up).
 
-    Points go to `<out without .json>.points/b<B>.json` as they are measured (resume: see
+    prompts_source: the prompt table of every dataset, or {dataset: its prompt table}. Points go
+    to `<out without .json>.points/<dataset>/b<B>.json` as they are measured (resume: see
     serving.run_series); `out` lists them once the series is complete.
     """
     import time
@@ -229,8 +232,11 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
 
     check_inputs(target_dir, drafter_dir, k)
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep_cfg["schedule"]]
-    rows = prompt_table.load(prompts_source, [series["dataset"]])
-    rows = prompt_table.schedule(rows, max(n for _, n in sched), seed=0)
+    texts = {}
+    for ds in series["datasets"]:
+        src = prompts_source[ds] if isinstance(prompts_source, dict) else prompts_source
+        rows = prompt_table.schedule(prompt_table.load(src, [ds]), max(n for _, n in sched), seed=0)
+        texts[ds] = [r.text for r in rows]
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
                            in_process=False, **_engine_opts(sweep_cfg))
     key_base = {"engine": {n: v for n, v in engine.items() if n != "model"},
@@ -238,17 +244,22 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                 "drafter": model_identity(drafter_dir) if drafter_dir else None,
                 "vllm": vllm_version(), "device": device()}
     prov = provenance({"series": series, "sweep": sweep_cfg, "prompts": prompts_source},
-                      model={"name": series.get("model", Path(target_dir).name), "source": series.get("source"),
+                      model={"name": series.get("model", Path(target_dir).name),
+                             "source": series.get("source"),
                              "revision": key_base["target"].get("revision")},
                       stage="sweep", engine=engine_label())
     t0 = time.perf_counter()
-    points = run_series(engine, str(target_dir), [r.text for r in rows], sched,
+    points = run_series(engine, str(target_dir), texts, sched,
                         int(sweep_cfg.get("output_len", 64)), int(sweep_cfg.get("warmups", 2)),
                         Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
                         log_path=engine_log,
                         startup_timeout=float(sweep_cfg.get("startup_timeout_s", 600)))
-    write_json(out, {"series": series, "engine": key_base["engine"], "points": points,
-                     "measured": sum(not p["reused"] for p in points),
+    measured = [p for pts in points.values() for p in pts if not p["reused"]]
+    write_json(out, {"series": series, "engine": key_base["engine"],
+                     "datasets": {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
+                                  for ds, pts in points.items()},
+                     "engine_starts": 1 if measured else 0,
+                     "engine_startup_s": measured[0]["engine_startup_s"] if measured else 0.0,
                      "wall_s": time.perf_counter() - t0}, prov)
 
 

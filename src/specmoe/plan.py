@@ -99,16 +99,18 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions)
                      "runtime_min": max(a.min_runtime, math.ceil(a.safety * seconds / 60))})
 
     warm_sched = [(b, n + warm * b) for b, n in sched]
+    n_ds = len(model["datasets"])  # one engine serves every dataset of a series
+    if sched:
+        add("sweep_ar_gpu", {"drafter": "", "k": "", "dataset": ""},
+            boot + n_ds * series_s(dims, hw, warm_sched, out_len, None, a))
+        for d in model["drafters"]:
+            for k in ks:
+                add("sweep_sd_gpu", {"drafter": d, "k": k, "dataset": ""},
+                    boot + n_ds * series_s(dims, hw, warm_sched, out_len, int(k), a))
     for ds in model["datasets"]:
-        if sched:
-            add("sweep_ar_gpu", {"drafter": "", "k": "", "dataset": ds},
-                boot + series_s(dims, hw, warm_sched, out_len, None, a))
         for d in model["drafters"]:
             for k in ks:
                 run = {"drafter": d, "k": k, "dataset": ds}
-                if sched:
-                    add("sweep_sd_gpu", run,
-                        boot + series_s(dims, hw, warm_sched, out_len, int(k), a))
                 seqs = int(cap.get("max_num_seqs", 16))
                 add("capture_gpu", run, boot + series_s(
                     dims, hw, [(seqs, int(cap.get("prompts", 80)))],

@@ -231,63 +231,80 @@ def point_summary(res: dict, batch: int, num_prompts: int, output_len: int) -> d
     return out
 
 
-def run_series(engine: dict, model_dir: str, texts: list[str], schedule: list[tuple[int, int]],
+def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, int]],
                output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
-               log_path: str | None = None, startup_timeout: float = 600) -> list[dict]:
+               log_path: str | None = None, startup_timeout: float = 600):
     """Measure every (batch, num_prompts) of the schedule on one server; one file per point.
 
-    Points already on disk with the same key are reused (and the server is not started at all when
-    every point is there). Returns the points in schedule order, each with "reused": bool.
+    texts: one prompt list (points in points_dir), or {part: prompt list} for several prompt sets
+    on the same engine, e.g. one per dataset (points in points_dir/<part>/). Points already on disk
+    with the same key are reused, and the server is not started at all when every point is there.
+    Returns the points in schedule order, each with "reused": bool (a dict of such lists per part
+    when texts is a dict).
     """
     if not schedule:
         raise InputError("the sweep schedule is empty")
-    points_dir = Path(points_dir)
-    points_dir.mkdir(parents=True, exist_ok=True)
-    todo, points = [], {}
-    for batch, n in schedule:
-        if batch < 1 or n < batch:
-            raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch <= "
-                             "prompts")
-        key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch,
-                           "num_prompts": n, "output_len": output_len, "warmups": warmups,
-                           "prompts": config_hash(texts[:n])})
-        path = points_dir / f"b{batch}.json"
-        if path.exists():
-            with contextlib.suppress(Exception):
-                old = read_json(path)
-                if old.get("key") == key:
-                    points[batch] = {**old, "reused": True}
-                    log.info("batch %d: reusing %s", batch, path)
-                    continue
-        todo.append((batch, n, key, path))
+    parts = texts if isinstance(texts, dict) else {"": texts}
+    todo, points = [], {part: {} for part in parts}
+    for part, part_texts in parts.items():
+        pdir = Path(points_dir) / part if part else Path(points_dir)
+        pdir.mkdir(parents=True, exist_ok=True)
+        for batch, n in schedule:
+            if batch < 1 or n < batch:
+                raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch "
+                                 "<= prompts")
+            key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch,
+                               "num_prompts": n, "output_len": output_len, "warmups": warmups,
+                               "prompts": config_hash(part_texts[:n])})
+            path = pdir / f"b{batch}.json"
+            if path.exists():
+                with contextlib.suppress(Exception):
+                    old = read_json(path)
+                    if old.get("key") == key:
+                        points[part][batch] = {**old, "reused": True}
+                        log.info("%sbatch %d: reusing %s", f"{part}: " if part else "", batch,
+                                 path)
+                        continue
+            todo.append((part, batch, n, key, path))
     if todo:
-        prompts_jsonl = points_dir / "prompts.jsonl"
-        write_prompts_jsonl(texts, prompts_jsonl)
         with Server(engine, log_path, startup_timeout) as server:
-            for batch, n, key, path in todo:
-                t0 = time.perf_counter()
-                try:  # warm-up requests first, so that the engine scrape below excludes them
-                    bench(server, model_dir, prompts_jsonl, batch, max(warmups, batch),
-                          output_len)
-                    before = engine_metrics(server.url)
-                    res = bench(server, model_dir, prompts_jsonl, batch, n, output_len)
-                    side = engine_means(before, engine_metrics(server.url))
-                except Exception as exc:
-                    raise server.failure(f"batch {batch}: the benchmark client failed "
-                                         f"({type(exc).__name__}: {exc})") from exc
-                if not server.alive():
-                    raise server.failure(f"batch {batch}: the engine died during the benchmark")
-                if res["failed"] or res["completed"] != n:
-                    raise server.failure(f"batch {batch}: {res['failed']} of {n} requests failed")
-                pt = point_summary(res, batch, n, output_len)
-                pt.update(engine=side, key=key, engine_startup_s=server.startup_s,
-                          wall_s=time.perf_counter() - t0)
-                write_json(path, pt, prov)
-                points[batch] = {**pt, "reused": False}
-                log.info("batch %d: TPOT mean %.2f ms (engine side %.2f ms), %s (%.1f s)", batch,
-                         pt["tpot_ms"]["mean"],
-                         side.get("request_time_per_output_token_ms", float("nan")),
-                         f"acceptance length {pt['sd']['acceptance_length']:.2f}" if "sd" in pt
-                         else "no SD", pt["wall_s"])
-        prompts_jsonl.unlink(missing_ok=True)
-    return [points[b] for b, _ in schedule]
+            for part in parts:
+                mine = [t for t in todo if t[0] == part]
+                if not mine:
+                    continue
+                prompts_jsonl = mine[0][4].parent / "prompts.jsonl"
+                write_prompts_jsonl(parts[part], prompts_jsonl)
+                for _, batch, n, key, path in mine:
+                    points[part][batch] = _measure(server, model_dir, prompts_jsonl, batch, n,
+                                                   output_len, warmups, key, path, prov, part)
+                prompts_jsonl.unlink(missing_ok=True)
+    out = {part: [points[part][b] for b, _ in schedule] for part in parts}
+    return out if isinstance(texts, dict) else out[""]
+
+
+def _measure(server, model_dir, prompts_jsonl, batch, n, output_len, warmups, key, path, prov,
+             part: str = "") -> dict:
+    """One point of a series on a running server, written to `path` when measured."""
+    t0 = time.perf_counter()
+    label = f"{part}: batch {batch}" if part else f"batch {batch}"
+    try:  # warm-up requests first, so that the engine scrape below excludes them
+        bench(server, model_dir, prompts_jsonl, batch, max(warmups, batch), output_len)
+        before = engine_metrics(server.url)
+        res = bench(server, model_dir, prompts_jsonl, batch, n, output_len)
+        side = engine_means(before, engine_metrics(server.url))
+    except Exception as exc:
+        raise server.failure(f"{label}: the benchmark client failed "
+                             f"({type(exc).__name__}: {exc})") from exc
+    if not server.alive():
+        raise server.failure(f"{label}: the engine died during the benchmark")
+    if res["failed"] or res["completed"] != n:
+        raise server.failure(f"{label}: {res['failed']} of {n} requests failed")
+    pt = point_summary(res, batch, n, output_len)
+    pt.update(engine=side, key=key, engine_startup_s=server.startup_s,
+              wall_s=time.perf_counter() - t0)
+    write_json(path, pt, prov)
+    log.info("%s: TPOT mean %.2f ms (engine side %.2f ms), %s (%.1f s)", label,
+             pt["tpot_ms"]["mean"], side.get("request_time_per_output_token_ms", float("nan")),
+             f"acceptance length {pt['sd']['acceptance_length']:.2f}" if "sd" in pt else "no SD",
+             pt["wall_s"])
+    return {**pt, "reused": False}

@@ -3,6 +3,7 @@ import json
 import os
 import re
 import sys
+from types import SimpleNamespace
 
 from snakemake.io import report as report_item
 from snakemake.utils import min_version, validate
@@ -336,6 +337,36 @@ def sweep_files(pattern):
     return [pattern.format(**r) for r in SWEEP_RUNS]
 
 
+def sweep_datasets(name):
+    """The datasets one served engine measures: its model's swept datasets, or for a drafter
+    served alone, those of the runs it drafts for."""
+    return sorted(
+        {
+            r["dataset"]
+            for r in SWEEP_RUNS
+            if r["model"] == name
+            or (r["drafter"] == name and speedup_drafter(SimpleNamespace(**r)))
+        }
+    )
+
+
+def sd_series(wildcards):
+    """An SD series: one engine (target, drafter, K) over its model's swept datasets."""
+    return {
+        "model": wildcards.model,
+        "drafter": wildcards.drafter,
+        "k": int(wildcards.k),
+        "datasets": sweep_datasets(wildcards.model),
+    }
+
+
+def sweep_prompts(wildcards):
+    """The prompt tables of a series' downloaded datasets (none: the embedded table)."""
+    return [
+        f"results/prompts/{ds}.csv" for ds in sweep_datasets(wildcards.model) if ds in DATASETS
+    ]
+
+
 def profile_dataset(wildcards):
     """Profiles use the prompts of the model's first dataset."""
     return MODELS[wildcards.model]["datasets"][0]
@@ -463,7 +494,7 @@ def speedup_drafter(wildcards):
     """The drafter served alone, for the draft cost c (separate draft models only)."""
     d = DRAFTERS.get(wildcards.drafter, {})
     if d.get("source") == "tiny" or d.get("method") == "draft_model":
-        return [f"results/sweeps/{wildcards.drafter}/ar/{wildcards.dataset}.json"]
+        return [f"results/sweeps/{wildcards.drafter}/ar.json"]
     return []
 
 

@@ -1,17 +1,18 @@
 # The measured side: serving sweeps (SD on/off per batch size) and kernel profiling.
-# A series writes one file per batch size under <output>.points/ as it goes, so a rerun after a
-# crash resumes at the next unfinished point.
+# A series is one engine serving every dataset of its model in turn (datasets do not change the
+# engine); it writes one file per dataset and batch size under <output>.points/ as it goes, so a
+# rerun after a crash resumes at the next unfinished point.
 
 
 rule sweep_ar:
     input:
         target="results/models/{model}",
     output:
-        "results/sweeps/{model}/ar/{dataset}.json",
+        "results/sweeps/{model}/ar.json",
     log:
-        "logs/sweeps/{model}/ar/{dataset}.log",
+        "logs/sweeps/{model}/ar.log",
     benchmark:
-        "benchmarks/sweeps/{model}/ar/{dataset}.tsv"
+        "benchmarks/sweeps/{model}/ar.tsv"
     wildcard_constraints:
         model=one_of(SWEEP_MODELS),
     retries: 1
@@ -25,7 +26,7 @@ rule sweep_ar:
             "model": w.model,
             "drafter": None,
             "k": None,
-            "dataset": w.dataset,
+            "datasets": sweep_datasets(w.model),
         },
         sweep=sweep_measure_params(),
         prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
@@ -38,11 +39,11 @@ rule sweep_sd:
         target="results/models/{model}",
         drafter="results/models/{drafter}",
     output:
-        "results/sweeps/{model}/{drafter}/K{k}/{dataset}.json",
+        "results/sweeps/{model}/{drafter}/K{k}.json",
     log:
-        "logs/sweeps/{model}/{drafter}/K{k}/{dataset}.log",
+        "logs/sweeps/{model}/{drafter}/K{k}.log",
     benchmark:
-        "benchmarks/sweeps/{model}/{drafter}/K{k}/{dataset}.tsv"
+        "benchmarks/sweeps/{model}/{drafter}/K{k}.tsv"
     wildcard_constraints:
         model=one_of(SWEPT),
     retries: 1
@@ -52,7 +53,7 @@ rule sweep_sd:
     resources:
         engine=1,
     params:
-        series=run_of,
+        series=sd_series,
         sweep=sweep_measure_params(),
         prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
     script:
@@ -61,8 +62,8 @@ rule sweep_sd:
 
 rule speedup:
     input:
-        sd="results/sweeps/{model}/{drafter}/K{k}/{dataset}.json",
-        ar="results/sweeps/{model}/ar/{dataset}.json",
+        sd="results/sweeps/{model}/{drafter}/K{k}.json",
+        ar="results/sweeps/{model}/ar.json",
         drafter=speedup_drafter,
     output:
         "results/speedup/{model}/{drafter}/K{k}/{dataset}.json",

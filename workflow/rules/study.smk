@@ -163,13 +163,13 @@ rule sweep_ar_gpu:
     input:
         plan=plan_input,
         target=gpu_target,
-        prompts=prompts_for,
+        prompts=sweep_prompts,
     output:
-        "results/sweeps/{model}/ar/{dataset}.json",
+        "results/sweeps/{model}/ar.json",
     log:
-        "logs/sweeps/{model}/ar/{dataset}.log",
+        "logs/sweeps/{model}/ar.log",
     benchmark:
-        "benchmarks/sweeps/{model}/ar/{dataset}.tsv"
+        "benchmarks/sweeps/{model}/ar.tsv"
     wildcard_constraints:
         model=one_of(HF_SWEEP_MODELS),
     retries: 1
@@ -186,7 +186,7 @@ rule sweep_ar_gpu:
             "model": w.model,
             "drafter": None,
             "k": None,
-            "dataset": w.dataset,
+            "datasets": sweep_datasets(w.model),
             "source": "hf",
         },
         sweep=lambda w: engine_settings(w.model, "sweep"),
@@ -202,13 +202,13 @@ rule sweep_sd_gpu:
         plan=plan_input,
         target=gpu_target,
         drafter=gpu_drafter,
-        prompts=prompts_for,
+        prompts=sweep_prompts,
     output:
-        "results/sweeps/{model}/{drafter}/K{k}/{dataset}.json",
+        "results/sweeps/{model}/{drafter}/K{k}.json",
     log:
-        "logs/sweeps/{model}/{drafter}/K{k}/{dataset}.log",
+        "logs/sweeps/{model}/{drafter}/K{k}.log",
     benchmark:
-        "benchmarks/sweeps/{model}/{drafter}/K{k}/{dataset}.tsv"
+        "benchmarks/sweeps/{model}/{drafter}/K{k}.tsv"
     wildcard_constraints:
         model=one_of(HF_SWEPT),
     retries: 1
@@ -221,7 +221,7 @@ rule sweep_sd_gpu:
         gpu_model=lambda w: gpu_resources(w.model)["gpu_model"],
         engine=1,
     params:
-        series=lambda w: {**run_of(w), "source": "hf"},
+        series=lambda w: {**sd_series(w), "source": "hf"},
         sweep=lambda w: engine_settings(w.model, "sweep"),
         method=spec_method,
         gpu=True,
