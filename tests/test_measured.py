@@ -25,7 +25,7 @@ def speedup(ds, te, tau, s):
 
 
 def cost(ds, te, share):
-    return {"run": run(ds), "moe_weight_share": share, "unique_ratio": 2.4,
+    return {"run": run(ds), "moe_weight_share": share, "unique_ratio": 2.4, "dims": {"top_k": 8},
             "te_vs_batch": [{"routing": "measured windows (temporal)", "batch": 1, "te": te}]}
 
 
@@ -37,10 +37,17 @@ def test_a_profile_joins_its_own_datasets_sweep_and_cost_model(tmp_path):
     prof = {"run": run("d1"), "batches": [{
         "batch": 1, "te_profiled": 0.7, "moe_time_share": 0.33, "moe_time_ratio": 1.6,
         "dense_time_ratio": 0.95, "draft_cost_profiled": 0.05, "device": "cuda", "sm_count": 132,
-        "classes": {}, "grids": {}}]}
+        "classes": {"moe": {"decode_us": 3.0, "verify_us": 5.0, "decode_share": 0.33,
+                            "verify_share": 0.4, "ratio": 1.6}}, "grids": {}}]}
     t = build_measured_tables(sps, [dump(tmp_path, "p", prof)], cms)
     row = t["te_three_ways"].iloc[0]
     assert row["dataset"] == "d1" and row["te_sweep"] == 0.8 and row["te_costmodel"] == 0.61
+    # the study's Table 1 columns: unique experts per window and the observed-minus-predicted gap
+    assert row["unique_sd"] == pytest.approx(2.4 * 8)
+    assert row["gap_sweep_minus_costmodel"] == pytest.approx(0.8 - 0.61)
+    # and its Tables 5/12: the MoE share of weights beside that of time
+    moe = t["kernel_time_shares"].iloc[0]
+    assert moe["class"] == "moe" and moe["moe_weight_share"] == 0.667
     assert row["te_sweep_profiled_c"] == pytest.approx(1 / (2.5 / 1.6 - 0.05))
     corr = t["three_step_correction"]
     assert (corr["te_sweep"] == 0.8).all() and corr.iloc[0]["f"] == 0.667

@@ -86,13 +86,22 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
         for b in pr["batches"]:
             key = (*run, b["batch"])
             sw = sweep_rows.get(key)
+            cm = cost_by_run.get(run)
+            te_sw = sw["te_sweep"] if sw else np.nan
+            te_cm = te_cost.get(key, np.nan)
             t["te_three_ways"].append({
-                **rc, "batch": b["batch"], "te_sweep": sw["te_sweep"] if sw else np.nan,
+                **rc, "batch": b["batch"],
+                # the study's Table 1 columns: unique experts per window (measured), observed TE
+                # (from the sweep) and the gap to the weight model's prediction
+                "unique_sd": (cm["unique_ratio"] * (cm.get("dims") or {}).get("top_k", np.nan)
+                              if cm else np.nan),
+                "te_sweep": te_sw,
                 # the same sweep point with the drafter cost from profiling: serving the drafter
                 # alone also times the engine's per-step work, which SD pays once, not K times
                 "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
                     sw["tau"], sw["speedup"], b["draft_cost_profiled"])) if sw else np.nan,
-                "te_profiled": b["te_profiled"], "te_costmodel": te_cost.get(key, np.nan),
+                "te_profiled": b["te_profiled"], "te_costmodel": te_cm,
+                "gap_sweep_minus_costmodel": te_sw - te_cm,
                 "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
                     b["draft_cost_profiled"], "device": b["device"]})
             for cls, c in b["classes"].items():
@@ -105,8 +114,9 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                     "median_ctas_decode": g["decode"].get("median_ctas", np.nan),
                     "median_ctas_verify": g["verify"].get("median_ctas", np.nan),
                     "below_sm_share_verify": g["verify"].get("below_sm_count", np.nan),
-                    "sm_count": b.get("sm_count") or np.nan})
-            cm = cost_by_run.get(run)
+                    "sm_count": b.get("sm_count") or np.nan,
+                    # the study's Tables 5/12 put the MoE share of weights beside that of time
+                    "moe_weight_share": cm["moe_weight_share"] if cm and cls == "moe" else np.nan})
             if b["batch"] == 1 and cm is not None:
                 corr = costmodel.three_step_correction(
                     cm["moe_weight_share"], cm["unique_ratio"], b["moe_time_share"],
