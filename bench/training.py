@@ -2,8 +2,8 @@
 
 For each tiny model of config.yaml (and the drafter), a few AdamW steps on random tokens of the
 configured sequence length and batch size, timed after one warm-up step, with the loop over experts
-("eager") and with the grouped GEMM ("grouped_mm", what specmoe.tiny uses); the losses of both must
-agree. Run: .venv/bin/python bench/training.py --json
+("eager") and with the grouped GEMM ("grouped_mm": transformers 5's default where it can run, and
+what specmoe.tiny pins); the losses of both must agree. Run: .venv/bin/python bench/training.py --json
 """
 
 from __future__ import annotations

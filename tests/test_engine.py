@@ -39,3 +39,18 @@ def test_bad_engine_input_is_one_line(tiny_models, tmp_path):
     with pytest.raises(InputError, match="different tokenizer") as exc:
         check_inputs(tiny_models / "t", other, 3)
     assert "\n" not in str(exc.value)
+
+
+def test_run_each_shares_one_child_on_cpu_and_not_mock_gpu(monkeypatch):
+    """Engines run one after the other in one child process on CPU (one import of vLLM), in a
+    child each on GPUs (the device is a stand-in here: no GPU exists on this machine)."""
+    import os
+
+    from specmoe import engine
+
+    monkeypatch.setattr(engine, "device", lambda: "cpu")
+    a, b = engine.run_each(os.getpid, [(), ()])
+    assert a == b != os.getpid()
+    monkeypatch.setattr(engine, "device", lambda: "cuda")
+    a, b = engine.run_each(os.getpid, [(), ()])
+    assert a != b and os.getpid() not in (a, b)

@@ -70,6 +70,11 @@ def test_chain_runs_caches_and_forcerun_reruns_only_downstream(tmp_path):
     assert len(ov["summary"]["shuffle_by_distance"]) == 3
     cm = read_json(res / f"costmodel/{RUN}.json")
     assert {r["routing"] for r in cm["te_vs_batch"]} >= {"uniform i.i.d. (prior model)"}
+    # per-slice overlap by distance (the study's Table 18 shape): each category of the trace
+    sl = tables.read_csv(res / "tables/heldout_overlap.csv")
+    assert sorted(sl["slice"]) == ["a", "b"] and (sl["n_windows"] > 0).all()
+    assert ((sl[["step1", "step2", "step3"]] > 0) & (sl[["step1", "step2", "step3"]] <= 1)).all(
+        axis=None)
     index = (res / "report/index.md").read_text()
     for stem in ("overlap_by_distance", "te_vs_batch", "unique_experts", "acceptance_consecutive"):
         assert stem in index

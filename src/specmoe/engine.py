@@ -222,14 +222,29 @@ def run_in_child(fn, *args, timeout: float = 1800, log_path: str | None = None, 
     return status[1]
 
 
+def _each(fn, calls):
+    return [fn(*args) for args in calls]
+
+
+def run_each(fn, calls: list[tuple], log_path: str | None = None, timeout: float = 1800) -> list:
+    """fn(*args) for each args of `calls`, each opening its own engine, one after the other.
+
+    On CPU all in one child process: vLLM and torch are imported once (an in-process engine frees
+    everything when it shuts down), 13.7 s instead of 21 s for two tiny engines here. On GPUs one
+    child each: a process's CUDA memory is only surely returned when the process exits.
+    """
+    if device() == "cpu":
+        return run_in_child(_each, fn, calls, log_path=log_path, timeout=timeout * len(calls))
+    return [run_in_child(fn, *args, log_path=log_path, timeout=timeout) for args in calls]
+
+
 def sd_check(target, drafter, k: int, prompts: list[str], max_tokens: int,
              log_path: str | None = None, **engine_opts) -> dict:
     """SD (draft_model, K) and plain greedy decoding of the same prompts; token-for-token check."""
     check_inputs(target, drafter, k)
-    sd = run_in_child(generate, prompts, max_tokens,
-                      engine_kwargs(target, drafter, k, **engine_opts), log_path=log_path)
-    plain = run_in_child(generate, prompts, max_tokens, engine_kwargs(target, **engine_opts),
-                         log_path=log_path)
+    sd, plain = run_each(generate, [
+        (prompts, max_tokens, engine_kwargs(target, drafter, k, **engine_opts)),
+        (prompts, max_tokens, engine_kwargs(target, **engine_opts))], log_path=log_path)
     mismatched = [i for i, (a, b) in enumerate(zip(sd["token_ids"], plain["token_ids"])) if a != b]
     return {"k": k, "prompts": len(prompts), "max_tokens": max_tokens,
             "sd_equals_plain": not mismatched, "mismatched_prompts": mismatched,

@@ -181,7 +181,7 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                   max_tokens: int, engine_opts: dict, trace_dir,
                   log_path: str | None = None, timeout: float = 1800) -> dict:
     """Decode (no SD) and verify (SD, K drafts) profiles at each batch size; per-class comparison."""
-    from .engine import check_inputs, engine_kwargs, run_in_child
+    from .engine import check_inputs, engine_kwargs, run_each
 
     check_inputs(target_dir, drafter_dir, k)
     if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0"):
@@ -190,14 +190,15 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
         raise InputError(f"profiling batch {max(batches)} needs that many prompts (have {len(texts)})")
     by_batch = {b: texts[:b] for b in batches}
     trace_dir = Path(trace_dir)
-    out = {}
+    calls = []
     for mode, drafter in (("decode", None), ("verify", drafter_dir)):
         d = trace_dir / mode
         d.mkdir(parents=True, exist_ok=True)
         engine = engine_kwargs(target_dir, drafter, k if drafter else None,
                                max_num_seqs=max(batches), **engine_opts)
-        out[mode] = run_in_child(profile_generate, by_batch, max_tokens, engine, str(d),
-                                 log_path=log_path, timeout=timeout / 2)
+        calls.append((by_batch, max_tokens, engine, str(d)))
+    decode, verify = run_each(profile_generate, calls, log_path=log_path, timeout=timeout / 2)
+    out = {"decode": decode, "verify": verify}
     rows = []
     for b in batches:
         dec_info, ver_info = out["decode"][b]["traces"][0], out["verify"][b]["traces"][0]

@@ -189,9 +189,9 @@ def build_model(arch: Arch, vocab_size: int, seed: int, max_len: int = 2048):
                              decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True,
                              **common)
         model = Qwen3MoeForCausalLM(cfg)
-        # transformers' grouped GEMM over the experts instead of a Python loop over them: the
-        # same losses (to 1e-5 over the first steps here), 1.8x the training tokens/s of the
-        # 64-expert tiny model on 2 cores (bench: see README, "Benchmarks")
+        # transformers' grouped GEMM over the experts, not its loop over them: transformers 5
+        # picks it by default where it can; pinned here because the loop gives the same losses
+        # (to 3.5e-5) at 0.58x the training tokens/s of tiny-fine on 2 cores (bench/training.py)
         model.set_experts_implementation("grouped_mm")
         return model
     cfg = Qwen3Config(intermediate_size=arch.intermediate, **common)
