@@ -180,7 +180,8 @@ def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: st
         if ref is not None:
             ax.axhline(ref, color="grey", lw=0.8, ls=":")
         _batch_axis(ax, g["batch"])
-        _title(ax, " ".join(str(v) for v in key))
+        _title(ax, " ".join(f"K={v}" if col in ("k", "K") else str(v)
+                            for col, v in zip(panel, key)))
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=6)
     fig.tight_layout()
