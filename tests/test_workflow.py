@@ -170,6 +170,14 @@ def test_bad_config_names_the_key(tmp_path):
     assert r.returncode != 0 and "'three' is not of type 'integer'" in r.stdout + r.stderr
 
 
+def test_snakefmt_leaves_every_rule_file_unchanged():
+    files = ["Snakefile", *sorted(str(p.relative_to(REPO)) for p in (REPO / "workflow" / "rules")
+                                  .glob("*.smk"))]
+    r = subprocess.run([sys.executable, "-m", "snakefmt", "--check", *files], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
 def test_lint_is_clean():
     r = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True,
                        timeout=120)

@@ -363,7 +363,9 @@ def sd_series(wildcards):
 def sweep_prompts(wildcards):
     """The prompt tables of a series' downloaded datasets (none: the embedded table)."""
     return [
-        f"results/prompts/{ds}.csv" for ds in sweep_datasets(wildcards.model) if ds in DATASETS
+        f"results/prompts/{ds}.csv"
+        for ds in sweep_datasets(wildcards.model)
+        if ds in DATASETS
     ]
 
 
