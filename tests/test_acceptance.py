@@ -84,7 +84,13 @@ def test_median_delta_uses_the_held_out_datasets_slices_only(small_trace):
     res = acceptance_stats(tr, consec, anchor)
     b = [r["delta"] for r in res["slices"]["b"]]
     assert res["median_delta_by_position"] == pytest.approx(b)   # slice a is the main set
-    assert res["heldout"] == {"held": {"slices": ["b"], "median_delta_by_position": pytest.approx(b)}}
+    assert res["heldout"] == {"held": {"slices": ["b"], "median_delta_by_position": pytest.approx(b),
+                                       "median_anchor_drop": res["slice_anchor_drop"]["b"]}}
+    # the anchor drop: anchor overlap at position 1 minus at position K, by hand
+    m = (tr.columns["category"] == "b")
+    pos = tr.columns["position"]
+    drop = anchor[m & (pos == 1)].mean() - anchor[m & (pos == tr.k_draft)].mean()
+    assert res["slice_anchor_drop"]["b"] == pytest.approx(drop)
     tr = dataclasses.replace(tr, meta={**tr.meta, "run": {"dataset": "main"}})  # no held-out set
     assert all(np.isnan(acceptance_stats(tr, consec, anchor)["median_delta_by_position"]))
 

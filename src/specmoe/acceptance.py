@@ -102,19 +102,37 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
            "acceptance_length": _acceptance_length(trace)}
     if slice_column in trace.columns:
         labels = trace.columns[slice_column]
-        slices = {}
+        slices, drops = {}, {}
         for name in sorted(set(labels.tolist())):
             m = labels == name
             slices[name] = by_position(consec[m], pos[m], st[m], kd)
+            drops[name] = anchor_drop(anchor[m], pos[m], kd)
         out["slices"] = slices
+        out["slice_anchor_drop"] = drops
         split = heldout_split((trace.meta.get("run") or {}).get("dataset"),
                               trace.meta.get("slice_datasets") or {})
         out["heldout"] = {
-            ds: {"slices": names, "median_delta_by_position": _median_delta(slices, names, kd)}
+            ds: {"slices": names, "median_delta_by_position": _median_delta(slices, names, kd),
+                 "median_anchor_drop": _median([drops[n] for n in names if n in drops])}
             for ds, names in split.items()}
         held = [n for names in split.values() for n in names]
         out["median_delta_by_position"] = _median_delta(slices, held, kd)
     return out
+
+
+def anchor_drop(anchor: np.ndarray, position: np.ndarray, k_draft: int) -> float:
+    """How far the window drifts from its committed token: mean anchor overlap overlap(S(0), S(1))
+    minus mean overlap(S(0), S(K)), over every drafted position whatever its status."""
+    first, last = anchor[position == 1], anchor[position == k_draft]
+    first, last = first[np.isfinite(first)], last[np.isfinite(last)]
+    if not first.size or not last.size:
+        return float("nan")
+    return float(first.mean() - last.mean())
+
+
+def _median(vals: list[float]) -> float:
+    vals = [v for v in vals if np.isfinite(v)]
+    return float(np.median(vals)) if vals else float("nan")
 
 
 def _median_delta(slices: dict, names: list[str], kd: int) -> list[float]:

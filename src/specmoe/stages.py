@@ -325,11 +325,13 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
             t["heldout_acceptance"].append({
                 **rc, "slice": name, "heldout_dataset": slice_set.get(name, ""),
                 **{f"delta_pos{r['draft_position']}": r["delta"] for r in rows},
-                **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"] for r in rows}})
+                **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"] for r in rows},
+                "anchor_drop": (ac.get("slice_anchor_drop") or {}).get(name, np.nan)})
         for ds, h in heldout.items():  # the median across each held-out dataset's slices
             t["heldout_acceptance"].append({
                 **rc, "slice": f"median of {ds}", "heldout_dataset": ds,
-                **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)}})
+                **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)},
+                "anchor_drop": h.get("median_anchor_drop", np.nan)})
     return {k: pd.DataFrame(v) for k, v in t.items()}
 
 
