@@ -199,6 +199,8 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
                         label=status)
         e = effects[effects["run"] == run]
         for _, r in e.iterrows():
+            if not np.isfinite(r["cohens_d"]):
+                continue
             top = d[d["draft_position"] == r["draft_position"]]["mean"].max()
             ax.annotate(f"d={r['cohens_d']:.2f}", (r["draft_position"], top), fontsize=6,
                         textcoords="offset points", xytext=(0, 6), ha="center")
@@ -233,9 +235,12 @@ def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
         return empty("No drafter is served alone in this configuration (EAGLE heads and MTP "
                      "layers cannot run alone), so there is no measured draft cost ratio.")
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
-    for (model, label), g in df.groupby(["model", "label"], sort=False):
+    seen: dict[str, int] = {}
+    for (model, run), g in df.groupby(["model", "run"], sort=False):
         g = g.sort_values("batch")
-        ax.plot(g["batch"], g["draft_cost"], "o-", color=colors[model], label=label)
+        style = LINE_STYLES[seen.setdefault(model, 0) % len(LINE_STYLES)]
+        seen[model] += 1
+        ax.plot(g["batch"], g["draft_cost"], style, color=colors[model], ms=4, label=run)
     _batch_axis(ax, df["batch"])
     ax.set_ylabel("draft cost c = K TPOT(drafter) / TPOT(target)")
     ax.set_ylim(bottom=0)
