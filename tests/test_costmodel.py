@@ -136,3 +136,24 @@ def test_degenerate_correction_inputs_are_errors_not_numbers(kw, msg):
     args.update(kw)
     with pytest.raises(InputError, match=msg):
         cm.three_step_correction(**args)
+
+
+def test_model_draft_ratio_flat_for_a_moe_drafter_falling_for_a_dense_one():
+    """The synthetic drafters of the draft-ratio figure: a one-layer copy of the target's experts
+    reads as many unique experts as the target's decode does (both uniform here), so its ratio is
+    K / MoE layers at every batch; a dense drafter reads fixed bytes while the target reads more
+    experts, so its ratio falls; at batch 1 both read k experts' worth."""
+    from specmoe import costmodel
+    from specmoe.unique import uniform_unique
+
+    d = costmodel.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128,
+                                      top_k=8, heads=32, kv_heads=4, head_dim=128, num_layers=48)
+    hw = costmodel.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350,
+                                                 "peak_tflops": {"bf16": 989}})
+    rows = costmodel.draft_ratio_curve(d, hw, 3, [1, 4, 16, 64],
+                                       lambda b: uniform_unique(128, 8, b))
+    moe = [r["draft_cost"] for r in rows if r["drafter"] == costmodel.MOE_DRAFTER]
+    dense = [r["draft_cost"] for r in rows if r["drafter"] == costmodel.DENSE_DRAFTER]
+    assert moe == pytest.approx([3 / 48] * 4)
+    assert dense[0] == pytest.approx(moe[0])
+    assert all(b < a for a, b in zip(dense, dense[1:]))

@@ -16,8 +16,8 @@ SECTIONS = {
                    "per_layer_overlap", "heldout_overlap", "unique_experts"],
         "figures": ["overlap_by_distance", "per_layer_overlap"]},
     "Cost model": {
-        "tables": ["target_efficiency", "te_vs_batch", "weight_model"],
-        "figures": ["te_vs_batch", "te_by_dataset"]},
+        "tables": ["target_efficiency", "te_vs_batch", "draft_ratio_model", "weight_model"],
+        "figures": ["te_vs_batch", "te_by_dataset", "draft_ratio_model"]},
     "Speedup and sweeps": {
         "tables": ["speedup_vs_batch", "te_three_ways"],
         "figures": ["speedup_vs_batch", "speedup_by_k", "speedup_by_dataset",

@@ -8,7 +8,7 @@ Weights per GPU are counted per MoE layer: C_expert (gate, up, down of one route
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .errors import InputError
@@ -261,6 +261,32 @@ def te_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes,
                      "compute_bound": bool(t_ver > (dims.c_dense + dims.c_dense_layers
                                                     + u_v * dims.c_expert)
                                            / hw.hbm_bandwidth * (1 + 1e-12))})
+    return rows
+
+
+DENSE_DRAFTER = "dense drafter (one layer, the target's active FFN width)"
+MOE_DRAFTER = "MoE drafter (one layer of the target's experts)"
+
+
+def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes,
+                      unique_decode) -> list[dict]:
+    """The draft cost ratio c(B) = K T_drafter(B) / T_target(B) of two synthetic one-layer
+    drafters against the target's decode step, both at the roofline: a dense drafter with the
+    target's active FFN width (k experts' worth, fixed bytes whatever the batch) and a MoE drafter
+    with the target's N experts of k (its B tokens route independently and uniformly). The target
+    reads unique_decode(B) experts per MoE layer in all its MoE layers.
+    """
+    dense = replace(dims, num_experts=1, top_k=1, expert_intermediate=dims.top_k
+                    * dims.expert_intermediate, num_layers=1, num_moe_layers=1,
+                    dense_layer_params=0.0)
+    moe = replace(dims, num_layers=1, num_moe_layers=1, dense_layer_params=0.0)
+    rows = []
+    for b in batch_sizes:
+        t_target = dims.num_moe_layers * step_time(dims, hw, b, float(unique_decode(b)))
+        u_moe = moe.num_experts * (1 - (1 - moe.top_k / moe.num_experts) ** b)
+        for name, d, u in ((DENSE_DRAFTER, dense, 1.0), (MOE_DRAFTER, moe, u_moe)):
+            rows.append({"batch": int(b), "drafter": name, "unique_drafter": u,
+                         "draft_cost": k_draft * step_time(d, hw, b, u) / t_target})
     return rows
 
 

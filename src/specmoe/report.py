@@ -122,6 +122,15 @@ def figure_frames(table_dir, study: dict | None = None) -> dict[str, tuple]:
          "target efficiency", "Each model has one dataset in this configuration: no "
          "dataset comparison to draw.") if not measured.empty
         else (figures.empty, none.format("cost model")))
+    dr = _load(td, "draft_ratio_model")
+    if dr.empty:
+        out["draft_ratio_model"] = (figures.empty, none.format("cost model"))
+    else:  # each model at its smallest K and first dataset (the ratio does not depend on them much)
+        dr = dr[dr.groupby("model")["k"].transform("min") == dr["k"]]
+        dr = dr[dr.groupby("model")["dataset"].transform("first") == dr["dataset"]]
+        out["draft_ratio_model"] = (figures.curves_by, dr, colors, ["model", "k"], "drafter",
+                                    "draft_cost", "draft cost c = K T_drafter / T_target",
+                                    "No cost model in this configuration.")
     if sp.empty:
         for f in ("speedup_vs_batch", "speedup_by_k", "speedup_by_dataset", "speedup_variants",
                   "draft_cost_vs_batch"):

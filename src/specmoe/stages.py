@@ -221,9 +221,12 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     prov = dict(ov.get("provenance", {}))
     prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name]},
                            model=prov.get("model"), stage="costmodel"))
+    ratio = costmodel.draft_ratio_curve(dims, hw, s["k_draft"], table.index.tolist(),
+                                        lambda b: table.loc[b, "decode_independent"])
     write_json(out, {"run": ov["run"], "hardware": hw_name, "dims": dims.to_dict(),
                      **dims.summary(), "unique_ratio": u["empirical"] / s["top_k"],
-                     "te_weight_batch1": te_b1, "te_vs_batch": curves}, prov)
+                     "te_weight_batch1": te_b1, "te_vs_batch": curves,
+                     "draft_ratio_vs_batch": ratio}, prov)
 
 
 def acceptance_stage(trace_path, out, threads: int | None = None) -> None:
@@ -253,7 +256,8 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
     t: dict[str, list] = {k: [] for k in ("overlap_decomposition_step1", "overlap_by_distance",
                                           "overlap_by_status", "heldout_overlap",
                                           "per_layer_overlap", "unique_experts", "target_efficiency",
-                                          "te_vs_batch", "acceptance_consecutive",
+                                          "te_vs_batch", "draft_ratio_model",
+                                          "acceptance_consecutive",
                                           "anchor_overlap", "heldout_acceptance")}
     for ov in ovs:
         s, rc = ov["summary"], _run_cols(ov["run"])
@@ -308,6 +312,8 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
             t["te_vs_batch"].append({**rc, "routing": r["routing"], "batch": r["batch"],
                                      "te": r["te"], "compute_bound": r["compute_bound"],
                                      "sample_ok": r.get("sample_ok", True)})
+        for r in cm.get("draft_ratio_vs_batch", []):
+            t["draft_ratio_model"].append({**rc, **r})
     for ac in accs:
         rc = _run_cols(ac["run"])
         for r in ac["by_position"]:

@@ -168,6 +168,7 @@ TABLES = [
     "unique_experts",
     "target_efficiency",
     "te_vs_batch",
+    "draft_ratio_model",
     "acceptance_consecutive",
     "anchor_overlap",
     "heldout_acceptance",
