@@ -152,8 +152,8 @@ def test_model_draft_ratio_flat_for_a_moe_drafter_falling_for_a_dense_one():
                                                  "peak_tflops": {"bf16": 989}})
     rows = costmodel.draft_ratio_curve(d, hw, 3, [1, 4, 16, 64],
                                        lambda b: uniform_unique(128, 8, b))
-    moe = [r["draft_cost"] for r in rows if r["drafter"] == costmodel.MOE_DRAFTER]
-    dense = [r["draft_cost"] for r in rows if r["drafter"] == costmodel.DENSE_DRAFTER]
+    moe = [r["draft_cost"] for r in rows if r["synthetic_drafter"] == costmodel.MOE_DRAFTER]
+    dense = [r["draft_cost"] for r in rows if r["synthetic_drafter"] == costmodel.DENSE_DRAFTER]
     assert moe == pytest.approx([3 / 48] * 4)
     assert dense[0] == pytest.approx(moe[0])
     assert all(b < a for a, b in zip(dense, dense[1:]))

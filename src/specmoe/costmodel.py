@@ -285,7 +285,7 @@ def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes,
         t_target = dims.num_moe_layers * step_time(dims, hw, b, float(unique_decode(b)))
         u_moe = moe.num_experts * (1 - (1 - moe.top_k / moe.num_experts) ** b)
         for name, d, u in ((DENSE_DRAFTER, dense, 1.0), (MOE_DRAFTER, moe, u_moe)):
-            rows.append({"batch": int(b), "drafter": name, "unique_drafter": u,
+            rows.append({"batch": int(b), "synthetic_drafter": name, "unique_drafter": u,
                          "draft_cost": k_draft * step_time(d, hw, b, u) / t_target})
     return rows
 

@@ -76,9 +76,7 @@ def weight_model() -> pd.DataFrame:
 
 
 def three_step() -> pd.DataFrame:
-    pub = published.load("three_step_correction_qwen3_30b")
-    steps = pub[pub["step"].isin(["0", "1", "2", "3"])].reset_index(drop=True)
-    sweep = float(pub[pub["correction"] == "sweep wall-clock"]["te"].iloc[0])
+    steps, sweep = published.three_step()
     s0, s3 = steps.iloc[0], steps.iloc[3]
     corr = costmodel.three_step_correction(
         s0["moe_time_share"], s0["moe_time_ratio"], s3["moe_time_share"], s3["moe_time_ratio"],

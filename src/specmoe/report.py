@@ -125,10 +125,9 @@ def figure_frames(table_dir, study: dict | None = None) -> dict[str, tuple]:
     dr = _load(td, "draft_ratio_model")
     if dr.empty:
         out["draft_ratio_model"] = (figures.empty, none.format("cost model"))
-    else:  # each model at its smallest K and first dataset (the ratio does not depend on them much)
-        dr = dr[dr.groupby("model")["k"].transform("min") == dr["k"]]
-        dr = dr[dr.groupby("model")["dataset"].transform("first") == dr["dataset"]]
-        out["draft_ratio_model"] = (figures.curves_by, dr, colors, ["model", "k"], "drafter",
+    else:  # each model's first run (the ratio hardly depends on K or the dataset)
+        out["draft_ratio_model"] = (figures.curves_by, _first_run(dr), colors, ["model", "k"],
+                                    "synthetic_drafter",
                                     "draft_cost", "draft cost c = K T_drafter / T_target",
                                     "No cost model in this configuration.")
     if sp.empty:

@@ -3,7 +3,6 @@ import json
 import os
 import re
 import sys
-from types import SimpleNamespace
 
 from snakemake.io import report as report_item
 from snakemake.utils import min_version, validate
@@ -179,7 +178,7 @@ TABLE_FORMATS = ["csv", "md", "tex", "html"]
 # Models whose results sit beside the study's published numbers (compare_with, or a study
 # checkpoint): name -> the study model and the variant (precision, TP, hardware).
 STUDY = {
-    m["name"]: study_entry(m) for m in config["models"] if study_entry(m) is not None
+    m["name"]: entry for m in config["models"] if (entry := study_entry(m)) is not None
 }
 
 
@@ -345,8 +344,7 @@ def sweep_datasets(name):
         {
             r["dataset"]
             for r in SWEEP_RUNS
-            if r["model"] == name
-            or (r["drafter"] == name and speedup_drafter(SimpleNamespace(**r)))
+            if r["model"] == name or (r["drafter"] == name and served_alone(name))
         }
     )
 
@@ -493,10 +491,16 @@ def profile_prompts(wildcards):
     return [f"results/prompts/{ds}.csv"] if ds in DATASETS else []
 
 
+def served_alone(drafter):
+    """Is this drafter served alone for the draft cost c? Separate draft models only (EAGLE heads
+    and MTP layers cannot run alone)."""
+    d = DRAFTERS.get(drafter, {})
+    return d.get("source") == "tiny" or d.get("method") == "draft_model"
+
+
 def speedup_drafter(wildcards):
-    """The drafter served alone, for the draft cost c (separate draft models only)."""
-    d = DRAFTERS.get(wildcards.drafter, {})
-    if d.get("source") == "tiny" or d.get("method") == "draft_model":
+    """The drafter's own series, for the draft cost c (separate draft models only)."""
+    if served_alone(wildcards.drafter):
         return [f"results/sweeps/{wildcards.drafter}/ar.json"]
     return []
 
