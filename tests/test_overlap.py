@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from specmoe.overlap import reference_stats, row_overlaps, window_stats
 from specmoe.synth import SynthParams, generate
@@ -132,3 +133,60 @@ def test_repetitive_windows_are_flagged_and_can_be_left_out():
     by = overlap_by_status(tr)
     assert np.isnan(by["committed"]) and set(by) == {"committed", "accepted", "first_rejected",
                                                       "after_rejection"}
+
+
+def _random_trace(seed, n_experts, top_k, layers, k_draft, requests=30):
+    """Random routing with some stickiness and windows of every length 1..K+1 (request ends)."""
+    rng = np.random.default_rng(seed)
+    rows, req, step, pos = [], [], [], []
+    for r in range(requests):
+        prev = rng.permutation(n_experts)[:top_k]
+        for s in range(int(rng.integers(1, 6))):
+            for j in range(int(rng.integers(1, k_draft + 2))):
+                layer_sets = []
+                for _ in range(layers):
+                    keep = prev[rng.random(top_k) < 0.4]
+                    rest = np.setdiff1d(rng.permutation(n_experts), keep, assume_unique=True)
+                    layer_sets.append(np.concatenate([keep, rng.permutation(rest)[:top_k - keep.size]]))
+                prev = layer_sets[-1]
+                rows.append(layer_sets)
+                req.append(r), step.append(s), pos.append(j)
+    dtype = np.uint8 if n_experts <= 256 else np.uint16
+    cols = {"request": np.array(req, np.int32), "step": np.array(step, np.int32),
+            "position": np.array(pos, np.int8), "status": np.zeros(len(req), np.int8)}
+    return Trace(experts=np.array(rows, dtype), columns=cols, num_experts=n_experts,
+                 k_draft=k_draft)
+
+
+@pytest.mark.parametrize("n_experts,top_k,layers,k_draft", [
+    (8, 2, 3, 3), (64, 6, 2, 5), (128, 8, 2, 3), (130, 8, 2, 7), (256, 8, 2, 1), (384, 8, 2, 4)])
+def test_compiled_pass_equals_plain_python_on_random_traces(n_experts, top_k, layers, k_draft):
+    """Every expert count the bitmask words handle: one group of 128 ids, several groups, uint16
+    ids; windows of every length."""
+    tr = _random_trace(n_experts + k_draft, n_experts, top_k, layers, k_draft)
+    starts, lengths = tr.windows()
+    assert lengths.min() < k_draft + 1 == lengths.max()
+    ws = window_stats(tr, shuffle_seed=None)
+    ref = reference_stats(tr.experts, starts, lengths, k_draft, n_experts)
+    np.testing.assert_array_equal(ws.overlap, ref["overlap"])
+    np.testing.assert_array_equal(ws.q, ref["q"])
+    np.testing.assert_array_equal(ws.unique, ref["unique"])
+
+
+@pytest.mark.parametrize("batch_rows", [1, 3, 50, 1 << 18])
+def test_streamed_file_equals_whole_trace(tmp_path, batch_rows):
+    """Read piece by piece (windows cut by batch boundaries joined again), the statistics and the
+    shuffle null are those of the whole trace."""
+    from specmoe.overlap import window_stats_file
+    from specmoe.trace import iter_trace, read_trace, write_trace
+
+    tr = _random_trace(5, 130, 4, 2, 3, requests=40)
+    write_trace(tmp_path / "t.parquet", tr)
+    whole = window_stats(read_trace(tmp_path / "t.parquet"), shuffle_seed=11)
+    pieces = list(iter_trace(tmp_path / "t.parquet", batch_rows))
+    assert sum(len(p) for p in pieces) == len(tr)
+    assert [p.meta["row0"] for p in pieces] == np.cumsum([0] + [len(p) for p in pieces[:-1]]).tolist()
+    streamed = window_stats_file(tmp_path / "t.parquet", shuffle_seed=11, batch_rows=batch_rows)
+    for name in ("overlap", "shuffle", "q", "unique", "used", "pairs"):
+        np.testing.assert_allclose(getattr(streamed, name), getattr(whole, name), rtol=1e-12)
+    assert (streamed.n_windows, streamed.n_full_windows) == (whole.n_windows, whole.n_full_windows)

@@ -3,8 +3,8 @@
 For one expert, x_j in {0, 1} says whether window position j (0..K) selects it. We fit the maximum
 entropy distribution over the 2^(K+1) patterns whose pair tables match
   P(x_i = 1, x_j = 1) = q * ov(|i - j|),  P(x_i = 1) = q,
-starting from the uniform distribution and cycling over every pair's 2x2 table. Many experts are
-fitted at once (rows of one array). Predicted unique experts = sum_e (1 - P_e(all zeros)).
+starting from the uniform distribution and cycling over every pair's 2x2 table. Each expert is
+fitted on its own (a compiled loop, experts in parallel). Predicted unique experts = sum_e (1 - P_e(all zeros)).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
+import numba
 import numpy as np
 
 from .errors import InputError
@@ -73,33 +74,50 @@ def fit(q: np.ndarray, overlaps: np.ndarray, tol: float = 1e-10, max_iter: int =
         n_clipped += int(clipped[q > 0].sum())
         p11 = np.clip(p11, lo, hi)
         targets.append(np.stack([1 - 2 * q + p11, q - p11, q - p11, p11], axis=1))
-        cells.append(2 * patterns[:, i] + patterns[:, j])
-    onehots = [np.eye(4)[c] for c in cells]           # [pattern, cell]
-
-    # Rows (experts) are fitted together; a row whose pair tables all lie within tol is frozen and
-    # leaves the working set, so slowly converging experts do not hold the others back.
-    dist = np.full((q.size, 2**positions), 1.0 / 2**positions)
-    active = np.arange(q.size)
-    row_err = np.full(q.size, np.inf)
-    it = 0
-    for it in range(1, max_iter + 1):
-        d = dist[active]
-        err = np.zeros(active.size)
-        for target, cell, onehot in zip(targets, cells, onehots):
-            cur = d @ onehot
-            t = target[active]
-            err = np.maximum(err, np.abs(cur - t).max(axis=1))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                factor = np.where(cur > 0, t / cur, 0.0)
-            d *= factor[:, cell]
-        dist[active] = d
-        row_err[active] = err
-        active = active[err >= tol]
-        if active.size == 0:
-            break
+        cells.append((2 * patterns[:, i] + patterns[:, j]).astype(np.int64))
+    dist, iters, row_err = _fit_rows(np.stack(targets, axis=1), np.stack(cells), tol, max_iter)
     err = float(row_err.max()) if q.size else 0.0
-    return IPFResult(p_zero=dist[:, 0], converged=bool(err < tol), iterations=it, max_error=err,
+    return IPFResult(p_zero=dist[:, 0], converged=bool(err < tol),
+                     iterations=int(iters.max()) if q.size else 0, max_error=err,
                      n_clipped=n_clipped, n_unconverged=int((row_err >= tol).sum()), dist=dist)
+
+
+@numba.njit(cache=True, parallel=True)
+def _fit_rows(targets, cells, tol, max_iter):
+    """IPF for each row (expert) on its own, in parallel: cycle over the pair tables, scaling the
+    patterns of each cell by target / current mass, until every cell of every table is within tol
+    (its error measured before the table's update) or max_iter cycles.
+
+    targets[row, pair, cell]; cells[pair, pattern] = the cell (2 x_i + x_j) a pattern falls in.
+    Returns the fitted distributions [row, pattern], cycles used and final error per row.
+    """
+    rows, n_pairs = targets.shape[0], targets.shape[1]
+    n_patterns = cells.shape[1]
+    dist = np.empty((rows, n_patterns))
+    iters = np.zeros(rows, np.int64)
+    errs = np.full(rows, np.inf)
+    for r in numba.prange(rows):
+        d = np.full(n_patterns, 1.0 / n_patterns)
+        cur = np.zeros(4)
+        factor = np.zeros(4)
+        for it in range(1, max_iter + 1):
+            err = 0.0
+            for p in range(n_pairs):
+                cur[:] = 0.0
+                for x in range(n_patterns):
+                    cur[cells[p, x]] += d[x]
+                for c in range(4):
+                    t = targets[r, p, c]
+                    err = max(err, abs(cur[c] - t))
+                    factor[c] = t / cur[c] if cur[c] > 0 else 0.0
+                for x in range(n_patterns):
+                    d[x] *= factor[cells[p, x]]
+            iters[r] = it
+            errs[r] = err
+            if err < tol:
+                break
+        dist[r] = d
+    return dist, iters, errs
 
 
 def predict_uniform(num_experts: int, top_k: int, overlaps, batch: float = 1) -> dict:
