@@ -90,6 +90,19 @@ CORPUS = [
     ("synthetic dims against the generator", lambda c: c["models"][1].update(
         dims={"hidden": 64, "expert_intermediate": 16, "heads": 2, "kv_heads": 1, "head_dim": 32,
               "num_experts": 32}), "model s: dims.num_experts=32 contradicts synthetic.num_experts=16"),
+    ("variant of an unknown model", lambda c: c["models"].append(
+        {"name": "v", "source": "variant", "variant_of": "s", "drafters": ["d"],
+         "datasets": ["tinybench"]}), "model v: variant_of 's' is not a tiny model"),
+    ("variant with an architecture of its own", lambda c: c["models"].append(
+        {"name": "v", "source": "variant", "variant_of": "t", "drafters": ["d"],
+         "datasets": ["tinybench"], "arch": TINY_ARCH}), "model v: a variant takes 'arch' from t"),
+    ("fp8 variant on a CPU", lambda c: c["models"].append(
+        {"name": "v", "source": "variant", "variant_of": "t", "precision": "fp8", "drafters": ["d"],
+         "datasets": ["tinybench"]}), "model v: precision fp8 needs a GPU"),
+    ("variant on a dataset the prompt table lacks", lambda c: c["models"].append(
+        {"name": "v", "source": "variant", "variant_of": "t", "precision": "bf16",
+         "drafters": ["d"], "datasets": ["mtbench"]}),
+     "model v: dataset 'mtbench' is not in the prompt table"),
 ]
 
 

@@ -14,6 +14,7 @@ import yaml
 
 from specmoe import tables
 from specmoe.provenance import read_json
+from specmoe.report import figure_frames
 from specmoe.sweep import shape_label
 from specmoe.trace import read_trace
 from wf import copy_workflow
@@ -202,7 +203,10 @@ TINY_CONFIG = {
                 "datasets": ["heldout-code", "heldout-prose"], "steps": 60,
                 "arch": {"kind": "moe", "hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1,
                          "head_dim": 32, "num_experts": 16, "top_k": 4,
-                         "expert_intermediate": 16}}],
+                         "expert_intermediate": 16}},
+               # the target's checkpoint served in bf16: swept only, nothing trained again
+               {"name": "moe-bf16", "source": "variant", "variant_of": "moe", "precision": "bf16",
+                "drafters": ["dr"], "datasets": ["heldout-code"]}],
 }
 
 
@@ -243,6 +247,21 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     assert len(te3) == 1 and te3.loc[0, "te_profiled"] > 0 and te3.loc[0, "te_costmodel"] > 0
     assert len(tables.read_csv(res / "tables/three_step_correction.csv")) == 4
     assert "speedup_vs_batch" in (res / "report/index.md").read_text()
+    # the variant: the trained target's checkpoint served in bf16, swept (both series) and nothing
+    # else; its speedup sits beside the target's in one panel of the variants figure
+    for series in ("moe-bf16/ar", "moe-bf16/dr/K3"):
+        sw = read_json(res / f"sweeps/{series}.json")
+        assert sw["engine"]["dtype"] == "bfloat16" and list(sw["datasets"]) == ["heldout-code"]
+        point = read_json(res / f"sweeps/{series}.points/heldout-code/b1.json")
+        assert point["provenance"]["model"]["revision"] == "seed0-steps60"
+    assert read_json(res / "sweeps/moe/ar.json")["engine"]["dtype"] != "bfloat16"
+    assert not any((res / d / "moe-bf16").exists() for d in ("models", "traces", "profiles"))
+    assert set(tables.read_csv(res / "tables/speedup_vs_batch.csv")["model"]) == {"moe", "moe-bf16"}
+    _, sp_frame, _, panel, line, *_ = figure_frames(res / "tables", {}, {"moe-bf16": "moe"})[
+        "speedup_variants"]
+    families = [g for _, g in sp_frame.groupby(panel) if g[line].nunique() >= 2]
+    assert len(families) == 1 and set(families[0]["model"]) == {"moe", "moe-bf16"}
+    assert set(families[0]["dataset"]) == {"heldout-code"}
     r = snakemake(wd)
     assert "Nothing to be done" in r.stdout + r.stderr
     # a sweep interrupted after its first point: the rerun measures the second one only

@@ -57,6 +57,27 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
             if m["compare_with"] not in study:
                 out.append(f"model {m['name']}: compare_with '{m['compare_with']}' is not a model "
                            f"of the study (one of: {', '.join(sorted(study))})")
+    by_name = {m["name"]: m for m in models}
+    for m in models:
+        if m["source"] != "variant":
+            continue
+        base = by_name.get(m["variant_of"])
+        if base is None or base["source"] != "tiny":
+            out.append(f"model {m['name']}: variant_of '{m['variant_of']}' is not a tiny model of "
+                       "this configuration (a variant serves a tiny model's checkpoint)")
+            continue
+        for key in ("arch", "steps", "seed", "dims", "synthetic", "repo_id"):
+            if key in m:
+                out.append(f"model {m['name']}: a variant takes '{key}' from {base['name']}; "
+                           "leave it out")
+        if m.get("precision") == "fp8":
+            out.append(f"model {m['name']}: precision fp8 needs a GPU; a tiny model's variant "
+                       "can be bf16, fp16 or fp32")
+    # a variant is checked as its target would be, with its own drafters, datasets and K
+    variants = {m["name"] for m in models if m["source"] == "variant"}
+    models = [{**by_name[m["variant_of"]], **m, "source": "tiny"}
+              if m["source"] == "variant" and by_name.get(m["variant_of"], {}).get("source")
+              == "tiny" else m for m in models]
     drafter_by_name = {d["name"]: d for d in drafters}
     for d in drafters:
         if d["source"] == "tiny":
@@ -74,7 +95,7 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
                 break
         if src == "synthetic":
             out += [f"{where}: {e}" for e in _synthetic_problems(m, ks)]
-        if src == "tiny":
+        if src == "tiny" and name not in variants:  # a variant's arch is its target's
             out += [f"{where}: {e}" for e in _arch_problems(m.get("arch") or {})]
             if (m.get("arch") or {}).get("kind", "moe") != "moe":
                 out.append(f"{where}: a target must be a MoE (arch kind moe)")

@@ -234,10 +234,12 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
 
 def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> ModelDims:
     """A study model's dimensions from its config.json, given directly or as a download manifest
-    (its snapshot's config.json); precision "fp8" is vLLM's online fp8 of the whole model."""
+    (its snapshot's config.json); precision "fp8" is vLLM's online fp8 of the whole model, "bf16",
+    "fp16" or "fp32" the dtype it is served in."""
     path = Path(config_or_manifest)
     if path.suffix == ".json" and path.name != "config.json":
         from .hub import snapshot_of
 
         path = snapshot_of(path) / "config.json"
-    return dims_from_config(path, dtype="fp8" if precision == "fp8" else None, tp=int(tp))
+    return dims_from_config(path, dtype=None if precision in (None, "auto") else precision,
+                            tp=int(tp))

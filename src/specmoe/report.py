@@ -91,7 +91,8 @@ def _first_run(sp: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep)
 
 
-def figure_frames(table_dir, study: dict | None = None) -> dict[str, tuple]:
+def figure_frames(table_dir, study: dict | None = None,
+                  variant_of: dict | None = None) -> dict[str, tuple]:
     """Each figure's renderer and arguments, from the tables in table_dir."""
     td, study = Path(table_dir), study or {}
     ob, pl, tb = (_load(td, s) for s in ("overlap_by_distance", "per_layer_overlap", "te_vs_batch"))
@@ -145,9 +146,13 @@ def figure_frames(table_dir, study: dict | None = None) -> dict[str, tuple]:
                                      "dataset", "speedup", "speedup (TPOT without / with SD)",
                                      "Each model is swept on one dataset in this configuration.",
                                      1.0)
-        sp["study_model"] = sp["model"].map(lambda m: (study.get(m) or {}).get("study") or m)
+        # one panel per model family: a variant with its target, a study model's variants together
+        variant_of = variant_of or {}
+        sp["study_model"] = sp["model"].map(
+            lambda m: (study.get(m) or study.get(variant_of.get(m)) or {}).get("study")
+            or variant_of.get(m, m))
         out["speedup_variants"] = (figures.curves_by, sp[sp["k"] == sp["k"].min()], colors,
-                                   ["study_model"], "model", "speedup",
+                                   ["study_model", "drafter", "dataset"], "model", "speedup",
                                    "speedup (TPOT without / with SD)",
                                    "No study model is run in more than one variant (TP, "
                                    "precision, hardware) in this configuration.", 1.0)
@@ -163,10 +168,11 @@ def figure_frames(table_dir, study: dict | None = None) -> dict[str, tuple]:
     return out
 
 
-def write_figures(table_dir, outdir, prov: dict, study: dict | None = None) -> list[Path]:
+def write_figures(table_dir, outdir, prov: dict, study: dict | None = None,
+                  variant_of: dict | None = None) -> list[Path]:
     """Render every figure of the report (PNG and PDF) from the tables in table_dir."""
     paths = []
-    for stem, (fn, *args) in figure_frames(table_dir, study).items():
+    for stem, (fn, *args) in figure_frames(table_dir, study, variant_of).items():
         paths += figures.save(fn(*args), Path(outdir) / stem, prov)
     return paths
 

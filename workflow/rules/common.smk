@@ -92,6 +92,8 @@ if _unset:
 # model reads the config.json of its download.
 MODELS = {}
 for _m in config["models"]:
+    if _m["source"] == "variant":
+        continue  # swept only: VARIANTS below
     MODELS[_m["name"]] = _m
     if _m["source"] == "hf":
         MODELS[_m["name"]] = {
@@ -105,8 +107,15 @@ for _m in config["models"]:
             **_m,
             "hf_config": f"results/models/{_m['name']}/config.json",
         }
+        # the untrained control runs at the model's first K and dataset: the routing baseline
         _r = _m["name"] + "-random"
-        MODELS[_r] = {**_m, "name": _r, "hf_config": f"results/models/{_r}/config.json"}
+        MODELS[_r] = {
+            **_m,
+            "name": _r,
+            "hf_config": f"results/models/{_r}/config.json",
+            "ks": _m.get("ks", config["ks"])[:1],
+            "datasets": _m["datasets"][:1],
+        }
 SYNTHETIC = [n for n, m in MODELS.items() if m["source"] == "synthetic"]
 CAPTURED = [n for n, m in MODELS.items() if m["source"] == "tiny"]
 HF_RUN = [n for n, m in MODELS.items() if m["source"] == "hf"]
@@ -138,7 +147,24 @@ HF_SWEPT = (
     if "sweep" in config and "profiling" in config
     else []
 )
-SWEEP_RUNS = [r for r in RUNS if r["model"] in SWEPT + HF_SWEPT]
+# Variants of a tiny target (source: variant): its checkpoint served with other engine settings
+# (precision), swept only (its routing and kernels are the target's). The study's variants are
+# model entries of their own, sharing a download.
+VARIANTS = {
+    m["name"]: {**TINY_TARGETS[m["variant_of"]], **m}
+    for m in config["models"]
+    if m["source"] == "variant"
+}
+VARIANT_RUNS = [
+    {"model": name, "drafter": d, "k": k, "dataset": ds}
+    for name, m in VARIANTS.items()
+    for d in m["drafters"]
+    for k in m.get("ks", config["ks"])
+    for ds in m["datasets"]
+]
+if "sweep" in config and "profiling" in config:
+    SWEPT += [n for n, m in VARIANTS.items() if m.get("sweep", True)]
+SWEEP_RUNS = [r for r in RUNS + VARIANT_RUNS if r["model"] in SWEPT + HF_SWEPT]
 # Drafters served alone for the draft cost c: separate draft models only (EAGLE heads and MTP
 # layers cannot run alone).
 SWEEP_MODELS = sorted(
@@ -178,7 +204,9 @@ TABLE_FORMATS = ["csv", "md", "tex", "html"]
 # Models whose results sit beside the study's published numbers (compare_with, or a study
 # checkpoint): name -> the study model and the variant (precision, TP, hardware).
 STUDY = {
-    m["name"]: entry for m in config["models"] if (entry := study_entry(m)) is not None
+    m["name"]: entry
+    for m in config["models"]
+    if (entry := study_entry(VARIANTS.get(m["name"], m))) is not None
 }
 
 
@@ -332,9 +360,35 @@ def sweep_measure_params():
     }
 
 
-def sweep_files(pattern):
-    """`pattern` (with the RUN wildcards) expanded over the runs that are swept and profiled."""
-    return [pattern.format(**r) for r in SWEEP_RUNS]
+def sweep_files(pattern, variants=True):
+    """`pattern` (with the RUN wildcards) expanded over the runs that are swept (and, without
+    variants, profiled and captured)."""
+    return [
+        pattern.format(**r)
+        for r in SWEEP_RUNS
+        if variants or r["model"] not in VARIANTS
+    ]
+
+
+def model_dir(wildcards):
+    """The checkpoint a tiny target or drafter is served from (a variant's: its target's)."""
+    name = VARIANTS.get(wildcards.model, {}).get("variant_of", wildcards.model)
+    return f"results/models/{name}"
+
+
+PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def sweep_params(wildcards):
+    """The sweep settings that change a measurement, with the model's precision as the engine's
+    dtype."""
+    params = sweep_measure_params()
+    precision = (
+        VARIANTS.get(wildcards.model) or MODELS.get(wildcards.model) or {}
+    ).get("precision")
+    if precision in PRECISION_DTYPE:
+        params["dtype"] = PRECISION_DTYPE[precision]
+    return params
 
 
 def sweep_datasets(name):
@@ -513,6 +567,8 @@ def engine_settings(name, section):
     extra["tensor_parallel_size"] = int(m.get("tp", 1))
     if m.get("precision", "auto") == "fp8":
         extra["quantization"] = "fp8"
+    elif m.get("precision", "auto") in PRECISION_DTYPE:
+        base["dtype"] = PRECISION_DTYPE[m["precision"]]
     if m.get("trust_remote_code"):
         extra["trust_remote_code"] = True
     base["engine_args"] = extra

@@ -6,7 +6,7 @@
 
 rule sweep_ar:
     input:
-        target="results/models/{model}",
+        target=model_dir,
     output:
         "results/sweeps/{model}/ar.json",
     log:
@@ -28,7 +28,7 @@ rule sweep_ar:
             "k": None,
             "datasets": sweep_datasets(w.model),
         },
-        sweep=sweep_measure_params(),
+        sweep=sweep_params,
         prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
     script:
         "../scripts/sweep.py"
@@ -36,7 +36,7 @@ rule sweep_ar:
 
 rule sweep_sd:
     input:
-        target="results/models/{model}",
+        target=model_dir,
         drafter="results/models/{drafter}",
     output:
         "results/sweeps/{model}/{drafter}/K{k}.json",
@@ -54,7 +54,7 @@ rule sweep_sd:
         engine=1,
     params:
         series=sd_series,
-        sweep=sweep_measure_params(),
+        sweep=sweep_params,
         prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
     script:
         "../scripts/sweep.py"
@@ -91,7 +91,7 @@ rule profile:
     benchmark:
         "benchmarks/profiles/{model}/{drafter}/K{k}.tsv"
     wildcard_constraints:
-        model=one_of(SWEPT),
+        model=one_of([n for n in SWEPT if n not in VARIANTS]),
     retries: 1
     conda:
         "../../envs/models.yaml"
@@ -115,9 +115,11 @@ rule measured_tables:
     input:
         speedup=sweep_files("results/speedup/{model}/{drafter}/K{k}/{dataset}.json"),
         profiles=sorted(
-            set(sweep_files("results/profiles/{model}/{drafter}/K{k}.json"))
+            set(sweep_files("results/profiles/{model}/{drafter}/K{k}.json", False))
         ),
-        costmodel=sweep_files("results/costmodel/{model}/{drafter}/K{k}/{dataset}.json"),
+        costmodel=sweep_files(
+            "results/costmodel/{model}/{drafter}/K{k}/{dataset}.json", False
+        ),
     output:
         table_outputs(MEASURED_TABLES),
     log:

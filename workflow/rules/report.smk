@@ -63,6 +63,7 @@ rule figures:
         "../../envs/report.yaml"
     params:
         study=STUDY,
+        variant_of={n: m["variant_of"] for n, m in VARIANTS.items()},
     script:
         "../scripts/figures.py"
 

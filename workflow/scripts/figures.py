@@ -12,4 +12,5 @@ with logged(snakemake.log[0], "figures"):
         Path(snakemake.output[0]).parent,
         provenance(snakemake.config),
         snakemake.params.study,
+        snakemake.params.variant_of,
     )
