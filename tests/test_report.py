@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 
 from browser import open_page
-from specmoe import captions, published, replay, report, tables
+from specmoe import captions, figures, published, replay, report, tables
 from wf import copy_workflow
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_tables"
+VARIANT_OF = {"tiny-fine-bf16": "tiny-fine"}  # the fixture run's variant (config.yaml)
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
@@ -113,7 +114,7 @@ def make_report(tmp_path: Path) -> Path:
              "synth-fine": {"study": "Qwen3-30B", "precision": "bf16", "tp": 1, "gpu": "H100"}}
     replay.write_replay(td)
     report.write_comparison(td, td / "comparison", study, {})
-    report.write_figures(td, res / "figures", {}, study)
+    report.write_figures(td, res / "figures", {}, study, VARIANT_OF)
     report.write_report(td, res / "figures", res / "report" / "index.md", {"config_hash": "x"})
     return res
 
@@ -136,10 +137,23 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
                     "## Speedup and sweeps", "## Profiling", "## Acceptance",
                     "## The study side by side"):
         assert section in index
-    assert "tiny-fine (compared with Qwen2-57B): step-1 overlap 0.433 vs 0.204" in index
+    assert "tiny-fine (compared with Qwen2-57B): step-1 overlap 0.470 vs 0.204" in index
     assert "What a CPU run cannot show" in index
     cmp_ = tables.read_csv(res / "tables" / "comparison.csv")
     assert set(cmp_["model"]) == {"tiny-fine", "synth-fine"}
+
+
+def test_every_figure_of_the_fixed_results_has_data():
+    """The default run fills every figure in miniature: none is the explanatory placeholder, and
+    the variants figure has tiny-fine beside its bf16 variant."""
+    study = {"tiny-fine": {"study": "Qwen2-57B"}, "tiny-fine-bf16": {"study": "Qwen2-57B"}}
+    frames = report.figure_frames(FIXTURE, study, VARIANT_OF)
+    placeholders = [stem for stem, (fn, *_) in frames.items() if fn is figures.empty]
+    assert placeholders == ["comparison"] or placeholders == [], placeholders
+    _, sp, _, panel, line, *_ = frames["speedup_variants"]
+    families = {k: set(g[line]) for k, g in sp.groupby(panel) if g[line].nunique() >= 2}
+    assert families == {("tiny-fine", "tiny-drafter", "tinybench+heldout-code+heldout-prose"):
+                        {"tiny-fine", "tiny-fine-bf16"}}
 
 
 def test_report_html_opens_in_a_headless_browser_with_every_image(tmp_path):

@@ -146,11 +146,11 @@ def figure_frames(table_dir, study: dict | None = None,
                                      "dataset", "speedup", "speedup (TPOT without / with SD)",
                                      "Each model is swept on one dataset in this configuration.",
                                      1.0)
-        # one panel per model family: a variant with its target, a study model's variants together
+        # one panel per model family: a tiny target with its variants, a study model's variants
         variant_of = variant_of or {}
         sp["study_model"] = sp["model"].map(
-            lambda m: (study.get(m) or study.get(variant_of.get(m)) or {}).get("study")
-            or variant_of.get(m, m))
+            lambda m: variant_of.get(m) or (m if m in variant_of.values() else None)
+            or (study.get(m) or {}).get("study") or m)
         out["speedup_variants"] = (figures.curves_by, sp[sp["k"] == sp["k"].min()], colors,
                                    ["study_model", "drafter", "dataset"], "model", "speedup",
                                    "speedup (TPOT without / with SD)",
