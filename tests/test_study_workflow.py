@@ -71,6 +71,11 @@ def test_paper_config_builds_the_whole_dag_quickly():
         assert f"results/traces/{name}/" in out, name
     assert "tiny-fine" not in out and "train_model" not in out
     assert "no repo_id for qwen3-next-80b-bf16-tp4" in out  # the values the user must fill
+    # one kernel profile per target and drafter (at its first K), whatever its number of K
+    cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    pairs = sum(len(m["drafters"]) for m in cfg["models"]
+                if m["source"] == "hf" and not m.get("cost_only") and m.get("sweep", True))
+    assert int(re.search(r"^profile_gpu\s+(\d+)", out, re.M)[1]) == pairs
     # GPU jobs ask for gpu = TP and the hardware's GPU model
     assert re.search(r"gpu=8, runtime=\d+, gpu_model=h100", out)
     print(f"paper dry-run: {total} jobs in {elapsed:.1f} s")

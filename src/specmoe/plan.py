@@ -116,7 +116,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions)
                     dims, hw, [(seqs, int(cap.get("prompts", 80)))],
                     int(cap.get("max_tokens", 256)), int(k), a))
     for d in model["drafters"]:
-        for k in ks:
+        for k in ks[:1]:  # one profile per drafter, at the first K (see the workflow's rules)
             tokens = int(prof.get("max_tokens", 32))
             secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a)
                        + series_s(dims, hw, [(b, b)], tokens, int(k), a)

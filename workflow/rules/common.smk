@@ -370,6 +370,19 @@ def sweep_files(pattern, variants=True):
     ]
 
 
+def profile_files():
+    """Kernel profiles: one per target and drafter, at the model's first K. The decode profile
+    does not depend on K, and the study profiles one K (at batch 1)."""
+    return sorted(
+        {
+            "results/profiles/{model}/{drafter}/K{k}.json".format(**r)
+            for r in SWEEP_RUNS
+            if r["model"] in MODELS
+            and r["k"] == MODELS[r["model"]].get("ks", config["ks"])[0]
+        }
+    )
+
+
 def model_dir(wildcards):
     """The checkpoint a tiny target or drafter is served from (a variant's: its target's)."""
     name = VARIANTS.get(wildcards.model, {}).get("variant_of", wildcards.model)

@@ -114,9 +114,7 @@ rule profile:
 rule measured_tables:
     input:
         speedup=sweep_files("results/speedup/{model}/{drafter}/K{k}/{dataset}.json"),
-        profiles=sorted(
-            set(sweep_files("results/profiles/{model}/{drafter}/K{k}.json", False))
-        ),
+        profiles=profile_files(),
         costmodel=sweep_files(
             "results/costmodel/{model}/{drafter}/K{k}/{dataset}.json", False
         ),
