@@ -117,7 +117,6 @@ def _analysis(pq_path: str, q) -> None:
 def _streamed(pq_path: str, q) -> None:
     from specmoe import ipf
     from specmoe.overlap import window_stats_file, window_stats_stream
-
     from specmoe.trace import iter_trace
 
     # numba's once-per-process load of its compiled code, apart (as in _analysis)

@@ -58,6 +58,7 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
                 out.append(f"model {m['name']}: compare_with '{m['compare_with']}' is not a model "
                            f"of the study (one of: {', '.join(sorted(study))})")
     by_name = {m["name"]: m for m in models}
+    variants = {}  # a variant is checked as its target would be, with its drafters, datasets, K
     for m in models:
         if m["source"] != "variant":
             continue
@@ -73,11 +74,8 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
         if m.get("precision") == "fp8":
             out.append(f"model {m['name']}: precision fp8 needs a GPU; a tiny model's variant "
                        "can be bf16, fp16 or fp32")
-    # a variant is checked as its target would be, with its own drafters, datasets and K
-    variants = {m["name"] for m in models if m["source"] == "variant"}
-    models = [{**by_name[m["variant_of"]], **m, "source": "tiny"}
-              if m["source"] == "variant" and by_name.get(m["variant_of"], {}).get("source")
-              == "tiny" else m for m in models]
+        variants[m["name"]] = {**base, **m, "source": "tiny"}
+    models = [variants.get(m["name"], m) for m in models]
     drafter_by_name = {d["name"]: d for d in drafters}
     for d in drafters:
         if d["source"] == "tiny":

@@ -4,7 +4,8 @@ For one expert, x_j in {0, 1} says whether window position j (0..K) selects it. 
 entropy distribution over the 2^(K+1) patterns whose pair tables match
   P(x_i = 1, x_j = 1) = q * ov(|i - j|),  P(x_i = 1) = q,
 starting from the uniform distribution and cycling over every pair's 2x2 table. Each expert is
-fitted on its own (a compiled loop, experts in parallel). Predicted unique experts = sum_e (1 - P_e(all zeros)).
+fitted on its own (a compiled loop, experts in parallel).
+Predicted unique experts = sum_e (1 - P_e(all zeros)).
 """
 
 from __future__ import annotations

@@ -231,8 +231,7 @@ def window_stats_stream(pieces: Iterable[Trace], shuffle_seed: int | None = 0) -
     trace is cut into pieces."""
     first: Trace | None = None
     sums = sh_sums = None
-    n_tokens = n_windows = 0
-    n_full = 0
+    n_tokens = n_windows = n_full = 0
     for piece in pieces:
         if first is None:
             first = piece
@@ -241,8 +240,6 @@ def window_stats_stream(pieces: Iterable[Trace], shuffle_seed: int | None = 0) -
         starts, lengths = piece.windows()
         if lengths.size and lengths.max() > positions:
             raise ValueError(f"window of {lengths.max()} rows exceeds K+1={positions}")
-        if not starts.size:
-            continue
         experts = np.ascontiguousarray(piece.experts)
         n_chunks = max(1, min(starts.size, 8 * numba.get_num_threads()))
         part = _window_pass(experts, starts, lengths, piece.num_experts, positions, n_chunks)
@@ -259,10 +256,6 @@ def window_stats_stream(pieces: Iterable[Trace], shuffle_seed: int | None = 0) -
         n_windows += int(starts.size)
     if first is None:
         raise ValueError("empty trace: no windows to analyse")
-    if sums is None:  # pieces without rows
-        n_layers, n_experts = first.num_layers, first.num_experts
-        sums = (np.zeros((n_layers, positions), np.int64), np.zeros((n_layers, n_experts), np.int64),
-                np.zeros(n_layers, np.int64), np.zeros((n_layers, n_experts), np.int64))
     pair_sum, load, union_sum, present = sums
     k = first.top_k
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -148,11 +148,12 @@ def figure_frames(table_dir, study: dict | None = None,
                                      1.0)
         # one panel per model family: a tiny target with its variants, a study model's variants
         variant_of = variant_of or {}
-        sp["study_model"] = sp["model"].map(
-            lambda m: variant_of.get(m) or (m if m in variant_of.values() else None)
+        targets = set(variant_of.values())
+        sp["family"] = sp["model"].map(
+            lambda m: variant_of.get(m) or (m if m in targets else None)
             or (study.get(m) or {}).get("study") or m)
         out["speedup_variants"] = (figures.curves_by, sp[sp["k"] == sp["k"].min()], colors,
-                                   ["study_model", "drafter", "dataset"], "model", "speedup",
+                                   ["family", "drafter", "dataset"], "model", "speedup",
                                    "speedup (TPOT without / with SD)",
                                    "No study model is run in more than one variant (TP, "
                                    "precision, hardware) in this configuration.", 1.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -20,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import importlib
 import threading
 import time
 import urllib.request

@@ -268,11 +268,15 @@ def iter_trace(path: str | Path, batch_rows: int = 1 << 18) -> Iterator[Trace]:
         return Trace(experts=experts, columns=cols, num_experts=int(meta["num_experts"]),
                      k_draft=int(meta["k_draft"]), meta=dict(meta))
 
-    def cut(tr: Trace, lo: int, hi: int, row0: int) -> Trace:
-        out = Trace(experts=tr.experts[lo:hi], columns={n: v[lo:hi] for n, v in tr.columns.items()},
-                    num_experts=tr.num_experts, k_draft=tr.k_draft, meta=dict(tr.meta, row0=row0))
-        out.validate(f"{path} rows {row0}..{row0 + hi - lo}")
-        return out
+    def rows(tr: Trace, lo: int, hi: int) -> Trace:
+        return Trace(experts=tr.experts[lo:hi],
+                     columns={n: v[lo:hi] for n, v in tr.columns.items()},
+                     num_experts=tr.num_experts, k_draft=tr.k_draft, meta=tr.meta)
+
+    def emit(tr: Trace, row0: int) -> Trace:
+        tr.meta = dict(tr.meta, row0=row0)
+        tr.validate(f"{path} rows {row0}..{row0 + len(tr)}")
+        return tr
 
     try:
         # pre_buffer=False: with it, pyarrow keeps every row group read so far in memory
@@ -288,24 +292,23 @@ def iter_trace(path: str | Path, batch_rows: int = 1 << 18) -> Iterator[Trace]:
                 # rows of the next batch that continue the cut window (at most K + 1 of them)
                 same = (tr.columns["request"] == pending.columns["request"][0]) & \
                     (tr.columns["step"] == pending.columns["step"][0])
-                lead = int(np.argmin(same)) if not same.all() else len(tr)
-                joined = Trace(experts=np.concatenate([pending.experts, tr.experts[:lead]]),
-                               columns={n: np.concatenate([pending.columns[n], tr.columns[n][:lead]])
-                                        for n in names},
-                               num_experts=tr.num_experts, k_draft=tr.k_draft, meta=tr.meta)
+                lead = len(tr) if same.all() else int(np.argmin(same))
+                pending = Trace(
+                    experts=np.concatenate([pending.experts, tr.experts[:lead]]),
+                    columns={n: np.concatenate([pending.columns[n], tr.columns[n][:lead]])
+                             for n in names},
+                    num_experts=tr.num_experts, k_draft=tr.k_draft, meta=tr.meta)
                 if lead == len(tr):
-                    pending = joined
                     continue
-                yield cut(joined, 0, len(joined), row0)
-                row0 += len(joined)
-                starts, _ = tr.windows()
+                yield emit(pending, row0)
+                row0 += len(pending)
                 starts = starts[starts >= lead]
             last = int(starts[-1]) if starts.size else lead
             if last > lead:
-                yield cut(tr, lead, last, row0)
+                yield emit(rows(tr, lead, last), row0)
                 row0 += last - lead
-            pending = cut(tr, last, len(tr), row0)
+            pending = rows(tr, last, len(tr))
         if pending is not None and len(pending):
-            yield cut(pending, 0, len(pending), row0)
+            yield emit(pending, row0)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0]})") from None

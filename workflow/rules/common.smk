@@ -392,16 +392,17 @@ def model_dir(wildcards):
 PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
+def with_precision(section, m):
+    """An engine config section with the model's precision (bf16, fp16, fp32) as its dtype."""
+    if m.get("precision") in PRECISION_DTYPE:
+        section["dtype"] = PRECISION_DTYPE[m["precision"]]
+    return section
+
+
 def sweep_params(wildcards):
-    """The sweep settings that change a measurement, with the model's precision as the engine's
-    dtype."""
-    params = sweep_measure_params()
-    precision = (
-        VARIANTS.get(wildcards.model) or MODELS.get(wildcards.model) or {}
-    ).get("precision")
-    if precision in PRECISION_DTYPE:
-        params["dtype"] = PRECISION_DTYPE[precision]
-    return params
+    """The sweep settings that change a measurement, in the model's precision."""
+    m = VARIANTS.get(wildcards.model) or MODELS.get(wildcards.model) or {}
+    return with_precision(sweep_measure_params(), m)
 
 
 def sweep_datasets(name):
@@ -580,8 +581,7 @@ def engine_settings(name, section):
     extra["tensor_parallel_size"] = int(m.get("tp", 1))
     if m.get("precision", "auto") == "fp8":
         extra["quantization"] = "fp8"
-    elif m.get("precision", "auto") in PRECISION_DTYPE:
-        base["dtype"] = PRECISION_DTYPE[m["precision"]]
+    with_precision(base, m)
     if m.get("trust_remote_code"):
         extra["trust_remote_code"] = True
     base["engine_args"] = extra
