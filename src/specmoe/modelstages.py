@@ -41,20 +41,18 @@ def tokenizer_stage(tiny_cfg: dict, out_dir) -> None:
 
 
 def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained: bool = True,
-                progress: bool = True, threads: int | None = None) -> dict:
-    """Train (or, for the random control, only initialise) one tiny model and save it. threads:
-    the job's threads (default: the config's tiny.train.threads)."""
+                progress: bool = True) -> dict:
+    """Train (or, for the random control, only initialise) one tiny model and save it, on the
+    config's tiny.train.threads whatever the machine (the weights depend on the thread count)."""
     arch = tiny.arch_from_dict(model_cfg["arch"])
     train = dict(tiny_cfg.get("train", {}))
-    if threads:
-        train["threads"] = int(threads)
     spec = tiny.spec_from_dict({**train, "steps": model_cfg.get("steps", 1),
                                 "seed": model_cfg.get("seed", 0)})
     arch.validate()
     spec.validate()  # bad input fails here, before torch is even imported
     tok_dir = Path(tokenizer_dir)
     vocab = int(tiny_cfg["vocab_size"])
-    model = tiny.build_model(arch, vocab, spec.seed)
+    model = tiny.build_model(arch, vocab, spec.seed, aux_coef=spec.aux_coef)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("%s: %s model, %.2fM parameters", model_cfg["name"], arch.kind, n_params / 1e6)
     held = np.load(tok_dir / "heldout_tokens.npy")
@@ -105,6 +103,18 @@ def sd_check_stage(target_dir, drafter_dir, k: int, sd_cfg: dict, prompts_source
     return res
 
 
+def distinct_prompts(rows: list, limit: int | None) -> list:
+    """The prompts a capture runs: each distinct prompt once, at most `limit`. Greedy decoding
+    commits the same tokens for a repeated prompt, so a repeat would count one prompt's windows
+    again in every statistic (pseudo-replication); a small set stays small."""
+    seen, out = set(), []
+    for r in rows:
+        if r.text not in seen:
+            seen.add(r.text)
+            out.append(r)
+    return out[:limit] if limit else out
+
+
 def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, prompts_source: str,
                   out, engine_log: str | None = None) -> None:
     """Run the target with SD over the prompt table, capturing every verification window."""
@@ -115,8 +125,8 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     from .trace import write_trace
 
     check_inputs(target_dir, drafter_dir, k)
-    rows = prompt_table.load(prompts_source, [run["dataset"]])
-    rows = prompt_table.schedule(rows, int(cap_cfg.get("prompts", len(rows))), seed=0)
+    rows = distinct_prompts(prompt_table.load(prompts_source, [run["dataset"]]),
+                            int(cap_cfg.get("prompts", 0)) or None)
     engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
                            kv_cache_mib=int(cap_cfg.get("kv_cache_mib", 512)),
                            max_num_seqs=int(cap_cfg.get("max_num_seqs", 16)),

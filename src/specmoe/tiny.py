@@ -159,6 +159,11 @@ class TrainSpec:
     warmup: int = 30
     eval_batches: int = 16
     threads: int = 2
+    # Load-balancing loss (Switch Transformer's N * sum_e f_e P_e, f summing to k): its weight, and
+    # whether it balances each MoE layer ("layer", as Qwen3-MoE and Megatron train) or the loads
+    # pooled over layers ("pooled", transformers' load_balancing_loss_func)
+    aux_coef: float = 0.0
+    aux_scope: str = "layer"
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -169,10 +174,16 @@ class TrainSpec:
                 raise InputError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.lr <= 0:
             raise InputError(f"lr must be > 0 (got {self.lr})")
+        if self.aux_coef < 0:
+            raise InputError(f"aux_coef must be >= 0 (got {self.aux_coef})")
+        if self.aux_scope not in ("layer", "pooled"):
+            raise InputError(f"aux_scope must be layer or pooled (got {self.aux_scope})")
 
 
-def build_model(arch: Arch, vocab_size: int, seed: int, max_len: int = 2048):
-    """A freshly initialised HF model (deterministic in seed)."""
+def build_model(arch: Arch, vocab_size: int, seed: int, max_len: int = 2048,
+                aux_coef: float = 0.0):
+    """A freshly initialised HF model (deterministic in seed); aux_coef, the load-balancing loss's
+    weight in training, is recorded in a MoE's config as router_aux_loss_coef."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
@@ -187,7 +198,7 @@ def build_model(arch: Arch, vocab_size: int, seed: int, max_len: int = 2048):
                              moe_intermediate_size=arch.expert_intermediate,
                              intermediate_size=arch.expert_intermediate * arch.top_k,
                              decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True,
-                             **common)
+                             router_aux_loss_coef=aux_coef, **common)
         model = Qwen3MoeForCausalLM(cfg)
         # transformers' grouped GEMM over the experts, not its loop over them: transformers 5
         # picks it by default where it can; pinned here because the loop gives the same losses
@@ -232,7 +243,11 @@ def train(model, tokens: np.ndarray, spec: TrainSpec, progress: bool = True) -> 
     from tqdm import tqdm
 
     spec.validate()
+    # bit-reproducible training: a thread count from the config, and deterministic kernels (the
+    # grouped expert GEMM's backward otherwise adds in varying order on 2 threads; the
+    # deterministic path was also faster there: 0.16 vs 0.23 s a step for tiny-fine)
     torch.set_num_threads(spec.threads)
+    torch.use_deterministic_algorithms(True)
     torch.manual_seed(spec.seed)
     rng = np.random.default_rng(spec.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01, betas=(0.9, 0.95))
@@ -249,10 +264,20 @@ def train(model, tokens: np.ndarray, spec: TrainSpec, progress: bool = True) -> 
     losses = []
     start = time.perf_counter()
     bar = tqdm(range(spec.steps), desc="train", disable=not progress, mininterval=2)
+    moe = getattr(model.config, "num_experts", 0) > 0
+    aux_losses = []
     for step in bar:
         x = next(batches)
-        loss = model(input_ids=x, labels=x).loss
-        loss.backward()
+        if moe and spec.aux_coef > 0:
+            out = model(input_ids=x, output_router_logits=True)
+            aux = load_balancing_loss(out.router_logits, model.config.num_experts,
+                                      model.config.num_experts_per_tok, spec.aux_scope)
+            loss = next_token_loss(out.logits, x)
+            aux_losses.append(float(aux.detach()))
+            (loss + spec.aux_coef * aux).backward()
+        else:
+            loss = model(input_ids=x, labels=x).loss
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
@@ -263,8 +288,39 @@ def train(model, tokens: np.ndarray, spec: TrainSpec, progress: bool = True) -> 
         if step % 100 == 0:
             log.info("step %d loss %.3f", step, np.mean(losses[-10:]))
     return {"steps": spec.steps, "train_loss": float(np.mean(losses[-20:])),
+            "aux_loss": float(np.mean(aux_losses[-20:])) if aux_losses else None,
             "wall_s": time.perf_counter() - start,
             "tokens_seen": spec.steps * spec.batch_size * spec.seq_len}
+
+
+def next_token_loss(logits, x):
+    """Mean cross-entropy of each position's prediction of the next token (transformers' loss for
+    labels=input_ids)."""
+    import torch
+
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                             x[:, 1:].reshape(-1))
+
+
+def load_balancing_loss(router_logits, num_experts: int, top_k: int, scope: str = "layer"):
+    """Switch Transformer's load-balancing loss N * sum_e f_e P_e (f_e: share of top-k slots routed
+    to e, summing to k; P_e: mean router probability), equal to k when loads are uniform.
+
+    scope "layer" takes it per MoE layer and averages over layers, as Qwen3-MoE's and Megatron's
+    training do; "pooled" sums loads over layers first, as transformers' load_balancing_loss_func
+    does, which leaves every layer free to skew as long as layers skew onto different experts."""
+    import torch
+
+    fs, ps = [], []
+    for lg in router_logits:
+        prob = torch.softmax(lg.float(), dim=-1)
+        top = torch.topk(prob, top_k, dim=-1).indices
+        fs.append(torch.bincount(top.reshape(-1), minlength=num_experts).float() / prob.shape[0])
+        ps.append(prob.mean(dim=0))
+    f, p = torch.stack(fs), torch.stack(ps)
+    if scope == "pooled":
+        return num_experts * (f.mean(dim=0) * p.mean(dim=0)).sum()
+    return num_experts * (f * p).sum(dim=1).mean()
 
 
 # --- files ----------------------------------------------------------------------------------------

@@ -305,10 +305,11 @@ def training_recipe(name, trained=True):
 
 
 def train_settings(trained=True):
-    """The tiny section's training settings, without the thread count (the rule's threads); an
-    untrained control depends on the evaluation settings only."""
+    """The tiny section's training settings, the thread count included (training adds in an
+    order that depends on it, so the weights do too); an untrained control depends on the
+    evaluation settings only."""
     tiny = config.get("tiny", {})
-    train = {k: v for k, v in (tiny.get("train") or {}).items() if k != "threads"}
+    train = dict(tiny.get("train") or {})
     if not trained:
         train = {
             k: v

@@ -10,5 +10,4 @@ with logged(snakemake.log[0], "train_model"):
         snakemake.input[0],
         snakemake.output[0],
         trained=snakemake.params.trained,
-        threads=snakemake.threads,
     )
