@@ -1,26 +1,65 @@
 import numpy as np
 import pytest
 
+from specmoe import published
 from specmoe.errors import InputError
-from specmoe.overlap import window_stats
+from specmoe.overlap import trace_sequence_overlap, window_stats
 from specmoe.synth import SynthParams, generate
 
 
-@pytest.mark.parametrize("s", [0.0, 0.3, 0.7])
-def test_stickiness_is_the_step1_overlap(s):
-    tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=4, stickiness=s, skew=0.5,
-                              requests=50, steps=80, seed=3))
-    ws = window_stats(tr, shuffle_seed=None)
-    # E[overlap(j, j+1)] = s exactly for this generator; 4 layers x 12000 pairs -> SE ~ 0.001.
-    assert abs(ws.overlap[:, 0].mean() - s) < 0.01
+def test_stickiness_one_keeps_every_expert_and_zero_gives_independence():
+    kw = dict(num_experts=64, top_k=4, num_layers=2, skew=0.8, requests=60, steps=40, seed=3)
+    same = window_stats(generate(SynthParams(stickiness=1.0, **kw)), shuffle_seed=None)
+    assert np.allclose(same.overlap, 1.0)
+    free = window_stats(generate(SynthParams(stickiness=0.0, **kw)), shuffle_seed=None)
+    # no stickiness and no topic: tokens draw independently from the same loads
+    assert abs(free.overlap.mean() - free.independence.mean()) < 0.01
 
 
-def test_per_layer_stickiness():
+def test_overlap_rises_with_stickiness_per_layer():
     stick = [0.1, 0.5, 0.9]
     tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=3, stickiness=stick,
                               requests=40, steps=50, seed=5))
     ws = window_stats(tr, shuffle_seed=None)
-    np.testing.assert_allclose(ws.overlap[:, 0], stick, atol=0.02)
+    assert np.all(np.diff(ws.overlap[:, 0]) > 0.2)
+    # s + (1 - s) * (chance that a fresh draw hits a dropped expert): at least s
+    assert np.all(ws.overlap[:, 0] >= np.array(stick) - 0.02)
+
+
+def test_committed_sequence_is_one_chain():
+    """The committed sequence continues across windows: its overlap at d = 1 is the process's,
+    as inside windows, and a topic keeps overlap above independence at d = 8."""
+    tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=2, skew=0.5, stickiness=0.3,
+                              topic_spread=1.5, topic_switch=0.05, requests=60, steps=40,
+                              accept_prob=0.6, seed=8))
+    ws = window_stats(tr, shuffle_seed=None)
+    seq, pairs = trace_sequence_overlap(tr, 8)
+    assert pairs[0] > 5000
+    assert abs(seq[:, 0].mean() - ws.overlap[:, 0].mean()) < 0.02
+    assert seq[:, 7].mean() > ws.independence.mean() + 0.05
+    assert np.all(np.diff(seq.mean(axis=0)) < 0.005)  # falls (up to noise) with distance
+
+
+@pytest.mark.parametrize("study,n,k", [("Qwen3-30B", 128, 8), ("Mixtral-8x7B", 8, 2)])
+def test_fitted_process_matches_the_published_curve(study, n, k):
+    """Fitted from the study's Table 17 alone, the generator's committed-sequence overlap is
+    within 0.02 of the published curve at d = 1..4, and its independence baseline close."""
+    pub = published.load("overlap_by_distance").set_index("model").loc[study]
+    tr = generate(SynthParams(num_experts=n, top_k=k, num_layers=4, fit_to=study, requests=64,
+                              steps=48, seed=1))
+    seq, _ = trace_sequence_overlap(tr, 4)
+    want = pub[[f"step{d}" for d in range(1, 5)]].to_numpy(float)
+    np.testing.assert_allclose(seq.mean(axis=0), want, atol=0.02)
+    ws = window_stats(tr, shuffle_seed=None)
+    assert abs(ws.independence.mean() - pub["independent"]) < 0.02
+    assert tr.meta["generator"]["fit_to"] is None  # the fitted parameters are recorded
+
+
+def test_fit_to_and_fitted_parameters_are_exclusive():
+    with pytest.raises(InputError, match="set them or fit_to"):
+        SynthParams.from_dict({"fit_to": "Qwen3-30B", "skew": 1.0})
+    with pytest.raises(InputError, match="no published overlap curve"):
+        SynthParams(fit_to="GPT-5").fitted()
 
 
 def test_same_seed_same_trace():

@@ -3,21 +3,34 @@
 The generator is the ground truth for testing the statistics and IPF, and it drives the model-free
 predictions (target efficiency under uniform, skewed and temporally correlated routing).
 
-Model, per layer l:
-- Load skew: expert popularity w_e proportional to 1 / rank^skew (Zipf; skew 0 is uniform), ranks
-  shuffled per layer. Position 0 of a window draws k distinct experts by weighted sampling without
-  replacement (Gumbel/exponential top-k).
-- Temporal stickiness s_l: window position j keeps each of position j-1's experts independently with
-  probability s_l; the free slots are filled by weighted sampling among experts that position j-1 did
-  not use. Hence the expected step-1 overlap is exactly s_l (needs num_experts >= 2 top_k), and
-  overlap at distance d decays towards the independence baseline.
-- Acceptance: draft j is accepted with probability accept_prob[j-1] + tie * (ov_j - mean ov), where
-  ov_j is the layer-averaged overlap of positions j-1 and j; the step stops at the first rejection.
+The process runs along each request's token sequence, per layer l, as a Markov chain of top-k sets:
+- Load skew: expert popularity g_e proportional to 1 / rank^skew (Zipf; skew 0 is uniform), ranks
+  shuffled per layer.
+- Topics: each request has a current topic, a log-affinity z_e ~ topic_spread * N(0, 1) per expert
+  and layer. At every token the topic is replaced by a fresh one with probability topic_switch.
+  Experts are drawn with weights g_e * exp(z_e): a topic makes its favoured experts come back for as
+  long as it lasts, which is what keeps overlap above independence at long distances.
+- Stickiness s_l: token t+1 keeps each of token t's experts independently with probability s_l; the
+  free slots are filled by weighted sampling without replacement (Gumbel top-k) among the experts
+  not kept (a dropped expert may be drawn again). Overlap at distance d is about
+  s_l^d + (1 - s_l^d) R(d), where R(d), the overlap of fresh draws d tokens apart, falls from the
+  topic's own overlap to the independence baseline as the topic is replaced: a fast decay to a
+  slowly falling plateau, the shape of the study's curves.
+- Verification windows: position 0 of a step is the last committed token; drafts 1..K continue the
+  chain from it; a drafts are accepted, with probability accept_prob[j-1] + tie * (ov_j - mean ov)
+  for draft j (ov_j: layer-averaged overlap of positions j-1 and j), until the first rejection. The
+  accepted drafts are committed and the next step's position 0 (the target's own next token)
+  continues the chain from the last accepted position. The committed sequence is therefore one
+  chain, and overlap along it follows the process; rejected drafts are branches off it.
+
+`fit_process` chooses skew, topic_spread and topic_switch (and takes stickiness as the published
+step-1 overlap) so that the chain's overlap at d = 1..4 and its independence baseline match a
+published curve (the study's Table 17); `fit_to` in the parameters does that for a study model.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -33,6 +46,9 @@ class SynthParams:
     k_draft: int = 3
     skew: float = 1.0
     stickiness: float | list[float] = 0.4
+    topic_spread: float = 0.0
+    topic_switch: float = 1.0
+    fit_to: str | None = None
     requests: int = 32
     steps: int = 32
     accept_prob: float | list[float] = 0.7
@@ -56,6 +72,10 @@ class SynthParams:
                 raise InputError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.skew < 0:
             raise InputError(f"skew must be >= 0 (got {self.skew})")
+        if self.topic_spread < 0:
+            raise InputError(f"topic_spread must be >= 0 (got {self.topic_spread})")
+        if not 0.0 <= self.topic_switch <= 1.0:
+            raise InputError(f"topic_switch must be in [0, 1] (got {self.topic_switch})")
         for s in self.layer_stickiness():
             if not 0.0 <= s <= 1.0:
                 raise InputError(f"stickiness must be in [0, 1] (got {s})")
@@ -87,26 +107,49 @@ class SynthParams:
         unknown = set(d) - known
         if unknown:
             raise InputError(f"unknown synthetic parameter(s): {', '.join(sorted(unknown))}")
+        both = sorted(set(FITTED) & set(d)) if d.get("fit_to") else []
+        if both:
+            raise InputError(f"fit_to={d['fit_to']} fits {', '.join(both)}: set them or fit_to, "
+                             "not both")
         return cls(**d)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def fitted(self) -> "SynthParams":
+        """These parameters with the process fitted to the published curve of `fit_to` (itself if
+        fit_to is not set): skew, stickiness, topic_spread and topic_switch come from the fit."""
+        if not self.fit_to:
+            return self
+        from . import published
 
-def load_weights(p: SynthParams, rng: np.random.Generator) -> np.ndarray:
-    """(num_layers, num_experts) popularity weights, Zipf with ranks shuffled per layer."""
-    ranks = np.arange(1, p.num_experts + 1, dtype=np.float64)
-    base = ranks ** (-p.skew)
-    w = np.stack([rng.permutation(base) for _ in range(p.num_layers)])
-    return w / w.sum(axis=1, keepdims=True)
+        pub = published.load("overlap_by_distance").set_index("model")
+        if self.fit_to not in pub.index:
+            raise InputError(f"fit_to: no published overlap curve for {self.fit_to!r} "
+                             f"(known: {', '.join(pub.index)})")
+        row = pub.loc[self.fit_to]
+        fit = fit_process(self.num_experts, self.top_k,
+                          [float(row[f"step{d}"]) for d in range(1, 5)], float(row["independent"]))
+        # one stickiness for every layer: the published curve is a layer average
+        return replace(self, fit_to=None, **{k: fit[k] for k in FITTED})
 
 
-def _weighted_topk(logw: np.ndarray, rng: np.random.Generator, rows: int, k: int,
+FITTED = ("skew", "stickiness", "topic_spread", "topic_switch")
+
+
+def zipf_logw(num_experts: int, skew: float, rng: np.random.Generator) -> np.ndarray:
+    """Log popularity of each expert, Zipf(skew) with the ranks shuffled, normalised."""
+    base = np.arange(1, num_experts + 1, dtype=np.float64) ** (-skew)
+    w = rng.permutation(base)
+    return np.log(w / w.sum())
+
+
+def _weighted_topk(logw: np.ndarray, rng: np.random.Generator, k: int,
                    exclude: np.ndarray | None = None) -> np.ndarray:
-    """k distinct experts per row, weighted without replacement, in descending key order."""
-    n = logw.shape[0]
+    """k distinct experts per row of logw (rows, N), weighted without replacement, in descending
+    key order; experts in `exclude` (rows, m) are never drawn."""
     with np.errstate(divide="ignore"):  # an exponential draw of exactly 0 gives key +inf: fine
-        keys = logw[None, :] - np.log(rng.standard_exponential((rows, n), dtype=np.float32))
+        keys = logw - np.log(rng.standard_exponential(logw.shape))
     if exclude is not None:
         np.put_along_axis(keys, exclude.astype(np.int64), -np.inf, axis=1)
     top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
@@ -114,37 +157,76 @@ def _weighted_topk(logw: np.ndarray, rng: np.random.Generator, rows: int, k: int
     return np.take_along_axis(top, order, axis=1)
 
 
-def generate(p: SynthParams, chunk: int = 16384) -> Trace:
+class _Chain:
+    """The process of one layer for a batch of sequences: current top-k sets and topics."""
+
+    def __init__(self, logg: np.ndarray, rows: int, k: int, stickiness: float, spread: float,
+                 switch: float, rng: np.random.Generator):
+        self.logg, self.k, self.s, self.spread, self.switch, self.rng = \
+            logg, k, stickiness, spread, switch, rng
+        self.topic = self._new_topics(rows)
+        self.cur = _weighted_topk(self.logg + self.topic, rng, k)
+
+    def _new_topics(self, rows: int) -> np.ndarray:
+        if self.spread == 0:
+            return np.zeros((rows, self.logg.size))
+        return self.spread * self.rng.standard_normal((rows, self.logg.size))
+
+    def step(self, cur: np.ndarray, topic: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The next token's sets and topics from the current ones (arrays are not changed)."""
+        rows, k = cur.shape
+        if self.switch > 0:
+            new = self.rng.random(rows) < self.switch
+            if new.any():
+                topic = topic.copy()
+                topic[new] = self._new_topics(int(new.sum()))
+        keep = self.rng.random((rows, k)) < self.s
+        # the free slots: weighted top-k among every expert not kept (a dropped one may return)
+        kept_mask = np.zeros((rows, self.logg.size), bool)
+        np.put_along_axis(kept_mask, cur.astype(np.int64), keep, axis=1)  # a set's ids are distinct
+        cand = _weighted_topk(np.where(kept_mask, -np.inf, self.logg + topic), self.rng, k)
+        n_keep = keep.sum(axis=1, keepdims=True)
+        comb = np.concatenate([np.where(keep, cur, -1), cand], axis=1)
+        valid = np.concatenate([keep, np.arange(k)[None, :] < (k - n_keep)], axis=1)
+        order = np.argsort(~valid, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(comb, order, axis=1), topic
+
+
+def generate(p: SynthParams) -> Trace:
     """Generate a trace of requests x steps windows of K+1 positions (all windows full)."""
+    p = p.fitted()
     p.validate()
     rng = np.random.default_rng(p.seed)
     n, k, n_layers, kd = p.num_experts, p.top_k, p.num_layers, p.k_draft
     positions = kd + 1
-    n_windows = p.requests * p.steps
-    weights = load_weights(p, rng)
-    logw = np.log(weights).astype(np.float32)
     stick = p.layer_stickiness()
+    chains = [_Chain(zipf_logw(n, p.skew, rng), p.requests, k, float(stick[layer]),
+                     p.topic_spread, p.topic_switch, rng) for layer in range(n_layers)]
     dtype = np.uint8 if n <= 256 else np.uint16
-    experts = np.empty((n_windows, positions, n_layers, k), dtype=dtype)
-
-    for lo in range(0, n_windows, chunk):
-        hi = min(lo + chunk, n_windows)
-        rows = hi - lo
-        for layer in range(n_layers):
-            cur = _weighted_topk(logw[layer], rng, rows, k)
-            experts[lo:hi, 0, layer] = cur
+    # windows in (request, step) order
+    experts = np.empty((p.requests, p.steps, positions, n_layers, k), dtype=dtype)
+    accepted = np.empty((p.requests, p.steps), np.int64)
+    rows = np.arange(p.requests)
+    for step in range(p.steps):
+        topics = []
+        for layer, ch in enumerate(chains):
+            cur, topic = ch.cur, ch.topic
+            experts[:, step, 0, layer] = cur
+            branch = [topic]
             for j in range(1, positions):
-                keep = rng.random((rows, k)) < stick[layer]
-                cand = _weighted_topk(logw[layer], rng, rows, k, exclude=cur)
-                n_keep = keep.sum(axis=1, keepdims=True)
-                comb = np.concatenate([np.where(keep, cur, -1), cand], axis=1)
-                valid = np.concatenate([keep, np.arange(k)[None, :] < (k - n_keep)], axis=1)
-                order = np.argsort(~valid, axis=1, kind="stable")[:, :k]
-                cur = np.take_along_axis(comb, order, axis=1)
-                experts[lo:hi, j, layer] = cur
-
-    accepted = _draw_acceptance(p, experts, rng)
-    # Rows in (request, step, position) order.
+                cur, topic = ch.step(cur, topic)
+                experts[:, step, j, layer] = cur
+                branch.append(topic)
+            topics.append(branch)
+        a = _draw_acceptance(p, experts[:, step], rng)
+        accepted[:, step] = a
+        for layer, ch in enumerate(chains):
+            # the committed sequence continues from the last accepted position
+            last = experts[rows, step, a, layer].astype(np.int64)
+            topic = np.stack(topics[layer])[a, rows]
+            ch.cur, ch.topic = ch.step(last, topic)
+    n_windows = p.requests * p.steps
+    accepted = accepted.reshape(n_windows)
     req = np.repeat(np.arange(p.requests), p.steps * positions)
     step = np.tile(np.repeat(np.arange(p.steps), positions), p.requests)
     pos = np.tile(np.arange(positions), n_windows)
@@ -166,17 +248,83 @@ def generate(p: SynthParams, chunk: int = 16384) -> Trace:
                  num_experts=n, k_draft=kd, meta={"generator": p.to_dict()})
 
 
-def _draw_acceptance(p: SynthParams, experts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Accepted-draft count per window; optionally tied to consecutive overlap."""
-    n_windows, positions = experts.shape[:2]
+def _draw_acceptance(p: SynthParams, windows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Accepted-draft count of each request's window (windows: requests, K+1, layers, k);
+    optionally tied to consecutive overlap."""
+    rows, positions = windows.shape[:2]
     base = p.position_accept_prob()
-    probs = np.broadcast_to(base, (n_windows, positions - 1)).copy()
+    probs = np.broadcast_to(base, (rows, positions - 1)).copy()
     if p.accept_overlap_tie:
-        ov = np.empty((n_windows, positions - 1))
+        ov = np.empty((rows, positions - 1))
         for j in range(1, positions):
-            a, b = experts[:, j - 1], experts[:, j]
+            a, b = windows[:, j - 1], windows[:, j]
             inter = (a[..., :, None] == b[..., None, :]).sum(axis=(-1, -2))
             ov[:, j - 1] = inter.mean(axis=1) / p.top_k
-        probs += p.accept_overlap_tie * (ov - ov.mean(axis=0, keepdims=True))
+        # centred on the overlap the process gives on average: s_l at distance 1
+        probs += p.accept_overlap_tie * (ov - p.layer_stickiness().mean())
     ok = rng.random(probs.shape) < np.clip(probs, 0.0, 1.0)
     return np.cumprod(ok, axis=1).sum(axis=1)
+
+
+# --- fitting the process to a published curve ------------------------------------------------------
+
+def chain_curve(num_experts: int, top_k: int, skew: float, stickiness: float, spread: float,
+                switch: float, distances: int = 4, rows: int = 256, length: int = 24,
+                seed: int = 0) -> tuple[np.ndarray, float]:
+    """Overlap at d = 1..distances and the independence baseline of `rows` chains of `length`
+    tokens of one layer, drawn from a fixed seed (common random numbers for fitting)."""
+    rng = np.random.default_rng(seed)
+    ch = _Chain(zipf_logw(num_experts, skew, rng), rows, top_k, stickiness, spread, switch, rng)
+    seq = [ch.cur]
+    cur, topic = ch.cur, ch.topic
+    for _ in range(length - 1):
+        cur, topic = ch.step(cur, topic)
+        seq.append(cur)
+    onehot = np.zeros((length, rows, num_experts), np.float32)
+    for t, sets in enumerate(seq):
+        np.put_along_axis(onehot[t], sets, 1.0, axis=1)
+    ov = np.array([(onehot[:-d] * onehot[d:]).sum(axis=2).mean() / top_k
+                   for d in range(1, distances + 1)])
+    q = onehot.mean(axis=(0, 1))
+    return ov, float((q ** 2).sum() / top_k)
+
+
+def fit_process(num_experts: int, top_k: int, overlaps, independent: float,
+                seed: int = 0) -> dict:
+    """Parameters of the process whose chain matches a published overlap curve (d = 1, 2, ...)
+    and independence baseline: skew, stickiness, topic_spread and topic_switch minimise the summed
+    squared error of the overlaps and of the independence baseline, by Nelder-Mead from three
+    starts over one fixed draw (so the fit is deterministic). Returns them with the fitted curve."""
+    from scipy.optimize import minimize
+
+    ov = np.asarray(overlaps, dtype=np.float64)
+    if ov.ndim != 1 or ov.size < 2 or not np.all((ov >= 0) & (ov <= 1)):
+        raise InputError(f"a published curve needs overlaps in [0, 1] at d = 1, 2, ... (got {ov})")
+    if not 0 <= independent <= 1:
+        raise InputError(f"independence baseline must lie in [0, 1] (got {independent})")
+
+    def unpack(x):
+        sig = 1 / (1 + np.exp(-x[[1, 3]]))
+        return {"skew": float(abs(x[0])), "stickiness": float(sig[0]),
+                "topic_spread": float(abs(x[2])), "topic_switch": float(sig[1])}
+
+    def curve(par):
+        return chain_curve(num_experts, top_k, par["skew"], par["stickiness"],
+                           par["topic_spread"], par["topic_switch"], ov.size, seed=seed)
+
+    def loss(x):
+        got, ind = curve(unpack(x))
+        return float(((got - ov) ** 2).sum() + (ind - independent) ** 2)
+
+    best = None
+    # starts: mild skew and topics; strong skew with weaker topics; strong both (the fit has
+    # local minima where topics mask the skew that the independence baseline asks for)
+    for x0 in ([0.5, -1.0, 1.5, -2.5], [1.5, -1.5, 1.0, -2.5], [2.5, -1.5, 1.5, -3.0]):
+        res = minimize(loss, np.array(x0), method="Nelder-Mead",
+                       options={"xatol": 1e-3, "fatol": 1e-8, "maxiter": 400})
+        if best is None or res.fun < best.fun:
+            best = res
+    par = unpack(best.x)
+    got, ind = curve(par)
+    return {**par, "fitted_overlaps": got.tolist(), "fitted_independent": ind,
+            "target_overlaps": ov.tolist(), "target_independent": float(independent)}
