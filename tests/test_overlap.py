@@ -190,3 +190,48 @@ def test_streamed_file_equals_whole_trace(tmp_path, batch_rows):
     for name in ("overlap", "shuffle", "q", "unique", "used", "pairs"):
         np.testing.assert_allclose(getattr(streamed, name), getattr(whole, name), rtol=1e-12)
     assert (streamed.n_windows, streamed.n_full_windows) == (whole.n_windows, whole.n_full_windows)
+
+
+@pytest.mark.parametrize("n_experts,top_k,max_d", [(8, 2, 8), (130, 8, 4), (384, 8, 8)])
+def test_sequence_overlap_equals_plain_python(n_experts, top_k, max_d):
+    """Overlap along sequences: every pair of tokens d apart inside one sequence, none across
+    sequences; sequences shorter than d give no pair."""
+    from specmoe.overlap import sequence_overlap_rows
+
+    tr = _random_trace(n_experts, n_experts, top_k, 2, 3, requests=25)
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 20, 12)
+    lengths[-1] = len(tr) - lengths[:-1].sum()
+    assert lengths[-1] > 0
+    starts = np.concatenate([[0], np.cumsum(lengths[:-1])])
+    got, pairs = sequence_overlap_rows(tr.experts, starts, lengths, n_experts, max_d)
+    for layer in range(2):
+        for d in range(1, max_d + 1):
+            vals = [len(set(tr.experts[s + t, layer]) & set(tr.experts[s + t + d, layer])) / top_k
+                    for s, n in zip(starts, lengths) for t in range(n - d)]
+            assert pairs[d - 1] == len(vals)
+            assert got[layer, d - 1] == pytest.approx(np.mean(vals), abs=1e-12)
+
+
+def test_committed_sequence_takes_position_zero_and_accepted_drafts():
+    """Step 0 accepts 2 of 3 drafts, step 1 none: the committed sequence is c0 a1 a2 | c0' and the
+    rejected drafts are left out; each request is its own sequence."""
+    from specmoe.overlap import committed_sequences, trace_sequence_overlap
+    from specmoe.trace import status_for
+
+    req = np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1])
+    step = np.array([0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0])
+    pos = np.tile(np.arange(4), 3)
+    acc = np.array([2] * 4 + [0] * 4 + [3] * 4)
+    sets = [[0, 1], [0, 2], [0, 3], [5, 6], [0, 4], [7, 6], [7, 5], [7, 4], [1, 2], [1, 3],
+            [1, 4], [1, 5]]
+    tr = Trace(experts=np.array(sets, np.uint8)[:, None, :], num_experts=8, k_draft=3,
+               columns={"request": req, "step": step, "position": pos,
+                        "status": status_for(pos, acc)})
+    rows, starts, lengths = committed_sequences(tr)
+    assert rows.tolist() == [0, 1, 2, 4, 8, 9, 10, 11]
+    assert starts.tolist() == [0, 4] and lengths.tolist() == [4, 4]
+    seq, pairs = trace_sequence_overlap(tr, 3)
+    # request 0: {0,1}{0,2}{0,3}{0,4}: every pair shares expert 0; request 1 likewise expert 1
+    assert pairs.tolist() == [6, 4, 2]
+    np.testing.assert_allclose(seq[0], [0.5, 0.5, 0.5])

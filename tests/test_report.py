@@ -46,18 +46,19 @@ def test_study_model_by_compare_with_or_checkpoint():
 
 def test_comparison_puts_each_quantity_beside_the_published_one():
     run = {"drafter": "d", "k": 3, "dataset": "x"}
-    ob = pd.DataFrame([{"model": "mine", **run, "step1": 0.5, "step2": 0.4, "step3": 0.3,
-                        "step4": np.nan, "independent": 0.1},
-                       {"model": "other", **run, "step1": 0.9, "step2": 0.9, "step3": 0.9,
-                        "step4": np.nan, "independent": 0.9}])
+    # the study's overlaps are along the committed sequence: compared with seq<d>, not step<d>
+    ob = pd.DataFrame([{"model": "mine", **run, "step1": 0.7, "seq1": 0.5, "seq2": 0.4,
+                        "seq3": 0.3, "seq4": np.nan, "independent": 0.1},
+                       {"model": "other", **run, "step1": 0.9, "seq1": 0.9, "seq2": 0.9,
+                        "seq3": 0.9, "seq4": np.nan, "independent": 0.9}])
     te = pd.DataFrame([{"model": "mine", **run, "batch": b, "te_sweep": 0.8} for b in (1, 4)])
     study = {"mine": {"study": "Qwen3-30B", "precision": "fp8", "tp": 2, "gpu": "H100"}}
     df = published.comparison({"overlap_by_distance": ob, "te_three_ways": te}, study)
     assert set(df["model"]) == {"mine"}  # unmatched models are left out
-    s1 = df[(df["table"] == "overlap_by_distance") & (df["quantity"] == "step1")].iloc[0]
+    s1 = df[(df["table"] == "overlap_by_distance") & (df["quantity"] == "seq1")].iloc[0]
     assert (s1["published"], s1["reproduced"]) == (0.431, 0.5)
     assert s1["difference"] == pytest.approx(0.069)
-    assert "step4" not in set(df["quantity"])  # beyond this run's K
+    assert not {"step1", "seq4"} & set(df["quantity"])  # within windows; not measured
     t = df[df["table"] == "te_three_ways"]
     assert len(t) == 1 and t["published"].iloc[0] == 0.860  # fp8 TP2 only, batch 1 only
     study["mine"]["tp"] = 1  # no published TE for this variant
@@ -176,3 +177,54 @@ def test_replay_configuration_runs_in_seconds_without_models(tmp_path):
         assert not df.empty
     index = (wd / "results" / "report" / "index.md").read_text()
     assert "largest difference from the published te_predicted" in index
+
+
+def _routing_tables(tmp_path, fine: dict, coarse: dict):
+    """Minimal overlap tables for a fine and a coarse tiny target (each with its -random twin)."""
+    ob, dec, ue = [], [], []
+    for name, kn, v in (("fine", 0.125, fine), ("coarse", 0.25, coarse)):
+        for model in (name, f"{name}-random"):
+            run = {"model": model, "drafter": "d", "k": 3, "dataset": "main"}
+            ob.append({**run, "step1": v["seq1"], "independent": v["ind"], "seq1": v["seq1"],
+                       "seq1_low": v["seq1"] - 0.01, "seq1_high": v["seq1"] + 0.01,
+                       **{f"seq{d}": v["seq1"] - v["decay"] * (d - 1) / 7 for d in range(2, 9)},
+                       "seq_decay": v["decay"], "seq_decay_low": v["decay"] - 0.02,
+                       "seq_decay_high": v["decay"] + 0.02, "seq_requests": 40})
+            share = (v["seq1"] - v["ind"]) / v["seq1"]
+            dec.append({**run, "k_over_n": kn, "sequence_temporal_share": share,
+                        "sequence_temporal_share_low": share - 0.02,
+                        "sequence_temporal_share_high": share + 0.02, "hottest_share": v["hot"]})
+            ue.append({**run, "empirical": 20.0, "ipf_uniform": 20.0 * (1 + v["ipf"]),
+                       "ipf_uniform_rel_err": v["ipf"], "ipf_unconverged_experts": 0})
+    for stem, rows in (("overlap_by_distance", ob), ("overlap_decomposition_step1", dec),
+                       ("unique_experts", ue)):
+        pd.DataFrame(rows).to_csv(tmp_path / f"{stem}.csv", index=False)
+
+
+def test_routing_targets_follow_the_tables(tmp_path):
+    """The first page's verdicts come from the tables: a collapsed, flat, reversed miniature is
+    'not shown' with its numbers; a balanced, decaying one is 'shown'; an interval that straddles
+    its threshold is 'undecided'."""
+    bad = {"seq1": 0.45, "ind": 0.40, "decay": -0.03, "hot": 0.83, "ipf": 0.12}
+    _routing_tables(tmp_path, fine=bad, coarse={**bad, "seq1": 0.60, "ind": 0.40})
+    t = report.routing_targets(tmp_path)
+    fine = t[t["model"] == "fine"].set_index("finding")["status"]
+    assert set(fine) == {"not shown"}
+    assert "83%" in t[t["model"] == "fine"]["value"].iloc[0]
+    page = tmp_path / "index.md"
+    report.write_report(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
+    text = page.read_text()
+    assert "## Does the miniature route like the study's models?" in text
+    assert "Not shown here: fine: expert loads near uniform (independence 0.400" in text
+
+    good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009}
+    _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27})
+    t = report.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
+    assert set(t.loc["fine"]) == {"shown"}
+    assert t.loc[("fine", "temporal share larger for finer experts")] == "shown"
+    report.write_report(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
+    assert "Every finding in this table is shown" in page.read_text()
+
+    _routing_tables(tmp_path, fine={**good, "decay": 0.01}, coarse=good)
+    t = report.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
+    assert t.loc[("fine", "overlap decays with distance")] == "undecided"

@@ -97,14 +97,18 @@ def _figure_legend(fig, axes) -> None:
 
 def overlap_by_distance(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None = None
                         ) -> plt.Figure:
-    """df: run, model, distance, empirical, shuffle, independent, uniform (layer mean);
-    pub: run, study_model, distance, value."""
+    """df: run, model, distance, empirical (inside windows), sequence (along the committed
+    sequence; optional), shuffle, independent, uniform (layer mean); pub: run, study_model,
+    distance, value (the study's, along the committed sequence)."""
     runs = list(dict.fromkeys(df["run"]))
     fig, axes = _facets(len(runs))
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
         c = colors[d["model"].iloc[0]]
-        ax.plot(d["distance"], d["empirical"], "o-", color=c, label="measured")
+        ax.plot(d["distance"], d["empirical"], "o-", color=c, label="inside windows")
+        if "sequence" in d and d["sequence"].notna().any():
+            ax.plot(d["distance"], d["sequence"], "^-", color=c, alpha=0.8, mfc="white",
+                    label="along the committed sequence")
         ax.plot(d["distance"], d["shuffle"], "s--", color=c, alpha=0.5, label="within-window shuffle")
         ax.plot(d["distance"], d["independent"], ":", color="dimgray", label="independence")
         ax.plot(d["distance"], d["uniform"], ":", color="silver", label="uniform k/N")

@@ -153,6 +153,136 @@ def _row_overlaps(experts, starts, lengths, n_experts):
     return consec, anchor
 
 
+@numba.njit(cache=True, parallel=True)
+def _sequence_pass(experts, starts, lengths, n_experts, max_d):
+    """Per layer and distance d = 1..max_d: summed |S(t) & S(t+d)| over token pairs of one
+    sequence (rows starts[i] .. starts[i] + lengths[i] - 1), and the number of such pairs."""
+    n_tokens, n_layers, k = experts.shape
+    n_words = (n_experts + 63) // 64
+    n_seq = starts.size
+    sums = np.zeros((n_seq, n_layers, max_d), np.int64)
+    one = np.uint64(1)
+    for i in numba.prange(n_seq):
+        s = starts[i]
+        n = lengths[i]
+        masks = np.zeros((n, n_words), np.uint64)
+        for layer in range(n_layers):
+            masks[:] = 0
+            for j in range(n):
+                for slot in range(k):
+                    e = np.int64(experts[s + j, layer, slot])
+                    masks[j, e >> 6] |= one << np.uint64(e & 63)
+            for d in range(1, max_d + 1):
+                acc = np.int64(0)
+                for j in range(n - d):
+                    for word in range(n_words):
+                        acc += np.int64(_popcount(masks[j, word] & masks[j + d, word]))
+                sums[i, layer, d - 1] = acc
+    return sums
+
+
+def sequence_overlap_rows(experts: np.ndarray, starts, lengths, num_experts: int,
+                          max_d: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Overlap along token sequences: ([layer, d-1] mean |S(t) & S(t+d)| / k over every pair of
+    tokens d apart inside one sequence, [d-1] number of pairs). A sequence is the rows
+    starts[i] .. starts[i] + lengths[i] - 1 of `experts` (rows, layers, k); NaN where no pair."""
+    starts = np.asarray(starts, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    k = experts.shape[2]
+    pairs = np.array([np.clip(lengths - d, 0, None).sum() for d in range(1, max_d + 1)])
+    sums = _sequence_pass(np.ascontiguousarray(experts), starts, lengths, num_experts, max_d)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums.sum(axis=0) / (pairs[None, :] * k), pairs
+
+
+def sequence_intervals(experts: np.ndarray, starts, lengths, num_experts: int, max_d: int = 8,
+                       n_boot: int = 2000, seed: int = 0) -> dict:
+    """95% bootstrap intervals of the layer-mean overlap along sequences, resampling whole
+    sequences (requests: the independent units; tokens of one request are not): for each d, and
+    for the decay overlap(1) - overlap(max_d). Percentile intervals over n_boot resamples drawn
+    from a fixed seed."""
+    starts = np.asarray(starts, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    k = experts.shape[2]
+    sums = _sequence_pass(np.ascontiguousarray(experts), starts, lengths, num_experts,
+                          max_d).mean(axis=1)  # [seq, d]: layer-mean intersections
+    pairs = np.clip(lengths[:, None] - np.arange(1, max_d + 1)[None, :], 0, None)  # [seq, d]
+    n = starts.size
+    rng = np.random.default_rng(seed)
+    w = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)  # [boot, seq]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = (w @ sums) / (w @ pairs * k)  # [boot, d]
+        est = sums.sum(axis=0) / (pairs.sum(axis=0) * k)
+    decay = boot[:, 0] - boot[:, -1]
+    lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
+    dlo, dhi = np.nanpercentile(decay, [2.5, 97.5])
+    return {"n_sequences": int(n), "low": lo.tolist(), "high": hi.tolist(),
+            "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi)}
+
+
+def sequence_overlap(experts: np.ndarray, max_d: int = 8, num_experts: int | None = None) -> np.ndarray:
+    """[layer, d-1] overlap along sequences of equal length: experts (sequences, T, layers, k)."""
+    n_seq, t, n_layers, k = experts.shape
+    n = int(experts.max()) + 1 if num_experts is None else num_experts
+    starts = np.arange(n_seq, dtype=np.int64) * t
+    return sequence_overlap_rows(experts.reshape(n_seq * t, n_layers, k), starts,
+                                 np.full(n_seq, t, np.int64), n, max_d)[0]
+
+
+def sequence_summary(seq: np.ndarray, pairs: np.ndarray, ws: "WindowStats",
+                     ci: dict | None = None) -> dict:
+    """Layer-averaged overlap along the committed sequence beside a trace's window statistics:
+    by distance, its step 1 against the independence baseline, and the verify ratio (the
+    step-1 overlap of adjacent positions inside verification windows, rejected drafts included:
+    this pipeline's reading of the study's undefined "verify ratio", docs/method.md)."""
+    ov = np.nanmean(seq, axis=0) if seq.size else np.full(0, np.nan)
+    ind = float(ws.independence.mean())
+    s1 = float(ov[0]) if ov.size and np.isfinite(ov[0]) else float("nan")
+    out = {"sequence_by_distance": ov.tolist(), "sequence_pairs": pairs.tolist(),
+           "sequence_step1": s1, "sequence_temporal": s1 - ind,
+           "sequence_temporal_share": (s1 - ind) / s1 if s1 > 0 else float("nan"),
+           "verify_ratio": float(ws.overlap[:, 0].mean()),
+           "hottest_share": float(ws.q.max(axis=1).max())}
+    if ci is not None:
+        share = lambda x: (x - ind) / x if x > 0 else float("nan")  # noqa: E731
+        out.update({"sequence_low": ci["low"], "sequence_high": ci["high"],
+                    "sequence_requests": ci["n_sequences"], "sequence_decay": ci["decay"],
+                    "sequence_decay_low": ci["decay_low"], "sequence_decay_high": ci["decay_high"],
+                    "sequence_temporal_share_low": share(ci["low"][0]),
+                    "sequence_temporal_share_high": share(ci["high"][0])})
+    return out
+
+
+def committed_sequences(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of the committed token sequence of every request, in generation order: position 0 of
+    each step (the last committed token, decoded from) and the accepted drafts after it. Returns
+    (row indices, sequence starts and lengths into those indices), one sequence per request."""
+    from .trace import ACCEPTED, COMMITTED
+
+    st = trace.columns["status"]
+    rows = np.flatnonzero((st == COMMITTED) | (st == ACCEPTED))
+    req = trace.columns["request"][rows].astype(np.int64)
+    if rows.size == 0:
+        return rows, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    new = np.ones(rows.size, bool)
+    new[1:] = req[1:] != req[:-1]
+    starts = np.flatnonzero(new).astype(np.int64)
+    return rows, starts, np.diff(np.append(starts, rows.size)).astype(np.int64)
+
+
+def trace_sequence_overlap(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Overlap along each request's committed sequence, across verification windows:
+    ([layer, d-1], pairs [d-1]) for d = 1..max_d."""
+    rows, starts, lengths = committed_sequences(trace)
+    return sequence_overlap_rows(trace.experts[rows], starts, lengths, trace.num_experts, max_d)
+
+
+def trace_sequence_intervals(trace: Trace, max_d: int = 8) -> dict:
+    """sequence_intervals of each request's committed sequence (one request, one unit)."""
+    rows, starts, lengths = committed_sequences(trace)
+    return sequence_intervals(trace.experts[rows], starts, lengths, trace.num_experts, max_d)
+
+
 @dataclass
 class WindowStats:
     """Per-layer window statistics of one trace. Arrays are indexed [layer] or [layer, d-1]."""

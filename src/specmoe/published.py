@@ -80,11 +80,12 @@ class Spec:
 
 SPECS = (
     Spec("overlap_by_distance", "overlap_by_distance",
-         {"step1": "step1", "step2": "step2", "step3": "step3", "step4": "step4",
+         # the study's steps 1-4 are along the committed sequence (steps 1-4 at K = 3)
+         {"seq1": "step1", "seq2": "step2", "seq3": "step3", "seq4": "step4",
           "independent": "independent"}),
     Spec("overlap_decomposition_step1", "overlap_decomposition_step1",
-         {"uniform": "uniform", "independent": "independent", "empirical": "empirical",
-          "temporal": "temporal", "temporal_share": "temporal_share"}),
+         {"uniform": "uniform", "independent": "independent", "sequence_step1": "empirical",
+          "sequence_temporal": "temporal", "sequence_temporal_share": "temporal_share"}),
     Spec("unique_experts", "unique_experts_ipf",
          {"uniform": "unique_uniform", "independent": "unique_independent",
           "empirical": "unique_empirical", "ipf_uniform": "uniform_ipf",

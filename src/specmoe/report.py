@@ -19,12 +19,13 @@ from .provenance import write_text
 FIGURES = [f for sec in captions.SECTIONS.values() for f in sec["figures"]]
 
 
-def by_distance(row, suffix: str = "", n: int | None = None) -> list[float]:
-    """A row of the overlap_by_distance table as a list over d = 1, 2, ... (columns step<d><suffix>,
-    up to the first missing one, or exactly n of them, NaN where missing)."""
+def by_distance(row, suffix: str = "", n: int | None = None, prefix: str = "step") -> list[float]:
+    """A row of the overlap_by_distance table as a list over d = 1, 2, ... (columns
+    <prefix><d><suffix>, up to the first missing one, or exactly n of them, NaN where missing;
+    prefix "seq" reads the overlap along the committed sequence)."""
     out, d = [], 1
-    while (n is None and pd.notna(row.get(f"step{d}{suffix}"))) or (n is not None and d <= n):
-        out.append(float(row.get(f"step{d}{suffix}", np.nan)))
+    while (n is None and pd.notna(row.get(f"{prefix}{d}{suffix}"))) or (n is not None and d <= n):
+        out.append(float(row.get(f"{prefix}{d}{suffix}", np.nan)))
         d += 1
     return out
 
@@ -54,7 +55,7 @@ def _published_by_distance(ob: pd.DataFrame, study: dict) -> pd.DataFrame:
         s = (study.get(r["model"]) or {}).get("study")
         if s not in pub.index:
             continue
-        for d in range(1, min(len(by_distance(r)), 4) + 1):
+        for d in range(1, 5):  # the study's steps 1-4, along the committed sequence
             rows.append({"run": r["run"], "study_model": s, "distance": d,
                          "value": pub.loc[s, f"step{d}"]})
     return pd.DataFrame(rows)
@@ -106,8 +107,12 @@ def figure_frames(table_dir, study: dict | None = None,
         long = []
         dec = _load(td, "overlap_decomposition_step1").set_index("run")["uniform"]
         for _, r in ob.iterrows():
-            for d, v in enumerate(by_distance(r), 1):
-                long.append({"run": r["run"], "model": r["model"], "distance": d, "empirical": v,
+            within = by_distance(r)
+            seq = by_distance(r, n=8, prefix="seq")
+            for d in range(1, max(len(within), len(seq)) + 1):
+                long.append({"run": r["run"], "model": r["model"], "distance": d,
+                             "empirical": within[d - 1] if d <= len(within) else np.nan,
+                             "sequence": seq[d - 1] if d <= len(seq) else np.nan,
                              "shuffle": r.get(f"shuffle{d}", np.nan),
                              "independent": r["independent"], "uniform": dec.get(r["run"])})
         out["overlap_by_distance"] = (figures.overlap_by_distance, pd.DataFrame(long), colors,
@@ -256,6 +261,85 @@ def report_findings(table_dir) -> list[str]:
     return out
 
 
+def _decided(low: float, high: float, above: float = 0.0) -> str:
+    """shown / not shown / undecided for 'the quantity exceeds `above`', from its 95% interval."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "not measured"
+    if low > above:
+        return "shown"
+    if high < above:
+        return "not shown"
+    return "undecided"
+
+
+def routing_targets(table_dir) -> pd.DataFrame:
+    """Does each captured tiny target (a model with an untrained `-random` control) route like the
+    study's models? Its first run (lowest K, first dataset) against the study's findings, each
+    decided by the run's 95% intervals where it has them (bootstrap over requests)."""
+    td = Path(table_dir)
+    ob, dec, ue = (_load(td, s) for s in ("overlap_by_distance", "overlap_decomposition_step1",
+                                           "unique_experts"))
+    if ob.empty or "seq1" not in ob or dec.empty:
+        return pd.DataFrame()
+    models = set(ob["model"])
+    tiny = [m for m in dict.fromkeys(ob["model"]) if f"{m}-random" in models]
+    rows, shares = [], {}
+    for m in tiny:
+        o = ob[ob["model"] == m].sort_values("k", kind="stable").iloc[0]
+        d = dec[dec["run"] == o["run"]].iloc[0]
+        u = ue[ue["run"] == o["run"]].iloc[0] if not ue.empty else None
+        kn = float(d["k_over_n"])
+        ind = float(o["independent"])
+        shares[m] = (kn, float(d["sequence_temporal_share"]),
+                     float(d.get("sequence_temporal_share_low", np.nan)),
+                     float(d.get("sequence_temporal_share_high", np.nan)))
+        hot = float(d.get("hottest_share", np.nan))
+        rows += [
+            {"model": m, "run": o["run"], "finding": "expert loads near uniform",
+             "target": f"independence <= 2 k/N = {2 * kn:.3f}",
+             "value": f"independence {ind:.3f} (k/N {kn:.3f}; hottest expert {hot:.0%} of tokens)",
+             "status": "shown" if ind <= 2 * kn else "not shown"},
+            {"model": m, "run": o["run"], "finding": "step-1 overlap above independence",
+             "target": f"overlap along the sequence at d = 1 >= independence + 0.10 = "
+                       f"{ind + 0.10:.3f}",
+             "value": f"{o['seq1']:.3f} [{_ci(o, 'seq1')}]",
+             "status": _decided(*_seq1_interval(o), above=ind + 0.10)},
+            {"model": m, "run": o["run"], "finding": "overlap decays with distance",
+             "target": "overlap(1) - overlap(8) along the sequence > 0",
+             "value": f"{o['seq_decay']:+.3f} [{o['seq_decay_low']:+.3f}, "
+                      f"{o['seq_decay_high']:+.3f}], {int(o['seq_requests'])} requests",
+             "status": _decided(float(o["seq_decay_low"]), float(o["seq_decay_high"]))},
+        ]
+        if u is not None:
+            err = float(u["ipf_uniform_rel_err"])
+            rows.append({"model": m, "run": o["run"], "finding": "uniform IPF predicts unique "
+                         "experts", "target": "within 4% of measured",
+                         "value": f"{100 * err:+.1f}% ({u['ipf_uniform']:.2f} vs "
+                                  f"{u['empirical']:.2f})",
+                         "status": "shown" if abs(err) <= 0.04 else "not shown"})
+    ranked = sorted(shares.items(), key=lambda kv: kv[1][0])
+    for (fine, f), (coarse, c) in zip(ranked, ranked[1:]):
+        if f[0] == c[0]:
+            continue
+        rows.append({"model": fine, "run": "", "finding": "temporal share larger for finer experts",
+                     "target": f"temporal share of {fine} (k/N {f[0]:.3f}) > {coarse}'s "
+                               f"({c[0]:.3f})",
+                     "value": f"{f[1]:.3f} [{f[2]:.3f}, {f[3]:.3f}] vs {c[1]:.3f} "
+                              f"[{c[2]:.3f}, {c[3]:.3f}]",
+                     "status": ("shown" if f[2] > c[3] else "not shown" if f[3] < c[2]
+                                else "undecided")})
+    return pd.DataFrame(rows)
+
+
+def _seq1_interval(row) -> tuple[float, float]:
+    return float(row.get("seq1_low", np.nan)), float(row.get("seq1_high", np.nan))
+
+
+def _ci(row, col: str) -> str:
+    lo, hi = float(row.get(f"{col}_low", np.nan)), float(row.get(f"{col}_high", np.nan))
+    return f"{lo:.3f}, {hi:.3f}" if np.isfinite(lo) else "no interval"
+
+
 def measured_findings(table_dir) -> list[str]:
     """The measured side in one line per model: speedup curve and its shape, IPF error, TE three
     ways at batch 1."""
@@ -290,9 +374,10 @@ def comparison_findings(table_dir) -> list[str]:
     td = Path(table_dir)
     out = []
     cmp_ = _load(td, "comparison")
-    heads = [("overlap_by_distance", "step1", "step-1 overlap"),
+    heads = [("overlap_by_distance", "seq1", "step-1 overlap along the committed sequence"),
              ("overlap_by_distance", "independent", "independence"),
-             ("overlap_decomposition_step1", "temporal_share", "temporal share of step-1 overlap"),
+             ("overlap_decomposition_step1", "sequence_temporal_share",
+              "temporal share of step-1 overlap"),
              ("unique_experts", "empirical", "unique experts per 4-token window"),
              ("te_three_ways", "te_sweep", "TE at batch 1"),
              ("kernel_time_shares", "decode_share", "MoE share of decode time at batch 1")]
@@ -345,10 +430,23 @@ def write_report(table_dir, figure_dir, out, prov: dict) -> None:
         lines += ["## What the routing shows", "",
                   "Temporal overlap is what the study's argument rests on: overlap that decays with "
                   "step distance, above both the independence baseline and the within-window "
-                  "shuffle null. Untrained controls clear independence without it (every position "
-                  "of a window feeds the routers nearly the same vector) and stay flat; weak models "
+                  "shuffle null. Untrained controls can clear independence without it (every "
+                  "position of a window feeds the routers nearly the same vector); weak models "
                   "decoding greedily repeat tokens, which route alike, so overlap is also given "
                   "without such windows.", "", *[f"- {f}" for f in findings], ""]
+    targets = routing_targets(td)
+    if not targets.empty:
+        missed = targets[targets["status"] != "shown"]
+        lines += ["## Does the miniature route like the study's models?", "",
+                  "Each finding of the study that the tiny targets can show, at each target's "
+                  "first run, decided by 95% intervals (bootstrap over requests) where the "
+                  "quantity has one.", "",
+                  "| model | finding | target | this run | status |", "|---|---|---|---|---|",
+                  *[f"| {r['model']} | {r['finding']} | {r['target']} | {r['value']} | "
+                    f"{r['status']} |" for _, r in targets.iterrows()], ""]
+        lines += ([f"Not shown here: {', '.join(f'{r.model}: {r.finding} ({r.value})' for r in missed.itertuples())}.", ""]
+                  if not missed.empty else
+                  ["Every finding in this table is shown by this run's tiny targets.", ""])
     measured = measured_findings(td)
     if measured:
         lines += ["## What the measurements show", "", *[f"- {f}" for f in measured], "",

@@ -19,6 +19,9 @@ from .unique import independent_unique, uniform_unique, window_unique_table
 
 log = logging.getLogger("specmoe")
 
+# overlap along the committed sequence is measured at d = 1..8 (docs/method.md)
+SEQUENCE_DISTANCES = 8
+
 ROUTINGS = {  # routing assumption -> (verify column, decode column) of the unique-experts table
     "uniform i.i.d. (prior model)": ("verify_uniform", "decode_uniform"),
     "independent, skewed loads": ("verify_independent", "decode_independent"),
@@ -67,6 +70,9 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
     summary = ws.summary()
+    seq, seq_pairs = overlap.trace_sequence_overlap(tr, SEQUENCE_DISTANCES)
+    summary.update(overlap.sequence_summary(
+        seq, seq_pairs, ws, overlap.trace_sequence_intervals(tr, SEQUENCE_DISTANCES)))
     uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
                                n_windows=ws.n_full_windows)
     w = ws.k_draft + 1
@@ -99,7 +105,7 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         "unique_by_batch": uniq,
         "per_layer": {
             "overlap": ws.overlap, "shuffle": ws.shuffle, "independent": ws.independence,
-            "unique": ws.unique, "q": ws.q, "used": ws.used,
+            "unique": ws.unique, "q": ws.q, "used": ws.used, "sequence": seq,
         },
     }, prov)
 
@@ -265,10 +271,23 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
             **rc, "k_over_n": s["top_k"] / s["num_experts"], "uniform": s["uniform"],
             "independent": s["independent"], "empirical": s["step1"],
             "temporal": s["temporal"], "temporal_share": s["temporal_share"],
-            "shuffle_null": s.get("shuffle_step1", float("nan"))})
+            "shuffle_null": s.get("shuffle_step1", float("nan")),
+            "sequence_step1": s.get("sequence_step1", np.nan),
+            "sequence_temporal": s.get("sequence_temporal", np.nan),
+            "sequence_temporal_share": s.get("sequence_temporal_share", np.nan),
+            "sequence_temporal_share_low": s.get("sequence_temporal_share_low", np.nan),
+            "sequence_temporal_share_high": s.get("sequence_temporal_share_high", np.nan),
+            "hottest_share": s.get("hottest_share", np.nan)})
         row = {**rc}
         for d, v in enumerate(s["overlap_by_distance"], 1):
             row[f"step{d}"] = v
+        for d, v in enumerate(s.get("sequence_by_distance", []), 1):
+            row[f"seq{d}"] = v
+        if s.get("sequence_low"):
+            row["seq1_low"], row["seq1_high"] = s["sequence_low"][0], s["sequence_high"][0]
+        for key in ("decay", "decay_low", "decay_high", "requests"):
+            row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
+        row["verify_ratio"] = s.get("verify_ratio", np.nan)
         row["independent"] = s["independent"]
         for d, v in enumerate(s.get("shuffle_by_distance", []), 1):
             row[f"shuffle{d}"] = v
