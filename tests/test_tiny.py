@@ -94,3 +94,54 @@ def test_train_stage_rejects_zero_budget_before_building(tmp_path):
     with pytest.raises(InputError, match="budget"):
         train_stage(cfg, {"vocab_size": 300}, tmp_path / "nope", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _moe_training(aux_coef: float, steps: int = 12):
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 300, 20_000).astype(np.int32)
+    arch = tiny.Arch(hidden=32, layers=2, heads=2, kv_heads=1, head_dim=32, num_experts=16,
+                     top_k=4, expert_intermediate=8)
+    model = tiny.build_model(arch, 300, seed=0, aux_coef=aux_coef)
+    spec = tiny.TrainSpec(steps=steps, seq_len=32, batch_size=8, warmup=2, threads=2,
+                          aux_coef=aux_coef)
+    res = tiny.train(model, tokens, spec, progress=False)
+    return model, res
+
+
+def test_training_is_bit_reproducible_with_the_load_balancing_loss():
+    """Same config, same machine: the same weights bit for bit (the grouped expert GEMM's backward
+    adds in varying order on 2 threads unless deterministic kernels are asked for), and the
+    coefficient is recorded in the checkpoint's config."""
+    a, res = _moe_training(0.01)
+    b, _ = _moe_training(0.01)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert a.config.router_aux_loss_coef == 0.01 and res["aux_loss"] > 0
+    c, res_c = _moe_training(0.0)
+    assert res_c["aux_loss"] is None
+    assert not all(torch.equal(sa[k], c.state_dict()[k]) for k in sa)
+
+
+def test_load_balancing_loss_per_layer_sees_skew_that_pooling_hides():
+    """Two layers that each send every token to 4 of 16 experts, but to different ones: pooled
+    over layers (transformers' form) the loads look half as skewed; per layer they are not."""
+    n, k, tokens = 16, 4, 64
+    uniform = [torch.zeros(tokens, n), torch.zeros(tokens, n)]
+    skew = [torch.zeros(tokens, n), torch.zeros(tokens, n)]
+    skew[0][:, :4] = 10.0
+    skew[1][:, 4:8] = 10.0
+    per_layer = tiny.load_balancing_loss(skew, n, k, "layer")
+    pooled = tiny.load_balancing_loss(skew, n, k, "pooled")
+    assert float(per_layer) == pytest.approx(n * k * (1 / 4) * 0.999, rel=1e-2)  # ~ 4x uniform's k
+    assert float(pooled) == pytest.approx(float(per_layer) / 2, rel=1e-2)
+    rot = torch.arange(tokens)[:, None] * k + torch.arange(k)[None, :]
+    flat = torch.zeros(tokens, n).scatter_(1, rot % n, 1.0)  # every expert equally often
+    assert float(tiny.load_balancing_loss([flat, flat], n, k)) == pytest.approx(k, rel=1e-6)
+    assert float(tiny.load_balancing_loss(uniform, n, k)) > 0
+
+
+def test_bad_load_balancing_settings():
+    with pytest.raises(InputError, match="aux_coef"):
+        tiny.TrainSpec(aux_coef=-1).validate()
+    with pytest.raises(InputError, match="aux_scope"):
+        tiny.TrainSpec(aux_scope="global").validate()
