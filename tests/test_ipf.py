@@ -84,3 +84,20 @@ def test_skewed_ipf_predicts_synthetic_windows(stick, skew):
 def test_bad_overlaps(ov, msg):
     with pytest.raises(InputError, match=msg):
         ipf.predict_uniform(128, 8, ov)
+
+
+def test_skewed_margins_stay_feasible_for_hot_experts():
+    """One expert takes 90% of tokens, overlap 0.8 (independence 0.66): q ov(1) = 0.72 < q^2 =
+    0.81 says the hot expert avoids itself; the lambda form keeps every expert above
+    independence, matches the measured intersection sum_e P11 = k ov(d), and equals q ov(d) for
+    uniform loads."""
+    q = np.array([[0.9, 0.1, 0.5, 0.5]])  # k = 2 of N = 4
+    ov = np.array([[0.8, 0.75, 0.7]])
+    p11 = ipf.skewed_pairs(q, ov)[0]
+    np.testing.assert_allclose(p11.sum(axis=0), 2 * ov[0])
+    assert np.all(p11 >= q[0, :, None] ** 2 - 1e-12) and np.all(p11 <= q[0, :, None] + 1e-12)
+    assert np.any(q[0, :, None] * ov[0] < q[0, :, None] ** 2 - 1e-9)  # the study's form
+    new = ipf.fit_layers(q, ov)
+    assert new.n_clipped == 0 and new.converged
+    uniform = np.full((1, 8), 0.25)
+    np.testing.assert_allclose(ipf.skewed_pairs(uniform, ov)[0], 0.25 * np.repeat(ov, 8, axis=0))

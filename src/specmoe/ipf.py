@@ -1,8 +1,10 @@
-"""Maximum-entropy prediction of unique experts by iterative proportional fitting (SPEC.md, "IPF").
+"""Maximum-entropy prediction of unique experts by iterative proportional fitting (docs/method.md,
+"Maximum-entropy IPF").
 
 For one expert, x_j in {0, 1} says whether window position j (0..K) selects it. We fit the maximum
 entropy distribution over the 2^(K+1) patterns whose pair tables match
-  P(x_i = 1, x_j = 1) = q * ov(|i - j|),  P(x_i = 1) = q,
+  P(x_i = 1, x_j = 1) = P11(|i - j|),  P(x_i = 1) = q,
+with P11(d) = q ov(d) for uniform loads and q^2 + lambda(d) q (1 - q) for measured (skewed) ones,
 starting from the uniform distribution and cycling over every pair's 2x2 table. Each expert is
 fitted on its own (a compiled loop, experts in parallel).
 Predicted unique experts = sum_e (1 - P_e(all zeros)).
@@ -53,23 +55,39 @@ def _check_overlaps(ov: np.ndarray) -> np.ndarray:
 
 
 def fit(q: np.ndarray, overlaps: np.ndarray, tol: float = 1e-10, max_iter: int = 2000) -> IPFResult:
-    """Fit one max-entropy pattern distribution per expert load q_e.
+    """Fit one max-entropy pattern distribution per expert load q_e, with pair margins
+    P11(d) = q_e * ov(d) (the study's form; right for uniform loads).
 
     overlaps: ov(d) for d = 1..K, shape (K,) shared by all experts or (experts, K) per expert.
     """
     ov = _check_overlaps(overlaps)
+    q = _check_loads(q)
+    ov = np.broadcast_to(ov, (q.size, ov.shape[-1]))
+    return fit_pairs(q, q[:, None] * ov, tol, max_iter)
+
+
+def _check_loads(q) -> np.ndarray:
     q = np.asarray(q, dtype=np.float64).reshape(-1)
     if np.any(~np.isfinite(q)) or np.any(q < 0) or np.any(q > 1):
         raise InputError("expert loads q_e must lie in [0, 1]")
-    ov = np.broadcast_to(ov, (q.size, ov.shape[-1]))
-    positions = ov.shape[1] + 1
+    return q
+
+
+def fit_pairs(q: np.ndarray, p11: np.ndarray, tol: float = 1e-10,
+              max_iter: int = 2000) -> IPFResult:
+    """Fit one max-entropy pattern distribution per expert: one-way margins q_e, two-way margins
+    P(x_i = 1, x_j = 1) = p11[e, |i - j| - 1]. Infeasible pair tables are clipped and counted."""
+    q = _check_loads(q)
+    p11_all = np.asarray(p11, dtype=np.float64).reshape(q.size, -1)
+    _check_overlaps(np.zeros(p11_all.shape[1]))  # the window size
+    positions = p11_all.shape[1] + 1
     patterns = (np.arange(2**positions)[:, None] >> np.arange(positions)[None, :]) & 1
     pairs = list(combinations(range(positions), 2))
 
     # Target 2x2 tables (cells 00, 01, 10, 11 indexed 2*x_i + x_j) per pair and expert, clipped.
     targets, cells, n_clipped = [], [], 0
     for i, j in pairs:
-        p11 = q * ov[:, j - i - 1]
+        p11 = p11_all[:, j - i - 1]
         lo, hi = np.maximum(0.0, 2 * q - 1), q
         clipped = (p11 < lo - 1e-15) | (p11 > hi + 1e-15)
         n_clipped += int(clipped[q > 0].sum())
@@ -131,14 +149,29 @@ def predict_uniform(num_experts: int, top_k: int, overlaps, batch: float = 1) ->
             "iterations": res.iterations, "max_error": res.max_error, "n_clipped": res.n_clipped}
 
 
+def skewed_pairs(q: np.ndarray, overlaps: np.ndarray) -> np.ndarray:
+    """Pair margins that stay feasible for every load: P11_e(d) = q_e^2 + lambda(d) q_e (1 - q_e),
+    lambda(d) per layer such that sum_e P11_e(d) = k ov(d) (the expected intersection of two sets
+    d apart). lambda = 0 is independence and 1 a token repeating its set; for uniform loads this
+    is q ov(d), the study's form, which for a hot expert (q_e > ov(d)) falls below independence.
+    q[layer, e], overlaps[layer, d-1] -> [layer, e, d-1]."""
+    q = np.atleast_2d(np.asarray(q, dtype=np.float64))
+    ov = _check_overlaps(np.atleast_2d(overlaps))
+    k = q.sum(axis=1, keepdims=True)
+    spread = (q * (1 - q)).sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lam = np.where(spread > 0, (k * ov - (q ** 2).sum(axis=1, keepdims=True)) / spread, 0.0)
+    return q[:, :, None] ** 2 + lam[:, None, :] * (q * (1 - q))[:, :, None]
+
+
 def fit_layers(q: np.ndarray, overlaps: np.ndarray) -> IPFResult:
-    """Fit every expert of every layer at once: q[layer, e] with that layer's overlaps[layer, d-1].
-    The result's p_zero has shape [layer, e]."""
+    """Fit every expert of every layer at once: q[layer, e] with that layer's overlaps[layer, d-1],
+    pair margins from skewed_pairs. The result's p_zero has shape [layer, e]."""
     q = np.atleast_2d(np.asarray(q, dtype=np.float64))
     ov = np.atleast_2d(np.asarray(overlaps, dtype=np.float64))
     if ov.shape[0] != q.shape[0]:
         raise InputError(f"{q.shape[0]} layers of loads but {ov.shape[0]} of overlaps")
-    res = fit(q.reshape(-1), np.repeat(ov, q.shape[1], axis=0))
+    res = fit_pairs(q.reshape(-1), skewed_pairs(q, ov).reshape(q.size, -1))
     res.p_zero = res.p_zero.reshape(q.shape)
     return res
 
