@@ -30,7 +30,7 @@ def test_ipf_with_loads_and_batch(tmp_path):
 
 def test_te_json():
     r = run("te", "--hidden", "2048", "--expert-intermediate", "768", "--heads", "32",
-            "--kv-heads", "4", "--head-dim", "128", "--k", "8", "--dtype", "bf16", "--tp", "1",
+            "--kv-heads", "4", "--head-dim", "128", "--k", "8", "--n", "128", "--dtype", "bf16", "--tp", "1",
             "--unique", "19.49", "--json")
     out = json.loads(r.stdout)
     assert out["c_expert_mib"] == 9.0 and out["c_dense_mib"] == 36.0
@@ -92,3 +92,26 @@ def test_bad_input_exits_2_with_one_line(args, needle):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert needle in lines[0]
+
+
+def test_every_option_has_help_and_the_command_a_version():
+    from specmoe.cli import build_parser
+
+    p = build_parser()
+    sub = next(a for a in p._actions if a.choices and isinstance(a.choices, dict))
+    missing = [f"{name} {a.option_strings or a.dest}" for name, sp in sub.choices.items()
+               for a in sp._actions if a.help is None]
+    assert not missing, missing
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.startswith("specmoe ")
+
+
+@pytest.mark.parametrize("unique,ok", [(7.9, False), (8, True), (32, True), (32.5, False)])
+def test_te_unique_must_lie_between_k_and_the_window(unique, ok):
+    """A window of K+1 = 4 tokens of top-8 routing uses 8 to 32 unique experts: nothing else."""
+    dims = ["--hidden", "2048", "--expert-intermediate", "768", "--heads", "32", "--kv-heads",
+            "4", "--head-dim", "128", "--k", "8", "--n", "128"]
+    out = run("te", *dims, "--unique", str(unique))
+    assert (out.returncode == 0) == ok
+    if not ok:
+        assert "impossible" in out.stderr and len(out.stderr.strip().splitlines()) == 1

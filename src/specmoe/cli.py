@@ -22,6 +22,15 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specmoe")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
 def _floats(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
@@ -113,6 +122,13 @@ def cmd_te(a) -> dict:
                                    kv_heads=a.kv_heads, head_dim=a.head_dim,
                                    shared_intermediate=a.shared_intermediate or 0,
                                    dtype=a.dtype or "bf16", tp=a.tp)
+    if a.unique is not None:
+        hi = min(dims.num_experts, dims.top_k * (a.k_draft + 1))
+        if not dims.top_k <= a.unique <= hi:
+            raise InputError(
+                f"--unique {a.unique:g} is impossible: a window of K+1 = {a.k_draft + 1} tokens "
+                f"uses between k = {dims.top_k} (every token the same experts) and "
+                f"min(N, k (K+1)) = {hi} unique experts (N = {dims.num_experts}; --k-draft sets K)")
     out = dims.summary(a.unique)
     out.update(dtype=dims.dtype, tp=dims.tp, top_k=dims.top_k)
     return out
@@ -131,8 +147,10 @@ def cmd_synth(a) -> dict:
     from .trace import write_trace
 
     p = SynthParams(num_experts=a.n, top_k=a.k, num_layers=a.layers, k_draft=a.k_draft,
-                    skew=a.skew, stickiness=a.stickiness, requests=a.requests, steps=a.steps,
-                    accept_prob=a.accept_prob, accept_overlap_tie=a.tie, seed=a.seed)
+                    skew=a.skew, stickiness=a.stickiness, topic_spread=a.topic_spread,
+                    topic_switch=a.topic_switch, fit_to=a.fit_to, requests=a.requests,
+                    steps=a.steps, accept_prob=a.accept_prob, accept_overlap_tie=a.tie,
+                    seed=a.seed)
     tr = generate(p)
     write_trace(a.out, tr, provenance(p.to_dict(), model={"name": "synthetic", "source":
                                                           "synthetic", "revision": None}))
@@ -179,6 +197,7 @@ def cmd_download(a) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specmoe", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     s = sub.add_parser("ipf", help="max-entropy IPF prediction of unique experts")
@@ -192,48 +211,69 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("te", help="weight-model target efficiency")
     s.add_argument("--config", help="a Hugging Face config.json instead of the dimensions")
-    for name in ("hidden", "expert-intermediate", "heads", "kv-heads", "head-dim", "k", "n",
-                 "shared-intermediate"):
-        s.add_argument(f"--{name}", type=int)
+    for name, what in (("hidden", "hidden size"),
+                       ("expert-intermediate", "intermediate size of one routed expert"),
+                       ("heads", "attention heads"), ("kv-heads", "key/value heads"),
+                       ("head-dim", "dimension of one attention head"),
+                       ("k", "experts per token (top-k)"),
+                       ("n", "routed experts per layer (default: k)"),
+                       ("shared-intermediate", "intermediate size of the shared experts (0)")):
+        s.add_argument(f"--{name}", type=int, help=what)
     s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: config's, else bf16)")
-    s.add_argument("--tp", type=int, default=1)
-    s.add_argument("--unique", type=float, help="unique experts per verification window")
+    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    s.add_argument("--k-draft", type=int, default=3,
+                   help="draft length K of the window that --unique counts (default 3)")
+    s.add_argument("--unique", type=float,
+                   help="unique experts per verification window of K+1 tokens, in [k, min(N, "
+                        "k (K+1))]")
     s.set_defaults(fn=cmd_te)
 
     s = sub.add_parser("correction", help="three-step correction of the weight model")
-    for name in ("moe-weight-share", "unique-ratio", "moe-time-share", "moe-time-ratio",
-                 "dense-time-ratio"):
-        s.add_argument(f"--{name}", type=float, required=True)
+    for name, what in (("moe-weight-share", "MoE share of the weights read per step"),
+                       ("unique-ratio", "unique experts per window / k"),
+                       ("moe-time-share", "measured MoE share of decode time"),
+                       ("moe-time-ratio", "measured verify/decode time ratio of MoE kernels"),
+                       ("dense-time-ratio", "measured verify/decode time ratio of the rest")):
+        s.add_argument(f"--{name}", type=float, required=True, help=what)
     s.add_argument("--measured", type=float, help="TE measured from the sweep")
     s.set_defaults(fn=cmd_correction)
 
     s = sub.add_parser("synth", help="write a synthetic routing trace")
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--n", type=int, default=128)
-    s.add_argument("--k", type=int, default=8)
-    s.add_argument("--layers", type=int, default=8)
-    s.add_argument("--k-draft", type=int, default=3)
-    s.add_argument("--skew", type=float, default=1.0)
-    s.add_argument("--stickiness", type=float, default=0.4)
-    s.add_argument("--requests", type=int, default=32)
-    s.add_argument("--steps", type=int, default=32)
-    s.add_argument("--accept-prob", type=float, default=0.7)
+    s.add_argument("--out", type=Path, required=True, help="Parquet trace to write")
+    s.add_argument("--n", type=int, default=128, help="routed experts per layer (128)")
+    s.add_argument("--k", type=int, default=8, help="experts per token (8)")
+    s.add_argument("--layers", type=int, default=8, help="MoE layers (8)")
+    s.add_argument("--k-draft", type=int, default=3, help="draft length K (3)")
+    s.add_argument("--skew", type=float, default=1.0, help="Zipf exponent of expert loads (1.0)")
+    s.add_argument("--stickiness", type=float, default=0.4,
+                   help="probability that a token keeps each of the previous token's experts")
+    s.add_argument("--topic-spread", type=float, default=0.0,
+                   help="log-affinity spread of a request's topic over experts (0: no topics)")
+    s.add_argument("--topic-switch", type=float, default=1.0,
+                   help="probability that the topic changes at a token (1.0)")
+    s.add_argument("--fit-to", help="a study model (e.g. Qwen3-30B): fit skew, stickiness and "
+                                    "topics to its published overlap curve instead")
+    s.add_argument("--requests", type=int, default=32, help="requests (32)")
+    s.add_argument("--steps", type=int, default=32, help="SD steps per request (32)")
+    s.add_argument("--accept-prob", type=float, default=0.7,
+                   help="probability that each draft is accepted (0.7)")
     s.add_argument("--tie", type=float, default=0.0, help="acceptance tied to overlap")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="random seed (0)")
     s.set_defaults(fn=cmd_synth)
 
     s = sub.add_parser("analyze", help="summarise a routing trace")
-    s.add_argument("trace")
+    s.add_argument("trace", help="a routing trace (Parquet)")
     s.add_argument("--seed", type=int, default=0, help="seed of the shuffle null")
     s.set_defaults(fn=cmd_analyze)
 
     s = sub.add_parser("download", help="fetch a Hugging Face repository into the HF cache and "
                                         "print its manifest (the only networked command)")
-    s.add_argument("repo_id")
+    s.add_argument("repo_id", help="a Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B-FP8")
     s.add_argument("--revision", help="commit, branch or tag (default: newest, unpinned)")
     s.add_argument("--mode", choices=["full", "config"], default="full",
                    help="full: what vLLM loads; config: config.json and tokenizer only")
-    s.add_argument("--repo-type", choices=["model", "dataset"], default="model")
+    s.add_argument("--repo-type", choices=["model", "dataset"], default="model",
+                   help="model (default) or dataset")
     s.add_argument("--trust-remote-code", action="store_true", help="also fetch *.py files")
     s.add_argument("--name", help="name for messages (default: the repo id)")
     s.add_argument("--out", type=Path, help="also write the manifest here")
