@@ -101,11 +101,13 @@ SPECS = (
          where={"batch": 1, "class": "moe"}, variant=("gpu", "precision", "tp")),
     Spec("te_three_ways", "te_batch1_k3", {"te_sweep": "target_efficiency"},
          where={"batch": 1, "k": 3}, variant=("precision", "tp")),
+    # like for like: the study's unique_sd and te_predicted use its measured unique experts, so
+    # the weight model's IPF prediction is set beside the study's own uniform IPF prediction
     Spec("weight_model", "te_weight_model_batch1",
          {"c_expert_mib_per_gpu": "c_expert_mib_per_gpu",
-          "c_dense_mib_per_gpu": "c_dense_mib_per_gpu", "moe_weight_share": "moe_weight_share",
-          "unique_ipf": "unique_sd", "te_ipf": "te_predicted"},
+          "c_dense_mib_per_gpu": "c_dense_mib_per_gpu", "moe_weight_share": "moe_weight_share"},
          where={"K": 3}, variant=("dtype", "tp")),
+    Spec("weight_model", "unique_experts_ipf", {"unique_ipf": "uniform_ipf"}, where={"K": 3}),
 )
 
 # The published three-step correction is for one model at batch 1 on H100.

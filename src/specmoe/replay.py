@@ -45,8 +45,11 @@ def unique_experts() -> pd.DataFrame:
         ov = _overlaps(p["model"])
         u = ipf.predict_uniform(n, k, ov)["unique"] if ov is not None else np.nan
         _side(row, "uniform_ipf", p["uniform_ipf"], u)
-        err = 100 * abs(u - p["unique_empirical"]) / p["unique_empirical"]
-        _side(row, "uniform_ipf_err_pct", p["uniform_ipf_err_pct"], err)
+        # signed errors (prediction minus measured); the study prints their size, whose sign its
+        # own prediction and measurement give
+        err = 100 * (u - p["unique_empirical"]) / p["unique_empirical"]
+        sign = np.sign(p["uniform_ipf"] - p["unique_empirical"]) or 1.0
+        _side(row, "uniform_ipf_err_pct", sign * p["uniform_ipf_err_pct"], err)
         row["skewed_ipf_published"] = p["skewed_ipf"]
         row["overlaps_published"] = ov is not None
         rows.append(row)
