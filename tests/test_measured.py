@@ -2,6 +2,7 @@
 
 import json
 
+import pandas as pd
 import pytest
 
 from specmoe.measured import build_measured_tables
@@ -52,3 +53,24 @@ def test_a_profile_joins_its_own_datasets_sweep_and_cost_model(tmp_path):
     corr = t["three_step_correction"]
     assert (corr["te_sweep"] == 0.8).all() and corr.iloc[0]["f"] == 0.667
     assert len(t["speedup_vs_batch"]) == 2
+
+
+def test_te_outside_zero_one_is_flagged_not_a_value(tmp_path):
+    """14 profiled verify steps can give TE 1.17 (a verify pass timed faster than a decode
+    pass): the table keeps it as the raw value with a status, never as a TE; the same for a
+    three-step correction step above 1."""
+    sps = [dump(tmp_path, "s", speedup("d1", 0.8, 2.5, 1.6))]
+    cms = [dump(tmp_path, "c", cost("d1", 0.61, 0.2))]
+    prof = {"run": run("d1"), "batches": [{
+        "batch": 1, "te_profiled": 1.171, "moe_time_share": 0.3, "moe_time_ratio": 0.8,
+        "dense_time_ratio": 0.9, "draft_cost_profiled": 0.05, "device": "cpu", "sm_count": 0,
+        "classes": {}, "grids": {}}]}
+    t = build_measured_tables(sps, [dump(tmp_path, "p", prof)], cms)
+    row = t["te_three_ways"].iloc[0]
+    assert pd.isna(row["te_profiled"]) and row["te_profiled_raw"] == 1.171
+    assert row["te_profiled_status"] == "above 1: not physical"
+    assert row["te_costmodel_status"] == "ok" and row["te_costmodel"] == 0.61
+    corr = t["three_step_correction"]
+    above = corr[corr["te_raw"] > 1]
+    assert len(above) and above["te"].isna().all()
+    assert (above["te_status"] == "above 1: not physical").all()

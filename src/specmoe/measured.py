@@ -100,7 +100,8 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 # alone also times the engine's per-step work, which SD pays once, not K times
                 "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
                     sw["tau"], sw["speedup"], b["draft_cost_profiled"])) if sw else np.nan,
-                "te_profiled": b["te_profiled"], "te_costmodel": te_cm,
+                **bounded_te("te_profiled", b["te_profiled"]),
+                **bounded_te("te_costmodel", te_cm),
                 "gap_sweep_minus_costmodel": te_sw - te_cm,
                 "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
                     b["draft_cost_profiled"], "device": b["device"]})
@@ -124,8 +125,20 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                     measured=_finite_or_none(sw["te_sweep"] if sw else None))
                 for s in corr["steps"]:
                     t["three_step_correction"].append({**rc, "batch": 1, **s,
+                                                       **bounded_te("te", s["te"]),
                                                        "te_sweep": corr["measured"]})
     return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+def bounded_te(name: str, te: float) -> dict:
+    """A TE as a table keeps it: the value where it lies in [0, 1], else NaN with the raw value
+    beside it and a status saying why (TE is a ratio of step times; outside [0, 1] a number is
+    not physical, whatever produced it, and must not be plotted or read as a value)."""
+    raw = float(te) if te is not None else float("nan")
+    ok = np.isfinite(raw) and 0.0 <= raw <= 1.0
+    status = "ok" if ok else ("not measured" if not np.isfinite(raw) else
+                              "above 1: not physical" if raw > 1 else "below 0: not physical")
+    return {name: raw if ok else np.nan, f"{name}_raw": raw, f"{name}_status": status}
 
 
 def identifiable(te: float) -> float:

@@ -365,8 +365,18 @@ def measured_findings(table_dir) -> list[str]:
         sweep = (f"{r['te_sweep']:.2f}" if np.isfinite(r["te_sweep"])
                  else "not identifiable here")
         out.append(f"{r['run']}: TE at batch 1 from the sweep {sweep}, from profiled passes "
-                   f"{r['te_profiled']:.2f}, from the cost model {r['te_costmodel']:.2f}")
+                   f"{_te_text(r, 'te_profiled')}, from the cost model "
+                   f"{_te_text(r, 'te_costmodel')}")
     return out
+
+
+def _te_text(row, col: str) -> str:
+    """A TE of a table row as the report words it: the value, or why there is none."""
+    v = row.get(col, np.nan)
+    if pd.notna(v):
+        return f"{v:.2f}"
+    raw = row.get(f"{col}_raw", np.nan)
+    return (f"{raw:.2f}, {row.get(f'{col}_status')}" if pd.notna(raw) else "not measured")
 
 
 def comparison_findings(table_dir) -> list[str]:
