@@ -118,3 +118,19 @@ def test_download_dataset_stage_offline_writes_a_prompt_table(tmp_path):
     assert len(table) == 3 and {p.category for p in table} == {"writing", "reasoning"}
     man = json.loads((tmp_path / "m.json").read_text())
     assert man["commit"] == "e" * 40 and "provenance" in man
+
+
+def test_schedule_keeps_the_category_mix_at_every_size():
+    """Batch 1's 16 prompts and batch 8's 64 share their first 16 and every category in the same
+    proportion (the file lists categories one after the other: the first 16 rows would be two
+    categories only); past the set's size prompts are oversampled."""
+    from collections import Counter
+
+    rows = prompts.load("builtin:v1", ["tinybench"])
+    assert Counter(r.category for r in rows[:16]) == Counter({"writing": 10, "roleplay": 6})
+    small, large = prompts.schedule(rows, 16), prompts.schedule(rows, 64)
+    assert large[:16] == small
+    assert set(Counter(r.category for r in small).values()) == {2}
+    assert set(Counter(r.category for r in large).values()) == {8}
+    over = prompts.schedule(rows, 100)
+    assert len(over) == 100 and len({r.prompt_id for r in over}) == 80

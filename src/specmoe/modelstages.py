@@ -108,7 +108,7 @@ def distinct_prompts(rows: list, limit: int | None) -> list:
     commits the same tokens for a repeated prompt, so a repeat would count one prompt's windows
     again in every statistic (pseudo-replication); a small set stays small."""
     seen, out = set(), []
-    for r in rows:
+    for r in prompt_table.interleave(rows):
         if r.text not in seen:
             seen.add(r.text)
             out.append(r)

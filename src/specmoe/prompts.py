@@ -66,10 +66,27 @@ def load(source: str = "builtin:v1", datasets: list[str] | None = None) -> list[
     return rows
 
 
+def interleave(prompts: list[Prompt]) -> list[Prompt]:
+    """The prompts round-robin over their (dataset, category) slices, in order of first
+    appearance: any first n of them hold every slice in the same proportions, so that points
+    measured on fewer prompts see the same category mix as those measured on more."""
+    slices: dict[tuple[str, str], list[Prompt]] = {}
+    for p in prompts:
+        slices.setdefault((p.dataset, p.category), []).append(p)
+    out, queues = [], [list(v) for v in slices.values()]
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
 def schedule(prompts: list[Prompt], n: int, seed: int = 0) -> list[Prompt]:
-    """n prompts: each once in order while they last, then oversampled with replacement."""
+    """n prompts: each once, interleaved over slices (so every prefix has the set's category mix),
+    while they last; then oversampled with replacement (the study's rule)."""
     if not prompts:
         raise InputError("no prompts to schedule")
+    prompts = interleave(prompts)
     if n <= len(prompts):
         return list(prompts[:n])
     rng = np.random.default_rng(seed)
