@@ -38,6 +38,10 @@ CHECK = """(() => {
     images: imgs.length,
     broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80)),
     text: document.body ? document.body.innerText : "",
+    // tables whose box runs past the right edge of the page's column
+    overflowing: document.body ? Array.from(document.querySelectorAll("table")).filter(
+      t => t.getBoundingClientRect().right > document.body.getBoundingClientRect().right + 1
+    ).length : 0,
   });
 })()"""
 

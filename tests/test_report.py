@@ -163,6 +163,7 @@ def test_report_html_opens_in_a_headless_browser_with_every_image(tmp_path):
     assert page["errors"] == []
     assert page["images"] == len(report.FIGURES) and page["broken"] == []
     assert "How it compares with the study" in page["text"]
+    assert page["overflowing"] == 0  # wide tables scroll inside the column
 
 
 def test_replay_configuration_runs_in_seconds_without_models(tmp_path):
@@ -214,7 +215,7 @@ def test_routing_targets_follow_the_tables(tmp_path):
     page = tmp_path / "index.md"
     report.write_report(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
     text = page.read_text()
-    assert "## Does the miniature route like the study's models?" in text
+    assert "## The study's findings in this run's tiny targets" in text
     assert "Not shown here: fine: expert loads near uniform (independence 0.400" in text
 
     good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009}
@@ -223,7 +224,7 @@ def test_routing_targets_follow_the_tables(tmp_path):
     assert set(t.loc["fine"]) == {"shown"}
     assert t.loc[("fine", "temporal share larger for finer experts")] == "shown"
     report.write_report(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
-    assert "Every finding in this table is shown" in page.read_text()
+    assert "Every finding that a CPU run can measure is shown" in page.read_text()
 
     _routing_tables(tmp_path, fine={**good, "decay": 0.01}, coarse=good)
     t = report.routing_targets(tmp_path).set_index(["model", "finding"])["status"]

@@ -19,6 +19,8 @@ FORMATS = ("csv", "md", "tex", "html")
 
 
 def _fmt(v, digits: int) -> str:
+    if v is None:  # one symbol for a missing value in every table
+        return "–"
     if isinstance(v, float):
         if math.isnan(v):
             return "–"
