@@ -160,3 +160,22 @@ def test_an_unfilled_routing_slot_is_an_error_naming_step_and_layer(tmp_path):
              layers=np.array([3, 7]), num_experts=16, capture_s=0.0)
     tr = capture.assemble(res, [Prompt("p0", "x", "c", "text")], run, K)
     assert len(tr) == 8 and tr.experts.min() == 0
+
+
+def _repeats(token_ids: list[list[int]]) -> int:
+    """Committed tokens equal to one of the 4 before them: how much greedy output loops."""
+    return sum(int(t[i] in t[max(0, i - 4):i]) for t in token_ids for i in range(1, len(t)))
+
+
+def test_repetition_penalty_reaches_the_engine_and_cuts_loops(captured, tiny_models, tmp_path):
+    """The capture's repetition penalty is vLLM's, applied while SD verifies: the same prompts
+    decode into streams that repeat themselves less than plain greedy decoding does."""
+    res, _, rows = captured
+    engine = engine_kwargs(tiny_models / "t", tiny_models / "d", K, kv_cache_mib=128,
+                           dtype="float32")
+    pen = run_in_child(capture.capture_generate, [r.text for r in rows], 40, engine,
+                       str(tmp_path), repetition_penalty=1.5)
+    plain = [r["token_ids"] for r in res["requests"]]
+    penalised = [r["token_ids"] for r in pen["requests"]]
+    assert penalised != plain
+    assert _repeats(penalised) < _repeats(plain)

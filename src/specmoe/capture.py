@@ -276,7 +276,8 @@ class CaptureExtension:
 
 # --- driver side ----------------------------------------------------------------------------------
 
-def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_dir: str) -> dict:
+def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_dir: str,
+                     repetition_penalty: float = 1.0) -> dict:
     """Greedy SD generation with capture on; adds shard paths and per-request outputs."""
     from .engine import generate
 
@@ -285,7 +286,8 @@ def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_di
     check_version()
     engine = dict(engine, worker_extension_cls="specmoe.capture.CaptureExtension",
                   per_request_spec_decode_metrics="detailed")
-    return generate(prompts, max_tokens, engine, collect=_collect)
+    return generate(prompts, max_tokens, engine, collect=_collect,
+                    repetition_penalty=repetition_penalty)
 
 
 def _collect(llm, outs) -> dict:

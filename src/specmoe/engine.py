@@ -135,17 +135,20 @@ def _spec_metrics(llm) -> dict:
     return out
 
 
-def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None) -> dict:
+def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None,
+             repetition_penalty: float = 1.0) -> dict:
     """Greedy generation of a fixed length; returns token ids, SD metrics and timings.
 
     collect(llm, outputs) -> dict, if given, adds its keys to the result before the engine stops.
+    repetition_penalty: vLLM's (1.0: none), applied to the target at every verified position.
     """
     from vllm import SamplingParams
 
     t0 = time.perf_counter()
     with open_llm(engine) as llm:
         t1 = time.perf_counter()
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
+                                repetition_penalty=repetition_penalty)
         outs = llm.generate(prompts, params, use_tqdm=False)
         t2 = time.perf_counter()
         res = {"token_ids": [list(o.outputs[0].token_ids) for o in outs],

@@ -136,7 +136,8 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],
                            int(cap_cfg.get("max_tokens", 64)), engine, shard_dir,
-                           log_path=engine_log, timeout=float(cap_cfg.get("timeout_s", 1800)))
+                           log_path=engine_log, timeout=float(cap_cfg.get("timeout_s", 1800)),
+                           repetition_penalty=float(cap_cfg.get("repetition_penalty", 1.0)))
         tr = assemble(res, rows, run, k)
     cap = tr.meta["capture"]
     log.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches in %d "
