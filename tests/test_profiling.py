@@ -174,3 +174,35 @@ def test_drafter_time_belongs_to_the_step_it_follows(tmp_path):
     out = summarise(path, batch=2, window=4)
     assert len(out["steps"]) == 7 - 2                  # steady steps after the warm-up ones
     assert out["drafter_us_per_step"] == pytest.approx(30.0)
+
+
+def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
+    """No GPU here: a hand-made CUDA trace where the host ranges close long before their kernels
+    finish (no synchronisation inside them): 10 us of launches for 300 us of target kernels and
+    5 us for 100 us of drafter kernels. The step and drafter times are the device's."""
+    import json
+
+    from specmoe.kernelprof import summarise
+
+    events, ts, corr = [], 0, 0
+    for _ in range(6):
+        events.append(X(label("target", 1, 4, 1), "user_annotation", ts, 10))
+        for i in range(3):  # three kernels back to back on the device, 100 us each
+            corr += 1
+            events.append(X("cudaLaunchKernel", "cuda_runtime", ts + 1 + 3 * i, 2,
+                            correlation=corr))
+            events.append(X("fused_moe_kernel", "kernel", ts + 50 + 100 * i, 100, tid=99,
+                            correlation=corr, grid=[8, 1, 1]))
+        events.append(X(label("drafter", 1, 1, 0), "user_annotation", ts + 20, 5))
+        corr += 1
+        events.append(X("cudaLaunchKernel", "cuda_runtime", ts + 21, 2, correlation=corr))
+        events.append(X("sm90_xmma_gemm", "kernel", ts + 360, 100, tid=99, correlation=corr,
+                        grid=[132, 1, 1]))
+        ts += 1000
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    steps = steps_from_chrome_trace(json.loads(path.read_text()))
+    assert steps[0].dur_us == 10 and steps[0].device_us == 300 and steps[0].time_us == 300
+    out = summarise(path, batch=1, window=4)
+    assert out["wall_us"] == pytest.approx(300.0)             # not the 10 us of launches
+    assert out["drafter_us_per_step"] == pytest.approx(100.0)  # not 5

@@ -154,14 +154,15 @@ def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
         raise SpecmoeError(f"{trace_path}: no steady step with {batch} windows of {window} tokens "
                            f"(target step shapes nreq/ntok/nwin seen: {shapes[:12]})")
     return {"steps": target, "drafter_us_per_step": drafter_per_step(steps, target),
-            "wall_us": sum(s.dur_us for s in target) / len(target)}
+            "wall_us": sum(s.time_us for s in target) / len(target)}
 
 
 def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) -> float:
     """Mean drafter time per steady target step. Each drafter forward belongs to the target step
     it follows (vLLM drafts the next window after the verify pass of the same engine step), so a
     non-steady step in between keeps its own drafting; steady steps that drafted nothing (the
-    last step of a request) are left out of the mean."""
+    last step of a request) are left out of the mean. Times are device times on CUDA
+    (profiling.Step.time_us)."""
     targets = sorted((s for s in steps if s.role == "target"), key=lambda s: s.ts)
     if not targets:
         return 0.0
@@ -172,7 +173,7 @@ def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) 
             continue
         i = int(np.searchsorted(starts, d.ts, side="right")) - 1
         if i >= 0:
-            own[id(targets[i])] = own.get(id(targets[i]), 0.0) + d.dur_us
+            own[id(targets[i])] = own.get(id(targets[i]), 0.0) + d.time_us
     per = [own[id(t)] for t in steady if id(t) in own]
     return float(np.mean(per)) if per else 0.0
 

@@ -96,6 +96,15 @@ class Step:
     ts: float          # start, microseconds
     dur_us: float      # wall time of the forward on the host
     events: list[Event]
+    # on CUDA: from the first to the last end of the kernels launched inside the range, on the
+    # device's clock. A host range that does not end in a synchronisation times the launches,
+    # not the work (the kernels may still be running, or not yet started, when it closes).
+    device_us: float | None = None
+
+    @property
+    def time_us(self) -> float:
+        """The step's time: on the device where its kernels were recorded, else on the host."""
+        return self.device_us if self.device_us is not None else self.dur_us
 
 
 def label(role: str, nreq: int, ntok: int, nwin: int) -> str:
@@ -169,8 +178,9 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
         tid = (r.get("pid"), r.get("tid"))
         inside = [e for e in by_tid.get(tid, []) if e["ts"] >= lo and e["ts"] + e["dur"] <= hi]
         moe = [(a, b) for a, b in blocks.get(tid, []) if a >= lo and b <= hi]
+        device_us = None
         if kernels:
-            events = []
+            events, span = [], []
             for e in inside:
                 k = kernels.get(e.get("args", {}).get("correlation"))
                 if k is not None:
@@ -178,6 +188,9 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
                     ctas = int(grid[0]) * int(grid[1]) * int(grid[2]) if grid else None
                     events.append(Event(k["name"], float(k["dur"]), ctas,
                                         in_moe=_within(e["ts"], moe)))
+                    span.append((float(k["ts"]), float(k["ts"]) + float(k["dur"])))
+            if span:
+                device_us = max(b for _, b in span) - min(a for a, _ in span)
         else:
             ops = [e for e in inside if e.get("cat") == "cpu_op"]
             events = _self_times(ops, moe)
@@ -187,7 +200,7 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
             events.append(Event(UNTRACKED, max(0.0, gap - moe_gap)))
             if moe:
                 events.append(Event(UNTRACKED, max(0.0, moe_gap), in_moe=True))
-        steps.append(Step(role, nreq, ntok, nwin, lo, float(r["dur"]), events))
+        steps.append(Step(role, nreq, ntok, nwin, lo, float(r["dur"]), events, device_us))
     return sorted(steps, key=lambda s: s.ts)
 
 
