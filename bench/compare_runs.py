@@ -1,0 +1,72 @@
+"""Are two runs of one configuration the same, bit for bit, where they should be?
+
+Compares run directories A and B (each with results/): the sha256 of every model file (weights,
+config, tokenizer, token arrays), every trace's columns and expert ids (not the Parquet bytes,
+whose provenance holds a timestamp), and every non-timing table's CSV without its provenance line
+(the comparison table without its rows from timing tables). Timing tables are left out.
+
+Run: .venv/bin/python bench/compare_runs.py RUN_A RUN_B   (exit 1 if anything differs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specmoe.trace import read_trace
+
+TIMING = {"speedup_vs_batch", "te_three_ways", "kernel_time_shares", "three_step_correction"}
+MODEL_FILES = (".safetensors", ".npy")
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def compare(a: Path, b: Path) -> list[tuple[str, bool, str]]:
+    out = []
+    for p in sorted((a / "models").rglob("*")):
+        if p.is_file() and (p.suffix in MODEL_FILES or p.name in ("config.json",
+                                                                 "tokenizer.json")):
+            q = b / p.relative_to(a)
+            out.append((str(p.relative_to(a)), q.exists() and sha(p) == sha(q), sha(p)[:16]))
+    for p in sorted((a / "traces").rglob("*.parquet")):
+        ta, tb = read_trace(p), read_trace(b / p.relative_to(a))
+        same = np.array_equal(ta.experts, tb.experts) and ta.columns.keys() == tb.columns.keys() \
+            and all(np.array_equal(ta.columns[c], tb.columns[c]) for c in ta.columns)
+        out.append((str(p.relative_to(a)), same, f"{len(ta)} rows"))
+    for p in sorted((a / "tables").glob("*.csv")):
+        if p.stem in TIMING:
+            continue
+        q = b / "tables" / p.name
+        if p.stem == "comparison":
+            da, db = (pd.read_csv(x, comment="#") for x in (p, q))
+            da, db = (d[~d["table"].isin(TIMING)].reset_index(drop=True) for d in (da, db))
+            out.append((str(p.relative_to(a)), da.equals(db), f"{len(da)} non-timing rows"))
+            continue
+        la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith("#")]
+                  for x in (p, q))
+        out.append((str(p.relative_to(a)), la == lb, f"{len(la) - 1} rows"))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_a", type=Path)
+    ap.add_argument("run_b", type=Path)
+    args = ap.parse_args()
+    rows = compare(args.run_a / "results", args.run_b / "results")
+    for name, same, what in rows:
+        print(f"{'same' if same else 'DIFF'}  {name}  ({what})")
+    n_same = sum(s for _, s, _ in rows)
+    print(f"{n_same} of {len(rows)} identical")
+    sys.exit(0 if n_same == len(rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
