@@ -138,7 +138,15 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
                     "## Speedup and sweeps", "## Profiling", "## Acceptance",
                     "## The study side by side"):
         assert section in index
-    assert "tiny-fine (compared with Qwen2-57B): step-1 overlap 0.470 vs 0.204" in index
+    assert ("tiny-fine (compared with Qwen2-57B): step-1 overlap along the committed sequence "
+            "0.267 vs 0.204") in index
+    # the first page's findings table, from the fixture's tables
+    assert "## The study's findings in this run's tiny targets" in index
+    assert ("| tiny-fine | overlap decays with distance | overlap(1) - overlap(8) along the "
+            "sequence > 0 | +0.073 [+0.056, +0.086], 112 requests | shown |") in index
+    assert ("Not shown here: tiny-coarse: step-1 overlap above independence (0.393 [0.382, "
+            "0.405])") in index
+    assert "tiny-fine's output loops: 12% of its windows repeat a token" in index
     assert "What a CPU run cannot show" in index
     cmp_ = tables.read_csv(res / "tables" / "comparison.csv")
     assert set(cmp_["model"]) == {"tiny-fine", "synth-fine"}

@@ -333,6 +333,25 @@ def routing_targets(table_dir) -> pd.DataFrame:
 
 
 CPU = "not measurable on a CPU"
+LOOPING = 0.10  # share of windows that repeat a token above which a target's output loops
+
+
+def repetition_notes(td: Path, models: list[str]) -> list[str]:
+    """A sentence per tiny target whose output loops: overlap along a looping sequence
+    measures the loop (a repeated token routes like its copy), not routing locality."""
+    ob = _load(td, "overlap_by_distance")
+    out = []
+    for m in models:
+        g = ob[ob["model"] == m] if not ob.empty and "repetitive_windows" in ob else ob
+        if g.empty:
+            continue
+        r = g.sort_values("k", kind="stable").iloc[0]
+        share = float(r.get("repetitive_windows", 0) or 0)
+        if share > LOOPING:
+            out.append(f"{m}'s output loops: {share:.0%} of its windows repeat a token, so "
+                       "its overlap along the committed sequence partly measures the loop rather "
+                       "than routing locality.")
+    return out
 
 
 def _cpu_rows(td: Path, models: list[str]) -> list[dict]:
@@ -491,6 +510,9 @@ def write_report(table_dir, figure_dir, out, prov: dict) -> None:
                   if not missed.empty else
                   ["Every finding that a CPU run can measure is shown by this run's tiny "
                    "targets.", ""])
+        loops = repetition_notes(td, list(dict.fromkeys(targets["model"])))
+        if loops:
+            lines += [" ".join(loops), ""]
     measured = measured_findings(td)
     if measured:
         lines += ["## What the measurements show", "", *[f"- {f}" for f in measured], "",
