@@ -92,8 +92,10 @@ def test_a_training_budget_retrains_that_model_only(finished):
 def test_training_settings_retrain_trained_models_not_controls(finished):
     assert jobs(finished, change(tiny__train__lr=0.002)) == {
         "results/models/a", "results/models/b", "results/models/d"}
-    # the thread count is the rule's, not part of what the weights depend on
-    assert scheduled(finished, change(tiny__train__threads=1)) == {}
+    # the thread count fixes the order in which training adds, so the weights depend on it: it
+    # retrains the trained models (not the untrained controls), whatever cores the job gets
+    assert jobs(finished, change(tiny__train__threads=1)) == {
+        "results/models/a", "results/models/b", "results/models/d"}
 
 
 def test_one_hardware_constant_reruns_only_the_cost_models_on_it(finished):
