@@ -1,4 +1,4 @@
-"""Deconfounded acceptance statistics (SPEC.md, "Deconfounded acceptance statistics").
+"""Deconfounded acceptance statistics (docs/method.md, "Deconfounded acceptance").
 
 Acceptance falls with draft position and so does overlap, so tokens are compared within the same
 draft position only: consecutive overlap overlap(S(j-1), S(j)) (layer-averaged) of accepted drafts at j

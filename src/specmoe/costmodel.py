@@ -1,4 +1,4 @@
-"""Target-efficiency cost model (SPEC.md, "Cost model").
+"""Target-efficiency cost model (docs/method.md, "Cost model").
 
 TE = time of one target decode step / time of one verification step at the same batch size.
 Weights per GPU are counted per MoE layer: C_expert (gate, up, down of one routed expert) and C_dense
@@ -291,7 +291,7 @@ def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes,
 
 
 def speedup(tau: float, te: float, draft_cost: float) -> float:
-    """SD speedup = tau / (c + 1/TE) (SPEC.md, "Serving sweeps")."""
+    """SD speedup = tau / (c + 1/TE) (docs/method.md, "Serving sweeps")."""
     return tau / (draft_cost + 1.0 / te)
 
 

@@ -1,4 +1,4 @@
-"""Speedup curves from serving sweeps (SPEC.md, "Serving sweeps"); pure, no engine.
+"""Speedup curves from serving sweeps (docs/method.md, "Serving sweeps"); pure, no engine.
 
 Per batch size B, from three series measured with the same prompts and output length:
 - speedup(B) = TPOT_noSD(B) / TPOT_SD(B), mean TPOT, timed by the client (vLLM's bench, as in the

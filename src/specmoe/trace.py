@@ -51,7 +51,7 @@ _STR_COLUMNS = ("prompt_id", "category", "model", "drafter", "dataset")
 
 
 def status_for(position: np.ndarray, accepted: np.ndarray) -> np.ndarray:
-    """Acceptance status of each window position from the step's accepted count (SPEC.md)."""
+    """Acceptance status of each window position from the step's accepted count (docs/method.md, "Setting")."""
     position = np.asarray(position)
     accepted = np.asarray(accepted)
     status = np.full(position.shape, AFTER_REJECTION, dtype=np.int8)

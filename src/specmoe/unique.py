@@ -1,4 +1,4 @@
-"""Unique experts touched by a verification window or a batch (SPEC.md, "Unique experts").
+"""Unique experts touched by a verification window or a batch (docs/method.md, "Unique experts").
 
 All functions take per-expert probabilities for one layer and return expected counts; average over
 layers outside. An expert is unused by a batch of B independent sequences only if every sequence
