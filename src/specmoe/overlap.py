@@ -1,4 +1,5 @@
-"""Expert overlap inside verification windows (SPEC.md, "Overlap statistics").
+"""Expert overlap inside verification windows and along the committed sequence
+(docs/method.md, "Overlap").
 
 One compiled pass over the trace, parallel over layers, turns each token's top-k set into a bitmask
 (ceil(N/64) words) and accumulates, per layer:
@@ -155,8 +156,8 @@ def _row_overlaps(experts, starts, lengths, n_experts):
 
 @numba.njit(cache=True, parallel=True)
 def _sequence_pass(experts, starts, lengths, n_experts, max_d):
-    """Per layer and distance d = 1..max_d: summed |S(t) & S(t+d)| over token pairs of one
-    sequence (rows starts[i] .. starts[i] + lengths[i] - 1), and the number of such pairs."""
+    """Per sequence (rows starts[i] .. starts[i] + lengths[i] - 1), layer and distance
+    d = 1..max_d: the summed |S(t) & S(t+d)| over its token pairs d apart."""
     n_tokens, n_layers, k = experts.shape
     n_words = (n_experts + 63) // 64
     n_seq = starts.size
@@ -181,38 +182,43 @@ def _sequence_pass(experts, starts, lengths, n_experts, max_d):
     return sums
 
 
+def _sequence_sums(experts: np.ndarray, starts, lengths, num_experts: int,
+                   max_d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per sequence: summed intersections [seq, layer, d-1] and pair counts [seq, d-1]."""
+    starts = np.asarray(starts, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    sums = _sequence_pass(np.ascontiguousarray(experts), starts, lengths, num_experts, max_d)
+    return sums, np.clip(lengths[:, None] - np.arange(1, max_d + 1)[None, :], 0, None)
+
+
 def sequence_overlap_rows(experts: np.ndarray, starts, lengths, num_experts: int,
                           max_d: int = 8) -> tuple[np.ndarray, np.ndarray]:
     """Overlap along token sequences: ([layer, d-1] mean |S(t) & S(t+d)| / k over every pair of
     tokens d apart inside one sequence, [d-1] number of pairs). A sequence is the rows
     starts[i] .. starts[i] + lengths[i] - 1 of `experts` (rows, layers, k); NaN where no pair."""
-    starts = np.asarray(starts, np.int64)
-    lengths = np.asarray(lengths, np.int64)
-    k = experts.shape[2]
-    pairs = np.array([np.clip(lengths - d, 0, None).sum() for d in range(1, max_d + 1)])
-    sums = _sequence_pass(np.ascontiguousarray(experts), starts, lengths, num_experts, max_d)
+    sums, pairs = _sequence_sums(experts, starts, lengths, num_experts, max_d)
+    return _overlap_of(sums, pairs, experts.shape[2])
+
+
+def _overlap_of(sums: np.ndarray, pairs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    total = pairs.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return sums.sum(axis=0) / (pairs[None, :] * k), pairs
+        return sums.sum(axis=0) / (total[None, :] * k), total
 
 
-def sequence_intervals(experts: np.ndarray, starts, lengths, num_experts: int, max_d: int = 8,
-                       n_boot: int = 2000, seed: int = 0) -> dict:
+def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int = 2000,
+                       seed: int = 0) -> dict:
     """95% bootstrap intervals of the layer-mean overlap along sequences, resampling whole
     sequences (requests: the independent units; tokens of one request are not): for each d, and
-    for the decay overlap(1) - overlap(max_d). Percentile intervals over n_boot resamples drawn
-    from a fixed seed."""
-    starts = np.asarray(starts, np.int64)
-    lengths = np.asarray(lengths, np.int64)
-    k = experts.shape[2]
-    sums = _sequence_pass(np.ascontiguousarray(experts), starts, lengths, num_experts,
-                          max_d).mean(axis=1)  # [seq, d]: layer-mean intersections
-    pairs = np.clip(lengths[:, None] - np.arange(1, max_d + 1)[None, :], 0, None)  # [seq, d]
-    n = starts.size
+    for the decay overlap(1) - overlap(max_d). sums, pairs: per sequence, from _sequence_sums.
+    Percentile intervals over n_boot resamples drawn from a fixed seed."""
+    per_seq = sums.mean(axis=1)  # [seq, d]: layer-mean intersections
+    n = per_seq.shape[0]
     rng = np.random.default_rng(seed)
     w = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)  # [boot, seq]
     with np.errstate(invalid="ignore", divide="ignore"):
-        boot = (w @ sums) / (w @ pairs * k)  # [boot, d]
-        est = sums.sum(axis=0) / (pairs.sum(axis=0) * k)
+        boot = (w @ per_seq) / (w @ pairs * k)  # [boot, d]
+        est = per_seq.sum(axis=0) / (pairs.sum(axis=0) * k)
     decay = boot[:, 0] - boot[:, -1]
     lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
     dlo, dhi = np.nanpercentile(decay, [2.5, 97.5])
@@ -277,10 +283,12 @@ def trace_sequence_overlap(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np
     return sequence_overlap_rows(trace.experts[rows], starts, lengths, trace.num_experts, max_d)
 
 
-def trace_sequence_intervals(trace: Trace, max_d: int = 8) -> dict:
-    """sequence_intervals of each request's committed sequence (one request, one unit)."""
+def trace_sequence_stats(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.ndarray, dict]:
+    """trace_sequence_overlap and its sequence_intervals (one request, one unit) from one pass."""
     rows, starts, lengths = committed_sequences(trace)
-    return sequence_intervals(trace.experts[rows], starts, lengths, trace.num_experts, max_d)
+    sums, pairs = _sequence_sums(trace.experts[rows], starts, lengths, trace.num_experts, max_d)
+    ov, total = _overlap_of(sums, pairs, trace.top_k)
+    return ov, total, sequence_intervals(sums, pairs, trace.top_k)
 
 
 @dataclass

@@ -303,7 +303,7 @@ def routing_targets(table_dir) -> pd.DataFrame:
              "target": f"overlap along the sequence at d = 1 >= independence + 0.10 = "
                        f"{ind + 0.10:.3f}",
              "value": f"{o['seq1']:.3f} [{_ci(o, 'seq1')}]",
-             "status": _decided(*_seq1_interval(o), above=ind + 0.10)},
+             "status": _decided(*_interval(o, "seq1"), above=ind + 0.10)},
             {"model": m, "run": o["run"], "finding": "overlap decays with distance",
              "target": "overlap(1) - overlap(8) along the sequence > 0",
              "value": f"{o['seq_decay']:+.3f} [{o['seq_decay_low']:+.3f}, "
@@ -342,7 +342,9 @@ def repetition_notes(td: Path, models: list[str]) -> list[str]:
     ob = _load(td, "overlap_by_distance")
     out = []
     for m in models:
-        g = ob[ob["model"] == m] if not ob.empty and "repetitive_windows" in ob else ob
+        if ob.empty or "repetitive_windows" not in ob:
+            return out
+        g = ob[ob["model"] == m]
         if g.empty:
             continue
         r = g.sort_values("k", kind="stable").iloc[0]
@@ -383,12 +385,12 @@ def _cpu_rows(td: Path, models: list[str]) -> list[dict]:
     return rows
 
 
-def _seq1_interval(row) -> tuple[float, float]:
-    return float(row.get("seq1_low", np.nan)), float(row.get("seq1_high", np.nan))
+def _interval(row, col: str) -> tuple[float, float]:
+    return float(row.get(f"{col}_low", np.nan)), float(row.get(f"{col}_high", np.nan))
 
 
 def _ci(row, col: str) -> str:
-    lo, hi = float(row.get(f"{col}_low", np.nan)), float(row.get(f"{col}_high", np.nan))
+    lo, hi = _interval(row, col)
     return f"{lo:.3f}, {hi:.3f}" if np.isfinite(lo) else "no interval"
 
 

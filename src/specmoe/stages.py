@@ -70,9 +70,8 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
     summary = ws.summary()
-    seq, seq_pairs = overlap.trace_sequence_overlap(tr, SEQUENCE_DISTANCES)
-    summary.update(overlap.sequence_summary(
-        seq, seq_pairs, ws, overlap.trace_sequence_intervals(tr, SEQUENCE_DISTANCES)))
+    seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr, SEQUENCE_DISTANCES)
+    summary.update(overlap.sequence_summary(seq, seq_pairs, ws, seq_ci))
     uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
                                n_windows=ws.n_full_windows)
     w = ws.k_draft + 1

@@ -144,14 +144,11 @@ def zipf_logw(num_experts: int, skew: float, rng: np.random.Generator) -> np.nda
     return np.log(w / w.sum())
 
 
-def _weighted_topk(logw: np.ndarray, rng: np.random.Generator, k: int,
-                   exclude: np.ndarray | None = None) -> np.ndarray:
+def _weighted_topk(logw: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray:
     """k distinct experts per row of logw (rows, N), weighted without replacement, in descending
-    key order; experts in `exclude` (rows, m) are never drawn."""
+    key order; an expert whose log weight is -inf is never drawn."""
     with np.errstate(divide="ignore"):  # an exponential draw of exactly 0 gives key +inf: fine
         keys = logw - np.log(rng.standard_exponential(logw.shape))
-    if exclude is not None:
-        np.put_along_axis(keys, exclude.astype(np.int64), -np.inf, axis=1)
     top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
     order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1)
     return np.take_along_axis(top, order, axis=1)
@@ -162,8 +159,8 @@ class _Chain:
 
     def __init__(self, logg: np.ndarray, rows: int, k: int, stickiness: float, spread: float,
                  switch: float, rng: np.random.Generator):
-        self.logg, self.k, self.s, self.spread, self.switch, self.rng = \
-            logg, k, stickiness, spread, switch, rng
+        self.logg, self.s, self.spread, self.switch, self.rng = \
+            logg, stickiness, spread, switch, rng
         self.topic = self._new_topics(rows)
         self.cur = _weighted_topk(self.logg + self.topic, rng, k)
 

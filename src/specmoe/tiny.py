@@ -228,7 +228,7 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, batches: int, batch_size: 
     starts = np.linspace(0, tokens.size - seq_len - 1, n).astype(int)
     losses = []
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), deterministic():  # as in training: the expert scatter adds in order
         for i in range(0, n, batch_size):
             x = torch.from_numpy(np.stack([tokens[s:s + seq_len] for s in starts[i:i + batch_size]])
                                  .astype(np.int64))
@@ -240,14 +240,34 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, batches: int, batch_size: 
 def train(model, tokens: np.ndarray, spec: TrainSpec, progress: bool = True) -> dict:
     """AdamW with linear warm-up and cosine decay; a tqdm bar shows the loss."""
     import torch
-    from tqdm import tqdm
 
     spec.validate()
     # bit-reproducible training: a thread count from the config, and deterministic kernels (the
     # grouped expert GEMM's backward otherwise adds in varying order on 2 threads; the
     # deterministic path was also faster there: 0.16 vs 0.23 s a step for tiny-fine)
     torch.set_num_threads(spec.threads)
+    with deterministic():
+        return _train_loop(model, tokens, spec, progress)
+
+
+@contextlib.contextmanager
+def deterministic():
+    """torch's deterministic kernels inside the block; the switch is process-wide, so the caller's
+    own setting comes back on leaving it."""
+    import torch
+
+    was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
+def _train_loop(model, tokens: np.ndarray, spec: TrainSpec, progress: bool) -> dict:
+    import torch
+    from tqdm import tqdm
+
     torch.manual_seed(spec.seed)
     rng = np.random.default_rng(spec.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01, betas=(0.9, 0.95))
