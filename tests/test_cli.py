@@ -30,7 +30,8 @@ def test_ipf_with_loads_and_batch(tmp_path):
 
 def test_te_json():
     r = run("te", "--hidden", "2048", "--expert-intermediate", "768", "--heads", "32",
-            "--kv-heads", "4", "--head-dim", "128", "--k", "8", "--n", "128", "--dtype", "bf16", "--tp", "1",
+            "--kv-heads", "4", "--head-dim", "128", "--layers", "48", "--k", "8", "--n", "128",
+            "--dtype", "bf16", "--tp", "1",
             "--unique", "19.49", "--json")
     out = json.loads(r.stdout)
     assert out["c_expert_mib"] == 9.0 and out["c_dense_mib"] == 36.0
@@ -78,7 +79,7 @@ def test_synth_then_analyze(tmp_path):
     (["ipf", "--k", "8", "--n", "128", "--overlaps", "0.3", "--loads", "/nonexistent"],
      "no such loads file"),
     (["te", "--hidden", "2048", "--expert-intermediate", "768", "--heads", "32", "--kv-heads", "4",
-      "--head-dim", "128", "--k", "8", "--dtype", "int3"], "unknown dtype 'int3'"),
+      "--head-dim", "128", "--layers", "48", "--k", "8", "--dtype", "int3"], "unknown dtype 'int3'"),
     (["te", "--hidden", "2048"], "give --config or all of"),
     (["te", "--config", "/nonexistent/config.json"], "no such config file"),
     (["analyze", "/nonexistent.parquet"], "no such trace file"),
@@ -110,7 +111,7 @@ def test_every_option_has_help_and_the_command_a_version():
 def test_te_unique_must_lie_between_k_and_the_window(unique, ok):
     """A window of K+1 = 4 tokens of top-8 routing uses 8 to 32 unique experts: nothing else."""
     dims = ["--hidden", "2048", "--expert-intermediate", "768", "--heads", "32", "--kv-heads",
-            "4", "--head-dim", "128", "--k", "8", "--n", "128"]
+            "4", "--head-dim", "128", "--layers", "48", "--k", "8", "--n", "128"]
     out = run("te", *dims, "--unique", str(unique))
     assert (out.returncode == 0) == ok
     if not ok:

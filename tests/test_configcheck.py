@@ -65,7 +65,7 @@ CORPUS = [
     ("K twice", lambda c: c["models"][1].update(ks=[3, 3]), "model s: ks lists K=3 twice"),
     ("dtype without a peak", lambda c: c["models"][1].update(
         hardware="CPU", dims={"hidden": 64, "expert_intermediate": 16, "heads": 2, "kv_heads": 1,
-                              "head_dim": 32, "dtype": "fp8"}),
+                              "head_dim": 32, "dtype": "fp8", "num_layers": 2}),
      "model s: dims.dtype fp8 on hardware CPU, which has no peak_tflops.fp8"),
     ("downloaded model with a tiny drafter", lambda c: c["models"].append(
         {"name": "h", "source": "hf", "repo_id": "o/r", "drafters": ["d"],
@@ -89,7 +89,7 @@ CORPUS = [
      "o/r is asked for at different revisions"),
     ("synthetic dims against the generator", lambda c: c["models"][1].update(
         dims={"hidden": 64, "expert_intermediate": 16, "heads": 2, "kv_heads": 1, "head_dim": 32,
-              "num_experts": 32}), "model s: dims.num_experts=32 contradicts synthetic.num_experts=16"),
+              "num_experts": 32, "num_layers": 2}), "model s: dims.num_experts=32 contradicts synthetic.num_experts=16"),
     ("variant of an unknown model", lambda c: c["models"].append(
         {"name": "v", "source": "variant", "variant_of": "s", "drafters": ["d"],
          "datasets": ["tinybench"]}), "model v: variant_of 's' is not a tiny model"),

@@ -14,7 +14,8 @@ QWEN3_30B = {  # the fields of Qwen/Qwen3-30B-A3B's config.json that the model r
 
 def test_hand_computed_bytes():
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
-                               heads=32, kv_heads=4, head_dim=128, dtype="bf16", tp=1)
+                               heads=32, kv_heads=4, head_dim=128, dtype="bf16", tp=1,
+                               num_layers=48)
     # attention: q 2048x4096 + k,v 2048x512 each + o 4096x2048 = 18,874,368 params x 2 bytes
     assert d.c_dense == 18_874_368 * 2
     assert d.c_dense / cm.MIB == 36.0
@@ -25,7 +26,7 @@ def test_hand_computed_bytes():
 
 def test_fp8_tp_and_shared_experts():
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
-                               heads=32, kv_heads=4, head_dim=128, dtype="fp8", tp=2,
+                               heads=32, kv_heads=4, head_dim=128, dtype="fp8", tp=2, num_layers=48,
                                shared_intermediate=1024)
     assert d.c_expert / cm.MIB == 2.25
     assert d.c_dense == (18_874_368 + 3 * 2048 * 1024) / 2
@@ -81,7 +82,7 @@ def test_three_step_correction():
 
 def test_te_curve_goes_compute_bound():
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
-                               heads=32, kv_heads=4, head_dim=128)
+                               heads=32, kv_heads=4, head_dim=128, num_layers=48)
     hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
     rows = cm.te_curve(d, hw, 3, [1, 4096],
                        lambda b: 128 * (1 - (120 / 128) ** (4 * b)),
@@ -100,7 +101,7 @@ def test_speedup_and_te_from_sweep_invert():
                                     ({"tp": 0}, "tp must be")])
 def test_bad_dims(kw, msg):
     base = dict(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8, heads=32,
-                kv_heads=4, head_dim=128)
+                kv_heads=4, head_dim=128, num_layers=48)
     base.update(kw)
     with pytest.raises(InputError, match=msg):
         cm.ModelDims.from_dims(**base)
@@ -138,22 +139,57 @@ def test_degenerate_correction_inputs_are_errors_not_numbers(kw, msg):
         cm.three_step_correction(**args)
 
 
-def test_model_draft_ratio_flat_for_a_moe_drafter_falling_for_a_dense_one():
-    """The synthetic drafters of the draft-ratio figure: a one-layer copy of the target's experts
-    reads as many unique experts as the target's decode does (both uniform here), so its ratio is
-    K / MoE layers at every batch; a dense drafter reads fixed bytes while the target reads more
-    experts, so its ratio falls; at batch 1 both read k experts' worth."""
-    from specmoe import costmodel
+QWEN3_30B_DIMS = dict(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8, heads=32,
+                 kv_heads=4, head_dim=128, num_layers=48, vocab_size=151936)
+
+
+def test_a_model_without_a_layer_count_is_refused():
+    """The step reads every layer: no default of one layer (which made the draft cost K)."""
+    with pytest.raises(TypeError, match="num_layers"):
+        cm.ModelDims.from_dims(**{k: v for k, v in QWEN3_30B_DIMS.items() if k != "num_layers"})
+
+
+def test_draft_cost_counts_the_drafters_lm_head_and_kv_reads():
+    """At batch 1 both synthetic drafters read one layer (attention, k experts' worth of FFN),
+    the target's LM head and one layer's KV cache; the target reads 48 layers, its LM head and
+    48 layers' cache. The ratio by hand, bytes over bandwidth (memory bound at batch 1)."""
     from specmoe.unique import uniform_unique
 
-    d = costmodel.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128,
-                                      top_k=8, heads=32, kv_heads=4, head_dim=128, num_layers=48)
-    hw = costmodel.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350,
-                                                 "peak_tflops": {"bf16": 989}})
-    rows = costmodel.draft_ratio_curve(d, hw, 3, [1, 4, 16, 64],
-                                       lambda b: uniform_unique(128, 8, b))
-    moe = [r["draft_cost"] for r in rows if r["synthetic_drafter"] == costmodel.MOE_DRAFTER]
-    dense = [r["draft_cost"] for r in rows if r["synthetic_drafter"] == costmodel.DENSE_DRAFTER]
-    assert moe == pytest.approx([3 / 48] * 4)
-    assert dense[0] == pytest.approx(moe[0])
-    assert all(b < a for a, b in zip(dense, dense[1:]))
+    d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
+    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350,
+                                          "peak_tflops": {"bf16": 989}})
+    ctx = 512
+    rows = cm.draft_ratio_curve(d, hw, 3, [1, 64], lambda b: uniform_unique(128, 8, b), ctx, 896)
+    attn = 2048 * 32 * 128 * 2 + 2048 * 4 * 128 * 2
+    layer = (attn + 8 * 3 * 2048 * 768) * 2
+    head = 151936 * 2048 * 2
+    kv = ctx * 2 * 4 * 128 * 2
+    target = 48 * layer + head + 48 * kv
+    drafter = layer + head + kv
+    b1 = [r for r in rows if r["batch"] == 1]
+    for r in b1:
+        assert r["draft_cost"] == pytest.approx(3 * drafter / target, rel=1e-9)
+    assert b1[0]["t_target_us"] == pytest.approx(target / 3350e9 * 1e6)
+    # the MoE drafter's N is its own (the study's Figure 12: 896), not the target's 128
+    moe64 = next(r for r in rows if r["batch"] == 64
+                 and r["synthetic_drafter"] == cm.MOE_DRAFTER)
+    assert moe64["unique_drafter"] == pytest.approx(896 * (1 - (1 - 8 / 896) ** 64))
+    with pytest.raises(InputError, match="vocab_size"):
+        cm.draft_ratio_curve(cm.ModelDims.from_dims(**{**QWEN3_30B_DIMS, "vocab_size": 0}), hw, 3,
+                             [1], lambda b: 8.0, ctx, 896)
+
+
+def test_a_fixed_cost_per_forward_pass_weighs_more_on_the_drafters_k_passes():
+    """K drafter passes pay the fixed cost K times, the target's step once: with a fixed cost
+    the dense drafter's ratio is higher at every batch size."""
+    from specmoe.unique import uniform_unique
+
+    d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
+    base = {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}}
+    curves = {}
+    for us in (0, 50):
+        hw = cm.Hardware.from_config("H100", {**base, "step_overhead_us": us})
+        curves[us] = [r["draft_cost"] for r in cm.draft_ratio_curve(
+            d, hw, 3, [1, 8, 64], lambda b: uniform_unique(128, 8, b), 512, 896)
+            if r["synthetic_drafter"] == cm.DENSE_DRAFTER]
+    assert all(b > a for a, b in zip(curves[0], curves[50]))

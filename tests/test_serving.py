@@ -25,28 +25,34 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
     args = (engine, str(tiny_models / "t"), PROMPTS, [(1, 3), (2, 4)], 12, 1, tmp_path / "pts",
             {"series": "test"}, {"stage": "test"})
     caplog.set_level(logging.INFO, logger="specmoe")
-    points = run_series(*args)
-    assert [p["batch"] for p in points] == [1, 2] and not any(p["reused"] for p in points)
-    for p, n in zip(points, (3, 4)):
+    points = run_series(*args, repeats=2)
+    assert [(p["batch"], p["repeat"]) for p in points] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert not any(p["reused"] for p in points)
+    # repeat by repeat: repeat 0 of every batch size before repeat 1 of any
+    mtimes = [(tmp_path / "pts" / f"b{b}.r{r}.json").stat().st_mtime_ns for b, r in
+              ((1, 0), (2, 0), (1, 1), (2, 1))]
+    assert mtimes == sorted(mtimes)
+    for p, n in zip(points, (3, 3, 4, 4)):
         assert p["completed"] == n and p["failed"] == 0
         assert p["total_output_tokens"] == n * 12          # ignore_eos: fixed output length
         assert 0 < p["tpot_ms"]["median"] <= p["tpot_ms"]["p99"]
         assert p["engine"]["request_time_per_output_token_ms"] > 0   # the engine's own timing
         assert 1.0 <= p["sd"]["acceptance_length"] <= 4.0
         assert len(p["sd"]["per_position_acceptance"]) == 3
-        assert read_json(tmp_path / "pts" / f"b{p['batch']}.json")["provenance"] == {
-            "stage": "test"}
-    # an interrupted series: the second point is missing, the first is kept as it is
-    first = (tmp_path / "pts" / "b1.json").stat().st_mtime_ns
-    (tmp_path / "pts" / "b2.json").unlink()
+        assert read_json(tmp_path / "pts" / f"b{p['batch']}.r{p['repeat']}.json")[
+            "provenance"] == {"stage": "test"}
+    # an interrupted series: one point is missing, the others are kept as they are
+    first = (tmp_path / "pts" / "b1.r0.json").stat().st_mtime_ns
+    (tmp_path / "pts" / "b2.r0.json").unlink()
     caplog.clear()
-    again = run_series(*args)
-    assert [p["reused"] for p in again] == [True, False]
-    assert (tmp_path / "pts" / "b1.json").stat().st_mtime_ns == first
-    assert "batch 1: reusing" in caplog.text and "engine up" in caplog.text
+    again = run_series(*args, repeats=2)
+    assert [p["reused"] for p in again] == [True, True, False, True]
+    assert (tmp_path / "pts" / "b1.r0.json").stat().st_mtime_ns == first
+    assert "batch 1 repeat 0: reusing" in caplog.text and "engine up" in caplog.text
     # complete: no engine starts at all
     caplog.clear()
-    assert all(p["reused"] for p in run_series(*args)) and "engine up" not in caplog.text
+    assert all(p["reused"] for p in run_series(*args, repeats=2))
+    assert "engine up" not in caplog.text
     # a different output length is a different measurement
     changed = run_series(engine, str(tiny_models / "t"), PROMPTS, [(1, 3)], 8, 1,
                          tmp_path / "pts", {"series": "test"}, {"stage": "test"})

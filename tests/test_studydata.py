@@ -134,3 +134,5 @@ def test_schedule_keeps_the_category_mix_at_every_size():
     assert set(Counter(r.category for r in large).values()) == {8}
     over = prompts.schedule(rows, 100)
     assert len(over) == 100 and len({r.prompt_id for r in over}) == 80
+    cycled = prompts.schedule(rows, 48, set_size=16)
+    assert cycled == small * 3

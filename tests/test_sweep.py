@@ -2,11 +2,14 @@
 
 import math
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from specmoe.costmodel import speedup
 from specmoe.errors import InputError
-from specmoe.sweep import CONCAVE, FLAT, PEAK_LOW, RISING, TOO_FEW, shape_label, speedup_curve
+from specmoe.sweep import (CONCAVE, FLAT, PEAK_LOW, RISING, TOO_FEW, UNDECIDED, Estimate,
+                           shape_label, speedup_curve)
 
 
 def point(batch, tpot, tau=None, per_pos=None):
@@ -17,23 +20,84 @@ def point(batch, tpot, tau=None, per_pos=None):
     return p
 
 
+def exact(values):
+    """Speedups known exactly (no error): the margin alone decides."""
+    return [Estimate(v, 0.0, math.inf) for v in values]
+
+
 @pytest.mark.parametrize("speedups,label", [
     ([2.0, 1.8, 1.5, 1.1], PEAK_LOW),            # monotone decreasing
-    ([1.5, 1.9, 1.7, 1.2], CONCAVE),             # interior maximum well above batch 1
+    ([1.5, 1.9, 1.7, 1.2], CONCAVE),             # interior maximum well above both ends
     ([1.5, 1.52, 1.4, 1.2], PEAK_LOW),           # interior maximum inside the margin
     ([1.0, 1.2, 1.4, 1.6], RISING),              # rising with batch size is not a low-batch peak
     ([1.0, 1.3, 1.5, 1.48], RISING),             # ends within the margin of its maximum
-    ([1.0, 1.03, 0.98, 1.02], FLAT),             # every point within the margin of batch 1
+    ([1.0, 1.03, 0.99, 1.02], FLAT),             # every pair within the margin
 ])
-def test_shape_label(speedups, label):
-    assert shape_label([1, 2, 4, 8], speedups, margin=0.05) == label
+def test_shape_label_of_exact_curves(speedups, label):
+    assert shape_label([1, 2, 4, 8], exact(speedups), margin=0.05) == label
 
 
 def test_shape_label_ignores_order_and_nan():
-    assert shape_label([8, 1, 4, 2], [1.2, 1.5, 1.7, 1.9]) == CONCAVE
-    assert shape_label([1, 2], [1.0, 2.0]) == RISING
-    assert shape_label([1, 2, 4], [1.0, float("nan"), 2.0]) == RISING
-    assert shape_label([1, 2], [1.0, float("nan")]) == TOO_FEW
+    assert shape_label([8, 1, 4, 2], exact([1.2, 1.5, 1.7, 1.9])) == CONCAVE
+    assert shape_label([1, 2], exact([1.0, 2.0])) == RISING
+    assert shape_label([1, 2, 4], exact([1.0, float("nan"), 2.0])) == RISING
+    assert shape_label([1, 2], exact([1.0, float("nan")])) == TOO_FEW
+
+
+@pytest.mark.parametrize("speedups", [
+    [1.02, 1.13, 0.95, 0.99],   # labelled "concave" from single measurements
+    [0.83, 0.95, 0.76, 0.93],   # labelled "rising"
+])
+def test_zig_zags_within_their_noise_are_undecided(speedups):
+    """Per-point errors of 5% (the size sweeps on a CPU show) do not decide these curves' shapes;
+    the same points measured 10 times as precisely do."""
+    noisy = [Estimate(v, 0.05, 8) for v in speedups]
+    assert shape_label([1, 2, 4, 8], noisy) == UNDECIDED
+    precise = [Estimate(v, 0.005, 8) for v in speedups]
+    assert shape_label([1, 2, 4, 8], precise) not in (UNDECIDED, FLAT)
+
+
+def _sim_series(rng, true_tpot, rel_sd, repeats, tau=None):
+    return [point(b, t * math.exp(rng.normal(0, rel_sd)), tau=tau) | {"repeat": r}
+            for b, t in true_tpot.items() for r in range(repeats)]
+
+
+def test_speedup_interval_covers_the_true_speedup_about_95_percent_of_the_time():
+    """Repeats drawn with 6% log-normal noise around known TPOTs: the 95% interval of each point's
+    speedup covers the true one in close to 95% of simulated sweeps, and a truly flat curve is
+    rarely given a shape."""
+    rng = np.random.default_rng(0)
+    ar_true = {1: 10.0, 2: 11.0, 4: 12.0, 8: 14.0}
+    sd_true = {b: t / 1.3 for b, t in ar_true.items()}       # speedup 1.3 at every batch size
+    covered = total = shaped = 0
+    sims = 300
+    for _ in range(sims):
+        res = speedup_curve(_sim_series(rng, ar_true, 0.06, 3),
+                            _sim_series(rng, sd_true, 0.06, 3, tau=2.0), None, 3)
+        for r in res["rows"]:
+            assert r["repeats"] == 3 and r["speedup_low"] < r["speedup"] < r["speedup_high"]
+            covered += r["speedup_low"] <= 1.3 <= r["speedup_high"]
+            total += 1
+        shaped += res["shape"] in (PEAK_LOW, CONCAVE, RISING)
+    assert 0.92 <= covered / total <= 0.98
+    assert shaped / sims <= 0.05
+
+
+def test_speedup_interval_from_repeats_pools_the_series_spread():
+    """Two batch sizes, two repeats each: the pooled log variance by hand."""
+    ar = [point(1, 10.0) | {"repeat": 0}, point(1, 12.0) | {"repeat": 1},
+          point(2, 20.0) | {"repeat": 0}, point(2, 20.0) | {"repeat": 1}]
+    sd = [point(b, t, tau=2.0) | {"repeat": r} for b, t, r in
+          ((1, 5.0, 0), (1, 5.0, 1), (2, 10.0, 0), (2, 10.0, 1))]
+    rows = speedup_curve(ar, sd, None, 3)["rows"]
+    d = math.log(12.0) - math.log(10.0)
+    var_ar = (d * d / 2) / 2                       # pooled over 2 df; the SD series has none
+    se = math.sqrt(var_ar / 2)                     # of a mean of 2 repeats
+    r1 = rows[0]
+    assert r1["speedup"] == pytest.approx(11.0 / 5.0)
+    t = stats.t.ppf(0.975, 2)                      # df of the AR series alone (Welch)
+    assert r1["speedup_high"] == pytest.approx(2.2 * math.exp(t * se))
+    assert rows[1]["speedup_low"] == pytest.approx(2.0 * math.exp(-t * se))
 
 
 def test_speedup_curve_recovers_the_te_it_was_built_from():
@@ -114,8 +178,11 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     te = 10.0 / (tau * 6.0 - 3 * 0.5)
     assert row["te_sweep"] == pytest.approx(te) and row["te_sweep_status"] == "ok"
     assert row["te_sweep_low"] < te < row["te_sweep_high"] < 1
-    lo, hi = te_interval(tau, k, (10.0, 0.1), (6.0, 0.1), (0.5, 0.005))
+    # measured once: each TPOT's interval from the client's per-request spread (100 requests)
+    iv = [Estimate(m, s / m / 10, 99).interval() for m, s in ((10.0, 1.0), (6.0, 1.0), (0.5, 0.05))]
+    lo, hi = te_interval((tau, tau), k, *iv)
     assert (lo, hi) == (pytest.approx(row["te_sweep_low"]), pytest.approx(row["te_sweep_high"]))
+    assert lo == pytest.approx(iv[0][0] / (tau * iv[1][1] - k * iv[2][0]))
     # ill conditioned: tau TPOT_SD barely above K TPOT_drafter gives TE > 1: not a number
     sd = [pt(1, 4.0, 1.0, sd=tau)]
     dr = [pt(1, 2.5, 0.3)]
@@ -123,3 +190,21 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     assert row["te_sweep_raw"] > 1 and math.isnan(row["te_sweep"])
     assert row["te_sweep_status"] == "not identifiable here"
     assert row["te_sweep_high"] > row["te_sweep_raw"] > row["te_sweep_low"] > 1
+
+
+def test_te_interval_widens_with_the_acceptance_length_spread():
+    """The acceptance length's error is part of TE's interval: repeats whose acceptance lengths
+    differ give a wider interval than repeats that agree, around the same TE."""
+    k = 3
+
+    def series(tpots, taus=None):
+        return [point(1, t, tau=None if taus is None else taus[r]) | {"repeat": r}
+                for r, t in enumerate(tpots)]
+
+    ar, dr = series([10.0, 10.2, 9.8]), series([0.5, 0.51, 0.49])
+    same = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.2, 2.2, 2.2]), dr, k)["rows"][0]
+    spread = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.1, 2.2, 2.3]), dr, k)["rows"][0]
+    assert same["te_sweep"] == pytest.approx(spread["te_sweep"])
+    assert spread["te_sweep_low"] < same["te_sweep_low"] < same["te_sweep_high"] \
+        < spread["te_sweep_high"]
+    assert spread["tau_spread"] == pytest.approx(0.2) and same["tau_spread"] == 0

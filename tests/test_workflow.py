@@ -16,7 +16,7 @@ import yaml
 from specmoe import tables
 from specmoe.provenance import read_json
 from specmoe.report import figure_frames
-from specmoe.sweep import shape_label
+from specmoe.sweep import Estimate, shape_label
 from specmoe.trace import read_trace
 from wf import copy_workflow
 
@@ -195,7 +195,7 @@ TINY_CONFIG = {
              "sd_check": {"k": 3, "dataset": "heldout-code", "prompts": 4, "max_tokens": 32,
                           "kv_cache_mib": 128}},
     "sweep": {"schedule": [{"batch": 1, "prompts": 2}, {"batch": 2, "prompts": 4}],
-              "output_len": 12, "warmups": 1, "kv_cache_mib": 128},
+              "output_len": 12, "warmups": 1, "repeats": 2, "kv_cache_mib": 128},
     "profiling": {"batch_sizes": [1], "max_tokens": 16, "kv_cache_mib": 128},
     "drafters": [{"name": "dr", "source": "tiny", "steps": 120,
                   "arch": {"kind": "dense", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1,
@@ -229,18 +229,23 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     assert "done in" in (wd / "logs/sd_check/moe/dr/K3/heldout-code.log").read_text()
     sp = read_json(res / "speedup/moe/dr/K3/heldout-code.json")
     assert [r["batch"] for r in sp["rows"]] == [1, 2]
-    # the label follows the measured curve (timing noise decides it on these tiny models)
-    assert sp["shape"] == shape_label([1, 2], [r["speedup"] for r in sp["rows"]], sp["margin"])
+    # each point twice on its engine: the speedup's interval comes from the repeats, and the
+    # label follows the intervals
+    assert sp["shape"] == shape_label([1, 2], [Estimate(r["speedup"], r["speedup_log_se"],
+                                                        r["speedup_df"]) for r in sp["rows"]],
+                                      sp["margin"])
     for r in sp["rows"]:  # the drafter's own series gives c, and with it TE from the sweep
         assert r["speedup"] > 0 and 1.0 <= r["tau"] <= 4.0 and r["draft_cost"] > 0
+        assert r["repeats"] == 2 and r["speedup_low"] < r["speedup"] < r["speedup_high"]
     # one engine per series serves both datasets: one start-up, every dataset's points
     for series, log in ((res / "sweeps/moe/dr/K3.json", wd / "logs/sweeps/moe/dr/K3.log"),
                         (res / "sweeps/moe/ar.json", wd / "logs/sweeps/moe/ar.log"),
                         (res / "sweeps/dr/ar.json", wd / "logs/sweeps/dr/ar.log")):
         sw = read_json(series)
         assert sw["engine_starts"] == 1 and log.read_text().count("engine up on port") == 1
-        assert {ds: [p["batch"] for p in v["points"]] for ds, v in sw["datasets"].items()} == {
-            "heldout-code": [1, 2], "heldout-prose": [1, 2]}
+        assert {ds: [(p["batch"], p["repeat"]) for p in v["points"]]
+                for ds, v in sw["datasets"].items()} == {
+            ds: [(1, 0), (1, 1), (2, 0), (2, 1)] for ds in ("heldout-code", "heldout-prose")}
     assert read_json(res / "speedup/moe/dr/K3/heldout-prose.json")["rows"]
     prof = read_json(res / "profiles/moe/dr/K3.json")
     assert prof["batches"][0]["decode_steps"] > 0 and prof["batches"][0]["verify_steps"] > 0
@@ -258,7 +263,7 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     for series in ("moe-bf16/ar", "moe-bf16/dr/K3"):
         sw = read_json(res / f"sweeps/{series}.json")
         assert sw["engine"]["dtype"] == "bfloat16" and list(sw["datasets"]) == ["heldout-code"]
-        point = read_json(res / f"sweeps/{series}.points/heldout-code/b1.json")
+        point = read_json(res / f"sweeps/{series}.points/heldout-code/b1.r0.json")
         assert point["provenance"]["model"]["revision"] == "seed0-steps60"
     assert read_json(res / "sweeps/moe/ar.json")["engine"]["dtype"] != "bfloat16"
     assert not any((res / d / "moe-bf16").exists() for d in ("models", "traces", "profiles"))
@@ -270,15 +275,16 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     assert set(families[0]["dataset"]) == {"heldout-code"}
     r = snakemake(wd)
     assert "Nothing to be done" in r.stdout + r.stderr
-    # a sweep interrupted after its first point: the rerun measures the second one only
+    # a sweep interrupted before its last point: the rerun measures that one only
     points = res / "sweeps/moe/dr/K3.points/heldout-code"
-    kept = (points / "b1.json").stat().st_mtime_ns
-    (points / "b2.json").unlink()
+    kept = (points / "b1.r0.json").stat().st_mtime_ns
+    (points / "b2.r1.json").unlink()
     (res / "sweeps/moe/dr/K3.json").unlink()
     snakemake(wd, "results/sweeps/moe/dr/K3.json")
     log = (wd / "logs/sweeps/moe/dr/K3.log").read_text()
-    assert "heldout-code: batch 1: reusing" in log and "heldout-code: batch 2: TPOT" in log
-    assert (points / "b1.json").stat().st_mtime_ns == kept and (points / "b2.json").exists()
+    assert "heldout-code: batch 1 repeat 0: reusing" in log
+    assert "heldout-code: batch 2 repeat 1: TPOT" in log and "batch 2 repeat 0: TPOT" not in log
+    assert (points / "b1.r0.json").stat().st_mtime_ns == kept and (points / "b2.r1.json").exists()
 
 
 @pytest.mark.parametrize("edit,needle", [

@@ -113,12 +113,14 @@ def cmd_te(a) -> dict:
         dims = ModelDims.from_hf_config(a.config, dtype=a.dtype, tp=a.tp)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in
-                   ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k")
+                   ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k",
+                    "layers")
                    if getattr(a, n) is None]
         if missing:
             raise InputError(f"give --config or all of: {', '.join(missing)}")
         dims = ModelDims.from_dims(hidden=a.hidden, expert_intermediate=a.expert_intermediate,
                                    num_experts=a.n or a.k, top_k=a.k, heads=a.heads,
+                                   num_layers=a.layers,
                                    kv_heads=a.kv_heads, head_dim=a.head_dim,
                                    shared_intermediate=a.shared_intermediate or 0,
                                    dtype=a.dtype or "bf16", tp=a.tp)
@@ -217,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("head-dim", "dimension of one attention head"),
                        ("k", "experts per token (top-k)"),
                        ("n", "routed experts per layer (default: k)"),
+                       ("layers", "decoder layers, every one with experts"),
                        ("shared-intermediate", "intermediate size of the shared experts (0)")):
         s.add_argument(f"--{name}", type=int, help=what)
     s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: config's, else bf16)")

@@ -77,6 +77,8 @@ class ModelDims:
     dense_dtype: str | None = None
     num_moe_layers: int | None = None
     dense_layer_params: float = 0.0
+    vocab_size: int = 0
+    kv_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         dtype_bytes(self.dtype)
@@ -93,8 +95,9 @@ class ModelDims:
         if self.num_moe_layers > self.num_layers:
             raise InputError(f"num_moe_layers ({self.num_moe_layers}) exceeds num_layers "
                              f"({self.num_layers})")
-        if self.shared_intermediate < 0 or self.dense_layer_params < 0:
-            raise InputError("shared_intermediate and dense_layer_params must be >= 0")
+        for name in ("shared_intermediate", "dense_layer_params", "vocab_size", "kv_per_token"):
+            if getattr(self, name) < 0:
+                raise InputError(f"{name} must be >= 0 (got {getattr(self, name)})")
 
     @staticmethod
     def gqa_attention_params(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
@@ -106,12 +109,14 @@ class ModelDims:
 
     @classmethod
     def from_dims(cls, *, hidden, expert_intermediate, num_experts, top_k, heads, kv_heads,
-                  head_dim, shared_intermediate=0, num_layers=1, dtype="bf16", tp=1,
-                  dense_dtype=None) -> "ModelDims":
+                  head_dim, num_layers, shared_intermediate=0, dtype="bf16", tp=1,
+                  dense_dtype=None, vocab_size=0) -> "ModelDims":
+        """Grouped-query attention in every layer, every layer with experts."""
         attn = cls.gqa_attention_params(hidden, heads, kv_heads, head_dim)
         return cls(hidden=hidden, expert_intermediate=expert_intermediate, num_experts=num_experts,
                    top_k=top_k, attention_params=attn, shared_intermediate=shared_intermediate,
-                   num_layers=num_layers, dtype=dtype, tp=tp, dense_dtype=dense_dtype)
+                   num_layers=num_layers, dtype=dtype, tp=tp, dense_dtype=dense_dtype,
+                   vocab_size=vocab_size, kv_per_token=2 * kv_heads * head_dim * num_layers)
 
     @classmethod
     def from_hf_config(cls, cfg: dict | str | Path, dtype: str | None = None,
@@ -219,12 +224,14 @@ class Hardware:
     peak_flops: dict         # dtype -> FLOP/s (dense)
     l2_bytes: float = 0.0
     sm_count: int = 0
+    step_overhead: float = 0.0  # s per forward pass (launches, scheduling), whatever it computes
 
     @classmethod
     def from_config(cls, name: str, d: dict) -> "Hardware":
         return cls(name=name, hbm_bandwidth=float(d["hbm_bandwidth_gbs"]) * 1e9,
                    peak_flops={k: float(v) * 1e12 for k, v in d["peak_tflops"].items()},
-                   l2_bytes=float(d.get("l2_mib", 0)) * MIB, sm_count=int(d.get("sm_count", 0)))
+                   l2_bytes=float(d.get("l2_mib", 0)) * MIB, sm_count=int(d.get("sm_count", 0)),
+                   step_overhead=float(d.get("step_overhead_us", 0)) * 1e-6)
 
     def flops(self, dtype: str) -> float:
         """Peak dense FLOP/s for the class `dtype` computes in; a missing entry is an error."""
@@ -265,28 +272,50 @@ def te_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes,
 
 
 DENSE_DRAFTER = "dense drafter (one layer, the target's active FFN width)"
-MOE_DRAFTER = "MoE drafter (one layer of the target's experts)"
+MOE_DRAFTER = "MoE drafter (one layer of N experts of the target's width)"
 
 
-def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes,
-                      unique_decode) -> list[dict]:
+def forward_time(dims: ModelDims, hw: Hardware, batch: int, tokens_per_seq: int, unique: float,
+                 context: float) -> float:
+    """Roofline time of one forward pass of a whole model over `batch` sequences of
+    `tokens_per_seq` new tokens each: every MoE layer (its weights, `unique` experts, FLOPs), the
+    LM head over every new token, the KV cache of `context` tokens per sequence read once, and the
+    hardware's fixed cost per forward pass."""
+    if dims.vocab_size < 1:
+        raise InputError("the step model needs the vocabulary size (vocab_size) for the LM head")
+    tokens = batch * tokens_per_seq
+    layers = dims.num_moe_layers * step_time(dims, hw, tokens, unique)
+    head = dims.vocab_size * dims.hidden
+    lm_head = max(head * dtype_bytes(dims.dense_dtype) / dims.tp / hw.hbm_bandwidth,
+                  2.0 * tokens * head / dims.tp / hw.flops(dims.dense_dtype))
+    kv = batch * context * dims.kv_per_token * dtype_bytes(dims.dense_dtype) / dims.tp
+    return layers + lm_head + kv / hw.hbm_bandwidth + hw.step_overhead
+
+
+def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes, unique_decode,
+                      context: float, moe_drafter_experts: int) -> list[dict]:
     """The draft cost ratio c(B) = K T_drafter(B) / T_target(B) of two synthetic one-layer
-    drafters against the target's decode step, both at the roofline: a dense drafter with the
-    target's active FFN width (k experts' worth, fixed bytes whatever the batch) and a MoE drafter
-    with the target's N experts of k (its B tokens route independently and uniformly). The target
-    reads unique_decode(B) experts per MoE layer in all its MoE layers.
+    drafters against the target's decode step (forward_time: layers, LM head, KV reads, fixed
+    cost): a dense drafter with the target's attention and active FFN width (k experts' worth,
+    fixed bytes whatever the batch), and a MoE drafter of `moe_drafter_experts` experts of the
+    target's width, k of them per token (its B tokens route independently and uniformly). Both
+    carry the target's LM head and one layer's KV cache. The target reads unique_decode(B) experts
+    per MoE layer.
     """
+    one = {"num_layers": 1, "num_moe_layers": 1, "dense_layer_params": 0.0,
+           "kv_per_token": dims.kv_per_token / dims.num_layers}
     dense = replace(dims, num_experts=1, top_k=1, expert_intermediate=dims.top_k
-                    * dims.expert_intermediate, num_layers=1, num_moe_layers=1,
-                    dense_layer_params=0.0)
-    moe = replace(dims, num_layers=1, num_moe_layers=1, dense_layer_params=0.0)
+                    * dims.expert_intermediate, **one)
+    moe = replace(dims, num_experts=int(moe_drafter_experts), **one)
     rows = []
     for b in batch_sizes:
-        t_target = dims.num_moe_layers * step_time(dims, hw, b, float(unique_decode(b)))
+        t_target = forward_time(dims, hw, b, 1, float(unique_decode(b)), context)
         u_moe = moe.num_experts * (1 - (1 - moe.top_k / moe.num_experts) ** b)
         for name, d, u in ((DENSE_DRAFTER, dense, 1.0), (MOE_DRAFTER, moe, u_moe)):
             rows.append({"batch": int(b), "synthetic_drafter": name, "unique_drafter": u,
-                         "draft_cost": k_draft * step_time(d, hw, b, u) / t_target})
+                         "t_target_us": t_target * 1e6,
+                         "draft_cost": k_draft * forward_time(d, hw, b, 1, u, context)
+                         / t_target})
     return rows
 
 

@@ -166,6 +166,18 @@ def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
 LINE_STYLES = ("o-", "s--", "^-.", "D:", "v-", "P--")
 
 
+def _line(ax, df: pd.DataFrame, y: str, style: str, color, label: str, ms: float = 4) -> None:
+    """df[y] against batch size, with its 95% interval as error bars where df has one
+    ({y}_low, {y}_high)."""
+    lo, hi = df.get(f"{y}_low"), df.get(f"{y}_high")
+    if lo is None or hi is None or not np.isfinite(lo).any():
+        ax.plot(df["batch"], df[y], style, color=color, ms=ms, label=label)
+        return
+    err = np.vstack([(df[y] - lo).clip(lower=0), (hi - df[y]).clip(lower=0)])
+    ax.errorbar(df["batch"], df[y], yerr=np.nan_to_num(err), fmt=style, color=color, ms=ms,
+                capsize=2, label=label)
+
+
 def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: str, ylabel: str,
               message: str, ref: float | None = None) -> plt.Figure:
     """One panel per `panel` group with at least two values of `line`, one line style per value
@@ -179,8 +191,8 @@ def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: st
         for style, (val, h) in zip(LINE_STYLES, g.groupby(line, sort=False)):
             h = h.sort_values("batch")
             model = h["model"].iloc[0]
-            ax.plot(h["batch"], h[y], style, color=colors[model], ms=4,
-                    label=f"{line} {val}" if line in ("K", "k") else str(val))
+            _line(ax, h, y, style, colors[model],
+                  f"{line} {val}" if line in ("K", "k") else str(val))
         if ref is not None:
             ax.axhline(ref, color="grey", lw=0.8, ls=":")
         _batch_axis(ax, g["batch"])
@@ -217,13 +229,13 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
 
 
 def speedup_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
-    """df: model, label, batch, speedup. One line per model on one axis; speedup 1 marked."""
+    """df: model, label, batch, speedup (speedup_low, speedup_high: its 95% interval). One line
+    per model on one axis, with error bars; speedup 1 marked."""
     if df.empty:
         return empty("No serving sweep in this configuration.")
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
     for (model, label), g in df.groupby(["model", "label"], sort=False):
-        g = g.sort_values("batch")
-        ax.plot(g["batch"], g["speedup"], "o-", color=colors[model], label=label)
+        _line(ax, g.sort_values("batch"), "speedup", "o-", colors[model], label, ms=5)
     _batch_axis(ax, df["batch"])
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_ylabel("speedup (TPOT without SD / with SD)")

@@ -218,6 +218,15 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
             return _linear_attention(r, hidden)
         return _mla(r, hidden) if mla else _gqa(r, hidden)
 
+    def kv_cache(kind: str) -> int:  # elements per token: linear attention keeps a fixed state
+        if kind == "linear":
+            return 0
+        if mla:
+            return r.int("kv_lora_rank") + r.int("qk_rope_head_dim")
+        heads = r.int("num_attention_heads")
+        return (2 * r.int("num_key_value_heads", default=heads)
+                * int(r.cfg.get("head_dim") or hidden // heads))
+
     moe_attn = [attention(k) for k, m in zip(kinds, moe) if m]
     dense_layers = [attention(k) for k, m in zip(kinds, moe) if not m]
     dense_ffn = 3 * hidden * r.int("intermediate_size") if dense_layers else 0
@@ -229,7 +238,8 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
         attention_params=sum(moe_attn) / len(moe_attn), shared_intermediate=shared,
         num_layers=layers, dtype=expert_fmt, tp=tp, dense_dtype=dense_fmt,
         num_moe_layers=len(moe_attn),
-        dense_layer_params=float(sum(dense_layers) + dense_ffn * len(dense_layers)))
+        dense_layer_params=float(sum(dense_layers) + dense_ffn * len(dense_layers)),
+        vocab_size=int(cfg.get("vocab_size") or 0), kv_per_token=float(sum(map(kv_cache, kinds))))
 
 
 def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> ModelDims:

@@ -243,10 +243,12 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
 
     check_inputs(target_dir, drafter_dir, k)
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep_cfg["schedule"]]
+    # one prompt set for every point: the smallest point's prompts; larger points cycle through it
     texts = {}
     for ds in series["datasets"]:
         src = prompts_source[ds] if isinstance(prompts_source, dict) else prompts_source
-        rows = prompt_table.schedule(prompt_table.load(src, [ds]), max(n for _, n in sched), seed=0)
+        rows = prompt_table.schedule(prompt_table.load(src, [ds]), max(n for _, n in sched),
+                                     set_size=min(n for _, n in sched))
         texts[ds] = [r.text for r in rows]
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
                            in_process=False, **_engine_opts(sweep_cfg))
@@ -264,7 +266,8 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                         int(sweep_cfg.get("output_len", 64)), int(sweep_cfg.get("warmups", 2)),
                         Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
                         log_path=engine_log,
-                        startup_timeout=float(sweep_cfg.get("startup_timeout_s", 600)))
+                        startup_timeout=float(sweep_cfg.get("startup_timeout_s", 600)),
+                        repeats=int(sweep_cfg.get("repeats", 1)))
     measured = [p for pts in points.values() for p in pts if not p["reused"]]
     write_json(out, {"series": series, "engine": key_base["engine"],
                      "datasets": {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
@@ -283,7 +286,7 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
 
     rows = prompt_table.load(prompts_source, [run["dataset"]])
     batches = [int(b) for b in prof_cfg["batch_sizes"]]
-    rows = prompt_table.schedule(rows, max(batches), seed=0)
+    rows = prompt_table.schedule(rows, max(batches))
     opts = _engine_opts(prof_cfg)
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()

@@ -86,6 +86,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions)
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep.get("schedule") or []]
     out_len = int(sweep.get("output_len", 256))
     warm = int(sweep.get("warmups", 2))
+    repeats = int(sweep.get("repeats", 1))
     cap = config.get("capture") or {}
     prof = config.get("profiling") or {}
     tp = int(model.get("tp", 1))
@@ -98,7 +99,8 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions)
                      "hours": seconds / 3600, "gpu_hours": seconds * tp / 3600,
                      "runtime_min": max(a.min_runtime, math.ceil(a.safety * seconds / 60))})
 
-    warm_sched = [(b, n + warm * b) for b, n in sched]
+    # every point `repeats` times, and warm-up requests before a batch size's first measurement
+    warm_sched = [(b, repeats * n + max(warm, b)) for b, n in sched]
     n_ds = len(model["datasets"])  # one engine serves every dataset of a series
     if sched:
         add("sweep_ar_gpu", {"drafter": "", "k": "", "dataset": ""},

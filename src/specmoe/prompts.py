@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
-
 from .errors import InputError
 
 COLUMNS = ("prompt_id", "dataset", "category", "text")
@@ -81,14 +79,12 @@ def interleave(prompts: list[Prompt]) -> list[Prompt]:
     return out
 
 
-def schedule(prompts: list[Prompt], n: int, seed: int = 0) -> list[Prompt]:
-    """n prompts: each once, interleaved over slices (so every prefix has the set's category mix),
-    while they last; then oversampled with replacement (the study's rule)."""
+def schedule(prompts: list[Prompt], n: int, set_size: int | None = None) -> list[Prompt]:
+    """n prompts from one prompt set: the first `set_size` prompts (all by default), interleaved
+    over slices so that every prefix has the set's category mix; up to the set's size each prompt
+    once, beyond it the set again and again (the study's rule: one prompt set up to its size,
+    oversampled beyond; cycling keeps the mix exact where random draws would not)."""
     if not prompts:
         raise InputError("no prompts to schedule")
-    prompts = interleave(prompts)
-    if n <= len(prompts):
-        return list(prompts[:n])
-    rng = np.random.default_rng(seed)
-    extra = rng.integers(0, len(prompts), n - len(prompts))
-    return list(prompts) + [prompts[i] for i in extra]
+    base = interleave(prompts)[:set_size]
+    return [base[i % len(base)] for i in range(n)]

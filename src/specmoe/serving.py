@@ -1,9 +1,11 @@
 """Serving sweeps with vLLM's own serving path: its OpenAI server on loopback, its `bench serve` client.
 
-One series = one server (a target with or without SD) and every batch size of the schedule in turn.
-Each batch size is one point, written to its own file as soon as it is measured; a point file whose
-key (everything that determines the measurement) matches is reused, so an interrupted series resumes
-at the next unfinished point. The server's output is copied line by line into the rule's log; when the
+One series = one server (a target with or without SD) and every batch size of the schedule, measured
+`repeats` times: repeat 0 of every batch size, then repeat 1 of every batch size, and so on, so that
+a slow drift of the machine spreads over all batch sizes instead of biasing one. Each (batch size,
+repeat) is one point, written to its own file as soon as it is measured; a point file whose key
+(everything that determines the measurement) matches is reused, so an interrupted series resumes at
+the next unfinished point. The server's output is copied line by line into the rule's log; when the
 server dies, does not come up in time or a request fails, the error carries its last lines.
 
 vLLM is imported lazily (the driver imports `vllm.benchmarks.serve` once per series).
@@ -31,7 +33,7 @@ from .provenance import config_hash, read_json, write_json
 
 log = logging.getLogger("specmoe")
 TAIL_LINES = 40
-POINT_FORMAT = 2  # part of every point's key: points of an older format are measured again
+POINT_FORMAT = 3  # part of every point's key: points of an older format are measured again
 
 
 def free_port() -> int:
@@ -234,17 +236,20 @@ def point_summary(res: dict, batch: int, num_prompts: int, output_len: int) -> d
 
 def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, int]],
                output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
-               log_path: str | None = None, startup_timeout: float = 600):
-    """Measure every (batch, num_prompts) of the schedule on one server; one file per point.
+               log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1):
+    """Measure every (batch, num_prompts) of the schedule `repeats` times on one server (warm-up
+    requests the first time the engine meets a batch size); one file per point.
 
     texts: one prompt list (points in points_dir), or {part: prompt list} for several prompt sets
     on the same engine, e.g. one per dataset (points in points_dir/<part>/). Points already on disk
     with the same key are reused, and the server is not started at all when every point is there.
-    Returns the points in schedule order, each with "reused": bool (a dict of such lists per part
-    when texts is a dict).
+    Returns the points in schedule order, each batch size's repeats together, each point with
+    "repeat" and "reused": bool (a dict of such lists per part when texts is a dict).
     """
     if not schedule:
         raise InputError("the sweep schedule is empty")
+    if repeats < 1:
+        raise InputError(f"repeats must be at least 1 (got {repeats})")
     parts = texts if isinstance(texts, dict) else {"": texts}
     todo, points = [], {part: {} for part in parts}
     for part, part_texts in parts.items():
@@ -254,48 +259,56 @@ def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, in
             if batch < 1 or n < batch:
                 raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch "
                                  "<= prompts")
-            key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch,
-                               "num_prompts": n, "output_len": output_len, "warmups": warmups,
-                               "prompts": config_hash(part_texts[:n])})
-            path = pdir / f"b{batch}.json"
-            if path.exists():
-                with contextlib.suppress(Exception):
-                    old = read_json(path)
-                    if old.get("key") == key:
-                        points[part][batch] = {**old, "reused": True}
-                        log.info("%sbatch %d: reusing %s", f"{part}: " if part else "", batch,
-                                 path)
-                        continue
-            todo.append((part, batch, n, key, path))
+        for rep in range(repeats):
+            for batch, n in schedule:
+                key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch,
+                                   "num_prompts": n, "output_len": output_len, "warmups": warmups,
+                                   "repeat": rep, "prompts": config_hash(part_texts[:n])})
+                path = pdir / f"b{batch}.r{rep}.json"
+                name = f"{part + ': ' if part else ''}batch {batch} repeat {rep}"
+                if path.exists():
+                    with contextlib.suppress(Exception):
+                        old = read_json(path)
+                        if old.get("key") == key:
+                            points[part][(batch, rep)] = {**old, "reused": True}
+                            log.info("%s: reusing %s", name, path)
+                            continue
+                todo.append((rep, part, batch, n, key, path))
     if todo:
         # the benchmark client takes seconds to import: import it while the engine starts (on
         # another core), not after
         client = threading.Thread(target=importlib.import_module, args=("vllm.benchmarks.serve",),
                                   daemon=True)
         client.start()
+        todo.sort(key=lambda t: t[0])  # repeat by repeat: interleaved over batch sizes, parts
         with Server(engine, log_path, startup_timeout) as server:
             client.join()
+            jsonl = {}
             for part in parts:
-                mine = [t for t in todo if t[0] == part]
-                if not mine:
-                    continue
-                prompts_jsonl = mine[0][4].parent / "prompts.jsonl"
-                write_prompts_jsonl(parts[part], prompts_jsonl)
-                for _, batch, n, key, path in mine:
-                    points[part][batch] = _measure(server, model_dir, prompts_jsonl, batch, n,
-                                                   output_len, warmups, key, path, prov, part)
-                prompts_jsonl.unlink(missing_ok=True)
-    out = {part: [points[part][b] for b, _ in schedule] for part in parts}
+                jsonl[part] = Path(points_dir) / part / "prompts.jsonl" if part else \
+                    Path(points_dir) / "prompts.jsonl"
+                write_prompts_jsonl(parts[part], jsonl[part])
+            warm: set[int] = set()
+            for rep, part, batch, n, key, path in todo:
+                points[part][(batch, rep)] = _measure(
+                    server, model_dir, jsonl[part], batch, n, output_len,
+                    0 if batch in warm else warmups, key, path, prov, part, rep)
+                warm.add(batch)
+            for f in jsonl.values():
+                f.unlink(missing_ok=True)
+    out = {part: [{**points[part][(b, rep)], "repeat": rep} for b, _ in schedule
+                  for rep in range(repeats)] for part in parts}
     return out if isinstance(texts, dict) else out[""]
 
 
 def _measure(server, model_dir, prompts_jsonl, batch, n, output_len, warmups, key, path, prov,
-             part: str = "") -> dict:
+             part: str = "", rep: int = 0) -> dict:
     """One point of a series on a running server, written to `path` when measured."""
     t0 = time.perf_counter()
-    label = f"{part}: batch {batch}" if part else f"batch {batch}"
+    label = f"{part + ': ' if part else ''}batch {batch} repeat {rep}"
     try:  # warm-up requests first, so that the engine scrape below excludes them
-        bench(server, model_dir, prompts_jsonl, batch, max(warmups, batch), output_len)
+        if warmups:
+            bench(server, model_dir, prompts_jsonl, batch, max(warmups, batch), output_len)
         before = engine_metrics(server.url)
         res = bench(server, model_dir, prompts_jsonl, batch, n, output_len)
         side = engine_means(before, engine_metrics(server.url))
@@ -307,7 +320,7 @@ def _measure(server, model_dir, prompts_jsonl, batch, n, output_len, warmups, ke
     if res["failed"] or res["completed"] != n:
         raise server.failure(f"{label}: {res['failed']} of {n} requests failed")
     pt = point_summary(res, batch, n, output_len)
-    pt.update(engine=side, key=key, engine_startup_s=server.startup_s,
+    pt.update(repeat=rep, engine=side, key=key, engine_startup_s=server.startup_s,
               wall_s=time.perf_counter() - t0)
     write_json(path, pt, prov)
     log.info("%s: TPOT mean %.2f ms (engine side %.2f ms), %s (%.1f s)", label,

@@ -198,7 +198,10 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.Model
     return costmodel.ModelDims.from_dims(**d)
 
 
-def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json, out) -> None:
+def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json, out,
+                    draft_cfg: dict) -> None:
+    """TE at batch 1 and vs batch size, and the synthetic drafters' cost ratio (draft_cfg:
+    context_tokens, moe_drafter_experts)."""
     ov, ip = read_json(overlap_json), read_json(ipf_json)
     s = ov["summary"]
     dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
@@ -224,10 +227,13 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
              "ipf_skewed": dims.te_weight(ip["prediction"]["skewed"]),
              "empirical": dims.te_weight(u["empirical"])}
     prov = dict(ov.get("provenance", {}))
-    prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name]},
+    prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
+                            "draft_cost": draft_cfg},
                            model=prov.get("model"), stage="costmodel"))
     ratio = costmodel.draft_ratio_curve(dims, hw, s["k_draft"], table.index.tolist(),
-                                        lambda b: table.loc[b, "decode_independent"])
+                                        lambda b: table.loc[b, "decode_independent"],
+                                        context=float(draft_cfg["context_tokens"]),
+                                        moe_drafter_experts=int(draft_cfg["moe_drafter_experts"]))
     write_json(out, {"run": ov["run"], "hardware": hw_name, "dims": dims.to_dict(),
                      **dims.summary(), "unique_ratio": u["empirical"] / s["top_k"],
                      "te_weight_batch1": te_b1, "te_vs_batch": curves,

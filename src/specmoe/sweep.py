@@ -1,35 +1,45 @@
 """Speedup curves from serving sweeps (docs/method.md, "Serving sweeps"); pure, no engine.
 
-Per batch size B, from three series measured with the same prompts and output length:
-- speedup(B) = TPOT_noSD(B) / TPOT_SD(B), mean TPOT, timed by the client (vLLM's bench, as in the
-  study) or by the engine (`timing`, see TIMINGS); both are kept beside each other;
-- tau(B): mean acceptance length of the SD series (tokens per step, bonus token included);
-- c(B) = K * TPOT_drafter(B) / TPOT_noSD(B): the draft cost per SD step over the target's decode step,
-  with the drafter timed alone (served without SD, same batch);
-- TE(B) = 1 / (tau / speedup - c) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95%
-  interval from the standard errors of the three mean TPOTs (each bound evaluated at the corner of
-  the box where TE is smallest or largest, since TE rises with TPOT_noSD and TPOT_drafter and falls
-  with TPOT_SD). TE is ill-conditioned when tau TPOT_SD is close to K TPOT_drafter: a point value
-  above 1, or an interval whose upper bound is unbounded, is "not identifiable here" and its TE is
-  NaN (the raw value is kept as te_sweep_raw);
-- the curve's shape (shape_label).
+A series measures every batch size of its schedule `repeats` times on one engine (interleaved over
+the batch sizes). Per batch size B, from three series measured with the same prompts and output
+length:
+- TPOT(B): the mean over repeats of each repeat's mean TPOT, timed by the client (vLLM's bench, as
+  in the study) or by the engine (`timing`, see TIMINGS); its standard error on the log scale from
+  the spread of the repeats, pooled over the series' batch sizes (one relative noise per engine;
+  degrees of freedom = repeats - 1 summed over batch sizes). A series measured once per batch size
+  falls back to the client's per-request spread;
+- speedup(B) = TPOT_noSD(B) / TPOT_SD(B) with a 95% interval (log scale, t quantile with
+  Welch-Satterthwaite degrees of freedom);
+- tau(B): mean acceptance length of the SD series' repeats (tokens per step, bonus token included),
+  with the spread of the repeats as its error;
+- c(B) = K * TPOT_drafter(B) / TPOT_noSD(B): the draft cost per SD step over the target's decode
+  step, with the drafter timed alone (served without SD, same batch);
+- TE(B) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95% interval: each bound at the corner
+  of the four inputs' own 95% intervals where TE is smallest or largest (TE rises with TPOT_noSD and
+  TPOT_drafter and falls with tau and TPOT_SD). A point value outside (0, 1], or an interval whose
+  upper bound is unbounded, is "not identifiable here" and its TE is NaN (the raw value is kept);
+- the curve's shape (shape_label), decided by the intervals or said to be undecided.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from itertools import combinations
+
+from scipy import stats
 
 from .costmodel import te_from_sweep
 from .errors import InputError
 
-CONCAVE, PEAK_LOW = "concave", "peak at low batch"
-RISING, FLAT, TOO_FEW = "rising", "flat within the margin", "too few points"
-SHAPES = (PEAK_LOW, CONCAVE, RISING, FLAT, TOO_FEW)
+CONCAVE, PEAK_LOW, RISING = "concave", "peak at low batch", "rising"
+FLAT, UNDECIDED, TOO_FEW = "flat within the margin", "undecided within the noise", "too few points"
 # client: TPOT of each request as vLLM's bench client sees the stream. engine: the engine's own
 # per-request TPOT histogram (timestamps taken when the engine core produces each output). They
 # agree when the API server keeps up; on a 2-core CPU it does not (it shares a core with the engine
 # core's busy loop), streamed chunks merge and client TPOT and TTFT stop meaning decode speed.
 TIMINGS = ("client", "engine")
+LEVEL = 0.95
 
 
 def tpot(point: dict, timing: str) -> float:
@@ -44,102 +54,189 @@ def tpot(point: dict, timing: str) -> float:
     raise InputError(f"timing must be one of {', '.join(TIMINGS)} (got {timing!r})")
 
 
-def tpot_se(point: dict, timing: str) -> float:
-    """Standard error of a point's mean TPOT: the client's per-request spread over sqrt(requests).
-    The engine keeps means only, so engine timing borrows the client's relative error."""
-    t = point.get("tpot_ms") or {}
-    n = point.get("completed") or point.get("num_prompts") or 0
-    if t.get("std") is None or not n or not t.get("mean"):
-        return float("nan")
-    se = t["std"] / math.sqrt(n)
-    return se if timing == "client" else se / t["mean"] * tpot(point, timing)
+@dataclass(frozen=True)
+class Estimate:
+    """A positive mean with its standard error on the log scale and the degrees of freedom of
+    that error (inf: known exactly; 0: no error available)."""
+    mean: float
+    log_se: float
+    df: float
+
+    def interval(self, level: float = LEVEL) -> tuple[float, float]:
+        if not (self.df > 0 and math.isfinite(self.log_se)):
+            return float("nan"), float("nan")
+        t = _t(level, self.df) * self.log_se
+        return self.mean * math.exp(-t), self.mean * math.exp(t)
 
 
-def te_interval(tau: float, k: int, ar: tuple, sd: tuple, dr: tuple,
-                z: float = 1.96) -> tuple[float, float]:
-    """(low, high) of TE = ar / (tau sd - k dr) over the box of each mean TPOT +- z SE (NaN
-    without standard errors; high is inf where the denominator can reach 0)."""
-    (a, sa), (s, ss), (d, sdr) = ar, sd, dr
-    if not all(math.isfinite(v) for v in (a, sa, s, ss, d, sdr)):
+def _t(level: float, df: float) -> float:
+    return float(stats.norm.ppf(0.5 + level / 2) if math.isinf(df)
+                 else stats.t.ppf(0.5 + level / 2, df))
+
+
+def ratio(a: Estimate, b: Estimate) -> Estimate:
+    """a / b for independent estimates: log errors add in quadrature, Welch-Satterthwaite df."""
+    v = (a.log_se ** 2, b.log_se ** 2)
+    if not all(math.isfinite(x) for x in v) or not (a.df > 0 and b.df > 0):
+        return Estimate(a.mean / b.mean, float("nan"), 0.0)
+    den = sum(x * x / d for x, d in zip(v, (a.df, b.df)) if x > 0 and math.isfinite(d))
+    return Estimate(a.mean / b.mean, math.sqrt(sum(v)), sum(v) ** 2 / den if den else math.inf)
+
+
+def series_estimates(points: list[dict], timing: str, what: str) -> dict[int, Estimate]:
+    """Each batch size's mean TPOT over its repeats, with the series' pooled log-scale error."""
+    by_batch: dict[int, list[float]] = {}
+    seen = set()
+    for p in points:
+        rep = (p["batch"], p.get("repeat", 0))
+        if rep in seen:
+            raise InputError(f"{what}: batch {p['batch']} repeat {rep[1]} appears twice")
+        seen.add(rep)
+        by_batch.setdefault(p["batch"], []).append(tpot(p, timing))
+    ss = df = 0.0
+    for xs in by_batch.values():
+        logs = [math.log(x) for x in xs]
+        m = sum(logs) / len(logs)
+        ss += sum((v - m) ** 2 for v in logs)
+        df += len(logs) - 1
+    out = {}
+    for b, xs in by_batch.items():
+        mean = sum(xs) / len(xs)
+        if df > 0:
+            out[b] = Estimate(mean, math.sqrt(ss / df / len(xs)), df)
+        else:  # measured once: the client's per-request spread (requests share the engine)
+            p = next(q for q in points if q["batch"] == b)
+            t, n = p.get("tpot_ms") or {}, p.get("completed") or p.get("num_prompts") or 0
+            ok = t.get("std") is not None and n > 1 and t.get("mean")
+            out[b] = (Estimate(mean, t["std"] / t["mean"] / math.sqrt(n), n - 1) if ok
+                      else Estimate(mean, float("nan"), 0.0))
+    return out
+
+
+def te_interval(tau: tuple, k: int, ar: tuple, sd: tuple, dr: tuple) -> tuple[float, float]:
+    """(low, high) of TE = ar / (tau sd - k dr) over the box of the inputs' (low, high)
+    intervals (NaN where one is missing; high is inf where the denominator can reach 0)."""
+    if not all(math.isfinite(v) for iv in (tau, ar, sd, dr) for v in iv):
         return float("nan"), float("nan")
 
-    def te(a_, s_, d_):
-        den = tau * s_ - k * d_
+    def te(a_, t_, s_, d_):
+        den = t_ * s_ - k * d_
         return a_ / den if den > 0 else float("inf")
 
-    low = te(max(a - z * sa, 0.0), s + z * ss, max(d - z * sdr, 0.0))
-    high = te(a + z * sa, max(s - z * ss, 1e-12), d + z * sdr)
-    return low, high
+    return (te(ar[0], tau[1], sd[1], dr[0]), te(ar[1], tau[0], sd[0], dr[1]))
 
 
-def shape_label(batches: list[int], speedups: list[float], margin: float = 0.05) -> str:
-    """The shape of a speedup-vs-batch curve, `margin` being the relative difference that counts:
-    "flat within the margin" (every point within it of batch 1), "rising" (the maximum at the
-    largest batch, or within the margin of it, above batch 1 by more than the margin), "concave"
-    (an interior maximum above batch 1 by more than the margin, falling again after it), else "peak
-    at low batch" (nothing beats the smallest batch by more than the margin)."""
-    pairs = sorted((b, s) for b, s in zip(batches, speedups) if math.isfinite(s))
-    if len(pairs) < 2:
+def mean_interval(xs: list[float], level: float = LEVEL) -> tuple[float, float]:
+    """A t interval of the mean of repeated values ((x, x) when they agree exactly)."""
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return float("nan"), float("nan")
+    half = _t(level, len(xs) - 1) * stats.tstd(xs) / math.sqrt(len(xs)) if len(set(xs)) > 1 else 0
+    return m - half, m + half
+
+
+def shape_label(batches: list[int], speedups: list[Estimate], margin: float = 0.05,
+                level: float = LEVEL) -> str:
+    """The shape of a speedup-vs-batch curve as far as its intervals decide it.
+
+    Two batch sizes differ when the interval of their speedups' ratio excludes 1 and the ratio
+    itself exceeds 1 + margin; they agree when that interval lies within [1/(1+margin), 1+margin].
+    The intervals are Bonferroni-adjusted for the number of pairs (a shape is a claim about the
+    whole curve). "concave": an interior batch size above both ends; "rising": the largest above
+    the smallest and nothing above the largest; "peak at low batch": the smallest above the largest
+    and nothing above the smallest; "flat within the margin": every pair agrees; else "undecided
+    within the noise"."""
+    pts = sorted((b, s) for b, s in zip(batches, speedups) if math.isfinite(s.mean))
+    if len(pts) < 2:
         return TOO_FEW
-    first, last = pairs[0][1], pairs[-1][1]
-    vals = [v for _, v in pairs]
-    best = max(vals)
-    up = 1.0 + margin
-    if best <= first * up and min(vals) >= first / up:
+    level = 1 - (1 - level) / math.comb(len(pts), 2)
+    up = math.log1p(margin)
+
+    def bounds(i, j):  # log interval of speedup_i / speedup_j
+        r = ratio(pts[i][1], pts[j][1])
+        if not (r.df > 0 and math.isfinite(r.log_se)):
+            return math.log(r.mean), math.log(r.mean)  # no error: the point decides
+        t = _t(level, r.df) * r.log_se
+        return math.log(r.mean) - t, math.log(r.mean) + t
+
+    def above(i, j):
+        lo, _ = bounds(i, j)
+        return lo > 0 and math.log(pts[i][1].mean / pts[j][1].mean) > up
+
+    n = len(pts)
+    first, last = 0, n - 1
+    if any(above(i, first) and above(i, last) for i in range(1, n - 1)):
+        return CONCAVE
+    if above(last, first) and not any(above(i, last) for i in range(n)):
+        return RISING
+    if above(first, last) and not any(above(i, first) for i in range(n)):
+        return PEAK_LOW
+    if all(-up <= lo and hi <= up for lo, hi in (bounds(i, j) for i, j in combinations(range(n), 2))):
         return FLAT
-    if best > first * up:
-        return RISING if last * up >= best else CONCAVE
-    return PEAK_LOW
+    return UNDECIDED
 
 
-def _by_batch(points: list[dict], what: str) -> dict[int, dict]:
-    out = {}
+def _repeats_by_batch(points: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
     for p in points:
-        if p["batch"] in out:
-            raise InputError(f"{what}: batch {p['batch']} appears twice")
-        out[p["batch"]] = p
+        out.setdefault(p["batch"], []).append(p)
     return out
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs)
 
 
 def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k: int,
                   margin: float = 0.05, timing: str = "client") -> dict:
     """Rows per batch size present in both the SD and the no-SD series, plus the shape label."""
-    ar_b, sd_b = _by_batch(ar, "no-SD series"), _by_batch(sd, "SD series")
-    dr_b = _by_batch(drafter or [], "drafter series")
+    other = "engine" if timing == "client" else "client"
+    est = {name: series_estimates(pts, timing, what) if pts else {}
+           for name, pts, what in (("ar", ar, "no-SD series"), ("sd", sd, "SD series"),
+                                   ("dr", drafter or [], "drafter series"))}
+    reps = {"ar": _repeats_by_batch(ar), "sd": _repeats_by_batch(sd)}
     rows = []
-    for b in sorted(set(ar_b) & set(sd_b)):
-        a, s = ar_b[b], sd_b[b]
-        if "sd" not in s:
+    for b in sorted(set(est["ar"]) & set(est["sd"])):
+        a_pts, s_pts = reps["ar"][b], reps["sd"][b]
+        if any("sd" not in s for s in s_pts):
             raise InputError(f"SD series, batch {b}: no speculative-decoding metrics (was SD on?)")
-        tpot_ar, tpot_sd = tpot(a, timing), tpot(s, timing)
-        spd = tpot_ar / tpot_sd
-        tau = s["sd"]["acceptance_length"]
-        c = k * tpot(dr_b[b], timing) / tpot_ar if b in dr_b else float("nan")
-        other = "engine" if timing == "client" else "client"
+        a, s, d = est["ar"][b], est["sd"][b], est["dr"].get(b)
+        spd = ratio(a, s)
+        lo, hi = spd.interval()
+        taus = [p["sd"]["acceptance_length"] for p in s_pts]
+        tau = _mean(taus)
+        c = k * d.mean / a.mean if d else float("nan")
         try:
-            spd_other = tpot(a, other) / tpot(s, other)
+            spd_other = _mean(tpot(p, other) for p in a_pts) / _mean(tpot(p, other) for p in s_pts)
         except InputError:
             spd_other = float("nan")
-        te_raw = te_from_sweep(tau, spd, c) if math.isfinite(c) else float("nan")
-        lo, hi = te_interval(tau, k, (tpot_ar, tpot_se(a, timing)), (tpot_sd, tpot_se(s, timing)),
-                             (tpot(dr_b[b], timing), tpot_se(dr_b[b], timing)) if b in dr_b
-                             else (float("nan"), float("nan")))
-        ok = math.isfinite(te_raw) and 0 < te_raw <= 1.0 and hi != float("inf")
-        rows.append({"batch": b, "tpot_ar_ms": tpot_ar, "tpot_sd_ms": tpot_sd,
+        te_raw = te_from_sweep(tau, spd.mean, c) if math.isfinite(c) else float("nan")
+        te_lo, te_hi = (te_interval(mean_interval(taus) if len(taus) > 1 else (tau, tau), k,
+                                    a.interval(), s.interval(), d.interval())
+                        if d else (float("nan"), float("nan")))
+        ok = math.isfinite(te_raw) and 0 < te_raw <= 1.0 and te_hi != float("inf")
+        pos = [_mean(col) for col in zip(*(p["sd"]["per_position_acceptance"] for p in s_pts))]
+        rows.append({"batch": b, "repeats": min(len(a_pts), len(s_pts)),
+                     "tpot_ar_ms": a.mean, "tpot_sd_ms": s.mean,
                      f"speedup_{other}": spd_other,
-                     "tpot_ar_p99_ms": a["tpot_ms"]["p99"], "tpot_sd_p99_ms": s["tpot_ms"]["p99"],
-                     "speedup": spd,
-                     "tau": tau, "position_acceptance": s["sd"]["per_position_acceptance"],
-                     "draft_cost": c,
+                     "tpot_ar_p99_ms": _mean(p["tpot_ms"]["p99"] for p in a_pts),
+                     "tpot_sd_p99_ms": _mean(p["tpot_ms"]["p99"] for p in s_pts),
+                     "speedup": spd.mean, "speedup_low": lo, "speedup_high": hi,
+                     "speedup_log_se": spd.log_se, "speedup_df": spd.df,
+                     "tau": tau, "tau_spread": max(taus) - min(taus),
+                     "position_acceptance": pos, "draft_cost": c,
                      "te_sweep": te_raw if ok else float("nan"), "te_sweep_raw": te_raw,
-                     "te_sweep_low": lo, "te_sweep_high": hi,
+                     "te_sweep_low": te_lo, "te_sweep_high": te_hi,
                      "te_sweep_status": "ok" if ok else (
                          "no drafter series" if not math.isfinite(c) else "not identifiable here"),
-                     "throughput_ar": a["output_throughput"],
-                     "throughput_sd": s["output_throughput"]})
+                     "throughput_ar": _mean(p["output_throughput"] for p in a_pts),
+                     "throughput_sd": _mean(p["output_throughput"] for p in s_pts)})
     if not rows:
         raise InputError("the SD and no-SD series share no batch size")
-    shape = shape_label([r["batch"] for r in rows], [r["speedup"] for r in rows], margin)
+    shape = shape_label([r["batch"] for r in rows],
+                        [Estimate(r["speedup"], r["speedup_log_se"], r["speedup_df"])
+                         for r in rows], margin)
     best = max(rows, key=lambda r: r["speedup"])
     return {"rows": rows, "shape": shape, "best_batch": best["batch"],
             "best_speedup": best["speedup"], "margin": margin, "timing": timing}

@@ -15,5 +15,6 @@ rule costmodel:
     params:
         model=cost_entry,
         hardware=cost_hardware,
+        draft=config["draft_cost"],
     script:
         "../scripts/costmodel.py"

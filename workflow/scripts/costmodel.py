@@ -10,4 +10,5 @@ with logged(snakemake.log[0], "costmodel"):
         snakemake.input.overlap,
         snakemake.input.ipf,
         snakemake.output[0],
+        snakemake.params.draft,
     )
