@@ -6,7 +6,7 @@ import pytest
 from specmoe import capture
 from specmoe.engine import engine_kwargs, run_in_child
 from specmoe.errors import SpecmoeError
-from specmoe.hfcheck import agreement, committed_positions, hf_routing
+from hfcheck import agreement, committed_positions, hf_routing
 from specmoe.prompts import load
 from specmoe.trace import ACCEPTED, COMMITTED, FIRST_REJECTED, read_trace, write_trace
 

@@ -157,3 +157,30 @@ def test_config_files_have_no_duplicate_keys():
     for path in [REPO / "config.yaml", *(REPO / "config").glob("*.yaml"),
                  *(REPO / ".test").glob("*/config.yaml")]:
         yaml.load(path.read_text(), Loader=Strict)
+
+
+def test_every_configuration_key_is_documented():
+    """config/README.md names every key of the schema (a key added without its documentation
+    fails here)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    schema = yaml.safe_load((root / "config" / "schema.yaml").read_text())
+    doc = (root / "config" / "README.md").read_text()
+    documented = {w for quoted in re.findall(r"`([^`]+)`", doc)
+                  for w in re.findall(r"[a-z_0-9]+", quoted)}
+    defs = schema.get("$defs", {})
+
+    def keys(node):
+        if "$ref" in node:
+            node = defs[node["$ref"].split("/")[-1]]
+        for k, sub in (node.get("properties") or {}).items():
+            yield k
+            yield from keys(sub)
+        for sub in (node.get("additionalProperties"), node.get("items")):
+            if isinstance(sub, dict):
+                yield from keys(sub)
+
+    missing = sorted(set(keys(schema)) - documented)
+    assert missing == []

@@ -4,6 +4,7 @@ import pytest
 
 from specmoe import costmodel as cm
 from specmoe.errors import InputError
+from specmoe.hfconfig import dims_from_config
 
 QWEN3_30B = {  # the fields of Qwen/Qwen3-30B-A3B's config.json that the model reads
     "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "moe_intermediate_size": 768,
@@ -35,13 +36,13 @@ def test_fp8_tp_and_shared_experts():
 def test_from_hf_config_file(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(QWEN3_30B))
-    d = cm.ModelDims.from_hf_config(path)
+    d = dims_from_config(path)
     assert (d.num_experts, d.top_k, d.dtype, d.num_layers) == (128, 8, "bf16", 48)
     assert d.c_dense / cm.MIB == 36.0
     fp8 = dict(QWEN3_30B, quantization_config={"quant_method": "fp8"})
-    assert cm.ModelDims.from_hf_config(fp8).dtype == "fp8"  # per-tensor scales: 1 byte
+    assert dims_from_config(fp8).dtype == "fp8"  # per-tensor scales: 1 byte
     # the published profiling table: Qwen3-30B fp8 TP1 has 4.5 MiB experts and 0.667 MoE weight share
-    d8 = cm.ModelDims.from_hf_config(fp8)
+    d8 = dims_from_config(fp8)
     assert d8.c_expert / cm.MIB == 4.5 and round(d8.moe_weight_share, 3) == 0.667
 
 
@@ -49,7 +50,7 @@ def test_mixtral_config():
     mixtral = {"hidden_size": 4096, "intermediate_size": 14336, "num_local_experts": 8,
                "num_experts_per_tok": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
                "num_hidden_layers": 32, "torch_dtype": "bfloat16"}
-    d = cm.ModelDims.from_hf_config(mixtral, tp=2)
+    d = dims_from_config(mixtral, tp=2)
     assert d.c_expert / cm.MIB == 168.0  # published: 168 MiB at fp8 TP1 = bf16 TP2
     assert round(d.moe_weight_share, 3) == 0.894
 
@@ -60,7 +61,7 @@ def test_mla_config():
            "kv_lora_rank": 512, "q_lora_rank": 768, "qk_nope_head_dim": 192,
            "qk_rope_head_dim": 64, "v_head_dim": 256, "num_hidden_layers": 4,
            "torch_dtype": "bfloat16"}
-    d = cm.ModelDims.from_hf_config(glm)
+    d = dims_from_config(glm)
     q = 2048 * 768 + 768 * 20 * 256
     kv = 2048 * (512 + 64) + 512 * 20 * (192 + 256)
     o = 20 * 256 * 2048

@@ -106,3 +106,24 @@ def test_unset_repo_id_is_named(tmp_path):
     with pytest.raises(InputError, match="Kimi-K2.5: repo_id is not set"):
         check_repo_id("Kimi-K2.5", None)
     assert check_repo_id("x", "moonshotai/Kimi-K2.5") == "moonshotai/Kimi-K2.5"
+
+
+def test_provenance_names_where_a_checkpoint_comes_from(tmp_path):
+    """A Hugging Face snapshot is "hf" at its commit, a model the pipeline trained is "tiny" at
+    the revision of its manifest (the capture and profile stages once wrote "tiny" for both)."""
+    from specmoe.modelstages import model_provenance
+
+    snap = lay_out_cache(tmp_path / "hub", "specmoe-test/tiny-moe", {"config.json": b"{}"},
+                         commit="c" * 40)
+    assert model_provenance("study-model", snap) == {
+        "name": "study-model", "source": "hf", "revision": "c" * 40}
+    tiny = tmp_path / "models" / "t"
+    tiny.mkdir(parents=True)
+    (tiny / "manifest.json").write_text(json.dumps(
+        {"provenance": {"model": {"revision": "seed0-steps60"}}}))
+    assert model_provenance("t-bf16", tiny) == {
+        "name": "t-bf16", "source": "tiny", "revision": "seed0-steps60"}
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    assert model_provenance("x", other)["source"] == "local"

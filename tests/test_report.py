@@ -237,3 +237,35 @@ def test_routing_targets_follow_the_tables(tmp_path):
     _routing_tables(tmp_path, fine={**good, "decay": 0.01}, coarse=good)
     t = report.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
     assert t.loc[("fine", "overlap decays with distance")] == "undecided"
+
+
+def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: str):
+    """A draft-ratio table (model-derived, exact) and a speedup table with its shape label."""
+    run = {"model": "fine", "drafter": "d", "k": 3, "dataset": "main"}
+    batches = [1, 2, 4, 8]
+    dr = [{**run, "batch": b, "synthetic_drafter": name, "draft_cost": c}
+          for name, curve in (("dense drafter", dense), ("MoE drafter", [0.3] * 4))
+          for b, c in zip(batches, curve)]
+    sp = [{**run, "batch": b, "speedup": s, "speedup_low": s * 0.9, "speedup_high": s * 1.1,
+           "tau": 2.0, "draft_cost": 0.2 + 0.01 * b, "shape": shape}
+          for b, s in zip(batches, speedups)]
+    pd.DataFrame(dr).to_csv(tmp_path / "draft_ratio_model.csv", index=False)
+    pd.DataFrame(sp).to_csv(tmp_path / "speedup_vs_batch.csv", index=False)
+
+
+def test_directions_in_the_words_follow_the_tables(tmp_path):
+    """A draft-cost curve that rises is worded 'rises', the same curve falling 'falls', a flat one
+    'stays flat'; a speedup's shape and interval are the table's, and a measured draft cost with
+    no interval is given no direction (fixtures that contradict each other's wording)."""
+    _curve_tables(tmp_path, [0.1, 0.2, 0.3, 0.4], [1.4, 1.2, 1.1, 1.0], "peak at low batch")
+    words = " ".join(report.draft_cost_findings(tmp_path) + report.measured_findings(tmp_path))
+    assert "dense drafter: the step model's draft cost ratio rises with batch size, from 0.100" \
+        in words
+    assert "MoE drafter: the step model's draft cost ratio stays flat" in words
+    assert "B=1: 1.40 [1.26, 1.54]" in words and "(peak at low batch)" in words
+    assert "no interval: no direction is claimed" in words
+    _curve_tables(tmp_path, [0.4, 0.3, 0.2, 0.1], [1.0, 1.1, 1.0, 1.05],
+                  "undecided within the noise")
+    words = " ".join(report.draft_cost_findings(tmp_path) + report.measured_findings(tmp_path))
+    assert "dense drafter: the step model's draft cost ratio falls with batch size" in words
+    assert "rises" not in words and "(undecided within the noise)" in words

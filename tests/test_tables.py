@@ -74,3 +74,17 @@ def test_report_says_what_the_routing_shows(tmp_path):
     assert ("28% of windows repeat a token, and without them 0.465 / 0.426 / 0.414 (decays with "
             "distance, -0.051 from d = 1 to 3)") in text
     assert "without them 0.455 / 0.454 / 0.456 (flat, +0.001 from d = 1 to 3)" in text
+
+
+def test_tables_keep_identifiers_for_programs_and_words_for_people(tmp_path):
+    """CSV headers are the identifiers programs join on; Markdown, LaTeX and HTML show words."""
+    from specmoe.tables import read_csv, write_table
+
+    df = pd.DataFrame({"k": [3], "te_sweep_low": [0.5], "tpot_ar_ms": [4.0], "tau": [2.1]})
+    paths = write_table(df, tmp_path / "t", {"config_hash": "x"})
+    assert list(read_csv(paths[0]).columns) == list(df.columns)
+    md, tex, html_ = (p.read_text() for p in paths[1:])
+    for text in (md, tex.replace("\\%", "%"), html_):
+        assert "TE sweep 95% low" in text and "TPOT no-SD (ms)" in text
+        assert "te\\_sweep\\_low" not in text and "<th>te_sweep_low" not in text
+    assert "| K | TE sweep 95% low | TPOT no-SD (ms) | acceptance length τ |" in md

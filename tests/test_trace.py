@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specmoe.errors import TraceError
-from specmoe.trace import (ACCEPTED, AFTER_REJECTION, COMMITTED, FIRST_REJECTED, read_meta,
+from specmoe.trace import (ACCEPTED, AFTER_REJECTION, COMMITTED, FIRST_REJECTED,
                            read_trace, status_for, write_trace)
 
 
@@ -19,7 +19,7 @@ def test_roundtrip_keeps_everything(tmp_path, small_trace):
     for name in ("request", "step", "position", "status", "accepted", "token_id"):
         np.testing.assert_array_equal(back.columns[name], small_trace.columns[name])
     assert list(back.columns["category"][:3]) == list(small_trace.columns["category"][:3])
-    meta = read_meta(path)
+    meta = back.meta
     assert meta["provenance"]["config_hash"] == "abc"
     assert (meta["num_layers"], meta["top_k"], meta["num_experts"], meta["k_draft"]) == (3, 4, 32, 3)
 

@@ -108,9 +108,10 @@ def cmd_ipf(a) -> dict:
 
 def cmd_te(a) -> dict:
     from .costmodel import ModelDims
+    from .hfconfig import dims_from_config
 
     if a.config:
-        dims = ModelDims.from_hf_config(a.config, dtype=a.dtype, tp=a.tp)
+        dims = dims_from_config(a.config, dtype=a.dtype, tp=a.tp)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in
                    ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from .errors import InputError
 from .unique import check_nk
@@ -117,16 +116,6 @@ class ModelDims:
                    top_k=top_k, attention_params=attn, shared_intermediate=shared_intermediate,
                    num_layers=num_layers, dtype=dtype, tp=tp, dense_dtype=dense_dtype,
                    vocab_size=vocab_size, kv_per_token=2 * kv_heads * head_dim * num_layers)
-
-    @classmethod
-    def from_hf_config(cls, cfg: dict | str | Path, dtype: str | None = None,
-                       tp: int = 1) -> "ModelDims":
-        """Read every dimension from a Hugging Face config.json (see specmoe.hfconfig). dtype, when
-        given, overrides the checkpoint's storage format for experts and dense weights alike (an
-        online quantisation such as vLLM's `quantization: fp8`)."""
-        from .hfconfig import dims_from_config
-
-        return dims_from_config(cfg, dtype=dtype, tp=tp)
 
     # --- bytes per GPU per layer ---
     @property

@@ -55,6 +55,23 @@ def palette(models) -> dict[str, tuple]:
     return {m: cmap(i % cmap.N) for i, m in enumerate(names)}
 
 
+# Acceptance status is drawn in neutral tones and markers of its own, so that it never reads as a
+# model (models take the tab10/tab20 colours).
+STATUS_STYLE = {"accepted": {"color": "black", "marker": "o", "ls": "-"},
+                "rejected": {"color": "#a0a0a0", "marker": "s", "ls": "--"}}
+
+
+def _status_style(status: str) -> dict:
+    key = "rejected" if "reject" in str(status) else "accepted" if "accept" in str(status) else None
+    return STATUS_STYLE.get(key, {"color": "#505050", "marker": "^", "ls": ":"})
+
+
+def _side_legend(ax, fontsize: float = 7) -> None:
+    """The legend beside the axes, not on the data."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+              frameon=False)
+
+
 def empty(message: str) -> plt.Figure:
     """A figure that says why it has nothing to show in this configuration."""
     fig, ax = plt.subplots(figsize=(5.5, 1.6))
@@ -199,8 +216,7 @@ def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: st
         _title(ax, " ".join(f"K={v}" if col in ("k", "K") else str(v)
                             for col, v in zip(panel, key)))
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
+    _figure_legend(fig, axes)
     return fig
 
 
@@ -211,8 +227,8 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
         for status, g in d.groupby("status", sort=False):
-            ax.errorbar(g["draft_position"], g["mean"], yerr=g["se"], marker="o", capsize=3,
-                        label=status)
+            ax.errorbar(g["draft_position"], g["mean"], yerr=g["se"], capsize=3, label=status,
+                        **_status_style(status))
         e = effects[effects["run"] == run]
         for _, r in e.iterrows():
             if not np.isfinite(r["cohens_d"]):
@@ -233,13 +249,13 @@ def speedup_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     per model on one axis, with error bars; speedup 1 marked."""
     if df.empty:
         return empty("No serving sweep in this configuration.")
-    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    fig, ax = plt.subplots(figsize=(8.0, 3.8))
     for (model, label), g in df.groupby(["model", "label"], sort=False):
         _line(ax, g.sort_values("batch"), "speedup", "o-", colors[model], label, ms=5)
     _batch_axis(ax, df["batch"])
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_ylabel("speedup (TPOT without SD / with SD)")
-    ax.legend(fontsize=7)
+    _side_legend(ax)
     fig.tight_layout()
     return fig
 
@@ -250,7 +266,7 @@ def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     if df.empty:
         return empty("No drafter is served alone in this configuration (EAGLE heads and MTP "
                      "layers cannot run alone), so there is no measured draft cost ratio.")
-    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    fig, ax = plt.subplots(figsize=(8.0, 3.8))
     seen: dict[str, int] = {}
     for (model, run), g in df.groupby(["model", "run"], sort=False):
         g = g.sort_values("batch")
@@ -260,12 +276,9 @@ def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     _batch_axis(ax, df["batch"])
     ax.set_ylabel("draft cost c = K TPOT(drafter) / TPOT(target)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7)
+    _side_legend(ax)
     fig.tight_layout()
     return fig
-
-
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
 
 def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:

@@ -145,9 +145,7 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
              cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
     write_trace(out, tr, provenance(
         {"run": run, "capture": cap_cfg, "prompts": prompts_source},
-        model={"name": run["model"], "source": "tiny",
-               "revision": model_identity(target_dir).get("revision")},
-        stage="capture", engine=engine_label()))
+        model=model_provenance(run["model"], target_dir), stage="capture", engine=engine_label()))
 
 
 def engine_inputs(target, drafter=None, method: str | None = None, gpu: bool = False,
@@ -218,6 +216,17 @@ def model_identity(model_dir) -> dict:
             else None}
 
 
+def model_provenance(name: str, model_dir) -> dict:
+    """The model entry of a result's provenance: its name in the configuration, where its
+    checkpoint comes from ("hf": a Hugging Face cache snapshot, "tiny": trained by the pipeline,
+    "local": a directory of another origin) and its revision."""
+    ident = model_identity(model_dir)
+    p = Path(model_dir["model"] if isinstance(model_dir, dict) else model_dir)
+    source = ("hf" if p.parent.name == "snapshots" else
+              "tiny" if (p / "manifest.json").exists() else "local")
+    return {"name": name, "source": source, "revision": ident.get("revision")}
+
+
 def _engine_opts(cfg: dict) -> dict:
     """Engine options of a sweep/profiling config section."""
     return {"dtype": cfg.get("dtype", "auto"), "kv_cache_mib": int(cfg.get("kv_cache_mib", 512)),
@@ -257,9 +266,8 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                 "drafter": model_identity(drafter_dir) if drafter_dir else None,
                 "vllm": vllm_version(), "device": device()}
     prov = provenance({"series": series, "sweep": sweep_cfg, "prompts": prompts_source},
-                      model={"name": series.get("model", Path(target_dir).name),
-                             "source": series.get("source"),
-                             "revision": key_base["target"].get("revision")},
+                      model=model_provenance(series.get("model", Path(target_dir).name),
+                                             target_dir),
                       stage="sweep", engine=engine_label())
     t0 = time.perf_counter()
     points = run_series(engine, str(target_dir), texts, sched,
@@ -295,6 +303,4 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
                         timeout=float(prof_cfg.get("timeout_s", 1800)))
     write_json(out, {"run": run, **res, "wall_s": time.perf_counter() - t0}, provenance(
         {"run": run, "profiling": prof_cfg, "prompts": prompts_source},
-        model={"name": run["model"], "source": "tiny",
-               "revision": model_identity(target_dir).get("revision")},
-        stage="profile", engine=engine_label()))
+        model=model_provenance(run["model"], target_dir), stage="profile", engine=engine_label()))

@@ -62,13 +62,14 @@ def _published_by_distance(ob: pd.DataFrame, study: dict) -> pd.DataFrame:
 
 
 def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
-    """Published layers of the matched model, where the run's model has those layers."""
+    """Published layers of the matched model that the run's model has too (the study publishes
+    its first four layers and one deep layer: a shallower model shows the first ones)."""
     pub = published.load("per_layer_overlap")
     rows = []
     for run, g in pl.groupby("run", sort=False):
         s = (study.get(g["model"].iloc[0]) or {}).get("study")
-        p = pub[pub["model"] == s]
-        if p.empty or p["layer"].max() > g["layer"].max():
+        p = pub[(pub["model"] == s) & (pub["layer"] <= g["layer"].max())]
+        if p.empty:
             continue
         rows += [{"run": run, "study_model": s, "layer": r["layer"], "value": r["step1_overlap"]}
                  for _, r in p.iterrows()]
@@ -590,13 +591,25 @@ def write_report(table_dir, figure_dir, out, prov: dict) -> None:
             lines += [f"## {section}", "", *block]
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {prov} -->\n")
-    write_text(out.with_suffix(".html"), to_html(text))
+    write_text(out.with_suffix(".html"), to_html(text, out.parent))
 
 
-def to_html(markdown: str) -> str:
+def to_html(markdown: str, base: Path | None = None) -> str:
+    """The report as one HTML page. With `base` (the Markdown file's folder) every image is
+    embedded as a data URI, so the page stands alone (Snakemake's report shows it as it is)."""
+    import base64
+    import re
+
     from markdown_it import MarkdownIt
 
     body = MarkdownIt("commonmark").enable("table").render(markdown)
+    if base is not None:
+        def embed(m):
+            f = (base / m.group(1)).resolve()
+            if not f.is_file():
+                return m.group(0)
+            return f'src="data:image/png;base64,{base64.b64encode(f.read_bytes()).decode()}"'
+        body = re.sub(r'src="([^":]+\.png)"', embed, body)
     # wide tables scroll inside the page's column instead of running off its right edge
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto;font-size:14px} "
              "img{max-width:100%} table{border-collapse:collapse;font-size:12px;display:block;"

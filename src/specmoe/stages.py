@@ -186,7 +186,9 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.Model
                              f"{dims.num_experts} experts but the trace has {top_k}-of-{num_experts}")
         return dims
     if model_cfg.get("hf_config"):
-        return costmodel.ModelDims.from_hf_config(model_cfg["hf_config"], dtype=d.get("dtype"),
+        from .hfconfig import dims_from_config
+
+        return dims_from_config(model_cfg["hf_config"], dtype=d.get("dtype"),
                                                   tp=int(d.get("tp", 1)))
     if not d:
         raise InputError(f"model {model_cfg['name']}: needs 'dims' or 'hf_config' for the cost model")

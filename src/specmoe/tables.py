@@ -17,6 +17,19 @@ from .provenance import write_text
 
 FORMATS = ("csv", "md", "tex", "html")
 
+# Column identifiers (kept in CSV, for programs) as people read them (Markdown, LaTeX, HTML).
+_WORDS = {"te": "TE", "tpot": "TPOT", "ar": "no-SD", "sd": "SD", "ms": "(ms)", "us": "(µs)",
+          "ipf": "IPF", "moe": "MoE", "k": "K", "n": "N", "tau": "acceptance length τ",
+          "low": "95% low", "high": "95% high", "rel": "relative", "err": "error",
+          "costmodel": "cost model", "ctas": "CTAs", "sm": "SM", "hf": "HF", "kv": "KV",
+          "pos": "position", "seq": "seq.", "num": "number of", "pct": "%"}
+
+
+def header(col: str) -> str:
+    """A column's header for people: words for the identifier's parts ("te_sweep_low" reads
+    "TE sweep 95% low", "tpot_ar_ms" "TPOT no-SD (ms)")."""
+    return " ".join(_WORDS.get(w, w) for w in str(col).split("_") if w)
+
 
 def _fmt(v, digits: int) -> str:
     if v is None:  # one symbol for a missing value in every table
@@ -31,7 +44,7 @@ def _fmt(v, digits: int) -> str:
 
 
 def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
-    cols = [str(c) for c in df.columns]
+    cols = [header(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |",
              "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else ":---"
                             for c in df.columns) + "|"]
@@ -53,7 +66,7 @@ def to_latex(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
     if caption:
         out.append(r"\caption{" + _tex_escape(caption) + "}")
     out += [r"\begin{tabular}{" + align + "}", r"\toprule",
-            " & ".join(_tex_escape(str(c)) for c in df.columns) + r" \\", r"\midrule"]
+            " & ".join(_tex_escape(header(c)) for c in df.columns) + r" \\", r"\midrule"]
     for row in df.itertuples(index=False):
         out.append(" & ".join(_tex_escape(_fmt(v, digits)) for v in row) + r" \\")
     out += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
@@ -62,8 +75,9 @@ def to_latex(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
 
 def to_html(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
     """A standalone HTML page: the caption, then the table (numbers right-aligned)."""
-    body = df.to_html(index=False, na_rep="–", border=0, classes="specmoe",
-                      float_format=lambda v: _fmt(float(v), digits))
+    body = df.rename(columns=header).to_html(
+        index=False, na_rep="–", border=0, classes="specmoe",
+        float_format=lambda v: _fmt(float(v), digits))
     style = ("body{font-family:sans-serif;font-size:13px} table{border-collapse:collapse} "
              "td,th{padding:2px 8px;border-bottom:1px solid #ddd} td{text-align:right} "
              "th{text-align:left}")

@@ -172,13 +172,6 @@ def write_trace(path: str | Path, trace: Trace, provenance: dict | None = None) 
         pq.write_table(table, tmp, compression="lz4", row_group_size=1 << 18)
 
 
-def read_meta(path: str | Path) -> dict[str, Any]:
-    """Only the metadata of a trace (cheap: reads the footer)."""
-    path = Path(path)
-    schema = _read_schema(path)
-    return _parse_meta(path, schema)
-
-
 def _read_schema(path: Path) -> pa.Schema:
     if not path.exists():
         raise TraceError(f"{path}: no such trace file")

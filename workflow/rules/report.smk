@@ -73,12 +73,12 @@ rule report_index:
         tables=[f"results/tables/{t}.md" for t in report_tables()],
         figures=expand("results/figures/{fig}.png", fig=FIGURES),
     output:
+        "results/report/index.md",
         report(
-            "results/report/index.md",
+            "results/report/index.html",
             caption=captions.path("index"),
             category="Report",
         ),
-        "results/report/index.html",
     log:
         "logs/report/index.log",
     conda:
