@@ -86,6 +86,7 @@ def test_synth_then_analyze(tmp_path):
     (["correction", "--moe-weight-share", "1.5", "--unique-ratio", "2", "--moe-time-share", "0.3",
       "--moe-time-ratio", "1.5", "--dense-time-ratio", "1"], "moe_weight_share"),
     (["frobnicate"], "invalid choice"),
+    (["download", "foo"], "'foo' is not a Hugging Face repository id: it is owner/name"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     r = run(*args)

@@ -194,3 +194,21 @@ def test_a_fixed_cost_per_forward_pass_weighs_more_on_the_drafters_k_passes():
             d, hw, 3, [1, 8, 64], lambda b: uniform_unique(128, 8, b), 512, 896)
             if r["synthetic_drafter"] == cm.DENSE_DRAFTER]
     assert all(b > a for a, b in zip(curves[0], curves[50]))
+
+
+def test_the_gpu_bill_prefills_each_prompt_once():
+    """A series over long prompts costs each request's prefill more: exactly prompts x one
+    forward pass over the prompt, compute bound for 32k tokens (hundreds of decode steps)."""
+    from specmoe import plan
+
+    d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
+    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
+    a = plan.PlanAssumptions()
+    sched = [(1, 80), (8, 160)]
+    short = plan.series_s(d, hw, sched, 256, 3, a, prompt_tokens=0)
+    long = plan.series_s(d, hw, sched, 256, 3, a, prompt_tokens=32000)
+    one = plan.step_s(d, hw, 1, 32000, a)
+    assert long - short == pytest.approx(240 * one)
+    assert one > 100 * plan.step_s(d, hw, 1, 1, a)
+    tokens = plan.mean_prompt_tokens({"tinybench": "builtin:v1"})["tinybench"]
+    assert 5 < tokens < 100  # the embedded prompts are a sentence or two

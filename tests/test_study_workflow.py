@@ -125,7 +125,12 @@ def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
 def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
     wd = workdir(tmp_path)
     env = offline_cache(tmp_path)
-    r = snakemake(wd, "results/plan.md", env=env)
+    # a study model whose repository is not known yet: the bill names it instead of dropping it
+    case = yaml.safe_load(CASE.read_text())
+    case["models"].append({"name": "unknown-moe", "source": "hf", "repo_id": None,
+                           "drafters": ["mtp"], "datasets": ["tinybench"]})
+    (wd / "plan-case.yaml").write_text(yaml.safe_dump(case))
+    r = snakemake(wd, "results/plan.md", env=env, configfile="plan-case.yaml")
     assert r.returncode == 0, r.stderr[-3000:]
     plan = json.loads((wd / "results" / "plan.json").read_text())
     jobs = {(j["rule"], j["dataset"]): j for j in plan["jobs"] if j["model"] == "qwen3-30b-run"}
@@ -134,6 +139,30 @@ def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
     assert cap["gpus"] == 2 and cap["gpu_hours"] == pytest.approx(2 * cap["hours"])
     assert cap["runtime_min"] >= plan["assumptions"]["min_runtime"]
     assert plan["gpu_hours"] == pytest.approx(sum(j["gpu_hours"] for j in plan["jobs"]))
-    assert "GPU-hours" in (wd / "results" / "plan.md").read_text()
+    md = (wd / "results" / "plan.md").read_text()
+    assert "GPU-hours" in md and "prefilled once" in md and plan["prompt_tokens"]["tinybench"] > 0
+    assert plan["unplanned"] == ["unknown-moe"] and "Not in this bill: unknown-moe (no" in md
     dry = snakemake(wd, "results/traces/qwen3-30b-run/mtp/K3/tinybench.parquet", "-n", env=env)
     assert f"runtime={cap['runtime_min']}," in dry.stdout + dry.stderr
+
+
+def test_a_download_missing_from_the_offline_cache_fails_once_in_one_line(tmp_path):
+    """Not in the cache and HF_HUB_OFFLINE=1: nothing a retry can mend. The job fails at its first
+    attempt, and the reason is one line (no Python traceback), in the output and the log."""
+    wd = workdir(tmp_path)
+    env = offline_cache(tmp_path)
+    repo = tmp_path / "hf" / "hub" / "models--Qwen--Qwen2-57B-A14B-Instruct"
+    import shutil
+
+    shutil.rmtree(repo)
+    target = "results/downloads/Qwen--Qwen2-57B-A14B-Instruct.config.json"
+    r = snakemake(wd, target, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "Traceback" not in out
+    line = ("qwen2-57b-bf16-tp2: Qwen/Qwen2-57B-A14B-Instruct@main is not (completely) in the "
+            "Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading")
+    assert out.count("specmoe: download: " + line) == 1
+    assert "attempt 2" not in out and "trying again" not in out
+    log = (wd / "logs/downloads/Qwen--Qwen2-57B-A14B-Instruct.config.log").read_text()
+    assert line in log and "Traceback" not in log

@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 import re
+import time
 from pathlib import Path
 
 from .errors import InputError
@@ -44,9 +45,12 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def check_repo_id(name: str, repo_id) -> str:
+    if repo_id is None or repo_id == "":
+        raise InputError(f"{name}: repo_id is not set; the study names none for this model: put "
+                         "the Hugging Face repo id (owner/name) in the config")
     if not isinstance(repo_id, str) or not REPO_ID.match(repo_id):
-        raise InputError(f"{name}: repo_id is not set ({repo_id!r}); the study names none for "
-                         "this model: put the Hugging Face repo id (owner/name) in the config")
+        raise InputError(f"{name}: {repo_id!r} is not a Hugging Face repository id: it is "
+                         "owner/name, e.g. Qwen/Qwen3-30B-A3B-FP8")
     return repo_id
 
 
@@ -58,6 +62,29 @@ def _errors():
     from huggingface_hub import errors
 
     return errors
+
+
+class HubUnreachable(InputError):
+    """The Hub could not be reached (worth another attempt, unlike every other download error)."""
+
+
+# Seconds to wait before the second and third attempt of a Hub call that could not reach the Hub.
+RETRY_WAITS_S = (5.0, 20.0)
+
+
+def _network(call, name: str, repo_id: str, revision: str | None):
+    """A Hub call, tried again after RETRY_WAITS_S when the Hub cannot be reached; any other
+    failure (gated, not found, not in an offline cache, disk full) is final at once, one line."""
+    for attempt in range(len(RETRY_WAITS_S) + 1):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - mapped to one line
+            err = _explain(name, repo_id, revision, exc)
+            if not isinstance(err, HubUnreachable) or attempt == len(RETRY_WAITS_S):
+                raise err from None
+            log.warning("%s (attempt %d of %d: trying again in %.0f s)", err, attempt + 1,
+                        len(RETRY_WAITS_S) + 1, RETRY_WAITS_S[attempt])
+            time.sleep(RETRY_WAITS_S[attempt])
 
 
 def _explain(name: str, repo_id: str, revision: str | None, exc: BaseException) -> InputError:
@@ -91,8 +118,9 @@ def _explain(name: str, repo_id: str, revision: str | None, exc: BaseException) 
                 return InputError(f"{name}: {repo_id}@{rev} is not (completely) in the Hugging Face "
                                   "cache and HF_HUB_OFFLINE=1 forbids downloading: unset it, or "
                                   "download on a machine with network into the same HF_HOME")
-            return InputError(f"{name}: could not reach the Hub for {repo_id}@{rev} and it is not "
-                              f"in the cache ({type(exc).__name__}): check the network or HF_ENDPOINT")
+            return HubUnreachable(f"{name}: could not reach the Hub for {repo_id}@{rev} and it is "
+                                  f"not in the cache ({type(exc).__name__}): check the network or "
+                                  "HF_ENDPOINT")
     return InputError(f"{name}: download of {repo_id}@{rev} failed: "
                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
@@ -144,19 +172,16 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
             if offline():  # which weights the repo has is decided from the cached snapshot below
                 patterns += SAFETENSORS + BIN
             else:
+                files = _network(lambda: HfApi().list_repo_files(
+                    repo_id, revision=revision, repo_type=repo_type), name, repo_id, revision)
                 try:
-                    files = HfApi().list_repo_files(repo_id, revision=revision, repo_type=repo_type)
                     patterns += _weight_patterns(files)
                 except InputError as exc:
                     raise InputError(f"{name}: {repo_id}: {exc}") from None
-                except Exception as exc:  # noqa: BLE001 - mapped to one line below
-                    raise _explain(name, repo_id, revision, exc) from None
-    try:
-        snapshot = Path(snapshot_download(repo_id, repo_type=repo_type, revision=revision,
-                                          allow_patterns=patterns, ignore_patterns=ignore,
-                                          cache_dir=cache_dir, local_files_only=offline()))
-    except Exception as exc:  # noqa: BLE001 - mapped to one line
-        raise _explain(name, repo_id, revision, exc) from None
+    snapshot = Path(_network(lambda: snapshot_download(
+        repo_id, repo_type=repo_type, revision=revision, allow_patterns=patterns,
+        ignore_patterns=ignore, cache_dir=cache_dir, local_files_only=offline()),
+        name, repo_id, revision))
     commit = snapshot.name
     if not COMMIT.match(commit):
         raise InputError(f"{name}: {snapshot} is not a Hugging Face cache snapshot")

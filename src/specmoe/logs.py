@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
+
+from .errors import SpecmoeError
 
 log = logging.getLogger("specmoe")
 
@@ -26,7 +29,11 @@ def logged(path: str | Path, stage: str) -> Iterator[logging.Logger]:
     log.info("stage %s started", stage)
     try:
         yield log
-    except Exception:
+    except SpecmoeError as exc:  # a problem of the input or the setup: one line, no traceback
+        log.error("stage %s failed: %s", stage, exc)
+        sys.stderr.write(f"specmoe: {stage}: {exc}\n")
+        raise SystemExit(1) from None
+    except Exception:  # anything else is a bug: its traceback
         log.exception("stage %s failed", stage)
         raise
     else:

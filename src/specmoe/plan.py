@@ -5,7 +5,10 @@ An engine step at batch B takes the roofline time of every MoE layer (bytes read
 or FLOPs over the peak, whichever is larger, see costmodel.step_time) divided by an efficiency (the
 share of the roofline an engine reaches); experts touched are the uniform-routing count, an upper
 bound. A series of points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes
-output_len / tau verification steps plus drafting. Every job also starts an engine: a fixed
+output_len / tau verification steps plus drafting; every request's prompt is prefilled once (one
+forward pass over the dataset's mean prompt length, estimated as 4 characters per token before any
+tokenizer runs: a 32k-token prompt costs as much as hundreds of decode steps). Every job also starts
+an engine: a fixed
 start-up (CUDA graphs, compilation) plus the weights over the loading bandwidth. The SLURM runtime of
 a job is `safety` times its estimate, at least `min_runtime` minutes.
 """
@@ -65,11 +68,17 @@ def startup_s(dims: costmodel.ModelDims, a: PlanAssumptions) -> float:
     return a.startup_s + weight_bytes(dims) / (a.load_gbs * 1e9)
 
 
+CHARS_PER_TOKEN = 4.0
+
+
 def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int | None,
-             a: PlanAssumptions) -> float:
-    """A serving series over the schedule, without (k None) or with SD."""
+             a: PlanAssumptions, prompt_tokens: float = 0.0) -> float:
+    """A serving series over the schedule, without (k None) or with SD, each request's prompt of
+    `prompt_tokens` prefilled once."""
     total = 0.0
+    prefill = step_s(dims, hw, 1, max(int(round(prompt_tokens)), 1), a) if prompt_tokens else 0.0
     for batch, prompts in schedule:
+        total += prompts * prefill
         waves = math.ceil(prompts / batch)
         if k is None:
             total += waves * output_len * step_s(dims, hw, batch, 1, a)
@@ -80,8 +89,16 @@ def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int 
     return total
 
 
-def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions) -> list[dict]:
-    """The GPU jobs of one model and their estimates."""
+def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
+             prompt_tokens: dict[str, float] | None = None) -> list[dict]:
+    """The GPU jobs of one model and their estimates (prompt_tokens: each dataset's mean prompt
+    length in tokens; prefill is left out for a dataset without one)."""
+    known = prompt_tokens or {}
+
+    def ptok(ds: str) -> float:  # "a+b": the datasets together
+        parts = [known[p] for p in ds.split("+") if p in known]
+        return sum(parts) / len(parts) if parts else 0.0
+
     sweep = config.get("sweep") or {}
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep.get("schedule") or []]
     out_len = int(sweep.get("output_len", 256))
@@ -101,14 +118,15 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions)
 
     # every point `repeats` times, and warm-up requests before a batch size's first measurement
     warm_sched = [(b, repeats * n + max(warm, b)) for b, n in sched]
-    n_ds = len(model["datasets"])  # one engine serves every dataset of a series
+    def sweep_s(k):  # one engine serves every dataset of a series
+        return sum(series_s(dims, hw, warm_sched, out_len, k, a, ptok(ds))
+                   for ds in model["datasets"])
+
     if sched:
-        add("sweep_ar_gpu", {"drafter": "", "k": "", "dataset": ""},
-            boot + n_ds * series_s(dims, hw, warm_sched, out_len, None, a))
+        add("sweep_ar_gpu", {"drafter": "", "k": "", "dataset": ""}, boot + sweep_s(None))
         for d in model["drafters"]:
             for k in ks:
-                add("sweep_sd_gpu", {"drafter": d, "k": k, "dataset": ""},
-                    boot + n_ds * series_s(dims, hw, warm_sched, out_len, int(k), a))
+                add("sweep_sd_gpu", {"drafter": d, "k": k, "dataset": ""}, boot + sweep_s(int(k)))
     for ds in model["datasets"]:
         for d in model["drafters"]:
             for k in ks:
@@ -116,7 +134,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions)
                 seqs = int(cap.get("max_num_seqs", 16))
                 add("capture_gpu", run, boot + series_s(
                     dims, hw, [(seqs, int(cap.get("prompts", 80)))],
-                    int(cap.get("max_tokens", 256)), int(k), a))
+                    int(cap.get("max_tokens", 256)), int(k), a, ptok(ds)))
     for d in model["drafters"]:
         for k in ks[:1]:  # one profile per drafter, at the first K (see the workflow's rules)
             tokens = int(prof.get("max_tokens", 32))
@@ -135,9 +153,23 @@ def summary(rows: list[dict]) -> dict:
     return {"gpu_hours_by_model": by_model, "gpu_hours": sum(by_model.values())}
 
 
-def plan_stage(entries: list[dict], config: dict, out_md, out_json) -> dict:
+def mean_prompt_tokens(prompt_tables: dict[str, str]) -> dict[str, float]:
+    """Each dataset's mean prompt length in tokens, estimated from its characters."""
+    from . import prompts as prompt_table
+
+    out = {}
+    for ds, src in prompt_tables.items():
+        rows = prompt_table.load(src, [ds])
+        out[ds] = sum(len(r.text) for r in rows) / len(rows) / CHARS_PER_TOKEN
+    return out
+
+
+def plan_stage(entries: list[dict], config: dict, out_md, out_json,
+               unplanned: list[str] = (), prompt_tables: dict[str, str] | None = None) -> dict:
     """entries: {name, manifest, precision, tp, hardware, datasets, drafters, ks} per study model
-    that runs on GPUs; config: the sweep, capture, profiling, hardware and plan sections."""
+    that runs on GPUs; config: the sweep, capture, profiling, hardware and plan sections;
+    unplanned: study models the bill cannot estimate (no repo id, so no config.json);
+    prompt_tables: {dataset: prompt table} for the prefill term."""
     import pandas as pd
 
     from . import tables
@@ -145,6 +177,7 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json) -> dict:
     from .provenance import provenance, write_json, write_text
 
     a = PlanAssumptions.from_dict(config.get("plan"))
+    ptok = mean_prompt_tokens(prompt_tables or {})
     rows = []
     for e in entries:
         dims = study_dims(e["manifest"], e.get("precision", "auto"), e.get("tp", 1))
@@ -152,10 +185,11 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json) -> dict:
         if hw_name not in config["hardware"]:
             raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
         hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
-        rows += job_rows(e["name"], e, dims, hw, config, a)
+        rows += job_rows(e["name"], e, dims, hw, config, a, ptok)
     s = summary(rows)
     prov = provenance(config, stage="plan")
-    write_json(out_json, {"assumptions": asdict(a), **s, "jobs": rows}, prov)
+    write_json(out_json, {"assumptions": asdict(a), **s, "jobs": rows,
+                          "unplanned": list(unplanned), "prompt_tokens": ptok}, prov)
     df = pd.DataFrame(rows)
     by_model = pd.DataFrame([{"model": m, "gpu_hours": h}
                              for m, h in s["gpu_hours_by_model"].items()])
@@ -163,8 +197,13 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json) -> dict:
              f"**{s['gpu_hours']:,.0f} GPU-hours** in {len(rows)} GPU jobs, estimated from the "
              "schedule and the cost model's roofline before anything is measured. Assumptions "
              f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in asdict(a).items())}. "
-             f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} min).",
-             "", "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
+             f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} "
+             "min). Each request's prompt is prefilled once, at its dataset's mean length ("
+             + (", ".join(f"{ds} {t:,.0f}" for ds, t in ptok.items()) or "no prompt table")
+             + f" tokens, {CHARS_PER_TOKEN:g} characters per token).", "",
+             *([f"Not in this bill: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
+                "size them from); they cannot run until one is set.", ""] if unplanned else []),
+             "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
              tables.to_markdown(df, 2), f"<!-- provenance: {prov} -->", ""]
     write_text(out_md, "\n".join(lines))
     return s

@@ -492,6 +492,9 @@ def gpu_drafter(wildcards):
 
 # Study models whose GPU jobs the plan estimates (a repo id is needed to read their config.json).
 PLANNED = [n for n in HF_RUN if MODELS[n].get("repo_id")]
+PLANNED_DATASETS = sorted(
+    {d for n in PLANNED for name in MODELS[n]["datasets"] for d in name.split("+")}
+)
 
 
 def plan_input(wildcards):

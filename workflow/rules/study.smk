@@ -14,7 +14,6 @@ rule download_model:
     wildcard_constraints:
         repo=one_of(REPOS),
         mode="full|config",
-    retries: 2
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -32,7 +31,6 @@ rule download_dataset:
         "benchmarks/downloads/datasets/{dataset}.tsv"
     wildcard_constraints:
         dataset=one_of(DATASETS),
-    retries: 2
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -90,7 +88,8 @@ rule weight_model:
 
 rule plan:
     input:
-        [download_manifest(n, "config") for n in PLANNED],
+        manifests=[download_manifest(n, "config") for n in PLANNED],
+        prompts=[f"results/prompts/{ds}.csv" for ds in PLANNED_DATASETS if ds in DATASETS],
     output:
         md="results/plan.md",
         json="results/plan.json",
@@ -122,6 +121,11 @@ rule plan:
             k: config[k]
             for k in ("sweep", "capture", "profiling", "hardware", "plan", "ks")
             if k in config
+        },
+        unplanned=[n for n in HF_RUN if n not in PLANNED],
+        prompt_tables={
+            ds: f"results/prompts/{ds}.csv" if ds in DATASETS else "builtin:v1"
+            for ds in PLANNED_DATASETS
         },
     script:
         "../scripts/plan.py"

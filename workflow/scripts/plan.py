@@ -9,4 +9,6 @@ with logged(snakemake.log[0], "plan"):
         snakemake.params.config,
         snakemake.output.md,
         snakemake.output.json,
+        unplanned=snakemake.params.unplanned,
+        prompt_tables=snakemake.params.prompt_tables,
     )
