@@ -106,3 +106,35 @@ def test_anchor_effects_compare_anchor_overlap_not_consecutive(small_trace):
         want = compare(anchor[(pos == j) & (st == ACCEPTED)], anchor[(pos == j) & (st == FIRST_REJECTED)])
         assert r["cohens_d"] == pytest.approx(want["cohens_d"], nan_ok=True)
     assert res["anchor_effects"][1]["cohens_d"] != pytest.approx(res["by_position"][1]["cohens_d"])
+
+
+def test_a_held_out_dataset_run_on_its_own_is_held_out(small_trace):
+    """The study runs Aya (its languages the slices) as a run of its own, not as "main+aya": a
+    dataset marked held out is summarised across its slices wherever it is run; unmarked, a
+    single-dataset run has no held-out set."""
+    import dataclasses
+
+    from specmoe.acceptance import heldout_split
+
+    assert heldout_split("aya", {"Swahili": "aya", "Yoruba": "aya"}, {"aya"}) == {
+        "aya": ["Swahili", "Yoruba"]}
+    assert heldout_split("aya", {"Swahili": "aya"}) == {}
+    assert heldout_split("mt+aya", {"Swahili": "aya", "w": "mt"}, {"aya"}) == {"aya": ["Swahili"]}
+    consec, anchor = row_overlaps(small_trace)
+    tr = dataclasses.replace(small_trace, meta={**small_trace.meta, "run": {"dataset": "held"},
+                                                "slice_datasets": {"a": "held", "b": "held"}})
+    res = acceptance_stats(tr, consec, anchor, heldout={"held"})
+    assert res["heldout"]["held"]["slices"] == ["a", "b"]
+    assert np.isfinite(res["heldout"]["held"]["median_delta_by_position"]).any()
+
+
+def test_held_out_overlap_has_the_studys_range_across_slices():
+    """Table 18's row of a held-out set: the mean over its slices and the smallest and largest."""
+    from specmoe.stages import heldout_range
+
+    slices = [{"n_windows": 10, "overlap_by_distance": [0.4, 0.3], "independent": 0.1},
+              {"n_windows": 20, "overlap_by_distance": [0.5, 0.35], "independent": 0.2}]
+    r = heldout_range("aya", slices)
+    assert r["slice"] == "mean of aya" and r["n_windows"] == 30
+    assert (r["step1"], r["step1_min"], r["step1_max"]) == (pytest.approx(0.45), 0.4, 0.5)
+    assert (r["independent_min"], r["independent_max"]) == (0.1, 0.2)

@@ -83,15 +83,19 @@ def anchor_effects(anchor: np.ndarray, position: np.ndarray, status: np.ndarray,
     return by_position(anchor, position, status, k_draft)
 
 
-def heldout_split(run_dataset: str | None, slice_datasets: dict[str, str]) -> dict[str, list[str]]:
+def heldout_split(run_dataset: str | None, slice_datasets: dict[str, str],
+                  heldout: frozenset[str] | set[str] = frozenset()) -> dict[str, list[str]]:
     """Held-out datasets of a run and their slices: a run of datasets "a+b+c" has main set a and
-    held-out sets b and c; each slice (category) belongs to the dataset its prompts came from."""
+    held-out sets b and c, and a dataset named in `heldout` (the study's Spec-Bench categories and
+    Aya languages, run on their own) is held out wherever it is run; each slice (category)
+    belongs to the dataset its prompts came from."""
     parts = (run_dataset or "").split("+")
-    return {d: sorted(c for c, ds in slice_datasets.items() if ds == d) for d in parts[1:]}
+    held = [d for i, d in enumerate(parts) if d and (i > 0 or d in heldout)]
+    return {d: sorted(c for c, ds in slice_datasets.items() if ds == d) for d in held}
 
 
 def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
-                     slice_column: str = "category") -> dict:
+                     slice_column: str = "category", heldout=frozenset()) -> dict:
     """All acceptance statistics of one trace: overall, anchor (with effect sizes), per slice, and
     the median accepted-minus-first-rejected delta across the held-out datasets' slices."""
     pos, st = trace.columns["position"], trace.columns["status"]
@@ -110,7 +114,7 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
         out["slices"] = slices
         out["slice_anchor_drop"] = drops
         split = heldout_split((trace.meta.get("run") or {}).get("dataset"),
-                              trace.meta.get("slice_datasets") or {})
+                              trace.meta.get("slice_datasets") or {}, set(heldout))
         out["heldout"] = {
             ds: {"slices": names, "median_delta_by_position": _median_delta(slices, names, kd),
                  "median_anchor_drop": _median([drops[n] for n in names if n in drops])}

@@ -242,11 +242,13 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
                      "draft_ratio_vs_batch": ratio}, prov)
 
 
-def acceptance_stage(trace_path, out, threads: int | None = None) -> None:
+def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) -> None:
+    """Acceptance statistics of one trace; `heldout`: datasets whose slices are held out wherever
+    they are run (besides the b, c of a run "a+b+c")."""
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     consec, anchor = overlap.row_overlaps(tr)
-    res = acceptance.acceptance_stats(tr, consec, anchor)
+    res = acceptance.acceptance_stats(tr, consec, anchor, heldout=set(heldout))
     prov = dict(tr.meta.get("provenance", {}))
     prov.update(provenance(None, model=prov.get("model"), stage="acceptance"))
     write_json(out, {"run": tr.meta.get("run", {}), **res}, prov)
@@ -272,6 +274,7 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
                                           "te_vs_batch", "draft_ratio_model",
                                           "acceptance_consecutive",
                                           "anchor_overlap", "heldout_acceptance")}
+    heldout_of = {tuple(_run_cols(ac["run"]).values()): ac.get("heldout", {}) for ac in accs}
     for ov in ovs:
         s, rc = ov["summary"], _run_cols(ov["run"])
         t["overlap_decomposition_step1"].append({
@@ -306,11 +309,15 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
         if ov.get("overlap_by_status"):
             t["overlap_by_status"].append({**rc, **ov["overlap_by_status"],
                                            "repetitive_windows": ov.get("repetitive_windows")})
-        for name, sl in (ov.get("by_slice") or {}).items():
+        by_slice = ov.get("by_slice") or {}
+        for name, sl in by_slice.items():
             t["heldout_overlap"].append({
                 **rc, "slice": name, "slice_dataset": sl["dataset"], "n_windows": sl["n_windows"],
                 **{f"step{d}": v for d, v in enumerate(sl["overlap_by_distance"], 1)},
                 "independent": sl["independent"]})
+        for ds, h in heldout_of.get(tuple(rc.values()), {}).items():
+            t["heldout_overlap"].append({**rc, **heldout_range(ds, [by_slice[n] for n in
+                                                                   h["slices"] if n in by_slice])})
         pl = ov["per_layer"]
         for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"])):
             t["per_layer_overlap"].append({
@@ -365,6 +372,21 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
                 **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)},
                 "anchor_drop": h.get("median_anchor_drop", np.nan)})
     return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+def heldout_range(dataset: str, slices: list[dict]) -> dict:
+    """A held-out dataset's overlap by distance as the study's Table 18 gives it: the mean over its
+    slices, with the smallest and largest slice beside it."""
+    out = {"slice": f"mean of {dataset}", "slice_dataset": dataset,
+           "n_windows": sum(s["n_windows"] for s in slices)}
+    if not slices:
+        return out
+    cols = {f"step{d}": [s["overlap_by_distance"][d - 1] for s in slices]
+            for d in range(1, min(len(s["overlap_by_distance"]) for s in slices) + 1)}
+    cols["independent"] = [s["independent"] for s in slices]
+    for c, v in cols.items():
+        out[c], out[f"{c}_min"], out[f"{c}_max"] = float(np.mean(v)), min(v), max(v)
+    return out
 
 
 def write_tables(dfs: dict[str, pd.DataFrame], outdir, prov: dict) -> list[Path]:

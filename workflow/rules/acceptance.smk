@@ -13,5 +13,7 @@ rule acceptance:
     conda:
         "../../envs/analysis.yaml"
     threads: 2
+    params:
+        heldout=[ds for ds, d in DATASETS.items() if d.get("heldout")],
     script:
         "../scripts/acceptance.py"

@@ -4,4 +4,5 @@ from specmoe.logs import logged
 from specmoe.stages import acceptance_stage
 
 with logged(snakemake.log[0], "acceptance"):
-    acceptance_stage(snakemake.input[0], snakemake.output[0], threads=snakemake.threads)
+    acceptance_stage(snakemake.input[0], snakemake.output[0], threads=snakemake.threads,
+                     heldout=snakemake.params.heldout)
