@@ -206,3 +206,22 @@ def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
     out = summarise(path, batch=1, window=4)
     assert out["wall_us"] == pytest.approx(300.0)             # not the 10 us of launches
     assert out["drafter_us_per_step"] == pytest.approx(100.0)  # not 5
+
+
+def test_profiled_te_has_an_interval_from_the_steps_spread():
+    """TE = mean decode step / mean verify step; steps that vary give an interval around it that
+    narrows with more steps, and one step of a kind gives none."""
+    import math
+
+    import numpy as np
+
+    from specmoe.kernelprof import te_interval
+
+    rng = np.random.default_rng(0)
+    dec, ver = rng.normal(100, 10, 20), rng.normal(125, 12, 20)
+    lo, hi = te_interval(dec, ver)
+    te = dec.mean() / ver.mean()
+    assert lo < te < hi and hi - lo < 0.2
+    lo4, hi4 = te_interval(np.tile(dec, 4), np.tile(ver, 4))
+    assert hi4 - lo4 < (hi - lo) / 1.5
+    assert all(math.isnan(v) for v in te_interval([100.0], ver))

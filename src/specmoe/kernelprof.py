@@ -208,13 +208,14 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
         sms = dec_info.get("sm_count", 0)
         cmp = profiling.compare(profiling.mean_events(dec["steps"]),
                                 profiling.mean_events(ver["steps"]))
+        lo, hi = te_interval([s.time_us for s in dec["steps"]], [s.time_us for s in ver["steps"]])
         rows.append({"batch": b, "device": dec_info["device"], "gpu": dec_info.get("gpu"),
                      "sm_count": sms, "decode_steps": len(dec["steps"]),
                      "verify_steps": len(ver["steps"]), "decode_wall_us": dec["wall_us"],
                      "verify_wall_us": ver["wall_us"],
                      "drafter_us_per_step": ver["drafter_us_per_step"],
                      "draft_cost_profiled": ver["drafter_us_per_step"] / dec["wall_us"],
-                     **cmp,
+                     **cmp, "te_profiled_low": lo, "te_profiled_high": hi,
                      "grids": {"decode": profiling.grid_stats(dec["steps"], sms),
                                "verify": profiling.grid_stats(ver["steps"], sms)},
                      "top_ops": top_ops(dec["steps"], ver["steps"])})
@@ -222,6 +223,22 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                  "TE %.3f", b, len(dec["steps"]), len(ver["steps"]), cmp["moe_time_share"],
                  cmp["moe_time_ratio"], cmp["dense_time_ratio"], cmp["te_profiled"])
     return {"k": k, "batches": rows}
+
+
+def te_interval(decode_us: list[float], verify_us: list[float]) -> tuple[float, float]:
+    """95% interval of TE = mean decode step time / mean verify step time from the spread of the
+    profiled steps (log scale, Welch df; consecutive steps are treated as independent, so it is
+    rather too narrow than too wide). NaN with fewer than two steps of either kind."""
+    from .sweep import Estimate, ratio
+
+    def est(xs):
+        xs = np.asarray(xs, dtype=float)
+        if len(xs) < 2 or xs.mean() <= 0:
+            return Estimate(float(xs.mean()) if len(xs) else float("nan"), float("nan"), 0.0)
+        return Estimate(float(xs.mean()), float(xs.std(ddof=1) / xs.mean() / np.sqrt(len(xs))),
+                        len(xs) - 1)
+
+    return ratio(est(decode_us), est(verify_us)).interval()
 
 
 def top_ops(decode: list[profiling.Step], verify: list[profiling.Step], n: int = 12) -> list[dict]:

@@ -104,6 +104,9 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
                     sw["tau"], sw["speedup"], b["draft_cost_profiled"])) if sw else np.nan,
                 **bounded_te("te_profiled", b["te_profiled"]),
+                "te_profiled_low": b.get("te_profiled_low", np.nan),
+                "te_profiled_high": b.get("te_profiled_high", np.nan),
+                "verify_steps": b.get("verify_steps", np.nan),
                 **bounded_te("te_costmodel", te_cm),
                 "gap_sweep_minus_costmodel": te_sw - te_cm,
                 "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
