@@ -154,8 +154,8 @@ def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, tmp_
         "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(cache)})
     assert r.returncode != 0
     jobs = submitted(cluster, wd)
-    assert "capture_gpu" in jobs, r.stdout[-3000:] + r.stderr[-3000:]
-    (job,) = jobs["capture_gpu"]
+    assert "capture" in jobs, r.stdout[-3000:] + r.stderr[-3000:]
+    (job,) = jobs["capture"]
     assert "gpu:2" in job.get("TresPerJob", "") and job["JobState"] == "FAILED"
     log = (wd / "logs" / "traces" / "q" / "mtp" / "K3" / "tinybench.log").read_text()
     assert "needs a CUDA GPU" in log

@@ -61,8 +61,8 @@ def test_paper_config_builds_the_whole_dag_quickly():
     out = r.stdout + r.stderr
     total = int(re.search(r"^total\s+(\d+)", out, re.M)[1])
     assert total >= 300, out[-2000:]
-    for rule in ("download_model", "download_dataset", "capture_gpu", "sweep_sd_gpu",
-                 "profile_gpu", "weight_model"):
+    for rule in ("download_model", "download_dataset", "capture", "sweep_sd", "profile",
+                 "weight_model"):
         assert re.search(rf"^{rule}\s+\d+", out, re.M), rule
     # every target of the study is in the DAG, and no tiny model of the default came along
     for name in ("mixtral-8x7b-bf16-tp2", "qwen2-57b-bf16-tp2", "glm-4.7-flash-bf16-tp1",
@@ -75,9 +75,11 @@ def test_paper_config_builds_the_whole_dag_quickly():
     cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
     pairs = sum(len(m["drafters"]) for m in cfg["models"]
                 if m["source"] == "hf" and not m.get("cost_only") and m.get("sweep", True))
-    assert int(re.search(r"^profile_gpu\s+(\d+)", out, re.M)[1]) == pairs
+    assert int(re.search(r"^profile\s+(\d+)", out, re.M)[1]) == pairs
+    # one rule per engine stage, whatever the hardware: the GPU twins are gone
+    assert not re.search(r"^\w+_gpu\s+\d+", out, re.M)
     # GPU jobs ask for gpu = TP and the hardware's GPU model
-    assert re.search(r"gpu=8, runtime=\d+, gpu_model=h100", out)
+    assert re.search(r"gpu=8, gpu_model=h100, runtime=\d+", out)
     print(f"paper dry-run: {total} jobs in {elapsed:.1f} s")
 
 
@@ -134,8 +136,8 @@ def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     plan = json.loads((wd / "results" / "plan.json").read_text())
     jobs = {(j["rule"], j["dataset"]): j for j in plan["jobs"] if j["model"] == "qwen3-30b-run"}
-    assert set(r for r, _ in jobs) == {"sweep_ar_gpu", "sweep_sd_gpu", "capture_gpu", "profile_gpu"}
-    cap = jobs[("capture_gpu", "tinybench")]
+    assert set(r for r, _ in jobs) == {"sweep_ar", "sweep_sd", "capture", "profile"}
+    cap = jobs[("capture", "tinybench")]
     assert cap["gpus"] == 2 and cap["gpu_hours"] == pytest.approx(2 * cap["hours"])
     assert cap["runtime_min"] >= plan["assumptions"]["min_runtime"]
     assert plan["gpu_hours"] == pytest.approx(sum(j["gpu_hours"] for j in plan["jobs"]))

@@ -34,7 +34,7 @@ TEST_CONFIG = {
         "drafters": ["synth"],
         "datasets": ["synth"],
         "dims": {"hidden": 256, "expert_intermediate": 64, "heads": 4, "kv_heads": 2,
-                 "head_dim": 64},
+                 "head_dim": 64, "num_layers": 2, "vocab_size": 1000},
         "synthetic": {"num_experts": 16, "top_k": 2, "num_layers": 2, "requests": 8, "steps": 8,
                       "stickiness": 0.4, "categories": ["a", "b"], "seed": 3},
     }],

@@ -99,6 +99,8 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 "unique_sd": (cm["unique_ratio"] * (cm.get("dims") or {}).get("top_k", np.nan)
                               if cm else np.nan),
                 "te_sweep": te_sw,
+                "te_sweep_low": sw.get("te_sweep_low", np.nan) if sw else np.nan,
+                "te_sweep_high": sw.get("te_sweep_high", np.nan) if sw else np.nan,
                 # the same sweep point with the drafter cost from profiling: serving the drafter
                 # alone also times the engine's per-step work, which SD pays once, not K times
                 "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(

@@ -123,16 +123,16 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
                    for ds in model["datasets"])
 
     if sched:
-        add("sweep_ar_gpu", {"drafter": "", "k": "", "dataset": ""}, boot + sweep_s(None))
+        add("sweep_ar", {"drafter": "", "k": "", "dataset": ""}, boot + sweep_s(None))
         for d in model["drafters"]:
             for k in ks:
-                add("sweep_sd_gpu", {"drafter": d, "k": k, "dataset": ""}, boot + sweep_s(int(k)))
+                add("sweep_sd", {"drafter": d, "k": k, "dataset": ""}, boot + sweep_s(int(k)))
     for ds in model["datasets"]:
         for d in model["drafters"]:
             for k in ks:
                 run = {"drafter": d, "k": k, "dataset": ds}
                 seqs = int(cap.get("max_num_seqs", 16))
-                add("capture_gpu", run, boot + series_s(
+                add("capture", run, boot + series_s(
                     dims, hw, [(seqs, int(cap.get("prompts", 80)))],
                     int(cap.get("max_tokens", 256)), int(k), a, ptok(ds)))
     for d in model["drafters"]:
@@ -141,7 +141,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
             secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a)
                        + series_s(dims, hw, [(b, b)], tokens, int(k), a)
                        for b in prof.get("batch_sizes") or [1])
-            add("profile_gpu", {"drafter": d, "k": k, "dataset": model["datasets"][0]},
+            add("profile", {"drafter": d, "k": k, "dataset": model["datasets"][0]},
                 2 * boot + 3 * secs)  # two engines; the profiler slows steps down
     return rows
 

@@ -425,7 +425,7 @@ def measured_findings(table_dir) -> list[str]:
     te = _load(td, "te_three_ways")
     te1 = te[te["batch"] == 1] if not te.empty else te
     for _, r in (te1.iterrows() if not te1.empty else []):
-        sweep = (f"{r['te_sweep']:.2f}" if np.isfinite(r["te_sweep"])
+        sweep = (f"{r['te_sweep']:.2f}" + _bracket(r, "te_sweep") if np.isfinite(r["te_sweep"])
                  else "not identifiable here")
         out.append(f"{r['run']}: TE at batch 1 from the sweep {sweep}, from profiled passes "
                    f"{_te_text(r, 'te_profiled')}, from the cost model "
@@ -469,11 +469,18 @@ def draft_cost_findings(table_dir) -> list[str]:
     return out
 
 
+def _bracket(row, col: str) -> str:
+    """ " [low, high]" of a column with an interval in the row, else nothing."""
+    lo, hi = _interval(row, col)
+    return f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) and np.isfinite(hi) else ""
+
+
 def _te_text(row, col: str) -> str:
-    """A TE of a table row as the report words it: the value, or why there is none."""
+    """A TE of a table row as the report words it: the value (with its interval), or why there
+    is none."""
     v = row.get(col, np.nan)
     if pd.notna(v):
-        return f"{v:.2f}"
+        return f"{v:.2f}" + _bracket(row, col)
     raw = row.get(f"{col}_raw", np.nan)
     return (f"{raw:.2f}, {row.get(f'{col}_status')}" if pd.notna(raw) else "not measured")
 

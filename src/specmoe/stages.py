@@ -232,10 +232,16 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
                             "draft_cost": draft_cfg},
                            model=prov.get("model"), stage="costmodel"))
-    ratio = costmodel.draft_ratio_curve(dims, hw, s["k_draft"], table.index.tolist(),
-                                        lambda b: table.loc[b, "decode_independent"],
-                                        context=float(draft_cfg["context_tokens"]),
-                                        moe_drafter_experts=int(draft_cfg["moe_drafter_experts"]))
+    if dims.vocab_size:
+        ratio = costmodel.draft_ratio_curve(
+            dims, hw, s["k_draft"], table.index.tolist(),
+            lambda b: table.loc[b, "decode_independent"],
+            context=float(draft_cfg["context_tokens"]),
+            moe_drafter_experts=int(draft_cfg["moe_drafter_experts"]))
+    else:  # the LM head cannot be sized: no draft-ratio rows rather than wrong ones
+        log.warning("model %s: no vocab_size in its dims, so no draft-cost ratio (set "
+                    "dims.vocab_size)", model_cfg["name"])
+        ratio = []
     write_json(out, {"run": ov["run"], "hardware": hw_name, "dims": dims.to_dict(),
                      **dims.summary(), "unique_ratio": u["empirical"] / s["top_k"],
                      "te_weight_batch1": te_b1, "te_vs_batch": curves,

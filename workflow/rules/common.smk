@@ -577,6 +577,85 @@ def speedup_drafter(wildcards):
     return []
 
 
+# --- engine stages (capture, sweeps, profiles): one rule each, whatever the hardware ------------
+# The study's models (source hf) run on GPUs from their downloads, in the GPU environment, with
+# GPU resources; tiny models run on this machine's CPU from their trained checkpoints. One rule per
+# stage reads which from the model.
+
+# A vLLM engine on a CPU serving a tiny model: resident memory stays near 3.3 GB (the sweeps'
+# benchmarks), a job ends within minutes.
+CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
+
+
+def on_gpu(name):
+    """Does this model (or drafter served alone) run on a GPU? The study's models do."""
+    return name in HF_MODELS or name in HF_DRAFTERS
+
+
+def engine_env(wildcards):
+    return (
+        "../../envs/gpu.yaml" if on_gpu(wildcards.model) else "../../envs/models.yaml"
+    )
+
+
+def engine_gpus(wildcards):
+    return gpu_resources(wildcards.model)["gpu"] if on_gpu(wildcards.model) else 0
+
+
+def engine_gpu_model(wildcards):
+    return (
+        gpu_resources(wildcards.model)["gpu_model"] if on_gpu(wildcards.model) else ""
+    )
+
+
+def engine_mem_mb(wildcards):
+    if on_gpu(wildcards.model):
+        return gpu_resources(wildcards.model)["mem_mb"]
+    return CPU_ENGINE["mem_mb"]
+
+
+def engine_runtime(rule_name):
+    """A job's runtime in minutes: the GPU bill's for the study's models, CPU_ENGINE's else."""
+    planned = planned_runtime(rule_name)
+
+    def runtime(wildcards, input, attempt):
+        if on_gpu(wildcards.model):
+            return planned(wildcards, input, attempt)
+        return CPU_ENGINE["runtime"] * attempt
+
+    return runtime
+
+
+def engine_target(wildcards):
+    """What the engine serves: a study model's download manifest, or a tiny checkpoint (a
+    variant's: its target's)."""
+    if on_gpu(wildcards.model):
+        return gpu_target(wildcards)
+    return model_dir(wildcards)
+
+
+def engine_drafter(wildcards):
+    if on_gpu(wildcards.model):
+        return gpu_drafter(wildcards)
+    return [f"results/models/{wildcards.drafter}"]
+
+
+def engine_method(wildcards):
+    return spec_method(wildcards) if on_gpu(wildcards.model) else None
+
+
+def engine_section(section, tiny_section):
+    """A rule's engine settings: the study's section with the model's TP, precision and engine
+    arguments, or the tiny models' section (sweeps in the model's precision)."""
+
+    def settings(wildcards):
+        if on_gpu(wildcards.model):
+            return engine_settings(wildcards.model, section)
+        return tiny_section(wildcards)
+
+    return settings
+
+
 def engine_settings(name, section):
     """A sweep/profiling/capture section with the model's TP, precision and engine arguments."""
     m = hf_model(name)

@@ -6,7 +6,9 @@
 
 rule sweep_ar:
     input:
-        target=model_dir,
+        plan=plan_input,
+        target=engine_target,
+        prompts=sweep_prompts,
     output:
         "results/sweeps/{model}/ar.json",
     log:
@@ -14,12 +16,16 @@ rule sweep_ar:
     benchmark:
         "benchmarks/sweeps/{model}/ar.tsv"
     wildcard_constraints:
-        model=one_of(SWEEP_MODELS),
+        model=one_of(SWEEP_MODELS + HF_SWEEP_MODELS),
     retries: 1
     conda:
-        "../../envs/models.yaml"
+        engine_env
     threads: measure_threads()
     resources:
+        gpu=engine_gpus,
+        gpu_model=engine_gpu_model,
+        mem_mb=engine_mem_mb,
+        runtime=engine_runtime("sweep_ar"),
         engine=1,
     params:
         series=lambda w: {
@@ -28,7 +34,9 @@ rule sweep_ar:
             "k": None,
             "datasets": sweep_datasets(w.model),
         },
-        sweep=sweep_params,
+        sweep=engine_section("sweep", sweep_params),
+        method=None,
+        gpu=lambda w: on_gpu(w.model),
         prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
     script:
         "../scripts/sweep.py"
@@ -36,8 +44,10 @@ rule sweep_ar:
 
 rule sweep_sd:
     input:
-        target=model_dir,
-        drafter="results/models/{drafter}",
+        plan=plan_input,
+        target=engine_target,
+        drafter=engine_drafter,
+        prompts=sweep_prompts,
     output:
         "results/sweeps/{model}/{drafter}/K{k}.json",
     log:
@@ -45,16 +55,22 @@ rule sweep_sd:
     benchmark:
         "benchmarks/sweeps/{model}/{drafter}/K{k}.tsv"
     wildcard_constraints:
-        model=one_of(SWEPT),
+        model=one_of(SWEPT + HF_SWEPT),
     retries: 1
     conda:
-        "../../envs/models.yaml"
+        engine_env
     threads: measure_threads()
     resources:
+        gpu=engine_gpus,
+        gpu_model=engine_gpu_model,
+        mem_mb=engine_mem_mb,
+        runtime=engine_runtime("sweep_sd"),
         engine=1,
     params:
         series=sd_series,
-        sweep=sweep_params,
+        sweep=engine_section("sweep", sweep_params),
+        method=engine_method,
+        gpu=lambda w: on_gpu(w.model),
         prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
     script:
         "../scripts/sweep.py"
@@ -81,8 +97,10 @@ rule speedup:
 
 rule profile:
     input:
-        target="results/models/{model}",
-        drafter="results/models/{drafter}",
+        plan=plan_input,
+        target=engine_target,
+        drafter=engine_drafter,
+        prompts=profile_prompts,
     output:
         json="results/profiles/{model}/{drafter}/K{k}.json",
         traces=directory("results/profiles/{model}/{drafter}/K{k}.traces"),
@@ -91,12 +109,16 @@ rule profile:
     benchmark:
         "benchmarks/profiles/{model}/{drafter}/K{k}.tsv"
     wildcard_constraints:
-        model=one_of([n for n in SWEPT if n not in VARIANTS]),
+        model=one_of([n for n in SWEPT if n not in VARIANTS] + HF_SWEPT),
     retries: 1
     conda:
-        "../../envs/models.yaml"
+        engine_env
     threads: measure_threads()
     resources:
+        gpu=engine_gpus,
+        gpu_model=engine_gpu_model,
+        mem_mb=engine_mem_mb,
+        runtime=engine_runtime("profile"),
         engine=1,
     params:
         run=lambda w: {
@@ -105,7 +127,9 @@ rule profile:
             "k": int(w.k),
             "dataset": profile_dataset(w),
         },
-        profiling=config.get("profiling", {}),
+        profiling=engine_section("profiling", lambda w: config.get("profiling", {})),
+        method=engine_method,
+        gpu=lambda w: on_gpu(w.model),
         prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
     script:
         "../scripts/profile.py"

@@ -21,8 +21,10 @@ rule synth_trace:
 
 rule capture:
     input:
-        target="results/models/{model}",
-        drafter="results/models/{drafter}",
+        plan=plan_input,
+        target=engine_target,
+        drafter=engine_drafter,
+        prompts=prompts_for,
     output:
         "results/traces/{model}/{drafter}/K{k}/{dataset}.parquet",
     log:
@@ -30,16 +32,24 @@ rule capture:
     benchmark:
         "benchmarks/traces/{model}/{drafter}/K{k}/{dataset}.tsv"
     wildcard_constraints:
-        model=one_of(CAPTURED),
+        model=one_of(CAPTURED + HF_RUN),
     retries: 1
     conda:
-        "../../envs/models.yaml"
+        engine_env
     threads: 2
     resources:
+        gpu=engine_gpus,
+        gpu_model=engine_gpu_model,
+        mem_mb=engine_mem_mb,
+        runtime=engine_runtime("capture"),
         engine=1,
     params:
         run=run_of,
-        capture=config.get("tiny", {}).get("capture", {}),
+        capture=engine_section(
+            "capture", lambda w: config.get("tiny", {}).get("capture", {})
+        ),
+        method=engine_method,
+        gpu=lambda w: on_gpu(w.model),
         prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
     script:
         "../scripts/capture.py"

@@ -1,4 +1,4 @@
-"""Rules capture / capture_gpu: a routing trace of every verification window from a real vLLM
+"""Rule capture: a routing trace of every verification window from a real vLLM
 engine (a tiny model's directory, or a study model's download manifest)."""
 
 from specmoe.logs import logged, one

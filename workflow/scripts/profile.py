@@ -1,4 +1,4 @@
-"""Rules profile / profile_gpu: torch.profiler over the target's decode and verify forward
+"""Rule profile: torch.profiler over the target's decode and verify forward
 passes."""
 
 from specmoe.logs import logged, one

@@ -1,4 +1,4 @@
-"""Rules sweep_ar / sweep_sd (and their _gpu forms): one serving series (one engine) over the
+"""Rules sweep_ar / sweep_sd: one serving series (one engine) over the
 sweep's batch sizes, for every dataset of its model."""
 
 from pathlib import Path
