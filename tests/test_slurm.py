@@ -32,7 +32,7 @@ SYNTH = {
         "name": "syn", "source": "synthetic", "hardware": "H100", "drafters": ["synth"],
         "datasets": ["synth"],
         "dims": {"hidden": 256, "expert_intermediate": 64, "heads": 4, "kv_heads": 2,
-                 "head_dim": 64},
+                 "head_dim": 64, "num_layers": 2, "vocab_size": 1000},
         "synthetic": {"num_experts": 16, "top_k": 2, "num_layers": 2, "requests": 8, "steps": 8,
                       "stickiness": 0.4, "categories": ["a", "b"], "seed": 3}}],
 }
@@ -155,8 +155,10 @@ def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, tmp_
     assert r.returncode != 0
     jobs = submitted(cluster, wd)
     assert "capture" in jobs, r.stdout[-3000:] + r.stderr[-3000:]
-    (job,) = jobs["capture"]
-    assert "gpu:2" in job.get("TresPerJob", "") and job["JobState"] == "FAILED"
+    # the engine rules' one retry (a CPU engine can fail for passing reasons) submits it again
+    assert 1 <= len(jobs["capture"]) <= 2
+    for job in jobs["capture"]:
+        assert "gpu:2" in job.get("TresPerJob", "") and job["JobState"] == "FAILED"
     log = (wd / "logs" / "traces" / "q" / "mtp" / "K3" / "tinybench.log").read_text()
     assert "needs a CUDA GPU" in log
     assert "download_model" not in jobs  # downloads run where the workflow is launched
