@@ -389,9 +389,7 @@ def _cpu_rows(td: Path, models: list[str]) -> list[dict]:
 
 def _speedup_text(row) -> str:
     """A speedup with its 95% interval, as the report words it."""
-    lo, hi = _interval(row, "speedup")
-    return (f"{row['speedup']:.2f} [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo)
-            else f"{row['speedup']:.2f} (no interval)")
+    return f"{row['speedup']:.2f}" + (_bracket(row, "speedup") or " (no interval)")
 
 
 def _interval(row, col: str) -> tuple[float, float]:

@@ -480,16 +480,6 @@ def download_manifest(name, mode="full"):
     return f"results/downloads/{repo_key(hf_model(name))}.{mode}.json"
 
 
-def gpu_target(wildcards):
-    return download_manifest(wildcards.model)
-
-
-def gpu_drafter(wildcards):
-    """The drafter's download (none for MTP, which uses the target's own layers)."""
-    d = DRAFTERS[wildcards.drafter]
-    return [] if d["source"] == "self" else [download_manifest(wildcards.drafter)]
-
-
 # Study models whose GPU jobs the plan estimates (a repo id is needed to read their config.json).
 PLANNED = [n for n in HF_RUN if MODELS[n].get("repo_id")]
 PLANNED_DATASETS = sorted(
@@ -630,14 +620,18 @@ def engine_target(wildcards):
     """What the engine serves: a study model's download manifest, or a tiny checkpoint (a
     variant's: its target's)."""
     if on_gpu(wildcards.model):
-        return gpu_target(wildcards)
+        return download_manifest(wildcards.model)
     return model_dir(wildcards)
 
 
 def engine_drafter(wildcards):
-    if on_gpu(wildcards.model):
-        return gpu_drafter(wildcards)
-    return [f"results/models/{wildcards.drafter}"]
+    """The drafter's download (none for MTP, which uses the target's own layers), or a tiny
+    drafter's checkpoint."""
+    if not on_gpu(wildcards.model):
+        return [f"results/models/{wildcards.drafter}"]
+    if DRAFTERS[wildcards.drafter]["source"] == "self":
+        return []
+    return [download_manifest(wildcards.drafter)]
 
 
 def engine_method(wildcards):
