@@ -54,3 +54,29 @@ def test_launcher_and_engines_are_kept_apart():
     from specmoe.capture import SUPPORTED_VLLM
 
     assert EXTRAS["gpu"][0] == f"vllm>={SUPPORTED_VLLM[0]},<0.{int(SUPPORTED_VLLM[0][2:]) + 1}"
+
+
+def test_every_env_pins_versions_that_pyproject_admits():
+    """Each environment pins its packages to exact versions (the catalog's habit), and each pin
+    lies in pyproject.toml's range for that package (the base dependencies and the env's extra)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    base = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]]
+    for env_file in (REPO / "envs").glob("*.yaml"):
+        _, pip = pip_entries(env_file.name)
+        (editable,) = [p for p in pip if p.startswith("-e ")]
+        extras = filter(None, editable.partition("[")[2].rstrip("]").split(","))
+        wanted = base + [Requirement(r) for e in extras for r in EXTRAS[e]]
+        pins = {}
+        for p in pip:
+            if p.startswith("-"):
+                continue
+            name, op, ver = p.partition("==")
+            assert op, f"{env_file.name}: {p} is not pinned to one version"
+            pins[canonicalize_name(name)] = Version(ver)
+        for req in wanted:
+            name = canonicalize_name(req.name)
+            assert name in pins, f"{env_file.name}: {req.name} is not pinned"
+            assert req.specifier.contains(pins[name], prereleases=True), (env_file.name, str(req))

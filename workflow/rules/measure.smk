@@ -147,6 +147,6 @@ rule measured_tables:
     log:
         "logs/report/measured_tables.log",
     conda:
-        "../../envs/report.yaml"
+        "../../envs/analysis.yaml"
     script:
         "../scripts/measured_tables.py"

@@ -12,7 +12,7 @@ rule tables:
     log:
         "logs/report/tables.log",
     conda:
-        "../../envs/report.yaml"
+        "../../envs/analysis.yaml"
     script:
         "../scripts/tables.py"
 
@@ -23,7 +23,7 @@ rule replay:
     log:
         "logs/report/replay.log",
     conda:
-        "../../envs/report.yaml"
+        "../../envs/analysis.yaml"
     script:
         "../scripts/replay.py"
 
@@ -36,7 +36,7 @@ rule comparison:
     log:
         "logs/report/comparison.log",
     conda:
-        "../../envs/report.yaml"
+        "../../envs/analysis.yaml"
     params:
         study=STUDY,
     script:
@@ -60,7 +60,7 @@ rule figures:
     log:
         "logs/report/figures.log",
     conda:
-        "../../envs/report.yaml"
+        "../../envs/analysis.yaml"
     params:
         study=STUDY,
         variant_of={n: m["variant_of"] for n, m in VARIANTS.items()},
@@ -82,6 +82,6 @@ rule report_index:
     log:
         "logs/report/index.log",
     conda:
-        "../../envs/report.yaml"
+        "../../envs/analysis.yaml"
     script:
         "../scripts/report.py"
