@@ -107,13 +107,16 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
     cap = config.get("capture") or {}
     prof = config.get("profiling") or {}
     tp = int(model.get("tp", 1))
+    # a study model on hardware whose device is cpu runs on the machine's cores: no GPU
+    device = (config.get("hardware") or {}).get(model.get("hardware", "H100"), {}).get("device")
+    gpus = 0 if device == "cpu" else tp
     boot = startup_s(dims, a)
     ks = model.get("ks") or config.get("ks") or [3]
     rows = []
 
     def add(rule, run, seconds):
-        rows.append({"rule": rule, "model": name, **run, "gpus": tp,
-                     "hours": seconds / 3600, "gpu_hours": seconds * tp / 3600,
+        rows.append({"rule": rule, "model": name, **run, "gpus": gpus,
+                     "hours": seconds / 3600, "gpu_hours": seconds * gpus / 3600,
                      "runtime_min": max(a.min_runtime, math.ceil(a.safety * seconds / 60))})
 
     # every point `repeats` times, and warm-up requests before a batch size's first measurement
@@ -193,8 +196,10 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
     df = pd.DataFrame(rows)
     by_model = pd.DataFrame([{"model": m, "gpu_hours": h}
                              for m, h in s["gpu_hours_by_model"].items()])
+    on_cpu = sorted({r["model"] for r in rows if not r["gpus"]})
+    gpu_jobs = sum(1 for r in rows if r["gpus"])
     lines = ["# GPU bill of this configuration", "",
-             f"**{s['gpu_hours']:,.0f} GPU-hours** in {len(rows)} GPU jobs, estimated from the "
+             f"**{s['gpu_hours']:,.0f} GPU-hours** in {gpu_jobs} GPU jobs, estimated from the "
              "schedule and the cost model's roofline before anything is measured. Assumptions "
              f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in asdict(a).items())}. "
              f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} "
@@ -203,6 +208,9 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
              + f" tokens, {CHARS_PER_TOKEN:g} characters per token).", "",
              *([f"Not in this bill: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
                 "size them from); they cannot run until one is set.", ""] if unplanned else []),
+             *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
+                "jobs are listed with 0 GPUs and the hours of the hardware's roofline.", ""]
+               if on_cpu else []),
              "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
              tables.to_markdown(df, 2), f"<!-- provenance: {prov} -->", ""]
     write_text(out_md, "\n".join(lines))

@@ -23,16 +23,19 @@ _WORDS = {"te": "TE", "tpot": "TPOT", "ar": "no-SD", "sd": "SD", "ms": "(ms)", "
           "low": "95% low", "high": "95% high", "rel": "relative", "err": "error",
           "costmodel": "cost model", "ctas": "CTAs", "sm": "SM", "hf": "HF", "kv": "KV",
           "pos": "position", "seq": "seq.", "num": "number of", "pct": "%"}
+_COLUMNS = {"top_k": "top-k"}  # whole identifiers whose parts would read wrongly
 
 
 def header(col: str) -> str:
     """A column's header for people: words for the identifier's parts ("te_sweep_low" reads
     "TE sweep 95% low", "tpot_ar_ms" "TPOT no-SD (ms)")."""
+    if str(col) in _COLUMNS:
+        return _COLUMNS[str(col)]
     return " ".join(_WORDS.get(w, w) for w in str(col).split("_") if w)
 
 
 def _fmt(v, digits: int) -> str:
-    if v is None:  # one symbol for a missing value in every table
+    if v is None or v is pd.NA:  # one symbol for a missing value in every table
         return "–"
     if isinstance(v, float):
         if math.isnan(v):
@@ -86,10 +89,22 @@ def to_html(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
             f"<body>{cap}{body}</body></html>")
 
 
+def _counts_as_integers(df: pd.DataFrame) -> pd.DataFrame:
+    """Count columns (n_...) that a missing value made floating point, as integers again."""
+    out = df.copy()
+    for c in df.columns:
+        col = df[c]
+        if (str(c).startswith("n_") and pd.api.types.is_float_dtype(col)
+                and (col.dropna() % 1 == 0).all()):
+            out[c] = col.astype("Int64")
+    return out
+
+
 def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "",
                 digits: int = 3) -> list[Path]:
     """Write stem.csv, stem.md, stem.tex and stem.html. Returns the paths."""
     stem = Path(stem)
+    df = _counts_as_integers(df)
     prov_line = json.dumps(prov, default=str, separators=(",", ":"))
     buf = io.StringIO()
     df.to_csv(buf, index=False)

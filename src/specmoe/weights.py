@@ -46,7 +46,7 @@ def weight_model_table(entries: list[dict]) -> pd.DataFrame:
                          "precision": dims.dtype if dims.dtype == dims.dense_dtype
                          else f"{dims.dtype} experts, {dims.dense_dtype} dense",
                          "tp": dims.tp, "hardware": e.get("hardware"), "N": dims.num_experts,
-                         "k": dims.top_k, **weight_row(dims, int(k), e.get("overlaps"))})
+                         "top_k": dims.top_k, **weight_row(dims, int(k), e.get("overlaps"))})
     return pd.DataFrame(rows)
 
 

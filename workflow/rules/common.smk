@@ -568,18 +568,34 @@ def speedup_drafter(wildcards):
 
 
 # --- engine stages (capture, sweeps, profiles): one rule each, whatever the hardware ------------
-# The study's models (source hf) run on GPUs from their downloads, in the GPU environment, with
-# GPU resources; tiny models run on this machine's CPU from their trained checkpoints. One rule per
-# stage reads which from the model.
+# The study's models (source hf) are served from their downloads with the study's engine settings;
+# tiny models from their trained checkpoints with the tiny settings. Where a job runs follows the
+# model's hardware: a GPU (vLLM's CUDA build, GPU resources) or, for hardware whose device is cpu,
+# this machine's cores (vLLM for CPUs).
 
 # A vLLM engine on a CPU serving a tiny model: resident memory stays near 3.3 GB (the sweeps'
 # benchmarks), a job ends within minutes.
 CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
 
 
-def on_gpu(name):
-    """Does this model (or drafter served alone) run on a GPU? The study's models do."""
+def from_download(name):
+    """Is this model (or drafter served alone) a study model, served from its download?"""
     return name in HF_MODELS or name in HF_DRAFTERS
+
+
+def hardware_of(name):
+    """A model's hardware entry; a drafter runs on its first target's."""
+    m = hf_model(name)
+    if "hardware" not in m:
+        m = next((t for t in config["models"] if name in t["drafters"]), m)
+    return m.get("hardware", "H100")
+
+
+def on_gpu(name):
+    """Does this model's engine run on a GPU? A study model does unless its hardware is a CPU."""
+    if not from_download(name):
+        return False
+    return config["hardware"].get(hardware_of(name), {}).get("device", "gpu") == "gpu"
 
 
 def engine_env(wildcards):
@@ -605,7 +621,7 @@ def engine_mem_mb(wildcards):
 
 
 def engine_runtime(rule_name):
-    """A job's runtime in minutes: the GPU bill's for the study's models, CPU_ENGINE's else."""
+    """A job's runtime in minutes: the GPU bill's for GPU jobs, CPU_ENGINE's else."""
     planned = planned_runtime(rule_name)
 
     def runtime(wildcards, input, attempt):
@@ -619,7 +635,7 @@ def engine_runtime(rule_name):
 def engine_target(wildcards):
     """What the engine serves: a study model's download manifest, or a tiny checkpoint (a
     variant's: its target's)."""
-    if on_gpu(wildcards.model):
+    if from_download(wildcards.model):
         return download_manifest(wildcards.model)
     return model_dir(wildcards)
 
@@ -627,7 +643,7 @@ def engine_target(wildcards):
 def engine_drafter(wildcards):
     """The drafter's download (none for MTP, which uses the target's own layers), or a tiny
     drafter's checkpoint."""
-    if not on_gpu(wildcards.model):
+    if not from_download(wildcards.model):
         return [f"results/models/{wildcards.drafter}"]
     if DRAFTERS[wildcards.drafter]["source"] == "self":
         return []
@@ -635,7 +651,7 @@ def engine_drafter(wildcards):
 
 
 def engine_method(wildcards):
-    return spec_method(wildcards) if on_gpu(wildcards.model) else None
+    return spec_method(wildcards) if from_download(wildcards.model) else None
 
 
 def engine_section(section, tiny_section):
@@ -643,7 +659,7 @@ def engine_section(section, tiny_section):
     arguments, or the tiny models' section (sweeps in the model's precision)."""
 
     def settings(wildcards):
-        if on_gpu(wildcards.model):
+        if from_download(wildcards.model):
             return engine_settings(wildcards.model, section)
         return tiny_section(wildcards)
 

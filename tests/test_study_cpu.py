@@ -1,0 +1,97 @@
+"""The study's path end to end on a CPU (.test/study-cpu): study models and datasets from an offline
+Hugging Face cache that the case builds (tiny models trained here, datasets in their published
+layouts), served by vLLM for CPUs through the same rules as on GPUs, down to the report. The test
+runs the case's own script, as CI and a user do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specmoe import tables
+from specmoe.provenance import read_json
+from specmoe.trace import read_trace
+
+REPO = Path(__file__).resolve().parents[1]
+CASE = REPO / ".test" / "study-cpu"
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(3600)  # about 7 minutes on 2 cores; a slow day runs up to 2.7x longer
+def test_study_cpu_case_runs_every_study_rule(tmp_path):
+    pytest.importorskip("vllm")
+    root = tmp_path / "case"
+    r = subprocess.run([str(CASE / "run"), str(root)], capture_output=True, text=True,
+                       timeout=3300)
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    res = root / "results"
+    cfg = yaml.safe_load((CASE / "config.yaml").read_text())
+    pinned = {e["repo_id"]: e["revision"]
+              for e in [*cfg["models"], *cfg["drafters"], *cfg["datasets"].values()]}
+
+    # downloads: every repo resolved offline from the case's cache, at its pinned revision
+    manifests = [read_json(p) for p in (res / "downloads").rglob("*.json")]
+    assert len(manifests) == 5 + 4  # 3 model repos in full, 2 targets' config only, 4 datasets
+    for man in manifests:
+        assert man["commit"] == pinned[man["repo_id"]]
+        assert man["snapshot_path"].startswith(str(root / "hf" / "hub"))
+    prompts = (res / "prompts" / "aya.csv").read_text()
+    assert ",English," in prompts and ",Python," in prompts
+
+    # capture, sweeps and profiles ran the downloaded snapshots on vLLM for CPUs
+    for model in ("fine-cpu", "coarse-cpu"):
+        m = next(m for m in cfg["models"] if m["name"] == model)
+        for ds in m["datasets"]:
+            tr = read_trace(res / f"traces/{model}/tiny-draft/K3/{ds}.parquet")
+            prov = tr.meta["provenance"]
+            assert prov["model"] == {"name": model, "source": "hf",
+                                     "revision": m["revision"]}
+            assert prov["engine"].endswith("(cpu)") and len(tr) > 0
+        sd = read_json(res / f"sweeps/{model}/tiny-draft/K3.json")
+        assert sd["engine_starts"] == 1 and sorted(sd["datasets"]) == sorted(m["datasets"])
+        assert sd["engine"]["speculative_config"]["model"].endswith(
+            pinned["specmoe-test/tiny-draft"])
+        prof = read_json(res / f"profiles/{model}/tiny-draft/K3.json")
+        assert prof["batches"][0]["decode_steps"] > 0 and prof["batches"][0]["verify_steps"] > 0
+    # the draft model served alone gives the draft cost c
+    assert read_json(res / "sweeps/tiny-draft/ar.json")["datasets"]
+
+    sp = tables.read_csv(res / "tables/speedup_vs_batch.csv")
+    assert len(sp) == 5 * 2  # five runs, two batch sizes
+    assert ((sp["speedup_low"] < sp["speedup"]) & (sp["speedup"] < sp["speedup_high"])).all()
+    assert (sp["draft_cost"] > 0).all()
+
+    # the held-out tables in the study's shapes (Tables 16 and 18): Aya's languages are the slices
+    acc = tables.read_csv(res / "tables/heldout_acceptance.csv")
+    held = acc[acc["heldout_dataset"] == "aya"]
+    assert set(held["slice"]) == {"English", "Python", "median of aya"}
+    ov = tables.read_csv(res / "tables/heldout_overlap.csv")
+    mean = ov[(ov["dataset"] == "aya") & (ov["slice"] == "mean of aya")].iloc[0]
+    slices = ov[(ov["dataset"] == "aya") & (ov["slice"].isin(["English", "Python"]))]
+    for d in ("step1", "step2", "step3"):
+        assert mean[f"{d}_min"] == slices[d].min() and mean[f"{d}_max"] == slices[d].max()
+        assert mean[f"{d}_min"] <= mean[d] <= mean[f"{d}_max"]
+
+    # the weight model of every study model, and the bill: every engine job, none on a GPU
+    wm = tables.read_csv(res / "tables/weight_model.csv")
+    assert set(wm["model"]) == {"fine-cpu", "coarse-cpu"}
+    assert list(wm["top_k"]) == [4, 1] and list(wm["N"]) == [16, 4]
+    plan = json.loads((res / "plan.json").read_text())
+    assert {j["rule"] for j in plan["jobs"]} == {"sweep_ar", "sweep_sd", "capture", "profile"}
+    assert all(j["gpus"] == 0 for j in plan["jobs"]) and plan["gpu_hours"] == 0
+    assert "On a CPU, no GPU: coarse-cpu, fine-cpu" in (res / "plan.md").read_text()
+
+    index = (res / "report/index.md").read_text()
+    for needle in ("fine-cpu tiny-draft K=3 aya", "coarse-cpu tiny-draft K=3 speed-bench",
+                   "What a CPU run cannot show", "heldout_acceptance"):
+        assert needle in index, needle
+    for log in (root / "logs").rglob("*.log"):
+        assert "done in" in log.read_text(), log
+
+    again = subprocess.run([str(CASE / "run"), str(root), "-n"], capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
