@@ -125,7 +125,8 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         return sum(series_s(dims, hw, warm_sched, out_len, k, a, ptok(ds))
                    for ds in model["datasets"])
 
-    if sched:
+    swept = model.get("sweep", True)  # a model with sweep: false is captured only
+    if sched and swept:
         add("sweep_ar", {"drafter": "", "k": "", "dataset": ""}, boot + sweep_s(None))
         for d in model["drafters"]:
             for k in ks:
@@ -138,7 +139,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
                 add("capture", run, boot + series_s(
                     dims, hw, [(seqs, int(cap.get("prompts", 80)))],
                     int(cap.get("max_tokens", 256)), int(k), a, ptok(ds)))
-    for d in model["drafters"]:
+    for d in model["drafters"] if swept else []:
         for k in ks[:1]:  # one profile per drafter, at the first K (see the workflow's rules)
             tokens = int(prof.get("max_tokens", 32))
             secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a)
@@ -169,8 +170,8 @@ def mean_prompt_tokens(prompt_tables: dict[str, str]) -> dict[str, float]:
 
 def plan_stage(entries: list[dict], config: dict, out_md, out_json,
                unplanned: list[str] = (), prompt_tables: dict[str, str] | None = None) -> dict:
-    """entries: {name, manifest, precision, tp, hardware, datasets, drafters, ks} per study model
-    that runs on GPUs; config: the sweep, capture, profiling, hardware and plan sections;
+    """entries: {name, manifest, precision, tp, hardware, datasets, drafters, ks, sweep} per study
+    model that runs; config: the sweep, capture, profiling, hardware and plan sections;
     unplanned: study models the bill cannot estimate (no repo id, so no config.json);
     prompt_tables: {dataset: prompt table} for the prefill term."""
     import pandas as pd

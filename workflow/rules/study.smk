@@ -113,6 +113,7 @@ rule plan:
                         "datasets",
                         "drafters",
                         "ks",
+                        "sweep",
                     )
                     if k in MODELS[n]
                 },
