@@ -107,9 +107,8 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
     cap = config.get("capture") or {}
     prof = config.get("profiling") or {}
     tp = int(model.get("tp", 1))
-    # a study model on hardware whose device is cpu runs on the machine's cores: no GPU
-    device = (config.get("hardware") or {}).get(model.get("hardware", "H100"), {}).get("device")
-    gpus = 0 if device == "cpu" else tp
+    # the workflow's own decision: GPUs = TP on a GPU, none on a CPU (a hardware whose device is cpu)
+    gpus = int(model.get("gpus", tp))
     boot = startup_s(dims, a)
     ks = model.get("ks") or config.get("ks") or [3]
     rows = []
@@ -125,7 +124,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         return sum(series_s(dims, hw, warm_sched, out_len, k, a, ptok(ds))
                    for ds in model["datasets"])
 
-    swept = model.get("sweep", True)  # a model with sweep: false is captured only
+    swept = model.get("swept", True)  # the workflow sweeps and profiles it (else: captured only)
     if sched and swept:
         add("sweep_ar", {"drafter": "", "k": "", "dataset": ""}, boot + sweep_s(None))
         for d in model["drafters"]:
@@ -170,8 +169,8 @@ def mean_prompt_tokens(prompt_tables: dict[str, str]) -> dict[str, float]:
 
 def plan_stage(entries: list[dict], config: dict, out_md, out_json,
                unplanned: list[str] = (), prompt_tables: dict[str, str] | None = None) -> dict:
-    """entries: {name, manifest, precision, tp, hardware, datasets, drafters, ks, sweep} per study
-    model that runs; config: the sweep, capture, profiling, hardware and plan sections;
+    """entries: {name, manifest, precision, tp, hardware, datasets, drafters, ks, gpus, swept} per
+    study model that runs (gpus and swept as the workflow's rules decide them); config: the sweep, capture, profiling, hardware and plan sections;
     unplanned: study models the bill cannot estimate (no repo id, so no config.json);
     prompt_tables: {dataset: prompt table} for the prefill term."""
     import pandas as pd

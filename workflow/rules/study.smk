@@ -113,10 +113,11 @@ rule plan:
                         "datasets",
                         "drafters",
                         "ks",
-                        "sweep",
                     )
                     if k in MODELS[n]
                 },
+                "gpus": gpu_resources(n)["gpu"] if on_gpu(n) else 0,
+                "swept": n in HF_SWEPT,
             }
             for n in PLANNED
         ],
