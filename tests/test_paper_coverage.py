@@ -156,3 +156,24 @@ def test_every_figure_of_the_study_has_its_runs(jobs, label):
 def test_held_out_slices_come_from_datasets_marked_heldout():
     held = {n for n, d in PAPER["datasets"].items() if d.get("heldout")}
     assert {PAPER["datasets"][n]["format"] for n in held} == {"spec-bench", "aya"}
+
+
+def test_the_gpu_bill_estimates_exactly_the_engine_jobs_of_the_dag(jobs):
+    """The GPU bill and the rules take a model's engine jobs from one decision
+    (specmoe.config.Config.engine_jobs): the dry run's capture, sweep and profile jobs of the study's
+    models are the jobs the bill lists, no more, no fewer."""
+    from snakemake.utils import validate
+
+    from specmoe.config import Config
+
+    cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    validate(cfg, str(REPO / "config/schema.yaml"))
+    c = Config.resolve(cfg)
+    billed = {(j.rule, j.model, str(j.drafter), str(j.k), j.dataset)
+              for n in c.names("hf") for j in c.engine_jobs(n)}
+    engine = {"capture", "sweep_ar", "sweep_sd", "profile"}
+    dag = {(j["rule"], j["model"], j.get("drafter", ""), j.get("k", ""), j.get("dataset", ""))
+           for j in jobs if j["rule"] in engine and j["model"] in c.models}
+    # a profile's dataset is not a wildcard: the bill's profile rows carry it, the DAG's do not
+    billed = {(r, m, d, k, "" if r == "profile" else ds) for r, m, d, k, ds in billed}
+    assert billed == dag

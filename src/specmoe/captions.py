@@ -9,36 +9,63 @@ from __future__ import annotations
 
 from importlib import resources
 
+# Every table, in the report's order: its section and the rule that writes it. The workflow's
+# outputs, the stages' table lists, the captions and the report all read this one list.
+TABLES = {
+    "overlap_decomposition_step1": ("Overlap and IPF", "tables"),
+    "overlap_by_distance": ("Overlap and IPF", "tables"),
+    "overlap_by_status": ("Overlap and IPF", "tables"),
+    "per_layer_overlap": ("Overlap and IPF", "tables"),
+    "heldout_overlap": ("Overlap and IPF", "tables"),
+    "unique_experts": ("Overlap and IPF", "tables"),
+    "target_efficiency": ("Cost model", "tables"),
+    "te_vs_batch": ("Cost model", "tables"),
+    "draft_ratio_model": ("Cost model", "tables"),
+    "weight_model": ("Cost model", "weight_model"),
+    "speedup_vs_batch": ("Speedup and sweeps", "measured_tables"),
+    "te_three_ways": ("Speedup and sweeps", "measured_tables"),
+    "kernel_time_shares": ("Profiling", "measured_tables"),
+    "three_step_correction": ("Profiling", "measured_tables"),
+    "acceptance_consecutive": ("Acceptance", "tables"),
+    "anchor_overlap": ("Acceptance", "tables"),
+    "heldout_acceptance": ("Acceptance", "tables"),
+    "comparison": ("The study side by side", "comparison"),
+    "replay_unique_experts": ("The study side by side", "replay"),
+    "replay_weight_model": ("The study side by side", "replay"),
+    "replay_three_step": ("The study side by side", "replay"),
+}
+FIGURES = {
+    "overlap_by_distance": "Overlap and IPF",
+    "per_layer_overlap": "Overlap and IPF",
+    "te_vs_batch": "Cost model",
+    "te_by_dataset": "Cost model",
+    "draft_ratio_model": "Cost model",
+    "speedup_vs_batch": "Speedup and sweeps",
+    "speedup_by_k": "Speedup and sweeps",
+    "speedup_by_dataset": "Speedup and sweeps",
+    "speedup_variants": "Speedup and sweeps",
+    "draft_cost_vs_batch": "Speedup and sweeps",
+    "anchor_overlap": "Acceptance",
+    "comparison": "The study side by side",
+}
 # The report's sections, in the study's order, and what goes in each.
 SECTIONS = {
-    "Overlap and IPF": {
-        "tables": ["overlap_decomposition_step1", "overlap_by_distance", "overlap_by_status",
-                   "per_layer_overlap", "heldout_overlap", "unique_experts"],
-        "figures": ["overlap_by_distance", "per_layer_overlap"]},
-    "Cost model": {
-        "tables": ["target_efficiency", "te_vs_batch", "draft_ratio_model", "weight_model"],
-        "figures": ["te_vs_batch", "te_by_dataset", "draft_ratio_model"]},
-    "Speedup and sweeps": {
-        "tables": ["speedup_vs_batch", "te_three_ways"],
-        "figures": ["speedup_vs_batch", "speedup_by_k", "speedup_by_dataset",
-                    "speedup_variants", "draft_cost_vs_batch"]},
-    "Profiling": {
-        "tables": ["kernel_time_shares", "three_step_correction"], "figures": []},
-    "Acceptance": {
-        "tables": ["acceptance_consecutive", "anchor_overlap", "heldout_acceptance"],
-        "figures": ["anchor_overlap"]},
-    "The study side by side": {
-        "tables": ["comparison", "replay_unique_experts", "replay_weight_model",
-                   "replay_three_step"],
-        "figures": ["comparison"]},
+    sec: {"tables": [t for t, (s, _) in TABLES.items() if s == sec],
+          "figures": [f for f, s in FIGURES.items() if s == sec]}
+    for sec in dict.fromkeys(s for s, _ in TABLES.values())
 }
 
 
+def written_by(rule: str) -> list[str]:
+    """The tables one rule writes (tables, measured_tables, replay, weight_model, comparison)."""
+    return [t for t, (_, r) in TABLES.items() if r == rule]
+
+
 def section_of(stem: str, kind: str = "tables") -> str:
-    for name, items in SECTIONS.items():
-        if stem in items[kind]:
-            return name
-    raise KeyError(f"{stem!r} is in no report section")
+    known = TABLES if kind == "tables" else FIGURES
+    if stem not in known:
+        raise KeyError(f"{stem!r} is in no report section")
+    return known[stem][0] if kind == "tables" else known[stem]
 
 
 def path(stem: str, figure: bool = False) -> str:

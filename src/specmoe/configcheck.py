@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .costmodel import compute_dtype
+from .costmodel import DEFAULT_HARDWARE, compute_dtype
 from .errors import InputError
 
 
@@ -83,7 +83,7 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
     for m in models:
         name, src = m["name"], m["source"]
         where = f"model {name}"
-        hw = m.get("hardware", "H100")
+        hw = m.get("hardware") or DEFAULT_HARDWARE
         if hw not in hardware:
             out.append(f"{where}: hardware '{hw}' is not defined under 'hardware' (defined: "
                        f"{', '.join(sorted(hardware)) or 'none'})")
@@ -170,7 +170,7 @@ def _synthetic_problems(m: dict, ks: list[int]) -> list[str]:
 
     out = []
     syn = dict(m.get("synthetic") or {})
-    for k in m.get("ks") or ks or [3]:
+    for k in m.get("ks") or ks:
         try:
             SynthParams.from_dict({**syn, "k_draft": int(k)}).validate()
         except InputError as exc:

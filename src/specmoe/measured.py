@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from . import costmodel
+from . import captions, costmodel
 from .errors import InputError
 from .provenance import provenance, read_json, write_json
 from .stages import _run_cols, _runs
@@ -56,7 +56,7 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
     """Tables of the measured side: speedup vs batch, TE three ways, kernel time shares and the
     three-step correction with profiled values (batch 1) against the TE from the sweep."""
     sps, prs, cms = (_runs(x) for x in (speedup_jsons, profile_jsons, cost_jsons))
-    t: dict[str, list] = {k: [] for k in MEASURED_TABLES}
+    t: dict[str, list] = {k: [] for k in captions.written_by("measured_tables")}
     te_cost, sweep_rows = {}, {}
     for cm in cms:
         rc = _run_cols(cm["run"])
@@ -157,6 +157,3 @@ def identifiable(te: float) -> float:
 def _finite_or_none(x):
     return float(x) if x is not None and np.isfinite(x) else None
 
-
-MEASURED_TABLES = ("speedup_vs_batch", "te_three_ways", "kernel_time_shares",
-                   "three_step_correction")

@@ -129,13 +129,13 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
                             int(cap_cfg.get("prompts", 0)) or None)
     engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
                            kv_cache_mib=int(cap_cfg.get("kv_cache_mib", 512)),
-                           max_num_seqs=int(cap_cfg.get("max_num_seqs", 16)),
+                           max_num_seqs=int(cap_cfg["max_num_seqs"]),
                            dtype=cap_cfg.get("dtype", "auto"),
                            extra=dict(cap_cfg.get("engine_args") or {}))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],
-                           int(cap_cfg.get("max_tokens", 64)), engine, shard_dir,
+                           int(cap_cfg["max_tokens"]), engine, shard_dir,
                            log_path=engine_log, timeout=float(cap_cfg.get("timeout_s", 1800)),
                            repetition_penalty=float(cap_cfg.get("repetition_penalty", 1.0)))
         tr = assemble(res, rows, run, k)
@@ -271,11 +271,11 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                       stage="sweep", engine=engine_label())
     t0 = time.perf_counter()
     points = run_series(engine, str(target_dir), texts, sched,
-                        int(sweep_cfg.get("output_len", 64)), int(sweep_cfg.get("warmups", 2)),
+                        int(sweep_cfg["output_len"]), int(sweep_cfg["warmups"]),
                         Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
                         log_path=engine_log,
-                        startup_timeout=float(sweep_cfg.get("startup_timeout_s", 600)),
-                        repeats=int(sweep_cfg.get("repeats", 1)))
+                        startup_timeout=float(sweep_cfg["startup_timeout_s"]),
+                        repeats=int(sweep_cfg["repeats"]))
     measured = [p for pts in points.values() for p in pts if not p["reused"]]
     write_json(out, {"series": series, "engine": key_base["engine"],
                      "datasets": {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
@@ -299,7 +299,7 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()
     res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
-                        int(prof_cfg.get("max_tokens", 32)), opts, trace_dir, log_path=engine_log,
+                        int(prof_cfg["max_tokens"]), opts, trace_dir, log_path=engine_log,
                         timeout=float(prof_cfg.get("timeout_s", 1800)))
     write_json(out, {"run": run, **res, "wall_s": time.perf_counter() - t0}, provenance(
         {"run": run, "profiling": prof_cfg, "prompts": prompts_source},

@@ -91,61 +91,49 @@ def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int 
 
 def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
              prompt_tokens: dict[str, float] | None = None) -> list[dict]:
-    """The GPU jobs of one model and their estimates (prompt_tokens: each dataset's mean prompt
-    length in tokens; prefill is left out for a dataset without one)."""
+    """The estimates of one model's GPU jobs. model: its `jobs` ({rule, drafter, k, dataset}, as
+    the workflow's rules run them, specmoe.config.Config.engine_jobs), `datasets` and `gpus` (TP on
+    a GPU, none on a CPU); prompt_tokens: each dataset's mean prompt length in tokens (prefill is
+    left out for a dataset without one)."""
     known = prompt_tokens or {}
 
     def ptok(ds: str) -> float:  # "a+b": the datasets together
         parts = [known[p] for p in ds.split("+") if p in known]
         return sum(parts) / len(parts) if parts else 0.0
 
-    sweep = config.get("sweep") or {}
+    sweep, cap, prof = (config.get(s) or {} for s in ("sweep", "capture", "profiling"))
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep.get("schedule") or []]
-    out_len = int(sweep.get("output_len", 256))
-    warm = int(sweep.get("warmups", 2))
-    repeats = int(sweep.get("repeats", 1))
-    cap = config.get("capture") or {}
-    prof = config.get("profiling") or {}
-    tp = int(model.get("tp", 1))
-    # the workflow's own decision: GPUs = TP on a GPU, none on a CPU (a hardware whose device is cpu)
-    gpus = int(model.get("gpus", tp))
+    gpus = int(model["gpus"])
     boot = startup_s(dims, a)
-    ks = model.get("ks") or config.get("ks") or [3]
     rows = []
 
-    def add(rule, run, seconds):
-        rows.append({"rule": rule, "model": name, **run, "gpus": gpus,
-                     "hours": seconds / 3600, "gpu_hours": seconds * gpus / 3600,
-                     "runtime_min": max(a.min_runtime, math.ceil(a.safety * seconds / 60))})
-
-    # every point `repeats` times, and warm-up requests before a batch size's first measurement
-    warm_sched = [(b, repeats * n + max(warm, b)) for b, n in sched]
-    def sweep_s(k):  # one engine serves every dataset of a series
-        return sum(series_s(dims, hw, warm_sched, out_len, k, a, ptok(ds))
+    def sweep_s(k):  # one engine serves every dataset of a series, every point `repeats` times,
+        # with warm-up requests before a batch size's first measurement
+        warm = [(b, int(sweep["repeats"]) * n + max(int(sweep["warmups"]), b)) for b, n in sched]
+        return sum(series_s(dims, hw, warm, int(sweep["output_len"]), k, a, ptok(ds))
                    for ds in model["datasets"])
 
-    swept = model.get("swept", True)  # the workflow sweeps and profiles it (else: captured only)
-    if sched and swept:
-        add("sweep_ar", {"drafter": "", "k": "", "dataset": ""}, boot + sweep_s(None))
-        for d in model["drafters"]:
-            for k in ks:
-                add("sweep_sd", {"drafter": d, "k": k, "dataset": ""}, boot + sweep_s(int(k)))
-    for ds in model["datasets"]:
-        for d in model["drafters"]:
-            for k in ks:
-                run = {"drafter": d, "k": k, "dataset": ds}
-                seqs = int(cap.get("max_num_seqs", 16))
-                add("capture", run, boot + series_s(
-                    dims, hw, [(seqs, int(cap.get("prompts", 80)))],
-                    int(cap.get("max_tokens", 256)), int(k), a, ptok(ds)))
-    for d in model["drafters"] if swept else []:
-        for k in ks[:1]:  # one profile per drafter, at the first K (see the workflow's rules)
-            tokens = int(prof.get("max_tokens", 32))
-            secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a)
-                       + series_s(dims, hw, [(b, b)], tokens, int(k), a)
-                       for b in prof.get("batch_sizes") or [1])
-            add("profile", {"drafter": d, "k": k, "dataset": model["datasets"][0]},
-                2 * boot + 3 * secs)  # two engines; the profiler slows steps down
+    def profile_s(k):  # two engines; the profiler slows steps down
+        tokens = int(prof["max_tokens"])
+        secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a)
+                   + series_s(dims, hw, [(b, b)], tokens, k, a) for b in prof["batch_sizes"])
+        return 2 * boot + 3 * secs
+
+    def capture_s(k, ds):  # every distinct prompt once, at most `prompts` (80 if not capped)
+        seqs = int(cap["max_num_seqs"])
+        return boot + series_s(dims, hw, [(seqs, int(cap.get("prompts") or 80))],
+                               int(cap["max_tokens"]), k, a, ptok(ds))
+
+    for j in model["jobs"]:
+        rule, k = j["rule"], j["k"]
+        seconds = {"sweep_ar": lambda: boot + sweep_s(None),
+                   "sweep_sd": lambda: boot + sweep_s(int(k)),
+                   "capture": lambda: capture_s(int(k), j["dataset"]),
+                   "profile": lambda: profile_s(int(k))}[rule]()
+        rows.append({"rule": rule, "model": name, "drafter": j["drafter"], "k": k,
+                     "dataset": j["dataset"], "gpus": gpus, "hours": seconds / 3600,
+                     "gpu_hours": seconds * gpus / 3600,
+                     "runtime_min": max(a.min_runtime, math.ceil(a.safety * seconds / 60))})
     return rows
 
 
@@ -169,8 +157,9 @@ def mean_prompt_tokens(prompt_tables: dict[str, str]) -> dict[str, float]:
 
 def plan_stage(entries: list[dict], config: dict, out_md, out_json,
                unplanned: list[str] = (), prompt_tables: dict[str, str] | None = None) -> dict:
-    """entries: {name, manifest, precision, tp, hardware, datasets, drafters, ks, gpus, swept} per
-    study model that runs (gpus and swept as the workflow's rules decide them); config: the sweep, capture, profiling, hardware and plan sections;
+    """entries: {name, manifest, precision, tp, hardware, datasets, gpus, jobs} per study model
+    that runs (its GPUs and engine jobs as the workflow's rules decide them, job_rows); config: the
+    sweep, capture, profiling, hardware and plan sections;
     unplanned: study models the bill cannot estimate (no repo id, so no config.json);
     prompt_tables: {dataset: prompt table} for the prefill term."""
     import pandas as pd
@@ -183,8 +172,8 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
     ptok = mean_prompt_tokens(prompt_tables or {})
     rows = []
     for e in entries:
-        dims = study_dims(e["manifest"], e.get("precision", "auto"), e.get("tp", 1))
-        hw_name = e.get("hardware", "H100")
+        dims = study_dims(e["manifest"], e["precision"], e["tp"])
+        hw_name = e["hardware"]
         if hw_name not in config["hardware"]:
             raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
         hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])

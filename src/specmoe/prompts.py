@@ -15,7 +15,8 @@ from pathlib import Path
 from .errors import InputError
 
 COLUMNS = ("prompt_id", "dataset", "category", "text")
-BUILTIN = {"builtin:v1": "prompts_v1.csv"}
+DEFAULT_SOURCE = "builtin:v1"  # the tiny models' prompts unless tiny.prompts names others
+BUILTIN = {DEFAULT_SOURCE: "prompts_v1.csv"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def _open(source: str):
     return path.open(newline="")
 
 
-def load(source: str = "builtin:v1", datasets: list[str] | None = None) -> list[Prompt]:
+def load(source: str = DEFAULT_SOURCE, datasets: list[str] | None = None) -> list[Prompt]:
     """Read and check a prompt table; keep the given datasets (all if None).
 
     A dataset name "a+b" stands for datasets a and b together.

@@ -179,8 +179,8 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.Model
     if model_cfg.get("source") == "hf":  # the config.json of the model's download
         from .hfconfig import study_dims
 
-        dims = study_dims(model_cfg["hf_config"], model_cfg.get("precision", "auto"),
-                          model_cfg.get("tp", 1))
+        dims = study_dims(model_cfg["hf_config"], model_cfg["precision"],
+                          model_cfg["tp"])
         if (dims.num_experts, dims.top_k) != (num_experts, top_k):
             raise InputError(f"model {model_cfg['name']}: config.json says {dims.top_k}-of-"
                              f"{dims.num_experts} experts but the trace has {top_k}-of-{num_experts}")
@@ -207,7 +207,7 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     ov, ip = read_json(overlap_json), read_json(ipf_json)
     s = ov["summary"]
     dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
-    hw_name = model_cfg.get("hardware", "H100")
+    hw_name = model_cfg["hardware"]
     if hw_name not in hardware_cfg:
         raise InputError(f"model {model_cfg['name']}: unknown hardware '{hw_name}' "
                          f"(config has {', '.join(hardware_cfg)})")
@@ -274,12 +274,7 @@ def _run_cols(run: dict) -> dict:
 def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, pd.DataFrame]:
     """All tables of the report, as DataFrames keyed by file stem."""
     ovs, ips, cms, accs = (_runs(x) for x in (overlap_jsons, ipf_jsons, cost_jsons, acc_jsons))
-    t: dict[str, list] = {k: [] for k in ("overlap_decomposition_step1", "overlap_by_distance",
-                                          "overlap_by_status", "heldout_overlap",
-                                          "per_layer_overlap", "unique_experts", "target_efficiency",
-                                          "te_vs_batch", "draft_ratio_model",
-                                          "acceptance_consecutive",
-                                          "anchor_overlap", "heldout_acceptance")}
+    t: dict[str, list] = {k: [] for k in captions.written_by("tables")}
     heldout_of = {tuple(_run_cols(ac["run"]).values()): ac.get("heldout", {}) for ac in accs}
     for ov in ovs:
         s, rc = ov["summary"], _run_cols(ov["run"])

@@ -39,8 +39,7 @@ def weight_model_table(entries: list[dict]) -> pd.DataFrame:
     """entries: {name, manifest (or config), precision, tp, hardware, ks, overlaps?}."""
     rows = []
     for e in entries:
-        dims = study_dims(e.get("manifest") or e["config"], e.get("precision", "auto"),
-                          e.get("tp", 1))
+        dims = study_dims(e.get("manifest") or e["config"], e["precision"], e["tp"])
         for k in e["ks"]:
             rows.append({"model": e["name"], "repo_id": e.get("repo_id"),
                          "precision": dims.dtype if dims.dtype == dims.dense_dtype

@@ -9,7 +9,7 @@ from snakemake.utils import min_version, validate
 
 from specmoe import captions
 from specmoe import prompts as prompt_table
-from specmoe.configcheck import check as check_config
+from specmoe.config import Config, repo_key
 from specmoe.published import study_entry
 
 min_version("9.0")
@@ -41,35 +41,28 @@ localrules:
 def prompt_datasets(cfg):
     """Datasets of the prompt table the tiny models read (None when it cannot be read yet)."""
     try:
-        source = (cfg.get("tiny") or {}).get("prompts", "builtin:v1")
-        return {p.dataset for p in prompt_table.load(source)}
+        source = (cfg.get("tiny") or {}).get("prompts")
+        return {p.dataset for p in prompt_table.load(*[source] if source else [])}
     except Exception:
         return None
 
 
-# Every cross-reference and pair of numbers that could contradict: one line each, before any job.
-check_config(config, prompt_datasets(config))
-
-
-def repo_key(entry):
-    """The file name of a model's or drafter's download: owner--name of its repo id."""
-    repo = entry.get("repo_id")
-    return re.sub(r"[/]", "--", repo) if repo else f"unset--{entry['name']}"
-
+# The configuration resolved once (specmoe.config): every cross-reference and pair of numbers that
+# could contradict is checked first, one line each, before any job.
+CFG = Config.resolve(config, prompt_datasets(config))
 
 # The study's models and drafters from the Hugging Face Hub (source: hf), the datasets downloaded
 # for them, and the download manifests that later rules read (the HF cache is the store).
-DRAFTERS = {d["name"]: d for d in config.get("drafters", [])}
-HF_DRAFTERS = {n: d for n, d in DRAFTERS.items() if d["source"] in ("hf", "self")}
-HF_MODELS = {m["name"]: m for m in config["models"] if m["source"] == "hf"}
-DATASETS = config.get("datasets") or {}
+DRAFTERS = {n: dict(d.entry) for n, d in CFG.drafters.items()}
+HF_MODELS = {n: dict(m.entry) for n, m in CFG.hf.items()}
+DATASETS = CFG.datasets
 REPOS = {}  # "owner--name" -> {repo_id, revision, trust_remote_code, names}
-for _e in [*HF_MODELS.values(), *HF_DRAFTERS.values()]:
-    if _e["source"] == "self":
-        continue
-    _key = repo_key(_e)
+for _e in [
+    *HF_MODELS.values(),
+    *(d for d in DRAFTERS.values() if d["source"] == "hf"),
+]:
     _r = REPOS.setdefault(
-        _key,
+        repo_key(_e),
         {
             "repo_id": _e.get("repo_id"),
             "revision": _e.get("revision"),
@@ -77,7 +70,7 @@ for _e in [*HF_MODELS.values(), *HF_DRAFTERS.values()]:
             "names": [],
         },
     )
-    _r["trust_remote_code"] |= bool(_e.get("trust_remote_code", False))
+    _r["trust_remote_code"] |= bool(_e["trust_remote_code"])
     _r["names"].append(_e["name"])
 _unset = [n for r in REPOS.values() if not r["repo_id"] for n in r["names"]]
 if _unset:
@@ -87,126 +80,41 @@ if _unset:
         file=sys.stderr,
     )
 
-# Every model the runs refer to; a tiny target also runs untrained, as "<name>-random", and its
-# cost model reads the architecture from the checkpoint the pipeline writes; a study model's cost
-# model reads the config.json of its download.
-MODELS = {}
-for _m in config["models"]:
-    if _m["source"] == "variant":
-        continue  # swept only: VARIANTS below
-    MODELS[_m["name"]] = _m
-    if _m["source"] == "hf":
-        MODELS[_m["name"]] = {
-            **_m,
-            "hf_config": f"results/downloads/{repo_key(_m)}.config.json",
-        }
-        if _m.get("cost_only"):
-            del MODELS[_m["name"]]  # no runs: the weight-model table only
-    if _m["source"] == "tiny":
-        MODELS[_m["name"]] = {
-            **_m,
-            "hf_config": f"results/models/{_m['name']}/config.json",
-        }
-        # the untrained control runs at the model's first K and dataset: the routing baseline
-        _r = _m["name"] + "-random"
-        MODELS[_r] = {
-            **_m,
-            "name": _r,
-            "hf_config": f"results/models/{_r}/config.json",
-            "ks": _m.get("ks", config["ks"])[:1],
-            "datasets": _m["datasets"][:1],
-        }
-SYNTHETIC = [n for n, m in MODELS.items() if m["source"] == "synthetic"]
-CAPTURED = [n for n, m in MODELS.items() if m["source"] == "tiny"]
-HF_RUN = [n for n, m in MODELS.items() if m["source"] == "hf"]
-RUNS = [
-    {"model": name, "drafter": d, "k": k, "dataset": ds}
-    for name, m in MODELS.items()
-    for d in m["drafters"]
-    for k in m.get("ks", config["ks"])
-    for ds in m["datasets"]
-]
-
-# Tiny models built here: targets (each with an untrained "-random" control) and drafters.
-TINY_TARGETS = {m["name"]: m for m in config["models"] if m["source"] == "tiny"}
-TINY_DRAFTERS = {
-    d["name"]: d for d in config.get("drafters", []) if d["source"] == "tiny"
-}
-TINY = {**TINY_TARGETS, **TINY_DRAFTERS}
-if TINY_TARGETS and "tiny" not in config:
-    raise ValueError("config: models with source 'tiny' need the 'tiny' section")
-# Models measured by serving sweeps and kernel profiling: trained tiny targets (not the controls)
-# and the study's models.
-SWEPT = (
-    [n for n, m in TINY_TARGETS.items() if m.get("sweep", True)]
-    if "sweep" in config and "profiling" in config
-    else []
+# Every model the runs refer to (a tiny target's untrained "<name>-random" control included), as
+# the stages read it: a tiny model's cost model reads the checkpoint the pipeline writes, a study
+# model's the config.json of its download (hf_config).
+MODELS = {n: dict(m.entry) for n, m in CFG.models.items()}
+SYNTHETIC = CFG.names("synthetic")
+CAPTURED = CFG.names("tiny")
+HF_RUN = CFG.names("hf")
+RUNS = [r.as_dict() for r in CFG.runs()]
+# Tiny models built here: targets (each with an untrained control) and drafters.
+TINY_TARGETS = CFG.tiny_targets
+TINY = [*TINY_TARGETS, *CFG.tiny_drafters]
+# Models measured by serving sweeps and kernel profiling: trained tiny targets (not the controls),
+# their variants (a tiny checkpoint served with other engine settings, swept only) and the study's
+# models.
+SWEPT = CFG.swept
+HF_SWEPT = CFG.hf_swept
+VARIANTS = {n: dict(m.entry) for n, m in CFG.variants.items()}
+SWEEP_RUNS = [r.as_dict() for r in CFG.sweep_runs()]
+# Engines of the series without SD: the swept models and the drafters served alone for the draft
+# cost c (separate draft models only: EAGLE heads and MTP layers cannot run alone).
+SERVED = sorted(
+    set(SWEPT + HF_SWEPT)
+    | {r["drafter"] for r in SWEEP_RUNS if CFG.drafters[r["drafter"]].served_alone}
 )
-HF_SWEPT = (
-    [n for n in HF_RUN if MODELS[n].get("sweep", True)]
-    if "sweep" in config and "profiling" in config
-    else []
-)
-# Variants of a tiny target (source: variant): its checkpoint served with other engine settings
-# (precision), swept only (its routing and kernels are the target's). The study's variants are
-# model entries of their own, sharing a download.
-VARIANTS = {
-    m["name"]: {**TINY_TARGETS[m["variant_of"]], **m}
-    for m in config["models"]
-    if m["source"] == "variant"
-}
-VARIANT_RUNS = [
-    {"model": name, "drafter": d, "k": k, "dataset": ds}
-    for name, m in VARIANTS.items()
-    for d in m["drafters"]
-    for k in m.get("ks", config["ks"])
-    for ds in m["datasets"]
-]
-if "sweep" in config and "profiling" in config:
-    SWEPT += [n for n, m in VARIANTS.items() if m.get("sweep", True)]
-SWEEP_RUNS = [r for r in RUNS + VARIANT_RUNS if r["model"] in SWEPT + HF_SWEPT]
-# Drafters served alone for the draft cost c: separate draft models only (EAGLE heads and MTP
-# layers cannot run alone).
-SWEEP_MODELS = sorted(
-    set(SWEPT) | {r["drafter"] for r in SWEEP_RUNS if r["model"] in SWEPT}
-)
-HF_SWEEP_MODELS = sorted(
-    set(HF_SWEPT)
-    | {
-        r["drafter"]
-        for r in SWEEP_RUNS
-        if r["model"] in HF_SWEPT and DRAFTERS[r["drafter"]]["method"] == "draft_model"
-    }
-)
-MEASURED_TABLES = [
-    "speedup_vs_batch",
-    "te_three_ways",
-    "kernel_time_shares",
-    "three_step_correction",
-]
-TABLES = [
-    "overlap_decomposition_step1",
-    "overlap_by_distance",
-    "overlap_by_status",
-    "per_layer_overlap",
-    "heldout_overlap",
-    "unique_experts",
-    "target_efficiency",
-    "te_vs_batch",
-    "draft_ratio_model",
-    "acceptance_consecutive",
-    "anchor_overlap",
-    "heldout_acceptance",
-]
-REPLAY_TABLES = ["replay_unique_experts", "replay_weight_model", "replay_three_step"]
-FIGURES = [f for sec in captions.SECTIONS.values() for f in sec["figures"]]
+TABLES = captions.written_by("tables")
+MEASURED_TABLES = captions.written_by("measured_tables")
+REPLAY_TABLES = captions.written_by("replay")
+FIGURES = list(captions.FIGURES)
 TABLE_FORMATS = ["csv", "md", "tex", "html"]
 # Models whose results sit beside the study's published numbers (compare_with, or a study
 # checkpoint): name -> the study model and the variant (precision, TP, hardware).
 STUDY = {
     m["name"]: entry
     for m in config["models"]
-    if (entry := study_entry(VARIANTS.get(m["name"], m))) is not None
+    if (entry := study_entry(CFG.entry(m["name"]))) is not None
 }
 
 
@@ -229,13 +137,13 @@ def tiny_outputs():
     if not TINY_TARGETS:
         return []
     sd = config["tiny"].get("sd_check", {})
-    drafters = sorted({d for m in TINY_TARGETS.values() for d in m["drafters"]})
+    drafters = sorted({d for m in TINY_TARGETS.values() for d in m.drafters})
     out = [f"results/models/{name}" for name in [*TINY_TARGETS, *drafters]]
     out += [f"results/models/{name}-random" for name in TINY_TARGETS]
     out += [
         f"results/sd_check/{m}/{d}/K{sd.get('k', 3)}/{sd.get('dataset', 'tinybench')}.json"
-        for m, cfg in TINY_TARGETS.items()
-        for d in cfg["drafters"]
+        for m, target in TINY_TARGETS.items()
+        for d in target.drafters
     ]
     return out
 
@@ -297,7 +205,7 @@ def canonical(obj):
 def training_recipe(name, trained=True):
     """What a tiny model's weights depend on: architecture, budget and seed (not its drafters,
     datasets, K or hardware, which only its runs use)."""
-    m = TINY[name]
+    m = CFG.entry(name)
     recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", 0)}
     if trained:
         recipe["steps"] = m["steps"]
@@ -348,7 +256,7 @@ def cost_entry(wildcards):
 
 def cost_hardware(wildcards):
     """The one hardware entry a cost model uses."""
-    hw = MODELS[wildcards.model].get("hardware", "H100")
+    hw = CFG.model(wildcards.model).hardware
     return canonical({hw: config["hardware"][hw]} if hw in config["hardware"] else {})
 
 
@@ -372,14 +280,11 @@ def sweep_files(pattern, variants=True):
 
 
 def profile_files():
-    """Kernel profiles: one per target and drafter, at the model's first K. The decode profile
-    does not depend on K, and the study profiles one K (at batch 1)."""
+    """Kernel profiles: one per target and drafter, at the model's first K (specmoe.config)."""
     return sorted(
         {
-            "results/profiles/{model}/{drafter}/K{k}.json".format(**r)
-            for r in SWEEP_RUNS
-            if r["model"] in MODELS
-            and r["k"] == MODELS[r["model"]].get("ks", config["ks"])[0]
+            "results/profiles/{model}/{drafter}/K{k}.json".format(**vars(j))
+            for j in CFG.profiled()
         }
     )
 
@@ -413,7 +318,8 @@ def sweep_datasets(name):
         {
             r["dataset"]
             for r in SWEEP_RUNS
-            if r["model"] == name or (r["drafter"] == name and served_alone(name))
+            if r["model"] == name
+            or (r["drafter"] == name and CFG.drafters[name].served_alone)
         }
     )
 
@@ -472,16 +378,12 @@ def model_files(wildcards):
 # --- the study's models (source: hf) ----------------------------------------------------------
 
 
-def hf_model(name):
-    return MODELS.get(name) or HF_MODELS.get(name) or DRAFTERS[name]
-
-
 def download_manifest(name, mode="full"):
-    return f"results/downloads/{repo_key(hf_model(name))}.{mode}.json"
+    return f"results/downloads/{repo_key(CFG.entry(name))}.{mode}.json"
 
 
 # Study models whose GPU jobs the plan estimates (a repo id is needed to read their config.json).
-PLANNED = [n for n in HF_RUN if MODELS[n].get("repo_id")]
+PLANNED = [n for n in HF_RUN if MODELS[n]["repo_id"]]
 PLANNED_DATASETS = sorted(
     {d for n in PLANNED for name in MODELS[n]["datasets"] for d in name.split("+")}
 )
@@ -517,22 +419,8 @@ def planned_runtime(rule_name):
     return runtime
 
 
-def spec_method(wildcards):
-    return DRAFTERS[wildcards.drafter]["method"]
-
-
 def gpu_resources(name):
-    """Snakemake's standard resources of the GPU jobs of one model (gpu = TP), memory and hours from
-    the model's `gpu` entry over the config's defaults."""
-    m = hf_model(name)
-    g = {**(config.get("gpu") or {}), **(m.get("gpu") or {})}
-    hw = config["hardware"].get(m.get("hardware", "H100"), {})
-    return {
-        "gpu": int(m.get("tp", 1)),
-        "gpu_model": g.get("constraint") or hw.get("gpu_model") or "",
-        "mem_mb": int(g.get("mem_mb", 64000)),
-        "runtime": int(g.get("runtime", 120)),
-    }
+    return CFG.gpu_resources(name)
 
 
 def one_of(names):
@@ -553,16 +441,9 @@ def profile_prompts(wildcards):
     return [f"results/prompts/{ds}.csv"] if ds in DATASETS else []
 
 
-def served_alone(drafter):
-    """Is this drafter served alone for the draft cost c? Separate draft models only (EAGLE heads
-    and MTP layers cannot run alone)."""
-    d = DRAFTERS.get(drafter, {})
-    return d.get("source") == "tiny" or d.get("method") == "draft_model"
-
-
 def speedup_drafter(wildcards):
     """The drafter's own series, for the draft cost c (separate draft models only)."""
-    if served_alone(wildcards.drafter):
+    if CFG.drafters[wildcards.drafter].served_alone:
         return [f"results/sweeps/{wildcards.drafter}/ar.json"]
     return []
 
@@ -578,24 +459,8 @@ def speedup_drafter(wildcards):
 CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
 
 
-def from_download(name):
-    """Is this model (or drafter served alone) a study model, served from its download?"""
-    return name in HF_MODELS or name in HF_DRAFTERS
-
-
-def hardware_of(name):
-    """A model's hardware entry; a drafter runs on its first target's."""
-    m = hf_model(name)
-    if "hardware" not in m:
-        m = next((t for t in config["models"] if name in t["drafters"]), m)
-    return m.get("hardware", "H100")
-
-
-def on_gpu(name):
-    """Does this model's engine run on a GPU? A study model does unless its hardware is a CPU."""
-    if not from_download(name):
-        return False
-    return config["hardware"].get(hardware_of(name), {}).get("device", "gpu") == "gpu"
+from_download = CFG.from_download
+on_gpu = CFG.on_gpu
 
 
 def engine_env(wildcards):
@@ -605,7 +470,7 @@ def engine_env(wildcards):
 
 
 def engine_gpus(wildcards):
-    return gpu_resources(wildcards.model)["gpu"] if on_gpu(wildcards.model) else 0
+    return CFG.gpus(wildcards.model)
 
 
 def engine_gpu_model(wildcards):
@@ -651,7 +516,9 @@ def engine_drafter(wildcards):
 
 
 def engine_method(wildcards):
-    return spec_method(wildcards) if from_download(wildcards.model) else None
+    if from_download(wildcards.model):
+        return CFG.drafters[wildcards.drafter].method
+    return None
 
 
 def engine_section(section, tiny_section):
@@ -668,7 +535,7 @@ def engine_section(section, tiny_section):
 
 def engine_settings(name, section):
     """A sweep/profiling/capture section with the model's TP, precision and engine arguments."""
-    m = hf_model(name)
+    m = CFG.entry(name)  # a model, or a drafter served alone (TP 1, its own format)
     base = dict(config.get(section) or {})
     extra = {**(base.get("engine_args") or {}), **(m.get("engine_args") or {})}
     extra["tensor_parallel_size"] = int(m.get("tp", 1))

@@ -16,7 +16,7 @@ rule sweep_ar:
     benchmark:
         "benchmarks/sweeps/{model}/ar.tsv"
     wildcard_constraints:
-        model=one_of(SWEEP_MODELS + HF_SWEEP_MODELS),
+        model=one_of(SERVED),
     retries: 1
     conda:
         engine_env
@@ -37,7 +37,7 @@ rule sweep_ar:
         sweep=engine_section("sweep", sweep_params),
         method=None,
         gpu=lambda w: on_gpu(w.model),
-        prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
+        prompts=CFG.prompts,
     script:
         "../scripts/sweep.py"
 
@@ -71,7 +71,7 @@ rule sweep_sd:
         sweep=engine_section("sweep", sweep_params),
         method=engine_method,
         gpu=lambda w: on_gpu(w.model),
-        prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
+        prompts=CFG.prompts,
     script:
         "../scripts/sweep.py"
 
@@ -89,8 +89,8 @@ rule speedup:
         "../../envs/analysis.yaml"
     params:
         run=run_of,
-        margin=config.get("sweep", {}).get("shape_margin", 0.05),
-        timing=config.get("sweep", {}).get("timing", "client"),
+        margin=CFG.sweep.get("shape_margin"),
+        timing=CFG.sweep.get("timing"),
     script:
         "../scripts/speedup.py"
 
@@ -130,7 +130,7 @@ rule profile:
         profiling=engine_section("profiling", lambda w: config.get("profiling", {})),
         method=engine_method,
         gpu=lambda w: on_gpu(w.model),
-        prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
+        prompts=CFG.prompts,
     script:
         "../scripts/profile.py"
 

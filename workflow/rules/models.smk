@@ -80,6 +80,6 @@ rule sd_check:
         engine=1,
     params:
         sd=config.get("tiny", {}).get("sd_check", {}),
-        prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
+        prompts=CFG.prompts,
     script:
         "../scripts/sd_check.py"

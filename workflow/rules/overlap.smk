@@ -15,7 +15,7 @@ rule overlap:
     threads: 2
     params:
         batch_sizes=config["batch_sizes"],
-        shuffle_seed=config.get("shuffle_seed", 0),
+        shuffle_seed=config["shuffle_seed"],
     script:
         "../scripts/overlap.py"
 

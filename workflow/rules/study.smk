@@ -71,16 +71,20 @@ rule weight_model:
         entries=[
             {
                 "name": n,
-                "repo_id": m["repo_id"],
+                "repo_id": m.entry["repo_id"],
                 "manifest": download_manifest(n, "config"),
-                "precision": m.get("precision", "auto"),
-                "tp": m.get("tp", 1),
-                "hardware": m.get("hardware", "H100"),
-                "ks": m.get("ks", config["ks"]),
-                **({"overlaps": m["overlaps"]} if m.get("overlaps") else {}),
+                "precision": m.precision,
+                "tp": m.tp,
+                "hardware": m.hardware,
+                "ks": list(m.ks),
+                **(
+                    {"overlaps": m.entry["overlaps"]}
+                    if m.entry.get("overlaps")
+                    else {}
+                ),
             }
-            for n, m in HF_MODELS.items()
-            if m["repo_id"]
+            for n, m in CFG.hf.items()
+            if m.entry["repo_id"]
         ],
     script:
         "../scripts/weight_model.py"
@@ -104,20 +108,12 @@ rule plan:
             {
                 "name": n,
                 "manifest": download_manifest(n, "config"),
-                **{
-                    k: MODELS[n][k]
-                    for k in (
-                        "precision",
-                        "tp",
-                        "hardware",
-                        "datasets",
-                        "drafters",
-                        "ks",
-                    )
-                    if k in MODELS[n]
-                },
-                "gpus": gpu_resources(n)["gpu"] if on_gpu(n) else 0,
-                "swept": n in HF_SWEPT,
+                "precision": CFG.models[n].precision,
+                "tp": CFG.models[n].tp,
+                "hardware": CFG.models[n].hardware,
+                "datasets": list(CFG.models[n].datasets),
+                "gpus": CFG.gpus(n),
+                "jobs": [vars(j) for j in CFG.engine_jobs(n)],
             }
             for n in PLANNED
         ],
@@ -128,7 +124,7 @@ rule plan:
         },
         unplanned=[n for n in HF_RUN if n not in PLANNED],
         prompt_tables={
-            ds: f"results/prompts/{ds}.csv" if ds in DATASETS else "builtin:v1"
+            ds: f"results/prompts/{ds}.csv" if ds in DATASETS else CFG.prompts
             for ds in PLANNED_DATASETS
         },
     script:

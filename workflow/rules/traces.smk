@@ -50,6 +50,6 @@ rule capture:
         ),
         method=engine_method,
         gpu=lambda w: on_gpu(w.model),
-        prompts=config.get("tiny", {}).get("prompts", "builtin:v1"),
+        prompts=CFG.prompts,
     script:
         "../scripts/capture.py"
