@@ -21,7 +21,7 @@ def rng():
 def tiny_models(tmp_path_factory):
     """A tokenizer, a briefly trained tiny MoE target and dense drafter (about 30 s on 2 cores)."""
     pytest.importorskip("torch")
-    from specmoe import modelstages
+    from specmoe.stages import models as modelstages
 
     root = tmp_path_factory.mktemp("models")
     tiny_cfg = {"vocab_size": 512, "max_train_tokens": 300_000, "max_heldout_tokens": 20_000,

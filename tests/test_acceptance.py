@@ -130,7 +130,7 @@ def test_a_held_out_dataset_run_on_its_own_is_held_out(small_trace):
 
 def test_held_out_overlap_has_the_studys_range_across_slices():
     """Table 18's row of a held-out set: the mean over its slices and the smallest and largest."""
-    from specmoe.stages import heldout_range
+    from specmoe.report.runs import heldout_range
 
     slices = [{"n_windows": 10, "overlap_by_distance": [0.4, 0.3], "independent": 0.1},
               {"n_windows": 20, "overlap_by_distance": [0.5, 0.35], "independent": 0.2}]

@@ -3,7 +3,6 @@ controls as the rules and the GPU bill see them."""
 
 from __future__ import annotations
 
-import copy
 import re
 from pathlib import Path
 

@@ -111,7 +111,7 @@ def test_unset_repo_id_is_named(tmp_path):
 def test_provenance_names_where_a_checkpoint_comes_from(tmp_path):
     """A Hugging Face snapshot is "hf" at its commit, a model the pipeline trained is "tiny" at
     the revision of its manifest (the capture and profile stages once wrote "tiny" for both)."""
-    from specmoe.modelstages import model_provenance
+    from specmoe.stages.engines import model_provenance
 
     snap = lay_out_cache(tmp_path / "hub", "specmoe-test/tiny-moe", {"config.json": b"{}"},
                          commit="c" * 40)

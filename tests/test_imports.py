@@ -9,27 +9,49 @@ import specmoe
 SRC = Path(specmoe.__file__).parent
 RUNTIME_PACKAGES = {"torch", "vllm", "transformers"}
 # Pure analysis: statistics, cost model, tables, figures, report. They must run where no engine is
-# installed (the analysis and report environments).
-ANALYSIS = ("acceptance", "captions", "costmodel", "figures", "hfconfig", "ipf", "measured",
-            "overlap", "plan", "profiling", "prompts", "provenance", "published", "replay",
-            "report", "stages", "sweep", "synth", "tables", "trace", "unique", "weights")
+# installed (the analysis environment).
+ANALYSIS = ("acceptance", "costmodel", "hfconfig", "ipf", "overlap",
+            "plan", "profiling", "prompts", "provenance", "published", "sweep", "synth", "trace",
+            "unique", "weights", "report.figures", "report.html", "report.measured",
+            "report.prose", "report.registry", "report.replay", "report.runs", "report.tables",
+            "stages.analysis", "stages.report")
+
+
+def module_name(f: Path) -> str:
+    return ".".join(f.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
 
 
 def imports() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(package modules each module imports, outside packages each module imports)."""
+    """(package modules each module imports, outside packages each module imports), modules
+    named by their dotted path inside the package (e.g. "stages.analysis")."""
     inside, outside = {}, {}
-    for f in SRC.glob("*.py"):
+    names = {module_name(f) for f in SRC.rglob("*.py")}
+    for f in SRC.rglob("*.py"):
+        me = module_name(f)
+        pkg = me.split(".")[:-1] if f.name != "__init__.py" else me.split(".")
         deps, ext = set(), set()
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:
-                deps |= ({node.module.split(".")[0]} if node.module
-                         else {a.name for a in node.names})
+                base = pkg[:len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+                mod = [*base, *(node.module.split(".") if node.module else [])]
+                for a in node.names:  # "from . import x": x may be a module or a name
+                    sub = ".".join([*mod, a.name])
+                    deps.add(sub if sub in names else ".".join(mod))
             elif isinstance(node, ast.ImportFrom) and node.module:
                 ext.add(node.module.split(".")[0])
+                if node.module.startswith("specmoe."):
+                    deps.add(node.module.removeprefix("specmoe."))
             elif isinstance(node, ast.Import):
                 ext |= {a.name.split(".")[0] for a in node.names}
-        inside[f.stem], outside[f.stem] = deps, ext
+        inside[me] = {d for d in deps if d and d != me}
+        outside[me] = ext
     return inside, outside
+
+
+def test_every_module_of_the_analysis_is_listed():
+    inside, _ = imports()
+    for m in ANALYSIS:
+        assert m in inside, m
 
 
 def closure(graph: dict[str, set[str]], start: str) -> set[str]:

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from specmoe.measured import build_measured_tables
+from specmoe.report.measured import build_measured_tables
 
 
 def dump(tmp_path, name, obj):

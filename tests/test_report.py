@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 
 from browser import open_page
-from specmoe import captions, figures, published, replay, report, tables
+from specmoe import published
+from specmoe.report import figures, prose, registry, replay, tables
+from specmoe.stages import report
 from wf import copy_workflow
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_tables"
@@ -83,12 +85,12 @@ def test_replay_reproduces_the_published_model_derived_tables():
     assert ts["gap_closed_pct_diff"].abs().max() < 1.0
 
 
-@pytest.mark.parametrize("stem", sorted(p.stem for p in Path(captions.path("index")).parent.glob(
+@pytest.mark.parametrize("stem", sorted(p.stem for p in Path(registry.path("index")).parent.glob(
     "*.rst")))
 def test_every_caption_is_valid_restructuredtext(stem):
     from docutils.core import publish_parts
 
-    path = Path(captions.path("index")).parent / f"{stem}.rst"
+    path = Path(registry.path("index")).parent / f"{stem}.rst"
     html = publish_parts(path.read_text(), writer="html",
                          settings_overrides={"report_level": 1, "halt_level": 5})["body"]
     assert "system-message" not in html, html
@@ -96,11 +98,11 @@ def test_every_caption_is_valid_restructuredtext(stem):
 
 
 def test_every_report_item_has_a_caption_and_a_section():
-    for section, items in captions.SECTIONS.items():
+    for section, items in registry.SECTIONS.items():
         for t in items["tables"]:
-            assert captions.text(t) and captions.section_of(t) == section
+            assert registry.text(t) and registry.section_of(t) == section
         for f in items["figures"]:
-            assert captions.text(f, figure=True) and captions.section_of(f, "figures") == section
+            assert registry.text(f, figure=True) and registry.section_of(f, "figures") == section
 
 
 def make_report(tmp_path: Path) -> Path:
@@ -110,28 +112,28 @@ def make_report(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURE, td)
     for csv in sorted(td.glob("*.csv")):
         tables.write_table(tables.read_csv(csv), csv.with_suffix(""), {"config_hash": "fixture"},
-                           captions.text(csv.stem))
+                           registry.text(csv.stem))
     study = {"tiny-fine": {"study": "Qwen2-57B", "precision": None, "tp": None, "gpu": "CPU"},
              "synth-fine": {"study": "Qwen3-30B", "precision": "bf16", "tp": 1, "gpu": "H100"}}
-    replay.write_replay(td)
-    report.write_comparison(td, td / "comparison", study, {})
-    report.write_figures(td, res / "figures", {}, study, VARIANT_OF)
-    report.write_report(td, res / "figures", res / "report" / "index.md", {"config_hash": "x"})
+    report.replay_stage(td)
+    report.comparison_stage(td, td / "comparison", study, {})
+    report.figures_stage(td, res / "figures", {}, study, VARIANT_OF)
+    report.report_stage(td, res / "figures", res / "report" / "index.md", {"config_hash": "x"})
     return res
 
 
 def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     res = make_report(tmp_path)
     index = (res / "report" / "index.md").read_text()
-    for fig in report.FIGURES:
+    for fig in registry.FIGURES:
         png = res / "figures" / f"{fig}.png"
         assert png.stat().st_size > 5000 and (res / "figures" / f"{fig}.pdf").stat().st_size > 0
         assert f"![{fig}](../figures/{fig}.png)" in index
-        assert captions.text(fig, figure=True) in index
+        assert registry.text(fig, figure=True) in index
     tables_made = sorted(p.stem for p in (res / "tables").glob("*.csv"))
     assert "comparison" in tables_made and "replay_three_step" in tables_made
     for stem in tables_made:
-        assert f"#### {stem.replace('_', ' ')}" in index and captions.text(stem) in index
+        assert f"#### {stem.replace('_', ' ')}" in index and registry.text(stem) in index
         assert not tables.read_csv(res / "tables" / f"{stem}.csv").empty, stem
     for section in ("## What the routing shows", "## What the measurements show",
                     "## How it compares with the study", "## Overlap and IPF", "## Cost model",
@@ -156,7 +158,7 @@ def test_every_figure_of_the_fixed_results_has_data():
     """The default run fills every figure in miniature: none is the explanatory placeholder, and
     the variants figure has tiny-fine beside its bf16 variant."""
     study = {"tiny-fine": {"study": "Qwen2-57B"}, "tiny-fine-bf16": {"study": "Qwen2-57B"}}
-    frames = report.figure_frames(FIXTURE, study, VARIANT_OF)
+    frames = figures.figure_frames(FIXTURE, study, VARIANT_OF)
     placeholders = [stem for stem, (fn, *_) in frames.items() if fn is figures.empty]
     assert placeholders == ["comparison"] or placeholders == [], placeholders
     _, sp, _, panel, line, *_ = frames["speedup_variants"]
@@ -169,7 +171,7 @@ def test_report_html_opens_in_a_headless_browser_with_every_image(tmp_path):
     res = make_report(tmp_path)
     page = open_page((res / "report" / "index.html").as_uri())
     assert page["errors"] == []
-    assert page["images"] == len(report.FIGURES) and page["broken"] == []
+    assert page["images"] == len(registry.FIGURES) and page["broken"] == []
     assert "How it compares with the study" in page["text"]
     assert page["overflowing"] == 0  # wide tables scroll inside the column
 
@@ -216,26 +218,26 @@ def test_routing_targets_follow_the_tables(tmp_path):
     its threshold is 'undecided'."""
     bad = {"seq1": 0.45, "ind": 0.40, "decay": -0.03, "hot": 0.83, "ipf": 0.12}
     _routing_tables(tmp_path, fine=bad, coarse={**bad, "seq1": 0.60, "ind": 0.40})
-    t = report.routing_targets(tmp_path)
+    t = prose.routing_targets(tmp_path)
     fine = t[t["model"] == "fine"].set_index("finding")["status"]
     assert set(fine) == {"not shown"}
     assert "83%" in t[t["model"] == "fine"]["value"].iloc[0]
     page = tmp_path / "index.md"
-    report.write_report(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
+    report.report_stage(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
     text = page.read_text()
     assert "## The study's findings in this run's tiny targets" in text
     assert "Not shown here: fine: expert loads near uniform (independence 0.400" in text
 
     good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009}
     _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27})
-    t = report.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
+    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
     assert set(t.loc["fine"]) == {"shown"}
     assert t.loc[("fine", "temporal share larger for finer experts")] == "shown"
-    report.write_report(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
+    report.report_stage(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
     assert "Every finding that a CPU run can measure is shown" in page.read_text()
 
     _routing_tables(tmp_path, fine={**good, "decay": 0.01}, coarse=good)
-    t = report.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
+    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
     assert t.loc[("fine", "overlap decays with distance")] == "undecided"
 
 
@@ -258,7 +260,7 @@ def test_directions_in_the_words_follow_the_tables(tmp_path):
     'stays flat'; a speedup's shape and interval are the table's, and a measured draft cost with
     no interval is given no direction (fixtures that contradict each other's wording)."""
     _curve_tables(tmp_path, [0.1, 0.2, 0.3, 0.4], [1.4, 1.2, 1.1, 1.0], "peak at low batch")
-    words = " ".join(report.draft_cost_findings(tmp_path) + report.measured_findings(tmp_path))
+    words = " ".join(prose.draft_cost_findings(tmp_path) + prose.measured_findings(tmp_path))
     assert "dense drafter: the step model's draft cost ratio rises with batch size, from 0.100" \
         in words
     assert "MoE drafter: the step model's draft cost ratio stays flat" in words
@@ -266,6 +268,6 @@ def test_directions_in_the_words_follow_the_tables(tmp_path):
     assert "no interval: no direction is claimed" in words
     _curve_tables(tmp_path, [0.4, 0.3, 0.2, 0.1], [1.0, 1.1, 1.0, 1.05],
                   "undecided within the noise")
-    words = " ".join(report.draft_cost_findings(tmp_path) + report.measured_findings(tmp_path))
+    words = " ".join(prose.draft_cost_findings(tmp_path) + prose.measured_findings(tmp_path))
     assert "dense drafter: the step model's draft cost ratio falls with batch size" in words
     assert "rises" not in words and "(undecided within the noise)" in words

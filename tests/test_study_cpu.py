@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specmoe import tables
+from specmoe.report import tables
 from specmoe.provenance import read_json
 from specmoe.trace import read_trace
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from hubfake import lay_out_cache
-from specmoe import tables
+from specmoe.report import tables
 from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]

@@ -105,7 +105,7 @@ def test_download_dataset_stage_offline_writes_a_prompt_table(tmp_path):
     lay_out_cache(cache, "philschmid/mt-bench",
                   {"question.jsonl": "".join(json.dumps(r) + "\n" for r in MT).encode()},
                   commit="e" * 40, repo_type="dataset")
-    code = ("from specmoe.stages_study import download_dataset_stage as d, prompt_table_stage as p; "
+    code = ("from specmoe.stages.study import download_dataset_stage as d, prompt_table_stage as p; "
             "import sys; spec = {'format': 'mt-bench', 'repo_id': 'philschmid/mt-bench'}; "
             "d('mt-bench', spec, sys.argv[2]); p('mt-bench', spec, sys.argv[2], sys.argv[1])")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),

@@ -2,7 +2,7 @@ import json
 
 import pandas as pd
 
-from specmoe.tables import read_csv, to_latex, to_markdown, write_table
+from specmoe.report.tables import read_csv, to_latex, to_markdown, write_table
 
 
 def test_write_table_four_formats_with_provenance(tmp_path):
@@ -34,7 +34,7 @@ def test_report_opens_with_its_caveats(tmp_path):
     the top of the report, not only in JSON."""
     import pandas as pd
 
-    from specmoe.report import write_report
+    from specmoe.stages.report import report_stage
 
     td = tmp_path / "tables"
     td.mkdir()
@@ -45,7 +45,7 @@ def test_report_opens_with_its_caveats(tmp_path):
                    "sample_ok": b < 64} for b in (1, 64, 128)]).to_csv(td / "te_vs_batch.csv",
                                                                       index=False)
     out = tmp_path / "report" / "index.md"
-    write_report(td, tmp_path / "figures", out, {})
+    report_stage(td, tmp_path / "figures", out, {})
     text = out.read_text()
     assert "## Caveats" in text and "did not converge for 15 expert(s)" in text
     assert "too few windows for the measured-windows TE at batch 64, 128" in text
@@ -54,7 +54,7 @@ def test_report_opens_with_its_caveats(tmp_path):
 def test_report_says_what_the_routing_shows(tmp_path):
     import pandas as pd
 
-    from specmoe.report import write_report
+    from specmoe.stages.report import report_stage
 
     td = tmp_path / "tables"
     td.mkdir()
@@ -68,7 +68,7 @@ def test_report_says_what_the_routing_shows(tmp_path):
     ]
     pd.DataFrame(rows).to_csv(td / "overlap_by_distance.csv", index=False)
     out = tmp_path / "report" / "index.md"
-    write_report(td, tmp_path / "figures", out, {})
+    report_stage(td, tmp_path / "figures", out, {})
     text = out.read_text()
     assert "## What the routing shows" in text
     assert ("28% of windows repeat a token, and without them 0.465 / 0.426 / 0.414 (decays with "
@@ -78,7 +78,7 @@ def test_report_says_what_the_routing_shows(tmp_path):
 
 def test_tables_keep_identifiers_for_programs_and_words_for_people(tmp_path):
     """CSV headers are the identifiers programs join on; Markdown, LaTeX and HTML show words."""
-    from specmoe.tables import read_csv, write_table
+    from specmoe.report.tables import read_csv, write_table
 
     df = pd.DataFrame({"k": [3], "te_sweep_low": [0.5], "tpot_ar_ms": [4.0], "tau": [2.1]})
     paths = write_table(df, tmp_path / "t", {"config_hash": "x"})

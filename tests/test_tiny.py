@@ -87,7 +87,7 @@ def test_atomic_dir_replaces_whole(tmp_path):
 
 
 def test_train_stage_rejects_zero_budget_before_building(tmp_path):
-    from specmoe.modelstages import train_stage
+    from specmoe.stages.models import train_stage
 
     cfg = {"name": "x", "arch": {"kind": "dense", "hidden": 32, "layers": 1, "heads": 2,
                                  "kv_heads": 1, "head_dim": 32}, "steps": 0}

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from specmoe import tables
+from specmoe.report import tables
 from specmoe.provenance import read_json
-from specmoe.report import figure_frames
+from specmoe.report.figures import figure_frames
 from specmoe.sweep import Estimate, shape_label
 from specmoe.trace import read_trace
 from wf import copy_workflow
@@ -109,12 +109,12 @@ def assert_snakemake_report(wd: Path) -> None:
     """`snakemake --report` holds every figure and every table (its HTML page) with its caption,
     and opens in a headless browser with every image decoded and no caption error."""
     from browser import SNAKEMAKE_REPORT, open_page
-    from specmoe import captions
+    from specmoe.report import registry
 
     snakemake(wd, "--report", "report.html")
     page = open_page((wd / "report.html").as_uri(), expression=SNAKEMAKE_REPORT)
     items = set(page["items"])
-    figures = {f"results/figures/{f}.png" for s in captions.SECTIONS.values() for f in s["figures"]}
+    figures = {f"results/figures/{f}.png" for s in registry.SECTIONS.values() for f in s["figures"]}
     made = {f"results/tables/{p.stem}.html" for p in (wd / "results/tables").glob("*.csv")}
     assert "results/tables/comparison.html" in made and "results/tables/te_vs_batch.html" in made
     # the first page is the report itself (a page with its figures embedded), not a download
@@ -122,7 +122,7 @@ def assert_snakemake_report(wd: Path) -> None:
     assert page["images"] == len(figures) and page["broken"] == []
     assert page["caption_errors"] == [] and page["empty"] == [] and page["errors"] == []
     for stem in made:  # each table's section is in the report's menu
-        assert captions.section_of(Path(stem).stem) in page["text"], stem
+        assert registry.section_of(Path(stem).stem) in page["text"], stem
 
 
 def test_killed_run_leaves_nothing_half_written_and_resumes(tmp_path):

@@ -50,7 +50,7 @@ def revisions() -> dict[str, str]:
 
 
 def build_models(cache: Path, work: Path, pinned: dict[str, str]) -> None:
-    from specmoe import modelstages
+    from specmoe.stages import models as modelstages
 
     modelstages.tokenizer_stage(TINY, work / "tokenizer")
     for repo_id, spec in MODELS.items():

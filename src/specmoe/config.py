@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from .configcheck import check
 from .costmodel import DEFAULT_HARDWARE
+from .names import control_name
 from .prompts import DEFAULT_SOURCE
 
 
@@ -129,7 +130,7 @@ class Config:
                     {**m, "hf_config": f"results/models/{m['name']}/config.json"})
                 # the untrained control runs at the model's first K and dataset: the routing
                 # baseline
-                r = m["name"] + "-random"
+                r = control_name(m["name"])
                 self.models[r] = self._model(
                     {**m, "name": r, "hf_config": f"results/models/{r}/config.json",
                      "ks": list(m.get("ks", self.ks))[:1], "datasets": m["datasets"][:1]},

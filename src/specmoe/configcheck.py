@@ -9,6 +9,7 @@ from collections import Counter
 
 from .costmodel import DEFAULT_HARDWARE, compute_dtype
 from .errors import InputError
+from .names import control_name
 
 
 def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]:
@@ -32,8 +33,8 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
         out.append(f"'{name}' is both a model and a drafter: give them different names")
     tiny_names = {m["name"] for m in models if m["source"] == "tiny"}
     for name in sorted(tiny_names):
-        if f"{name}-random" in {m["name"] for m in models} | {d["name"] for d in drafters}:
-            out.append(f"model '{name}-random' clashes with the untrained control of tiny "
+        if control_name(name) in {m["name"] for m in models} | {d["name"] for d in drafters}:
+            out.append(f"model '{control_name(name)}' clashes with the untrained control of tiny "
                        f"model '{name}'")
     for name, n in Counter(ks).items():
         if n > 1:

@@ -16,7 +16,7 @@ a job is `safety` times its estimate, at least `min_runtime` minutes.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from . import costmodel
 from .errors import InputError
@@ -153,54 +153,3 @@ def mean_prompt_tokens(prompt_tables: dict[str, str]) -> dict[str, float]:
         rows = prompt_table.load(src, [ds])
         out[ds] = sum(len(r.text) for r in rows) / len(rows) / CHARS_PER_TOKEN
     return out
-
-
-def plan_stage(entries: list[dict], config: dict, out_md, out_json,
-               unplanned: list[str] = (), prompt_tables: dict[str, str] | None = None) -> dict:
-    """entries: {name, manifest, precision, tp, hardware, datasets, gpus, jobs} per study model
-    that runs (its GPUs and engine jobs as the workflow's rules decide them, job_rows); config: the
-    sweep, capture, profiling, hardware and plan sections;
-    unplanned: study models the bill cannot estimate (no repo id, so no config.json);
-    prompt_tables: {dataset: prompt table} for the prefill term."""
-    import pandas as pd
-
-    from . import tables
-    from .hfconfig import study_dims
-    from .provenance import provenance, write_json, write_text
-
-    a = PlanAssumptions.from_dict(config.get("plan"))
-    ptok = mean_prompt_tokens(prompt_tables or {})
-    rows = []
-    for e in entries:
-        dims = study_dims(e["manifest"], e["precision"], e["tp"])
-        hw_name = e["hardware"]
-        if hw_name not in config["hardware"]:
-            raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
-        hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
-        rows += job_rows(e["name"], e, dims, hw, config, a, ptok)
-    s = summary(rows)
-    prov = provenance(config, stage="plan")
-    write_json(out_json, {"assumptions": asdict(a), **s, "jobs": rows,
-                          "unplanned": list(unplanned), "prompt_tokens": ptok}, prov)
-    df = pd.DataFrame(rows)
-    by_model = pd.DataFrame([{"model": m, "gpu_hours": h}
-                             for m, h in s["gpu_hours_by_model"].items()])
-    on_cpu = sorted({r["model"] for r in rows if not r["gpus"]})
-    gpu_jobs = sum(1 for r in rows if r["gpus"])
-    lines = ["# GPU bill of this configuration", "",
-             f"**{s['gpu_hours']:,.0f} GPU-hours** in {gpu_jobs} GPU jobs, estimated from the "
-             "schedule and the cost model's roofline before anything is measured. Assumptions "
-             f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in asdict(a).items())}. "
-             f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} "
-             "min). Each request's prompt is prefilled once, at its dataset's mean length ("
-             + (", ".join(f"{ds} {t:,.0f}" for ds, t in ptok.items()) or "no prompt table")
-             + f" tokens, {CHARS_PER_TOKEN:g} characters per token).", "",
-             *([f"Not in this bill: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
-                "size them from); they cannot run until one is set.", ""] if unplanned else []),
-             *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
-                "jobs are listed with 0 GPUs and the hours of the hardware's roofline.", ""]
-               if on_cpu else []),
-             "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
-             tables.to_markdown(df, 2), f"<!-- provenance: {prov} -->", ""]
-    write_text(out_md, "\n".join(lines))
-    return s

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 
-import numpy as np
 import pandas as pd
 
 SOURCE = ("Why Speculative Decoding Works Better Than Predicted on Sparse MoE Models "

@@ -9,14 +9,13 @@ max-entropy IPF fit of those overlaps.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import captions, costmodel, ipf, tables
+
+from . import costmodel, ipf
 from .hfconfig import study_dims
-from .provenance import provenance, read_json
 from .unique import uniform_unique
 
 
@@ -47,14 +46,3 @@ def weight_model_table(entries: list[dict]) -> pd.DataFrame:
                          "tp": dims.tp, "hardware": e.get("hardware"), "N": dims.num_experts,
                          "top_k": dims.top_k, **weight_row(dims, int(k), e.get("overlaps"))})
     return pd.DataFrame(rows)
-
-
-def weight_model_stage(entries: list[dict], out_stem) -> list[Path]:
-    df = weight_model_table(entries)
-    commits = {}
-    for e in entries:
-        if "manifest" in e:
-            man = read_json(e["manifest"])
-            commits[e["name"]] = man.get("commit")
-    prov = provenance(entries, stage="weight_model", revisions=commits)
-    return tables.write_table(df, Path(out_stem), prov, captions.text("weight_model"))

@@ -7,9 +7,10 @@ import sys
 from snakemake.io import report as report_item
 from snakemake.utils import min_version, validate
 
-from specmoe import captions
+from specmoe.report import registry
 from specmoe import prompts as prompt_table
 from specmoe.config import Config, repo_key
+from specmoe.names import control_name
 from specmoe.published import study_entry
 
 min_version("9.0")
@@ -104,10 +105,10 @@ SERVED = sorted(
     set(SWEPT + HF_SWEPT)
     | {r["drafter"] for r in SWEEP_RUNS if CFG.drafters[r["drafter"]].served_alone}
 )
-TABLES = captions.written_by("tables")
-MEASURED_TABLES = captions.written_by("measured_tables")
-REPLAY_TABLES = captions.written_by("replay")
-FIGURES = list(captions.FIGURES)
+TABLES = registry.written_by("tables")
+MEASURED_TABLES = registry.written_by("measured_tables")
+REPLAY_TABLES = registry.written_by("replay")
+FIGURES = list(registry.FIGURES)
 TABLE_FORMATS = ["csv", "md", "tex", "html"]
 # Models whose results sit beside the study's published numbers (compare_with, or a study
 # checkpoint): name -> the study model and the variant (precision, TP, hardware).
@@ -139,7 +140,7 @@ def tiny_outputs():
     sd = config["tiny"].get("sd_check", {})
     drafters = sorted({d for m in TINY_TARGETS.values() for d in m.drafters})
     out = [f"results/models/{name}" for name in [*TINY_TARGETS, *drafters]]
-    out += [f"results/models/{name}-random" for name in TINY_TARGETS]
+    out += [f"results/models/{control_name(name)}" for name in TINY_TARGETS]
     out += [
         f"results/sd_check/{m}/{d}/K{sd.get('k', 3)}/{sd.get('dataset', 'tinybench')}.json"
         for m, target in TINY_TARGETS.items()
@@ -161,8 +162,8 @@ def table_outputs(names):
         out.append(
             report_item(
                 f"results/tables/{t}.html",
-                caption=captions.path(t),
-                category=captions.section_of(t),
+                caption=registry.path(t),
+                category=registry.section_of(t),
                 subcategory="Tables",
             )
         )

@@ -50,8 +50,8 @@ rule figures:
         [
             report(
                 f"results/figures/{fig}.png",
-                caption=captions.path(fig, figure=True),
-                category=captions.section_of(fig, "figures"),
+                caption=registry.path(fig, figure=True),
+                category=registry.section_of(fig, "figures"),
                 subcategory="Figures",
             )
             for fig in FIGURES
@@ -76,7 +76,7 @@ rule report_index:
         "results/report/index.md",
         report(
             "results/report/index.html",
-            caption=captions.path("index"),
+            caption=registry.path("index"),
             category="Report",
         ),
     log:

@@ -4,10 +4,10 @@ from pathlib import Path
 
 from specmoe.logs import logged
 from specmoe.provenance import provenance
-from specmoe.report import write_comparison
+from specmoe.stages.report import comparison_stage
 
 with logged(snakemake.log[0], "comparison"):
     out = Path(snakemake.output[0])
-    write_comparison(
+    comparison_stage(
         out.parent, out.with_suffix(""), snakemake.params.study, provenance(snakemake.config)
     )

@@ -1,7 +1,7 @@
 """Rule costmodel: target efficiency at batch 1 and vs batch size."""
 
 from specmoe.logs import logged
-from specmoe.stages import costmodel_stage
+from specmoe.stages.analysis import costmodel_stage
 
 with logged(snakemake.log[0], "costmodel"):
     costmodel_stage(

@@ -1,7 +1,7 @@
 """Rule download_model: a Hugging Face repository into the HF cache; the output is its manifest."""
 
 from specmoe.logs import logged
-from specmoe.stages_study import download_model_stage
+from specmoe.stages.study import download_model_stage
 
 with logged(snakemake.log[0], "download"):
     r = snakemake.params.repo

@@ -4,10 +4,10 @@ from pathlib import Path
 
 from specmoe.logs import logged
 from specmoe.provenance import provenance
-from specmoe.report import write_figures
+from specmoe.stages.report import figures_stage
 
 with logged(snakemake.log[0], "figures"):
-    write_figures(
+    figures_stage(
         Path(snakemake.input[0]).parent,
         Path(snakemake.output[0]).parent,
         provenance(snakemake.config),

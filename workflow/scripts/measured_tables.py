@@ -4,10 +4,14 @@ from pathlib import Path
 
 from specmoe.logs import logged
 from specmoe.provenance import provenance
-from specmoe.measured import build_measured_tables
-from specmoe.stages import write_tables
+from specmoe.stages.report import measured_tables_stage
 
 with logged(snakemake.log[0], "measured_tables"):
     i = snakemake.input
-    dfs = build_measured_tables(i.speedup, i.profiles, i.costmodel)
-    write_tables(dfs, Path(snakemake.output[0]).parent, provenance(snakemake.config))
+    measured_tables_stage(
+        i.speedup,
+        i.profiles,
+        i.costmodel,
+        Path(snakemake.output[0]).parent,
+        provenance(snakemake.config),
+    )

@@ -1,7 +1,7 @@
 """Rule overlap: overlap by distance, baselines, shuffle null and unique experts of one trace."""
 
 from specmoe.logs import logged
-from specmoe.stages import overlap_stage
+from specmoe.stages.analysis import overlap_stage
 
 with logged(snakemake.log[0], "overlap"):
     overlap_stage(

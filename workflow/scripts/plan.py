@@ -1,7 +1,7 @@
 """Rule plan: the GPU bill of the configuration (results/plan.md) and each GPU job's runtime."""
 
 from specmoe.logs import logged
-from specmoe.plan import plan_stage
+from specmoe.stages.report import plan_stage
 
 with logged(snakemake.log[0], "plan"):
     plan_stage(

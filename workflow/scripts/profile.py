@@ -2,13 +2,16 @@
 passes."""
 
 from specmoe.logs import logged, one
-from specmoe.modelstages import profile_stage, rule_engine_inputs, with_job_runtime
+from specmoe.stages.engines import engine_inputs, with_job_runtime
+from specmoe.stages.measure import profile_stage
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "profile"):
         i, p = snakemake.input, snakemake.params
         run = p.run
-        target, drafter = rule_engine_inputs(i, p, f"profile of {run['model']}")
+        target, drafter = engine_inputs(
+            i.target, one(i.get("drafter")), p.method, p.gpu, f"profile of {run['model']}"
+        )
         profile_stage(
             target,
             drafter,

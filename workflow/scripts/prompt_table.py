@@ -1,7 +1,7 @@
 """Rule prompt_table: a downloaded study dataset normalised into a prompt table."""
 
 from specmoe.logs import logged
-from specmoe.stages_study import prompt_table_stage
+from specmoe.stages.study import prompt_table_stage
 
 with logged(snakemake.log[0], "prompt_table"):
     prompt_table_stage(

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from specmoe.logs import logged
-from specmoe.replay import write_replay
+from specmoe.stages.report import replay_stage
 
 with logged(snakemake.log[0], "replay"):
-    write_replay(Path(snakemake.output[0]).parent, snakemake.config)
+    replay_stage(Path(snakemake.output[0]).parent, snakemake.config)

@@ -4,10 +4,10 @@ from pathlib import Path
 
 from specmoe.logs import logged
 from specmoe.provenance import provenance
-from specmoe.report import write_report
+from specmoe.stages.report import report_stage
 
 with logged(snakemake.log[0], "report"):
-    write_report(
+    report_stage(
         Path(snakemake.input.tables[0]).parent,
         Path(snakemake.input.figures[0]).parent,
         snakemake.output[0],

@@ -1,7 +1,7 @@
 """Rule sd_check: speculative vs plain greedy decoding on a real vLLM engine."""
 
 from specmoe.logs import logged
-from specmoe.modelstages import sd_check_stage
+from specmoe.stages.models import sd_check_stage
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "sd_check"):

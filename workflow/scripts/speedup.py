@@ -1,7 +1,7 @@
 """Rule speedup: speedup, acceptance, draft cost, TE from the sweep and the curve's shape."""
 
 from specmoe.logs import logged, one
-from specmoe.measured import speedup_stage
+from specmoe.stages.analysis import speedup_stage
 
 with logged(snakemake.log[0], "speedup"):
     i = snakemake.input

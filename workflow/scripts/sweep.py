@@ -3,14 +3,17 @@ sweep's batch sizes, for every dataset of its model."""
 
 from pathlib import Path
 
-from specmoe.logs import logged
-from specmoe.modelstages import rule_engine_inputs, sweep_series_stage, with_job_runtime
+from specmoe.logs import logged, one
+from specmoe.stages.engines import engine_inputs, with_job_runtime
+from specmoe.stages.measure import sweep_series_stage
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     with logged(snakemake.log[0], "sweep"):
         i, p = snakemake.input, snakemake.params
         series = p.series
-        target, drafter = rule_engine_inputs(i, p, f"sweep of {series['model']}")
+        target, drafter = engine_inputs(
+            i.target, one(i.get("drafter")), p.method, p.gpu, f"sweep of {series['model']}"
+        )
         # a downloaded dataset's prompt table is results/prompts/<dataset>.csv
         tables = {Path(f).stem: f for f in i.get("prompts", [])}
         sweep_series_stage(

@@ -1,7 +1,7 @@
 """Rules train_model and random_model: one tiny model, trained or only initialised."""
 
 from specmoe.logs import logged
-from specmoe.modelstages import train_stage
+from specmoe.stages.models import train_stage
 
 with logged(snakemake.log[0], "train_model"):
     train_stage(

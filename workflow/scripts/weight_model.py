@@ -1,7 +1,7 @@
 """Rule weight_model: the weight-model table of every study model from its config.json."""
 
 from specmoe.logs import logged
-from specmoe.weights import weight_model_stage
+from specmoe.stages.report import weight_model_stage
 
 with logged(snakemake.log[0], "weight_model"):
     weight_model_stage(

@@ -15,7 +15,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .provenance import atomic_path  # noqa: E402
+from .. import published  # noqa: E402
+from ..provenance import atomic_path  # noqa: E402
+from .runs import by_distance, first_run, load, models  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="paper")
 
@@ -302,3 +304,123 @@ def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:
         ax.set_ylabel("this run's value")
     _figure_legend(fig, axes)
     return fig
+
+
+# --- what each figure draws, from the tables --------------------------------------------------
+
+
+def _published_by_distance(ob: pd.DataFrame, study: dict) -> pd.DataFrame:
+    pub = published.load("overlap_by_distance").set_index("model")
+    rows = []
+    for _, r in ob.iterrows():
+        s = (study.get(r["model"]) or {}).get("study")
+        if s not in pub.index:
+            continue
+        for d in range(1, 5):  # the study's steps 1-4, along the committed sequence
+            rows.append({"run": r["run"], "study_model": s, "distance": d,
+                         "value": pub.loc[s, f"step{d}"]})
+    return pd.DataFrame(rows)
+
+
+def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
+    """Published layers of the matched model that the run's model has too (the study publishes
+    its first four layers and one deep layer: a shallower model shows the first ones)."""
+    pub = published.load("per_layer_overlap")
+    rows = []
+    for run, g in pl.groupby("run", sort=False):
+        s = (study.get(g["model"].iloc[0]) or {}).get("study")
+        p = pub[(pub["model"] == s) & (pub["layer"] <= g["layer"].max())]
+        if p.empty:
+            continue
+        rows += [{"run": run, "study_model": s, "layer": r["layer"], "value": r["step1_overlap"]}
+                 for _, r in p.iterrows()]
+    return pd.DataFrame(rows)
+
+
+def _speedup_label(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["label"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " ("
+                   + df["shape"].astype(str) + ")")
+    return df
+
+
+def figure_frames(table_dir, study: dict | None = None,
+                  variant_of: dict | None = None) -> dict[str, tuple]:
+    """Each figure's renderer and arguments, from the tables in table_dir."""
+    td, study = Path(table_dir), study or {}
+    ob, pl, tb = (load(td, s) for s in ("overlap_by_distance", "per_layer_overlap", "te_vs_batch"))
+    anchor, sp, cmp_ = (load(td, s) for s in ("anchor_overlap", "speedup_vs_batch", "comparison"))
+    colors = palette(models([ob, sp, tb, cmp_]))
+    none = "This configuration has no {} (see the configuration's models)."
+    out = {}
+    if ob.empty:
+        out["overlap_by_distance"] = (empty, none.format("routing trace"))
+    else:
+        long = []
+        dec = load(td, "overlap_decomposition_step1").set_index("run")["uniform"]
+        for _, r in ob.iterrows():
+            within = by_distance(r)
+            seq = by_distance(r, n=8, prefix="seq")
+            for d in range(1, max(len(within), len(seq)) + 1):
+                long.append({"run": r["run"], "model": r["model"], "distance": d,
+                             "empirical": within[d - 1] if d <= len(within) else np.nan,
+                             "sequence": seq[d - 1] if d <= len(seq) else np.nan,
+                             "shuffle": r.get(f"shuffle{d}", np.nan),
+                             "independent": r["independent"], "uniform": dec.get(r["run"])})
+        out["overlap_by_distance"] = (overlap_by_distance, pd.DataFrame(long), colors,
+                                      _published_by_distance(ob, study))
+    out["per_layer_overlap"] = ((per_layer_overlap, pl, colors,
+                                 _published_per_layer(pl, study)) if not pl.empty
+                                else (empty, none.format("routing trace")))
+    out["te_vs_batch"] = ((te_vs_batch, tb, colors) if not tb.empty
+                          else (empty, none.format("cost model")))
+    measured = tb[tb["routing"] == "measured windows (temporal)"] if not tb.empty else tb
+    out["te_by_dataset"] = (
+        (curves_by, measured, colors, ["model", "drafter", "k"], "dataset", "te",
+         "target efficiency", "Each model has one dataset in this configuration: no "
+         "dataset comparison to draw.") if not measured.empty
+        else (empty, none.format("cost model")))
+    dr = load(td, "draft_ratio_model")
+    if dr.empty:
+        out["draft_ratio_model"] = (empty, none.format("cost model"))
+    else:  # each model's first run (the ratio hardly depends on K or the dataset)
+        out["draft_ratio_model"] = (curves_by, first_run(dr), colors, ["model", "k"],
+                                    "synthetic_drafter",
+                                    "draft_cost", "draft cost c = K T_drafter / T_target",
+                                    "No cost model in this configuration.")
+    if sp.empty:
+        for f in ("speedup_vs_batch", "speedup_by_k", "speedup_by_dataset", "speedup_variants",
+                  "draft_cost_vs_batch"):
+            out[f] = (empty, none.format("serving sweep"))
+    else:
+        sp = _speedup_label(sp)
+        out["speedup_vs_batch"] = (speedup_vs_batch, first_run(sp), colors)
+        sp["K"] = sp["k"]
+        out["speedup_by_k"] = (curves_by, sp, colors, ["model", "drafter", "dataset"],
+                               "K", "speedup", "speedup (TPOT without / with SD)",
+                               "Each model is swept at one K in this configuration.", 1.0)
+        out["speedup_by_dataset"] = (curves_by, sp, colors, ["model", "drafter", "k"],
+                                     "dataset", "speedup", "speedup (TPOT without / with SD)",
+                                     "Each model is swept on one dataset in this configuration.",
+                                     1.0)
+        # one panel per model family: a tiny target with its variants, a study model's variants
+        variant_of = variant_of or {}
+        targets = set(variant_of.values())
+        sp["family"] = sp["model"].map(
+            lambda m: variant_of.get(m) or (m if m in targets else None)
+            or (study.get(m) or {}).get("study") or m)
+        out["speedup_variants"] = (curves_by, sp[sp["k"] == sp["k"].min()], colors,
+                                   ["family", "drafter", "dataset"], "model", "speedup",
+                                   "speedup (TPOT without / with SD)",
+                                   "No study model is run in more than one variant (TP, "
+                                   "precision, hardware) in this configuration.", 1.0)
+        out["draft_cost_vs_batch"] = (draft_cost_vs_batch, sp, colors)
+    if anchor.empty:
+        out["anchor_overlap"] = (empty, none.format("routing trace"))
+    else:
+        effects = anchor.drop_duplicates(["run", "draft_position"])[
+            ["run", "draft_position", "cohens_d"]]
+        out["anchor_overlap"] = (anchor_overlap, anchor, effects)
+    out["comparison"] = (comparison, cmp_ if not cmp_.empty else
+                         pd.DataFrame(columns=published.COLUMNS), colors)
+    return out

@@ -12,16 +12,16 @@ Three tables, each with the published value, the replayed one and their differen
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import captions, costmodel, ipf, published, tables
-from .provenance import provenance
-from .unique import uniform_unique
+from .. import costmodel, ipf, published
+from ..unique import uniform_unique
+
 
 K_DRAFT = 3  # the published unique-expert and weight-model tables are for K = 3
+
 
 def _side(row: dict, name: str, pub: float, mine: float, digits: int = 6) -> None:
     row[f"{name}_published"] = pub
@@ -99,11 +99,3 @@ def three_step() -> pd.DataFrame:
 def replay_tables() -> dict[str, pd.DataFrame]:
     return {"replay_unique_experts": unique_experts(), "replay_weight_model": weight_model(),
             "replay_three_step": three_step()}
-
-
-def write_replay(outdir, config=None) -> list[Path]:
-    prov = provenance(config or {}, stage="replay", source=published.SOURCE)
-    paths = []
-    for stem, df in replay_tables().items():
-        paths += tables.write_table(df, Path(outdir) / stem, prov, captions.text(stem))
-    return paths

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from . import hub, studydata
-from .errors import InputError
-from .provenance import provenance, write_json, write_text
+from .. import hub, studydata
+from ..errors import InputError
+from ..provenance import provenance, write_json, write_text
 
 log = logging.getLogger("specmoe")
 
@@ -45,7 +45,7 @@ def download_dataset_stage(name: str, spec: dict, out_manifest) -> dict:
 
 def prompt_table_stage(name: str, spec: dict, manifest, out_csv) -> dict:
     """A downloaded dataset normalised into a prompt table (vLLM's loaders where it has them)."""
-    from .provenance import read_json
+    from ..provenance import read_json
 
     man = read_json(manifest)
     rows = studydata.normalise(name, spec, man["snapshot_path"])

@@ -1,4 +1,4 @@
-"""The measured side: speedup from the serving sweeps, profiles, and the tables that join them.
+"""The measured side's tables: speedup from the serving sweeps, profiles, and the cost model joined.
 
 Every join is keyed by the full run (model, drafter, K, dataset) and the batch size: a profile runs
 on its model's first dataset and joins that dataset's sweep and cost model only.
@@ -11,41 +11,14 @@ import logging
 import numpy as np
 import pandas as pd
 
-from . import captions, costmodel
-from .errors import InputError
-from .provenance import provenance, read_json, write_json
-from .stages import _run_cols, _runs
+from .. import costmodel
+from . import registry
+from .runs import run_cols, runs
 
 log = logging.getLogger("specmoe")
 
+
 MEASURED_ROUTING = "measured windows (temporal)"
-
-
-def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
-                  timing: str = "client") -> None:
-    """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run."""
-    from .sweep import speedup_curve
-
-    sd, ar = read_json(sd_json), read_json(ar_json)
-    dr = read_json(drafter_json) if drafter_json else None
-    ds = run["dataset"]
-    res = speedup_curve(series_points(ar, ds), series_points(sd, ds),
-                        series_points(dr, ds) if dr else None, run["k"], margin, timing)
-    prov = dict(sd.get("provenance", {}))
-    prov.update(provenance({"run": run, "margin": margin, "timing": timing},
-                           model=prov.get("model"), stage="speedup"))
-    write_json(out, {"run": run, **res}, prov)
-    log.info("%s: speedup %s; shape %s", run["model"],
-             ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
-
-
-def series_points(series: dict, dataset: str) -> list[dict]:
-    """One dataset's points of a serving series (an engine serves every dataset of its model)."""
-    try:
-        return series["datasets"][dataset]["points"]
-    except KeyError:
-        raise InputError(f"the series of {series.get('series', {}).get('model')} has no points "
-                         f"for dataset {dataset!r}") from None
 
 
 def run_key(rc: dict) -> tuple:
@@ -55,17 +28,17 @@ def run_key(rc: dict) -> tuple:
 def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str, pd.DataFrame]:
     """Tables of the measured side: speedup vs batch, TE three ways, kernel time shares and the
     three-step correction with profiled values (batch 1) against the TE from the sweep."""
-    sps, prs, cms = (_runs(x) for x in (speedup_jsons, profile_jsons, cost_jsons))
-    t: dict[str, list] = {k: [] for k in captions.written_by("measured_tables")}
+    sps, prs, cms = (runs(x) for x in (speedup_jsons, profile_jsons, cost_jsons))
+    t: dict[str, list] = {k: [] for k in registry.written_by("measured_tables")}
     te_cost, sweep_rows = {}, {}
     for cm in cms:
-        rc = _run_cols(cm["run"])
+        rc = run_cols(cm["run"])
         for r in cm["te_vs_batch"]:
             if r["routing"] == MEASURED_ROUTING:
                 te_cost[(*run_key(rc), r["batch"])] = r["te"]
-    cost_by_run = {run_key(_run_cols(c["run"])): c for c in cms}
+    cost_by_run = {run_key(run_cols(c["run"])): c for c in cms}
     for sp in sps:
-        rc = _run_cols(sp["run"])
+        rc = run_cols(sp["run"])
         for r in sp["rows"]:
             t["speedup_vs_batch"].append({
                 **rc, "batch": r["batch"], "tpot_ar_ms": r["tpot_ar_ms"],
@@ -84,7 +57,7 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}})
             sweep_rows[(*run_key(rc), r["batch"])] = r
     for pr in prs:
-        rc = _run_cols(pr["run"])
+        rc = run_cols(pr["run"])
         run = run_key(rc)
         for b in pr["batches"]:
             key = (*run, b["batch"])
@@ -156,4 +129,3 @@ def identifiable(te: float) -> float:
 
 def _finite_or_none(x):
     return float(x) if x is not None and np.isfinite(x) else None
-

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .provenance import write_text
+from ..provenance import write_text
+from . import registry
+
 
 FORMATS = ("csv", "md", "tex", "html")
 
@@ -120,3 +122,10 @@ def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "
 
 def read_csv(path: str | Path) -> pd.DataFrame:
     return pd.read_csv(path, comment="#")
+
+
+def write_tables(dfs: dict[str, pd.DataFrame], outdir, prov: dict) -> list[Path]:
+    paths = []
+    for stem, df in dfs.items():
+        paths += write_table(df, Path(outdir) / stem, prov, registry.text(stem))
+    return paths

@@ -1,8 +1,7 @@
-"""Pipeline stages: each reads files, calls the library and writes its outputs atomically.
-
-The Snakemake scripts under workflow/scripts/ are one-screen wrappers around these functions; the
-functions take plain paths and dicts, so every stage can be run and tested without Snakemake.
-"""
+"""The analysis stages of one run: synthetic traces (rule synth_trace), overlap statistics and the
+IPF fit (rules overlap, ipf), the cost model (rule costmodel), the acceptance statistics (rule
+acceptance) and the speedup of a swept run (rule speedup). Each reads files, calls the library
+and writes its outputs atomically; none imports an engine (torch, vLLM)."""
 
 from __future__ import annotations
 
@@ -12,15 +11,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import acceptance, captions, costmodel, ipf, overlap, synth, tables, trace
-from .errors import InputError
-from .provenance import provenance, read_json, write_json
-from .unique import independent_unique, uniform_unique, window_unique_table
+from .. import acceptance, costmodel, ipf, overlap, synth, trace
+from ..errors import InputError
+from ..provenance import provenance, read_json, write_json
+from ..unique import independent_unique, uniform_unique, window_unique_table
 
 log = logging.getLogger("specmoe")
 
 # overlap along the committed sequence is measured at d = 1..8 (docs/method.md)
 SEQUENCE_DISTANCES = 8
+
 
 ROUTINGS = {  # routing assumption -> (verify column, decode column) of the unique-experts table
     "uniform i.i.d. (prior model)": ("verify_uniform", "decode_uniform"),
@@ -34,13 +34,14 @@ def model_ref(model_cfg: dict) -> dict:
     """{name, source, revision} for provenance."""
     rev = model_cfg.get("revision")
     if rev is None and model_cfg.get("source") == "synthetic":
-        from .provenance import config_hash
+        from ..provenance import config_hash
 
         rev = "synthetic:" + config_hash(model_cfg.get("synthetic", {}))
     return {"name": model_cfg["name"], "source": model_cfg.get("source"), "revision": rev}
 
 
 # --- per-run stages -------------------------------------------------------------------------------
+
 
 def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
     params = dict(model_cfg["synthetic"])
@@ -177,7 +178,7 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.Model
     """ModelDims from the model's config: an HF config.json path or explicit dims."""
     d = dict(model_cfg.get("dims") or {})
     if model_cfg.get("source") == "hf":  # the config.json of the model's download
-        from .hfconfig import study_dims
+        from ..hfconfig import study_dims
 
         dims = study_dims(model_cfg["hf_config"], model_cfg["precision"],
                           model_cfg["tp"])
@@ -186,7 +187,7 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.Model
                              f"{dims.num_experts} experts but the trace has {top_k}-of-{num_experts}")
         return dims
     if model_cfg.get("hf_config"):
-        from .hfconfig import dims_from_config
+        from ..hfconfig import dims_from_config
 
         return dims_from_config(model_cfg["hf_config"], dtype=d.get("dtype"),
                                                   tp=int(d.get("tp", 1)))
@@ -262,136 +263,29 @@ def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) ->
 
 # --- aggregation ----------------------------------------------------------------------------------
 
-def _runs(paths) -> list[dict]:
-    return [read_json(p) for p in paths]
+
+def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
+                  timing: str = "client") -> None:
+    """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run."""
+    from ..sweep import speedup_curve
+
+    sd, ar = read_json(sd_json), read_json(ar_json)
+    dr = read_json(drafter_json) if drafter_json else None
+    ds = run["dataset"]
+    res = speedup_curve(series_points(ar, ds), series_points(sd, ds),
+                        series_points(dr, ds) if dr else None, run["k"], margin, timing)
+    prov = dict(sd.get("provenance", {}))
+    prov.update(provenance({"run": run, "margin": margin, "timing": timing},
+                           model=prov.get("model"), stage="speedup"))
+    write_json(out, {"run": run, **res}, prov)
+    log.info("%s: speedup %s; shape %s", run["model"],
+             ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
 
 
-def _run_cols(run: dict) -> dict:
-    return {"model": run.get("model"), "drafter": run.get("drafter"), "k": run.get("k"),
-            "dataset": run.get("dataset")}
-
-
-def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, pd.DataFrame]:
-    """All tables of the report, as DataFrames keyed by file stem."""
-    ovs, ips, cms, accs = (_runs(x) for x in (overlap_jsons, ipf_jsons, cost_jsons, acc_jsons))
-    t: dict[str, list] = {k: [] for k in captions.written_by("tables")}
-    heldout_of = {tuple(_run_cols(ac["run"]).values()): ac.get("heldout", {}) for ac in accs}
-    for ov in ovs:
-        s, rc = ov["summary"], _run_cols(ov["run"])
-        t["overlap_decomposition_step1"].append({
-            **rc, "k_over_n": s["top_k"] / s["num_experts"], "uniform": s["uniform"],
-            "independent": s["independent"], "empirical": s["step1"],
-            "temporal": s["temporal"], "temporal_share": s["temporal_share"],
-            "shuffle_null": s.get("shuffle_step1", float("nan")),
-            "sequence_step1": s.get("sequence_step1", np.nan),
-            "sequence_temporal": s.get("sequence_temporal", np.nan),
-            "sequence_temporal_share": s.get("sequence_temporal_share", np.nan),
-            "sequence_temporal_share_low": s.get("sequence_temporal_share_low", np.nan),
-            "sequence_temporal_share_high": s.get("sequence_temporal_share_high", np.nan),
-            "hottest_share": s.get("hottest_share", np.nan)})
-        row = {**rc}
-        for d, v in enumerate(s["overlap_by_distance"], 1):
-            row[f"step{d}"] = v
-        for d, v in enumerate(s.get("sequence_by_distance", []), 1):
-            row[f"seq{d}"] = v
-        if s.get("sequence_low"):
-            row["seq1_low"], row["seq1_high"] = s["sequence_low"][0], s["sequence_high"][0]
-        for key in ("decay", "decay_low", "decay_high", "requests"):
-            row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
-        row["verify_ratio"] = s.get("verify_ratio", np.nan)
-        row["independent"] = s["independent"]
-        for d, v in enumerate(s.get("shuffle_by_distance", []), 1):
-            row[f"shuffle{d}"] = v
-        nr = ov.get("summary_without_repetition") or {}
-        for d, v in enumerate(nr.get("overlap_by_distance", []), 1):
-            row[f"step{d}_no_repetition"] = v
-        row["repetitive_windows"] = ov.get("repetitive_windows", np.nan)
-        t["overlap_by_distance"].append(row)
-        if ov.get("overlap_by_status"):
-            t["overlap_by_status"].append({**rc, **ov["overlap_by_status"],
-                                           "repetitive_windows": ov.get("repetitive_windows")})
-        by_slice = ov.get("by_slice") or {}
-        for name, sl in by_slice.items():
-            t["heldout_overlap"].append({
-                **rc, "slice": name, "slice_dataset": sl["dataset"], "n_windows": sl["n_windows"],
-                **{f"step{d}": v for d, v in enumerate(sl["overlap_by_distance"], 1)},
-                "independent": sl["independent"]})
-        for ds, h in heldout_of.get(tuple(rc.values()), {}).items():
-            t["heldout_overlap"].append({**rc, **heldout_range(ds, [by_slice[n] for n in
-                                                                   h["slices"] if n in by_slice])})
-        pl = ov["per_layer"]
-        for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"])):
-            t["per_layer_overlap"].append({
-                **rc, "layer": layer, "step1_overlap": o[0], "independent": ind,
-                "shuffle": pl["shuffle"][layer][0] if pl.get("shuffle") else float("nan")})
-    for ov, ip in zip(ovs, ips):
-        u = ov["unique"]
-        t["unique_experts"].append({
-            **_run_cols(ov["run"]), "empirical": u["empirical"],
-            "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
-            "independent": u["independent"], "ipf_uniform": ip["prediction"]["uniform"],
-            "ipf_skewed": ip["prediction"]["skewed"],
-            "ipf_uniform_rel_err": ip["relative_error"]["uniform"],
-            "ipf_skewed_rel_err": ip["relative_error"]["skewed"],
-            "ipf_converged": bool(all(ip["converged"].values())),
-            "ipf_clipped": int(sum(ip["n_clipped"].values())),
-            "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed"])})
-    for cm in cms:
-        rc = _run_cols(cm["run"])
-        t["target_efficiency"].append({
-            **rc, "hardware": cm["hardware"], "c_expert_mib": cm["c_expert_mib"],
-            "c_dense_mib": cm["c_dense_mib"], "moe_weight_share": cm["moe_weight_share"],
-            **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()}})
-        for r in cm["te_vs_batch"]:
-            t["te_vs_batch"].append({**rc, "routing": r["routing"], "batch": r["batch"],
-                                     "te": r["te"], "compute_bound": r["compute_bound"],
-                                     "sample_ok": r.get("sample_ok", True)})
-        for r in cm.get("draft_ratio_vs_batch", []):
-            t["draft_ratio_model"].append({**rc, **r})
-    for ac in accs:
-        rc = _run_cols(ac["run"])
-        for r in ac["by_position"]:
-            t["acceptance_consecutive"].append({**rc, **r})
-        eff = {e["draft_position"]: e for e in ac.get("anchor_effects", [])}
-        for r in ac["anchor"]:
-            e = eff.get(r["draft_position"], {})
-            # the effect of acceptance on anchor overlap at this position (accepted vs
-            # first-rejected), the label of the anchor-overlap figure
-            t["anchor_overlap"].append({**rc, **r, "cohens_d": e.get("cohens_d", np.nan),
-                                        "p_value": e.get("p_value", np.nan)})
-        heldout = ac.get("heldout", {})
-        slice_set = {n: ds for ds, h in heldout.items() for n in h["slices"]}
-        for name, rows in ac.get("slices", {}).items():
-            t["heldout_acceptance"].append({
-                **rc, "slice": name, "heldout_dataset": slice_set.get(name, ""),
-                **{f"delta_pos{r['draft_position']}": r["delta"] for r in rows},
-                **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"] for r in rows},
-                "anchor_drop": (ac.get("slice_anchor_drop") or {}).get(name, np.nan)})
-        for ds, h in heldout.items():  # the median across each held-out dataset's slices
-            t["heldout_acceptance"].append({
-                **rc, "slice": f"median of {ds}", "heldout_dataset": ds,
-                **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)},
-                "anchor_drop": h.get("median_anchor_drop", np.nan)})
-    return {k: pd.DataFrame(v) for k, v in t.items()}
-
-
-def heldout_range(dataset: str, slices: list[dict]) -> dict:
-    """A held-out dataset's overlap by distance as the study's Table 18 gives it: the mean over its
-    slices, with the smallest and largest slice beside it."""
-    out = {"slice": f"mean of {dataset}", "slice_dataset": dataset,
-           "n_windows": sum(s["n_windows"] for s in slices)}
-    if not slices:
-        return out
-    cols = {f"step{d}": [s["overlap_by_distance"][d - 1] for s in slices]
-            for d in range(1, min(len(s["overlap_by_distance"]) for s in slices) + 1)}
-    cols["independent"] = [s["independent"] for s in slices]
-    for c, v in cols.items():
-        out[c], out[f"{c}_min"], out[f"{c}_max"] = float(np.mean(v)), min(v), max(v)
-    return out
-
-
-def write_tables(dfs: dict[str, pd.DataFrame], outdir, prov: dict) -> list[Path]:
-    paths = []
-    for stem, df in dfs.items():
-        paths += tables.write_table(df, Path(outdir) / stem, prov, captions.text(stem))
-    return paths
+def series_points(series: dict, dataset: str) -> list[dict]:
+    """One dataset's points of a serving series (an engine serves every dataset of its model)."""
+    try:
+        return series["datasets"][dataset]["points"]
+    except KeyError:
+        raise InputError(f"the series of {series.get('series', {}).get('model')} has no points "
+                         f"for dataset {dataset!r}") from None

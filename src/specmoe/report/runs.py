@@ -1,0 +1,183 @@
+"""The tables of a configuration's runs, built from each run's overlap, IPF, cost-model and
+acceptance results (rule tables): one row per run (model, drafter, K, dataset), or per run and
+step distance, layer, slice or batch size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..provenance import read_json
+from . import registry, tables
+
+
+def runs(paths) -> list[dict]:
+    return [read_json(p) for p in paths]
+
+
+def run_cols(run: dict) -> dict:
+    return {"model": run.get("model"), "drafter": run.get("drafter"), "k": run.get("k"),
+            "dataset": run.get("dataset")}
+
+
+def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, pd.DataFrame]:
+    """All tables of the report, as DataFrames keyed by file stem."""
+    ovs, ips, cms, accs = (runs(x) for x in (overlap_jsons, ipf_jsons, cost_jsons, acc_jsons))
+    t: dict[str, list] = {k: [] for k in registry.written_by("tables")}
+    heldout_of = {tuple(run_cols(ac["run"]).values()): ac.get("heldout", {}) for ac in accs}
+    for ov in ovs:
+        s, rc = ov["summary"], run_cols(ov["run"])
+        t["overlap_decomposition_step1"].append({
+            **rc, "k_over_n": s["top_k"] / s["num_experts"], "uniform": s["uniform"],
+            "independent": s["independent"], "empirical": s["step1"],
+            "temporal": s["temporal"], "temporal_share": s["temporal_share"],
+            "shuffle_null": s.get("shuffle_step1", float("nan")),
+            "sequence_step1": s.get("sequence_step1", np.nan),
+            "sequence_temporal": s.get("sequence_temporal", np.nan),
+            "sequence_temporal_share": s.get("sequence_temporal_share", np.nan),
+            "sequence_temporal_share_low": s.get("sequence_temporal_share_low", np.nan),
+            "sequence_temporal_share_high": s.get("sequence_temporal_share_high", np.nan),
+            "hottest_share": s.get("hottest_share", np.nan)})
+        row = {**rc}
+        for d, v in enumerate(s["overlap_by_distance"], 1):
+            row[f"step{d}"] = v
+        for d, v in enumerate(s.get("sequence_by_distance", []), 1):
+            row[f"seq{d}"] = v
+        if s.get("sequence_low"):
+            row["seq1_low"], row["seq1_high"] = s["sequence_low"][0], s["sequence_high"][0]
+        for key in ("decay", "decay_low", "decay_high", "requests"):
+            row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
+        row["verify_ratio"] = s.get("verify_ratio", np.nan)
+        row["independent"] = s["independent"]
+        for d, v in enumerate(s.get("shuffle_by_distance", []), 1):
+            row[f"shuffle{d}"] = v
+        nr = ov.get("summary_without_repetition") or {}
+        for d, v in enumerate(nr.get("overlap_by_distance", []), 1):
+            row[f"step{d}_no_repetition"] = v
+        row["repetitive_windows"] = ov.get("repetitive_windows", np.nan)
+        t["overlap_by_distance"].append(row)
+        if ov.get("overlap_by_status"):
+            t["overlap_by_status"].append({**rc, **ov["overlap_by_status"],
+                                           "repetitive_windows": ov.get("repetitive_windows")})
+        by_slice = ov.get("by_slice") or {}
+        for name, sl in by_slice.items():
+            t["heldout_overlap"].append({
+                **rc, "slice": name, "slice_dataset": sl["dataset"], "n_windows": sl["n_windows"],
+                **{f"step{d}": v for d, v in enumerate(sl["overlap_by_distance"], 1)},
+                "independent": sl["independent"]})
+        for ds, h in heldout_of.get(tuple(rc.values()), {}).items():
+            t["heldout_overlap"].append({**rc, **heldout_range(ds, [by_slice[n] for n in
+                                                                   h["slices"] if n in by_slice])})
+        pl = ov["per_layer"]
+        for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"])):
+            t["per_layer_overlap"].append({
+                **rc, "layer": layer, "step1_overlap": o[0], "independent": ind,
+                "shuffle": pl["shuffle"][layer][0] if pl.get("shuffle") else float("nan")})
+    for ov, ip in zip(ovs, ips):
+        u = ov["unique"]
+        t["unique_experts"].append({
+            **run_cols(ov["run"]), "empirical": u["empirical"],
+            "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
+            "independent": u["independent"], "ipf_uniform": ip["prediction"]["uniform"],
+            "ipf_skewed": ip["prediction"]["skewed"],
+            "ipf_uniform_rel_err": ip["relative_error"]["uniform"],
+            "ipf_skewed_rel_err": ip["relative_error"]["skewed"],
+            "ipf_converged": bool(all(ip["converged"].values())),
+            "ipf_clipped": int(sum(ip["n_clipped"].values())),
+            "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed"])})
+    for cm in cms:
+        rc = run_cols(cm["run"])
+        t["target_efficiency"].append({
+            **rc, "hardware": cm["hardware"], "c_expert_mib": cm["c_expert_mib"],
+            "c_dense_mib": cm["c_dense_mib"], "moe_weight_share": cm["moe_weight_share"],
+            **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()}})
+        for r in cm["te_vs_batch"]:
+            t["te_vs_batch"].append({**rc, "routing": r["routing"], "batch": r["batch"],
+                                     "te": r["te"], "compute_bound": r["compute_bound"],
+                                     "sample_ok": r.get("sample_ok", True)})
+        for r in cm.get("draft_ratio_vs_batch", []):
+            t["draft_ratio_model"].append({**rc, **r})
+    for ac in accs:
+        rc = run_cols(ac["run"])
+        for r in ac["by_position"]:
+            t["acceptance_consecutive"].append({**rc, **r})
+        eff = {e["draft_position"]: e for e in ac.get("anchor_effects", [])}
+        for r in ac["anchor"]:
+            e = eff.get(r["draft_position"], {})
+            # the effect of acceptance on anchor overlap at this position (accepted vs
+            # first-rejected), the label of the anchor-overlap figure
+            t["anchor_overlap"].append({**rc, **r, "cohens_d": e.get("cohens_d", np.nan),
+                                        "p_value": e.get("p_value", np.nan)})
+        heldout = ac.get("heldout", {})
+        slice_set = {n: ds for ds, h in heldout.items() for n in h["slices"]}
+        for name, rows in ac.get("slices", {}).items():
+            t["heldout_acceptance"].append({
+                **rc, "slice": name, "heldout_dataset": slice_set.get(name, ""),
+                **{f"delta_pos{r['draft_position']}": r["delta"] for r in rows},
+                **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"] for r in rows},
+                "anchor_drop": (ac.get("slice_anchor_drop") or {}).get(name, np.nan)})
+        for ds, h in heldout.items():  # the median across each held-out dataset's slices
+            t["heldout_acceptance"].append({
+                **rc, "slice": f"median of {ds}", "heldout_dataset": ds,
+                **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)},
+                "anchor_drop": h.get("median_anchor_drop", np.nan)})
+    return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+def heldout_range(dataset: str, slices: list[dict]) -> dict:
+    """A held-out dataset's overlap by distance as the study's Table 18 gives it: the mean over its
+    slices, with the smallest and largest slice beside it."""
+    out = {"slice": f"mean of {dataset}", "slice_dataset": dataset,
+           "n_windows": sum(s["n_windows"] for s in slices)}
+    if not slices:
+        return out
+    cols = {f"step{d}": [s["overlap_by_distance"][d - 1] for s in slices]
+            for d in range(1, min(len(s["overlap_by_distance"]) for s in slices) + 1)}
+    cols["independent"] = [s["independent"] for s in slices]
+    for c, v in cols.items():
+        out[c], out[f"{c}_min"], out[f"{c}_max"] = float(np.mean(v)), min(v), max(v)
+    return out
+
+
+# --- reading the tables back (figures, the report's text) ------------------------------
+
+
+def by_distance(row, suffix: str = "", n: int | None = None, prefix: str = "step") -> list[float]:
+    """A row of the overlap_by_distance table as a list over d = 1, 2, ... (columns
+    <prefix><d><suffix>, up to the first missing one, or exactly n of them, NaN where missing;
+    prefix "seq" reads the overlap along the committed sequence)."""
+    out, d = [], 1
+    while (n is None and pd.notna(row.get(f"{prefix}{d}{suffix}"))) or (n is not None and d <= n):
+        out.append(float(row.get(f"{prefix}{d}{suffix}", np.nan)))
+        d += 1
+    return out
+
+
+def load(table_dir: Path, stem: str) -> pd.DataFrame:
+    """A table with a `run` label column (empty when the configuration does not make it)."""
+    path = table_dir / f"{stem}.csv"
+    df = tables.read_csv(path) if path.exists() else pd.DataFrame()
+    if not df.empty and {"model", "drafter", "k", "dataset"} <= set(df.columns):
+        df["run"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " "
+                     + df["dataset"])
+    return df
+
+
+def models(dfs) -> list[str]:
+    names = []
+    for df in dfs:
+        if not df.empty and "model" in df:
+            names += list(df["model"])
+    return list(dict.fromkeys(names))
+
+
+def first_run(sp: pd.DataFrame) -> pd.DataFrame:
+    """Each model's curve at its smallest K, on its first drafter and dataset."""
+    keep = []
+    for _, g in sp.groupby("model", sort=False):
+        g = g[g["k"] == g["k"].min()]
+        g = g[(g["dataset"] == g["dataset"].iloc[0]) & (g["drafter"] == g["drafter"].iloc[0])]
+        keep.append(g)
+    return pd.concat(keep)

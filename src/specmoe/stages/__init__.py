@@ -1,0 +1,18 @@
+"""The pipeline's stages: every function a rule's script calls, one module per family of rules.
+
+Each stage takes plain paths and dicts (never Snakemake's objects), calls the library and writes
+its outputs atomically with their provenance, so every stage runs and is tested without Snakemake.
+
+Runtime (torch / vLLM; the `cpu` or `gpu` extra):
+- `models`: tokenizer, train_model, random_model, sd_check
+- `traces`: capture
+- `measure`: sweep_ar, sweep_sd, profile
+- `engines`: what the engine stages share (served checkpoint, timeouts, provenance)
+- `study`: download_model, download_dataset, prompt_table (the study's datasets through vLLM's
+  dataset readers; the downloads themselves need huggingface_hub only)
+
+Analysis (no engine; the analysis environment):
+- `analysis`: synth_trace, overlap, ipf, costmodel, acceptance, speedup
+- `report`: tables, measured_tables, weight_model, plan, replay, comparison, figures,
+  report_index (the tables, figures and text come from `specmoe.report`)
+"""

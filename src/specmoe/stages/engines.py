@@ -1,0 +1,84 @@
+"""What the engine stages (capture, sweeps, profiles) share: the served checkpoint and drafter from
+a rule's inputs, timeouts that follow a cluster job's runtime, and the model and engine of a
+result's provenance (torch / vLLM, the `cpu` or `gpu` extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def engine_inputs(target, drafter=None, method: str | None = None, gpu: bool = False,
+                  what: str = "engine"):
+    """(target dir, drafter) for the engine stages from rule inputs: a model directory or a download
+    manifest (its snapshot in the HF cache); the drafter as a path (a separate draft model) or, for
+    EAGLE/EAGLE-3/MTP, a {"method", "model"} spec. GPU rules stop at once without CUDA."""
+    from ..engine import require_cuda
+    from ..hub import snapshot_of
+
+    if gpu:
+        require_cuda(what)
+    target_dir = snapshot_of(target)
+    d = snapshot_of(drafter) if drafter else None
+    if method in (None, "draft_model"):
+        return target_dir, d
+    return target_dir, {"method": method, "model": str(d) if d else None}
+
+
+def with_job_runtime(cfg: dict, runtime_min) -> dict:
+    """An engine section whose timeouts follow the job's runtime (minutes; a cluster job's limit),
+    so that an engine stuck at start-up fails the job with its own message before the scheduler
+    kills it. Without a runtime (a local run) the section is unchanged."""
+    if not isinstance(runtime_min, (int, float)) or runtime_min <= 0:
+        return cfg
+    budget = float(runtime_min) * 60 * 0.95
+    return {**cfg, "timeout_s": budget,
+            "startup_timeout_s": min(float(cfg.get("startup_timeout_s", budget)), budget)}
+
+
+def engine_label() -> str:
+    """The engine, for provenance: vLLM version and device."""
+    from ..capture import vllm_version
+    from ..engine import device
+
+    return f"vllm {vllm_version()} ({device()})"
+
+
+def model_identity(model_dir) -> dict:
+    """What identifies a checkpoint for caching measurements: name, revision and creation time from
+    the pipeline's manifest, else a hash of its config.json."""
+    import json
+
+    from ..provenance import config_hash
+
+    if isinstance(model_dir, dict):  # an EAGLE/MTP spec
+        return {"method": model_dir["method"],
+                **(model_identity(model_dir["model"]) if model_dir.get("model") else {})}
+    p = Path(model_dir)
+    if p.parent.name == "snapshots":  # a Hugging Face cache snapshot: the commit is the revision
+        return {"name": p.parent.parent.name, "revision": p.name}
+    man = p / "manifest.json"
+    if man.exists():
+        prov = json.loads(man.read_text()).get("provenance", {})
+        return {"name": p.name, "revision": (prov.get("model") or {}).get("revision"),
+                "created": prov.get("created")}
+    cfg = p / "config.json"
+    return {"name": p.name, "config": config_hash(json.loads(cfg.read_text())) if cfg.exists()
+            else None}
+
+
+def model_provenance(name: str, model_dir) -> dict:
+    """The model entry of a result's provenance: its name in the configuration, where its
+    checkpoint comes from ("hf": a Hugging Face cache snapshot, "tiny": trained by the pipeline,
+    "local": a directory of another origin) and its revision."""
+    ident = model_identity(model_dir)
+    p = Path(model_dir["model"] if isinstance(model_dir, dict) else model_dir)
+    source = ("hf" if p.parent.name == "snapshots" else
+              "tiny" if (p / "manifest.json").exists() else "local")
+    return {"name": name, "source": source, "revision": ident.get("revision")}
+
+
+def engine_opts(cfg: dict) -> dict:
+    """Engine options of a sweep/profiling config section."""
+    return {"dtype": cfg.get("dtype", "auto"), "kv_cache_mib": int(cfg.get("kv_cache_mib", 512)),
+            "max_model_len": int(cfg.get("max_model_len", 1024)), "seed": 0,
+            "extra": dict(cfg.get("engine_args") or {})}

@@ -1,0 +1,85 @@
+"""The measured side: serving series (rules sweep_ar, sweep_sd) and kernel profiles (rule
+profile) on a real engine (torch / vLLM, the `cpu` or `gpu` extra)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .. import prompts as prompt_table
+from ..provenance import provenance, write_json
+from .engines import engine_label, engine_opts, model_identity, model_provenance
+
+log = logging.getLogger("specmoe")
+
+
+def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, sweep_cfg: dict,
+                       prompts_source, out, engine_log: str | None = None) -> None:
+    """One serving series: one engine (with or without SD) over the batch sizes of the schedule,
+    for each dataset of `series["datasets"]` in turn (datasets do not change the engine, so they
+    share one start-up).
+
+    prompts_source: the prompt table of every dataset, or {dataset: its prompt table}. Points go
+    to `<out without .json>.points/<dataset>/b<B>.json` as they are measured (resume: see
+    serving.run_series); `out` lists them once the series is complete.
+    """
+    import time
+
+    from ..capture import vllm_version
+    from ..engine import check_inputs, device, engine_kwargs
+    from ..serving import run_series
+
+    check_inputs(target_dir, drafter_dir, k)
+    sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep_cfg["schedule"]]
+    # one prompt set for every point: the smallest point's prompts; larger points cycle through it
+    texts = {}
+    for ds in series["datasets"]:
+        src = prompts_source[ds] if isinstance(prompts_source, dict) else prompts_source
+        rows = prompt_table.schedule(prompt_table.load(src, [ds]), max(n for _, n in sched),
+                                     set_size=min(n for _, n in sched))
+        texts[ds] = [r.text for r in rows]
+    engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
+                           in_process=False, **engine_opts(sweep_cfg))
+    key_base = {"engine": {n: v for n, v in engine.items() if n != "model"},
+                "target": model_identity(target_dir),
+                "drafter": model_identity(drafter_dir) if drafter_dir else None,
+                "vllm": vllm_version(), "device": device()}
+    prov = provenance({"series": series, "sweep": sweep_cfg, "prompts": prompts_source},
+                      model=model_provenance(series.get("model", Path(target_dir).name),
+                                             target_dir),
+                      stage="sweep", engine=engine_label())
+    t0 = time.perf_counter()
+    points = run_series(engine, str(target_dir), texts, sched,
+                        int(sweep_cfg["output_len"]), int(sweep_cfg["warmups"]),
+                        Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
+                        log_path=engine_log,
+                        startup_timeout=float(sweep_cfg["startup_timeout_s"]),
+                        repeats=int(sweep_cfg["repeats"]))
+    measured = [p for pts in points.values() for p in pts if not p["reused"]]
+    write_json(out, {"series": series, "engine": key_base["engine"],
+                     "datasets": {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
+                                  for ds, pts in points.items()},
+                     "engine_starts": 1 if measured else 0,
+                     "engine_startup_s": measured[0]["engine_startup_s"] if measured else 0.0,
+                     "wall_s": time.perf_counter() - t0}, prov)
+
+
+def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, prompts_source: str,
+                  out, trace_dir, engine_log: str | None = None) -> None:
+    """Kernel/op profiles of the target's decode and verify forward passes (kernelprof)."""
+    import time
+
+    from ..kernelprof import profile_model
+
+    rows = prompt_table.load(prompts_source, [run["dataset"]])
+    batches = [int(b) for b in prof_cfg["batch_sizes"]]
+    rows = prompt_table.schedule(rows, max(batches))
+    opts = engine_opts(prof_cfg)
+    opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
+    t0 = time.perf_counter()
+    res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
+                        int(prof_cfg["max_tokens"]), opts, trace_dir, log_path=engine_log,
+                        timeout=float(prof_cfg.get("timeout_s", 1800)))
+    write_json(out, {"run": run, **res, "wall_s": time.perf_counter() - t0}, provenance(
+        {"run": run, "profiling": prof_cfg, "prompts": prompts_source},
+        model=model_provenance(run["model"], target_dir), stage="profile", engine=engine_label()))

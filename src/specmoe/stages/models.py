@@ -1,0 +1,105 @@
+"""The tiny models built on this machine (rules tokenizer, train_model, random_model) and the
+speculative-vs-plain decoding check on a real engine (rule sd_check; torch / vLLM, the `cpu` extra)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from .. import prompts as prompt_table
+from .. import tiny
+from ..errors import InputError
+from ..names import control_name
+from ..provenance import provenance, write_json
+
+log = logging.getLogger("specmoe")
+
+
+def tokenizer_stage(tiny_cfg: dict, out_dir) -> None:
+    """Byte-level BPE tokenizer plus the encoded training and held-out corpora (tokens .npy)."""
+    every = int(tiny_cfg.get("heldout_every", 10))
+    train_files = tiny.corpus_files(False, every)
+    held_files = tiny.corpus_files(True, every)
+    log.info("corpus: %d training files, %d held-out files", len(train_files), len(held_files))
+    tmp_tok = Path(out_dir).with_name(f".{Path(out_dir).name}.tokenizer")
+    tiny.train_tokenizer(train_files, int(tiny_cfg["vocab_size"]), tmp_tok)
+    train = tiny.encode(tmp_tok, train_files, int(tiny_cfg.get("max_train_tokens", 4_000_000)))
+    held = tiny.encode(tmp_tok, held_files, int(tiny_cfg.get("max_heldout_tokens", 200_000)))
+    log.info("encoded %d training and %d held-out tokens", train.size, held.size)
+    manifest = {"vocab_size": int(tiny_cfg["vocab_size"]), "heldout_every": every,
+                "train_files": len(train_files), "heldout_files": len(held_files),
+                "train_tokens": int(train.size), "heldout_tokens": int(held.size),
+                "corpus_digest": tiny.corpus_digest(train_files + held_files),
+                "tokenizer_digest": tiny.tokenizer_digest(tmp_tok)}
+    with tiny.atomic_dir(out_dir) as tmp:
+        for f in tmp_tok.iterdir():
+            f.rename(tmp / f.name)
+        np.save(tmp / "train_tokens.npy", train)
+        np.save(tmp / "heldout_tokens.npy", held)
+        write_json(tmp / "manifest.json", manifest, provenance(tiny_cfg, stage="tokenizer"))
+    tmp_tok.rmdir()
+
+
+def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained: bool = True,
+                progress: bool = True) -> dict:
+    """Train (or, for the random control, only initialise) one tiny model and save it, on the
+    config's tiny.train.threads whatever the machine (the weights depend on the thread count)."""
+    arch = tiny.arch_from_dict(model_cfg["arch"])
+    train = dict(tiny_cfg.get("train", {}))
+    spec = tiny.spec_from_dict({**train, "steps": model_cfg.get("steps", 1),
+                                "seed": model_cfg.get("seed", 0)})
+    arch.validate()
+    spec.validate()  # bad input fails here, before torch is even imported
+    tok_dir = Path(tokenizer_dir)
+    vocab = int(tiny_cfg["vocab_size"])
+    model = tiny.build_model(arch, vocab, spec.seed, aux_coef=spec.aux_coef)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("%s: %s model, %.2fM parameters", model_cfg["name"], arch.kind, n_params / 1e6)
+    held = np.load(tok_dir / "heldout_tokens.npy")
+    result = {"steps": 0, "train_loss": None, "wall_s": 0.0, "tokens_seen": 0}
+    if trained:
+        result = tiny.train(model, np.load(tok_dir / "train_tokens.npy"), spec, progress=progress)
+    import torch
+
+    torch.set_num_threads(spec.threads)
+    heldout_loss = tiny.evaluate(model, held, spec.seq_len, spec.eval_batches, spec.batch_size)
+    name = model_cfg["name"] if trained else control_name(model_cfg["name"])
+    manifest = {"name": name, "trained": trained, "heldout_loss": heldout_loss,
+                "parameters": int(n_params), **result, **tiny.describe(arch, spec),
+                "tokenizer_digest": tiny.tokenizer_digest(tok_dir)}
+    log.info("%s: held-out loss %.3f after %d steps (%.0f s)", name, heldout_loss,
+             result["steps"], result["wall_s"])
+    prov = provenance({"model": model_cfg, "tiny": tiny_cfg, "trained": trained},
+                      model={"name": name, "source": "tiny",
+                             "revision": f"seed{spec.seed}-steps{result['steps']}"},
+                      stage="train" if trained else "random")
+    manifest["provenance"] = prov
+    tiny.save_model(model, tok_dir, out_dir, manifest)
+    return manifest
+
+
+def sd_check_stage(target_dir, drafter_dir, k: int, sd_cfg: dict, prompts_source: str,
+                   dataset: str, out, engine_log: str | None = None) -> dict:
+    """Speculative vs plain greedy decoding on the prompt set: equality and acceptance length."""
+    from ..engine import check_inputs, sd_check
+
+    check_inputs(target_dir, drafter_dir, k)
+    rows = prompt_table.load(prompts_source, [dataset])[: int(sd_cfg.get("prompts", 24))]
+    if not rows:
+        raise InputError(f"dataset {dataset} has no prompts")
+    res = sd_check(target_dir, drafter_dir, k, [r.text for r in rows],
+                   int(sd_cfg.get("max_tokens", 64)), log_path=engine_log, seed=0,
+                   dtype=sd_cfg.get("dtype", "auto"),
+                   kv_cache_mib=int(sd_cfg.get("kv_cache_mib", 512)))
+    res["prompt_ids"] = [r.prompt_id for r in rows]
+    res["target"], res["drafter"], res["dataset"] = str(target_dir), str(drafter_dir), dataset
+    spec = res["spec"]
+    log.info("SD equals plain: %s; acceptance length %.3f", res["sd_equals_plain"],
+             spec.get("acceptance_length", float("nan")))
+    write_json(out, res, provenance({"k": k, "sd": sd_cfg, "prompts": prompts_source},
+                                    model={"name": Path(target_dir).name, "source": "tiny",
+                                           "revision": None},
+                                    stage="sd_check", drafter=Path(drafter_dir).name))
+    return res

@@ -1,0 +1,208 @@
+"""The report's stages (rules tables, measured_tables, weight_model, plan, replay, comparison,
+figures, report_index): each reads the results before it, builds its tables or figures with
+specmoe.report and writes them atomically with their provenance and captions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dataclasses import asdict
+
+from .. import costmodel, published
+from ..errors import InputError
+from ..plan import (CHARS_PER_TOKEN, PlanAssumptions, job_rows, mean_prompt_tokens,
+                    summary)
+from ..provenance import provenance, read_json, write_json, write_text
+from ..report import figures, prose, registry, tables
+from ..report.html import to_html
+from ..report.measured import build_measured_tables
+from ..report.replay import replay_tables
+from ..report.runs import build_tables
+from ..weights import weight_model_table
+
+
+def tables_stage(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons, outdir, prov: dict) -> list[Path]:
+    """Every table of the configuration's runs (rule tables)."""
+    return tables.write_tables(build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons),
+                               outdir, prov)
+
+
+def measured_tables_stage(speedup_jsons, profile_jsons, cost_jsons, outdir,
+                          prov: dict) -> list[Path]:
+    """Speedup vs batch, TE three ways, kernel time shares, three-step correction."""
+    return tables.write_tables(build_measured_tables(speedup_jsons, profile_jsons, cost_jsons),
+                               outdir, prov)
+
+
+def figures_stage(table_dir, outdir, prov: dict, study: dict | None = None,
+                  variant_of: dict | None = None) -> list[Path]:
+    """Render every figure of the report (PNG and PDF) from the tables in table_dir."""
+    paths = []
+    for stem, (fn, *args) in figures.figure_frames(table_dir, study, variant_of).items():
+        paths += figures.save(fn(*args), Path(outdir) / stem, prov)
+    return paths
+
+
+def comparison_stage(table_dir, out_stem, study: dict, prov: dict) -> list[Path]:
+    """The comparison table from whatever tables table_dir holds."""
+    td = Path(table_dir)
+    dfs = {spec: tables.read_csv(td / f"{spec}.csv")
+           for spec in [s.table for s in published.SPECS] + ["three_step_correction"]
+           if (td / f"{spec}.csv").exists()}
+    df = published.comparison(dfs, study)
+    return tables.write_table(df, Path(out_stem), {**prov, "published_source": published.SOURCE},
+                              registry.text("comparison"))
+
+
+MAX_INLINE_ROWS = 40
+
+
+def _table_block(md: Path, rel) -> list[str]:
+    """A table in the report: inline when short, else linked (CSV, Markdown, LaTeX, HTML)."""
+    links = ", ".join(f"[{ext}](../{rel(md.with_suffix('.' + ext))})"
+                      for ext in ("csv", "md", "tex", "html") if md.with_suffix('.' + ext).exists())
+    body = md.read_text().split("\n<!-- provenance")[0].strip().split("\n")
+    rows = [ln for ln in body if ln.startswith("|")]
+    lines = [f"#### {md.stem.replace('_', ' ')}", "", registry.text(md.stem), "", f"({links})", ""]
+    if len(rows) - 2 <= MAX_INLINE_ROWS:
+        lines += [*rows, ""]
+    else:
+        lines += [f"{len(rows) - 2} rows: see the files above.", ""]
+    return lines
+
+
+def report_stage(table_dir, figure_dir, out, prov: dict) -> None:
+    """results/report/index.md (and index.html beside it): first page, then every figure and
+    table with its caption, grouped by the study's sections."""
+    out = Path(out)
+    td, fd = Path(table_dir), Path(figure_dir)
+    rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
+    lines = ["# specmoe report", "",
+             f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}. "
+             "Every quantity is defined in the project's method (docs/method.md).", ""]
+    findings = prose.report_findings(td)
+    if findings:
+        lines += ["## What the routing shows", "",
+                  "Temporal overlap is what the study's argument rests on: overlap that decays with "
+                  "step distance, above both the independence baseline and the within-window "
+                  "shuffle null. Untrained controls can clear independence without it (every "
+                  "position of a window feeds the routers nearly the same vector); weak models "
+                  "decoding greedily repeat tokens, which route alike, so overlap is also given "
+                  "without such windows.", "", *[f"- {f}" for f in findings], ""]
+    targets = prose.routing_targets(td)
+    if not targets.empty:
+        missed = targets[targets["status"].isin(["not shown", "undecided"])]
+        lines += ["## The study's findings in this run's tiny targets", "",
+                  "Each finding of the study, at each tiny target's first run, decided by 95% "
+                  "intervals (bootstrap over requests) where the quantity has one; the timing "
+                  "findings are given with their numbers but cannot be shown on a CPU.", "",
+                  "| model | finding | target | this run | status |", "|---|---|---|---|---|",
+                  *[f"| {r['model']} | {r['finding']} | {r['target']} | {r['value']} | "
+                    f"{r['status']} |" for _, r in targets.iterrows()], ""]
+        lines += ([f"Not shown here: {', '.join(f'{r.model}: {r.finding} ({r.value})' for r in missed.itertuples())}.", ""]
+                  if not missed.empty else
+                  ["Every finding that a CPU run can measure is shown by this run's tiny "
+                   "targets.", ""])
+        loops = prose.repetition_notes(td, list(dict.fromkeys(targets["model"])))
+        if loops:
+            lines += [" ".join(loops), ""]
+    measured = prose.measured_findings(td) + prose.draft_cost_findings(td)
+    if measured:
+        lines += ["## What the measurements show", "", *[f"- {f}" for f in measured], "",
+                  "What a CPU run cannot show: on a CPU, timings of tiny models are dominated by "
+                  "per-step host overhead rather than by reading weights, so their speedup and TE "
+                  "curves test the pipeline, not the study's GPU claims.", ""]
+    compared = prose.comparison_findings(td)
+    if compared:
+        lines += ["## How it compares with the study", "",
+                  f"Published numbers: {published.SOURCE}. Tiny and synthetic models are compared "
+                  "with the study model of the same shape (k of N experts): analogues, not "
+                  "reproductions.", "", *[f"- {f}" for f in compared], ""]
+    caveats = prose.report_caveats(td)
+    if caveats:
+        lines += ["## Caveats", "", *[f"- {c}" for c in caveats], ""]
+    for section, items in registry.SECTIONS.items():
+        block = []
+        for stem in items["figures"]:
+            png = fd / f"{stem}.png"
+            if png.exists():
+                block += [f"#### Figure: {stem.replace('_', ' ')}", "",
+                          f"![{stem}](../{rel(png)})", "", registry.text(stem, figure=True),
+                          f"([PDF](../{rel(png.with_suffix('.pdf'))}))", ""]
+        for stem in items["tables"]:
+            md = td / f"{stem}.md"
+            if md.exists():
+                block += _table_block(md, rel)
+        if block:
+            lines += [f"## {section}", "", *block]
+    text = "\n".join(lines)
+    write_text(out, text + f"\n\n<!-- provenance: {prov} -->\n")
+    write_text(out.with_suffix(".html"), to_html(text, out.parent))
+
+
+def replay_stage(outdir, config=None) -> list[Path]:
+    prov = provenance(config or {}, stage="replay", source=published.SOURCE)
+    paths = []
+    for stem, df in replay_tables().items():
+        paths += tables.write_table(df, Path(outdir) / stem, prov, registry.text(stem))
+    return paths
+
+
+def weight_model_stage(entries: list[dict], out_stem) -> list[Path]:
+    df = weight_model_table(entries)
+    commits = {}
+    for e in entries:
+        if "manifest" in e:
+            man = read_json(e["manifest"])
+            commits[e["name"]] = man.get("commit")
+    prov = provenance(entries, stage="weight_model", revisions=commits)
+    return tables.write_table(df, Path(out_stem), prov, registry.text("weight_model"))
+
+
+def plan_stage(entries: list[dict], config: dict, out_md, out_json,
+               unplanned: list[str] = (), prompt_tables: dict[str, str] | None = None) -> dict:
+    """entries: {name, manifest, precision, tp, hardware, datasets, gpus, jobs} per study model
+    that runs (its GPUs and engine jobs as the workflow's rules decide them, job_rows); config: the
+    sweep, capture, profiling, hardware and plan sections;
+    unplanned: study models the bill cannot estimate (no repo id, so no config.json);
+    prompt_tables: {dataset: prompt table} for the prefill term."""
+    import pandas as pd
+
+    from ..hfconfig import study_dims
+
+    a = PlanAssumptions.from_dict(config.get("plan"))
+    ptok = mean_prompt_tokens(prompt_tables or {})
+    rows = []
+    for e in entries:
+        dims = study_dims(e["manifest"], e["precision"], e["tp"])
+        hw_name = e["hardware"]
+        if hw_name not in config["hardware"]:
+            raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
+        hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
+        rows += job_rows(e["name"], e, dims, hw, config, a, ptok)
+    s = summary(rows)
+    prov = provenance(config, stage="plan")
+    write_json(out_json, {"assumptions": asdict(a), **s, "jobs": rows,
+                          "unplanned": list(unplanned), "prompt_tokens": ptok}, prov)
+    df = pd.DataFrame(rows)
+    by_model = pd.DataFrame([{"model": m, "gpu_hours": h}
+                             for m, h in s["gpu_hours_by_model"].items()])
+    on_cpu = sorted({r["model"] for r in rows if not r["gpus"]})
+    gpu_jobs = sum(1 for r in rows if r["gpus"])
+    lines = ["# GPU bill of this configuration", "",
+             f"**{s['gpu_hours']:,.0f} GPU-hours** in {gpu_jobs} GPU jobs, estimated from the "
+             "schedule and the cost model's roofline before anything is measured. Assumptions "
+             f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in asdict(a).items())}. "
+             f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} "
+             "min). Each request's prompt is prefilled once, at its dataset's mean length ("
+             + (", ".join(f"{ds} {t:,.0f}" for ds, t in ptok.items()) or "no prompt table")
+             + f" tokens, {CHARS_PER_TOKEN:g} characters per token).", "",
+             *([f"Not in this bill: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
+                "size them from); they cannot run until one is set.", ""] if unplanned else []),
+             *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
+                "jobs are listed with 0 GPUs and the hours of the hardware's roofline.", ""]
+               if on_cpu else []),
+             "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
+             tables.to_markdown(df, 2), f"<!-- provenance: {prov} -->", ""]
+    write_text(out_md, "\n".join(lines))
+    return s

@@ -1,0 +1,59 @@
+"""Routing traces from a real engine: every verification window of the target during SD (rule
+capture; torch / vLLM, the `cpu` or `gpu` extra). Synthetic traces are made by the analysis
+stages (specmoe.stages.analysis.synth_trace)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .. import prompts as prompt_table
+from ..provenance import provenance
+from .engines import engine_label, model_provenance
+
+log = logging.getLogger("specmoe")
+
+
+def distinct_prompts(rows: list, limit: int | None) -> list:
+    """The prompts a capture runs: each distinct prompt once, at most `limit`. Greedy decoding
+    commits the same tokens for a repeated prompt, so a repeat would count one prompt's windows
+    again in every statistic (pseudo-replication); a small set stays small."""
+    seen, out = set(), []
+    for r in prompt_table.interleave(rows):
+        if r.text not in seen:
+            seen.add(r.text)
+            out.append(r)
+    return out[:limit] if limit else out
+
+
+def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, prompts_source: str,
+                  out, engine_log: str | None = None) -> None:
+    """Run the target with SD over the prompt table, capturing every verification window."""
+    import tempfile
+
+    from ..capture import assemble, capture_generate
+    from ..engine import check_inputs, engine_kwargs, run_in_child
+    from ..trace import write_trace
+
+    check_inputs(target_dir, drafter_dir, k)
+    rows = distinct_prompts(prompt_table.load(prompts_source, [run["dataset"]]),
+                            int(cap_cfg.get("prompts", 0)) or None)
+    engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
+                           kv_cache_mib=int(cap_cfg.get("kv_cache_mib", 512)),
+                           max_num_seqs=int(cap_cfg["max_num_seqs"]),
+                           dtype=cap_cfg.get("dtype", "auto"),
+                           extra=dict(cap_cfg.get("engine_args") or {}))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
+        res = run_in_child(capture_generate, [r.text for r in rows],
+                           int(cap_cfg["max_tokens"]), engine, shard_dir,
+                           log_path=engine_log, timeout=float(cap_cfg.get("timeout_s", 1800)),
+                           repetition_penalty=float(cap_cfg.get("repetition_penalty", 1.0)))
+        tr = assemble(res, rows, run, k)
+    cap = tr.meta["capture"]
+    log.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches in %d "
+             "steps", cap["windows"], cap["short_windows"], len(tr),
+             cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
+    write_trace(out, tr, provenance(
+        {"run": run, "capture": cap_cfg, "prompts": prompts_source},
+        model=model_provenance(run["model"], target_dir), stage="capture", engine=engine_label()))
