@@ -11,6 +11,8 @@ from specmoe.errors import InputError
 from specmoe.sweep import (CONCAVE, FLAT, PEAK_LOW, RISING, TOO_FEW, UNDECIDED, Estimate,
                            shape_label, speedup_curve)
 
+MARGIN = 0.05  # the schema's default sweep.shape_margin
+
 
 def point(batch, tpot, tau=None, per_pos=None):
     p = {"batch": batch, "tpot_ms": {"mean": tpot, "median": tpot * 0.98, "p99": tpot * 1.3},
@@ -34,14 +36,14 @@ def exact(values):
     ([1.0, 1.03, 0.99, 1.02], FLAT),             # every pair within the margin
 ])
 def test_shape_label_of_exact_curves(speedups, label):
-    assert shape_label([1, 2, 4, 8], exact(speedups), margin=0.05) == label
+    assert shape_label([1, 2, 4, 8], exact(speedups), margin=MARGIN) == label
 
 
 def test_shape_label_ignores_order_and_nan():
-    assert shape_label([8, 1, 4, 2], exact([1.2, 1.5, 1.7, 1.9])) == CONCAVE
-    assert shape_label([1, 2], exact([1.0, 2.0])) == RISING
-    assert shape_label([1, 2, 4], exact([1.0, float("nan"), 2.0])) == RISING
-    assert shape_label([1, 2], exact([1.0, float("nan")])) == TOO_FEW
+    assert shape_label([8, 1, 4, 2], exact([1.2, 1.5, 1.7, 1.9]), MARGIN) == CONCAVE
+    assert shape_label([1, 2], exact([1.0, 2.0]), MARGIN) == RISING
+    assert shape_label([1, 2, 4], exact([1.0, float("nan"), 2.0]), MARGIN) == RISING
+    assert shape_label([1, 2], exact([1.0, float("nan")]), MARGIN) == TOO_FEW
 
 
 @pytest.mark.parametrize("speedups", [
@@ -52,9 +54,9 @@ def test_zig_zags_within_their_noise_are_undecided(speedups):
     """Per-point errors of 5% (the size sweeps on a CPU show) do not decide these curves' shapes;
     the same points measured 10 times as precisely do."""
     noisy = [Estimate(v, 0.05, 8) for v in speedups]
-    assert shape_label([1, 2, 4, 8], noisy) == UNDECIDED
+    assert shape_label([1, 2, 4, 8], noisy, MARGIN) == UNDECIDED
     precise = [Estimate(v, 0.005, 8) for v in speedups]
-    assert shape_label([1, 2, 4, 8], precise) not in (UNDECIDED, FLAT)
+    assert shape_label([1, 2, 4, 8], precise, MARGIN) not in (UNDECIDED, FLAT)
 
 
 def _sim_series(rng, true_tpot, rel_sd, repeats, tau=None):
@@ -73,7 +75,7 @@ def test_speedup_interval_covers_the_true_speedup_about_95_percent_of_the_time()
     sims = 300
     for _ in range(sims):
         res = speedup_curve(_sim_series(rng, ar_true, 0.06, 3),
-                            _sim_series(rng, sd_true, 0.06, 3, tau=2.0), None, 3)
+                            _sim_series(rng, sd_true, 0.06, 3, tau=2.0), None, 3, MARGIN, "client")
         for r in res["rows"]:
             assert r["repeats"] == 3 and r["speedup_low"] < r["speedup"] < r["speedup_high"]
             covered += r["speedup_low"] <= 1.3 <= r["speedup_high"]
@@ -89,7 +91,7 @@ def test_speedup_interval_from_repeats_pools_the_series_spread():
           point(2, 20.0) | {"repeat": 0}, point(2, 20.0) | {"repeat": 1}]
     sd = [point(b, t, tau=2.0) | {"repeat": r} for b, t, r in
           ((1, 5.0, 0), (1, 5.0, 1), (2, 10.0, 0), (2, 10.0, 1))]
-    rows = speedup_curve(ar, sd, None, 3)["rows"]
+    rows = speedup_curve(ar, sd, None, 3, MARGIN, "client")["rows"]
     d = math.log(12.0) - math.log(10.0)
     var_ar = (d * d / 2) / 2                       # pooled over 2 df; the SD series has none
     se = math.sqrt(var_ar / 2)                     # of a mean of 2 repeats
@@ -107,7 +109,7 @@ def test_speedup_curve_recovers_the_te_it_was_built_from():
     ar = [point(b, 10.0 + b) for b in te]
     drafter = [point(b, 0.05 * (10.0 + b)) for b in te]  # c = K * 0.05 = 0.15
     sd = [point(b, (10.0 + b) / speedup(tau, te[b], 0.15), tau, [0.6, 0.4, 0.2]) for b in te]
-    res = speedup_curve(ar, sd, drafter, k)
+    res = speedup_curve(ar, sd, drafter, k, MARGIN, "client")
     for r in res["rows"]:
         assert r["draft_cost"] == pytest.approx(0.15)
         assert r["te_sweep"] == pytest.approx(te[r["batch"]])
@@ -117,14 +119,15 @@ def test_speedup_curve_recovers_the_te_it_was_built_from():
 
 
 def test_speedup_curve_without_drafter_series_leaves_te_nan():
-    res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], None, 3)
+    res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], None, 3, MARGIN, "client")
     r = res["rows"][0]
     assert r["speedup"] == pytest.approx(2.0) and math.isnan(r["te_sweep"])
 
 
 def test_te_is_nan_when_the_draft_cost_exceeds_what_the_speedup_allows():
     # tau / speedup = 1.0 < c = 1.5: no positive TE explains this point
-    res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], [point(1, 5.0)], 3)
+    res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], [point(1, 5.0)], 3, MARGIN,
+                        "client")
     assert math.isnan(res["rows"][0]["te_sweep"])
 
 
@@ -135,21 +138,21 @@ def test_te_is_nan_when_the_draft_cost_exceeds_what_the_speedup_allows():
 ])
 def test_bad_series(ar, sd, msg):
     with pytest.raises(InputError, match=msg):
-        speedup_curve(ar, sd, None, 3)
+        speedup_curve(ar, sd, None, 3, MARGIN, "client")
 
 
 def test_engine_timing_is_used_when_asked_and_both_speedups_are_kept():
     ar, sd = point(1, 10.0), point(1, 5.0, 2.0)
     ar["engine"] = {"request_time_per_output_token_ms": 4.0}
     sd["engine"] = {"request_time_per_output_token_ms": 8.0}
-    eng = speedup_curve([ar], [sd], None, 3, timing="engine")["rows"][0]
+    eng = speedup_curve([ar], [sd], None, 3, MARGIN, "engine")["rows"][0]
     assert eng["speedup"] == pytest.approx(0.5) and eng["speedup_client"] == pytest.approx(2.0)
-    cli = speedup_curve([ar], [sd], None, 3, timing="client")["rows"][0]
+    cli = speedup_curve([ar], [sd], None, 3, MARGIN, "client")["rows"][0]
     assert cli["speedup"] == pytest.approx(2.0) and cli["speedup_engine"] == pytest.approx(0.5)
     with pytest.raises(InputError, match="no engine-side timing"):
-        speedup_curve([point(1, 10.0)], [sd], None, 3, timing="engine")
+        speedup_curve([point(1, 10.0)], [sd], None, 3, MARGIN, "engine")
     with pytest.raises(InputError, match="timing must be one of"):
-        speedup_curve([ar], [sd], None, 3, timing="wall")
+        speedup_curve([ar], [sd], None, 3, MARGIN, "wall")
 
 
 def test_engine_means_are_per_request_deltas_between_scrapes():
@@ -174,7 +177,7 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
 
     # well conditioned: tau TPOT_SD far above K TPOT_drafter
     ar, sd, dr = [pt(1, 10.0, 1.0)], [pt(1, 6.0, 1.0, sd=tau)], [pt(1, 0.5, 0.05)]
-    row = speedup_curve(ar, sd, dr, k)["rows"][0]
+    row = speedup_curve(ar, sd, dr, k, MARGIN, "client")["rows"][0]
     te = 10.0 / (tau * 6.0 - 3 * 0.5)
     assert row["te_sweep"] == pytest.approx(te) and row["te_sweep_status"] == "ok"
     assert row["te_sweep_low"] < te < row["te_sweep_high"] < 1
@@ -186,7 +189,7 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     # ill conditioned: tau TPOT_SD barely above K TPOT_drafter gives TE > 1: not a number
     sd = [pt(1, 4.0, 1.0, sd=tau)]
     dr = [pt(1, 2.5, 0.3)]
-    row = speedup_curve(ar, sd, dr, k)["rows"][0]
+    row = speedup_curve(ar, sd, dr, k, MARGIN, "client")["rows"][0]
     assert row["te_sweep_raw"] > 1 and math.isnan(row["te_sweep"])
     assert row["te_sweep_status"] == "not identifiable here"
     assert row["te_sweep_high"] > row["te_sweep_raw"] > row["te_sweep_low"] > 1
@@ -202,8 +205,10 @@ def test_te_interval_widens_with_the_acceptance_length_spread():
                 for r, t in enumerate(tpots)]
 
     ar, dr = series([10.0, 10.2, 9.8]), series([0.5, 0.51, 0.49])
-    same = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.2, 2.2, 2.2]), dr, k)["rows"][0]
-    spread = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.1, 2.2, 2.3]), dr, k)["rows"][0]
+    same = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.2, 2.2, 2.2]), dr, k, MARGIN,
+                         "client")["rows"][0]
+    spread = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.1, 2.2, 2.3]), dr, k, MARGIN,
+                           "client")["rows"][0]
     assert same["te_sweep"] == pytest.approx(spread["te_sweep"])
     assert spread["te_sweep_low"] < same["te_sweep_low"] < same["te_sweep_high"] \
         < spread["te_sweep_high"]

@@ -126,14 +126,14 @@ class Config:
                 if not m.get("cost_only"):  # cost-only: the weight-model table, no runs
                     self.models[m["name"]] = model
             elif m["source"] == "tiny":
-                self.models[m["name"]] = self._model(
+                target = self.models[m["name"]] = self._model(
                     {**m, "hf_config": f"results/models/{m['name']}/config.json"})
                 # the untrained control runs at the model's first K and dataset: the routing
                 # baseline
                 r = control_name(m["name"])
                 self.models[r] = self._model(
                     {**m, "name": r, "hf_config": f"results/models/{r}/config.json",
-                     "ks": list(m.get("ks", self.ks))[:1], "datasets": m["datasets"][:1]},
+                     "ks": list(target.ks[:1]), "datasets": list(target.datasets[:1])},
                     control_of=m["name"])
             else:
                 self.models[m["name"]] = self._model(m)

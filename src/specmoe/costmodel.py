@@ -206,6 +206,9 @@ def three_step_correction(moe_weight_share: float, unique_ratio: float, moe_time
     return out
 
 
+# the routing assumption of the measured verification windows (temporal overlap included): the
+# cost model's TE beside the measured TE
+MEASURED_ROUTING = "measured windows (temporal)"
 DEFAULT_HARDWARE = "H100"  # a model's hardware when it names none (a variant's: its target's)
 
 

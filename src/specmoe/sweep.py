@@ -83,16 +83,24 @@ def ratio(a: Estimate, b: Estimate) -> Estimate:
     return Estimate(a.mean / b.mean, math.sqrt(sum(v)), sum(v) ** 2 / den if den else math.inf)
 
 
+def repeats_by_batch(points: list[dict]) -> dict[int, list[dict]]:
+    """A series' points grouped by batch size (its repeats), in the order they were measured."""
+    out: dict[int, list[dict]] = {}
+    for p in points:
+        out.setdefault(p["batch"], []).append(p)
+    return out
+
+
 def series_estimates(points: list[dict], timing: str, what: str) -> dict[int, Estimate]:
     """Each batch size's mean TPOT over its repeats, with the series' pooled log-scale error."""
-    by_batch: dict[int, list[float]] = {}
     seen = set()
     for p in points:
         rep = (p["batch"], p.get("repeat", 0))
         if rep in seen:
             raise InputError(f"{what}: batch {p['batch']} repeat {rep[1]} appears twice")
         seen.add(rep)
-        by_batch.setdefault(p["batch"], []).append(tpot(p, timing))
+    groups = repeats_by_batch(points)
+    by_batch = {b: [tpot(p, timing) for p in pts] for b, pts in groups.items()}
     ss = df = 0.0
     for xs in by_batch.values():
         logs = [math.log(x) for x in xs]
@@ -105,7 +113,7 @@ def series_estimates(points: list[dict], timing: str, what: str) -> dict[int, Es
         if df > 0:
             out[b] = Estimate(mean, math.sqrt(ss / df / len(xs)), df)
         else:  # measured once: the client's per-request spread (requests share the engine)
-            p = next(q for q in points if q["batch"] == b)
+            p = groups[b][0]
             t, n = p.get("tpot_ms") or {}, p.get("completed") or p.get("num_prompts") or 0
             ok = t.get("std") is not None and n > 1 and t.get("mean")
             out[b] = (Estimate(mean, t["std"] / t["mean"] / math.sqrt(n), n - 1) if ok
@@ -135,7 +143,7 @@ def mean_interval(xs: list[float], level: float = LEVEL) -> tuple[float, float]:
     return m - half, m + half
 
 
-def shape_label(batches: list[int], speedups: list[Estimate], margin: float = 0.05,
+def shape_label(batches: list[int], speedups: list[Estimate], margin: float,
                 level: float = LEVEL) -> str:
     """The shape of a speedup-vs-batch curve as far as its intervals decide it.
 
@@ -176,26 +184,19 @@ def shape_label(batches: list[int], speedups: list[Estimate], margin: float = 0.
     return UNDECIDED
 
 
-def _repeats_by_batch(points: list[dict]) -> dict[int, list[dict]]:
-    out: dict[int, list[dict]] = {}
-    for p in points:
-        out.setdefault(p["batch"], []).append(p)
-    return out
-
-
 def _mean(xs) -> float:
     xs = list(xs)
     return sum(xs) / len(xs)
 
 
 def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k: int,
-                  margin: float = 0.05, timing: str = "client") -> dict:
+                  margin: float, timing: str) -> dict:
     """Rows per batch size present in both the SD and the no-SD series, plus the shape label."""
     other = "engine" if timing == "client" else "client"
     est = {name: series_estimates(pts, timing, what) if pts else {}
            for name, pts, what in (("ar", ar, "no-SD series"), ("sd", sd, "SD series"),
                                    ("dr", drafter or [], "drafter series"))}
-    reps = {"ar": _repeats_by_batch(ar), "sd": _repeats_by_batch(sd)}
+    reps = {"ar": repeats_by_batch(ar), "sd": repeats_by_batch(sd)}
     rows = []
     for b in sorted(set(est["ar"]) & set(est["sd"])):
         a_pts, s_pts = reps["ar"][b], reps["sd"][b]

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .. import published  # noqa: E402
+from .. import costmodel, published  # noqa: E402
 from ..provenance import atomic_path  # noqa: E402
 from .runs import by_distance, first_run, load, models  # noqa: E402
 
@@ -374,7 +374,7 @@ def figure_frames(table_dir, study: dict | None = None,
                                 else (empty, none.format("routing trace")))
     out["te_vs_batch"] = ((te_vs_batch, tb, colors) if not tb.empty
                           else (empty, none.format("cost model")))
-    measured = tb[tb["routing"] == "measured windows (temporal)"] if not tb.empty else tb
+    measured = tb[tb["routing"] == costmodel.MEASURED_ROUTING] if not tb.empty else tb
     out["te_by_dataset"] = (
         (curves_by, measured, colors, ["model", "drafter", "k"], "dataset", "te",
          "target efficiency", "Each model has one dataset in this configuration: no "

@@ -18,8 +18,6 @@ from .runs import run_cols, runs
 log = logging.getLogger("specmoe")
 
 
-MEASURED_ROUTING = "measured windows (temporal)"
-
 
 def run_key(rc: dict) -> tuple:
     return (rc["model"], rc["drafter"], int(rc["k"]), rc["dataset"])
@@ -34,7 +32,7 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
     for cm in cms:
         rc = run_cols(cm["run"])
         for r in cm["te_vs_batch"]:
-            if r["routing"] == MEASURED_ROUTING:
+            if r["routing"] == costmodel.MEASURED_ROUTING:
                 te_cost[(*run_key(rc), r["batch"])] = r["te"]
     cost_by_run = {run_key(run_cols(c["run"])): c for c in cms}
     for sp in sps:

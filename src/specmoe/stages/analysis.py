@@ -26,7 +26,7 @@ ROUTINGS = {  # routing assumption -> (verify column, decode column) of the uniq
     "uniform i.i.d. (prior model)": ("verify_uniform", "decode_uniform"),
     "independent, skewed loads": ("verify_independent", "decode_independent"),
     "max-entropy IPF, skewed": ("verify_ipf_skewed", "decode_independent"),
-    "measured windows (temporal)": ("verify_empirical", "decode_independent"),
+    costmodel.MEASURED_ROUTING: ("verify_empirical", "decode_independent"),
 }
 
 

@@ -43,9 +43,18 @@ def engine_label() -> str:
     return f"vllm {vllm_version()} ({device()})"
 
 
+def checkpoint_origin(model_dir) -> str:
+    """Where a checkpoint comes from: "hf" (a Hugging Face cache snapshot), "tiny" (trained by the
+    pipeline: it has the pipeline's manifest) or "local" (a directory of another origin)."""
+    p = Path(model_dir)
+    if p.parent.name == "snapshots":
+        return "hf"
+    return "tiny" if (p / "manifest.json").exists() else "local"
+
+
 def model_identity(model_dir) -> dict:
-    """What identifies a checkpoint for caching measurements: name, revision and creation time from
-    the pipeline's manifest, else a hash of its config.json."""
+    """What identifies a checkpoint for caching measurements: a snapshot's commit; name, revision
+    and creation time from the pipeline's manifest; else a hash of its config.json."""
     import json
 
     from ..provenance import config_hash
@@ -54,11 +63,11 @@ def model_identity(model_dir) -> dict:
         return {"method": model_dir["method"],
                 **(model_identity(model_dir["model"]) if model_dir.get("model") else {})}
     p = Path(model_dir)
-    if p.parent.name == "snapshots":  # a Hugging Face cache snapshot: the commit is the revision
+    origin = checkpoint_origin(p)
+    if origin == "hf":  # the commit is the revision
         return {"name": p.parent.parent.name, "revision": p.name}
-    man = p / "manifest.json"
-    if man.exists():
-        prov = json.loads(man.read_text()).get("provenance", {})
+    if origin == "tiny":
+        prov = json.loads((p / "manifest.json").read_text()).get("provenance", {})
         return {"name": p.name, "revision": (prov.get("model") or {}).get("revision"),
                 "created": prov.get("created")}
     cfg = p / "config.json"
@@ -68,13 +77,10 @@ def model_identity(model_dir) -> dict:
 
 def model_provenance(name: str, model_dir) -> dict:
     """The model entry of a result's provenance: its name in the configuration, where its
-    checkpoint comes from ("hf": a Hugging Face cache snapshot, "tiny": trained by the pipeline,
-    "local": a directory of another origin) and its revision."""
-    ident = model_identity(model_dir)
-    p = Path(model_dir["model"] if isinstance(model_dir, dict) else model_dir)
-    source = ("hf" if p.parent.name == "snapshots" else
-              "tiny" if (p / "manifest.json").exists() else "local")
-    return {"name": name, "source": source, "revision": ident.get("revision")}
+    checkpoint comes from (checkpoint_origin) and its revision."""
+    target = model_dir["model"] if isinstance(model_dir, dict) else model_dir
+    return {"name": name, "source": checkpoint_origin(target),
+            "revision": model_identity(model_dir).get("revision")}
 
 
 def engine_opts(cfg: dict) -> dict:
