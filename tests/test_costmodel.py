@@ -108,20 +108,25 @@ def test_bad_dims(kw, msg):
         cm.ModelDims.from_dims(**base)
 
 
-def test_plan_estimates_by_hand():
-    """One decode step of a bf16 model at batch 1 is memory bound: bytes over bandwidth, divided
-    by the efficiency, times the MoE layers; a series is waves x tokens x steps."""
-    from specmoe import plan
+def test_plan_estimates_from_the_step_model():
+    """One step of the bill is the step model's (uniform routing: the experts' upper bound); a
+    series is waves x tokens x steps, SD steps with their drafting."""
+    from specmoe import plan, stepmodel
+    from specmoe.unique import uniform_unique
 
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)
-    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
-    a = plan.PlanAssumptions(efficiency=0.5, tau=2.0, draft_cost=0.1)
-    one = (d.c_dense + 8 * d.c_expert) / 3350e9 / 0.5 * 48
-    assert plan.step_s(d, hw, 1, 1, a) == pytest.approx(one)
-    assert plan.series_s(d, hw, [(1, 4)], 10, None, a) == pytest.approx(4 * 10 * one)
-    sd = plan.series_s(d, hw, [(1, 4)], 10, 3, a)
-    assert sd == pytest.approx(4 * 5 * (plan.step_s(d, hw, 1, 4, a) + 0.1 * one))
+    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
+                                          "sm_count": 132})
+    p = stepmodel.StepParams(1.0, 40.0, 2.0, 0.0, 0.3)
+    a = plan.PlanAssumptions(tau=2.0, draft_cost=0.1)
+    one = stepmodel.step_time(d, hw, 1, 1, 8, p)
+    assert plan.step_s(d, hw, 1, 1, p) == pytest.approx(one)
+    assert plan.step_s(d, hw, 1, 4, p) == pytest.approx(
+        stepmodel.step_time(d, hw, 1, 4, uniform_unique(128, 8, 4), p))
+    assert plan.series_s(d, hw, [(1, 4)], 10, None, a, p) == pytest.approx(4 * 10 * one)
+    sd = plan.series_s(d, hw, [(1, 4)], 10, 3, a, p)
+    assert sd == pytest.approx(4 * 5 * (plan.step_s(d, hw, 1, 4, p) + 0.1 * one))
     with pytest.raises(InputError, match="plan: unknown key"):
         plan.PlanAssumptions.from_dict({"speed": 2})
 
@@ -199,16 +204,17 @@ def test_a_fixed_cost_per_forward_pass_weighs_more_on_the_drafters_k_passes():
 def test_the_gpu_bill_prefills_each_prompt_once():
     """A series over long prompts costs each request's prefill more: exactly prompts x one
     forward pass over the prompt, compute bound for 32k tokens (hundreds of decode steps)."""
-    from specmoe import plan
+    from specmoe import plan, stepmodel
 
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
-    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
-    a = plan.PlanAssumptions()
+    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
+                                          "sm_count": 132})
+    a, p = plan.PlanAssumptions(), stepmodel.StepParams(1.0, 40.0, 2.0, 0.0, 0.3)
     sched = [(1, 80), (8, 160)]
-    short = plan.series_s(d, hw, sched, 256, 3, a, prompt_tokens=0)
-    long = plan.series_s(d, hw, sched, 256, 3, a, prompt_tokens=32000)
-    one = plan.step_s(d, hw, 1, 32000, a)
+    short = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=0)
+    long = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=32000)
+    one = plan.step_s(d, hw, 1, 32000, p)
     assert long - short == pytest.approx(240 * one)
-    assert one > 100 * plan.step_s(d, hw, 1, 1, a)
+    assert one > 100 * plan.step_s(d, hw, 1, 1, p)
     tokens = plan.mean_prompt_tokens({"tinybench": "builtin:v1"})["tinybench"]
     assert 5 < tokens < 100  # the embedded prompts are a sentence or two

@@ -9,7 +9,7 @@ from specmoe import costmodel as cm
 from specmoe.errors import InputError
 from specmoe.hfconfig import dims_from_config, load_config
 
-F = Path(__file__).parent / "fixtures" / "hf_configs"
+F = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 MIB = cm.MIB
 
 

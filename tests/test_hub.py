@@ -16,7 +16,7 @@ from hubfake import FakeHub, lay_out_cache
 
 pytest.importorskip("huggingface_hub")
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 WEIGHTS = b"\x00" * 4096 + b"weights"
 
 

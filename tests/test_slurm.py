@@ -23,7 +23,7 @@ from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
-FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 pytestmark = pytest.mark.slow
 
 SYNTH = {

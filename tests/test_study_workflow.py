@@ -20,7 +20,7 @@ from specmoe.report import tables
 from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 CASE = REPO / ".test" / "study" / "config.yaml"
 pytestmark = pytest.mark.slow
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .costmodel import DEFAULT_HARDWARE
 from .errors import InputError, SpecmoeError
 
 
@@ -198,6 +199,79 @@ def cmd_download(a) -> dict:
     return man
 
 
+def _hardware_entries(path: str) -> dict:
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file (--hardware-file: a pipeline configuration whose "
+                         "`hardware` section names the GPUs, e.g. the project's config.yaml)")
+    hw = (yaml.safe_load(p.read_text()) or {}).get("hardware") or {}
+    if not hw:
+        raise InputError(f"{p}: no `hardware` section")
+    return hw
+
+
+def cmd_predict(a) -> dict:
+    from . import published, stepmodel
+    from .costmodel import Hardware
+    from .hfconfig import dense_dims_from_config, dims_from_config
+
+    hardware = _hardware_entries(a.hardware_file)
+    if a.hardware not in hardware:
+        raise InputError(f"--hardware {a.hardware}: not in {a.hardware_file} (has "
+                         f"{', '.join(hardware)})")
+    if a.tp < 1 or a.k < 1:
+        raise InputError("--tp and --k must be >= 1")
+    config, repo = Path(a.model), None
+    if not config.exists():  # a repo id: its config.json through the download stage's config mode
+        from .hub import download
+
+        repo = a.model
+        config = Path(download(repo, repo, a.revision, mode="config")["snapshot_path"])
+    if config.is_dir():
+        config = config / "config.json"
+    dims = dims_from_config(config, dtype=None if a.precision == "auto" else a.precision,
+                            tp=a.tp)
+    study = a.study_model or (published.study_model_of({"repo_id": repo}) if repo else None)
+    if a.overlaps:
+        overlaps, source = np.asarray([a.overlaps]), "given"
+    elif study is not None and stepmodel.published_overlaps(study, a.k) is not None:
+        overlaps, source = stepmodel.published_overlaps(study, a.k)[None, :], f"published ({study})"
+    else:
+        overlaps = stepmodel.prior_overlaps(dims, a.k)
+        fine = dims.num_experts / dims.top_k >= stepmodel.FINE_GRAINED
+        source = (f"prior: the study's {'fine' if fine else 'coarse'}-grained models' curves "
+                  f"({len(overlaps)})")
+    if a.acceptance_length:
+        tau = (min(a.acceptance_length), max(a.acceptance_length))
+    else:
+        tau = stepmodel.tau_prior(a.k)
+    draft = dense_dims_from_config(a.draft_config) if a.draft_config else None
+    rows = stepmodel.calibration_rows()
+    params = stepmodel.fit(rows)
+    res = stepmodel.predict(dims, Hardware.from_config(a.hardware, hardware[a.hardware]), a.k,
+                            a.method, a.batch_sizes, params, stepmodel.lomo_rmse(rows), overlaps,
+                            tau, draft=draft, draft_cost=a.draft_cost)
+    res.update(model=str(repo or config), hardware=a.hardware, tp=a.tp, precision=dims.dtype,
+               k=a.k, method=a.method, overlaps=source, acceptance_length=list(tau))
+    if not a.json:  # the table a reader wants: one row per batch size
+        res["curve"] = [{"batch": b, "te": t, "te_low": tl, "te_high": th, "speedup": s,
+                         "speedup_low": sl, "speedup_high": sh, "draft_cost": c}
+                        for b, t, tl, th, s, sl, sh, c in zip(
+                            *(res.pop(k) for k in ("batch_sizes", "te", "te_low", "te_high",
+                                                   "speedup", "speedup_low", "speedup_high",
+                                                   "draft_cost")))]
+    return res
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specmoe", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -282,6 +356,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="name for messages (default: the repo id)")
     s.add_argument("--out", type=Path, help="also write the manifest here")
     s.set_defaults(fn=cmd_download)
+
+    s = sub.add_parser("predict", help="does SD pay for this MoE, at this batch size, on this GPU? "
+                                       "TE and speedup from the step model, before any run")
+    s.add_argument("model", help="a config.json (or its folder), or a Hugging Face repo id "
+                                 "(its config.json is fetched as the download stage does)")
+    s.add_argument("--hardware", default=DEFAULT_HARDWARE,
+                   help=f"a hardware entry of --hardware-file ({DEFAULT_HARDWARE})")
+    s.add_argument("--hardware-file", default="config.yaml",
+                   help="a pipeline configuration with the `hardware` section (config.yaml)")
+    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (1)")
+    s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
+                   help="auto: the checkpoint's own format; fp8: vLLM's online fp8 (auto)")
+    s.add_argument("--k", type=int, default=3, help="draft length K (3)")
+    s.add_argument("--method", default="eagle3",
+                   choices=["draft_model", "eagle", "eagle3", "mtp"],
+                   help="speculative method; its drafter's cost comes from the target's shape, "
+                        "or for draft_model from --draft-config (eagle3)")
+    s.add_argument("--draft-config", help="config.json of a separate draft model")
+    s.add_argument("--draft-cost", type=float,
+                   help="a known draft cost c (draft time per step over a decode step)")
+    s.add_argument("--overlaps", type=_floats,
+                   help="ov(d) for d = 1..K (default: the study's published curve for its own "
+                        "models, else its models' curves of the same granularity as a prior)")
+    s.add_argument("--acceptance-length", type=_floats,
+                   help="tau, or its range low,high (default: the prior 2.0,3.2)")
+    s.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8, 16, 32, 64, 128],
+                   help="comma-separated (1,2,4,...,128)")
+    s.add_argument("--revision", help="with a repo id: commit, branch or tag")
+    s.add_argument("--study-model", help="the study model this is (e.g. Qwen3-30B): its published "
+                                         "overlaps (a repo id of the study's finds it itself)")
+    s.set_defaults(fn=cmd_predict)
 
     for sp in sub.choices.values():
         sp.add_argument("--json", action="store_true", help="print JSON")

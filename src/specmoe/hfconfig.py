@@ -253,3 +253,19 @@ def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> Mode
         path = snapshot_of(path) / "config.json"
     return dims_from_config(path, dtype=None if precision in (None, "auto") else precision,
                             tp=int(tp))
+
+
+def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
+    """A dense model (a separate draft model) as the step model reads it: every layer's FFN as one
+    expert that every token uses, grouped-query attention."""
+    cfg, name = load_config(cfg)
+    r = _Reader(cfg, name)
+    hidden, layers = r.int("hidden_size"), r.int("num_hidden_layers")
+    heads = r.int("num_attention_heads")
+    kv, head_dim = r.int("num_key_value_heads", default=heads), int(cfg.get("head_dim")
+                                                                   or hidden // heads)
+    _, fmt = storage_formats(cfg, name)
+    return ModelDims(hidden=hidden, expert_intermediate=r.int("intermediate_size"), num_experts=1,
+                     top_k=1, attention_params=_gqa(r, hidden), num_layers=layers, dtype=fmt,
+                     tp=tp, vocab_size=int(cfg.get("vocab_size") or 0),
+                     kv_per_token=float(2 * kv * head_dim * layers))

@@ -1,10 +1,9 @@
 """The GPU bill of a configuration before it is submitted: GPU-hours per GPU job and in total, and
 each job's SLURM runtime, from the schedule and the cost model's roofline.
 
-An engine step at batch B takes the roofline time of every MoE layer (bytes read over HBM bandwidth,
-or FLOPs over the peak, whichever is larger, see costmodel.step_time) divided by an efficiency (the
-share of the roofline an engine reaches); experts touched are the uniform-routing count, an upper
-bound. A series of points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes
+An engine step at batch B takes the step model's time (specmoe.stepmodel: each kernel class at
+its own achieved bandwidth, or its FLOPs over the compute floor, with the parameters fitted to the
+study's measurements); experts touched are the uniform-routing count, an upper bound. A series of points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes
 output_len / tau verification steps plus drafting; every request's prompt is prefilled once (one
 forward pass over the dataset's mean prompt length, estimated as 4 characters per token before any
 tokenizer runs: a 32k-token prompt costs as much as hundreds of decode steps). Every job also starts
@@ -20,6 +19,7 @@ from dataclasses import dataclass, fields
 
 from . import costmodel
 from .errors import InputError
+from .stepmodel import StepParams, step_time
 from .unique import uniform_unique
 
 
@@ -29,7 +29,6 @@ class PlanAssumptions:
 
     tau: float = 2.5            # acceptance length (tokens per SD step)
     draft_cost: float = 0.1     # draft time per SD step over a decode step
-    efficiency: float = 0.5     # share of the roofline an engine reaches
     startup_s: float = 300.0    # engine start-up besides loading weights
     load_gbs: float = 2.0       # weight loading, GB/s per GPU
     safety: float = 2.0         # SLURM runtime = safety x estimate
@@ -45,17 +44,16 @@ class PlanAssumptions:
         for f in fields(cls):
             if not getattr(p, f.name) > 0:
                 raise InputError(f"plan.{f.name} must be > 0 (got {getattr(p, f.name)})")
-        if p.tau < 1 or p.efficiency > 1:
-            raise InputError("plan: tau must be >= 1 and efficiency <= 1")
+        if p.tau < 1:
+            raise InputError("plan: tau must be >= 1")
         return p
 
 
 def step_s(dims: costmodel.ModelDims, hw: costmodel.Hardware, batch: int, window: int,
-           a: PlanAssumptions) -> float:
-    """One forward pass of B sequences with `window` tokens each, all MoE layers."""
-    tokens = batch * window
-    unique = uniform_unique(dims.num_experts, dims.top_k, tokens)
-    return costmodel.step_time(dims, hw, tokens, unique) * dims.num_moe_layers / a.efficiency
+           params: StepParams) -> float:
+    """One forward pass of B sequences with `window` tokens each (the step model)."""
+    unique = uniform_unique(dims.num_experts, dims.top_k, batch * window)
+    return step_time(dims, hw, batch, window, unique, params)
 
 
 def weight_bytes(dims: costmodel.ModelDims) -> float:
@@ -72,25 +70,27 @@ CHARS_PER_TOKEN = 4.0
 
 
 def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int | None,
-             a: PlanAssumptions, prompt_tokens: float = 0.0) -> float:
+             a: PlanAssumptions, params: StepParams, prompt_tokens: float = 0.0) -> float:
     """A serving series over the schedule, without (k None) or with SD, each request's prompt of
     `prompt_tokens` prefilled once."""
     total = 0.0
-    prefill = step_s(dims, hw, 1, max(int(round(prompt_tokens)), 1), a) if prompt_tokens else 0.0
+    prefill = (step_s(dims, hw, 1, max(int(round(prompt_tokens)), 1), params)
+               if prompt_tokens else 0.0)
     for batch, prompts in schedule:
         total += prompts * prefill
         waves = math.ceil(prompts / batch)
         if k is None:
-            total += waves * output_len * step_s(dims, hw, batch, 1, a)
+            total += waves * output_len * step_s(dims, hw, batch, 1, params)
         else:
             steps = math.ceil(output_len / a.tau)
-            per = step_s(dims, hw, batch, k + 1, a) + a.draft_cost * step_s(dims, hw, batch, 1, a)
+            per = (step_s(dims, hw, batch, k + 1, params)
+                   + a.draft_cost * step_s(dims, hw, batch, 1, params))
             total += waves * steps * per
     return total
 
 
 def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
-             prompt_tokens: dict[str, float] | None = None) -> list[dict]:
+             params: StepParams, prompt_tokens: dict[str, float] | None = None) -> list[dict]:
     """The estimates of one model's GPU jobs. model: its `jobs` ({rule, drafter, k, dataset}, as
     the workflow's rules run them, specmoe.config.Config.engine_jobs), `datasets` and `gpus` (TP on
     a GPU, none on a CPU); prompt_tokens: each dataset's mean prompt length in tokens (prefill is
@@ -110,19 +110,20 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
     def sweep_s(k):  # one engine serves every dataset of a series, every point `repeats` times,
         # with warm-up requests before a batch size's first measurement
         warm = [(b, int(sweep["repeats"]) * n + max(int(sweep["warmups"]), b)) for b, n in sched]
-        return sum(series_s(dims, hw, warm, int(sweep["output_len"]), k, a, ptok(ds))
+        return sum(series_s(dims, hw, warm, int(sweep["output_len"]), k, a, params, ptok(ds))
                    for ds in model["datasets"])
 
     def profile_s(k):  # two engines; the profiler slows steps down
         tokens = int(prof["max_tokens"])
-        secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a)
-                   + series_s(dims, hw, [(b, b)], tokens, k, a) for b in prof["batch_sizes"])
+        secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a, params)
+                   + series_s(dims, hw, [(b, b)], tokens, k, a, params)
+                   for b in prof["batch_sizes"])
         return 2 * boot + 3 * secs
 
     def capture_s(k, ds):  # every distinct prompt once, at most `prompts` (80 if not capped)
         seqs = int(cap["max_num_seqs"])
         return boot + series_s(dims, hw, [(seqs, int(cap.get("prompts") or 80))],
-                               int(cap["max_tokens"]), k, a, ptok(ds))
+                               int(cap["max_tokens"]), k, a, params, ptok(ds))
 
     for j in model["jobs"]:
         rule, k = j["rule"], j["k"]

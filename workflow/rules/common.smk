@@ -35,6 +35,8 @@ localrules:
     replay,
     comparison,
     weight_model,
+    predict,
+    step_model,
     download_model,
     download_dataset,
 
@@ -174,6 +176,7 @@ def run_tables():
     """The tables of this configuration's own runs and models."""
     names = list(TABLES) if RUNS else []
     names += MEASURED_TABLES if SWEEP_RUNS else []
+    names += registry.written_by("step_model") if PREDICTED else []
     return names + (["weight_model"] if HF_MODELS else [])
 
 
@@ -288,6 +291,44 @@ def profile_files():
             for j in CFG.profiled()
         }
     )
+
+
+# Models the step model predicts: every model with runs but the untrained controls.
+PREDICTED = [n for n, m in CFG.models.items() if not m.control_of]
+
+
+def predict_inputs(wildcards):
+    """A study model's config.json (its download); a model with a trace of its own: its first
+    run's overlaps and acceptance length (and a tiny target's checkpoint, a separate draft
+    model's config.json)."""
+    m = CFG.models[wildcards.model]
+    out = {}
+    if m.source == "hf":
+        out["config"] = download_manifest(m.name, "config")
+    else:
+        r = m.runs()[0].as_dict()
+        out["overlap"] = "results/overlap/{model}/{drafter}/K{k}/{dataset}.json".format(
+            **r
+        )
+        out["acceptance"] = (
+            "results/acceptance/{model}/{drafter}/K{k}/{dataset}.json".format(**r)
+        )
+        out["checkpoint"] = model_files(wildcards)
+    d = CFG.drafters.get(m.drafters[0])
+    if d is not None and d.method == "draft_model":
+        out["draft"] = (
+            f"results/models/{d.name}"
+            if d.source == "tiny"
+            else download_manifest(d.name, "config")
+        )
+    return out
+
+
+def predict_method(wildcards):
+    """The speculative method of the model's first drafter; a synthetic model's drafter is a
+    one-layer head (EAGLE-3, the study's most common)."""
+    d = CFG.drafters.get(CFG.models[wildcards.model].drafters[0])
+    return d.method if d is not None else "eagle3"
 
 
 def model_dir(wildcards):

@@ -18,3 +18,25 @@ rule costmodel:
         draft=config["draft_cost"],
     script:
         "../scripts/costmodel.py"
+
+
+rule predict:
+    input:
+        unpack(predict_inputs),
+    output:
+        "results/predict/{model}.json",
+    log:
+        "logs/predict/{model}.log",
+    wildcard_constraints:
+        model=one_of(PREDICTED),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        model=cost_entry,
+        hardware=lambda w: config["hardware"],
+        k=lambda w: CFG.models[w.model].ks[0],
+        method=predict_method,
+        batch_sizes=config["batch_sizes"],
+        study=lambda w: (STUDY.get(w.model) or {}).get("study"),
+    script:
+        "../scripts/predict.py"

@@ -85,3 +85,17 @@ rule report_index:
         "../../envs/analysis.yaml"
     script:
         "../scripts/report.py"
+
+
+rule step_model:
+    input:
+        predict=expand("results/predict/{model}.json", model=PREDICTED),
+        speedup=sweep_files("results/speedup/{model}/{drafter}/K{k}/{dataset}.json"),
+    output:
+        table_outputs(registry.written_by("step_model")),
+    log:
+        "logs/report/step_model.log",
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/step_model.py"

@@ -306,6 +306,25 @@ def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:
     return fig
 
 
+def step_model_calibration(df: pd.DataFrame) -> plt.Figure:
+    """df: the step model's calibration table. Predicted vs published TE at batch 1: the step
+    model (filled, fitted without the model's rows) and the weight model (open), one colour per
+    study model; the diagonal is agreement."""
+    colors = palette(list(dict.fromkeys(df["model"])))
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    for model, g in df.groupby("model", sort=False):
+        ax.scatter(g["te_published"], g["te_step_model"], color=colors[model], s=22, label=model)
+        ax.scatter(g["te_published"], g["te_weight_model"], facecolors="none",
+                   edgecolors=colors[model], s=22)
+    ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("published TE (batch 1, K = 3)")
+    ax.set_ylabel("predicted TE (filled: step model; open: weight model)")
+    _side_legend(ax)
+    return fig
+
+
 # --- what each figure draws, from the tables --------------------------------------------------
 
 
@@ -423,4 +442,7 @@ def figure_frames(table_dir, study: dict | None = None,
         out["anchor_overlap"] = (anchor_overlap, anchor, effects)
     out["comparison"] = (comparison, cmp_ if not cmp_.empty else
                          pd.DataFrame(columns=published.COLUMNS), colors)
+    cal = load(td, "step_model_calibration")
+    out["step_model_calibration"] = ((step_model_calibration, cal) if not cal.empty else
+                                     (empty, "No step-model calibration table."))
     return out

@@ -251,6 +251,42 @@ def measured_findings(table_dir) -> list[str]:
     return out
 
 
+def prediction_findings(table_dir) -> list[str]:
+    """The step model's prediction beside the measurement, one line per model with both: the
+    speedup at each measured batch size, inside or outside the predicted 95% interval, and the
+    predicted and measured shapes."""
+    td = Path(table_dir)
+    out = []
+    sm = load(td, "step_model")
+    both = sm[np.isfinite(sm["speedup_measured"])] if not sm.empty else sm
+    for model, g in (both.groupby("model", sort=False) if not both.empty else []):
+        inside = [(r["speedup_low"] <= r["speedup_measured"] <= r["speedup_high"])
+                  for _, r in g.iterrows()]
+        pts = ", ".join(f"B={int(r['batch'])}: {r['speedup_measured']:.2f} measured, "
+                        f"{r['speedup_predicted']:.2f} [{r['speedup_low']:.2f}, "
+                        f"{r['speedup_high']:.2f}] predicted" for _, r in g.iterrows())
+        hw = g["hardware"].iloc[0]
+        out.append(f"{model} (step model on {hw}): {pts}; {sum(inside)} of {len(inside)} "
+                   f"measurements inside the predicted interval; shape predicted "
+                   f"{g['shape_predicted'].iloc[0]}, measured {g['shape_measured'].iloc[0]}")
+    return out
+
+
+def calibration_findings(table_dir) -> list[str]:
+    """The step model's leave-one-model-out error on the study's Table 10 beside the weight
+    model's."""
+    out = []
+    cal = load(Path(table_dir), "step_model_calibration")
+    goal = cal[cal["in_table_10"].astype(bool)] if not cal.empty else cal
+    if not goal.empty:
+        out.append(f"step model on the study's {len(goal)} Table 10 configurations, each "
+                   "predicted without its own model's rows: mean absolute TE error "
+                   f"{goal['error'].abs().mean():.3f} (largest {goal['error'].abs().max():.3f}, "
+                   f"{goal.loc[goal['error'].abs().idxmax(), 'model']}); the weight model's "
+                   f"{goal['weight_model_error'].abs().mean():.3f}")
+    return out
+
+
 def direction(first: float, last: float, margin: float = 0.05) -> str:
     """The direction of an exact (model-derived) curve from its ends: "rises", "falls" or "stays
     flat (within 5%)"."""

@@ -21,6 +21,7 @@ TABLES = {
     "target_efficiency": ("Cost model", "tables"),
     "te_vs_batch": ("Cost model", "tables"),
     "draft_ratio_model": ("Cost model", "tables"),
+    "step_model": ("Cost model", "step_model"),
     "weight_model": ("Cost model", "weight_model"),
     "speedup_vs_batch": ("Speedup and sweeps", "measured_tables"),
     "te_three_ways": ("Speedup and sweeps", "measured_tables"),
@@ -33,6 +34,7 @@ TABLES = {
     "replay_unique_experts": ("The study side by side", "replay"),
     "replay_weight_model": ("The study side by side", "replay"),
     "replay_three_step": ("The study side by side", "replay"),
+    "step_model_calibration": ("The study side by side", "replay"),
 }
 FIGURES = {
     "overlap_by_distance": "Overlap and IPF",
@@ -47,6 +49,7 @@ FIGURES = {
     "draft_cost_vs_batch": "Speedup and sweeps",
     "anchor_overlap": "Acceptance",
     "comparison": "The study side by side",
+    "step_model_calibration": "The study side by side",
 }
 # The report's sections, in the study's order, and what goes in each.
 SECTIONS = {

@@ -174,15 +174,17 @@ def ipf_stage(overlap_json, out, batch_sizes) -> None:
         log.warning("IPF clipped %d infeasible pair tables", uni["n_clipped"] + skew.n_clipped)
 
 
-def model_dims(model_cfg: dict, num_experts: int, top_k: int) -> costmodel.ModelDims:
-    """ModelDims from the model's config: an HF config.json path or explicit dims."""
+def model_dims(model_cfg: dict, num_experts: int, top_k: int,
+               check: bool = True) -> costmodel.ModelDims:
+    """ModelDims from the model's config: an HF config.json path or explicit dims (checked
+    against the trace's N and k unless check is False)."""
     d = dict(model_cfg.get("dims") or {})
     if model_cfg.get("source") == "hf":  # the config.json of the model's download
         from ..hfconfig import study_dims
 
         dims = study_dims(model_cfg["hf_config"], model_cfg["precision"],
                           model_cfg["tp"])
-        if (dims.num_experts, dims.top_k) != (num_experts, top_k):
+        if check and (dims.num_experts, dims.top_k) != (num_experts, top_k):
             raise InputError(f"model {model_cfg['name']}: config.json says {dims.top_k}-of-"
                              f"{dims.num_experts} experts but the trace has {top_k}-of-{num_experts}")
         return dims
@@ -289,3 +291,47 @@ def series_points(series: dict, dataset: str) -> list[dict]:
     except KeyError:
         raise InputError(f"the series of {series.get('series', {}).get('model')} has no points "
                          f"for dataset {dataset!r}") from None
+
+
+def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batch_sizes, out,
+                  overlap_json=None, acceptance_json=None, draft_config=None,
+                  study_model: str | None = None) -> dict:
+    """The step model's prediction for one model (rule predict): TE and speedup at every batch
+    size with their intervals. A model with a trace of its own (tiny, synthetic) uses its
+    measured overlaps and acceptance length; a study model its config.json and the study's
+    published overlaps (or the prior of its granularity) and the acceptance prior."""
+    from .. import stepmodel
+
+    if overlap_json:
+        ov = read_json(overlap_json)
+        s = ov["summary"]
+        dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
+        overlaps, source = np.asarray([s["overlap_by_distance"][:k]]), "measured"
+    else:
+        dims = model_dims(model_cfg, 0, 0, check=False)
+        pub = stepmodel.published_overlaps(study_model, k) if study_model else None
+        overlaps, source = ((pub[None, :], f"published ({study_model})") if pub is not None else
+                            (stepmodel.prior_overlaps(dims, k), "prior"))
+    tau = read_json(acceptance_json)["acceptance_length"]["tau"] if acceptance_json else None
+    tau_range = (tau, tau) if tau else stepmodel.tau_prior(k)
+    hw_name = model_cfg["hardware"]
+    hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
+    rows = stepmodel.calibration_rows()
+    params = stepmodel.fit(rows)
+    draft = None
+    if draft_config:  # a checkpoint folder, or a download manifest of one
+        from ..hfconfig import dense_dims_from_config
+        from ..hub import snapshot_of
+
+        draft = dense_dims_from_config(snapshot_of(draft_config))
+    res = stepmodel.predict(dims, hw, k, method, batch_sizes, params, stepmodel.lomo_rmse(rows),
+                            overlaps, tau_range, draft=draft)
+    out_obj = {"model": model_cfg["name"], "k": k, "method": method, "hardware": hw_name,
+               "overlaps": source, "acceptance_length": list(tau_range),
+               "params": params.as_dict(), **res}
+    write_json(out, out_obj, provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
+                                         "k": k, "method": method}, stage="predict"))
+    log.info("%s: predicted speedup %s; shape %s", model_cfg["name"],
+             ", ".join(f"B={b}: {x:.2f}" for b, x in zip(res["batch_sizes"], res["speedup"])),
+             res["shape"])
+    return out_obj

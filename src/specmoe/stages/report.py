@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dataclasses import asdict
 
-from .. import costmodel, published
+from .. import costmodel, published, stepmodel
 from ..errors import InputError
 from ..plan import (CHARS_PER_TOKEN, PlanAssumptions, job_rows, mean_prompt_tokens,
                     summary)
@@ -24,6 +24,14 @@ from ..weights import weight_model_table
 def tables_stage(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons, outdir, prov: dict) -> list[Path]:
     """Every table of the configuration's runs (rule tables)."""
     return tables.write_tables(build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons),
+                               outdir, prov)
+
+
+def step_model_stage(predict_jsons, speedup_jsons, outdir, prov: dict) -> list[Path]:
+    """The step model's prediction for every model beside the run's measured speedup."""
+    from ..report.predicted import prediction_table
+
+    return tables.write_tables({"step_model": prediction_table(predict_jsons, speedup_jsons)},
                                outdir, prov)
 
 
@@ -106,13 +114,14 @@ def report_stage(table_dir, figure_dir, out, prov: dict) -> None:
         loops = prose.repetition_notes(td, list(dict.fromkeys(targets["model"])))
         if loops:
             lines += [" ".join(loops), ""]
-    measured = prose.measured_findings(td) + prose.draft_cost_findings(td)
+    measured = (prose.measured_findings(td) + prose.draft_cost_findings(td)
+                + prose.prediction_findings(td))
     if measured:
         lines += ["## What the measurements show", "", *[f"- {f}" for f in measured], "",
                   "What a CPU run cannot show: on a CPU, timings of tiny models are dominated by "
                   "per-step host overhead rather than by reading weights, so their speedup and TE "
                   "curves test the pipeline, not the study's GPU claims.", ""]
-    compared = prose.comparison_findings(td)
+    compared = prose.comparison_findings(td) + prose.calibration_findings(td)
     if compared:
         lines += ["## How it compares with the study", "",
                   f"Published numbers: {published.SOURCE}. Tiny and synthetic models are compared "
@@ -171,6 +180,7 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
     from ..hfconfig import study_dims
 
     a = PlanAssumptions.from_dict(config.get("plan"))
+    params = stepmodel.fit(stepmodel.calibration_rows())
     ptok = mean_prompt_tokens(prompt_tables or {})
     rows = []
     for e in entries:
@@ -179,7 +189,7 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
         if hw_name not in config["hardware"]:
             raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
         hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
-        rows += job_rows(e["name"], e, dims, hw, config, a, ptok)
+        rows += job_rows(e["name"], e, dims, hw, config, a, params, ptok)
     s = summary(rows)
     prov = provenance(config, stage="plan")
     write_json(out_json, {"assumptions": asdict(a), **s, "jobs": rows,
@@ -191,7 +201,8 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
     gpu_jobs = sum(1 for r in rows if r["gpus"])
     lines = ["# GPU bill of this configuration", "",
              f"**{s['gpu_hours']:,.0f} GPU-hours** in {gpu_jobs} GPU jobs, estimated from the "
-             "schedule and the cost model's roofline before anything is measured. Assumptions "
+             "schedule and the step model (docs/method.md, Step model) before anything is measured. "
+             "Assumptions "
              f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in asdict(a).items())}. "
              f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} "
              "min). Each request's prompt is prefilled once, at its dataset's mean length ("
@@ -200,7 +211,7 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
              *([f"Not in this bill: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
                 "size them from); they cannot run until one is set.", ""] if unplanned else []),
              *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
-                "jobs are listed with 0 GPUs and the hours of the hardware's roofline.", ""]
+                "jobs are listed with 0 GPUs and the hours of the step model on that hardware.", ""]
                if on_cpu else []),
              "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
              tables.to_markdown(df, 2), f"<!-- provenance: {prov} -->", ""]

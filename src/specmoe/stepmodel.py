@@ -1,0 +1,378 @@
+"""Predict before you run: the time of one decode or verification step of an MoE on a GPU, per
+kernel class, and from it target efficiency (TE) and the speedup of speculative decoding at every
+batch size (docs/method.md, "Step model").
+
+One forward pass of B sequences with t new tokens each, per GPU (weights split over TP):
+
+- MoE experts: the unique experts u of the B t tokens, each read once; the kernels reach the HBM
+  bandwidth only with enough CTAs: efficiency = ctas / (ctas + h SMs), with ctas = u times the
+  tiles of one expert's gate/up projection (its width over TP over TILE_N); h is fitted.
+- dense GEMMs: attention projections, shared experts, expert-free layers and the LM head, read at
+  DENSE_EFFICIENCY of the bandwidth;
+- attention: the KV cache of `context` tokens per sequence, read at KV_EFFICIENCY;
+- fp8: every layer quantises its activations (fitted fixed time per layer);
+- each class is at least its FLOPs over COMPUTE_EFFICIENCY of the peak (the compute-bound floor);
+- the hardware's fixed cost per forward pass (`step_overhead_us`).
+
+TE(B) = T_decode(B) / (T_verify(B) + g T_decode(B)), where g is the engine's extra cost of a
+verification step for the speculative method (drafting bookkeeping, rejection sampling, a draft
+model's catch-up on accepted tokens), in target decode steps, fitted per method family. The
+fitted values (`FITTED`) come from the study's measured TE at batch 1 (`calibration_rows`);
+`leave_one_model_out` gives the honest error: each model predicted by parameters fitted without
+any of its rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from importlib import resources
+
+import numpy as np
+
+from . import costmodel, ipf, published
+from .costmodel import Hardware, ModelDims, dtype_bytes
+from .errors import InputError
+from .unique import uniform_unique
+
+TILE_N = 64                # output columns of one CTA's tile in the fused MoE kernel
+DENSE_EFFICIENCY = 0.8     # share of the HBM bandwidth a dense GEMV reaches at small batch
+KV_EFFICIENCY = 0.3        # share of the bandwidth attention reaches over a short KV cache
+COMPUTE_EFFICIENCY = 0.3   # share of the peak FLOP/s grouped and dense GEMMs reach (assumed)
+CONTEXT = 600              # KV tokens per sequence: an MT-Bench prompt and half its output
+FAMILIES = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle", "EAGLE": "eagle",
+            "EAGLE-3": "eagle", "mtp": "mtp", "MTP": "mtp"}
+
+
+@dataclass(frozen=True)
+class StepParams:
+    """The step model's fitted parameters, each with a physical meaning."""
+    moe_ctas_half: float   # CTAs, in units of the GPU's SMs, at which MoE kernels reach half the bandwidth
+    fp8_layer_us: float    # activation quantisation per layer in fp8, us
+    verify_draft_model: float  # extra cost of a verification step, in target decode steps,
+    verify_eagle: float        # for each method family
+    verify_mtp: float
+
+    def verify_extra(self, method: str) -> float:
+        family = FAMILIES.get(method)
+        if family is None:
+            raise InputError(f"unknown speculative method '{method}' (one of: "
+                             f"{', '.join(sorted(set(FAMILIES)))})")
+        return getattr(self, f"verify_{family}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+NAMES = tuple(StepParams.__dataclass_fields__)
+BOUNDS = ((0.01, 0.0, 0.0, 0.0, 0.0), (20.0, 200.0, 20.0, 2.0, 2.0))
+
+
+def moe_efficiency(dims: ModelDims, hw: Hardware, unique: float, p: StepParams) -> float:
+    ctas = unique * max(1.0, 2 * dims.expert_intermediate / dims.tp / TILE_N)
+    return ctas / (ctas + p.moe_ctas_half * max(hw.sm_count, 1))
+
+
+def step_times(dims: ModelDims, hw: Hardware, batch: int, tokens_per_seq: int, unique: float,
+               p: StepParams, context: float = CONTEXT) -> dict[str, float]:
+    """Seconds of one forward pass per kernel class (moe, dense, attention, fp8, fixed)."""
+    tokens = batch * tokens_per_seq
+    peak = COMPUTE_EFFICIENCY * hw.flops(dims.dtype)
+    layers = dims.num_moe_layers
+    moe_bytes = unique * dims.c_expert
+    moe = max(moe_bytes / (hw.hbm_bandwidth * moe_efficiency(dims, hw, unique, p)),
+              2.0 * tokens * dims.top_k * dims.expert_params / dims.tp / peak)
+    head = dims.vocab_size * dims.hidden
+    dense_params = dims.dense_params + dims.dense_layer_params / layers
+    dense = layers * max((dims.c_dense + dims.c_dense_layers)
+                         / (hw.hbm_bandwidth * DENSE_EFFICIENCY),
+                         2.0 * tokens * dense_params / dims.tp / peak)
+    dense += max(head * dtype_bytes(dims.dense_dtype) / dims.tp
+                 / (hw.hbm_bandwidth * DENSE_EFFICIENCY), 2.0 * tokens * head / dims.tp / peak)
+    kv = batch * context * dims.kv_per_token * dtype_bytes(dims.dense_dtype) / dims.tp
+    fp8 = dims.dtype.startswith("fp8") or dims.dense_dtype.startswith("fp8")
+    return {"moe": layers * moe, "dense": dense,
+            "attention": kv / (hw.hbm_bandwidth * KV_EFFICIENCY),
+            "fp8": layers * p.fp8_layer_us * 1e-6 if fp8 else 0.0, "fixed": hw.step_overhead}
+
+
+def step_time(*args, **kwargs) -> float:
+    return sum(step_times(*args, **kwargs).values())
+
+
+def te_from_times(decode: dict[str, float], verify: dict[str, float],
+                  verify_extra: float = 0.0) -> float:
+    """TE from the time of each kernel class in a decode and a verification step (seconds, or
+    shares of the decode step: the three-step correction's form), with the method's extra cost
+    of a verification step in decode steps."""
+    t_dec = sum(decode.values())
+    return t_dec / (sum(verify.values()) + verify_extra * t_dec)
+
+
+def target_efficiency(dims: ModelDims, hw: Hardware, k_draft: int, batch: int, unique_verify: float,
+                      unique_decode: float, method: str, p: StepParams) -> float:
+    return te_from_times(step_times(dims, hw, batch, 1, unique_decode, p),
+                         step_times(dims, hw, batch, k_draft + 1, unique_verify, p),
+                         p.verify_extra(method))
+
+
+# --- unique experts from overlaps ------------------------------------------------------------
+
+FINE_GRAINED = 16  # N / k at or above which a model counts as fine-grained (the study's split)
+
+
+def prior_overlaps(dims: ModelDims, k_draft: int) -> np.ndarray:
+    """Overlap curves (steps 1..K) of the study's models of the same granularity (published,
+    Table 17): rows are models; a model the study did not measure takes these as its prior."""
+    ob = published.load("overlap_by_distance")
+    ue = published.load("unique_experts_ipf").set_index("model")
+    fine = dims.num_experts / dims.top_k >= FINE_GRAINED
+    keep = [m for m in ob["model"] if m in ue.index
+            and (ue.loc[m, "n"] / ue.loc[m, "k"] >= FINE_GRAINED) == fine]
+    cols = [f"step{d}" for d in range(1, k_draft + 1)]
+    if any(c not in ob for c in cols):
+        raise InputError(f"the study publishes overlaps for steps 1..4 only (K = {k_draft})")
+    return ob.set_index("model").loc[keep, cols].to_numpy(float)
+
+
+def unique_verify(dims: ModelDims, overlaps, batch: int) -> float:
+    """Unique experts of B windows of K + 1 tokens, from the uniform max-entropy IPF fit of an
+    overlap curve (ipf.predict_uniform)."""
+    return float(ipf.predict_uniform(dims.num_experts, dims.top_k, np.asarray(overlaps, float),
+                                     batch=batch)["unique"])
+
+
+def unique_decode(dims: ModelDims, batch: int) -> float:
+    return uniform_unique(dims.num_experts, dims.top_k, batch)
+
+
+# --- calibration on the study's measurements --------------------------------------------------
+
+# The checkpoint (config.json, package data under data/hf_configs/) of each study model, and the
+# format a precision serves it in: None, the checkpoint's own; else vLLM's online format.
+CHECKPOINTS = {
+    "Mixtral-8x7B": "Mixtral-8x7B-Instruct-v0.1.json", "Qwen2-57B": "Qwen2-57B-A14B-Instruct.json",
+    "GLM-4.7-Flash": "GLM-4.7-Flash.json", "Qwen3-30B": "Qwen3-30B-A3B-FP8.json",
+    "Qwen3-235B": "Qwen3-235B-A22B-Instruct-2507.json",
+    "Qwen3-235B/fp8": "Qwen3-235B-A22B-Instruct-2507-FP8.json",
+    "Qwen3-Next-80B": "Qwen3-Next-80B-A3B-Instruct.json", "Qwen3.5-35B": "Qwen3.5-35B-A3B.json",
+}
+
+
+def config_path(name: str) -> str:
+    """A packaged config.json of the study's checkpoints (data/hf_configs/<name>)."""
+    p = resources.files("specmoe") / "data" / "hf_configs" / name
+    if not p.is_file():
+        raise InputError(f"no packaged config.json {name!r}")
+    return str(p)
+
+
+def study_model_dims(model: str, precision: str, tp: int) -> ModelDims:
+    """A study model's dimensions as the study served it (precision, TP)."""
+    from .hfconfig import dims_from_config
+
+    name = CHECKPOINTS.get(f"{model}/{precision}") or CHECKPOINTS.get(model)
+    if name is None:
+        raise InputError(f"no packaged checkpoint for study model {model!r}")
+    native = dims_from_config(config_path(name), tp=tp)
+    if native.dtype.startswith(precision):  # fp8 checkpoint served as fp8
+        return native
+    return dims_from_config(config_path(name), dtype=precision, tp=tp)
+
+
+def published_overlaps(model: str, k_draft: int) -> np.ndarray | None:
+    ob = published.load("overlap_by_distance").set_index("model")
+    if model not in ob.index:
+        return None
+    return ob.loc[model, [f"step{d}" for d in range(1, k_draft + 1)]].to_numpy(float)
+
+
+def study_hardware(gpu: str) -> Hardware:
+    """A GPU the study measured on (published/hardware.csv)."""
+    hw = published.load("hardware").set_index("gpu")
+    if gpu not in hw.index:
+        raise InputError(f"the study measured on {', '.join(hw.index)}, not {gpu!r}")
+    r = hw.loc[gpu]
+    peaks = {d: float(r[f"peak_{d}_tflops"]) for d in ("bf16", "fp16", "fp8", "fp32")}
+    return Hardware.from_config(gpu, {"hbm_bandwidth_gbs": float(r["hbm_bandwidth_gbs"]),
+                                      "peak_tflops": peaks, "l2_mib": float(r["l2_mib"]),
+                                      "sm_count": int(r["sm_count"])})
+
+
+def calibration_rows() -> list[dict]:
+    """The study's measured TE at batch 1, K = 3: Table 10 (all twelve configurations, `goal`) and
+    Table 1's other Qwen3-30B variants, each with its dimensions, the GPU it ran on and its unique
+    experts (the published overlaps' IPF fit, or the prior of its granularity's mean curve)."""
+    gpus = published.load("models").set_index("model")["gpu"].to_dict()
+    rows = []
+    t10 = published.load("te_batch1_k3")
+    t1 = published.load("te_weight_model_batch1")
+    seen = {(r.model, r.precision, int(r.tp)) for r in t10.itertuples()}
+    extra = [(r.model, r.dtype, int(r.tp), "EAGLE-3", r.te_observed) for r in t1.itertuples()
+             if (r.model, r.dtype, int(r.tp)) not in seen]
+    every = [(r.model, r.precision, int(r.tp), r.sd_method, r.target_efficiency, True)
+             for r in t10.itertuples()] + [(*e, False) for e in extra]
+    for model, precision, tp, method, te, goal in every:
+        dims = study_model_dims(model, precision, tp)
+        # the models the study lists without a GPU ran on its main one, the H100
+        gpu = gpus.get(model, costmodel.DEFAULT_HARDWARE)
+        ov = published_overlaps(model, 3)
+        prior = ov is None
+        ov = prior_overlaps(dims, 3).mean(axis=0) if prior else ov
+        rows.append({"model": model, "precision": precision, "tp": tp, "method": method,
+                     "te_published": float(te), "goal": goal, "dims": dims,
+                     "hw": study_hardware(gpu),
+                     "unique": unique_verify(dims, ov, 1), "overlap_prior": prior})
+    return rows
+
+
+def predict_row(r: dict, p: StepParams) -> float:
+    return target_efficiency(r["dims"], r["hw"], 3, 1, r["unique"], r["dims"].top_k, r["method"],
+                             p)
+
+
+def fit(rows: list[dict], start: StepParams | None = None) -> StepParams:
+    """Least squares of TE on `rows` (nothing else is read)."""
+    from scipy.optimize import least_squares
+
+    x0 = np.array(list((start or StepParams(1.0, 5.0, 2.5, 0.05, 0.3)).as_dict().values()))
+
+    def resid(x):
+        p = StepParams(*x)
+        return [predict_row(r, p) - r["te_published"] for r in rows]
+
+    res = least_squares(resid, x0, bounds=BOUNDS)
+    return StepParams(*map(float, res.x))
+
+
+def leave_one_model_out(rows: list[dict]) -> list[dict]:
+    """Each row predicted by parameters fitted on the other models' rows only (in `rows`' order)."""
+    fits = {m: fit([r for r in rows if r["model"] != m])
+            for m in dict.fromkeys(r["model"] for r in rows)}
+    out = []
+    for r in rows:
+        p = fits[r["model"]]
+        pred = predict_row(r, p)
+        out.append({"model": r["model"], "precision": r["precision"], "tp": r["tp"],
+                    "method": r["method"], "goal": r["goal"], "te_published": r["te_published"],
+                    "te_predicted": pred, "error": pred - r["te_published"],
+                    "overlap_prior": r["overlap_prior"],
+                    **{f"fit_{k}": v for k, v in p.as_dict().items()}})
+    return out
+
+
+def weight_model_te(r: dict) -> float:
+    """The study's weight model on the same dimensions and unique experts (for comparison)."""
+    return r["dims"].te_weight(r["unique"])
+
+
+def lomo_rmse(rows: list[dict]) -> float:
+    """The model's own error on a configuration it has not seen: the root mean square of the
+    leave-one-model-out errors (the TE error term of every prediction's interval)."""
+    errs = [r["error"] for r in leave_one_model_out(rows)]
+    return float(np.sqrt(np.mean(np.square(errs))))
+
+
+# --- predicting a curve -------------------------------------------------------------------------
+
+TAU_PRIOR = (2.0, 3.2)  # acceptance length of K = 3 windows when nothing is known (1 to 2.2 drafts)
+
+
+def tau_prior(k_draft: int) -> tuple[float, float]:
+    return TAU_PRIOR[0], min(TAU_PRIOR[1], k_draft + 1.0)
+
+
+SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin")
+LOW_BATCH = 2      # a maximum at batch 1 or 2 is "at low batch" (the study's fine-grained models)
+SHAPE_SHARE = 0.8  # a shape is stated when at least this share of the draws has it
+DRAWS = 400
+
+
+def curve_shape(batches: list[int], speedups: list[float], margin: float) -> str:
+    """The shape of one speedup curve (batch sizes ascending)."""
+    s = np.asarray(speedups, float)
+    if s.max() <= s.min() * (1 + margin):
+        return "flat within the margin"
+    top = int(np.argmax(s))
+    if batches[top] <= LOW_BATCH:
+        return "peak at low batch"
+    if top == len(s) - 1:
+        return "rising"
+    return "concave" if s[top] > s[0] * (1 + margin) else "peak at low batch"
+
+
+def drafter_dims(target: ModelDims, method: str, draft: ModelDims | None) -> ModelDims:
+    """The drafter's dimensions: a separate draft model's own (`draft`), else one layer on the
+    target's LM head: an EAGLE/EAGLE-3 head (the target's attention and its k experts' width as
+    one dense FFN) or an MTP layer (one of the target's MoE layers)."""
+    family = FAMILIES.get(method)
+    if family == "draft_model":
+        if draft is None:
+            raise InputError("a draft model's cost needs its config.json (--draft-config) or "
+                             "--draft-cost")
+        return draft
+    one = {"num_layers": 1, "num_moe_layers": 1, "dense_layer_params": 0.0,
+           "kv_per_token": target.kv_per_token / target.num_layers}
+    if family == "mtp":
+        return ModelDims(**{**target.to_dict(), **one})
+    return ModelDims(**{**target.to_dict(), **one, "num_experts": 1, "top_k": 1,
+                        "expert_intermediate": target.top_k * target.expert_intermediate})
+
+
+def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_sizes: list[int],
+            params: StepParams, te_error: float, overlaps: np.ndarray, tau: tuple[float, float],
+            draft: ModelDims | None = None, draft_cost: float | None = None,
+            margin: float = 0.05, seed: int = 0) -> dict:
+    """TE and speedup at each batch size with 95% intervals over the uncertain inputs.
+
+    overlaps: rows of candidate overlap curves (steps 1..K); one row is a known curve, several a
+    prior (each draw mixes two of them). tau: the acceptance length's range (equal bounds: known).
+    te_error: the model's own TE error (lomo_rmse), drawn as normal noise. draft_cost: a known c
+    (else c(B) from the drafter's step time). Each draw gives a whole curve, whose shape counts.
+    """
+    overlaps = np.atleast_2d(np.asarray(overlaps, float))
+    if overlaps.shape[1] != k_draft:
+        raise InputError(f"{overlaps.shape[1]} overlaps for K = {k_draft}: give ov(d) for "
+                         f"d = 1..{k_draft}")
+    if not 1 <= tau[0] <= tau[1] <= k_draft + 1:
+        raise InputError(f"acceptance length {tau} outside [1, K+1 = {k_draft + 1}]")
+    batches = sorted({int(b) for b in batch_sizes})
+    d_dims = None if draft_cost is not None else drafter_dims(dims, method, draft)
+    rng = np.random.default_rng(seed)
+    te = np.empty((DRAWS, len(batches)))
+    spd = np.empty_like(te)
+    cost = np.empty_like(te)
+    memo: dict[tuple, float] = {}
+    for i in range(DRAWS):
+        a, b = rng.integers(len(overlaps), size=2)
+        w = rng.uniform()
+        ov = np.round(w * overlaps[a] + (1 - w) * overlaps[b], 3)
+        t = rng.uniform(*tau)
+        noise = rng.normal(0.0, te_error)
+        for j, bs in enumerate(batches):
+            key = (tuple(ov), bs)
+            if key not in memo:
+                memo[key] = target_efficiency(dims, hw, k_draft, bs, unique_verify(dims, ov, bs),
+                                              unique_decode(dims, bs), method, params)
+            te[i, j] = min(max(memo[key] + noise, 1e-3), 1.0)
+            if draft_cost is not None:
+                cost[i, j] = draft_cost
+            else:
+                u = unique_decode(d_dims, bs)
+                cost[i, j] = (k_draft * step_time(d_dims, hw, bs, 1, u, params)
+                              / step_time(dims, hw, bs, 1, unique_decode(dims, bs), params))
+            spd[i, j] = t / (cost[i, j] + 1.0 / te[i, j])
+    shapes = [curve_shape(batches, row, margin) for row in spd]
+    counts = {s: shapes.count(s) / DRAWS for s in SHAPES if s in shapes}
+    top = max(counts, key=counts.get)
+    shape = top if counts[top] >= SHAPE_SHARE else "undecided"
+    lo, hi = np.percentile(spd, [2.5, 97.5], axis=0)
+    beyond = [b for b, h in zip(batches, hi) if h < 1.0]
+    point = np.median(spd, axis=0)
+    return {"batch_sizes": batches,
+            "te": np.median(te, axis=0).tolist(),
+            "te_low": np.percentile(te, 2.5, axis=0).tolist(),
+            "te_high": np.percentile(te, 97.5, axis=0).tolist(),
+            "speedup": point.tolist(), "speedup_low": lo.tolist(), "speedup_high": hi.tolist(),
+            "draft_cost": np.median(cost, axis=0).tolist(),
+            "shape": shape, "shape_shares": counts,
+            "stops_paying_at": beyond[0] if beyond else None}
