@@ -107,3 +107,27 @@ def test_predict_a_model_the_study_did_not_measure():
 def test_predict_rejects_contradicting_inputs(args, message):
     r = predict(str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), *args)
     assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_predict_a_study_repo_through_the_download_stage_offline(tmp_path):
+    """A repo id: its config.json from the Hugging Face cache as the download stage's config
+    mode takes it (offline, a cache laid out by hand); a study checkpoint brings its published
+    overlaps, and a fixed acceptance length narrows the interval to the model's own error."""
+    import os
+
+    from hubfake import lay_out_cache
+
+    lay_out_cache(tmp_path / "hf" / "hub", "Qwen/Qwen3-30B-A3B-FP8",
+                  {"config.json": (CONFIGS / "Qwen3-30B-A3B-FP8.json").read_bytes(),
+                   "tokenizer.json": b'{"version": "1.0"}'}, commit="e" * 40)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(tmp_path / "hf" / "hub"),
+               HF_HUB_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-m", "specmoe", "predict", "Qwen/Qwen3-30B-A3B-FP8",
+                        "--revision", "e" * 40, "--tp", "2", "--acceptance-length", "2.6",
+                        "--hardware-file", str(REPO / "config.yaml"), "--json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["overlaps"] == "published (Qwen3-30B)" and out["acceptance_length"] == [2.6, 2.6]
+    assert out["precision"] == "fp8-b128" and out["tp"] == 2
