@@ -76,18 +76,21 @@ def test_mixtral_is_concave_as_in_the_study(rows):
     assert max(res["te_high"]) <= 1.0 and min(res["te_low"]) > 0
 
 
-def predict(*args):
-    return subprocess.run([sys.executable, "-m", "specmoe", "predict", *args,
-                           "--hardware-file", str(REPO / "config.yaml")],
-                          capture_output=True, text=True, timeout=120)
+def predict(capsys, *args):
+    """`specmoe predict` in this process (the command's own entry point)."""
+    from specmoe.cli import main
+
+    code = main(["predict", *args, "--hardware-file", str(REPO / "config.yaml")])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-def test_predict_a_model_the_study_did_not_measure():
+def test_predict_a_model_the_study_did_not_measure(capsys):
     """GPT-OSS-120B's config.json (mxfp4 experts): the prior of fine-grained curves, intervals
     around every point, physical bounds kept."""
-    r = predict(str(CONFIGS / "gpt-oss-120b.json"), "--tp", "4", "--json")
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    code, stdout, err = predict(capsys, str(CONFIGS / "gpt-oss-120b.json"), "--tp", "4", "--json")
+    assert code == 0, err
+    out = json.loads(stdout)
     for key in ("batch_sizes", "te", "te_low", "te_high", "speedup", "speedup_low",
                 "speedup_high", "shape"):
         assert key in out
@@ -104,9 +107,9 @@ def test_predict_a_model_the_study_did_not_measure():
     (["--acceptance-length", "9"], "acceptance length"),
     (["--overlaps", "0.3,0.2"], "2 overlaps for K = 3"),
 ])
-def test_predict_rejects_contradicting_inputs(args, message):
-    r = predict(str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), *args)
-    assert r.returncode == 2 and message in r.stderr, r.stderr
+def test_predict_rejects_contradicting_inputs(capsys, args, message):
+    code, _, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), *args)
+    assert code == 2 and message in err, err
 
 
 def test_predict_a_study_repo_through_the_download_stage_offline(tmp_path):

@@ -248,6 +248,7 @@ def cmd_predict(a) -> dict:
     else:
         tau = stepmodel.tau_prior(a.k)
     draft = dense_dims_from_config(a.draft_config) if a.draft_config else None
+    stepmodel.check_inputs(a.k, overlaps, tau)
     rows = stepmodel.calibration_rows()
     params = stepmodel.fit(rows)
     res = stepmodel.predict(dims, Hardware.from_config(a.hardware, hardware[a.hardware]), a.k,

@@ -318,6 +318,19 @@ def drafter_dims(target: ModelDims, method: str, draft: ModelDims | None) -> Mod
                         "expert_intermediate": target.top_k * target.expert_intermediate})
 
 
+def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray:
+    """Overlap curves of K steps, each within [0, 1], and an acceptance length within [1, K+1]."""
+    overlaps = np.atleast_2d(np.asarray(overlaps, float))
+    if overlaps.shape[1] != k_draft:
+        raise InputError(f"{overlaps.shape[1]} overlaps for K = {k_draft}: give ov(d) for "
+                         f"d = 1..{k_draft}")
+    if np.any(overlaps < 0) or np.any(overlaps > 1):
+        raise InputError("overlaps lie within [0, 1]")
+    if not 1 <= tau[0] <= tau[1] <= k_draft + 1:
+        raise InputError(f"acceptance length {tau} outside [1, K+1 = {k_draft + 1}]")
+    return overlaps
+
+
 def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_sizes: list[int],
             params: StepParams, te_error: float, overlaps: np.ndarray, tau: tuple[float, float],
             draft: ModelDims | None = None, draft_cost: float | None = None,
@@ -329,12 +342,7 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
     te_error: the model's own TE error (lomo_rmse), drawn as normal noise. draft_cost: a known c
     (else c(B) from the drafter's step time). Each draw gives a whole curve, whose shape counts.
     """
-    overlaps = np.atleast_2d(np.asarray(overlaps, float))
-    if overlaps.shape[1] != k_draft:
-        raise InputError(f"{overlaps.shape[1]} overlaps for K = {k_draft}: give ov(d) for "
-                         f"d = 1..{k_draft}")
-    if not 1 <= tau[0] <= tau[1] <= k_draft + 1:
-        raise InputError(f"acceptance length {tau} outside [1, K+1 = {k_draft + 1}]")
+    overlaps = check_inputs(k_draft, overlaps, tau)
     batches = sorted({int(b) for b in batch_sizes})
     d_dims = None if draft_cost is not None else drafter_dims(dims, method, draft)
     rng = np.random.default_rng(seed)

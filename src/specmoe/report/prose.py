@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import published
 from ..names import control_name
 from . import tables
 from .runs import by_distance, first_run, load
@@ -258,6 +259,7 @@ def prediction_findings(table_dir) -> list[str]:
     td = Path(table_dir)
     out = []
     sm = load(td, "step_model")
+    studied = set(published.load("hardware")["gpu"])
     both = sm[np.isfinite(sm["speedup_measured"])] if not sm.empty else sm
     for model, g in (both.groupby("model", sort=False) if not both.empty else []):
         inside = [(r["speedup_low"] <= r["speedup_measured"] <= r["speedup_high"])
@@ -266,7 +268,9 @@ def prediction_findings(table_dir) -> list[str]:
                         f"{r['speedup_predicted']:.2f} [{r['speedup_low']:.2f}, "
                         f"{r['speedup_high']:.2f}] predicted" for _, r in g.iterrows())
         hw = g["hardware"].iloc[0]
-        out.append(f"{model} (step model on {hw}): {pts}; {sum(inside)} of {len(inside)} "
+        where = (f"on {hw}" if hw in studied else
+                 f"on {hw}, where it is an uncalibrated roofline (calibrated on the study's GPUs)")
+        out.append(f"{model} (step model {where}): {pts}; {sum(inside)} of {len(inside)} "
                    f"measurements inside the predicted interval; shape predicted "
                    f"{g['shape_predicted'].iloc[0]}, measured {g['shape_measured'].iloc[0]}")
     return out
