@@ -35,7 +35,9 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
 
     # downloads: every repo resolved offline from the case's cache, at its pinned revision
     manifests = [read_json(p) for p in (res / "downloads").rglob("*.json")]
-    assert len(manifests) == 5 + 4  # 3 model repos in full, 2 targets' config only, 4 datasets
+    # 3 model repos in full; config only: 2 targets (weight model, GPU bill) and the draft model
+    # (the step model's drafter), 4 datasets
+    assert len(manifests) == 6 + 4
     for man in manifests:
         assert man["commit"] == pinned[man["repo_id"]]
         assert man["snapshot_path"].startswith(str(root / "hf" / "hub"))

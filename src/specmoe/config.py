@@ -2,11 +2,12 @@
 
 `Config.resolve(config)` takes a configuration that its schema has validated (Snakemake's
 `validate` writes the schema's defaults into it) and builds typed, frozen objects from it. The
-defaults that the schema cannot express live here, once: a model's hardware (a variant's is its
-target's, else `DEFAULT_HARDWARE`), its K (the top-level `ks`), the prompt table of the tiny
-models (`prompts.DEFAULT_SOURCE`). The workflow's rules, the GPU bill and the stages read these
-objects; which jobs a model has (captures per run, one serving series per engine, one profile per
-drafter at the model's first K) is decided here and nowhere else. See docs/method.md, Pipeline.
+defaults that the schema cannot express are filled here, once: a model's hardware (a variant's is
+its target's, else `costmodel.DEFAULT_HARDWARE`), its K (the top-level `ks`), the prompt table of
+the tiny models (`prompts.DEFAULT_SOURCE`). The workflow's rules, the GPU bill and the stages read
+these objects; which jobs a model has (captures per run, one serving series per engine, one
+profile per drafter at the model's first K) is decided here and nowhere else. Every key:
+config/README.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from specmoe.report import registry
 from specmoe import prompts as prompt_table
 from specmoe.config import Config, repo_key
 from specmoe.names import control_name
+from specmoe.tiny import TrainSpec
 from specmoe.published import study_entry
 
 min_version("9.0")
@@ -210,7 +211,11 @@ def training_recipe(name, trained=True):
     """What a tiny model's weights depend on: architecture, budget and seed (not its drafters,
     datasets, K or hardware, which only its runs use)."""
     m = CFG.entry(name)
-    recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", 0)}
+    recipe = {
+        "name": m["name"],
+        "arch": m["arch"],
+        "seed": m.get("seed", TrainSpec.seed),
+    }
     if trained:
         recipe["steps"] = m["steps"]
     return canonical(recipe)
@@ -232,7 +237,9 @@ def train_settings(trained=True):
 
 
 def train_threads():
-    return int((config.get("tiny", {}).get("train") or {}).get("threads", 2))
+    return int(
+        (config.get("tiny", {}).get("train") or {}).get("threads", TrainSpec.threads)
+    )
 
 
 def synth_entry(wildcards):

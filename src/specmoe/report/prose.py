@@ -1,7 +1,7 @@
 """The report's sentences, each computed from the tables: what the routing shows, the study's
 findings in the tiny targets (shown, not shown, undecided, not measurable on a CPU), what the
 measurements show, how the run compares with the study, and the caveats. A direction or a shape
-is stated only where the intervals decide it (docs/method.md, Report)."""
+is stated only where the intervals decide it (docs/method.md, Serving sweeps)."""
 
 from __future__ import annotations
 

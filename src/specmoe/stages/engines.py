@@ -6,6 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# An engine section's settings where the configuration leaves them out (capture, sweeps, profiles
+# and the SD check read them through `setting`).
+ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
+                   "timeout_s": 1800.0, "repetition_penalty": 1.0}
+
+
+def setting(cfg: dict, key: str):
+    """An engine section's setting, or its default."""
+    return cfg.get(key, ENGINE_DEFAULTS[key])
+
 
 def engine_inputs(target, drafter=None, method: str | None = None, gpu: bool = False,
                   what: str = "engine"):
@@ -85,6 +95,6 @@ def model_provenance(name: str, model_dir) -> dict:
 
 def engine_opts(cfg: dict) -> dict:
     """Engine options of a sweep/profiling config section."""
-    return {"dtype": cfg.get("dtype", "auto"), "kv_cache_mib": int(cfg.get("kv_cache_mib", 512)),
-            "max_model_len": int(cfg.get("max_model_len", 1024)), "seed": 0,
+    return {"dtype": setting(cfg, "dtype"), "kv_cache_mib": int(setting(cfg, "kv_cache_mib")),
+            "max_model_len": int(setting(cfg, "max_model_len")), "seed": 0,
             "extra": dict(cfg.get("engine_args") or {})}

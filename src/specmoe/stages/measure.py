@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import prompts as prompt_table
 from ..provenance import provenance, write_json
-from .engines import engine_label, engine_opts, model_identity, model_provenance
+from .engines import engine_label, engine_opts, model_identity, model_provenance, setting
 
 log = logging.getLogger("specmoe")
 
@@ -79,7 +79,7 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
     t0 = time.perf_counter()
     res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
                         int(prof_cfg["max_tokens"]), opts, trace_dir, log_path=engine_log,
-                        timeout=float(prof_cfg.get("timeout_s", 1800)))
+                        timeout=float(setting(prof_cfg, "timeout_s")))
     write_json(out, {"run": run, **res, "wall_s": time.perf_counter() - t0}, provenance(
         {"run": run, "profiling": prof_cfg, "prompts": prompts_source},
         model=model_provenance(run["model"], target_dir), stage="profile", engine=engine_label()))

@@ -13,6 +13,7 @@ from .. import tiny
 from ..errors import InputError
 from ..names import control_name
 from ..provenance import provenance, write_json
+from .engines import setting
 
 log = logging.getLogger("specmoe")
 
@@ -49,7 +50,7 @@ def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained
     arch = tiny.arch_from_dict(model_cfg["arch"])
     train = dict(tiny_cfg.get("train", {}))
     spec = tiny.spec_from_dict({**train, "steps": model_cfg.get("steps", 1),
-                                "seed": model_cfg.get("seed", 0)})
+                                **({"seed": model_cfg["seed"]} if "seed" in model_cfg else {})})
     arch.validate()
     spec.validate()  # bad input fails here, before torch is even imported
     tok_dir = Path(tokenizer_dir)
@@ -91,8 +92,8 @@ def sd_check_stage(target_dir, drafter_dir, k: int, sd_cfg: dict, prompts_source
         raise InputError(f"dataset {dataset} has no prompts")
     res = sd_check(target_dir, drafter_dir, k, [r.text for r in rows],
                    int(sd_cfg.get("max_tokens", 64)), log_path=engine_log, seed=0,
-                   dtype=sd_cfg.get("dtype", "auto"),
-                   kv_cache_mib=int(sd_cfg.get("kv_cache_mib", 512)))
+                   dtype=setting(sd_cfg, "dtype"),
+                   kv_cache_mib=int(setting(sd_cfg, "kv_cache_mib")))
     res["prompt_ids"] = [r.prompt_id for r in rows]
     res["target"], res["drafter"], res["dataset"] = str(target_dir), str(drafter_dir), dataset
     spec = res["spec"]

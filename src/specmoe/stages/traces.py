@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import prompts as prompt_table
 from ..provenance import provenance
-from .engines import engine_label, model_provenance
+from .engines import engine_label, model_provenance, setting
 
 log = logging.getLogger("specmoe")
 
@@ -39,16 +39,16 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     rows = distinct_prompts(prompt_table.load(prompts_source, [run["dataset"]]),
                             int(cap_cfg.get("prompts", 0)) or None)
     engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
-                           kv_cache_mib=int(cap_cfg.get("kv_cache_mib", 512)),
+                           kv_cache_mib=int(setting(cap_cfg, "kv_cache_mib")),
                            max_num_seqs=int(cap_cfg["max_num_seqs"]),
-                           dtype=cap_cfg.get("dtype", "auto"),
+                           dtype=setting(cap_cfg, "dtype"),
                            extra=dict(cap_cfg.get("engine_args") or {}))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],
                            int(cap_cfg["max_tokens"]), engine, shard_dir,
-                           log_path=engine_log, timeout=float(cap_cfg.get("timeout_s", 1800)),
-                           repetition_penalty=float(cap_cfg.get("repetition_penalty", 1.0)))
+                           log_path=engine_log, timeout=float(setting(cap_cfg, "timeout_s")),
+                           repetition_penalty=float(setting(cap_cfg, "repetition_penalty")))
         tr = assemble(res, rows, run, k)
     cap = tr.meta["capture"]
     log.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches in %d "
