@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specmoe.configcheck import problems
+from snakemake.utils import validate
+
+from specmoe.config import problems
 from wf import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,10 +109,12 @@ CORPUS = [
 
 
 def merged(cfg):
-    """cfg over config.yaml, as `--configfile` merges it (lists replaced, mappings merged)."""
+    """cfg over config.yaml, as `--configfile` merges it (lists replaced, mappings merged), and
+    validated by the schema as the workflow does (its defaults filled)."""
     out = yaml.safe_load((REPO / "config.yaml").read_text())
     for k, v in cfg.items():
         out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    validate(out, str(REPO / "config/schema.yaml"))
     return out
 
 

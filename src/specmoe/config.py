@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .configcheck import check
+from . import configcheck
 from .costmodel import DEFAULT_HARDWARE
+from .errors import InputError
 from .names import control_name
 from .prompts import DEFAULT_SOURCE
 
@@ -94,8 +95,8 @@ def _frozen(d: dict) -> MappingProxyType:
 class Config:
     """The resolved configuration (build it with `Config.resolve`)."""
 
-    def __init__(self, config: dict, prompt_datasets: set[str] | None = None):
-        check(config, prompt_datasets)
+    def __init__(self, config: dict):
+        """Resolve a configuration whose structure is sound (configcheck.structure)."""
         self.raw = config
         self.ks = tuple(config["ks"])
         self.hardware = dict(config["hardware"])
@@ -110,8 +111,6 @@ class Config:
                                             _frozen(d))
                          for d in config.get("drafters") or []}
         entries = {m["name"]: m for m in config["models"]}
-        if any(m["source"] == "tiny" for m in entries.values()) and "tiny" not in config:
-            raise ValueError("config: models with source 'tiny' need the 'tiny' section")
         self.models: dict[str, Model] = {}    # every model with runs (controls included)
         self.variants: dict[str, Model] = {}  # swept only: a tiny checkpoint, other settings
         self.hf: dict[str, Model] = {}        # the study's models, cost-only ones included
@@ -141,8 +140,20 @@ class Config:
 
     @classmethod
     def resolve(cls, config: dict, prompt_datasets: set[str] | None = None) -> "Config":
-        """Check the configuration (every problem, one line each) and resolve it."""
-        return cls(config, prompt_datasets)
+        """The resolved configuration; InputError listing every problem, one per line, if it
+        cannot run (prompt_datasets: the datasets of the tiny models' prompt table, None: not
+        checked)."""
+        found = problems(config, prompt_datasets)
+        if found:
+            raise InputError("config: " + "\nconfig: ".join(found))
+        return cls(config)
+
+    def problems(self, prompt_datasets: set[str] | None = None) -> list[str]:
+        """The checks of the resolved models and the settings (configcheck)."""
+        every = [self.model(m["name"]) for m in self.raw["models"]]
+        return (configcheck.models(every, self.drafters, self.hardware, self.datasets, self.ks,
+                                   prompt_datasets)
+                + configcheck.settings(self.raw, prompt_datasets))
 
     def _model(self, m: dict, control_of: str | None = None) -> Model:
         hardware = m.get("hardware") or DEFAULT_HARDWARE  # a variant's: its target's
@@ -252,3 +263,9 @@ class Config:
         return [j for n in [*self.swept, *self.hf_swept] if n in self.models
                 for j in self.engine_jobs(n) if j.rule == "profile"]
 
+
+def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]:
+    """Every contradiction of a configuration that its schema has validated (empty: it can run):
+    first what resolving it needs, then each resolved model and the settings."""
+    found = configcheck.structure(config)
+    return found or Config(config).problems(prompt_datasets)

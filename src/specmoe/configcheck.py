@@ -1,29 +1,28 @@
 """Cross-checks of a configuration that its schema cannot express, run when the workflow is parsed:
 every reference resolves and no two numbers contradict each other. Each problem is one line naming
 the entry and the value, so that a configuration that cannot run stops before any job starts.
+
+Two passes (specmoe.config.problems runs them): `structure` on the configuration as written (what
+resolving it needs: unique names, variants of tiny models), then `models` and `settings` on the
+resolved models (specmoe.config.Model: defaults filled, a variant merged with its target once).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from .costmodel import DEFAULT_HARDWARE, compute_dtype
+from .costmodel import compute_dtype
 from .errors import InputError
 from .names import control_name
 
 
-def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]:
-    """Every contradiction found (empty: the configuration is consistent).
-
-    prompt_datasets: the datasets of the prompt table that tiny models read (None: not checked).
-    """
+def structure(config: dict) -> list[str]:
+    """What resolving the configuration needs: unique names, a control's name free, variants of
+    tiny models that set only what a variant may; one revision per repository; known study
+    models to compare with."""
     out: list[str] = []
     models = config.get("models") or []
     drafters = config.get("drafters") or []
-    hardware = config.get("hardware") or {}
-    datasets = config.get("datasets") or {}
-    ks = config.get("ks") or []
-
     for what, entries in (("model", models), ("drafter", drafters)):
         for name, n in Counter(e["name"] for e in entries).items():
             if n > 1:
@@ -31,15 +30,14 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
     both = {m["name"] for m in models} & {d["name"] for d in drafters}
     for name in sorted(both):
         out.append(f"'{name}' is both a model and a drafter: give them different names")
-    tiny_names = {m["name"] for m in models if m["source"] == "tiny"}
-    for name in sorted(tiny_names):
-        if control_name(name) in {m["name"] for m in models} | {d["name"] for d in drafters}:
-            out.append(f"model '{control_name(name)}' clashes with the untrained control of tiny "
-                       f"model '{name}'")
-    for name, n in Counter(ks).items():
+    taken = {m["name"] for m in models} | {d["name"] for d in drafters}
+    for m in models:
+        if m["source"] == "tiny" and control_name(m["name"]) in taken:
+            out.append(f"model '{control_name(m['name'])}' clashes with the untrained control of "
+                       f"tiny model '{m['name']}'")
+    for k, n in Counter(config.get("ks") or []).items():
         if n > 1:
-            out.append(f"ks lists K={name} {n} times")
-
+            out.append(f"ks lists K={k} {n} times")
     revisions: dict[str, dict] = {}  # one repository is downloaded once, at one revision
     for e in [*models, *drafters]:
         if e.get("source") == "hf" and e.get("repo_id"):
@@ -49,17 +47,15 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
             asks = ", ".join(f"{n} at {r!r}" for n, r in by_name.items())
             out.append(f"{repo} is asked for at different revisions ({asks}): one repository, "
                        "one revision")
-    study = None
-    for m in models:
-        if m.get("compare_with"):
-            from .published import study_models
+    if any(m.get("compare_with") for m in models):
+        from .published import study_models
 
-            study = study if study is not None else study_models()
-            if m["compare_with"] not in study:
+        study = study_models()
+        for m in models:
+            if m.get("compare_with") and m["compare_with"] not in study:
                 out.append(f"model {m['name']}: compare_with '{m['compare_with']}' is not a model "
                            f"of the study (one of: {', '.join(sorted(study))})")
     by_name = {m["name"]: m for m in models}
-    variants = {}  # a variant is checked as its target would be, with its drafters, datasets, K
     for m in models:
         if m["source"] != "variant":
             continue
@@ -75,41 +71,48 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
         if m.get("precision") == "fp8":
             out.append(f"model {m['name']}: precision fp8 needs a GPU; a tiny model's variant "
                        "can be bf16, fp16 or fp32")
-        variants[m["name"]] = {**base, **m, "source": "tiny"}
-    models = [variants.get(m["name"], m) for m in models]
-    drafter_by_name = {d["name"]: d for d in drafters}
-    for d in drafters:
-        if d["source"] == "tiny":
-            out += [f"drafter {d['name']}: {e}" for e in _arch_problems(d.get("arch") or {})]
-    for m in models:
-        name, src = m["name"], m["source"]
-        where = f"model {name}"
-        hw = m.get("hardware") or DEFAULT_HARDWARE
-        if hw not in hardware:
-            out.append(f"{where}: hardware '{hw}' is not defined under 'hardware' (defined: "
-                       f"{', '.join(sorted(hardware)) or 'none'})")
-        for k in m.get("ks") or []:
-            if list(m.get("ks")).count(k) > 1:
+    if any(m["source"] == "tiny" for m in models) and "tiny" not in config:
+        out.append("models with source 'tiny' need the 'tiny' section")
+    return out
+
+
+def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: tuple,
+           prompt_datasets: set[str] | None) -> list[str]:
+    """Each resolved model (specmoe.config.Model; variants included) against the hardware,
+    drafters (name -> specmoe.config.Drafter) and datasets it names, and its own numbers."""
+    out: list[str] = []
+    for d in drafters.values():
+        if d.source == "tiny":
+            out += [f"drafter {d.name}: {e}" for e in _arch_problems(d.entry.get("arch") or {})]
+    for m in resolved:
+        where, src, e = f"model {m.name}", m.source, m.entry
+        tiny = src in ("tiny", "variant")  # a variant serves a tiny checkpoint
+        if m.hardware not in hardware:
+            out.append(f"{where}: hardware '{m.hardware}' is not defined under 'hardware' "
+                       f"(defined: {', '.join(sorted(hardware)) or 'none'})")
+        for k, n in Counter(e.get("ks") or []).items():  # the top-level ks: `structure`
+            if n > 1:
                 out.append(f"{where}: ks lists K={k} twice")
                 break
         if src == "synthetic":
-            out += [f"{where}: {e}" for e in _synthetic_problems(m, ks)]
-        if src == "tiny" and name not in variants:  # a variant's arch is its target's
-            out += [f"{where}: {e}" for e in _arch_problems(m.get("arch") or {})]
-            if (m.get("arch") or {}).get("kind", "moe") != "moe":
+            out += [f"{where}: {p}" for p in _synthetic_problems(e, m.ks)]
+        if src == "tiny":  # a variant's arch is its target's
+            out += [f"{where}: {p}" for p in _arch_problems(e.get("arch") or {})]
+            if (e.get("arch") or {}).get("kind", "moe") != "moe":
                 out.append(f"{where}: a target must be a MoE (arch kind moe)")
-        for d in m.get("drafters") or []:
-            if src in ("tiny", "hf") and d not in drafter_by_name:
-                out.append(f"{where}: drafter '{d}' is not defined under 'drafters'")
-            elif src == "tiny" and drafter_by_name[d]["source"] != "tiny":
-                out.append(f"{where}: drafter '{d}' is a {drafter_by_name[d]['source']} drafter; "
-                           "a tiny target needs a tiny drafter (its tokenizer)")
-            elif src == "hf" and drafter_by_name[d]["source"] == "tiny":
-                out.append(f"{where}: drafter '{d}' is a tiny drafter built here; it does not "
+        for name in m.drafters:
+            d = drafters.get(name)
+            if (tiny or src == "hf") and d is None:
+                out.append(f"{where}: drafter '{name}' is not defined under 'drafters'")
+            elif tiny and d.source != "tiny":
+                out.append(f"{where}: drafter '{name}' is a {d.source} drafter; a tiny target "
+                           "needs a tiny drafter (its tokenizer)")
+            elif src == "hf" and d.source == "tiny":
+                out.append(f"{where}: drafter '{name}' is a tiny drafter built here; it does not "
                            "share the tokenizer of a downloaded model")
-        for ds in m.get("datasets") or []:
+        for ds in m.datasets:
             parts = ds.split("+")
-            if src == "tiny" and prompt_datasets is not None:
+            if tiny and prompt_datasets is not None:
                 missing = [p for p in parts if p not in prompt_datasets]
                 if missing:
                     out.append(f"{where}: dataset '{'+'.join(missing)}' is not in the prompt table "
@@ -122,25 +125,26 @@ def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]
                                "'datasets' nor in the prompt table")
                 elif len(parts) > 1 and any(p in datasets for p in parts):
                     out.append(f"{where}: downloaded datasets run one at a time ('{ds}')")
-        if src == "hf":
-            if m.get("precision") == "fp8" and hw in hardware and \
-                    "fp8" not in (hardware[hw].get("peak_tflops") or {}):
-                out.append(f"{where}: precision fp8 on hardware {hw}, which has no fp8 peak "
-                           "(peak_tflops.fp8)")
-        dims = m.get("dims") or {}
-        dt = dims.get("dtype")
-        if dt and hw in hardware and compute_dtype(dt) not in (
-                hardware[hw].get("peak_tflops") or {}):
-            out.append(f"{where}: dims.dtype {dt} on hardware {hw}, which has no "
+        peaks = (hardware.get(m.hardware) or {}).get("peak_tflops") or {}
+        if src == "hf" and m.precision == "fp8" and m.hardware in hardware and "fp8" not in peaks:
+            out.append(f"{where}: precision fp8 on hardware {m.hardware}, which has no fp8 peak "
+                       "(peak_tflops.fp8)")
+        dt = (e.get("dims") or {}).get("dtype")
+        if dt and m.hardware in hardware and compute_dtype(dt) not in peaks:
+            out.append(f"{where}: dims.dtype {dt} on hardware {m.hardware}, which has no "
                        f"peak_tflops.{compute_dtype(dt)}")
+    return out
 
+
+def settings(config: dict, prompt_datasets: set[str] | None) -> list[str]:
+    """The sweep's schedule and the tiny models' settings."""
+    out: list[str] = []
     sweep = config.get("sweep") or {}
     for p in sweep.get("schedule") or []:
         if p["prompts"] < p["batch"]:
             out.append(f"sweep.schedule: batch {p['batch']} has {p['prompts']} prompts, fewer than "
                        "its batch size (max concurrency) needs")
-    batches = [p["batch"] for p in sweep.get("schedule") or []]
-    for b, n in Counter(batches).items():
+    for b, n in Counter(p["batch"] for p in sweep.get("schedule") or []).items():
         if n > 1:
             out.append(f"sweep.schedule lists batch {b} {n} times")
     tiny = config.get("tiny") or {}
@@ -166,12 +170,12 @@ def _arch_problems(arch: dict) -> list[str]:
     return []
 
 
-def _synthetic_problems(m: dict, ks: list[int]) -> list[str]:
+def _synthetic_problems(m: dict, ks: tuple) -> list[str]:
     from .synth import SynthParams
 
     out = []
     syn = dict(m.get("synthetic") or {})
-    for k in m.get("ks") or ks:
+    for k in ks:
         try:
             SynthParams.from_dict({**syn, "k_draft": int(k)}).validate()
         except InputError as exc:
@@ -182,10 +186,3 @@ def _synthetic_problems(m: dict, ks: list[int]) -> list[str]:
         if key in dims and key in syn and dims[key] != syn[key]:
             out.append(f"dims.{key}={dims[key]} contradicts synthetic.{key}={syn[key]}")
     return out
-
-
-def check(config: dict, prompt_datasets: set[str] | None = None) -> None:
-    """Raise InputError listing every problem, one per line."""
-    found = problems(config, prompt_datasets)
-    if found:
-        raise InputError("config: " + "\nconfig: ".join(found))
