@@ -3,7 +3,8 @@
 Compares run directories A and B (each with results/): the sha256 of every model file (weights,
 config, tokenizer, token arrays), every trace's columns and expert ids (not the Parquet bytes,
 whose provenance holds a timestamp), and every non-timing table's CSV without its provenance line
-(the comparison table without its rows from timing tables). Timing tables are left out.
+(the comparison table without its rows from timing tables, the step model's table without its
+measured columns). Timing tables are left out.
 
 Run: .venv/bin/python bench/compare_runs.py RUN_A RUN_B   (exit 1 if anything differs)
 """
@@ -44,6 +45,11 @@ def compare(a: Path, b: Path) -> list[tuple[str, bool, str]]:
         if p.stem in TIMING:
             continue
         q = b / "tables" / p.name
+        if p.stem == "step_model":  # the prediction; its measured columns are timings
+            da, db = (pd.read_csv(x, comment="#") for x in (p, q))
+            da, db = (d[[c for c in d if "measured" not in c]] for d in (da, db))
+            out.append((str(p.relative_to(a)), da.equals(db), f"{len(da)} rows, predicted"))
+            continue
         if p.stem == "comparison":
             da, db = (pd.read_csv(x, comment="#") for x in (p, q))
             da, db = (d[~d["table"].isin(TIMING)].reset_index(drop=True) for d in (da, db))
