@@ -25,7 +25,9 @@ def rows():
 def test_the_calibration_holds_every_table_10_configuration(rows):
     t10 = published.load("te_batch1_k3")
     goal = [r for r in rows if r["goal"]]
-    assert len(goal) == len(t10) == 12
+    assert len(goal) == len(t10) == 12 and {r["quantity"] for r in goal} == {stepmodel.TE}
+    shares = [r for r in rows if r["quantity"] == stepmodel.MOE_SHARE]
+    assert len(shares) == len(published.load("profiling_batch1"))
     assert all(r["dims"].tp == r["tp"] for r in rows)
 
 
@@ -34,12 +36,12 @@ def test_a_model_left_out_is_not_seen(rows):
     prediction, and does move the others' (their fits see it)."""
     held = "Qwen3-235B"
     before = stepmodel.leave_one_model_out(rows)
-    moved = [{**r, "te_published": 0.05} if r["model"] == held else r for r in rows]
+    moved = [{**r, "published": 0.05} if r["model"] == held else r for r in rows]
     after = stepmodel.leave_one_model_out(moved)
     for b, a in zip(before, after):
         if b["model"] == held:
-            assert a["te_predicted"] == b["te_predicted"]
-    others = [abs(a["te_predicted"] - b["te_predicted"]) for b, a in zip(before, after)
+            assert a["predicted"] == b["predicted"]
+    others = [abs(a["predicted"] - b["predicted"]) for b, a in zip(before, after)
               if b["model"] != held]
     assert max(others) > 1e-3
 
@@ -47,7 +49,7 @@ def test_a_model_left_out_is_not_seen(rows):
 def test_leave_one_model_out_beats_the_weight_model(rows):
     lomo = [r for r in stepmodel.leave_one_model_out(rows) if r["goal"]]
     step = np.mean([abs(r["error"]) for r in lomo])
-    weight = np.mean([abs(stepmodel.weight_model_te(r) - r["te_published"])
+    weight = np.mean([abs(stepmodel.weight_model_te(r) - r["published"])
                       for r in rows if r["goal"]])
     assert step < weight / 2
 

@@ -17,7 +17,8 @@ One forward pass of B sequences with t new tokens each, per GPU (weights split o
 TE(B) = T_decode(B) / (T_verify(B) + g T_decode(B)), where g is the engine's extra cost of a
 verification step for the speculative method (drafting bookkeeping, rejection sampling, a draft
 model's catch-up on accepted tokens), in target decode steps, fitted per method family. The
-fitted values (`FITTED`) come from the study's measured TE at batch 1 (`calibration_rows`);
+parameters are fitted to what the study measured of a step at batch 1 (`calibration_rows`: TE,
+the MoE share of decode time, the three-step correction's time ratios);
 `leave_one_model_out` gives the honest error: each model predicted by parameters fitted without
 any of its rows.
 """
@@ -63,7 +64,6 @@ class StepParams:
         return asdict(self)
 
 
-NAMES = tuple(StepParams.__dataclass_fields__)
 BOUNDS = ((0.01, 0.0, 0.0, 0.0, 0.0), (20.0, 200.0, 20.0, 2.0, 2.0))
 
 
@@ -198,47 +198,76 @@ def study_hardware(gpu: str) -> Hardware:
                                       "sm_count": int(r["sm_count"])})
 
 
+TE = "TE at batch 1"
+MOE_SHARE = "MoE share of decode time"
+MOE_RATIO = "MoE verify/decode time ratio"
+REST_RATIO = "non-MoE verify/decode time ratio"
+
+
+def _row(quantity: str, model: str, precision: str, tp: int, gpu: str, published_value: float,
+         method: str | None = None, goal: bool = False) -> dict:
+    dims = study_model_dims(model, precision, tp)
+    ov = published_overlaps(model, 3)
+    prior = ov is None
+    ov = prior_overlaps(dims, 3).mean(axis=0) if prior else ov
+    return {"quantity": quantity, "model": model, "precision": precision, "tp": tp, "gpu": gpu,
+            "method": method, "published": float(published_value), "goal": goal, "dims": dims,
+            "hw": study_hardware(gpu), "unique": unique_verify(dims, ov, 1),
+            "overlap_prior": prior}
+
+
 def calibration_rows() -> list[dict]:
-    """The study's measured TE at batch 1, K = 3: Table 10 (all twelve configurations, `goal`) and
-    Table 1's other Qwen3-30B variants, each with its dimensions, the GPU it ran on and its unique
-    experts (the published overlaps' IPF fit, or the prior of its granularity's mean curve)."""
+    """What the study measured of a step, each published number once: TE at batch 1, K = 3
+    (Table 10, all twelve configurations as `goal`, and Table 1's other Qwen3-30B variants), the
+    MoE share of decode time at batch 1 (Tables 5 and 12), and the three-step correction's measured
+    MoE and non-MoE verify/decode time ratios (Table 11); each with its dimensions, the GPU it ran
+    on and its unique experts (the published overlaps' IPF fit, or its granularity's prior)."""
+    # the models the study lists without a GPU ran on its main one, the H100
     gpus = published.load("models").set_index("model")["gpu"].to_dict()
-    rows = []
+    gpu = lambda m: gpus.get(m, costmodel.DEFAULT_HARDWARE)  # noqa: E731
     t10 = published.load("te_batch1_k3")
     t1 = published.load("te_weight_model_batch1")
     seen = {(r.model, r.precision, int(r.tp)) for r in t10.itertuples()}
-    extra = [(r.model, r.dtype, int(r.tp), "EAGLE-3", r.te_observed) for r in t1.itertuples()
-             if (r.model, r.dtype, int(r.tp)) not in seen]
-    every = [(r.model, r.precision, int(r.tp), r.sd_method, r.target_efficiency, True)
-             for r in t10.itertuples()] + [(*e, False) for e in extra]
-    for model, precision, tp, method, te, goal in every:
-        dims = study_model_dims(model, precision, tp)
-        # the models the study lists without a GPU ran on its main one, the H100
-        gpu = gpus.get(model, costmodel.DEFAULT_HARDWARE)
-        ov = published_overlaps(model, 3)
-        prior = ov is None
-        ov = prior_overlaps(dims, 3).mean(axis=0) if prior else ov
-        rows.append({"model": model, "precision": precision, "tp": tp, "method": method,
-                     "te_published": float(te), "goal": goal, "dims": dims,
-                     "hw": study_hardware(gpu),
-                     "unique": unique_verify(dims, ov, 1), "overlap_prior": prior})
+    rows = [_row(TE, r.model, r.precision, int(r.tp), gpu(r.model), r.target_efficiency,
+                 r.sd_method, goal=True) for r in t10.itertuples()]
+    rows += [_row(TE, r.model, r.dtype, int(r.tp), gpu(r.model), r.te_observed, "EAGLE-3")
+             for r in t1.itertuples() if (r.model, r.dtype, int(r.tp)) not in seen]
+    rows += [_row(MOE_SHARE, r.model, r.precision, int(r.tp), r.gpu, r.moe_time_share)
+             for r in published.load("profiling_batch1").itertuples()]
+    step3 = published.load("three_step_correction_qwen3_30b").set_index("step").loc["3"]
+    prof = published.load("profiling_batch1")
+    q = prof[(prof["model"] == published.THREE_STEP_MODEL) & (prof["gpu"] == "H100")].iloc[0]
+    for quantity, col in ((MOE_RATIO, "moe_time_ratio"), (REST_RATIO, "dense_time_ratio")):
+        rows.append(_row(quantity, q["model"], q["precision"], int(q["tp"]), "H100",
+                         step3[col]))
     return rows
 
 
 def predict_row(r: dict, p: StepParams) -> float:
-    return target_efficiency(r["dims"], r["hw"], 3, 1, r["unique"], r["dims"].top_k, r["method"],
-                             p)
+    """The step model's value of a calibration row's quantity."""
+    dims, hw = r["dims"], r["hw"]
+    if r["quantity"] == TE:
+        return target_efficiency(dims, hw, 3, 1, r["unique"], dims.top_k, r["method"], p)
+    dec = step_times(dims, hw, 1, 1, dims.top_k, p)
+    if r["quantity"] == MOE_SHARE:
+        return dec["moe"] / sum(dec.values())
+    ver = step_times(dims, hw, 1, 4, r["unique"], p)
+    if r["quantity"] == MOE_RATIO:
+        return ver["moe"] / dec["moe"]
+    rest = [sum(v for k, v in t.items() if k != "moe") for t in (ver, dec)]
+    return rest[0] / rest[1]
 
 
 def fit(rows: list[dict], start: StepParams | None = None) -> StepParams:
-    """Least squares of TE on `rows` (nothing else is read)."""
+    """Least squares over `rows` (nothing else is read), each row's error relative to its
+    published value's scale (a time ratio's error over the ratio, a TE's or share's as it is)."""
     from scipy.optimize import least_squares
 
     x0 = np.array(list((start or StepParams(1.0, 5.0, 2.5, 0.05, 0.3)).as_dict().values()))
 
     def resid(x):
         p = StepParams(*x)
-        return [predict_row(r, p) - r["te_published"] for r in rows]
+        return [(predict_row(r, p) - r["published"]) / max(1.0, r["published"]) for r in rows]
 
     res = least_squares(resid, x0, bounds=BOUNDS)
     return StepParams(*map(float, res.x))
@@ -252,11 +281,10 @@ def leave_one_model_out(rows: list[dict]) -> list[dict]:
     for r in rows:
         p = fits[r["model"]]
         pred = predict_row(r, p)
-        out.append({"model": r["model"], "precision": r["precision"], "tp": r["tp"],
-                    "method": r["method"], "goal": r["goal"], "te_published": r["te_published"],
-                    "te_predicted": pred, "error": pred - r["te_published"],
-                    "overlap_prior": r["overlap_prior"],
-                    **{f"fit_{k}": v for k, v in p.as_dict().items()}})
+        out.append({k: r[k] for k in ("quantity", "model", "precision", "tp", "gpu", "method",
+                                      "goal", "published", "overlap_prior")}
+                   | {"predicted": pred, "error": pred - r["published"],
+                      **{f"fit_{k}": v for k, v in p.as_dict().items()}})
     return out
 
 
@@ -266,9 +294,9 @@ def weight_model_te(r: dict) -> float:
 
 
 def lomo_rmse(rows: list[dict]) -> float:
-    """The model's own error on a configuration it has not seen: the root mean square of the
-    leave-one-model-out errors (the TE error term of every prediction's interval)."""
-    errs = [r["error"] for r in leave_one_model_out(rows)]
+    """The model's own TE error on a configuration it has not seen: the root mean square of the
+    leave-one-model-out errors of TE (the error term of every prediction's interval)."""
+    errs = [r["error"] for r in leave_one_model_out(rows) if r["quantity"] == TE]
     return float(np.sqrt(np.mean(np.square(errs))))
 
 

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .. import costmodel, published  # noqa: E402
+from .. import costmodel, published, stepmodel  # noqa: E402
 from ..provenance import atomic_path  # noqa: E402
 from .runs import by_distance, first_run, load, models  # noqa: E402
 
@@ -310,11 +310,12 @@ def step_model_calibration(df: pd.DataFrame) -> plt.Figure:
     """df: the step model's calibration table. Predicted vs published TE at batch 1: the step
     model (filled, fitted without the model's rows) and the weight model (open), one colour per
     study model; the diagonal is agreement."""
+    df = df[df["quantity"] == stepmodel.TE]
     colors = palette(list(dict.fromkeys(df["model"])))
     fig, ax = plt.subplots(figsize=(5.2, 4.2))
     for model, g in df.groupby("model", sort=False):
-        ax.scatter(g["te_published"], g["te_step_model"], color=colors[model], s=22, label=model)
-        ax.scatter(g["te_published"], g["te_weight_model"], facecolors="none",
+        ax.scatter(g["published"], g["step_model"], color=colors[model], s=22, label=model)
+        ax.scatter(g["published"], g["weight_model"], facecolors="none",
                    edgecolors=colors[model], s=22)
     ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
     ax.set_xlim(0, 1)

@@ -43,19 +43,20 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
 
 
 def calibration_table() -> pd.DataFrame:
-    """Each of the study's measured TE at batch 1 (K = 3) beside the step model's prediction from
-    parameters fitted without that model's rows, and the weight model's."""
+    """Each number the step model is calibrated on (the study's TE at batch 1, K = 3, its
+    profiled MoE share of decode time and time ratios) beside the step model's prediction from
+    parameters fitted without that model's rows, and for TE the weight model's."""
     rows = stepmodel.calibration_rows()
-    lomo = stepmodel.leave_one_model_out(rows)
     full = stepmodel.fit(rows).as_dict()
     out = []
-    for r, lo in zip(rows, lomo):
-        out.append({"model": r["model"], "precision": r["precision"], "tp": r["tp"],
-                    "method": r["method"], "in_table_10": r["goal"],
-                    "te_published": r["te_published"],
-                    "te_weight_model": stepmodel.weight_model_te(r),
-                    "te_step_model": lo["te_predicted"], "error": lo["error"],
-                    "weight_model_error": stepmodel.weight_model_te(r) - r["te_published"],
+    for r, lo in zip(rows, stepmodel.leave_one_model_out(rows)):
+        te = r["quantity"] == stepmodel.TE
+        weight = stepmodel.weight_model_te(r) if te else np.nan
+        out.append({"quantity": r["quantity"], "model": r["model"], "gpu": r["gpu"],
+                    "precision": r["precision"], "tp": r["tp"], "method": r["method"] or "",
+                    "in_table_10": r["goal"], "published": r["published"],
+                    "step_model": lo["predicted"], "error": lo["error"],
+                    "weight_model": weight, "weight_model_error": weight - r["published"],
                     "overlaps": "prior" if r["overlap_prior"] else "published",
                     **{f"fit_{k}": lo[f"fit_{k}"] for k in full},
                     **{f"all_{k}": v for k, v in full.items()}})
