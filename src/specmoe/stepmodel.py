@@ -234,12 +234,13 @@ def calibration_rows() -> list[dict]:
              for r in t1.itertuples() if (r.model, r.dtype, int(r.tp)) not in seen]
     rows += [_row(MOE_SHARE, r.model, r.precision, int(r.tp), r.gpu, r.moe_time_share)
              for r in published.load("profiling_batch1").itertuples()]
+    # the three-step correction's time ratios: its model profiled on the study's GPU for it
     step3 = published.load("three_step_correction_qwen3_30b").set_index("step").loc["3"]
     prof = published.load("profiling_batch1")
-    q = prof[(prof["model"] == published.THREE_STEP_MODEL) & (prof["gpu"] == "H100")].iloc[0]
+    m3 = published.THREE_STEP_MODEL
+    q = prof[(prof["model"] == m3) & (prof["gpu"] == gpu(m3))].iloc[0]
     for quantity, col in ((MOE_RATIO, "moe_time_ratio"), (REST_RATIO, "dense_time_ratio")):
-        rows.append(_row(quantity, q["model"], q["precision"], int(q["tp"]), "H100",
-                         step3[col]))
+        rows.append(_row(quantity, m3, q["precision"], int(q["tp"]), q["gpu"], step3[col]))
     return rows
 
 
