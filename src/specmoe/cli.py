@@ -236,24 +236,18 @@ def cmd_predict(a) -> dict:
     study = a.study_model or (published.study_model_of({"repo_id": repo}) if repo else None)
     if a.overlaps:
         overlaps, source = np.asarray([a.overlaps]), "given"
-    elif study is not None and stepmodel.published_overlaps(study, a.k) is not None:
-        overlaps, source = stepmodel.published_overlaps(study, a.k)[None, :], f"published ({study})"
     else:
-        overlaps = stepmodel.prior_overlaps(dims, a.k)
-        fine = dims.num_experts / dims.top_k >= stepmodel.FINE_GRAINED
-        source = (f"prior: the study's {'fine' if fine else 'coarse'}-grained models' curves "
-                  f"({len(overlaps)})")
+        overlaps, source = stepmodel.study_overlaps(dims, a.k, study)
     if a.acceptance_length:
         tau = (min(a.acceptance_length), max(a.acceptance_length))
     else:
         tau = stepmodel.tau_prior(a.k)
     draft = dense_dims_from_config(a.draft_config) if a.draft_config else None
     stepmodel.check_inputs(a.k, overlaps, tau)
-    rows = stepmodel.calibration_rows()
-    params = stepmodel.fit(rows)
+    params, te_error = stepmodel.calibrated()
     res = stepmodel.predict(dims, Hardware.from_config(a.hardware, hardware[a.hardware]), a.k,
-                            a.method, a.batch_sizes, params, stepmodel.lomo_rmse(rows), overlaps,
-                            tau, draft=draft, draft_cost=a.draft_cost)
+                            a.method, a.batch_sizes, params, te_error, overlaps, tau, draft=draft,
+                            draft_cost=a.draft_cost)
     res.update(model=str(repo or config), hardware=a.hardware, tp=a.tp, precision=dims.dtype,
                k=a.k, method=a.method, overlaps=source, acceptance_length=list(tau))
     if not a.json:  # the table a reader wants: one row per batch size

@@ -101,10 +101,8 @@ class Config:
         self.ks = tuple(config["ks"])
         self.hardware = dict(config["hardware"])
         self.datasets = dict(config.get("datasets") or {})
-        self.tiny = dict(config.get("tiny") or {})
-        self.prompts = self.tiny.get("prompts", DEFAULT_SOURCE)
+        self.prompts = (config.get("tiny") or {}).get("prompts", DEFAULT_SOURCE)
         self.sweep = dict(config.get("sweep") or {})
-        self.profiling = dict(config.get("profiling") or {})
         # sweeps and profiles run only where both sections are present
         self.measures = "sweep" in config and "profiling" in config
         self.drafters = {d["name"]: Drafter(d["name"], d["source"], d["method"],
@@ -143,10 +141,12 @@ class Config:
         """The resolved configuration; InputError listing every problem, one per line, if it
         cannot run (prompt_datasets: the datasets of the tiny models' prompt table, None: not
         checked)."""
-        found = problems(config, prompt_datasets)
+        found = configcheck.structure(config)
+        resolved = None if found else cls(config)
+        found = found or resolved.problems(prompt_datasets)
         if found:
             raise InputError("config: " + "\nconfig: ".join(found))
-        return cls(config)
+        return resolved
 
     def problems(self, prompt_datasets: set[str] | None = None) -> list[str]:
         """The checks of the resolved models and the settings (configcheck)."""

@@ -134,6 +134,20 @@ def prior_overlaps(dims: ModelDims, k_draft: int) -> np.ndarray:
     return ob.set_index("model").loc[keep, cols].to_numpy(float)
 
 
+def study_overlaps(dims: ModelDims, k_draft: int,
+                   study_model: str | None = None) -> tuple[np.ndarray, str]:
+    """The overlap curves of a model without a trace of its own, and where they come from: the
+    study's published curve for its own models, else its models' curves of the same granularity
+    as a prior."""
+    pub = published_overlaps(study_model, k_draft) if study_model else None
+    if pub is not None:
+        return pub[None, :], f"published ({study_model})"
+    prior = prior_overlaps(dims, k_draft)
+    fine = dims.num_experts / dims.top_k >= FINE_GRAINED
+    return prior, (f"prior: the study's {'fine' if fine else 'coarse'}-grained models' curves "
+                   f"({len(prior)})")
+
+
 def unique_verify(dims: ModelDims, overlaps, batch: int) -> float:
     """Unique experts of B windows of K + 1 tokens, from the uniform max-entropy IPF fit of an
     overlap curve (ipf.predict_uniform)."""
@@ -292,6 +306,13 @@ def leave_one_model_out(rows: list[dict]) -> list[dict]:
 def weight_model_te(r: dict) -> float:
     """The study's weight model on the same dimensions and unique experts (for comparison)."""
     return r["dims"].te_weight(r["unique"])
+
+
+def calibrated() -> tuple[StepParams, float]:
+    """The parameters fitted on every calibration row, and the model's own TE error (lomo_rmse)
+    that every prediction's interval carries."""
+    rows = calibration_rows()
+    return fit(rows), lomo_rmse(rows)
 
 
 def lomo_rmse(rows: list[dict]) -> float:

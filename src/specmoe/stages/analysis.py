@@ -309,23 +309,20 @@ def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batc
         overlaps, source = np.asarray([s["overlap_by_distance"][:k]]), "measured"
     else:
         dims = model_dims(model_cfg, 0, 0, check=False)
-        pub = stepmodel.published_overlaps(study_model, k) if study_model else None
-        overlaps, source = ((pub[None, :], f"published ({study_model})") if pub is not None else
-                            (stepmodel.prior_overlaps(dims, k), "prior"))
+        overlaps, source = stepmodel.study_overlaps(dims, k, study_model)
     tau = read_json(acceptance_json)["acceptance_length"]["tau"] if acceptance_json else None
     tau_range = (tau, tau) if tau else stepmodel.tau_prior(k)
     hw_name = model_cfg["hardware"]
     hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
-    rows = stepmodel.calibration_rows()
-    params = stepmodel.fit(rows)
+    params, te_error = stepmodel.calibrated()
     draft = None
     if draft_config:  # a checkpoint folder, or a download manifest of one
         from ..hfconfig import dense_dims_from_config
         from ..hub import snapshot_of
 
         draft = dense_dims_from_config(snapshot_of(draft_config))
-    res = stepmodel.predict(dims, hw, k, method, batch_sizes, params, stepmodel.lomo_rmse(rows),
-                            overlaps, tau_range, draft=draft)
+    res = stepmodel.predict(dims, hw, k, method, batch_sizes, params, te_error, overlaps,
+                            tau_range, draft=draft)
     out_obj = {"model": model_cfg["name"], "k": k, "method": method, "hardware": hw_name,
                "overlaps": source, "acceptance_length": list(tau_range),
                "params": params.as_dict(), **res}
