@@ -118,7 +118,7 @@ def test_plan_estimates_from_the_step_model():
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)
     hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
                                           "sm_count": 132})
-    p = stepmodel.StepParams(1.0, 40.0, 2.0, 0.0, 0.3)
+    p = stepmodel.StepParams(13.0, 40.0, 2.0, 0.0, 0.3, 250.0)
     a = plan.PlanAssumptions(tau=2.0, draft_cost=0.1)
     one = stepmodel.step_time(d, hw, 1, 1, 8, p)
     assert plan.step_s(d, hw, 1, 1, p) == pytest.approx(one)
@@ -126,7 +126,8 @@ def test_plan_estimates_from_the_step_model():
         stepmodel.step_time(d, hw, 1, 4, uniform_unique(128, 8, 4), p))
     assert plan.series_s(d, hw, [(1, 4)], 10, None, a, p) == pytest.approx(4 * 10 * one)
     sd = plan.series_s(d, hw, [(1, 4)], 10, 3, a, p)
-    assert sd == pytest.approx(4 * 5 * (plan.step_s(d, hw, 1, 4, p) + 0.1 * one))
+    # each verification step also pays the engine's work per sequence (one sequence here)
+    assert sd == pytest.approx(4 * 5 * (plan.step_s(d, hw, 1, 4, p) + 250e-6 + 0.1 * one))
     with pytest.raises(InputError, match="plan: unknown key"):
         plan.PlanAssumptions.from_dict({"speed": 2})
 
@@ -209,7 +210,7 @@ def test_the_gpu_bill_prefills_each_prompt_once():
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
     hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
                                           "sm_count": 132})
-    a, p = plan.PlanAssumptions(), stepmodel.StepParams(1.0, 40.0, 2.0, 0.0, 0.3)
+    a, p = plan.PlanAssumptions(), stepmodel.StepParams(13.0, 40.0, 2.0, 0.0, 0.3, 250.0)
     sched = [(1, 80), (8, 160)]
     short = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=0)
     long = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=32000)

@@ -1,5 +1,6 @@
 """The step model (specmoe.stepmodel, `specmoe predict`): calibrated honestly on the study's measured
-TE, the three-step correction as a special case, and the command's answers and errors."""
+TE and speedup shapes, the three-step correction as a special case, and the command's answers and
+errors."""
 
 from __future__ import annotations
 
@@ -67,14 +68,54 @@ def test_handed_the_profiled_shares_it_reproduces_the_three_step_correction():
         assert stepmodel.te_from_times(decode, verify) == pytest.approx(float(r["te"]), abs=2e-3)
 
 
-def test_mixtral_is_concave_as_in_the_study(rows):
-    """The study's coarse-grained model gains from batching before it loses (Figure 1)."""
-    p = stepmodel.fit(rows)
-    dims = stepmodel.study_model_dims("Mixtral-8x7B", "bf16", 2)
-    res = stepmodel.predict(dims, stepmodel.study_hardware("H100"), 3, "eagle",
-                            [1, 2, 4, 8, 16, 32, 64, 128], p, stepmodel.lomo_rmse(rows),
-                            stepmodel.published_overlaps("Mixtral-8x7B", 3), (2.4, 2.8))
-    assert res["shape"] == "concave"
+@pytest.fixture(scope="module")
+def shapes():
+    return stepmodel.shape_rows()
+
+
+def test_the_fit_gives_every_shape_the_study_shows(rows, shapes):
+    """Batch-1 numbers alone leave a speedup curve with the wrong shape (they cannot tell the
+    engine's work per sequence of a verification step from a work per step); the fit on the
+    shapes too raises that work until every curve has its published shape, and no further."""
+    alone = stepmodel.fit(rows)
+    assert stepmodel.shapes_held(shapes, alone) < len(shapes)
+    p = stepmodel.fit(rows, shapes)
+    assert stepmodel.shapes_held(shapes, p) == len(shapes)
+    assert p.verify_seq_us > alone.verify_seq_us
+    less = stepmodel._fit(rows, p.verify_seq_us - 2 * stepmodel.SEQ_US_STEP, p)
+    assert stepmodel.shapes_held(shapes, less) < len(shapes)
+
+
+def test_a_shape_left_out_is_not_seen(rows, shapes):
+    """Turning one model's published shape around changes the other models' fits, not the
+    prediction of that model's own shape."""
+    held = "Qwen3-235B"
+    before = stepmodel.leave_one_model_out(rows, shapes)
+    flipped = [{**r, "published": "concave"} if r["model"] == held else r for r in shapes]
+    after = stepmodel.leave_one_model_out(rows, flipped)
+    for b, a in zip(before, after):
+        if b["model"] == held:
+            assert a["predicted"] == b["predicted"]
+    assert any(a["fit_verify_seq_us"] != b["fit_verify_seq_us"] for b, a in zip(before, after)
+               if b["model"] != held)
+
+
+@pytest.mark.parametrize("model, precision, tp, method, shape", [
+    ("Mixtral-8x7B", "bf16", 2, "eagle", "concave"),
+    ("Qwen3-235B", "fp8", 4, "eagle3", "peak at low batch"),
+])
+def test_predicted_shapes_as_in_the_study(rows, shapes, model, precision, tp, method, shape):
+    """The study's coarse-grained model gains from batching before it loses, its fine-grained
+    ones peak at batch 1 (Figure 1): the prediction with its intervals says so, each from
+    parameters fitted without that model's rows and shape."""
+    p = stepmodel.fit([r for r in rows if r["model"] != model],
+                      [r for r in shapes if r["model"] != model])
+    dims = stepmodel.study_model_dims(model, precision, tp)
+    res = stepmodel.predict(dims, stepmodel.study_hardware("H100"), 3, method,
+                            [1, 2, 4, 8, 16, 32, 64, 128], p, stepmodel.lomo_rmse(
+                                stepmodel.leave_one_model_out(rows)),
+                            stepmodel.published_overlaps(model, 3), (2.4, 2.8))
+    assert res["shape"] == shape
     assert max(res["te_high"]) <= 1.0 and min(res["te_low"]) > 0
 
 
@@ -87,10 +128,14 @@ def predict(capsys, *args):
     return code, out, err
 
 
-def test_predict_a_model_the_study_did_not_measure(capsys):
-    """GPT-OSS-120B's config.json (mxfp4 experts): the prior of fine-grained curves, intervals
-    around every point, physical bounds kept."""
-    code, stdout, err = predict(capsys, str(CONFIGS / "gpt-oss-120b.json"), "--tp", "4", "--json")
+@pytest.mark.parametrize("config, tp", [
+    (CONFIGS / "gpt-oss-120b.json", "4"),  # mxfp4 experts; its curve's shape only is published
+    (REPO / "tests" / "fixtures" / "unmeasured" / "OLMoE-1B-7B-0924.json", "1"),  # not studied
+])
+def test_predict_a_model_without_published_overlaps(capsys, config, tp):
+    """A config.json the study published no overlaps or TE for: the prior of its granularity's
+    curves, intervals around every point, physical bounds kept."""
+    code, stdout, err = predict(capsys, str(config), "--tp", tp, "--json")
     assert code == 0, err
     out = json.loads(stdout)
     for key in ("batch_sizes", "te", "te_low", "te_high", "speedup", "speedup_low",

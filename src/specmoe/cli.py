@@ -247,7 +247,7 @@ def cmd_predict(a) -> dict:
     params, te_error = stepmodel.calibrated()
     res = stepmodel.predict(dims, Hardware.from_config(a.hardware, hardware[a.hardware]), a.k,
                             a.method, a.batch_sizes, params, te_error, overlaps, tau, draft=draft,
-                            draft_cost=a.draft_cost)
+                            known_cost=a.draft_cost)
     res.update(model=str(repo or config), hardware=a.hardware, tp=a.tp, precision=dims.dtype,
                k=a.k, method=a.method, overlaps=source, acceptance_length=list(tau))
     if not a.json:  # the table a reader wants: one row per batch size

@@ -4,7 +4,7 @@ each job's SLURM runtime, from the schedule and the cost model's roofline.
 An engine step at batch B takes the step model's time (specmoe.stepmodel: each kernel class at
 its own achieved bandwidth, or its FLOPs over the compute floor, with the parameters fitted to the
 study's measurements); experts touched are the uniform-routing count, an upper bound. A series of points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes
-output_len / tau verification steps plus drafting; every request's prompt is prefilled once (one
+output_len / tau verification steps (each with the engine's work per sequence) plus drafting; every request's prompt is prefilled once (one
 forward pass over the dataset's mean prompt length, estimated as 4 characters per token before any
 tokenizer runs: a 32k-token prompt costs as much as hundreds of decode steps). Every job also starts
 an engine: a fixed
@@ -83,7 +83,7 @@ def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int 
             total += waves * output_len * step_s(dims, hw, batch, 1, params)
         else:
             steps = math.ceil(output_len / a.tau)
-            per = (step_s(dims, hw, batch, k + 1, params)
+            per = (step_s(dims, hw, batch, k + 1, params) + batch * params.verify_seq_us * 1e-6
                    + a.draft_cost * step_s(dims, hw, batch, 1, params))
             total += waves * steps * per
     return total

@@ -5,8 +5,10 @@ batch size (docs/method.md, "Step model").
 One forward pass of B sequences with t new tokens each, per GPU (weights split over TP):
 
 - MoE experts: the unique experts u of the B t tokens, each read once; the kernels reach the HBM
-  bandwidth only with enough CTAs: efficiency = ctas / (ctas + h SMs), with ctas = u times the
-  tiles of one expert's gate/up projection (its width over TP over TILE_N); h is fitted.
+  bandwidth only with enough CTAs in flight (Little's law: a faster memory needs more of them):
+  efficiency = ctas / (ctas + bandwidth / beta), with ctas = u times the tiles of one expert's
+  gate/up projection (its width over TP over TILE_N) and beta, the bandwidth one CTA keeps in
+  flight, fitted;
 - dense GEMMs: attention projections, shared experts, expert-free layers and the LM head, read at
   DENSE_EFFICIENCY of the bandwidth;
 - attention: the KV cache of `context` tokens per sequence, read at KV_EFFICIENCY;
@@ -14,13 +16,16 @@ One forward pass of B sequences with t new tokens each, per GPU (weights split o
 - each class is at least its FLOPs over COMPUTE_EFFICIENCY of the peak (the compute-bound floor);
 - the hardware's fixed cost per forward pass (`step_overhead_us`).
 
-TE(B) = T_decode(B) / (T_verify(B) + g T_decode(B)), where g is the engine's extra cost of a
-verification step for the speculative method (drafting bookkeeping, rejection sampling, a draft
-model's catch-up on accepted tokens), in target decode steps, fitted per method family. The
+TE(B) = T_decode(B) / (T_verify(B) + B s + g T_decode(B)): a verification step also costs the
+engine s per sequence (bookkeeping of the drafts, rejection sampling: work that grows with the
+sequences, not with the model) and g target decode steps (a draft model's catch-up on accepted
+tokens), g fitted per method family. The
 parameters are fitted to what the study measured of a step at batch 1 (`calibration_rows`: TE,
 the MoE share of decode time, the three-step correction's time ratios);
 `leave_one_model_out` gives the honest error: each model predicted by parameters fitted without
-any of its rows.
+any of its rows. Batch-1 numbers cannot tell s per sequence from s per step; the speedup curves the
+study shows (published/speedup_shapes.csv) can: s is the batch-1 fit's value, raised where needed
+to the least that gives every curve its published shape.
 """
 
 from __future__ import annotations
@@ -47,11 +52,12 @@ FAMILIES = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle", "
 @dataclass(frozen=True)
 class StepParams:
     """The step model's fitted parameters, each with a physical meaning."""
-    moe_ctas_half: float   # CTAs, in units of the GPU's SMs, at which MoE kernels reach half the bandwidth
+    moe_cta_gbs: float     # HBM bandwidth one CTA of the MoE kernels keeps in flight, GB/s
     fp8_layer_us: float    # activation quantisation per layer in fp8, us
     verify_draft_model: float  # extra cost of a verification step, in target decode steps,
     verify_eagle: float        # for each method family
     verify_mtp: float
+    verify_seq_us: float = 0.0  # the engine's work per sequence of a verification step, us
 
     def verify_extra(self, method: str) -> float:
         family = FAMILIES.get(method)
@@ -64,12 +70,14 @@ class StepParams:
         return asdict(self)
 
 
-BOUNDS = ((0.01, 0.0, 0.0, 0.0, 0.0), (20.0, 200.0, 20.0, 2.0, 2.0))
+BOUNDS = ((0.5, 0.0, 0.0, 0.0, 0.0, 0.0), (500.0, 200.0, 20.0, 2.0, 2.0, SEQ_US_MAX := 2000.0))
+SEQ_US_SCAN = 25.0  # the search for the least verify_seq_us giving the published shapes: steps,
+SEQ_US_STEP = 1.0   # and its precision
 
 
 def moe_efficiency(dims: ModelDims, hw: Hardware, unique: float, p: StepParams) -> float:
     ctas = unique * max(1.0, 2 * dims.expert_intermediate / dims.tp / TILE_N)
-    return ctas / (ctas + p.moe_ctas_half * max(hw.sm_count, 1))
+    return ctas / (ctas + hw.hbm_bandwidth / (p.moe_cta_gbs * 1e9))
 
 
 def step_times(dims: ModelDims, hw: Hardware, batch: int, tokens_per_seq: int, unique: float,
@@ -110,8 +118,9 @@ def te_from_times(decode: dict[str, float], verify: dict[str, float],
 
 def target_efficiency(dims: ModelDims, hw: Hardware, k_draft: int, batch: int, unique_verify: float,
                       unique_decode: float, method: str, p: StepParams) -> float:
-    return te_from_times(step_times(dims, hw, batch, 1, unique_decode, p),
-                         step_times(dims, hw, batch, k_draft + 1, unique_verify, p),
+    verify = step_times(dims, hw, batch, k_draft + 1, unique_verify, p)
+    verify["sequences"] = batch * p.verify_seq_us * 1e-6
+    return te_from_times(step_times(dims, hw, batch, 1, unique_decode, p), verify,
                          p.verify_extra(method))
 
 
@@ -169,6 +178,7 @@ CHECKPOINTS = {
     "Qwen3-235B": "Qwen3-235B-A22B-Instruct-2507.json",
     "Qwen3-235B/fp8": "Qwen3-235B-A22B-Instruct-2507-FP8.json",
     "Qwen3-Next-80B": "Qwen3-Next-80B-A3B-Instruct.json", "Qwen3.5-35B": "Qwen3.5-35B-A3B.json",
+    "GPT-OSS-120B": "gpt-oss-120b.json",
 }
 
 
@@ -273,32 +283,75 @@ def predict_row(r: dict, p: StepParams) -> float:
     return rest[0] / rest[1]
 
 
-def fit(rows: list[dict], start: StepParams | None = None) -> StepParams:
-    """Least squares over `rows` (nothing else is read), each row's error relative to its
-    published value's scale (a time ratio's error over the ratio, a TE's or share's as it is)."""
+def _fit(rows: list[dict], seq_us: float | None = None,
+         start: StepParams | None = None) -> StepParams:
+    """Least squares over `rows` (verify_seq_us held at seq_us unless None), each row's error
+    relative to its published value's scale (a time ratio's error over the ratio, a TE's or
+    share's as it is)."""
     from scipy.optimize import least_squares
 
-    x0 = np.array(list((start or StepParams(1.0, 5.0, 2.5, 0.05, 0.3)).as_dict().values()))
+    free = slice(None) if seq_us is None else slice(0, 5)
+    lo, hi = (np.array(b[free]) for b in BOUNDS)
+    x0 = np.array(list((start or StepParams(15.0, 5.0, 2.5, 0.05, 0.3, 50.0)).as_dict().values()))
+    x0 = np.clip(x0[free], lo, hi)
+
+    def params(x):
+        return StepParams(*map(float, x)) if seq_us is None else StepParams(*map(float, x),
+                                                                           verify_seq_us=seq_us)
 
     def resid(x):
-        p = StepParams(*x)
+        p = params(x)
         return [(predict_row(r, p) - r["published"]) / max(1.0, r["published"]) for r in rows]
 
-    res = least_squares(resid, x0, bounds=BOUNDS)
-    return StepParams(*map(float, res.x))
+    return params(least_squares(resid, x0, bounds=(lo, hi)).x)
 
 
-def leave_one_model_out(rows: list[dict]) -> list[dict]:
-    """Each row predicted by parameters fitted on the other models' rows only (in `rows`' order)."""
-    fits = {m: fit([r for r in rows if r["model"] != m])
-            for m in dict.fromkeys(r["model"] for r in rows)}
+def shapes_held(shapes: list[dict], p: StepParams) -> int:
+    return sum(predict_shape(r, p) == r["published"] for r in shapes)
+
+
+def fit(rows: list[dict], shapes: list[dict] = ()) -> StepParams:
+    """The parameters from `rows` and `shapes` (nothing else is read): least squares over the
+    rows; where a curve of `shapes` then lacks its published shape, verify_seq_us is raised to
+    the least value (within SEQ_US_STEP) at which every curve has it (too much per-sequence work
+    turns a concave curve into a peak at low batch, so the values that give every shape form a
+    window: it is searched upwards in SEQ_US_SCAN steps), the other parameters fitted again at
+    each value tried. Where no value up to SEQ_US_MAX gives every shape, the batch-1 fit stands."""
+    p = _fit(rows)
+    if shapes_held(shapes, p) == len(shapes):
+        return p
+    lo = p.verify_seq_us
+    for x in np.arange(lo + SEQ_US_SCAN, SEQ_US_MAX, SEQ_US_SCAN):
+        hi = _fit(rows, float(x), p)
+        if shapes_held(shapes, hi) == len(shapes):
+            break
+        lo = float(x)
+    else:
+        return p
+    while hi.verify_seq_us - lo > SEQ_US_STEP:
+        mid = _fit(rows, (lo + hi.verify_seq_us) / 2, hi)
+        if shapes_held(shapes, mid) == len(shapes):
+            hi = mid
+        else:
+            lo = mid.verify_seq_us
+    return hi
+
+
+def leave_one_model_out(rows: list[dict], shapes: list[dict] = ()) -> list[dict]:
+    """Each row and shape predicted by parameters fitted on the other models' rows and shapes
+    only (rows, then shapes, in their order); a shape's `predicted` is a shape class."""
+    models = dict.fromkeys(r["model"] for r in [*rows, *shapes])
+    fits = {m: fit([r for r in rows if r["model"] != m], [r for r in shapes if r["model"] != m])
+            for m in models}
     out = []
-    for r in rows:
+    for r in [*rows, *shapes]:
         p = fits[r["model"]]
-        pred = predict_row(r, p)
+        shape = r["quantity"] == SHAPE
+        pred = predict_shape(r, p) if shape else predict_row(r, p)
         out.append({k: r[k] for k in ("quantity", "model", "precision", "tp", "gpu", "method",
-                                      "goal", "published", "overlap_prior")}
-                   | {"predicted": pred, "error": pred - r["published"],
+                                      "published", "overlap_prior")}
+                   | {"goal": r.get("goal", False), "predicted": pred,
+                      "error": None if shape else pred - r["published"],
                       **{f"fit_{k}": v for k, v in p.as_dict().items()}})
     return out
 
@@ -308,18 +361,68 @@ def weight_model_te(r: dict) -> float:
     return r["dims"].te_weight(r["unique"])
 
 
+def fitted() -> StepParams:
+    """The parameters fitted on every calibration row and shape."""
+    return fit(calibration_rows(), shape_rows())
+
+
 def calibrated() -> tuple[StepParams, float]:
-    """The parameters fitted on every calibration row, and the model's own TE error (lomo_rmse)
-    that every prediction's interval carries."""
-    rows = calibration_rows()
-    return fit(rows), lomo_rmse(rows)
+    """The parameters fitted on every calibration row and shape, and the model's own TE error
+    (lomo_rmse) that every prediction's interval carries."""
+    rows, shapes = calibration_rows(), shape_rows()
+    return fit(rows, shapes), lomo_rmse(leave_one_model_out(rows, shapes))
 
 
-def lomo_rmse(rows: list[dict]) -> float:
+def lomo_rmse(lomo: list[dict]) -> float:
     """The model's own TE error on a configuration it has not seen: the root mean square of the
     leave-one-model-out errors of TE (the error term of every prediction's interval)."""
-    errs = [r["error"] for r in leave_one_model_out(rows) if r["quantity"] == TE]
+    errs = [r["error"] for r in lomo if r["quantity"] == TE]
     return float(np.sqrt(np.mean(np.square(errs))))
+
+
+# --- the speedup curves the study shows ---------------------------------------------------------
+
+SHAPE = "speedup shape"
+SHAPE_MARGIN = 0.05  # a curve's rise over its batch-1 value that counts (as `predict`'s default)
+
+
+def draft_cost(dims: ModelDims, draft: ModelDims, hw: Hardware, batch: int, k_draft: int,
+               p: StepParams) -> float:
+    """c(B): K drafter steps over one target decode step."""
+    return (k_draft * step_time(draft, hw, batch, 1, unique_decode(draft, batch), p)
+            / step_time(dims, hw, batch, 1, unique_decode(dims, batch), p))
+
+
+def shape_rows() -> list[dict]:
+    """The speedup curves the study shows with their published shapes (K = 3, each model on its
+    configuration: published/speedup_shapes.csv), each with what no parameter changes: its
+    dimensions, its drafter's, and its unique experts at each batch size of the study's schedule
+    (from its published overlaps, or its granularity's prior)."""
+    batches = sorted(int(b) for b in published.load("schedule")["batch_size"])
+    out = []
+    for r in published.load("speedup_shapes").itertuples():
+        dims = study_model_dims(r.model, r.precision, int(r.tp))
+        overlaps, source = study_overlaps(dims, 3, r.model)
+        ov = overlaps.mean(axis=0)
+        out.append({"quantity": SHAPE, "model": r.model, "precision": r.precision,
+                    "tp": int(r.tp), "gpu": r.gpu, "method": r.sd_method,
+                    "published": r.shape, "dims": dims, "hw": study_hardware(r.gpu),
+                    "draft": drafter_dims(dims, r.sd_method, None), "batches": batches,
+                    "overlap_prior": source.startswith("prior"),
+                    "unique": [(unique_verify(dims, ov, b), unique_decode(dims, b))
+                               for b in batches]})
+    return out
+
+
+def shape_curve(r: dict, p: StepParams) -> list[float]:
+    """A shape row's speedup over its acceptance length (which scales a curve, not its shape)."""
+    return [1.0 / (draft_cost(r["dims"], r["draft"], r["hw"], b, 3, p)
+                   + 1.0 / target_efficiency(r["dims"], r["hw"], 3, b, uv, ud, r["method"], p))
+            for b, (uv, ud) in zip(r["batches"], r["unique"])]
+
+
+def predict_shape(r: dict, p: StepParams) -> str:
+    return curve_shape(r["batches"], shape_curve(r, p), SHAPE_MARGIN)
 
 
 # --- predicting a curve -------------------------------------------------------------------------
@@ -383,18 +486,18 @@ def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray
 
 def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_sizes: list[int],
             params: StepParams, te_error: float, overlaps: np.ndarray, tau: tuple[float, float],
-            draft: ModelDims | None = None, draft_cost: float | None = None,
-            margin: float = 0.05, seed: int = 0) -> dict:
+            draft: ModelDims | None = None, known_cost: float | None = None,
+            margin: float = SHAPE_MARGIN, seed: int = 0) -> dict:
     """TE and speedup at each batch size with 95% intervals over the uncertain inputs.
 
     overlaps: rows of candidate overlap curves (steps 1..K); one row is a known curve, several a
     prior (each draw mixes two of them). tau: the acceptance length's range (equal bounds: known).
-    te_error: the model's own TE error (lomo_rmse), drawn as normal noise. draft_cost: a known c
+    te_error: the model's own TE error (lomo_rmse), drawn as normal noise. known_cost: a known c
     (else c(B) from the drafter's step time). Each draw gives a whole curve, whose shape counts.
     """
     overlaps = check_inputs(k_draft, overlaps, tau)
     batches = sorted({int(b) for b in batch_sizes})
-    d_dims = None if draft_cost is not None else drafter_dims(dims, method, draft)
+    d_dims = None if known_cost is not None else drafter_dims(dims, method, draft)
     rng = np.random.default_rng(seed)
     te = np.empty((DRAWS, len(batches)))
     spd = np.empty_like(te)
@@ -412,12 +515,8 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
                 memo[key] = target_efficiency(dims, hw, k_draft, bs, unique_verify(dims, ov, bs),
                                               unique_decode(dims, bs), method, params)
             te[i, j] = min(max(memo[key] + noise, 1e-3), 1.0)
-            if draft_cost is not None:
-                cost[i, j] = draft_cost
-            else:
-                u = unique_decode(d_dims, bs)
-                cost[i, j] = (k_draft * step_time(d_dims, hw, bs, 1, u, params)
-                              / step_time(dims, hw, bs, 1, unique_decode(dims, bs), params))
+            cost[i, j] = (known_cost if known_cost is not None else
+                          draft_cost(dims, d_dims, hw, bs, k_draft, params))
             spd[i, j] = t / (cost[i, j] + 1.0 / te[i, j])
     shapes = [curve_shape(batches, row, margin) for row in spd]
     counts = {s: shapes.count(s) / DRAWS for s in SHAPES if s in shapes}

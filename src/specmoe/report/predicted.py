@@ -1,5 +1,5 @@
 """The step model's tables: its prediction for each model of the configuration beside what the
-run measured, and its calibration on the study's measured TE (leave-one-model-out)."""
+run measured, and its calibration on what the study measured (leave-one-model-out)."""
 
 from __future__ import annotations
 
@@ -42,22 +42,38 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def calibration_table() -> pd.DataFrame:
+def calibration_tables() -> dict[str, pd.DataFrame]:
     """Each number the step model is calibrated on (the study's TE at batch 1, K = 3, its
     profiled MoE share of decode time and time ratios) beside the step model's prediction from
-    parameters fitted without that model's rows, and for TE the weight model's."""
-    rows = stepmodel.calibration_rows()
-    full = stepmodel.fit(rows).as_dict()
-    out = []
-    for r, lo in zip(rows, stepmodel.leave_one_model_out(rows)):
+    parameters fitted without that model's rows and shapes, and for TE the weight model's
+    (`step_model_calibration`); each speedup curve the study shows with its published shape
+    beside the shape predicted the same way (`step_model_shapes`)."""
+    rows, shapes = stepmodel.calibration_rows(), stepmodel.shape_rows()
+    full = stepmodel.fit(rows, shapes)
+    lomo = stepmodel.leave_one_model_out(rows, shapes)
+    keys = ("model", "gpu", "precision", "tp")
+    fits = lambda lo: {**{f"fit_{k}": lo[f"fit_{k}"] for k in full.as_dict()},  # noqa: E731
+                       **{f"all_{k}": v for k, v in full.as_dict().items()}}
+    cal = []
+    for r, lo in zip(rows, lomo):
         te = r["quantity"] == stepmodel.TE
         weight = stepmodel.weight_model_te(r) if te else np.nan
-        out.append({"quantity": r["quantity"], "model": r["model"], "gpu": r["gpu"],
-                    "precision": r["precision"], "tp": r["tp"], "method": r["method"] or "",
-                    "in_table_10": r["goal"], "published": r["published"],
-                    "step_model": lo["predicted"], "error": lo["error"],
-                    "weight_model": weight, "weight_model_error": weight - r["published"],
+        cal.append({"quantity": r["quantity"], **{k: r[k] for k in keys},
+                    "method": r["method"] or "", "in_table_10": r["goal"],
+                    "published": r["published"], "step_model": lo["predicted"],
+                    "error": lo["error"], "weight_model": weight,
+                    "weight_model_error": weight - r["published"],
+                    "overlaps": "prior" if r["overlap_prior"] else "published", **fits(lo)})
+    shp = []
+    for r, lo in zip(shapes, lomo[len(rows):]):
+        curve = stepmodel.shape_curve(r, full)
+        shp.append({**{k: r[k] for k in keys}, "method": r["method"],
+                    "published_shape": r["published"], "step_model_shape": lo["predicted"],
+                    "agrees": lo["predicted"] == r["published"],
+                    "step_model_shape_all": stepmodel.predict_shape(r, full),
+                    "peak_batch": r["batches"][int(np.argmax(curve))],
+                    "speedup_over_tau_batch1": curve[0], "speedup_over_tau_peak": max(curve),
                     "overlaps": "prior" if r["overlap_prior"] else "published",
-                    **{f"fit_{k}": lo[f"fit_{k}"] for k in full},
-                    **{f"all_{k}": v for k, v in full.items()}})
-    return pd.DataFrame(out)
+                    "fit_verify_seq_us": lo["fit_verify_seq_us"],
+                    "all_verify_seq_us": full.verify_seq_us})
+    return {"step_model_calibration": pd.DataFrame(cal), "step_model_shapes": pd.DataFrame(shp)}

@@ -278,7 +278,7 @@ def prediction_findings(table_dir) -> list[str]:
 
 def calibration_findings(table_dir) -> list[str]:
     """The step model's leave-one-model-out error on the study's Table 10 beside the weight
-    model's."""
+    model's, and its shapes beside the study's."""
     out = []
     cal = load(Path(table_dir), "step_model_calibration")
     goal = cal[cal["in_table_10"].astype(bool)] if not cal.empty else cal
@@ -288,6 +288,14 @@ def calibration_findings(table_dir) -> list[str]:
                    f"{goal['error'].abs().mean():.3f} (largest {goal['error'].abs().max():.3f}, "
                    f"{goal.loc[goal['error'].abs().idxmax(), 'model']}); the weight model's "
                    f"{goal['weight_model_error'].abs().mean():.3f}")
+    shp = load(Path(table_dir), "step_model_shapes")
+    if not shp.empty:
+        agree = shp["agrees"].astype(str) == "True"
+        miss = "; ".join(f"{r['model']}: published {r['published_shape']}, predicted "
+                         f"{r['step_model_shape']}" for _, r in shp[~agree].iterrows())
+        out.append(f"step model on the {len(shp)} speedup curves whose shape the study shows, "
+                   f"each predicted without its own model's rows and shape: {int(agree.sum())} "
+                   f"of {len(shp)} shapes right" + (f" ({miss})" if miss else ""))
     return out
 
 

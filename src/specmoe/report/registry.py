@@ -35,6 +35,7 @@ TABLES = {
     "replay_weight_model": ("The study side by side", "replay"),
     "replay_three_step": ("The study side by side", "replay"),
     "step_model_calibration": ("The study side by side", "replay"),
+    "step_model_shapes": ("The study side by side", "replay"),
 }
 FIGURES = {
     "overlap_by_distance": "Overlap and IPF",

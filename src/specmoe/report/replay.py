@@ -97,7 +97,7 @@ def three_step() -> pd.DataFrame:
 
 
 def replay_tables() -> dict[str, pd.DataFrame]:
-    from .predicted import calibration_table
+    from .predicted import calibration_tables
 
     return {"replay_unique_experts": unique_experts(), "replay_weight_model": weight_model(),
-            "replay_three_step": three_step(), "step_model_calibration": calibration_table()}
+            "replay_three_step": three_step(), **calibration_tables()}

@@ -180,7 +180,7 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
     from ..hfconfig import study_dims
 
     a = PlanAssumptions.from_dict(config.get("plan"))
-    params = stepmodel.fit(stepmodel.calibration_rows())
+    params = stepmodel.fitted()
     ptok = mean_prompt_tokens(prompt_tables or {})
     rows = []
     for e in entries:
