@@ -1,0 +1,141 @@
+"""Engine-to-engine variation of serving series: the same series measured on several fresh engine
+starts, beside the spread of its repeats within one engine, which is all that the speedup's
+interval uses (specmoe.sweep).
+
+Run it in the directory of a finished run (trained checkpoints and sweeps in place):
+
+    .venv/bin/python bench/engine_variation.py results/sweeps/tiny-fine/ar.json \
+        results/sweeps/tiny-fine/tiny-drafter/K3.json --engines 3 [--json]
+
+The run's own points are engine 1; each further engine reruns the series' own rule
+(`snakemake --force` on that file), and the run's points are put back at the end (the other
+engines' stay under results/bench/engine_variation/). Per series, dataset and batch size, on the
+log scale of TPOT (the timing of the run's configuration, `sweep.timing`):
+- within: the repeats' standard deviation inside one engine, pooled over engines and batch sizes
+  (what the sweep's interval uses, per engine);
+- between: the standard deviation of the engines' true means, by the method of moments
+  (variance of the engine means minus within^2 / repeats, at least 0);
+- inflation: how much wider a one-engine mean's standard error is with the engine's own offset
+  counted, sqrt(1 + between^2 / (within^2 / repeats)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from specmoe.sweep import TIMINGS, tpot  # noqa: E402
+
+OUT = Path("results") / "bench" / "engine_variation"
+
+
+def points_of(series_json: Path) -> dict[str, list[dict]]:
+    d = json.loads(series_json.read_text())
+    return {ds: v["points"] for ds, v in d["datasets"].items()}
+
+
+def paths(series_json: Path) -> list[Path]:
+    return [series_json, series_json.with_suffix(".points")]
+
+
+def measure_again(series_json: Path, engine: int) -> None:
+    """Move the series' files aside, rerun its rule on a fresh engine, keep what it measured."""
+    keep = OUT / series_json.parent / f"{series_json.stem}.engine{engine}"
+    if (keep / series_json.name).exists():
+        print(f"{series_json}: engine {engine} already measured ({keep})", file=sys.stderr)
+        return
+    aside = OUT / series_json.parent / f"{series_json.stem}.run"
+    aside.mkdir(parents=True, exist_ok=True)
+    for p in paths(series_json):
+        if p.exists() and not (aside / p.name).exists():
+            shutil.move(str(p), aside / p.name)
+    try:
+        subprocess.run([sys.executable, "-m", "snakemake", "--cores", "all", "--force",
+                        "--rerun-triggers", "mtime", str(series_json)], check=True)
+        keep.mkdir(parents=True, exist_ok=True)
+        for p in paths(series_json):
+            shutil.move(str(p), keep / p.name)
+    finally:
+        for p in paths(series_json):
+            if (aside / p.name).exists():
+                if p.exists():
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+                shutil.move(str(aside / p.name), p)
+
+
+def variation(engines: list[dict[str, list[dict]]], timing: str) -> list[dict]:
+    rows = []
+    for ds in engines[0]:
+        by_batch: dict[int, list[list[float]]] = {}
+        for eng in engines:
+            groups: dict[int, list[float]] = {}
+            for p in eng[ds]:
+                groups.setdefault(p["batch"], []).append(math.log(tpot(p, timing)))
+            for b, xs in groups.items():
+                by_batch.setdefault(b, []).append(xs)
+        ss = df = 0.0
+        for reps in by_batch.values():
+            for xs in reps:
+                m = sum(xs) / len(xs)
+                ss += sum((x - m) ** 2 for x in xs)
+                df += len(xs) - 1
+        within = math.sqrt(ss / df) if df else float("nan")
+        for b, reps in sorted(by_batch.items()):
+            means = [sum(xs) / len(xs) for xs in reps]
+            r = min(len(xs) for xs in reps)
+            g = sum(means) / len(means)
+            var_means = sum((m - g) ** 2 for m in means) / (len(means) - 1)
+            between2 = max(0.0, var_means - within ** 2 / r)
+            rows.append({"dataset": ds, "batch": b, "engines": len(means), "repeats": r,
+                         "tpot_ms_by_engine": [round(math.exp(m), 4) for m in means],
+                         "within_log_sd": within, "between_log_sd": math.sqrt(between2),
+                         "inflation": math.sqrt(1 + between2 / (within ** 2 / r))})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("series", nargs="+", type=Path, help="a series' JSON (results/sweeps/...)")
+    ap.add_argument("--engines", type=int, default=3, help="engines per series, the run's own "
+                    "included (3)")
+    ap.add_argument("--config", type=Path, default=Path("config.yaml"),
+                    help="the run's configuration, for its timing (config.yaml)")
+    ap.add_argument("--json", action="store_true", help="print JSON")
+    a = ap.parse_args()
+    timing = (yaml.safe_load(a.config.read_text()).get("sweep") or {}).get("timing")
+    if timing not in TIMINGS:
+        ap.error(f"{a.config}: sweep.timing must be one of {', '.join(TIMINGS)}")
+    report = {}
+    for s in a.series:
+        if not s.exists():
+            ap.error(f"{s}: no such series (run the workflow first)")
+        for e in range(2, a.engines + 1):
+            measure_again(s, e)
+        engines = [points_of(s)] + [points_of(OUT / s.parent / f"{s.stem}.engine{e}" / s.name)
+                                    for e in range(2, a.engines + 1)]
+        report[str(s)] = variation(engines, timing)
+    if a.json:
+        print(json.dumps({"timing": timing, "series": report}, indent=1))
+        return 0
+    print(f"timing: {timing}")
+    for s, rows in report.items():
+        print(s)
+        print(f"  {'dataset':<40} {'B':>3} {'eng':>3} {'rep':>3} {'within':>7} {'between':>7} "
+              f"{'infl':>5}  TPOT ms by engine")
+        for r in rows:
+            print(f"  {r['dataset']:<40} {r['batch']:>3} {r['engines']:>3} {r['repeats']:>3} "
+                  f"{r['within_log_sd']:>7.3f} {r['between_log_sd']:>7.3f} {r['inflation']:>5.2f}"
+                  f"  {r['tpot_ms_by_engine']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
