@@ -7,9 +7,10 @@ Run it in the directory of a finished run (trained checkpoints and sweeps in pla
     .venv/bin/python bench/engine_variation.py results/sweeps/tiny-fine/ar.json \
         results/sweeps/tiny-fine/tiny-drafter/K3.json --engines 3 [--json]
 
-The run's own points are engine 1; each further engine reruns the series' own rule
-(`snakemake --force` on that file), and the run's points are put back at the end (the other
-engines' stay under results/bench/engine_variation/). Per series, dataset and batch size, on the
+Each engine reruns the series' own rule (`snakemake --force` on that file) one after the other,
+in one session: the run's own points, measured at another time, are kept out of the statistics
+(a machine's speed drifts between sessions) and put back at the end; the engines' points stay
+under results/bench/engine_variation/. Per series, dataset and batch size, on the
 log scale of TPOT (the timing of the run's configuration, `sweep.timing`):
 - within: the repeats' standard deviation inside one engine, pooled over engines and batch sizes
   (what the sweep's interval uses, per engine);
@@ -17,6 +18,8 @@ log scale of TPOT (the timing of the run's configuration, `sweep.timing`):
   (variance of the engine means minus within^2 / repeats, at least 0);
 - inflation: how much wider a one-engine mean's standard error is with the engine's own offset
   counted, sqrt(1 + between^2 / (within^2 / repeats)).
+The pooled value (root mean square of `between` over every series, dataset and batch size) is
+what a configuration's `sweep.engine_log_sd` takes.
 """
 
 from __future__ import annotations
@@ -58,8 +61,8 @@ def measure_again(series_json: Path, engine: int) -> None:
         if p.exists() and not (aside / p.name).exists():
             shutil.move(str(p), aside / p.name)
     try:
-        subprocess.run([sys.executable, "-m", "snakemake", "--cores", "all", "--force",
-                        "--rerun-triggers", "mtime", str(series_json)], check=True)
+        subprocess.run([sys.executable, "-m", "snakemake", str(series_json), "--cores", "all",
+                        "--force", "--rerun-triggers", "mtime"], check=True)
         keep.mkdir(parents=True, exist_ok=True)
         for p in paths(series_json):
             shutil.move(str(p), keep / p.name)
@@ -104,12 +107,13 @@ def variation(engines: list[dict[str, list[dict]]], timing: str) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("series", nargs="+", type=Path, help="a series' JSON (results/sweeps/...)")
-    ap.add_argument("--engines", type=int, default=3, help="engines per series, the run's own "
-                    "included (3)")
+    ap.add_argument("--engines", type=int, default=3, help="fresh engines per series (3)")
     ap.add_argument("--config", type=Path, default=Path("config.yaml"),
                     help="the run's configuration, for its timing (config.yaml)")
     ap.add_argument("--json", action="store_true", help="print JSON")
     a = ap.parse_args()
+    if a.engines < 2:
+        ap.error("--engines: at least 2")
     timing = (yaml.safe_load(a.config.read_text()).get("sweep") or {}).get("timing")
     if timing not in TIMINGS:
         ap.error(f"{a.config}: sweep.timing must be one of {', '.join(TIMINGS)}")
@@ -117,15 +121,17 @@ def main() -> int:
     for s in a.series:
         if not s.exists():
             ap.error(f"{s}: no such series (run the workflow first)")
-        for e in range(2, a.engines + 1):
+        for e in range(1, a.engines + 1):
             measure_again(s, e)
-        engines = [points_of(s)] + [points_of(OUT / s.parent / f"{s.stem}.engine{e}" / s.name)
-                                    for e in range(2, a.engines + 1)]
+        engines = [points_of(OUT / s.parent / f"{s.stem}.engine{e}" / s.name)
+                   for e in range(1, a.engines + 1)]
         report[str(s)] = variation(engines, timing)
+    between = [r["between_log_sd"] for rows in report.values() for r in rows]
+    pooled = math.sqrt(sum(b * b for b in between) / len(between))
     if a.json:
-        print(json.dumps({"timing": timing, "series": report}, indent=1))
+        print(json.dumps({"timing": timing, "engine_log_sd": pooled, "series": report}, indent=1))
         return 0
-    print(f"timing: {timing}")
+    print(f"timing: {timing}; pooled between-engine log sd (sweep.engine_log_sd): {pooled:.3f}")
     for s, rows in report.items():
         print(s)
         print(f"  {'dataset':<40} {'B':>3} {'eng':>3} {'rep':>3} {'within':>7} {'between':>7} "

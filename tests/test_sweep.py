@@ -64,6 +64,32 @@ def _sim_series(rng, true_tpot, rel_sd, repeats, tau=None):
             for b, t in true_tpot.items() for r in range(repeats)]
 
 
+def _engine_series(rng, true_tpot, rel_sd, repeats, engine_sd, tau=None):
+    """One engine's series: each batch size's repeats share the engine's own offset."""
+    off = {b: math.exp(rng.normal(0, engine_sd)) for b in true_tpot}
+    return _sim_series(rng, {b: t * off[b] for b, t in true_tpot.items()}, rel_sd, repeats, tau)
+
+
+def test_the_engine_to_engine_spread_widens_the_interval_to_its_coverage():
+    """Each series on its own engine, whose offset at each batch size (log sd 0.08) its repeats
+    share and cannot see: intervals from the repeats alone cover the true speedup far less often
+    than 95%; with engine_log_sd set to the spread, about 95% again."""
+    rng = np.random.default_rng(1)
+    ar_true = {1: 10.0, 2: 11.0, 4: 12.0, 8: 14.0}
+    sd_true = {b: t / 1.3 for b, t in ar_true.items()}
+    cover = {0.0: 0, 0.08: 0}
+    total = 0
+    for _ in range(300):
+        ar = _engine_series(rng, ar_true, 0.04, 3, 0.08)
+        sd = _engine_series(rng, sd_true, 0.04, 3, 0.08, tau=2.0)
+        for e in cover:
+            for r in speedup_curve(ar, sd, None, 3, MARGIN, "client", e)["rows"]:
+                cover[e] += r["speedup_low"] <= 1.3 <= r["speedup_high"]
+        total += len(ar_true)
+    assert cover[0.0] / total < 0.8
+    assert 0.92 <= cover[0.08] / total <= 0.98
+
+
 def test_speedup_interval_covers_the_true_speedup_about_95_percent_of_the_time():
     """Repeats drawn with 6% log-normal noise around known TPOTs: the 95% interval of each point's
     speedup covers the true one in close to 95% of simulated sweeps, and a truly flat curve is
@@ -75,7 +101,8 @@ def test_speedup_interval_covers_the_true_speedup_about_95_percent_of_the_time()
     sims = 300
     for _ in range(sims):
         res = speedup_curve(_sim_series(rng, ar_true, 0.06, 3),
-                            _sim_series(rng, sd_true, 0.06, 3, tau=2.0), None, 3, MARGIN, "client")
+                            _sim_series(rng, sd_true, 0.06, 3, tau=2.0), None, 3, MARGIN,
+                            "client", 0.0)
         for r in res["rows"]:
             assert r["repeats"] == 3 and r["speedup_low"] < r["speedup"] < r["speedup_high"]
             covered += r["speedup_low"] <= 1.3 <= r["speedup_high"]
@@ -91,7 +118,7 @@ def test_speedup_interval_from_repeats_pools_the_series_spread():
           point(2, 20.0) | {"repeat": 0}, point(2, 20.0) | {"repeat": 1}]
     sd = [point(b, t, tau=2.0) | {"repeat": r} for b, t, r in
           ((1, 5.0, 0), (1, 5.0, 1), (2, 10.0, 0), (2, 10.0, 1))]
-    rows = speedup_curve(ar, sd, None, 3, MARGIN, "client")["rows"]
+    rows = speedup_curve(ar, sd, None, 3, MARGIN, "client", 0.0)["rows"]
     d = math.log(12.0) - math.log(10.0)
     var_ar = (d * d / 2) / 2                       # pooled over 2 df; the SD series has none
     se = math.sqrt(var_ar / 2)                     # of a mean of 2 repeats
@@ -109,7 +136,7 @@ def test_speedup_curve_recovers_the_te_it_was_built_from():
     ar = [point(b, 10.0 + b) for b in te]
     drafter = [point(b, 0.05 * (10.0 + b)) for b in te]  # c = K * 0.05 = 0.15
     sd = [point(b, (10.0 + b) / speedup(tau, te[b], 0.15), tau, [0.6, 0.4, 0.2]) for b in te]
-    res = speedup_curve(ar, sd, drafter, k, MARGIN, "client")
+    res = speedup_curve(ar, sd, drafter, k, MARGIN, "client", 0.0)
     for r in res["rows"]:
         assert r["draft_cost"] == pytest.approx(0.15)
         assert r["te_sweep"] == pytest.approx(te[r["batch"]])
@@ -119,7 +146,7 @@ def test_speedup_curve_recovers_the_te_it_was_built_from():
 
 
 def test_speedup_curve_without_drafter_series_leaves_te_nan():
-    res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], None, 3, MARGIN, "client")
+    res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], None, 3, MARGIN, "client", 0.0)
     r = res["rows"][0]
     assert r["speedup"] == pytest.approx(2.0) and math.isnan(r["te_sweep"])
 
@@ -127,7 +154,7 @@ def test_speedup_curve_without_drafter_series_leaves_te_nan():
 def test_te_is_nan_when_the_draft_cost_exceeds_what_the_speedup_allows():
     # tau / speedup = 1.0 < c = 1.5: no positive TE explains this point
     res = speedup_curve([point(1, 10.0)], [point(1, 5.0, 2.0)], [point(1, 5.0)], 3, MARGIN,
-                        "client")
+                        "client", 0.0)
     assert math.isnan(res["rows"][0]["te_sweep"])
 
 
@@ -138,21 +165,21 @@ def test_te_is_nan_when_the_draft_cost_exceeds_what_the_speedup_allows():
 ])
 def test_bad_series(ar, sd, msg):
     with pytest.raises(InputError, match=msg):
-        speedup_curve(ar, sd, None, 3, MARGIN, "client")
+        speedup_curve(ar, sd, None, 3, MARGIN, "client", 0.0)
 
 
 def test_engine_timing_is_used_when_asked_and_both_speedups_are_kept():
     ar, sd = point(1, 10.0), point(1, 5.0, 2.0)
     ar["engine"] = {"request_time_per_output_token_ms": 4.0}
     sd["engine"] = {"request_time_per_output_token_ms": 8.0}
-    eng = speedup_curve([ar], [sd], None, 3, MARGIN, "engine")["rows"][0]
+    eng = speedup_curve([ar], [sd], None, 3, MARGIN, "engine", 0.0)["rows"][0]
     assert eng["speedup"] == pytest.approx(0.5) and eng["speedup_client"] == pytest.approx(2.0)
-    cli = speedup_curve([ar], [sd], None, 3, MARGIN, "client")["rows"][0]
+    cli = speedup_curve([ar], [sd], None, 3, MARGIN, "client", 0.0)["rows"][0]
     assert cli["speedup"] == pytest.approx(2.0) and cli["speedup_engine"] == pytest.approx(0.5)
     with pytest.raises(InputError, match="no engine-side timing"):
-        speedup_curve([point(1, 10.0)], [sd], None, 3, MARGIN, "engine")
+        speedup_curve([point(1, 10.0)], [sd], None, 3, MARGIN, "engine", 0.0)
     with pytest.raises(InputError, match="timing must be one of"):
-        speedup_curve([ar], [sd], None, 3, MARGIN, "wall")
+        speedup_curve([ar], [sd], None, 3, MARGIN, "wall", 0.0)
 
 
 def test_engine_means_are_per_request_deltas_between_scrapes():
@@ -177,7 +204,7 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
 
     # well conditioned: tau TPOT_SD far above K TPOT_drafter
     ar, sd, dr = [pt(1, 10.0, 1.0)], [pt(1, 6.0, 1.0, sd=tau)], [pt(1, 0.5, 0.05)]
-    row = speedup_curve(ar, sd, dr, k, MARGIN, "client")["rows"][0]
+    row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     te = 10.0 / (tau * 6.0 - 3 * 0.5)
     assert row["te_sweep"] == pytest.approx(te) and row["te_sweep_status"] == "ok"
     assert row["te_sweep_low"] < te < row["te_sweep_high"] < 1
@@ -189,7 +216,7 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     # ill conditioned: tau TPOT_SD barely above K TPOT_drafter gives TE > 1: not a number
     sd = [pt(1, 4.0, 1.0, sd=tau)]
     dr = [pt(1, 2.5, 0.3)]
-    row = speedup_curve(ar, sd, dr, k, MARGIN, "client")["rows"][0]
+    row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     assert row["te_sweep_raw"] > 1 and math.isnan(row["te_sweep"])
     assert row["te_sweep_status"] == "not identifiable here"
     assert row["te_sweep_high"] > row["te_sweep_raw"] > row["te_sweep_low"] > 1
@@ -206,9 +233,9 @@ def test_te_interval_widens_with_the_acceptance_length_spread():
 
     ar, dr = series([10.0, 10.2, 9.8]), series([0.5, 0.51, 0.49])
     same = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.2, 2.2, 2.2]), dr, k, MARGIN,
-                         "client")["rows"][0]
+                         "client", 0.0)["rows"][0]
     spread = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.1, 2.2, 2.3]), dr, k, MARGIN,
-                           "client")["rows"][0]
+                           "client", 0.0)["rows"][0]
     assert same["te_sweep"] == pytest.approx(spread["te_sweep"])
     assert spread["te_sweep_low"] < same["te_sweep_low"] < same["te_sweep_high"] \
         < spread["te_sweep_high"]

@@ -6,8 +6,10 @@ length:
 - TPOT(B): the mean over repeats of each repeat's mean TPOT, timed by the client (vLLM's bench, as
   in the study) or by the engine (`timing`, see TIMINGS); its standard error on the log scale from
   the spread of the repeats, pooled over the series' batch sizes (one relative noise per engine;
-  degrees of freedom = repeats - 1 summed over batch sizes). A series measured once per batch size
-  falls back to the client's per-request spread;
+  degrees of freedom = repeats - 1 summed over batch sizes), plus the spread of a point's mean
+  from one engine to the next (`engine_log_sd`, measured apart by bench/engine_variation.py: the
+  repeats share one engine and cannot see it), with Welch-Satterthwaite degrees of freedom. A
+  series measured once per batch size falls back to the client's per-request spread;
 - speedup(B) = TPOT_noSD(B) / TPOT_SD(B) with a 95% interval (log scale, t quantile with
   Welch-Satterthwaite degrees of freedom);
 - tau(B): mean acceptance length of the SD series' repeats (tokens per step, bonus token included),
@@ -91,8 +93,10 @@ def repeats_by_batch(points: list[dict]) -> dict[int, list[dict]]:
     return out
 
 
-def series_estimates(points: list[dict], timing: str, what: str) -> dict[int, Estimate]:
-    """Each batch size's mean TPOT over its repeats, with the series' pooled log-scale error."""
+def series_estimates(points: list[dict], timing: str, what: str,
+                     engine_log_sd: float = 0.0) -> dict[int, Estimate]:
+    """Each batch size's mean TPOT over its repeats, with the series' pooled log-scale error and
+    the engine-to-engine spread `engine_log_sd` (known, infinite degrees of freedom)."""
     seen = set()
     for p in points:
         rep = (p["batch"], p.get("repeat", 0))
@@ -111,7 +115,9 @@ def series_estimates(points: list[dict], timing: str, what: str) -> dict[int, Es
     for b, xs in by_batch.items():
         mean = sum(xs) / len(xs)
         if df > 0:
-            out[b] = Estimate(mean, math.sqrt(ss / df / len(xs)), df)
+            rep = ss / df / len(xs)
+            var = rep + engine_log_sd ** 2
+            out[b] = Estimate(mean, math.sqrt(var), var ** 2 / (rep ** 2 / df) if rep else math.inf)
         else:  # measured once: the client's per-request spread (requests share the engine)
             p = groups[b][0]
             t, n = p.get("tpot_ms") or {}, p.get("completed") or p.get("num_prompts") or 0
@@ -190,10 +196,10 @@ def _mean(xs) -> float:
 
 
 def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k: int,
-                  margin: float, timing: str) -> dict:
+                  margin: float, timing: str, engine_log_sd: float) -> dict:
     """Rows per batch size present in both the SD and the no-SD series, plus the shape label."""
     other = "engine" if timing == "client" else "client"
-    est = {name: series_estimates(pts, timing, what) if pts else {}
+    est = {name: series_estimates(pts, timing, what, engine_log_sd) if pts else {}
            for name, pts, what in (("ar", ar, "no-SD series"), ("sd", sd, "SD series"),
                                    ("dr", drafter or [], "drafter series"))}
     reps = {"ar": repeats_by_batch(ar), "sd": repeats_by_batch(sd)}
@@ -240,4 +246,5 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
                          for r in rows], margin)
     best = max(rows, key=lambda r: r["speedup"])
     return {"rows": rows, "shape": shape, "best_batch": best["batch"],
-            "best_speedup": best["speedup"], "margin": margin, "timing": timing}
+            "best_speedup": best["speedup"], "margin": margin, "timing": timing,
+            "engine_log_sd": engine_log_sd}

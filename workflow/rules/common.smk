@@ -276,7 +276,7 @@ def sweep_measure_params():
     return {
         k: v
         for k, v in config.get("sweep", {}).items()
-        if k not in ("timing", "shape_margin")
+        if k not in ("timing", "shape_margin", "engine_log_sd")
     }
 
 

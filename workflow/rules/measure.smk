@@ -91,6 +91,7 @@ rule speedup:
         run=run_of,
         margin=CFG.sweep.get("shape_margin"),
         timing=CFG.sweep.get("timing"),
+        engine_log_sd=CFG.sweep.get("engine_log_sd"),
     script:
         "../scripts/speedup.py"
 

@@ -13,4 +13,5 @@ with logged(snakemake.log[0], "speedup"):
         snakemake.params.margin,
         snakemake.output[0],
         timing=snakemake.params.timing,
+        engine_log_sd=snakemake.params.engine_log_sd,
     )

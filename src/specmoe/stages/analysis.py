@@ -267,7 +267,7 @@ def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) ->
 
 
 def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
-                  timing: str = "client") -> None:
+                  timing: str, engine_log_sd: float) -> None:
     """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run."""
     from ..sweep import speedup_curve
 
@@ -275,9 +275,11 @@ def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
     dr = read_json(drafter_json) if drafter_json else None
     ds = run["dataset"]
     res = speedup_curve(series_points(ar, ds), series_points(sd, ds),
-                        series_points(dr, ds) if dr else None, run["k"], margin, timing)
+                        series_points(dr, ds) if dr else None, run["k"], margin, timing,
+                        engine_log_sd)
     prov = dict(sd.get("provenance", {}))
-    prov.update(provenance({"run": run, "margin": margin, "timing": timing},
+    prov.update(provenance({"run": run, "margin": margin, "timing": timing,
+                            "engine_log_sd": engine_log_sd},
                            model=prov.get("model"), stage="speedup"))
     write_json(out, {"run": run, **res}, prov)
     log.info("%s: speedup %s; shape %s", run["model"],
