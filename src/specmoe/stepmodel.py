@@ -70,9 +70,10 @@ class StepParams:
         return asdict(self)
 
 
-BOUNDS = ((0.5, 0.0, 0.0, 0.0, 0.0, 0.0), (500.0, 200.0, 20.0, 2.0, 2.0, SEQ_US_MAX := 2000.0))
-SEQ_US_SCAN = 25.0  # the search for the least verify_seq_us giving the published shapes: steps,
-SEQ_US_STEP = 1.0   # and its precision
+SEQ_US_MAX = 2000.0  # the search for the least verify_seq_us giving the published shapes: its end,
+SEQ_US_SCAN = 25.0   # its steps
+SEQ_US_STEP = 1.0    # and its precision
+BOUNDS = ((0.5, 0.0, 0.0, 0.0, 0.0, 0.0), (500.0, 200.0, 20.0, 2.0, 2.0, SEQ_US_MAX))
 
 
 def moe_efficiency(dims: ModelDims, hw: Hardware, unique: float, p: StepParams) -> float:
