@@ -1,15 +1,16 @@
 """The GPU bill of a configuration before it is submitted: GPU-hours per GPU job and in total, and
 each job's SLURM runtime, from the schedule and the cost model's roofline.
 
-An engine step at batch B takes the step model's time (specmoe.stepmodel: each kernel class at
-its own achieved bandwidth, or its FLOPs over the compute floor, with the parameters fitted to the
-study's measurements); experts touched are the uniform-routing count, an upper bound. A series of points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes
-output_len / tau verification steps (each with the engine's work per sequence) plus drafting; every request's prompt is prefilled once (one
-forward pass over the dataset's mean prompt length, estimated as 4 characters per token before any
-tokenizer runs: a 32k-token prompt costs as much as hundreds of decode steps). Every job also starts
-an engine: a fixed
-start-up (CUDA graphs, compilation) plus the weights over the loading bandwidth. The SLURM runtime of
-a job is `safety` times its estimate, at least `min_runtime` minutes.
+An engine step at batch B takes the step model's time (specmoe.stepmodel: each kernel class at its
+own achieved bandwidth, or its FLOPs over the compute floor, with the parameters fitted to the
+study's measurements); experts touched are the uniform-routing count, an upper bound. A series of
+points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes output_len / tau
+verification steps (each with the engine's work per sequence) plus drafting; every request's prompt
+is prefilled once (one forward pass over the dataset's mean prompt length, estimated as 4
+characters per token before any tokenizer runs: a 32k-token prompt costs as much as hundreds of
+decode steps). Every job also starts an engine: a fixed start-up (CUDA graphs, compilation) plus
+the weights over the loading bandwidth. The SLURM runtime of a job is `safety` times its estimate,
+at least `min_runtime` minutes.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def repeats_by_batch(points: list[dict]) -> dict[int, list[dict]]:
 
 
 def series_estimates(points: list[dict], timing: str, what: str,
-                     engine_log_sd: float = 0.0) -> dict[int, Estimate]:
+                     engine_log_sd: float) -> dict[int, Estimate]:
     """Each batch size's mean TPOT over its repeats, with the series' pooled log-scale error and
     the engine-to-engine spread `engine_log_sd` (known, infinite degrees of freedom)."""
     seen = set()
@@ -115,16 +115,27 @@ def series_estimates(points: list[dict], timing: str, what: str,
     for b, xs in by_batch.items():
         mean = sum(xs) / len(xs)
         if df > 0:
-            rep = ss / df / len(xs)
-            var = rep + engine_log_sd ** 2
-            out[b] = Estimate(mean, math.sqrt(var), var ** 2 / (rep ** 2 / df) if rep else math.inf)
+            var, dof = ss / df / len(xs), df
         else:  # measured once: the client's per-request spread (requests share the engine)
             p = groups[b][0]
             t, n = p.get("tpot_ms") or {}, p.get("completed") or p.get("num_prompts") or 0
-            ok = t.get("std") is not None and n > 1 and t.get("mean")
-            out[b] = (Estimate(mean, t["std"] / t["mean"] / math.sqrt(n), n - 1) if ok
-                      else Estimate(mean, float("nan"), 0.0))
+            if not (t.get("std") is not None and n > 1 and t.get("mean")):
+                out[b] = Estimate(mean, float("nan"), 0.0)
+                continue
+            var, dof = (t["std"] / t["mean"]) ** 2 / n, n - 1
+        out[b] = _with_engine(mean, var, dof, engine_log_sd)
     return out
+
+
+def _with_engine(mean: float, var: float, dof: float, engine_log_sd: float) -> Estimate:
+    """A point's mean with its error from one engine (log variance `var`, `dof` degrees of
+    freedom) and the spread from one engine to the next added (Welch-Satterthwaite)."""
+    total = var + engine_log_sd ** 2
+    if var > 0:
+        dof = total ** 2 / (var ** 2 / dof)
+    elif total > 0:
+        dof = math.inf
+    return Estimate(mean, math.sqrt(total), dof)
 
 
 def te_interval(tau: tuple, k: int, ar: tuple, sd: tuple, dr: tuple) -> tuple[float, float]:
