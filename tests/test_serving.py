@@ -53,10 +53,12 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
     caplog.clear()
     assert all(p["reused"] for p in run_series(*args, repeats=2))
     assert "engine up" not in caplog.text
-    # a different output length is a different measurement
-    changed = run_series(engine, str(tiny_models / "t"), PROMPTS, [(1, 3)], 8, 1,
-                         tmp_path / "pts", {"series": "test"}, {"stage": "test"})
-    assert not changed[0]["reused"] and changed[0]["total_output_tokens"] == 24
+    # a different output length is a different measurement: planned again, nothing reused
+    from specmoe.serving import plan_points
+
+    _, reused, todo = plan_points(PROMPTS, [(1, 3)], 8, 1, tmp_path / "pts", {"series": "test"})
+    assert reused == {"": {}} and [(t[2], t[0]) for t in todo] == [(1, 0)]
+    assert todo[0][5] == tmp_path / "pts" / "b1.r0.json"
 
 
 def test_engine_that_cannot_start_fails_with_its_last_lines(tiny_models, tmp_path):

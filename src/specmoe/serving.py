@@ -234,18 +234,11 @@ def point_summary(res: dict, batch: int, num_prompts: int, output_len: int) -> d
     return out
 
 
-def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, int]],
-               output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
-               log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1):
-    """Measure every (batch, num_prompts) of the schedule `repeats` times on one server (warm-up
-    requests the first time the engine meets a batch size); one file per point.
-
-    texts: one prompt list (points in points_dir), or {part: prompt list} for several prompt sets
-    on the same engine, e.g. one per dataset (points in points_dir/<part>/). Points already on disk
-    with the same key are reused, and the server is not started at all when every point is there.
-    Returns the points in schedule order, each batch size's repeats together, each point with
-    "repeat" and "reused": bool (a dict of such lists per part when texts is a dict).
-    """
+def plan_points(texts, schedule: list[tuple[int, int]], output_len: int, warmups: int,
+                points_dir, key_base: dict, repeats: int = 1) -> tuple[dict, dict, list]:
+    """A series' points: those on disk with the same key (reused: {part: {(batch, repeat):
+    point}}) and those to measure (todo: (repeat, part, batch, prompts, key, path), repeat by
+    repeat). texts as for run_series; returns (parts, reused, todo)."""
     if not schedule:
         raise InputError("the sweep schedule is empty")
     if repeats < 1:
@@ -274,13 +267,30 @@ def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, in
                             log.info("%s: reusing %s", name, path)
                             continue
                 todo.append((rep, part, batch, n, key, path))
+    todo.sort(key=lambda t: t[0])  # repeat by repeat: interleaved over batch sizes, parts
+    return parts, points, todo
+
+
+def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, int]],
+               output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
+               log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1):
+    """Measure every (batch, num_prompts) of the schedule `repeats` times on one server (warm-up
+    requests the first time the engine meets a batch size); one file per point.
+
+    texts: one prompt list (points in points_dir), or {part: prompt list} for several prompt sets
+    on the same engine, e.g. one per dataset (points in points_dir/<part>/). Points already on disk
+    with the same key are reused, and the server is not started at all when every point is there.
+    Returns the points in schedule order, each batch size's repeats together, each point with
+    "repeat" and "reused": bool (a dict of such lists per part when texts is a dict).
+    """
+    parts, points, todo = plan_points(texts, schedule, output_len, warmups, points_dir,
+                                      key_base, repeats)
     if todo:
         # the benchmark client takes seconds to import: import it while the engine starts (on
         # another core), not after
         client = threading.Thread(target=importlib.import_module, args=("vllm.benchmarks.serve",),
                                   daemon=True)
         client.start()
-        todo.sort(key=lambda t: t[0])  # repeat by repeat: interleaved over batch sizes, parts
         with Server(engine, log_path, startup_timeout) as server:
             client.join()
             jsonl = {}
