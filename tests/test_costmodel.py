@@ -156,52 +156,6 @@ def test_a_model_without_a_layer_count_is_refused():
         cm.ModelDims.from_dims(**{k: v for k, v in QWEN3_30B_DIMS.items() if k != "num_layers"})
 
 
-def test_draft_cost_counts_the_drafters_lm_head_and_kv_reads():
-    """At batch 1 both synthetic drafters read one layer (attention, k experts' worth of FFN),
-    the target's LM head and one layer's KV cache; the target reads 48 layers, its LM head and
-    48 layers' cache. The ratio by hand, bytes over bandwidth (memory bound at batch 1)."""
-    from specmoe.unique import uniform_unique
-
-    d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
-    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350,
-                                          "peak_tflops": {"bf16": 989}})
-    ctx = 512
-    rows = cm.draft_ratio_curve(d, hw, 3, [1, 64], lambda b: uniform_unique(128, 8, b), ctx, 896)
-    attn = 2048 * 32 * 128 * 2 + 2048 * 4 * 128 * 2
-    layer = (attn + 8 * 3 * 2048 * 768) * 2
-    head = 151936 * 2048 * 2
-    kv = ctx * 2 * 4 * 128 * 2
-    target = 48 * layer + head + 48 * kv
-    drafter = layer + head + kv
-    b1 = [r for r in rows if r["batch"] == 1]
-    for r in b1:
-        assert r["draft_cost"] == pytest.approx(3 * drafter / target, rel=1e-9)
-    assert b1[0]["t_target_us"] == pytest.approx(target / 3350e9 * 1e6)
-    # the MoE drafter's N is its own (the study's Figure 12: 896), not the target's 128
-    moe64 = next(r for r in rows if r["batch"] == 64
-                 and r["synthetic_drafter"] == cm.MOE_DRAFTER)
-    assert moe64["unique_drafter"] == pytest.approx(896 * (1 - (1 - 8 / 896) ** 64))
-    with pytest.raises(InputError, match="vocab_size"):
-        cm.draft_ratio_curve(cm.ModelDims.from_dims(**{**QWEN3_30B_DIMS, "vocab_size": 0}), hw, 3,
-                             [1], lambda b: 8.0, ctx, 896)
-
-
-def test_a_fixed_cost_per_forward_pass_weighs_more_on_the_drafters_k_passes():
-    """K drafter passes pay the fixed cost K times, the target's step once: with a fixed cost
-    the dense drafter's ratio is higher at every batch size."""
-    from specmoe.unique import uniform_unique
-
-    d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
-    base = {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}}
-    curves = {}
-    for us in (0, 50):
-        hw = cm.Hardware.from_config("H100", {**base, "step_overhead_us": us})
-        curves[us] = [r["draft_cost"] for r in cm.draft_ratio_curve(
-            d, hw, 3, [1, 8, 64], lambda b: uniform_unique(128, 8, b), 512, 896)
-            if r["synthetic_drafter"] == cm.DENSE_DRAFTER]
-    assert all(b > a for a, b in zip(curves[0], curves[50]))
-
-
 def test_the_gpu_bill_prefills_each_prompt_once():
     """A series over long prompts costs each request's prefill more: exactly prompts x one
     forward pass over the prompt, compute bound for 32k tokens (hundreds of decode steps)."""

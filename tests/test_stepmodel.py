@@ -181,3 +181,88 @@ def test_predict_a_study_repo_through_the_download_stage_offline(tmp_path):
     out = json.loads(r.stdout)
     assert out["overlaps"] == "published (Qwen3-30B)" and out["acceptance_length"] == [2.6, 2.6]
     assert out["precision"] == "fp8-b128" and out["tp"] == 2
+
+
+# --- the synthetic drafters' cost ratio (the study's Figures 11 and 12) -------------------------
+
+def _qwen3_30b_h100():
+    from specmoe.costmodel import Hardware
+
+    hw = Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
+    return stepmodel.study_model_dims("Qwen3-30B", "bf16", 1), hw
+
+
+def test_draft_cost_counts_the_drafters_lm_head_and_kv_reads():
+    """At batch 1 both synthetic drafters read one layer (attention, k experts' worth of FFN),
+    the target's LM head and one layer's KV cache; the target reads 48 layers, its LM head and
+    48 layers' cache. The ratio by hand: bytes over each class's achieved bandwidth."""
+    from specmoe.errors import InputError
+
+    d, hw = _qwen3_30b_h100()
+    p = stepmodel.StepParams(13.0, 40.0, 2.0, 0.0, 0.3, 250.0)
+    ctx, bw = 512, 3350e9
+    rows = stepmodel.draft_ratio_curve(d, hw, 3, [1, 64], lambda b: 8.0 if b == 1 else 100.0,
+                                       896, p, ctx)
+
+    def moe_s(unique, width):  # `unique` experts of `width`, at the CTAs they keep in flight
+        ctas = unique * 2 * width / 64
+        return unique * 3 * 2048 * width * 2 / (bw * ctas / (ctas + bw / 13e9))
+
+    attn = (2048 * 32 * 128 * 2 + 2048 * 4 * 128 * 2) * 2 / (bw * stepmodel.DENSE_EFFICIENCY)
+    head = 151936 * 2048 * 2 / (bw * stepmodel.DENSE_EFFICIENCY)
+    kv = ctx * 2 * 4 * 128 * 2 / (bw * stepmodel.KV_EFFICIENCY)
+    target = 48 * (attn + moe_s(8, 768) + kv) + head
+    drafters = {stepmodel.DENSE_DRAFTER: attn + moe_s(1, 8 * 768) + head + kv,
+                stepmodel.MOE_DRAFTER: attn + moe_s(8, 768) + head + kv}
+    b1 = [r for r in rows if r["batch"] == 1]
+    assert {r["synthetic_drafter"] for r in b1} == set(drafters)
+    for r in b1:
+        assert r["draft_cost"] == pytest.approx(3 * drafters[r["synthetic_drafter"]] / target,
+                                                rel=1e-9)
+        assert r["t_target_us"] == pytest.approx(target * 1e6, rel=1e-9)
+    # the MoE drafter's N is its own (the study's Figure 12: 896), not the target's 128
+    moe64 = next(r for r in rows if r["batch"] == 64
+                 and r["synthetic_drafter"] == stepmodel.MOE_DRAFTER)
+    assert moe64["unique_drafter"] == pytest.approx(896 * (1 - (1 - 8 / 896) ** 64))
+    with pytest.raises(InputError, match="vocab_size"):
+        stepmodel.draft_ratio_curve(stepmodel.ModelDims(**{**d.to_dict(), "vocab_size": 0}),
+                                    hw, 3, [1], lambda b: 8.0, 896, p, ctx)
+
+
+def test_a_fixed_cost_per_forward_pass_weighs_more_on_the_drafters_k_passes():
+    """K drafter passes pay the fixed cost K times, the target's step once: with a fixed cost
+    the dense drafter's ratio is higher at every batch size."""
+    from specmoe.costmodel import Hardware
+    from specmoe.unique import uniform_unique
+
+    d, _ = _qwen3_30b_h100()
+    p = stepmodel.fitted()
+    base = {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}}
+    curves = {}
+    for us in (0, 50):
+        hw = Hardware.from_config("H100", {**base, "step_overhead_us": us})
+        curves[us] = [r["draft_cost"] for r in stepmodel.draft_ratio_curve(
+            d, hw, 3, [1, 8, 64], lambda b: uniform_unique(128, 8, b), 896, p, 512)
+            if r["synthetic_drafter"] == stepmodel.DENSE_DRAFTER]
+    assert all(b > a for a, b in zip(curves[0], curves[50]))
+
+
+def test_qwen3_30b_synthetic_drafters_under_the_shipped_fit():
+    """What the calibrated step model says of the study's Figures 11 and 12 for Qwen3-30B-A3B's
+    dimensions (48 layers, bf16, H100, context 512): the dense drafter's ratio falls with batch
+    size (its bytes are fixed while the target reads ever more experts), to less than half its
+    batch-1 value at batch 128; the MoE drafter's (896 experts) reads grow with the batch as the
+    target's do, so it ends within 25% of its batch-1 value and at least three times the dense
+    one's. The study reports a dense ratio that rises; this model cannot give that (docs/method.md,
+    "Draft cost ratio")."""
+    from specmoe.unique import uniform_unique
+
+    d, hw = _qwen3_30b_h100()
+    rows = stepmodel.draft_ratio_curve(d, hw, 3, [1, 2, 4, 8, 16, 32, 64, 128],
+                                       lambda b: uniform_unique(128, 8, b), 896,
+                                       stepmodel.fitted(), 512)
+    dense = [r["draft_cost"] for r in rows if r["synthetic_drafter"] == stepmodel.DENSE_DRAFTER]
+    moe = [r["draft_cost"] for r in rows if r["synthetic_drafter"] == stepmodel.MOE_DRAFTER]
+    assert dense[0] == pytest.approx(moe[0])  # one token: the same bytes
+    assert dense[-1] < dense[0] / 2
+    assert abs(moe[-1] / moe[0] - 1) < 0.25 and moe[-1] > 3 * dense[-1]

@@ -8,7 +8,7 @@ Weights per GPU are counted per MoE layer: C_expert (gate, up, down of one route
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from .errors import InputError
 from .unique import check_nk
@@ -263,54 +263,6 @@ def te_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes,
                      "compute_bound": bool(t_ver > (dims.c_dense + dims.c_dense_layers
                                                     + u_v * dims.c_expert)
                                            / hw.hbm_bandwidth * (1 + 1e-12))})
-    return rows
-
-
-DENSE_DRAFTER = "dense drafter (one layer, the target's active FFN width)"
-MOE_DRAFTER = "MoE drafter (one layer of N experts of the target's width)"
-
-
-def forward_time(dims: ModelDims, hw: Hardware, batch: int, tokens_per_seq: int, unique: float,
-                 context: float) -> float:
-    """Roofline time of one forward pass of a whole model over `batch` sequences of
-    `tokens_per_seq` new tokens each: every MoE layer (its weights, `unique` experts, FLOPs), the
-    LM head over every new token, the KV cache of `context` tokens per sequence read once, and the
-    hardware's fixed cost per forward pass."""
-    if dims.vocab_size < 1:
-        raise InputError("the step model needs the vocabulary size (vocab_size) for the LM head")
-    tokens = batch * tokens_per_seq
-    layers = dims.num_moe_layers * step_time(dims, hw, tokens, unique)
-    head = dims.vocab_size * dims.hidden
-    lm_head = max(head * dtype_bytes(dims.dense_dtype) / dims.tp / hw.hbm_bandwidth,
-                  2.0 * tokens * head / dims.tp / hw.flops(dims.dense_dtype))
-    kv = batch * context * dims.kv_per_token * dtype_bytes(dims.dense_dtype) / dims.tp
-    return layers + lm_head + kv / hw.hbm_bandwidth + hw.step_overhead
-
-
-def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes, unique_decode,
-                      context: float, moe_drafter_experts: int) -> list[dict]:
-    """The draft cost ratio c(B) = K T_drafter(B) / T_target(B) of two synthetic one-layer
-    drafters against the target's decode step (forward_time: layers, LM head, KV reads, fixed
-    cost): a dense drafter with the target's attention and active FFN width (k experts' worth,
-    fixed bytes whatever the batch), and a MoE drafter of `moe_drafter_experts` experts of the
-    target's width, k of them per token (its B tokens route independently and uniformly). Both
-    carry the target's LM head and one layer's KV cache. The target reads unique_decode(B) experts
-    per MoE layer.
-    """
-    one = {"num_layers": 1, "num_moe_layers": 1, "dense_layer_params": 0.0,
-           "kv_per_token": dims.kv_per_token / dims.num_layers}
-    dense = replace(dims, num_experts=1, top_k=1, expert_intermediate=dims.top_k
-                    * dims.expert_intermediate, **one)
-    moe = replace(dims, num_experts=int(moe_drafter_experts), **one)
-    rows = []
-    for b in batch_sizes:
-        t_target = forward_time(dims, hw, b, 1, float(unique_decode(b)), context)
-        u_moe = moe.num_experts * (1 - (1 - moe.top_k / moe.num_experts) ** b)
-        for name, d, u in ((DENSE_DRAFTER, dense, 1.0), (MOE_DRAFTER, moe, u_moe)):
-            rows.append({"batch": int(b), "synthetic_drafter": name, "unique_drafter": u,
-                         "t_target_us": t_target * 1e6,
-                         "draft_cost": k_draft * forward_time(d, hw, b, 1, u, context)
-                         / t_target})
     return rows
 
 

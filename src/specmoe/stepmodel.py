@@ -388,10 +388,47 @@ SHAPE_MARGIN = 0.05  # a curve's rise over its batch-1 value that counts (as `pr
 
 
 def draft_cost(dims: ModelDims, draft: ModelDims, hw: Hardware, batch: int, k_draft: int,
-               p: StepParams) -> float:
-    """c(B): K drafter steps over one target decode step."""
-    return (k_draft * step_time(draft, hw, batch, 1, unique_decode(draft, batch), p)
-            / step_time(dims, hw, batch, 1, unique_decode(dims, batch), p))
+               p: StepParams, unique_target: float | None = None,
+               context: float = CONTEXT) -> float:
+    """c(B): K drafter steps over one target decode step, both priced by `step_time` (every
+    layer, the LM head, the KV cache of `context` tokens per sequence, the fixed cost per pass).
+    The drafter's B tokens route independently; the target's unique experts are
+    `unique_target`, else those of B independent tokens."""
+    if min(dims.vocab_size, draft.vocab_size) < 1:
+        raise InputError("the draft cost needs the vocabulary size (vocab_size) for the LM head")
+    u = unique_decode(dims, batch) if unique_target is None else float(unique_target)
+    return (k_draft * step_time(draft, hw, batch, 1, unique_decode(draft, batch), p, context)
+            / step_time(dims, hw, batch, 1, u, p, context))
+
+
+DENSE_DRAFTER = "dense drafter (one layer, the target's active FFN width)"
+MOE_DRAFTER = "MoE drafter (one layer of N experts of the target's width)"
+
+
+def synthetic_drafters(target: ModelDims, moe_experts: int) -> dict[str, ModelDims]:
+    """The two one-layer drafters of the study's draft-cost figures (their drafters are not
+    specified, so these are chosen), both on the target's LM head and one layer's KV cache: a
+    dense one (an EAGLE head: the target's attention, its k experts' width as one FFN) and a MoE
+    one (one of the target's MoE layers with `moe_experts` experts, k per token)."""
+    moe = drafter_dims(target, "mtp", None)
+    return {DENSE_DRAFTER: drafter_dims(target, "eagle", None),
+            MOE_DRAFTER: ModelDims(**{**moe.to_dict(), "num_experts": int(moe_experts)})}
+
+
+def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes, unique_target,
+                      moe_experts: int, p: StepParams, context: float = CONTEXT) -> list[dict]:
+    """c(B) of the two synthetic drafters against the target's decode step at each batch size;
+    unique_target(B): the target's unique experts per MoE layer at batch B."""
+    drafters = synthetic_drafters(dims, moe_experts)
+    rows = []
+    for b in batch_sizes:
+        u = float(unique_target(b))
+        t_target = step_time(dims, hw, b, 1, u, p, context)
+        for name, d in drafters.items():
+            rows.append({"batch": int(b), "synthetic_drafter": name,
+                         "unique_drafter": unique_decode(d, b), "t_target_us": t_target * 1e6,
+                         "draft_cost": draft_cost(dims, d, hw, b, k_draft, p, u, context)})
+    return rows
 
 
 def shape_rows() -> list[dict]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import acceptance, costmodel, ipf, overlap, synth, trace
+from .. import acceptance, costmodel, ipf, overlap, stepmodel, synth, trace
 from ..errors import InputError
 from ..provenance import provenance, read_json, write_json
 from ..unique import independent_unique, uniform_unique, window_unique_table
@@ -235,12 +235,13 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
                             "draft_cost": draft_cfg},
                            model=prov.get("model"), stage="costmodel"))
+    params = stepmodel.fitted()
     if dims.vocab_size:
-        ratio = costmodel.draft_ratio_curve(
+        ratio = stepmodel.draft_ratio_curve(
             dims, hw, s["k_draft"], table.index.tolist(),
             lambda b: table.loc[b, "decode_independent"],
-            context=float(draft_cfg["context_tokens"]),
-            moe_drafter_experts=int(draft_cfg["moe_drafter_experts"]))
+            moe_experts=int(draft_cfg["moe_drafter_experts"]), p=params,
+            context=float(draft_cfg["context_tokens"]))
     else:  # the LM head cannot be sized: no draft-ratio rows rather than wrong ones
         log.warning("model %s: no vocab_size in its dims, so no draft-cost ratio (set "
                     "dims.vocab_size)", model_cfg["name"])
@@ -248,7 +249,7 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     write_json(out, {"run": ov["run"], "hardware": hw_name, "dims": dims.to_dict(),
                      **dims.summary(), "unique_ratio": u["empirical"] / s["top_k"],
                      "te_weight_batch1": te_b1, "te_vs_batch": curves,
-                     "draft_ratio_vs_batch": ratio}, prov)
+                     "draft_ratio_vs_batch": ratio, "step_params": params.as_dict()}, prov)
 
 
 def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) -> None:
