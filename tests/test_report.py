@@ -271,3 +271,8 @@ def test_directions_in_the_words_follow_the_tables(tmp_path):
     words = " ".join(prose.draft_cost_findings(tmp_path) + prose.measured_findings(tmp_path))
     assert "dense drafter: the step model's draft cost ratio falls with batch size" in words
     assert "rises" not in words and "(undecided within the noise)" in words
+    # a curve that turns is worded by its turn, not by its ends
+    _curve_tables(tmp_path, [0.4, 0.2, 0.1, 0.39], [1.0, 1.1, 1.0, 1.05], "concave")
+    words = " ".join(prose.draft_cost_findings(tmp_path))
+    assert ("dense drafter: the step model's draft cost ratio falls from 0.400 at batch 1 to "
+            "0.100 at batch 4, then rises to 0.390 at batch 8.") in words

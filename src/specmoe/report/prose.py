@@ -299,14 +299,23 @@ def calibration_findings(table_dir) -> list[str]:
     return out
 
 
-def direction(first: float, last: float, margin: float = 0.05) -> str:
-    """The direction of an exact (model-derived) curve from its ends: "rises", "falls" or "stays
-    flat (within 5%)"."""
-    if last > first * (1 + margin):
-        return "rises"
-    if last < first / (1 + margin):
-        return "falls"
-    return f"stays flat (within {margin:.0%})"
+def course(batches, values, margin: float = 0.05) -> str:
+    """How an exact (model-derived) curve goes with batch size, in words: "stays flat (within
+    5%)", "rises" or "falls" from its first to its last point, or, where a point between them
+    lies beyond both ends by the margin, down and up again (or up and down) through it."""
+    v, b = np.asarray(values, float), list(batches)
+
+    def at(i: int) -> str:
+        return f"{v[i]:.3f} at batch {int(b[i])}"
+
+    lo, hi, end = int(np.argmin(v)), int(np.argmax(v)), len(v) - 1
+    if v[hi] <= v[lo] * (1 + margin):
+        return f"stays flat (within {margin:.0%}) with batch size, from {at(0)} to {at(end)}"
+    if 0 < lo < end and v[lo] * (1 + margin) < min(v[0], v[end]):
+        return f"falls from {at(0)} to {at(lo)}, then rises to {at(end)}"
+    if 0 < hi < end and v[hi] > max(v[0], v[end]) * (1 + margin):
+        return f"rises from {at(0)} to {at(hi)}, then falls to {at(end)}"
+    return f"{'rises' if v[end] > v[0] else 'falls'} with batch size, from {at(0)} to {at(end)}"
 
 
 def draft_cost_findings(table_dir) -> list[str]:
@@ -320,11 +329,8 @@ def draft_cost_findings(table_dir) -> list[str]:
         dr = first_run(dr)
         for (run, drafter), g in dr.groupby(["run", "synthetic_drafter"], sort=False):
             g = g.sort_values("batch")
-            a, b = g.iloc[0], g.iloc[-1]
             out.append(f"{run}, {drafter}: the step model's draft cost ratio "
-                       f"{direction(a['draft_cost'], b['draft_cost'])} with batch size, from "
-                       f"{a['draft_cost']:.3f} at batch {int(a['batch'])} to {b['draft_cost']:.3f} "
-                       f"at batch {int(b['batch'])}.")
+                       f"{course(g['batch'], g['draft_cost'])}.")
     sp = load(td, "speedup_vs_batch")
     if not sp.empty and "draft_cost" in sp:
         for run, g in sp[np.isfinite(sp["draft_cost"])].groupby("run", sort=False):
