@@ -235,8 +235,9 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
                             "draft_cost": draft_cfg},
                            model=prov.get("model"), stage="costmodel"))
-    params = stepmodel.fitted()
+    params = None
     if dims.vocab_size:
+        params = stepmodel.fitted()  # the draft cost's pricing, written beside its rows
         ratio = stepmodel.draft_ratio_curve(
             dims, hw, s["k_draft"], table.index.tolist(),
             lambda b: table.loc[b, "decode_independent"],
@@ -249,7 +250,8 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     write_json(out, {"run": ov["run"], "hardware": hw_name, "dims": dims.to_dict(),
                      **dims.summary(), "unique_ratio": u["empirical"] / s["top_k"],
                      "te_weight_batch1": te_b1, "te_vs_batch": curves,
-                     "draft_ratio_vs_batch": ratio, "step_params": params.as_dict()}, prov)
+                     "draft_ratio_vs_batch": ratio,
+                     "step_params": params.as_dict() if params else None}, prov)
 
 
 def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) -> None:
