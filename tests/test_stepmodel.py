@@ -266,3 +266,49 @@ def test_qwen3_30b_synthetic_drafters_under_the_shipped_fit():
     assert dense[0] == pytest.approx(moe[0])  # one token: the same bytes
     assert dense[-1] < dense[0] / 2
     assert abs(moe[-1] / moe[0] - 1) < 0.25 and moe[-1] > 3 * dense[-1]
+
+
+def test_no_cost_shared_by_both_drafters_gives_a_rising_dense_and_a_flat_moe_ratio():
+    """Why the step model cannot give both of the study's statements for Qwen3-30B-A3B (a dense
+    drafter's ratio that rises with batch size, a MoE drafter's that stays flat): the two
+    synthetic drafters read the same bytes at batch 1 and the MoE drafter never fewer after
+    (its B tokens use at least k experts, and its experts' time grows with their number), so
+    any cost that both drafters pay alike (a fixed cost per pass, work per sequence in the
+    drafting loop, the same work per sequence in the target's step) keeps c_MoE(B) >= c_dense(B)
+    with equality at batch 1. Such costs can make the dense ratio rise (a few tens of us per
+    sequence and pass do); each that does makes the MoE ratio rise at least as much."""
+    from specmoe.costmodel import Hardware
+    from specmoe.unique import uniform_unique
+
+    d, _ = _qwen3_30b_h100()
+    p = stepmodel.fitted()
+    drafters = stepmodel.synthetic_drafters(d, 896)
+    dense_d, moe_d = drafters[stepmodel.DENSE_DRAFTER], drafters[stepmodel.MOE_DRAFTER]
+    batches = [1, 2, 4, 8, 16, 32, 64, 128]
+    rising = 0
+    for fixed_us in (0.0, 50.0, 500.0):
+        hw = Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350,
+                                           "peak_tflops": {"bf16": 989},
+                                           "step_overhead_us": fixed_us})
+        for draft_seq_us in (0.0, 5.0, 20.0, 100.0, 500.0):
+            for target_seq_us in (0.0, 20.0):
+                def ratio(drafter, b):
+                    t_draft = (stepmodel.step_time(drafter, hw, b, 1,
+                                                   stepmodel.unique_decode(drafter, b), p, 512)
+                               + b * draft_seq_us * 1e-6)
+                    t_target = (stepmodel.step_time(d, hw, b, 1, uniform_unique(128, 8, b), p,
+                                                    512) + b * target_seq_us * 1e-6)
+                    return 3 * t_draft / t_target
+
+                dense = [ratio(dense_d, b) for b in batches]
+                moe = [ratio(moe_d, b) for b in batches]
+                if draft_seq_us == target_seq_us == 0.0:  # the function the report prices with
+                    assert dense == pytest.approx([stepmodel.draft_cost(
+                        d, dense_d, hw, b, 3, p, uniform_unique(128, 8, b), 512)
+                        for b in batches], rel=1e-12)
+                assert moe[0] == pytest.approx(dense[0], rel=1e-12)
+                assert all(m >= x * (1 - 1e-12) for m, x in zip(moe, dense))
+                if dense[-1] > 1.05 * dense[0]:  # rises beyond the report's 5% of "flat"
+                    rising += 1
+                    assert moe[-1] / moe[0] >= dense[-1] / dense[0] > 1.05
+    assert rising >= 3  # the grid holds costs that make the dense ratio rise
