@@ -30,7 +30,7 @@ def tiny_models(tmp_path_factory):
     modelstages.tokenizer_stage(tiny_cfg, root / "tokenizer")
     target = {"name": "t", "arch": {"kind": "moe", "hidden": 64, "layers": 2, "heads": 2,
                                     "kv_heads": 1, "head_dim": 32, "num_experts": 16,
-                                    "top_k": 4, "expert_intermediate": 16}, "steps": 80}
+                                    "top_k": 4, "expert_intermediate": 16}, "steps": 150}
     drafter = {"name": "d", "arch": {"kind": "dense", "hidden": 64, "layers": 1, "heads": 2,
                                      "kv_heads": 1, "head_dim": 32, "intermediate": 128},
                "steps": 150}
