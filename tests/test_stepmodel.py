@@ -185,10 +185,11 @@ def test_predict_a_study_repo_through_the_download_stage_offline(tmp_path):
 
 # --- the synthetic drafters' cost ratio (the study's Figures 11 and 12) -------------------------
 
-def _qwen3_30b_h100():
+def _qwen3_30b_h100(step_overhead_us: float = 0.0):
     from specmoe.costmodel import Hardware
 
-    hw = Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
+    hw = Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
+                                       "step_overhead_us": step_overhead_us})
     return stepmodel.study_model_dims("Qwen3-30B", "bf16", 1), hw
 
 
@@ -232,15 +233,12 @@ def test_draft_cost_counts_the_drafters_lm_head_and_kv_reads():
 def test_a_fixed_cost_per_forward_pass_weighs_more_on_the_drafters_k_passes():
     """K drafter passes pay the fixed cost K times, the target's step once: with a fixed cost
     the dense drafter's ratio is higher at every batch size."""
-    from specmoe.costmodel import Hardware
     from specmoe.unique import uniform_unique
 
-    d, _ = _qwen3_30b_h100()
     p = stepmodel.fitted()
-    base = {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}}
     curves = {}
     for us in (0, 50):
-        hw = Hardware.from_config("H100", {**base, "step_overhead_us": us})
+        d, hw = _qwen3_30b_h100(us)
         curves[us] = [r["draft_cost"] for r in stepmodel.draft_ratio_curve(
             d, hw, 3, [1, 8, 64], lambda b: uniform_unique(128, 8, b), 896, p, 512)
             if r["synthetic_drafter"] == stepmodel.DENSE_DRAFTER]
@@ -277,19 +275,15 @@ def test_no_cost_shared_by_both_drafters_gives_a_rising_dense_and_a_flat_moe_rat
     drafting loop, the same work per sequence in the target's step) keeps c_MoE(B) >= c_dense(B)
     with equality at batch 1. Such costs can make the dense ratio rise (a few tens of us per
     sequence and pass do); each that does makes the MoE ratio rise at least as much."""
-    from specmoe.costmodel import Hardware
     from specmoe.unique import uniform_unique
 
-    d, _ = _qwen3_30b_h100()
     p = stepmodel.fitted()
-    drafters = stepmodel.synthetic_drafters(d, 896)
-    dense_d, moe_d = drafters[stepmodel.DENSE_DRAFTER], drafters[stepmodel.MOE_DRAFTER]
     batches = [1, 2, 4, 8, 16, 32, 64, 128]
     rising = 0
     for fixed_us in (0.0, 50.0, 500.0):
-        hw = Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350,
-                                           "peak_tflops": {"bf16": 989},
-                                           "step_overhead_us": fixed_us})
+        d, hw = _qwen3_30b_h100(fixed_us)
+        drafters = stepmodel.synthetic_drafters(d, 896)
+        dense_d, moe_d = drafters[stepmodel.DENSE_DRAFTER], drafters[stepmodel.MOE_DRAFTER]
         for draft_seq_us in (0.0, 5.0, 20.0, 100.0, 500.0):
             for target_seq_us in (0.0, 20.0):
                 def ratio(drafter, b):
