@@ -20,6 +20,7 @@ MIB = 2**20
 # "mxfp4": 4-bit values with one 8-bit (e8m0) scale per 32 (GPT-OSS); "int4-g32": 4-bit integers with
 # one bf16 scale per group of 32 (compressed-tensors, symmetric, e.g. Kimi-K2.5).
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
+FLOAT_DTYPES = ("bf16", "fp16", "fp32")  # what a checkpoint's torch dtype (and its KV cache) can be
 _BLOCK_FP8 = re.compile(r"^fp8-b(\d+)$")
 _GROUP_INT = re.compile(r"^int(4|8)-g(\d+)$")
 # Peak FLOP/s key of the hardware entry each weight format computes in. Weight-only formats (mxfp4,
@@ -62,6 +63,16 @@ class ModelDims:
     dense_dtype: attention and shared experts' format (default: dtype). dense_layer_params: all
     weights (attention and FFN) of layers without experts (e.g. DeepSeek's first_k_dense_replace),
     counted once per model and spread over the MoE layers.
+
+    What a step reads besides weights (docs/method.md, "Step model"): kv_per_token, the KV-cache
+    elements per token of the full-attention layers (whole model); kv_sliding_per_token those of
+    sliding-window layers, which hold at most `sliding_window` tokens; kv_split, the GPUs the KV
+    cache is split over (TP where the KV heads are at least TP; the KV heads where fewer, each GPU
+    holding one; 1 for MLA's latent cache, which every GPU holds whole); state_per_seq, the
+    recurrent state of linear-attention layers per sequence (elements, split over TP by heads);
+    attn_flops_per_ctx (and attn_flops_sliding_per_ctx), attention FLOPs per query token per
+    context token; base_dtype, the checkpoint's floating-point dtype, in which vLLM keeps the KV
+    cache, the LM head and any recurrent state whatever the weights' format.
     """
 
     hidden: int
@@ -78,12 +89,27 @@ class ModelDims:
     dense_layer_params: float = 0.0
     vocab_size: int = 0
     kv_per_token: float = 0.0
+    base_dtype: str | None = None
+    kv_split: float | None = None
+    kv_sliding_per_token: float = 0.0
+    sliding_window: int = 0
+    state_per_seq: float = 0.0
+    attn_flops_per_ctx: float = 0.0
+    attn_flops_sliding_per_ctx: float = 0.0
+    attention_layers: int = 0  # layers with softmax attention (full or sliding); 0: every layer
 
     def __post_init__(self) -> None:
         dtype_bytes(self.dtype)
         if self.dense_dtype is None:
             self.dense_dtype = self.dtype
         dtype_bytes(self.dense_dtype)
+        if self.base_dtype is None:
+            self.base_dtype = self.dense_dtype if self.dense_dtype in FLOAT_DTYPES else "bf16"
+        if self.base_dtype not in FLOAT_DTYPES:
+            raise InputError(f"base_dtype must be one of {', '.join(FLOAT_DTYPES)} (got "
+                             f"{self.base_dtype})")
+        if self.kv_split is None:
+            self.kv_split = float(self.tp)
         if self.num_moe_layers is None:
             self.num_moe_layers = self.num_layers
         check_nk(self.num_experts, self.top_k)
@@ -94,7 +120,11 @@ class ModelDims:
         if self.num_moe_layers > self.num_layers:
             raise InputError(f"num_moe_layers ({self.num_moe_layers}) exceeds num_layers "
                              f"({self.num_layers})")
-        for name in ("shared_intermediate", "dense_layer_params", "vocab_size", "kv_per_token"):
+        if not 1 <= self.kv_split <= self.tp:
+            raise InputError(f"kv_split must lie within [1, tp = {self.tp}] (got {self.kv_split})")
+        for name in ("shared_intermediate", "dense_layer_params", "vocab_size", "kv_per_token",
+                     "kv_sliding_per_token", "sliding_window", "state_per_seq",
+                     "attn_flops_per_ctx", "attn_flops_sliding_per_ctx", "attention_layers"):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must be >= 0 (got {getattr(self, name)})")
 
@@ -115,7 +145,9 @@ class ModelDims:
         return cls(hidden=hidden, expert_intermediate=expert_intermediate, num_experts=num_experts,
                    top_k=top_k, attention_params=attn, shared_intermediate=shared_intermediate,
                    num_layers=num_layers, dtype=dtype, tp=tp, dense_dtype=dense_dtype,
-                   vocab_size=vocab_size, kv_per_token=2 * kv_heads * head_dim * num_layers)
+                   vocab_size=vocab_size, kv_per_token=2 * kv_heads * head_dim * num_layers,
+                   kv_split=float(min(tp, kv_heads)),
+                   attn_flops_per_ctx=4.0 * heads * head_dim * num_layers)
 
     # --- bytes per GPU per layer ---
     @property
@@ -155,6 +187,23 @@ class ModelDims:
         base = self.top_k if unique_decode is None else unique_decode
         dense = self.c_dense + self.c_dense_layers
         return (dense + base * self.c_expert) / (dense + unique_sd * self.c_expert)
+
+    def kv_bytes(self, context: float) -> float:
+        """KV-cache bytes one sequence of `context` tokens keeps on one GPU (read once per step)."""
+        tokens = self.kv_per_token * context + (self.kv_sliding_per_token
+                                                * min(context, self.sliding_window or context))
+        return tokens * dtype_bytes(self.base_dtype) / self.kv_split
+
+    def attention_flops(self, context: float) -> float:
+        """Attention FLOPs of one query token over `context` tokens, per GPU (heads split)."""
+        window = min(context, self.sliding_window or context)
+        return (self.attn_flops_per_ctx * context
+                + self.attn_flops_sliding_per_ctx * window) / self.tp
+
+    @property
+    def state_bytes(self) -> float:
+        """Recurrent-state bytes of one sequence on one GPU (linear-attention layers)."""
+        return self.state_per_seq * dtype_bytes(self.base_dtype) / self.tp
 
     def summary(self, unique_sd: float | None = None) -> dict:
         out = {"c_expert_mib": self.c_expert / MIB, "c_dense_mib": self.c_dense / MIB,
@@ -212,6 +261,21 @@ MEASURED_ROUTING = "measured windows (temporal)"
 DEFAULT_HARDWARE = "H100"  # a model's hardware when it names none (a variant's: its target's)
 
 
+# NVLink bandwidth per GPU and direction (NVIDIA's datasheets: H100 SXM and H200 NVLink 4, 900 GB/s
+# both directions together; B200 NVLink 5, 1.8 TB/s)
+NVLINK_GBS = {"H100": 450.0, "H200": 450.0, "B200": 900.0}
+
+
+def _positive(name: str, key: str, value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"hardware {name}: {key} must be a number, got {value!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise InputError(f"hardware {name}: {key} must be > 0, got {value!r}")
+    return v
+
+
 @dataclass
 class Hardware:
     name: str
@@ -220,13 +284,28 @@ class Hardware:
     l2_bytes: float = 0.0
     sm_count: int = 0
     step_overhead: float = 0.0  # s per forward pass (launches, scheduling), whatever it computes
+    nvlink_bandwidth: float = 0.0  # bytes/s one GPU sends to the others (tensor parallelism)
 
     @classmethod
     def from_config(cls, name: str, d: dict) -> "Hardware":
-        return cls(name=name, hbm_bandwidth=float(d["hbm_bandwidth_gbs"]) * 1e9,
-                   peak_flops={k: float(v) * 1e12 for k, v in d["peak_tflops"].items()},
+        """A hardware entry (config.yaml's `hardware`, or a --hardware-file): each number checked
+        (one line, never a traceback), NVLink's bandwidth from NVLINK_GBS where the entry has
+        none and the GPU is one of those."""
+        if not isinstance(d, dict):
+            raise InputError(f"hardware {name}: expected a mapping of its numbers, got {d!r}")
+        bw = _positive(name, "hbm_bandwidth_gbs", d.get("hbm_bandwidth_gbs"))
+        peaks = d.get("peak_tflops")
+        if not isinstance(peaks, dict) or not peaks:
+            raise InputError(f"hardware {name}: peak_tflops must map dtypes to TFLOP/s "
+                             f"(e.g. {{bf16: 989}}), got {peaks!r}")
+        nvlink = d.get("nvlink_gbs", NVLINK_GBS.get(name, 0))
+        return cls(name=name, hbm_bandwidth=bw * 1e9,
+                   peak_flops={k: _positive(name, f"peak_tflops.{k}", v) * 1e12
+                               for k, v in peaks.items()},
                    l2_bytes=float(d.get("l2_mib", 0)) * MIB, sm_count=int(d.get("sm_count", 0)),
-                   step_overhead=float(d.get("step_overhead_us", 0)) * 1e-6)
+                   step_overhead=float(d.get("step_overhead_us", 0)) * 1e-6,
+                   nvlink_bandwidth=(_positive(name, "nvlink_gbs", nvlink) * 1e9 if nvlink
+                                     else 0.0))
 
     def flops(self, dtype: str) -> float:
         """Peak dense FLOP/s for the class `dtype` computes in; a missing entry is an error."""

@@ -26,7 +26,7 @@ import json
 import re
 from pathlib import Path
 
-from .costmodel import ModelDims, dtype_bytes
+from .costmodel import FLOAT_DTYPES, ModelDims
 from .errors import InputError
 
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
@@ -58,7 +58,22 @@ def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
             if key not in merged and key in cfg:
                 merged[key] = cfg[key]
         cfg = merged
-    return cfg, name
+    return _flatten_dbrx(cfg), name
+
+
+def _flatten_dbrx(cfg: dict) -> dict:
+    """DBRX nests attention and FFN in attn_config/ffn_config and names the rest its own way:
+    the same numbers under the keys every other family uses."""
+    if cfg.get("model_type") != "dbrx":
+        return cfg
+    attn, ffn = cfg.get("attn_config") or {}, cfg.get("ffn_config") or {}
+    flat = {"hidden_size": cfg.get("d_model"), "num_hidden_layers": cfg.get("n_layers"),
+            "num_attention_heads": cfg.get("n_heads"),
+            "num_key_value_heads": attn.get("kv_n_heads"),
+            "intermediate_size": ffn.get("ffn_hidden_size"),
+            "num_local_experts": ffn.get("moe_num_experts"),
+            "num_experts_per_tok": ffn.get("moe_top_k")}
+    return {**cfg, **{k: v for k, v in flat.items() if v is not None}}
 
 
 _GATED_ATTENTION = ("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_text")
@@ -113,7 +128,8 @@ def _linear_attention(r: _Reader, hidden: int) -> int:
 
 
 def _layer_kinds(r: _Reader, layers: int) -> list[str]:
-    """'full' (softmax attention) or 'linear' per layer."""
+    """'full' (softmax attention), 'sliding' (softmax over the last `sliding_window` tokens) or
+    'linear' per layer."""
     types = r.cfg.get("layer_types")
     if types:
         if len(types) != layers:
@@ -122,8 +138,12 @@ def _layer_kinds(r: _Reader, layers: int) -> list[str]:
         for t in types:
             if t == "linear_attention":
                 kinds.append("linear")
-            elif t in ("full_attention", "sliding_attention", "attention"):
+            elif t in ("full_attention", "attention"):
                 kinds.append("full")
+            elif t == "sliding_attention":
+                if not r.cfg.get("sliding_window"):
+                    raise InputError(f"{r.name}: sliding_attention layers without sliding_window")
+                kinds.append("sliding")
             else:
                 raise InputError(f"{r.name}: unknown layer type '{t}'")
         return kinds
@@ -136,7 +156,8 @@ def _layer_kinds(r: _Reader, layers: int) -> list[str]:
 def _moe_layers(r: _Reader, layers: int) -> list[bool]:
     first_dense = int(r.cfg.get("first_k_dense_replace") or 0)
     mlp_only = set(r.cfg.get("mlp_only_layers") or [])
-    step = int(r.cfg.get("decoder_sparse_step") or 1)
+    # Qwen-MoE's decoder_sparse_step, Llama-4's interleave_moe_layer_step: every step-th layer
+    step = int(r.cfg.get("decoder_sparse_step") or r.cfg.get("interleave_moe_layer_step") or 1)
     return [i >= first_dense and i not in mlp_only and (i + 1) % step == 0 for i in range(layers)]
 
 
@@ -150,16 +171,26 @@ def _matches(patterns, module: str) -> bool:
     return False
 
 
+def checkpoint_dtype(cfg: dict, name: str = "config.json") -> str:
+    """The checkpoint's floating-point dtype: `dtype` (recent transformers) or `torch_dtype`;
+    where a quantised checkpoint names neither (gpt-oss), bf16, the dtype its quantisation config
+    leaves unquantised modules in (vLLM loads them so)."""
+    raw = str(cfg.get("dtype") or cfg.get("torch_dtype") or "")
+    if not raw:
+        if cfg.get("quantization_config"):
+            return "bf16"
+        raise InputError(f"{name}: neither dtype nor torch_dtype nor quantization_config; give "
+                         "--precision (bf16, fp16 or fp8)")
+    base = _TORCH_DTYPES.get(raw, raw)
+    if base not in FLOAT_DTYPES:
+        raise InputError(f"{name}: unknown torch_dtype '{raw}' (known: "
+                         f"{', '.join(_TORCH_DTYPES)})")
+    return base
+
+
 def storage_formats(cfg: dict, name: str = "config.json") -> tuple[str, str]:
     """(routed experts' format, attention and shared experts' format) of a checkpoint."""
-    raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "")
-    if not raw:
-        raise InputError(f"{name}: no torch_dtype; set the model's dtype in the config")
-    base = _TORCH_DTYPES.get(raw, raw)
-    try:
-        dtype_bytes(base)
-    except InputError:
-        raise InputError(f"{name}: unknown torch_dtype '{raw}'") from None
+    base = checkpoint_dtype(cfg, name)
     q = cfg.get("quantization_config")
     if not q:
         return base, base
@@ -196,7 +227,68 @@ def storage_formats(cfg: dict, name: str = "config.json") -> tuple[str, str]:
                      "compressed-tensors)")
 
 
+def _shared_width(r: _Reader) -> int:
+    """Intermediate width of a MoE layer's shared experts (0: none)."""
+    cfg = r.cfg
+    for key in ("shared_expert_intermediate_size", "shared_intermediate_size"):
+        if cfg.get(key):  # Qwen2-MoE, Qwen3-Next, Qwen3.5; Granite-MoE-shared
+            return int(cfg[key])
+    if cfg.get("n_shared_experts"):  # DeepSeek-style: GLM-4.x, Kimi
+        return int(cfg["n_shared_experts"]) * r.int("moe_intermediate_size")
+    if str(cfg.get("model_type", "")).startswith("llama4"):  # one shared expert of the routed width
+        return r.int("intermediate_size")
+    return 0
+
+
+def _check_tp(r: _Reader, tp: int, mla: bool, kinds: list[str]) -> None:
+    """vLLM splits attention heads over TP: the query heads must divide by TP, and the KV heads
+    divide by TP or TP by them (then each GPU holds a copy of one)."""
+    if tp < 1:
+        raise InputError(f"TP must be >= 1 (got {tp})")
+    heads = r.int("num_attention_heads")
+    if heads % tp:
+        raise InputError(f"{r.name}: TP {tp} does not divide the {heads} attention heads")
+    kv = r.int("num_key_value_heads", default=heads)
+    if not mla and kv % tp and tp % kv:
+        raise InputError(f"{r.name}: TP {tp} and the {kv} KV heads divide neither way")
+    if "linear" in kinds:
+        for key in ("linear_num_key_heads", "linear_num_value_heads"):
+            if r.int(key) % tp:
+                raise InputError(f"{r.name}: TP {tp} does not divide {key} = {r.int(key)}")
+
+
+def _attention_reads(r: _Reader, hidden: int, mla: bool, kinds: list[str], tp: int) -> dict:
+    """What a step's attention reads and computes beyond weights: KV elements per token of the
+    full and the sliding-window layers, the GPUs the cache is split over, the recurrent state of
+    linear-attention layers per sequence, and attention FLOPs per query and context token."""
+    heads = r.int("num_attention_heads")
+    kv = r.int("num_key_value_heads", default=heads)
+    head_dim = int(r.cfg.get("head_dim") or hidden // heads)
+    if mla:  # the latent and the rope key, every head reading them (absorbed decode)
+        rank, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim")
+        per_token, flops, split = rank + rope, heads * (4 * rank + 2 * rope), 1
+    else:
+        per_token, flops, split = 2 * kv * head_dim, 4 * heads * head_dim, min(tp, kv)
+    state = 0
+    if "linear" in kinds:  # Gated DeltaNet: a dk x dv state per value head, and the conv window
+        nk, nv = r.int("linear_num_key_heads"), r.int("linear_num_value_heads")
+        dk, dv = r.int("linear_key_head_dim"), r.int("linear_value_head_dim")
+        kernel = r.int("linear_conv_kernel_dim", default=4)
+        state = nv * dk * dv + (2 * nk * dk + nv * dv) * (kernel - 1)
+    n = {k: kinds.count(k) for k in ("full", "sliding", "linear")}
+    return {"kv_per_token": float(per_token * n["full"]),
+            "kv_sliding_per_token": float(per_token * n["sliding"]),
+            "sliding_window": int(r.cfg.get("sliding_window") or 0) if n["sliding"] else 0,
+            "kv_split": float(split), "state_per_seq": float(state * n["linear"]),
+            "attention_layers": n["full"] + n["sliding"],
+            "attn_flops_per_ctx": float(flops * n["full"]),
+            "attn_flops_sliding_per_ctx": float(flops * n["sliding"])}
+
+
 def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int = 1) -> ModelDims:
+    """A MoE checkpoint's dimensions as vLLM serves it at tensor-parallel degree `tp`; `dtype`
+    overrides the weights' format (vLLM's online quantisation, e.g. --quantization fp8), never
+    the KV cache's or the LM head's, which stay in the checkpoint's dtype."""
     cfg, name = load_config(cfg)
     r = _Reader(cfg, name)
     hidden = r.int("hidden_size")
@@ -204,42 +296,38 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
     num_experts = r.int("num_experts", "num_local_experts", "n_routed_experts")
     top_k = r.int("num_experts_per_tok", "experts_per_token", "moe_topk")
     expert_inter = r.int("moe_intermediate_size", "intermediate_size")
-    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
-    if not shared and cfg.get("n_shared_experts"):
-        shared = int(cfg["n_shared_experts"]) * r.int("moe_intermediate_size")
     mla = bool(cfg.get("kv_lora_rank"))
     kinds = _layer_kinds(r, layers)
     moe = _moe_layers(r, layers)
     if not any(moe):
         raise InputError(f"{name}: no layer has experts")
+    _check_tp(r, int(tp), mla, kinds)
 
     def attention(kind: str) -> int:
         if kind == "linear":
             return _linear_attention(r, hidden)
         return _mla(r, hidden) if mla else _gqa(r, hidden)
 
-    def kv_cache(kind: str) -> int:  # elements per token: linear attention keeps a fixed state
-        if kind == "linear":
-            return 0
-        if mla:
-            return r.int("kv_lora_rank") + r.int("qk_rope_head_dim")
-        heads = r.int("num_attention_heads")
-        return (2 * r.int("num_key_value_heads", default=heads)
-                * int(r.cfg.get("head_dim") or hidden // heads))
-
     moe_attn = [attention(k) for k, m in zip(kinds, moe) if m]
     dense_layers = [attention(k) for k, m in zip(kinds, moe) if not m]
-    dense_ffn = 3 * hidden * r.int("intermediate_size") if dense_layers else 0
-    expert_fmt, dense_fmt = storage_formats(cfg, name)
-    if dtype is not None:  # online quantisation of the whole model (e.g. vLLM --quantization fp8)
-        expert_fmt = dense_fmt = dtype
+    # the FFN of layers without experts: Llama-4 names it intermediate_size_mlp
+    dense_ffn = (3 * hidden * r.int("intermediate_size_mlp", "intermediate_size")
+                 if dense_layers else 0)
+    if dtype is not None and dtype in FLOAT_DTYPES:  # served in another float dtype
+        expert_fmt = dense_fmt = base = dtype
+    else:
+        expert_fmt, dense_fmt = storage_formats(cfg, name)
+        base = checkpoint_dtype(cfg, name)
+        if dtype is not None:  # online quantisation of the weights (vLLM --quantization fp8)
+            expert_fmt = dense_fmt = dtype
     return ModelDims(
         hidden=hidden, expert_intermediate=expert_inter, num_experts=num_experts, top_k=top_k,
-        attention_params=sum(moe_attn) / len(moe_attn), shared_intermediate=shared,
-        num_layers=layers, dtype=expert_fmt, tp=tp, dense_dtype=dense_fmt,
+        attention_params=sum(moe_attn) / len(moe_attn), shared_intermediate=_shared_width(r),
+        num_layers=layers, dtype=expert_fmt, tp=int(tp), dense_dtype=dense_fmt,
         num_moe_layers=len(moe_attn),
         dense_layer_params=float(sum(dense_layers) + dense_ffn * len(dense_layers)),
-        vocab_size=int(cfg.get("vocab_size") or 0), kv_per_token=float(sum(map(kv_cache, kinds))))
+        vocab_size=int(cfg.get("vocab_size") or 0), base_dtype=base,
+        **_attention_reads(r, hidden, mla, kinds, int(tp)))
 
 
 def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> ModelDims:
@@ -256,16 +344,29 @@ def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> Mode
 
 
 def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
-    """A dense model (a separate draft model) as the step model reads it: every layer's FFN as one
-    expert that every token uses, grouped-query attention."""
+    """A dense model (a separate draft model, or an EAGLE/EAGLE-3 head's own config.json) as the
+    step model reads it: every layer's FFN as one expert that every token uses, grouped-query
+    attention. An EAGLE-3 head (a speculators config with `transformer_layer_config`, or a flat
+    one with `draft_vocab_size`) reads its own LM head of `draft_vocab_size` rows, and its fc
+    layer, which fuses three of the target's hidden states, as one more dense weight."""
     cfg, name = load_config(cfg)
-    r = _Reader(cfg, name)
+    layer_cfg = cfg.get("transformer_layer_config")
+    inner = {**layer_cfg, **{k: cfg[k] for k in ("dtype", "torch_dtype") if k in cfg}} \
+        if isinstance(layer_cfg, dict) else cfg
+    r = _Reader(inner, name)
     hidden, layers = r.int("hidden_size"), r.int("num_hidden_layers")
     heads = r.int("num_attention_heads")
-    kv, head_dim = r.int("num_key_value_heads", default=heads), int(cfg.get("head_dim")
+    kv, head_dim = r.int("num_key_value_heads", default=heads), int(inner.get("head_dim")
                                                                    or hidden // heads)
-    _, fmt = storage_formats(cfg, name)
+    _check_tp(r, int(tp), False, [])
+    _, fmt = storage_formats(inner, name)
+    vocab = int(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size")
+                or inner.get("vocab_size") or 0)
+    eagle3 = bool(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size"))
     return ModelDims(hidden=hidden, expert_intermediate=r.int("intermediate_size"), num_experts=1,
-                     top_k=1, attention_params=_gqa(r, hidden), num_layers=layers, dtype=fmt,
-                     tp=tp, vocab_size=int(cfg.get("vocab_size") or 0),
-                     kv_per_token=float(2 * kv * head_dim * layers))
+                     top_k=1, attention_params=_gqa(r, hidden) + (3 * hidden * hidden if eagle3
+                                                                  else 0),
+                     num_layers=layers, dtype=fmt, tp=tp, vocab_size=vocab,
+                     kv_per_token=float(2 * kv * head_dim * layers),
+                     kv_split=float(min(tp, kv)),
+                     attn_flops_per_ctx=float(4 * heads * head_dim * layers))

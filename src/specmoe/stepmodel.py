@@ -31,6 +31,7 @@ to the least that gives every curve its published shape.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from importlib import resources
 
 import numpy as np
@@ -41,23 +42,135 @@ from .errors import InputError
 from .unique import uniform_unique
 
 TILE_N = 64                # output columns of one CTA's tile in the fused MoE kernel
-DENSE_EFFICIENCY = 0.8     # share of the HBM bandwidth a dense GEMV reaches at small batch
-KV_EFFICIENCY = 0.3        # share of the bandwidth attention reaches over a short KV cache
-COMPUTE_EFFICIENCY = 0.3   # share of the peak FLOP/s grouped and dense GEMMs reach (assumed)
 CONTEXT = 600              # KV tokens per sequence: an MT-Bench prompt and half its output
+LOGIT_BYTES = 4            # the logits are kept in fp32 for sampling
 FAMILIES = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle", "EAGLE": "eagle",
             "EAGLE-3": "eagle", "mtp": "mtp", "MTP": "mtp"}
 
 
 @dataclass(frozen=True)
+class Mechanism:
+    """One term of the step model: its value, the range physics allows it, and where both come
+    from. A fitted mechanism is fitted inside its range and never leaves it."""
+    value: float
+    low: float
+    high: float
+    unit: str
+    fitted: bool
+    source: str
+
+
+def _attention_profile_gbs() -> tuple[float, float, float]:
+    """HBM bandwidth one sequence's attention keeps in flight, from the study's attention
+    profiles at batch 1 (profiling_batch1.csv: the share eta of the bandwidth attention reached):
+    eta = a / (a + bandwidth) gives a = eta / (1 - eta) x bandwidth. (median, least, most)."""
+    prof = published.load("profiling_batch1")
+    hw = published.load("hardware").set_index("gpu")["hbm_bandwidth_gbs"]
+    eta = (prof["attn_hbm_bw_pct_low"] + prof["attn_hbm_bw_pct_high"]) / 200.0
+    a = eta / (1 - eta) * prof["gpu"].map(hw)
+    return float(a.median()), float(a.min()), float(a.max())
+
+
+_ATTN = _attention_profile_gbs()
+# bench/host_overhead.py: vLLM's engine on this project's CPU, a model of near-zero cost, plain
+# decoding and EAGLE-style drafting, the slope of a step's time over the batch (docs/method.md)
+HOST_SEQ_US = (10.0, 0.0, 20.0)
+SD_SEQ_US = (10.0, 0.0, 20.0)
+
+MECHANISMS: dict[str, Mechanism] = {
+    "moe_cta_gbs": Mechanism(
+        60.0, 20.0, 200.0, "GB/s per CTA", True,
+        "Little's law: the bytes one CTA of the fused MoE kernel keeps in flight (one to four "
+        "pipeline stages of a 64-column tile, 8-64 KiB) over the HBM latency (0.3-0.8 us); the "
+        "study's attention profiles give 57-78 GB/s per CTA"),
+    "node_us": Mechanism(
+        3.0, 1.0, 8.0, "us per kernel", True,
+        "a kernel node of a CUDA graph: its launch (1-2 us) and the ramp-up and tail of a kernel "
+        "of few CTAs; every layer runs the kernels KERNELS counts, in every dtype"),
+    "verify_draft_model": Mechanism(
+        0.5, 0.0, 1.5, "target decode steps", True,
+        "a separate draft model's work around a verification: its forward pass over the "
+        "verified tokens (a prefill of K+1 tokens of the draft model) and the proposer's own "
+        "scheduling, at most about one and a half target steps"),
+    "verify_eagle": Mechanism(
+        0.05, 0.0, 0.5, "target decode steps", True,
+        "the EAGLE head's pass over the K+1 verified tokens' hidden states: one layer of the "
+        "target's width, a few of the target's layers at most"),
+    "verify_mtp": Mechanism(
+        0.1, 0.0, 0.5, "target decode steps", True,
+        "the MTP layer's pass over the verified tokens: one of the target's layers and the LM "
+        "head, a few of the target's layers at most"),
+    "verify_seq_us": Mechanism(
+        SD_SEQ_US[0], SD_SEQ_US[1], SD_SEQ_US[2], "us per sequence and verification", False,
+        "the engine's host-side work per sequence that speculative decoding adds (draft tokens' "
+        "bookkeeping, rejection results): bench/host_overhead.py, SD on minus off"),
+    "host_seq_us": Mechanism(
+        HOST_SEQ_US[0], HOST_SEQ_US[1], HOST_SEQ_US[2], "us per sequence and step", False,
+        "the engine's host-side work per sequence of every step (scheduling, input preparation, "
+        "output processing): bench/host_overhead.py; 0 where a GPU step hides it"),
+    "dense_efficiency": Mechanism(
+        0.8, 0.6, 0.9, "of the HBM bandwidth", False,
+        "what a memory-bound GEMV or small-batch GEMM reaches of the datasheet bandwidth "
+        "(a streaming copy reaches about 0.9)"),
+    "compute_efficiency": Mechanism(
+        0.3, 0.2, 0.7, "of the dense peak FLOP/s", False,
+        "grouped and dense GEMMs of a few hundred rows; assumed: nothing the study publishes "
+        "measures it"),
+    "attn_seq_gbs": Mechanism(
+        _ATTN[0], _ATTN[1], _ATTN[2], "GB/s per sequence", False,
+        "the study's attention profiles at batch 1 (profiling_batch1.csv: attention's share of "
+        "the bandwidth on H100 and B200): their median and range; B sequences keep B times as "
+        "much in flight"),
+    "allreduce_us": Mechanism(
+        8.0, 4.0, 25.0, "us per all-reduce", False,
+        "a tensor-parallel all-reduce of a small message over NVLink: vLLM's custom one-shot "
+        "all-reduce 4-10 us, NCCL's ring up to about 25 us; two per layer"),
+    "nvlink_efficiency": Mechanism(
+        0.7, 0.5, 0.9, "of the NVLink bandwidth", False,
+        "a ring all-reduce's bus bandwidth against the link's datasheet bandwidth"),
+    "sampler_passes": Mechanism(
+        3.0, 1.0, 6.0, "passes over the fp32 logits", False,
+        "the logits written in fp32 and read by softmax and sampling (verifying: also by the "
+        "rejection sampler)"),
+}
+FITTED = tuple(k for k, m in MECHANISMS.items() if m.fitted)
+
+# Kernels per layer as vLLM runs a decoder layer (CUDA graphs), by the class whose time they are:
+# attention block: input norm, QKV GEMM, q/k norm and rope, O GEMM (dense), KV-cache write and
+# attention (attention); MoE block: post-attention norm and router GEMM (dense), top-k, expert
+# alignment, the two fused expert GEMMs, their activation and the weighted sum (moe); a shared
+# expert's gate/up, activation and down (dense); an expert-free layer's FFN: norm, gate/up,
+# activation, down (dense). Dynamic fp8 activations add one quantisation kernel before each GEMM
+# (QKV, O; the two expert GEMMs). The LM head and the sampler: final norm, LM head, sampler.
+KERNELS = {"attention": {"dense": 4, "attention": 2}, "moe": {"dense": 2, "moe": 6},
+           "shared": {"dense": 3}, "ffn": {"dense": 4}, "fp8": {"dense": 2, "moe": 2},
+           "head": {"sampling": 3}}
+
+
+def is_fp8(dtype: str) -> bool:
+    """Weights whose GEMMs quantise their activations on the fly (online fp8, block fp8)."""
+    return dtype.startswith("fp8")
+
+
+@dataclass(frozen=True)
 class StepParams:
-    """The step model's fitted parameters, each with a physical meaning."""
-    moe_cta_gbs: float     # HBM bandwidth one CTA of the MoE kernels keeps in flight, GB/s
-    fp8_layer_us: float    # activation quantisation per layer in fp8, us
-    verify_draft_model: float  # extra cost of a verification step, in target decode steps,
-    verify_eagle: float        # for each method family
-    verify_mtp: float
-    verify_seq_us: float = 0.0  # the engine's work per sequence of a verification step, us
+    """The step model's parameters (MECHANISMS: each one's meaning, range and source). The first
+    six, positionally: the MoE kernels' bandwidth per CTA, the latency of one kernel, the three
+    method families' extra work around a verification (in target decode steps), and the host
+    work per sequence that SD adds to a verification."""
+    moe_cta_gbs: float = MECHANISMS["moe_cta_gbs"].value
+    node_us: float = MECHANISMS["node_us"].value
+    verify_draft_model: float = MECHANISMS["verify_draft_model"].value
+    verify_eagle: float = MECHANISMS["verify_eagle"].value
+    verify_mtp: float = MECHANISMS["verify_mtp"].value
+    verify_seq_us: float = MECHANISMS["verify_seq_us"].value
+    host_seq_us: float = MECHANISMS["host_seq_us"].value
+    dense_efficiency: float = MECHANISMS["dense_efficiency"].value
+    compute_efficiency: float = MECHANISMS["compute_efficiency"].value
+    attn_seq_gbs: float = MECHANISMS["attn_seq_gbs"].value
+    allreduce_us: float = MECHANISMS["allreduce_us"].value
+    nvlink_efficiency: float = MECHANISMS["nvlink_efficiency"].value
+    sampler_passes: float = MECHANISMS["sampler_passes"].value
 
     def verify_extra(self, method: str) -> float:
         family = FAMILIES.get(method)
@@ -66,14 +179,13 @@ class StepParams:
                              f"{', '.join(sorted(set(FAMILIES)))})")
         return getattr(self, f"verify_{family}")
 
+    def outside_ranges(self) -> list[str]:
+        """The parameters outside their mechanism's physical range (none, for a fit)."""
+        return [k for k, v in self.as_dict().items()
+                if not MECHANISMS[k].low - 1e-9 <= v <= MECHANISMS[k].high + 1e-9]
+
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-SEQ_US_MAX = 2000.0  # the search for the least verify_seq_us giving the published shapes: its end,
-SEQ_US_SCAN = 25.0   # its steps
-SEQ_US_STEP = 1.0    # and its precision
-BOUNDS = ((0.5, 0.0, 0.0, 0.0, 0.0, 0.0), (500.0, 200.0, 20.0, 2.0, 2.0, SEQ_US_MAX))
 
 
 def moe_efficiency(dims: ModelDims, hw: Hardware, unique: float, p: StepParams) -> float:
@@ -81,31 +193,81 @@ def moe_efficiency(dims: ModelDims, hw: Hardware, unique: float, p: StepParams) 
     return ctas / (ctas + hw.hbm_bandwidth / (p.moe_cta_gbs * 1e9))
 
 
+def kernels(dims: ModelDims) -> dict[str, float]:
+    """Kernel launches of one forward pass per class (KERNELS)."""
+    n = {"dense": 0.0, "moe": 0.0, "attention": 0.0, "sampling": 0.0}
+    blocks = {"attention": dims.num_layers, "moe": dims.num_moe_layers,
+              "shared": dims.num_moe_layers if dims.shared_intermediate else 0,
+              "ffn": dims.num_layers - dims.num_moe_layers,
+              "fp8": dims.num_layers if is_fp8(dims.dtype) or is_fp8(dims.dense_dtype) else 0,
+              "head": 1 if dims.vocab_size else 0}
+    for block, count in blocks.items():
+        for cls, k in KERNELS[block].items():
+            n[cls] += k * count
+    return n
+
+
+def _allreduce(dims: ModelDims, hw: Hardware, tokens: int, p: StepParams) -> float:
+    """Two all-reduces of the hidden states per layer under tensor parallelism (ring)."""
+    if dims.tp == 1:
+        return 0.0
+    if not hw.nvlink_bandwidth:
+        raise InputError(f"hardware {hw.name} has no nvlink_gbs: TP {dims.tp} needs the "
+                         "GPU-to-GPU bandwidth of its all-reduces")
+    volume = 2 * (dims.tp - 1) / dims.tp * tokens * dims.hidden * dtype_bytes(dims.base_dtype)
+    return 2 * dims.num_layers * (p.allreduce_us * 1e-6
+                                  + volume / (hw.nvlink_bandwidth * p.nvlink_efficiency))
+
+
+GPU_CLASSES = ("moe", "dense", "attention", "state", "sampling", "quant", "communication")
+
+
 def step_times(dims: ModelDims, hw: Hardware, batch: int, tokens_per_seq: int, unique: float,
                p: StepParams, context: float = CONTEXT) -> dict[str, float]:
-    """Seconds of one forward pass per kernel class (moe, dense, attention, fp8, fixed)."""
+    """Seconds of one forward pass of `batch` sequences with `tokens_per_seq` new tokens each,
+    per class: GPU kernels (GPU_CLASSES), the engine's host work per sequence (host) and the
+    hardware entry's fixed cost per pass (fixed). Each kernel class is its bytes over the
+    bandwidth it reaches, at least its FLOPs over the compute floor, plus its kernels' launch
+    latency (docs/method.md, "Step model")."""
     tokens = batch * tokens_per_seq
-    peak = COMPUTE_EFFICIENCY * hw.flops(dims.dtype)
-    layers = dims.num_moe_layers
-    moe_bytes = unique * dims.c_expert
-    moe = max(moe_bytes / (hw.hbm_bandwidth * moe_efficiency(dims, hw, unique, p)),
-              2.0 * tokens * dims.top_k * dims.expert_params / dims.tp / peak)
-    head = dims.vocab_size * dims.hidden
-    dense_params = dims.dense_params + dims.dense_layer_params / layers
-    dense = layers * max((dims.c_dense + dims.c_dense_layers)
-                         / (hw.hbm_bandwidth * DENSE_EFFICIENCY),
-                         2.0 * tokens * dense_params / dims.tp / peak)
-    dense += max(head * dtype_bytes(dims.dense_dtype) / dims.tp
-                 / (hw.hbm_bandwidth * DENSE_EFFICIENCY), 2.0 * tokens * head / dims.tp / peak)
-    kv = batch * context * dims.kv_per_token * dtype_bytes(dims.dense_dtype) / dims.tp
-    fp8 = dims.dtype.startswith("fp8") or dims.dense_dtype.startswith("fp8")
-    return {"moe": layers * moe, "dense": dense,
-            "attention": kv / (hw.hbm_bandwidth * KV_EFFICIENCY),
-            "fp8": layers * p.fp8_layer_us * 1e-6 if fp8 else 0.0, "fixed": hw.step_overhead}
+    bw = hw.hbm_bandwidth
+    peak = p.compute_efficiency * hw.flops(dims.dtype)
+    dense_peak = p.compute_efficiency * hw.flops(dims.dense_dtype)
+    base_peak = p.compute_efficiency * hw.flops(dims.base_dtype)
+    launch = {k: v * p.node_us * 1e-6 for k, v in kernels(dims).items()}
+    moe = dims.num_moe_layers * max(
+        unique * dims.c_expert / (bw * moe_efficiency(dims, hw, unique, p)),
+        2.0 * tokens * dims.top_k * dims.expert_params / dims.tp / peak)
+    dense_params = dims.num_moe_layers * dims.dense_params + dims.dense_layer_params
+    dense = max(dims.num_moe_layers * (dims.c_dense + dims.c_dense_layers)
+                / (bw * p.dense_efficiency), 2.0 * tokens * dense_params / dims.tp / dense_peak)
+    head = dims.vocab_size * dims.hidden  # the LM head stays in the checkpoint's dtype
+    dense += max(head * dtype_bytes(dims.base_dtype) / dims.tp / (bw * p.dense_efficiency),
+                 2.0 * tokens * head / dims.tp / base_peak)
+    in_flight = batch * p.attn_seq_gbs * 1e9
+    attention = max(batch * dims.kv_bytes(context) / (bw * in_flight / (in_flight + bw)),
+                    tokens * dims.attention_flops(context) / base_peak)
+    # a linear-attention state is read once and written after each new token (verification
+    # keeps one per position, to roll back to the last accepted one)
+    state = batch * dims.state_bytes * (1 + tokens_per_seq) / (bw * p.dense_efficiency)
+    sampling = p.sampler_passes * tokens * dims.vocab_size * LOGIT_BYTES / bw
+    quant = 0.0
+    if is_fp8(dims.dtype) or is_fp8(dims.dense_dtype):  # read bf16, write fp8: 3 bytes each
+        quant = dims.num_layers * tokens * 4 * dims.hidden * 3 / bw
+    return {"moe": moe + launch["moe"], "dense": dense + launch["dense"],
+            "attention": attention + launch["attention"], "state": state,
+            "sampling": sampling + launch["sampling"], "quant": quant,
+            "communication": _allreduce(dims, hw, tokens, p),
+            "host": batch * p.host_seq_us * 1e-6, "fixed": hw.step_overhead}
 
 
 def step_time(*args, **kwargs) -> float:
     return sum(step_times(*args, **kwargs).values())
+
+
+def gpu_time(times: dict[str, float]) -> float:
+    """The kernels' time of a step (what a GPU profile adds up): no host work, no fixed cost."""
+    return sum(v for k, v in times.items() if k in GPU_CLASSES)
 
 
 def te_from_times(decode: dict[str, float], verify: dict[str, float],
@@ -270,91 +432,83 @@ def calibration_rows() -> list[dict]:
 
 
 def predict_row(r: dict, p: StepParams) -> float:
-    """The step model's value of a calibration row's quantity."""
+    """The step model's value of a calibration row's quantity (shares and ratios of the kernels'
+    time, as a profile measures them)."""
     dims, hw = r["dims"], r["hw"]
     if r["quantity"] == TE:
         return target_efficiency(dims, hw, 3, 1, r["unique"], dims.top_k, r["method"], p)
     dec = step_times(dims, hw, 1, 1, dims.top_k, p)
     if r["quantity"] == MOE_SHARE:
-        return dec["moe"] / sum(dec.values())
+        return dec["moe"] / gpu_time(dec)
     ver = step_times(dims, hw, 1, 4, r["unique"], p)
     if r["quantity"] == MOE_RATIO:
         return ver["moe"] / dec["moe"]
-    rest = [sum(v for k, v in t.items() if k != "moe") for t in (ver, dec)]
-    return rest[0] / rest[1]
+    return (gpu_time(ver) - ver["moe"]) / (gpu_time(dec) - dec["moe"])
 
 
-def _fit(rows: list[dict], seq_us: float | None = None,
-         start: StepParams | None = None) -> StepParams:
-    """Least squares over `rows` (verify_seq_us held at seq_us unless None), each row's error
-    relative to its published value's scale (a time ratio's error over the ratio, a TE's or
-    share's as it is)."""
+def fit(rows: list[dict], shapes: list[dict] = ()) -> StepParams:
+    """The fitted mechanisms (FITTED) by bounded least squares over `rows`, each inside its
+    physical range; every other mechanism at its value. Each row's error counts relative to its
+    published value's scale (a time ratio's over the ratio, a TE's or share's as it is). The
+    structure is fixed before any score: `shapes` are not fitted (kept in the signature so that
+    old calls still work) and are scored, never used to choose a value."""
     from scipy.optimize import least_squares
 
-    free = slice(None) if seq_us is None else slice(0, 5)
-    lo, hi = (np.array(b[free]) for b in BOUNDS)
-    x0 = np.array(list((start or StepParams(15.0, 5.0, 2.5, 0.05, 0.3, 50.0)).as_dict().values()))
-    x0 = np.clip(x0[free], lo, hi)
+    del shapes
+    lo = np.array([MECHANISMS[k].low for k in FITTED])
+    hi = np.array([MECHANISMS[k].high for k in FITTED])
+    x0 = np.array([MECHANISMS[k].value for k in FITTED])
 
-    def params(x):
-        return StepParams(*map(float, x)) if seq_us is None else StepParams(*map(float, x),
-                                                                           verify_seq_us=seq_us)
+    def params(x) -> StepParams:
+        return StepParams(**dict(zip(FITTED, map(float, x))))
 
     def resid(x):
-        p = params(x)
-        return [(predict_row(r, p) - r["published"]) / max(1.0, r["published"]) for r in rows]
+        q = params(x)
+        return [(predict_row(r, q) - r["published"]) / max(1.0, r["published"]) for r in rows]
 
     return params(least_squares(resid, x0, bounds=(lo, hi)).x)
 
 
-def shapes_held(shapes: list[dict], p: StepParams) -> int:
-    return sum(predict_shape(r, p) == r["published"] for r in shapes)
-
-
-def fit(rows: list[dict], shapes: list[dict] = ()) -> StepParams:
-    """The parameters from `rows` and `shapes` (nothing else is read): least squares over the
-    rows; where a curve of `shapes` then lacks its published shape, verify_seq_us is raised to
-    the least value (within SEQ_US_STEP) at which every curve has it (too much per-sequence work
-    turns a concave curve into a peak at low batch, so the values that give every shape form a
-    window: it is searched upwards in SEQ_US_SCAN steps), the other parameters fitted again at
-    each value tried. Where no value up to SEQ_US_MAX gives every shape, the batch-1 fit stands."""
-    p = _fit(rows)
-    if shapes_held(shapes, p) == len(shapes):
-        return p
-    lo = p.verify_seq_us
-    for x in np.arange(lo + SEQ_US_SCAN, SEQ_US_MAX, SEQ_US_SCAN):
-        hi = _fit(rows, float(x), p)
-        if shapes_held(shapes, hi) == len(shapes):
-            break
-        lo = float(x)
-    else:
-        return p
-    while hi.verify_seq_us - lo > SEQ_US_STEP:
-        mid = _fit(rows, (lo + hi.verify_seq_us) / 2, hi)
-        if shapes_held(shapes, mid) == len(shapes):
-            hi = mid
-        else:
-            lo = mid.verify_seq_us
-    return hi
-
-
 def leave_one_model_out(rows: list[dict], shapes: list[dict] = ()) -> list[dict]:
-    """Each row and shape predicted by parameters fitted on the other models' rows and shapes
-    only (rows, then shapes, in their order); a shape's `predicted` is a shape class."""
+    """Each row and shape predicted by parameters fitted on the other models' rows only (rows,
+    then shapes, in their order); a shape's `predicted` is a shape class. Beside each TE: the two
+    baselines, fitted on the same other models (`baseline_mean`: the mean TE of their Table 10
+    rows of the same method family and granularity, else the same family, else all; the weight
+    model, which fits nothing)."""
     models = dict.fromkeys(r["model"] for r in [*rows, *shapes])
-    fits = {m: fit([r for r in rows if r["model"] != m], [r for r in shapes if r["model"] != m])
-            for m in models}
+    fits = {m: fit([r for r in rows if r["model"] != m]) for m in models}
     out = []
     for r in [*rows, *shapes]:
         p = fits[r["model"]]
         shape = r["quantity"] == SHAPE
         pred = predict_shape(r, p) if shape else predict_row(r, p)
+        base = mean_baseline(rows, r) if r["quantity"] == TE else None
         out.append({k: r[k] for k in ("quantity", "model", "precision", "tp", "gpu", "method",
                                       "published", "overlap_prior")}
                    | {"goal": r.get("goal", False), "predicted": pred,
                       "error": None if shape else pred - r["published"],
-                      **{f"fit_{k}": v for k, v in p.as_dict().items()}})
+                      "baseline_mean": base,
+                      "rule_made": r.get("rule_made", False),
+                      **{f"fit_{k}": getattr(p, k) for k in FITTED}})
     return out
+
+
+def granularity(dims: ModelDims) -> str:
+    return "fine" if dims.num_experts / dims.top_k >= FINE_GRAINED else "coarse"
+
+
+def mean_baseline(rows: list[dict], r: dict) -> float:
+    """The plain baseline of a TE row: the mean published TE at batch 1 of the other models'
+    Table 10 rows of its method family and granularity (else its family, else all of them)."""
+    others = [o for o in rows if o["goal"] and o["model"] != r["model"]]
+    fam = FAMILIES[r["method"]]
+    for keep in (lambda o: FAMILIES[o["method"]] == fam
+                 and granularity(o["dims"]) == granularity(r["dims"]),
+                 lambda o: FAMILIES[o["method"]] == fam, lambda o: True):
+        vals = [o["published"] for o in others if keep(o)]
+        if vals:
+            return float(np.mean(vals))
+    return float("nan")
 
 
 def weight_model_te(r: dict) -> float:
@@ -362,21 +516,41 @@ def weight_model_te(r: dict) -> float:
     return r["dims"].te_weight(r["unique"])
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """The fit on every calibration row, the fits without each model, and the leave-one-model-
+    out TE errors at batch 1 that size every prediction's own error."""
+    params: StepParams
+    lomo_fits: tuple[StepParams, ...]
+    lomo: tuple[dict, ...]
+    te_rmse: float
+
+
+@lru_cache(maxsize=1)
+def calibration() -> Calibration:
+    """Computed once per process from the package's published tables (nothing else is read)."""
+    rows, shapes = calibration_rows(), shape_rows()
+    lomo = leave_one_model_out(rows, shapes)
+    fits = {tuple(r[f"fit_{k}"] for k in FITTED) for r in lomo}
+    return Calibration(fit(rows), tuple(StepParams(**dict(zip(FITTED, f)))
+                                        for f in sorted(fits)), tuple(lomo), lomo_rmse(lomo))
+
+
 def fitted() -> StepParams:
-    """The parameters fitted on every calibration row and shape."""
-    return fit(calibration_rows(), shape_rows())
+    """The parameters fitted on every calibration row."""
+    return calibration().params
 
 
 def calibrated() -> tuple[StepParams, float]:
-    """The parameters fitted on every calibration row and shape, and the model's own TE error
-    (lomo_rmse) that every prediction's interval carries."""
-    rows, shapes = calibration_rows(), shape_rows()
-    return fit(rows, shapes), lomo_rmse(leave_one_model_out(rows, shapes))
+    """The parameters fitted on every calibration row, and the model's own TE error at batch 1
+    (lomo_rmse)."""
+    c = calibration()
+    return c.params, c.te_rmse
 
 
 def lomo_rmse(lomo: list[dict]) -> float:
     """The model's own TE error on a configuration it has not seen: the root mean square of the
-    leave-one-model-out errors of TE (the error term of every prediction's interval)."""
+    leave-one-model-out errors of TE."""
     errs = [r["error"] for r in lomo if r["quantity"] == TE]
     return float(np.sqrt(np.mean(np.square(errs))))
 
@@ -390,14 +564,17 @@ SHAPE_MARGIN = 0.05  # a curve's rise over its batch-1 value that counts (as `pr
 def draft_cost(dims: ModelDims, draft: ModelDims, hw: Hardware, batch: int, k_draft: int,
                p: StepParams, unique_target: float | None = None,
                context: float = CONTEXT) -> float:
-    """c(B): K drafter steps over one target decode step, both priced by `step_time` (every
-    layer, the LM head, the KV cache of `context` tokens per sequence, the fixed cost per pass).
-    The drafter's B tokens route independently; the target's unique experts are
-    `unique_target`, else those of B independent tokens."""
+    """c(B): K drafter passes over one target decode step, both priced by `step_times` (every
+    layer, the LM head, the KV cache of `context` tokens per sequence, the kernels' launches, the
+    fixed cost per pass). The drafter's passes run inside the engine's step, so they pay no host
+    work per sequence of their own; the target's decode step does. The drafter's B tokens route
+    independently; the target's unique experts are `unique_target`, else those of B independent
+    tokens."""
     if min(dims.vocab_size, draft.vocab_size) < 1:
         raise InputError("the draft cost needs the vocabulary size (vocab_size) for the LM head")
     u = unique_decode(dims, batch) if unique_target is None else float(unique_target)
-    return (k_draft * step_time(draft, hw, batch, 1, unique_decode(draft, batch), p, context)
+    passes = step_times(draft, hw, batch, 1, unique_decode(draft, batch), p, context)
+    return (k_draft * (sum(passes.values()) - passes["host"])
             / step_time(dims, hw, batch, 1, u, p, context))
 
 
@@ -431,11 +608,19 @@ def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes, 
     return rows
 
 
+# Shapes the study states through its rule "fine-grained models (N/k >= 16) peak at batch 1"
+# rather than a curve it shows for that model (Figure 1 shows four representative models, one
+# concave and three peaking; speedup_shapes.csv's source names the rule for these): they are
+# scored apart, as what the rule claims, not as a shape the study measured for the model.
+RULE_MADE_SHAPES = frozenset({"GLM-4.7-Flash", "GPT-OSS-120B"})
+
+
 def shape_rows() -> list[dict]:
     """The speedup curves the study shows with their published shapes (K = 3, each model on its
     configuration: published/speedup_shapes.csv), each with what no parameter changes: its
     dimensions, its drafter's, and its unique experts at each batch size of the study's schedule
-    (from its published overlaps, or its granularity's prior)."""
+    (from its published overlaps, or its granularity's prior); `rule_made`: the shape comes from
+    the study's N/k rule, not from a curve of that model (RULE_MADE_SHAPES)."""
     batches = sorted(int(b) for b in published.load("schedule")["batch_size"])
     out = []
     for r in published.load("speedup_shapes").itertuples():
@@ -447,6 +632,7 @@ def shape_rows() -> list[dict]:
                     "published": r.shape, "dims": dims, "hw": study_hardware(r.gpu),
                     "draft": drafter_dims(dims, r.sd_method, None), "batches": batches,
                     "overlap_prior": source.startswith("prior"),
+                    "rule_made": r.model in RULE_MADE_SHAPES,
                     "unique": [(unique_verify(dims, ov, b), unique_decode(dims, b))
                                for b in batches]})
     return out
@@ -472,41 +658,69 @@ def tau_prior(k_draft: int) -> tuple[float, float]:
     return TAU_PRIOR[0], min(TAU_PRIOR[1], k_draft + 1.0)
 
 
-SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin")
+SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin", "undecided")
 LOW_BATCH = 2      # a maximum at batch 1 or 2 is "at low batch" (the study's fine-grained models)
 SHAPE_SHARE = 0.8  # a shape is stated when at least this share of the draws has it
 DRAWS = 400
 
 
 def curve_shape(batches: list[int], speedups: list[float], margin: float) -> str:
-    """The shape of one speedup curve (batch sizes ascending)."""
+    """The shape of one speedup curve (batch sizes ascending), each stated only beyond the
+    margin: "peak at low batch" where the best value at batch <= LOW_BATCH exceeds every larger
+    batch's by the margin; "rising" where the last is the maximum and exceeds the first by it;
+    "concave" where an interior maximum exceeds both ends by it; "flat within the margin" where
+    nothing differs by it; else "undecided"."""
     s = np.asarray(speedups, float)
-    if s.max() <= s.min() * (1 + margin):
+    b = np.asarray(batches)
+    up = 1 + margin
+    if s.max() <= s.min() * up:
         return "flat within the margin"
-    top = int(np.argmax(s))
-    if batches[top] <= LOW_BATCH:
+    low, high = s[b <= LOW_BATCH], s[b > LOW_BATCH]
+    if low.size and (not high.size or low.max() > high.max() * up):
         return "peak at low batch"
-    if top == len(s) - 1:
+    top = int(np.argmax(s))
+    if top == len(s) - 1 and s[top] > s[0] * up:
         return "rising"
-    return "concave" if s[top] > s[0] * (1 + margin) else "peak at low batch"
+    if b[top] > LOW_BATCH and s[top] > s[0] * up and s[top] > s[-1] * up:
+        return "concave"
+    return "undecided"
+
+
+EAGLE3_DRAFT_VOCAB = 32000  # the draft vocabulary of published EAGLE-3 heads (draft_vocab_size)
 
 
 def drafter_dims(target: ModelDims, method: str, draft: ModelDims | None) -> ModelDims:
-    """The drafter's dimensions: a separate draft model's own (`draft`), else one layer on the
-    target's LM head: an EAGLE/EAGLE-3 head (the target's attention and its k experts' width as
-    one dense FFN) or an MTP layer (one of the target's MoE layers)."""
+    """The drafter's dimensions: a separate draft model's own (`draft`, also an EAGLE head's own
+    config.json), else one layer on the target's hidden size: an EAGLE/EAGLE-3 head (the
+    target's attention and its k experts' width as one dense FFN; EAGLE-3's LM head has
+    `draft_vocab_size` rows, 32,000 where its config is not given, and its fc layer fuses three
+    hidden states) or an MTP layer (one of the target's MoE layers, on the target's LM head).
+    One layer of softmax attention: its KV cache and attention FLOPs are the mean of the
+    target's attention layers (a sliding window or a recurrent state is not the drafter's)."""
     family = FAMILIES.get(method)
-    if family == "draft_model":
-        if draft is None:
-            raise InputError("a draft model's cost needs its config.json (--draft-config) or "
-                             "--draft-cost")
+    if family is None:
+        raise InputError(f"unknown speculative method '{method}' (one of: "
+                         f"{', '.join(sorted(set(FAMILIES)))})")
+    if draft is not None:
         return draft
+    if family == "draft_model":
+        raise InputError("a draft model's cost needs its config.json (--draft-config) or "
+                         "--draft-cost")
+    attn_layers = target.attention_layers or target.num_layers
     one = {"num_layers": 1, "num_moe_layers": 1, "dense_layer_params": 0.0,
-           "kv_per_token": target.kv_per_token / target.num_layers}
+           "kv_per_token": (target.kv_per_token + target.kv_sliding_per_token) / attn_layers,
+           "kv_sliding_per_token": 0.0, "sliding_window": 0, "state_per_seq": 0.0,
+           "attn_flops_per_ctx": (target.attn_flops_per_ctx + target.attn_flops_sliding_per_ctx)
+           / attn_layers, "attn_flops_sliding_per_ctx": 0.0, "attention_layers": 1}
     if family == "mtp":
         return ModelDims(**{**target.to_dict(), **one})
+    if method in ("eagle3", "EAGLE-3"):
+        one.update(vocab_size=min(target.vocab_size, EAGLE3_DRAFT_VOCAB),
+                   attention_params=target.attention_params + 3 * target.hidden ** 2)
     return ModelDims(**{**target.to_dict(), **one, "num_experts": 1, "top_k": 1,
-                        "expert_intermediate": target.top_k * target.expert_intermediate})
+                        "shared_intermediate": 0,
+                        "expert_intermediate": target.top_k * target.expert_intermediate
+                        + target.shared_intermediate})
 
 
 def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray:
