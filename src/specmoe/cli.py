@@ -199,32 +199,16 @@ def cmd_download(a) -> dict:
     return man
 
 
-def _hardware_entries(path: str) -> dict:
-    import yaml
-
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file (--hardware-file: a pipeline configuration whose "
-                         "`hardware` section names the GPUs, e.g. the project's config.yaml)")
-    hw = (yaml.safe_load(p.read_text()) or {}).get("hardware") or {}
-    if not hw:
-        raise InputError(f"{p}: no `hardware` section")
-    return hw
-
-
 def cmd_predict(a) -> dict:
-    from . import published, stepmodel
-    from .costmodel import Hardware
+    """The step model's prediction (specmoe.predictor, the entry point the rule predict shares)."""
+    from . import predictor
     from .hfconfig import dense_dims_from_config, dims_from_config
 
-    hardware = _hardware_entries(a.hardware_file)
-    if a.hardware not in hardware:
-        raise InputError(f"--hardware {a.hardware}: not in {a.hardware_file} (has "
-                         f"{', '.join(hardware)})")
-    if a.tp < 1 or a.k < 1:
-        raise InputError("--tp and --k must be >= 1")
+    hw, caveats = predictor.hardware(a.hardware, a.hardware_file)
     config, repo = Path(a.model), None
     if not config.exists():  # a repo id: its config.json through the download stage's config mode
+        if a.model.count("/") != 1 or a.model.endswith(".json"):
+            raise InputError(f"{a.model}: no such config.json (nor a Hugging Face repo id)")
         from .hub import download
 
         repo = a.model
@@ -233,31 +217,21 @@ def cmd_predict(a) -> dict:
         config = config / "config.json"
     dims = dims_from_config(config, dtype=None if a.precision == "auto" else a.precision,
                             tp=a.tp)
-    study = a.study_model or (published.study_model_of({"repo_id": repo}) if repo else None)
-    if a.overlaps:
-        overlaps, source = np.asarray([a.overlaps]), "given"
-    else:
-        overlaps, source = stepmodel.study_overlaps(dims, a.k, study)
+    study = a.study_model
+    if study is None and repo:
+        from . import published
+
+        study = published.study_model_of({"repo_id": repo})
+    tau = None
     if a.acceptance_length:
         tau = (min(a.acceptance_length), max(a.acceptance_length))
-    else:
-        tau = stepmodel.tau_prior(a.k)
-    draft = dense_dims_from_config(a.draft_config) if a.draft_config else None
-    stepmodel.check_inputs(a.k, overlaps, tau)
-    params, te_error = stepmodel.calibrated()
-    res = stepmodel.predict(dims, Hardware.from_config(a.hardware, hardware[a.hardware]), a.k,
-                            a.method, a.batch_sizes, params, te_error, overlaps, tau, draft=draft,
-                            known_cost=a.draft_cost)
-    res.update(model=str(repo or config), hardware=a.hardware, tp=a.tp, precision=dims.dtype,
-               k=a.k, method=a.method, overlaps=source, acceptance_length=list(tau))
-    if not a.json:  # the table a reader wants: one row per batch size
-        res["curve"] = [{"batch": b, "te": t, "te_low": tl, "te_high": th, "speedup": s,
-                         "speedup_low": sl, "speedup_high": sh, "draft_cost": c}
-                        for b, t, tl, th, s, sl, sh, c in zip(
-                            *(res.pop(k) for k in ("batch_sizes", "te", "te_low", "te_high",
-                                                   "speedup", "speedup_low", "speedup_high",
-                                                   "draft_cost")))]
-    return res
+    draft = dense_dims_from_config(a.draft_config, tp=a.tp) if a.draft_config else None
+    res = predictor.prediction(
+        dims, hw, a.k, a.method, a.batch_sizes, config=config, study_model=study,
+        overlaps=[a.overlaps] if a.overlaps else None, tau=tau, draft=draft,
+        draft_cost=a.draft_cost, engine=a.engine, caveats=caveats)
+    res["model"] = str(repo or config)
+    return res if a.json else predictor.human(res)
 
 
 def _ints(text: str) -> list[int]:
@@ -357,9 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model", help="a config.json (or its folder), or a Hugging Face repo id "
                                  "(its config.json is fetched as the download stage does)")
     s.add_argument("--hardware", default=DEFAULT_HARDWARE,
-                   help=f"a hardware entry of --hardware-file ({DEFAULT_HARDWARE})")
-    s.add_argument("--hardware-file", default="config.yaml",
-                   help="a pipeline configuration with the `hardware` section (config.yaml)")
+                   help=f"a shipped GPU (H100, H200, B200) or an entry of --hardware-file "
+                        f"({DEFAULT_HARDWARE})")
+    s.add_argument("--hardware-file",
+                   help="YAML or JSON with a `hardware` section (as config.yaml's) for a GPU "
+                        "the package does not ship")
     s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (1)")
     s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
                    help="auto: the checkpoint's own format; fp8: vLLM's online fp8 (auto)")
@@ -367,10 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--method", default="eagle3",
                    choices=["draft_model", "eagle", "eagle3", "mtp"],
                    help="speculative method; its drafter's cost comes from the target's shape, "
-                        "or for draft_model from --draft-config (eagle3)")
-    s.add_argument("--draft-config", help="config.json of a separate draft model")
+                        "or from --draft-config (a draft model's or an EAGLE head's) (eagle3)")
+    s.add_argument("--draft-config", help="config.json of a separate draft model or EAGLE head")
     s.add_argument("--draft-cost", type=float,
                    help="a known draft cost c (draft time per step over a decode step)")
+    s.add_argument("--engine", default="vllm", choices=["vllm", "sglang", "trtllm", "other"],
+                   help="the serving engine (the step model is vLLM's; others widen the "
+                        "interval) (vllm)")
     s.add_argument("--overlaps", type=_floats,
                    help="ov(d) for d = 1..K (default: the study's published curve for its own "
                         "models, else its models' curves of the same granularity as a prior)")

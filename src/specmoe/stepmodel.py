@@ -736,52 +736,105 @@ def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray
     return overlaps
 
 
+# The prediction's own error beyond the parameters' (docs/method.md, "Step model"): TE's error at
+# batch 1 is the leave-one-model-out RMS error; it grows by BATCH_GROWTH per doubling of the
+# batch (the study publishes no TE beyond batch 1 to measure this: assumed) and by DISTANCE_STEP
+# for each way the configuration lies outside the calibration (calibration_distance); the
+# speedup carries a multiplicative engine term (ENGINE_LOG_SD: vLLM releases, other engines).
+BATCH_GROWTH = 0.25
+DISTANCE_STEP = 0.5
+ENGINE_LOG_SD = {"vllm": 0.05, "sglang": 0.15, "trtllm": 0.15, "other": 0.2}
+
+
+def draw_params(rng, fits: tuple[StepParams, ...]) -> StepParams:
+    """One draw of every parameter: a leave-one-model-out fit (the fitted mechanisms' own
+    uncertainty) and each unfitted mechanism uniformly within its physical range."""
+    base = fits[int(rng.integers(len(fits)))]
+    free = {k: float(rng.uniform(m.low, m.high)) for k, m in MECHANISMS.items() if not m.fitted}
+    return StepParams(**{**base.as_dict(), **free})
+
+
+def te_sigma(te_error: float, batch: int, distance: float) -> float:
+    return te_error * (1 + BATCH_GROWTH * np.log2(batch)) * (1 + DISTANCE_STEP * distance)
+
+
 def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_sizes: list[int],
             params: StepParams, te_error: float, overlaps: np.ndarray, tau: tuple[float, float],
             draft: ModelDims | None = None, known_cost: float | None = None,
-            margin: float = SHAPE_MARGIN, seed: int = 0) -> dict:
-    """TE and speedup at each batch size with 95% intervals over the uncertain inputs.
+            margin: float = SHAPE_MARGIN, seed: int = 0, *,
+            fits: tuple[StepParams, ...] | None = None, distance: float = 0.0,
+            engine: str = "vllm") -> dict:
+    """TE and speedup at each batch size with 95% intervals over everything uncertain.
 
-    overlaps: rows of candidate overlap curves (steps 1..K); one row is a known curve, several a
-    prior (each draw mixes two of them). tau: the acceptance length's range (equal bounds: known).
-    te_error: the model's own TE error (lomo_rmse), drawn as normal noise. known_cost: a known c
-    (else c(B) from the drafter's step time). Each draw gives a whole curve, whose shape counts.
-    """
+    Each of DRAWS draws takes: the parameters (draw_params over `fits`, the leave-one-model-out
+    fits; `params` alone where none are given, the unfitted mechanisms then at their values); an
+    overlap curve (rows of `overlaps`: one a known curve, several a prior, each draw mixing two);
+    the acceptance length within `tau`; the model's TE error, normal with te_sigma (growing with
+    the batch and the `distance` from the calibration); and the engine's factor on the speedup.
+    known_cost: a known c (else c(B) from the drafter's step time). Each draw gives a whole
+    curve, whose shape counts."""
     overlaps = check_inputs(k_draft, overlaps, tau)
     batches = sorted({int(b) for b in batch_sizes})
+    if batches[0] < 1:
+        raise InputError(f"batch sizes must be >= 1 (got {batches[0]})")
+    if known_cost is not None and not known_cost >= 0:
+        raise InputError(f"a draft cost is >= 0 (got {known_cost})")
+    if engine not in ENGINE_LOG_SD:
+        raise InputError(f"unknown engine {engine!r} (one of {', '.join(ENGINE_LOG_SD)})")
     d_dims = None if known_cost is not None else drafter_dims(dims, method, draft)
     rng = np.random.default_rng(seed)
     te = np.empty((DRAWS, len(batches)))
-    spd = np.empty_like(te)
-    cost = np.empty_like(te)
-    memo: dict[tuple, float] = {}
+    spd, cost = np.empty_like(te), np.empty_like(te)
+    uniq: dict[tuple, tuple[float, float]] = {}
     for i in range(DRAWS):
+        p = draw_params(rng, fits) if fits else params
         a, b = rng.integers(len(overlaps), size=2)
         w = rng.uniform()
         ov = np.round(w * overlaps[a] + (1 - w) * overlaps[b], 3)
         t = rng.uniform(*tau)
-        noise = rng.normal(0.0, te_error)
+        z, eng = rng.normal(), np.exp(rng.normal(0.0, ENGINE_LOG_SD[engine]))
         for j, bs in enumerate(batches):
             key = (tuple(ov), bs)
-            if key not in memo:
-                memo[key] = target_efficiency(dims, hw, k_draft, bs, unique_verify(dims, ov, bs),
-                                              unique_decode(dims, bs), method, params)
-            te[i, j] = min(max(memo[key] + noise, 1e-3), 1.0)
+            if key not in uniq:
+                uniq[key] = (unique_verify(dims, ov, bs), unique_decode(dims, bs))
+            model = target_efficiency(dims, hw, k_draft, bs, *uniq[key], method, p)
+            te[i, j] = min(max(model + z * te_sigma(te_error, bs, distance), 1e-3), 1.0)
             cost[i, j] = (known_cost if known_cost is not None else
-                          draft_cost(dims, d_dims, hw, bs, k_draft, params))
-            spd[i, j] = t / (cost[i, j] + 1.0 / te[i, j])
+                          draft_cost(dims, d_dims, hw, bs, k_draft, p))
+            spd[i, j] = eng * t / (cost[i, j] + 1.0 / te[i, j])
+    return summarise(batches, te, spd, cost, margin)
+
+
+def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndarray,
+              margin: float) -> dict:
+    """Medians and 95% intervals per batch size, the shape's share of the drawn curves, and
+    where SD pays: per batch size "yes" (lower bound above 1), "no" (upper bound below 1) or
+    "undecided"."""
     shapes = [curve_shape(batches, row, margin) for row in spd]
-    counts = {s: shapes.count(s) / DRAWS for s in SHAPES if s in shapes}
+    counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
     top = max(counts, key=counts.get)
-    shape = top if counts[top] >= SHAPE_SHARE else "undecided"
     lo, hi = np.percentile(spd, [2.5, 97.5], axis=0)
-    beyond = [b for b, h in zip(batches, hi) if h < 1.0]
-    point = np.median(spd, axis=0)
+    pays = ["yes" if x > 1 else "no" if h < 1 else "undecided" for x, h in zip(lo, hi)]
     return {"batch_sizes": batches,
             "te": np.median(te, axis=0).tolist(),
             "te_low": np.percentile(te, 2.5, axis=0).tolist(),
             "te_high": np.percentile(te, 97.5, axis=0).tolist(),
-            "speedup": point.tolist(), "speedup_low": lo.tolist(), "speedup_high": hi.tolist(),
-            "draft_cost": np.median(cost, axis=0).tolist(),
-            "shape": shape, "shape_shares": counts,
-            "stops_paying_at": beyond[0] if beyond else None}
+            "speedup": np.median(spd, axis=0).tolist(), "speedup_low": lo.tolist(),
+            "speedup_high": hi.tolist(), "draft_cost": np.median(cost, axis=0).tolist(),
+            "shape": top if counts[top] >= SHAPE_SHARE else "undecided",
+            "shape_probability": counts[top], "shape_shares": counts, "pays": pays,
+            "verdict": verdict(batches, pays)}
+
+
+def verdict(batches: list[int], pays: list[str]) -> str:
+    """Where SD pays, in words, from the intervals alone."""
+    if all(x == "yes" for x in pays):
+        return "SD pays at every batch size shown"
+    if all(x == "no" for x in pays):
+        return "SD does not pay at any batch size shown"
+    no = [i for i, x in enumerate(pays) if x == "no"]
+    if no and all(x == "no" for x in pays[no[0]:]) and no[0] > 0:
+        return f"SD stops paying above batch {batches[no[0] - 1]}"
+    open_ = [str(b) for b, x in zip(batches, pays) if x == "undecided"]
+    return (f"whether SD pays is undecided at batch {', '.join(open_)} (the 95% interval "
+            "includes 1)")

@@ -301,12 +301,14 @@ def series_points(series: dict, dataset: str) -> list[dict]:
 def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batch_sizes, out,
                   overlap_json=None, acceptance_json=None, draft_config=None,
                   study_model: str | None = None) -> dict:
-    """The step model's prediction for one model (rule predict): TE and speedup at every batch
-    size with their intervals. A model with a trace of its own (tiny, synthetic) uses its
-    measured overlaps and acceptance length; a study model its config.json and the study's
-    published overlaps (or the prior of its granularity) and the acceptance prior."""
-    from .. import stepmodel
+    """The step model's prediction for one model (rule predict), through the entry point
+    `specmoe predict` uses (specmoe.predictor): TE and speedup at every batch size with their
+    intervals. A model with a trace of its own (tiny, synthetic) uses its measured overlaps and
+    acceptance length; a study model its config.json and the study's published overlaps (or the
+    prior of its granularity) and the acceptance prior."""
+    from .. import predictor
 
+    overlaps, source = None, "given"
     if overlap_json:
         ov = read_json(overlap_json)
         s = ov["summary"]
@@ -314,26 +316,22 @@ def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batc
         overlaps, source = np.asarray([s["overlap_by_distance"][:k]]), "measured"
     else:
         dims = model_dims(model_cfg, 0, 0, check=False)
-        overlaps, source = stepmodel.study_overlaps(dims, k, study_model)
     tau = read_json(acceptance_json)["acceptance_length"]["tau"] if acceptance_json else None
-    tau_range = (tau, tau) if tau else stepmodel.tau_prior(k)
     hw_name = model_cfg["hardware"]
     hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
-    params, te_error = stepmodel.calibrated()
     draft = None
     if draft_config:  # a checkpoint folder, or a download manifest of one
         from ..hfconfig import dense_dims_from_config
         from ..hub import snapshot_of
 
         draft = dense_dims_from_config(snapshot_of(draft_config))
-    res = stepmodel.predict(dims, hw, k, method, batch_sizes, params, te_error, overlaps,
-                            tau_range, draft=draft)
-    out_obj = {"model": model_cfg["name"], "k": k, "method": method, "hardware": hw_name,
-               "overlaps": source, "acceptance_length": list(tau_range),
-               "params": params.as_dict(), **res}
+    res = predictor.prediction(dims, hw, k, method, batch_sizes, study_model=study_model,
+                               overlaps=overlaps, overlap_source=source,
+                               tau=(tau, tau) if tau else None, draft=draft)
+    out_obj = {"model": model_cfg["name"], "params": stepmodel.fitted().as_dict(), **res}
     write_json(out, out_obj, provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
                                          "k": k, "method": method}, stage="predict"))
-    log.info("%s: predicted speedup %s; shape %s", model_cfg["name"],
+    log.info("%s: predicted speedup %s; shape %s; %s", model_cfg["name"],
              ", ".join(f"B={b}: {x:.2f}" for b, x in zip(res["batch_sizes"], res["speedup"])),
-             res["shape"])
+             res["shape"], res["verdict"])
     return out_obj

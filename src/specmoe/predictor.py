@@ -1,0 +1,200 @@
+"""One entry point for the step model's prediction: `specmoe predict` (cli.cmd_predict) and the
+pipeline's rule predict (stages.analysis.predict_stage) both call `prediction`, so what they check,
+draw and report is the same (docs/method.md, "Step model").
+
+It resolves the hardware (the GPUs the package ships, published/hardware.csv, or an entry of a
+--hardware-file, with a caveat), checks every input against the model (one line each, exit 2 in
+the CLI), measures how far the configuration lies from the calibration (each way outside it widens
+the interval and is named as a caveat), and draws the curve with stepmodel.predict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import published, stepmodel
+from .costmodel import Hardware, ModelDims
+from .errors import InputError
+
+MAX_BATCH = 4096  # beyond any engine's max_num_seqs on one GPU
+
+
+def shipped_gpus() -> list[str]:
+    return list(published.load("hardware")["gpu"])
+
+
+def hardware(name: str, hardware_file: str | None = None) -> tuple[Hardware, list[str]]:
+    """A GPU by name: from `hardware_file` (a YAML or JSON file whose `hardware` section, or whole
+    mapping, holds entries like config.yaml's) where given, else one the package ships. A GPU the
+    study did not measure on gets a caveat."""
+    caveats = []
+    if hardware_file:
+        entries = _hardware_entries(hardware_file)
+        if name not in entries:
+            raise InputError(f"--hardware {name}: not in {hardware_file} (has "
+                             f"{', '.join(entries)})")
+        hw = Hardware.from_config(name, entries[name])
+        caveats.append(f"hardware {name} from {hardware_file}: its numbers are the file's")
+    elif name in shipped_gpus():
+        hw = stepmodel.study_hardware(name)
+    else:
+        raise InputError(f"--hardware {name}: not a shipped GPU ({', '.join(shipped_gpus())}); "
+                         "give its numbers with --hardware-file")
+    return hw, caveats
+
+
+def _hardware_entries(path: str) -> dict:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file (--hardware-file: YAML or JSON with a `hardware` "
+                         "section of GPU entries, as in the project's config.yaml)")
+    try:
+        doc = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"{p}: not valid YAML or JSON ({str(exc).splitlines()[0]})") from None
+    hw = doc.get("hardware", doc) if isinstance(doc, dict) else None
+    if not isinstance(hw, dict) or not hw:
+        raise InputError(f"{p}: no `hardware` section")
+    return hw
+
+
+def calibration_set() -> dict[str, set]:
+    """What the calibration rows span: granularities (N/k), experts per token, weight formats,
+    TP degrees, GPUs, method families and attention kinds."""
+    rows = stepmodel.calibration_rows()
+    return {"nk": {r["dims"].num_experts / r["dims"].top_k for r in rows},
+            "k": {r["dims"].top_k for r in rows},
+            "format": {_format(r["dims"].dtype) for r in rows},
+            "tp": {r["tp"] for r in rows}, "gpu": {r["gpu"] for r in rows},
+            "family": {stepmodel.FAMILIES[r["method"]] for r in rows if r["method"]},
+            "attention": set().union(*(_attention_kinds(r["dims"]) for r in rows))}
+
+
+def _format(dtype: str) -> str:
+    return dtype.split("-")[0]
+
+
+def _attention_kinds(d: ModelDims) -> set[str]:
+    kinds = set()
+    if d.state_per_seq:
+        kinds.add("linear attention")
+    if d.kv_sliding_per_token:
+        kinds.add("sliding window")
+    return kinds
+
+
+def calibration_distance(dims: ModelDims, hw: Hardware, method: str) -> tuple[int, list[str]]:
+    """How many ways the configuration lies outside what the calibration measured, each named."""
+    cal = calibration_set()
+    out = []
+    nk = dims.num_experts / dims.top_k
+    if not min(cal["nk"]) <= nk <= max(cal["nk"]):
+        out.append(f"granularity N/k = {nk:g} outside the calibration's "
+                   f"{min(cal['nk']):g}-{max(cal['nk']):g}")
+    if not min(cal["k"]) <= dims.top_k <= max(cal["k"]):
+        out.append(f"{dims.top_k} expert(s) per token outside the calibration's "
+                   f"{min(cal['k'])}-{max(cal['k'])}")
+    if _format(dims.dtype) not in cal["format"]:
+        out.append(f"weights in {dims.dtype}, a format the calibration has no TE for")
+    if dims.tp not in cal["tp"]:
+        out.append(f"TP {dims.tp} outside the calibration's {sorted(cal['tp'])}")
+    if hw.name not in cal["gpu"]:
+        out.append(f"GPU {hw.name}: the study measured on {', '.join(sorted(cal['gpu']))} only")
+    if stepmodel.FAMILIES[method] not in cal["family"]:
+        out.append(f"method {method}: none of its family in the calibration")
+    for kind in _attention_kinds(dims) - cal["attention"]:
+        out.append(f"{kind} attention: none in the calibration")
+    return len(out), out
+
+
+def check_method(config: Path | None, method: str) -> None:
+    """MTP needs the model's own multi-token-prediction layers (num_nextn_predict_layers or
+    mtp_num_hidden_layers; Qwen3-Next's ship in every checkpoint)."""
+    if stepmodel.FAMILIES.get(method) != "mtp" or config is None:
+        return
+    from .hfconfig import load_config
+
+    cfg, name = load_config(config)
+    if not (cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers")
+            or cfg.get("model_type") == "qwen3_next"):
+        raise InputError(f"--method mtp: {name} has no MTP layers (num_nextn_predict_layers or "
+                         "mtp_num_hidden_layers); use eagle3 or draft_model")
+
+
+def check_study_model(study_model: str | None, dims: ModelDims) -> None:
+    """A study model named for its published overlaps must be one, with the model's k and N."""
+    if not study_model:
+        return
+    models = published.load("models").set_index("model")
+    ob = published.load("overlap_by_distance").set_index("model")
+    ue = published.load("unique_experts_ipf").set_index("model")
+    known = sorted(set(models.index) | set(ob.index))
+    if study_model not in known:
+        raise InputError(f"--study-model {study_model}: not a study model ({', '.join(known)})")
+    nk = (ue.loc[study_model, ["k", "n"]] if study_model in ue.index else
+          models.loc[study_model, ["experts_per_token", "num_experts"]] if study_model in
+          models.index else None)
+    if nk is not None and (int(nk.iloc[0]), int(nk.iloc[1])) != (dims.top_k, dims.num_experts):
+        raise InputError(f"--study-model {study_model} routes {int(nk.iloc[0])} of "
+                         f"{int(nk.iloc[1])} experts; this model {dims.top_k} of "
+                         f"{dims.num_experts}")
+
+
+def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, *,
+               config: Path | None = None, study_model: str | None = None, overlaps=None,
+               overlap_source: str = "given", tau: tuple[float, float] | None = None,
+               draft: ModelDims | None = None, draft_cost: float | None = None,
+               engine: str = "vllm", caveats: list[str] | None = None,
+               margin: float = stepmodel.SHAPE_MARGIN) -> dict:
+    """TE and speedup at each batch size with 95% intervals, the shape with its probability, where
+    SD pays, and the caveats: every input checked first."""
+    batches = [int(b) for b in batch_sizes]
+    if k < 1:
+        raise InputError(f"--k must be >= 1 (got {k})")
+    if not batches or min(batches) < 1 or max(batches) > MAX_BATCH:
+        raise InputError(f"batch sizes must lie within 1..{MAX_BATCH} (got {batches})")
+    if draft_cost is not None and not 0 <= draft_cost < 10:
+        raise InputError(f"--draft-cost is a draft time over a decode step, within [0, 10) "
+                         f"(got {draft_cost})")
+    check_method(config, method)
+    check_study_model(study_model, dims)
+    if overlaps is None:
+        overlaps, overlap_source = stepmodel.study_overlaps(dims, k, study_model)
+    overlaps = np.atleast_2d(np.asarray(overlaps, float))
+    tau = tau or stepmodel.tau_prior(k)
+    stepmodel.check_inputs(k, overlaps, tau)
+    distance, far = calibration_distance(dims, hw, method)
+    cal = stepmodel.calibration()
+    res = stepmodel.predict(dims, hw, k, method, batches, cal.params, cal.te_rmse, overlaps, tau,
+                            draft=draft, known_cost=draft_cost, margin=margin,
+                            fits=cal.lomo_fits, distance=distance, engine=engine)
+    return {**res, "hardware": hw.name, "tp": dims.tp, "precision": dims.dtype, "k": k,
+            "method": method, "engine": engine, "overlaps": overlap_source,
+            "acceptance_length": list(tau), "calibration_distance": distance,
+            "caveats": [*(caveats or []), *far]}
+
+
+def human(res: dict) -> dict:
+    """The prediction as people read it: a table of batch size, TE and speedup with their 95%
+    intervals, the shape in words with its probability, where SD pays, and the caveats."""
+    rows = [{"batch": b, "TE": f"{t:.2f} [{tl:.2f}, {th:.2f}]",
+             "speedup": f"{s:.2f} [{sl:.2f}, {sh:.2f}]", "draft cost": f"{c:.3f}"}
+            for b, t, tl, th, s, sl, sh, c in zip(
+                res["batch_sizes"], res["te"], res["te_low"], res["te_high"], res["speedup"],
+                res["speedup_low"], res["speedup_high"], res["draft_cost"])]
+    shares = ", ".join(f"{k} {v:.2f}" for k, v in sorted(res["shape_shares"].items(),
+                                                         key=lambda kv: -kv[1]))
+    shape = (f"{res['shape']} (probability {res['shape_probability']:.2f})"
+             if res["shape"] != "undecided" else f"undecided ({shares})")
+    out = {"model": res.get("model", ""), "hardware": res["hardware"], "tp": res["tp"],
+           "precision": res["precision"], "method": f"{res['method']}, K = {res['k']}",
+           "overlaps": res["overlaps"],
+           "acceptance length": "{:g} to {:g}".format(*res["acceptance_length"]),
+           "curve (median [95% interval])": rows, "shape": shape, "verdict": res["verdict"]}
+    if res["caveats"]:
+        out["caveats"] = "; ".join(res["caveats"])
+    return out
