@@ -36,6 +36,7 @@ TABLES = {
     "replay_three_step": ("The study side by side", "replay"),
     "step_model_calibration": ("The study side by side", "replay"),
     "step_model_shapes": ("The study side by side", "replay"),
+    "step_model_parameters": ("The study side by side", "replay"),
 }
 FIGURES = {
     "overlap_by_distance": "Overlap and IPF",
