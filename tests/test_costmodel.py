@@ -118,7 +118,7 @@ def test_plan_estimates_from_the_step_model():
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)
     hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
                                           "sm_count": 132})
-    p = stepmodel.StepParams(13.0, 40.0, 2.0, 0.0, 0.3, 250.0)
+    p = stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, 0.3, 250.0)
     a = plan.PlanAssumptions(tau=2.0, draft_cost=0.1)
     one = stepmodel.step_time(d, hw, 1, 1, 8, p)
     assert plan.step_s(d, hw, 1, 1, p) == pytest.approx(one)
@@ -164,7 +164,7 @@ def test_the_gpu_bill_prefills_each_prompt_once():
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
     hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
                                           "sm_count": 132})
-    a, p = plan.PlanAssumptions(), stepmodel.StepParams(13.0, 40.0, 2.0, 0.0, 0.3, 250.0)
+    a, p = plan.PlanAssumptions(), stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, 0.3, 250.0)
     sched = [(1, 80), (8, 160)]
     short = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=0)
     long = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=32000)

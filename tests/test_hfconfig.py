@@ -88,7 +88,7 @@ def test_shared_expert_qwen2():
 @pytest.mark.parametrize("change,msg", [
     ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "unknown quantization method"),
     ({"torch_dtype": "float8_e5m2"}, "unknown torch_dtype"),
-    ({"torch_dtype": None}, "no torch_dtype"),
+    ({"torch_dtype": None, "quantization_config": None}, "neither dtype nor torch_dtype"),
     ({"num_experts": None}, "lacks any of num_experts"),
 ])
 def test_unknown_formats_are_errors_not_bf16(change, msg):
@@ -103,3 +103,100 @@ def test_hardware_without_the_compute_dtype_is_an_error():
     assert hw.flops("mxfp4") == 100e12 and hw.flops("int4-g32") == 100e12
     with pytest.raises(InputError, match="no peak FLOP/s for fp8"):
         hw.flops("fp8-b128")
+
+
+FIX = Path(__file__).parent / "fixtures" / "hf_configs"
+
+
+@pytest.mark.parametrize("path", sorted(FIX.glob("*.json")) + sorted(F.glob("*.json")),
+                         ids=lambda p: p.stem)
+def test_every_published_config_reads(path):
+    """Each MoE family vLLM serves, its config.json as published (tests/fixtures/hf_configs/
+    SOURCE.md says where each was read): dimensions in range, experts in some layer."""
+    d = dims_from_config(path)
+    assert d.num_moe_layers >= 1 and d.top_k <= d.num_experts and d.vocab_size > 0
+    assert d.base_dtype in cm.FLOAT_DTYPES
+
+
+def test_dtype_or_torch_dtype_else_the_quantisation_config():
+    assert dims("GLM-4.7-Flash").base_dtype == "bf16"  # recent transformers: "dtype"
+    g = dims("gpt-oss-120b", tp=4)  # no dtype at all: mxfp4 leaves the rest in bf16
+    assert (g.dtype, g.dense_dtype, g.base_dtype) == ("mxfp4", "bf16", "bf16")
+
+
+def test_online_fp8_keeps_the_lm_head_and_kv_cache_in_the_checkpoint_dtype():
+    d = dims("Qwen3-30B-A3B-FP8", dtype="fp8")
+    assert (d.dtype, d.base_dtype) == ("fp8", "bf16")
+    assert d.kv_bytes(600) == 600 * 48 * 2 * 4 * 128 * 2  # bf16, one GPU
+
+
+def test_kv_heads_fewer_than_tp_are_replicated_qwen3_235b():
+    d8 = dims("Qwen3-235B-A22B-Instruct-2507", tp=8)  # 4 KV heads: each GPU holds one
+    d4 = dims("Qwen3-235B-A22B-Instruct-2507", tp=4)
+    assert (d8.kv_split, d4.kv_split) == (4, 4) and d8.kv_bytes(600) == d4.kv_bytes(600)
+
+
+def test_mla_latent_cache_is_whole_on_every_gpu_glm():
+    d1, d2 = dims("GLM-4.7-Flash"), dims("GLM-4.7-Flash", tp=2)
+    assert d2.kv_split == 1 and d2.kv_bytes(600) == d1.kv_bytes(600)
+    assert d1.kv_per_token == 47 * (512 + 64)
+
+
+def test_gated_deltanet_state_is_read_and_written_qwen3_next():
+    d = dims("Qwen3-Next-80B-A3B-Instruct")
+    state = 32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3  # per linear layer, elements
+    assert d.state_per_seq == 36 * state
+    assert 39e6 < d.state_bytes < 40e6  # 37.7 MB of state and the conv windows, bf16
+    assert d.kv_per_token == 12 * 2 * 2 * 256  # only the 12 full-attention layers keep KV
+
+
+def test_sliding_window_layers_priced_at_their_window_gpt_oss():
+    d = dims("gpt-oss-120b")
+    per_layer = 2 * 8 * 64
+    assert (d.kv_per_token, d.kv_sliding_per_token, d.sliding_window) == (
+        18 * per_layer, 18 * per_layer, 128)
+    assert d.kv_bytes(600) == (600 + 128) * 18 * per_layer * 2
+
+
+def test_llama4_interleaved_moe_layers_and_shared_expert():
+    d = dims_from_config(FIX / "Llama-4-Maverick-17B-128E-Instruct.json")
+    assert (d.num_layers, d.num_moe_layers, d.num_experts, d.top_k) == (48, 24, 128, 1)
+    assert d.shared_intermediate == 8192 and d.expert_intermediate == 8192
+    attn = 5120 * 40 * 128 * 2 + 2 * 5120 * 8 * 128
+    assert d.dense_layer_params == 24 * (attn + 3 * 5120 * 16384)
+
+
+def test_dbrx_nested_config():
+    d = dims_from_config(FIX / "dbrx-instruct.json", tp=4)
+    assert (d.hidden, d.num_layers, d.num_experts, d.top_k, d.expert_intermediate) == (
+        6144, 40, 16, 4, 10752)
+    assert d.kv_split == 4
+
+
+def test_deepseek_v3_dense_layers_shared_expert_and_block_fp8():
+    d = dims_from_config(FIX / "DeepSeek-R1.json", tp=8)
+    assert (d.num_layers, d.num_moe_layers, d.shared_intermediate) == (61, 58, 2048)
+    assert (d.dtype, d.base_dtype, d.kv_split) == ("fp8-b128", "bf16", 1)
+
+
+@pytest.mark.parametrize("name, tp, msg", [
+    ("Qwen3-30B-A3B-FP8", 3, "does not divide the 32 attention heads"),
+    ("Qwen3-Next-80B-A3B-Instruct", 32, "does not divide"),
+])
+def test_tp_must_divide_the_heads(name, tp, msg):
+    with pytest.raises(InputError, match=msg):
+        dims(name, tp=tp)
+
+
+def test_tp_must_split_the_tensor_parallel_allreduce_over_nvlink():
+    """Two all-reduces per layer under TP: a hardware entry without NVLink cannot price them."""
+    from specmoe import stepmodel
+
+    d = dims("Qwen3-30B-A3B-FP8", tp=2)
+    bare = cm.Hardware.from_config("X", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"fp8": 1979,
+                                                                                   "bf16": 989}})
+    with pytest.raises(InputError, match="nvlink_gbs"):
+        stepmodel.step_times(d, bare, 1, 1, 8, stepmodel.StepParams())
+    h100 = stepmodel.study_hardware("H100")
+    t = stepmodel.step_times(d, h100, 1, 1, 8, stepmodel.StepParams())
+    assert t["communication"] == pytest.approx(2 * 48 * (8e-6 + 2048 * 2 / (450e9 * 0.7)))
