@@ -72,8 +72,11 @@ def _attention_profile_gbs() -> tuple[float, float, float]:
 
 
 _ATTN = _attention_profile_gbs()
-# bench/host_overhead.py: vLLM's engine on this project's CPU, a model of near-zero cost, plain
-# decoding and EAGLE-style drafting, the slope of a step's time over the batch (docs/method.md)
+# The engine's host work per sequence (value, least, most), in us: assumed, not measured.
+# bench/host_overhead.py (vLLM on a 2-core CPU, tiny-fine, one engine kept up, batch 1..32) gives
+# slopes of 57 us per sequence and step plain, 847 with SD (the tiny drafter, K = 3): the CPU's own
+# compute of the tiny models per token is in both, so they bound nothing tighter than this range
+# for a GPU server, whose host is faster and overlaps part of its work with the GPU's.
 HOST_SEQ_US = (10.0, 0.0, 20.0)
 SD_SEQ_US = (10.0, 0.0, 20.0)
 
