@@ -181,6 +181,16 @@ def test_a_given_acceptance_length_is_the_prediction_s(table):
             r["acceptance_length"]), r["id"]
 
 
+def test_a_baseline_time_per_token_is_the_quote_s(table):
+    """batch / the baseline's printed throughput, for the scored rows (the diagnosis's yardstick)."""
+    with_base = table[table["baseline_ms_per_token"] != ""]
+    assert set(with_base["id"]) == set(table.loc[table["scored"] == "yes", "id"])
+    for _, r in with_base.iterrows():
+        printed = [float(x) for x in re.findall(r"\d+\.?\d*", r["quote"].replace(",", ""))]
+        implied = [1e3 * int(r["batch_pred"]) / x for x in printed if x > 0]
+        assert any(abs(v - float(r["baseline_ms_per_token"])) < 1e-3 for v in implied), r["id"]
+
+
 def test_every_scored_row_has_a_config_predict_reads(table):
     for _, r in table[table["scored"] == "yes"].iterrows():
         config = REPO / r["config"]
@@ -209,9 +219,10 @@ def test_the_hardware_file_gives_each_gpu_with_its_caveat():
 
 def test_the_bench_scores_a_subset():
     """bench/public_coverage.py on one row of each scored source, few draws: per row the
-    prediction with its interval beside the measurement, coverage by row and by source."""
+    prediction with its interval beside the measurement, coverage by row and by source; with
+    --loso each source's extra error is the other source's log error, and widens its interval."""
     out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "public_coverage.py"), "--json",
+        [sys.executable, str(REPO / "bench" / "public_coverage.py"), "--json", "--loso",
          "--ids", "S08-c1,S10-bs1-s3t1d4", "--draws", "40"],
         capture_output=True, text=True, timeout=600, check=True)
     res = json.loads(out.stdout)
@@ -219,6 +230,13 @@ def test_the_bench_scores_a_subset():
     for p in res["points"]:
         assert p["low"] <= p["predicted"] <= p["high"] and p["measured"] > 0
         assert p["inside"] == (p["low"] <= p["measured"] <= p["high"])
+        assert p["cycle_implied"] == pytest.approx(
+            sum(p["acceptance_length"]) / 2 / p["measured"], abs=1e-3)
     assert res["rows"] == 2 and res["sources"] == 2
     assert res["coverage_rows"] == sum(p["inside"] for p in res["points"]) / 2
     assert 0 <= res["coverage_sources"] <= 1 and res["median_half_width_rel"] > 0
+    s08, s10 = res["points"]
+    assert res["loso"]["extra_log_sd"] == {"S08": pytest.approx(abs(s10["log_error"]), abs=1e-3),
+                                           "S10": pytest.approx(abs(s08["log_error"]), abs=1e-3)}
+    for before, after in zip(res["points"], res["loso"]["points"]):
+        assert after["half_width_rel"] > before["half_width_rel"]

@@ -763,16 +763,18 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
             draft: ModelDims | None = None, known_cost: float | None = None,
             margin: float = SHAPE_MARGIN, seed: int = 0, *,
             fits: tuple[StepParams, ...] | None = None, distance: float = 0.0,
-            engine: str = "vllm") -> dict:
+            engine: str = "vllm", draws: int = DRAWS, extra_log_sd: float = 0.0) -> dict:
     """TE and speedup at each batch size with 95% intervals over everything uncertain.
 
     Each of DRAWS draws takes: the parameters (draw_params over `fits`, the leave-one-model-out
     fits; `params` alone where none are given, the unfitted mechanisms then at their values); an
     overlap curve (rows of `overlaps`: one a known curve, several a prior, each draw mixing two);
     the acceptance length within `tau`; the model's TE error, normal with te_sigma (growing with
-    the batch and the `distance` from the calibration); and the engine's factor on the speedup.
+    the batch and the `distance` from the calibration); and the engine's factor on the speedup
+    (log-normal, ENGINE_LOG_SD; `extra_log_sd` adds in quadrature an error sized outside the step
+    model: bench/public_coverage.py's leave-one-source-out analysis, never predict's default).
     known_cost: a known c (else c(B) from the drafter's step time). Each draw gives a whole
-    curve, whose shape counts."""
+    curve, whose shape counts; `draws` of them (DRAWS unless a quick check asks for fewer)."""
     overlaps = check_inputs(k_draft, overlaps, tau)
     batches = sorted({int(b) for b in batch_sizes})
     if batches[0] < 1:
@@ -783,16 +785,17 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
         raise InputError(f"unknown engine {engine!r} (one of {', '.join(ENGINE_LOG_SD)})")
     d_dims = None if known_cost is not None else drafter_dims(dims, method, draft)
     rng = np.random.default_rng(seed)
-    te = np.empty((DRAWS, len(batches)))
+    te = np.empty((draws, len(batches)))
     spd, cost = np.empty_like(te), np.empty_like(te)
     uniq: dict[tuple, tuple[float, float]] = {}
-    for i in range(DRAWS):
+    for i in range(draws):
         p = draw_params(rng, fits) if fits else params
         a, b = rng.integers(len(overlaps), size=2)
         w = rng.uniform()
         ov = np.round(w * overlaps[a] + (1 - w) * overlaps[b], 3)
         t = rng.uniform(*tau)
-        z, eng = rng.normal(), np.exp(rng.normal(0.0, ENGINE_LOG_SD[engine]))
+        z, eng = rng.normal(), np.exp(rng.normal(0.0, np.hypot(ENGINE_LOG_SD[engine],
+                                                                 extra_log_sd)))
         for j, bs in enumerate(batches):
             key = (tuple(ov), bs)
             if key not in uniq:
