@@ -10,12 +10,15 @@ they are not). Beside each row, what it says of the model: the cost of one SD cy
 steps the measurement implies (acceptance length over speedup) against the model's (c + 1/TE),
 and the model's decode step against the source's baseline time per token.
 
+--study reports the study's Table 10 the same way: each configuration's leave-one-model-out
+95% interval of TE at batch 1 (stepmodel.lomo_coverage), coverage over rows and over models.
+
 --loso adds the leave-one-source-out analysis: each source's rows scored with an extra error on
 the speedup (log-normal) whose size is the root mean square of the other sources' log errors
 (each source weighing one); never predict's default, and a fold sized on one other source sizes
 nothing.
 
-    python bench/public_coverage.py [--json] [--loso] [--ids S08-c1,...] [--draws N]
+    python bench/public_coverage.py [--json] [--study] [--loso] [--ids S08-c1,...] [--draws N]
 """
 
 from __future__ import annotations
@@ -147,6 +150,22 @@ def summarise(points: list[dict]) -> dict:
             "by_source": sources, "points": points}
 
 
+def study_coverage() -> dict:
+    """Table 10's leave-one-model-out TE intervals, counted over rows and over models."""
+    rows = stepmodel.lomo_coverage()
+    by: dict[str, list[bool]] = {}
+    for r in rows:
+        by.setdefault(r["model"], []).append(r["inside"])
+    inside = sum(r["inside"] for r in rows)
+    return {"rows": len(rows), "models": len(by), "coverage_rows": inside / len(rows),
+            "coverage_rows_ci95": clopper_pearson(inside, len(rows)),
+            "coverage_models": float(np.mean([np.mean(v) for v in by.values()])),
+            "median_half_width_rel": float(np.median([r["half_width_rel"] for r in rows])),
+            "outside": [f"{r['model']} {r['precision']} TP{r['tp']}: {r['published']} not in "
+                        f"[{r['te_low']:.3f}, {r['te_high']:.3f}]"
+                        for r in rows if not r["inside"]]}
+
+
 def text(res: dict) -> str:
     lines = [f"{'id':18} {'measured':>8} {'predicted [95%]':>22} {'inside':>6} {'±rel':>5} "
              f"{'TE':>5} {'c':>5} {'far':>3}"]
@@ -172,6 +191,8 @@ def text(res: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--study", action="store_true",
+                    help="also Table 10's leave-one-model-out coverage of TE at batch 1")
     ap.add_argument("--loso", action="store_true",
                     help="also score with an extra error sized leave-one-source-out")
     ap.add_argument("--ids", help="comma-separated scored row ids (default: every scored row)")
@@ -183,6 +204,8 @@ def main() -> None:
     if a.loso:
         sizes = loso_sizes(res["points"])
         res["loso"] = {"extra_log_sd": sizes, **score(table, a.draws, sizes)}
+    if a.study:
+        res["study"] = study_coverage()
     if a.json:
         print(json.dumps(res, indent=1))
         return
@@ -190,6 +213,12 @@ def main() -> None:
     if a.loso:
         print(f"\nleave-one-source-out extra log-sd {res['loso']['extra_log_sd']}")
         print(text(res["loso"]))
+    if a.study:
+        st = res["study"]
+        print(f"\nTable 10, leave-one-model-out TE at batch 1: coverage over rows "
+              f"{st['coverage_rows']:.2f} (95% {st['coverage_rows_ci95']}, {st['rows']} rows), "
+              f"over models {st['coverage_models']:.2f} ({st['models']} models); median "
+              f"half-width {st['median_half_width_rel']:.3f}; outside: {'; '.join(st['outside'])}")
 
 
 if __name__ == "__main__":

@@ -182,7 +182,8 @@ def test_a_given_acceptance_length_is_the_prediction_s(table):
 
 
 def test_a_baseline_time_per_token_is_the_quote_s(table):
-    """batch / the baseline's printed throughput, for the scored rows (the diagnosis's yardstick)."""
+    """batch / the baseline's printed throughput, for the scored rows (the diagnosis's
+    yardstick)."""
     with_base = table[table["baseline_ms_per_token"] != ""]
     assert set(with_base["id"]) == set(table.loc[table["scored"] == "yes", "id"])
     for _, r in with_base.iterrows():
