@@ -6,6 +6,7 @@ scores a subset."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -201,6 +202,38 @@ def test_every_scored_row_has_a_config_predict_reads(table):
         if r["study_model"]:
             predictor.check_study_model(r["study_model"], dims)
         assert dims.num_experts > dims.top_k and dims.vocab_size
+
+
+def cli_args(r) -> list[str]:
+    """`specmoe predict` for a row's setup, as a user would type it."""
+    args = [str(REPO / r["config"]), "--hardware", r["hardware_pred"], "--tp", r["tp_pred"],
+            "--precision", r["precision_pred"], "--k", r["k_pred"], "--method",
+            r["method_pred"], "--engine", r["engine_pred"], "--batch-sizes", r["batch_pred"]]
+    if r["hardware_pred"] not in predictor.shipped_gpus():
+        args += ["--hardware-file", HARDWARE_FILE]
+    if r["acceptance_low"]:
+        args += ["--acceptance-length", f"{r['acceptance_low']},{r['acceptance_high']}"]
+    if r["study_model"]:
+        args += ["--study-model", r["study_model"]]
+    return args
+
+
+def test_the_bench_predicts_what_the_command_does(table):
+    """The B300 row through `specmoe predict --hardware-file` (a GPU outside the calibration,
+    with both caveats) gives the bench's interval, draw for draw."""
+    spec = importlib.util.spec_from_file_location("public_coverage",
+                                                  REPO / "bench" / "public_coverage.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    r = table.set_index("id").loc["S08-c1"]
+    out = subprocess.run([sys.executable, "-m", "specmoe", "predict", *cli_args(r), "--json"],
+                         capture_output=True, text=True, timeout=600, check=True)
+    cli = json.loads(out.stdout)
+    mine = bench.predict_row(r, stepmodel.DRAWS)
+    for key in ("speedup", "speedup_low", "speedup_high", "te"):
+        assert cli[key] == pytest.approx(mine[key], rel=1e-9), key
+    assert any("hardware B300 from" in c for c in cli["caveats"])
+    assert any("GPU B300" in c for c in cli["caveats"]) and cli["calibration_distance"] == 1
 
 
 def test_the_hardware_file_gives_each_gpu_with_its_caveat():
