@@ -21,7 +21,8 @@ tokens each, per GPU (weights split over TP), costs the sum of:
   in every dtype; fp8 weights are otherwise priced by their bytes and FLOPs, their activation
   quantisation as a memory pass;
 - two tensor-parallel all-reduces per layer (a latency plus the ring's bytes over NVLink);
-- host work per sequence of every step (host_seq_us), bounded by bench/host_overhead.py;
+- host work per sequence of every step (host_seq_us; assumed within its range: the CPU slopes
+  of bench/host_overhead.py bound nothing tighter for a GPU server);
 - each class at least its FLOPs over compute_efficiency of the peak, plus the hardware entry's
   fixed cost per pass.
 
