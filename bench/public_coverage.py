@@ -1,8 +1,24 @@
 """Coverage of `specmoe predict`'s 95% speedup intervals on public measurements of speculative
-decoding on MoE models (src/specmoe/data/public_sd_moe.csv; never used to fit or size anything),
-and the intervals' median half-width over the prediction (target: >= 80% inside, < 35% wide).
+decoding on MoE models (src/specmoe/data/public_sd_moe.csv: never used to fit or size anything;
+only the rows its exclusion rule scores), and the intervals' median half-width over the
+prediction. Target: at least 80% inside, median half-width under 35%.
 
-    python bench/public_coverage.py [--json]
+Rows of one source share a setup, so coverage is counted two ways: over rows, and over sources
+(each source's share of rows inside, averaged with every source weighing one), each with its
+exact binomial 95% interval (Clopper-Pearson; over rows it treats rows as independent, which
+they are not). Beside each row, what it says of the model: the cost of one SD cycle in decode
+steps the measurement implies (acceptance length over speedup) against the model's (c + 1/TE),
+and the model's decode step against the source's baseline time per token.
+
+--study reports the study's Table 10 the same way: each configuration's leave-one-model-out
+95% interval of TE at batch 1 (stepmodel.lomo_coverage), coverage over rows and over models.
+
+--loso adds the leave-one-source-out analysis: each source's rows scored with an extra error on
+the speedup (log-normal) whose size is the root mean square of the other sources' log errors
+(each source weighing one); never predict's default, and a fold sized on one other source sizes
+nothing.
+
+    python bench/public_coverage.py [--json] [--study] [--loso] [--ids S08-c1,...] [--draws N]
 """
 
 from __future__ import annotations
@@ -10,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,31 +34,191 @@ import pandas as pd
 from specmoe import predictor, stepmodel
 from specmoe.hfconfig import dims_from_config
 
+REPO = Path(__file__).resolve().parents[1]
+DATA = resources.files("specmoe") / "data"
+HARDWARE_FILE = str(DATA / "public_sd_moe_hardware.yaml")
+
+
+def load(ids: list[str] | None = None) -> pd.DataFrame:
+    """The public set; the scored rows only (or the named ones among them)."""
+    table = pd.read_csv(str(DATA / "public_sd_moe.csv"), keep_default_na=False)
+    scored = table[table["scored"] == "yes"]
+    if ids:
+        missing = sorted(set(ids) - set(scored["id"]))
+        if missing:
+            raise SystemExit(f"not scored rows: {', '.join(missing)}")
+        scored = scored[scored["id"].isin(ids)]
+    return scored
+
+
+def setup(r):
+    """A row's dimensions (its config.json at its precision and TP) and GPU (built in, else from
+    the package's hardware file, with its caveat)."""
+    config = REPO / r["config"]
+    fmt = None if r["precision_pred"] == "auto" else r["precision_pred"]
+    dims = dims_from_config(config, dtype=fmt, tp=int(r["tp_pred"]))
+    gpu = r["hardware_pred"]
+    hw, caveats = predictor.hardware(gpu, None if gpu in predictor.shipped_gpus()
+                                     else HARDWARE_FILE)
+    return config, dims, hw, caveats
+
+
+def predict_row(r, draws: int, extra_log_sd: float = 0.0) -> dict:
+    """What `specmoe predict` says of one row's setup, at its batch size."""
+    config, dims, hw, caveats = setup(r)
+    tau = ((float(r["acceptance_low"]), float(r["acceptance_high"]))
+           if r["acceptance_low"] else None)
+    return predictor.prediction(dims, hw, int(r["k_pred"]), r["method_pred"],
+                                [int(r["batch_pred"])], config=config,
+                                study_model=r["study_model"] or None, tau=tau,
+                                engine=r["engine_pred"], caveats=caveats, draws=draws,
+                                extra_log_sd=extra_log_sd)
+
+
+def decode_ms(r) -> float:
+    """The model's decode step at the row's batch (parameters fitted on every calibration row)."""
+    _, dims, hw, _ = setup(r)
+    b = int(r["batch_pred"])
+    return 1e3 * stepmodel.step_time(dims, hw, b, 1, stepmodel.unique_decode(dims, b),
+                                     stepmodel.fitted())
+
+
+def point(r, res: dict) -> dict:
+    mid, lo, hi = res["speedup"][0], res["speedup_low"][0], res["speedup_high"][0]
+    measured, tau = float(r["speedup"]), float(np.mean(res["acceptance_length"]))
+    te, cost = res["te"][0], res["draft_cost"][0]
+    return {"id": r["id"], "source": r["id"][:3], "measured": measured,
+            "predicted": round(mid, 3), "low": round(lo, 3), "high": round(hi, 3),
+            "inside": bool(round(lo, 3) <= measured <= round(hi, 3)),
+            "half_width_rel": round((hi - lo) / 2 / mid, 3),
+            "error_rel": round(mid / measured - 1, 3),
+            "log_error": round(float(np.log(measured / mid)), 3),
+            "te": round(te, 3), "draft_cost": round(cost, 3),
+            "cycle_model": round(cost + 1 / te, 3), "cycle_implied": round(tau / measured, 3),
+            "decode_ms_model": round(decode_ms(r), 3),
+            "decode_ms_baseline": float(r["baseline_ms_per_token"] or "nan"),
+            "acceptance_length": res["acceptance_length"],
+            "calibration_distance": res["calibration_distance"], "caveats": res["caveats"]}
+
+
+def score(table: pd.DataFrame, draws: int = stepmodel.DRAWS,
+          extra_log_sd: dict[str, float] | None = None) -> dict:
+    """Each row's prediction beside its measurement; `extra_log_sd` per source (--loso)."""
+    extra = extra_log_sd or {}
+    points = [point(r, predict_row(r, draws, extra.get(r["id"][:3], 0.0)))
+              for _, r in table.iterrows()]
+    return summarise(points)
+
+
+def loso_sizes(points: list[dict]) -> dict[str, float]:
+    """Each source's extra log-sd: the RMS of the other sources' log errors, each source's mean
+    square weighing one (0 where no other source is scored)."""
+    by: dict[str, list[float]] = {}
+    for p in points:
+        by.setdefault(p["source"], []).append(p["log_error"])
+    ms = {s: float(np.mean(np.square(v))) for s, v in by.items()}
+    return {s: float(np.sqrt(np.mean([m for o, m in ms.items() if o != s]))) if len(ms) > 1
+            else 0.0 for s in ms}
+
+
+def clopper_pearson(k: float, n: int) -> list[float]:
+    from scipy.stats import beta
+
+    low = beta.ppf(0.025, k, n - k + 1) if k > 0 else 0.0
+    high = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
+    return [round(float(low), 3), round(float(high), 3)]
+
+
+def summarise(points: list[dict]) -> dict:
+    by_source: dict[str, list[dict]] = {}
+    for p in points:
+        by_source.setdefault(p["source"], []).append(p)
+    sources = {s: {"rows": len(ps), "coverage": float(np.mean([p["inside"] for p in ps])),
+                   "median_half_width_rel": float(np.median([p["half_width_rel"] for p in ps]))}
+               for s, ps in by_source.items()}
+    inside = sum(p["inside"] for p in points)
+    src_cov = float(np.mean([s["coverage"] for s in sources.values()]))
+    return {"rows": len(points), "sources": len(sources),
+            "coverage_rows": inside / len(points),
+            "coverage_rows_ci95": clopper_pearson(inside, len(points)),
+            "coverage_sources": src_cov,
+            "coverage_sources_ci95": clopper_pearson(src_cov * len(sources), len(sources)),
+            "median_half_width_rel": float(np.median([p["half_width_rel"] for p in points])),
+            "median_half_width_rel_sources": float(np.median(
+                [s["median_half_width_rel"] for s in sources.values()])),
+            "median_abs_error_rel": float(np.median([abs(p["error_rel"]) for p in points])),
+            "by_source": sources, "points": points}
+
+
+def study_coverage() -> dict:
+    """Table 10's leave-one-model-out TE intervals, counted over rows and over models."""
+    rows = stepmodel.lomo_coverage()
+    by: dict[str, list[bool]] = {}
+    for r in rows:
+        by.setdefault(r["model"], []).append(r["inside"])
+    inside = sum(r["inside"] for r in rows)
+    return {"rows": len(rows), "models": len(by), "coverage_rows": inside / len(rows),
+            "coverage_rows_ci95": clopper_pearson(inside, len(rows)),
+            "coverage_models": float(np.mean([np.mean(v) for v in by.values()])),
+            "median_half_width_rel": float(np.median([r["half_width_rel"] for r in rows])),
+            "outside": [f"{r['model']} {r['precision']} TP{r['tp']}: {r['published']} not in "
+                        f"[{r['te_low']:.3f}, {r['te_high']:.3f}]"
+                        for r in rows if not r["inside"]]}
+
+
+def text(res: dict) -> str:
+    lines = [f"{'id':18} {'measured':>8} {'predicted [95%]':>22} {'inside':>6} {'±rel':>5} "
+             f"{'TE':>5} {'c':>5} {'far':>3}"]
+    for p in res["points"]:
+        lines.append(f"{p['id']:18} {p['measured']:8.3f} {p['predicted']:8.3f} "
+                     f"[{p['low']:.3f}, {p['high']:.3f}] {str(p['inside']):>6} "
+                     f"{p['half_width_rel']:5.2f} {p['te']:5.2f} {p['draft_cost']:5.2f} "
+                     f"{p['calibration_distance']:3d}")
+    lines.append(f"coverage over rows {res['coverage_rows']:.2f} (95% {res['coverage_rows_ci95']}, "
+                 f"{res['rows']} rows); over sources {res['coverage_sources']:.2f} "
+                 f"(95% {res['coverage_sources_ci95']}, {res['sources']} sources)")
+    lines.append(f"median half-width over the prediction {res['median_half_width_rel']:.3f} "
+                 f"(rows), {res['median_half_width_rel_sources']:.3f} (sources); median |error| "
+                 f"{res['median_abs_error_rel']:.3f}")
+    lines.append(f"{'id':18} {'SD cycle in decode steps: implied':>33} {'model':>6}   "
+                 f"{'decode ms: model':>16} {'baseline':>8}")
+    for p in res["points"]:
+        lines.append(f"{p['id']:18} {p['cycle_implied']:33.3f} {p['cycle_model']:6.3f}   "
+                     f"{p['decode_ms_model']:16.3f} {p['decode_ms_baseline']:8.3f}")
+    return "\n".join(lines)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--study", action="store_true",
+                    help="also Table 10's leave-one-model-out coverage of TE at batch 1")
+    ap.add_argument("--loso", action="store_true",
+                    help="also score with an extra error sized leave-one-source-out")
+    ap.add_argument("--ids", help="comma-separated scored row ids (default: every scored row)")
+    ap.add_argument("--draws", type=int, default=stepmodel.DRAWS,
+                    help=f"draws per prediction (default {stepmodel.DRAWS}, predict's)")
     a = ap.parse_args()
-    data = resources.files("specmoe") / "data" / "public_sd_moe.csv"
-    rows = []
-    for r in pd.read_csv(str(data)).itertuples():
-        fmt = None if r.precision in ("mxfp4", "auto") else r.precision
-        dims = dims_from_config(stepmodel.config_path(r.config), dtype=fmt, tp=int(r.tp))
-        hw, caveats = predictor.hardware(r.gpu)
-        tau = (r.acceptance_length,) * 2 if r.acceptance_length == r.acceptance_length else None
-        res = predictor.prediction(dims, hw, int(r.k), r.method, [int(r.batch)], tau=tau,
-                                   engine=r.engine, caveats=caveats)
-        mid, lo, hi = res["speedup"][0], res["speedup_low"][0], res["speedup_high"][0]
-        rows.append({"id": r.id, "measured": r.speedup, "predicted": round(mid, 3),
-                     "low": round(lo, 3), "high": round(hi, 3),
-                     "inside": bool(lo <= r.speedup_high and r.speedup_low <= hi),
-                     "half_width_rel": round((hi - lo) / 2 / mid, 3),
-                     "error_rel": round(mid / r.speedup - 1, 3)})
-    out = {"coverage": float(np.mean([r["inside"] for r in rows])),
-           "median_half_width_rel": float(np.median([r["half_width_rel"] for r in rows])),
-           "median_abs_error_rel": float(np.median([abs(r["error_rel"]) for r in rows])),
-           "points": rows}
-    print(json.dumps(out) if a.json else json.dumps(out, indent=1))
+    table = load(a.ids.split(",") if a.ids else None)
+    res = score(table, a.draws)
+    if a.loso:
+        sizes = loso_sizes(res["points"])
+        res["loso"] = {"extra_log_sd": sizes, **score(table, a.draws, sizes)}
+    if a.study:
+        res["study"] = study_coverage()
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return
+    print(text(res))
+    if a.loso:
+        print(f"\nleave-one-source-out extra log-sd {res['loso']['extra_log_sd']}")
+        print(text(res["loso"]))
+    if a.study:
+        st = res["study"]
+        print(f"\nTable 10, leave-one-model-out TE at batch 1: coverage over rows "
+              f"{st['coverage_rows']:.2f} (95% {st['coverage_rows_ci95']}, {st['rows']} rows), "
+              f"over models {st['coverage_models']:.2f} ({st['models']} models); median "
+              f"half-width {st['median_half_width_rel']:.3f}; outside: {'; '.join(st['outside'])}")
 
 
 if __name__ == "__main__":

@@ -149,9 +149,12 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
                overlap_source: str = "given", tau: tuple[float, float] | None = None,
                draft: ModelDims | None = None, draft_cost: float | None = None,
                engine: str = "vllm", caveats: list[str] | None = None,
-               margin: float = stepmodel.SHAPE_MARGIN) -> dict:
+               margin: float = stepmodel.SHAPE_MARGIN, draws: int = stepmodel.DRAWS,
+               extra_log_sd: float = 0.0) -> dict:
     """TE and speedup at each batch size with 95% intervals, the shape with its probability, where
-    SD pays, and the caveats: every input checked first."""
+    SD pays, and the caveats: every input checked first. `draws` and `extra_log_sd` (an error on
+    the speedup sized outside the step model) serve bench/public_coverage.py; predict uses the
+    defaults (stepmodel.predict)."""
     batches = [int(b) for b in batch_sizes]
     if k < 1:
         raise InputError(f"--k must be >= 1 (got {k})")
@@ -171,7 +174,8 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     cal = stepmodel.calibration()
     res = stepmodel.predict(dims, hw, k, method, batches, cal.params, cal.te_rmse, overlaps, tau,
                             draft=draft, known_cost=draft_cost, margin=margin,
-                            fits=cal.lomo_fits, distance=distance, engine=engine)
+                            fits=cal.lomo_fits, distance=distance, engine=engine, draws=draws,
+                            extra_log_sd=extra_log_sd)
     return {**res, "hardware": hw.name, "tp": dims.tp, "precision": dims.dtype, "k": k,
             "method": method, "engine": engine, "overlaps": overlap_source,
             "acceptance_length": list(tau), "calibration_distance": distance,
