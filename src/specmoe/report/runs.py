@@ -13,6 +13,10 @@ from ..provenance import read_json
 from . import registry, tables
 
 
+# the IPF's predictions, in the order of the tables: the study's input first
+IPF_KEYS = ("uniform_sequence", "uniform_window", "skewed_window")
+
+
 def runs(paths) -> list[dict]:
     return [read_json(p) for p in paths]
 
@@ -77,16 +81,17 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
                 "shuffle": pl["shuffle"][layer][0] if pl.get("shuffle") else float("nan")})
     for ov, ip in zip(ovs, ips):
         u = ov["unique"]
+        pred, err = ip["prediction"], ip["relative_error"]
         t["unique_experts"].append({
             **run_cols(ov["run"]), "empirical": u["empirical"],
             "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
-            "independent": u["independent"], "ipf_uniform": ip["prediction"]["uniform"],
-            "ipf_skewed": ip["prediction"]["skewed"],
-            "ipf_uniform_rel_err": ip["relative_error"]["uniform"],
-            "ipf_skewed_rel_err": ip["relative_error"]["skewed"],
+            "independent": u["independent"],
+            # the study's input (its Table 17 -> Table 20), then this project's two estimators
+            **{f"ipf_{key}": pred[key] for key in IPF_KEYS},
+            **{f"ipf_{key}_error_pct": 100 * err[key] for key in IPF_KEYS},
             "ipf_converged": bool(all(ip["converged"].values())),
             "ipf_clipped": int(sum(ip["n_clipped"].values())),
-            "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed"])})
+            "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"])})
     for cm in cms:
         rc = run_cols(cm["run"])
         t["target_efficiency"].append({
