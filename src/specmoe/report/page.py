@@ -1,0 +1,98 @@
+"""How a table or figure appears in the report: a heading in words, its caption, its files, and
+the table itself split into readable parts (the columns that name a row repeated in each part,
+empty columns left out) with its main rows inline where it is long."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from . import registry, tables
+from .runs import first_run, short_dataset
+
+MAX_INLINE_ROWS = 40
+# the quantities of the comparison shown inline: the study's headline numbers
+COMPARISON_MAIN = ("seq1", "seq2", "seq3", "independent", "sequence_temporal_share", "empirical",
+                   "ipf_uniform_sequence", "te_sweep", "decode_share", "delta")
+
+
+def parts(df: pd.DataFrame, stem: str) -> list[tuple[str, pd.DataFrame]]:
+    """The table as (title, part) pairs: the key columns (registry.KEYS) in every part, the value
+    columns grouped as registry.GROUPS says (else in runs of at most registry.MAX_COLUMNS),
+    columns without any value left out."""
+    keys = [c for c in df.columns if c in registry.KEYS]
+    values = [c for c in df.columns if c not in keys and df[c].notna().any()]
+    groups = registry.GROUPS.get(stem)
+    split: list[tuple[str, list[str]]] = []
+    if groups:
+        left = list(values)
+        for title, pattern in groups.items():
+            cols = [c for c in left if re.fullmatch(pattern, str(c))]
+            left = [c for c in left if c not in cols]
+            if cols:
+                split.append((title, cols))
+        if left:
+            split.append(("other columns", left))
+    elif len(values) > registry.MAX_COLUMNS:
+        n = -(-len(values) // registry.MAX_COLUMNS)
+        size = -(-len(values) // n)
+        split = [(f"part {i + 1} of {n}", values[i * size:(i + 1) * size]) for i in range(n)]
+    else:
+        split = [("", values)]
+    return [(title, df[keys + cols]) for title, cols in split]
+
+
+def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
+    """The rows shown inline and a note saying which, where the table is long: the comparison's
+    headline quantities; a held-out table's summary rows; else each model's first run, and of a
+    curve every fourth batch size (powers of 4)."""
+    if len(df) <= MAX_INLINE_ROWS:
+        return df, ""
+    out, what = df, []
+    if stem == "comparison" and "quantity" in df:
+        out, what = df[df["quantity"].isin(COMPARISON_MAIN)], ["the headline quantities"]
+    elif "slice" in df and df["slice"].astype(str).str.match(r"(mean|median) of").any():
+        out = df[df["slice"].astype(str).str.match(r"(mean|median) of")]
+        what = ["the summary row of each held-out dataset"]
+    else:
+        if {"model", "k", "dataset", "drafter"} <= set(df.columns):
+            out, what = first_run(df), ["each model's first run"]
+        if "batch" in out and len(out) > MAX_INLINE_ROWS:
+            b = out["batch"].astype(int)
+            out = out[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
+            what.append("batch sizes 1, 4, 16, …")
+    note = f"Shown: {', '.join(what)} ({len(out[:MAX_INLINE_ROWS])} of {len(df)} rows)"
+    if len(out) > MAX_INLINE_ROWS:
+        out = out.iloc[:MAX_INLINE_ROWS]
+    return out, note + "; every row is in the files above."
+
+
+def table_block(md: Path, csv: Path, rel, level: str = "###") -> list[str]:
+    """A table in the report: its heading in words, caption, files, then its parts."""
+    stem = md.stem
+    links = ", ".join(f"[{ext}](../{rel(md.with_suffix('.' + ext))})"
+                      for ext in tables.FORMATS if md.with_suffix('.' + ext).exists())
+    lines = [f"{level} {registry.title(stem)}", "", registry.text(stem), "",
+             f"(file `{stem}`: {links})", ""]
+    df = tables.read_csv(csv)
+    if df.empty:
+        return lines + ["(no rows in this configuration)", ""]
+    shown, note = main_rows(df, stem)
+    if "dataset" in shown:  # the files keep the full name; the page its short form
+        shown = shown.assign(dataset=shown["dataset"].map(short_dataset))
+    if note:
+        lines += [note, ""]
+    for title, part in parts(shown, stem):
+        if title:
+            lines += [f"*{title}*", ""]
+        lines += [tables.to_markdown(part).rstrip("\n"), ""]
+    return lines
+
+
+def figure_block(png: Path, rel, level: str = "###") -> list[str]:
+    stem = png.stem
+    return [f"{level} Figure: {registry.title(stem, figure=True)}", "",
+            f"![{registry.ALT[stem]}](../{rel(png)})", "", registry.text(stem, figure=True),
+            f"(file `{stem}`, [PDF](../{rel(png.with_suffix('.pdf'))}))", ""]
