@@ -55,7 +55,11 @@ def _decided(low: float, high: float, above: float = 0.0) -> str:
 def direction(est: float, lo: float, hi: float, up: str, down: str) -> str:
     """A change worded only where its 95% interval decides it: `up` when it lies above 0,
     `down` below, else "undecided"; the number and interval beside the word."""
-    word = {SHOWN: up, NOT_SHOWN: down}.get(_decided(lo, hi), "undecided")
+    decided = _decided(lo, hi)
+    if decided == NOT_MEASURED:
+        return (f"{_num(est, sign=True)} (no interval: no direction is claimed)"
+                if np.isfinite(est) else "no interval: no direction is claimed")
+    word = {SHOWN: up, NOT_SHOWN: down}.get(decided, "undecided")
     return f"{word} ({_with_interval(est, lo, hi, sign=True)})"
 
 
@@ -459,7 +463,7 @@ def opening(table_dir) -> str:
         out.append("Speculative decoding on this machine (timed by the engine, 95% intervals "
                    "from repeats): " + "; ".join(speed) + ".")
     if speed or not t.empty:
-        out.append("What a CPU cannot show: the study's GPU claims. A tiny model's step on a CPU "
+        out.append("What a CPU run cannot show: the study's GPU claims. A tiny model's step on a CPU "
                    "costs host overhead rather than weight reads, so its speedup curve and its "
                    "MoE share of time test the pipeline, not the study; the GPU curves (TE and "
                    "the draft cost ratio against batch size) come from the cost and step "
