@@ -22,6 +22,14 @@ def point(batch, tpot, tau=None, per_pos=None):
     return p
 
 
+def measured_once(batch, tpot_ms, std, sd=None, n=100):
+    """A point measured once: its TPOT's spread over n requests, the client's (SD when `sd`, the
+    acceptance length, is given)."""
+    p = point(batch, tpot_ms, tau=sd)
+    p["tpot_ms"]["std"], p["completed"] = std, n
+    return p
+
+
 def exact(values):
     """Speedups known exactly (no error): the margin alone decides."""
     return [Estimate(v, 0.0, math.inf) for v in values]
@@ -196,12 +204,7 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     from specmoe.sweep import te_interval
 
     k, tau = 3, 2.2
-
-    def pt(batch, tpot_ms, std, sd=None):
-        p = point(batch, tpot_ms, tau=sd)
-        p["tpot_ms"]["std"], p["completed"] = std, 100
-        return p
-
+    pt = measured_once
     # well conditioned: tau TPOT_SD far above K TPOT_drafter
     ar, sd, dr = [pt(1, 10.0, 1.0)], [pt(1, 6.0, 1.0, sd=tau)], [pt(1, 0.5, 0.05)]
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
@@ -249,13 +252,8 @@ def test_a_te_whose_interval_crosses_1_is_marked_not_identified():
     from specmoe.sweep import TE_CROSSES, te_status
 
     k, tau = 3, 2.2
-
-    def pt(batch, tpot_ms, std, sd=None):
-        p = point(batch, tpot_ms, tau=sd)
-        p["tpot_ms"]["std"], p["completed"] = std, 12
-        return p
-
-    ar, sd, dr = [pt(1, 10.0, 1.5)], [pt(1, 5.6, 1.2, sd=tau)], [pt(1, 0.5, 0.1)]
+    ar, sd = [measured_once(1, 10.0, 1.5, n=12)], [measured_once(1, 5.6, 1.2, tau, n=12)]
+    dr = [measured_once(1, 0.5, 0.1, n=12)]
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     assert 0 < row["te_sweep_raw"] <= 1 < row["te_sweep_high"]
     assert math.isnan(row["te_sweep"]) and row["te_sweep_status"] == TE_CROSSES

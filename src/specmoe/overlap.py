@@ -154,31 +154,41 @@ def _row_overlaps(experts, starts, lengths, n_experts):
     return consec, anchor
 
 
+@numba.njit(inline="always")
+def _fill_masks(experts, s, n, layer, masks):
+    """masks[j] = the bitmask of the experts row s + j selects at `layer`, for j < n."""
+    one = np.uint64(1)
+    masks[:] = 0
+    for j in range(n):
+        for slot in range(experts.shape[2]):
+            e = np.int64(experts[s + j, layer, slot])
+            masks[j, e >> 6] |= one << np.uint64(e & 63)
+
+
+@numba.njit(inline="always")
+def _pair_sum(masks, n, d):
+    """sum over j < n - d of |S(j) & S(j + d)| from the rows' bitmasks."""
+    acc = np.int64(0)
+    for j in range(n - d):
+        for word in range(masks.shape[1]):
+            acc += np.int64(_popcount(masks[j, word] & masks[j + d, word]))
+    return acc
+
+
 @numba.njit(cache=True, parallel=True)
 def _sequence_pass(experts, starts, lengths, n_experts, max_d):
     """Per sequence (rows starts[i] .. starts[i] + lengths[i] - 1), layer and distance
     d = 1..max_d: the summed |S(t) & S(t+d)| over its token pairs d apart."""
-    n_tokens, n_layers, k = experts.shape
+    n_layers = experts.shape[1]
     n_words = (n_experts + 63) // 64
     n_seq = starts.size
     sums = np.zeros((n_seq, n_layers, max_d), np.int64)
-    one = np.uint64(1)
     for i in numba.prange(n_seq):
-        s = starts[i]
-        n = lengths[i]
-        masks = np.zeros((n, n_words), np.uint64)
+        masks = np.zeros((lengths[i], n_words), np.uint64)
         for layer in range(n_layers):
-            masks[:] = 0
-            for j in range(n):
-                for slot in range(k):
-                    e = np.int64(experts[s + j, layer, slot])
-                    masks[j, e >> 6] |= one << np.uint64(e & 63)
+            _fill_masks(experts, starts[i], lengths[i], layer, masks)
             for d in range(1, max_d + 1):
-                acc = np.int64(0)
-                for j in range(n - d):
-                    for word in range(n_words):
-                        acc += np.int64(_popcount(masks[j, word] & masks[j + d, word]))
-                sums[i, layer, d - 1] = acc
+                sums[i, layer, d - 1] = _pair_sum(masks, lengths[i], d)
     return sums
 
 
@@ -280,26 +290,15 @@ def committed_sequences(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def _window_pair_pass(experts, starts, lengths, n_experts, max_d):
     """Per window and distance d = 1..max_d: |S(j) & S(j+d)| summed over its position pairs
     d apart and over layers."""
-    n_tokens, n_layers, k = experts.shape
+    n_layers = experts.shape[1]
     n_words = (n_experts + 63) // 64
     out = np.zeros((starts.size, max_d), np.int64)
-    one = np.uint64(1)
     for w in numba.prange(starts.size):
-        s = starts[w]
-        n = lengths[w]
-        masks = np.zeros((n, n_words), np.uint64)
+        masks = np.zeros((lengths[w], n_words), np.uint64)
         for layer in range(n_layers):
-            masks[:] = 0
-            for j in range(n):
-                for i in range(k):
-                    e = np.int64(experts[s + j, layer, i])
-                    masks[j, e >> 6] |= one << np.uint64(e & 63)
-            for d in range(1, n):
-                acc = np.int64(0)
-                for j in range(n - d):
-                    for word in range(n_words):
-                        acc += np.int64(_popcount(masks[j, word] & masks[j + d, word]))
-                out[w, d - 1] += acc
+            _fill_masks(experts, starts[w], lengths[w], layer, masks)
+            for d in range(1, lengths[w]):
+                out[w, d - 1] += _pair_sum(masks, lengths[w], d)
     return out
 
 
