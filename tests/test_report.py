@@ -415,7 +415,7 @@ def test_end_of_run_summary_prints_the_report_and_its_paragraph(tmp_path):
 
     path = tmp_path / "summary.txt"
     assert "made no report" in end_of_run(path, 0.0)
-    path.write_text(report.summary(tmp_path / "index.md", "The run shows this."))
+    path.write_text(report.run_summary(tmp_path / "index.md", "The run shows this."))
     text = end_of_run(path, 0.0)
     assert f"Report: {(tmp_path / 'index.html').resolve()}" in text
     assert "The run shows this." in text

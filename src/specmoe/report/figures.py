@@ -94,9 +94,11 @@ def _status_style(status: str) -> dict:
 
 
 def _side_legend(ax, fontsize: float = 7) -> None:
-    """The legend beside the axes, not on the data."""
-    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
-              frameon=False)
+    """The legend under the axes, not on the data (and not beside them, which would widen the
+    figure past the page)."""
+    n = len(ax.get_legend_handles_labels()[1])
+    ax.legend(fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              borderaxespad=0, frameon=False, ncol=2 if n > 3 else 1)
 
 
 def empty(message: str) -> plt.Figure:

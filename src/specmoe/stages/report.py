@@ -138,10 +138,10 @@ def report_stage(table_dir, figure_dir, out, prov: dict) -> None:
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {prov} -->\n")
     write_text(out.with_suffix(".html"), to_html(text, out.parent))
-    write_text(out.parent / "summary.txt", summary(out, opening))
+    write_text(out.parent / "summary.txt", run_summary(out, opening))
 
 
-def summary(index: Path, opening: str) -> str:
+def run_summary(index: Path, opening: str) -> str:
     """What the end of a run prints: where the report is and its opening paragraph."""
     import textwrap
 
