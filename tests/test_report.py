@@ -260,8 +260,9 @@ def test_routing_targets_follow_the_tables(tmp_path):
     assert t.loc[("fine", "step-1 overlap above independence"), "learned"] == \
         "no: the untrained control shows it as well"
     text = _page(tmp_path)
-    assert ("fine: learned routing shown by step-1 overlap above the within-window shuffle "
-            "null (+0.030 [+0.020, +0.040])") in text
+    assert ("fine: shown and not shared by its untrained control (evidence of learned "
+            "routing): step-1 overlap above the within-window shuffle null (+0.030 [+0.020, "
+            "+0.040])") in text
     assert "| fine | overlap decays with distance |" in text
 
     # the same target beside a control that decays and clears its null as well: not evidence

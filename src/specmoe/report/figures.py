@@ -16,6 +16,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .. import costmodel, published, stepmodel  # noqa: E402
+from ..names import control_name  # noqa: E402
 from ..provenance import atomic_path  # noqa: E402
 from .runs import by_distance, first_run, load, models, short_dataset  # noqa: E402
 
@@ -37,13 +38,13 @@ def save(fig: plt.Figure, stem: str | Path, prov: dict) -> list[Path]:
     return paths
 
 
-PAGE_WIDTH = 7.3  # inches: the report's column (1,100 px) at the 150 dpi figures are saved with
+PAGE_WIDTH = 7.0  # inches: the report's column (1,100 px) at the 150 dpi figures are saved with
 COLUMNS = 3        # panels per row of a faceted figure
 
 
 def _title(ax, label: str) -> None:
     """A panel's short title (a run's short name, e.g. "tiny-fine, K=3, heldout-code")."""
-    ax.set_title(textwrap.shorten(label, 44, placeholder="…"), fontsize=8)
+    ax.set_title(textwrap.shorten(label, 38, placeholder="…"), fontsize=7.5)
 
 
 def _facets(n: int, height: float = 2.1, cols: int = COLUMNS):
@@ -118,22 +119,23 @@ def _batch_axis(ax, batches) -> None:
         ticks = ticks[::2]
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v / 1024:.0f}k" if v >= 1024 else f"{v:.0f}"))
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.tick_params(axis="x", labelsize=7)
     ax.set_xlabel("batch size", fontsize=8)
 
 
 def _published(ax, pub: pd.DataFrame | None, run: str, x: str) -> str:
-    """The study's published points of the model a run is matched with, as black crosses;
-    returns a title suffix naming that model."""
+    """The study's published points of the model a run is matched with, as black crosses named
+    in the legend (titles stay short); returns nothing, for the title."""
     if pub is None or pub.empty:
         return ""
     p = pub[pub["run"] == run]
-    if p.empty:
-        return ""
-    ax.plot(p[x], p["value"], "x", color="black", ms=7, mew=1.5, label="published (matched model)")
-    return f" (x: {p['study_model'].iloc[0]})"
+    if not p.empty:
+        ax.plot(p[x], p["value"], "x", color="black", ms=6, mew=1.5,
+                label=f"published: {p['study_model'].iloc[0]}")
+    return ""
 
 
 def _figure_legend(fig, axes) -> None:
@@ -143,9 +145,13 @@ def _figure_legend(fig, axes) -> None:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
     if seen:
+        # as many columns as the page's width holds (about 110 characters at this font size)
+        ncol = max(1, min(len(seen), 110 // (max(len(lab) for lab in seen) + 6)))
+        rows = -(-len(seen) // ncol)
+        height = fig.get_size_inches()[1]
         fig.legend(list(seen.values()), list(seen), loc="lower center", fontsize=7,
-                   ncol=min(len(seen), 5), frameon=False, bbox_to_anchor=(0.5, 0.0))
-        fig.tight_layout(rect=(0, 0.06 if len(axes) > 4 else 0.1, 1, 1))
+                   ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.tight_layout(rect=(0, min(0.5, 0.16 * rows / height + 0.02), 1, 1))
 
 
 def overlap_by_distance(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None = None
@@ -280,6 +286,7 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
             ax.annotate(f"d={r['cohens_d']:.2f}", (r["draft_position"], top), fontsize=6,
                         textcoords="offset points", xytext=(0, 6), ha="center")
         _title(ax, _label(d))
+        ax.margins(y=0.18)  # room above the points for the d labels
         ax.set_xlabel("draft position j", fontsize=8)
         _integer_ticks(ax)
     _ylabel(axes, "overlap(S(0), S(j))")
@@ -446,7 +453,10 @@ def figure_frames(table_dir, study: dict | None = None,
     dr = load(td, "draft_ratio_model")
     if dr.empty:
         out["draft_ratio_model"] = (empty, none.format("cost model"))
-    else:  # each model's first run (the ratio hardly depends on K or the dataset)
+    else:  # each model's first run (the ratio hardly depends on K or the dataset), untrained
+        # controls left out (their dimensions, so their curves, are their targets')
+        names = set(dr["model"])
+        dr = dr[~dr["model"].map(lambda m: any(control_name(t) == m for t in names))]
         out["draft_ratio_model"] = (curves_by, first_run(dr), colors, ["model", "k"],
                                     "synthetic_drafter", "draft_cost", "draft cost ratio c",
                                     "No cost model in this configuration.", None,

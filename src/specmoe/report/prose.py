@@ -430,9 +430,10 @@ def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
 
     learned = rows[rows["learned"] == "yes"]
     both = rows[rows["learned"].str.startswith("no: the untrained")]
-    open_ = rows[rows["learned"].str.startswith("undecided")]
+    open_ = rows[(rows["status"] == SHOWN) & rows["learned"].str.startswith("undecided")]
     missed = rows[rows["status"].isin([NOT_SHOWN, UNDECIDED])]
-    parts = [f"learned routing shown by {named(learned)}" if not learned.empty else
+    parts = [f"shown and not shared by its untrained control (evidence of learned routing): "
+             f"{named(learned)}" if not learned.empty else
              "nothing that separates learned routing"]
     if not both.empty:
         parts.append(f"its untrained control shows {named(both, False)} as well, so these are "
@@ -582,6 +583,10 @@ def course(batches, values, margin: float = 0.05) -> str:
     return f"{'rises' if v[end] > v[0] else 'falls'} with batch size, from {at(0)} to {at(end)}"
 
 
+def _size(gib: float) -> str:
+    return f"{gib:,.1f} GiB" if gib >= 1 else f"{gib * 1024:,.1f} MiB"
+
+
 def _ratio_sentence(g: pd.DataFrame) -> str:
     """One synthetic drafter's curve: its course over every batch size and, where the table
     reaches past the roofline's ridge, its course from the ridge on (the study's Figures 11 and
@@ -589,8 +594,8 @@ def _ratio_sentence(g: pd.DataFrame) -> str:
     g = g.sort_values("batch")
     if "status" in g and (g["status"] != "ok").all():
         r = g.iloc[0]
-        return (f"{r['status']} ({r['drafter_gib']:.1f} GiB against the target's "
-                f"{r['target_gib']:.1f} GiB): no ratio")
+        return (f"none: {r['status']} ({_size(r['drafter_gib'])} against the target's "
+                f"{_size(r['target_gib'])})")
     g = g[np.isfinite(g["draft_cost"])]
     text = course(g["batch"], g["draft_cost"])
     if "ridge_tokens" in g:
@@ -610,8 +615,9 @@ def draft_cost_findings(table_dir) -> list[str]:
     td = Path(table_dir)
     out = []
     dr = load(td, "draft_ratio_model")
-    if not dr.empty:
-        dr = first_run(dr)
+    if not dr.empty:  # an untrained control has its target's dimensions: its curves are the same
+        models = set(dr["model"])
+        dr = first_run(dr[~dr["model"].map(lambda m: any(control_name(t) == m for t in models))])
         said: dict[str, list[str]] = {}
         for (model, drafter), g in dr.groupby(["model", "synthetic_drafter"], sort=False):
             said.setdefault(f"{drafter}: the step model's draft cost ratio "

@@ -136,10 +136,12 @@ KEYS = ("model", "drafter", "k", "dataset", "batch", "draft_position", "status",
 MAX_COLUMNS = 10
 GROUPS = {
     "overlap_by_distance": {
-        "inside windows": r"(step\d+|independent|step1_(low|high)|above_shuffle.*|window_.*)",
+        "inside windows": r"(step\d+|independent|step1_(low|high)|above_shuffle.*"
+                          r"|window_(decay|requests)(_low|_high)?)",
         "the within-window shuffle null": r"shuffle\d+",
         "along the committed sequence": r"(seq.*|verify_ratio)",
-        "without windows that repeat a token": r".*_no_repetition|repetitive_windows_pct",
+        "without windows that repeat a token": r".*_no_repetition(_low|_high)?"
+                                               r"|repetitive_windows_pct",
     },
     "acceptance_consecutive": {
         "the delta, clustered by request": r"(accepted_overlap|first_rejected_overlap|delta"

@@ -149,8 +149,8 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     nr = ov.get("summary_without_repetition") or {}
     row.update({f"step{d}_no_repetition": v
                 for d, v in enumerate(nr.get("overlap_by_distance", []), 1)})
-    for key in ("window_decay", "window_decay_low", "window_decay_high"):
-        row[f"{key}_no_repetition"] = nr.get(key, np.nan)
+    for end in ("", "_low", "_high"):
+        row[f"window_decay_no_repetition{end}"] = nr.get(f"window_decay{end}", np.nan)
     row["repetitive_windows_pct"] = 100 * ov.get("repetitive_windows", np.nan)
     return row
 
@@ -201,14 +201,14 @@ def by_distance(row, suffix: str = "", n: int | None = None, prefix: str = "step
 
 
 def short_dataset(ds: str) -> str:
-    """A run's dataset in a few characters: "tinybench+heldout-code+heldout-prose" reads
-    "tinybench +2 held out"."""
+    """A run's dataset in a few characters: "tinybench+heldout-code+heldout-prose" (a main set
+    and two held-out sets) reads "tinybench+2"."""
     parts = str(ds).split("+")
-    return parts[0] + (f" +{len(parts) - 1} held out" if len(parts) > 1 else "")
+    return parts[0] + (f"+{len(parts) - 1}" if len(parts) > 1 else "")
 
 
 def short_run(model: str, k, dataset: str) -> str:
-    """A run as titles and sentences name it: "tiny-fine, K=3, tinybench +2 held out"."""
+    """A run as titles and sentences name it: "tiny-fine, K=3, tinybench+2"."""
     return f"{model}, K={int(k)}, {short_dataset(dataset)}"
 
 
