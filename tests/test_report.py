@@ -3,6 +3,7 @@ table present, captions valid reStructuredText, the HTML report opened in a real
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -128,30 +129,50 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     for fig in registry.FIGURES:
         png = res / "figures" / f"{fig}.png"
         assert png.stat().st_size > 5000 and (res / "figures" / f"{fig}.pdf").stat().st_size > 0
-        assert f"![{fig}](../figures/{fig}.png)" in index
+        assert f"![{registry.ALT[fig]}](../figures/{fig}.png)" in index
+        assert f"### Figure: {registry.title(fig, figure=True)}" in index
         assert registry.text(fig, figure=True) in index
     tables_made = sorted(p.stem for p in (res / "tables").glob("*.csv"))
     assert "comparison" in tables_made and "replay_three_step" in tables_made
     for stem in tables_made:
-        assert f"#### {stem.replace('_', ' ')}" in index and registry.text(stem) in index
+        assert f"### {registry.title(stem)}" in index and registry.text(stem) in index
         assert not tables.read_csv(res / "tables" / f"{stem}.csv").empty, stem
-    for section in ("## What the routing shows", "## What the measurements show",
-                    "## How it compares with the study", "## Overlap and IPF", "## Cost model",
-                    "## Speedup and sweeps", "## Profiling", "## Acceptance",
-                    "## The study side by side"):
-        assert section in index
-    assert ("tiny-fine (compared with Qwen2-57B): step-1 overlap along the committed sequence "
-            "0.267 vs 0.204") in index
-    # the first page's findings table, from the fixture's tables
-    assert "## The study's findings in this run's tiny targets" in index
+    # the first page: a paragraph, the findings table, the details, then the sections, in order
+    heads = [ln for ln in index.splitlines() if ln.startswith("#")]
+    assert heads[:5] == ["# specmoe report", "## What this run shows", "## Findings",
+                         "## Details", "### What the routing shows, run by run"]
+    assert all(not h.startswith("####") for h in heads)
+    for section in ("### What the measurements show", "### How it compares with the study",
+                    "## Overlap and IPF", "## Cost model", "## Speedup and sweeps",
+                    "## Profiling", "## Acceptance", "## The study side by side"):
+        assert section in heads
+    opening = index.split("## What this run shows")[1].split("## Findings")[0]
+    assert ("tiny-fine: shown and not shared by its untrained control (evidence of learned "
+            "routing): step-1 overlap above the within-window shuffle null (+0.015 [+0.009, "
+            "+0.021])") in opening
+    assert "so these are not evidence of learned routing" in opening
+    assert "tiny-fine (K=3) faster: speedup 1.02–1.23 over batch 1–8, 0 of 4 intervals below 1 " \
+        "and 1 above" in opening
+    assert "What a CPU run cannot show" in opening
     assert ("| tiny-fine | overlap decays with distance | overlap(1) - overlap(8) along the "
-            "sequence > 0 | +0.073 [+0.056, +0.086], 112 requests | shown |") in index
-    assert ("Not shown here: tiny-coarse: step-1 overlap above independence (0.393 [0.382, "
-            "0.405])") in index
-    assert "tiny-fine's output loops: 12% of its windows repeat a token" in index
-    assert "What a CPU run cannot show" in index
+            "sequence > 0 | +0.055 [+0.044, +0.063], 112 requests | shown | +0.138 [+0.130, "
+            "+0.146], 112 requests (shown) | no: the untrained control shows it as well |") in index
+    assert ("tiny-fine (compared with Qwen2-57B): step-1 overlap along the committed sequence "
+            "0.248 vs 0.204") in index
+    assert "tiny-fine's output loops: 11% of its windows repeat a token" in index
+    assert "(the same prompts as a slice of tiny-fine tiny-drafter K=3 " in index
+    # one number format per quantity: no scientific notation, no "inf", no "K over N"
+    assert not re.search(r"\d\.\d+e[-+]\d", index) and " inf " not in index
+    assert "K over N" not in index and "| k/N |" in index
     cmp_ = tables.read_csv(res / "tables" / "comparison.csv")
     assert set(cmp_["model"]) == {"tiny-fine", "synth-fine"}
+    assert "ipf_skewed_window" not in set(cmp_["quantity"])  # this project's own: no twin
+    # figures as wide as the page's column (1,100 px), not wider
+    from PIL import Image
+
+    for fig in registry.FIGURES:
+        assert Image.open(res / "figures" / f"{fig}.png").size[0] <= 1100, fig
+    assert (res / "report" / "summary.txt").read_text().startswith("Report: ")
 
 
 def test_every_figure_of_the_fixed_results_has_data():
