@@ -442,3 +442,21 @@ def test_end_of_run_summary_prints_the_report_and_its_paragraph(tmp_path):
     assert f"Report: {(tmp_path / 'index.html').resolve()}" in text
     assert "The run shows this." in text
     assert "not rebuilt by this run" in end_of_run(path, time.time() + 60)
+
+
+def test_curves_are_shown_one_column_per_line():
+    """A draft-ratio or TE curve reads as one row per batch size and one column per drafter
+    (routing), each model's first run, without the untrained controls' copies."""
+    from specmoe.report import page
+
+    df = tables.read_csv(FIXTURE / "draft_ratio_model.csv")
+    wide, note = page.pivoted(df, "draft_ratio_model")
+    assert list(wide.columns) == ["model", "k", "target_experts", "batch", "dense",
+                                  "MoE, the target's N", "MoE, N = 896"]
+    assert "tiny-fine-random" not in set(wide["model"])
+    qwen = wide[wide["model"] == "synth-fine"].set_index("batch")
+    assert list(qwen.index) == [1, 4, 16, 64, 256, 1024, 4096]
+    assert (qwen["target_experts"] == 128).all()
+    # the flagged drafter (896 experts of Mixtral's width) is empty, not a number
+    assert wide[wide["model"] == "synth-coarse"]["MoE, N = 896"].isna().all()
+    assert "one column per drafter kind" in note

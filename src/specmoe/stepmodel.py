@@ -435,7 +435,10 @@ def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes, 
         for name, d in drafters.items():
             raw = draft_cost(dims, d, hw, b, k_draft, p, u, context)
             heavy = weight_bytes(d) > target_bytes
-            rows.append({"batch": int(b), "synthetic_drafter": name,
+            kind = ("dense" if name == DENSE_DRAFTER else "MoE, the target's N"
+                    if d.num_experts == dims.num_experts else f"MoE, N = {d.num_experts}")
+            rows.append({"batch": int(b), "target_experts": dims.num_experts,
+                         "synthetic_drafter": name, "drafter_kind": kind,
                          "drafter_experts": d.num_experts if d.num_experts > 1 else 0,
                          "drafter_gib": weight_bytes(d) / 2**30,
                          "target_gib": target_bytes / 2**30,

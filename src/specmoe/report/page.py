@@ -44,6 +44,32 @@ def parts(df: pd.DataFrame, stem: str) -> list[tuple[str, pd.DataFrame]]:
     return [(title, df[keys + cols]) for title, cols in split]
 
 
+# Curves shown with one column per line (the file keeps one row per point): stem -> (the column
+# naming the line, the value, a word for the value)
+PIVOTS = {"draft_ratio_model": ("drafter_kind", "draft_cost", "draft cost ratio c"),
+          "te_vs_batch": ("routing", "te", "TE")}
+
+
+def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
+    """A curve table as people read it: each model's first run (untrained controls, whose
+    dimensions are their targets', left out), one row per batch size (1, 4, 16, ...: every
+    other power of 2), one column per line."""
+    from ..names import control_name
+
+    line, value, word = PIVOTS[stem]
+    names = set(df["model"])
+    df = first_run(df[~df["model"].map(lambda m: any(control_name(t) == m for t in names))])
+    b = df["batch"].astype(int)
+    df = df[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
+    index = [c for c in ("model", "k", "target_experts", "batch") if c in df]
+    wide = df.pivot_table(index=index, columns=line, values=value, sort=False,
+                          dropna=False).reset_index()
+    wide.columns.name = None
+    return wide, (f"Shown: {word} by batch size (1, 4, 16, …), one column per "
+                  f"{line.replace('_', ' ')}, at each model's first run, untrained controls left "
+                  "out (their dimensions are their targets'); every row is in the files above.")
+
+
 def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
     """The rows shown inline and a note saying which, where the table is long: the comparison's
     headline quantities; a held-out table's summary rows; else each model's first run, and of a
@@ -52,7 +78,8 @@ def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
         return df, ""
     out, what = df, []
     if stem == "comparison" and "quantity" in df:
-        out, what = df[df["quantity"].isin(COMPARISON_MAIN)], ["the headline quantities"]
+        out = first_run(df[df["quantity"].isin(COMPARISON_MAIN)])
+        what = ["the headline quantities at each model's first run"]
     elif "slice" in df and df["slice"].astype(str).str.match(r"(mean|median) of").any():
         out = df[df["slice"].astype(str).str.match(r"(mean|median) of")]
         what = ["the summary row of each held-out dataset"]
@@ -79,7 +106,7 @@ def table_block(md: Path, csv: Path, rel, level: str = "###") -> list[str]:
     df = tables.read_csv(csv)
     if df.empty:
         return lines + ["(no rows in this configuration)", ""]
-    shown, note = main_rows(df, stem)
+    shown, note = pivoted(df, stem) if stem in PIVOTS and "batch" in df else main_rows(df, stem)
     if "dataset" in shown:  # the files keep the full name; the page its short form
         shown = shown.assign(dataset=shown["dataset"].map(short_dataset))
     if note:

@@ -36,7 +36,7 @@ _COLUMNS = {  # whole identifiers whose parts would read wrongly
     "delta_high_by_request": "delta 95% high (by request)",
     "delta_low_tokens": "delta 95% low (tokens)", "delta_high_tokens": "delta 95% high (tokens)",
     "se_by_request": "SE (by request)", "se_tokens": "SE (tokens)",
-    "k_draft": "K", "cohens_d": "Cohen's d"}
+    "k_draft": "K", "cohens_d": "Cohen's d", "target_experts": "target's N"}
 
 
 def header(col: str) -> str:
