@@ -62,8 +62,11 @@ def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
     b = df["batch"].astype(int)
     df = df[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
     index = [c for c in ("model", "k", "target_experts", "batch") if c in df]
-    wide = df.pivot_table(index=index, columns=line, values=value, sort=False,
-                          dropna=False).reset_index()
+    wide = df.pivot(index=index, columns=line, values=value)
+    # rows and lines in the table's own order (pivot sorts them)
+    rows = pd.MultiIndex.from_tuples(list(dict.fromkeys(map(tuple, df[index].values))),
+                                     names=index)
+    wide = wide.reindex(index=rows, columns=list(dict.fromkeys(df[line]))).reset_index()
     wide.columns.name = None
     return wide, (f"Shown: {word} by batch size (1, 4, 16, …), one column per "
                   f"{line.replace('_', ' ')}, at each model's first run, untrained controls left "
