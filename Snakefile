@@ -2,6 +2,13 @@
 # Run `snakemake --cores all`; see README.md for the stages and config/schema.yaml for the config.
 
 
+import time
+
+from specmoe.report.summary import end_of_run
+
+START = time.time()
+
+
 configfile: "config.yaml"
 
 
@@ -19,3 +26,7 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         all_outputs(),
+
+
+onsuccess:
+    print(end_of_run("results/report/summary.txt", START))

@@ -16,8 +16,8 @@ def test_cohens_d_by_hand():
 
 def test_pvalues_match_scipy():
     out = compare(X, Y)
-    assert out["p_value"] == pytest.approx(stats.ttest_ind(X, Y, equal_var=False).pvalue)
-    assert out["p_mannwhitney"] == pytest.approx(stats.mannwhitneyu(X, Y).pvalue)
+    assert out["p_tokens_welch"] == pytest.approx(stats.ttest_ind(X, Y, equal_var=False).pvalue)
+    assert out["p_tokens_mannwhitney"] == pytest.approx(stats.mannwhitneyu(X, Y).pvalue)
     assert out["n_accepted"] == 10 and out["n_first_rejected"] == 7
     assert out["delta"] == pytest.approx(X.mean() - Y.mean())
     assert out["size"] == "large"
@@ -31,7 +31,7 @@ def test_size_labels(d, label):
 
 def test_too_few_samples_give_nan():
     out = compare(np.array([0.3]), Y)
-    assert np.isnan(out["cohens_d"]) and np.isnan(out["p_value"])
+    assert np.isnan(out["cohens_d"]) and np.isnan(out["p_tokens_welch"])
 
 
 def test_tied_acceptance_shows_positive_delta(small_trace):
@@ -138,3 +138,62 @@ def test_held_out_overlap_has_the_studys_range_across_slices():
     assert r["slice"] == "mean of aya" and r["n_windows"] == 30
     assert (r["step1"], r["step1_min"], r["step1_max"]) == (pytest.approx(0.45), 0.4, 0.5)
     assert (r["independent_min"], r["independent_max"]) == (0.1, 0.2)
+
+
+def _clustered_sample(seed: int, requests: int = 30, per_request: int = 6):
+    """Overlaps whose requests differ (a request-level offset) far more than tokens within one."""
+    rng = np.random.default_rng(seed)
+    offset = rng.normal(0.0, 0.04, (2, requests))
+    req = np.repeat(np.arange(requests), per_request)
+    acc = 0.40 + offset[0, req] + rng.normal(0.0, 0.01, req.size)
+    rej_req = np.repeat(np.arange(requests), 2)
+    rej = 0.39 + offset[1, rej_req] + rng.normal(0.0, 0.01, rej_req.size)
+    return acc, rej, req, rej_req
+
+
+def test_copies_of_a_requests_tokens_are_not_new_evidence():
+    """Each request's tokens repeated ten times: the token-level p shrinks towards 0, while the
+    interval and the p clustered by request stay where they were (a request is the unit)."""
+    acc, rej, ar, rr = _clustered_sample(0)
+    once = compare(acc, rej, ar, rr)
+    tenfold = compare(np.tile(acc, 10), np.tile(rej, 10), np.tile(ar, 10), np.tile(rr, 10))
+    assert tenfold["p_tokens_welch"] < once["p_tokens_welch"] / 10
+    assert tenfold["n_requests"] == once["n_requests"] == 30
+    assert tenfold["delta_low_by_request"] == pytest.approx(once["delta_low_by_request"])
+    assert tenfold["delta_high_by_request"] == pytest.approx(once["delta_high_by_request"])
+    assert tenfold["p_by_request"] == pytest.approx(once["p_by_request"], rel=0.02)
+    lo, hi = once["delta_low_by_request"], once["delta_high_by_request"]
+    assert lo < once["delta"] < hi
+    # the same input gives the same interval bit for bit (fixed seed)
+    again = compare(acc, rej, ar, rr)
+    assert (again["delta_low_by_request"], again["delta_high_by_request"]) == (lo, hi)
+
+
+def test_cluster_robust_p_by_hand():
+    """The CR1 sandwich of the regression of overlap on 'accepted', written out with explicit
+    matrices and a loop over requests."""
+    from specmoe.acceptance import cluster_robust_p
+
+    acc, rej, ar, rr = _clustered_sample(1, requests=12, per_request=3)
+    y = np.concatenate([acc, rej])
+    X = np.column_stack([np.ones(y.size), np.r_[np.ones(acc.size), np.zeros(rej.size)]])
+    g = np.concatenate([ar, rr])
+    beta = np.linalg.lstsq(X, y, rcond=None)[0]
+    u = y - X @ beta
+    meat = sum(np.outer(X[g == c].T @ u[g == c], X[g == c].T @ u[g == c]) for c in np.unique(g))
+    G, n = np.unique(g).size, y.size
+    bread = np.linalg.inv(X.T @ X)
+    v = bread @ meat @ bread * G / (G - 1) * (n - 1) / (n - 2)
+    want = 2 * stats.t.sf(abs(beta[1]) / np.sqrt(v[1, 1]), G - 1)
+    assert cluster_robust_p(acc, rej, ar, rr) == pytest.approx(want, rel=1e-9)
+    assert beta[1] == pytest.approx(acc.mean() - rej.mean())
+
+
+def test_one_token_per_request_agrees_with_the_token_level_test():
+    """Where every request has one token the clustered and the token-level tests agree (about:
+    the degrees of freedom and the small-sample factors differ)."""
+    rng = np.random.default_rng(3)
+    acc, rej = rng.normal(0.42, 0.05, 200), rng.normal(0.40, 0.05, 150)
+    out = compare(acc, rej, np.arange(200), np.arange(200, 350))
+    assert out["p_by_request"] == pytest.approx(out["p_tokens_welch"], rel=0.1)
+    assert out["delta_low_by_request"] == pytest.approx(out["delta_low_tokens"], abs=0.003)

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from specmoe import costmodel as cm
@@ -173,3 +174,44 @@ def test_the_gpu_bill_prefills_each_prompt_once():
     assert one > 100 * plan.step_s(d, hw, 1, 1, p)
     tokens = plan.mean_prompt_tokens({"tinybench": "builtin:v1"})["tinybench"]
     assert 5 < tokens < 100  # the embedded prompts are a sentence or two
+
+
+@pytest.mark.parametrize("name,dims,n,k,heavy", [
+    ("qwen-like", dict(hidden=2048, expert_intermediate=768, heads=32, kv_heads=4, head_dim=128,
+                       num_layers=48, vocab_size=151936, dtype="bf16", tp=1), 128, 8, False),
+    ("mixtral-like", dict(hidden=4096, expert_intermediate=14336, heads=32, kv_heads=8,
+                          head_dim=128, num_layers=32, vocab_size=32000, dtype="bf16", tp=2),
+     8, 2, True)])
+def test_costmodel_stage_prices_the_draft_ratio_past_the_ridge(tmp_path, name, dims, n, k,
+                                                               heavy):
+    """The costmodel stage on a real (synthetic) trace: the draft-ratio rows run to the
+    configured 4,096 sequences for the dense drafter, the target's own N and N = 896; an
+    896-expert layer of Mixtral's width outweighs Mixtral and is flagged, not priced."""
+    from specmoe.provenance import read_json
+    from specmoe.stages import analysis
+
+    model = {"name": name, "source": "synthetic", "hardware": "H100", "dims": dims,
+             "synthetic": {"num_experts": n, "top_k": k, "num_layers": 2, "requests": 8,
+                           "steps": 6, "seed": 0}}
+    run = {"model": name, "drafter": "synth", "k": 3, "dataset": "synth"}
+    hw = {"H100": {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}, "sm_count": 132}}
+    analysis.synth_trace(model, run, tmp_path / "t.parquet")
+    analysis.overlap_stage(tmp_path / "t.parquet", tmp_path / "o.json", [1, 8])
+    analysis.ipf_stage(tmp_path / "o.json", tmp_path / "i.json", [1, 8])
+    batches = [1, 64, 512, 4096]
+    analysis.costmodel_stage(model, hw, tmp_path / "o.json", tmp_path / "i.json",
+                             tmp_path / "c.json", {"context_tokens": 512,
+                                                   "moe_drafter_experts": 896,
+                                                   "batch_sizes": batches})
+    rows = read_json(tmp_path / "c.json")["draft_ratio_vs_batch"]
+    by = {}
+    for r in rows:
+        by.setdefault(r["synthetic_drafter"], []).append(r)
+    assert set(by) == {"dense drafter (one layer, the target's active FFN width)",
+                       f"MoE drafter (one of the target's MoE layers, N = {n})",
+                       "MoE drafter (one of the target's MoE layers, N = 896)"}
+    for drafter, rs in by.items():
+        assert [r["batch"] for r in rs] == batches
+        flagged = "N = 896" in drafter and heavy
+        assert all((r["status"] != "ok") == flagged for r in rs), drafter
+        assert all(np.isnan(r["draft_cost"]) == flagged and r["draft_cost_raw"] > 0 for r in rs)

@@ -101,3 +101,52 @@ def test_skewed_margins_stay_feasible_for_hot_experts():
     assert new.n_clipped == 0 and new.converged
     uniform = np.full((1, 8), 0.25)
     np.testing.assert_allclose(ipf.skewed_pairs(uniform, ov)[0], 0.25 * np.repeat(ov, 8, axis=0))
+
+
+def _overlap_json(tmp_path, seq: list[float], window: list[float], n=128, k=8, empirical=19.5):
+    """A minimal overlap result (uniform loads, one layer) with the overlap along the committed
+    sequence and inside windows given apart."""
+    from specmoe.provenance import write_json
+
+    q = np.full((1, n), k / n)
+    path = tmp_path / "overlap.json"
+    write_json(path, {"run": {"model": "m"},
+                      "summary": {"num_experts": n, "top_k": k, "k_draft": len(window),
+                                  "sequence_by_distance": seq},
+                      "unique": {"empirical": empirical},
+                      "per_layer": {"overlap": [window], "q": q.tolist()}}, {})
+    return path
+
+
+def test_the_study_input_gives_its_table_20_and_this_projects_is_labelled_apart(tmp_path):
+    """Like for like: fed the study's Table 17 (Qwen3-30B, along the committed sequence, steps
+    1-3) the stage's uniform IPF is the study's Table 20 value (20.08, 3.0% over the measured
+    19.5); the window overlaps feed this project's own estimators, each named so."""
+    from specmoe import published
+    from specmoe.provenance import read_json
+    from specmoe.stages.analysis import IPF_INPUTS, ipf_stage
+
+    pub = published.load("overlap_by_distance").set_index("model").loc["Qwen3-30B"]
+    seq = [float(pub[f"step{d}"]) for d in range(1, 9) if f"step{d}" in pub] + [0.3] * 4
+    ipf_stage(_overlap_json(tmp_path, seq, [0.47, 0.40, 0.37]), tmp_path / "ipf.json", [1, 4])
+    out = read_json(tmp_path / "ipf.json")
+    table20 = published.load("unique_experts_ipf").set_index("model").loc["Qwen3-30B",
+                                                                          "uniform_ipf"]
+    assert round(out["prediction"]["uniform_sequence"], 2) == table20 == 20.08
+    assert out["relative_error"]["uniform_sequence"] == pytest.approx(20.08 / 19.5 - 1, abs=1e-3)
+    assert out["prediction"]["uniform_window"] < out["prediction"]["uniform_sequence"]
+    assert set(out["inputs"]) == set(out["prediction"]) == set(IPF_INPUTS)
+    assert "study's input" in out["inputs"]["uniform_sequence"]
+    assert "this project's" in out["inputs"]["uniform_window"]
+    assert "this project's" in out["inputs"]["skewed_window"]
+    assert {r["batch"] for r in out["by_batch"]} == {1, 4}
+
+
+def test_without_a_sequence_overlap_the_study_input_is_missing_not_made_up(tmp_path):
+    from specmoe.provenance import read_json
+    from specmoe.stages.analysis import ipf_stage
+
+    ipf_stage(_overlap_json(tmp_path, [], [0.47, 0.40, 0.37]), tmp_path / "ipf.json", [1])
+    out = read_json(tmp_path / "ipf.json")
+    assert np.isnan(out["prediction"]["uniform_sequence"])
+    assert np.isfinite(out["prediction"]["uniform_window"])

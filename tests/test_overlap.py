@@ -235,3 +235,60 @@ def test_committed_sequence_takes_position_zero_and_accepted_drafts():
     # request 0: {0,1}{0,2}{0,3}{0,4}: every pair shares expert 0; request 1 likewise expert 1
     assert pairs.tolist() == [6, 4, 2]
     np.testing.assert_allclose(seq[0], [0.5, 0.5, 0.5])
+
+
+def test_window_intervals_resample_requests_around_the_window_statistics(small_trace):
+    """The request bootstrap of the window statistics: its point estimates are window_stats'
+    (layer means, the same shuffle), each interval contains its estimate, a trace with stickiness
+    is above its shuffle null and decays, and repeating every request's windows (no new
+    requests) leaves the intervals where they were."""
+    from dataclasses import replace
+
+    from specmoe.overlap import window_intervals
+
+    ws = window_stats(small_trace, shuffle_seed=0)
+    ci = window_intervals(small_trace, shuffle_seed=0)
+    np.testing.assert_allclose(ci["overlap"], ws.overlap.mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(ci["shuffle"], ws.shuffle.mean(axis=0), atol=1e-12)
+    assert ci["n_requests"] == 40
+    for d in range(small_trace.k_draft):
+        assert ci["overlap_low"][d] <= ci["overlap"][d] <= ci["overlap_high"][d]
+    assert ci["above_shuffle_low"] > 0 and ci["decay_low"] > 0
+    # every window twice, under the same request: the same information, the same intervals
+    starts, lengths = small_trace.windows()
+    rows = np.concatenate([np.r_[np.arange(s, s + n), np.arange(s, s + n)]
+                           for s, n in zip(starts, lengths)])
+    cols = {k: v[rows] for k, v in small_trace.columns.items()}
+    n_rows = np.concatenate([np.r_[np.full(n, 2 * w), np.full(n, 2 * w + 1)]
+                             for w, n in enumerate(lengths)])
+    cols["step"] = n_rows.astype(np.int32)  # two windows, each its own step
+    twice = replace(small_trace, experts=small_trace.experts[rows], columns=cols, weights=None)
+    ci2 = window_intervals(twice, shuffle_seed=None)
+    np.testing.assert_allclose(ci2["overlap_low"], ci["overlap_low"], atol=1e-12)
+    np.testing.assert_allclose([ci2["decay_low"], ci2["decay_high"]],
+                               [ci["decay_low"], ci["decay_high"]], atol=1e-12)
+
+
+def test_window_intervals_of_an_untrained_like_trace_straddle_the_shuffle_null():
+    """Routing that is the same vector for every position of a window (the untrained controls'
+    clustering) is high but flat inside the window: far above independence, not above the
+    within-window shuffle null, no decay."""
+    from specmoe.overlap import window_intervals
+
+    rng = np.random.default_rng(0)
+    windows, positions, n, k = 300, 4, 32, 4
+    base = np.stack([rng.choice(n, k, replace=False) for _ in range(windows)])
+    e = np.repeat(base, positions, axis=0)[:, None, :].copy()
+    swap = rng.random(e.shape[0]) < 0.3  # each position swaps one expert at random
+    for r in np.flatnonzero(swap):
+        free = np.setdiff1d(np.arange(n), e[r, 0])
+        e[r, 0, rng.integers(k)] = rng.choice(free)
+    cols = {"request": np.repeat(np.arange(windows) // 3, positions).astype(np.int32),
+            "step": np.repeat(np.arange(windows) % 3, positions).astype(np.int32),
+            "position": np.tile(np.arange(positions), windows).astype(np.int8),
+            "status": np.zeros(windows * positions, np.int8)}
+    tr = Trace(experts=e.astype(np.uint8), columns=cols, num_experts=n, k_draft=3)
+    ci = window_intervals(tr, shuffle_seed=0)
+    assert ci["overlap"][0] > 0.6
+    assert ci["above_shuffle_low"] < 0 < ci["above_shuffle_high"]
+    assert ci["decay_low"] < 0 < ci["decay_high"]

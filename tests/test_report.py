@@ -3,6 +3,7 @@ table present, captions valid reStructuredText, the HTML report opened in a real
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -128,30 +129,50 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     for fig in registry.FIGURES:
         png = res / "figures" / f"{fig}.png"
         assert png.stat().st_size > 5000 and (res / "figures" / f"{fig}.pdf").stat().st_size > 0
-        assert f"![{fig}](../figures/{fig}.png)" in index
+        assert f"![{registry.ALT[fig]}](../figures/{fig}.png)" in index
+        assert f"### Figure: {registry.title(fig, figure=True)}" in index
         assert registry.text(fig, figure=True) in index
     tables_made = sorted(p.stem for p in (res / "tables").glob("*.csv"))
     assert "comparison" in tables_made and "replay_three_step" in tables_made
     for stem in tables_made:
-        assert f"#### {stem.replace('_', ' ')}" in index and registry.text(stem) in index
+        assert f"### {registry.title(stem)}" in index and registry.text(stem) in index
         assert not tables.read_csv(res / "tables" / f"{stem}.csv").empty, stem
-    for section in ("## What the routing shows", "## What the measurements show",
-                    "## How it compares with the study", "## Overlap and IPF", "## Cost model",
-                    "## Speedup and sweeps", "## Profiling", "## Acceptance",
-                    "## The study side by side"):
-        assert section in index
-    assert ("tiny-fine (compared with Qwen2-57B): step-1 overlap along the committed sequence "
-            "0.267 vs 0.204") in index
-    # the first page's findings table, from the fixture's tables
-    assert "## The study's findings in this run's tiny targets" in index
+    # the first page: a paragraph, the findings table, the details, then the sections, in order
+    heads = [ln for ln in index.splitlines() if ln.startswith("#")]
+    assert heads[:5] == ["# specmoe report", "## What this run shows", "## Findings",
+                         "## Details", "### What the routing shows, run by run"]
+    assert all(not h.startswith("####") for h in heads)
+    for section in ("### What the measurements show", "### How it compares with the study",
+                    "## Overlap and IPF", "## Cost model", "## Speedup and sweeps",
+                    "## Profiling", "## Acceptance", "## The study side by side"):
+        assert section in heads
+    opening = index.split("## What this run shows")[1].split("## Findings")[0]
+    assert ("tiny-fine: shown and not shared by its untrained control (evidence of learned "
+            "routing): step-1 overlap above the within-window shuffle null (+0.015 [+0.009, "
+            "+0.021])") in opening
+    assert "so these are not evidence of learned routing" in opening
+    assert "tiny-fine (K=3) faster: speedup 1.02–1.23 over batch 1–8, 0 of 4 intervals below 1 " \
+        "and 1 above" in opening
+    assert "What a CPU run cannot show" in opening
     assert ("| tiny-fine | overlap decays with distance | overlap(1) - overlap(8) along the "
-            "sequence > 0 | +0.073 [+0.056, +0.086], 112 requests | shown |") in index
-    assert ("Not shown here: tiny-coarse: step-1 overlap above independence (0.393 [0.382, "
-            "0.405])") in index
-    assert "tiny-fine's output loops: 12% of its windows repeat a token" in index
-    assert "What a CPU run cannot show" in index
+            "sequence > 0 | +0.055 [+0.044, +0.063], 112 requests | shown | +0.138 [+0.130, "
+            "+0.146], 112 requests (shown) | no: the untrained control shows it as well |") in index
+    assert ("tiny-fine (compared with Qwen2-57B): step-1 overlap along the committed sequence "
+            "0.248 vs 0.204") in index
+    assert "tiny-fine's output loops: 11% of its windows repeat a token" in index
+    assert "(the same prompts as a slice of tiny-fine tiny-drafter K=3 " in index
+    # one number format per quantity: no scientific notation, no "inf", no "K over N"
+    assert not re.search(r"\d\.\d+e[-+]\d", index) and " inf " not in index
+    assert "K over N" not in index and "| k/N |" in index
     cmp_ = tables.read_csv(res / "tables" / "comparison.csv")
     assert set(cmp_["model"]) == {"tiny-fine", "synth-fine"}
+    assert "ipf_skewed_window" not in set(cmp_["quantity"])  # this project's own: no twin
+    # figures as wide as the page's column (1,100 px), not wider
+    from PIL import Image
+
+    for fig in registry.FIGURES:
+        assert Image.open(res / "figures" / f"{fig}.png").size[0] <= 1100, fig
+    assert (res / "report" / "summary.txt").read_text().startswith("Report: ")
 
 
 def test_every_figure_of_the_fixed_results_has_data():
@@ -190,55 +211,125 @@ def test_replay_configuration_runs_in_seconds_without_models(tmp_path):
     assert "largest difference from the published te_predicted" in index
 
 
-def _routing_tables(tmp_path, fine: dict, coarse: dict):
-    """Minimal overlap tables for a fine and a coarse tiny target (each with its -random twin)."""
+def _routing_tables(tmp_path, fine: dict, coarse: dict, controls: dict | None = None):
+    """Minimal overlap tables for a fine and a coarse tiny target, each with its -random twin
+    (the twin's values: `controls`, else the target's own)."""
     ob, dec, ue = [], [], []
     for name, kn, v in (("fine", 0.125, fine), ("coarse", 0.25, coarse)):
         for model in (name, f"{name}-random"):
+            w = v if model == name or controls is None else {**v, **controls}
             run = {"model": model, "drafter": "d", "k": 3, "dataset": "main"}
-            ob.append({**run, "step1": v["seq1"], "independent": v["ind"], "seq1": v["seq1"],
-                       "seq1_low": v["seq1"] - 0.01, "seq1_high": v["seq1"] + 0.01,
-                       **{f"seq{d}": v["seq1"] - v["decay"] * (d - 1) / 7 for d in range(2, 9)},
-                       "seq_decay": v["decay"], "seq_decay_low": v["decay"] - 0.02,
-                       "seq_decay_high": v["decay"] + 0.02, "seq_requests": 40})
-            share = (v["seq1"] - v["ind"]) / v["seq1"]
+            ob.append({**run, "step1": w["seq1"], "independent": w["ind"], "seq1": w["seq1"],
+                       "seq1_low": w["seq1"] - 0.01, "seq1_high": w["seq1"] + 0.01,
+                       **{f"seq{d}": w["seq1"] - w["decay"] * (d - 1) / 7 for d in range(2, 9)},
+                       "seq_decay": w["decay"], "seq_decay_low": w["decay"] - 0.02,
+                       "seq_decay_high": w["decay"] + 0.02, "seq_requests": 40,
+                       "above_shuffle": w["above"], "above_shuffle_low": w["above"] - 0.01,
+                       "above_shuffle_high": w["above"] + 0.01,
+                       "window_decay": w["decay"], "window_decay_low": w["decay"] - 0.02,
+                       "window_decay_high": w["decay"] + 0.02})
+            share = (w["seq1"] - w["ind"]) / w["seq1"]
             dec.append({**run, "k_over_n": kn, "sequence_temporal_share": share,
                         "sequence_temporal_share_low": share - 0.02,
-                        "sequence_temporal_share_high": share + 0.02, "hottest_share": v["hot"]})
-            ue.append({**run, "empirical": 20.0, "ipf_uniform": 20.0 * (1 + v["ipf"]),
-                       "ipf_uniform_rel_err": v["ipf"], "ipf_unconverged_experts": 0})
+                        "sequence_temporal_share_high": share + 0.02,
+                        "hottest_expert_pct": 100 * w["hot"]})
+            ue.append({**run, "empirical": 20.0, "uniform": 29.0,
+                       "ipf_uniform_sequence": 20.0 * (1 + w["ipf"]),
+                       "ipf_uniform_sequence_error_pct": 100 * w["ipf"],
+                       "ipf_uniform_window": 21.0, "ipf_uniform_window_error_pct": 5.0,
+                       "ipf_skewed_window": 20.5, "ipf_skewed_window_error_pct": 2.5,
+                       "ipf_unconverged_experts": 0})
     for stem, rows in (("overlap_by_distance", ob), ("overlap_decomposition_step1", dec),
                        ("unique_experts", ue)):
         pd.DataFrame(rows).to_csv(tmp_path / f"{stem}.csv", index=False)
 
 
+def _page(tmp_path) -> str:
+    page = tmp_path / "index.md"
+    report.report_stage(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
+    return page.read_text()
+
+
 def test_routing_targets_follow_the_tables(tmp_path):
     """The first page's verdicts come from the tables: a collapsed, flat, reversed miniature is
     'not shown' with its numbers; a balanced, decaying one is 'shown'; an interval that straddles
-    its threshold is 'undecided'."""
-    bad = {"seq1": 0.45, "ind": 0.40, "decay": -0.03, "hot": 0.83, "ipf": 0.12}
+    its threshold is 'undecided'; and each finding is evidence of learned routing only where the
+    untrained control does not show it (tables that contradict each other's words)."""
+    bad = {"seq1": 0.45, "ind": 0.40, "decay": -0.03, "hot": 0.83, "ipf": 0.12, "above": -0.03}
     _routing_tables(tmp_path, fine=bad, coarse={**bad, "seq1": 0.60, "ind": 0.40})
     t = prose.routing_targets(tmp_path)
     fine = t[t["model"] == "fine"].set_index("finding")["status"]
     assert set(fine) == {"not shown"}
     assert "83%" in t[t["model"] == "fine"]["value"].iloc[0]
-    page = tmp_path / "index.md"
-    report.report_stage(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
-    text = page.read_text()
-    assert "## The study's findings in this run's tiny targets" in text
-    assert "Not shown here: fine: expert loads near uniform (independence 0.400" in text
+    text = _page(tmp_path)
+    assert "## Findings" in text and "## What this run shows" in text
+    assert "fine: nothing that separates learned routing" in text
+    assert "not shown or undecided: expert loads near uniform (independence 0.400" in text
 
-    good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009}
-    _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27})
-    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
-    assert set(t.loc["fine"]) == {"shown"}
-    assert t.loc[("fine", "temporal share larger for finer experts")] == "shown"
-    report.report_stage(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
-    assert "Every finding that a CPU run can measure is shown" in page.read_text()
+    # a balanced, decaying target beside a control that is flat inside its windows
+    good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009, "above": 0.03}
+    flat = {"decay": 0.0, "above": 0.0, "seq1": 0.9}
+    _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
+                    controls=flat)
+    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    assert set(t.loc["fine"]["status"]) == {"shown"}
+    assert t.loc[("fine", "step-1 overlap above the within-window shuffle null"),
+                 "learned"] == "yes"
+    assert t.loc[("fine", "overlap decays with distance"), "learned"] == "yes"
+    assert t.loc[("fine", "overlap decays with distance"), "control_status"] == "undecided" \
+        or t.loc[("fine", "overlap decays with distance"), "control_status"] == "not shown"
+    assert t.loc[("fine", "step-1 overlap above independence"), "learned"] == \
+        "no: the untrained control shows it as well"
+    text = _page(tmp_path)
+    assert ("fine: shown and not shared by its untrained control (evidence of learned "
+            "routing): step-1 overlap above the within-window shuffle null (+0.030 [+0.020, "
+            "+0.040])") in text
+    assert "| fine | overlap decays with distance |" in text
 
-    _routing_tables(tmp_path, fine={**good, "decay": 0.01}, coarse=good)
+    # the same target beside a control that decays and clears its null as well: not evidence
+    _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
+                    controls={"seq1": 0.9})
+    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    assert set(t.loc["fine"]["learned"]) == {"no: the untrained control shows it as well"}
+    assert t.loc[("fine", "temporal share larger for finer experts"), "learned"] == \
+        "no: the untrained control shows it as well"
+    text = _page(tmp_path)
+    assert "fine: nothing that separates learned routing; its untrained control shows" in text
+    assert "so these are not evidence of learned routing" in text
+
+    # the study's "within 4%": the uniform IPF of the overlap along the sequence decides it
+    _routing_tables(tmp_path, fine={**good, "ipf": 0.05}, coarse=good, controls=flat)
+    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    assert t.loc[("fine", "uniform IPF predicts unique experts"), "status"] == "not shown"
+    assert "+5.0% (21.00 vs 20.00)" in t.loc[("fine", "uniform IPF predicts unique experts"),
+                                              "value"]
+
+    _routing_tables(tmp_path, fine={**good, "decay": 0.01}, coarse=good, controls=flat)
     t = prose.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
     assert t.loc[("fine", "overlap decays with distance")] == "undecided"
+
+
+def test_direction_words_come_with_the_interval_that_decides_them(tmp_path):
+    """'decays' where the decay's interval lies above 0, 'rises' below, 'undecided' across it,
+    each with the interval; the sweep's speedup summary says slower or faster only where its
+    intervals lie below or above 1."""
+    good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.0, "above": 0.03}
+    for decay, word in ((0.06, "decays (+0.060 [+0.040, +0.080])"),
+                        (-0.05, "rises (-0.050 [-0.070, -0.030])"),
+                        (0.005, "undecided (+0.005 [-0.015, +0.025])")):
+        _routing_tables(tmp_path, fine={**good, "decay": decay}, coarse=good)
+        words = " ".join(prose.report_findings(tmp_path))
+        assert f"fine, K=3, main: inside windows, overlap at d = 1..1 0.250, from d = 1 to 1 " \
+               f"{word}" in words
+    run = {"model": "fine", "drafter": "d", "k": 3, "dataset": "main", "tau": 2.0,
+           "shape": "undecided within the noise", "draft_cost": np.nan}
+    for spd, word in ((0.8, "slower"), (1.3, "faster"), (1.0, "neither decidedly faster nor "
+                                                           "slower")):
+        pd.DataFrame([{**run, "batch": b, "speedup": spd, "speedup_low": spd - 0.1,
+                       "speedup_high": spd + 0.1} for b in (1, 2, 4, 8)]).to_csv(
+            tmp_path / "speedup_vs_batch.csv", index=False)
+        assert f"fine (K=3) {word}: speedup {spd:.2f}–{spd:.2f} over batch 1–8" in \
+            prose.opening(tmp_path)
 
 
 def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: str):
@@ -276,3 +367,96 @@ def test_directions_in_the_words_follow_the_tables(tmp_path):
     words = " ".join(prose.draft_cost_findings(tmp_path))
     assert ("dense drafter: the step model's draft cost ratio falls from 0.400 at batch 1 to "
             "0.100 at batch 4, then rises to 0.390 at batch 8.") in words
+
+
+def test_one_number_format_per_quantity():
+    """Fixed decimals, never scientific notation; a p-value under 0.001 as '< 0.001'; a percent
+    column with one decimal; an unbounded value as '∞'; the symbols of the method in headers."""
+    df = pd.DataFrame({"k": [3], "k_over_n": [0.125], "top_k": [8], "p_by_request": [8.67e-4],
+                       "p_tokens_welch": [0.0051], "difference": [2.35e-16],
+                       "te_sweep_high": [float("inf")], "gap_closed_pct": [44.0],
+                       "ipf_uniform_sequence_error_pct": [3.06], "t_target_us": [19840.4]})
+    md = tables.to_markdown(df)
+    head, _, row = md.splitlines()
+    assert "| K | k/N | k (experts per token) |" in head and "K over N" not in head
+    assert row == ("| 3 | 0.125 | 8 | < 0.001 | 0.005 | 0.000 | ∞ | 44.0 | +3.1 | 19,840 |")
+    assert "e-" not in md and "inf" not in md
+    assert tables.header("gap_closed_pct") == "gap closed (%)"
+
+
+def test_wide_tables_are_split_and_long_ones_show_their_main_rows():
+    from specmoe.report import page
+
+    run = {"model": "m", "drafter": "d", "k": 3, "dataset": "main+held"}
+    df = pd.DataFrame([{**run, **{f"step{d}": 0.3 for d in range(1, 4)}, "step4": np.nan,
+                        "independent": 0.1, **{f"shuffle{d}": 0.2 for d in range(1, 4)},
+                        **{f"seq{d}": 0.3 for d in range(1, 9)}, "seq_decay": 0.05,
+                        "step1_no_repetition": 0.3, "repetitive_windows_pct": 4.0}])
+    got = page.parts(df, "overlap_by_distance")
+    titles = [t for t, _ in got]
+    assert titles == ["inside windows", "the within-window shuffle null",
+                      "along the committed sequence", "without windows that repeat a token"]
+    for _, part in got:
+        assert list(part.columns[:4]) == ["model", "drafter", "k", "dataset"]
+        assert "step4" not in part  # a column without a value is left out
+    wide = pd.DataFrame([{**run, **{f"x{i}": 1.0 for i in range(25)}}])
+    assert [len(p.columns) - 4 for _, p in page.parts(wide, "anything")] == [9, 9, 7]
+    cmp_ = pd.DataFrame([{**run, "table": "t", "quantity": q, "published": 1.0}
+                         for q in ["seq1", "independent"] + [f"q{i}" for i in range(60)]])
+    shown, note = page.main_rows(cmp_, "comparison")
+    assert set(shown["quantity"]) == {"seq1", "independent"} and "2 of 62 rows" in note
+    curve = pd.DataFrame([{**run, "batch": 2 ** i} for i in range(13)] * 4)
+    shown, note = page.main_rows(curve, "draft_ratio_model")
+    assert sorted(set(shown["batch"])) == [1, 4, 16, 64, 256, 1024, 4096]
+
+
+def test_html_has_contents_ordered_headings_the_method_and_alt_texts(tmp_path):
+    """The page's h2 and h3 carry anchors listed in a table of contents; headings never skip a
+    level; the method is a link; each image's alt text says what the figure shows."""
+    import re
+
+    from specmoe.report.html import to_html
+
+    md = ("# r\n\nSee [docs/method.md](../../docs/method.md).\n\n## What this run shows\n\ntext\n\n"
+          "## Overlap and IPF\n\n### Figure: Overlap by step distance\n\n"
+          f"![{registry.ALT['overlap_by_distance']}](x.png)\n\n### Overlap by step distance\n\n"
+          "## Overlap and IPF\n")
+    page = to_html(md)
+    assert '<nav class="toc"' in page and page.index("<nav") < page.index("<h2")
+    ids = re.findall(r'<h[23] id="([^"]+)"', page)
+    assert ids == ["what-this-run-shows", "overlap-and-ipf", "figure-overlap-by-step-distance",
+                   "overlap-by-step-distance", "overlap-and-ipf-2"]
+    for i in ids:
+        assert f'href="#{i}"' in page
+    assert '<a href="../../docs/method.md">docs/method.md</a>' in page
+    assert 'alt="Line plots, one panel per run: expert overlap' in page
+
+
+def test_end_of_run_summary_prints_the_report_and_its_paragraph(tmp_path):
+    from specmoe.report.summary import end_of_run
+
+    path = tmp_path / "summary.txt"
+    assert "made no report" in end_of_run(path, 0.0)
+    path.write_text(report.run_summary(tmp_path / "index.md", "The run shows this."))
+    text = end_of_run(path, 0.0)
+    assert f"Report: {(tmp_path / 'index.html').resolve()}" in text
+    assert "The run shows this." in text
+    assert "not rebuilt by this run" in end_of_run(path, time.time() + 60)
+
+
+def test_curves_are_shown_one_column_per_line():
+    """A draft-ratio or TE curve reads as one row per batch size and one column per drafter
+    (routing), each model's first run, without the untrained controls' copies."""
+    from specmoe.report import page
+
+    df = tables.read_csv(FIXTURE / "draft_ratio_model.csv")
+    wide, note = page.pivoted(df, "draft_ratio_model")
+    assert list(wide.columns) == ["model", "k", "target_experts", "batch", "dense",
+                                  "MoE, the target's N", "MoE, N = 896"]
+    assert "tiny-fine-random" not in set(wide["model"])
+    qwen = wide[wide["model"] == "synth-fine"].set_index("batch")
+    assert list(qwen.index) == [1, 4, 16, 64, 256, 1024, 4096]
+    assert (qwen["target_experts"] == 128).all()
+    # the flagged drafter (896 experts of Mixtral's width) is empty, not a number
+    assert wide[wide["model"] == "synth-coarse"]["MoE, N = 896"].isna().all()
+    assert "one column per drafter kind" in note

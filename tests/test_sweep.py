@@ -22,6 +22,14 @@ def point(batch, tpot, tau=None, per_pos=None):
     return p
 
 
+def measured_once(batch, tpot_ms, std, sd=None, n=100):
+    """A point measured once: its TPOT's spread over n requests, the client's (SD when `sd`, the
+    acceptance length, is given)."""
+    p = point(batch, tpot_ms, tau=sd)
+    p["tpot_ms"]["std"], p["completed"] = std, n
+    return p
+
+
 def exact(values):
     """Speedups known exactly (no error): the margin alone decides."""
     return [Estimate(v, 0.0, math.inf) for v in values]
@@ -196,12 +204,7 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     from specmoe.sweep import te_interval
 
     k, tau = 3, 2.2
-
-    def pt(batch, tpot_ms, std, sd=None):
-        p = point(batch, tpot_ms, tau=sd)
-        p["tpot_ms"]["std"], p["completed"] = std, 100
-        return p
-
+    pt = measured_once
     # well conditioned: tau TPOT_SD far above K TPOT_drafter
     ar, sd, dr = [pt(1, 10.0, 1.0)], [pt(1, 6.0, 1.0, sd=tau)], [pt(1, 0.5, 0.05)]
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
@@ -236,7 +239,25 @@ def test_te_interval_widens_with_the_acceptance_length_spread():
                          "client", 0.0)["rows"][0]
     spread = speedup_curve(ar, series([6.0, 6.1, 5.9], [2.1, 2.2, 2.3]), dr, k, MARGIN,
                            "client", 0.0)["rows"][0]
-    assert same["te_sweep"] == pytest.approx(spread["te_sweep"])
+    assert same["te_sweep_raw"] == pytest.approx(spread["te_sweep_raw"])
     assert spread["te_sweep_low"] < same["te_sweep_low"] < same["te_sweep_high"] \
         < spread["te_sweep_high"]
     assert spread["tau_spread"] == pytest.approx(0.2) and same["tau_spread"] == 0
+
+
+def test_a_te_whose_interval_crosses_1_is_marked_not_identified():
+    """A point inside (0, 1] whose 95% interval reaches past 1 (the sweep's 0.87 [0.50, 2.57]):
+    the sweep cannot tell it from an impossible TE, so it is not a number; the raw value and its
+    interval stay beside the status."""
+    from specmoe.sweep import TE_CROSSES, te_status
+
+    k, tau = 3, 2.2
+    ar, sd = [measured_once(1, 10.0, 1.5, n=12)], [measured_once(1, 5.6, 1.2, tau, n=12)]
+    dr = [measured_once(1, 0.5, 0.1, n=12)]
+    row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
+    assert 0 < row["te_sweep_raw"] <= 1 < row["te_sweep_high"]
+    assert math.isnan(row["te_sweep"]) and row["te_sweep_status"] == TE_CROSSES
+    assert te_status(0.8, 0.6, 0.95, True) == "ok"
+    assert te_status(0.8, 0.6, 1.2, True) == TE_CROSSES
+    assert te_status(0.8, float("nan"), float("nan"), True) == "ok"  # no interval: the point
+    assert te_status(1.3, 1.1, 1.5, True) == "not identifiable here"

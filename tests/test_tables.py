@@ -52,28 +52,40 @@ def test_report_opens_with_its_caveats(tmp_path):
 
 
 def test_report_says_what_the_routing_shows(tmp_path):
+    """Run by run, in words decided by the intervals over requests: the decay inside windows and
+    the excess over the shuffle null, with and without the windows that repeat a token."""
     import pandas as pd
 
     from specmoe.stages.report import report_stage
 
     td = tmp_path / "tables"
     td.mkdir()
+    iv = lambda name, v, h: {name: v, f"{name}_low": v - h, f"{name}_high": v + h}  # noqa: E731
     rows = [
         {"model": "trained", "drafter": "d", "k": 3, "dataset": "x", "step1": 0.47, "step2": 0.47,
          "step3": 0.45, "independent": 0.38, "shuffle1": 0.47, "step1_no_repetition": 0.465,
-         "step2_no_repetition": 0.426, "step3_no_repetition": 0.414, "repetitive_windows": 0.28},
+         "step2_no_repetition": 0.426, "step3_no_repetition": 0.414,
+         "repetitive_windows_pct": 28.0, **iv("window_decay", 0.02, 0.03),
+         **iv("above_shuffle", 0.0, 0.01), **iv("window_decay_no_repetition", 0.051, 0.02)},
         {"model": "control", "drafter": "d", "k": 3, "dataset": "x", "step1": 0.54, "step2": 0.57,
          "step3": 0.53, "independent": 0.16, "shuffle1": 0.55, "step1_no_repetition": 0.455,
-         "step2_no_repetition": 0.454, "step3_no_repetition": 0.456, "repetitive_windows": 0.98},
+         "step2_no_repetition": 0.454, "step3_no_repetition": 0.456,
+         "repetitive_windows_pct": 98.0, **iv("window_decay", 0.01, 0.005),
+         **iv("above_shuffle", -0.01, 0.02)},
     ]
     pd.DataFrame(rows).to_csv(td / "overlap_by_distance.csv", index=False)
     out = tmp_path / "report" / "index.md"
     report_stage(td, tmp_path / "figures", out, {})
     text = out.read_text()
-    assert "## What the routing shows" in text
-    assert ("28% of windows repeat a token, and without them 0.465 / 0.426 / 0.414 (decays with "
-            "distance, -0.051 from d = 1 to 3)") in text
-    assert "without them 0.455 / 0.454 / 0.456 (flat, +0.001 from d = 1 to 3)" in text
+    assert "### What the routing shows, run by run" in text
+    assert ("trained, K=3, x: inside windows, overlap at d = 1..3 0.470 / 0.470 / 0.450, from "
+            "d = 1 to 3 undecided (+0.020 [-0.010, +0.050]); step 1 above the within-window "
+            "shuffle null: undecided (+0.000 [-0.010, +0.010])") in text
+    assert ("28% of windows repeat a token, and without them 0.465 / 0.426 / 0.414, decays "
+            "(+0.051 [+0.031, +0.071])") in text
+    assert ("control, K=3, x: inside windows, overlap at d = 1..3 0.540 / 0.570 / 0.530, from "
+            "d = 1 to 3 decays (+0.010 [+0.005, +0.015])") in text
+    assert "without them 0.455 / 0.454 / 0.456, no interval: no direction is claimed" in text
 
 
 def test_tables_keep_identifiers_for_programs_and_words_for_people(tmp_path):

@@ -181,7 +181,7 @@ def cmd_analyze(a) -> dict:
     acc = acceptance.acceptance_stats(tr, consec, anchor)
     out["tau"] = acc["acceptance_length"]["tau"]
     out["acceptance"] = [{k: r[k] for k in ("draft_position", "accepted_overlap",
-                                              "first_rejected_overlap", "cohens_d", "p_value",
+                                              "first_rejected_overlap", "cohens_d", "p_by_request",
                                               "size")} for r in acc["by_position"]]
     return out
 

@@ -154,31 +154,41 @@ def _row_overlaps(experts, starts, lengths, n_experts):
     return consec, anchor
 
 
+@numba.njit(inline="always")
+def _fill_masks(experts, s, n, layer, masks):
+    """masks[j] = the bitmask of the experts row s + j selects at `layer`, for j < n."""
+    one = np.uint64(1)
+    masks[:] = 0
+    for j in range(n):
+        for slot in range(experts.shape[2]):
+            e = np.int64(experts[s + j, layer, slot])
+            masks[j, e >> 6] |= one << np.uint64(e & 63)
+
+
+@numba.njit(inline="always")
+def _pair_sum(masks, n, d):
+    """sum over j < n - d of |S(j) & S(j + d)| from the rows' bitmasks."""
+    acc = np.int64(0)
+    for j in range(n - d):
+        for word in range(masks.shape[1]):
+            acc += np.int64(_popcount(masks[j, word] & masks[j + d, word]))
+    return acc
+
+
 @numba.njit(cache=True, parallel=True)
 def _sequence_pass(experts, starts, lengths, n_experts, max_d):
     """Per sequence (rows starts[i] .. starts[i] + lengths[i] - 1), layer and distance
     d = 1..max_d: the summed |S(t) & S(t+d)| over its token pairs d apart."""
-    n_tokens, n_layers, k = experts.shape
+    n_layers = experts.shape[1]
     n_words = (n_experts + 63) // 64
     n_seq = starts.size
     sums = np.zeros((n_seq, n_layers, max_d), np.int64)
-    one = np.uint64(1)
     for i in numba.prange(n_seq):
-        s = starts[i]
-        n = lengths[i]
-        masks = np.zeros((n, n_words), np.uint64)
+        masks = np.zeros((lengths[i], n_words), np.uint64)
         for layer in range(n_layers):
-            masks[:] = 0
-            for j in range(n):
-                for slot in range(k):
-                    e = np.int64(experts[s + j, layer, slot])
-                    masks[j, e >> 6] |= one << np.uint64(e & 63)
+            _fill_masks(experts, starts[i], lengths[i], layer, masks)
             for d in range(1, max_d + 1):
-                acc = np.int64(0)
-                for j in range(n - d):
-                    for word in range(n_words):
-                        acc += np.int64(_popcount(masks[j, word] & masks[j + d, word]))
-                sums[i, layer, d - 1] = acc
+                sums[i, layer, d - 1] = _pair_sum(masks, lengths[i], d)
     return sums
 
 
@@ -274,6 +284,89 @@ def committed_sequences(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarra
     new[1:] = req[1:] != req[:-1]
     starts = np.flatnonzero(new).astype(np.int64)
     return rows, starts, np.diff(np.append(starts, rows.size)).astype(np.int64)
+
+
+@numba.njit(cache=True, parallel=True)
+def _window_pair_pass(experts, starts, lengths, n_experts, max_d):
+    """Per window and distance d = 1..max_d: |S(j) & S(j+d)| summed over its position pairs
+    d apart and over layers."""
+    n_layers = experts.shape[1]
+    n_words = (n_experts + 63) // 64
+    out = np.zeros((starts.size, max_d), np.int64)
+    for w in numba.prange(starts.size):
+        masks = np.zeros((lengths[w], n_words), np.uint64)
+        for layer in range(n_layers):
+            _fill_masks(experts, starts[w], lengths[w], layer, masks)
+            for d in range(1, lengths[w]):
+                out[w, d - 1] += _pair_sum(masks, lengths[w], d)
+    return out
+
+
+N_BOOT = 2000  # request-level bootstrap resamples of the window statistics
+LEVEL = 0.95
+
+
+def _percentiles(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    tail = 100 * (1 - LEVEL) / 2
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.nanpercentile(boot, [tail, 100 - tail], axis=0)
+    return lo, hi
+
+
+def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarray | None = None,
+                     n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """95% intervals of the layer-mean overlap inside windows by distance, of the within-window
+    shuffle null, of the step-1 overlap above that null (step 1 - shuffle 1) and of the decay
+    from d = 1 to d = K, each resampling whole requests (percentile bootstrap, n_boot resamples
+    from a fixed seed): a request's windows share its prompt and routing, so the request is the
+    unit. keep: the windows to use (e.g. those without repetition); the shuffle is the one
+    window_stats draws (the same seed), so the point estimates equal its statistics."""
+    starts, lengths = trace.windows()
+    kd = trace.k_draft
+    req = trace.columns["request"][starts].astype(np.int64)
+    experts = np.ascontiguousarray(trace.experts)
+    sums = _window_pair_pass(experts, starts, lengths, trace.num_experts, kd)
+    pairs = np.clip(lengths[:, None] - np.arange(1, kd + 1)[None, :], 0, None)
+    sh = None
+    if shuffle_seed is not None:
+        perm = _within_window_permutation(starts, lengths, int(trace.meta.get("row0", 0)),
+                                          shuffle_seed)
+        sh = _window_pair_pass(np.ascontiguousarray(experts[perm]), starts, lengths,
+                               trace.num_experts, kd)
+    if keep is not None:
+        sums, pairs, req = sums[keep], pairs[keep], req[keep]
+        sh = sh[keep] if sh is not None else None
+    ids, unit = np.unique(req, return_inverse=True)
+    g = ids.size
+    scale = float(trace.num_layers * trace.top_k)
+
+    def per_request(x):
+        return np.stack([np.bincount(unit, weights=x[:, d], minlength=g)
+                         for d in range(kd)], axis=1)
+
+    s_req, p_req = per_request(sums.astype(np.float64)), per_request(pairs.astype(np.float64))
+    rng = np.random.default_rng(seed)
+    w = rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot).astype(np.float64) if g else \
+        np.zeros((n_boot, 0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = s_req.sum(axis=0) / (p_req.sum(axis=0) * scale)
+        boot = (w @ s_req) / ((w @ p_req) * scale)
+    out = {"n_requests": int(g), "overlap": est.tolist()}
+    lo, hi = _percentiles(boot)
+    out.update(overlap_low=lo.tolist(), overlap_high=hi.tolist())
+    dlo, dhi = _percentiles(boot[:, 0] - boot[:, -1])
+    out.update(decay=float(est[0] - est[-1]), decay_low=float(dlo), decay_high=float(dhi))
+    if sh is not None:
+        sh_req = per_request(sh.astype(np.float64))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sh_est = sh_req.sum(axis=0) / (p_req.sum(axis=0) * scale)
+            sh_boot = (w @ sh_req) / ((w @ p_req) * scale)
+        lo, hi = _percentiles(sh_boot)
+        above_lo, above_hi = _percentiles(boot[:, 0] - sh_boot[:, 0])
+        out.update(shuffle=sh_est.tolist(), shuffle_low=lo.tolist(), shuffle_high=hi.tolist(),
+                   above_shuffle=float(est[0] - sh_est[0]), above_shuffle_low=float(above_lo),
+                   above_shuffle_high=float(above_hi))
+    return out
 
 
 def trace_sequence_overlap(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.ndarray]:

@@ -596,32 +596,54 @@ def draft_cost(dims: ModelDims, draft: ModelDims, hw: Hardware, batch: int, k_dr
 
 
 DENSE_DRAFTER = "dense drafter (one layer, the target's active FFN width)"
-MOE_DRAFTER = "MoE drafter (one layer of N experts of the target's width)"
+MOE_DRAFTER = "MoE drafter (one of the target's MoE layers, N = {n})"
 
 
 def synthetic_drafters(target: ModelDims, moe_experts: int) -> dict[str, ModelDims]:
-    """The two one-layer drafters of the study's draft-cost figures (their drafters are not
-    specified, so these are chosen), both on the target's LM head and one layer's KV cache: a
-    dense one (an EAGLE head: the target's attention, its k experts' width as one FFN) and a MoE
-    one (one of the target's MoE layers with `moe_experts` experts, k per token)."""
+    """The one-layer drafters of the study's draft-cost figures (their drafters are not
+    specified, so these are chosen), all on the target's LM head and one layer's KV cache: a
+    dense one of the target's active width (Figure 11: an EAGLE head, the target's attention and
+    its k experts' width as one FFN), and one of the target's MoE layers, k experts per token, with
+    the target's own N (an MTP layer) and with `moe_experts` experts (Figure 12: N = 896, one
+    Qwen3-30B layer extrapolated)."""
     moe = drafter_dims(target, "mtp", None)
-    return {DENSE_DRAFTER: drafter_dims(target, "eagle", None),
-            MOE_DRAFTER: ModelDims(**{**moe.to_dict(), "num_experts": int(moe_experts)})}
+    out = {DENSE_DRAFTER: drafter_dims(target, "eagle", None)}
+    for n in dict.fromkeys((target.num_experts, int(moe_experts))):
+        out[MOE_DRAFTER.format(n=n)] = ModelDims(**{**moe.to_dict(), "num_experts": n})
+    return out
 
 
 def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes, unique_target,
                       moe_experts: int, p: StepParams, context: float = CONTEXT) -> list[dict]:
-    """c(B) of the two synthetic drafters against the target's decode step at each batch size;
-    unique_target(B): the target's unique experts per MoE layer at batch B."""
+    """c(B) of the synthetic drafters against the target's decode step at each batch size;
+    unique_target(B): the target's unique experts per MoE layer at batch B. A drafter whose
+    weights outweigh the target's (e.g. 896 Mixtral-width experts, 315 GB in one layer) is not a
+    drafter: its ratio is NaN, the value kept as draft_cost_raw with the reason in `status`."""
     drafters = synthetic_drafters(dims, moe_experts)
+    target_bytes = weight_bytes(dims)
+    ridge = ridge_tokens(dims, hw)
     rows = []
     for b in batch_sizes:
         u = float(unique_target(b))
         t_target = step_time(dims, hw, b, 1, u, p, context)
         for name, d in drafters.items():
-            rows.append({"batch": int(b), "synthetic_drafter": name,
+            raw = draft_cost(dims, d, hw, b, k_draft, p, u, context)
+            heavy = weight_bytes(d) > target_bytes
+            kind = ("dense" if name == DENSE_DRAFTER else "MoE, the target's N"
+                    if d.num_experts == dims.num_experts else f"MoE, N = {d.num_experts}")
+            rows.append({"batch": int(b), "target_experts": dims.num_experts,
+                         "synthetic_drafter": name, "drafter_kind": kind,
+                         "drafter_experts": d.num_experts if d.num_experts > 1 else 0,
+                         "drafter_gib": weight_bytes(d) / 2**30,
+                         "target_gib": target_bytes / 2**30,
                          "unique_drafter": unique_decode(d, b), "t_target_us": t_target * 1e6,
-                         "draft_cost": draft_cost(dims, d, hw, b, k_draft, p, u, context)})
+                         # tokens each weight of the drafter's FFN and of the target's experts
+                         # sees in one pass, against the roofline's ridge
+                         "drafter_tokens_per_weight": b * d.top_k / d.num_experts,
+                         "target_tokens_per_expert": b * dims.top_k / dims.num_experts,
+                         "ridge_tokens": ridge,
+                         "draft_cost": float("nan") if heavy else raw, "draft_cost_raw": raw,
+                         "status": OUTWEIGHS if heavy else "ok"})
     return rows
 
 
@@ -887,3 +909,25 @@ def lomo_coverage(draws: int = 200, seed: int = 0) -> list[dict]:
                     "inside": bool(low <= r["published"] <= high),
                     "half_width_rel": float((high - low) / 2 / mid)})
     return out
+
+
+# --- the draft ratio's physics (the study's Figures 11 and 12) -------------------------------
+
+OUTWEIGHS = "drafter outweighs the target: not a drafter"
+
+
+def weight_bytes(dims: ModelDims) -> float:
+    """Bytes of a model's weights per GPU as the step model reads them: every MoE layer's
+    attention, shared experts and all N experts, the expert-free layers and the LM head."""
+    layers = dims.num_moe_layers * (dims.c_dense + dims.c_dense_layers
+                                    + dims.num_experts * dims.c_expert)
+    head = dims.vocab_size * dims.hidden * dtype_bytes(dims.base_dtype) / dims.tp
+    return float(layers + head)
+
+
+def ridge_tokens(dims: ModelDims, hw: Hardware) -> float:
+    """The roofline's ridge in tokens per weight: a weight read once serves `tokens` tokens at 2
+    FLOPs each, so a GEMM turns compute-bound at peak FLOP/s / bandwidth x bytes per weight / 2
+    tokens (about 295 on an H100 in bf16). A dense layer sees every token of the batch; an
+    expert of N, B k / N of them."""
+    return hw.flops(dims.dtype) / hw.hbm_bandwidth * dtype_bytes(dims.dtype) / 2

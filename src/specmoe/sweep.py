@@ -18,8 +18,10 @@ length:
   step, with the drafter timed alone (served without SD, same batch);
 - TE(B) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95% interval: each bound at the corner
   of the four inputs' own 95% intervals where TE is smallest or largest (TE rises with TPOT_noSD and
-  TPOT_drafter and falls with tau and TPOT_SD). A point value outside (0, 1], or an interval whose
-  upper bound is unbounded, is "not identifiable here" and its TE is NaN (the raw value is kept);
+  TPOT_drafter and falls with tau and TPOT_SD). A point value outside (0, 1] is "not identifiable
+  here"; a point inside whose interval crosses a physical bound (above 1, or unbounded) is "not
+  identified by the sweep": the sweep cannot tell TE from an impossible value there. Either way
+  its TE is NaN (the raw value and the interval are kept beside the status);
 - the curve's shape (shape_label), decided by the intervals or said to be undecided.
 """
 
@@ -151,6 +153,24 @@ def te_interval(tau: tuple, k: int, ar: tuple, sd: tuple, dr: tuple) -> tuple[fl
     return (te(ar[0], tau[1], sd[1], dr[0]), te(ar[1], tau[0], sd[0], dr[1]))
 
 
+TE_OK, TE_NO_DRAFTER = "ok", "no drafter series"
+TE_OUTSIDE = "not identifiable here"
+TE_CROSSES = "not identified by the sweep: its 95% interval crosses 1"
+
+
+def te_status(te: float, low: float, high: float, drafter: bool) -> str:
+    """Whether a TE from the sweep is a number: its point in (0, 1] and its interval, where it
+    has one, inside (0, 1] (TE is a ratio of step times: beyond 1 a value is not physical, and an
+    interval that reaches there cannot identify TE)."""
+    if not drafter:
+        return TE_NO_DRAFTER
+    if not (math.isfinite(te) and 0 < te <= 1.0):
+        return TE_OUTSIDE
+    if math.isfinite(low) and not (0 < low and high <= 1.0):
+        return TE_CROSSES
+    return TE_OK
+
+
 def mean_interval(xs: list[float], level: float = LEVEL) -> tuple[float, float]:
     """A t interval of the mean of repeated values ((x, x) when they agree exactly)."""
     m = sum(xs) / len(xs)
@@ -233,7 +253,8 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
         te_lo, te_hi = (te_interval(mean_interval(taus) if len(taus) > 1 else (tau, tau), k,
                                     a.interval(), s.interval(), d.interval())
                         if d else (float("nan"), float("nan")))
-        ok = math.isfinite(te_raw) and 0 < te_raw <= 1.0 and te_hi != float("inf")
+        status = te_status(te_raw, te_lo, te_hi, math.isfinite(c))
+        ok = status == "ok"
         pos = [_mean(col) for col in zip(*(p["sd"]["per_position_acceptance"] for p in s_pts))]
         rows.append({"batch": b, "repeats": min(len(a_pts), len(s_pts)),
                      "tpot_ar_ms": a.mean, "tpot_sd_ms": s.mean,
@@ -246,8 +267,7 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
                      "position_acceptance": pos, "draft_cost": c,
                      "te_sweep": te_raw if ok else float("nan"), "te_sweep_raw": te_raw,
                      "te_sweep_low": te_lo, "te_sweep_high": te_hi,
-                     "te_sweep_status": "ok" if ok else (
-                         "no drafter series" if not math.isfinite(c) else "not identifiable here"),
+                     "te_sweep_status": status,
                      "throughput_ar": _mean(p["output_throughput"] for p in a_pts),
                      "throughput_sd": _mean(p["output_throughput"] for p in s_pts)})
     if not rows:

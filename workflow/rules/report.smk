@@ -79,6 +79,7 @@ rule report_index:
             caption=registry.path("index"),
             category="Report",
         ),
+        "results/report/summary.txt",
     log:
         "logs/report/index.log",
     conda:

@@ -16,8 +16,9 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .. import costmodel, published, stepmodel  # noqa: E402
+from ..names import control_name  # noqa: E402
 from ..provenance import atomic_path  # noqa: E402
-from .runs import by_distance, first_run, load, models  # noqa: E402
+from .runs import by_distance, first_run, load, models, short_dataset  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="paper")
 
@@ -37,17 +38,42 @@ def save(fig: plt.Figure, stem: str | Path, prov: dict) -> list[Path]:
     return paths
 
 
-def _title(ax, run: str) -> None:
-    ax.set_title(textwrap.fill(run, 38), fontsize=8)  # long run names wrap instead of overlapping
+PAGE_WIDTH = 7.0  # inches: the report's column (1,100 px) at the 150 dpi figures are saved with
+COLUMNS = 3        # panels per row of a faceted figure
 
 
-def _facets(n: int, width: float = 3.2, height: float = 2.6):
-    cols = min(n, 4)
+def _title(ax, label: str) -> None:
+    """A panel's short title (a run's short name, e.g. "tiny-fine, K=3, heldout-code")."""
+    ax.set_title(textwrap.shorten(label, 38, placeholder="…"), fontsize=7.5)
+
+
+def _facets(n: int, height: float = 2.1, cols: int = COLUMNS):
+    """n panels in rows of `cols`, the figure as wide as the report's column (so it is shown at
+    its own size, not shrunk); y labels on the first column only."""
+    cols = min(n, cols)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(PAGE_WIDTH * cols / COLUMNS if n < COLUMNS
+                                                  else PAGE_WIDTH, height * rows),
+                             squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n])
+
+
+def _ylabel(axes, text: str) -> None:
+    """The y label on the first panel of each row only (repeated labels collide)."""
+    cols = min(len(axes), COLUMNS)
+    for i, ax in enumerate(axes):
+        ax.set_ylabel(text if i % cols == 0 else "", fontsize=8)
+
+
+def _label(d: pd.DataFrame) -> str:
+    """A panel's title from its rows: the run's short name where the table has one."""
+    return str(d["label"].iloc[0] if "label" in d else d["run"].iloc[0])
+
+
+def _integer_ticks(ax) -> None:
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
 
 
 def palette(models) -> dict[str, tuple]:
@@ -57,21 +83,23 @@ def palette(models) -> dict[str, tuple]:
     return {m: cmap(i % cmap.N) for i, m in enumerate(names)}
 
 
-# Acceptance status is drawn in neutral tones and markers of its own, so that it never reads as a
-# model (models take the tab10/tab20 colours).
-STATUS_STYLE = {"accepted": {"color": "black", "marker": "o", "ls": "-"},
-                "rejected": {"color": "#a0a0a0", "marker": "s", "ls": "--"}}
+# Each acceptance status its own colour (Okabe-Ito, distinct for colour-blind readers), marker
+# and line style; the anchor figure draws no models, so these never read as one.
+STATUS_STYLE = {"accepted": {"color": "#0072B2", "marker": "o", "ls": "-"},
+                "first_rejected": {"color": "#D55E00", "marker": "s", "ls": "--"},
+                "after_rejection": {"color": "#009E73", "marker": "^", "ls": ":"}}
 
 
 def _status_style(status: str) -> dict:
-    key = "rejected" if "reject" in str(status) else "accepted" if "accept" in str(status) else None
-    return STATUS_STYLE.get(key, {"color": "#505050", "marker": "^", "ls": ":"})
+    return STATUS_STYLE.get(str(status), {"color": "#505050", "marker": "D", "ls": "-."})
 
 
 def _side_legend(ax, fontsize: float = 7) -> None:
-    """The legend beside the axes, not on the data."""
-    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
-              frameon=False)
+    """The legend under the axes, not on the data (and not beside them, which would widen the
+    figure past the page)."""
+    n = len(ax.get_legend_handles_labels()[1])
+    ax.legend(fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              borderaxespad=0, frameon=False, ncol=2 if n > 3 else 1)
 
 
 def empty(message: str) -> plt.Figure:
@@ -84,22 +112,30 @@ def empty(message: str) -> plt.Figure:
 
 
 def _batch_axis(ax, batches) -> None:
+    """Batch sizes on a log2 axis, every one ticked where they are few, every other (1, 4, 16,
+    ...) where they are many."""
+    ticks = sorted(set(int(b) for b in batches))
+    if len(ticks) > 8:
+        ticks = ticks[::2]
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(set(batches)))
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.set_xlabel("batch size (max concurrency)")
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v / 1024:.0f}k" if v >= 1024 else f"{v:.0f}"))
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel("batch size", fontsize=8)
 
 
 def _published(ax, pub: pd.DataFrame | None, run: str, x: str) -> str:
-    """The study's published points of the model a run is matched with, as black crosses;
-    returns a title suffix naming that model."""
+    """The study's published points of the model a run is matched with, as black crosses named
+    in the legend (titles stay short); returns nothing, for the title."""
     if pub is None or pub.empty:
         return ""
     p = pub[pub["run"] == run]
-    if p.empty:
-        return ""
-    ax.plot(p[x], p["value"], "x", color="black", ms=7, mew=1.5, label="published (matched model)")
-    return f" (x: {p['study_model'].iloc[0]})"
+    if not p.empty:
+        ax.plot(p[x], p["value"], "x", color="black", ms=6, mew=1.5,
+                label=f"published: {p['study_model'].iloc[0]}")
+    return ""
 
 
 def _figure_legend(fig, axes) -> None:
@@ -109,9 +145,13 @@ def _figure_legend(fig, axes) -> None:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
     if seen:
+        # as many columns as the page's width holds (about 110 characters at this font size)
+        ncol = max(1, min(len(seen), 110 // (max(len(lab) for lab in seen) + 6)))
+        rows = -(-len(seen) // ncol)
+        height = fig.get_size_inches()[1]
         fig.legend(list(seen.values()), list(seen), loc="lower center", fontsize=7,
-                   ncol=min(len(seen), 5), frameon=False, bbox_to_anchor=(0.5, 0.0))
-        fig.tight_layout(rect=(0, 0.06 if len(axes) > 4 else 0.1, 1, 1))
+                   ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.tight_layout(rect=(0, min(0.5, 0.16 * rows / height + 0.02), 1, 1))
 
 
 def overlap_by_distance(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None = None
@@ -131,11 +171,11 @@ def overlap_by_distance(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None
         ax.plot(d["distance"], d["shuffle"], "s--", color=c, alpha=0.5, label="within-window shuffle")
         ax.plot(d["distance"], d["independent"], ":", color="dimgray", label="independence")
         ax.plot(d["distance"], d["uniform"], ":", color="silver", label="uniform k/N")
-        _title(ax, run + _published(ax, pub, run, "distance"))
-        ax.set_xlabel("step distance d (tokens)")
-        ax.set_ylabel("expert overlap (fraction of k)")
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        _title(ax, _label(d) + _published(ax, pub, run, "distance"))
+        ax.set_xlabel("step distance d", fontsize=8)
+        _integer_ticks(ax)
         ax.set_ylim(bottom=0)
+    _ylabel(axes, "overlap (fraction of k)")
     _figure_legend(fig, axes)
     return fig
 
@@ -152,10 +192,11 @@ def per_layer_overlap(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None =
         ax.plot(d["layer"], d["step1_overlap"], "o-", color=c, label="step-1 overlap")
         ax.plot(d["layer"], d["shuffle"], "--", color=c, alpha=0.5, label="within-window shuffle")
         ax.plot(d["layer"], d["independent"], ":", color="dimgray", label="independence")
-        _title(ax, run + _published(ax, pub, run, "layer"))
-        ax.set_xlabel("MoE layer")
-        ax.set_ylabel("step-1 overlap (fraction of k)")
+        _title(ax, _label(d) + _published(ax, pub, run, "layer"))
+        ax.set_xlabel("MoE layer", fontsize=8)
+        _integer_ticks(ax)
         ax.set_ylim(bottom=0)
+    _ylabel(axes, "step-1 overlap (fraction of k)")
     _figure_legend(fig, axes)
     return fig
 
@@ -175,9 +216,9 @@ def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
             g = d[d["routing"] == routing]
             ax.plot(g["batch"], g["te"], style, color=c, ms=4, label=routing)
         _batch_axis(ax, d["batch"])
-        _title(ax, run)
-        ax.set_ylabel("target efficiency")
+        _title(ax, _label(d))
         ax.set_ylim(0, 1.05)
+    _ylabel(axes, "target efficiency")
     _figure_legend(fig, axes)
     return fig
 
@@ -198,13 +239,14 @@ def _line(ax, df: pd.DataFrame, y: str, style: str, color, label: str, ms: float
 
 
 def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: str, ylabel: str,
-              message: str, ref: float | None = None) -> plt.Figure:
+              message: str, ref: float | None = None, vline: str | None = None) -> plt.Figure:
     """One panel per `panel` group with at least two values of `line`, one line style per value
-    (colour: the panel's model). An explanatory figure where no group has two."""
+    (colour: the panel's model); `vline`: a column whose value is marked on the batch axis. An
+    explanatory figure where no group has two."""
     groups = [(k, g) for k, g in df.groupby(panel, sort=False) if g[line].nunique() >= 2]
     if not groups:
         return empty(message)
-    fig, axes = _facets(len(groups), width=3.6)
+    fig, axes = _facets(len(groups))
     for ax, (key, g) in zip(axes, groups):
         key = key if isinstance(key, tuple) else (key,)
         for style, (val, h) in zip(LINE_STYLES, g.groupby(line, sort=False)):
@@ -214,10 +256,14 @@ def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: st
                   f"{line} {val}" if line in ("K", "k") else str(val))
         if ref is not None:
             ax.axhline(ref, color="grey", lw=0.8, ls=":")
+        if vline is not None and vline in g and np.isfinite(g[vline]).any():
+            ax.axvline(float(g[vline].iloc[0]), color="grey", lw=0.8, ls="--",
+                       label="roofline ridge of the dense drafter")
         _batch_axis(ax, g["batch"])
-        _title(ax, " ".join(f"K={v}" if col in ("k", "K") else str(v)
-                            for col, v in zip(panel, key)))
-        ax.set_ylabel(ylabel)
+        _title(ax, ", ".join(f"K={v}" if col in ("k", "K") else
+                             short_dataset(v) if col == "dataset" else str(v)
+                             for col, v in zip(panel, key) if col != "drafter"))
+    _ylabel(axes, ylabel)
     _figure_legend(fig, axes)
     return fig
 
@@ -228,9 +274,10 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
     fig, axes = _facets(len(runs))
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
+        se = "se_by_request" if "se_by_request" in d else "se"
         for status, g in d.groupby("status", sort=False):
-            ax.errorbar(g["draft_position"], g["mean"], yerr=g["se"], capsize=3, label=status,
-                        **_status_style(status))
+            ax.errorbar(g["draft_position"], g["mean"], yerr=g[se], capsize=3,
+                        label=str(status).replace("_", " "), ms=4, **_status_style(status))
         e = effects[effects["run"] == run]
         for _, r in e.iterrows():
             if not np.isfinite(r["cohens_d"]):
@@ -238,10 +285,11 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
             top = d[d["draft_position"] == r["draft_position"]]["mean"].max()
             ax.annotate(f"d={r['cohens_d']:.2f}", (r["draft_position"], top), fontsize=6,
                         textcoords="offset points", xytext=(0, 6), ha="center")
-        _title(ax, run)
-        ax.set_xlabel("draft position j")
-        ax.set_ylabel("anchor overlap(S(0), S(j))")
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        _title(ax, _label(d))
+        ax.margins(y=0.18)  # room above the points for the d labels
+        ax.set_xlabel("draft position j", fontsize=8)
+        _integer_ticks(ax)
+    _ylabel(axes, "overlap(S(0), S(j))")
     _figure_legend(fig, axes)
     return fig
 
@@ -251,12 +299,12 @@ def speedup_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     per model on one axis, with error bars; speedup 1 marked."""
     if df.empty:
         return empty("No serving sweep in this configuration.")
-    fig, ax = plt.subplots(figsize=(8.0, 3.8))
-    for (model, label), g in df.groupby(["model", "label"], sort=False):
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 3.4))
+    for (model, label), g in df.groupby(["model", "legend"], sort=False):
         _line(ax, g.sort_values("batch"), "speedup", "o-", colors[model], label, ms=5)
     _batch_axis(ax, df["batch"])
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-    ax.set_ylabel("speedup (TPOT without SD / with SD)")
+    ax.set_ylabel("speedup (TPOT without / with SD)", fontsize=8)
     _side_legend(ax)
     fig.tight_layout()
     return fig
@@ -268,15 +316,16 @@ def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     if df.empty:
         return empty("No drafter is served alone in this configuration (EAGLE heads and MTP "
                      "layers cannot run alone), so there is no measured draft cost ratio.")
-    fig, ax = plt.subplots(figsize=(8.0, 3.8))
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 3.4))
     seen: dict[str, int] = {}
     for (model, run), g in df.groupby(["model", "run"], sort=False):
         g = g.sort_values("batch")
         style = LINE_STYLES[seen.setdefault(model, 0) % len(LINE_STYLES)]
         seen[model] += 1
-        ax.plot(g["batch"], g["draft_cost"], style, color=colors[model], ms=4, label=run)
+        ax.plot(g["batch"], g["draft_cost"], style, color=colors[model], ms=4,
+                label=_label(g))
     _batch_axis(ax, df["batch"])
-    ax.set_ylabel("draft cost c = K TPOT(drafter) / TPOT(target)")
+    ax.set_ylabel("draft cost ratio c", fontsize=8)
     ax.set_ylim(bottom=0)
     _side_legend(ax)
     fig.tight_layout()
@@ -291,7 +340,7 @@ def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:
         return empty("No model of this configuration is matched to one of the study's models "
                      "(set compare_with, or use a study checkpoint).")
     tabs = list(dict.fromkeys(df["table"]))
-    fig, axes = _facets(len(tabs), width=3.0, height=2.8)
+    fig, axes = _facets(len(tabs), height=2.4)
     for ax, table in zip(axes, tabs):
         d = df[df["table"] == table]
         for model, g in d.groupby("model", sort=False):
@@ -300,8 +349,8 @@ def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:
         hi = float(max(d["published"].max(), d["reproduced"].max()))
         ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls=":")
         _title(ax, table.replace("_", " "))
-        ax.set_xlabel("published value")
-        ax.set_ylabel("this run's value")
+        ax.set_xlabel("published value", fontsize=8)
+    _ylabel(axes, "this run's value")
     _figure_legend(fig, axes)
     return fig
 
@@ -359,8 +408,8 @@ def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
 
 def _speedup_label(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
-    df["label"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " ("
-                   + df["shape"].astype(str) + ")")
+    df["legend"] = (df["model"] + ", K=" + df["k"].astype(str) + " ("
+                    + df["shape"].astype(str) + ")")
     return df
 
 
@@ -382,7 +431,8 @@ def figure_frames(table_dir, study: dict | None = None,
             within = by_distance(r)
             seq = by_distance(r, n=8, prefix="seq")
             for d in range(1, max(len(within), len(seq)) + 1):
-                long.append({"run": r["run"], "model": r["model"], "distance": d,
+                long.append({"run": r["run"], "label": r["label"], "model": r["model"],
+                             "distance": d,
                              "empirical": within[d - 1] if d <= len(within) else np.nan,
                              "sequence": seq[d - 1] if d <= len(seq) else np.nan,
                              "shuffle": r.get(f"shuffle{d}", np.nan),
@@ -403,11 +453,14 @@ def figure_frames(table_dir, study: dict | None = None,
     dr = load(td, "draft_ratio_model")
     if dr.empty:
         out["draft_ratio_model"] = (empty, none.format("cost model"))
-    else:  # each model's first run (the ratio hardly depends on K or the dataset)
+    else:  # each model's first run (the ratio hardly depends on K or the dataset), untrained
+        # controls left out (their dimensions, so their curves, are their targets')
+        names = set(dr["model"])
+        dr = dr[~dr["model"].map(lambda m: any(control_name(t) == m for t in names))]
         out["draft_ratio_model"] = (curves_by, first_run(dr), colors, ["model", "k"],
-                                    "synthetic_drafter",
-                                    "draft_cost", "draft cost c = K T_drafter / T_target",
-                                    "No cost model in this configuration.")
+                                    "synthetic_drafter", "draft_cost", "draft cost ratio c",
+                                    "No cost model in this configuration.", None,
+                                    "ridge_tokens")
     if sp.empty:
         for f in ("speedup_vs_batch", "speedup_by_k", "speedup_by_dataset", "speedup_variants",
                   "draft_cost_vs_batch"):

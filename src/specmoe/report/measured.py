@@ -49,6 +49,7 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 "speedup_engine": r.get("speedup_engine", r["speedup"]), "tau": r["tau"],
                 "tau_spread": r.get("tau_spread", np.nan),
                 "draft_cost": r["draft_cost"], "te_sweep": r["te_sweep"],
+                "te_sweep_raw": r.get("te_sweep_raw", r["te_sweep"]),
                 "te_sweep_low": r.get("te_sweep_low", np.nan),
                 "te_sweep_high": r.get("te_sweep_high", np.nan),
                 "te_sweep_status": r.get("te_sweep_status", ""), "shape": sp["shape"],
@@ -70,8 +71,10 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                 "unique_sd": (cm["unique_ratio"] * (cm.get("dims") or {}).get("top_k", np.nan)
                               if cm else np.nan),
                 "te_sweep": te_sw,
+                "te_sweep_raw": sw.get("te_sweep_raw", te_sw) if sw else np.nan,
                 "te_sweep_low": sw.get("te_sweep_low", np.nan) if sw else np.nan,
                 "te_sweep_high": sw.get("te_sweep_high", np.nan) if sw else np.nan,
+                "te_sweep_status": sw.get("te_sweep_status", "") if sw else "not measured",
                 # the same sweep point with the drafter cost from profiling: serving the drafter
                 # alone also times the engine's per-step work, which SD pays once, not K times
                 "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
@@ -103,10 +106,19 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
                     b["moe_time_ratio"], b["dense_time_ratio"],
                     measured=_finite_or_none(sw["te_sweep"] if sw else None))
                 for s in corr["steps"]:
-                    t["three_step_correction"].append({**rc, "batch": 1, **s,
+                    t["three_step_correction"].append({**rc, "batch": 1, **gap_as_pct(s),
                                                        **bounded_te("te", s["te"]),
                                                        "te_sweep": corr["measured"]})
     return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+def gap_as_pct(step: dict) -> dict:
+    """A correction step with its share of the gap closed in percent (gap_closed_pct), as the
+    study and the replay give it: one format for the quantity in every table."""
+    out = {k: v for k, v in step.items() if k != "gap_closed"}
+    g = step.get("gap_closed")
+    out["gap_closed_pct"] = 100 * g if g is not None and np.isfinite(g) else np.nan
+    return out
 
 
 def bounded_te(name: str, te: float) -> dict:

@@ -1,7 +1,10 @@
-"""The report's sentences, each computed from the tables: what the routing shows, the study's
-findings in the tiny targets (shown, not shown, undecided, not measurable on a CPU), what the
-measurements show, how the run compares with the study, and the caveats. A direction or a shape
-is stated only where the intervals decide it (docs/method.md, Serving sweeps)."""
+"""The report's sentences, each computed from the tables: the opening paragraph (what this run
+shows), the findings table (each of the study's findings in the tiny targets beside their untrained
+controls), what the routing and the measurements show run by run, how the run compares with the
+study, and the caveats. A direction or a shape is stated only where an interval decides it, else
+it is "undecided" (docs/method.md); the step model's curves are exact computations and are worded
+as such.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +16,106 @@ import pandas as pd
 from .. import published
 from ..names import control_name
 from . import tables
-from .runs import by_distance, first_run, load
+from .runs import by_distance, first_run, load, short_run
+
+SHOWN, NOT_SHOWN, UNDECIDED, NOT_MEASURED = "shown", "not shown", "undecided", "not measured"
+CPU = "not measurable on a CPU"
+LOOPING = 0.10  # share of windows that repeat a token above which a target's output loops
+IPF_WITHIN = 0.04  # the study's "within 4%" of its uniform IPF (Table 20)
 
 
-# --- the report's text ------------------------------------------------------------------------
+# --- small helpers ------------------------------------------------------------------------------
+
+
+def _num(x, digits: int = 3, sign: bool = False) -> str:
+    if not np.isfinite(x):
+        return "–"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def _with_interval(est: float, lo: float, hi: float, digits: int = 3, sign: bool = False) -> str:
+    """"0.267 [0.255, 0.279]" (or the value alone where there is no interval)."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{_num(est, digits, sign)} (no interval)"
+    return (f"{_num(est, digits, sign)} [{_num(lo, digits, sign)}, "
+            f"{_num(hi, digits, sign)}]")
+
+
+def _decided(low: float, high: float, above: float = 0.0) -> str:
+    """shown / not shown / undecided for 'the quantity exceeds `above`', from its 95% interval."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return NOT_MEASURED
+    if low > above:
+        return SHOWN
+    if high < above:
+        return NOT_SHOWN
+    return UNDECIDED
+
+
+def direction(est: float, lo: float, hi: float, up: str, down: str) -> str:
+    """A change worded only where its 95% interval decides it: `up` when it lies above 0,
+    `down` below, else "undecided"; the number and interval beside the word."""
+    decided = _decided(lo, hi)
+    if decided == NOT_MEASURED:
+        return (f"{_num(est, sign=True)} (no interval: no direction is claimed)"
+                if np.isfinite(est) else "no interval: no direction is claimed")
+    word = {SHOWN: up, NOT_SHOWN: down}.get(decided, "undecided")
+    return f"{word} ({_with_interval(est, lo, hi, sign=True)})"
+
+
+def _interval(row, col: str) -> tuple[float, float]:
+    return float(row.get(f"{col}_low", np.nan)), float(row.get(f"{col}_high", np.nan))
+
+
+def _val(row, col: str) -> float:
+    v = row.get(col, np.nan) if row is not None else np.nan
+    return float(v) if v is not None and pd.notna(v) else np.nan
+
+
+def _bracket(row, col: str) -> str:
+    """ " [low, high]" of a column with an interval in the row, else nothing."""
+    lo, hi = _interval(row, col)
+    return f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) and np.isfinite(hi) else ""
+
+
+def _speedup_text(row) -> str:
+    """A speedup with its 95% interval, as the report words it."""
+    return f"{row['speedup']:.2f}" + (_bracket(row, "speedup") or " (no interval)")
+
+
+def _te_text(row, col: str) -> str:
+    """A TE of a table row as the report words it: the value (with its interval), or why it is
+    not a number (its raw value, interval and status beside)."""
+    v = row.get(col, np.nan)
+    if pd.notna(v):
+        return f"{v:.2f}" + _bracket(row, col)
+    raw = row.get(f"{col}_raw", np.nan)
+    status = row.get(f"{col}_status") or "not identifiable here"
+    if pd.notna(raw):
+        return f"{status} ({raw:.2f}{_bracket(row, col)})"
+    return NOT_MEASURED
+
+
+def slice_runs(df: pd.DataFrame) -> dict[str, str]:
+    """Runs whose dataset is a part of another run's "a+b+c" of the same model and K: the same
+    prompts, decoded alike (greedy), so a slice of that run and not a second piece of evidence.
+    {run: the run it is a slice of}."""
+    if df.empty or "run" not in df:
+        return {}
+    out = {}
+    rows = df.drop_duplicates("run")
+    for _, r in rows.iterrows():
+        if "+" in str(r["dataset"]):
+            continue
+        for _, o in rows.iterrows():
+            if (o["model"], o["drafter"], o["k"]) == (r["model"], r["drafter"], r["k"]) \
+                    and r["dataset"] in str(o["dataset"]).split("+")[1:]:
+                out[r["run"]] = o["run"]
+                break
+    return out
+
+
+# --- the caveats ------------------------------------------------------------------------------
 
 
 def report_caveats(table_dir) -> list[str]:
@@ -27,34 +126,23 @@ def report_caveats(table_dir) -> list[str]:
     if ue.exists():
         df = tables.read_csv(ue)
         for _, r in df[df["ipf_unconverged_experts"] > 0].iterrows():
-            out.append(f"{r['model']} {r['drafter']} K={r['k']} {r['dataset']}: the skewed IPF fit "
-                       f"did not converge for {int(r['ipf_unconverged_experts'])} expert(s) (their "
-                       "pair margins are jointly infeasible); its prediction is the closest fit")
+            out.append(f"{short_run(r['model'], r['k'], r['dataset'])}: this project's skewed "
+                       f"IPF fit did not converge for {int(r['ipf_unconverged_experts'])} "
+                       "expert(s) (their pair margins are jointly infeasible); its prediction "
+                       "is the closest fit")
     tb = Path(table_dir) / "te_vs_batch.csv"
     if tb.exists():
         df = tables.read_csv(tb)
         if "sample_ok" in df:
             bad = df[~df["sample_ok"].astype(bool)]
             for (m, d, k, ds), g in bad.groupby(["model", "drafter", "k", "dataset"]):
-                out.append(f"{m} {d} K={k} {ds}: the trace has too few windows for the "
+                out.append(f"{short_run(m, k, ds)}: the trace has too few windows for the "
                            "measured-windows TE at batch "
                            f"{', '.join(str(b) for b in sorted(g['batch'].unique()))}")
     return out
 
 
-def _trend(values: list[float], margin: float = 0.01) -> str:
-    """Direction of overlap over step distance: decays, rises or flat (within `margin`)."""
-    v = [x for x in values if np.isfinite(x)]
-    if len(v) < 2:
-        return "too few distances"
-    change = f"{v[-1] - v[0]:+.3f} from d = 1 to {len(v)}"
-    if v[-1] < v[0] - margin and all(b <= a + margin for a, b in zip(v, v[1:])):
-        return f"decays with distance, {change}"
-    if v[-1] > v[0] + margin:
-        return f"rises with distance, {change}"
-    if max(v) - min(v) <= 2 * margin:
-        return f"flat, {change}"
-    return f"not monotone, {change}"
+# --- what the routing shows, run by run ---------------------------------------------------------
 
 
 def _fmt(xs) -> str:
@@ -62,42 +150,145 @@ def _fmt(xs) -> str:
 
 
 def report_findings(table_dir) -> list[str]:
-    """What the routing shows, run by run: overlap by distance against its baselines, with and
-    without windows of degenerate repetition (repeated tokens route alike)."""
-    ob = Path(table_dir) / "overlap_by_distance.csv"
-    if not ob.exists():
+    """What the routing shows, run by run: overlap by distance inside windows (its decay and its
+    excess over the within-window shuffle null, with intervals by request) and along the
+    committed sequence, against the independence baseline; without the windows that repeat a
+    token where there are many (repeated tokens route alike)."""
+    ob = load(Path(table_dir), "overlap_by_distance")
+    if ob.empty:
         return []
-    df = tables.read_csv(ob)
+    slices = slice_runs(ob)
     out = []
-    for _, r in df.iterrows():
+    for _, r in ob.iterrows():
         steps = by_distance(r)
-        clean = by_distance(r, "_no_repetition", len(steps))
-        line = (f"{r['model']} {r['drafter']} K={r['k']} {r['dataset']}: overlap at d = 1..{len(steps)} "
-                f"{_fmt(steps)} ({_trend(steps)}), independence {r['independent']:.3f}, "
-                f"within-window shuffle {r.get('shuffle1', np.nan):.3f}")
-        rep = float(r.get("repetitive_windows", 0) or 0)
-        if rep > 0.01:
-            line += (f"; {rep:.0%} of windows repeat a token, and without them {_fmt(clean)} "
-                     f"({_trend(clean)})")
+        line = (f"{short_run(r['model'], r['k'], r['dataset'])}: inside windows, overlap at "
+                f"d = 1..{len(steps)} {_fmt(steps)}, from d = 1 to {len(steps)} "
+                + direction(_val(r, "window_decay"), *_interval(r, "window_decay"),
+                            "decays", "rises")
+                + "; step 1 above the within-window shuffle null: "
+                + direction(_val(r, "above_shuffle"), *_interval(r, "above_shuffle"),
+                            "above", "below")
+                + f"; independence {r['independent']:.3f}")
+        seq = by_distance(r, prefix="seq")
+        if seq:
+            line += (f"; along the committed sequence, d = 1..{len(seq)} {_fmt(seq)}, from "
+                     f"d = 1 to {len(seq)} "
+                     + direction(_val(r, "seq_decay"), *_interval(r, "seq_decay"), "decays",
+                                 "rises"))
+        rep = _val(r, "repetitive_windows_pct")
+        if rep > 1:
+            clean = by_distance(r, "_no_repetition", len(steps))
+            line += (f"; {rep:.0f}% of windows repeat a token, and without them {_fmt(clean)}, "
+                     + direction(_val(r, "window_decay_no_repetition"),
+                                 *_interval(r, "window_decay_no_repetition"), "decays",
+                                 "rises"))
+        if r["run"] in slices:
+            line += (f" (the same prompts as a slice of {slices[r['run']]}: the same evidence, "
+                     "not a second sample)")
         out.append(line)
     return out
 
 
-def _decided(low: float, high: float, above: float = 0.0) -> str:
-    """shown / not shown / undecided for 'the quantity exceeds `above`', from its 95% interval."""
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return "not measured"
-    if low > above:
-        return "shown"
-    if high < above:
-        return "not shown"
-    return "undecided"
+def repetition_notes(td: Path, models: list[str]) -> list[str]:
+    """A sentence per tiny target whose output loops: overlap along a looping sequence
+    measures the loop (a repeated token routes like its copy), not routing locality."""
+    ob = load(td, "overlap_by_distance")
+    out = []
+    if ob.empty or "repetitive_windows_pct" not in ob:
+        return out
+    for m in models:
+        g = ob[ob["model"] == m]
+        if g.empty:
+            continue
+        share = _val(g.sort_values("k", kind="stable").iloc[0], "repetitive_windows_pct")
+        if share > 100 * LOOPING:
+            out.append(f"{m}'s output loops: {share:.0f}% of its windows repeat a token, so "
+                       "its overlap along the committed sequence partly measures the loop rather "
+                       "than routing locality.")
+    return out
+
+
+# --- the findings table: each finding beside the untrained control ------------------------------
+
+
+def _routing_rows(m: str, o, d, u) -> list[dict]:
+    """The routing findings of one model's first run (o: its overlap_by_distance row, d: its
+    decomposition row, u: its unique_experts row or None): finding, target, value, status."""
+    kn, ind = float(d["k_over_n"]), float(o["independent"])
+    hot = _val(d, "hottest_expert_pct")
+    rows = [
+        {"finding": "expert loads near uniform",
+         "target": f"independence <= 2 k/N = {2 * kn:.3f}",
+         "value": f"independence {ind:.3f} (k/N {kn:.3f}; hottest expert {hot:.0f}% of tokens)",
+         "status": SHOWN if ind <= 2 * kn else NOT_SHOWN},
+        {"finding": "step-1 overlap above independence",
+         "target": f"along the sequence at d = 1 >= independence + 0.10 = {ind + 0.10:.3f}",
+         "value": _with_interval(_val(o, "seq1"), *_interval(o, "seq1")),
+         "status": _decided(*_interval(o, "seq1"), above=ind + 0.10),
+         "interval": _interval(o, "seq1")},
+        {"finding": "step-1 overlap above the within-window shuffle null",
+         "target": "step 1 - shuffle null at d = 1, inside windows > 0",
+         "value": _with_interval(_val(o, "above_shuffle"), *_interval(o, "above_shuffle"),
+                                 sign=True),
+         "status": _decided(*_interval(o, "above_shuffle")),
+         "interval": _interval(o, "above_shuffle")},
+        {"finding": "overlap decays with distance",
+         "target": "overlap(1) - overlap(8) along the sequence > 0",
+         "value": _with_interval(_val(o, "seq_decay"), *_interval(o, "seq_decay"), sign=True)
+                  + (f", {int(o['seq_requests'])} requests"
+                     if np.isfinite(_val(o, "seq_requests")) else ""),
+         "status": _decided(*_interval(o, "seq_decay")),
+         "interval": _interval(o, "seq_decay")},
+    ]
+    if u is not None and "ipf_uniform_sequence_error_pct" in u:
+        err = _val(u, "ipf_uniform_sequence_error_pct")
+        rows.append({"finding": "uniform IPF predicts unique experts",
+                     "target": "within 4% of measured, from the overlap along the sequence (the "
+                               "study's input)",
+                     "value": f"{err:+.1f}% ({_val(u, 'ipf_uniform_sequence'):.2f} vs "
+                              f"{_val(u, 'empirical'):.2f})",
+                     "status": (NOT_MEASURED if not np.isfinite(err) else
+                                SHOWN if abs(err) <= 100 * IPF_WITHIN else NOT_SHOWN)})
+    return rows
+
+
+def _learned(status: str, control: str | None, ours=(np.nan, np.nan),
+             theirs=(np.nan, np.nan)) -> str:
+    """Whether a finding is evidence of learned routing: shown by the trained target and not by
+    its untrained control (which shares its architecture and input, not its training). Where
+    the control's own interval is undecided, the target's must lie wholly above it."""
+    if status == CPU:
+        return "–"
+    if status != SHOWN:
+        return "no: not shown" if status == NOT_SHOWN else status
+    if control is None:
+        return "no control to compare"
+    if control == UNDECIDED:
+        return ("yes" if np.isfinite(ours[0]) and np.isfinite(theirs[1]) and ours[0] > theirs[1]
+                else "undecided: the control's is undecided")
+    return {SHOWN: "no: the untrained control shows it as well",
+            NOT_SHOWN: "yes"}.get(control, control)
+
+
+def _first(df: pd.DataFrame, model: str, like=None):
+    """A model's first run (smallest K, first dataset), or the run like `like`'s (same K and
+    dataset) where it has one."""
+    g = df[df["model"] == model]
+    if g.empty:
+        return None
+    if like is not None:
+        same = g[(g["k"] == like["k"]) & (g["dataset"] == like["dataset"])]
+        if not same.empty:
+            return same.iloc[0]
+    return g.sort_values("k", kind="stable").iloc[0]
 
 
 def routing_targets(table_dir) -> pd.DataFrame:
     """Does each captured tiny target (a model with an untrained `-random` control) route like the
     study's models? Its first run (lowest K, first dataset) against the study's findings, each
-    decided by the run's 95% intervals where it has them (bootstrap over requests)."""
+    decided by the run's 95% intervals where it has them (bootstrap over requests), beside the
+    control's value on the same K and dataset; a finding the control shows as well is not
+    evidence of learned routing."""
     td = Path(table_dir)
     ob, dec, ue = (load(td, s) for s in ("overlap_by_distance", "overlap_decomposition_step1",
                                            "unique_experts"))
@@ -107,75 +298,54 @@ def routing_targets(table_dir) -> pd.DataFrame:
     tiny = [m for m in dict.fromkeys(ob["model"]) if control_name(m) in models]
     rows, shares = [], {}
     for m in tiny:
-        o = ob[ob["model"] == m].sort_values("k", kind="stable").iloc[0]
-        d = dec[dec["run"] == o["run"]].iloc[0]
-        u = ue[ue["run"] == o["run"]].iloc[0] if not ue.empty else None
-        kn = float(d["k_over_n"])
-        ind = float(o["independent"])
-        shares[m] = (kn, float(d["sequence_temporal_share"]),
-                     float(d.get("sequence_temporal_share_low", np.nan)),
-                     float(d.get("sequence_temporal_share_high", np.nan)))
-        hot = float(d.get("hottest_share", np.nan))
-        rows += [
-            {"model": m, "run": o["run"], "finding": "expert loads near uniform",
-             "target": f"independence <= 2 k/N = {2 * kn:.3f}",
-             "value": f"independence {ind:.3f} (k/N {kn:.3f}; hottest expert {hot:.0%} of tokens)",
-             "status": "shown" if ind <= 2 * kn else "not shown"},
-            {"model": m, "run": o["run"], "finding": "step-1 overlap above independence",
-             "target": f"overlap along the sequence at d = 1 >= independence + 0.10 = "
-                       f"{ind + 0.10:.3f}",
-             "value": f"{o['seq1']:.3f} [{_ci(o, 'seq1')}]",
-             "status": _decided(*_interval(o, "seq1"), above=ind + 0.10)},
-            {"model": m, "run": o["run"], "finding": "overlap decays with distance",
-             "target": "overlap(1) - overlap(8) along the sequence > 0",
-             "value": f"{o['seq_decay']:+.3f} [{o['seq_decay_low']:+.3f}, "
-                      f"{o['seq_decay_high']:+.3f}], {int(o['seq_requests'])} requests",
-             "status": _decided(float(o["seq_decay_low"]), float(o["seq_decay_high"]))},
-        ]
-        if u is not None:
-            err = float(u["ipf_uniform_rel_err"])
-            rows.append({"model": m, "run": o["run"], "finding": "uniform IPF predicts unique "
-                         "experts", "target": "within 4% of measured",
-                         "value": f"{100 * err:+.1f}% ({u['ipf_uniform']:.2f} vs "
-                                  f"{u['empirical']:.2f})",
-                         "status": "shown" if abs(err) <= 0.04 else "not shown"})
+        o = _first(ob, m)
+        c = _first(ob, control_name(m), like=o)
+        ours = _routing_rows(m, o, dec[dec["run"] == o["run"]].iloc[0],
+                             _first(ue, m, like=o) if not ue.empty else None)
+        theirs = _routing_rows(control_name(m), c, dec[dec["run"] == c["run"]].iloc[0],
+                               _first(ue, control_name(m), like=c) if not ue.empty else None)
+        for a, b in zip(ours, theirs):
+            iv = (a.pop("interval", (np.nan, np.nan)), b.pop("interval", (np.nan, np.nan)))
+            rows.append({"model": m, "run": o["run"], **a, "control_value": b["value"],
+                         "control_status": b["status"],
+                         "learned": _learned(a["status"], b["status"], *iv)})
+        for who, row in ((m, o), (control_name(m), c)):
+            d = dec[dec["run"] == row["run"]].iloc[0]
+            shares[who] = (float(d["k_over_n"]), _val(d, "sequence_temporal_share"),
+                           *_interval(d, "sequence_temporal_share"))
+    rows += _granularity_rows(tiny, shares)
     rows += _cpu_rows(td, tiny)
-    ranked = sorted(shares.items(), key=lambda kv: kv[1][0])
-    for (fine, f), (coarse, c) in zip(ranked, ranked[1:]):
-        if f[0] == c[0]:
-            continue
-        rows.append({"model": fine, "run": "", "finding": "temporal share larger for finer experts",
-                     "target": f"temporal share of {fine} (k/N {f[0]:.3f}) > {coarse}'s "
-                               f"({c[0]:.3f})",
-                     "value": f"{f[1]:.3f} [{f[2]:.3f}, {f[3]:.3f}] vs {c[1]:.3f} "
-                              f"[{c[2]:.3f}, {c[3]:.3f}]",
-                     "status": ("shown" if f[2] > c[3] else "not shown" if f[3] < c[2]
-                                else "undecided")})
     return pd.DataFrame(rows)
 
 
-CPU = "not measurable on a CPU"
-LOOPING = 0.10  # share of windows that repeat a token above which a target's output loops
+def _share_order(fine: tuple, coarse: tuple) -> str:
+    return SHOWN if fine[2] > coarse[3] else NOT_SHOWN if fine[3] < coarse[2] else UNDECIDED
 
 
-def repetition_notes(td: Path, models: list[str]) -> list[str]:
-    """A sentence per tiny target whose output loops: overlap along a looping sequence
-    measures the loop (a repeated token routes like its copy), not routing locality."""
-    ob = load(td, "overlap_by_distance")
-    out = []
-    for m in models:
-        if ob.empty or "repetitive_windows" not in ob:
-            return out
-        g = ob[ob["model"] == m]
-        if g.empty:
+def _granularity_rows(tiny: list[str], shares: dict) -> list[dict]:
+    """"Temporal share larger for finer experts", for each pair of tiny targets of neighbouring
+    granularity, beside the same comparison of their untrained controls."""
+    rows = []
+    ranked = sorted(tiny, key=lambda m: shares[m][0])
+    for fine, coarse in zip(ranked, ranked[1:]):
+        f, c = shares[fine], shares[coarse]
+        if f[0] == c[0]:
             continue
-        r = g.sort_values("k", kind="stable").iloc[0]
-        share = float(r.get("repetitive_windows", 0) or 0)
-        if share > LOOPING:
-            out.append(f"{m}'s output loops: {share:.0%} of its windows repeat a token, so "
-                       "its overlap along the committed sequence partly measures the loop rather "
-                       "than routing locality.")
-    return out
+        fc, cc = shares[control_name(fine)], shares[control_name(coarse)]
+        status, control = _share_order(f, c), _share_order(fc, cc)
+        # the fine target's lead over the coarse one, against the controls' lead
+        lead = (f[2] - c[3], f[3] - c[2])
+        lead_control = (fc[2] - cc[3], fc[3] - cc[2])
+        rows.append({"model": fine, "run": "",
+                     "finding": "temporal share larger for finer experts",
+                     "target": f"temporal share of {fine} (k/N {f[0]:.3f}) > {coarse}'s "
+                               f"({c[0]:.3f})",
+                     "value": f"{_with_interval(*f[1:])} vs {_with_interval(*c[1:])}",
+                     "status": status,
+                     "control_value": f"{_with_interval(*fc[1:])} vs {_with_interval(*cc[1:])}",
+                     "control_status": control,
+                     "learned": _learned(status, control, lead, lead_control)})
+    return rows
 
 
 def _cpu_rows(td: Path, models: list[str]) -> list[dict]:
@@ -183,6 +353,7 @@ def _cpu_rows(td: Path, models: list[str]) -> list[dict]:
     model's step time on a CPU is host overhead rather than weight reads."""
     sp, ks = load(td, "speedup_vs_batch"), load(td, "kernel_time_shares")
     rows = []
+    blank = {"control_value": "–", "control_status": "–", "learned": "–"}
     for m in models:
         g = sp[sp["model"] == m] if not sp.empty else sp
         if not g.empty:
@@ -194,7 +365,7 @@ def _cpu_rows(td: Path, models: list[str]) -> list[dict]:
                          "value": f"{_speedup_text(g.iloc[0])} at batch 1, highest "
                                   f"{best['speedup']:.2f} at batch {int(best['batch'])}; "
                                   f"shape: {g['shape'].iloc[0]}",
-                         "status": CPU})
+                         "status": CPU, **blank})
         k = ks[(ks["model"] == m) & (ks["class"] == "moe") & (ks["batch"] == 1)] \
             if not ks.empty else ks
         if not k.empty:
@@ -204,27 +375,109 @@ def _cpu_rows(td: Path, models: list[str]) -> list[dict]:
                          "target": "MoE share of decode time < MoE share of weights",
                          "value": f"{r['decode_share']:.2f} of time, {r['moe_weight_share']:.2f} "
                                   "of weights",
-                         "status": CPU})
+                         "status": CPU, **blank})
     return rows
 
 
-def _speedup_text(row) -> str:
-    """A speedup with its 95% interval, as the report words it."""
-    return f"{row['speedup']:.2f}" + (_bracket(row, "speedup") or " (no interval)")
+FINDINGS_HEADER = ["model", "finding", "target", "this run", "status", "untrained control",
+                   "evidence of learned routing"]
 
 
-def _interval(row, col: str) -> tuple[float, float]:
-    return float(row.get(f"{col}_low", np.nan)), float(row.get(f"{col}_high", np.nan))
+def findings_table(targets: pd.DataFrame) -> list[str]:
+    """The findings table as Markdown lines."""
+    lines = ["| " + " | ".join(FINDINGS_HEADER) + " |", "|" + "---|" * len(FINDINGS_HEADER)]
+    for _, r in targets.iterrows():
+        control = (f"{r['control_value']} ({r['control_status']})"
+                   if r["control_status"] not in ("–", None) else "–")
+        lines.append(f"| {r['model']} | {r['finding']} | {r['target']} | {r['value']} | "
+                     f"{r['status']} | {control} | {r['learned']} |")
+    return lines
 
 
-def _ci(row, col: str) -> str:
-    lo, hi = _interval(row, col)
-    return f"{lo:.3f}, {hi:.3f}" if np.isfinite(lo) else "no interval"
+# --- the opening paragraph ----------------------------------------------------------------------
+
+
+def _speedup_summary(td: Path) -> list[str]:
+    """Each model's measured SD speedup at its first run, in words: its range over the batch
+    sizes and how many of its 95% intervals lie below 1, above 1 or across it."""
+    sp = load(td, "speedup_vs_batch")
+    if sp.empty:
+        return []
+    out = []
+    for run, g in first_run(sp).groupby("run", sort=False):
+        g = g.sort_values("batch")
+        nan = pd.Series(np.nan, index=g.index)
+        lo = g.get("speedup_low", nan).to_numpy(float)
+        hi = g.get("speedup_high", nan).to_numpy(float)
+        below, above = int((hi < 1).sum()), int((lo > 1).sum())
+        n = len(g)
+        word = ("no intervals to decide by" if not np.isfinite(lo).any() else
+                "slower" if below and not above else "faster" if above and not below else
+                "neither decidedly faster nor slower" if not (below or above) else "mixed")
+        b = g["batch"].astype(int)
+        out.append(f"{g['model'].iloc[0]} (K={int(g['k'].iloc[0])}) {word}: speedup "
+                   f"{g['speedup'].min():.2f}–{g['speedup'].max():.2f} over batch "
+                   f"{b.min()}–{b.max()}, {below} of {n} intervals below 1 and {above} above")
+    return out
+
+
+def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
+    """One target's routing findings in a sentence: the evidence of learned routing with its
+    numbers, the findings its untrained control shows as well (named), those not shown."""
+    def named(df, numbers=True):
+        return ", ".join(f"{r['finding']}" + (f" ({r['value']})" if numbers else "")
+                         for _, r in df.iterrows())
+
+    learned = rows[rows["learned"] == "yes"]
+    both = rows[rows["learned"].str.startswith("no: the untrained")]
+    open_ = rows[(rows["status"] == SHOWN) & rows["learned"].str.startswith("undecided")]
+    missed = rows[rows["status"].isin([NOT_SHOWN, UNDECIDED])]
+    parts = [f"shown and not shared by its untrained control (evidence of learned routing): "
+             f"{named(learned)}" if not learned.empty else
+             "nothing that separates learned routing"]
+    if not both.empty:
+        parts.append(f"its untrained control shows {named(both, False)} as well, so these are "
+                     "not evidence of learned routing")
+    if not open_.empty:
+        parts.append(f"shown, with the control's undecided: {named(open_)}")
+    if not missed.empty:
+        parts.append(f"not shown or undecided: {named(missed)}")
+    return f"{model}: " + "; ".join(parts)
+
+
+def opening(table_dir) -> str:
+    """What this run shows, in a paragraph: the routing findings that separate learned routing
+    (shown by a trained target and not by its untrained control), those the controls show as
+    well, those not shown; the measured SD speedup on this machine with its intervals; and what
+    a CPU cannot show."""
+    td = Path(table_dir)
+    t = routing_targets(td)
+    out = []
+    if not t.empty:
+        routing = t[~t["status"].isin([CPU, NOT_MEASURED])]
+        out.append("Routing, in each trained tiny target beside its untrained control (95% "
+                   "intervals by request; the findings table below has every number): "
+                   + ". ".join(_routing_sentence(m, g)
+                               for m, g in routing.groupby("model", sort=False)) + ".")
+    speed = _speedup_summary(td)
+    if speed:
+        out.append("Speculative decoding on this machine (timed by the engine, 95% intervals "
+                   "from repeats): " + "; ".join(speed) + ".")
+    if speed or not t.empty:
+        out.append("What a CPU run cannot show: the study's GPU claims. A tiny model's step on a CPU "
+                   "costs host overhead rather than weight reads, so its speedup curve and its "
+                   "MoE share of time test the pipeline, not the study; the GPU curves (TE and "
+                   "the draft cost ratio against batch size) come from the cost and step "
+                   "models.")
+    return " ".join(out)
+
+
+# --- what the measurements show ---------------------------------------------------------------
 
 
 def measured_findings(table_dir) -> list[str]:
-    """The measured side in one line per model: speedup curve and its shape, IPF error, TE three
-    ways at batch 1."""
+    """The measured side in one line per run: speedup curve and its shape, the IPF's error (the
+    study's input, then this project's), TE three ways at batch 1."""
     td = Path(table_dir)
     out = []
     sp = load(td, "speedup_vs_batch")
@@ -234,20 +487,22 @@ def measured_findings(table_dir) -> list[str]:
         out.append(f"{run}: speedup {pts} ({g['shape'].iloc[0]}); acceptance length "
                    f"{g['tau'].iloc[0]:.2f}")
     ue = load(td, "unique_experts")
-    if not {"empirical", "uniform", "ipf_uniform", "ipf_skewed"} <= set(ue.columns):
-        ue = pd.DataFrame()
-    for _, r in (ue.iterrows() if not ue.empty else []):
-        out.append(f"{r['run']}: unique experts per window {r['empirical']:.2f} measured, "
-                   f"{r['uniform']:.2f} uniform i.i.d., IPF {r['ipf_uniform']:.2f} uniform "
-                   f"({100 * r['ipf_uniform_rel_err']:+.1f}%) and {r['ipf_skewed']:.2f} skewed "
-                   f"({100 * r['ipf_skewed_rel_err']:+.1f}%)")
+    if not ue.empty and "ipf_uniform_sequence" in ue:
+        for _, r in ue.iterrows():
+            out.append(f"{short_run(r['model'], r['k'], r['dataset'])}: unique experts per "
+                       f"window {r['empirical']:.2f} measured, {r['uniform']:.2f} uniform i.i.d.; "
+                       f"uniform IPF from the overlap along the sequence (the study's input) "
+                       f"{r['ipf_uniform_sequence']:.2f} "
+                       f"({r['ipf_uniform_sequence_error_pct']:+.1f}%), from the overlap inside "
+                       f"windows (this project's) {r['ipf_uniform_window']:.2f} "
+                       f"({r['ipf_uniform_window_error_pct']:+.1f}%); skewed IPF (this "
+                       f"project's) {r['ipf_skewed_window']:.2f} "
+                       f"({r['ipf_skewed_window_error_pct']:+.1f}%)")
     te = load(td, "te_three_ways")
     te1 = te[te["batch"] == 1] if not te.empty else te
     for _, r in (te1.iterrows() if not te1.empty else []):
-        sweep = (f"{r['te_sweep']:.2f}" + _bracket(r, "te_sweep") if np.isfinite(r["te_sweep"])
-                 else "not identifiable here")
-        out.append(f"{r['run']}: TE at batch 1 from the sweep {sweep}, from profiled passes "
-                   f"{_te_text(r, 'te_profiled')}, from the cost model "
+        out.append(f"{r['run']}: TE at batch 1 from the sweep {_te_text(r, 'te_sweep')}, from "
+                   f"profiled passes {_te_text(r, 'te_profiled')}, from the cost model "
                    f"{_te_text(r, 'te_costmodel')}")
     return out
 
@@ -255,13 +510,17 @@ def measured_findings(table_dir) -> list[str]:
 def prediction_findings(table_dir) -> list[str]:
     """The step model's prediction beside the measurement, one line per model with both: the
     speedup at each measured batch size, inside or outside the predicted 95% interval, and the
-    predicted and measured shapes."""
+    shapes compared like for like: the predicted curve's shape over the measured batch sizes
+    beside the measured shape (and over all its batch sizes apart)."""
+    from ..stepmodel import SHAPE_MARGIN, curve_shape
+
     td = Path(table_dir)
     out = []
     sm = load(td, "step_model")
     studied = set(published.load("hardware")["gpu"])
     both = sm[np.isfinite(sm["speedup_measured"])] if not sm.empty else sm
     for model, g in (both.groupby("model", sort=False) if not both.empty else []):
+        g = g.sort_values("batch")
         inside = [(r["speedup_low"] <= r["speedup_measured"] <= r["speedup_high"])
                   for _, r in g.iterrows()]
         pts = ", ".join(f"B={int(r['batch'])}: {r['speedup_measured']:.2f} measured, "
@@ -270,9 +529,15 @@ def prediction_findings(table_dir) -> list[str]:
         hw = g["hardware"].iloc[0]
         where = (f"on {hw}" if hw in studied else
                  f"on {hw}, where it is an uncalibrated roofline (calibrated on the study's GPUs)")
+        b = [int(x) for x in g["batch"]]
+        like = curve_shape(b, list(g["speedup_predicted"]), SHAPE_MARGIN)
+        whole = sm[sm["model"] == model]["batch"].astype(int)
         out.append(f"{model} (step model {where}): {pts}; {sum(inside)} of {len(inside)} "
-                   f"measurements inside the predicted interval; shape predicted "
-                   f"{g['shape_predicted'].iloc[0]}, measured {g['shape_measured'].iloc[0]}")
+                   f"measurements inside the predicted interval; over the measured batch sizes "
+                   f"{min(b)}–{max(b)} the predicted curve is {like} (predicted values "
+                   f"{' / '.join(f'{v:.3f}' for v in g['speedup_predicted'])}), the measured "
+                   f"one {g['shape_measured'].iloc[0]}; over batch {whole.min()}–{whole.max()} "
+                   f"the prediction is {g['shape_predicted'].iloc[0]}")
     return out
 
 
@@ -318,19 +583,49 @@ def course(batches, values, margin: float = 0.05) -> str:
     return f"{'rises' if v[end] > v[0] else 'falls'} with batch size, from {at(0)} to {at(end)}"
 
 
+def _size(gib: float) -> str:
+    return f"{gib:,.1f} GiB" if gib >= 1 else f"{gib * 1024:,.1f} MiB"
+
+
+def _ratio_sentence(g: pd.DataFrame) -> str:
+    """One synthetic drafter's curve: its course over every batch size and, where the table
+    reaches past the roofline's ridge, its course from the ridge on (the study's Figures 11 and
+    12 are about what happens there)."""
+    g = g.sort_values("batch")
+    if "status" in g and (g["status"] != "ok").all():
+        r = g.iloc[0]
+        return (f"none: {r['status']} ({_size(r['drafter_gib'])} against the target's "
+                f"{_size(r['target_gib'])})")
+    g = g[np.isfinite(g["draft_cost"])]
+    text = course(g["batch"], g["draft_cost"])
+    if "ridge_tokens" in g:
+        ridge = float(g["ridge_tokens"].iloc[0])
+        past = g[g["batch"] >= ridge]
+        if len(past) >= 2 and len(past) < len(g):
+            text += (f"; from the dense drafter's ridge ({ridge:,.0f} tokens per pass on this "
+                     f"hardware) on it {course(past['batch'], past['draft_cost'])}")
+    return text
+
+
 def draft_cost_findings(table_dir) -> list[str]:
-    """The draft-cost curves in words computed from their tables: the step model's two synthetic
-    drafters (exact, so their direction is stated) and the measured ratio of drafters served
-    alone (numbers only: it has no interval, so no direction is claimed)."""
+    """The draft-cost curves in words computed from their tables: the step model's synthetic
+    drafters (exact computations, so their direction is stated; models of the same dimensions,
+    such as a target and its untrained control, in one sentence) and the measured ratio of
+    drafters served alone (numbers only: it has no interval, so no direction is claimed)."""
     td = Path(table_dir)
     out = []
     dr = load(td, "draft_ratio_model")
-    if not dr.empty:
-        dr = first_run(dr)
-        for (run, drafter), g in dr.groupby(["run", "synthetic_drafter"], sort=False):
-            g = g.sort_values("batch")
-            out.append(f"{run}, {drafter}: the step model's draft cost ratio "
-                       f"{course(g['batch'], g['draft_cost'])}.")
+    if not dr.empty:  # an untrained control has its target's dimensions: its curves are the same
+        models = set(dr["model"])
+        dr = first_run(dr[~dr["model"].map(lambda m: any(control_name(t) == m for t in models))])
+        said: dict[str, list[str]] = {}
+        for (model, drafter), g in dr.groupby(["model", "synthetic_drafter"], sort=False):
+            said.setdefault(f"{drafter}: the step model's draft cost ratio "
+                            f"{_ratio_sentence(g)}.", []).append(model)
+        for sentence, names in said.items():
+            who = names[0] if len(names) == 1 else \
+                f"{', '.join(names[:-1])} and {names[-1]} (the same dimensions)"
+            out.append(f"{who}, {sentence}")
     sp = load(td, "speedup_vs_batch")
     if not sp.empty and "draft_cost" in sp:
         for run, g in sp[np.isfinite(sp["draft_cost"])].groupby("run", sort=False):
@@ -341,20 +636,17 @@ def draft_cost_findings(table_dir) -> list[str]:
     return out
 
 
-def _bracket(row, col: str) -> str:
-    """ " [low, high]" of a column with an interval in the row, else nothing."""
-    lo, hi = _interval(row, col)
-    return f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) and np.isfinite(hi) else ""
+# --- how the run compares with the study ----------------------------------------------------
 
-
-def _te_text(row, col: str) -> str:
-    """A TE of a table row as the report words it: the value (with its interval), or why there
-    is none."""
-    v = row.get(col, np.nan)
-    if pd.notna(v):
-        return f"{v:.2f}" + _bracket(row, col)
-    raw = row.get(f"{col}_raw", np.nan)
-    return (f"{raw:.2f}, {row.get(f'{col}_status')}" if pd.notna(raw) else "not measured")
+HEADLINES = [("overlap_by_distance", "seq1", "step-1 overlap along the committed sequence"),
+             ("overlap_by_distance", "independent", "independence"),
+             ("overlap_decomposition_step1", "sequence_temporal_share",
+              "temporal share of step-1 overlap"),
+             ("unique_experts", "empirical", "unique experts per 4-token window"),
+             ("unique_experts", "ipf_uniform_sequence",
+              "uniform IPF from the overlap along the sequence"),
+             ("te_three_ways", "te_sweep", "TE at batch 1"),
+             ("kernel_time_shares", "decode_share", "MoE share of decode time at batch 1")]
 
 
 def comparison_findings(table_dir) -> list[str]:
@@ -362,17 +654,10 @@ def comparison_findings(table_dir) -> list[str]:
     td = Path(table_dir)
     out = []
     cmp_ = load(td, "comparison")
-    heads = [("overlap_by_distance", "seq1", "step-1 overlap along the committed sequence"),
-             ("overlap_by_distance", "independent", "independence"),
-             ("overlap_decomposition_step1", "sequence_temporal_share",
-              "temporal share of step-1 overlap"),
-             ("unique_experts", "empirical", "unique experts per 4-token window"),
-             ("te_three_ways", "te_sweep", "TE at batch 1"),
-             ("kernel_time_shares", "decode_share", "MoE share of decode time at batch 1")]
     for (model, study_model), g in (cmp_.groupby(["model", "study_model"], sort=False)
                                    if not cmp_.empty else []):
         parts = []
-        for table, q, name in heads:
+        for table, q, name in HEADLINES:
             h = g[(g["table"] == table) & (g["quantity"] == q)]
             if not h.empty:
                 parts.append(f"{name} {h['reproduced'].iloc[0]:.3f} vs {h['published'].iloc[0]:.3f}")

@@ -53,6 +53,110 @@ FIGURES = {
     "comparison": "The study side by side",
     "step_model_calibration": "The study side by side",
 }
+# Each table's and figure's heading in the report (the file stem stays the file's name).
+TITLES = {
+    "overlap_decomposition_step1": "Step-1 overlap: uniform, independence, temporal",
+    "overlap_by_distance": "Overlap by step distance",
+    "overlap_by_status": "Overlap by acceptance status",
+    "per_layer_overlap": "Step-1 overlap per layer",
+    "heldout_overlap": "Overlap by distance per slice",
+    "unique_experts": "Unique experts per window and the IPF predictions",
+    "target_efficiency": "Weight-model TE at batch 1",
+    "te_vs_batch": "TE vs batch size",
+    "draft_ratio_model": "Draft cost ratio of the synthetic drafters",
+    "step_model": "The step model's prediction beside the measurement",
+    "weight_model": "Weight model of the configured study models",
+    "speedup_vs_batch": "Speedup vs batch size",
+    "te_three_ways": "TE three ways",
+    "kernel_time_shares": "Kernel time shares",
+    "three_step_correction": "Three-step correction",
+    "acceptance_consecutive": "Consecutive overlap: accepted vs first rejected",
+    "anchor_overlap": "Anchor overlap by acceptance status",
+    "heldout_acceptance": "Accepted minus rejected per slice",
+    "comparison": "Published vs reproduced",
+    "replay_unique_experts": "Replay: unique experts (Tables 3 and 20)",
+    "replay_weight_model": "Replay: weight model (Table 1)",
+    "replay_three_step": "Replay: three-step correction (Table 11)",
+    "step_model_calibration": "Step-model calibration",
+    "step_model_shapes": "Step-model speedup shapes",
+}
+FIGURE_TITLES = {
+    "overlap_by_distance": "Overlap by step distance",
+    "per_layer_overlap": "Step-1 overlap per layer",
+    "te_vs_batch": "TE vs batch size by routing assumption",
+    "te_by_dataset": "TE vs batch size by dataset",
+    "draft_ratio_model": "Draft cost ratio of the synthetic drafters",
+    "speedup_vs_batch": "Speedup vs batch size",
+    "speedup_by_k": "Speedup by draft length K",
+    "speedup_by_dataset": "Speedup by dataset",
+    "speedup_variants": "Speedup across variants",
+    "draft_cost_vs_batch": "Measured draft cost ratio",
+    "anchor_overlap": "Anchor overlap by acceptance status",
+    "comparison": "Published vs reproduced",
+    "step_model_calibration": "Step-model calibration",
+}
+# What each figure shows, for readers who cannot see it (the HTML's alt text).
+ALT = {
+    "overlap_by_distance": "Line plots, one panel per run: expert overlap against step distance "
+                           "inside windows and along the committed sequence, with the "
+                           "independence baseline and the within-window shuffle null.",
+    "per_layer_overlap": "Line plots, one panel per run: step-1 overlap of each MoE layer "
+                         "against the layer's independence baseline and shuffle null.",
+    "te_vs_batch": "Line plots, one panel per run: target efficiency against batch size under "
+                   "four routing assumptions.",
+    "te_by_dataset": "Line plots: target efficiency against batch size, one line per dataset "
+                     "of the same model.",
+    "draft_ratio_model": "Line plots, one panel per model: the draft cost ratio of the dense "
+                         "and the MoE synthetic drafters against batch size to 4096, with the "
+                         "roofline ridge of the dense drafter marked.",
+    "speedup_vs_batch": "Line plot: measured speedup of speculative decoding against batch "
+                        "size with 95% intervals, one line per model, speedup 1 marked.",
+    "speedup_by_k": "Line plots, one panel per model: measured speedup against batch size, one "
+                    "line per draft length K.",
+    "speedup_by_dataset": "Line plots, one panel per model: measured speedup against batch "
+                          "size, one line per dataset.",
+    "speedup_variants": "Line plots: measured speedup against batch size of one model's "
+                        "variants (precision), one line each.",
+    "draft_cost_vs_batch": "Line plot: measured draft cost ratio of drafters served alone "
+                           "against batch size.",
+    "anchor_overlap": "Line plots, one panel per run: anchor overlap against draft position for "
+                      "accepted, first-rejected and after-rejection drafts, with standard "
+                      "errors by request and Cohen's d labels.",
+    "comparison": "Scatter plots, one panel per table: this run's values against the study's "
+                  "published ones, the diagonal marking agreement.",
+    "step_model_calibration": "Scatter plot: TE at batch 1 predicted by the step model and by "
+                              "the weight model against the study's published TE.",
+}
+# The columns that name a row: repeated in every part of a table split for reading.
+KEYS = ("model", "drafter", "k", "dataset", "batch", "draft_position", "status", "slice",
+        "slice_dataset", "heldout_dataset", "layer", "routing", "synthetic_drafter", "class",
+        "step", "name", "table", "study_model", "key", "quantity", "gpu", "precision", "tp",
+        "method")
+# Wide tables split into parts for reading (part title -> regular expression of its columns);
+# tables not listed are split into parts of at most MAX_COLUMNS value columns.
+MAX_COLUMNS = 10
+GROUPS = {
+    "overlap_by_distance": {
+        "inside windows": r"(step\d+|independent|step1_(low|high)|above_shuffle.*"
+                          r"|window_(decay|requests)(_low|_high)?)",
+        "the within-window shuffle null": r"shuffle\d+",
+        "along the committed sequence": r"(seq.*|verify_ratio)",
+        "without windows that repeat a token": r".*_no_repetition(_low|_high)?"
+                                               r"|repetitive_windows_pct",
+    },
+    "acceptance_consecutive": {
+        "the delta, clustered by request": r"(accepted_overlap|first_rejected_overlap|delta"
+                                           r"|.*_by_request|n_requests)",
+        "token-level statistics (as the study reports them)": r"(n_accepted|n_first_rejected|"
+                                                              r"cohens_d|size|.*_tokens.*)",
+    },
+    "unique_experts": {
+        "measured and closed forms": r"(empirical.*|uniform|independent)",
+        "IPF predictions (the study's input first)": r"ipf_.*",
+    },
+}
+
+
 # The report's sections, in the study's order, and what goes in each.
 SECTIONS = {
     sec: {"tables": [t for t, (s, _) in TABLES.items() if s == sec],
@@ -79,6 +183,11 @@ def path(stem: str, figure: bool = False) -> str:
     if not p.is_file():
         raise FileNotFoundError(f"no caption for {'figure' if figure else 'table'} {stem!r}")
     return str(p)
+
+
+def title(stem: str, figure: bool = False) -> str:
+    """A table's or figure's heading in the report."""
+    return (FIGURE_TITLES if figure else TITLES).get(stem, stem.replace("_", " "))
 
 
 def text(stem: str, figure: bool = False) -> str:

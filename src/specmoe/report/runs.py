@@ -13,6 +13,20 @@ from ..provenance import read_json
 from . import registry, tables
 
 
+# the IPF's predictions, in the order of the tables: the study's input first
+IPF_KEYS = ("uniform_sequence", "uniform_window", "skewed_window")
+
+
+# acceptance_consecutive's columns after the run's: the delta and what decides it (clustered
+# by request: the request is the independent unit), then the token-level statistics the study
+# reports (Cohen's d, Welch's and Mann-Whitney's p over tokens)
+ACCEPTANCE_COLUMNS = (
+    "draft_position", "accepted_overlap", "first_rejected_overlap", "delta",
+    "delta_low_by_request", "delta_high_by_request", "p_by_request", "n_requests",
+    "n_accepted", "n_first_rejected", "cohens_d", "size", "delta_low_tokens",
+    "delta_high_tokens", "p_tokens_welch", "p_tokens_mannwhitney")
+
+
 def runs(paths) -> list[dict]:
     return [read_json(p) for p in paths]
 
@@ -39,28 +53,12 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
             "sequence_temporal_share": s.get("sequence_temporal_share", np.nan),
             "sequence_temporal_share_low": s.get("sequence_temporal_share_low", np.nan),
             "sequence_temporal_share_high": s.get("sequence_temporal_share_high", np.nan),
-            "hottest_share": s.get("hottest_share", np.nan)})
-        row = {**rc}
-        for d, v in enumerate(s["overlap_by_distance"], 1):
-            row[f"step{d}"] = v
-        for d, v in enumerate(s.get("sequence_by_distance", []), 1):
-            row[f"seq{d}"] = v
-        if s.get("sequence_low"):
-            row["seq1_low"], row["seq1_high"] = s["sequence_low"][0], s["sequence_high"][0]
-        for key in ("decay", "decay_low", "decay_high", "requests"):
-            row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
-        row["verify_ratio"] = s.get("verify_ratio", np.nan)
-        row["independent"] = s["independent"]
-        for d, v in enumerate(s.get("shuffle_by_distance", []), 1):
-            row[f"shuffle{d}"] = v
-        nr = ov.get("summary_without_repetition") or {}
-        for d, v in enumerate(nr.get("overlap_by_distance", []), 1):
-            row[f"step{d}_no_repetition"] = v
-        row["repetitive_windows"] = ov.get("repetitive_windows", np.nan)
-        t["overlap_by_distance"].append(row)
+            "hottest_expert_pct": 100 * s.get("hottest_share", np.nan)})
+        t["overlap_by_distance"].append(overlap_row(rc, s, ov))
         if ov.get("overlap_by_status"):
-            t["overlap_by_status"].append({**rc, **ov["overlap_by_status"],
-                                           "repetitive_windows": ov.get("repetitive_windows")})
+            t["overlap_by_status"].append({
+                **rc, **ov["overlap_by_status"],
+                "repetitive_windows_pct": 100 * ov.get("repetitive_windows", np.nan)})
         by_slice = ov.get("by_slice") or {}
         for name, sl in by_slice.items():
             t["heldout_overlap"].append({
@@ -77,16 +75,17 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
                 "shuffle": pl["shuffle"][layer][0] if pl.get("shuffle") else float("nan")})
     for ov, ip in zip(ovs, ips):
         u = ov["unique"]
+        pred, err = ip["prediction"], ip["relative_error"]
         t["unique_experts"].append({
             **run_cols(ov["run"]), "empirical": u["empirical"],
             "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
-            "independent": u["independent"], "ipf_uniform": ip["prediction"]["uniform"],
-            "ipf_skewed": ip["prediction"]["skewed"],
-            "ipf_uniform_rel_err": ip["relative_error"]["uniform"],
-            "ipf_skewed_rel_err": ip["relative_error"]["skewed"],
+            "independent": u["independent"],
+            # the study's input (its Table 17 -> Table 20), then this project's two estimators
+            **{f"ipf_{key}": pred[key] for key in IPF_KEYS},
+            **{f"ipf_{key}_error_pct": 100 * err[key] for key in IPF_KEYS},
             "ipf_converged": bool(all(ip["converged"].values())),
             "ipf_clipped": int(sum(ip["n_clipped"].values())),
-            "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed"])})
+            "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"])})
     for cm in cms:
         rc = run_cols(cm["run"])
         t["target_efficiency"].append({
@@ -102,14 +101,16 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
     for ac in accs:
         rc = run_cols(ac["run"])
         for r in ac["by_position"]:
-            t["acceptance_consecutive"].append({**rc, **r})
+            t["acceptance_consecutive"].append({**rc, **{c: r.get(c, np.nan)
+                                                          for c in ACCEPTANCE_COLUMNS}})
         eff = {e["draft_position"]: e for e in ac.get("anchor_effects", [])}
         for r in ac["anchor"]:
             e = eff.get(r["draft_position"], {})
             # the effect of acceptance on anchor overlap at this position (accepted vs
             # first-rejected), the label of the anchor-overlap figure
             t["anchor_overlap"].append({**rc, **r, "cohens_d": e.get("cohens_d", np.nan),
-                                        "p_value": e.get("p_value", np.nan)})
+                                        "p_by_request": e.get("p_by_request", np.nan),
+                                        "p_tokens_welch": e.get("p_tokens_welch", np.nan)})
         heldout = ac.get("heldout", {})
         slice_set = {n: ds for ds, h in heldout.items() for n in h["slices"]}
         for name, rows in ac.get("slices", {}).items():
@@ -123,7 +124,51 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
                 **rc, "slice": f"median of {ds}", "heldout_dataset": ds,
                 **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)},
                 "anchor_drop": h.get("median_anchor_drop", np.nan)})
-    return {k: pd.DataFrame(v) for k, v in t.items()}
+    return {k: in_order(pd.DataFrame(v)) for k, v in t.items()}
+
+
+def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
+    """One run's row of the overlap_by_distance table: inside windows (step<d>, the shuffle null
+    shuffle<d>, intervals by request), along the committed sequence (seq<d>), and without the
+    windows that repeat a token (step<d>_no_repetition)."""
+    row = {**rc}
+    row.update({f"step{d}": v for d, v in enumerate(s["overlap_by_distance"], 1)})
+    row.update({f"shuffle{d}": v for d, v in enumerate(s.get("shuffle_by_distance", []), 1)})
+    row["independent"] = s["independent"]
+    if s.get("window_low"):
+        row["step1_low"], row["step1_high"] = s["window_low"][0], s["window_high"][0]
+    for key in ("above_shuffle", "above_shuffle_low", "above_shuffle_high", "window_decay",
+                "window_decay_low", "window_decay_high", "window_requests"):
+        row[key] = s.get(key, np.nan)
+    row.update({f"seq{d}": v for d, v in enumerate(s.get("sequence_by_distance", []), 1)})
+    if s.get("sequence_low"):
+        row["seq1_low"], row["seq1_high"] = s["sequence_low"][0], s["sequence_high"][0]
+    for key in ("decay", "decay_low", "decay_high", "requests"):
+        row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
+    row["verify_ratio"] = s.get("verify_ratio", np.nan)
+    nr = ov.get("summary_without_repetition") or {}
+    row.update({f"step{d}_no_repetition": v
+                for d, v in enumerate(nr.get("overlap_by_distance", []), 1)})
+    for end in ("", "_low", "_high"):
+        row[f"window_decay_no_repetition{end}"] = nr.get(f"window_decay{end}", np.nan)
+    row["repetitive_windows_pct"] = 100 * ov.get("repetitive_windows", np.nan)
+    return row
+
+
+def in_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns that a run of a larger K adds (step4, delta_pos5, ...) put beside their kind
+    instead of at the end: each column keeps the place of the first column of its family (its
+    name with the digits taken out), families in order of first appearance, digits ascending."""
+    import re
+
+    family = {c: re.sub(r"\d+", "#", str(c)) for c in df.columns}
+    first = {f: i for i, f in reversed(list(enumerate(family.values())))}
+
+    def key(c):
+        num = [int(x) for x in re.findall(r"\d+", str(c))]
+        return (first[family[c]], num)
+
+    return df[sorted(df.columns, key=key)]
 
 
 def heldout_range(dataset: str, slices: list[dict]) -> dict:
@@ -155,13 +200,28 @@ def by_distance(row, suffix: str = "", n: int | None = None, prefix: str = "step
     return out
 
 
+def short_dataset(ds: str) -> str:
+    """A run's dataset in a few characters: "tinybench+heldout-code+heldout-prose" (a main set
+    and two held-out sets) reads "tinybench+2"."""
+    parts = str(ds).split("+")
+    return parts[0] + (f"+{len(parts) - 1}" if len(parts) > 1 else "")
+
+
+def short_run(model: str, k, dataset: str) -> str:
+    """A run as titles and sentences name it: "tiny-fine, K=3, tinybench+2"."""
+    return f"{model}, K={int(k)}, {short_dataset(dataset)}"
+
+
 def load(table_dir: Path, stem: str) -> pd.DataFrame:
-    """A table with a `run` label column (empty when the configuration does not make it)."""
-    path = table_dir / f"{stem}.csv"
+    """A table with a `run` column (the run's full name) and a `label` (its short one), empty
+    when the configuration does not make it."""
+    path = Path(table_dir) / f"{stem}.csv"
     df = tables.read_csv(path) if path.exists() else pd.DataFrame()
     if not df.empty and {"model", "drafter", "k", "dataset"} <= set(df.columns):
         df["run"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " "
                      + df["dataset"])
+        df["label"] = [short_run(m, k, ds) for m, k, ds in zip(df["model"], df["k"],
+                                                               df["dataset"])]
     return df
 
 

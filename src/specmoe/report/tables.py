@@ -19,13 +19,24 @@ from . import registry
 
 FORMATS = ("csv", "md", "tex", "html")
 
-# Column identifiers (kept in CSV, for programs) as people read them (Markdown, LaTeX, HTML).
+# Column identifiers (kept in CSV, for programs) as people read them (Markdown, LaTeX, HTML). The
+# symbols are the method's: k experts per token, N experts per layer, K draft length.
 _WORDS = {"te": "TE", "tpot": "TPOT", "ar": "no-SD", "sd": "SD", "ms": "(ms)", "us": "(µs)",
-          "ipf": "IPF", "moe": "MoE", "k": "K", "n": "N", "tau": "acceptance length τ",
+          "ipf": "IPF", "moe": "MoE", "tau": "acceptance length τ",
           "low": "95% low", "high": "95% high", "rel": "relative", "err": "error",
           "costmodel": "cost model", "ctas": "CTAs", "sm": "SM", "hf": "HF", "kv": "KV",
-          "pos": "position", "seq": "seq.", "num": "number of", "pct": "%"}
-_COLUMNS = {"top_k": "top-k"}  # whole identifiers whose parts would read wrongly
+          "pos": "position", "seq": "seq.", "num": "number of", "pct": "(%)", "gib": "(GiB)",
+          "mib": "(MiB)", "p": "p"}
+_COLUMNS = {  # whole identifiers whose parts would read wrongly
+    "k": "K", "top_k": "k (experts per token)", "k_over_n": "k/N", "num_experts": "N",
+    "n": "n", "n_requests": "requests", "drafter_experts": "drafter's N",
+    "empirical_over_k": "measured / k", "p_by_request": "p (by request)",
+    "p_tokens_welch": "p Welch (tokens)", "p_tokens_mannwhitney": "p Mann-Whitney (tokens)",
+    "delta_low_by_request": "delta 95% low (by request)",
+    "delta_high_by_request": "delta 95% high (by request)",
+    "delta_low_tokens": "delta 95% low (tokens)", "delta_high_tokens": "delta 95% high (tokens)",
+    "se_by_request": "SE (by request)", "se_tokens": "SE (tokens)",
+    "k_draft": "K", "cohens_d": "Cohen's d", "target_experts": "target's N"}
 
 
 def header(col: str) -> str:
@@ -36,15 +47,26 @@ def header(col: str) -> str:
     return " ".join(_WORDS.get(w, w) for w in str(col).split("_") if w)
 
 
-def _fmt(v, digits: int) -> str:
+def _fmt(v, digits: int, col: str = "") -> str:
+    """One number format per kind of quantity: fixed decimals (never scientific notation), a
+    p-value below 0.001 as "< 0.001", a percent (a `_pct` column) with one decimal, an unbounded
+    value as "∞"."""
     if v is None or v is pd.NA:  # one symbol for a missing value in every table
         return "–"
     if isinstance(v, float):
         if math.isnan(v):
             return "–"
-        if v != 0 and (abs(v) < 10 ** (-digits) or abs(v) >= 1e6):
-            return f"{v:.2e}"
-        return f"{v:.{digits}f}"
+        if math.isinf(v):
+            return "∞" if v > 0 else "-∞"
+        col = str(col)
+        if col.startswith("p_") or col == "p_value":
+            return "< 0.001" if v < 0.001 else f"{v:.3f}"
+        if col.endswith("_pct"):
+            return f"{v:+.1f}" if "error" in col or "diff" in col else f"{v:.1f}"
+        if abs(v) >= 1e4:
+            return f"{v:,.0f}"
+        out = f"{v:.{digits}f}"
+        return out.replace("-", "", 1) if float(out) == 0 else out  # no "-0.000"
     return str(v)
 
 
@@ -54,7 +76,8 @@ def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
              "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else ":---"
                             for c in df.columns) + "|"]
     for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_fmt(v, digits) for v in row) + " |")
+        lines.append("| " + " | ".join(_fmt(v, digits, c) for v, c in zip(row, df.columns))
+                     + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -73,16 +96,17 @@ def to_latex(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
     out += [r"\begin{tabular}{" + align + "}", r"\toprule",
             " & ".join(_tex_escape(header(c)) for c in df.columns) + r" \\", r"\midrule"]
     for row in df.itertuples(index=False):
-        out.append(" & ".join(_tex_escape(_fmt(v, digits)) for v in row) + r" \\")
+        out.append(" & ".join(_tex_escape(_fmt(v, digits, c)) for v, c in zip(row, df.columns))
+                   + r" \\")
     out += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(out) + "\n"
 
 
 def to_html(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
     """A standalone HTML page: the caption, then the table (numbers right-aligned)."""
-    body = df.rename(columns=header).to_html(
-        index=False, na_rep="–", border=0, classes="specmoe",
-        float_format=lambda v: _fmt(float(v), digits))
+    shown = pd.DataFrame({c: [_fmt(v, digits, c) for v in df[c]] for c in df.columns},
+                         columns=df.columns)
+    body = shown.rename(columns=header).to_html(index=False, border=0, classes="specmoe")
     style = ("body{font-family:sans-serif;font-size:13px} table{border-collapse:collapse} "
              "td,th{padding:2px 8px;border-bottom:1px solid #ddd} td{text-align:right} "
              "th{text-align:left}")

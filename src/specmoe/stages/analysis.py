@@ -25,7 +25,8 @@ SEQUENCE_DISTANCES = 8
 ROUTINGS = {  # routing assumption -> (verify column, decode column) of the unique-experts table
     "uniform i.i.d. (prior model)": ("verify_uniform", "decode_uniform"),
     "independent, skewed loads": ("verify_independent", "decode_independent"),
-    "max-entropy IPF, skewed": ("verify_ipf_skewed", "decode_independent"),
+    "max-entropy IPF, skewed (this project's)": ("verify_ipf_skewed_window",
+                                                 "decode_independent"),
     costmodel.MEASURED_ROUTING: ("verify_empirical", "decode_independent"),
 }
 
@@ -73,6 +74,7 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
     summary = ws.summary()
     seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr, SEQUENCE_DISTANCES)
     summary.update(overlap.sequence_summary(seq, seq_pairs, ws, seq_ci))
+    summary.update(window_interval_summary(overlap.window_intervals(tr, shuffle_seed)))
     uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
                                n_windows=ws.n_full_windows)
     w = ws.k_draft + 1
@@ -87,8 +89,9 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
     rep = overlap.repetitive_windows(tr)
     no_rep = None
     if rep.any() and (~rep).sum() >= 2:
-        no_rep = overlap.window_stats(overlap.select_windows(tr, ~rep),
-                                      shuffle_seed=shuffle_seed).summary()
+        kept = overlap.select_windows(tr, ~rep)
+        no_rep = overlap.window_stats(kept, shuffle_seed=shuffle_seed).summary()
+        no_rep.update(window_interval_summary(overlap.window_intervals(kept, shuffle_seed)))
     by_status = overlap.overlap_by_status(tr)
     by_slice = slice_overlaps(tr)
     prov = dict(tr.meta.get("provenance", {}))
@@ -108,6 +111,20 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
             "unique": ws.unique, "q": ws.q, "used": ws.used, "sequence": seq,
         },
     }, prov)
+
+
+def window_interval_summary(ci: dict) -> dict:
+    """The request-bootstrap intervals of the window statistics (overlap.window_intervals) as
+    the overlap summary keeps them."""
+    out = {"window_requests": ci["n_requests"], "window_low": ci["overlap_low"],
+           "window_high": ci["overlap_high"], "window_decay": ci["decay"],
+           "window_decay_low": ci["decay_low"], "window_decay_high": ci["decay_high"]}
+    if "shuffle" in ci:
+        out.update({"shuffle_low": ci["shuffle_low"], "shuffle_high": ci["shuffle_high"],
+                    "above_shuffle": ci["above_shuffle"],
+                    "above_shuffle_low": ci["above_shuffle_low"],
+                    "above_shuffle_high": ci["above_shuffle_high"]})
+    return out
 
 
 def slice_overlaps(tr) -> dict[str, dict]:
@@ -131,47 +148,65 @@ def slice_overlaps(tr) -> dict[str, dict]:
     return out
 
 
+# The IPF's three predictions of unique experts per window, and the overlap each is fed:
+# the study's (its Table 17 -> Table 20: the uniform fit of the overlap along the committed
+# sequence at d = 1..K) and this project's own two (the overlap inside windows, the union's
+# direct input: uniform, and skewed with each layer's loads).
+IPF_INPUTS = {"uniform_sequence": "overlap along the committed sequence (the study's input)",
+              "uniform_window": "overlap inside windows (this project's estimator)",
+              "skewed_window": "overlap inside windows and each layer's loads (this project's)"}
+
+
 def ipf_stage(overlap_json, out, batch_sizes) -> None:
     ov = read_json(overlap_json)
     s = ov["summary"]
-    n, k = s["num_experts"], s["top_k"]
+    n, k, kd = s["num_experts"], s["top_k"], s["k_draft"]
     per_layer_ov = np.asarray(ov["per_layer"]["overlap"], dtype=float)
     q = np.asarray(ov["per_layer"]["q"], dtype=float)
-    mean_ov = per_layer_ov.mean(axis=0)
-    uni = ipf.predict_uniform(n, k, mean_ov)
+    fits = {"uniform_window": ipf.predict_uniform(n, k, per_layer_ov.mean(axis=0))}
+    seq = np.asarray(s.get("sequence_by_distance") or [], dtype=float)[:kd]
+    if seq.size == kd and np.isfinite(seq).all():
+        fits["uniform_sequence"] = ipf.predict_uniform(n, k, seq)
+    else:
+        log.warning("no overlap along the committed sequence at d = 1..%d: no IPF with the "
+                    "study's input", kd)
     skew = ipf.fit_layers(q, per_layer_ov)
     p0 = skew.p_zero
     emp = ov["unique"]["empirical"]
-    pred = {
-        "uniform": uni["unique"],
-        "skewed": float((1 - p0).sum(axis=1).mean()),
-    }
+    pred = {key: fits[key]["unique"] if key in fits else float("nan")
+            for key in ("uniform_sequence", "uniform_window")}
+    pred["skewed_window"] = float((1 - p0).sum(axis=1).mean())
     rows = []
     for b in batch_sizes:
-        rows.append({"batch": int(b),
-                     "verify_ipf_uniform": float(n * (1 - (1 - uni["unique"] / n) ** b)),
-                     "verify_ipf_skewed": float((1 - p0**b).sum(axis=1).mean())})
+        row = {"batch": int(b)}
+        for key in ("uniform_sequence", "uniform_window"):
+            row[f"verify_ipf_{key}"] = float(n * (1 - (1 - pred[key] / n) ** b))
+        row["verify_ipf_skewed_window"] = float((1 - p0**b).sum(axis=1).mean())
+        rows.append(row)
+    status = {key: (f["converged"], f["iterations"], f["max_error"], f["n_clipped"],
+                    0 if f["converged"] else n) for key, f in fits.items()}
+    status["skewed_window"] = (skew.converged, skew.iterations, skew.max_error, skew.n_clipped,
+                               skew.n_unconverged)
     prov = dict(ov.get("provenance", {}))
     prov.update(provenance({"batch_sizes": batch_sizes}, model=prov.get("model"), stage="ipf"))
     write_json(out, {
         "run": ov["run"],
         "empirical": emp,
+        "inputs": IPF_INPUTS,
+        "sequence_overlap": seq.tolist(),
         "prediction": pred,
         "relative_error": {key: (v - emp) / emp for key, v in pred.items()},
-        "converged": {"uniform": uni["converged"], "skewed": skew.converged},
-        "iterations": {"uniform": uni["iterations"], "skewed": skew.iterations},
-        "max_error": {"uniform": uni["max_error"], "skewed": skew.max_error},
-        "n_clipped": {"uniform": uni["n_clipped"], "skewed": skew.n_clipped},
-        "n_unconverged_experts": {"uniform": 0 if uni["converged"] else n,
-                                  "skewed": skew.n_unconverged},
+        **{name: {key: st[i] for key, st in status.items()} for i, name in enumerate(
+            ("converged", "iterations", "max_error", "n_clipped", "n_unconverged_experts"))},
         "by_batch": rows,
     }, prov)
-    if not (uni["converged"] and skew.converged):
+    if not all(st[0] for st in status.values()):
         log.warning("IPF did not converge for %d expert(s) (max margin error %.2e): their "
                     "pair margins are jointly infeasible", skew.n_unconverged,
-                    max(uni["max_error"], skew.max_error))
-    if uni["n_clipped"] or skew.n_clipped:
-        log.warning("IPF clipped %d infeasible pair tables", uni["n_clipped"] + skew.n_clipped)
+                    max(st[2] for st in status.values()))
+    clipped = sum(st[3] for st in status.values())
+    if clipped:
+        log.warning("IPF clipped %d infeasible pair tables", clipped)
 
 
 def model_dims(model_cfg: dict, num_experts: int, top_k: int,
@@ -206,7 +241,9 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int,
 def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json, out,
                     draft_cfg: dict) -> None:
     """TE at batch 1 and vs batch size, and the synthetic drafters' cost ratio (draft_cfg:
-    context_tokens, moe_drafter_experts)."""
+    context_tokens, moe_drafter_experts, batch_sizes: the ratio's batch axis, past the dense
+    drafter's ridge; the target's unique experts there are those of B independent tokens from
+    the trace's loads)."""
     ov, ip = read_json(overlap_json), read_json(ipf_json)
     s = ov["summary"]
     dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
@@ -229,7 +266,7 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     u = ov["unique"]
     te_b1 = {"uniform": dims.te_weight(u["uniform"]),
              "independent": dims.te_weight(u["independent"]),
-             "ipf_skewed": dims.te_weight(ip["prediction"]["skewed"]),
+             "ipf_skewed": dims.te_weight(ip["prediction"]["skewed_window"]),
              "empirical": dims.te_weight(u["empirical"])}
     prov = dict(ov.get("provenance", {}))
     prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
@@ -238,11 +275,16 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     params = None
     if dims.vocab_size:
         params = stepmodel.fitted()  # the draft cost's pricing, written beside its rows
+        q = np.asarray(ov["per_layer"]["q"], dtype=float)
         ratio = stepmodel.draft_ratio_curve(
-            dims, hw, s["k_draft"], table.index.tolist(),
-            lambda b: table.loc[b, "decode_independent"],
+            dims, hw, s["k_draft"], draft_cfg["batch_sizes"],
+            lambda b: float(np.mean([independent_unique(x, b) for x in q])),
             moe_experts=int(draft_cfg["moe_drafter_experts"]), p=params,
             context=float(draft_cfg["context_tokens"]))
+        heavy = sorted({r["synthetic_drafter"] for r in ratio if r["status"] != "ok"})
+        if heavy:
+            log.warning("model %s: %s outweighs the target (%s): its ratio is left out",
+                        model_cfg["name"], ", ".join(heavy), stepmodel.OUTWEIGHS)
     else:  # the LM head cannot be sized: no draft-ratio rows rather than wrong ones
         log.warning("model %s: no vocab_size in its dims, so no draft-cost ratio (set "
                     "dims.vocab_size)", model_cfg["name"])

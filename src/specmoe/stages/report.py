@@ -13,7 +13,7 @@ from ..errors import InputError
 from ..plan import (CHARS_PER_TOKEN, PlanAssumptions, job_rows, mean_prompt_tokens,
                     summary)
 from ..provenance import provenance, read_json, write_json, write_text
-from ..report import figures, prose, registry, tables
+from ..report import figures, page, prose, registry, tables
 from ..report.html import to_html
 from ..report.measured import build_measured_tables
 from ..report.replay import replay_tables
@@ -62,91 +62,92 @@ def comparison_stage(table_dir, out_stem, study: dict, prov: dict) -> list[Path]
                               registry.text("comparison"))
 
 
-MAX_INLINE_ROWS = 40
+METHOD = "../../docs/method.md"  # from results/report/ to the project's method
 
 
-def _table_block(md: Path, rel) -> list[str]:
-    """A table in the report: inline when short, else linked (CSV, Markdown, LaTeX, HTML)."""
-    links = ", ".join(f"[{ext}](../{rel(md.with_suffix('.' + ext))})"
-                      for ext in ("csv", "md", "tex", "html") if md.with_suffix('.' + ext).exists())
-    body = md.read_text().split("\n<!-- provenance")[0].strip().split("\n")
-    rows = [ln for ln in body if ln.startswith("|")]
-    lines = [f"#### {md.stem.replace('_', ' ')}", "", registry.text(md.stem), "", f"({links})", ""]
-    if len(rows) - 2 <= MAX_INLINE_ROWS:
-        lines += [*rows, ""]
-    else:
-        lines += [f"{len(rows) - 2} rows: see the files above.", ""]
-    return lines
-
-
-def report_stage(table_dir, figure_dir, out, prov: dict) -> None:
-    """results/report/index.md (and index.html beside it): first page, then every figure and
-    table with its caption, grouped by the study's sections."""
-    out = Path(out)
-    td, fd = Path(table_dir), Path(figure_dir)
-    rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
-    lines = ["# specmoe report", "",
-             f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}. "
-             "Every quantity is defined in the project's method (docs/method.md).", ""]
+def _details(td: Path) -> list[str]:
+    """The details after the first page: routing run by run, the measurements, the comparison
+    with the study, the caveats."""
+    lines = []
     findings = prose.report_findings(td)
     if findings:
-        lines += ["## What the routing shows", "",
-                  "Temporal overlap is what the study's argument rests on: overlap that decays with "
-                  "step distance, above both the independence baseline and the within-window "
-                  "shuffle null. Untrained controls can clear independence without it (every "
-                  "position of a window feeds the routers nearly the same vector); weak models "
-                  "decoding greedily repeat tokens, which route alike, so overlap is also given "
-                  "without such windows.", "", *[f"- {f}" for f in findings], ""]
-    targets = prose.routing_targets(td)
-    if not targets.empty:
-        missed = targets[targets["status"].isin(["not shown", "undecided"])]
-        lines += ["## The study's findings in this run's tiny targets", "",
-                  "Each finding of the study, at each tiny target's first run, decided by 95% "
-                  "intervals (bootstrap over requests) where the quantity has one; the timing "
-                  "findings are given with their numbers but cannot be shown on a CPU.", "",
-                  "| model | finding | target | this run | status |", "|---|---|---|---|---|",
-                  *[f"| {r['model']} | {r['finding']} | {r['target']} | {r['value']} | "
-                    f"{r['status']} |" for _, r in targets.iterrows()], ""]
-        lines += ([f"Not shown here: {', '.join(f'{r.model}: {r.finding} ({r.value})' for r in missed.itertuples())}.", ""]
-                  if not missed.empty else
-                  ["Every finding that a CPU run can measure is shown by this run's tiny "
-                   "targets.", ""])
-        loops = prose.repetition_notes(td, list(dict.fromkeys(targets["model"])))
-        if loops:
-            lines += [" ".join(loops), ""]
+        lines += ["### What the routing shows, run by run", "",
+                  "Temporal overlap is what the study's argument rests on: overlap that decays "
+                  "with step distance, above both the independence baseline and the "
+                  "within-window shuffle null. Untrained controls clear independence without it "
+                  "(every position of a window feeds the routers nearly the same vector); weak "
+                  "models decoding greedily repeat tokens, which route alike, so overlap is "
+                  "also given without such windows. Every interval is a 95% bootstrap over "
+                  "requests.", "", *[f"- {f}" for f in findings], ""]
     measured = (prose.measured_findings(td) + prose.draft_cost_findings(td)
                 + prose.prediction_findings(td))
     if measured:
-        lines += ["## What the measurements show", "", *[f"- {f}" for f in measured], "",
-                  "What a CPU run cannot show: on a CPU, timings of tiny models are dominated by "
-                  "per-step host overhead rather than by reading weights, so their speedup and TE "
-                  "curves test the pipeline, not the study's GPU claims.", ""]
+        lines += ["### What the measurements show", "", *[f"- {f}" for f in measured], ""]
     compared = prose.comparison_findings(td) + prose.calibration_findings(td)
     if compared:
-        lines += ["## How it compares with the study", "",
+        lines += ["### How it compares with the study", "",
                   f"Published numbers: {published.SOURCE}. Tiny and synthetic models are compared "
                   "with the study model of the same shape (k of N experts): analogues, not "
                   "reproductions.", "", *[f"- {f}" for f in compared], ""]
     caveats = prose.report_caveats(td)
     if caveats:
-        lines += ["## Caveats", "", *[f"- {c}" for c in caveats], ""]
+        lines += ["### Caveats", "", *[f"- {c}" for c in caveats], ""]
+    return lines
+
+
+def report_stage(table_dir, figure_dir, out, prov: dict) -> None:
+    """results/report/index.md (index.html and summary.txt beside it): a paragraph of what the
+    run shows, the findings table, the details, then every figure and table with its caption,
+    grouped by the study's sections."""
+    out = Path(out)
+    td, fd = Path(table_dir), Path(figure_dir)
+    rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
+    lines = ["# specmoe report", "",
+             f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}. "
+             f"Every quantity is defined in the project's method ([docs/method.md]({METHOD})).",
+             ""]
+    opening = prose.opening(td)
+    if opening:
+        lines += ["## What this run shows", "", opening, ""]
+    targets = prose.routing_targets(td)
+    if not targets.empty:
+        lines += ["## Findings", "",
+                  "Each finding of the study at each tiny target's first run, decided by 95% "
+                  "intervals (bootstrap over requests) where the quantity has one, beside the "
+                  "same quantity of the target's untrained control (its architecture, not "
+                  "trained): a finding the control shows as well is not evidence of learned "
+                  "routing. The timing findings are given with their numbers but cannot be "
+                  "shown on a CPU.", "", *prose.findings_table(targets), ""]
+        loops = prose.repetition_notes(td, list(dict.fromkeys(targets["model"])))
+        if loops:
+            lines += [" ".join(loops), ""]
+    details = _details(td)
+    if details:
+        lines += ["## Details", "", *details]
     for section, items in registry.SECTIONS.items():
         block = []
         for stem in items["figures"]:
             png = fd / f"{stem}.png"
             if png.exists():
-                block += [f"#### Figure: {stem.replace('_', ' ')}", "",
-                          f"![{stem}](../{rel(png)})", "", registry.text(stem, figure=True),
-                          f"([PDF](../{rel(png.with_suffix('.pdf'))}))", ""]
+                block += page.figure_block(png, rel)
         for stem in items["tables"]:
-            md = td / f"{stem}.md"
-            if md.exists():
-                block += _table_block(md, rel)
+            if (td / f"{stem}.md").exists():
+                block += page.table_block(td / f"{stem}.md", td / f"{stem}.csv", rel)
         if block:
             lines += [f"## {section}", "", *block]
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {prov} -->\n")
     write_text(out.with_suffix(".html"), to_html(text, out.parent))
+    write_text(out.parent / "summary.txt", run_summary(out, opening))
+
+
+def run_summary(index: Path, opening: str) -> str:
+    """What the end of a run prints: where the report is and its opening paragraph."""
+    import textwrap
+
+    html = Path(index).with_suffix(".html").resolve()
+    body = textwrap.fill(opening, 100) if opening else "(no runs with results in this report)"
+    return f"Report: {html}\n\n{body}\n"
 
 
 def replay_stage(outdir, config=None) -> list[Path]:

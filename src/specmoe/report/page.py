@@ -1,0 +1,128 @@
+"""How a table or figure appears in the report: a heading in words, its caption, its files, and
+the table itself split into readable parts (the columns that name a row repeated in each part,
+empty columns left out) with its main rows inline where it is long."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from . import registry, tables
+from .runs import first_run, short_dataset
+
+MAX_INLINE_ROWS = 40
+# the quantities of the comparison shown inline: the study's headline numbers
+COMPARISON_MAIN = ("seq1", "seq2", "seq3", "independent", "sequence_temporal_share", "empirical",
+                   "ipf_uniform_sequence", "te_sweep", "decode_share", "delta")
+
+
+def parts(df: pd.DataFrame, stem: str) -> list[tuple[str, pd.DataFrame]]:
+    """The table as (title, part) pairs: the key columns (registry.KEYS) in every part, the value
+    columns grouped as registry.GROUPS says (else in runs of at most registry.MAX_COLUMNS),
+    columns without any value left out."""
+    keys = [c for c in df.columns if c in registry.KEYS]
+    values = [c for c in df.columns if c not in keys and df[c].notna().any()]
+    groups = registry.GROUPS.get(stem)
+    split: list[tuple[str, list[str]]] = []
+    if groups:
+        left = list(values)
+        for title, pattern in groups.items():
+            cols = [c for c in left if re.fullmatch(pattern, str(c))]
+            left = [c for c in left if c not in cols]
+            if cols:
+                split.append((title, cols))
+        if left:
+            split.append(("other columns", left))
+    elif len(values) > registry.MAX_COLUMNS:
+        n = -(-len(values) // registry.MAX_COLUMNS)
+        size = -(-len(values) // n)
+        split = [(f"part {i + 1} of {n}", values[i * size:(i + 1) * size]) for i in range(n)]
+    else:
+        split = [("", values)]
+    return [(title, df[keys + cols]) for title, cols in split]
+
+
+# Curves shown with one column per line (the file keeps one row per point): stem -> (the column
+# naming the line, the value, a word for the value)
+PIVOTS = {"draft_ratio_model": ("drafter_kind", "draft_cost", "draft cost ratio c"),
+          "te_vs_batch": ("routing", "te", "TE")}
+
+
+def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
+    """A curve table as people read it: each model's first run (untrained controls, whose
+    dimensions are their targets', left out), one row per batch size (1, 4, 16, ...: every
+    other power of 2), one column per line."""
+    from ..names import control_name
+
+    line, value, word = PIVOTS[stem]
+    names = set(df["model"])
+    df = first_run(df[~df["model"].map(lambda m: any(control_name(t) == m for t in names))])
+    b = df["batch"].astype(int)
+    df = df[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
+    index = [c for c in ("model", "k", "target_experts", "batch") if c in df]
+    wide = df.pivot(index=index, columns=line, values=value)
+    # rows and lines in the table's own order (pivot sorts them)
+    rows = pd.MultiIndex.from_tuples(list(dict.fromkeys(map(tuple, df[index].values))),
+                                     names=index)
+    wide = wide.reindex(index=rows, columns=list(dict.fromkeys(df[line]))).reset_index()
+    wide.columns.name = None
+    return wide, (f"Shown: {word} by batch size (1, 4, 16, …), one column per "
+                  f"{line.replace('_', ' ')}, at each model's first run, untrained controls left "
+                  "out (their dimensions are their targets'); every row is in the files above.")
+
+
+def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
+    """The rows shown inline and a note saying which, where the table is long: the comparison's
+    headline quantities; a held-out table's summary rows; else each model's first run, and of a
+    curve every fourth batch size (powers of 4)."""
+    if len(df) <= MAX_INLINE_ROWS:
+        return df, ""
+    out, what = df, []
+    if stem == "comparison" and "quantity" in df:
+        out = first_run(df[df["quantity"].isin(COMPARISON_MAIN)])
+        what = ["the headline quantities at each model's first run"]
+    elif "slice" in df and df["slice"].astype(str).str.match(r"(mean|median) of").any():
+        out = df[df["slice"].astype(str).str.match(r"(mean|median) of")]
+        what = ["the summary row of each held-out dataset"]
+    else:
+        if {"model", "k", "dataset", "drafter"} <= set(df.columns):
+            out, what = first_run(df), ["each model's first run"]
+        if "batch" in out and len(out) > MAX_INLINE_ROWS:
+            b = out["batch"].astype(int)
+            out = out[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
+            what.append("batch sizes 1, 4, 16, …")
+    note = f"Shown: {', '.join(what)} ({len(out[:MAX_INLINE_ROWS])} of {len(df)} rows)"
+    if len(out) > MAX_INLINE_ROWS:
+        out = out.iloc[:MAX_INLINE_ROWS]
+    return out, note + "; every row is in the files above."
+
+
+def table_block(md: Path, csv: Path, rel, level: str = "###") -> list[str]:
+    """A table in the report: its heading in words, caption, files, then its parts."""
+    stem = md.stem
+    links = ", ".join(f"[{ext}](../{rel(md.with_suffix('.' + ext))})"
+                      for ext in tables.FORMATS if md.with_suffix('.' + ext).exists())
+    lines = [f"{level} {registry.title(stem)}", "", registry.text(stem), "",
+             f"(file `{stem}`: {links})", ""]
+    df = tables.read_csv(csv)
+    if df.empty:
+        return lines + ["(no rows in this configuration)", ""]
+    shown, note = pivoted(df, stem) if stem in PIVOTS and "batch" in df else main_rows(df, stem)
+    if "dataset" in shown:  # the files keep the full name; the page its short form
+        shown = shown.assign(dataset=shown["dataset"].map(short_dataset))
+    if note:
+        lines += [note, ""]
+    for title, part in parts(shown, stem):
+        if title:
+            lines += [f"*{title}*", ""]
+        lines += [tables.to_markdown(part).rstrip("\n"), ""]
+    return lines
+
+
+def figure_block(png: Path, rel, level: str = "###") -> list[str]:
+    stem = png.stem
+    return [f"{level} Figure: {registry.title(stem, figure=True)}", "",
+            f"![{registry.ALT[stem]}](../{rel(png)})", "", registry.text(stem, figure=True),
+            f"(file `{stem}`, [PDF](../{rel(png.with_suffix('.pdf'))}))", ""]
