@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
 from specmoe.config import Config
 from specmoe.costmodel import DEFAULT_HARDWARE
@@ -21,8 +20,7 @@ def resolved(path="config.yaml", edit=None) -> Config:
     cfg = yaml.safe_load((REPO / path).read_text())
     if edit:
         edit(cfg)
-    validate(cfg, str(REPO / "config/schema.yaml"))
-    return Config.resolve(cfg)
+    return Config.load(cfg, REPO / "config/schema.yaml")
 
 
 def test_a_variant_runs_on_its_targets_hardware():
