@@ -426,14 +426,16 @@ class Config:
 
 
 def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = None,
-                 cache_dir=None, preflight: bool = True) -> tuple[Config, list[str]]:
+                 cache_dir=None, preflight: bool = True,
+                 with_vllm: bool = True) -> tuple[Config, list[str]]:
     """What the workflow runs when it is parsed: the configuration validated and resolved, and
-    every GPU job preflighted (specmoe.preflight); (Config, the warnings to show). InputError with
-    every problem, one line each, where it cannot run: before any job starts."""
+    every GPU job preflighted (specmoe.preflight; with vLLM's own checks unless with_vllm is
+    False); (Config, the warnings to show). InputError with every problem, one line each, where it
+    cannot run: before any job starts."""
     cfg = Config.load(config, schema_path, prompt_datasets)
     notes = cfg.warnings()
     if preflight and cfg.gpu_jobs():
-        report = cfg.preflight(cache_dir)
+        report = cfg.preflight(cache_dir, with_vllm)
         if report.fatal:
             raise InputError("\n".join(report.lines(True)))
         notes += report.lines(False) + [report.summary()]

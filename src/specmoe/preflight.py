@@ -73,6 +73,7 @@ class Finding:
     check: str
     message: str
     fatal: bool = True
+    model: str = ""  # the served model: its jobs' findings of one check are shown as one line
 
     def line(self) -> str:
         return f"preflight: {self.job}: {self.check}: {self.message}"
@@ -127,7 +128,12 @@ def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dic
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        hit = try_to_load_from_cache(repo, "config.json", revision=entry.get("revision"))
+        import os
+
+        cache = os.environ.get("HF_HUB_CACHE") or (
+            os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else None)
+        hit = try_to_load_from_cache(repo, "config.json", revision=entry.get("revision"),
+                                     cache_dir=cache)
     except Exception:  # noqa: BLE001 - a malformed id or cache: not available offline
         hit = None
     if isinstance(hit, str) and Path(hit).exists():
@@ -267,12 +273,23 @@ def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float) -> tuple[float
     return kinds.count("full") * per, kinds.count("sliding") * per, linear
 
 
-def _kv_dtype_bytes(cfg: dict, engine_args: dict) -> float:
+def _kv_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> float:
+    """Bytes per KV-cache element: kv_cache_dtype, else the engine's dtype, else the model's."""
     kv = str(engine_args.get("kv_cache_dtype") or "auto")
     if kv.startswith("fp8"):
         return 1.0
-    base = str(_text(cfg).get("torch_dtype") or _text(cfg).get("dtype") or "bfloat16")
+    base = dtype if dtype != "auto" else \
+        str(_text(cfg).get("torch_dtype") or _text(cfg).get("dtype") or "bfloat16")
     return 4.0 if base in ("float32", "float") else 2.0
+
+
+def served_precision(e: "Engine", cfg: dict) -> str:
+    """The format the weights are served in: the model's precision, or an engine dtype of
+    float32 that widens an unquantised checkpoint."""
+    if e.precision in (None, "auto") and e.dtype in ("float32", "float") \
+            and not _text(cfg).get("quantization_config"):
+        return "fp32"
+    return e.precision or "auto"
 
 
 def batched_tokens(memory_gib: float, offline: bool, engine_args: dict) -> int:
@@ -329,9 +346,10 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
     c = _text(cfg)
     mtp = (mtp_layers(c) or (1 if c.get("model_type") in MTP_WITHOUT_KEY else 0)) \
         if e.method == "mtp" else 0
-    weights = weight_bytes(cfg, e.precision, e.tp, mtp)
+    weights = weight_bytes(cfg, served_precision(e, cfg), e.tp, mtp)
     draft, _ = drafter_bytes(cfg, drafter_cfg, e.method or "", e.tp)
-    full, sliding, linear = kv_bytes_per_token(cfg, e.tp, _kv_dtype_bytes(cfg, e.engine_args))
+    full, sliding, linear = kv_bytes_per_token(cfg, e.tp,
+                                               _kv_dtype_bytes(cfg, e.engine_args, e.dtype))
     extra_layer = 0.0  # the MTP layers' and an EAGLE head's own KV cache: one layer each
     if e.method == "mtp" or e.method in ("eagle", "eagle3"):
         n = len([k for k in _layer_kinds(c) if k == "full"]) or 1
@@ -367,11 +385,12 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
     out: list[Finding] = []
 
     def add(check_: str, message: str, fatal: bool = True):
-        out.append(Finding(e.job, check_, message, fatal))
+        out.append(_finding(e, check_, message, fatal))
 
     c = _text(cfg)
-    for p in tp_problems(cfg, e.tp):
-        add("tensor parallelism", p)
+    problems = tp_problems(cfg, e.tp)
+    if problems:
+        add("tensor parallelism", "; ".join(problems))
     out += _context(e, c)
     out += _method(e, c, drafter_cfg, drafter_why)
     if "memory_gib" not in e.hardware:
@@ -398,15 +417,20 @@ def _context(e: Engine, c: dict) -> list[Finding]:
     out = []
     limit = int(c.get("max_position_embeddings") or 0)
     if limit and e.max_model_len > limit:
-        out.append(Finding(e.job, "context", f"max_model_len {e.max_model_len:,} exceeds the "
-                           f"model's {limit:,} positions (max_position_embeddings)"))
+        out.append(_finding(e, "context", f"max_model_len {e.max_model_len:,} exceeds the "
+                            f"model's {limit:,} positions (max_position_embeddings)"))
     for ds, tokens in e.prompt_tokens.items():
         need = int(math.ceil(tokens)) + e.output_tokens + e.k + 1
         if need > e.max_model_len:
-            out.append(Finding(e.job, "context", f"{ds}'s prompts (about {tokens:,.0f} tokens) + "
-                               f"{e.output_tokens} output tokens + K+1 = {need:,} exceed "
-                               f"max_model_len {e.max_model_len:,} (set engine_args.max_model_len)"))
+            out.append(_finding(e, "context", f"{ds}'s prompts (about {tokens:,.0f} tokens) + "
+                                f"{e.output_tokens} output tokens + K+1 = {need:,} exceed "
+                                f"max_model_len {e.max_model_len:,} (set "
+                                "engine_args.max_model_len)"))
     return out
+
+
+def _finding(e: Engine, check_: str, message: str, fatal: bool = True) -> Finding:
+    return Finding(e.job, check_, message, fatal, e.model)
 
 
 def _method(e: Engine, c: dict, drafter_cfg: dict | None, why: str) -> list[Finding]:
@@ -418,11 +442,11 @@ def _method(e: Engine, c: dict, drafter_cfg: dict | None, why: str) -> list[Find
         if n == 0 or (n is None and c.get("model_type") not in MTP_WITHOUT_KEY):
             said = "num_nextn_predict_layers = 0" if n == 0 else \
                 "neither num_nextn_predict_layers nor mtp_num_hidden_layers"
-            return [Finding(e.job, "speculative method", f"method mtp, but {e.model}'s config.json "
-                            f"has no MTP layers ({said}): use an EAGLE head or a draft model")]
+            return [_finding(e, "speculative method", f"method mtp, but {e.model}'s config.json "
+                             f"has no MTP layers ({said}): use an EAGLE head or a draft model")]
         return []
+    name = (e.drafter or {}).get("name", "the drafter")
     if drafter_cfg is None:
-        name = (e.drafter or {}).get("name", "the drafter")
         return [Finding(e.job, "not checked", f"drafter {name}: {why}", fatal=False)]
     d = _text(drafter_cfg)
     layer = drafter_cfg.get("transformer_layer_config") or d  # speculators' EAGLE-3 format
@@ -430,13 +454,13 @@ def _method(e: Engine, c: dict, drafter_cfg: dict | None, why: str) -> list[Find
     t_vocab, d_vocab = int(c.get("vocab_size") or 0), int(layer.get("vocab_size") or 0)
     if t_vocab and d_vocab and t_vocab != d_vocab:
         what = "tokenizer" if e.method == "draft_model" else "vocabulary"
-        out.append(Finding(e.job, "drafter", f"{e.drafter['name']}'s vocabulary ({d_vocab:,}) is "
-                           f"not the target's ({t_vocab:,}): a different {what}"))
+        out.append(_finding(e, "drafter", f"{name}'s vocabulary ({d_vocab:,}) is not the "
+                            f"target's ({t_vocab:,}): a different {what}"))
     if e.method in ("eagle", "eagle3"):
         want = int(drafter_cfg.get("target_hidden_size") or layer.get("hidden_size") or 0)
         if want and want != int(c["hidden_size"]):
-            out.append(Finding(e.job, "drafter", f"{e.drafter['name']} reads hidden states of "
-                               f"width {want}, the target's are {c['hidden_size']}"))
+            out.append(_finding(e, "drafter", f"{name} reads hidden states of width {want}, the "
+                                f"target's are {c['hidden_size']}"))
     return out
 
 
@@ -467,11 +491,13 @@ class Report:
                 if subject not in skipped.setdefault(why, []):
                     skipped[why].append(subject)
                 continue
-            groups.setdefault((f.check, f.message), []).append(f)
+            groups.setdefault((f.model or f.job, f.check), []).append(f)
         out = []
-        for (check_, message), fs in groups.items():
-            more = f" (and {len(fs) - 1} more job{'s' * (len(fs) > 2)})" if len(fs) > 1 else ""
-            out.append(f"preflight: {fs[0].job}{more}: {check_}: {message}")
+        for (_, check_), fs in groups.items():
+            jobs = list(dict.fromkeys(f.job for f in fs))
+            more = f" (and {len(jobs) - 1} more of its jobs)" if len(jobs) > 1 else ""
+            messages = list(dict.fromkeys(f.message for f in fs if f.job == jobs[0]))
+            out.append(f"preflight: {jobs[0]}{more}: {check_}: {'; '.join(messages)}")
         out += [f"preflight: not checked: {', '.join(names)}: {why}"
                 for why, names in skipped.items()]
         return out
@@ -567,8 +593,9 @@ def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[F
             cache.parent.mkdir(parents=True, exist_ok=True)
             cache.write_text(json.dumps(answer))
     by_first = {jobs[0]: jobs for jobs in distinct.values()}
-    found = [Finding(job, a["check"], a["message"]) for a in answer
-             for job in by_first.get(a["job"], [a["job"]])]
+    model = {r["job"]: r["model"] for r in requests}
+    found = [Finding(job, a["check"], a["message"], model=model.get(job, ""))
+             for a in answer for job in by_first.get(a["job"], [a["job"]])]
     return found, f"checked with vLLM {version}"
 
 
