@@ -277,6 +277,9 @@ def cmd_analyze(a) -> dict:
 def cmd_download(a) -> dict:
     from .hub import download
 
+    if not a.repo_id.strip():
+        raise InputError("give a Hugging Face repository id (owner/name), e.g. "
+                         "Qwen/Qwen3-30B-A3B-FP8")
     if a.out:
         _writable(a.out, "--out")
     if a.repo_type == "dataset" and (a.trust_remote_code or a.mode):

@@ -342,6 +342,7 @@ class Config:
         entry = self.entry(job.model)
         return Engine(job=job.label, model=job.model, entry=entry,
                       hardware=self.hardware.get(self.hardware_of(job.model), {}),
+                      hardware_name=self.hardware_of(job.model),
                       tp=int(entry.get("tp", 1)), precision=entry.get("precision", "auto"),
                       method=method, drafter=dict(d.entry) if method and method != "mtp" else None,
                       k=int(job.k or 0), max_model_len=max_len, batch=batch, output_tokens=out,

@@ -86,6 +86,7 @@ class Engine:
     model: str
     entry: dict              # the served model's configuration entry (a drafter's when alone)
     hardware: dict           # its hardware entry
+    hardware_name: str
     tp: int
     precision: str
     method: str | None       # the drafter's speculative method (None: no SD)
@@ -216,12 +217,18 @@ def _dense_bytes(c: dict) -> float:
     return 4.0 if base in ("float32", "float") else 2.0
 
 
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
 def weight_bytes(cfg: dict, precision: str, tp: int, mtp: int = 0) -> float:
     """Weights per GPU: every layer's experts, attention and dense weights (specmoe.hfconfig), the
     embeddings and LM head (in the checkpoint's dtype), and `mtp` MTP layers (one MoE layer
-    each), all split over TP."""
+    each), all split over TP. A dense model (a draft model served alone): its layers'."""
     from .costmodel import dtype_bytes
     from .hfconfig import dims_from_config
+
+    if not any(_text(cfg).get(k) for k in EXPERT_KEYS):
+        return _dense_model_bytes(_text(cfg), tp)
 
     dims = dims_from_config(cfg, dtype=None if precision in (None, "auto") else precision, tp=tp)
     layer = dims.c_dense + dims.num_experts * dims.c_expert
@@ -233,17 +240,22 @@ def weight_bytes(cfg: dict, precision: str, tp: int, mtp: int = 0) -> float:
     return dims.num_moe_layers * layer + dense + embed + mtp * layer
 
 
-def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> tuple[float, str]:
-    """(weights per GPU, how they were counted) of an EAGLE head or a draft model."""
+def _dense_model_bytes(d: dict, tp: int) -> float:
+    """A dense model's weights per GPU: its layers (specmoe.hfconfig's dense reading), embeddings
+    and LM head."""
     from .hfconfig import dense_dims_from_config
 
+    dims = dense_dims_from_config(d, tp=tp)
+    embed = int(d.get("vocab_size") or 0) * int(d["hidden_size"]) * _dense_bytes(d) \
+        * (1 if d.get("tie_word_embeddings") else 2) / tp
+    return dims.num_layers * (dims.c_dense + dims.c_expert) + embed
+
+
+def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> tuple[float, str]:
+    """(weights per GPU, how they were counted) of an EAGLE head or a draft model."""
     t = _text(target)
     if drafter is not None and method == "draft_model":
-        d = _text(drafter)
-        dims = dense_dims_from_config(d, tp=tp)
-        embed = int(d.get("vocab_size") or 0) * int(d["hidden_size"]) * _dense_bytes(d) \
-            * (1 if d.get("tie_word_embeddings") else 2) / tp
-        return dims.num_layers * (dims.c_dense + dims.c_expert) + embed, "its config.json"
+        return _dense_model_bytes(_text(drafter), tp), "its config.json"
     if method in ("eagle", "eagle3"):
         # one decoder layer of the target's width (attention and a 4h FFN), the fc that reads the
         # target's hidden states (2 or 3 of them) and an LM head over the target's vocabulary
@@ -284,10 +296,12 @@ def _kv_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> float:
 
 
 def served_precision(e: "Engine", cfg: dict) -> str:
-    """The format the weights are served in: the model's precision, or an engine dtype of
-    float32 that widens an unquantised checkpoint."""
-    if e.precision in (None, "auto") and e.dtype in ("float32", "float") \
-            and not _text(cfg).get("quantization_config"):
+    """The format the weights are served in: a quantised checkpoint's own (or vLLM's online
+    fp8); an unquantised one's in the model's precision, or widened by an engine dtype of
+    float32."""
+    if _text(cfg).get("quantization_config") or cfg.get("quantization_config"):
+        return "fp8" if e.precision == "fp8" else "auto"
+    if e.precision in (None, "auto") and e.dtype in ("float32", "float"):
         return "fp32"
     return e.precision or "auto"
 
@@ -379,9 +393,10 @@ def _gib(x: float) -> str:
 def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None,
           drafter_why: str = "") -> tuple[list[Finding], Memory | None]:
     """Every offline check of one GPU job (its findings, and its memory where it was sized)."""
-    if cfg is None:
+    if cfg is None:  # (no repo_id: the configuration's own warning names it)
         what = "drafter " if "method" in e.entry else ""
-        return [Finding(e.job, "not checked", f"{what}{e.model}: {why}", fatal=False)], None
+        return ([Finding(e.job, "not checked", f"{what}{e.model}: {why}", fatal=False)]
+                if why != "no repo_id" else []), None
     out: list[Finding] = []
 
     def add(check_: str, message: str, fatal: bool = True):
@@ -394,7 +409,8 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
     out += _context(e, c)
     out += _method(e, c, drafter_cfg, drafter_why)
     if "memory_gib" not in e.hardware:
-        add("not checked", "memory: its hardware entry has no memory_gib", fatal=False)
+        add("not checked", f"memory of {e.model}: hardware {e.hardware_name} has no memory_gib",
+            fatal=False)
         return out, None
     m = memory(e, cfg, drafter_cfg)
     budget = (f"TP {e.tp} x {e.hardware['memory_gib']:g} GiB x gpu_memory_utilization "
@@ -447,7 +463,8 @@ def _method(e: Engine, c: dict, drafter_cfg: dict | None, why: str) -> list[Find
         return []
     name = (e.drafter or {}).get("name", "the drafter")
     if drafter_cfg is None:
-        return [Finding(e.job, "not checked", f"drafter {name}: {why}", fatal=False)]
+        return [Finding(e.job, "not checked", f"drafter {name}: {why}", fatal=False)
+                ] if why != "no repo_id" else []
     d = _text(drafter_cfg)
     layer = drafter_cfg.get("transformer_layer_config") or d  # speculators' EAGLE-3 format
     out = []
