@@ -620,3 +620,39 @@ def test_the_corpus_is_broad():
     """Well over a hundred inputs, each class of both sides represented."""
     assert len(COMMAND) + len(CONFIG) > 150
     assert len({c[0] for c in COMMAND + CONFIG}) == len(COMMAND) + len(CONFIG)
+
+
+# labels of configuration cases run through `snakemake -n` itself (a workflow parse each; cases
+# that remove a key cannot be written as a --configfile, which merges over config.yaml)
+THROUGH_SNAKEMAKE = ["a misspelt top-level key", "models not a list", "a misspelt model key",
+                     "a study model's repo_id misspelt", "a misspelt hardware key",
+                     "a misspelt dataset format", "hardware close to a defined one",
+                     "fit_to an unknown study model", "dtype in a section's engine arguments",
+                     "fewer prompts than the batch"]
+
+
+@pytest.mark.slow
+def test_a_sample_through_snakemake(tmp_path):
+    """The workflow's parse gives the same one line with status 1, after Snakemake's own two
+    lines, with no traceback, no schema and no job."""
+    import subprocess
+    import sys
+
+    from wf import copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    cases = {c[0]: c for c in CONFIG}
+    failures = []
+    for label in THROUGH_SNAKEMAKE:
+        _, edit, status, pattern = cases[label]
+        cfg = copy.deepcopy(BASE)
+        edit(cfg)
+        (wd / "case.yaml").write_text(yaml.safe_dump(cfg))
+        r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "case.yaml"],
+                           cwd=wd, capture_output=True, text=True, timeout=300)
+        ours = [ln for ln in r.stderr.splitlines()
+                if not ln.startswith(("Using workflow", "Config file"))]
+        if r.returncode != status or len(ours) != 1 or not re.search(pattern, ours[0]) \
+                or "Traceback" in r.stderr or "Job stats" in r.stdout:
+            failures.append(f"{label}: status {r.returncode}\n{r.stderr[-1500:]}")
+    assert not failures, "\n\n".join(failures)
