@@ -436,13 +436,14 @@ def download_manifest(name, mode="full"):
 # Study models whose GPU jobs the plan estimates (a repo id is needed to read their config.json).
 PLANNED = [n for n in HF_RUN if MODELS[n]["repo_id"]]
 
+PLANNED_DATASETS = sorted(
+    {d for n in PLANNED for name in MODELS[n]["datasets"] for d in name.split("+")}
+)
+
 
 def shipped(name):
     """Does the package ship this model's config.json (no download for the GPU bill)?"""
     return shipped_config(MODELS[name]["repo_id"]) is not None
-PLANNED_DATASETS = sorted(
-    {d for n in PLANNED for name in MODELS[n]["datasets"] for d in name.split("+")}
-)
 
 
 def plan_input(wildcards):
