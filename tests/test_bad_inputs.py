@@ -41,6 +41,11 @@ COMMAND = [
     # the parser
     ("no subcommand", "", 2, r"the following arguments are required: cmd"),
     ("unknown subcommand", "frobnicate", 2, r"invalid choice: 'frobnicate'"),
+    ("misspelt subcommand", "ipff --k 8", 2, r"invalid choice: 'ipff' .*; did you mean 'ipf'\?$"),
+    ("misspelt flag", DIMS.replace("--hidden", "--hiden"), 2,
+     r"unrecognized arguments: --hiden 2048; did you mean '--hidden'\?$"),
+    ("misspelt choice", "download o/r --mode ful", 2,
+     r"invalid choice: 'ful' \(choose from 'full', 'config'\); did you mean 'full'\?$"),
     ("required flags missing", "ipf", 2, r"required: --k, --n, --overlaps"),
     ("a word for an integer", "ipf --k eight --n 128 --overlaps 0.3", 2,
      r"--k: invalid int value: 'eight'"),

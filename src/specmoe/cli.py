@@ -28,9 +28,24 @@ class _Parser(argparse.ArgumentParser):
         # check then says what is wrong with it
         self._negative_number_matcher = re.compile(r"^-\.?\d[\d.,eE+-]*$")
 
-    def error(self, message: str):  # one line, exit 2
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+    def error(self, message: str):  # one line, exit 2, with the closest known name
+        sys.stderr.write(f"{self.prog}: error: {message}{self._hint(message)}\n")
         raise SystemExit(2)
+
+    def _hint(self, message: str) -> str:
+        from .schema import did_you_mean
+
+        if m := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
+            known = re.findall(r"'([^']*)'", m[2])
+            hint = did_you_mean(m[1], known)
+        elif m := re.search(r"unrecognized arguments: (-\S+)", message):
+            parsers = [self, *(a.choices[c] for a in self._actions
+                               if isinstance(a, argparse._SubParsersAction) for c in a.choices)]
+            known = {o for p in parsers for a in p._actions for o in a.option_strings}
+            hint = did_you_mean(m[1].split("=")[0], known)
+        else:
+            hint = None
+        return f"; did you mean '{hint}'?" if hint else ""
 
 
 def _version() -> str:
