@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
 from specmoe.config import Config
 from specmoe.costmodel import DEFAULT_HARDWARE
@@ -21,8 +20,7 @@ def resolved(path="config.yaml", edit=None) -> Config:
     cfg = yaml.safe_load((REPO / path).read_text())
     if edit:
         edit(cfg)
-    validate(cfg, str(REPO / "config/schema.yaml"))
-    return Config.resolve(cfg)
+    return Config.load(cfg, REPO / "config/schema.yaml")
 
 
 def test_a_variant_runs_on_its_targets_hardware():
@@ -76,3 +74,59 @@ def test_each_default_is_written_once(literal):
     hits = [f"{f.name}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines())
             if re.search(re.escape(literal), line)]
     assert len(hits) == 1, hits
+
+
+def test_each_gpu_engine_takes_vllms_memory_share_from_one_key():
+    """gpu.memory_utilization (0.9, vLLM's own default) reaches every GPU engine's arguments and
+    the preflight; a model's own gpu entry overrides it; a CPU engine gets none."""
+    c = resolved("config/paper.yaml")
+    args = c.engine_settings("qwen3-30b-fp8-tp2", "sweep")["engine_args"]
+    assert args["gpu_memory_utilization"] == 0.9 and args["tensor_parallel_size"] == 2
+    assert args["max_model_len"] == 36864  # the model's engine_args over the section's
+
+    def lower(cfg):
+        next(m for m in cfg["models"] if m["name"] == "gpt-oss-120b-tp4")["gpu"] = {
+            "memory_utilization": 0.8}
+
+    c = resolved("config/paper.yaml", lower)
+    assert c.engine_of(next(j for j in c.gpu_jobs() if j.model == "gpt-oss-120b-tp4")
+                       ).utilization == 0.8
+    cpu = resolved("config.yaml")
+    assert "gpu_memory_utilization" not in cpu.engine_settings("tiny-fine", "sweep").get(
+        "engine_args", {})
+
+
+def test_a_gpu_jobs_engine_as_the_rules_start_it():
+    c = resolved("config/paper.yaml")
+    jobs = {(j.rule, j.dataset): j for j in c.gpu_jobs() if j.model == "qwen3-30b-fp8-tp2"}
+    cap = c.engine_of(jobs[("capture", "speed-bench-32k")])
+    assert (cap.max_model_len, cap.batch, cap.output_tokens) == (36864, 16, 256)
+    assert cap.prompt_tokens == {"speed-bench-32k": 32768.0} and cap.method == "eagle3"
+    sweep = c.engine_of(jobs[("sweep_ar", "")])
+    assert sweep.batch == 128 and sweep.method is None and not sweep.offline_server
+    assert set(sweep.prompt_tokens) == {"mt-bench", "speed-bench-32k"}
+    # a separate draft model is served alone for the draft cost: its own GPU job
+    assert any(j.rule == "sweep_ar" and j.model == "qwen2-0.5b" for j in c.gpu_jobs())
+
+
+def test_prompt_lengths_come_from_the_configuration_the_table_or_the_plan():
+    c = resolved("config/paper.yaml")
+    assert c.prompt_tokens("mt-bench") == (70.0, "configured")
+    assert c.prompt_tokens("tinybench")[1] == "prompt table"
+    assert 5 < c.prompt_tokens("tinybench")[0] < 100
+
+    def unstated(cfg):
+        cfg["datasets"]["aya"].pop("prompt_tokens")
+
+    assert resolved("config/paper.yaml", unstated).prompt_tokens("aya") == (512.0, "assumed")
+
+
+def test_warnings_name_what_runs_but_not_as_expected():
+    def a100(cfg):
+        cfg["hardware"]["A100"] = {"hbm_bandwidth_gbs": 2039, "peak_tflops": {"bf16": 312}}
+        cfg["models"][3]["hardware"] = "A100"
+
+    (line,) = resolved(edit=a100).warnings()
+    assert line.startswith("config: hardware A100 is not a GPU the step model was calibrated on")
+    unset = resolved("config/paper.yaml").warnings()
+    assert any(w.startswith("config: no repo_id for qwen3-next-80b-bf16-tp4") for w in unset)

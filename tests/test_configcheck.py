@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snakemake.utils import validate
 
+from specmoe import schema
 from specmoe.config import problems
 from wf import copy_workflow
 
@@ -114,7 +114,7 @@ def merged(cfg):
     out = yaml.safe_load((REPO / "config.yaml").read_text())
     for k, v in cfg.items():
         out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    validate(out, str(REPO / "config/schema.yaml"))
+    schema.check(out, REPO / "config/schema.yaml")
     return out
 
 

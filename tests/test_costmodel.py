@@ -172,7 +172,7 @@ def test_the_gpu_bill_prefills_each_prompt_once():
     one = plan.step_s(d, hw, 1, 32000, p)
     assert long - short == pytest.approx(240 * one)
     assert one > 100 * plan.step_s(d, hw, 1, 1, p)
-    tokens = plan.mean_prompt_tokens({"tinybench": "builtin:v1"})["tinybench"]
+    tokens = plan.table_prompt_tokens("builtin:v1", "tinybench")
     assert 5 < tokens < 100  # the embedded prompts are a sentence or two
 
 

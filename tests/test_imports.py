@@ -11,7 +11,8 @@ RUNTIME_PACKAGES = {"torch", "vllm", "transformers"}
 # Pure analysis: statistics, cost model, tables, figures, report. They must run where no engine is
 # installed (the analysis environment).
 ANALYSIS = ("acceptance", "costmodel", "hfconfig", "ipf", "overlap",
-            "plan", "profiling", "prompts", "provenance", "published", "sweep", "synth", "trace",
+            "plan", "preflight", "profiling", "prompts", "provenance", "published", "schema",
+            "sweep", "synth", "trace",
             "unique", "weights", "report.figures", "report.html", "report.measured",
             "report.prose", "report.registry", "report.replay", "report.runs", "report.tables",
             "stages.analysis", "stages.report")

@@ -162,12 +162,12 @@ def test_the_gpu_bill_estimates_exactly_the_engine_jobs_of_the_dag(jobs):
     """The GPU bill and the rules take a model's engine jobs from one decision
     (specmoe.config.Config.engine_jobs): the dry run's capture, sweep and profile jobs of the study's
     models are the jobs the bill lists, no more, no fewer."""
-    from snakemake.utils import validate
 
+    from specmoe import schema
     from specmoe.config import Config
 
     cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
-    validate(cfg, str(REPO / "config/schema.yaml"))
+    schema.check(cfg, REPO / "config/schema.yaml")
     c = Config.resolve(cfg)
     billed = {(j.rule, j.model, str(j.drafter), str(j.k), j.dataset)
               for n in c.names("hf") for j in c.engine_jobs(n)}

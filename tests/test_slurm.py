@@ -52,7 +52,7 @@ GPU = {
     "ks": [3], "batch_sizes": [1],
     "hardware": {"H100": {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989, "fp8": 1979}}},
     "drafters": [{"name": "mtp", "source": "self", "method": "mtp"}],
-    "models": [{"name": "q", "source": "hf", "repo_id": "Qwen/Qwen3-30B-A3B-FP8", "tp": 2,
+    "models": [{"name": "q", "source": "hf", "repo_id": "zai-org/GLM-4.7-Flash", "tp": 2,
                 "hardware": "H100", "drafters": ["mtp"], "datasets": ["tinybench"],
                 "gpu": {"mem_mb": 2000, "runtime": 5}}],
 }
@@ -145,8 +145,8 @@ def test_tiny_model_training_runs_as_a_slurm_job(cluster, tmp_path):
 
 def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, tmp_path):
     cache = tmp_path / "hf" / "hub"
-    lay_out_cache(cache, "Qwen/Qwen3-30B-A3B-FP8", {
-        "config.json": (FIXTURES / "Qwen3-30B-A3B-FP8.json").read_bytes(),
+    lay_out_cache(cache, "zai-org/GLM-4.7-Flash", {  # a model with MTP layers (the preflight)
+        "config.json": (FIXTURES / "GLM-4.7-Flash.json").read_bytes(),
         "tokenizer.json": b"{}", "model.safetensors": b"\0" * 64}, commit="f" * 40)
     wd = workdir(tmp_path, GPU)
     target = "results/traces/q/mtp/K3/tinybench.parquet"

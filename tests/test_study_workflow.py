@@ -110,17 +110,17 @@ def test_cost_only_weight_model_table_for_every_study_model(tmp_path):
 def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
     wd = workdir(tmp_path)
     env = offline_cache(tmp_path)
-    target = "results/traces/qwen3-30b-run/mtp/K3/tinybench.parquet"
+    target = "results/traces/glm-run/mtp/K3/tinybench.parquet"
     dry = snakemake(wd, target, "-n", env=env)
     assert dry.returncode == 0 and re.search(r"gpu=2\b", dry.stdout + dry.stderr)
     t0 = time.perf_counter()
     r = snakemake(wd, target, env=env)
     elapsed = time.perf_counter() - t0
     assert r.returncode != 0
-    log = (wd / "logs" / "traces" / "qwen3-30b-run" / "mtp" / "K3" / "tinybench.log").read_text()
+    log = (wd / "logs" / "traces" / "glm-run" / "mtp" / "K3" / "tinybench.log").read_text()
     assert "needs a CUDA GPU" in log and "config.yaml for a CPU run" in log
     assert not (wd / target).exists()
-    assert (wd / "results" / "downloads" / "Qwen--Qwen3-30B-A3B-FP8.full.json").exists()
+    assert (wd / "results" / "downloads" / "zai-org--GLM-4.7-Flash.full.json").exists()
     assert elapsed < 120
 
 
@@ -135,7 +135,7 @@ def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
     r = snakemake(wd, "results/plan.md", env=env, configfile="plan-case.yaml")
     assert r.returncode == 0, r.stderr[-3000:]
     plan = json.loads((wd / "results" / "plan.json").read_text())
-    jobs = {(j["rule"], j["dataset"]): j for j in plan["jobs"] if j["model"] == "qwen3-30b-run"}
+    jobs = {(j["rule"], j["dataset"]): j for j in plan["jobs"] if j["model"] == "glm-run"}
     assert set(r for r, _ in jobs) == {"sweep_ar", "sweep_sd", "capture", "profile"}
     cap = jobs[("capture", "tinybench")]
     assert cap["gpus"] == 2 and cap["gpu_hours"] == pytest.approx(2 * cap["hours"])
@@ -144,7 +144,7 @@ def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
     md = (wd / "results" / "plan.md").read_text()
     assert "GPU-hours" in md and "prefilled once" in md and plan["prompt_tokens"]["tinybench"] > 0
     assert plan["unplanned"] == ["unknown-moe"] and "Not in this bill: unknown-moe (no" in md
-    dry = snakemake(wd, "results/traces/qwen3-30b-run/mtp/K3/tinybench.parquet", "-n", env=env)
+    dry = snakemake(wd, "results/traces/glm-run/mtp/K3/tinybench.parquet", "-n", env=env)
     assert f"runtime={cap['runtime_min']}," in dry.stdout + dry.stderr
 
 

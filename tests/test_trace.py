@@ -111,3 +111,31 @@ def test_outputs_get_the_usual_permissions_not_mkstemps_0600(tmp_path, small_tra
         os.umask(old)
     for name in ("a.json", "t.parquet"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o644
+
+
+def test_expert_ids_past_uint16_read_back_as_written(tmp_path, small_trace):
+    """70,000 experts: ids are stored as uint32 (expert 69,999 once wrapped to 4,463 in uint16)."""
+    experts = small_trace.experts.astype(np.int64) * 2258  # spread over 0..69,998
+    experts[0, 0, 0] = 69_999
+    tr = type(small_trace)(experts=experts, columns=small_trace.columns, num_experts=70_000,
+                           k_draft=small_trace.k_draft)
+    write_trace(tmp_path / "wide.parquet", tr)
+    back = read_trace(tmp_path / "wide.parquet")
+    assert back.meta["experts_dtype"] == "uint32"
+    assert np.array_equal(back.experts, experts) and int(back.experts[0, 0, 0]) == 69_999
+
+
+@pytest.mark.parametrize("column,value,dtype", [("step", 2**31, "int32"),
+                                                 ("token_id", -2**31 - 1, "int32"),
+                                                 ("accepted", 200, "int8")])
+def test_a_value_its_column_cannot_hold_is_an_error_before_writing(tmp_path, small_trace, column,
+                                                                   value, dtype):
+    cols = {k: np.asarray(v).astype(np.int64) if k == column else v
+            for k, v in small_trace.columns.items()}
+    cols[column] = cols[column].copy()
+    cols[column][-1] = value  # the last row: the rows stay sorted
+    tr = type(small_trace)(experts=small_trace.experts, columns=cols,
+                           num_experts=small_trace.num_experts, k_draft=small_trace.k_draft)
+    with pytest.raises(TraceError, match=rf"column '{column}' holds {value:,}, beyond its {dtype}"):
+        write_trace(tmp_path / "t.parquet", tr)
+    assert not (tmp_path / "t.parquet").exists()

@@ -1,6 +1,8 @@
 """The `specmoe` command: what-if calculations and trace tools without the pipeline.
 
-Every subcommand prints a readable table, or JSON with --json. Bad input exits 2 with one line.
+Every subcommand prints a readable table, or JSON with --json. Bad input exits 2 with one line
+(what is wrong, with the flag); a file that cannot be read or written is bad input too. Flags
+that contradict each other are errors, not silently resolved.
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -18,9 +22,30 @@ from .errors import InputError, SpecmoeError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a value that starts with a minus sign ("-0.1,0.2", "-5") is a value, not an option: its
+        # check then says what is wrong with it
+        self._negative_number_matcher = re.compile(r"^-\.?\d[\d.,eE+-]*$")
+
+    def error(self, message: str):  # one line, exit 2, with the closest known name
+        sys.stderr.write(f"{self.prog}: error: {message}{self._hint(message)}\n")
         raise SystemExit(2)
+
+    def _hint(self, message: str) -> str:
+        from .schema import did_you_mean
+
+        if m := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
+            known = re.findall(r"'([^']*)'", m[2])
+            hint = did_you_mean(m[1], known)
+        elif m := re.search(r"unrecognized arguments: (-\S+)", message):
+            parsers = [self, *(a.choices[c] for a in self._actions
+                               if isinstance(a, argparse._SubParsersAction) for c in a.choices)]
+            known = {o for p in parsers for a in p._actions for o in a.option_strings}
+            hint = did_you_mean(m[1].split("=")[0], known)
+        else:
+            hint = None
+        return f"; did you mean '{hint}'?" if hint else ""
 
 
 def _version() -> str:
@@ -32,11 +57,27 @@ def _version() -> str:
         return "unknown"
 
 
+def _items(text: str, kind: str) -> list[str]:
+    """The comma-separated items of a flag's value; an empty one is an error (never dropped)."""
+    items = [x.strip() for x in text.split(",")]
+    if any(not x for x in items):
+        where = "an empty value" if len(items) > 1 else "no value"
+        raise argparse.ArgumentTypeError(f"expected comma-separated {kind}, got '{text}' ({where})")
+    return items
+
+
 def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got '{text}'") from None
+    out = []
+    for x in _items(text, "numbers"):
+        try:
+            v = float(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated numbers, got '{text}' ('{x}' is not a number)") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"expected finite numbers, got '{x}' in '{text}'")
+        out.append(v)
+    return out
 
 
 def _print(obj: dict, as_json: bool) -> None:
@@ -71,13 +112,20 @@ def _read_loads(path: str, n: int, k: int) -> np.ndarray:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such loads file")
+    if not p.is_file():
+        raise InputError(f"{p}: --loads must be a file of numbers, not a directory")
     text = p.read_text()
     try:
         vals = json.loads(text) if text.lstrip().startswith("[") else \
             [float(x) for x in text.replace(",", " ").split()]
     except ValueError:
         raise InputError(f"{p}: expected numbers (JSON list, CSV or one per line)") from None
-    q = np.asarray(vals, dtype=float)
+    try:
+        q = np.asarray(vals, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise InputError(f"{p}: expected numbers (JSON list, CSV or one per line)") from None
+    if not np.all(np.isfinite(q)):
+        raise InputError(f"{p}: loads must be finite numbers (found nan or inf)")
     if q.size != n:
         raise InputError(f"{p}: {q.size} loads for N={n} experts")
     if np.any(q < 0) or q.sum() <= 0:
@@ -92,9 +140,8 @@ def cmd_ipf(a) -> dict:
     from . import ipf
     from .unique import check_nk, uniform_unique
 
+    _at_least(1, k=a.k, n=a.n, batch=a.batch)
     check_nk(a.n, a.k)
-    if a.batch < 1:
-        raise InputError(f"--batch must be >= 1 (got {a.batch})")
     window = len(a.overlaps) + 1
     if a.loads:
         q = _read_loads(a.loads, a.n, a.k)
@@ -107,25 +154,41 @@ def cmd_ipf(a) -> dict:
             "converged": res["converged"], "n_clipped": res["n_clipped"]}
 
 
+_DIMS = ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k", "n", "layers",
+         "shared_intermediate")
+
+
 def cmd_te(a) -> dict:
     from .costmodel import ModelDims
-    from .hfconfig import dims_from_config
+    from .hfconfig import dims_from_config, load_config
+    from .preflight import tp_problems
 
+    _at_least(1, tp=a.tp, k_draft=a.k_draft)
     if a.config:
+        given = [f"--{n.replace('_', '-')}" for n in _DIMS if getattr(a, n) is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} beside --config: the dimensions come from "
+                             "--config; give one or the other")
         dims = dims_from_config(a.config, dtype=a.dtype, tp=a.tp)
+        shape = load_config(a.config)[0]
     else:
-        missing = [f"--{n.replace('_', '-')}" for n in
-                   ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k",
-                    "layers")
+        missing = [f"--{n.replace('_', '-')}" for n in _DIMS[:6] + ("layers",)
                    if getattr(a, n) is None]
         if missing:
             raise InputError(f"give --config or all of: {', '.join(missing)}")
+        _at_least(1, **{n: getattr(a, n) for n in _DIMS[:6] + ("layers",)})
+        _at_least(0, shared_intermediate=a.shared_intermediate or 0)
         dims = ModelDims.from_dims(hidden=a.hidden, expert_intermediate=a.expert_intermediate,
                                    num_experts=a.n or a.k, top_k=a.k, heads=a.heads,
                                    num_layers=a.layers,
                                    kv_heads=a.kv_heads, head_dim=a.head_dim,
                                    shared_intermediate=a.shared_intermediate or 0,
                                    dtype=a.dtype or "bf16", tp=a.tp)
+        shape = {"num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+                 "hidden_size": a.hidden, "moe_intermediate_size": a.expert_intermediate}
+    bad = tp_problems(shape, a.tp)
+    if bad:
+        raise InputError(f"--tp {a.tp}: {bad[0]}")
     if a.unique is not None:
         hi = min(dims.num_experts, dims.top_k * (a.k_draft + 1))
         if not dims.top_k <= a.unique <= hi:
@@ -138,8 +201,23 @@ def cmd_te(a) -> dict:
     return out
 
 
+def _at_least(low: int, **values) -> None:
+    """Each named flag's value (None: not given) is at least `low`."""
+    for name, v in values.items():
+        if v is not None and v < low:
+            raise InputError(f"--{name.replace('_', '-')} must be >= {low} (got {v})")
+
+
 def cmd_correction(a) -> dict:
     from .costmodel import three_step_correction
+
+    if a.unique_ratio < 1:
+        raise InputError(f"--unique-ratio {a.unique_ratio:g} is impossible: a window uses at least "
+                         "the k experts of one token, so unique experts / k >= 1")
+    if a.measured is not None and not 0 < a.measured <= 1:
+        raise InputError(f"--measured {a.measured:g} is not a target efficiency: TE = decode step "
+                         "time / verification step time lies in (0, 1] (a measured TE above 1 "
+                         "is noise or a mismatched pair of runs)")
 
     return three_step_correction(a.moe_weight_share, a.unique_ratio, a.moe_time_share,
                                  a.moe_time_ratio, a.dense_time_ratio, a.measured)
@@ -147,14 +225,22 @@ def cmd_correction(a) -> dict:
 
 def cmd_synth(a) -> dict:
     from .provenance import provenance
-    from .synth import SynthParams, generate
+    from .synth import FITTED, SynthParams, generate
     from .trace import write_trace
 
+    _writable(a.out, "--out")
+    fitted = {n: getattr(a, n) for n in FITTED if getattr(a, n) is not None}
+    if a.fit_to and fitted:
+        flags = ", ".join(f"--{n.replace('_', '-')}" for n in fitted)
+        raise InputError(f"{flags} beside --fit-to {a.fit_to}: --fit-to fits them to the "
+                         "published curve; give one or the other")
+    if a.topic_switch is not None and not a.topic_spread:
+        raise InputError("--topic-switch has no effect without --topic-spread > 0 (no topics)")
+    _at_least(0, seed=a.seed)
     p = SynthParams(num_experts=a.n, top_k=a.k, num_layers=a.layers, k_draft=a.k_draft,
-                    skew=a.skew, stickiness=a.stickiness, topic_spread=a.topic_spread,
-                    topic_switch=a.topic_switch, fit_to=a.fit_to, requests=a.requests,
-                    steps=a.steps, accept_prob=a.accept_prob, accept_overlap_tie=a.tie,
-                    seed=a.seed)
+                    fit_to=a.fit_to, requests=a.requests, steps=a.steps,
+                    accept_prob=a.accept_prob, accept_overlap_tie=a.tie, seed=a.seed, **fitted)
+    p.validate()
     tr = generate(p)
     write_trace(a.out, tr, provenance(p.to_dict(), model={"name": "synthetic", "source":
                                                           "synthetic", "revision": None}))
@@ -162,12 +248,29 @@ def cmd_synth(a) -> dict:
             "num_experts": p.num_experts, "k_draft": p.k_draft}
 
 
+def _writable(path: Path, flag: str) -> None:
+    """A file that can be written: not a directory, in a directory that exists."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a directory; give a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{flag} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{flag} {path}: directory {parent} is not writable")
+
+
 def cmd_analyze(a) -> dict:
     from . import acceptance, overlap
     from .trace import read_trace
     from .unique import uniform_unique
 
+    _at_least(0, seed=a.seed)
+    if Path(a.trace).is_dir():
+        raise InputError(f"{a.trace}: is a directory; give a routing trace (Parquet file)")
     tr = read_trace(a.trace)
+    if len(tr) == 0:
+        raise InputError(f"{a.trace}: the trace has no rows")
     ws = overlap.window_stats(tr, shuffle_seed=a.seed)
     s = ws.summary()
     out = {k: s[k] for k in ("num_experts", "top_k", "k_draft", "n_tokens", "n_windows",
@@ -189,13 +292,22 @@ def cmd_analyze(a) -> dict:
 def cmd_download(a) -> dict:
     from .hub import download
 
-    man = download(a.name or a.repo_id, a.repo_id, a.revision, mode=a.mode,
-                   repo_type=a.repo_type, trust_remote_code=a.trust_remote_code)
+    if not a.repo_id.strip():
+        raise InputError("give a Hugging Face repository id (owner/name), e.g. "
+                         "Qwen/Qwen3-30B-A3B-FP8")
+    if a.out:
+        _writable(a.out, "--out")
+    if a.repo_type == "dataset" and (a.trust_remote_code or a.mode):
+        flag = "--trust-remote-code" if a.trust_remote_code else f"--mode {a.mode}"
+        raise InputError(f"{flag} applies to model repositories, not to --repo-type dataset")
+    man = download(a.name or a.repo_id, a.repo_id, a.revision, mode=a.mode or "full",
+                   repo_type=a.repo_type, trust_remote_code=a.trust_remote_code,
+                   pin_hint="rerun with --revision <the recorded commit> to pin it")
     if a.out:
         from .provenance import provenance, write_json
 
         write_json(a.out, man, provenance({"repo_id": a.repo_id, "revision": a.revision,
-                                           "mode": a.mode}, stage="download"))
+                                           "mode": a.mode or "full"}, stage="download"))
     return man
 
 
@@ -235,10 +347,15 @@ def cmd_predict(a) -> dict:
 
 
 def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+    out = []
+    for x in _items(text, "integers"):
+        try:
+            out.append(int(x))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated integers, got '{text}' ('{x}' is not an integer)"
+            ) from None
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -291,13 +408,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=int, default=8, help="experts per token (8)")
     s.add_argument("--layers", type=int, default=8, help="MoE layers (8)")
     s.add_argument("--k-draft", type=int, default=3, help="draft length K (3)")
-    s.add_argument("--skew", type=float, default=1.0, help="Zipf exponent of expert loads (1.0)")
-    s.add_argument("--stickiness", type=float, default=0.4,
-                   help="probability that a token keeps each of the previous token's experts")
-    s.add_argument("--topic-spread", type=float, default=0.0,
+    s.add_argument("--skew", type=float, help="Zipf exponent of expert loads (1.0)")
+    s.add_argument("--stickiness", type=float,
+                   help="probability that a token keeps each of the previous token's experts (0.4)")
+    s.add_argument("--topic-spread", type=float,
                    help="log-affinity spread of a request's topic over experts (0: no topics)")
-    s.add_argument("--topic-switch", type=float, default=1.0,
-                   help="probability that the topic changes at a token (1.0)")
+    s.add_argument("--topic-switch", type=float,
+                   help="probability that the topic changes at a token (1.0; needs --topic-spread)")
     s.add_argument("--fit-to", help="a study model (e.g. Qwen3-30B): fit skew, stickiness and "
                                     "topics to its published overlap curve instead")
     s.add_argument("--requests", type=int, default=32, help="requests (32)")
@@ -317,8 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "print its manifest (the only networked command)")
     s.add_argument("repo_id", help="a Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B-FP8")
     s.add_argument("--revision", help="commit, branch or tag (default: newest, unpinned)")
-    s.add_argument("--mode", choices=["full", "config"], default="full",
-                   help="full: what vLLM loads; config: config.json and tokenizer only")
+    s.add_argument("--mode", choices=["full", "config"],
+                   help="full (default): what vLLM loads; config: config.json and tokenizer only")
     s.add_argument("--repo-type", choices=["model", "dataset"], default="model",
                    help="model (default) or dataset")
     s.add_argument("--trust-remote-code", action="store_true", help="also fetch *.py files")
@@ -368,14 +485,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; bad input exits 2 with one line, an unexpected failure 1 with one line
+    (SPECMOE_DEBUG=1 shows its traceback)."""
     args = build_parser().parse_args(argv)
     try:
         out = args.fn(args)
     except SpecmoeError as exc:
-        sys.stderr.write(f"specmoe: error: {exc}\n")
-        return 2
-    _print(_clean(out), args.json)
+        return _fail(f"{exc}".splitlines()[0], 2)
+    except OSError as exc:  # a file that cannot be read or written
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        return _fail(f"{where}{exc.strerror or exc}", 2)
+    except MemoryError:
+        return _fail("out of memory: ask for fewer requests, steps, layers or experts", 2)
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        if os.environ.get("SPECMOE_DEBUG"):
+            raise
+        text = (str(exc).splitlines() or [""])[0]
+        return _fail(f"internal error: {type(exc).__name__}: {text} (rerun with SPECMOE_DEBUG=1 "
+                     "for the traceback)", 1)
+    try:
+        _print(_clean(out), args.json)
+    except BrokenPipeError:  # the reader stopped early (| head): not an error of this command
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so that exiting flushes nowhere
     return 0
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"specmoe: error: {message}\n")
+    return code
 
 
 def _clean(obj):

@@ -1,13 +1,14 @@
 """The configuration resolved once: models, drafters, runs and the engine jobs they imply.
 
-`Config.resolve(config)` takes a configuration that its schema has validated (Snakemake's
-`validate` writes the schema's defaults into it) and builds typed, frozen objects from it. The
-defaults that the schema cannot express are filled here, once: a model's hardware (a variant's is
-its target's, else `costmodel.DEFAULT_HARDWARE`), its K (the top-level `ks`), the prompt table of
-the tiny models (`prompts.DEFAULT_SOURCE`). The workflow's rules, the GPU bill and the stages read
-these objects; which jobs a model has (captures per run, one serving series per engine, one
-profile per drafter at the model's first K) is decided here and nowhere else. Every key:
-config/README.md.
+`Config.load(config, schema)` validates a configuration against its schema (specmoe.schema, which
+writes the schema's defaults into it) and resolves it (`Config.resolve`) into typed, frozen
+objects. The defaults that the schema cannot express are filled here, once: a model's hardware (a
+variant's is its target's, else `costmodel.DEFAULT_HARDWARE`), its K (the top-level `ks`), the
+prompt table of the tiny models (`prompts.DEFAULT_SOURCE`), an engine section's settings
+(ENGINE_DEFAULTS) and vLLM's share of GPU memory (GPU_MEMORY_UTILIZATION). The workflow's rules,
+the GPU bill, the preflight and the stages read these objects; which jobs a model has (captures
+per run, one serving series per engine, one profile per drafter at the model's first K) and what
+each job's engine is are decided here and nowhere else. Every key: config/README.md.
 """
 
 from __future__ import annotations
@@ -19,8 +20,26 @@ from types import MappingProxyType
 from . import configcheck
 from .costmodel import DEFAULT_HARDWARE
 from .errors import InputError
-from .names import control_name
+from .names import control_name, job_label
 from .prompts import DEFAULT_SOURCE
+
+# An engine section's settings where the configuration leaves them out (capture, sweeps, profiles
+# and the SD check read them through specmoe.stages.engines.setting).
+ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
+                   "timeout_s": 1800.0, "repetition_penalty": 1.0}
+# vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
+GPU_MEMORY_UTILIZATION = 0.9
+# The engine section each GPU job's engine reads.
+SECTION = {"capture": "capture", "sweep_ar": "sweep", "sweep_sd": "sweep", "profile": "profiling"}
+# A model's precision as the engine's dtype (bf16, fp16, fp32; auto and fp8 keep the section's).
+PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def with_precision(section: dict, m: dict) -> dict:
+    """An engine config section with the model's precision (bf16, fp16, fp32) as its dtype."""
+    if m.get("precision") in PRECISION_DTYPE:
+        section["dtype"] = PRECISION_DTYPE[m["precision"]]
+    return section
 
 
 @dataclass(frozen=True)
@@ -44,6 +63,10 @@ class Job:
     drafter: str = ""
     k: int | str = ""
     dataset: str = ""
+
+    @property
+    def label(self) -> str:
+        return job_label(self.rule, self.model, self.drafter, self.k, self.dataset)
 
 
 @dataclass(frozen=True)
@@ -135,6 +158,15 @@ class Config:
                     control_of=m["name"])
             else:
                 self.models[m["name"]] = self._model(m)
+
+    @classmethod
+    def load(cls, config: dict, schema_path, prompt_datasets: set[str] | None = None) -> "Config":
+        """Validate `config` against its schema (filling the schema's defaults) and resolve it;
+        InputError listing every problem, one per line."""
+        from . import schema
+
+        schema.check(config, schema_path)
+        return cls.resolve(config, prompt_datasets)
 
     @classmethod
     def resolve(cls, config: dict, prompt_datasets: set[str] | None = None) -> "Config":
@@ -240,6 +272,12 @@ class Config:
                 "gpu_model": g.get("constraint") or hw.get("gpu_model") or "",
                 "mem_mb": int(g.get("mem_mb", 64000)), "runtime": int(g.get("runtime", 120))}
 
+    def memory_utilization(self, name: str) -> float:
+        """vLLM's gpu_memory_utilization of a model's (or drafter's) GPU jobs."""
+        m = self.entry(name)
+        g = {**(self.raw.get("gpu") or {}), **(m.get("gpu") or {})}
+        return float(g.get("memory_utilization", GPU_MEMORY_UTILIZATION))
+
     def gpus(self, name: str) -> int:
         """GPUs of one model's engine jobs: its TP on a GPU, none on a CPU."""
         return self.gpu_resources(name)["gpu"] if self.on_gpu(name) else 0
@@ -258,10 +296,151 @@ class Config:
             jobs += [Job("profile", name, d, m.ks[0], m.datasets[0]) for d in m.drafters]
         return jobs
 
+    def gpu_jobs(self) -> list[Job]:
+        """Every engine job on a GPU: the study models' jobs, and the series of each separate draft
+        model that is served alone for the draft cost."""
+        jobs = [j for n in self.names("hf") if self.on_gpu(n) for j in self.engine_jobs(n)]
+        alone = sorted({j.drafter for j in jobs if j.rule == "sweep_sd"
+                        and self.drafters[j.drafter].served_alone})
+        return jobs + [Job("sweep_ar", d) for d in alone if self.on_gpu(d)]
+
+    def engine_settings(self, name: str, section: str) -> dict:
+        """An engine section (sweep, profiling, capture) for a study model or a drafter served
+        alone: its TP, precision, engine arguments and, on a GPU, vLLM's memory share."""
+        m = self.entry(name)  # a model, or a drafter served alone (TP 1, its own format)
+        base = dict(self.raw.get(section) or {})
+        extra = {**(base.get("engine_args") or {}), **(m.get("engine_args") or {})}
+        extra["tensor_parallel_size"] = int(m.get("tp", 1))
+        if m.get("precision", "auto") == "fp8":
+            extra["quantization"] = "fp8"
+        with_precision(base, m)
+        if m.get("trust_remote_code"):
+            extra["trust_remote_code"] = True
+        if self.on_gpu(name):
+            extra["gpu_memory_utilization"] = self.memory_utilization(name)
+        base["engine_args"] = extra
+        return base
+
+    def engine_of(self, job: Job):
+        """What a GPU job's engine is, for the preflight (specmoe.preflight.Engine)."""
+        from .preflight import Engine
+
+        settings = self.engine_settings(job.model, SECTION[job.rule])
+        args = settings["engine_args"]
+        section = settings if job.rule != "capture" else {}  # capture has no max_model_len key
+        max_len = int(args.get("max_model_len") or section.get("max_model_len")
+                      or ENGINE_DEFAULTS["max_model_len"])
+        if job.rule == "capture":
+            batch, out = int(settings["max_num_seqs"]), int(settings["max_tokens"])
+        elif job.rule == "profile":
+            batch, out = max(settings["batch_sizes"]), int(settings["max_tokens"])
+        else:
+            batch = max(int(p["batch"]) for p in settings["schedule"])
+            out = int(settings["output_len"])
+        d = self.drafters.get(job.drafter)
+        method = d.method if d is not None and job.rule != "sweep_ar" else None
+        entry = self.entry(job.model)
+        return Engine(job=job.label, model=job.model, entry=entry,
+                      hardware=self.hardware.get(self.hardware_of(job.model), {}),
+                      hardware_name=self.hardware_of(job.model),
+                      tp=int(entry.get("tp", 1)), precision=entry.get("precision", "auto"),
+                      method=method, drafter=dict(d.entry) if method and method != "mtp" else None,
+                      k=int(job.k or 0), max_model_len=max_len, batch=batch, output_tokens=out,
+                      prompt_tokens={ds: self.prompt_tokens(ds)[0]
+                                     for ds in self._job_datasets(job)},
+                      utilization=self.memory_utilization(job.model),
+                      offline_server=job.rule not in ("sweep_ar", "sweep_sd"),
+                      dtype=str(settings.get("dtype") or ENGINE_DEFAULTS["dtype"]),
+                      engine_args=dict(args))
+
+    def preflight(self, cache_dir=None, with_vllm: bool = True):
+        """The preflight of every GPU job (specmoe.preflight.Report)."""
+        from . import preflight
+
+        return preflight.run([self.engine_of(j) for j in self.gpu_jobs()], cache_dir, with_vllm)
+
+    def plan_entry(self, name: str) -> dict:
+        """What the GPU bill needs of one study model: its engine jobs as the rules run them and,
+        on a GPU, each job's engine (for its memory headroom)."""
+        from dataclasses import asdict
+
+        m = self.models[name]
+        jobs = self.engine_jobs(name)
+        return {"name": name, "repo_id": m.entry.get("repo_id"), "precision": m.precision,
+                "tp": m.tp, "hardware": m.hardware, "datasets": list(m.datasets),
+                "gpus": self.gpus(name), "jobs": [vars(j) for j in jobs],
+                "engines": [asdict(self.engine_of(j)) for j in jobs] if self.on_gpu(name) else []}
+
+    def _job_datasets(self, job: Job) -> list[str]:
+        """The datasets whose prompts a job's engine meets: a capture's or profile's one, a
+        series' every dataset of its model (a drafter alone: of the models it drafts for)."""
+        if job.dataset:
+            names = [job.dataset]
+        elif job.model in self.drafters:
+            names = [ds for m in self.models.values() if job.model in m.drafters
+                     for ds in m.datasets]
+        else:
+            names = list(self.models[job.model].datasets)
+        return sorted({p for ds in names for p in ds.split("+")})
+
+    def prompt_tokens(self, dataset: str) -> tuple[float, str]:
+        """(mean prompt length in tokens, where it comes from) before any download:
+        `datasets.<name>.prompt_tokens`, the prompt table's own (4 characters per token), or the
+        GPU bill's assumption `plan.prompt_tokens`."""
+        given = (self.datasets.get(dataset) or {}).get("prompt_tokens")
+        if given:
+            return float(given), "configured"
+        if dataset not in self.datasets:
+            from .plan import table_prompt_tokens
+
+            tokens = table_prompt_tokens(self.prompts, dataset)
+            if tokens is not None:
+                return tokens, "prompt table"
+        from .plan import PlanAssumptions
+
+        return PlanAssumptions.from_dict(self.raw.get("plan")).prompt_tokens, "assumed"
+
+    def warnings(self) -> list[str]:
+        """What may run, but not as the user expects: study models without a repository, GPUs the
+        step model was not calibrated on."""
+        out = []
+        unset = [n for n, m in self.hf.items() if not m.entry.get("repo_id")]
+        unset += [n for n, d in self.drafters.items() if d.source == "hf"
+                  and not d.entry.get("repo_id")]
+        if unset:
+            out.append(f"config: no repo_id for {', '.join(unset)} (the study names none): fill it "
+                       "in before their downloads run; the DAG below includes them")
+        from .published import load
+
+        calibrated = set(load("hardware")["gpu"])
+        for hw in sorted({m.hardware for m in self.models.values() if m.source != "tiny"}):
+            if self.hardware.get(hw, {}).get("device", "gpu") == "gpu" and hw not in calibrated:
+                out.append(f"config: hardware {hw} is not a GPU the step model was calibrated on "
+                           f"({', '.join(sorted(calibrated))}): its predictions and the GPU bill "
+                           "there are extrapolations")
+        return out
+
     def profiled(self) -> list[Job]:
         """Every profile job (variants are not profiled: their kernels are their target's)."""
         return [j for n in [*self.swept, *self.hf_swept] if n in self.models
                 for j in self.engine_jobs(n) if j.rule == "profile"]
+
+
+def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = None,
+                 cache_dir=None, preflight: bool = True,
+                 with_vllm: bool = True) -> tuple[Config, list[str]]:
+    """What the workflow runs when it is parsed: the configuration validated and resolved, and
+    every GPU job preflighted (specmoe.preflight; with vLLM's own checks unless with_vllm is
+    False); (Config, the warnings to show). InputError with every problem, one line each, where it
+    cannot run: before any job starts."""
+    cfg = Config.load(config, schema_path, prompt_datasets)
+    notes = cfg.warnings()
+    if preflight and cfg.gpu_jobs():
+        report = cfg.preflight(cache_dir, with_vllm)
+        if report.fatal:
+            raise InputError("\n".join(report.lines(True)))
+        notes += report.lines(False) + [report.summary()]
+    return cfg, notes
 
 
 def problems(config: dict, prompt_datasets: set[str] | None = None) -> list[str]:

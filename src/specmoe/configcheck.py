@@ -14,6 +14,15 @@ from collections import Counter
 from .costmodel import compute_dtype
 from .errors import InputError
 from .names import control_name
+from .schema import did_you_mean
+
+
+def _not_in(value: str, known, what: str = "defined") -> str:
+    """'; did you mean X?' where a known name is close, else the known names."""
+    hint = did_you_mean(value, known)
+    if hint:
+        return f"; did you mean '{hint}'?"
+    return f" ({what}: {', '.join(sorted(known)) or 'none'})"
 
 
 def structure(config: dict) -> list[str]:
@@ -54,15 +63,17 @@ def structure(config: dict) -> list[str]:
         for m in models:
             if m.get("compare_with") and m["compare_with"] not in study:
                 out.append(f"model {m['name']}: compare_with '{m['compare_with']}' is not a model "
-                           f"of the study (one of: {', '.join(sorted(study))})")
+                           "of the study" + _not_in(m["compare_with"], study, "one of"))
     by_name = {m["name"]: m for m in models}
     for m in models:
         if m["source"] != "variant":
             continue
         base = by_name.get(m["variant_of"])
         if base is None or base["source"] != "tiny":
+            tiny = [n for n, e in by_name.items() if e["source"] == "tiny"]
             out.append(f"model {m['name']}: variant_of '{m['variant_of']}' is not a tiny model of "
-                       "this configuration (a variant serves a tiny model's checkpoint)")
+                       "this configuration (a variant serves a tiny model's checkpoint)"
+                       + _not_in(m["variant_of"], tiny, "tiny models"))
             continue
         for key in ("arch", "steps", "seed", "dims", "synthetic", "repo_id"):
             if key in m:
@@ -88,8 +99,8 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
         where, src, e = f"model {m.name}", m.source, m.entry
         tiny = src in ("tiny", "variant")  # a variant serves a tiny checkpoint
         if m.hardware not in hardware:
-            out.append(f"{where}: hardware '{m.hardware}' is not defined under 'hardware' "
-                       f"(defined: {', '.join(sorted(hardware)) or 'none'})")
+            out.append(f"{where}: hardware '{m.hardware}' is not defined under 'hardware'"
+                       + _not_in(m.hardware, hardware))
         for k, n in Counter(e.get("ks") or []).items():  # the top-level ks: `structure`
             if n > 1:
                 out.append(f"{where}: ks lists K={k} twice")
@@ -103,7 +114,8 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
         for name in m.drafters:
             d = drafters.get(name)
             if (tiny or src == "hf") and d is None:
-                out.append(f"{where}: drafter '{name}' is not defined under 'drafters'")
+                out.append(f"{where}: drafter '{name}' is not defined under 'drafters'"
+                           + _not_in(name, drafters))
             elif tiny and d.source != "tiny":
                 out.append(f"{where}: drafter '{name}' is a {d.source} drafter; a tiny target "
                            "needs a tiny drafter (its tokenizer)")
@@ -115,16 +127,18 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
             if tiny and prompt_datasets is not None:
                 missing = [p for p in parts if p not in prompt_datasets]
                 if missing:
-                    out.append(f"{where}: dataset '{'+'.join(missing)}' is not in the prompt table "
-                               f"(it has {', '.join(sorted(prompt_datasets))})")
+                    out.append(f"{where}: dataset '{'+'.join(missing)}' is not in the prompt table"
+                               + _not_in(missing[0], prompt_datasets, "it has"))
             if src == "hf":
                 missing = [p for p in parts if p not in datasets
                            and (prompt_datasets is None or p not in prompt_datasets)]
                 if missing:
+                    known = set(datasets) | set(prompt_datasets or ())
                     out.append(f"{where}: dataset '{'+'.join(missing)}' is neither under "
-                               "'datasets' nor in the prompt table")
+                               "'datasets' nor in the prompt table" + _not_in(missing[0], known))
                 elif len(parts) > 1 and any(p in datasets for p in parts):
                     out.append(f"{where}: downloaded datasets run one at a time ('{ds}')")
+        out += _engine_args_problems(f"{where}: engine_args", e.get("engine_args"))
         peaks = (hardware.get(m.hardware) or {}).get("peak_tflops") or {}
         if src == "hf" and m.precision == "fp8" and m.hardware in hardware and "fp8" not in peaks:
             out.append(f"{where}: precision fp8 on hardware {m.hardware}, which has no fp8 peak "
@@ -150,13 +164,43 @@ def settings(config: dict, prompt_datasets: set[str] | None) -> list[str]:
     tiny = config.get("tiny") or {}
     sd = tiny.get("sd_check") or {}
     if sd.get("dataset") and prompt_datasets is not None and sd["dataset"] not in prompt_datasets:
-        out.append(f"tiny.sd_check.dataset '{sd['dataset']}' is not in the prompt table")
+        out.append(f"tiny.sd_check.dataset '{sd['dataset']}' is not in the prompt table"
+                   + _not_in(sd["dataset"], prompt_datasets, "it has"))
+    if ("sweep" in config) != ("profiling" in config):
+        have, lack = ("sweep", "profiling") if "sweep" in config else ("profiling", "sweep")
+        out.append(f"{have} is set without {lack}: sweeps and profiles run only when both "
+                   f"sections are present (add {lack}, or remove {have})")
+    for section in ("sweep", "profiling", "capture"):
+        out += _engine_args_problems(f"{section}.engine_args",
+                                     (config.get(section) or {}).get("engine_args"))
     train = tiny.get("train") or {}
     if tiny and train.get("seq_len") and tiny.get("max_heldout_tokens") and \
             tiny["max_heldout_tokens"] < train["seq_len"] * train.get("batch_size", 1):
         out.append(f"tiny.max_heldout_tokens ({tiny['max_heldout_tokens']}) is smaller than one "
                    f"evaluation batch (seq_len x batch_size = "
                    f"{train['seq_len'] * train.get('batch_size', 1)})")
+    return out
+
+
+# Engine arguments that the configuration sets from its own keys: written in `engine_args` too,
+# the two would contradict (the engine takes the later), so they are refused there.
+OWNED_ENGINE_ARGS = {
+    "model": "the model's repo_id", "tensor_parallel_size": "the model's tp",
+    "speculative_config": "the model's drafters and ks", "quantization": "the model's precision",
+    "dtype": "the model's precision and the section's dtype",
+    "gpu_memory_utilization": "gpu.memory_utilization", "trust_remote_code": "trust_remote_code",
+    "max_num_seqs": "the schedule's largest batch (capture: max_num_seqs)",
+    "kv_cache_memory_bytes": "kv_cache_mib", "seed": "the pipeline (0)",
+}
+
+
+def _engine_args_problems(prefix: str, args: dict | None) -> list[str]:
+    """prefix: where the engine_args are ("sweep.engine_args", "model m: engine_args")."""
+    out = []
+    for key in args or {}:
+        owner = OWNED_ENGINE_ARGS.get(str(key).replace("-", "_"))
+        if owner:
+            out.append(f"{prefix}.{key} is set by {owner}: leave it out of engine_args")
     return out
 
 
@@ -181,7 +225,16 @@ def _synthetic_problems(m: dict, ks: tuple) -> list[str]:
         except InputError as exc:
             out.append(f"synthetic: {exc}")
             break
+    if syn.get("fit_to"):
+        from .published import load
+
+        curves = set(load("overlap_by_distance")["model"])
+        if syn["fit_to"] not in curves:
+            out.append(f"synthetic.fit_to '{syn['fit_to']}' has no published overlap curve"
+                       + _not_in(syn["fit_to"], curves, "the study publishes"))
     dims = m.get("dims") or {}
+    if "tp" in dims and int(m.get("tp", 1)) not in (1, int(dims["tp"])):
+        out.append(f"tp {m['tp']} contradicts dims.tp {dims['tp']} (the cost model reads dims.tp)")
     for key in ("num_experts", "top_k"):
         if key in dims and key in syn and dims[key] != syn[key]:
             out.append(f"dims.{key}={dims[key]} contradicts synthetic.{key}={syn[key]}")

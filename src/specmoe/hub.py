@@ -152,17 +152,19 @@ def _file_record(snapshot: Path, rel: str) -> dict:
 
 def download(name: str, repo_id, revision: str | None = None, *, mode: str = "full",
              repo_type: str = "model", trust_remote_code: bool = False,
-             allow_patterns: list[str] | None = None, cache_dir: str | None = None) -> dict:
-    """Resolve (and fetch unless offline) one repository into the HF cache; return its manifest."""
+             allow_patterns: list[str] | None = None, cache_dir: str | None = None,
+             pin_hint: str = "put the recorded commit in the config as `revision` to pin it"
+             ) -> dict:
+    """Resolve (and fetch unless offline) one repository into the HF cache; return its manifest.
+    pin_hint: how to pin an unpinned download, for the warning (the config's key, a flag)."""
     from huggingface_hub import HfApi, snapshot_download
 
     repo_id = check_repo_id(name, repo_id)
     if mode not in ("full", "config"):
         raise InputError(f"{name}: unknown download mode '{mode}' (full, config)")
     if revision is None:
-        log.warning("%s: no revision in the config: taking the newest commit of %s and recording "
-                    "it in the manifest; this run is unpinned (put the recorded commit in the "
-                    "config as `revision` to pin it)", name, repo_id)
+        log.warning("%s: no revision given: taking the newest commit of %s and recording it in "
+                    "the manifest; this run is unpinned (%s)", name, repo_id, pin_hint)
     patterns = list(allow_patterns or [])
     ignore = None
     if repo_type == "model" and not allow_patterns:

@@ -34,6 +34,7 @@ class PlanAssumptions:
     load_gbs: float = 2.0       # weight loading, GB/s per GPU
     safety: float = 2.0         # SLURM runtime = safety x estimate
     min_runtime: int = 15       # minutes
+    prompt_tokens: float = 512.0  # mean prompt length of a dataset that states none
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "PlanAssumptions":
@@ -146,12 +147,13 @@ def summary(rows: list[dict]) -> dict:
     return {"gpu_hours_by_model": by_model, "gpu_hours": sum(by_model.values())}
 
 
-def mean_prompt_tokens(prompt_tables: dict[str, str]) -> dict[str, float]:
-    """Each dataset's mean prompt length in tokens, estimated from its characters."""
+def table_prompt_tokens(source: str, dataset: str) -> float | None:
+    """A dataset's mean prompt length in tokens in a prompt table (the embedded one, or a CSV),
+    estimated from its characters; None where the table does not have it or cannot be read."""
     from . import prompts as prompt_table
 
-    out = {}
-    for ds, src in prompt_tables.items():
-        rows = prompt_table.load(src, [ds])
-        out[ds] = sum(len(r.text) for r in rows) / len(rows) / CHARS_PER_TOKEN
-    return out
+    try:
+        rows = prompt_table.load(source, [dataset])
+    except (InputError, OSError):
+        return None
+    return sum(len(r.text) for r in rows) / len(rows) / CHARS_PER_TOKEN if rows else None

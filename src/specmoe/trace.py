@@ -13,8 +13,8 @@ Columns (schema version 1):
   status       int8    0 committed, 1 accepted, 2 first_rejected, 3 after_rejection
   token_id     int32
   experts      fixed_size_binary[L*k*w]  top-k expert ids as little-endian integers of w bytes
-               (meta experts_dtype: uint8 when N <= 256, else uint16), layer-major: id of
-               (layer l, slot i) at element l*k + i
+               (meta experts_dtype: uint8 when N <= 256, uint16 when N <= 65,536, else uint32),
+               layer-major: id of (layer l, slot i) at element l*k + i
   weights      fixed_size_binary[L*k*2]  router weights as little-endian float16 (optional)
 
 The id matrix is stored as fixed-size binary rather than a list column because Parquet decodes
@@ -122,7 +122,24 @@ class Trace:
 
 
 def _experts_dtype(num_experts: int) -> np.dtype:
-    return np.dtype("<u1") if num_experts <= 256 else np.dtype("<u2")
+    """The narrowest unsigned integer that holds every expert id 0..N-1."""
+    for dtype in ("<u1", "<u2", "<u4"):
+        if num_experts <= np.iinfo(np.dtype(dtype)).max + 1:
+            return np.dtype(dtype)
+    raise TraceError(f"num_experts={num_experts} does not fit the trace's expert ids (at most "
+                     f"{np.iinfo(np.uint32).max + 1:,})")
+
+
+def _fitted(name: str, values, dtype) -> np.ndarray:
+    """An integer column in its stored type; a value the type cannot hold is an error, never a
+    wrapped number."""
+    v = np.asarray(values)
+    info = np.iinfo(dtype)
+    if v.size and (v.min() < info.min or v.max() > info.max):
+        bad = v.max() if v.max() > info.max else v.min()
+        raise TraceError(f"column '{name}' holds {int(bad):,}, beyond its {np.dtype(dtype).name} "
+                         f"range {info.min:,}..{info.max:,}")
+    return v.astype(dtype)
 
 
 def _fixed_binary(values: np.ndarray) -> pa.Array:
@@ -152,7 +169,7 @@ def write_trace(path: str | Path, trace: Trace, provenance: dict | None = None) 
     arrays: dict[str, pa.Array] = {}
     for name, dtype in _INT_COLUMNS.items():
         if name in trace.columns:
-            arrays[name] = pa.array(np.asarray(trace.columns[name]).astype(dtype))
+            arrays[name] = pa.array(_fitted(name, trace.columns[name], dtype))
     for name in _STR_COLUMNS:
         if name in trace.columns:
             arrays[name] = pa.array(np.asarray(trace.columns[name]).astype(str)).dictionary_encode()

@@ -5,19 +5,18 @@ import re
 import sys
 
 from snakemake.io import report as report_item
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 from specmoe.report import registry
 from specmoe import prompts as prompt_table
-from specmoe.config import Config, repo_key
+from specmoe.config import for_workflow, repo_key, with_precision
+from specmoe.errors import InputError
 from specmoe.names import control_name
+from specmoe.preflight import shipped_config
 from specmoe.tiny import TrainSpec
 from specmoe.published import study_entry
 
 min_version("9.0")
-
-
-validate(config, "../../config/schema.yaml")
 
 
 report: "../report/workflow.rst"
@@ -51,9 +50,29 @@ def prompt_datasets(cfg):
         return None
 
 
-# The configuration resolved once (specmoe.config): every cross-reference and pair of numbers that
-# could contradict is checked first, one line each, before any job.
-CFG = Config.resolve(config, prompt_datasets(config))
+def main_process():
+    try:
+        return workflow.is_main_process
+    except AttributeError:
+        return True
+
+
+# The configuration validated by its schema (its defaults filled in) and resolved once
+# (specmoe.config): every key, cross-reference and pair of numbers that could contradict is
+# checked, and every GPU job preflighted (specmoe.preflight), one line per problem, before any job
+# starts (not again inside each job).
+try:
+    CFG, _notes = for_workflow(
+        config,
+        os.path.join(workflow.basedir, "config", "schema.yaml"),
+        prompt_datasets(config),
+        cache_dir=".snakemake/specmoe",
+        preflight=main_process(),
+    )
+except InputError as exc:
+    sys.exit(str(exc))
+for _line in _notes:
+    print(_line, file=sys.stderr)
 
 # The study's models and drafters from the Hugging Face Hub (source: hf), the datasets downloaded
 # for them, and the download manifests that later rules read (the HF cache is the store).
@@ -76,13 +95,6 @@ for _e in [
     )
     _r["trust_remote_code"] |= bool(_e["trust_remote_code"])
     _r["names"].append(_e["name"])
-_unset = [n for r in REPOS.values() if not r["repo_id"] for n in r["names"]]
-if _unset:
-    print(
-        f"config: no repo_id for {', '.join(_unset)} (the study names none): fill it in "
-        "before their downloads run; the DAG below includes them",
-        file=sys.stderr,
-    )
 
 # Every model the runs refer to (a tiny target's untrained "<name>-random" control included), as
 # the stages read it: a tiny model's cost model reads the checkpoint the pipeline writes, a study
@@ -344,16 +356,6 @@ def model_dir(wildcards):
     return f"results/models/{name}"
 
 
-PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-
-
-def with_precision(section, m):
-    """An engine config section with the model's precision (bf16, fp16, fp32) as its dtype."""
-    if m.get("precision") in PRECISION_DTYPE:
-        section["dtype"] = PRECISION_DTYPE[m["precision"]]
-    return section
-
-
 def sweep_params(wildcards):
     """The sweep settings that change a measurement, in the model's precision."""
     m = VARIANTS.get(wildcards.model) or MODELS.get(wildcards.model) or {}
@@ -433,9 +435,15 @@ def download_manifest(name, mode="full"):
 
 # Study models whose GPU jobs the plan estimates (a repo id is needed to read their config.json).
 PLANNED = [n for n in HF_RUN if MODELS[n]["repo_id"]]
+
 PLANNED_DATASETS = sorted(
     {d for n in PLANNED for name in MODELS[n]["datasets"] for d in name.split("+")}
 )
+
+
+def shipped(name):
+    """Does the package ship this model's config.json (no download for the GPU bill)?"""
+    return shipped_config(MODELS[name]["repo_id"]) is not None
 
 
 def plan_input(wildcards):
@@ -584,14 +592,4 @@ def engine_section(section, tiny_section):
 
 def engine_settings(name, section):
     """A sweep/profiling/capture section with the model's TP, precision and engine arguments."""
-    m = CFG.entry(name)  # a model, or a drafter served alone (TP 1, its own format)
-    base = dict(config.get(section) or {})
-    extra = {**(base.get("engine_args") or {}), **(m.get("engine_args") or {})}
-    extra["tensor_parallel_size"] = int(m.get("tp", 1))
-    if m.get("precision", "auto") == "fp8":
-        extra["quantization"] = "fp8"
-    with_precision(base, m)
-    if m.get("trust_remote_code"):
-        extra["trust_remote_code"] = True
-    base["engine_args"] = extra
-    return base
+    return CFG.engine_settings(name, section)

@@ -1,7 +1,8 @@
 # The study's models (source: hf): downloads from the Hugging Face Hub (the only networked rules),
-# the weight-model table from each config.json, and the GPU rules (capture, sweeps, profiles) that
-# run them with vLLM's CUDA build. Each GPU rule asks for Snakemake's `gpu` resource = TP and stops at
-# once where no CUDA device is visible.
+# the weight-model table from each config.json, the GPU bill (offline where the package ships the
+# model's config.json) and the GPU rules (capture, sweeps, profiles) that run them with vLLM's CUDA
+# build. Each GPU rule asks for Snakemake's `gpu` resource = TP and stops at once where no CUDA
+# device is visible.
 
 
 rule download_model:
@@ -92,10 +93,7 @@ rule weight_model:
 
 rule plan:
     input:
-        manifests=[download_manifest(n, "config") for n in PLANNED],
-        prompts=[
-            f"results/prompts/{ds}.csv" for ds in PLANNED_DATASETS if ds in DATASETS
-        ],
+        manifests=[download_manifest(n, "config") for n in PLANNED if not shipped(n)],
     output:
         md="results/plan.md",
         json="results/plan.json",
@@ -105,16 +103,7 @@ rule plan:
         "../../envs/analysis.yaml"
     params:
         entries=[
-            {
-                "name": n,
-                "manifest": download_manifest(n, "config"),
-                "precision": CFG.models[n].precision,
-                "tp": CFG.models[n].tp,
-                "hardware": CFG.models[n].hardware,
-                "datasets": list(CFG.models[n].datasets),
-                "gpus": CFG.gpus(n),
-                "jobs": [vars(j) for j in CFG.engine_jobs(n)],
-            }
+            {**CFG.plan_entry(n), "manifest": download_manifest(n, "config")}
             for n in PLANNED
         ],
         config={
@@ -123,9 +112,6 @@ rule plan:
             if k in config
         },
         unplanned=[n for n in HF_RUN if n not in PLANNED],
-        prompt_tables={
-            ds: f"results/prompts/{ds}.csv" if ds in DATASETS else CFG.prompts
-            for ds in PLANNED_DATASETS
-        },
+        prompt_tokens={ds: CFG.prompt_tokens(ds) for ds in PLANNED_DATASETS},
     script:
         "../scripts/plan.py"

@@ -10,5 +10,5 @@ with logged(snakemake.log[0], "plan"):
         snakemake.output.md,
         snakemake.output.json,
         unplanned=snakemake.params.unplanned,
-        prompt_tables=snakemake.params.prompt_tables,
+        prompt_tokens=snakemake.params.prompt_tokens,
     )

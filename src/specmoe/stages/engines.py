@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# An engine section's settings where the configuration leaves them out (capture, sweeps, profiles
-# and the SD check read them through `setting`).
-ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
-                   "timeout_s": 1800.0, "repetition_penalty": 1.0}
+from ..config import ENGINE_DEFAULTS
 
 
 def setting(cfg: dict, key: str):

@@ -10,8 +10,7 @@ from dataclasses import asdict
 
 from .. import costmodel, published, stepmodel
 from ..errors import InputError
-from ..plan import (CHARS_PER_TOKEN, PlanAssumptions, job_rows, mean_prompt_tokens,
-                    summary)
+from ..plan import CHARS_PER_TOKEN, PlanAssumptions, job_rows, summary
 from ..provenance import provenance, read_json, write_json, write_text
 from ..report import figures, page, prose, registry, tables
 from ..report.html import to_html
@@ -170,51 +169,86 @@ def weight_model_stage(entries: list[dict], out_stem) -> list[Path]:
 
 
 def plan_stage(entries: list[dict], config: dict, out_md, out_json,
-               unplanned: list[str] = (), prompt_tables: dict[str, str] | None = None) -> dict:
-    """entries: {name, manifest, precision, tp, hardware, datasets, gpus, jobs} per study model
-    that runs (its GPUs and engine jobs as the workflow's rules decide them, job_rows); config: the
-    sweep, capture, profiling, hardware and plan sections;
-    unplanned: study models the bill cannot estimate (no repo id, so no config.json);
-    prompt_tables: {dataset: prompt table} for the prefill term."""
-    import pandas as pd
-
-    from ..hfconfig import study_dims
+               unplanned: list[str] = (), prompt_tokens: dict | None = None) -> dict:
+    """entries: one per study model that runs (specmoe.config.Config.plan_entry, with the
+    `manifest` of its config-only download, read where the package ships no config.json);
+    config: the sweep, capture, profiling, hardware and plan sections; unplanned: study models
+    the bill cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens, where the
+    number comes from)} for the prefill term. Reads nothing else: no dataset, no download of a
+    model whose config.json the package ships."""
+    from .. import preflight
+    from ..hfconfig import dims_from_config
 
     a = PlanAssumptions.from_dict(config.get("plan"))
     params = stepmodel.fitted()
-    ptok = mean_prompt_tokens(prompt_tables or {})
-    rows = []
+    ptok = {ds: float(t) for ds, (t, _) in (prompt_tokens or {}).items()}
+    rows, engines, manifests = [], [], {}
     for e in entries:
-        dims = study_dims(e["manifest"], e["precision"], e["tp"])
+        cfg, why = preflight.offline_config({"repo_id": e["repo_id"]}, e.get("manifest"))
+        if cfg is None:
+            raise InputError(f"model {e['name']}: {why}")
+        manifests[e["repo_id"]] = e.get("manifest")
+        dims = dims_from_config(cfg, dtype=None if e["precision"] in (None, "auto")
+                                else e["precision"], tp=int(e["tp"]))
         hw_name = e["hardware"]
         if hw_name not in config["hardware"]:
             raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
         hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
         rows += job_rows(e["name"], e, dims, hw, config, a, params, ptok)
+        engines += [preflight.Engine(**x) for x in e.get("engines") or []]
+    report = preflight.run(engines, with_vllm=False, manifests=manifests)
+    for r in rows:
+        m = report.memory.get(_label(r))
+        r.update(weights_gib=m.weights / preflight.GIB if m else None,
+                 kv_sequences=m.sequences if m else None,
+                 headroom_gib=m.headroom / preflight.GIB if m else None)
     s = summary(rows)
     prov = provenance(config, stage="plan")
     write_json(out_json, {"assumptions": asdict(a), **s, "jobs": rows,
-                          "unplanned": list(unplanned), "prompt_tokens": ptok}, prov)
+                          "unplanned": list(unplanned), "prompt_tokens": ptok,
+                          "preflight": [f.line() for f in report.findings]}, prov)
+    write_text(out_md, _plan_markdown(rows, s, a, ptok, prompt_tokens or {}, unplanned, report,
+                                      prov))
+    return s
+
+
+def _label(row: dict) -> str:
+    from ..names import job_label
+
+    return job_label(row["rule"], row["model"], row["drafter"], row["k"], row["dataset"])
+
+
+def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
+    import pandas as pd
+
     df = pd.DataFrame(rows)
     by_model = pd.DataFrame([{"model": m, "gpu_hours": h}
                              for m, h in s["gpu_hours_by_model"].items()])
     on_cpu = sorted({r["model"] for r in rows if not r["gpus"]})
     gpu_jobs = sum(1 for r in rows if r["gpus"])
+    prompts = ", ".join(f"{ds} {t:,.0f} ({sources[ds][1]})" for ds, t in ptok.items())
     lines = ["# GPU bill of this configuration", "",
              f"**{s['gpu_hours']:,.0f} GPU-hours** in {gpu_jobs} GPU jobs, estimated from the "
              "schedule and the step model (docs/method.md, Step model) before anything is measured. "
              "Assumptions "
              f"(config section `plan`): {', '.join(f'{k} {v}' for k, v in asdict(a).items())}. "
              f"Each job's SLURM runtime is {a.safety}x its estimate (at least {a.min_runtime} "
-             "min). Each request's prompt is prefilled once, at its dataset's mean length ("
-             + (", ".join(f"{ds} {t:,.0f}" for ds, t in ptok.items()) or "no prompt table")
-             + f" tokens, {CHARS_PER_TOKEN:g} characters per token).", "",
+             "min). Each request's prompt is prefilled once, at its dataset's mean length in "
+             f"tokens ({prompts or 'no dataset'}; configured: `datasets.<name>.prompt_tokens`, "
+             f"prompt table: its characters / {CHARS_PER_TOKEN:g}, assumed: `plan.prompt_tokens`).",
+             "",
+             "Memory per GPU (the preflight, specmoe.preflight): `weights_gib` the weights (and "
+             "drafter) on each GPU, `kv_sequences` the sequences of the job's length its KV cache "
+             "holds, `headroom_gib` what is left with the job's largest batch in it (below 0: vLLM "
+             "queues part of that batch).", "",
              *([f"Not in this bill: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
                 "size them from); they cannot run until one is set.", ""] if unplanned else []),
              *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
                 "jobs are listed with 0 GPUs and the hours of the step model on that hardware.", ""]
                if on_cpu else []),
              "## By model", "", tables.to_markdown(by_model, 1), "## By job", "",
-             tables.to_markdown(df, 2), f"<!-- provenance: {prov} -->", ""]
-    write_text(out_md, "\n".join(lines))
-    return s
+             tables.to_markdown(df, 2),
+             "## Preflight", "", *(f"- {ln}" for ln in report.lines(True) + report.lines(False)),
+             *([] if report.findings else ["Every GPU job passes."]), "",
+             f"<!-- provenance: {prov} -->", ""]
+    return "\n".join(lines)

