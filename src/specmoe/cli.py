@@ -158,10 +158,17 @@ _DIMS = ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k", 
          "shared_intermediate")
 
 
+def _tp_splits(shape: dict, tp: int) -> None:
+    from .hfconfig import tp_problems
+
+    bad = tp_problems(shape, tp)
+    if bad:
+        raise InputError(f"--tp {tp}: {bad[0]}")
+
+
 def cmd_te(a) -> dict:
     from .costmodel import ModelDims
     from .hfconfig import dims_from_config, load_config
-    from .preflight import tp_problems
 
     _at_least(1, tp=a.tp, k_draft=a.k_draft)
     if a.config:
@@ -169,8 +176,9 @@ def cmd_te(a) -> dict:
         if given:
             raise InputError(f"{', '.join(given)} beside --config: the dimensions come from "
                              "--config; give one or the other")
-        dims = dims_from_config(a.config, dtype=a.dtype, tp=a.tp)
         shape = load_config(a.config)[0]
+        _tp_splits(shape, a.tp)
+        dims = dims_from_config(a.config, dtype=a.dtype, tp=a.tp)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in _DIMS[:6] + ("layers",)
                    if getattr(a, n) is None]
@@ -184,11 +192,9 @@ def cmd_te(a) -> dict:
                                    kv_heads=a.kv_heads, head_dim=a.head_dim,
                                    shared_intermediate=a.shared_intermediate or 0,
                                    dtype=a.dtype or "bf16", tp=a.tp)
-        shape = {"num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
-                 "hidden_size": a.hidden, "moe_intermediate_size": a.expert_intermediate}
-    bad = tp_problems(shape, a.tp)
-    if bad:
-        raise InputError(f"--tp {a.tp}: {bad[0]}")
+        _tp_splits({"num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+                    "hidden_size": a.hidden, "moe_intermediate_size": a.expert_intermediate},
+                   a.tp)
     if a.unique is not None:
         hi = min(dims.num_experts, dims.top_k * (a.k_draft + 1))
         if not dims.top_k <= a.unique <= hi:

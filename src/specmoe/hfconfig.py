@@ -240,21 +240,46 @@ def _shared_width(r: _Reader) -> int:
     return 0
 
 
-def _check_tp(r: _Reader, tp: int, mla: bool, kinds: list[str]) -> None:
-    """vLLM splits attention heads over TP: the query heads must divide by TP, and the KV heads
-    divide by TP or TP by them (then each GPU holds a copy of one)."""
+def tp_problems(cfg: dict, tp: int) -> list[str]:
+    """How TP fails to split this model as vLLM splits it (empty: it splits): query heads
+    divided over TP, KV heads divided or replicated, linear-attention heads and each expert's
+    width divided, and each GPU's share of the width a whole number of fp8 blocks."""
+    c = load_config(cfg)[0]
+    if not c.get("num_attention_heads"):
+        return []  # nothing to split (the reader names the missing key)
+    heads, out = int(c["num_attention_heads"]), []
+    kv = int(c.get("num_key_value_heads") or heads)
+    if heads % tp:
+        out.append(f"TP {tp} does not divide the {heads} attention heads")
+    if not c.get("kv_lora_rank") and (tp % kv if tp >= kv else kv % tp):
+        out.append(f"TP {tp} neither divides the {kv} KV heads nor is a multiple of them "
+                   "(vLLM splits or replicates KV heads)")
+    for key in ("linear_num_key_heads", "linear_num_value_heads"):
+        if c.get(key) and int(c[key]) % tp:
+            out.append(f"TP {tp} does not divide {key} = {c[key]}")
+    inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
+    if inter and int(inter) % tp:
+        out.append(f"TP {tp} does not divide the expert width {inter}")
+    block = ((c.get("quantization_config") or {}).get("weight_block_size") or [None])[0]
+    if inter and block and not int(inter) % tp and (int(inter) // tp) % int(block):
+        out.append(f"each GPU's share of an expert's width, {inter} / {tp} = {int(inter) // tp}, "
+                   f"is not a multiple of the fp8 weight block {block} (vLLM refuses it; TP "
+                   f"{_block_tps(int(inter), int(block))} works)")
+    return out
+
+
+def _block_tps(inter: int, block: int) -> str:
+    ok = [t for t in (1, 2, 4, 8) if not inter % t and not (inter // t) % block]
+    return " or ".join(map(str, ok)) or "none of 1, 2, 4, 8"
+
+
+def _check_tp(r: _Reader, tp: int) -> None:
+    """vLLM's split of the model over TP (tp_problems): the first way it fails, one line."""
     if tp < 1:
         raise InputError(f"TP must be >= 1 (got {tp})")
-    heads = r.int("num_attention_heads")
-    if heads % tp:
-        raise InputError(f"{r.name}: TP {tp} does not divide the {heads} attention heads")
-    kv = r.int("num_key_value_heads", default=heads)
-    if not mla and kv % tp and tp % kv:
-        raise InputError(f"{r.name}: TP {tp} and the {kv} KV heads divide neither way")
-    if "linear" in kinds:
-        for key in ("linear_num_key_heads", "linear_num_value_heads"):
-            if r.int(key) % tp:
-                raise InputError(f"{r.name}: TP {tp} does not divide {key} = {r.int(key)}")
+    problems = tp_problems(r.cfg, tp)
+    if problems:
+        raise InputError(f"{r.name}: {problems[0]}")
 
 
 def _attention_reads(r: _Reader, hidden: int, mla: bool, kinds: list[str], tp: int) -> dict:
@@ -301,7 +326,7 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
     moe = _moe_layers(r, layers)
     if not any(moe):
         raise InputError(f"{name}: no layer has experts")
-    _check_tp(r, int(tp), mla, kinds)
+    _check_tp(r, int(tp))
 
     def attention(kind: str) -> int:
         if kind == "linear":
@@ -358,7 +383,7 @@ def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
     heads = r.int("num_attention_heads")
     kv, head_dim = r.int("num_key_value_heads", default=heads), int(inner.get("head_dim")
                                                                    or hidden // heads)
-    _check_tp(r, int(tp), False, [])
+    _check_tp(r, int(tp))
     _, fmt = storage_formats(inner, name)
     vocab = int(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size")
                 or inner.get("vocab_size") or 0)

@@ -35,6 +35,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import InputError
+from .hfconfig import tp_problems
 
 GIB = 2**30
 # Memory outside weights, activations and KV cache per GPU: the CUDA context, NCCL buffers and the
@@ -178,34 +179,6 @@ def mtp_layers(c: dict) -> int | None:
         if c.get(key) is not None:
             return int(c[key])
     return None
-
-
-def tp_problems(cfg: dict, tp: int) -> list[str]:
-    """How TP fails to split this model as vLLM splits it (empty: it splits)."""
-    c = _text(cfg)
-    heads, kv, out = int(c["num_attention_heads"]), kv_heads(c), []
-    if heads % tp:
-        out.append(f"TP {tp} does not divide the {heads} attention heads")
-    if not c.get("kv_lora_rank") and (tp % kv if tp >= kv else kv % tp):
-        out.append(f"TP {tp} neither divides the {kv} KV heads nor is a multiple of them "
-                   "(vLLM splits or replicates KV heads)")
-    for key in ("linear_num_key_heads", "linear_num_value_heads"):
-        if c.get(key) and int(c[key]) % tp:
-            out.append(f"TP {tp} does not divide {key} = {c[key]}")
-    inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
-    if inter and int(inter) % tp:
-        out.append(f"TP {tp} does not divide the expert width {inter}")
-    block = ((c.get("quantization_config") or {}).get("weight_block_size") or [None])[0]
-    if inter and block and not int(inter) % tp and (int(inter) // tp) % int(block):
-        out.append(f"each GPU's share of an expert's width, {inter} / {tp} = {int(inter) // tp}, "
-                   f"is not a multiple of the fp8 weight block {block} (vLLM refuses it; TP "
-                   f"{_block_tps(int(inter), int(block))} works)")
-    return out
-
-
-def _block_tps(inter: int, block: int) -> str:
-    ok = [t for t in (1, 2, 4, 8) if not inter % t and not (inter // t) % block]
-    return " or ".join(map(str, ok)) or "none of 1, 2, 4, 8"
 
 
 # --- memory -------------------------------------------------------------------------------------
@@ -408,6 +381,8 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
         add("tensor parallelism", "; ".join(problems))
     out += _context(e, c)
     out += _method(e, c, drafter_cfg, drafter_why)
+    if problems:  # no split, so no memory per GPU to size
+        return out, None
     if "memory_gib" not in e.hardware:
         add("not checked", f"memory of {e.model}: hardware {e.hardware_name} has no memory_gib",
             fatal=False)
