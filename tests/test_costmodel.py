@@ -6,6 +6,8 @@ import pytest
 from specmoe import costmodel as cm
 from specmoe.errors import InputError
 from specmoe.hfconfig import dims_from_config
+from specmoe.published import gpus
+from wf import h100
 
 QWEN3_30B = {  # the fields of Qwen/Qwen3-30B-A3B's config.json that the model reads
     "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "moe_intermediate_size": 768,
@@ -85,7 +87,7 @@ def test_three_step_correction():
 def test_te_curve_goes_compute_bound():
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)
-    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
+    hw = h100()
     rows = cm.te_curve(d, hw, 3, [1, 4096],
                        lambda b: 128 * (1 - (120 / 128) ** (4 * b)),
                        lambda b: 128 * (1 - (120 / 128) ** b))
@@ -117,8 +119,7 @@ def test_plan_estimates_from_the_step_model():
 
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)
-    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
-                                          "sm_count": 132})
+    hw = h100()
     p = stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, 0.3, 250.0)
     a = plan.PlanAssumptions(tau=2.0, draft_cost=0.1)
     one = stepmodel.step_time(d, hw, 1, 1, 8, p)
@@ -163,8 +164,7 @@ def test_the_gpu_bill_prefills_each_prompt_once():
     from specmoe import plan, stepmodel
 
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
-    hw = cm.Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
-                                          "sm_count": 132})
+    hw = h100()
     a, p = plan.PlanAssumptions(), stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, 0.3, 250.0)
     sched = [(1, 80), (8, 160)]
     short = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=0)
@@ -194,7 +194,7 @@ def test_costmodel_stage_prices_the_draft_ratio_past_the_ridge(tmp_path, name, d
              "synthetic": {"num_experts": n, "top_k": k, "num_layers": 2, "requests": 8,
                            "steps": 6, "seed": 0}}
     run = {"model": name, "drafter": "synth", "k": 3, "dataset": "synth"}
-    hw = {"H100": {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}, "sm_count": 132}}
+    hw = {"H100": gpus()["H100"]}
     analysis.synth_trace(model, run, tmp_path / "t.parquet")
     analysis.overlap_stage(tmp_path / "t.parquet", tmp_path / "o.json", [1, 8])
     analysis.ipf_stage(tmp_path / "o.json", tmp_path / "i.json", [1, 8])

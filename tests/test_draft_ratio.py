@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from specmoe import stepmodel
-from specmoe.costmodel import Hardware
 from specmoe.errors import InputError
 from specmoe.unique import uniform_unique
+from wf import h100
 
 # fixed, not fitted: the physics only (a kernel latency at the low end of its range, no host work)
 P = stepmodel.StepParams(moe_cta_gbs=13.0, node_us=1.0, verify_seq_us=0.0, host_seq_us=0.0)
@@ -19,8 +19,7 @@ N128 = stepmodel.MOE_DRAFTER.format(n=128)
 
 
 def _qwen3_30b_h100(step_overhead_us: float = 0.0):
-    hw = Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989},
-                                       "step_overhead_us": step_overhead_us})
+    hw = h100(step_overhead_us=step_overhead_us)
     return stepmodel.study_model_dims("Qwen3-30B", "bf16", 1), hw
 
 
@@ -143,7 +142,7 @@ def test_an_moe_drafter_that_outweighs_its_target_is_flagged_not_priced():
     a drafter is not a drafter, so its ratio is NaN (the value kept raw, the reason beside it);
     the same 896 experts of Qwen3-30B's width (8.5 GB) are a drafter of Qwen3-30B (57 GB)."""
     mixtral = stepmodel.study_model_dims("Mixtral-8x7B", "bf16", 1)
-    hw = Hardware.from_config("H100", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}})
+    hw = h100()
     rows = stepmodel.draft_ratio_curve(mixtral, hw, 3, [1, 64], lambda b: 8.0, 896, P, 512)
     heavy = [r for r in rows if r["synthetic_drafter"] == N896]
     assert heavy[0]["drafter_gib"] > 290 and heavy[0]["drafter_gib"] > heavy[0]["target_gib"]

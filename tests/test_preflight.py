@@ -137,6 +137,20 @@ def test_a_broken_copy_stops_in_one_line(edit, pattern):
     assert len(lines) == 1 and re.search(pattern, lines[0]), lines
 
 
+def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
+    """Hardware outside the shipped GPUs without memory_gib: its jobs' memory is not checked, and
+    the preflight says so (a note, not a stop); the shipped GPUs carry their memory."""
+    def l40s(cfg):
+        cfg["hardware"]["L40S"] = {"hbm_bandwidth_gbs": 864, "peak_tflops": {"bf16": 362}}
+        only("glm-4.7-flash-bf16-tp1", hardware="L40S")(cfg)
+
+    report = paper(l40s).preflight(with_vllm=False)
+    assert report.fatal == [] and report.memory == {}
+    assert any(re.search(r"not checked: memory of glm-4\.7-flash-bf16-tp1: hardware L40S has no "
+                         r"memory_gib", line) for line in report.lines(False))
+    assert paper().hardware["H200"]["memory_gib"] == 141
+
+
 # --- with vLLM's own checks -----------------------------------------------------------------
 
 @pytest.mark.slow

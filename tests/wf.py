@@ -21,3 +21,11 @@ def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml
     if config is not None:
         (dest / name).write_text(yaml.safe_dump(config))
     return dest
+
+
+def h100(**overrides):
+    """The H100 the package ships (its datasheet numbers), with `overrides` to its entry."""
+    from specmoe.costmodel import Hardware
+    from specmoe.published import gpus
+
+    return Hardware.from_config("H100", {**gpus()["H100"], **overrides})

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from . import configcheck
+from . import configcheck, published
 from .costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .names import control_name, job_label
@@ -122,7 +122,7 @@ class Config:
         """Resolve a configuration whose structure is sound (configcheck.structure)."""
         self.raw = config
         self.ks = tuple(config["ks"])
-        self.hardware = dict(config["hardware"])
+        self.hardware = published.with_gpus(config["hardware"])  # the shipped GPUs' numbers
         self.datasets = dict(config.get("datasets") or {})
         self.prompts = (config.get("tiny") or {}).get("prompts", DEFAULT_SOURCE)
         self.sweep = dict(config.get("sweep") or {})

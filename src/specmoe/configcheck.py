@@ -25,6 +25,16 @@ def _not_in(value: str, known, what: str = "defined") -> str:
     return f" ({what}: {', '.join(sorted(known)) or 'none'})"
 
 
+def _hardware_numbers(hardware: dict) -> list[str]:
+    """An entry that is not a GPU the package ships needs its own bandwidth and peaks."""
+    from .published import gpus
+
+    shipped = gpus()
+    return [f"hardware.{name}: needs hbm_bandwidth_gbs and peak_tflops (not a GPU the package "
+            f"ships: {', '.join(shipped)})" for name, e in hardware.items()
+            if name not in shipped and not {"hbm_bandwidth_gbs", "peak_tflops"} <= set(e or {})]
+
+
 def structure(config: dict) -> list[str]:
     """What resolving the configuration needs: unique names, a control's name free, variants of
     tiny models that set only what a variant may; one revision per repository; known study
@@ -32,6 +42,7 @@ def structure(config: dict) -> list[str]:
     out: list[str] = []
     models = config.get("models") or []
     drafters = config.get("drafters") or []
+    out += _hardware_numbers(config.get("hardware") or {})
     for what, entries in (("model", models), ("drafter", drafters)):
         for name, n in Counter(e["name"] for e in entries).items():
             if n > 1:

@@ -261,11 +261,6 @@ MEASURED_ROUTING = "measured windows (temporal)"
 DEFAULT_HARDWARE = "H100"  # a model's hardware when it names none (a variant's: its target's)
 
 
-# NVLink bandwidth per GPU and direction (NVIDIA's datasheets: H100 SXM and H200 NVLink 4, 900 GB/s
-# both directions together; B200 NVLink 5, 1.8 TB/s)
-NVLINK_GBS = {"H100": 450.0, "H200": 450.0, "B200": 900.0}
-
-
 def _positive(name: str, key: str, value) -> float:
     try:
         v = float(value)
@@ -288,9 +283,9 @@ class Hardware:
 
     @classmethod
     def from_config(cls, name: str, d: dict) -> "Hardware":
-        """A hardware entry (config.yaml's `hardware`, or a --hardware-file): each number checked
-        (one line, never a traceback), NVLink's bandwidth from NVLINK_GBS where the entry has
-        none and the GPU is one of those."""
+        """A hardware entry (a configuration's `hardware`, resolved over the shipped GPUs, or a
+        --hardware-file): each number checked (one line, never a traceback); no NVLink bandwidth
+        where the entry has none (tensor parallelism then cannot be priced)."""
         if not isinstance(d, dict):
             raise InputError(f"hardware {name}: expected a mapping of its numbers, got {d!r}")
         bw = _positive(name, "hbm_bandwidth_gbs", d.get("hbm_bandwidth_gbs"))
@@ -298,7 +293,7 @@ class Hardware:
         if not isinstance(peaks, dict) or not peaks:
             raise InputError(f"hardware {name}: peak_tflops must map dtypes to TFLOP/s "
                              f"(e.g. {{bf16: 989}}), got {peaks!r}")
-        nvlink = d.get("nvlink_gbs", NVLINK_GBS.get(name, 0))
+        nvlink = d.get("nvlink_gbs", 0)
         return cls(name=name, hbm_bandwidth=bw * 1e9,
                    peak_flops={k: _positive(name, f"peak_tflops.{k}", v) * 1e12
                                for k, v in peaks.items()},

@@ -22,7 +22,7 @@ MAX_BATCH = 4096  # beyond any engine's max_num_seqs on one GPU
 
 
 def shipped_gpus() -> list[str]:
-    return list(published.load("hardware")["gpu"])
+    return list(published.gpus())
 
 
 def hardware(name: str, hardware_file: str | None = None) -> tuple[Hardware, list[str]]:

@@ -27,6 +27,27 @@ def load(name: str) -> pd.DataFrame:
         return pd.read_csv(fh)
 
 
+PEAK_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+
+
+def gpus() -> dict[str, dict]:
+    """The GPUs the package ships (hardware.csv: the study's GPUs, datasheet numbers), each as a
+    `hardware` entry of the configuration; an entry of the same name in a configuration takes
+    these numbers unless it sets its own."""
+    return {r.gpu: {"hbm_bandwidth_gbs": float(r.hbm_bandwidth_gbs),
+                    "peak_tflops": {d: float(getattr(r, f"peak_{d}_tflops")) for d in PEAK_DTYPES},
+                    "l2_mib": float(r.l2_mib), "sm_count": int(r.sm_count),
+                    "memory_gib": float(r.memory_gib), "nvlink_gbs": float(r.nvlink_gbs)}
+            for r in load("hardware").itertuples()}
+
+
+def with_gpus(hardware: dict) -> dict:
+    """A configuration's `hardware` section over the shipped GPUs: each shipped GPU, its numbers
+    overridden by an entry of the same name, and the configuration's other entries."""
+    shipped = gpus()
+    return {**shipped, **{n: {**shipped.get(n, {}), **(e or {})} for n, e in hardware.items()}}
+
+
 def study_models() -> set[str]:
     """Every model the published tables name."""
     names = set()

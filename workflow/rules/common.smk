@@ -280,7 +280,7 @@ def cost_entry(wildcards):
 def cost_hardware(wildcards):
     """The one hardware entry a cost model uses."""
     hw = CFG.model(wildcards.model).hardware
-    return canonical({hw: config["hardware"][hw]} if hw in config["hardware"] else {})
+    return canonical({hw: CFG.hardware[hw]} if hw in CFG.hardware else {})
 
 
 def sweep_measure_params():

@@ -33,7 +33,7 @@ rule predict:
         "../../envs/analysis.yaml"
     params:
         model=cost_entry,
-        hardware=lambda w: config["hardware"],
+        hardware=lambda w: CFG.hardware,
         k=lambda w: CFG.models[w.model].ks[0],
         method=predict_method,
         batch_sizes=config["batch_sizes"],

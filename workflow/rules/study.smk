@@ -107,9 +107,12 @@ rule plan:
             for n in PLANNED
         ],
         config={
-            k: config[k]
-            for k in ("sweep", "capture", "profiling", "hardware", "plan", "ks")
-            if k in config
+            **{
+                k: config[k]
+                for k in ("sweep", "capture", "profiling", "plan", "ks")
+                if k in config
+            },
+            "hardware": CFG.hardware,
         },
         unplanned=[n for n in HF_RUN if n not in PLANNED],
         prompt_tokens={ds: CFG.prompt_tokens(ds) for ds in PLANNED_DATASETS},
