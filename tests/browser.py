@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -76,7 +77,8 @@ def open_page(url: str, settle_s: float = 3.0, timeout_s: float = 60.0,
         proc = subprocess.Popen(
             [exe, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0",
              f"--user-data-dir={profile}", "--allow-file-access-from-files", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)  # its own process group: Chromium forks renderers and zygotes
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.time() + timeout_s
@@ -119,5 +121,10 @@ def open_page(url: str, settle_s: float = 3.0, timeout_s: float = 60.0,
                 out["errors"] = errors
                 return out
         finally:
-            proc.kill()
+            # the whole group: killing the first process alone leaves its renderers and zygotes
+            # running, reparented to init
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             proc.wait(timeout=30)

@@ -1,3 +1,9 @@
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -37,3 +43,47 @@ def tiny_models(tmp_path_factory):
     modelstages.train_stage(target, tiny_cfg, root / "tokenizer", root / "t", progress=False)
     modelstages.train_stage(drafter, tiny_cfg, root / "tokenizer", root / "d", progress=False)
     return root
+
+
+# --- no process outlives the suite ---------------------------------------------------------------
+# Every process the tests start (engines, Snakemake, SLURM daemons, Chromium and the processes they
+# fork) inherits this marker in its environment; at the end of the session any still alive is
+# named, killed, and fails the session.
+SESSION_MARK = f"SPECMOE_TEST_SESSION={uuid.uuid4().hex}"
+os.environ["SPECMOE_TEST_SESSION"] = SESSION_MARK.split("=", 1)[1]
+
+
+def leftover_processes() -> dict[int, str]:
+    """Live processes other than this one whose environment carries this session's marker."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if SESSION_MARK.encode() not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue  # a zombie has ended; its parent has not reaped it yet
+            found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace").strip()[:120]
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    deadline = time.time() + 10  # processes being torn down as the last test ends
+    while (left := leftover_processes()) and time.time() < deadline:
+        time.sleep(0.5)
+    if not left:
+        return
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    lines = "\n".join(f"  {pid}: {cmd}" for pid, cmd in sorted(left.items()))
+    session.config.get_terminal_writer().line(
+        f"\n{len(left)} process(es) started by the tests outlived them (now killed):\n{lines}",
+        red=True)
+    session.exitstatus = 1
