@@ -64,11 +64,17 @@ def leftover_processes() -> dict[int, str]:
                 continue
             if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
                 continue  # a zombie has ended; its parent has not reaped it yet
-            found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace").strip()[:120]
+            cmd = (proc / "cmdline").read_bytes()
+            if b"multiprocessing.resource_tracker" in cmd and _parent(proc) == os.getpid():
+                continue  # this process's own resource tracker: it ends when this process does
+            found[int(proc.name)] = cmd.replace(b"\0", b" ").decode(errors="replace").strip()[:120]
         except OSError:  # ended meanwhile, or not ours to read
             continue
     return found
+
+
+def _parent(proc: Path) -> int:
+    return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def pytest_sessionfinish(session, exitstatus):

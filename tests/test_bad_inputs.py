@@ -28,8 +28,8 @@ from specmoe import cli
 from specmoe import prompts as prompt_table
 from specmoe.config import for_workflow
 from specmoe.errors import InputError
+from wf import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 QWEN_FP8 = REPO / "src/specmoe/data/hf_configs/Qwen3-30B-A3B-FP8.json"
 DIMS = ("te --hidden 2048 --expert-intermediate 768 --heads 32 --kv-heads 4 --head-dim 128 --k 8 "
         "--n 128 --layers 48")

@@ -8,14 +8,12 @@ import copy
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-from wf import copy_workflow
+from wf import REPO, copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 CASE = yaml.safe_load((REPO / ".test" / "cache" / "config.yaml").read_text())
 TARGETS = [*(f"results/models/{m}" for m in ("a", "b", "d", "a-random", "b-random")),
            "results/costmodel/synth-h100/synth/K3/synth.json",

@@ -4,7 +4,6 @@ controls as the rules and the GPU bill see them."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -12,8 +11,7 @@ import yaml
 from specmoe.config import Config
 from specmoe.costmodel import DEFAULT_HARDWARE
 from specmoe.errors import InputError
-
-REPO = Path(__file__).resolve().parents[1]
+from wf import REPO
 
 
 def resolved(path="config.yaml", edit=None) -> Config:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -14,9 +13,8 @@ import yaml
 
 from specmoe import schema
 from specmoe.config import problems
-from wf import copy_workflow
+from wf import REPO, copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 TINY_ARCH = {"kind": "moe", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 32,
              "num_experts": 8, "top_k": 2, "expert_intermediate": 16}
 BASE = {

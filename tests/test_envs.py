@@ -3,11 +3,10 @@ channels here, so these checks are static: what the files install, from where.""
 
 import re
 import tomllib
-from pathlib import Path
 
 import yaml
+from wf import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 

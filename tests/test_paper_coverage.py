@@ -8,14 +8,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from specmoe import published
+from wf import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
 METHODS = {"EAGLE": "eagle", "EAGLE-3": "eagle3", "MTP": "mtp", "draft_model": "draft_model"}
 

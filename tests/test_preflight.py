@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,9 +20,8 @@ from snakemake.utils import update_config
 from hubfake import lay_out_cache
 from specmoe import preflight
 from specmoe.config import Config
-from wf import copy_workflow
+from wf import REPO, copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
 GIB = 2**30
 

@@ -21,8 +21,8 @@ from specmoe import predictor, stepmodel
 from specmoe.costmodel import dtype_bytes
 from specmoe.errors import InputError
 from specmoe.hfconfig import dims_from_config
+from wf import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DATA = resources.files("specmoe") / "data"
 HARDWARE_FILE = str(DATA / "public_sd_moe_hardware.yaml")
 ENGINES = ("vllm", "sglang", "trtllm")

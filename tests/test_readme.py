@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from wf import copy_workflow
+from wf import REPO, copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 
 # command pattern -> why it is not run here

@@ -19,9 +19,8 @@ import pytest
 
 from hubfake import lay_out_cache
 from slurm_cluster import Cluster, available
-from wf import copy_workflow
+from wf import REPO, copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
 FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 pytestmark = pytest.mark.slow

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from specmoe import published, stepmodel
+from wf import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "src" / "specmoe" / "data" / "hf_configs"
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +14,8 @@ import yaml
 from specmoe.report import tables
 from specmoe.provenance import read_json
 from specmoe.trace import read_trace
+from wf import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CASE = REPO / ".test" / "study-cpu"
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,8 @@ import yaml
 
 from hubfake import lay_out_cache
 from specmoe.report import tables
-from wf import copy_workflow
+from wf import REPO, copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 CASE = REPO / ".test" / "study" / "config.yaml"
 pytestmark = pytest.mark.slow

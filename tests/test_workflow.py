@@ -18,9 +18,8 @@ from specmoe.report import tables
 from specmoe.provenance import read_json
 from specmoe.sweep import Estimate, shape_label
 from specmoe.trace import read_trace
-from wf import copy_workflow
+from wf import REPO, copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 pytestmark = pytest.mark.slow
 

@@ -11,12 +11,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml") -> Path:
-    """The Snakefile, default config, config/, workflow/, profiles/ and envs/ (and .test/) under
-    dest; `config`, if given, written there as `name` for --configfile."""
+    """The Snakefile, default config, config/, workflow/, profiles/, envs/, .test/ and docs/ (the
+    report links to docs/method.md) under dest; `config`, if given, written there as `name` for --configfile."""
     dest.mkdir(parents=True, exist_ok=True)
     for f in ("Snakefile", "config.yaml"):
         shutil.copy(REPO / f, dest / f)
-    for d in ("config", "workflow", "profiles", "envs", ".test"):
+    for d in ("config", "workflow", "profiles", "envs", ".test", "docs"):
         shutil.copytree(REPO / d, dest / d)
     if config is not None:
         (dest / name).write_text(yaml.safe_dump(config))

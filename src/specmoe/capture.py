@@ -28,10 +28,14 @@ import logging
 import os
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import SpecmoeError
+
+if TYPE_CHECKING:
+    from .trace import Trace
 
 log = logging.getLogger("specmoe")
 ENV = "SPECMOE_CAPTURE"

@@ -26,8 +26,6 @@ _GROUP_INT = re.compile(r"^int(4|8)-g(\d+)$")
 # Peak FLOP/s key of the hardware entry each weight format computes in. Weight-only formats (mxfp4,
 # int4/int8 groups) are dequantised and multiply in bf16.
 _COMPUTE = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "mxfp4": "bf16"}
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
-                 "float": "fp32"}
 
 
 def dtype_bytes(dtype: str) -> float:

@@ -414,10 +414,6 @@ class WindowStats:
         """[layer] sum_e q_e^2 / k."""
         return (self.q**2).sum(axis=1) / self.top_k
 
-    @property
-    def temporal(self) -> np.ndarray:
-        return self.overlap - self.independence[:, None]
-
     def summary(self) -> dict:
         """Layer-averaged statistics, in the shape of the study's overlap tables."""
         ov = self.overlap.mean(axis=0)

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .errors import InputError
 from .hfconfig import tp_problems
 
 GIB = 2**30

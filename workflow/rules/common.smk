@@ -414,10 +414,6 @@ def run_of(wildcards):
     }
 
 
-def model_of(wildcards):
-    return MODELS[wildcards.model]
-
-
 def model_files(wildcards):
     """The checkpoint a run's cost model reads (none for synthetic models)."""
     m = MODELS[wildcards.model]
