@@ -257,3 +257,27 @@ def test_eagle3_drafts_on_its_own_vocabulary():
     c3, c1 = (stepmodel.draft_cost(d, x, hw, 1, 3, p) for x in (e3, e1))
     assert c3 < 0.8 * c1
 
+
+
+def test_the_predict_rule_gives_a_stand_in_the_prior_not_its_compared_study_models_overlaps(
+        tmp_path):
+    """A model compared with a study model of other k and N (a CPU stand-in, as in
+    .test/study-cpu) is predicted from the prior of its own granularity; the same model compared
+    with nothing gets the same prediction."""
+    from specmoe.provenance import read_json
+    from specmoe.stages.analysis import predict_stage
+
+    snapshot = tmp_path / "olmoe"  # 8 of 64 experts; Qwen3-30B routes 8 of 128
+    snapshot.mkdir()
+    (snapshot / "config.json").write_bytes(
+        (REPO / "tests/fixtures/hf_configs/OLMoE-1B-7B-0924.json").read_bytes())
+    cfg = {"name": "olmoe", "source": "hf", "precision": "bf16", "tp": 1, "hardware": "H100",
+           "hf_config": str(snapshot)}
+    hw = {"H100": published.gpus()["H100"]}
+    runs = {}
+    for name, study in (("stand-in", "Qwen3-30B"), ("alone", None)):
+        predict_stage(cfg, hw, 3, "eagle3", [1, 8], tmp_path / f"{name}.json", study_model=study)
+        runs[name] = read_json(tmp_path / f"{name}.json")
+    assert runs["stand-in"]["speedup"] == runs["alone"]["speedup"]
+    assert runs["stand-in"]["overlaps"] == runs["alone"]["overlaps"]
+    assert runs["alone"]["overlaps"].startswith("prior")

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pandas as pd
 import pytest
 import yaml
 
 from specmoe.report import tables
 from specmoe.provenance import read_json
+from specmoe.sweep import Estimate, shape_label
 from specmoe.trace import read_trace
 from wf import REPO
 
@@ -20,7 +22,7 @@ CASE = REPO / ".test" / "study-cpu"
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(3600)  # about 7 minutes on 2 cores; a slow day runs up to 2.7x longer
+@pytest.mark.timeout(3600)  # about 10 minutes on 2 cores; a slow day runs up to 2.7x longer
 def test_study_cpu_case_runs_every_study_rule(tmp_path):
     pytest.importorskip("vllm")
     root = tmp_path / "case"
@@ -55,11 +57,26 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         if not m.get("sweep", True):
             assert not (res / "sweeps" / model).exists()
             continue
-        # one served engine per series measures every dataset of the model
+        # one served engine per series (one start-up) measures every dataset of the model, each
+        # point twice: the speedup's interval comes from the repeats
+        for series in (f"sweeps/{model}/tiny-draft/K3", f"sweeps/{model}/ar",
+                       "sweeps/tiny-draft/ar"):
+            sw = read_json(res / f"{series}.json")
+            assert sw["engine_starts"] == 1
+            assert (root / "logs" / f"{series}.log").read_text().count("engine up on port") == 1
+            assert {ds: [(p["batch"], p["repeat"]) for p in v["points"]]
+                    for ds, v in sw["datasets"].items()} == {
+                ds: [(1, 0), (1, 1), (2, 0), (2, 1)] for ds in m["datasets"]}
         sd = read_json(res / f"sweeps/{model}/tiny-draft/K3.json")
-        assert sd["engine_starts"] == 1 and sorted(sd["datasets"]) == sorted(m["datasets"])
         assert sd["engine"]["speculative_config"]["model"].endswith(
             pinned["specmoe-test/tiny-draft"])
+        for ds in m["datasets"]:  # the shape's label follows the intervals
+            sp = read_json(res / f"speedup/{model}/tiny-draft/K3/{ds}.json")
+            assert sp["shape"] == shape_label(
+                [1, 2], [Estimate(r["speedup"], r["speedup_log_se"], r["speedup_df"])
+                         for r in sp["rows"]], sp["margin"])
+            for r in sp["rows"]:  # the drafter's own series gives c, and with it TE
+                assert r["repeats"] == 2 and 1.0 <= r["tau"] <= 4.0 and r["draft_cost"] > 0
         prof = read_json(res / f"profiles/{model}/tiny-draft/K3.json")
         assert prof["batches"][0]["decode_steps"] > 0 and prof["batches"][0]["verify_steps"] > 0
     # the draft model served alone gives the draft cost c
@@ -69,6 +86,16 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
     assert len(sp) == 3 * 2  # fine-cpu's three datasets, two batch sizes
     assert ((sp["speedup_low"] < sp["speedup"]) & (sp["speedup"] < sp["speedup_high"])).all()
     assert (sp["draft_cost"] > 0).all()
+
+    # TE three ways: a profiled or swept TE outside [0, 1] (a few CPU steps can time a verify pass
+    # below a decode pass) is kept raw with its status, never as a value
+    te3 = tables.read_csv(res / "tables/te_three_ways.csv")
+    assert len(te3) and set(te3["model"]) == {"fine-cpu"}
+    for _, r in te3.iterrows():
+        assert r["te_profiled_raw"] > 0 and r["te_costmodel"] > 0
+        assert (r["te_profiled_status"] == "ok") == (0 <= r["te_profiled_raw"] <= 1)
+        assert (r["te_profiled_status"] == "ok") == pd.notna(r["te_profiled"])
+    assert len(tables.read_csv(res / "tables/three_step_correction.csv")) == 4
 
     # the held-out tables in the study's shapes (Tables 16 and 18): Aya's languages are the slices
     acc = tables.read_csv(res / "tables/heldout_acceptance.csv")
