@@ -125,10 +125,9 @@ def check_method(config: Path | None, method: str) -> None:
                          "mtp_num_hidden_layers); use eagle3 or draft_model")
 
 
-def check_study_model(study_model: str | None, dims: ModelDims) -> None:
-    """A study model named for its published overlaps must be one, with the model's k and N."""
-    if not study_model:
-        return
+def study_routing(study_model: str) -> tuple[int, int] | None:
+    """The k and N a study model routes with (None: the study does not publish them); an error
+    if it is not a study model."""
     models = published.load("models").set_index("model")
     ob = published.load("overlap_by_distance").set_index("model")
     ue = published.load("unique_experts_ipf").set_index("model")
@@ -138,10 +137,17 @@ def check_study_model(study_model: str | None, dims: ModelDims) -> None:
     nk = (ue.loc[study_model, ["k", "n"]] if study_model in ue.index else
           models.loc[study_model, ["experts_per_token", "num_experts"]] if study_model in
           models.index else None)
-    if nk is not None and (int(nk.iloc[0]), int(nk.iloc[1])) != (dims.top_k, dims.num_experts):
-        raise InputError(f"--study-model {study_model} routes {int(nk.iloc[0])} of "
-                         f"{int(nk.iloc[1])} experts; this model {dims.top_k} of "
-                         f"{dims.num_experts}")
+    return None if nk is None else (int(nk.iloc[0]), int(nk.iloc[1]))
+
+
+def check_study_model(study_model: str | None, dims: ModelDims) -> None:
+    """A study model named for its published overlaps must be one, with the model's k and N."""
+    if not study_model:
+        return
+    nk = study_routing(study_model)
+    if nk is not None and nk != (dims.top_k, dims.num_experts):
+        raise InputError(f"--study-model {study_model} routes {nk[0]} of {nk[1]} experts; this "
+                         f"model {dims.top_k} of {dims.num_experts}")
 
 
 def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, *,

@@ -367,13 +367,11 @@ def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batc
         from ..hub import snapshot_of
 
         draft = dense_dims_from_config(snapshot_of(draft_config))
-    if study_model and overlaps is None:
-        try:
-            predictor.check_study_model(study_model, dims)
-        except InputError as e:  # a stand-in compared with a study model of other k, N
-            log.info("%s: the study's overlaps of %s are not this model's (%s); the prior of its "
-                     "granularity", model_cfg["name"], study_model, e)
-            study_model = None
+    if study_model and overlaps is None and predictor.study_routing(study_model) not in (
+            None, (dims.top_k, dims.num_experts)):  # a stand-in compared with other k, N
+        log.info("%s: %s routes another k of N; its overlaps are not this model's: the prior of "
+                 "its granularity", model_cfg["name"], study_model)
+        study_model = None
     res = predictor.prediction(dims, hw, k, method, batch_sizes, study_model=study_model,
                                overlaps=overlaps, overlap_source=source,
                                tau=(tau, tau) if tau else None, draft=draft)
