@@ -29,4 +29,4 @@ rule all:
 
 
 onsuccess:
-    print(end_of_run("results/report/summary.txt", START))
+    print(end_of_run(P.REPORT_SUMMARY, START))

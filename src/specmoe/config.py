@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
-from . import configcheck, published
+from . import configcheck, paths, published
 from .costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .names import control_name, job_label
@@ -33,6 +34,28 @@ GPU_MEMORY_UTILIZATION = 0.9
 SECTION = {"capture": "capture", "sweep_ar": "sweep", "sweep_sd": "sweep", "profile": "profiling"}
 # A model's precision as the engine's dtype (bf16, fp16, fp32; auto and fp8 keep the section's).
 PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+# A vLLM engine on a CPU serving a tiny model: resident memory stays near 3.3 GB (the sweeps'
+# benchmarks), a job ends within minutes (minutes, doubled on each retry).
+CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
+# The settings of the sweep section that only the analysis reads (a change reruns no sweep).
+SWEEP_ANALYSIS_KEYS = ("timing", "shape_margin", "engine_log_sd")
+# The SD check's K and dataset where the configuration's tiny.sd_check sets none.
+SD_CHECK_DEFAULTS = {"k": 3, "dataset": "tinybench"}
+# A synthetic model's drafter for the step model: a one-layer head (EAGLE-3, the study's most
+# common method).
+SYNTHETIC_METHOD = "eagle3"
+
+
+def canonical(obj):
+    """A config value with every mapping's keys sorted: a job's params compare equal whatever
+    order the configuration file wrote them in."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(v) for v in obj]
+    return obj
 
 
 def with_precision(section: dict, m: dict) -> dict:
@@ -141,19 +164,18 @@ class Config:
                 self.variants[m["name"]] = self._model({**base, **m})
                 continue
             if m["source"] == "hf":
-                model = self._model({**m, "hf_config": f"results/downloads/{repo_key(m)}"
-                                     ".config.json"})
+                model = self._model({**m, "hf_config": paths.download(repo_key(m), "config")})
                 self.hf[m["name"]] = model
                 if not m.get("cost_only"):  # cost-only: the weight-model table, no runs
                     self.models[m["name"]] = model
             elif m["source"] == "tiny":
                 target = self.models[m["name"]] = self._model(
-                    {**m, "hf_config": f"results/models/{m['name']}/config.json"})
+                    {**m, "hf_config": paths.model_config(m["name"])})
                 # the untrained control runs at the model's first K and dataset: the routing
                 # baseline
                 r = control_name(m["name"])
                 self.models[r] = self._model(
-                    {**m, "name": r, "hf_config": f"results/models/{r}/config.json",
+                    {**m, "name": r, "hf_config": paths.model_config(r),
                      "ks": list(target.ks[:1]), "datasets": list(target.datasets[:1])},
                     control_of=m["name"])
             else:
@@ -424,6 +446,133 @@ class Config:
         """Every profile job (variants are not profiled: their kernels are their target's)."""
         return [j for n in [*self.swept, *self.hf_swept] if n in self.models
                 for j in self.engine_jobs(n) if j.rule == "profile"]
+
+    # --- the study's downloads, the GPU bill and the comparison with the study ------------------
+
+    @cached_property
+    def repos(self) -> dict[str, dict]:
+        """The repositories downloaded from the Hub, by file name (owner--name): repo id, revision,
+        whether any model of it needs remote code, and the names of the models and drafters in it."""
+        out: dict[str, dict] = {}
+        entries = [m.entry for m in self.hf.values()]
+        entries += [d.entry for d in self.drafters.values() if d.source == "hf"]
+        for e in entries:
+            r = out.setdefault(repo_key(e), {"repo_id": e.get("repo_id"),
+                                             "revision": e.get("revision"),
+                                             "trust_remote_code": False, "names": []})
+            r["trust_remote_code"] |= bool(e["trust_remote_code"])
+            r["names"].append(e["name"])
+        return out
+
+    @property
+    def planned(self) -> list[str]:
+        """Study models whose GPU jobs the plan estimates (a repo id is needed for config.json)."""
+        return [n for n in self.names("hf") if self.models[n].entry["repo_id"]]
+
+    @property
+    def planned_datasets(self) -> list[str]:
+        return sorted({d for n in self.planned for name in self.models[n].datasets
+                       for d in name.split("+")})
+
+    @cached_property
+    def study(self) -> dict[str, dict]:
+        """Models whose results sit beside the study's published numbers (compare_with, or a study
+        checkpoint): name -> the study model and the variant (precision, TP, hardware)."""
+        return {m["name"]: entry for m in self.raw["models"]
+                if (entry := published.study_entry(self.entry(m["name"]))) is not None}
+
+    @property
+    def predicted(self) -> list[str]:
+        """Models the step model predicts: every model with runs but the untrained controls."""
+        return [n for n, m in self.models.items() if not m.control_of]
+
+    # --- each rule's settings: its params, so that a job reruns when these change, only these ---
+
+    def tiny_params(self, *keys: str) -> dict:
+        """The named keys of the `tiny` section."""
+        tiny = self.raw.get("tiny", {})
+        return canonical({k: tiny[k] for k in keys if k in tiny})
+
+    def training_recipe(self, name: str, trained: bool = True) -> dict:
+        """What a tiny model's weights depend on: architecture, budget and seed (not its drafters,
+        datasets, K or hardware, which only its runs use)."""
+        from .tiny import TrainSpec
+
+        m = self.entry(name)
+        recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", TrainSpec.seed)}
+        if trained:
+            recipe["steps"] = m["steps"]
+        return canonical(recipe)
+
+    def train_settings(self, trained: bool = True) -> dict:
+        """The tiny section's training settings, the thread count included (training adds in an
+        order that depends on it, so the weights do too); an untrained control depends on the
+        evaluation settings only."""
+        tiny = self.raw.get("tiny", {})
+        train = dict(tiny.get("train") or {})
+        if not trained:
+            train = {k: v for k, v in train.items()
+                     if k in ("seq_len", "batch_size", "eval_batches")}
+        return canonical({"vocab_size": tiny.get("vocab_size"), "train": train})
+
+    @property
+    def train_threads(self) -> int:
+        from .tiny import TrainSpec
+
+        return int((self.raw.get("tiny", {}).get("train") or {}).get("threads",
+                                                                      TrainSpec.threads))
+
+    @property
+    def sd_check(self) -> dict:
+        """The tiny section's SD check as configured (its engine settings)."""
+        return dict(self.raw.get("tiny", {}).get("sd_check", {}))
+
+    def sd_check_run(self) -> tuple[int, str]:
+        """The SD check's K and dataset (SD_CHECK_DEFAULTS where the configuration sets none)."""
+        sd = {**SD_CHECK_DEFAULTS, **self.sd_check}
+        return int(sd["k"]), sd["dataset"]
+
+    def synth_entry(self, name: str) -> dict:
+        """What a synthetic trace depends on: the generator's parameters."""
+        m = self.models[name].entry
+        return canonical({k: m[k] for k in ("name", "source", "synthetic") if k in m})
+
+    def cost_entry(self, name: str) -> dict:
+        """What a cost model depends on: the model's dimensions, checkpoint config, precision, TP
+        and hardware name (not its drafters or datasets)."""
+        m = self.models[name].entry
+        keys = ("name", "source", "dims", "hf_config", "precision", "tp", "hardware", "revision")
+        return canonical({k: m[k] for k in keys if k in m})
+
+    def cost_hardware(self, name: str) -> dict:
+        """The one hardware entry a cost model uses."""
+        hw = self.model(name).hardware
+        return canonical({hw: self.hardware[hw]} if hw in self.hardware else {})
+
+    def sweep_params(self, name: str) -> dict:
+        """The sweep settings that change a measurement (not the analysis-only ones), in the
+        model's precision (a drafter served alone: as configured)."""
+        m = self.variants.get(name) or self.models.get(name)
+        keep = {k: v for k, v in self.sweep.items() if k not in SWEEP_ANALYSIS_KEYS}
+        return with_precision(keep, dict(m.entry) if m else {})
+
+    def sweep_datasets(self, name: str) -> list[str]:
+        """The datasets one served engine measures: its model's swept datasets, or for a drafter
+        served alone, those of the runs it drafts for."""
+        alone = name in self.drafters and self.drafters[name].served_alone
+        return sorted({r.dataset for r in self.sweep_runs()
+                       if r.model == name or (alone and r.drafter == name)})
+
+    def predict_method(self, name: str) -> str:
+        """The speculative method of the model's first drafter (a synthetic model's: EAGLE-3)."""
+        d = self.drafters.get(self.models[name].drafters[0])
+        return d.method if d is not None else SYNTHETIC_METHOD
+
+    def engine_mem_mb(self, name: str) -> int:
+        return self.gpu_resources(name)["mem_mb"] if self.on_gpu(name) else CPU_ENGINE["mem_mb"]
+
+    def gpu_model(self, name: str) -> str:
+        return self.gpu_resources(name)["gpu_model"] if self.on_gpu(name) else ""
 
 
 def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = None,

@@ -15,7 +15,9 @@ at least `min_runtime` minutes.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass, fields
 
 from . import costmodel
@@ -157,3 +159,18 @@ def table_prompt_tokens(source: str, dataset: str) -> float | None:
     except (InputError, OSError):
         return None
     return sum(len(r.text) for r in rows) / len(rows) / CHARS_PER_TOKEN if rows else None
+
+
+def planned_runtime(plan_json, rule: str, job: dict) -> int | None:
+    """A GPU job's SLURM runtime in minutes as the GPU bill (results/plan.json) estimates it; None
+    where there is no bill yet (a dry run before it exists) or it has no such job. `job`: the job's
+    wildcards (model, and drafter, k, dataset where the rule has them)."""
+    if not plan_json or not os.path.exists(plan_json):
+        return None
+    with open(plan_json) as fh:
+        jobs = json.load(fh)["jobs"]
+    want = {k: str(v) for k, v in job.items() if k in ("model", "drafter", "k", "dataset")}
+    for j in jobs:
+        if j["rule"] == rule and all(str(j[k]) == v for k, v in want.items()):
+            return int(j["runtime_min"])
+    return None

@@ -3,17 +3,17 @@
 
 rule acceptance:
     input:
-        "results/traces/{model}/{drafter}/K{k}/{dataset}.parquet",
+        rules.capture.output[0],
     output:
-        "results/acceptance/{model}/{drafter}/K{k}/{dataset}.json",
+        P.ACCEPTANCE,
     log:
-        "logs/acceptance/{model}/{drafter}/K{k}/{dataset}.log",
+        P.log_of(P.ACCEPTANCE),
     benchmark:
-        "benchmarks/acceptance/{model}/{drafter}/K{k}/{dataset}.tsv"
+        P.benchmark_of(P.ACCEPTANCE)
     conda:
         "../../envs/analysis.yaml"
     threads: 2
     params:
-        heldout=[ds for ds, d in DATASETS.items() if d.get("heldout")],
+        heldout=[ds for ds, d in CFG.datasets.items() if d.get("heldout")],
     script:
         "../scripts/acceptance.py"

@@ -3,18 +3,18 @@
 
 rule costmodel:
     input:
-        overlap="results/overlap/{model}/{drafter}/K{k}/{dataset}.json",
-        ipf="results/ipf/{model}/{drafter}/K{k}/{dataset}.json",
+        overlap=rules.overlap.output[0],
+        ipf=rules.ipf.output[0],
         checkpoint=model_files,
     output:
-        "results/costmodel/{model}/{drafter}/K{k}/{dataset}.json",
+        P.COSTMODEL,
     log:
-        "logs/costmodel/{model}/{drafter}/K{k}/{dataset}.log",
+        P.log_of(P.COSTMODEL),
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=cost_entry,
-        hardware=cost_hardware,
+        model=lambda w: CFG.cost_entry(w.model),
+        hardware=lambda w: CFG.cost_hardware(w.model),
         draft=config["draft_cost"],
     script:
         "../scripts/costmodel.py"
@@ -24,19 +24,19 @@ rule predict:
     input:
         unpack(predict_inputs),
     output:
-        "results/predict/{model}.json",
+        P.PREDICT,
     log:
-        "logs/predict/{model}.log",
+        P.log_of(P.PREDICT),
     wildcard_constraints:
-        model=one_of(PREDICTED),
+        model=one_of(CFG.predicted),
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=cost_entry,
+        model=lambda w: CFG.cost_entry(w.model),
         hardware=lambda w: CFG.hardware,
         k=lambda w: CFG.models[w.model].ks[0],
-        method=predict_method,
+        method=lambda w: CFG.predict_method(w.model),
         batch_sizes=config["batch_sizes"],
-        study=lambda w: (STUDY.get(w.model) or {}).get("study"),
+        study=lambda w: (CFG.study.get(w.model) or {}).get("study"),
     script:
         "../scripts/predict.py"

@@ -1,90 +1,99 @@
-# The measured side: serving sweeps (SD on/off per batch size) and kernel profiling.
+# The measured side: serving sweeps (SD on/off per batch size) and kernel profiling, each an
+# engine job of rule capture's body (workflow/rules/traces.smk) with its own outputs and settings.
 # A series is one engine serving every dataset of its model in turn (datasets do not change the
 # engine); it writes one file per dataset and batch size under <output>.points/ as it goes, so a
 # rerun after a crash resumes at the next unfinished point.
 
 
-rule sweep_ar:
-    input:
-        plan=plan_input,
-        target=engine_target,
-        prompts=sweep_prompts,
-    output:
-        "results/sweeps/{model}/ar.json",
-    log:
-        "logs/sweeps/{model}/ar.log",
-    benchmark:
-        "benchmarks/sweeps/{model}/ar.tsv"
-    wildcard_constraints:
-        model=one_of(SERVED),
-    retries: 1
-    conda:
-        engine_env
-    threads: measure_threads()
-    resources:
-        gpu=engine_gpus,
-        gpu_model=engine_gpu_model,
-        mem_mb=engine_mem_mb,
-        runtime=engine_runtime("sweep_ar"),
-        engine=1,
-    params:
-        series=lambda w: {
-            "model": w.model,
-            "drafter": None,
-            "k": None,
-            "datasets": sweep_datasets(w.model),
-        },
-        sweep=engine_section("sweep", sweep_params),
-        method=None,
-        gpu=lambda w: on_gpu(w.model),
-        prompts=CFG.prompts,
-    script:
-        "../scripts/sweep.py"
-
-
-rule sweep_sd:
+use rule capture as sweep_sd with:
     input:
         plan=plan_input,
         target=engine_target,
         drafter=engine_drafter,
-        prompts=sweep_prompts,
+        prompts=lambda w: prompts_of(CFG.sweep_datasets(w.model)),
     output:
-        "results/sweeps/{model}/{drafter}/K{k}.json",
+        P.SWEEP_SD,
     log:
-        "logs/sweeps/{model}/{drafter}/K{k}.log",
+        P.log_of(P.SWEEP_SD),
     benchmark:
-        "benchmarks/sweeps/{model}/{drafter}/K{k}.tsv"
+        P.benchmark_of(P.SWEEP_SD)
     wildcard_constraints:
-        model=one_of(SWEPT + HF_SWEPT),
-    retries: 1
-    conda:
-        engine_env
+        model=one_of(CFG.swept + CFG.hf_swept),
     threads: measure_threads()
     resources:
-        gpu=engine_gpus,
-        gpu_model=engine_gpu_model,
-        mem_mb=engine_mem_mb,
-        runtime=engine_runtime("sweep_sd"),
-        engine=1,
+        **engine_resources("sweep_sd"),
     params:
-        series=sd_series,
-        sweep=engine_section("sweep", sweep_params),
-        method=engine_method,
-        gpu=lambda w: on_gpu(w.model),
-        prompts=CFG.prompts,
-    script:
-        "../scripts/sweep.py"
+        job=lambda w: {
+            "model": w.model,
+            "drafter": w.drafter,
+            "k": int(w.k),
+            "datasets": CFG.sweep_datasets(w.model),
+        },
+        settings=engine_section("sweep", lambda w: CFG.sweep_params(w.model)),
+
+
+use rule sweep_sd as sweep_ar with:
+    input:
+        plan=plan_input,
+        target=engine_target,
+        prompts=lambda w: prompts_of(CFG.sweep_datasets(w.model)),
+    output:
+        P.SWEEP_AR,
+    log:
+        P.log_of(P.SWEEP_AR),
+    benchmark:
+        P.benchmark_of(P.SWEEP_AR)
+    wildcard_constraints:
+        model=one_of(SERVED),
+    resources:
+        **engine_resources("sweep_ar"),
+    params:
+        job=lambda w: {
+            "model": w.model,
+            "drafter": None,
+            "k": None,
+            "datasets": CFG.sweep_datasets(w.model),
+        },
+        method=None,
+
+
+use rule capture as profile with:
+    input:
+        plan=plan_input,
+        target=engine_target,
+        drafter=engine_drafter,
+        prompts=lambda w: prompts_of(CFG.models[w.model].datasets[:1]),
+    output:
+        json=P.PROFILE,
+        traces=directory(P.PROFILE_TRACES),
+    log:
+        P.log_of(P.PROFILE),
+    benchmark:
+        P.benchmark_of(P.PROFILE)
+    wildcard_constraints:
+        model=one_of([n for n in CFG.swept if n not in CFG.variants] + CFG.hf_swept),
+    threads: measure_threads()
+    resources:
+        **engine_resources("profile"),
+    params:
+        job=lambda w: {
+            "model": w.model,
+            "drafter": w.drafter,
+            "k": int(w.k),
+            "dataset": CFG.models[w.model].datasets[0],
+        },
+        settings=engine_section("profiling", lambda w: CFG.raw.get("profiling", {})),
 
 
 rule speedup:
     input:
-        sd="results/sweeps/{model}/{drafter}/K{k}.json",
-        ar="results/sweeps/{model}/ar.json",
+        sd=rules.sweep_sd.output[0],
+        ar=rules.sweep_ar.output[0],
         drafter=speedup_drafter,
     output:
-        "results/speedup/{model}/{drafter}/K{k}/{dataset}.json",
+        P.SPEEDUP,
     log:
-        "logs/speedup/{model}/{drafter}/K{k}/{dataset}.log",
+        P.log_of(P.SPEEDUP),
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -96,57 +105,15 @@ rule speedup:
         "../scripts/speedup.py"
 
 
-rule profile:
-    input:
-        plan=plan_input,
-        target=engine_target,
-        drafter=engine_drafter,
-        prompts=profile_prompts,
-    output:
-        json="results/profiles/{model}/{drafter}/K{k}.json",
-        traces=directory("results/profiles/{model}/{drafter}/K{k}.traces"),
-    log:
-        "logs/profiles/{model}/{drafter}/K{k}.log",
-    benchmark:
-        "benchmarks/profiles/{model}/{drafter}/K{k}.tsv"
-    wildcard_constraints:
-        model=one_of([n for n in SWEPT if n not in VARIANTS] + HF_SWEPT),
-    retries: 1
-    conda:
-        engine_env
-    threads: measure_threads()
-    resources:
-        gpu=engine_gpus,
-        gpu_model=engine_gpu_model,
-        mem_mb=engine_mem_mb,
-        runtime=engine_runtime("profile"),
-        engine=1,
-    params:
-        run=lambda w: {
-            "model": w.model,
-            "drafter": w.drafter,
-            "k": int(w.k),
-            "dataset": profile_dataset(w),
-        },
-        profiling=engine_section("profiling", lambda w: config.get("profiling", {})),
-        method=engine_method,
-        gpu=lambda w: on_gpu(w.model),
-        prompts=CFG.prompts,
-    script:
-        "../scripts/profile.py"
-
-
 rule measured_tables:
     input:
-        speedup=sweep_files("results/speedup/{model}/{drafter}/K{k}/{dataset}.json"),
+        speedup=sweep_files(P.SPEEDUP),
         profiles=profile_files(),
-        costmodel=sweep_files(
-            "results/costmodel/{model}/{drafter}/K{k}/{dataset}.json", False
-        ),
+        costmodel=sweep_files(P.COSTMODEL, variants=False),
     output:
         table_outputs(MEASURED_TABLES),
     log:
-        "logs/report/measured_tables.log",
+        P.report_log("measured_tables"),
     conda:
         "../../envs/analysis.yaml"
     script:

@@ -4,16 +4,16 @@
 
 rule tokenizer:
     output:
-        directory("results/models/tokenizer"),
+        directory(P.TOKENIZER),
     log:
-        "logs/models/tokenizer.log",
+        P.log_of(P.TOKENIZER),
     benchmark:
-        "benchmarks/models/tokenizer.tsv"
+        P.benchmark_of(P.TOKENIZER)
     conda:
         "../../envs/models.yaml"
     threads: 2
     params:
-        tiny=tiny_params(
+        tiny=CFG.tiny_params(
             "vocab_size", "heldout_every", "max_train_tokens", "max_heldout_tokens"
         ),
     script:
@@ -22,56 +22,51 @@ rule tokenizer:
 
 rule train_model:
     input:
-        "results/models/tokenizer",
+        rules.tokenizer.output[0],
     output:
-        directory("results/models/{tiny}"),
+        directory(P.model("{tiny}")),
     log:
-        "logs/models/{tiny}.log",
+        P.log_of(P.model("{tiny}")),
     benchmark:
-        "benchmarks/models/{tiny}.tsv"
+        P.benchmark_of(P.model("{tiny}"))
     wildcard_constraints:
-        tiny=one_of(TINY),
+        tiny=one_of([*CFG.tiny_targets, *CFG.tiny_drafters]),
     conda:
         "../../envs/models.yaml"
-    threads: train_threads()
+    threads: CFG.train_threads
     params:
-        model=lambda w: training_recipe(w.tiny),
-        tiny=train_settings(),
+        model=lambda w: CFG.training_recipe(w.tiny),
+        tiny=CFG.train_settings(),
         trained=True,
     script:
         "../scripts/train_model.py"
 
 
-rule random_model:
-    input:
-        "results/models/tokenizer",
+use rule train_model as random_model with:
     output:
-        directory("results/models/{tiny}-random"),
+        directory(P.model(control_name("{tiny}"))),
     log:
-        "logs/models/{tiny}-random.log",
+        P.log_of(P.model(control_name("{tiny}"))),
+    benchmark:
+        P.benchmark_of(P.model(control_name("{tiny}")))
     wildcard_constraints:
-        tiny=one_of(TINY_TARGETS),
-    conda:
-        "../../envs/models.yaml"
-    threads: train_threads()
+        tiny=one_of(CFG.tiny_targets),
     params:
-        model=lambda w: training_recipe(w.tiny, trained=False),
-        tiny=train_settings(trained=False),
+        model=lambda w: CFG.training_recipe(w.tiny, trained=False),
+        tiny=CFG.train_settings(trained=False),
         trained=False,
-    script:
-        "../scripts/train_model.py"
 
 
 rule sd_check:
     input:
-        target="results/models/{model}",
-        drafter="results/models/{drafter}",
+        target=P.model("{model}"),
+        drafter=P.model("{drafter}"),
     output:
-        "results/sd_check/{model}/{drafter}/K{k}/{dataset}.json",
+        P.SD_CHECK,
     log:
-        "logs/sd_check/{model}/{drafter}/K{k}/{dataset}.log",
+        P.log_of(P.SD_CHECK),
     benchmark:
-        "benchmarks/sd_check/{model}/{drafter}/K{k}/{dataset}.tsv"
+        P.benchmark_of(P.SD_CHECK)
     retries: 1
     conda:
         "../../envs/models.yaml"
@@ -79,7 +74,7 @@ rule sd_check:
     resources:
         engine=1,
     params:
-        sd=config.get("tiny", {}).get("sd_check", {}),
+        sd=CFG.sd_check,
         prompts=CFG.prompts,
     script:
         "../scripts/sd_check.py"

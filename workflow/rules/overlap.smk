@@ -3,13 +3,13 @@
 
 rule overlap:
     input:
-        "results/traces/{model}/{drafter}/K{k}/{dataset}.parquet",
+        rules.capture.output[0],
     output:
-        "results/overlap/{model}/{drafter}/K{k}/{dataset}.json",
+        P.OVERLAP,
     log:
-        "logs/overlap/{model}/{drafter}/K{k}/{dataset}.log",
+        P.log_of(P.OVERLAP),
     benchmark:
-        "benchmarks/overlap/{model}/{drafter}/K{k}/{dataset}.tsv"
+        P.benchmark_of(P.OVERLAP)
     conda:
         "../../envs/analysis.yaml"
     threads: 2
@@ -22,13 +22,13 @@ rule overlap:
 
 rule ipf:
     input:
-        "results/overlap/{model}/{drafter}/K{k}/{dataset}.json",
+        rules.overlap.output[0],
     output:
-        "results/ipf/{model}/{drafter}/K{k}/{dataset}.json",
+        P.IPF,
     log:
-        "logs/ipf/{model}/{drafter}/K{k}/{dataset}.log",
+        P.log_of(P.IPF),
     benchmark:
-        "benchmarks/ipf/{model}/{drafter}/K{k}/{dataset}.tsv"
+        P.benchmark_of(P.IPF)
     conda:
         "../../envs/analysis.yaml"
     params:

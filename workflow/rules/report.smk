@@ -3,14 +3,14 @@
 
 rule tables:
     input:
-        overlap=run_files("results/overlap/{model}/{drafter}/K{k}/{dataset}.json"),
-        ipf=run_files("results/ipf/{model}/{drafter}/K{k}/{dataset}.json"),
-        costmodel=run_files("results/costmodel/{model}/{drafter}/K{k}/{dataset}.json"),
-        acceptance=run_files("results/acceptance/{model}/{drafter}/K{k}/{dataset}.json"),
+        overlap=run_files(P.OVERLAP),
+        ipf=run_files(P.IPF),
+        costmodel=run_files(P.COSTMODEL),
+        acceptance=run_files(P.ACCEPTANCE),
     output:
         table_outputs(TABLES),
     log:
-        "logs/report/tables.log",
+        P.report_log("tables"),
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -21,7 +21,7 @@ rule replay:
     output:
         table_outputs(REPLAY_TABLES),
     log:
-        "logs/report/replay.log",
+        P.report_log("replay"),
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -30,58 +30,54 @@ rule replay:
 
 rule comparison:
     input:
-        [f"results/tables/{t}.csv" for t in run_tables()],
+        [P.table(t, "csv") for t in run_tables()],
     output:
         table_outputs(["comparison"]),
     log:
-        "logs/report/comparison.log",
+        P.report_log("comparison"),
     conda:
         "../../envs/analysis.yaml"
     params:
-        study=STUDY,
+        study=CFG.study,
     script:
         "../scripts/comparison.py"
 
 
 rule figures:
     input:
-        [f"results/tables/{t}.csv" for t in report_tables()],
+        [P.table(t, "csv") for t in report_tables()],
     output:
         [
             report(
-                f"results/figures/{fig}.png",
+                P.figure(fig, "png"),
                 caption=registry.path(fig, figure=True),
                 category=registry.section_of(fig, "figures"),
                 subcategory="Figures",
             )
             for fig in FIGURES
         ],
-        expand("results/figures/{fig}.pdf", fig=FIGURES),
+        [P.figure(fig, "pdf") for fig in FIGURES],
     log:
-        "logs/report/figures.log",
+        P.report_log("figures"),
     conda:
         "../../envs/analysis.yaml"
     params:
-        study=STUDY,
-        variant_of={n: m["variant_of"] for n, m in VARIANTS.items()},
+        study=CFG.study,
+        variant_of={n: m.variant_of for n, m in CFG.variants.items()},
     script:
         "../scripts/figures.py"
 
 
 rule report_index:
     input:
-        tables=[f"results/tables/{t}.md" for t in report_tables()],
-        figures=expand("results/figures/{fig}.png", fig=FIGURES),
+        tables=[P.table(t, "md") for t in report_tables()],
+        figures=[P.figure(fig, "png") for fig in FIGURES],
     output:
-        "results/report/index.md",
-        report(
-            "results/report/index.html",
-            caption=registry.path("index"),
-            category="Report",
-        ),
-        "results/report/summary.txt",
+        P.REPORT_MD,
+        report(P.REPORT_HTML, caption=registry.path("index"), category="Report"),
+        P.REPORT_SUMMARY,
     log:
-        "logs/report/index.log",
+        P.report_log("index"),
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -90,12 +86,12 @@ rule report_index:
 
 rule step_model:
     input:
-        predict=expand("results/predict/{model}.json", model=PREDICTED),
-        speedup=sweep_files("results/speedup/{model}/{drafter}/K{k}/{dataset}.json"),
+        predict=[P.PREDICT.format(model=m) for m in CFG.predicted],
+        speedup=sweep_files(P.SPEEDUP),
     output:
         table_outputs(registry.written_by("step_model")),
     log:
-        "logs/report/step_model.log",
+        P.report_log("step_model"),
     conda:
         "../../envs/analysis.yaml"
     script:

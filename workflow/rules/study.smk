@@ -1,71 +1,75 @@
 # The study's models (source: hf): downloads from the Hugging Face Hub (the only networked rules),
-# the weight-model table from each config.json, the GPU bill (offline where the package ships the
-# model's config.json) and the GPU rules (capture, sweeps, profiles) that run them with vLLM's CUDA
-# build. Each GPU rule asks for Snakemake's `gpu` resource = TP and stops at once where no CUDA
-# device is visible.
+# the weight-model table from each config.json and the GPU bill (offline where the package ships
+# the model's config.json). Their engine jobs (capture, sweeps, profiles) are the engine rules'
+# (traces.smk, measure.smk): each asks for Snakemake's `gpu` resource = TP and stops at once where
+# no CUDA device is visible.
 
 
 rule download_model:
     output:
-        "results/downloads/{repo}.{mode}.json",
+        P.DOWNLOAD,
     log:
-        "logs/downloads/{repo}.{mode}.log",
+        P.log_of(P.DOWNLOAD),
     benchmark:
-        "benchmarks/downloads/{repo}.{mode}.tsv"
+        P.benchmark_of(P.DOWNLOAD)
     wildcard_constraints:
-        repo=one_of(REPOS),
+        repo=one_of(CFG.repos),
         mode="full|config",
     conda:
         "../../envs/analysis.yaml"
     params:
-        repo=lambda w: REPOS[w.repo],
+        repo=lambda w: CFG.repos[w.repo],
     script:
         "../scripts/download_model.py"
 
 
 rule download_dataset:
     output:
-        "results/downloads/datasets/{dataset}.json",
+        P.DATASET_DOWNLOAD,
     log:
-        "logs/downloads/datasets/{dataset}.log",
+        P.log_of(P.DATASET_DOWNLOAD),
     benchmark:
-        "benchmarks/downloads/datasets/{dataset}.tsv"
+        P.benchmark_of(P.DATASET_DOWNLOAD)
     wildcard_constraints:
-        dataset=one_of(DATASETS),
+        dataset=one_of(CFG.datasets),
     conda:
         "../../envs/analysis.yaml"
     params:
-        spec=lambda w: DATASETS[w.dataset],
+        spec=lambda w: CFG.datasets[w.dataset],
     script:
         "../scripts/download_dataset.py"
 
 
 rule prompt_table:
     input:
-        "results/downloads/datasets/{dataset}.json",
+        rules.download_dataset.output[0],
     output:
-        "results/prompts/{dataset}.csv",
+        P.PROMPTS,
     log:
-        "logs/prompts/{dataset}.log",
+        P.log_of(P.PROMPTS),
     benchmark:
-        "benchmarks/prompts/{dataset}.tsv"
+        P.benchmark_of(P.PROMPTS)
     wildcard_constraints:
-        dataset=one_of(DATASETS),
+        dataset=one_of(CFG.datasets),
     conda:
         "../../envs/models.yaml"
     params:
-        spec=lambda w: DATASETS[w.dataset],
+        spec=lambda w: CFG.datasets[w.dataset],
     script:
         "../scripts/prompt_table.py"
 
 
 rule weight_model:
     input:
-        [download_manifest(n, "config") for n in HF_MODELS if HF_MODELS[n]["repo_id"]],
+        [
+            download_manifest(n, "config")
+            for n, m in CFG.hf.items()
+            if m.entry["repo_id"]
+        ],
     output:
         table_outputs(["weight_model"]),
     log:
-        "logs/report/weight_model.log",
+        P.report_log("weight_model"),
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -93,18 +97,20 @@ rule weight_model:
 
 rule plan:
     input:
-        manifests=[download_manifest(n, "config") for n in PLANNED if not shipped(n)],
+        manifests=[
+            download_manifest(n, "config") for n in CFG.planned if not shipped(n)
+        ],
     output:
-        md="results/plan.md",
-        json="results/plan.json",
+        md=P.PLAN_MD,
+        json=P.PLAN_JSON,
     log:
-        "logs/report/plan.log",
+        P.report_log("plan"),
     conda:
         "../../envs/analysis.yaml"
     params:
         entries=[
             {**CFG.plan_entry(n), "manifest": download_manifest(n, "config")}
-            for n in PLANNED
+            for n in CFG.planned
         ],
         config={
             **{
@@ -114,7 +120,7 @@ rule plan:
             },
             "hardware": CFG.hardware,
         },
-        unplanned=[n for n in HF_RUN if n not in PLANNED],
-        prompt_tokens={ds: CFG.prompt_tokens(ds) for ds in PLANNED_DATASETS},
+        unplanned=[n for n in CFG.names("hf") if n not in CFG.planned],
+        prompt_tokens={ds: CFG.prompt_tokens(ds) for ds in CFG.planned_datasets},
     script:
         "../scripts/plan.py"

@@ -1,19 +1,20 @@
-# Routing traces: one Parquet file per (model, drafter, K, dataset).
+# Routing traces: one Parquet file per (model, drafter, K, dataset). Rule capture is the engine
+# rule body that the sweeps and profiles reuse (workflow/rules/measure.smk: `use rule capture`).
 
 
 rule synth_trace:
     output:
-        "results/traces/{model}/{drafter}/K{k}/{dataset}.parquet",
+        P.TRACE,
     log:
-        "logs/traces/{model}/{drafter}/K{k}/{dataset}.log",
+        P.log_of(P.TRACE),
     benchmark:
-        "benchmarks/traces/{model}/{drafter}/K{k}/{dataset}.tsv"
+        P.benchmark_of(P.TRACE)
     wildcard_constraints:
-        model=one_of(SYNTHETIC),
+        model=one_of(CFG.names("synthetic")),
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=synth_entry,
+        model=lambda w: CFG.synth_entry(w.model),
         run=run_of,
     script:
         "../scripts/synth_trace.py"
@@ -24,32 +25,28 @@ rule capture:
         plan=plan_input,
         target=engine_target,
         drafter=engine_drafter,
-        prompts=prompts_for,
+        prompts=lambda w: prompts_of([w.dataset]),
     output:
-        "results/traces/{model}/{drafter}/K{k}/{dataset}.parquet",
+        P.TRACE,
     log:
-        "logs/traces/{model}/{drafter}/K{k}/{dataset}.log",
+        P.log_of(P.TRACE),
     benchmark:
-        "benchmarks/traces/{model}/{drafter}/K{k}/{dataset}.tsv"
+        P.benchmark_of(P.TRACE)
     wildcard_constraints:
-        model=one_of(CAPTURED + HF_RUN),
+        model=one_of(CFG.names("tiny") + CFG.names("hf")),
     retries: 1
     conda:
         engine_env
     threads: 2
     resources:
-        gpu=engine_gpus,
-        gpu_model=engine_gpu_model,
-        mem_mb=engine_mem_mb,
-        runtime=engine_runtime("capture"),
-        engine=1,
+        **engine_resources("capture"),
     params:
-        run=run_of,
-        capture=engine_section(
-            "capture", lambda w: config.get("tiny", {}).get("capture", {})
+        job=run_of,
+        settings=engine_section(
+            "capture", lambda w: CFG.raw.get("tiny", {}).get("capture", {})
         ),
         method=engine_method,
-        gpu=lambda w: on_gpu(w.model),
+        gpu=lambda w: CFG.on_gpu(w.model),
         prompts=CFG.prompts,
     script:
-        "../scripts/capture.py"
+        "../scripts/engine.py"

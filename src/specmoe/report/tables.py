@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..paths import TABLE_FORMATS as FORMATS
 from ..provenance import write_text
 from . import registry
-
-
-FORMATS = ("csv", "md", "tex", "html")
 
 # Column identifiers (kept in CSV, for programs) as people read them (Markdown, LaTeX, HTML). The
 # symbols are the method's: k experts per token, N experts per layer, K draft length.

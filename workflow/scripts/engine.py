@@ -1,0 +1,34 @@
+"""Rules capture, sweep_ar, sweep_sd and profile (one rule body, workflow/rules/traces.smk): one
+real vLLM engine (a tiny model's directory, or a study model's download manifest); the rule's name
+picks the stage: a routing trace of every verification window, a serving series over the sweep's
+batch sizes for every dataset of its model, or torch.profiler over decode and verify passes."""
+
+from pathlib import Path
+
+from specmoe.logs import logged, one
+from specmoe.stages.engines import engine_inputs, with_job_runtime
+from specmoe.stages.measure import profile_stage, sweep_series_stage
+from specmoe.stages.traces import capture_stage
+
+if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
+    rule, i, p, log = snakemake.rule, snakemake.input, snakemake.params, snakemake.log[0]
+    job = p.job  # a run (capture, profile) or a series (sweeps): model, drafter, k, dataset(s)
+    with logged(log, rule):
+        target, drafter = engine_inputs(
+            i.target, one(i.get("drafter")), p.method, p.gpu, f"{rule} of {job['model']}"
+        )
+        settings = with_job_runtime(p.settings, snakemake.resources.get("runtime"))
+        # a downloaded dataset's prompt table is results/prompts/<dataset>.csv
+        tables = {Path(f).stem: f for f in i.get("prompts", [])}
+        if rule in ("sweep_ar", "sweep_sd"):
+            prompts = {ds: tables.get(ds, p.prompts) for ds in job["datasets"]}
+            sweep_series_stage(target, drafter, job["k"], job, settings, prompts,
+                               snakemake.output[0], engine_log=log)
+        elif rule == "capture":
+            capture_stage(target, drafter, job["k"], job, settings,
+                          tables.get(job["dataset"], p.prompts), snakemake.output[0],
+                          engine_log=log)
+        else:
+            profile_stage(target, drafter, job["k"], job, settings,
+                          tables.get(job["dataset"], p.prompts), snakemake.output.json,
+                          snakemake.output.traces, engine_log=log)
