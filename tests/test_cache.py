@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def run_case(wd, config: dict, *args) -> str:
     """`config` written as case.yaml, then Snakemake on TARGETS with it (status 0); its output."""
     (wd / "case.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    r = snakemake(wd, *TARGETS, "--cores", "2", *args, configfile="case.yaml", timeout=900)
+    r = snakemake(wd, *TARGETS, *args, cores=2, configfile="case.yaml", timeout=900)
     return r.stdout + r.stderr
 
 

@@ -218,7 +218,7 @@ def test_the_gpu_bill_is_offline(tmp_path):
     assert re.findall(r"^(\w+)\s+\d+$", stats, re.M) == ["plan", "total"], stats
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "no-hf"))  # an empty cache
-    snakemake(wd, "--cores", "1", "results/plan.md", configfile="config/paper.yaml", env=env)
+    snakemake(wd, "results/plan.md", cores=1, configfile="config/paper.yaml", env=env)
     plan = json.loads((wd / "results/plan.json").read_text())
     gpu_jobs = [j for j in plan["jobs"] if j["gpus"]]
     assert gpu_jobs and all(j["headroom_gib"] is not None for j in gpu_jobs)
