@@ -640,10 +640,7 @@ THROUGH_SNAKEMAKE = ["a misspelt top-level key", "models not a list", "a misspel
 def test_a_sample_through_snakemake(tmp_path):
     """The workflow's parse gives the same one line with status 1, after Snakemake's own two
     lines, with no traceback, no schema and no job."""
-    import subprocess
-    import sys
-
-    from wf import copy_workflow
+    from wf import copy_workflow, snakemake
 
     wd = copy_workflow(tmp_path / "wf")
     cases = {c[0]: c for c in CONFIG}
@@ -653,8 +650,7 @@ def test_a_sample_through_snakemake(tmp_path):
         cfg = copy.deepcopy(BASE)
         edit(cfg)
         (wd / "case.yaml").write_text(yaml.safe_dump(cfg))
-        r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "case.yaml"],
-                           cwd=wd, capture_output=True, text=True, timeout=300)
+        r = snakemake(wd, "-n", configfile="case.yaml", check=False, timeout=300)
         ours = [ln for ln in r.stderr.splitlines()
                 if not ln.startswith(("Using workflow", "Config file"))]
         if r.returncode != status or len(ours) != 1 or not re.search(pattern, ours[0]) \

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from wf import REPO, copy_workflow
+from wf import REPO, copy_workflow, snakemake
 
 CASE = yaml.safe_load((REPO / ".test" / "cache" / "config.yaml").read_text())
 TARGETS = [*(f"results/models/{m}" for m in ("a", "b", "d", "a-random", "b-random")),
@@ -21,17 +19,15 @@ TARGETS = [*(f"results/models/{m}" for m in ("a", "b", "d", "a-random", "b-rando
 pytestmark = pytest.mark.slow
 
 
-def snakemake(wd, config: dict, *args):
+def run_case(wd, config: dict, *args) -> str:
+    """`config` written as case.yaml, then Snakemake on TARGETS with it (status 0); its output."""
     (wd / "case.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    r = subprocess.run([sys.executable, "-m", "snakemake", *TARGETS, "--cores", "2",
-                        *args, "--configfile", "case.yaml"], cwd=wd, capture_output=True,
-                       text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    r = snakemake(wd, *TARGETS, *args, cores=2, configfile="case.yaml", timeout=900)
     return r.stdout + r.stderr
 
 
 def scheduled(wd, config: dict) -> dict[str, int]:
-    out = snakemake(wd, config, "-n")
+    out = run_case(wd, config, "-n")
     if "Nothing to be done" in out:
         return {}
     stats = out[out.index("Job stats"):]
@@ -41,14 +37,14 @@ def scheduled(wd, config: dict) -> dict[str, int]:
 
 def jobs(wd, config: dict) -> set[str]:
     """The outputs that `snakemake -n` would (re)build."""
-    out = snakemake(wd, config, "-n")
+    out = run_case(wd, config, "-n")
     return set(re.findall(r"^\s+output: (\S+?),?$", out, re.M))
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     wd = copy_workflow(tmp_path_factory.mktemp("cache") / "wf")
-    snakemake(wd, CASE)
+    run_case(wd, CASE)
     assert scheduled(wd, CASE) == {}
     return wd
 

@@ -6,14 +6,12 @@ with its model's configuration (study model, precision, TP, hardware, speculativ
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
 
 from specmoe import published
-from wf import REPO
+from wf import REPO, snakemake
 
 PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
 METHODS = {"EAGLE": "eagle", "EAGLE-3": "eagle3", "MTP": "mtp", "draft_model": "draft_model"}
@@ -22,9 +20,7 @@ METHODS = {"EAGLE": "eagle", "EAGLE-3": "eagle3", "MTP": "mtp", "draft_model": "
 @pytest.fixture(scope="module")
 def jobs() -> list[dict]:
     """The dry run's jobs, each with its wildcards and its model's variant."""
-    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile",
-                        "config/paper.yaml"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = snakemake(REPO, "-n", configfile="config/paper.yaml", timeout=300)
     models = {m["name"]: m for m in PAPER["models"]}
     drafters = {d["name"]: d for d in PAPER["drafters"]}
     formats = {n: d["format"] for n, d in PAPER["datasets"].items()}

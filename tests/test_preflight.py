@@ -10,8 +10,6 @@ import copy
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -20,7 +18,7 @@ from snakemake.utils import update_config
 from hubfake import lay_out_cache
 from specmoe import preflight
 from specmoe.config import Config
-from wf import REPO, copy_workflow
+from wf import REPO, copy_workflow, snakemake
 
 PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
 GIB = 2**30
@@ -192,11 +190,6 @@ def test_vllms_own_checks_pass_the_study_and_stop_a_broken_copy(tmp_path, monkey
     assert [f.line() for f in again.findings] == [f.line() for f in report.findings]
 
 
-def dry_run(wd, *args):
-    return subprocess.run([sys.executable, "-m", "snakemake", "-n", *args], cwd=wd,
-                          capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.slow
 def test_the_dry_run_stops_before_any_job(tmp_path):
     """Mixtral-8x7B in bf16 on one H100 through `snakemake -n`: status 1, the preflight's one line
@@ -205,7 +198,7 @@ def test_the_dry_run_stops_before_any_job(tmp_path):
     m = next(m for m in cfg["models"] if m["name"] == "mixtral-8x7b-bf16-tp2")
     cfg["models"] = [{**m, "name": "mixtral-bf16-tp1", "tp": 1, "drafters": ["eagle-mixtral"]}]
     wd = copy_workflow(tmp_path / "wf", cfg, "broken.yaml")
-    r = dry_run(wd, "--configfile", "broken.yaml")
+    r = snakemake(wd, "-n", configfile="broken.yaml", check=False)
     assert r.returncode == 1
     ours = [ln for ln in r.stderr.splitlines() if not ln.startswith(("Using workflow",
                                                                     "Config file"))]
@@ -220,16 +213,12 @@ def test_the_gpu_bill_is_offline(tmp_path):
     """`snakemake -n results/plan.md --configfile config/paper.yaml` plans the bill alone: no model
     or dataset download, no prompt table; the bill then lists each GPU job's memory headroom."""
     wd = copy_workflow(tmp_path / "wf")
-    r = dry_run(wd, "results/plan.md", "--configfile", "config/paper.yaml")
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = snakemake(wd, "-n", "results/plan.md", configfile="config/paper.yaml")
     stats = re.search(r"Job stats:\n(.*?)\n\n", r.stdout + r.stderr, re.S)[1]
     assert re.findall(r"^(\w+)\s+\d+$", stats, re.M) == ["plan", "total"], stats
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "no-hf"))  # an empty cache
-    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "results/plan.md",
-                          "--configfile", "config/paper.yaml"], cwd=wd, capture_output=True,
-                         text=True, timeout=600, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
+    snakemake(wd, "results/plan.md", cores=1, configfile="config/paper.yaml", env=env)
     plan = json.loads((wd / "results/plan.json").read_text())
     gpu_jobs = [j for j in plan["jobs"] if j["gpus"]]
     assert gpu_jobs and all(j["headroom_gib"] is not None for j in gpu_jobs)

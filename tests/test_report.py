@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,11 +16,10 @@ from browser import open_page
 from specmoe import published
 from specmoe.report import figures, prose, registry, replay, tables
 from specmoe.stages import report
-from wf import copy_workflow
+from wf import copy_workflow, snakemake
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_tables"
 VARIANT_OF = {"tiny-fine-bf16": "tiny-fine"}  # the fixture run's variant (config.yaml)
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
 def test_published_tables_are_the_studys_as_copied():
@@ -200,9 +197,7 @@ def test_report_html_opens_in_a_headless_browser_with_every_image(tmp_path):
 def test_replay_configuration_runs_in_seconds_without_models(tmp_path):
     wd = copy_workflow(tmp_path / "wf", {"models": []}, "replay.yaml")
     t0 = time.perf_counter()
-    r = subprocess.run([*SNAKEMAKE, "--configfile", "replay.yaml", "--cores", "1"], cwd=wd,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    snakemake(wd, configfile="replay.yaml", cores=1, timeout=300)
     assert time.perf_counter() - t0 < 120
     for stem in ("replay_unique_experts", "replay_weight_model", "replay_three_step"):
         df = tables.read_csv(wd / "results" / "tables" / f"{stem}.csv")

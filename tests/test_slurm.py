@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from hubfake import lay_out_cache
 from slurm_cluster import Cluster, available
-from wf import REPO, copy_workflow
+from wf import REPO, copy_workflow, failure, snakemake
 
 LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
 FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
@@ -88,12 +87,11 @@ def on_slurm(cluster, wd, *targets, extra_env=None, check=True):
     """The README's command: the launcher's snakemake with the SLURM profile; jobs run in the
     engines' environment (this test's own)."""
     env = {**cluster.env, "SPECMOE_ENGINE_VENV": sys.prefix, **(extra_env or {})}
-    r = subprocess.run([str(LAUNCHER), "-m", "snakemake", *targets, "--profile", "profiles/slurm",
-                        "--slurm-init-seconds-before-status-checks", "2",
-                        "--configfile", "case.yaml"], cwd=wd, env=env, capture_output=True,
-                       text=True, timeout=420)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{r.stdout[-3000:]}\n{r.stderr[-5000:]}\n{cluster.logs()}")
+    r = snakemake(wd, *targets, "--profile", "profiles/slurm",
+                  "--slurm-init-seconds-before-status-checks", "2", configfile="case.yaml",
+                  env=env, check=False, timeout=420, python=LAUNCHER)
+    if check and r.returncode != 0:  # the helper's message, and the cluster's logs
+        raise AssertionError(f"{failure(r)}\n{cluster.logs()}")
     return r
 
 
@@ -126,8 +124,7 @@ def test_synthetic_chain_through_sbatch_equals_a_local_run(cluster, tmp_path):
     assert all(j.get("NumCPUs") == "2" for j in jobs["overlap"])   # the rule's threads
     assert (wd / "results" / "report" / "index.md").exists()
     local = workdir(tmp_path / "local", SYNTH)
-    subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-                    "case.yaml"], cwd=local, check=True, capture_output=True, timeout=300)
+    snakemake(local, cores=2, configfile="case.yaml", timeout=300)
     assert tables_without_provenance(wd) == tables_without_provenance(local)
     print(f"synthetic chain on SLURM: {time.time() - t0:.0f} s")
 

@@ -16,9 +16,9 @@ import yaml
 from specmoe.report import tables
 from specmoe.provenance import read_json
 from specmoe.trace import read_trace
-from wf import REPO, copy_workflow
+from wf import REPO, copy_workflow, snakemake, snakemake_command
 
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+ON_TEST = {"configfile": "test.yaml", "cores": 2}  # how this file runs its workdirs
 pytestmark = pytest.mark.slow
 
 TEST_CONFIG = {
@@ -42,14 +42,6 @@ def make_workdir(tmp_path: Path, config: dict) -> Path:
     return copy_workflow(tmp_path / "wf", config, "test.yaml")
 
 
-def snakemake(wd: Path, *args, check=True) -> subprocess.CompletedProcess:
-    r = subprocess.run([*SNAKEMAKE, "--configfile", "test.yaml", "--cores", "2", *args], cwd=wd,
-                       capture_output=True, text=True, timeout=600)
-    if check and r.returncode != 0:
-        raise AssertionError(f"snakemake failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
-    return r
-
-
 def outputs(wd: Path) -> dict[str, float]:
     return {str(p.relative_to(wd)): p.stat().st_mtime_ns
             for p in (wd / "results").rglob("*") if p.is_file()}
@@ -60,7 +52,7 @@ RUN = "tiny/synth/K3/synth"
 
 def test_chain_runs_caches_and_forcerun_reruns_only_downstream(tmp_path):
     wd = make_workdir(tmp_path, TEST_CONFIG)
-    snakemake(wd)
+    snakemake(wd, **ON_TEST)
     res = wd / "results"
     tr = read_trace(res / f"traces/{RUN}.parquet")
     assert tr.meta["provenance"]["config_hash"] and tr.meta["provenance"]["hardware"]["cpu_count"]
@@ -87,12 +79,12 @@ def test_chain_runs_caches_and_forcerun_reruns_only_downstream(tmp_path):
 
     # A second run does nothing.
     before = outputs(wd)
-    r = snakemake(wd)
+    r = snakemake(wd, **ON_TEST)
     assert "Nothing to be done" in r.stdout + r.stderr
     assert outputs(wd) == before
 
     # --forcerun of one rule reruns it and what depends on it, nothing upstream.
-    snakemake(wd, "--forcerun", "costmodel")
+    snakemake(wd, "--forcerun", "costmodel", **ON_TEST)
     after = outputs(wd)
     changed = {p for p in after if after[p] != before[p]}
     assert f"results/costmodel/{RUN}.json" in changed
@@ -108,7 +100,7 @@ def assert_snakemake_report(wd: Path) -> None:
     from browser import SNAKEMAKE_REPORT, open_page
     from specmoe.report import registry
 
-    snakemake(wd, "--report", "report.html")
+    snakemake(wd, "--report", "report.html", **ON_TEST)
     page = open_page((wd / "report.html").as_uri(), expression=SNAKEMAKE_REPORT)
     items = set(page["items"])
     figures = {f"results/figures/{f}.png" for s in registry.SECTIONS.values() for f in s["figures"]}
@@ -129,7 +121,7 @@ def test_killed_run_leaves_nothing_half_written_and_resumes(tmp_path):
                                          steps=100)
     wd = make_workdir(tmp_path, cfg)
     log = wd / f"logs/traces/{RUN}.log"
-    proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "test.yaml", "--cores", "2"], cwd=wd,
+    proc = subprocess.Popen(snakemake_command(**ON_TEST), cwd=wd,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
@@ -148,8 +140,8 @@ def test_killed_run_leaves_nothing_half_written_and_resumes(tmp_path):
     assert not trace.exists(), "a killed rule left a file under its final name"
     # After SIGKILL Snakemake's lock stays (documented recovery: --unlock); the rerun, with the
     # workflow profile's rerun-incomplete, completes and every output reads back.
-    snakemake(wd, "--unlock")
-    snakemake(wd)
+    snakemake(wd, "--unlock", **ON_TEST)
+    snakemake(wd, **ON_TEST)
     assert read_trace(trace).experts.shape[1:] == (16, 8)
     assert (wd / "results/report/index.md").exists()
     assert not [p for p in (wd / "results").rglob(".*.tmp")]
@@ -159,7 +151,7 @@ def test_bad_config_names_the_key(tmp_path):
     cfg = yaml.safe_load(yaml.safe_dump(TEST_CONFIG))
     cfg["models"][0]["synthetic"]["stikiness"] = 0.4
     wd = make_workdir(tmp_path, cfg)
-    r = snakemake(wd, "-n", check=False)
+    r = snakemake(wd, "-n", check=False, **ON_TEST)
     assert r.returncode != 0
     assert ("config: models[0].synthetic.stikiness (model 'tiny'): unknown key; did you mean "
             "'stickiness'?") in r.stderr, r.stderr
@@ -168,7 +160,7 @@ def test_bad_config_names_the_key(tmp_path):
     cfg = yaml.safe_load(yaml.safe_dump(TEST_CONFIG))
     cfg["ks"] = ["three"]
     (wd / "test.yaml").write_text(yaml.safe_dump(cfg))
-    r = snakemake(wd, "-n", check=False)
+    r = snakemake(wd, "-n", check=False, **ON_TEST)
     assert r.returncode != 0
     assert "config: ks[0]: must be an integer >= 1 and <= 8 (got 'three')" in r.stderr
 
@@ -182,8 +174,7 @@ def test_snakefmt_leaves_every_rule_file_unchanged():
 
 
 def test_lint_is_clean():
-    r = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True,
-                       timeout=120)
+    r = snakemake(REPO, "--lint", check=False, timeout=120)
     assert "Lints for" not in r.stdout + r.stderr, r.stdout[-3000:]
 
 
@@ -220,7 +211,7 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     pytest.importorskip("vllm")
     cfg = {**TINY_CONFIG, "models": [{**TINY_CONFIG["models"][0], "sweep": False}]}
     wd = make_workdir(tmp_path, cfg)
-    snakemake(wd)
+    snakemake(wd, **ON_TEST)
     res = wd / "results"
     trained = read_json(res / "models/moe/manifest.json")
     control = read_json(res / "models/moe-random/manifest.json")
@@ -235,7 +226,7 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
         assert len(tr) > 0 and tr.meta["provenance"]["model"]["name"] == model
     assert not (res / "sweeps").exists() and not (res / "profiles").exists()
     assert "acceptance_consecutive" in (res / "report/index.md").read_text()
-    r = snakemake(wd)
+    r = snakemake(wd, **ON_TEST)
     assert "Nothing to be done" in r.stdout + r.stderr
 
 
@@ -246,7 +237,7 @@ def test_a_variant_plans_its_sweeps_on_its_targets_checkpoint_and_nothing_else(t
     tests/test_report.py.)"""
     cfg = {**TINY_CONFIG, "models": [*TINY_CONFIG["models"], VARIANT]}
     wd = make_workdir(tmp_path, cfg)
-    r = snakemake(wd, "-n")
+    r = snakemake(wd, "-n", **ON_TEST)
     blocks = re.split(r"\n(?=(?:local)?rule \w+:)", r.stdout + r.stderr)
     variant = sorted(re.match(r"(?:local)?rule (\w+):", b)[1] for b in blocks
                      if re.search(r"^\s+wildcards: .*model=moe-bf16\b", b, re.M))
@@ -268,6 +259,6 @@ def test_bad_tiny_config_stops_before_anything_runs(tmp_path, edit, needle):
     edit(cfg)
     wd = make_workdir(tmp_path, cfg)
     (wd / "results/models/keep").mkdir(parents=True)
-    r = snakemake(wd, check=False)
+    r = snakemake(wd, check=False, **ON_TEST)
     assert r.returncode != 0 and needle in r.stdout + r.stderr
     assert (wd / "results/models/keep").exists() and not (wd / "logs").exists()

@@ -1,8 +1,12 @@
-"""A copy of the workflow in a temporary folder, for real Snakemake runs in the tests."""
+"""A copy of the workflow in a temporary folder, and the one way the tests run Snakemake on it (a
+real `python -m snakemake` subprocess)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -29,3 +33,35 @@ def h100(**overrides):
     from specmoe.published import gpus
 
     return Hardware.from_config("H100", {**gpus()["H100"], **overrides})
+
+
+def snakemake_command(*args: str, configfile: str | None = None, cores: int | None = None,
+                      python: str | os.PathLike = sys.executable) -> list[str]:
+    """`python -m snakemake` with `args` (targets and options), then `--cores` and `--configfile`
+    if given. `--configfile` comes last because it takes one or more values: a target written
+    after it would be read as a second config file."""
+    cmd = [str(python), "-m", "snakemake", *args]
+    if cores is not None:
+        cmd += ["--cores", str(cores)]
+    if configfile is not None:
+        cmd += ["--configfile", configfile]
+    return cmd
+
+
+def snakemake(cwd: Path, *args: str, configfile: str | None = None, cores: int | None = None,
+              env: dict[str, str] | None = None, check: bool = True, timeout: float = 600,
+              python: str | os.PathLike = sys.executable) -> subprocess.CompletedProcess:
+    """Snakemake run in `cwd` (see `snakemake_command`), its output captured as text; `env`
+    replaces the environment (None: this process's). With `check`, a non-zero status fails the
+    test with the command and the tails of its stdout and stderr."""
+    cmd = snakemake_command(*args, configfile=configfile, cores=cores, python=python)
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(failure(r))
+    return r
+
+
+def failure(r: subprocess.CompletedProcess) -> str:
+    """A failed run's command, status and the tails of its stdout and stderr."""
+    return (f"{' '.join(map(str, r.args))} exited with status {r.returncode}\n"
+            f"--- stdout (tail) ---\n{r.stdout[-3000:]}\n--- stderr (tail) ---\n{r.stderr[-5000:]}")
