@@ -14,12 +14,10 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
-include: "workflow/rules/traces.smk"
-include: "workflow/rules/overlap.smk"
-include: "workflow/rules/costmodel.smk"
-include: "workflow/rules/acceptance.smk"
-include: "workflow/rules/measure.smk"
 include: "workflow/rules/study.smk"
+include: "workflow/rules/traces.smk"
+include: "workflow/rules/measure.smk"
+include: "workflow/rules/analysis.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -83,38 +83,3 @@ use rule capture as profile with:
             "dataset": CFG.models[w.model].datasets[0],
         },
         settings=engine_section("profiling", lambda w: CFG.raw.get("profiling", {})),
-
-
-rule speedup:
-    input:
-        sd=rules.sweep_sd.output[0],
-        ar=rules.sweep_ar.output[0],
-        drafter=speedup_drafter,
-    output:
-        P.SPEEDUP,
-    log:
-        P.log_of(P.SPEEDUP),
-    conda:
-        "../../envs/analysis.yaml"
-    params:
-        run=run_of,
-        margin=CFG.sweep.get("shape_margin"),
-        timing=CFG.sweep.get("timing"),
-        engine_log_sd=CFG.sweep.get("engine_log_sd"),
-    script:
-        "../scripts/speedup.py"
-
-
-rule measured_tables:
-    input:
-        speedup=sweep_files(P.SPEEDUP),
-        profiles=profile_files(),
-        costmodel=sweep_files(P.COSTMODEL, variants=False),
-    output:
-        table_outputs(MEASURED_TABLES),
-    log:
-        P.report_log("measured_tables"),
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/measured_tables.py"

@@ -1,4 +1,6 @@
-# Tables, the study's published numbers beside them, figures and the report.
+# Tables, the study's published numbers beside them, figures and the report; the weight-model
+# table from each study model's config.json and the GPU bill (offline where the package ships
+# the model's config.json).
 
 
 rule tables:
@@ -15,6 +17,102 @@ rule tables:
         "../../envs/analysis.yaml"
     script:
         "../scripts/tables.py"
+
+
+rule measured_tables:
+    input:
+        speedup=sweep_files(P.SPEEDUP),
+        profiles=profile_files(),
+        costmodel=sweep_files(P.COSTMODEL, variants=False),
+    output:
+        table_outputs(MEASURED_TABLES),
+    log:
+        P.report_log("measured_tables"),
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/measured_tables.py"
+
+
+rule step_model:
+    input:
+        predict=[P.PREDICT.format(model=m) for m in CFG.predicted],
+        speedup=sweep_files(P.SPEEDUP),
+    output:
+        table_outputs(registry.written_by("step_model")),
+    log:
+        P.report_log("step_model"),
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/step_model.py"
+
+
+rule weight_model:
+    input:
+        [
+            download_manifest(n, "config")
+            for n, m in CFG.hf.items()
+            if m.entry["repo_id"]
+        ],
+    output:
+        table_outputs(["weight_model"]),
+    log:
+        P.report_log("weight_model"),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        entries=[
+            {
+                "name": n,
+                "repo_id": m.entry["repo_id"],
+                "manifest": download_manifest(n, "config"),
+                "precision": m.precision,
+                "tp": m.tp,
+                "hardware": m.hardware,
+                "ks": list(m.ks),
+                **(
+                    {"overlaps": m.entry["overlaps"]}
+                    if m.entry.get("overlaps")
+                    else {}
+                ),
+            }
+            for n, m in CFG.hf.items()
+            if m.entry["repo_id"]
+        ],
+    script:
+        "../scripts/weight_model.py"
+
+
+rule plan:
+    input:
+        manifests=[
+            download_manifest(n, "config") for n in CFG.planned if not shipped(n)
+        ],
+    output:
+        md=P.PLAN_MD,
+        json=P.PLAN_JSON,
+    log:
+        P.report_log("plan"),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        entries=[
+            {**CFG.plan_entry(n), "manifest": download_manifest(n, "config")}
+            for n in CFG.planned
+        ],
+        config={
+            **{
+                k: config[k]
+                for k in ("sweep", "capture", "profiling", "plan", "ks")
+                if k in config
+            },
+            "hardware": CFG.hardware,
+        },
+        unplanned=[n for n in CFG.names("hf") if n not in CFG.planned],
+        prompt_tokens={ds: CFG.prompt_tokens(ds) for ds in CFG.planned_datasets},
+    script:
+        "../scripts/plan.py"
 
 
 rule replay:
@@ -82,17 +180,3 @@ rule report_index:
         "../../envs/analysis.yaml"
     script:
         "../scripts/report.py"
-
-
-rule step_model:
-    input:
-        predict=[P.PREDICT.format(model=m) for m in CFG.predicted],
-        speedup=sweep_files(P.SPEEDUP),
-    output:
-        table_outputs(registry.written_by("step_model")),
-    log:
-        P.report_log("step_model"),
-    conda:
-        "../../envs/analysis.yaml"
-    script:
-        "../scripts/step_model.py"

@@ -1,8 +1,7 @@
-# The study's models (source: hf): downloads from the Hugging Face Hub (the only networked rules),
-# the weight-model table from each config.json and the GPU bill (offline where the package ships
-# the model's config.json). Their engine jobs (capture, sweeps, profiles) are the engine rules'
-# (traces.smk, measure.smk): each asks for Snakemake's `gpu` resource = TP and stops at once where
-# no CUDA device is visible.
+# The study's models and datasets (source: hf): downloads from the Hugging Face Hub (the only
+# networked rules) and each dataset's prompt table. Their engine jobs (capture, sweeps, profiles)
+# are the engine rules' (traces.smk, measure.smk): each asks for Snakemake's `gpu` resource = TP
+# and stops at once where no CUDA device is visible.
 
 
 rule download_model:
@@ -57,70 +56,3 @@ rule prompt_table:
         spec=lambda w: CFG.datasets[w.dataset],
     script:
         "../scripts/prompt_table.py"
-
-
-rule weight_model:
-    input:
-        [
-            download_manifest(n, "config")
-            for n, m in CFG.hf.items()
-            if m.entry["repo_id"]
-        ],
-    output:
-        table_outputs(["weight_model"]),
-    log:
-        P.report_log("weight_model"),
-    conda:
-        "../../envs/analysis.yaml"
-    params:
-        entries=[
-            {
-                "name": n,
-                "repo_id": m.entry["repo_id"],
-                "manifest": download_manifest(n, "config"),
-                "precision": m.precision,
-                "tp": m.tp,
-                "hardware": m.hardware,
-                "ks": list(m.ks),
-                **(
-                    {"overlaps": m.entry["overlaps"]}
-                    if m.entry.get("overlaps")
-                    else {}
-                ),
-            }
-            for n, m in CFG.hf.items()
-            if m.entry["repo_id"]
-        ],
-    script:
-        "../scripts/weight_model.py"
-
-
-rule plan:
-    input:
-        manifests=[
-            download_manifest(n, "config") for n in CFG.planned if not shipped(n)
-        ],
-    output:
-        md=P.PLAN_MD,
-        json=P.PLAN_JSON,
-    log:
-        P.report_log("plan"),
-    conda:
-        "../../envs/analysis.yaml"
-    params:
-        entries=[
-            {**CFG.plan_entry(n), "manifest": download_manifest(n, "config")}
-            for n in CFG.planned
-        ],
-        config={
-            **{
-                k: config[k]
-                for k in ("sweep", "capture", "profiling", "plan", "ks")
-                if k in config
-            },
-            "hardware": CFG.hardware,
-        },
-        unplanned=[n for n in CFG.names("hf") if n not in CFG.planned],
-        prompt_tokens={ds: CFG.prompt_tokens(ds) for ds in CFG.planned_datasets},
-    script:
-        "../scripts/plan.py"

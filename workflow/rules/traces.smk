@@ -1,23 +1,5 @@
-# Routing traces: one Parquet file per (model, drafter, K, dataset). Rule capture is the engine
-# rule body that the sweeps and profiles reuse (workflow/rules/measure.smk: `use rule capture`).
-
-
-rule synth_trace:
-    output:
-        P.TRACE,
-    log:
-        P.log_of(P.TRACE),
-    benchmark:
-        P.benchmark_of(P.TRACE)
-    wildcard_constraints:
-        model=one_of(CFG.names("synthetic")),
-    conda:
-        "../../envs/analysis.yaml"
-    params:
-        model=lambda w: CFG.synth_entry(w.model),
-        run=run_of,
-    script:
-        "../scripts/synth_trace.py"
+# Routing traces from a real engine: one Parquet file per (model, drafter, K, dataset). Rule capture
+# is the engine rule body that the sweeps and profiles reuse (measure.smk: `use rule capture`).
 
 
 rule capture:

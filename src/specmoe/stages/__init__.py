@@ -1,4 +1,5 @@
-"""The pipeline's stages: every function a rule's script calls, one module per family of rules.
+"""The pipeline's stages: every function a rule's script calls, one module per rule file
+(workflow/rules/<name>.smk has its stages in specmoe.stages.<name>).
 
 Each stage takes plain paths and dicts (never Snakemake's objects), calls the library and writes
 its outputs atomically with their provenance, so every stage runs and is tested without Snakemake.
@@ -12,7 +13,7 @@ Runtime (torch / vLLM; the `cpu` or `gpu` extra):
   dataset readers; the downloads themselves need huggingface_hub only)
 
 Analysis (no engine; the analysis environment):
-- `analysis`: synth_trace, overlap, ipf, costmodel, acceptance, speedup
-- `report`: tables, measured_tables, weight_model, plan, replay, comparison, figures,
-  report_index (the tables, figures and text come from `specmoe.report`)
+- `analysis`: synth_trace, overlap, ipf, costmodel, predict, acceptance, speedup
+- `report`: tables, measured_tables, step_model, weight_model, plan, replay, comparison,
+  figures, report_index (the tables, figures and text come from `specmoe.report`)
 """

@@ -1,0 +1,137 @@
+# The analysis of traces and series (no engine): synthetic traces, overlap statistics and the
+# maximum-entropy IPF prediction, the cost model and the step model's prediction, deconfounded
+# acceptance statistics (accepted vs first-rejected at the same draft position) and each run's
+# speedup from its serving series.
+
+
+rule synth_trace:
+    output:
+        P.TRACE,
+    log:
+        P.log_of(P.TRACE),
+    benchmark:
+        P.benchmark_of(P.TRACE)
+    wildcard_constraints:
+        model=one_of(CFG.names("synthetic")),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        model=lambda w: CFG.synth_entry(w.model),
+        run=run_of,
+    script:
+        "../scripts/synth_trace.py"
+
+
+rule overlap:
+    input:
+        rules.capture.output[0],
+    output:
+        P.OVERLAP,
+    log:
+        P.log_of(P.OVERLAP),
+    benchmark:
+        P.benchmark_of(P.OVERLAP)
+    conda:
+        "../../envs/analysis.yaml"
+    threads: 2
+    params:
+        batch_sizes=config["batch_sizes"],
+        shuffle_seed=config["shuffle_seed"],
+    script:
+        "../scripts/overlap.py"
+
+
+rule ipf:
+    input:
+        rules.overlap.output[0],
+    output:
+        P.IPF,
+    log:
+        P.log_of(P.IPF),
+    benchmark:
+        P.benchmark_of(P.IPF)
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        batch_sizes=config["batch_sizes"],
+    script:
+        "../scripts/ipf.py"
+
+
+rule costmodel:
+    input:
+        overlap=rules.overlap.output[0],
+        ipf=rules.ipf.output[0],
+        checkpoint=model_files,
+    output:
+        P.COSTMODEL,
+    log:
+        P.log_of(P.COSTMODEL),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        model=lambda w: CFG.cost_entry(w.model),
+        hardware=lambda w: CFG.cost_hardware(w.model),
+        draft=config["draft_cost"],
+    script:
+        "../scripts/costmodel.py"
+
+
+rule predict:
+    input:
+        unpack(predict_inputs),
+    output:
+        P.PREDICT,
+    log:
+        P.log_of(P.PREDICT),
+    wildcard_constraints:
+        model=one_of(CFG.predicted),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        model=lambda w: CFG.cost_entry(w.model),
+        hardware=lambda w: CFG.hardware,
+        k=lambda w: CFG.models[w.model].ks[0],
+        method=lambda w: CFG.predict_method(w.model),
+        batch_sizes=config["batch_sizes"],
+        study=lambda w: (CFG.study.get(w.model) or {}).get("study"),
+    script:
+        "../scripts/predict.py"
+
+
+rule acceptance:
+    input:
+        rules.capture.output[0],
+    output:
+        P.ACCEPTANCE,
+    log:
+        P.log_of(P.ACCEPTANCE),
+    benchmark:
+        P.benchmark_of(P.ACCEPTANCE)
+    conda:
+        "../../envs/analysis.yaml"
+    threads: 2
+    params:
+        heldout=[ds for ds, d in CFG.datasets.items() if d.get("heldout")],
+    script:
+        "../scripts/acceptance.py"
+
+
+rule speedup:
+    input:
+        sd=rules.sweep_sd.output[0],
+        ar=rules.sweep_ar.output[0],
+        drafter=speedup_drafter,
+    output:
+        P.SPEEDUP,
+    log:
+        P.log_of(P.SPEEDUP),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        run=run_of,
+        margin=CFG.sweep.get("shape_margin"),
+        timing=CFG.sweep.get("timing"),
+        engine_log_sd=CFG.sweep.get("engine_log_sd"),
+    script:
+        "../scripts/speedup.py"
