@@ -128,3 +128,15 @@ def test_warnings_name_what_runs_but_not_as_expected():
     assert line.startswith("config: hardware A100 is not a GPU the step model was calibrated on")
     unset = resolved("config/paper.yaml").warnings()
     assert any(w.startswith("config: no repo_id for qwen3-next-80b-bf16-tp4") for w in unset)
+
+
+def test_the_schema_knows_the_speculative_methods_the_engine_serves():
+    """One list of methods (specmoe.names.SPEC_METHODS), which the schema's enum must repeat and
+    the step model must price (its families)."""
+    from specmoe.names import SPEC_METHODS
+    from specmoe.stepmodel import FAMILIES
+
+    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    drafter = schema["properties"]["drafters"]["items"]["properties"]
+    assert tuple(drafter["method"]["enum"]) == SPEC_METHODS
+    assert set(SPEC_METHODS) <= set(FAMILIES)

@@ -30,6 +30,9 @@ ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
                    "timeout_s": 1800.0, "repetition_penalty": 1.0}
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
 GPU_MEMORY_UTILIZATION = 0.9
+# A GPU job's SLURM memory and runtime (minutes) where neither the model's `gpu` entry nor the
+# configuration's sets them (and the GPU bill has no estimate of the runtime).
+GPU_JOB_DEFAULTS = {"mem_mb": 64000, "runtime": 120}
 # The engine section each GPU job's engine reads.
 SECTION = {"capture": "capture", "sweep_ar": "sweep", "sweep_sd": "sweep", "profile": "profiling"}
 # A model's precision as the engine's dtype (bf16, fp16, fp32; auto and fp8 keep the section's).
@@ -292,7 +295,8 @@ class Config:
         hw = self.hardware.get(self.hardware_of(name), {})
         return {"gpu": int(m.get("tp", 1)),
                 "gpu_model": g.get("constraint") or hw.get("gpu_model") or "",
-                "mem_mb": int(g.get("mem_mb", 64000)), "runtime": int(g.get("runtime", 120))}
+                "mem_mb": int(g.get("mem_mb", GPU_JOB_DEFAULTS["mem_mb"])),
+                "runtime": int(g.get("runtime", GPU_JOB_DEFAULTS["runtime"]))}
 
     def memory_utilization(self, name: str) -> float:
         """vLLM's gpu_memory_utilization of a model's (or drafter's) GPU jobs."""

@@ -16,13 +16,12 @@ import time
 import traceback
 from pathlib import Path
 
+from .config import ENGINE_DEFAULTS
 from .errors import InputError, SpecmoeError
+from .names import SPEC_METHODS
 from .tiny import tokenizer_digest
 
 MAX_K = 8
-
-
-SPEC_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 
 
 def drafter_spec(drafter) -> dict | None:
@@ -93,8 +92,10 @@ def require_cuda(what: str) -> None:
             "GPU node (README: Run the study on a SLURM cluster), or use config.yaml for a CPU run")
 
 
-def engine_kwargs(target, drafter=None, k=None, *, seed=0, max_model_len=1024, max_num_seqs=16,
-                  kv_cache_mib=512, dtype="auto", extra: dict | None = None,
+def engine_kwargs(target, drafter=None, k=None, *, seed=0,
+                  max_model_len=ENGINE_DEFAULTS["max_model_len"], max_num_seqs=16,
+                  kv_cache_mib=ENGINE_DEFAULTS["kv_cache_mib"], dtype=ENGINE_DEFAULTS["dtype"],
+                  extra: dict | None = None,
                   in_process: bool = True) -> dict:
     """vLLM engine arguments. in_process (CPU only): the offline engine's core and its one worker
     run in the calling process; a served engine (in_process=False) keeps vLLM's own processes,

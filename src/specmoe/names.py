@@ -1,7 +1,10 @@
 """Names the pipeline derives from the configuration's: a tiny target's untrained control, an
-engine job's label."""
+engine job's label; the speculative methods it knows."""
 
 CONTROL_SUFFIX = "-random"
+# vLLM's speculative methods the pipeline serves (config/schema.yaml's drafters' `method` lists the
+# same; tests/test_config.py checks it).
+SPEC_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 
 
 def control_name(target: str) -> str:
