@@ -139,3 +139,20 @@ def test_a_value_its_column_cannot_hold_is_an_error_before_writing(tmp_path, sma
     with pytest.raises(TraceError, match=rf"column '{column}' holds {value:,}, beyond its {dtype}"):
         write_trace(tmp_path / "t.parquet", tr)
     assert not (tmp_path / "t.parquet").exists()
+
+
+def test_a_run_whose_k_differs_from_its_windows_is_caught(tmp_path, small_trace):
+    """K is one number: the tables read the run's K, the arithmetic the windows' k_draft."""
+    small_trace.meta["run"] = {"model": "m", "drafter": "d", "k": small_trace.k_draft,
+                               "dataset": "x"}
+    path = tmp_path / "t.parquet"
+    write_trace(path, small_trace)
+    assert read_trace(path).meta["run"]["k"] == small_trace.k_draft
+    table = pq.read_table(path)
+    md = dict(table.schema.metadata)
+    meta = json.loads(md[b"specmoe.meta"])
+    meta["run"]["k"] = small_trace.k_draft + 2
+    md[b"specmoe.meta"] = json.dumps(meta).encode()
+    pq.write_table(table.replace_schema_metadata(md), path)
+    with pytest.raises(TraceError, match=f"its run says K={small_trace.k_draft + 2}"):
+        read_trace(path)

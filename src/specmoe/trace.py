@@ -119,6 +119,9 @@ class Trace:
             pos = self.columns["position"]
             if pos.min() < 0 or pos.max() > self.k_draft:
                 raise TraceError(f"{source}: window position outside 0..K={self.k_draft}")
+        run_k = (self.meta.get("run") or {}).get("k")
+        if run_k is not None and int(run_k) != self.k_draft:  # K is one number: the tables read
+            raise TraceError(f"{source}: its run says K={run_k} but its windows K={self.k_draft}")
 
 
 def _experts_dtype(num_experts: int) -> np.dtype:
