@@ -18,7 +18,8 @@ import seaborn as sns  # noqa: E402
 from .. import costmodel, published, stepmodel  # noqa: E402
 from ..names import control_name  # noqa: E402
 from ..provenance import atomic_path  # noqa: E402
-from .runs import by_distance, first_run, load, models, short_dataset  # noqa: E402
+from .runs import (by_distance, first_run, load, models, short_dataset,  # noqa: E402
+                   short_run)
 
 sns.set_theme(style="whitegrid", context="paper")
 
@@ -406,13 +407,6 @@ def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _speedup_label(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["legend"] = (df["model"] + ", K=" + df["k"].astype(str) + " ("
-                    + df["shape"].astype(str) + ")")
-    return df
-
-
 NONE = "This configuration has no {} (see the configuration's models)."
 
 
@@ -487,12 +481,14 @@ SPEEDUP = "speedup (TPOT without / with SD)"
 def _speedup_frames(sp: pd.DataFrame, colors: dict, study: dict,
                     variant_of: dict) -> dict[str, tuple]:
     """The serving sweeps' figures: speedup vs batch, by K, by dataset, across variants, and the
-    measured draft cost."""
+    measured draft cost. Each legend names a curve's model, K and shape (short_run)."""
     stems = ("speedup_vs_batch", "speedup_by_k", "speedup_by_dataset", "speedup_variants",
              "draft_cost_vs_batch")
     if sp.empty:
         return {f: (empty, NONE.format("serving sweep")) for f in stems}
-    sp = _speedup_label(sp)
+    sp = sp.copy()
+    sp["legend"] = [short_run(m, k, shape=str(s))
+                    for m, k, s in zip(sp["model"], sp["k"], sp["shape"])]
     out = {"speedup_vs_batch": (speedup_vs_batch, first_run(sp), colors)}
     sp["K"] = sp["k"]
     out["speedup_by_k"] = (curves_by, sp, colors, ["model", "drafter", "dataset"], "K",

@@ -252,9 +252,16 @@ def short_dataset(ds: str) -> str:
     return parts[0] + (f"+{len(parts) - 1}" if len(parts) > 1 else "")
 
 
-def short_run(model: str, k, dataset: str) -> str:
-    """A run as titles and sentences name it: "tiny-fine, K=3, tinybench+2"."""
-    return f"{model}, K={int(k)}, {short_dataset(dataset)}"
+def short_run(model: str, k, dataset: str | None = None, shape: str | None = None) -> str:
+    """A run as titles, legends and sentences name it, the one place a model's label is built:
+    "tiny-fine, K=3, tinybench+2"; a speedup curve's legend names the shape of its curve instead
+    of the dataset, "tiny-fine, K=3 (rising)"."""
+    label = f"{model}, K={int(k)}"
+    if dataset is not None:
+        label += f", {short_dataset(dataset)}"
+    if shape is not None:
+        label += f" ({shape})"
+    return label
 
 
 def load(table_dir: Path, stem: str) -> pd.DataFrame:
