@@ -13,6 +13,8 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +138,15 @@ def _read_loads(path: str, n: int, k: int) -> np.ndarray:
     return q
 
 
+def _ipf_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--k", type=int, required=True, help="experts per token (top-k)")
+    s.add_argument("--n", type=int, required=True, help="routed experts per layer")
+    s.add_argument("--overlaps", type=_floats, required=True,
+                   help="ov(d) for d = 1..K, comma-separated; the window has K+1 tokens")
+    s.add_argument("--loads", help="file of N relative expert loads (skewed IPF)")
+    s.add_argument("--batch", type=int, default=1, help="independent sequences (default 1)")
+
+
 def cmd_ipf(a) -> dict:
     from . import ipf
     from .unique import check_nk, uniform_unique
@@ -164,6 +175,26 @@ def _tp_splits(shape: dict, tp: int) -> None:
     bad = tp_problems(shape, tp)
     if bad:
         raise InputError(f"--tp {tp}: {bad[0]}")
+
+
+def _te_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--config", help="a Hugging Face config.json instead of the dimensions")
+    for name, what in (("hidden", "hidden size"),
+                       ("expert-intermediate", "intermediate size of one routed expert"),
+                       ("heads", "attention heads"), ("kv-heads", "key/value heads"),
+                       ("head-dim", "dimension of one attention head"),
+                       ("k", "experts per token (top-k)"),
+                       ("n", "routed experts per layer (default: k)"),
+                       ("layers", "decoder layers, every one with experts"),
+                       ("shared-intermediate", "intermediate size of the shared experts (0)")):
+        s.add_argument(f"--{name}", type=int, help=what)
+    s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: config's, else bf16)")
+    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    s.add_argument("--k-draft", type=int, default=3,
+                   help="draft length K of the window that --unique counts (default 3)")
+    s.add_argument("--unique", type=float,
+                   help="unique experts per verification window of K+1 tokens, in [k, min(N, "
+                        "k (K+1))]")
 
 
 def cmd_te(a) -> dict:
@@ -214,6 +245,16 @@ def _at_least(low: int, **values) -> None:
             raise InputError(f"--{name.replace('_', '-')} must be >= {low} (got {v})")
 
 
+def _correction_args(s: argparse.ArgumentParser) -> None:
+    for name, what in (("moe-weight-share", "MoE share of the weights read per step"),
+                       ("unique-ratio", "unique experts per window / k"),
+                       ("moe-time-share", "measured MoE share of decode time"),
+                       ("moe-time-ratio", "measured verify/decode time ratio of MoE kernels"),
+                       ("dense-time-ratio", "measured verify/decode time ratio of the rest")):
+        s.add_argument(f"--{name}", type=float, required=True, help=what)
+    s.add_argument("--measured", type=float, help="TE measured from the sweep")
+
+
 def cmd_correction(a) -> dict:
     from .costmodel import three_step_correction
 
@@ -227,6 +268,29 @@ def cmd_correction(a) -> dict:
 
     return three_step_correction(a.moe_weight_share, a.unique_ratio, a.moe_time_share,
                                  a.moe_time_ratio, a.dense_time_ratio, a.measured)
+
+
+def _synth_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--out", type=Path, required=True, help="Parquet trace to write")
+    s.add_argument("--n", type=int, default=128, help="routed experts per layer (128)")
+    s.add_argument("--k", type=int, default=8, help="experts per token (8)")
+    s.add_argument("--layers", type=int, default=8, help="MoE layers (8)")
+    s.add_argument("--k-draft", type=int, default=3, help="draft length K (3)")
+    s.add_argument("--skew", type=float, help="Zipf exponent of expert loads (1.0)")
+    s.add_argument("--stickiness", type=float,
+                   help="probability that a token keeps each of the previous token's experts (0.4)")
+    s.add_argument("--topic-spread", type=float,
+                   help="log-affinity spread of a request's topic over experts (0: no topics)")
+    s.add_argument("--topic-switch", type=float,
+                   help="probability that the topic changes at a token (1.0; needs --topic-spread)")
+    s.add_argument("--fit-to", help="a study model (e.g. Qwen3-30B): fit skew, stickiness and "
+                                    "topics to its published overlap curve instead")
+    s.add_argument("--requests", type=int, default=32, help="requests (32)")
+    s.add_argument("--steps", type=int, default=32, help="SD steps per request (32)")
+    s.add_argument("--accept-prob", type=float, default=0.7,
+                   help="probability that each draft is accepted (0.7)")
+    s.add_argument("--tie", type=float, default=0.0, help="acceptance tied to overlap")
+    s.add_argument("--seed", type=int, default=0, help="random seed (0)")
 
 
 def cmd_synth(a) -> dict:
@@ -266,6 +330,11 @@ def _writable(path: Path, flag: str) -> None:
         raise InputError(f"{flag} {path}: directory {parent} is not writable")
 
 
+def _analyze_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("trace", help="a routing trace (Parquet)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the shuffle null")
+
+
 def cmd_analyze(a) -> dict:
     from . import acceptance, overlap
     from .trace import read_trace
@@ -295,6 +364,18 @@ def cmd_analyze(a) -> dict:
     return out
 
 
+def _download_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("repo_id", help="a Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B-FP8")
+    s.add_argument("--revision", help="commit, branch or tag (default: newest, unpinned)")
+    s.add_argument("--mode", choices=["full", "config"],
+                   help="full (default): what vLLM loads; config: config.json and tokenizer only")
+    s.add_argument("--repo-type", choices=["model", "dataset"], default="model",
+                   help="model (default) or dataset")
+    s.add_argument("--trust-remote-code", action="store_true", help="also fetch *.py files")
+    s.add_argument("--name", help="name for messages (default: the repo id)")
+    s.add_argument("--out", type=Path, help="also write the manifest here")
+
+
 def cmd_download(a) -> dict:
     from .hub import download
 
@@ -315,6 +396,41 @@ def cmd_download(a) -> dict:
         write_json(a.out, man, provenance({"repo_id": a.repo_id, "revision": a.revision,
                                            "mode": a.mode or "full"}, stage="download"))
     return man
+
+
+def _predict_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("model", help="a config.json (or its folder), or a Hugging Face repo id "
+                                 "(its config.json is fetched as the download stage does)")
+    s.add_argument("--hardware", default=DEFAULT_HARDWARE,
+                   help=f"a shipped GPU (H100, H200, B200) or an entry of --hardware-file "
+                        f"({DEFAULT_HARDWARE})")
+    s.add_argument("--hardware-file",
+                   help="YAML or JSON with a `hardware` section (as config.yaml's) for a GPU "
+                        "the package does not ship")
+    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (1)")
+    s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
+                   help="auto: the checkpoint's own format; fp8: vLLM's online fp8 (auto)")
+    s.add_argument("--k", type=int, default=3, help="draft length K (3)")
+    s.add_argument("--method", default="eagle3",
+                   choices=["draft_model", "eagle", "eagle3", "mtp"],
+                   help="speculative method; its drafter's cost comes from the target's shape, "
+                        "or from --draft-config (a draft model's or an EAGLE head's) (eagle3)")
+    s.add_argument("--draft-config", help="config.json of a separate draft model or EAGLE head")
+    s.add_argument("--draft-cost", type=float,
+                   help="a known draft cost c (draft time per step over a decode step)")
+    s.add_argument("--engine", default="vllm", choices=["vllm", "sglang", "trtllm", "other"],
+                   help="the serving engine (the step model is vLLM's; others widen the "
+                        "interval) (vllm)")
+    s.add_argument("--overlaps", type=_floats,
+                   help="ov(d) for d = 1..K (default: the study's published curve for its own "
+                        "models, else its models' curves of the same granularity as a prior)")
+    s.add_argument("--acceptance-length", type=_floats,
+                   help="tau, or its range low,high (default: the prior 2.0,3.2)")
+    s.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8, 16, 32, 64, 128],
+                   help="comma-separated (1,2,4,...,128)")
+    s.add_argument("--revision", help="with a repo id: commit, branch or tag")
+    s.add_argument("--study-model", help="the study model this is (e.g. Qwen3-30B): its published "
+                                         "overlaps (a repo id of the study's finds it itself)")
 
 
 def cmd_predict(a) -> dict:
@@ -364,129 +480,43 @@ def _ints(text: str) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class Subcommand:
+    """One `specmoe` subcommand, a row of SUBCOMMANDS (after vLLM's benchmark subcommands): its
+    name and help, the function that adds its arguments (every subcommand also takes --json) and
+    the one that runs it, returning what is printed."""
+
+    name: str
+    help: str
+    add_cli_args: Callable[[argparse.ArgumentParser], None]
+    cmd: Callable[[argparse.Namespace], dict]
+
+
+SUBCOMMANDS = (
+    Subcommand("ipf", "max-entropy IPF prediction of unique experts", _ipf_args, cmd_ipf),
+    Subcommand("te", "weight-model target efficiency", _te_args, cmd_te),
+    Subcommand("correction", "three-step correction of the weight model", _correction_args,
+               cmd_correction),
+    Subcommand("synth", "write a synthetic routing trace", _synth_args, cmd_synth),
+    Subcommand("analyze", "summarise a routing trace", _analyze_args, cmd_analyze),
+    Subcommand("download", "fetch a Hugging Face repository into the HF cache and print its "
+                           "manifest (the only networked command)", _download_args, cmd_download),
+    Subcommand("predict", "does SD pay for this MoE, at this batch size, on this GPU? TE and "
+                          "speedup from the step model, before any run", _predict_args,
+               cmd_predict),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The `specmoe` parser: one subparser per row of SUBCOMMANDS."""
     p = _Parser(prog="specmoe", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-
-    s = sub.add_parser("ipf", help="max-entropy IPF prediction of unique experts")
-    s.add_argument("--k", type=int, required=True, help="experts per token (top-k)")
-    s.add_argument("--n", type=int, required=True, help="routed experts per layer")
-    s.add_argument("--overlaps", type=_floats, required=True,
-                   help="ov(d) for d = 1..K, comma-separated; the window has K+1 tokens")
-    s.add_argument("--loads", help="file of N relative expert loads (skewed IPF)")
-    s.add_argument("--batch", type=int, default=1, help="independent sequences (default 1)")
-    s.set_defaults(fn=cmd_ipf)
-
-    s = sub.add_parser("te", help="weight-model target efficiency")
-    s.add_argument("--config", help="a Hugging Face config.json instead of the dimensions")
-    for name, what in (("hidden", "hidden size"),
-                       ("expert-intermediate", "intermediate size of one routed expert"),
-                       ("heads", "attention heads"), ("kv-heads", "key/value heads"),
-                       ("head-dim", "dimension of one attention head"),
-                       ("k", "experts per token (top-k)"),
-                       ("n", "routed experts per layer (default: k)"),
-                       ("layers", "decoder layers, every one with experts"),
-                       ("shared-intermediate", "intermediate size of the shared experts (0)")):
-        s.add_argument(f"--{name}", type=int, help=what)
-    s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: config's, else bf16)")
-    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
-    s.add_argument("--k-draft", type=int, default=3,
-                   help="draft length K of the window that --unique counts (default 3)")
-    s.add_argument("--unique", type=float,
-                   help="unique experts per verification window of K+1 tokens, in [k, min(N, "
-                        "k (K+1))]")
-    s.set_defaults(fn=cmd_te)
-
-    s = sub.add_parser("correction", help="three-step correction of the weight model")
-    for name, what in (("moe-weight-share", "MoE share of the weights read per step"),
-                       ("unique-ratio", "unique experts per window / k"),
-                       ("moe-time-share", "measured MoE share of decode time"),
-                       ("moe-time-ratio", "measured verify/decode time ratio of MoE kernels"),
-                       ("dense-time-ratio", "measured verify/decode time ratio of the rest")):
-        s.add_argument(f"--{name}", type=float, required=True, help=what)
-    s.add_argument("--measured", type=float, help="TE measured from the sweep")
-    s.set_defaults(fn=cmd_correction)
-
-    s = sub.add_parser("synth", help="write a synthetic routing trace")
-    s.add_argument("--out", type=Path, required=True, help="Parquet trace to write")
-    s.add_argument("--n", type=int, default=128, help="routed experts per layer (128)")
-    s.add_argument("--k", type=int, default=8, help="experts per token (8)")
-    s.add_argument("--layers", type=int, default=8, help="MoE layers (8)")
-    s.add_argument("--k-draft", type=int, default=3, help="draft length K (3)")
-    s.add_argument("--skew", type=float, help="Zipf exponent of expert loads (1.0)")
-    s.add_argument("--stickiness", type=float,
-                   help="probability that a token keeps each of the previous token's experts (0.4)")
-    s.add_argument("--topic-spread", type=float,
-                   help="log-affinity spread of a request's topic over experts (0: no topics)")
-    s.add_argument("--topic-switch", type=float,
-                   help="probability that the topic changes at a token (1.0; needs --topic-spread)")
-    s.add_argument("--fit-to", help="a study model (e.g. Qwen3-30B): fit skew, stickiness and "
-                                    "topics to its published overlap curve instead")
-    s.add_argument("--requests", type=int, default=32, help="requests (32)")
-    s.add_argument("--steps", type=int, default=32, help="SD steps per request (32)")
-    s.add_argument("--accept-prob", type=float, default=0.7,
-                   help="probability that each draft is accepted (0.7)")
-    s.add_argument("--tie", type=float, default=0.0, help="acceptance tied to overlap")
-    s.add_argument("--seed", type=int, default=0, help="random seed (0)")
-    s.set_defaults(fn=cmd_synth)
-
-    s = sub.add_parser("analyze", help="summarise a routing trace")
-    s.add_argument("trace", help="a routing trace (Parquet)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the shuffle null")
-    s.set_defaults(fn=cmd_analyze)
-
-    s = sub.add_parser("download", help="fetch a Hugging Face repository into the HF cache and "
-                                        "print its manifest (the only networked command)")
-    s.add_argument("repo_id", help="a Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B-FP8")
-    s.add_argument("--revision", help="commit, branch or tag (default: newest, unpinned)")
-    s.add_argument("--mode", choices=["full", "config"],
-                   help="full (default): what vLLM loads; config: config.json and tokenizer only")
-    s.add_argument("--repo-type", choices=["model", "dataset"], default="model",
-                   help="model (default) or dataset")
-    s.add_argument("--trust-remote-code", action="store_true", help="also fetch *.py files")
-    s.add_argument("--name", help="name for messages (default: the repo id)")
-    s.add_argument("--out", type=Path, help="also write the manifest here")
-    s.set_defaults(fn=cmd_download)
-
-    s = sub.add_parser("predict", help="does SD pay for this MoE, at this batch size, on this GPU? "
-                                       "TE and speedup from the step model, before any run")
-    s.add_argument("model", help="a config.json (or its folder), or a Hugging Face repo id "
-                                 "(its config.json is fetched as the download stage does)")
-    s.add_argument("--hardware", default=DEFAULT_HARDWARE,
-                   help=f"a shipped GPU (H100, H200, B200) or an entry of --hardware-file "
-                        f"({DEFAULT_HARDWARE})")
-    s.add_argument("--hardware-file",
-                   help="YAML or JSON with a `hardware` section (as config.yaml's) for a GPU "
-                        "the package does not ship")
-    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (1)")
-    s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
-                   help="auto: the checkpoint's own format; fp8: vLLM's online fp8 (auto)")
-    s.add_argument("--k", type=int, default=3, help="draft length K (3)")
-    s.add_argument("--method", default="eagle3",
-                   choices=["draft_model", "eagle", "eagle3", "mtp"],
-                   help="speculative method; its drafter's cost comes from the target's shape, "
-                        "or from --draft-config (a draft model's or an EAGLE head's) (eagle3)")
-    s.add_argument("--draft-config", help="config.json of a separate draft model or EAGLE head")
-    s.add_argument("--draft-cost", type=float,
-                   help="a known draft cost c (draft time per step over a decode step)")
-    s.add_argument("--engine", default="vllm", choices=["vllm", "sglang", "trtllm", "other"],
-                   help="the serving engine (the step model is vLLM's; others widen the "
-                        "interval) (vllm)")
-    s.add_argument("--overlaps", type=_floats,
-                   help="ov(d) for d = 1..K (default: the study's published curve for its own "
-                        "models, else its models' curves of the same granularity as a prior)")
-    s.add_argument("--acceptance-length", type=_floats,
-                   help="tau, or its range low,high (default: the prior 2.0,3.2)")
-    s.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8, 16, 32, 64, 128],
-                   help="comma-separated (1,2,4,...,128)")
-    s.add_argument("--revision", help="with a repo id: commit, branch or tag")
-    s.add_argument("--study-model", help="the study model this is (e.g. Qwen3-30B): its published "
-                                         "overlaps (a repo id of the study's finds it itself)")
-    s.set_defaults(fn=cmd_predict)
-
-    for sp in sub.choices.values():
-        sp.add_argument("--json", action="store_true", help="print JSON")
+    for c in SUBCOMMANDS:
+        s = sub.add_parser(c.name, help=c.help)
+        c.add_cli_args(s)
+        s.add_argument("--json", action="store_true", help="print JSON")
+        s.set_defaults(fn=c.cmd)
     return p
 
 

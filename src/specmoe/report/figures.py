@@ -18,7 +18,8 @@ import seaborn as sns  # noqa: E402
 from .. import costmodel, published, stepmodel  # noqa: E402
 from ..names import control_name  # noqa: E402
 from ..provenance import atomic_path  # noqa: E402
-from .runs import by_distance, first_run, load, models, short_dataset  # noqa: E402
+from .runs import (by_distance, first_run, load, models, short_dataset,  # noqa: E402
+                   short_run)
 
 sns.set_theme(style="whitegrid", context="paper")
 
@@ -406,11 +407,7 @@ def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _speedup_label(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["legend"] = (df["model"] + ", K=" + df["k"].astype(str) + " ("
-                    + df["shape"].astype(str) + ")")
-    return df
+NONE = "This configuration has no {} (see the configuration's models)."
 
 
 def figure_frames(table_dir, study: dict | None = None,
@@ -420,83 +417,103 @@ def figure_frames(table_dir, study: dict | None = None,
     ob, pl, tb = (load(td, s) for s in ("overlap_by_distance", "per_layer_overlap", "te_vs_batch"))
     anchor, sp, cmp_ = (load(td, s) for s in ("anchor_overlap", "speedup_vs_batch", "comparison"))
     colors = palette(models([ob, sp, tb, cmp_]))
-    none = "This configuration has no {} (see the configuration's models)."
-    out = {}
-    if ob.empty:
-        out["overlap_by_distance"] = (empty, none.format("routing trace"))
-    else:
-        long = []
-        dec = load(td, "overlap_decomposition_step1").set_index("run")["uniform"]
-        for _, r in ob.iterrows():
-            within = by_distance(r)
-            seq = by_distance(r, n=8, prefix="seq")
-            for d in range(1, max(len(within), len(seq)) + 1):
-                long.append({"run": r["run"], "label": r["label"], "model": r["model"],
-                             "distance": d,
-                             "empirical": within[d - 1] if d <= len(within) else np.nan,
-                             "sequence": seq[d - 1] if d <= len(seq) else np.nan,
-                             "shuffle": r.get(f"shuffle{d}", np.nan),
-                             "independent": r["independent"], "uniform": dec.get(r["run"])})
-        out["overlap_by_distance"] = (overlap_by_distance, pd.DataFrame(long), colors,
-                                      _published_by_distance(ob, study))
-    out["per_layer_overlap"] = ((per_layer_overlap, pl, colors,
-                                 _published_per_layer(pl, study)) if not pl.empty
-                                else (empty, none.format("routing trace")))
-    out["te_vs_batch"] = ((te_vs_batch, tb, colors) if not tb.empty
-                          else (empty, none.format("cost model")))
-    measured = tb[tb["routing"] == costmodel.MEASURED_ROUTING] if not tb.empty else tb
-    out["te_by_dataset"] = (
-        (curves_by, measured, colors, ["model", "drafter", "k"], "dataset", "te",
-         "target efficiency", "Each model has one dataset in this configuration: no "
-         "dataset comparison to draw.") if not measured.empty
-        else (empty, none.format("cost model")))
-    dr = load(td, "draft_ratio_model")
-    if dr.empty:
-        out["draft_ratio_model"] = (empty, none.format("cost model"))
-    else:  # each model's first run (the ratio hardly depends on K or the dataset), untrained
-        # controls left out (their dimensions, so their curves, are their targets')
-        names = set(dr["model"])
-        dr = dr[~dr["model"].map(lambda m: any(control_name(t) == m for t in names))]
-        out["draft_ratio_model"] = (curves_by, first_run(dr), colors, ["model", "k"],
-                                    "synthetic_drafter", "draft_cost", "draft cost ratio c",
-                                    "No cost model in this configuration.", None,
-                                    "ridge_tokens")
-    if sp.empty:
-        for f in ("speedup_vs_batch", "speedup_by_k", "speedup_by_dataset", "speedup_variants",
-                  "draft_cost_vs_batch"):
-            out[f] = (empty, none.format("serving sweep"))
-    else:
-        sp = _speedup_label(sp)
-        out["speedup_vs_batch"] = (speedup_vs_batch, first_run(sp), colors)
-        sp["K"] = sp["k"]
-        out["speedup_by_k"] = (curves_by, sp, colors, ["model", "drafter", "dataset"],
-                               "K", "speedup", "speedup (TPOT without / with SD)",
-                               "Each model is swept at one K in this configuration.", 1.0)
-        out["speedup_by_dataset"] = (curves_by, sp, colors, ["model", "drafter", "k"],
-                                     "dataset", "speedup", "speedup (TPOT without / with SD)",
-                                     "Each model is swept on one dataset in this configuration.",
-                                     1.0)
-        # one panel per model family: a tiny target with its variants, a study model's variants
-        variant_of = variant_of or {}
-        targets = set(variant_of.values())
-        sp["family"] = sp["model"].map(
-            lambda m: variant_of.get(m) or (m if m in targets else None)
-            or (study.get(m) or {}).get("study") or m)
-        out["speedup_variants"] = (curves_by, sp[sp["k"] == sp["k"].min()], colors,
-                                   ["family", "drafter", "dataset"], "model", "speedup",
-                                   "speedup (TPOT without / with SD)",
-                                   "No study model is run in more than one variant (TP, "
-                                   "precision, hardware) in this configuration.", 1.0)
-        out["draft_cost_vs_batch"] = (draft_cost_vs_batch, sp, colors)
-    if anchor.empty:
-        out["anchor_overlap"] = (empty, none.format("routing trace"))
-    else:
-        effects = anchor.drop_duplicates(["run", "draft_position"])[
-            ["run", "draft_position", "cohens_d"]]
-        out["anchor_overlap"] = (anchor_overlap, anchor, effects)
+    out = {"overlap_by_distance": _overlap_frame(td, ob, colors, study),
+           "per_layer_overlap": ((per_layer_overlap, pl, colors, _published_per_layer(pl, study))
+                                 if not pl.empty else (empty, NONE.format("routing trace")))}
+    out.update(_cost_frames(td, tb, colors))
+    out.update(_speedup_frames(sp, colors, study, variant_of or {}))
+    out["anchor_overlap"] = _anchor_frame(anchor)
     out["comparison"] = (comparison, cmp_ if not cmp_.empty else
                          pd.DataFrame(columns=published.COLUMNS), colors)
     cal = load(td, "step_model_calibration")
     out["step_model_calibration"] = ((step_model_calibration, cal) if not cal.empty else
                                      (empty, "No step-model calibration table."))
     return out
+
+
+def _overlap_frame(td: Path, ob: pd.DataFrame, colors: dict, study: dict) -> tuple:
+    """The overlap-by-distance figure's frame: one row per run and distance, inside windows and
+    along the committed sequence, with the study's published points."""
+    if ob.empty:
+        return (empty, NONE.format("routing trace"))
+    long = []
+    dec = load(td, "overlap_decomposition_step1").set_index("run")["uniform"]
+    for _, r in ob.iterrows():
+        within = by_distance(r)
+        seq = by_distance(r, n=8, prefix="seq")
+        for d in range(1, max(len(within), len(seq)) + 1):
+            long.append({"run": r["run"], "label": r["label"], "model": r["model"],
+                         "distance": d,
+                         "empirical": within[d - 1] if d <= len(within) else np.nan,
+                         "sequence": seq[d - 1] if d <= len(seq) else np.nan,
+                         "shuffle": r.get(f"shuffle{d}", np.nan),
+                         "independent": r["independent"], "uniform": dec.get(r["run"])})
+    return (overlap_by_distance, pd.DataFrame(long), colors, _published_by_distance(ob, study))
+
+
+def _cost_frames(td: Path, tb: pd.DataFrame, colors: dict) -> dict[str, tuple]:
+    """The cost model's figures: TE vs batch, TE by dataset and the draft cost ratio model."""
+    out = {"te_vs_batch": ((te_vs_batch, tb, colors) if not tb.empty
+                           else (empty, NONE.format("cost model")))}
+    measured = tb[tb["routing"] == costmodel.MEASURED_ROUTING] if not tb.empty else tb
+    out["te_by_dataset"] = (
+        (curves_by, measured, colors, ["model", "drafter", "k"], "dataset", "te",
+         "target efficiency", "Each model has one dataset in this configuration: no "
+         "dataset comparison to draw.") if not measured.empty
+        else (empty, NONE.format("cost model")))
+    dr = load(td, "draft_ratio_model")
+    if dr.empty:
+        out["draft_ratio_model"] = (empty, NONE.format("cost model"))
+        return out
+    # each model's first run (the ratio hardly depends on K or the dataset), untrained controls
+    # left out (their dimensions, so their curves, are their targets')
+    names = set(dr["model"])
+    dr = dr[~dr["model"].map(lambda m: any(control_name(t) == m for t in names))]
+    out["draft_ratio_model"] = (curves_by, first_run(dr), colors, ["model", "k"],
+                                "synthetic_drafter", "draft_cost", "draft cost ratio c",
+                                "No cost model in this configuration.", None, "ridge_tokens")
+    return out
+
+
+SPEEDUP = "speedup (TPOT without / with SD)"
+
+
+def _speedup_frames(sp: pd.DataFrame, colors: dict, study: dict,
+                    variant_of: dict) -> dict[str, tuple]:
+    """The serving sweeps' figures: speedup vs batch, by K, by dataset, across variants, and the
+    measured draft cost. Each legend names a curve's model, K and shape (short_run)."""
+    stems = ("speedup_vs_batch", "speedup_by_k", "speedup_by_dataset", "speedup_variants",
+             "draft_cost_vs_batch")
+    if sp.empty:
+        return {f: (empty, NONE.format("serving sweep")) for f in stems}
+    sp = sp.copy()
+    sp["legend"] = [short_run(m, k, shape=str(s))
+                    for m, k, s in zip(sp["model"], sp["k"], sp["shape"])]
+    out = {"speedup_vs_batch": (speedup_vs_batch, first_run(sp), colors)}
+    sp["K"] = sp["k"]
+    out["speedup_by_k"] = (curves_by, sp, colors, ["model", "drafter", "dataset"], "K",
+                           "speedup", SPEEDUP, "Each model is swept at one K in this "
+                           "configuration.", 1.0)
+    out["speedup_by_dataset"] = (curves_by, sp, colors, ["model", "drafter", "k"], "dataset",
+                                 "speedup", SPEEDUP, "Each model is swept on one dataset in this "
+                                 "configuration.", 1.0)
+    # one panel per model family: a tiny target with its variants, a study model's variants
+    targets = set(variant_of.values())
+    sp["family"] = sp["model"].map(
+        lambda m: variant_of.get(m) or (m if m in targets else None)
+        or (study.get(m) or {}).get("study") or m)
+    out["speedup_variants"] = (curves_by, sp[sp["k"] == sp["k"].min()], colors,
+                               ["family", "drafter", "dataset"], "model", "speedup", SPEEDUP,
+                               "No study model is run in more than one variant (TP, "
+                               "precision, hardware) in this configuration.", 1.0)
+    out["draft_cost_vs_batch"] = (draft_cost_vs_batch, sp, colors)
+    return out
+
+
+def _anchor_frame(anchor: pd.DataFrame) -> tuple:
+    """The anchor-overlap figure's frame, with each run's effect size at each position."""
+    if anchor.empty:
+        return (empty, NONE.format("routing trace"))
+    effects = anchor.drop_duplicates(["run", "draft_position"])[
+        ["run", "draft_position", "cohens_d"]]
+    return (anchor_overlap, anchor, effects)

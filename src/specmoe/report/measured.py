@@ -28,88 +28,117 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
     three-step correction with profiled values (batch 1) against the TE from the sweep."""
     sps, prs, cms = (runs(x) for x in (speedup_jsons, profile_jsons, cost_jsons))
     t: dict[str, list] = {k: [] for k in registry.written_by("measured_tables")}
-    te_cost, sweep_rows = {}, {}
+    te_cost = _costmodel_te(cms)
+    cost_by_run = {run_key(run_cols(c["run"])): c for c in cms}
+    sweep_rows = {}
+    for sp in sps:
+        rc = run_cols(sp["run"])
+        for r in sp["rows"]:
+            t["speedup_vs_batch"].append(speedup_row(rc, sp, r))
+            sweep_rows[(*run_key(rc), r["batch"])] = r
+    for pr in prs:
+        rc = run_cols(pr["run"])
+        run = run_key(rc)
+        cm = cost_by_run.get(run)
+        for b in pr["batches"]:
+            key = (*run, b["batch"])
+            sw = sweep_rows.get(key)
+            t["te_three_ways"].append(te_three_ways_row(rc, b, sw, cm, te_cost.get(key, np.nan)))
+            t["kernel_time_shares"] += kernel_rows(rc, b, cm)
+            if b["batch"] == 1 and cm is not None:
+                t["three_step_correction"] += correction_rows(rc, b, sw, cm)
+    return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+def _costmodel_te(cms: list[dict]) -> dict[tuple, float]:
+    """The cost model's TE with the measured routing, by run and batch size."""
+    te_cost = {}
     for cm in cms:
         rc = run_cols(cm["run"])
         for r in cm["te_vs_batch"]:
             if r["routing"] == costmodel.MEASURED_ROUTING:
                 te_cost[(*run_key(rc), r["batch"])] = r["te"]
-    cost_by_run = {run_key(run_cols(c["run"])): c for c in cms}
-    for sp in sps:
-        rc = run_cols(sp["run"])
-        for r in sp["rows"]:
-            t["speedup_vs_batch"].append({
-                **rc, "batch": r["batch"], "tpot_ar_ms": r["tpot_ar_ms"],
-                "tpot_sd_ms": r["tpot_sd_ms"], "tpot_ar_p99_ms": r["tpot_ar_p99_ms"],
-                "tpot_sd_p99_ms": r["tpot_sd_p99_ms"], "repeats": r.get("repeats", 1),
-                "speedup": r["speedup"], "speedup_low": r.get("speedup_low", np.nan),
-                "speedup_high": r.get("speedup_high", np.nan),
-                "timing": sp.get("timing", "client"),
-                "speedup_client": r.get("speedup_client", r["speedup"]),
-                "speedup_engine": r.get("speedup_engine", r["speedup"]), "tau": r["tau"],
-                "tau_spread": r.get("tau_spread", np.nan),
-                "draft_cost": r["draft_cost"], "te_sweep": r["te_sweep"],
-                "te_sweep_raw": r.get("te_sweep_raw", r["te_sweep"]),
-                "te_sweep_low": r.get("te_sweep_low", np.nan),
-                "te_sweep_high": r.get("te_sweep_high", np.nan),
-                "te_sweep_status": r.get("te_sweep_status", ""), "shape": sp["shape"],
-                **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}})
-            sweep_rows[(*run_key(rc), r["batch"])] = r
-    for pr in prs:
-        rc = run_cols(pr["run"])
-        run = run_key(rc)
-        for b in pr["batches"]:
-            key = (*run, b["batch"])
-            sw = sweep_rows.get(key)
-            cm = cost_by_run.get(run)
-            te_sw = sw["te_sweep"] if sw else np.nan
-            te_cm = te_cost.get(key, np.nan)
-            t["te_three_ways"].append({
-                **rc, "batch": b["batch"],
-                # the study's Table 1 columns: unique experts per window (measured), observed TE
-                # (from the sweep) and the gap to the weight model's prediction
-                "unique_sd": (cm["unique_ratio"] * (cm.get("dims") or {}).get("top_k", np.nan)
-                              if cm else np.nan),
-                "te_sweep": te_sw,
-                "te_sweep_raw": sw.get("te_sweep_raw", te_sw) if sw else np.nan,
-                "te_sweep_low": sw.get("te_sweep_low", np.nan) if sw else np.nan,
-                "te_sweep_high": sw.get("te_sweep_high", np.nan) if sw else np.nan,
-                "te_sweep_status": sw.get("te_sweep_status", "") if sw else "not measured",
-                # the same sweep point with the drafter cost from profiling: serving the drafter
-                # alone also times the engine's per-step work, which SD pays once, not K times
-                "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
-                    sw["tau"], sw["speedup"], b["draft_cost_profiled"])) if sw else np.nan,
-                **bounded_te("te_profiled", b["te_profiled"]),
-                "te_profiled_low": b.get("te_profiled_low", np.nan),
-                "te_profiled_high": b.get("te_profiled_high", np.nan),
-                "verify_steps": b.get("verify_steps", np.nan),
-                **bounded_te("te_costmodel", te_cm),
-                "gap_sweep_minus_costmodel": te_sw - te_cm,
-                "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
-                    b["draft_cost_profiled"], "device": b["device"]})
-            for cls, c in b["classes"].items():
-                g = {ph: (b.get("grids") or {}).get(ph, {}).get(cls, {}) for ph in ("decode",
-                                                                                      "verify")}
-                t["kernel_time_shares"].append({
-                    **rc, "batch": b["batch"], "class": cls, "decode_us": c["decode_us"],
-                    "verify_us": c["verify_us"], "decode_share": c["decode_share"],
-                    "verify_share": c["verify_share"], "ratio": c["ratio"],
-                    "median_ctas_decode": g["decode"].get("median_ctas", np.nan),
-                    "median_ctas_verify": g["verify"].get("median_ctas", np.nan),
-                    "below_sm_share_verify": g["verify"].get("below_sm_count", np.nan),
-                    "sm_count": b.get("sm_count") or np.nan,
-                    # the study's Tables 5/12 put the MoE share of weights beside that of time
-                    "moe_weight_share": cm["moe_weight_share"] if cm and cls == "moe" else np.nan})
-            if b["batch"] == 1 and cm is not None:
-                corr = costmodel.three_step_correction(
-                    cm["moe_weight_share"], cm["unique_ratio"], b["moe_time_share"],
-                    b["moe_time_ratio"], b["dense_time_ratio"],
-                    measured=_finite_or_none(sw["te_sweep"] if sw else None))
-                for s in corr["steps"]:
-                    t["three_step_correction"].append({**rc, "batch": 1, **gap_as_pct(s),
-                                                       **bounded_te("te", s["te"]),
-                                                       "te_sweep": corr["measured"]})
-    return {k: pd.DataFrame(v) for k, v in t.items()}
+    return te_cost
+
+
+def speedup_row(rc: dict, sp: dict, r: dict) -> dict:
+    """One sweep point's row of the speedup_vs_batch table (sp: the run's speedup results, r:
+    its point at one batch size)."""
+    return {
+        **rc, "batch": r["batch"], "tpot_ar_ms": r["tpot_ar_ms"],
+        "tpot_sd_ms": r["tpot_sd_ms"], "tpot_ar_p99_ms": r["tpot_ar_p99_ms"],
+        "tpot_sd_p99_ms": r["tpot_sd_p99_ms"], "repeats": r.get("repeats", 1),
+        "speedup": r["speedup"], "speedup_low": r.get("speedup_low", np.nan),
+        "speedup_high": r.get("speedup_high", np.nan),
+        "timing": sp.get("timing", "client"),
+        "speedup_client": r.get("speedup_client", r["speedup"]),
+        "speedup_engine": r.get("speedup_engine", r["speedup"]), "tau": r["tau"],
+        "tau_spread": r.get("tau_spread", np.nan),
+        "draft_cost": r["draft_cost"], "te_sweep": r["te_sweep"],
+        "te_sweep_raw": r.get("te_sweep_raw", r["te_sweep"]),
+        "te_sweep_low": r.get("te_sweep_low", np.nan),
+        "te_sweep_high": r.get("te_sweep_high", np.nan),
+        "te_sweep_status": r.get("te_sweep_status", ""), "shape": sp["shape"],
+        **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}}
+
+
+def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
+                      te_cm: float) -> dict:
+    """One profiled batch size's row of the te_three_ways table: TE from the sweep (sw, None where
+    it has no point), from profiling (b) and from the cost model (te_cm)."""
+    te_sw = sw["te_sweep"] if sw else np.nan
+    return {
+        **rc, "batch": b["batch"],
+        # the study's Table 1 columns: unique experts per window (measured), observed TE
+        # (from the sweep) and the gap to the weight model's prediction
+        "unique_sd": (cm["unique_ratio"] * (cm.get("dims") or {}).get("top_k", np.nan)
+                      if cm else np.nan),
+        "te_sweep": te_sw,
+        "te_sweep_raw": sw.get("te_sweep_raw", te_sw) if sw else np.nan,
+        "te_sweep_low": sw.get("te_sweep_low", np.nan) if sw else np.nan,
+        "te_sweep_high": sw.get("te_sweep_high", np.nan) if sw else np.nan,
+        "te_sweep_status": sw.get("te_sweep_status", "") if sw else "not measured",
+        # the same sweep point with the drafter cost from profiling: serving the drafter
+        # alone also times the engine's per-step work, which SD pays once, not K times
+        "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
+            sw["tau"], sw["speedup"], b["draft_cost_profiled"])) if sw else np.nan,
+        **bounded_te("te_profiled", b["te_profiled"]),
+        "te_profiled_low": b.get("te_profiled_low", np.nan),
+        "te_profiled_high": b.get("te_profiled_high", np.nan),
+        "verify_steps": b.get("verify_steps", np.nan),
+        **bounded_te("te_costmodel", te_cm),
+        "gap_sweep_minus_costmodel": te_sw - te_cm,
+        "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
+            b["draft_cost_profiled"], "device": b["device"]}
+
+
+def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
+    """One profiled batch size's rows of the kernel_time_shares table, one per kernel class."""
+    rows = []
+    for cls, c in b["classes"].items():
+        g = {ph: (b.get("grids") or {}).get(ph, {}).get(cls, {}) for ph in ("decode", "verify")}
+        rows.append({
+            **rc, "batch": b["batch"], "class": cls, "decode_us": c["decode_us"],
+            "verify_us": c["verify_us"], "decode_share": c["decode_share"],
+            "verify_share": c["verify_share"], "ratio": c["ratio"],
+            "median_ctas_decode": g["decode"].get("median_ctas", np.nan),
+            "median_ctas_verify": g["verify"].get("median_ctas", np.nan),
+            "below_sm_share_verify": g["verify"].get("below_sm_count", np.nan),
+            "sm_count": b.get("sm_count") or np.nan,
+            # the study's Tables 5/12 put the MoE share of weights beside that of time
+            "moe_weight_share": cm["moe_weight_share"] if cm and cls == "moe" else np.nan})
+    return rows
+
+
+def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
+    """The three_step_correction table's rows of a run profiled at batch 1 (b), against the TE
+    from its sweep (sw, None where it has no point)."""
+    corr = costmodel.three_step_correction(
+        cm["moe_weight_share"], cm["unique_ratio"], b["moe_time_share"],
+        b["moe_time_ratio"], b["dense_time_ratio"],
+        measured=_finite_or_none(sw["te_sweep"] if sw else None))
+    return [{**rc, "batch": 1, **gap_as_pct(s), **bounded_te("te", s["te"]),
+             "te_sweep": corr["measured"]} for s in corr["steps"]]
 
 
 def gap_as_pct(step: dict) -> dict:

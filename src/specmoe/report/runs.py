@@ -42,89 +42,134 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
     t: dict[str, list] = {k: [] for k in registry.written_by("tables")}
     heldout_of = {tuple(run_cols(ac["run"]).values()): ac.get("heldout", {}) for ac in accs}
     for ov in ovs:
-        s, rc = ov["summary"], run_cols(ov["run"])
-        t["overlap_decomposition_step1"].append({
-            **rc, "k_over_n": s["top_k"] / s["num_experts"], "uniform": s["uniform"],
-            "independent": s["independent"], "empirical": s["step1"],
-            "temporal": s["temporal"], "temporal_share": s["temporal_share"],
-            "shuffle_null": s.get("shuffle_step1", float("nan")),
-            "sequence_step1": s.get("sequence_step1", np.nan),
-            "sequence_temporal": s.get("sequence_temporal", np.nan),
-            "sequence_temporal_share": s.get("sequence_temporal_share", np.nan),
-            "sequence_temporal_share_low": s.get("sequence_temporal_share_low", np.nan),
-            "sequence_temporal_share_high": s.get("sequence_temporal_share_high", np.nan),
-            "hottest_expert_pct": 100 * s.get("hottest_share", np.nan)})
-        t["overlap_by_distance"].append(overlap_row(rc, s, ov))
-        if ov.get("overlap_by_status"):
-            t["overlap_by_status"].append({
-                **rc, **ov["overlap_by_status"],
-                "repetitive_windows_pct": 100 * ov.get("repetitive_windows", np.nan)})
-        by_slice = ov.get("by_slice") or {}
-        for name, sl in by_slice.items():
-            t["heldout_overlap"].append({
-                **rc, "slice": name, "slice_dataset": sl["dataset"], "n_windows": sl["n_windows"],
-                **{f"step{d}": v for d, v in enumerate(sl["overlap_by_distance"], 1)},
-                "independent": sl["independent"]})
-        for ds, h in heldout_of.get(tuple(rc.values()), {}).items():
-            t["heldout_overlap"].append({**rc, **heldout_range(ds, [by_slice[n] for n in
-                                                                   h["slices"] if n in by_slice])})
-        pl = ov["per_layer"]
-        for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"])):
-            t["per_layer_overlap"].append({
-                **rc, "layer": layer, "step1_overlap": o[0], "independent": ind,
-                "shuffle": pl["shuffle"][layer][0] if pl.get("shuffle") else float("nan")})
-    for ov, ip in zip(ovs, ips):
-        u = ov["unique"]
-        pred, err = ip["prediction"], ip["relative_error"]
-        t["unique_experts"].append({
-            **run_cols(ov["run"]), "empirical": u["empirical"],
-            "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
-            "independent": u["independent"],
-            # the study's input (its Table 17 -> Table 20), then this project's two estimators
-            **{f"ipf_{key}": pred[key] for key in IPF_KEYS},
-            **{f"ipf_{key}_error_pct": 100 * err[key] for key in IPF_KEYS},
-            "ipf_converged": bool(all(ip["converged"].values())),
-            "ipf_clipped": int(sum(ip["n_clipped"].values())),
-            "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"])})
+        _add_overlap_rows(t, ov, heldout_of.get(tuple(run_cols(ov["run"]).values()), {}))
+    t["unique_experts"] += [unique_experts_row(ov, ip) for ov, ip in zip(ovs, ips)]
     for cm in cms:
-        rc = run_cols(cm["run"])
-        t["target_efficiency"].append({
-            **rc, "hardware": cm["hardware"], "c_expert_mib": cm["c_expert_mib"],
-            "c_dense_mib": cm["c_dense_mib"], "moe_weight_share": cm["moe_weight_share"],
-            **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()}})
-        for r in cm["te_vs_batch"]:
-            t["te_vs_batch"].append({**rc, "routing": r["routing"], "batch": r["batch"],
-                                     "te": r["te"], "compute_bound": r["compute_bound"],
-                                     "sample_ok": r.get("sample_ok", True)})
-        for r in cm.get("draft_ratio_vs_batch", []):
-            t["draft_ratio_model"].append({**rc, **r})
+        _add_cost_rows(t, cm)
     for ac in accs:
-        rc = run_cols(ac["run"])
-        for r in ac["by_position"]:
-            t["acceptance_consecutive"].append({**rc, **{c: r.get(c, np.nan)
-                                                          for c in ACCEPTANCE_COLUMNS}})
-        eff = {e["draft_position"]: e for e in ac.get("anchor_effects", [])}
-        for r in ac["anchor"]:
-            e = eff.get(r["draft_position"], {})
-            # the effect of acceptance on anchor overlap at this position (accepted vs
-            # first-rejected), the label of the anchor-overlap figure
-            t["anchor_overlap"].append({**rc, **r, "cohens_d": e.get("cohens_d", np.nan),
-                                        "p_by_request": e.get("p_by_request", np.nan),
-                                        "p_tokens_welch": e.get("p_tokens_welch", np.nan)})
-        heldout = ac.get("heldout", {})
-        slice_set = {n: ds for ds, h in heldout.items() for n in h["slices"]}
-        for name, rows in ac.get("slices", {}).items():
-            t["heldout_acceptance"].append({
-                **rc, "slice": name, "heldout_dataset": slice_set.get(name, ""),
-                **{f"delta_pos{r['draft_position']}": r["delta"] for r in rows},
-                **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"] for r in rows},
-                "anchor_drop": (ac.get("slice_anchor_drop") or {}).get(name, np.nan)})
-        for ds, h in heldout.items():  # the median across each held-out dataset's slices
-            t["heldout_acceptance"].append({
-                **rc, "slice": f"median of {ds}", "heldout_dataset": ds,
-                **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)},
-                "anchor_drop": h.get("median_anchor_drop", np.nan)})
+        _add_acceptance_rows(t, ac)
     return {k: in_order(pd.DataFrame(v)) for k, v in t.items()}
+
+
+def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict) -> None:
+    """One run's rows of the overlap tables (decomposition, by distance, by status, held-out
+    slices, per layer); `heldout`: its acceptance results' held-out datasets."""
+    s, rc = ov["summary"], run_cols(ov["run"])
+    t["overlap_decomposition_step1"].append(decomposition_row(rc, s))
+    t["overlap_by_distance"].append(overlap_row(rc, s, ov))
+    if ov.get("overlap_by_status"):
+        t["overlap_by_status"].append({
+            **rc, **ov["overlap_by_status"],
+            "repetitive_windows_pct": 100 * ov.get("repetitive_windows", np.nan)})
+    t["heldout_overlap"] += heldout_overlap_rows(rc, ov.get("by_slice") or {}, heldout)
+    t["per_layer_overlap"] += per_layer_rows(rc, ov["per_layer"])
+
+
+def decomposition_row(rc: dict, s: dict) -> dict:
+    """One run's row of the overlap_decomposition_step1 table: step-1 overlap against its
+    baselines inside windows and along the committed sequence."""
+    return {
+        **rc, "k_over_n": s["top_k"] / s["num_experts"], "uniform": s["uniform"],
+        "independent": s["independent"], "empirical": s["step1"],
+        "temporal": s["temporal"], "temporal_share": s["temporal_share"],
+        "shuffle_null": s.get("shuffle_step1", float("nan")),
+        "sequence_step1": s.get("sequence_step1", np.nan),
+        "sequence_temporal": s.get("sequence_temporal", np.nan),
+        "sequence_temporal_share": s.get("sequence_temporal_share", np.nan),
+        "sequence_temporal_share_low": s.get("sequence_temporal_share_low", np.nan),
+        "sequence_temporal_share_high": s.get("sequence_temporal_share_high", np.nan),
+        "hottest_expert_pct": 100 * s.get("hottest_share", np.nan)}
+
+
+def heldout_overlap_rows(rc: dict, by_slice: dict, heldout: dict) -> list[dict]:
+    """One run's rows of the heldout_overlap table: each slice, then each held-out dataset's
+    mean over its slices (heldout_range)."""
+    rows = [{**rc, "slice": name, "slice_dataset": sl["dataset"], "n_windows": sl["n_windows"],
+             **{f"step{d}": v for d, v in enumerate(sl["overlap_by_distance"], 1)},
+             "independent": sl["independent"]} for name, sl in by_slice.items()]
+    for ds, h in heldout.items():
+        rows.append({**rc, **heldout_range(ds, [by_slice[n] for n in h["slices"]
+                                                if n in by_slice])})
+    return rows
+
+
+def per_layer_rows(rc: dict, pl: dict) -> list[dict]:
+    """One run's rows of the per_layer_overlap table: step-1 overlap layer by layer."""
+    return [{**rc, "layer": layer, "step1_overlap": o[0], "independent": ind,
+             "shuffle": pl["shuffle"][layer][0] if pl.get("shuffle") else float("nan")}
+            for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"]))]
+
+
+def unique_experts_row(ov: dict, ip: dict) -> dict:
+    """One run's row of the unique_experts table: measured unique experts per window beside the
+    IPF's predictions and their errors."""
+    u = ov["unique"]
+    pred, err = ip["prediction"], ip["relative_error"]
+    return {
+        **run_cols(ov["run"]), "empirical": u["empirical"],
+        "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
+        "independent": u["independent"],
+        # the study's input (its Table 17 -> Table 20), then this project's two estimators
+        **{f"ipf_{key}": pred[key] for key in IPF_KEYS},
+        **{f"ipf_{key}_error_pct": 100 * err[key] for key in IPF_KEYS},
+        "ipf_converged": bool(all(ip["converged"].values())),
+        "ipf_clipped": int(sum(ip["n_clipped"].values())),
+        "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"])}
+
+
+def _add_cost_rows(t: dict[str, list], cm: dict) -> None:
+    """One run's rows of the cost model's tables (target_efficiency, te_vs_batch,
+    draft_ratio_model)."""
+    rc = run_cols(cm["run"])
+    t["target_efficiency"].append({
+        **rc, "hardware": cm["hardware"], "c_expert_mib": cm["c_expert_mib"],
+        "c_dense_mib": cm["c_dense_mib"], "moe_weight_share": cm["moe_weight_share"],
+        **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()}})
+    t["te_vs_batch"] += [{**rc, "routing": r["routing"], "batch": r["batch"], "te": r["te"],
+                          "compute_bound": r["compute_bound"],
+                          "sample_ok": r.get("sample_ok", True)} for r in cm["te_vs_batch"]]
+    t["draft_ratio_model"] += [{**rc, **r} for r in cm.get("draft_ratio_vs_batch", [])]
+
+
+def _add_acceptance_rows(t: dict[str, list], ac: dict) -> None:
+    """One run's rows of the acceptance tables (acceptance_consecutive, anchor_overlap,
+    heldout_acceptance)."""
+    rc = run_cols(ac["run"])
+    t["acceptance_consecutive"] += [{**rc, **{c: r.get(c, np.nan) for c in ACCEPTANCE_COLUMNS}}
+                                    for r in ac["by_position"]]
+    t["anchor_overlap"] += anchor_rows(rc, ac)
+    t["heldout_acceptance"] += heldout_acceptance_rows(rc, ac)
+
+
+def anchor_rows(rc: dict, ac: dict) -> list[dict]:
+    """One run's rows of the anchor_overlap table, each with the effect of acceptance on anchor
+    overlap at its position (accepted vs first-rejected), the label of the anchor-overlap
+    figure."""
+    eff = {e["draft_position"]: e for e in ac.get("anchor_effects", [])}
+    rows = []
+    for r in ac["anchor"]:
+        e = eff.get(r["draft_position"], {})
+        rows.append({**rc, **r, "cohens_d": e.get("cohens_d", np.nan),
+                     "p_by_request": e.get("p_by_request", np.nan),
+                     "p_tokens_welch": e.get("p_tokens_welch", np.nan)})
+    return rows
+
+
+def heldout_acceptance_rows(rc: dict, ac: dict) -> list[dict]:
+    """One run's rows of the heldout_acceptance table: each slice, then the median across each
+    held-out dataset's slices."""
+    heldout = ac.get("heldout", {})
+    slice_set = {n: ds for ds, h in heldout.items() for n in h["slices"]}
+    rows = [{**rc, "slice": name, "heldout_dataset": slice_set.get(name, ""),
+             **{f"delta_pos{r['draft_position']}": r["delta"] for r in slice_rows},
+             **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"]
+                for r in slice_rows},
+             "anchor_drop": (ac.get("slice_anchor_drop") or {}).get(name, np.nan)}
+            for name, slice_rows in ac.get("slices", {}).items()]
+    rows += [{**rc, "slice": f"median of {ds}", "heldout_dataset": ds,
+              **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)},
+              "anchor_drop": h.get("median_anchor_drop", np.nan)} for ds, h in heldout.items()]
+    return rows
 
 
 def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
@@ -207,9 +252,16 @@ def short_dataset(ds: str) -> str:
     return parts[0] + (f"+{len(parts) - 1}" if len(parts) > 1 else "")
 
 
-def short_run(model: str, k, dataset: str) -> str:
-    """A run as titles and sentences name it: "tiny-fine, K=3, tinybench+2"."""
-    return f"{model}, K={int(k)}, {short_dataset(dataset)}"
+def short_run(model: str, k, dataset: str | None = None, shape: str | None = None) -> str:
+    """A run as titles, legends and sentences name it, the one place a model's label is built:
+    "tiny-fine, K=3, tinybench+2"; a speedup curve's legend names the shape of its curve instead
+    of the dataset, "tiny-fine, K=3 (rising)"."""
+    label = f"{model}, K={int(k)}"
+    if dataset is not None:
+        label += f", {short_dataset(dataset)}"
+    if shape is not None:
+        label += f" ({shape})"
+    return label
 
 
 def load(table_dir: Path, stem: str) -> pd.DataFrame:
