@@ -140,3 +140,10 @@ def test_the_schema_knows_the_speculative_methods_the_engine_serves():
     drafter = schema["properties"]["drafters"]["items"]["properties"]
     assert tuple(drafter["method"]["enum"]) == SPEC_METHODS
     assert set(SPEC_METHODS) <= set(FAMILIES)
+
+
+def test_the_default_configuration_sweeps_the_studys_batch_sizes():
+    from specmoe.names import STUDY_BATCH_SIZES
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    assert tuple(cfg["batch_sizes"]) == STUDY_BATCH_SIZES

@@ -21,6 +21,7 @@ import numpy as np
 
 from .costmodel import DEFAULT_HARDWARE
 from .errors import InputError, SpecmoeError
+from .names import DEFAULT_METHOD, SPEC_METHODS, STUDY_BATCH_SIZES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -411,10 +412,9 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
                    help="auto: the checkpoint's own format; fp8: vLLM's online fp8 (auto)")
     s.add_argument("--k", type=int, default=3, help="draft length K (3)")
-    s.add_argument("--method", default="eagle3",
-                   choices=["draft_model", "eagle", "eagle3", "mtp"],
+    s.add_argument("--method", default=DEFAULT_METHOD, choices=SPEC_METHODS,
                    help="speculative method; its drafter's cost comes from the target's shape, "
-                        "or from --draft-config (a draft model's or an EAGLE head's) (eagle3)")
+                        f"or from --draft-config (a draft model's or an EAGLE head's) ({DEFAULT_METHOD})")
     s.add_argument("--draft-config", help="config.json of a separate draft model or EAGLE head")
     s.add_argument("--draft-cost", type=float,
                    help="a known draft cost c (draft time per step over a decode step)")
@@ -426,7 +426,7 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
                         "models, else its models' curves of the same granularity as a prior)")
     s.add_argument("--acceptance-length", type=_floats,
                    help="tau, or its range low,high (default: the prior 2.0,3.2)")
-    s.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8, 16, 32, 64, 128],
+    s.add_argument("--batch-sizes", type=_ints, default=list(STUDY_BATCH_SIZES),
                    help="comma-separated (1,2,4,...,128)")
     s.add_argument("--revision", help="with a repo id: commit, branch or tag")
     s.add_argument("--study-model", help="the study model this is (e.g. Qwen3-30B): its published "

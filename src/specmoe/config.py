@@ -21,7 +21,7 @@ from types import MappingProxyType
 from . import configcheck, paths, published
 from .costmodel import DEFAULT_HARDWARE
 from .errors import InputError
-from .names import control_name, job_label
+from .names import DEFAULT_METHOD, control_name, job_label
 from .prompts import DEFAULT_SOURCE
 
 # An engine section's settings where the configuration leaves them out (capture, sweeps, profiles
@@ -46,9 +46,6 @@ CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
 SWEEP_ANALYSIS_KEYS = ("timing", "shape_margin", "engine_log_sd")
 # The SD check's K and dataset where the configuration's tiny.sd_check sets none.
 SD_CHECK_DEFAULTS = {"k": 3, "dataset": "tinybench"}
-# A synthetic model's drafter for the step model: a one-layer head (EAGLE-3, the study's most
-# common method).
-SYNTHETIC_METHOD = "eagle3"
 
 
 def canonical(obj):
@@ -570,7 +567,7 @@ class Config:
     def predict_method(self, name: str) -> str:
         """The speculative method of the model's first drafter (a synthetic model's: EAGLE-3)."""
         d = self.drafters.get(self.models[name].drafters[0])
-        return d.method if d is not None else SYNTHETIC_METHOD
+        return d.method if d is not None else DEFAULT_METHOD
 
     def engine_mem_mb(self, name: str) -> int:
         return self.gpu_resources(name)["mem_mb"] if self.on_gpu(name) else CPU_ENGINE["mem_mb"]

@@ -1,10 +1,15 @@
 """Names the pipeline derives from the configuration's: a tiny target's untrained control, an
-engine job's label; the speculative methods it knows."""
+engine job's label; the speculative methods it knows and the study's batch sizes."""
 
 CONTROL_SUFFIX = "-random"
 # vLLM's speculative methods the pipeline serves (config/schema.yaml's drafters' `method` lists the
 # same; tests/test_config.py checks it).
 SPEC_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
+# The method the step model assumes where a model names no drafter (a synthetic model, `specmoe
+# predict` without --method): a one-layer head, EAGLE-3, the study's most common.
+DEFAULT_METHOD = "eagle3"
+# The study's batch sizes (config.yaml's `batch_sizes` and `specmoe predict`'s default).
+STUDY_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 def control_name(target: str) -> str:
