@@ -3,12 +3,12 @@
 Builds (and caches) a synthetic trace of 1,000,000 tokens, 48 layers, top-8 of 128 experts, K = 3,
 and times, each in a fresh child process so that peak memory is the analysis's own:
   analysis  overlap by distance, loads, window unions (unique experts) and the skewed IPF
-            prediction (specmoe.overlap.window_stats + specmoe.ipf.predict_skewed) on the trace in
+            prediction (specmoe.routing.overlap.window_stats + specmoe.routing.ipf.predict_skewed) on the trace in
             memory; the Parquet read before it is timed and reported apart, and so is numba's
             once-per-process load of its compiled code;
   memread   np.load of the same expert ids as a bare .npy file (from the page cache);
   python    the plain-Python reference (sets and loops) on a 20,000-token slice, scaled per token;
-  streamed  the same analysis read piece by piece from the file (specmoe.overlap.window_stats_file:
+  streamed  the same analysis read piece by piece from the file (specmoe.routing.overlap.window_stats_file:
             Parquet decode included), on the trace and on a copy --scale times as long (its
             requests repeated under new ids): time should grow with tokens, peak memory not.
 ratio_to_memread = analysis / memread; ratio_to_memread_incl_parquet adds the Parquet read.
@@ -36,8 +36,8 @@ CACHE = Path(__file__).resolve().parent / ".cache"
 
 
 def build(tokens: int, layers: int, k_draft: int, cache: Path) -> tuple[Path, Path]:
-    from specmoe.synth import SynthParams, generate
-    from specmoe.trace import write_trace
+    from specmoe.routing.synth import SynthParams, generate
+    from specmoe.routing.trace import write_trace
 
     windows = tokens // (k_draft + 1)
     stem = cache / f"trace_{tokens}_{layers}_{k_draft}"
@@ -90,9 +90,9 @@ def _peak_mib() -> float:
 
 
 def _analysis(pq_path: str, q) -> None:
-    from specmoe import ipf
-    from specmoe.overlap import window_stats
-    from specmoe.trace import read_trace
+    from specmoe.routing import ipf
+    from specmoe.routing.overlap import window_stats
+    from specmoe.routing.trace import read_trace
 
     t0 = time.perf_counter()
     tr = read_trace(pq_path)
@@ -115,9 +115,9 @@ def _analysis(pq_path: str, q) -> None:
 
 
 def _streamed(pq_path: str, q) -> None:
-    from specmoe import ipf
-    from specmoe.overlap import window_stats_file, window_stats_stream
-    from specmoe.trace import iter_trace
+    from specmoe.routing import ipf
+    from specmoe.routing.overlap import window_stats_file, window_stats_stream
+    from specmoe.routing.trace import iter_trace
 
     # numba's once-per-process load of its compiled code, apart (as in _analysis)
     window_stats_stream([next(iter_trace(pq_path, 400))], shuffle_seed=None)
@@ -130,8 +130,8 @@ def _streamed(pq_path: str, q) -> None:
 
 def _warm(pq_path: str, q) -> None:
     """Compile (numba caches to disk) on a small slice, so timing excludes JIT."""
-    from specmoe.overlap import window_stats
-    from specmoe.trace import read_trace
+    from specmoe.routing.overlap import window_stats
+    from specmoe.routing.trace import read_trace
 
     tr = read_trace(pq_path)
     tr.experts = tr.experts[:4000]
@@ -147,8 +147,8 @@ def _memread(npy_path: str, q) -> None:
 
 
 def _python(pq_path: str, slice_tokens: int, q) -> None:
-    from specmoe.overlap import reference_stats
-    from specmoe.trace import read_trace
+    from specmoe.routing.overlap import reference_stats
+    from specmoe.routing.trace import read_trace
 
     tr = read_trace(pq_path)
     starts, lengths = tr.windows()

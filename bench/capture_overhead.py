@@ -21,9 +21,9 @@ import tempfile
 
 import numpy as np
 
-from specmoe.capture import capture_generate
-from specmoe.engine import engine_kwargs, generate, run_in_child
-from specmoe.prompts import load, schedule
+from specmoe.runtime.capture import capture_generate
+from specmoe.runtime.engine import engine_kwargs, generate, run_in_child
+from specmoe.sources.prompts import load, schedule
 
 
 def main() -> None:

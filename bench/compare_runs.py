@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specmoe.trace import read_trace
+from specmoe.routing.trace import read_trace
 
 TIMING = {"speedup_vs_batch", "te_three_ways", "kernel_time_shares", "three_step_correction"}
 MODEL_FILES = (".safetensors", ".npy")

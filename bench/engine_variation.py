@@ -1,6 +1,6 @@
 """Engine-to-engine variation of serving series: the same series measured on several fresh engine
 starts, beside the spread of its repeats within one engine, which is all that the speedup's
-interval uses (specmoe.sweep).
+interval uses (specmoe.measured.sweep).
 
 Run it in the directory of a finished run (trained checkpoints and sweeps in place):
 
@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from specmoe.sweep import TIMINGS, tpot  # noqa: E402
+from specmoe.measured.sweep import TIMINGS, tpot  # noqa: E402
 
 OUT = Path("results") / "bench" / "engine_variation"
 

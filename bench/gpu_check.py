@@ -2,7 +2,7 @@
 
 vLLM is not on the lent GPU image and its CUDA wheels exceed what a run can carry, so this checks what
 can be checked there: that torch.profiler's real CUDA output (kernel events, correlation ids, grid
-sizes) goes through specmoe.profiling the way the hand-written trace in the tests says. A tiny
+sizes) goes through specmoe.measured.profiling the way the hand-written trace in the tests says. A tiny
 Qwen3-MoE (transformers) runs decode (B x 1 token) and verify (B x K+1 tokens) forward passes on a KV
 cache, labelled like kernelprof labels vLLM's; the parsed steps must hold kernels with grids, MoE time
 inside the MoE blocks, and per-class shares that add up to 1.
@@ -24,7 +24,9 @@ from pathlib import Path
 def main() -> int:
     import torch
 
-    from specmoe import kernelprof, profiling, tiny
+    from specmoe.runtime import kernelprof, tiny
+
+    from specmoe.measured import profiling
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu_check.json")
@@ -75,7 +77,7 @@ def main() -> int:
     ver = [s for s in steps if s.ntok == b * (k + 1)]
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 0
     cmp = profiling.compare(profiling.mean_events(dec), profiling.mean_events(ver))
-    from specmoe.engine import require_cuda
+    from specmoe.runtime.engine import require_cuda
     from specmoe.errors import InputError
 
     try:  # the guard every GPU rule of the study's models runs first

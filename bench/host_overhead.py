@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 
-from specmoe.engine import _spec_metrics, engine_kwargs, open_llm, run_in_child
-from specmoe.prompts import load, schedule
+from specmoe.runtime.engine import _spec_metrics, engine_kwargs, open_llm, run_in_child
+from specmoe.sources.prompts import load, schedule
 
 BATCHES = (1, 4, 16, 32)
 

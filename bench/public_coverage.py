@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specmoe import predictor, stepmodel
-from specmoe.hfconfig import dims_from_config
+from specmoe.cost import predictor, stepmodel
+from specmoe.cost.hfconfig import dims_from_config
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = resources.files("specmoe") / "data"

@@ -22,8 +22,10 @@ import numpy as np
 import torch
 import yaml
 
-from specmoe import ipf, tiny
-from specmoe.overlap import sequence_overlap
+from specmoe.routing import ipf
+
+from specmoe.runtime import tiny
+from specmoe.routing.overlap import sequence_overlap
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
 For each tiny model of config.yaml (and the drafter), a few AdamW steps on random tokens of the
 configured sequence length and batch size, timed after one warm-up step, with the loop over experts
 ("eager") and with the grouped GEMM ("grouped_mm": transformers 5's default where it can run, and
-what specmoe.tiny pins); the losses of both must agree. Run: .venv/bin/python bench/training.py --json
+what specmoe.runtime.tiny pins); the losses of both must agree. Run: .venv/bin/python bench/training.py --json
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from specmoe import tiny
+from specmoe.runtime import tiny
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specmoe.synth import SynthParams, generate
+from specmoe.routing.synth import SynthParams, generate
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specmoe.acceptance import acceptance_stats, cohens_d, compare, size_label
-from specmoe.overlap import row_overlaps
+from specmoe.routing.acceptance import acceptance_stats, cohens_d, compare, size_label
+from specmoe.routing.overlap import row_overlaps
 
 X = np.array([0.41, 0.45, 0.39, 0.50, 0.47, 0.44, 0.43, 0.52, 0.40, 0.46])
 Y = np.array([0.38, 0.36, 0.42, 0.35, 0.40, 0.37, 0.39])
@@ -48,7 +48,7 @@ def test_tied_acceptance_shows_positive_delta(small_trace):
 
 def _trace(windows, k=3):
     """A hand-made trace: windows of (n_drafts, accepted), one request."""
-    from specmoe.trace import Trace, status_for
+    from specmoe.routing.trace import Trace, status_for
 
     pos, nd, acc, step = [], [], [], []
     for s, (n, a) in enumerate(windows):
@@ -66,7 +66,7 @@ def _trace(windows, k=3):
 
 
 def test_acceptance_length_counts_drafting_steps_only_as_vllm_does():
-    from specmoe.acceptance import _acceptance_length
+    from specmoe.routing.acceptance import _acceptance_length
 
     # two drafting steps with 2 accepted each, and a last step that drafted nothing: vLLM says
     # 1 + 4/2 = 3.0 (counting the empty step too would give 1 + 4/3 = 2.33)
@@ -96,7 +96,7 @@ def test_median_delta_uses_the_held_out_datasets_slices_only(small_trace):
 
 
 def test_anchor_effects_compare_anchor_overlap_not_consecutive(small_trace):
-    from specmoe.trace import ACCEPTED, FIRST_REJECTED
+    from specmoe.routing.trace import ACCEPTED, FIRST_REJECTED
 
     consec, anchor = row_overlaps(small_trace)
     res = acceptance_stats(small_trace, consec, anchor)
@@ -114,7 +114,7 @@ def test_a_held_out_dataset_run_on_its_own_is_held_out(small_trace):
     single-dataset run has no held-out set."""
     import dataclasses
 
-    from specmoe.acceptance import heldout_split
+    from specmoe.routing.acceptance import heldout_split
 
     assert heldout_split("aya", {"Swahili": "aya", "Yoruba": "aya"}, {"aya"}) == {
         "aya": ["Swahili", "Yoruba"]}
@@ -172,7 +172,7 @@ def test_copies_of_a_requests_tokens_are_not_new_evidence():
 def test_cluster_robust_p_by_hand():
     """The CR1 sandwich of the regression of overlap on 'accepted', written out with explicit
     matrices and a loop over requests."""
-    from specmoe.acceptance import cluster_robust_p
+    from specmoe.routing.acceptance import cluster_robust_p
 
     acc, rej, ar, rr = _clustered_sample(1, requests=12, per_request=3)
     y = np.concatenate([acc, rej])

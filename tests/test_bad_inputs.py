@@ -25,7 +25,7 @@ from snakemake.utils import update_config
 
 from hubfake import lay_out_cache
 from specmoe import cli
-from specmoe import prompts as prompt_table
+from specmoe.sources import prompts as prompt_table
 from specmoe.config import for_workflow
 from specmoe.errors import InputError
 from wf import REPO
@@ -221,8 +221,8 @@ def _fixtures(d: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specmoe.synth import SynthParams, generate
-    from specmoe.trace import write_trace
+    from specmoe.routing.synth import SynthParams, generate
+    from specmoe.routing.trace import write_trace
 
     files = {"three.txt": "1 2 3", "negative.txt": "1,-1,1,1", "zeros.txt": "0 0 0 0",
              "nan.txt": "1 nan 1 1", "words.txt": "one two three four", "ragged.json": "[[1, 2], [3]]",

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from specmoe import capture
-from specmoe.engine import engine_kwargs, run_in_child
+from specmoe.runtime import capture
+from specmoe.runtime.engine import engine_kwargs, run_in_child
 from specmoe.errors import SpecmoeError
 from hfcheck import agreement, committed_positions, hf_routing
-from specmoe.prompts import load
-from specmoe.trace import ACCEPTED, COMMITTED, FIRST_REJECTED, read_trace, write_trace
+from specmoe.sources.prompts import load
+from specmoe.routing.trace import ACCEPTED, COMMITTED, FIRST_REJECTED, read_trace, write_trace
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow
@@ -66,7 +66,7 @@ def test_committed_routing_matches_transformers(captured, tiny_models):
 
 
 def test_trace_roundtrip_and_analysis(captured, tmp_path):
-    from specmoe.overlap import window_stats
+    from specmoe.routing.overlap import window_stats
 
     _, tr, _ = captured
     write_trace(tmp_path / "t.parquet", tr, {"config_hash": "x"})
@@ -140,7 +140,7 @@ def test_async_scheduling_output_is_recorded_when_get_output_is_called_mock_gpu(
 
 def test_an_unfilled_routing_slot_is_an_error_naming_step_and_layer(tmp_path):
     """A shard as the recorder writes it, with one slot left at -1 (no engine needed)."""
-    from specmoe.prompts import Prompt
+    from specmoe.sources.prompts import Prompt
 
     experts = np.tile(np.arange(4, dtype=np.int16), (8, 2, 1))  # 2 windows of K+1 rows, 2 layers
     experts[6, 1, 2] = -1                                         # window 1, position 2, layer 7

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from specmoe.config import Config
-from specmoe.costmodel import DEFAULT_HARDWARE
+from specmoe.cost.costmodel import DEFAULT_HARDWARE
 from specmoe.errors import InputError
 from wf import REPO
 
@@ -134,7 +134,7 @@ def test_the_schema_knows_the_speculative_methods_the_engine_serves():
     """One list of methods (specmoe.names.SPEC_METHODS), which the schema's enum must repeat and
     the step model must price (its families)."""
     from specmoe.names import SPEC_METHODS
-    from specmoe.stepmodel import FAMILIES
+    from specmoe.cost.stepmodel import FAMILIES
 
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     drafter = schema["properties"]["drafters"]["items"]["properties"]

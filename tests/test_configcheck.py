@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 
-from specmoe import schema
+from specmoe.checks import schema
 from specmoe.config import problems
 from wf import REPO, copy_workflow, snakemake
 

@@ -3,10 +3,10 @@ import json
 import numpy as np
 import pytest
 
-from specmoe import costmodel as cm
+from specmoe.cost import costmodel as cm
 from specmoe.errors import InputError
-from specmoe.hfconfig import dims_from_config
-from specmoe.published import gpus
+from specmoe.cost.hfconfig import dims_from_config
+from specmoe.sources.published import gpus
 from wf import h100
 
 QWEN3_30B = {  # the fields of Qwen/Qwen3-30B-A3B's config.json that the model reads
@@ -114,8 +114,8 @@ def test_bad_dims(kw, msg):
 def test_plan_estimates_from_the_step_model():
     """One step of the bill is the step model's (uniform routing: the experts' upper bound); a
     series is waves x tokens x steps, SD steps with their drafting."""
-    from specmoe import plan, stepmodel
-    from specmoe.unique import uniform_unique
+    from specmoe.cost import plan, stepmodel
+    from specmoe.routing.unique import uniform_unique
 
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)
@@ -161,7 +161,7 @@ def test_a_model_without_a_layer_count_is_refused():
 def test_the_gpu_bill_prefills_each_prompt_once():
     """A series over long prompts costs each request's prefill more: exactly prompts x one
     forward pass over the prompt, compute bound for 32k tokens (hundreds of decode steps)."""
-    from specmoe import plan, stepmodel
+    from specmoe.cost import plan, stepmodel
 
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
     hw = h100()

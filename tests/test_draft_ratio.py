@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specmoe import stepmodel
+from specmoe.cost import stepmodel
 from specmoe.errors import InputError
-from specmoe.unique import uniform_unique
+from specmoe.routing.unique import uniform_unique
 from wf import h100
 
 # fixed, not fitted: the physics only (a kernel latency at the low end of its range, no host work)

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from specmoe.engine import check_inputs, sd_check
+from specmoe.runtime.engine import check_inputs, sd_check
 from specmoe.errors import InputError
 
 pytest.importorskip("vllm")
@@ -46,7 +46,7 @@ def test_run_each_shares_one_child_on_cpu_and_not_mock_gpu(monkeypatch):
     child each on GPUs (the device is a stand-in here: no GPU exists on this machine)."""
     import os
 
-    from specmoe import engine
+    from specmoe.runtime import engine
 
     monkeypatch.setattr(engine, "device", lambda: "cpu")
     a, b = engine.run_each(os.getpid, [(), ()])

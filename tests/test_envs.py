@@ -50,7 +50,7 @@ def test_launcher_and_engines_are_kept_apart():
     assert not any("slurm>=" in d or d.startswith("snakemake-executor-plugin-slurm>")
                    for d in EXTRAS["cpu"] + EXTRAS["gpu"])
     assert any(d.startswith("snakemake-executor-plugin-slurm-jobstep") for d in EXTRAS["cpu"])
-    from specmoe.capture import SUPPORTED_VLLM
+    from specmoe.runtime.capture import SUPPORTED_VLLM
 
     assert EXTRAS["gpu"][0] == f"vllm>={SUPPORTED_VLLM[0]},<0.{int(SUPPORTED_VLLM[0][2:]) + 1}"
 

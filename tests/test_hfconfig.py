@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from specmoe import costmodel as cm
+from specmoe.cost import costmodel as cm
 from specmoe.errors import InputError
-from specmoe.hfconfig import dims_from_config, load_config
+from specmoe.cost.hfconfig import dims_from_config, load_config
 
 F = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 MIB = cm.MIB
@@ -190,7 +190,7 @@ def test_tp_must_divide_the_heads(name, tp, msg):
 
 def test_tp_must_split_the_tensor_parallel_allreduce_over_nvlink():
     """Two all-reduces per layer under TP: a hardware entry without NVLink cannot price them."""
-    from specmoe import stepmodel
+    from specmoe.cost import stepmodel
 
     d = dims("Qwen3-30B-A3B-FP8", tp=2)
     bare = cm.Hardware.from_config("X", {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"fp8": 1979,

@@ -101,7 +101,7 @@ def test_hub_errors_from_a_loopback_endpoint(tmp_path, status, code, expect):
 
 def test_unset_repo_id_is_named(tmp_path):
     from specmoe.errors import InputError
-    from specmoe.hub import check_repo_id
+    from specmoe.sources.hub import check_repo_id
 
     with pytest.raises(InputError, match="Kimi-K2.5: repo_id is not set"):
         check_repo_id("Kimi-K2.5", None)

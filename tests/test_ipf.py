@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from specmoe import ipf
+from specmoe.routing import ipf
 from specmoe.errors import InputError
-from specmoe.overlap import window_stats
-from specmoe.synth import SynthParams, generate
-from specmoe.unique import uniform_unique
+from specmoe.routing.overlap import window_stats
+from specmoe.routing.synth import SynthParams, generate
+from specmoe.routing.unique import uniform_unique
 
 
 @pytest.mark.parametrize("n,k,window", [(128, 8, 4), (64, 4, 6), (8, 2, 8), (256, 8, 9)])
@@ -122,7 +122,7 @@ def test_the_study_input_gives_its_table_20_and_this_projects_is_labelled_apart(
     """Like for like: fed the study's Table 17 (Qwen3-30B, along the committed sequence, steps
     1-3) the stage's uniform IPF is the study's Table 20 value (20.08, 3.0% over the measured
     19.5); the window overlaps feed this project's own estimators, each named so."""
-    from specmoe import published
+    from specmoe.sources import published
     from specmoe.provenance import read_json
     from specmoe.stages.analysis import IPF_INPUTS, ipf_stage
 

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from specmoe.overlap import reference_stats, row_overlaps, window_stats
-from specmoe.synth import SynthParams, generate
-from specmoe.trace import Trace
-from specmoe.unique import batch_unique, independent_unique, uniform_unique, window_unique_table
+from specmoe.routing.overlap import reference_stats, row_overlaps, window_stats
+from specmoe.routing.synth import SynthParams, generate
+from specmoe.routing.trace import Trace
+from specmoe.routing.unique import batch_unique, independent_unique, uniform_unique, window_unique_table
 
 
 def test_compiled_pass_equals_plain_python(small_trace):
@@ -114,8 +114,8 @@ def test_small_samples_are_marked_where_unseen_experts_could_matter():
 
 
 def test_repetitive_windows_are_flagged_and_can_be_left_out():
-    from specmoe.overlap import overlap_by_status, repetitive_windows, select_windows
-    from specmoe.trace import Trace, status_for
+    from specmoe.routing.overlap import overlap_by_status, repetitive_windows, select_windows
+    from specmoe.routing.trace import Trace, status_for
 
     # one request, three windows of K+1 = 3 tokens: a clean one, one repeating a token inside,
     # and one whose committed token repeats the previous step's
@@ -177,8 +177,8 @@ def test_compiled_pass_equals_plain_python_on_random_traces(n_experts, top_k, la
 def test_streamed_file_equals_whole_trace(tmp_path, batch_rows):
     """Read piece by piece (windows cut by batch boundaries joined again), the statistics and the
     shuffle null are those of the whole trace."""
-    from specmoe.overlap import window_stats_file
-    from specmoe.trace import iter_trace, read_trace, write_trace
+    from specmoe.routing.overlap import window_stats_file
+    from specmoe.routing.trace import iter_trace, read_trace, write_trace
 
     tr = _random_trace(5, 130, 4, 2, 3, requests=40)
     write_trace(tmp_path / "t.parquet", tr)
@@ -196,7 +196,7 @@ def test_streamed_file_equals_whole_trace(tmp_path, batch_rows):
 def test_sequence_overlap_equals_plain_python(n_experts, top_k, max_d):
     """Overlap along sequences: every pair of tokens d apart inside one sequence, none across
     sequences; sequences shorter than d give no pair."""
-    from specmoe.overlap import sequence_overlap_rows
+    from specmoe.routing.overlap import sequence_overlap_rows
 
     tr = _random_trace(n_experts, n_experts, top_k, 2, 3, requests=25)
     rng = np.random.default_rng(1)
@@ -216,8 +216,8 @@ def test_sequence_overlap_equals_plain_python(n_experts, top_k, max_d):
 def test_committed_sequence_takes_position_zero_and_accepted_drafts():
     """Step 0 accepts 2 of 3 drafts, step 1 none: the committed sequence is c0 a1 a2 | c0' and the
     rejected drafts are left out; each request is its own sequence."""
-    from specmoe.overlap import committed_sequences, trace_sequence_overlap
-    from specmoe.trace import status_for
+    from specmoe.routing.overlap import committed_sequences, trace_sequence_overlap
+    from specmoe.routing.trace import status_for
 
     req = np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1])
     step = np.array([0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0])
@@ -244,7 +244,7 @@ def test_window_intervals_resample_requests_around_the_window_statistics(small_t
     requests) leaves the intervals where they were."""
     from dataclasses import replace
 
-    from specmoe.overlap import window_intervals
+    from specmoe.routing.overlap import window_intervals
 
     ws = window_stats(small_trace, shuffle_seed=0)
     ci = window_intervals(small_trace, shuffle_seed=0)
@@ -273,7 +273,7 @@ def test_window_intervals_of_an_untrained_like_trace_straddle_the_shuffle_null()
     """Routing that is the same vector for every position of a window (the untrained controls'
     clustering) is high but flat inside the window: far above independence, not above the
     within-window shuffle null, no decay."""
-    from specmoe.overlap import window_intervals
+    from specmoe.routing.overlap import window_intervals
 
     rng = np.random.default_rng(0)
     windows, positions, n, k = 300, 4, 32, 4

@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from specmoe import published
+from specmoe.sources import published
 from wf import REPO, snakemake
 
 PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
@@ -158,7 +158,7 @@ def test_the_gpu_bill_estimates_exactly_the_engine_jobs_of_the_dag(jobs):
     (specmoe.config.Config.engine_jobs): the dry run's capture, sweep and profile jobs of the study's
     models are the jobs the bill lists, no more, no fewer."""
 
-    from specmoe import schema
+    from specmoe.checks import schema
     from specmoe.config import Config
 
     cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())

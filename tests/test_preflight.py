@@ -1,4 +1,4 @@
-"""The preflight of GPU jobs (specmoe.preflight, specmoe.vllmcheck) on the study's configuration and
+"""The preflight of GPU jobs (specmoe.checks.preflight, specmoe.checks.vllmcheck) on the study's configuration and
 on broken copies of it, and the GPU bill offline: config/paper.yaml passes, and a job that cannot
 start (weights past the GPU's memory, TP that splits no heads, MTP on a model without MTP layers, an
 engine argument vLLM does not know, an architecture it does not know) stops the dry run in one
@@ -16,7 +16,7 @@ import yaml
 from snakemake.utils import update_config
 
 from hubfake import lay_out_cache
-from specmoe import preflight
+from specmoe.checks import preflight
 from specmoe.config import Config
 from wf import REPO, copy_workflow, snakemake
 

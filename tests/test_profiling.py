@@ -1,7 +1,7 @@
 import pytest
 
-from specmoe.costmodel import te_time_share
-from specmoe.profiling import Event, classify, compare
+from specmoe.cost.costmodel import te_time_share
+from specmoe.measured.profiling import Event, classify, compare
 
 
 @pytest.mark.parametrize("name,cls", [
@@ -52,7 +52,7 @@ def test_empty_profile_is_an_error():
 
 # --- chrome traces ---------------------------------------------------------------------------------
 
-from specmoe.profiling import (  # noqa: E402
+from specmoe.measured.profiling import (  # noqa: E402
     MOE_BLOCK, UNTRACKED, class_times, classify_event, grid_stats, label, mean_events,
     steps_from_chrome_trace,
 )
@@ -160,7 +160,7 @@ def test_drafter_time_belongs_to_the_step_it_follows(tmp_path):
     non-steady step (a prefill chunk) in between that drafts too: c must stay 30 us per step."""
     import json
 
-    from specmoe.kernelprof import summarise
+    from specmoe.runtime.kernelprof import summarise
 
     events, ts = [], 0
     shapes = [(2, 8, 2)] * 4 + [(2, 5, 1)] + [(2, 8, 2)] * 3
@@ -182,7 +182,7 @@ def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
     5 us for 100 us of drafter kernels. The step and drafter times are the device's."""
     import json
 
-    from specmoe.kernelprof import summarise
+    from specmoe.runtime.kernelprof import summarise
 
     events, ts, corr = [], 0, 0
     for _ in range(6):
@@ -215,7 +215,7 @@ def test_profiled_te_has_an_interval_from_the_steps_spread():
 
     import numpy as np
 
-    from specmoe.kernelprof import te_interval
+    from specmoe.runtime.kernelprof import te_interval
 
     rng = np.random.default_rng(0)
     dec, ver = rng.normal(100, 10, 20), rng.normal(125, 12, 20)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specmoe import predictor, stepmodel
-from specmoe.costmodel import dtype_bytes
+from specmoe.cost import predictor, stepmodel
+from specmoe.cost.costmodel import dtype_bytes
 from specmoe.errors import InputError
-from specmoe.hfconfig import dims_from_config
+from specmoe.cost.hfconfig import dims_from_config
 from wf import REPO
 
 DATA = resources.files("specmoe") / "data"

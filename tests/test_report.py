@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from browser import open_page
-from specmoe import published
+from specmoe.sources import published
 from specmoe.report import figures, prose, registry, replay, tables
 from specmoe.stages import report
 from wf import copy_workflow, snakemake

@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from specmoe.engine import engine_kwargs
+from specmoe.runtime.engine import engine_kwargs
 from specmoe.errors import SpecmoeError
-from specmoe.profiling import ALL_CLASSES
+from specmoe.measured.profiling import ALL_CLASSES
 from specmoe.provenance import read_json
 
 pytest.importorskip("vllm")
@@ -18,7 +18,7 @@ PROMPTS = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(1
 
 def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_models, tmp_path,
                                                                       caplog):
-    from specmoe.serving import run_series
+    from specmoe.runtime.serving import run_series
 
     engine = engine_kwargs(tiny_models / "t", tiny_models / "d", 3, max_num_seqs=2,
                            kv_cache_mib=128, dtype="float32")
@@ -54,7 +54,7 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
     assert all(p["reused"] for p in run_series(*args, repeats=2))
     assert "engine up" not in caplog.text
     # a different output length is a different measurement: planned again, nothing reused
-    from specmoe.serving import plan_points
+    from specmoe.runtime.serving import plan_points
 
     _, reused, todo = plan_points(PROMPTS, [(1, 3)], 8, 1, tmp_path / "pts", {"series": "test"})
     assert reused == {"": {}} and [(t[2], t[0]) for t in todo] == [(1, 0)]
@@ -62,7 +62,7 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
 
 
 def test_engine_that_cannot_start_fails_with_its_last_lines(tiny_models, tmp_path):
-    from specmoe.serving import run_series
+    from specmoe.runtime.serving import run_series
 
     engine = engine_kwargs(tiny_models / "t", max_model_len=10**6, kv_cache_mib=128)
     log_path = tmp_path / "rule.log"
@@ -75,7 +75,7 @@ def test_engine_that_cannot_start_fails_with_its_last_lines(tiny_models, tmp_pat
 
 
 def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_path):
-    from specmoe.kernelprof import profile_model
+    from specmoe.runtime.kernelprof import profile_model
 
     res = profile_model(tiny_models / "t", tiny_models / "d", 3, [2], PROMPTS, 16,
                         {"dtype": "float32", "kv_cache_mib": 128}, tmp_path / "traces")

@@ -1,4 +1,4 @@
-"""The step model (specmoe.stepmodel, `specmoe predict`): calibrated honestly on the study's measured
+"""The step model (specmoe.cost.stepmodel, `specmoe predict`): calibrated honestly on the study's measured
 TE and speedup shapes, the three-step correction as a special case, and the command's answers and
 errors."""
 
@@ -11,7 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from specmoe import published, stepmodel
+from specmoe.sources import published
+
+from specmoe.cost import stepmodel
 from wf import REPO
 
 CONFIGS = REPO / "src" / "specmoe" / "data" / "hf_configs"

@@ -14,8 +14,8 @@ import yaml
 
 from specmoe.report import tables
 from specmoe.provenance import read_json
-from specmoe.sweep import Estimate, shape_label
-from specmoe.trace import read_trace
+from specmoe.measured.sweep import Estimate, shape_label
+from specmoe.routing.trace import read_trace
 from wf import REPO
 
 CASE = REPO / ".test" / "study-cpu"

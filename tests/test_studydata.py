@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from hubfake import lay_out_cache
-from specmoe import prompts, studydata
+from specmoe.sources import prompts, studydata
 from specmoe.errors import InputError
 
 pytest.importorskip("vllm")

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specmoe.costmodel import speedup
+from specmoe.cost.costmodel import speedup
 from specmoe.errors import InputError
-from specmoe.sweep import (CONCAVE, FLAT, PEAK_LOW, RISING, TOO_FEW, UNDECIDED, Estimate,
+from specmoe.measured.sweep import (CONCAVE, FLAT, PEAK_LOW, RISING, TOO_FEW, UNDECIDED, Estimate,
                            shape_label, speedup_curve)
 
 MARGIN = 0.05  # the schema's default sweep.shape_margin
@@ -191,7 +191,7 @@ def test_engine_timing_is_used_when_asked_and_both_speedups_are_kept():
 
 
 def test_engine_means_are_per_request_deltas_between_scrapes():
-    from specmoe.serving import engine_means
+    from specmoe.runtime.serving import engine_means
 
     m = "vllm:request_time_per_output_token_seconds"
     before = {m + "_sum": 1.0, m + "_count": 10.0}
@@ -201,7 +201,7 @@ def test_engine_means_are_per_request_deltas_between_scrapes():
 
 
 def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditioned():
-    from specmoe.sweep import te_interval
+    from specmoe.measured.sweep import te_interval
 
     k, tau = 3, 2.2
     pt = measured_once
@@ -249,7 +249,7 @@ def test_a_te_whose_interval_crosses_1_is_marked_not_identified():
     """A point inside (0, 1] whose 95% interval reaches past 1 (the sweep's 0.87 [0.50, 2.57]):
     the sweep cannot tell it from an impossible TE, so it is not a number; the raw value and its
     interval stay beside the status."""
-    from specmoe.sweep import TE_CROSSES, te_status
+    from specmoe.measured.sweep import TE_CROSSES, te_status
 
     k, tau = 3, 2.2
     ar, sd = [measured_once(1, 10.0, 1.5, n=12)], [measured_once(1, 5.6, 1.2, tau, n=12)]

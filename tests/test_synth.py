@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from specmoe import published
+from specmoe.sources import published
 from specmoe.errors import InputError
-from specmoe.overlap import trace_sequence_overlap, window_stats
-from specmoe.synth import SynthParams, generate
+from specmoe.routing.overlap import trace_sequence_overlap, window_stats
+from specmoe.routing.synth import SynthParams, generate
 
 
 def test_stickiness_one_keeps_every_expert_and_zero_gives_independence():

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from specmoe import tiny
+from specmoe.runtime import tiny
 from specmoe.errors import InputError
 
 torch = pytest.importorskip("torch")

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specmoe.errors import TraceError
-from specmoe.trace import (ACCEPTED, AFTER_REJECTION, COMMITTED, FIRST_REJECTED,
+from specmoe.routing.trace import (ACCEPTED, AFTER_REJECTION, COMMITTED, FIRST_REJECTED,
                            read_trace, status_for, write_trace)
 
 

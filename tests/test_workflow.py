@@ -15,7 +15,7 @@ import yaml
 
 from specmoe.report import tables
 from specmoe.provenance import read_json
-from specmoe.trace import read_trace
+from specmoe.routing.trace import read_trace
 from wf import REPO, copy_workflow, snakemake, snakemake_command
 
 ON_TEST = {"configfile": "test.yaml", "cores": 2}  # how this file runs its workdirs

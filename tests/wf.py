@@ -29,8 +29,8 @@ def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml
 
 def h100(**overrides):
     """The H100 the package ships (its datasheet numbers), with `overrides` to its entry."""
-    from specmoe.costmodel import Hardware
-    from specmoe.published import gpus
+    from specmoe.cost.costmodel import Hardware
+    from specmoe.sources.published import gpus
 
     return Hardware.from_config("H100", {**gpus()["H100"], **overrides})
 

@@ -69,7 +69,7 @@ def build_datasets(cache: Path, pinned: dict[str, str]) -> None:
 
     import pandas as pd
 
-    from specmoe import prompts
+    from specmoe.sources import prompts
 
     rows = prompts.load("builtin:v1")
     bench = [r for r in rows if r.dataset == "tinybench"]

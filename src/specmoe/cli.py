@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .costmodel import DEFAULT_HARDWARE
+from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError, SpecmoeError
 from .names import DEFAULT_METHOD, SPEC_METHODS, STUDY_BATCH_SIZES
 
@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
     def _hint(self, message: str) -> str:
-        from .schema import did_you_mean
+        from .checks.schema import did_you_mean
 
         if m := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
             known = re.findall(r"'([^']*)'", m[2])
@@ -149,8 +149,8 @@ def _ipf_args(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_ipf(a) -> dict:
-    from . import ipf
-    from .unique import check_nk, uniform_unique
+    from .routing import ipf
+    from .routing.unique import check_nk, uniform_unique
 
     _at_least(1, k=a.k, n=a.n, batch=a.batch)
     check_nk(a.n, a.k)
@@ -171,7 +171,7 @@ _DIMS = ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k", 
 
 
 def _tp_splits(shape: dict, tp: int) -> None:
-    from .hfconfig import tp_problems
+    from .cost.hfconfig import tp_problems
 
     bad = tp_problems(shape, tp)
     if bad:
@@ -199,8 +199,8 @@ def _te_args(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_te(a) -> dict:
-    from .costmodel import ModelDims
-    from .hfconfig import dims_from_config, load_config
+    from .cost.costmodel import ModelDims
+    from .cost.hfconfig import dims_from_config, load_config
 
     _at_least(1, tp=a.tp, k_draft=a.k_draft)
     if a.config:
@@ -257,7 +257,7 @@ def _correction_args(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_correction(a) -> dict:
-    from .costmodel import three_step_correction
+    from .cost.costmodel import three_step_correction
 
     if a.unique_ratio < 1:
         raise InputError(f"--unique-ratio {a.unique_ratio:g} is impossible: a window uses at least "
@@ -296,8 +296,8 @@ def _synth_args(s: argparse.ArgumentParser) -> None:
 
 def cmd_synth(a) -> dict:
     from .provenance import provenance
-    from .synth import FITTED, SynthParams, generate
-    from .trace import write_trace
+    from .routing.synth import FITTED, SynthParams, generate
+    from .routing.trace import write_trace
 
     _writable(a.out, "--out")
     fitted = {n: getattr(a, n) for n in FITTED if getattr(a, n) is not None}
@@ -337,9 +337,9 @@ def _analyze_args(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_analyze(a) -> dict:
-    from . import acceptance, overlap
-    from .trace import read_trace
-    from .unique import uniform_unique
+    from .routing import acceptance, overlap
+    from .routing.trace import read_trace
+    from .routing.unique import uniform_unique
 
     _at_least(0, seed=a.seed)
     if Path(a.trace).is_dir():
@@ -378,7 +378,7 @@ def _download_args(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_download(a) -> dict:
-    from .hub import download
+    from .sources.hub import download
 
     if not a.repo_id.strip():
         raise InputError("give a Hugging Face repository id (owner/name), e.g. "
@@ -434,16 +434,16 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_predict(a) -> dict:
-    """The step model's prediction (specmoe.predictor, the entry point the rule predict shares)."""
-    from . import predictor
-    from .hfconfig import dense_dims_from_config, dims_from_config
+    """The step model's prediction (specmoe.cost.predictor, the entry point the rule predict shares)."""
+    from .cost import predictor
+    from .cost.hfconfig import dense_dims_from_config, dims_from_config
 
     hw, caveats = predictor.hardware(a.hardware, a.hardware_file)
     config, repo = Path(a.model), None
     if not config.exists():  # a repo id: its config.json through the download stage's config mode
         if a.model.count("/") != 1 or a.model.endswith(".json"):
             raise InputError(f"{a.model}: no such config.json (nor a Hugging Face repo id)")
-        from .hub import download
+        from .sources.hub import download
 
         repo = a.model
         config = Path(download(repo, repo, a.revision, mode="config")["snapshot_path"])
@@ -453,7 +453,7 @@ def cmd_predict(a) -> dict:
                             tp=a.tp)
     study = a.study_model
     if study is None and repo:
-        from . import published
+        from .sources import published
 
         study = published.study_model_of({"repo_id": repo})
     tau = None

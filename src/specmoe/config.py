@@ -1,6 +1,6 @@
 """The configuration resolved once: models, drafters, runs and the engine jobs they imply.
 
-`Config.load(config, schema)` validates a configuration against its schema (specmoe.schema, which
+`Config.load(config, schema)` validates a configuration against its schema (specmoe.checks.schema, which
 writes the schema's defaults into it) and resolves it (`Config.resolve`) into typed, frozen
 objects. The defaults that the schema cannot express are filled here, once: a model's hardware (a
 variant's is its target's, else `costmodel.DEFAULT_HARDWARE`), its K (the top-level `ks`), the
@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
 
-from . import configcheck, paths, published
-from .costmodel import DEFAULT_HARDWARE
+from .checks import configcheck
+from . import paths
+from .sources import published
+from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .names import DEFAULT_METHOD, control_name, job_label
-from .prompts import DEFAULT_SOURCE
+from .sources.prompts import DEFAULT_SOURCE
 
 # An engine section's settings where the configuration leaves them out (capture, sweeps, profiles
 # and the SD check read them through specmoe.stages.engines.setting).
@@ -185,7 +187,7 @@ class Config:
     def load(cls, config: dict, schema_path, prompt_datasets: set[str] | None = None) -> "Config":
         """Validate `config` against its schema (filling the schema's defaults) and resolve it;
         InputError listing every problem, one per line."""
-        from . import schema
+        from .checks import schema
 
         schema.check(config, schema_path)
         return cls.resolve(config, prompt_datasets)
@@ -345,8 +347,8 @@ class Config:
         return base
 
     def engine_of(self, job: Job):
-        """What a GPU job's engine is, for the preflight (specmoe.preflight.Engine)."""
-        from .preflight import Engine
+        """What a GPU job's engine is, for the preflight (specmoe.checks.preflight.Engine)."""
+        from .checks.preflight import Engine
 
         settings = self.engine_settings(job.model, SECTION[job.rule])
         args = settings["engine_args"]
@@ -377,8 +379,8 @@ class Config:
                       engine_args=dict(args))
 
     def preflight(self, cache_dir=None, with_vllm: bool = True):
-        """The preflight of every GPU job (specmoe.preflight.Report)."""
-        from . import preflight
+        """The preflight of every GPU job (specmoe.checks.preflight.Report)."""
+        from .checks import preflight
 
         return preflight.run([self.engine_of(j) for j in self.gpu_jobs()], cache_dir, with_vllm)
 
@@ -414,12 +416,12 @@ class Config:
         if given:
             return float(given), "configured"
         if dataset not in self.datasets:
-            from .plan import table_prompt_tokens
+            from .cost.plan import table_prompt_tokens
 
             tokens = table_prompt_tokens(self.prompts, dataset)
             if tokens is not None:
                 return tokens, "prompt table"
-        from .plan import PlanAssumptions
+        from .cost.plan import PlanAssumptions
 
         return PlanAssumptions.from_dict(self.raw.get("plan")).prompt_tokens, "assumed"
 
@@ -433,7 +435,7 @@ class Config:
         if unset:
             out.append(f"config: no repo_id for {', '.join(unset)} (the study names none): fill it "
                        "in before their downloads run; the DAG below includes them")
-        from .published import load
+        from .sources.published import load
 
         calibrated = set(load("hardware")["gpu"])
         for hw in sorted({m.hardware for m in self.models.values() if m.source != "tiny"}):
@@ -497,7 +499,7 @@ class Config:
     def training_recipe(self, name: str, trained: bool = True) -> dict:
         """What a tiny model's weights depend on: architecture, budget and seed (not its drafters,
         datasets, K or hardware, which only its runs use)."""
-        from .tiny import TrainSpec
+        from .runtime.tiny import TrainSpec
 
         m = self.entry(name)
         recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", TrainSpec.seed)}
@@ -518,7 +520,7 @@ class Config:
 
     @property
     def train_threads(self) -> int:
-        from .tiny import TrainSpec
+        from .runtime.tiny import TrainSpec
 
         return int((self.raw.get("tiny", {}).get("train") or {}).get("threads",
                                                                       TrainSpec.threads))
@@ -580,7 +582,7 @@ def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = N
                  cache_dir=None, preflight: bool = True,
                  with_vllm: bool = True) -> tuple[Config, list[str]]:
     """What the workflow runs when it is parsed: the configuration validated and resolved, and
-    every GPU job preflighted (specmoe.preflight; with vLLM's own checks unless with_vllm is
+    every GPU job preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is
     False); (Config, the warnings to show). InputError with every problem, one line each, where it
     cannot run: before any job starts."""
     cfg = Config.load(config, schema_path, prompt_datasets)

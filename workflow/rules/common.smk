@@ -8,12 +8,12 @@ from snakemake.io import report as report_item
 from snakemake.utils import min_version
 
 from specmoe import paths as P
-from specmoe import prompts as prompt_table
+from specmoe.sources import prompts as prompt_table
 from specmoe.config import CPU_ENGINE, for_workflow, repo_key
 from specmoe.errors import InputError
 from specmoe.names import control_name
-from specmoe.plan import planned_runtime
-from specmoe.preflight import shipped_config
+from specmoe.cost.plan import planned_runtime
+from specmoe.checks.preflight import shipped_config
 from specmoe.report import registry
 
 min_version("9.0")
@@ -59,7 +59,7 @@ def main_process():
 
 # The configuration validated by its schema (its defaults filled in) and resolved once: every
 # key, cross-reference and pair of numbers that could contradict is checked, and every GPU job
-# preflighted (specmoe.preflight), one line per problem, before any job starts.
+# preflighted (specmoe.checks.preflight), one line per problem, before any job starts.
 try:
     CFG, _notes = for_workflow(
         config,

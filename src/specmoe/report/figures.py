@@ -15,11 +15,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .. import costmodel, published, stepmodel  # noqa: E402
-from ..names import control_name  # noqa: E402
-from ..provenance import atomic_path  # noqa: E402
-from .runs import (by_distance, first_run, load, models, short_dataset,  # noqa: E402
-                   short_run)
+from ..cost import costmodel, stepmodel
+from ..sources import published
+from ..names import control_name
+from ..provenance import atomic_path
+from .runs import by_distance, first_run, load, models, short_dataset, short_run
 
 sns.set_theme(style="whitegrid", context="paper")
 

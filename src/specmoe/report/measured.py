@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from .. import costmodel
+from ..cost import costmodel
 from . import registry
 from .runs import run_cols, runs
 

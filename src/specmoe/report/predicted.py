@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import stepmodel
+from ..cost import stepmodel
 from ..provenance import read_json
 
 

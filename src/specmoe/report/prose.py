@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import published
+from ..sources import published
 from ..names import control_name
 from . import tables
 from .runs import by_distance, first_run, load, short_run
@@ -512,7 +512,7 @@ def prediction_findings(table_dir) -> list[str]:
     speedup at each measured batch size, inside or outside the predicted 95% interval, and the
     shapes compared like for like: the predicted curve's shape over the measured batch sizes
     beside the measured shape (and over all its batch sizes apart)."""
-    from ..stepmodel import SHAPE_MARGIN, curve_shape
+    from ..cost.stepmodel import SHAPE_MARGIN, curve_shape
 
     td = Path(table_dir)
     out = []

@@ -16,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import costmodel, ipf, published
-from ..unique import uniform_unique
+from ..cost import costmodel
+from ..routing import ipf
+from ..sources import published
+from ..routing.unique import uniform_unique
 
 
 K_DRAFT = 3  # the published unique-expert and weight-model tables are for K = 3

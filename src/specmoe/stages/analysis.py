@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import acceptance, costmodel, ipf, overlap, stepmodel, synth, trace
+from ..routing import acceptance, ipf, overlap, synth, trace
+from ..cost import costmodel, stepmodel
 from ..errors import InputError
 from ..provenance import provenance, read_json, write_json
-from ..unique import independent_unique, uniform_unique, window_unique_table
+from ..routing.unique import independent_unique, uniform_unique, window_unique_table
 
 log = logging.getLogger("specmoe")
 
@@ -55,7 +56,7 @@ def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
                       dataset=np.full(n, run["dataset"]))
     tr.meta["run"] = run
     trace.write_trace(out, tr, provenance(model_cfg, model=model_ref(model_cfg), stage="trace",
-                                          engine="specmoe.synth"))
+                                          engine="specmoe.routing.synth"))
 
 
 def use_threads(threads: int | None) -> None:
@@ -215,7 +216,7 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int,
     against the trace's N and k unless check is False)."""
     d = dict(model_cfg.get("dims") or {})
     if model_cfg.get("source") == "hf":  # the config.json of the model's download
-        from ..hfconfig import study_dims
+        from ..cost.hfconfig import study_dims
 
         dims = study_dims(model_cfg["hf_config"], model_cfg["precision"],
                           model_cfg["tp"])
@@ -224,7 +225,7 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int,
                              f"{dims.num_experts} experts but the trace has {top_k}-of-{num_experts}")
         return dims
     if model_cfg.get("hf_config"):
-        from ..hfconfig import dims_from_config
+        from ..cost.hfconfig import dims_from_config
 
         return dims_from_config(model_cfg["hf_config"], dtype=d.get("dtype"),
                                                   tp=int(d.get("tp", 1)))
@@ -314,7 +315,7 @@ def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) ->
 def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
                   timing: str, engine_log_sd: float) -> None:
     """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run."""
-    from ..sweep import speedup_curve
+    from ..measured.sweep import speedup_curve
 
     sd, ar = read_json(sd_json), read_json(ar_json)
     dr = read_json(drafter_json) if drafter_json else None
@@ -344,11 +345,11 @@ def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batc
                   overlap_json=None, acceptance_json=None, draft_config=None,
                   study_model: str | None = None) -> dict:
     """The step model's prediction for one model (rule predict), through the entry point
-    `specmoe predict` uses (specmoe.predictor): TE and speedup at every batch size with their
+    `specmoe predict` uses (specmoe.cost.predictor): TE and speedup at every batch size with their
     intervals. A model with a trace of its own (tiny, synthetic) uses its measured overlaps and
     acceptance length; a study model its config.json and the study's published overlaps (or the
     prior of its granularity) and the acceptance prior."""
-    from .. import predictor
+    from ..cost import predictor
 
     overlaps, source = None, "given"
     if overlap_json:
@@ -363,8 +364,8 @@ def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batc
     hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
     draft = None
     if draft_config:  # a checkpoint folder, or a download manifest of one
-        from ..hfconfig import dense_dims_from_config
-        from ..hub import snapshot_of
+        from ..cost.hfconfig import dense_dims_from_config
+        from ..sources.hub import snapshot_of
 
         draft = dense_dims_from_config(snapshot_of(draft_config))
     if study_model and overlaps is None and predictor.study_routing(study_model) not in (

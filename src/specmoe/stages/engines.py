@@ -19,8 +19,8 @@ def engine_inputs(target, drafter=None, method: str | None = None, gpu: bool = F
     """(target dir, drafter) for the engine stages from rule inputs: a model directory or a download
     manifest (its snapshot in the HF cache); the drafter as a path (a separate draft model) or, for
     EAGLE/EAGLE-3/MTP, a {"method", "model"} spec. GPU rules stop at once without CUDA."""
-    from ..engine import require_cuda
-    from ..hub import snapshot_of
+    from ..runtime.engine import require_cuda
+    from ..sources.hub import snapshot_of
 
     if gpu:
         require_cuda(what)
@@ -44,8 +44,8 @@ def with_job_runtime(cfg: dict, runtime_min) -> dict:
 
 def engine_label() -> str:
     """The engine, for provenance: vLLM version and device."""
-    from ..capture import vllm_version
-    from ..engine import device
+    from ..runtime.capture import vllm_version
+    from ..runtime.engine import device
 
     return f"vllm {vllm_version()} ({device()})"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .. import prompts as prompt_table
+from ..sources import prompts as prompt_table
 from ..provenance import provenance, write_json
 from .engines import engine_label, engine_opts, model_identity, model_provenance, setting
 
@@ -25,9 +25,9 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     """
     import time
 
-    from ..capture import vllm_version
-    from ..engine import check_inputs, device, engine_kwargs
-    from ..serving import run_series
+    from ..runtime.capture import vllm_version
+    from ..runtime.engine import check_inputs, device, engine_kwargs
+    from ..runtime.serving import run_series
 
     check_inputs(target_dir, drafter_dir, k)
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep_cfg["schedule"]]
@@ -69,7 +69,7 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
     """Kernel/op profiles of the target's decode and verify forward passes (kernelprof)."""
     import time
 
-    from ..kernelprof import profile_model
+    from ..runtime.kernelprof import profile_model
 
     rows = prompt_table.load(prompts_source, [run["dataset"]])
     batches = [int(b) for b in prof_cfg["batch_sizes"]]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import prompts as prompt_table
-from .. import tiny
+from ..sources import prompts as prompt_table
+from ..runtime import tiny
 from ..errors import InputError
 from ..names import control_name
 from ..provenance import provenance, write_json
@@ -84,7 +84,7 @@ def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained
 def sd_check_stage(target_dir, drafter_dir, k: int, sd_cfg: dict, prompts_source: str,
                    dataset: str, out, engine_log: str | None = None) -> dict:
     """Speculative vs plain greedy decoding on the prompt set: equality and acceptance length."""
-    from ..engine import check_inputs, sd_check
+    from ..runtime.engine import check_inputs, sd_check
 
     check_inputs(target_dir, drafter_dir, k)
     rows = prompt_table.load(prompts_source, [dataset])[: int(sd_cfg.get("prompts", 24))]

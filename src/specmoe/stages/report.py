@@ -8,16 +8,17 @@ from pathlib import Path
 
 from dataclasses import asdict
 
-from .. import costmodel, published, stepmodel
+from ..cost import costmodel, stepmodel
+from ..sources import published
 from ..errors import InputError
-from ..plan import CHARS_PER_TOKEN, PlanAssumptions, job_rows, summary
+from ..cost.plan import CHARS_PER_TOKEN, PlanAssumptions, job_rows, summary
 from ..provenance import provenance, read_json, write_json, write_text
 from ..report import figures, page, prose, registry, tables
 from ..report.html import to_html
 from ..report.measured import build_measured_tables
 from ..report.replay import replay_tables
 from ..report.runs import build_tables
-from ..weights import weight_model_table
+from ..cost.weights import weight_model_table
 
 
 def tables_stage(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons, outdir, prov: dict) -> list[Path]:
@@ -176,8 +177,8 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
     the bill cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens, where the
     number comes from)} for the prefill term. Reads nothing else: no dataset, no download of a
     model whose config.json the package ships."""
-    from .. import preflight
-    from ..hfconfig import dims_from_config
+    from ..checks import preflight
+    from ..cost.hfconfig import dims_from_config
 
     a = PlanAssumptions.from_dict(config.get("plan"))
     params = stepmodel.fitted()
@@ -237,7 +238,7 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
              f"tokens ({prompts or 'no dataset'}; configured: `datasets.<name>.prompt_tokens`, "
              f"prompt table: its characters / {CHARS_PER_TOKEN:g}, assumed: `plan.prompt_tokens`).",
              "",
-             "Memory per GPU (the preflight, specmoe.preflight): `weights_gib` the weights (and "
+             "Memory per GPU (the preflight, specmoe.checks.preflight): `weights_gib` the weights (and "
              "drafter) on each GPU, `kv_sequences` the sequences of the job's length its KV cache "
              "holds, `headroom_gib` what is left with the job's largest batch in it (below 0: vLLM "
              "queues part of that batch).", "",

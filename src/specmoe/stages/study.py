@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import hub, studydata
+from ..sources import hub, studydata
 from ..errors import InputError
 from ..provenance import provenance, write_json, write_text
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .. import prompts as prompt_table
+from ..sources import prompts as prompt_table
 from ..provenance import provenance
 from .engines import engine_label, model_provenance, setting
 
@@ -31,9 +31,9 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     """Run the target with SD over the prompt table, capturing every verification window."""
     import tempfile
 
-    from ..capture import assemble, capture_generate
-    from ..engine import check_inputs, engine_kwargs, run_in_child
-    from ..trace import write_trace
+    from ..runtime.capture import assemble, capture_generate
+    from ..runtime.engine import check_inputs, engine_kwargs, run_in_child
+    from ..routing.trace import write_trace
 
     check_inputs(target_dir, drafter_dir, k)
     rows = distinct_prompts(prompt_table.load(prompts_source, [run["dataset"]]),

@@ -28,8 +28,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .errors import InputError, SpecmoeError
-from .provenance import config_hash, read_json, write_json
+from ..errors import InputError, SpecmoeError
+from ..provenance import config_hash, read_json, write_json
 
 log = logging.getLogger("specmoe")
 TAIL_LINES = 40

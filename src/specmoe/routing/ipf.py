@@ -18,7 +18,7 @@ from itertools import combinations
 import numba
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 from .unique import check_nk
 
 MAX_POSITIONS = 9  # K <= 8

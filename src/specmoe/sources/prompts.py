@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 
 COLUMNS = ("prompt_id", "dataset", "category", "text")
 DEFAULT_SOURCE = "builtin:v1"  # the tiny models' prompts unless tiny.prompts names others

@@ -1,7 +1,7 @@
 """The GPU bill of a configuration before it is submitted: GPU-hours per GPU job and in total, and
 each job's SLURM runtime, from the schedule and the cost model's roofline.
 
-An engine step at batch B takes the step model's time (specmoe.stepmodel: each kernel class at its
+An engine step at batch B takes the step model's time (specmoe.cost.stepmodel: each kernel class at its
 own achieved bandwidth, or its FLOPs over the compute floor, with the parameters fitted to the
 study's measurements); experts touched are the uniform-routing count, an upper bound. A series of
 points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes output_len / tau
@@ -21,9 +21,9 @@ import os
 from dataclasses import dataclass, fields
 
 from . import costmodel
-from .errors import InputError
+from ..errors import InputError
 from .stepmodel import StepParams, step_time
-from .unique import uniform_unique
+from ..routing.unique import uniform_unique
 
 
 @dataclass
@@ -152,7 +152,7 @@ def summary(rows: list[dict]) -> dict:
 def table_prompt_tokens(source: str, dataset: str) -> float | None:
     """A dataset's mean prompt length in tokens in a prompt table (the embedded one, or a CSV),
     estimated from its characters; None where the table does not have it or cannot be read."""
-    from . import prompts as prompt_table
+    from ..sources import prompts as prompt_table
 
     try:
         rows = prompt_table.load(source, [dataset])

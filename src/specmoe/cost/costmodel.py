@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from .errors import InputError
-from .unique import check_nk
+from ..errors import InputError
+from ..routing.unique import check_nk
 
 MIB = 2**20
 

@@ -23,7 +23,7 @@ specmoe.config.Config.gpu_jobs), from the model's config.json and the configurat
 config.json comes from the package (data/hf_configs/: the study's checkpoints), else from a
 download manifest or the Hugging Face cache when they exist (never the network); a check whose
 input is missing says "not checked" and why. What needs vLLM itself (its model registry, its
-target-to-MTP mapping, its argument parser) is specmoe.vllmcheck, run where vLLM is installed.
+target-to-MTP mapping, its argument parser) is specmoe.checks.vllmcheck, run where vLLM is installed.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .hfconfig import tp_problems
+from ..cost.hfconfig import tp_problems
 
 GIB = 2**30
 # Memory outside weights, activations and KV cache per GPU: the CUDA context, NCCL buffers and the
@@ -145,7 +145,7 @@ def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dic
 # --- the model's shape --------------------------------------------------------------------------
 
 def _text(cfg: dict) -> dict:
-    from .hfconfig import load_config
+    from ..cost.hfconfig import load_config
 
     return load_config(cfg)[0]
 
@@ -193,11 +193,11 @@ EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 def weight_bytes(cfg: dict, precision: str, tp: int, mtp: int = 0) -> float:
-    """Weights per GPU: every layer's experts, attention and dense weights (specmoe.hfconfig), the
+    """Weights per GPU: every layer's experts, attention and dense weights (specmoe.cost.hfconfig), the
     embeddings and LM head (in the checkpoint's dtype), and `mtp` MTP layers (one MoE layer
     each), all split over TP. A dense model (a draft model served alone): its layers'."""
-    from .costmodel import dtype_bytes
-    from .hfconfig import dims_from_config
+    from ..cost.costmodel import dtype_bytes
+    from ..cost.hfconfig import dims_from_config
 
     if not any(_text(cfg).get(k) for k in EXPERT_KEYS):
         return _dense_model_bytes(_text(cfg), tp)
@@ -213,9 +213,9 @@ def weight_bytes(cfg: dict, precision: str, tp: int, mtp: int = 0) -> float:
 
 
 def _dense_model_bytes(d: dict, tp: int) -> float:
-    """A dense model's weights per GPU: its layers (specmoe.hfconfig's dense reading), embeddings
+    """A dense model's weights per GPU: its layers (specmoe.cost.hfconfig's dense reading), embeddings
     and LM head."""
-    from .hfconfig import dense_dims_from_config
+    from ..cost.hfconfig import dense_dims_from_config
 
     dims = dense_dims_from_config(d, tp=tp)
     embed = int(d.get("vocab_size") or 0) * int(d["hidden_size"]) * _dense_bytes(d) \
@@ -500,7 +500,7 @@ class Report:
 
 def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: bool = True,
         manifests: dict[str, str] | None = None) -> Report:
-    """Every check of every engine: the offline ones here, vLLM's in specmoe.vllmcheck (in a
+    """Every check of every engine: the offline ones here, vLLM's in specmoe.checks.vllmcheck (in a
     subprocess, where vLLM is installed; its answer cached in cache_dir by what it was asked).
     manifests: repo id -> a download manifest to read config.json from where it is not shipped."""
     findings: list[Finding] = []
@@ -531,7 +531,7 @@ def _cached(configs: dict, entry: dict, manifests: dict | None) -> tuple[dict | 
 
 
 def vllm_requests(engines: list[Engine], configs: dict) -> list[dict]:
-    """What specmoe.vllmcheck is asked, one entry per engine whose config.json is at hand."""
+    """What specmoe.checks.vllmcheck is asked, one entry per engine whose config.json is at hand."""
     out = []
     for e in engines:
         cfg, _ = configs.get((e.entry.get("repo_id"), e.entry.get("revision")), (None, ""))
@@ -548,7 +548,7 @@ def vllm_requests(engines: list[Engine], configs: dict) -> list[dict]:
 
 
 def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[Finding], str]:
-    """specmoe.vllmcheck on the requests (each distinct engine once), in a subprocess of this
+    """specmoe.checks.vllmcheck on the requests (each distinct engine once), in a subprocess of this
     Python; (findings, what was checked)."""
     import hashlib
     import subprocess
@@ -574,7 +574,7 @@ def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[F
     if cache is not None and cache.exists():
         answer = json.loads(cache.read_text())
     else:
-        r = subprocess.run([sys.executable, "-m", "specmoe.vllmcheck"], input=text,
+        r = subprocess.run([sys.executable, "-m", "specmoe.checks.vllmcheck"], input=text,
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             tail = (r.stderr.strip().splitlines() or ["no output"])[-1]

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import SpecmoeError
+from ..errors import SpecmoeError
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from ..routing.trace import Trace
 
 log = logging.getLogger("specmoe")
 ENV = "SPECMOE_CAPTURE"
@@ -288,7 +288,7 @@ def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_di
     os.environ[ENV] = "1"  # inherited by the engine's processes, where the plugin reads it
     os.environ[ENV_DIR] = shard_dir
     check_version()
-    engine = dict(engine, worker_extension_cls="specmoe.capture.CaptureExtension",
+    engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension",
                   per_request_spec_decode_metrics="detailed")
     return generate(prompts, max_tokens, engine, collect=_collect,
                     repetition_penalty=repetition_penalty)
@@ -312,7 +312,7 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
 
     prompts: the Prompt rows in the order they were submitted (request i is prompts[i]).
     """
-    from .trace import Trace, status_for
+    from ..routing.trace import Trace, status_for
 
     shards = [np.load(p) for p in result["shards"]]
     if not shards:

@@ -33,8 +33,8 @@ from itertools import combinations
 
 from scipy import stats
 
-from .costmodel import te_from_sweep
-from .errors import InputError
+from ..cost.costmodel import te_from_sweep
+from ..errors import InputError
 
 CONCAVE, PEAK_LOW, RISING = "concave", "peak at low batch", "rising"
 FLAT, UNDECIDED, TOO_FEW = "flat within the margin", "undecided within the noise", "too few points"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .costmodel import compute_dtype
-from .errors import InputError
-from .names import control_name
+from ..cost.costmodel import compute_dtype
+from ..errors import InputError
+from ..names import control_name
 from .schema import did_you_mean
 
 
@@ -27,7 +27,7 @@ def _not_in(value: str, known, what: str = "defined") -> str:
 
 def _hardware_numbers(hardware: dict) -> list[str]:
     """An entry that is not a GPU the package ships needs its own bandwidth and peaks."""
-    from .published import gpus
+    from ..sources.published import gpus
 
     shipped = gpus()
     return [f"hardware.{name}: needs hbm_bandwidth_gbs and peak_tflops (not a GPU the package "
@@ -68,7 +68,7 @@ def structure(config: dict) -> list[str]:
             out.append(f"{repo} is asked for at different revisions ({asks}): one repository, "
                        "one revision")
     if any(m.get("compare_with") for m in models):
-        from .published import study_models
+        from ..sources.published import study_models
 
         study = study_models()
         for m in models:
@@ -216,7 +216,7 @@ def _engine_args_problems(prefix: str, args: dict | None) -> list[str]:
 
 
 def _arch_problems(arch: dict) -> list[str]:
-    from .tiny import arch_from_dict
+    from ..runtime.tiny import arch_from_dict
 
     try:
         arch_from_dict(arch).validate()
@@ -226,7 +226,7 @@ def _arch_problems(arch: dict) -> list[str]:
 
 
 def _synthetic_problems(m: dict, ks: tuple) -> list[str]:
-    from .synth import SynthParams
+    from ..routing.synth import SynthParams
 
     out = []
     syn = dict(m.get("synthetic") or {})
@@ -237,7 +237,7 @@ def _synthetic_problems(m: dict, ks: tuple) -> list[str]:
             out.append(f"synthetic: {exc}")
             break
     if syn.get("fit_to"):
-        from .published import load
+        from ..sources.published import load
 
         curves = set(load("overlap_by_distance")["model"])
         if syn["fit_to"] not in curves:

@@ -16,9 +16,9 @@ import time
 import traceback
 from pathlib import Path
 
-from .config import ENGINE_DEFAULTS
-from .errors import InputError, SpecmoeError
-from .names import SPEC_METHODS
+from ..config import ENGINE_DEFAULTS
+from ..errors import InputError, SpecmoeError
+from ..names import SPEC_METHODS
 from .tiny import tokenizer_digest
 
 MAX_K = 8
@@ -260,7 +260,7 @@ def sd_check(target, drafter, k: int, prompts: list[str], max_tokens: int,
             "sd_token_ids": sd["token_ids"], "plain_token_ids": plain["token_ids"]}
 
 
-if __name__ == "__main__":  # pragma: no cover - manual use: python -m specmoe.engine TARGET DRAFTER K
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m specmoe.runtime.engine TARGET DRAFTER K
     import sys
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")

@@ -1,16 +1,16 @@
-"""The preflight's checks that need vLLM itself (the runtime side; specmoe.preflight has the rest):
+"""The preflight's checks that need vLLM itself (the runtime side; specmoe.checks.preflight has the rest):
 
 - architecture: vLLM's model registry knows the target's architecture (and, for an EAGLE head,
   the architecture vLLM makes of it: Eagle<arch> or Eagle3<arch>);
 - MTP: vLLM maps the target onto an MTP module of its registry (SpeculativeConfig's own
   hf_config_override), for method mtp;
-- engine arguments: the arguments each engine starts with (specmoe.engine.engine_kwargs, as the
-  OpenAI server's command line of the sweeps, specmoe.serving.server_argv) parse with the installed
+- engine arguments: the arguments each engine starts with (specmoe.runtime.engine.engine_kwargs, as the
+  OpenAI server's command line of the sweeps, specmoe.runtime.serving.server_argv) parse with the installed
   vLLM's own argument parser.
 
 Each config.json is read the way vLLM reads it (vllm.transformers_utils.config.get_config) from a
-temporary directory: nothing is downloaded. Run as `python -m specmoe.vllmcheck` with a JSON list
-of engines on stdin (specmoe.preflight.vllm_requests); it prints a JSON list of findings
+temporary directory: nothing is downloaded. Run as `python -m specmoe.checks.vllmcheck` with a JSON list
+of engines on stdin (specmoe.checks.preflight.vllm_requests); it prints a JSON list of findings
 {job, check, message}. Where vLLM is not installed, `available()` is False and the preflight says
 so instead.
 """
@@ -78,8 +78,8 @@ def _argv_problem(argv: list[str]) -> str | None:
 
 def server_argv(e: dict) -> list[str]:
     """The arguments one engine of the request starts with, without the program and port."""
-    from .engine import engine_kwargs
-    from .serving import server_argv as full
+    from ..runtime.engine import engine_kwargs
+    from ..runtime.serving import server_argv as full
 
     drafter = None
     if e.get("method"):

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import published, stepmodel
+from ..sources import published
+from . import stepmodel
 from .costmodel import Hardware, ModelDims
-from .errors import InputError
+from ..errors import InputError
 
 MAX_BATCH = 4096  # beyond any engine's max_num_seqs on one GPU
 

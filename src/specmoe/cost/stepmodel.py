@@ -50,10 +50,12 @@ from importlib import resources
 
 import numpy as np
 
-from . import costmodel, ipf, published
+from . import costmodel
+from ..routing import ipf
+from ..sources import published
 from .costmodel import Hardware, ModelDims, dtype_bytes
-from .errors import InputError
-from .unique import uniform_unique
+from ..errors import InputError
+from ..routing.unique import uniform_unique
 
 TILE_N = 64                # output columns of one CTA's tile in the fused MoE kernel
 CONTEXT = 600              # KV tokens per sequence: an MT-Bench prompt and half its output

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import InputError
+from ..errors import InputError
 
 _TYPES = {"array": "a list", "object": "a mapping", "string": "a string",
           "integer": "an integer", "number": "a number", "boolean": "true or false",

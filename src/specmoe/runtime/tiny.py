@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 log = logging.getLogger("specmoe")
 EOS = "<|endoftext|>"
@@ -369,7 +369,7 @@ def atomic_dir(path: str | Path):
 
 def save_model(model, tokenizer_dir: str | Path, out_dir: str | Path, manifest: dict) -> None:
     """Weights (safetensors), config, tokenizer and manifest.json, atomically."""
-    from .provenance import write_json
+    from ..provenance import write_json
 
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)

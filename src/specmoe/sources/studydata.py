@@ -22,7 +22,7 @@ import glob
 import io
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 from .prompts import COLUMNS
 
 FORMATS = ("mt-bench", "spec-bench", "sharegpt", "instructcoder", "aya", "speed-bench")

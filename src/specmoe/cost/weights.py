@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 
 
-from . import costmodel, ipf
+from . import costmodel
+from ..routing import ipf
 from .hfconfig import study_dims
-from .unique import uniform_unique
+from ..routing.unique import uniform_unique
 
 
 def weight_row(dims: costmodel.ModelDims, k_draft: int, overlaps=None) -> dict:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 from .trace import Trace, status_for
 
 
@@ -121,7 +121,7 @@ class SynthParams:
         fit_to is not set): skew, stickiness, topic_spread and topic_switch come from the fit."""
         if not self.fit_to:
             return self
-        from . import published
+        from ..sources import published
 
         pub = published.load("overlap_by_distance").set_index("model")
         if self.fit_to not in pub.index:

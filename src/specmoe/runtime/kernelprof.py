@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import profiling
-from .errors import InputError, SpecmoeError
+from ..measured import profiling
+from ..errors import InputError, SpecmoeError
 
 log = logging.getLogger("specmoe")
 WARMUP_STEPS = 2  # steady steps dropped at the start of each profile
@@ -123,7 +123,7 @@ def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, en
 
     from .engine import open_llm
 
-    engine = dict(engine, worker_extension_cls="specmoe.kernelprof.ProfileExtension")
+    engine = dict(engine, worker_extension_cls="specmoe.runtime.kernelprof.ProfileExtension")
     with open_llm(engine) as llm:
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         first = next(iter(prompts_by_batch.values()))
@@ -229,7 +229,7 @@ def te_interval(decode_us: list[float], verify_us: list[float]) -> tuple[float, 
     """95% interval of TE = mean decode step time / mean verify step time from the spread of the
     profiled steps (log scale, Welch df; consecutive steps are treated as independent, so it is
     rather too narrow than too wide). NaN with fewer than two steps of either kind."""
-    from .sweep import Estimate, ratio
+    from ..measured.sweep import Estimate, ratio
 
     def est(xs):
         xs = np.asarray(xs, dtype=float)

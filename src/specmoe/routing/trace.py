@@ -36,8 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import TraceError
-from .provenance import atomic_path
+from ..errors import TraceError
+from ..provenance import atomic_path
 
 SCHEMA_VERSION = 1
 STATUS = ("committed", "accepted", "first_rejected", "after_rejection")

@@ -27,7 +27,7 @@ import re
 import time
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 
 log = logging.getLogger("specmoe")
 

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 from .costmodel import FLOAT_DTYPES, ModelDims
-from .errors import InputError
+from ..errors import InputError
 
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
                  "float": "fp32"}
@@ -361,7 +361,7 @@ def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> Mode
     "fp16" or "fp32" the dtype it is served in."""
     path = Path(config_or_manifest)
     if path.suffix == ".json" and path.name != "config.json":
-        from .hub import snapshot_of
+        from ..sources.hub import snapshot_of
 
         path = snapshot_of(path) / "config.json"
     return dims_from_config(path, dtype=None if precision in (None, "auto") else precision,

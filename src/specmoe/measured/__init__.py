@@ -1,0 +1,3 @@
+"""What the measurements say: speedup curves from serving series (`sweep`) and kernel shares from
+profiles (`profiling`). Analysis: no engine.
+"""
