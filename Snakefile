@@ -23,7 +23,7 @@ include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        all_outputs(),
+        FILES.targets(),
 
 
 onsuccess:

@@ -254,6 +254,14 @@ class Config:
         every = self.runs() + [r for m in self.variants.values() for r in m.runs()]
         return [r for r in every if r.model in swept]
 
+    @property
+    def served(self) -> list[str]:
+        """Engines of the series without SD: the swept models and the drafters served alone for
+        the draft cost c (separate draft models only: EAGLE heads and MTP layers cannot run
+        alone)."""
+        alone = {r.drafter for r in self.sweep_runs() if self.drafters[r.drafter].served_alone}
+        return sorted(set(self.swept + self.hf_swept) | alone)
+
     def model(self, name: str) -> Model:
         """A model, variant or study model (cost-only included) by name."""
         for group in (self.models, self.variants, self.hf):

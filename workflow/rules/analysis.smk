@@ -62,7 +62,7 @@ rule costmodel:
     input:
         overlap=rules.overlap.output[0],
         ipf=rules.ipf.output[0],
-        checkpoint=model_files,
+        checkpoint=lambda w: FILES.checkpoint(w.model),
     output:
         P.COSTMODEL,
     log:
@@ -79,7 +79,7 @@ rule costmodel:
 
 rule predict:
     input:
-        unpack(predict_inputs),
+        unpack(lambda w: FILES.predict_inputs(w.model)),
     output:
         P.PREDICT,
     log:
@@ -121,7 +121,7 @@ rule speedup:
     input:
         sd=rules.sweep_sd.output[0],
         ar=rules.sweep_ar.output[0],
-        drafter=speedup_drafter,
+        drafter=lambda w: FILES.drafter_series(w.drafter),
     output:
         P.SPEEDUP,
     log:

@@ -1,5 +1,6 @@
 # Read by every rules file, the configuration validated and resolved once (specmoe.config,
-# CFG), the results/ patterns (specmoe.paths, P) and one-line input functions over them.
+# CFG), the results/ patterns (specmoe.paths, P), the files each job reads (specmoe.files,
+# FILES) and one-line input functions over them.
 import os
 import re
 import sys
@@ -9,11 +10,11 @@ from snakemake.utils import min_version
 
 from specmoe import paths as P
 from specmoe.sources import prompts as prompt_table
-from specmoe.config import CPU_ENGINE, for_workflow, repo_key
-from specmoe.errors import InputError
-from specmoe.names import control_name
+from specmoe.config import CPU_ENGINE, for_workflow
 from specmoe.cost.plan import planned_runtime
-from specmoe.checks.preflight import shipped_config
+from specmoe.errors import InputError
+from specmoe.files import Files
+from specmoe.names import control_name
 from specmoe.report import registry
 
 min_version("9.0")
@@ -73,14 +74,6 @@ except InputError as exc:
 for _line in _notes:
     print(_line, file=sys.stderr)
 
-RUNS = [r.as_dict() for r in CFG.runs()]
-SWEEP_RUNS = [r.as_dict() for r in CFG.sweep_runs()]
-# Engines of the series without SD: the swept models and the drafters served alone for the draft
-# cost c (separate draft models only: EAGLE heads and MTP layers cannot run alone).
-SERVED = sorted(
-    set(CFG.swept + CFG.hf_swept)
-    | {r["drafter"] for r in SWEEP_RUNS if CFG.drafters[r["drafter"]].served_alone}
-)
 TABLES = registry.written_by("tables")
 MEASURED_TABLES = registry.written_by("measured_tables")
 REPLAY_TABLES = registry.written_by("replay")
@@ -99,22 +92,9 @@ def one_of(names):
     return "|".join(re.escape(n) for n in names) or "^$"
 
 
-# --- what the run makes -------------------------------------------------------------------------
+# --- what the run makes and what each job reads (specmoe.files) --------------------------------
 
-
-def all_outputs():
-    """The report, and the tiny models with their controls and SD checks."""
-    targets = CFG.tiny_targets
-    drafters = sorted({d for m in targets.values() for d in m.drafters})
-    k, dataset = CFG.sd_check_run()
-    out = [P.model(n) for n in [*targets, *drafters]]
-    out += [P.model(control_name(n)) for n in targets]
-    out += [
-        P.SD_CHECK.format(model=m, drafter=d, k=k, dataset=dataset)
-        for m, target in targets.items()
-        for d in target.drafters
-    ]
-    return [P.REPORT_MD] + (out if targets else [])
+FILES = Files(CFG)
 
 
 def table_outputs(names):
@@ -136,8 +116,8 @@ def table_outputs(names):
 
 def run_tables():
     """The tables of this configuration's own runs and models."""
-    names = list(TABLES) if RUNS else []
-    names += MEASURED_TABLES if SWEEP_RUNS else []
+    names = list(TABLES) if CFG.runs() else []
+    names += MEASURED_TABLES if CFG.sweep_runs() else []
     names += registry.written_by("step_model") if CFG.predicted else []
     return names + (["weight_model"] if CFG.hf else [])
 
@@ -147,89 +127,9 @@ def report_tables():
     return run_tables() + ["comparison"] + REPLAY_TABLES
 
 
-def run_files(pattern):
-    """`pattern` (with the run's wildcards) expanded over every configured run."""
-    return [pattern.format(**r) for r in RUNS]
-
-
-def sweep_files(pattern, variants=True):
-    """`pattern` expanded over the runs that are swept (without variants: profiled, captured)."""
-    return [
-        pattern.format(**r)
-        for r in SWEEP_RUNS
-        if variants or r["model"] not in CFG.variants
-    ]
-
-
-def profile_files():
-    """Kernel profiles: one per target and drafter, at the model's first K (specmoe.config)."""
-    return sorted({P.PROFILE.format(**vars(j)) for j in CFG.profiled()})
-
-
-# --- one job's identity and inputs ----------------------------------------------------------------
-
-
 def run_of(w):
     """The run's identity as a plain dict."""
     return {"model": w.model, "drafter": w.drafter, "k": int(w.k), "dataset": w.dataset}
-
-
-def model_dir(w):
-    """The checkpoint a tiny target or drafter is served from (a variant's: its target's)."""
-    variant = CFG.variants.get(w.model)
-    return P.model(variant.variant_of if variant else w.model)
-
-
-def model_files(w):
-    """The checkpoint a run's cost model reads (none for synthetic models)."""
-    m = CFG.models[w.model]
-    if m.source == "hf":
-        return [m.entry["hf_config"]]
-    return [P.model(w.model)] if m.source == "tiny" else []
-
-
-def download_manifest(name, mode="full"):
-    return P.download(repo_key(CFG.entry(name)), mode)
-
-
-def prompts_of(datasets):
-    """The prompt tables of the downloaded ones among `datasets` (none: the embedded table)."""
-    return [P.prompts(ds) for ds in datasets if ds in CFG.datasets]
-
-
-def predict_inputs(w):
-    """A study model's config.json (its download); a model with a trace of its own: its first
-    run's overlaps and acceptance length (and a tiny target's checkpoint, a separate draft
-    model's config.json)."""
-    m = CFG.models[w.model]
-    out = {}
-    if m.source == "hf":
-        out["config"] = download_manifest(m.name, "config")
-    else:
-        r = m.runs()[0].as_dict()
-        out["overlap"] = P.OVERLAP.format(**r)
-        out["acceptance"] = P.ACCEPTANCE.format(**r)
-        out["checkpoint"] = model_files(w)
-    d = CFG.drafters.get(m.drafters[0])
-    if d is not None and d.method == "draft_model":
-        out["draft"] = (
-            P.model(d.name)
-            if d.source == "tiny"
-            else download_manifest(d.name, "config")
-        )
-    return out
-
-
-def speedup_drafter(w):
-    """The drafter's own series, for the draft cost c (separate draft models only)."""
-    if CFG.drafters[w.drafter].served_alone:
-        return [P.SWEEP_AR.format(model=w.drafter)]
-    return []
-
-
-def shipped(name):
-    """Does the package ship this model's config.json (no download for the GPU bill)?"""
-    return shipped_config(CFG.models[name].entry["repo_id"]) is not None
 
 
 # --- engine jobs (capture, sweeps, profiles): one rule body, whatever the hardware --------------
@@ -280,23 +180,15 @@ def engine_resources(rule_name):
 
 
 def plan_input(w):
-    return [P.PLAN_JSON] if w.model in CFG.planned else []
+    return FILES.plan(w.model)
 
 
 def engine_target(w):
-    """What the engine serves: a study model's download manifest, or a tiny checkpoint (a
-    variant's: its target's)."""
-    return download_manifest(w.model) if CFG.from_download(w.model) else model_dir(w)
+    return FILES.engine_target(w.model)
 
 
 def engine_drafter(w):
-    """The drafter's download (none for MTP, which uses the target's own layers), or a tiny
-    drafter's checkpoint."""
-    if not CFG.from_download(w.model):
-        return [P.model(w.drafter)]
-    if CFG.drafters[w.drafter].source == "self":
-        return []
-    return [download_manifest(w.drafter)]
+    return FILES.engine_drafter(w.model, w.drafter)
 
 
 def engine_method(w):

@@ -10,7 +10,7 @@ use rule capture as sweep_sd with:
         plan=plan_input,
         target=engine_target,
         drafter=engine_drafter,
-        prompts=lambda w: prompts_of(CFG.sweep_datasets(w.model)),
+        prompts=lambda w: FILES.prompts(CFG.sweep_datasets(w.model)),
     output:
         P.SWEEP_SD,
     log:
@@ -36,7 +36,7 @@ use rule sweep_sd as sweep_ar with:
     input:
         plan=plan_input,
         target=engine_target,
-        prompts=lambda w: prompts_of(CFG.sweep_datasets(w.model)),
+        prompts=lambda w: FILES.prompts(CFG.sweep_datasets(w.model)),
     output:
         P.SWEEP_AR,
     log:
@@ -44,7 +44,7 @@ use rule sweep_sd as sweep_ar with:
     benchmark:
         P.benchmark_of(P.SWEEP_AR)
     wildcard_constraints:
-        model=one_of(SERVED),
+        model=one_of(CFG.served),
     resources:
         **engine_resources("sweep_ar"),
     params:
@@ -62,7 +62,7 @@ use rule capture as profile with:
         plan=plan_input,
         target=engine_target,
         drafter=engine_drafter,
-        prompts=lambda w: prompts_of(CFG.models[w.model].datasets[:1]),
+        prompts=lambda w: FILES.prompts(CFG.models[w.model].datasets[:1]),
     output:
         json=P.PROFILE,
         traces=directory(P.PROFILE_TRACES),

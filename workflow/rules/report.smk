@@ -5,10 +5,10 @@
 
 rule tables:
     input:
-        overlap=run_files(P.OVERLAP),
-        ipf=run_files(P.IPF),
-        costmodel=run_files(P.COSTMODEL),
-        acceptance=run_files(P.ACCEPTANCE),
+        overlap=FILES.of_runs(P.OVERLAP),
+        ipf=FILES.of_runs(P.IPF),
+        costmodel=FILES.of_runs(P.COSTMODEL),
+        acceptance=FILES.of_runs(P.ACCEPTANCE),
     output:
         table_outputs(TABLES),
     log:
@@ -21,9 +21,9 @@ rule tables:
 
 rule measured_tables:
     input:
-        speedup=sweep_files(P.SPEEDUP),
-        profiles=profile_files(),
-        costmodel=sweep_files(P.COSTMODEL, variants=False),
+        speedup=FILES.of_swept_runs(P.SPEEDUP),
+        profiles=FILES.profiles(),
+        costmodel=FILES.of_swept_runs(P.COSTMODEL, variants=False),
     output:
         table_outputs(MEASURED_TABLES),
     log:
@@ -37,7 +37,7 @@ rule measured_tables:
 rule step_model:
     input:
         predict=[P.PREDICT.format(model=m) for m in CFG.predicted],
-        speedup=sweep_files(P.SPEEDUP),
+        speedup=FILES.of_swept_runs(P.SPEEDUP),
     output:
         table_outputs(registry.written_by("step_model")),
     log:
@@ -50,11 +50,7 @@ rule step_model:
 
 rule weight_model:
     input:
-        [
-            download_manifest(n, "config")
-            for n, m in CFG.hf.items()
-            if m.entry["repo_id"]
-        ],
+        [FILES.download(n, "config") for n, m in CFG.hf.items() if m.entry["repo_id"]],
     output:
         table_outputs(["weight_model"]),
     log:
@@ -66,7 +62,7 @@ rule weight_model:
             {
                 "name": n,
                 "repo_id": m.entry["repo_id"],
-                "manifest": download_manifest(n, "config"),
+                "manifest": FILES.download(n, "config"),
                 "precision": m.precision,
                 "tp": m.tp,
                 "hardware": m.hardware,
@@ -86,9 +82,7 @@ rule weight_model:
 
 rule plan:
     input:
-        manifests=[
-            download_manifest(n, "config") for n in CFG.planned if not shipped(n)
-        ],
+        manifests=FILES.bill_inputs(),
     output:
         md=P.PLAN_MD,
         json=P.PLAN_JSON,
@@ -98,7 +92,7 @@ rule plan:
         "../../envs/analysis.yaml"
     params:
         entries=[
-            {**CFG.plan_entry(n), "manifest": download_manifest(n, "config")}
+            {**CFG.plan_entry(n), "manifest": FILES.download(n, "config")}
             for n in CFG.planned
         ],
         config={

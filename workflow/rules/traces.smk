@@ -7,7 +7,7 @@ rule capture:
         plan=plan_input,
         target=engine_target,
         drafter=engine_drafter,
-        prompts=lambda w: prompts_of([w.dataset]),
+        prompts=lambda w: FILES.prompts([w.dataset]),
     output:
         P.TRACE,
     log:

@@ -1,0 +1,121 @@
+"""Which files each job reads and what a run makes, from the resolved configuration
+(specmoe.config) and the pipeline's patterns (specmoe.paths).
+
+The rules' input functions are one line each over `Files` (workflow/rules/common.smk), so what a
+job reads is decided here, without Snakemake, and tested as a library function. A model or
+drafter is named as in the configuration; `pattern` arguments are specmoe.paths patterns.
+"""
+
+from __future__ import annotations
+
+from . import paths as P
+from .config import Config, repo_key
+from .names import control_name
+
+
+class Files:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+
+    # --- what the run makes ----------------------------------------------------------------------
+
+    def targets(self) -> list[str]:
+        """The report, and the tiny models with their controls and SD checks."""
+        cfg = self.cfg
+        tiny = cfg.tiny_targets
+        if not tiny:
+            return [P.REPORT_MD]
+        drafters = sorted({d for m in tiny.values() for d in m.drafters})
+        k, dataset = cfg.sd_check_run()
+        out = [P.model(n) for n in [*tiny, *drafters]]
+        out += [P.model(control_name(n)) for n in tiny]
+        out += [P.SD_CHECK.format(model=m, drafter=d, k=k, dataset=dataset)
+                for m, target in tiny.items() for d in target.drafters]
+        return [P.REPORT_MD, *out]
+
+    def of_runs(self, pattern: str) -> list[str]:
+        """`pattern` expanded over every configured run."""
+        return [pattern.format(**r.as_dict()) for r in self.cfg.runs()]
+
+    def of_swept_runs(self, pattern: str, variants: bool = True) -> list[str]:
+        """`pattern` expanded over the runs that are swept (without variants: those that are
+        profiled and captured too)."""
+        return [pattern.format(**r.as_dict()) for r in self.cfg.sweep_runs()
+                if variants or r.model not in self.cfg.variants]
+
+    def profiles(self) -> list[str]:
+        """Kernel profiles: one per target and drafter, at the model's first K."""
+        return sorted({P.PROFILE.format(**vars(j)) for j in self.cfg.profiled()})
+
+    # --- what one job reads ----------------------------------------------------------------------
+
+    def download(self, name: str, mode: str = "full") -> str:
+        """A study model's or drafter's download manifest (mode config: its config.json only)."""
+        return P.download(repo_key(self.cfg.entry(name)), mode)
+
+    def prompts(self, datasets) -> list[str]:
+        """The prompt tables of the downloaded ones among `datasets` (none: the embedded table)."""
+        return [P.prompts(ds) for ds in datasets if ds in self.cfg.datasets]
+
+    def model_dir(self, name: str) -> str:
+        """The checkpoint a tiny target or drafter is served from (a variant's: its target's)."""
+        variant = self.cfg.variants.get(name)
+        return P.model(variant.variant_of if variant else name)
+
+    def checkpoint(self, name: str) -> list[str]:
+        """What a run's cost model reads of its model: a study model's config.json, a tiny
+        model's checkpoint (a synthetic model: nothing)."""
+        m = self.cfg.models[name]
+        if m.source == "hf":
+            return [m.entry["hf_config"]]
+        return [P.model(name)] if m.source == "tiny" else []
+
+    def predict_inputs(self, name: str) -> dict[str, str | list[str]]:
+        """A study model's config.json (its download); a model with a trace of its own: its first
+        run's overlaps and acceptance length (and a tiny target's checkpoint); a separate draft
+        model's config.json."""
+        m = self.cfg.models[name]
+        out: dict[str, str | list[str]] = {}
+        if m.source == "hf":
+            out["config"] = self.download(name, "config")
+        else:
+            r = m.runs()[0].as_dict()
+            out["overlap"] = P.OVERLAP.format(**r)
+            out["acceptance"] = P.ACCEPTANCE.format(**r)
+            out["checkpoint"] = self.checkpoint(name)
+        d = self.cfg.drafters.get(m.drafters[0])
+        if d is not None and d.method == "draft_model":
+            out["draft"] = P.model(d.name) if d.source == "tiny" else self.download(d.name,
+                                                                                    "config")
+        return out
+
+    def drafter_series(self, drafter: str) -> list[str]:
+        """The drafter's own series, for the draft cost c (separate draft models only)."""
+        return [P.SWEEP_AR.format(model=drafter)] if self.cfg.drafters[drafter].served_alone \
+            else []
+
+    def plan(self, model: str) -> list[str]:
+        """The GPU bill, for a study model's GPU jobs' runtimes."""
+        return [P.PLAN_JSON] if model in self.cfg.planned else []
+
+    def bill_inputs(self) -> list[str]:
+        """What the GPU bill reads: the config.json of each planned model that the package does
+        not ship (the others are offline)."""
+        from .checks.preflight import shipped_config
+
+        return [self.download(n, "config") for n in self.cfg.planned
+                if shipped_config(self.cfg.models[n].entry["repo_id"]) is None]
+
+    def engine_target(self, model: str) -> str:
+        """What an engine serves: a study model's download manifest, or a tiny checkpoint (a
+        variant's: its target's)."""
+        return self.download(model) if self.cfg.from_download(model) else self.model_dir(model)
+
+    def engine_drafter(self, model: str, drafter: str) -> list[str]:
+        """The drafter's download (none for MTP, which uses the target's own layers), or a tiny
+        drafter's checkpoint."""
+        if not self.cfg.from_download(model):
+            return [P.model(drafter)]
+        if self.cfg.drafters[drafter].source == "self":
+            return []
+        return [self.download(drafter)]

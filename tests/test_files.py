@@ -1,0 +1,55 @@
+"""What each job reads and what a run makes (specmoe.files), on the shipped configurations."""
+
+from __future__ import annotations
+
+import yaml
+
+from specmoe.config import Config
+from specmoe.files import Files
+from wf import REPO
+
+
+def files(path: str) -> Files:
+    cfg = yaml.safe_load((REPO / path).read_text())
+    return Files(Config.load(cfg, REPO / "config/schema.yaml"))
+
+
+def test_the_default_makes_the_report_the_tiny_models_their_controls_and_sd_checks():
+    out = files("config.yaml").targets()
+    assert out[0] == "results/report/index.md"
+    assert "results/models/tiny-fine" in out and "results/models/tiny-fine-random" in out
+    assert "results/models/tiny-drafter" in out
+    assert "results/sd_check/tiny-fine/tiny-drafter/K3/tinybench.json" in out
+
+
+def test_a_tiny_model_predicts_from_its_first_run_a_study_model_from_its_config():
+    default, paper = files("config.yaml"), files("config/paper.yaml")
+    tiny = default.predict_inputs("tiny-fine")
+    first = default.cfg.models["tiny-fine"].runs()[0]
+    assert tiny["overlap"] == (f"results/overlap/tiny-fine/{first.drafter}/K{first.k}/"
+                               f"{first.dataset}.json")
+    assert tiny["checkpoint"] == ["results/models/tiny-fine"]
+    study = paper.predict_inputs("qwen3-30b-fp8-tp1")
+    assert set(study) == {"config"}
+    assert study["config"] == "results/downloads/Qwen--Qwen3-30B-A3B-FP8.config.json"
+
+
+def test_engines_serve_downloads_or_checkpoints_and_mtp_needs_no_drafter_file():
+    default, paper = files("config.yaml"), files("config/paper.yaml")
+    assert default.engine_target("tiny-fine") == "results/models/tiny-fine"
+    assert default.engine_target("tiny-fine-bf16") == "results/models/tiny-fine"  # a variant
+    assert default.engine_drafter("tiny-fine", "tiny-drafter") == ["results/models/tiny-drafter"]
+    assert paper.engine_drafter("glm-4.7-flash-bf16-tp1", "mtp") == []
+    assert paper.engine_target("glm-4.7-flash-bf16-tp1").endswith(".full.json")
+    assert paper.plan("glm-4.7-flash-bf16-tp1") == ["results/plan.json"]
+    assert default.plan("tiny-fine") == []
+
+
+def test_the_gpu_bill_reads_only_the_config_files_the_package_does_not_ship():
+    paper = files("config/paper.yaml")
+    from specmoe.checks.preflight import shipped_config
+
+    wanted = paper.bill_inputs()
+    for n in paper.cfg.planned:
+        shipped = shipped_config(paper.cfg.models[n].entry["repo_id"]) is not None
+        assert (paper.download(n, "config") in wanted) == (not shipped), n
