@@ -53,3 +53,30 @@ def test_the_gpu_bill_reads_only_the_config_files_the_package_does_not_ship():
     for n in paper.cfg.planned:
         shipped = shipped_config(paper.cfg.models[n].entry["repo_id"]) is not None
         assert (paper.download(n, "config") in wanted) == (not shipped), n
+
+
+def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(tmp_path):
+    """bench/dag_jobs.py (the README's check that a change to the rules changes nothing that runs)
+    on a copy of the workflow: one line per job of the dry run, the engine rules among them."""
+    import json
+    import subprocess
+    import sys
+
+    from wf import copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    r = subprocess.run([sys.executable, str(REPO / "bench/dag_jobs.py")], cwd=wd,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = [json.loads(line) for line in r.stdout.splitlines()]
+    rules = {j["rule"] for j in jobs}
+    assert {"capture", "sweep_sd", "sweep_ar", "profile", "report_index", "all"} <= rules
+    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--quiet", "rules"], cwd=wd,
+                         capture_output=True, text=True, timeout=300)
+    counts = {line.split()[0]: int(line.split()[1]) for line in dry.stdout.splitlines()
+              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    assert len(jobs) == counts["total"]
+    sweep = next(j for j in jobs if j["rule"] == "sweep_sd")
+    assert sweep["params"]["job"]["k"] == int(sweep["wildcards"]["k"])
+    assert sweep["log"] == [f"logs/sweeps/{sweep['wildcards']['model']}/"
+                            f"{sweep['wildcards']['drafter']}/K{sweep['wildcards']['k']}.log"]
