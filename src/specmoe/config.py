@@ -151,6 +151,9 @@ class Config:
         self.datasets = dict(config.get("datasets") or {})
         self.prompts = (config.get("tiny") or {}).get("prompts", DEFAULT_SOURCE)
         self.sweep = dict(config.get("sweep") or {})
+        self.batch_sizes = list(config.get("batch_sizes") or [])  # the analysis's batch sizes
+        self.shuffle_seed = config.get("shuffle_seed")
+        self.draft_cost = config.get("draft_cost")
         # sweeps and profiles run only where both sections are present
         self.measures = "sweep" in config and "profiling" in config
         self.drafters = {d["name"]: Drafter(d["name"], d["source"], d["method"],
@@ -498,6 +501,18 @@ class Config:
         return [n for n, m in self.models.items() if not m.control_of]
 
     # --- each rule's settings: its params, so that a job reruns when these change, only these ---
+
+    def section(self, name: str, tiny: bool = False) -> dict:
+        """A section of the configuration as written (tiny: the `tiny` section's)."""
+        top = (self.raw.get("tiny") or {}) if tiny else self.raw
+        return dict(top.get(name) or {})
+
+    @property
+    def plan_settings(self) -> dict:
+        """What the GPU bill reads of the configuration: the engine sections, its assumptions, the
+        Ks and the resolved hardware."""
+        keys = ("sweep", "capture", "profiling", "plan", "ks")
+        return {**{k: self.raw[k] for k in keys if k in self.raw}, "hardware": self.hardware}
 
     def tiny_params(self, *keys: str) -> dict:
         """The named keys of the `tiny` section."""

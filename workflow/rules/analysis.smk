@@ -35,8 +35,8 @@ rule overlap:
         "../../envs/analysis.yaml"
     threads: 2
     params:
-        batch_sizes=config["batch_sizes"],
-        shuffle_seed=config["shuffle_seed"],
+        batch_sizes=CFG.batch_sizes,
+        shuffle_seed=CFG.shuffle_seed,
     script:
         "../scripts/overlap.py"
 
@@ -53,7 +53,7 @@ rule ipf:
     conda:
         "../../envs/analysis.yaml"
     params:
-        batch_sizes=config["batch_sizes"],
+        batch_sizes=CFG.batch_sizes,
     script:
         "../scripts/ipf.py"
 
@@ -72,7 +72,7 @@ rule costmodel:
     params:
         model=lambda w: CFG.cost_entry(w.model),
         hardware=lambda w: CFG.cost_hardware(w.model),
-        draft=config["draft_cost"],
+        draft=CFG.draft_cost,
     script:
         "../scripts/costmodel.py"
 
@@ -93,7 +93,7 @@ rule predict:
         hardware=lambda w: CFG.hardware,
         k=lambda w: CFG.models[w.model].ks[0],
         method=lambda w: CFG.predict_method(w.model),
-        batch_sizes=config["batch_sizes"],
+        batch_sizes=CFG.batch_sizes,
         study=lambda w: (CFG.study.get(w.model) or {}).get("study"),
     script:
         "../scripts/predict.py"

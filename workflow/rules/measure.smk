@@ -82,4 +82,4 @@ use rule capture as profile with:
             "k": int(w.k),
             "dataset": CFG.models[w.model].datasets[0],
         },
-        settings=engine_section("profiling", lambda w: CFG.raw.get("profiling", {})),
+        settings=engine_section("profiling", lambda w: CFG.section("profiling")),

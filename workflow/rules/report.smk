@@ -95,14 +95,7 @@ rule plan:
             {**CFG.plan_entry(n), "manifest": FILES.download(n, "config")}
             for n in CFG.planned
         ],
-        config={
-            **{
-                k: config[k]
-                for k in ("sweep", "capture", "profiling", "plan", "ks")
-                if k in config
-            },
-            "hardware": CFG.hardware,
-        },
+        config=CFG.plan_settings,
         unplanned=[n for n in CFG.names("hf") if n not in CFG.planned],
         prompt_tokens={ds: CFG.prompt_tokens(ds) for ds in CFG.planned_datasets},
     script:

@@ -24,9 +24,7 @@ rule capture:
         **engine_resources("capture"),
     params:
         job=run_of,
-        settings=engine_section(
-            "capture", lambda w: CFG.raw.get("tiny", {}).get("capture", {})
-        ),
+        settings=engine_section("capture", lambda w: CFG.section("capture", tiny=True)),
         method=engine_method,
         gpu=lambda w: CFG.on_gpu(w.model),
         prompts=CFG.prompts,
