@@ -779,8 +779,9 @@ def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray
 # for each way the configuration lies outside the calibration (calibration_distance); the
 # speedup carries a multiplicative engine term (ENGINE_LOG_SD: vLLM releases, other engines;
 # assumed). The public measurements (bench/public_coverage.py) fall outside these intervals in
-# both directions; sized leave-one-source-out the error they show is 0.40-0.55 in log, but two
-# scored sources size nothing, so predict keeps the assumed values (docs/method.md).
+# both directions (one of four scored rows inside); sized leave-one-source-out the error they
+# show is 0.36-0.48 in log, but three scored sources size nothing, so predict keeps the assumed
+# values (docs/method.md).
 BATCH_GROWTH = 0.25
 DISTANCE_STEP = 0.5
 ENGINE_LOG_SD = {"vllm": 0.05, "sglang": 0.15, "trtllm": 0.15, "other": 0.2}
