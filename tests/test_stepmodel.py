@@ -203,6 +203,32 @@ def test_predict_states_what_lies_outside_the_calibration(capsys, config, args, 
     assert any(caveat in c for c in res["caveats"]) and res["calibration_distance"] >= 1
 
 
+def test_predict_says_where_its_intervals_are_not_validated(capsys):
+    """The intervals were scored on the study's own configurations served by vLLM, at batch 1
+    (docs/method.md): there they carry no such caveat; another engine, a GPU the study did not
+    use, or a batch past 1 each says the interval is not validated there."""
+    def run(*args):
+        code, out, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), "--json",
+                                 "--acceptance-length", "2.6", *args)
+        assert code == 0, err
+        r = json.loads(out)
+        return r["validated"], " ".join(r["caveats"])
+    validated, caveats = run("--batch-sizes", "1")
+    assert validated == [True] and "not validated" not in caveats
+    validated, caveats = run("--batch-sizes", "1,64")
+    assert validated == [True, False] and "not validated past batch 1" in caveats
+    assert "outside the study's calibration" not in caveats
+    for other in (["--engine", "sglang"], ["--hardware", "H200"]):
+        validated, caveats = run("--batch-sizes", "1", *other)
+        assert validated == [False] and "not validated outside the study's calibration" in caveats
+
+
+def test_one_batch_size_has_no_shape(capsys):
+    code, out, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), "--batch-sizes", "1")
+    assert code == 0, err
+    assert "no shape (one batch size)" in out and "probability" not in out and "flat" not in out
+
+
 def test_predict_reads_people_a_table_never_a_dict_or_none(capsys):
     code, out, err = predict(capsys, str(CONFIGS / "gpt-oss-120b.json"), "--tp", "4")
     assert code == 0, err

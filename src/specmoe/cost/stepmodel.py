@@ -698,6 +698,7 @@ def tau_prior(k_draft: int) -> tuple[float, float]:
 SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin", "undecided")
 LOW_BATCH = 2      # a maximum at batch 1 or 2 is "at low batch" (the study's fine-grained models)
 SHAPE_SHARE = 0.8  # a shape is stated when at least this share of the draws has it
+NO_SHAPE = "no shape (one batch size)"
 DRAWS = 400
 
 
@@ -851,12 +852,16 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
 
 def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndarray,
               margin: float) -> dict:
-    """Medians and 95% intervals per batch size, the shape's share of the drawn curves, and
+    """Medians and 95% intervals per batch size, the shape's share of the drawn curves (one
+    batch size has none: NO_SHAPE), and
     where SD pays: per batch size "yes" (lower bound above 1), "no" (upper bound below 1) or
     "undecided"."""
-    shapes = [curve_shape(batches, row, margin) for row in spd]
-    counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
-    top = max(counts, key=counts.get)
+    if len(batches) < 2:  # one point has no shape
+        counts, top = {}, NO_SHAPE
+    else:
+        shapes = [curve_shape(batches, row, margin) for row in spd]
+        counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
+        top = max(counts, key=counts.get)
     lo, hi = np.percentile(spd, [2.5, 97.5], axis=0)
     pays = ["yes" if x > 1 else "no" if h < 1 else "undecided" for x, h in zip(lo, hi)]
     return {"batch_sizes": batches,
@@ -865,8 +870,8 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
             "te_high": np.percentile(te, 97.5, axis=0).tolist(),
             "speedup": np.median(spd, axis=0).tolist(), "speedup_low": lo.tolist(),
             "speedup_high": hi.tolist(), "draft_cost": np.median(cost, axis=0).tolist(),
-            "shape": top if counts[top] >= SHAPE_SHARE else "undecided",
-            "shape_probability": counts[top], "shape_shares": counts, "pays": pays,
+            "shape": top if counts.get(top, 1.0) >= SHAPE_SHARE else "undecided",
+            "shape_probability": counts.get(top), "shape_shares": counts, "pays": pays,
             "verdict": verdict(batches, pays)}
 
 
