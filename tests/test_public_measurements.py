@@ -234,7 +234,8 @@ def test_the_bench_predicts_what_the_command_does(table):
     for key in ("speedup", "speedup_low", "speedup_high", "te"):
         assert cli[key] == pytest.approx(mine[key], rel=1e-9), key
     assert any("hardware B300 from" in c for c in cli["caveats"])
-    assert any("GPU B300" in c for c in cli["caveats"]) and cli["calibration_distance"] == 1
+    assert any("GPU B300" in c for c in cli["caveats"]) and cli["calibration_distance"] == 2
+    assert "DSA attention: none in the calibration" in cli["caveats"]  # DeepSeek-V3.2's indexer
 
 
 def test_the_hardware_file_gives_each_gpu_with_its_caveat():

@@ -17,6 +17,7 @@ from specmoe.cost import stepmodel
 from wf import REPO
 
 CONFIGS = REPO / "src" / "specmoe" / "data" / "hf_configs"
+FIXTURES = REPO / "tests" / "fixtures" / "hf_configs"
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +193,7 @@ def test_predict_refuses_each_bad_input_in_one_line(capsys, config, args, messag
 
 
 @pytest.mark.parametrize("config, args, caveat", [
-    ("Qwen3-30B-A3B-FP8.json", ["--hardware", "H200"], "GPU H200: the study measured on"),
+    ("Qwen3-30B-A3B-FP8.json", ["--hardware", "H200"], "GPU H200: the study measured TE on"),
     # each GPU holds one of 4 KV heads (the fp8 checkpoint's 128-wide blocks would not split)
     ("Qwen3-235B-A22B-Instruct-2507.json", ["--tp", "16"], "TP 16 outside the calibration"),
 ])
@@ -309,3 +310,106 @@ def test_the_predict_rule_gives_a_stand_in_the_prior_not_its_compared_study_mode
     assert runs["stand-in"]["speedup"] == runs["alone"]["speedup"]
     assert runs["stand-in"]["overlaps"] == runs["alone"]["overlaps"]
     assert runs["alone"]["overlaps"].startswith("prior")
+
+
+# --- #41: the acceptance prior for every K, the calibration distance, the output people read ---
+
+def test_the_acceptance_prior_has_uncertainty_at_every_k():
+    """One form for every K: a per-draft acceptance range through 1 + a + ... + a^K. K = 1 had
+    the prior (2.0, 2.0) before, every draft accepted and no uncertainty; K = 3 keeps (2.0, 3.2)."""
+    assert stepmodel.tau_prior(3) == (2.0, 3.2)
+    for k in (1, 2, 3, 5, 7):
+        lo, hi = stepmodel.tau_prior(k)
+        assert 1 < lo < hi < k + 1, (k, lo, hi)
+        for a, tau in zip(stepmodel.ALPHA_PRIOR, (lo, hi)):
+            assert abs(stepmodel.acceptance_length(a, k) - tau) < 1e-4
+    assert 0 < stepmodel.ALPHA_PRIOR[0] < stepmodel.ALPHA_PRIOR[1] < 1
+    assert stepmodel.tau_prior(1)[1] < 2.0
+
+
+def test_predict_deepseek_r1_on_b200_is_outside_the_calibration(capsys):
+    """The study measured TE on H100 only (its B200 rows are MoE shares): DeepSeek-R1 on B200,
+    TP 8, vLLM MTP K = 1 was 'validated' at distance 0 with no caveat."""
+    code, out, err = predict(capsys, str(FIXTURES / "DeepSeek-R1.json"), "--hardware", "B200",
+                             "--tp", "8", "--method", "mtp", "--k", "1", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["calibration_distance"] >= 1 and not any(r["validated"])
+    assert any("GPU B200: the study measured TE on H100 only" in c for c in r["caveats"])
+    assert any("outside the study's calibration" in c for c in r["caveats"])
+    lo, hi = r["acceptance_length"]
+    assert lo < hi < 2.0
+
+
+def test_dsa_and_mla_are_attention_kinds_of_the_distance():
+    from specmoe.cost import predictor
+    from specmoe.cost.hfconfig import attention_kinds, dims_from_config
+
+    assert attention_kinds(FIXTURES / "DeepSeek-V3.2.json") == {"MLA", "DSA"}
+    assert attention_kinds(FIXTURES / "DeepSeek-R1.json") == {"MLA"}
+    assert attention_kinds(CONFIGS / "Qwen3-Next-80B-A3B-Instruct.json") == {"linear attention"}
+    assert attention_kinds(CONFIGS / "Qwen3-30B-A3B.json") == set()
+    cal = predictor.calibration_set()
+    assert "MLA" in cal["attention"] and "DSA" not in cal["attention"]  # GLM-4.7-Flash is MLA
+    cfg = FIXTURES / "DeepSeek-V3.2.json"
+    dims = dims_from_config(cfg, tp=8)
+    _, lines = predictor.calibration_distance(dims, stepmodel.study_hardware("H100"), "mtp", cfg)
+    assert "DSA attention: none in the calibration" in lines
+    assert not any(line.startswith("MLA") for line in lines)
+
+
+def test_another_engine_counts_in_the_distance_but_not_twice_in_te(capsys):
+    """The engine is a calibration dimension (validated, the distance), but TE's error does not
+    grow with it: the engine's own factor prices it, on the speedup only."""
+    def run(*args):
+        code, out, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), "--json",
+                                 "--batch-sizes", "1,8", "--acceptance-length", "2.6", *args)
+        assert code == 0, err
+        return json.loads(out)
+    vllm, sglang = run(), run("--engine", "sglang")
+    assert sglang["calibration_distance"] == vllm["calibration_distance"] + 1
+    assert any(c.startswith("engine sglang") for c in sglang["caveats"])
+    assert sglang["te_low"] == vllm["te_low"] and sglang["te_high"] == vllm["te_high"]
+    assert sglang["speedup_high"][0] > vllm["speedup_high"][0]
+
+
+def test_the_human_output_prints_validated_caveats_per_line_and_a_legend(capsys):
+    code, out, err = predict(capsys, str(FIXTURES / "DeepSeek-R1.json"), "--hardware", "B200",
+                             "--tp", "8", "--method", "mtp", "--k", "1")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "validated" in next(x for x in lines if x.strip().startswith("batch"))
+    cav = lines.index("caveats:")
+    assert lines[cav + 1].startswith("  - GPU B200") and lines[cav + 2].startswith("  - ")
+    assert "legend:" in lines and any(x.startswith("  - TE: target efficiency") for x in lines)
+    caveats = lines[cav + 1:lines.index("legend:")]
+    assert len(caveats) == 3 and all(x.startswith("  - ") for x in caveats)  # one a line
+    assert "2 to 2" not in out
+
+
+def test_an_interval_across_the_whole_physical_range_says_no_information(capsys):
+    """Llama-4-Maverick at batch 64 on H100: TE's draws fill [0, 1] (clipped at both ends)."""
+    code, out, err = predict(capsys, str(FIXTURES / "Llama-4-Maverick-17B-128E-Instruct.json"),
+                             "--tp", "8", "--batch-sizes", "1,64", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["no_information"] == [False, True]
+    assert r["te_low"][1] <= stepmodel.TE_FLOOR and r["te_high"][1] >= 1.0
+    code, out, err = predict(capsys, str(FIXTURES / "Llama-4-Maverick-17B-128E-Instruct.json"),
+                             "--tp", "8", "--batch-sizes", "1,64")
+    assert "no information at this batch size" in out
+
+
+@pytest.mark.parametrize("pays, median, p, words", [
+    (["yes", "undecided"], [1.3, 1.1], [0.99, 0.7],
+     ["SD pays at batch 1", "undecided at batch 8", "above 1 at every batch size",
+      "P(SD pays) 0.99 at batch 1"]),
+    (["yes", "no"], [1.3, 0.8], [0.99, 0.01],
+     ["SD stops paying above batch 1", "crosses 1 between batch 1 and 8", "P(SD pays) 0.01"]),
+    (["undecided", "undecided"], [0.9, 0.8], [0.3, 0.2],
+     ["undecided at batch 1, 8", "below 1 at every batch size"]),
+])
+def test_the_verdict_names_where_the_median_crosses_1(pays, median, p, words):
+    text = stepmodel.verdict([1, 8], pays, median, p)
+    for w in words:
+        assert w in text, (w, text)

@@ -100,6 +100,11 @@ def _print(obj: dict, as_json: bool) -> None:
             for r in cells:
                 print("  " + "  ".join(f"{x:>{w}}" for x, w in zip(r, widths)))
             continue
+        if isinstance(val, list) and val and all(isinstance(x, str) for x in val):
+            print(f"{key}:")  # one line each (caveats, a legend)
+            for x in val:
+                print(f"  - {x}")
+            continue
         print(f"{key:<{width}}  {val}")
 
 
@@ -425,7 +430,8 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
                    help="ov(d) for d = 1..K (default: the study's published curve for its own "
                         "models, else its models' curves of the same granularity as a prior)")
     s.add_argument("--acceptance-length", type=_floats,
-                   help="tau, or its range low,high (default: the prior 2.0,3.2)")
+                   help="tau, or its range low,high (default: a prior of 0.54 to 0.85 accepted per "
+                        "draft, e.g. 2.0,3.2 at K = 3)")
     s.add_argument("--batch-sizes", type=_ints, default=list(STUDY_BATCH_SIZES),
                    help="comma-separated (1,2,4,...,128)")
     s.add_argument("--revision", help="with a repo id: commit, branch or tag")

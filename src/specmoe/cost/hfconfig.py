@@ -310,6 +310,24 @@ def _attention_reads(r: _Reader, hidden: int, mla: bool, kinds: list[str], tp: i
             "attn_flops_sliding_per_ctx": float(flops * n["sliding"])}
 
 
+def attention_kinds(cfg: dict | str | Path) -> set[str]:
+    """The attention kinds a checkpoint's layers use beside grouped-query softmax attention, as
+    the step model and its calibration distance name them: "MLA" (multi-head latent attention,
+    `kv_lora_rank`), "DSA" (DeepSeek's sparse attention indexer, `index_topk`), "linear
+    attention" and "sliding window" (from the layer kinds)."""
+    cfg, name = load_config(cfg)
+    r = _Reader(cfg, name)
+    layer = set(_layer_kinds(r, r.int("num_hidden_layers")))
+    kinds = {"linear attention"} if "linear" in layer else set()
+    if "sliding" in layer:
+        kinds.add("sliding window")
+    if cfg.get("kv_lora_rank"):
+        kinds.add("MLA")
+    if cfg.get("index_topk"):
+        kinds.add("DSA")
+    return kinds
+
+
 def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int = 1) -> ModelDims:
     """A MoE checkpoint's dimensions as vLLM serves it at tensor-parallel degree `tp`; `dtype`
     overrides the weights' format (vLLM's online quantisation, e.g. --quantization fp8), never

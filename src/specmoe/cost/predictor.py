@@ -64,22 +64,37 @@ def _hardware_entries(path: str) -> dict:
 
 
 def calibration_set() -> dict[str, set]:
-    """What the calibration rows span: granularities (N/k), experts per token, weight formats,
-    TP degrees, GPUs, method families and attention kinds."""
-    rows = stepmodel.calibration_rows()
+    """What the calibration's TE rows span (the quantity a prediction is of; the MoE-share rows
+    measured on other GPUs say nothing of TE there): granularities (N/k), experts per token,
+    weight formats, TP degrees, GPUs, method families, attention kinds and engines."""
+    rows = [r for r in stepmodel.calibration_rows() if r["quantity"] == stepmodel.TE]
     return {"nk": {r["dims"].num_experts / r["dims"].top_k for r in rows},
             "k": {r["dims"].top_k for r in rows},
             "format": {_format(r["dims"].dtype) for r in rows},
             "tp": {r["tp"] for r in rows}, "gpu": {r["gpu"] for r in rows},
             "family": {stepmodel.FAMILIES[r["method"]] for r in rows if r["method"]},
-            "attention": set().union(*(_attention_kinds(r["dims"]) for r in rows))}
+            "attention": set().union(*(_attention_kinds(r["dims"], _study_config(r))
+                                       for r in rows)),
+            "engine": {stepmodel.CALIBRATION_ENGINE}}
+
+
+def _study_config(row: dict) -> str:
+    name = (stepmodel.CHECKPOINTS.get(f"{row['model']}/{row['precision']}")
+            or stepmodel.CHECKPOINTS[row["model"]])
+    return stepmodel.config_path(name)
 
 
 def _format(dtype: str) -> str:
     return dtype.split("-")[0]
 
 
-def _attention_kinds(d: ModelDims) -> set[str]:
+def _attention_kinds(d: ModelDims, config=None) -> set[str]:
+    """Attention kinds besides grouped-query softmax attention: from the config.json where there
+    is one (MLA, DSA, linear, sliding window), else what the dimensions show."""
+    if config is not None:
+        from .hfconfig import attention_kinds
+
+        return attention_kinds(config)
     kinds = set()
     if d.state_per_seq:
         kinds.add("linear attention")
@@ -88,8 +103,12 @@ def _attention_kinds(d: ModelDims) -> set[str]:
     return kinds
 
 
-def calibration_distance(dims: ModelDims, hw: Hardware, method: str) -> tuple[int, list[str]]:
-    """How many ways the configuration lies outside what the calibration measured, each named."""
+def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None,
+                         engine: str = stepmodel.CALIBRATION_ENGINE) -> tuple[int, list[str]]:
+    """How many ways the configuration lies outside what the calibration's TE rows measured,
+    each named: granularity, experts per token, weight format, TP, GPU, method family, each
+    attention kind (MLA, DSA, linear, sliding window; read from `config` where given), and last
+    the engine."""
     cal = calibration_set()
     out = []
     nk = dims.num_experts / dims.top_k
@@ -104,11 +123,14 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str) -> tuple[in
     if dims.tp not in cal["tp"]:
         out.append(f"TP {dims.tp} outside the calibration's {sorted(cal['tp'])}")
     if hw.name not in cal["gpu"]:
-        out.append(f"GPU {hw.name}: the study measured on {', '.join(sorted(cal['gpu']))} only")
+        out.append(f"GPU {hw.name}: the study measured TE on {', '.join(sorted(cal['gpu']))} only")
     if stepmodel.FAMILIES[method] not in cal["family"]:
         out.append(f"method {method}: none of its family in the calibration")
-    for kind in _attention_kinds(dims) - cal["attention"]:
+    for kind in sorted(_attention_kinds(dims, config) - cal["attention"]):
         out.append(f"{kind} attention: none in the calibration")
+    if engine not in cal["engine"]:
+        out.append(f"engine {engine}: the calibration was served by "
+                   f"{', '.join(sorted(cal['engine']))} only")
     return len(out), out
 
 
@@ -177,13 +199,16 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     overlaps = np.atleast_2d(np.asarray(overlaps, float))
     tau = tau or stepmodel.tau_prior(k)
     stepmodel.check_inputs(k, overlaps, tau)
-    distance, far = calibration_distance(dims, hw, method)
+    distance, far = calibration_distance(dims, hw, method, config, engine)
+    # TE's error grows with the distance of the model and GPU; another engine is priced by its
+    # own factor on the speedup (stepmodel.ENGINE_LOG_SD), not counted twice
+    te_distance = distance - (engine != stepmodel.CALIBRATION_ENGINE)
     cal = stepmodel.calibration()
     res = stepmodel.predict(dims, hw, k, method, batches, cal.params, cal.te_rmse, overlaps, tau,
                             draft=draft, known_cost=draft_cost, margin=margin,
-                            fits=cal.lomo_fits, distance=distance, engine=engine, draws=draws,
+                            fits=cal.lomo_fits, distance=te_distance, engine=engine, draws=draws,
                             extra_log_sd=extra_log_sd)
-    inside = distance == 0 and engine == "vllm"
+    inside = distance == 0
     return {**res, "hardware": hw.name, "tp": dims.tp, "precision": dims.dtype, "k": k,
             "method": method, "engine": engine, "overlaps": overlap_source,
             "acceptance_length": list(tau), "calibration_distance": distance,
@@ -206,14 +231,28 @@ def unvalidated(inside: bool, batches: list[int]) -> list[str]:
     return out
 
 
+LEGEND = ("TE: target efficiency, the target's decode step time over its verification step time "
+          "(1: verifying K + 1 tokens costs one decode step)",
+          "draft cost: c = K · T_drafter / T_decode, the drafter's time per SD step over one "
+          "decode step of the target")
+
+
 def human(res: dict) -> dict:
     """The prediction as people read it: a table of batch size, TE and speedup with their 95%
-    intervals, the shape in words with its probability, where SD pays, and the caveats."""
-    rows = [{"batch": b, "TE": f"{t:.2f} [{tl:.2f}, {th:.2f}]",
-             "speedup": f"{s:.2f} [{sl:.2f}, {sh:.2f}]", "draft cost": f"{c:.3f}"}
-            for b, t, tl, th, s, sl, sh, c in zip(
-                res["batch_sizes"], res["te"], res["te_low"], res["te_high"], res["speedup"],
-                res["speedup_low"], res["speedup_high"], res["draft_cost"])]
+    intervals, where each is validated (a batch size whose TE interval spans its whole physical
+    range says "no information"), the shape in words with its probability, where SD pays, the
+    caveats one per line and a legend of TE and draft cost."""
+    rows = []
+    for i, b in enumerate(res["batch_sizes"]):
+        row = {"batch": b, "TE": f"{res['te'][i]:.2f} [{res['te_low'][i]:.2f}, "
+                                 f"{res['te_high'][i]:.2f}]",
+               "speedup": f"{res['speedup'][i]:.2f} [{res['speedup_low'][i]:.2f}, "
+                          f"{res['speedup_high'][i]:.2f}]",
+               "draft cost": f"{res['draft_cost'][i]:.3f}",
+               "validated": "yes" if res["validated"][i] else "no"}
+        if res["no_information"][i]:
+            row["TE"] = row["speedup"] = "no information at this batch size"
+        rows.append(row)
     shares = ", ".join(f"{k} {v:.2f}" for k, v in sorted(res["shape_shares"].items(),
                                                          key=lambda kv: -kv[1]))
     shape = (res["shape"] if res["shape_probability"] is None else
@@ -222,8 +261,12 @@ def human(res: dict) -> dict:
     out = {"model": res.get("model", ""), "hardware": res["hardware"], "tp": res["tp"],
            "precision": res["precision"], "method": f"{res['method']}, K = {res['k']}",
            "overlaps": res["overlaps"],
-           "acceptance length": "{:g} to {:g}".format(*res["acceptance_length"]),
+           "acceptance length": "{:g}".format(res["acceptance_length"][0])
+           if res["acceptance_length"][0] == res["acceptance_length"][1]
+           else "{:g} to {:g}".format(*res["acceptance_length"]),
+           "calibration distance": res["calibration_distance"],
            "curve (median [95% interval])": rows, "shape": shape, "verdict": res["verdict"]}
     if res["caveats"]:
-        out["caveats"] = "; ".join(res["caveats"])
+        out["caveats"] = list(res["caveats"])
+    out["legend"] = list(LEGEND)
     return out

@@ -691,8 +691,30 @@ def predict_shape(r: dict, p: StepParams) -> str:
 TAU_PRIOR = (2.0, 3.2)  # acceptance length of K = 3 windows when nothing is known (1 to 2.2 drafts)
 
 
+def acceptance_length(alpha: float, k_draft: int) -> float:
+    """Committed tokens per verification when each of K drafts is accepted with probability
+    `alpha` until the first rejection: 1 + alpha + ... + alpha^K."""
+    return float(sum(alpha ** i for i in range(k_draft + 1)))
+
+
+def _alpha_for(tau: float, k_draft: int) -> float:
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda a: acceptance_length(a, k_draft) - tau, 0.0, 1.0))
+
+
+# The prior as a per-draft acceptance probability, so that every K gets it in one form: the range
+# that gives TAU_PRIOR at K = 3 (0.544 to 0.853), never 1 (every draft accepted).
+ALPHA_PRIOR = tuple(_alpha_for(t, 3) for t in TAU_PRIOR)
+
+
 def tau_prior(k_draft: int) -> tuple[float, float]:
-    return TAU_PRIOR[0], min(TAU_PRIOR[1], k_draft + 1.0)
+    """The acceptance length's prior range for K drafts: ALPHA_PRIOR's per-draft acceptance through
+    acceptance_length, to 4 decimals (K = 1: 1.5437 to 1.8527; K = 3: TAU_PRIOR exactly; K = 5:
+    2.1349 to 4.1797)."""
+    if k_draft < 1:
+        raise InputError(f"K must be >= 1 (got {k_draft})")
+    return tuple(round(acceptance_length(a, k_draft), 4) for a in ALPHA_PRIOR)
 
 
 SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin", "undecided")
@@ -786,6 +808,8 @@ def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray
 BATCH_GROWTH = 0.25
 DISTANCE_STEP = 0.5
 ENGINE_LOG_SD = {"vllm": 0.05, "sglang": 0.15, "trtllm": 0.15, "other": 0.2}
+CALIBRATION_ENGINE = "vllm"  # the engine the study served every calibration row with
+TE_FLOOR = 1e-3  # a drawn TE is clipped to [TE_FLOOR, 1], its physical range
 
 
 def draw_params(rng, fits: tuple[StepParams, ...]) -> StepParams:
@@ -843,7 +867,7 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
             if key not in uniq:
                 uniq[key] = (unique_verify(dims, ov, bs), unique_decode(dims, bs))
             model = target_efficiency(dims, hw, k_draft, bs, *uniq[key], method, p)
-            te[i, j] = min(max(model + z * te_sigma(te_error, bs, distance), 1e-3), 1.0)
+            te[i, j] = min(max(model + z * te_sigma(te_error, bs, distance), TE_FLOOR), 1.0)
             cost[i, j] = (known_cost if known_cost is not None else
                           draft_cost(dims, d_dims, hw, bs, k_draft, p))
             spd[i, j] = eng * t / (cost[i, j] + 1.0 / te[i, j])
@@ -864,29 +888,59 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
         top = max(counts, key=counts.get)
     lo, hi = np.percentile(spd, [2.5, 97.5], axis=0)
     pays = ["yes" if x > 1 else "no" if h < 1 else "undecided" for x, h in zip(lo, hi)]
+    te_lo, te_hi = np.percentile(te, [2.5, 97.5], axis=0)
+    median = np.median(spd, axis=0)
+    p_above = (spd > 1).mean(axis=0)
     return {"batch_sizes": batches,
-            "te": np.median(te, axis=0).tolist(),
-            "te_low": np.percentile(te, 2.5, axis=0).tolist(),
-            "te_high": np.percentile(te, 97.5, axis=0).tolist(),
-            "speedup": np.median(spd, axis=0).tolist(), "speedup_low": lo.tolist(),
-            "speedup_high": hi.tolist(), "draft_cost": np.median(cost, axis=0).tolist(),
+            "te": np.median(te, axis=0).tolist(), "te_low": te_lo.tolist(),
+            "te_high": te_hi.tolist(),
+            # TE's interval spans its whole physical range (both clip bounds): the model says
+            # nothing there, and neither does the speedup drawn from it
+            "no_information": [bool(a <= TE_FLOOR and b >= 1.0) for a, b in zip(te_lo, te_hi)],
+            "speedup": median.tolist(), "speedup_low": lo.tolist(),
+            "speedup_high": hi.tolist(), "p_pays": p_above.tolist(),
+            "draft_cost": np.median(cost, axis=0).tolist(),
             "shape": top if counts.get(top, 1.0) >= SHAPE_SHARE else "undecided",
             "shape_probability": counts.get(top), "shape_shares": counts, "pays": pays,
-            "verdict": verdict(batches, pays)}
+            "verdict": verdict(batches, pays, median.tolist(), p_above.tolist())}
 
 
-def verdict(batches: list[int], pays: list[str]) -> str:
-    """Where SD pays, in words, from the intervals alone."""
+def _batches(bs: list[int]) -> str:
+    return ", ".join(map(str, bs))
+
+
+def verdict(batches: list[int], pays: list[str], median: list[float],
+            p_above: list[float]) -> str:
+    """Where SD pays, in words: what the 95% intervals decide, then where the median speedup
+    crosses 1 and the probability (share of draws) that SD pays on either side."""
     if all(x == "yes" for x in pays):
-        return "SD pays at every batch size shown"
-    if all(x == "no" for x in pays):
-        return "SD does not pay at any batch size shown"
-    no = [i for i, x in enumerate(pays) if x == "no"]
-    if no and all(x == "no" for x in pays[no[0]:]) and no[0] > 0:
-        return f"SD stops paying above batch {batches[no[0] - 1]}"
-    open_ = [str(b) for b, x in zip(batches, pays) if x == "undecided"]
-    return (f"whether SD pays is undecided at batch {', '.join(open_)} (the 95% interval "
-            "includes 1)")
+        decided = "SD pays at every batch size shown"
+    elif all(x == "no" for x in pays):
+        decided = "SD does not pay at any batch size shown"
+    else:
+        no = [i for i, x in enumerate(pays) if x == "no"]
+        if no and all(x == "no" for x in pays[no[0]:]) and no[0] > 0 and \
+                all(x == "yes" for x in pays[:no[0]]):
+            decided = f"SD stops paying above batch {batches[no[0] - 1]}"
+        else:
+            by = {w: [b for b, x in zip(batches, pays) if x == w] for w in ("yes", "no",
+                                                                             "undecided")}
+            decided = "; ".join(
+                [f"SD pays at batch {_batches(by['yes'])}"] * bool(by["yes"])
+                + [f"does not pay at batch {_batches(by['no'])}"] * bool(by["no"])
+                + [f"undecided at batch {_batches(by['undecided'])} (the 95% interval "
+                   "includes 1)"] * bool(by["undecided"]))
+    above = [m > 1 for m in median]
+    p = lambda i: f"P(SD pays) {p_above[i]:.2f} at batch {batches[i]}"  # noqa: E731
+    if len(set(above)) == 1:
+        where = (f"the median speedup is {'above' if above[0] else 'below'} 1 at every batch "
+                 f"size shown ({p(0)}" + (f", {p(len(batches) - 1)})" if len(batches) > 1
+                                          else ")"))
+    else:
+        i = next(j for j in range(1, len(above)) if above[j] != above[j - 1])
+        where = (f"the median speedup crosses 1 between batch {batches[i - 1]} and "
+                 f"{batches[i]} ({p(i - 1)}, {p(i)})")
+    return f"{decided}; {where}"
 
 
 def lomo_coverage(draws: int = 200, seed: int = 0) -> list[dict]:
@@ -905,7 +959,7 @@ def lomo_coverage(draws: int = 200, seed: int = 0) -> list[dict]:
         sigma = float(np.sqrt(np.mean([x["error"] ** 2 for x in cal.lomo
                                        if x["quantity"] == TE and x["model"] != r["model"]])))
         te = np.array([predict_row(r, draw_params(rng, (fit_p,))) for _ in range(draws)])
-        te = np.clip(te + rng.normal(0, sigma, draws), 1e-3, 1.0)
+        te = np.clip(te + rng.normal(0, sigma, draws), TE_FLOOR, 1.0)
         low, mid, high = np.percentile(te, [2.5, 50, 97.5])
         out.append({"model": r["model"], "precision": r["precision"], "tp": r["tp"],
                     "method": r["method"], "published": r["published"], "te": float(mid),
