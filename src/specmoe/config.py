@@ -212,7 +212,9 @@ class Config:
         every = [self.model(m["name"]) for m in self.raw["models"]]
         return (configcheck.models(every, self.drafters, self.hardware, self.datasets, self.ks,
                                    prompt_datasets)
-                + configcheck.settings(self.raw, prompt_datasets))
+                + configcheck.settings(self.raw, prompt_datasets,
+                                       {"max_model_len": ENGINE_DEFAULTS["max_model_len"],
+                                        "sd_k": SD_CHECK_DEFAULTS["k"]}))
 
     def _model(self, m: dict, control_of: str | None = None) -> Model:
         hardware = m.get("hardware") or DEFAULT_HARDWARE  # a variant's: its target's

@@ -225,8 +225,11 @@ def _granularity_problems(entry: dict) -> list[str]:
             + (", ".join(same) if same else "the study has none") + ")"]
 
 
-def settings(config: dict, prompt_datasets: set[str] | None) -> list[str]:
-    """The sweep's schedule and the tiny models' settings."""
+def settings(config: dict, prompt_datasets: set[str] | None,
+             engine_defaults: dict | None = None) -> list[str]:
+    """The sweep's schedule, the GPU bill's assumptions and the tiny models' settings
+    (engine_defaults: an engine section's max_model_len and the SD check's K where the
+    configuration leaves them out, specmoe.config's)."""
     out: list[str] = []
     sweep = config.get("sweep") or {}
     for p in sweep.get("schedule") or []:
@@ -249,7 +252,7 @@ def settings(config: dict, prompt_datasets: set[str] | None) -> list[str]:
         out += _engine_args_problems(f"{section}.engine_args",
                                      (config.get(section) or {}).get("engine_args"))
     out += _plan_problems(config)
-    out += _tiny_context_problems(config)
+    out += _tiny_context_problems(config, **(engine_defaults or {}))
     train = tiny.get("train") or {}
     if tiny and train.get("seq_len") and tiny.get("max_heldout_tokens") and \
             tiny["max_heldout_tokens"] < train["seq_len"] * train.get("batch_size", 1):
@@ -289,11 +292,10 @@ def _plan_problems(config: dict) -> list[str]:
     return out
 
 
-def _tiny_context_problems(config: dict) -> list[str]:
+def _tiny_context_problems(config: dict, max_model_len: int = 1024, sd_k: int = 3) -> list[str]:
     """Each engine section the tiny models run under: its max_model_len within the tiny models'
     positions, and the longest prompt of their table (about 4 characters a token) with the
     section's output and K+1 within it (vLLM refuses a longer request)."""
-    from ..config import ENGINE_DEFAULTS, SD_CHECK_DEFAULTS
     from ..runtime.tiny import MAX_POSITIONS
     from ..sources import prompts as prompt_table
     from ..cost.plan import CHARS_PER_TOKEN
@@ -308,7 +310,7 @@ def _tiny_context_problems(config: dict) -> list[str]:
         return []
     prompt = max((len(r.text.encode()) for r in rows), default=0) / CHARS_PER_TOKEN
     k = max(int(k) for m in tiny_models for k in m.get("ks") or config["ks"])
-    sd = {**SD_CHECK_DEFAULTS, **(tiny.get("sd_check") or {})}
+    sd = {"k": sd_k, **(tiny.get("sd_check") or {})}
     sections = [("tiny.capture", "max_tokens", tiny.get("capture") or {}, k),
                 ("tiny.sd_check", "max_tokens", sd, int(sd["k"]))]
     if "sweep" in config and "profiling" in config:
@@ -316,7 +318,7 @@ def _tiny_context_problems(config: dict) -> list[str]:
                      ("profiling", "max_tokens", config["profiling"], k)]
     out = []
     for where, key, section, k_max in sections:
-        limit = int(section.get("max_model_len", ENGINE_DEFAULTS["max_model_len"]))
+        limit = int(section.get("max_model_len", max_model_len))
         if limit > MAX_POSITIONS:
             out.append(f"{where}.max_model_len {limit} exceeds the tiny models' {MAX_POSITIONS} "
                        "positions (vLLM refuses it)")

@@ -12,8 +12,6 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-import yaml
-
 from ..errors import InputError
 
 _TYPES = {"array": "a list", "object": "a mapping", "string": "a string",
@@ -25,7 +23,9 @@ _NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 def load_schema(path: str | Path) -> dict:
-    return yaml.safe_load(Path(path).read_text())
+    from ..yamlfile import load
+
+    return load(path)
 
 
 def validate(config: dict, schema: dict) -> list[str]:
