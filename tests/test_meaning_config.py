@@ -180,6 +180,16 @@ CASES = [
     ("servers given up before they start", study(GLM, sweep={"startup_timeout_s": 60}), 1,
      r"^config: sweep\.startup_timeout_s 60 is shorter than the engine start-up the GPU bill "
      r"assumes \(plan\.startup_s 300\): the sweeps would give up"),
+    ("sequences longer than the training corpus",
+     merge(tiny={"max_train_tokens": 2000, "train": {"seq_len": 2048}}), 1,
+     r"^config: tiny\.max_train_tokens \(2000\) leaves no training sequence of "
+     r"tiny\.train\.seq_len 2048 \+ 1 tokens: training would stop at its first step$"),
+    ("a study model on a CPU with a short start-up",
+     both(study({**GLM, "hardware": "CPU", "precision": "auto"}),
+          merge(sweep={"startup_timeout_s": 60})), 0, OK),
+    ("an acceptance length past K+1 of a study model on a CPU",
+     both(study({**GLM, "hardware": "CPU", "precision": "auto"}), merge(plan={"tau": 6})), 0,
+     OK),
     # --- possible but unusual: one warning line naming the consequence ---
     ("no warm-up", merge(sweep={"warmups": 0}), 0,
      r"^config: sweep\.warmups 0: no warm-up request before a batch size is first measured, so "

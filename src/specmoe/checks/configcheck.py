@@ -254,6 +254,10 @@ def settings(config: dict, prompt_datasets: set[str] | None,
     out += _plan_problems(config)
     out += _tiny_context_problems(config, **(engine_defaults or {}))
     train = tiny.get("train") or {}
+    if tiny.get("max_train_tokens") and tiny["max_train_tokens"] <= train.get("seq_len", 0) + 1:
+        out.append(f"tiny.max_train_tokens ({tiny['max_train_tokens']}) leaves no training "
+                   f"sequence of tiny.train.seq_len {train['seq_len']} + 1 tokens: training "
+                   "would stop at its first step")
     if tiny and train.get("seq_len") and tiny.get("max_heldout_tokens") and \
             tiny["max_heldout_tokens"] < train["seq_len"] * train.get("batch_size", 1):
         out.append(f"tiny.max_heldout_tokens ({tiny['max_heldout_tokens']}) is smaller than one "
@@ -263,9 +267,15 @@ def settings(config: dict, prompt_datasets: set[str] | None,
 
 
 def _runs_on_gpus(config: dict) -> list[dict]:
-    """The study models with runs (source hf, not cost_only): those the GPU bill estimates."""
+    """The study models with runs (source hf, not cost_only) on a GPU: the jobs whose SLURM
+    runtime the GPU bill estimates."""
+    from ..cost.costmodel import DEFAULT_HARDWARE
+    from ..sources.published import with_gpus
+
+    hardware = with_gpus(config.get("hardware") or {})
     return [m for m in config.get("models") or []
-            if m["source"] == "hf" and not m.get("cost_only")]
+            if m["source"] == "hf" and not m.get("cost_only") and (hardware.get(
+                m.get("hardware") or DEFAULT_HARDWARE) or {}).get("device", "gpu") == "gpu"]
 
 
 def _plan_problems(config: dict) -> list[str]:
