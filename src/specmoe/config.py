@@ -212,13 +212,16 @@ class Config:
         every = [self.model(m["name"]) for m in self.raw["models"]]
         return (configcheck.models(every, self.drafters, self.hardware, self.datasets, self.ks,
                                    prompt_datasets)
-                + configcheck.settings(self.raw, prompt_datasets))
+                + configcheck.settings(self.raw, prompt_datasets,
+                                       {"max_model_len": ENGINE_DEFAULTS["max_model_len"],
+                                        "sd_k": SD_CHECK_DEFAULTS["k"]}))
 
     def _model(self, m: dict, control_of: str | None = None) -> Model:
         hardware = m.get("hardware") or DEFAULT_HARDWARE  # a variant's: its target's
         return Model(name=m["name"], source=m["source"], hardware=hardware,
                      ks=tuple(int(k) for k in m.get("ks", self.ks)),
-                     datasets=tuple(m["datasets"]), drafters=tuple(m["drafters"]),
+                     datasets=tuple(m.get("datasets") or ()),
+                     drafters=tuple(m.get("drafters") or ()),
                      precision=m["precision"], tp=int(m["tp"]),
                      sweep=bool(m.get("sweep", True)),
                      entry=_frozen({**m, "hardware": hardware}),
@@ -281,7 +284,7 @@ class Config:
         """A model's hardware; a drafter runs on its first target's."""
         if name not in self.drafters:
             return self.model(name).hardware
-        first = next((m for m in self.raw["models"] if name in m["drafters"]), None)
+        first = next((m for m in self.raw["models"] if name in m.get("drafters", ())), None)
         return self.model(first["name"]).hardware if first else DEFAULT_HARDWARE
 
     def on_gpu(self, name: str) -> bool:
@@ -437,9 +440,9 @@ class Config:
         return PlanAssumptions.from_dict(self.raw.get("plan")).prompt_tokens, "assumed"
 
     def warnings(self) -> list[str]:
-        """What may run, but not as the user expects: study models without a repository, GPUs the
-        step model was not calibrated on."""
-        out = []
+        """What may run, but not as the user expects: unusual values (configcheck.unusual),
+        study models without a repository, GPUs the step model was not calibrated on."""
+        out = configcheck.unusual(self.raw)
         unset = [n for n, m in self.hf.items() if not m.entry.get("repo_id")]
         unset += [n for n, d in self.drafters.items() if d.source == "hf"
                   and not d.entry.get("repo_id")]
@@ -601,14 +604,53 @@ class Config:
         return self.gpu_resources(name)["gpu_model"] if self.on_gpu(name) else ""
 
 
+def table_datasets(config: dict) -> set[str]:
+    """The datasets of the tiny models' prompt table (`tiny.prompts`, else the embedded one).
+    Every dataset check of a configuration reads it, so a table that cannot be read (missing,
+    unknown, without its columns) is an InputError in one line, not checks left out."""
+    import csv
+
+    from .sources import prompts as prompt_table
+
+    source = (config.get("tiny") or {}).get("prompts") or DEFAULT_SOURCE
+    try:
+        return {p.dataset for p in prompt_table.load(source)}
+    except InputError as exc:
+        why = str(exc)
+    except IsADirectoryError:
+        why = f"{source}: is a directory, not a prompt table (a CSV file)"
+    except UnicodeDecodeError:
+        why = f"{source}: not a text file (a prompt table is a UTF-8 CSV file)"
+    except (OSError, csv.Error) as exc:
+        why = f"{source}: cannot be read as a prompt table ({exc})"
+    raise InputError(f"config: tiny.prompts: {why}; every dataset check reads it")
+
+
+def read_strictly(files) -> None:
+    """Each configuration file read again with a YAML loader that refuses a key given twice
+    (Snakemake's keeps the last silently); InputError naming the file, the key and its lines."""
+    from . import yamlfile
+
+    for f in files:
+        yamlfile.load(f)
+
+
 def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = None,
-                 cache_dir=None, preflight: bool = True,
-                 with_vllm: bool = True) -> tuple[Config, list[str]]:
-    """What the workflow runs when it is parsed: the configuration validated and resolved, and
-    every GPU job preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is
-    False); (Config, the warnings to show). InputError with every problem, one line each, where it
-    cannot run: before any job starts."""
-    cfg = Config.load(config, schema_path, prompt_datasets)
+                 cache_dir=None, preflight: bool = True, with_vllm: bool = True,
+                 files=()) -> tuple[Config, list[str]]:
+    """What the workflow runs when it is parsed: the configuration files it was merged from read
+    strictly (read_strictly), the configuration validated and resolved against its prompt table
+    (prompt_datasets; None: the one `tiny.prompts` names, table_datasets), and every GPU job
+    preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is False);
+    (Config, the warnings to show). InputError with every problem, one line each, where it cannot
+    run: before any job starts."""
+    from .checks import schema
+
+    read_strictly(files)
+    schema.check(config, schema_path)
+    if prompt_datasets is None:
+        prompt_datasets = table_datasets(config)
+    cfg = Config.resolve(config, prompt_datasets)
     notes = cfg.warnings()
     if preflight and cfg.gpu_jobs():
         report = cfg.preflight(cache_dir, with_vllm)

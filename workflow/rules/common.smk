@@ -9,7 +9,6 @@ from snakemake.io import report as report_item
 from snakemake.utils import min_version
 
 from specmoe import paths as P
-from specmoe.sources import prompts as prompt_table
 from specmoe.config import CPU_ENGINE, for_workflow
 from specmoe.cost.plan import planned_runtime
 from specmoe.errors import InputError
@@ -42,15 +41,6 @@ localrules:
     download_dataset,
 
 
-def prompt_datasets(cfg):
-    """Datasets of the prompt table the tiny models read (None when it cannot be read yet)."""
-    try:
-        source = (cfg.get("tiny") or {}).get("prompts")
-        return {p.dataset for p in prompt_table.load(*[source] if source else [])}
-    except Exception:
-        return None
-
-
 def main_process():
     try:
         return workflow.is_main_process
@@ -58,16 +48,18 @@ def main_process():
         return True
 
 
-# The configuration validated by its schema (its defaults filled in) and resolved once: every
-# key, cross-reference and pair of numbers that could contradict is checked, and every GPU job
-# preflighted (specmoe.checks.preflight), one line per problem, before any job starts.
+# The configuration files read again strictly (a key given twice is an error; Snakemake keeps
+# the last), the configuration validated by its schema (its defaults filled in) against its
+# prompt table and resolved once: every key, cross-reference and pair of numbers that could
+# contradict is checked, and every GPU job preflighted (specmoe.checks.preflight), one line per
+# problem, before any job starts.
 try:
     CFG, _notes = for_workflow(
         config,
         os.path.join(workflow.basedir, "config", "schema.yaml"),
-        prompt_datasets(config),
         cache_dir=".snakemake/specmoe",
         preflight=main_process(),
+        files=workflow.configfiles,
     )
 except InputError as exc:
     sys.exit(str(exc))

@@ -95,7 +95,24 @@ def structure(config: dict) -> list[str]:
                        "can be bf16, fp16 or fp32")
     if any(m["source"] == "tiny" for m in models) and "tiny" not in config:
         out.append("models with source 'tiny' need the 'tiny' section")
+    for m in models:
+        out += [f"model {m['name']}: {p}" for p in _cost_only_problems(m)]
     return out
+
+
+def _cost_only_problems(m: dict) -> list[str]:
+    """cost_only gives a study model no runs: drafters and datasets listed beside it would be
+    runs that silently vanish."""
+    if not m.get("cost_only"):
+        return []
+    if m["source"] != "hf":
+        return [f"cost_only applies to study models (source hf); a {m['source']} model has no "
+                "download to cut short: leave it out"]
+    listed = [k for k in ("drafters", "datasets") if m.get(k)]
+    if listed:
+        return [f"cost_only: true gives it no runs, yet it lists {' and '.join(listed)}: their "
+                "jobs would not run (remove them, or cost_only)"]
+    return []
 
 
 def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: tuple,
@@ -158,11 +175,61 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
         if dt and m.hardware in hardware and compute_dtype(dt) not in peaks:
             out.append(f"{where}: dims.dtype {dt} on hardware {m.hardware}, which has no "
                        f"peak_tflops.{compute_dtype(dt)}")
+        dims = e.get("dims") or {}
+        if dims.get("top_k", 0) > dims.get("num_experts", float("inf")):
+            out.append(f"{where}: dims.top_k={dims['top_k']} exceeds dims.num_experts="
+                       f"{dims['num_experts']}")
+        if e.get("compare_with") and not m.control_of and src != "variant":  # its target's
+            out += [f"{where}: {p}" for p in _granularity_problems(e)]
     return out
 
 
-def settings(config: dict, prompt_datasets: set[str] | None) -> list[str]:
-    """The sweep's schedule and the tiny models' settings."""
+def experts_of(entry: dict) -> tuple[int, int] | None:
+    """(k, N): the experts a configured model routes each token to, of how many (None: not known
+    offline)."""
+    if entry.get("source") in ("tiny", "variant") and entry.get("arch"):
+        a = entry["arch"]
+        return (int(a["top_k"]), int(a["num_experts"])) if "top_k" in a and \
+            "num_experts" in a else None
+    if entry.get("source") == "synthetic":
+        from ..routing.synth import SynthParams
+
+        syn = entry.get("synthetic") or {}
+        return (int(syn.get("top_k", SynthParams.top_k)),
+                int(syn.get("num_experts", SynthParams.num_experts)))
+    if entry.get("source") == "hf":
+        from .preflight import shipped_config
+        from ..cost.hfconfig import dims_from_config
+
+        cfg = shipped_config(entry.get("repo_id"))
+        if cfg is None:
+            return None
+        dims = dims_from_config(cfg)
+        return int(dims.top_k), int(dims.num_experts)
+    return None
+
+
+def _granularity_problems(entry: dict) -> list[str]:
+    """compare_with a study model of another k of N: its results would sit beside numbers of
+    another routing granularity."""
+    from ..sources.published import load
+
+    study = {r.model: (int(r.experts_per_token), int(r.num_experts))
+             for r in load("models").itertuples()}
+    want, own = study.get(entry["compare_with"]), experts_of(entry)
+    if want is None or own is None or want == own or own[0] > own[1]:  # k > N: said elsewhere
+        return []
+    same = sorted(n for n, kn in study.items() if kn == own)
+    return [f"compare_with '{entry['compare_with']}' routes {want[0]} of {want[1]} experts, this "
+            f"model {own[0]} of {own[1]}: compare it with a study model of its own k of N ("
+            + (", ".join(same) if same else "the study has none") + ")"]
+
+
+def settings(config: dict, prompt_datasets: set[str] | None,
+             engine_defaults: dict | None = None) -> list[str]:
+    """The sweep's schedule, the GPU bill's assumptions and the tiny models' settings
+    (engine_defaults: an engine section's max_model_len and the SD check's K where the
+    configuration leaves them out, specmoe.config's)."""
     out: list[str] = []
     sweep = config.get("sweep") or {}
     for p in sweep.get("schedule") or []:
@@ -184,12 +251,94 @@ def settings(config: dict, prompt_datasets: set[str] | None) -> list[str]:
     for section in ("sweep", "profiling", "capture"):
         out += _engine_args_problems(f"{section}.engine_args",
                                      (config.get(section) or {}).get("engine_args"))
+    out += _plan_problems(config)
+    out += _tiny_context_problems(config, **(engine_defaults or {}))
     train = tiny.get("train") or {}
+    if tiny.get("max_train_tokens") and tiny["max_train_tokens"] <= train.get("seq_len", 0) + 1:
+        out.append(f"tiny.max_train_tokens ({tiny['max_train_tokens']}) leaves no training "
+                   f"sequence of tiny.train.seq_len {train['seq_len']} + 1 tokens: training "
+                   "would stop at its first step")
     if tiny and train.get("seq_len") and tiny.get("max_heldout_tokens") and \
             tiny["max_heldout_tokens"] < train["seq_len"] * train.get("batch_size", 1):
         out.append(f"tiny.max_heldout_tokens ({tiny['max_heldout_tokens']}) is smaller than one "
                    f"evaluation batch (seq_len x batch_size = "
                    f"{train['seq_len'] * train.get('batch_size', 1)})")
+    return out
+
+
+def _runs_on_gpus(config: dict) -> list[dict]:
+    """The study models with runs (source hf, not cost_only) on a GPU: the jobs whose SLURM
+    runtime the GPU bill estimates."""
+    from ..cost.costmodel import DEFAULT_HARDWARE
+    from ..sources.published import with_gpus
+
+    hardware = with_gpus(config.get("hardware") or {})
+    return [m for m in config.get("models") or []
+            if m["source"] == "hf" and not m.get("cost_only") and (hardware.get(
+                m.get("hardware") or DEFAULT_HARDWARE) or {}).get("device", "gpu") == "gpu"]
+
+
+def _plan_problems(config: dict) -> list[str]:
+    """The GPU bill's assumptions against the runs it prices: an acceptance length no SD step of
+    theirs can reach, an engine start-up longer than the sweeps wait for."""
+    from ..cost.plan import PlanAssumptions
+
+    runs = _runs_on_gpus(config)
+    if not runs:
+        return []
+    out = []
+    plan = PlanAssumptions.from_dict(config.get("plan"))
+    k, name = min((min(m.get("ks") or config["ks"]), m["name"]) for m in runs)
+    if plan.tau > k + 1:
+        out.append(f"plan.tau {plan.tau:g} exceeds K+1 = {k + 1} of model {name}'s K={k} jobs: an "
+                   "SD step commits at most K+1 tokens, so the GPU bill would underestimate their "
+                   "runtime and SLURM would stop them early")
+    sweep = config.get("sweep") or {}
+    if "sweep" in config and "profiling" in config and \
+            sweep.get("startup_timeout_s", 600) < plan.startup_s:
+        out.append(f"sweep.startup_timeout_s {sweep['startup_timeout_s']:g} is shorter than the "
+                   f"engine start-up the GPU bill assumes (plan.startup_s {plan.startup_s:g}): "
+                   "the sweeps would give up on their servers before they start")
+    return out
+
+
+def _tiny_context_problems(config: dict, max_model_len: int = 1024, sd_k: int = 3) -> list[str]:
+    """Each engine section the tiny models run under: its max_model_len within the tiny models'
+    positions, and the longest prompt of their table (about 4 characters a token) with the
+    section's output and K+1 within it (vLLM refuses a longer request)."""
+    from ..runtime.tiny import MAX_POSITIONS
+    from ..sources import prompts as prompt_table
+    from ..cost.plan import CHARS_PER_TOKEN
+
+    tiny_models = [m for m in config.get("models") or [] if m["source"] in ("tiny", "variant")]
+    if not tiny_models:
+        return []
+    tiny = config.get("tiny") or {}
+    try:
+        rows = prompt_table.load(tiny.get("prompts") or prompt_table.DEFAULT_SOURCE)
+    except (InputError, OSError, ValueError):  # config.table_datasets says why
+        return []
+    prompt = max((len(r.text.encode()) for r in rows), default=0) / CHARS_PER_TOKEN
+    k = max(int(k) for m in tiny_models for k in m.get("ks") or config["ks"])
+    sd = {"k": sd_k, **(tiny.get("sd_check") or {})}
+    sections = [("tiny.capture", "max_tokens", tiny.get("capture") or {}, k),
+                ("tiny.sd_check", "max_tokens", sd, int(sd["k"]))]
+    if "sweep" in config and "profiling" in config:
+        sections += [("sweep", "output_len", config["sweep"], k),
+                     ("profiling", "max_tokens", config["profiling"], k)]
+    out = []
+    for where, key, section, k_max in sections:
+        limit = int(section.get("max_model_len", max_model_len))
+        if limit > MAX_POSITIONS:
+            out.append(f"{where}.max_model_len {limit} exceeds the tiny models' {MAX_POSITIONS} "
+                       "positions (vLLM refuses it)")
+        if key not in section:
+            continue
+        need = int(prompt + 0.999) + int(section[key]) + k_max + 1
+        if need > limit:
+            out.append(f"{where}.{key} {section[key]} + the longest prompt (about {prompt:.0f} "
+                       f"tokens) + K+1 = {need} exceed the tiny engines' max_model_len {limit}: "
+                       "vLLM refuses those requests")
     return out
 
 
@@ -250,3 +399,54 @@ def _synthetic_problems(m: dict, ks: tuple) -> list[str]:
         if key in dims and key in syn and dims[key] != syn[key]:
             out.append(f"dims.{key}={dims[key]} contradicts synthetic.{key}={syn[key]}")
     return out
+
+
+# Above these, a value is possible but far past what the pipeline was run with: one warning line.
+STEPS_WARN = 100_000          # a tiny model's optimizer steps (the default trains 700)
+TRACE_CHOICES_WARN = 10**9    # expert choices of one synthetic trace (the default's: 1.6 million)
+
+
+def unusual(config: dict) -> list[str]:
+    """Values a run can take but that change what it measures or what it costs, one warning line
+    each naming the consequence (the configuration is validated and resolved)."""
+    out = []
+    sweep = config.get("sweep") or {}
+    if "sweep" in config and "profiling" in config:
+        if sweep.get("warmups") == 0:
+            out.append("config: sweep.warmups 0: no warm-up request before a batch size is first "
+                       "measured, so its first repeat includes the engine's warm-up (config/README "
+                       "promises at least the batch size)")
+        if sweep.get("repeats") == 1:
+            out.append("config: sweep.repeats 1: each point is measured once, so no speedup "
+                       "interval comes from repeats (only the requests' spread within one "
+                       "measurement and engine_log_sd)")
+    entries = [*(config.get("models") or []), *(config.get("drafters") or [])]
+    trained = [e for e in entries if e.get("source") == "tiny"]
+    for e in trained:
+        if e["steps"] > STEPS_WARN:
+            out.append(f"config: {e['name']}: steps {e['steps']:,}: training runs that many "
+                       f"optimizer steps on this machine before any job that needs the model "
+                       f"({e['steps'] / 700:,.0f} times the default's 700)")
+    warmup = ((config.get("tiny") or {}).get("train") or {}).get("warmup", 0)
+    short = [f"{e['name']} ({e['steps']})" for e in trained if warmup >= e["steps"]]
+    if short:
+        out.append(f"config: tiny.train.warmup {warmup} is not below the steps of "
+                   f"{', '.join(short)}: their learning rate never reaches tiny.train.lr")
+    for e in entries:
+        if e.get("source") == "synthetic":
+            out += _trace_size(e, config)
+    return out
+
+
+def _trace_size(m: dict, config: dict) -> list[str]:
+    from ..routing.synth import SynthParams
+
+    syn = {**{f: getattr(SynthParams, f) for f in ("requests", "steps", "num_layers", "top_k")},
+           **(m.get("synthetic") or {})}
+    window = max(m.get("ks") or config["ks"]) + 1
+    choices = syn["requests"] * syn["steps"] * window * syn["num_layers"] * syn["top_k"]
+    if choices <= TRACE_CHOICES_WARN:
+        return []
+    return [f"config: {m['name']}: synthetic requests x steps x K+1 x layers x top_k = "
+            f"{choices:,} expert choices in one trace (about {choices * 2 / 2**30:,.0f} GiB "
+            "in memory): generating and analysing it may exhaust memory"]

@@ -576,9 +576,11 @@ def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[F
     else:
         r = subprocess.run([sys.executable, "-m", "specmoe.checks.vllmcheck"], input=text,
                            capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
+        if r.returncode != 0:  # a check that cannot run stops the dry run: it is no pass
             tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-            return [], f"not checked: vLLM {version}'s checks failed to run ({tail})"
+            return [Finding("every GPU job", "vLLM's own checks",
+                            f"vLLM {version}'s checks failed to run, so no job is known to "
+                            f"start: {tail}")], "failed to run"
         answer = json.loads(r.stdout)
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-import yaml
-
 from ..errors import InputError
 
 _TYPES = {"array": "a list", "object": "a mapping", "string": "a string",
@@ -25,7 +23,9 @@ _NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 def load_schema(path: str | Path) -> dict:
-    return yaml.safe_load(Path(path).read_text())
+    from ..yamlfile import load
+
+    return load(path)
 
 
 def validate(config: dict, schema: dict) -> list[str]:
@@ -45,8 +45,22 @@ def validate(config: dict, schema: dict) -> list[str]:
         yield from base_properties(validator, properties, instance, node)
 
     cls = validators.extend(Draft202012Validator, {"properties": properties_with_defaults})
-    errors = list(cls(schema).iter_errors(config))
-    return _lines(errors, config, schema)
+    infinite = _not_finite(config)
+    errors = [e for e in cls(schema).iter_errors(config)
+              if tuple(_deepest(e).absolute_path) not in infinite]
+    return [f"{_where(p, config)}: must be a finite number (got {v})"
+            for p, v in infinite.items()] + _lines(errors, config, schema)
+
+
+def _not_finite(node, path: tuple = ()) -> dict[tuple, float]:
+    """The paths of YAML's .nan and .inf: numbers to JSON Schema, and NaN passes every bound."""
+    import math
+
+    if isinstance(node, float) and not math.isfinite(node):
+        return {path: node}
+    items = node.items() if isinstance(node, dict) else \
+        enumerate(node) if isinstance(node, list) else ()
+    return {p: v for k, sub in items for p, v in _not_finite(sub, path + (k,)).items()}
 
 
 def check(config: dict, schema_path: str | Path) -> None:
@@ -68,7 +82,8 @@ def _lines(errors, config, schema: dict) -> list[str]:
             known = list(err.schema.get("properties") or {})
             for key in sorted(set(err.instance) - set(known)):
                 hint = did_you_mean(key, known)
-                suggested.add((path, hint))
+                if hint:  # the "missing" line of the key it names is left out
+                    suggested.add((path, hint))
                 found.append((path, f"{_where(path + (key,), config)}: unknown key"
                               + (f"; did you mean '{hint}'?" if hint else
                                  f" (known: {', '.join(known)})"), None))
@@ -76,7 +91,7 @@ def _lines(errors, config, schema: dict) -> list[str]:
             missing = next((k for k in err.validator_value if k not in (err.instance or {})), "?")
             cond = _condition(err, schema)
             found.append((path, f"{_where(path, config)}: missing key '{missing}'"
-                          + (f" (required for {cond})" if cond else ""), missing))
+                          + (f" ({cond})" if cond else ""), missing))
         else:
             found.append((path, _line(err, path, config), None))
     out = []
@@ -115,6 +130,10 @@ def _line(err, path: tuple, config) -> str:
         return f"{where}: must have at least {err.validator_value} item(s)"
     if v == "minProperties":
         return f"{where}: must not be empty"
+    if v == "uniqueItems":
+        return f"{where}: lists a value twice (got {_show(got)}): give each once"
+    if v == "maxItems":
+        return f"{where}: must have at most {err.validator_value} item(s) (got {len(got)})"
     if v == "pattern" and err.validator_value == _NAME_PATTERN:
         return (f"{where}: must be letters, digits, '.', '_' and '-', starting with a letter or "
                 f"digit (got {_show(got)})")
@@ -138,15 +157,18 @@ def _has(node, part) -> bool:
 
 
 def _condition(err, schema: dict) -> str | None:
-    """'source hf' for a key that an if/then of the schema requires."""
+    """'required for source hf' for a key that an if/then of the schema requires ('required
+    unless cost_only true' for an if/else)."""
     parts = list(err.schema_path)
-    if "then" not in parts:
+    branch = next((p for p in reversed(parts) if p in ("then", "else")), None)
+    if branch is None:
         return None
     node = schema
-    for part in parts[:len(parts) - 1 - parts[::-1].index("then")]:
+    for part in parts[:len(parts) - 1 - parts[::-1].index(branch)]:
         node = node[part]
     cond = node.get("if", {}).get("properties", {})
-    return ", ".join(f"{k} {v['const']}" for k, v in cond.items() if "const" in v) or None
+    text = ", ".join(f"{k} {str(v['const']).lower()}" for k, v in cond.items() if "const" in v)
+    return (f"required {'for' if branch == 'then' else 'unless'} {text}") if text else None
 
 
 def _expect(node: dict) -> str:

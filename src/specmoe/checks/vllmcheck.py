@@ -42,12 +42,21 @@ def version() -> str:
     return "not installed"
 
 
+@contextlib.contextmanager
+def _local_model(cfg: dict):
+    """A temporary model directory holding only `cfg` as its config.json: what vLLM reads in
+    place of a repository id, which it would resolve through the Hub (with HF_HUB_OFFLINE=1,
+    through the cache, where a model not yet downloaded is not)."""
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "config.json").write_text(json.dumps(cfg))
+        yield d
+
+
 def _hf_config(cfg: dict, trust_remote_code: bool):
     """A config.json as vLLM reads it (from a temporary directory)."""
     from vllm.transformers_utils.config import get_config
 
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "config.json").write_text(json.dumps(cfg))
+    with _local_model(cfg) as d:
         return get_config(d, trust_remote_code=trust_remote_code)
 
 
@@ -115,7 +124,8 @@ def check(engines: list[dict]) -> list[dict]:
             out += [{"job": e["job"], **f} for f in _mtp(hf, archs)]
         if e.get("method") in ("eagle", "eagle3") and e.get("drafter_config"):
             out += [{"job": e["job"], **f} for f in _eagle(e, archs)]
-        problem = _argv_problem(server_argv(e))
+        with _local_model(e["config"]) as local:  # the arguments as given, the model local
+            problem = _argv_problem(server_argv({**e, "repo": local}))
         if problem:
             add("engine arguments", f"vLLM {version()}'s parser: {problem}")
     return out

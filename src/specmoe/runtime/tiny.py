@@ -180,7 +180,12 @@ class TrainSpec:
             raise InputError(f"aux_scope must be layer or pooled (got {self.aux_scope})")
 
 
-def build_model(arch: Arch, vocab_size: int, seed: int, max_len: int = 2048,
+# Positions of a tiny model (its config's max_position_embeddings): an engine's max_model_len
+# cannot exceed them.
+MAX_POSITIONS = 2048
+
+
+def build_model(arch: Arch, vocab_size: int, seed: int, max_len: int = MAX_POSITIONS,
                 aux_coef: float = 0.0):
     """A freshly initialised HF model (deterministic in seed); aux_coef, the load-balancing loss's
     weight in training, is recorded in a MoE's config as router_aux_loss_coef."""
