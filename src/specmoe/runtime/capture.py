@@ -10,15 +10,24 @@ pyproject.toml, inert unless SPECMOE_CAPTURE=1) patches the model runner in ever
   the recorder writes them into a static device buffer (graph-safe). The drafter is not bound.
 - `execute_model`: before the step, read the scheduled tokens and drafts per request; after the
   forward, copy the routing rows and the input ids of this step to host memory once.
-- `sample_tokens`: accepted drafts = len(sampled_token_ids) - 1 per request; the step's windows are
-  then complete and kept in host memory (numpy arrays, no per-token Python objects).
+- `sample_tokens`: the step's layout is bound to the output object it returns, and recorded when
+  that output gives its tokens (at once, or at `get_output()` under async scheduling and for every
+  Model Runner V2 step): accepted drafts = len(sampled_token_ids) - 1 per request; the step's
+  windows are then complete and kept in host memory (numpy arrays, no per-token Python objects).
+  Steps are never paired through shared state: with async scheduling (on by default on CUDA)
+  EngineCore's batch queue runs step n + 1 before reading step n's tokens, and with TP > 1 a
+  worker's output thread reads them while the worker runs on. An output nobody reads (V2's
+  warm-up) records nothing.
 - The driver calls `collective_rpc("specmoe_flush")` (a worker extension, so nothing is pickled)
   after generation: rank 0 writes its windows as an .npz shard and returns the path; `assemble`
   turns shards plus the request outputs into a routing trace.
 
-Rows of one step are laid out per request in `input_batch.req_ids` order; a decode window of a request
-with n drafts is its 1 + n scheduled rows: position 0 is the last committed token, 1..n the drafts.
-Prefill chunks are not windows and are skipped.
+Which model runner a worker has (V1, or V2 in vllm/v1/worker/gpu/) is read from the runner's class.
+Rows of one step are laid out per request in V1's `input_batch.req_ids` order, or as V2's step
+InputBatch says; a decode window of a request with n drafts is its 1 + n scheduled rows: position 0
+is the last committed token, 1..n the drafts. Prefill chunks are not windows and are skipped. The
+trace's metadata names the runner and whether async scheduling was on; captured acceptance that
+differs from vLLM's own per-step counts stops the capture.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import functools
 import logging
 import os
 import tempfile
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -57,8 +67,32 @@ def check_version() -> None:
                            "the model-runner hooks would be silently wrong on other versions")
 
 
+# Model Runner V2 (vllm/v1/worker/gpu/model_runner.py, also its CPU subclass); the rest are V1.
+V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+
+
+def runner_kind(runner) -> str:
+    """'v2' or 'v1', from the runner's class: never from its state at some step (V2's warm-up
+    ends with a step that leaves no execute_model_state behind)."""
+    return "v2" if any(c.__module__ == V2_RUNNER_MODULE for c in type(runner).__mro__) else "v1"
+
+
+def _host(t) -> np.ndarray:
+    """A host copy that the next step cannot overwrite: on the CPU the static buffers are host
+    memory already, and .cpu() would return them as they are (a view), while under async
+    scheduling the next step's forward runs before this step's tokens are sampled."""
+    return t.to("cpu", copy=True).numpy()
+
+
 class Recorder:
-    """Lives in a worker: a static routing buffer plus the windows recorded so far."""
+    """Lives in a worker: a static routing buffer plus the windows recorded so far.
+
+    A step's layout goes from its execute_model to its own sample_tokens (adjacent calls in the
+    worker) and is then bound to the output object that sample_tokens returns; nothing is shared
+    between steps. Under async scheduling EngineCore's batch queue runs step n + 1 before it asks
+    for step n's tokens, and with TP > 1 the worker's output thread asks for them
+    (get_output): each output still finds its own step's layout.
+    """
 
     def __init__(self, runner) -> None:
         import torch
@@ -70,30 +104,43 @@ class Recorder:
         self.buffer = torch.full((runner.max_num_tokens, self.num_layers, self.top_k), -1,
                                  dtype=torch.int16 if self.num_experts < 2**15 else torch.int32,
                                  device=runner.device)
+        self.runner = runner_kind(runner)
+        self.async_scheduling = bool(runner.vllm_config.scheduler_config.async_scheduling)
         self.layers_seen: set[int] = set()
-        self.pending: dict | None = None
+        self.pending: dict | None = None  # a step between its execute_model and sample_tokens
         self.chunks: list[dict] = []
         self.step_of: dict[str, int] = {}
         self.capture_s = 0.0
+        self.lock = threading.Lock()  # sampled tokens may arrive on the output thread
 
     def capture(self, layer_id: int, topk_ids) -> None:  # called inside the forward
         self.layers_seen.add(layer_id)
         self.buffer[: topk_ids.shape[0], layer_id] = topk_ids
 
     # -- per step -------------------------------------------------------------------------------
-    def before_step(self, runner, scheduler_output) -> None:
-        self.pending = {"num_scheduled": dict(scheduler_output.num_scheduled_tokens),
-                        "drafts": {r: len(t) for r, t in
-                                   scheduler_output.scheduled_spec_decode_tokens.items()}}
+    def before_step(self, scheduler_output) -> dict:
+        return {"total": scheduler_output.total_num_scheduled_tokens,
+                "num_scheduled": dict(scheduler_output.num_scheduled_tokens),
+                "drafts": {r: len(t) for r, t in
+                           scheduler_output.scheduled_spec_decode_tokens.items()}}
 
-    def after_forward(self, runner) -> None:
-        if self.pending is None:
-            return
-        state = getattr(runner, "execute_model_state", None)
-        if state is not None and hasattr(state, "input_batch"):
-            return self._after_forward_v2(state.input_batch)
+    def after_forward(self, runner, step: dict) -> dict | None:
+        """The step's windows with host copies of their rows; None for a step without any (no
+        tokens, no forward, only prefill chunks)."""
+        if not step["total"]:
+            return None
         t0 = time.perf_counter()
-        sched, drafts = self.pending["num_scheduled"], self.pending["drafts"]
+        if self.runner == "v1":
+            step = self._after_forward_v1(runner, step)
+        else:
+            state = runner.execute_model_state  # set by this step's forward, cleared by sampling
+            step = None if state is None else self._after_forward_v2(state.input_batch, step)
+        self._took(t0)
+        return step
+
+    def _after_forward_v1(self, runner, step: dict) -> dict | None:
+        """V1: rows in runner.input_batch.req_ids order, the scheduler's counts per request."""
+        sched, drafts = step["num_scheduled"], step["drafts"]
         req_ids, starts, n_drafts = [], [], []
         start = 0
         for r in runner.input_batch.req_ids:
@@ -105,64 +152,84 @@ class Recorder:
                 starts.append(start)
                 n_drafts.append(d)
             start += n
-        if req_ids:
-            self.pending.update(req_ids=req_ids, starts=starts, n_drafts=n_drafts,
-                                routing=self.buffer[:start].cpu().numpy(),
-                                input_ids=runner.input_ids.gpu[:start].cpu().numpy())
-        else:
-            self.pending = None
-        self.capture_s += time.perf_counter() - t0
+        if not req_ids:
+            return None
+        return dict(step, req_ids=req_ids, starts=starts, n_drafts=n_drafts,
+                    routing=_host(self.buffer[:start]),
+                    input_ids=_host(runner.input_ids.gpu[:start]))
 
-    def _after_forward_v2(self, batch) -> None:
-        """Model Runner V2: the step's InputBatch carries the layout (written for vLLM 0.32's
-        vllm/v1/worker/gpu/input_batch.py; not exercised on CPU, where V2 needs Triton)."""
-        t0 = time.perf_counter()
+    def _after_forward_v2(self, batch, step: dict) -> dict | None:
+        """Model Runner V2: the step's InputBatch carries the layout (vLLM 0.32's
+        vllm/v1/worker/gpu/input_batch.py)."""
         counts = np.asarray(batch.num_scheduled_tokens[: batch.num_reqs], dtype=np.int64)
         drafts = (np.zeros_like(counts) if batch.num_draft_tokens_per_req is None else
                   np.asarray(batch.num_draft_tokens_per_req[: batch.num_reqs], dtype=np.int64))
         starts = np.asarray(batch.query_start_loc_np[: batch.num_reqs], dtype=np.int64)
         decoding = ~np.asarray(batch.is_prefilling_np[: batch.num_reqs], dtype=bool)
         ok = np.flatnonzero(decoding & (counts == 1 + drafts))
+        if not ok.size:
+            return None
         total = int(batch.num_tokens)
-        if ok.size:
-            self.pending.update(req_ids=[batch.req_ids[i] for i in ok],
-                                starts=starts[ok].tolist(), n_drafts=drafts[ok].tolist(),
-                                routing=self.buffer[:total].cpu().numpy(),
-                                input_ids=batch.input_ids[:total].cpu().numpy())
-        else:
-            self.pending = None
-        self.capture_s += time.perf_counter() - t0
+        return dict(step, req_ids=[batch.req_ids[i] for i in ok], starts=starts[ok].tolist(),
+                    n_drafts=drafts[ok].tolist(), routing=_host(self.buffer[:total]),
+                    input_ids=_host(batch.input_ids[:total]))
 
-    def after_sample(self, output) -> None:
-        p, self.pending = self.pending, None
-        if p is None:
-            return
-        t0 = time.perf_counter()
-        index, sampled = output.req_id_to_index, output.sampled_token_ids
-        keep, meta = [], []
-        for r, start, d in zip(p["req_ids"], p["starts"], p["n_drafts"]):
-            i = index.get(r)
-            if i is None:
-                continue
-            step = self.step_of.get(r, 0)
-            self.step_of[r] = step + 1
-            keep.append((start, d))
-            meta.append((r, step, d, max(len(sampled[i]) - 1, 0) if d else 0))
-        if keep:
-            idx = np.concatenate([np.arange(s, s + 1 + d) for s, d in keep])
-            self.chunks.append({"experts": p["routing"][idx],
-                                "token_id": p["input_ids"][idx].astype(np.int32),
-                                "windows": meta})
-        self.capture_s += time.perf_counter() - t0
+    def bind(self, step: dict | None, out):
+        """Tie a step's windows to the output that carries its sampled tokens. An async output
+        (async scheduling, and every V2 step) has them when the engine calls get_output; one the
+        engine never asks for (V2's warm-up) records nothing."""
+        if step is None or out is None:
+            return out
+        if hasattr(out, "get_output"):
+            get = out.get_output
+
+            def get_output():
+                nonlocal step
+                res = get()
+                if step is not None:  # vLLM asks once; a second call must not record twice
+                    self.after_sample(step, res)
+                    step = None
+                return res
+
+            out.get_output = get_output
+        elif hasattr(out, "req_id_to_index"):
+            self.after_sample(step, out)
+        return out
+
+    def after_sample(self, p: dict, output) -> None:
+        with self.lock:
+            t0 = time.perf_counter()
+            index, sampled = output.req_id_to_index, output.sampled_token_ids
+            keep, meta = [], []
+            for r, start, d in zip(p["req_ids"], p["starts"], p["n_drafts"]):
+                i = index.get(r)
+                if i is None:
+                    continue
+                step = self.step_of.get(r, 0)
+                self.step_of[r] = step + 1
+                keep.append((start, d))
+                meta.append((r, step, d, max(len(sampled[i]) - 1, 0) if d else 0))
+            if keep:
+                idx = np.concatenate([np.arange(s, s + 1 + d) for s, d in keep])
+                self.chunks.append({"experts": p["routing"][idx],
+                                    "token_id": p["input_ids"][idx].astype(np.int32),
+                                    "windows": meta})
+            self.capture_s += time.perf_counter() - t0
+
+    def _took(self, t0: float) -> None:
+        with self.lock:
+            self.capture_s += time.perf_counter() - t0
 
     def flush(self, out_dir: str) -> str | None:
         """Write the recorded windows as one .npz shard; returns its path (None if empty)."""
-        if not self.chunks:
+        with self.lock:
+            chunks, self.chunks = self.chunks, []
+        if not chunks:
             return None
         layers = sorted(self.layers_seen)
-        experts = np.concatenate([c["experts"] for c in self.chunks])[:, layers]
-        token_id = np.concatenate([c["token_id"] for c in self.chunks])
-        metas = [m for c in self.chunks for m in c["windows"]]
+        experts = np.concatenate([c["experts"] for c in chunks])[:, layers]
+        token_id = np.concatenate([c["token_id"] for c in chunks])
+        metas = [m for c in chunks for m in c["windows"]]
         req = np.array([m[0] for m in metas])
         step = np.array([m[1] for m in metas], np.int32)
         n_drafts = np.array([m[2] for m in metas], np.int8)
@@ -171,8 +238,8 @@ class Recorder:
         os.close(fd)
         np.savez(path, experts=experts, token_id=token_id, req=req, step=step, n_drafts=n_drafts,
                  accepted=accepted, layers=np.array(layers), num_experts=self.num_experts,
-                 capture_s=self.capture_s)
-        self.chunks = []
+                 capture_s=self.capture_s, runner=self.runner,
+                 async_scheduling=self.async_scheduling)
         return path
 
 
@@ -180,29 +247,33 @@ def _install() -> None:
     from vllm.model_executor.layers.fused_moe.routed_experts_capturer import (
         bind_routed_experts_capturer,
     )
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    classes, bases = [GPUModelRunner], [GPUModelRunner]
-    for module, name, base in (
-        ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner", False),
-        ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner", True),  # Model Runner V2
-    ):
-        try:
-            cls = getattr(__import__(module, fromlist=[name]), name)
-        except Exception:  # noqa: BLE001 - V2 imports Triton-only code on some platforms
-            continue
-        classes.append(cls)
-        if base:
-            bases.append(cls)
-    for cls in classes:
+    for cls, step_methods in patch_targets():
         if cls.__dict__.get("_specmoe_patched"):  # not inherited: each class is patched once
             continue
         if "load_model" in cls.__dict__:
             cls.load_model = _wrap_load(cls.__dict__["load_model"], bind_routed_experts_capturer)
-        if cls in bases:
+        if step_methods:
             cls.execute_model = _wrap_execute(cls.execute_model)
             cls.sample_tokens = _wrap_sample(cls.sample_tokens)
         cls._specmoe_patched = True
+
+
+def patch_targets() -> list[tuple[type, bool]]:
+    """The model-runner classes to patch, each with whether its execute_model/sample_tokens are
+    wrapped (the bases; subclasses inherit the wrapped methods)."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    targets = [(GPUModelRunner, True)]
+    for module, name, base in (
+        ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner", False),
+        (V2_RUNNER_MODULE, "GPUModelRunner", True),  # Model Runner V2
+    ):
+        try:
+            targets.append((getattr(__import__(module, fromlist=[name]), name), base))
+        except Exception:  # noqa: BLE001 - V2 imports Triton-only code on some platforms
+            continue
+    return targets
 
 
 def _wrap_load(orig, bind):
@@ -211,7 +282,8 @@ def _wrap_load(orig, bind):
         out = orig(self, *args, **kwargs)
         self._specmoe = Recorder(self)
         bind(self.model, self._specmoe)
-        log.info("specmoe: routing capture bound to %s", type(self.model).__name__)
+        log.info("specmoe: routing capture bound to %s (model runner %s)",
+                 type(self.model).__name__, self._specmoe.runner)
         return out
 
     return load_model
@@ -221,13 +293,15 @@ def _wrap_execute(orig):
     @functools.wraps(orig)
     def execute_model(self, scheduler_output, *args, **kwargs):
         rec = getattr(self, "_specmoe", None)
-        if rec is not None:
-            rec.before_step(self, scheduler_output)
+        if rec is None or kwargs.get("dummy_run"):  # V2's dummy runs (profiling, DP) are no steps
+            return orig(self, scheduler_output, *args, **kwargs)
+        step = rec.before_step(scheduler_output)
+        rec.pending = None
         out = orig(self, scheduler_output, *args, **kwargs)
-        if rec is not None:
-            rec.after_forward(self)
-            if out is not None and hasattr(out, "req_id_to_index"):  # sampled within execute
-                rec.after_sample(out)
+        step = rec.after_forward(self, step)
+        if out is not None and (hasattr(out, "get_output") or hasattr(out, "req_id_to_index")):
+            return rec.bind(step, out)  # sampled (or nothing to sample) within execute_model
+        rec.pending = step
         return out
 
     return execute_model
@@ -238,20 +312,10 @@ def _wrap_sample(orig):
     def sample_tokens(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
         rec = getattr(self, "_specmoe", None)
-        if rec is None or out is None:
+        if rec is None:
             return out
-        if hasattr(out, "get_output"):  # async scheduling: tokens arrive with get_output()
-            get = out.get_output
-
-            def get_output():
-                res = get()
-                rec.after_sample(res)
-                return res
-
-            out.get_output = get_output
-        elif hasattr(out, "req_id_to_index"):
-            rec.after_sample(out)
-        return out
+        step, rec.pending = rec.pending, None
+        return rec.bind(step, out)
 
     return sample_tokens
 
@@ -333,7 +397,9 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
     request = np.array([request_index(r) for r in req.tolist()], np.int32)
     lengths = n_drafts.astype(np.int64) + 1
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    live = _inside_requests(result["requests"], request, step, accepted)
     order = np.lexsort((step, request))
+    order = order[live[order]]
     rows = np.concatenate([np.arange(starts[w], starts[w] + lengths[w]) for w in order])
     win = np.repeat(order, lengths[order])
     position = np.concatenate([np.arange(lengths[w]) for w in order]).astype(np.int8)
@@ -353,12 +419,17 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
         "status": status_for(position, acc_rows),
         "token_id": token_id[rows].astype(np.int32),
     }
-    mism, checked = _crosscheck(result["requests"], request, step, n_drafts, accepted)
+    checked = _crosscheck(result["requests"], request[live], step[live], n_drafts[live],
+                          accepted[live])
     meta = {"run": run, "slice_datasets": {p.category: p.dataset for p in prompts},
             "capture": {
-        "windows": int(order.size), "short_windows": int((n_drafts < k_draft).sum()),
+        "windows": int(order.size), "short_windows": int((n_drafts[live] < k_draft).sum()),
+        "windows_after_finish": int((~live).sum()),
         "layers": shards[0]["layers"].tolist(), "capture_s": float(sum(s["capture_s"] for s in shards)),
-        "accepted_crosscheck": {"steps": checked, "mismatches": mism},
+        "accepted_crosscheck": {"steps": checked, "mismatches": 0},
+        # which model runner recorded, and whether async scheduling was on (None: not in the shard)
+        **{key: (kind(shards[0][key]) if key in shards[0].files else None)
+           for key, kind in (("runner", str), ("async_scheduling", bool))},
         "generate_s": result.get("generate_s")}}
     routed = experts[rows].astype(np.int64)
     unfilled = np.argwhere(routed < 0)
@@ -373,15 +444,39 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
                  num_experts=int(shards[0]["num_experts"]), k_draft=k_draft, meta=meta)
 
 
-def _crosscheck(requests, request, step, n_drafts, accepted) -> tuple[int, int]:
-    """Our accepted counts against vLLM's per_step_accepted (steps with drafts, in order)."""
-    mism = checked = 0
+def _inside_requests(requests, request, step, accepted) -> np.ndarray:
+    """Which windows lie inside their request's generation: those before which fewer tokens were
+    committed (the prefill's one, then accepted + 1 per window) than the request's output holds.
+    Under async scheduling the engine schedules a request's next step before it has the tokens of
+    the step that finishes it; vLLM drops that step's tokens, and its window verifies nothing."""
+    inside = np.ones(request.size, dtype=bool)
     for i, r in enumerate(requests):
-        ref = r.get("per_step_accepted") or []
+        if r.get("token_ids") is None:  # no output to measure against: the cross-check decides
+            continue
+        w = np.flatnonzero(request == i)
+        w = w[np.argsort(step[w], kind="stable")]
+        committed = 1 + np.concatenate([[0], np.cumsum(accepted[w].astype(np.int64) + 1)[:-1]])
+        inside[w] = committed < len(r["token_ids"])
+    return inside
+
+
+def _crosscheck(requests, request, step, n_drafts, accepted) -> int:
+    """Our accepted counts against vLLM's per_step_accepted (its verify steps, in order); the first
+    difference stops the capture. Returns the number of steps checked."""
+    checked = 0
+    for i, r in enumerate(requests):
+        ref = list(r.get("per_step_accepted") or [])
         m = (request == i) & (n_drafts > 0)
-        ours = accepted[m][np.argsort(step[m], kind="stable")].tolist()
-        for a, b in zip(ours, ref):
-            checked += 1
-            mism += a != b
-        mism += abs(len(ours) - len(ref))
-    return mism, checked
+        order = np.argsort(step[m], kind="stable")
+        ours, steps = accepted[m][order].tolist(), step[m][order].tolist()
+        name = f"request {i} ({r.get('request_id', i)})"
+        for j, (s, a, b) in enumerate(zip(steps, ours, ref)):
+            if a != b:
+                raise SpecmoeError(
+                    f"routing capture: {name}, step {s} (verify step {j}): {a} accepted drafts "
+                    f"captured, vLLM counted {b}: windows and acceptance are not of one step")
+        if len(ours) != len(ref):
+            raise SpecmoeError(f"routing capture: {name}: {len(ours)} verify steps captured, vLLM "
+                               f"counted {len(ref)}")
+        checked += len(ref)
+    return checked

