@@ -18,11 +18,13 @@ IPF_KEYS = ("uniform_sequence", "uniform_window", "skewed_window")
 
 
 # acceptance_consecutive's columns after the run's: the delta and what decides it (clustered
-# by request: the request is the independent unit), then the token-level statistics the study
+# by request: the request is the independent unit; the p Holm-corrected across the run's positions
+# and slices; Cohen's d's interval by request), then the token-level statistics the study
 # reports (Cohen's d, Welch's and Mann-Whitney's p over tokens)
 ACCEPTANCE_COLUMNS = (
     "draft_position", "accepted_overlap", "first_rejected_overlap", "delta",
-    "delta_low_by_request", "delta_high_by_request", "p_by_request", "n_requests",
+    "delta_low_by_request", "delta_high_by_request", "p_by_request", "p_holm", "n_requests",
+    "n_requests_accepted", "n_requests_rejected", "cohens_d_low", "cohens_d_high",
     "n_accepted", "n_first_rejected", "cohens_d", "size", "delta_low_tokens",
     "delta_high_tokens", "p_tokens_welch", "p_tokens_mannwhitney")
 
