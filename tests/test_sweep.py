@@ -320,3 +320,33 @@ def test_every_shape_label_is_false_at_most_5_percent_of_the_time_under_its_nois
         rates = shape_rates(scenarios(cfg.batches)["peak at batch 1 (falls 10% per size)"], cfg,
                             MARGIN, trials=4000, seed=1)
         assert rates[PEAK_LOW] >= 0.9
+
+
+def test_a_curve_is_faster_or_slower_only_where_its_adjusted_intervals_say_so():
+    """The curve's direction: one interval above 1 at the curve's adjusted level says "faster";
+    95% intervals of four points at speedup 1 are not a claim (unadjusted, one of four lies
+    above 1 about 10% of the time)."""
+    from specmoe.measured.sweep import FASTER, MIXED, NEITHER, SLOWER, direction_labels
+
+    def label(values, se=0.05):
+        return direction_labels(np.log([values]), np.full((1, len(values)), se),
+                                np.full((1, len(values)), 16.0))[0]
+
+    assert label([1.0, 1.3, 1.0, 1.0]) == FASTER
+    assert label([0.7, 1.0, 1.0, 1.0]) == SLOWER
+    assert label([0.7, 1.3, 1.0, 1.0]) == MIXED
+    assert label([1.0, 1.1, 1.0, 1.0]) == NEITHER   # 95% alone would say faster: 1.1 / e^(2.1 * 0.05) > 1
+
+
+@pytest.mark.parametrize("noise", ["default (CPU)", "study (GPU)"])
+def test_the_faster_or_slower_word_is_false_at_most_5_percent_of_the_time(noise):
+    """Simulated sweeps (4,000, fixed seed) of a curve at speedup 1 everywhere, and of curves
+    truly faster at every batch size: "faster" or "slower" is said of the first at most 5% of the
+    time, and "slower" of the second never more."""
+    from specmoe.measured.rules import NOISES, direction_rates
+
+    cfg = next(n for n in NOISES if n.name == noise)
+    n = len(cfg.batches)
+    rates = direction_rates([1.0] * n, cfg, trials=4000, seed=2)
+    assert rates["faster"] + rates["slower"] + rates["mixed"] <= 0.05
+    assert direction_rates([1.2] * n, cfg, trials=4000, seed=2)["slower"] <= 0.05

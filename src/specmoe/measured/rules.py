@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sweep import CONCAVE, FLAT, PEAK_LOW, RISING, shape_labels
+from .sweep import (CONCAVE, FASTER, FLAT, MIXED, NEITHER, PEAK_LOW, RISING, SLOWER,
+                    direction_labels, shape_labels)
 
 SHAPES = (PEAK_LOW, CONCAVE, RISING, FLAT)
+DIRECTIONS = (FASTER, SLOWER, MIXED, NEITHER)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,30 @@ def shape_rates(speedups, noise: Noise, margin: float, trials: int = 4000,
     """The share of simulated sweeps of a true curve that the shape rule gives each label."""
     labels = shape_labels(*simulate_curves(speedups, noise, trials, seed), margin)
     return {lab: float((labels == lab).mean()) for lab in SHAPES}
+
+
+def direction_rates(speedups, noise: Noise, trials: int = 4000,
+                    seed: int = 0) -> dict[str, float]:
+    """The share of simulated sweeps of a true curve that the direction rule gives each word."""
+    labels = direction_labels(*simulate_curves(speedups, noise, trials, seed))
+    return {lab: float((labels == lab).mean()) for lab in DIRECTIONS}
+
+
+def direction_table(trials: int = 4000, seed: int = 0) -> list[dict]:
+    """Per noise setting: how often a curve at speedup 1 everywhere is called faster or slower
+    (its false-label rate), and how often a curve 10% and 20% faster everywhere is called
+    faster (power)."""
+    rows = []
+    for noise in NOISES:
+        n = len(noise.batches)
+        null = direction_rates([1.0] * n, noise, trials, seed)
+        for gain in (1.1, 1.2):
+            rows.append({"rule": "direction 'faster' / 'slower'", "noise": noise.name,
+                         "false_label_rate": null[FASTER] + null[SLOWER] + null[MIXED],
+                         "worst_case": "speedup 1 at every batch size",
+                         "power": direction_rates([gain] * n, noise, trials, seed)[FASTER],
+                         "power_case": f"speedup {gain} at every batch size"})
+    return rows
 
 
 def scenarios(batches) -> dict[str, list[float]]:

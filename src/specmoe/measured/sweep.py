@@ -22,7 +22,8 @@ length:
   here"; a point inside whose interval crosses a physical bound (above 1, or unbounded) is "not
   identified by the sweep": the sweep cannot tell TE from an impossible value there. Either way
   its TE is NaN (the raw value and the interval are kept beside the status);
-- the curve's shape (shape_label), decided by the intervals or said to be undecided.
+- the curve's shape (shape_label) and whether SD is faster or slower over it (direction_labels),
+  decided by the intervals or said to be undecided.
 """
 
 from __future__ import annotations
@@ -244,6 +245,32 @@ def shape_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, ma
     return out
 
 
+FASTER, SLOWER, MIXED = "faster", "slower", "mixed"
+NEITHER = "neither decidedly faster nor slower"
+
+
+def direction_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray,
+                     level: float = LEVEL) -> np.ndarray:
+    """Whether SD is faster or slower over a curve, for many curves at once ([curve, point]
+    arrays as shape_labels takes): "faster" where some point's interval lies above 1 and none
+    below, "slower" the reverse, "mixed" both, else "neither decidedly faster nor slower". The
+    points' intervals are Bonferroni-adjusted for their number (one claim about the curve: with
+    4 unadjusted 95% intervals a curve at speedup 1 is called faster or slower about 10% of the
+    time); a point without an error decides by its value."""
+    lm = np.asarray(log_speedup, float)
+    se, dof = np.asarray(log_se, float), np.asarray(df, float)
+    q = 0.5 + (1 - (1 - level) / lm.shape[1]) / 2
+    ok = np.isfinite(se) & (dof > 0)
+    with np.errstate(invalid="ignore"):
+        half = np.where(ok, stats.t.ppf(q, np.where(ok, dof, 1.0)) * np.where(ok, se, 0.0), 0.0)
+    up, down = ((lm - half) > 0).any(axis=1), ((lm + half) < 0).any(axis=1)
+    out = np.full(lm.shape[0], NEITHER, dtype=object)
+    out[up & ~down] = FASTER
+    out[down & ~up] = SLOWER
+    out[up & down] = MIXED
+    return out
+
+
 def _mean(xs) -> float:
     xs = list(xs)
     return sum(xs) / len(xs)
@@ -298,7 +325,10 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
     shape = shape_label([r["batch"] for r in rows],
                         [Estimate(r["speedup"], r["speedup_log_se"], r["speedup_df"])
                          for r in rows], margin)
+    direction = str(direction_labels(np.log([[r["speedup"] for r in rows]]),
+                                     np.array([[r["speedup_log_se"] for r in rows]]),
+                                     np.array([[r["speedup_df"] for r in rows]]))[0])
     best = max(rows, key=lambda r: r["speedup"])
-    return {"rows": rows, "shape": shape, "best_batch": best["batch"],
+    return {"rows": rows, "shape": shape, "direction": direction, "best_batch": best["batch"],
             "best_speedup": best["speedup"], "margin": margin, "timing": timing,
             "engine_log_sd": engine_log_sd}

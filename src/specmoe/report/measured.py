@@ -78,7 +78,7 @@ def speedup_row(rc: dict, sp: dict, r: dict) -> dict:
         **bounded_te("te_sweep", r.get("te_sweep_raw", r["te_sweep"]),
                      r.get("te_sweep_low", np.nan), r.get("te_sweep_high", np.nan),
                      r.get("te_sweep_status")),
-        "shape": sp["shape"],
+        "shape": sp["shape"], "direction": sp.get("direction", ""),
         **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}}
 
 

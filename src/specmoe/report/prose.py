@@ -449,8 +449,9 @@ def findings_table(targets: pd.DataFrame) -> list[str]:
 
 def _speedup_summary(td: Path) -> list[str]:
     """Each model's measured SD speedup at its first run, in words: at batch 1 and where it is
-    largest, each with its 95% interval, whether it is faster or slower where an interval
-    decides it, and how many of its intervals lie below 1, above 1 or across it."""
+    largest, each with its 95% interval, whether it is faster or slower over the curve where the
+    intervals decide it (adjusted for the number of batch sizes), and how many of its 95%
+    intervals lie below 1, above 1 or across it."""
     sp = load(td, "speedup_vs_batch")
     if sp.empty:
         return []
@@ -462,9 +463,10 @@ def _speedup_summary(td: Path) -> list[str]:
         hi = g.get("speedup_high", nan).to_numpy(float)
         below, above = int((hi < 1).sum()), int((lo > 1).sum())
         n = len(g)
-        word = ("no intervals to decide by" if not np.isfinite(lo).any() else
-                "slower" if below and not above else "faster" if above and not below else
-                "neither decidedly faster nor slower" if not (below or above) else "mixed")
+        # the curve's direction, decided in the sweep with intervals adjusted for the number of
+        # batch sizes (sweep.direction_labels); a table without it decides none
+        word = (g["direction"].iloc[0] if "direction" in g and isinstance(
+            g["direction"].iloc[0], str) and g["direction"].iloc[0] else "direction not decided")
         first, best = g.iloc[0], g.loc[g["speedup"].idxmax()]
         out.append(f"{g['model'].iloc[0]} (K={int(g['k'].iloc[0])}) {word}: speedup "
                    f"{_speedup_text(first)} at batch {int(first['batch'])}, largest "
