@@ -2,7 +2,9 @@
 direction or a finding, its false-label rate and its power in the default configuration's noise
 (CPU sweeps: batch 1-8, three repeats, a repeat's log sd 0.10, engine spread 0.043) and in the
 study's (GPU sweeps: batch 1-128, three repeats, 2% per point), and the acceptance test's size at
-the smallest design a row is tested in (10 requests in the smaller arm).
+the smallest design a row is tested in (10 requests in the smaller arm); and how often each
+routing finding decided by an interval over requests is "shown" in traces without temporal
+locality (specmoe.measured.rules.finding_rates).
 
     .venv/bin/python bench/decision_rules.py [--trials 4000] [--json]
 
@@ -24,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from specmoe.measured.rules import direction_table, shape_table  # noqa: E402
+from specmoe.measured.rules import direction_table, finding_rates, shape_table  # noqa: E402
 from specmoe.routing.acceptance import MIN_REQUESTS, cluster_test_size  # noqa: E402
 
 # (requests with accepted drafts, requests with first-rejected drafts, requests in both)
@@ -41,13 +43,19 @@ def main(argv=None) -> int:
     sizes = [{"accepted_requests": acc, "rejected_requests": rej, "in_both": both,
               "size_at_5pct": cluster_test_size(acc, rej, both, trials=a.trials // 2)}
              for acc, rej, both in DESIGNS]
+    findings = finding_rates(trials=a.trials // 10)
     if a.json:
-        print(json.dumps({"rules": rules, "acceptance_test_size": sizes}, indent=1))
+        print(json.dumps({"rules": rules, "findings_false_label": findings,
+                          "acceptance_test_size": sizes}, indent=1))
         return 0
     print(f"{'rule':32} {'noise':14} {'false label':>11} {'power':>6}  worst case / power case")
     for r in rules:
         print(f"{r['rule']:32} {r['noise']:14} {r['false_label_rate']:>11.3f} "
               f"{r['power']:>6.3f}  {r['worst_case']} / {r['power_case']}")
+    print(f"\nrouting findings 'shown' in {a.trials // 10} simulated traces without temporal "
+          "locality (per-request expert preference, no order; 40 requests):")
+    for name, rate in findings.items():
+        print(f"  {name:52} {rate:.3f}")
     print("\ncluster test (CR2, Imbens-Kolesar df) on null samples, nominal 5%:")
     for s in sizes:
         print(f"  {s['accepted_requests']:3d} requests with accepted drafts, "
