@@ -75,7 +75,8 @@ def curve_estimates(ar_logs: np.ndarray, sd_logs: np.ndarray, engine_log_sd: flo
     sd, vs, ds = _series(sd_logs, engine_log_sd)
     v = va + vs
     with np.errstate(invalid="ignore", divide="ignore"):
-        den = np.where(np.isfinite(da), va ** 2 / da, 0) + np.where(np.isfinite(ds), vs ** 2 / ds, 0)
+        den = (np.where(np.isfinite(da), va ** 2 / da, 0)
+               + np.where(np.isfinite(ds), vs ** 2 / ds, 0))
         df = np.where(den > 0, v ** 2 / den, np.inf)
     shape = ar.shape
     return (np.log(ar / sd), np.broadcast_to(np.sqrt(v)[:, None], shape),

@@ -283,12 +283,8 @@ def sequence_baselines(trace: Trace, rows: np.ndarray, starts: np.ndarray,
     req = trace.columns["request"][rows[starts]].astype(np.int64)
     ids, loads, tokens = request_loads(trace)
     at = np.searchsorted(ids, req)
-    n_layers, n_exp = trace.num_layers, trace.num_experts
-    seq = np.repeat(np.arange(starts.size), lengths)
-    flat = (seq[:, None, None] * n_layers + np.arange(n_layers)[None, :, None]) * n_exp \
-        + trace.experts[rows].astype(np.int64)
-    c = np.bincount(flat.ravel(), minlength=starts.size * n_layers * n_exp).reshape(
-        starts.size, n_layers, n_exp).astype(np.float64)
+    c = group_loads(trace.experts, rows, np.repeat(np.arange(starts.size), lengths), starts.size,
+                    trace.num_experts)
     with np.errstate(invalid="ignore", divide="ignore"):
         within = np.where(lengths > 1, (c * (c - 1)).sum(axis=2).mean(axis=1) / lengths, 0.0)
     return {"loads": loads[at], "tokens": tokens[at], "within": within}
@@ -412,15 +408,24 @@ def request_loads(trace: Trace, rows: np.ndarray | None = None) -> tuple[np.ndar
     """(sorted request ids, per request the [layer, expert] count of its tokens selecting each
     expert, its token count) over `rows` (default: every row): the pieces of the pooled
     independence baseline that a bootstrap over requests resamples."""
-    experts = trace.experts if rows is None else trace.experts[rows]
-    req = trace.columns["request"] if rows is None else trace.columns["request"][rows]
-    ids, unit = np.unique(req.astype(np.int64), return_inverse=True)
-    n_layers, n_exp = trace.num_layers, trace.num_experts
-    flat = (unit[:, None, None] * n_layers + np.arange(n_layers)[None, :, None]) * n_exp \
-        + experts.astype(np.int64)
-    counts = np.bincount(flat.ravel(), minlength=ids.size * n_layers * n_exp)
-    return (ids, counts.reshape(ids.size, n_layers, n_exp).astype(np.float64),
+    rows = np.arange(len(trace)) if rows is None else rows
+    ids, unit = np.unique(trace.columns["request"][rows].astype(np.int64), return_inverse=True)
+    return (ids, group_loads(trace.experts, rows, unit, ids.size, trace.num_experts),
             np.bincount(unit, minlength=ids.size).astype(np.float64))
+
+
+def group_loads(experts: np.ndarray, rows: np.ndarray, group: np.ndarray, n_groups: int,
+                num_experts: int, chunk: int = 1 << 16) -> np.ndarray:
+    """[group, layer, expert] how many of the given rows of each group select each expert, in
+    chunks of rows (memory stays small whatever the trace's length)."""
+    n_layers = experts.shape[1]
+    out = np.zeros(n_groups * n_layers * num_experts, np.int64)
+    for lo in range(0, rows.size, chunk):
+        r, g = rows[lo:lo + chunk], group[lo:lo + chunk].astype(np.int64)
+        flat = (g[:, None, None] * n_layers + np.arange(n_layers)[None, :, None]) * num_experts \
+            + experts[r].astype(np.int64)
+        out += np.bincount(flat.ravel(), minlength=out.size)
+    return out.reshape(n_groups, n_layers, num_experts).astype(np.float64)
 
 
 def independence_of(loads: np.ndarray, tokens: np.ndarray, k: int) -> np.ndarray:
