@@ -263,3 +263,15 @@ def test_one_token_per_request_agrees_with_the_token_level_test():
     out = compare(acc, rej, np.arange(200), np.arange(200, 350))
     assert out["p_by_request"] == pytest.approx(out["p_tokens_welch"], rel=0.1)
     assert out["delta_low_by_request"] == pytest.approx(out["delta_low_tokens"], abs=0.003)
+
+
+@pytest.mark.parametrize("low,high,label", [(0.18, 0.44, "negligible to small"),
+                                            (0.25, 0.45, "small"), (-0.1, 0.3,
+                                                                    "negligible to small"),
+                                            (-0.9, -0.6, "medium to large")])
+def test_the_size_verdict_is_its_intervals(low, high, label):
+    """d = 0.30 [0.18, 0.44] (the default run's position 2) is not "small": its interval reaches
+    into "negligible"."""
+    from specmoe.routing.acceptance import size_range
+
+    assert size_range(low, high) == label

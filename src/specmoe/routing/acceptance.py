@@ -35,6 +35,17 @@ def size_label(d: float) -> str:
     return "negligible" if a < 0.2 else "small" if a < 0.5 else "medium" if a < 0.8 else "large"
 
 
+def size_range(low: float, high: float) -> str:
+    """The size label of a d known only to lie in [low, high]: one label where the whole
+    interval has it, else "<smallest> to <largest>" (an interval across 0.2 is neither
+    negligible nor small)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "n/a"
+    least = 0.0 if low <= 0 <= high else min(abs(low), abs(high))
+    a, b = size_label(least), size_label(max(abs(low), abs(high)))
+    return a if a == b else f"{a} to {b}"
+
+
 def cohens_d(x: np.ndarray, y: np.ndarray) -> float:
     """(mean x - mean y) / pooled standard deviation (ddof 1)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -78,6 +89,8 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
         out["n_requests_accepted"] = int(np.unique(acc_req).size)
         out["n_requests_rejected"] = int(np.unique(rej_req).size)
         out.update(by_request(acc, rej, acc_req, rej_req))
+        if np.isfinite(out["cohens_d_low"]):  # the verdict of d's interval, not of its point
+            out["size"] = size_range(out["cohens_d_low"], out["cohens_d_high"])
         if min(out["n_requests_accepted"], out["n_requests_rejected"]) < MIN_REQUESTS:
             # a handful of requests decide nothing: no p-value, no verdict on d
             for key in ("p_by_request", "p_tokens_welch", "p_tokens_mannwhitney"):
