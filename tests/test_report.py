@@ -479,3 +479,14 @@ def test_curves_are_shown_one_column_per_line():
     # the flagged drafter (896 experts of Mixtral's width) is empty, not a number
     assert wide[wide["model"] == "synth-coarse"]["MoE, N = 896"].isna().all()
     assert "one column per drafter kind" in note
+
+
+def test_a_ratio_that_is_not_a_te_is_worded_as_raw_with_its_interval():
+    """The sweep's TE 1.86 [0.79, ∞] at batch 1 (the default run's tiny-coarse): its status and
+    its raw numbers, named raw and "not a TE"; an identified TE with its interval."""
+    raw = pd.Series({"te_sweep": np.nan, "te_sweep_raw": 1.859, "te_sweep_raw_low": 0.787,
+                     "te_sweep_raw_high": np.inf, "te_sweep_status": "not identifiable here"})
+    assert prose._te_text(raw, "te_sweep") == \
+        "not identifiable here (raw ratio 1.86 [0.79, ∞], not a TE)"
+    ok = pd.Series({"te_profiled": 0.559, "te_profiled_low": 0.419, "te_profiled_high": 0.746})
+    assert prose._te_text(ok, "te_profiled") == "0.56 [0.42, 0.75]"

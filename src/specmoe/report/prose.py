@@ -83,9 +83,12 @@ def _val(row, col: str) -> float:
 
 
 def _bracket(row, col: str) -> str:
-    """ " [low, high]" of a column with an interval in the row, else nothing."""
+    """ " [low, high]" of a column with an interval in the row (an unbounded end as ∞), else
+    nothing."""
     lo, hi = _interval(row, col)
-    return f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) and np.isfinite(hi) else ""
+    if not (np.isfinite(lo) and (np.isfinite(hi) or hi == np.inf)):
+        return ""
+    return f" [{lo:.2f}, {'∞' if hi == np.inf else f'{hi:.2f}'}]"
 
 
 def _speedup_text(row) -> str:
