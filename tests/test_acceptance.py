@@ -170,23 +170,89 @@ def test_copies_of_a_requests_tokens_are_not_new_evidence():
 
 
 def test_cluster_robust_p_by_hand():
-    """The CR1 sandwich of the regression of overlap on 'accepted', written out with explicit
-    matrices and a loop over requests."""
+    """The CR2 sandwich of the regression of overlap on 'accepted' and its Imbens-Kolesar degrees
+    of freedom, written out with explicit matrices and a loop over requests: each cluster's
+    residuals multiplied by (I - H_gg)^(-1/2), the degrees of freedom (tr B)^2 / tr(B^2) of
+    B = G'G, G's column g = (I - H) E_g (I - H_gg)^(-1/2) X_g (X'X)^(-1) e_b."""
     from specmoe.routing.acceptance import cluster_robust_p
 
     acc, rej, ar, rr = _clustered_sample(1, requests=12, per_request=3)
     y = np.concatenate([acc, rej])
     X = np.column_stack([np.ones(y.size), np.r_[np.ones(acc.size), np.zeros(rej.size)]])
     g = np.concatenate([ar, rr])
-    beta = np.linalg.lstsq(X, y, rcond=None)[0]
-    u = y - X @ beta
-    meat = sum(np.outer(X[g == c].T @ u[g == c], X[g == c].T @ u[g == c]) for c in np.unique(g))
-    G, n = np.unique(g).size, y.size
     bread = np.linalg.inv(X.T @ X)
-    v = bread @ meat @ bread * G / (G - 1) * (n - 1) / (n - 2)
-    want = 2 * stats.t.sf(abs(beta[1]) / np.sqrt(v[1, 1]), G - 1)
+    H = X @ bread @ X.T
+    beta = bread @ X.T @ y
+    u = y - X @ beta
+    M = np.eye(y.size) - H
+    meat, cols = np.zeros((2, 2)), []
+    for c in np.unique(g):
+        m = g == c
+        w, v = np.linalg.eigh(np.eye(m.sum()) - H[np.ix_(m, m)])
+        a_inv_sqrt = v @ np.diag(w ** -0.5) @ v.T
+        s = X[m].T @ a_inv_sqrt @ u[m]
+        meat += np.outer(s, s)
+        col = np.zeros(y.size)
+        col[m] = a_inv_sqrt @ X[m] @ bread[:, 1]
+        cols.append(M @ col)
+    v = bread @ meat @ bread
+    G = np.column_stack(cols)
+    B = G.T @ G
+    df = np.trace(B) ** 2 / np.trace(B @ B)
+    want = 2 * stats.t.sf(abs(beta[1]) / np.sqrt(v[1, 1]), df)
     assert cluster_robust_p(acc, rej, ar, rr) == pytest.approx(want, rel=1e-9)
     assert beta[1] == pytest.approx(acc.mean() - rej.mean())
+
+
+@pytest.mark.parametrize("accepted,rejected,shared", [(10, 10, 0), (60, 10, 0), (60, 10, 10)])
+def test_the_cluster_test_keeps_its_size_at_the_smallest_admitted_design(accepted, rejected,
+                                                                         shared):
+    """No delta, 10 requests in the smaller arm (the fewest a row is tested with), unbalanced
+    token counts, a request-level offset and skewed token noise (2,000 simulated samples, fixed
+    seed): the clustered test rejects at most ~7% at nominal 5% (CR1 with G - 1 degrees of
+    freedom rejected 9.7% in the 60/10 design)."""
+    from specmoe.routing.acceptance import MIN_REQUESTS, cluster_test_size
+
+    assert rejected == MIN_REQUESTS
+    assert cluster_test_size(accepted, rejected, shared, trials=2000, seed=2) <= 0.07
+
+
+def test_a_row_from_fewer_than_10_requests_in_an_arm_says_too_few():
+    """Rejected drafts from 4 requests: no p-value and no verdict on d (their numbers stay)."""
+    from specmoe.routing.acceptance import TOO_FEW
+
+    acc, rej, ar, rr = _clustered_sample(4)
+    few = rr < 4
+    out = compare(acc, rej[few], ar, rr[few])
+    assert out["n_requests_rejected"] == 4 and out["n_requests_accepted"] == 30
+    assert out["size"] == TOO_FEW
+    assert all(np.isnan(out[k]) for k in ("p_by_request", "p_tokens_welch",
+                                           "p_tokens_mannwhitney"))
+    assert np.isfinite(out["cohens_d"]) and np.isfinite(out["delta"])
+    assert compare(acc, rej, ar, rr)["size"] != TOO_FEW
+
+
+def test_cohens_d_has_an_interval_by_request():
+    """d's 95% interval resamples whole requests: it holds d, and copies of every request's tokens
+    leave it where it was (the token count is not the evidence)."""
+    acc, rej, ar, rr = _clustered_sample(5)
+    once = compare(acc, rej, ar, rr)
+    assert once["cohens_d_low"] < once["cohens_d"] < once["cohens_d_high"]
+    tenfold = compare(np.tile(acc, 10), np.tile(rej, 10), np.tile(ar, 10), np.tile(rr, 10))
+    assert tenfold["cohens_d_low"] == pytest.approx(once["cohens_d_low"], abs=0.05)
+    assert tenfold["cohens_d_high"] == pytest.approx(once["cohens_d_high"], abs=0.05)
+
+
+def test_holm_by_hand_and_across_positions_and_slices(small_trace):
+    from specmoe.routing.acceptance import holm
+
+    got = holm([0.01, 0.04, 0.03, float("nan")])
+    assert got[:3] == pytest.approx([0.03, 0.06, 0.06]) and np.isnan(got[3])
+    consec, anchor = row_overlaps(small_trace)
+    res = acceptance_stats(small_trace, consec, anchor)
+    family = res["by_position"] + [r for rows in res["slices"].values() for r in rows]
+    assert [r["p_holm"] for r in family] == pytest.approx(
+        holm([r["p_by_request"] for r in family]), nan_ok=True)
 
 
 def test_one_token_per_request_agrees_with_the_token_level_test():
@@ -197,3 +263,15 @@ def test_one_token_per_request_agrees_with_the_token_level_test():
     out = compare(acc, rej, np.arange(200), np.arange(200, 350))
     assert out["p_by_request"] == pytest.approx(out["p_tokens_welch"], rel=0.1)
     assert out["delta_low_by_request"] == pytest.approx(out["delta_low_tokens"], abs=0.003)
+
+
+@pytest.mark.parametrize("low,high,label", [(0.18, 0.44, "negligible to small"),
+                                            (0.25, 0.45, "small"), (-0.1, 0.3,
+                                                                    "negligible to small"),
+                                            (-0.9, -0.6, "medium to large")])
+def test_the_size_verdict_is_its_intervals(low, high, label):
+    """d = 0.30 [0.18, 0.44] (the default run's position 2) is not "small": its interval reaches
+    into "negligible"."""
+    from specmoe.routing.acceptance import size_range
+
+    assert size_range(low, high) == label

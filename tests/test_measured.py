@@ -74,3 +74,24 @@ def test_te_outside_zero_one_is_flagged_not_a_value(tmp_path):
     above = corr[corr["te_raw"] > 1]
     assert len(above) and above["te"].isna().all()
     assert (above["te_status"] == "above 1: not physical").all()
+
+
+def test_a_te_whose_interval_reaches_past_1_is_marked_and_never_a_value(tmp_path):
+    """Profiled TE 0.94 with the 95% interval [0.83, 1.06] (the default run's tiny-fine at batch
+    1, marked "ok" before): its interval reaches past the physical bound, so it is marked not
+    identified, and neither the TE nor its interval columns hold a number past 1; the raw
+    values stay beside, named raw."""
+    sps = [dump(tmp_path, "s", speedup("d1", 0.8, 2.5, 1.6))]
+    cms = [dump(tmp_path, "c", cost("d1", 0.61, 0.2))]
+    prof = {"run": run("d1"), "batches": [{
+        "batch": 1, "te_profiled": 0.941, "te_profiled_low": 0.832, "te_profiled_high": 1.065,
+        "moe_time_share": 0.3, "moe_time_ratio": 0.8, "dense_time_ratio": 0.9,
+        "draft_cost_profiled": 0.05, "device": "cpu", "sm_count": 0, "classes": {},
+        "grids": {}}]}
+    row = build_measured_tables(sps, [dump(tmp_path, "p", prof)], cms)["te_three_ways"].iloc[0]
+    assert row["te_profiled_status"].startswith("not identified")
+    assert all(pd.isna(row[c]) for c in ("te_profiled", "te_profiled_low", "te_profiled_high"))
+    assert (row["te_profiled_raw"], row["te_profiled_raw_high"]) == (0.941, 1.065)
+    te_cols = [c for c in row.index if c.startswith("te_") and "_raw" not in c
+               and not c.endswith("_status")]
+    assert not any(float(row[c]) > 1 for c in te_cols if pd.notna(row[c]))

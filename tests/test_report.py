@@ -144,12 +144,19 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
                     "## Profiling", "## Acceptance", "## The study side by side"):
         assert section in heads
     opening = index.split("## What this run shows")[1].split("## Findings")[0]
+    # the fixture's tables predate the excess over independence and the decay within
+    # acceptance status: those findings are "not measured" there, never decided by a margin
     assert ("tiny-fine: shown and not shared by its untrained control (evidence of learned "
-            "routing): step-1 overlap above the within-window shuffle null (+0.015 [+0.009, "
-            "+0.021])") in opening
+            "routing): uniform IPF predicts unique experts (+1.8% (23.08 vs 22.67))") in opening
+    assert "within-window shuffle null" not in opening
     assert "so these are not evidence of learned routing" in opening
-    assert "tiny-fine (K=3) faster: speedup 1.02–1.23 over batch 1–8, 0 of 4 intervals below 1 " \
-        "and 1 above" in opening
+    # (the fixture's sweep predates the curve's direction, decided with adjusted intervals)
+    assert ("tiny-fine (K=3) direction not decided: speedup 1.17 [0.96, 1.41] at batch 1, "
+            "largest 1.23 [1.01, 1.49] at batch 2; 0 of 4 intervals below 1 and 1 above") \
+        in opening
+    # a TE whose interval reaches past 1 is marked, never given as a value
+    assert ("from profiled passes not identified: its 95% interval [0.83, 1.06] reaches past "
+            "the physical bound (point 0.94)") in index
     assert "What a CPU run cannot show" in opening
     assert ("| tiny-fine | overlap decays with distance | overlap(1) - overlap(8) along the "
             "sequence > 0 | +0.055 [+0.044, +0.063], 112 requests | shown | +0.138 [+0.130, "
@@ -219,8 +226,21 @@ def _routing_tables(tmp_path, fine: dict, coarse: dict, controls: dict | None = 
                        **{f"seq{d}": w["seq1"] - w["decay"] * (d - 1) / 7 for d in range(2, 9)},
                        "seq_decay": w["decay"], "seq_decay_low": w["decay"] - 0.02,
                        "seq_decay_high": w["decay"] + 0.02, "seq_requests": 40,
+                       "seq_excess": w["seq1"] - w["ind"],
+                       "seq_excess_low": w["seq1"] - w["ind"] - 0.01,
+                       "seq_excess_high": w["seq1"] - w["ind"] + 0.01,
+                       "seq_within_request": w["ind"] + 0.01,
+                       "seq_excess_within": w["seq1"] - w["ind"] - 0.01,
+                       "seq_excess_within_low": w["seq1"] - w["ind"] - 0.02,
+                       "seq_excess_within_high": w["seq1"] - w["ind"],
                        "above_shuffle": w["above"], "above_shuffle_low": w["above"] - 0.01,
                        "above_shuffle_high": w["above"] + 0.01,
+                       "above_shuffle_share": w["above"] / 0.2,
+                       "above_shuffle_share_low": (w["above"] - 0.01) / 0.2,
+                       "above_shuffle_share_high": (w["above"] + 0.01) / 0.2,
+                       "window_decay_within_status": w["above"],
+                       "window_decay_within_status_low": w["above"] - 0.01,
+                       "window_decay_within_status_high": w["above"] + 0.01,
                        "window_decay": w["decay"], "window_decay_low": w["decay"] - 0.02,
                        "window_decay_high": w["decay"] + 0.02})
             share = (w["seq1"] - w["ind"]) / w["seq1"]
@@ -250,7 +270,7 @@ def test_routing_targets_follow_the_tables(tmp_path):
     'not shown' with its numbers; a balanced, decaying one is 'shown'; an interval that straddles
     its threshold is 'undecided'; and each finding is evidence of learned routing only where the
     untrained control does not show it (tables that contradict each other's words)."""
-    bad = {"seq1": 0.45, "ind": 0.40, "decay": -0.03, "hot": 0.83, "ipf": 0.12, "above": -0.03}
+    bad = {"seq1": 0.38, "ind": 0.40, "decay": -0.03, "hot": 0.83, "ipf": 0.12, "above": -0.03}
     _routing_tables(tmp_path, fine=bad, coarse={**bad, "seq1": 0.60, "ind": 0.40})
     t = prose.routing_targets(tmp_path)
     fine = t[t["model"] == "fine"].set_index("finding")["status"]
@@ -268,8 +288,8 @@ def test_routing_targets_follow_the_tables(tmp_path):
                     controls=flat)
     t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
     assert set(t.loc["fine"]["status"]) == {"shown"}
-    assert t.loc[("fine", "step-1 overlap above the within-window shuffle null"),
-                 "learned"] == "yes"
+    assert t.loc[("fine", "overlap decays inside windows"), "learned"] == "yes"
+    assert "step-1 overlap above the within-window shuffle null" not in t.loc["fine"].index
     assert t.loc[("fine", "overlap decays with distance"), "learned"] == "yes"
     assert t.loc[("fine", "overlap decays with distance"), "control_status"] == "undecided" \
         or t.loc[("fine", "overlap decays with distance"), "control_status"] == "not shown"
@@ -277,8 +297,9 @@ def test_routing_targets_follow_the_tables(tmp_path):
         "no: the untrained control shows it as well"
     text = _page(tmp_path)
     assert ("fine: shown and not shared by its untrained control (evidence of learned "
-            "routing): step-1 overlap above the within-window shuffle null (+0.030 [+0.020, "
-            "+0.040])") in text
+            "routing): overlap decays inside windows (+0.030 [+0.020, +0.040]; all pairs, d = 1 "
+            "to K: +0.060 [+0.040, +0.080], certifying 15% [10%, 20%] of the temporal overlap "
+            "as within-window ordering)") in text
     assert "| fine | overlap decays with distance |" in text
 
     # the same target beside a control that decays and clears its null as well: not evidence
@@ -306,8 +327,8 @@ def test_routing_targets_follow_the_tables(tmp_path):
 
 def test_direction_words_come_with_the_interval_that_decides_them(tmp_path):
     """'decays' where the decay's interval lies above 0, 'rises' below, 'undecided' across it,
-    each with the interval; the sweep's speedup summary says slower or faster only where its
-    intervals lie below or above 1."""
+    each with the interval; the sweep's speedup summary says slower or faster as the sweep
+    decided it (sweep.direction_labels), with the speedup at batch 1 and where it is largest."""
     good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.0, "above": 0.03}
     for decay, word in ((0.06, "decays (+0.060 [+0.040, +0.080])"),
                         (-0.05, "rises (-0.050 [-0.070, -0.030])"),
@@ -320,11 +341,14 @@ def test_direction_words_come_with_the_interval_that_decides_them(tmp_path):
            "shape": "undecided within the noise", "draft_cost": np.nan}
     for spd, word in ((0.8, "slower"), (1.3, "faster"), (1.0, "neither decidedly faster nor "
                                                            "slower")):
-        pd.DataFrame([{**run, "batch": b, "speedup": spd, "speedup_low": spd - 0.1,
-                       "speedup_high": spd + 0.1} for b in (1, 2, 4, 8)]).to_csv(
-            tmp_path / "speedup_vs_batch.csv", index=False)
-        assert f"fine (K=3) {word}: speedup {spd:.2f}–{spd:.2f} over batch 1–8" in \
-            prose.opening(tmp_path)
+        pd.DataFrame([{**run, "batch": b, "speedup": spd + 0.01 * (b == 4),
+                       "speedup_low": spd - 0.1, "speedup_high": spd + 0.1, "direction": word}
+                      for b in (1, 2, 4, 8)]).to_csv(tmp_path / "speedup_vs_batch.csv",
+                                                     index=False)
+        # the first page's numbers with their intervals: at batch 1 and where largest
+        assert (f"fine (K=3) {word}: speedup {spd:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at "
+                f"batch 1, largest {spd + 0.01:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at batch "
+                "4; ") in prose.opening(tmp_path)
 
 
 def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: str):
@@ -455,3 +479,14 @@ def test_curves_are_shown_one_column_per_line():
     # the flagged drafter (896 experts of Mixtral's width) is empty, not a number
     assert wide[wide["model"] == "synth-coarse"]["MoE, N = 896"].isna().all()
     assert "one column per drafter kind" in note
+
+
+def test_a_ratio_that_is_not_a_te_is_worded_as_raw_with_its_interval():
+    """The sweep's TE 1.86 [0.79, ∞] at batch 1 (the default run's tiny-coarse): its status and
+    its raw numbers, named raw and "not a TE"; an identified TE with its interval."""
+    raw = pd.Series({"te_sweep": np.nan, "te_sweep_raw": 1.859, "te_sweep_raw_low": 0.787,
+                     "te_sweep_raw_high": np.inf, "te_sweep_status": "not identifiable here"})
+    assert prose._te_text(raw, "te_sweep") == \
+        "not identifiable here (raw ratio 1.86 [0.79, ∞], not a TE)"
+    ok = pd.Series({"te_profiled": 0.559, "te_profiled_low": 0.419, "te_profiled_high": 0.746})
+    assert prose._te_text(ok, "te_profiled") == "0.56 [0.42, 0.75]"

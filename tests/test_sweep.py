@@ -261,3 +261,93 @@ def test_a_te_whose_interval_crosses_1_is_marked_not_identified():
     assert te_status(0.8, 0.6, 1.2, True) == TE_CROSSES
     assert te_status(0.8, float("nan"), float("nan"), True) == "ok"  # no interval: the point
     assert te_status(1.3, 1.1, 1.5, True) == "not identifiable here"
+
+
+def test_a_low_batch_peak_needs_an_equivalence_test_not_an_undecided_interval():
+    """The study's noise (2% per point): a concave curve peaking at batch 2 by 8%, whose batch 2
+    is not significantly above batch 1, while batch 1 is significantly above batch 8. The
+    absence of a significant rise is not evidence of its absence: batch 2's upper bound reaches
+    past batch 1 by more than the margin, so the curve is undecided, not a peak at batch 1."""
+    speedups = [Estimate(v, 0.02, 16) for v in (1.0, 1.08, 0.95, 0.85)]
+    assert shape_label([1, 2, 4, 8], speedups, MARGIN) == UNDECIDED
+    # the same with batch 2 measured tightly at batch 1's value: equivalent within the margin
+    tight = [Estimate(v, 0.005, 16) for v in (1.0, 1.0, 0.95, 0.85)]
+    assert shape_label([1, 2, 4, 8], tight, MARGIN) == PEAK_LOW
+
+
+def test_a_rise_needs_its_equivalence_test_too():
+    """Mirrored: a curve rising to batch 4 and 8% lower at batch 8, batch 4 not significantly
+    above batch 8: undecided, not "rising"."""
+    speedups = [Estimate(v, 0.02, 16) for v in (0.85, 0.95, 1.08, 1.0)]
+    assert shape_label([1, 2, 4, 8], speedups, MARGIN) == UNDECIDED
+
+
+def test_the_simulated_sweeps_are_what_speedup_curve_estimates():
+    """The simulation of the rules' error rates (specmoe.measured.rules) estimates a sweep as
+    speedup_curve does: the same simulated repeats through both give the same speedups, errors
+    and degrees of freedom."""
+    from specmoe.measured.rules import DEFAULT, curve_estimates, draw_repeats
+
+    rng = np.random.default_rng(3)
+    true = np.log([1.2, 1.1, 1.0, 0.9])
+    ar, sd = (draw_repeats(rng, x, DEFAULT, 3) for x in (np.zeros(4), -true))
+    lm, se, df = curve_estimates(ar, sd, DEFAULT.engine_log_sd)
+    for t in range(3):
+        series = [[point(b, math.exp(x[t, i, r]), tau=tau) | {"repeat": r}
+                   for i, b in enumerate(DEFAULT.batches) for r in range(DEFAULT.repeats)]
+                  for x, tau in ((ar, None), (sd, 2.0))]
+        rows = speedup_curve(*series, None, 3, MARGIN, "client", DEFAULT.engine_log_sd)["rows"]
+        assert [r["speedup"] for r in rows] == pytest.approx(np.exp(lm[t]))
+        assert [r["speedup_log_se"] for r in rows] == pytest.approx(se[t])
+        assert [r["speedup_df"] for r in rows] == pytest.approx(df[t])
+
+
+@pytest.mark.parametrize("noise", ["default (CPU)", "study (GPU)"])
+def test_every_shape_label_is_false_at_most_5_percent_of_the_time_under_its_noise(noise):
+    """Each shape label, given to simulated sweeps (4,000 per curve, fixed seed) of true curves
+    for which it is false, in the configuration's own noise (the default's CPU sweeps, the
+    study's 2% per point): at most 5% of the time, for every curve of rules.scenarios (clear
+    shapes and the near misses: concave curves peaking at batch 2 or 4 by 8-10%, a rise that
+    tops out a batch before the end)."""
+    from specmoe.measured.rules import NOISES, scenarios, shape_rates, wrong_shapes
+
+    cfg = next(n for n in NOISES if n.name == noise)
+    for name, curve in scenarios(cfg.batches).items():
+        rates = shape_rates(curve, cfg, MARGIN, trials=4000, seed=1)
+        for label in wrong_shapes(curve, MARGIN):
+            assert rates[label] <= 0.05, (name, label, rates[label])
+    if cfg.name.startswith("study"):  # and the rule still finds the study's shapes in its noise
+        rates = shape_rates(scenarios(cfg.batches)["peak at batch 1 (falls 10% per size)"], cfg,
+                            MARGIN, trials=4000, seed=1)
+        assert rates[PEAK_LOW] >= 0.9
+
+
+def test_a_curve_is_faster_or_slower_only_where_its_adjusted_intervals_say_so():
+    """The curve's direction: one interval above 1 at the curve's adjusted level says "faster";
+    95% intervals of four points at speedup 1 are not a claim (unadjusted, one of four lies
+    above 1 about 10% of the time)."""
+    from specmoe.measured.sweep import FASTER, MIXED, NEITHER, SLOWER, direction_labels
+
+    def label(values, se=0.05):
+        return direction_labels(np.log([values]), np.full((1, len(values)), se),
+                                np.full((1, len(values)), 16.0))[0]
+
+    assert label([1.0, 1.3, 1.0, 1.0]) == FASTER
+    assert label([0.7, 1.0, 1.0, 1.0]) == SLOWER
+    assert label([0.7, 1.3, 1.0, 1.0]) == MIXED
+    # a 95% interval alone would say faster: 1.1 / e^(2.12 * 0.05) > 1
+    assert label([1.0, 1.1, 1.0, 1.0]) == NEITHER
+
+
+@pytest.mark.parametrize("noise", ["default (CPU)", "study (GPU)"])
+def test_the_faster_or_slower_word_is_false_at_most_5_percent_of_the_time(noise):
+    """Simulated sweeps (4,000, fixed seed) of a curve at speedup 1 everywhere, and of curves
+    truly faster at every batch size: "faster" or "slower" is said of the first at most 5% of the
+    time, and "slower" of the second never more."""
+    from specmoe.measured.rules import NOISES, direction_rates
+
+    cfg = next(n for n in NOISES if n.name == noise)
+    n = len(cfg.batches)
+    rates = direction_rates([1.0] * n, cfg, trials=4000, seed=2)
+    assert rates["faster"] + rates["slower"] + rates["mixed"] <= 0.05
+    assert direction_rates([1.2] * n, cfg, trials=4000, seed=2)["slower"] <= 0.05

@@ -52,8 +52,10 @@ def test_report_opens_with_its_caveats(tmp_path):
 
 
 def test_report_says_what_the_routing_shows(tmp_path):
-    """Run by run, in words decided by the intervals over requests: the decay inside windows and
-    the excess over the shuffle null, with and without the windows that repeat a token."""
+    """Run by run, in words decided by the intervals over requests: the decay inside windows (with
+    the share of the temporal overlap that step 1 above the exact shuffle null certifies: the
+    same contrast, given once, never as a second direction), the decay among pairs of one
+    acceptance status, with and without the windows that repeat a token."""
     import pandas as pd
 
     from specmoe.stages.report import report_stage
@@ -66,7 +68,9 @@ def test_report_says_what_the_routing_shows(tmp_path):
          "step3": 0.45, "independent": 0.38, "shuffle1": 0.47, "step1_no_repetition": 0.465,
          "step2_no_repetition": 0.426, "step3_no_repetition": 0.414,
          "repetitive_windows_pct": 28.0, **iv("window_decay", 0.02, 0.03),
-         **iv("above_shuffle", 0.0, 0.01), **iv("window_decay_no_repetition", 0.051, 0.02)},
+         **iv("above_shuffle", 0.0, 0.01), **iv("above_shuffle_share", 0.0, 0.1),
+         **iv("window_decay_within_status", 0.03, 0.01),
+         **iv("window_decay_no_repetition", 0.051, 0.02)},
         {"model": "control", "drafter": "d", "k": 3, "dataset": "x", "step1": 0.54, "step2": 0.57,
          "step3": 0.53, "independent": 0.16, "shuffle1": 0.55, "step1_no_repetition": 0.455,
          "step2_no_repetition": 0.454, "step3_no_repetition": 0.456,
@@ -79,8 +83,12 @@ def test_report_says_what_the_routing_shows(tmp_path):
     text = out.read_text()
     assert "### What the routing shows, run by run" in text
     assert ("trained, K=3, x: inside windows, overlap at d = 1..3 0.470 / 0.470 / 0.450, from "
-            "d = 1 to 3 undecided (+0.020 [-0.010, +0.050]); step 1 above the within-window "
-            "shuffle null: undecided (+0.000 [-0.010, +0.010])") in text
+            "d = 1 to 3 undecided (+0.020 [-0.010, +0.050]), which certifies 0% [-10%, 10%] of "
+            "the temporal overlap as within-window ordering (step 1 above the exact "
+            "within-window shuffle null: the same contrast as the decay, not a second finding); "
+            "among pairs of one acceptance status, from d = 1 to 2 decays (+0.030 [+0.020, "
+            "+0.040])") in text
+    assert "null: undecided" not in text and "null: above" not in text
     assert ("28% of windows repeat a token, and without them 0.465 / 0.426 / 0.414, decays "
             "(+0.051 [+0.031, +0.071])") in text
     assert ("control, K=3, x: inside windows, overlap at d = 1..3 0.540 / 0.570 / 0.530, from "

@@ -22,15 +22,16 @@ length:
   here"; a point inside whose interval crosses a physical bound (above 1, or unbounded) is "not
   identified by the sweep": the sweep cannot tell TE from an impossible value there. Either way
   its TE is NaN (the raw value and the interval are kept beside the status);
-- the curve's shape (shape_label), decided by the intervals or said to be undecided.
+- the curve's shape (shape_label) and whether SD is faster or slower over it (direction_labels),
+  decided by the intervals or said to be undecided.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import combinations
 
+import numpy as np
 from scipy import stats
 
 from ..cost.costmodel import te_from_sweep
@@ -182,43 +183,92 @@ def mean_interval(xs: list[float], level: float = LEVEL) -> tuple[float, float]:
 
 def shape_label(batches: list[int], speedups: list[Estimate], margin: float,
                 level: float = LEVEL) -> str:
-    """The shape of a speedup-vs-batch curve as far as its intervals decide it.
-
-    Two batch sizes differ when the interval of their speedups' ratio excludes 1 and the ratio
-    itself exceeds 1 + margin; they agree when that interval lies within [1/(1+margin), 1+margin].
-    The intervals are Bonferroni-adjusted for the number of pairs (a shape is a claim about the
-    whole curve). "concave": an interior batch size above both ends; "rising": the largest above
-    the smallest and nothing above the largest; "peak at low batch": the smallest above the largest
-    and nothing above the smallest; "flat within the margin": every pair agrees; else "undecided
-    within the noise"."""
+    """The shape of a speedup-vs-batch curve as far as its intervals decide it (shape_labels on
+    one curve: points without a value left out, sorted by batch size)."""
     pts = sorted((b, s) for b, s in zip(batches, speedups) if math.isfinite(s.mean))
     if len(pts) < 2:
         return TOO_FEW
-    level = 1 - (1 - level) / math.comb(len(pts), 2)
+    est = [s for _, s in pts]
+    return str(shape_labels(np.log([[s.mean for s in est]]), np.array([[s.log_se for s in est]]),
+                            np.array([[s.df for s in est]]), margin, level)[0])
+
+
+def shape_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, margin: float,
+                 level: float = LEVEL) -> np.ndarray:
+    """The shape label of many curves at once: [curve, point] arrays of each point's log speedup,
+    its log-scale standard error and degrees of freedom, points in ascending batch size (the one
+    implementation of the rule: shape_label and the simulation of its error rates both call it).
+
+    Two batch sizes i, j differ ("i above j") when the interval of log(s_i / s_j) lies above 0
+    and its point above log(1 + margin); i is "not above j by more than the margin" when the
+    interval's upper bound is at most log(1 + margin) (an equivalence test: absence of a
+    difference is never read from an undecided interval). The intervals are Bonferroni-adjusted
+    for the number of pairs (a shape is a claim about the whole curve); a point without an error
+    decides by its value. "concave": an interior batch size above both ends; "rising": the
+    largest above the smallest and no smaller batch above the largest by more than the margin;
+    "peak at low batch": the smallest above the largest and no larger batch above the smallest by
+    more than the margin; "flat within the margin": every pair within the margin both ways; else
+    "undecided within the noise". Each label's false-label rate under the configurations' noise
+    is simulated (specmoe.measured.rules, bench/decision_rules.py)."""
+    lm = np.asarray(log_speedup, float)
+    se, dof = np.asarray(log_se, float), np.asarray(df, float)
+    n = lm.shape[1]
+    out = np.full(lm.shape[0], UNDECIDED, dtype=object)
+    if n < 2:
+        out[:] = TOO_FEW
+        return out
+    q = 0.5 + (1 - (1 - level) / math.comb(n, 2)) / 2
     up = math.log1p(margin)
-
-    def bounds(i, j):  # log interval of speedup_i / speedup_j
-        r = ratio(pts[i][1], pts[j][1])
-        if not (r.df > 0 and math.isfinite(r.log_se)):
-            return math.log(r.mean), math.log(r.mean)  # no error: the point decides
-        t = _t(level, r.df) * r.log_se
-        return math.log(r.mean) - t, math.log(r.mean) + t
-
-    def above(i, j):
-        lo, _ = bounds(i, j)
-        return lo > 0 and math.log(pts[i][1].mean / pts[j][1].mean) > up
-
-    n = len(pts)
+    diff = lm[:, :, None] - lm[:, None, :]                      # [curve, i, j]: log(s_i / s_j)
+    v = se ** 2
+    vsum = v[:, :, None] + v[:, None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        part = np.where(v > 0, v ** 2 / dof, 0.0)               # Welch-Satterthwaite
+        den = part[:, :, None] + part[:, None, :]
+        pair_df = np.where(den > 0, vsum ** 2 / den, np.inf)
+        ok = np.isfinite(vsum) & (dof[:, :, None] > 0) & (dof[:, None, :] > 0)
+        half = np.where(ok, stats.t.ppf(q, np.where(ok, pair_df, 1.0)) * np.sqrt(
+            np.where(ok, vsum, 0.0)), 0.0)
+    lo, hi = diff - half, diff + half
+    above = (lo > 0) & (diff > up)
+    within = hi <= up                                           # i not above j by the margin
     first, last = 0, n - 1
-    if any(above(i, first) and above(i, last) for i in range(1, n - 1)):
-        return CONCAVE
-    if above(last, first) and not any(above(i, last) for i in range(n)):
-        return RISING
-    if above(first, last) and not any(above(i, first) for i in range(n)):
-        return PEAK_LOW
-    if all(-up <= lo and hi <= up for lo, hi in (bounds(i, j) for i, j in combinations(range(n), 2))):
-        return FLAT
-    return UNDECIDED
+    concave = (above[:, 1:-1, first] & above[:, 1:-1, last]).any(axis=1)
+    rising = above[:, last, first] & within[:, :last, last].all(axis=1)
+    peak = above[:, first, last] & within[:, 1:, first].all(axis=1)
+    i, j = np.triu_indices(n, 1)
+    flat = ((lo >= -up) & within)[:, i, j].all(axis=1)
+    out[flat] = FLAT
+    out[peak] = PEAK_LOW
+    out[rising] = RISING
+    out[concave] = CONCAVE
+    return out
+
+
+FASTER, SLOWER, MIXED = "faster", "slower", "mixed"
+NEITHER = "neither decidedly faster nor slower"
+
+
+def direction_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray,
+                     level: float = LEVEL) -> np.ndarray:
+    """Whether SD is faster or slower over a curve, for many curves at once ([curve, point]
+    arrays as shape_labels takes): "faster" where some point's interval lies above 1 and none
+    below, "slower" the reverse, "mixed" both, else "neither decidedly faster nor slower". The
+    points' intervals are Bonferroni-adjusted for their number (one claim about the curve: with
+    4 unadjusted 95% intervals a curve at speedup 1 is called faster or slower about 10% of the
+    time); a point without an error decides by its value."""
+    lm = np.asarray(log_speedup, float)
+    se, dof = np.asarray(log_se, float), np.asarray(df, float)
+    q = 0.5 + (1 - (1 - level) / lm.shape[1]) / 2
+    ok = np.isfinite(se) & (dof > 0)
+    with np.errstate(invalid="ignore"):
+        half = np.where(ok, stats.t.ppf(q, np.where(ok, dof, 1.0)) * np.where(ok, se, 0.0), 0.0)
+    up, down = ((lm - half) > 0).any(axis=1), ((lm + half) < 0).any(axis=1)
+    out = np.full(lm.shape[0], NEITHER, dtype=object)
+    out[up & ~down] = FASTER
+    out[down & ~up] = SLOWER
+    out[up & down] = MIXED
+    return out
 
 
 def _mean(xs) -> float:
@@ -275,7 +325,10 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
     shape = shape_label([r["batch"] for r in rows],
                         [Estimate(r["speedup"], r["speedup_log_se"], r["speedup_df"])
                          for r in rows], margin)
+    direction = str(direction_labels(np.log([[r["speedup"] for r in rows]]),
+                                     np.array([[r["speedup_log_se"] for r in rows]]),
+                                     np.array([[r["speedup_df"] for r in rows]]))[0])
     best = max(rows, key=lambda r: r["speedup"])
-    return {"rows": rows, "shape": shape, "best_batch": best["batch"],
+    return {"rows": rows, "shape": shape, "direction": direction, "best_batch": best["batch"],
             "best_speedup": best["speedup"], "margin": margin, "timing": timing,
             "engine_log_sd": engine_log_sd}

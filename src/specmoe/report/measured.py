@@ -74,11 +74,11 @@ def speedup_row(rc: dict, sp: dict, r: dict) -> dict:
         "speedup_client": r.get("speedup_client", r["speedup"]),
         "speedup_engine": r.get("speedup_engine", r["speedup"]), "tau": r["tau"],
         "tau_spread": r.get("tau_spread", np.nan),
-        "draft_cost": r["draft_cost"], "te_sweep": r["te_sweep"],
-        "te_sweep_raw": r.get("te_sweep_raw", r["te_sweep"]),
-        "te_sweep_low": r.get("te_sweep_low", np.nan),
-        "te_sweep_high": r.get("te_sweep_high", np.nan),
-        "te_sweep_status": r.get("te_sweep_status", ""), "shape": sp["shape"],
+        "draft_cost": r["draft_cost"],
+        **bounded_te("te_sweep", r.get("te_sweep_raw", r["te_sweep"]),
+                     r.get("te_sweep_low", np.nan), r.get("te_sweep_high", np.nan),
+                     r.get("te_sweep_status")),
+        "shape": sp["shape"], "direction": sp.get("direction", ""),
         **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}}
 
 
@@ -93,18 +93,15 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         # (from the sweep) and the gap to the weight model's prediction
         "unique_sd": (cm["unique_ratio"] * (cm.get("dims") or {}).get("top_k", np.nan)
                       if cm else np.nan),
-        "te_sweep": te_sw,
-        "te_sweep_raw": sw.get("te_sweep_raw", te_sw) if sw else np.nan,
-        "te_sweep_low": sw.get("te_sweep_low", np.nan) if sw else np.nan,
-        "te_sweep_high": sw.get("te_sweep_high", np.nan) if sw else np.nan,
-        "te_sweep_status": sw.get("te_sweep_status", "") if sw else "not measured",
+        **(bounded_te("te_sweep", sw.get("te_sweep_raw", te_sw), sw.get("te_sweep_low", np.nan),
+                      sw.get("te_sweep_high", np.nan), sw.get("te_sweep_status"))
+           if sw else bounded_te("te_sweep", np.nan, np.nan, np.nan)),
         # the same sweep point with the drafter cost from profiling: serving the drafter
         # alone also times the engine's per-step work, which SD pays once, not K times
         "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
             sw["tau"], sw["speedup"], b["draft_cost_profiled"])) if sw else np.nan,
-        **bounded_te("te_profiled", b["te_profiled"]),
-        "te_profiled_low": b.get("te_profiled_low", np.nan),
-        "te_profiled_high": b.get("te_profiled_high", np.nan),
+        **bounded_te("te_profiled", b["te_profiled"], b.get("te_profiled_low", np.nan),
+                     b.get("te_profiled_high", np.nan)),
         "verify_steps": b.get("verify_steps", np.nan),
         **bounded_te("te_costmodel", te_cm),
         "gap_sweep_minus_costmodel": te_sw - te_cm,
@@ -150,15 +147,34 @@ def gap_as_pct(step: dict) -> dict:
     return out
 
 
-def bounded_te(name: str, te: float) -> dict:
+TE_PAST_BOUND = "not identified: its 95% interval reaches past the physical bound"
+
+
+def bounded_te(name: str, te: float, low: float | None = None, high: float | None = None,
+               status: str | None = None) -> dict:
     """A TE as a table keeps it: the value where it lies in [0, 1], else NaN with the raw value
     beside it and a status saying why (TE is a ratio of step times; outside [0, 1] a number is
-    not physical, whatever produced it, and must not be plotted or read as a value)."""
+    not physical, whatever produced it, and must not be plotted or read as a value).
+
+    Given its 95% interval (low, high): a point inside whose interval reaches past 0 or 1 is
+    "not identified" (TE_PAST_BOUND: the measurement cannot tell TE from an impossible value),
+    and the interval is kept as <name>_low/_high only beside a TE that is "ok"; the raw interval
+    is always in <name>_raw_low/_raw_high, so no TE column holds a number past its bound.
+    `status`: one already decided (the sweep's te_status), "ok" or a reason."""
     raw = float(te) if te is not None else float("nan")
-    ok = np.isfinite(raw) and 0.0 <= raw <= 1.0
-    status = "ok" if ok else ("not measured" if not np.isfinite(raw) else
-                              "above 1: not physical" if raw > 1 else "below 0: not physical")
-    return {name: raw if ok else np.nan, f"{name}_raw": raw, f"{name}_status": status}
+    if status is None:
+        status = "ok" if np.isfinite(raw) and 0.0 <= raw <= 1.0 else (
+            "not measured" if not np.isfinite(raw) else
+            "above 1: not physical" if raw > 1 else "below 0: not physical")
+        if status == "ok" and low is not None and np.isfinite(low) and not (
+                0.0 < low and high <= 1.0):
+            status = TE_PAST_BOUND
+    ok = status == "ok"
+    out = {name: raw if ok else np.nan, f"{name}_raw": raw, f"{name}_status": status}
+    if low is not None:
+        out.update({f"{name}_low": low if ok else np.nan, f"{name}_high": high if ok else np.nan,
+                    f"{name}_raw_low": low, f"{name}_raw_high": high})
+    return out
 
 
 def identifiable(te: float) -> float:

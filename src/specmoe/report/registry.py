@@ -138,7 +138,7 @@ MAX_COLUMNS = 10
 GROUPS = {
     "overlap_by_distance": {
         "inside windows": r"(step\d+|independent|step1_(low|high)|above_shuffle.*"
-                          r"|window_(decay|requests)(_low|_high)?)",
+                          r"|window_(decay|decay_within_status|requests)(_low|_high)?)",
         "the within-window shuffle null": r"shuffle\d+",
         "along the committed sequence": r"(seq.*|verify_ratio)",
         "without windows that repeat a token": r".*_no_repetition(_low|_high)?"
@@ -146,7 +146,8 @@ GROUPS = {
     },
     "acceptance_consecutive": {
         "the delta, clustered by request": r"(accepted_overlap|first_rejected_overlap|delta"
-                                           r"|.*_by_request|n_requests)",
+                                           r"|.*_by_request|p_holm|n_requests.*"
+                                           r"|cohens_d_(low|high))",
         "token-level statistics (as the study reports them)": r"(n_accepted|n_first_rejected|"
                                                               r"cohens_d|size|.*_tokens.*)",
     },

@@ -18,11 +18,13 @@ IPF_KEYS = ("uniform_sequence", "uniform_window", "skewed_window")
 
 
 # acceptance_consecutive's columns after the run's: the delta and what decides it (clustered
-# by request: the request is the independent unit), then the token-level statistics the study
+# by request: the request is the independent unit; the p Holm-corrected across the run's positions
+# and slices; Cohen's d's interval by request), then the token-level statistics the study
 # reports (Cohen's d, Welch's and Mann-Whitney's p over tokens)
 ACCEPTANCE_COLUMNS = (
     "draft_position", "accepted_overlap", "first_rejected_overlap", "delta",
-    "delta_low_by_request", "delta_high_by_request", "p_by_request", "n_requests",
+    "delta_low_by_request", "delta_high_by_request", "p_by_request", "p_holm", "n_requests",
+    "n_requests_accepted", "n_requests_rejected", "cohens_d_low", "cohens_d_high",
     "n_accepted", "n_first_rejected", "cohens_d", "size", "delta_low_tokens",
     "delta_high_tokens", "p_tokens_welch", "p_tokens_mannwhitney")
 
@@ -78,6 +80,9 @@ def decomposition_row(rc: dict, s: dict) -> dict:
         "sequence_temporal_share": s.get("sequence_temporal_share", np.nan),
         "sequence_temporal_share_low": s.get("sequence_temporal_share_low", np.nan),
         "sequence_temporal_share_high": s.get("sequence_temporal_share_high", np.nan),
+        "sequence_within_request": s.get("sequence_within_request", np.nan),
+        "sequence_temporal_share_within_request": s.get("sequence_temporal_share_within_request",
+                                                        np.nan),
         "hottest_expert_pct": 100 * s.get("hottest_share", np.nan)}
 
 
@@ -182,13 +187,18 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     row["independent"] = s["independent"]
     if s.get("window_low"):
         row["step1_low"], row["step1_high"] = s["window_low"][0], s["window_high"][0]
-    for key in ("above_shuffle", "above_shuffle_low", "above_shuffle_high", "window_decay",
-                "window_decay_low", "window_decay_high", "window_requests"):
+    for key in ("window_decay", "window_decay_low", "window_decay_high", "above_shuffle",
+                "above_shuffle_low", "above_shuffle_high", "above_shuffle_share",
+                "above_shuffle_share_low", "above_shuffle_share_high",
+                "window_decay_within_status", "window_decay_within_status_low",
+                "window_decay_within_status_high", "window_requests"):
         row[key] = s.get(key, np.nan)
     row.update({f"seq{d}": v for d, v in enumerate(s.get("sequence_by_distance", []), 1)})
     if s.get("sequence_low"):
         row["seq1_low"], row["seq1_high"] = s["sequence_low"][0], s["sequence_high"][0]
-    for key in ("decay", "decay_low", "decay_high", "requests"):
+    for key in ("decay", "decay_low", "decay_high", "requests", "excess", "excess_low",
+                "excess_high", "within_request", "excess_within", "excess_within_low",
+                "excess_within_high"):
         row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
     row["verify_ratio"] = s.get("verify_ratio", np.nan)
     nr = ov.get("summary_without_repetition") or {}

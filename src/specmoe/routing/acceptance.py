@@ -6,9 +6,12 @@ against first-rejected drafts at j.
 
 The independent unit is the request: the drafts of one request share its prompt, its topic and
 its routing, so its tokens are not independent samples. Every interval and test that decides
-something is clustered by request (a request-level bootstrap of the delta with a fixed seed, and
-a cluster-robust t test); the token-level tests are kept beside them, named so, as the study
-reports them.
+something is clustered by request (a request-level bootstrap of the delta and of Cohen's d with a
+fixed seed, and a cluster-robust t test with the CR2 small-sample correction and Imbens-Kolesar
+degrees of freedom, calibrated for few clusters); the token-level tests are kept beside them,
+named so, as the study reports them. A row with fewer than MIN_REQUESTS requests in either arm
+says "too few": no p-value and no size verdict. The p-values of one run's positions and slices
+are Holm-corrected together (`p_holm`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from .trace import ACCEPTED, FIRST_REJECTED, STATUS, Trace
 N_BOOT = 2000     # request-level bootstrap resamples
 BOOT_SEED = 0     # fixed: the same trace gives the same intervals, bit for bit
 LEVEL = 0.95
+MIN_REQUESTS = 10  # requests in each arm below which a row is "too few" (no test, no verdict)
+TOO_FEW = "too few"
 
 
 def size_label(d: float) -> str:
@@ -28,6 +33,17 @@ def size_label(d: float) -> str:
     if not np.isfinite(a):
         return "n/a"
     return "negligible" if a < 0.2 else "small" if a < 0.5 else "medium" if a < 0.8 else "large"
+
+
+def size_range(low: float, high: float) -> str:
+    """The size label of a d known only to lie in [low, high]: one label where the whole
+    interval has it, else "<smallest> to <largest>" (an interval across 0.2 is neither
+    negligible nor small)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "n/a"
+    least = 0.0 if low <= 0 <= high else min(abs(low), abs(high))
+    a, b = size_label(least), size_label(max(abs(low), abs(high)))
+    return a if a == b else f"{a} to {b}"
 
 
 def cohens_d(x: np.ndarray, y: np.ndarray) -> float:
@@ -47,7 +63,9 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
     """Accepted vs first-rejected: means, delta, n, Cohen's d, the token-level Welch t and
     Mann-Whitney U p-values (tokens taken as independent, as the study reports them) and, given
     each token's request (acc_req, rej_req), the delta's 95% interval and p-value clustered by
-    request (`by_request`: request_delta_interval, cluster_robust_p)."""
+    request (`by_request`: the delta's and d's intervals, cluster_robust_p); with fewer than
+    MIN_REQUESTS requests in either arm the row is "too few" (its p-values NaN, its size label
+    "too few")."""
     acc, rej = np.asarray(acc, float), np.asarray(rej, float)
     out = {"accepted_overlap": float(acc.mean()) if acc.size else float("nan"),
            "first_rejected_overlap": float(rej.mean()) if rej.size else float("nan"),
@@ -65,44 +83,63 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
     else:
         out["delta_low_tokens"] = out["delta_high_tokens"] = float("nan")
         out["p_tokens_welch"] = out["p_tokens_mannwhitney"] = float("nan")
-    if acc_req is not None and rej_req is not None:
-        out.update(by_request(acc, rej, np.asarray(acc_req), np.asarray(rej_req)))
     out["size"] = size_label(d)
+    if acc_req is not None and rej_req is not None:
+        acc_req, rej_req = np.asarray(acc_req), np.asarray(rej_req)
+        out["n_requests_accepted"] = int(np.unique(acc_req).size)
+        out["n_requests_rejected"] = int(np.unique(rej_req).size)
+        out.update(by_request(acc, rej, acc_req, rej_req))
+        if np.isfinite(out["cohens_d_low"]):  # the verdict of d's interval, not of its point
+            out["size"] = size_range(out["cohens_d_low"], out["cohens_d_high"])
+        if min(out["n_requests_accepted"], out["n_requests_rejected"]) < MIN_REQUESTS:
+            # a handful of requests decide nothing: no p-value, no verdict on d
+            for key in ("p_by_request", "p_tokens_welch", "p_tokens_mannwhitney"):
+                out[key] = float("nan")
+            out["size"] = TOO_FEW
     return out
 
 
 def _request_sums(values: np.ndarray, req: np.ndarray, index: np.ndarray,
-                  n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per request (index into the sorted request ids): summed values and token counts."""
+                  n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request (index into the sorted request ids): summed values, summed squares and token
+    counts."""
     pos = np.searchsorted(index, req)
     return (np.bincount(pos, weights=values, minlength=n),
+            np.bincount(pos, weights=values * values, minlength=n),
             np.bincount(pos, minlength=n).astype(np.float64))
 
 
 def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
                rej_req: np.ndarray) -> dict:
-    """The accepted-minus-rejected delta with the request as the unit: n_requests, its 95%
-    percentile interval over N_BOOT resamples of whole requests (fixed seed; each resample keeps
-    every token of a drawn request), and the p-value of a cluster-robust t test (the delta as
-    the slope of overlap on 'accepted', CR1 sandwich variance clustered by request, t with
-    requests - 1 degrees of freedom)."""
+    """The accepted-minus-rejected delta with the request as the unit: n_requests, 95%
+    percentile intervals of the delta and of Cohen's d over N_BOOT resamples of whole requests
+    (fixed seed; each resample keeps every token of a drawn request), and the p-value of the
+    cluster-robust test (cluster_robust_p)."""
     nan = float("nan")
     out = {"n_requests": 0, "delta_low_by_request": nan, "delta_high_by_request": nan,
-           "p_by_request": nan}
+           "cohens_d_low": nan, "cohens_d_high": nan, "p_by_request": nan}
     ids = np.unique(np.concatenate([acc_req, rej_req]))
     g = ids.size
     out["n_requests"] = int(g)
     if acc.size < 2 or rej.size < 2 or g < 3:
         return out
-    sa, na = _request_sums(acc, acc_req, ids, g)
-    sr, nr = _request_sums(rej, rej_req, ids, g)
+    sa, qa, na = _request_sums(acc, acc_req, ids, g)
+    sr, qr, nr = _request_sums(rej, rej_req, ids, g)
     rng = np.random.default_rng(BOOT_SEED)
     w = rng.multinomial(g, np.full(g, 1.0 / g), size=N_BOOT).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        boot = (w @ sa) / (w @ na) - (w @ sr) / (w @ nr)
+        (ma, va, ca), (mr, vr, cr) = ((w @ s_ / (w @ n_), w @ q_, w @ n_)
+                                      for s_, q_, n_ in ((sa, qa, na), (sr, qr, nr)))
+        boot = ma - mr
+        # Cohen's d of each resample: the pooled variance from its summed squares (ddof 1)
+        pooled = (va - ca * ma ** 2 + vr - cr * mr ** 2) / (ca + cr - 2)
+        d_boot = np.where(pooled > 0, boot / np.sqrt(pooled), np.nan)
     tail = 100 * (1 - LEVEL) / 2
     lo, hi = np.nanpercentile(boot, [tail, 100 - tail])
     out["delta_low_by_request"], out["delta_high_by_request"] = float(lo), float(hi)
+    if np.isfinite(d_boot).any():
+        dlo, dhi = np.nanpercentile(d_boot, [tail, 100 - tail])
+        out["cohens_d_low"], out["cohens_d_high"] = float(dlo), float(dhi)
     out["p_by_request"] = cluster_robust_p(acc, rej, acc_req, rej_req)
     return out
 
@@ -110,23 +147,76 @@ def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
 def cluster_robust_p(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
                      rej_req: np.ndarray) -> float:
     """Two-sided p of 'delta = 0' from the regression y = a + b x (x = 1 for accepted tokens),
-    whose b is the delta, with the CR1 cluster-robust variance (clusters: requests) and a t
-    distribution with G - 1 degrees of freedom (G requests)."""
-    y = np.concatenate([acc, rej])
-    x = np.concatenate([np.ones(acc.size), np.zeros(rej.size)])
+    whose b is the delta, with the CR2 cluster-robust variance (Bell-McCaffrey; clusters:
+    requests) and the Imbens-Kolesar degrees of freedom: the small-sample correction that keeps
+    the test's size with few clusters in an arm, where CR1 with G - 1 degrees of freedom rejects
+    far too often (simulated in cluster_test_size).
+
+    In this design the hat matrix is 1/N_A on pairs of accepted tokens and 1/N_R on pairs of
+    rejected ones, so CR2's (I - H_gg)^(-1/2) scales cluster g's summed accepted residuals by
+    f_ga = (1 - m_ga/N_A)^(-1/2) (m_ga its accepted tokens) and its rejected ones likewise:
+    V = sum_g (f_ga U_ga / N_A - f_gr U_gr / N_R)^2. The degrees of freedom are
+    (tr B)^2 / tr(B^2) with B = G'G the matrix of the variance's quadratic form in the residuals
+    (homoskedastic working model)."""
     ids, cl = np.unique(np.concatenate([acc_req, rej_req]), return_inverse=True)
-    g, n = ids.size, y.size
-    b = acc.mean() - rej.mean()
-    u = y - np.where(x == 1, acc.mean(), rej.mean())
-    xtx = np.array([[n, x.sum()], [x.sum(), x.sum()]], float)
-    score = np.stack([np.bincount(cl, weights=u, minlength=g),
-                      np.bincount(cl, weights=x * u, minlength=g)], axis=1)  # [cluster, 2]
-    bread = np.linalg.inv(xtx)
-    meat = score.T @ score * (g / (g - 1)) * ((n - 1) / (n - 2))
-    se = float(np.sqrt((bread @ meat @ bread)[1, 1]))
+    g = ids.size
+    n_a, n_r = acc.size, rej.size
+    ua, ur = acc - acc.mean(), rej - rej.mean()
+    ca, cr = cl[:n_a], cl[n_a:]
+    m_a = np.bincount(ca, minlength=g).astype(float)
+    m_r = np.bincount(cr, minlength=g).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f_a, f_r = 1 / np.sqrt(1 - m_a / n_a), 1 / np.sqrt(1 - m_r / n_r)
+    if not (np.isfinite(f_a).all() and np.isfinite(f_r).all()):
+        return float("nan")  # one request holds a whole arm: no cluster variance to estimate
+    score = (f_a * np.bincount(ca, weights=ua, minlength=g) / n_a
+             - f_r * np.bincount(cr, weights=ur, minlength=g) / n_r)
+    se = float(np.sqrt((score ** 2).sum()))
     if not se > 0:
         return float("nan")
-    return float(2 * stats.t.sf(abs(b) / se, g - 1))
+    p, q = m_a * f_a / n_a, m_r * f_r / n_r
+    b = (np.diag(m_a * f_a ** 2 / n_a ** 2 + m_r * f_r ** 2 / n_r ** 2)
+         - np.outer(p, p) / n_a - np.outer(q, q) / n_r)
+    df = np.trace(b) ** 2 / (b * b).sum()
+    return float(2 * stats.t.sf(abs(acc.mean() - rej.mean()) / se, df))
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (NaN stays NaN, out of the family)."""
+    p = np.asarray(pvalues, float)
+    out = np.full(p.size, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    m = order.size
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out[order] = adj
+    return out.tolist()
+
+
+def cluster_test_size(requests_accepted: int = MIN_REQUESTS,
+                      requests_rejected: int = MIN_REQUESTS, shared: int = 0,
+                      trials: int = 2000, level: float = 0.05, seed: int = 0,
+                      icc: float = 0.3) -> float:
+    """The share of simulated null samples (no delta) in which cluster_robust_p rejects at
+    `level`: `requests_accepted` requests with accepted tokens, `requests_rejected` with
+    first-rejected ones, the first `shared` of them in both arms; a request's tokens share an
+    offset (intra-request correlation `icc`), token counts vary from request to request (1-20
+    accepted, 1-4 rejected: the unbalance of a draft position) and the token noise is skewed."""
+    rng = np.random.default_rng(seed)
+    g = requests_accepted + requests_rejected - shared
+    hits = total = 0
+    for _ in range(trials):
+        offset = rng.normal(0.0, np.sqrt(icc), g)
+        ra = np.repeat(np.arange(requests_accepted), rng.integers(1, 21, requests_accepted))
+        rr_ids = np.arange(requests_accepted - shared, g)
+        rr = np.repeat(rr_ids, rng.integers(1, 5, rr_ids.size))
+        noise = np.sqrt(1 - icc) * (rng.exponential(1.0, ra.size + rr.size) - 1.0)
+        acc, rej = offset[ra] + noise[:ra.size], offset[rr] + noise[ra.size:]
+        p = cluster_robust_p(acc, rej, ra, rr)
+        if np.isfinite(p):
+            hits += p < level
+            total += 1
+    return hits / total
 
 
 def by_position(consec: np.ndarray, position: np.ndarray, status: np.ndarray,
@@ -195,7 +285,9 @@ def heldout_split(run_dataset: str | None, slice_datasets: dict[str, str],
 def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
                      slice_column: str = "category", heldout=frozenset()) -> dict:
     """All acceptance statistics of one trace: overall, anchor (with effect sizes), per slice, and
-    the median accepted-minus-first-rejected delta across the held-out datasets' slices."""
+    the median accepted-minus-first-rejected delta across the held-out datasets' slices. The
+    clustered p-values of every position, overall and in each slice, are one family: each row's
+    `p_holm` is its Holm-adjusted p."""
     pos, st = trace.columns["position"], trace.columns["status"]
     req = trace.columns["request"]
     kd = trace.k_draft
@@ -220,6 +312,9 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
             for ds, names in split.items()}
         held = [n for names in split.values() for n in names]
         out["median_delta_by_position"] = _median_delta(slices, held, kd)
+    family = out["by_position"] + [r for rows in out.get("slices", {}).values() for r in rows]
+    for r, p in zip(family, holm([r.get("p_by_request", np.nan) for r in family])):
+        r["p_holm"] = p
     return out
 
 

@@ -6,7 +6,8 @@ One compiled pass over the trace, parallel over layers, turns each token's top-k
 - the summed intersection size of every position pair at step distance d inside a window,
 - expert loads (for q_e),
 - the union size of every full window and, per expert, how many full windows used it.
-The same pass over a within-window permutation of the rows gives the shuffle null.
+The within-window shuffle null is exact: its expectation over every permutation of a window's
+positions (shuffle_weights), computed from the same pass, not from one random permutation.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def _group_mask(row, base, k, g, every):
 @numba.njit(cache=True, parallel=True)
 def _window_pass(experts, starts, lengths, n_experts, positions, n_chunks):
     """Per layer: summed intersections of position pairs at each distance, expert loads, summed
-    full-window union sizes and, per expert, the number of full windows that use it.
+    full-window union sizes, per expert the number of full windows that use it, and the summed
+    intersections of all position pairs of the windows of each length n ([layer, n]: what the
+    exact shuffle null needs).
 
     Parallel over chunks of windows: a window's rows are contiguous, so each thread streams its part
     of the trace once and keeps its sums in small thread-local arrays. Per window and layer, each
@@ -74,6 +77,7 @@ def _window_pass(experts, starts, lengths, n_experts, positions, n_chunks):
     load_c = np.zeros((n_chunks, n_layers, n_experts), np.int64)
     union_c = np.zeros((n_chunks, n_layers), np.int64)
     present_c = np.zeros((n_chunks, n_layers, n_experts), np.int64)
+    bylen_c = np.zeros((n_chunks, n_layers, positions + 1), np.int64)
     one, zero = np.uint64(1), np.uint64(0)
     for c in numba.prange(n_chunks):
         masks = np.zeros(positions * n_words, np.uint64)
@@ -81,6 +85,7 @@ def _window_pass(experts, starts, lengths, n_experts, positions, n_chunks):
         used = np.zeros((n_layers, n_words * 64), np.int64)
         pair = np.zeros((n_layers, positions), np.int64)
         union = np.zeros(n_layers, np.int64)
+        bylen = np.zeros((n_layers, positions + 1), np.int64)
         w_lo = starts.size * c // n_chunks
         w_hi = starts.size * (c + 1) // n_chunks
         for w in range(w_lo, w_hi):
@@ -108,6 +113,7 @@ def _window_pass(experts, starts, lengths, n_experts, positions, n_chunks):
                     for t in range((n - d) * n_words):
                         acc += _popcount(masks[t] & masks[t + d * n_words])
                     pair[layer, d] += np.int64(acc)
+                    bylen[layer, n] += np.int64(acc)
                 if n == positions:
                     for word in range(n_words):
                         u = zero
@@ -120,7 +126,21 @@ def _window_pass(experts, starts, lengths, n_experts, positions, n_chunks):
         load_c[c] = load
         union_c[c] = union
         present_c[c] = used[:, :n_experts]
-    return pair_c.sum(axis=0), load_c.sum(axis=0), union_c.sum(axis=0), present_c.sum(axis=0)
+        bylen_c[c] = bylen
+    return (pair_c.sum(axis=0), load_c.sum(axis=0), union_c.sum(axis=0), present_c.sum(axis=0),
+            bylen_c.sum(axis=0))
+
+
+def shuffle_weights(n, max_d: int) -> np.ndarray:
+    """[window, d-1] what the within-window shuffle null gives distance d of a window of n
+    positions, per unit of the window's intersections summed over all its position pairs: a
+    uniform permutation makes each of its n - d pairs at distance d a uniformly drawn pair of
+    distinct positions, so the null's expectation over all n! permutations (exactly, without
+    drawing one) is (n - d) / C(n, 2) times that sum (0 where n <= d)."""
+    n = np.asarray(n, np.float64)[:, None]
+    d = np.arange(1, max_d + 1, dtype=np.float64)[None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > d, (n - d) / (n * (n - 1) / 2), 0.0)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -217,11 +237,15 @@ def _overlap_of(sums: np.ndarray, pairs: np.ndarray, k: int) -> tuple[np.ndarray
 
 
 def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int = 2000,
-                       seed: int = 0) -> dict:
+                       seed: int = 0, baselines: dict | None = None) -> dict:
     """95% bootstrap intervals of the layer-mean overlap along sequences, resampling whole
     sequences (requests: the independent units; tokens of one request are not): for each d, and
     for the decay overlap(1) - overlap(max_d). sums, pairs: per sequence, from _sequence_sums.
-    Percentile intervals over n_boot resamples drawn from a fixed seed."""
+    Percentile intervals over n_boot resamples drawn from a fixed seed.
+
+    baselines (per sequence, from sequence_baselines): the step-1 overlap's excess over the
+    pooled independence baseline (`excess`, the baseline recomputed from each resample's loads)
+    and over the within-request baseline (`excess_within`), each with its interval."""
     per_seq = sums.mean(axis=1)  # [seq, d]: layer-mean intersections
     n = per_seq.shape[0]
     rng = np.random.default_rng(seed)
@@ -232,8 +256,38 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
     decay = boot[:, 0] - boot[:, -1]
     lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
     dlo, dhi = np.nanpercentile(decay, [2.5, 97.5])
-    return {"n_sequences": int(n), "low": lo.tolist(), "high": hi.tolist(),
-            "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi)}
+    out = {"n_sequences": int(n), "low": lo.tolist(), "high": hi.tolist(),
+           "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi)}
+    if baselines is not None:
+        ind, ind_boot = _resampled_independence(w, baselines["loads"], baselines["tokens"], k)
+        within = baselines["within"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            wr = within.sum() / (pairs[:, 0].sum() * k)
+            wr_boot = (w @ within) / (w @ pairs[:, 0] * k)
+        for name, base, base_boot in (("excess", ind, ind_boot),
+                                      ("excess_within", wr, wr_boot)):
+            elo, ehi = _percentiles(boot[:, 0] - base_boot)
+            out.update({name: float(est[0] - base), f"{name}_low": float(elo),
+                        f"{name}_high": float(ehi)})
+        out.update(independence=ind, within_request=float(wr))
+    return out
+
+
+def sequence_baselines(trace: Trace, rows: np.ndarray, starts: np.ndarray,
+                       lengths: np.ndarray) -> dict:
+    """Per committed sequence (one per request, from committed_sequences): the loads of all its
+    request's rows (the pooled independence baseline's pieces) and its within-request baseline,
+    the summed layer-mean intersections its n - 1 adjacent pairs would have if its tokens came
+    in random order: sum_e (c_e^2 - c_e) / n per layer (c_e: its committed tokens selecting e),
+    so that per-request expert preference is not counted as temporal."""
+    req = trace.columns["request"][rows[starts]].astype(np.int64)
+    ids, loads, tokens = request_loads(trace)
+    at = np.searchsorted(ids, req)
+    c = group_loads(trace.experts, rows, np.repeat(np.arange(starts.size), lengths), starts.size,
+                    trace.num_experts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        within = np.where(lengths > 1, (c * (c - 1)).sum(axis=2).mean(axis=1) / lengths, 0.0)
+    return {"loads": loads[at], "tokens": tokens[at], "within": within}
 
 
 def sequence_overlap(experts: np.ndarray, max_d: int = 8, num_experts: int | None = None) -> np.ndarray:
@@ -266,6 +320,13 @@ def sequence_summary(seq: np.ndarray, pairs: np.ndarray, ws: "WindowStats",
                     "sequence_decay_low": ci["decay_low"], "sequence_decay_high": ci["decay_high"],
                     "sequence_temporal_share_low": share(ci["low"][0]),
                     "sequence_temporal_share_high": share(ci["high"][0])})
+        if "within_request" in ci:
+            wr = ci["within_request"]
+            out.update({f"sequence_{key}": ci[key] for key in (
+                "excess", "excess_low", "excess_high", "excess_within", "excess_within_low",
+                "excess_within_high", "within_request")})
+            out["sequence_temporal_share_within_request"] = (s1 - wr) / s1 if s1 > 0 else \
+                float("nan")
     return out
 
 
@@ -302,6 +363,35 @@ def _window_pair_pass(experts, starts, lengths, n_experts, max_d):
     return out
 
 
+@numba.njit(cache=True, parallel=True)
+def _status_pair_pass(experts, starts, lengths, n_experts, cls, max_d):
+    """Per window, acceptance class c (cls per row: 0 committed or accepted, 1 not accepted) and
+    distance d = 1..max_d: |S(j) & S(j+d)| summed over layers and over the position pairs d apart
+    whose two tokens are both of class c, and the number of those pairs."""
+    n_layers = experts.shape[1]
+    n_words = (n_experts + 63) // 64
+    sums = np.zeros((starts.size, 2, max_d), np.int64)
+    pairs = np.zeros((starts.size, 2, max_d), np.int64)
+    for w in numba.prange(starts.size):
+        s = starts[w]
+        n = lengths[w]
+        masks = np.zeros((n, n_words), np.uint64)
+        for layer in range(n_layers):
+            _fill_masks(experts, s, n, layer, masks)
+            for d in range(1, min(n, max_d + 1)):
+                for j in range(n - d):
+                    c = cls[s + j]
+                    if c != cls[s + j + d]:
+                        continue
+                    acc = np.int64(0)
+                    for word in range(n_words):
+                        acc += np.int64(_popcount(masks[j, word] & masks[j + d, word]))
+                    sums[w, c, d - 1] += acc
+                    if layer == 0:
+                        pairs[w, c, d - 1] += 1
+    return sums, pairs
+
+
 N_BOOT = 2000  # request-level bootstrap resamples of the window statistics
 LEVEL = 0.95
 
@@ -313,38 +403,92 @@ def _percentiles(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+def request_loads(trace: Trace, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray,
+                                                                        np.ndarray]:
+    """(sorted request ids, per request the [layer, expert] count of its tokens selecting each
+    expert, its token count) over `rows` (default: every row): the pieces of the pooled
+    independence baseline that a bootstrap over requests resamples."""
+    rows = np.arange(len(trace)) if rows is None else rows
+    ids, unit = np.unique(trace.columns["request"][rows].astype(np.int64), return_inverse=True)
+    return (ids, group_loads(trace.experts, rows, unit, ids.size, trace.num_experts),
+            np.bincount(unit, minlength=ids.size).astype(np.float64))
+
+
+def group_loads(experts: np.ndarray, rows: np.ndarray, group: np.ndarray, n_groups: int,
+                num_experts: int, chunk: int = 1 << 16) -> np.ndarray:
+    """[group, layer, expert] how many of the given rows of each group select each expert, in
+    chunks of rows (memory stays small whatever the trace's length)."""
+    n_layers = experts.shape[1]
+    out = np.zeros(n_groups * n_layers * num_experts, np.int64)
+    for lo in range(0, rows.size, chunk):
+        r, g = rows[lo:lo + chunk], group[lo:lo + chunk].astype(np.int64)
+        flat = (g[:, None, None] * n_layers + np.arange(n_layers)[None, :, None]) * num_experts \
+            + experts[r].astype(np.int64)
+        out += np.bincount(flat.ravel(), minlength=out.size)
+    return out.reshape(n_groups, n_layers, num_experts).astype(np.float64)
+
+
+def independence_of(loads: np.ndarray, tokens: np.ndarray, k: int) -> np.ndarray:
+    """The layer-mean independence baseline sum_e q_e^2 / k from summed loads [..., layer, expert]
+    and token counts [...] (WindowStats.independence, averaged over layers)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = loads / np.asarray(tokens, np.float64)[..., None, None]
+    return (q ** 2).sum(axis=-1).mean(axis=-1) / k
+
+
+def _resampled_independence(w: np.ndarray, loads: np.ndarray, tokens: np.ndarray,
+                            k: int) -> tuple[float, np.ndarray]:
+    """The pooled independence baseline and its value in each resample of requests (w: [boot,
+    request] weights; loads, tokens: per request, from request_loads)."""
+    shape = loads.shape
+    boot = independence_of((w @ loads.reshape(shape[0], -1)).reshape(-1, *shape[1:]), w @ tokens,
+                           k)
+    return float(independence_of(loads.sum(axis=0), tokens.sum(), k)), boot
+
+
 def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarray | None = None,
                      n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """95% intervals of the layer-mean overlap inside windows by distance, of the within-window
     shuffle null, of the step-1 overlap above that null (step 1 - shuffle 1) and of the decay
     from d = 1 to d = K, each resampling whole requests (percentile bootstrap, n_boot resamples
     from a fixed seed): a request's windows share its prompt and routing, so the request is the
-    unit. keep: the windows to use (e.g. those without repetition); the shuffle is the one
-    window_stats draws (the same seed), so the point estimates equal its statistics."""
+    unit. keep: the windows to use (e.g. those without repetition).
+
+    The shuffle null (left out where shuffle_seed is None) is exact (shuffle_weights), so step 1
+    above it is a fixed contrast of the distances, for K = 3 (2 (o1 - o2) + (o1 - o3)) / 6: a
+    re-expression of the decay, not a second effect. It is reported as the share of the temporal
+    overlap (step 1 - independence) that it certifies as within-window ordering
+    (`above_shuffle_share`; the rest is window-level). `decay_within_status`: the step-1 minus
+    step-2 overlap among pairs of tokens of the same acceptance status (both committed or
+    accepted, or both not accepted), weighted by each status's step-2 pairs: the distance
+    contrast without the change of status mix with distance."""
+    from .trace import ACCEPTED, COMMITTED
+
     starts, lengths = trace.windows()
     kd = trace.k_draft
     req = trace.columns["request"][starts].astype(np.int64)
     experts = np.ascontiguousarray(trace.experts)
     sums = _window_pair_pass(experts, starts, lengths, trace.num_experts, kd)
     pairs = np.clip(lengths[:, None] - np.arange(1, kd + 1)[None, :], 0, None)
-    sh = None
-    if shuffle_seed is not None:
-        perm = _within_window_permutation(starts, lengths, int(trace.meta.get("row0", 0)),
-                                          shuffle_seed)
-        sh = _window_pair_pass(np.ascontiguousarray(experts[perm]), starts, lengths,
-                               trace.num_experts, kd)
+    st = trace.columns["status"]
+    cls = (~((st == COMMITTED) | (st == ACCEPTED))).astype(np.int8)
+    st_sums, st_pairs = _status_pair_pass(experts, starts, lengths, trace.num_experts, cls,
+                                          min(2, kd))
+    row_keep = None
     if keep is not None:
-        sums, pairs, req = sums[keep], pairs[keep], req[keep]
-        sh = sh[keep] if sh is not None else None
+        sums, pairs, req, lengths = sums[keep], pairs[keep], req[keep], lengths[keep]
+        st_sums, st_pairs = st_sums[keep], st_pairs[keep]
+        row_keep = np.repeat(keep, trace.windows()[1])
     ids, unit = np.unique(req, return_inverse=True)
     g = ids.size
     scale = float(trace.num_layers * trace.top_k)
 
     def per_request(x):
-        return np.stack([np.bincount(unit, weights=x[:, d], minlength=g)
-                         for d in range(kd)], axis=1)
+        x = x.reshape(x.shape[0], -1).astype(np.float64)
+        return np.stack([np.bincount(unit, weights=x[:, c], minlength=g)
+                         for c in range(x.shape[1])], axis=1)
 
-    s_req, p_req = per_request(sums.astype(np.float64)), per_request(pairs.astype(np.float64))
+    s_req, p_req = per_request(sums), per_request(pairs)
     rng = np.random.default_rng(seed)
     w = rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot).astype(np.float64) if g else \
         np.zeros((n_boot, 0))
@@ -356,17 +500,44 @@ def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarra
     out.update(overlap_low=lo.tolist(), overlap_high=hi.tolist())
     dlo, dhi = _percentiles(boot[:, 0] - boot[:, -1])
     out.update(decay=float(est[0] - est[-1]), decay_low=float(dlo), decay_high=float(dhi))
-    if sh is not None:
-        sh_req = per_request(sh.astype(np.float64))
+    if kd >= 2:
+        out.update(_within_status(per_request(st_sums), per_request(st_pairs), w, scale))
+    if shuffle_seed is not None:
+        # per window: all its pairs' intersections, spread over the distances as a shuffle would
+        sh_req = per_request(sums.sum(axis=1)[:, None] * shuffle_weights(lengths, kd))
+        ind, ind_boot = _resampled_independence(
+            w, *request_loads(trace, None if row_keep is None else np.flatnonzero(row_keep))[1:],
+            trace.top_k)
         with np.errstate(invalid="ignore", divide="ignore"):
             sh_est = sh_req.sum(axis=0) / (p_req.sum(axis=0) * scale)
             sh_boot = (w @ sh_req) / ((w @ p_req) * scale)
+            share = (est[0] - sh_est[0]) / (est[0] - ind)
+            share_boot = (boot[:, 0] - sh_boot[:, 0]) / (boot[:, 0] - ind_boot)
         lo, hi = _percentiles(sh_boot)
         above_lo, above_hi = _percentiles(boot[:, 0] - sh_boot[:, 0])
+        share_lo, share_hi = _percentiles(share_boot)
         out.update(shuffle=sh_est.tolist(), shuffle_low=lo.tolist(), shuffle_high=hi.tolist(),
                    above_shuffle=float(est[0] - sh_est[0]), above_shuffle_low=float(above_lo),
-                   above_shuffle_high=float(above_hi))
+                   above_shuffle_high=float(above_hi), independence=ind,
+                   above_shuffle_share=float(share), above_shuffle_share_low=float(share_lo),
+                   above_shuffle_share_high=float(share_hi))
     return out
+
+
+def _within_status(s_req: np.ndarray, p_req: np.ndarray, w: np.ndarray, scale: float) -> dict:
+    """decay_within_status and its interval from per-request sums and pair counts [request,
+    (class, d)] for the two acceptance classes at d = 1, 2 (w: the resamples' request weights)."""
+    def contrast(sums, pairs):  # [..., 4] -> [...]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            o = (sums / (pairs * scale)).reshape(*sums.shape[:-1], 2, 2)
+            n2 = pairs.reshape(*pairs.shape[:-1], 2, 2)[..., 1]
+            diff = o[..., 0] - o[..., 1]
+            weight = np.where(np.isfinite(diff), n2, 0.0)
+            return (np.where(weight > 0, diff, 0.0) * weight).sum(axis=-1) / weight.sum(axis=-1)
+
+    lo, hi = _percentiles(contrast(w @ s_req, w @ p_req))
+    return {"decay_within_status": float(contrast(s_req.sum(axis=0), p_req.sum(axis=0))),
+            "decay_within_status_low": float(lo), "decay_within_status_high": float(hi)}
 
 
 def trace_sequence_overlap(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -381,7 +552,9 @@ def trace_sequence_stats(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.n
     rows, starts, lengths = committed_sequences(trace)
     sums, pairs = _sequence_sums(trace.experts[rows], starts, lengths, trace.num_experts, max_d)
     ov, total = _overlap_of(sums, pairs, trace.top_k)
-    return ov, total, sequence_intervals(sums, pairs, trace.top_k)
+    return ov, total, sequence_intervals(sums, pairs, trace.top_k,
+                                         baselines=sequence_baselines(trace, rows, starts,
+                                                                      lengths))
 
 
 @dataclass
@@ -453,11 +626,11 @@ def window_stats_file(path, shuffle_seed: int | None = 0, batch_rows: int = 1 <<
 def window_stats_stream(pieces: Iterable[Trace], shuffle_seed: int | None = 0) -> WindowStats:
     """window_stats summed over pieces of one trace, each made of whole windows, in row order.
 
-    The shuffle null permutes positions inside each window by a hash of (seed, row index in the
-    whole trace) (`Trace.meta["row0"]` is a piece's first row), so it does not depend on how the
-    trace is cut into pieces."""
+    The within-window shuffle null (unless shuffle_seed is None) is its exact expectation over all
+    permutations of each window's positions (shuffle_weights): no permutation is drawn, so the
+    seed's value no longer matters and the null does not depend on how the trace is cut."""
     first: Trace | None = None
-    sums = sh_sums = None
+    sums = None
     n_tokens = n_windows = n_full = 0
     for piece in pieces:
         if first is None:
@@ -471,23 +644,18 @@ def window_stats_stream(pieces: Iterable[Trace], shuffle_seed: int | None = 0) -
         n_chunks = max(1, min(starts.size, 8 * numba.get_num_threads()))
         part = _window_pass(experts, starts, lengths, piece.num_experts, positions, n_chunks)
         sums = part if sums is None else tuple(a + b for a, b in zip(sums, part))
-        if shuffle_seed is not None:
-            perm = _within_window_permutation(starts, lengths, int(piece.meta.get("row0", 0)),
-                                              shuffle_seed)
-            part = _window_pass(experts[perm], starts, lengths, piece.num_experts, positions,
-                                n_chunks)
-            sh_sums = part if sh_sums is None else tuple(a + b for a, b in zip(sh_sums, part))
         pairs += np.array([np.clip(lengths - d, 0, None).sum() for d in range(1, positions)])
         n_full += int((lengths == positions).sum())
         n_tokens += len(piece)
         n_windows += int(starts.size)
     if first is None:
         raise ValueError("empty trace: no windows to analyse")
-    pair_sum, load, union_sum, present = sums
+    pair_sum, load, union_sum, present, bylen = sums
     k = first.top_k
     with np.errstate(invalid="ignore", divide="ignore"):
         overlap = pair_sum[:, 1:] / (pairs[None, :] * k)
-        shuffle = None if sh_sums is None else sh_sums[0][:, 1:] / (pairs[None, :] * k)
+        shuffle = None if shuffle_seed is None else \
+            bylen @ shuffle_weights(np.arange(positions + 1), positions - 1) / (pairs[None, :] * k)
         return WindowStats(
             num_experts=first.num_experts, top_k=k, k_draft=first.k_draft, n_tokens=n_tokens,
             n_windows=n_windows, n_full_windows=n_full, pairs=pairs, overlap=overlap,
@@ -495,21 +663,6 @@ def window_stats_stream(pieces: Iterable[Trace], shuffle_seed: int | None = 0) -
             unique=union_sum / n_full if n_full else np.full(first.num_layers, np.nan),
             used=present / n_full if n_full else np.full(load.shape, np.nan),
         )
-
-
-def _row_noise(row0: int, n: int, seed: int) -> np.ndarray:
-    """A pseudo-random uint64 per row from (seed, global row index): splitmix64's finaliser."""
-    x = (np.arange(row0, row0 + n, dtype=np.uint64) + np.uint64(seed % 2**32) * np.uint64(1 << 32)) \
-        * np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def _within_window_permutation(starts, lengths, row0, seed) -> np.ndarray:
-    window = np.repeat(np.arange(starts.size), lengths)
-    noise = _row_noise(row0, int(lengths.sum()), seed)
-    return np.lexsort((noise, window)).astype(np.int64)
 
 
 def row_overlaps(trace: Trace) -> tuple[np.ndarray, np.ndarray]:

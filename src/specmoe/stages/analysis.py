@@ -120,11 +120,14 @@ def window_interval_summary(ci: dict) -> dict:
     out = {"window_requests": ci["n_requests"], "window_low": ci["overlap_low"],
            "window_high": ci["overlap_high"], "window_decay": ci["decay"],
            "window_decay_low": ci["decay_low"], "window_decay_high": ci["decay_high"]}
+    out.update({f"window_{key}": ci[key] for key in ("decay_within_status",
+                                                     "decay_within_status_low",
+                                                     "decay_within_status_high") if key in ci})
     if "shuffle" in ci:
-        out.update({"shuffle_low": ci["shuffle_low"], "shuffle_high": ci["shuffle_high"],
-                    "above_shuffle": ci["above_shuffle"],
-                    "above_shuffle_low": ci["above_shuffle_low"],
-                    "above_shuffle_high": ci["above_shuffle_high"]})
+        out.update({key: ci[key] for key in (
+            "shuffle_low", "shuffle_high", "above_shuffle", "above_shuffle_low",
+            "above_shuffle_high", "above_shuffle_share", "above_shuffle_share_low",
+            "above_shuffle_share_high")})
     return out
 
 

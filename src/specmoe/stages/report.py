@@ -72,9 +72,12 @@ def _details(td: Path) -> list[str]:
     findings = prose.report_findings(td)
     if findings:
         lines += ["### What the routing shows, run by run", "",
-                  "Temporal overlap is what the study's argument rests on: overlap that decays "
-                  "with step distance, above both the independence baseline and the "
-                  "within-window shuffle null. Untrained controls clear independence without it "
+                  "Temporal overlap is what the study's argument rests on: overlap above the "
+                  "independence baseline that decays with step distance. Step 1 above the "
+                  "within-window shuffle null (its exact expectation) is the same contrast as "
+                  "the decay inside windows, so it is given as the share of the temporal "
+                  "overlap it certifies, not as a second finding. Untrained controls clear "
+                  "independence without it "
                   "(every position of a window feeds the routers nearly the same vector); weak "
                   "models decoding greedily repeat tokens, which route alike, so overlap is "
                   "also given without such windows. Every interval is a 95% bootstrap over "
