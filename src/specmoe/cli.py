@@ -301,10 +301,10 @@ _DIMS = ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k", 
          "shared_intermediate")
 
 
-def _tp_splits(shape: dict, tp: int) -> None:
+def _tp_splits(shape: dict, tp: int, name: str = "the dimensions") -> None:
     from .cost.hfconfig import tp_problems
 
-    bad = tp_problems(shape, tp)
+    bad = tp_problems(shape, tp, name)
     if bad:
         raise InputError(f"--tp {tp}: {bad[0]}")
 
@@ -334,7 +334,7 @@ def _te_args(s: argparse.ArgumentParser) -> None:
 
 def cmd_te(a) -> dict:
     from .cost.costmodel import ModelDims
-    from .cost.hfconfig import dims_from_config, load_config
+    from .cost.hfconfig import check_precision, dims_from_config, load_config
     from .routing.unique import check_nk
 
     if a.config:
@@ -342,8 +342,9 @@ def cmd_te(a) -> dict:
         if given:
             raise InputError(f"{', '.join(given)} beside --config: the dimensions come from "
                              "--config; give one or the other")
-        shape = load_config(a.config)[0]
-        _tp_splits(shape, a.tp)
+        shape, name = load_config(a.config)
+        _tp_splits(shape, a.tp, name)
+        check_precision(shape, a.dtype)
         dims = dims_from_config(a.config, dtype=a.dtype, tp=a.tp)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in _DIMS[:6] + ("layers",)
@@ -584,7 +585,8 @@ def cmd_predict(a) -> dict:
     """The step model's prediction (specmoe.cost.predictor, the entry point the rule predict shares)."""
     from .checks.preflight import drafter_problems, shipped_config_path
     from .cost import predictor
-    from .cost.hfconfig import dense_dims_from_config, dims_from_config, load_config
+    from .cost.hfconfig import (check_precision, dense_dims_from_config, dims_from_config,
+                                load_config)
     from .routing.unique import check_overlaps
 
     hw, caveats = predictor.hardware(a.hardware, a.hardware_file)
@@ -606,6 +608,7 @@ def cmd_predict(a) -> dict:
             config = Path(download(repo, repo, a.revision, mode="config")["snapshot_path"])
     if config.is_dir():
         config = config / "config.json"
+    check_precision(config, a.precision)
     dims = dims_from_config(config, dtype=None if a.precision == "auto" else a.precision,
                             tp=a.tp)
     if a.overlaps:

@@ -288,7 +288,7 @@ def _shared_width(r: _Reader) -> int:
     return 0
 
 
-def tp_problems(cfg: dict, tp: int) -> list[str]:
+def tp_problems(cfg: dict, tp: int, name: str = "config.json") -> list[str]:
     """How TP fails to split this model as vLLM splits it (empty: it splits): query heads
     divided over TP, KV heads divided or replicated, linear-attention heads and each expert's
     width divided, and each GPU's share of the width a whole number of fp8 blocks."""
@@ -296,7 +296,7 @@ def tp_problems(cfg: dict, tp: int) -> list[str]:
     if not c.get("num_attention_heads"):
         return []  # nothing to split (the reader names the missing key)
     heads, out = int(c["num_attention_heads"]), []
-    kv = kv_heads(c)
+    kv = kv_heads(c, name)
     if heads % tp:
         out.append(f"TP {tp} does not divide the {heads} attention heads")
     if not c.get("kv_lora_rank") and (tp % kv if tp >= kv else kv % tp):
@@ -325,7 +325,7 @@ def _check_tp(r: _Reader, tp: int) -> None:
     """vLLM's split of the model over TP (tp_problems): the first way it fails, one line."""
     if tp < 1:
         raise InputError(f"TP must be >= 1 (got {tp})")
-    problems = tp_problems(r.cfg, tp)
+    problems = tp_problems(r.cfg, tp, r.name)
     if problems:
         raise InputError(f"{r.name}: {problems[0]}")
 
@@ -388,7 +388,6 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
     # the FFN of layers without experts: Llama-4 names it intermediate_size_mlp
     dense_ffn = (3 * hidden * r.int("intermediate_size_mlp", "intermediate_size")
                  if dense_layers else 0)
-    check_precision(cfg, dtype, name)
     if dtype is not None and dtype in FLOAT_DTYPES:  # served in another float dtype
         expert_fmt = dense_fmt = base = dtype
     else:
@@ -406,11 +405,12 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
         **_attention_reads(r, hidden, mla, kinds, int(tp)))
 
 
-def check_precision(cfg: dict, precision: str | None, name: str = "config.json") -> None:
-    """A precision vLLM can serve this checkpoint in: a quantised checkpoint is served in its own
-    format (vLLM refuses --quantization fp8 on one quantised otherwise: "Quantization method
+def check_precision(cfg: dict | str | Path, precision: str | None) -> None:
+    """A precision a user asks vLLM to serve this checkpoint in (`specmoe predict --precision`,
+    `te --dtype`): a quantised checkpoint is served in its own format (vLLM refuses --quantization fp8 on one quantised otherwise: "Quantization method
     specified in the model config ... does not match", vllm.config.model; a float dtype sets the
     activations, the weights stay quantised, so pricing them as that dtype would be wrong)."""
+    cfg, name = load_config(cfg)
     method = str((cfg.get("quantization_config") or {}).get("quant_method") or "").lower()
     if precision in (None, "auto") or not method or (method == "fp8" and precision == "fp8"):
         return
