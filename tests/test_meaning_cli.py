@@ -451,3 +451,76 @@ def test_the_corpus_is_broad():
     assert {c[0] for c in CASES} == {"range", "warning", "file", "contradiction", "internal",
                                      "accepted"}
     assert len({c[1] for c in CASES}) == len(CASES)
+
+
+# --- one owner per check: the command and the workflow fed the same input ----------------------
+
+def _engine(method: str, drafter: str):
+    from specmoe.checks.preflight import Engine
+
+    return Engine(job=f"sweep_sd qwen/{drafter}/K3", model="qwen", entry={}, hardware={},
+                  hardware_name="H100", tp=1, precision="auto", method=method,
+                  drafter={"name": drafter}, k=3, max_model_len=4096, batch=1, output_tokens=64,
+                  prompt_tokens={}, utilization=0.9, offline_server=False)
+
+
+@pytest.mark.parametrize("method,drafter", [("eagle3", "eagle3-vocab.json"),
+                                            ("eagle3", "eagle3-wide.json"),
+                                            ("draft_model", "draft.json"),
+                                            ("draft_model", QWEN.name)])
+def test_the_drafter_check_is_the_preflights(method, drafter, folder, capsys):
+    """`specmoe predict --draft-config` refuses a drafter with the line the workflow's preflight
+    gives the same drafter of the same target (checks.preflight.drafter_problems)."""
+    from specmoe.checks import preflight
+
+    path = QWEN if drafter == QWEN.name else folder / drafter
+    target = json.loads(QWEN_FP8.read_text())
+    findings = preflight._method(_engine(method, str(path)), preflight._text(target),
+                                 json.loads(path.read_text()), "")
+    assert findings and all(f.fatal and f.check == "drafter" for f in findings)
+    got, err = run(f"{PRED} --method {method} --draft-config {path}", folder, capsys)
+    assert got == 2
+    assert one_line(err) == f"specmoe: error: {findings[0].message}".replace(
+        str(path), f"--draft-config {path}", 1)
+
+
+def test_the_hardware_file_overlays_as_the_workflow_does(folder):
+    """An H100 entry of a --hardware-file that gives one key is the shipped H100 with that key
+    changed, as the workflow resolves its configuration's `hardware` (Config.hardware), so TP 2
+    is priced with the shipped NVLink bandwidth."""
+    import copy
+
+    import yaml
+
+    from specmoe.config import Config
+    from specmoe.cost import predictor
+    from specmoe.cost.costmodel import Hardware
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg = copy.deepcopy(cfg)
+    cfg["hardware"] = {**cfg.get("hardware", {}), "H100": {"hbm_bandwidth_gbs": 3000}}
+    workflow = Hardware.from_config("H100", Config.load(cfg, REPO / "config/schema.yaml")
+                                    .hardware["H100"])
+    command, caveats = predictor.hardware("H100", str(folder / "hw-h100.yaml"))
+    assert command == workflow
+    assert command.hbm_bandwidth == 3000e9 and command.nvlink_bandwidth > 0
+    assert caveats == [f"hardware H100 from {folder / 'hw-h100.yaml'}: its numbers are the "
+                       "file's over the shipped entry"]
+
+
+def test_the_kv_head_defaults_are_transformers():
+    """KV_HEADS_DEFAULT is what transformers' config class of each model type reads where a
+    config.json has no num_key_value_heads ("heads": the number of attention heads)."""
+    transformers = pytest.importorskip("transformers")
+    from specmoe.cost.hfconfig import KV_HEADS_DEFAULT
+
+    checked = 0
+    for model_type, default in KV_HEADS_DEFAULT.items():
+        # a head count every class accepts (hidden 4096 = 32 heads x 128)
+        c = transformers.CONFIG_MAPPING[model_type](num_attention_heads=32, hidden_size=4096)
+        want = 32 if default == "heads" else default
+        text = getattr(c, "text_config", None)  # a multimodal wrapper: its language model's
+        got = getattr(c, "num_key_value_heads", None) or getattr(text, "num_key_value_heads", None)
+        assert got == want, model_type
+        checked += 1
+    assert checked == len(KV_HEADS_DEFAULT)
