@@ -130,6 +130,8 @@ def kv_heads(cfg: dict, name: str = "config.json") -> int:
     heads = whole(cfg.get("num_attention_heads"), f"{name}: num_attention_heads")
     if cfg.get("num_key_value_heads") is not None:
         kv = whole(cfg["num_key_value_heads"], f"{name}: num_key_value_heads")
+    elif cfg.get("kv_lora_rank"):  # multi-head latent attention: every head reads the latent
+        kv = heads
     else:
         default = KV_HEADS_DEFAULT.get(str(cfg.get("model_type")))
         if default is None:
@@ -407,9 +409,10 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
 
 def check_precision(cfg: dict | str | Path, precision: str | None) -> None:
     """A precision a user asks vLLM to serve this checkpoint in (`specmoe predict --precision`,
-    `te --dtype`): a quantised checkpoint is served in its own format (vLLM refuses --quantization fp8 on one quantised otherwise: "Quantization method
-    specified in the model config ... does not match", vllm.config.model; a float dtype sets the
-    activations, the weights stay quantised, so pricing them as that dtype would be wrong)."""
+    `te --dtype`). A quantised checkpoint is served in its own format: vLLM refuses
+    --quantization fp8 on one quantised otherwise ("Quantization method specified in the model
+    config ... does not match", vllm.config.model), and a float dtype sets the activations only,
+    the weights staying quantised, so pricing them in that dtype would be wrong."""
     cfg, name = load_config(cfg)
     method = str((cfg.get("quantization_config") or {}).get("quant_method") or "").lower()
     if precision in (None, "auto") or not method or (method == "fp8" and precision == "fp8"):

@@ -189,13 +189,13 @@ def _from_fixed_binary(col: pa.ChunkedArray | pa.Array, dtype: np.dtype,
 
 def write_trace(path: str | Path, trace: Trace, provenance: dict | None = None) -> None:
     """Write a trace atomically as Parquet (LZ4), with schema version and provenance."""
+    arrays: dict[str, pa.Array] = {}
+    for name, dtype in _INT_COLUMNS.items():  # first: a value its column cannot hold is the fault
+        if name in trace.columns:
+            arrays[name] = pa.array(_fitted(name, trace.columns[name], dtype))
     trace.validate(str(path))
     t, n_layers, k = trace.experts.shape
     edtype = _experts_dtype(trace.num_experts)
-    arrays: dict[str, pa.Array] = {}
-    for name, dtype in _INT_COLUMNS.items():
-        if name in trace.columns:
-            arrays[name] = pa.array(_fitted(name, trace.columns[name], dtype))
     for name in _STR_COLUMNS:
         if name in trace.columns:
             arrays[name] = pa.array(np.asarray(trace.columns[name]).astype(str)).dictionary_encode()
