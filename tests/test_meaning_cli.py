@@ -241,6 +241,12 @@ CASES = [
      r"precision bf16 on a checkpoint quantised with mxfp4: vLLM keeps its mxfp4 weights"),
     ("contradiction", "bf16 on an fp8 checkpoint", PRED + " --precision bf16", 2,
      r"precision bf16 on a checkpoint quantised with fp8: vLLM keeps its fp8 weights"),
+    ("contradiction", "te fp8 on an int4 checkpoint (Kimi-K2.5)",
+     f"te --config {CONFIGS / 'Kimi-K2.5.json'} --dtype fp8", 2,
+     r"Kimi-K2.5.json: precision fp8 on a checkpoint quantised with compressed-tensors: vLLM "
+     r"refuses --quantization fp8"),
+    ("contradiction", "a subcommand's flag before the subcommand", "--json " + IPF, 2,
+     r"unrecognized arguments: --json; give it after the subcommand$"),
     ("contradiction", "te fp16 on an fp8 checkpoint", f"te --config {QWEN_FP8} --dtype fp16", 2,
      r"precision fp16 on a checkpoint quantised with fp8"),
     ("contradiction", "--fit-to Mixtral onto 8 of 128", "synth --out {d}/s.parquet "

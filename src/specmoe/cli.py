@@ -136,6 +136,8 @@ class _Parser(argparse.ArgumentParser):
                                if isinstance(a, argparse._SubParsersAction) for c in a.choices)]
             known = {o for p in parsers for a in p._actions for o in a.option_strings}
             hint = did_you_mean(m[1].split("=")[0], known)
+            if hint == m[1].split("=")[0]:  # a subcommand's flag before the subcommand
+                return "; give it after the subcommand"
         else:
             hint = None
         return f"; did you mean '{hint}'?" if hint else ""
@@ -344,7 +346,7 @@ def cmd_te(a) -> dict:
                              "--config; give one or the other")
         shape, name = load_config(a.config)
         _tp_splits(shape, a.tp, name)
-        check_precision(shape, a.dtype)
+        check_precision(a.config, a.dtype)
         dims = dims_from_config(a.config, dtype=a.dtype, tp=a.tp)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in _DIMS[:6] + ("layers",)
