@@ -530,3 +530,13 @@ def test_the_kv_head_defaults_are_transformers():
         assert got == want, model_type
         checked += 1
     assert checked == len(KV_HEADS_DEFAULT)
+
+
+def test_a_config_without_kv_heads_is_read_with_its_model_types_default(folder, capsys):
+    """Qwen3-MoE's config.json without num_key_value_heads is priced with transformers' default
+    of Qwen3MoeConfig (4), as the file that states it, not with one KV head per attention head."""
+    answers = []
+    for path in (folder / "qwen-no-kv.json", QWEN):
+        assert cli.main(["te", "--config", str(path), "--tp", "2", "--json"]) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    assert answers[0] == answers[1]
