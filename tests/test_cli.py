@@ -84,7 +84,8 @@ def test_synth_then_analyze(tmp_path):
     (["te", "--config", "/nonexistent/config.json"], "no such config file"),
     (["analyze", "/nonexistent.parquet"], "no such trace file"),
     (["correction", "--moe-weight-share", "1.5", "--unique-ratio", "2", "--moe-time-share", "0.3",
-      "--moe-time-ratio", "1.5", "--dense-time-ratio", "1"], "moe_weight_share"),
+      "--moe-time-ratio", "1.5", "--dense-time-ratio", "1"],
+     "--moe-weight-share must be in (0, 1)"),
     (["frobnicate"], "invalid choice"),
     (["download", "foo"], "'foo' is not a Hugging Face repository id: it is owner/name"),
 ])

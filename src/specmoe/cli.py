@@ -24,14 +24,104 @@ from .errors import InputError, SpecmoeError
 from .names import DEFAULT_METHOD, SPEC_METHODS, STUDY_BATCH_SIZES
 
 
+class Range:
+    """What a numeric flag's value means, written once beside the flag (its `type=`): an int or a
+    float within [lo, hi] (open at an end where `open` says so), refused outside in one line; the
+    range is shown in --help. `usual` is the sub-range a value is expected in, `unusual` the
+    consequence a warning names outside it (the value is still used)."""
+
+    def __init__(self, kind: type, lo: float | None = None, hi: float | None = None, *,
+                 open: str = "", usual: tuple[float, float] | None = None, unusual: str = ""):
+        self.kind, self.lo, self.hi, self.open = kind, lo, hi, open
+        self.usual, self.unusual = usual, unusual
+        self.__name__ = kind.__name__  # argparse's "invalid int value: 'x'"
+
+    def __call__(self, text: str):
+        v = self.kind(text)  # ValueError: argparse's "invalid int value"
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be a finite number (got {text})")
+        if not self.holds(v):
+            raise argparse.ArgumentTypeError(f"must be {self.violated(v)} (got {text})")
+        return v
+
+    def violated(self, v: float) -> str:
+        """The bound `v` breaks, as said to the user: an integer's one bound, else the range."""
+        if self.kind is not int:
+            return str(self)
+        low = Range(int, self.lo) if self.lo is not None else None
+        return str(low if low is not None and not low.holds(v) else Range(int, hi=self.hi))
+
+    def holds(self, v: float) -> bool:
+        low = self.lo is None or (v > self.lo if "lo" in self.open else v >= self.lo)
+        high = self.hi is None or (v < self.hi if "hi" in self.open else v <= self.hi)
+        return low and high
+
+    def warning(self, v: float) -> str | None:
+        """The consequence of an unusual value (None: a usual one)."""
+        if self.usual and not self.usual[0] <= v <= self.usual[1]:
+            return self.unusual
+        return None
+
+    def __str__(self) -> str:
+        def num(x):
+            return f"{x:,}" if self.kind is int else f"{x:g}"
+        if self.lo is not None and self.hi is not None:
+            if self.kind is int:
+                return f"in {num(self.lo)}..{num(self.hi)}"
+            return (f"in {'(' if 'lo' in self.open else '['}{num(self.lo)}, {num(self.hi)}"
+                    f"{')' if 'hi' in self.open else ']'}")
+        if self.lo is not None:
+            return f"{'>' if 'lo' in self.open else '>='} {num(self.lo)}"
+        return f"{'<' if 'hi' in self.open else '<='} {num(self.hi)}"
+
+
+class _Once(argparse._StoreAction):
+    """A single-valued flag given once: argparse would keep the last of two silently. It also
+    records the warning of an unusual value (Range.warning) for main to print."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given", {})
+        if self.dest in given and option_string:
+            raise argparse.ArgumentError(
+                self, f"given twice ({_shown(given[self.dest])} and {_shown(values)}); give it "
+                      "once")
+        given[self.dest] = values
+        kind = self.type.item if isinstance(self.type, _List) else self.type
+        if isinstance(kind, Range) and option_string:
+            for v in values if isinstance(values, list) else [values]:
+                if (why := kind.warning(v)) is not None:
+                    namespace.__dict__.setdefault("_warnings", []).append(
+                        f"{option_string} {_shown(v)}: {why}")
+                    break
+        setattr(namespace, self.dest, values)
+
+
+def _shown(v) -> str:
+    if isinstance(v, list):
+        return ",".join(map(_shown, v))
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # a value that starts with a minus sign ("-0.1,0.2", "-5") is a value, not an option: its
         # check then says what is wrong with it
         self._negative_number_matcher = re.compile(r"^-\.?\d[\d.,eE+-]*$")
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
+
+    def add_argument(self, *args, **kwargs):
+        """The range of a Range-typed flag shown in its --help, from the Range itself."""
+        kind = kwargs.get("type")
+        kind = kind.item if isinstance(kind, _List) else kind
+        if isinstance(kind, Range) and kwargs.get("help"):
+            kwargs["help"] += f"; {'each ' if isinstance(kwargs['type'], _List) else ''}{kind}"
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str):  # one line, exit 2, with the closest known name
+        # "argument --k: must be >= 1 (got 0)" -> "--k must be >= 1 (got 0)"
+        message = re.sub(r"^argument ([-\w/]+): (must|given) ", r"\1 \2 ", message)
         sys.stderr.write(f"{self.prog}: error: {message}{self._hint(message)}\n")
         raise SystemExit(2)
 
@@ -46,6 +136,8 @@ class _Parser(argparse.ArgumentParser):
                                if isinstance(a, argparse._SubParsersAction) for c in a.choices)]
             known = {o for p in parsers for a in p._actions for o in a.option_strings}
             hint = did_you_mean(m[1].split("=")[0], known)
+            if hint == m[1].split("=")[0]:  # a subcommand's flag before the subcommand
+                return "; give it after the subcommand"
         else:
             hint = None
         return f"; did you mean '{hint}'?" if hint else ""
@@ -69,18 +161,34 @@ def _items(text: str, kind: str) -> list[str]:
     return items
 
 
-def _floats(text: str) -> list[float]:
-    out = []
-    for x in _items(text, "numbers"):
-        try:
-            v = float(x)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated numbers, got '{text}' ('{x}' is not a number)") from None
-        if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"expected finite numbers, got '{x}' in '{text}'")
-        out.append(v)
-    return out
+class _List:
+    """A comma-separated list of numbers, each of its Range; `counts`: how many items it may
+    have (None: any), said as `form` where it has another."""
+
+    def __init__(self, item: Range, counts: tuple[int, ...] | None = None, form: str = ""):
+        self.item, self.counts, self.form = item, counts, form
+
+    def __call__(self, text: str) -> list:
+        kind = "integers" if self.item.kind is int else "numbers"
+        out = []
+        for x in _items(text, kind):
+            try:
+                v = self.item.kind(x)
+            except ValueError:
+                what = "an integer" if self.item.kind is int else "a number"
+                raise argparse.ArgumentTypeError(
+                    f"expected comma-separated {kind}, got '{text}' ('{x}' is not {what})"
+                ) from None
+            if not math.isfinite(v):
+                raise argparse.ArgumentTypeError(f"expected finite numbers, got '{x}' in '{text}'")
+            if not self.item.holds(v):
+                raise argparse.ArgumentTypeError(f"must be {self.item.violated(v)} each (got "
+                                                 f"{x} in '{text}')")
+            out.append(v)
+        if self.counts and len(out) not in self.counts:
+            raise argparse.ArgumentTypeError(f"must be {self.form} (got {len(out)} numbers: "
+                                             f"'{text}')")
+        return out
 
 
 def _print(obj: dict, as_json: bool) -> None:
@@ -116,22 +224,46 @@ def _cell(v) -> str:
     return str(v)
 
 
+# What the numbers mean (Range): each flag's range, once, as its type.
+MAX_K = 8  # draft length: the trace stores positions 0..K in int8, IPF fits windows of <= 9
+TOP_K = Range(int, 1, 1024)
+EXPERTS = Range(int, 1, 1 << 20)
+LAYERS = Range(int, 1, 1024)
+HEADS = Range(int, 1, 1024)
+WIDTH = Range(int, 1, 1 << 18)  # a hidden or FFN width: the widest published is about 2^16
+DRAFT_LEN = Range(int, 1, MAX_K)
+TP = Range(int, 1, 64)
+SEED = Range(int, 0)
+SHARE = Range(float, 0, 1, open="lohi")
+PROBABILITY = Range(float, 0, 1)
+# a verification window of K+1 <= 9 tokens reads at most K+1 times one token's experts, and takes
+# at most K+1 decode steps' time for each part of the step
+WINDOW_RATIO = Range(float, 0, MAX_K + 1, open="lo")
+BATCH = Range(int, 1, 4096)  # beyond any engine's max_num_seqs on one GPU (predictor.MAX_BATCH)
+
+
 def _read_loads(path: str, n: int, k: int) -> np.ndarray:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such loads file")
     if not p.is_file():
         raise InputError(f"{p}: --loads must be a file of numbers, not a directory")
-    text = p.read_text()
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: --loads is not text (expected numbers: JSON list, CSV or one per "
+                         "line)") from None
     try:
         vals = json.loads(text) if text.lstrip().startswith("[") else \
             [float(x) for x in text.replace(",", " ").split()]
     except ValueError:
         raise InputError(f"{p}: expected numbers (JSON list, CSV or one per line)") from None
-    try:
-        q = np.asarray(vals, dtype=float).ravel()
-    except (TypeError, ValueError):
-        raise InputError(f"{p}: expected numbers (JSON list, CSV or one per line)") from None
+    if any(isinstance(v, list) for v in vals):
+        raise InputError(f"{p}: a nested JSON array is not a list of loads: give one flat list "
+                         "of N numbers (one layer's loads)")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in vals):
+        raise InputError(f"{p}: expected numbers (JSON list, CSV or one per line)")
+    q = np.asarray(vals, dtype=float)
     if not np.all(np.isfinite(q)):
         raise InputError(f"{p}: loads must be finite numbers (found nan or inf)")
     if q.size != n:
@@ -145,20 +277,21 @@ def _read_loads(path: str, n: int, k: int) -> np.ndarray:
 
 
 def _ipf_args(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--k", type=int, required=True, help="experts per token (top-k)")
-    s.add_argument("--n", type=int, required=True, help="routed experts per layer")
-    s.add_argument("--overlaps", type=_floats, required=True,
-                   help="ov(d) for d = 1..K, comma-separated; the window has K+1 tokens")
+    s.add_argument("--k", type=TOP_K, required=True, help="experts per token (top-k)")
+    s.add_argument("--n", type=EXPERTS, required=True, help="routed experts per layer")
+    s.add_argument("--overlaps", type=_List(PROBABILITY), required=True,
+                   help="ov(d) for d = 1..K, comma-separated; the window has K+1 tokens; at "
+                        "least max(0, 2k - N) / k")
     s.add_argument("--loads", help="file of N relative expert loads (skewed IPF)")
-    s.add_argument("--batch", type=int, default=1, help="independent sequences (default 1)")
+    s.add_argument("--batch", type=BATCH, default=1, help="independent sequences (default 1)")
 
 
 def cmd_ipf(a) -> dict:
     from .routing import ipf
-    from .routing.unique import check_nk, uniform_unique
+    from .routing.unique import check_nk, check_overlaps, uniform_unique
 
-    _at_least(1, k=a.k, n=a.n, batch=a.batch)
     check_nk(a.n, a.k)
+    check_overlaps(a.n, a.k, a.overlaps)
     window = len(a.overlaps) + 1
     if a.loads:
         q = _read_loads(a.loads, a.n, a.k)
@@ -175,54 +308,57 @@ _DIMS = ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k", 
          "shared_intermediate")
 
 
-def _tp_splits(shape: dict, tp: int) -> None:
+def _tp_splits(shape: dict, tp: int, name: str = "the dimensions") -> None:
     from .cost.hfconfig import tp_problems
 
-    bad = tp_problems(shape, tp)
+    bad = tp_problems(shape, tp, name)
     if bad:
         raise InputError(f"--tp {tp}: {bad[0]}")
 
 
 def _te_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--config", help="a Hugging Face config.json instead of the dimensions")
-    for name, what in (("hidden", "hidden size"),
-                       ("expert-intermediate", "intermediate size of one routed expert"),
-                       ("heads", "attention heads"), ("kv-heads", "key/value heads"),
-                       ("head-dim", "dimension of one attention head"),
-                       ("k", "experts per token (top-k)"),
-                       ("n", "routed experts per layer (default: k)"),
-                       ("layers", "decoder layers, every one with experts"),
-                       ("shared-intermediate", "intermediate size of the shared experts (0)")):
-        s.add_argument(f"--{name}", type=int, help=what)
+    for name, kind, what in (
+            ("hidden", WIDTH, "hidden size"),
+            ("expert-intermediate", WIDTH, "intermediate size of one routed expert"),
+            ("heads", HEADS, "attention heads"), ("kv-heads", HEADS, "key/value heads, dividing "
+                                                                     "--heads"),
+            ("head-dim", HEADS, "dimension of one attention head"),
+            ("k", TOP_K, "experts per token (top-k)"),
+            ("n", EXPERTS, "routed experts per layer (default: k)"),
+            ("layers", LAYERS, "decoder layers, every one with experts"),
+            ("shared-intermediate", Range(int, 0, WIDTH.hi),
+             "intermediate size of the shared experts (0)")):
+        s.add_argument(f"--{name}", type=kind, help=what)
     s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: config's, else bf16)")
-    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
-    s.add_argument("--k-draft", type=int, default=3,
+    s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
+    s.add_argument("--k-draft", type=DRAFT_LEN, default=3,
                    help="draft length K of the window that --unique counts (default 3)")
-    s.add_argument("--unique", type=float,
+    s.add_argument("--unique", type=Range(float, 1),
                    help="unique experts per verification window of K+1 tokens, in [k, min(N, "
                         "k (K+1))]")
 
 
 def cmd_te(a) -> dict:
     from .cost.costmodel import ModelDims
-    from .cost.hfconfig import dims_from_config, load_config
+    from .cost.hfconfig import check_precision, dims_from_config, load_config
+    from .routing.unique import check_nk
 
-    _at_least(1, tp=a.tp, k_draft=a.k_draft)
     if a.config:
         given = [f"--{n.replace('_', '-')}" for n in _DIMS if getattr(a, n) is not None]
         if given:
             raise InputError(f"{', '.join(given)} beside --config: the dimensions come from "
                              "--config; give one or the other")
-        shape = load_config(a.config)[0]
-        _tp_splits(shape, a.tp)
+        shape, name = load_config(a.config)
+        _tp_splits(shape, a.tp, name)
+        check_precision(a.config, a.dtype)
         dims = dims_from_config(a.config, dtype=a.dtype, tp=a.tp)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in _DIMS[:6] + ("layers",)
                    if getattr(a, n) is None]
         if missing:
             raise InputError(f"give --config or all of: {', '.join(missing)}")
-        _at_least(1, **{n: getattr(a, n) for n in _DIMS[:6] + ("layers",)})
-        _at_least(0, shared_intermediate=a.shared_intermediate or 0)
+        check_nk(a.n or a.k, a.k)
         dims = ModelDims.from_dims(hidden=a.hidden, expert_intermediate=a.expert_intermediate,
                                    num_experts=a.n or a.k, top_k=a.k, heads=a.heads,
                                    num_layers=a.layers,
@@ -244,33 +380,22 @@ def cmd_te(a) -> dict:
     return out
 
 
-def _at_least(low: int, **values) -> None:
-    """Each named flag's value (None: not given) is at least `low`."""
-    for name, v in values.items():
-        if v is not None and v < low:
-            raise InputError(f"--{name.replace('_', '-')} must be >= {low} (got {v})")
-
-
 def _correction_args(s: argparse.ArgumentParser) -> None:
-    for name, what in (("moe-weight-share", "MoE share of the weights read per step"),
-                       ("unique-ratio", "unique experts per window / k"),
-                       ("moe-time-share", "measured MoE share of decode time"),
-                       ("moe-time-ratio", "measured verify/decode time ratio of MoE kernels"),
-                       ("dense-time-ratio", "measured verify/decode time ratio of the rest")):
-        s.add_argument(f"--{name}", type=float, required=True, help=what)
-    s.add_argument("--measured", type=float, help="TE measured from the sweep")
+    for name, kind, what in (
+            ("moe-weight-share", SHARE, "MoE share of the weights read per step"),
+            ("unique-ratio", Range(float, 1, MAX_K + 1),
+             "unique experts per window / k: at least one token's k, at most K+1 tokens' own"),
+            ("moe-time-share", SHARE, "measured MoE share of decode time"),
+            ("moe-time-ratio", WINDOW_RATIO, "measured verify/decode time ratio of MoE kernels"),
+            ("dense-time-ratio", WINDOW_RATIO, "measured verify/decode time ratio of the rest")):
+        s.add_argument(f"--{name}", type=kind, required=True, help=what)
+    s.add_argument("--measured", type=Range(float, 0, 1, open="lo"),
+                   help="TE measured from the sweep: decode step time / verification step time "
+                        "(above 1 is noise or a mismatched pair of runs)")
 
 
 def cmd_correction(a) -> dict:
     from .cost.costmodel import three_step_correction
-
-    if a.unique_ratio < 1:
-        raise InputError(f"--unique-ratio {a.unique_ratio:g} is impossible: a window uses at least "
-                         "the k experts of one token, so unique experts / k >= 1")
-    if a.measured is not None and not 0 < a.measured <= 1:
-        raise InputError(f"--measured {a.measured:g} is not a target efficiency: TE = decode step "
-                         "time / verification step time lies in (0, 1] (a measured TE above 1 "
-                         "is noise or a mismatched pair of runs)")
 
     return three_step_correction(a.moe_weight_share, a.unique_ratio, a.moe_time_share,
                                  a.moe_time_ratio, a.dense_time_ratio, a.measured)
@@ -278,25 +403,35 @@ def cmd_correction(a) -> dict:
 
 def _synth_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--out", type=Path, required=True, help="Parquet trace to write")
-    s.add_argument("--n", type=int, default=128, help="routed experts per layer (128)")
-    s.add_argument("--k", type=int, default=8, help="experts per token (8)")
-    s.add_argument("--layers", type=int, default=8, help="MoE layers (8)")
-    s.add_argument("--k-draft", type=int, default=3, help="draft length K (3)")
-    s.add_argument("--skew", type=float, help="Zipf exponent of expert loads (1.0)")
-    s.add_argument("--stickiness", type=float,
+    s.add_argument("--n", type=EXPERTS, default=128, help="routed experts per layer (128)")
+    s.add_argument("--k", type=TOP_K, default=8, help="experts per token (8)")
+    s.add_argument("--layers", type=LAYERS, default=8, help="MoE layers (8)")
+    s.add_argument("--k-draft", type=DRAFT_LEN, default=3, help="draft length K (3)")
+    s.add_argument("--skew", type=Range(float, 0, usual=(0, 4), unusual=(
+        "a Zipf exponent above 4 sends nearly every token to the same few experts")),
+                   help="Zipf exponent of expert loads (1.0)")
+    s.add_argument("--stickiness", type=Range(float, 0, 1, usual=(0, 0.99), unusual=(
+        "every token keeps the previous token's experts: overlap 1 at every distance, nothing "
+        "to predict")),
                    help="probability that a token keeps each of the previous token's experts (0.4)")
-    s.add_argument("--topic-spread", type=float,
+    s.add_argument("--topic-spread", type=Range(float, 0),
                    help="log-affinity spread of a request's topic over experts (0: no topics)")
-    s.add_argument("--topic-switch", type=float,
+    s.add_argument("--topic-switch", type=PROBABILITY,
                    help="probability that the topic changes at a token (1.0; needs --topic-spread)")
     s.add_argument("--fit-to", help="a study model (e.g. Qwen3-30B): fit skew, stickiness and "
                                     "topics to its published overlap curve instead")
-    s.add_argument("--requests", type=int, default=32, help="requests (32)")
-    s.add_argument("--steps", type=int, default=32, help="SD steps per request (32)")
-    s.add_argument("--accept-prob", type=float, default=0.7,
-                   help="probability that each draft is accepted (0.7)")
-    s.add_argument("--tie", type=float, default=0.0, help="acceptance tied to overlap")
-    s.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    s.add_argument("--requests", type=Range(int, 1, 1 << 20), default=32, help="requests (32)")
+    s.add_argument("--steps", type=Range(int, 1, 1 << 24, usual=(1, 4096), unusual=(
+        "over 4,096 SD steps per request: the trace holds requests x steps x (K+1) rows, its "
+        "memory and time grow in proportion")), default=32, help="SD steps per request (32)")
+    s.add_argument("--accept-prob", type=Range(float, 0, 1, usual=(0.01, 0.99), unusual=(
+        "drafts (almost) always rejected or always accepted: acceptance tells nothing about "
+        "overlap")), default=0.7, help="probability that each draft is accepted (0.7)")
+    s.add_argument("--tie", type=Range(float, 0, 10, usual=(0, 5), unusual=(
+        "most acceptance probabilities clip to 0 or 1: the tie saturates")), default=0.0,
+                   help="acceptance probability added per unit of a draft's overlap above the "
+                        "mean: acceptance rises with overlap, or is independent of it (0)")
+    s.add_argument("--seed", type=SEED, default=0, help="random seed (0)")
 
 
 def cmd_synth(a) -> dict:
@@ -312,7 +447,6 @@ def cmd_synth(a) -> dict:
                          "published curve; give one or the other")
     if a.topic_switch is not None and not a.topic_spread:
         raise InputError("--topic-switch has no effect without --topic-spread > 0 (no topics)")
-    _at_least(0, seed=a.seed)
     p = SynthParams(num_experts=a.n, top_k=a.k, num_layers=a.layers, k_draft=a.k_draft,
                     fit_to=a.fit_to, requests=a.requests, steps=a.steps,
                     accept_prob=a.accept_prob, accept_overlap_tie=a.tie, seed=a.seed, **fitted)
@@ -338,7 +472,17 @@ def _writable(path: Path, flag: str) -> None:
 
 def _analyze_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("trace", help="a routing trace (Parquet)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the shuffle null")
+    s.add_argument("--seed", type=SEED, default=0, help="seed of the shuffle null")
+
+
+# A trace's statistics are means over its windows: below this many, the warning says they are
+# too few to read (a judgement: the study's effects are differences of a few hundredths in overlap)
+MIN_WINDOWS = 30
+
+
+def _warn(a: argparse.Namespace, message: str) -> None:
+    """A warning main prints on stderr when the subcommand succeeds (one line each)."""
+    a.__dict__.setdefault("_warnings", []).append(message)
 
 
 def cmd_analyze(a) -> dict:
@@ -346,13 +490,16 @@ def cmd_analyze(a) -> dict:
     from .routing.trace import read_trace
     from .routing.unique import uniform_unique
 
-    _at_least(0, seed=a.seed)
     if Path(a.trace).is_dir():
         raise InputError(f"{a.trace}: is a directory; give a routing trace (Parquet file)")
     tr = read_trace(a.trace)
     if len(tr) == 0:
         raise InputError(f"{a.trace}: the trace has no rows")
     ws = overlap.window_stats(tr, shuffle_seed=a.seed)
+    if ws.n_windows < MIN_WINDOWS:
+        _warn(a, f"{a.trace}: {ws.n_windows} verification window(s): overlap, temporal share and "
+                 f"acceptance are means of fewer than {MIN_WINDOWS} samples, too few to read "
+                 "(their sampling error is as large as the effects)")
     s = ws.summary()
     out = {k: s[k] for k in ("num_experts", "top_k", "k_draft", "n_tokens", "n_windows",
                              "uniform", "independent", "step1", "temporal", "temporal_share",
@@ -413,26 +560,29 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--hardware-file",
                    help="YAML or JSON with a `hardware` section (as config.yaml's) for a GPU "
                         "the package does not ship")
-    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (1)")
+    s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (1)")
     s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
                    help="auto: the checkpoint's own format; fp8: vLLM's online fp8 (auto)")
-    s.add_argument("--k", type=int, default=3, help="draft length K (3)")
+    s.add_argument("--k", type=DRAFT_LEN, default=3, help="draft length K (3)")
     s.add_argument("--method", default=DEFAULT_METHOD, choices=SPEC_METHODS,
                    help="speculative method; its drafter's cost comes from the target's shape, "
                         f"or from --draft-config (a draft model's or an EAGLE head's) ({DEFAULT_METHOD})")
     s.add_argument("--draft-config", help="config.json of a separate draft model or EAGLE head")
-    s.add_argument("--draft-cost", type=float,
+    s.add_argument("--draft-cost", type=Range(float, 0, 10, open="hi", usual=(0, 1), unusual=(
+        "a draft slower than the target's decode step: K drafts cost more than the K+1 tokens "
+        "a window can give, SD cannot pay")),
                    help="a known draft cost c (draft time per step over a decode step)")
     s.add_argument("--engine", default="vllm", choices=["vllm", "sglang", "trtllm", "other"],
                    help="the serving engine (the step model is vLLM's; others widen the "
                         "interval) (vllm)")
-    s.add_argument("--overlaps", type=_floats,
+    s.add_argument("--overlaps", type=_List(PROBABILITY),
                    help="ov(d) for d = 1..K (default: the study's published curve for its own "
                         "models, else its models' curves of the same granularity as a prior)")
-    s.add_argument("--acceptance-length", type=_floats,
-                   help="tau, or its range low,high (default: a prior of 0.54 to 0.85 accepted per "
-                        "draft, e.g. 2.0,3.2 at K = 3)")
-    s.add_argument("--batch-sizes", type=_ints, default=list(STUDY_BATCH_SIZES),
+    s.add_argument("--acceptance-length", type=_List(Range(float, 1, MAX_K + 1), (1, 2),
+                                                     "one tau or a range low,high"),
+                   help="tau, or its range low,high, at most K+1 (default: a prior of 0.54 to "
+                        "0.85 accepted per draft, e.g. 2.0,3.2 at K = 3)")
+    s.add_argument("--batch-sizes", type=_List(BATCH), default=list(STUDY_BATCH_SIZES),
                    help="comma-separated (1,2,4,...,128)")
     s.add_argument("--revision", help="with a repo id: commit, branch or tag")
     s.add_argument("--study-model", help="the study model this is (e.g. Qwen3-30B): its published "
@@ -441,22 +591,36 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
 
 def cmd_predict(a) -> dict:
     """The step model's prediction (specmoe.cost.predictor, the entry point the rule predict shares)."""
+    from .checks.preflight import drafter_problems, shipped_config_path
     from .cost import predictor
-    from .cost.hfconfig import dense_dims_from_config, dims_from_config
+    from .cost.hfconfig import (check_precision, dense_dims_from_config, dims_from_config,
+                                load_config)
+    from .routing.unique import check_overlaps
 
     hw, caveats = predictor.hardware(a.hardware, a.hardware_file)
     config, repo = Path(a.model), None
-    if not config.exists():  # a repo id: its config.json through the download stage's config mode
+    if config.exists():
+        if a.revision:
+            raise InputError(f"--revision {a.revision} beside the local file {a.model}: a revision "
+                             "is a commit of a Hugging Face repository; give a repo id or no "
+                             "--revision")
+    else:  # a repo id: the package's copy of a study checkpoint's config.json, else the download
+        # stage's config mode (the cache with HF_HUB_OFFLINE=1)
         if a.model.count("/") != 1 or a.model.endswith(".json"):
             raise InputError(f"{a.model}: no such config.json (nor a Hugging Face repo id)")
-        from .sources.hub import download
-
         repo = a.model
-        config = Path(download(repo, repo, a.revision, mode="config")["snapshot_path"])
+        config = None if a.revision else shipped_config_path(repo)
+        if config is None:
+            from .sources.hub import download
+
+            config = Path(download(repo, repo, a.revision, mode="config")["snapshot_path"])
     if config.is_dir():
         config = config / "config.json"
+    check_precision(config, a.precision)
     dims = dims_from_config(config, dtype=None if a.precision == "auto" else a.precision,
                             tp=a.tp)
+    if a.overlaps:
+        check_overlaps(dims.num_experts, dims.top_k, a.overlaps)
     study = a.study_model
     if study is None and repo:
         from .sources import published
@@ -464,26 +628,29 @@ def cmd_predict(a) -> dict:
         study = published.study_model_of({"repo_id": repo})
     tau = None
     if a.acceptance_length:
-        tau = (min(a.acceptance_length), max(a.acceptance_length))
-    draft = dense_dims_from_config(a.draft_config, tp=a.tp) if a.draft_config else None
+        tau = (a.acceptance_length[0], a.acceptance_length[-1])
+        if tau[0] > tau[1]:
+            raise InputError(f"--acceptance-length {_shown(a.acceptance_length)}: a range is "
+                             "low,high (low first)")
+    draft = None
+    if a.draft_config:
+        if a.draft_cost is not None:
+            raise InputError("--draft-cost beside --draft-config: a known cost replaces the "
+                             "drafter's; give one or the other")
+        if a.method == "mtp":
+            raise InputError("--draft-config beside --method mtp: MTP drafts with the target's "
+                             "own layers; use --method draft_model, eagle or eagle3")
+        problems = drafter_problems(load_config(config)[0], load_config(a.draft_config)[0],
+                                    a.method, f"--draft-config {a.draft_config}")
+        if problems:
+            raise InputError(problems[0])
+        draft = dense_dims_from_config(a.draft_config, tp=a.tp)
     res = predictor.prediction(
         dims, hw, a.k, a.method, a.batch_sizes, config=config, study_model=study,
         overlaps=[a.overlaps] if a.overlaps else None, tau=tau, draft=draft,
         draft_cost=a.draft_cost, engine=a.engine, caveats=caveats)
     res["model"] = str(repo or config)
     return res if a.json else predictor.human(res)
-
-
-def _ints(text: str) -> list[int]:
-    out = []
-    for x in _items(text, "integers"):
-        try:
-            out.append(int(x))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated integers, got '{text}' ('{x}' is not an integer)"
-            ) from None
-    return out
 
 
 @dataclass(frozen=True)
@@ -545,6 +712,8 @@ def main(argv: list[str] | None = None) -> int:
         text = (str(exc).splitlines() or [""])[0]
         return _fail(f"internal error: {type(exc).__name__}: {text} (rerun with SPECMOE_DEBUG=1 "
                      "for the traceback)", 1)
+    for message in getattr(args, "_warnings", []):
+        sys.stderr.write(f"specmoe: warning: {message}\n")
     try:
         _print(_clean(out), args.json)
     except BrokenPipeError:  # the reader stopped early (| head): not an error of this command

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..cost.hfconfig import tp_problems
+from ..cost.hfconfig import kv_heads, tp_problems
 
 GIB = 2**30
 # Memory outside weights, activations and KV cache per GPU: the CUDA context, NCCL buffers and the
@@ -104,12 +104,17 @@ class Engine:
 
 # --- config.json, offline ----------------------------------------------------------------------
 
+def shipped_config_path(repo_id: str | None) -> Path | None:
+    """Where the package keeps the config.json of one of the study's checkpoints (None: not
+    shipped)."""
+    name = SHIPPED.get(repo_id or "")
+    return None if name is None else Path(resources.files("specmoe") / "data" / "hf_configs" / name)
+
+
 def shipped_config(repo_id: str | None) -> dict | None:
     """The packaged config.json of one of the study's checkpoints (None: not shipped)."""
-    name = SHIPPED.get(repo_id or "")
-    if name is None:
-        return None
-    return json.loads((resources.files("specmoe") / "data" / "hf_configs" / name).read_text())
+    path = shipped_config_path(repo_id)
+    return None if path is None else json.loads(path.read_text())
 
 
 def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dict | None, str]:
@@ -162,10 +167,6 @@ def _layer_kinds(c: dict) -> list[str]:
     if every:
         return ["full" if (i + 1) % int(every) == 0 else "linear" for i in range(n)]
     return ["full"] * n
-
-
-def kv_heads(c: dict) -> int:
-    return int(c.get("num_key_value_heads") or c["num_attention_heads"])
 
 
 def head_dim(c: dict) -> int:
@@ -439,19 +440,32 @@ def _method(e: Engine, c: dict, drafter_cfg: dict | None, why: str) -> list[Find
     if drafter_cfg is None:
         return [Finding(e.job, "not checked", f"drafter {name}: {why}", fatal=False)
                 ] if why != "no repo_id" else []
-    d = _text(drafter_cfg)
-    layer = drafter_cfg.get("transformer_layer_config") or d  # speculators' EAGLE-3 format
+    return [_finding(e, "drafter", p) for p in drafter_problems(c, drafter_cfg, e.method, name)]
+
+
+def drafter_problems(target: dict, drafter: dict, method: str, name: str) -> list[str]:
+    """How a drafter (its config.json) does not fit its target's (empty: it fits): a draft model
+    or EAGLE head of another vocabulary (another tokenizer), an EAGLE head reading hidden states
+    of another width, a MoE given as a draft model (a draft model is priced and sized as dense).
+    The preflight of a GPU job and `specmoe predict --draft-config` both ask this."""
+    c, d = _text(target), _text(drafter)
+    layer = drafter.get("transformer_layer_config") or d  # speculators' EAGLE-3 format
     out = []
     t_vocab, d_vocab = int(c.get("vocab_size") or 0), int(layer.get("vocab_size") or 0)
     if t_vocab and d_vocab and t_vocab != d_vocab:
-        what = "tokenizer" if e.method == "draft_model" else "vocabulary"
-        out.append(_finding(e, "drafter", f"{name}'s vocabulary ({d_vocab:,}) is not the "
-                            f"target's ({t_vocab:,}): a different {what}"))
-    if e.method in ("eagle", "eagle3"):
-        want = int(drafter_cfg.get("target_hidden_size") or layer.get("hidden_size") or 0)
+        what = "tokenizer" if method == "draft_model" else "vocabulary"
+        out.append(f"{name}'s vocabulary ({d_vocab:,}) is not the target's ({t_vocab:,}): a "
+                   f"different {what}")
+    if method in ("eagle", "eagle3"):
+        want = int(drafter.get("target_hidden_size") or layer.get("hidden_size") or 0)
         if want and want != int(c["hidden_size"]):
-            out.append(_finding(e, "drafter", f"{name} reads hidden states of width {want}, the "
-                                f"target's are {c['hidden_size']}"))
+            out.append(f"{name} reads hidden states of width {want}, the target's are "
+                       f"{c['hidden_size']}")
+    experts = next((layer[k] for k in ("num_experts", "num_local_experts", "n_routed_experts")
+                    if layer.get(k)), 0)
+    if method == "draft_model" and int(experts) > 1:
+        out.append(f"{name} is a MoE ({experts} experts) given as a draft model: a draft model "
+                   "is sized and priced as dense (every layer's FFN read whole)")
     return out
 
 

@@ -47,6 +47,11 @@ def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
             cfg = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: not valid JSON ({exc.msg})") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not a text file (a config.json is JSON text)") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"{name}: a config.json is a JSON object of settings, not a "
+                         f"{type(cfg).__name__}")
     text = cfg.get("text_config")
     if isinstance(text, dict):
         # multimodal wrappers (Kimi-K2.5, Qwen3.5) keep the language model in text_config; the
@@ -92,12 +97,57 @@ class _Reader:
         raise InputError(f"{self.name}: lacks any of {', '.join(keys)}")
 
     def int(self, *keys, default=None) -> int:
-        return int(self.get(*keys, default=default))
+        """A size or count: a whole number >= 1, never truncated (7.5 experts is an error)."""
+        key = next((k for k in keys if self.cfg.get(k) is not None), None)
+        return whole(self.get(*keys, default=default), f"{self.name}: {key or keys[0]}")
+
+
+def whole(v, what: str) -> int:
+    """`v` as a size or count of a config.json (what: where it is, for the message)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or \
+            isinstance(v, float) and not v.is_integer():
+        raise InputError(f"{what} = {v!r} is not a whole number")
+    if v < 1:
+        raise InputError(f"{what} = {v!r} must be >= 1")
+    return int(v)
+
+
+# num_key_value_heads where a config.json leaves it out: the default of the model type's config
+# class in transformers (5.x), which is not always the number of attention heads ("heads": it is;
+# tests/test_meaning_cli.py checks this table against transformers where it is installed).
+KV_HEADS_DEFAULT = {
+    "mixtral": 8, "qwen2_moe": 16, "qwen3_moe": 4, "qwen3_next": 2, "qwen3_5_moe": 2,
+    "qwen3_5_moe_text": 2, "gpt_oss": 8, "glm4_moe": 8, "glm4_moe_lite": 20, "deepseek_v3": 128,
+    "llama4_text": 8, "phimoe": 8, "jamba": 8, "minimax": 8, "ernie4_5_moe": 4, "dots1": 32,
+    "olmoe": "heads", "granitemoe": "heads", "hunyuan_v1_moe": "heads", "llama": "heads",
+    "mistral": 8, "qwen2": 32, "qwen3": 32,
+}
+
+
+def kv_heads(cfg: dict, name: str = "config.json") -> int:
+    """Key/value heads: num_key_value_heads, else the model type's default as transformers
+    reads the file (KV_HEADS_DEFAULT); a model type whose default is not known is an error."""
+    heads = whole(cfg.get("num_attention_heads"), f"{name}: num_attention_heads")
+    if cfg.get("num_key_value_heads") is not None:
+        kv = whole(cfg["num_key_value_heads"], f"{name}: num_key_value_heads")
+    elif cfg.get("kv_lora_rank"):  # multi-head latent attention: every head reads the latent
+        kv = heads
+    else:
+        default = KV_HEADS_DEFAULT.get(str(cfg.get("model_type")))
+        if default is None:
+            raise InputError(f"{name}: no num_key_value_heads, and model_type "
+                             f"{cfg.get('model_type')!r} is not one whose default is known here "
+                             "(transformers' default differs by model type): add "
+                             "num_key_value_heads")
+        kv = heads if default == "heads" else default
+    if not cfg.get("kv_lora_rank") and (kv > heads or heads % kv):
+        raise InputError(f"{name}: {kv} key/value heads do not divide the {heads} attention heads")
+    return kv
 
 
 def _gqa(r: _Reader, hidden: int) -> int:
     heads = r.int("num_attention_heads")
-    kv = r.int("num_key_value_heads", default=heads)
+    kv = kv_heads(r.cfg, r.name)
     head_dim = int(r.cfg.get("head_dim") or hidden // heads)
     # Qwen3-Next and Qwen3.5 gate the attention output: q_proj also produces the gate
     gated = r.cfg.get("attn_output_gate", r.cfg.get("model_type") in _GATED_ATTENTION)
@@ -240,7 +290,7 @@ def _shared_width(r: _Reader) -> int:
     return 0
 
 
-def tp_problems(cfg: dict, tp: int) -> list[str]:
+def tp_problems(cfg: dict, tp: int, name: str = "config.json") -> list[str]:
     """How TP fails to split this model as vLLM splits it (empty: it splits): query heads
     divided over TP, KV heads divided or replicated, linear-attention heads and each expert's
     width divided, and each GPU's share of the width a whole number of fp8 blocks."""
@@ -248,7 +298,7 @@ def tp_problems(cfg: dict, tp: int) -> list[str]:
     if not c.get("num_attention_heads"):
         return []  # nothing to split (the reader names the missing key)
     heads, out = int(c["num_attention_heads"]), []
-    kv = int(c.get("num_key_value_heads") or heads)
+    kv = kv_heads(c, name)
     if heads % tp:
         out.append(f"TP {tp} does not divide the {heads} attention heads")
     if not c.get("kv_lora_rank") and (tp % kv if tp >= kv else kv % tp):
@@ -277,7 +327,7 @@ def _check_tp(r: _Reader, tp: int) -> None:
     """vLLM's split of the model over TP (tp_problems): the first way it fails, one line."""
     if tp < 1:
         raise InputError(f"TP must be >= 1 (got {tp})")
-    problems = tp_problems(r.cfg, tp)
+    problems = tp_problems(r.cfg, tp, r.name)
     if problems:
         raise InputError(f"{r.name}: {problems[0]}")
 
@@ -287,7 +337,7 @@ def _attention_reads(r: _Reader, hidden: int, mla: bool, kinds: list[str], tp: i
     full and the sliding-window layers, the GPUs the cache is split over, the recurrent state of
     linear-attention layers per sequence, and attention FLOPs per query and context token."""
     heads = r.int("num_attention_heads")
-    kv = r.int("num_key_value_heads", default=heads)
+    kv = 1 if mla else kv_heads(r.cfg, r.name)
     head_dim = int(r.cfg.get("head_dim") or hidden // heads)
     if mla:  # the latent and the rope key, every head reading them (absorbed decode)
         rank, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim")
@@ -339,6 +389,8 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
     num_experts = r.int("num_experts", "num_local_experts", "n_routed_experts")
     top_k = r.int("num_experts_per_tok", "experts_per_token", "moe_topk")
     expert_inter = r.int("moe_intermediate_size", "intermediate_size")
+    if top_k > num_experts:
+        raise InputError(f"{name}: {top_k} experts per token of {num_experts} experts")
     mla = bool(cfg.get("kv_lora_rank"))
     kinds = _layer_kinds(r, layers)
     moe = _moe_layers(r, layers)
@@ -373,6 +425,25 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
         **_attention_reads(r, hidden, mla, kinds, int(tp)))
 
 
+def check_precision(cfg: dict | str | Path, precision: str | None) -> None:
+    """A precision a user asks vLLM to serve this checkpoint in (`specmoe predict --precision`,
+    `te --dtype`). A quantised checkpoint is served in its own format: vLLM refuses
+    --quantization fp8 on one quantised otherwise ("Quantization method specified in the model
+    config ... does not match", vllm.config.model), and a float dtype sets the activations only,
+    the weights staying quantised, so pricing them in that dtype would be wrong."""
+    cfg, name = load_config(cfg)
+    method = str((cfg.get("quantization_config") or {}).get("quant_method") or "").lower()
+    if precision in (None, "auto") or not method or (method == "fp8" and precision == "fp8"):
+        return
+    if precision in FLOAT_DTYPES:
+        raise InputError(f"{name}: precision {precision} on a checkpoint quantised with {method}: "
+                         f"vLLM keeps its {method} weights ({precision} would set the "
+                         "activations only); use precision auto")
+    raise InputError(f"{name}: precision {precision} on a checkpoint quantised with {method}: "
+                     f"vLLM refuses --quantization {precision} where the config says {method}; "
+                     "use precision auto")
+
+
 def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> ModelDims:
     """A study model's dimensions from its config.json, given directly or as a download manifest
     (its snapshot's config.json); precision "fp8" is vLLM's online fp8 of the whole model, "bf16",
@@ -399,8 +470,7 @@ def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
     r = _Reader(inner, name)
     hidden, layers = r.int("hidden_size"), r.int("num_hidden_layers")
     heads = r.int("num_attention_heads")
-    kv, head_dim = r.int("num_key_value_heads", default=heads), int(inner.get("head_dim")
-                                                                   or hidden // heads)
+    kv, head_dim = kv_heads(inner, name), int(inner.get("head_dim") or hidden // heads)
     _check_tp(r, int(tp))
     _, fmt = storage_formats(inner, name)
     vocab = int(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size")

@@ -28,16 +28,21 @@ def shipped_gpus() -> list[str]:
 
 def hardware(name: str, hardware_file: str | None = None) -> tuple[Hardware, list[str]]:
     """A GPU by name: from `hardware_file` (a YAML or JSON file whose `hardware` section, or whole
-    mapping, holds entries like config.yaml's) where given, else one the package ships. A GPU the
-    study did not measure on gets a caveat."""
+    mapping, holds entries like config.yaml's) where given, else one the package ships. The file's
+    entries overlay the shipped GPUs as the workflow's configuration does (published.with_gpus):
+    an entry of a shipped GPU's name changes the keys it gives. A GPU the study did not measure on
+    gets a caveat."""
     caveats = []
     if hardware_file:
-        entries = _hardware_entries(hardware_file)
+        given = _hardware_entries(hardware_file)
+        entries = published.with_gpus(given)
         if name not in entries:
             raise InputError(f"--hardware {name}: not in {hardware_file} (has "
-                             f"{', '.join(entries)})")
+                             f"{', '.join(given)}) nor shipped ({', '.join(shipped_gpus())})")
         hw = Hardware.from_config(name, entries[name])
-        caveats.append(f"hardware {name} from {hardware_file}: its numbers are the file's")
+        if name in given:
+            caveats.append(f"hardware {name} from {hardware_file}: its numbers are the file's"
+                           + (" over the shipped entry" if name in shipped_gpus() else ""))
     elif name in shipped_gpus():
         hw = stepmodel.study_hardware(name)
     else:
@@ -55,11 +60,16 @@ def _hardware_entries(path: str) -> dict:
                          "section of GPU entries, as in the project's config.yaml)")
     try:
         doc = yaml.safe_load(p.read_text()) or {}
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: not a text file (--hardware-file is YAML or JSON)") from None
     except yaml.YAMLError as exc:
         raise InputError(f"{p}: not valid YAML or JSON ({str(exc).splitlines()[0]})") from None
     hw = doc.get("hardware", doc) if isinstance(doc, dict) else None
     if not isinstance(hw, dict) or not hw:
         raise InputError(f"{p}: no `hardware` section")
+    bad = next((n for n, e in hw.items() if not isinstance(e, dict)), None)
+    if bad is not None:
+        raise InputError(f"{p}: hardware entry {bad} is not a mapping of its numbers")
     return hw
 
 

@@ -127,11 +127,25 @@ class SynthParams:
         if self.fit_to not in pub.index:
             raise InputError(f"fit_to: no published overlap curve for {self.fit_to!r} "
                              f"(known: {', '.join(pub.index)})")
+        self.check_granularity()
         row = pub.loc[self.fit_to]
         fit = fit_process(self.num_experts, self.top_k,
                           [float(row[f"step{d}"]) for d in range(1, 5)], float(row["independent"]))
         # one stickiness for every layer: the published curve is a layer average
         return replace(self, fit_to=None, **{k: fit[k] for k in FITTED})
+
+
+    def check_granularity(self) -> None:
+        """A published curve fits a generator of the study model's granularity N/k only: the
+        overlap a token can share with its neighbours depends on how many of N experts it uses."""
+        from ..cost.predictor import study_routing
+
+        nk = study_routing(self.fit_to)
+        if nk is not None and nk[1] * self.top_k != self.num_experts * nk[0]:
+            raise InputError(f"fit_to {self.fit_to}: its curve is of {nk[0]} of {nk[1]} experts "
+                             f"(N/k = {nk[1] / nk[0]:g}), this generator routes {self.top_k} of "
+                             f"{self.num_experts} (N/k = {self.num_experts / self.top_k:g}); fit "
+                             "a study model of the same granularity")
 
 
 FITTED = ("skew", "stickiness", "topic_spread", "topic_switch")

@@ -119,9 +119,32 @@ class Trace:
             pos = self.columns["position"]
             if pos.min() < 0 or pos.max() > self.k_draft:
                 raise TraceError(f"{source}: window position outside 0..K={self.k_draft}")
+            self._check_whole_windows(source)
         run_k = (self.meta.get("run") or {}).get("k")
         if run_k is not None and int(run_k) != self.k_draft:  # K is one number: the tables read
             raise TraceError(f"{source}: its run says K={run_k} but its windows K={self.k_draft}")
+
+
+    def _check_whole_windows(self, source: str) -> None:
+        """Each window is whole: positions 0, 1, ... in a row, as many as the engine scheduled
+        (n_drafts + 1, where recorded); a window with a row cut out is an error naming it."""
+        starts, lengths = self.windows()
+        window_of = np.repeat(np.arange(len(starts)), lengths)
+        pos = self.columns["position"].astype(np.int64)
+        broken = np.zeros(len(starts), dtype=bool)
+        broken[window_of[pos != np.arange(len(pos)) - starts[window_of]]] = True
+        want = lengths
+        if "n_drafts" in self.columns:
+            want = self.columns["n_drafts"][starts].astype(np.int64) + 1
+            broken |= lengths != want
+        if broken.any():
+            w = int(np.argmax(broken))
+            row = int(starts[w])
+            raise TraceError(
+                f"{source}: the window of request {int(self.columns['request'][row])} step "
+                f"{int(self.columns['step'][row])} is not whole: positions "
+                f"{pos[row:row + int(lengths[w])].tolist()} where 0..{int(want[w]) - 1} are "
+                "expected (a row is missing)")
 
 
 def _experts_dtype(num_experts: int) -> np.dtype:
@@ -166,13 +189,13 @@ def _from_fixed_binary(col: pa.ChunkedArray | pa.Array, dtype: np.dtype,
 
 def write_trace(path: str | Path, trace: Trace, provenance: dict | None = None) -> None:
     """Write a trace atomically as Parquet (LZ4), with schema version and provenance."""
+    arrays: dict[str, pa.Array] = {}
+    for name, dtype in _INT_COLUMNS.items():  # first: a value its column cannot hold is the fault
+        if name in trace.columns:
+            arrays[name] = pa.array(_fitted(name, trace.columns[name], dtype))
     trace.validate(str(path))
     t, n_layers, k = trace.experts.shape
     edtype = _experts_dtype(trace.num_experts)
-    arrays: dict[str, pa.Array] = {}
-    for name, dtype in _INT_COLUMNS.items():
-        if name in trace.columns:
-            arrays[name] = pa.array(_fitted(name, trace.columns[name], dtype))
     for name in _STR_COLUMNS:
         if name in trace.columns:
             arrays[name] = pa.array(np.asarray(trace.columns[name]).astype(str)).dictionary_encode()

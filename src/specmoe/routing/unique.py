@@ -19,6 +19,18 @@ def check_nk(num_experts: int, top_k: int) -> None:
         raise InputError(f"k={top_k} exceeds N={num_experts}")
 
 
+def check_overlaps(num_experts: int, top_k: int, overlaps) -> None:
+    """Overlaps that k-of-N routing allows: two tokens' sets of k experts among N share at least
+    max(0, 2k - N) of them, so ov(d) >= max(0, 2k - N) / k (k = N forces ov = 1)."""
+    low = max(0, 2 * top_k - num_experts) / top_k
+    for d, ov in enumerate(overlaps, 1):
+        if ov < low - 1e-12:
+            raise InputError(
+                f"overlap {ov:g} at distance {d} is impossible with k = {top_k} of N = "
+                f"{num_experts}: two tokens share at least 2k - N = {2 * top_k - num_experts} "
+                f"experts, so ov >= {low:.4g}")
+
+
 def uniform_unique(num_experts: int, top_k: int, tokens: float) -> float:
     """The prior uniform i.i.d. model: N (1 - (1 - k/N)^t) experts for t tokens."""
     check_nk(num_experts, top_k)
