@@ -205,6 +205,9 @@ CASES = [
      r"hw-scalar.yaml: hardware entry X1 is not a mapping of its numbers"),
     ("file", "hardware file naming no such GPU", PRED + " --hardware-file {d}/hw-h100.yaml "
      "--hardware X9", 2, r"--hardware X9: not in .*hw-h100.yaml \(has H100\) nor shipped"),
+    ("contradiction", "hardware file giving a key twice",
+     PRED + " --hardware-file {d}/hw-twice.yaml --hardware H100", 2,
+     r"hw-twice.yaml: line 4: key 'hbm_bandwidth_gbs' is given twice \(first on line 3\)"),
     ("file", "hardware file with a negative bandwidth",
      PRED + " --hardware-file {d}/hw-negative.yaml --hardware H100", 2,
      r"hbm_bandwidth_gbs"),
@@ -381,7 +384,9 @@ def _fixtures(d: Path) -> None:
              "string.json": '"config"',
              "hw-h100.yaml": "hardware:\n  H100: {hbm_bandwidth_gbs: 3000}\n",
              "hw-scalar.yaml": "hardware:\n  X1: 5\n",
-             "hw-negative.yaml": "hardware:\n  H100: {hbm_bandwidth_gbs: -1}\n"}
+             "hw-negative.yaml": "hardware:\n  H100: {hbm_bandwidth_gbs: -1}\n",
+             "hw-twice.yaml": "hardware:\n  H100:\n    hbm_bandwidth_gbs: 3000\n"
+                              "    hbm_bandwidth_gbs: 3350\n"}
     for name, text in texts.items():
         (d / name).write_text(text)
     (d / "binary.bin").write_bytes(bytes(range(256)) * 4)

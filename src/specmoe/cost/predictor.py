@@ -52,18 +52,17 @@ def hardware(name: str, hardware_file: str | None = None) -> tuple[Hardware, lis
 
 
 def _hardware_entries(path: str) -> dict:
-    import yaml
+    from ..yamlfile import loads
 
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such file (--hardware-file: YAML or JSON with a `hardware` "
                          "section of GPU entries, as in the project's config.yaml)")
     try:
-        doc = yaml.safe_load(p.read_text()) or {}
+        text = p.read_text()
     except UnicodeDecodeError:
         raise InputError(f"{p}: not a text file (--hardware-file is YAML or JSON)") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{p}: not valid YAML or JSON ({str(exc).splitlines()[0]})") from None
+    doc = loads(text, str(p)) or {}  # a key given twice is refused, as in config files
     hw = doc.get("hardware", doc) if isinstance(doc, dict) else None
     if not isinstance(hw, dict) or not hw:
         raise InputError(f"{p}: no `hardware` section")
