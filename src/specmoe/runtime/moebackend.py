@@ -48,6 +48,13 @@ GPU_KERNELS = {
     "cutlass_group_gemm_supported": True,
 }
 
+# The language model of the study's multimodal wrappers, as vLLM's registry and transformers name
+# it: (architectures, model_type).
+LANGUAGE_MODEL = {
+    "Qwen3_5MoeForConditionalGeneration": (["Qwen3_5MoeForCausalLM"], "qwen3_5_moe_text"),
+    "KimiK25ForConditionalGeneration": (["DeepseekV3ForCausalLM"], "deepseek_v3"),
+}
+
 # vLLM `moe_backend` values tried for a capture engine whose default kernel cannot capture, in
 # order: Triton (vLLM's modular default on Hopper for bf16 and fp8 block weights); for mxfp4, the
 # fused OAI Triton family starts with its monolithic kernel, so the unfused one follows; Marlin,
@@ -67,14 +74,19 @@ def build_model(config: dict, dtype: str = "bfloat16", quantization: str | None 
     import torch
     from vllm.engine.arg_utils import EngineArgs
     from vllm.model_executor.model_loader.utils import get_model_architecture, initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
 
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "config.json").write_text(json.dumps(config))
         vc = EngineArgs(model=d, skip_tokenizer_init=True, load_format="dummy",
                         enforce_eager=True, max_model_len=256, dtype=dtype,
                         quantization=quantization, moe_backend=moe_backend).create_engine_config()
+        # the dtype a GPU serves in (this machine's platform may have upcast it), the default
+        # while the layers are made, as vLLM's loader sets it
+        vc.model_config.dtype = getattr(torch, dtype)
         model_class, _ = get_model_architecture(vc.model_config)
-        with _one_rank(vc, Path(d) / "dist"), platform(), torch.device("meta"), _tp_size(tp):
+        with _one_rank(vc, Path(d) / "dist"), platform(), torch.device("meta"), _tp_size(tp), \
+                set_default_torch_dtype(vc.model_config.dtype):
             return initialize_model(vc, model_class=model_class)
 
 
@@ -131,7 +143,9 @@ def moe_layers(model) -> list[tuple[str, object]]:
 @contextlib.contextmanager
 def cuda_platform(capability: tuple[int, int], name: str = "NVIDIA GPU"):
     """vLLM's current platform as CUDA of one compute capability, with the kernel packages of
-    vLLM's CUDA build (GPU_KERNELS), for as long as the context lasts."""
+    vLLM's CUDA build (GPU_KERNELS), for as long as the context lasts. Its SM count is the
+    package's for a GPU it ships (published/hardware.csv), else 132."""
+    from ..sources.published import gpus
     import vllm.platforms as platforms
 
     sys.modules.setdefault("vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch"))
@@ -139,6 +153,9 @@ def cuda_platform(capability: tuple[int, int], name: str = "NVIDIA GPU"):
     from vllm.platforms.interface import DeviceCapability
 
     cap = DeviceCapability(*capability)
+    sms = int(gpus().get(name, {}).get("sm_count", 132))
+    platform = platforms.current_platform
+    saved = platform.__class__
 
     class FakeCuda(CudaPlatformBase):
         @classmethod
@@ -149,8 +166,15 @@ def cuda_platform(capability: tuple[int, int], name: str = "NVIDIA GPU"):
         def get_device_name(cls, device_id: int = 0) -> str:
             return name
 
-    platform = platforms.current_platform
-    saved = platform.__class__
+        @classmethod
+        def num_compute_units(cls, device_id: int = 0) -> int:
+            return sms
+
+        # attention is made as on this machine (CUDA's backends need their compiled kernels);
+        # it does not enter the MoE oracle
+        get_attn_backend_cls = staticmethod(saved.get_attn_backend_cls)
+        get_mla_prefill_backend_cls = staticmethod(saved.get_mla_prefill_backend_cls)
+
     probes = _patch_probes(GPU_KERNELS)
     platform.__class__ = FakeCuda
     try:
@@ -257,17 +281,28 @@ def _resolve_for_capture(config, gpu, tp, precision, backend):
 
 
 def _first_moe_layers(config: dict) -> dict:
-    """The config cut to its layers up to the first MoE layer (vLLM sizes each layer alike)."""
+    """The config cut to its layers up to the first MoE layer (vLLM makes its MoE layers alike),
+    and of a multimodal wrapper its language model, as vLLM registers it (LANGUAGE_MODEL: the
+    same MoE layers). Linear-attention layers become full attention: vLLM's GDN layers ask torch
+    for the CUDA device as they are made, and the attention kind does not enter the MoE oracle."""
     from ..cost.hfconfig import _moe_layers, _Reader, load_config
 
-    cfg, name = load_config(dict(config))
+    cfg, name = load_config(dict(config))  # a wrapper's text_config, with its quantisation
     moe = _moe_layers(_Reader(cfg, name), int(cfg["num_hidden_layers"]))
     if True not in moe:
         raise InputError(f"{name}: no layer has experts")
     n = moe.index(True) + 1
-    out = dict(config, num_hidden_layers=n)
-    if isinstance(out.get("layer_types"), list):
-        out["layer_types"] = out["layer_types"][:n]
+    out = dict(cfg, num_hidden_layers=n)
+    if "text_config" in config:
+        arch = (config.get("architectures") or ["?"])[0]
+        if arch not in LANGUAGE_MODEL:
+            raise InputError(f"{name}: no language model known for the multimodal {arch}")
+        out.update(zip(("architectures", "model_type"), LANGUAGE_MODEL[arch]))
+    types = out.get("layer_types")
+    if out.get("full_attention_interval") or (types and "linear_attention" in types):
+        out.update(layer_types=["full_attention"] * n, full_attention_interval=1)
+    elif isinstance(types, list):
+        out["layer_types"] = types[:n]
     return out
 
 
@@ -287,6 +322,23 @@ def _resolution(layer, moe_backend: str) -> Resolution:
     return Resolution(cls.__name__, monolithic, can, moe_backend)
 
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """vLLM logs to stdout: while it works, file descriptor 1 goes to stderr, so that a JSON
+    answer printed on stdout afterwards stays clean."""
+    import os
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main() -> int:
     """`python -m specmoe.runtime.moebackend`: a JSON list of {config, gpu, tp, precision} on
     stdin; prints, for each, the default kernel and what capture uses (or the one-line reason
@@ -294,15 +346,16 @@ def main() -> int:
     import dataclasses
 
     out = []
-    for q in json.load(sys.stdin):
-        try:
-            default, capture = capture_backend(q["config"], q["gpu"], int(q.get("tp", 1)),
-                                               q.get("precision", "auto"))
-            out.append({"default": dataclasses.asdict(default),
-                        "capture": dataclasses.asdict(capture)})
-        except Exception as exc:  # noqa: BLE001 - vLLM cannot make the model: say why, go on
-            out.append({"error": f"{type(exc).__name__}: "
-                                 f"{(str(exc).splitlines() or [''])[0]}"})
+    with stdout_to_stderr():
+        for q in json.load(sys.stdin):
+            try:
+                default, capture = capture_backend(q["config"], q["gpu"], int(q.get("tp", 1)),
+                                                   q.get("precision", "auto"))
+                out.append({"default": dataclasses.asdict(default),
+                            "capture": dataclasses.asdict(capture)})
+            except Exception as exc:  # noqa: BLE001 - vLLM cannot make the model: say why
+                out.append({"error": f"{type(exc).__name__}: "
+                                     f"{(str(exc).splitlines() or [''])[0]}"})
     json.dump(out, sys.stdout)
     return 0
 
