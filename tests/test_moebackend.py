@@ -46,8 +46,59 @@ def study_backends():
 
 
 # (default expert class, can it capture, moe_backend capture runs with, its expert class) as
-# vLLM 0.32.0 resolves them; "error" where vLLM cannot make the model here.
-EXPECTED = {}
+# vLLM 0.32.0 resolves them.
+EXPECTED = {
+    ("mixtral-8x7b-bf16-tp2", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("mixtral-8x7b-bf16-tp2", "B200"):
+        ("TrtLlmBf16ExpertsMonolithic", True, "auto", "TrtLlmBf16ExpertsMonolithic"),
+    ("mixtral-8x7b-fp8-tp1", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("mixtral-8x7b-fp8-tp1", "B200"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("mixtral-8x7b-fp8-tp1-b200", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("mixtral-8x7b-fp8-tp1-b200", "B200"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen2-57b-bf16-tp2", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen2-57b-bf16-tp2", "B200"): ("FlashInferExperts", True, "auto", "FlashInferExperts"),
+    ("glm-4.7-flash-bf16-tp1", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("glm-4.7-flash-bf16-tp1", "B200"):
+        ("TrtLlmBf16ExpertsMonolithic", True, "auto", "TrtLlmBf16ExpertsMonolithic"),
+    ("glm-4.7-flash-bf16-tp2", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("glm-4.7-flash-bf16-tp2", "B200"):
+        ("TrtLlmBf16ExpertsMonolithic", True, "auto", "TrtLlmBf16ExpertsMonolithic"),
+    ("qwen3-30b-fp8-tp1", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-30b-fp8-tp1", "B200"):
+        ("TrtLlmFp8ExpertsMonolithic", True, "auto", "TrtLlmFp8ExpertsMonolithic"),
+    ("qwen3-30b-fp8-tp2", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-30b-fp8-tp2", "B200"):
+        ("TrtLlmFp8ExpertsMonolithic", True, "auto", "TrtLlmFp8ExpertsMonolithic"),
+    ("qwen3-30b-bf16-tp1", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-30b-bf16-tp1", "B200"):
+        ("TrtLlmBf16ExpertsMonolithic", True, "auto", "TrtLlmBf16ExpertsMonolithic"),
+    ("qwen3-30b-bf16-tp2", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-30b-bf16-tp2", "B200"):
+        ("TrtLlmBf16ExpertsMonolithic", True, "auto", "TrtLlmBf16ExpertsMonolithic"),
+    ("qwen3-30b-fp8-tp1-b200", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-30b-fp8-tp1-b200", "B200"):
+        ("TrtLlmFp8ExpertsMonolithic", True, "auto", "TrtLlmFp8ExpertsMonolithic"),
+    ("qwen3-30b-fp8-tp2-b200", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-30b-fp8-tp2-b200", "B200"):
+        ("TrtLlmFp8ExpertsMonolithic", True, "auto", "TrtLlmFp8ExpertsMonolithic"),
+    ("qwen3-235b-fp8-tp4", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-235b-fp8-tp4", "B200"):
+        ("TrtLlmFp8ExpertsMonolithic", True, "auto", "TrtLlmFp8ExpertsMonolithic"),
+    ("qwen3-235b-bf16-tp8", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-235b-bf16-tp8", "B200"):
+        ("TrtLlmBf16ExpertsMonolithic", True, "auto", "TrtLlmBf16ExpertsMonolithic"),
+    ("gpt-oss-120b-tp4", "H100"):
+        ("OAITritonMxfp4ExpertsMonolithic", False, "triton_unfused", "UnfusedOAITritonExperts"),
+    ("gpt-oss-120b-tp4", "B200"):
+        ("TrtLlmMxfp4ExpertsMonolithic", True, "auto", "TrtLlmMxfp4ExpertsMonolithic"),
+    ("qwen3-next-80b-bf16-tp4", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-next-80b-bf16-tp4", "B200"):
+        ("TrtLlmBf16ExpertsMonolithic", True, "auto", "TrtLlmBf16ExpertsMonolithic"),
+    ("qwen3-next-80b-fp8-tp2", "H100"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("qwen3-next-80b-fp8-tp2", "B200"): ("TritonExperts", True, "auto", "TritonExperts"),
+    ("kimi-k2.5-tp8", "H100"): ("MarlinExperts", True, "auto", "MarlinExperts"),
+    ("kimi-k2.5-tp8", "B200"): ("MarlinExperts", True, "auto", "MarlinExperts"),
+}
 
 
 @pytest.mark.parametrize("name,gpu", [(n, g) for n in MODELS for g in GPUS])
@@ -57,9 +108,8 @@ def test_every_study_model_has_a_kernel_capture_can_bind_to(study_backends, name
     default, capture = a["default"], a["capture"]
     assert capture["can_capture"]
     assert (capture == default) == default["can_capture"]  # the default kept where it can
-    assert EXPECTED.get((name, gpu), (default["experts"], default["can_capture"],
-                                      capture["moe_backend"], capture["experts"])) == (
-        default["experts"], default["can_capture"], capture["moe_backend"], capture["experts"])
+    assert EXPECTED[(name, gpu)] == (default["experts"], default["can_capture"],
+                                     capture["moe_backend"], capture["experts"])
 
 
 def test_gpt_oss_capture_on_hopper_leaves_the_monolithic_triton_kernel(study_backends):
