@@ -18,6 +18,9 @@ rule download_model:
         "../../envs/analysis.yaml"
     params:
         repo=lambda w: CFG.repos[w.repo],
+        methods=lambda w: {
+            n: CFG.drafters[n].method for n in CFG.repos[w.repo]["names"] if n in CFG.drafters
+        },
     script:
         "../scripts/download_model.py"
 
