@@ -589,6 +589,17 @@ class Config:
         return sorted({r.dataset for r in self.sweep_runs()
                        if r.model == name or (alone and r.drafter == name)})
 
+    def prompting(self, name: str, datasets) -> dict:
+        """How an engine of `name` receives the prompts of `datasets` (specmoe.sources.promptfit):
+        each dataset's chat_template setting (false where the configuration has none), and the
+        tokens its sweeps keep free for drafts: K+1 at the largest K it is swept at, in its
+        series with and without SD alike, so that they measure the same prompts."""
+        parts = sorted({p for ds in datasets for p in ds.split("+")})
+        ks = [r.k for r in self.sweep_runs() if name in (r.model, r.drafter)]
+        return {"chat_template": {ds: bool((self.datasets.get(ds) or {}).get("chat_template"))
+                                  for ds in parts},
+                "draft_slack": max(ks) + 1 if ks else 0}
+
     def predict_method(self, name: str) -> str:
         """The speculative method of the model's first drafter (a synthetic model's: EAGLE-3)."""
         d = self.drafters.get(self.models[name].drafters[0])
@@ -604,9 +615,10 @@ class Config:
 def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = None,
                  cache_dir=None, preflight: bool = True,
                  with_vllm: bool = True) -> tuple[Config, list[str]]:
-    """What the workflow runs when it is parsed: the configuration validated and resolved, and
-    every GPU job preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is
-    False); (Config, the warnings to show). InputError with every problem, one line each, where it
+    """What the workflow runs when it is parsed: the configuration validated and resolved, every
+    GPU job preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is
+    False) and every engine job's prompts checked against its context where the prompt table and
+    the tokenizer exist by then (specmoe.checks.contextfit); (Config, the warnings to show). InputError with every problem, one line each, where it
     cannot run: before any job starts."""
     cfg = Config.load(config, schema_path, prompt_datasets)
     notes = cfg.warnings()
@@ -615,6 +627,13 @@ def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = N
         if report.fatal:
             raise InputError("\n".join(report.lines(True)))
         notes += report.lines(False) + [report.summary()]
+    if preflight:  # every engine job's prompts against its context, where they exist by now
+        from .checks import contextfit
+
+        problems, more = contextfit.check(cfg)
+        if problems:
+            raise InputError("\n".join(problems))
+        notes += more
     return cfg, notes
 
 
