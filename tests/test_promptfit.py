@@ -215,3 +215,45 @@ def test_capture_and_sweeps_send_the_same_rendered_prompts(chat_dir, tmp_path, m
     fits = {t for i, t in rendered.items() if i != longest}
     assert set(sent["capture"]) == fits == set(sent["sweep"]["tinybench"])
     assert all(t.startswith("<|user|>") and t.endswith("<|assistant|>") for t in fits)
+
+    # what was done goes into the trace's and the series' metadata
+    from specmoe.routing.trace import read_trace
+    from specmoe.routing.synth import SynthParams, generate
+
+    synthetic = generate(SynthParams(num_experts=8, top_k=2, num_layers=1, k_draft=3,
+                                     requests=2, steps=2, seed=0))
+    synthetic.meta["capture"] = {"windows": 4, "short_windows": 0,
+                                 "accepted_crosscheck": {"mismatches": 0, "steps": 4}}
+    monkeypatch.setattr(engine, "run_in_child", lambda *a, **kw: {})
+    monkeypatch.setattr(cap_mod, "assemble", lambda *a, **kw: synthetic)
+    monkeypatch.setattr(serving, "run_series", lambda *a, **kw: {"tinybench": []})
+    capture_stage(chat_dir, None, 3, run, cap, prompt_table.DEFAULT_SOURCE,
+                  tmp_path / "t.parquet", prompting=prompting)
+    sweep_series_stage(chat_dir, None, 3, {"model": "t", "datasets": ["tinybench"]}, sweep,
+                       prompt_table.DEFAULT_SOURCE, tmp_path / "s.json", prompting=prompting)
+    want = {"chat_template": True, "policy": "filter", "max_model_len": limit, "reserved": 20,
+            "prompts": len(rows), "over_limit": 1, "longest": lengths[longest],
+            "longest_prompt_id": longest}
+    assert read_trace(tmp_path / "t.parquet").meta["prompting"] == {"tinybench": want}
+    assert json.loads((tmp_path / "s.json").read_text())["prompting"] == {"tinybench": want}
+
+
+def test_the_report_lists_each_runs_prompts_against_its_context(tmp_path):
+    """The counts a trace or series records become a row per dataset of the prompt-fit tables,
+    which have their captions and sections (none for runs without an engine)."""
+    import pandas as pd
+
+    from specmoe.report import registry, tables
+    from specmoe.report.runs import prompt_fit_rows
+
+    info = {"chat_template": True, "policy": "filter", "max_model_len": 1024, "reserved": 52,
+            "prompts": 80, "over_limit": 2, "longest": 1000, "longest_prompt_id": "p1"}
+    rc = {"model": "m", "drafter": "d", "k": 3, "dataset": "a+b"}
+    rows = prompt_fit_rows(rc, {"b": info, "a": {**info, "over_limit": 0}})
+    assert [(r["slice_dataset"], r["left_out"], r["longest_tokens"]) for r in rows] == [
+        ("a", 0, 1000), ("b", 2, 1000)]
+    assert prompt_fit_rows(rc, None) == []
+    for stem in ("prompt_fit", "prompt_fit_sweeps"):
+        assert registry.section_of(stem) and "left out" in registry.text(stem)
+    tables.write_tables({"prompt_fit": pd.DataFrame(rows)}, tmp_path, {})
+    assert (tmp_path / "prompt_fit.csv").exists()
