@@ -6,21 +6,17 @@ heads and MTP targets pass."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-import yaml
-from snakemake.utils import update_config
 
 from specmoe.checks import drafters, preflight
-from specmoe.config import Config
+from test_preflight import paper
 from wf import REPO
 
-PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
 LAUNCHER = REPO / ".venv-slurm" / "bin" / "python"
 MIXTRAL_LINE = (
     "preflight: capture mixtral-8x7b-fp8-tp1/eagle-mixtral/K3/mt-bench (and 2 more of its jobs): "
@@ -35,14 +31,6 @@ MIXTRAL_LINE = (
 def mixtral_with_eagle(cfg: dict) -> None:
     m = next(m for m in cfg["models"] if m["name"] == "mixtral-8x7b-fp8-tp1")
     cfg["models"] = [{**m, "drafters": ["eagle-mixtral"]}]
-
-
-def paper(edit=None) -> Config:
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    update_config(cfg, copy.deepcopy(PAPER))
-    if edit:
-        edit(cfg)
-    return Config.load(cfg, REPO / "config/schema.yaml")
 
 
 @pytest.mark.slow

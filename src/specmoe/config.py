@@ -478,6 +478,12 @@ class Config:
             r["names"].append(e["name"])
         return out
 
+    def drafter_methods(self, repo: str) -> dict[str, str]:
+        """The speculative method of each drafter downloaded from one repository (by file name,
+        as `repos`): what its download job checks vLLM can load."""
+        return {n: self.drafters[n].method for n in self.repos[repo]["names"]
+                if n in self.drafters}
+
     @property
     def planned(self) -> list[str]:
         """Study models whose GPU jobs the plan estimates (a repo id is needed for config.json)."""

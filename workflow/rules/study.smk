@@ -18,9 +18,7 @@ rule download_model:
         "../../envs/analysis.yaml"
     params:
         repo=lambda w: CFG.repos[w.repo],
-        methods=lambda w: {
-            n: CFG.drafters[n].method for n in CFG.repos[w.repo]["names"] if n in CFG.drafters
-        },
+        methods=lambda w: CFG.drafter_methods(w.repo),
     script:
         "../scripts/download_model.py"
 
