@@ -389,6 +389,40 @@ class Config:
                       dtype=str(settings.get("dtype") or ENGINE_DEFAULTS["dtype"]),
                       engine_args=dict(args))
 
+    def contexts(self) -> list:
+        """Every engine job of the tiny and study models (controls included) with its engine's
+        context as the engine stages set it, for the prompts' check
+        (specmoe.checks.contextfit.Context)."""
+        from .checks.contextfit import Context
+
+        out = []
+        for name in [*self.names("tiny"), *self.names("hf")]:
+            for job in self.engine_jobs(name):
+                section = SECTION[job.rule]
+                if self.from_download(name):
+                    settings = self.engine_settings(name, section)
+                elif job.rule in ("sweep_ar", "sweep_sd"):
+                    settings = self.sweep_params(name)
+                else:
+                    settings = self.section(section, tiny=section == "capture")
+                args = settings.get("engine_args") or {}
+                own = settings.get("max_model_len") if job.rule != "capture" else None
+                limit = int(args.get("max_model_len") or own or ENGINE_DEFAULTS["max_model_len"])
+                if job.rule in ("sweep_ar", "sweep_sd"):
+                    datasets = self.sweep_datasets(name)
+                    reserved = int(settings["output_len"]) + \
+                        self.prompting(name, datasets)["draft_slack"]
+                else:
+                    datasets = [job.dataset]
+                    reserved = int(settings["max_tokens"]) + int(job.k) + 1
+                manifests = tuple(paths.download(repo_key(self.entry(name)), mode)
+                                  for mode in ("full", "config")) \
+                    if self.from_download(name) else ()
+                out.append(Context(job.label, name,
+                                   tuple(sorted({p for ds in datasets for p in ds.split("+")})),
+                                   limit, reserved, manifests))
+        return out
+
     def preflight(self, cache_dir=None, with_vllm: bool = True):
         """The preflight of every GPU job (specmoe.checks.preflight.Report)."""
         from .checks import preflight

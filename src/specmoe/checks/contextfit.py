@@ -22,55 +22,26 @@ from ..errors import InputError
 
 @dataclass(frozen=True)
 class Context:
-    """One engine job's context, as the engine stages set it."""
+    """One engine job's context, as the engine stages set it (specmoe.config.Config.contexts)."""
     job: str
     model: str
     datasets: tuple[str, ...]
     max_model_len: int
     reserved: int          # output tokens, plus K+1 of SD (a sweep: at the model's largest K)
+    manifests: tuple[str, ...] = ()  # a study model's download manifests (its tokenizer)
 
 
-def contexts(cfg) -> list[Context]:
-    """Every engine job of the tiny and study models (controls included) with its context."""
-    from ..config import ENGINE_DEFAULTS, SECTION
-
-    out = []
-    for name in [*cfg.names("tiny"), *cfg.names("hf")]:
-        for job in cfg.engine_jobs(name):
-            section = SECTION[job.rule]
-            if cfg.from_download(name):
-                settings = cfg.engine_settings(name, section)
-            elif job.rule in ("sweep_ar", "sweep_sd"):
-                settings = cfg.sweep_params(name)
-            else:
-                settings = cfg.section(section, tiny=section == "capture")
-            args = settings.get("engine_args") or {}
-            own = settings.get("max_model_len") if job.rule != "capture" else None
-            limit = int(args.get("max_model_len") or own or ENGINE_DEFAULTS["max_model_len"])
-            if job.rule in ("sweep_ar", "sweep_sd"):
-                datasets = cfg.sweep_datasets(name)
-                reserved = int(settings["output_len"]) + \
-                    cfg.prompting(name, datasets)["draft_slack"]
-            else:
-                datasets = [job.dataset]
-                reserved = int(settings["max_tokens"]) + int(job.k) + 1
-            parts = tuple(sorted({p for ds in datasets for p in ds.split("+")}))
-            out.append(Context(job.label, name, parts, limit, reserved))
-    return out
-
-
-def _tokenizer_dir(cfg, name: str) -> Path | None:
-    """Where the served model's tokenizer is by now (None: not yet)."""
+def _tokenizer_dir(c: Context) -> Path | None:
+    """Where the served model's tokenizer is by now (None: not yet): a tiny model's is the
+    trained tokenizer's, a study model's in its download."""
     import json
 
     from .. import paths as P
-    from ..config import repo_key
     from ..sources.promptfit import tokenizer_dir
 
-    if not cfg.from_download(name):
+    if not c.manifests:
         return tokenizer_dir(P.TOKENIZER) if Path(P.TOKENIZER).is_dir() else None
-    for mode in ("full", "config"):
-        man = Path(P.download(repo_key(cfg.entry(name)), mode))
+    for man in map(Path, c.manifests):
         if man.exists():
             snap = Path(json.loads(man.read_text()).get("snapshot_path", ""))
             if snap.is_dir():
@@ -93,7 +64,7 @@ def check(cfg) -> tuple[list[str], list[str]]:
     from ..sources import promptfit
     from ..sources import prompts as prompt_table
 
-    jobs = contexts(cfg)
+    jobs = cfg.contexts()
     if not jobs:
         return [], []
     lengths: dict[tuple, list[int]] = {}   # (model's tokenizer dir, dataset) -> prompt lengths
@@ -102,7 +73,7 @@ def check(cfg) -> tuple[list[str], list[str]]:
     can_tokenize = find_spec("transformers") is not None
     tokenizers: dict[Path, object] = {}
     for c in jobs:
-        tok_dir = _tokenizer_dir(cfg, c.model)
+        tok_dir = _tokenizer_dir(c)
         for ds in c.datasets:
             table = _table(cfg, ds)
             if tok_dir is None or table is None or not can_tokenize:
@@ -124,7 +95,7 @@ def check(cfg) -> tuple[list[str], list[str]]:
     longest: dict[str, int] = {}
     over_by: dict[tuple, list] = {}  # (tokenizer, dataset, context): [jobs, prompts over, found]
     for c in jobs:
-        tok_dir = _tokenizer_dir(cfg, c.model)
+        tok_dir = _tokenizer_dir(c)
         for ds in c.datasets:
             found = lengths.get((tok_dir, ds))
             if not found:
