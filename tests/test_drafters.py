@@ -90,6 +90,8 @@ def test_the_studys_drafters_pass_without_vllm():
 @pytest.mark.parametrize("head,method,arch", [
     ({"architectures": ["LlamaForCausalLM"]}, "eagle", "EagleLlamaForCausalLM"),
     ({"architectures": ["LlamaForCausalLMEagle3"]}, "eagle3", "LlamaForCausalLMEagle3"),
+    ({"model_type": "eagle", "architectures": ["EAGLEModel"],
+      "model": {"architectures": ["LlamaForCausalLM"]}}, "eagle", "EagleLlamaForCausalLM"),
     ({"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
       "speculators_config": {"algorithm": "eagle3"},
       "transformer_layer_config": {"model_type": "qwen3"}}, "eagle3", "Eagle3Qwen3ForCausalLM"),
@@ -101,6 +103,30 @@ def test_heads_vllm_loads_pass(head, method, arch):
     """As vLLM's EAGLEConfig and speculators reader name them, and in its registry."""
     assert drafters.head_architectures(method, head) == [arch]
     assert drafters.eagle_problem("h", "r", method, head) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head,method", [
+    ({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral"}, "eagle"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "eagle"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "eagle3"),
+    ({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama"}, "eagle3"),
+    ({"model_type": "eagle", "architectures": ["EAGLEModel"],
+      "model": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}}, "eagle"),
+])
+def test_heads_are_named_as_vllms_eagleconfig_names_them(head, method):
+    """vLLM 0.32's own reader and EAGLEConfig on each config.json (as specmoe.checks.vllmcheck
+    reads a head) give the architectures the offline rule gives."""
+    pytest.importorskip("vllm")
+    from vllm.transformers_utils.configs.eagle import EAGLEConfig
+
+    from specmoe.checks.vllmcheck import _hf_config
+
+    cfg = {"hidden_size": 64, "vocab_size": 100, "num_hidden_layers": 1, **head}
+    hf = _hf_config(cfg, False)
+    if getattr(hf, "model_type", "") != "eagle":
+        hf = EAGLEConfig(hf, method=method)
+    assert list(hf.architectures) == drafters.head_architectures(method, cfg)
 
 
 def test_an_mtp_target_the_table_does_not_know_needs_vllm():

@@ -47,8 +47,8 @@ def head_architectures(method: str, cfg: dict) -> list[str]:
         return [arch] if arch else [f"{kind} speculator of model type "
                                     f"{layer.get('model_type', 'llama')}"]
     archs = list(cfg.get("architectures") or [])
-    if cfg.get("model_type") == "eagle":  # already vLLM's EAGLE format
-        return archs
+    if cfg.get("model_type") == "eagle":  # vLLM's own EAGLE format: named from its inner model
+        archs = list((cfg.get("model") or {}).get("architectures") or archs)
     if method == "eagle":
         return [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
     return [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}" for a in archs]
