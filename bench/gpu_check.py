@@ -1,13 +1,26 @@
-"""Prepared device check (run on a GPU machine, not in CI): the CUDA side of kernel profiling.
+"""Prepared device checks (run on a GPU machine, not in CI).
 
-vLLM is not on the lent GPU image and its CUDA wheels exceed what a run can carry, so this checks what
-can be checked there: that torch.profiler's real CUDA output (kernel events, correlation ids, grid
-sizes) goes through specmoe.measured.profiling the way the hand-written trace in the tests says. A tiny
-Qwen3-MoE (transformers) runs decode (B x 1 token) and verify (B x K+1 tokens) forward passes on a KV
-cache, labelled like kernelprof labels vLLM's; the parsed steps must hold kernels with grids, MoE time
-inside the MoE blocks, and per-class shares that add up to 1.
+`kernels` (the default): the CUDA side of kernel profiling without vLLM. torch.profiler's real CUDA
+output (kernel events, correlation ids, grid sizes) goes through specmoe.measured.profiling the way
+the hand-written trace in the tests says: a tiny Qwen3-MoE (transformers) runs decode (B x 1 token)
+and verify (B x K+1 tokens) forward passes on a KV cache, labelled like kernelprof labels vLLM's;
+the parsed steps must hold kernels with grids, MoE time inside the MoE blocks, and per-class shares
+that add up to 1.
 
     PYTHONPATH=src python3 bench/gpu_check.py --out $OUT/gpu_check.json
+
+`smoke`: the study's GPU path in one command, on the first GPU a user has, before the study is
+submitted (about ten minutes; vLLM's CUDA build, the `gpu` extra). Through the pipeline's own
+stages: a small MoE target with a draft model captured twice over the same prompts, once with
+enforce_eager=True and once with vLLM's defaults (CUDA graphs, torch.compile, async scheduling,
+whatever runner vLLM picks), asserting the same expert ids on every committed token
+(compare_committed); one kernel profile (batch 1) and one sweep point (batch 1). Each step's error is
+recorded and the rest still run; the exit status is 0 only when every check holds.
+
+    .venv/bin/python bench/gpu_check.py smoke --out-dir gpu_smoke
+
+What runs without a GPU (tests/test_gpu_check.py): the argument parsing and compare_committed on
+synthetic traces.
 """
 
 from __future__ import annotations
@@ -21,20 +34,170 @@ import tempfile
 from pathlib import Path
 
 
-def main() -> int:
+# The smoke check's default pair: a small MoE (14.3B parameters, 60 experts of which 4 routed plus
+# shared ones; 29 GB in bf16) and a draft model with its tokenizer.
+SMOKE_TARGET = "Qwen/Qwen1.5-MoE-A2.7B-Chat"
+SMOKE_DRAFTER = "Qwen/Qwen1.5-0.5B-Chat"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", nargs="?", default="kernels", choices=("kernels", "smoke"))
+    ap.add_argument("--out", default="gpu_check.json", help="kernels: the result file")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--device", default="cuda", help="kernels on cpu: a test of the script itself")
+    ap.add_argument("--target", default=SMOKE_TARGET,
+                    help="smoke: an MoE checkpoint (a directory or a hub repository id)")
+    ap.add_argument("--drafter", default=SMOKE_DRAFTER,
+                    help="smoke: a draft model with the target's tokenizer")
+    ap.add_argument("--prompts", type=int, default=16, help="smoke: prompts captured")
+    ap.add_argument("--max-tokens", type=int, default=64, help="smoke: tokens per prompt")
+    ap.add_argument("--dataset", default="tinybench", help="smoke: of the embedded prompt table")
+    ap.add_argument("--out-dir", default="gpu_smoke", help="smoke: traces, profile, sweep, logs")
+    a = ap.parse_args(argv)
+    if a.k < 1 or a.prompts < 1 or a.max_tokens < 1:
+        ap.error("--k, --prompts and --max-tokens must be at least 1")
+    return a
+
+
+def committed_sequences(tr) -> dict[int, tuple]:
+    """Per request, its committed tokens in order (each window's last committed token and its
+    accepted drafts): (token ids, expert ids sorted within each layer)."""
+    import numpy as np
+
+    from specmoe.routing.trace import STATUS
+
+    keep = np.isin(tr.columns["status"], [STATUS.index("committed"), STATUS.index("accepted")])
+    req = tr.columns["request"]
+    order = np.lexsort((tr.columns["position"], tr.columns["step"], req))
+    order = order[keep[order]]
+    experts = np.sort(tr.experts[order], axis=-1)
+    out = {}
+    for r in np.unique(req[order]):
+        m = req[order] == r
+        out[int(r)] = (tr.columns["token_id"][order][m], experts[m])
+    return out
+
+
+def compare_committed(a, b) -> dict:
+    """Two traces of the same prompts: do their committed tokens, position by position along
+    each request, carry the same token and the same experts in every layer? Windows may split a
+    sequence differently (acceptance may differ); the committed sequence may not."""
+    import numpy as np
+
+    sa, sb = committed_sequences(a), committed_sequences(b)
+    tokens = token_diff = routing_diff = 0
+    first = None
+    for r in sorted(set(sa) | set(sb)):
+        (ta, ea), (tb, eb) = sa.get(r, ([], None)), sb.get(r, ([], None))
+        n = min(len(ta), len(tb))
+        tokens += max(len(ta), len(tb))
+        token_diff += abs(len(ta) - len(tb))
+        if n == 0:
+            continue
+        same_token = np.asarray(ta[:n]) == np.asarray(tb[:n])
+        same_route = (ea[:n] == eb[:n]).all(axis=(1, 2))
+        token_diff += int((~same_token).sum())
+        routing_diff += int((same_token & ~same_route).sum())
+        bad = np.flatnonzero(~(same_token & same_route))
+        if first is None and bad.size:
+            i = int(bad[0])
+            first = {"request": r, "committed_index": i, "token": [int(ta[i]), int(tb[i])]}
+    return {"requests": len(set(sa) | set(sb)), "committed_tokens": tokens,
+            "token_mismatches": token_diff, "routing_mismatches": routing_diff,
+            "identical": tokens > 0 and token_diff == 0 and routing_diff == 0,
+            "first_mismatch": first}
+
+
+def _local(model: str) -> str:
+    """A checkpoint directory: the argument itself, or its hub snapshot (downloaded once)."""
+    if Path(model).is_dir():
+        return model
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "*.model",
+                                                    "*.txt", "*.jinja", "*.tiktoken"])
+
+
+def smoke(a: argparse.Namespace) -> int:
+    """The GPU smoke check (see the module's docstring)."""
+    import time
+    import traceback
+
+    from specmoe.routing.trace import read_trace
+    from specmoe.runtime.engine import device
+    from specmoe.sources.prompts import DEFAULT_SOURCE
+    from specmoe.stages.measure import profile_stage, sweep_series_stage
+    from specmoe.stages.traces import capture_stage
+
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    steps: dict[str, dict] = {}
+
+    def step(name, fn):
+        t0 = time.perf_counter()
+        try:
+            fn()
+            steps[name] = {"ok": True}
+        except Exception as exc:  # noqa: BLE001 - recorded; the other steps still run
+            steps[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+            (out / f"{name}.traceback").write_text(traceback.format_exc())
+        steps[name]["wall_s"] = round(time.perf_counter() - t0, 1)
+        print(f"{name}: {steps[name]}", flush=True)
+
+    if device() != "cuda":
+        print("smoke: vLLM's CUDA build is not installed here (pip install -e '.[gpu]')",
+              file=sys.stderr)
+        return 2
+    target, drafter = _local(a.target), _local(a.drafter)
+    run = {"model": "smoke", "drafter": "draft", "k": a.k, "dataset": a.dataset}
+    cap = {"prompts": a.prompts, "max_tokens": a.max_tokens, "max_num_seqs": a.prompts,
+           "dtype": "auto"}
+    for mode, args in (("eager", {"enforce_eager": True}), ("defaults", {})):
+        step(f"capture_{mode}", lambda args=args, mode=mode: capture_stage(
+            target, drafter, a.k, run, {**cap, "engine_args": args}, DEFAULT_SOURCE,
+            out / f"capture_{mode}.parquet", engine_log=str(out / f"capture_{mode}.log")))
+    routing = None
+    if steps["capture_eager"]["ok"] and steps["capture_defaults"]["ok"]:
+        routing = compare_committed(read_trace(out / "capture_eager.parquet"),
+                                    read_trace(out / "capture_defaults.parquet"))
+    step("profile", lambda: profile_stage(
+        target, drafter, a.k, run, {"batch_sizes": [1], "max_tokens": 32, "dtype": "auto",
+                                    "max_model_len": 2048}, DEFAULT_SOURCE,
+        out / "profile.json", out / "profile_traces", engine_log=str(out / "profile.log")))
+    step("sweep", lambda: sweep_series_stage(
+        target, drafter, a.k, {"model": "smoke", "drafter": "draft", "k": a.k,
+                               "datasets": [a.dataset]},
+        {"schedule": [{"batch": 1, "prompts": 8}], "output_len": a.max_tokens, "warmups": 1,
+         "repeats": 1, "startup_timeout_s": 900, "max_model_len": 2048, "dtype": "auto"},
+        DEFAULT_SOURCE, out / "sweep.json", engine_log=str(out / "sweep.log")))
+    checks = {"capture_eager": steps["capture_eager"]["ok"],
+              "capture_defaults": steps["capture_defaults"]["ok"],
+              "committed_routing_identical": bool(routing and routing["identical"]),
+              "profile": steps["profile"]["ok"], "sweep_point": steps["sweep"]["ok"]}
+    result = {"target": a.target, "drafter": a.drafter, "k": a.k, "steps": steps,
+              "routing": routing, "checks": checks}
+    (out / "smoke.json").write_text(json.dumps(result, indent=1, default=str))
+    print(json.dumps({"checks": checks, "routing": routing}, default=str))
+    return 0 if all(checks.values()) else 1
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.mode == "smoke":
+        return smoke(a)
+    return kernels(a)
+
+
+def kernels(a: argparse.Namespace) -> int:
     import torch
 
     from specmoe.runtime import kernelprof, tiny
 
     from specmoe.measured import profiling
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="gpu_check.json")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of the script itself")
-    a = ap.parse_args()
     dev = a.device
     if dev == "cuda" and not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)

@@ -81,11 +81,19 @@ TABLES = {
 }
 
 
+# Rows no job can fill: the Mixtral EAGLE-1 head, which vLLM 0.32 makes EagleMixtralForCausalLM and
+# cannot load (the preflight refuses it: tests/test_drafters.py; README, Known limitations).
+UNSERVABLE = {"te_batch1_k3": [("Mixtral-8x7B", "EAGLE")]}
+
+
 @pytest.mark.parametrize("label", list(TABLES))
 def test_every_row_of_the_studys_table_has_a_job(jobs, label):
     rule, name, match = TABLES[label]
     missing = [r for r in rows(name) if not having(jobs, rule, **match(r))]
-    assert not missing, f"{label}: no {rule} job for {missing}"
+    gaps = UNSERVABLE.get(name, [])
+    assert [r for r in missing if (r["model"], r.get("sd_method")) not in gaps] == [], \
+        f"{label}: no {rule} job for {missing}"
+    assert {(r["model"], r.get("sd_method")) for r in missing} == set(gaps)
 
 
 def test_table_1_rows_are_weight_model_entries():

@@ -109,9 +109,9 @@ def test_the_study_configuration_passes():
 
 
 @pytest.mark.parametrize("edit,pattern", [
-    (only("mixtral-8x7b-bf16-tp2", tp=1, drafters=["eagle-mixtral"]),
-     r"^preflight: capture mixtral-8x7b-bf16-tp2/eagle-mixtral/K3/mt-bench \(and 3 more of its "
-     r"jobs\): memory: weights 87\.0 GiB \+ drafter [\d.]+ GiB \+ reserve [\d.]+ GiB \+ KV cache of "
+    (only("mixtral-8x7b-bf16-tp2", tp=1),
+     r"^preflight: capture mixtral-8x7b-bf16-tp2/mixtral-draft/K3/mt-bench \(and 3 more of its "
+     r"jobs\): memory: weights 87\.0 GiB \+ reserve [\d.]+ GiB \+ KV cache of "
      r"one 1,024-token sequence [\d.]+ GiB = 9\d\.\d GiB per GPU > TP 1 x 80 GiB x "
      r"gpu_memory_utilization 0\.9 = 72\.0 GiB per GPU$"),
     (only("mixtral-8x7b-bf16-tp2", tp=3),
@@ -196,14 +196,14 @@ def test_the_dry_run_stops_before_any_job(tmp_path):
     on stderr after Snakemake's own two, no traceback, no job."""
     cfg = copy.deepcopy(PAPER)
     m = next(m for m in cfg["models"] if m["name"] == "mixtral-8x7b-bf16-tp2")
-    cfg["models"] = [{**m, "name": "mixtral-bf16-tp1", "tp": 1, "drafters": ["eagle-mixtral"]}]
+    cfg["models"] = [{**m, "name": "mixtral-bf16-tp1", "tp": 1}]
     wd = copy_workflow(tmp_path / "wf", cfg, "broken.yaml")
     r = snakemake(wd, "-n", configfile="broken.yaml", check=False)
     assert r.returncode == 1
     ours = [ln for ln in r.stderr.splitlines() if not ln.startswith(("Using workflow",
                                                                     "Config file"))]
     assert len(ours) == 1 and ours[0].startswith(
-        "preflight: capture mixtral-bf16-tp1/eagle-mixtral/K3/mt-bench (and 3 more of its jobs): "
+        "preflight: capture mixtral-bf16-tp1/mixtral-draft/K3/mt-bench (and 3 more of its jobs): "
         "memory: weights 87.0 GiB"), r.stderr
     assert "Traceback" not in r.stdout + r.stderr and "Job stats" not in r.stdout
 

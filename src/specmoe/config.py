@@ -392,6 +392,40 @@ class Config:
                       dtype=str(settings.get("dtype") or ENGINE_DEFAULTS["dtype"]),
                       engine_args=dict(args))
 
+    def contexts(self) -> list:
+        """Every engine job of the tiny and study models (controls included) with its engine's
+        context as the engine stages set it, for the prompts' check
+        (specmoe.checks.contextfit.Context)."""
+        from .checks.contextfit import Context
+
+        out = []
+        for name in [*self.names("tiny"), *self.names("hf")]:
+            for job in self.engine_jobs(name):
+                section = SECTION[job.rule]
+                if self.from_download(name):
+                    settings = self.engine_settings(name, section)
+                elif job.rule in ("sweep_ar", "sweep_sd"):
+                    settings = self.sweep_params(name)
+                else:
+                    settings = self.section(section, tiny=section == "capture")
+                args = settings.get("engine_args") or {}
+                own = settings.get("max_model_len") if job.rule != "capture" else None
+                limit = int(args.get("max_model_len") or own or ENGINE_DEFAULTS["max_model_len"])
+                if job.rule in ("sweep_ar", "sweep_sd"):
+                    datasets = self.sweep_datasets(name)
+                    reserved = int(settings["output_len"]) + \
+                        self.prompting(name, datasets)["draft_slack"]
+                else:
+                    datasets = [job.dataset]
+                    reserved = int(settings["max_tokens"]) + int(job.k) + 1
+                manifests = tuple(paths.download(repo_key(self.entry(name)), mode)
+                                  for mode in ("full", "config")) \
+                    if self.from_download(name) else ()
+                out.append(Context(job.label, name,
+                                   tuple(sorted({p for ds in datasets for p in ds.split("+")})),
+                                   limit, reserved, manifests))
+        return out
+
     def preflight(self, cache_dir=None, with_vllm: bool = True):
         """The preflight of every GPU job (specmoe.checks.preflight.Report)."""
         from .checks import preflight
@@ -480,6 +514,12 @@ class Config:
             r["trust_remote_code"] |= bool(e["trust_remote_code"])
             r["names"].append(e["name"])
         return out
+
+    def drafter_methods(self, repo: str) -> dict[str, str]:
+        """The speculative method of each drafter downloaded from one repository (by file name,
+        as `repos`): what its download job checks vLLM can load."""
+        return {n: self.drafters[n].method for n in self.repos[repo]["names"]
+                if n in self.drafters}
 
     @property
     def planned(self) -> list[str]:
@@ -592,6 +632,17 @@ class Config:
         return sorted({r.dataset for r in self.sweep_runs()
                        if r.model == name or (alone and r.drafter == name)})
 
+    def prompting(self, name: str, datasets) -> dict:
+        """How an engine of `name` receives the prompts of `datasets` (specmoe.sources.promptfit):
+        each dataset's chat_template setting (false where the configuration has none), and the
+        tokens its sweeps keep free for drafts: K+1 at the largest K it is swept at, in its
+        series with and without SD alike, so that they measure the same prompts."""
+        parts = sorted({p for ds in datasets for p in ds.split("+")})
+        ks = [r.k for r in self.sweep_runs() if name in (r.model, r.drafter)]
+        return {"chat_template": {ds: bool((self.datasets.get(ds) or {}).get("chat_template"))
+                                  for ds in parts},
+                "draft_slack": max(ks) + 1 if ks else 0}
+
     def predict_method(self, name: str) -> str:
         """The speculative method of the model's first drafter (a synthetic model's: EAGLE-3)."""
         d = self.drafters.get(self.models[name].drafters[0])
@@ -640,10 +691,11 @@ def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = N
                  files=()) -> tuple[Config, list[str]]:
     """What the workflow runs when it is parsed: the configuration files it was merged from read
     strictly (read_strictly), the configuration validated and resolved against its prompt table
-    (prompt_datasets; None: the one `tiny.prompts` names, table_datasets), and every GPU job
-    preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is False);
-    (Config, the warnings to show). InputError with every problem, one line each, where it cannot
-    run: before any job starts."""
+    (prompt_datasets; None: the one `tiny.prompts` names, table_datasets), every GPU job
+    preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is False) and
+    every engine job's prompts checked against its context where the prompt table and the
+    tokenizer exist by then (specmoe.checks.contextfit); (Config, the warnings to show).
+    InputError with every problem, one line each, where it cannot run: before any job starts."""
     from .checks import schema
 
     read_strictly(files)
@@ -657,6 +709,13 @@ def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = N
         if report.fatal:
             raise InputError("\n".join(report.lines(True)))
         notes += report.lines(False) + [report.summary()]
+    if preflight:  # every engine job's prompts against its context, where they exist by now
+        from .checks import contextfit
+
+        problems, more = contextfit.check(cfg)
+        if problems:
+            raise InputError("\n".join(problems))
+        notes += more
     return cfg, notes
 
 

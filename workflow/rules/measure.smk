@@ -30,6 +30,7 @@ use rule capture as sweep_sd with:
             "datasets": CFG.sweep_datasets(w.model),
         },
         settings=engine_section("sweep", lambda w: CFG.sweep_params(w.model)),
+        prompting=lambda w: CFG.prompting(w.model, CFG.sweep_datasets(w.model)),
 
 
 use rule sweep_sd as sweep_ar with:
@@ -83,3 +84,4 @@ use rule capture as profile with:
             "dataset": CFG.models[w.model].datasets[0],
         },
         settings=engine_section("profiling", lambda w: CFG.section("profiling")),
+        prompting=lambda w: CFG.prompting(w.model, CFG.models[w.model].datasets[:1]),

@@ -18,6 +18,7 @@ rule download_model:
         "../../envs/analysis.yaml"
     params:
         repo=lambda w: CFG.repos[w.repo],
+        methods=lambda w: CFG.drafter_methods(w.repo),
     script:
         "../scripts/download_model.py"
 

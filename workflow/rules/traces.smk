@@ -28,5 +28,6 @@ rule capture:
         method=engine_method,
         gpu=lambda w: CFG.on_gpu(w.model),
         prompts=CFG.prompts,
+        prompting=lambda w: CFG.prompting(w.model, [w.dataset]),
     script:
         "../scripts/engine.py"

@@ -12,4 +12,5 @@ with logged(snakemake.log[0], "download"):
         snakemake.wildcards.mode,
         r["trust_remote_code"],
         snakemake.output[0],
+        snakemake.params.methods,
     )

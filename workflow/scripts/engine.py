@@ -23,12 +23,12 @@ if __name__ == "__main__":  # vLLM spawns processes that re-import the main modu
         if rule in ("sweep_ar", "sweep_sd"):
             prompts = {ds: tables.get(ds, p.prompts) for ds in job["datasets"]}
             sweep_series_stage(target, drafter, job["k"], job, settings, prompts,
-                               snakemake.output[0], engine_log=log)
+                               snakemake.output[0], engine_log=log, prompting=p.prompting)
         elif rule == "capture":
             capture_stage(target, drafter, job["k"], job, settings,
                           tables.get(job["dataset"], p.prompts), snakemake.output[0],
-                          engine_log=log)
+                          engine_log=log, prompting=p.prompting)
         else:
             profile_stage(target, drafter, job["k"], job, settings,
                           tables.get(job["dataset"], p.prompts), snakemake.output.json,
-                          snakemake.output.traces, engine_log=log)
+                          snakemake.output.traces, engine_log=log, prompting=p.prompting)

@@ -517,14 +517,17 @@ def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: b
     """Every check of every engine: the offline ones here, vLLM's in specmoe.checks.vllmcheck (in a
     subprocess, where vLLM is installed; its answer cached in cache_dir by what it was asked).
     manifests: repo id -> a download manifest to read config.json from where it is not shipped."""
+    from importlib.util import find_spec
+
     findings: list[Finding] = []
     mem: dict[str, Memory] = {}
     configs: dict = {}
+    vllm_here = with_vllm and find_spec("vllm") is not None
     for e in engines:
         cfg, why = _cached(configs, e.entry, manifests)
         dcfg, dwhy = _cached(configs, e.drafter, manifests) if e.drafter else (None, "")
         found, m = check(e, cfg, why, dcfg, dwhy)
-        findings += found
+        findings += found + drafter_support(e, cfg, dcfg, found, vllm_here)
         if m is not None:
             mem[e.job] = m
     requests = vllm_requests(engines, configs)
@@ -535,6 +538,35 @@ def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: b
     elif requests:
         note = "not checked: left out"
     return Report(findings, mem, note, len(engines))
+
+
+def drafter_support(e: Engine, cfg: dict | None, drafter_cfg: dict | None, found: list[Finding],
+                    vllm_here: bool) -> list[Finding]:
+    """Can vLLM 0.32 load the job's drafter (specmoe.checks.drafters, without vLLM, so in the SLURM
+    launcher's environment too): an EAGLE head's architecture, from its config.json or, before
+    its download, the architecture its repository declares; where vLLM is not here to ask
+    (vllmcheck), the target's MTP module. `found`: the job's other findings (a target without MTP
+    layers is refused there already)."""
+    from . import drafters
+
+    if cfg is None or e.method is None:
+        return []
+    if e.method == "mtp":
+        if vllm_here or any(f.check == "speculative method" for f in found):
+            return []
+        problem = drafters.mtp_problem(e.model, _text(cfg), False)
+        return [_finding(e, "speculative method", problem)] if problem else []
+    if e.method not in ("eagle", "eagle3"):
+        return []
+    d = e.drafter or {}
+    head = drafter_cfg
+    if head is None and d.get("repo_id") in drafters.KNOWN_ARCHITECTURES:
+        head = {"architectures": drafters.KNOWN_ARCHITECTURES[d["repo_id"]]}
+    if head is None:  # checked by its download job, before any engine job of it queues
+        return []
+    problem = drafters.eagle_problem(d.get("name", "the drafter"), d.get("repo_id"), e.method,
+                                     head)
+    return [_finding(e, "drafter", problem)] if problem else []
 
 
 def _cached(configs: dict, entry: dict, manifests: dict | None) -> tuple[dict | None, str]:

@@ -1,7 +1,8 @@
 """The preflight's checks that need vLLM itself (the runtime side; specmoe.checks.preflight has the rest):
 
-- architecture: vLLM's model registry knows the target's architecture (and, for an EAGLE head,
-  the architecture vLLM makes of it: Eagle<arch> or Eagle3<arch>);
+- architecture: vLLM's model registry knows the target's architecture, and vLLM reads an EAGLE
+  head's config.json (whether its registry has the head: specmoe.checks.drafters, offline, from the
+  table that drafter_table makes);
 - MTP: vLLM maps the target onto an MTP module of its registry (SpeculativeConfig's own
   hf_config_override), for method mtp;
 - engine arguments: the arguments each engine starts with (specmoe.runtime.engine.engine_kwargs, as the
@@ -130,7 +131,7 @@ def check(engines: list[dict]) -> list[dict]:
         if e.get("method") == "mtp":
             out += [{"job": e["job"], **f} for f in _mtp(hf, archs)]
         if e.get("method") in ("eagle", "eagle3") and e.get("drafter_config"):
-            out += [{"job": e["job"], **f} for f in _eagle(e, archs)]
+            out += [{"job": e["job"], **f} for f in _eagle(e)]
         with _local_model(e["config"]) as local:  # the arguments as given, the model local
             problem = _argv_problem(server_argv({**e, "repo": local}))
         if problem:
@@ -189,21 +190,54 @@ def _mtp(hf, archs: set[str]) -> list[dict]:
     return []
 
 
-def _eagle(e: dict, archs: set[str]) -> list[dict]:
+def _eagle(e: dict) -> list[dict]:
+    """vLLM reads the head's config.json (whether its registry has the head is the offline
+    check's, specmoe.checks.drafters, from the table drafter_table makes)."""
     from vllm.transformers_utils.configs.eagle import EAGLEConfig
 
     try:
         hf = _hf_config(e["drafter_config"], False)
         if getattr(hf, "model_type", "") != "eagle":
-            hf = EAGLEConfig(hf, method=e["method"])
+            EAGLEConfig(hf, method=e["method"])
     except Exception as exc:  # noqa: BLE001
         return [{"check": "drafter", "message": f"vLLM cannot read drafter "
                  f"{e.get('drafter_repo')}'s config.json: {str(exc).splitlines()[0]}"}]
-    names = list(getattr(hf, "architectures", None) or [])
-    if not set(names) & archs:
-        return [{"check": "drafter", "message": f"vLLM {version()} has no {e['method']} head "
-                 f"{', '.join(names)} (its model registry)"}]
     return []
+
+
+def drafter_table(configs: list[dict]) -> dict:
+    """What the installed vLLM's drafters can be (specmoe/data/vllm_drafters.json): its registry's
+    speculative-decoding architectures; the architecture its speculators reader gives each
+    (algorithm, layer model type); and the MTP module SpeculativeConfig maps each of `configs`'
+    architectures onto (None: none)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.model_executor.models.registry import _SPECULATIVE_DECODING_MODELS
+    from vllm.transformers_utils.configs.speculators.algos import SUPPORTED_SPECULATORS_TYPES
+
+    archs = _registry()
+    speculators: dict[str, dict[str, str]] = {}
+    for kind, update in SUPPORTED_SPECULATORS_TYPES.items():
+        for model_type in sorted(CONFIG_MAPPING_NAMES):
+            layer = {"model_type": model_type}
+            try:
+                update({}, layer)
+            except Exception:  # noqa: BLE001 - the reader refuses this model type
+                continue
+            if layer.get("architectures"):
+                speculators.setdefault(kind, {})[model_type] = layer["architectures"][0]
+    mtp = {}
+    for cfg in configs:
+        hf = _hf_config(cfg, False)
+        before = hf.architectures[0]
+        try:
+            arch = (SpeculativeConfig.hf_config_override(hf).architectures or [before])[0]
+        except Exception:  # noqa: BLE001 - no MTP module for it
+            arch = before
+        mtp[before] = arch if arch != before and arch in archs else None
+    return {"vllm": version(),
+            "drafters": sorted(a for a in _SPECULATIVE_DECODING_MODELS if a in archs),
+            "speculators": speculators, "mtp": dict(sorted(mtp.items()))}
 
 
 def main() -> int:

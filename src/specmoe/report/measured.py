@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..cost import costmodel
 from . import registry
-from .runs import run_cols, runs
+from .runs import prompt_fit_rows, run_cols, runs
 
 log = logging.getLogger("specmoe")
 
@@ -33,6 +33,7 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
     sweep_rows = {}
     for sp in sps:
         rc = run_cols(sp["run"])
+        t["prompt_fit_sweeps"] += prompt_fit_rows(rc, sp.get("prompting"))
         for r in sp["rows"]:
             t["speedup_vs_batch"].append(speedup_row(rc, sp, r))
             sweep_rows[(*run_key(rc), r["batch"])] = r

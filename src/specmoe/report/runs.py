@@ -45,6 +45,7 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
     heldout_of = {tuple(run_cols(ac["run"]).values()): ac.get("heldout", {}) for ac in accs}
     for ov in ovs:
         _add_overlap_rows(t, ov, heldout_of.get(tuple(run_cols(ov["run"]).values()), {}))
+        t["prompt_fit"] += prompt_fit_rows(run_cols(ov["run"]), ov.get("prompting"))
     t["unique_experts"] += [unique_experts_row(ov, ip) for ov, ip in zip(ovs, ips)]
     for cm in cms:
         _add_cost_rows(t, cm)
@@ -65,6 +66,16 @@ def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict) -> None:
             "repetitive_windows_pct": 100 * ov.get("repetitive_windows", np.nan)})
     t["heldout_overlap"] += heldout_overlap_rows(rc, ov.get("by_slice") or {}, heldout)
     t["per_layer_overlap"] += per_layer_rows(rc, ov["per_layer"])
+
+
+def prompt_fit_rows(rc: dict, prompting: dict | None) -> list[dict]:
+    """A run's rows of the prompt-fit tables: per dataset of its prompts, whether they were sent
+    in the chat template, how many there were, how many the engine left out for not fitting its
+    context (specmoe.sources.promptfit), the longest and the context (none: not an engine's)."""
+    return [{**rc, "slice_dataset": ds, "chat_template": d["chat_template"],
+             "prompts": d["prompts"], "left_out": d["over_limit"],
+             "longest_tokens": d["longest"], "reserved_tokens": d["reserved"],
+             "max_model_len": d["max_model_len"]} for ds, d in sorted((prompting or {}).items())]
 
 
 def decomposition_row(rc: dict, s: dict) -> dict:

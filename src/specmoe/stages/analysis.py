@@ -100,6 +100,7 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
                            model=prov.get("model"), stage="overlap", trace=str(trace_path)))
     write_json(out, {
         "run": tr.meta.get("run", {}),
+        "prompting": tr.meta.get("prompting"),
         "summary": summary,
         "repetitive_windows": float(rep.mean()) if rep.size else 0.0,
         "summary_without_repetition": no_rep if no_rep is not None else summary,
@@ -330,7 +331,9 @@ def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
     prov.update(provenance({"run": run, "margin": margin, "timing": timing,
                             "engine_log_sd": engine_log_sd},
                            model=prov.get("model"), stage="speedup"))
-    write_json(out, {"run": run, **res}, prov)
+    fit = sd.get("prompting") or {}
+    write_json(out, {"run": run, **res,
+                     "prompting": {p: fit[p] for p in ds.split("+") if p in fit}}, prov)
     log.info("%s: speedup %s; shape %s", run["model"],
              ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
 

@@ -4,9 +4,12 @@ result's provenance (torch / vLLM, the `cpu` or `gpu` extra)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from ..config import ENGINE_DEFAULTS
+
+log = logging.getLogger("specmoe")
 
 
 def setting(cfg: dict, key: str):
@@ -95,3 +98,18 @@ def engine_opts(cfg: dict) -> dict:
     return {"dtype": setting(cfg, "dtype"), "kv_cache_mib": int(setting(cfg, "kv_cache_mib")),
             "max_model_len": int(setting(cfg, "max_model_len")), "seed": 0,
             "extra": dict(cfg.get("engine_args") or {})}
+
+
+def engine_prompts(rows: list, engine: dict, prompting: dict | None, reserved: int,
+                   what: str) -> tuple[list, dict]:
+    """A job's prompts as its engine receives them, before the engine starts
+    (specmoe.sources.promptfit): rendered with the target's chat template where the dataset says
+    so, those longer than the engine's context with `reserved` tokens added left out; (rows,
+    what was done per dataset, for the output's metadata)."""
+    from ..sources import promptfit
+
+    tok = promptfit.load_tokenizer(engine["model"], bool(engine.get("trust_remote_code")))
+    rows, info = promptfit.prepare(rows, tok, (prompting or {}).get("chat_template") or {},
+                                   int(engine["max_model_len"]), reserved, what)
+    log.info("prompts: %s", promptfit.summary_line(info))
+    return rows, info

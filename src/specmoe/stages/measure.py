@@ -8,13 +8,15 @@ from pathlib import Path
 
 from ..sources import prompts as prompt_table
 from ..provenance import provenance, write_json
-from .engines import engine_label, engine_opts, model_identity, model_provenance, setting
+from .engines import (engine_label, engine_opts, engine_prompts, model_identity, model_provenance,
+                      setting)
 
 log = logging.getLogger("specmoe")
 
 
 def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, sweep_cfg: dict,
-                       prompts_source, out, engine_log: str | None = None) -> None:
+                       prompts_source, out, engine_log: str | None = None,
+                       prompting: dict | None = None) -> None:
     """One serving series: one engine (with or without SD) over the batch sizes of the schedule,
     for each dataset of `series["datasets"]` in turn (datasets do not change the engine, so they
     share one start-up).
@@ -31,15 +33,22 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
 
     check_inputs(target_dir, drafter_dir, k)
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep_cfg["schedule"]]
-    # one prompt set for every point: the smallest point's prompts; larger points cycle through it
-    texts = {}
-    for ds in series["datasets"]:
-        src = prompts_source[ds] if isinstance(prompts_source, dict) else prompts_source
-        rows = prompt_table.schedule(prompt_table.load(src, [ds]), max(n for _, n in sched),
-                                     set_size=min(n for _, n in sched))
-        texts[ds] = [r.text for r in rows]
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
                            in_process=False, **engine_opts(sweep_cfg))
+    # the tokens kept free for drafts: the same in the model's series with and without SD, so
+    # that they measure the same prompts
+    reserved = int(sweep_cfg["output_len"]) + int((prompting or {}).get(
+        "draft_slack", k + 1 if k else 0))
+    # one prompt set for every point: the smallest point's prompts; larger points cycle through it
+    texts, fit = {}, {}
+    for ds in series["datasets"]:
+        src = prompts_source[ds] if isinstance(prompts_source, dict) else prompts_source
+        rows, info = engine_prompts(prompt_table.load(src, [ds]), engine, prompting, reserved,
+                                    f"sweep of {series.get('model', Path(target_dir).name)}")
+        fit.update(info)
+        rows = prompt_table.schedule(rows, max(n for _, n in sched),
+                                     set_size=min(n for _, n in sched))
+        texts[ds] = [r.text for r in rows]
     key_base = {"engine": {n: v for n, v in engine.items() if n != "model"},
                 "target": model_identity(target_dir),
                 "drafter": model_identity(drafter_dir) if drafter_dir else None,
@@ -59,27 +68,35 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     write_json(out, {"series": series, "engine": key_base["engine"],
                      "datasets": {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
                                   for ds, pts in points.items()},
+                     "prompting": fit,
                      "engine_starts": 1 if measured else 0,
                      "engine_startup_s": measured[0]["engine_startup_s"] if measured else 0.0,
                      "wall_s": time.perf_counter() - t0}, prov)
 
 
 def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, prompts_source: str,
-                  out, trace_dir, engine_log: str | None = None) -> None:
+                  out, trace_dir, engine_log: str | None = None,
+                  prompting: dict | None = None) -> None:
     """Kernel/op profiles of the target's decode and verify forward passes (kernelprof)."""
     import time
 
     from ..runtime.kernelprof import profile_model
 
-    rows = prompt_table.load(prompts_source, [run["dataset"]])
+    opts = engine_opts(prof_cfg)
+    rows, fit = engine_prompts(prompt_table.load(prompts_source, [run["dataset"]]),
+                               {"model": str(target_dir), **opts["extra"],
+                                "max_model_len": opts["extra"].get("max_model_len",
+                                                                   opts["max_model_len"])},
+                               prompting, int(prof_cfg["max_tokens"]) + k + 1,
+                               f"profile of {run['model']}")
     batches = [int(b) for b in prof_cfg["batch_sizes"]]
     rows = prompt_table.schedule(rows, max(batches))
-    opts = engine_opts(prof_cfg)
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()
     res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
                         int(prof_cfg["max_tokens"]), opts, trace_dir, log_path=engine_log,
                         timeout=float(setting(prof_cfg, "timeout_s")))
-    write_json(out, {"run": run, **res, "wall_s": time.perf_counter() - t0}, provenance(
+    write_json(out, {"run": run, **res, "prompting": fit, "wall_s": time.perf_counter() - t0},
+               provenance(
         {"run": run, "profiling": prof_cfg, "prompts": prompts_source},
         model=model_provenance(run["model"], target_dir), stage="profile", engine=engine_label()))

@@ -16,10 +16,14 @@ log = logging.getLogger("specmoe")
 
 
 def download_model_stage(names: list[str], repo_id, revision: str | None, mode: str,
-                         trust_remote_code: bool, out) -> dict:
-    """One repository (shared by the model variants and drafters in `names`) into the HF cache."""
+                         trust_remote_code: bool, out, methods: dict | None = None) -> dict:
+    """One repository (shared by the model variants and drafters in `names`) into the HF cache.
+    methods: the speculative method of each drafter among `names`: an EAGLE head that vLLM
+    cannot load stops the download job (it runs where the workflow is launched), before any
+    engine job that serves it queues."""
     label = ", ".join(names)
     man = hub.download(label, repo_id, revision, mode=mode, trust_remote_code=trust_remote_code)
+    check_drafters(man, repo_id, methods or {})
     log.info("%s: %s@%s, %d files, %.1f GiB in %s", label, repo_id, man["commit"][:12],
              len(man["files"]), man["total_bytes"] / 2**30, man["snapshot_path"])
     write_json(out, man, provenance({"repo_id": repo_id, "revision": revision, "mode": mode},
@@ -54,3 +58,20 @@ def prompt_table_stage(name: str, spec: dict, manifest, out_csv) -> dict:
              len(info["categories"]))
     write_text(out_csv, studydata.to_csv(rows))
     return info
+
+
+def check_drafters(manifest: dict, repo_id, methods: dict) -> None:
+    """The offline drafter check (specmoe.checks.drafters) on a downloaded EAGLE head's
+    config.json: InputError in one line where vLLM cannot load it."""
+    import json
+    from pathlib import Path
+
+    from ..checks import drafters
+
+    for name, method in methods.items():
+        if method not in ("eagle", "eagle3"):
+            continue
+        cfg = json.loads((Path(manifest["snapshot_path"]) / "config.json").read_text())
+        problem = drafters.eagle_problem(name, repo_id, method, cfg)
+        if problem:
+            raise InputError(f"drafter {name}: {problem}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..sources import prompts as prompt_table
 from ..provenance import provenance
-from .engines import engine_label, model_provenance, setting
+from .engines import engine_label, engine_prompts, model_provenance, setting
 
 log = logging.getLogger("specmoe")
 
@@ -27,8 +27,9 @@ def distinct_prompts(rows: list, limit: int | None) -> list:
 
 
 def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, prompts_source: str,
-                  out, engine_log: str | None = None) -> None:
-    """Run the target with SD over the prompt table, capturing every verification window."""
+                  out, engine_log: str | None = None, prompting: dict | None = None) -> None:
+    """Run the target with SD over the prompt table, capturing every verification window.
+    prompting: how the engine receives the prompts (specmoe.config.Config.prompting)."""
     import tempfile
 
     from ..runtime.capture import assemble, capture_generate
@@ -36,8 +37,6 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     from ..routing.trace import write_trace
 
     check_inputs(target_dir, drafter_dir, k)
-    rows = distinct_prompts(prompt_table.load(prompts_source, [run["dataset"]]),
-                            int(cap_cfg.get("prompts", 0)) or None)
     engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
                            kv_cache_mib=int(setting(cap_cfg, "kv_cache_mib")),
                            max_num_seqs=int(cap_cfg["max_num_seqs"]),
@@ -50,6 +49,10 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
         engine = capture_engine(engine)
         moe = {"moe_backend": engine.get("moe_backend", "auto")}
         log.info("capture: MoE backend %s", moe["moe_backend"])
+    rows, fit = engine_prompts(prompt_table.load(prompts_source, [run["dataset"]]), engine,
+                               prompting, int(cap_cfg["max_tokens"]) + k + 1,
+                               f"capture of {run['model']}")
+    rows = distinct_prompts(rows, int(cap_cfg.get("prompts", 0)) or None)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],
@@ -57,6 +60,7 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
                            log_path=engine_log, timeout=float(setting(cap_cfg, "timeout_s")),
                            repetition_penalty=float(setting(cap_cfg, "repetition_penalty")))
         tr = assemble(res, rows, run, k)
+    tr.meta["prompting"] = fit
     cap = tr.meta["capture"]
     log.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches in %d "
              "steps", cap["windows"], cap["short_windows"], len(tr),

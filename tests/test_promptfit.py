@@ -1,0 +1,259 @@
+"""Prompts as the engines receive them (specmoe.sources.promptfit, specmoe.checks.contextfit): the
+longest prompt, in the target tokenizer's tokens, plus the output (and K+1) against max_model_len,
+checked when the workflow is parsed wherever the prompt table and the tokenizer exist; prompts over
+the limit left out and counted (the filter policy), the same in capture and sweeps; the chat
+template applied per dataset, exactly as vLLM 0.32's `bench serve` custom dataset renders it, and
+sent as the same text to capture and sweeps. A byte-level BPE tokenizer trained here stands in for
+the target's (given a chat template where a test needs one)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specmoe.checks import contextfit
+from specmoe.config import Config, for_workflow
+from specmoe.errors import InputError
+from specmoe.sources import promptfit
+from specmoe.sources import prompts as prompt_table
+from wf import REPO
+
+pytest.importorskip("transformers")
+DEFAULT = yaml.safe_load((REPO / "config.yaml").read_text())
+SCHEMA = REPO / "config" / "schema.yaml"
+TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    """A byte-level BPE tokenizer of 300 tokens (the tiny models' kind), trained in seconds."""
+    from specmoe.runtime import tiny
+
+    out = tmp_path_factory.mktemp("tok") / "tokenizer"
+    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:30], 300, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def chat_dir(tokenizer_dir, tmp_path_factory) -> Path:
+    """The same tokenizer given a chat template, saved as a checkpoint's tokenizer."""
+    tok = promptfit.load_tokenizer(tokenizer_dir)
+    tok.chat_template = TEMPLATE
+    out = tmp_path_factory.mktemp("chat") / "target"
+    tok.save_pretrained(out)
+    (out / "config.json").write_text("{}")
+    return out
+
+
+def in_workdir(monkeypatch, tmp_path, tokenizer_dir) -> None:
+    """A work directory whose tiny-model tokenizer has been trained (rule tokenizer)."""
+    import shutil
+
+    shutil.copytree(tokenizer_dir, tmp_path / "results" / "models" / "tokenizer")
+    monkeypatch.chdir(tmp_path)
+
+
+def default(edit=None) -> dict:
+    cfg = copy.deepcopy(DEFAULT)
+    if edit:
+        edit(cfg)
+    return cfg
+
+
+def test_the_dry_run_measures_the_longest_prompt_of_each_dataset(monkeypatch, tmp_path,
+                                                                 tokenizer_dir):
+    """The default configuration once its tokenizer exists: every prompt fits its 1,024-token
+    capture engine and its sweeps' engines; the summary names each dataset's longest prompt."""
+    in_workdir(monkeypatch, tmp_path, tokenizer_dir)
+    _, notes = for_workflow(default(), SCHEMA)
+    (line,) = [n for n in notes if n.startswith("preflight: prompts:")]
+    assert line.startswith("preflight: prompts: longest as each target's tokenizer counts it: "
+                           "heldout-code ") and "tinybench" in line, line
+    assert line.endswith("(engine contexts 1,024)"), line
+
+
+def test_prompts_over_the_limit_are_counted_at_the_dry_run(monkeypatch, tmp_path,
+                                                           tokenizer_dir):
+    """A capture context that the longest prompts do not fit: a note names how many the engine
+    leaves out; a context none fits stops the dry run in one line."""
+    in_workdir(monkeypatch, tmp_path, tokenizer_dir)
+    tok = promptfit.load_tokenizer(tokenizer_dir)
+    rows = prompt_table.load(datasets=["tinybench"])
+    lengths = sorted(len(tok(r.text).input_ids) for r in rows)
+    cap = DEFAULT["tiny"]["capture"]
+    limit = lengths[-3] + cap["max_tokens"] + 4  # K = 3: the two longest are over
+
+    def tight(cfg, max_len=limit):
+        cfg["tiny"]["capture"] = {**cap, "engine_args": {"max_model_len": max_len}}
+        cfg["models"] = [m for m in cfg["models"] if m["name"] == "tiny-coarse"]
+        cfg["models"][0]["datasets"] = ["tinybench"]
+
+    _, notes = for_workflow(default(tight), SCHEMA)
+    over = [n for n in notes if "prompts are longer" in n]
+    assert over and over[0] == (
+        f"preflight: prompts: capture tiny-coarse/tiny-drafter/K3/tinybench (and 1 more job): "
+        f"tinybench: 2 of "
+        f"{len(rows)} prompts are longer than max_model_len {limit:,} less "
+        f"{cap['max_tokens'] + 4} tokens of output and drafts (the longest: {lengths[-1]}): the "
+        "engine leaves them out (filter)"), over
+    with pytest.raises(InputError) as exc:
+        for_workflow(default(lambda c: tight(c, cap["max_tokens"] + 4 + lengths[0] - 1)), SCHEMA)
+    (line,) = str(exc.value).splitlines()
+    assert line.startswith("preflight: prompts: capture tiny-coarse/tiny-drafter/K3/tinybench "
+                           f"(and 1 more job): tinybench: {len(rows)} of {len(rows)} prompts "
+                           "are longer") \
+        and line.endswith("none fits; raise max_model_len"), line
+
+
+def test_before_its_tokenizer_exists_the_engine_jobs_check(monkeypatch, tmp_path):
+    """Nothing trained yet: the summary says which datasets the engine jobs check."""
+    monkeypatch.chdir(tmp_path)
+    problems, notes = contextfit.check(Config.load(default(), SCHEMA))
+    assert problems == [] and notes == [
+        "preflight: prompts: no prompt table with its tokenizer yet (engine contexts 1,024); "
+        "heldout-code, heldout-prose, tinybench: checked by each engine job before its engine "
+        "starts"]
+
+
+def test_the_filter_policy_leaves_out_what_does_not_fit_and_counts_it(tokenizer_dir):
+    tok = promptfit.load_tokenizer(tokenizer_dir)
+    rows = prompt_table.load(datasets=["tinybench", "heldout-code"])
+    lengths = {r.prompt_id: len(tok(r.text).input_ids) for r in rows}
+    longest = max(lengths.values())
+    kept, info = promptfit.prepare(rows, tok, {}, 100 + longest, 100)
+    assert kept == rows  # everything fits: the very same rows
+    kept, info = promptfit.prepare(rows, tok, {}, 100 + longest - 1, 100)
+    dropped = [r for r in rows if lengths[r.prompt_id] == longest]
+    assert kept == [r for r in rows if r not in dropped]
+    ds = dropped[0].dataset
+    assert info[ds] == {"chat_template": False, "policy": "filter",
+                        "max_model_len": 99 + longest, "reserved": 100,
+                        "prompts": sum(r.dataset == ds for r in rows),
+                        "over_limit": len(dropped), "longest": longest,
+                        "longest_prompt_id": dropped[0].prompt_id}
+
+
+@pytest.mark.slow
+def test_the_chat_template_is_rendered_as_vllms_bench_serve_renders_it(chat_dir, tmp_path):
+    """vLLM 0.32's own CustomDataset.sample (templating on) against ours, prompt by prompt, with
+    a tokenizer given a chat template; the lengths are those bench serve counts."""
+    pytest.importorskip("vllm")
+    from vllm.benchmarks.datasets.datasets import CustomDataset
+
+    tok = promptfit.load_tokenizer(chat_dir)
+    rows = prompt_table.load(datasets=["tinybench"])[:12]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": r.text}) + "\n" for r in rows))
+    theirs = CustomDataset(dataset_path=str(path), disable_shuffle=True).sample(
+        tok, len(rows), output_len=8, skip_chat_template=False)
+    ours = promptfit.measure(rows, tok, {"tinybench": True})
+    assert [(s.prompt, s.prompt_len) for s in theirs] == [(r.text, n) for r, n in ours]
+    assert ours[0][0].text == f"<|user|>{rows[0].text}\n<|assistant|>"
+
+
+def test_a_tokenizer_without_a_chat_template_is_one_line(tokenizer_dir):
+    tok = promptfit.load_tokenizer(tokenizer_dir)
+    rows = prompt_table.load(datasets=["tinybench"])
+    with pytest.raises(InputError) as exc:
+        promptfit.prepare(rows, tok, {"tinybench": True}, 1024, 52, "tiny-fine")
+    assert str(exc.value) == ("tiny-fine's tokenizer has no chat template, but the dataset's "
+                              "chat_template is true (set it false for raw text)")
+
+
+def test_capture_and_sweeps_send_the_same_rendered_prompts(chat_dir, tmp_path, monkeypatch):
+    """The capture and sweep stages up to their engines (vLLM's side replaced by recorders that
+    keep what they were given): both send the chat-rendered text of the same prompts, with
+    the prompts that do not fit left out of both."""
+    from specmoe.runtime import engine, serving
+    from specmoe.stages.measure import sweep_series_stage
+    from specmoe.stages.traces import capture_stage
+
+    sent = {}
+
+    class Stop(Exception):
+        pass
+
+    def child(fn, prompts, *a, **kw):
+        sent["capture"] = prompts
+        raise Stop
+
+    def series(engine_kw, model_dir, texts, *a, **kw):
+        sent["sweep"] = texts
+        raise Stop
+
+    monkeypatch.setattr(engine, "run_in_child", child)
+    monkeypatch.setattr(serving, "run_series", series)
+    monkeypatch.setattr("specmoe.stages.measure.vllm_version", lambda: "0.32.0",
+                        raising=False)
+    import specmoe.runtime.capture as cap_mod
+    monkeypatch.setattr(cap_mod, "vllm_version", lambda: "0.32.0")
+
+    tok = promptfit.load_tokenizer(chat_dir)
+    rows = prompt_table.load(datasets=["tinybench"])
+    rendered = {r.prompt_id: promptfit.render(tok, r.text, True) for r in rows}
+    lengths = {i: len(tok(t).input_ids) for i, t in rendered.items()}
+    limit = sorted(lengths.values())[-2] + 16 + 4  # output 16, K = 3: the longest is out
+    prompting = {"chat_template": {"tinybench": True}, "draft_slack": 4}
+    run = {"model": "t", "drafter": "d", "k": 3, "dataset": "tinybench"}
+    cap = {"prompts": 200, "max_tokens": 16, "max_num_seqs": 4,
+           "engine_args": {"max_model_len": limit}}
+    with pytest.raises(Stop):
+        capture_stage(chat_dir, None, 3, run, cap, prompt_table.DEFAULT_SOURCE,
+                      tmp_path / "t.parquet", prompting=prompting)
+    sweep = {"schedule": [{"batch": 1, "prompts": 200}], "output_len": 16, "warmups": 0,
+             "repeats": 1, "startup_timeout_s": 10, "max_model_len": limit}
+    with pytest.raises(Stop):
+        sweep_series_stage(chat_dir, None, 3, {"model": "t", "datasets": ["tinybench"]}, sweep,
+                           prompt_table.DEFAULT_SOURCE, tmp_path / "s.json",
+                           prompting=prompting)
+    longest = max(lengths, key=lengths.get)
+    fits = {t for i, t in rendered.items() if i != longest}
+    assert set(sent["capture"]) == fits == set(sent["sweep"]["tinybench"])
+    assert all(t.startswith("<|user|>") and t.endswith("<|assistant|>") for t in fits)
+
+    # what was done goes into the trace's and the series' metadata
+    from specmoe.routing.trace import read_trace
+    from specmoe.routing.synth import SynthParams, generate
+
+    synthetic = generate(SynthParams(num_experts=8, top_k=2, num_layers=1, k_draft=3,
+                                     requests=2, steps=2, seed=0))
+    synthetic.meta["capture"] = {"windows": 4, "short_windows": 0,
+                                 "accepted_crosscheck": {"mismatches": 0, "steps": 4}}
+    monkeypatch.setattr(engine, "run_in_child", lambda *a, **kw: {})
+    monkeypatch.setattr(cap_mod, "assemble", lambda *a, **kw: synthetic)
+    monkeypatch.setattr(serving, "run_series", lambda *a, **kw: {"tinybench": []})
+    capture_stage(chat_dir, None, 3, run, cap, prompt_table.DEFAULT_SOURCE,
+                  tmp_path / "t.parquet", prompting=prompting)
+    sweep_series_stage(chat_dir, None, 3, {"model": "t", "datasets": ["tinybench"]}, sweep,
+                       prompt_table.DEFAULT_SOURCE, tmp_path / "s.json", prompting=prompting)
+    want = {"chat_template": True, "policy": "filter", "max_model_len": limit, "reserved": 20,
+            "prompts": len(rows), "over_limit": 1, "longest": lengths[longest],
+            "longest_prompt_id": longest}
+    assert read_trace(tmp_path / "t.parquet").meta["prompting"] == {"tinybench": want}
+    assert json.loads((tmp_path / "s.json").read_text())["prompting"] == {"tinybench": want}
+
+
+def test_the_report_lists_each_runs_prompts_against_its_context(tmp_path):
+    """The counts a trace or series records become a row per dataset of the prompt-fit tables,
+    which have their captions and sections (none for runs without an engine)."""
+    import pandas as pd
+
+    from specmoe.report import registry, tables
+    from specmoe.report.runs import prompt_fit_rows
+
+    info = {"chat_template": True, "policy": "filter", "max_model_len": 1024, "reserved": 52,
+            "prompts": 80, "over_limit": 2, "longest": 1000, "longest_prompt_id": "p1"}
+    rc = {"model": "m", "drafter": "d", "k": 3, "dataset": "a+b"}
+    rows = prompt_fit_rows(rc, {"b": info, "a": {**info, "over_limit": 0}})
+    assert [(r["slice_dataset"], r["left_out"], r["longest_tokens"]) for r in rows] == [
+        ("a", 0, 1000), ("b", 2, 1000)]
+    assert prompt_fit_rows(rc, None) == []
+    for stem in ("prompt_fit", "prompt_fit_sweeps"):
+        assert registry.section_of(stem) and "left out" in registry.text(stem)
+    tables.write_tables({"prompt_fit": pd.DataFrame(rows)}, tmp_path, {})
+    assert (tmp_path / "prompt_fit.csv").exists()
