@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..sources.published import compute_capabilities
 
-# Compute capability of the study's GPUs.
-CAPABILITY = {"H100": (9, 0), "H200": (9, 0), "B200": (10, 0)}
+# Compute capability of the study's GPUs (published/hardware.csv).
+CAPABILITY = compute_capabilities()
 
 # What vLLM 0.32.0's CUDA wheel (envs/gpu.yaml: vllm==0.32.0) brings where vLLM asks while it
 # makes the layers: it requires flashinfer-python 0.7.0.post1 (with its fused-MoE entry points),

@@ -41,6 +41,12 @@ def gpus() -> dict[str, dict]:
             for r in load("hardware").itertuples()}
 
 
+def compute_capabilities() -> dict[str, tuple[int, int]]:
+    """Each shipped GPU's CUDA compute capability (hardware.csv), as vLLM's platform reports it."""
+    return {r.gpu: tuple(int(x) for x in str(r.compute_capability).split("."))
+            for r in load("hardware").astype({"compute_capability": str}).itertuples()}
+
+
 def with_gpus(hardware: dict) -> dict:
     """A configuration's `hardware` section over the shipped GPUs: each shipped GPU, its numbers
     overridden by an entry of the same name, and the configuration's other entries."""
