@@ -111,13 +111,11 @@ def test_prompts_over_the_limit_are_counted_at_the_dry_run(monkeypatch, tmp_path
 
 
 def test_before_its_tokenizer_exists_the_engine_jobs_check(monkeypatch, tmp_path):
-    """Nothing trained yet: the summary says which datasets the engine jobs check."""
+    """Nothing trained yet: nothing measured, nothing said (a clean dry run stays silent); each
+    engine job checks its prompts before its engine starts (test_promptfit's engine tests)."""
     monkeypatch.chdir(tmp_path)
     problems, notes = contextfit.check(Config.load(default(), SCHEMA))
-    assert problems == [] and notes == [
-        "preflight: prompts: no prompt table with its tokenizer yet (engine contexts 1,024); "
-        "heldout-code, heldout-prose, tinybench: checked by each engine job before its engine "
-        "starts"]
+    assert problems == [] and notes == []
 
 
 def test_the_filter_policy_leaves_out_what_does_not_fit_and_counts_it(tokenizer_dir):

@@ -116,10 +116,10 @@ def check(cfg) -> tuple[list[str], list[str]]:
             problems.append(f"{line}: none fits; raise max_model_len")
         else:
             notes.append(f"{line}: the engine leaves them out ({promptfit.POLICY})")
-    summary = "preflight: prompts: " + (
-        "longest as each target's tokenizer counts it: " + ", ".join(
-            f"{ds} {n:,} tokens" for ds, n in sorted(longest.items())) if longest else
-        "no prompt table with its tokenizer yet")
+    if not longest:  # nothing to measure yet: each engine job checks before its engine starts,
+        return problems, notes  # and a clean dry run stays silent
+    summary = "preflight: prompts: longest as each target's tokenizer counts it: " + ", ".join(
+        f"{ds} {n:,} tokens" for ds, n in sorted(longest.items()))
     summary += f" (engine contexts {', '.join(sorted({f'{c.max_model_len:,}' for c in jobs}))})"
     if unchecked:
         summary += (f"; {', '.join(sorted(unchecked))}: checked by each engine job before its "
