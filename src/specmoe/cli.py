@@ -472,7 +472,8 @@ def _writable(path: Path, flag: str) -> None:
 
 def _analyze_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("trace", help="a routing trace (Parquet)")
-    s.add_argument("--seed", type=SEED, default=0, help="seed of the shuffle null")
+    s.add_argument("--seed", type=SEED, default=0,
+                   help="kept for old scripts: the null is exact, the value changes nothing")
 
 
 # A trace's statistics are means over its windows: below this many, the warning says they are
