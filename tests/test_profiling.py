@@ -384,6 +384,9 @@ def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, tmp_path):
                              "extra": {"load_format": "dummy"}}, tmp_path / "traces")
     (row,) = res["batches"]
     assert row["model_runner"] == {"decode": "v1", "verify": "v1"} and row["verify_steps"] >= 2
-    ops = {o["name"]: (o["class"], o["in_moe_block"]) for o in row["top_ops"]}
-    assert ops["_C::cpu_fused_moe"] == ("moe", True)         # inside a labelled MoE block
+    ops = [(o["name"], o["class"], o["in_moe_block"]) for o in row["top_ops"]]
+    # the expert op, wherever it ranks among the costliest 12 (MLA's attention ops can push it
+    # out on these shapes), runs only inside a labelled MoE block; outside one it went to
+    # "other"/"dense" and the MoE share was 0 (GPT-OSS, GLM-4.7-Flash with the class-name match)
+    assert all((c, inside) == ("moe", True) for n, c, inside in ops if n == "_C::cpu_fused_moe")
     assert 0.0 < row["moe_time_share"] < 1.0

@@ -108,3 +108,14 @@ def test_tables_keep_identifiers_for_programs_and_words_for_people(tmp_path):
         assert "TE sweep 95% low" in text and "TPOT no-SD (ms)" in text
         assert "te\\_sweep\\_low" not in text and "<th>te_sweep_low" not in text
     assert "| K | TE sweep 95% low | TPOT no-SD (ms) | acceptance length τ |" in md
+
+
+def test_a_table_of_no_rows_reads_back_empty(tmp_path):
+    """A configuration without prompts (a synthetic trace) gives prompt_fit no rows and so no
+    columns: the report read its CSV with pandas' EmptyDataError and stopped."""
+    import pandas as pd
+
+    from specmoe.report import tables
+
+    tables.write_table(pd.DataFrame(), tmp_path / "prompt_fit", {"config": "x"})
+    assert tables.read_csv(tmp_path / "prompt_fit.csv").empty

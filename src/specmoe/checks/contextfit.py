@@ -70,6 +70,7 @@ def check(cfg) -> tuple[list[str], list[str]]:
     lengths: dict[tuple, list[int]] = {}   # (model's tokenizer dir, dataset) -> prompt lengths
     unchecked: set[str] = set()
     problems: list[str] = []
+    notes: list[str] = []
     can_tokenize = find_spec("transformers") is not None
     tokenizers: dict[Path, object] = {}
     for c in jobs:
@@ -83,7 +84,15 @@ def check(cfg) -> tuple[list[str], list[str]]:
                 continue
             if tok_dir not in tokenizers:
                 trust = bool(cfg.entry(c.model).get("trust_remote_code"))
-                tokenizers[tok_dir] = promptfit.load_tokenizer(tok_dir, trust)
+                try:
+                    tokenizers[tok_dir] = promptfit.load_tokenizer(tok_dir, trust)
+                except InputError as exc:  # its engine jobs load it again, and stop there
+                    tokenizers[tok_dir] = None
+                    notes.append(f"preflight: prompts: {c.model}: {exc}; its engine jobs "
+                                 "check the prompts (and stop) before their engines start")
+            if tokenizers[tok_dir] is None:
+                unchecked.add(ds)
+                continue
             chat = cfg.prompting(c.model, [ds])["chat_template"]
             try:
                 measured = promptfit.measure(prompt_table.load(table, [ds]), tokenizers[tok_dir],
@@ -105,7 +114,6 @@ def check(cfg) -> tuple[list[str], list[str]]:
             if over:
                 key = (tok_dir, ds, c.max_model_len, c.reserved)
                 over_by.setdefault(key, [[], over, found])[0].append(c.job)
-    notes = []
     for (_, ds, limit, reserved), (names, over, found) in over_by.items():
         n = len(names) - 1
         more = f" (and {n} more job{'s' if n > 1 else ''})" if n else ""

@@ -143,7 +143,12 @@ def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "
 
 
 def read_csv(path: str | Path) -> pd.DataFrame:
-    return pd.read_csv(path, comment="#")
+    """A table written by write_table; one of no rows has no columns either (its CSV holds only
+    the provenance line), and reads back as an empty frame."""
+    try:
+        return pd.read_csv(path, comment="#")
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
 
 
 def write_tables(dfs: dict[str, pd.DataFrame], outdir, prov: dict) -> list[Path]:

@@ -34,7 +34,7 @@ def load_tokenizer(model_dir, trust_remote_code: bool = False):
 
     try:
         return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - transformers' readers raise KeyError, TypeError...
         raise InputError(f"{model_dir}: no tokenizer to measure the prompts with "
                          f"({str(exc).splitlines()[0]})") from None
 
