@@ -10,6 +10,7 @@ the interval and is named as a caveat), and draws the curve with stepmodel.predi
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -72,10 +73,12 @@ def _hardware_entries(path: str) -> dict:
     return hw
 
 
+@lru_cache(maxsize=1)
 def calibration_set() -> dict[str, set]:
     """What the calibration's TE rows span (the quantity a prediction is of; the MoE-share rows
     measured on other GPUs say nothing of TE there): granularities (N/k), experts per token,
-    weight formats, TP degrees, GPUs, method families, attention kinds and engines."""
+    weight formats, TP degrees, GPUs, method families, attention kinds and engines (read once:
+    package data; callers only read it)."""
     rows = [r for r in stepmodel.calibration_rows() if r["quantity"] == stepmodel.TE]
     return {"nk": {r["dims"].num_experts / r["dims"].top_k for r in rows},
             "k": {r["dims"].top_k for r in rows},
@@ -88,9 +91,7 @@ def calibration_set() -> dict[str, set]:
 
 
 def _study_config(row: dict) -> str:
-    name = (stepmodel.CHECKPOINTS.get(f"{row['model']}/{row['precision']}")
-            or stepmodel.CHECKPOINTS[row["model"]])
-    return stepmodel.config_path(name)
+    return stepmodel.config_path(stepmodel.study_checkpoint(row["model"], row["precision"]))
 
 
 def _format(dtype: str) -> str:

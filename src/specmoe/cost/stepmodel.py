@@ -372,13 +372,19 @@ def config_path(name: str) -> str:
     return str(p)
 
 
+def study_checkpoint(model: str, precision: str) -> str:
+    """The packaged config.json (its name) of the checkpoint the study served `model` from."""
+    name = CHECKPOINTS.get(f"{model}/{precision}") or CHECKPOINTS.get(model)
+    if name is None:
+        raise InputError(f"no packaged checkpoint for study model {model!r}")
+    return name
+
+
 def study_model_dims(model: str, precision: str, tp: int) -> ModelDims:
     """A study model's dimensions as the study served it (precision, TP)."""
     from .hfconfig import dims_from_config
 
-    name = CHECKPOINTS.get(f"{model}/{precision}") or CHECKPOINTS.get(model)
-    if name is None:
-        raise InputError(f"no packaged checkpoint for study model {model!r}")
+    name = study_checkpoint(model, precision)
     native = dims_from_config(config_path(name), tp=tp)
     if native.dtype.startswith(precision):  # fp8 checkpoint served as fp8
         return native
