@@ -93,3 +93,20 @@ def pytest_sessionfinish(session, exitstatus):
         f"\n{len(left)} process(es) started by the tests outlived them (now killed):\n{lines}",
         red=True)
     session.exitstatus = 1
+
+
+@pytest.fixture(scope="session")
+def study_drafters_cache(tmp_path_factory) -> Path:
+    """A Hugging Face cache (hub folder) holding stand-ins of config/paper.yaml's drafters'
+    config.json (hubfake.STUDY_DRAFTERS: not the published files, which the Hub alone has)."""
+    from hubfake import lay_out_study_drafters
+
+    return lay_out_study_drafters(tmp_path_factory.mktemp("hf") / "hub")
+
+
+@pytest.fixture
+def study_drafters(study_drafters_cache, monkeypatch) -> Path:
+    """This test's preflight reads the study's drafters from study_drafters_cache, offline."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(study_drafters_cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return study_drafters_cache

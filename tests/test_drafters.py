@@ -28,6 +28,9 @@ MIXTRAL_LINE = (
     "(method draft_model) or an EAGLE-3 head vLLM has")
 
 
+# The study's drafters read from stand-ins of their config.json (conftest.study_drafters).
+pytestmark = pytest.mark.usefixtures("study_drafters")
+
 def mixtral_with_eagle(cfg: dict) -> None:
     m = next(m for m in cfg["models"] if m["name"] == "mixtral-8x7b-fp8-tp1")
     cfg["models"] = [{**m, "drafters": ["eagle-mixtral"]}]

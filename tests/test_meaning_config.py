@@ -374,23 +374,42 @@ def test_a_sample_through_snakemake(tmp_path):
 
 
 @pytest.mark.slow
-def test_vllms_own_checks_run_offline_on_the_study(tmp_path, monkeypatch):
-    """With HF_HUB_OFFLINE=1 and an empty Hugging Face cache, vLLM's own checks of
-    config/paper.yaml run from the shipped config.json files (vLLM's engine arguments once
-    resolved each repository id through the cache and the checks were 'not checked')."""
+def test_vllms_own_checks_run_offline_on_the_study(tmp_path, monkeypatch, study_drafters):
+    """With HF_HUB_OFFLINE=1, vLLM's own checks of config/paper.yaml run from the shipped
+    config.json files of the targets and the cached ones of the drafters (vLLM's engine arguments
+    once resolved each repository id through the cache and the checks were 'not checked')."""
     pytest.importorskip("vllm")
     from snakemake.utils import update_config
 
     from specmoe.config import Config
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     cfg = copy.deepcopy(BASE)
     update_config(cfg, yaml.safe_load((REPO / "config/paper.yaml").read_text()))
     report = Config.load(cfg, SCHEMA).preflight(cache_dir=tmp_path / "cache")
     assert report.vllm.startswith("checked with vLLM"), report.vllm
     assert report.fatal == []
+    assert not [f for f in report.findings if f.check == "not checked"]
+
+
+@pytest.mark.slow
+def test_the_studys_dry_run_offline_on_a_fresh_clone(tmp_path):
+    """#42: `HF_HUB_OFFLINE=1 snakemake -n --configfile config/paper.yaml` with an empty Hugging
+    Face cache (a fresh clone) stops in one line naming every drafter whose config.json it lacks
+    and how to fetch it, instead of passing with their checks "not checked"."""
+    import os
+
+    from wf import copy_workflow, snakemake
+
+    wd = copy_workflow(tmp_path / "wf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "empty-hf"))
+    r = snakemake(wd, "-n", configfile="config/paper.yaml", check=False, env=env, timeout=600)
+    ours = [ln for ln in r.stderr.splitlines()
+            if not ln.startswith(("Using workflow", "Config file"))]
+    assert r.returncode == 1 and len(ours) == 1, r.stderr[-3000:]
+    assert re.match(r"preflight: no config\.json for drafter qwen2-0\.5b \(Qwen/Qwen2-0\.5B-Instruct"
+                    r"\), .*`specmoe download REPO --mode config`", ours[0]), ours[0]
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.slow

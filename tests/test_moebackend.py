@@ -142,7 +142,7 @@ def test_capture_job_sets_the_backend_capture_needs(tmp_path):
     assert capture_engine(qwen, gpu="H100") == qwen
 
 
-def test_the_preflight_says_which_backend_capture_uses(tmp_path):
+def test_the_preflight_says_which_backend_capture_uses(tmp_path, study_drafters):
     """The preflight of GPT-OSS's capture job on H100 names the backend in one line, a warning
     (the job runs), from vLLM's own oracle in the preflight's vLLM process."""
     pytest.importorskip("vllm")

@@ -5,6 +5,8 @@ with its model's configuration (study model, precision, TP, hardware, speculativ
 
 from __future__ import annotations
 
+import os
+
 import re
 
 import pytest
@@ -18,9 +20,11 @@ METHODS = {"EAGLE": "eagle", "EAGLE-3": "eagle3", "MTP": "mtp", "draft_model": "
 
 
 @pytest.fixture(scope="module")
-def jobs() -> list[dict]:
-    """The dry run's jobs, each with its wildcards and its model's variant."""
-    r = snakemake(REPO, "-n", configfile="config/paper.yaml", timeout=300)
+def jobs(study_drafters_cache) -> list[dict]:
+    """The dry run's jobs, each with its wildcards and its model's variant (the drafters'
+    config.json from stand-ins in the Hugging Face cache, conftest.study_drafters_cache)."""
+    env = {**os.environ, "HF_HUB_CACHE": str(study_drafters_cache), "HF_HUB_OFFLINE": "1"}
+    r = snakemake(REPO, "-n", configfile="config/paper.yaml", timeout=300, env=env)
     models = {m["name"]: m for m in PAPER["models"]}
     drafters = {d["name"]: d for d in PAPER["drafters"]}
     formats = {n: d["format"] for n, d in PAPER["datasets"].items()}

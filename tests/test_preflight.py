@@ -15,10 +15,13 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from hubfake import lay_out_cache
+from hubfake import lay_out_cache, lay_out_study_drafters
 from specmoe.checks import preflight
 from specmoe.config import Config
 from wf import REPO, copy_workflow, snakemake
+
+# The study's drafters read from stand-ins of their config.json (conftest.study_drafters).
+pytestmark = pytest.mark.usefixtures("study_drafters")
 
 PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
 GIB = 2**30
@@ -108,6 +111,29 @@ def test_the_study_configuration_passes():
     assert all(m.headroom > 0 for m in fits)
 
 
+def test_a_drafter_without_its_config_json_stops_the_run(tmp_path, monkeypatch):
+    """#42: a drafter whose config.json is neither shipped nor cached cannot be checked (vLLM's
+    checks and the fit to its target): every such drafter in one fatal line that says how to
+    fetch it, where the preflight once said "not checked" and passed."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    lines = paper().preflight(with_vllm=False).lines(True)
+    assert len(lines) == 1, lines
+    assert re.match(
+        r"preflight: no config\.json for drafter qwen2-0\.5b \(Qwen/Qwen2-0\.5B-Instruct\), "
+        r"drafter eagle3-qwen3-30b \(RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator\.eagle3\), "
+        r"drafter eagle3-qwen3-235b \(.*\), drafter eagle3-gpt-oss-120b "
+        r"\(nvidia/gpt-oss-120b-Eagle3-long-context\): neither shipped with the package nor in "
+        r"the Hugging Face cache, so their checks \(vLLM's among them\) cannot run: fetch each "
+        r"once, where the Hub is reachable, with `specmoe download REPO --mode config` .*then run "
+        r"again$", lines[0])
+    # a target of another repository (not shipped) is named the same way
+    lines = paper(only("qwen3-30b-bf16-tp1", repo_id="example/Not-Shipped")).preflight(
+        with_vllm=False).lines(True)
+    assert len(lines) == 1 and lines[0].startswith(
+        "preflight: no config.json for qwen3-30b-bf16-tp1 (example/Not-Shipped), drafter "
+        "eagle3-qwen3-30b"), lines
+
+
 @pytest.mark.parametrize("edit,pattern", [
     (only("mixtral-8x7b-bf16-tp2", tp=1),
      r"^preflight: capture mixtral-8x7b-bf16-tp2/mixtral-draft/K3/mt-bench \(and 3 more of its "
@@ -159,6 +185,7 @@ def test_vllms_own_checks_pass_the_study_and_stop_a_broken_copy(tmp_path, monkey
     frob = {**preflight.shipped_config("Qwen/Qwen3-30B-A3B"),
             "architectures": ["FrobnicatorForCausalLM"], "model_type": "qwen3_moe"}
     lay_out_cache(cache, "specmoe-test/frobnicator", {"config.json": json.dumps(frob).encode()})
+    lay_out_study_drafters(cache)
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
 
     def broken(cfg):
@@ -209,15 +236,17 @@ def test_the_dry_run_stops_before_any_job(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_gpu_bill_is_offline(tmp_path):
+def test_the_gpu_bill_is_offline(tmp_path, study_drafters):
     """`snakemake -n results/plan.md --configfile config/paper.yaml` plans the bill alone: no model
-    or dataset download, no prompt table; the bill then lists each GPU job's memory headroom."""
+    or dataset download, no prompt table; the bill then lists each GPU job's memory headroom. (The
+    drafters' config.json, which the package does not ship, come from the Hugging Face cache.)"""
     wd = copy_workflow(tmp_path / "wf")
     r = snakemake(wd, "-n", "results/plan.md", configfile="config/paper.yaml")
     stats = re.search(r"Job stats:\n(.*?)\n\n", r.stdout + r.stderr, re.S)[1]
     assert re.findall(r"^(\w+)\s+\d+$", stats, re.M) == ["plan", "total"], stats
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "no-hf"))  # an empty cache
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "no-hf"),  # no model, no dataset
+               HF_HUB_CACHE=str(study_drafters))  # the drafters' config.json alone
     snakemake(wd, "results/plan.md", cores=1, configfile="config/paper.yaml", env=env)
     plan = json.loads((wd / "results/plan.json").read_text())
     gpu_jobs = [j for j in plan["jobs"] if j["gpus"]]

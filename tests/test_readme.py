@@ -34,6 +34,9 @@ SKIPPED = {
                                                         "every test",
     r"^python3 -m venv \.venv && \.venv/bin/pip install -e \.$": "installs from PyPI (network)",
     r"^\.venv/bin/snakemake --report report\.html$": "needs a finished default run",
+    r"^for r in .* do \.venv/bin/specmoe download \$r --mode config; done$":
+        "fetches the study's drafters' config.json from the Hub (network); the test's Hugging Face "
+        "cache holds stand-ins of them instead (conftest.study_drafters_cache)",
     r"^\.venv/bin/snakemake --cores all --forcerun ipf": "needs a finished default run (else it "
                                                          "runs the whole default)",
     r"results/tables/weight_model\.md": "downloads every study model's config.json (network)",
@@ -85,6 +88,20 @@ def test_every_command_is_run_or_skipped_for_a_stated_reason():
     assert all(any(re.search(p, c) for c in cmds) for p in SKIPPED), "a stale skip"
 
 
+def test_the_drafters_to_fetch_are_the_studys():
+    """The README's loop fetches the config.json of every drafter of config/paper.yaml with a
+    repository that a model uses, and no other (the preflight stops without them)."""
+    import yaml
+
+    from hubfake import STUDY_DRAFTERS
+
+    paper = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    used = {d for m in paper["models"] for d in m.get("drafters", [])}
+    repos = {d["repo_id"] for d in paper["drafters"] if d["name"] in used and d.get("repo_id")}
+    (loop,) = [c for c in commands() if c.startswith("for r in ")]
+    assert set(loop.split(";")[0].split()[3:]) == repos == set(STUDY_DRAFTERS)
+
+
 def _bin(root: Path) -> Path:
     """.venv/bin under root with snakemake, python and specmoe of this interpreter."""
     b = root / ".venv" / "bin"
@@ -96,13 +113,14 @@ def _bin(root: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_the_readme_commands_run_as_shown(tmp_path):
+def test_the_readme_commands_run_as_shown(tmp_path, study_drafters_cache):
     repo = copy_workflow(tmp_path / "repo")
     anywhere = tmp_path / "anywhere"
     anywhere.mkdir()
     # the shipped config.json files a `specmoe predict` line names by their path in the repository
     shutil.copytree(REPO / "src/specmoe/data/hf_configs", repo / "src/specmoe/data/hf_configs")
-    env = dict(os.environ, PATH=f"{_bin(repo)}:{os.environ['PATH']}", HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PATH=f"{_bin(repo)}:{os.environ['PATH']}", HF_HUB_OFFLINE="1",
+               HF_HUB_CACHE=str(study_drafters_cache))
     failures, ran = [], []
     for cmd in commands():
         what, where = kind(cmd)

@@ -44,7 +44,7 @@ def offline_cache(tmp_path: Path) -> dict:
     return env
 
 
-def test_paper_config_builds_the_whole_dag_quickly():
+def test_paper_config_builds_the_whole_dag_quickly(study_drafters):
     t0 = time.perf_counter()
     r = snakemake(REPO, "-n", configfile="config/paper.yaml", timeout=120)
     elapsed = time.perf_counter() - t0

@@ -21,8 +21,10 @@ specmoe.config.Config.gpu_jobs), from the model's config.json and the configurat
   vocabulary those of the target; a draft model's vocabulary the target's.
 
 config.json comes from the package (data/hf_configs/: the study's checkpoints), else from a
-download manifest or the Hugging Face cache when they exist (never the network); a check whose
-input is missing says "not checked" and why. What needs vLLM itself (its model registry, its
+download manifest or the Hugging Face cache when they exist (never the network). A model or
+drafter whose config.json is none of these stops the run (one line for all of them, naming
+`specmoe download REPO --mode config`, which fetches it): its checks, vLLM's among them, cannot
+run, and a check that cannot run is no pass. What needs vLLM itself (its model registry, its
 target-to-MTP mapping, its argument parser) is specmoe.checks.vllmcheck, run where vLLM is installed.
 """
 
@@ -144,7 +146,20 @@ def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dic
         hit = None
     if isinstance(hit, str) and Path(hit).exists():
         return json.loads(Path(hit).read_text()), "cache"
-    return None, "config.json not available offline (the dry run after the downloads checks it)"
+    return None, MISSING
+
+
+# Why a config.json is missing (offline_config), and the finding's check: one line for every
+# model and drafter without one (Report.lines).
+MISSING = "config.json not available offline"
+UNAVAILABLE = "no config.json"
+
+
+def _unavailable(e: "Engine", entry: dict, drafter: bool) -> "Finding":
+    """A model or drafter whose config.json is neither shipped nor cached: fatal, since none of
+    its checks (vLLM's among them) can run; the subject names it and its repository."""
+    what = f"drafter {entry.get('name', '?')}" if drafter else e.model
+    return Finding(e.job, UNAVAILABLE, f"{what} ({entry.get('repo_id')})", True, e.model)
 
 
 # --- the model's shape --------------------------------------------------------------------------
@@ -367,9 +382,10 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
           drafter_why: str = "") -> tuple[list[Finding], Memory | None]:
     """Every offline check of one GPU job (its findings, and its memory where it was sized)."""
     if cfg is None:  # (no repo_id: the configuration's own warning names it)
-        what = "drafter " if "method" in e.entry else ""
-        return ([Finding(e.job, "not checked", f"{what}{e.model}: {why}", fatal=False)]
-                if why != "no repo_id" else []), None
+        out = [_unavailable(e, e.entry, "method" in e.entry)] if why != "no repo_id" else []
+        if e.drafter and drafter_cfg is None and e.drafter.get("repo_id"):
+            out.append(_unavailable(e, e.drafter, True))
+        return out, None
     out: list[Finding] = []
 
     def add(check_: str, message: str, fatal: bool = True):
@@ -438,8 +454,7 @@ def _method(e: Engine, c: dict, drafter_cfg: dict | None, why: str) -> list[Find
         return []
     name = (e.drafter or {}).get("name", "the drafter")
     if drafter_cfg is None:
-        return [Finding(e.job, "not checked", f"drafter {name}: {why}", fatal=False)
-                ] if why != "no repo_id" else []
+        return [_unavailable(e, e.drafter or {}, True)] if why != "no repo_id" else []
     return [_finding(e, "drafter", p) for p in drafter_problems(c, drafter_cfg, e.method, name)]
 
 
@@ -488,8 +503,13 @@ class Report:
         the first job and their number; what was not checked, one line per reason."""
         groups: dict[tuple, list[Finding]] = {}
         skipped: dict[str, list[str]] = {}
+        missing: list[str] = []
         for f in self.findings:
             if f.fatal != fatal:
+                continue
+            if f.check == UNAVAILABLE:
+                if f.message not in missing:
+                    missing.append(f.message)
                 continue
             if f.check == "not checked":
                 subject, why = f.message.split(": ", 1)
@@ -497,7 +517,12 @@ class Report:
                     skipped[why].append(subject)
                 continue
             groups.setdefault((f.model or f.job, f.check), []).append(f)
-        out = []
+        out = [] if not missing else [
+            f"preflight: no config.json for {', '.join(missing)}: neither shipped with the "
+            "package nor in the Hugging Face cache, so their checks (vLLM's among them) cannot "
+            "run: fetch each once, where the Hub is reachable, with `specmoe download REPO --mode "
+            "config` (config.json and tokenizer, no weights; into HF_HOME's cache, which "
+            "HF_HUB_OFFLINE=1 then reads), then run again"]
         for (_, check_), fs in groups.items():
             jobs = list(dict.fromkeys(f.job for f in fs))
             more = f" (and {len(jobs) - 1} more of its jobs)" if len(jobs) > 1 else ""
@@ -527,7 +552,11 @@ def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: b
         cfg, why = _cached(configs, e.entry, manifests)
         dcfg, dwhy = _cached(configs, e.drafter, manifests) if e.drafter else (None, "")
         found, m = check(e, cfg, why, dcfg, dwhy)
-        findings += found + drafter_support(e, cfg, dcfg, found, vllm_here)
+        support = drafter_support(e, cfg, dcfg, found, vllm_here)
+        if support:  # a drafter refused before its download needs no config.json to be refused
+            found = [f for f in found if not (f.check == UNAVAILABLE
+                                              and f.message.startswith("drafter "))]
+        findings += found + support
         if m is not None:
             mem[e.job] = m
     requests = vllm_requests(engines, configs)
