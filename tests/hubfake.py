@@ -127,6 +127,7 @@ def drafter_stand_in(repo_id: str) -> dict:
             "hidden_size": t["hidden_size"], "num_hidden_layers": 1,
             "num_attention_heads": t["num_attention_heads"],
             "num_key_value_heads": t["num_key_value_heads"],
+            "head_dim": t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"],
             "intermediate_size": 4 * t["hidden_size"], "vocab_size": t["vocab_size"],
             "torch_dtype": "bfloat16"}
 

@@ -428,3 +428,20 @@ def test_vllms_checks_that_fail_to_run_stop_the_dry_run(tmp_path):
     assert len(found) == 1 and found[0].fatal
     assert re.match(r"preflight: every GPU job: vLLM's own checks: vLLM [\d.]+'s checks failed "
                     r"to run, so no job is known to start: KeyError: 'max_model_len'$", found[0].line())
+
+
+@pytest.mark.slow
+def test_a_head_vllm_cannot_read_is_refused_with_vllms_reason():
+    """vLLM's validation errors span lines; the first alone ("Class validation error for
+    validator 'validate_rope':") was the whole message: now its reason is on the one line."""
+    pytest.importorskip("vllm")
+    from specmoe.checks import vllmcheck
+
+    head = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2880,
+            "num_hidden_layers": 1, "num_attention_heads": 64, "num_key_value_heads": 8,
+            "intermediate_size": 11520, "vocab_size": 201088}  # head_dim 2880 / 64 = 45: odd
+    (found,) = vllmcheck._eagle({"drafter_config": head, "method": "eagle3",
+                                 "drafter_repo": "o/head"})
+    assert found["check"] == "drafter" and "\n" not in found["message"]
+    assert re.match(r"vLLM cannot read drafter o/head's config\.json: .*validate_rope.*: .*even "
+                    r"rotary dimension.*head_dim`=45", found["message"]), found["message"]

@@ -67,6 +67,14 @@ def _hf_config(cfg: dict, trust_remote_code: bool):
         return get_config(d, trust_remote_code=trust_remote_code)
 
 
+def _said(exc: BaseException) -> str:
+    """An exception's message as one line: vLLM's validation errors span several lines, whose
+    first alone ("Class validation error for validator 'validate_rope':") says nothing."""
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return text or type(exc).__name__
+
+
 def _registry() -> set[str]:
     from vllm import ModelRegistry
 
@@ -88,7 +96,7 @@ def _argv_problem(argv: list[str]) -> str | None:
         lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln]
         return (lines[-1].split("error:", 1)[1].strip() if lines else "rejected")
     except (TypeError, ValueError) as exc:
-        return str(exc).splitlines()[0]
+        return _said(exc)
     return None
 
 
@@ -122,7 +130,7 @@ def check(engines: list[dict]) -> list[dict]:
             hf = _hf_config(e["config"], trust)
         except Exception as exc:  # noqa: BLE001 - vLLM's own reader refuses the config
             add("architecture", f"vLLM cannot read {e['model']}'s config.json: "
-                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                f"{_said(exc)}")
             continue
         names = list(getattr(hf, "architectures", None) or [])
         if not set(names) & archs:
@@ -182,7 +190,7 @@ def _mtp(hf, archs: set[str]) -> list[dict]:
         mapped = SpeculativeConfig.hf_config_override(hf)
     except Exception as exc:  # noqa: BLE001
         return [{"check": "speculative method", "message": f"vLLM maps no MTP module onto "
-                 f"{before}: {str(exc).splitlines()[0]}"}]
+                 f"{before}: {_said(exc)}"}]
     arch = (getattr(mapped, "architectures", None) or [before])[0]
     if arch == before or arch not in archs:
         return [{"check": "speculative method", "message": f"vLLM {version()} has no MTP module "
@@ -201,7 +209,7 @@ def _eagle(e: dict) -> list[dict]:
             EAGLEConfig(hf, method=e["method"])
     except Exception as exc:  # noqa: BLE001
         return [{"check": "drafter", "message": f"vLLM cannot read drafter "
-                 f"{e.get('drafter_repo')}'s config.json: {str(exc).splitlines()[0]}"}]
+                 f"{e.get('drafter_repo')}'s config.json: {_said(exc)}"}]
     return []
 
 
