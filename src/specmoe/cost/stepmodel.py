@@ -26,16 +26,20 @@ tokens each, per GPU (weights split over TP), costs the sum of:
 - each class at least its FLOPs over compute_efficiency of the peak, plus the hardware entry's
   fixed cost per pass.
 
-TE(B) = T_decode(B) / (T_verify(B) + B verify_seq_us + g T_decode(B)): a verification step
-verifies K+1 tokens per sequence, costs the host verify_seq_us per sequence more, and the method
-family's extra work around it (g, in decode steps: a draft model's catch-up, an EAGLE head's or
-MTP layer's pass over the verified tokens). The draft cost c(B) is K drafter passes over a target
-decode step, the drafter priced by the same step model; the speedup is tau / (c + 1/TE).
+TE(B) = T_decode(B) / (T_verify(B) + B verify_seq_us + L + n T_drafter(B, K+1)): a verification
+step verifies K+1 tokens per sequence, costs the host verify_seq_us per sequence more, the
+engine's SD loop L in microseconds per iteration (sd_loop_us, per engine: data/engine_overhead.csv)
+and n passes of the drafter over the verified tokens priced by the drafter's own step (a draft
+model without its config: verify_draft_model target decode steps). The draft cost c(B) is K
+drafter passes over a target decode step, the drafter priced by the same step model; the speedup
+is tau / (c + 1/TE). Kernels per layer follow the attention kind (data/kernels_per_layer.csv) and
+the MoE kernel's efficiency is capped by public GEMM benchmarks (data/moe_gemm_bandwidth.csv).
 
-The fitted mechanisms (FITTED: moe_cta_gbs, node_us and the three families' g) are fitted by
-bounded least squares, each inside its range, to what the study measured of a step at batch 1
-(`calibration_rows`: TE, the MoE share of the kernels' time, the three-step correction's time
-ratios); the study's published speedup shapes are scored, never fitted. `leave_one_model_out`
+The fitted mechanisms (FITTED: moe_cta_gbs, node_us, verify_draft_model, catchup_passes) are
+fitted by bounded least squares, each inside its range, to what the study measured of a step at
+batch 1 (`calibration_rows`: TE, the MoE share of the kernels' time, the three-step correction's
+time ratios); one that ends on a bound is reported as a missing effect (missing_effects); the
+study's published speedup shapes are scored, never fitted. `leave_one_model_out`
 gives the honest error: each model predicted by parameters fitted without any of its rows.
 `predict` draws every uncertain input (a leave-one-model-out fit, each unfitted mechanism within
 its range, overlaps, acceptance length, a TE error growing with the batch and with the distance
@@ -894,10 +898,9 @@ def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray
 # batch (the study publishes no TE beyond batch 1 to measure this: assumed) and by DISTANCE_STEP
 # for each way the configuration lies outside the calibration (calibration_distance); the
 # speedup carries a multiplicative engine term (ENGINE_LOG_SD: vLLM releases, other engines;
-# assumed). The public measurements (bench/public_coverage.py) fall outside these intervals in
-# both directions (one of four scored rows inside); sized leave-one-source-out the error they
-# show is 0.36-0.48 in log, but three scored sources size nothing, so predict keeps the assumed
-# values (docs/method.md).
+# assumed). The public measurements (bench/public_coverage.py) are scored on these intervals
+# and size nothing: four rows of three sources (docs/method.md), so predict keeps the assumed
+# values.
 BATCH_GROWTH = 0.25
 DISTANCE_STEP = 0.5
 ENGINE_LOG_SD = {"vllm": 0.05, "sglang": 0.15, "trtllm": 0.15, "other": 0.2}
