@@ -87,7 +87,8 @@ def point(r, res: dict) -> dict:
     mid, lo, hi = res["speedup"][0], res["speedup_low"][0], res["speedup_high"][0]
     measured, tau = float(r["speedup"]), float(np.mean(res["acceptance_length"]))
     te, cost = res["te"][0], res["draft_cost"][0]
-    return {"id": r["id"], "source": r["id"][:3], "measured": measured,
+    return {"id": r["id"], "source": r["id"][:3], "batch": int(r["batch_pred"]),
+            "engine": r["engine_pred"], "measured": measured,
             "predicted": round(mid, 3), "low": round(lo, 3), "high": round(hi, 3),
             "inside": bool(round(lo, 3) <= measured <= round(hi, 3)),
             "half_width_rel": round((hi - lo) / 2 / mid, 3),
@@ -138,7 +139,23 @@ def summarise(points: list[dict]) -> dict:
                for s, ps in by_source.items()}
     inside = sum(p["inside"] for p in points)
     src_cov = float(np.mean([s["coverage"] for s in sources.values()]))
-    return {"rows": len(points), "sources": len(sources),
+    by_batch = {}
+    for name, keep in (("batch 1", lambda p: p["batch"] == 1), ("past batch 1",
+                                                                 lambda p: p["batch"] > 1)):
+        ps = [p for p in points if keep(p)]
+        if ps:
+            k = sum(p["inside"] for p in ps)
+            by_batch[name] = {"rows": len(ps), "coverage": k / len(ps),
+                              "coverage_ci95": clopper_pearson(k, len(ps)),
+                              "median_half_width_rel": float(np.median(
+                                  [p["half_width_rel"] for p in ps]))}
+    engines = {}
+    for p in points:
+        engines.setdefault(p["engine"], []).append(p["log_error"])
+    return {"rows": len(points), "sources": len(sources), "by_batch": by_batch,
+            # log(measured / predicted median): > 0 where the model is low (its bias)
+            "median_log_error_by_engine": {e: {"rows": len(v), "median": float(np.median(v))}
+                                           for e, v in engines.items()},
             "coverage_rows": inside / len(points),
             "coverage_rows_ci95": clopper_pearson(inside, len(points)),
             "coverage_sources": src_cov,
@@ -153,6 +170,8 @@ def summarise(points: list[dict]) -> dict:
 def study_coverage() -> dict:
     """Table 10's leave-one-model-out TE intervals, counted over rows and over models."""
     rows = stepmodel.lomo_coverage()
+    cal = stepmodel.calibration()
+    errs = np.array([r["error"] for r in cal.lomo if r["goal"]])
     by: dict[str, list[bool]] = {}
     for r in rows:
         by.setdefault(r["model"], []).append(r["inside"])
@@ -161,6 +180,14 @@ def study_coverage() -> dict:
             "coverage_rows_ci95": clopper_pearson(inside, len(rows)),
             "coverage_models": float(np.mean([np.mean(v) for v in by.values()])),
             "median_half_width_rel": float(np.median([r["half_width_rel"] for r in rows])),
+            # Table 10's leave-one-model-out TE error: each configuration from the fit without
+            # its model (stepmodel.leave_one_model_out)
+            "lomo_mean_abs_error": float(np.mean(np.abs(errs))),
+            "lomo_rms_error": float(np.sqrt(np.mean(errs ** 2))),
+            "missing_effects": stepmodel.missing_effects(cal.params),
+            "lomo_folds_at_bound": {k: sum(stepmodel.at_bound(f).get(k) is not None
+                                           for f in cal.lomo_fits) for k in stepmodel.FITTED},
+            "lomo_folds": len(cal.lomo_fits),
             "outside": [f"{r['model']} {r['precision']} TP{r['tp']}: {r['published']} not in "
                         f"[{r['te_low']:.3f}, {r['te_high']:.3f}]"
                         for r in rows if not r["inside"]]}
@@ -180,6 +207,12 @@ def text(res: dict) -> str:
     lines.append(f"median half-width over the prediction {res['median_half_width_rel']:.3f} "
                  f"(rows), {res['median_half_width_rel_sources']:.3f} (sources); median |error| "
                  f"{res['median_abs_error_rel']:.3f}")
+    for name, b in res["by_batch"].items():
+        lines.append(f"{name}: coverage {b['coverage']:.2f} (95% {b['coverage_ci95']}, "
+                     f"{b['rows']} rows), median half-width {b['median_half_width_rel']:.3f}")
+    lines.append("median log error (log measured/predicted) per engine: " + ", ".join(
+        f"{e} {v['median']:+.3f} ({v['rows']} rows)"
+        for e, v in res["median_log_error_by_engine"].items()))
     lines.append(f"{'id':18} {'SD cycle in decode steps: implied':>33} {'model':>6}   "
                  f"{'decode ms: model':>16} {'baseline':>8}")
     for p in res["points"]:
@@ -219,6 +252,12 @@ def main() -> None:
               f"{st['coverage_rows']:.2f} (95% {st['coverage_rows_ci95']}, {st['rows']} rows), "
               f"over models {st['coverage_models']:.2f} ({st['models']} models); median "
               f"half-width {st['median_half_width_rel']:.3f}; outside: {'; '.join(st['outside'])}")
+        print(f"Table 10 leave-one-model-out TE error: mean |error| "
+              f"{st['lomo_mean_abs_error']:.3f}, RMS {st['lomo_rms_error']:.3f}")
+        print(f"fitted terms on a bound (of {st['lomo_folds']} leave-one-model-out fits): "
+              f"{st['lomo_folds_at_bound']}")
+        for line in st["missing_effects"].values():
+            print(f"missing effect: {line}")
 
 
 if __name__ == "__main__":

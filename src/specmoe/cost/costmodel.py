@@ -95,6 +95,8 @@ class ModelDims:
     attn_flops_per_ctx: float = 0.0
     attn_flops_sliding_per_ctx: float = 0.0
     attention_layers: int = 0  # layers with softmax attention (full or sliding); 0: every layer
+    mla_layers: int = 0  # softmax-attention layers that are multi-head latent attention (MLA)
+    dsa_layers: int = 0  # layers with DeepSeek's sparse-attention indexer (DSA)
 
     def __post_init__(self) -> None:
         dtype_bytes(self.dtype)
@@ -122,9 +124,14 @@ class ModelDims:
             raise InputError(f"kv_split must lie within [1, tp = {self.tp}] (got {self.kv_split})")
         for name in ("shared_intermediate", "dense_layer_params", "vocab_size", "kv_per_token",
                      "kv_sliding_per_token", "sliding_window", "state_per_seq",
-                     "attn_flops_per_ctx", "attn_flops_sliding_per_ctx", "attention_layers"):
+                     "attn_flops_per_ctx", "attn_flops_sliding_per_ctx", "attention_layers",
+                     "mla_layers", "dsa_layers"):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must be >= 0 (got {getattr(self, name)})")
+        for name in ("attention_layers", "mla_layers", "dsa_layers"):
+            if getattr(self, name) > self.num_layers:
+                raise InputError(f"{name} ({getattr(self, name)}) exceeds num_layers "
+                                 f"({self.num_layers})")
 
     @staticmethod
     def gqa_attention_params(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:

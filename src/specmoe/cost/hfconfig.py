@@ -356,6 +356,8 @@ def _attention_reads(r: _Reader, hidden: int, mla: bool, kinds: list[str], tp: i
             "sliding_window": int(r.cfg.get("sliding_window") or 0) if n["sliding"] else 0,
             "kv_split": float(split), "state_per_seq": float(state * n["linear"]),
             "attention_layers": n["full"] + n["sliding"],
+            "mla_layers": n["full"] + n["sliding"] if mla else 0,
+            "dsa_layers": n["full"] + n["sliding"] if r.cfg.get("index_topk") else 0,
             "attn_flops_per_ctx": float(flops * n["full"]),
             "attn_flops_sliding_per_ctx": float(flops * n["sliding"])}
 

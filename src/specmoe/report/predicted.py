@@ -89,9 +89,11 @@ def calibration_tables() -> dict[str, pd.DataFrame]:
 
 def parameter_table(p: stepmodel.StepParams) -> pd.DataFrame:
     """Every mechanism of the step model: its value (fitted or set), its physical range, whether
-    it is fitted, and where the value and range come from."""
+    it is fitted, and where the value and range come from; a fitted one on an end of its range
+    is `at_bound` and its `missing_effect` says what the data want that physics does not give
+    (stepmodel.missing_effects), never a fit accepted silently."""
+    missing = stepmodel.missing_effects(p)
     return pd.DataFrame([{"parameter": k, "value": getattr(p, k), "low": m.low, "high": m.high,
-                          "unit": m.unit, "fitted": m.fitted,
-                          "at_bound": bool(m.fitted and (np.isclose(getattr(p, k), m.low)
-                                                          or np.isclose(getattr(p, k), m.high))),
+                          "unit": m.unit, "fitted": m.fitted, "at_bound": k in missing,
+                          "missing_effect": missing.get(k, ""),
                           "source": m.source} for k, m in stepmodel.MECHANISMS.items()])

@@ -1,0 +1,111 @@
+"""The step model's shipped tables of engine- and kernel-level measurements (package data, each
+with its SOURCE note under data/): the SD loop's overhead per iteration by engine
+(engine_overhead.csv), kernel launches per layer by block and attention kind as vLLM's model code
+runs them (kernels_per_layer.csv), the public grouped/dense fp8 GEMM bandwidths of DeepSeek-V3
+shapes that bound the MoE kernel's efficiency (moe_gemm_bandwidth.csv), and public batch-1 decode
+times without SD that check the decode step (decode_batch1.csv). Read once per process; nothing
+here is fitted."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from ..errors import InputError
+
+ENGINES = ("vllm", "sglang", "trtllm", "other")
+KERNEL_CLASSES = ("dense", "moe", "attention", "state", "sampling")
+# the fused MoE kernel's batch-1 shapes: a masked grouped GEMM with a few tokens per expert, or a
+# dense GEMM of M <= 256 rows (the benchmark's decoding shapes)
+SMALL_M = 256
+
+
+def _rows(name: str) -> list[dict]:
+    p = resources.files("specmoe") / "data" / name
+    if not p.is_file():
+        raise InputError(f"no packaged table {name!r}")
+    with p.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@dataclass(frozen=True)
+class EngineOverhead:
+    """The SD loop's overhead per iteration of one engine, in us: its point value, and the range
+    predict draws it from (the spread of the sources; `sourced` False where no source measures
+    it and the range is the largest the table holds, from 0)."""
+    engine: str
+    value: float
+    low: float
+    high: float
+    sourced: bool
+    note: str
+
+
+@lru_cache(maxsize=1)
+def engine_overheads() -> dict[str, EngineOverhead]:
+    """Per engine (ENGINES): rows of role `value` measure the loop's overhead; the least is the
+    value and the range runs from 0 (each value includes a drafter forward that the draft cost
+    counts again, so it bounds the loop's own overhead from above) to the largest. Rows of role
+    `spread` measure how much it changes between versions of one engine: where an engine has no
+    `value` row, its range is 0 to that spread. An engine without any row takes 0 to the largest
+    value in the table, unsourced."""
+    rows = _rows("engine_overhead.csv")
+    for r in rows:
+        if r["engine"] not in ENGINES or r["role"] not in ("value", "spread"):
+            raise InputError(f"engine_overhead.csv: bad engine or role in {r}")
+        float(r["value_us"])
+    out = {}
+    top = max(float(r["value_us"]) for r in rows)
+    for e in ENGINES:
+        vals = sorted(float(r["value_us"]) for r in rows if r["engine"] == e
+                      and r["role"] == "value")
+        spread = [float(r["value_us"]) for r in rows if r["engine"] == e
+                  and r["role"] == "spread"]
+        if vals:  # the least: the short-context measurement (the step model's is 600 tokens)
+            out[e] = EngineOverhead(e, vals[0], 0.0, max(vals + spread), True,
+                                    f"{len(vals)} measurement(s), {vals[0]:g}-{vals[-1]:g} us")
+        elif spread:
+            out[e] = EngineOverhead(e, max(spread) / 2, 0.0, max(spread), True,
+                                    f"no measurement against plain decoding; 0 to the spread "
+                                    f"between its SD loop versions ({max(spread):g} us)")
+        else:
+            out[e] = EngineOverhead(e, top / 2, 0.0, top, False,
+                                    f"no source: 0 to the largest measured ({top:g} us)")
+    return out
+
+
+@lru_cache(maxsize=1)
+def kernels_per_layer() -> dict[str, dict[str, int]]:
+    """block -> {kernel class: launches} (kernels_per_layer.csv)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in _rows("kernels_per_layer.csv"):
+        if r["class"] not in KERNEL_CLASSES:
+            raise InputError(f"kernels_per_layer.csv: unknown class {r['class']!r}")
+        n = int(r["kernels"])
+        if n < 0:
+            raise InputError(f"kernels_per_layer.csv: negative count in {r}")
+        out.setdefault(r["block"], {})[r["class"]] = n
+    return out
+
+
+@lru_cache(maxsize=1)
+def moe_efficiency_bounds() -> tuple[float, float]:
+    """The least and the most of the HBM bandwidth the public fp8 GEMMs of DeepSeek-V3 shapes
+    reach at M <= SMALL_M rows (moe_gemm_bandwidth.csv: bandwidth over the GPU's)."""
+    fr = [float(r["memory_gbs"]) / float(r["gpu_hbm_gbs"])
+          for r in _rows("moe_gemm_bandwidth.csv") if int(r["m_per_group"]) <= SMALL_M]
+    if not fr:
+        raise InputError("moe_gemm_bandwidth.csv: no row of M <= 256")
+    return min(fr), max(fr)
+
+
+@lru_cache(maxsize=1)
+def decode_batch1() -> list[dict]:
+    """Public batch-1 decode times without SD of configurations outside the scored rows."""
+    rows = _rows("decode_batch1.csv")
+    for r in rows:
+        if not float(r["decode_ms_per_token"]) > 0:
+            raise InputError(f"decode_batch1.csv: a decode time is > 0 ({r['id']})")
+    return rows

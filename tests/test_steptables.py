@@ -1,0 +1,131 @@
+"""The step model's shipped engine- and kernel-level tables (specmoe.cost.steptables) and how the
+step model reads them: the SD loop in microseconds per engine, kernels per layer by attention
+kind, the MoE kernel's efficiency bound, and a fitted term on its bound reported as a missing
+effect."""
+
+from __future__ import annotations
+
+import csv
+from importlib import resources
+
+import pytest
+
+from specmoe.cost import stepmodel, steptables
+from specmoe.cost.hfconfig import dims_from_config
+from specmoe.errors import InputError
+from wf import REPO
+
+CONFIGS = REPO / "src" / "specmoe" / "data" / "hf_configs"
+FIXTURES = REPO / "tests" / "fixtures" / "hf_configs"
+
+
+def rows(name):
+    with (resources.files("specmoe") / "data" / name).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("table", ["engine_overhead.csv", "kernels_per_layer.csv",
+                                   "moe_gemm_bandwidth.csv", "decode_batch1.csv"])
+def test_every_shipped_table_has_its_source_note(table):
+    note = resources.files("specmoe") / "data" / table.replace(".csv", ".SOURCE.md")
+    assert note.is_file() and len(note.read_text()) > 500
+    assert rows(table)
+
+
+def test_every_engine_value_carries_its_quote_and_address():
+    for r in rows("engine_overhead.csv"):
+        assert r["quote"] and r["source_url"].startswith("https://github.com/")
+        assert float(r["value_us"]) > 0
+    for r in rows("decode_batch1.csv"):
+        assert r["quote"] and r["source_url"].startswith("https://")
+        assert (REPO / r["config"]).is_file()
+
+
+def test_the_engine_term_is_read_per_engine_with_its_spread():
+    eo = steptables.engine_overheads()
+    assert set(eo) == set(stepmodel.ENGINE_LOG_SD)
+    v = eo["vllm"]
+    assert (v.value, v.low, v.high, v.sourced) == (1710.0, 0.0, 2370.0, True)
+    assert eo["sglang"].sourced and eo["sglang"].high == 3160.0
+    assert not eo["trtllm"].sourced  # no source: said so, and the widest range
+    m = stepmodel.MECHANISMS["sd_loop_us"]
+    assert (m.value, m.low, m.high, m.fitted) == (v.value, v.low, v.high, False)
+
+
+def test_the_gemm_benchmarks_bound_the_moe_kernel():
+    low, high = steptables.moe_efficiency_bounds()
+    assert low == pytest.approx(1509 / 3350) and high == pytest.approx(2668 / 3350)
+    d = dims_from_config(CONFIGS / "Qwen3-30B-A3B.json")
+    hw = stepmodel.study_hardware("H100")
+    p = stepmodel.StepParams(moe_cta_gbs=200.0)
+    # Little's law alone would give 0.9+ for 128 experts in flight; the benchmarks cap it
+    assert stepmodel.moe_efficiency(d, hw, 128, p) == pytest.approx(high)
+    assert stepmodel.moe_efficiency(d, hw, 1, stepmodel.StepParams(moe_cta_gbs=20.0)) < high
+
+
+def test_kernels_per_layer_follow_the_attention_kind():
+    """MLA's block launches 10 kernels where grouped-query attention's launches 6, DSA's indexer 9
+    more on each layer, Gated DeltaNet 7 (kernels_per_layer.csv, read from vLLM's code)."""
+    k = steptables.kernels_per_layer()
+    total = {b: sum(v.values()) for b, v in k.items()}
+    assert (total["attention"], total["attention_mla"], total["dsa_indexer"],
+            total["attention_linear"]) == (6, 10, 9, 7)
+    r1 = dims_from_config(FIXTURES / "DeepSeek-R1.json", tp=8)
+    v32 = dims_from_config(FIXTURES / "DeepSeek-V3.2.json", tp=8)
+    assert r1.mla_layers == r1.num_layers and r1.dsa_layers == 0
+    assert v32.dsa_layers == v32.num_layers
+    n1, n32 = stepmodel.kernels(r1), stepmodel.kernels(v32)
+    assert sum(n32.values()) - sum(n1.values()) == 9 * v32.num_layers
+    nxt = dims_from_config(CONFIGS / "Qwen3-Next-80B-A3B-Instruct.json")
+    linear = nxt.num_layers - nxt.attention_layers
+    assert stepmodel.kernels(nxt)["state"] == 2 * linear > 0
+    # an MTP drafter is one of the target's layers, of its attention kind
+    mtp = stepmodel.drafter_dims(v32, "mtp", None)
+    assert (mtp.mla_layers, mtp.dsa_layers) == (1, 1)
+
+
+def test_the_loop_costs_microseconds_so_less_of_a_larger_models_step():
+    """The same engine's loop is a smaller share of a larger model's decode step: TE's loss to
+    it shrinks with the model (the old form charged a fixed share of the step by method name)."""
+    hw = stepmodel.study_hardware("H100")
+    p = stepmodel.fitted()
+    small = dims_from_config(CONFIGS / "Qwen3-30B-A3B.json", tp=1)
+    large = dims_from_config(CONFIGS / "Qwen3-235B-A22B-Instruct-2507.json", tp=8)
+
+    def loop_share(d):
+        step = stepmodel.step_time(d, hw, 1, 1, d.top_k, p)
+        return p.sd_loop_us * 1e-6 / step
+
+    assert loop_share(large) < loop_share(small)
+
+
+def test_a_fitted_term_on_its_bound_is_reported_as_a_missing_effect():
+    from specmoe.report.predicted import parameter_table
+
+    inside = stepmodel.StepParams(moe_cta_gbs=60.0, node_us=3.0, verify_draft_model=0.5,
+                                  catchup_passes=0.5)
+    assert stepmodel.missing_effects(inside) == {}
+    on = stepmodel.StepParams(moe_cta_gbs=200.0, node_us=3.0, verify_draft_model=0.0,
+                              catchup_passes=1.0)
+    assert stepmodel.at_bound(on) == {"moe_cta_gbs": "high", "verify_draft_model": "low",
+                                      "catchup_passes": "high"}
+    text = stepmodel.missing_effects(on)
+    assert "MTP block" in text["catchup_passes"] and "not accepted" in text["moe_cta_gbs"]
+    table = parameter_table(on).set_index("parameter")
+    assert table.loc["catchup_passes", "at_bound"] and table.loc["catchup_passes",
+                                                                  "missing_effect"]
+    assert not table.loc["node_us", "at_bound"] and table.loc["node_us", "missing_effect"] == ""
+    assert table.loc["sd_loop_us", "missing_effect"] == ""  # unfitted: set, never on a bound
+
+
+def test_a_table_that_cannot_be_right_is_refused(monkeypatch):
+    bad = [{"block": "moe", "class": "tensor cores", "kernels": "3"}]
+    monkeypatch.setattr(steptables, "_rows", lambda name: bad)
+    steptables.kernels_per_layer.cache_clear()
+    try:
+        with pytest.raises(InputError, match="unknown class"):
+            steptables.kernels_per_layer()
+    finally:
+        monkeypatch.undo()
+        steptables.kernels_per_layer.cache_clear()
+    assert steptables.kernels_per_layer()["moe"] == {"dense": 2, "moe": 6}
