@@ -62,6 +62,8 @@ def run_dir(root: Path) -> Path:
           {"capture": {"startup_s": 10.0, "generate_s": 6.0}})
     bench(root, "traces/synth-fine/synth/K3/synth.tsv", 3)
     trace(root, "traces/synth-fine/synth/K3/synth.parquet", {"generator": {"seed": 0}})
+    bench(root, "profiles/tiny-fine/tiny-drafter/K3.tsv", 30)
+    out_json(root, "profiles/tiny-fine/tiny-drafter/K3.json", {"engine_startup_s": 16.0})
     bench(root, "overlap/tiny-fine/tiny-drafter/K3/tinybench.tsv", 4)
     bench(root, "report/tables.tsv", 7)
     return root
@@ -69,15 +71,16 @@ def run_dir(root: Path) -> Path:
 
 def test_stages_sum_the_jobs_and_split_engine_start_off_where_recorded(tmp_path):
     b = timing.collect(run_dir(tmp_path))
-    assert b.seconds == pytest.approx({"train": 110, "engine start": 60, "serve": 55,
-                                       "capture": 10, "analysis": 7, "report": 7})
-    assert b.jobs == {"train": 2, "serve": 3, "capture": 1, "analysis": 2, "report": 1}
-    assert b.total_s == pytest.approx(249)  # every job's time, nothing lost or counted twice
-    assert b.engine_starts == 4 and not b.unsplit
-    assert b.engine_start_share == pytest.approx(60 / 125)  # of sweeps, checks and captures
+    assert b.seconds == pytest.approx({"train": 110, "engine start": 76, "serve": 55,
+                                       "capture": 10, "profile": 14, "analysis": 7, "report": 7})
+    assert b.jobs == {"train": 2, "serve": 3, "capture": 1, "profile": 1, "analysis": 2,
+                      "report": 1}
+    assert b.total_s == pytest.approx(279)  # every job's time, nothing lost or counted twice
+    assert b.engine_starts == 6 and not b.unsplit
+    assert b.engine_start_share == pytest.approx(76 / 155)  # of the jobs that start engines
     md = "\n".join(timing.markdown(b))
-    assert "| engine start | – | 1 min 00 s | 24% |" in md
-    assert "4 engines" in md and "48% of the engine jobs' time" in md
+    assert "| engine start | – | 1 min 16 s | 27% |" in md
+    assert "6 engines" in md and "49% of the engine jobs' time" in md
 
 
 def test_an_engine_job_without_its_start_recorded_says_so_and_stays_whole(tmp_path):
@@ -87,7 +90,7 @@ def test_an_engine_job_without_its_start_recorded_says_so_and_stays_whole(tmp_pa
           {"capture": {"generate_s": 6.0}})
     (root / "results/sweeps/tiny-fine/ar.json").unlink()
     b = timing.collect(root)
-    assert b.seconds["engine start"] == pytest.approx(20)  # the SD check's two engines only
+    assert b.seconds["engine start"] == pytest.approx(36)  # the SD check and the profile only
     assert b.seconds["capture"] == pytest.approx(20) and b.seconds["serve"] == pytest.approx(85)
     assert sorted(b.unsplit) == ["sweeps/tiny-fine/ar", "traces/tiny-fine/tiny-drafter/K3/tinybench"]
     assert any(n.startswith("Not split: 2 engine job(s)") for n in timing.notes(b))
@@ -116,7 +119,7 @@ def test_the_report_has_a_provenance_section_with_the_breakdown(tmp_path):
     text = out.read_text()
     section = text[text.index("## Provenance"):]
     assert "Configuration hash `abc`" in section and "### Where the time went" in section
-    assert "| train | 2 | 1 min 50 s | 44% |" in section
+    assert "| train | 2 | 1 min 50 s | 39% |" in section
     assert "engine start" in section and "report's own job is still running" in section
 
 

@@ -1,8 +1,8 @@
 """Where a run's time went: its jobs' own Snakemake benchmark files (benchmarks/<output>.tsv, one
 per job) summed by stage, with each engine job's start-up split off from the outputs that record it
 (a sweep's `engine_startup_s`, an SD check's `sd_startup_s` + `plain_startup_s`, a capture trace's
-`capture.startup_s`). A job whose output does not record its engine's start stays whole in its
-stage, and the breakdown says so; nothing is estimated.
+`capture.startup_s`, a profile's `engine_startup_s`). A job whose output does not record its
+engine's start stays whole in its stage, and the breakdown says so; nothing is estimated.
 
 Job times are each job's wall clock: jobs that ran side by side on several cores add up to more
 than the run's own wall clock.
@@ -24,8 +24,8 @@ FOLDERS = {"models": "train", "sd_check": "serve", "sweeps": "serve", "traces": 
            "acceptance": "analysis", "costmodel": "analysis", "predict": "analysis",
            "speedup": "analysis", "report": "report", "downloads": "inputs", "prompts": "inputs"}
 # the output a benchmark mirrors (specmoe.paths.benchmark_of drops its extension)
-OUTPUT_EXT = {"sd_check": ".json", "sweeps": ".json", "traces": ".parquet"}
-ENGINE_JOBS = ("serve", "capture")  # the stages whose jobs start engines and record the start
+OUTPUT_EXT = {"sd_check": ".json", "sweeps": ".json", "traces": ".parquet", "profiles": ".json"}
+ENGINE_JOBS = ("serve", "capture", "profile")  # the stages whose jobs start engines
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Breakdown:
 
     @property
     def engine_jobs_s(self) -> float:
-        """The wall time of the jobs that start engines (sweeps, SD checks, captures)."""
+        """The wall time of the jobs that start engines (sweeps, SD checks, captures, profiles)."""
         return sum(self.seconds.get(s, 0.0) for s in ("engine start", *ENGINE_JOBS))
 
     def share(self, stage: str) -> float:
@@ -85,6 +85,9 @@ def engine_start_s(folder: str, output: Path) -> float | None:
     if folder == "sd_check":
         parts = [d.get("sd_startup_s"), d.get("plain_startup_s")]
         return None if None in parts else float(sum(parts))
+    if folder == "profiles":  # two engines: decode and verify
+        v = d.get("engine_startup_s")
+        return None if v is None else float(v)
     return None
 
 
@@ -125,7 +128,7 @@ def collect(root: str | Path = ".", since: float | None = None) -> Breakdown:
             else:
                 start = min(start, s)
                 b.seconds["engine start"] = b.seconds.get("engine start", 0.0) + start
-                b.engine_starts += 2 if folder == "sd_check" else (1 if start > 0 else 0)
+                b.engine_starts += 2 if folder in ("sd_check", "profiles") else int(start > 0)
                 s -= start
         b.seconds[stage] = b.seconds.get(stage, 0.0) + s
         b.jobs[stage] = b.jobs.get(stage, 0) + 1
@@ -156,14 +159,12 @@ def notes(b: Breakdown) -> list[str]:
         out.append(f"Engine start-up ({b.engine_starts} engines, each from its start, vLLM's "
                    f"import included, until it was ready): {_clock(b.seconds['engine start'])}, "
                    f"{100 * b.engine_start_share:.0f}% of the engine jobs' time (sweeps, SD "
-                   "checks, captures).")
+                   "checks, captures, profiles).")
     if b.unsplit:
         shown = ", ".join(b.unsplit[:3]) + (f" and {len(b.unsplit) - 3} more"
                                             if len(b.unsplit) > 3 else "")
         out.append(f"Not split: {len(b.unsplit)} engine job(s) whose output records no engine "
                    f"start ({shown}); their start-up is counted in serve or capture.")
-    if "profile" in b.seconds:
-        out.append("Profiles: engine start-up not recorded, counted in profile.")
     out.append("Train includes the tokenizer and the untrained controls, serve the sweeps and SD "
                "checks once their engines are up; each job's time runs "
                "from its script's start (imports included) to its end, and jobs run side by side "
