@@ -12,6 +12,7 @@ start is printed: on a machine shared with other work the rates are noisy.
 
 Run: .venv/bin/python bench/train_contention.py [--steps 200] [--repeats 2]
      [--try NAME=VAR=VALUE[,VAR=VALUE]]   (another setting to compare, e.g. spin1k=GOMP_SPINCOUNT=1000)
+     [--only new,spin1k]                  (a subset: under heavy load "old" can take many minutes)
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def main() -> None:
     ap.add_argument("--model", default="tiny-fine")
     ap.add_argument("--config", default=str(REPO / "config.yaml"))
     ap.add_argument("--try", dest="tries", action="append", default=[])
+    ap.add_argument("--only", help="comma-separated settings to run (default: all)")
     ap.add_argument("--child", choices=("old", "new"), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -92,6 +94,8 @@ def main() -> None:
         return child(a.steps, a.child, a.model, a.config)
     runs: dict[tuple[str, bool], list[dict]] = {}
     sets = settings(a.tries)
+    if a.only:
+        sets = {k: v for k, v in sets.items() if k in a.only.split(",")}
     for rep in range(a.repeats):
         for name, (policy, env) in sets.items():
             for busy in (False, True):
