@@ -27,4 +27,4 @@ rule all:
 
 
 onsuccess:
-    print(end_of_run(P.REPORT_SUMMARY, START))
+    print(end_of_run(P.REPORT_SUMMARY, START, root="."))

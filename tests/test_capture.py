@@ -36,6 +36,7 @@ def test_every_window_has_k_plus_one_rows_unless_recorded_short(captured):
     assert (lengths == nd + 1).all()
     assert (nd <= K).all() and (nd == K).mean() > 0.9
     assert tr.meta["capture"]["short_windows"] == int((nd < K).sum())
+    assert tr.meta["capture"]["startup_s"] > 0  # the engine's start, for report.timing
     assert tr.experts.shape[1:] == (2, 4) and tr.experts.max() < 16
     pos, st = tr.columns["position"], tr.columns["status"]
     assert (st[pos == 0] == COMMITTED).all()

@@ -90,3 +90,4 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     top = {o["name"]: o["class"] for o in row["top_ops"]}
     assert top.get("_C::cpu_fused_moe") == "moe"
     assert (tmp_path / "traces" / "decode" / "b2-rank0.json.gz").exists()
+    assert res["engine_startup_s"] > 0  # both engines' start, for report.timing

@@ -145,3 +145,84 @@ def test_bad_load_balancing_settings():
         tiny.TrainSpec(aux_coef=-1).validate()
     with pytest.raises(InputError, match="aux_scope"):
         tiny.TrainSpec(aux_scope="global").validate()
+
+
+# --- OpenMP wait policy of training (tiny.TRAIN_OMP_ENV) -------------------------------------------
+
+def _python(code: str, env_extra: dict | None = None, timeout: int = 600):
+    """`code` in a fresh interpreter (OpenMP reads its settings when torch loads), with libgomp's
+    settings shown on stderr (OMP_DISPLAY_ENV) and none of the caller's OpenMP variables."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_DISPLAY_ENV")}
+    env.update(OMP_DISPLAY_ENV="VERBOSE", **(env_extra or {}))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=True)
+
+
+def test_training_threads_set_the_wait_policy_that_the_loaded_openmp_uses():
+    """libgomp as torch loads it waits passively when training_threads ran first; without it,
+    libgomp's default spins 300,000 times; a setting of the user's is kept; and in a process that
+    loaded torch already the policy cannot apply, and says so."""
+    code = ("import json; from specmoe.runtime import tiny; r = tiny.training_threads(2); "
+            "import torch; torch.ones(1); print(json.dumps(r))")
+    r = _python(code)
+    assert "GOMP_SPINCOUNT = '0'" in r.stderr and "OMP_WAIT_POLICY = 'PASSIVE'" in r.stderr
+    assert '"applied": true' in r.stdout and '"OMP_WAIT_POLICY": "PASSIVE"' in r.stdout
+    plain = _python("import torch; torch.ones(1)")
+    assert "GOMP_SPINCOUNT = '300000'" in plain.stderr
+    mine = _python(code, {"GOMP_SPINCOUNT": "1000"})
+    assert "GOMP_SPINCOUNT = '1000'" in mine.stderr and '"GOMP_SPINCOUNT": "1000"' in mine.stdout
+    assert tiny.training_threads(2)["applied"] is False  # torch is loaded in this process
+
+
+TRAIN_STAGE = """
+import json, sys
+import numpy as np
+from specmoe.runtime import tiny
+from specmoe.stages.models import train_stage
+if sys.argv[1] == "libgomp-default":
+    tiny.TRAIN_OMP_ENV = {}
+m = train_stage({"name": "m", "steps": 12, "seed": 0,
+                 "arch": {"kind": "moe", "hidden": 32, "layers": 2, "heads": 2, "kv_heads": 1,
+                          "head_dim": 32, "num_experts": 16, "top_k": 4,
+                          "expert_intermediate": 8}},
+                {"vocab_size": 300, "train": {"seq_len": 32, "batch_size": 8, "warmup": 2,
+                                              "eval_batches": 2, "threads": 2,
+                                              "aux_coef": 0.01}},
+                sys.argv[2], sys.argv[3], progress=False)
+print(json.dumps(m["threading"]))
+"""
+
+
+@pytest.mark.slow
+def test_train_stage_applies_the_policy_records_it_and_the_weights_do_not_change(tmp_path):
+    """The training stage, in a fresh process as Snakemake runs it, trains under the passive
+    wait policy and records it in the checkpoint's manifest; the weights are bit-identical to
+    those trained under libgomp's default."""
+    import hashlib
+    import json
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    rng = np.random.default_rng(0)
+    np.save(tok / "train_tokens.npy", rng.integers(0, 300, 20_000).astype(np.int32))
+    np.save(tok / "heldout_tokens.npy", rng.integers(0, 300, 2_000).astype(np.int32))
+    (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {}, "merges": []}}))
+    sha, threading = {}, {}
+    for mode in ("policy", "libgomp-default"):
+        out = tmp_path / mode
+        r = _python(TRAIN_STAGE.replace("sys.argv[1]", repr(mode))
+                    .replace("sys.argv[2]", repr(str(tok))).replace("sys.argv[3]", repr(str(out))))
+        threading[mode] = (json.loads(r.stdout.strip().splitlines()[-1]), r.stderr)
+        sha[mode] = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["threading"] == threading[mode][0]
+    rec, err = threading["policy"]
+    assert rec == {"threads": 2, "applied": True, "OMP_WAIT_POLICY": "PASSIVE",
+                   "GOMP_SPINCOUNT": None} and "GOMP_SPINCOUNT = '0'" in err
+    assert "GOMP_SPINCOUNT = '300000'" in threading["libgomp-default"][1]
+    assert sha["policy"] == sha["libgomp-default"]

@@ -52,8 +52,11 @@ RUN = "tiny/synth/K3/synth"
 
 def test_chain_runs_caches_and_forcerun_reruns_only_downstream(tmp_path):
     wd = make_workdir(tmp_path, TEST_CONFIG)
-    snakemake(wd, **ON_TEST)
+    first = snakemake(wd, **ON_TEST)
     res = wd / "results"
+    # where the time went: printed at the end of the run, and in the report's provenance section
+    assert "specmoe: where the time went" in first.stdout
+    assert "| analysis |" in (res / "report/index.md").read_text().split("## Provenance")[1]
     tr = read_trace(res / f"traces/{RUN}.parquet")
     assert tr.meta["provenance"]["config_hash"] and tr.meta["provenance"]["hardware"]["cpu_count"]
     ov = read_json(res / f"overlap/{RUN}.json")

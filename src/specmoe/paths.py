@@ -80,3 +80,8 @@ def benchmark_of(path: str) -> str:
 def report_log(name: str) -> str:
     """The log of a report rule (tables, figures, the index, the GPU bill ...)."""
     return f"logs/report/{name}.log"
+
+
+def report_benchmark(name: str) -> str:
+    """The benchmark of a report rule: benchmarks/report/<name>.tsv."""
+    return f"benchmarks/report/{name}.tsv"

@@ -13,6 +13,8 @@ rule tables:
         table_outputs(TABLES),
     log:
         P.report_log("tables"),
+    benchmark:
+        P.report_benchmark("tables")
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -28,6 +30,8 @@ rule measured_tables:
         table_outputs(MEASURED_TABLES),
     log:
         P.report_log("measured_tables"),
+    benchmark:
+        P.report_benchmark("measured_tables")
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -42,6 +46,8 @@ rule step_model:
         table_outputs(registry.written_by("step_model")),
     log:
         P.report_log("step_model"),
+    benchmark:
+        P.report_benchmark("step_model")
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -55,6 +61,8 @@ rule weight_model:
         table_outputs(["weight_model"]),
     log:
         P.report_log("weight_model"),
+    benchmark:
+        P.report_benchmark("weight_model")
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -88,6 +96,8 @@ rule plan:
         json=P.PLAN_JSON,
     log:
         P.report_log("plan"),
+    benchmark:
+        P.report_benchmark("plan")
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -107,6 +117,8 @@ rule replay:
         table_outputs(REPLAY_TABLES),
     log:
         P.report_log("replay"),
+    benchmark:
+        P.report_benchmark("replay")
     conda:
         "../../envs/analysis.yaml"
     script:
@@ -120,6 +132,8 @@ rule comparison:
         table_outputs(["comparison"]),
     log:
         P.report_log("comparison"),
+    benchmark:
+        P.report_benchmark("comparison")
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -144,6 +158,8 @@ rule figures:
         [P.figure(fig, "pdf") for fig in FIGURES],
     log:
         P.report_log("figures"),
+    benchmark:
+        P.report_benchmark("figures")
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -163,6 +179,8 @@ rule report_index:
         P.REPORT_SUMMARY,
     log:
         P.report_log("index"),
+    benchmark:
+        P.report_benchmark("index")
     conda:
         "../../envs/analysis.yaml"
     script:

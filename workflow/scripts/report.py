@@ -12,4 +12,5 @@ with logged(snakemake.log[0], "report"):
         Path(snakemake.input.figures[0]).parent,
         snakemake.output[0],
         provenance(snakemake.config),
+        run_root=".",
     )

@@ -1,14 +1,25 @@
 """What a run prints when it ends: where the report is and its opening paragraph (written by the
-report stage to results/report/summary.txt), or why there is none."""
+report stage to results/report/summary.txt), or why there is none; then where this run's time
+went, by stage (specmoe.report.timing, from the jobs' benchmark files)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+from . import timing
 
-def end_of_run(summary_path, started: float) -> str:
+
+def end_of_run(summary_path, started: float, root: str | Path | None = None) -> str:
     """The end-of-run text: the report's summary where this run wrote it, else where an older
-    report lies (not rebuilt by this run: its targets did not include the report)."""
+    report lies (not rebuilt by this run: its targets did not include the report); with root
+    (the working directory), the time breakdown of the jobs this run ran."""
+    return _report_part(summary_path, started) + (
+        "" if root is None else "\n\n" + timing.text(timing.collect(root, since=started),
+                                                      wall_s=time.time() - started))
+
+
+def _report_part(summary_path, started: float) -> str:
     p = Path(summary_path)
     if not p.is_file():
         return "specmoe: this run made no report (its targets did not include results/report)."

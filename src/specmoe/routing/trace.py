@@ -243,6 +243,11 @@ def _parse_meta(path: Path, schema: pa.Schema) -> dict[str, Any]:
     return meta
 
 
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """A trace's metadata alone (its Parquet schema), without reading its rows."""
+    return _parse_meta(Path(path), _read_schema(Path(path)))
+
+
 def read_trace(path: str | Path, with_weights: bool = False) -> Trace:
     """Read a trace; any problem is a TraceError with one line naming the file and the fault."""
     path = Path(path)

@@ -430,7 +430,9 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
         # which model runner recorded, and whether async scheduling was on (None: not in the shard)
         **{key: (kind(shards[0][key]) if key in shards[0].files else None)
            for key, kind in (("runner", str), ("async_scheduling", bool))},
-        "generate_s": result.get("generate_s")}}
+        "generate_s": result.get("generate_s"),
+        # the engine's start (vLLM's import to ready; specmoe.report.timing splits it off)
+        "startup_s": result.get("startup_s")}}
     routed = experts[rows].astype(np.int64)
     unfilled = np.argwhere(routed < 0)
     if unfilled.size:  # the recorder missed a forward pass for these rows: never expert 0

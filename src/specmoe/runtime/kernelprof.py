@@ -138,7 +138,9 @@ def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, en
     from .engine import open_llm
 
     engine = dict(engine, worker_extension_cls="specmoe.runtime.kernelprof.ProfileExtension")
+    t_start = time.perf_counter()
     with open_llm(engine) as llm:
+        startup_s = time.perf_counter() - t_start  # the engine's start (report.timing)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         first = next(iter(prompts_by_batch.values()))
         llm.generate(first[:2], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
@@ -152,7 +154,7 @@ def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, en
             infos = [i for i in llm.collective_rpc(
                 "specmoe_profile_stop", args=(f"{trace_dir}/b{batch}-rank{{rank}}.json.gz",)) if i]
             out[batch] = {"traces": infos, "generate_s": wall}
-        return out
+        return {**out, "startup_s": startup_s}
 
 
 def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
@@ -236,7 +238,9 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
         log.info("batch %d: %d decode / %d verify steps; MoE share %.3f, S_moe %.2f, S_dense %.2f, "
                  "TE %.3f", b, len(dec["steps"]), len(ver["steps"]), cmp["moe_time_share"],
                  cmp["moe_time_ratio"], cmp["dense_time_ratio"], cmp["te_profiled"])
-    return {"k": k, "batches": rows}
+    return {"k": k, "batches": rows,
+            "engine_startup_s": out["decode"].get("startup_s", 0.0)
+            + out["verify"].get("startup_s", 0.0)}
 
 
 def te_interval(decode_us: list[float], verify_us: list[float]) -> tuple[float, float]:

@@ -242,6 +242,32 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, batches: int, batch_size: 
     return float(np.mean(losses))
 
 
+# OpenMP's settings for training. torch's threads meet at the end of every parallel region (a tiny
+# model's step has thousands), and libgomp's default has a waiting thread spin ~300,000 times
+# before it sleeps: with another busy process on the machine the thread it waits for is
+# descheduled, and spinning takes the core it needs. tiny-fine's shape on 2 cores fell from 3.9-4.5
+# steps/s alone to 1.1-1.2 beside one busy loop, and to 0.1 with several; passive waiting keeps it
+# within 2x of the best rate alone (bench/train_contention.py). Only the waiting changes, not the
+# order in which kernels add: the weights are bit-identical (the thread count is not: 1 and 2
+# threads give different weights, so it stays the config's).
+TRAIN_OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def training_threads(threads: int) -> dict:
+    """Put TRAIN_OMP_ENV into this process's environment (a variable the user set is kept) and
+    return what training runs under, for its provenance: threads, the OpenMP variables, and
+    whether they take effect. libgomp reads them once, when torch is first imported: call this
+    before that; a process that has imported torch keeps the settings it started with."""
+    import sys
+
+    applied = "torch" not in sys.modules
+    if applied:
+        for k, v in TRAIN_OMP_ENV.items():
+            os.environ.setdefault(k, v)
+    return {"threads": int(threads), "applied": applied,
+            **{k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}}
+
+
 def train(model, tokens: np.ndarray, spec: TrainSpec, progress: bool = True) -> dict:
     """AdamW with linear warm-up and cosine decay; a tqdm bar shows the loss."""
     import torch

@@ -53,6 +53,11 @@ def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained
                                 **({"seed": model_cfg["seed"]} if "seed" in model_cfg else {})})
     arch.validate()
     spec.validate()  # bad input fails here, before torch is even imported
+    # OpenMP's wait policy, set before torch loads it (tiny.TRAIN_OMP_ENV)
+    threading = tiny.training_threads(spec.threads)
+    log.info("training threads %d, OpenMP wait policy %s, spin count %s%s", spec.threads,
+             threading["OMP_WAIT_POLICY"] or "default", threading["GOMP_SPINCOUNT"] or "default",
+             "" if threading["applied"] else " (torch was loaded before: its own settings hold)")
     tok_dir = Path(tokenizer_dir)
     vocab = int(tiny_cfg["vocab_size"])
     model = tiny.build_model(arch, vocab, spec.seed, aux_coef=spec.aux_coef)
@@ -69,6 +74,7 @@ def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained
     name = model_cfg["name"] if trained else control_name(model_cfg["name"])
     manifest = {"name": name, "trained": trained, "heldout_loss": heldout_loss,
                 "parameters": int(n_params), **result, **tiny.describe(arch, spec),
+                "threading": threading,
                 "tokenizer_digest": tiny.tokenizer_digest(tok_dir)}
     log.info("%s: held-out loss %.3f after %d steps (%.0f s)", name, heldout_loss,
              result["steps"], result["wall_s"])

@@ -13,7 +13,7 @@ from ..sources import published
 from ..errors import InputError
 from ..cost.plan import CHARS_PER_TOKEN, PlanAssumptions, job_rows, summary
 from ..provenance import provenance, read_json, write_json, write_text
-from ..report import figures, page, prose, registry, tables
+from ..report import figures, page, prose, registry, tables, timing
 from ..report.html import to_html
 from ..report.measured import build_measured_tables
 from ..report.replay import replay_tables
@@ -98,10 +98,11 @@ def _details(td: Path) -> list[str]:
     return lines
 
 
-def report_stage(table_dir, figure_dir, out, prov: dict) -> None:
+def report_stage(table_dir, figure_dir, out, prov: dict, run_root=None) -> None:
     """results/report/index.md (index.html and summary.txt beside it): a paragraph of what the
     run shows, the findings table, the details, then every figure and table with its caption,
-    grouped by the study's sections."""
+    grouped by the study's sections; with run_root (the run's working directory), a provenance
+    section with where the run's time went (specmoe.report.timing)."""
     out = Path(out)
     td, fd = Path(table_dir), Path(figure_dir)
     rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
@@ -138,10 +139,25 @@ def report_stage(table_dir, figure_dir, out, prov: dict) -> None:
                 block += page.table_block(td / f"{stem}.md", td / f"{stem}.csv", rel)
         if block:
             lines += [f"## {section}", "", *block]
+    if run_root is not None:
+        lines += provenance_section(prov, run_root)
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {prov} -->\n")
     write_text(out.with_suffix(".html"), to_html(text, out.parent))
     write_text(out.parent / "summary.txt", run_summary(out, opening))
+
+
+def provenance_section(prov: dict, run_root) -> list[str]:
+    """How the run was made: its configuration and where its time went, by stage, from the jobs'
+    benchmark files under run_root/benchmarks (every job that left one, this report's own job
+    excepted: it is still running)."""
+    return ["## Provenance", "",
+            f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.", "",
+            "### Where the time went", "",
+            "Each job's wall time from its Snakemake benchmark file (benchmarks/), summed by "
+            "stage, with engine start-up split off where the job's output records it; the "
+            "report's own job is still running and is not counted.", "",
+            *timing.markdown(timing.collect(run_root))]
 
 
 def run_summary(index: Path, opening: str) -> str:

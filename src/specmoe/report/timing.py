@@ -1,0 +1,196 @@
+"""Where a run's time went: its jobs' own Snakemake benchmark files (benchmarks/<output>.tsv, one
+per job) summed by stage, with each engine job's start-up split off from the outputs that record it
+(a sweep's `engine_startup_s`, an SD check's `sd_startup_s` + `plain_startup_s`, a capture trace's
+`capture.startup_s`, a profile's `engine_startup_s`). A job whose output does not record its
+engine's start stays whole in its stage, and the breakdown says so; nothing is estimated.
+
+Job times are each job's wall clock: jobs that ran side by side on several cores add up to more
+than the run's own wall clock.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# the stages in the order a run meets them
+STAGES = ("train", "engine start", "serve", "capture", "profile", "analysis", "report", "inputs",
+          "other")
+# benchmarks/<folder>/... -> the stage of its jobs (traces: capture or synthetic, see _trace_stage)
+FOLDERS = {"models": "train", "sd_check": "serve", "sweeps": "serve", "traces": "capture",
+           "profiles": "profile", "overlap": "analysis", "ipf": "analysis",
+           "acceptance": "analysis", "costmodel": "analysis", "predict": "analysis",
+           "speedup": "analysis", "report": "report", "downloads": "inputs", "prompts": "inputs"}
+# the output a benchmark mirrors (specmoe.paths.benchmark_of drops its extension)
+OUTPUT_EXT = {"sd_check": ".json", "sweeps": ".json", "traces": ".parquet", "profiles": ".json"}
+ENGINE_JOBS = ("serve", "capture", "profile")  # the stages whose jobs start engines
+
+
+@dataclass
+class Breakdown:
+    """Seconds and job counts by stage (engine start split out of serve and capture)."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    jobs: dict[str, int] = field(default_factory=dict)
+    engine_starts: int = 0          # engines whose start is recorded
+    unsplit: list[str] = field(default_factory=list)  # engine jobs whose start is not recorded
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def engine_jobs_s(self) -> float:
+        """The wall time of the jobs that start engines (sweeps, SD checks, captures, profiles)."""
+        return sum(self.seconds.get(s, 0.0) for s in ("engine start", *ENGINE_JOBS))
+
+    def share(self, stage: str) -> float:
+        return self.seconds.get(stage, 0.0) / self.total_s if self.total_s else math.nan
+
+    @property
+    def engine_start_share(self) -> float:
+        """Engine start-up's share of the engine jobs' wall time."""
+        e = self.engine_jobs_s
+        return self.seconds.get("engine start", 0.0) / e if e else math.nan
+
+
+def job_seconds(tsv: Path) -> float:
+    """A job's wall time from its benchmark file (the sum over Snakemake's benchmark repeats)."""
+    with open(tsv, newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    if not rows or "s" not in rows[0]:
+        raise ValueError(f"{tsv}: not a Snakemake benchmark file (no 's' column)")
+    return sum(float(r["s"]) for r in rows)
+
+
+def engine_start_s(folder: str, output: Path) -> float | None:
+    """The engine start-up its output records (seconds, every engine of the job), or None."""
+    if not output.is_file():
+        return None
+    try:
+        if folder == "traces":
+            from ..routing.trace import read_meta
+
+            v = read_meta(output).get("capture", {}).get("startup_s")
+            return None if v is None else float(v)
+        from ..provenance import read_json
+
+        d = read_json(output)
+    except Exception:  # an unreadable output: its start cannot be split, and the notes say so
+        return None
+    if folder == "sweeps":
+        v = d.get("engine_startup_s")
+        return None if v is None else float(v) * (1 if d.get("engine_starts", 1) else 0)
+    if folder == "sd_check":
+        parts = [d.get("sd_startup_s"), d.get("plain_startup_s")]
+        return None if None in parts else float(sum(parts))
+    if folder == "profiles":  # two engines: decode and verify
+        v = d.get("engine_startup_s")
+        return None if v is None else float(v)
+    return None
+
+
+def _trace_stage(output: Path) -> str:
+    """A trace made by capture on an engine, or a synthetic one (analysis)."""
+    if not output.is_file():
+        return "capture"
+    from ..routing.trace import read_meta
+
+    try:
+        return "capture" if "capture" in read_meta(output) else "analysis"
+    except Exception:
+        return "capture"
+
+
+def collect(root: str | Path = ".", since: float | None = None) -> Breakdown:
+    """The breakdown of the jobs whose benchmark files lie under root/benchmarks (those written
+    at or after `since`, a time.time(), where given: one invocation's jobs)."""
+    root = Path(root)
+    b = Breakdown()
+    for tsv in sorted((root / "benchmarks").rglob("*.tsv")):
+        if since is not None and tsv.stat().st_mtime < since:
+            continue
+        rel = tsv.relative_to(root / "benchmarks")
+        folder = rel.parts[0] if len(rel.parts) > 1 else ""
+        stage = FOLDERS.get(folder, "other")
+        try:
+            s = job_seconds(tsv)
+        except (ValueError, KeyError, OSError):
+            continue  # a benchmark being written or not Snakemake's: not a job's time
+        output = root / "results" / rel.with_suffix(OUTPUT_EXT.get(folder, ""))
+        if folder == "traces":
+            stage = _trace_stage(output)
+        if stage in ENGINE_JOBS:
+            start = engine_start_s(folder, output)
+            if start is None:
+                b.unsplit.append(str(rel.with_suffix("")))
+            else:
+                start = min(start, s)
+                b.seconds["engine start"] = b.seconds.get("engine start", 0.0) + start
+                b.engine_starts += 2 if folder in ("sd_check", "profiles") else int(start > 0)
+                s -= start
+        b.seconds[stage] = b.seconds.get(stage, 0.0) + s
+        b.jobs[stage] = b.jobs.get(stage, 0) + 1
+    return b
+
+
+def _clock(s: float) -> str:
+    m, sec = divmod(round(s), 60)
+    return f"{m} min {sec:02d} s" if m else f"{s:.1f} s"
+
+
+def rows(b: Breakdown) -> list[tuple[str, str, str, str]]:
+    """(stage, jobs, time, share of all jobs' time) per stage that has time, in run order."""
+    out = []
+    for stage in STAGES:
+        if stage not in b.seconds:
+            continue
+        jobs = ("(in the jobs below)" if stage == "engine start"
+                else str(b.jobs.get(stage, 0)))
+        out.append((stage, jobs, _clock(b.seconds[stage]), f"{100 * b.share(stage):.0f}%"))
+    return out
+
+
+def notes(b: Breakdown) -> list[str]:
+    """What the numbers are and what they cannot split, in sentences."""
+    out = []
+    if "engine start" in b.seconds:
+        out.append(f"Engine start-up ({b.engine_starts} engines, each from its start, vLLM's "
+                   f"import included, until it was ready): {_clock(b.seconds['engine start'])}, "
+                   f"{100 * b.engine_start_share:.0f}% of the engine jobs' time (sweeps, SD "
+                   "checks, captures, profiles).")
+    if b.unsplit:
+        shown = ", ".join(b.unsplit[:3]) + (f" and {len(b.unsplit) - 3} more"
+                                            if len(b.unsplit) > 3 else "")
+        out.append(f"Not split: {len(b.unsplit)} engine job(s) whose output records no engine "
+                   f"start ({shown}); their start-up is counted in serve or capture.")
+    out.append("Train includes the tokenizer and the untrained controls, serve the sweeps and SD "
+               "checks once their engines are up; each job's time runs "
+               "from its script's start (imports included) to its end, and jobs run side by side "
+               "add up to more than the wall clock.")
+    return out
+
+
+def text(b: Breakdown, wall_s: float | None = None) -> str:
+    """The breakdown as the end of a run prints it."""
+    if not b.seconds:
+        return "specmoe: no job of this run wrote a benchmark file (nothing ran)."
+    head = (f"specmoe: where the time went ({sum(b.jobs.values())} jobs, "
+            f"{_clock(b.total_s)} of job time"
+            + (f", {_clock(wall_s)} of wall clock" if wall_s is not None else "") + "):")
+    width = max(len(s) for s in b.seconds)
+    lines = [head] + [f"  {stage:<{width}}  {jobs:>3} job{'s' if jobs != '1' else ' '}  {t:>14}  {share:>4}"
+                      if jobs.isdigit() else f"  {stage:<{width}}  {'':>8}  {t:>14}  {share:>4}"
+                      for stage, jobs, t, share in rows(b)]
+    return "\n".join(lines + [f"  {n}" for n in notes(b)])
+
+
+def markdown(b: Breakdown) -> list[str]:
+    """The breakdown as a table and notes for the report's provenance section."""
+    if not b.seconds:
+        return ["No job of this run left a benchmark file (benchmarks/), so its time cannot be "
+                "broken down.", ""]
+    lines = ["| stage | jobs | time | share of job time |", "|---|---:|---:|---:|"]
+    lines += [f"| {s} | {j if j.isdigit() else '–'} | {t} | {sh} |" for s, j, t, sh in rows(b)]
+    return lines + ["", *notes(b), ""]

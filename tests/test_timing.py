@@ -1,0 +1,130 @@
+"""Where a run's time went (specmoe.report.timing), from fixture benchmark files and outputs laid
+out as a run leaves them: benchmarks/<output path>.tsv beside results/<output path>."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specmoe.report import timing
+from specmoe.report.summary import end_of_run
+from specmoe.routing.trace import Trace, status_for, write_trace
+from specmoe.stages import report
+
+HEAD = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def bench(root: Path, rel: str, seconds: float) -> Path:
+    p = root / "benchmarks" / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(HEAD + f"{seconds}\t0:00:{int(seconds):02d}\t1\t1\t1\t1\t0\t0\t90\t{seconds}\n")
+    return p
+
+
+def out_json(root: Path, rel: str, data: dict) -> None:
+    p = root / "results" / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(data))
+
+
+def trace(root: Path, rel: str, meta: dict) -> None:
+    n = 4
+    cols = {"request": np.zeros(n, np.int32), "step": np.zeros(n, np.int32),  # one window
+            "position": np.arange(n, dtype=np.int8), "accepted": np.zeros(n, np.int8),
+            "n_drafts": np.full(n, 3, np.int8), "k_draft": np.full(n, 3, np.int8)}
+    cols["status"] = status_for(cols["position"], cols["accepted"])
+    p = root / "results" / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    write_trace(p, Trace(experts=np.zeros((n, 1, 2), np.int64), columns=cols, num_experts=8,
+                         k_draft=3, meta=meta))
+
+
+def run_dir(root: Path) -> Path:
+    """A small run: tokenizer and one model trained, an SD check, two sweeps (one of them with
+    every point reused: no engine started), a capture, a synthetic trace, analysis and report."""
+    bench(root, "models/tokenizer.tsv", 10)
+    bench(root, "models/tiny-fine.tsv", 100)
+    bench(root, "sd_check/tiny-fine/tiny-drafter/K3/tinybench.tsv", 40)
+    out_json(root, "sd_check/tiny-fine/tiny-drafter/K3/tinybench.json",
+             {"sd_startup_s": 12.0, "plain_startup_s": 8.0})
+    bench(root, "sweeps/tiny-fine/ar.tsv", 60)
+    out_json(root, "sweeps/tiny-fine/ar.json", {"engine_starts": 1, "engine_startup_s": 30.0})
+    bench(root, "sweeps/tiny-fine/tiny-drafter/K3.tsv", 5)
+    out_json(root, "sweeps/tiny-fine/tiny-drafter/K3.json",
+             {"engine_starts": 0, "engine_startup_s": 0.0})
+    bench(root, "traces/tiny-fine/tiny-drafter/K3/tinybench.tsv", 20)
+    trace(root, "traces/tiny-fine/tiny-drafter/K3/tinybench.parquet",
+          {"capture": {"startup_s": 10.0, "generate_s": 6.0}})
+    bench(root, "traces/synth-fine/synth/K3/synth.tsv", 3)
+    trace(root, "traces/synth-fine/synth/K3/synth.parquet", {"generator": {"seed": 0}})
+    bench(root, "profiles/tiny-fine/tiny-drafter/K3.tsv", 30)
+    out_json(root, "profiles/tiny-fine/tiny-drafter/K3.json", {"engine_startup_s": 16.0})
+    bench(root, "overlap/tiny-fine/tiny-drafter/K3/tinybench.tsv", 4)
+    bench(root, "report/tables.tsv", 7)
+    return root
+
+
+def test_stages_sum_the_jobs_and_split_engine_start_off_where_recorded(tmp_path):
+    b = timing.collect(run_dir(tmp_path))
+    assert b.seconds == pytest.approx({"train": 110, "engine start": 76, "serve": 55,
+                                       "capture": 10, "profile": 14, "analysis": 7, "report": 7})
+    assert b.jobs == {"train": 2, "serve": 3, "capture": 1, "profile": 1, "analysis": 2,
+                      "report": 1}
+    assert b.total_s == pytest.approx(279)  # every job's time, nothing lost or counted twice
+    assert b.engine_starts == 6 and not b.unsplit
+    assert b.engine_start_share == pytest.approx(76 / 155)  # of the jobs that start engines
+    md = "\n".join(timing.markdown(b))
+    assert "| engine start | – | 1 min 16 s | 27% |" in md
+    assert "6 engines" in md and "49% of the engine jobs' time" in md
+
+
+def test_an_engine_job_without_its_start_recorded_says_so_and_stays_whole(tmp_path):
+    """A capture made before traces recorded their engine's start: not estimated, named."""
+    root = run_dir(tmp_path)
+    trace(root, "traces/tiny-fine/tiny-drafter/K3/tinybench.parquet",
+          {"capture": {"generate_s": 6.0}})
+    (root / "results/sweeps/tiny-fine/ar.json").unlink()
+    b = timing.collect(root)
+    assert b.seconds["engine start"] == pytest.approx(36)  # the SD check and the profile only
+    assert b.seconds["capture"] == pytest.approx(20) and b.seconds["serve"] == pytest.approx(85)
+    assert sorted(b.unsplit) == ["sweeps/tiny-fine/ar", "traces/tiny-fine/tiny-drafter/K3/tinybench"]
+    assert any(n.startswith("Not split: 2 engine job(s)") for n in timing.notes(b))
+
+
+def test_end_of_run_counts_only_this_runs_jobs(tmp_path):
+    root = run_dir(tmp_path)
+    old = time.time() - 3600
+    for p in (root / "benchmarks").rglob("*.tsv"):
+        os.utime(p, (old, old))
+    started = time.time() - 1
+    bench(root, "report/figures.tsv", 9)
+    text = end_of_run(root / "results/report/summary.txt", started, root=root)
+    assert "made no report" in text
+    assert "where the time went (1 jobs, 9.0 s of job time" in text
+    assert "report" in text and "train" not in text.split("where the time went")[1].split("\n  ")[1]
+    # nothing ran: said in words
+    assert "nothing ran" in end_of_run(root / "x", time.time() + 60, root=root)
+
+
+def test_the_report_has_a_provenance_section_with_the_breakdown(tmp_path):
+    root = run_dir(tmp_path)
+    out = root / "results/report/index.md"
+    report.report_stage(root / "results/tables", root / "results/figures", out,
+                        {"config_hash": "abc", "created": "now"}, run_root=root)
+    text = out.read_text()
+    section = text[text.index("## Provenance"):]
+    assert "Configuration hash `abc`" in section and "### Where the time went" in section
+    assert "| train | 2 | 1 min 50 s | 39% |" in section
+    assert "engine start" in section and "report's own job is still running" in section
+
+
+def test_a_file_that_is_not_a_benchmark_is_not_a_job(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "notes.tsv").write_text("a\tb\n1\t2\n")
+    assert timing.collect(tmp_path).seconds == {}
+    assert "cannot be broken down" in timing.markdown(timing.collect(tmp_path))[0]
