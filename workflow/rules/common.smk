@@ -106,19 +106,6 @@ def table_outputs(names):
     return out
 
 
-def run_tables():
-    """The tables of this configuration's own runs and models."""
-    names = list(TABLES) if CFG.runs() else []
-    names += MEASURED_TABLES if CFG.sweep_runs() else []
-    names += registry.written_by("step_model") if CFG.predicted else []
-    return names + (["weight_model"] if CFG.hf else [])
-
-
-def report_tables():
-    """Every table of the report: the runs', the comparison with the study and the replay."""
-    return run_tables() + ["comparison"] + REPLAY_TABLES
-
-
 def run_of(w):
     """The run's identity as a plain dict."""
     return {"model": w.model, "drafter": w.drafter, "k": int(w.k), "dataset": w.dataset}

@@ -4,8 +4,6 @@ step distance, layer, slice or batch size."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -285,11 +283,10 @@ def short_run(model: str, k, dataset: str | None = None, shape: str | None = Non
     return label
 
 
-def load(table_dir: Path, stem: str) -> pd.DataFrame:
-    """A table with a `run` column (the run's full name) and a `label` (its short one), empty
-    when the configuration does not make it."""
-    path = Path(table_dir) / f"{stem}.csv"
-    df = tables.read_csv(path) if path.exists() else pd.DataFrame()
+def load(declared: tables.Tables, stem: str) -> pd.DataFrame:
+    """A table of the job's declared tables with a `run` column (the run's full name) and a
+    `label` (its short one), empty when the configuration does not make it."""
+    df = declared.read(stem)
     if not df.empty and {"model", "drafter", "k", "dataset"} <= set(df.columns):
         df["run"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " "
                      + df["dataset"])
