@@ -181,6 +181,25 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     assert (res / "report" / "summary.txt").read_text().startswith("Report: ")
 
 
+@pytest.mark.parametrize("with_run", [False, True])
+def test_a_comparison_row_of_a_model_without_runs_is_named_by_its_model(tmp_path, with_run):
+    """A cost-only study model has weight-model rows in the comparison with no drafter or
+    dataset: its run is named by its model alone, beside a run's full name (such a row stopped
+    the figures job)."""
+    from specmoe.report.runs import load
+
+    row = {"table": "weight_model", "model": "qwen-cost", "drafter": None, "k": 3,
+           "dataset": None, "quantity": "moe_weight_share", "published": 0.667,
+           "reproduced": 0.667}
+    rows = [row] + ([{**row, "table": "overlap_by_distance", "model": "synth", "drafter": "d",
+                      "dataset": "x", "quantity": "seq1"}] if with_run else [])
+    tables.write_table(pd.DataFrame(rows), tmp_path / "comparison", {}, "")
+    df = load(tables_in(tmp_path), "comparison")
+    assert list(df["run"]) == ["qwen-cost"] + (["synth d K=3 x"] if with_run else [])
+    assert list(df["label"]) == ["qwen-cost"] + (["synth, K=3, x"] if with_run else [])
+    assert figures.figure_frames(tables_in(tmp_path))["comparison"][0] is figures.comparison
+
+
 def test_every_figure_of_the_fixed_results_has_data():
     """The default run fills every figure in miniature: none is the explanatory placeholder, and
     the variants figure has tiny-fine beside its bf16 variant."""
