@@ -606,8 +606,8 @@ def workflow_parse(edit, cache_dir) -> tuple[int, str]:
     cfg = copy.deepcopy(BASE)
     edit(cfg)
     try:
-        _, notes = for_workflow(cfg, REPO / "config/schema.yaml", TABLE, cache_dir=cache_dir,
-                                with_vllm=False)
+        _, notes = for_workflow(cfg, REPO / "workflow/schemas/config.schema.yaml", TABLE,
+                                cache_dir=cache_dir, with_vllm=False)
     except InputError as exc:
         return 1, f"{exc}\n"
     return 0, "".join(f"{n}\n" for n in notes if not re.match(r"preflight: \d+ GPU jobs", n))

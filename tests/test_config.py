@@ -18,7 +18,7 @@ def resolved(path="config.yaml", edit=None) -> Config:
     cfg = yaml.safe_load((REPO / path).read_text())
     if edit:
         edit(cfg)
-    return Config.load(cfg, REPO / "config/schema.yaml")
+    return Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
 
 
 def test_a_variant_runs_on_its_targets_hardware():
@@ -68,7 +68,7 @@ def test_each_default_is_written_once(literal):
     """The default hardware and prompt table: one definition in the library, none in the rules
     or the schema."""
     files = [*(REPO / "src/specmoe").rglob("*.py"), *(REPO / "workflow").rglob("*.smk"),
-             REPO / "config/schema.yaml"]
+             REPO / "workflow/schemas/config.schema.yaml"]
     hits = [f"{f.name}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines())
             if re.search(re.escape(literal), line)]
     assert len(hits) == 1, hits
@@ -136,7 +136,7 @@ def test_the_schema_knows_the_speculative_methods_the_engine_serves():
     from specmoe.names import SPEC_METHODS
     from specmoe.cost.stepmodel import FAMILIES
 
-    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     drafter = schema["properties"]["drafters"]["items"]["properties"]
     assert tuple(drafter["method"]["enum"]) == SPEC_METHODS
     assert set(SPEC_METHODS) <= set(FAMILIES)

@@ -510,8 +510,8 @@ def test_the_hardware_file_overlays_as_the_workflow_does(folder):
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg = copy.deepcopy(cfg)
     cfg["hardware"] = {**cfg.get("hardware", {}), "H100": {"hbm_bandwidth_gbs": 3000}}
-    workflow = Hardware.from_config("H100", Config.load(cfg, REPO / "config/schema.yaml")
-                                    .hardware["H100"])
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    workflow = Hardware.from_config("H100", Config.load(cfg, schema).hardware["H100"])
     command, caveats = predictor.hardware("H100", str(folder / "hw-h100.yaml"))
     assert command == workflow
     assert command.hbm_bandwidth == 3000e9 and command.nvlink_bandwidth > 0

@@ -67,6 +67,8 @@ rule costmodel:
         P.COSTMODEL,
     log:
         P.log_of(P.COSTMODEL),
+    benchmark:
+        P.benchmark_of(P.COSTMODEL)
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -84,6 +86,8 @@ rule predict:
         P.PREDICT,
     log:
         P.log_of(P.PREDICT),
+    benchmark:
+        P.benchmark_of(P.PREDICT)
     wildcard_constraints:
         model=one_of(CFG.predicted),
     conda:
@@ -126,6 +130,8 @@ rule speedup:
         P.SPEEDUP,
     log:
         P.log_of(P.SPEEDUP),
+    benchmark:
+        P.benchmark_of(P.SPEEDUP)
     conda:
         "../../envs/analysis.yaml"
     params:

@@ -56,7 +56,7 @@ def main_process():
 try:
     CFG, _notes = for_workflow(
         config,
-        os.path.join(workflow.basedir, "config", "schema.yaml"),
+        os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
         cache_dir=".snakemake/specmoe",
         preflight=main_process(),
         files=workflow.configfiles,
