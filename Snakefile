@@ -1,5 +1,6 @@
 # specmoe: why speculative decoding works better than predicted on sparse MoE models.
-# Run `snakemake --cores all`; see README.md for the stages and config/schema.yaml for the config.
+# Run `snakemake --cores all`; see README.md for the stages and workflow/schemas/config.schema.yaml
+# for the configuration.
 
 
 import time

@@ -10,7 +10,7 @@ def run(*args):
 
 
 def test_ipf_json():
-    r = run("ipf", "--k", "8", "--n", "128", "--overlaps", "0.0625,0.0625,0.0625", "--json")
+    r = run("ipf", "--experts-per-token", "8", "--n", "128", "--overlaps", "0.0625,0.0625,0.0625", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["window"] == 4
@@ -20,17 +20,17 @@ def test_ipf_json():
 def test_ipf_with_loads_and_batch(tmp_path):
     loads = tmp_path / "loads.txt"
     loads.write_text("\n".join(["1"] * 128))
-    r = run("ipf", "--k", "8", "--n", "128", "--overlaps", "0.43,0.36,0.33", "--loads", str(loads),
+    r = run("ipf", "--experts-per-token", "8", "--n", "128", "--overlaps", "0.43,0.36,0.33", "--loads", str(loads),
             "--batch", "2", "--json")
     assert r.returncode == 0, r.stderr
-    uni = json.loads(run("ipf", "--k", "8", "--n", "128", "--overlaps", "0.43,0.36,0.33",
+    uni = json.loads(run("ipf", "--experts-per-token", "8", "--n", "128", "--overlaps", "0.43,0.36,0.33",
                          "--batch", "2", "--json").stdout)
     assert json.loads(r.stdout)["unique"] == pytest.approx(uni["unique"])
 
 
 def test_te_json():
     r = run("te", "--hidden", "2048", "--expert-intermediate", "768", "--heads", "32",
-            "--kv-heads", "4", "--head-dim", "128", "--layers", "48", "--k", "8", "--n", "128",
+            "--kv-heads", "4", "--head-dim", "128", "--layers", "48", "--experts-per-token", "8", "--n", "128",
             "--dtype", "bf16", "--tp", "1",
             "--unique", "19.49", "--json")
     out = json.loads(r.stdout)
@@ -73,13 +73,13 @@ def test_synth_then_analyze(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["ipf", "--k", "9", "--n", "8", "--overlaps", "0.3"], "k=9 exceeds N=8"),
-    (["ipf", "--k", "8", "--n", "128", "--overlaps", "0.3,1.4"], "[0, 1]"),
-    (["ipf", "--k", "8", "--n", "128", "--overlaps", "a,b"], "comma-separated"),
-    (["ipf", "--k", "8", "--n", "128", "--overlaps", "0.3", "--loads", "/nonexistent"],
+    (["ipf", "--experts-per-token", "9", "--n", "8", "--overlaps", "0.3"], "k=9 exceeds N=8"),
+    (["ipf", "--experts-per-token", "8", "--n", "128", "--overlaps", "0.3,1.4"], "[0, 1]"),
+    (["ipf", "--experts-per-token", "8", "--n", "128", "--overlaps", "a,b"], "comma-separated"),
+    (["ipf", "--experts-per-token", "8", "--n", "128", "--overlaps", "0.3", "--loads", "/nonexistent"],
      "no such loads file"),
     (["te", "--hidden", "2048", "--expert-intermediate", "768", "--heads", "32", "--kv-heads", "4",
-      "--head-dim", "128", "--layers", "48", "--k", "8", "--dtype", "int3"], "unknown dtype 'int3'"),
+      "--head-dim", "128", "--layers", "48", "--experts-per-token", "8", "--dtype", "int3"], "unknown dtype 'int3'"),
     (["te", "--hidden", "2048"], "give --config or all of"),
     (["te", "--config", "/nonexistent/config.json"], "no such config file"),
     (["analyze", "/nonexistent.parquet"], "no such trace file"),
@@ -113,7 +113,7 @@ def test_every_option_has_help_and_the_command_a_version():
 def test_te_unique_must_lie_between_k_and_the_window(unique, ok):
     """A window of K+1 = 4 tokens of top-8 routing uses 8 to 32 unique experts: nothing else."""
     dims = ["--hidden", "2048", "--expert-intermediate", "768", "--heads", "32", "--kv-heads",
-            "4", "--head-dim", "128", "--layers", "48", "--k", "8", "--n", "128"]
+            "4", "--head-dim", "128", "--layers", "48", "--experts-per-token", "8", "--n", "128"]
     out = run("te", *dims, "--unique", str(unique))
     assert (out.returncode == 0) == ok
     if not ok:

@@ -18,7 +18,7 @@ def resolved(path="config.yaml", edit=None) -> Config:
     cfg = yaml.safe_load((REPO / path).read_text())
     if edit:
         edit(cfg)
-    return Config.load(cfg, REPO / "config/schema.yaml")
+    return Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
 
 
 def test_a_variant_runs_on_its_targets_hardware():
@@ -68,7 +68,7 @@ def test_each_default_is_written_once(literal):
     """The default hardware and prompt table: one definition in the library, none in the rules
     or the schema."""
     files = [*(REPO / "src/specmoe").rglob("*.py"), *(REPO / "workflow").rglob("*.smk"),
-             REPO / "config/schema.yaml"]
+             REPO / "workflow/schemas/config.schema.yaml"]
     hits = [f"{f.name}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines())
             if re.search(re.escape(literal), line)]
     assert len(hits) == 1, hits
@@ -136,7 +136,7 @@ def test_the_schema_knows_the_speculative_methods_the_engine_serves():
     from specmoe.names import SPEC_METHODS
     from specmoe.cost.stepmodel import FAMILIES
 
-    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     drafter = schema["properties"]["drafters"]["items"]["properties"]
     assert tuple(drafter["method"]["enum"]) == SPEC_METHODS
     assert set(SPEC_METHODS) <= set(FAMILIES)
@@ -147,3 +147,36 @@ def test_the_default_configuration_sweeps_the_studys_batch_sizes():
 
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     assert tuple(cfg["batch_sizes"]) == STUDY_BATCH_SIZES
+
+
+def test_every_engine_rule_is_a_kind_and_an_unknown_kind_is_an_error(tmp_path):
+    """The engine rules (capture and each `use rule capture as ...`) are exactly the kinds of
+    specmoe.kinds; a job, a rule's settings or the engine script of another kind stops with a line
+    naming the known ones (the script once ran the profile stage for any rule it did not know)."""
+    import runpy
+    from types import SimpleNamespace
+
+    from specmoe.config import Job
+    from specmoe.kinds import KINDS, kind
+
+    rules = "".join((REPO / "workflow/rules" / f).read_text() for f in ("traces.smk",
+                                                                          "measure.smk"))
+    engine = set(re.findall(r"^rule (\w+):", rules, re.M)) | set(
+        re.findall(r"^use rule capture as (\w+) with:", rules, re.M))
+    assert engine == set(KINDS)
+    assert {k.section for k in KINDS.values()} == {"capture", "sweep", "profiling"}
+    assert [n for n, k in KINDS.items() if not k.sd] == ["sweep_ar"]
+    cfg = resolved()
+    assert cfg.served_datasets("profile", "tiny-fine") == ["tinybench+heldout-code+heldout-prose"]
+    assert cfg.served_datasets("capture", "tiny-fine", "heldout-code") == ["heldout-code"]
+    assert cfg.job_settings("sweep_ar", "tiny-fine") == cfg.sweep_params("tiny-fine")
+    for call in (lambda: kind("capture_forced"), lambda: Job("capture_forced", "tiny-fine"),
+                 lambda: cfg.job_settings("capture_forced", "tiny-fine")):
+        with pytest.raises(ValueError, match=r"unknown engine job kind 'capture_forced' \(known: "
+                                             r"capture, sweep_ar, sweep_sd, profile"):
+            call()
+    stub = SimpleNamespace(rule="capture_forced", input={}, params=SimpleNamespace(job={}),
+                           log=[str(tmp_path / "engine.log")])
+    with pytest.raises(ValueError, match="unknown engine job kind 'capture_forced'"):
+        runpy.run_path(str(REPO / "workflow/scripts/engine.py"),
+                       init_globals={"snakemake": stub}, run_name="__main__")

@@ -110,7 +110,7 @@ def merged(cfg):
     out = yaml.safe_load((REPO / "config.yaml").read_text())
     for k, v in cfg.items():
         out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    schema.check(out, REPO / "config/schema.yaml")
+    schema.check(out, REPO / "workflow/schemas/config.schema.yaml")
     return out
 
 
@@ -165,7 +165,7 @@ def test_every_configuration_key_is_documented():
     from pathlib import Path
 
     root = Path(__file__).parents[1]
-    schema = yaml.safe_load((root / "config" / "schema.yaml").read_text())
+    schema = yaml.safe_load((root / "workflow" / "schemas" / "config.schema.yaml").read_text())
     doc = (root / "config" / "README.md").read_text()
     documented = {w for quoted in re.findall(r"`([^`]+)`", doc)
                   for w in re.findall(r"[a-z_0-9]+", quoted)}

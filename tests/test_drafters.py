@@ -71,7 +71,8 @@ cfg = yaml.safe_load(open("config.yaml"))
 update_config(cfg, yaml.safe_load(open("config/paper.yaml")))
 m = next(m for m in cfg["models"] if m["name"] == "mixtral-8x7b-fp8-tp1")
 cfg["models"] = [{{**m, "drafters": ["eagle-mixtral"]}}]
-report = Config.load(cfg, "config/schema.yaml").preflight(cache_dir={str(tmp_path)!r})
+schema = "workflow/schemas/config.schema.yaml"
+report = Config.load(cfg, schema).preflight(cache_dir={str(tmp_path)!r})
 print(report.vllm)
 print("\\n".join(report.lines(True)))
 """

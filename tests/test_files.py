@@ -11,7 +11,7 @@ from wf import REPO
 
 def files(path: str) -> Files:
     cfg = yaml.safe_load((REPO / path).read_text())
-    return Files(Config.load(cfg, REPO / "config/schema.yaml"))
+    return Files(Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml"))
 
 
 def test_the_default_makes_the_report_the_tiny_models_their_controls_and_sd_checks():

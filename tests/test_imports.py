@@ -14,7 +14,7 @@ ANALYSIS = ("routing.acceptance", "cost.costmodel", "cost.hfconfig", "routing.ip
             "routing.overlap", "cost.plan", "checks.preflight", "measured.profiling",
             "sources.prompts", "provenance", "sources.published", "checks.schema",
             "measured.sweep", "routing.synth", "routing.trace", "routing.unique", "cost.weights",
-            "cost.stepmodel", "cost.steptables", "cost.predictor", "paths", "names",
+            "cost.stepmodel", "cost.steptables", "cost.predictor", "paths", "names", "kinds",
             "report.figures", "report.html", "report.measured",
             "report.prose", "report.registry", "report.replay", "report.runs", "report.tables",
             "stages.analysis", "stages.report", "measured.rules", "checks.drafters", "yamlfile")

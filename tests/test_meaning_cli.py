@@ -35,30 +35,30 @@ QWEN_FP8 = CONFIGS / "Qwen3-30B-A3B-FP8.json"
 QWEN = CONFIGS / "Qwen3-30B-A3B.json"
 GPT_OSS = CONFIGS / "gpt-oss-120b.json"
 MIXTRAL = CONFIGS / "Mixtral-8x7B-Instruct-v0.1.json"
-DIMS = ("te --hidden 2048 --expert-intermediate 768 --heads 32 --kv-heads 4 --head-dim 128 --k 8 "
-        "--n 128 --layers 48")
+DIMS = ("te --hidden 2048 --expert-intermediate 768 --heads 32 --kv-heads 4 --head-dim 128 "
+        "--experts-per-token 8 --n 128 --layers 48")
 CORR = ("correction --moe-weight-share 0.667 --unique-ratio 2.436 --moe-time-share 0.33 "
         "--moe-time-ratio 1.57 --dense-time-ratio 0.94")
 SYNTH = "synth --out {d}/s.parquet --layers 2 --requests 2 --steps 4"
 PRED = f"predict {QWEN_FP8} --batch-sizes 1"
-IPF = "ipf --k 8 --n 128 --overlaps 0.431,0.356,0.328"
+IPF = "ipf --experts-per-token 8 --n 128 --overlaps 0.431,0.356,0.328"
 OK = None  # accepted: nothing on stderr
 
 # (class, label, arguments with {d} the fixtures' folder, exit status, the line's pattern)
 CASES = [
     # --- range: values their physics or method does not allow ---------------------------------
-    ("range", "k = N forces overlap 1", "ipf --k 8 --n 8 --overlaps 0.3", 2,
+    ("range", "k = N forces overlap 1", "ipf --experts-per-token 8 --n 8 --overlaps 0.3", 2,
      r"overlap 0.3 at distance 1 is impossible with k = 8 of N = 8: .* ov >= 1$"),
-    ("range", "overlap below 2k - N at distance 2", "ipf --k 6 --n 8 --overlaps 0.7,0.4", 2,
+    ("range", "overlap below 2k - N at distance 2", "ipf --experts-per-token 6 --n 8 --overlaps 0.7,0.4", 2,
      r"overlap 0.4 at distance 2 is impossible with k = 6 of N = 8: two tokens share at least "
      r"2k - N = 4 experts, so ov >= 0.6667"),
-    ("range", "negative overlap", "ipf --k 8 --n 128 --overlaps 0.3,-0.2", 2,
+    ("range", "negative overlap", "ipf --experts-per-token 8 --n 128 --overlaps 0.3,-0.2", 2,
      r"--overlaps must be in \[0, 1\] each \(got -0.2 in '0.3,-0.2'\)"),
     ("range", "ipf batch past any engine", IPF + " --batch 100000", 2,
      r"--batch must be <= 4,096 \(got 100000\)"),
-    ("range", "ipf k past any router", "ipf --k 5000 --n 8192 --overlaps 0.3", 2,
-     r"--k must be <= 1,024 \(got 5000\)"),
-    ("range", "ipf N past any model", "ipf --k 8 --n 2000000 --overlaps 0.3", 2,
+    ("range", "ipf k past any router", "ipf --experts-per-token 5000 --n 8192 --overlaps 0.3", 2,
+     r"--experts-per-token must be <= 1,024 \(got 5000\)"),
+    ("range", "ipf N past any model", "ipf --experts-per-token 8 --n 2000000 --overlaps 0.3", 2,
      r"--n must be <= 1,048,576 \(got 2000000\)"),
     ("range", "absurd shared experts", DIMS + " --shared-intermediate 1000000000000", 2,
      r"--shared-intermediate must be <= 262,144 \(got 1000000000000\)"),
@@ -79,7 +79,7 @@ CASES = [
      r"5 key/value heads do not divide the 32 attention heads"),
     ("range", "te k above N", DIMS.replace("--n 128", "--n 4"), 2, r"k=8 exceeds N=4"),
     ("range", "te TP past 64", DIMS + " --tp 128", 2, r"--tp must be <= 64 \(got 128\)"),
-    ("range", "te K past 8", DIMS + " --k-draft 12", 2, r"--k-draft must be <= 8 \(got 12\)"),
+    ("range", "te K past 8", DIMS + " --draft-length 12", 2, r"--draft-length must be <= 8 \(got 12\)"),
     ("range", "te unique below 1", DIMS + " --unique 0.5", 2, r"--unique must be >= 1 \(got 0.5\)"),
     ("range", "te unique infinite", DIMS + " --unique inf", 2,
      r"--unique must be a finite number \(got inf\)"),
@@ -102,17 +102,17 @@ CASES = [
      r"--accept-prob must be in \[0, 1\]"),
     ("range", "negative skew", SYNTH + " --skew -0.5", 2, r"--skew must be >= 0 \(got -0.5\)"),
     ("range", "infinite skew", SYNTH + " --skew inf", 2, r"--skew must be a finite number"),
-    ("range", "synth K of 9", SYNTH + " --k-draft 9", 2, r"--k-draft must be <= 8 \(got 9\)"),
+    ("range", "synth K of 9", SYNTH + " --draft-length 9", 2, r"--draft-length must be <= 8 \(got 9\)"),
     ("range", "synth requests past 2^20", SYNTH + " --requests 2000000", 2,
      r"--requests must be <= 1,048,576"),
     ("range", "synth steps of a billion", SYNTH + " --steps 1000000000", 2,
      r"--steps must be <= 16,777,216 \(got 1000000000\)"),
-    ("range", "synth N below 2k", "synth --out {d}/s.parquet --n 12 --k 8", 2,
+    ("range", "synth N below 2k", "synth --out {d}/s.parquet --n 12 --experts-per-token 8", 2,
      r"needs num_experts >= 2\*top_k \(got 12, 8\)"),
     ("range", "negative seed", "analyze {d}/trace.parquet --seed -1", 2,
      r"--seed must be >= 0 \(got -1\)"),
-    ("range", "predict K of 0", PRED + " --k 0", 2, r"--k must be >= 1 \(got 0\)"),
-    ("range", "predict K past 8", PRED + " --k 9", 2, r"--k must be <= 8 \(got 9\)"),
+    ("range", "predict K of 0", PRED + " --draft-length 0", 2, r"--draft-length must be >= 1 \(got 0\)"),
+    ("range", "predict K past 8", PRED + " --draft-length 9", 2, r"--draft-length must be <= 8 \(got 9\)"),
     ("range", "predict TP of 0", PRED + " --tp 0", 2, r"--tp must be >= 1 \(got 0\)"),
     ("range", "acceptance length below 1", PRED + " --acceptance-length 0.5", 2,
      r"--acceptance-length must be in \[1, 9\] each \(got 0.5 in '0.5'\)"),
@@ -151,21 +151,21 @@ CASES = [
     ("warning", "extreme skew", SYNTH + " --skew 6", 0,
      r"^specmoe: warning: --skew 6: a Zipf exponent above 4 sends nearly every token"),
     ("warning", "very long requests", "synth --out {d}/s.parquet --layers 1 --requests 1 "
-     "--steps 5000 --n 16 --k 2", 0,
+     "--steps 5000 --n 16 --experts-per-token 2", 0,
      r"^specmoe: warning: --steps 5000: over 4,096 SD steps per request"),
     ("warning", "draft slower than decode", PRED + " --draft-cost 1.5", 0,
      r"^specmoe: warning: --draft-cost 1.5: a draft slower than the target's decode step: .*SD "
      r"cannot pay"),
     # --- file: parses, but means something else ------------------------------------------------
-    ("file", "nested JSON array of loads", "ipf --k 2 --n 4 --overlaps 0.3 --loads {d}/nested.json",
+    ("file", "nested JSON array of loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/nested.json",
      2, r"nested.json: a nested JSON array is not a list of loads"),
-    ("file", "2-D loads of one row", "ipf --k 2 --n 4 --overlaps 0.3 --loads {d}/one-row.json", 2,
+    ("file", "2-D loads of one row", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/one-row.json", 2,
      r"one-row.json: a nested JSON array is not a list of loads"),
-    ("file", "JSON object as loads", "ipf --k 2 --n 4 --overlaps 0.3 --loads {d}/object.json", 2,
+    ("file", "JSON object as loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/object.json", 2,
      r"object.json: expected numbers"),
-    ("file", "booleans as loads", "ipf --k 2 --n 4 --overlaps 0.3 --loads {d}/bools.json", 2,
+    ("file", "booleans as loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/bools.json", 2,
      r"bools.json: expected numbers"),
-    ("file", "strings as loads", "ipf --k 2 --n 4 --overlaps 0.3 --loads {d}/strings.json", 2,
+    ("file", "strings as loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/strings.json", 2,
      r"strings.json: expected numbers"),
     ("file", "config.json without KV heads (Qwen3-MoE: transformers' 4)",
      "te --config {d}/qwen-no-kv.json --tp 8", 0, OK),
@@ -214,8 +214,22 @@ CASES = [
     # --- contradiction: flags that contradict or are ignored -----------------------------------
     ("contradiction", "--hidden given twice", DIMS + " --hidden 4096", 2,
      r"--hidden given twice \(2048 and 4096\); give it once"),
-    ("contradiction", "--k given twice to ipf", IPF + " --k 4", 2,
-     r"--k given twice \(8 and 4\); give it once"),
+    ("contradiction", "--experts-per-token given twice to ipf", IPF + " --experts-per-token 4", 2,
+     r"--experts-per-token given twice \(8 and 4\); give it once"),
+    # --k meant experts per token in ipf, te and synth and the draft length in predict: each
+    # old spelling is refused with the flag it is now
+    ("contradiction", "--k in ipf, now --experts-per-token", "ipf --k 8 --n 128 --overlaps 0.3",
+     2, r"^specmoe ipf: error: --k is now --experts-per-token \(experts per token\)$"),
+    ("contradiction", "--k in te", DIMS.replace("--experts-per-token", "--k"), 2,
+     r"^specmoe te: error: --k is now --experts-per-token \(experts per token\)$"),
+    ("contradiction", "--k-draft in te", DIMS + " --k-draft 3", 2,
+     r"^specmoe te: error: --k-draft is now --draft-length \(the draft length K\)$"),
+    ("contradiction", "--k in synth", SYNTH + " --k=2", 2,
+     r"^specmoe synth: error: --k is now --experts-per-token \(experts per token\)$"),
+    ("contradiction", "--k-draft in synth", SYNTH + " --k-draft 3", 2,
+     r"^specmoe synth: error: --k-draft is now --draft-length \(the draft length K\)$"),
+    ("contradiction", "--k in predict, now --draft-length", PRED + " --k 3", 2,
+     r"^specmoe predict: error: --k is now --draft-length \(the draft length K\)$"),
     ("contradiction", "a flag given twice with the same value", IPF + " --n 128", 2,
      r"--n given twice \(128 and 128\)"),
     ("contradiction", "--overlaps given twice", IPF + " --overlaps 0.4", 2,
@@ -256,7 +270,7 @@ CASES = [
      "--fit-to Mixtral-8x7B", 2,
      r"fit_to Mixtral-8x7B: its curve is of 2 of 8 experts \(N/k = 4\), this generator routes "
      r"8 of 128 \(N/k = 16\)"),
-    ("contradiction", "--fit-to Qwen3-30B onto 2 of 8", "synth --out {d}/s.parquet --n 8 --k 2 "
+    ("contradiction", "--fit-to Qwen3-30B onto 2 of 8", "synth --out {d}/s.parquet --n 8 --experts-per-token 2 "
      "--fit-to Qwen3-30B", 2, r"fit_to Qwen3-30B: its curve is of 8 of 128 experts"),
     ("contradiction", "draft cost beside a draft config",
      PRED + " --method draft_model --draft-config {d}/draft.json --draft-cost 0.1", 2,
@@ -281,7 +295,7 @@ CASES = [
     ("contradiction", "study model of another routing", PRED + " --study-model Mixtral-8x7B", 2,
      r"--study-model Mixtral-8x7B routes 2 of 8 experts; this model 8 of 128"),
     # --- internal: what was an internal error or a traceback ---------------------------------
-    ("internal", "binary loads file", "ipf --k 2 --n 4 --overlaps 0.3 --loads {d}/binary.bin", 2,
+    ("internal", "binary loads file", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/binary.bin", 2,
      r"binary.bin: --loads is not text"),
     ("internal", "binary config.json", "te --config {d}/binary.bin", 2,
      r"binary.bin: not a text file \(a config.json is JSON text\)"),
@@ -305,8 +319,8 @@ CASES = [
     ("internal", "huge seed", SYNTH + " --seed 99999999999999999999999", 0, OK),
     # --- accepted: right inputs answer with nothing on stderr ----------------------------------
     ("accepted", "ipf as documented", IPF, 0, OK),
-    ("accepted", "k = N with overlap 1", "ipf --k 8 --n 8 --overlaps 1", 0, OK),
-    ("accepted", "overlap exactly at 2k - N", "ipf --k 6 --n 8 --overlaps 0.6667", 0, OK),
+    ("accepted", "k = N with overlap 1", "ipf --experts-per-token 8 --n 8 --overlaps 1", 0, OK),
+    ("accepted", "overlap exactly at 2k - N", "ipf --experts-per-token 6 --n 8 --overlaps 0.6667", 0, OK),
     ("accepted", "a study checkpoint by repo id, offline from the package",
      "predict Qwen/Qwen3-30B-A3B-FP8 --batch-sizes 1 --hardware H100", 0, OK),
     ("accepted", "the shipped H100 overlaid by a file without nvlink_gbs",
@@ -318,7 +332,7 @@ CASES = [
     ("accepted", "a tie of the default configuration's 3", SYNTH + " --tie 3", 0, OK),
     ("accepted", "a draft model of the target's vocabulary",
      PRED + " --method draft_model --draft-config {d}/draft-qwen.json", 0, OK),
-    ("accepted", "fit-to of the same granularity", "synth --out {d}/s.parquet --n 64 --k 4 "
+    ("accepted", "fit-to of the same granularity", "synth --out {d}/s.parquet --n 64 --experts-per-token 4 "
      "--layers 2 --requests 2 --steps 4 --fit-to Qwen3-30B", 0, OK),
     ("accepted", "a whole trace of 32 windows", "analyze {d}/trace.parquet", 0, OK),
     ("accepted", "config.json with whole-number floats", "te --config {d}/floats.json", 0, OK),
@@ -510,8 +524,8 @@ def test_the_hardware_file_overlays_as_the_workflow_does(folder):
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     cfg = copy.deepcopy(cfg)
     cfg["hardware"] = {**cfg.get("hardware", {}), "H100": {"hbm_bandwidth_gbs": 3000}}
-    workflow = Hardware.from_config("H100", Config.load(cfg, REPO / "config/schema.yaml")
-                                    .hardware["H100"])
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    workflow = Hardware.from_config("H100", Config.load(cfg, schema).hardware["H100"])
     command, caveats = predictor.hardware("H100", str(folder / "hw-h100.yaml"))
     assert command == workflow
     assert command.hbm_bandwidth == 3000e9 and command.nvlink_bandwidth > 0

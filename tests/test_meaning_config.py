@@ -26,7 +26,7 @@ from test_bad_inputs import (BASE, EAGLE, GLM, MTP, QWEN, both, hf_cache, merge,
                              one_line, study)
 from wf import REPO
 
-SCHEMA = REPO / "config/schema.yaml"
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 OK = None  # accepted: nothing on stderr
 SF, TF = "synth-fine", "tiny-fine"
 
@@ -69,7 +69,7 @@ CASES = [
      r"^config: tiny\.xyzzy: unknown key \(known: prompts, vocab_size, "),
     ("a hardware key far from any", lambda c: c["hardware"]["CPU"].update(qq=1), 1,
      r"^config: hardware\.CPU\.qq: unknown key \(known: hbm_bandwidth_gbs, "),
-    # --- each number within the range its meaning gives it (config/schema.yaml) ---
+    # --- each number within the range its meaning gives it (the schema) ---
     ("a shape margin of 500%", merge(sweep={"shape_margin": 5}), 1,
      r"^config: sweep\.shape_margin: must be a number >= 0 and < 1 \(got 5\)$"),
     ("a shape margin of 100%", merge(sweep={"shape_margin": 1}), 1,

@@ -174,7 +174,7 @@ def test_the_gpu_bill_estimates_exactly_the_engine_jobs_of_the_dag(jobs):
     from specmoe.config import Config
 
     cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
-    schema.check(cfg, REPO / "config/schema.yaml")
+    schema.check(cfg, REPO / "workflow/schemas/config.schema.yaml")
     c = Config.resolve(cfg)
     billed = {(j.rule, j.model, str(j.drafter), str(j.k), j.dataset)
               for n in c.names("hf") for j in c.engine_jobs(n)}

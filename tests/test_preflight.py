@@ -33,7 +33,7 @@ def paper(edit=None) -> Config:
     update_config(cfg, copy.deepcopy(PAPER))
     if edit:
         edit(cfg)
-    return Config.load(cfg, REPO / "config/schema.yaml")
+    return Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
 
 
 def only(name, **kw):

@@ -24,7 +24,7 @@ from wf import REPO
 
 pytest.importorskip("transformers")
 DEFAULT = yaml.safe_load((REPO / "config.yaml").read_text())
-SCHEMA = REPO / "config" / "schema.yaml"
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 

@@ -208,7 +208,7 @@ def test_every_scored_row_has_a_config_predict_reads(table):
 def cli_args(r) -> list[str]:
     """`specmoe predict` for a row's setup, as a user would type it."""
     args = [str(REPO / r["config"]), "--hardware", r["hardware_pred"], "--tp", r["tp_pred"],
-            "--precision", r["precision_pred"], "--k", r["k_pred"], "--method",
+            "--precision", r["precision_pred"], "--draft-length", r["k_pred"], "--method",
             r["method_pred"], "--engine", r["engine_pred"], "--batch-sizes", r["batch_pred"]]
     if r["hardware_pred"] not in predictor.shipped_gpus():
         args += ["--hardware-file", HARDWARE_FILE]

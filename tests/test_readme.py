@@ -157,5 +157,6 @@ def test_the_preflight_example_is_what_the_preflight_says():
     update_config(cfg, yaml.safe_load((REPO / "config/paper.yaml").read_text()))
     m = copy.deepcopy(next(m for m in cfg["models"] if m["name"] == "mixtral-8x7b-bf16-tp2"))
     cfg["models"] = [{**m, "name": "mixtral-bf16-tp1", "tp": 1}]
-    report = Config.load(cfg, REPO / "config/schema.yaml").preflight(with_vllm=False)
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    report = Config.load(cfg, schema).preflight(with_vllm=False)
     assert report.lines(True) == [example]

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from browser import open_page
+from declared import in_folder, report_inputs, tables_in
 from specmoe.sources import published
 from specmoe.report import figures, prose, registry, replay, tables
 from specmoe.stages import report
@@ -114,9 +115,10 @@ def make_report(tmp_path: Path) -> Path:
     study = {"tiny-fine": {"study": "Qwen2-57B", "precision": None, "tp": None, "gpu": "CPU"},
              "synth-fine": {"study": "Qwen3-30B", "precision": "bf16", "tp": 1, "gpu": "H100"}}
     report.replay_stage(td)
-    report.comparison_stage(td, td / "comparison", study, {})
-    report.figures_stage(td, res / "figures", {}, study, VARIANT_OF)
-    report.report_stage(td, res / "figures", res / "report" / "index.md", {"config_hash": "x"})
+    report.comparison_stage(in_folder(td), td / "comparison", study, {})
+    report.figures_stage(in_folder(td), res / "figures", {}, study, VARIANT_OF)
+    report.report_stage(*report_inputs(td, res / "figures"), res / "report" / "index.md",
+                        {"config_hash": "x"})
     return res
 
 
@@ -179,17 +181,60 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     assert (res / "report" / "summary.txt").read_text().startswith("Report: ")
 
 
+@pytest.mark.parametrize("with_run", [False, True])
+def test_a_comparison_row_of_a_model_without_runs_is_named_by_its_model(tmp_path, with_run):
+    """A cost-only study model has weight-model rows in the comparison with no drafter or
+    dataset: its run is named by its model alone, beside a run's full name (such a row stopped
+    the figures job)."""
+    from specmoe.report.runs import load
+
+    row = {"table": "weight_model", "model": "qwen-cost", "drafter": None, "k": 3,
+           "dataset": None, "quantity": "moe_weight_share", "published": 0.667,
+           "reproduced": 0.667}
+    rows = [row] + ([{**row, "table": "overlap_by_distance", "model": "synth", "drafter": "d",
+                      "dataset": "x", "quantity": "seq1"}] if with_run else [])
+    tables.write_table(pd.DataFrame(rows), tmp_path / "comparison", {}, "")
+    df = load(tables_in(tmp_path), "comparison")
+    assert list(df["run"]) == ["qwen-cost"] + (["synth d K=3 x"] if with_run else [])
+    assert list(df["label"]) == ["qwen-cost"] + (["synth, K=3, x"] if with_run else [])
+    assert figures.figure_frames(tables_in(tmp_path))["comparison"][0] is figures.comparison
+
+
 def test_every_figure_of_the_fixed_results_has_data():
     """The default run fills every figure in miniature: none is the explanatory placeholder, and
     the variants figure has tiny-fine beside its bf16 variant."""
     study = {"tiny-fine": {"study": "Qwen2-57B"}, "tiny-fine-bf16": {"study": "Qwen2-57B"}}
-    frames = figures.figure_frames(FIXTURE, study, VARIANT_OF)
+    frames = figures.figure_frames(in_folder(FIXTURE), study, VARIANT_OF)
     placeholders = [stem for stem, (fn, *_) in frames.items() if fn is figures.empty]
     assert placeholders == ["comparison"] or placeholders == [], placeholders
     _, sp, _, panel, line, *_ = frames["speedup_variants"]
     families = {k: set(g[line]) for k, g in sp.groupby(panel) if g[line].nunique() >= 2}
     assert families == {("tiny-fine", "tiny-drafter", "tinybench+heldout-code+heldout-prose"):
                         {"tiny-fine", "tiny-fine-bf16"}}
+
+
+def test_a_report_job_reads_only_its_declared_tables_each_once(tmp_path, monkeypatch):
+    """The report reads the tables its rule declares and nothing else in the folder, and parses
+    each of them once, however many sentences, findings and blocks read it."""
+    td = tmp_path / "results" / "tables"
+    shutil.copytree(FIXTURE, td)
+    for csv in sorted(td.glob("*.csv")):
+        tables.write_table(tables.read_csv(csv), csv.with_suffix(""), {}, registry.text(csv.stem))
+    csvs, mds, _ = report_inputs(td, tmp_path)
+    left_out = "speedup_vs_batch"  # a table another configuration left in the folder
+    csvs.pop(left_out), mds.pop(left_out)
+    parsed = []
+    read_csv = pd.read_csv
+    monkeypatch.setattr(pd, "read_csv", lambda path, *a, **kw: parsed.append(str(path))
+                        or read_csv(path, *a, **kw))
+    out = tmp_path / "results" / "report" / "index.md"
+    report.report_stage(csvs, mds, {}, out, {"config_hash": "x"})
+    mine = [p for p in parsed if p.startswith(str(td))]  # not the package's published data
+    assert len(mine) == len(set(mine)) and set(mine) <= {str(p) for p in csvs.values()}
+    assert str(csvs["overlap_by_distance"]) in mine
+    text = out.read_text()
+    assert f"### {registry.title('overlap_by_distance')}" in text
+    assert f"### {registry.title(left_out)}" not in text and "(file `speedup_vs_batch`" not in text
 
 
 def test_report_html_opens_in_a_headless_browser_with_every_image(tmp_path):
@@ -260,8 +305,9 @@ def _routing_tables(tmp_path, fine: dict, coarse: dict, controls: dict | None = 
 
 
 def _page(tmp_path) -> str:
-    page = tmp_path / "index.md"
-    report.report_stage(tmp_path, tmp_path, page, {"config_hash": "x", "created": "now"})
+    page = tmp_path / "report" / "index.md"
+    report.report_stage(*report_inputs(tmp_path, tmp_path), page,
+                        {"config_hash": "x", "created": "now"})
     return page.read_text()
 
 
@@ -272,7 +318,7 @@ def test_routing_targets_follow_the_tables(tmp_path):
     untrained control does not show it (tables that contradict each other's words)."""
     bad = {"seq1": 0.38, "ind": 0.40, "decay": -0.03, "hot": 0.83, "ipf": 0.12, "above": -0.03}
     _routing_tables(tmp_path, fine=bad, coarse={**bad, "seq1": 0.60, "ind": 0.40})
-    t = prose.routing_targets(tmp_path)
+    t = prose.routing_targets(tables_in(tmp_path))
     fine = t[t["model"] == "fine"].set_index("finding")["status"]
     assert set(fine) == {"not shown"}
     assert "83%" in t[t["model"] == "fine"]["value"].iloc[0]
@@ -286,7 +332,7 @@ def test_routing_targets_follow_the_tables(tmp_path):
     flat = {"decay": 0.0, "above": 0.0, "seq1": 0.9}
     _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
                     controls=flat)
-    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
     assert set(t.loc["fine"]["status"]) == {"shown"}
     assert t.loc[("fine", "overlap decays inside windows"), "learned"] == "yes"
     assert "step-1 overlap above the within-window shuffle null" not in t.loc["fine"].index
@@ -305,7 +351,7 @@ def test_routing_targets_follow_the_tables(tmp_path):
     # the same target beside a control that decays and clears its null as well: not evidence
     _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
                     controls={"seq1": 0.9})
-    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
     assert set(t.loc["fine"]["learned"]) == {"no: the untrained control shows it as well"}
     assert t.loc[("fine", "temporal share larger for finer experts"), "learned"] == \
         "no: the untrained control shows it as well"
@@ -315,13 +361,13 @@ def test_routing_targets_follow_the_tables(tmp_path):
 
     # the study's "within 4%": the uniform IPF of the overlap along the sequence decides it
     _routing_tables(tmp_path, fine={**good, "ipf": 0.05}, coarse=good, controls=flat)
-    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
     assert t.loc[("fine", "uniform IPF predicts unique experts"), "status"] == "not shown"
     assert "+5.0% (21.00 vs 20.00)" in t.loc[("fine", "uniform IPF predicts unique experts"),
                                               "value"]
 
     _routing_tables(tmp_path, fine={**good, "decay": 0.01}, coarse=good, controls=flat)
-    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])["status"]
+    t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])["status"]
     assert t.loc[("fine", "overlap decays with distance")] == "undecided"
 
 
@@ -334,7 +380,7 @@ def test_direction_words_come_with_the_interval_that_decides_them(tmp_path):
                         (-0.05, "rises (-0.050 [-0.070, -0.030])"),
                         (0.005, "undecided (+0.005 [-0.015, +0.025])")):
         _routing_tables(tmp_path, fine={**good, "decay": decay}, coarse=good)
-        words = " ".join(prose.report_findings(tmp_path))
+        words = " ".join(prose.report_findings(tables_in(tmp_path)))
         assert f"fine, K=3, main: inside windows, overlap at d = 1..1 0.250, from d = 1 to 1 " \
                f"{word}" in words
     run = {"model": "fine", "drafter": "d", "k": 3, "dataset": "main", "tau": 2.0,
@@ -348,7 +394,7 @@ def test_direction_words_come_with_the_interval_that_decides_them(tmp_path):
         # the first page's numbers with their intervals: at batch 1 and where largest
         assert (f"fine (K=3) {word}: speedup {spd:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at "
                 f"batch 1, largest {spd + 0.01:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at batch "
-                "4; ") in prose.opening(tmp_path)
+                "4; ") in prose.opening(tables_in(tmp_path))
 
 
 def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: str):
@@ -370,7 +416,8 @@ def test_directions_in_the_words_follow_the_tables(tmp_path):
     'stays flat'; a speedup's shape and interval are the table's, and a measured draft cost with
     no interval is given no direction (fixtures that contradict each other's wording)."""
     _curve_tables(tmp_path, [0.1, 0.2, 0.3, 0.4], [1.4, 1.2, 1.1, 1.0], "peak at low batch")
-    words = " ".join(prose.draft_cost_findings(tmp_path) + prose.measured_findings(tmp_path))
+    td = tables_in(tmp_path)
+    words = " ".join(prose.draft_cost_findings(td) + prose.measured_findings(td))
     assert "dense drafter: the step model's draft cost ratio rises with batch size, from 0.100" \
         in words
     assert "MoE drafter: the step model's draft cost ratio stays flat" in words
@@ -378,12 +425,13 @@ def test_directions_in_the_words_follow_the_tables(tmp_path):
     assert "no interval: no direction is claimed" in words
     _curve_tables(tmp_path, [0.4, 0.3, 0.2, 0.1], [1.0, 1.1, 1.0, 1.05],
                   "undecided within the noise")
-    words = " ".join(prose.draft_cost_findings(tmp_path) + prose.measured_findings(tmp_path))
+    td = tables_in(tmp_path)
+    words = " ".join(prose.draft_cost_findings(td) + prose.measured_findings(td))
     assert "dense drafter: the step model's draft cost ratio falls with batch size" in words
     assert "rises" not in words and "(undecided within the noise)" in words
     # a curve that turns is worded by its turn, not by its ends
     _curve_tables(tmp_path, [0.4, 0.2, 0.1, 0.39], [1.0, 1.1, 1.0, 1.05], "concave")
-    words = " ".join(prose.draft_cost_findings(tmp_path))
+    words = " ".join(prose.draft_cost_findings(tables_in(tmp_path)))
     assert ("dense drafter: the step model's draft cost ratio falls from 0.400 at batch 1 to "
             "0.100 at batch 4, then rises to 0.390 at batch 8.") in words
 

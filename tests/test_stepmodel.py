@@ -167,7 +167,7 @@ BAD_HW = REPO / "tests" / "fixtures" / "bad_hardware.yaml"
 
 
 @pytest.mark.parametrize("config, args, message", [
-    ("Qwen3-30B-A3B-FP8.json", ["--k", "0"], "--k must be >= 1"),
+    ("Qwen3-30B-A3B-FP8.json", ["--draft-length", "0"], "--draft-length must be >= 1"),
     ("Qwen3-30B-A3B-FP8.json", ["--batch-sizes", "0,1"], "--batch-sizes must be >= 1 each"),
     ("Qwen3-30B-A3B-FP8.json", ["--draft-cost", "-0.5"], "--draft-cost"),
     ("Qwen3-30B-A3B-FP8.json", ["--study-model", "Qwen9"], "not a study model"),
@@ -334,7 +334,7 @@ def test_predict_deepseek_r1_on_b200_is_outside_the_calibration(capsys):
     """The study measured TE on H100 only (its B200 rows are MoE shares): DeepSeek-R1 on B200,
     TP 8, vLLM MTP K = 1 was 'validated' at distance 0 with no caveat."""
     code, out, err = predict(capsys, str(FIXTURES / "DeepSeek-R1.json"), "--hardware", "B200",
-                             "--tp", "8", "--method", "mtp", "--k", "1", "--json")
+                             "--tp", "8", "--method", "mtp", "--draft-length", "1", "--json")
     assert code == 0, err
     r = json.loads(out)
     assert r["calibration_distance"] >= 1 and not any(r["validated"])
@@ -383,7 +383,7 @@ def test_another_engine_counts_in_the_distance_but_not_twice_in_te(capsys, monke
 
 def test_the_human_output_prints_validated_caveats_per_line_and_a_legend(capsys):
     code, out, err = predict(capsys, str(FIXTURES / "DeepSeek-R1.json"), "--hardware", "B200",
-                             "--tp", "8", "--method", "mtp", "--k", "1")
+                             "--tp", "8", "--method", "mtp", "--draft-length", "1")
     assert code == 0, err
     lines = out.splitlines()
     assert "validated" in next(x for x in lines if x.strip().startswith("batch"))

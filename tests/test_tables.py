@@ -2,6 +2,7 @@ import json
 
 import pandas as pd
 
+from declared import report_inputs
 from specmoe.report.tables import read_csv, to_latex, to_markdown, write_table
 
 
@@ -45,7 +46,7 @@ def test_report_opens_with_its_caveats(tmp_path):
                    "sample_ok": b < 64} for b in (1, 64, 128)]).to_csv(td / "te_vs_batch.csv",
                                                                       index=False)
     out = tmp_path / "report" / "index.md"
-    report_stage(td, tmp_path / "figures", out, {})
+    report_stage(*report_inputs(td, tmp_path / "figures"), out, {})
     text = out.read_text()
     assert "## Caveats" in text and "did not converge for 15 expert(s)" in text
     assert "too few windows for the measured-windows TE at batch 64, 128" in text
@@ -79,7 +80,7 @@ def test_report_says_what_the_routing_shows(tmp_path):
     ]
     pd.DataFrame(rows).to_csv(td / "overlap_by_distance.csv", index=False)
     out = tmp_path / "report" / "index.md"
-    report_stage(td, tmp_path / "figures", out, {})
+    report_stage(*report_inputs(td, tmp_path / "figures"), out, {})
     text = out.read_text()
     assert "### What the routing shows, run by run" in text
     assert ("trained, K=3, x: inside windows, overlap at d = 1..3 0.470 / 0.470 / 0.450, from "

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from declared import report_inputs
 from specmoe.report import timing
 from specmoe.report.summary import end_of_run
 from specmoe.routing.trace import Trace, status_for, write_trace
@@ -114,7 +115,7 @@ def test_end_of_run_counts_only_this_runs_jobs(tmp_path):
 def test_the_report_has_a_provenance_section_with_the_breakdown(tmp_path):
     root = run_dir(tmp_path)
     out = root / "results/report/index.md"
-    report.report_stage(root / "results/tables", root / "results/figures", out,
+    report.report_stage(*report_inputs(root / "results/tables", root / "results/figures"), out,
                         {"config_hash": "abc", "created": "now"}, run_root=root)
     text = out.read_text()
     section = text[text.index("## Provenance"):]

@@ -97,6 +97,44 @@ def test_chain_runs_caches_and_forcerun_reruns_only_downstream(tmp_path):
         assert upstream not in changed, upstream
 
 
+def test_a_report_shows_only_the_tables_its_configuration_declares(tmp_path):
+    """A configuration with a synthetic model and a cost-only study model (its weight-model
+    table), then one with another synthetic model only, into the same results/: the tables of
+    the first left in results/tables/ appear nowhere in the second's report, comparison or
+    figures (each of their jobs reads only the tables its rule lists)."""
+    from hubfake import lay_out_cache
+    from specmoe.report import registry
+
+    fixture = REPO / "src/specmoe/data/hf_configs/Qwen3-30B-A3B.json"
+    cache = tmp_path / "hf" / "hub"
+    lay_out_cache(cache, "Qwen/Qwen3-30B-A3B", {"config.json": fixture.read_bytes(),
+                                                "tokenizer.json": b"{}"}, commit="f" * 40)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(cache))
+    first = yaml.safe_load(yaml.safe_dump(TEST_CONFIG))
+    first["models"][0]["name"] = "synth-first"
+    first["models"].append({"name": "qwen-first", "source": "hf", "cost_only": True,
+                            "repo_id": "Qwen/Qwen3-30B-A3B"})
+    wd = make_workdir(tmp_path, first)
+    snakemake(wd, env=env, **ON_TEST)
+    res = wd / "results"
+    index = (res / "report/index.md").read_text()
+    assert "qwen-first" in index and "synth-first" in index  # the first report shows both
+    assert f"### {registry.title('weight_model')}" in index
+
+    second = yaml.safe_load(yaml.safe_dump(TEST_CONFIG))
+    second["models"][0]["name"] = "synth-second"
+    (wd / "test.yaml").write_text(yaml.safe_dump(second))
+    snakemake(wd, env=env, **ON_TEST)
+    assert "qwen-first" in (res / "tables/weight_model.csv").read_text()  # left in the folder
+    index = (res / "report/index.md").read_text()
+    assert "synth-second" in index
+    for text in (index, (res / "report/index.html").read_text(),
+                 (res / "tables/comparison.csv").read_text()):
+        assert "qwen-first" not in text and "synth-first" not in text
+    assert f"### {registry.title('weight_model')}" not in index
+
+
 def assert_snakemake_report(wd: Path) -> None:
     """`snakemake --report` holds every figure and every table (its HTML page) with its caption,
     and opens in a headless browser with every image decoded and no caption error."""

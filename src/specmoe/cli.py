@@ -75,6 +75,23 @@ class Range:
         return f"{'<' if 'hi' in self.open else '<='} {num(self.hi)}"
 
 
+class _Renamed(argparse.Action):
+    """A flag's old spelling, refused in one line that names the new one: `--k` meant experts per
+    token in ipf, te and synth and the draft length in predict."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        super().__init__(option_strings, argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is now {self.new}")
+
+
+def _renamed(s: argparse.ArgumentParser, old: str, new: str, what: str) -> None:
+    s.add_argument(old, action=_Renamed, new=f"{new} ({what})")
+
+
 class _Once(argparse._StoreAction):
     """A single-valued flag given once: argparse would keep the last of two silently. It also
     records the warning of an unusual value (Range.warning) for main to print."""
@@ -120,7 +137,7 @@ class _Parser(argparse.ArgumentParser):
         return super().add_argument(*args, **kwargs)
 
     def error(self, message: str):  # one line, exit 2, with the closest known name
-        # "argument --k: must be >= 1 (got 0)" -> "--k must be >= 1 (got 0)"
+        # "argument --n: must be >= 1 (got 0)" -> "--n must be >= 1 (got 0)"
         message = re.sub(r"^argument ([-\w/]+): (must|given) ", r"\1 \2 ", message)
         sys.stderr.write(f"{self.prog}: error: {message}{self._hint(message)}\n")
         raise SystemExit(2)
@@ -277,7 +294,9 @@ def _read_loads(path: str, n: int, k: int) -> np.ndarray:
 
 
 def _ipf_args(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--k", type=TOP_K, required=True, help="experts per token (top-k)")
+    s.add_argument("--experts-per-token", dest="k", type=TOP_K, required=True,
+                   help="experts per token k (top-k)")
+    _renamed(s, "--k", "--experts-per-token", "experts per token")
     s.add_argument("--n", type=EXPERTS, required=True, help="routed experts per layer")
     s.add_argument("--overlaps", type=_List(PROBABILITY), required=True,
                    help="ov(d) for d = 1..K, comma-separated; the window has K+1 tokens; at "
@@ -304,8 +323,8 @@ def cmd_ipf(a) -> dict:
             "converged": res["converged"], "n_clipped": res["n_clipped"]}
 
 
-_DIMS = ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "k", "n", "layers",
-         "shared_intermediate")
+_DIMS = ("hidden", "expert_intermediate", "heads", "kv_heads", "head_dim", "experts_per_token",
+         "n", "layers", "shared_intermediate")
 
 
 def _tp_splits(shape: dict, tp: int, name: str = "the dimensions") -> None:
@@ -324,7 +343,7 @@ def _te_args(s: argparse.ArgumentParser) -> None:
             ("heads", HEADS, "attention heads"), ("kv-heads", HEADS, "key/value heads, dividing "
                                                                      "--heads"),
             ("head-dim", HEADS, "dimension of one attention head"),
-            ("k", TOP_K, "experts per token (top-k)"),
+            ("experts-per-token", TOP_K, "experts per token k (top-k)"),
             ("n", EXPERTS, "routed experts per layer (default: k)"),
             ("layers", LAYERS, "decoder layers, every one with experts"),
             ("shared-intermediate", Range(int, 0, WIDTH.hi),
@@ -332,8 +351,10 @@ def _te_args(s: argparse.ArgumentParser) -> None:
         s.add_argument(f"--{name}", type=kind, help=what)
     s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: config's, else bf16)")
     s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
-    s.add_argument("--k-draft", type=DRAFT_LEN, default=3,
+    s.add_argument("--draft-length", dest="k_draft", type=DRAFT_LEN, default=3,
                    help="draft length K of the window that --unique counts (default 3)")
+    _renamed(s, "--k", "--experts-per-token", "experts per token")
+    _renamed(s, "--k-draft", "--draft-length", "the draft length K")
     s.add_argument("--unique", type=Range(float, 1),
                    help="unique experts per verification window of K+1 tokens, in [k, min(N, "
                         "k (K+1))]")
@@ -358,9 +379,10 @@ def cmd_te(a) -> dict:
                    if getattr(a, n) is None]
         if missing:
             raise InputError(f"give --config or all of: {', '.join(missing)}")
-        check_nk(a.n or a.k, a.k)
+        k = a.experts_per_token
+        check_nk(a.n or k, k)
         dims = ModelDims.from_dims(hidden=a.hidden, expert_intermediate=a.expert_intermediate,
-                                   num_experts=a.n or a.k, top_k=a.k, heads=a.heads,
+                                   num_experts=a.n or k, top_k=k, heads=a.heads,
                                    num_layers=a.layers,
                                    kv_heads=a.kv_heads, head_dim=a.head_dim,
                                    shared_intermediate=a.shared_intermediate or 0,
@@ -374,7 +396,8 @@ def cmd_te(a) -> dict:
             raise InputError(
                 f"--unique {a.unique:g} is impossible: a window of K+1 = {a.k_draft + 1} tokens "
                 f"uses between k = {dims.top_k} (every token the same experts) and "
-                f"min(N, k (K+1)) = {hi} unique experts (N = {dims.num_experts}; --k-draft sets K)")
+                f"min(N, k (K+1)) = {hi} unique experts (N = {dims.num_experts}; --draft-length "
+                "sets K)")
     out = dims.summary(a.unique)
     out.update(dtype=dims.dtype, tp=dims.tp, top_k=dims.top_k)
     return out
@@ -404,9 +427,13 @@ def cmd_correction(a) -> dict:
 def _synth_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--out", type=Path, required=True, help="Parquet trace to write")
     s.add_argument("--n", type=EXPERTS, default=128, help="routed experts per layer (128)")
-    s.add_argument("--k", type=TOP_K, default=8, help="experts per token (8)")
+    s.add_argument("--experts-per-token", dest="k", type=TOP_K, default=8,
+                   help="experts per token k (8)")
     s.add_argument("--layers", type=LAYERS, default=8, help="MoE layers (8)")
-    s.add_argument("--k-draft", type=DRAFT_LEN, default=3, help="draft length K (3)")
+    s.add_argument("--draft-length", dest="k_draft", type=DRAFT_LEN, default=3,
+                   help="draft length K (3)")
+    _renamed(s, "--k", "--experts-per-token", "experts per token")
+    _renamed(s, "--k-draft", "--draft-length", "the draft length K")
     s.add_argument("--skew", type=Range(float, 0, usual=(0, 4), unusual=(
         "a Zipf exponent above 4 sends nearly every token to the same few experts")),
                    help="Zipf exponent of expert loads (1.0)")
@@ -564,7 +591,9 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (1)")
     s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
                    help="auto: the checkpoint's own format; fp8: vLLM's online fp8 (auto)")
-    s.add_argument("--k", type=DRAFT_LEN, default=3, help="draft length K (3)")
+    s.add_argument("--draft-length", dest="k", type=DRAFT_LEN, default=3,
+                   help="draft length K (3)")
+    _renamed(s, "--k", "--draft-length", "the draft length K")
     s.add_argument("--method", default=DEFAULT_METHOD, choices=SPEC_METHODS,
                    help="speculative method; its drafter's cost comes from the target's shape, "
                         f"or from --draft-config (a draft model's or an EAGLE head's) ({DEFAULT_METHOD})")

@@ -23,6 +23,7 @@ from . import paths
 from .sources import published
 from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
+from .kinds import kind
 from .names import DEFAULT_METHOD, control_name, job_label
 from .sources.prompts import DEFAULT_SOURCE
 
@@ -35,8 +36,6 @@ GPU_MEMORY_UTILIZATION = 0.9
 # A GPU job's SLURM memory and runtime (minutes) where neither the model's `gpu` entry nor the
 # configuration's sets them (and the GPU bill has no estimate of the runtime).
 GPU_JOB_DEFAULTS = {"mem_mb": 64000, "runtime": 120}
-# The engine section each GPU job's engine reads.
-SECTION = {"capture": "capture", "sweep_ar": "sweep", "sweep_sd": "sweep", "profile": "profiling"}
 # A model's precision as the engine's dtype (bf16, fp16, fp32; auto and fp8 keep the section's).
 PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -82,12 +81,16 @@ class Run:
 
 @dataclass(frozen=True)
 class Job:
-    """One engine job (capture, sweep_ar, sweep_sd, profile) of a model; empty fields: none."""
+    """One engine job of a model, its rule one of the engine job kinds (specmoe.kinds); empty
+    fields: none."""
     rule: str
     model: str
     drafter: str = ""
     k: int | str = ""
     dataset: str = ""
+
+    def __post_init__(self):
+        kind(self.rule)  # an unknown kind is an error
 
     @property
     def label(self) -> str:
@@ -360,24 +363,48 @@ class Config:
         base["engine_args"] = extra
         return base
 
+    def job_settings(self, rule: str, name: str) -> dict:
+        """The engine settings of a job of kind `rule` (specmoe.kinds) of model `name`: a study
+        model's (or a drafter served alone) section with its TP, precision and engine arguments;
+        a tiny model's sweep settings in its precision, its `tiny.capture` section, or the
+        section as written."""
+        what = kind(rule)
+        if self.from_download(name):
+            return self.engine_settings(name, what.section)
+        if what.series:
+            return self.sweep_params(name)
+        return self.section(what.section, tiny=what.section == "capture")
+
+    def served_datasets(self, rule: str, name: str, dataset: str = "") -> list[str]:
+        """The datasets whose prompts a job of kind `rule` serves: its run's `dataset`, every
+        dataset its model is swept on, or its model's first."""
+        what = kind(rule).datasets
+        if what == "run":
+            return [dataset]
+        if what == "swept":
+            return self.sweep_datasets(name)
+        return list(self.models[name].datasets[:1])
+
     def engine_of(self, job: Job):
         """What a GPU job's engine is, for the preflight (specmoe.checks.preflight.Engine)."""
         from .checks.preflight import Engine
 
-        settings = self.engine_settings(job.model, SECTION[job.rule])
+        what = kind(job.rule)
+        settings = self.engine_settings(job.model, what.section)
         args = settings["engine_args"]
-        section = settings if job.rule != "capture" else {}  # capture has no max_model_len key
+        # the capture section has no max_model_len key
+        section = settings if what.section != "capture" else {}
         max_len = int(args.get("max_model_len") or section.get("max_model_len")
                       or ENGINE_DEFAULTS["max_model_len"])
-        if job.rule == "capture":
+        if what.stage == "capture":
             batch, out = int(settings["max_num_seqs"]), int(settings["max_tokens"])
-        elif job.rule == "profile":
+        elif what.stage == "profile":
             batch, out = max(settings["batch_sizes"]), int(settings["max_tokens"])
         else:
             batch = max(int(p["batch"]) for p in settings["schedule"])
             out = int(settings["output_len"])
         d = self.drafters.get(job.drafter)
-        method = d.method if d is not None and job.rule != "sweep_ar" else None
+        method = d.method if d is not None and what.sd else None
         entry = self.entry(job.model)
         return Engine(job=job.label, model=job.model, entry=entry,
                       hardware=self.hardware.get(self.hardware_of(job.model), {}),
@@ -388,7 +415,7 @@ class Config:
                       prompt_tokens={ds: self.prompt_tokens(ds)[0]
                                      for ds in self._job_datasets(job)},
                       utilization=self.memory_utilization(job.model),
-                      offline_server=job.rule not in ("sweep_ar", "sweep_sd"),
+                      offline_server=not what.series,
                       dtype=str(settings.get("dtype") or ENGINE_DEFAULTS["dtype"]),
                       engine_args=dict(args))
 
@@ -401,17 +428,12 @@ class Config:
         out = []
         for name in [*self.names("tiny"), *self.names("hf")]:
             for job in self.engine_jobs(name):
-                section = SECTION[job.rule]
-                if self.from_download(name):
-                    settings = self.engine_settings(name, section)
-                elif job.rule in ("sweep_ar", "sweep_sd"):
-                    settings = self.sweep_params(name)
-                else:
-                    settings = self.section(section, tiny=section == "capture")
+                what = kind(job.rule)
+                settings = self.job_settings(job.rule, name)
                 args = settings.get("engine_args") or {}
-                own = settings.get("max_model_len") if job.rule != "capture" else None
+                own = settings.get("max_model_len") if what.section != "capture" else None
                 limit = int(args.get("max_model_len") or own or ENGINE_DEFAULTS["max_model_len"])
-                if job.rule in ("sweep_ar", "sweep_sd"):
+                if what.series:
                     datasets = self.sweep_datasets(name)
                     reserved = int(settings["output_len"]) + \
                         self.prompting(name, datasets)["draft_slack"]

@@ -2,8 +2,8 @@
 engine job's label; the speculative methods it knows and the study's batch sizes."""
 
 CONTROL_SUFFIX = "-random"
-# vLLM's speculative methods the pipeline serves (config/schema.yaml's drafters' `method` lists the
-# same; tests/test_config.py checks it).
+# vLLM's speculative methods the pipeline serves (the drafters' `method` in
+# workflow/schemas/config.schema.yaml lists the same; tests/test_config.py checks it).
 SPEC_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 # The method the step model assumes where a model names no drafter (a synthetic model, `specmoe
 # predict` without --method): a one-layer head, EAGLE-3, the study's most common.

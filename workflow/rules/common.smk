@@ -13,6 +13,7 @@ from specmoe.config import CPU_ENGINE, for_workflow
 from specmoe.cost.plan import planned_runtime
 from specmoe.errors import InputError
 from specmoe.files import Files
+from specmoe.kinds import kind
 from specmoe.names import control_name
 from specmoe.report import registry
 
@@ -56,7 +57,7 @@ def main_process():
 try:
     CFG, _notes = for_workflow(
         config,
-        os.path.join(workflow.basedir, "config", "schema.yaml"),
+        os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
         cache_dir=".snakemake/specmoe",
         preflight=main_process(),
         files=workflow.configfiles,
@@ -106,29 +107,18 @@ def table_outputs(names):
     return out
 
 
-def run_tables():
-    """The tables of this configuration's own runs and models."""
-    names = list(TABLES) if CFG.runs() else []
-    names += MEASURED_TABLES if CFG.sweep_runs() else []
-    names += registry.written_by("step_model") if CFG.predicted else []
-    return names + (["weight_model"] if CFG.hf else [])
-
-
-def report_tables():
-    """Every table of the report: the runs', the comparison with the study and the replay."""
-    return run_tables() + ["comparison"] + REPLAY_TABLES
-
-
 def run_of(w):
     """The run's identity as a plain dict."""
     return {"model": w.model, "drafter": w.drafter, "k": int(w.k), "dataset": w.dataset}
 
 
 # --- engine jobs (capture, sweeps, profiles): one rule body, whatever the hardware --------------
-# The study's models (source hf) are served from their downloads with the study's engine settings;
-# tiny models from their trained checkpoints with the tiny settings. Where a job runs follows the
-# model's hardware: a GPU (vLLM's CUDA build, GPU resources) or, for hardware whose device is cpu,
-# this machine's cores (vLLM for CPUs).
+# Each engine rule is a kind of engine job (specmoe.kinds.KINDS, by the rule's name), whose row
+# says whether it serves a drafter, which datasets' prompts, its configuration section and whether
+# it times things. The study's models (source hf) are served from their downloads with the study's
+# engine settings; tiny models from their trained checkpoints with the tiny settings. Where a job
+# runs follows the model's hardware: a GPU (vLLM's CUDA build, GPU resources) or, for hardware
+# whose device is cpu, this machine's cores (vLLM for CPUs).
 
 
 def measure_threads():
@@ -142,6 +132,10 @@ def measure_threads():
     return cores if isinstance(cores, int) and 2 <= cores <= 512 else 2
 
 
+def engine_threads(rule_name):
+    return measure_threads() if kind(rule_name).timed else 2
+
+
 def engine_env(w):
     return "../../envs/gpu.yaml" if CFG.on_gpu(w.model) else "../../envs/models.yaml"
 
@@ -151,6 +145,7 @@ def engine_resources(rule_name):
     CPU_ENGINE's memory on a CPU; its runtime in minutes is the GPU bill's estimate for GPU jobs
     (the model's `gpu.runtime` where the bill has none) and CPU_ENGINE's else, doubled on each
     retry."""
+    kind(rule_name)
 
     def runtime(wildcards, input, attempt):
         if not CFG.on_gpu(wildcards.model):
@@ -171,29 +166,50 @@ def engine_resources(rule_name):
     }
 
 
-def plan_input(w):
-    return FILES.plan(w.model)
+def served_datasets(rule_name, w):
+    return CFG.served_datasets(rule_name, w.model, w.get("dataset", ""))
 
 
-def engine_target(w):
-    return FILES.engine_target(w.model)
+def engine_inputs(rule_name):
+    """An engine job's inputs (for unpack): the GPU bill, the served target, its drafter (a kind
+    with SD) and the prompt tables of the datasets it serves."""
+    what = kind(rule_name)
+
+    def inputs(w):
+        out = {"plan": FILES.plan(w.model), "target": FILES.engine_target(w.model)}
+        if what.sd:
+            out["drafter"] = FILES.engine_drafter(w.model, w.drafter)
+        out["prompts"] = FILES.prompts(served_datasets(rule_name, w))
+        return out
+
+    return inputs
 
 
-def engine_drafter(w):
-    return FILES.engine_drafter(w.model, w.drafter)
+def engine_params(rule_name):
+    """An engine job's params: the job (a series: its datasets; else its one dataset), its
+    engine settings, the speculative method of a study model's drafter, whether it runs on a GPU,
+    the embedded prompt table and how the prompts are given."""
+    what = kind(rule_name)
 
+    def job(w):
+        datasets = served_datasets(rule_name, w)
+        return {
+            "model": w.model,
+            "drafter": w.drafter if what.sd else None,
+            "k": int(w.k) if what.sd else None,
+            **({"datasets": datasets} if what.series else {"dataset": datasets[0]}),
+        }
 
-def engine_method(w):
-    return CFG.drafters[w.drafter].method if CFG.from_download(w.model) else None
+    def method(w):
+        if not what.sd or not CFG.from_download(w.model):
+            return None
+        return CFG.drafters[w.drafter].method
 
-
-def engine_section(section, tiny_section):
-    """A rule's engine settings: the study's section with the model's TP, precision and engine
-    arguments, or the tiny models' section (sweeps in the model's precision)."""
-
-    def settings(w):
-        if CFG.from_download(w.model):
-            return CFG.engine_settings(w.model, section)
-        return tiny_section(w)
-
-    return settings
+    return {
+        "job": job,
+        "settings": lambda w: CFG.job_settings(rule_name, w.model),
+        "method": method,
+        "gpu": lambda w: CFG.on_gpu(w.model),
+        "prompts": CFG.prompts,
+        "prompting": lambda w: CFG.prompting(w.model, served_datasets(rule_name, w)),
+    }

@@ -127,7 +127,7 @@ rule replay:
 
 rule comparison:
     input:
-        [P.table(t, "csv") for t in run_tables()],
+        tables=FILES.tables(FILES.run_tables()),
     output:
         table_outputs(["comparison"]),
     log:
@@ -144,7 +144,7 @@ rule comparison:
 
 rule figures:
     input:
-        [P.table(t, "csv") for t in report_tables()],
+        tables=FILES.tables(FILES.report_tables()),
     output:
         [
             report(
@@ -171,8 +171,9 @@ rule figures:
 
 rule report_index:
     input:
-        tables=[P.table(t, "md") for t in report_tables()],
-        figures=[P.figure(fig, "png") for fig in FIGURES],
+        tables=FILES.tables(FILES.report_tables()),
+        markdown=FILES.tables(FILES.report_tables(), "md"),
+        figures=FILES.figures(),
     output:
         P.REPORT_MD,
         report(P.REPORT_HTML, caption=registry.path("index"), category="Report"),

@@ -1,13 +1,11 @@
 # Routing traces from a real engine: one Parquet file per (model, drafter, K, dataset). Rule capture
-# is the engine rule body that the sweeps and profiles reuse (measure.smk: `use rule capture`).
+# is the engine rule body that the sweeps and profiles reuse (measure.smk: `use rule capture`); what
+# each engine rule serves follows its kind (specmoe.kinds, by the rule's name).
 
 
 rule capture:
     input:
-        plan=plan_input,
-        target=engine_target,
-        drafter=engine_drafter,
-        prompts=lambda w: FILES.prompts([w.dataset]),
+        unpack(engine_inputs("capture")),
     output:
         P.TRACE,
     log:
@@ -19,15 +17,10 @@ rule capture:
     retries: 1
     conda:
         engine_env
-    threads: 2
+    threads: engine_threads("capture")
     resources:
         **engine_resources("capture"),
     params:
-        job=run_of,
-        settings=engine_section("capture", lambda w: CFG.section("capture", tiny=True)),
-        method=engine_method,
-        gpu=lambda w: CFG.on_gpu(w.model),
-        prompts=CFG.prompts,
-        prompting=lambda w: CFG.prompting(w.model, [w.dataset]),
+        **engine_params("capture"),
     script:
         "../scripts/engine.py"

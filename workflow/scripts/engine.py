@@ -1,10 +1,12 @@
 """Rules capture, sweep_ar, sweep_sd and profile (one rule body, workflow/rules/traces.smk): one
-real vLLM engine (a tiny model's directory, or a study model's download manifest); the rule's name
-picks the stage: a routing trace of every verification window, a serving series over the sweep's
-batch sizes for every dataset of its model, or torch.profiler over decode and verify passes."""
+real vLLM engine (a tiny model's directory, or a study model's download manifest); the rule's kind
+(specmoe.kinds, an unknown one an error) picks the stage: a routing trace of every verification
+window, a serving series over the sweep's batch sizes for every dataset of its model, or
+torch.profiler over decode and verify passes."""
 
 from pathlib import Path
 
+from specmoe.kinds import kind
 from specmoe.logs import logged, one
 from specmoe.stages.engines import engine_inputs, with_job_runtime
 from specmoe.stages.measure import profile_stage, sweep_series_stage
@@ -12,7 +14,7 @@ from specmoe.stages.traces import capture_stage
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
     rule, i, p, log = snakemake.rule, snakemake.input, snakemake.params, snakemake.log[0]
-    job = p.job  # a run (capture, profile) or a series (sweeps): model, drafter, k, dataset(s)
+    job, stage = p.job, kind(rule).stage  # job: a run or a series (model, drafter, k, datasets)
     with logged(log, rule):
         target, drafter = engine_inputs(
             i.target, one(i.get("drafter")), p.method, p.gpu, f"{rule} of {job['model']}"
@@ -20,15 +22,17 @@ if __name__ == "__main__":  # vLLM spawns processes that re-import the main modu
         settings = with_job_runtime(p.settings, snakemake.resources.get("runtime"))
         # a downloaded dataset's prompt table is results/prompts/<dataset>.csv
         tables = {Path(f).stem: f for f in i.get("prompts", [])}
-        if rule in ("sweep_ar", "sweep_sd"):
+        common = dict(engine_log=log, prompting=p.prompting)
+        if stage == "series":
             prompts = {ds: tables.get(ds, p.prompts) for ds in job["datasets"]}
             sweep_series_stage(target, drafter, job["k"], job, settings, prompts,
-                               snakemake.output[0], engine_log=log, prompting=p.prompting)
-        elif rule == "capture":
+                               snakemake.output[0], **common)
+        elif stage == "capture":
             capture_stage(target, drafter, job["k"], job, settings,
-                          tables.get(job["dataset"], p.prompts), snakemake.output[0],
-                          engine_log=log, prompting=p.prompting)
-        else:
+                          tables.get(job["dataset"], p.prompts), snakemake.output[0], **common)
+        elif stage == "profile":
             profile_stage(target, drafter, job["k"], job, settings,
                           tables.get(job["dataset"], p.prompts), snakemake.output.json,
-                          snakemake.output.traces, engine_log=log, prompting=p.prompting)
+                          snakemake.output.traces, **common)
+        else:
+            raise ValueError(f"rule {rule}: no stage {stage!r} in this script")

@@ -1,5 +1,5 @@
-"""The configuration's schema (config/schema.yaml): validation that fills the schema's defaults, as
-`snakemake.utils.validate` does, and says each violation in one line.
+"""The configuration's schema (workflow/schemas/config.schema.yaml): validation that fills the
+schema's defaults, as `snakemake.utils.validate` does, and says each violation in one line.
 
 A schema error is the key's path (`models[2].tp`, with the entry's name), what the value must be
 (read from the schema: type, bounds, choices) and, for an unknown key or choice close to a known

@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 
 from . import costmodel
 from ..errors import InputError
+from ..kinds import kind
 from .stepmodel import StepParams, step_time
 from ..routing.unique import uniform_unique
 
@@ -131,10 +132,10 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
 
     for j in model["jobs"]:
         rule, k = j["rule"], j["k"]
-        seconds = {"sweep_ar": lambda: boot + sweep_s(None),
-                   "sweep_sd": lambda: boot + sweep_s(int(k)),
+        what = kind(rule)
+        seconds = {"series": lambda: boot + sweep_s(int(k) if what.sd else None),
                    "capture": lambda: capture_s(int(k), j["dataset"]),
-                   "profile": lambda: profile_s(int(k))}[rule]()
+                   "profile": lambda: profile_s(int(k))}[what.stage]()
         rows.append({"rule": rule, "model": name, "drafter": j["drafter"], "k": k,
                      "dataset": j["dataset"], "gpus": gpus, "hours": seconds / 3600,
                      "gpu_hours": seconds * gpus / 3600,

@@ -196,7 +196,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     defaults (stepmodel.predict)."""
     batches = [int(b) for b in batch_sizes]
     if k < 1:
-        raise InputError(f"--k must be >= 1 (got {k})")
+        raise InputError(f"--draft-length must be >= 1 (got {k})")
     if not batches or min(batches) < 1 or max(batches) > MAX_BATCH:
         raise InputError(f"batch sizes must lie within 1..{MAX_BATCH} (got {batches})")
     if draft_cost is not None and not 0 <= draft_cost < 10:

@@ -20,6 +20,7 @@ from ..sources import published
 from ..names import control_name
 from ..provenance import atomic_path
 from .runs import by_distance, first_run, load, models, short_dataset, short_run
+from .tables import Tables
 
 sns.set_theme(style="whitegrid", context="paper")
 
@@ -410,10 +411,11 @@ def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
 NONE = "This configuration has no {} (see the configuration's models)."
 
 
-def figure_frames(table_dir, study: dict | None = None,
+def figure_frames(declared, study: dict | None = None,
                   variant_of: dict | None = None) -> dict[str, tuple]:
-    """Each figure's renderer and arguments, from the tables in table_dir."""
-    td, study = Path(table_dir), study or {}
+    """Each figure's renderer and arguments, from the tables the job declares ({stem: CSV path}
+    or a Tables; an undeclared table is an empty frame)."""
+    td, study = Tables.of(declared), study or {}
     ob, pl, tb = (load(td, s) for s in ("overlap_by_distance", "per_layer_overlap", "te_vs_batch"))
     anchor, sp, cmp_ = (load(td, s) for s in ("anchor_overlap", "speedup_vs_batch", "comparison"))
     colors = palette(models([ob, sp, tb, cmp_]))
@@ -431,7 +433,7 @@ def figure_frames(table_dir, study: dict | None = None,
     return out
 
 
-def _overlap_frame(td: Path, ob: pd.DataFrame, colors: dict, study: dict) -> tuple:
+def _overlap_frame(td: Tables, ob: pd.DataFrame, colors: dict, study: dict) -> tuple:
     """The overlap-by-distance figure's frame: one row per run and distance, inside windows and
     along the committed sequence, with the study's published points."""
     if ob.empty:
@@ -451,7 +453,7 @@ def _overlap_frame(td: Path, ob: pd.DataFrame, colors: dict, study: dict) -> tup
     return (overlap_by_distance, pd.DataFrame(long), colors, _published_by_distance(ob, study))
 
 
-def _cost_frames(td: Path, tb: pd.DataFrame, colors: dict) -> dict[str, tuple]:
+def _cost_frames(td: Tables, tb: pd.DataFrame, colors: dict) -> dict[str, tuple]:
     """The cost model's figures: TE vs batch, TE by dataset and the draft cost ratio model."""
     out = {"te_vs_batch": ((te_vs_batch, tb, colors) if not tb.empty
                            else (empty, NONE.format("cost model")))}

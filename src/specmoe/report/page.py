@@ -99,14 +99,14 @@ def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
     return out, note + "; every row is in the files above."
 
 
-def table_block(md: Path, csv: Path, rel, level: str = "###") -> list[str]:
-    """A table in the report: its heading in words, caption, files, then its parts."""
+def table_block(md: Path, df: pd.DataFrame, rel, level: str = "###") -> list[str]:
+    """A table in the report (`df`: its rows as its CSV holds them): its heading in words,
+    caption, files, then its parts."""
     stem = md.stem
     links = ", ".join(f"[{ext}](../{rel(md.with_suffix('.' + ext))})"
                       for ext in tables.FORMATS if md.with_suffix('.' + ext).exists())
     lines = [f"{level} {registry.title(stem)}", "", registry.text(stem), "",
              f"(file `{stem}`: {links})", ""]
-    df = tables.read_csv(csv)
     if df.empty:
         return lines + ["(no rows in this configuration)", ""]
     shown, note = pivoted(df, stem) if stem in PIVOTS and "batch" in df else main_rows(df, stem)

@@ -8,14 +8,12 @@ as such.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from ..sources import published
 from ..names import control_name
-from . import tables
+from .tables import Tables
 from .runs import by_distance, first_run, load, short_run
 
 SHOWN, NOT_SHOWN, UNDECIDED, NOT_MEASURED = "shown", "not shown", "undecided", "not measured"
@@ -135,27 +133,24 @@ def slice_runs(df: pd.DataFrame) -> dict[str, str]:
 # --- the caveats ------------------------------------------------------------------------------
 
 
-def report_caveats(table_dir) -> list[str]:
+def report_caveats(td: Tables) -> list[str]:
     """What a reader must know before trusting a number: IPF fits that did not converge and
     batch sizes too large for the trace's sample of windows."""
     out = []
-    ue = Path(table_dir) / "unique_experts.csv"
-    if ue.exists():
-        df = tables.read_csv(ue)
+    df = td.read("unique_experts")
+    if "ipf_unconverged_experts" in df:
         for _, r in df[df["ipf_unconverged_experts"] > 0].iterrows():
             out.append(f"{short_run(r['model'], r['k'], r['dataset'])}: this project's skewed "
                        f"IPF fit did not converge for {int(r['ipf_unconverged_experts'])} "
                        "expert(s) (their pair margins are jointly infeasible); its prediction "
                        "is the closest fit")
-    tb = Path(table_dir) / "te_vs_batch.csv"
-    if tb.exists():
-        df = tables.read_csv(tb)
-        if "sample_ok" in df:
-            bad = df[~df["sample_ok"].astype(bool)]
-            for (m, d, k, ds), g in bad.groupby(["model", "drafter", "k", "dataset"]):
-                out.append(f"{short_run(m, k, ds)}: the trace has too few windows for the "
-                           "measured-windows TE at batch "
-                           f"{', '.join(str(b) for b in sorted(g['batch'].unique()))}")
+    df = td.read("te_vs_batch")
+    if "sample_ok" in df:
+        bad = df[~df["sample_ok"].astype(bool)]
+        for (m, d, k, ds), g in bad.groupby(["model", "drafter", "k", "dataset"]):
+            out.append(f"{short_run(m, k, ds)}: the trace has too few windows for the "
+                       "measured-windows TE at batch "
+                       f"{', '.join(str(b) for b in sorted(g['batch'].unique()))}")
     return out
 
 
@@ -166,13 +161,13 @@ def _fmt(xs) -> str:
     return " / ".join(f"{x:.3f}" for x in xs)
 
 
-def report_findings(table_dir) -> list[str]:
+def report_findings(td: Tables) -> list[str]:
     """What the routing shows, run by run: overlap by distance inside windows (its decay, the share
     of the temporal overlap that the decay certifies as within-window ordering, and the decay
     among pairs of one acceptance status, with intervals by request) and along the
     committed sequence, against the independence baseline; without the windows that repeat a
     token where there are many (repeated tokens route alike)."""
-    ob = load(Path(table_dir), "overlap_by_distance")
+    ob = load(td, "overlap_by_distance")
     if ob.empty:
         return []
     slices = slice_runs(ob)
@@ -214,7 +209,7 @@ def report_findings(table_dir) -> list[str]:
     return out
 
 
-def repetition_notes(td: Path, models: list[str]) -> list[str]:
+def repetition_notes(td: Tables, models: list[str]) -> list[str]:
     """A sentence per tiny target whose output loops: overlap along a looping sequence
     measures the loop (a repeated token routes like its copy), not routing locality."""
     ob = load(td, "overlap_by_distance")
@@ -334,13 +329,12 @@ def _first(df: pd.DataFrame, model: str, like=None):
     return g.sort_values("k", kind="stable").iloc[0]
 
 
-def routing_targets(table_dir) -> pd.DataFrame:
+def routing_targets(td: Tables) -> pd.DataFrame:
     """Does each captured tiny target (a model with an untrained `-random` control) route like the
     study's models? Its first run (lowest K, first dataset) against the study's findings, each
     decided by the run's 95% intervals where it has them (bootstrap over requests), beside the
     control's value on the same K and dataset; a finding the control shows as well is not
     evidence of learned routing."""
-    td = Path(table_dir)
     ob, dec, ue = (load(td, s) for s in ("overlap_by_distance", "overlap_decomposition_step1",
                                            "unique_experts"))
     if ob.empty or "seq1" not in ob or dec.empty:
@@ -399,7 +393,7 @@ def _granularity_rows(tiny: list[str], shares: dict) -> list[dict]:
     return rows
 
 
-def _cpu_rows(td: Path, models: list[str]) -> list[dict]:
+def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
     """The study's GPU findings, with this run's numbers, marked as what a CPU cannot show: a tiny
     model's step time on a CPU is host overhead rather than weight reads."""
     sp, ks = load(td, "speedup_vs_batch"), load(td, "kernel_time_shares")
@@ -450,7 +444,7 @@ def findings_table(targets: pd.DataFrame) -> list[str]:
 # --- the opening paragraph ----------------------------------------------------------------------
 
 
-def _speedup_summary(td: Path) -> list[str]:
+def _speedup_summary(td: Tables) -> list[str]:
     """Each model's measured SD speedup at its first run, in words: at batch 1 and where it is
     largest, each with its 95% interval, whether it is faster or slower over the curve where the
     intervals decide it (adjusted for the number of batch sizes), and how many of its 95%
@@ -502,12 +496,11 @@ def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
     return f"{model}: " + "; ".join(parts)
 
 
-def opening(table_dir) -> str:
+def opening(td: Tables) -> str:
     """What this run shows, in a paragraph: the routing findings that separate learned routing
     (shown by a trained target and not by its untrained control), those the controls show as
     well, those not shown; the measured SD speedup on this machine with its intervals; and what
     a CPU cannot show."""
-    td = Path(table_dir)
     t = routing_targets(td)
     out = []
     if not t.empty:
@@ -532,10 +525,9 @@ def opening(table_dir) -> str:
 # --- what the measurements show ---------------------------------------------------------------
 
 
-def measured_findings(table_dir) -> list[str]:
+def measured_findings(td: Tables) -> list[str]:
     """The measured side in one line per run: speedup curve and its shape, the IPF's error (the
     study's input, then this project's), TE three ways at batch 1."""
-    td = Path(table_dir)
     out = []
     sp = load(td, "speedup_vs_batch")
     for run, g in (sp.groupby("run", sort=False) if not sp.empty else []):
@@ -564,14 +556,13 @@ def measured_findings(table_dir) -> list[str]:
     return out
 
 
-def prediction_findings(table_dir) -> list[str]:
+def prediction_findings(td: Tables) -> list[str]:
     """The step model's prediction beside the measurement, one line per model with both: the
     speedup at each measured batch size, inside or outside the predicted 95% interval, and the
     shapes compared like for like: the predicted curve's shape over the measured batch sizes
     beside the measured shape (and over all its batch sizes apart)."""
     from ..cost.stepmodel import SHAPE_MARGIN, curve_shape
 
-    td = Path(table_dir)
     out = []
     sm = load(td, "step_model")
     studied = set(published.load("hardware")["gpu"])
@@ -598,11 +589,11 @@ def prediction_findings(table_dir) -> list[str]:
     return out
 
 
-def calibration_findings(table_dir) -> list[str]:
+def calibration_findings(td: Tables) -> list[str]:
     """The step model's leave-one-model-out error on the study's Table 10 beside the weight
     model's, and its shapes beside the study's."""
     out = []
-    cal = load(Path(table_dir), "step_model_calibration")
+    cal = load(td, "step_model_calibration")
     goal = cal[cal["in_table_10"].astype(bool)] if not cal.empty else cal
     if not goal.empty:
         out.append(f"step model on the study's {len(goal)} Table 10 configurations, each "
@@ -610,7 +601,7 @@ def calibration_findings(table_dir) -> list[str]:
                    f"{goal['error'].abs().mean():.3f} (largest {goal['error'].abs().max():.3f}, "
                    f"{goal.loc[goal['error'].abs().idxmax(), 'model']}); the weight model's "
                    f"{goal['weight_model_error'].abs().mean():.3f}")
-    shp = load(Path(table_dir), "step_model_shapes")
+    shp = load(td, "step_model_shapes")
     if not shp.empty:
         agree = shp["agrees"].astype(str) == "True"
         miss = "; ".join(f"{r['model']}: published {r['published_shape']}, predicted "
@@ -664,12 +655,11 @@ def _ratio_sentence(g: pd.DataFrame) -> str:
     return text
 
 
-def draft_cost_findings(table_dir) -> list[str]:
+def draft_cost_findings(td: Tables) -> list[str]:
     """The draft-cost curves in words computed from their tables: the step model's synthetic
     drafters (exact computations, so their direction is stated; models of the same dimensions,
     such as a target and its untrained control, in one sentence) and the measured ratio of
     drafters served alone (numbers only: it has no interval, so no direction is claimed)."""
-    td = Path(table_dir)
     out = []
     dr = load(td, "draft_ratio_model")
     if not dr.empty:  # an untrained control has its target's dimensions: its curves are the same
@@ -706,9 +696,8 @@ HEADLINES = [("overlap_by_distance", "seq1", "step-1 overlap along the committed
              ("kernel_time_shares", "decode_share", "MoE share of decode time at batch 1")]
 
 
-def comparison_findings(table_dir) -> list[str]:
+def comparison_findings(td: Tables) -> list[str]:
     """Per matched model: the headline quantities beside the study's; and the replay's agreement."""
-    td = Path(table_dir)
     out = []
     cmp_ = load(td, "comparison")
     for (model, study_model), g in (cmp_.groupby(["model", "study_model"], sort=False)

@@ -4,8 +4,6 @@ step distance, layer, slice or batch size."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -285,16 +283,19 @@ def short_run(model: str, k, dataset: str | None = None, shape: str | None = Non
     return label
 
 
-def load(table_dir: Path, stem: str) -> pd.DataFrame:
-    """A table with a `run` column (the run's full name) and a `label` (its short one), empty
-    when the configuration does not make it."""
-    path = Path(table_dir) / f"{stem}.csv"
-    df = tables.read_csv(path) if path.exists() else pd.DataFrame()
+def load(declared: tables.Tables, stem: str) -> pd.DataFrame:
+    """A table of the job's declared tables with a `run` column (the run's full name) and a
+    `label` (its short one), empty when the configuration does not make it. A row of a model
+    without runs (a cost-only study model's, in the comparison) is named by its model alone."""
+    df = declared.read(stem)
     if not df.empty and {"model", "drafter", "k", "dataset"} <= set(df.columns):
-        df["run"] = (df["model"] + " " + df["drafter"] + " K=" + df["k"].astype(str) + " "
-                     + df["dataset"])
-        df["label"] = [short_run(m, k, ds) for m, k, ds in zip(df["model"], df["k"],
-                                                               df["dataset"])]
+        whole = df[["drafter", "k", "dataset"]].notna().all(axis=1)
+        k = df["k"].map(lambda x: str(int(x)) if pd.notna(x) else "")
+        full = (df["model"].astype(str) + " " + df["drafter"].astype(str) + " K=" + k + " "
+                + df["dataset"].astype(str))
+        df["run"] = full.where(whole, df["model"].astype(str))
+        df["label"] = [short_run(m, k, ds) if ok else str(m)
+                       for m, k, ds, ok in zip(df["model"], df["k"], df["dataset"], whole)]
     return df
 
 

@@ -9,6 +9,7 @@ import html
 import io
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -149,6 +150,51 @@ def read_csv(path: str | Path) -> pd.DataFrame:
         return pd.read_csv(path, comment="#")
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
+
+
+def by_stem(paths) -> dict[str, str]:
+    """A rule's declared files as {stem: path} (a mapping is taken as it is); two files of one
+    stem cannot be told apart, and are an error."""
+    if isinstance(paths, Mapping):
+        return {str(stem): str(p) for stem, p in paths.items()}
+    out: dict[str, str] = {}
+    for p in [paths] if isinstance(paths, (str, Path)) else paths:
+        stem = Path(p).stem
+        if stem in out:
+            raise ValueError(f"two tables of stem {stem}: {out[stem]} and {p}")
+        out[stem] = str(p)
+    return out
+
+
+class Tables:
+    """The tables a job reads, exactly those its rule declares: {stem: CSV path}. A stem it does
+    not declare reads as an empty frame (the configuration does not make that table), whatever
+    lies in the folder; each declared CSV is parsed once per job (kept by path), and every read
+    returns a copy."""
+
+    def __init__(self, paths=()):
+        self.paths = {stem: Path(p) for stem, p in by_stem(paths).items()}
+        self._parsed: dict[Path, pd.DataFrame] = {}
+
+    @classmethod
+    def of(cls, tables) -> "Tables":
+        """`tables` itself if it is a Tables, else the Tables of its paths."""
+        return tables if isinstance(tables, cls) else cls(tables)
+
+    def __contains__(self, stem: str) -> bool:
+        return stem in self.paths
+
+    def __iter__(self):
+        return iter(self.paths)
+
+    def read(self, stem: str) -> pd.DataFrame:
+        """The declared table `stem` as written (an undeclared one: an empty frame)."""
+        path = self.paths.get(stem)
+        if path is None:
+            return pd.DataFrame()
+        if path not in self._parsed:
+            self._parsed[path] = read_csv(path)
+        return self._parsed[path].copy()
 
 
 def write_tables(dfs: dict[str, pd.DataFrame], outdir, prov: dict) -> list[Path]:

@@ -42,21 +42,23 @@ def measured_tables_stage(speedup_jsons, profile_jsons, cost_jsons, outdir,
                                outdir, prov)
 
 
-def figures_stage(table_dir, outdir, prov: dict, study: dict | None = None,
+def figures_stage(declared, outdir, prov: dict, study: dict | None = None,
                   variant_of: dict | None = None) -> list[Path]:
-    """Render every figure of the report (PNG and PDF) from the tables in table_dir."""
+    """Render every figure of the report (PNG and PDF) from the tables its rule declares
+    ({stem: CSV path}; no other table is read)."""
     paths = []
-    for stem, (fn, *args) in figures.figure_frames(table_dir, study, variant_of).items():
+    for stem, (fn, *args) in figures.figure_frames(declared, study, variant_of).items():
         paths += figures.save(fn(*args), Path(outdir) / stem, prov)
     return paths
 
 
-def comparison_stage(table_dir, out_stem, study: dict, prov: dict) -> list[Path]:
-    """The comparison table from whatever tables table_dir holds."""
-    td = Path(table_dir)
-    dfs = {spec: tables.read_csv(td / f"{spec}.csv")
+def comparison_stage(declared, out_stem, study: dict, prov: dict) -> list[Path]:
+    """The comparison table from the tables its rule declares ({stem: CSV path}) among those the
+    study publishes; no other table is read."""
+    td = tables.Tables.of(declared)
+    dfs = {spec: td.read(spec)
            for spec in [s.table for s in published.SPECS] + ["three_step_correction"]
-           if (td / f"{spec}.csv").exists()}
+           if spec in td}
     df = published.comparison(dfs, study)
     return tables.write_table(df, Path(out_stem), {**prov, "published_source": published.SOURCE},
                               registry.text("comparison"))
@@ -65,7 +67,7 @@ def comparison_stage(table_dir, out_stem, study: dict, prov: dict) -> list[Path]
 METHOD = "../../docs/method.md"  # from results/report/ to the project's method
 
 
-def _details(td: Path) -> list[str]:
+def _details(td: tables.Tables) -> list[str]:
     """The details after the first page: routing run by run, the measurements, the comparison
     with the study, the caveats."""
     lines = []
@@ -98,13 +100,18 @@ def _details(td: Path) -> list[str]:
     return lines
 
 
-def report_stage(table_dir, figure_dir, out, prov: dict, run_root=None) -> None:
+def report_stage(declared, markdown, figure_pngs, out, prov: dict, run_root=None) -> None:
     """results/report/index.md (index.html and summary.txt beside it): a paragraph of what the
     run shows, the findings table, the details, then every figure and table with its caption,
-    grouped by the study's sections; with run_root (the run's working directory), a provenance
-    section with where the run's time went (specmoe.report.timing)."""
+    grouped by the study's sections. It reads only what its rule declares: the tables' CSVs
+    ({stem: path}), their Markdown ({stem: path}) and the figures ({stem: PNG path}); with
+    run_root (the run's working directory), a provenance section with where the run's time went,
+    from the jobs' benchmark files (specmoe.report.timing: timing, not a table of results)."""
     out = Path(out)
-    td, fd = Path(table_dir), Path(figure_dir)
+    td, md = tables.Tables.of(declared), tables.by_stem(markdown)
+    fd = tables.by_stem(figure_pngs)
+    if set(md) - set(td):
+        raise ValueError(f"tables without their CSV: {', '.join(sorted(set(md) - set(td)))}")
     rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
     lines = ["# specmoe report", "",
              f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}. "
@@ -131,12 +138,11 @@ def report_stage(table_dir, figure_dir, out, prov: dict, run_root=None) -> None:
     for section, items in registry.SECTIONS.items():
         block = []
         for stem in items["figures"]:
-            png = fd / f"{stem}.png"
-            if png.exists():
-                block += page.figure_block(png, rel)
+            if stem in fd:
+                block += page.figure_block(Path(fd[stem]), rel)
         for stem in items["tables"]:
-            if (td / f"{stem}.md").exists():
-                block += page.table_block(td / f"{stem}.md", td / f"{stem}.csv", rel)
+            if stem in md:
+                block += page.table_block(Path(md[stem]), td.read(stem), rel)
         if block:
             lines += [f"## {section}", "", *block]
     if run_root is not None:

@@ -1,0 +1,57 @@
+"""The engine jobs' kinds in one table: what each engine rule (capture, sweep_ar, sweep_sd,
+profile) serves, with which settings and through which stage.
+
+The engine rules (workflow/rules/traces.smk, measure.smk: one rule body), their script
+(workflow/scripts/engine.py, which picks the stage), the configuration (specmoe.config: each job's
+settings, its preflight and its prompts' check) and the GPU bill read it; a kind not in it is an
+error, so a new engine rule names its kind here or does not run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The stages an engine job runs (specmoe.stages): a routing trace of every verification window, a
+# serving series over the sweep's batch sizes (an online server), or torch.profiler over decode and
+# verify passes.
+STAGES = ("capture", "series", "profile")
+# The prompts a job serves: its run's dataset, every dataset its model is swept on (a drafter served
+# alone: those of the runs it drafts for), or its model's first dataset.
+DATASETS = ("run", "swept", "first")
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str      # its rule's name, and the first word of its jobs' labels
+    section: str   # the configuration section its engine's settings come from
+    stage: str     # one of STAGES
+    sd: bool       # serves the target with a drafter (speculative decoding)
+    datasets: str  # one of DATASETS
+    timed: bool    # it times things: on a local machine it takes every core
+
+    def __post_init__(self):
+        if self.stage not in STAGES or self.datasets not in DATASETS:
+            raise ValueError(f"engine job kind {self.name}: stage {self.stage!r} or datasets "
+                             f"{self.datasets!r} unknown (stages: {', '.join(STAGES)}; datasets: "
+                             f"{', '.join(DATASETS)})")
+
+    @property
+    def series(self) -> bool:
+        return self.stage == "series"
+
+
+KINDS = {k.name: k for k in (
+    Kind("capture", "capture", "capture", sd=True, datasets="run", timed=False),
+    Kind("sweep_ar", "sweep", "series", sd=False, datasets="swept", timed=True),
+    Kind("sweep_sd", "sweep", "series", sd=True, datasets="swept", timed=True),
+    Kind("profile", "profiling", "profile", sd=True, datasets="first", timed=True),
+)}
+
+
+def kind(name: str) -> Kind:
+    """The kind of the engine rule `name`; an unknown one is an error."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown engine job kind {name!r} (known: {', '.join(KINDS)}; a new "
+                         "engine rule adds its kind to specmoe.kinds.KINDS)") from None
