@@ -14,7 +14,10 @@ new: the worker in the engine core's process (served: API server and engine core
 caller alone). Printed per engine and layout: the median of each phase and of the total to the
 first token, the processes vLLM named, and for the served engine one benchmark point's TPOT and
 SD counts (equal counts: the layout changed no tokens), for the offline engine its tokens.
-Timings on a machine that other work shares are noisy: compare medians of one run only.
+An offline engine in the old layout logs from processes of its own, which its caller's clock
+cannot read: only its import, its LLM() as a whole and its first token are timed, and the
+processes listed are the caller's. Timings on a machine that other work shares are noisy:
+compare medians of one run only.
 """
 
 from __future__ import annotations
