@@ -53,6 +53,14 @@ def test_accepted_counts_equal_vllm_per_step_accepted(captured):
         assert m.sum() == len(r["per_step_accepted"])
 
 
+def test_the_engine_starts_in_one_process_timed_by_phase(captured):
+    res, _, _ = captured
+    start = res["engine_start"]  # what capture's provenance keeps
+    assert len(start["processes"]) == 1           # engine core and worker in the child itself
+    assert all(v is not None and v >= 0 for v in start["phases_s"].values()), start
+    assert res["vllm"] == capture.vllm_version()
+
+
 def test_committed_routing_matches_transformers(captured, tiny_models):
     res, tr, _ = captured
     agree, n = [], 0

@@ -28,6 +28,11 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
     points = run_series(*args, repeats=2)
     assert [(p["batch"], p["repeat"]) for p in points] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert not any(p["reused"] for p in points)
+    # the start in phases; the worker in the engine core's process: vLLM imported twice, not 3x
+    start = points[0]["engine_start"]
+    assert start["processes"] == ["APIServer", "EngineCore"]
+    assert all(v is not None and v >= 0 for v in start["phases_s"].values()), start
+    assert start["at_s"]["first_token"] >= start["at_s"]["up"] >= start["at_s"]["engine_ready"]
     # repeat by repeat: repeat 0 of every batch size before repeat 1 of any
     mtimes = [(tmp_path / "pts" / f"b{b}.r{r}.json").stat().st_mtime_ns for b, r in
               ((1, 0), (2, 0), (1, 1), (2, 1))]

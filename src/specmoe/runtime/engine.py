@@ -97,16 +97,18 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
                   kv_cache_mib=ENGINE_DEFAULTS["kv_cache_mib"], dtype=ENGINE_DEFAULTS["dtype"],
                   extra: dict | None = None,
                   in_process: bool = True) -> dict:
-    """vLLM engine arguments. in_process (CPU only): the offline engine's core and its one worker
-    run in the calling process; a served engine (in_process=False) keeps vLLM's own processes,
-    whose timings the sweeps measure."""
+    """vLLM engine arguments. in_process (CPU only): the one worker runs in the engine core's
+    process (vLLM's uni-process executor), so vLLM and torch are imported once per engine: an
+    offline engine runs entirely in the calling process (open_llm), a served one in two, the API
+    server and its engine core (serving.Server; AsyncLLM always gives the core a process).
+    in_process=False keeps vLLM's CPU default, a worker process of its own."""
     kw = dict(model=str(target), seed=seed, max_model_len=max_model_len,
               max_num_seqs=max_num_seqs, enable_prefix_caching=False, disable_log_stats=False,
               dtype=dtype)
     if device() == "cpu":
         # On CPU the "GPU memory" fraction is of host RAM; size the KV cache explicitly instead.
-        # One CPU worker runs in this process (no engine-core and worker processes to spawn,
-        # each importing torch and vLLM): an engine starts in ~3 s instead of ~16 s here.
+        # One CPU worker in the engine core's process (no worker process to spawn, importing
+        # torch and vLLM again); offline, the engine core in this process too (open_llm).
         kw.update(kv_cache_memory_bytes=kv_cache_mib * 2**20, enforce_eager=True)
         if in_process:
             kw["distributed_executor_backend"] = "uni"
@@ -143,31 +145,61 @@ def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None,
     collect(llm, outputs) -> dict, if given, adds its keys to the result before the engine stops.
     repetition_penalty: vLLM's (1.0: none), applied to the target at every verified position.
     """
-    from vllm import SamplingParams
+    from .startup import StartClock
 
-    t0 = time.perf_counter()
-    with open_llm(engine) as llm:
+    clock = StartClock()
+    t0 = clock.t0
+    with open_llm(engine, clock) as llm:
+        from vllm import SamplingParams
+
         t1 = time.perf_counter()
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                                 repetition_penalty=repetition_penalty)
         outs = llm.generate(prompts, params, use_tqdm=False)
         t2 = time.perf_counter()
+        first = _first_token_time(outs)
+        if first is not None:
+            clock.mark("first_token", first)
         res = {"token_ids": [list(o.outputs[0].token_ids) for o in outs],
                "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
-               "spec": _spec_metrics(llm), "startup_s": t1 - t0, "generate_s": t2 - t1}
+               "spec": _spec_metrics(llm), "startup_s": t1 - t0, "generate_s": t2 - t1,
+               "engine_start": clock.summary(), "vllm": _vllm_version()}
         if collect is not None:
             res.update(collect(llm, outs))
         return res
 
 
+def _vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
+def _first_token_time(outs) -> float | None:
+    """The earliest first token of the requests, on the perf_counter scale (vLLM's engine core
+    stamps it with time.monotonic; None without request stats)."""
+    ts = [o.metrics.first_token_ts for o in outs
+          if getattr(o, "metrics", None) is not None and getattr(o.metrics, "first_token_ts", 0)]
+    if not ts:
+        return None
+    return min(ts) + (time.perf_counter() - time.monotonic())
+
+
 @contextlib.contextmanager
-def open_llm(engine: dict):
-    """An offline vLLM engine that is always shut down on leaving the block."""
+def open_llm(engine: dict, clock=None):
+    """An offline vLLM engine that is always shut down on leaving the block. clock: a
+    startup.StartClock that receives the start's milestones (from vLLM's log records)."""
     if engine.get("distributed_executor_backend") == "uni":  # the engine core in-process too
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
-    llm = LLM(**engine)
+    from .startup import LogTap, StartClock
+
+    clock = StartClock() if clock is None else clock
+    clock.mark("imported")
+    with LogTap(clock):
+        llm = LLM(**engine)
+    clock.mark("up")
     try:
         yield llm
     finally:

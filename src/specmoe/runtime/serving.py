@@ -65,6 +65,15 @@ def server_argv(engine: dict, port: int) -> list[str]:
     return argv
 
 
+def worker_threads() -> int:
+    """The torch threads of a served CPU engine's one worker: as vLLM's own CPU binding gives its
+    worker process (`VLLM_CPU_OMP_THREADS_BIND=auto`, vllm/utils/ompmultiprocessing.py), every
+    core this process may use but one, which it keeps for the API server and the scheduler (on
+    one NUMA node without SMT, as the machines here; vLLM takes one logical CPU per physical
+    core of the first node)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
 class Server:
     """A vLLM OpenAI server in a child process; a context manager that always stops it."""
 
@@ -75,12 +84,15 @@ class Server:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.proc: subprocess.Popen | None = None
         self.startup_s = float("nan")
+        self.clock = None  # startup.StartClock of this start: its milestones from the log lines
+        self.start: dict | None = None  # its summary once the engine has produced a token
 
     def _pump(self) -> None:
         sink = open(self.log_path, "a") if self.log_path else None  # noqa: SIM115
         try:
             for line in self.proc.stdout:
                 self.tail.append(line.rstrip("\n"))
+                self.clock.line(line)
                 if sink:
                     sink.write(line)
                     sink.flush()
@@ -96,10 +108,21 @@ class Server:
 
     def __enter__(self) -> "Server":
         from .engine import engine_env
+        from .startup import StartClock
 
         env = engine_env()
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
-        t0 = time.perf_counter()
+        if self.engine.get("distributed_executor_backend") == "uni":
+            # the worker inside the engine core's process (two processes instead of three): on
+            # CPU vLLM switches "uni" back to its multiprocessing executor unless this is off;
+            # the API server's AsyncLLM keeps its engine core in a process of its own either way
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            # and its torch threads as vLLM gives its worker process (one core left to the API
+            # server and the scheduler): torch's default, a thread per core, spin-waits against
+            # the API server between ops and made TPOT 15x slower here
+            env["OMP_NUM_THREADS"] = str(worker_threads())
+        self.clock = StartClock()
+        t0 = self.clock.t0
         self.proc = subprocess.Popen(server_argv(self.engine, self.port), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env,
                                      start_new_session=True)
@@ -120,8 +143,33 @@ class Server:
             self.stop()
             raise
         self.startup_s = time.perf_counter() - t0
+        self.clock.mark("up")
         log.info("engine up on port %d after %.1f s", self.port, self.startup_s)
+        try:
+            self.first_token()
+        except BaseException:
+            self.stop()
+            raise
         return self
+
+    def first_token(self) -> None:
+        """One request for one token: the end of the start (milestone first_token). It is over
+        before any measured request arrives, and has no drafts to count."""
+        from .startup import describe
+
+        body = json.dumps({"model": self.engine["model"], "prompt": "0", "max_tokens": 1,
+                           "temperature": 0.0}).encode()
+        req = urllib.request.Request(self.url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.startup_timeout) as r:
+                r.read()
+        except Exception as exc:
+            raise self.failure(f"the engine's first request failed ({type(exc).__name__}: "
+                               f"{exc})") from exc
+        self.clock.mark("first_token")
+        self.start = self.clock.summary()
+        log.info("engine start: %s", describe(self.start))
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -331,7 +379,7 @@ def _measure(server, model_dir, prompts_jsonl, batch, n, output_len, warmups, ke
         raise server.failure(f"{label}: {res['failed']} of {n} requests failed")
     pt = point_summary(res, batch, n, output_len)
     pt.update(repeat=rep, engine=side, key=key, engine_startup_s=server.startup_s,
-              wall_s=time.perf_counter() - t0)
+              engine_start=server.start, wall_s=time.perf_counter() - t0)
     write_json(path, pt, prov)
     log.info("%s: TPOT mean %.2f ms (engine side %.2f ms), %s (%.1f s)", label,
              pt["tpot_ms"]["mean"], side.get("request_time_per_output_token_ms", float("nan")),

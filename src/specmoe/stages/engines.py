@@ -45,12 +45,17 @@ def with_job_runtime(cfg: dict, runtime_min) -> dict:
             "startup_timeout_s": min(float(cfg.get("startup_timeout_s", budget)), budget)}
 
 
-def engine_label() -> str:
-    """The engine, for provenance: vLLM version and device."""
-    from ..runtime.capture import vllm_version
+def engine_label(version: str | None = None) -> str:
+    """The engine, for provenance: vLLM version and device. version: the one the engine's
+    process reported (runtime.engine.generate), so that this process need not import vLLM (and
+    torch) only to read it."""
     from ..runtime.engine import device
 
-    return f"vllm {vllm_version()} ({device()})"
+    if version is None:
+        from ..runtime.capture import vllm_version
+
+        version = vllm_version()
+    return f"vllm {version} ({device()})"
 
 
 def checkpoint_origin(model_dir) -> str:

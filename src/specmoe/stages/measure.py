@@ -34,7 +34,7 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     check_inputs(target_dir, drafter_dir, k)
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep_cfg["schedule"]]
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
-                           in_process=False, **engine_opts(sweep_cfg))
+                           **engine_opts(sweep_cfg))
     # the tokens kept free for drafts: the same in the model's series with and without SD, so
     # that they measure the same prompts
     reserved = int(sweep_cfg["output_len"]) + int((prompting or {}).get(
@@ -71,6 +71,8 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                      "prompting": fit,
                      "engine_starts": 1 if measured else 0,
                      "engine_startup_s": measured[0]["engine_startup_s"] if measured else 0.0,
+                     # its phases (runtime.startup), None when no engine started
+                     "engine_start": measured[0].get("engine_start") if measured else None,
                      "wall_s": time.perf_counter() - t0}, prov)
 
 

