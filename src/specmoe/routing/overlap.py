@@ -524,19 +524,24 @@ def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarra
     return out
 
 
+def status_contrast(sums: np.ndarray, pairs: np.ndarray, scale: float) -> np.ndarray:
+    """The step-1 minus step-2 overlap within acceptance status from summed intersections and
+    pair counts [..., (class, d)] of the two classes at d = 1, 2, each class weighted by its
+    step-2 pairs: [...]."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        o = (sums / (pairs * scale)).reshape(*sums.shape[:-1], 2, 2)
+        n2 = pairs.reshape(*pairs.shape[:-1], 2, 2)[..., 1]
+        diff = o[..., 0] - o[..., 1]
+        weight = np.where(np.isfinite(diff), n2, 0.0)
+        return (np.where(weight > 0, diff, 0.0) * weight).sum(axis=-1) / weight.sum(axis=-1)
+
+
 def _within_status(s_req: np.ndarray, p_req: np.ndarray, w: np.ndarray, scale: float) -> dict:
     """decay_within_status and its interval from per-request sums and pair counts [request,
     (class, d)] for the two acceptance classes at d = 1, 2 (w: the resamples' request weights)."""
-    def contrast(sums, pairs):  # [..., 4] -> [...]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            o = (sums / (pairs * scale)).reshape(*sums.shape[:-1], 2, 2)
-            n2 = pairs.reshape(*pairs.shape[:-1], 2, 2)[..., 1]
-            diff = o[..., 0] - o[..., 1]
-            weight = np.where(np.isfinite(diff), n2, 0.0)
-            return (np.where(weight > 0, diff, 0.0) * weight).sum(axis=-1) / weight.sum(axis=-1)
-
-    lo, hi = _percentiles(contrast(w @ s_req, w @ p_req))
-    return {"decay_within_status": float(contrast(s_req.sum(axis=0), p_req.sum(axis=0))),
+    lo, hi = _percentiles(status_contrast(w @ s_req, w @ p_req, scale))
+    return {"decay_within_status": float(status_contrast(s_req.sum(axis=0), p_req.sum(axis=0),
+                                                         scale)),
             "decay_within_status_low": float(lo), "decay_within_status_high": float(hi)}
 
 

@@ -68,7 +68,9 @@ def use_threads(threads: int | None) -> None:
 
 
 def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
-                  threads: int | None = None) -> None:
+                  threads: int | None = None, target_trace=None) -> None:
+    """target_trace: an untrained control's trained target (the control's statistics beside the
+    target's, paired by request: specmoe.routing.controls)."""
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
@@ -95,6 +97,11 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         no_rep.update(window_interval_summary(overlap.window_intervals(kept, shuffle_seed)))
     by_status = overlap.overlap_by_status(tr)
     by_slice = slice_overlaps(tr)
+    control = None
+    if target_trace:
+        from ..routing.controls import control_contrast
+
+        control = control_contrast(trace.read_trace(target_trace), tr)
     prov = dict(tr.meta.get("provenance", {}))
     prov.update(provenance({"batch_sizes": batch_sizes, "shuffle_seed": shuffle_seed},
                            model=prov.get("model"), stage="overlap", trace=str(trace_path)))
@@ -106,6 +113,7 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         "summary_without_repetition": no_rep if no_rep is not None else summary,
         "overlap_by_status": by_status,
         "by_slice": by_slice,
+        **({"control": control} if control is not None else {}),
         "unique": unique,
         "unique_by_batch": uniq,
         "per_layer": {
