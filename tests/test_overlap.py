@@ -432,3 +432,27 @@ def test_routing_findings_are_shown_at_most_5_percent_of_the_time_without_locali
 
     for name, rate in finding_rates(trials=200, seed=11).items():
         assert rate <= 0.05, (name, rate)
+
+
+def test_looping_requests_are_those_whose_committed_tokens_repeat_with_period_one_or_two(
+        small_trace):
+    """A request whose committed sequence holds a b a b a b (or a a a a a a) loops; one with
+    a b a b a (five tokens) or all-distinct tokens does not; dropping them keeps the others."""
+    import dataclasses
+
+    from specmoe.routing.overlap import committed_sequences, looping_requests, select_requests
+
+    rows, starts, lengths = committed_sequences(small_trace)
+    tok = np.zeros(len(small_trace), np.int32)
+    tok[rows] = np.arange(rows.size) + 100  # nothing repeats
+    req = small_trace.columns["request"]
+    at = {int(req[rows[s]]): rows[s:s + n] for s, n in zip(starts, lengths)}
+    tok[at[3][4:10]] = [1, 2, 1, 2, 1, 2]   # period 2, six tokens: a loop
+    tok[at[5][0:6]] = 7                      # period 1: a loop
+    tok[at[8][2:7]] = [1, 2, 1, 2, 1]        # five tokens only: not a loop
+    tr = dataclasses.replace(small_trace, columns={**small_trace.columns, "token_id": tok})
+    loops = looping_requests(tr)
+    assert loops.tolist() == [3, 5]
+    kept = select_requests(tr, loops)
+    assert set(np.unique(kept.columns["request"]).tolist()) == set(np.unique(req).tolist()) - {3, 5}
+    assert looping_requests(kept).size == 0

@@ -263,6 +263,17 @@ def _window_decay_text(o) -> str:
             + f"; {every}")
 
 
+def _loop_free_text(o) -> str:
+    """The sequence decay without the requests whose output loops (a sensitivity row: one
+    looping request can carry the bootstrap's tail), where the table has it."""
+    dropped = _val(o, "seq_loop_free_dropped_requests")
+    if not np.isfinite(dropped) or not dropped:
+        return "" if not np.isfinite(dropped) else "; no request loops"
+    return (f"; without the {int(dropped)} looping request(s): "
+            + _with_interval(_val(o, "seq_loop_free_decay"),
+                             *_interval(o, "seq_loop_free_decay"), sign=True))
+
+
 def _routing_rows(m: str, o, d, u) -> list[dict]:
     """The routing findings of one model's first run (o: its overlap_by_distance row, d: its
     decomposition row, u: its unique_experts row or None): finding, target, value, status."""
@@ -287,7 +298,7 @@ def _routing_rows(m: str, o, d, u) -> list[dict]:
          "target": "overlap(1) - overlap(8) along the sequence > 0",
          "value": _with_interval(_val(o, "seq_decay"), *_interval(o, "seq_decay"), sign=True)
                   + (f", {int(o['seq_requests'])} requests"
-                     if np.isfinite(_val(o, "seq_requests")) else ""),
+                     if np.isfinite(_val(o, "seq_requests")) else "") + _loop_free_text(o),
          "status": _decided(*_interval(o, "seq_decay")),
          "interval": _interval(o, "seq_decay")},
     ]

@@ -227,6 +227,10 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
                 "excess_within_high"):
         row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
     row["verify_ratio"] = s.get("verify_ratio", np.nan)
+    # sensitivity: without the requests whose committed output loops (overlap.looping_requests)
+    for key in ("dropped_requests", "decay", "decay_low", "decay_high", "excess", "excess_low",
+                "excess_high"):
+        row[f"seq_loop_free_{key}"] = s.get(f"sequence_loop_free_{key}", np.nan)
     nr = ov.get("summary_without_repetition") or {}
     row.update({f"step{d}_no_repetition": v
                 for d, v in enumerate(nr.get("overlap_by_distance", []), 1)})

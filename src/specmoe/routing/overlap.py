@@ -753,3 +753,39 @@ def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> dict[st
         v = consec[(st == i) & np.isfinite(consec)]
         out[name] = float(v.mean()) if v.size else float("nan")
     return out
+
+
+LOOP_SPAN = 6  # committed tokens that must repeat with period 1 or 2 for a request to loop
+
+
+def looping_requests(trace: Trace, span: int = LOOP_SPAN) -> np.ndarray:
+    """The requests whose committed sequence loops: somewhere `span` consecutive committed tokens
+    repeat with period 1 (a a a ...) or 2 (a b a b ...). One such request can carry the tail of a
+    sequence statistic's bootstrap (overlap along a loop measures the loop); the sensitivity
+    rows leave them out (sorted request ids)."""
+    rows, starts, lengths = committed_sequences(trace)
+    tok = trace.columns["token_id"][rows].astype(np.int64)
+    req = trace.columns["request"][rows].astype(np.int64)
+    out = []
+    for s, n in zip(starts.tolist(), lengths.tolist()):
+        t = tok[s:s + n]
+        for p in (1, 2):
+            if n < span:
+                break
+            same = (t[p:] == t[:-p]).astype(np.int64)  # t[i + p] == t[i]
+            run = span - p  # equalities in a row that make `span` periodic tokens
+            if same.size >= run and (np.convolve(same, np.ones(run, np.int64), "valid")
+                                     == run).any():
+                out.append(int(req[s]))
+                break
+    return np.array(sorted(set(out)), np.int64)
+
+
+def select_requests(trace: Trace, drop: np.ndarray) -> Trace:
+    """The trace without the given requests (whole requests, order unchanged)."""
+    from dataclasses import replace
+
+    rows = ~np.isin(trace.columns["request"].astype(np.int64), drop)
+    return replace(trace, experts=trace.experts[rows],
+                   columns={k: v[rows] for k, v in trace.columns.items()},
+                   weights=None if trace.weights is None else trace.weights[rows])

@@ -95,6 +95,18 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         kept = overlap.select_windows(tr, ~rep)
         no_rep = overlap.window_stats(kept, shuffle_seed=shuffle_seed).summary()
         no_rep.update(window_interval_summary(overlap.window_intervals(kept, shuffle_seed)))
+    # sensitivity: the sequence statistics without the requests whose output loops
+    loops = overlap.looping_requests(tr)
+    n_req = int(np.unique(tr.columns["request"]).size)
+    loop_free = {"dropped_requests": int(loops.size), "requests": n_req - int(loops.size)}
+    lf = seq_ci if not loops.size else None
+    if loops.size and n_req - loops.size >= 2:
+        _, _, lf = overlap.trace_sequence_stats(overlap.select_requests(tr, loops),
+                                                SEQUENCE_DISTANCES)
+    if lf is not None:
+        loop_free.update({key: lf[key] for key in ("decay", "decay_low", "decay_high",
+                                                   "excess", "excess_low", "excess_high")})
+    summary.update({f"sequence_loop_free_{key}": v for key, v in loop_free.items()})
     by_status = overlap.overlap_by_status(tr)
     by_slice = slice_overlaps(tr)
     control = None
