@@ -64,7 +64,7 @@ def test_a_control_that_read_its_own_tokens_is_not_comparable(small_trace):
     own = _with(small_trace, token_id=np.zeros(len(tr), np.int32))  # one token repeated
     c = controls.control_contrast(tr, own)
     assert not c["matched"] and not c["comparable"] and not c["statistics"]
-    assert c["input_repeat_pct"] == 100 and "read its own tokens" in c["why"]
+    assert c["input_repeat_pct"] == 100 and c["why"].startswith("read its own tokens")
 
 
 def test_a_control_whose_matched_inputs_loop_is_not_comparable(small_trace):

@@ -109,13 +109,14 @@ def control_contrast(target: Trace, control: Trace, n_boot: int = N_BOOT,
     out = {"target": (target.meta.get("run") or {}).get("model"), "matched": is_matched,
            "input_repeat_pct": 100 * repeat, "n_requests": 0, "statistics": {}}
     if not is_matched:
-        out.update(comparable=False, why=f"it read its own tokens, not its target's "
+        out.update(comparable=False, why=f"read its own tokens, not its target's "
                                          f"({100 * repeat:.0f}% of adjacent committed tokens "
                                          "repeat the previous one)")
         return out
     if not repeat <= DEGENERATE:
-        out.update(comparable=False, why=f"its inputs (the target's) loop: {100 * repeat:.0f}% "
-                                         "of adjacent committed tokens repeat the previous one")
+        out.update(comparable=False, why=f"read its target's tokens, which loop: "
+                                         f"{100 * repeat:.0f}% of adjacent committed tokens "
+                                         "repeat the previous one")
         return out
     ids = np.unique(target.columns["request"].astype(np.int64))
     g = ids.size
