@@ -269,6 +269,8 @@ def _loop_free_text(o) -> str:
     dropped = _val(o, "seq_loop_free_dropped_requests")
     if not np.isfinite(dropped) or not dropped:
         return "" if not np.isfinite(dropped) else "; no request loops"
+    if not np.isfinite(_val(o, "seq_loop_free_decay")):
+        return f"; {int(dropped)} requests loop, too many to leave out"
     return (f"; without the {int(dropped)} looping request(s): "
             + _with_interval(_val(o, "seq_loop_free_decay"),
                              *_interval(o, "seq_loop_free_decay"), sign=True))
