@@ -232,3 +232,61 @@ def test_repetition_penalty_reaches_the_engine_and_cuts_loops(captured, tiny_mod
     penalised = [r["token_ids"] for r in pen["requests"]]
     assert penalised != plain
     assert _repeats(penalised) < _repeats(plain)
+
+
+@pytest.fixture(scope="module")
+def matched_control(captured, tiny_models, tmp_path_factory):
+    """The untrained control of `t` teacher-forced on t's captured trace (the matched control)."""
+    from specmoe.stages import models as modelstages
+    from specmoe.stages.traces import control_capture_stage
+
+    root = tmp_path_factory.mktemp("control")
+    arch = {"kind": "moe", "hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 32,
+            "num_experts": 16, "top_k": 4, "expert_intermediate": 16}
+    modelstages.train_stage({"name": "t", "arch": arch}, {"vocab_size": 512, "train": {
+        "seq_len": 64, "batch_size": 16, "eval_batches": 2, "threads": 2}},
+        tiny_models / "tokenizer", root / "t-random", trained=False, progress=False)
+    _, tr, _ = captured
+    write_trace(root / "t.parquet", tr, {})
+    run = {"model": "t-random", "drafter": "d", "k": K, "dataset": "heldout-code"}
+    control_capture_stage(root / "t-random", root / "t.parquet", run,
+                          {"kv_cache_mib": 128, "max_num_seqs": 16, "dtype": "float32"},
+                          root / "c.parquet")
+    return read_trace(root / "c.parquet"), root / "t-random"
+
+
+def test_matched_control_reads_the_targets_windows_token_for_token(captured, matched_control):
+    """Every row of the control's trace is the target's row (request, step, position, token,
+    acceptance): the same windows, read by another checkpoint."""
+    _, tr, _ = captured
+    ctl, _ = matched_control
+    assert len(ctl) == len(tr) and ctl.k_draft == tr.k_draft
+    for name in ("request", "step", "position", "n_drafts", "accepted", "status", "token_id",
+                 "prompt_id"):
+        np.testing.assert_array_equal(ctl.columns[name], tr.columns[name], err_msg=name)
+    assert set(ctl.columns["model"].tolist()) == {"t-random"}
+    assert ctl.meta["capture"]["teacher_forced"]["target"] == "t"
+    assert not np.array_equal(ctl.experts, tr.experts)  # another checkpoint routes otherwise
+
+
+def test_matched_control_routes_each_window_as_transformers_does_on_its_inputs(
+        captured, matched_control):
+    """The control's routing of a window, rejected drafts included, is transformers' routing of
+    the window's inputs: the prompt, the tokens committed before it, then the window."""
+    from specmoe.stages.traces import teacher_forced_inputs
+
+    _, tr, _ = captured
+    ctl, control_dir = matched_control
+    seqs, spans = teacher_forced_inputs(tr)
+    starts, lengths = tr.windows()
+    np.testing.assert_array_equal(spans, lengths)
+    rejected = np.flatnonzero(tr.columns["accepted"][starts] < tr.columns["n_drafts"][starts])
+    picked = np.concatenate([rejected[:6], [len(starts) - 1]])  # late windows read the longest
+    agree, n = 0.0, 0
+    for w in picked:
+        s, m = int(starts[w]), int(lengths[w])
+        np.testing.assert_array_equal(np.array(seqs[w][-m:]), tr.columns["token_id"][s:s + m])
+        hf = hf_routing(control_dir, seqs[w])[-m:]
+        agree += agreement(ctl.experts[s:s + m], hf) * m
+        n += m
+    assert rejected.size and agree / n >= 0.99

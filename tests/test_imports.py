@@ -11,7 +11,8 @@ RUNTIME_PACKAGES = {"torch", "vllm", "transformers"}
 # Pure analysis: statistics, cost model, tables, figures, report. They must run where no engine is
 # installed (the analysis environment).
 ANALYSIS = ("routing.acceptance", "cost.costmodel", "cost.hfconfig", "routing.ipf",
-            "routing.overlap", "cost.plan", "checks.preflight", "measured.profiling",
+            "routing.overlap", "routing.controls", "cost.plan", "checks.preflight",
+            "measured.profiling",
             "sources.prompts", "provenance", "sources.published", "checks.schema",
             "measured.sweep", "routing.synth", "routing.trace", "routing.unique", "cost.weights",
             "cost.stepmodel", "cost.steptables", "cost.predictor", "paths", "names", "kinds",

@@ -432,3 +432,52 @@ def test_routing_findings_are_shown_at_most_5_percent_of_the_time_without_locali
 
     for name, rate in finding_rates(trials=200, seed=11).items():
         assert rate <= 0.05, (name, rate)
+
+
+def test_looping_requests_are_those_whose_committed_tokens_repeat_with_period_one_or_two(
+        small_trace):
+    """A request whose committed sequence holds a b a b a b (or a a a a a a) loops; one with
+    a b a b a (five tokens) or all-distinct tokens does not; dropping them keeps the others."""
+    import dataclasses
+
+    from specmoe.routing.overlap import committed_sequences, looping_requests, select_requests
+
+    rows, starts, lengths = committed_sequences(small_trace)
+    tok = np.zeros(len(small_trace), np.int32)
+    tok[rows] = np.arange(rows.size) + 100  # nothing repeats
+    req = small_trace.columns["request"]
+    at = {int(req[rows[s]]): rows[s:s + n] for s, n in zip(starts, lengths)}
+    tok[at[3][4:10]] = [1, 2, 1, 2, 1, 2]   # period 2, six tokens: a loop
+    tok[at[5][0:6]] = 7                      # period 1: a loop
+    tok[at[8][2:7]] = [1, 2, 1, 2, 1]        # five tokens only: not a loop
+    tr = dataclasses.replace(small_trace, columns={**small_trace.columns, "token_id": tok})
+    loops = looping_requests(tr)
+    assert loops.tolist() == [3, 5]
+    kept = select_requests(tr, loops)
+    assert set(np.unique(kept.columns["request"]).tolist()) == set(np.unique(req).tolist()) - {3, 5}
+    assert looping_requests(kept).size == 0
+
+
+def test_bca_interval_agrees_with_scipys_bca_on_a_skewed_ratio():
+    """A ratio of sums over units with a heavy-tailed numerator: the BCa interval from the
+    resamples and the jackknife is scipy's BCa interval (up to resampling noise), and it moves
+    away from the percentile interval in the direction of the skew."""
+    from scipy import stats
+
+    from specmoe.routing.overlap import bca_interval
+
+    rng = np.random.default_rng(3)
+    num = rng.lognormal(0, 1.2, 60)
+    den = rng.integers(5, 15, 60).astype(float)
+    w = rng.multinomial(60, np.full(60, 1 / 60), size=4000).astype(float)
+    boot = (w @ num) / (w @ den)
+    est = num.sum() / den.sum()
+    jack = (num.sum() - num) / (den.sum() - den)
+    lo, hi = bca_interval(boot, est, jack)
+    ref = stats.bootstrap((num, den), lambda a, b, axis=-1: a.sum(axis) / b.sum(axis),
+                          paired=True, vectorized=True, method="BCa", n_resamples=4000,
+                          random_state=4).confidence_interval
+    width = ref.high - ref.low
+    assert abs(lo - ref.low) < 0.08 * width and abs(hi - ref.high) < 0.08 * width
+    plo, phi = np.percentile(boot, [2.5, 97.5])
+    assert lo > plo and hi > phi  # right-skewed: both ends move up

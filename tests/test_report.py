@@ -538,3 +538,59 @@ def test_a_ratio_that_is_not_a_te_is_worded_as_raw_with_its_interval():
         "not identifiable here (raw ratio 1.86 [0.79, ∞], not a TE)"
     ok = pd.Series({"te_profiled": 0.559, "te_profiled_low": 0.419, "te_profiled_high": 0.746})
     assert prose._te_text(ok, "te_profiled") == "0.56 [0.42, 0.75]"
+
+
+def _matched_table(tmp_path, diffs: dict, comparable=("fine", "coarse"), why="") -> None:
+    """matched_controls rows for both controls: the paired differences `diffs` (name -> (est,
+    low, high)); the controls not in `comparable` not comparable because `why`."""
+    rows = []
+    for name in ("fine", "coarse"):
+        ok = name in comparable
+        row = {"model": f"{name}-random", "drafter": "d", "k": 3, "dataset": "main",
+               "target": name, "matched": True, "comparable": ok, "input_repeat_pct": 0.2,
+               "n_requests": 40, "not_comparable_because": "" if ok else why}
+        for stat, (est, lo, hi) in diffs.items():
+            if ok:
+                row.update({f"{stat}_target": est + 0.1, f"{stat}_control": 0.1,
+                            f"{stat}_difference": est, f"{stat}_difference_low": lo,
+                            f"{stat}_difference_high": hi})
+        rows.append(row)
+    pd.DataFrame(rows).to_csv(tmp_path / "matched_controls.csv", index=False)
+
+
+def test_matched_controls_decide_learned_routing_by_the_paired_difference(tmp_path):
+    """With matched controls, the control showing a finding too no longer decides it: the paired
+    difference does (above 0: evidence; across 0: undecided; below: no), and a control that is
+    not comparable is never evidence, whatever its own verdicts."""
+    good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009, "above": 0.03}
+    _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
+                    controls={"seq1": 0.9})  # the control shows everything as well
+    _matched_table(tmp_path, {"seq_excess": (0.05, 0.03, 0.07),
+                              "window_decay_within_status": (0.01, -0.01, 0.03),
+                              "seq_decay": (-0.04, -0.06, -0.02)})
+    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    assert t.loc[("fine", "step-1 overlap above independence"), "learned"] == \
+        "yes: above the matched control by +0.050 [+0.030, +0.070]"
+    assert t.loc[("fine", "overlap decays inside windows"), "learned"].startswith(
+        "undecided: not separated from the matched control (+0.010 [-0.010, +0.030])")
+    assert t.loc[("fine", "overlap decays with distance"), "learned"].startswith(
+        "no: below the matched control")
+    assert "+0.050 [+0.030, +0.070] target minus control, paired by request" in \
+        t.loc[("fine", "step-1 overlap above independence"), "control_value"]
+    text = _page(tmp_path)
+    assert ("fine: shown and not shared by its untrained control (evidence of learned routing): "
+            "step-1 overlap above independence") in text
+
+    # a control whose inputs loop: nothing it shows or misses is evidence
+    _matched_table(tmp_path, {"seq_excess": (0.05, 0.03, 0.07)}, comparable=("fine",),
+                   why="read its target's tokens, which loop: 97% of adjacent committed tokens "
+                       "repeat the previous one")
+    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    coarse = t.loc["coarse"]
+    learned = coarse[coarse["status"] == "shown"]["learned"]
+    assert len(learned) and all(v.startswith("not comparable: the control read its target's "
+                                             "tokens, which loop")
+                                for v in learned)
+    assert t.loc[("fine", "temporal share larger for finer experts"), "learned"].startswith(
+        "not comparable")
+    assert "shown, but its control is not comparable" in _page(tmp_path)

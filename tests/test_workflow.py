@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -262,9 +264,17 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     sd = read_json(res / "sd_check/moe/dr/K3/heldout-code.json")
     assert sd["sd_equals_plain"] and sd["spec"]["num_drafts"] > 0
     assert "done in" in (wd / "logs/sd_check/moe/dr/K3/heldout-code.log").read_text()
+    traces = {}
     for model in ("moe", "moe-random"):  # each served from its own checkpoint
-        tr = read_trace(res / f"traces/{model}/dr/K3/heldout-code.parquet")
+        tr = traces[model] = read_trace(res / f"traces/{model}/dr/K3/heldout-code.parquet")
         assert len(tr) > 0 and tr.meta["provenance"]["model"]["name"] == model
+    # the control read its target's windows, token for token, and is paired with it by request
+    np.testing.assert_array_equal(traces["moe-random"].columns["token_id"],
+                                  traces["moe"].columns["token_id"])
+    assert traces["moe-random"].meta["capture"]["teacher_forced"]["target"] == "moe"
+    mc = pd.read_csv(res / "tables/matched_controls.csv")
+    assert mc[["model", "target"]].values.tolist() == [["moe-random", "moe"]]
+    assert bool(mc["matched"].iloc[0])
     assert not (res / "sweeps").exists() and not (res / "profiles").exists()
     assert "acceptance_consecutive" in (res / "report/index.md").read_text()
     r = snakemake(wd, **ON_TEST)

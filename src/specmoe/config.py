@@ -240,6 +240,11 @@ class Config:
         return {n: m for n, m in self.models.items() if m.source == "tiny" and not m.control_of}
 
     @property
+    def controls(self) -> list[str]:
+        """The untrained controls: each reads its target's own windows (rule capture_control)."""
+        return [n for n, m in self.models.items() if m.control_of]
+
+    @property
     def tiny_drafters(self) -> dict[str, Drafter]:
         return {n: d for n, d in self.drafters.items() if d.source == "tiny"}
 

@@ -24,7 +24,13 @@ rule synth_trace:
 
 rule overlap:
     input:
-        rules.capture.output[0],
+        trace=rules.capture.output[0],
+        # an untrained control's trained target: the two compared request by request
+        target=lambda w: (
+            [P.TRACE.format(**{**run_of(w), "model": CFG.models[w.model].control_of})]
+            if w.model in CFG.controls
+            else []
+        ),
     output:
         P.OVERLAP,
     log:

@@ -13,7 +13,9 @@ rule capture:
     benchmark:
         P.benchmark_of(P.TRACE)
     wildcard_constraints:
-        model=one_of(CFG.names("tiny") + CFG.names("hf")),
+        model=one_of(
+            [n for n in CFG.names("tiny") + CFG.names("hf") if n not in CFG.controls]
+        ),
     retries: 1
     conda:
         engine_env
@@ -24,3 +26,33 @@ rule capture:
         **engine_params("capture"),
     script:
         "../scripts/engine.py"
+
+
+# The untrained control reads its trained target's own windows, teacher-forced through the same
+# engine settings (specmoe.stages.traces.control_capture_stage): each routing statistic of the
+# two compares routing of identical inputs.
+rule capture_control:
+    input:
+        trace=lambda w: P.TRACE.format(
+            **{**run_of(w), "model": CFG.models[w.model].control_of}
+        ),
+        control=lambda w: FILES.engine_target(w.model),
+    output:
+        P.TRACE,
+    log:
+        P.log_of(P.TRACE),
+    benchmark:
+        P.benchmark_of(P.TRACE)
+    wildcard_constraints:
+        model=one_of(CFG.controls),
+    retries: 1
+    conda:
+        "../../envs/models.yaml"
+    threads: 2
+    resources:
+        **engine_resources("capture"),
+    params:
+        run=run_of,
+        settings=lambda w: CFG.section("capture", tiny=True),
+    script:
+        "../scripts/capture_control.py"

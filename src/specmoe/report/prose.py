@@ -258,6 +258,19 @@ def _window_decay_text(o) -> str:
             + f"; {every}")
 
 
+def _loop_free_text(o) -> str:
+    """The sequence decay without the requests whose output loops (a sensitivity row: one
+    looping request can carry the bootstrap's tail), where the table has it."""
+    dropped = _val(o, "seq_loop_free_dropped_requests")
+    if not np.isfinite(dropped) or not dropped:
+        return "" if not np.isfinite(dropped) else "; no request loops"
+    if not np.isfinite(_val(o, "seq_loop_free_decay")):
+        return f"; {int(dropped)} requests loop, too many to leave out"
+    return (f"; without the {int(dropped)} looping request(s): "
+            + _with_interval(_val(o, "seq_loop_free_decay"),
+                             *_interval(o, "seq_loop_free_decay"), sign=True))
+
+
 def _routing_rows(m: str, o, d, u) -> list[dict]:
     """The routing findings of one model's first run (o: its overlap_by_distance row, d: its
     decomposition row, u: its unique_experts row or None): finding, target, value, status."""
@@ -282,7 +295,7 @@ def _routing_rows(m: str, o, d, u) -> list[dict]:
          "target": "overlap(1) - overlap(8) along the sequence > 0",
          "value": _with_interval(_val(o, "seq_decay"), *_interval(o, "seq_decay"), sign=True)
                   + (f", {int(o['seq_requests'])} requests"
-                     if np.isfinite(_val(o, "seq_requests")) else ""),
+                     if np.isfinite(_val(o, "seq_requests")) else "") + _loop_free_text(o),
          "status": _decided(*_interval(o, "seq_decay")),
          "interval": _interval(o, "seq_decay")},
     ]
@@ -299,9 +312,13 @@ def _routing_rows(m: str, o, d, u) -> list[dict]:
 
 
 def _learned(status: str, control: str | None, ours=(np.nan, np.nan),
-             theirs=(np.nan, np.nan)) -> str:
+             theirs=(np.nan, np.nan), matched: dict | None = None,
+             paired: tuple | None = None) -> str:
     """Whether a finding is evidence of learned routing: shown by the trained target and not by
-    its untrained control (which shares its architecture and input, not its training). Where
+    its untrained control (which shares its architecture, not its training). Where the run has
+    a matched control (its target's inputs, matched_controls): a control that is not comparable
+    is never evidence, and a finding with a paired difference is evidence where the target's
+    value lies above the control's (the difference's 95% interval above 0). Without one: where
     the control's own interval is undecided, the target's must lie wholly above it."""
     if status == CPU:
         return "–"
@@ -309,11 +326,47 @@ def _learned(status: str, control: str | None, ours=(np.nan, np.nan),
         return "no: not shown" if status == NOT_SHOWN else status
     if control is None:
         return "no control to compare"
+    if matched is not None and not matched["comparable"]:
+        return f"not comparable: the control {matched['why']}"
+    if matched is not None and paired is not None and np.isfinite(paired[1]):
+        diff = _with_interval(*paired, sign=True)
+        if paired[1] > 0:
+            return f"yes: above the matched control by {diff}"
+        if paired[2] < 0:
+            return f"no: below the matched control ({diff})"
+        return f"undecided: not separated from the matched control ({diff})"
     if control == UNDECIDED:
         return ("yes" if np.isfinite(ours[0]) and np.isfinite(theirs[1]) and ours[0] > theirs[1]
                 else "undecided: the control's is undecided")
     return {SHOWN: "no: the untrained control shows it as well",
             NOT_SHOWN: "yes"}.get(control, control)
+
+
+# the paired statistic of the matched_controls table behind each routing finding
+PAIRED = {"step-1 overlap above independence": "seq_excess",
+          "overlap decays inside windows": "window_decay_within_status",
+          "overlap decays with distance": "seq_decay"}
+
+
+def _matched(mc: pd.DataFrame, target: str, like) -> dict | None:
+    """The matched_controls row of a target's run (None: the table has none)."""
+    if mc.empty or "target" not in mc:
+        return None
+    g = mc[(mc["target"] == target) & (mc["k"] == like["k"]) & (mc["dataset"] == like["dataset"])]
+    if g.empty:
+        return None
+    r = g.iloc[0]
+    why = r.get("not_comparable_because")
+    return {**r.to_dict(), "comparable": bool(r["comparable"]),
+            "why": why if isinstance(why, str) else ""}
+
+
+def _paired(m: dict | None, finding: str) -> tuple | None:
+    name = PAIRED.get(finding)
+    if m is None or name is None or f"{name}_difference" not in m:
+        return None
+    return tuple(float(m.get(f"{name}_{key}", np.nan))
+                 for key in ("difference", "difference_low", "difference_high"))
 
 
 def _first(df: pd.DataFrame, model: str, like=None):
@@ -335,30 +388,40 @@ def routing_targets(td: Tables) -> pd.DataFrame:
     decided by the run's 95% intervals where it has them (bootstrap over requests), beside the
     control's value on the same K and dataset; a finding the control shows as well is not
     evidence of learned routing."""
-    ob, dec, ue = (load(td, s) for s in ("overlap_by_distance", "overlap_decomposition_step1",
-                                           "unique_experts"))
+    ob, dec, ue, mc = (load(td, s) for s in ("overlap_by_distance",
+                                               "overlap_decomposition_step1", "unique_experts",
+                                               "matched_controls"))
     if ob.empty or "seq1" not in ob or dec.empty:
         return pd.DataFrame()
     models = set(ob["model"])
     tiny = [m for m in dict.fromkeys(ob["model"]) if control_name(m) in models]
-    rows, shares = [], {}
+    rows, shares, matched = [], {}, {}
     for m in tiny:
         o = _first(ob, m)
         c = _first(ob, control_name(m), like=o)
+        mt = matched[m] = _matched(mc, m, o)
         ours = _routing_rows(m, o, dec[dec["run"] == o["run"]].iloc[0],
                              _first(ue, m, like=o) if not ue.empty else None)
         theirs = _routing_rows(control_name(m), c, dec[dec["run"] == c["run"]].iloc[0],
                                _first(ue, control_name(m), like=c) if not ue.empty else None)
         for a, b in zip(ours, theirs):
             iv = (a.pop("interval", (np.nan, np.nan)), b.pop("interval", (np.nan, np.nan)))
-            rows.append({"model": m, "run": o["run"], **a, "control_value": b["value"],
+            paired = _paired(mt, a["finding"])
+            value = b["value"]
+            if mt is not None:  # what the control read, and the paired difference
+                value = (f"{value}; matched: {_with_interval(*paired, sign=True)} target minus "
+                         "control, paired by request" if paired is not None and
+                         np.isfinite(paired[1]) else f"{value}; not comparable"
+                         if not mt["comparable"] else value)
+            rows.append({"model": m, "run": o["run"], **a, "control_value": value,
                          "control_status": b["status"],
-                         "learned": _learned(a["status"], b["status"], *iv)})
+                         "learned": _learned(a["status"], b["status"], *iv, matched=mt,
+                                             paired=paired)})
         for who, row in ((m, o), (control_name(m), c)):
             d = dec[dec["run"] == row["run"]].iloc[0]
             shares[who] = (float(d["k_over_n"]), _val(d, "sequence_temporal_share"),
                            *_interval(d, "sequence_temporal_share"))
-    rows += _granularity_rows(tiny, shares)
+    rows += _granularity_rows(tiny, shares, matched)
     rows += _cpu_rows(td, tiny)
     return pd.DataFrame(rows)
 
@@ -367,9 +430,10 @@ def _share_order(fine: tuple, coarse: tuple) -> str:
     return SHOWN if fine[2] > coarse[3] else NOT_SHOWN if fine[3] < coarse[2] else UNDECIDED
 
 
-def _granularity_rows(tiny: list[str], shares: dict) -> list[dict]:
+def _granularity_rows(tiny: list[str], shares: dict, matched: dict | None = None) -> list[dict]:
     """"Temporal share larger for finer experts", for each pair of tiny targets of neighbouring
-    granularity, beside the same comparison of their untrained controls."""
+    granularity, beside the same comparison of their untrained controls (not comparable where
+    either control is not: matched_controls)."""
     rows = []
     ranked = sorted(tiny, key=lambda m: shares[m][0])
     for fine, coarse in zip(ranked, ranked[1:]):
@@ -389,8 +453,18 @@ def _granularity_rows(tiny: list[str], shares: dict) -> list[dict]:
                      "status": status,
                      "control_value": f"{_with_interval(*fc[1:])} vs {_with_interval(*cc[1:])}",
                      "control_status": control,
-                     "learned": _learned(status, control, lead, lead_control)})
+                     "learned": _learned(status, control, lead, lead_control,
+                                         matched=_both((matched or {}).get(fine),
+                                                       (matched or {}).get(coarse)))})
     return rows
+
+
+def _both(a: dict | None, b: dict | None) -> dict | None:
+    """Two targets' matched controls as one: comparable only where both are."""
+    if a is None or b is None:
+        return None
+    bad = [x for x in (a, b) if not x["comparable"]]
+    return {"comparable": not bad, "why": bad[0]["why"] if bad else ""}
 
 
 def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
@@ -479,9 +553,11 @@ def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
         return ", ".join(f"{r['finding']}" + (f" ({r['value']})" if numbers else "")
                          for _, r in df.iterrows())
 
-    learned = rows[rows["learned"] == "yes"]
-    both = rows[rows["learned"].str.startswith("no: the untrained")]
+    learned = rows[rows["learned"].str.startswith("yes")]
+    both = rows[rows["learned"].str.startswith("no: the untrained")
+                | rows["learned"].str.startswith("no: below the matched")]
     open_ = rows[(rows["status"] == SHOWN) & rows["learned"].str.startswith("undecided")]
+    apart = rows[rows["learned"].str.startswith("not comparable")]
     missed = rows[rows["status"].isin([NOT_SHOWN, UNDECIDED])]
     parts = [f"shown and not shared by its untrained control (evidence of learned routing): "
              f"{named(learned)}" if not learned.empty else
@@ -490,7 +566,11 @@ def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
         parts.append(f"its untrained control shows {named(both, False)} as well, so these are "
                      "not evidence of learned routing")
     if not open_.empty:
-        parts.append(f"shown, with the control's undecided: {named(open_)}")
+        parts.append(f"shown, with the control undecided or not separated from it: "
+                     f"{named(open_)}")
+    if not apart.empty:
+        parts.append(f"shown, but its control is not comparable ({apart['learned'].iloc[0]}): "
+                     f"{named(apart, False)}")
     if not missed.empty:
         parts.append(f"not shown or undecided: {named(missed)}")
     return f"{model}: " + "; ".join(parts)

@@ -63,7 +63,22 @@ def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict) -> None:
             **rc, **ov["overlap_by_status"],
             "repetitive_windows_pct": 100 * ov.get("repetitive_windows", np.nan)})
     t["heldout_overlap"] += heldout_overlap_rows(rc, ov.get("by_slice") or {}, heldout)
+    if ov.get("control"):
+        t["matched_controls"].append(matched_control_row(rc, ov["control"]))
     t["per_layer_overlap"] += per_layer_rows(rc, ov["per_layer"])
+
+
+def matched_control_row(rc: dict, c: dict) -> dict:
+    """An untrained control's row of the matched_controls table: whether it read its target's
+    windows (matched) and its inputs do not loop (comparable, else why not), and per statistic
+    the target's value, the control's and their paired difference with its 95% interval."""
+    row = {**rc, "target": c["target"], "matched": c["matched"], "comparable": c["comparable"],
+           "input_repeat_pct": c["input_repeat_pct"], "n_requests": c["n_requests"],
+           "not_comparable_because": c.get("why", "")}
+    for name, v in (c.get("statistics") or {}).items():
+        row.update({f"{name}_{key}": v[key] for key in (
+            "target", "control", "difference", "difference_low", "difference_high")})
+    return row
 
 
 def prompt_fit_rows(rc: dict, prompting: dict | None) -> list[dict]:
@@ -210,6 +225,10 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
                 "excess_within_high"):
         row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
     row["verify_ratio"] = s.get("verify_ratio", np.nan)
+    # sensitivity: without the requests whose committed output loops (overlap.looping_requests)
+    for key in ("dropped_requests", "decay", "decay_low", "decay_high", "excess", "excess_low",
+                "excess_high"):
+        row[f"seq_loop_free_{key}"] = s.get(f"sequence_loop_free_{key}", np.nan)
     nr = ov.get("summary_without_repetition") or {}
     row.update({f"step{d}_no_repetition": v
                 for d, v in enumerate(nr.get("overlap_by_distance", []), 1)})

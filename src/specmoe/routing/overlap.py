@@ -241,7 +241,9 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
     """95% bootstrap intervals of the layer-mean overlap along sequences, resampling whole
     sequences (requests: the independent units; tokens of one request are not): for each d, and
     for the decay overlap(1) - overlap(max_d). sums, pairs: per sequence, from _sequence_sums.
-    Percentile intervals over n_boot resamples drawn from a fixed seed.
+    Percentile intervals by distance over n_boot resamples drawn from a fixed seed; the decay and
+    the excesses BCa intervals (bca_interval) from the same resamples: their tails are heavy where
+    one request loops.
 
     baselines (per sequence, from sequence_baselines): the step-1 overlap's excess over the
     pooled independence baseline (`excess`, the baseline recomputed from each resample's loads)
@@ -255,7 +257,10 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         est = per_seq.sum(axis=0) / (pairs.sum(axis=0) * k)
     decay = boot[:, 0] - boot[:, -1]
     lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
-    dlo, dhi = np.nanpercentile(decay, [2.5, 97.5])
+    # the decay and the excess: BCa (a looping request can carry their resamples' tail)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        jk = (per_seq.sum(axis=0) - per_seq) / ((pairs.sum(axis=0) - pairs) * k)  # [seq, d]
+    dlo, dhi = bca_interval(decay, float(est[0] - est[-1]), jk[:, 0] - jk[:, -1])
     out = {"n_sequences": int(n), "low": lo.tolist(), "high": hi.tolist(),
            "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi)}
     if baselines is not None:
@@ -264,13 +269,43 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         with np.errstate(invalid="ignore", divide="ignore"):
             wr = within.sum() / (pairs[:, 0].sum() * k)
             wr_boot = (w @ within) / (w @ pairs[:, 0] * k)
-        for name, base, base_boot in (("excess", ind, ind_boot),
-                                      ("excess_within", wr, wr_boot)):
-            elo, ehi = _percentiles(boot[:, 0] - base_boot)
+        loads, tokens = baselines["loads"], baselines["tokens"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ind_jk = independence_of(loads.sum(axis=0)[None] - loads, tokens.sum() - tokens, k)
+            wr_jk = (within.sum() - within) / ((pairs[:, 0].sum() - pairs[:, 0]) * k)
+        for name, base, base_boot, base_jk in (("excess", ind, ind_boot, ind_jk),
+                                               ("excess_within", wr, wr_boot, wr_jk)):
+            elo, ehi = bca_interval(boot[:, 0] - base_boot, float(est[0] - base),
+                                    jk[:, 0] - base_jk)
             out.update({name: float(est[0] - base), f"{name}_low": float(elo),
                         f"{name}_high": float(ehi)})
         out.update(independence=ind, within_request=float(wr))
     return out
+
+
+def bca_interval(boot: np.ndarray, est: float, jack: np.ndarray,
+                 level: float = 0.95) -> tuple[float, float]:
+    """The bias-corrected and accelerated (BCa) bootstrap interval: the percentile interval's
+    ends moved by the bootstrap's median bias (z0) and by the skew of the leave-one-out
+    (jackknife) estimates over the resampled units (acceleration a), so a statistic whose
+    resamples are skewed (one unit carrying a heavy tail) keeps its coverage better than the
+    plain percentile interval (Efron 1987). boot: the resamples' values; jack: the statistic
+    without each unit in turn."""
+    from scipy.stats import norm
+
+    boot = boot[np.isfinite(boot)]
+    jack = jack[np.isfinite(jack)]
+    if not boot.size or not np.isfinite(est):
+        return float("nan"), float("nan")
+    below = ((boot < est).sum() + 0.5 * (boot == est).sum()) / boot.size
+    z0 = norm.ppf(np.clip(below, 1 / (2 * boot.size), 1 - 1 / (2 * boot.size)))
+    d = jack.mean() - jack
+    spread = (d ** 2).sum()
+    a = (d ** 3).sum() / (6 * spread ** 1.5) if spread > 0 else 0.0
+    z = norm.ppf([(1 - level) / 2, (1 + level) / 2])
+    q = norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
+    lo, hi = np.percentile(boot, 100 * q)
+    return float(lo), float(hi)
 
 
 def sequence_baselines(trace: Trace, rows: np.ndarray, starts: np.ndarray,
@@ -524,19 +559,24 @@ def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarra
     return out
 
 
+def status_contrast(sums: np.ndarray, pairs: np.ndarray, scale: float) -> np.ndarray:
+    """The step-1 minus step-2 overlap within acceptance status from summed intersections and
+    pair counts [..., (class, d)] of the two classes at d = 1, 2, each class weighted by its
+    step-2 pairs: [...]."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        o = (sums / (pairs * scale)).reshape(*sums.shape[:-1], 2, 2)
+        n2 = pairs.reshape(*pairs.shape[:-1], 2, 2)[..., 1]
+        diff = o[..., 0] - o[..., 1]
+        weight = np.where(np.isfinite(diff), n2, 0.0)
+        return (np.where(weight > 0, diff, 0.0) * weight).sum(axis=-1) / weight.sum(axis=-1)
+
+
 def _within_status(s_req: np.ndarray, p_req: np.ndarray, w: np.ndarray, scale: float) -> dict:
     """decay_within_status and its interval from per-request sums and pair counts [request,
     (class, d)] for the two acceptance classes at d = 1, 2 (w: the resamples' request weights)."""
-    def contrast(sums, pairs):  # [..., 4] -> [...]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            o = (sums / (pairs * scale)).reshape(*sums.shape[:-1], 2, 2)
-            n2 = pairs.reshape(*pairs.shape[:-1], 2, 2)[..., 1]
-            diff = o[..., 0] - o[..., 1]
-            weight = np.where(np.isfinite(diff), n2, 0.0)
-            return (np.where(weight > 0, diff, 0.0) * weight).sum(axis=-1) / weight.sum(axis=-1)
-
-    lo, hi = _percentiles(contrast(w @ s_req, w @ p_req))
-    return {"decay_within_status": float(contrast(s_req.sum(axis=0), p_req.sum(axis=0))),
+    lo, hi = _percentiles(status_contrast(w @ s_req, w @ p_req, scale))
+    return {"decay_within_status": float(status_contrast(s_req.sum(axis=0), p_req.sum(axis=0),
+                                                         scale)),
             "decay_within_status_low": float(lo), "decay_within_status_high": float(hi)}
 
 
@@ -748,3 +788,39 @@ def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> dict[st
         v = consec[(st == i) & np.isfinite(consec)]
         out[name] = float(v.mean()) if v.size else float("nan")
     return out
+
+
+LOOP_SPAN = 6  # committed tokens that must repeat with period 1 or 2 for a request to loop
+
+
+def looping_requests(trace: Trace, span: int = LOOP_SPAN) -> np.ndarray:
+    """The requests whose committed sequence loops: somewhere `span` consecutive committed tokens
+    repeat with period 1 (a a a ...) or 2 (a b a b ...). One such request can carry the tail of a
+    sequence statistic's bootstrap (overlap along a loop measures the loop); the sensitivity
+    rows leave them out (sorted request ids)."""
+    rows, starts, lengths = committed_sequences(trace)
+    tok = trace.columns["token_id"][rows].astype(np.int64)
+    req = trace.columns["request"][rows].astype(np.int64)
+    out = []
+    for s, n in zip(starts.tolist(), lengths.tolist()):
+        t = tok[s:s + n]
+        for p in (1, 2):
+            if n < span:
+                break
+            same = (t[p:] == t[:-p]).astype(np.int64)  # t[i + p] == t[i]
+            run = span - p  # equalities in a row that make `span` periodic tokens
+            if same.size >= run and (np.convolve(same, np.ones(run, np.int64), "valid")
+                                     == run).any():
+                out.append(int(req[s]))
+                break
+    return np.array(sorted(set(out)), np.int64)
+
+
+def select_requests(trace: Trace, drop: np.ndarray) -> Trace:
+    """The trace without the given requests (whole requests, order unchanged)."""
+    from dataclasses import replace
+
+    rows = ~np.isin(trace.columns["request"].astype(np.int64), drop)
+    return replace(trace, experts=trace.experts[rows],
+                   columns={k: v[rows] for k, v in trace.columns.items()},
+                   weights=None if trace.weights is None else trace.weights[rows])

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("specmoe")
 ENV = "SPECMOE_CAPTURE"
 ENV_DIR = "SPECMOE_CAPTURE_DIR"
+# "windows" (default): SD verification windows; "rows": every scheduled row of every step, for the
+# teacher-forced reading of given token sequences (teacher_forced_routing)
+ENV_MODE = "SPECMOE_CAPTURE_MODE"
 # vLLM releases whose model-runner internals this module was written against and tested with.
 SUPPORTED_VLLM = ("0.32",)
 
@@ -112,6 +115,7 @@ class Recorder:
         self.step_of: dict[str, int] = {}
         self.capture_s = 0.0
         self.lock = threading.Lock()  # sampled tokens may arrive on the output thread
+        self.mode = os.environ.get(ENV_MODE, "windows")
 
     def capture(self, layer_id: int, topk_ids) -> None:  # called inside the forward
         self.layers_seen.add(layer_id)
@@ -130,6 +134,10 @@ class Recorder:
         if not step["total"]:
             return None
         t0 = time.perf_counter()
+        if self.mode == "rows":  # teacher forcing: every row, nothing bound to sampling
+            self._record_rows(runner, step)
+            self._took(t0)
+            return None
         if self.runner == "v1":
             step = self._after_forward_v1(runner, step)
         else:
@@ -173,6 +181,31 @@ class Recorder:
         return dict(step, req_ids=[batch.req_ids[i] for i in ok], starts=starts[ok].tolist(),
                     n_drafts=drafts[ok].tolist(), routing=_host(self.buffer[:total]),
                     input_ids=_host(batch.input_ids[:total]))
+
+    def _record_rows(self, runner, step: dict) -> None:
+        """Rows mode: the routing and input ids of every row of the step, with the request each
+        row belongs to (rows laid out per request as in _after_forward_v1/_v2)."""
+        if self.runner == "v1":
+            sched = step["num_scheduled"]
+            layout = [(r, sched.get(r, 0)) for r in runner.input_batch.req_ids]
+            total = sum(n for _, n in layout)
+            ids = runner.input_ids.gpu[:total]
+        else:
+            state = runner.execute_model_state
+            if state is None:
+                return
+            batch = state.input_batch
+            counts = np.asarray(batch.num_scheduled_tokens[: batch.num_reqs], dtype=np.int64)
+            layout = list(zip(batch.req_ids[: batch.num_reqs], counts.tolist()))
+            total = int(batch.num_tokens)
+            ids = batch.input_ids[:total]
+        layout = [(r, int(n)) for r, n in layout if n]
+        if not layout:
+            return
+        chunk = {"experts": _host(self.buffer[:total]), "token_id": _host(ids).astype(np.int32),
+                 "rows": layout}
+        with self.lock:
+            self.chunks.append(chunk)
 
     def bind(self, step: dict | None, out):
         """Tie a step's windows to the output that carries its sampled tokens. An async output
@@ -227,6 +260,14 @@ class Recorder:
         if not chunks:
             return None
         layers = sorted(self.layers_seen)
+        if self.mode == "rows":
+            fd, path = tempfile.mkstemp(prefix="rows-", suffix=".npz", dir=out_dir)
+            os.close(fd)
+            np.savez(path, experts=np.concatenate([c["experts"] for c in chunks])[:, layers],
+                     token_id=np.concatenate([c["token_id"] for c in chunks]),
+                     req=np.array([r for c in chunks for r, n in c["rows"] for _ in range(n)]),
+                     layers=np.array(layers), num_experts=self.num_experts)
+            return path
         experts = np.concatenate([c["experts"] for c in chunks])[:, layers]
         token_id = np.concatenate([c["token_id"] for c in chunks])
         metas = [m for c in chunks for m in c["windows"]]
@@ -371,6 +412,78 @@ def _collect(llm, outs) -> dict:
     return {"shards": shards, "requests": requests}
 
 
+def teacher_forced_routing(sequences: list[list[int]], engine: dict, shard_dir: str) -> dict:
+    """Prefill each token sequence (one greedy token is sampled and dropped) with capture in rows
+    mode: the routing of every position of every sequence, as the engine computes it when it reads
+    exactly these tokens. The matched untrained control reads its target's tokens this way
+    (specmoe.stages.traces.control_capture_stage); rows_of_sequences turns the result into
+    per-sequence routing."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from .engine import open_llm
+
+    os.environ[ENV] = "1"  # read by the plugin in the engine's processes
+    os.environ[ENV_DIR] = shard_dir
+    os.environ[ENV_MODE] = "rows"
+    check_version()
+    engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension")
+    with open_llm(engine) as llm:
+        t0 = time.perf_counter()
+        outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in s])
+                             for s in sequences],
+                            SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
+        took = time.perf_counter() - t0
+        shards = [p for p in llm.collective_rpc("specmoe_flush") if p]
+    return {"shards": shards, "request_ids": [o.request_id for o in outs], "generate_s": took}
+
+
+def rows_of_sequences(result: dict, sequences: list) -> tuple[list[np.ndarray], dict]:
+    """Per sequence its routing [positions, layers, k] from teacher_forced_routing's shards, and
+    the shards' layers and number of experts. Every position of every sequence must have been
+    read exactly once, in order, with the sequence's own token: anything else stops the capture
+    (a row missing, read twice or of another token would pair routing with the wrong input)."""
+    shards = [np.load(p) for p in result["shards"]]
+    if not shards:
+        raise SpecmoeError("teacher-forced capture recorded no rows")
+    experts = np.concatenate([s["experts"] for s in shards])
+    token_id = np.concatenate([s["token_id"] for s in shards])
+    req = np.concatenate([s["req"] for s in shards])
+    index = {r: i for i, r in enumerate(result["request_ids"])}
+    names, inverse = np.unique(req, return_inverse=True)
+    seq_of = np.array([_request_index(str(r), index) for r in names.tolist()])[inverse]
+    order = np.argsort(seq_of, kind="stable")  # rows of one sequence stay in reading order
+    bounds = np.searchsorted(seq_of[order], np.arange(len(sequences) + 1))
+    out = []
+    for i, seq in enumerate(sequences):
+        rows = order[bounds[i]:bounds[i + 1]]
+        want = np.asarray(seq, dtype=np.int64)
+        if rows.size != want.size or not np.array_equal(token_id[rows].astype(np.int64), want):
+            raise SpecmoeError(
+                f"teacher-forced capture: sequence {i} ({want.size} tokens) was read as "
+                f"{rows.size} rows with other tokens or in another order: its routing would not "
+                "be of its own input")
+        out.append(experts[rows].astype(np.int64))
+    unfilled = [i for i, e in enumerate(out) if (e < 0).any()]
+    if unfilled:
+        raise SpecmoeError(f"teacher-forced capture: unfilled routing slots in sequence "
+                           f"{unfilled[0]} ({len(unfilled)} sequence(s) in all): the recorder "
+                           "missed a forward pass")
+    return out, {"layers": shards[0]["layers"].tolist(),
+                 "num_experts": int(shards[0]["num_experts"])}
+
+
+def _request_index(internal: str, index: dict) -> int:
+    """The submitted request an engine-internal id belongs to (internal ids are the external id
+    plus a suffix)."""
+    if internal in index:
+        return index[internal]
+    base = internal.rsplit("-", 1)[0]
+    if base not in index:
+        raise SpecmoeError(f"captured request {internal} matches no submitted request")
+    return index[base]
+
+
 def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
     """Shards + request outputs -> a routing trace sorted by (request, step, position).
 
@@ -422,6 +535,9 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
     checked = _crosscheck(result["requests"], request[live], step[live], n_drafts[live],
                           accepted[live])
     meta = {"run": run, "slice_datasets": {p.category: p.dataset for p in prompts},
+            # what each request read before its first window: the matched control reads it too
+            "prompt_token_ids": [None if r.get("prompt_token_ids") is None else
+                                 list(map(int, r["prompt_token_ids"])) for r in result["requests"]],
             "capture": {
         "windows": int(order.size), "short_windows": int((n_drafts[live] < k_draft).sum()),
         "windows_after_finish": int((~live).sum()),

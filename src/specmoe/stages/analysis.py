@@ -68,7 +68,9 @@ def use_threads(threads: int | None) -> None:
 
 
 def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
-                  threads: int | None = None) -> None:
+                  threads: int | None = None, target_trace=None) -> None:
+    """target_trace: an untrained control's trained target (the control's statistics beside the
+    target's, paired by request: specmoe.routing.controls)."""
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
@@ -93,8 +95,25 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         kept = overlap.select_windows(tr, ~rep)
         no_rep = overlap.window_stats(kept, shuffle_seed=shuffle_seed).summary()
         no_rep.update(window_interval_summary(overlap.window_intervals(kept, shuffle_seed)))
+    # sensitivity: the sequence statistics without the requests whose output loops
+    loops = overlap.looping_requests(tr)
+    n_req = int(np.unique(tr.columns["request"]).size)
+    loop_free = {"dropped_requests": int(loops.size), "requests": n_req - int(loops.size)}
+    lf = seq_ci if not loops.size else None
+    if loops.size and n_req - loops.size >= 2:
+        _, _, lf = overlap.trace_sequence_stats(overlap.select_requests(tr, loops),
+                                                SEQUENCE_DISTANCES)
+    if lf is not None:
+        loop_free.update({key: lf[key] for key in ("decay", "decay_low", "decay_high",
+                                                   "excess", "excess_low", "excess_high")})
+    summary.update({f"sequence_loop_free_{key}": v for key, v in loop_free.items()})
     by_status = overlap.overlap_by_status(tr)
     by_slice = slice_overlaps(tr)
+    control = None
+    if target_trace:
+        from ..routing.controls import control_contrast
+
+        control = control_contrast(trace.read_trace(target_trace), tr)
     prov = dict(tr.meta.get("provenance", {}))
     prov.update(provenance({"batch_sizes": batch_sizes, "shuffle_seed": shuffle_seed},
                            model=prov.get("model"), stage="overlap", trace=str(trace_path)))
@@ -106,6 +125,7 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
         "summary_without_repetition": no_rep if no_rep is not None else summary,
         "overlap_by_status": by_status,
         "by_slice": by_slice,
+        **({"control": control} if control is not None else {}),
         "unique": unique,
         "unique_by_batch": uniq,
         "per_layer": {

@@ -7,6 +7,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
+
+from ..errors import InputError
 from ..sources import prompts as prompt_table
 from ..provenance import provenance
 from .engines import engine_label, engine_prompts, model_provenance, setting
@@ -71,3 +74,91 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
         {"run": run, "capture": cap_cfg, "prompts": prompts_source, **moe},
         model=model_provenance(run["model"], target_dir), stage="capture",
         engine=engine_label(res.get("vllm")), engine_start=res.get("engine_start")))
+
+
+# --- the matched untrained control: its target's tokens, teacher-forced -----------------------
+
+def teacher_forced_inputs(tr) -> tuple[list[list[int]], list[int]]:
+    """What each verification window of a target's trace read, as one token sequence per window
+    (in the trace's window order) and the number of its last positions that are the window.
+
+    "The same window" is the same tokens in the same context: the window of request r at step s,
+    with tokens (t0, d1..dn) (t0 the last committed token, d the drafts), read r's prompt, then
+    the tokens committed before it, C(s) = (t0, d1..d_a) of every earlier window of r (a: its
+    accepted drafts), then its own n + 1 tokens, causally. A prefill of prompt + C(s) + (t0,
+    d1..dn) gives every one of those n + 1 positions the same token at the same position with
+    the same tokens before it, so its last n + 1 rows are the routing of exactly the window's
+    inputs; rejected drafts are read in their window and nowhere else, as the target read them.
+    The computation differs only in kind (one prefill instead of decode steps and a verify
+    pass): numerically, not in what is read."""
+    prompts = tr.meta.get("prompt_token_ids")
+    if not prompts or any(p is None for p in prompts):
+        raise InputError("the target's trace does not record its prompts' token ids (captured "
+                         "before they were kept): capture the target again")
+    starts, lengths = tr.windows()
+    req = tr.columns["request"][starts].astype(np.int64)
+    acc = tr.columns["accepted"][starts].astype(np.int64)
+    tok = tr.columns["token_id"].astype(np.int64)
+    seqs, spans, committed, last = [], [], [], None
+    for w, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        if req[w] != last:
+            last = req[w]
+            committed = list(prompts[last])
+        window = tok[s:s + n].tolist()
+        seqs.append(committed + window)
+        spans.append(n)
+        committed = committed + window[:1 + int(acc[w])]
+    return seqs, spans
+
+
+def control_capture_stage(control_dir, target_trace, run: dict, cap_cfg: dict, out,
+                          engine_log: str | None = None) -> None:
+    """The matched untrained control's trace: the control checkpoint reads its trained target's
+    own windows (teacher_forced_inputs) through the same engine settings as the target's
+    capture, so every routing statistic of the two compares routing of identical inputs. The
+    trace keeps the target's columns (request, step, position, acceptance: the control verifies
+    nothing) with the control's routing."""
+    import tempfile
+
+    from ..routing.trace import Trace, read_trace, write_trace
+    from ..runtime.capture import rows_of_sequences, teacher_forced_routing
+    from ..runtime.engine import check_inputs, engine_kwargs, run_in_child
+
+    check_inputs(control_dir)
+    tr = read_trace(target_trace)
+    if tr.meta.get("capture", {}).get("teacher_forced"):
+        raise InputError(f"{target_trace}: a teacher-forced trace, not a target's own capture")
+    seqs, spans = teacher_forced_inputs(tr)
+    engine = engine_kwargs(control_dir, seed=0, kv_cache_mib=int(setting(cap_cfg, "kv_cache_mib")),
+                           max_num_seqs=int(cap_cfg["max_num_seqs"]),
+                           dtype=setting(cap_cfg, "dtype"),
+                           extra=dict(cap_cfg.get("engine_args") or {}))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
+        res = run_in_child(teacher_forced_routing, seqs, engine, shard_dir, log_path=engine_log,
+                           timeout=float(setting(cap_cfg, "timeout_s")))
+        routing, info = rows_of_sequences(res, seqs)
+    target_layers = tr.meta.get("capture", {}).get("layers")
+    if target_layers is not None and list(target_layers) != info["layers"]:
+        raise InputError(f"control {run['model']} routes in layers {info['layers']}, its target "
+                         f"in {target_layers}: not the same architecture")
+    experts = np.concatenate([r[-n:] for r, n in zip(routing, spans)])
+    n = len(experts)
+    columns = {**tr.columns, "model": np.full(n, run["model"])}
+    target_run = tr.meta.get("run", {})
+    meta = {"run": run, "slice_datasets": tr.meta.get("slice_datasets"),
+            "prompting": tr.meta.get("prompting"),
+            "prompt_token_ids": tr.meta.get("prompt_token_ids"),
+            "capture": {"windows": len(spans), "layers": info["layers"],
+                        "generate_s": res.get("generate_s"),
+                        "teacher_forced": {"target": target_run.get("model"),
+                                           "target_trace": str(target_trace),
+                                           "sequences": len(seqs)}}}
+    out_tr = Trace(experts=experts, columns=columns, num_experts=info["num_experts"],
+                   k_draft=tr.k_draft, meta=meta)
+    log.info("teacher-forced %s on %s's %d windows (%d rows)", run["model"],
+             target_run.get("model"), len(spans), n)
+    write_trace(out, out_tr, provenance(
+        {"run": run, "capture": cap_cfg, "teacher_forced_on": str(target_trace)},
+        model=model_provenance(run["model"], control_dir), stage="capture_control",
+        engine=engine_label()))

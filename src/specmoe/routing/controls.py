@@ -1,0 +1,134 @@
+"""A trained target against its matched untrained control: the same statistics of the two traces
+and their difference, with a paired bootstrap over requests.
+
+The matched control's trace holds its target's windows token for token (specmoe.stages.traces.
+teacher_forced_inputs): request r of one is request r of the other, read from the same prompt
+and committed tokens. Each resample draws requests once and weighs both traces' requests alike,
+so the difference's interval carries the pairing (what the prompts share cancels). A control whose
+inputs are not its target's (it decoded its own tokens), or whose inputs loop (adjacent committed
+tokens repeating the previous one: overlap along a loop measures the loop), is not comparable and
+gets no difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .overlap import (LEVEL, N_BOOT, _percentiles, _resampled_independence, _sequence_sums,
+                      _status_pair_pass, _window_pair_pass, committed_sequences, request_loads,
+                      status_contrast)
+from .trace import ACCEPTED, COMMITTED, Trace
+
+# A control's inputs degenerate where more than this share of adjacent committed tokens repeat
+# the previous token (the untrained controls' own output: about 99%; the trained targets': 0.1-
+# 0.2% in the default run).
+DEGENERATE = 0.10
+SEQUENCE_D = 8  # the sequence decay's far distance, as the overlap stage's
+# Each statistic of the findings table that a control can show too (name -> what it is).
+STATISTICS = {
+    "seq_excess": "step 1 along the committed sequence minus the pooled independence baseline",
+    "seq_decay": f"overlap along the committed sequence at d = 1 minus at d = {SEQUENCE_D}",
+    "seq_temporal_share": "(step 1 along the sequence - independence) / step 1",
+    "window_step1": "overlap of adjacent positions inside windows",
+    "window_decay_within_status": "overlap(1) - overlap(2) inside windows, pairs of one "
+                                  "acceptance status",
+}
+KEYS = ("request", "step", "position", "token_id")
+
+
+def input_repeat_share(trace: Trace) -> float:
+    """The share of adjacent committed tokens (one request's committed sequence) that repeat the
+    previous token: how much the inputs loop."""
+    rows, starts, lengths = committed_sequences(trace)
+    tok = trace.columns["token_id"][rows].astype(np.int64)
+    same = tok[1:] == tok[:-1]
+    inside = np.ones(rows.size, bool)
+    inside[starts] = False  # a sequence's first token has no previous one
+    adjacent = inside[1:]
+    return float(same[adjacent].mean()) if adjacent.any() else float("nan")
+
+
+def matched(target: Trace, control: Trace) -> bool:
+    """Does the control's trace hold its target's windows token for token?"""
+    return len(target) == len(control) and all(
+        k in target.columns and k in control.columns
+        and np.array_equal(target.columns[k], control.columns[k]) for k in KEYS)
+
+
+def _statistics(tr: Trace, ids: np.ndarray, w: np.ndarray) -> dict[str, np.ndarray]:
+    """Each statistic of STATISTICS at the weights w [resample, request] over requests `ids`
+    (a row of ones: the estimate itself)."""
+    k, scale = tr.top_k, float(tr.num_layers * tr.top_k)
+    out = {}
+    rows, starts, lengths = committed_sequences(tr)
+    sums, pairs = _sequence_sums(tr.experts[rows], starts, lengths, tr.num_experts, SEQUENCE_D)
+    at = np.searchsorted(ids, tr.columns["request"][rows[starts]].astype(np.int64))
+    per_seq, seq_pairs = np.zeros((ids.size, SEQUENCE_D)), np.zeros((ids.size, SEQUENCE_D))
+    np.add.at(per_seq, at, sums.mean(axis=1))
+    np.add.at(seq_pairs, at, pairs)
+    req_ids, loads, tokens = request_loads(tr)
+    if not np.array_equal(req_ids, ids):
+        raise ValueError("the traces' requests differ")
+    _, ind = _resampled_independence(w, loads, tokens, k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        seq = (w @ per_seq) / (w @ seq_pairs * k)
+        out["seq_excess"] = seq[:, 0] - ind
+        out["seq_decay"] = seq[:, 0] - seq[:, -1]
+        out["seq_temporal_share"] = (seq[:, 0] - ind) / seq[:, 0]
+    wstarts, wlengths = tr.windows()
+    unit = np.searchsorted(ids, tr.columns["request"][wstarts].astype(np.int64))
+    experts = np.ascontiguousarray(tr.experts)
+    wsums = _window_pair_pass(experts, wstarts, wlengths, tr.num_experts, tr.k_draft)[:, 0]
+    wpairs = np.clip(wlengths - 1, 0, None)
+    s1 = np.bincount(unit, weights=wsums, minlength=ids.size)
+    p1 = np.bincount(unit, weights=wpairs, minlength=ids.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["window_step1"] = (w @ s1) / ((w @ p1) * scale)
+    if tr.k_draft >= 2:
+        st = tr.columns["status"]
+        cls = (~((st == COMMITTED) | (st == ACCEPTED))).astype(np.int8)
+        st_sums, st_pairs = _status_pair_pass(experts, wstarts, wlengths, tr.num_experts, cls, 2)
+
+        def per_request(x):
+            x = x.reshape(x.shape[0], -1).astype(np.float64)
+            return np.stack([np.bincount(unit, weights=x[:, c], minlength=ids.size)
+                             for c in range(x.shape[1])], axis=1)
+
+        out["window_decay_within_status"] = status_contrast(
+            w @ per_request(st_sums), w @ per_request(st_pairs), scale)
+    return out
+
+
+def control_contrast(target: Trace, control: Trace, n_boot: int = N_BOOT,
+                     seed: int = 0) -> dict:
+    """The matched control against its target: whether it is matched and comparable, its
+    inputs' repeat share, and for each statistic the target's value, the control's and their
+    difference (target - control) with a 95% paired percentile bootstrap over requests."""
+    is_matched = matched(target, control)
+    repeat = input_repeat_share(control)
+    out = {"target": (target.meta.get("run") or {}).get("model"), "matched": is_matched,
+           "input_repeat_pct": 100 * repeat, "n_requests": 0, "statistics": {}}
+    if not is_matched:
+        out.update(comparable=False, why=f"read its own tokens, not its target's "
+                                         f"({100 * repeat:.0f}% of adjacent committed tokens "
+                                         "repeat the previous one)")
+        return out
+    if not repeat <= DEGENERATE:
+        out.update(comparable=False, why=f"read its target's tokens, which loop: "
+                                         f"{100 * repeat:.0f}% of adjacent committed tokens "
+                                         "repeat the previous one")
+        return out
+    ids = np.unique(target.columns["request"].astype(np.int64))
+    g = ids.size
+    rng = np.random.default_rng(seed)
+    w = np.vstack([np.ones(g), rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot)])
+    ours, theirs = _statistics(target, ids, w), _statistics(control, ids, w)
+    for name in ours:
+        diff = ours[name] - theirs[name]
+        lo, hi = _percentiles(diff[1:])
+        out["statistics"][name] = {"target": float(ours[name][0]),
+                                   "control": float(theirs[name][0]),
+                                   "difference": float(diff[0]), "difference_low": float(lo),
+                                   "difference_high": float(hi)}
+    out.update(comparable=True, why="", n_requests=int(g), level=LEVEL)
+    return out

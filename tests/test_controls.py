@@ -1,0 +1,86 @@
+"""A trained target against its matched untrained control (specmoe.routing.controls)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from specmoe.routing import controls, overlap
+from specmoe.routing.trace import Trace
+
+
+def _with(tr: Trace, experts=None, **columns) -> Trace:
+    return dataclasses.replace(tr, experts=tr.experts if experts is None else experts,
+                               columns={**tr.columns, **columns}, meta={"run": {"model": "t"}})
+
+
+def _shuffled_within_requests(tr: Trace, seed: int = 0) -> np.ndarray:
+    """The trace's routing rows shuffled inside each request: the request's loads kept, any
+    order along its sequence destroyed."""
+    rng = np.random.default_rng(seed)
+    req = tr.columns["request"]
+    rows = np.arange(len(tr))
+    for r in np.unique(req):
+        at = np.flatnonzero(req == r)
+        rows[at] = rng.permutation(at)
+    return tr.experts[rows]
+
+
+def test_the_same_routing_as_its_target_differs_by_exactly_nothing(small_trace):
+    tr = _with(small_trace)
+    c = controls.control_contrast(tr, _with(small_trace))
+    assert c["matched"] and c["comparable"] and c["n_requests"] == 40
+    for name, v in c["statistics"].items():
+        assert v["difference"] == v["difference_low"] == v["difference_high"] == 0, name
+
+
+def test_target_values_are_the_overlap_stages(small_trace):
+    """The paired statistics of the target are the numbers the overlap stage reports."""
+    tr = _with(small_trace)
+    c = controls.control_contrast(tr, _with(small_trace, _shuffled_within_requests(tr)))
+    _, _, seq = overlap.trace_sequence_stats(tr, controls.SEQUENCE_D)
+    win = overlap.window_intervals(tr)
+    s = c["statistics"]
+    assert s["seq_excess"]["target"] == pytest.approx(seq["excess"])
+    assert s["seq_decay"]["target"] == pytest.approx(seq["decay"])
+    assert s["window_step1"]["target"] == pytest.approx(win["overlap"][0])
+    assert s["window_decay_within_status"]["target"] == pytest.approx(win["decay_within_status"])
+
+
+def test_order_along_the_sequence_separates_target_from_a_control_without_it(small_trace):
+    """A control with each request's routing in random order (its loads kept) has no temporal
+    overlap: the target's step-1 excess lies above it by an interval above 0, and the
+    difference equals the two values' difference."""
+    tr = _with(small_trace)
+    c = controls.control_contrast(tr, _with(small_trace, _shuffled_within_requests(tr)))
+    ex = c["statistics"]["seq_excess"]
+    assert ex["difference_low"] > 0
+    assert ex["difference"] == pytest.approx(ex["target"] - ex["control"])
+    assert abs(ex["control"]) < ex["target"] / 3
+
+
+def test_a_control_that_read_its_own_tokens_is_not_comparable(small_trace):
+    tr = _with(small_trace)
+    own = _with(small_trace, token_id=np.zeros(len(tr), np.int32))  # one token repeated
+    c = controls.control_contrast(tr, own)
+    assert not c["matched"] and not c["comparable"] and not c["statistics"]
+    assert c["input_repeat_pct"] == 100 and c["why"].startswith("read its own tokens")
+
+
+def test_a_control_whose_matched_inputs_loop_is_not_comparable(small_trace):
+    """Matched, but the target's own committed tokens repeat: neither measures routing."""
+    tok = np.full(len(small_trace), 7, np.int32)
+    tr = _with(small_trace, token_id=tok)
+    c = controls.control_contrast(tr, _with(small_trace, token_id=tok))
+    assert c["matched"] and not c["comparable"] and "loop" in c["why"]
+
+
+def test_input_repeat_share_counts_adjacent_committed_tokens_within_requests(small_trace):
+    tr = _with(small_trace)
+    rows, starts, lengths = overlap.committed_sequences(tr)
+    tok = tr.columns["token_id"].copy()
+    tok[rows] = np.arange(rows.size)  # all different ...
+    second = rows[starts[lengths > 1] + 1]
+    tok[second] = tok[rows[starts[lengths > 1]]]  # ... but each sequence's second = its first
+    share = controls.input_repeat_share(_with(small_trace, token_id=tok))
+    assert share == pytest.approx(second.size / (lengths - 1).sum())
