@@ -267,6 +267,8 @@ def test_matched_control_reads_the_targets_windows_token_for_token(captured, mat
     assert set(ctl.columns["model"].tolist()) == {"t-random"}
     assert ctl.meta["capture"]["teacher_forced"]["target"] == "t"
     assert not np.array_equal(ctl.experts, tr.experts)  # another checkpoint routes otherwise
+    # its engine's start is recorded, so the run's time breakdown splits it off (it was not)
+    assert ctl.meta["capture"]["startup_s"] > 0
 
 
 def test_matched_control_routes_each_window_as_transformers_does_on_its_inputs(

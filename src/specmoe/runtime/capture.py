@@ -422,20 +422,24 @@ def teacher_forced_routing(sequences: list[list[int]], engine: dict, shard_dir: 
     from vllm.inputs import TokensPrompt
 
     from .engine import open_llm
+    from .startup import StartClock
 
     os.environ[ENV] = "1"  # read by the plugin in the engine's processes
     os.environ[ENV_DIR] = shard_dir
     os.environ[ENV_MODE] = "rows"
     check_version()
     engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension")
-    with open_llm(engine) as llm:
+    clock = StartClock()
+    with open_llm(engine, clock) as llm:
         t0 = time.perf_counter()
         outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in s])
                              for s in sequences],
                             SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
         took = time.perf_counter() - t0
         shards = [p for p in llm.collective_rpc("specmoe_flush") if p]
-    return {"shards": shards, "request_ids": [o.request_id for o in outs], "generate_s": took}
+    # the engine's start (vLLM's import to ready), as capture_generate's result records it
+    return {"shards": shards, "request_ids": [o.request_id for o in outs], "generate_s": took,
+            "startup_s": t0 - clock.t0, "engine_start": clock.summary()}
 
 
 def rows_of_sequences(result: dict, sequences: list) -> tuple[list[np.ndarray], dict]:

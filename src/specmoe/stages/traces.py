@@ -151,6 +151,8 @@ def control_capture_stage(control_dir, target_trace, run: dict, cap_cfg: dict, o
             "prompt_token_ids": tr.meta.get("prompt_token_ids"),
             "capture": {"windows": len(spans), "layers": info["layers"],
                         "generate_s": res.get("generate_s"),
+                        # the engine's start (specmoe.report.timing splits it off)
+                        "startup_s": res.get("startup_s"),
                         "teacher_forced": {"target": target_run.get("model"),
                                            "target_trace": str(target_trace),
                                            "sequences": len(seqs)}}}
@@ -161,4 +163,4 @@ def control_capture_stage(control_dir, target_trace, run: dict, cap_cfg: dict, o
     write_trace(out, out_tr, provenance(
         {"run": run, "capture": cap_cfg, "teacher_forced_on": str(target_trace)},
         model=model_provenance(run["model"], control_dir), stage="capture_control",
-        engine=engine_label()))
+        engine=engine_label(), engine_start=res.get("engine_start")))
