@@ -568,7 +568,7 @@ def test_matched_controls_decide_learned_routing_by_the_paired_difference(tmp_pa
     _matched_table(tmp_path, {"seq_excess": (0.05, 0.03, 0.07),
                               "window_decay_within_status": (0.01, -0.01, 0.03),
                               "seq_decay": (-0.04, -0.06, -0.02)})
-    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
     assert t.loc[("fine", "step-1 overlap above independence"), "learned"] == \
         "yes: above the matched control by +0.050 [+0.030, +0.070]"
     assert t.loc[("fine", "overlap decays inside windows"), "learned"].startswith(
@@ -585,7 +585,7 @@ def test_matched_controls_decide_learned_routing_by_the_paired_difference(tmp_pa
     _matched_table(tmp_path, {"seq_excess": (0.05, 0.03, 0.07)}, comparable=("fine",),
                    why="read its target's tokens, which loop: 97% of adjacent committed tokens "
                        "repeat the previous one")
-    t = prose.routing_targets(tmp_path).set_index(["model", "finding"])
+    t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
     coarse = t.loc["coarse"]
     learned = coarse[coarse["status"] == "shown"]["learned"]
     assert len(learned) and all(v.startswith("not comparable: the control read its target's "
