@@ -66,6 +66,10 @@ def main() -> None:
     ap.add_argument("run_a", type=Path)
     ap.add_argument("run_b", type=Path)
     args = ap.parse_args()
+    for run in (args.run_a, args.run_b):
+        if not (run / "results" / "tables").is_dir():
+            ap.error(f"{run}: no results/tables/ here: give the run's directory (the one holding "
+                     "results/), after a complete run")
     rows = compare(args.run_a / "results", args.run_b / "results")
     for name, same, what in rows:
         print(f"{'same' if same else 'DIFF'}  {name}  ({what})")
