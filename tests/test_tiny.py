@@ -156,8 +156,11 @@ def _python(code: str, env_extra: dict | None = None, timeout: int = 600):
     import subprocess
     import sys
 
+    # LD_PRELOAD: vLLM's CPU platform adds torch's libgomp to it in a process that imported vLLM
+    # (an earlier test's), which loads libgomp before the code runs (training_threads then
+    # reports applied: false, tested below)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_DISPLAY_ENV")}
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_DISPLAY_ENV", "LD_PRELOAD")}
     env.update(OMP_DISPLAY_ENV="VERBOSE", **(env_extra or {}))
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=timeout, check=True)
@@ -177,6 +180,14 @@ def test_training_threads_set_the_wait_policy_that_the_loaded_openmp_uses():
     mine = _python(code, {"GOMP_SPINCOUNT": "1000"})
     assert "GOMP_SPINCOUNT = '1000'" in mine.stderr and '"GOMP_SPINCOUNT": "1000"' in mine.stdout
     assert tiny.training_threads(2)["applied"] is False  # torch is loaded in this process
+    from pathlib import Path
+
+    import torch
+    # libgomp preloaded as vLLM's CPU platform does: not applied, and said so
+    gomp = sorted((Path(torch.__file__).parent / "lib").glob("libgomp*"))
+    assert gomp, "torch's own libgomp not found"
+    pre = _python(code, {"LD_PRELOAD": str(gomp[0])})
+    assert '"applied": false' in pre.stdout
 
 
 TRAIN_STAGE = """

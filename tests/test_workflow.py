@@ -272,7 +272,7 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
     np.testing.assert_array_equal(traces["moe-random"].columns["token_id"],
                                   traces["moe"].columns["token_id"])
     assert traces["moe-random"].meta["capture"]["teacher_forced"]["target"] == "moe"
-    mc = pd.read_csv(res / "tables/matched_controls.csv")
+    mc = tables.read_csv(res / "tables/matched_controls.csv")
     assert mc[["model", "target"]].values.tolist() == [["moe-random", "moe"]]
     assert bool(mc["matched"].iloc[0])
     assert not (res / "sweeps").exists() and not (res / "profiles").exists()

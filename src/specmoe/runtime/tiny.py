@@ -260,7 +260,9 @@ def training_threads(threads: int) -> dict:
     before that; a process that has imported torch keeps the settings it started with."""
     import sys
 
-    applied = "torch" not in sys.modules
+    # vLLM's CPU platform puts torch's libgomp into LD_PRELOAD of the process that imports it:
+    # a child then loads libgomp at its start, before any setting here can apply
+    applied = "torch" not in sys.modules and "libgomp" not in os.environ.get("LD_PRELOAD", "")
     if applied:
         for k, v in TRAIN_OMP_ENV.items():
             os.environ.setdefault(k, v)
