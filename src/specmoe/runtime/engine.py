@@ -163,13 +163,13 @@ def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None,
         res = {"token_ids": [list(o.outputs[0].token_ids) for o in outs],
                "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
                "spec": _spec_metrics(llm), "startup_s": t1 - t0, "generate_s": t2 - t1,
-               "engine_start": clock.summary(), "vllm": _vllm_version()}
+               "engine_start": clock.summary(), "vllm": vllm_version()}
         if collect is not None:
             res.update(collect(llm, outs))
         return res
 
 
-def _vllm_version() -> str:
+def vllm_version() -> str:
     import vllm
 
     return vllm.__version__
