@@ -400,6 +400,19 @@ UNLOADABLE = [
 ]
 
 
+def test_snakemake_finds_the_plugin_and_both_profiles_enable_it():
+    """Snakemake finds logger plugins by module name (snakemake_logger_plugin_*) on sys.path: the
+    editable install's path to src/ is enough, in the engines' and the launcher's environment."""
+    from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
+
+    import snakemake_logger_plugin_specmoe as plugin
+
+    assert LoggerPluginRegistry().get_plugin("specmoe").log_handler is plugin.LogHandler
+    for profile in ("default", "slurm"):
+        settings = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())
+        assert settings["logger"] == ["specmoe"], profile
+
+
 @pytest.fixture(scope="module")
 def workflow_copy(tmp_path_factory):
     from wf import copy_workflow
