@@ -91,3 +91,20 @@ def test_the_analysis_never_reaches_the_runtime():
         reached = {m} | closure(inside, m)
         heavy = {(r, p) for r in reached for p in outside[r] & RUNTIME_PACKAGES}
         assert not heavy, (m, sorted(heavy))
+
+
+def test_the_snakemake_logger_plugin_imports_light():
+    """src/snakemake_logger_plugin_specmoe, a module of its own beside the library: Snakemake
+    imports every logger plugin for each command (to list --logger's choices), so at module level
+    it imports the standard library and Snakemake's logger interface only; the library
+    (`yamlfile`, its analysis side) only where a line is worded."""
+    import sys
+
+    plugin = SRC.parent / "snakemake_logger_plugin_specmoe" / "__init__.py"
+    tree = ast.parse(plugin.read_text())
+    top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    top |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom)}
+    assert top - sys.stdlib_module_names == {"snakemake_interface_logger_plugins"}, top
+    inner = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} - {
+        n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
+    assert inner == {"specmoe.errors", "specmoe.yamlfile"}, inner

@@ -373,6 +373,111 @@ def test_a_sample_through_snakemake(tmp_path):
     assert not failures, "\n\n".join(failures)
 
 
+# --- a --configfile Snakemake itself cannot load ----------------------------------------------
+
+# Snakemake loads every --configfile in its front end, before the Snakefile (and so the workflow's
+# own checks) runs: what it cannot load ended in its traceback (a directory, a binary file, a file
+# that is not there) or a two-line WorkflowError naming no file (YAML that does not parse, a
+# document that is not a mapping). The logger plugin the workflow profile enables
+# (src/snakemake_logger_plugin_specmoe) makes each one line on stderr, the file named, worded as
+# `specmoe.yamlfile` words the files the workflow reads itself.
+MISSING = object()  # the file is not there
+# (label, the file's content (None: a directory), Snakemake's options, the line's pattern)
+UNLOADABLE = [
+    ("a directory", None, ["-n"], r"^case\.yaml: is a directory, not a YAML file$"),
+    ("a directory, not a dry run", None, ["--cores", "1"],
+     r"^case\.yaml: is a directory, not a YAML file$"),
+    ("a binary file", bytes(range(128, 256)), ["-n"],
+     r"^case\.yaml: not a text file \(not UTF-8\): a YAML file is text$"),
+    ("latin-1 text", "sweep: {repeats: 3}  # Größe\n".encode("latin-1"), ["-n"],
+     r"^case\.yaml: not a text file \(not UTF-8\): a YAML file is text$"),
+    ("a file that is not there", MISSING, ["-n"], r"^case\.yaml: no such file$"),
+    ("YAML that does not parse", "ks: [3\n", ["-n"],
+     r"^case\.yaml: line 2: not valid YAML \(expected ','"),
+    ("a list, not a mapping", "- 1\n- 2\n", ["-n"], r"^case\.yaml: .*keys at top level"),
+    ("a binary file with --verbose", bytes(range(128, 256)), ["-n", "--verbose"],
+     r"^case\.yaml: not a text file \(not UTF-8\): a YAML file is text$"),
+]
+
+
+def test_snakemake_finds_the_plugin_and_both_profiles_enable_it():
+    """Snakemake finds logger plugins by module name (snakemake_logger_plugin_*) on sys.path: the
+    editable install's path to src/ is enough, in the engines' and the launcher's environment."""
+    from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
+
+    import snakemake_logger_plugin_specmoe as plugin
+
+    assert LoggerPluginRegistry().get_plugin("specmoe").log_handler is plugin.LogHandler
+    for profile in ("default", "slurm"):
+        settings = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())
+        assert settings["logger"] == ["specmoe"], profile
+
+
+@pytest.fixture(scope="module")
+def workflow_copy(tmp_path_factory):
+    from wf import copy_workflow
+
+    return copy_workflow(tmp_path_factory.mktemp("unloadable") / "wf")
+
+
+@pytest.mark.parametrize("label,content,options,pattern", UNLOADABLE,
+                         ids=[c[0] for c in UNLOADABLE])
+def test_a_configfile_snakemake_cannot_load_is_one_line(label, content, options, pattern,
+                                                        workflow_copy):
+    """Status 1, nothing on stdout, and on stderr Snakemake's line naming the profile and ours
+    (with --verbose, Snakemake's debug output, its full traceback among it, comes first)."""
+    import shutil
+
+    from wf import snakemake
+
+    f = workflow_copy / "case.yaml"
+    if f.is_dir():
+        shutil.rmtree(f)
+    elif f.exists():
+        f.unlink()
+    if content is None:
+        f.mkdir()
+    elif isinstance(content, bytes):
+        f.write_bytes(content)
+    elif isinstance(content, str):
+        f.write_text(content)
+    r = snakemake(workflow_copy, *options, configfile="case.yaml", check=False, timeout=300)
+    if "--verbose" in options:
+        assert r.returncode == 1 and re.search(pattern, r.stderr.splitlines()[-1]), r.stderr
+        return
+    ours = [ln for ln in r.stderr.splitlines() if not ln.startswith("Using workflow")]
+    assert (r.returncode, r.stdout, len(ours)) == (1, "", 1), f"{r.stdout}\n{r.stderr}"
+    assert re.search(pattern, ours[0]), ours[0]
+
+
+@pytest.mark.slow
+def test_the_configfile_plugin_leaves_a_dry_runs_output_as_it_was(tmp_path):
+    """The plugin writes nothing of its own but the line above: the default configuration's dry
+    run prints the same with the plugin as without it (the profile's `logger` line removed), but
+    for the start date, the workflow id, the jobs' timestamps and the jobs' order, which differ
+    between any two runs."""
+    import os
+
+    from wf import copy_workflow, snakemake
+
+    wd = copy_workflow(tmp_path / "wf")
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the order within a job's `reason`
+    on = snakemake(wd, "-n", env=env)
+    profile = wd / "profiles/default/config.yaml"
+    text = profile.read_text()
+    assert re.search(r"(?m)^logger: \[specmoe\]$", text)
+    profile.write_text(re.sub(r"(?m)^logger:.*\n", "", text))
+    off = snakemake(wd, "-n", env=env)
+
+    def jobs(out: str) -> list[str]:
+        out = re.sub(r"(?m)^  (Date|Workflow ID): .*$", "", out)
+        out = re.sub(r"(?m)^\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]$", "[time]", out)
+        return sorted(out.split("\n\n"))
+
+    assert on.stderr == off.stderr
+    assert len(jobs(on.stdout)) > 50 and jobs(on.stdout) == jobs(off.stdout)
+
+
 @pytest.mark.slow
 def test_vllms_own_checks_run_offline_on_the_study(tmp_path, monkeypatch, study_drafters):
     """With HF_HUB_OFFLINE=1, vLLM's own checks of config/paper.yaml run from the shipped
