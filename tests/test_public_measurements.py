@@ -176,6 +176,37 @@ def test_scored_is_the_written_rule(table):
         "S08-c1", "S10-bs1-s3t1d4", "S10-bs4-s3t1d4", "S19-vllm"]
 
 
+def test_admitted_is_the_admission_rule(table):
+    """`admitted`, `tp_admitted` and `layout_evidence` are specmoe.cost.admission's rule applied
+    to the table (committed before any score under it); the first rule is its special case with
+    the layout as stated; an inferred TP is one that splits the model and holds its weights."""
+    from specmoe.cost import admission
+
+    rows = table.to_dict("records")
+    for r, a in zip(rows, admission.admit(rows)):
+        for col in ("tp_admitted", "layout_evidence", "admitted"):
+            assert str(r[col]) == a[col], (r["id"], col, r[col], a[col])
+        assert admission.rule(r) == r["scored"], r["id"]
+        if r["parallel"] == "tp":
+            assert r["layout_evidence"] == "stated" and r["tp_admitted"] == r["tp_pred"]
+        elif r["tp_admitted"]:
+            assert re.match(r"(same publisher|one TP fits)", r["layout_evidence"]), r["id"]
+        # an admitted row is scored by the first rule or has its layout inferred
+        if r["admitted"] == "yes":
+            assert r["scored"] == "yes" or r["layout_evidence"] != "stated"
+    # the rule can infer: a model that only TP 8 holds on one node (Kimi-K2 in bf16 on H200)
+    kimi = REPO / "src/specmoe/data/hf_configs/Kimi-K2.5.json"
+    assert admission.fitting_tps(kimi, "bf16", "H200")[0] == []
+    assert admission.fitting_tps(kimi, "fp8", "B200")[0] == [8]
+    assert admission.fitting_tps(kimi, "fp8", "H100")[0] == []
+    row = dict(rows[0], parallel="not stated", config=str(kimi), precision_pred="fp8",
+               hardware_pred="B200", id="X")
+    tp, why = admission.layout(row, [])
+    assert tp == "8" and why.startswith("one TP fits")
+    other = dict(row, id="Y", parallel="tp", tp_pred="4", precision_pred="fp8")
+    assert admission.layout(row, [row, other])[0] == "4"  # the publisher's own statement first
+
+
 def test_a_given_acceptance_length_is_the_prediction_s(table):
     given = table[pd.to_numeric(table["acceptance_length"], errors="coerce").notna()]
     for _, r in given.iterrows():
