@@ -302,8 +302,34 @@ def test_the_bench_scores_a_subset():
     assert res["rows"] == 2 and res["sources"] == 2
     assert res["coverage_rows"] == sum(p["inside"] for p in res["points"]) / 2
     assert 0 <= res["coverage_sources"] <= 1 and res["median_half_width_rel"] > 0
+    # coverage and half-width at batch 1 and past it, over rows and over sources
+    assert set(res["by_batch"]) == {"batch 1"}
+    b1 = res["by_batch"]["batch 1"]
+    assert b1["rows"] == 2 and b1["sources"] == 2
+    assert b1["coverage_sources"] == res["coverage_sources"]
+    assert set(res["median_log_error_by_engine"]) == {"vllm", "sglang"}
     s08, s10 = res["points"]
     assert res["loso"]["extra_log_sd"] == {"S08": pytest.approx(abs(s10["log_error"]), abs=1e-3),
                                            "S10": pytest.approx(abs(s08["log_error"]), abs=1e-3)}
     for before, after in zip(res["points"], res["loso"]["points"]):
         assert after["half_width_rel"] > before["half_width_rel"]
+
+
+def test_the_bench_scores_the_admitted_rows_and_the_study_beside_its_baselines(table):
+    """Only admitted rows (at their admitted TP) are scored; --study prints Table 10's
+    leave-one-model-out TE beside the two baselines, whose errors it reports."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "public_coverage.py"), "--json", "--study",
+         "--draws", "20"], capture_output=True, text=True, timeout=900, check=True)
+    res = json.loads(out.stdout)
+    assert sorted(p["id"] for p in res["points"]) == sorted(
+        table.loc[table["admitted"] == "yes", "id"])
+    st = res["study"]
+    assert len(st["table"]) == 12
+    for key, err in (("lomo", "lomo_mean_abs_error"), ("baseline_mean", "baseline_mean_abs_error"),
+                     ("weight_model", "weight_model_mean_abs_error")):
+        assert st[err] == pytest.approx(
+            sum(abs(r[key] - r["published"]) for r in st["table"]) / 12, abs=2e-3), key
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "public_coverage.py"), "--ids",
+                          "S29-q30b-gsm8k-s3t1d4"], capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "not admitted rows" in bad.stderr
