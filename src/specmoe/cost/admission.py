@@ -11,7 +11,7 @@ the evidence is recorded per row (`layout_evidence`):
   repository owner), for the same checkpoint and GPU, states pure TP, one value;
 - one TP fits: of TP 1, 2, 4, 8 that split the model (hfconfig.tp_problems) and that one node of
   the GPU holds, exactly one fits the weights within the engines' default memory share
-  (config.GPU_MEMORY_UTILIZATION; both vLLM and SGLang default to pure TP given a TP), per
+  (ENGINE_MEMORY_SHARE; both vLLM and SGLang default to pure TP given a TP), per
   data/node_memory.csv. This needs the row's config.json (the curator's `config`).
 
 Anything else (expert parallelism, PD disaggregation, a layout neither stated nor inferred) fails
@@ -27,7 +27,6 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ..config import GPU_MEMORY_UTILIZATION
 from ..errors import InputError
 from .costmodel import dtype_bytes
 from .hfconfig import dims_from_config, load_config, tp_problems
@@ -39,6 +38,10 @@ MAX_K = 4  # the study publishes overlaps for draft steps 1..4 (predict's prior)
 ENGINES = ("vllm", "sglang", "trtllm")
 TPS = (1, 2, 4, 8)
 GB = 1e9
+# The share of each GPU's memory the engines take for weights and KV cache by default: vLLM's
+# gpu_memory_utilization (0.9; the project's own engines use the same default,
+# specmoe.config.GPU_MEMORY_UTILIZATION, which the analysis cannot import: it reaches the runtime).
+ENGINE_MEMORY_SHARE = 0.9
 
 
 @lru_cache(maxsize=1)
@@ -70,8 +73,8 @@ def fitting_tps(config: str | Path, precision: str, gpu: str) -> tuple[list[int]
     w = weight_gb(config, precision)
     cfg = load_config(config)[0]
     ok = [t for t in TPS if t <= per_node and not tp_problems(cfg, t)
-          and w / t <= GPU_MEMORY_UTILIZATION * mem]
-    return ok, (f"weights {w:.0f} GB; {GPU_MEMORY_UTILIZATION:g} of {per_node} x {mem:g} GB "
+          and w / t <= ENGINE_MEMORY_SHARE * mem]
+    return ok, (f"weights {w:.0f} GB; {ENGINE_MEMORY_SHARE:g} of {per_node} x {mem:g} GB "
                 f"({gpu}) holds them at TP {', '.join(map(str, ok)) or 'none'}")
 
 
