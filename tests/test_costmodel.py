@@ -160,7 +160,8 @@ def test_a_model_without_a_layer_count_is_refused():
 
 def test_the_gpu_bill_prefills_each_prompt_once():
     """A series over long prompts costs each request's prefill more: exactly prompts x one
-    forward pass over the prompt, compute bound for 32k tokens (hundreds of decode steps)."""
+    forward pass over the prompt, compute bound for 32k tokens (tens of decode steps: about 80
+    at the grouped GEMMs' 0.48 of the peak that public fused-MoE kernels reach)."""
     from specmoe.cost import plan, stepmodel
 
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
@@ -171,7 +172,7 @@ def test_the_gpu_bill_prefills_each_prompt_once():
     long = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=32000)
     one = plan.step_s(d, hw, 1, 32000, p)
     assert long - short == pytest.approx(240 * one)
-    assert one > 100 * plan.step_s(d, hw, 1, 1, p)
+    assert one > 50 * plan.step_s(d, hw, 1, 1, p)
     tokens = plan.table_prompt_tokens("builtin:v1", "tinybench")
     assert 5 < tokens < 100  # the embedded prompts are a sentence or two
 

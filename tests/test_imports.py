@@ -15,7 +15,8 @@ ANALYSIS = ("routing.acceptance", "cost.costmodel", "cost.hfconfig", "routing.ip
             "measured.profiling",
             "sources.prompts", "provenance", "sources.published", "checks.schema",
             "measured.sweep", "routing.synth", "routing.trace", "routing.unique", "cost.weights",
-            "cost.stepmodel", "cost.steptables", "cost.predictor", "paths", "names", "kinds",
+            "cost.stepmodel", "cost.steptables", "cost.predictor", "cost.admission", "paths", "names",
+            "kinds",
             "report.figures", "report.html", "report.measured",
             "report.prose", "report.registry", "report.replay", "report.runs", "report.tables",
             "stages.analysis", "stages.report", "measured.rules", "checks.drafters", "yamlfile")

@@ -176,6 +176,37 @@ def test_scored_is_the_written_rule(table):
         "S08-c1", "S10-bs1-s3t1d4", "S10-bs4-s3t1d4", "S19-vllm"]
 
 
+def test_admitted_is_the_admission_rule(table):
+    """`admitted`, `tp_admitted` and `layout_evidence` are specmoe.cost.admission's rule applied
+    to the table (committed before any score under it); the first rule is its special case with
+    the layout as stated; an inferred TP is one that splits the model and holds its weights."""
+    from specmoe.cost import admission
+
+    rows = table.to_dict("records")
+    for r, a in zip(rows, admission.admit(rows)):
+        for col in ("tp_admitted", "layout_evidence", "admitted"):
+            assert str(r[col]) == a[col], (r["id"], col, r[col], a[col])
+        assert admission.rule(r) == r["scored"], r["id"]
+        if r["parallel"] == "tp":
+            assert r["layout_evidence"] == "stated" and r["tp_admitted"] == r["tp_pred"]
+        elif r["tp_admitted"]:
+            assert re.match(r"(same publisher|one TP fits)", r["layout_evidence"]), r["id"]
+        # an admitted row is scored by the first rule or has its layout inferred
+        if r["admitted"] == "yes":
+            assert r["scored"] == "yes" or r["layout_evidence"] != "stated"
+    # the rule can infer: a model that only TP 8 holds on one node (Kimi-K2 in bf16 on H200)
+    kimi = REPO / "src/specmoe/data/hf_configs/Kimi-K2.5.json"
+    assert admission.fitting_tps(kimi, "bf16", "H200")[0] == []
+    assert admission.fitting_tps(kimi, "fp8", "B200")[0] == [8]
+    assert admission.fitting_tps(kimi, "fp8", "H100")[0] == []
+    row = dict(rows[0], parallel="not stated", config=str(kimi), precision_pred="fp8",
+               hardware_pred="B200", id="X")
+    tp, why = admission.layout(row, [])
+    assert tp == "8" and why.startswith("one TP fits")
+    other = dict(row, id="Y", parallel="tp", tp_pred="4", precision_pred="fp8")
+    assert admission.layout(row, [row, other])[0] == "4"  # the publisher's own statement first
+
+
 def test_a_given_acceptance_length_is_the_prediction_s(table):
     given = table[pd.to_numeric(table["acceptance_length"], errors="coerce").notna()]
     for _, r in given.iterrows():
@@ -271,8 +302,34 @@ def test_the_bench_scores_a_subset():
     assert res["rows"] == 2 and res["sources"] == 2
     assert res["coverage_rows"] == sum(p["inside"] for p in res["points"]) / 2
     assert 0 <= res["coverage_sources"] <= 1 and res["median_half_width_rel"] > 0
+    # coverage and half-width at batch 1 and past it, over rows and over sources
+    assert set(res["by_batch"]) == {"batch 1"}
+    b1 = res["by_batch"]["batch 1"]
+    assert b1["rows"] == 2 and b1["sources"] == 2
+    assert b1["coverage_sources"] == res["coverage_sources"]
+    assert set(res["median_log_error_by_engine"]) == {"vllm", "sglang"}
     s08, s10 = res["points"]
     assert res["loso"]["extra_log_sd"] == {"S08": pytest.approx(abs(s10["log_error"]), abs=1e-3),
                                            "S10": pytest.approx(abs(s08["log_error"]), abs=1e-3)}
     for before, after in zip(res["points"], res["loso"]["points"]):
         assert after["half_width_rel"] > before["half_width_rel"]
+
+
+def test_the_bench_scores_the_admitted_rows_and_the_study_beside_its_baselines(table):
+    """Only admitted rows (at their admitted TP) are scored; --study prints Table 10's
+    leave-one-model-out TE beside the two baselines, whose errors it reports."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "public_coverage.py"), "--json", "--study",
+         "--draws", "20"], capture_output=True, text=True, timeout=900, check=True)
+    res = json.loads(out.stdout)
+    assert sorted(p["id"] for p in res["points"]) == sorted(
+        table.loc[table["admitted"] == "yes", "id"])
+    st = res["study"]
+    assert len(st["table"]) == 12
+    for key, err in (("lomo", "lomo_mean_abs_error"), ("baseline_mean", "baseline_mean_abs_error"),
+                     ("weight_model", "weight_model_mean_abs_error")):
+        assert st[err] == pytest.approx(
+            sum(abs(r[key] - r["published"]) for r in st["table"]) / 12, abs=2e-3), key
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "public_coverage.py"), "--ids",
+                          "S29-q30b-gsm8k-s3t1d4"], capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "not admitted rows" in bad.stderr

@@ -393,6 +393,10 @@ def test_the_human_output_prints_validated_caveats_per_line_and_a_legend(capsys)
     caveats = lines[cav + 1:lines.index("legend:")]
     assert len(caveats) == 3 and all(x.startswith("  - ") for x in caveats)  # one a line
     assert "2 to 2" not in out
+    distance = next(x for x in lines if x.startswith("calibration distance"))
+    assert distance.split()[2:] == ["1:", "outside", "the", "study's", "calibration", "(GPU",
+                                    "B200:", "the", "study", "measured", "TE", "on", "H100",
+                                    "only)"]
 
 
 def test_an_interval_across_the_whole_physical_range_says_no_information(capsys):

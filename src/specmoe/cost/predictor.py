@@ -222,6 +222,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     return {**res, "hardware": hw.name, "tp": dims.tp, "precision": dims.dtype, "k": k,
             "method": method, "engine": engine, "overlaps": overlap_source,
             "acceptance_length": list(tau), "calibration_distance": distance,
+            "outside_calibration": far,
             "validated": [inside and b == 1 for b in res["batch_sizes"]],
             "caveats": [*(caveats or []), *far, *unvalidated(inside, res["batch_sizes"])]}
 
@@ -245,6 +246,14 @@ LEGEND = ("TE: target efficiency, the target's decode step time over its verific
           "(1: verifying K + 1 tokens costs one decode step)",
           "draft cost: c = K · T_drafter / T_decode, the drafter's time per SD step over one "
           "decode step of the target")
+
+
+def calibration_line(res: dict) -> str:
+    """The distance with what it says: inside the study's calibration, or outside it and how."""
+    d, far = res["calibration_distance"], res.get("outside_calibration") or []
+    if not d:
+        return "0: inside the study's calibration"
+    return f"{d}: outside the study's calibration ({'; '.join(far)})"
 
 
 def human(res: dict) -> dict:
@@ -274,7 +283,7 @@ def human(res: dict) -> dict:
            "acceptance length": "{:g}".format(res["acceptance_length"][0])
            if res["acceptance_length"][0] == res["acceptance_length"][1]
            else "{:g} to {:g}".format(*res["acceptance_length"]),
-           "calibration distance": res["calibration_distance"],
+           "calibration distance": calibration_line(res),
            "curve (median [95% interval])": rows, "shape": shape, "verdict": res["verdict"]}
     if res["caveats"]:
         out["caveats"] = list(res["caveats"])

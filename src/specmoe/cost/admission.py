@@ -1,0 +1,162 @@
+"""Which public measurements of SD on MoE models (data/public_sd_moe.csv) the step model is scored
+on: the admission rule, written and committed before any score under it was computed
+(public_sd_moe.SOURCE.md, "The admission rule").
+
+It is the first exclusion rule (column `scored`, kept for the record) with one criterion changed:
+a parallel layout the source does not state is inferred where a practitioner would know it, and
+the evidence is recorded per row (`layout_evidence`):
+
+- stated: the source gives pure tensor parallelism for this measurement;
+- same publisher: another row of the collection from the same publisher (the source address's
+  repository owner), for the same checkpoint and GPU, states pure TP, one value;
+- one TP fits: of TP 1, 2, 4, 8 that split the model (hfconfig.tp_problems) and that one node of
+  the GPU holds, exactly one fits the weights within the engines' default memory share
+  (ENGINE_MEMORY_SHARE; both vLLM and SGLang default to pure TP given a TP), per
+  data/node_memory.csv. This needs the row's config.json (the curator's `config`).
+
+Anything else (expert parallelism, PD disaggregation, a layout neither stated nor inferred) fails
+criterion 6 as before. The admitted TP is `tp_admitted`; `admitted` is "yes" or "no: " and the
+first criterion the row fails.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from ..errors import InputError
+from .costmodel import dtype_bytes
+from .hfconfig import dims_from_config, load_config, tp_problems
+from . import stepmodel
+
+DATA = resources.files("specmoe") / "data"
+REPO = Path(__file__).resolve().parents[3]
+MAX_K = 4  # the study publishes overlaps for draft steps 1..4 (predict's prior)
+ENGINES = ("vllm", "sglang", "trtllm")
+TPS = (1, 2, 4, 8)
+GB = 1e9
+# The share of each GPU's memory the engines take for weights and KV cache by default: vLLM's
+# gpu_memory_utilization (0.9; the project's own engines use the same default,
+# specmoe.config.GPU_MEMORY_UTILIZATION, which the analysis cannot import: it reaches the runtime).
+ENGINE_MEMORY_SHARE = 0.9
+
+
+@lru_cache(maxsize=1)
+def node_memory() -> dict[str, tuple[float, int]]:
+    """GPU -> (HBM GB per GPU, GPUs per node), data/node_memory.csv."""
+    with open(str(DATA / "node_memory.csv"), newline="") as f:
+        return {r["gpu"]: (float(r["memory_gb"]), int(r["gpus_per_node"]))
+                for r in csv.DictReader(f)}
+
+
+def weight_gb(config: str | Path, precision: str) -> float:
+    """The checkpoint's weights in GB as served at `precision` ("auto": as published): every
+    layer's attention, shared and routed experts, the expert-free layers, and the embedding and
+    LM head (one matrix where tied)."""
+    fmt = None if precision == "auto" else precision
+    d = dims_from_config(config, dtype=fmt, tp=1)
+    cfg = load_config(config)[0]
+    heads = 1 if cfg.get("tie_word_embeddings") else 2
+    layers = d.num_moe_layers * (d.num_experts * d.c_expert + d.c_dense) + (
+        d.c_dense_layers * d.num_moe_layers)
+    return (layers + heads * d.vocab_size * d.hidden * dtype_bytes(d.base_dtype)) / GB
+
+
+def fitting_tps(config: str | Path, precision: str, gpu: str) -> tuple[list[int], str]:
+    """The TPs of one node that split the model and hold its weights, and the sum that says so."""
+    if gpu not in node_memory():
+        return [], f"no node memory for {gpu}"
+    mem, per_node = node_memory()[gpu]
+    w = weight_gb(config, precision)
+    cfg = load_config(config)[0]
+    ok = [t for t in TPS if t <= per_node and not tp_problems(cfg, t)
+          and w / t <= ENGINE_MEMORY_SHARE * mem]
+    return ok, (f"weights {w:.0f} GB; {ENGINE_MEMORY_SHARE:g} of {per_node} x {mem:g} GB "
+                f"({gpu}) holds them at TP {', '.join(map(str, ok)) or 'none'}")
+
+
+def publisher(url: str) -> str:
+    m = re.match(r"https?://github\.com/([^/]+)/", url)
+    return m[1].lower() if m else re.sub(r"^https?://(www\.)?", "", url).split("/")[0]
+
+
+def layout(r: dict, table: list[dict]) -> tuple[str, str]:
+    """(TP, evidence): the row's pure-TP degree where stated or inferred, else ("", why not)."""
+    if r["parallel"] == "tp":
+        return r["tp_pred"], "stated"
+    if r["parallel"] != "not stated":
+        return "", f"stated: {r['parallel']}"
+    same = sorted({o["tp_pred"] for o in table
+                   if o["id"] != r["id"] and o["parallel"] == "tp" and o["tp_pred"]
+                   and o["hf_id"] == r["hf_id"] and o["hardware_pred"] == r["hardware_pred"]
+                   and publisher(o["source_url"]) == publisher(r["source_url"])})
+    if len(same) == 1:
+        return same[0], (f"same publisher ({publisher(r['source_url'])}) states TP {same[0]} for "
+                         f"{r['hf_id']} on {r['hardware_pred']}")
+    if not r["config"] or not r["hardware_pred"]:
+        return "", "not inferred: no config.json or GPU to size the weights by"
+    try:
+        ok, why = fitting_tps(REPO / r["config"], r["precision_pred"], r["hardware_pred"])
+    except InputError as e:
+        return "", f"not inferred: {e}"
+    if len(ok) == 1:
+        return str(ok[0]), f"one TP fits: {why}"
+    return "", f"not inferred: {why}"
+
+
+def priced(fmt: str) -> bool:
+    if fmt == "auto":
+        return True
+    try:
+        dtype_bytes(fmt)
+    except InputError:
+        return False
+    return True
+
+
+def rule(r: dict, tp: str | None = None) -> str:
+    """'yes', or 'no: ' and the first criterion the row fails (public_sd_moe.SOURCE.md, in its
+    order). `tp`: the layout's pure-TP degree (admission); None: the first rule's criterion 6,
+    the layout as stated."""
+    layout_ok = r["parallel"] == "tp" if tp is None else bool(tp)
+    checks = [
+        (r["lossless"] == "yes", "lossy acceptance (relaxed verification)"),
+        (r["like_for_like"] == "yes", "baseline not like-for-like"),
+        (r["metric_kind"] == "decode rate", f"metric: {r['metric_kind']}"),
+        (r["gpu_stated"] == "yes", "GPU not stated for this measurement"),
+        (r["gpu_class"] == "data centre", "consumer APU with unified memory"),
+        (layout_ok, f"parallel layout: {r['parallel']}"
+         + ("" if tp is None or r["parallel"] != "not stated" else ", not inferred")),
+        (r["drafting"] == "chain", "tree drafting" if r["drafting"] == "tree"
+         else "draft length not stated"),
+        (r["drafting"] != "chain" or int(r["k_pred"]) <= MAX_K,
+         f"K > {MAX_K} (the study publishes overlaps for {MAX_K} steps)"),
+        (r["method_pred"] in stepmodel.FAMILIES, f"method {r['method_pred']} outside predict's"),
+        (r["engine_pred"] in ENGINES, "engine not stated"),
+        (priced(r["precision_pred"]), f"weight format {r['precision_pred']} not priced"),
+        (bool(r["config"]), "no published config.json available offline"),
+        (bool(r["hardware_pred"] and (tp if tp is not None else r["tp_pred"])
+              and r["batch_pred"]), "setup incomplete"),
+    ]
+    for ok, reason in checks:
+        if not ok:
+            return f"no: {reason}"
+    return "yes"
+
+
+def admit(table: list[dict]) -> list[dict]:
+    """Each row's `tp_admitted`, `layout_evidence` and `admitted`, in the table's order."""
+    out = []
+    for r in table:
+        tp, evidence = layout(r, table)
+        out.append({"id": r["id"], "tp_admitted": tp, "layout_evidence": evidence,
+                    "admitted": rule(r, tp)})
+    return out
+
+
+def read_table() -> list[dict]:
+    with open(str(DATA / "public_sd_moe.csv"), newline="") as f:
+        return list(csv.DictReader(f))
