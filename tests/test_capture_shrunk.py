@@ -29,7 +29,8 @@ def capture_shrunk(arch: str, root) -> tuple[dict, object, dict]:
     res = run_in_child(capture.capture_generate, [r.text for r in rows], 16, engine,
                        str(root / "shards"))
     run = {"model": arch, "drafter": arch + "-1layer", "k": K, "dataset": "tinybench"}
-    return res, capture.assemble(res, rows, run, K), json.loads((target / "config.json").read_text())
+    cfg = json.loads((target / "config.json").read_text())
+    return res, capture.assemble(res, rows, run, K), cfg
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
