@@ -375,3 +375,29 @@ def test_the_faster_or_slower_word_is_false_at_most_5_percent_of_the_time(noise)
     rates = direction_rates([1.0] * n, cfg, trials=4000, seed=2)
     assert rates["faster"] + rates["slower"] + rates["mixed"] <= 0.05
     assert direction_rates([1.2] * n, cfg, trials=4000, seed=2)["slower"] <= 0.05
+
+
+def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path):
+    """An SD series that measured its target without SD beside it (interleaved, rule sweep_sd)
+    gives the speedup's no-SD side; rule sweep_ar's series, measured apart, is used only by a
+    series from before (here 2x slower, as if the machine had drifted between the two jobs)."""
+    from specmoe.provenance import read_json, write_json
+    from specmoe.stages.analysis import NO_SD_APART, NO_SD_PAIRED, speedup_stage
+
+    ds = "tinybench"
+    reps = lambda tpots, tau=None: [point(b, t, tau=tau, per_pos=[0.5]) | {"repeat": r}
+                                    for b, t in tpots for r, t in enumerate((t, t * 1.01))]
+    near = reps([(1, 10.0), (2, 11.0)])
+    apart = reps([(1, 20.0), (2, 22.0)])
+    sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 10.0)], tau=2.0)}}}
+    write_json(tmp_path / "ar.json", {"datasets": {ds: {"points": apart}}}, {})
+    run = {"model": "m", "dataset": ds, "k": 3}
+    for paired, want, how in ((False, 20.0 / 8.0, NO_SD_APART), (True, 10.0 / 8.0, NO_SD_PAIRED)):
+        if paired:
+            sd["datasets"][ds]["paired_no_sd"] = {"points": near}
+        write_json(tmp_path / "sd.json", sd, {})
+        speedup_stage(tmp_path / "sd.json", tmp_path / "ar.json", None, run, MARGIN,
+                      tmp_path / "out.json", "client", 0.043, 6)
+        out = read_json(tmp_path / "out.json")
+        assert out["rows"][0]["speedup"] == pytest.approx(want, rel=0.01)
+        assert out["no_sd_series"] == how and out["engine_log_sd_df"] == 6
