@@ -594,3 +594,38 @@ def test_matched_controls_decide_learned_routing_by_the_paired_difference(tmp_pa
     assert t.loc[("fine", "temporal share larger for finer experts"), "learned"].startswith(
         "not comparable")
     assert "shown, but its control is not comparable" in _page(tmp_path)
+
+
+def test_the_default_runs_findings_from_its_own_tables():
+    """The findings table and the opening from a default run's tables (the fixture, regenerated
+    by the pipeline): every routing finding of both trained targets measured and decided by its
+    matched control's paired difference, the temporal share by granularity paired by prompt
+    (its lead and the lead's excess over the controls' lead), and the speedup worded as this
+    run's, saying how its no-SD points were measured."""
+    td = tables_in(FIXTURE)
+    t = prose.routing_targets(td)
+    routing = t[t["status"] != prose.CPU]
+    assert not (routing[["status", "learned"]] == prose.NOT_MEASURED).any().any()
+    paired = t.set_index(["model", "finding"])
+    for model in ("tiny-fine", "tiny-coarse"):
+        for finding in prose.PAIRED:
+            learned = paired.loc[(model, finding), "learned"]
+            assert "matched control" in learned, (model, finding, learned)
+    row = paired.loc[("tiny-fine", "temporal share larger for finer experts")]
+    mc = tables.read_csv(FIXTURE / "matched_controls.csv").set_index("target")
+    fine = mc.loc["tiny-fine"]
+    assert fine["share_coarser"] == "tiny-coarse" and bool(fine["share_paired"])
+    assert fine["share_lead_low"] <= fine["share_lead"] <= fine["share_lead_high"]
+    assert row["value"].endswith(f"lead {fine['share_lead']:+.3f} [{fine['share_lead_low']:+.3f}"
+                                 f", {fine['share_lead_high']:+.3f}], paired by prompt")
+    excess = (f"{fine['share_excess']:+.3f} [{fine['share_excess_low']:+.3f}, "
+              f"{fine['share_excess_high']:+.3f}]")
+    assert excess in row["learned"]
+    assert row["learned"].startswith("yes" if fine["share_excess_low"] > 0 else
+                                     "no" if fine["share_excess_high"] < 0 else "undecided")
+    text = prose.opening(td)
+    sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
+    how = ("interleaved, AB BA" if sp["no_sd_series"].str.startswith("interleaved").all()
+           else "the no-SD points measured apart from the SD points")
+    assert "Speculative decoding in this run, on this machine (timed by the engine; " in text
+    assert how in text and "not for the same machine on another day" in text

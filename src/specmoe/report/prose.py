@@ -618,6 +618,9 @@ def _timing_scope(td: Tables) -> str:
                          "the no-SD points measured apart from the SD points")
             + "; 95% intervals from this run's repeats and the engine-to-engine spread: they "
               "hold for this session, not for the same machine on another day")
+
+
+def opening(td: Tables) -> str:
     """What this run shows, in a paragraph: the routing findings that separate learned routing
     (shown by a trained target and not by its untrained control), those the controls show as
     well, those not shown; the measured SD speedup on this machine with its intervals; and what
