@@ -19,7 +19,9 @@ log scale of TPOT (the timing of the run's configuration, `sweep.timing`):
 - inflation: how much wider a one-engine mean's standard error is with the engine's own offset
   counted, sqrt(1 + between^2 / (within^2 / repeats)).
 The pooled value (root mean square of `between` over every series, dataset and batch size) is
-what a configuration's `sweep.engine_log_sd` takes.
+what a configuration's `sweep.engine_log_sd` takes, and (engines - 1) summed over the series its
+degrees of freedom, `sweep.engine_log_sd_df` (the points of one series share its engines, so they
+add none).
 """
 
 from __future__ import annotations
@@ -128,10 +130,13 @@ def main() -> int:
         report[str(s)] = variation(engines, timing)
     between = [r["between_log_sd"] for rows in report.values() for r in rows]
     pooled = math.sqrt(sum(b * b for b in between) / len(between))
+    df = (a.engines - 1) * len(a.series)
     if a.json:
-        print(json.dumps({"timing": timing, "engine_log_sd": pooled, "series": report}, indent=1))
+        print(json.dumps({"timing": timing, "engine_log_sd": pooled, "engine_log_sd_df": df,
+                          "series": report}, indent=1))
         return 0
-    print(f"timing: {timing}; pooled between-engine log sd (sweep.engine_log_sd): {pooled:.3f}")
+    print(f"timing: {timing}; pooled between-engine log sd (sweep.engine_log_sd): {pooled:.3f}, "
+          f"with {df} degrees of freedom (sweep.engine_log_sd_df)")
     for s, rows in report.items():
         print(s)
         print(f"  {'dataset':<40} {'B':>3} {'eng':>3} {'rep':>3} {'within':>7} {'between':>7} "

@@ -84,3 +84,49 @@ def test_input_repeat_share_counts_adjacent_committed_tokens_within_requests(sma
     tok[second] = tok[rows[starts[lengths > 1]]]  # ... but each sequence's second = its first
     share = controls.input_repeat_share(_with(small_trace, token_id=tok))
     assert share == pytest.approx(second.size / (lengths - 1).sum())
+
+
+def _partly_shuffled(tr: Trace, share: float, seed: int = 0) -> np.ndarray:
+    """The trace's routing with `share` of each request's rows permuted among themselves: the
+    same prompts and loads, a little less order along the sequence."""
+    rng = np.random.default_rng(seed)
+    req = tr.columns["request"]
+    rows = np.arange(len(tr))
+    for r in np.unique(req):
+        at = np.flatnonzero(req == r)
+        pick = rng.choice(at, max(2, int(share * at.size)), replace=False)
+        rows[pick] = rng.permutation(pick)
+    return tr.experts[rows]
+
+
+def test_two_targets_temporal_shares_compare_paired_by_prompt(small_trace):
+    """Two targets that read the same prompts, one with a little less order along its
+    sequences: their shares' intervals overlap (compared apart, undecided), but paired by
+    prompt (the same resamples of the same requests) the lead's interval lies above 0, and the
+    lead's excess over the controls' lead (each request's routing in random order) is the lead
+    less theirs."""
+    from specmoe.report.prose import UNDECIDED, _share_order
+
+    fine = _with(small_trace)
+    coarse = _with(small_trace, _partly_shuffled(fine, 0.015))
+    ctrl = [_with(small_trace, _shuffled_within_requests(fine, s)) for s in (1, 2)]
+    cf, cc = controls.control_contrast(fine, ctrl[0]), controls.control_contrast(coarse, ctrl[1])
+    res = controls.share_contrast(cf["share_boot"], cc["share_boot"])
+    assert res["paired"] and res["lead_low"] > 0
+    f, c = (x["statistics"]["seq_temporal_share"] for x in (cf, cc))
+    assert res["lead"] == pytest.approx(f["target"] - c["target"], abs=1e-6)
+    apart = [(0, s["target"], lo, hi) for s, (lo, hi) in (
+        (f, _share_interval(fine)), (c, _share_interval(coarse)))]
+    assert _share_order(*apart) == UNDECIDED
+    assert res["excess"] == pytest.approx(res["lead"] - res["control_lead"], abs=1e-6)
+    # requests that are other prompts: no pairing, no numbers
+    other = dict(cc["share_boot"], prompt_ids=cc["share_boot"]["prompt_ids"][::-1])
+    res = controls.share_contrast(cf["share_boot"], other)
+    assert not res["paired"] and np.isnan(res["lead"]) and "same prompts" in res["why"]
+
+
+def _share_interval(tr: Trace) -> tuple[float, float]:
+    """The target's temporal-share interval alone, as the decomposition table gives it."""
+    ov, total, ci = overlap.trace_sequence_stats(tr, controls.SEQUENCE_D)
+    s = overlap.sequence_summary(ov, total, overlap.window_stats(tr), ci)
+    return s["sequence_temporal_share_low"], s["sequence_temporal_share_high"]

@@ -66,6 +66,38 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
     assert todo[0][5] == tmp_path / "pts" / "b1.r0.json"
 
 
+def test_sd_and_no_sd_points_alternate_on_two_engines_and_resume_as_pairs(tiny_models,
+                                                                          tmp_path):
+    """A paired series: the target with SD and without on two servers side by side; every point
+    measured on both back to back, the order alternating (AB BA AB BA); a point missing on one
+    side is measured again on both, the other points reused."""
+    from specmoe.runtime.serving import run_series
+
+    kw = dict(max_num_seqs=2, kv_cache_mib=128, dtype="float32")
+    sd_engine = engine_kwargs(tiny_models / "t", tiny_models / "d", 3, **kw)
+    plain = engine_kwargs(tiny_models / "t", **kw)
+    args = (sd_engine, str(tiny_models / "t"), PROMPTS, [(1, 2), (2, 2)], 8, 1, tmp_path / "sd",
+            {"series": "sd"}, {"stage": "test"})
+    paired = (plain, {"series": "plain"}, tmp_path / "ar")
+    sd, ar = run_series(*args, repeats=2, paired=paired)
+    assert [(p["batch"], p["repeat"]) for p in sd] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [(p["batch"], p["repeat"]) for p in ar] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert all("sd" in p for p in sd) and not any("sd" in p for p in ar)
+    # both engines ran at once: each point's engine start is its own server's
+    assert sd[0]["engine_startup_s"] != ar[0]["engine_startup_s"]
+    written = sorted(((tmp_path / arm / f"b{b}.r{r}.json").stat().st_mtime_ns, arm, b, r)
+                     for arm in ("sd", "ar") for b, r in ((1, 0), (2, 0), (1, 1), (2, 1)))
+    assert [w[1] for w in written] == ["sd", "ar", "ar", "sd", "sd", "ar", "ar", "sd"]
+    assert [(w[2], w[3]) for w in written[::2]] == [(1, 0), (2, 0), (1, 1), (2, 1)]
+    # one side of a pair lost: both sides measured again, back to back; the rest reused
+    (tmp_path / "ar" / "b2.r0.json").unlink()
+    sd2, ar2 = run_series(*args, repeats=2, paired=paired)
+    assert [p["reused"] for p in sd2] == [p["reused"] for p in ar2] == [True, True, False, True]
+    # complete: nothing starts
+    sd3, ar3 = run_series(*args, repeats=2, paired=paired)
+    assert all(p["reused"] for p in sd3 + ar3)
+
+
 def test_engine_that_cannot_start_fails_with_its_last_lines(tiny_models, tmp_path):
     from specmoe.runtime.serving import run_series
 

@@ -58,15 +58,23 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
             assert not (res / "sweeps" / model).exists()
             continue
         # one served engine per series (one start-up) measures every dataset of the model, each
-        # point twice: the speedup's interval comes from the repeats
-        for series in (f"sweeps/{model}/tiny-draft/K3", f"sweeps/{model}/ar",
-                       "sweeps/tiny-draft/ar"):
+        # point twice: the speedup's interval comes from the repeats; an SD series starts a
+        # second engine beside it, without SD, whose points interleave with the SD ones
+        for series, engines in ((f"sweeps/{model}/tiny-draft/K3", 2), (f"sweeps/{model}/ar", 1),
+                                ("sweeps/tiny-draft/ar", 1)):
             sw = read_json(res / f"{series}.json")
-            assert sw["engine_starts"] == 1
-            assert (root / "logs" / f"{series}.log").read_text().count("engine up on port") == 1
-            assert {ds: [(p["batch"], p["repeat"]) for p in v["points"]]
-                    for ds, v in sw["datasets"].items()} == {
-                ds: [(1, 0), (1, 1), (2, 0), (2, 1)] for ds in m["datasets"]}
+            assert sw["engine_starts"] == engines
+            assert (root / "logs" / f"{series}.log").read_text().count(
+                "engine up on port") == engines
+            sides = [lambda v: v["points"]] + (
+                [lambda v: v["paired_no_sd"]["points"]] if engines == 2 else [])
+            for side in sides:
+                assert {ds: [(p["batch"], p["repeat"]) for p in side(v)]
+                        for ds, v in sw["datasets"].items()} == {
+                    ds: [(1, 0), (1, 1), (2, 0), (2, 1)] for ds in m["datasets"]}
+            if engines == 2:
+                assert all("sd" not in p for v in sw["datasets"].values()
+                           for p in v["paired_no_sd"]["points"])
         sd = read_json(res / f"sweeps/{model}/tiny-draft/K3.json")
         assert sd["engine"]["speculative_config"]["model"].endswith(
             pinned["specmoe-test/tiny-draft"])
@@ -75,6 +83,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
             assert sp["shape"] == shape_label(
                 [1, 2], [Estimate(r["speedup"], r["speedup_log_se"], r["speedup_df"])
                          for r in sp["rows"]], sp["margin"])
+            assert sp["no_sd_series"].startswith("interleaved")  # the SD series' own no-SD points
             for r in sp["rows"]:  # the drafter's own series gives c, and with it TE
                 assert r["repeats"] == 2 and 1.0 <= r["tau"] <= 4.0 and r["draft_cost"] > 0
         prof = read_json(res / f"profiles/{model}/tiny-draft/K3.json")

@@ -98,6 +98,29 @@ def test_the_engine_to_engine_spread_widens_the_interval_to_its_coverage():
     assert 0.92 <= cover[0.08] / total <= 0.98
 
 
+def test_an_engine_spread_estimated_from_few_engines_carries_its_degrees_of_freedom():
+    """Where the engine spread dominates a point's error and is itself estimated from 4 engines
+    (3 degrees of freedom, drawn anew for each simulated run), an interval that takes it as
+    known (normal quantile) covers the true speedup clearly less than 95% of the time; with its
+    degrees of freedom carried (t quantile, Welch-Satterthwaite) about 95%."""
+    rng = np.random.default_rng(7)
+    ar_true = {1: 10.0, 2: 11.0, 4: 12.0, 8: 14.0}
+    sd_true = {b: t / 1.3 for b, t in ar_true.items()}
+    engine_sd, engine_df = 0.08, 3
+    cover = {None: 0, engine_df: 0}
+    total = 0
+    for _ in range(400):
+        ar = _engine_series(rng, ar_true, 0.01, 3, engine_sd)
+        sd = _engine_series(rng, sd_true, 0.01, 3, engine_sd, tau=2.0)
+        estimate = engine_sd * math.sqrt(rng.chisquare(engine_df) / engine_df)
+        for df in cover:
+            for r in speedup_curve(ar, sd, None, 3, MARGIN, "client", estimate, df)["rows"]:
+                cover[df] += r["speedup_low"] <= 1.3 <= r["speedup_high"]
+        total += len(ar_true)
+    assert cover[None] / total < 0.91
+    assert 0.93 <= cover[engine_df] / total <= 0.985
+
+
 def test_speedup_interval_covers_the_true_speedup_about_95_percent_of_the_time():
     """Repeats drawn with 6% log-normal noise around known TPOTs: the 95% interval of each point's
     speedup covers the true one in close to 95% of simulated sweeps, and a truly flat curve is
@@ -291,12 +314,13 @@ def test_the_simulated_sweeps_are_what_speedup_curve_estimates():
     rng = np.random.default_rng(3)
     true = np.log([1.2, 1.1, 1.0, 0.9])
     ar, sd = (draw_repeats(rng, x, DEFAULT, 3) for x in (np.zeros(4), -true))
-    lm, se, df = curve_estimates(ar, sd, DEFAULT.engine_log_sd)
+    lm, se, df = curve_estimates(ar, sd, DEFAULT.engine_log_sd, DEFAULT.engine_log_sd_df)
     for t in range(3):
         series = [[point(b, math.exp(x[t, i, r]), tau=tau) | {"repeat": r}
                    for i, b in enumerate(DEFAULT.batches) for r in range(DEFAULT.repeats)]
                   for x, tau in ((ar, None), (sd, 2.0))]
-        rows = speedup_curve(*series, None, 3, MARGIN, "client", DEFAULT.engine_log_sd)["rows"]
+        rows = speedup_curve(*series, None, 3, MARGIN, "client", DEFAULT.engine_log_sd,
+                             DEFAULT.engine_log_sd_df)["rows"]
         assert [r["speedup"] for r in rows] == pytest.approx(np.exp(lm[t]))
         assert [r["speedup_log_se"] for r in rows] == pytest.approx(se[t])
         assert [r["speedup_df"] for r in rows] == pytest.approx(df[t])
@@ -351,3 +375,29 @@ def test_the_faster_or_slower_word_is_false_at_most_5_percent_of_the_time(noise)
     rates = direction_rates([1.0] * n, cfg, trials=4000, seed=2)
     assert rates["faster"] + rates["slower"] + rates["mixed"] <= 0.05
     assert direction_rates([1.2] * n, cfg, trials=4000, seed=2)["slower"] <= 0.05
+
+
+def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path):
+    """An SD series that measured its target without SD beside it (interleaved, rule sweep_sd)
+    gives the speedup's no-SD side; rule sweep_ar's series, measured apart, is used only by a
+    series from before (here 2x slower, as if the machine had drifted between the two jobs)."""
+    from specmoe.provenance import read_json, write_json
+    from specmoe.stages.analysis import NO_SD_APART, NO_SD_PAIRED, speedup_stage
+
+    ds = "tinybench"
+    reps = lambda tpots, tau=None: [point(b, t, tau=tau, per_pos=[0.5]) | {"repeat": r}
+                                    for b, t in tpots for r, t in enumerate((t, t * 1.01))]
+    near = reps([(1, 10.0), (2, 11.0)])
+    apart = reps([(1, 20.0), (2, 22.0)])
+    sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 10.0)], tau=2.0)}}}
+    write_json(tmp_path / "ar.json", {"datasets": {ds: {"points": apart}}}, {})
+    run = {"model": "m", "dataset": ds, "k": 3}
+    for paired, want, how in ((False, 20.0 / 8.0, NO_SD_APART), (True, 10.0 / 8.0, NO_SD_PAIRED)):
+        if paired:
+            sd["datasets"][ds]["paired_no_sd"] = {"points": near}
+        write_json(tmp_path / "sd.json", sd, {})
+        speedup_stage(tmp_path / "sd.json", tmp_path / "ar.json", None, run, MARGIN,
+                      tmp_path / "out.json", "client", 0.043, 6)
+        out = read_json(tmp_path / "out.json")
+        assert out["rows"][0]["speedup"] == pytest.approx(want, rel=0.01)
+        assert out["no_sd_series"] == how and out["engine_log_sd_df"] == 6

@@ -44,7 +44,7 @@ PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # benchmarks), a job ends within minutes (minutes, doubled on each retry).
 CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
 # The settings of the sweep section that only the analysis reads (a change reruns no sweep).
-SWEEP_ANALYSIS_KEYS = ("timing", "shape_margin", "engine_log_sd")
+SWEEP_ANALYSIS_KEYS = ("timing", "shape_margin", "engine_log_sd", "engine_log_sd_df")
 # The SD check's K and dataset where the configuration's tiny.sd_check sets none.
 SD_CHECK_DEFAULTS = {"k": 3, "dataset": "tinybench"}
 

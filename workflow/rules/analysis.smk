@@ -145,5 +145,6 @@ rule speedup:
         margin=CFG.sweep.get("shape_margin"),
         timing=CFG.sweep.get("timing"),
         engine_log_sd=CFG.sweep.get("engine_log_sd"),
+        engine_log_sd_df=CFG.sweep.get("engine_log_sd_df"),
     script:
         "../scripts/speedup.py"

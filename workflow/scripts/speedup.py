@@ -14,4 +14,5 @@ with logged(snakemake.log[0], "speedup"):
         snakemake.output[0],
         timing=snakemake.params.timing,
         engine_log_sd=snakemake.params.engine_log_sd,
+        engine_log_sd_df=snakemake.params.engine_log_sd_df,
     )

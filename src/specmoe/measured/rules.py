@@ -6,7 +6,8 @@ A sweep is simulated as `sweep.series_estimates` and `sweep.ratio` measure it: e
 SD) times every batch size `repeats` times on one engine; a repeat's log TPOT is the true one plus
 the engine's offset at that point (log sd `engine_log_sd`, shared by its repeats) plus the repeat's
 own noise (log sd `repeat_log_sd`); a point is the arithmetic mean of its repeats, its log error
-the series' pooled spread plus the known engine spread (Welch-Satterthwaite degrees of freedom),
+the series' pooled spread plus the engine spread (its estimate's degrees of freedom where the
+configuration gives them; Welch-Satterthwaite degrees of freedom),
 and the speedup the ratio of the two series' points. The shape rule itself is the pipeline's
 (`sweep.shape_labels`), applied to every simulated curve at once.
 """
@@ -33,12 +34,13 @@ class Noise:
     repeats: int
     repeat_log_sd: float
     engine_log_sd: float
+    engine_log_sd_df: float | None = None  # its estimate's degrees of freedom (None: known)
 
 
 # config.yaml: batch 1, 2, 4, 8, three repeats, engine_log_sd 0.043 (bench/engine_variation.py);
 # a repeat's log sd of 0.10 gives the per-point speedup log error of the default run's sweeps
 # (0.10-0.13, speedup_vs_batch.csv)
-DEFAULT = Noise("default (CPU)", (1, 2, 4, 8), 3, 0.10, 0.043)
+DEFAULT = Noise("default (CPU)", (1, 2, 4, 8), 3, 0.10, 0.043, 6)
 # config/paper.yaml: batch 1..128 (8 sizes), three repeats, engine spread not measured (0); a
 # repeat's log sd of 0.0245 gives a per-point speedup log error of 2%
 STUDY = Noise("study (GPU)", (1, 2, 4, 8, 16, 32, 64, 128), 3, 0.0245, 0.0)
@@ -54,29 +56,29 @@ def draw_repeats(rng, log_tpot, noise: Noise, trials: int) -> np.ndarray:
             + noise.repeat_log_sd * rng.standard_normal((trials, log_tpot.size, noise.repeats)))
 
 
-def _series(logs: np.ndarray, engine_log_sd: float):
+def _series(logs: np.ndarray):
     """One series' points per trial, as sweep.series_estimates computes them from its repeats:
-    mean TPOT [trial, batch], log variance of a point and its degrees of freedom [trial]."""
+    mean TPOT [trial, batch], log variance of a point from the repeats and its degrees of
+    freedom [trial]."""
     _, n, r = logs.shape
     mean = np.exp(logs).mean(axis=2)
     dfp = n * (r - 1)
     ss = ((logs - logs.mean(axis=2, keepdims=True)) ** 2).sum(axis=(1, 2))
     var = ss / dfp / r
-    total = var + engine_log_sd ** 2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dof = np.where(var > 0, total ** 2 / (var ** 2 / dfp), np.inf)
-    return mean, total, dof
+    return mean, var, np.full(var.shape, float(dfp))
 
 
-def curve_estimates(ar_logs: np.ndarray, sd_logs: np.ndarray, engine_log_sd: float):
+def curve_estimates(ar_logs: np.ndarray, sd_logs: np.ndarray, engine_log_sd: float,
+                    engine_log_sd_df: float | None = None):
     """The [trial, point] log speedup, its log error and degrees of freedom from the two series'
     simulated repeats, as sweep.speedup_curve estimates them (sweep.ratio)."""
-    ar, va, da = _series(ar_logs, engine_log_sd)
-    sd, vs, ds = _series(sd_logs, engine_log_sd)
-    v = va + vs
+    ar, va, da = _series(ar_logs)
+    sd, vs, ds = _series(sd_logs)
+    shared = 2 * engine_log_sd ** 2  # both series' engine spread, one estimate (sweep.ratio)
+    v = va + vs + shared
     with np.errstate(invalid="ignore", divide="ignore"):
-        den = (np.where(np.isfinite(da), va ** 2 / da, 0)
-               + np.where(np.isfinite(ds), vs ** 2 / ds, 0))
+        den = (np.where(va > 0, va ** 2 / da, 0) + np.where(vs > 0, vs ** 2 / ds, 0)
+               + (shared ** 2 / engine_log_sd_df if shared > 0 and engine_log_sd_df else 0.0))
         df = np.where(den > 0, v ** 2 / den, np.inf)
     shape = ar.shape
     return (np.log(ar / sd), np.broadcast_to(np.sqrt(v)[:, None], shape),
@@ -90,7 +92,7 @@ def simulate_curves(speedups, noise: Noise, trials: int, seed: int = 0):
     s = np.asarray(speedups, float)
     ar = draw_repeats(rng, np.zeros(s.size), noise, trials)
     sd = draw_repeats(rng, -np.log(s), noise, trials)
-    return curve_estimates(ar, sd, noise.engine_log_sd)
+    return curve_estimates(ar, sd, noise.engine_log_sd, noise.engine_log_sd_df)
 
 
 def wrong_shapes(speedups, margin: float) -> set[str]:

@@ -8,7 +8,9 @@ length:
   the spread of the repeats, pooled over the series' batch sizes (one relative noise per engine;
   degrees of freedom = repeats - 1 summed over batch sizes), plus the spread of a point's mean
   from one engine to the next (`engine_log_sd`, measured apart by bench/engine_variation.py: the
-  repeats share one engine and cannot see it), with Welch-Satterthwaite degrees of freedom. A
+  repeats share one engine and cannot see it; its estimate's degrees of freedom
+  `engine_log_sd_df`, engines - 1 per series measured), with Welch-Satterthwaite degrees of
+  freedom. A
   series measured once per batch size falls back to the client's per-request spread;
 - speedup(B) = TPOT_noSD(B) / TPOT_SD(B) with a 95% interval (log scale, t quantile with
   Welch-Satterthwaite degrees of freedom);
@@ -79,13 +81,19 @@ def _t(level: float, df: float) -> float:
                  else stats.t.ppf(0.5 + level / 2, df))
 
 
-def ratio(a: Estimate, b: Estimate) -> Estimate:
-    """a / b for independent estimates: log errors add in quadrature, Welch-Satterthwaite df."""
+def ratio(a: Estimate, b: Estimate, shared: float = 0.0,
+          shared_df: float | None = None) -> Estimate:
+    """a / b for independent estimates: log errors add in quadrature, Welch-Satterthwaite df.
+    shared: a further log variance of the ratio that comes from one estimate, with `shared_df`
+    degrees of freedom (None: known), e.g. the engine spread of both series, 2 engine_log_sd^2:
+    one estimate, so its degrees of freedom count once, not once per series."""
     v = (a.log_se ** 2, b.log_se ** 2)
     if not all(math.isfinite(x) for x in v) or not (a.df > 0 and b.df > 0):
         return Estimate(a.mean / b.mean, float("nan"), 0.0)
+    total = sum(v) + shared
     den = sum(x * x / d for x, d in zip(v, (a.df, b.df)) if x > 0 and math.isfinite(d))
-    return Estimate(a.mean / b.mean, math.sqrt(sum(v)), sum(v) ** 2 / den if den else math.inf)
+    den += shared ** 2 / shared_df if shared > 0 and shared_df is not None else 0.0
+    return Estimate(a.mean / b.mean, math.sqrt(total), total ** 2 / den if den else math.inf)
 
 
 def repeats_by_batch(points: list[dict]) -> dict[int, list[dict]]:
@@ -96,10 +104,11 @@ def repeats_by_batch(points: list[dict]) -> dict[int, list[dict]]:
     return out
 
 
-def series_estimates(points: list[dict], timing: str, what: str,
-                     engine_log_sd: float) -> dict[int, Estimate]:
+def series_estimates(points: list[dict], timing: str, what: str, engine_log_sd: float,
+                     engine_log_sd_df: float | None = None) -> dict[int, Estimate]:
     """Each batch size's mean TPOT over its repeats, with the series' pooled log-scale error and
-    the engine-to-engine spread `engine_log_sd` (known, infinite degrees of freedom)."""
+    the engine-to-engine spread `engine_log_sd`, estimated with `engine_log_sd_df` degrees of
+    freedom (None: known)."""
     seen = set()
     for p in points:
         rep = (p["batch"], p.get("repeat", 0))
@@ -126,16 +135,21 @@ def series_estimates(points: list[dict], timing: str, what: str,
                 out[b] = Estimate(mean, float("nan"), 0.0)
                 continue
             var, dof = (t["std"] / t["mean"]) ** 2 / n, n - 1
-        out[b] = _with_engine(mean, var, dof, engine_log_sd)
+        out[b] = _with_engine(mean, var, dof, engine_log_sd, engine_log_sd_df)
     return out
 
 
-def _with_engine(mean: float, var: float, dof: float, engine_log_sd: float) -> Estimate:
+def _with_engine(mean: float, var: float, dof: float, engine_log_sd: float,
+                 engine_df: float | None = None) -> Estimate:
     """A point's mean with its error from one engine (log variance `var`, `dof` degrees of
-    freedom) and the spread from one engine to the next added (Welch-Satterthwaite)."""
-    total = var + engine_log_sd ** 2
-    if var > 0:
-        dof = total ** 2 / (var ** 2 / dof)
+    freedom) and the spread from one engine to the next added (its variance estimated with
+    `engine_df` degrees of freedom, None: known), Welch-Satterthwaite degrees of freedom."""
+    eng = engine_log_sd ** 2
+    total = var + eng
+    part = (var ** 2 / dof if var > 0 else 0.0) + (
+        eng ** 2 / engine_df if eng > 0 and engine_df is not None else 0.0)
+    if part > 0:
+        dof = total ** 2 / part
     elif total > 0:
         dof = math.inf
     return Estimate(mean, math.sqrt(total), dof)
@@ -277,12 +291,17 @@ def _mean(xs) -> float:
 
 
 def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k: int,
-                  margin: float, timing: str, engine_log_sd: float) -> dict:
+                  margin: float, timing: str, engine_log_sd: float,
+                  engine_log_sd_df: float | None = None) -> dict:
     """Rows per batch size present in both the SD and the no-SD series, plus the shape label."""
     other = "engine" if timing == "client" else "client"
-    est = {name: series_estimates(pts, timing, what, engine_log_sd) if pts else {}
+    # each series' points from its repeats alone; a point's own interval adds the engine spread
+    # (_with_engine), the speedup adds it once for both series (ratio's shared part)
+    own = {name: series_estimates(pts, timing, what, 0.0) if pts else {}
            for name, pts, what in (("ar", ar, "no-SD series"), ("sd", sd, "SD series"),
                                    ("dr", drafter or [], "drafter series"))}
+    est = {name: {b: _with_engine(e.mean, e.log_se ** 2, e.df, engine_log_sd, engine_log_sd_df)
+                  if e.df > 0 else e for b, e in pts.items()} for name, pts in own.items()}
     reps = {"ar": repeats_by_batch(ar), "sd": repeats_by_batch(sd)}
     rows = []
     for b in sorted(set(est["ar"]) & set(est["sd"])):
@@ -290,7 +309,7 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
         if any("sd" not in s for s in s_pts):
             raise InputError(f"SD series, batch {b}: no speculative-decoding metrics (was SD on?)")
         a, s, d = est["ar"][b], est["sd"][b], est["dr"].get(b)
-        spd = ratio(a, s)
+        spd = ratio(own["ar"][b], own["sd"][b], 2 * engine_log_sd ** 2, engine_log_sd_df)
         lo, hi = spd.interval()
         taus = [p["sd"]["acceptance_length"] for p in s_pts]
         tau = _mean(taus)
@@ -331,4 +350,4 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
     best = max(rows, key=lambda r: r["speedup"])
     return {"rows": rows, "shape": shape, "direction": direction, "best_batch": best["batch"],
             "best_speedup": best["speedup"], "margin": margin, "timing": timing,
-            "engine_log_sd": engine_log_sd}
+            "engine_log_sd": engine_log_sd, "engine_log_sd_df": engine_log_sd_df}

@@ -80,6 +80,9 @@ def speedup_row(rc: dict, sp: dict, r: dict) -> dict:
                      r.get("te_sweep_low", np.nan), r.get("te_sweep_high", np.nan),
                      r.get("te_sweep_status")),
         "shape": sp["shape"], "direction": sp.get("direction", ""),
+        # how the no-SD side was measured: beside the SD points (interleaved) or apart
+        "no_sd_series": sp.get("no_sd_series", "a separate series (rule sweep_ar), measured "
+                                               "apart from the SD series"),
         **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}}
 
 

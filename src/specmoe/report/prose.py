@@ -441,22 +441,51 @@ def _granularity_rows(tiny: list[str], shares: dict, matched: dict | None = None
         if f[0] == c[0]:
             continue
         fc, cc = shares[control_name(fine)], shares[control_name(coarse)]
+        both = _both((matched or {}).get(fine), (matched or {}).get(coarse))
+        row = {"model": fine, "run": "", "finding": "temporal share larger for finer experts",
+               "target": f"temporal share of {fine} (k/N {f[0]:.3f}) > {coarse}'s ({c[0]:.3f})"}
+        lead = _share_lead((matched or {}).get(fine), coarse)
+        if lead is not None:  # paired by prompt (matched_controls' share_* columns)
+            status = _decided(lead["lead_low"], lead["lead_high"])
+            control = _decided(lead["control_lead_low"], lead["control_lead_high"])
+            excess = tuple(lead[key] for key in ("excess", "excess_low", "excess_high"))
+            rows.append({**row,
+                         "value": f"{_with_interval(*f[1:])} vs {_with_interval(*c[1:])}; "
+                                  f"lead {_lead_text(lead, 'lead')}, paired by prompt",
+                         "status": status,
+                         "control_value": f"{_with_interval(*fc[1:])} vs "
+                                          f"{_with_interval(*cc[1:])}; lead "
+                                          f"{_lead_text(lead, 'control_lead')}",
+                         "control_status": control,
+                         "learned": _learned(status, control, matched=both or {
+                             "comparable": True, "why": ""}, paired=excess)})
+            continue
         status, control = _share_order(f, c), _share_order(fc, cc)
-        # the fine target's lead over the coarse one, against the controls' lead
-        lead = (f[2] - c[3], f[3] - c[2])
-        lead_control = (fc[2] - cc[3], fc[3] - cc[2])
-        rows.append({"model": fine, "run": "",
-                     "finding": "temporal share larger for finer experts",
-                     "target": f"temporal share of {fine} (k/N {f[0]:.3f}) > {coarse}'s "
-                               f"({c[0]:.3f})",
+        # unpaired (a table without the paired columns): the fine target's lead over the coarse
+        # one from the two intervals' extremes, against the controls' lead
+        iv = (f[2] - c[3], f[3] - c[2])
+        iv_control = (fc[2] - cc[3], fc[3] - cc[2])
+        rows.append({**row,
                      "value": f"{_with_interval(*f[1:])} vs {_with_interval(*c[1:])}",
                      "status": status,
                      "control_value": f"{_with_interval(*fc[1:])} vs {_with_interval(*cc[1:])}",
                      "control_status": control,
-                     "learned": _learned(status, control, lead, lead_control,
-                                         matched=_both((matched or {}).get(fine),
-                                                       (matched or {}).get(coarse)))})
+                     "learned": _learned(status, control, iv, iv_control, matched=both)})
     return rows
+
+
+def _share_lead(m: dict | None, coarse: str) -> dict | None:
+    """The paired share lead of a matched_controls row over `coarse` (None: none there)."""
+    if m is None or m.get("share_coarser") != coarse or not m.get("share_paired"):
+        return None
+    out = {key: float(m.get(f"share_{key}", np.nan)) for key in (
+        "lead", "lead_low", "lead_high", "control_lead", "control_lead_low",
+        "control_lead_high", "excess", "excess_low", "excess_high")}
+    return out if np.isfinite(out["lead"]) else None
+
+
+def _lead_text(lead: dict, name: str) -> str:
+    return _with_interval(lead[name], lead[f"{name}_low"], lead[f"{name}_high"], sign=True)
 
 
 def _both(a: dict | None, b: dict | None) -> dict | None:
@@ -576,6 +605,21 @@ def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
     return f"{model}: " + "; ".join(parts)
 
 
+def _timing_scope(td: Tables) -> str:
+    """What the speedup intervals cover, in words: how the no-SD points were taken beside the SD
+    ones, and that repeats on this run's engines (and the engine spread, measured apart) are all
+    they hold: the machine's drift from one session to the next is not in them."""
+    sp = load(td, "speedup_vs_batch")
+    how = set(sp["no_sd_series"].dropna()) if "no_sd_series" in sp else set()
+    paired = bool(how) and all(h.startswith("interleaved") for h in how)
+    timing = set(sp["timing"].dropna()) if "timing" in sp else set()
+    by = f"timed by the {timing.pop()}" if len(timing) == 1 else "timed"
+    return (f"{by}; " + ("the SD and no-SD points interleaved, AB BA" if paired else
+                         "the no-SD points measured apart from the SD points")
+            + "; 95% intervals from this run's repeats and the engine-to-engine spread: they "
+              "hold for this session, not for the same machine on another day")
+
+
 def opening(td: Tables) -> str:
     """What this run shows, in a paragraph: the routing findings that separate learned routing
     (shown by a trained target and not by its untrained control), those the controls show as
@@ -591,8 +635,8 @@ def opening(td: Tables) -> str:
                                for m, g in routing.groupby("model", sort=False)) + ".")
     speed = _speedup_summary(td)
     if speed:
-        out.append("Speculative decoding on this machine (timed by the engine, 95% intervals "
-                   "from repeats): " + "; ".join(speed) + ".")
+        out.append(f"Speculative decoding in this run, on this machine ({_timing_scope(td)}): "
+                   + "; ".join(speed) + ".")
     if speed or not t.empty:
         out.append("What a CPU run cannot show: the study's GPU claims. A tiny model's step on a CPU "
                    "costs host overhead rather than weight reads, so its speedup curve and its "

@@ -44,6 +44,7 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
     for ov in ovs:
         _add_overlap_rows(t, ov, heldout_of.get(tuple(run_cols(ov["run"]).values()), {}))
         t["prompt_fit"] += prompt_fit_rows(run_cols(ov["run"]), ov.get("prompting"))
+    add_share_leads(t["matched_controls"], ovs)
     t["unique_experts"] += [unique_experts_row(ov, ip) for ov, ip in zip(ovs, ips)]
     for cm in cms:
         _add_cost_rows(t, cm)
@@ -66,6 +67,37 @@ def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict) -> None:
     if ov.get("control"):
         t["matched_controls"].append(matched_control_row(rc, ov["control"]))
     t["per_layer_overlap"] += per_layer_rows(rc, ov["per_layer"])
+
+
+def add_share_leads(rows: list[dict], ovs: list[dict]) -> None:
+    """"Temporal share larger for finer experts", paired by prompt: on each matched_controls row
+    of a target, its lead in temporal share over the target of the next coarser granularity
+    (larger k/N) run at the same K on the same dataset, the same lead of their matched controls
+    and the lead's excess over the controls', each with its paired 95% interval
+    (controls.share_contrast; `share_*` columns, NaN for the coarsest target)."""
+    from ..routing.controls import share_contrast
+
+    by_run: dict[tuple, list] = {}
+    for ov in ovs:
+        c = ov.get("control")
+        if not (c and c.get("share_boot")):
+            continue
+        rc, s = run_cols(ov["run"]), ov["summary"]
+        by_run.setdefault((rc["k"], rc["dataset"]), []).append(
+            (s["top_k"] / s["num_experts"], c["target"], c["share_boot"]))
+    at = {(r["target"], r["k"], r["dataset"]): r for r in rows}
+    for (k, ds), group in by_run.items():
+        group.sort(key=lambda x: x[0])
+        for (kn_f, fine, f), (kn_c, coarse, c) in zip(group, group[1:]):
+            if kn_f == kn_c or (fine, k, ds) not in at:
+                continue
+            res = share_contrast(f, c)
+            at[(fine, k, ds)].update(
+                {"share_coarser": coarse, "share_paired": res["paired"],
+                 "share_unpaired_because": res["why"],
+                 **{f"share_{key}": res[key] for key in (
+                     "lead", "lead_low", "lead_high", "control_lead", "control_lead_low",
+                     "control_lead_high", "excess", "excess_low", "excess_high")}})
 
 
 def matched_control_row(rc: dict, c: dict) -> dict:

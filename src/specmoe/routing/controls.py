@@ -108,6 +108,16 @@ def control_contrast(target: Trace, control: Trace, n_boot: int = N_BOOT,
     repeat = input_repeat_share(control)
     out = {"target": (target.meta.get("run") or {}).get("model"), "matched": is_matched,
            "input_repeat_pct": 100 * repeat, "n_requests": 0, "statistics": {}}
+    ids = np.unique(target.columns["request"].astype(np.int64))
+    g = ids.size
+    rng = np.random.default_rng(seed)
+    w = np.vstack([np.ones(g), rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot)])
+    ours = _statistics(target, ids, w)
+    # the target's temporal share in each resample, by prompt: another target that read the same
+    # prompts as its requests draws the same resamples (same seed, same requests), so two
+    # targets (and their controls) compare paired by prompt (share_contrast)
+    out["share_boot"] = {"prompt_ids": prompts_of(target, ids), "seed": seed,
+                         "target": _rounded(ours["seq_temporal_share"]), "control": None}
     if not is_matched:
         out.update(comparable=False, why=f"read its own tokens, not its target's "
                                          f"({100 * repeat:.0f}% of adjacent committed tokens "
@@ -118,11 +128,8 @@ def control_contrast(target: Trace, control: Trace, n_boot: int = N_BOOT,
                                          f"{100 * repeat:.0f}% of adjacent committed tokens "
                                          "repeat the previous one")
         return out
-    ids = np.unique(target.columns["request"].astype(np.int64))
-    g = ids.size
-    rng = np.random.default_rng(seed)
-    w = np.vstack([np.ones(g), rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot)])
-    ours, theirs = _statistics(target, ids, w), _statistics(control, ids, w)
+    theirs = _statistics(control, ids, w)
+    out["share_boot"]["control"] = _rounded(theirs["seq_temporal_share"])
     for name in ours:
         diff = ours[name] - theirs[name]
         lo, hi = _percentiles(diff[1:])
@@ -131,4 +138,49 @@ def control_contrast(target: Trace, control: Trace, n_boot: int = N_BOOT,
                                    "difference": float(diff[0]), "difference_low": float(lo),
                                    "difference_high": float(hi)}
     out.update(comparable=True, why="", n_requests=int(g), level=LEVEL)
+    return out
+
+
+def prompts_of(tr: Trace, ids: np.ndarray) -> list[str]:
+    """The prompt id of each request (sorted request ids `ids`)."""
+    req = tr.columns["request"].astype(np.int64)
+    _, first = np.unique(req, return_index=True)
+    if "prompt_id" not in tr.columns:
+        return [str(i) for i in ids]
+    return [str(p) for p in np.asarray(tr.columns["prompt_id"])[first]]
+
+
+def _rounded(x: np.ndarray) -> list[float]:
+    """A statistic's estimate (first) and resamples, to 6 digits (an overlap file stays small)."""
+    return [round(float(v), 6) for v in x]
+
+
+def share_contrast(fine: dict, coarse: dict) -> dict:
+    """Two targets' temporal shares (and their matched controls') compared paired by prompt:
+    `fine`, `coarse` are the share_boot entries of control_contrast. Where both read the same
+    prompts as the same requests and drew the same resamples, resample b of one is resample b of
+    the other, so the difference's percentile interval carries the pairing (what a prompt does to
+    both cancels). Returns the target lead (fine minus coarse), the controls' lead and the lead's
+    excess over the controls' (the part of it that learned routing makes), each with its 95%
+    interval; `paired` False (and NaN) where the prompts or resamples differ, and the excess NaN
+    where either control is not comparable."""
+    nan = float("nan")
+    out = {key: nan for key in ("lead", "lead_low", "lead_high", "control_lead",
+                                "control_lead_low", "control_lead_high", "excess", "excess_low",
+                                "excess_high")}
+    same = (fine.get("prompt_ids") == coarse.get("prompt_ids") and fine.get("seed") ==
+            coarse.get("seed") and len(fine["target"]) == len(coarse["target"]))
+    out["paired"] = bool(same)
+    if not same:
+        out["why"] = "the two targets did not read the same prompts as the same requests"
+        return out
+    out["why"] = ""
+    f, c = np.asarray(fine["target"]), np.asarray(coarse["target"])
+    parts = [("lead", f - c)]
+    if fine.get("control") is not None and coarse.get("control") is not None:
+        fc, cc = np.asarray(fine["control"]), np.asarray(coarse["control"])
+        parts += [("control_lead", fc - cc), ("excess", (f - fc) - (c - cc))]
+    for name, d in parts:
+        lo, hi = _percentiles(d[1:])
+        out.update({name: float(d[0]), f"{name}_low": float(lo), f"{name}_high": float(hi)})
     return out

@@ -282,46 +282,86 @@ def point_summary(res: dict, batch: int, num_prompts: int, output_len: int) -> d
     return out
 
 
-def plan_points(texts, schedule: list[tuple[int, int]], output_len: int, warmups: int,
-                points_dir, key_base: dict, repeats: int = 1) -> tuple[dict, dict, list]:
-    """A series' points: those on disk with the same key (reused: {part: {(batch, repeat):
-    point}}) and those to measure (todo: (repeat, part, batch, prompts, key, path), repeat by
-    repeat). texts as for run_series; returns (parts, reused, todo)."""
+def _plan(texts, schedule, output_len, warmups, points_dir, key_base, repeats):
+    """Every point of a series, in measuring order (repeat by repeat: interleaved over batch
+    sizes and parts): (repeat, part, batch, prompts, key, path, the point on disk with the same
+    key or None). Returns (parts, entries)."""
     if not schedule:
         raise InputError("the sweep schedule is empty")
     if repeats < 1:
         raise InputError(f"repeats must be at least 1 (got {repeats})")
+    for batch, n in schedule:
+        if batch < 1 or n < batch:
+            raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch "
+                             "<= prompts")
     parts = texts if isinstance(texts, dict) else {"": texts}
-    todo, points = [], {part: {} for part in parts}
+    entries = []
     for part, part_texts in parts.items():
         pdir = Path(points_dir) / part if part else Path(points_dir)
         pdir.mkdir(parents=True, exist_ok=True)
-        for batch, n in schedule:
-            if batch < 1 or n < batch:
-                raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch "
-                                 "<= prompts")
         for rep in range(repeats):
             for batch, n in schedule:
                 key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch,
                                    "num_prompts": n, "output_len": output_len, "warmups": warmups,
                                    "repeat": rep, "prompts": config_hash(part_texts[:n])})
                 path = pdir / f"b{batch}.r{rep}.json"
-                name = f"{part + ': ' if part else ''}batch {batch} repeat {rep}"
+                old = None
                 if path.exists():
                     with contextlib.suppress(Exception):
                         old = read_json(path)
-                        if old.get("key") == key:
-                            points[part][(batch, rep)] = {**old, "reused": True}
-                            log.info("%s: reusing %s", name, path)
-                            continue
-                todo.append((rep, part, batch, n, key, path))
-    todo.sort(key=lambda t: t[0])  # repeat by repeat: interleaved over batch sizes, parts
+                        old = old if old.get("key") == key else None
+                entries.append((rep, part, batch, n, key, path, old))
+    entries.sort(key=lambda t: t[0])  # repeat by repeat: interleaved over batch sizes, parts
+    return parts, entries
+
+
+def plan_points(texts, schedule: list[tuple[int, int]], output_len: int, warmups: int,
+                points_dir, key_base: dict, repeats: int = 1) -> tuple[dict, dict, list]:
+    """A series' points: those on disk with the same key (reused: {part: {(batch, repeat):
+    point}}) and those to measure (todo: (repeat, part, batch, prompts, key, path), repeat by
+    repeat). texts as for run_series; returns (parts, reused, todo)."""
+    parts, entries = _plan(texts, schedule, output_len, warmups, points_dir, key_base, repeats)
+    points, todo = {part: {} for part in parts}, []
+    for rep, part, batch, n, key, path, old in entries:
+        if old is not None:
+            points[part][(batch, rep)] = {**old, "reused": True}
+            log.info("%s: reusing %s", _label(part, batch, rep), path)
+        else:
+            todo.append((rep, part, batch, n, key, path))
     return parts, points, todo
+
+
+def _label(part: str, batch: int, rep: int) -> str:
+    return f"{part + ': ' if part else ''}batch {batch} repeat {rep}"
+
+
+def _start_all(stack: contextlib.ExitStack, servers: list["Server"]) -> None:
+    """Start servers side by side (their start-ups overlap); every one is stopped on leaving
+    `stack`, and on any failure to start."""
+    for s in servers:
+        stack.callback(s.stop)
+    errors: list[BaseException] = []
+
+    def start(s):
+        try:
+            s.__enter__()
+        except BaseException as exc:  # noqa: BLE001 (re-raised below, in this thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(s,), daemon=True) for s in servers[1:]]
+    for t in threads:
+        t.start()
+    start(servers[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, int]],
                output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
-               log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1):
+               log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1,
+               paired: tuple[dict, dict, str] | None = None):
     """Measure every (batch, num_prompts) of the schedule `repeats` times on one server (warm-up
     requests the first time the engine meets a batch size); one file per point.
 
@@ -330,40 +370,66 @@ def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, in
     with the same key are reused, and the server is not started at all when every point is there.
     Returns the points in schedule order, each batch size's repeats together, each point with
     "repeat" and "reused": bool (a dict of such lists per part when texts is a dict).
+
+    paired: (engine, key_base, points_dir) of a second arm, e.g. the same target without SD,
+    served by a second server that runs beside the first (both started together, one under load
+    at a time). Each point is measured on both, the two back to back, in alternating order
+    (first arm then second, then second then first at the next point: AB BA AB ...), so that a
+    drift of the machine falls on both arms alike instead of on their ratio. A point is measured
+    again on both arms when either has no file for it (the pair stays adjacent in time). Returns
+    (the first arm's points, the second's), each as above.
     """
-    parts, points, todo = plan_points(texts, schedule, output_len, warmups, points_dir,
-                                      key_base, repeats)
+    arms = [(engine, key_base, points_dir)] + ([paired] if paired else [])
+    plans = [_plan(texts, schedule, output_len, warmups, d, kb, repeats) for _, kb, d in arms]
+    parts = plans[0][0]
+    points = [{part: {} for part in parts} for _ in arms]
+    todo = []
+    for entries in zip(*(p[1] for p in plans)):
+        rep, part, batch = entries[0][:3]
+        if all(e[6] is not None for e in entries):
+            for a, e in enumerate(entries):
+                points[a][part][(batch, rep)] = {**e[6], "reused": True}
+            log.info("%s: reusing %s", _label(part, batch, rep),
+                     ", ".join(str(e[5]) for e in entries))
+        else:
+            todo.append(entries)
     if todo:
         # the benchmark client takes seconds to import: import it while the engine starts (on
         # another core), not after
         client = threading.Thread(target=importlib.import_module, args=("vllm.benchmarks.serve",),
                                   daemon=True)
         client.start()
-        with Server(engine, log_path, startup_timeout) as server:
+        with contextlib.ExitStack() as stack:
+            servers = [Server(e, log_path, startup_timeout) for e, _, _ in arms]
+            _start_all(stack, servers)
             client.join()
             jsonl = {}
             for part in parts:
                 jsonl[part] = Path(points_dir) / part / "prompts.jsonl" if part else \
                     Path(points_dir) / "prompts.jsonl"
                 write_prompts_jsonl(parts[part], jsonl[part])
-            warm: set[int] = set()
-            for rep, part, batch, n, key, path in todo:
-                points[part][(batch, rep)] = _measure(
-                    server, model_dir, jsonl[part], batch, n, output_len,
-                    0 if batch in warm else warmups, key, path, prov, part, rep)
-                warm.add(batch)
-            for f in jsonl.values():
-                f.unlink(missing_ok=True)
-    out = {part: [{**points[part][(b, rep)], "repeat": rep} for b, _ in schedule
-                  for rep in range(repeats)] for part in parts}
-    return out if isinstance(texts, dict) else out[""]
+                stack.callback(jsonl[part].unlink, missing_ok=True)
+            warm: list[set[int]] = [set() for _ in arms]
+            for i, entries in enumerate(todo):
+                order = range(len(arms)) if i % 2 == 0 else reversed(range(len(arms)))
+                for a in order:
+                    rep, part, batch, n, key, path, _ = entries[a]
+                    points[a][part][(batch, rep)] = _measure(
+                        servers[a], model_dir, jsonl[part], batch, n, output_len,
+                        0 if batch in warm[a] else warmups, key, path, prov, part, rep)
+                    warm[a].add(batch)
+    out = [{part: [{**pts[part][(b, rep)], "repeat": rep} for b, _ in schedule
+                   for rep in range(repeats)] for part in parts} for pts in points]
+    if not isinstance(texts, dict):
+        out = [o[""] for o in out]
+    return (out[0], out[1]) if paired else out[0]
 
 
 def _measure(server, model_dir, prompts_jsonl, batch, n, output_len, warmups, key, path, prov,
              part: str = "", rep: int = 0) -> dict:
     """One point of a series on a running server, written to `path` when measured."""
     t0 = time.perf_counter()
-    label = f"{part + ': ' if part else ''}batch {batch} repeat {rep}"
+    label = _label(part, batch, rep)
     try:  # warm-up requests first, so that the engine scrape below excludes them
         if warmups:
             bench(server, model_dir, prompts_jsonl, batch, max(warmups, batch), output_len)

@@ -336,20 +336,29 @@ def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) ->
 # --- aggregation ----------------------------------------------------------------------------------
 
 
+NO_SD_PAIRED = "interleaved with the SD points (AB BA by repeat, dataset and batch size)"
+NO_SD_APART = "a separate series (rule sweep_ar), measured apart from the SD series"
+
+
 def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
-                  timing: str, engine_log_sd: float) -> None:
-    """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run."""
+                  timing: str, engine_log_sd: float, engine_log_sd_df: float | None = None) -> None:
+    """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run.
+    engine_log_sd_df: the degrees of freedom of the engine spread's estimate (None: known)."""
     from ..measured.sweep import speedup_curve
 
     sd, ar = read_json(sd_json), read_json(ar_json)
     dr = read_json(drafter_json) if drafter_json else None
     ds = run["dataset"]
-    res = speedup_curve(series_points(ar, ds), series_points(sd, ds),
-                        series_points(dr, ds) if dr else None, run["k"], margin, timing,
-                        engine_log_sd)
+    paired = (sd.get("datasets", {}).get(ds) or {}).get("paired_no_sd")
+    # the no-SD points measured beside the SD ones (interleaved, measure.sweep_series_stage);
+    # a series from before them falls back on rule sweep_ar's series, measured apart
+    res = speedup_curve(paired["points"] if paired else series_points(ar, ds),
+                        series_points(sd, ds), series_points(dr, ds) if dr else None, run["k"],
+                        margin, timing, engine_log_sd, engine_log_sd_df)
+    res["no_sd_series"] = NO_SD_PAIRED if paired else NO_SD_APART
     prov = dict(sd.get("provenance", {}))
     prov.update(provenance({"run": run, "margin": margin, "timing": timing,
-                            "engine_log_sd": engine_log_sd},
+                            "engine_log_sd": engine_log_sd, "engine_log_sd_df": engine_log_sd_df},
                            model=prov.get("model"), stage="speedup"))
     fit = sd.get("prompting") or {}
     write_json(out, {"run": run, **res,

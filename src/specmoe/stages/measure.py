@@ -12,6 +12,8 @@ from .engines import (engine_label, engine_opts, engine_prompts, model_identity,
                       setting)
 
 log = logging.getLogger("specmoe")
+PAIR_ORDER = ("each (repeat, dataset, batch) point measured with and without SD back to back, "
+              "the order alternating from one point to the next (AB BA AB ...)")
 
 
 def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, sweep_cfg: dict,
@@ -57,19 +59,37 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                       model=model_provenance(series.get("model", Path(target_dir).name),
                                              target_dir),
                       stage="sweep", engine=engine_label())
+    # an SD series measures its target without SD as well, on a second engine beside it, point
+    # by point in alternating order (serving.run_series, paired): the speedup's two arms share
+    # the machine's drift (the series without SD of rule sweep_ar ran minutes apart)
+    paired = None
+    if drafter_dir:
+        plain = engine_kwargs(target_dir, None, None, max_num_seqs=max(b for b, _ in sched),
+                              **engine_opts(sweep_cfg))
+        paired = (plain, {**key_base, "engine": {n: v for n, v in plain.items() if n != "model"},
+                          "drafter": None},
+                  Path(str(out).removesuffix(".json") + ".nosd.points"))
     t0 = time.perf_counter()
-    points = run_series(engine, str(target_dir), texts, sched,
-                        int(sweep_cfg["output_len"]), int(sweep_cfg["warmups"]),
-                        Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
-                        log_path=engine_log,
-                        startup_timeout=float(sweep_cfg["startup_timeout_s"]),
-                        repeats=int(sweep_cfg["repeats"]))
+    res = run_series(engine, str(target_dir), texts, sched,
+                     int(sweep_cfg["output_len"]), int(sweep_cfg["warmups"]),
+                     Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
+                     log_path=engine_log,
+                     startup_timeout=float(sweep_cfg["startup_timeout_s"]),
+                     repeats=int(sweep_cfg["repeats"]), paired=paired)
+    points, plain_points = res if paired else (res, None)
     measured = [p for pts in points.values() for p in pts if not p["reused"]]
+    datasets = {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
+                for ds, pts in points.items()}
+    for ds, pts in (plain_points or {}).items():
+        datasets[ds]["paired_no_sd"] = {"points": pts,
+                                        "measured": sum(not p["reused"] for p in pts)}
     write_json(out, {"series": series, "engine": key_base["engine"],
-                     "datasets": {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
-                                  for ds, pts in points.items()},
+                     "datasets": datasets,
+                     # how the no-SD points beside the SD ones were taken (None: not at all)
+                     "paired_no_sd": {"engine": paired[1]["engine"], "order": PAIR_ORDER}
+                     if paired else None,
                      "prompting": fit,
-                     "engine_starts": 1 if measured else 0,
+                     "engine_starts": (2 if paired else 1) if measured else 0,
                      "engine_startup_s": measured[0]["engine_startup_s"] if measured else 0.0,
                      # its phases (runtime.startup), None when no engine started
                      "engine_start": measured[0].get("engine_start") if measured else None,
