@@ -109,3 +109,19 @@ def test_the_snakemake_logger_plugin_imports_light():
     inner = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} - {
         n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
     assert inner == {"specmoe.errors", "specmoe.yamlfile"}, inner
+
+
+def test_an_analysis_job_imports_only_what_its_stage_uses():
+    """Each analysis job is a process of its own (68 in the default run): the stages' module
+    leaves pandas, scipy.stats, numba and pyarrow to the stages that use them, and the IPF job,
+    which reads only JSON, loads none but numba."""
+    import subprocess
+    import sys
+
+    heavy = ("pandas", "scipy.stats", "numba", "pyarrow", "matplotlib")
+    code = ("import sys, json\nimport specmoe.stages.analysis\n"
+            f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
+            "from specmoe.routing import ipf\n"
+            f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["[]", '["numba"]']

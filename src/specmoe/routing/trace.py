@@ -248,6 +248,25 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return _parse_meta(Path(path), _read_schema(Path(path)))
 
 
+def _numpy(arr: pa.Array) -> np.ndarray:
+    """An Arrow column as NumPy, as arr.to_numpy(zero_copy_only=False) gives it, without its
+    import of pandas (about a second of each analysis job's start): an integer column without
+    nulls is a read-only view of its data, a string column an object array of its words (a
+    dictionary's few); any other column goes through to_numpy."""
+    t = arr.type
+    if pa.types.is_integer(t) and arr.null_count == 0:
+        dtype = np.dtype(f"<{'i' if pa.types.is_signed_integer(t) else 'u'}{t.bit_width // 8}")
+        out = np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr),
+                            offset=arr.offset * dtype.itemsize)
+        out.flags.writeable = False
+        return out
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        out = np.empty(len(arr), dtype=object)
+        out[:] = arr.to_pylist()
+        return out
+    return arr.to_numpy(zero_copy_only=False)
+
+
 def read_trace(path: str | Path, with_weights: bool = False) -> Trace:
     """Read a trace; any problem is a TraceError with one line naming the file and the fault."""
     path = Path(path)
@@ -258,7 +277,9 @@ def read_trace(path: str | Path, with_weights: bool = False) -> Trace:
         raise TraceError(f"{path}: missing column(s) {', '.join(missing)}")
     cols = [c for c in schema.names if with_weights or c != "weights"]
     try:
-        table = pq.read_table(path, columns=cols)
+        # the file's own reader: pq.read_table goes through pyarrow.dataset, which imports pandas
+        # (a second of an analysis job's start), for the same table
+        table = pq.ParquetFile(path).read(columns=cols)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0]})") from None
     n_layers, k = int(meta["num_layers"]), int(meta["top_k"])
@@ -282,10 +303,9 @@ def read_trace(path: str | Path, with_weights: bool = False) -> Trace:
             continue
         col = table.column(name).combine_chunks()
         if pa.types.is_dictionary(col.type):  # decode through the (small) dictionary
-            words = col.dictionary.to_numpy(zero_copy_only=False)
-            columns[name] = words[col.indices.to_numpy(zero_copy_only=False)]
+            columns[name] = _numpy(col.dictionary)[_numpy(col.indices)]
         else:
-            columns[name] = col.to_numpy(zero_copy_only=False)
+            columns[name] = _numpy(col)
     trace = Trace(experts=experts, columns=columns, num_experts=int(meta["num_experts"]),
                   k_draft=int(meta["k_draft"]), meta=meta, weights=weights)
     trace.validate(str(path))

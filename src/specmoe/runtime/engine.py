@@ -170,9 +170,24 @@ def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None,
 
 
 def vllm_version() -> str:
-    import vllm
+    """vLLM's __version__, read from its vllm/_version.py as vllm/version.py reads it ("dev"
+    without one), without importing vLLM: its package imports torch, and a sweep's rule process
+    asked before starting its server, delaying the server by the import (a process that has
+    imported vLLM gets the attribute itself)."""
+    import importlib.util
+    import runpy
+    import sys
 
-    return vllm.__version__
+    if "vllm" in sys.modules:
+        return sys.modules["vllm"].__version__
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+    for d in spec.submodule_search_locations:
+        f = Path(d) / "_version.py"
+        if f.is_file():
+            return str(runpy.run_path(str(f))["__version__"])
+    return "dev"
 
 
 def _first_token_time(outs) -> float | None:

@@ -9,15 +9,17 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from ..routing import acceptance, ipf, overlap, synth, trace
-from ..cost import costmodel, stepmodel
+from ..cost import costmodel
 from ..errors import InputError
 from ..provenance import provenance, read_json, write_json
 from ..routing.unique import independent_unique, uniform_unique, window_unique_table
 
 log = logging.getLogger("specmoe")
+
+# Each stage imports the heavy parts of the library it uses (pandas, scipy.stats, numba, pyarrow)
+# itself: every analysis job is a process of its own, and an import of everything cost each of the
+# default run's 68 analysis jobs about a second of CPU (bench/analysis_jobs.py).
 
 # overlap along the committed sequence is measured at d = 1..8 (docs/method.md)
 SEQUENCE_DISTANCES = 8
@@ -46,6 +48,8 @@ def model_ref(model_cfg: dict) -> dict:
 
 
 def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
+    from ..routing import synth, trace
+
     params = dict(model_cfg["synthetic"])
     params["k_draft"] = int(run["k"])
     p = synth.SynthParams.from_dict(params)
@@ -71,6 +75,8 @@ def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
                   threads: int | None = None, target_trace=None) -> None:
     """target_trace: an untrained control's trained target (the control's statistics beside the
     target's, paired by request: specmoe.routing.controls)."""
+    from ..routing import overlap, trace
+
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
@@ -156,6 +162,8 @@ def slice_overlaps(tr) -> dict[str, dict]:
     """Overlap by distance and the independence baseline of each prompt slice (category) of a
     trace: whether the decay with distance holds slice by slice. Slices with fewer than two full
     windows are left out."""
+    from ..routing import overlap
+
     if "category" not in tr.columns:
         return {}
     starts, lengths = tr.windows()
@@ -183,6 +191,8 @@ IPF_INPUTS = {"uniform_sequence": "overlap along the committed sequence (the stu
 
 
 def ipf_stage(overlap_json, out, batch_sizes) -> None:
+    from ..routing import ipf
+
     ov = read_json(overlap_json)
     s = ov["summary"]
     n, k, kd = s["num_experts"], s["top_k"], s["k_draft"]
@@ -269,6 +279,10 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     context_tokens, moe_drafter_experts, batch_sizes: the ratio's batch axis, past the dense
     drafter's ridge; the target's unique experts there are those of B independent tokens from
     the trace's loads)."""
+    import pandas as pd
+
+    from ..cost import stepmodel
+
     ov, ip = read_json(overlap_json), read_json(ipf_json)
     s = ov["summary"]
     dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
@@ -324,6 +338,8 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
 def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) -> None:
     """Acceptance statistics of one trace; `heldout`: datasets whose slices are held out wherever
     they are run (besides the b, c of a run "a+b+c")."""
+    from ..routing import acceptance, overlap, trace
+
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     consec, anchor = overlap.row_overlaps(tr)
@@ -384,7 +400,7 @@ def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batc
     intervals. A model with a trace of its own (tiny, synthetic) uses its measured overlaps and
     acceptance length; a study model its config.json and the study's published overlaps (or the
     prior of its granularity) and the acceptance prior."""
-    from ..cost import predictor
+    from ..cost import predictor, stepmodel
 
     overlaps, source = None, "given"
     if overlap_json:
