@@ -5,10 +5,11 @@ writes the schema's defaults into it) and resolves it (`Config.resolve`) into ty
 objects. The defaults that the schema cannot express are filled here, once: a model's hardware (a
 variant's is its target's, else `costmodel.DEFAULT_HARDWARE`), its K (the top-level `ks`), the
 prompt table of the tiny models (`prompts.DEFAULT_SOURCE`), an engine section's settings
-(ENGINE_DEFAULTS) and vLLM's share of GPU memory (GPU_MEMORY_UTILIZATION). The workflow's rules,
-the GPU bill, the preflight and the stages read these objects; which jobs a model has (captures
-per run, one serving series per engine, one profile per drafter at the model's first K) and what
-each job's engine is are decided here and nowhere else. Every key: config/README.md.
+(specmoe.kinds.ENGINE_DEFAULTS) and vLLM's share of GPU memory (GPU_MEMORY_UTILIZATION). The
+workflow's rules, the GPU bill, the preflight and the stages read these objects; which jobs a
+model has (captures per run, one serving series per engine, one profile per drafter at the
+model's first K) and what each job's engine is are decided here and nowhere else. Every key:
+config/README.md.
 """
 
 from __future__ import annotations
@@ -23,14 +24,10 @@ from . import paths
 from .sources import published
 from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
-from .kinds import kind
+from .kinds import ENGINE_DEFAULTS, kind
 from .names import DEFAULT_METHOD, control_name, job_label
 from .sources.prompts import DEFAULT_SOURCE
 
-# An engine section's settings where the configuration leaves them out (capture, sweeps, profiles
-# and the SD check read them through specmoe.stages.engines.setting).
-ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
-                   "timeout_s": 1800.0, "repetition_penalty": 1.0}
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
 GPU_MEMORY_UTILIZATION = 0.9
 # A GPU job's SLURM memory and runtime (minutes) where neither the model's `gpu` entry nor the
