@@ -22,6 +22,7 @@ from types import MappingProxyType
 from .checks import configcheck
 from . import paths
 from .sources import published
+from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, kind
@@ -40,8 +41,9 @@ PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # A vLLM engine on a CPU serving a tiny model: resident memory stays near 3.3 GB (the sweeps'
 # benchmarks), a job ends within minutes (minutes, doubled on each retry).
 CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
-# The settings of the sweep section that only the analysis reads (a change reruns no sweep).
-SWEEP_ANALYSIS_KEYS = ("timing", "shape_margin", "engine_log_sd")
+# The settings of the sweep section that only the analysis reads (rule speedup's record: a change
+# reruns no sweep).
+SWEEP_ANALYSIS_KEYS = tuple(SpeedupParams.SWEEP_KEYS.values())
 # The SD check's K and dataset where the configuration's tiny.sd_check sets none.
 SD_CHECK_DEFAULTS = {"k": 3, "dataset": "tinybench"}
 

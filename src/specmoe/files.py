@@ -116,11 +116,6 @@ class Files:
                                                                                     "config")
         return out
 
-    def drafter_series(self, drafter: str) -> list[str]:
-        """The drafter's own series, for the draft cost c (separate draft models only)."""
-        return [P.SWEEP_AR.format(model=drafter)] if self.cfg.drafters[drafter].served_alone \
-            else []
-
     def plan(self, model: str) -> list[str]:
         """The GPU bill, for a study model's GPU jobs' runtimes."""
         return [P.PLAN_JSON] if model in self.cfg.planned else []

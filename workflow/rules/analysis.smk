@@ -127,13 +127,14 @@ rule acceptance:
         "../scripts/acceptance.py"
 
 
+# Its contract: specmoe.contracts.analysis.SpeedupParams.
 rule speedup:
     input:
         sd=rules.sweep_sd.output[0],
         ar=rules.sweep_ar.output[0],
-        drafter=lambda w: FILES.drafter_series(w.drafter),
+        drafter=lambda w: SpeedupParams.drafter_series(CFG, w),
     output:
-        P.SPEEDUP,
+        json=P.SPEEDUP,
     log:
         P.log_of(P.SPEEDUP),
     benchmark:
@@ -141,9 +142,6 @@ rule speedup:
     conda:
         "../../envs/analysis.yaml"
     params:
-        run=run_of,
-        margin=CFG.sweep.get("shape_margin"),
-        timing=CFG.sweep.get("timing"),
-        engine_log_sd=CFG.sweep.get("engine_log_sd"),
+        **params_of(SpeedupParams),
     script:
         "../scripts/speedup.py"

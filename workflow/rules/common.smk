@@ -1,6 +1,7 @@
 # Read by every rules file, the configuration validated and resolved once (specmoe.config,
 # CFG), the results/ patterns (specmoe.paths, P), the files each job reads (specmoe.files,
-# FILES) and one-line input functions over them.
+# FILES) and one-line input functions over them; a rule with a contract record
+# (specmoe.contracts) takes its params from it (params_of).
 import os
 import re
 import sys
@@ -10,6 +11,8 @@ from snakemake.utils import min_version
 
 from specmoe import paths as P
 from specmoe.config import CPU_ENGINE, for_workflow
+from specmoe.contracts import run_of, snakemake_params
+from specmoe.contracts.analysis import SpeedupParams
 from specmoe.cost.plan import planned_runtime
 from specmoe.errors import InputError
 from specmoe.files import Files
@@ -107,9 +110,9 @@ def table_outputs(names):
     return out
 
 
-def run_of(w):
-    """The run's identity as a plain dict."""
-    return {"model": w.model, "drafter": w.drafter, "k": int(w.k), "dataset": w.dataset}
+def params_of(record, **extra):
+    """A rule's parameters record (specmoe.contracts) as its params: one per field."""
+    return snakemake_params(record, CFG, **extra)
 
 
 # --- engine jobs (capture, sweeps, profiles): one rule body, whatever the hardware --------------

@@ -336,24 +336,28 @@ def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) ->
 # --- aggregation ----------------------------------------------------------------------------------
 
 
-def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
-                  timing: str, engine_log_sd: float) -> None:
-    """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run."""
+def speedup_stage(inputs, outputs, params) -> None:
+    """Rule speedup (its contract: specmoe.contracts.analysis.SpeedupParams): speedup,
+    acceptance, draft cost, TE from the sweep and the curve's shape for one run, from its series
+    with SD (inputs.sd) and without (inputs.ar) and the drafter's own series (inputs.drafter: none
+    or one file); outputs.json."""
+    from dataclasses import asdict
+
+    from ..contracts import one
     from ..measured.sweep import speedup_curve
 
-    sd, ar = read_json(sd_json), read_json(ar_json)
+    run, drafter_json = params.run, one(inputs.drafter)
+    sd, ar = read_json(inputs.sd), read_json(inputs.ar)
     dr = read_json(drafter_json) if drafter_json else None
     ds = run["dataset"]
     res = speedup_curve(series_points(ar, ds), series_points(sd, ds),
-                        series_points(dr, ds) if dr else None, run["k"], margin, timing,
-                        engine_log_sd)
+                        series_points(dr, ds) if dr else None, run["k"], params.margin,
+                        params.timing, params.engine_log_sd)
     prov = dict(sd.get("provenance", {}))
-    prov.update(provenance({"run": run, "margin": margin, "timing": timing,
-                            "engine_log_sd": engine_log_sd},
-                           model=prov.get("model"), stage="speedup"))
+    prov.update(provenance(asdict(params), model=prov.get("model"), stage="speedup"))
     fit = sd.get("prompting") or {}
-    write_json(out, {"run": run, **res,
-                     "prompting": {p: fit[p] for p in ds.split("+") if p in fit}}, prov)
+    write_json(outputs.json, {"run": run, **res,
+                              "prompting": {p: fit[p] for p in ds.split("+") if p in fit}}, prov)
     log.info("%s: speedup %s; shape %s", run["model"],
              ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
 

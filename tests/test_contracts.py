@@ -1,0 +1,119 @@
+"""Each rule's contract as one record (specmoe.contracts): its parameters from the resolved
+configuration, its named inputs and outputs, and the one adapter every script runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from types import SimpleNamespace
+
+import pytest
+
+from specmoe.config import SWEEP_ANALYSIS_KEYS
+from specmoe.contracts import Named, run_rule, snakemake_params, stage_args
+from specmoe.contracts.analysis import SpeedupParams
+from test_config import resolved
+
+
+class Files(dict):
+    """A stand-in for Snakemake's named files (items() and attribute access)."""
+
+    def __getattr__(self, name):
+        return self[name]
+
+
+class Wildcards(dict):
+    __getattr__ = dict.__getitem__
+
+
+def job(rule, inputs, outputs, params, log):
+    return SimpleNamespace(rule=rule, input=Files(inputs), output=Files(outputs),
+                           params=SimpleNamespace(**params), log=[str(log)])
+
+
+RUN = Wildcards(model="tiny-fine", drafter="tiny-drafter", k="3", dataset="tinybench")
+
+
+def test_speedup_params_come_from_the_run_and_the_sweeps_analysis_keys():
+    cfg = resolved(edit=lambda c: c["sweep"].update(shape_margin=0.07, timing="client"))
+    p = SpeedupParams.from_config(cfg, RUN)
+    assert p.run == {"model": "tiny-fine", "drafter": "tiny-drafter", "k": 3, "dataset": "tinybench"}
+    assert (p.margin, p.timing) == (0.07, "client")
+    assert p.engine_log_sd == cfg.raw["sweep"]["engine_log_sd"]
+    # the keys the record reads are those the sweeps leave out (a change reruns no sweep)
+    assert set(SWEEP_ANALYSIS_KEYS) == set(SpeedupParams.SWEEP_KEYS.values())
+    assert not set(SWEEP_ANALYSIS_KEYS) & set(cfg.sweep_params("tiny-fine"))
+
+
+def test_the_drafter_series_is_an_input_only_for_a_drafter_served_alone():
+    cfg = resolved()
+    tiny = SpeedupParams.drafter_series(cfg, RUN)
+    assert tiny == ["results/sweeps/tiny-drafter/ar.json"]
+    cfg.drafters["eagle"] = SimpleNamespace(served_alone=False)
+    assert SpeedupParams.drafter_series(cfg, Wildcards({**RUN, "drafter": "eagle"})) == []
+
+
+def test_snakemake_params_are_the_records_fields_built_once_per_job():
+    cfg = resolved()
+    calls = []
+
+    class Counted(SpeedupParams):
+        @classmethod
+        def from_config(cls, cfg, w):
+            calls.append(dict(w))
+            return SpeedupParams.from_config(cfg, w)
+
+    params = snakemake_params(Counted, cfg)
+    assert list(params) == [f.name for f in fields(SpeedupParams)]
+    assert params["run"](RUN)["k"] == 3 and params["margin"](RUN) == cfg.sweep["shape_margin"]
+    assert len(calls) == 1
+
+
+def test_the_adapter_refuses_a_rule_that_names_other_files_than_its_record(tmp_path):
+    p = {"run": dict(RUN), "margin": 0.05, "timing": "engine", "engine_log_sd": 0.04}
+    smk = job("speedup", {"sd": "a", "series": "b", "drafter": []}, {"json": "o"}, p,
+              tmp_path / "log")
+    with pytest.raises(ValueError, match="named sd, series, drafter; its record declares sd, ar"):
+        stage_args(smk, SpeedupParams)
+    args = stage_args(job("speedup", {"sd": "a", "ar": "b", "drafter": []}, {"json": "o"}, p,
+                          tmp_path / "log"), SpeedupParams)
+    assert args["inputs"].ar == "b" and args["inputs"].drafter == [] and args["params"].margin == 0.05
+    with pytest.raises(AttributeError, match="no file named 'target'"):
+        Named({"sd": "a"}).target
+
+
+def point(batch, tpot, tau=None):
+    p = {"batch": batch, "tpot_ms": {"mean": tpot, "median": tpot, "p99": tpot * 1.3, "std": 1.0},
+         "output_throughput": batch * 1000.0 / tpot, "completed": 50}
+    if tau is not None:
+        p["sd"] = {"acceptance_length": tau, "per_position_acceptance": [0.8, 0.6]}
+    return p
+
+
+def series(model, points):
+    return {"series": {"model": model}, "datasets": {"tinybench": {"points": points}},
+            "provenance": {"model": {"name": model}}}
+
+
+def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
+    """The speedup stage as its script runs it: the series by name, the record's parameters, the
+    output by name; the drafter's series gives the draft cost."""
+    files = {"sd": series("t", [point(1, 10.0, 2.5), point(8, 14.0, 2.5)]),
+             "ar": series("t", [point(1, 20.0), point(8, 21.0)]),
+             "dr": series("d", [point(1, 2.0), point(8, 2.5)])}
+    for name, body in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(body))
+    p = SpeedupParams(run=dict(RUN, k=3), margin=0.05, timing="client", engine_log_sd=0.04)
+    out = tmp_path / "out" / "speedup.json"
+    smk = job("speedup", {"sd": str(tmp_path / "sd.json"), "ar": str(tmp_path / "ar.json"),
+                          "drafter": [str(tmp_path / "dr.json")]}, {"json": str(out)},
+              {f.name: getattr(p, f.name) for f in fields(p)}, tmp_path / "speedup.log")
+    from specmoe.stages.analysis import speedup_stage
+
+    run_rule(smk, speedup_stage, SpeedupParams)
+    res = json.loads(out.read_text())
+    assert res["run"]["k"] == 3
+    assert [r["batch"] for r in res["rows"]] == [1, 8]
+    assert res["rows"][0]["speedup"] == pytest.approx(2.0, rel=0.01)
+    assert res["rows"][0]["draft_cost"] == pytest.approx(3 * 2.0 / 20.0)
+    assert "stage speedup done" in (tmp_path / "speedup.log").read_text()
