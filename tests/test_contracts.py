@@ -117,3 +117,39 @@ def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
     assert res["rows"][0]["speedup"] == pytest.approx(2.0, rel=0.01)
     assert res["rows"][0]["draft_cost"] == pytest.approx(3 * 2.0 / 20.0)
     assert "stage speedup done" in (tmp_path / "speedup.log").read_text()
+
+
+def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_outputs(
+        tmp_path, monkeypatch):
+    """The report's configuration hash is a declared parameter (a change of configuration reruns
+    it), from the configuration the workflow resolved; its three outputs are where the rule names
+    them."""
+    import shutil
+
+    from declared import report_inputs
+    from specmoe.contracts.report import ReportIndexParams, report_tables
+    from specmoe.provenance import config_hash
+    from specmoe.stages.report import report_index_stage
+    from test_report import FIXTURE
+
+    cfg = resolved()
+    p = ReportIndexParams.from_config(cfg, None)
+    assert p.config_hash == config_hash(cfg.raw)
+    other = resolved(edit=lambda c: c.update(shuffle_seed=7))
+    assert ReportIndexParams.from_config(other, None).config_hash != p.config_hash
+    declared = ReportIndexParams.inputs(cfg)
+    assert [f.split("/")[-1] for f in declared["tables"]] == [f"{t}.csv"
+                                                              for t in report_tables(cfg)]
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(FIXTURE, tmp_path / "tables")
+    csvs, mds, figs = report_inputs(tmp_path / "tables", tmp_path / "figures")
+    outs = {"md": str(tmp_path / "r" / "index.md"), "html": str(tmp_path / "r" / "page.html"),
+            "summary": str(tmp_path / "r" / "end.txt")}
+    smk = job("report_index", {"tables": list(csvs.values()), "markdown": list(mds.values()),
+                               "figures": list(figs.values())}, outs,
+              {"config_hash": p.config_hash}, tmp_path / "index.log")
+    run_rule(smk, report_index_stage, ReportIndexParams)
+    assert f"Configuration hash `{p.config_hash}`" in (tmp_path / "r" / "index.md").read_text()
+    assert (tmp_path / "r" / "page.html").exists()
+    assert str(tmp_path / "r" / "page.html") in (tmp_path / "r" / "end.txt").read_text()

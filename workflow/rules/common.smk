@@ -13,6 +13,12 @@ from specmoe import paths as P
 from specmoe.config import CPU_ENGINE, for_workflow
 from specmoe.contracts import run_of, snakemake_params
 from specmoe.contracts.analysis import SpeedupParams
+from specmoe.contracts.report import (
+    ReportIndexParams,
+    report_tables,
+    run_tables,
+    table_files,
+)
 from specmoe.cost.plan import planned_runtime
 from specmoe.errors import InputError
 from specmoe.files import Files
