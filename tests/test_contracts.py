@@ -153,3 +153,31 @@ def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_
     assert f"Configuration hash `{p.config_hash}`" in (tmp_path / "r" / "index.md").read_text()
     assert (tmp_path / "r" / "page.html").exists()
     assert str(tmp_path / "r" / "page.html") in (tmp_path / "r" / "end.txt").read_text()
+
+
+def test_an_engine_jobs_record_follows_its_kind():
+    """Capture serves its run's dataset with the tiny capture section; a series every swept
+    dataset with the sweep settings; a kind without SD has no drafter, as input or in its job."""
+    from specmoe.contracts.engines import EngineParams
+    from specmoe.files import Files
+
+    cfg = resolved()
+    cap = EngineParams.from_config(cfg, RUN)
+    assert cap.job == {"model": "tiny-fine", "drafter": "tiny-drafter", "k": 3,
+                       "dataset": "tinybench"}
+    assert cap.settings == cfg.section("capture", tiny=True)
+    assert (cap.method, cap.gpu, cap.prompts) == (None, False, cfg.prompts)
+    assert cap.prompting == cfg.prompting("tiny-fine", ["tinybench"])
+    sd = EngineParams.from_config(cfg, Wildcards(model="tiny-fine", drafter="tiny-drafter",
+                                                 k="3"), rule="sweep_sd")
+    assert sd.job["datasets"] == cfg.sweep_datasets("tiny-fine") and "dataset" not in sd.job
+    assert sd.settings == cfg.sweep_params("tiny-fine")
+    ar_w = Wildcards(model="tiny-fine")
+    ar = EngineParams.from_config(cfg, ar_w, rule="sweep_ar")
+    assert (ar.job["drafter"], ar.job["k"]) == (None, None)
+    files = Files(cfg)
+    assert set(EngineParams.inputs(cfg, files, RUN)) == set(EngineParams.INPUTS)
+    assert "drafter" not in EngineParams.inputs(cfg, files, ar_w, rule="sweep_ar")
+    assert EngineParams.inputs(cfg, files, RUN)["target"] == "results/models/tiny-fine"
+    with pytest.raises(ValueError, match="unknown engine job kind"):
+        EngineParams.from_config(cfg, RUN, rule="serve")

@@ -13,6 +13,7 @@ from specmoe import paths as P
 from specmoe.config import CPU_ENGINE, for_workflow
 from specmoe.contracts import run_of, snakemake_params
 from specmoe.contracts.analysis import SpeedupParams
+from specmoe.contracts.engines import EngineParams
 from specmoe.contracts.report import (
     ReportIndexParams,
     report_tables,
@@ -175,50 +176,13 @@ def engine_resources(rule_name):
     }
 
 
-def served_datasets(rule_name, w):
-    return CFG.served_datasets(rule_name, w.model, w.get("dataset", ""))
-
-
 def engine_inputs(rule_name):
-    """An engine job's inputs (for unpack): the GPU bill, the served target, its drafter (a kind
-    with SD) and the prompt tables of the datasets it serves."""
-    what = kind(rule_name)
-
-    def inputs(w):
-        out = {"plan": FILES.plan(w.model), "target": FILES.engine_target(w.model)}
-        if what.sd:
-            out["drafter"] = FILES.engine_drafter(w.model, w.drafter)
-        out["prompts"] = FILES.prompts(served_datasets(rule_name, w))
-        return out
-
-    return inputs
+    """An engine job's named inputs (for unpack; specmoe.contracts.engines.EngineParams)."""
+    kind(rule_name)
+    return lambda w: EngineParams.inputs(CFG, FILES, w, rule_name)
 
 
 def engine_params(rule_name):
-    """An engine job's params: the job (a series: its datasets; else its one dataset), its
-    engine settings, the speculative method of a study model's drafter, whether it runs on a GPU,
-    the embedded prompt table and how the prompts are given."""
-    what = kind(rule_name)
-
-    def job(w):
-        datasets = served_datasets(rule_name, w)
-        return {
-            "model": w.model,
-            "drafter": w.drafter if what.sd else None,
-            "k": int(w.k) if what.sd else None,
-            **({"datasets": datasets} if what.series else {"dataset": datasets[0]}),
-        }
-
-    def method(w):
-        if not what.sd or not CFG.from_download(w.model):
-            return None
-        return CFG.drafters[w.drafter].method
-
-    return {
-        "job": job,
-        "settings": lambda w: CFG.job_settings(rule_name, w.model),
-        "method": method,
-        "gpu": lambda w: CFG.on_gpu(w.model),
-        "prompts": CFG.prompts,
-        "prompting": lambda w: CFG.prompting(w.model, served_datasets(rule_name, w)),
-    }
+    """An engine job's params: its record's fields (specmoe.contracts.engines.EngineParams)."""
+    kind(rule_name)
+    return params_of(EngineParams, rule=rule_name)

@@ -1,13 +1,14 @@
 # Routing traces from a real engine: one Parquet file per (model, drafter, K, dataset). Rule capture
 # is the engine rule body that the sweeps and profiles reuse (measure.smk: `use rule capture`); what
-# each engine rule serves follows its kind (specmoe.kinds, by the rule's name).
+# each engine rule serves follows its kind (specmoe.kinds, by the rule's name); its contract:
+# specmoe.contracts.engines.EngineParams.
 
 
 rule capture:
     input:
         unpack(engine_inputs("capture")),
     output:
-        P.TRACE,
+        trace=P.TRACE,
     log:
         P.log_of(P.TRACE),
     benchmark:
