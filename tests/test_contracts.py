@@ -181,3 +181,30 @@ def test_an_engine_jobs_record_follows_its_kind():
     assert EngineParams.inputs(cfg, files, RUN)["target"] == "results/models/tiny-fine"
     with pytest.raises(ValueError, match="unknown engine job kind"):
         EngineParams.from_config(cfg, RUN, rule="serve")
+
+
+def test_the_analysis_records_read_only_what_their_rules_depend_on():
+    """A cost model depends on its model's dimensions and its one hardware entry, not on its
+    drafters or datasets; a synthetic trace on its generator; the step model's prediction of a
+    synthetic model on the default method (it has no drafter entry)."""
+    from specmoe.contracts.analysis import (COST_KEYS, CostmodelParams, PredictParams,
+                                            SynthTraceParams)
+    from specmoe.names import DEFAULT_METHOD
+
+    cfg = resolved()
+    synth = Wildcards(model="synth-fine", drafter=cfg.models["synth-fine"].drafters[0], k="3",
+                      dataset=cfg.models["synth-fine"].datasets[0])
+    st = SynthTraceParams.from_config(cfg, synth)
+    assert set(st.model) == {"name", "source", "synthetic"} and st.run["k"] == 3
+    cm = CostmodelParams.from_config(cfg, RUN)
+    assert list(cm.hardware) == ["CPU"] and cm.hardware["CPU"] == cfg.hardware["CPU"]
+    assert set(cm.model) <= set(COST_KEYS) and "drafters" not in cm.model
+    assert cm.draft == cfg.draft_cost
+
+    def other_datasets(c):
+        next(m for m in c["models"] if m["name"] == "tiny-fine")["datasets"] = ["heldout-code"]
+
+    assert CostmodelParams.from_config(resolved(edit=other_datasets), RUN) == cm
+    pr = PredictParams.from_config(cfg, synth)
+    assert (pr.method, pr.k, pr.batch_sizes) == (DEFAULT_METHOD, 3, cfg.batch_sizes)
+    assert PredictParams.from_config(cfg, RUN).method == cfg.drafters["tiny-drafter"].method

@@ -22,11 +22,12 @@ from types import MappingProxyType
 from .checks import configcheck
 from . import paths
 from .sources import published
+from .contracts import canonical
 from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, kind
-from .names import DEFAULT_METHOD, control_name, job_label
+from .names import control_name, job_label
 from .sources.prompts import DEFAULT_SOURCE
 
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
@@ -46,16 +47,6 @@ CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
 SWEEP_ANALYSIS_KEYS = tuple(SpeedupParams.SWEEP_KEYS.values())
 # The SD check's K and dataset where the configuration's tiny.sd_check sets none.
 SD_CHECK_DEFAULTS = {"k": 3, "dataset": "tinybench"}
-
-
-def canonical(obj):
-    """A config value with every mapping's keys sorted: a job's params compare equal whatever
-    order the configuration file wrote them in."""
-    if isinstance(obj, dict):
-        return {k: canonical(obj[k]) for k in sorted(obj)}
-    if isinstance(obj, list):
-        return [canonical(v) for v in obj]
-    return obj
 
 
 def with_precision(section: dict, m: dict) -> dict:
@@ -627,23 +618,6 @@ class Config:
         sd = {**SD_CHECK_DEFAULTS, **self.sd_check}
         return int(sd["k"]), sd["dataset"]
 
-    def synth_entry(self, name: str) -> dict:
-        """What a synthetic trace depends on: the generator's parameters."""
-        m = self.models[name].entry
-        return canonical({k: m[k] for k in ("name", "source", "synthetic") if k in m})
-
-    def cost_entry(self, name: str) -> dict:
-        """What a cost model depends on: the model's dimensions, checkpoint config, precision, TP
-        and hardware name (not its drafters or datasets)."""
-        m = self.models[name].entry
-        keys = ("name", "source", "dims", "hf_config", "precision", "tp", "hardware", "revision")
-        return canonical({k: m[k] for k in keys if k in m})
-
-    def cost_hardware(self, name: str) -> dict:
-        """The one hardware entry a cost model uses."""
-        hw = self.model(name).hardware
-        return canonical({hw: self.hardware[hw]} if hw in self.hardware else {})
-
     def sweep_params(self, name: str) -> dict:
         """The sweep settings that change a measurement (not the analysis-only ones), in the
         model's precision (a drafter served alone: as configured)."""
@@ -668,11 +642,6 @@ class Config:
         return {"chat_template": {ds: bool((self.datasets.get(ds) or {}).get("chat_template"))
                                   for ds in parts},
                 "draft_slack": max(ks) + 1 if ks else 0}
-
-    def predict_method(self, name: str) -> str:
-        """The speculative method of the model's first drafter (a synthetic model's: EAGLE-3)."""
-        d = self.drafters.get(self.models[name].drafters[0])
-        return d.method if d is not None else DEFAULT_METHOD
 
     def engine_mem_mb(self, name: str) -> int:
         return self.gpu_resources(name)["mem_mb"] if self.on_gpu(name) else CPU_ENGINE["mem_mb"]

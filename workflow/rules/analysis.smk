@@ -4,9 +4,10 @@
 # speedup from its serving series.
 
 
+# Its contract: specmoe.contracts.analysis.SynthTraceParams.
 rule synth_trace:
     output:
-        P.TRACE,
+        trace=P.TRACE,
     log:
         P.log_of(P.TRACE),
     benchmark:
@@ -16,8 +17,7 @@ rule synth_trace:
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=lambda w: CFG.synth_entry(w.model),
-        run=run_of,
+        **params_of(SynthTraceParams),
     script:
         "../scripts/synth_trace.py"
 
@@ -64,13 +64,14 @@ rule ipf:
         "../scripts/ipf.py"
 
 
+# Its contract: specmoe.contracts.analysis.CostmodelParams.
 rule costmodel:
     input:
         overlap=rules.overlap.output[0],
         ipf=rules.ipf.output[0],
         checkpoint=lambda w: FILES.checkpoint(w.model),
     output:
-        P.COSTMODEL,
+        json=P.COSTMODEL,
     log:
         P.log_of(P.COSTMODEL),
     benchmark:
@@ -78,18 +79,17 @@ rule costmodel:
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=lambda w: CFG.cost_entry(w.model),
-        hardware=lambda w: CFG.cost_hardware(w.model),
-        draft=CFG.draft_cost,
+        **params_of(CostmodelParams),
     script:
         "../scripts/costmodel.py"
 
 
+# Its contract: specmoe.contracts.analysis.PredictParams.
 rule predict:
     input:
         unpack(lambda w: FILES.predict_inputs(w.model)),
     output:
-        P.PREDICT,
+        json=P.PREDICT,
     log:
         P.log_of(P.PREDICT),
     benchmark:
@@ -99,12 +99,7 @@ rule predict:
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=lambda w: CFG.cost_entry(w.model),
-        hardware=lambda w: CFG.hardware,
-        k=lambda w: CFG.models[w.model].ks[0],
-        method=lambda w: CFG.predict_method(w.model),
-        batch_sizes=CFG.batch_sizes,
-        study=lambda w: (CFG.study.get(w.model) or {}).get("study"),
+        **params_of(PredictParams),
     script:
         "../scripts/predict.py"
 

@@ -12,7 +12,12 @@ from snakemake.utils import min_version
 from specmoe import paths as P
 from specmoe.config import CPU_ENGINE, for_workflow
 from specmoe.contracts import run_of, snakemake_params
-from specmoe.contracts.analysis import SpeedupParams
+from specmoe.contracts.analysis import (
+    CostmodelParams,
+    PredictParams,
+    SpeedupParams,
+    SynthTraceParams,
+)
 from specmoe.contracts.engines import EngineParams
 from specmoe.contracts.report import (
     ReportIndexParams,

@@ -22,6 +22,16 @@ from collections.abc import Mapping
 from dataclasses import fields
 
 
+def canonical(obj):
+    """A config value with every mapping's keys sorted: a job's params compare equal whatever
+    order the configuration file wrote them in."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(v) for v in obj]
+    return obj
+
+
 def run_of(w) -> dict:
     """A run's identity from a job's wildcards (model, drafter, K, dataset) as a plain dict."""
     return {"model": w.model, "drafter": w.drafter, "k": int(w.k), "dataset": w.dataset}
@@ -90,9 +100,10 @@ def plain_files(value):
 
 def named(files, declared, what: str, rule: str) -> Named:
     """A job's inputs or outputs by name (plain paths), checked against the names its record
-    declares."""
+    declares: a name it does not declare is an error (one it declares may be absent: a stage
+    reads an optional one with `get`)."""
     got = Named({k: plain_files(v) for k, v in files.items()})
-    if set(got) != set(declared):
+    if set(got) - set(declared):
         raise ValueError(f"rule {rule}: its {what} are named {', '.join(got) or 'nothing'}; its "
                          f"record declares {', '.join(declared) or 'none'}")
     return got

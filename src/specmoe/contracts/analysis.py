@@ -6,7 +6,93 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import paths as P
-from . import run_of
+from ..names import DEFAULT_METHOD
+from . import canonical, run_of
+
+# What a cost model depends on of its model: dimensions, checkpoint config, precision, TP and
+# hardware name (not its drafters or datasets).
+COST_KEYS = ("name", "source", "dims", "hf_config", "precision", "tp", "hardware", "revision")
+
+
+def cost_entry(cfg, name: str) -> dict:
+    """A model's entry as the cost model and the step model read it (COST_KEYS)."""
+    m = cfg.models[name].entry
+    return canonical({k: m[k] for k in COST_KEYS if k in m})
+
+
+@dataclass(frozen=True)
+class SynthTraceParams:
+    """Rule synth_trace: a synthetic model's routing trace for one run
+    (specmoe.stages.analysis.synth_trace_stage); no input, output trace. It depends on the
+    generator's parameters (the model's name, source and `synthetic` entry) and the run."""
+
+    INPUTS = ()
+    OUTPUTS = ("trace",)
+    STAGE = "specmoe.stages.analysis.synth_trace_stage"
+
+    model: dict
+    run: dict
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "SynthTraceParams":
+        m = cfg.models[w.model].entry
+        return cls(model=canonical({k: m[k] for k in ("name", "source", "synthetic") if k in m}),
+                   run=run_of(w))
+
+
+@dataclass(frozen=True)
+class CostmodelParams:
+    """Rule costmodel: TE at batch 1 and vs batch size and the synthetic drafters' cost ratio
+    (specmoe.stages.analysis.costmodel_job_stage) from the run's overlaps (input overlap) and IPF
+    fit (input ipf); input checkpoint (a study model's config.json, a tiny model's checkpoint,
+    nothing for a synthetic model) only orders the job after it; output json. It depends on the
+    model's cost entry (COST_KEYS), its one hardware entry and the `draft_cost` section."""
+
+    INPUTS = ("overlap", "ipf", "checkpoint")
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.costmodel_job_stage"
+
+    model: dict
+    hardware: dict
+    draft: dict | None
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "CostmodelParams":
+        hw = cfg.model(w.model).hardware
+        return cls(model=cost_entry(cfg, w.model),
+                   hardware=canonical({hw: cfg.hardware[hw]} if hw in cfg.hardware else {}),
+                   draft=cfg.draft_cost)
+
+
+@dataclass(frozen=True)
+class PredictParams:
+    """Rule predict: the step model's TE and speedup at every batch size for one model
+    (specmoe.stages.analysis.predict_job_stage). Inputs (specmoe.files.Files.predict_inputs; each
+    may be absent): config (a study model's config.json), overlap, acceptance and checkpoint (a
+    model with a trace of its own: its first run's), draft (a separate draft model's config);
+    output json. It depends on the model's cost entry, the hardware table, the model's first K,
+    the speculative method of its first drafter (a synthetic model's: DEFAULT_METHOD), the batch
+    sizes and the study model it stands beside."""
+
+    INPUTS = ("config", "overlap", "acceptance", "checkpoint", "draft")
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.predict_job_stage"
+
+    model: dict
+    hardware: dict
+    k: int
+    method: str
+    batch_sizes: list
+    study: str | None
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "PredictParams":
+        m = cfg.models[w.model]
+        d = cfg.drafters.get(m.drafters[0])
+        return cls(model=cost_entry(cfg, w.model), hardware=cfg.hardware, k=m.ks[0],
+                   method=d.method if d is not None else DEFAULT_METHOD,
+                   batch_sizes=cfg.batch_sizes,
+                   study=(cfg.study.get(w.model) or {}).get("study"))
 
 
 @dataclass(frozen=True)

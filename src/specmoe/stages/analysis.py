@@ -45,6 +45,11 @@ def model_ref(model_cfg: dict) -> dict:
 # --- per-run stages -------------------------------------------------------------------------------
 
 
+def synth_trace_stage(inputs, outputs, params) -> None:
+    """Rule synth_trace (its contract: specmoe.contracts.analysis.SynthTraceParams)."""
+    synth_trace(params.model, params.run, outputs.trace)
+
+
 def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
     params = dict(model_cfg["synthetic"])
     params["k_draft"] = int(run["k"])
@@ -263,6 +268,12 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int,
     return costmodel.ModelDims.from_dims(**d)
 
 
+def costmodel_job_stage(inputs, outputs, params) -> None:
+    """Rule costmodel (its contract: specmoe.contracts.analysis.CostmodelParams)."""
+    costmodel_stage(params.model, params.hardware, inputs.overlap, inputs.ipf, outputs.json,
+                    params.draft)
+
+
 def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json, out,
                     draft_cfg: dict) -> None:
     """TE at batch 1 and vs batch size, and the synthetic drafters' cost ratio (draft_cfg:
@@ -369,6 +380,17 @@ def series_points(series: dict, dataset: str) -> list[dict]:
     except KeyError:
         raise InputError(f"the series of {series.get('series', {}).get('model')} has no points "
                          f"for dataset {dataset!r}") from None
+
+
+def predict_job_stage(inputs, outputs, params) -> dict:
+    """Rule predict (its contract: specmoe.contracts.analysis.PredictParams)."""
+    from ..contracts import one
+
+    return predict_stage(params.model, params.hardware, params.k, params.method,
+                         params.batch_sizes, outputs.json,
+                         overlap_json=inputs.get("overlap"),
+                         acceptance_json=inputs.get("acceptance"),
+                         draft_config=one(inputs.get("draft")), study_model=params.study)
 
 
 def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batch_sizes, out,
