@@ -208,3 +208,36 @@ def test_the_analysis_records_read_only_what_their_rules_depend_on():
     pr = PredictParams.from_config(cfg, synth)
     assert (pr.method, pr.k, pr.batch_sizes) == (DEFAULT_METHOD, 3, cfg.batch_sizes)
     assert PredictParams.from_config(cfg, RUN).method == cfg.drafters["tiny-drafter"].method
+
+
+def test_only_an_untrained_control_reads_its_targets_trace():
+    from specmoe.contracts.analysis import AcceptanceParams, IpfParams, OverlapParams
+
+    cfg = resolved()
+    assert OverlapParams.target_trace(cfg, RUN) == []
+    control = Wildcards({**RUN, "model": "tiny-fine-random"})
+    assert OverlapParams.target_trace(cfg, control) == [
+        "results/traces/tiny-fine/tiny-drafter/K3/tinybench.parquet"]
+    assert OverlapParams.from_config(cfg).shuffle_seed == cfg.shuffle_seed
+    assert IpfParams.from_config(cfg).batch_sizes == cfg.batch_sizes
+    assert AcceptanceParams.from_config(cfg).heldout == []  # the default downloads none
+
+
+def test_the_adapter_gives_the_jobs_threads_to_a_stage_that_takes_them(tmp_path):
+    seen = {}
+
+    def stage(inputs, outputs, params, threads=None):
+        seen.update(o=inputs.overlap, json=outputs.json, threads=threads, b=params.batch_sizes)
+
+    from specmoe.contracts.analysis import IpfParams
+
+    smk = job("ipf", {"overlap": "o.json"}, {"json": "i.json"}, {"batch_sizes": [1, 8]},
+              tmp_path / "ipf.log")
+    smk.threads = 3
+    run_rule(smk, lambda inputs, outputs, params: seen.update(o=inputs.overlap), IpfParams)
+    assert seen == {"o": "o.json"}
+    run_rule(smk, stage, IpfParams)
+    assert seen == {"o": "o.json", "json": "i.json", "threads": 3, "b": [1, 8]}
+    smk.input = Files(trace="t.parquet")
+    with pytest.raises(ValueError, match="named trace; its record declares overlap"):
+        run_rule(smk, stage, IpfParams)

@@ -22,17 +22,14 @@ rule synth_trace:
         "../scripts/synth_trace.py"
 
 
+# Its contract: specmoe.contracts.analysis.OverlapParams.
 rule overlap:
     input:
         trace=rules.capture.output[0],
         # an untrained control's trained target: the two compared request by request
-        target=lambda w: (
-            [P.TRACE.format(**{**run_of(w), "model": CFG.models[w.model].control_of})]
-            if w.model in CFG.controls
-            else []
-        ),
+        target=lambda w: OverlapParams.target_trace(CFG, w),
     output:
-        P.OVERLAP,
+        json=P.OVERLAP,
     log:
         P.log_of(P.OVERLAP),
     benchmark:
@@ -41,17 +38,17 @@ rule overlap:
         "../../envs/analysis.yaml"
     threads: 2
     params:
-        batch_sizes=CFG.batch_sizes,
-        shuffle_seed=CFG.shuffle_seed,
+        **params_of(OverlapParams),
     script:
         "../scripts/overlap.py"
 
 
+# Its contract: specmoe.contracts.analysis.IpfParams.
 rule ipf:
     input:
-        rules.overlap.output[0],
+        overlap=rules.overlap.output[0],
     output:
-        P.IPF,
+        json=P.IPF,
     log:
         P.log_of(P.IPF),
     benchmark:
@@ -59,7 +56,7 @@ rule ipf:
     conda:
         "../../envs/analysis.yaml"
     params:
-        batch_sizes=CFG.batch_sizes,
+        **params_of(IpfParams),
     script:
         "../scripts/ipf.py"
 
@@ -104,11 +101,12 @@ rule predict:
         "../scripts/predict.py"
 
 
+# Its contract: specmoe.contracts.analysis.AcceptanceParams.
 rule acceptance:
     input:
-        rules.capture.output[0],
+        trace=rules.capture.output[0],
     output:
-        P.ACCEPTANCE,
+        json=P.ACCEPTANCE,
     log:
         P.log_of(P.ACCEPTANCE),
     benchmark:
@@ -117,7 +115,7 @@ rule acceptance:
         "../../envs/analysis.yaml"
     threads: 2
     params:
-        heldout=[ds for ds, d in CFG.datasets.items() if d.get("heldout")],
+        **params_of(AcceptanceParams),
     script:
         "../scripts/acceptance.py"
 

@@ -13,7 +13,10 @@ from specmoe import paths as P
 from specmoe.config import CPU_ENGINE, for_workflow
 from specmoe.contracts import run_of, snakemake_params
 from specmoe.contracts.analysis import (
+    AcceptanceParams,
     CostmodelParams,
+    IpfParams,
+    OverlapParams,
     PredictParams,
     SpeedupParams,
     SynthTraceParams,

@@ -120,8 +120,12 @@ def stage_args(smk, record) -> dict:
 
 def run_rule(smk, stage, record) -> None:
     """A rule's script: its stage with the job's inputs, outputs and parameters record, by name,
-    everything logged to the job's log."""
+    everything logged to the job's log; a stage with a `threads` argument gets the job's threads
+    (how many cores its numerical passes may use), not a parameter of its results."""
+    import inspect
+
     from ..logs import logged
 
+    extra = {"threads": smk.threads} if "threads" in inspect.signature(stage).parameters else {}
     with logged(smk.log[0], smk.rule):
-        stage(**stage_args(smk, record))
+        stage(**stage_args(smk, record), **extra)

@@ -127,3 +127,63 @@ class SpeedupParams:
         sweep_sd and sweep_ar for the run's model (drafter and K)."""
         alone = cfg.drafters[w.drafter].served_alone
         return [P.SWEEP_AR.format(model=w.drafter)] if alone else []
+
+
+@dataclass(frozen=True)
+class OverlapParams:
+    """Rule overlap: overlap by distance, baselines, shuffle null and unique experts of one
+    trace (specmoe.stages.analysis.overlap_job_stage; input trace), an untrained control's beside
+    its trained target's, request by request (input target: the target's trace of the same run;
+    none for any other model); output json. It depends on the batch sizes and the shuffle seed."""
+
+    INPUTS = ("trace", "target")
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.overlap_job_stage"
+
+    batch_sizes: list
+    shuffle_seed: int | None
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "OverlapParams":
+        return cls(batch_sizes=cfg.batch_sizes, shuffle_seed=cfg.shuffle_seed)
+
+    @staticmethod
+    def target_trace(cfg, w) -> list[str]:
+        """Input target: an untrained control's trained target's trace of the same run."""
+        if w.model not in cfg.controls:
+            return []
+        return [P.TRACE.format(**{**run_of(w), "model": cfg.models[w.model].control_of})]
+
+
+@dataclass(frozen=True)
+class IpfParams:
+    """Rule ipf: the maximum-entropy IPF prediction of unique experts, uniform and skewed
+    (specmoe.stages.analysis.ipf_job_stage), from the run's overlaps (input overlap); output
+    json. It depends on the batch sizes."""
+
+    INPUTS = ("overlap",)
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.ipf_job_stage"
+
+    batch_sizes: list
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "IpfParams":
+        return cls(batch_sizes=cfg.batch_sizes)
+
+
+@dataclass(frozen=True)
+class AcceptanceParams:
+    """Rule acceptance: accepted vs first-rejected overlap at each draft position
+    (specmoe.stages.analysis.acceptance_job_stage) of one trace (input trace); output json. It
+    depends on which datasets are held out (`datasets.<name>.heldout`)."""
+
+    INPUTS = ("trace",)
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.acceptance_job_stage"
+
+    heldout: list
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "AcceptanceParams":
+        return cls(heldout=[ds for ds, d in cfg.datasets.items() if d.get("heldout")])

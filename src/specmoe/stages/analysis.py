@@ -72,6 +72,14 @@ def use_threads(threads: int | None) -> None:
         numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
 
 
+def overlap_job_stage(inputs, outputs, params, threads: int | None = None) -> None:
+    """Rule overlap (its contract: specmoe.contracts.analysis.OverlapParams)."""
+    from ..contracts import one
+
+    overlap_stage(inputs.trace, outputs.json, params.batch_sizes, params.shuffle_seed,
+                  threads=threads, target_trace=one(inputs.get("target")))
+
+
 def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
                   threads: int | None = None, target_trace=None) -> None:
     """target_trace: an untrained control's trained target (the control's statistics beside the
@@ -185,6 +193,11 @@ def slice_overlaps(tr) -> dict[str, dict]:
 IPF_INPUTS = {"uniform_sequence": "overlap along the committed sequence (the study's input)",
               "uniform_window": "overlap inside windows (this project's estimator)",
               "skewed_window": "overlap inside windows and each layer's loads (this project's)"}
+
+
+def ipf_job_stage(inputs, outputs, params) -> None:
+    """Rule ipf (its contract: specmoe.contracts.analysis.IpfParams)."""
+    ipf_stage(inputs.overlap, outputs.json, params.batch_sizes)
 
 
 def ipf_stage(overlap_json, out, batch_sizes) -> None:
@@ -330,6 +343,11 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
                      "te_weight_batch1": te_b1, "te_vs_batch": curves,
                      "draft_ratio_vs_batch": ratio,
                      "step_params": params.as_dict() if params else None}, prov)
+
+
+def acceptance_job_stage(inputs, outputs, params, threads: int | None = None) -> None:
+    """Rule acceptance (its contract: specmoe.contracts.analysis.AcceptanceParams)."""
+    acceptance_stage(inputs.trace, outputs.json, threads=threads, heldout=params.heldout)
 
 
 def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) -> None:
