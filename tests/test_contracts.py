@@ -241,3 +241,18 @@ def test_the_adapter_gives_the_jobs_threads_to_a_stage_that_takes_them(tmp_path)
     smk.input = Files(trace="t.parquet")
     with pytest.raises(ValueError, match="named trace; its record declares overlap"):
         run_rule(smk, stage, IpfParams)
+
+
+def test_a_tiny_models_weights_depend_on_its_recipe_and_a_controls_on_its_evaluation_only():
+    from specmoe.contracts.models import EVAL_KEYS, TOKENIZER_KEYS, TokenizerParams, TrainParams
+    from specmoe.runtime.tiny import TrainSpec
+
+    cfg = resolved()
+    w = Wildcards(tiny="tiny-fine")
+    trained, control = TrainParams.from_config(cfg, w), TrainParams.from_config(cfg, w, False)
+    assert trained.trained and not control.trained
+    assert trained.model["steps"] == cfg.entry("tiny-fine")["steps"] and "steps" not in control.model
+    assert "datasets" not in trained.model and "drafters" not in trained.model
+    assert set(control.tiny["train"]) <= set(EVAL_KEYS) < set(trained.tiny["train"]) | set(EVAL_KEYS)
+    assert TrainParams.threads(cfg) == cfg.raw["tiny"]["train"].get("threads", TrainSpec.threads)
+    assert set(TokenizerParams.from_config(cfg).tiny) <= set(TOKENIZER_KEYS)

@@ -574,40 +574,6 @@ class Config:
         keys = ("sweep", "capture", "profiling", "plan", "ks")
         return {**{k: self.raw[k] for k in keys if k in self.raw}, "hardware": self.hardware}
 
-    def tiny_params(self, *keys: str) -> dict:
-        """The named keys of the `tiny` section."""
-        tiny = self.raw.get("tiny", {})
-        return canonical({k: tiny[k] for k in keys if k in tiny})
-
-    def training_recipe(self, name: str, trained: bool = True) -> dict:
-        """What a tiny model's weights depend on: architecture, budget and seed (not its drafters,
-        datasets, K or hardware, which only its runs use)."""
-        from .runtime.tiny import TrainSpec
-
-        m = self.entry(name)
-        recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", TrainSpec.seed)}
-        if trained:
-            recipe["steps"] = m["steps"]
-        return canonical(recipe)
-
-    def train_settings(self, trained: bool = True) -> dict:
-        """The tiny section's training settings, the thread count included (training adds in an
-        order that depends on it, so the weights do too); an untrained control depends on the
-        evaluation settings only."""
-        tiny = self.raw.get("tiny", {})
-        train = dict(tiny.get("train") or {})
-        if not trained:
-            train = {k: v for k, v in train.items()
-                     if k in ("seq_len", "batch_size", "eval_batches")}
-        return canonical({"vocab_size": tiny.get("vocab_size"), "train": train})
-
-    @property
-    def train_threads(self) -> int:
-        from .runtime.tiny import TrainSpec
-
-        return int((self.raw.get("tiny", {}).get("train") or {}).get("threads",
-                                                                      TrainSpec.threads))
-
     @property
     def sd_check(self) -> dict:
         """The tiny section's SD check as configured (its engine settings)."""

@@ -22,6 +22,7 @@ from specmoe.contracts.analysis import (
     SynthTraceParams,
 )
 from specmoe.contracts.engines import EngineParams
+from specmoe.contracts.models import TokenizerParams, TrainParams
 from specmoe.contracts.report import (
     ReportIndexParams,
     report_tables,
