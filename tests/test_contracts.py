@@ -256,3 +256,23 @@ def test_a_tiny_models_weights_depend_on_its_recipe_and_a_controls_on_its_evalua
     assert set(control.tiny["train"]) <= set(EVAL_KEYS) < set(trained.tiny["train"]) | set(EVAL_KEYS)
     assert TrainParams.threads(cfg) == cfg.raw["tiny"]["train"].get("threads", TrainSpec.threads)
     assert set(TokenizerParams.from_config(cfg).tiny) <= set(TOKENIZER_KEYS)
+
+
+def test_a_control_reads_its_targets_trace_through_its_own_checkpoint(tmp_path):
+    from specmoe.contracts import job_facts
+    from specmoe.contracts.engines import CaptureControlParams
+
+    cfg = resolved()
+    w = Wildcards({**RUN, "model": "tiny-fine-random"})
+    assert CaptureControlParams.inputs(cfg, w) == {
+        "trace": "results/traces/tiny-fine/tiny-drafter/K3/tinybench.parquet",
+        "control": "results/models/tiny-fine-random"}
+    p = CaptureControlParams.from_config(cfg, w)
+    assert p.settings == cfg.section("capture", tiny=True) and p.run["model"] == "tiny-fine-random"
+    smk = job("capture_control", {}, {}, {}, tmp_path / "c.log")
+    smk.resources, smk.threads = {"runtime": 30}, 2
+
+    def engine_stage(inputs, outputs, params, log=None, runtime=None):
+        pass
+
+    assert job_facts(smk, engine_stage) == {"log": str(tmp_path / "c.log"), "runtime": 30}

@@ -11,7 +11,7 @@ from snakemake.utils import min_version
 
 from specmoe import paths as P
 from specmoe.config import CPU_ENGINE, for_workflow
-from specmoe.contracts import run_of, snakemake_params
+from specmoe.contracts import snakemake_params
 from specmoe.contracts.analysis import (
     AcceptanceParams,
     CostmodelParams,
@@ -21,7 +21,7 @@ from specmoe.contracts.analysis import (
     SpeedupParams,
     SynthTraceParams,
 )
-from specmoe.contracts.engines import EngineParams
+from specmoe.contracts.engines import CaptureControlParams, EngineParams
 from specmoe.contracts.models import TokenizerParams, TrainParams
 from specmoe.contracts.report import (
     ReportIndexParams,

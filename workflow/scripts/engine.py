@@ -6,7 +6,7 @@ torch.profiler over decode and verify passes."""
 
 from pathlib import Path
 
-from specmoe.contracts import stage_args
+from specmoe.contracts import run_rule
 from specmoe.contracts.engines import EngineParams
 from specmoe.kinds import kind
 from specmoe.logs import logged, one
@@ -18,9 +18,7 @@ from specmoe.stages.traces import capture_job_stage
 if __name__ == "__main__" and kind(snakemake.rule).stage == "capture":
     # its contract: specmoe.contracts.engines.EngineParams; the engine's processes append to the
     # job's log, and its timeouts follow the job's runtime
-    with logged(snakemake.log[0], snakemake.rule):
-        capture_job_stage(**stage_args(snakemake, EngineParams), log=snakemake.log[0],
-                          runtime=snakemake.resources.get("runtime"))
+    run_rule(snakemake, capture_job_stage, EngineParams)
 elif __name__ == "__main__":
     rule, i, p, log = snakemake.rule, snakemake.input, snakemake.params, snakemake.log[0]
     job, stage = p.job, kind(rule).stage  # job: a run or a series (model, drafter, k, datasets)

@@ -118,14 +118,24 @@ def stage_args(smk, record) -> dict:
             "params": params}
 
 
-def run_rule(smk, stage, record) -> None:
-    """A rule's script: its stage with the job's inputs, outputs and parameters record, by name,
-    everything logged to the job's log; a stage with a `threads` argument gets the job's threads
-    (how many cores its numerical passes may use), not a parameter of its results."""
+def job_facts(smk, stage) -> dict:
+    """What a stage may take of its job besides its contract, where its signature names it:
+    threads (how many cores its numerical passes may use), log (the job's log, which an engine's
+    processes append to) and runtime (the job's runtime in minutes; an engine's timeouts follow
+    it). None of them is a parameter of its results."""
     import inspect
 
+    facts = {"threads": lambda: smk.threads, "log": lambda: smk.log[0],
+             "runtime": lambda: smk.resources.get("runtime")}
+    wanted = inspect.signature(stage).parameters
+    return {name: get() for name, get in facts.items() if name in wanted}
+
+
+def run_rule(smk, stage, record) -> None:
+    """A rule's script: its stage with the job's inputs, outputs and parameters record, by name,
+    everything logged to the job's log, and the job's facts it takes (job_facts)."""
     from ..logs import logged
 
-    extra = {"threads": smk.threads} if "threads" in inspect.signature(stage).parameters else {}
+    extra = job_facts(smk, stage)
     with logged(smk.log[0], smk.rule):
         stage(**stage_args(smk, record), **extra)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import paths as P
 from ..kinds import kind
+from . import run_of
 
 
 def served_datasets(cfg, rule: str, w) -> list[str]:
@@ -59,3 +61,28 @@ class EngineParams:
             out["drafter"] = files.engine_drafter(w.model, w.drafter)
         out["prompts"] = files.prompts(served_datasets(cfg, rule, w))
         return out
+
+
+@dataclass(frozen=True)
+class CaptureControlParams:
+    """Rule capture_control: an untrained control's trace (specmoe.stages.traces.
+    control_capture_job_stage), its checkpoint (input control) reading its trained target's own
+    windows (input trace: the target's trace of the same run), teacher-forced through the same
+    engine settings (the tiny section's capture); output trace."""
+
+    INPUTS = ("trace", "control")
+    OUTPUTS = ("trace",)
+    STAGE = "specmoe.stages.traces.control_capture_job_stage"
+
+    run: dict
+    settings: dict
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "CaptureControlParams":
+        return cls(run=run_of(w), settings=cfg.section("capture", tiny=True))
+
+    @staticmethod
+    def inputs(cfg, w) -> dict[str, str]:
+        target = cfg.models[w.model].control_of
+        return {"trace": P.TRACE.format(**{**run_of(w), "model": target}),
+                "control": P.model(w.model)}

@@ -130,6 +130,14 @@ def teacher_forced_inputs(tr) -> tuple[list[list[int]], list[int]]:
     return seqs, spans
 
 
+def control_capture_job_stage(inputs, outputs, params, log: str | None = None,
+                              runtime=None) -> None:
+    """Rule capture_control (its contract: specmoe.contracts.engines.CaptureControlParams)."""
+    control_capture_stage(inputs.control, inputs.trace, params.run,
+                          with_job_runtime(params.settings, runtime), outputs.trace,
+                          engine_log=log)
+
+
 def control_capture_stage(control_dir, target_trace, run: dict, cap_cfg: dict, out,
                           engine_log: str | None = None) -> None:
     """The matched untrained control's trace: the control checkpoint reads its trained target's
