@@ -19,7 +19,9 @@ ANALYSIS = ("routing.acceptance", "cost.costmodel", "cost.hfconfig", "routing.ip
             "kinds",
             "report.figures", "report.html", "report.measured",
             "report.prose", "report.registry", "report.replay", "report.runs", "report.tables",
-            "stages.analysis", "stages.report", "measured.rules", "checks.drafters", "yamlfile")
+            "stages.analysis", "stages.report", "measured.rules", "checks.drafters", "yamlfile",
+            "contracts", "contracts.analysis", "contracts.report",
+            "contracts.engines")
 # Packages of the library that are analysis through and through: every module in them is.
 ANALYSIS_PACKAGES = ("routing", "cost", "measured")
 

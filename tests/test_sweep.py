@@ -381,6 +381,9 @@ def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path
     """An SD series that measured its target without SD beside it (interleaved, rule sweep_sd)
     gives the speedup's no-SD side; rule sweep_ar's series, measured apart, is used only by a
     series from before (here 2x slower, as if the machine had drifted between the two jobs)."""
+    from types import SimpleNamespace
+
+    from specmoe.contracts.analysis import SpeedupParams
     from specmoe.provenance import read_json, write_json
     from specmoe.stages.analysis import NO_SD_APART, NO_SD_PAIRED, speedup_stage
 
@@ -396,8 +399,11 @@ def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path
         if paired:
             sd["datasets"][ds]["paired_no_sd"] = {"points": near}
         write_json(tmp_path / "sd.json", sd, {})
-        speedup_stage(tmp_path / "sd.json", tmp_path / "ar.json", None, run, MARGIN,
-                      tmp_path / "out.json", "client", 0.043, 6)
+        speedup_stage(SimpleNamespace(sd=tmp_path / "sd.json", ar=tmp_path / "ar.json",
+                                      drafter=[]),
+                      SimpleNamespace(json=tmp_path / "out.json"),
+                      SpeedupParams(run=run, margin=MARGIN, timing="client", engine_log_sd=0.043,
+                                    engine_log_sd_df=6))
         out = read_json(tmp_path / "out.json")
         assert out["rows"][0]["speedup"] == pytest.approx(want, rel=0.01)
         assert out["no_sd_series"] == how and out["engine_log_sd_df"] == 6

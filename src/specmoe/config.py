@@ -5,10 +5,11 @@ writes the schema's defaults into it) and resolves it (`Config.resolve`) into ty
 objects. The defaults that the schema cannot express are filled here, once: a model's hardware (a
 variant's is its target's, else `costmodel.DEFAULT_HARDWARE`), its K (the top-level `ks`), the
 prompt table of the tiny models (`prompts.DEFAULT_SOURCE`), an engine section's settings
-(ENGINE_DEFAULTS) and vLLM's share of GPU memory (GPU_MEMORY_UTILIZATION). The workflow's rules,
-the GPU bill, the preflight and the stages read these objects; which jobs a model has (captures
-per run, one serving series per engine, one profile per drafter at the model's first K) and what
-each job's engine is are decided here and nowhere else. Every key: config/README.md.
+(specmoe.kinds.ENGINE_DEFAULTS) and vLLM's share of GPU memory (GPU_MEMORY_UTILIZATION). The
+workflow's rules, the GPU bill, the preflight and the stages read these objects; which jobs a
+model has (captures per run, one serving series per engine, one profile per drafter at the
+model's first K) and what each job's engine is are decided here and nowhere else. Every key:
+config/README.md.
 """
 
 from __future__ import annotations
@@ -21,16 +22,14 @@ from types import MappingProxyType
 from .checks import configcheck
 from . import paths
 from .sources import published
+from .contracts import canonical
+from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
-from .kinds import kind
-from .names import DEFAULT_METHOD, control_name, job_label
+from .kinds import ENGINE_DEFAULTS, kind
+from .names import control_name, job_label
 from .sources.prompts import DEFAULT_SOURCE
 
-# An engine section's settings where the configuration leaves them out (capture, sweeps, profiles
-# and the SD check read them through specmoe.stages.engines.setting).
-ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
-                   "timeout_s": 1800.0, "repetition_penalty": 1.0}
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
 GPU_MEMORY_UTILIZATION = 0.9
 # A GPU job's SLURM memory and runtime (minutes) where neither the model's `gpu` entry nor the
@@ -43,20 +42,11 @@ PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # A vLLM engine on a CPU serving a tiny model: resident memory stays near 3.3 GB (the sweeps'
 # benchmarks), a job ends within minutes (minutes, doubled on each retry).
 CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
-# The settings of the sweep section that only the analysis reads (a change reruns no sweep).
-SWEEP_ANALYSIS_KEYS = ("timing", "shape_margin", "engine_log_sd", "engine_log_sd_df")
+# The settings of the sweep section that only the analysis reads (rule speedup's record: a change
+# reruns no sweep).
+SWEEP_ANALYSIS_KEYS = tuple(SpeedupParams.SWEEP_KEYS.values())
 # The SD check's K and dataset where the configuration's tiny.sd_check sets none.
 SD_CHECK_DEFAULTS = {"k": 3, "dataset": "tinybench"}
-
-
-def canonical(obj):
-    """A config value with every mapping's keys sorted: a job's params compare equal whatever
-    order the configuration file wrote them in."""
-    if isinstance(obj, dict):
-        return {k: canonical(obj[k]) for k in sorted(obj)}
-    if isinstance(obj, list):
-        return [canonical(v) for v in obj]
-    return obj
 
 
 def with_precision(section: dict, m: dict) -> dict:
@@ -584,40 +574,6 @@ class Config:
         keys = ("sweep", "capture", "profiling", "plan", "ks")
         return {**{k: self.raw[k] for k in keys if k in self.raw}, "hardware": self.hardware}
 
-    def tiny_params(self, *keys: str) -> dict:
-        """The named keys of the `tiny` section."""
-        tiny = self.raw.get("tiny", {})
-        return canonical({k: tiny[k] for k in keys if k in tiny})
-
-    def training_recipe(self, name: str, trained: bool = True) -> dict:
-        """What a tiny model's weights depend on: architecture, budget and seed (not its drafters,
-        datasets, K or hardware, which only its runs use)."""
-        from .runtime.tiny import TrainSpec
-
-        m = self.entry(name)
-        recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", TrainSpec.seed)}
-        if trained:
-            recipe["steps"] = m["steps"]
-        return canonical(recipe)
-
-    def train_settings(self, trained: bool = True) -> dict:
-        """The tiny section's training settings, the thread count included (training adds in an
-        order that depends on it, so the weights do too); an untrained control depends on the
-        evaluation settings only."""
-        tiny = self.raw.get("tiny", {})
-        train = dict(tiny.get("train") or {})
-        if not trained:
-            train = {k: v for k, v in train.items()
-                     if k in ("seq_len", "batch_size", "eval_batches")}
-        return canonical({"vocab_size": tiny.get("vocab_size"), "train": train})
-
-    @property
-    def train_threads(self) -> int:
-        from .runtime.tiny import TrainSpec
-
-        return int((self.raw.get("tiny", {}).get("train") or {}).get("threads",
-                                                                      TrainSpec.threads))
-
     @property
     def sd_check(self) -> dict:
         """The tiny section's SD check as configured (its engine settings)."""
@@ -627,23 +583,6 @@ class Config:
         """The SD check's K and dataset (SD_CHECK_DEFAULTS where the configuration sets none)."""
         sd = {**SD_CHECK_DEFAULTS, **self.sd_check}
         return int(sd["k"]), sd["dataset"]
-
-    def synth_entry(self, name: str) -> dict:
-        """What a synthetic trace depends on: the generator's parameters."""
-        m = self.models[name].entry
-        return canonical({k: m[k] for k in ("name", "source", "synthetic") if k in m})
-
-    def cost_entry(self, name: str) -> dict:
-        """What a cost model depends on: the model's dimensions, checkpoint config, precision, TP
-        and hardware name (not its drafters or datasets)."""
-        m = self.models[name].entry
-        keys = ("name", "source", "dims", "hf_config", "precision", "tp", "hardware", "revision")
-        return canonical({k: m[k] for k in keys if k in m})
-
-    def cost_hardware(self, name: str) -> dict:
-        """The one hardware entry a cost model uses."""
-        hw = self.model(name).hardware
-        return canonical({hw: self.hardware[hw]} if hw in self.hardware else {})
 
     def sweep_params(self, name: str) -> dict:
         """The sweep settings that change a measurement (not the analysis-only ones), in the
@@ -669,11 +608,6 @@ class Config:
         return {"chat_template": {ds: bool((self.datasets.get(ds) or {}).get("chat_template"))
                                   for ds in parts},
                 "draft_slack": max(ks) + 1 if ks else 0}
-
-    def predict_method(self, name: str) -> str:
-        """The speculative method of the model's first drafter (a synthetic model's: EAGLE-3)."""
-        d = self.drafters.get(self.models[name].drafters[0])
-        return d.method if d is not None else DEFAULT_METHOD
 
     def engine_mem_mb(self, name: str) -> int:
         return self.gpu_resources(name)["mem_mb"] if self.on_gpu(name) else CPU_ENGINE["mem_mb"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 from . import paths as P
 from .config import Config, repo_key
 from .names import control_name
-from .report import registry
 
 
 class Files:
@@ -47,32 +46,6 @@ class Files:
     def profiles(self) -> list[str]:
         """Kernel profiles: one per target and drafter, at the model's first K."""
         return sorted({P.PROFILE.format(**vars(j)) for j in self.cfg.profiled()})
-
-    # --- the tables and figures of the report: each rule reads only these -----------------------
-
-    def run_tables(self) -> list[str]:
-        """The stems of the tables of this configuration's own runs and models."""
-        cfg = self.cfg
-        names = registry.written_by("tables") if cfg.runs() else []
-        names += registry.written_by("measured_tables") if cfg.sweep_runs() else []
-        names += registry.written_by("step_model") if cfg.predicted else []
-        return names + (["weight_model"] if cfg.hf else [])
-
-    def report_tables(self) -> list[str]:
-        """The stems of every table of the report: the runs', the comparison with the study and
-        the replay."""
-        return self.run_tables() + ["comparison"] + registry.written_by("replay")
-
-    @staticmethod
-    def tables(stems, ext: str = "csv") -> list[str]:
-        """The files of these tables in one format (a rule's declared tables; the stages key them
-        by stem)."""
-        return [P.table(t, ext) for t in stems]
-
-    @staticmethod
-    def figures(ext: str = "png") -> list[str]:
-        """Every figure of the report in one format."""
-        return [P.figure(f, ext) for f in registry.FIGURES]
 
     # --- what one job reads ----------------------------------------------------------------------
 
@@ -115,11 +88,6 @@ class Files:
             out["draft"] = P.model(d.name) if d.source == "tiny" else self.download(d.name,
                                                                                     "config")
         return out
-
-    def drafter_series(self, drafter: str) -> list[str]:
-        """The drafter's own series, for the draft cost c (separate draft models only)."""
-        return [P.SWEEP_AR.format(model=drafter)] if self.cfg.drafters[drafter].served_alone \
-            else []
 
     def plan(self, model: str) -> list[str]:
         """The GPU bill, for a study model's GPU jobs' runtimes."""

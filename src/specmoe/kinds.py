@@ -15,6 +15,12 @@ from dataclasses import dataclass
 # serving series over the sweep's batch sizes (an online server), or torch.profiler over decode and
 # verify passes.
 STAGES = ("capture", "series", "profile")
+# An engine section's settings where the configuration leaves them out (capture, sweeps, profiles
+# and the SD check read them through specmoe.stages.engines.setting; the runtime's engine too).
+# They sit here, beside the kinds whose sections they fill, below both the configuration
+# (specmoe.config) and the runtime (specmoe.runtime), which read them.
+ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
+                   "timeout_s": 1800.0, "repetition_penalty": 1.0}
 # The prompts a job serves: its run's dataset, every dataset its model is swept on (a drafter served
 # alone: those of the runs it drafts for), or its model's first dataset.
 DATASETS = ("run", "swept", "first")

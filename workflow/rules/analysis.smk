@@ -4,9 +4,10 @@
 # speedup from its serving series.
 
 
+# Its contract: specmoe.contracts.analysis.SynthTraceParams.
 rule synth_trace:
     output:
-        P.TRACE,
+        trace=P.TRACE,
     log:
         P.log_of(P.TRACE),
     benchmark:
@@ -16,23 +17,19 @@ rule synth_trace:
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=lambda w: CFG.synth_entry(w.model),
-        run=run_of,
+        **params_of(SynthTraceParams),
     script:
         "../scripts/synth_trace.py"
 
 
+# Its contract: specmoe.contracts.analysis.OverlapParams.
 rule overlap:
     input:
         trace=rules.capture.output[0],
         # an untrained control's trained target: the two compared request by request
-        target=lambda w: (
-            [P.TRACE.format(**{**run_of(w), "model": CFG.models[w.model].control_of})]
-            if w.model in CFG.controls
-            else []
-        ),
+        target=lambda w: OverlapParams.target_trace(CFG, w),
     output:
-        P.OVERLAP,
+        json=P.OVERLAP,
     log:
         P.log_of(P.OVERLAP),
     benchmark:
@@ -41,17 +38,17 @@ rule overlap:
         "../../envs/analysis.yaml"
     threads: 2
     params:
-        batch_sizes=CFG.batch_sizes,
-        shuffle_seed=CFG.shuffle_seed,
+        **params_of(OverlapParams),
     script:
         "../scripts/overlap.py"
 
 
+# Its contract: specmoe.contracts.analysis.IpfParams.
 rule ipf:
     input:
-        rules.overlap.output[0],
+        overlap=rules.overlap.output[0],
     output:
-        P.IPF,
+        json=P.IPF,
     log:
         P.log_of(P.IPF),
     benchmark:
@@ -59,18 +56,19 @@ rule ipf:
     conda:
         "../../envs/analysis.yaml"
     params:
-        batch_sizes=CFG.batch_sizes,
+        **params_of(IpfParams),
     script:
         "../scripts/ipf.py"
 
 
+# Its contract: specmoe.contracts.analysis.CostmodelParams.
 rule costmodel:
     input:
         overlap=rules.overlap.output[0],
         ipf=rules.ipf.output[0],
         checkpoint=lambda w: FILES.checkpoint(w.model),
     output:
-        P.COSTMODEL,
+        json=P.COSTMODEL,
     log:
         P.log_of(P.COSTMODEL),
     benchmark:
@@ -78,18 +76,17 @@ rule costmodel:
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=lambda w: CFG.cost_entry(w.model),
-        hardware=lambda w: CFG.cost_hardware(w.model),
-        draft=CFG.draft_cost,
+        **params_of(CostmodelParams),
     script:
         "../scripts/costmodel.py"
 
 
+# Its contract: specmoe.contracts.analysis.PredictParams.
 rule predict:
     input:
         unpack(lambda w: FILES.predict_inputs(w.model)),
     output:
-        P.PREDICT,
+        json=P.PREDICT,
     log:
         P.log_of(P.PREDICT),
     benchmark:
@@ -99,21 +96,17 @@ rule predict:
     conda:
         "../../envs/analysis.yaml"
     params:
-        model=lambda w: CFG.cost_entry(w.model),
-        hardware=lambda w: CFG.hardware,
-        k=lambda w: CFG.models[w.model].ks[0],
-        method=lambda w: CFG.predict_method(w.model),
-        batch_sizes=CFG.batch_sizes,
-        study=lambda w: (CFG.study.get(w.model) or {}).get("study"),
+        **params_of(PredictParams),
     script:
         "../scripts/predict.py"
 
 
+# Its contract: specmoe.contracts.analysis.AcceptanceParams.
 rule acceptance:
     input:
-        rules.capture.output[0],
+        trace=rules.capture.output[0],
     output:
-        P.ACCEPTANCE,
+        json=P.ACCEPTANCE,
     log:
         P.log_of(P.ACCEPTANCE),
     benchmark:
@@ -122,18 +115,19 @@ rule acceptance:
         "../../envs/analysis.yaml"
     threads: 2
     params:
-        heldout=[ds for ds, d in CFG.datasets.items() if d.get("heldout")],
+        **params_of(AcceptanceParams),
     script:
         "../scripts/acceptance.py"
 
 
+# Its contract: specmoe.contracts.analysis.SpeedupParams.
 rule speedup:
     input:
         sd=rules.sweep_sd.output[0],
         ar=rules.sweep_ar.output[0],
-        drafter=lambda w: FILES.drafter_series(w.drafter),
+        drafter=lambda w: SpeedupParams.drafter_series(CFG, w),
     output:
-        P.SPEEDUP,
+        json=P.SPEEDUP,
     log:
         P.log_of(P.SPEEDUP),
     benchmark:
@@ -141,10 +135,6 @@ rule speedup:
     conda:
         "../../envs/analysis.yaml"
     params:
-        run=run_of,
-        margin=CFG.sweep.get("shape_margin"),
-        timing=CFG.sweep.get("timing"),
-        engine_log_sd=CFG.sweep.get("engine_log_sd"),
-        engine_log_sd_df=CFG.sweep.get("engine_log_sd_df"),
+        **params_of(SpeedupParams),
     script:
         "../scripts/speedup.py"

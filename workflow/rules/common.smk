@@ -1,6 +1,7 @@
 # Read by every rules file, the configuration validated and resolved once (specmoe.config,
 # CFG), the results/ patterns (specmoe.paths, P), the files each job reads (specmoe.files,
-# FILES) and one-line input functions over them.
+# FILES) and one-line input functions over them; a rule with a contract record
+# (specmoe.contracts) takes its params from it (params_of).
 import os
 import re
 import sys
@@ -10,6 +11,24 @@ from snakemake.utils import min_version
 
 from specmoe import paths as P
 from specmoe.config import CPU_ENGINE, for_workflow
+from specmoe.contracts import snakemake_params
+from specmoe.contracts.analysis import (
+    AcceptanceParams,
+    CostmodelParams,
+    IpfParams,
+    OverlapParams,
+    PredictParams,
+    SpeedupParams,
+    SynthTraceParams,
+)
+from specmoe.contracts.engines import CaptureControlParams, EngineParams
+from specmoe.contracts.models import TokenizerParams, TrainParams
+from specmoe.contracts.report import (
+    ReportIndexParams,
+    report_tables,
+    run_tables,
+    table_files,
+)
 from specmoe.cost.plan import planned_runtime
 from specmoe.errors import InputError
 from specmoe.files import Files
@@ -107,9 +126,9 @@ def table_outputs(names):
     return out
 
 
-def run_of(w):
-    """The run's identity as a plain dict."""
-    return {"model": w.model, "drafter": w.drafter, "k": int(w.k), "dataset": w.dataset}
+def params_of(record, **extra):
+    """A rule's parameters record (specmoe.contracts) as its params: one per field."""
+    return snakemake_params(record, CFG, **extra)
 
 
 # --- engine jobs (capture, sweeps, profiles): one rule body, whatever the hardware --------------
@@ -166,50 +185,13 @@ def engine_resources(rule_name):
     }
 
 
-def served_datasets(rule_name, w):
-    return CFG.served_datasets(rule_name, w.model, w.get("dataset", ""))
-
-
 def engine_inputs(rule_name):
-    """An engine job's inputs (for unpack): the GPU bill, the served target, its drafter (a kind
-    with SD) and the prompt tables of the datasets it serves."""
-    what = kind(rule_name)
-
-    def inputs(w):
-        out = {"plan": FILES.plan(w.model), "target": FILES.engine_target(w.model)}
-        if what.sd:
-            out["drafter"] = FILES.engine_drafter(w.model, w.drafter)
-        out["prompts"] = FILES.prompts(served_datasets(rule_name, w))
-        return out
-
-    return inputs
+    """An engine job's named inputs (for unpack; specmoe.contracts.engines.EngineParams)."""
+    kind(rule_name)
+    return lambda w: EngineParams.inputs(CFG, FILES, w, rule_name)
 
 
 def engine_params(rule_name):
-    """An engine job's params: the job (a series: its datasets; else its one dataset), its
-    engine settings, the speculative method of a study model's drafter, whether it runs on a GPU,
-    the embedded prompt table and how the prompts are given."""
-    what = kind(rule_name)
-
-    def job(w):
-        datasets = served_datasets(rule_name, w)
-        return {
-            "model": w.model,
-            "drafter": w.drafter if what.sd else None,
-            "k": int(w.k) if what.sd else None,
-            **({"datasets": datasets} if what.series else {"dataset": datasets[0]}),
-        }
-
-    def method(w):
-        if not what.sd or not CFG.from_download(w.model):
-            return None
-        return CFG.drafters[w.drafter].method
-
-    return {
-        "job": job,
-        "settings": lambda w: CFG.job_settings(rule_name, w.model),
-        "method": method,
-        "gpu": lambda w: CFG.on_gpu(w.model),
-        "prompts": CFG.prompts,
-        "prompting": lambda w: CFG.prompting(w.model, served_datasets(rule_name, w)),
-    }
+    """An engine job's params: its record's fields (specmoe.contracts.engines.EngineParams)."""
+    kind(rule_name)
+    return params_of(EngineParams, rule=rule_name)

@@ -2,9 +2,10 @@
 # controls, and the speculative-vs-plain decoding check on a real vLLM engine.
 
 
+# Its contract: specmoe.contracts.models.TokenizerParams.
 rule tokenizer:
     output:
-        directory(P.TOKENIZER),
+        dir=directory(P.TOKENIZER),
     log:
         P.log_of(P.TOKENIZER),
     benchmark:
@@ -13,18 +14,17 @@ rule tokenizer:
         "../../envs/models.yaml"
     threads: 2
     params:
-        tiny=CFG.tiny_params(
-            "vocab_size", "heldout_every", "max_train_tokens", "max_heldout_tokens"
-        ),
+        **params_of(TokenizerParams),
     script:
         "../scripts/tokenizer.py"
 
 
+# Its contract (and random_model's): specmoe.contracts.models.TrainParams.
 rule train_model:
     input:
-        rules.tokenizer.output[0],
+        tokenizer=rules.tokenizer.output[0],
     output:
-        directory(P.model("{tiny}")),
+        dir=directory(P.model("{tiny}")),
     log:
         P.log_of(P.model("{tiny}")),
     benchmark:
@@ -33,18 +33,16 @@ rule train_model:
         tiny=one_of([*CFG.tiny_targets, *CFG.tiny_drafters]),
     conda:
         "../../envs/models.yaml"
-    threads: CFG.train_threads
+    threads: TrainParams.threads(CFG)
     params:
-        model=lambda w: CFG.training_recipe(w.tiny),
-        tiny=CFG.train_settings(),
-        trained=True,
+        **params_of(TrainParams),
     script:
         "../scripts/train_model.py"
 
 
 use rule train_model as random_model with:
     output:
-        directory(P.model(control_name("{tiny}"))),
+        dir=directory(P.model(control_name("{tiny}"))),
     log:
         P.log_of(P.model(control_name("{tiny}"))),
     benchmark:
@@ -52,9 +50,7 @@ use rule train_model as random_model with:
     wildcard_constraints:
         tiny=one_of(CFG.tiny_targets),
     params:
-        model=lambda w: CFG.training_recipe(w.tiny, trained=False),
-        tiny=CFG.train_settings(trained=False),
-        trained=False,
+        **params_of(TrainParams, trained=False),
 
 
 rule sd_check:

@@ -127,7 +127,7 @@ rule replay:
 
 rule comparison:
     input:
-        tables=FILES.tables(FILES.run_tables()),
+        tables=table_files(run_tables(CFG)),
     output:
         table_outputs(["comparison"]),
     log:
@@ -144,7 +144,7 @@ rule comparison:
 
 rule figures:
     input:
-        tables=FILES.tables(FILES.report_tables()),
+        tables=table_files(report_tables(CFG)),
     output:
         [
             report(
@@ -169,20 +169,21 @@ rule figures:
         "../scripts/figures.py"
 
 
+# Its contract: specmoe.contracts.report.ReportIndexParams.
 rule report_index:
     input:
-        tables=FILES.tables(FILES.report_tables()),
-        markdown=FILES.tables(FILES.report_tables(), "md"),
-        figures=FILES.figures(),
+        **ReportIndexParams.inputs(CFG),
     output:
-        P.REPORT_MD,
-        report(P.REPORT_HTML, caption=registry.path("index"), category="Report"),
-        P.REPORT_SUMMARY,
+        md=P.REPORT_MD,
+        html=report(P.REPORT_HTML, caption=registry.path("index"), category="Report"),
+        summary=P.REPORT_SUMMARY,
     log:
         P.report_log("index"),
     benchmark:
         P.report_benchmark("index")
     conda:
         "../../envs/analysis.yaml"
+    params:
+        **params_of(ReportIndexParams),
     script:
         "../scripts/report.py"

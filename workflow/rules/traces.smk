@@ -1,13 +1,14 @@
 # Routing traces from a real engine: one Parquet file per (model, drafter, K, dataset). Rule capture
 # is the engine rule body that the sweeps and profiles reuse (measure.smk: `use rule capture`); what
-# each engine rule serves follows its kind (specmoe.kinds, by the rule's name).
+# each engine rule serves follows its kind (specmoe.kinds, by the rule's name); its contract:
+# specmoe.contracts.engines.EngineParams.
 
 
 rule capture:
     input:
         unpack(engine_inputs("capture")),
     output:
-        P.TRACE,
+        trace=P.TRACE,
     log:
         P.log_of(P.TRACE),
     benchmark:
@@ -31,14 +32,12 @@ rule capture:
 # The untrained control reads its trained target's own windows, teacher-forced through the same
 # engine settings (specmoe.stages.traces.control_capture_stage): each routing statistic of the
 # two compares routing of identical inputs.
+# Its contract: specmoe.contracts.engines.CaptureControlParams.
 rule capture_control:
     input:
-        trace=lambda w: P.TRACE.format(
-            **{**run_of(w), "model": CFG.models[w.model].control_of}
-        ),
-        control=lambda w: FILES.engine_target(w.model),
+        unpack(lambda w: CaptureControlParams.inputs(CFG, w)),
     output:
-        P.TRACE,
+        trace=P.TRACE,
     log:
         P.log_of(P.TRACE),
     benchmark:
@@ -52,7 +51,6 @@ rule capture_control:
     resources:
         **engine_resources("capture"),
     params:
-        run=run_of,
-        settings=lambda w: CFG.section("capture", tiny=True),
+        **params_of(CaptureControlParams),
     script:
         "../scripts/capture_control.py"

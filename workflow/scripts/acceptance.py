@@ -1,8 +1,7 @@
-"""Rule acceptance: accepted vs first-rejected overlap at each draft position."""
+"""Rule acceptance (its contract: specmoe.contracts.analysis.AcceptanceParams)."""
 
-from specmoe.logs import logged
-from specmoe.stages.analysis import acceptance_stage
+from specmoe.contracts import run_rule
+from specmoe.contracts.analysis import AcceptanceParams
+from specmoe.stages.analysis import acceptance_job_stage
 
-with logged(snakemake.log[0], "acceptance"):
-    acceptance_stage(snakemake.input[0], snakemake.output[0], threads=snakemake.threads,
-                     heldout=snakemake.params.heldout)
+run_rule(snakemake, acceptance_job_stage, AcceptanceParams)

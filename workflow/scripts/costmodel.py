@@ -1,14 +1,7 @@
-"""Rule costmodel: target efficiency at batch 1 and vs batch size."""
+"""Rule costmodel (its contract: specmoe.contracts.analysis.CostmodelParams)."""
 
-from specmoe.logs import logged
-from specmoe.stages.analysis import costmodel_stage
+from specmoe.contracts import run_rule
+from specmoe.contracts.analysis import CostmodelParams
+from specmoe.stages.analysis import costmodel_job_stage
 
-with logged(snakemake.log[0], "costmodel"):
-    costmodel_stage(
-        snakemake.params.model,
-        snakemake.params.hardware,
-        snakemake.input.overlap,
-        snakemake.input.ipf,
-        snakemake.output[0],
-        snakemake.params.draft,
-    )
+run_rule(snakemake, costmodel_job_stage, CostmodelParams)

@@ -6,13 +6,20 @@ torch.profiler over decode and verify passes."""
 
 from pathlib import Path
 
+from specmoe.contracts import run_rule
+from specmoe.contracts.engines import EngineParams
 from specmoe.kinds import kind
 from specmoe.logs import logged, one
 from specmoe.stages.engines import engine_inputs, with_job_runtime
 from specmoe.stages.measure import profile_stage, sweep_series_stage
-from specmoe.stages.traces import capture_stage
+from specmoe.stages.traces import capture_job_stage
 
-if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
+# vLLM spawns processes that re-import the main module: the stages run in __main__ only
+if __name__ == "__main__" and kind(snakemake.rule).stage == "capture":
+    # its contract: specmoe.contracts.engines.EngineParams; the engine's processes append to the
+    # job's log, and its timeouts follow the job's runtime
+    run_rule(snakemake, capture_job_stage, EngineParams)
+elif __name__ == "__main__":
     rule, i, p, log = snakemake.rule, snakemake.input, snakemake.params, snakemake.log[0]
     job, stage = p.job, kind(rule).stage  # job: a run or a series (model, drafter, k, datasets)
     with logged(log, rule):
@@ -27,9 +34,6 @@ if __name__ == "__main__":  # vLLM spawns processes that re-import the main modu
             prompts = {ds: tables.get(ds, p.prompts) for ds in job["datasets"]}
             sweep_series_stage(target, drafter, job["k"], job, settings, prompts,
                                snakemake.output[0], **common)
-        elif stage == "capture":
-            capture_stage(target, drafter, job["k"], job, settings,
-                          tables.get(job["dataset"], p.prompts), snakemake.output[0], **common)
         elif stage == "profile":
             profile_stage(target, drafter, job["k"], job, settings,
                           tables.get(job["dataset"], p.prompts), snakemake.output.json,

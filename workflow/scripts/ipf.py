@@ -1,7 +1,7 @@
-"""Rule ipf: maximum-entropy IPF prediction of unique experts (uniform and skewed)."""
+"""Rule ipf (its contract: specmoe.contracts.analysis.IpfParams)."""
 
-from specmoe.logs import logged
-from specmoe.stages.analysis import ipf_stage
+from specmoe.contracts import run_rule
+from specmoe.contracts.analysis import IpfParams
+from specmoe.stages.analysis import ipf_job_stage
 
-with logged(snakemake.log[0], "ipf"):
-    ipf_stage(snakemake.input[0], snakemake.output[0], snakemake.params.batch_sizes)
+run_rule(snakemake, ipf_job_stage, IpfParams)

@@ -1,17 +1,7 @@
-"""Rule overlap: overlap by distance, baselines, shuffle null and unique experts of one trace."""
+"""Rule overlap (its contract: specmoe.contracts.analysis.OverlapParams)."""
 
-from specmoe.logs import logged
-from specmoe.stages.analysis import overlap_stage
+from specmoe.contracts import run_rule
+from specmoe.contracts.analysis import OverlapParams
+from specmoe.stages.analysis import overlap_job_stage
 
-target = snakemake.input.get("target")  # none, or an untrained control's target's trace
-target = [target] if isinstance(target, str) else list(target or [])
-
-with logged(snakemake.log[0], "overlap"):
-    overlap_stage(
-        snakemake.input.trace,
-        snakemake.output[0],
-        snakemake.params.batch_sizes,
-        snakemake.params.shuffle_seed,
-        threads=snakemake.threads,
-        target_trace=target[0] if target else None,
-    )
+run_rule(snakemake, overlap_job_stage, OverlapParams)

@@ -1,7 +1,7 @@
-"""Rule synth_trace: draw a synthetic routing trace with known structure."""
+"""Rule synth_trace (its contract: specmoe.contracts.analysis.SynthTraceParams)."""
 
-from specmoe.logs import logged
-from specmoe.stages.analysis import synth_trace
+from specmoe.contracts import run_rule
+from specmoe.contracts.analysis import SynthTraceParams
+from specmoe.stages.analysis import synth_trace_stage
 
-with logged(snakemake.log[0], "synth_trace"):
-    synth_trace(snakemake.params.model, snakemake.params.run, snakemake.output[0])
+run_rule(snakemake, synth_trace_stage, SynthTraceParams)

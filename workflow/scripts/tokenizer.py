@@ -1,7 +1,7 @@
-"""Rule tokenizer: byte-level BPE tokenizer and encoded corpora for the tiny models."""
+"""Rule tokenizer (its contract: specmoe.contracts.models.TokenizerParams)."""
 
-from specmoe.logs import logged
-from specmoe.stages.models import tokenizer_stage
+from specmoe.contracts import run_rule
+from specmoe.contracts.models import TokenizerParams
+from specmoe.stages.models import tokenizer_job_stage
 
-with logged(snakemake.log[0], "tokenizer"):
-    tokenizer_stage(snakemake.params.tiny, snakemake.output[0])
+run_rule(snakemake, tokenizer_job_stage, TokenizerParams)

@@ -1,13 +1,7 @@
-"""Rules train_model and random_model: one tiny model, trained or only initialised."""
+"""Rules train_model and random_model (their contract: specmoe.contracts.models.TrainParams)."""
 
-from specmoe.logs import logged
-from specmoe.stages.models import train_stage
+from specmoe.contracts import run_rule
+from specmoe.contracts.models import TrainParams
+from specmoe.stages.models import train_job_stage
 
-with logged(snakemake.log[0], "train_model"):
-    train_stage(
-        snakemake.params.model,
-        snakemake.params.tiny,
-        snakemake.input[0],
-        snakemake.output[0],
-        trained=snakemake.params.trained,
-    )
+run_rule(snakemake, train_job_stage, TrainParams)

@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ..config import ENGINE_DEFAULTS
+from ..kinds import ENGINE_DEFAULTS
 from ..errors import InputError, SpecmoeError
 from ..names import SPEC_METHODS
 from .tiny import tokenizer_digest

@@ -3,6 +3,8 @@
 
 Each stage takes plain paths and dicts (never Snakemake's objects), calls the library and writes
 its outputs atomically with their provenance, so every stage runs and is tested without Snakemake.
+The function a rule's script runs takes (inputs, outputs, params) by name: the rule's named files
+and its parameters record (specmoe.contracts, which names it).
 
 Runtime (torch / vLLM; the `cpu` or `gpu` extra):
 - `models`: tokenizer, train_model, random_model, sd_check

@@ -47,6 +47,11 @@ def model_ref(model_cfg: dict) -> dict:
 # --- per-run stages -------------------------------------------------------------------------------
 
 
+def synth_trace_stage(inputs, outputs, params) -> None:
+    """Rule synth_trace (its contract: specmoe.contracts.analysis.SynthTraceParams)."""
+    synth_trace(params.model, params.run, outputs.trace)
+
+
 def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
     from ..routing import synth, trace
 
@@ -69,6 +74,14 @@ def use_threads(threads: int | None) -> None:
         import numba
 
         numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+
+
+def overlap_job_stage(inputs, outputs, params, threads: int | None = None) -> None:
+    """Rule overlap (its contract: specmoe.contracts.analysis.OverlapParams)."""
+    from ..contracts import one
+
+    overlap_stage(inputs.trace, outputs.json, params.batch_sizes, params.shuffle_seed,
+                  threads=threads, target_trace=one(inputs.get("target")))
 
 
 def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
@@ -190,6 +203,11 @@ IPF_INPUTS = {"uniform_sequence": "overlap along the committed sequence (the stu
               "skewed_window": "overlap inside windows and each layer's loads (this project's)"}
 
 
+def ipf_job_stage(inputs, outputs, params) -> None:
+    """Rule ipf (its contract: specmoe.contracts.analysis.IpfParams)."""
+    ipf_stage(inputs.overlap, outputs.json, params.batch_sizes)
+
+
 def ipf_stage(overlap_json, out, batch_sizes) -> None:
     from ..routing import ipf
 
@@ -273,6 +291,12 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int,
     return costmodel.ModelDims.from_dims(**d)
 
 
+def costmodel_job_stage(inputs, outputs, params) -> None:
+    """Rule costmodel (its contract: specmoe.contracts.analysis.CostmodelParams)."""
+    costmodel_stage(params.model, params.hardware, inputs.overlap, inputs.ipf, outputs.json,
+                    params.draft)
+
+
 def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json, out,
                     draft_cfg: dict) -> None:
     """TE at batch 1 and vs batch size, and the synthetic drafters' cost ratio (draft_cfg:
@@ -335,6 +359,11 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
                      "step_params": params.as_dict() if params else None}, prov)
 
 
+def acceptance_job_stage(inputs, outputs, params, threads: int | None = None) -> None:
+    """Rule acceptance (its contract: specmoe.contracts.analysis.AcceptanceParams)."""
+    acceptance_stage(inputs.trace, outputs.json, threads=threads, heldout=params.heldout)
+
+
 def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) -> None:
     """Acceptance statistics of one trace; `heldout`: datasets whose slices are held out wherever
     they are run (besides the b, c of a run "a+b+c")."""
@@ -356,13 +385,20 @@ NO_SD_PAIRED = "interleaved with the SD points (AB BA by repeat, dataset and bat
 NO_SD_APART = "a separate series (rule sweep_ar), measured apart from the SD series"
 
 
-def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
-                  timing: str, engine_log_sd: float, engine_log_sd_df: float | None = None) -> None:
-    """Speedup, acceptance, draft cost, TE from the sweep and the curve's shape for one run.
-    engine_log_sd_df: the degrees of freedom of the engine spread's estimate (None: known)."""
+def speedup_stage(inputs, outputs, params) -> None:
+    """Rule speedup (its contract: specmoe.contracts.analysis.SpeedupParams): speedup,
+    acceptance, draft cost, TE from the sweep and the curve's shape for one run, from its series
+    with SD (inputs.sd, whose no-SD points were measured beside its SD points) or, for a series
+    from before them, the separate series without SD (inputs.ar), and the drafter's own series
+    (inputs.drafter: none or one file); outputs.json. params.engine_log_sd_df: the degrees of
+    freedom of the engine spread's estimate (None: known)."""
+    from dataclasses import asdict
+
+    from ..contracts import one
     from ..measured.sweep import speedup_curve
 
-    sd, ar = read_json(sd_json), read_json(ar_json)
+    run, drafter_json = params.run, one(inputs.drafter)
+    sd, ar = read_json(inputs.sd), read_json(inputs.ar)
     dr = read_json(drafter_json) if drafter_json else None
     ds = run["dataset"]
     paired = (sd.get("datasets", {}).get(ds) or {}).get("paired_no_sd")
@@ -370,15 +406,14 @@ def speedup_stage(sd_json, ar_json, drafter_json, run: dict, margin: float, out,
     # a series from before them falls back on rule sweep_ar's series, measured apart
     res = speedup_curve(paired["points"] if paired else series_points(ar, ds),
                         series_points(sd, ds), series_points(dr, ds) if dr else None, run["k"],
-                        margin, timing, engine_log_sd, engine_log_sd_df)
+                        params.margin, params.timing, params.engine_log_sd,
+                        params.engine_log_sd_df)
     res["no_sd_series"] = NO_SD_PAIRED if paired else NO_SD_APART
     prov = dict(sd.get("provenance", {}))
-    prov.update(provenance({"run": run, "margin": margin, "timing": timing,
-                            "engine_log_sd": engine_log_sd, "engine_log_sd_df": engine_log_sd_df},
-                           model=prov.get("model"), stage="speedup"))
+    prov.update(provenance(asdict(params), model=prov.get("model"), stage="speedup"))
     fit = sd.get("prompting") or {}
-    write_json(out, {"run": run, **res,
-                     "prompting": {p: fit[p] for p in ds.split("+") if p in fit}}, prov)
+    write_json(outputs.json, {"run": run, **res,
+                              "prompting": {p: fit[p] for p in ds.split("+") if p in fit}}, prov)
     log.info("%s: speedup %s; shape %s", run["model"],
              ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
 
@@ -390,6 +425,17 @@ def series_points(series: dict, dataset: str) -> list[dict]:
     except KeyError:
         raise InputError(f"the series of {series.get('series', {}).get('model')} has no points "
                          f"for dataset {dataset!r}") from None
+
+
+def predict_job_stage(inputs, outputs, params) -> dict:
+    """Rule predict (its contract: specmoe.contracts.analysis.PredictParams)."""
+    from ..contracts import one
+
+    return predict_stage(params.model, params.hardware, params.k, params.method,
+                         params.batch_sizes, outputs.json,
+                         overlap_json=inputs.get("overlap"),
+                         acceptance_json=inputs.get("acceptance"),
+                         draft_config=one(inputs.get("draft")), study_model=params.study)
 
 
 def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batch_sizes, out,

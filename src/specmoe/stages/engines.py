@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..config import ENGINE_DEFAULTS
+from ..kinds import ENGINE_DEFAULTS
 
 log = logging.getLogger("specmoe")
 

@@ -18,6 +18,11 @@ from .engines import setting
 log = logging.getLogger("specmoe")
 
 
+def tokenizer_job_stage(inputs, outputs, params) -> None:
+    """Rule tokenizer (its contract: specmoe.contracts.models.TokenizerParams)."""
+    tokenizer_stage(params.tiny, outputs.dir)
+
+
 def tokenizer_stage(tiny_cfg: dict, out_dir) -> None:
     """Byte-level BPE tokenizer plus the encoded training and held-out corpora (tokens .npy)."""
     every = int(tiny_cfg.get("heldout_every", 10))
@@ -41,6 +46,12 @@ def tokenizer_stage(tiny_cfg: dict, out_dir) -> None:
         np.save(tmp / "heldout_tokens.npy", held)
         write_json(tmp / "manifest.json", manifest, provenance(tiny_cfg, stage="tokenizer"))
     tmp_tok.rmdir()
+
+
+def train_job_stage(inputs, outputs, params) -> dict:
+    """Rules train_model and random_model (their contract: specmoe.contracts.models.TrainParams)."""
+    return train_stage(params.model, params.tiny, inputs.tokenizer, outputs.dir,
+                       trained=params.trained)
 
 
 def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained: bool = True,

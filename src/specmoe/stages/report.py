@@ -100,10 +100,22 @@ def _details(td: tables.Tables) -> list[str]:
     return lines
 
 
-def report_stage(declared, markdown, figure_pngs, out, prov: dict, run_root=None) -> None:
-    """results/report/index.md (index.html and summary.txt beside it): a paragraph of what the
-    run shows, the findings table, the details, then every figure and table with its caption,
-    grouped by the study's sections. It reads only what its rule declares: the tables' CSVs
+def report_index_stage(inputs, outputs, params) -> None:
+    """Rule report_index (its contract: specmoe.contracts.report.ReportIndexParams): the report
+    of the tables and figures the rule declares (inputs tables, markdown, figures) into outputs
+    md, html and summary, with the configuration's hash and, run in the run's directory, where its
+    time went."""
+    prov = {**provenance(None), "config_hash": params.config_hash}
+    report_stage(tables.by_stem(inputs.tables), tables.by_stem(inputs.markdown),
+                 tables.by_stem(inputs.figures), outputs.md, prov, run_root=".",
+                 html=outputs.html, summary=outputs.summary)
+
+
+def report_stage(declared, markdown, figure_pngs, out, prov: dict, run_root=None, html=None,
+                 summary=None) -> None:
+    """results/report/index.md (index.html and summary.txt beside it unless html and summary name
+    them): a paragraph of what the run shows, the findings table, the details, then every figure
+    and table with its caption, grouped by the study's sections. It reads only what its rule declares: the tables' CSVs
     ({stem: path}), their Markdown ({stem: path}) and the figures ({stem: PNG path}); with
     run_root (the run's working directory), a provenance section with where the run's time went,
     from the jobs' benchmark files (specmoe.report.timing: timing, not a table of results)."""
@@ -149,8 +161,10 @@ def report_stage(declared, markdown, figure_pngs, out, prov: dict, run_root=None
         lines += provenance_section(prov, run_root)
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {prov} -->\n")
-    write_text(out.with_suffix(".html"), to_html(text, out.parent))
-    write_text(out.parent / "summary.txt", run_summary(out, opening))
+    html = Path(html) if html else out.with_suffix(".html")
+    write_text(html, to_html(text, out.parent))
+    write_text(Path(summary) if summary else out.parent / "summary.txt",
+               run_summary(out, opening, html))
 
 
 def provenance_section(prov: dict, run_root) -> list[str]:
@@ -166,11 +180,12 @@ def provenance_section(prov: dict, run_root) -> list[str]:
             *timing.markdown(timing.collect(run_root))]
 
 
-def run_summary(index: Path, opening: str) -> str:
-    """What the end of a run prints: where the report is and its opening paragraph."""
+def run_summary(index: Path, opening: str, html=None) -> str:
+    """What the end of a run prints: where the report is (its HTML page; beside index.md unless
+    given) and its opening paragraph."""
     import textwrap
 
-    html = Path(index).with_suffix(".html").resolve()
+    html = Path(html or Path(index).with_suffix(".html")).resolve()
     body = textwrap.fill(opening, 100) if opening else "(no runs with results in this report)"
     return f"Report: {html}\n\n{body}\n"
 

@@ -12,7 +12,8 @@ import numpy as np
 from ..errors import InputError
 from ..sources import prompts as prompt_table
 from ..provenance import provenance
-from .engines import engine_label, engine_prompts, model_provenance, setting
+from .engines import (engine_inputs, engine_label, engine_prompts, model_provenance, setting,
+                      with_job_runtime)
 
 log = logging.getLogger("specmoe")
 
@@ -27,6 +28,24 @@ def distinct_prompts(rows: list, limit: int | None) -> list:
             seen.add(r.text)
             out.append(r)
     return out[:limit] if limit else out
+
+
+def capture_job_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
+    """Rule capture (its contract: specmoe.contracts.engines.EngineParams): the run's target (and
+    its drafter) served from inputs.target and inputs.drafter, over the prompts of its dataset
+    (its downloaded table among inputs.prompts, else params.prompts), into outputs.trace. log:
+    the job's log, which the engine's processes append to; runtime: the job's runtime in minutes
+    (a cluster job's limit; the engine's timeouts follow it)."""
+    from ..contracts import one
+
+    job = params.job
+    target, drafter = engine_inputs(inputs.target, one(inputs.drafter), params.method,
+                                    params.gpu, f"capture of {job['model']}")
+    # a downloaded dataset's prompt table is results/prompts/<dataset>.csv
+    tables = {Path(f).stem: f for f in inputs.prompts}
+    capture_stage(target, drafter, job["k"], job, with_job_runtime(params.settings, runtime),
+                  tables.get(job["dataset"], params.prompts), outputs.trace, engine_log=log,
+                  prompting=params.prompting)
 
 
 def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, prompts_source: str,
@@ -109,6 +128,14 @@ def teacher_forced_inputs(tr) -> tuple[list[list[int]], list[int]]:
         spans.append(n)
         committed = committed + window[:1 + int(acc[w])]
     return seqs, spans
+
+
+def control_capture_job_stage(inputs, outputs, params, log: str | None = None,
+                              runtime=None) -> None:
+    """Rule capture_control (its contract: specmoe.contracts.engines.CaptureControlParams)."""
+    control_capture_stage(inputs.control, inputs.trace, params.run,
+                          with_job_runtime(params.settings, runtime), outputs.trace,
+                          engine_log=log)
 
 
 def control_capture_stage(control_dir, target_trace, run: dict, cap_cfg: dict, out,

@@ -1,0 +1,141 @@
+"""Each rule's contract as one record: what a job of the rule reads, writes and depends on.
+
+A rule that runs a stage has here, in the module of its rules file (workflow/rules/<name>.smk:
+specmoe.contracts.<name>), one frozen dataclass, its parameters record:
+
+- its fields are the job's parameters (besides its files), typed; `from_config(cfg, wildcards)`
+  builds them from the resolved configuration (specmoe.config.Config) and the job's wildcards, so
+  the keys a rule reads of the configuration are named in one place;
+- `INPUTS` and `OUTPUTS` name the rule's inputs and outputs, which the stage reads by those names
+  (the adapter refuses a rule that names others);
+- `STAGE` names the stage function (specmoe.stages), which takes (inputs, outputs, params) by name.
+
+The rule states `params: **params_of(XParams)` (workflow/rules/common.smk: one Snakemake param per
+field, so that a job reruns when one of them changes) and its script is the same small adapter
+everywhere, `run_rule(snakemake, stage, XParams)`. This package imports neither Snakemake nor the
+stages (it is read when the workflow is parsed, where the stages' libraries would cost seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+
+
+def canonical(obj):
+    """A config value with every mapping's keys sorted: a job's params compare equal whatever
+    order the configuration file wrote them in."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(v) for v in obj]
+    return obj
+
+
+def run_of(w) -> dict:
+    """A run's identity from a job's wildcards (model, drafter, K, dataset) as a plain dict."""
+    return {"model": w.model, "drafter": w.drafter, "k": int(w.k), "dataset": w.dataset}
+
+
+class Named(Mapping):
+    """A rule's named inputs or outputs as a plain mapping with attribute access (inputs.sd); a
+    name the rule does not give is an AttributeError naming the ones it gives."""
+
+    def __init__(self, items):
+        self._items = {str(k): v for k, v in dict(items).items()}
+
+    def __getitem__(self, name):
+        return self._items[name]
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._items[name]
+        except KeyError:
+            raise AttributeError(f"no file named {name!r} (named: "
+                                 f"{', '.join(self._items) or 'none'})") from None
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __repr__(self):
+        return f"Named({self._items!r})"
+
+
+def one(files):
+    """An input that may be absent, one file, or a one-file list: the file or None."""
+    if files is None or isinstance(files, str):
+        return files or None
+    files = list(files)
+    if len(files) > 1:
+        raise ValueError(f"expected at most one file, got {files}")
+    return files[0] if files else None
+
+
+def snakemake_params(record, cfg, **extra) -> dict:
+    """A record's fields as Snakemake params, each a function of the job's wildcards (the record
+    built once per job); extra: further arguments of its `from_config`."""
+    built: dict = {}
+
+    def get(name):
+        def value(wildcards):
+            key = tuple(sorted(dict(wildcards.items()).items()))
+            if key not in built:
+                built[key] = record.from_config(cfg, wildcards, **extra)
+            return getattr(built[key], name)
+
+        return value
+
+    return {f.name: get(f.name) for f in fields(record)}
+
+
+def plain_files(value):
+    """A named input or output as a plain path (a string) or a list of paths."""
+    return str(value) if isinstance(value, str) else [str(f) for f in value]
+
+
+def named(files, declared, what: str, rule: str) -> Named:
+    """A job's inputs or outputs by name (plain paths), checked against the names its record
+    declares: a name it does not declare is an error (one it declares may be absent: a stage
+    reads an optional one with `get`)."""
+    got = Named({k: plain_files(v) for k, v in files.items()})
+    if set(got) - set(declared):
+        raise ValueError(f"rule {rule}: its {what} are named {', '.join(got) or 'nothing'}; its "
+                         f"record declares {', '.join(declared) or 'none'}")
+    return got
+
+
+def stage_args(smk, record) -> dict:
+    """A Snakemake job's (inputs, outputs, params) for the stage of `record`, by name."""
+    rule = smk.rule
+    params = record(**{f.name: getattr(smk.params, f.name) for f in fields(record)})
+    return {"inputs": named(smk.input, record.INPUTS, "inputs", rule),
+            "outputs": named(smk.output, record.OUTPUTS, "outputs", rule),
+            "params": params}
+
+
+def job_facts(smk, stage) -> dict:
+    """What a stage may take of its job besides its contract, where its signature names it:
+    threads (how many cores its numerical passes may use), log (the job's log, which an engine's
+    processes append to) and runtime (the job's runtime in minutes; an engine's timeouts follow
+    it). None of them is a parameter of its results."""
+    import inspect
+
+    facts = {"threads": lambda: smk.threads, "log": lambda: smk.log[0],
+             "runtime": lambda: smk.resources.get("runtime")}
+    wanted = inspect.signature(stage).parameters
+    return {name: get() for name, get in facts.items() if name in wanted}
+
+
+def run_rule(smk, stage, record) -> None:
+    """A rule's script: its stage with the job's inputs, outputs and parameters record, by name,
+    everything logged to the job's log, and the job's facts it takes (job_facts)."""
+    from ..logs import logged
+
+    extra = job_facts(smk, stage)
+    with logged(smk.log[0], smk.rule):
+        stage(**stage_args(smk, record), **extra)

@@ -1,0 +1,191 @@
+"""The contracts of the analysis rules (workflow/rules/analysis.smk; their stages:
+specmoe.stages.analysis). See specmoe.contracts for what a record holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import paths as P
+from ..names import DEFAULT_METHOD
+from . import canonical, run_of
+
+# What a cost model depends on of its model: dimensions, checkpoint config, precision, TP and
+# hardware name (not its drafters or datasets).
+COST_KEYS = ("name", "source", "dims", "hf_config", "precision", "tp", "hardware", "revision")
+
+
+def cost_entry(cfg, name: str) -> dict:
+    """A model's entry as the cost model and the step model read it (COST_KEYS)."""
+    m = cfg.models[name].entry
+    return canonical({k: m[k] for k in COST_KEYS if k in m})
+
+
+@dataclass(frozen=True)
+class SynthTraceParams:
+    """Rule synth_trace: a synthetic model's routing trace for one run
+    (specmoe.stages.analysis.synth_trace_stage); no input, output trace. It depends on the
+    generator's parameters (the model's name, source and `synthetic` entry) and the run."""
+
+    INPUTS = ()
+    OUTPUTS = ("trace",)
+    STAGE = "specmoe.stages.analysis.synth_trace_stage"
+
+    model: dict
+    run: dict
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "SynthTraceParams":
+        m = cfg.models[w.model].entry
+        return cls(model=canonical({k: m[k] for k in ("name", "source", "synthetic") if k in m}),
+                   run=run_of(w))
+
+
+@dataclass(frozen=True)
+class CostmodelParams:
+    """Rule costmodel: TE at batch 1 and vs batch size and the synthetic drafters' cost ratio
+    (specmoe.stages.analysis.costmodel_job_stage) from the run's overlaps (input overlap) and IPF
+    fit (input ipf); input checkpoint (a study model's config.json, a tiny model's checkpoint,
+    nothing for a synthetic model) only orders the job after it; output json. It depends on the
+    model's cost entry (COST_KEYS), its one hardware entry and the `draft_cost` section."""
+
+    INPUTS = ("overlap", "ipf", "checkpoint")
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.costmodel_job_stage"
+
+    model: dict
+    hardware: dict
+    draft: dict | None
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "CostmodelParams":
+        hw = cfg.model(w.model).hardware
+        return cls(model=cost_entry(cfg, w.model),
+                   hardware=canonical({hw: cfg.hardware[hw]} if hw in cfg.hardware else {}),
+                   draft=cfg.draft_cost)
+
+
+@dataclass(frozen=True)
+class PredictParams:
+    """Rule predict: the step model's TE and speedup at every batch size for one model
+    (specmoe.stages.analysis.predict_job_stage). Inputs (specmoe.files.Files.predict_inputs; each
+    may be absent): config (a study model's config.json), overlap, acceptance and checkpoint (a
+    model with a trace of its own: its first run's), draft (a separate draft model's config);
+    output json. It depends on the model's cost entry, the hardware table, the model's first K,
+    the speculative method of its first drafter (a synthetic model's: DEFAULT_METHOD), the batch
+    sizes and the study model it stands beside."""
+
+    INPUTS = ("config", "overlap", "acceptance", "checkpoint", "draft")
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.predict_job_stage"
+
+    model: dict
+    hardware: dict
+    k: int
+    method: str
+    batch_sizes: list
+    study: str | None
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "PredictParams":
+        m = cfg.models[w.model]
+        d = cfg.drafters.get(m.drafters[0])
+        return cls(model=cost_entry(cfg, w.model), hardware=cfg.hardware, k=m.ks[0],
+                   method=d.method if d is not None else DEFAULT_METHOD,
+                   batch_sizes=cfg.batch_sizes,
+                   study=(cfg.study.get(w.model) or {}).get("study"))
+
+
+@dataclass(frozen=True)
+class SpeedupParams:
+    """Rule speedup: one swept run's speedup, acceptance, draft cost, TE and the curve's shape
+    (specmoe.stages.analysis.speedup_stage), from its series with and without SD (inputs sd, ar)
+    and, for a separate draft model, the drafter's own series (drafter: none for EAGLE heads and
+    MTP layers, which cannot be served alone); output json (results/speedup/<run>.json).
+
+    It depends on the run and on the sweep section's analysis-only settings (SWEEP_KEYS: a change
+    reruns this rule, no sweep)."""
+
+    INPUTS = ("sd", "ar", "drafter")
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.speedup_stage"
+    # field -> its key in the configuration's sweep section
+    SWEEP_KEYS = {"margin": "shape_margin", "timing": "timing", "engine_log_sd": "engine_log_sd",
+                  "engine_log_sd_df": "engine_log_sd_df"}
+
+    run: dict
+    margin: float | None
+    timing: str | None
+    engine_log_sd: float | None
+    engine_log_sd_df: float | None
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "SpeedupParams":
+        return cls(run=run_of(w), **{f: cfg.sweep.get(key) for f, key in cls.SWEEP_KEYS.items()})
+
+    @staticmethod
+    def drafter_series(cfg, w) -> list[str]:
+        """Input drafter: the drafter's own series where it is served alone (for the draft cost
+        c; separate draft models only), else none. Inputs sd and ar are the outputs of rules
+        sweep_sd and sweep_ar for the run's model (drafter and K)."""
+        alone = cfg.drafters[w.drafter].served_alone
+        return [P.SWEEP_AR.format(model=w.drafter)] if alone else []
+
+
+@dataclass(frozen=True)
+class OverlapParams:
+    """Rule overlap: overlap by distance, baselines, shuffle null and unique experts of one
+    trace (specmoe.stages.analysis.overlap_job_stage; input trace), an untrained control's beside
+    its trained target's, request by request (input target: the target's trace of the same run;
+    none for any other model); output json. It depends on the batch sizes and the shuffle seed."""
+
+    INPUTS = ("trace", "target")
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.overlap_job_stage"
+
+    batch_sizes: list
+    shuffle_seed: int | None
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "OverlapParams":
+        return cls(batch_sizes=cfg.batch_sizes, shuffle_seed=cfg.shuffle_seed)
+
+    @staticmethod
+    def target_trace(cfg, w) -> list[str]:
+        """Input target: an untrained control's trained target's trace of the same run."""
+        if w.model not in cfg.controls:
+            return []
+        return [P.TRACE.format(**{**run_of(w), "model": cfg.models[w.model].control_of})]
+
+
+@dataclass(frozen=True)
+class IpfParams:
+    """Rule ipf: the maximum-entropy IPF prediction of unique experts, uniform and skewed
+    (specmoe.stages.analysis.ipf_job_stage), from the run's overlaps (input overlap); output
+    json. It depends on the batch sizes."""
+
+    INPUTS = ("overlap",)
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.ipf_job_stage"
+
+    batch_sizes: list
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "IpfParams":
+        return cls(batch_sizes=cfg.batch_sizes)
+
+
+@dataclass(frozen=True)
+class AcceptanceParams:
+    """Rule acceptance: accepted vs first-rejected overlap at each draft position
+    (specmoe.stages.analysis.acceptance_job_stage) of one trace (input trace); output json. It
+    depends on which datasets are held out (`datasets.<name>.heldout`)."""
+
+    INPUTS = ("trace",)
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.acceptance_job_stage"
+
+    heldout: list
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "AcceptanceParams":
+        return cls(heldout=[ds for ds, d in cfg.datasets.items() if d.get("heldout")])

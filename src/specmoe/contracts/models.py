@@ -1,0 +1,75 @@
+"""The contracts of the tiny models' rules (workflow/rules/models.smk; their stages:
+specmoe.stages.models). See specmoe.contracts for what a record holds. (Runtime: the training
+defaults come from specmoe.runtime.tiny.TrainSpec, imported when a record is built.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import canonical
+
+# The keys of the `tiny` section the tokenizer and its corpora depend on.
+TOKENIZER_KEYS = ("vocab_size", "heldout_every", "max_train_tokens", "max_heldout_tokens")
+# The training settings an untrained control depends on (its evaluation only).
+EVAL_KEYS = ("seq_len", "batch_size", "eval_batches")
+
+
+@dataclass(frozen=True)
+class TokenizerParams:
+    """Rule tokenizer: the byte-level BPE tokenizer and the encoded corpora
+    (specmoe.stages.models.tokenizer_job_stage); no input, output dir. It depends on
+    TOKENIZER_KEYS of the `tiny` section."""
+
+    INPUTS = ()
+    OUTPUTS = ("dir",)
+    STAGE = "specmoe.stages.models.tokenizer_job_stage"
+
+    tiny: dict
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "TokenizerParams":
+        tiny = cfg.raw.get("tiny", {})
+        return cls(tiny=canonical({k: tiny[k] for k in TOKENIZER_KEYS if k in tiny}))
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """Rules train_model and random_model: one tiny model, trained or only initialised
+    (specmoe.stages.models.train_job_stage), from the tokenizer (input tokenizer); output dir.
+
+    model: what its weights depend on (architecture, budget and seed; not its drafters, datasets,
+    K or hardware, which only its runs use; an untrained control: no budget); tiny: the `tiny`
+    section's vocabulary and training settings, the thread count included (training adds in an
+    order that depends on it, so the weights do too; an untrained control: EVAL_KEYS only)."""
+
+    INPUTS = ("tokenizer",)
+    OUTPUTS = ("dir",)
+    STAGE = "specmoe.stages.models.train_job_stage"
+
+    model: dict
+    tiny: dict
+    trained: bool
+
+    @classmethod
+    def from_config(cls, cfg, w, trained: bool = True) -> "TrainParams":
+        from ..runtime.tiny import TrainSpec
+
+        m = cfg.entry(w.tiny)
+        recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", TrainSpec.seed)}
+        if trained:
+            recipe["steps"] = m["steps"]
+        tiny = cfg.raw.get("tiny", {})
+        train = dict(tiny.get("train") or {})
+        if not trained:
+            train = {k: v for k, v in train.items() if k in EVAL_KEYS}
+        return cls(model=canonical(recipe),
+                   tiny=canonical({"vocab_size": tiny.get("vocab_size"), "train": train}),
+                   trained=trained)
+
+    @staticmethod
+    def threads(cfg) -> int:
+        """The job's threads: the training's (`tiny.train.threads`)."""
+        from ..runtime.tiny import TrainSpec
+
+        return int((cfg.raw.get("tiny", {}).get("train") or {}).get("threads",
+                                                                     TrainSpec.threads))

@@ -1,0 +1,280 @@
+"""Each rule's contract as one record (specmoe.contracts): its parameters from the resolved
+configuration, its named inputs and outputs, and the one adapter every script runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from types import SimpleNamespace
+
+import pytest
+
+from specmoe.config import SWEEP_ANALYSIS_KEYS
+from specmoe.contracts import Named, run_rule, snakemake_params, stage_args
+from specmoe.contracts.analysis import SpeedupParams
+from test_config import resolved
+
+
+class Files(dict):
+    """A stand-in for Snakemake's named files (items() and attribute access)."""
+
+    def __getattr__(self, name):
+        return self[name]
+
+
+class Wildcards(dict):
+    __getattr__ = dict.__getitem__
+
+
+def job(rule, inputs, outputs, params, log):
+    return SimpleNamespace(rule=rule, input=Files(inputs), output=Files(outputs),
+                           params=SimpleNamespace(**params), log=[str(log)])
+
+
+RUN = Wildcards(model="tiny-fine", drafter="tiny-drafter", k="3", dataset="tinybench")
+
+
+def test_speedup_params_come_from_the_run_and_the_sweeps_analysis_keys():
+    cfg = resolved(edit=lambda c: c["sweep"].update(shape_margin=0.07, timing="client"))
+    p = SpeedupParams.from_config(cfg, RUN)
+    assert p.run == {"model": "tiny-fine", "drafter": "tiny-drafter", "k": 3, "dataset": "tinybench"}
+    assert (p.margin, p.timing) == (0.07, "client")
+    assert p.engine_log_sd == cfg.raw["sweep"]["engine_log_sd"]
+    # the keys the record reads are those the sweeps leave out (a change reruns no sweep)
+    assert set(SWEEP_ANALYSIS_KEYS) == set(SpeedupParams.SWEEP_KEYS.values())
+    assert not set(SWEEP_ANALYSIS_KEYS) & set(cfg.sweep_params("tiny-fine"))
+
+
+def test_the_drafter_series_is_an_input_only_for_a_drafter_served_alone():
+    cfg = resolved()
+    tiny = SpeedupParams.drafter_series(cfg, RUN)
+    assert tiny == ["results/sweeps/tiny-drafter/ar.json"]
+    cfg.drafters["eagle"] = SimpleNamespace(served_alone=False)
+    assert SpeedupParams.drafter_series(cfg, Wildcards({**RUN, "drafter": "eagle"})) == []
+
+
+def test_snakemake_params_are_the_records_fields_built_once_per_job():
+    cfg = resolved()
+    calls = []
+
+    class Counted(SpeedupParams):
+        @classmethod
+        def from_config(cls, cfg, w):
+            calls.append(dict(w))
+            return SpeedupParams.from_config(cfg, w)
+
+    params = snakemake_params(Counted, cfg)
+    assert list(params) == [f.name for f in fields(SpeedupParams)]
+    assert params["run"](RUN)["k"] == 3 and params["margin"](RUN) == cfg.sweep["shape_margin"]
+    assert len(calls) == 1
+
+
+def test_the_adapter_refuses_a_rule_that_names_other_files_than_its_record(tmp_path):
+    p = {"run": dict(RUN), "margin": 0.05, "timing": "engine", "engine_log_sd": 0.04,
+         "engine_log_sd_df": 6}
+    smk = job("speedup", {"sd": "a", "series": "b", "drafter": []}, {"json": "o"}, p,
+              tmp_path / "log")
+    with pytest.raises(ValueError, match="named sd, series, drafter; its record declares sd, ar"):
+        stage_args(smk, SpeedupParams)
+    args = stage_args(job("speedup", {"sd": "a", "ar": "b", "drafter": []}, {"json": "o"}, p,
+                          tmp_path / "log"), SpeedupParams)
+    assert args["inputs"].ar == "b" and args["inputs"].drafter == [] and args["params"].margin == 0.05
+    with pytest.raises(AttributeError, match="no file named 'target'"):
+        Named({"sd": "a"}).target
+
+
+def point(batch, tpot, tau=None):
+    p = {"batch": batch, "tpot_ms": {"mean": tpot, "median": tpot, "p99": tpot * 1.3, "std": 1.0},
+         "output_throughput": batch * 1000.0 / tpot, "completed": 50}
+    if tau is not None:
+        p["sd"] = {"acceptance_length": tau, "per_position_acceptance": [0.8, 0.6]}
+    return p
+
+
+def series(model, points):
+    return {"series": {"model": model}, "datasets": {"tinybench": {"points": points}},
+            "provenance": {"model": {"name": model}}}
+
+
+def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
+    """The speedup stage as its script runs it: the series by name, the record's parameters, the
+    output by name; the drafter's series gives the draft cost."""
+    files = {"sd": series("t", [point(1, 10.0, 2.5), point(8, 14.0, 2.5)]),
+             "ar": series("t", [point(1, 20.0), point(8, 21.0)]),
+             "dr": series("d", [point(1, 2.0), point(8, 2.5)])}
+    for name, body in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(body))
+    p = SpeedupParams(run=dict(RUN, k=3), margin=0.05, timing="client", engine_log_sd=0.04,
+                      engine_log_sd_df=6)
+    out = tmp_path / "out" / "speedup.json"
+    smk = job("speedup", {"sd": str(tmp_path / "sd.json"), "ar": str(tmp_path / "ar.json"),
+                          "drafter": [str(tmp_path / "dr.json")]}, {"json": str(out)},
+              {f.name: getattr(p, f.name) for f in fields(p)}, tmp_path / "speedup.log")
+    from specmoe.stages.analysis import speedup_stage
+
+    run_rule(smk, speedup_stage, SpeedupParams)
+    res = json.loads(out.read_text())
+    assert res["run"]["k"] == 3
+    assert [r["batch"] for r in res["rows"]] == [1, 8]
+    assert res["rows"][0]["speedup"] == pytest.approx(2.0, rel=0.01)
+    assert res["rows"][0]["draft_cost"] == pytest.approx(3 * 2.0 / 20.0)
+    assert "stage speedup done" in (tmp_path / "speedup.log").read_text()
+
+
+def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_outputs(
+        tmp_path, monkeypatch):
+    """The report's configuration hash is a declared parameter (a change of configuration reruns
+    it), from the configuration the workflow resolved; its three outputs are where the rule names
+    them."""
+    import shutil
+
+    from declared import report_inputs
+    from specmoe.contracts.report import ReportIndexParams, report_tables
+    from specmoe.provenance import config_hash
+    from specmoe.stages.report import report_index_stage
+    from test_report import FIXTURE
+
+    cfg = resolved()
+    p = ReportIndexParams.from_config(cfg, None)
+    assert p.config_hash == config_hash(cfg.raw)
+    other = resolved(edit=lambda c: c.update(shuffle_seed=7))
+    assert ReportIndexParams.from_config(other, None).config_hash != p.config_hash
+    declared = ReportIndexParams.inputs(cfg)
+    assert [f.split("/")[-1] for f in declared["tables"]] == [f"{t}.csv"
+                                                              for t in report_tables(cfg)]
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(FIXTURE, tmp_path / "tables")
+    csvs, mds, figs = report_inputs(tmp_path / "tables", tmp_path / "figures")
+    outs = {"md": str(tmp_path / "r" / "index.md"), "html": str(tmp_path / "r" / "page.html"),
+            "summary": str(tmp_path / "r" / "end.txt")}
+    smk = job("report_index", {"tables": list(csvs.values()), "markdown": list(mds.values()),
+                               "figures": list(figs.values())}, outs,
+              {"config_hash": p.config_hash}, tmp_path / "index.log")
+    run_rule(smk, report_index_stage, ReportIndexParams)
+    assert f"Configuration hash `{p.config_hash}`" in (tmp_path / "r" / "index.md").read_text()
+    assert (tmp_path / "r" / "page.html").exists()
+    assert str(tmp_path / "r" / "page.html") in (tmp_path / "r" / "end.txt").read_text()
+
+
+def test_an_engine_jobs_record_follows_its_kind():
+    """Capture serves its run's dataset with the tiny capture section; a series every swept
+    dataset with the sweep settings; a kind without SD has no drafter, as input or in its job."""
+    from specmoe.contracts.engines import EngineParams
+    from specmoe.files import Files
+
+    cfg = resolved()
+    cap = EngineParams.from_config(cfg, RUN)
+    assert cap.job == {"model": "tiny-fine", "drafter": "tiny-drafter", "k": 3,
+                       "dataset": "tinybench"}
+    assert cap.settings == cfg.section("capture", tiny=True)
+    assert (cap.method, cap.gpu, cap.prompts) == (None, False, cfg.prompts)
+    assert cap.prompting == cfg.prompting("tiny-fine", ["tinybench"])
+    sd = EngineParams.from_config(cfg, Wildcards(model="tiny-fine", drafter="tiny-drafter",
+                                                 k="3"), rule="sweep_sd")
+    assert sd.job["datasets"] == cfg.sweep_datasets("tiny-fine") and "dataset" not in sd.job
+    assert sd.settings == cfg.sweep_params("tiny-fine")
+    ar_w = Wildcards(model="tiny-fine")
+    ar = EngineParams.from_config(cfg, ar_w, rule="sweep_ar")
+    assert (ar.job["drafter"], ar.job["k"]) == (None, None)
+    files = Files(cfg)
+    assert set(EngineParams.inputs(cfg, files, RUN)) == set(EngineParams.INPUTS)
+    assert "drafter" not in EngineParams.inputs(cfg, files, ar_w, rule="sweep_ar")
+    assert EngineParams.inputs(cfg, files, RUN)["target"] == "results/models/tiny-fine"
+    with pytest.raises(ValueError, match="unknown engine job kind"):
+        EngineParams.from_config(cfg, RUN, rule="serve")
+
+
+def test_the_analysis_records_read_only_what_their_rules_depend_on():
+    """A cost model depends on its model's dimensions and its one hardware entry, not on its
+    drafters or datasets; a synthetic trace on its generator; the step model's prediction of a
+    synthetic model on the default method (it has no drafter entry)."""
+    from specmoe.contracts.analysis import (COST_KEYS, CostmodelParams, PredictParams,
+                                            SynthTraceParams)
+    from specmoe.names import DEFAULT_METHOD
+
+    cfg = resolved()
+    synth = Wildcards(model="synth-fine", drafter=cfg.models["synth-fine"].drafters[0], k="3",
+                      dataset=cfg.models["synth-fine"].datasets[0])
+    st = SynthTraceParams.from_config(cfg, synth)
+    assert set(st.model) == {"name", "source", "synthetic"} and st.run["k"] == 3
+    cm = CostmodelParams.from_config(cfg, RUN)
+    assert list(cm.hardware) == ["CPU"] and cm.hardware["CPU"] == cfg.hardware["CPU"]
+    assert set(cm.model) <= set(COST_KEYS) and "drafters" not in cm.model
+    assert cm.draft == cfg.draft_cost
+
+    def other_datasets(c):
+        next(m for m in c["models"] if m["name"] == "tiny-fine")["datasets"] = ["heldout-code"]
+
+    assert CostmodelParams.from_config(resolved(edit=other_datasets), RUN) == cm
+    pr = PredictParams.from_config(cfg, synth)
+    assert (pr.method, pr.k, pr.batch_sizes) == (DEFAULT_METHOD, 3, cfg.batch_sizes)
+    assert PredictParams.from_config(cfg, RUN).method == cfg.drafters["tiny-drafter"].method
+
+
+def test_only_an_untrained_control_reads_its_targets_trace():
+    from specmoe.contracts.analysis import AcceptanceParams, IpfParams, OverlapParams
+
+    cfg = resolved()
+    assert OverlapParams.target_trace(cfg, RUN) == []
+    control = Wildcards({**RUN, "model": "tiny-fine-random"})
+    assert OverlapParams.target_trace(cfg, control) == [
+        "results/traces/tiny-fine/tiny-drafter/K3/tinybench.parquet"]
+    assert OverlapParams.from_config(cfg).shuffle_seed == cfg.shuffle_seed
+    assert IpfParams.from_config(cfg).batch_sizes == cfg.batch_sizes
+    assert AcceptanceParams.from_config(cfg).heldout == []  # the default downloads none
+
+
+def test_the_adapter_gives_the_jobs_threads_to_a_stage_that_takes_them(tmp_path):
+    seen = {}
+
+    def stage(inputs, outputs, params, threads=None):
+        seen.update(o=inputs.overlap, json=outputs.json, threads=threads, b=params.batch_sizes)
+
+    from specmoe.contracts.analysis import IpfParams
+
+    smk = job("ipf", {"overlap": "o.json"}, {"json": "i.json"}, {"batch_sizes": [1, 8]},
+              tmp_path / "ipf.log")
+    smk.threads = 3
+    run_rule(smk, lambda inputs, outputs, params: seen.update(o=inputs.overlap), IpfParams)
+    assert seen == {"o": "o.json"}
+    run_rule(smk, stage, IpfParams)
+    assert seen == {"o": "o.json", "json": "i.json", "threads": 3, "b": [1, 8]}
+    smk.input = Files(trace="t.parquet")
+    with pytest.raises(ValueError, match="named trace; its record declares overlap"):
+        run_rule(smk, stage, IpfParams)
+
+
+def test_a_tiny_models_weights_depend_on_its_recipe_and_a_controls_on_its_evaluation_only():
+    from specmoe.contracts.models import EVAL_KEYS, TOKENIZER_KEYS, TokenizerParams, TrainParams
+    from specmoe.runtime.tiny import TrainSpec
+
+    cfg = resolved()
+    w = Wildcards(tiny="tiny-fine")
+    trained, control = TrainParams.from_config(cfg, w), TrainParams.from_config(cfg, w, False)
+    assert trained.trained and not control.trained
+    assert trained.model["steps"] == cfg.entry("tiny-fine")["steps"] and "steps" not in control.model
+    assert "datasets" not in trained.model and "drafters" not in trained.model
+    assert set(control.tiny["train"]) <= set(EVAL_KEYS) < set(trained.tiny["train"]) | set(EVAL_KEYS)
+    assert TrainParams.threads(cfg) == cfg.raw["tiny"]["train"].get("threads", TrainSpec.threads)
+    assert set(TokenizerParams.from_config(cfg).tiny) <= set(TOKENIZER_KEYS)
+
+
+def test_a_control_reads_its_targets_trace_through_its_own_checkpoint(tmp_path):
+    from specmoe.contracts import job_facts
+    from specmoe.contracts.engines import CaptureControlParams
+
+    cfg = resolved()
+    w = Wildcards({**RUN, "model": "tiny-fine-random"})
+    assert CaptureControlParams.inputs(cfg, w) == {
+        "trace": "results/traces/tiny-fine/tiny-drafter/K3/tinybench.parquet",
+        "control": "results/models/tiny-fine-random"}
+    p = CaptureControlParams.from_config(cfg, w)
+    assert p.settings == cfg.section("capture", tiny=True) and p.run["model"] == "tiny-fine-random"
+    smk = job("capture_control", {}, {}, {}, tmp_path / "c.log")
+    smk.resources, smk.threads = {"runtime": 30}, 2
+
+    def engine_stage(inputs, outputs, params, log=None, runtime=None):
+        pass
+
+    assert job_facts(smk, engine_stage) == {"log": str(tmp_path / "c.log"), "runtime": 30}
