@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields
 
+from ..logs import one  # noqa: F401 (the stages take it from here: an input that may be absent)
+
 
 def canonical(obj):
     """A config value with every mapping's keys sorted: a job's params compare equal whatever
@@ -64,16 +66,6 @@ class Named(Mapping):
 
     def __repr__(self):
         return f"Named({self._items!r})"
-
-
-def one(files):
-    """An input that may be absent, one file, or a one-file list: the file or None."""
-    if files is None or isinstance(files, str):
-        return files or None
-    files = list(files)
-    if len(files) > 1:
-        raise ValueError(f"expected at most one file, got {files}")
-    return files[0] if files else None
 
 
 def snakemake_params(record, cfg, **extra) -> dict:
