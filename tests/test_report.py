@@ -14,6 +14,8 @@ import pytest
 
 from browser import open_page
 from declared import in_folder, report_inputs, tables_in
+from specmoe.contracts import Named
+from specmoe.contracts.report import ComparisonParams, FiguresParams, ReplayParams
 from specmoe.sources import published
 from specmoe.report import figures, prose, registry, replay, tables
 from specmoe.stages import report
@@ -104,6 +106,11 @@ def test_every_report_item_has_a_caption_and_a_section():
             assert registry.text(f, figure=True) and registry.section_of(f, "figures") == section
 
 
+def declared_tables(folder: Path, stems) -> Named:
+    """A table rule's outputs (tables: each table's CSV, where the rule declares them)."""
+    return Named({"tables": [folder / f"{t}.csv" for t in stems]})
+
+
 def make_report(tmp_path: Path) -> Path:
     """The report from a fixed set of results: the tables of one default run."""
     res = tmp_path / "results"
@@ -114,9 +121,16 @@ def make_report(tmp_path: Path) -> Path:
                            registry.text(csv.stem))
     study = {"tiny-fine": {"study": "Qwen2-57B", "precision": None, "tp": None, "gpu": "CPU"},
              "synth-fine": {"study": "Qwen3-30B", "precision": "bf16", "tp": 1, "gpu": "H100"}}
-    report.replay_stage(td)
-    report.comparison_stage(in_folder(td), td / "comparison", study, {})
-    report.figures_stage(in_folder(td), res / "figures", {}, study, VARIANT_OF)
+    report.replay_stage(Named({}), declared_tables(td, registry.written_by("replay")),
+                        ReplayParams())
+    report.comparison_stage(Named({"tables": list(in_folder(td).values())}),
+                            declared_tables(td, ["comparison"]),
+                            ComparisonParams(study=study, config_hash="x"))
+    figs = res / "figures"
+    report.figures_stage(Named({"tables": list(in_folder(td).values())}),
+                         Named({"png": [figs / f"{f}.png" for f in registry.FIGURES],
+                                "pdf": [figs / f"{f}.pdf" for f in registry.FIGURES]}),
+                         FiguresParams(study=study, variant_of=VARIANT_OF, config_hash="x"))
     report.report_stage(*report_inputs(td, res / "figures"), res / "report" / "index.md",
                         {"config_hash": "x"})
     return res

@@ -449,18 +449,6 @@ class Config:
 
         return preflight.run([self.engine_of(j) for j in self.gpu_jobs()], cache_dir, with_vllm)
 
-    def plan_entry(self, name: str) -> dict:
-        """What the GPU bill needs of one study model: its engine jobs as the rules run them and,
-        on a GPU, each job's engine (for its memory headroom)."""
-        from dataclasses import asdict
-
-        m = self.models[name]
-        jobs = self.engine_jobs(name)
-        return {"name": name, "repo_id": m.entry.get("repo_id"), "precision": m.precision,
-                "tp": m.tp, "hardware": m.hardware, "datasets": list(m.datasets),
-                "gpus": self.gpus(name), "jobs": [vars(j) for j in jobs],
-                "engines": [asdict(self.engine_of(j)) for j in jobs] if self.on_gpu(name) else []}
-
     def _job_datasets(self, job: Job) -> list[str]:
         """The datasets whose prompts a job's engine meets: a capture's or profile's one, a
         series' every dataset of its model (a drafter alone: of the models it drafts for)."""
@@ -543,11 +531,6 @@ class Config:
         """Study models whose GPU jobs the plan estimates (a repo id is needed for config.json)."""
         return [n for n in self.names("hf") if self.models[n].entry["repo_id"]]
 
-    @property
-    def planned_datasets(self) -> list[str]:
-        return sorted({d for n in self.planned for name in self.models[n].datasets
-                       for d in name.split("+")})
-
     @cached_property
     def study(self) -> dict[str, dict]:
         """Models whose results sit beside the study's published numbers (compare_with, or a study
@@ -566,13 +549,6 @@ class Config:
         """A section of the configuration as written (tiny: the `tiny` section's)."""
         top = (self.raw.get("tiny") or {}) if tiny else self.raw
         return dict(top.get(name) or {})
-
-    @property
-    def plan_settings(self) -> dict:
-        """What the GPU bill reads of the configuration: the engine sections, its assumptions, the
-        Ks and the resolved hardware."""
-        keys = ("sweep", "capture", "profiling", "plan", "ks")
-        return {**{k: self.raw[k] for k in keys if k in self.raw}, "hardware": self.hardware}
 
     @property
     def sd_check(self) -> dict:

@@ -93,14 +93,6 @@ class Files:
         """The GPU bill, for a study model's GPU jobs' runtimes."""
         return [P.PLAN_JSON] if model in self.cfg.planned else []
 
-    def bill_inputs(self) -> list[str]:
-        """What the GPU bill reads: the config.json of each planned model that the package does
-        not ship (the others are offline)."""
-        from .checks.preflight import shipped_config
-
-        return [self.download(n, "config") for n in self.cfg.planned
-                if shipped_config(self.cfg.models[n].entry["repo_id"]) is None]
-
     def engine_target(self, model: str) -> str:
         """What an engine serves: a study model's download manifest, or a tiny checkpoint (a
         variant's: its target's)."""

@@ -24,10 +24,14 @@ from specmoe.contracts.analysis import (
 from specmoe.contracts.engines import CaptureControlParams, EngineParams
 from specmoe.contracts.models import TokenizerParams, TrainParams
 from specmoe.contracts.report import (
+    ComparisonParams,
+    FiguresParams,
+    MeasuredTablesParams,
+    PlanParams,
     ReportIndexParams,
-    report_tables,
-    run_tables,
-    table_files,
+    StepModelParams,
+    TablesParams,
+    WeightModelParams,
 )
 from specmoe.cost.plan import planned_runtime
 from specmoe.errors import InputError

@@ -3,6 +3,7 @@
 # the model's config.json).
 
 
+# Its contract: specmoe.contracts.report.TablesParams.
 rule tables:
     input:
         overlap=FILES.of_runs(P.OVERLAP),
@@ -10,55 +11,64 @@ rule tables:
         costmodel=FILES.of_runs(P.COSTMODEL),
         acceptance=FILES.of_runs(P.ACCEPTANCE),
     output:
-        table_outputs(TABLES),
+        tables=table_outputs(TABLES),
     log:
         P.report_log("tables"),
     benchmark:
         P.report_benchmark("tables")
     conda:
         "../../envs/analysis.yaml"
+    params:
+        **params_of(TablesParams),
     script:
         "../scripts/tables.py"
 
 
+# Its contract: specmoe.contracts.report.MeasuredTablesParams.
 rule measured_tables:
     input:
         speedup=FILES.of_swept_runs(P.SPEEDUP),
         profiles=FILES.profiles(),
         costmodel=FILES.of_swept_runs(P.COSTMODEL, variants=False),
     output:
-        table_outputs(MEASURED_TABLES),
+        tables=table_outputs(MEASURED_TABLES),
     log:
         P.report_log("measured_tables"),
     benchmark:
         P.report_benchmark("measured_tables")
     conda:
         "../../envs/analysis.yaml"
+    params:
+        **params_of(MeasuredTablesParams),
     script:
         "../scripts/measured_tables.py"
 
 
+# Its contract: specmoe.contracts.report.StepModelParams.
 rule step_model:
     input:
         predict=[P.PREDICT.format(model=m) for m in CFG.predicted],
         speedup=FILES.of_swept_runs(P.SPEEDUP),
     output:
-        table_outputs(registry.written_by("step_model")),
+        tables=table_outputs(registry.written_by("step_model")),
     log:
         P.report_log("step_model"),
     benchmark:
         P.report_benchmark("step_model")
     conda:
         "../../envs/analysis.yaml"
+    params:
+        **params_of(StepModelParams),
     script:
         "../scripts/step_model.py"
 
 
+# Its contract: specmoe.contracts.report.WeightModelParams.
 rule weight_model:
     input:
-        [FILES.download(n, "config") for n, m in CFG.hf.items() if m.entry["repo_id"]],
+        **WeightModelParams.inputs(CFG),
     output:
-        table_outputs(["weight_model"]),
+        tables=table_outputs(["weight_model"]),
     log:
         P.report_log("weight_model"),
     benchmark:
@@ -66,31 +76,15 @@ rule weight_model:
     conda:
         "../../envs/analysis.yaml"
     params:
-        entries=[
-            {
-                "name": n,
-                "repo_id": m.entry["repo_id"],
-                "manifest": FILES.download(n, "config"),
-                "precision": m.precision,
-                "tp": m.tp,
-                "hardware": m.hardware,
-                "ks": list(m.ks),
-                **(
-                    {"overlaps": m.entry["overlaps"]}
-                    if m.entry.get("overlaps")
-                    else {}
-                ),
-            }
-            for n, m in CFG.hf.items()
-            if m.entry["repo_id"]
-        ],
+        **params_of(WeightModelParams),
     script:
         "../scripts/weight_model.py"
 
 
+# Its contract: specmoe.contracts.report.PlanParams.
 rule plan:
     input:
-        manifests=FILES.bill_inputs(),
+        **PlanParams.inputs(CFG),
     output:
         md=P.PLAN_MD,
         json=P.PLAN_JSON,
@@ -101,20 +95,15 @@ rule plan:
     conda:
         "../../envs/analysis.yaml"
     params:
-        entries=[
-            {**CFG.plan_entry(n), "manifest": FILES.download(n, "config")}
-            for n in CFG.planned
-        ],
-        config=CFG.plan_settings,
-        unplanned=[n for n in CFG.names("hf") if n not in CFG.planned],
-        prompt_tokens={ds: CFG.prompt_tokens(ds) for ds in CFG.planned_datasets},
+        **params_of(PlanParams),
     script:
         "../scripts/plan.py"
 
 
+# Its contract: specmoe.contracts.report.ReplayParams (no parameter: the study's inputs only).
 rule replay:
     output:
-        table_outputs(REPLAY_TABLES),
+        tables=table_outputs(REPLAY_TABLES),
     log:
         P.report_log("replay"),
     benchmark:
@@ -125,11 +114,12 @@ rule replay:
         "../scripts/replay.py"
 
 
+# Its contract: specmoe.contracts.report.ComparisonParams.
 rule comparison:
     input:
-        tables=table_files(run_tables(CFG)),
+        **ComparisonParams.inputs(CFG),
     output:
-        table_outputs(["comparison"]),
+        tables=table_outputs(["comparison"]),
     log:
         P.report_log("comparison"),
     benchmark:
@@ -137,16 +127,17 @@ rule comparison:
     conda:
         "../../envs/analysis.yaml"
     params:
-        study=CFG.study,
+        **params_of(ComparisonParams),
     script:
         "../scripts/comparison.py"
 
 
+# Its contract: specmoe.contracts.report.FiguresParams.
 rule figures:
     input:
-        tables=table_files(report_tables(CFG)),
+        **FiguresParams.inputs(CFG),
     output:
-        [
+        png=[
             report(
                 P.figure(fig, "png"),
                 caption=registry.path(fig, figure=True),
@@ -155,7 +146,7 @@ rule figures:
             )
             for fig in FIGURES
         ],
-        [P.figure(fig, "pdf") for fig in FIGURES],
+        pdf=[P.figure(fig, "pdf") for fig in FIGURES],
     log:
         P.report_log("figures"),
     benchmark:
@@ -163,8 +154,7 @@ rule figures:
     conda:
         "../../envs/analysis.yaml"
     params:
-        study=CFG.study,
-        variant_of={n: m.variant_of for n, m in CFG.variants.items()},
+        **params_of(FiguresParams),
     script:
         "../scripts/figures.py"
 

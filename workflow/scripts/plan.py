@@ -1,14 +1,7 @@
-"""Rule plan: the GPU bill of the configuration (results/plan.md) and each GPU job's runtime."""
+"""Rule plan (its contract: specmoe.contracts.report.PlanParams)."""
 
-from specmoe.logs import logged
+from specmoe.contracts import run_rule
+from specmoe.contracts.report import PlanParams
 from specmoe.stages.report import plan_stage
 
-with logged(snakemake.log[0], "plan"):
-    plan_stage(
-        snakemake.params.entries,
-        snakemake.params.config,
-        snakemake.output.md,
-        snakemake.output.json,
-        unplanned=snakemake.params.unplanned,
-        prompt_tokens=snakemake.params.prompt_tokens,
-    )
+run_rule(snakemake, plan_stage, PlanParams)

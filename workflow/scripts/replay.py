@@ -1,9 +1,7 @@
-"""Rule replay: the study's model-derived tables recomputed from its published inputs alone."""
+"""Rule replay (its contract: specmoe.contracts.report.ReplayParams)."""
 
-from pathlib import Path
-
-from specmoe.logs import logged
+from specmoe.contracts import run_rule
+from specmoe.contracts.report import ReplayParams
 from specmoe.stages.report import replay_stage
 
-with logged(snakemake.log[0], "replay"):
-    replay_stage(Path(snakemake.output[0]).parent, snakemake.config)
+run_rule(snakemake, replay_stage, ReplayParams)

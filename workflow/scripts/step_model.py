@@ -1,13 +1,7 @@
-"""Rule step_model: the step model's prediction for every model beside the measured speedup."""
+"""Rule step_model (its contract: specmoe.contracts.report.StepModelParams)."""
 
-from pathlib import Path
-
-from specmoe.logs import logged
-from specmoe.provenance import provenance
+from specmoe.contracts import run_rule
+from specmoe.contracts.report import StepModelParams
 from specmoe.stages.report import step_model_stage
 
-with logged(snakemake.log[0], "step_model"):
-    i = snakemake.input
-    step_model_stage(
-        i.predict, i.speedup, Path(snakemake.output[0]).parent, provenance(snakemake.config)
-    )
+run_rule(snakemake, step_model_stage, StepModelParams)

@@ -1,10 +1,7 @@
-"""Rule weight_model: the weight-model table of every study model from its config.json."""
+"""Rule weight_model (its contract: specmoe.contracts.report.WeightModelParams)."""
 
-from specmoe.logs import logged
+from specmoe.contracts import run_rule
+from specmoe.contracts.report import WeightModelParams
 from specmoe.stages.report import weight_model_stage
 
-with logged(snakemake.log[0], "weight_model"):
-    weight_model_stage(
-        snakemake.params.entries,
-        snakemake.output[0].removesuffix(".csv"),
-    )
+run_rule(snakemake, weight_model_stage, WeightModelParams)

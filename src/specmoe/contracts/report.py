@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import paths as P
+from ..config import repo_key
 from ..provenance import config_hash
 from ..report import registry
 
@@ -58,3 +59,197 @@ class ReportIndexParams:
         stems = report_tables(cfg)
         return {"tables": table_files(stems), "markdown": table_files(stems, "md"),
                 "figures": figure_files()}
+
+
+def config_json(cfg, name: str) -> str:
+    """A study model's config-only download manifest (its config.json)."""
+    return P.download(repo_key(cfg.entry(name)), "config")
+
+
+@dataclass(frozen=True)
+class TablesParams:
+    """Rule tables: every table of the configuration's runs (registry.written_by("tables"), output
+    tables: each in every format; specmoe.stages.report.tables_stage) from every run's overlaps,
+    IPF fit, cost model and acceptance (inputs overlap, ipf, costmodel, acceptance: one file per
+    run). It depends on the configuration's hash, which the tables' provenance names."""
+
+    INPUTS = ("overlap", "ipf", "costmodel", "acceptance")
+    OUTPUTS = ("tables",)
+    STAGE = "specmoe.stages.report.tables_stage"
+
+    config_hash: str
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "TablesParams":
+        return cls(config_hash=config_hash(cfg.raw))
+
+
+@dataclass(frozen=True)
+class MeasuredTablesParams(TablesParams):
+    """Rule measured_tables: speedup vs batch, TE three ways, kernel time shares and the three-step
+    correction (registry.written_by("measured_tables"), output tables;
+    specmoe.stages.report.measured_tables_stage) from every swept run's speedup (input speedup),
+    the kernel profiles (input profiles) and the swept runs' cost models (input costmodel;
+    variants have none of their own). It depends on the configuration's hash."""
+
+    INPUTS = ("speedup", "profiles", "costmodel")
+    STAGE = "specmoe.stages.report.measured_tables_stage"
+
+
+@dataclass(frozen=True)
+class StepModelParams(TablesParams):
+    """Rule step_model: the step model's prediction for every predicted model beside the measured
+    speedup (registry.written_by("step_model"), output tables;
+    specmoe.stages.report.step_model_stage) from each model's prediction (input predict) and
+    every swept run's speedup (input speedup). It depends on the configuration's hash."""
+
+    INPUTS = ("predict", "speedup")
+    STAGE = "specmoe.stages.report.step_model_stage"
+
+
+@dataclass(frozen=True)
+class ReplayParams:
+    """Rule replay: the study's model-derived tables recomputed from its published inputs alone
+    (registry.written_by("replay"), output tables; specmoe.stages.report.replay_stage). No input,
+    and it depends on nothing of the configuration."""
+
+    INPUTS = ()
+    OUTPUTS = ("tables",)
+    STAGE = "specmoe.stages.report.replay_stage"
+
+    @classmethod
+    def from_config(cls, cfg=None, w=None) -> "ReplayParams":
+        return cls()
+
+
+@dataclass(frozen=True)
+class ComparisonParams:
+    """Rule comparison: this configuration's numbers beside the study's published ones (output
+    tables: the comparison table; specmoe.stages.report.comparison_stage) from the tables of its
+    own runs that the study publishes (input tables: run_tables' CSVs; no other table is read).
+    It depends on which study model each model stands beside (Config.study) and the
+    configuration's hash."""
+
+    INPUTS = ("tables",)
+    OUTPUTS = ("tables",)
+    STAGE = "specmoe.stages.report.comparison_stage"
+
+    study: dict
+    config_hash: str
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "ComparisonParams":
+        return cls(study=cfg.study, config_hash=config_hash(cfg.raw))
+
+    @staticmethod
+    def inputs(cfg) -> dict[str, list[str]]:
+        return {"tables": table_files(run_tables(cfg))}
+
+
+@dataclass(frozen=True)
+class FiguresParams:
+    """Rule figures: every figure of the report (registry.FIGURES; outputs png and pdf;
+    specmoe.stages.report.figures_stage) from every table of the report (input tables: their
+    CSVs; a figure whose table is not declared is drawn empty). It depends on which study model
+    each model stands beside (Config.study), which tiny model each variant is of, and the
+    configuration's hash."""
+
+    INPUTS = ("tables",)
+    OUTPUTS = ("png", "pdf")
+    STAGE = "specmoe.stages.report.figures_stage"
+
+    study: dict
+    variant_of: dict
+    config_hash: str
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "FiguresParams":
+        return cls(study=cfg.study,
+                   variant_of={n: m.variant_of for n, m in cfg.variants.items()},
+                   config_hash=config_hash(cfg.raw))
+
+    @staticmethod
+    def inputs(cfg) -> dict[str, list[str]]:
+        return {"tables": table_files(report_tables(cfg))}
+
+
+@dataclass(frozen=True)
+class WeightModelParams:
+    """Rule weight_model: the weight-model table of every study model with a repository (output
+    tables; specmoe.stages.report.weight_model_stage) from each one's config.json (input
+    manifests: its config-only download). entries: per model, what the table reads of it (name,
+    repository, manifest, precision, TP, hardware, Ks, the study's overlaps where given)."""
+
+    INPUTS = ("manifests",)
+    OUTPUTS = ("tables",)
+    STAGE = "specmoe.stages.report.weight_model_stage"
+
+    entries: list
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "WeightModelParams":
+        return cls(entries=[
+            {"name": n, "repo_id": m.entry["repo_id"], "manifest": config_json(cfg, n),
+             "precision": m.precision, "tp": m.tp, "hardware": m.hardware, "ks": list(m.ks),
+             **({"overlaps": m.entry["overlaps"]} if m.entry.get("overlaps") else {})}
+            for n, m in cfg.hf.items() if m.entry["repo_id"]])
+
+    @staticmethod
+    def inputs(cfg) -> dict[str, list[str]]:
+        return {"manifests": [config_json(cfg, n) for n, m in cfg.hf.items()
+                              if m.entry["repo_id"]]}
+
+
+@dataclass(frozen=True)
+class PlanParams:
+    """Rule plan: the GPU bill (outputs md, json: results/plan.md and each GPU job's runtime;
+    specmoe.stages.report.plan_stage) from the config.json of each planned study model that the
+    package does not ship (input manifests; the others are read offline).
+
+    entries: per planned model (Config.planned), its engine jobs as the rules run them and, on a
+    GPU, each job's engine (for its memory headroom), with its config-only `manifest`; config:
+    what the bill reads of the configuration (the engine sections, `plan`, the Ks and the
+    resolved hardware); unplanned: study models it cannot size (no repo id); prompt_tokens:
+    {dataset: (mean prompt tokens, where the number comes from)} of the planned models'
+    datasets."""
+
+    INPUTS = ("manifests",)
+    OUTPUTS = ("md", "json")
+    STAGE = "specmoe.stages.report.plan_stage"
+    CONFIG_KEYS = ("sweep", "capture", "profiling", "plan", "ks")
+
+    entries: list
+    config: dict
+    unplanned: list
+    prompt_tokens: dict
+
+    @classmethod
+    def from_config(cls, cfg, w=None) -> "PlanParams":
+        datasets = sorted({d for n in cfg.planned for name in cfg.models[n].datasets
+                           for d in name.split("+")})
+        return cls(entries=[{**plan_entry(cfg, n), "manifest": config_json(cfg, n)}
+                            for n in cfg.planned],
+                   config={**{k: cfg.raw[k] for k in cls.CONFIG_KEYS if k in cfg.raw},
+                           "hardware": cfg.hardware},
+                   unplanned=[n for n in cfg.names("hf") if n not in cfg.planned],
+                   prompt_tokens={ds: cfg.prompt_tokens(ds) for ds in datasets})
+
+    @staticmethod
+    def inputs(cfg) -> dict[str, list[str]]:
+        from ..checks.preflight import shipped_config
+
+        return {"manifests": [config_json(cfg, n) for n in cfg.planned
+                              if shipped_config(cfg.models[n].entry["repo_id"]) is None]}
+
+
+def plan_entry(cfg, name: str) -> dict:
+    """What the GPU bill needs of one study model: its engine jobs as the rules run them and, on
+    a GPU, each job's engine (for its memory headroom)."""
+    from dataclasses import asdict
+
+    m = cfg.models[name]
+    jobs = cfg.engine_jobs(name)
+    return {"name": name, "repo_id": m.entry.get("repo_id"), "precision": m.precision,
+            "tp": m.tp, "hardware": m.hardware, "datasets": list(m.datasets),
+            "gpus": cfg.gpus(name), "jobs": [vars(j) for j in jobs],
+            "engines": [asdict(cfg.engine_of(j)) for j in jobs] if cfg.on_gpu(name) else []}

@@ -1,6 +1,8 @@
-"""The report's stages (rules tables, measured_tables, weight_model, plan, replay, comparison,
-figures, report_index): each reads the results before it, builds its tables or figures with
-specmoe.report and writes them atomically with their provenance and captions."""
+"""The report's stages (rules tables, measured_tables, step_model, weight_model, plan, replay,
+comparison, figures, report_index; their contracts: specmoe.contracts.report): each takes its
+job's inputs, outputs and parameters record by name, reads the results its rule declares, builds
+its tables or figures with specmoe.report and writes them atomically with their provenance and
+captions."""
 
 from __future__ import annotations
 
@@ -21,46 +23,68 @@ from ..report.runs import build_tables
 from ..cost.weights import weight_model_table
 
 
-def tables_stage(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons, outdir, prov: dict) -> list[Path]:
-    """Every table of the configuration's runs (rule tables)."""
-    return tables.write_tables(build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons),
-                               outdir, prov)
+def table_dir(files) -> Path:
+    """The folder of a rule's declared table (or figure) files: each table is written there in
+    every format (tables.write_tables)."""
+    dirs = {Path(f).parent for f in files}
+    if len(dirs) != 1:
+        raise ValueError(f"a rule's tables lie in one folder, not {sorted(map(str, dirs))}")
+    return dirs.pop()
 
 
-def step_model_stage(predict_jsons, speedup_jsons, outdir, prov: dict) -> list[Path]:
-    """The step model's prediction for every model beside the run's measured speedup."""
+def config_provenance(params, **extra) -> dict:
+    """The provenance of a report job's outputs: the configuration's hash its record declares."""
+    return {**provenance(None, **extra), "config_hash": params.config_hash}
+
+
+def tables_stage(inputs, outputs, params) -> list[Path]:
+    """Rule tables (its contract: specmoe.contracts.report.TablesParams): every table of the
+    configuration's runs."""
+    return tables.write_tables(build_tables(inputs.overlap, inputs.ipf, inputs.costmodel,
+                                            inputs.acceptance),
+                               table_dir(outputs.tables), config_provenance(params))
+
+
+def step_model_stage(inputs, outputs, params) -> list[Path]:
+    """Rule step_model (its contract: specmoe.contracts.report.StepModelParams): the step model's
+    prediction for every model beside the run's measured speedup."""
     from ..report.predicted import prediction_table
 
-    return tables.write_tables({"step_model": prediction_table(predict_jsons, speedup_jsons)},
-                               outdir, prov)
+    return tables.write_tables({"step_model": prediction_table(inputs.predict, inputs.speedup)},
+                               table_dir(outputs.tables), config_provenance(params))
 
 
-def measured_tables_stage(speedup_jsons, profile_jsons, cost_jsons, outdir,
-                          prov: dict) -> list[Path]:
-    """Speedup vs batch, TE three ways, kernel time shares, three-step correction."""
-    return tables.write_tables(build_measured_tables(speedup_jsons, profile_jsons, cost_jsons),
-                               outdir, prov)
+def measured_tables_stage(inputs, outputs, params) -> list[Path]:
+    """Rule measured_tables (its contract: specmoe.contracts.report.MeasuredTablesParams): speedup
+    vs batch, TE three ways, kernel time shares, three-step correction."""
+    return tables.write_tables(build_measured_tables(inputs.speedup, inputs.profiles,
+                                                     inputs.costmodel),
+                               table_dir(outputs.tables), config_provenance(params))
 
 
-def figures_stage(declared, outdir, prov: dict, study: dict | None = None,
-                  variant_of: dict | None = None) -> list[Path]:
-    """Render every figure of the report (PNG and PDF) from the tables its rule declares
-    ({stem: CSV path}; no other table is read)."""
+def figures_stage(inputs, outputs, params) -> list[Path]:
+    """Rule figures (its contract: specmoe.contracts.report.FiguresParams): every figure of the
+    report (PNG and PDF) from the tables its rule declares (input tables, their CSVs; no other
+    table is read)."""
+    outdir, prov = table_dir(outputs.png), config_provenance(params)
     paths = []
-    for stem, (fn, *args) in figures.figure_frames(declared, study, variant_of).items():
-        paths += figures.save(fn(*args), Path(outdir) / stem, prov)
+    frames = figures.figure_frames(tables.by_stem(inputs.tables), params.study, params.variant_of)
+    for stem, (fn, *args) in frames.items():
+        paths += figures.save(fn(*args), outdir / stem, prov)
     return paths
 
 
-def comparison_stage(declared, out_stem, study: dict, prov: dict) -> list[Path]:
-    """The comparison table from the tables its rule declares ({stem: CSV path}) among those the
-    study publishes; no other table is read."""
-    td = tables.Tables.of(declared)
+def comparison_stage(inputs, outputs, params) -> list[Path]:
+    """Rule comparison (its contract: specmoe.contracts.report.ComparisonParams): the comparison
+    table from the tables its rule declares (input tables) among those the study publishes; no
+    other table is read."""
+    td = tables.Tables.of(tables.by_stem(inputs.tables))
     dfs = {spec: td.read(spec)
            for spec in [s.table for s in published.SPECS] + ["three_step_correction"]
            if spec in td}
-    df = published.comparison(dfs, study)
-    return tables.write_table(df, Path(out_stem), {**prov, "published_source": published.SOURCE},
+    df = published.comparison(dfs, params.study)
+    return tables.write_table(df, table_dir(outputs.tables) / "comparison",
+                              config_provenance(params, published_source=published.SOURCE),
                               registry.text("comparison"))
 
 
@@ -105,7 +129,7 @@ def report_index_stage(inputs, outputs, params) -> None:
     of the tables and figures the rule declares (inputs tables, markdown, figures) into outputs
     md, html and summary, with the configuration's hash and, run in the run's directory, where its
     time went."""
-    prov = {**provenance(None), "config_hash": params.config_hash}
+    prov = config_provenance(params)
     report_stage(tables.by_stem(inputs.tables), tables.by_stem(inputs.markdown),
                  tables.by_stem(inputs.figures), outputs.md, prov, run_root=".",
                  html=outputs.html, summary=outputs.summary)
@@ -190,15 +214,20 @@ def run_summary(index: Path, opening: str, html=None) -> str:
     return f"Report: {html}\n\n{body}\n"
 
 
-def replay_stage(outdir, config=None) -> list[Path]:
-    prov = provenance(config or {}, stage="replay", source=published.SOURCE)
-    paths = []
+def replay_stage(inputs, outputs, params) -> list[Path]:
+    """Rule replay (its contract: specmoe.contracts.report.ReplayParams): the study's
+    model-derived tables from its published inputs alone."""
+    prov = provenance(None, stage="replay", source=published.SOURCE)
+    outdir, paths = table_dir(outputs.tables), []
     for stem, df in replay_tables().items():
-        paths += tables.write_table(df, Path(outdir) / stem, prov, registry.text(stem))
+        paths += tables.write_table(df, outdir / stem, prov, registry.text(stem))
     return paths
 
 
-def weight_model_stage(entries: list[dict], out_stem) -> list[Path]:
+def weight_model_stage(inputs, outputs, params) -> list[Path]:
+    """Rule weight_model (its contract: specmoe.contracts.report.WeightModelParams): the
+    weight-model table of the study models its entries name, with each download's commit."""
+    entries = params.entries
     df = weight_model_table(entries)
     commits = {}
     for e in entries:
@@ -206,22 +235,24 @@ def weight_model_stage(entries: list[dict], out_stem) -> list[Path]:
             man = read_json(e["manifest"])
             commits[e["name"]] = man.get("commit")
     prov = provenance(entries, stage="weight_model", revisions=commits)
-    return tables.write_table(df, Path(out_stem), prov, registry.text("weight_model"))
+    return tables.write_table(df, table_dir(outputs.tables) / "weight_model", prov,
+                              registry.text("weight_model"))
 
 
-def plan_stage(entries: list[dict], config: dict, out_md, out_json,
-               unplanned: list[str] = (), prompt_tokens: dict | None = None) -> dict:
-    """entries: one per study model that runs (specmoe.config.Config.plan_entry, with the
-    `manifest` of its config-only download, read where the package ships no config.json);
-    config: the sweep, capture, profiling, hardware and plan sections; unplanned: study models
-    the bill cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens, where the
-    number comes from)} for the prefill term. Reads nothing else: no dataset, no download of a
-    model whose config.json the package ships."""
+def plan_stage(inputs, outputs, params) -> dict:
+    """Rule plan (its contract: specmoe.contracts.report.PlanParams): the GPU bill into outputs md
+    and json, from its entries (one per study model that runs, with the `manifest` of its
+    config-only download, read where the package ships no config.json), its settings (config),
+    the models it cannot size (unplanned) and each dataset's prompt tokens (prompt_tokens: mean
+    and where the number comes from, for the prefill term). Reads nothing else: no dataset, no
+    download of a model whose config.json the package ships."""
     from ..checks import preflight
     from ..cost.hfconfig import dims_from_config
 
+    entries, config, unplanned = params.entries, params.config, params.unplanned
+    prompt_tokens = params.prompt_tokens
     a = PlanAssumptions.from_dict(config.get("plan"))
-    params = stepmodel.fitted()
+    fitted = stepmodel.fitted()
     ptok = {ds: float(t) for ds, (t, _) in (prompt_tokens or {}).items()}
     rows, engines, manifests = [], [], {}
     for e in entries:
@@ -235,7 +266,7 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
         if hw_name not in config["hardware"]:
             raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
         hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
-        rows += job_rows(e["name"], e, dims, hw, config, a, params, ptok)
+        rows += job_rows(e["name"], e, dims, hw, config, a, fitted, ptok)
         engines += [preflight.Engine(**x) for x in e.get("engines") or []]
     report = preflight.run(engines, with_vllm=False, manifests=manifests)
     for r in rows:
@@ -245,11 +276,11 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
                  headroom_gib=m.headroom / preflight.GIB if m else None)
     s = summary(rows)
     prov = provenance(config, stage="plan")
-    write_json(out_json, {"assumptions": asdict(a), **s, "jobs": rows,
-                          "unplanned": list(unplanned), "prompt_tokens": ptok,
-                          "preflight": [f.line() for f in report.findings]}, prov)
-    write_text(out_md, _plan_markdown(rows, s, a, ptok, prompt_tokens or {}, unplanned, report,
-                                      prov))
+    write_json(outputs.json, {"assumptions": asdict(a), **s, "jobs": rows,
+                              "unplanned": list(unplanned), "prompt_tokens": ptok,
+                              "preflight": [f.line() for f in report.findings]}, prov)
+    write_text(outputs.md, _plan_markdown(rows, s, a, ptok, prompt_tokens or {}, unplanned,
+                                          report, prov))
     return s
 
 
