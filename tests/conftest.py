@@ -27,21 +27,26 @@ def rng():
 def tiny_models(tmp_path_factory):
     """A tokenizer, a briefly trained tiny MoE target and dense drafter (about 30 s on 2 cores)."""
     pytest.importorskip("torch")
+    from specmoe.contracts import Named
+    from specmoe.contracts.models import TokenizerParams, TrainParams
     from specmoe.stages import models as modelstages
 
     root = tmp_path_factory.mktemp("models")
     tiny_cfg = {"vocab_size": 512, "max_train_tokens": 300_000, "max_heldout_tokens": 20_000,
                 "train": {"seq_len": 64, "batch_size": 16, "lr": 0.004, "warmup": 10,
                           "eval_batches": 2, "threads": 2}}
-    modelstages.tokenizer_stage(tiny_cfg, root / "tokenizer")
+    tok = Named({"tokenizer": root / "tokenizer"})
+    modelstages.tokenizer_stage(Named({}), Named({"dir": root / "tokenizer"}),
+                                TokenizerParams(tiny_cfg))
     target = {"name": "t", "arch": {"kind": "moe", "hidden": 64, "layers": 2, "heads": 2,
                                     "kv_heads": 1, "head_dim": 32, "num_experts": 16,
                                     "top_k": 4, "expert_intermediate": 16}, "steps": 150}
     drafter = {"name": "d", "arch": {"kind": "dense", "hidden": 64, "layers": 1, "heads": 2,
                                      "kv_heads": 1, "head_dim": 32, "intermediate": 128},
                "steps": 150}
-    modelstages.train_stage(target, tiny_cfg, root / "tokenizer", root / "t", progress=False)
-    modelstages.train_stage(drafter, tiny_cfg, root / "tokenizer", root / "d", progress=False)
+    for m, out in ((target, "t"), (drafter, "d")):
+        modelstages.train_stage(tok, Named({"dir": root / out}), TrainParams(m, tiny_cfg, True),
+                                progress=False)
     return root
 
 

@@ -21,3 +21,15 @@ def tables_in(folder) -> Tables:
 def report_inputs(table_dir, figure_dir) -> tuple[dict, dict, dict]:
     """The report's declared inputs: the tables' CSVs and Markdown, and the figures' PNGs."""
     return in_folder(table_dir), in_folder(table_dir, "md"), in_folder(figure_dir, "png")
+
+
+def report_job(table_dir, figure_dir, index) -> tuple:
+    """Rule report_index's (inputs, outputs) for a report of every table and figure in these
+    folders, written to `index` (index.md; its HTML page and summary beside it)."""
+    from specmoe.contracts import Named
+
+    csvs, mds, pngs = report_inputs(table_dir, figure_dir)
+    index = Path(index)
+    return (Named({"tables": csvs, "markdown": mds, "figures": pngs}),
+            Named({"md": index, "html": index.with_suffix(".html"),
+                   "summary": index.parent / "summary.txt"}))

@@ -237,21 +237,28 @@ def test_repetition_penalty_reaches_the_engine_and_cuts_loops(captured, tiny_mod
 @pytest.fixture(scope="module")
 def matched_control(captured, tiny_models, tmp_path_factory):
     """The untrained control of `t` teacher-forced on t's captured trace (the matched control)."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import CaptureControlParams
+    from specmoe.contracts.models import TrainParams
     from specmoe.stages import models as modelstages
     from specmoe.stages.traces import control_capture_stage
 
     root = tmp_path_factory.mktemp("control")
     arch = {"kind": "moe", "hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 32,
             "num_experts": 16, "top_k": 4, "expert_intermediate": 16}
-    modelstages.train_stage({"name": "t", "arch": arch}, {"vocab_size": 512, "train": {
-        "seq_len": 64, "batch_size": 16, "eval_batches": 2, "threads": 2}},
-        tiny_models / "tokenizer", root / "t-random", trained=False, progress=False)
+    tiny = {"vocab_size": 512, "train": {"seq_len": 64, "batch_size": 16, "eval_batches": 2,
+                                         "threads": 2}}
+    modelstages.train_stage(Named({"tokenizer": tiny_models / "tokenizer"}),
+                            Named({"dir": root / "t-random"}),
+                            TrainParams({"name": "t", "arch": arch}, tiny, trained=False),
+                            progress=False)
     _, tr, _ = captured
     write_trace(root / "t.parquet", tr, {})
     run = {"model": "t-random", "drafter": "d", "k": K, "dataset": "heldout-code"}
-    control_capture_stage(root / "t-random", root / "t.parquet", run,
-                          {"kv_cache_mib": 128, "max_num_seqs": 16, "dtype": "float32"},
-                          root / "c.parquet")
+    control_capture_stage(Named({"control": root / "t-random", "trace": root / "t.parquet"}),
+                          Named({"trace": root / "c.parquet"}),
+                          CaptureControlParams(run, {"kv_cache_mib": 128, "max_num_seqs": 16,
+                                                     "dtype": "float32"}))
     return read_trace(root / "c.parquet"), root / "t-random"
 
 

@@ -188,6 +188,8 @@ def test_costmodel_stage_prices_the_draft_ratio_past_the_ridge(tmp_path, name, d
     """The costmodel stage on a real (synthetic) trace: the draft-ratio rows run to the
     configured 4,096 sequences for the dense drafter, the target's own N and N = 896; an
     896-expert layer of Mixtral's width outweighs Mixtral and is flagged, not priced."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import CostmodelParams, IpfParams, OverlapParams
     from specmoe.provenance import read_json
     from specmoe.stages import analysis
 
@@ -197,13 +199,14 @@ def test_costmodel_stage_prices_the_draft_ratio_past_the_ridge(tmp_path, name, d
     run = {"model": name, "drafter": "synth", "k": 3, "dataset": "synth"}
     hw = {"H100": gpus()["H100"]}
     analysis.synth_trace(model, run, tmp_path / "t.parquet")
-    analysis.overlap_stage(tmp_path / "t.parquet", tmp_path / "o.json", [1, 8])
-    analysis.ipf_stage(tmp_path / "o.json", tmp_path / "i.json", [1, 8])
+    o, i = tmp_path / "o.json", tmp_path / "i.json"
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
+                           OverlapParams(batch_sizes=[1, 8], shuffle_seed=0))
+    analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
     batches = [1, 64, 512, 4096]
-    analysis.costmodel_stage(model, hw, tmp_path / "o.json", tmp_path / "i.json",
-                             tmp_path / "c.json", {"context_tokens": 512,
-                                                   "moe_drafter_experts": 896,
-                                                   "batch_sizes": batches})
+    draft = {"context_tokens": 512, "moe_drafter_experts": 896, "batch_sizes": batches}
+    analysis.costmodel_stage(Named({"overlap": o, "ipf": i}), Named({"json": tmp_path / "c.json"}),
+                             CostmodelParams(model=model, hardware=hw, draft=draft))
     rows = read_json(tmp_path / "c.json")["draft_ratio_vs_batch"]
     by = {}
     for r in rows:

@@ -118,17 +118,26 @@ def _overlap_json(tmp_path, seq: list[float], window: list[float], n=128, k=8, e
     return path
 
 
+def run_ipf(overlap_json, out, batch_sizes) -> None:
+    """Rule ipf's stage on one overlap file, as its job runs it."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import IpfParams
+    from specmoe.stages.analysis import ipf_stage
+
+    ipf_stage(Named({"overlap": overlap_json}), Named({"json": out}), IpfParams(batch_sizes))
+
+
 def test_the_study_input_gives_its_table_20_and_this_projects_is_labelled_apart(tmp_path):
     """Like for like: fed the study's Table 17 (Qwen3-30B, along the committed sequence, steps
     1-3) the stage's uniform IPF is the study's Table 20 value (20.08, 3.0% over the measured
     19.5); the window overlaps feed this project's own estimators, each named so."""
     from specmoe.sources import published
     from specmoe.provenance import read_json
-    from specmoe.stages.analysis import IPF_INPUTS, ipf_stage
+    from specmoe.stages.analysis import IPF_INPUTS
 
     pub = published.load("overlap_by_distance").set_index("model").loc["Qwen3-30B"]
     seq = [float(pub[f"step{d}"]) for d in range(1, 9) if f"step{d}" in pub] + [0.3] * 4
-    ipf_stage(_overlap_json(tmp_path, seq, [0.47, 0.40, 0.37]), tmp_path / "ipf.json", [1, 4])
+    run_ipf(_overlap_json(tmp_path, seq, [0.47, 0.40, 0.37]), tmp_path / "ipf.json", [1, 4])
     out = read_json(tmp_path / "ipf.json")
     table20 = published.load("unique_experts_ipf").set_index("model").loc["Qwen3-30B",
                                                                           "uniform_ipf"]
@@ -144,9 +153,8 @@ def test_the_study_input_gives_its_table_20_and_this_projects_is_labelled_apart(
 
 def test_without_a_sequence_overlap_the_study_input_is_missing_not_made_up(tmp_path):
     from specmoe.provenance import read_json
-    from specmoe.stages.analysis import ipf_stage
 
-    ipf_stage(_overlap_json(tmp_path, [], [0.47, 0.40, 0.37]), tmp_path / "ipf.json", [1])
+    run_ipf(_overlap_json(tmp_path, [], [0.47, 0.40, 0.37]), tmp_path / "ipf.json", [1])
     out = read_json(tmp_path / "ipf.json")
     assert np.isnan(out["prediction"]["uniform_sequence"])
     assert np.isfinite(out["prediction"]["uniform_window"])

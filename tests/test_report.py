@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 
 from browser import open_page
-from declared import in_folder, report_inputs, tables_in
+from declared import in_folder, report_inputs, report_job, tables_in
 from specmoe.contracts import Named
-from specmoe.contracts.report import ComparisonParams, FiguresParams, ReplayParams
+from specmoe.contracts.report import (ComparisonParams, FiguresParams, ReplayParams,
+                                      ReportIndexParams)
 from specmoe.sources import published
 from specmoe.report import figures, prose, registry, replay, tables
 from specmoe.stages import report
@@ -131,8 +132,8 @@ def make_report(tmp_path: Path) -> Path:
                          Named({"png": [figs / f"{f}.png" for f in registry.FIGURES],
                                 "pdf": [figs / f"{f}.pdf" for f in registry.FIGURES]}),
                          FiguresParams(study=study, variant_of=VARIANT_OF, config_hash="x"))
-    report.report_stage(*report_inputs(td, res / "figures"), res / "report" / "index.md",
-                        {"config_hash": "x"})
+    report.report_index_stage(*report_job(td, res / "figures", res / "report" / "index.md"),
+                              ReportIndexParams("x"), run_root=None)
     return res
 
 
@@ -255,7 +256,10 @@ def test_a_report_job_reads_only_its_declared_tables_each_once(tmp_path, monkeyp
     monkeypatch.setattr(pd, "read_csv", lambda path, *a, **kw: parsed.append(str(path))
                         or read_csv(path, *a, **kw))
     out = tmp_path / "results" / "report" / "index.md"
-    report.report_stage(csvs, mds, {}, out, {"config_hash": "x"})
+    report.report_index_stage(Named({"tables": csvs, "markdown": mds, "figures": {}}),
+                              Named({"md": out, "html": out.with_suffix(".html"),
+                                     "summary": out.parent / "summary.txt"}),
+                              ReportIndexParams("x"), run_root=None)
     mine = [p for p in parsed if p.startswith(str(td))]  # not the package's published data
     assert len(mine) == len(set(mine)) and set(mine) <= {str(p) for p in csvs.values()}
     assert str(csvs["overlap_by_distance"]) in mine
@@ -333,8 +337,8 @@ def _routing_tables(tmp_path, fine: dict, coarse: dict, controls: dict | None = 
 
 def _page(tmp_path) -> str:
     page = tmp_path / "report" / "index.md"
-    report.report_stage(*report_inputs(tmp_path, tmp_path), page,
-                        {"config_hash": "x", "created": "now"})
+    report.report_index_stage(*report_job(tmp_path, tmp_path, page), ReportIndexParams("x"),
+                              run_root=None)
     return page.read_text()
 
 

@@ -296,6 +296,8 @@ def test_the_predict_rule_gives_a_stand_in_the_prior_not_its_compared_study_mode
     """A model compared with a study model of other k and N (a CPU stand-in, as in
     .test/study-cpu) is predicted from the prior of its own granularity; the same model compared
     with nothing gets the same prediction."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import PredictParams
     from specmoe.provenance import read_json
     from specmoe.stages.analysis import predict_stage
 
@@ -308,7 +310,9 @@ def test_the_predict_rule_gives_a_stand_in_the_prior_not_its_compared_study_mode
     hw = {"H100": published.gpus()["H100"]}
     runs = {}
     for name, study in (("stand-in", "Qwen3-30B"), ("alone", None)):
-        predict_stage(cfg, hw, 3, "eagle3", [1, 8], tmp_path / f"{name}.json", study_model=study)
+        predict_stage(Named({}), Named({"json": tmp_path / f"{name}.json"}),
+                      PredictParams(model=cfg, hardware=hw, k=3, method="eagle3",
+                                    batch_sizes=[1, 8], study=study))
         runs[name] = read_json(tmp_path / f"{name}.json")
     assert runs["stand-in"]["speedup"] == runs["alone"]["speedup"]
     assert runs["stand-in"]["overlaps"] == runs["alone"]["overlaps"]

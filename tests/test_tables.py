@@ -2,7 +2,7 @@ import json
 
 import pandas as pd
 
-from declared import report_inputs
+from declared import report_job
 from specmoe.report.tables import read_csv, to_latex, to_markdown, write_table
 
 
@@ -35,7 +35,8 @@ def test_report_opens_with_its_caveats(tmp_path):
     the top of the report, not only in JSON."""
     import pandas as pd
 
-    from specmoe.stages.report import report_stage
+    from specmoe.contracts.report import ReportIndexParams
+    from specmoe.stages.report import report_index_stage
 
     td = tmp_path / "tables"
     td.mkdir()
@@ -46,7 +47,8 @@ def test_report_opens_with_its_caveats(tmp_path):
                    "sample_ok": b < 64} for b in (1, 64, 128)]).to_csv(td / "te_vs_batch.csv",
                                                                       index=False)
     out = tmp_path / "report" / "index.md"
-    report_stage(*report_inputs(td, tmp_path / "figures"), out, {})
+    report_index_stage(*report_job(td, tmp_path / "figures", out), ReportIndexParams("x"),
+                       run_root=None)
     text = out.read_text()
     assert "## Caveats" in text and "did not converge for 15 expert(s)" in text
     assert "too few windows for the measured-windows TE at batch 64, 128" in text
@@ -59,7 +61,8 @@ def test_report_says_what_the_routing_shows(tmp_path):
     acceptance status, with and without the windows that repeat a token."""
     import pandas as pd
 
-    from specmoe.stages.report import report_stage
+    from specmoe.contracts.report import ReportIndexParams
+    from specmoe.stages.report import report_index_stage
 
     td = tmp_path / "tables"
     td.mkdir()
@@ -80,7 +83,8 @@ def test_report_says_what_the_routing_shows(tmp_path):
     ]
     pd.DataFrame(rows).to_csv(td / "overlap_by_distance.csv", index=False)
     out = tmp_path / "report" / "index.md"
-    report_stage(*report_inputs(td, tmp_path / "figures"), out, {})
+    report_index_stage(*report_job(td, tmp_path / "figures", out), ReportIndexParams("x"),
+                       run_root=None)
     text = out.read_text()
     assert "### What the routing shows, run by run" in text
     assert ("trained, K=3, x: inside windows, overlap at d = 1..3 0.470 / 0.470 / 0.450, from "

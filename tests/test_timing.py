@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from declared import report_inputs
+from declared import report_job
+from specmoe.contracts.report import ReportIndexParams
 from specmoe.report import timing
 from specmoe.report.summary import end_of_run
 from specmoe.routing.trace import Trace, status_for, write_trace
@@ -115,8 +116,8 @@ def test_end_of_run_counts_only_this_runs_jobs(tmp_path):
 def test_the_report_has_a_provenance_section_with_the_breakdown(tmp_path):
     root = run_dir(tmp_path)
     out = root / "results/report/index.md"
-    report.report_stage(*report_inputs(root / "results/tables", root / "results/figures"), out,
-                        {"config_hash": "abc", "created": "now"}, run_root=root)
+    report.report_index_stage(*report_job(root / "results/tables", root / "results/figures", out),
+                              ReportIndexParams("abc"), run_root=root)
     text = out.read_text()
     section = text[text.index("## Provenance"):]
     assert "Configuration hash `abc`" in section and "### Where the time went" in section

@@ -87,12 +87,15 @@ def test_atomic_dir_replaces_whole(tmp_path):
 
 
 def test_train_stage_rejects_zero_budget_before_building(tmp_path):
+    from specmoe.contracts import Named
+    from specmoe.contracts.models import TrainParams
     from specmoe.stages.models import train_stage
 
     cfg = {"name": "x", "arch": {"kind": "dense", "hidden": 32, "layers": 1, "heads": 2,
                                  "kv_heads": 1, "head_dim": 32}, "steps": 0}
     with pytest.raises(InputError, match="budget"):
-        train_stage(cfg, {"vocab_size": 300}, tmp_path / "nope", tmp_path / "out")
+        train_stage(Named({"tokenizer": tmp_path / "nope"}), Named({"dir": tmp_path / "out"}),
+                    TrainParams(cfg, {"vocab_size": 300}, True))
     assert not (tmp_path / "out").exists()
 
 
@@ -194,17 +197,21 @@ TRAIN_STAGE = """
 import json, sys
 import numpy as np
 from specmoe.runtime import tiny
+from specmoe.contracts import Named
+from specmoe.contracts.models import TrainParams
 from specmoe.stages.models import train_stage
 if sys.argv[1] == "libgomp-default":
     tiny.TRAIN_OMP_ENV = {}
-m = train_stage({"name": "m", "steps": 12, "seed": 0,
-                 "arch": {"kind": "moe", "hidden": 32, "layers": 2, "heads": 2, "kv_heads": 1,
-                          "head_dim": 32, "num_experts": 16, "top_k": 4,
-                          "expert_intermediate": 8}},
-                {"vocab_size": 300, "train": {"seq_len": 32, "batch_size": 8, "warmup": 2,
-                                              "eval_batches": 2, "threads": 2,
-                                              "aux_coef": 0.01}},
-                sys.argv[2], sys.argv[3], progress=False)
+m = train_stage(Named({"tokenizer": sys.argv[2]}), Named({"dir": sys.argv[3]}),
+                TrainParams({"name": "m", "steps": 12, "seed": 0,
+                             "arch": {"kind": "moe", "hidden": 32, "layers": 2, "heads": 2,
+                                      "kv_heads": 1, "head_dim": 32, "num_experts": 16,
+                                      "top_k": 4, "expert_intermediate": 8}},
+                            {"vocab_size": 300, "train": {"seq_len": 32, "batch_size": 8,
+                                                          "warmup": 2, "eval_batches": 2,
+                                                          "threads": 2, "aux_coef": 0.01}},
+                            True),
+                progress=False)
 print(json.dumps(m["threading"]))
 """
 

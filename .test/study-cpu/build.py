@@ -50,13 +50,17 @@ def revisions() -> dict[str, str]:
 
 
 def build_models(cache: Path, work: Path, pinned: dict[str, str]) -> None:
+    from specmoe.contracts import Named
+    from specmoe.contracts.models import TokenizerParams, TrainParams
     from specmoe.stages import models as modelstages
 
-    modelstages.tokenizer_stage(TINY, work / "tokenizer")
+    tokenizer = work / "tokenizer"
+    modelstages.tokenizer_stage(Named({}), Named({"dir": tokenizer}), TokenizerParams(TINY))
     for repo_id, spec in MODELS.items():
         out = work / repo_id.split("/")[1]
-        modelstages.train_stage({"name": out.name, "seed": 0, **spec}, TINY, work / "tokenizer",
-                                out, progress=False)
+        modelstages.train_stage(Named({"tokenizer": tokenizer}), Named({"dir": out}),
+                                TrainParams({"name": out.name, "seed": 0, **spec}, TINY, True),
+                                progress=False)
         files = {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
         lay_out_cache(cache, repo_id, files, commit=pinned[repo_id], lfs={"model.safetensors"})
 

@@ -22,7 +22,6 @@ from types import MappingProxyType
 from .checks import configcheck
 from . import paths
 from .sources import published
-from .contracts import canonical
 from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError

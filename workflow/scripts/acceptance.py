@@ -2,6 +2,6 @@
 
 from specmoe.contracts import run_rule
 from specmoe.contracts.analysis import AcceptanceParams
-from specmoe.stages.analysis import acceptance_job_stage
+from specmoe.stages.analysis import acceptance_stage
 
-run_rule(snakemake, acceptance_job_stage, AcceptanceParams)
+run_rule(snakemake, acceptance_stage, AcceptanceParams)

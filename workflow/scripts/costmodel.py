@@ -2,6 +2,6 @@
 
 from specmoe.contracts import run_rule
 from specmoe.contracts.analysis import CostmodelParams
-from specmoe.stages.analysis import costmodel_job_stage
+from specmoe.stages.analysis import costmodel_stage
 
-run_rule(snakemake, costmodel_job_stage, CostmodelParams)
+run_rule(snakemake, costmodel_stage, CostmodelParams)

@@ -2,6 +2,6 @@
 
 from specmoe.contracts import run_rule
 from specmoe.contracts.analysis import IpfParams
-from specmoe.stages.analysis import ipf_job_stage
+from specmoe.stages.analysis import ipf_stage
 
-run_rule(snakemake, ipf_job_stage, IpfParams)
+run_rule(snakemake, ipf_stage, IpfParams)

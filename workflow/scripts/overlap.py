@@ -2,6 +2,6 @@
 
 from specmoe.contracts import run_rule
 from specmoe.contracts.analysis import OverlapParams
-from specmoe.stages.analysis import overlap_job_stage
+from specmoe.stages.analysis import overlap_stage
 
-run_rule(snakemake, overlap_job_stage, OverlapParams)
+run_rule(snakemake, overlap_stage, OverlapParams)

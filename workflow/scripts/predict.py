@@ -2,6 +2,6 @@
 
 from specmoe.contracts import run_rule
 from specmoe.contracts.analysis import PredictParams
-from specmoe.stages.analysis import predict_job_stage
+from specmoe.stages.analysis import predict_stage
 
-run_rule(snakemake, predict_job_stage, PredictParams)
+run_rule(snakemake, predict_stage, PredictParams)

@@ -2,6 +2,6 @@
 
 from specmoe.contracts import run_rule
 from specmoe.contracts.models import TokenizerParams
-from specmoe.stages.models import tokenizer_job_stage
+from specmoe.stages.models import tokenizer_stage
 
-run_rule(snakemake, tokenizer_job_stage, TokenizerParams)
+run_rule(snakemake, tokenizer_stage, TokenizerParams)

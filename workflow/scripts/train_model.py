@@ -2,6 +2,6 @@
 
 from specmoe.contracts import run_rule
 from specmoe.contracts.models import TrainParams
-from specmoe.stages.models import train_job_stage
+from specmoe.stages.models import train_stage
 
-run_rule(snakemake, train_job_stage, TrainParams)
+run_rule(snakemake, train_stage, TrainParams)

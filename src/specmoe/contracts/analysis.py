@@ -43,14 +43,14 @@ class SynthTraceParams:
 @dataclass(frozen=True)
 class CostmodelParams:
     """Rule costmodel: TE at batch 1 and vs batch size and the synthetic drafters' cost ratio
-    (specmoe.stages.analysis.costmodel_job_stage) from the run's overlaps (input overlap) and IPF
+    (specmoe.stages.analysis.costmodel_stage) from the run's overlaps (input overlap) and IPF
     fit (input ipf); input checkpoint (a study model's config.json, a tiny model's checkpoint,
     nothing for a synthetic model) only orders the job after it; output json. It depends on the
     model's cost entry (COST_KEYS), its one hardware entry and the `draft_cost` section."""
 
     INPUTS = ("overlap", "ipf", "checkpoint")
     OUTPUTS = ("json",)
-    STAGE = "specmoe.stages.analysis.costmodel_job_stage"
+    STAGE = "specmoe.stages.analysis.costmodel_stage"
 
     model: dict
     hardware: dict
@@ -67,7 +67,7 @@ class CostmodelParams:
 @dataclass(frozen=True)
 class PredictParams:
     """Rule predict: the step model's TE and speedup at every batch size for one model
-    (specmoe.stages.analysis.predict_job_stage). Inputs (specmoe.files.Files.predict_inputs; each
+    (specmoe.stages.analysis.predict_stage). Inputs (specmoe.files.Files.predict_inputs; each
     may be absent): config (a study model's config.json), overlap, acceptance and checkpoint (a
     model with a trace of its own: its first run's), draft (a separate draft model's config);
     output json. It depends on the model's cost entry, the hardware table, the model's first K,
@@ -76,7 +76,7 @@ class PredictParams:
 
     INPUTS = ("config", "overlap", "acceptance", "checkpoint", "draft")
     OUTPUTS = ("json",)
-    STAGE = "specmoe.stages.analysis.predict_job_stage"
+    STAGE = "specmoe.stages.analysis.predict_stage"
 
     model: dict
     hardware: dict
@@ -134,13 +134,13 @@ class SpeedupParams:
 @dataclass(frozen=True)
 class OverlapParams:
     """Rule overlap: overlap by distance, baselines, shuffle null and unique experts of one
-    trace (specmoe.stages.analysis.overlap_job_stage; input trace), an untrained control's beside
+    trace (specmoe.stages.analysis.overlap_stage; input trace), an untrained control's beside
     its trained target's, request by request (input target: the target's trace of the same run;
     none for any other model); output json. It depends on the batch sizes and the shuffle seed."""
 
     INPUTS = ("trace", "target")
     OUTPUTS = ("json",)
-    STAGE = "specmoe.stages.analysis.overlap_job_stage"
+    STAGE = "specmoe.stages.analysis.overlap_stage"
 
     batch_sizes: list
     shuffle_seed: int | None
@@ -160,12 +160,12 @@ class OverlapParams:
 @dataclass(frozen=True)
 class IpfParams:
     """Rule ipf: the maximum-entropy IPF prediction of unique experts, uniform and skewed
-    (specmoe.stages.analysis.ipf_job_stage), from the run's overlaps (input overlap); output
+    (specmoe.stages.analysis.ipf_stage), from the run's overlaps (input overlap); output
     json. It depends on the batch sizes."""
 
     INPUTS = ("overlap",)
     OUTPUTS = ("json",)
-    STAGE = "specmoe.stages.analysis.ipf_job_stage"
+    STAGE = "specmoe.stages.analysis.ipf_stage"
 
     batch_sizes: list
 
@@ -177,12 +177,12 @@ class IpfParams:
 @dataclass(frozen=True)
 class AcceptanceParams:
     """Rule acceptance: accepted vs first-rejected overlap at each draft position
-    (specmoe.stages.analysis.acceptance_job_stage) of one trace (input trace); output json. It
+    (specmoe.stages.analysis.acceptance_stage) of one trace (input trace); output json. It
     depends on which datasets are held out (`datasets.<name>.heldout`)."""
 
     INPUTS = ("trace",)
     OUTPUTS = ("json",)
-    STAGE = "specmoe.stages.analysis.acceptance_job_stage"
+    STAGE = "specmoe.stages.analysis.acceptance_stage"
 
     heldout: list
 

@@ -66,13 +66,13 @@ class EngineParams:
 @dataclass(frozen=True)
 class CaptureControlParams:
     """Rule capture_control: an untrained control's trace (specmoe.stages.traces.
-    control_capture_job_stage), its checkpoint (input control) reading its trained target's own
+    control_capture_stage), its checkpoint (input control) reading its trained target's own
     windows (input trace: the target's trace of the same run), teacher-forced through the same
     engine settings (the tiny section's capture); output trace."""
 
     INPUTS = ("trace", "control")
     OUTPUTS = ("trace",)
-    STAGE = "specmoe.stages.traces.control_capture_job_stage"
+    STAGE = "specmoe.stages.traces.control_capture_stage"
 
     run: dict
     settings: dict

@@ -17,12 +17,12 @@ EVAL_KEYS = ("seq_len", "batch_size", "eval_batches")
 @dataclass(frozen=True)
 class TokenizerParams:
     """Rule tokenizer: the byte-level BPE tokenizer and the encoded corpora
-    (specmoe.stages.models.tokenizer_job_stage); no input, output dir. It depends on
+    (specmoe.stages.models.tokenizer_stage); no input, output dir. It depends on
     TOKENIZER_KEYS of the `tiny` section."""
 
     INPUTS = ()
     OUTPUTS = ("dir",)
-    STAGE = "specmoe.stages.models.tokenizer_job_stage"
+    STAGE = "specmoe.stages.models.tokenizer_stage"
 
     tiny: dict
 
@@ -35,7 +35,7 @@ class TokenizerParams:
 @dataclass(frozen=True)
 class TrainParams:
     """Rules train_model and random_model: one tiny model, trained or only initialised
-    (specmoe.stages.models.train_job_stage), from the tokenizer (input tokenizer); output dir.
+    (specmoe.stages.models.train_stage), from the tokenizer (input tokenizer); output dir.
 
     model: what its weights depend on (architecture, budget and seed; not its drafters, datasets,
     K or hardware, which only its runs use; an untrained control: no budget); tiny: the `tiny`
@@ -44,7 +44,7 @@ class TrainParams:
 
     INPUTS = ("tokenizer",)
     OUTPUTS = ("dir",)
-    STAGE = "specmoe.stages.models.train_job_stage"
+    STAGE = "specmoe.stages.models.train_stage"
 
     model: dict
     tiny: dict

@@ -76,20 +76,16 @@ def use_threads(threads: int | None) -> None:
         numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
 
 
-def overlap_job_stage(inputs, outputs, params, threads: int | None = None) -> None:
-    """Rule overlap (its contract: specmoe.contracts.analysis.OverlapParams)."""
+def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
+    """Rule overlap (its contract: specmoe.contracts.analysis.OverlapParams): the overlap
+    statistics of one trace (inputs.trace) into outputs.json; an untrained control's beside its
+    trained target's (inputs.target: the target's trace, paired by request:
+    specmoe.routing.controls)."""
     from ..contracts import one
-
-    overlap_stage(inputs.trace, outputs.json, params.batch_sizes, params.shuffle_seed,
-                  threads=threads, target_trace=one(inputs.get("target")))
-
-
-def overlap_stage(trace_path, out, batch_sizes, shuffle_seed: int | None = 0,
-                  threads: int | None = None, target_trace=None) -> None:
-    """target_trace: an untrained control's trained target (the control's statistics beside the
-    target's, paired by request: specmoe.routing.controls)."""
     from ..routing import overlap, trace
 
+    trace_path, target_trace, out = inputs.trace, one(inputs.get("target")), outputs.json
+    batch_sizes, shuffle_seed = params.batch_sizes, params.shuffle_seed
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
@@ -203,14 +199,12 @@ IPF_INPUTS = {"uniform_sequence": "overlap along the committed sequence (the stu
               "skewed_window": "overlap inside windows and each layer's loads (this project's)"}
 
 
-def ipf_job_stage(inputs, outputs, params) -> None:
-    """Rule ipf (its contract: specmoe.contracts.analysis.IpfParams)."""
-    ipf_stage(inputs.overlap, outputs.json, params.batch_sizes)
-
-
-def ipf_stage(overlap_json, out, batch_sizes) -> None:
+def ipf_stage(inputs, outputs, params) -> None:
+    """Rule ipf (its contract: specmoe.contracts.analysis.IpfParams): the IPF prediction of
+    unique experts from the run's overlaps (inputs.overlap) into outputs.json."""
     from ..routing import ipf
 
+    overlap_json, out, batch_sizes = inputs.overlap, outputs.json, params.batch_sizes
     ov = read_json(overlap_json)
     s = ov["summary"]
     n, k, kd = s["num_experts"], s["top_k"], s["k_draft"]
@@ -291,22 +285,18 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int,
     return costmodel.ModelDims.from_dims(**d)
 
 
-def costmodel_job_stage(inputs, outputs, params) -> None:
-    """Rule costmodel (its contract: specmoe.contracts.analysis.CostmodelParams)."""
-    costmodel_stage(params.model, params.hardware, inputs.overlap, inputs.ipf, outputs.json,
-                    params.draft)
-
-
-def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json, out,
-                    draft_cfg: dict) -> None:
-    """TE at batch 1 and vs batch size, and the synthetic drafters' cost ratio (draft_cfg:
-    context_tokens, moe_drafter_experts, batch_sizes: the ratio's batch axis, past the dense
-    drafter's ridge; the target's unique experts there are those of B independent tokens from
-    the trace's loads)."""
+def costmodel_stage(inputs, outputs, params) -> None:
+    """Rule costmodel (its contract: specmoe.contracts.analysis.CostmodelParams): TE at batch 1
+    and vs batch size, and the synthetic drafters' cost ratio (params.draft: context_tokens,
+    moe_drafter_experts, batch_sizes: the ratio's batch axis, past the dense drafter's ridge; the
+    target's unique experts there are those of B independent tokens from the trace's loads),
+    from the run's overlaps and IPF fit (inputs overlap, ipf) into outputs.json."""
     import pandas as pd
 
     from ..cost import stepmodel
 
+    model_cfg, hardware_cfg, draft_cfg = params.model, params.hardware, params.draft
+    overlap_json, ipf_json, out = inputs.overlap, inputs.ipf, outputs.json
     ov, ip = read_json(overlap_json), read_json(ipf_json)
     s = ov["summary"]
     dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
@@ -335,14 +325,14 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
     prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
                             "draft_cost": draft_cfg},
                            model=prov.get("model"), stage="costmodel"))
-    params = None
+    fitted = None
     if dims.vocab_size:
-        params = stepmodel.fitted()  # the draft cost's pricing, written beside its rows
+        fitted = stepmodel.fitted()  # the draft cost's pricing, written beside its rows
         q = np.asarray(ov["per_layer"]["q"], dtype=float)
         ratio = stepmodel.draft_ratio_curve(
             dims, hw, s["k_draft"], draft_cfg["batch_sizes"],
             lambda b: float(np.mean([independent_unique(x, b) for x in q])),
-            moe_experts=int(draft_cfg["moe_drafter_experts"]), p=params,
+            moe_experts=int(draft_cfg["moe_drafter_experts"]), p=fitted,
             context=float(draft_cfg["context_tokens"]))
         heavy = sorted({r["synthetic_drafter"] for r in ratio if r["status"] != "ok"})
         if heavy:
@@ -356,19 +346,16 @@ def costmodel_stage(model_cfg: dict, hardware_cfg: dict, overlap_json, ipf_json,
                      **dims.summary(), "unique_ratio": u["empirical"] / s["top_k"],
                      "te_weight_batch1": te_b1, "te_vs_batch": curves,
                      "draft_ratio_vs_batch": ratio,
-                     "step_params": params.as_dict() if params else None}, prov)
+                     "step_params": fitted.as_dict() if fitted else None}, prov)
 
 
-def acceptance_job_stage(inputs, outputs, params, threads: int | None = None) -> None:
-    """Rule acceptance (its contract: specmoe.contracts.analysis.AcceptanceParams)."""
-    acceptance_stage(inputs.trace, outputs.json, threads=threads, heldout=params.heldout)
-
-
-def acceptance_stage(trace_path, out, threads: int | None = None, heldout=()) -> None:
-    """Acceptance statistics of one trace; `heldout`: datasets whose slices are held out wherever
-    they are run (besides the b, c of a run "a+b+c")."""
+def acceptance_stage(inputs, outputs, params, threads: int | None = None) -> None:
+    """Rule acceptance (its contract: specmoe.contracts.analysis.AcceptanceParams): the
+    acceptance statistics of one trace (inputs.trace) into outputs.json; params.heldout: datasets
+    whose slices are held out wherever they are run (besides the b, c of a run "a+b+c")."""
     from ..routing import acceptance, overlap, trace
 
+    trace_path, out, heldout = inputs.trace, outputs.json, params.heldout
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     consec, anchor = overlap.row_overlaps(tr)
@@ -427,27 +414,21 @@ def series_points(series: dict, dataset: str) -> list[dict]:
                          f"for dataset {dataset!r}") from None
 
 
-def predict_job_stage(inputs, outputs, params) -> dict:
-    """Rule predict (its contract: specmoe.contracts.analysis.PredictParams)."""
+def predict_stage(inputs, outputs, params) -> dict:
+    """Rule predict (its contract: specmoe.contracts.analysis.PredictParams): the step model's
+    prediction for one model, through the entry point `specmoe predict` uses
+    (specmoe.cost.predictor): TE and speedup at every batch size with their intervals, into
+    outputs.json. A model with a trace of its own (tiny, synthetic) uses its measured overlaps and
+    acceptance length (inputs overlap, acceptance); a study model its config.json and the study's
+    published overlaps (or the prior of its granularity) and the acceptance prior; a separate
+    draft model's config (inputs.draft) sizes the draft."""
     from ..contracts import one
-
-    return predict_stage(params.model, params.hardware, params.k, params.method,
-                         params.batch_sizes, outputs.json,
-                         overlap_json=inputs.get("overlap"),
-                         acceptance_json=inputs.get("acceptance"),
-                         draft_config=one(inputs.get("draft")), study_model=params.study)
-
-
-def predict_stage(model_cfg: dict, hardware_cfg: dict, k: int, method: str, batch_sizes, out,
-                  overlap_json=None, acceptance_json=None, draft_config=None,
-                  study_model: str | None = None) -> dict:
-    """The step model's prediction for one model (rule predict), through the entry point
-    `specmoe predict` uses (specmoe.cost.predictor): TE and speedup at every batch size with their
-    intervals. A model with a trace of its own (tiny, synthetic) uses its measured overlaps and
-    acceptance length; a study model its config.json and the study's published overlaps (or the
-    prior of its granularity) and the acceptance prior."""
     from ..cost import predictor, stepmodel
 
+    model_cfg, hardware_cfg, k, method = params.model, params.hardware, params.k, params.method
+    batch_sizes, study_model, out = params.batch_sizes, params.study, outputs.json
+    overlap_json, acceptance_json = inputs.get("overlap"), inputs.get("acceptance")
+    draft_config = one(inputs.get("draft"))
     overlaps, source = None, "given"
     if overlap_json:
         ov = read_json(overlap_json)

@@ -18,13 +18,11 @@ from .engines import setting
 log = logging.getLogger("specmoe")
 
 
-def tokenizer_job_stage(inputs, outputs, params) -> None:
-    """Rule tokenizer (its contract: specmoe.contracts.models.TokenizerParams)."""
-    tokenizer_stage(params.tiny, outputs.dir)
-
-
-def tokenizer_stage(tiny_cfg: dict, out_dir) -> None:
-    """Byte-level BPE tokenizer plus the encoded training and held-out corpora (tokens .npy)."""
+def tokenizer_stage(inputs, outputs, params) -> None:
+    """Rule tokenizer (its contract: specmoe.contracts.models.TokenizerParams): the byte-level BPE
+    tokenizer plus the encoded training and held-out corpora (tokens .npy) into outputs.dir, from
+    params.tiny."""
+    tiny_cfg, out_dir = params.tiny, outputs.dir
     every = int(tiny_cfg.get("heldout_every", 10))
     train_files = tiny.corpus_files(False, every)
     held_files = tiny.corpus_files(True, every)
@@ -48,16 +46,14 @@ def tokenizer_stage(tiny_cfg: dict, out_dir) -> None:
     tmp_tok.rmdir()
 
 
-def train_job_stage(inputs, outputs, params) -> dict:
-    """Rules train_model and random_model (their contract: specmoe.contracts.models.TrainParams)."""
-    return train_stage(params.model, params.tiny, inputs.tokenizer, outputs.dir,
-                       trained=params.trained)
-
-
-def train_stage(model_cfg: dict, tiny_cfg: dict, tokenizer_dir, out_dir, trained: bool = True,
-                progress: bool = True) -> dict:
-    """Train (or, for the random control, only initialise) one tiny model and save it, on the
-    config's tiny.train.threads whatever the machine (the weights depend on the thread count)."""
+def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
+    """Rules train_model and random_model (their contract: specmoe.contracts.models.TrainParams):
+    train (or, for the random control, params.trained false, only initialise) one tiny model
+    (params.model) on the tokenizer's corpora (inputs.tokenizer) and save it into outputs.dir, on
+    the config's tiny.train.threads whatever the machine (the weights depend on the thread
+    count)."""
+    model_cfg, tiny_cfg, trained = params.model, params.tiny, params.trained
+    tokenizer_dir, out_dir = inputs.tokenizer, outputs.dir
     arch = tiny.arch_from_dict(model_cfg["arch"])
     train = dict(tiny_cfg.get("train", {}))
     spec = tiny.spec_from_dict({**train, "steps": model_cfg.get("steps", 1),

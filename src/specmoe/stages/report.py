@@ -124,28 +124,20 @@ def _details(td: tables.Tables) -> list[str]:
     return lines
 
 
-def report_index_stage(inputs, outputs, params) -> None:
+def report_index_stage(inputs, outputs, params, run_root=".") -> None:
     """Rule report_index (its contract: specmoe.contracts.report.ReportIndexParams): the report
-    of the tables and figures the rule declares (inputs tables, markdown, figures) into outputs
-    md, html and summary, with the configuration's hash and, run in the run's directory, where its
-    time went."""
+    into outputs md, html and summary: a paragraph of what the run shows, the findings table, the
+    details, then every figure and table with its caption, grouped by the study's sections, with
+    the configuration's hash (params.config_hash). It reads only what its rule declares: the
+    tables' CSVs (inputs.tables), their Markdown (inputs.markdown) and the figures' PNGs
+    (inputs.figures), each a list of paths or {stem: path}; with run_root (the run's working
+    directory, where the job runs; None: none), a provenance section with where the run's time
+    went, from the jobs' benchmark files (specmoe.report.timing: timing, not a table of
+    results)."""
     prov = config_provenance(params)
-    report_stage(tables.by_stem(inputs.tables), tables.by_stem(inputs.markdown),
-                 tables.by_stem(inputs.figures), outputs.md, prov, run_root=".",
-                 html=outputs.html, summary=outputs.summary)
-
-
-def report_stage(declared, markdown, figure_pngs, out, prov: dict, run_root=None, html=None,
-                 summary=None) -> None:
-    """results/report/index.md (index.html and summary.txt beside it unless html and summary name
-    them): a paragraph of what the run shows, the findings table, the details, then every figure
-    and table with its caption, grouped by the study's sections. It reads only what its rule declares: the tables' CSVs
-    ({stem: path}), their Markdown ({stem: path}) and the figures ({stem: PNG path}); with
-    run_root (the run's working directory), a provenance section with where the run's time went,
-    from the jobs' benchmark files (specmoe.report.timing: timing, not a table of results)."""
-    out = Path(out)
-    td, md = tables.Tables.of(declared), tables.by_stem(markdown)
-    fd = tables.by_stem(figure_pngs)
+    out, html = Path(outputs.md), Path(outputs.html)
+    td = tables.Tables.of(tables.by_stem(inputs.tables))
+    md, fd = tables.by_stem(inputs.markdown), tables.by_stem(inputs.figures)
     if set(md) - set(td):
         raise ValueError(f"tables without their CSV: {', '.join(sorted(set(md) - set(td)))}")
     rel = lambda p: Path(p).resolve().relative_to(out.parent.resolve().parent)  # noqa: E731
@@ -185,10 +177,8 @@ def report_stage(declared, markdown, figure_pngs, out, prov: dict, run_root=None
         lines += provenance_section(prov, run_root)
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {prov} -->\n")
-    html = Path(html) if html else out.with_suffix(".html")
     write_text(html, to_html(text, out.parent))
-    write_text(Path(summary) if summary else out.parent / "summary.txt",
-               run_summary(out, opening, html))
+    write_text(outputs.summary, run_summary(out, opening, html))
 
 
 def provenance_section(prov: dict, run_root) -> list[str]:

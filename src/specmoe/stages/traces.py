@@ -130,27 +130,24 @@ def teacher_forced_inputs(tr) -> tuple[list[list[int]], list[int]]:
     return seqs, spans
 
 
-def control_capture_job_stage(inputs, outputs, params, log: str | None = None,
-                              runtime=None) -> None:
-    """Rule capture_control (its contract: specmoe.contracts.engines.CaptureControlParams)."""
-    control_capture_stage(inputs.control, inputs.trace, params.run,
-                          with_job_runtime(params.settings, runtime), outputs.trace,
-                          engine_log=log)
-
-
-def control_capture_stage(control_dir, target_trace, run: dict, cap_cfg: dict, out,
-                          engine_log: str | None = None) -> None:
-    """The matched untrained control's trace: the control checkpoint reads its trained target's
-    own windows (teacher_forced_inputs) through the same engine settings as the target's
-    capture, so every routing statistic of the two compares routing of identical inputs. The
-    trace keeps the target's columns (request, step, position, acceptance: the control verifies
-    nothing) with the control's routing."""
+def control_capture_stage(inputs, outputs, params, log: str | None = None,
+                          runtime=None) -> None:
+    """Rule capture_control (its contract: specmoe.contracts.engines.CaptureControlParams): the
+    matched untrained control's trace (outputs.trace): the control checkpoint (inputs.control)
+    reads its trained target's own windows (inputs.trace; teacher_forced_inputs) through the same
+    engine settings as the target's capture, so every routing statistic of the two compares
+    routing of identical inputs. The trace keeps the target's columns (request, step, position,
+    acceptance: the control verifies nothing) with the control's routing. log: the job's log,
+    which the engine's processes append to; runtime: the job's, in minutes (the engine's timeout
+    follows it)."""
     import tempfile
 
     from ..routing.trace import Trace, read_trace, write_trace
     from ..runtime.capture import rows_of_sequences, teacher_forced_routing
     from ..runtime.engine import check_inputs, engine_kwargs, run_in_child
 
+    control_dir, target_trace, out = inputs.control, inputs.trace, outputs.trace
+    run, cap_cfg, engine_log = params.run, with_job_runtime(params.settings, runtime), log
     check_inputs(control_dir)
     tr = read_trace(target_trace)
     if tr.meta.get("capture", {}).get("teacher_forced"):
@@ -185,8 +182,8 @@ def control_capture_stage(control_dir, target_trace, run: dict, cap_cfg: dict, o
                                            "sequences": len(seqs)}}}
     out_tr = Trace(experts=experts, columns=columns, num_experts=info["num_experts"],
                    k_draft=tr.k_draft, meta=meta)
-    log.info("teacher-forced %s on %s's %d windows (%d rows)", run["model"],
-             target_run.get("model"), len(spans), n)
+    logging.getLogger("specmoe").info("teacher-forced %s on %s's %d windows (%d rows)",
+                                      run["model"], target_run.get("model"), len(spans), n)
     write_trace(out, out_tr, provenance(
         {"run": run, "capture": cap_cfg, "teacher_forced_on": str(target_trace)},
         model=model_provenance(run["model"], control_dir), stage="capture_control",
