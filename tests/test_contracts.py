@@ -278,3 +278,32 @@ def test_a_control_reads_its_targets_trace_through_its_own_checkpoint(tmp_path):
         pass
 
     assert job_facts(smk, engine_stage) == {"log": str(tmp_path / "c.log"), "runtime": 30}
+
+
+def test_every_record_names_its_stage_and_the_script_runs_that_stage():
+    """A record's STAGE is a stage that takes the job's (inputs, outputs, params) by name, and a
+    script that runs a record runs the stage the record names (a script is the contract's reader
+    the maintainer does not open)."""
+    import importlib
+    import inspect
+    import re
+    from dataclasses import is_dataclass
+
+    from wf import REPO
+
+    records = {}
+    for name in ("analysis", "engines", "models", "report"):
+        mod = importlib.import_module(f"specmoe.contracts.{name}")
+        records.update({k: v for k, v in vars(mod).items() if isinstance(v, type)
+                        and is_dataclass(v) and v.__module__ == mod.__name__})
+    assert {"TablesParams", "FiguresParams", "ComparisonParams", "PlanParams"} <= set(records)
+    for rec in records.values():
+        module, fn = rec.STAGE.rsplit(".", 1)
+        stage = getattr(importlib.import_module(module), fn)
+        assert list(inspect.signature(stage).parameters)[:3] == ["inputs", "outputs", "params"]
+    runs = 0
+    for script in sorted((REPO / "workflow" / "scripts").glob("*.py")):
+        for stage, rec in re.findall(r"run_rule\(snakemake, (\w+), (\w+)\)", script.read_text()):
+            assert records[rec].STAGE.rsplit(".", 1)[1] == stage, script.name
+            runs += 1
+    assert runs >= 20
