@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import paths as P
-from ..config import repo_key
 from ..provenance import config_hash
 from ..report import registry
 
@@ -62,8 +61,8 @@ class ReportIndexParams:
 
 
 def config_json(cfg, name: str) -> str:
-    """A study model's config-only download manifest (its config.json)."""
-    return P.download(repo_key(cfg.entry(name)), "config")
+    """A study model's config-only download manifest (its config.json; specmoe.paths.download)."""
+    return cfg.hf[name].entry["hf_config"]
 
 
 @dataclass(frozen=True)
