@@ -353,8 +353,10 @@ def is_control(df: pd.DataFrame) -> pd.Series:
     if df.empty:
         return pd.Series(False, index=df.index)
     if "control_of" not in df:
-        raise ValueError(f"a table of columns {', '.join(map(str, df.columns[:6]))}, ... has no "
-                         "control_of column: it was not written by rule tables")
+        raise ValueError(f"a table of runs (columns {', '.join(map(str, df.columns[:4]))}, ...) "
+                         "has no control_of column, so it cannot say which runs are untrained "
+                         "controls: it was written before the tables carried it, or not by rule "
+                         "tables (rerun it: snakemake --forcerun tables)")
     return df["control_of"].notna()
 
 
