@@ -42,7 +42,8 @@ def short_dataset(ds: str) -> str:
 
 def label_of(model: str, k, dataset: str | None = None, shape: str | None = None) -> str:
     """The label form: "tiny-fine, K=3, tinybench+2"; without a dataset "tiny-fine, K=3"; a speedup
-    curve's legend names the shape of its curve instead of the dataset, "tiny-fine, K=3 (rising)"."""
+    curve's legend names the shape of its curve instead of the dataset: "tiny-fine, K=3
+    (rising)"."""
     label = f"{model}, K={int(k)}"
     if dataset is not None:
         label += f", {short_dataset(dataset)}"
