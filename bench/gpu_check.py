@@ -127,6 +127,7 @@ def smoke(a: argparse.Namespace) -> int:
     import traceback
 
     from specmoe.routing.trace import read_trace
+    from specmoe.runs import Run
     from specmoe.runtime.engine import device
     from specmoe.sources.prompts import DEFAULT_SOURCE
     from specmoe.stages.measure import profile_stage, sweep_series_stage
@@ -152,7 +153,7 @@ def smoke(a: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     target, drafter = _local(a.target), _local(a.drafter)
-    run = {"model": "smoke", "drafter": "draft", "k": a.k, "dataset": a.dataset}
+    run = Run("smoke", "draft", a.k, a.dataset).as_dict()
     cap = {"prompts": a.prompts, "max_tokens": a.max_tokens, "max_num_seqs": a.prompts,
            "dtype": "auto"}
     for mode, args in (("eager", {"enforce_eager": True}), ("defaults", {})):

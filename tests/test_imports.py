@@ -16,6 +16,7 @@ ANALYSIS = ("routing.acceptance", "cost.costmodel", "cost.hfconfig", "routing.ip
             "sources.prompts", "provenance", "sources.published", "checks.schema",
             "measured.sweep", "routing.synth", "routing.trace", "routing.unique", "cost.weights",
             "cost.stepmodel", "cost.steptables", "cost.predictor", "cost.admission", "paths", "names",
+            "runs",
             "kinds",
             "report.figures", "report.html", "report.measured",
             "report.prose", "report.registry", "report.replay", "report.runs", "report.tables",

@@ -172,7 +172,7 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     g = g[g["dataset"] == g["dataset"].iloc[0]].sort_values("batch")
     first, best = g.iloc[0], g.loc[g["speedup"].idxmax()]
     iv = lambda r: f"{r['speedup']:.2f} [{r['speedup_low']:.2f}, {r['speedup_high']:.2f}]"  # noqa
-    assert (f"tiny-fine (K=3) {first['direction']}: speedup {iv(first)} at batch 1, largest "
+    assert (f"tiny-fine, K=3: {first['direction']}; speedup {iv(first)} at batch 1, largest "
             f"{iv(best)} at batch {int(best['batch'])}; {int((g['speedup_high'] < 1).sum())} of "
             f"{len(g)} intervals below 1 and {int((g['speedup_low'] > 1).sum())} above") in opening
     # a TE whose interval reaches past 1 is marked, never given as a value
@@ -194,7 +194,7 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     st = tables.read_csv(FIXTURE / "overlap_by_status.csv")
     loops = st[st["model"] == "tiny-fine"]["repetitive_windows_pct"].iloc[0]
     assert f"tiny-fine's output loops: {loops:.0f}% of its windows repeat a token" in index
-    assert "(the same prompts as a slice of tiny-fine tiny-drafter K=3 " in index
+    assert "(the same prompts as a slice of tiny-fine/tiny-drafter/K3/" in index
     # one number format per quantity: no scientific notation, no "inf", no "K over N"
     assert not re.search(r"\d\.\d+e[-+]\d", index) and " inf " not in index
     assert "K over N" not in index and "| k/N |" in index
@@ -223,7 +223,7 @@ def test_a_comparison_row_of_a_model_without_runs_is_named_by_its_model(tmp_path
                       "dataset": "x", "quantity": "seq1"}] if with_run else [])
     tables.write_table(pd.DataFrame(rows), tmp_path / "comparison", {}, "")
     df = load(tables_in(tmp_path), "comparison")
-    assert list(df["run"]) == ["qwen-cost"] + (["synth d K=3 x"] if with_run else [])
+    assert list(df["run"]) == ["qwen-cost"] + (["synth/d/K3/x"] if with_run else [])
     assert list(df["label"]) == ["qwen-cost"] + (["synth, K=3, x"] if with_run else [])
     assert figures.figure_frames(tables_in(tmp_path))["comparison"][0] is figures.comparison
 
@@ -290,13 +290,15 @@ def test_replay_configuration_runs_in_seconds_without_models(tmp_path):
 
 
 def _routing_tables(tmp_path, fine: dict, coarse: dict, controls: dict | None = None):
-    """Minimal overlap tables for a fine and a coarse tiny target, each with its -random twin
-    (the twin's values: `controls`, else the target's own)."""
+    """Minimal overlap tables for a fine and a coarse tiny target, each with its untrained control
+    (the control's values: `controls`, else the target's own), which its `control_of` column
+    names as one (its name says nothing: the report does not read names)."""
     ob, dec, ue = [], [], []
     for name, kn, v in (("fine", 0.125, fine), ("coarse", 0.25, coarse)):
-        for model in (name, f"{name}-random"):
+        for model in (name, f"untrained-{name}"):
             w = v if model == name or controls is None else {**v, **controls}
-            run = {"model": model, "drafter": "d", "k": 3, "dataset": "main"}
+            run = {"model": model, "drafter": "d", "k": 3, "dataset": "main",
+                   "control_of": None if model == name else name}
             ob.append({**run, "step1": w["seq1"], "independent": w["ind"], "seq1": w["seq1"],
                        "seq1_low": w["seq1"] - 0.01, "seq1_high": w["seq1"] + 0.01,
                        **{f"seq{d}": w["seq1"] - w["decay"] * (d - 1) / 7 for d in range(2, 9)},
@@ -423,7 +425,7 @@ def test_direction_words_come_with_the_interval_that_decides_them(tmp_path):
                       for b in (1, 2, 4, 8)]).to_csv(tmp_path / "speedup_vs_batch.csv",
                                                      index=False)
         # the first page's numbers with their intervals: at batch 1 and where largest
-        assert (f"fine (K=3) {word}: speedup {spd:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at "
+        assert (f"fine, K=3: {word}; speedup {spd:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at "
                 f"batch 1, largest {spd + 0.01:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at batch "
                 "4; ") in prose.opening(tables_in(tmp_path))
 
@@ -432,7 +434,7 @@ def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: st
     """A draft-ratio table (model-derived, exact) and a speedup table with its shape label."""
     run = {"model": "fine", "drafter": "d", "k": 3, "dataset": "main"}
     batches = [1, 2, 4, 8]
-    dr = [{**run, "batch": b, "synthetic_drafter": name, "draft_cost": c}
+    dr = [{**run, "control_of": None, "batch": b, "synthetic_drafter": name, "draft_cost": c}
           for name, curve in (("dense drafter", dense), ("MoE drafter", [0.3] * 4))
           for b, c in zip(batches, curve)]
     sp = [{**run, "batch": b, "speedup": s, "speedup_low": s * 0.9, "speedup_high": s * 1.1,
@@ -577,7 +579,7 @@ def _matched_table(tmp_path, diffs: dict, comparable=("fine", "coarse"), why="")
     rows = []
     for name in ("fine", "coarse"):
         ok = name in comparable
-        row = {"model": f"{name}-random", "drafter": "d", "k": 3, "dataset": "main",
+        row = {"model": f"untrained-{name}", "drafter": "d", "k": 3, "dataset": "main",
                "target": name, "matched": True, "comparable": ok, "input_repeat_pct": 0.2,
                "n_requests": 40, "not_comparable_because": "" if ok else why}
         for stat, (est, lo, hi) in diffs.items():

@@ -134,7 +134,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
     assert "On a CPU, no GPU: coarse-cpu, fine-cpu" in (res / "plan.md").read_text()
 
     index = (res / "report/index.md").read_text()
-    for needle in ("fine-cpu tiny-draft K=3 aya", "coarse-cpu, K=3, sharegpt",
+    for needle in ("fine-cpu/tiny-draft/K3/aya", "coarse-cpu, K=3, sharegpt",
                    "What a CPU run cannot show", "heldout_acceptance"):
         assert needle in index, needle
     for log in (root / "logs").rglob("*.log"):

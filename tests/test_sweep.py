@@ -407,3 +407,21 @@ def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path
         out = read_json(tmp_path / "out.json")
         assert out["rows"][0]["speedup"] == pytest.approx(want, rel=0.01)
         assert out["no_sd_series"] == how and out["engine_log_sd_df"] == 6
+
+
+def test_a_series_settings_are_typed_once_and_a_broken_one_is_one_line():
+    """The sweep section the schema filled, as the series stage reads it (stages.measure)."""
+    from specmoe.stages.measure import SweepSettings
+
+    section = {"schedule": [{"batch": 1, "prompts": 8}, {"batch": 4, "prompts": 16}],
+               "output_len": 48, "warmups": 2, "repeats": 3, "startup_timeout_s": 600,
+               "dtype": "auto"}
+    s = SweepSettings.of(section)
+    assert (s.schedule, s.output_len, s.warmups, s.repeats, s.startup_timeout_s) == (
+        ((1, 8), (4, 16)), 48, 2, 3, 600.0)
+    with pytest.raises(InputError) as err:
+        SweepSettings.of({k: v for k, v in section.items() if k != "repeats"})
+    assert str(err.value) == ("sweep settings: no repeats (they have dtype, output_len, "
+                              "schedule, startup_timeout_s, warmups)")
+    with pytest.raises(InputError, match=r"^sweep settings: not a number: .*'many'"):
+        SweepSettings.of({**section, "warmups": "many"})

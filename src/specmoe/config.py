@@ -27,6 +27,7 @@ from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, kind
 from .names import control_name, job_label
+from .runs import Run
 from .sources.prompts import DEFAULT_SOURCE
 
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
@@ -53,19 +54,6 @@ def with_precision(section: dict, m: dict) -> dict:
     if m.get("precision") in PRECISION_DTYPE:
         section["dtype"] = PRECISION_DTYPE[m["precision"]]
     return section
-
-
-@dataclass(frozen=True)
-class Run:
-    """One routing capture / cost model: a target, its drafter, K and a dataset."""
-    model: str
-    drafter: str
-    k: int
-    dataset: str
-
-    def as_dict(self) -> dict:
-        return {"model": self.model, "drafter": self.drafter, "k": self.k,
-                "dataset": self.dataset}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import paths as P
 from .config import Config, repo_key
 from .names import control_name
+from .runs import Run
 
 
 class Files:
@@ -29,18 +30,18 @@ class Files:
         k, dataset = cfg.sd_check_run()
         out = [P.model(n) for n in [*tiny, *drafters]]
         out += [P.model(control_name(n)) for n in tiny]
-        out += [P.SD_CHECK.format(model=m, drafter=d, k=k, dataset=dataset)
+        out += [Run(m, d, k, dataset).fill(P.SD_CHECK)
                 for m, target in tiny.items() for d in target.drafters]
         return [P.REPORT_MD, *out]
 
     def of_runs(self, pattern: str) -> list[str]:
         """`pattern` expanded over every configured run."""
-        return [pattern.format(**r.as_dict()) for r in self.cfg.runs()]
+        return [r.fill(pattern) for r in self.cfg.runs()]
 
     def of_swept_runs(self, pattern: str, variants: bool = True) -> list[str]:
         """`pattern` expanded over the runs that are swept (without variants: those that are
         profiled and captured too)."""
-        return [pattern.format(**r.as_dict()) for r in self.cfg.sweep_runs()
+        return [r.fill(pattern) for r in self.cfg.sweep_runs()
                 if variants or r.model not in self.cfg.variants]
 
     def profiles(self) -> list[str]:
@@ -79,9 +80,9 @@ class Files:
         if m.source == "hf":
             out["config"] = self.download(name, "config")
         else:
-            r = m.runs()[0].as_dict()
-            out["overlap"] = P.OVERLAP.format(**r)
-            out["acceptance"] = P.ACCEPTANCE.format(**r)
+            r = m.runs()[0]
+            out["overlap"] = r.fill(P.OVERLAP)
+            out["acceptance"] = r.fill(P.ACCEPTANCE)
             out["checkpoint"] = self.checkpoint(name)
         d = self.cfg.drafters.get(m.drafters[0])
         if d is not None and d.method == "draft_model":

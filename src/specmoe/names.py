@@ -1,6 +1,8 @@
 """Names the pipeline derives from the configuration's: a tiny target's untrained control, an
 engine job's label; the speculative methods it knows and the study's batch sizes."""
 
+from .runs import path_of
+
 CONTROL_SUFFIX = "-random"
 # vLLM's speculative methods the pipeline serves (the drafters' `method` in
 # workflow/schemas/config.schema.yaml lists the same; tests/test_config.py checks it).
@@ -19,6 +21,6 @@ def control_name(target: str) -> str:
 
 
 def job_label(rule: str, model: str, drafter: str = "", k="", dataset: str = "") -> str:
-    """An engine job as its output path names it: "sweep_sd qwen3-30b-fp8-tp1/eagle3-qwen3-30b/K3"."""
-    parts = [model, drafter, f"K{k}" if k not in ("", None) else "", dataset]
-    return f"{rule} " + "/".join(p for p in parts if p)
+    """An engine job as its output path names it (a run's path form, specmoe.runs): "sweep_sd
+    qwen3-30b-fp8-tp1/eagle3-qwen3-30b/K3"."""
+    return f"{rule} {path_of(model, drafter, k, dataset)}"

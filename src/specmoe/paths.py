@@ -6,8 +6,11 @@ log and benchmark mirror its output's path under logs/ and benchmarks/ (`log_of`
 
 from __future__ import annotations
 
-RUN = "{model}/{drafter}/K{k}/{dataset}"  # one run: a target, its drafter, K and a dataset
-SERIES = "{model}/{drafter}/K{k}"         # one engine serving a target with its drafter at K
+from .runs import path_of
+
+# one run (specmoe.runs.Run, its path form): a target, its drafter, K and a dataset
+RUN = path_of("{model}", "{drafter}", "{k}", "{dataset}")
+SERIES = path_of("{model}", "{drafter}", "{k}")  # one engine serving a target with its drafter at K
 
 TABLE_FORMATS = ("csv", "md", "tex", "html")  # every table is written in each
 

@@ -35,8 +35,11 @@ def canonical(obj):
 
 
 def run_of(w) -> dict:
-    """A run's identity from a job's wildcards (model, drafter, K, dataset) as a plain dict."""
-    return {"model": w.model, "drafter": w.drafter, "k": int(w.k), "dataset": w.dataset}
+    """A run's identity from a job's wildcards (specmoe.runs.Run) as its fields, as a job's params
+    and its results hold them."""
+    from ..runs import Run
+
+    return Run.of(w).as_dict()
 
 
 class Named(Mapping):

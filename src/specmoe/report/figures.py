@@ -17,9 +17,9 @@ import seaborn as sns  # noqa: E402
 
 from ..cost import costmodel, stepmodel
 from ..sources import published
-from ..names import control_name
 from ..provenance import atomic_path
-from .runs import by_distance, first_run, load, models, short_dataset, short_run
+from ..runs import label_of, short_dataset
+from .runs import by_distance, first_run, is_control, load, models
 from .tables import Tables
 
 sns.set_theme(style="whitegrid", context="paper")
@@ -469,8 +469,7 @@ def _cost_frames(td: Tables, tb: pd.DataFrame, colors: dict) -> dict[str, tuple]
         return out
     # each model's first run (the ratio hardly depends on K or the dataset), untrained controls
     # left out (their dimensions, so their curves, are their targets')
-    names = set(dr["model"])
-    dr = dr[~dr["model"].map(lambda m: any(control_name(t) == m for t in names))]
+    dr = dr[~is_control(dr)]
     out["draft_ratio_model"] = (curves_by, first_run(dr), colors, ["model", "k"],
                                 "synthetic_drafter", "draft_cost", "draft cost ratio c",
                                 "No cost model in this configuration.", None, "ridge_tokens")
@@ -483,13 +482,13 @@ SPEEDUP = "speedup (TPOT without / with SD)"
 def _speedup_frames(sp: pd.DataFrame, colors: dict, study: dict,
                     variant_of: dict) -> dict[str, tuple]:
     """The serving sweeps' figures: speedup vs batch, by K, by dataset, across variants, and the
-    measured draft cost. Each legend names a curve's model, K and shape (short_run)."""
+    measured draft cost. Each legend names a curve's model, K and shape (specmoe.runs.label_of)."""
     stems = ("speedup_vs_batch", "speedup_by_k", "speedup_by_dataset", "speedup_variants",
              "draft_cost_vs_batch")
     if sp.empty:
         return {f: (empty, NONE.format("serving sweep")) for f in stems}
     sp = sp.copy()
-    sp["legend"] = [short_run(m, k, shape=str(s))
+    sp["legend"] = [label_of(m, k, shape=str(s))
                     for m, k, s in zip(sp["model"], sp["k"], sp["shape"])]
     out = {"speedup_vs_batch": (speedup_vs_batch, first_run(sp), colors)}
     sp["K"] = sp["k"]

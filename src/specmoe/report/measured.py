@@ -12,15 +12,12 @@ import numpy as np
 import pandas as pd
 
 from ..cost import costmodel
+from ..runs import Run
 from . import registry
 from .runs import prompt_fit_rows, run_cols, runs
 
 log = logging.getLogger("specmoe")
 
-
-
-def run_key(rc: dict) -> tuple:
-    return (rc["model"], rc["drafter"], int(rc["k"]), rc["dataset"])
 
 
 def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str, pd.DataFrame]:
@@ -29,20 +26,20 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
     sps, prs, cms = (runs(x) for x in (speedup_jsons, profile_jsons, cost_jsons))
     t: dict[str, list] = {k: [] for k in registry.written_by("measured_tables")}
     te_cost = _costmodel_te(cms)
-    cost_by_run = {run_key(run_cols(c["run"])): c for c in cms}
+    cost_by_run = {Run.of(c["run"]): c for c in cms}
     sweep_rows = {}
     for sp in sps:
         rc = run_cols(sp["run"])
         t["prompt_fit_sweeps"] += prompt_fit_rows(rc, sp.get("prompting"))
         for r in sp["rows"]:
             t["speedup_vs_batch"].append(speedup_row(rc, sp, r))
-            sweep_rows[(*run_key(rc), r["batch"])] = r
+            sweep_rows[(Run.of(rc), r["batch"])] = r
     for pr in prs:
         rc = run_cols(pr["run"])
-        run = run_key(rc)
+        run = Run.of(rc)
         cm = cost_by_run.get(run)
         for b in pr["batches"]:
-            key = (*run, b["batch"])
+            key = (run, b["batch"])
             sw = sweep_rows.get(key)
             t["te_three_ways"].append(te_three_ways_row(rc, b, sw, cm, te_cost.get(key, np.nan)))
             t["kernel_time_shares"] += kernel_rows(rc, b, cm)
@@ -58,7 +55,7 @@ def _costmodel_te(cms: list[dict]) -> dict[tuple, float]:
         rc = run_cols(cm["run"])
         for r in cm["te_vs_batch"]:
             if r["routing"] == costmodel.MEASURED_ROUTING:
-                te_cost[(*run_key(rc), r["batch"])] = r["te"]
+                te_cost[(Run.of(rc), r["batch"])] = r["te"]
     return te_cost
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runs import short_dataset
 from . import registry, tables
-from .runs import first_run, short_dataset
+from .runs import first_run, is_control
 
 MAX_INLINE_ROWS = 40
 # the quantities of the comparison shown inline: the study's headline numbers
@@ -54,11 +55,8 @@ def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
     """A curve table as people read it: each model's first run (untrained controls, whose
     dimensions are their targets', left out), one row per batch size (1, 4, 16, ...: every
     other power of 2), one column per line."""
-    from ..names import control_name
-
     line, value, word = PIVOTS[stem]
-    names = set(df["model"])
-    df = first_run(df[~df["model"].map(lambda m: any(control_name(t) == m for t in names))])
+    df = first_run(df[~is_control(df)])
     b = df["batch"].astype(int)
     df = df[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
     index = [c for c in ("model", "k", "target_experts", "batch") if c in df]

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..cost import stepmodel
 from ..provenance import read_json
+from ..runs import Run
 
 
 def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
@@ -16,10 +17,10 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
     measured = {}
     for path in speedup_jsons:
         sp = read_json(path)
-        run = sp["run"]
+        run = Run.of(sp["run"])
         for r in sp["rows"]:
-            measured.setdefault((run["model"], int(run["k"]), int(r["batch"])), {
-                "dataset": run["dataset"], "speedup_measured": r["speedup"],
+            measured.setdefault((run.model, run.k, int(r["batch"])), {
+                "dataset": run.dataset, "speedup_measured": r["speedup"],
                 "speedup_measured_low": r.get("speedup_low", np.nan),
                 "speedup_measured_high": r.get("speedup_high", np.nan),
                 "shape_measured": sp["shape"]})

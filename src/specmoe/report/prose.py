@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from ..sources import published
-from ..names import control_name
 from .tables import Tables
-from .runs import by_distance, first_run, load, short_run
+from ..runs import label_of
+from .runs import by_distance, control_models, first_run, is_control, load
 
 SHOWN, NOT_SHOWN, UNDECIDED, NOT_MEASURED = "shown", "not shown", "undecided", "not measured"
 CPU = "not measurable on a CPU"
@@ -140,7 +140,7 @@ def report_caveats(td: Tables) -> list[str]:
     df = td.read("unique_experts")
     if "ipf_unconverged_experts" in df:
         for _, r in df[df["ipf_unconverged_experts"] > 0].iterrows():
-            out.append(f"{short_run(r['model'], r['k'], r['dataset'])}: this project's skewed "
+            out.append(f"{label_of(r['model'], r['k'], r['dataset'])}: this project's skewed "
                        f"IPF fit did not converge for {int(r['ipf_unconverged_experts'])} "
                        "expert(s) (their pair margins are jointly infeasible); its prediction "
                        "is the closest fit")
@@ -148,7 +148,7 @@ def report_caveats(td: Tables) -> list[str]:
     if "sample_ok" in df:
         bad = df[~df["sample_ok"].astype(bool)]
         for (m, d, k, ds), g in bad.groupby(["model", "drafter", "k", "dataset"]):
-            out.append(f"{short_run(m, k, ds)}: the trace has too few windows for the "
+            out.append(f"{label_of(m, k, ds)}: the trace has too few windows for the "
                        "measured-windows TE at batch "
                        f"{', '.join(str(b) for b in sorted(g['batch'].unique()))}")
     return out
@@ -174,7 +174,7 @@ def report_findings(td: Tables) -> list[str]:
     out = []
     for _, r in ob.iterrows():
         steps = by_distance(r)
-        line = (f"{short_run(r['model'], r['k'], r['dataset'])}: inside windows, overlap at "
+        line = (f"{label_of(r['model'], r['k'], r['dataset'])}: inside windows, overlap at "
                 f"d = 1..{len(steps)} {_fmt(steps)}, from d = 1 to {len(steps)} "
                 + direction(_val(r, "window_decay"), *_interval(r, "window_decay"),
                             "decays", "rises"))
@@ -383,7 +383,7 @@ def _first(df: pd.DataFrame, model: str, like=None):
 
 
 def routing_targets(td: Tables) -> pd.DataFrame:
-    """Does each captured tiny target (a model with an untrained `-random` control) route like the
+    """Does each captured tiny target (a model with an untrained control: control_of) route like the
     study's models? Its first run (lowest K, first dataset) against the study's findings, each
     decided by the run's 95% intervals where it has them (bootstrap over requests), beside the
     control's value on the same K and dataset; a finding the control shows as well is not
@@ -393,17 +393,17 @@ def routing_targets(td: Tables) -> pd.DataFrame:
                                                "matched_controls"))
     if ob.empty or "seq1" not in ob or dec.empty:
         return pd.DataFrame()
-    models = set(ob["model"])
-    tiny = [m for m in dict.fromkeys(ob["model"]) if control_name(m) in models]
+    control = control_models(ob)
+    tiny = [m for m in dict.fromkeys(ob["model"]) if m in control]
     rows, shares, matched = [], {}, {}
     for m in tiny:
         o = _first(ob, m)
-        c = _first(ob, control_name(m), like=o)
+        c = _first(ob, control[m], like=o)
         mt = matched[m] = _matched(mc, m, o)
         ours = _routing_rows(m, o, dec[dec["run"] == o["run"]].iloc[0],
                              _first(ue, m, like=o) if not ue.empty else None)
-        theirs = _routing_rows(control_name(m), c, dec[dec["run"] == c["run"]].iloc[0],
-                               _first(ue, control_name(m), like=c) if not ue.empty else None)
+        theirs = _routing_rows(control[m], c, dec[dec["run"] == c["run"]].iloc[0],
+                               _first(ue, control[m], like=c) if not ue.empty else None)
         for a, b in zip(ours, theirs):
             iv = (a.pop("interval", (np.nan, np.nan)), b.pop("interval", (np.nan, np.nan)))
             paired = _paired(mt, a["finding"])
@@ -417,11 +417,11 @@ def routing_targets(td: Tables) -> pd.DataFrame:
                          "control_status": b["status"],
                          "learned": _learned(a["status"], b["status"], *iv, matched=mt,
                                              paired=paired)})
-        for who, row in ((m, o), (control_name(m), c)):
+        for who, row in ((m, o), (control[m], c)):
             d = dec[dec["run"] == row["run"]].iloc[0]
             shares[who] = (float(d["k_over_n"]), _val(d, "sequence_temporal_share"),
                            *_interval(d, "sequence_temporal_share"))
-    rows += _granularity_rows(tiny, shares, matched)
+    rows += _granularity_rows(tiny, shares, control, matched)
     rows += _cpu_rows(td, tiny)
     return pd.DataFrame(rows)
 
@@ -430,17 +430,19 @@ def _share_order(fine: tuple, coarse: tuple) -> str:
     return SHOWN if fine[2] > coarse[3] else NOT_SHOWN if fine[3] < coarse[2] else UNDECIDED
 
 
-def _granularity_rows(tiny: list[str], shares: dict, matched: dict | None = None) -> list[dict]:
+def _granularity_rows(tiny: list[str], shares: dict, control: dict,
+                      matched: dict | None = None) -> list[dict]:
     """"Temporal share larger for finer experts", for each pair of tiny targets of neighbouring
     granularity, beside the same comparison of their untrained controls (not comparable where
-    either control is not: matched_controls)."""
+    either control is not: matched_controls); `control`: each target's control (shares holds
+    both)."""
     rows = []
     ranked = sorted(tiny, key=lambda m: shares[m][0])
     for fine, coarse in zip(ranked, ranked[1:]):
         f, c = shares[fine], shares[coarse]
         if f[0] == c[0]:
             continue
-        fc, cc = shares[control_name(fine)], shares[control_name(coarse)]
+        fc, cc = shares[control[fine]], shares[control[coarse]]
         both = _both((matched or {}).get(fine), (matched or {}).get(coarse))
         row = {"model": fine, "run": "", "finding": "temporal share larger for finer experts",
                "target": f"temporal share of {fine} (k/N {f[0]:.3f}) > {coarse}'s ({c[0]:.3f})"}
@@ -568,7 +570,7 @@ def _speedup_summary(td: Tables) -> list[str]:
         word = (g["direction"].iloc[0] if "direction" in g and isinstance(
             g["direction"].iloc[0], str) and g["direction"].iloc[0] else "direction not decided")
         first, best = g.iloc[0], g.loc[g["speedup"].idxmax()]
-        out.append(f"{g['model'].iloc[0]} (K={int(g['k'].iloc[0])}) {word}: speedup "
+        out.append(f"{label_of(g['model'].iloc[0], g['k'].iloc[0])}: {word}; speedup "
                    f"{_speedup_text(first)} at batch {int(first['batch'])}, largest "
                    f"{_speedup_text(best)} at batch {int(best['batch'])}; {below} of {n} "
                    f"intervals below 1 and {above} above")
@@ -662,7 +664,7 @@ def measured_findings(td: Tables) -> list[str]:
     ue = load(td, "unique_experts")
     if not ue.empty and "ipf_uniform_sequence" in ue:
         for _, r in ue.iterrows():
-            out.append(f"{short_run(r['model'], r['k'], r['dataset'])}: unique experts per "
+            out.append(f"{label_of(r['model'], r['k'], r['dataset'])}: unique experts per "
                        f"window {r['empirical']:.2f} measured, {r['uniform']:.2f} uniform i.i.d.; "
                        f"uniform IPF from the overlap along the sequence (the study's input) "
                        f"{r['ipf_uniform_sequence']:.2f} "
@@ -787,8 +789,7 @@ def draft_cost_findings(td: Tables) -> list[str]:
     out = []
     dr = load(td, "draft_ratio_model")
     if not dr.empty:  # an untrained control has its target's dimensions: its curves are the same
-        models = set(dr["model"])
-        dr = first_run(dr[~dr["model"].map(lambda m: any(control_name(t) == m for t in models))])
+        dr = first_run(dr[~is_control(dr)])
         said: dict[str, list[str]] = {}
         for (model, drafter), g in dr.groupby(["model", "synthetic_drafter"], sort=False):
             said.setdefault(f"{drafter}: the step model's draft cost ratio "

@@ -1,6 +1,9 @@
 """The tables of a configuration's runs, built from each run's overlap, IPF, cost-model and
 acceptance results (rule tables): one row per run (model, drafter, K, dataset), or per run and
-step distance, layer, slice or batch size."""
+step distance, layer, slice or batch size. Each row of a run says, in its `control_of` column,
+whether the run's model is an untrained control and of which trained target (empty: it is not
+one), as the run's overlap results record it (rule overlap, which reads the control's target from
+the configuration); the readers take control-ness from there, never from a model's name."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..provenance import read_json
+from ..runs import Run
 from . import registry, tables
 
 
@@ -31,32 +35,44 @@ def runs(paths) -> list[dict]:
     return [read_json(p) for p in paths]
 
 
-def run_cols(run: dict) -> dict:
-    return {"model": run.get("model"), "drafter": run.get("drafter"), "k": run.get("k"),
-            "dataset": run.get("dataset")}
+def run_cols(run: dict, control_of: dict | None = None) -> dict:
+    """A run's columns (specmoe.runs.Run: model, drafter, k, dataset); with `control_of` (the
+    untrained controls' targets by run, controls_of) its `control_of` column too."""
+    r = Run.of(run)
+    return {**r.as_dict(), **({"control_of": control_of.get(r)} if control_of is not None
+                              else {})}
+
+
+def controls_of(ovs: list[dict]) -> dict[Run, str]:
+    """The trained target of each untrained control's run, from the runs' overlap results (the
+    control's statistics beside its target's: rule overlap)."""
+    return {Run.of(ov["run"]): ov["control"]["target"] for ov in ovs if ov.get("control")}
 
 
 def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, pd.DataFrame]:
     """All tables of the report, as DataFrames keyed by file stem."""
     ovs, ips, cms, accs = (runs(x) for x in (overlap_jsons, ipf_jsons, cost_jsons, acc_jsons))
     t: dict[str, list] = {k: [] for k in registry.written_by("tables")}
-    heldout_of = {tuple(run_cols(ac["run"]).values()): ac.get("heldout", {}) for ac in accs}
+    ctl = controls_of(ovs)
+    heldout_of = {Run.of(ac["run"]): ac.get("heldout", {}) for ac in accs}
     for ov in ovs:
-        _add_overlap_rows(t, ov, heldout_of.get(tuple(run_cols(ov["run"]).values()), {}))
-        t["prompt_fit"] += prompt_fit_rows(run_cols(ov["run"]), ov.get("prompting"))
+        _add_overlap_rows(t, ov, heldout_of.get(Run.of(ov["run"]), {}), ctl)
+        t["prompt_fit"] += prompt_fit_rows(run_cols(ov["run"], ctl), ov.get("prompting"))
     add_share_leads(t["matched_controls"], ovs)
-    t["unique_experts"] += [unique_experts_row(ov, ip) for ov, ip in zip(ovs, ips)]
+    t["unique_experts"] += [unique_experts_row(ov, ip, ctl) for ov, ip in zip(ovs, ips)]
     for cm in cms:
-        _add_cost_rows(t, cm)
+        _add_cost_rows(t, cm, ctl)
     for ac in accs:
-        _add_acceptance_rows(t, ac)
+        _add_acceptance_rows(t, ac, ctl)
     return {k: in_order(pd.DataFrame(v)) for k, v in t.items()}
 
 
-def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict) -> None:
+def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict,
+                      control_of: dict | None = None) -> None:
     """One run's rows of the overlap tables (decomposition, by distance, by status, held-out
-    slices, per layer); `heldout`: its acceptance results' held-out datasets."""
-    s, rc = ov["summary"], run_cols(ov["run"])
+    slices, per layer); `heldout`: its acceptance results' held-out datasets. The
+    matched_controls row names the control's target in its own `target` column."""
+    s, rc = ov["summary"], run_cols(ov["run"], control_of or {})
     t["overlap_decomposition_step1"].append(decomposition_row(rc, s))
     t["overlap_by_distance"].append(overlap_row(rc, s, ov))
     if ov.get("overlap_by_status"):
@@ -65,7 +81,7 @@ def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict) -> None:
             "repetitive_windows_pct": 100 * ov.get("repetitive_windows", np.nan)})
     t["heldout_overlap"] += heldout_overlap_rows(rc, ov.get("by_slice") or {}, heldout)
     if ov.get("control"):
-        t["matched_controls"].append(matched_control_row(rc, ov["control"]))
+        t["matched_controls"].append(matched_control_row(run_cols(ov["run"]), ov["control"]))
     t["per_layer_overlap"] += per_layer_rows(rc, ov["per_layer"])
 
 
@@ -161,13 +177,13 @@ def per_layer_rows(rc: dict, pl: dict) -> list[dict]:
             for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"]))]
 
 
-def unique_experts_row(ov: dict, ip: dict) -> dict:
+def unique_experts_row(ov: dict, ip: dict, control_of: dict | None = None) -> dict:
     """One run's row of the unique_experts table: measured unique experts per window beside the
     IPF's predictions and their errors."""
     u = ov["unique"]
     pred, err = ip["prediction"], ip["relative_error"]
     return {
-        **run_cols(ov["run"]), "empirical": u["empirical"],
+        **run_cols(ov["run"], control_of or {}), "empirical": u["empirical"],
         "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
         "independent": u["independent"],
         # the study's input (its Table 17 -> Table 20), then this project's two estimators
@@ -178,10 +194,10 @@ def unique_experts_row(ov: dict, ip: dict) -> dict:
         "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"])}
 
 
-def _add_cost_rows(t: dict[str, list], cm: dict) -> None:
+def _add_cost_rows(t: dict[str, list], cm: dict, control_of: dict | None = None) -> None:
     """One run's rows of the cost model's tables (target_efficiency, te_vs_batch,
     draft_ratio_model)."""
-    rc = run_cols(cm["run"])
+    rc = run_cols(cm["run"], control_of or {})
     t["target_efficiency"].append({
         **rc, "hardware": cm["hardware"], "c_expert_mib": cm["c_expert_mib"],
         "c_dense_mib": cm["c_dense_mib"], "moe_weight_share": cm["moe_weight_share"],
@@ -192,10 +208,10 @@ def _add_cost_rows(t: dict[str, list], cm: dict) -> None:
     t["draft_ratio_model"] += [{**rc, **r} for r in cm.get("draft_ratio_vs_batch", [])]
 
 
-def _add_acceptance_rows(t: dict[str, list], ac: dict) -> None:
+def _add_acceptance_rows(t: dict[str, list], ac: dict, control_of: dict | None = None) -> None:
     """One run's rows of the acceptance tables (acceptance_consecutive, anchor_overlap,
     heldout_acceptance)."""
-    rc = run_cols(ac["run"])
+    rc = run_cols(ac["run"], control_of or {})
     t["acceptance_consecutive"] += [{**rc, **{c: r.get(c, np.nan) for c in ACCEPTANCE_COLUMNS}}
                                     for r in ac["by_position"]]
     t["anchor_overlap"] += anchor_rows(rc, ac)
@@ -315,39 +331,39 @@ def by_distance(row, suffix: str = "", n: int | None = None, prefix: str = "step
     return out
 
 
-def short_dataset(ds: str) -> str:
-    """A run's dataset in a few characters: "tinybench+heldout-code+heldout-prose" (a main set
-    and two held-out sets) reads "tinybench+2"."""
-    parts = str(ds).split("+")
-    return parts[0] + (f"+{len(parts) - 1}" if len(parts) > 1 else "")
-
-
-def short_run(model: str, k, dataset: str | None = None, shape: str | None = None) -> str:
-    """A run as titles, legends and sentences name it, the one place a model's label is built:
-    "tiny-fine, K=3, tinybench+2"; a speedup curve's legend names the shape of its curve instead
-    of the dataset, "tiny-fine, K=3 (rising)"."""
-    label = f"{model}, K={int(k)}"
-    if dataset is not None:
-        label += f", {short_dataset(dataset)}"
-    if shape is not None:
-        label += f" ({shape})"
-    return label
-
-
 def load(declared: tables.Tables, stem: str) -> pd.DataFrame:
-    """A table of the job's declared tables with a `run` column (the run's full name) and a
-    `label` (its short one), empty when the configuration does not make it. A row of a model
-    without runs (a cost-only study model's, in the comparison) is named by its model alone."""
+    """A table of the job's declared tables with a `run` column (the run's path form,
+    specmoe.runs.Run) and a `label` (its label form), empty when the configuration does not make
+    it. A row of a model without runs (a cost-only study model's, in the comparison) is named by
+    its model alone."""
     df = declared.read(stem)
     if not df.empty and {"model", "drafter", "k", "dataset"} <= set(df.columns):
         whole = df[["drafter", "k", "dataset"]].notna().all(axis=1)
-        k = df["k"].map(lambda x: str(int(x)) if pd.notna(x) else "")
-        full = (df["model"].astype(str) + " " + df["drafter"].astype(str) + " K=" + k + " "
-                + df["dataset"].astype(str))
-        df["run"] = full.where(whole, df["model"].astype(str))
-        df["label"] = [short_run(m, k, ds) if ok else str(m)
-                       for m, k, ds, ok in zip(df["model"], df["k"], df["dataset"], whole)]
+        ids = [Run.of(r) if ok else None
+               for r, ok in zip(df[["model", "drafter", "k", "dataset"]].to_dict("records"),
+                                whole)]
+        df["run"] = [r.path if r else str(m) for r, m in zip(ids, df["model"])]
+        df["label"] = [r.label if r else str(m) for r, m in zip(ids, df["model"])]
     return df
+
+
+def is_control(df: pd.DataFrame) -> pd.Series:
+    """The rows of untrained controls in a table of runs written by rule tables (its
+    `control_of` column); a table without that column cannot say, and is an error."""
+    if df.empty:
+        return pd.Series(False, index=df.index)
+    if "control_of" not in df:
+        raise ValueError(f"a table of runs (columns {', '.join(map(str, df.columns[:4]))}, ...) "
+                         "has no control_of column, so it cannot say which runs are untrained "
+                         "controls: it was written before the tables carried it, or not by rule "
+                         "tables (rerun it: snakemake --forcerun tables)")
+    return df["control_of"].notna()
+
+
+def control_models(df: pd.DataFrame) -> dict[str, str]:
+    """{trained target: its untrained control} of a table of runs (is_control)."""
+    rows = df[is_control(df)]
+    return dict(zip(rows["control_of"], rows["model"]))
 
 
 def models(dfs) -> list[str]:

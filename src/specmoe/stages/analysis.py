@@ -14,6 +14,7 @@ from ..cost import costmodel
 from ..errors import InputError
 from ..provenance import provenance, read_json, write_json
 from ..routing.unique import independent_unique, uniform_unique, window_unique_table
+from ..runs import Run
 
 log = logging.getLogger("specmoe")
 
@@ -56,7 +57,7 @@ def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
     from ..routing import synth, trace
 
     params = dict(model_cfg["synthetic"])
-    params["k_draft"] = int(run["k"])
+    params["k_draft"] = Run.of(run).k
     p = synth.SynthParams.from_dict(params)
     log.info("generating %d windows x %d layers", p.requests * p.steps, p.num_layers)
     tr = synth.generate(p)

@@ -4,8 +4,10 @@ profile) on a real engine (torch / vLLM, the `cpu` or `gpu` extra)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InputError
 from ..sources import prompts as prompt_table
 from ..provenance import provenance, write_json
 from .engines import (engine_label, engine_opts, engine_prompts, model_identity, model_provenance,
@@ -14,6 +16,35 @@ from .engines import (engine_label, engine_opts, engine_prompts, model_identity,
 log = logging.getLogger("specmoe")
 PAIR_ORDER = ("each (repeat, dataset, batch) point measured with and without SD back to back, "
               "the order alternating from one point to the next (AB BA AB ...)")
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What a serving series measures, typed once from its job's settings (the sweep section as
+    the schema filled it, specmoe.config.Config.job_settings): the schedule's (batch size, prompts)
+    points, the tokens each request generates, the warm-up requests before a batch size is first
+    measured, the measurements of each point and the engine's start-up timeout in seconds. The
+    engine's own settings (dtype, context, engine arguments) stay in the section (engine_opts)."""
+    schedule: tuple[tuple[int, int], ...]
+    output_len: int
+    warmups: int
+    repeats: int
+    startup_timeout_s: float
+
+    @classmethod
+    def of(cls, section: dict) -> "SweepSettings":
+        """The settings of a sweep section; one missing or not a number is refused in one line."""
+        try:
+            return cls(schedule=tuple((int(p["batch"]), int(p["prompts"]))
+                                      for p in section["schedule"]),
+                       output_len=int(section["output_len"]), warmups=int(section["warmups"]),
+                       repeats=int(section["repeats"]),
+                       startup_timeout_s=float(section["startup_timeout_s"]))
+        except KeyError as exc:
+            raise InputError(f"sweep settings: no {exc.args[0]} (they have "
+                             f"{', '.join(sorted(section))})") from None
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"sweep settings: not a number: {exc}") from None
 
 
 def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, sweep_cfg: dict,
@@ -34,12 +65,13 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     from ..runtime.serving import run_series
 
     check_inputs(target_dir, drafter_dir, k)
-    sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep_cfg["schedule"]]
+    settings = SweepSettings.of(sweep_cfg)
+    sched = list(settings.schedule)
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
                            **engine_opts(sweep_cfg))
     # the tokens kept free for drafts: the same in the model's series with and without SD, so
     # that they measure the same prompts
-    reserved = int(sweep_cfg["output_len"]) + int((prompting or {}).get(
+    reserved = settings.output_len + int((prompting or {}).get(
         "draft_slack", k + 1 if k else 0))
     # one prompt set for every point: the smallest point's prompts; larger points cycle through it
     texts, fit = {}, {}
@@ -71,11 +103,11 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                   Path(str(out).removesuffix(".json") + ".nosd.points"))
     t0 = time.perf_counter()
     res = run_series(engine, str(target_dir), texts, sched,
-                     int(sweep_cfg["output_len"]), int(sweep_cfg["warmups"]),
+                     settings.output_len, settings.warmups,
                      Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
                      log_path=engine_log,
-                     startup_timeout=float(sweep_cfg["startup_timeout_s"]),
-                     repeats=int(sweep_cfg["repeats"]), paired=paired)
+                     startup_timeout=settings.startup_timeout_s,
+                     repeats=settings.repeats, paired=paired)
     points, plain_points = res if paired else (res, None)
     measured = [p for pts in points.values() for p in pts if not p["reused"]]
     datasets = {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
