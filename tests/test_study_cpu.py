@@ -1,12 +1,13 @@
 """The study's path end to end on a CPU (.test/study-cpu): study models and datasets from an offline
-Hugging Face cache that the case builds (tiny models trained here, datasets in their published
-layouts), served by vLLM for CPUs through the same rules as on GPUs, down to the report. The test
-runs the case's own script, as CI and a user do."""
+Hugging Face cache that its builder makes (tests/study_cpu.py: tiny models trained here, datasets
+in their published layouts), served by vLLM for CPUs through the same rules as on GPUs, down to
+the report. The test runs the builder's command, as CI and a user do."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.slow
 def test_study_cpu_case_runs_every_study_rule(tmp_path):
     pytest.importorskip("vllm")
     root = tmp_path / "case"
-    r = subprocess.run([str(CASE / "run"), str(root)], capture_output=True, text=True,
-                       timeout=3300)
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "study_cpu.py"), str(root)],
+                       capture_output=True, text=True, timeout=3300)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     res = root / "results"
     cfg = yaml.safe_load((CASE / "config.yaml").read_text())
