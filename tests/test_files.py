@@ -45,11 +45,11 @@ def test_engines_serve_downloads_or_checkpoints_and_mtp_needs_no_drafter_file():
     assert default.plan("tiny-fine") == []
 
 
-def test_the_gpu_bill_reads_only_the_config_files_the_package_does_not_ship():
+def test_the_gpu_plan_reads_only_the_config_files_the_package_does_not_ship():
     paper = files("config/paper.yaml")
     from specmoe.checks.preflight import shipped_config
 
-    wanted = paper.bill_inputs()
+    wanted = paper.plan_inputs()
     for n in paper.cfg.planned:
         shipped = shipped_config(paper.cfg.models[n].entry["repo_id"]) is not None
         assert (paper.download(n, "config") in wanted) == (not shipped), n

@@ -37,7 +37,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
 
     # downloads: every repo resolved offline from the case's cache, at its pinned revision
     manifests = [read_json(p) for p in (res / "downloads").rglob("*.json")]
-    # 3 model repos in full; config only: 2 targets (weight model, GPU bill) and the draft model
+    # 3 model repos in full; config only: 2 targets (weight model, GPU plan) and the draft model
     # (the step model's drafter), 4 datasets
     assert len(manifests) == 6 + 4
     for man in manifests:
@@ -124,7 +124,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         assert mean[f"{d}_min"] == slices[d].min() and mean[f"{d}_max"] == slices[d].max()
         assert mean[f"{d}_min"] <= mean[d] <= mean[f"{d}_max"]
 
-    # the weight model of every study model, and the bill: every engine job, none on a GPU
+    # the weight model of every study model, and the plan: every engine job, none on a GPU
     wm = tables.read_csv(res / "tables/weight_model.csv")
     assert set(wm["model"]) == {"fine-cpu", "coarse-cpu"}
     assert list(wm["top_k"]) == [4, 1] and list(wm["N"]) == [16, 4]

@@ -90,11 +90,11 @@ class Files:
         return out
 
     def plan(self, model: str) -> list[str]:
-        """The GPU bill, for a study model's GPU jobs' runtimes."""
+        """The GPU plan, for a study model's GPU jobs' runtimes."""
         return [P.PLAN_JSON] if model in self.cfg.planned else []
 
-    def bill_inputs(self) -> list[str]:
-        """What the GPU bill reads: the config.json of each planned model that the package does
+    def plan_inputs(self) -> list[str]:
+        """What the GPU plan reads: the config.json of each planned model that the package does
         not ship (the others are offline)."""
         from .checks.preflight import shipped_config
 

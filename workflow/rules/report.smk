@@ -1,5 +1,5 @@
 # Tables, the study's published numbers beside them, figures and the report; the weight-model
-# table from each study model's config.json and the GPU bill (offline where the package ships
+# table from each study model's config.json and the GPU plan (offline where the package ships
 # the model's config.json).
 
 
@@ -90,7 +90,7 @@ rule weight_model:
 
 rule plan:
     input:
-        manifests=FILES.bill_inputs(),
+        manifests=FILES.plan_inputs(),
     output:
         md=P.PLAN_MD,
         json=P.PLAN_JSON,

@@ -1,4 +1,4 @@
-"""Rule plan: the GPU bill of the configuration (results/plan.md) and each GPU job's runtime."""
+"""Rule plan: the GPU plan of the configuration (results/plan.md) and each GPU job's runtime."""
 
 from specmoe.logs import logged
 from specmoe.stages.report import plan_stage

@@ -214,7 +214,7 @@ def plan_stage(entries: list[dict], config: dict, out_md, out_json,
     """entries: one per study model that runs (specmoe.config.Config.plan_entry, with the
     `manifest` of its config-only download, read where the package ships no config.json);
     config: the sweep, capture, profiling, hardware and plan sections; unplanned: study models
-    the bill cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens, where the
+    the plan cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens, where the
     number comes from)} for the prefill term. Reads nothing else: no dataset, no download of a
     model whose config.json the package ships."""
     from ..checks import preflight
@@ -268,7 +268,7 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
     on_cpu = sorted({r["model"] for r in rows if not r["gpus"]})
     gpu_jobs = sum(1 for r in rows if r["gpus"])
     prompts = ", ".join(f"{ds} {t:,.0f} ({sources[ds][1]})" for ds, t in ptok.items())
-    lines = ["# GPU bill of this configuration", "",
+    lines = ["# GPU plan of this configuration", "",
              f"**{s['gpu_hours']:,.0f} GPU-hours** in {gpu_jobs} GPU jobs, estimated from the "
              "schedule and the step model (docs/method.md, Step model) before anything is measured. "
              "Assumptions "
@@ -282,7 +282,7 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
              "drafter) on each GPU, `kv_sequences` the sequences of the job's length its KV cache "
              "holds, `headroom_gib` what is left with the job's largest batch in it (below 0: vLLM "
              "queues part of that batch).", "",
-             *([f"Not in this bill: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
+             *([f"Not in this plan: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
                 "size them from); they cannot run until one is set.", ""] if unplanned else []),
              *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
                 "jobs are listed with 0 GPUs and the hours of the step model on that hardware.", ""]
