@@ -141,6 +141,6 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
     for log in (root / "logs").rglob("*.log"):
         assert "done in" in log.read_text(), log
 
-    again = subprocess.run([str(CASE / "run"), str(root), "-n"], capture_output=True, text=True,
-                           timeout=600)
+    again = subprocess.run([sys.executable, str(REPO / "tests" / "study_cpu.py"), str(root), "-n"],
+                           capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
