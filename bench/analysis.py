@@ -174,7 +174,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=1_000_000)
     ap.add_argument("--layers", type=int, default=48)
-    ap.add_argument("--k-draft", type=int, default=3)
+    ap.add_argument("--draft-length", dest="k_draft", type=int, default=3,
+                    help="the draft length K")
     ap.add_argument("--python-slice", type=int, default=20_000)
     ap.add_argument("--scale", type=int, default=10, help="the streamed point's length / --tokens")
     ap.add_argument("--repeats", type=int, default=3, help="best of N for analysis and memread")

@@ -6,7 +6,8 @@ Starts alternate old, new, old, new, ... one engine at a time, so that a drift o
 spreads over both; each start's phases come from the engine's own log lines
 (specmoe.runtime.startup).
 
-    .venv/bin/python bench/engine_start.py TARGET [--drafter DRAFTER --k 3] [--n 3] [--json]
+    .venv/bin/python bench/engine_start.py TARGET [--drafter DRAFTER --draft-length 3] [--n 3]
+        [--json]
 
 old: the worker in a process of its own (served: API server, engine core and worker, each
 importing vLLM and torch; offline: the caller, an engine-core process and a worker process).
@@ -85,7 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("target")
     ap.add_argument("--drafter")
-    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--draft-length", dest="k", type=int, default=3, help="the draft length K")
     ap.add_argument("--n", type=int, default=3, help="starts per engine and layout")
     ap.add_argument("--out-len", type=int, default=16)
     ap.add_argument("--engines", default="served,offline")

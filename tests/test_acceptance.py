@@ -4,6 +4,7 @@ from scipy import stats
 
 from specmoe.routing.acceptance import acceptance_stats, cohens_d, compare, size_label
 from specmoe.routing.overlap import row_overlaps
+from specmoe.routing.synth import SynthParams, generate
 
 X = np.array([0.41, 0.45, 0.39, 0.50, 0.47, 0.44, 0.43, 0.52, 0.40, 0.46])
 Y = np.array([0.38, 0.36, 0.42, 0.35, 0.40, 0.37, 0.39])
@@ -230,6 +231,24 @@ def test_a_row_from_fewer_than_10_requests_in_an_arm_says_too_few():
                                            "p_tokens_mannwhitney"))
     assert np.isfinite(out["cohens_d"]) and np.isfinite(out["delta"])
     assert compare(acc, rej, ar, rr)["size"] != TOO_FEW
+
+
+def test_a_position_without_rejected_drafts_says_so():
+    """A synthetic generator whose acceptance reaches 1 accepts every draft: the row's rejected
+    side is empty, and its label says why rather than "too few"."""
+    from specmoe.routing.acceptance import NONE_ACCEPTED, NONE_REJECTED
+
+    acc, rej, ar, rr = _clustered_sample(4)
+    out = compare(acc, rej[:0], ar, rr[:0])
+    assert out["size"] == NONE_REJECTED and out["n_first_rejected"] == 0
+    assert np.isnan(out["first_rejected_overlap"]) and np.isnan(out["delta"])
+    assert compare(acc[:0], rej, ar[:0], rr)["size"] == NONE_ACCEPTED
+    assert compare(acc, rej[:0])["size"] == NONE_REJECTED  # without requests too
+    tr = generate(SynthParams(num_experts=16, top_k=2, num_layers=2, k_draft=3, requests=12,
+                              steps=8, accept_prob=1.0, seed=3))
+    consec, anchor = row_overlaps(tr)
+    rows = acceptance_stats(tr, consec, anchor)["by_position"]
+    assert rows and {r["size"] for r in rows} == {NONE_REJECTED}
 
 
 def test_cohens_d_has_an_interval_by_request():

@@ -1,5 +1,5 @@
 """The configuration resolved once (specmoe.config): defaults filled in one place, variants and
-controls as the rules and the GPU bill see them."""
+controls as the rules and the GPU plan see them."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_an_untrained_control_runs_at_its_targets_first_k_and_dataset():
     assert name not in c.swept or f"{name}-random" not in c.swept
 
 
-def test_a_study_model_takes_the_top_level_ks_and_the_bill_its_jobs():
+def test_a_study_model_takes_the_top_level_ks_and_the_plan_its_jobs():
     c = resolved("config/paper.yaml")
     written = {m["name"]: m for m in c.raw["models"]}
     name = next(n for n in c.hf_swept if "ks" not in written[n])

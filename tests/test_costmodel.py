@@ -112,7 +112,7 @@ def test_bad_dims(kw, msg):
 
 
 def test_plan_estimates_from_the_step_model():
-    """One step of the bill is the step model's (uniform routing: the experts' upper bound); a
+    """One step of the plan is the step model's (uniform routing: the experts' upper bound); a
     series is waves x tokens x steps, SD steps with their drafting."""
     from specmoe.cost import plan, stepmodel
     from specmoe.routing.unique import uniform_unique
@@ -158,7 +158,7 @@ def test_a_model_without_a_layer_count_is_refused():
         cm.ModelDims.from_dims(**{k: v for k, v in QWEN3_30B_DIMS.items() if k != "num_layers"})
 
 
-def test_the_gpu_bill_prefills_each_prompt_once():
+def test_the_gpu_plan_prefills_each_prompt_once():
     """A series over long prompts costs each request's prefill more: exactly prompts x one
     forward pass over the prompt, compute bound for 32k tokens (tens of decode steps: about 80
     at the grouped GEMMs' 0.48 of the peak that public fused-MoE kernels reach)."""

@@ -45,7 +45,7 @@ def test_engines_serve_downloads_or_checkpoints_and_mtp_needs_no_drafter_file():
     assert default.plan("tiny-fine") == []
 
 
-def test_the_gpu_bill_reads_only_the_config_files_the_package_does_not_ship():
+def test_the_gpu_plan_reads_only_the_config_files_the_package_does_not_ship():
     paper = files("config/paper.yaml")
     from specmoe.checks.preflight import shipped_config
     from specmoe.contracts.report import PlanParams

@@ -174,11 +174,11 @@ CASES = [
      r"true\)$"),
     ("an acceptance length past K+1", study(GLM, plan={"tau": 5}), 1,
      r"^config: plan\.tau 5 exceeds K\+1 = 4 of model glm's K=3 jobs: an SD step commits at "
-     r"most K\+1 tokens, so the GPU bill would underestimate their runtime"),
+     r"most K\+1 tokens, so the GPU plan would underestimate their runtime"),
     ("an acceptance length at K+1", study(GLM, plan={"tau": 4}), 0, OK),
     ("an acceptance length past K+1 with no GPU job", merge(plan={"tau": 8}), 0, OK),
     ("servers given up before they start", study(GLM, sweep={"startup_timeout_s": 60}), 1,
-     r"^config: sweep\.startup_timeout_s 60 is shorter than the engine start-up the GPU bill "
+     r"^config: sweep\.startup_timeout_s 60 is shorter than the engine start-up the GPU plan "
      r"assumes \(plan\.startup_s 300\): the sweeps would give up"),
     ("sequences longer than the training corpus",
      merge(tiny={"max_train_tokens": 2000, "train": {"seq_len": 2048}}), 1,

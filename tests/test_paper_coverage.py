@@ -165,10 +165,10 @@ def test_held_out_slices_come_from_datasets_marked_heldout():
     assert {PAPER["datasets"][n]["format"] for n in held} == {"spec-bench", "aya"}
 
 
-def test_the_gpu_bill_estimates_exactly_the_engine_jobs_of_the_dag(jobs):
-    """The GPU bill and the rules take a model's engine jobs from one decision
+def test_the_gpu_plan_estimates_exactly_the_engine_jobs_of_the_dag(jobs):
+    """The GPU plan and the rules take a model's engine jobs from one decision
     (specmoe.config.Config.engine_jobs): the dry run's capture, sweep and profile jobs of the study's
-    models are the jobs the bill lists, no more, no fewer."""
+    models are the jobs the plan lists, no more, no fewer."""
 
     from specmoe.checks import schema
     from specmoe.config import Config
@@ -176,11 +176,11 @@ def test_the_gpu_bill_estimates_exactly_the_engine_jobs_of_the_dag(jobs):
     cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
     schema.check(cfg, REPO / "workflow/schemas/config.schema.yaml")
     c = Config.resolve(cfg)
-    billed = {(j.rule, j.model, str(j.drafter), str(j.k), j.dataset)
-              for n in c.names("hf") for j in c.engine_jobs(n)}
+    planned = {(j.rule, j.model, str(j.drafter), str(j.k), j.dataset)
+               for n in c.names("hf") for j in c.engine_jobs(n)}
     engine = {"capture", "sweep_ar", "sweep_sd", "profile"}
     dag = {(j["rule"], j["model"], j.get("drafter", ""), j.get("k", ""), j.get("dataset", ""))
            for j in jobs if j["rule"] in engine and j["model"] in c.models}
-    # a profile's dataset is not a wildcard: the bill's profile rows carry it, the DAG's do not
-    billed = {(r, m, d, k, "" if r == "profile" else ds) for r, m, d, k, ds in billed}
-    assert billed == dag
+    # a profile's dataset is not a wildcard: the plan's profile rows carry it, the DAG's do not
+    planned = {(r, m, d, k, "" if r == "profile" else ds) for r, m, d, k, ds in planned}
+    assert planned == dag

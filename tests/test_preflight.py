@@ -1,5 +1,5 @@
 """The preflight of GPU jobs (specmoe.checks.preflight, specmoe.checks.vllmcheck) on the study's configuration and
-on broken copies of it, and the GPU bill offline: config/paper.yaml passes, and a job that cannot
+on broken copies of it, and the GPU plan offline: config/paper.yaml passes, and a job that cannot
 start (weights past the GPU's memory, TP that splits no heads, MTP on a model without MTP layers, an
 engine argument vLLM does not know, an architecture it does not know) stops the dry run in one
 line naming the job, the check and the numbers."""
@@ -236,9 +236,9 @@ def test_the_dry_run_stops_before_any_job(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_gpu_bill_is_offline(tmp_path, study_drafters):
-    """`snakemake -n results/plan.md --configfile config/paper.yaml` plans the bill alone: no model
-    or dataset download, no prompt table; the bill then lists each GPU job's memory headroom. (The
+def test_the_gpu_plan_is_offline(tmp_path, study_drafters):
+    """`snakemake -n results/plan.md --configfile config/paper.yaml` plans the plan alone: no model
+    or dataset download, no prompt table; the plan then lists each GPU job's memory headroom. (The
     drafters' config.json, which the package does not ship, come from the Hugging Face cache.)"""
     wd = copy_workflow(tmp_path / "wf")
     r = snakemake(wd, "-n", "results/plan.md", configfile="config/paper.yaml")

@@ -1,12 +1,13 @@
 """The study's path end to end on a CPU (.test/study-cpu): study models and datasets from an offline
-Hugging Face cache that the case builds (tiny models trained here, datasets in their published
-layouts), served by vLLM for CPUs through the same rules as on GPUs, down to the report. The test
-runs the case's own script, as CI and a user do."""
+Hugging Face cache that its builder makes (tests/study_cpu.py: tiny models trained here, datasets
+in their published layouts), served by vLLM for CPUs through the same rules as on GPUs, down to
+the report. The test runs the builder's command, as CI and a user do."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.slow
 def test_study_cpu_case_runs_every_study_rule(tmp_path):
     pytest.importorskip("vllm")
     root = tmp_path / "case"
-    r = subprocess.run([str(CASE / "run"), str(root)], capture_output=True, text=True,
-                       timeout=3300)
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "study_cpu.py"), str(root)],
+                       capture_output=True, text=True, timeout=3300)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     res = root / "results"
     cfg = yaml.safe_load((CASE / "config.yaml").read_text())
@@ -36,7 +37,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
 
     # downloads: every repo resolved offline from the case's cache, at its pinned revision
     manifests = [read_json(p) for p in (res / "downloads").rglob("*.json")]
-    # 3 model repos in full; config only: 2 targets (weight model, GPU bill) and the draft model
+    # 3 model repos in full; config only: 2 targets (weight model, GPU plan) and the draft model
     # (the step model's drafter), 4 datasets
     assert len(manifests) == 6 + 4
     for man in manifests:
@@ -123,7 +124,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         assert mean[f"{d}_min"] == slices[d].min() and mean[f"{d}_max"] == slices[d].max()
         assert mean[f"{d}_min"] <= mean[d] <= mean[f"{d}_max"]
 
-    # the weight model of every study model, and the bill: every engine job, none on a GPU
+    # the weight model of every study model, and the plan: every engine job, none on a GPU
     wm = tables.read_csv(res / "tables/weight_model.csv")
     assert set(wm["model"]) == {"fine-cpu", "coarse-cpu"}
     assert list(wm["top_k"]) == [4, 1] and list(wm["N"]) == [16, 4]
@@ -140,6 +141,6 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
     for log in (root / "logs").rglob("*.log"):
         assert "done in" in log.read_text(), log
 
-    again = subprocess.run([str(CASE / "run"), str(root), "-n"], capture_output=True, text=True,
-                           timeout=600)
+    again = subprocess.run([sys.executable, str(REPO / "tests" / "study_cpu.py"), str(root), "-n"],
+                           capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

@@ -114,10 +114,10 @@ def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
     assert elapsed < 120
 
 
-def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
+def test_the_gpu_plan_sets_each_gpu_jobs_runtime(tmp_path):
     wd = workdir(tmp_path)
     env = offline_cache(tmp_path)
-    # a study model whose repository is not known yet: the bill names it instead of dropping it
+    # a study model whose repository is not known yet: the plan names it instead of dropping it
     case = yaml.safe_load(CASE.read_text())
     case["models"].append({"name": "unknown-moe", "source": "hf", "repo_id": None,
                            "drafters": ["mtp"], "datasets": ["tinybench"]})
@@ -132,7 +132,7 @@ def test_the_gpu_bill_sets_each_gpu_jobs_runtime(tmp_path):
     assert plan["gpu_hours"] == pytest.approx(sum(j["gpu_hours"] for j in plan["jobs"]))
     md = (wd / "results" / "plan.md").read_text()
     assert "GPU-hours" in md and "prefilled once" in md and plan["prompt_tokens"]["tinybench"] > 0
-    assert plan["unplanned"] == ["unknown-moe"] and "Not in this bill: unknown-moe (no" in md
+    assert plan["unplanned"] == ["unknown-moe"] and "Not in this plan: unknown-moe (no" in md
     dry = snakemake(wd, "results/traces/glm-run/mtp/K3/tinybench.parquet", "-n", env=env,
                     check=False, **ON_CASE)
     assert f"runtime={cap['runtime_min']}," in dry.stdout + dry.stderr

@@ -6,7 +6,7 @@ objects. The defaults that the schema cannot express are filled here, once: a mo
 variant's is its target's, else `costmodel.DEFAULT_HARDWARE`), its K (the top-level `ks`), the
 prompt table of the tiny models (`prompts.DEFAULT_SOURCE`), an engine section's settings
 (specmoe.kinds.ENGINE_DEFAULTS) and vLLM's share of GPU memory (GPU_MEMORY_UTILIZATION). The
-workflow's rules, the GPU bill, the preflight and the stages read these objects; which jobs a
+workflow's rules, the GPU plan, the preflight and the stages read these objects; which jobs a
 model has (captures per run, one serving series per engine, one profile per drafter at the
 model's first K) and what each job's engine is are decided here and nowhere else. Every key:
 config/README.md.
@@ -33,7 +33,7 @@ from .sources.prompts import DEFAULT_SOURCE
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
 GPU_MEMORY_UTILIZATION = 0.9
 # A GPU job's SLURM memory and runtime (minutes) where neither the model's `gpu` entry nor the
-# configuration's sets them (and the GPU bill has no estimate of the runtime).
+# configuration's sets them (and the GPU plan has no estimate of the runtime).
 GPU_JOB_DEFAULTS = {"mem_mb": 64000, "runtime": 120}
 # A model's precision as the engine's dtype (bf16, fp16, fp32; auto and fp8 keep the section's).
 PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -306,7 +306,7 @@ class Config:
         """GPUs of one model's engine jobs: its TP on a GPU, none on a CPU."""
         return self.gpu_resources(name)["gpu"] if self.on_gpu(name) else 0
 
-    # --- the engine jobs: one decision for the rules and the GPU bill ---------------------------
+    # --- the engine jobs: one decision for the rules and the GPU plan ---------------------------
 
     def engine_jobs(self, name: str) -> list[Job]:
         """The engine jobs of one target: a capture per run; where it is swept, one serving series
@@ -451,7 +451,7 @@ class Config:
     def prompt_tokens(self, dataset: str) -> tuple[float, str]:
         """(mean prompt length in tokens, where it comes from) before any download:
         `datasets.<name>.prompt_tokens`, the prompt table's own (4 characters per token), or the
-        GPU bill's assumption `plan.prompt_tokens`."""
+        GPU plan's assumption `plan.prompt_tokens`."""
         given = (self.datasets.get(dataset) or {}).get("prompt_tokens")
         if given:
             return float(given), "configured"
@@ -481,7 +481,7 @@ class Config:
         for hw in sorted({m.hardware for m in self.models.values() if m.source != "tiny"}):
             if self.hardware.get(hw, {}).get("device", "gpu") == "gpu" and hw not in calibrated:
                 out.append(f"config: hardware {hw} is not a GPU the step model was calibrated on "
-                           f"({', '.join(sorted(calibrated))}): its predictions and the GPU bill "
+                           f"({', '.join(sorted(calibrated))}): its predictions and the GPU plan "
                            "there are extrapolations")
         return out
 
@@ -490,7 +490,7 @@ class Config:
         return [j for n in [*self.swept, *self.hf_swept] if n in self.models
                 for j in self.engine_jobs(n) if j.rule == "profile"]
 
-    # --- the study's downloads, the GPU bill and the comparison with the study ------------------
+    # --- the study's downloads, the GPU plan and the comparison with the study ------------------
 
     @cached_property
     def repos(self) -> dict[str, dict]:

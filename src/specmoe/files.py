@@ -91,7 +91,7 @@ class Files:
         return out
 
     def plan(self, model: str) -> list[str]:
-        """The GPU bill, for a study model's GPU jobs' runtimes."""
+        """The GPU plan, for a study model's GPU jobs' runtimes."""
         return [P.PLAN_JSON] if model in self.cfg.planned else []
 
     def engine_target(self, model: str) -> str:

@@ -3,7 +3,7 @@ profile) serves, with which settings and through which stage.
 
 The engine rules (workflow/rules/traces.smk, measure.smk: one rule body), their script
 (workflow/scripts/engine.py, which picks the stage), the configuration (specmoe.config: each job's
-settings, its preflight and its prompts' check) and the GPU bill read it; a kind not in it is an
+settings, its preflight and its prompts' check) and the GPU plan read it; a kind not in it is an
 error, so a new engine rule names its kind here or does not run.
 """
 

@@ -81,7 +81,7 @@ def benchmark_of(path: str) -> str:
 
 
 def report_log(name: str) -> str:
-    """The log of a report rule (tables, figures, the index, the GPU bill ...)."""
+    """The log of a report rule (tables, figures, the index, the GPU plan ...)."""
     return f"logs/report/{name}.log"
 
 

@@ -165,8 +165,8 @@ def engine_env(w):
 
 def engine_resources(rule_name):
     """An engine job's resources: TP GPUs, the GPU model and memory of a study model on a GPU,
-    CPU_ENGINE's memory on a CPU; its runtime in minutes is the GPU bill's estimate for GPU jobs
-    (the model's `gpu.runtime` where the bill has none) and CPU_ENGINE's else, doubled on each
+    CPU_ENGINE's memory on a CPU; its runtime in minutes is the GPU plan's estimate for GPU jobs
+    (the model's `gpu.runtime` where the plan has none) and CPU_ENGINE's else, doubled on each
     retry."""
     kind(rule_name)
 

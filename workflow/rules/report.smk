@@ -1,5 +1,5 @@
 # Tables, the study's published numbers beside them, figures and the report; the weight-model
-# table from each study model's config.json and the GPU bill (offline where the package ships
+# table from each study model's config.json and the GPU plan (offline where the package ships
 # the model's config.json).
 
 

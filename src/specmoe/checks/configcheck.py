@@ -227,7 +227,7 @@ def _granularity_problems(entry: dict) -> list[str]:
 
 def settings(config: dict, prompt_datasets: set[str] | None,
              engine_defaults: dict | None = None) -> list[str]:
-    """The sweep's schedule, the GPU bill's assumptions and the tiny models' settings
+    """The sweep's schedule, the GPU plan's assumptions and the tiny models' settings
     (engine_defaults: an engine section's max_model_len and the SD check's K where the
     configuration leaves them out, specmoe.config's)."""
     out: list[str] = []
@@ -268,7 +268,7 @@ def settings(config: dict, prompt_datasets: set[str] | None,
 
 def _runs_on_gpus(config: dict) -> list[dict]:
     """The study models with runs (source hf, not cost_only) on a GPU: the jobs whose SLURM
-    runtime the GPU bill estimates."""
+    runtime the GPU plan estimates."""
     from ..cost.costmodel import DEFAULT_HARDWARE
     from ..sources.published import with_gpus
 
@@ -279,7 +279,7 @@ def _runs_on_gpus(config: dict) -> list[dict]:
 
 
 def _plan_problems(config: dict) -> list[str]:
-    """The GPU bill's assumptions against the runs it prices: an acceptance length no SD step of
+    """The GPU plan's assumptions against the runs it prices: an acceptance length no SD step of
     theirs can reach, an engine start-up longer than the sweeps wait for."""
     from ..cost.plan import PlanAssumptions
 
@@ -291,13 +291,13 @@ def _plan_problems(config: dict) -> list[str]:
     k, name = min((min(m.get("ks") or config["ks"]), m["name"]) for m in runs)
     if plan.tau > k + 1:
         out.append(f"plan.tau {plan.tau:g} exceeds K+1 = {k + 1} of model {name}'s K={k} jobs: an "
-                   "SD step commits at most K+1 tokens, so the GPU bill would underestimate their "
+                   "SD step commits at most K+1 tokens, so the GPU plan would underestimate their "
                    "runtime and SLURM would stop them early")
     sweep = config.get("sweep") or {}
     if "sweep" in config and "profiling" in config and \
             sweep.get("startup_timeout_s", 600) < plan.startup_s:
         out.append(f"sweep.startup_timeout_s {sweep['startup_timeout_s']:g} is shorter than the "
-                   f"engine start-up the GPU bill assumes (plan.startup_s {plan.startup_s:g}): "
+                   f"engine start-up the GPU plan assumes (plan.startup_s {plan.startup_s:g}): "
                    "the sweeps would give up on their servers before they start")
     return out
 

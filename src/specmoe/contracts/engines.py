@@ -20,7 +20,7 @@ def served_datasets(cfg, rule: str, w) -> list[str]:
 class EngineParams:
     """An engine job of kind `rule` (specmoe.kinds): what it serves, with which settings.
 
-    Inputs (`inputs`): plan (the GPU bill, for a study model's GPU jobs' runtimes; else none),
+    Inputs (`inputs`): plan (the GPU plan, for a study model's GPU jobs' runtimes; else none),
     target (what the engine serves: a study model's download manifest or a tiny checkpoint),
     drafter (a kind with SD: the drafter's download or checkpoint; none for MTP) and prompts (the
     prompt tables of the downloaded datasets it serves; none: the embedded table `prompts`).

@@ -201,7 +201,7 @@ class WeightModelParams:
 
 @dataclass(frozen=True)
 class PlanParams:
-    """Rule plan: the GPU bill (outputs md, json: results/plan.md and each GPU job's runtime;
+    """Rule plan: the GPU plan (outputs md, json: results/plan.md and each GPU job's runtime;
     specmoe.stages.report.plan_stage) from the config.json of each planned study model that the
     package does not ship (input manifests; the others are read offline).
 
@@ -242,7 +242,7 @@ class PlanParams:
 
 
 def plan_entry(cfg, name: str) -> dict:
-    """What the GPU bill needs of one study model: its engine jobs as the rules run them and, on
+    """What the GPU plan needs of one study model: its engine jobs as the rules run them and, on
     a GPU, each job's engine (for its memory headroom)."""
     from dataclasses import asdict
 

@@ -1,4 +1,4 @@
-"""The GPU bill of a configuration before it is submitted: GPU-hours per GPU job and in total, and
+"""The GPU plan of a configuration before it is submitted: GPU-hours per GPU job and in total, and
 each job's SLURM runtime, from the schedule and the cost model's roofline.
 
 An engine step at batch B takes the step model's time (specmoe.cost.stepmodel: each kernel class at its
@@ -163,8 +163,8 @@ def table_prompt_tokens(source: str, dataset: str) -> float | None:
 
 
 def planned_runtime(plan_json, rule: str, job: dict) -> int | None:
-    """A GPU job's SLURM runtime in minutes as the GPU bill (results/plan.json) estimates it; None
-    where there is no bill yet (a dry run before it exists) or it has no such job. `job`: the job's
+    """A GPU job's SLURM runtime in minutes as the GPU plan (results/plan.json) estimates it; None
+    where there is no plan yet (a dry run before it exists) or it has no such job. `job`: the job's
     wildcards (model, and drafter, k, dataset where the rule has them)."""
     if not plan_json or not os.path.exists(plan_json):
         return None

@@ -271,9 +271,11 @@ def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: st
 
 
 def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
-    """df: run, draft_position, status, mean, se; effects: run, draft_position, cohens_d."""
+    """df: run, draft_position, status, mean, se; effects: run, draft_position, cohens_d. Each
+    position's Cohen's d labels its points, the labels of a panel set apart (_labels_apart)."""
     runs = list(dict.fromkeys(df["run"]))
     fig, axes = _facets(len(runs))
+    labels = {}
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
         se = "se_by_request" if "se_by_request" in d else "se"
@@ -281,19 +283,59 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
             ax.errorbar(g["draft_position"], g["mean"], yerr=g[se], capsize=3,
                         label=str(status).replace("_", " "), ms=4, **_status_style(status))
         e = effects[effects["run"] == run]
-        for _, r in e.iterrows():
+        labels[ax] = []
+        for _, r in e.sort_values("draft_position").iterrows():
             if not np.isfinite(r["cohens_d"]):
                 continue
             top = d[d["draft_position"] == r["draft_position"]]["mean"].max()
-            ax.annotate(f"d={r['cohens_d']:.2f}", (r["draft_position"], top), fontsize=6,
-                        textcoords="offset points", xytext=(0, 6), ha="center")
+            labels[ax].append(ax.annotate(f"d={r['cohens_d']:.2f}", (r["draft_position"], top),
+                                          fontsize=6, textcoords="offset points",
+                                          xytext=LABEL_OFFSET, ha="center"))
+        if "first_rejected" not in set(d["status"]):  # every draft accepted: no effect to show
+            ax.text(0.98, 0.96, "no draft rejected: no d", transform=ax.transAxes, fontsize=6,
+                    ha="right", va="top", color="#505050")
         _title(ax, _label(d))
         ax.margins(y=0.18)  # room above the points for the d labels
         ax.set_xlabel("draft position j", fontsize=8)
         _integer_ticks(ax)
     _ylabel(axes, "overlap(S(0), S(j))")
     _figure_legend(fig, axes)
+    for ax, texts in labels.items():  # on the final layout: the legend moved the panels
+        _labels_apart(ax, texts)
     return fig
+
+
+LABEL_OFFSET = (0, 6)  # points above the highest point of a position
+
+
+def _labels_apart(ax, texts: list, gap: float = 1.5, tries: int = 4) -> None:
+    """Point labels of one panel that do not overprint: each, left to right, is raised above
+    its point in steps of its own height until it clears (by `gap` points) every label placed
+    before it; where the raised labels pass the panel's top, the y axis is extended and the
+    labels placed again."""
+    from matplotlib.transforms import Bbox
+
+    if not texts:
+        return
+    fig = ax.figure
+    pad = gap * fig.dpi / 72  # points to pixels
+    for _ in range(tries):
+        renderer = fig.canvas.get_renderer()
+        placed = []
+        for t in texts:
+            t.xyann = LABEL_OFFSET
+            while True:
+                bb = t.get_window_extent(renderer)
+                grown = Bbox.from_extents(bb.x0 - pad, bb.y0 - pad, bb.x1 + pad, bb.y1 + pad)
+                if not any(grown.overlaps(p) for p in placed):
+                    break
+                t.xyann = (t.xyann[0], t.xyann[1] + bb.height * 72 / fig.dpi + gap)
+            placed.append(bb)
+        over = max(bb.y1 for bb in placed) + pad - ax.bbox.y1
+        if over <= 0:
+            return
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high + (over / ax.bbox.height) * (high - low) * 1.2)
 
 
 def speedup_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:

@@ -97,6 +97,27 @@ def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
     return out, note + "; every row is in the files above."
 
 
+def empty_arms(df: pd.DataFrame, stem: str) -> str:
+    """The acceptance table's positions with no rejected (or no accepted) draft, by run, said in
+    words: their empty columns are not missing data but nothing to compare."""
+    from ..routing.acceptance import NONE_ACCEPTED, NONE_REJECTED
+
+    if stem != "acceptance_consecutive" or "size" not in df:
+        return ""
+    out = []
+    for label, what in ((NONE_REJECTED, "no draft was rejected, every one was accepted"),
+                        (NONE_ACCEPTED, "no draft was accepted")):
+        rows = df[df["size"] == label]
+        where = "; ".join(
+            f"{m}, K={k}, {short_dataset(ds)}: position{'s' if len(g) > 1 else ''} "
+            + ", ".join(str(int(j)) for j in g["draft_position"])
+            for (m, k, ds), g in rows.groupby(["model", "k", "dataset"], sort=False))
+        if where:
+            out.append(f"At these positions {what} ({where}): the other side and the delta are "
+                       f"empty, with nothing to compare (size: \"{label}\").")
+    return " ".join(out)
+
+
 def table_block(md: Path, df: pd.DataFrame, rel, level: str = "###") -> list[str]:
     """A table in the report (`df`: its rows as its CSV holds them): its heading in words,
     caption, files, then its parts."""
@@ -107,6 +128,8 @@ def table_block(md: Path, df: pd.DataFrame, rel, level: str = "###") -> list[str
              f"(file `{stem}`: {links})", ""]
     if df.empty:
         return lines + ["(no rows in this configuration)", ""]
+    if empty := empty_arms(df, stem):
+        lines += [empty, ""]
     shown, note = pivoted(df, stem) if stem in PIVOTS and "batch" in df else main_rows(df, stem)
     if "dataset" in shown:  # the files keep the full name; the page its short form
         shown = shown.assign(dataset=shown["dataset"].map(short_dataset))

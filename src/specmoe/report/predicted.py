@@ -94,7 +94,7 @@ def parameter_table(p: stepmodel.StepParams) -> pd.DataFrame:
     is `at_bound` and its `missing_effect` says what the data want that physics does not give
     (stepmodel.missing_effects), never a fit accepted silently."""
     missing = stepmodel.missing_effects(p)
-    return pd.DataFrame([{"parameter": k, "value": getattr(p, k), "low": m.low, "high": m.high,
-                          "unit": m.unit, "fitted": m.fitted, "at_bound": k in missing,
-                          "missing_effect": missing.get(k, ""),
+    return pd.DataFrame([{"parameter": k, "value": getattr(p, k), "physical_low": m.low,
+                          "physical_high": m.high, "unit": m.unit, "fitted": m.fitted,
+                          "at_bound": k in missing, "missing_effect": missing.get(k, ""),
                           "source": m.source} for k, m in stepmodel.MECHANISMS.items()])

@@ -642,10 +642,25 @@ def opening(td: Tables) -> str:
     if speed or not t.empty:
         out.append("What a CPU run cannot show: the study's GPU claims. A tiny model's step on a CPU "
                    "costs host overhead rather than weight reads, so its speedup curve and its "
-                   "MoE share of time test the pipeline, not the study; the GPU curves (TE and "
-                   "the draft cost ratio against batch size) come from the cost and step "
-                   "models.")
+                   "MoE share of time test the pipeline, not the study" + _priced_on(td) + ".")
     return " ".join(out)
+
+
+def _priced_on(td: Tables) -> str:
+    """Which hardware entry each model's TE and draft cost curves are priced on, from the
+    target-efficiency table (untrained controls, priced as their targets, left out): a curve
+    priced on a CPU entry is that CPU's roofline, not a GPU curve."""
+    te = td.read("target_efficiency")
+    if te.empty or "hardware" not in te:
+        return ""
+    names = set(te["model"])
+    te = te[~te["model"].map(lambda m: any(control_name(x) == m for x in names))]
+    by_hw = {hw: list(dict.fromkeys(g["model"]))
+             for hw, g in te.groupby(te["hardware"].astype(str), sort=False)}
+    priced = "; ".join(f"{', '.join(ms)} on {hw}" for hw, ms in by_hw.items())
+    return ("; the curves of TE and of the draft cost ratio against batch size come from the "
+            f"cost and step models, each priced on its model's hardware entry ({priced}): only "
+            "a GPU entry's curves speak to the study's GPU claims")
 
 
 # --- what the measurements show ---------------------------------------------------------------

@@ -42,7 +42,9 @@ def unique_experts() -> pd.DataFrame:
     rows = []
     for _, p in published.load("unique_experts_ipf").iterrows():
         n, k = int(p["n"]), int(p["k"])
-        row = {"model": p["model"], "k": k, "N": n, "unique_empirical": p["unique_empirical"]}
+        # top_k: experts per token (k); the draft length K is K_DRAFT throughout
+        row = {"model": p["model"], "top_k": k, "N": n,
+               "unique_empirical": p["unique_empirical"]}
         _side(row, "unique_uniform", p["unique_uniform"], uniform_unique(n, k, K_DRAFT + 1))
         ov = _overlaps(p["model"])
         u = ipf.predict_uniform(n, k, ov)["unique"] if ov is not None else np.nan
@@ -66,7 +68,7 @@ def weight_model() -> pd.DataFrame:
         k = int(models.loc[p["model"], "experts_per_token"])
         u = float(ue.loc[p["model"], "uniform_ipf_replayed"])
         ce, cd = p["c_expert_mib_per_gpu"], p["c_dense_mib_per_gpu"]
-        row = {"model": p["model"], "dtype": p["dtype"], "tp": p["tp"], "k": k}
+        row = {"model": p["model"], "dtype": p["dtype"], "tp": p["tp"], "top_k": k}
         # the table's own input U (published), then U from the replayed IPF fit
         row["unique_sd_published"] = p["unique_sd"]
         _side(row, "te_predicted", p["te_predicted"], (cd + k * ce) / (cd + p["unique_sd"] * ce))

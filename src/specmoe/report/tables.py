@@ -35,7 +35,9 @@ _COLUMNS = {  # whole identifiers whose parts would read wrongly
     "delta_high_by_request": "delta 95% high (by request)",
     "delta_low_tokens": "delta 95% low (tokens)", "delta_high_tokens": "delta 95% high (tokens)",
     "se_by_request": "SE (by request)", "se_tokens": "SE (tokens)",
-    "k_draft": "K", "cohens_d": "Cohen's d", "target_experts": "target's N"}
+    "k_draft": "K", "cohens_d": "Cohen's d", "target_experts": "target's N",
+    # a range physics allows, not an interval: never "95% low/high"
+    "physical_low": "physical range low", "physical_high": "physical range high"}
 
 
 def header(col: str) -> str:

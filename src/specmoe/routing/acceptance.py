@@ -10,7 +10,9 @@ something is clustered by request (a request-level bootstrap of the delta and of
 fixed seed, and a cluster-robust t test with the CR2 small-sample correction and Imbens-Kolesar
 degrees of freedom, calibrated for few clusters); the token-level tests are kept beside them,
 named so, as the study reports them. A row with fewer than MIN_REQUESTS requests in either arm
-says "too few": no p-value and no size verdict. The p-values of one run's positions and slices
+says "too few": no p-value and no size verdict; one with no draft in an arm says so ("none
+rejected": every draft at that position was accepted, as a synthetic generator whose acceptance
+reaches 1 gives; "none accepted"). The p-values of one run's positions and slices
 are Holm-corrected together (`p_holm`).
 """
 
@@ -26,6 +28,8 @@ BOOT_SEED = 0     # fixed: the same trace gives the same intervals, bit for bit
 LEVEL = 0.95
 MIN_REQUESTS = 10  # requests in each arm below which a row is "too few" (no test, no verdict)
 TOO_FEW = "too few"
+# an arm without a single draft: nothing to compare, and the label says which arm is empty
+NONE_REJECTED, NONE_ACCEPTED = "none rejected", "none accepted"
 
 
 def size_label(d: float) -> str:
@@ -65,7 +69,7 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
     each token's request (acc_req, rej_req), the delta's 95% interval and p-value clustered by
     request (`by_request`: the delta's and d's intervals, cluster_robust_p); with fewer than
     MIN_REQUESTS requests in either arm the row is "too few" (its p-values NaN, its size label
-    "too few")."""
+    "too few"), and with no draft at all in an arm "none rejected" or "none accepted"."""
     acc, rej = np.asarray(acc, float), np.asarray(rej, float)
     out = {"accepted_overlap": float(acc.mean()) if acc.size else float("nan"),
            "first_rejected_overlap": float(rej.mean()) if rej.size else float("nan"),
@@ -96,6 +100,8 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
             for key in ("p_by_request", "p_tokens_welch", "p_tokens_mannwhitney"):
                 out[key] = float("nan")
             out["size"] = TOO_FEW
+    if not (acc.size and rej.size):
+        out["size"] = NONE_REJECTED if acc.size else NONE_ACCEPTED
     return out
 
 

@@ -230,7 +230,7 @@ def weight_model_stage(inputs, outputs, params) -> list[Path]:
 
 
 def plan_stage(inputs, outputs, params) -> dict:
-    """Rule plan (its contract: specmoe.contracts.report.PlanParams): the GPU bill into outputs md
+    """Rule plan (its contract: specmoe.contracts.report.PlanParams): the GPU plan into outputs md
     and json, from its entries (one per study model that runs, with the `manifest` of its
     config-only download, read where the package ships no config.json), its settings (config),
     the models it cannot size (unplanned) and each dataset's prompt tokens (prompt_tokens: mean
@@ -289,7 +289,7 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
     on_cpu = sorted({r["model"] for r in rows if not r["gpus"]})
     gpu_jobs = sum(1 for r in rows if r["gpus"])
     prompts = ", ".join(f"{ds} {t:,.0f} ({sources[ds][1]})" for ds, t in ptok.items())
-    lines = ["# GPU bill of this configuration", "",
+    lines = ["# GPU plan of this configuration", "",
              f"**{s['gpu_hours']:,.0f} GPU-hours** in {gpu_jobs} GPU jobs, estimated from the "
              "schedule and the step model (docs/method.md, Step model) before anything is measured. "
              "Assumptions "
@@ -303,7 +303,7 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
              "drafter) on each GPU, `kv_sequences` the sequences of the job's length its KV cache "
              "holds, `headroom_gib` what is left with the job's largest batch in it (below 0: vLLM "
              "queues part of that batch).", "",
-             *([f"Not in this bill: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
+             *([f"Not in this plan: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
                 "size them from); they cannot run until one is set.", ""] if unplanned else []),
              *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
                 "jobs are listed with 0 GPUs and the hours of the step model on that hardware.", ""]

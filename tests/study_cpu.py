@@ -1,29 +1,38 @@
-"""Build what the study-cpu case downloads, under DIR/hf (a Hugging Face cache as huggingface_hub
-writes it: refs/, snapshots/<commit>/, blobs/): three tiny models trained on this CPU and saved in
-Hugging Face format (a fine- and a coarse-grained MoE target and a dense draft model sharing their
-tokenizer), and four datasets in their published layouts (MT-Bench question.jsonl, an Aya-shaped
-parquet whose languages are the held-out slices, a SPEED-Bench-shaped parquet, ShareGPT json),
-under the repo ids and pinned revisions that config.yaml names.
+"""The study-cpu case (.test/study-cpu/config.yaml, data only) end to end on a CPU: build what the
+case downloads under DIR/hf (a Hugging Face cache as huggingface_hub writes it: refs/,
+snapshots/<commit>/, blobs/), then copy the workflow to DIR and run the case there offline with
+the engines' environment (the Python that runs this, the repository's .venv). Results land in
+DIR/results/; further arguments (targets, options) go to snakemake, before --configfile, which
+would take a target after it for another config file.
 
-    python .test/study-cpu/build.py DIR
+    .venv/bin/python tests/study_cpu.py DIR [snakemake arguments...]
 
-Training is deterministic (the tiny models' thread count is fixed), so the same DIR is rebuilt bit
-for bit; a DIR that already holds the cache is left as it is.
+The cache holds three tiny models trained on this CPU and saved in Hugging Face format (a fine-
+and a coarse-grained MoE target and a dense draft model sharing their tokenizer), and four
+datasets in their published layouts (MT-Bench question.jsonl, an Aya-shaped parquet whose
+languages are the held-out slices, a SPEED-Bench-shaped parquet, ShareGPT json), under the repo
+ids and pinned revisions that the case's config.yaml names. Training is deterministic (the tiny
+models' thread count is fixed), so the same DIR is rebuilt bit for bit; a DIR that already holds
+the cache is left as it is.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the cache layout helper the download tests use
+from hubfake import lay_out_cache  # the cache layout the download tests use (this folder)
 
-from hubfake import lay_out_cache  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+CASE = REPO / ".test" / "study-cpu"
+# what the run copies to DIR: the workflow as it is in the repository
+WORKFLOW_FILES = ("Snakefile", "config.yaml")
+WORKFLOW_DIRS = ("config", "workflow", "profiles", "envs", ".test", "docs")
 
 # The tokenizer and training settings of the three models (small: about a minute on 2 cores).
 TINY = {"vocab_size": 512, "max_train_tokens": 300_000, "max_heldout_tokens": 20_000,
@@ -44,7 +53,7 @@ MODELS = {  # repo id -> the model trained for it
 
 def revisions() -> dict[str, str]:
     """The pinned commit of every repo the case names (models, drafters, datasets)."""
-    cfg = yaml.safe_load((HERE / "config.yaml").read_text())
+    cfg = yaml.safe_load((CASE / "config.yaml").read_text())
     entries = [*cfg["models"], *cfg["drafters"], *cfg["datasets"].values()]
     return {e["repo_id"]: e["revision"] for e in entries if e.get("repo_id")}
 
@@ -109,7 +118,8 @@ def build_datasets(cache: Path, pinned: dict[str, str]) -> None:
         lay_out_cache(cache, repo_id, files, commit=pinned[repo_id], repo_type="dataset")
 
 
-def main(root: Path) -> None:
+def build(root: Path) -> None:
+    """The case's Hugging Face cache under root/hf (kept where it is built)."""
     cache = root / "hf" / "hub"
     done = cache / ".built"
     if done.exists():
@@ -122,7 +132,27 @@ def main(root: Path) -> None:
     print(f"study-cpu: cache built under {cache}")
 
 
+def run(root: Path, snakemake_args: list[str]) -> None:
+    """Copy the workflow to root (modification times kept: Snakemake reruns a rule whose script
+    is newer than its outputs, so a rerun does only what changed) and run the case there offline;
+    this process becomes snakemake."""
+    for name in WORKFLOW_FILES:
+        shutil.copy2(REPO / name, root / name)
+    for name in WORKFLOW_DIRS:
+        shutil.rmtree(root / name, ignore_errors=True)
+        shutil.copytree(REPO / name, root / name, symlinks=True)
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(root / "hf"), HF_HUB_CACHE=str(root / "hf" / "hub"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    os.chdir(root)
+    os.execve(sys.executable, [sys.executable, "-m", "snakemake", *snakemake_args, "--cores",
+                               "all", "--configfile", ".test/study-cpu/config.yaml"], env)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: build.py DIR")
-    main(Path(sys.argv[1]).resolve())
+    if len(sys.argv) < 2:
+        sys.exit("usage: .venv/bin/python tests/study_cpu.py DIR [snakemake arguments...]")
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    build(out.resolve())
+    run(out.resolve(), sys.argv[2:])
