@@ -7,7 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from budget import budget
 from specmoe.routing.synth import SynthParams, generate
+
+
+def pytest_configure(config):
+    """tests/budget.py's hooks for every fixture, session-scoped ones included (a conftest's own
+    hooks reach only the nodes below its folder, and a session fixture's node is the session)."""
+    import budget as budget_hooks
+
+    config.pluginmanager.register(budget_hooks, "specmoe-setup-budget")
 
 
 @pytest.fixture(scope="session")
@@ -24,15 +33,18 @@ def rng():
 
 
 @pytest.fixture(scope="session")
+@budget(1800)
 def tiny_models(tmp_path_factory):
-    """A tokenizer, a briefly trained tiny MoE target and dense drafter (about 30 s on 2 cores)."""
+    """A tokenizer, a briefly trained tiny MoE target and dense drafter (about 30 s on 2 cores).
+    One training thread: two threads that wait on each other slow down many times over when other
+    processes share the cores (15 minutes under load in CI), one thread only in proportion."""
     pytest.importorskip("torch")
     from specmoe.stages import models as modelstages
 
     root = tmp_path_factory.mktemp("models")
     tiny_cfg = {"vocab_size": 512, "max_train_tokens": 300_000, "max_heldout_tokens": 20_000,
                 "train": {"seq_len": 64, "batch_size": 16, "lr": 0.004, "warmup": 10,
-                          "eval_batches": 2, "threads": 2}}
+                          "eval_batches": 2, "threads": 1}}
     modelstages.tokenizer_stage(tiny_cfg, root / "tokenizer")
     target = {"name": "t", "arch": {"kind": "moe", "hidden": 64, "layers": 2, "heads": 2,
                                     "kv_heads": 1, "head_dim": 32, "num_experts": 16,
