@@ -122,3 +122,17 @@ def study_drafters(study_drafters_cache, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(study_drafters_cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return study_drafters_cache
+
+
+@pytest.fixture(scope="session")
+@budget(900)
+def paper_dry_run(study_drafters_cache) -> tuple[str, float]:
+    """`snakemake -n --configfile config/paper.yaml` in the repository, run once per session with
+    the drafters' stand-ins offline (study_drafters_cache): its stdout and stderr, and its wall
+    time in seconds. Read by tests/test_paper_coverage.py and tests/test_study_workflow.py."""
+    from wf import REPO, snakemake
+
+    env = {**os.environ, "HF_HUB_CACHE": str(study_drafters_cache), "HF_HUB_OFFLINE": "1"}
+    t0 = time.perf_counter()
+    r = snakemake(REPO, "-n", configfile="config/paper.yaml", timeout=300, env=env)
+    return r.stdout + r.stderr, time.perf_counter() - t0
