@@ -7,7 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from budget import budget
 from specmoe.routing.synth import SynthParams, generate
+
+
+def pytest_configure(config):
+    """tests/budget.py's hooks for every fixture, session-scoped ones included (a conftest's own
+    hooks reach only the nodes below its folder, and a session fixture's node is the session)."""
+    import budget as budget_hooks
+
+    config.pluginmanager.register(budget_hooks, "specmoe-setup-budget")
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +33,11 @@ def rng():
 
 
 @pytest.fixture(scope="session")
+@budget(1800)
 def tiny_models(tmp_path_factory):
-    """A tokenizer, a briefly trained tiny MoE target and dense drafter (about 30 s on 2 cores)."""
+    """A tokenizer, a briefly trained tiny MoE target and dense drafter (about 30 s on 2 cores).
+    One training thread: two threads that wait on each other slow down many times over when other
+    processes share the cores (15 minutes under load in CI), one thread only in proportion."""
     pytest.importorskip("torch")
     from specmoe.contracts import Named
     from specmoe.contracts.models import TokenizerParams, TrainParams
@@ -34,7 +46,7 @@ def tiny_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     tiny_cfg = {"vocab_size": 512, "max_train_tokens": 300_000, "max_heldout_tokens": 20_000,
                 "train": {"seq_len": 64, "batch_size": 16, "lr": 0.004, "warmup": 10,
-                          "eval_batches": 2, "threads": 2}}
+                          "eval_batches": 2, "threads": 1}}
     tok = Named({"tokenizer": root / "tokenizer"})
     modelstages.tokenizer_stage(Named({}), Named({"dir": root / "tokenizer"}),
                                 TokenizerParams(tiny_cfg))
@@ -115,3 +127,17 @@ def study_drafters(study_drafters_cache, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(study_drafters_cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return study_drafters_cache
+
+
+@pytest.fixture(scope="session")
+@budget(900)
+def paper_dry_run(study_drafters_cache) -> tuple[str, float]:
+    """`snakemake -n --configfile config/paper.yaml` in the repository, run once per session with
+    the drafters' stand-ins offline (study_drafters_cache): its stdout and stderr, and its wall
+    time in seconds. Read by tests/test_paper_coverage.py and tests/test_study_workflow.py."""
+    from wf import REPO, snakemake
+
+    env = {**os.environ, "HF_HUB_CACHE": str(study_drafters_cache), "HF_HUB_OFFLINE": "1"}
+    t0 = time.perf_counter()
+    r = snakemake(REPO, "-n", configfile="config/paper.yaml", timeout=300, env=env)
+    return r.stdout + r.stderr, time.perf_counter() - t0

@@ -10,6 +10,7 @@ import re
 import pytest
 import yaml
 
+from budget import budget
 from wf import REPO, copy_workflow, snakemake
 
 CASE = yaml.safe_load((REPO / ".test" / "cache" / "config.yaml").read_text())
@@ -42,6 +43,7 @@ def jobs(wd, config: dict) -> set[str]:
 
 
 @pytest.fixture(scope="module")
+@budget(1800)
 def finished(tmp_path_factory):
     wd = copy_workflow(tmp_path_factory.mktemp("cache") / "wf")
     run_case(wd, CASE)

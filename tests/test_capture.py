@@ -8,6 +8,7 @@ import pytest
 from specmoe.runtime import capture
 from specmoe.runtime.engine import engine_kwargs, run_in_child
 from specmoe.errors import SpecmoeError
+from budget import budget
 from hfcheck import agreement, committed_positions, hf_routing
 from specmoe.sources.prompts import load
 from specmoe.routing.trace import ACCEPTED, COMMITTED, FIRST_REJECTED, read_trace, write_trace
@@ -18,6 +19,7 @@ K = 3
 
 
 @pytest.fixture(scope="module")
+@budget(1800)
 def captured(tiny_models, tmp_path_factory):
     rows = load("builtin:v1", ["tinybench"])[::10]  # one prompt per category, 8 in all
     shard_dir = tmp_path_factory.mktemp("shards")

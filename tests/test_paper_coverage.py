@@ -5,31 +5,28 @@ with its model's configuration (study model, precision, TP, hardware, speculativ
 
 from __future__ import annotations
 
-import os
-
 import re
 
 import pytest
 import yaml
 
 from specmoe.sources import published
-from wf import REPO, snakemake
+from wf import REPO
 
 PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
 METHODS = {"EAGLE": "eagle", "EAGLE-3": "eagle3", "MTP": "mtp", "draft_model": "draft_model"}
 
 
 @pytest.fixture(scope="module")
-def jobs(study_drafters_cache) -> list[dict]:
-    """The dry run's jobs, each with its wildcards and its model's variant (the drafters'
-    config.json from stand-ins in the Hugging Face cache, conftest.study_drafters_cache)."""
-    env = {**os.environ, "HF_HUB_CACHE": str(study_drafters_cache), "HF_HUB_OFFLINE": "1"}
-    r = snakemake(REPO, "-n", configfile="config/paper.yaml", timeout=300, env=env)
+def jobs(paper_dry_run) -> list[dict]:
+    """The dry run's jobs (conftest.paper_dry_run, shared), each with its wildcards and its
+    model's variant."""
+    out_text, _ = paper_dry_run
     models = {m["name"]: m for m in PAPER["models"]}
     drafters = {d["name"]: d for d in PAPER["drafters"]}
     formats = {n: d["format"] for n, d in PAPER["datasets"].items()}
     out = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", r.stdout + r.stderr):
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out_text):
         head = re.match(r"(?:local)?rule (\w+):", block)
         wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
         if not head:

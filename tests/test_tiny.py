@@ -111,6 +111,7 @@ def _moe_training(aux_coef: float, steps: int = 12):
     return model, res
 
 
+@pytest.mark.slow  # three MoE trainings on 2 threads: 225 s of a 32-minute fast suite under load
 def test_training_is_bit_reproducible_with_the_load_balancing_loss():
     """Same config, same machine: the same weights bit for bit (the grouped expert GEMM's backward
     adds in varying order on 2 threads unless deterministic kernels are asked for), and the
@@ -169,6 +170,7 @@ def _python(code: str, env_extra: dict | None = None, timeout: int = 600):
                           timeout=timeout, check=True)
 
 
+@pytest.mark.slow  # four Python processes importing torch (50 s under load)
 def test_training_threads_set_the_wait_policy_that_the_loaded_openmp_uses():
     """libgomp as torch loads it waits passively when training_threads ran first; without it,
     libgomp's default spins 300,000 times; a setting of the user's is kept; and in a process that
