@@ -1,6 +1,6 @@
-"""Where a training step of a tiny model goes: forward, loss, backward, gradient clipping, optimizer,
-data and the rest (the loop's own Python, the scheduler, zero_grad), and the operators that take the
-most CPU time.
+"""Where a training step of a tiny model goes: forward, loss, backward, gradient clipping,
+optimizer, data and the rest (the loop's own Python, the scheduler, zero_grad), and the operators
+that take the most CPU time.
 
 It runs specmoe.runtime.tiny.train itself, as rule train_model does (the config's threads, OpenMP's
 wait policy, deterministic kernels), `--steps` steps of one model of config.yaml (a target or a
