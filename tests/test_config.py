@@ -49,7 +49,8 @@ def test_a_study_model_takes_the_top_level_ks_and_the_plan_its_jobs():
     m = c.models[name]
     assert m.ks == c.ks
     rules = [j.rule for j in c.engine_jobs(name)]
-    assert rules.count("sweep_ar") == 1
+    # no series without SD of its own: each SD series measures its no-SD points beside it
+    assert rules.count("sweep_ar") == 0
     assert rules.count("sweep_sd") == len(m.drafters) * len(m.ks)
     assert rules.count("profile") == len(m.drafters)
     assert rules.count("capture") == len(m.runs())
@@ -100,8 +101,8 @@ def test_a_gpu_jobs_engine_as_the_rules_start_it():
     cap = c.engine_of(jobs[("capture", "speed-bench-32k")])
     assert (cap.max_model_len, cap.batch, cap.output_tokens) == (36864, 16, 256)
     assert cap.prompt_tokens == {"speed-bench-32k": 32768.0} and cap.method == "eagle3"
-    sweep = c.engine_of(jobs[("sweep_ar", "")])
-    assert sweep.batch == 128 and sweep.method is None and not sweep.offline_server
+    sweep = c.engine_of(jobs[("sweep_sd", "")])
+    assert sweep.batch == 128 and sweep.method == "eagle3" and not sweep.offline_server
     assert set(sweep.prompt_tokens) == {"mt-bench", "speed-bench-32k"}
     # a separate draft model is served alone for the draft cost: its own GPU job
     assert any(j.rule == "sweep_ar" and j.model == "qwen2-0.5b" for j in c.gpu_jobs())

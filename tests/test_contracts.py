@@ -74,11 +74,13 @@ def test_the_adapter_refuses_a_rule_that_names_other_files_than_its_record(tmp_p
          "engine_log_sd_df": 6}
     smk = job("speedup", {"sd": "a", "series": "b", "drafter": []}, {"json": "o"}, p,
               tmp_path / "log")
-    with pytest.raises(ValueError, match="named sd, series, drafter; its record declares sd, ar"):
+    with pytest.raises(ValueError, match="named sd, series, drafter; its record declares sd, "
+                                         "drafter"):
         stage_args(smk, SpeedupParams)
-    args = stage_args(job("speedup", {"sd": "a", "ar": "b", "drafter": []}, {"json": "o"}, p,
+    args = stage_args(job("speedup", {"sd": "a", "drafter": ["b"]}, {"json": "o"}, p,
                           tmp_path / "log"), SpeedupParams)
-    assert args["inputs"].ar == "b" and args["inputs"].drafter == [] and args["params"].margin == 0.05
+    assert args["inputs"].sd == "a" and args["inputs"].drafter == ["b"]
+    assert args["params"].margin == 0.05
     with pytest.raises(AttributeError, match="no file named 'target'"):
         Named({"sd": "a"}).target
 
@@ -98,17 +100,18 @@ def series(model, points):
 
 def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
     """The speedup stage as its script runs it: the series by name, the record's parameters, the
-    output by name; the drafter's series gives the draft cost."""
-    files = {"sd": series("t", [point(1, 10.0, 2.5), point(8, 14.0, 2.5)]),
-             "ar": series("t", [point(1, 20.0), point(8, 21.0)]),
-             "dr": series("d", [point(1, 2.0), point(8, 2.5)])}
+    output by name; the SD series' own no-SD points and the drafter's series give the draft
+    cost."""
+    sd = series("t", [point(1, 10.0, 2.5), point(8, 14.0, 2.5)])
+    sd["datasets"]["tinybench"]["paired_no_sd"] = {"points": [point(1, 20.0), point(8, 21.0)]}
+    files = {"sd": sd, "dr": series("d", [point(1, 2.0), point(8, 2.5)])}
     for name, body in files.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(body))
     p = SpeedupParams(run=dict(RUN, k=3), margin=0.05, timing="client", engine_log_sd=0.04,
                       engine_log_sd_df=6)
     out = tmp_path / "out" / "speedup.json"
-    smk = job("speedup", {"sd": str(tmp_path / "sd.json"), "ar": str(tmp_path / "ar.json"),
-                          "drafter": [str(tmp_path / "dr.json")]}, {"json": str(out)},
+    smk = job("speedup", {"sd": str(tmp_path / "sd.json"), "drafter": [str(tmp_path / "dr.json")]},
+              {"json": str(out)},
               {f.name: getattr(p, f.name) for f in fields(p)}, tmp_path / "speedup.log")
     from specmoe.stages.analysis import speedup_stage
 

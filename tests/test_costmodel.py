@@ -134,6 +134,27 @@ def test_plan_estimates_from_the_step_model():
         plan.PlanAssumptions.from_dict({"speed": 2})
 
 
+def test_the_bill_of_an_sd_series_holds_its_no_sd_points_too():
+    """An SD series measures its target without SD beside it (two engines started together):
+    its estimate is one start-up, the SD points and the no-SD points, each dataset's."""
+    from specmoe.cost import plan, stepmodel
+
+    d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
+    hw = h100()
+    a, p = plan.PlanAssumptions(), stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, 0.3, 250.0)
+    config = {"sweep": {"schedule": [{"batch": 1, "prompts": 4}, {"batch": 8, "prompts": 16}],
+                        "output_len": 64, "warmups": 2, "repeats": 2}}
+    jobs = [{"rule": "sweep_sd", "drafter": "eagle", "k": 3, "dataset": ""},
+            {"rule": "sweep_ar", "drafter": None, "k": None, "dataset": ""}]
+    model = {"jobs": jobs, "datasets": ["a", "b"], "gpus": 1}
+    sd, ar = plan.job_rows("m", model, d, hw, config, a, p)
+    warm = [(1, 2 * 4 + 2), (8, 2 * 16 + 8)]  # repeats x prompts, and warm-up requests
+    no_sd = plan.series_s(d, hw, warm, 64, None, a, p)
+    assert ar["hours"] * 3600 == pytest.approx(plan.startup_s(d, a) + 2 * no_sd)
+    assert (sd["hours"] - ar["hours"]) * 3600 == pytest.approx(
+        2 * plan.series_s(d, hw, warm, 64, 3, a, p))
+
+
 @pytest.mark.parametrize("kw,msg", [
     ({"moe_time_share": float("nan")}, "moe_time_share must lie strictly between 0 and 1"),
     ({"moe_time_share": 0.0}, "moe_time_share must lie strictly between 0 and 1"),

@@ -79,5 +79,13 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
     assert len(jobs) == counts["total"]
     sweep = next(j for j in jobs if j["rule"] == "sweep_sd")
     assert sweep["params"]["job"]["k"] == int(sweep["wildcards"]["k"])
+    # no target has a series without SD of its own (its SD series measure their no-SD points):
+    # the one series without SD is the drafter's, served alone for the draft cost
+    assert [j["wildcards"]["model"] for j in jobs if j["rule"] == "sweep_ar"] == ["tiny-drafter"]
+    # a training claims one of the two cores and trains on the configuration's two threads
+    train = [j for j in jobs if j["rule"] in ("train_model", "random_model")]
+    assert len(train) == 5 and {j["threads"] for j in train} == {1}
+    assert {j["params"]["tiny"]["train"]["threads"] for j in train
+            if j["rule"] == "train_model"} == {2}
     assert sweep["log"] == [f"logs/sweeps/{sweep['wildcards']['model']}/"
                             f"{sweep['wildcards']['drafter']}/K{sweep['wildcards']['k']}.log"]

@@ -129,7 +129,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
     assert set(wm["model"]) == {"fine-cpu", "coarse-cpu"}
     assert list(wm["top_k"]) == [4, 1] and list(wm["N"]) == [16, 4]
     plan = json.loads((res / "plan.json").read_text())
-    assert {j["rule"] for j in plan["jobs"]} == {"sweep_ar", "sweep_sd", "capture", "profile"}
+    assert {j["rule"] for j in plan["jobs"]} == {"sweep_sd", "capture", "profile"}
     assert {j["model"] for j in plan["jobs"] if j["rule"] != "capture"} == {"fine-cpu"}
     assert all(j["gpus"] == 0 for j in plan["jobs"]) and plan["gpu_hours"] == 0
     assert "On a CPU, no GPU: coarse-cpu, fine-cpu" in (res / "plan.md").read_text()

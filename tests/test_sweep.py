@@ -378,35 +378,35 @@ def test_the_faster_or_slower_word_is_false_at_most_5_percent_of_the_time(noise)
 
 
 def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path):
-    """An SD series that measured its target without SD beside it (interleaved, rule sweep_sd)
-    gives the speedup's no-SD side; rule sweep_ar's series, measured apart, is used only by a
-    series from before (here 2x slower, as if the machine had drifted between the two jobs)."""
+    """An SD series measures its target without SD beside it (interleaved, rule sweep_sd): those
+    points are the speedup's no-SD side. A series from before them (no such points) is refused
+    in one line, not divided by points measured elsewhere."""
     from types import SimpleNamespace
 
     from specmoe.contracts.analysis import SpeedupParams
+    from specmoe.errors import InputError
     from specmoe.provenance import read_json, write_json
-    from specmoe.stages.analysis import NO_SD_APART, NO_SD_PAIRED, speedup_stage
+    from specmoe.stages.analysis import NO_SD_PAIRED, speedup_stage
 
     ds = "tinybench"
     reps = lambda tpots, tau=None: [point(b, t, tau=tau, per_pos=[0.5]) | {"repeat": r}
                                     for b, t in tpots for r, t in enumerate((t, t * 1.01))]
-    near = reps([(1, 10.0), (2, 11.0)])
-    apart = reps([(1, 20.0), (2, 22.0)])
     sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 10.0)], tau=2.0)}}}
-    write_json(tmp_path / "ar.json", {"datasets": {ds: {"points": apart}}}, {})
     run = {"model": "m", "dataset": ds, "k": 3}
-    for paired, want, how in ((False, 20.0 / 8.0, NO_SD_APART), (True, 10.0 / 8.0, NO_SD_PAIRED)):
-        if paired:
-            sd["datasets"][ds]["paired_no_sd"] = {"points": near}
-        write_json(tmp_path / "sd.json", sd, {})
-        speedup_stage(SimpleNamespace(sd=tmp_path / "sd.json", ar=tmp_path / "ar.json",
-                                      drafter=[]),
-                      SimpleNamespace(json=tmp_path / "out.json"),
-                      SpeedupParams(run=run, margin=MARGIN, timing="client", engine_log_sd=0.043,
-                                    engine_log_sd_df=6))
-        out = read_json(tmp_path / "out.json")
-        assert out["rows"][0]["speedup"] == pytest.approx(want, rel=0.01)
-        assert out["no_sd_series"] == how and out["engine_log_sd_df"] == 6
+    params = SpeedupParams(run=run, margin=MARGIN, timing="client", engine_log_sd=0.043,
+                           engine_log_sd_df=6)
+    job = (SimpleNamespace(sd=tmp_path / "sd.json", drafter=[]),
+           SimpleNamespace(json=tmp_path / "out.json"), params)
+    write_json(tmp_path / "sd.json", sd, {})
+    with pytest.raises(InputError, match="no no-SD points beside its SD points"):
+        speedup_stage(*job)
+    assert not (tmp_path / "out.json").exists()
+    sd["datasets"][ds]["paired_no_sd"] = {"points": reps([(1, 10.0), (2, 11.0)])}
+    write_json(tmp_path / "sd.json", sd, {})
+    speedup_stage(*job)
+    out = read_json(tmp_path / "out.json")
+    assert out["rows"][0]["speedup"] == pytest.approx(10.0 / 8.0, rel=0.01)
+    assert out["no_sd_series"] == NO_SD_PAIRED and out["engine_log_sd_df"] == 6
 
 
 def test_a_series_settings_are_typed_once_and_a_broken_one_is_one_line():

@@ -247,11 +247,12 @@ class Config:
 
     @property
     def served(self) -> list[str]:
-        """Engines of the series without SD: the swept models and the drafters served alone for
-        the draft cost c (separate draft models only: EAGLE heads and MTP layers cannot run
-        alone)."""
-        alone = {r.drafter for r in self.sweep_runs() if self.drafters[r.drafter].served_alone}
-        return sorted(set(self.swept + self.hf_swept) | alone)
+        """Engines of the series without SD (rule sweep_ar): the drafters served alone for the
+        draft cost c (separate draft models only: EAGLE heads and MTP layers cannot run alone).
+        A swept target has none: each of its SD series measures its no-SD points beside the SD
+        ones (specmoe.stages.measure.sweep_series_stage), and the speedup divides by those."""
+        return sorted({r.drafter for r in self.sweep_runs()
+                       if self.drafters[r.drafter].served_alone})
 
     def model(self, name: str) -> Model:
         """A model, variant or study model (cost-only included) by name."""
@@ -310,12 +311,12 @@ class Config:
 
     def engine_jobs(self, name: str) -> list[Job]:
         """The engine jobs of one target: a capture per run; where it is swept, one serving series
-        without SD and one per drafter and K, and one profile per drafter at its first K (the
-        decode profile does not depend on K, and the study profiles one K)."""
+        per drafter and K (each with its own no-SD points: the target has no series without SD
+        of its own), and one profile per drafter at its first K (the decode profile does not
+        depend on K, and the study profiles one K)."""
         m = self.models[name]
         jobs = [Job("capture", name, r.drafter, r.k, r.dataset) for r in m.runs()]
         if name in self.swept or name in self.hf_swept:
-            jobs.append(Job("sweep_ar", name))
             jobs += [Job("sweep_sd", name, d, k) for d in m.drafters for k in m.ks]
             jobs += [Job("profile", name, d, m.ks[0], m.datasets[0]) for d in m.drafters]
         return jobs

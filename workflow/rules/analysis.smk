@@ -124,7 +124,6 @@ rule acceptance:
 rule speedup:
     input:
         sd=rules.sweep_sd.output[0],
-        ar=rules.sweep_ar.output[0],
         drafter=lambda w: SpeedupParams.drafter_series(CFG, w),
     output:
         json=P.SPEEDUP,

@@ -155,6 +155,24 @@ def measure_threads():
     return cores if isinstance(cores, int) and 2 <= cores <= 512 else 2
 
 
+def train_threads():
+    """A training job's cores as the scheduler counts them. Training runs on the config's
+    threads whatever this says (tiny.train.threads: the weights follow them), but keeps about
+    1.2 to 1.6 of its 2 threads' cores busy (the default run's benchmark files), and two
+    trainings side by side cost no more CPU a step than apart (bench/train_pairs.py): on a
+    local machine it claims one core less, so that a second training or an analysis job uses
+    the rest. A cluster executor sets no total of cores: there it asks for all its threads.
+    Snakemake exports the claim as OMP_NUM_THREADS; torch's own count (set by the training)
+    wins, and the weights are the same bit for bit."""
+    threads = TrainParams.threads(CFG)
+    try:
+        cores = workflow.cores
+    except Exception:
+        return threads
+    local = isinstance(cores, int) and 2 <= cores <= 512
+    return max(1, threads - 1) if local else threads
+
+
 def engine_threads(rule_name):
     return measure_threads() if kind(rule_name).timed else 2
 

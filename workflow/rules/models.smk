@@ -33,7 +33,7 @@ rule train_model:
         tiny=one_of([*CFG.tiny_targets, *CFG.tiny_drafters]),
     conda:
         "../../envs/models.yaml"
-    threads: TrainParams.threads(CFG)
+    threads: train_threads()
     params:
         **params_of(TrainParams),
     script:

@@ -98,14 +98,15 @@ class PredictParams:
 @dataclass(frozen=True)
 class SpeedupParams:
     """Rule speedup: one swept run's speedup, acceptance, draft cost, TE and the curve's shape
-    (specmoe.stages.analysis.speedup_stage), from its series with and without SD (inputs sd, ar)
-    and, for a separate draft model, the drafter's own series (drafter: none for EAGLE heads and
-    MTP layers, which cannot be served alone); output json (results/speedup/<run>.json).
+    (specmoe.stages.analysis.speedup_stage), from its SD series, which holds the no-SD points
+    measured beside its SD points (input sd), and, for a separate draft model, the drafter's own
+    series (drafter: none for EAGLE heads and MTP layers, which cannot be served alone); output
+    json (results/speedup/<run>.json).
 
     It depends on the run and on the sweep section's analysis-only settings (SWEEP_KEYS: a change
     reruns this rule, no sweep)."""
 
-    INPUTS = ("sd", "ar", "drafter")
+    INPUTS = ("sd", "drafter")
     OUTPUTS = ("json",)
     STAGE = "specmoe.stages.analysis.speedup_stage"
     # field -> its key in the configuration's sweep section
@@ -125,8 +126,8 @@ class SpeedupParams:
     @staticmethod
     def drafter_series(cfg, w) -> list[str]:
         """Input drafter: the drafter's own series where it is served alone (for the draft cost
-        c; separate draft models only), else none. Inputs sd and ar are the outputs of rules
-        sweep_sd and sweep_ar for the run's model (drafter and K)."""
+        c; separate draft models only), else none: rule sweep_ar's series of the drafter. Input
+        sd is rule sweep_sd's series of the run's model, drafter and K."""
         alone = cfg.drafters[w.drafter].served_alone
         return [P.SWEEP_AR.format(model=w.drafter)] if alone else []
 

@@ -607,13 +607,19 @@ class Calibration:
 
 
 @lru_cache(maxsize=1)
+def _calibration_rows() -> tuple[dict, ...]:
+    """calibration_rows(), built once per process (read, never changed)."""
+    return tuple(calibration_rows())
+
+
+@lru_cache(maxsize=1)
 def calibration() -> Calibration:
     """Computed once per process from the package's published tables (nothing else is read)."""
-    rows, shapes = calibration_rows(), shape_rows()
-    lomo = leave_one_model_out(rows, shapes)
+    rows = list(_calibration_rows())
+    lomo = leave_one_model_out(rows, shape_rows())
     fits = {tuple(r[f"fit_{k}"] for k in FITTED) for r in lomo}
-    return Calibration(fit(rows), tuple(StepParams(**dict(zip(FITTED, f)))
-                                        for f in sorted(fits)), tuple(lomo), lomo_rmse(lomo))
+    return Calibration(fitted(), tuple(StepParams(**dict(zip(FITTED, f)))
+                                       for f in sorted(fits)), tuple(lomo), lomo_rmse(lomo))
 
 
 # What a fitted mechanism on its bound says is missing (the data want more, or less, than the
@@ -664,9 +670,12 @@ def missing_effects(p: StepParams) -> dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=1)
 def fitted() -> StepParams:
-    """The parameters fitted on every calibration row."""
-    return calibration().params
+    """The parameters fitted on every calibration row (calibration().params), without the
+    leave-one-model-out fits, which only a prediction's intervals need: a job that prices with
+    the fit alone (costmodel, the report) pays one fit, not one per study model besides."""
+    return fit(list(_calibration_rows()))
 
 
 def calibrated() -> tuple[StepParams, float]:

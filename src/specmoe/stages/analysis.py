@@ -370,33 +370,33 @@ def acceptance_stage(inputs, outputs, params, threads: int | None = None) -> Non
 
 
 NO_SD_PAIRED = "interleaved with the SD points (AB BA by repeat, dataset and batch size)"
-NO_SD_APART = "a separate series (rule sweep_ar), measured apart from the SD series"
 
 
 def speedup_stage(inputs, outputs, params) -> None:
     """Rule speedup (its contract: specmoe.contracts.analysis.SpeedupParams): speedup,
     acceptance, draft cost, TE from the sweep and the curve's shape for one run, from its series
-    with SD (inputs.sd, whose no-SD points were measured beside its SD points) or, for a series
-    from before them, the separate series without SD (inputs.ar), and the drafter's own series
-    (inputs.drafter: none or one file); outputs.json. params.engine_log_sd_df: the degrees of
-    freedom of the engine spread's estimate (None: known)."""
+    with SD (inputs.sd), whose no-SD points were measured beside its SD points, and the drafter's
+    own series (inputs.drafter: none or one file); outputs.json. params.engine_log_sd_df: the
+    degrees of freedom of the engine spread's estimate (None: known)."""
     from dataclasses import asdict
 
     from ..contracts import one
     from ..measured.sweep import speedup_curve
 
     run, drafter_json = params.run, one(inputs.drafter)
-    sd, ar = read_json(inputs.sd), read_json(inputs.ar)
+    sd = read_json(inputs.sd)
     dr = read_json(drafter_json) if drafter_json else None
     ds = run["dataset"]
-    paired = (sd.get("datasets", {}).get(ds) or {}).get("paired_no_sd")
-    # the no-SD points measured beside the SD ones (interleaved, measure.sweep_series_stage);
-    # a series from before them falls back on rule sweep_ar's series, measured apart
-    res = speedup_curve(paired["points"] if paired else series_points(ar, ds),
-                        series_points(sd, ds), series_points(dr, ds) if dr else None, run["k"],
-                        params.margin, params.timing, params.engine_log_sd,
+    sd_points = series_points(sd, ds)
+    paired = sd["datasets"][ds].get("paired_no_sd")
+    if not paired:  # the no-SD points measured beside the SD ones (measure.sweep_series_stage)
+        raise InputError(f"{inputs.sd} has no no-SD points beside its SD points for dataset "
+                         f"{ds!r} (a series measured before they were paired): delete it to "
+                         "measure it again")
+    res = speedup_curve(paired["points"], sd_points, series_points(dr, ds) if dr else None,
+                        run["k"], params.margin, params.timing, params.engine_log_sd,
                         params.engine_log_sd_df)
-    res["no_sd_series"] = NO_SD_PAIRED if paired else NO_SD_APART
+    res["no_sd_series"] = NO_SD_PAIRED
     prov = dict(sd.get("provenance", {}))
     prov.update(provenance(asdict(params), model=prov.get("model"), stage="speedup"))
     fit = sd.get("prompting") or {}
