@@ -532,12 +532,6 @@ class Config:
             r["names"].append(e["name"])
         return out
 
-    def drafter_methods(self, repo: str) -> dict[str, str]:
-        """The speculative method of each drafter downloaded from one repository (by file name,
-        as `repos`): what its download job checks vLLM can load."""
-        return {n: self.drafters[n].method for n in self.repos[repo]["names"]
-                if n in self.drafters}
-
     @property
     def planned(self) -> list[str]:
         """Study models whose GPU jobs the plan estimates (a repo id is needed for config.json)."""
@@ -574,14 +568,9 @@ class Config:
         keys = ("sweep", "capture", "profiling", "plan", "ks")
         return {**{k: self.raw[k] for k in keys if k in self.raw}, "hardware": self.hardware}
 
-    @property
-    def sd_check(self) -> dict:
-        """The tiny section's SD check as configured (its engine settings)."""
-        return dict(self.raw.get("tiny", {}).get("sd_check", {}))
-
     def sd_check_run(self) -> tuple[int, str]:
         """The SD check's K and dataset (SD_CHECK_DEFAULTS where the configuration sets none)."""
-        sd = {**SD_CHECK_DEFAULTS, **self.sd_check}
+        sd = {**SD_CHECK_DEFAULTS, **self.section("sd_check", tiny=True)}
         return int(sd["k"]), sd["dataset"]
 
     def sweep_params(self, name: str) -> dict:

@@ -22,12 +22,17 @@ from specmoe.contracts.analysis import (
     SynthTraceParams,
 )
 from specmoe.contracts.engines import CaptureControlParams, EngineParams
-from specmoe.contracts.models import TokenizerParams, TrainParams
+from specmoe.contracts.models import SdCheckParams, TokenizerParams, TrainParams
 from specmoe.contracts.report import (
     ReportIndexParams,
     report_tables,
     run_tables,
     table_files,
+)
+from specmoe.contracts.study import (
+    DownloadDatasetParams,
+    DownloadModelParams,
+    PromptTableParams,
 )
 from specmoe.cost.plan import planned_runtime
 from specmoe.errors import InputError
