@@ -237,6 +237,8 @@ def test_repetition_penalty_reaches_the_engine_and_cuts_loops(captured, tiny_mod
 @pytest.fixture(scope="module")
 def matched_control(captured, tiny_models, tmp_path_factory):
     """The untrained control of `t` teacher-forced on t's captured trace (the matched control)."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import CaptureControlParams
     from specmoe.stages import models as modelstages
     from specmoe.stages.traces import control_capture_stage
 
@@ -249,9 +251,11 @@ def matched_control(captured, tiny_models, tmp_path_factory):
     _, tr, _ = captured
     write_trace(root / "t.parquet", tr, {})
     run = {"model": "t-random", "drafter": "d", "k": K, "dataset": "heldout-code"}
-    control_capture_stage(root / "t-random", root / "t.parquet", run,
-                          {"kv_cache_mib": 128, "max_num_seqs": 16, "dtype": "float32"},
-                          root / "c.parquet")
+    control_capture_stage(
+        Named({"control": str(root / "t-random"), "trace": str(root / "t.parquet")}),
+        Named({"trace": str(root / "c.parquet")}),
+        CaptureControlParams(run=run, settings={"kv_cache_mib": 128, "max_num_seqs": 16,
+                                                "dtype": "float32"}))
     return read_trace(root / "c.parquet"), root / "t-random"
 
 

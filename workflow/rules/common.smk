@@ -21,7 +21,13 @@ from specmoe.contracts.analysis import (
     SpeedupParams,
     SynthTraceParams,
 )
-from specmoe.contracts.engines import CaptureControlParams, EngineParams
+from specmoe.contracts.engines import (
+    CaptureControlParams,
+    CaptureParams,
+    ProfileParams,
+    SweepArParams,
+    SweepSdParams,
+)
 from specmoe.contracts.models import SdCheckParams, TokenizerParams, TrainParams
 from specmoe.contracts.report import (
     ReportIndexParams,
@@ -188,15 +194,3 @@ def engine_resources(rule_name):
         "runtime": runtime,
         "engine": 1,
     }
-
-
-def engine_inputs(rule_name):
-    """An engine job's named inputs (for unpack; specmoe.contracts.engines.EngineParams)."""
-    kind(rule_name)
-    return lambda w: EngineParams.inputs(CFG, FILES, w, rule_name)
-
-
-def engine_params(rule_name):
-    """An engine job's params: its record's fields (specmoe.contracts.engines.EngineParams)."""
-    kind(rule_name)
-    return params_of(EngineParams, rule=rule_name)

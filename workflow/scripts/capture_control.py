@@ -2,7 +2,7 @@
 
 from specmoe.contracts import run_rule
 from specmoe.contracts.engines import CaptureControlParams
-from specmoe.stages.traces import control_capture_job_stage
+from specmoe.stages.traces import control_capture_stage
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
-    run_rule(snakemake, control_capture_job_stage, CaptureControlParams)
+    run_rule(snakemake, control_capture_stage, CaptureControlParams)
