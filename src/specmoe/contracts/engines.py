@@ -128,15 +128,6 @@ def engine_record(rule: str) -> type[EngineParams]:
                          "specmoe.contracts.engines.ENGINE_RECORDS") from None
 
 
-def engine_stage(record):
-    """The stage function an engine rule's record names (imported here, in the job: the
-    workflow never calls it)."""
-    from importlib import import_module
-
-    module, name = record.STAGE.rsplit(".", 1)
-    return getattr(import_module(module), name)
-
-
 @dataclass(frozen=True)
 class CaptureControlParams:
     """Rule capture_control: an untrained control's trace (specmoe.stages.traces.
