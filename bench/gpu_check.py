@@ -130,7 +130,9 @@ def smoke(a: argparse.Namespace) -> int:
     from specmoe.runs import Run
     from specmoe.runtime.engine import device
     from specmoe.sources.prompts import DEFAULT_SOURCE
-    from specmoe.stages.measure import profile_stage, sweep_series_stage
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import CaptureParams, ProfileParams, SweepSdParams
+    from specmoe.stages.measure import profile_stage, sweep_stage
     from specmoe.stages.traces import capture_stage
 
     out = Path(a.out_dir)
@@ -153,27 +155,39 @@ def smoke(a: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     target, drafter = _local(a.target), _local(a.drafter)
-    run = Run("smoke", "draft", a.k, a.dataset).as_dict()
+    run = {"model": "smoke", "drafter": "draft", "k": a.k, "dataset": a.dataset}
+    served = Named({"target": str(target), "drafter": str(drafter), "prompts": []})
+
+    def engine_job(record, job, settings, **outputs):
+        """A stage's arguments as its rule gives them (the embedded prompt table)."""
+        return dict(inputs=served, outputs=Named({k: str(v) for k, v in outputs.items()}),
+                    params=record(job=job, settings=settings, method=None, gpu=True,
+                                  prompts=DEFAULT_SOURCE, prompting={}))
+
     cap = {"prompts": a.prompts, "max_tokens": a.max_tokens, "max_num_seqs": a.prompts,
            "dtype": "auto"}
     for mode, args in (("eager", {"enforce_eager": True}), ("defaults", {})):
         step(f"capture_{mode}", lambda args=args, mode=mode: capture_stage(
-            target, drafter, a.k, run, {**cap, "engine_args": args}, DEFAULT_SOURCE,
-            out / f"capture_{mode}.parquet", engine_log=str(out / f"capture_{mode}.log")))
+            **engine_job(CaptureParams, run, {**cap, "engine_args": args},
+                         trace=out / f"capture_{mode}.parquet"),
+            log=str(out / f"capture_{mode}.log")))
     routing = None
     if steps["capture_eager"]["ok"] and steps["capture_defaults"]["ok"]:
         routing = compare_committed(read_trace(out / "capture_eager.parquet"),
                                     read_trace(out / "capture_defaults.parquet"))
     step("profile", lambda: profile_stage(
-        target, drafter, a.k, run, {"batch_sizes": [1], "max_tokens": 32, "dtype": "auto",
-                                    "max_model_len": 2048}, DEFAULT_SOURCE,
-        out / "profile.json", out / "profile_traces", engine_log=str(out / "profile.log")))
-    step("sweep", lambda: sweep_series_stage(
-        target, drafter, a.k, {"model": "smoke", "drafter": "draft", "k": a.k,
-                               "datasets": [a.dataset]},
-        {"schedule": [{"batch": 1, "prompts": 8}], "output_len": a.max_tokens, "warmups": 1,
-         "repeats": 1, "startup_timeout_s": 900, "max_model_len": 2048, "dtype": "auto"},
-        DEFAULT_SOURCE, out / "sweep.json", engine_log=str(out / "sweep.log")))
+        **engine_job(ProfileParams, run, {"batch_sizes": [1], "max_tokens": 32, "dtype": "auto",
+                                          "max_model_len": 2048},
+                     json=out / "profile.json", traces=out / "profile_traces"),
+        log=str(out / "profile.log")))
+    step("sweep", lambda: sweep_stage(
+        **engine_job(SweepSdParams, {"model": "smoke", "drafter": "draft", "k": a.k,
+                                     "datasets": [a.dataset]},
+                     {"schedule": [{"batch": 1, "prompts": 8}], "output_len": a.max_tokens,
+                      "warmups": 1, "repeats": 1, "startup_timeout_s": 900,
+                      "max_model_len": 2048, "dtype": "auto"},
+                     json=out / "sweep.json"),
+        log=str(out / "sweep.log")))
     checks = {"capture_eager": steps["capture_eager"]["ok"],
               "capture_defaults": steps["capture_defaults"]["ok"],
               "committed_routing_identical": bool(routing and routing["identical"]),

@@ -257,10 +257,11 @@ def matched_control(captured, tiny_models, tmp_path_factory):
     _, tr, _ = captured
     write_trace(root / "t.parquet", tr, {})
     run = {"model": "t-random", "drafter": "d", "k": K, "dataset": "heldout-code"}
-    control_capture_stage(Named({"control": root / "t-random", "trace": root / "t.parquet"}),
-                          Named({"trace": root / "c.parquet"}),
-                          CaptureControlParams(run, {"kv_cache_mib": 128, "max_num_seqs": 16,
-                                                     "dtype": "float32"}))
+    control_capture_stage(
+        Named({"control": str(root / "t-random"), "trace": str(root / "t.parquet")}),
+        Named({"trace": str(root / "c.parquet")}),
+        CaptureControlParams(run=run, settings={"kv_cache_mib": 128, "max_num_seqs": 16,
+                                                "dtype": "float32"}))
     return read_trace(root / "c.parquet"), root / "t-random"
 
 

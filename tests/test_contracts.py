@@ -163,29 +163,52 @@ def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_
 def test_an_engine_jobs_record_follows_its_kind():
     """Capture serves its run's dataset with the tiny capture section; a series every swept
     dataset with the sweep settings; a kind without SD has no drafter, as input or in its job."""
-    from specmoe.contracts.engines import EngineParams
+    from specmoe.contracts.engines import (CaptureParams, EngineParams, ProfileParams,
+                                           SweepArParams, SweepSdParams, engine_record)
     from specmoe.files import Files
 
     cfg = resolved()
-    cap = EngineParams.from_config(cfg, RUN)
+    cap = CaptureParams.from_config(cfg, RUN)
     assert cap.job == {"model": "tiny-fine", "drafter": "tiny-drafter", "k": 3,
                        "dataset": "tinybench"}
     assert cap.settings == cfg.section("capture", tiny=True)
     assert (cap.method, cap.gpu, cap.prompts) == (None, False, cfg.prompts)
     assert cap.prompting == cfg.prompting("tiny-fine", ["tinybench"])
-    sd = EngineParams.from_config(cfg, Wildcards(model="tiny-fine", drafter="tiny-drafter",
-                                                 k="3"), rule="sweep_sd")
+    sd = SweepSdParams.from_config(cfg, Wildcards(model="tiny-fine", drafter="tiny-drafter",
+                                                  k="3"))
     assert sd.job["datasets"] == cfg.sweep_datasets("tiny-fine") and "dataset" not in sd.job
-    assert sd.settings == cfg.sweep_params("tiny-fine")
+    assert sd.settings == cfg.sweep_params("tiny-fine") and sd.label == "sweep_sd of tiny-fine"
     ar_w = Wildcards(model="tiny-fine")
-    ar = EngineParams.from_config(cfg, ar_w, rule="sweep_ar")
+    ar = SweepArParams.from_config(cfg, ar_w)
     assert (ar.job["drafter"], ar.job["k"]) == (None, None)
+    prof = ProfileParams.from_config(cfg, RUN)
+    assert prof.settings == cfg.section("profiling")
+    assert prof.job["dataset"] == cfg.models["tiny-fine"].datasets[0]  # its first
     files = Files(cfg)
-    assert set(EngineParams.inputs(cfg, files, RUN)) == set(EngineParams.INPUTS)
-    assert "drafter" not in EngineParams.inputs(cfg, files, ar_w, rule="sweep_ar")
-    assert EngineParams.inputs(cfg, files, RUN)["target"] == "results/models/tiny-fine"
+    assert set(CaptureParams.inputs(cfg, files, RUN)) == set(EngineParams.INPUTS)
+    assert "drafter" not in SweepArParams.inputs(cfg, files, ar_w)
+    assert CaptureParams.inputs(cfg, files, RUN)["target"] == "results/models/tiny-fine"
+    assert engine_record("sweep_ar") is SweepArParams
     with pytest.raises(ValueError, match="unknown engine job kind"):
-        EngineParams.from_config(cfg, RUN, rule="serve")
+        engine_record("serve")
+
+
+def test_every_engine_kind_has_a_record_whose_stage_takes_its_contract():
+    """The engine rules' script runs the stage its rule's record names: every kind of
+    specmoe.kinds has a record, and each record's stage takes (inputs, outputs, params) and the
+    job's log and runtime."""
+    import inspect
+    from importlib import import_module
+
+    from specmoe.contracts.engines import ENGINE_RECORDS
+    from specmoe.kinds import KINDS
+
+    assert set(ENGINE_RECORDS) == set(KINDS)
+    for name, record in ENGINE_RECORDS.items():
+        assert record.KIND == name
+        module, stage = record.STAGE.rsplit(".", 1)
+        params = list(inspect.signature(getattr(import_module(module), stage)).parameters)
+        assert params == ["inputs", "outputs", "params", "log", "runtime"], name
 
 
 def test_the_analysis_records_read_only_what_their_rules_depend_on():

@@ -159,9 +159,14 @@ def test_a_downloaded_head_vllm_cannot_load_stops_its_download_job(tmp_path):
                                                      "pytorch_model.bin": b"\0" * 64})
     out = tmp_path / "m.json"
     script = ("import sys\nfrom specmoe.errors import InputError\n"
+              "from specmoe.contracts import Named\n"
+              "from specmoe.contracts.study import DownloadModelParams\n"
               "from specmoe.stages.study import download_model_stage\n"
-              "try:\n    download_model_stage(['h'], 'specmoe-test/eagle-head', None, 'full', "
-              f"False, {str(out)!r}, {{'h': 'eagle'}})\n"
+              "repo = {'names': ['h'], 'repo_id': 'specmoe-test/eagle-head', 'revision': None, "
+              "'trust_remote_code': False}\n"
+              "try:\n    download_model_stage(Named({}), Named({'manifest': "
+              f"{str(out)!r}}}), DownloadModelParams(repo=repo, methods={{'h': 'eagle'}}, "
+              "mode='full'))\n"
               "except InputError as exc:\n    sys.exit(str(exc))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1",

@@ -167,8 +167,10 @@ def test_capture_and_sweeps_send_the_same_rendered_prompts(chat_dir, tmp_path, m
     """The capture and sweep stages up to their engines (vLLM's side replaced by recorders that
     keep what they were given): both send the chat-rendered text of the same prompts, with
     the prompts that do not fit left out of both."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import CaptureParams, SweepArParams
     from specmoe.runtime import engine, serving
-    from specmoe.stages.measure import sweep_series_stage
+    from specmoe.stages.measure import sweep_stage
     from specmoe.stages.traces import capture_stage
 
     sent = {}
@@ -200,15 +202,23 @@ def test_capture_and_sweeps_send_the_same_rendered_prompts(chat_dir, tmp_path, m
     run = {"model": "t", "drafter": "d", "k": 3, "dataset": "tinybench"}
     cap = {"prompts": 200, "max_tokens": 16, "max_num_seqs": 4,
            "engine_args": {"max_model_len": limit}}
-    with pytest.raises(Stop):
-        capture_stage(chat_dir, None, 3, run, cap, prompt_table.DEFAULT_SOURCE,
-                      tmp_path / "t.parquet", prompting=prompting)
     sweep = {"schedule": [{"batch": 1, "prompts": 200}], "output_len": 16, "warmups": 0,
              "repeats": 1, "startup_timeout_s": 10, "max_model_len": limit}
+    # the stages as their rules run them (the target served alone: the records' job and
+    # settings; no downloaded prompt table, so the tiny models' table)
+    served = Named({"target": str(chat_dir), "prompts": []})
+    capture = dict(inputs=served, outputs=Named({"trace": str(tmp_path / "t.parquet")}),
+                   params=CaptureParams(job=run, settings=cap, method=None, gpu=False,
+                                        prompts=prompt_table.DEFAULT_SOURCE, prompting=prompting))
+    series = dict(inputs=served, outputs=Named({"json": str(tmp_path / "s.json")}),
+                  params=SweepArParams(job={"model": "t", "drafter": None, "k": 3,
+                                            "datasets": ["tinybench"]},
+                                       settings=sweep, method=None, gpu=False,
+                                       prompts=prompt_table.DEFAULT_SOURCE, prompting=prompting))
     with pytest.raises(Stop):
-        sweep_series_stage(chat_dir, None, 3, {"model": "t", "datasets": ["tinybench"]}, sweep,
-                           prompt_table.DEFAULT_SOURCE, tmp_path / "s.json",
-                           prompting=prompting)
+        capture_stage(**capture)
+    with pytest.raises(Stop):
+        sweep_stage(**series)
     longest = max(lengths, key=lengths.get)
     fits = {t for i, t in rendered.items() if i != longest}
     assert set(sent["capture"]) == fits == set(sent["sweep"]["tinybench"])
@@ -225,10 +235,8 @@ def test_capture_and_sweeps_send_the_same_rendered_prompts(chat_dir, tmp_path, m
     monkeypatch.setattr(engine, "run_in_child", lambda *a, **kw: {})
     monkeypatch.setattr(cap_mod, "assemble", lambda *a, **kw: synthetic)
     monkeypatch.setattr(serving, "run_series", lambda *a, **kw: {"tinybench": []})
-    capture_stage(chat_dir, None, 3, run, cap, prompt_table.DEFAULT_SOURCE,
-                  tmp_path / "t.parquet", prompting=prompting)
-    sweep_series_stage(chat_dir, None, 3, {"model": "t", "datasets": ["tinybench"]}, sweep,
-                       prompt_table.DEFAULT_SOURCE, tmp_path / "s.json", prompting=prompting)
+    capture_stage(**capture)
+    sweep_stage(**series)
     want = {"chat_template": True, "policy": "filter", "max_model_len": limit, "reserved": 20,
             "prompts": len(rows), "over_limit": 1, "longest": lengths[longest],
             "longest_prompt_id": longest}

@@ -106,8 +106,12 @@ def test_download_dataset_stage_offline_writes_a_prompt_table(tmp_path):
                   {"question.jsonl": "".join(json.dumps(r) + "\n" for r in MT).encode()},
                   commit="e" * 40, repo_type="dataset")
     code = ("from specmoe.stages.study import download_dataset_stage as d, prompt_table_stage as p; "
+            "from specmoe.contracts import Named; "
+            "from specmoe.contracts.study import DownloadDatasetParams, PromptTableParams; "
             "import sys; spec = {'format': 'mt-bench', 'repo_id': 'philschmid/mt-bench'}; "
-            "d('mt-bench', spec, sys.argv[2]); p('mt-bench', spec, sys.argv[2], sys.argv[1])")
+            "man = Named({'manifest': sys.argv[2]}); "
+            "d(Named({}), man, DownloadDatasetParams(spec=spec, dataset='mt-bench')); "
+            "p(man, Named({'csv': sys.argv[1]}), PromptTableParams(spec=spec, dataset='mt-bench'))")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "HF_HUB_CACHE": str(cache)}
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.csv"),

@@ -250,7 +250,7 @@ class Config:
         """Engines of the series without SD (rule sweep_ar): the drafters served alone for the
         draft cost c (separate draft models only: EAGLE heads and MTP layers cannot run alone).
         A swept target has none: each of its SD series measures its no-SD points beside the SD
-        ones (specmoe.stages.measure.sweep_series_stage), and the speedup divides by those."""
+        ones (specmoe.stages.measure.sweep_stage), and the speedup divides by those."""
         return sorted({r.drafter for r in self.sweep_runs()
                        if self.drafters[r.drafter].served_alone})
 
@@ -508,12 +508,6 @@ class Config:
             r["names"].append(e["name"])
         return out
 
-    def drafter_methods(self, repo: str) -> dict[str, str]:
-        """The speculative method of each drafter downloaded from one repository (by file name,
-        as `repos`): what its download job checks vLLM can load."""
-        return {n: self.drafters[n].method for n in self.repos[repo]["names"]
-                if n in self.drafters}
-
     @property
     def planned(self) -> list[str]:
         """Study models whose GPU jobs the plan estimates (a repo id is needed for config.json)."""
@@ -539,13 +533,10 @@ class Config:
         return dict(top.get(name) or {})
 
     @property
-    def sd_check(self) -> dict:
-        """The tiny section's SD check as configured (its engine settings)."""
-        return dict(self.raw.get("tiny", {}).get("sd_check", {}))
 
     def sd_check_run(self) -> tuple[int, str]:
         """The SD check's K and dataset (SD_CHECK_DEFAULTS where the configuration sets none)."""
-        sd = {**SD_CHECK_DEFAULTS, **self.sd_check}
+        sd = {**SD_CHECK_DEFAULTS, **self.section("sd_check", tiny=True)}
         return int(sd["k"]), sd["dataset"]
 
     def sweep_params(self, name: str) -> dict:

@@ -21,8 +21,14 @@ from specmoe.contracts.analysis import (
     SpeedupParams,
     SynthTraceParams,
 )
-from specmoe.contracts.engines import CaptureControlParams, EngineParams
-from specmoe.contracts.models import TokenizerParams, TrainParams
+from specmoe.contracts.engines import (
+    CaptureControlParams,
+    CaptureParams,
+    ProfileParams,
+    SweepArParams,
+    SweepSdParams,
+)
+from specmoe.contracts.models import SdCheckParams, TokenizerParams, TrainParams
 from specmoe.contracts.report import (
     ComparisonParams,
     FiguresParams,
@@ -32,6 +38,11 @@ from specmoe.contracts.report import (
     StepModelParams,
     TablesParams,
     WeightModelParams,
+)
+from specmoe.contracts.study import (
+    DownloadDatasetParams,
+    DownloadModelParams,
+    PromptTableParams,
 )
 from specmoe.cost.plan import planned_runtime
 from specmoe.errors import InputError
@@ -205,15 +216,3 @@ def engine_resources(rule_name):
         "runtime": runtime,
         "engine": 1,
     }
-
-
-def engine_inputs(rule_name):
-    """An engine job's named inputs (for unpack; specmoe.contracts.engines.EngineParams)."""
-    kind(rule_name)
-    return lambda w: EngineParams.inputs(CFG, FILES, w, rule_name)
-
-
-def engine_params(rule_name):
-    """An engine job's params: its record's fields (specmoe.contracts.engines.EngineParams)."""
-    kind(rule_name)
-    return params_of(EngineParams, rule=rule_name)

@@ -1,17 +1,19 @@
 # The measured side: serving sweeps (SD on/off per batch size) and kernel profiling, each an
 # engine job of rule capture's body (workflow/rules/traces.smk): each block below overrides only
-# what its kind changes (specmoe.kinds: inputs, settings and threads follow the rule's name), its
-# outputs and the models it runs for; it keeps capture's environment, retries and script.
+# what its kind changes (its record, specmoe.contracts.engines: inputs and params; threads and
+# resources follow the rule's kind, specmoe.kinds), its outputs and the models it runs for; it
+# keeps capture's environment, retries and script.
 # A series is one engine serving every dataset of its model in turn (datasets do not change the
 # engine); it writes one file per dataset and batch size under <output>.points/ as it goes, so a
 # rerun after a crash resumes at the next unfinished point.
 
 
+# Its contract: specmoe.contracts.engines.SweepSdParams.
 use rule capture as sweep_sd with:
     input:
-        unpack(engine_inputs("sweep_sd")),
+        unpack(lambda w: SweepSdParams.inputs(CFG, FILES, w)),
     output:
-        P.SWEEP_SD,
+        json=P.SWEEP_SD,
     log:
         P.log_of(P.SWEEP_SD),
     benchmark:
@@ -22,14 +24,15 @@ use rule capture as sweep_sd with:
     resources:
         **engine_resources("sweep_sd"),
     params:
-        **engine_params("sweep_sd"),
+        **params_of(SweepSdParams),
 
 
+# Its contract: specmoe.contracts.engines.SweepArParams.
 use rule capture as sweep_ar with:
     input:
-        unpack(engine_inputs("sweep_ar")),
+        unpack(lambda w: SweepArParams.inputs(CFG, FILES, w)),
     output:
-        P.SWEEP_AR,
+        json=P.SWEEP_AR,
     log:
         P.log_of(P.SWEEP_AR),
     benchmark:
@@ -40,12 +43,13 @@ use rule capture as sweep_ar with:
     resources:
         **engine_resources("sweep_ar"),
     params:
-        **engine_params("sweep_ar"),
+        **params_of(SweepArParams),
 
 
+# Its contract: specmoe.contracts.engines.ProfileParams.
 use rule capture as profile with:
     input:
-        unpack(engine_inputs("profile")),
+        unpack(lambda w: ProfileParams.inputs(CFG, FILES, w)),
     output:
         json=P.PROFILE,
         traces=directory(P.PROFILE_TRACES),
@@ -59,4 +63,4 @@ use rule capture as profile with:
     resources:
         **engine_resources("profile"),
     params:
-        **engine_params("profile"),
+        **params_of(ProfileParams),

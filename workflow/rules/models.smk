@@ -53,12 +53,13 @@ use rule train_model as random_model with:
         **params_of(TrainParams, trained=False),
 
 
+# Its contract: specmoe.contracts.models.SdCheckParams.
 rule sd_check:
     input:
         target=P.model("{model}"),
         drafter=P.model("{drafter}"),
     output:
-        P.SD_CHECK,
+        json=P.SD_CHECK,
     log:
         P.log_of(P.SD_CHECK),
     benchmark:
@@ -70,7 +71,6 @@ rule sd_check:
     resources:
         engine=1,
     params:
-        sd=CFG.sd_check,
-        prompts=CFG.prompts,
+        **params_of(SdCheckParams),
     script:
         "../scripts/sd_check.py"

@@ -4,9 +4,10 @@
 # and stops at once where no CUDA device is visible.
 
 
+# Its contract: specmoe.contracts.study.DownloadModelParams.
 rule download_model:
     output:
-        P.DOWNLOAD,
+        manifest=P.DOWNLOAD,
     log:
         P.log_of(P.DOWNLOAD),
     benchmark:
@@ -17,15 +18,15 @@ rule download_model:
     conda:
         "../../envs/analysis.yaml"
     params:
-        repo=lambda w: CFG.repos[w.repo],
-        methods=lambda w: CFG.drafter_methods(w.repo),
+        **params_of(DownloadModelParams),
     script:
         "../scripts/download_model.py"
 
 
+# Its contract: specmoe.contracts.study.DownloadDatasetParams.
 rule download_dataset:
     output:
-        P.DATASET_DOWNLOAD,
+        manifest=P.DATASET_DOWNLOAD,
     log:
         P.log_of(P.DATASET_DOWNLOAD),
     benchmark:
@@ -35,16 +36,17 @@ rule download_dataset:
     conda:
         "../../envs/analysis.yaml"
     params:
-        spec=lambda w: CFG.datasets[w.dataset],
+        **params_of(DownloadDatasetParams),
     script:
         "../scripts/download_dataset.py"
 
 
+# Its contract: specmoe.contracts.study.PromptTableParams.
 rule prompt_table:
     input:
-        rules.download_dataset.output[0],
+        manifest=rules.download_dataset.output.manifest,
     output:
-        P.PROMPTS,
+        csv=P.PROMPTS,
     log:
         P.log_of(P.PROMPTS),
     benchmark:
@@ -54,6 +56,6 @@ rule prompt_table:
     conda:
         "../../envs/models.yaml"
     params:
-        spec=lambda w: CFG.datasets[w.dataset],
+        **params_of(PromptTableParams),
     script:
         "../scripts/prompt_table.py"

@@ -1,12 +1,12 @@
 # Routing traces from a real engine: one Parquet file per (model, drafter, K, dataset). Rule capture
 # is the engine rule body that the sweeps and profiles reuse (measure.smk: `use rule capture`); what
-# each engine rule serves follows its kind (specmoe.kinds, by the rule's name); its contract:
-# specmoe.contracts.engines.EngineParams.
+# each engine rule serves follows its kind (specmoe.kinds, by the rule's name).
 
 
+# Its contract: specmoe.contracts.engines.CaptureParams.
 rule capture:
     input:
-        unpack(engine_inputs("capture")),
+        unpack(lambda w: CaptureParams.inputs(CFG, FILES, w)),
     output:
         trace=P.TRACE,
     log:
@@ -24,13 +24,13 @@ rule capture:
     resources:
         **engine_resources("capture"),
     params:
-        **engine_params("capture"),
+        **params_of(CaptureParams),
     script:
         "../scripts/engine.py"
 
 
 # The untrained control reads its trained target's own windows, teacher-forced through the same
-# engine settings (specmoe.stages.traces.control_capture_stage): each routing statistic of the
+# engine settings: each routing statistic of the
 # two compares routing of identical inputs.
 # Its contract: specmoe.contracts.engines.CaptureControlParams.
 rule capture_control:

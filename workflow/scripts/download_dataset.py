@@ -1,9 +1,8 @@
-"""Rule download_dataset: a study dataset's files from the Hub into the HF cache (a manifest)."""
+"""Rule download_dataset (its contract: specmoe.contracts.study.DownloadDatasetParams): a study
+dataset's files from the Hub into the HF cache (a manifest)."""
 
-from specmoe.logs import logged
+from specmoe.contracts import run_rule
+from specmoe.contracts.study import DownloadDatasetParams
 from specmoe.stages.study import download_dataset_stage
 
-with logged(snakemake.log[0], "download_dataset"):
-    download_dataset_stage(
-        snakemake.wildcards.dataset, snakemake.params.spec, snakemake.output[0]
-    )
+run_rule(snakemake, download_dataset_stage, DownloadDatasetParams)

@@ -1,16 +1,8 @@
-"""Rule download_model: a Hugging Face repository into the HF cache; the output is its manifest."""
+"""Rule download_model (its contract: specmoe.contracts.study.DownloadModelParams): a Hugging Face
+repository into the HF cache; the output is its manifest."""
 
-from specmoe.logs import logged
+from specmoe.contracts import run_rule
+from specmoe.contracts.study import DownloadModelParams
 from specmoe.stages.study import download_model_stage
 
-with logged(snakemake.log[0], "download"):
-    r = snakemake.params.repo
-    download_model_stage(
-        r["names"],
-        r["repo_id"],
-        r["revision"],
-        snakemake.wildcards.mode,
-        r["trust_remote_code"],
-        snakemake.output[0],
-        snakemake.params.methods,
-    )
+run_rule(snakemake, download_model_stage, DownloadModelParams)

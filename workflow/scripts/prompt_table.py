@@ -1,12 +1,8 @@
-"""Rule prompt_table: a downloaded study dataset normalised into a prompt table."""
+"""Rule prompt_table (its contract: specmoe.contracts.study.PromptTableParams): a downloaded study
+dataset normalised into a prompt table."""
 
-from specmoe.logs import logged
+from specmoe.contracts import run_rule
+from specmoe.contracts.study import PromptTableParams
 from specmoe.stages.study import prompt_table_stage
 
-with logged(snakemake.log[0], "prompt_table"):
-    prompt_table_stage(
-        snakemake.wildcards.dataset,
-        snakemake.params.spec,
-        snakemake.input[0],
-        snakemake.output[0],
-    )
+run_rule(snakemake, prompt_table_stage, PromptTableParams)

@@ -5,7 +5,8 @@ specmoe.contracts.<name>), one frozen dataclass, its parameters record:
 
 - its fields are the job's parameters (besides its files), typed; `from_config(cfg, wildcards)`
   builds them from the resolved configuration (specmoe.config.Config) and the job's wildcards, so
-  the keys a rule reads of the configuration are named in one place;
+  the keys a rule reads of the configuration are named in one place; a field marked `wildcard()`
+  is one of the job's wildcards, which its output path already names (not a Snakemake param);
 - `INPUTS` and `OUTPUTS` name the rule's inputs and outputs, which the stage reads by those names
   (the adapter refuses a rule that names others);
 - `STAGE` names the stage function (specmoe.stages), which takes (inputs, outputs, params) by name.
@@ -19,7 +20,7 @@ stages (it is read when the workflow is parsed, where the stages' libraries woul
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import field, fields
 
 from ..logs import one  # noqa: F401 (the stages take it from here: an input that may be absent)
 
@@ -71,9 +72,21 @@ class Named(Mapping):
         return f"Named({self._items!r})"
 
 
+def wildcard(convert=str):
+    """A record field that is the job's wildcard of the same name, converted by `convert`. The
+    job's output path names it, so it is no Snakemake param (another value is another job, not a
+    rerun of this one); the adapter takes it from the job's wildcards."""
+    return field(metadata={"wildcard": convert})
+
+
+def param_fields(record) -> list:
+    """The fields of a record that are Snakemake params (all but its wildcards)."""
+    return [f for f in fields(record) if "wildcard" not in f.metadata]
+
+
 def snakemake_params(record, cfg, **extra) -> dict:
-    """A record's fields as Snakemake params, each a function of the job's wildcards (the record
-    built once per job); extra: further arguments of its `from_config`."""
+    """A record's fields as Snakemake params (its wildcards aside), each a function of the job's
+    wildcards (the record built once per job); extra: further arguments of its `from_config`."""
     built: dict = {}
 
     def get(name):
@@ -85,7 +98,7 @@ def snakemake_params(record, cfg, **extra) -> dict:
 
         return value
 
-    return {f.name: get(f.name) for f in fields(record)}
+    return {f.name: get(f.name) for f in param_fields(record)}
 
 
 def plain_files(value):
@@ -107,7 +120,9 @@ def named(files, declared, what: str, rule: str) -> Named:
 def stage_args(smk, record) -> dict:
     """A Snakemake job's (inputs, outputs, params) for the stage of `record`, by name."""
     rule = smk.rule
-    params = record(**{f.name: getattr(smk.params, f.name) for f in fields(record)})
+    params = record(**{f.name: getattr(smk.params, f.name) for f in param_fields(record)},
+                    **{f.name: f.metadata["wildcard"](getattr(smk.wildcards, f.name))
+                       for f in fields(record) if "wildcard" in f.metadata})
     return {"inputs": named(smk.input, record.INPUTS, "inputs", rule),
             "outputs": named(smk.output, record.OUTPUTS, "outputs", rule),
             "params": params}

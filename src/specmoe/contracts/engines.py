@@ -1,6 +1,6 @@
-"""The contract of the engine rules (capture, sweep_ar, sweep_sd, profile: one rule body,
-workflow/rules/traces.smk; each rule's kind in specmoe.kinds) and what each job serves. See
-specmoe.contracts for what a record holds."""
+"""The contracts of the engine rules (capture, sweep_ar, sweep_sd, profile: one rule body,
+workflow/rules/traces.smk and measure.smk; each rule's kind in specmoe.kinds, its record here) and
+of capture_control. See specmoe.contracts for what a record holds."""
 
 from __future__ import annotations
 
@@ -18,19 +18,18 @@ def served_datasets(cfg, rule: str, w) -> list[str]:
 
 @dataclass(frozen=True)
 class EngineParams:
-    """An engine job of kind `rule` (specmoe.kinds): what it serves, with which settings.
+    """What an engine job serves, with which settings: the fields every engine rule's record
+    shares (CaptureParams, SweepSdParams, SweepArParams, ProfileParams: one per kind, its KIND
+    the rule's name in specmoe.kinds, which decides what it serves).
 
-    Inputs (`inputs`): plan (the GPU plan, for a study model's GPU jobs' runtimes; else none),
-    target (what the engine serves: a study model's download manifest or a tiny checkpoint),
-    drafter (a kind with SD: the drafter's download or checkpoint; none for MTP) and prompts (the
-    prompt tables of the downloaded datasets it serves; none: the embedded table `prompts`).
-    Outputs: capture's trace (results/traces/<run>.parquet; its stage
-    specmoe.stages.traces.capture_job_stage); the series' and profiles' are their rules'.
+    Inputs: plan (the GPU plan, for a study model's GPU jobs' runtimes; else none), target (what
+    the engine serves: a study model's download manifest or a tiny checkpoint), drafter (a kind
+    with SD: the drafter's download or checkpoint; none for MTP) and prompts (the prompt tables of
+    the downloaded datasets it serves; none: the embedded table `prompts`).
     """
 
-    INPUTS = ("plan", "target", "drafter", "prompts")  # capture's; a kind without SD: no drafter
-    OUTPUTS = ("trace",)  # capture's
-    STAGE = "specmoe.stages.traces.capture_job_stage"
+    KIND = None  # its rule's name (specmoe.kinds.KINDS); each engine rule's record sets it
+    INPUTS = ("plan", "target", "drafter", "prompts")  # a kind without SD: no drafter
 
     job: dict  # model, drafter and k (kinds with SD), and its dataset (a series: its datasets)
     settings: dict  # the engine section of its kind for its model (Config.job_settings)
@@ -40,27 +39,93 @@ class EngineParams:
     prompting: dict  # how the engine receives the prompts (Config.prompting)
 
     @classmethod
-    def from_config(cls, cfg, w, rule: str = "capture") -> "EngineParams":
-        what = kind(rule)
-        datasets = served_datasets(cfg, rule, w)
+    def from_config(cls, cfg, w) -> "EngineParams":
+        what = kind(cls.KIND)
+        datasets = served_datasets(cfg, cls.KIND, w)
         job = {"model": w.model,
                "drafter": w.drafter if what.sd else None,
                "k": int(w.k) if what.sd else None,
                **({"datasets": datasets} if what.series else {"dataset": datasets[0]})}
         method = (cfg.drafters[w.drafter].method
                   if what.sd and cfg.from_download(w.model) else None)
-        return cls(job=job, settings=cfg.job_settings(rule, w.model), method=method,
+        return cls(job=job, settings=cfg.job_settings(cls.KIND, w.model), method=method,
                    gpu=cfg.on_gpu(w.model), prompts=cfg.prompts,
                    prompting=cfg.prompting(w.model, datasets))
 
-    @staticmethod
-    def inputs(cfg, files, w, rule: str = "capture") -> dict:
+    @classmethod
+    def inputs(cls, cfg, files, w) -> dict:
         """The job's named inputs (for unpack), from the run's files (specmoe.files.Files)."""
         out = {"plan": files.plan(w.model), "target": files.engine_target(w.model)}
-        if kind(rule).sd:
+        if kind(cls.KIND).sd:
             out["drafter"] = files.engine_drafter(w.model, w.drafter)
-        out["prompts"] = files.prompts(served_datasets(cfg, rule, w))
+        out["prompts"] = files.prompts(served_datasets(cfg, cls.KIND, w))
         return out
+
+    @property
+    def label(self) -> str:
+        """The job, for its messages: its kind and model."""
+        return f"{self.KIND} of {self.job['model']}"
+
+
+@dataclass(frozen=True)
+class CaptureParams(EngineParams):
+    """Rule capture: a routing trace of every verification window of the run's target with its
+    drafter (specmoe.stages.traces.capture_stage), over its dataset's prompts, with the capture
+    settings (a tiny model: the tiny section's); output trace (results/traces/<run>.parquet)."""
+
+    KIND = "capture"
+    OUTPUTS = ("trace",)
+    STAGE = "specmoe.stages.traces.capture_stage"
+
+
+@dataclass(frozen=True)
+class SweepSdParams(EngineParams):
+    """Rule sweep_sd: one serving series of the target with its drafter at one K, beside its
+    target without SD point by point (specmoe.stages.measure.sweep_stage), over the sweep's batch
+    sizes for every dataset its model is swept on; output json (the series; its points under
+    <json without .json>.points/ and .nosd.points/)."""
+
+    KIND = "sweep_sd"
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.measure.sweep_stage"
+
+
+@dataclass(frozen=True)
+class SweepArParams(EngineParams):
+    """Rule sweep_ar: one serving series of a model without SD (a target, or a drafter served
+    alone for its draft cost; specmoe.stages.measure.sweep_stage); no drafter input; output json
+    (the series; its points under <json without .json>.points/)."""
+
+    KIND = "sweep_ar"
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.measure.sweep_stage"
+
+
+@dataclass(frozen=True)
+class ProfileParams(EngineParams):
+    """Rule profile: torch.profiler over the target's decode and verify passes with its drafter
+    at the model's first K (specmoe.stages.measure.profile_stage), on its first dataset's prompts
+    at the profiling section's batch sizes; outputs json (the kernel table) and traces (the
+    profiler's trace files)."""
+
+    KIND = "profile"
+    OUTPUTS = ("json", "traces")
+    STAGE = "specmoe.stages.measure.profile_stage"
+
+
+# Each engine rule's record, by its kind's name (specmoe.kinds.KINDS: every kind has one)
+ENGINE_RECORDS = {r.KIND: r for r in (CaptureParams, SweepSdParams, SweepArParams, ProfileParams)}
+
+
+def engine_record(rule: str) -> type[EngineParams]:
+    """The record of the engine rule `rule`; an unknown kind, or a kind without a record, is an
+    error."""
+    kind(rule)
+    try:
+        return ENGINE_RECORDS[rule]
+    except KeyError:
+        raise ValueError(f"engine job kind {rule!r} has no record in "
+                         "specmoe.contracts.engines.ENGINE_RECORDS") from None
 
 
 @dataclass(frozen=True)

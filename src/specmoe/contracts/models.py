@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import canonical
+from . import canonical, wildcard
 
 # The keys of the `tiny` section the tokenizer and its corpora depend on.
 TOKENIZER_KEYS = ("vocab_size", "heldout_every", "max_train_tokens", "max_heldout_tokens")
@@ -73,3 +73,26 @@ class TrainParams:
 
         return int((cfg.raw.get("tiny", {}).get("train") or {}).get("threads",
                                                                      TrainSpec.threads))
+
+
+@dataclass(frozen=True)
+class SdCheckParams:
+    """Rule sd_check: speculative vs plain greedy decoding of a tiny target (input target) with
+    its drafter (input drafter) at K on a real engine (specmoe.stages.models.sd_check_stage): do
+    they commit the same tokens, and how many drafts are accepted; output json. It depends on the
+    `tiny.sd_check` section (its engine settings and prompt count) and the tiny models' prompt
+    table; its K and dataset are the job's wildcards (Files.targets: tiny.sd_check's)."""
+
+    INPUTS = ("target", "drafter")
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.models.sd_check_stage"
+
+    sd: dict
+    prompts: str
+    k: int = wildcard(int)
+    dataset: str = wildcard()
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "SdCheckParams":
+        return cls(sd=cfg.section("sd_check", tiny=True), prompts=cfg.prompts, k=int(w.k),
+                   dataset=w.dataset)

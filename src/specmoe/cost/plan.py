@@ -134,7 +134,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         rule, k = j["rule"], j["k"]
         what = kind(rule)
         # an SD series measures its target without SD too, on a second engine started beside
-        # the first (specmoe.stages.measure.sweep_series_stage): both arms' points, one start-up
+        # the first (specmoe.stages.measure.sweep_stage): both arms' points, one start-up
         seconds = {"series": lambda: boot + sweep_s(None) + (sweep_s(int(k)) if what.sd else 0.0),
                    "capture": lambda: capture_s(int(k), j["dataset"]),
                    "profile": lambda: profile_s(int(k))}[what.stage]()

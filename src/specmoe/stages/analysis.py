@@ -389,7 +389,7 @@ def speedup_stage(inputs, outputs, params) -> None:
     ds = run["dataset"]
     sd_points = series_points(sd, ds)
     paired = sd["datasets"][ds].get("paired_no_sd")
-    if not paired:  # the no-SD points measured beside the SD ones (measure.sweep_series_stage)
+    if not paired:  # the no-SD points measured beside the SD ones (measure.sweep_stage)
         raise InputError(f"{inputs.sd} has no no-SD points beside its SD points for dataset "
                          f"{ds!r} (a series measured before they were paired): delete it to "
                          "measure it again")

@@ -34,6 +34,22 @@ def engine_inputs(target, drafter=None, method: str | None = None, gpu: bool = F
     return target_dir, {"method": method, "model": str(d) if d else None}
 
 
+def served(inputs, params):
+    """(target dir, drafter) an engine rule's job serves (its record: specmoe.contracts.engines):
+    inputs.target and inputs.drafter (absent: none) through engine_inputs."""
+    from ..contracts import one
+
+    return engine_inputs(inputs.target, one(inputs.get("drafter")), params.method, params.gpu,
+                         params.label)
+
+
+def prompt_tables(inputs, params, datasets) -> dict:
+    """Each dataset's prompt table for an engine rule's job: its downloaded one among
+    inputs.prompts (results/prompts/<dataset>.csv), else the tiny models' (params.prompts)."""
+    tables = {Path(f).stem: f for f in inputs.get("prompts", [])}
+    return {ds: tables.get(ds, params.prompts) for ds in datasets}
+
+
 def with_job_runtime(cfg: dict, runtime_min) -> dict:
     """An engine section whose timeouts follow the job's runtime (minutes; a cluster job's limit),
     so that an engine stuck at start-up fails the job with its own message before the scheduler

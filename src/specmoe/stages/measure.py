@@ -1,5 +1,6 @@
 """The measured side: serving series (rules sweep_ar, sweep_sd) and kernel profiles (rule
-profile) on a real engine (torch / vLLM, the `cpu` or `gpu` extra)."""
+profile; their contracts: specmoe.contracts.engines) on a real engine (torch / vLLM, the `cpu`
+or `gpu` extra)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from ..errors import InputError
 from ..sources import prompts as prompt_table
 from ..provenance import provenance, write_json
 from .engines import (engine_label, engine_opts, engine_prompts, model_identity, model_provenance,
-                      setting)
+                      prompt_tables, served, setting, with_job_runtime)
 
-log = logging.getLogger("specmoe")
+logger = logging.getLogger("specmoe")
 PAIR_ORDER = ("each (repeat, dataset, batch) point measured with and without SD back to back, "
               "the order alternating from one point to the next (AB BA AB ...)")
 
@@ -47,16 +48,17 @@ class SweepSettings:
             raise InputError(f"sweep settings: not a number: {exc}") from None
 
 
-def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, sweep_cfg: dict,
-                       prompts_source, out, engine_log: str | None = None,
-                       prompting: dict | None = None) -> None:
-    """One serving series: one engine (with or without SD) over the batch sizes of the schedule,
-    for each dataset of `series["datasets"]` in turn (datasets do not change the engine, so they
-    share one start-up).
+def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
+    """Rules sweep_sd and sweep_ar (their contracts: specmoe.contracts.engines.SweepSdParams,
+    SweepArParams): one serving series, one engine (inputs.target, with SD where inputs.drafter
+    is given) over the batch sizes of the schedule (params.settings), for each dataset of
+    params.job["datasets"] in turn (datasets do not change the engine, so they share one
+    start-up), each over its downloaded prompt table among inputs.prompts, else params.prompts.
 
-    prompts_source: the prompt table of every dataset, or {dataset: its prompt table}. Points go
-    to `<out without .json>.points/<dataset>/b<B>.json` as they are measured (resume: see
-    serving.run_series); `out` lists them once the series is complete.
+    Points go to `<outputs.json without .json>.points/<dataset>/b<B>.json` as they are measured
+    (resume: see serving.run_series); outputs.json lists them once the series is complete. log:
+    the job's log, which the engine's processes append to; runtime: the job's runtime in minutes
+    (the engine's timeouts follow it).
     """
     import time
 
@@ -64,6 +66,12 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     from ..runtime.engine import check_inputs, device, engine_kwargs
     from ..runtime.serving import run_series
 
+    series = params.job
+    k = series["k"]
+    target_dir, drafter_dir = served(inputs, params)
+    sweep_cfg = with_job_runtime(params.settings, runtime)
+    prompts_source = prompt_tables(inputs, params, series["datasets"])
+    out, prompting = outputs.json, params.prompting
     check_inputs(target_dir, drafter_dir, k)
     settings = SweepSettings.of(sweep_cfg)
     sched = list(settings.schedule)
@@ -76,9 +84,8 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     # one prompt set for every point: the smallest point's prompts; larger points cycle through it
     texts, fit = {}, {}
     for ds in series["datasets"]:
-        src = prompts_source[ds] if isinstance(prompts_source, dict) else prompts_source
-        rows, info = engine_prompts(prompt_table.load(src, [ds]), engine, prompting, reserved,
-                                    f"sweep of {series.get('model', Path(target_dir).name)}")
+        rows, info = engine_prompts(prompt_table.load(prompts_source[ds], [ds]), engine,
+                                    prompting, reserved, f"sweep of {series['model']}")
         fit.update(info)
         rows = prompt_table.schedule(rows, max(n for _, n in sched),
                                      set_size=min(n for _, n in sched))
@@ -88,8 +95,7 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                 "drafter": model_identity(drafter_dir) if drafter_dir else None,
                 "vllm": vllm_version(), "device": device()}
     prov = provenance({"series": series, "sweep": sweep_cfg, "prompts": prompts_source},
-                      model=model_provenance(series.get("model", Path(target_dir).name),
-                                             target_dir),
+                      model=model_provenance(series["model"], target_dir),
                       stage="sweep", engine=engine_label())
     # an SD series measures its target without SD as well, on a second engine beside it, point
     # by point in alternating order (serving.run_series, paired): the speedup's two arms share
@@ -105,7 +111,7 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
     res = run_series(engine, str(target_dir), texts, sched,
                      settings.output_len, settings.warmups,
                      Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
-                     log_path=engine_log,
+                     log_path=log,
                      startup_timeout=settings.startup_timeout_s,
                      repeats=settings.repeats, paired=paired)
     points, plain_points = res if paired else (res, None)
@@ -128,14 +134,22 @@ def sweep_series_stage(target_dir, drafter_dir, k: int | None, series: dict, swe
                      "wall_s": time.perf_counter() - t0}, prov)
 
 
-def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, prompts_source: str,
-                  out, trace_dir, engine_log: str | None = None,
-                  prompting: dict | None = None) -> None:
-    """Kernel/op profiles of the target's decode and verify forward passes (kernelprof)."""
+def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
+    """Rule profile (its contract: specmoe.contracts.engines.ProfileParams): kernel and op
+    profiles (kernelprof) of the target's (inputs.target) decode and verify forward passes with
+    its drafter (inputs.drafter), over its dataset's prompts (its downloaded table among
+    inputs.prompts, else params.prompts), into outputs.json (the kernel table) and
+    outputs.traces (the profiler's traces). log and runtime: as sweep_stage's."""
     import time
 
     from ..runtime.kernelprof import profile_model
 
+    run = params.job
+    k = run["k"]
+    target_dir, drafter_dir = served(inputs, params)
+    prof_cfg = with_job_runtime(params.settings, runtime)
+    prompts_source = prompt_tables(inputs, params, [run["dataset"]])[run["dataset"]]
+    out, trace_dir, prompting = outputs.json, outputs.traces, params.prompting
     opts = engine_opts(prof_cfg)
     rows, fit = engine_prompts(prompt_table.load(prompts_source, [run["dataset"]]),
                                {"model": str(target_dir), **opts["extra"],
@@ -148,7 +162,7 @@ def profile_stage(target_dir, drafter_dir, k: int, run: dict, prof_cfg: dict, pr
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()
     res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
-                        int(prof_cfg["max_tokens"]), opts, trace_dir, log_path=engine_log,
+                        int(prof_cfg["max_tokens"]), opts, trace_dir, log_path=log,
                         timeout=float(setting(prof_cfg, "timeout_s")))
     write_json(out, {"run": run, **res, "prompting": fit, "wall_s": time.perf_counter() - t0},
                provenance(

@@ -15,7 +15,7 @@ from ..names import control_name
 from ..provenance import provenance, write_json
 from .engines import setting
 
-log = logging.getLogger("specmoe")
+logger = logging.getLogger("specmoe")
 
 
 def tokenizer_stage(inputs, outputs, params) -> None:
@@ -26,12 +26,12 @@ def tokenizer_stage(inputs, outputs, params) -> None:
     every = int(tiny_cfg.get("heldout_every", 10))
     train_files = tiny.corpus_files(False, every)
     held_files = tiny.corpus_files(True, every)
-    log.info("corpus: %d training files, %d held-out files", len(train_files), len(held_files))
+    logger.info("corpus: %d training files, %d held-out files", len(train_files), len(held_files))
     tmp_tok = Path(out_dir).with_name(f".{Path(out_dir).name}.tokenizer")
     tiny.train_tokenizer(train_files, int(tiny_cfg["vocab_size"]), tmp_tok)
     train = tiny.encode(tmp_tok, train_files, int(tiny_cfg.get("max_train_tokens", 4_000_000)))
     held = tiny.encode(tmp_tok, held_files, int(tiny_cfg.get("max_heldout_tokens", 200_000)))
-    log.info("encoded %d training and %d held-out tokens", train.size, held.size)
+    logger.info("encoded %d training and %d held-out tokens", train.size, held.size)
     manifest = {"vocab_size": int(tiny_cfg["vocab_size"]), "heldout_every": every,
                 "train_files": len(train_files), "heldout_files": len(held_files),
                 "train_tokens": int(train.size), "heldout_tokens": int(held.size),
@@ -62,14 +62,14 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
     spec.validate()  # bad input fails here, before torch is even imported
     # OpenMP's wait policy, set before torch loads it (tiny.TRAIN_OMP_ENV)
     threading = tiny.training_threads(spec.threads)
-    log.info("training threads %d, OpenMP wait policy %s, spin count %s%s", spec.threads,
-             threading["OMP_WAIT_POLICY"] or "default", threading["GOMP_SPINCOUNT"] or "default",
-             "" if threading["applied"] else " (torch was loaded before: its own settings hold)")
+    logger.info("training threads %d, OpenMP wait policy %s, spin count %s%s", spec.threads,
+                threading["OMP_WAIT_POLICY"] or "default", threading["GOMP_SPINCOUNT"] or "default",
+                "" if threading["applied"] else " (torch was loaded before: its own settings hold)")
     tok_dir = Path(tokenizer_dir)
     vocab = int(tiny_cfg["vocab_size"])
     model = tiny.build_model(arch, vocab, spec.seed, aux_coef=spec.aux_coef)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("%s: %s model, %.2fM parameters", model_cfg["name"], arch.kind, n_params / 1e6)
+    logger.info("%s: %s model, %.2fM parameters", model_cfg["name"], arch.kind, n_params / 1e6)
     held = np.load(tok_dir / "heldout_tokens.npy")
     result = {"steps": 0, "train_loss": None, "wall_s": 0.0, "tokens_seen": 0}
     if trained:
@@ -83,8 +83,8 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
                 "parameters": int(n_params), **result, **tiny.describe(arch, spec),
                 "threading": threading,
                 "tokenizer_digest": tiny.tokenizer_digest(tok_dir)}
-    log.info("%s: held-out loss %.3f after %d steps (%.0f s)", name, heldout_loss,
-             result["steps"], result["wall_s"])
+    logger.info("%s: held-out loss %.3f after %d steps (%.0f s)", name, heldout_loss,
+                result["steps"], result["wall_s"])
     prov = provenance({"model": model_cfg, "tiny": tiny_cfg, "trained": trained},
                       model={"name": name, "source": "tiny",
                              "revision": f"seed{spec.seed}-steps{result['steps']}"},
@@ -94,24 +94,28 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
     return manifest
 
 
-def sd_check_stage(target_dir, drafter_dir, k: int, sd_cfg: dict, prompts_source: str,
-                   dataset: str, out, engine_log: str | None = None) -> dict:
-    """Speculative vs plain greedy decoding on the prompt set: equality and acceptance length."""
+def sd_check_stage(inputs, outputs, params, log: str | None = None) -> dict:
+    """Rule sd_check (its contract: specmoe.contracts.models.SdCheckParams): speculative vs plain
+    greedy decoding of inputs.target with inputs.drafter at params.k on the first prompts of
+    params.dataset: equality and acceptance length, into outputs.json. log: the job's log, which
+    the engine's processes append to."""
     from ..runtime.engine import check_inputs, sd_check
 
+    target_dir, drafter_dir, k, sd_cfg = inputs.target, inputs.drafter, params.k, params.sd
+    prompts_source, dataset, out = params.prompts, params.dataset, outputs.json
     check_inputs(target_dir, drafter_dir, k)
     rows = prompt_table.load(prompts_source, [dataset])[: int(sd_cfg.get("prompts", 24))]
     if not rows:
         raise InputError(f"dataset {dataset} has no prompts")
     res = sd_check(target_dir, drafter_dir, k, [r.text for r in rows],
-                   int(sd_cfg.get("max_tokens", 64)), log_path=engine_log, seed=0,
+                   int(sd_cfg.get("max_tokens", 64)), log_path=log, seed=0,
                    dtype=setting(sd_cfg, "dtype"),
                    kv_cache_mib=int(setting(sd_cfg, "kv_cache_mib")))
     res["prompt_ids"] = [r.prompt_id for r in rows]
     res["target"], res["drafter"], res["dataset"] = str(target_dir), str(drafter_dir), dataset
     spec = res["spec"]
-    log.info("SD equals plain: %s; acceptance length %.3f", res["sd_equals_plain"],
-             spec.get("acceptance_length", float("nan")))
+    logger.info("SD equals plain: %s; acceptance length %.3f", res["sd_equals_plain"],
+                spec.get("acceptance_length", float("nan")))
     write_json(out, res, provenance({"k": k, "sd": sd_cfg, "prompts": prompts_source},
                                     model={"name": Path(target_dir).name, "source": "tiny",
                                            "revision": None},

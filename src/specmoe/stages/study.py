@@ -12,50 +12,59 @@ from ..sources import hub, studydata
 from ..errors import InputError
 from ..provenance import provenance, write_json, write_text
 
-log = logging.getLogger("specmoe")
+logger = logging.getLogger("specmoe")
 
 
-def download_model_stage(names: list[str], repo_id, revision: str | None, mode: str,
-                         trust_remote_code: bool, out, methods: dict | None = None) -> dict:
-    """One repository (shared by the model variants and drafters in `names`) into the HF cache.
-    methods: the speculative method of each drafter among `names`: an EAGLE head that vLLM
-    cannot load stops the download job (it runs where the workflow is launched), before any
-    engine job that serves it queues."""
-    label = ", ".join(names)
-    man = hub.download(label, repo_id, revision, mode=mode, trust_remote_code=trust_remote_code)
-    check_drafters(man, repo_id, methods or {})
-    log.info("%s: %s@%s, %d files, %.1f GiB in %s", label, repo_id, man["commit"][:12],
-             len(man["files"]), man["total_bytes"] / 2**30, man["snapshot_path"])
+def download_model_stage(inputs, outputs, params) -> dict:
+    """Rule download_model (its contract: specmoe.contracts.study.DownloadModelParams): one
+    repository (params.repo, shared by the model variants and drafters it names) into the HF
+    cache, its manifest into outputs.manifest. params.methods: the speculative method of each
+    drafter in it: an EAGLE head that vLLM cannot load stops the download job (it runs where the
+    workflow is launched), before any engine job that serves it queues."""
+    repo, mode, out = params.repo, params.mode, outputs.manifest
+    repo_id, revision = repo["repo_id"], repo["revision"]
+    label = ", ".join(repo["names"])
+    man = hub.download(label, repo_id, revision, mode=mode,
+                       trust_remote_code=repo["trust_remote_code"])
+    check_drafters(man, repo_id, params.methods or {})
+    logger.info("%s: %s@%s, %d files, %.1f GiB in %s", label, repo_id, man["commit"][:12],
+                len(man["files"]), man["total_bytes"] / 2**30, man["snapshot_path"])
     write_json(out, man, provenance({"repo_id": repo_id, "revision": revision, "mode": mode},
                                     model={"name": label, "source": "hf",
                                            "revision": man["commit"]}, stage="download"))
     return man
 
 
-def download_dataset_stage(name: str, spec: dict, out_manifest) -> dict:
-    """A study dataset's files from its dataset repo into the HF cache (the manifest says where)."""
+def download_dataset_stage(inputs, outputs, params) -> dict:
+    """Rule download_dataset (its contract: specmoe.contracts.study.DownloadDatasetParams): a
+    study dataset's files from its dataset repo into the HF cache (its manifest,
+    outputs.manifest, says where)."""
+    name, spec, out_manifest = params.dataset, params.spec, outputs.manifest
     if spec.get("repo_id") is None:
         raise InputError(f"dataset {name}: no repo_id: name the dataset repo in the config")
     patterns = spec.get("files") or studydata.DEFAULT_FILES[spec["format"]]
     man = hub.download(f"dataset {name}", spec["repo_id"], spec.get("revision"),
                        repo_type="dataset", allow_patterns=patterns)
-    log.info("dataset %s: %s@%s, %d files", name, spec["repo_id"], man["commit"][:12],
-             len(man["files"]))
+    logger.info("dataset %s: %s@%s, %d files", name, spec["repo_id"], man["commit"][:12],
+                len(man["files"]))
     write_json(out_manifest, man, provenance(spec, stage="download_dataset",
                                              dataset={"repo_id": spec["repo_id"],
                                                       "revision": man["commit"]}))
     return man
 
 
-def prompt_table_stage(name: str, spec: dict, manifest, out_csv) -> dict:
-    """A downloaded dataset normalised into a prompt table (vLLM's loaders where it has them)."""
+def prompt_table_stage(inputs, outputs, params) -> dict:
+    """Rule prompt_table (its contract: specmoe.contracts.study.PromptTableParams): a downloaded
+    dataset (inputs.manifest) normalised into a prompt table (outputs.csv; vLLM's loaders where
+    it has them)."""
     from ..provenance import read_json
 
+    name, spec, manifest, out_csv = params.dataset, params.spec, inputs.manifest, outputs.csv
     man = read_json(manifest)
     rows = studydata.normalise(name, spec, man["snapshot_path"])
     info = studydata.summary(rows)
-    log.info("dataset %s: %d prompts in %d categories", name, info["prompts"],
-             len(info["categories"]))
+    logger.info("dataset %s: %d prompts in %d categories", name, info["prompts"],
+                len(info["categories"]))
     write_text(out_csv, studydata.to_csv(rows))
     return info
 

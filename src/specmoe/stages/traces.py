@@ -12,10 +12,10 @@ import numpy as np
 from ..errors import InputError
 from ..sources import prompts as prompt_table
 from ..provenance import provenance
-from .engines import (engine_inputs, engine_label, engine_prompts, model_provenance, setting,
-                      with_job_runtime)
+from .engines import (engine_label, engine_prompts, model_provenance, prompt_tables, served,
+                      setting, with_job_runtime)
 
-log = logging.getLogger("specmoe")
+logger = logging.getLogger("specmoe")
 
 
 def distinct_prompts(rows: list, limit: int | None) -> list:
@@ -30,28 +30,12 @@ def distinct_prompts(rows: list, limit: int | None) -> list:
     return out[:limit] if limit else out
 
 
-def capture_job_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
-    """Rule capture (its contract: specmoe.contracts.engines.EngineParams): the run's target (and
-    its drafter) served from inputs.target and inputs.drafter, over the prompts of its dataset
-    (its downloaded table among inputs.prompts, else params.prompts), into outputs.trace. log:
-    the job's log, which the engine's processes append to; runtime: the job's runtime in minutes
-    (a cluster job's limit; the engine's timeouts follow it)."""
-    from ..contracts import one
-
-    job = params.job
-    target, drafter = engine_inputs(inputs.target, one(inputs.drafter), params.method,
-                                    params.gpu, f"capture of {job['model']}")
-    # a downloaded dataset's prompt table is results/prompts/<dataset>.csv
-    tables = {Path(f).stem: f for f in inputs.prompts}
-    capture_stage(target, drafter, job["k"], job, with_job_runtime(params.settings, runtime),
-                  tables.get(job["dataset"], params.prompts), outputs.trace, engine_log=log,
-                  prompting=params.prompting)
-
-
-def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, prompts_source: str,
-                  out, engine_log: str | None = None, prompting: dict | None = None) -> None:
-    """Run the target with SD over the prompt table, capturing every verification window.
-    prompting: how the engine receives the prompts (specmoe.config.Config.prompting)."""
+def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
+    """Rule capture (its contract: specmoe.contracts.engines.CaptureParams): the run's target
+    (inputs.target) with SD (inputs.drafter) over the prompts of its dataset (its downloaded table
+    among inputs.prompts, else params.prompts), every verification window captured into
+    outputs.trace. log: the job's log, which the engine's processes append to; runtime: the job's
+    runtime in minutes (a cluster job's limit; the engine's timeouts follow it)."""
     import tempfile
 
     from ..runtime.capture import assemble, capture_generate
@@ -59,6 +43,12 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     from ..runtime.startup import describe
     from ..routing.trace import write_trace
 
+    run = params.job
+    k = run["k"]
+    target_dir, drafter_dir = served(inputs, params)
+    cap_cfg = with_job_runtime(params.settings, runtime)
+    prompts_source = prompt_tables(inputs, params, [run["dataset"]])[run["dataset"]]
+    out, prompting = outputs.trace, params.prompting
     check_inputs(target_dir, drafter_dir, k)
     engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
                            kv_cache_mib=int(setting(cap_cfg, "kv_cache_mib")),
@@ -71,7 +61,7 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
 
         engine = capture_engine(engine)
         moe = {"moe_backend": engine.get("moe_backend", "auto")}
-        log.info("capture: MoE backend %s", moe["moe_backend"])
+        logger.info("capture: MoE backend %s", moe["moe_backend"])
     rows, fit = engine_prompts(prompt_table.load(prompts_source, [run["dataset"]]), engine,
                                prompting, int(cap_cfg["max_tokens"]) + k + 1,
                                f"capture of {run['model']}")
@@ -80,15 +70,15 @@ def capture_stage(target_dir, drafter_dir, k: int, run: dict, cap_cfg: dict, pro
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(capture_generate, [r.text for r in rows],
                            int(cap_cfg["max_tokens"]), engine, shard_dir,
-                           log_path=engine_log, timeout=float(setting(cap_cfg, "timeout_s")),
+                           log_path=log, timeout=float(setting(cap_cfg, "timeout_s")),
                            repetition_penalty=float(setting(cap_cfg, "repetition_penalty")))
         tr = assemble(res, rows, run, k)
-    log.info("engine start: %s", describe(res.get("engine_start")))
+    logger.info("engine start: %s", describe(res.get("engine_start")))
     tr.meta["prompting"] = fit
     cap = tr.meta["capture"]
-    log.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches in %d "
-             "steps", cap["windows"], cap["short_windows"], len(tr),
-             cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
+    logger.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches "
+                "in %d steps", cap["windows"], cap["short_windows"], len(tr),
+                cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
     write_trace(out, tr, provenance(
         {"run": run, "capture": cap_cfg, "prompts": prompts_source, **moe},
         model=model_provenance(run["model"], target_dir), stage="capture",
@@ -133,21 +123,20 @@ def teacher_forced_inputs(tr) -> tuple[list[list[int]], list[int]]:
 def control_capture_stage(inputs, outputs, params, log: str | None = None,
                           runtime=None) -> None:
     """Rule capture_control (its contract: specmoe.contracts.engines.CaptureControlParams): the
-    matched untrained control's trace (outputs.trace): the control checkpoint (inputs.control)
-    reads its trained target's own windows (inputs.trace; teacher_forced_inputs) through the same
-    engine settings as the target's capture, so every routing statistic of the two compares
-    routing of identical inputs. The trace keeps the target's columns (request, step, position,
-    acceptance: the control verifies nothing) with the control's routing. log: the job's log,
-    which the engine's processes append to; runtime: the job's, in minutes (the engine's timeout
-    follows it)."""
+    matched untrained control's trace. The control checkpoint (inputs.control) reads its trained
+    target's own windows (inputs.trace; teacher_forced_inputs) through the same engine settings
+    as the target's capture, so every routing statistic of the two compares routing of identical
+    inputs. The trace (outputs.trace) keeps the target's columns (request, step, position,
+    acceptance: the control verifies nothing) with the control's routing. log and runtime: as
+    capture_stage's."""
     import tempfile
 
     from ..routing.trace import Trace, read_trace, write_trace
     from ..runtime.capture import rows_of_sequences, teacher_forced_routing
     from ..runtime.engine import check_inputs, engine_kwargs, run_in_child
 
-    control_dir, target_trace, out = inputs.control, inputs.trace, outputs.trace
-    run, cap_cfg, engine_log = params.run, with_job_runtime(params.settings, runtime), log
+    control_dir, target_trace, run = inputs.control, inputs.trace, params.run
+    cap_cfg, out = with_job_runtime(params.settings, runtime), outputs.trace
     check_inputs(control_dir)
     tr = read_trace(target_trace)
     if tr.meta.get("capture", {}).get("teacher_forced"):
@@ -159,7 +148,7 @@ def control_capture_stage(inputs, outputs, params, log: str | None = None,
                            extra=dict(cap_cfg.get("engine_args") or {}))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
-        res = run_in_child(teacher_forced_routing, seqs, engine, shard_dir, log_path=engine_log,
+        res = run_in_child(teacher_forced_routing, seqs, engine, shard_dir, log_path=log,
                            timeout=float(setting(cap_cfg, "timeout_s")))
         routing, info = rows_of_sequences(res, seqs)
     target_layers = tr.meta.get("capture", {}).get("layers")
@@ -182,8 +171,8 @@ def control_capture_stage(inputs, outputs, params, log: str | None = None,
                                            "sequences": len(seqs)}}}
     out_tr = Trace(experts=experts, columns=columns, num_experts=info["num_experts"],
                    k_draft=tr.k_draft, meta=meta)
-    logging.getLogger("specmoe").info("teacher-forced %s on %s's %d windows (%d rows)",
-                                      run["model"], target_run.get("model"), len(spans), n)
+    logger.info("teacher-forced %s on %s's %d windows (%d rows)", run["model"],
+                target_run.get("model"), len(spans), n)
     write_trace(out, out_tr, provenance(
         {"run": run, "capture": cap_cfg, "teacher_forced_on": str(target_trace)},
         model=model_provenance(run["model"], control_dir), stage="capture_control",

@@ -1,0 +1,58 @@
+"""The records of the sd_check, download and prompt-table rules (specmoe.contracts.models,
+specmoe.contracts.study): a field that is a job's wildcard reaches the stage through the adapter
+but is no Snakemake param, so these rules' params are what they were before their records (a
+change of them would rerun a download, and every engine job after it)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from specmoe.config import repo_key
+from specmoe.contracts import param_fields, run_rule, snakemake_params, stage_args
+from specmoe.contracts.models import SdCheckParams
+from specmoe.contracts.study import (DownloadDatasetParams, DownloadModelParams,
+                                     PromptTableParams)
+from test_config import resolved
+from test_contracts import Wildcards, job
+
+
+def test_a_wildcard_field_is_no_param_and_reaches_the_stage_from_the_jobs_wildcards(tmp_path):
+    cfg = resolved()
+    w = Wildcards(model="tiny-fine", drafter="tiny-drafter", k="3", dataset="tinybench")
+    params = snakemake_params(SdCheckParams, cfg)
+    assert list(params) == ["sd", "prompts"] == [f.name for f in param_fields(SdCheckParams)]
+    assert params["sd"](w) == cfg.section("sd_check", tiny=True)
+    assert [f.name for f in fields(SdCheckParams)] == ["sd", "prompts", "k", "dataset"]
+    smk = job("sd_check", {"target": "t", "drafter": "d"}, {"json": "o.json"},
+              {"sd": {"prompts": 4}, "prompts": "builtin:v1"}, tmp_path / "sd.log")
+    smk.wildcards = w
+    args = stage_args(smk, SdCheckParams)
+    assert args["params"] == SdCheckParams(sd={"prompts": 4}, prompts="builtin:v1", k=3,
+                                           dataset="tinybench")
+    assert args["params"] == SdCheckParams.from_config(
+        resolved(edit=lambda c: c["tiny"].update(sd_check={"prompts": 4})), w)
+    seen = {}
+    run_rule(smk, lambda inputs, outputs, params, log=None: seen.update(
+        k=params.k, target=inputs.target, out=outputs.json, log=log), SdCheckParams)
+    assert seen == {"k": 3, "target": "t", "out": "o.json", "log": str(tmp_path / "sd.log")}
+
+
+def test_a_downloads_record_names_its_repository_and_the_methods_of_the_drafters_in_it():
+    cfg = resolved("config/paper.yaml")
+    eagle = repo_key(cfg.drafters["eagle-mixtral"].entry)
+    p = DownloadModelParams.from_config(cfg, Wildcards(repo=eagle, mode="config"))
+    assert p.repo == cfg.repos[eagle] and p.mode == "config"
+    assert p.methods == {"eagle-mixtral": "eagle"}
+    target = repo_key(cfg.entry("mixtral-8x7b-fp8-tp1"))
+    assert DownloadModelParams.from_config(cfg, Wildcards(repo=target, mode="full")).methods == {}
+    assert list(snakemake_params(DownloadModelParams, cfg)) == ["repo", "methods"]
+
+
+def test_a_datasets_rules_depend_on_its_entry_and_take_its_name_from_the_job():
+    cfg = resolved("config/paper.yaml")
+    name = next(iter(cfg.datasets))
+    for record in (DownloadDatasetParams, PromptTableParams):
+        p = record.from_config(cfg, Wildcards(dataset=name))
+        assert (p.spec, p.dataset) == (cfg.datasets[name], name)
+        assert list(snakemake_params(record, cfg)) == ["spec"]
+    assert PromptTableParams.INPUTS == DownloadDatasetParams.OUTPUTS == ("manifest",)
