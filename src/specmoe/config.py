@@ -532,8 +532,6 @@ class Config:
         top = (self.raw.get("tiny") or {}) if tiny else self.raw
         return dict(top.get(name) or {})
 
-    @property
-
     def sd_check_run(self) -> tuple[int, str]:
         """The SD check's K and dataset (SD_CHECK_DEFAULTS where the configuration sets none)."""
         sd = {**SD_CHECK_DEFAULTS, **self.section("sd_check", tiny=True)}
