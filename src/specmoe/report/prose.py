@@ -653,8 +653,7 @@ def _priced_on(td: Tables) -> str:
     te = td.read("target_efficiency")
     if te.empty or "hardware" not in te:
         return ""
-    names = set(te["model"])
-    te = te[~te["model"].map(lambda m: any(control_name(x) == m for x in names))]
+    te = te[~is_control(te)]
     by_hw = {hw: list(dict.fromkeys(g["model"]))
              for hw, g in te.groupby(te["hardware"].astype(str), sort=False)}
     priced = "; ".join(f"{', '.join(ms)} on {hw}" for hw, ms in by_hw.items())
