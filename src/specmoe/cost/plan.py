@@ -7,10 +7,9 @@ study's measurements); experts touched are the uniform-routing count, an upper b
 points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes output_len / tau
 verification steps (each with the engine's work per sequence and the engine's SD loop, sd_loop_us
 per iteration: vLLM's, from the same engine-level measurements the step model reads,
-data/engine_overhead.csv) plus drafting; every request's prompt
-is prefilled once (one forward pass over the dataset's mean prompt length, estimated as 4
-characters per token before any tokenizer runs: a 32k-token prompt costs as much as hundreds of
-decode steps). Every job also starts an engine: a fixed start-up (CUDA graphs, compilation) plus
+data/engine_overhead.csv) plus drafting; every request's prompt is prefilled once (one forward
+pass over the dataset's mean prompt length, estimated as 4 characters per token before any
+tokenizer runs: a 32k-token prompt costs as much as hundreds of decode steps). Every job also starts an engine: a fixed start-up (CUDA graphs, compilation) plus
 the weights over the loading bandwidth. The SLURM runtime of a job is `safety` times its estimate,
 at least `min_runtime` minutes, with the SD loop at the top of its measured range (every row also
 gives the hours the loop adds at its value and at that top: it is the one term of the bill
