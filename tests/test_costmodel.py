@@ -1,4 +1,5 @@
 import json
+import math
 
 import numpy as np
 import pytest
@@ -120,7 +121,7 @@ def test_plan_estimates_from_the_step_model():
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)
     hw = h100()
-    p = stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, 0.3, 250.0)
+    p = stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, sd_loop_us=1710.0, verify_seq_us=250.0)
     a = plan.PlanAssumptions(tau=2.0, draft_cost=0.1)
     one = stepmodel.step_time(d, hw, 1, 1, 8, p)
     assert plan.step_s(d, hw, 1, 1, p) == pytest.approx(one)
@@ -128,8 +129,10 @@ def test_plan_estimates_from_the_step_model():
         stepmodel.step_time(d, hw, 1, 4, uniform_unique(128, 8, 4), p))
     assert plan.series_s(d, hw, [(1, 4)], 10, None, a, p) == pytest.approx(4 * 10 * one)
     sd = plan.series_s(d, hw, [(1, 4)], 10, 3, a, p)
-    # each verification step also pays the engine's work per sequence (one sequence here)
-    assert sd == pytest.approx(4 * 5 * (plan.step_s(d, hw, 1, 4, p) + 250e-6 + 0.1 * one))
+    # each verification step also pays the engine's work per sequence (one sequence here) and
+    # the engine's SD loop per iteration
+    assert sd == pytest.approx(4 * 5 * (plan.step_s(d, hw, 1, 4, p) + 250e-6 + 1710e-6
+                                        + 0.1 * one))
     with pytest.raises(InputError, match="plan: unknown key"):
         plan.PlanAssumptions.from_dict({"speed": 2})
 
@@ -153,6 +156,36 @@ def test_the_bill_of_an_sd_series_holds_its_no_sd_points_too():
     assert ar["hours"] * 3600 == pytest.approx(plan.startup_s(d, a) + 2 * no_sd)
     assert (sd["hours"] - ar["hours"]) * 3600 == pytest.approx(
         2 * plan.series_s(d, hw, warm, 64, 3, a, p))
+
+
+def test_the_gpu_plan_prices_the_engines_sd_loop_with_its_range():
+    """The plan's SD jobs pay vLLM's SD loop per verification step, from the table the step model
+    reads (engine_overhead.csv), at its value and at its range's top; jobs without SD pay none,
+    and the SLURM runtime covers the top."""
+    from dataclasses import replace
+
+    from specmoe.cost import plan, stepmodel, steptables
+
+    loop = plan.sd_loop()
+    assert loop == steptables.engine_overheads()["vllm"]
+    assert stepmodel.MECHANISMS["sd_loop_us"].value == loop.value and loop.high > loop.value
+    d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
+    hw, a = h100(), plan.PlanAssumptions(tau=2.0, safety=1.0, min_runtime=1)
+    p = stepmodel.StepParams()  # the unfitted defaults: sd_loop_us at its value
+    config = {"sweep": {"schedule": [{"batch": 1, "prompts": 4}, {"batch": 4, "prompts": 8}],
+                        "repeats": 1, "warmups": 1, "output_len": 100}}
+    model = {"jobs": [{"rule": "sweep_sd", "drafter": "d", "k": 3, "dataset": "x"},
+                      {"rule": "sweep_ar", "drafter": None, "k": None, "dataset": "x"}],
+             "datasets": ["x"], "gpus": 1}
+    sd, ar = plan.job_rows("m", model, d, hw, config, a, p)
+    # waves x verification steps: batch 1, 4 + 1 prompts; batch 4, 8 + 4 prompts; 50 steps each
+    iterations = (5 + 3) * 50
+    assert sd["sd_loop_hours"] == pytest.approx(iterations * loop.value * 1e-6 / 3600)
+    assert sd["sd_loop_hours_high"] == pytest.approx(iterations * loop.high * 1e-6 / 3600)
+    bare = plan.job_rows("m", model, d, hw, config, a, replace(p, sd_loop_us=0.0))[0]
+    assert sd["hours"] - bare["hours"] == pytest.approx(sd["sd_loop_hours"])
+    assert sd["runtime_min"] == math.ceil((bare["hours"] + sd["sd_loop_hours_high"]) * 60)
+    assert ar["sd_loop_hours"] == 0 and ar["sd_loop_hours_high"] == 0
 
 
 @pytest.mark.parametrize("kw,msg", [

@@ -365,6 +365,29 @@ def test_dsa_and_mla_are_attention_kinds_of_the_distance():
     assert not any(line.startswith("MLA") for line in lines)
 
 
+def test_a_decode_step_outside_the_calibrated_steps_counts_in_the_distance(capsys):
+    """The SD loop costs microseconds whatever the model, so a model whose decode step is far
+    shorter than every calibrated one (OLMoE-1B-7B at TP 1: about 2 ms against the
+    calibration's 5.2-11.8 ms) leans on the loop's share of TE where nothing was measured: it
+    was 'inside the calibration' and validated at batch 1; the study's own configurations
+    stay inside."""
+    from specmoe.cost import predictor
+
+    cal = predictor.calibration_set()["step_ms"]
+    assert 4 < min(cal) < max(cal) < 15
+    code, out, err = predict(capsys, str(FIXTURES / "OLMoE-1B-7B-0924.json"), "--json",
+                             "--batch-sizes", "1")
+    assert code == 0, err
+    r = json.loads(out)
+    [line] = r["outside_calibration"]
+    assert line.startswith("decode step at batch 1 ") and "outside the calibration's" in line
+    assert float(line.split()[4]) < min(cal) and r["validated"] == [False]
+    code, out, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), "--json",
+                             "--batch-sizes", "1")
+    assert code == 0, err
+    assert json.loads(out)["calibration_distance"] == 0
+
+
 def test_another_engine_counts_in_the_distance_but_not_twice_in_te(capsys, monkeypatch):
     """The engine is a calibration dimension (validated, the distance), but TE's error does not
     grow with it: the engine changes TE through its own SD loop only (engine_overhead.csv), so

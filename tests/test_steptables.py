@@ -53,6 +53,23 @@ def test_the_engine_term_is_read_per_engine_with_its_spread():
     assert (m.value, m.low, m.high, m.fitted) == (v.value, v.low, v.high, False)
 
 
+def test_a_loop_measured_under_an_unpriced_condition_sizes_no_range_and_names_the_miss():
+    """The SD loop measured with the CUDA-graph downgrade speculative decoding triggers (28.6 ms
+    per iteration against a 17.5 ms plain step) is kept with its condition and source, draws
+    into no engine's range (vLLM's stays its engine-level 0-2,370 us, the unsourced engines'
+    0 to the largest priced value), and is what catchup_passes on its bound is said to hide."""
+    [r] = steptables.unpriced_overheads()
+    assert r["engine"] == "vllm" and float(r["value_us"]) == 28600.0
+    assert "CUDA-graph downgrade" in r["quote"] and "graph" in r["condition"]
+    # the derivation's own numbers: acceptance length over decode rate, with and without MTP
+    assert 1e3 * (1.87 / 40.6 - 1 / 57.0) == pytest.approx(28.6, abs=0.1)
+    eo = steptables.engine_overheads()
+    assert eo["vllm"].high == 2370.0 and eo["trtllm"].high == 3160.0
+    on = stepmodel.StepParams(catchup_passes=stepmodel.MECHANISMS["catchup_passes"].high)
+    text = stepmodel.missing_effects(on)["catchup_passes"]
+    assert "piecewise" in text and "unpriced" in text
+
+
 def test_the_gemm_benchmarks_bound_the_moe_kernel():
     low, high = steptables.moe_efficiency_bounds()
     assert low == pytest.approx(1509 / 3350) and high == pytest.approx(2668 / 3350)

@@ -131,6 +131,11 @@ def test_the_gpu_plan_sets_each_gpu_jobs_runtime(tmp_path):
     md = (wd / "results" / "plan.md").read_text()
     assert "GPU-hours" in md and "prefilled once" in md and plan["prompt_tokens"]["tinybench"] > 0
     assert plan["unplanned"] == ["unknown-moe"] and "Not in this plan: unknown-moe (no" in md
+    # SD jobs pay vLLM's SD loop per iteration, at its value and its range's top; others none
+    assert plan["sd_loop_us"]["engine"] == "vllm" and "SD loop" in md
+    sd = next(j for (r, _), j in jobs.items() if r == "sweep_sd")
+    ar = next(j for (r, _), j in jobs.items() if r == "sweep_ar")
+    assert 0 < sd["sd_loop_hours"] < sd["sd_loop_hours_high"] and ar["sd_loop_hours"] == 0
     dry = snakemake(wd, "results/traces/glm-run/mtp/K3/tinybench.parquet", "-n", env=env,
                     check=False, **ON_CASE)
     assert f"runtime={cap['runtime_min']}," in dry.stdout + dry.stderr

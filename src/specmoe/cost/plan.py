@@ -5,12 +5,15 @@ An engine step at batch B takes the step model's time (specmoe.cost.stepmodel: e
 own achieved bandwidth, or its FLOPs over the compute floor, with the parameters fitted to the
 study's measurements); experts touched are the uniform-routing count, an upper bound. A series of
 points runs ceil(prompts / B) waves of output_len tokens; with SD a wave takes output_len / tau
-verification steps (each with the engine's work per sequence) plus drafting; every request's prompt
-is prefilled once (one forward pass over the dataset's mean prompt length, estimated as 4
-characters per token before any tokenizer runs: a 32k-token prompt costs as much as hundreds of
-decode steps). Every job also starts an engine: a fixed start-up (CUDA graphs, compilation) plus
+verification steps (each with the engine's work per sequence and the engine's SD loop, sd_loop_us
+per iteration: vLLM's, from the same engine-level measurements the step model reads,
+data/engine_overhead.csv) plus drafting; every request's prompt is prefilled once (one forward
+pass over the dataset's mean prompt length, estimated as 4 characters per token before any
+tokenizer runs: a 32k-token prompt costs as much as hundreds of decode steps). Every job also starts an engine: a fixed start-up (CUDA graphs, compilation) plus
 the weights over the loading bandwidth. The SLURM runtime of a job is `safety` times its estimate,
-at least `min_runtime` minutes.
+at least `min_runtime` minutes, with the SD loop at the top of its measured range (every row also
+gives the hours the loop adds at its value and at that top: it is the one term of the bill
+with a measured range).
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from . import costmodel
 from ..errors import InputError
 from ..kinds import kind
+from . import steptables
 from .stepmodel import StepParams, step_time
 from ..routing.unique import uniform_unique
 
@@ -89,7 +93,7 @@ def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int 
         else:
             steps = math.ceil(output_len / a.tau)
             per = (step_s(dims, hw, batch, k + 1, params) + batch * params.verify_seq_us * 1e-6
-                   + a.draft_cost * step_s(dims, hw, batch, 1, params))
+                   + params.sd_loop_us * 1e-6 + a.draft_cost * step_s(dims, hw, batch, 1, params))
             total += waves * steps * per
     return total
 
@@ -112,37 +116,57 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
     boot = startup_s(dims, a)
     rows = []
 
-    def sweep_s(k):  # one engine serves every dataset of a series, every point `repeats` times,
+    def sweep_s(k, p):  # one engine serves every dataset of a series, every point `repeats` times,
         # with warm-up requests before a batch size's first measurement
         warm = [(b, int(sweep["repeats"]) * n + max(int(sweep["warmups"]), b)) for b, n in sched]
-        return sum(series_s(dims, hw, warm, int(sweep["output_len"]), k, a, params, ptok(ds))
+        return sum(series_s(dims, hw, warm, int(sweep["output_len"]), k, a, p, ptok(ds))
                    for ds in model["datasets"])
 
-    def profile_s(k):  # two engines; the profiler slows steps down
+    def profile_s(k, p):  # two engines; the profiler slows steps down
         tokens = int(prof["max_tokens"])
-        secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a, params)
-                   + series_s(dims, hw, [(b, b)], tokens, k, a, params)
+        secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a, p)
+                   + series_s(dims, hw, [(b, b)], tokens, k, a, p)
                    for b in prof["batch_sizes"])
         return 2 * boot + 3 * secs
 
-    def capture_s(k, ds):  # every distinct prompt once, at most `prompts` (80 if not capped)
+    def capture_s(k, ds, p):  # every distinct prompt once, at most `prompts` (80 if not capped)
         seqs = int(cap["max_num_seqs"])
         return boot + series_s(dims, hw, [(seqs, int(cap.get("prompts") or 80))],
-                               int(cap["max_tokens"]), k, a, params, ptok(ds))
+                               int(cap["max_tokens"]), k, a, p, ptok(ds))
 
+    loop = sd_loop()
     for j in model["jobs"]:
         rule, k = j["rule"], j["k"]
         what = kind(rule)
-        # an SD series measures its target without SD too, on a second engine started beside
-        # the first (specmoe.stages.measure.sweep_stage): both arms' points, one start-up
-        seconds = {"series": lambda: boot + sweep_s(None) + (sweep_s(int(k)) if what.sd else 0.0),
-                   "capture": lambda: capture_s(int(k), j["dataset"]),
-                   "profile": lambda: profile_s(int(k))}[what.stage]()
+
+        # an SD series measures its target without SD too (specmoe.stages.measure.sweep_stage):
+        # both arms' points
+        def job_s(p: StepParams) -> float:
+            return {"series": lambda: boot + sweep_s(None, p)
+                    + (sweep_s(int(k), p) if what.sd else 0.0),
+                    "capture": lambda: capture_s(int(k), j["dataset"], p),
+                    "profile": lambda: profile_s(int(k), p)}[what.stage]()
+
+        # the SD loop at the value `params` carry (the step model's) and at its range's top
+        seconds, bare = job_s(params), job_s(replace(params, sd_loop_us=0.0))
+        high = job_s(replace(params, sd_loop_us=loop.high))
         rows.append({"rule": rule, "model": name, "drafter": j["drafter"], "k": k,
                      "dataset": j["dataset"], "gpus": gpus, "hours": seconds / 3600,
                      "gpu_hours": seconds * gpus / 3600,
-                     "runtime_min": max(a.min_runtime, math.ceil(a.safety * seconds / 60))})
+                     "sd_loop_hours": (seconds - bare) / 3600,
+                     "sd_loop_hours_high": (high - bare) / 3600,
+                     "runtime_min": max(a.min_runtime,
+                                        math.ceil(a.safety * max(seconds, high) / 60))})
     return rows
+
+
+PLAN_ENGINE = "vllm"  # the engine the workflow serves every model with
+
+
+def sd_loop() -> steptables.EngineOverhead:
+    """The SD loop per iteration the bill prices: the workflow's engine's, from the same table
+    the step model reads (data/engine_overhead.csv), with its range."""
+    return steptables.engine_overheads()[PLAN_ENGINE]
 
 
 def summary(rows: list[dict]) -> dict:

@@ -77,10 +77,11 @@ def _hardware_entries(path: str) -> dict:
 def calibration_set() -> dict[str, set]:
     """What the calibration's TE rows span (the quantity a prediction is of; the MoE-share rows
     measured on other GPUs say nothing of TE there): granularities (N/k), experts per token,
-    weight formats, TP degrees, GPUs, method families, attention kinds and engines (read once:
-    package data; callers only read it)."""
+    weight formats, TP degrees, GPUs, method families, attention kinds, engines and decode steps
+    at batch 1 in ms (decode_step_ms; read once: package data; callers only read it)."""
     rows = [r for r in stepmodel.calibration_rows() if r["quantity"] == stepmodel.TE]
-    return {"nk": {r["dims"].num_experts / r["dims"].top_k for r in rows},
+    return {"step_ms": {decode_step_ms(r["dims"], r["hw"]) for r in rows},
+            "nk": {r["dims"].num_experts / r["dims"].top_k for r in rows},
             "k": {r["dims"].top_k for r in rows},
             "format": {_format(r["dims"].dtype) for r in rows},
             "tp": {r["tp"] for r in rows}, "gpu": {r["gpu"] for r in rows},
@@ -88,6 +89,15 @@ def calibration_set() -> dict[str, set]:
             "attention": set().union(*(_attention_kinds(r["dims"], _study_config(r))
                                        for r in rows)),
             "engine": {stepmodel.CALIBRATION_ENGINE}}
+
+
+def decode_step_ms(dims: ModelDims, hw: Hardware) -> float:
+    """The step model's decode step at batch 1 in ms (the parameters fitted on every calibration
+    row). The engine's SD loop costs microseconds whatever the model, so its share of TE follows
+    this step: a step shorter or longer than every calibrated one weighs the loop (and the
+    kernels' launch latency) in a proportion the calibration never measured."""
+    return 1e3 * stepmodel.step_time(dims, hw, 1, 1, stepmodel.unique_decode(dims, 1),
+                                     stepmodel.fitted())
 
 
 def _study_config(row: dict) -> str:
@@ -117,8 +127,8 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
                          engine: str = stepmodel.CALIBRATION_ENGINE) -> tuple[int, list[str]]:
     """How many ways the configuration lies outside what the calibration's TE rows measured,
     each named: granularity, experts per token, weight format, TP, GPU, method family, each
-    attention kind (MLA, DSA, linear, sliding window; read from `config` where given), and last
-    the engine."""
+    attention kind (MLA, DSA, linear, sliding window; read from `config` where given), the
+    decode step at batch 1 (decode_step_ms), and last the engine."""
     cal = calibration_set()
     out = []
     nk = dims.num_experts / dims.top_k
@@ -138,6 +148,11 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
         out.append(f"method {method}: none of its family in the calibration")
     for kind in sorted(_attention_kinds(dims, config) - cal["attention"]):
         out.append(f"{kind} attention: none in the calibration")
+    step, lo, hi = decode_step_ms(dims, hw), min(cal["step_ms"]), max(cal["step_ms"])
+    if not lo <= step <= hi:
+        out.append(f"decode step at batch 1 {step:.3g} ms outside the calibration's "
+                   f"{lo:.3g}-{hi:.3g} ms: the SD loop's microseconds weigh on TE in a "
+                   "proportion no calibrated configuration had")
     if engine not in cal["engine"]:
         out.append(f"engine {engine}: the calibration was served by "
                    f"{', '.join(sorted(cal['engine']))} only")

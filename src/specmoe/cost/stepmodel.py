@@ -628,15 +628,31 @@ MISSING = {
     ("moe_cta_gbs", "high"): "the calibration wants the fused MoE kernel faster than 200 GB/s "
     "per CTA allows (its efficiency then sits at the public GEMM ceiling, moe_max_efficiency): "
     "the MoE share or the time ratios of the study's profiles are not explained by the "
-    "experts' bytes at that efficiency",
+    "experts' bytes at that efficiency. Public kernel tables bound the MoE kernel itself "
+    "(moe_kernel_times.csv: the model's layer 0.86-1.17 of the public times), so the miss lies "
+    "in what the share divides by or counts: the non-MoE kernels (the public batch-1 decode "
+    "times, decode_batch1.csv, are 0.98-1.72 of the model's step and only bound it from above, "
+    "so they cannot say) or which of the MoE block's 8 kernels per layer the study's profile "
+    "counts as MoE (routing, alignment and fp8 quantisation are priced as MoE here)",
     ("node_us", "high"): "the steps are longer than every kernel's launch and ramp at 8 us "
     "explains: a fixed cost per step not in the kernel counts",
     ("verify_draft_model", "high"): "the draft-model rows cost more around a verification than "
     "a draft model's pass of up to 1.5 target decode steps and the engine's loop: the draft "
-    "models' own config.json is not packaged, so their passes cannot be priced by their bytes",
+    "models' own config.json is not packaged, so their passes cannot be priced by their bytes; "
+    "and vLLM's draft-model proposer is shown with disable_padded_drafter_batch (vllm-project/"
+    "vllm pull request 24322), the path that prepares the drafter's unpadded inputs on the host "
+    "once the accepted counts are known: a host cost per iteration the loop's engine-level "
+    "measurements (EAGLE/MTP proposers) do not contain",
     ("catchup_passes", "high"): "verifications cost more than the engine's loop and one "
     "drafter pass over the verified tokens (priced by the drafter's bytes and kernels): the MTP "
-    "rows' low TE is not explained by the MTP block's own bytes and kernels",
+    "rows' low TE is not explained by the MTP block's own bytes and kernels. Measured, not "
+    "priced: speculative decoding downgrades vLLM's CUDA graphs from full to piecewise on "
+    "attention backends whose full graphs support single-token decode only, so a "
+    "verification launches its attention and Gated DeltaNet kernels outside the graph (28.6 "
+    "ms per iteration against a 17.5 ms plain step on a 48-Gated-DeltaNet-layer hybrid, "
+    "engine_overhead.csv role unpriced; the study's MTP rows Qwen3-Next-80B and Qwen3.5-35B "
+    "are such hybrids), and the draft loop rebuilds attention metadata on the host between "
+    "its graphed passes (vllm-project/vllm issues 49488, 31845)",
     ("sd_loop_us", "high"): "the SD loop costs more per iteration than the engine-level "
     "measurements bound",
 }

@@ -16,6 +16,7 @@ from importlib import resources
 from ..errors import InputError
 
 ENGINES = ("vllm", "sglang", "trtllm", "other")
+ROLES = ("value", "spread", "unpriced")  # engine_overhead.csv's roles (engine_overheads)
 KERNEL_CLASSES = ("dense", "moe", "attention", "state", "sampling")
 # the fused MoE kernel's batch-1 shapes: a masked grouped GEMM with a few tokens per expert, or a
 # dense GEMM of M <= 256 rows (the benchmark's decoding shapes)
@@ -50,12 +51,14 @@ def engine_overheads() -> dict[str, EngineOverhead]:
     counts again, so it bounds the loop's own overhead from above) to the largest. Rows of role
     `spread` measure how much it changes between versions of one engine: where an engine has no
     `value` row, its range is 0 to that spread. An engine without any row takes 0 to the largest
-    value in the table, unsourced."""
+    value in the table, unsourced. Rows of role `unpriced` measure the loop under a condition
+    the step model does not price (unpriced_overheads): they size no range."""
     rows = _rows("engine_overhead.csv")
     for r in rows:
-        if r["engine"] not in ENGINES or r["role"] not in ("value", "spread"):
+        if r["engine"] not in ENGINES or r["role"] not in ROLES:
             raise InputError(f"engine_overhead.csv: bad engine or role in {r}")
         float(r["value_us"])
+    rows = [r for r in rows if r["role"] != "unpriced"]
     out = {}
     top = max(float(r["value_us"]) for r in rows)
     for e in ENGINES:
@@ -74,6 +77,13 @@ def engine_overheads() -> dict[str, EngineOverhead]:
             out[e] = EngineOverhead(e, top / 2, 0.0, top, False,
                                     f"no source: 0 to the largest measured ({top:g} us)")
     return out
+
+
+def unpriced_overheads() -> list[dict]:
+    """The SD loop measured under conditions the step model does not price (role `unpriced` of
+    engine_overhead.csv: e.g. the CUDA-graph downgrade speculative decoding triggers), each with
+    its condition and source: the measured size of a missing effect, never drawn."""
+    return [r for r in _rows("engine_overhead.csv") if r["role"] == "unpriced"]
 
 
 @lru_cache(maxsize=1)

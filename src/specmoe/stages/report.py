@@ -13,7 +13,7 @@ from dataclasses import asdict
 from ..cost import costmodel, stepmodel
 from ..sources import published
 from ..errors import InputError
-from ..cost.plan import CHARS_PER_TOKEN, PlanAssumptions, job_rows, summary
+from ..cost.plan import CHARS_PER_TOKEN, PlanAssumptions, job_rows, sd_loop, summary
 from ..provenance import provenance, read_json, write_json, write_text
 from ..report import figures, page, prose, registry, tables, timing
 from ..report.html import to_html
@@ -266,8 +266,8 @@ def plan_stage(inputs, outputs, params) -> dict:
                  headroom_gib=m.headroom / preflight.GIB if m else None)
     s = summary(rows)
     prov = provenance(config, stage="plan")
-    write_json(outputs.json, {"assumptions": asdict(a), **s, "jobs": rows,
-                              "unplanned": list(unplanned), "prompt_tokens": ptok,
+    write_json(outputs.json, {"assumptions": asdict(a), "sd_loop_us": asdict(sd_loop()), **s,
+                              "jobs": rows, "unplanned": list(unplanned), "prompt_tokens": ptok,
                               "preflight": [f.line() for f in report.findings]}, prov)
     write_text(outputs.md, _plan_markdown(rows, s, a, ptok, prompt_tokens or {}, unplanned,
                                           report, prov))
@@ -299,6 +299,11 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
              f"tokens ({prompts or 'no dataset'}; configured: `datasets.<name>.prompt_tokens`, "
              f"prompt table: its characters / {CHARS_PER_TOKEN:g}, assumed: `plan.prompt_tokens`).",
              "",
+             f"Every SD verification step pays {sd_loop().engine}'s SD loop, "
+             f"{sd_loop().value:,.0f} us per iteration (measured range {sd_loop().low:,.0f}-"
+             f"{sd_loop().high:,.0f} us, data/engine_overhead.csv): `sd_loop_hours` is what it "
+             "adds to a job at that value, `sd_loop_hours_high` at the range's top, which the "
+             "runtime covers.", "",
              "Memory per GPU (the preflight, specmoe.checks.preflight): `weights_gib` the weights (and "
              "drafter) on each GPU, `kv_sequences` the sequences of the job's length its KV cache "
              "holds, `headroom_gib` what is left with the job's largest batch in it (below 0: vLLM "
