@@ -7,6 +7,11 @@ whose provenance holds a timestamp), and every non-timing table's CSV without it
 measured columns). Timing tables are left out.
 
 Run: .venv/bin/python bench/compare_runs.py RUN_A RUN_B   (exit 1 if anything differs)
+
+Across a change that adds or renames a table's columns on purpose, `--rename TABLE:OLD=NEW` (A's
+column OLD is B's NEW) and `--schema` say, for each table whose text differs, whether every value
+in the columns both runs have is the same: the line then reads `cols` with the columns only one
+run has, and such a table counts as identical only with `--schema`.
 """
 
 from __future__ import annotations
@@ -29,7 +34,23 @@ def sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def compare(a: Path, b: Path) -> list[tuple[str, bool, str]]:
+def same_values(p: Path, q: Path, renames: dict[str, str]) -> str | None:
+    """Where two tables differ only in columns one of them lacks (after renaming A's columns):
+    which columns those are; None where a value in a shared column differs."""
+    da, db = (pd.read_csv(x, comment="#", dtype=str, keep_default_na=False) for x in (p, q))
+    da = da.rename(columns=renames)
+    shared = [c for c in da if c in db]
+    if len(da) != len(db) or not da[shared].equals(db[shared]):
+        return None
+    only_a, only_b = [c for c in da if c not in db], [c for c in db if c not in da]
+    return "; ".join(x for x in (f"only in A: {', '.join(only_a)}" if only_a else "",
+                                 f"only in B: {', '.join(only_b)}" if only_b else "",
+                                 f"renamed: {', '.join(f'{o}={n}' for o, n in renames.items())}"
+                                 if renames else "") if x)
+
+
+def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bool, str]]:
+    renames = renames or {}
     out = []
     for p in sorted((a / "models").rglob("*")):
         if p.is_file() and (p.suffix in MODEL_FILES or p.name in ("config.json",
@@ -57,6 +78,12 @@ def compare(a: Path, b: Path) -> list[tuple[str, bool, str]]:
             continue
         la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith("#")]
                   for x in (p, q))
+        if la != lb and q.exists():
+            cols = same_values(p, q, renames.get(p.stem, {}))
+            if cols is not None:
+                out.append((str(p.relative_to(a)), "cols", f"{len(la) - 1} rows, same values; "
+                            f"{cols}"))
+                continue
         out.append((str(p.relative_to(a)), la == lb, f"{len(la) - 1} rows"))
     return out
 
@@ -65,17 +92,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_a", type=Path)
     ap.add_argument("run_b", type=Path)
+    ap.add_argument("--rename", action="append", default=[], metavar="TABLE:OLD=NEW",
+                    help="A's column OLD of TABLE is B's NEW (repeatable)")
+    ap.add_argument("--schema", action="store_true",
+                    help="a table whose shared columns hold the same values counts as identical")
     args = ap.parse_args()
+    renames: dict[str, dict[str, str]] = {}
+    for r in args.rename:
+        try:
+            table, pair = r.split(":", 1)
+            old, new = pair.split("=", 1)
+        except ValueError:
+            ap.error(f"--rename {r!r}: give TABLE:OLD=NEW")
+        renames.setdefault(table, {})[old] = new
     for run in (args.run_a, args.run_b):
         if not (run / "results" / "tables").is_dir():
             ap.error(f"{run}: no results/tables/ here: give the run's directory (the one holding "
                      "results/), after a complete run")
-    rows = compare(args.run_a / "results", args.run_b / "results")
+    rows = compare(args.run_a / "results", args.run_b / "results", renames)
     for name, same, what in rows:
-        print(f"{'same' if same else 'DIFF'}  {name}  ({what})")
-    n_same = sum(s for _, s, _ in rows)
-    print(f"{n_same} of {len(rows)} identical")
-    sys.exit(0 if n_same == len(rows) else 1)
+        print(f"{'cols' if same == 'cols' else 'same' if same else 'DIFF'}  {name}  ({what})")
+    n_same = sum(s is True for _, s, _ in rows)
+    n_cols = sum(s == "cols" for _, s, _ in rows)
+    print(f"{n_same} of {len(rows)} identical" + (f", {n_cols} with the same values in their "
+                                                   "shared columns" if n_cols else ""))
+    sys.exit(0 if n_same + (n_cols if args.schema else 0) == len(rows) else 1)
 
 
 if __name__ == "__main__":

@@ -16,3 +16,28 @@ def test_a_directory_without_a_run_is_refused_in_one_line(tmp_path):
     assert r.returncode == 2
     assert "no results/tables/ here" in r.stderr
     assert "identical" not in r.stdout
+
+
+def _run(root: Path, csvs: dict[str, str]) -> Path:
+    (root / "results" / "tables").mkdir(parents=True)
+    for stem, text in csvs.items():
+        (root / "results" / "tables" / f"{stem}.csv").write_text("# provenance: {}\n" + text)
+    return root
+
+
+def test_a_table_that_gained_or_renamed_a_column_is_same_values_only_where_every_value_is(
+        tmp_path):
+    """Across a change that adds a column or renames one on purpose, the check says whether the
+    shared columns hold the same values, and counts the table as identical only with --schema;
+    a changed value stays a difference."""
+    a = _run(tmp_path / "a", {"t": "model,k,x\nm,3,0.5\n", "u": "k,y\n2,1.0\n"})
+    b = _run(tmp_path / "b", {"t": "model,control_of,k,x\nm,,3,0.5\n", "u": "top_k,y\n2,1.0\n"})
+    args = [sys.executable, str(SCRIPT), str(a), str(b), "--rename", "u:k=top_k"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "cols  tables/t.csv  (1 rows, same values; only in B: control_of)" in r.stdout
+    assert "cols  tables/u.csv  (1 rows, same values; renamed: k=top_k)" in r.stdout
+    assert subprocess.run(args + ["--schema"], capture_output=True).returncode == 0
+    (b / "results" / "tables" / "t.csv").write_text("# p\nmodel,control_of,k,x\nm,,3,0.6\n")
+    r = subprocess.run(args + ["--schema"], capture_output=True, text=True)
+    assert r.returncode == 1 and "DIFF  tables/t.csv" in r.stdout
