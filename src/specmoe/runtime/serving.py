@@ -185,6 +185,25 @@ class Server:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
+        self._wait_group()
+
+    def _wait_group(self, timeout: float = 60) -> None:
+        """Wait until no process of the server's group is left: its engine core and (with TP) its
+        GPU workers hold the GPU's memory until they exit, and the next engine of a series run
+        in blocks (arm_order) starts only when that memory is free. Killed after `timeout`."""
+        t0 = time.perf_counter()
+        while True:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            if time.perf_counter() - t0 > timeout:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                log.warning("engine processes of port %d still there %.0f s after it stopped",
+                            self.port, timeout)
+                return
+            time.sleep(0.2)
 
     def __exit__(self, *exc) -> None:
         self.stop()
@@ -358,10 +377,41 @@ def _start_all(stack: contextlib.ExitStack, servers: list["Server"]) -> None:
         raise errors[0]
 
 
+# How the two arms of a paired series share the machine (arm_order): both servers alive, the
+# points alternating between them; or one server at a time, each arm's points in a block.
+INTERLEAVED, BLOCKS = "interleaved", "blocks"
+
+
+def arm_order(device: str) -> str:
+    """How the arms of a paired series (the SD engine and its target without SD) run on `device`
+    (specmoe.runtime.engine.device()): INTERLEAVED on a CPU, both servers alive side by side and
+    every point measured on both back to back (AB BA), which a CPU allows because each engine's
+    KV cache is sized in bytes (kv_cache_memory_bytes) out of host memory; BLOCKS on a GPU, one
+    server at a time: each engine asks for its `gpu_memory_utilization` share of the same GPUs,
+    so a second one refuses to start beside the first (vLLM checks the free memory), and the
+    study's large models could not hold two copies of their weights anyway."""
+    if device == "cpu":
+        return INTERLEAVED
+    if device == "cuda":
+        return BLOCKS
+    raise InputError(f"no arm order for device {device!r} (cpu or cuda)")
+
+
+def _prompt_files(stack: contextlib.ExitStack, parts: dict, points_dir) -> dict:
+    """Each part's prompts as a JSON lines file for the client, removed on leaving `stack`."""
+    jsonl = {}
+    for part in parts:
+        jsonl[part] = Path(points_dir) / part / "prompts.jsonl" if part else \
+            Path(points_dir) / "prompts.jsonl"
+        write_prompts_jsonl(parts[part], jsonl[part])
+        stack.callback(jsonl[part].unlink, missing_ok=True)
+    return jsonl
+
+
 def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, int]],
                output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
                log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1,
-               paired: tuple[dict, dict, str] | None = None):
+               paired: tuple[dict, dict, str] | None = None, order: str | None = None):
     """Measure every (batch, num_prompts) of the schedule `repeats` times on one server (warm-up
     requests the first time the engine meets a batch size); one file per point.
 
@@ -371,48 +421,59 @@ def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, in
     Returns the points in schedule order, each batch size's repeats together, each point with
     "repeat" and "reused": bool (a dict of such lists per part when texts is a dict).
 
-    paired: (engine, key_base, points_dir) of a second arm, e.g. the same target without SD,
-    served by a second server that runs beside the first (both started together, one under load
-    at a time). Each point is measured on both, the two back to back, in alternating order
-    (first arm then second, then second then first at the next point: AB BA AB ...), so that a
-    drift of the machine falls on both arms alike instead of on their ratio. A point is measured
-    again on both arms when either has no file for it (the pair stays adjacent in time). Returns
-    (the first arm's points, the second's), each as above.
+    paired: (engine, key_base, points_dir) of a second arm, e.g. the same target without SD.
+    order: how the two arms run (None: arm_order of this machine's device).
+    INTERLEAVED: a second server runs beside the first (both started together, one under load at
+    a time); each point is measured on both, the two back to back, in alternating order (first
+    arm then second, then second then first at the next point: AB BA AB ...), so that a drift of
+    the machine falls on both arms alike instead of on their ratio. A point is measured again on
+    both arms when either has no file for it (the pair stays adjacent in time).
+    BLOCKS: one server at a time: the first arm's server measures all its points and stops, then
+    the second arm's server measures all its points (two start-ups, one after the other). The
+    two arms of a point are NOT adjacent in time: a drift of the machine between the blocks falls
+    on their ratio. A point is measured again only on the arm without its file, and an arm whose
+    points are all there is not started.
+    Returns (the first arm's points, the second's), each as above.
     """
     arms = [(engine, key_base, points_dir)] + ([paired] if paired else [])
+    if order is None:
+        from .engine import device
+
+        order = arm_order(device()) if paired else INTERLEAVED
+    if order not in (INTERLEAVED, BLOCKS):
+        raise InputError(f"arm order {order!r}: {INTERLEAVED} or {BLOCKS}")
     plans = [_plan(texts, schedule, output_len, warmups, d, kb, repeats) for _, kb, d in arms]
     parts = plans[0][0]
     points = [{part: {} for part in parts} for _ in arms]
-    todo = []
-    for entries in zip(*(p[1] for p in plans)):
-        rep, part, batch = entries[0][:3]
-        if all(e[6] is not None for e in entries):
-            for a, e in enumerate(entries):
-                points[a][part][(batch, rep)] = {**e[6], "reused": True}
-            log.info("%s: reusing %s", _label(part, batch, rep),
-                     ", ".join(str(e[5]) for e in entries))
-        else:
-            todo.append(entries)
-    if todo:
+    rows = list(zip(*(p[1] for p in plans)))  # each point's entry on every arm
+    # the points each arm measures: those without a file on it (BLOCKS), or on any arm
+    measure = [[r for r in rows if (r[a][6] is None if order == BLOCKS
+                                    else any(e[6] is None for e in r))]
+               for a in range(len(arms))]
+    for a in range(len(arms)):
+        for r in rows:
+            if not any(r is m for m in measure[a]):
+                rep, part, batch = r[a][:3]
+                points[a][part][(batch, rep)] = {**r[a][6], "reused": True}
+                log.info("%s: reusing %s", _label(part, batch, rep), r[a][5])
+    blocks = ([(list(range(len(arms))), measure[0])] if order == INTERLEAVED else
+              [([a], measure[a]) for a in range(len(arms))])
+    blocks = [(idx, todo) for idx, todo in blocks if todo]
+    if blocks:
         # the benchmark client takes seconds to import: import it while the engine starts (on
         # another core), not after
         client = threading.Thread(target=importlib.import_module, args=("vllm.benchmarks.serve",),
                                   daemon=True)
         client.start()
+    for idx, todo in blocks:
         with contextlib.ExitStack() as stack:
-            servers = [Server(e, log_path, startup_timeout) for e, _, _ in arms]
-            _start_all(stack, servers)
+            servers = {a: Server(arms[a][0], log_path, startup_timeout) for a in idx}
+            _start_all(stack, list(servers.values()))
             client.join()
-            jsonl = {}
-            for part in parts:
-                jsonl[part] = Path(points_dir) / part / "prompts.jsonl" if part else \
-                    Path(points_dir) / "prompts.jsonl"
-                write_prompts_jsonl(parts[part], jsonl[part])
-                stack.callback(jsonl[part].unlink, missing_ok=True)
-            warm: list[set[int]] = [set() for _ in arms]
+            jsonl = _prompt_files(stack, parts, arms[idx[0]][2])
+            warm: dict[int, set[int]] = {a: set() for a in idx}
             for i, entries in enumerate(todo):
-                order = range(len(arms)) if i % 2 == 0 else reversed(range(len(arms)))
-                for a in order:
+                for a in (idx if i % 2 == 0 else idx[::-1]):
                     rep, part, batch, n, key, path, _ = entries[a]
                     points[a][part][(batch, rep)] = _measure(
                         servers[a], model_dir, jsonl[part], batch, n, output_len,
