@@ -192,11 +192,7 @@ class Server:
         GPU workers hold the GPU's memory until they exit, and the next engine of a series run
         in blocks (arm_order) starts only when that memory is free. Killed after `timeout`."""
         t0 = time.perf_counter()
-        while True:
-            try:
-                os.killpg(self.proc.pid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
+        while _group_alive(self.proc.pid):
             if time.perf_counter() - t0 > timeout:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
@@ -207,6 +203,25 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (a zombie, exited but not yet reaped by
+    whoever inherited it, holds no memory and does not count)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: the group as kill sees it, zombies included
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # the fields after the command's closing parenthesis: state, ppid, pgrp, ...
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
 
 
 # Engine-side histograms (timestamps taken by the engine core when it produces each output, so
