@@ -15,8 +15,12 @@ from .engines import (engine_label, engine_opts, engine_prompts, model_identity,
                       prompt_tables, served, setting, with_job_runtime)
 
 logger = logging.getLogger("specmoe")
-PAIR_ORDER = ("each (repeat, dataset, batch) point measured with and without SD back to back, "
-              "the order alternating from one point to the next (AB BA AB ...)")
+# how the no-SD points of an SD series were taken, by serving.arm_order's decision
+PAIR_ORDER = {
+    "interleaved": "each (repeat, dataset, batch) point measured with and without SD back to back, "
+                   "the order alternating from one point to the next (AB BA AB ...)",
+    "blocks": "one engine at a time in the same job: every point with SD, then every point "
+              "without SD (the two sides of a point not adjacent in time)"}
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
 
     from ..runtime.capture import vllm_version
     from ..runtime.engine import check_inputs, device, engine_kwargs
-    from ..runtime.serving import run_series
+    from ..runtime.serving import arm_order, run_series
 
     series = params.job
     k = series["k"]
@@ -97,10 +101,11 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     prov = provenance({"series": series, "sweep": sweep_cfg, "prompts": prompts_source},
                       model=model_provenance(series["model"], target_dir),
                       stage="sweep", engine=engine_label())
-    # an SD series measures its target without SD as well, on a second engine beside it, point
-    # by point in alternating order (serving.run_series, paired): the speedup's two arms share
-    # the machine's drift (the series without SD of rule sweep_ar ran minutes apart)
-    paired = None
+    # an SD series measures its target without SD as well, in the same job: on a CPU on a second
+    # engine beside it, point by point in alternating order, so that the speedup's two arms
+    # share the machine's drift; on a GPU, where two engines do not fit, one engine after the
+    # other (serving.arm_order, run_series)
+    paired, order = None, arm_order(key_base["device"])
     if drafter_dir:
         plain = engine_kwargs(target_dir, None, None, max_num_seqs=max(b for b, _ in sched),
                               **engine_opts(sweep_cfg))
@@ -113,9 +118,13 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
                      Path(str(out).removesuffix(".json") + ".points"), key_base, prov,
                      log_path=log,
                      startup_timeout=settings.startup_timeout_s,
-                     repeats=settings.repeats, paired=paired)
+                     repeats=settings.repeats, paired=paired, order=order)
     points, plain_points = res if paired else (res, None)
     measured = [p for pts in points.values() for p in pts if not p["reused"]]
+    # the first point each engine measured: its start (none where an arm reused every point)
+    starts = [next((p for pts in arm.values() for p in pts if not p["reused"]), None)
+              for arm in (points, plain_points or {})]
+    starts = [p for p in starts if p is not None]
     datasets = {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
                 for ds, pts in points.items()}
     for ds, pts in (plain_points or {}).items():
@@ -124,11 +133,15 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     write_json(out, {"series": series, "engine": key_base["engine"],
                      "datasets": datasets,
                      # how the no-SD points beside the SD ones were taken (None: not at all)
-                     "paired_no_sd": {"engine": paired[1]["engine"], "order": PAIR_ORDER}
-                     if paired else None,
+                     "paired_no_sd": {"engine": paired[1]["engine"], "arm_order": order,
+                                      "order": PAIR_ORDER[order]} if paired else None,
                      "prompting": fit,
-                     "engine_starts": (2 if paired else 1) if measured else 0,
-                     "engine_startup_s": measured[0]["engine_startup_s"] if measured else 0.0,
+                     "engine_starts": len(starts),
+                     # the job's time in start-ups: side by side they overlap, in blocks they add
+                     "engine_startup_s": (sum(p["engine_startup_s"] for p in starts)
+                                          if order == "blocks" else
+                                          max((p["engine_startup_s"] for p in starts),
+                                              default=0.0)),
                      # its phases (runtime.startup), None when no engine started
                      "engine_start": measured[0].get("engine_start") if measured else None,
                      "wall_s": time.perf_counter() - t0}, prov)
