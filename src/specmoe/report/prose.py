@@ -607,17 +607,32 @@ def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
     return f"{model}: " + "; ".join(parts)
 
 
+NO_SD_APART = "the no-SD points measured apart from the SD points"
+
+
+def _no_sd_words(no_sd_series: str) -> str:
+    """How a speedup's no-SD points were taken (its no_sd_series), in the opening's words."""
+    if no_sd_series.startswith("interleaved"):
+        return "the SD and no-SD points interleaved, AB BA"
+    if no_sd_series.startswith("in blocks"):
+        return ("the SD points and then the no-SD points, in blocks in the same job (one engine "
+                "at a time, so a point's two sides not adjacent in time)")
+    return NO_SD_APART
+
+
 def _timing_scope(td: Tables) -> str:
     """What the speedup intervals cover, in words: how the no-SD points were taken beside the SD
     ones, and that repeats on this run's engines (and the engine spread, measured apart) are all
     they hold: the machine's drift from one session to the next is not in them."""
     sp = load(td, "speedup_vs_batch")
-    how = set(sp["no_sd_series"].dropna()) if "no_sd_series" in sp else set()
-    paired = bool(how) and all(h.startswith("interleaved") for h in how)
+    how = sp["no_sd_series"].dropna() if "no_sd_series" in sp else []
+    # in the order the rows record them: each speedup's no_sd_series (stages.analysis
+    # NO_SD_SERIES, from its series' arm order) in words
+    said = list(dict.fromkeys(_no_sd_words(h) for h in how)) or [NO_SD_APART]
     timing = set(sp["timing"].dropna()) if "timing" in sp else set()
     by = f"timed by the {timing.pop()}" if len(timing) == 1 else "timed"
-    return (f"{by}; " + ("the SD and no-SD points interleaved, AB BA" if paired else
-                         "the no-SD points measured apart from the SD points")
+    return (f"{by}; " + (said[0] if len(said) == 1 else
+                         " in some series, ".join(said) + " in the others")
             + "; 95% intervals from this run's repeats and the engine-to-engine spread: they "
               "hold for this session, not for the same machine on another day")
 

@@ -370,14 +370,21 @@ def acceptance_stage(inputs, outputs, params, threads: int | None = None) -> Non
 
 
 NO_SD_PAIRED = "interleaved with the SD points (AB BA by repeat, dataset and batch size)"
+NO_SD_BLOCKS = ("in blocks: every SD point, then every no-SD point, one engine at a time in the "
+                "same job")
+# the speedup's no_sd_series by the series' recorded arm order (serving.arm_order); a series
+# without one is from before the blocks, when every pair was interleaved
+NO_SD_SERIES = {"interleaved": NO_SD_PAIRED, "blocks": NO_SD_BLOCKS}
 
 
 def speedup_stage(inputs, outputs, params) -> None:
     """Rule speedup (its contract: specmoe.contracts.analysis.SpeedupParams): speedup,
     acceptance, draft cost, TE from the sweep and the curve's shape for one run, from its series
     with SD (inputs.sd), whose no-SD points were measured beside its SD points, and the drafter's
-    own series (inputs.drafter: none or one file); outputs.json. params.engine_log_sd_df: the
-    degrees of freedom of the engine spread's estimate (None: known)."""
+    own series (inputs.drafter: none or one file); outputs.json, whose no_sd_series says how the
+    no-SD points were taken (NO_SD_SERIES: interleaved with the SD points, or in blocks).
+    params.engine_log_sd_df: the degrees of freedom of the engine spread's estimate (None:
+    known)."""
     from dataclasses import asdict
 
     from ..contracts import one
@@ -396,7 +403,10 @@ def speedup_stage(inputs, outputs, params) -> None:
     res = speedup_curve(paired["points"], sd_points, series_points(dr, ds) if dr else None,
                         run["k"], params.margin, params.timing, params.engine_log_sd,
                         params.engine_log_sd_df)
-    res["no_sd_series"] = NO_SD_PAIRED
+    arm_order = (sd.get("paired_no_sd") or {}).get("arm_order", "interleaved")
+    if arm_order not in NO_SD_SERIES:
+        raise InputError(f"{inputs.sd}: unknown arm order {arm_order!r} of its no-SD points")
+    res["no_sd_series"] = NO_SD_SERIES[arm_order]
     prov = dict(sd.get("provenance", {}))
     prov.update(provenance(asdict(params), model=prov.get("model"), stage="speedup"))
     fit = sd.get("prompting") or {}
