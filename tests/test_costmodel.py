@@ -138,8 +138,9 @@ def test_plan_estimates_from_the_step_model():
 
 
 def test_the_bill_of_an_sd_series_holds_its_no_sd_points_too():
-    """An SD series measures its target without SD beside it (two engines started together):
-    its estimate is one start-up, the SD points and the no-SD points, each dataset's."""
+    """An SD series measures its target without SD in the same job (on a GPU one engine after
+    the other, serving.arm_order): its estimate is two start-ups, the SD points and the no-SD
+    points, each dataset's."""
     from specmoe.cost import plan, stepmodel
 
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
@@ -155,7 +156,7 @@ def test_the_bill_of_an_sd_series_holds_its_no_sd_points_too():
     no_sd = plan.series_s(d, hw, warm, 64, None, a, p)
     assert ar["hours"] * 3600 == pytest.approx(plan.startup_s(d, a) + 2 * no_sd)
     assert (sd["hours"] - ar["hours"]) * 3600 == pytest.approx(
-        2 * plan.series_s(d, hw, warm, 64, 3, a, p))
+        plan.startup_s(d, a) + 2 * plan.series_s(d, hw, warm, 64, 3, a, p))
 
 
 def test_the_gpu_plan_prices_the_engines_sd_loop_with_its_range():

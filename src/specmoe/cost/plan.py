@@ -140,10 +140,11 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         what = kind(rule)
 
         # an SD series measures its target without SD too (specmoe.stages.measure.sweep_stage):
-        # both arms' points
+        # both arms' points, and on a GPU two start-ups, one engine after the other (the arms
+        # run in blocks: specmoe.runtime.serving.arm_order)
         def job_s(p: StepParams) -> float:
-            return {"series": lambda: boot + sweep_s(None, p)
-                    + (sweep_s(int(k), p) if what.sd else 0.0),
+            return {"series": lambda: (2 * boot + sweep_s(None, p) + sweep_s(int(k), p)
+                                       if what.sd else boot + sweep_s(None, p)),
                     "capture": lambda: capture_s(int(k), j["dataset"], p),
                     "profile": lambda: profile_s(int(k), p)}[what.stage]()
 
