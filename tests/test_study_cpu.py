@@ -76,6 +76,8 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
             if engines == 2:
                 assert all("sd" not in p for v in sw["datasets"].values()
                            for p in v["paired_no_sd"]["points"])
+                # on a CPU both engines ran side by side (serving.arm_order), and it says so
+                assert sw["paired_no_sd"]["arm_order"] == "interleaved"
         sd = read_json(res / f"sweeps/{model}/tiny-draft/K3.json")
         assert sd["engine"]["speculative_config"]["model"].endswith(
             pinned["specmoe-test/tiny-draft"])
