@@ -71,6 +71,14 @@ def run_dir(root: Path) -> Path:
     return root
 
 
+def test_an_sd_series_counts_each_engine_it_started(tmp_path):
+    """A series records how many engines it started (an SD series' no-SD engine as well)."""
+    root = run_dir(tmp_path)
+    out_json(root, "sweeps/tiny-fine/tiny-drafter/K3.json",
+             {"engine_starts": 2, "engine_startup_s": 4.0})
+    assert timing.collect(root).engine_starts == 8
+
+
 def test_stages_sum_the_jobs_and_split_engine_start_off_where_recorded(tmp_path):
     b = timing.collect(run_dir(tmp_path))
     assert b.seconds == pytest.approx({"train": 110, "engine start": 76, "serve": 55,

@@ -91,6 +91,21 @@ def engine_start_s(folder: str, output: Path) -> float | None:
     return None
 
 
+def engines_started(folder: str, output: Path, start: float) -> int:
+    """The engines a job started: two for an SD check and a profile, a serving series' own count
+    (an SD series starts its no-SD engine too), else one where it spent time starting."""
+    if folder in ("sd_check", "profiles"):
+        return 2
+    if folder == "sweeps":
+        from ..provenance import read_json
+
+        try:
+            return int(read_json(output).get("engine_starts", int(start > 0)))
+        except Exception:  # unreadable: counted as its start-up says
+            pass
+    return int(start > 0)
+
+
 def _trace_stage(output: Path) -> str:
     """A trace made by capture on an engine, or a synthetic one (analysis)."""
     if not output.is_file():
@@ -128,7 +143,7 @@ def collect(root: str | Path = ".", since: float | None = None) -> Breakdown:
             else:
                 start = min(start, s)
                 b.seconds["engine start"] = b.seconds.get("engine start", 0.0) + start
-                b.engine_starts += 2 if folder in ("sd_check", "profiles") else int(start > 0)
+                b.engine_starts += engines_started(folder, output, start)
                 s -= start
         b.seconds[stage] = b.seconds.get(stage, 0.0) + s
         b.jobs[stage] = b.jobs.get(stage, 0) + 1
