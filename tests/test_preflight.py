@@ -136,7 +136,7 @@ def test_a_drafter_without_its_config_json_stops_the_run(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("edit,pattern", [
     (only("mixtral-8x7b-bf16-tp2", tp=1),
-     r"^preflight: capture mixtral-8x7b-bf16-tp2/mixtral-draft/K3/mt-bench \(and 3 more of its "
+     r"^preflight: capture mixtral-8x7b-bf16-tp2/mixtral-draft/K3/mt-bench \(and 2 more of its "
      r"jobs\): memory: weights 87\.0 GiB \+ reserve [\d.]+ GiB \+ KV cache of "
      r"one 1,024-token sequence [\d.]+ GiB = 9\d\.\d GiB per GPU > TP 1 x 80 GiB x "
      r"gpu_memory_utilization 0\.9 = 72\.0 GiB per GPU$"),
@@ -230,7 +230,7 @@ def test_the_dry_run_stops_before_any_job(tmp_path):
     ours = [ln for ln in r.stderr.splitlines() if not ln.startswith(("Using workflow",
                                                                     "Config file"))]
     assert len(ours) == 1 and ours[0].startswith(
-        "preflight: capture mixtral-bf16-tp1/mixtral-draft/K3/mt-bench (and 3 more of its jobs): "
+        "preflight: capture mixtral-bf16-tp1/mixtral-draft/K3/mt-bench (and 2 more of its jobs): "
         "memory: weights 87.0 GiB"), r.stderr
     assert "Traceback" not in r.stdout + r.stderr and "Job stats" not in r.stdout
 
