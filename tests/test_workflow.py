@@ -282,8 +282,8 @@ def test_tiny_models_train_cache_and_pass_the_sd_check(tmp_path):
 
 
 def test_a_variant_plans_its_sweeps_on_its_targets_checkpoint_and_nothing_else(tmp_path):
-    """A variant (the trained target's checkpoint served in bf16) adds its two sweep series and
-    its speedup, each waiting on the target's checkpoint, and no training, capture or profile of
+    """A variant (the trained target's checkpoint served in bf16) adds its SD series (which
+    measures its no-SD points beside the SD ones) and its speedup, each waiting on the target's checkpoint, and no training, capture or profile of
     its own. (The default run serves one for real; its panel beside the target's:
     tests/test_report.py.)"""
     cfg = {**TINY_CONFIG, "models": [*TINY_CONFIG["models"], VARIANT]}
@@ -292,7 +292,7 @@ def test_a_variant_plans_its_sweeps_on_its_targets_checkpoint_and_nothing_else(t
     blocks = re.split(r"\n(?=(?:local)?rule \w+:)", r.stdout + r.stderr)
     variant = sorted(re.match(r"(?:local)?rule (\w+):", b)[1] for b in blocks
                      if re.search(r"^\s+wildcards: .*model=moe-bf16\b", b, re.M))
-    assert variant == ["speedup", "sweep_ar", "sweep_sd"], variant
+    assert variant == ["speedup", "sweep_sd"], variant
     for b in blocks:
         if "model=moe-bf16" in b and re.match(r"(?:local)?rule sweep_", b):
             assert re.search(r"^\s+input: .*results/models/moe\b", b, re.M), b
