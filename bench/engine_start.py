@@ -7,7 +7,12 @@ spreads over both; each start's phases come from the engine's own log lines
 (specmoe.runtime.startup).
 
     .venv/bin/python bench/engine_start.py TARGET [--drafter DRAFTER --draft-length 3] [--n 3]
-        [--json]
+        [--compare layout|start] [--json]
+
+--compare start (served engines only): both with the worker in the engine core's process; "old"
+starts vLLM's own server module (on a CPU vLLM spawns the engine core, which imports vLLM and
+torch again), "new" starts specmoe.runtime.api_server, which leaves the start method at vLLM's
+default and so forks it from the server. Each start records how its server started the engine core (the old module does not say).
 
 old: the worker in a process of its own (served: API server, engine core and worker, each
 importing vLLM and torch; offline: the caller, an engine-core process and a worker process).
@@ -38,11 +43,13 @@ from specmoe.runtime.startup import PHASES  # noqa: E402
 PROMPTS = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(10):\n"]
 
 
-def served(engine: dict, model: str, out_len: int, log_path: str) -> dict:
+def served(engine: dict, model: str, out_len: int, log_path: str, module: str | None = None) -> dict:
     """Start a served engine, measure one point (batch 2, every prompt), stop it."""
-    from specmoe.runtime.serving import Server, bench, point_summary, write_prompts_jsonl
+    from specmoe.runtime.serving import SERVER_MODULE, Server, bench, point_summary, \
+        write_prompts_jsonl
 
-    with tempfile.TemporaryDirectory() as d, Server(engine, log_path) as server:
+    with tempfile.TemporaryDirectory() as d, \
+            Server(engine, log_path, module=module or SERVER_MODULE) as server:
         jsonl = Path(d) / "prompts.jsonl"
         write_prompts_jsonl(PROMPTS, jsonl)
         pt = point_summary(bench(server, model, jsonl, 2, len(PROMPTS), out_len), 2,
@@ -76,6 +83,7 @@ def summary(runs: list[dict]) -> dict:
            **{key: median([r[key] for r in runs]) for key in ("up_s", "job_s") if key in runs[0]},
            "phases_s": {p: median([r["start"]["phases_s"][p] for r in runs]) for p in PHASES},
            "processes": runs[0]["start"]["processes"],
+           "start_method": runs[0]["start"].get("start_method"),
            "counts_equal": all(r["counts"] == runs[0]["counts"] for r in runs)}
     if "tpot_ms" in runs[0]:
         out["tpot_ms"] = median([r["tpot_ms"] for r in runs])
@@ -92,8 +100,13 @@ def main() -> None:
     ap.add_argument("--engines", default="served,offline")
     ap.add_argument("--log", default=str(Path(tempfile.gettempdir()) / "engine_start.log"),
                     help="the engines' own output")
+    ap.add_argument("--compare", choices=("layout", "start"), default="layout",
+                    help="layout: the worker in a process of its own or not; start: the served "
+                    "engine core spawned (vLLM's server module) or forked (specmoe's)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.compare == "start":
+        a.engines = "served"
     k = a.k if a.drafter else None
     res = {}
     for kind in a.engines.split(","):
@@ -101,8 +114,11 @@ def main() -> None:
         for i in range(a.n):
             for layout in ("old", "new"):
                 engine = engine_kwargs(a.target, a.drafter, k, max_num_seqs=2, kv_cache_mib=128,
-                                       dtype="float32", in_process=layout == "new")
-                r = (served(engine, a.target, a.out_len, a.log) if kind == "served" else
+                                       dtype="float32",
+                                       in_process=layout == "new" or a.compare == "start")
+                module = ("vllm.entrypoints.openai.api_server"
+                          if a.compare == "start" and layout == "old" else None)
+                r = (served(engine, a.target, a.out_len, a.log, module) if kind == "served" else
                      offline(engine, a.out_len, a.log))
                 runs[layout].append(r)
                 print(f"{kind} {layout} {i}: {r['total_s']:.1f} s to the first token, "
@@ -127,6 +143,9 @@ def main() -> None:
         if "tpot_ms" in by["old"]:
             print(f"{'TPOT ms':<14}{by['old']['tpot_ms']:>9}{by['new']['tpot_ms']:>9}")
         print(f"processes     old {by['old']['processes']}  new {by['new']['processes']}")
+        if by["old"].get("start_method") or by["new"].get("start_method"):
+            print(f"engine core   old {by['old']['start_method']}  new "
+                  f"{by['new']['start_method']}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
     # the start in phases; the worker in the engine core's process: vLLM imported twice, not 3x
     start = points[0]["engine_start"]
     assert start["processes"] == ["APIServer", "EngineCore"]
+    # the engine core forked from the server (specmoe.runtime.api_server), not spawned to
+    # import vLLM again
+    assert start["start_method"] == "fork"
     assert all(v is not None and v >= 0 for v in start["phases_s"].values()), start
     assert start["at_s"]["first_token"] >= start["at_s"]["up"] >= start["at_s"]["engine_ready"]
     # repeat by repeat: repeat 0 of every batch size before repeat 1 of any

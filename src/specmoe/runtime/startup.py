@@ -11,7 +11,8 @@ never came (a quieter VLLM_LOGGING_LEVEL) is None, and so are the phases next to
 
 imported: vLLM imported by the first process (a server's first `(APIServer pid=N)` line; an
 offline engine's `from vllm import LLM` returning). engine_core: the engine core initialising
-(after its process started and imported vLLM, when it has its own). worker: the worker's
+(after its process started, and imported vLLM if it was spawned rather than forked: a served
+engine's core is forked on a CPU, specmoe.runtime.api_server). worker: the worker's
 distributed init (after its own process and import, under vLLM's multiprocessing executor).
 model_load .. model_loaded: the weights of target and drafter. model_loaded .. engine_ready: the
 KV cache (and profiling, warm-up). up: the server answers /health, or the LLM object exists.
@@ -39,6 +40,9 @@ PHASES = {"import": "imported", "engine_core": "engine_core", "worker": "worker"
           "model_init": "model_load", "model_load": "model_loaded", "kv_cache": "engine_ready",
           "serve_ready": "up", "first_token": "first_token"}
 _SERVER_FIRST = re.compile(r"^\(APIServer pid=\d+\)")
+# a served engine's process manager (specmoe.runtime.api_server.MARK): how it started the engine
+# core: "fork" (a copy of the server, vLLM already imported) or "spawn" (a fresh interpreter)
+_START_METHOD = re.compile(r"^specmoe: engine processes started by (?P<method>\w+)")
 _PROCESS = re.compile(r"^\((?P<name>[A-Za-z_][\w-]*) pid=(?P<pid>\d+)\)")
 
 
@@ -49,6 +53,7 @@ class StartClock:
         self.t0 = time.perf_counter() if t0 is None else t0
         self.at: dict[str, float] = {}
         self.pids: dict[str, str] = {}  # pid -> the first process name vLLM gave it
+        self.start_method: str | None = None  # how a server started its engine core
 
     def mark(self, name: str, t: float | None = None) -> None:
         if name not in self.at or name == "model_loaded":
@@ -56,6 +61,8 @@ class StartClock:
 
     def line(self, text: str, t: float | None = None) -> None:
         t = time.perf_counter() if t is None else t
+        if self.start_method is None and (sm := _START_METHOD.match(text)):
+            self.start_method = sm["method"]
         m = _PROCESS.match(text)
         if m:
             self.pids.setdefault(m["pid"], m["name"])
@@ -69,14 +76,16 @@ class StartClock:
 
     def summary(self) -> dict:
         """{"at_s": {milestone: s}, "phases_s": {phase: s}, "processes": [vLLM's process
-        names]} with None where a milestone's line never came."""
+        names], "start_method": how a server started its engine core} with None where a
+        milestone's line never came (and start_method None for an offline engine)."""
         at = {m: (round(self.at[m], 3) if m in self.at else None) for m in ORDER}
         phases, prev = {}, 0.0
         for phase, end in PHASES.items():
             t = at[end]
             phases[phase] = None if t is None or prev is None else round(t - prev, 3)
             prev = t
-        return {"at_s": at, "phases_s": phases, "processes": sorted(self.pids.values())}
+        return {"at_s": at, "phases_s": phases, "processes": sorted(self.pids.values()),
+                "start_method": self.start_method}
 
 
 def describe(summary: dict | None) -> str:
@@ -84,7 +93,8 @@ def describe(summary: dict | None) -> str:
     if not summary:
         return "no engine start"
     parts = [f"{k} {v:.1f} s" for k, v in summary["phases_s"].items() if v is not None]
-    return f"{', '.join(parts)} ({len(summary['processes'])} vLLM process(es))"
+    how = f", engine core by {summary['start_method']}" if summary.get("start_method") else ""
+    return f"{', '.join(parts)} ({len(summary['processes'])} vLLM process(es){how})"
 
 
 class LogTap:
