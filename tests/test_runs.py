@@ -117,3 +117,13 @@ def test_a_table_that_cannot_say_which_runs_are_controls_is_an_error():
     with pytest.raises(ValueError, match="has no control_of column"):
         is_control(df)
     assert is_control(pd.DataFrame()).tolist() == []
+
+
+def test_a_runs_dataset_splits_into_its_main_and_held_out_sets_in_one_place():
+    from specmoe.runs import dataset_parts, datasets_in, short_dataset
+
+    assert dataset_parts("tinybench+heldout-code+heldout-prose") == [
+        "tinybench", "heldout-code", "heldout-prose"]
+    assert dataset_parts("synth") == ["synth"]
+    assert datasets_in(["b+a", "a", "c+b"]) == ["a", "b", "c"]
+    assert short_dataset("tinybench+heldout-code+heldout-prose") == "tinybench+2"

@@ -118,3 +118,49 @@ def test_vllm_version_is_read_without_importing_vllm():
     v = first.split()[0]
     assert first.split()[1:] == ["False", "False"]
     assert second.split() == [v, v]
+
+
+def _fresh_interpreter(code: str, method: str | None = None) -> str:
+    """Run `code` in a new interpreter (the patches below are process-wide), with
+    VLLM_WORKER_MULTIPROC_METHOD `method` (None: unset); its last line of output."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_WORKER_MULTIPROC_METHOD"}
+    if method:
+        env["VLLM_WORKER_MULTIPROC_METHOD"] = method
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, env=env).stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("users, method", [(None, "fork"), ("spawn", "spawn")])
+def test_the_server_entry_point_forks_the_engine_core_on_this_cpu(users, method):
+    """specmoe.runtime.api_server on vLLM's CPU platform: the start method is fork unless the
+    user chose one, and the platform's config check no longer overrides it (vLLM's own forces
+    spawn)."""
+    pytest.importorskip("vllm")
+    out = _fresh_interpreter(
+        "import os\n"
+        "from specmoe.runtime import api_server as a\n"
+        "from vllm.platforms import current_platform as p\n"
+        "before = type(p).check_and_update_config.__func__\n"
+        "print(a.fork_on_cpu(), os.environ.get(a.VAR),\n"
+        "      type(p).check_and_update_config.__func__ is not before)", users)
+    assert out == f"True {method} True"
+
+
+def test_the_server_entry_point_leaves_a_faked_gpu_platform_as_vllm_has_it():
+    """On any platform but a CPU (here vLLM's CPU platform made to say it is not one: no GPU
+    here) nothing changes: the variable stays unset for vLLM's CLI to choose, the platform's
+    check is vLLM's own."""
+    pytest.importorskip("vllm")
+    out = _fresh_interpreter(
+        "import os\n"
+        "from specmoe.runtime import api_server as a\n"
+        "from vllm.platforms import current_platform as p\n"
+        "type(p).is_cpu = lambda self: False\n"
+        "before = type(p).check_and_update_config.__func__\n"
+        "print(a.fork_on_cpu(), os.environ.get(a.VAR),\n"
+        "      type(p).check_and_update_config.__func__ is not before)")
+    assert out == "False None False"

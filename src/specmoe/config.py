@@ -27,7 +27,7 @@ from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, kind
 from .names import control_name, job_label
-from .runs import Run
+from .runs import Run, datasets_in
 from .sources.prompts import DEFAULT_SOURCE
 
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
@@ -427,7 +427,7 @@ class Config:
                                   for mode in ("full", "config")) \
                     if self.from_download(name) else ()
                 out.append(Context(job.label, name,
-                                   tuple(sorted({p for ds in datasets for p in ds.split("+")})),
+                                   tuple(datasets_in(datasets)),
                                    limit, reserved, manifests))
         return out
 
@@ -447,7 +447,7 @@ class Config:
                      for ds in m.datasets]
         else:
             names = list(self.models[job.model].datasets)
-        return sorted({p for ds in names for p in ds.split("+")})
+        return datasets_in(names)
 
     def prompt_tokens(self, dataset: str) -> tuple[float, str]:
         """(mean prompt length in tokens, where it comes from) before any download:
@@ -556,7 +556,7 @@ class Config:
         each dataset's chat_template setting (false where the configuration has none), and the
         tokens its sweeps keep free for drafts: K+1 at the largest K it is swept at, in its
         series with and without SD alike, so that they measure the same prompts."""
-        parts = sorted({p for ds in datasets for p in ds.split("+")})
+        parts = datasets_in(datasets)
         ks = [r.k for r in self.sweep_runs() if name in (r.model, r.drafter)]
         return {"chat_template": {ds: bool((self.datasets.get(ds) or {}).get("chat_template"))
                                   for ds in parts},

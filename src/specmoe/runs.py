@@ -33,10 +33,24 @@ def path_of(model, drafter="", k=None, dataset="") -> str:
     return "/".join(str(p) for p in parts if p)
 
 
+DATASET_JOIN = "+"  # a run's dataset joins its main set and its held-out sets: "a+b+c"
+
+
+def dataset_parts(ds: str) -> list[str]:
+    """The datasets a run's dataset joins, in order: its main set, then its held-out sets
+    ("tinybench+heldout-code" -> ["tinybench", "heldout-code"])."""
+    return str(ds).split(DATASET_JOIN)
+
+
+def datasets_in(names) -> list[str]:
+    """Every dataset that the runs' datasets `names` join, once each, sorted."""
+    return sorted({p for ds in names for p in dataset_parts(ds)})
+
+
 def short_dataset(ds: str) -> str:
     """A run's dataset in a few characters: "tinybench+heldout-code+heldout-prose" (a main set
     and two held-out sets) reads "tinybench+2"."""
-    parts = str(ds).split("+")
+    parts = dataset_parts(ds)
     return parts[0] + (f"+{len(parts) - 1}" if len(parts) > 1 else "")
 
 

@@ -14,6 +14,7 @@ from collections import Counter
 from ..cost.costmodel import compute_dtype
 from ..errors import InputError
 from ..names import control_name
+from ..runs import dataset_parts
 from .schema import did_you_mean
 
 
@@ -151,7 +152,7 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
                 out.append(f"{where}: drafter '{name}' is a tiny drafter built here; it does not "
                            "share the tokenizer of a downloaded model")
         for ds in m.datasets:
-            parts = ds.split("+")
+            parts = dataset_parts(ds)
             if tiny and prompt_datasets is not None:
                 missing = [p for p in parts if p not in prompt_datasets]
                 if missing:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .. import paths as P
 from ..kinds import kind
+from ..runs import draft_length
 from . import run_of
 
 
@@ -44,7 +45,7 @@ class EngineParams:
         datasets = served_datasets(cfg, cls.KIND, w)
         job = {"model": w.model,
                "drafter": w.drafter if what.sd else None,
-               "k": int(w.k) if what.sd else None,
+               "k": draft_length(w.k, "wildcard k") if what.sd else None,
                **({"datasets": datasets} if what.series else {"dataset": datasets[0]})}
         method = (cfg.drafters[w.drafter].method
                   if what.sd and cfg.from_download(w.model) else None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..runs import draft_length
 from . import canonical, wildcard
 
 # The keys of the `tiny` section the tokenizer and its corpora depend on.
@@ -94,5 +95,6 @@ class SdCheckParams:
 
     @classmethod
     def from_config(cls, cfg, w) -> "SdCheckParams":
-        return cls(sd=cfg.section("sd_check", tiny=True), prompts=cfg.prompts, k=int(w.k),
+        return cls(sd=cfg.section("sd_check", tiny=True), prompts=cfg.prompts,
+                   k=draft_length(w.k, "wildcard k"),
                    dataset=w.dataset)

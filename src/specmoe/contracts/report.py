@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from .. import paths as P
 from ..provenance import config_hash
 from ..report import registry
+from ..runs import datasets_in
 
 
 def run_tables(cfg) -> list[str]:
@@ -224,8 +225,7 @@ class PlanParams:
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "PlanParams":
-        datasets = sorted({d for n in cfg.planned for name in cfg.models[n].datasets
-                           for d in name.split("+")})
+        datasets = datasets_in(name for n in cfg.planned for name in cfg.models[n].datasets)
         return cls(entries=[{**plan_entry(cfg, n), "manifest": config_json(cfg, n)}
                             for n in cfg.planned],
                    config={**{k: cfg.raw[k] for k in cls.CONFIG_KEYS if k in cfg.raw},

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 from . import costmodel
 from ..errors import InputError
 from ..kinds import kind
+from ..runs import dataset_parts
 from . import steptables
 from .stepmodel import StepParams, step_time
 from ..routing.unique import uniform_unique
@@ -107,7 +108,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
     known = prompt_tokens or {}
 
     def ptok(ds: str) -> float:  # "a+b": the datasets together
-        parts = [known[p] for p in ds.split("+") if p in known]
+        parts = [known[p] for p in dataset_parts(ds) if p in known]
         return sum(parts) / len(parts) if parts else 0.0
 
     sweep, cap, prof = (config.get(s) or {} for s in ("sweep", "capture", "profiling"))

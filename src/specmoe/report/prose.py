@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..sources import published
 from .tables import Tables
-from ..runs import label_of
+from ..runs import dataset_parts, label_of
 from .runs import by_distance, control_models, first_run, is_control, load
 
 SHOWN, NOT_SHOWN, UNDECIDED, NOT_MEASURED = "shown", "not shown", "undecided", "not measured"
@@ -124,7 +124,7 @@ def slice_runs(df: pd.DataFrame) -> dict[str, str]:
             continue
         for _, o in rows.iterrows():
             if (o["model"], o["drafter"], o["k"]) == (r["model"], r["drafter"], r["k"]) \
-                    and r["dataset"] in str(o["dataset"]).split("+")[1:]:
+                    and r["dataset"] in dataset_parts(o["dataset"])[1:]:
                 out[r["run"]] = o["run"]
                 break
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from ..runs import dataset_parts
 from .trace import ACCEPTED, FIRST_REJECTED, STATUS, Trace
 
 N_BOOT = 2000     # request-level bootstrap resamples
@@ -283,7 +284,7 @@ def heldout_split(run_dataset: str | None, slice_datasets: dict[str, str],
     held-out sets b and c, and a dataset named in `heldout` (the study's Spec-Bench categories and
     Aya languages, run on their own) is held out wherever it is run; each slice (category)
     belongs to the dataset its prompts came from."""
-    parts = (run_dataset or "").split("+")
+    parts = dataset_parts(run_dataset or "")
     held = [d for i, d in enumerate(parts) if d and (i > 0 or d in heldout)]
     return {d: sorted(c for c, ds in slice_datasets.items() if ds == d) for d in held}
 

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import InputError
+from ..runs import dataset_parts
 
 COLUMNS = ("prompt_id", "dataset", "category", "text")
 DEFAULT_SOURCE = "builtin:v1"  # the tiny models' prompts unless tiny.prompts names others
@@ -55,7 +56,7 @@ def load(source: str = DEFAULT_SOURCE, datasets: list[str] | None = None) -> lis
         if not r.text.strip():
             raise InputError(f"{source}: prompt '{r.prompt_id}' is empty")
     if datasets is not None:
-        datasets = [d for name in datasets for d in name.split("+")]
+        datasets = [d for name in datasets for d in dataset_parts(name)]
         known = {r.dataset for r in rows}
         unknown = [d for d in datasets if d not in known]
         if unknown:

@@ -14,7 +14,7 @@ from ..cost import costmodel
 from ..errors import InputError
 from ..provenance import provenance, read_json, write_json
 from ..routing.unique import independent_unique, uniform_unique, window_unique_table
-from ..runs import Run
+from ..runs import Run, dataset_parts
 
 log = logging.getLogger("specmoe")
 
@@ -411,7 +411,7 @@ def speedup_stage(inputs, outputs, params) -> None:
     prov.update(provenance(asdict(params), model=prov.get("model"), stage="speedup"))
     fit = sd.get("prompting") or {}
     write_json(outputs.json, {"run": run, **res,
-                              "prompting": {p: fit[p] for p in ds.split("+") if p in fit}}, prov)
+                              "prompting": {p: fit[p] for p in dataset_parts(ds) if p in fit}}, prov)
     log.info("%s: speedup %s; shape %s", run["model"],
              ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
 
