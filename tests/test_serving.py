@@ -17,8 +17,12 @@ PROMPTS = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(1
 
 
 def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_models, tmp_path,
-                                                                      caplog):
+                                                                      caplog, monkeypatch):
     from specmoe.runtime.serving import run_series
+
+    # what vLLM leaves in the environment of a process that built an engine's config (CI's
+    # earlier tests did): the server's engine core is forked all the same
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
     engine = engine_kwargs(tiny_models / "t", tiny_models / "d", 3, max_num_seqs=2,
                            kv_cache_mib=128, dtype="float32")

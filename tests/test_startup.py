@@ -134,20 +134,34 @@ def _fresh_interpreter(code: str, method: str | None = None) -> str:
                           check=True, env=env).stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("users, method", [(None, "fork"), ("spawn", "spawn")])
-def test_the_server_entry_point_forks_the_engine_core_on_this_cpu(users, method):
-    """specmoe.runtime.api_server on vLLM's CPU platform: the start method is fork unless the
-    user chose one, and the platform's config check no longer overrides it (vLLM's own forces
-    spawn)."""
+CONFIG_CHECK = """
+import os
+from transformers import Qwen3MoeConfig
+from vllm.engine.arg_utils import EngineArgs
+from specmoe.runtime import api_server
+if {patched}:
+    api_server.keep_start_method_on_cpu()
+Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+               num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+               num_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+               architectures=["Qwen3MoeForCausalLM"]).save_pretrained({where!r})
+EngineArgs(model={where!r}, skip_tokenizer_init=True, enforce_eager=True, max_model_len=128,
+           distributed_executor_backend="uni", kv_cache_memory_bytes=2**24,
+           dtype="float32").create_engine_config()
+print(os.environ.get(api_server.VAR))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("patched, method", [(True, "fork"), (False, "spawn")])
+def test_the_server_entry_point_keeps_the_start_method_through_vllms_cpu_config_check(
+        tmp_path, patched, method):
+    """vLLM's CPU platform sets VLLM_WORKER_MULTIPROC_METHOD=spawn when it checks an engine's
+    config (the unpatched case shows it still does); specmoe.runtime.api_server keeps the fork
+    that serving.Server asks for. The check runs on a real config of a one-layer MoE."""
     pytest.importorskip("vllm")
-    out = _fresh_interpreter(
-        "import os\n"
-        "from specmoe.runtime import api_server as a\n"
-        "from vllm.platforms import current_platform as p\n"
-        "before = type(p).check_and_update_config.__func__\n"
-        "print(a.fork_on_cpu(), os.environ.get(a.VAR),\n"
-        "      type(p).check_and_update_config.__func__ is not before)", users)
-    assert out == f"True {method} True"
+    code = CONFIG_CHECK.format(patched=patched, where=str(tmp_path / "m"))
+    assert _fresh_interpreter(code, "fork") == method
 
 
 def test_the_server_entry_point_leaves_a_faked_gpu_platform_as_vllm_has_it():
@@ -161,6 +175,6 @@ def test_the_server_entry_point_leaves_a_faked_gpu_platform_as_vllm_has_it():
         "from vllm.platforms import current_platform as p\n"
         "type(p).is_cpu = lambda self: False\n"
         "before = type(p).check_and_update_config.__func__\n"
-        "print(a.fork_on_cpu(), os.environ.get(a.VAR),\n"
+        "print(a.keep_start_method_on_cpu(), os.environ.get(a.VAR),\n"
         "      type(p).check_and_update_config.__func__ is not before)")
     assert out == "False None False"

