@@ -43,7 +43,8 @@ from specmoe.runtime.startup import PHASES  # noqa: E402
 PROMPTS = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(10):\n"]
 
 
-def served(engine: dict, model: str, out_len: int, log_path: str, module: str | None = None) -> dict:
+def served(engine: dict, model: str, out_len: int, log_path: str,
+           module: str | None = None) -> dict:
     """Start a served engine, measure one point (batch 2, every prompt), stop it."""
     from specmoe.runtime.serving import SERVER_MODULE, Server, bench, point_summary, \
         write_prompts_jsonl

@@ -49,9 +49,9 @@ def keep_start_method_on_cpu() -> bool:
 
 
 def report_start_method() -> None:
-    """Print the start method vLLM's process manager gets for the engine core (one line per
-    process it starts, `MARK <method>`): what happened, for the start's record
-    (specmoe.runtime.startup)."""
+    """Print the start method vLLM gets each time it asks for a multiprocessing context
+    (`MARK <method>`; the first is the engine core's process manager, which the start's record
+    keeps, specmoe.runtime.startup): what happened, not what was asked for."""
     import sys
 
     from vllm.v1.engine import utils
