@@ -87,5 +87,14 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
     assert len(train) == 5 and {j["threads"] for j in train} == {1}
     assert {j["params"]["tiny"]["train"]["threads"] for j in train
             if j["rule"] == "train_model"} == {2}
+    # jobs whose numbers do not follow their claim claim one core (their engines and numba
+    # passes run two threads), so that they run beside a training; timed ones take both
+    claims = {}
+    for j in jobs:
+        claims.setdefault(j["rule"], set()).add(j["threads"])
+    for rule in ("capture", "capture_control", "sd_check", "overlap", "acceptance"):
+        assert claims[rule] == {1}, rule
+    for rule in ("sweep_sd", "sweep_ar", "profile"):
+        assert claims[rule] == {2}, rule
     assert sweep["log"] == [f"logs/sweeps/{sweep['wildcards']['model']}/"
                             f"{sweep['wildcards']['drafter']}/K{sweep['wildcards']['k']}.log"]

@@ -503,3 +503,42 @@ def test_bca_coverage_of_the_sequence_decay_where_requests_loop():
     assert common["bca_coverage"] >= 0.92
     assert common["bca_coverage"] >= common["percentile_coverage"]
     assert rare["bca_coverage"] < 0.91 and rare["percentile_coverage"] < 0.91
+
+
+def test_overlap_and_acceptance_stages_give_the_same_numbers_on_one_thread_as_on_two(tmp_path):
+    """Rules overlap and acceptance claim one core on a local machine (workflow/rules/common.smk:
+    analysis_threads) and two on a cluster: their numba-parallel passes must not change a number
+    with the thread count. The trace is big enough that every parallel pass splits its work."""
+    import json
+
+    import numba
+
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages.analysis import acceptance_stage, overlap_stage
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        raise AssertionError("numba sees one thread: the comparison cannot run")
+    tr = generate(SynthParams(num_experts=64, top_k=8, num_layers=4, k_draft=5, skew=0.7,
+                              stickiness=0.4, requests=60, steps=40, accept_prob=0.7,
+                              accept_overlap_tie=2.0, categories=["a", "b"], seed=3))
+    write_trace(tmp_path / "t.parquet", tr)
+
+    class Files(dict):
+        __getattr__ = dict.get
+
+    class Params:
+        batch_sizes, shuffle_seed, heldout = [1, 4, 16], 0, []
+
+    out = {}
+    for threads in (1, 2):
+        for name, stage in (("overlap", overlap_stage), ("acceptance", acceptance_stage)):
+            path = tmp_path / f"{name}-{threads}.json"
+            stage(Files(trace=str(tmp_path / "t.parquet")), Files(json=str(path)), Params(),
+                  threads=threads)
+            doc = json.loads(path.read_text())
+            doc.pop("provenance")
+            out[name, threads] = doc
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert out["overlap", 1]["summary"] and out["acceptance", 1]
+    assert out["overlap", 1] == out["overlap", 2]
+    assert out["acceptance", 1] == out["acceptance", 2]

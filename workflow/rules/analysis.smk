@@ -36,7 +36,7 @@ rule overlap:
         P.benchmark_of(P.OVERLAP)
     conda:
         "../../envs/analysis.yaml"
-    threads: 2
+    threads: analysis_threads()
     params:
         **params_of(OverlapParams),
     script:
@@ -113,7 +113,7 @@ rule acceptance:
         P.benchmark_of(P.ACCEPTANCE)
     conda:
         "../../envs/analysis.yaml"
-    threads: 2
+    threads: analysis_threads()
     params:
         **params_of(AcceptanceParams),
     script:

@@ -166,16 +166,11 @@ def measure_threads():
     return cores if isinstance(cores, int) and 2 <= cores <= 512 else 2
 
 
-def train_threads():
-    """A training job's cores as the scheduler counts them. Training runs on the config's
-    threads whatever this says (tiny.train.threads: the weights follow them), but keeps about
-    1.2 to 1.6 of its 2 threads' cores busy (the default run's benchmark files), and two
-    trainings side by side cost no more CPU a step than apart (bench/train_pairs.py): on a
-    local machine it claims one core less, so that a second training or an analysis job uses
-    the rest. A cluster executor sets no total of cores: there it asks for all its threads.
-    Snakemake exports the claim as OMP_NUM_THREADS; torch's own count (set by the training)
-    wins, and the weights are the same bit for bit."""
-    threads = TrainParams.threads(CFG)
+def local_claim(threads):
+    """The cores that a job which runs `threads` threads claims from the scheduler where they
+    do not change its numbers: on a local machine one less (at least one), so that a second
+    such job or an analysis job uses the rest instead of waiting; a cluster executor sets no
+    total of cores (reading it raises), and there the job asks for all its threads."""
     try:
         cores = workflow.cores
     except Exception:
@@ -184,8 +179,32 @@ def train_threads():
     return max(1, threads - 1) if local else threads
 
 
+def train_threads():
+    """A training job's cores as the scheduler counts them. Training runs on the config's
+    threads whatever this says (tiny.train.threads: the weights follow them), but keeps about
+    1.2 to 1.6 of its 2 threads' cores busy (the default run's benchmark files), and two
+    trainings side by side cost no more CPU a step than apart (bench/train_pairs.py): it
+    claims one core less (local_claim). Snakemake exports the claim as OMP_NUM_THREADS;
+    torch's own count (set by the training) wins, and the weights are the same bit for bit.
+    """
+    return local_claim(TrainParams.threads(CFG))
+
+
 def engine_threads(rule_name):
-    return measure_threads() if kind(rule_name).timed else 2
+    """Timed engine jobs (sweeps, profiles) take every core (measure_threads); the others
+    (captures and SD checks) time nothing, and their engines run vLLM's own thread settings
+    whatever the claim (specmoe.runtime.engine.engine_env drops the ones Snakemake sets): their
+    traces and tokens are the same beside another job, and they claim one core less
+    (local_claim), so that a capture runs beside a training or an analysis job."""
+    return measure_threads() if kind(rule_name).timed else local_claim(2)
+
+
+def analysis_threads():
+    """The numba-parallel passes of rules overlap and acceptance: two threads, whose numbers
+    are the same on one (tests/test_overlap.py); on a local machine they claim one core less
+    (local_claim), so that they run beside a training or a capture instead of after it.
+    """
+    return local_claim(2)
 
 
 def engine_env(w):

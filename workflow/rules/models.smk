@@ -71,7 +71,7 @@ rule sd_check:
     retries: 1
     conda:
         "../../envs/models.yaml"
-    threads: 2
+    threads: engine_threads("capture")
     resources:
         engine=1,
     params:

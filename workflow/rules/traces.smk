@@ -47,7 +47,7 @@ rule capture_control:
     retries: 1
     conda:
         "../../envs/models.yaml"
-    threads: 2
+    threads: engine_threads("capture")
     resources:
         **engine_resources("capture"),
     params:
