@@ -1,5 +1,5 @@
 """Every job of a workflow's DAG as JSON lines (rule, wildcards, inputs, outputs, log, benchmark,
-params, threads, resources), sorted: what a refactor of the rules must keep. Run it in a
+params, threads, priority, resources), sorted: what a refactor of the rules must keep. Run it in a
 workflow's directory before and after and diff the two files; it runs no job and writes nothing
 but the lines (the DAG is built as for a dry run).
 
@@ -35,6 +35,7 @@ def job_record(job) -> dict:
             "output": sorted(map(str, job.output)), "input": sorted(map(str, job.input)),
             "log": sorted(map(str, job.log)), "benchmark": str(job.benchmark or ""),
             "params": plain(dict(job.params.items())), "threads": job.threads,
+            "priority": job.rule.expand_priority(job.wildcards_dict, job.input, job.attempt),
             "resources": plain(resources)}
 
 

@@ -96,5 +96,10 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
         assert claims[rule] == {1}, rule
     for rule in ("sweep_sd", "sweep_ar", "profile"):
         assert claims[rule] == {2}, rule
+    # the drafter trains first, then the target whose checkpoint more runs serve (tiny-fine:
+    # its variant, its control and two K by two datasets), all before anything that could wait
+    prio = {j["wildcards"]["tiny"]: j["priority"] for j in train if j["rule"] == "train_model"}
+    assert prio["tiny-drafter"] > prio["tiny-fine"] > prio["tiny-coarse"] > max(
+        j["priority"] for j in jobs if j["rule"] not in ("train_model", "random_model"))
     assert sweep["log"] == [f"logs/sweeps/{sweep['wildcards']['model']}/"
                             f"{sweep['wildcards']['drafter']}/K{sweep['wildcards']['k']}.log"]

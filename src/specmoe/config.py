@@ -239,6 +239,17 @@ class Config:
     def runs(self) -> list[Run]:
         return [r for m in self.models.values() for r in m.runs()]
 
+    def runs_served_by(self, name: str) -> int:
+        """How many runs (model, drafter, K, dataset; variants' and controls' included) serve a
+        checkpoint, as their target, the target of their variant or control, or their drafter:
+        every engine job of a run waits for it. The tiny trainings start in this order
+        (workflow/rules/models.smk), so that on two cores the drafter and the target with the
+        most engine jobs train first, and those jobs start beside the last training."""
+        every = self.runs() + [r for m in self.variants.values() for r in m.runs()]
+        base = {n: m.variant_of or m.control_of or n
+                for n, m in [*self.models.items(), *self.variants.items()]}
+        return sum(name in (r.drafter, r.model, base.get(r.model)) for r in every)
+
     def sweep_runs(self) -> list[Run]:
         """The runs that are swept (variants' included)."""
         swept = set(self.swept) | set(self.hf_swept)

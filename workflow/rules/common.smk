@@ -190,6 +190,15 @@ def train_threads():
     return local_claim(TrainParams.threads(CFG))
 
 
+def train_priority(w):
+    """A training's priority: above every job that could wait (the tokenizer's 10), and higher
+    the more runs serve its checkpoint (Config.runs_served_by): on two cores the drafter and
+    the target with the most engine jobs train first, and those jobs run beside the last
+    training (the scheduler otherwise trained tiny-coarse first and left tiny-fine's captures
+    to wait for the end of every training)."""
+    return 10 + CFG.runs_served_by(w.tiny)
+
+
 def engine_threads(rule_name):
     """Timed engine jobs (sweeps, profiles) take every core (measure_threads); the others
     (captures and SD checks) time nothing, and their engines run vLLM's own thread settings

@@ -34,7 +34,7 @@ rule train_model:
         P.benchmark_of(P.model("{tiny}"))
     wildcard_constraints:
         tiny=one_of([*CFG.tiny_targets, *CFG.tiny_drafters]),
-    priority: 10
+    priority: train_priority
     conda:
         "../../envs/models.yaml"
     threads: train_threads()
