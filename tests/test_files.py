@@ -101,5 +101,11 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
     prio = {j["wildcards"]["tiny"]: j["priority"] for j in train if j["rule"] == "train_model"}
     assert prio["tiny-drafter"] > prio["tiny-fine"] > prio["tiny-coarse"] > max(
         j["priority"] for j in jobs if j["rule"] not in ("train_model", "random_model"))
+    # then the engine jobs, one at a time, before the jobs that can run beside them
+    engine_rules = {"capture", "capture_control", "sd_check", "sweep_sd", "sweep_ar", "profile"}
+    engine = {j["priority"] for j in jobs if j["rule"] in engine_rules}
+    rest = {j["priority"] for j in jobs if j["rule"] not in engine_rules | {
+        "train_model", "random_model", "tokenizer"}}
+    assert len(engine) == 1 and min(engine) > max(rest)
     assert sweep["log"] == [f"logs/sweeps/{sweep['wildcards']['model']}/"
                             f"{sweep['wildcards']['drafter']}/K{sweep['wildcards']['k']}.log"]

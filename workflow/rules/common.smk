@@ -199,6 +199,13 @@ def train_priority(w):
     return 10 + CFG.runs_served_by(w.tiny)
 
 
+# Engine jobs (and the SD check) before any other job that is ready beside them: they run one
+# at a time (resource `engine`), after the trainings, and every other job fits beside them or
+# beside a training; the scheduler otherwise gave the core that tiny-coarse's training left
+# free to the synthetic traces and their analysis while tiny-fine's captures waited.
+ENGINE_PRIORITY = 1
+
+
 def engine_threads(rule_name):
     """Timed engine jobs (sweeps, profiles) take every core (measure_threads); the others
     (captures and SD checks) time nothing, and their engines run vLLM's own thread settings

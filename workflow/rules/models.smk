@@ -69,6 +69,7 @@ rule sd_check:
     benchmark:
         P.benchmark_of(P.SD_CHECK)
     retries: 1
+    priority: ENGINE_PRIORITY
     conda:
         "../../envs/models.yaml"
     threads: engine_threads("capture")

@@ -18,6 +18,7 @@ rule capture:
             [n for n in CFG.names("tiny") + CFG.names("hf") if n not in CFG.controls]
         ),
     retries: 1
+    priority: ENGINE_PRIORITY
     conda:
         engine_env
     threads: engine_threads("capture")
@@ -45,6 +46,7 @@ rule capture_control:
     wildcard_constraints:
         model=one_of(CFG.controls),
     retries: 1
+    priority: ENGINE_PRIORITY
     conda:
         "../../envs/models.yaml"
     threads: engine_threads("capture")
