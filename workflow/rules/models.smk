@@ -68,8 +68,8 @@ rule sd_check:
         P.log_of(P.SD_CHECK),
     benchmark:
         P.benchmark_of(P.SD_CHECK)
-    retries: 1
     priority: ENGINE_PRIORITY
+    retries: 1
     conda:
         "../../envs/models.yaml"
     threads: engine_threads("capture")

@@ -17,8 +17,8 @@ rule capture:
         model=one_of(
             [n for n in CFG.names("tiny") + CFG.names("hf") if n not in CFG.controls]
         ),
-    retries: 1
     priority: ENGINE_PRIORITY
+    retries: 1
     conda:
         engine_env
     threads: engine_threads("capture")
@@ -45,8 +45,8 @@ rule capture_control:
         P.benchmark_of(P.TRACE)
     wildcard_constraints:
         model=one_of(CFG.controls),
-    retries: 1
     priority: ENGINE_PRIORITY
+    retries: 1
     conda:
         "../../envs/models.yaml"
     threads: engine_threads("capture")
