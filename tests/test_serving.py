@@ -7,7 +7,7 @@ import pytest
 
 from specmoe.runtime.engine import engine_kwargs
 from specmoe.errors import SpecmoeError
-from specmoe.measured.profiling import ALL_CLASSES
+from specmoe.measured.profiling import ALL_CLASSES, classify
 from specmoe.provenance import read_json
 
 pytest.importorskip("vllm")
@@ -132,6 +132,9 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     assert row["classes"]["moe"]["verify_us"] > 0 and row["classes"]["attention"]["decode_us"] > 0
     assert row["drafter_us_per_step"] > 0                # the drafter ran between verify steps
     top = {o["name"]: o["class"] for o in row["top_ops"]}
-    assert top.get("_C::cpu_fused_moe") == "moe"
+    # vLLM's fused MoE kernel is in the MoE class wherever it ranks: on a loaded machine (CI on
+    # 624e196) the host time between ops pushed it out of the top 12
+    assert classify("_C::cpu_fused_moe") == "moe" and "moe" in top.values()
+    assert all(c == "moe" for name, c in top.items() if "fused_moe" in name)
     assert (tmp_path / "traces" / "decode" / "b2-rank0.json.gz").exists()
     assert res["engine_startup_s"] > 0  # both engines' start, for report.timing

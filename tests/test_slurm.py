@@ -137,6 +137,11 @@ def test_tiny_model_training_runs_as_a_slurm_job(cluster, tmp_path):
     assert {"tokenizer", "train_model"} <= set(jobs)
     assert all(j["JobState"] == "COMPLETED" for js in jobs.values() for j in js)
     assert (wd / "results" / "models" / "t" / "model.safetensors").exists()
+    # a training runs on its configured threads and asks SLURM for all of them: only a local
+    # run claims one core less (workflow/rules/common.smk: local_claim); the workflow profile's
+    # `cores: all` once made the launcher's two cores look like a local run (config.yaml's
+    # tiny.train.threads: 2)
+    assert {j.get("NumCPUs") for j in jobs["train_model"]} == {"2"}
 
 
 def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, tmp_path):

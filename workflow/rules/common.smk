@@ -155,28 +155,31 @@ def params_of(record, **extra):
 # whose device is cpu, this machine's cores (vLLM for CPUs).
 
 
+def local_cores():
+    """The cores of a run on this machine (Snakemake's local executor), else None: a cluster
+    executor runs each job on its own allocation. Its total of cores says nothing there (the
+    workflow profile's `cores: all` gives it the launcher's), and a run without one raises.
+    The executor is known once the workflow runs, not while it is parsed: the rules' threads
+    are functions, read when each job is made."""
+    try:
+        cores = workflow.cores if workflow.local_exec else None
+    except Exception:
+        return None
+    return cores if isinstance(cores, int) and 2 <= cores <= 512 else None
+
+
 def measure_threads():
     """Sweeps and profiles time things: on a local machine they take every core, so that no
-    other job runs beside them. A cluster executor sets no total of cores (reading it raises):
-    there each job asks for 2 CPUs and runs on its own allocation."""
-    try:
-        cores = workflow.cores
-    except Exception:
-        return 2
-    return cores if isinstance(cores, int) and 2 <= cores <= 512 else 2
+    other job runs beside them; on a cluster each asks for 2 CPUs."""
+    return local_cores() or 2
 
 
 def local_claim(threads):
     """The cores that a job which runs `threads` threads claims from the scheduler where they
     do not change its numbers: on a local machine one less (at least one), so that a second
-    such job or an analysis job uses the rest instead of waiting; a cluster executor sets no
-    total of cores (reading it raises), and there the job asks for all its threads."""
-    try:
-        cores = workflow.cores
-    except Exception:
-        return threads
-    local = isinstance(cores, int) and 2 <= cores <= 512
-    return max(1, threads - 1) if local else threads
+    such job or an analysis job uses the rest instead of waiting; on a cluster all of them.
+    """
+    return max(1, threads - 1) if local_cores() else threads
 
 
 def train_threads():
@@ -187,7 +190,8 @@ def train_threads():
     claims one core less (local_claim). Snakemake exports the claim as OMP_NUM_THREADS;
     torch's own count (set by the training) wins, and the weights are the same bit for bit.
     """
-    return local_claim(TrainParams.threads(CFG))
+    threads = TrainParams.threads(CFG)
+    return lambda wildcards: local_claim(threads)
 
 
 def train_priority(w):
@@ -212,15 +216,16 @@ def engine_threads(rule_name):
     whatever the claim (specmoe.runtime.engine.engine_env drops the ones Snakemake sets): their
     traces and tokens are the same beside another job, and they claim one core less
     (local_claim), so that a capture runs beside a training or an analysis job."""
-    return measure_threads() if kind(rule_name).timed else local_claim(2)
+    timed = kind(rule_name).timed
+    return lambda wildcards: measure_threads() if timed else local_claim(2)
 
 
 def analysis_threads():
-    """The numba-parallel passes of rules overlap and acceptance: two threads, whose numbers
-    are the same on one (tests/test_overlap.py); on a local machine they claim one core less
-    (local_claim), so that they run beside a training or a capture instead of after it.
-    """
-    return local_claim(2)
+    """The threads of rules overlap and acceptance, whose numba-parallel passes run on the
+    job's claim and give the same numbers on one thread as on two (tests/test_overlap.py): two,
+    and on a local machine one less (local_claim), so that they run beside a training or a
+    capture instead of after it."""
+    return lambda wildcards: local_claim(2)
 
 
 def engine_env(w):
