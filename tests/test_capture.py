@@ -59,6 +59,7 @@ def test_the_engine_starts_in_one_process_timed_by_phase(captured):
     res, _, _ = captured
     start = res["engine_start"]  # what capture's provenance keeps
     assert len(start["processes"]) == 1           # engine core and worker in the child itself
+    assert start["import_included"] is True       # timed from before vLLM's import
     assert all(v is not None and v >= 0 for v in start["phases_s"].values()), start
     assert res["vllm"] == capture.vllm_version()
 
@@ -277,8 +278,10 @@ def test_matched_control_reads_the_targets_windows_token_for_token(captured, mat
     assert set(ctl.columns["model"].tolist()) == {"t-random"}
     assert ctl.meta["capture"]["teacher_forced"]["target"] == "t"
     assert not np.array_equal(ctl.experts, tr.experts)  # another checkpoint routes otherwise
-    # its engine's start is recorded, so the run's time breakdown splits it off (it was not)
+    # its engine's start is recorded, so the run's time breakdown splits it off (it was not),
+    # from before vLLM's import as every other engine's (it began after it: 4 s, not 12)
     assert ctl.meta["capture"]["startup_s"] > 0
+    assert ctl.meta["provenance"]["engine_start"]["import_included"] is True
 
 
 def test_matched_control_routes_each_window_as_transformers_does_on_its_inputs(

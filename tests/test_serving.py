@@ -138,3 +138,6 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     assert all(c == "moe" for name, c in top.items() if "fused_moe" in name)
     assert (tmp_path / "traces" / "decode" / "b2-rank0.json.gz").exists()
     assert res["engine_startup_s"] > 0  # both engines' start, for report.timing
+    # the first engine's start counts vLLM's import (it began after it), the second finds it done
+    assert res["engine_start"]["decode"]["import_included"] is True
+    assert res["engine_start"]["verify"]["import_included"] is False

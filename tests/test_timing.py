@@ -106,6 +106,22 @@ def test_an_engine_job_without_its_start_recorded_says_so_and_stays_whole(tmp_pa
     assert any(n.startswith("Not split: 2 engine job(s)") for n in timing.notes(b))
 
 
+def test_an_engine_start_timed_after_vllms_import_is_named_too_short(tmp_path):
+    """A profile whose engines were both timed after vLLM was imported in their process (as
+    profiles and the untrained controls were) is named; one import per process is not."""
+    root = run_dir(tmp_path)
+    late = {"import_included": False}
+    out_json(root, "profiles/tiny-fine/tiny-drafter/K3.json",
+             {"engine_startup_s": 16.0, "engine_start": {"decode": late, "verify": late}})
+    b = timing.collect(root)
+    assert b.import_excluded == ["profiles/tiny-fine/tiny-drafter/K3"]
+    assert any(n.startswith("Too short: 1 engine job(s)") for n in timing.notes(b))
+    out_json(root, "profiles/tiny-fine/tiny-drafter/K3.json",
+             {"engine_startup_s": 16.0,
+              "engine_start": {"decode": {"import_included": True}, "verify": late}})
+    assert timing.collect(root).import_excluded == []
+
+
 def test_end_of_run_counts_only_this_runs_jobs(tmp_path):
     root = run_dir(tmp_path)
     old = time.time() - 3600

@@ -35,6 +35,8 @@ class Breakdown:
     jobs: dict[str, int] = field(default_factory=dict)
     engine_starts: int = 0          # engines whose start is recorded
     unsplit: list[str] = field(default_factory=list)  # engine jobs whose start is not recorded
+    # engine jobs whose recorded start began after vLLM was imported (their start is too short)
+    import_excluded: list[str] = field(default_factory=list)
 
     @property
     def total_s(self) -> float:
@@ -91,6 +93,25 @@ def engine_start_s(folder: str, output: Path) -> float | None:
     return None
 
 
+def start_summaries(folder: str, output: Path) -> list[dict]:
+    """The engine-start summaries (runtime.startup.StartClock.summary) a job's output records:
+    a trace's provenance, a profile's decode and verify engines, a sweep's first engine."""
+    try:
+        if folder == "traces":
+            from ..routing.trace import read_meta
+
+            found = [read_meta(output).get("provenance", {}).get("engine_start")]
+        else:
+            from ..provenance import read_json
+
+            d = read_json(output)
+            found = (list((d.get("engine_start") or {}).values()) if folder == "profiles"
+                     else [d.get("engine_start")])
+    except Exception:  # unreadable: nothing recorded
+        return []
+    return [s for s in found if isinstance(s, dict)]
+
+
 def engines_started(folder: str, output: Path, start: float) -> int:
     """The engines a job started: two for an SD check and a profile, a serving series' own count
     (an SD series starts its no-SD engine too), else one where it spent time starting."""
@@ -142,6 +163,10 @@ def collect(root: str | Path = ".", since: float | None = None) -> Breakdown:
                 b.unsplit.append(str(rel.with_suffix("")))
             else:
                 start = min(start, s)
+                # one import per process: a job's later engines find vLLM imported by its first
+                flags = [e.get("import_included") for e in start_summaries(folder, output)]
+                if False in flags and True not in flags:
+                    b.import_excluded.append(str(rel.with_suffix("")))
                 b.seconds["engine start"] = b.seconds.get("engine start", 0.0) + start
                 b.engine_starts += engines_started(folder, output, start)
                 s -= start
@@ -180,6 +205,12 @@ def notes(b: Breakdown) -> list[str]:
                                             if len(b.unsplit) > 3 else "")
         out.append(f"Not split: {len(b.unsplit)} engine job(s) whose output records no engine "
                    f"start ({shown}); their start-up is counted in serve or capture.")
+    if b.import_excluded:
+        shown = ", ".join(b.import_excluded[:3]) + (
+            f" and {len(b.import_excluded) - 3} more" if len(b.import_excluded) > 3 else "")
+        out.append(f"Too short: {len(b.import_excluded)} engine job(s) whose recorded start "
+                   f"began after vLLM was imported ({shown}); their import is counted in "
+                   "serve or capture.")
     out.append("Train includes the tokenizer and the untrained controls, serve the sweeps and SD "
                "checks once their engines are up; each job's time runs "
                "from its script's start (imports included) to its end, and jobs run side by side "

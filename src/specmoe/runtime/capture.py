@@ -419,18 +419,19 @@ def teacher_forced_routing(sequences: list[list[int]], engine: dict, shard_dir: 
     exactly these tokens. The matched untrained control reads its target's tokens this way
     (specmoe.stages.traces.control_capture_stage); rows_of_sequences turns the result into
     per-sequence routing."""
+    from .startup import StartClock
+
+    clock = StartClock()  # before vLLM's import: the engine's start includes it (report.timing)
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     from .engine import open_llm
-    from .startup import StartClock
 
     os.environ[ENV] = "1"  # read by the plugin in the engine's processes
     os.environ[ENV_DIR] = shard_dir
     os.environ[ENV_MODE] = "rows"
     check_version()
     engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension")
-    clock = StartClock()
     with open_llm(engine, clock) as llm:
         t0 = time.perf_counter()
         outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in s])

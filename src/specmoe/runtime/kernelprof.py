@@ -133,14 +133,16 @@ def _labelled(fn, name):
 def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, engine: dict,
                      trace_dir: str) -> dict:
     """In an engine child: one profile per batch size, B requests running together."""
+    from .startup import StartClock
+
+    clock = StartClock()  # before vLLM's import: the engine's start includes it
     from vllm import SamplingParams
 
     from .engine import open_llm
 
     engine = dict(engine, worker_extension_cls="specmoe.runtime.kernelprof.ProfileExtension")
-    t_start = time.perf_counter()
-    with open_llm(engine) as llm:
-        startup_s = time.perf_counter() - t_start  # the engine's start (report.timing)
+    with open_llm(engine, clock) as llm:
+        startup_s = time.perf_counter() - clock.t0  # the engine's start (report.timing)
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         first = next(iter(prompts_by_batch.values()))
         llm.generate(first[:2], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
@@ -154,7 +156,7 @@ def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, en
             infos = [i for i in llm.collective_rpc(
                 "specmoe_profile_stop", args=(f"{trace_dir}/b{batch}-rank{{rank}}.json.gz",)) if i]
             out[batch] = {"traces": infos, "generate_s": wall}
-        return {**out, "startup_s": startup_s}
+        return {**out, "startup_s": startup_s, "engine_start": clock.summary()}
 
 
 def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
@@ -240,7 +242,8 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                  cmp["moe_time_ratio"], cmp["dense_time_ratio"], cmp["te_profiled"])
     return {"k": k, "batches": rows,
             "engine_startup_s": out["decode"].get("startup_s", 0.0)
-            + out["verify"].get("startup_s", 0.0)}
+            + out["verify"].get("startup_s", 0.0),
+            "engine_start": {m: out[m].get("engine_start") for m in ("decode", "verify")}}
 
 
 def te_interval(decode_us: list[float], verify_us: list[float]) -> tuple[float, float]:

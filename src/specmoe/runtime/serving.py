@@ -133,7 +133,7 @@ class Server:
             # defaulted: vLLM sets "spawn" in the environment of any process that builds an
             # engine's config, and a process that ran one before would pass it on
             env["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
-        self.clock = StartClock()
+        self.clock = StartClock(import_included=True)  # a fresh server process
         t0 = self.clock.t0
         self.proc = subprocess.Popen(server_argv(self.engine, self.port, self.module), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env,

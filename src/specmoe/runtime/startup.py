@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import time
 
 MARKS = (  # (milestone, pattern in vLLM's log lines); imported, up, first_token are set by callers
@@ -49,8 +50,12 @@ _PROCESS = re.compile(r"^\((?P<name>[A-Za-z_][\w-]*) pid=(?P<pid>\d+)\)")
 class StartClock:
     """Milestones of one engine start, fed with (time, line) as lines arrive."""
 
-    def __init__(self, t0: float | None = None) -> None:
+    def __init__(self, t0: float | None = None, import_included: bool | None = None) -> None:
         self.t0 = time.perf_counter() if t0 is None else t0
+        # whether the start counts vLLM's import: an engine in this process whose clock started
+        # before vLLM was imported here, or a server (a fresh process: serving.Server says so)
+        self.import_included = ("vllm" not in sys.modules if import_included is None
+                                else import_included)
         self.at: dict[str, float] = {}
         self.pids: dict[str, str] = {}  # pid -> the first process name vLLM gave it
         self.start_method: str | None = None  # how a server started its engine core
@@ -76,8 +81,9 @@ class StartClock:
 
     def summary(self) -> dict:
         """{"at_s": {milestone: s}, "phases_s": {phase: s}, "processes": [vLLM's process
-        names], "start_method": how a server started its engine core} with None where a
-        milestone's line never came (and start_method None for an offline engine)."""
+        names], "start_method": how a server started its engine core, "import_included":
+        whether the start counts vLLM's import} with None where a milestone's line never came
+        (and start_method None for an offline engine)."""
         at = {m: (round(self.at[m], 3) if m in self.at else None) for m in ORDER}
         phases, prev = {}, 0.0
         for phase, end in PHASES.items():
@@ -85,7 +91,7 @@ class StartClock:
             phases[phase] = None if t is None or prev is None else round(t - prev, 3)
             prev = t
         return {"at_s": at, "phases_s": phases, "processes": sorted(self.pids.values()),
-                "start_method": self.start_method}
+                "start_method": self.start_method, "import_included": self.import_included}
 
 
 def describe(summary: dict | None) -> str:
