@@ -101,8 +101,13 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
     prio = {j["wildcards"]["tiny"]: j["priority"] for j in train if j["rule"] == "train_model"}
     assert prio["tiny-drafter"] > prio["tiny-fine"] > prio["tiny-coarse"] > max(
         j["priority"] for j in jobs if j["rule"] not in ("train_model", "random_model"))
-    # then the engine jobs, one at a time, before the jobs that can run beside them
+    # then the engine jobs, before the jobs that can run beside them: each takes one of the
+    # workflow profile's two engine slots, so that two untimed ones (one core each) run side by
+    # side while a timed one takes both cores and runs alone
     engine_rules = {"capture", "capture_control", "sd_check", "sweep_sd", "sweep_ar", "profile"}
+    assert {j["resources"]["engine"] for j in jobs if j["rule"] in engine_rules} == {1}
+    profile = yaml.safe_load((REPO / "profiles/default/config.yaml").read_text())
+    assert "engine=2" in profile["resources"]
     engine = {j["priority"] for j in jobs if j["rule"] in engine_rules}
     rest = {j["priority"] for j in jobs if j["rule"] not in engine_rules | {
         "train_model", "random_model", "tokenizer"}}

@@ -203,9 +203,9 @@ def train_priority(w):
     return 10 + CFG.runs_served_by(w.tiny)
 
 
-# Engine jobs (and the SD check) before any other job that is ready beside them: they run one
-# at a time (resource `engine`), after the trainings, and every other job fits beside them or
-# beside a training; the scheduler otherwise gave the core that tiny-coarse's training left
+# Engine jobs (and the SD check) before any other job that is ready beside them: two at a time
+# at most (resource `engine`; a timed one alone, on every core), after the trainings, and every
+# other job fits beside them or beside a training; the scheduler otherwise gave the core that tiny-coarse's training left
 # free to the synthetic traces and their analysis while tiny-fine's captures waited.
 ENGINE_PRIORITY = 1
 
