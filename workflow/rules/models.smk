@@ -44,6 +44,8 @@ rule train_model:
         "../scripts/train_model.py"
 
 
+# An untrained control is made in seconds and read by its capture_control only: it waits with
+# the engine jobs (it started before tiny-fine's training and delayed it by 8 s).
 use rule train_model as random_model with:
     output:
         dir=directory(P.model(control_name("{tiny}"))),
@@ -53,6 +55,7 @@ use rule train_model as random_model with:
         P.benchmark_of(P.model(control_name("{tiny}")))
     wildcard_constraints:
         tiny=one_of(CFG.tiny_targets),
+    priority: ENGINE_PRIORITY
     params:
         **params_of(TrainParams, trained=False),
 
