@@ -178,9 +178,12 @@ def test_capture_and_sweeps_send_the_same_rendered_prompts(chat_dir, tmp_path, m
     class Stop(Exception):
         pass
 
-    def child(fn, prompts, *a, **kw):
+    def generate(prompts, *a, **kw):  # the capture engine, in its child (run in-process)
         sent["capture"] = prompts
         raise Stop
+
+    def child(fn, *a, log_path=None, timeout=None, untimed=False, **kw):
+        return fn(*a, **kw)
 
     def series(engine_kw, model_dir, texts, *a, **kw):
         sent["sweep"] = texts
@@ -192,6 +195,7 @@ def test_capture_and_sweeps_send_the_same_rendered_prompts(chat_dir, tmp_path, m
                         raising=False)
     import specmoe.runtime.capture as cap_mod
     monkeypatch.setattr(cap_mod, "vllm_version", lambda: "0.32.0")
+    monkeypatch.setattr(cap_mod, "capture_generate", generate)
 
     tok = promptfit.load_tokenizer(chat_dir)
     rows = prompt_table.load(datasets=["tinybench"])
@@ -232,7 +236,7 @@ def test_capture_and_sweeps_send_the_same_rendered_prompts(chat_dir, tmp_path, m
                                      requests=2, steps=2, seed=0))
     synthetic.meta["capture"] = {"windows": 4, "short_windows": 0,
                                  "accepted_crosscheck": {"mismatches": 0, "steps": 4}}
-    monkeypatch.setattr(engine, "run_in_child", lambda *a, **kw: {})
+    monkeypatch.setattr(cap_mod, "capture_generate", lambda *a, **kw: {})
     monkeypatch.setattr(cap_mod, "assemble", lambda *a, **kw: synthetic)
     monkeypatch.setattr(serving, "run_series", lambda *a, **kw: {"tinybench": []})
     capture_stage(**capture)

@@ -12,6 +12,7 @@ from typing import Iterator
 from .errors import SpecmoeError
 
 log = logging.getLogger("specmoe")
+LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every line of a job's log
 
 
 @contextlib.contextmanager
@@ -20,7 +21,7 @@ def logged(path: str | Path, stage: str) -> Iterator[logging.Logger]:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     open(path, "w").close()  # start empty, then append: engine children append to the same file
     handler = logging.FileHandler(path, mode="a")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(LINE_FORMAT))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)

@@ -387,8 +387,9 @@ class CaptureExtension:
 # --- driver side ----------------------------------------------------------------------------------
 
 def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_dir: str,
-                     repetition_penalty: float = 1.0) -> dict:
-    """Greedy SD generation with capture on; adds shard paths and per-request outputs."""
+                     repetition_penalty: float = 1.0, clock=None) -> dict:
+    """Greedy SD generation with capture on; adds shard paths and per-request outputs. clock:
+    as engine.generate's."""
     from .engine import generate
 
     os.environ[ENV] = "1"  # inherited by the engine's processes, where the plugin reads it
@@ -397,7 +398,7 @@ def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_di
     engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension",
                   per_request_spec_decode_metrics="detailed")
     return generate(prompts, max_tokens, engine, collect=_collect,
-                    repetition_penalty=repetition_penalty)
+                    repetition_penalty=repetition_penalty, clock=clock)
 
 
 def _collect(llm, outs) -> dict:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import multiprocessing as mp
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -139,15 +141,16 @@ def _spec_metrics(llm) -> dict:
 
 
 def generate(prompts: list[str], max_tokens: int, engine: dict, collect=None,
-             repetition_penalty: float = 1.0) -> dict:
+             repetition_penalty: float = 1.0, clock=None) -> dict:
     """Greedy generation of a fixed length; returns token ids, SD metrics and timings.
 
     collect(llm, outputs) -> dict, if given, adds its keys to the result before the engine stops.
     repetition_penalty: vLLM's (1.0: none), applied to the target at every verified position.
+    clock: a startup.StartClock started earlier (by default, one started now).
     """
     from .startup import StartClock
 
-    clock = StartClock()
+    clock = StartClock() if clock is None else clock
     t0 = clock.t0
     with open_llm(engine, clock) as llm:
         from vllm import SamplingParams
@@ -247,18 +250,55 @@ def _child(fn, args, kwargs, q, log_path) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    # the stages' own lines in the child (a prompt check, a capture): to the log too
+    from ..logs import LINE_FORMAT
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LINE_FORMAT))
+    logger = logging.getLogger("specmoe")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    if "OMP_WAIT_POLICY" in os.environ:  # what its engines' OpenMP threads run under
+        logger.info("engine process: OMP_WAIT_POLICY=%s", os.environ["OMP_WAIT_POLICY"])
     try:
         q.put(("ok", fn(*args, **kwargs)))
+    except SpecmoeError as exc:  # a problem of the input or the setup: the same error there
+        q.put(("specmoe", type(exc).__name__, str(exc)))
     except BaseException as exc:  # report everything to the parent, then exit
         q.put(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
 
 
-def run_in_child(fn, *args, timeout: float = 1800, log_path: str | None = None, **kwargs):
-    """Run fn in a spawned process; re-raise its failure here with its traceback in the log."""
+# OpenMP's waiting in an engine that times nothing (captures, the controls' captures, SD checks).
+# vLLM's CPU worker leaves torch at the machine's thread count (it cannot lower it once its
+# threads are bound), and libgomp's waiting threads spin ~300,000 times before they sleep: two
+# untimed engines side by side on two cores, or one beside a training or an analysis job, spent
+# the cores spinning. The two untimed controls' captures took 47-48 s each side by side, and
+# 21-22 s with passive waiting, their traces bit-identical (bench/engine_wait.py). Timed engines
+# (sweeps, profiles) keep vLLM's default: their numbers are the study's.
+UNTIMED_OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def run_in_child(fn, *args, timeout: float = 1800, log_path: str | None = None,
+                 untimed: bool = False, **kwargs):
+    """Run fn in a spawned process (its output, and the specmoe logger's lines, appended to
+    log_path); re-raise its failure here: a specmoe error (errors.SpecmoeError, InputError, ...)
+    as the same class and line, anything else with the child's traceback. untimed: the child's
+    engines time nothing, and their OpenMP threads wait passively (UNTIMED_OMP_ENV; a value the
+    user set is kept)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(fn, args, kwargs, q, log_path))
-    p.start()
+    # a spawned child starts with this process's environment, and libgomp reads it once, when
+    # the child first imports torch
+    added = ({k: v for k, v in UNTIMED_OMP_ENV.items() if k not in os.environ} if untimed
+             else {})
+    os.environ.update(added)
+    try:
+        p.start()
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
     try:
         status = q.get(timeout=timeout)
     except Exception:
@@ -268,6 +308,12 @@ def run_in_child(fn, *args, timeout: float = 1800, log_path: str | None = None, 
         p.join(timeout=60)
         if p.is_alive():
             p.kill()
+    if status[0] == "specmoe":  # one of specmoe.errors' classes, by name, with its message
+        from .. import errors
+
+        cls = getattr(errors, status[1], None)
+        raise (cls if isinstance(cls, type) and issubclass(cls, SpecmoeError)
+               else SpecmoeError)(status[2])
     if status[0] == "error":
         raise SpecmoeError(f"engine failed: {status[1]}\n{status[2]}")
     return status[1]
@@ -277,7 +323,8 @@ def _each(fn, calls):
     return [fn(*args) for args in calls]
 
 
-def run_each(fn, calls: list[tuple], log_path: str | None = None, timeout: float = 1800) -> list:
+def run_each(fn, calls: list[tuple], log_path: str | None = None, timeout: float = 1800,
+             untimed: bool = False) -> list:
     """fn(*args) for each args of `calls`, each opening its own engine, one after the other.
 
     On CPU all in one child process: vLLM and torch are imported once (an in-process engine frees
@@ -285,8 +332,10 @@ def run_each(fn, calls: list[tuple], log_path: str | None = None, timeout: float
     child each: a process's CUDA memory is only surely returned when the process exits.
     """
     if device() == "cpu":
-        return run_in_child(_each, fn, calls, log_path=log_path, timeout=timeout * len(calls))
-    return [run_in_child(fn, *args, log_path=log_path, timeout=timeout) for args in calls]
+        return run_in_child(_each, fn, calls, log_path=log_path, timeout=timeout * len(calls),
+                            untimed=untimed)
+    return [run_in_child(fn, *args, log_path=log_path, timeout=timeout, untimed=untimed)
+            for args in calls]
 
 
 def sd_check(target, drafter, k: int, prompts: list[str], max_tokens: int,
@@ -295,7 +344,8 @@ def sd_check(target, drafter, k: int, prompts: list[str], max_tokens: int,
     check_inputs(target, drafter, k)
     sd, plain = run_each(generate, [
         (prompts, max_tokens, engine_kwargs(target, drafter, k, **engine_opts)),
-        (prompts, max_tokens, engine_kwargs(target, **engine_opts))], log_path=log_path)
+        (prompts, max_tokens, engine_kwargs(target, **engine_opts))], log_path=log_path,
+        untimed=True)
     mismatched = [i for i, (a, b) in enumerate(zip(sd["token_ids"], plain["token_ids"])) if a != b]
     return {"k": k, "prompts": len(prompts), "max_tokens": max_tokens,
             "sd_equals_plain": not mismatched, "mismatched_prompts": mismatched,

@@ -30,6 +30,26 @@ def distinct_prompts(rows: list, limit: int | None) -> list:
     return out[:limit] if limit else out
 
 
+def capture_prompts(rows: list, engine: dict, prompting: dict | None, reserved: int, what: str,
+                    limit: int | None, max_tokens: int, shard_dir: str,
+                    repetition_penalty: float = 1.0) -> dict:
+    """In the engine's process: the run's prompts as the engine receives them (engine_prompts,
+    with the target's tokenizer: transformers, which vLLM imports anyway, is imported once per
+    job, not in the rule's process too), each distinct prompt once (distinct_prompts), then the
+    capture (runtime.capture.capture_generate). The engine's start counts from this function's
+    start, the prompts' check and every import included. Its result adds the prompts sent
+    ("rows") and what was done per dataset ("prompting")."""
+    from ..runtime.capture import capture_generate
+    from ..runtime.startup import StartClock
+
+    clock = StartClock()
+    rows, fit = engine_prompts(rows, engine, prompting, reserved, what)
+    rows = distinct_prompts(rows, limit)
+    res = capture_generate([r.text for r in rows], max_tokens, engine, shard_dir,
+                           repetition_penalty=repetition_penalty, clock=clock)
+    return {**res, "rows": rows, "prompting": fit}
+
+
 def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
     """Rule capture (its contract: specmoe.contracts.engines.CaptureParams): the run's target
     (inputs.target) with SD (inputs.drafter) over the prompts of its dataset (its downloaded table
@@ -38,7 +58,7 @@ def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     runtime in minutes (a cluster job's limit; the engine's timeouts follow it)."""
     import tempfile
 
-    from ..runtime.capture import assemble, capture_generate
+    from ..runtime.capture import assemble
     from ..runtime.engine import check_inputs, device, engine_kwargs, run_in_child
     from ..runtime.startup import describe
     from ..routing.trace import write_trace
@@ -62,16 +82,16 @@ def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None)
         engine = capture_engine(engine)
         moe = {"moe_backend": engine.get("moe_backend", "auto")}
         logger.info("capture: MoE backend %s", moe["moe_backend"])
-    rows, fit = engine_prompts(prompt_table.load(prompts_source, [run["dataset"]]), engine,
-                               prompting, int(cap_cfg["max_tokens"]) + k + 1,
-                               f"capture of {run['model']}")
-    rows = distinct_prompts(rows, int(cap_cfg.get("prompts", 0)) or None)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
-        res = run_in_child(capture_generate, [r.text for r in rows],
-                           int(cap_cfg["max_tokens"]), engine, shard_dir,
+        res = run_in_child(capture_prompts, prompt_table.load(prompts_source, [run["dataset"]]),
+                           engine, prompting, int(cap_cfg["max_tokens"]) + k + 1,
+                           f"capture of {run['model']}", int(cap_cfg.get("prompts", 0)) or None,
+                           int(cap_cfg["max_tokens"]), shard_dir,
                            log_path=log, timeout=float(setting(cap_cfg, "timeout_s")),
+                           untimed=True,
                            repetition_penalty=float(setting(cap_cfg, "repetition_penalty")))
+        rows, fit = res.pop("rows"), res.pop("prompting")
         tr = assemble(res, rows, run, k)
     logger.info("engine start: %s", describe(res.get("engine_start")))
     tr.meta["prompting"] = fit
@@ -149,7 +169,7 @@ def control_capture_stage(inputs, outputs, params, log: str | None = None,
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".shards-") as shard_dir:
         res = run_in_child(teacher_forced_routing, seqs, engine, shard_dir, log_path=log,
-                           timeout=float(setting(cap_cfg, "timeout_s")))
+                           timeout=float(setting(cap_cfg, "timeout_s")), untimed=True)
         routing, info = rows_of_sequences(res, seqs)
     target_layers = tr.meta.get("capture", {}).get("layers")
     if target_layers is not None and list(target_layers) != info["layers"]:
