@@ -273,7 +273,7 @@ def _child(fn, args, kwargs, q, log_path) -> None:
 # vLLM's CPU worker leaves torch at the machine's thread count (it cannot lower it once its
 # threads are bound), and libgomp's waiting threads spin ~300,000 times before they sleep: two
 # untimed engines side by side on two cores, or one beside a training or an analysis job, spent
-# the cores spinning. The two untimed controls' captures took 47-48 s each side by side, and
+# the cores spinning. The two untimed controls' captures took 40-43 s each side by side, and
 # 21-22 s with passive waiting, their traces bit-identical (bench/engine_wait.py). Timed engines
 # (sweeps, profiles) keep vLLM's default: their numbers are the study's.
 UNTIMED_OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
