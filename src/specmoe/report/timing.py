@@ -66,77 +66,73 @@ def job_seconds(tsv: Path) -> float:
     return sum(float(r["s"]) for r in rows)
 
 
-def engine_start_s(folder: str, output: Path) -> float | None:
-    """The engine start-up its output records (seconds, every engine of the job), or None."""
+def recorded(folder: str, output: Path) -> dict | None:
+    """What a job's output records about its engines, read once: a serving series', SD check's
+    or profile's JSON as it is; a trace's {"capture": its capture metadata or None (a synthetic
+    trace), "engine_start": its provenance's engine start}. None: no output, or unreadable (its
+    start cannot be split, and the notes say so)."""
     if not output.is_file():
         return None
     try:
         if folder == "traces":
             from ..routing.trace import read_meta
 
-            v = read_meta(output).get("capture", {}).get("startup_s")
-            return None if v is None else float(v)
+            meta = read_meta(output)
+            return {"capture": meta.get("capture"),
+                    "engine_start": meta.get("provenance", {}).get("engine_start")}
         from ..provenance import read_json
 
-        d = read_json(output)
-    except Exception:  # an unreadable output: its start cannot be split, and the notes say so
+        return read_json(output)
+    except Exception:  # noqa: BLE001 - unreadable: nothing recorded
         return None
+
+
+def engine_start_s(folder: str, rec: dict | None) -> float | None:
+    """The engine start-up a job's record gives (seconds, every engine of the job), or None."""
+    if rec is None:
+        return None
+    if folder == "traces":
+        v = (rec.get("capture") or {}).get("startup_s")
+        return None if v is None else float(v)
     if folder == "sweeps":
-        v = d.get("engine_startup_s")
-        return None if v is None else float(v) * (1 if d.get("engine_starts", 1) else 0)
+        v = rec.get("engine_startup_s")
+        return None if v is None else float(v) * (1 if rec.get("engine_starts", 1) else 0)
     if folder == "sd_check":
-        parts = [d.get("sd_startup_s"), d.get("plain_startup_s")]
+        parts = [rec.get("sd_startup_s"), rec.get("plain_startup_s")]
         return None if None in parts else float(sum(parts))
     if folder == "profiles":  # two engines: decode and verify
-        v = d.get("engine_startup_s")
+        v = rec.get("engine_startup_s")
         return None if v is None else float(v)
     return None
 
 
-def start_summaries(folder: str, output: Path) -> list[dict]:
-    """The engine-start summaries (runtime.startup.StartClock.summary) a job's output records:
-    a trace's provenance, a profile's decode and verify engines, a sweep's first engine."""
-    try:
-        if folder == "traces":
-            from ..routing.trace import read_meta
-
-            found = [read_meta(output).get("provenance", {}).get("engine_start")]
-        else:
-            from ..provenance import read_json
-
-            d = read_json(output)
-            found = (list((d.get("engine_start") or {}).values()) if folder == "profiles"
-                     else [d.get("engine_start")])
-    except Exception:  # unreadable: nothing recorded
+def start_summaries(folder: str, rec: dict | None) -> list[dict]:
+    """The engine-start summaries (runtime.startup.StartClock.summary) a job's record holds: a
+    trace's provenance, a profile's decode and verify engines, a sweep's first engine."""
+    if rec is None:
         return []
-    return [s for s in found if isinstance(s, dict)]
+    found = (list((rec.get("engine_start") or {}).values()) if folder == "profiles"
+             else [rec.get("engine_start")])
+    return [e for e in found if isinstance(e, dict)]
 
 
-def engines_started(folder: str, output: Path, start: float) -> int:
+def engines_started(folder: str, rec: dict | None, start: float) -> int:
     """The engines a job started: two for an SD check and a profile, a serving series' own count
     (an SD series starts its no-SD engine too), else one where it spent time starting."""
     if folder in ("sd_check", "profiles"):
         return 2
-    if folder == "sweeps":
-        from ..provenance import read_json
-
+    if folder == "sweeps" and rec is not None:
         try:
-            return int(read_json(output).get("engine_starts", int(start > 0)))
-        except Exception:  # unreadable: counted as its start-up says
+            return int(rec.get("engine_starts", int(start > 0)))
+        except (TypeError, ValueError):  # not a count: counted as its start-up says
             pass
     return int(start > 0)
 
 
-def _trace_stage(output: Path) -> str:
-    """A trace made by capture on an engine, or a synthetic one (analysis)."""
-    if not output.is_file():
-        return "capture"
-    from ..routing.trace import read_meta
-
-    try:
-        return "capture" if "capture" in read_meta(output) else "analysis"
-    except Exception:
-        return "capture"
+def _trace_stage(rec: dict | None) -> str:
+    """A trace made by capture on an engine, or a synthetic one (analysis); an unread trace is
+    counted as a capture."""
+    return "analysis" if rec is not None and rec.get("capture") is None else "capture"
 
 
 def collect(root: str | Path = ".", since: float | None = None) -> Breakdown:
@@ -154,21 +150,22 @@ def collect(root: str | Path = ".", since: float | None = None) -> Breakdown:
             s = job_seconds(tsv)
         except (ValueError, KeyError, OSError):
             continue  # a benchmark being written or not Snakemake's: not a job's time
-        output = root / "results" / rel.with_suffix(OUTPUT_EXT.get(folder, ""))
+        rec = (recorded(folder, root / "results" / rel.with_suffix(OUTPUT_EXT[folder]))
+               if folder in OUTPUT_EXT else None)
         if folder == "traces":
-            stage = _trace_stage(output)
+            stage = _trace_stage(rec)
         if stage in ENGINE_JOBS:
-            start = engine_start_s(folder, output)
+            start = engine_start_s(folder, rec)
             if start is None:
                 b.unsplit.append(str(rel.with_suffix("")))
             else:
                 start = min(start, s)
                 # one import per process: a job's later engines find vLLM imported by its first
-                flags = [e.get("import_included") for e in start_summaries(folder, output)]
+                flags = [e.get("import_included") for e in start_summaries(folder, rec)]
                 if False in flags and True not in flags:
                     b.import_excluded.append(str(rel.with_suffix("")))
                 b.seconds["engine start"] = b.seconds.get("engine start", 0.0) + start
-                b.engine_starts += engines_started(folder, output, start)
+                b.engine_starts += engines_started(folder, rec, start)
                 s -= start
         b.seconds[stage] = b.seconds.get(stage, 0.0) + s
         b.jobs[stage] = b.jobs.get(stage, 0) + 1
