@@ -34,6 +34,23 @@ def test_tokenizer_roundtrip_and_digest(tmp_path):
     assert tiny.tokenizer_digest(tmp_path / "tok") != tiny.tokenizer_digest(tmp_path / "tok3")
 
 
+def test_encoding_in_batches_gives_each_files_ids_in_order_as_one_at_a_time(tmp_path):
+    """tiny.encode encodes ENCODE_BATCH files at a time (on every core): the ids are those of
+    each file encoded alone, EOS after each, in file order, cut at max_tokens, whether the cut
+    falls inside a batch or after several."""
+    from transformers import PreTrainedTokenizerFast
+
+    files = tiny.corpus_files(False)[:150]  # more than two batches
+    tiny.train_tokenizer(files[:40], 400, tmp_path / "tok")
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "tok"))
+    alone = np.concatenate([np.asarray(tok(t)["input_ids"] + [tok.eos_token_id], np.int32)
+                            for t in tiny._read(files, 64 << 20)])
+    assert len(files) > 2 * tiny.ENCODE_BATCH
+    np.testing.assert_array_equal(tiny.encode(tmp_path / "tok", files, alone.size), alone)
+    for cut in (1000, alone.size - 5):
+        np.testing.assert_array_equal(tiny.encode(tmp_path / "tok", files, cut), alone[:cut])
+
+
 def test_build_is_deterministic_in_seed():
     arch = tiny.Arch(hidden=32, layers=1, heads=2, kv_heads=1, head_dim=32, num_experts=8, top_k=2,
                      expert_intermediate=8)
