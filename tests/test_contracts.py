@@ -216,7 +216,7 @@ def test_the_analysis_records_read_only_what_their_rules_depend_on():
     drafters or datasets; a synthetic trace on its generator; the step model's prediction of a
     synthetic model on the default method (it has no drafter entry)."""
     from specmoe.contracts.analysis import (COST_KEYS, CostmodelParams, PredictParams,
-                                            SynthTraceParams)
+                                            SynthFitParams, SynthTraceParams)
     from specmoe.names import DEFAULT_METHOD
 
     cfg = resolved()
@@ -224,6 +224,15 @@ def test_the_analysis_records_read_only_what_their_rules_depend_on():
                       dataset=cfg.models["synth-fine"].datasets[0])
     st = SynthTraceParams.from_config(cfg, synth)
     assert set(st.model) == {"name", "source", "synthetic"} and st.run["k"] == 3
+    # the process's fit: one per model, whatever its K, requests or seed
+    fit = SynthFitParams.from_config(cfg, synth)
+    assert set(fit.fit) == {"fit_to", "num_experts", "top_k"}
+    assert SynthTraceParams.inputs(cfg, synth) == {"fit": "results/synth/synth-fine/fit.json"}
+
+    def more_requests(c):
+        next(m for m in c["models"] if m["name"] == "synth-fine")["synthetic"]["requests"] = 7
+
+    assert SynthFitParams.from_config(resolved(edit=more_requests), synth) == fit
     cm = CostmodelParams.from_config(cfg, RUN)
     assert list(cm.hardware) == ["CPU"] and cm.hardware["CPU"] == cfg.hardware["CPU"]
     assert set(cm.model) <= set(COST_KEYS) and "drafters" not in cm.model

@@ -62,6 +62,50 @@ def test_fit_to_and_fitted_parameters_are_exclusive():
         SynthParams(fit_to="GPT-5").fitted()
 
 
+def test_a_trace_from_its_models_fit_file_equals_one_fitted_in_its_own_job(tmp_path):
+    """Rule synth_fit fits a model's process once and each of its traces (one per K) reads the
+    file: every trace equals, bit for bit, the one its job made when it fitted the process
+    itself, and the fit's params are what the fit reads of the generator (fit_to, N, k) only."""
+    from types import SimpleNamespace
+
+    from specmoe.names import FIT_KEYS
+    from specmoe.provenance import read_json
+    from specmoe.routing.trace import read_trace
+    from specmoe.stages.analysis import synth_fit_stage, synth_trace
+
+    model = {"name": "s", "source": "synthetic",
+             "synthetic": {"num_experts": 8, "top_k": 2, "num_layers": 2, "requests": 6,
+                           "steps": 5, "fit_to": "Mixtral-8x7B", "seed": 4}}
+    fit_file = tmp_path / "fit.json"
+    synth_fit_stage({}, SimpleNamespace(json=fit_file), SimpleNamespace(
+        fit={k: model["synthetic"][k] for k in FIT_KEYS}))
+    fit = read_json(fit_file)
+    assert {k: fit[k] for k in FIT_KEYS} == {"fit_to": "Mixtral-8x7B", "num_experts": 8,
+                                             "top_k": 2}
+    assert fit["provenance"]["stage"] == "synth_fit"
+    for k in (3, 5):
+        run = {"model": "s", "drafter": "synth", "k": k, "dataset": "synth"}
+        synth_trace(model, run, tmp_path / f"own{k}.parquet")
+        synth_trace(model, run, tmp_path / f"read{k}.parquet", fit)
+        own, read = read_trace(tmp_path / f"own{k}.parquet"), read_trace(tmp_path / f"read{k}.parquet")
+        np.testing.assert_array_equal(own.experts, read.experts)
+        for col in own.columns:
+            np.testing.assert_array_equal(own.columns[col], read.columns[col])
+        assert own.meta["generator"] == read.meta["generator"]
+
+
+def test_a_fit_of_another_generator_is_refused_in_one_line():
+    fit = SynthParams(num_experts=8, top_k=2, fit_to="Mixtral-8x7B").process_fit()
+    with pytest.raises(InputError, match=r"of another generator: num_experts 8 \(this one: 16\)"):
+        SynthParams(num_experts=16, top_k=4, fit_to="Mixtral-8x7B").with_fit(
+            {**fit, "top_k": 4})
+    with pytest.raises(InputError, match="has no fit_to"):
+        SynthParams(num_experts=8, top_k=2, stickiness=0.3).with_fit(fit)
+    with pytest.raises(InputError, match="has no stickiness"):
+        SynthParams(num_experts=8, top_k=2, fit_to="Mixtral-8x7B").with_fit(
+            {k: v for k, v in fit.items() if k != "stickiness"})
+
+
 def test_same_seed_same_trace():
     p = SynthParams(num_layers=2, requests=4, steps=5, seed=11)
     a, b = generate(p), generate(p)

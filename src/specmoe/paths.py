@@ -17,6 +17,7 @@ TABLE_FORMATS = ("csv", "md", "tex", "html")  # every table is written in each
 TOKENIZER = "results/models/tokenizer"
 SD_CHECK = f"results/sd_check/{RUN}.json"
 TRACE = f"results/traces/{RUN}.parquet"
+SYNTH_FIT = "results/synth/{model}/fit.json"  # a synthetic model's process fitted once, for every K
 OVERLAP = f"results/overlap/{RUN}.json"
 IPF = f"results/ipf/{RUN}.json"
 COSTMODEL = f"results/costmodel/{RUN}.json"

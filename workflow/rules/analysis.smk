@@ -4,8 +4,29 @@
 # speedup from its serving series.
 
 
+# The fit of a synthetic model's process to its fit_to's published curve: once per model, read
+# by each of its traces (one per K). Its contract: specmoe.contracts.analysis.SynthFitParams.
+rule synth_fit:
+    output:
+        json=P.SYNTH_FIT,
+    log:
+        P.log_of(P.SYNTH_FIT),
+    benchmark:
+        P.benchmark_of(P.SYNTH_FIT)
+    wildcard_constraints:
+        model=one_of(CFG.names("synthetic")),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        **params_of(SynthFitParams),
+    script:
+        "../scripts/synth_fit.py"
+
+
 # Its contract: specmoe.contracts.analysis.SynthTraceParams.
 rule synth_trace:
+    input:
+        unpack(lambda w: SynthTraceParams.inputs(CFG, w)),
     output:
         trace=P.TRACE,
     log:

@@ -19,6 +19,7 @@ from specmoe.contracts.analysis import (
     OverlapParams,
     PredictParams,
     SpeedupParams,
+    SynthFitParams,
     SynthTraceParams,
 )
 from specmoe.contracts.engines import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import paths as P
-from ..names import DEFAULT_METHOD
+from ..names import DEFAULT_METHOD, FIT_KEYS
 from . import canonical, run_of
 
 # What a cost model depends on of its model: dimensions, checkpoint config, precision, TP and
@@ -21,12 +21,37 @@ def cost_entry(cfg, name: str) -> dict:
 
 
 @dataclass(frozen=True)
-class SynthTraceParams:
-    """Rule synth_trace: a synthetic model's routing trace for one run
-    (specmoe.stages.analysis.synth_trace_stage); no input, output trace. It depends on the
-    generator's parameters (the model's name, source and `synthetic` entry) and the run."""
+class SynthFitParams:
+    """Rule synth_fit: the fit of a synthetic model's process to the published overlap curve of
+    its `fit_to` (specmoe.stages.analysis.synth_fit_stage); no input, output json. It depends on
+    what the fit reads of the generator (specmoe.names.FIT_KEYS: fit_to, N, k), not on
+    its K, requests or seed: every synthetic trace of the model reads the one fit."""
 
     INPUTS = ()
+    OUTPUTS = ("json",)
+    STAGE = "specmoe.stages.analysis.synth_fit_stage"
+
+    fit: dict
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "SynthFitParams":
+        syn = cfg.models[w.model].entry["synthetic"]
+        return cls(fit=canonical({k: syn[k] for k in FIT_KEYS if k in syn}))
+
+    @staticmethod
+    def fitted(cfg, name: str) -> bool:
+        """Whether a synthetic model's process is fitted to a published curve (it has fit_to)."""
+        return bool(cfg.models[name].entry.get("synthetic", {}).get("fit_to"))
+
+
+@dataclass(frozen=True)
+class SynthTraceParams:
+    """Rule synth_trace: a synthetic model's routing trace for one run
+    (specmoe.stages.analysis.synth_trace_stage); input fit (rule synth_fit's, where the model
+    has fit_to), output trace. It depends on the generator's parameters (the model's name,
+    source and `synthetic` entry) and the run."""
+
+    INPUTS = ("fit",)
     OUTPUTS = ("trace",)
     STAGE = "specmoe.stages.analysis.synth_trace_stage"
 
@@ -38,6 +63,12 @@ class SynthTraceParams:
         m = cfg.models[w.model].entry
         return cls(model=canonical({k: m[k] for k in ("name", "source", "synthetic") if k in m}),
                    run=run_of(w))
+
+    @staticmethod
+    def inputs(cfg, w) -> dict[str, str]:
+        """The job's named inputs (for unpack): its model's fit, where it has one."""
+        return ({"fit": P.SYNTH_FIT.format(model=w.model)}
+                if SynthFitParams.fitted(cfg, w.model) else {})
 
 
 @dataclass(frozen=True)

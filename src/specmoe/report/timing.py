@@ -22,7 +22,8 @@ STAGES = ("train", "engine start", "serve", "capture", "profile", "analysis", "r
 FOLDERS = {"models": "train", "sd_check": "serve", "sweeps": "serve", "traces": "capture",
            "profiles": "profile", "overlap": "analysis", "ipf": "analysis",
            "acceptance": "analysis", "costmodel": "analysis", "predict": "analysis",
-           "speedup": "analysis", "report": "report", "downloads": "inputs", "prompts": "inputs"}
+           "speedup": "analysis", "synth": "analysis", "report": "report",
+           "downloads": "inputs", "prompts": "inputs"}
 # the output a benchmark mirrors (specmoe.paths.benchmark_of drops its extension)
 OUTPUT_EXT = {"sd_check": ".json", "sweeps": ".json", "traces": ".parquet", "profiles": ".json"}
 ENGINE_JOBS = ("serve", "capture", "profile")  # the stages whose jobs start engines

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ..errors import InputError
+from ..names import FIT_KEYS
 from .trace import Trace, status_for
 
 
@@ -119,10 +120,16 @@ class SynthParams:
     def fitted(self) -> "SynthParams":
         """These parameters with the process fitted to the published curve of `fit_to` (itself if
         fit_to is not set): skew, stickiness, topic_spread and topic_switch come from the fit."""
-        if not self.fit_to:
-            return self
+        return self.with_fit(self.process_fit()) if self.fit_to else self
+
+    def process_fit(self) -> dict:
+        """The fit of the process to the published curve of `fit_to` (fit_process's result). It
+        depends on fit_to, num_experts and top_k only (FIT_KEYS): rule synth_fit makes it once
+        for every K of a model."""
         from ..sources import published
 
+        if not self.fit_to:
+            raise InputError("process_fit: no fit_to to fit the process to")
         pub = published.load("overlap_by_distance").set_index("model")
         if self.fit_to not in pub.index:
             raise InputError(f"fit_to: no published overlap curve for {self.fit_to!r} "
@@ -131,9 +138,23 @@ class SynthParams:
         row = pub.loc[self.fit_to]
         fit = fit_process(self.num_experts, self.top_k,
                           [float(row[f"step{d}"]) for d in range(1, 5)], float(row["independent"]))
-        # one stickiness for every layer: the published curve is a layer average
-        return replace(self, fit_to=None, **{k: fit[k] for k in FITTED})
+        return {**fit, **{k: getattr(self, k) for k in FIT_KEYS}}
 
+    def with_fit(self, fit: dict) -> "SynthParams":
+        """These parameters with a fit of the process (process_fit's result, as rule synth_fit
+        wrote it): one made for another fit_to, N or k is refused in one line."""
+        if not self.fit_to:
+            raise InputError("a fit of the process was given, but this generator has no fit_to")
+        other = {k: (fit.get(k), getattr(self, k)) for k in FIT_KEYS
+                 if fit.get(k) != getattr(self, k)}
+        if other:
+            raise InputError("the fit of the process is of another generator: " + ", ".join(
+                f"{k} {a!r} (this one: {b!r})" for k, (a, b) in other.items()))
+        missing = [k for k in FITTED if not isinstance(fit.get(k), (int, float))]
+        if missing:
+            raise InputError(f"the fit of the process has no {', '.join(missing)}")
+        # one stickiness for every layer: the published curve is a layer average
+        return replace(self, fit_to=None, **{k: float(fit[k]) for k in FITTED})
 
     def check_granularity(self) -> None:
         """A published curve fits a generator of the study model's granularity N/k only: the

@@ -48,17 +48,38 @@ def model_ref(model_cfg: dict) -> dict:
 # --- per-run stages -------------------------------------------------------------------------------
 
 
+def synth_fit_stage(inputs, outputs, params) -> None:
+    """Rule synth_fit (its contract: specmoe.contracts.analysis.SynthFitParams): the fit of a
+    synthetic model's process to the published curve of its fit_to, once for every K."""
+    from ..routing import synth
+
+    p = synth.SynthParams.from_dict(dict(params.fit))
+    log.info("fitting the process of N=%d, k=%d to %s's published overlap curve", p.num_experts,
+             p.top_k, p.fit_to)
+    fit = p.process_fit()
+    log.info("fitted: %s", ", ".join(f"{k} {fit[k]:.4g}" for k in synth.FITTED))
+    write_json(outputs.json, fit, provenance(dict(params.fit), stage="synth_fit",
+                                             engine="specmoe.routing.synth"))
+
+
 def synth_trace_stage(inputs, outputs, params) -> None:
     """Rule synth_trace (its contract: specmoe.contracts.analysis.SynthTraceParams)."""
-    synth_trace(params.model, params.run, outputs.trace)
+    from ..contracts import one
+
+    fit = one(inputs.get("fit"))
+    synth_trace(params.model, params.run, outputs.trace, read_json(fit) if fit else None)
 
 
-def synth_trace(model_cfg: dict, run: dict, out: str | Path) -> None:
+def synth_trace(model_cfg: dict, run: dict, out: str | Path, fit: dict | None = None) -> None:
+    """A synthetic model's trace of one run into `out`; fit: its process's fit (rule synth_fit's),
+    else the process is fitted here where the model has fit_to."""
     from ..routing import synth, trace
 
     params = dict(model_cfg["synthetic"])
     params["k_draft"] = Run.of(run).k
     p = synth.SynthParams.from_dict(params)
+    if fit is not None:
+        p = p.with_fit(fit)
     log.info("generating %d windows x %d layers", p.requests * p.steps, p.num_layers)
     tr = synth.generate(p)
     n = len(tr)
