@@ -15,7 +15,7 @@ Runtime (torch / vLLM; the `cpu` or `gpu` extra):
   dataset readers; the downloads themselves need huggingface_hub only)
 
 Analysis (no engine; the analysis environment):
-- `analysis`: synth_trace, overlap, ipf, costmodel, predict, acceptance, speedup
+- `analysis`: synth_fit, synth_trace, overlap, ipf, costmodel, predict, acceptance, speedup
 - `report`: tables, measured_tables, step_model, weight_model, plan, replay, comparison,
   figures, report_index (the tables, figures and text come from `specmoe.report`)
 """

@@ -1,7 +1,7 @@
-"""The analysis stages of one run: synthetic traces (rule synth_trace), overlap statistics and the
-IPF fit (rules overlap, ipf), the cost model (rule costmodel), the acceptance statistics (rule
-acceptance) and the speedup of a swept run (rule speedup). Each reads files, calls the library
-and writes its outputs atomically; none imports an engine (torch, vLLM)."""
+"""The analysis stages of one run: synthetic traces (rules synth_fit, synth_trace), overlap
+statistics and the IPF fit (rules overlap, ipf), the cost model (rule costmodel), the acceptance
+statistics (rule acceptance) and the speedup of a swept run (rule speedup). Each reads files,
+calls the library and writes its outputs atomically; none imports an engine (torch, vLLM)."""
 
 from __future__ import annotations
 
