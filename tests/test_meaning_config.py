@@ -251,6 +251,7 @@ def parse(edit, folder, cache_dir) -> tuple[int, str]:
 def test_a_value_is_checked_against_its_meaning(label, edit, status, pattern, hf_cache, tmp_path,
                                                  monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(hf_cache))
+    monkeypatch.chdir(tmp_path)  # a fresh run's parse, not one beside the checkout's results/
     got, err = parse(edit, tmp_path, tmp_path / "cache")
     assert got == status, err
     if pattern is OK:
@@ -259,8 +260,9 @@ def test_a_value_is_checked_against_its_meaning(label, edit, status, pattern, hf
         assert re.search(pattern, one_line(err)), err
 
 
-def test_two_unusual_values_are_two_lines(tmp_path):
+def test_two_unusual_values_are_two_lines(tmp_path, monkeypatch):
     """One warning line per value, each naming its own consequence."""
+    monkeypatch.chdir(tmp_path)  # a fresh run's parse, not one beside the checkout's results/
     cfg = copy.deepcopy(BASE)
     merge(sweep={"warmups": 0, "repeats": 1})(cfg)
     _, notes = for_workflow(cfg, SCHEMA, cache_dir=tmp_path, with_vllm=False)
