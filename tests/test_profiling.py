@@ -2,7 +2,8 @@ import pytest
 
 from specmoe.cost.costmodel import te_time_share
 from specmoe.measured.profiling import Event, classify, compare
-from shrunk import ARCHS, DTYPE, moe_layer_indices, served_pair, shrunk_config
+from shrunk import (ARCHS, DTYPE, each_or_error, moe_layer_indices, result_of, served_pair,
+                    shrunk_config)
 
 
 @pytest.mark.parametrize("name,cls", [
@@ -331,9 +332,31 @@ def moe_blocks_per_target_step(path) -> list[int]:
             for t in evs if t["name"].startswith(TARGET + "|")]
 
 
+@pytest.fixture(scope="module")
+def shrunk_profiles(tmp_path_factory) -> dict:
+    """Every architecture's decode and verify engines profiled (kernelprof.profile_calls), the
+    fourteen engines one after the other in one child process (vLLM imported once, as
+    specmoe.runtime.engine.run_each does for a profile job's two on a CPU): {arch: (root, each
+    engine's each_or_error outcome)}."""
+    pytest.importorskip("vllm")
+    from specmoe.runtime.engine import run_each
+    from specmoe.runtime.kernelprof import profile_calls, profile_generate
+
+    calls, roots = [], {}
+    for arch in ARCHS:
+        root = roots[arch] = tmp_path_factory.mktemp(arch)
+        served_pair(arch, root)
+        calls += [(profile_generate, *c) for c in profile_calls(
+            root / "t", root / "d", 3, [2], ["the cat sat on the mat"] * 4, 16,
+            {"dtype": DTYPE[arch], "kv_cache_mib": 128, "extra": {"load_format": "dummy"}},
+            root / "traces")]
+    outcomes = run_each(each_or_error, calls, timeout=600)
+    return {arch: (roots[arch], outcomes[2 * i:2 * i + 2]) for i, arch in enumerate(ARCHS)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, tmp_path):
+def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, shrunk_profiles):
     """A study architecture shrunk (dummy weights, a small BPE tokenizer, a one-layer model of
     the same architecture as draft model) served by vllm-cpu under the profiler: every target
     forward runs one labelled MoE block per MoE layer of vLLM's model (dense first layers have
@@ -341,15 +364,13 @@ def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, tmp_path):
     pytest.importorskip("vllm")
     import json
 
-    from specmoe.runtime.kernelprof import profile_model
+    from specmoe.runtime.kernelprof import profile_summary
 
-    target, _ = served_pair(arch, tmp_path)
-    n_moe = len(moe_layer_indices(json.loads((target / "config.json").read_text())))
-    res = profile_model(tmp_path / "t", tmp_path / "d", 3, [2], ["the cat sat on the mat"] * 4,
-                        16, {"dtype": DTYPE[arch], "kv_cache_mib": 128,
-                             "extra": {"load_format": "dummy"}}, tmp_path / "traces")
+    root, (decode, verify) = shrunk_profiles[arch]
+    res = profile_summary(result_of(decode), result_of(verify), 3, [2])
+    n_moe = len(moe_layer_indices(json.loads((root / "t" / "config.json").read_text())))
     for mode in ("decode", "verify"):
-        counts = moe_blocks_per_target_step(tmp_path / "traces" / mode / "b2-rank0.json.gz")
+        counts = moe_blocks_per_target_step(root / "traces" / mode / "b2-rank0.json.gz")
         assert len(counts) > 2 and set(counts) == {n_moe}, (mode, counts)
     (row,) = res["batches"]
     assert row["model_runner"] == {"decode": "v1", "verify": "v1"} and row["verify_steps"] >= 2

@@ -200,7 +200,19 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                   max_tokens: int, engine_opts: dict, trace_dir,
                   log_path: str | None = None, timeout: float = 1800) -> dict:
     """Decode (no SD) and verify (SD, K drafts) profiles at each batch size; per-class comparison."""
-    from .engine import check_inputs, engine_kwargs, run_each
+    from .engine import run_each
+
+    calls = profile_calls(target_dir, drafter_dir, k, batches, texts, max_tokens, engine_opts,
+                          trace_dir)
+    decode, verify = run_each(profile_generate, calls, log_path=log_path, timeout=timeout / 2)
+    return profile_summary(decode, verify, k, batches)
+
+
+def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
+                  max_tokens: int, engine_opts: dict, trace_dir) -> list[tuple]:
+    """profile_generate's arguments for the decode engine (no SD) and the verify engine (SD, K
+    drafts), their trace folders made under trace_dir."""
+    from .engine import check_inputs, engine_kwargs
 
     check_inputs(target_dir, drafter_dir, k)
     if max(batches) > len(texts):
@@ -214,7 +226,12 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
         engine = engine_kwargs(target_dir, drafter, k if drafter else None,
                                max_num_seqs=max(batches), **engine_opts)
         calls.append((by_batch, max_tokens, engine, str(d)))
-    decode, verify = run_each(profile_generate, calls, log_path=log_path, timeout=timeout / 2)
+    return calls
+
+
+def profile_summary(decode: dict, verify: dict, k: int, batches: list[int]) -> dict:
+    """The two engines' profiles (profile_generate's results) compared at each batch size: the
+    classes' times, TE with its interval, the draft cost, the grids and the costliest ops."""
     out = {"decode": decode, "verify": verify}
     rows = []
     for b in batches:
