@@ -17,7 +17,7 @@ from specmoe.report import tables
 from specmoe.provenance import read_json
 from specmoe.measured.sweep import Estimate, shape_label
 from specmoe.routing.trace import read_trace
-from wf import REPO
+from wf import REPO, job_timeline
 
 CASE = REPO / ".test" / "study-cpu"
 pytestmark = pytest.mark.slow
@@ -143,6 +143,20 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         assert needle in index, needle
     for log in (root / "logs").rglob("*.log"):
         assert "done in" in log.read_text(), log
+
+    # no engine job started while a download, prompt table or the plan that engine jobs wait for
+    # was ready and waiting (rule priority GATE_PRIORITY): a prompt table ran 59 s after its
+    # download, behind the analysis, and the capture that reads it waited as long
+    jobs = job_timeline(root)
+    made_by = {out: j for j in jobs for out in j["output"]}
+    engine_starts = sorted(j["start"] for j in jobs
+                           if j["rule"] in ("capture", "sweep_sd", "sweep_ar", "profile"))
+    gates = [j for j in jobs
+             if j["rule"] in ("download_model", "download_dataset", "prompt_table", "plan")]
+    assert len(engine_starts) == 8 and len(gates) >= 12
+    for gate in gates:
+        ready = max((made_by[f]["end"] for f in gate["input"] if f in made_by), default=0.0)
+        assert not [t for t in engine_starts if ready < t < gate["start"]], (gate, ready)
 
     again = subprocess.run([sys.executable, str(REPO / "tests" / "study_cpu.py"), str(root), "-n"],
                            capture_output=True, text=True, timeout=600)

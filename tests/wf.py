@@ -65,3 +65,31 @@ def failure(r: subprocess.CompletedProcess) -> str:
     """A failed run's command, status and the tails of its stdout and stderr."""
     return (f"{' '.join(map(str, r.args))} exited with status {r.returncode}\n"
             f"--- stdout (tail) ---\n{r.stdout[-3000:]}\n--- stderr (tail) ---\n{r.stderr[-5000:]}")
+
+
+def job_timeline(workdir: Path) -> list[dict]:
+    """The jobs of the first Snakemake run in workdir, from its own log (.snakemake/log): rule,
+    jobid, inputs, outputs, start and end (seconds since the run's first timestamp, to the
+    second, as the log prints them; end None for a job that did not finish)."""
+    import re
+    from datetime import datetime
+
+    log = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"))[0]
+    jobs, by_id, now, t0, cur = [], {}, None, None, None
+    for line in log.read_text().splitlines():
+        if m := re.fullmatch(r"\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]", line.strip()):
+            now = datetime.strptime(m[1], "%a %b %d %H:%M:%S %Y")
+            t0 = t0 or now
+        elif m := re.fullmatch(r"(?:local)?rule (\w+):", line.strip()):
+            cur = {"rule": m[1], "input": [], "output": [],
+                   "start": (now - t0).total_seconds(), "end": None}
+        elif cur and (m := re.fullmatch(r"\s+(input|output|jobid): (.*)", line)):
+            if m[1] == "jobid":
+                jobs.append(cur)
+                by_id[m[2]] = cur
+            else:
+                cur[m[1]] = m[2].split(", ")
+        elif m := re.match(r"Finished jobid: (\d+)", line):
+            by_id[m[1]]["end"] = (now - t0).total_seconds()
+            cur = None
+    return jobs

@@ -195,13 +195,20 @@ def train_threads():
     return lambda wildcards: local_claim(threads)
 
 
+# Jobs that engine jobs wait for and that take seconds (the tokenizer, the study's downloads,
+# prompt tables and GPU plan): before any other ready job. In the study's CPU case the scheduler
+# otherwise ran a prompt table 59 s after its download, behind the analysis, and the capture
+# that reads it waited as long.
+GATE_PRIORITY = 10
+
+
 def train_priority(w):
-    """A training's priority: above every job that could wait (the tokenizer's 10), and higher
+    """A training's priority: above every job that could wait (GATE_PRIORITY), and higher
     the more runs serve its checkpoint (Config.runs_served_by): on two cores the drafter and
     the target with the most engine jobs train first, and those jobs run beside the last
     training (the scheduler otherwise trained tiny-coarse first and left tiny-fine's captures
     to wait for the end of every training)."""
-    return 10 + CFG.runs_served_by(w.tiny)
+    return GATE_PRIORITY + CFG.runs_served_by(w.tiny)
 
 
 # Engine jobs (and the SD check) before any other job that is ready beside them: two at a time

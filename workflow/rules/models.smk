@@ -12,7 +12,7 @@ rule tokenizer:
         P.log_of(P.TOKENIZER),
     benchmark:
         P.benchmark_of(P.TOKENIZER)
-    priority: 10
+    priority: GATE_PRIORITY
     conda:
         "../../envs/models.yaml"
     threads: 2

@@ -1,7 +1,8 @@
 # The study's models and datasets (source: hf): downloads from the Hugging Face Hub (the only
 # networked rules) and each dataset's prompt table. Their engine jobs (capture, sweeps, profiles)
 # are the engine rules' (traces.smk, measure.smk): each asks for Snakemake's `gpu` resource = TP
-# and stops at once where no CUDA device is visible.
+# and stops at once where no CUDA device is visible. Downloads and prompt tables have the gate
+# priority (common.smk): every engine job waits for them.
 
 
 # Its contract: specmoe.contracts.study.DownloadModelParams.
@@ -15,6 +16,7 @@ rule download_model:
     wildcard_constraints:
         repo=one_of(CFG.repos),
         mode="full|config",
+    priority: GATE_PRIORITY
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -33,6 +35,7 @@ rule download_dataset:
         P.benchmark_of(P.DATASET_DOWNLOAD)
     wildcard_constraints:
         dataset=one_of(CFG.datasets),
+    priority: GATE_PRIORITY
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -53,6 +56,7 @@ rule prompt_table:
         P.benchmark_of(P.PROMPTS)
     wildcard_constraints:
         dataset=one_of(CFG.datasets),
+    priority: GATE_PRIORITY
     conda:
         "../../envs/models.yaml"
     params:
