@@ -83,23 +83,3 @@ def moe_layer_indices(cfg: dict) -> list[int]:
     assert all(found), "a MoE layer outside model.layers"
     return sorted({int(m.group(1)) for m in found})
 
-
-def each_or_error(fn, *args):
-    """fn(*args) as ("ok", its result), or ("error", the traceback): several engines in one child
-    process (specmoe.runtime.engine.run_each), each test seeing its own architecture's failure."""
-    import traceback
-
-    try:
-        return "ok", fn(*args)
-    except Exception:  # noqa: BLE001 - handed to the test of that architecture
-        return "error", traceback.format_exc()
-
-
-def result_of(outcome):
-    """each_or_error's result, or the test fails with the child's traceback."""
-    import pytest
-
-    status, value = outcome
-    if status != "ok":
-        pytest.fail(f"the engine failed in the shared child:\n{value}")
-    return value

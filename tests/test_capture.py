@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from specmoe.runtime import capture
-from specmoe.runtime.engine import engine_kwargs, run_in_child
+from specmoe.runtime.engine import engine_kwargs, run_each
 from specmoe.errors import SpecmoeError
 from budget import budget
 from hfcheck import agreement, committed_positions, hf_routing
+from oneprocess import capture_with_async_scheduling, each_or_error, result_of
 from specmoe.sources.prompts import load
 from specmoe.routing.trace import ACCEPTED, COMMITTED, FIRST_REJECTED, read_trace, write_trace
 
@@ -20,13 +21,28 @@ K = 3
 
 @pytest.fixture(scope="module")
 @budget(1800)
-def captured(tiny_models, tmp_path_factory):
+def engines(tiny_models, tmp_path_factory):
+    """The module's three captures of the same prompts, one engine after the other in one child
+    process (vLLM imported once, as specmoe.runtime.engine.run_each does on a CPU): plain, with
+    a repetition penalty, with async scheduling (last: it patches vLLM's CPU platform in that
+    process). {name: each_or_error's outcome}, and the prompts."""
     rows = load("builtin:v1", ["tinybench"])[::10]  # one prompt per category, 8 in all
-    shard_dir = tmp_path_factory.mktemp("shards")
     engine = engine_kwargs(tiny_models / "t", tiny_models / "d", K, kv_cache_mib=128,
                            dtype="float32")
-    res = run_in_child(capture.capture_generate, [r.text for r in rows], 40, engine,
-                       str(shard_dir))
+    texts = [r.text for r in rows]
+    calls = {"plain": (capture.capture_generate, texts, 40, engine,
+                       str(tmp_path_factory.mktemp("shards"))),
+             "penalty": (capture.capture_generate, texts, 40, engine,
+                         str(tmp_path_factory.mktemp("shards-penalty")), 1.5),
+             "async": (capture_with_async_scheduling, texts, 40, engine,
+                       str(tmp_path_factory.mktemp("shards-async")))}
+    return dict(zip(calls, run_each(each_or_error, list(calls.values())))), rows
+
+
+@pytest.fixture(scope="module")
+def captured(engines):
+    outcomes, rows = engines
+    res = result_of(outcomes["plain"])
     run = {"model": "t", "drafter": "d", "k": K, "dataset": "heldout-code"}
     return res, capture.assemble(res, rows, run, K), rows
 
@@ -90,32 +106,11 @@ def test_trace_roundtrip_and_analysis(captured, tmp_path):
     assert 0 < ws.overlap[:, 0].mean() <= 1 and ws.n_full_windows > 0
 
 
-def capture_with_async_scheduling(*args, **kwargs):
-    """capture_generate in an engine with async scheduling on, as vLLM 0.32 runs on CUDA: its
-    CPU platform (vllm/platforms/cpu.py, check_and_update_config) turns it off after VllmConfig
-    chose it, so the switch is kept as it was chosen. The engine core runs in this process, so
-    EngineCore.step_with_batch_queue drives the steps."""
-    from vllm.platforms.cpu import CpuPlatform
-
-    update = CpuPlatform.check_and_update_config.__func__
-
-    def keep_async_scheduling(cls, vllm_config):
-        chosen = vllm_config.scheduler_config.async_scheduling
-        update(cls, vllm_config)
-        vllm_config.scheduler_config.async_scheduling = chosen
-
-    CpuPlatform.check_and_update_config = classmethod(keep_async_scheduling)
-    return capture.capture_generate(*args, **kwargs)
-
-
-def test_async_scheduling_records_the_same_trace_as_synchronous(captured, tiny_models, tmp_path):
+def test_async_scheduling_records_the_same_trace_as_synchronous(captured, engines):
     """The same prompts captured with async scheduling (the batch queue runs each step before the
     previous step's tokens are read) give the synchronous trace, row for row."""
     res, sync, rows = captured
-    engine = engine_kwargs(tiny_models / "t", tiny_models / "d", K, kv_cache_mib=128,
-                           dtype="float32")
-    res_async = run_in_child(capture_with_async_scheduling, [r.text for r in rows], 40, engine,
-                             str(tmp_path))
+    res_async = result_of(engines[0]["async"])
     tokens = lambda result: [r["token_ids"] for r in result["requests"]]  # noqa: E731
     assert tokens(res_async) == tokens(res)
     tr = capture.assemble(res_async, rows, {"model": "t", "drafter": "d", "k": K,
@@ -223,14 +218,11 @@ def _repeats(token_ids: list[list[int]]) -> int:
     return sum(int(t[i] in t[max(0, i - 4):i]) for t in token_ids for i in range(1, len(t)))
 
 
-def test_repetition_penalty_reaches_the_engine_and_cuts_loops(captured, tiny_models, tmp_path):
+def test_repetition_penalty_reaches_the_engine_and_cuts_loops(captured, engines):
     """The capture's repetition penalty is vLLM's, applied while SD verifies: the same prompts
     decode into streams that repeat themselves less than plain greedy decoding does."""
-    res, _, rows = captured
-    engine = engine_kwargs(tiny_models / "t", tiny_models / "d", K, kv_cache_mib=128,
-                           dtype="float32")
-    pen = run_in_child(capture.capture_generate, [r.text for r in rows], 40, engine,
-                       str(tmp_path), repetition_penalty=1.5)
+    res, _, _ = captured
+    pen = result_of(engines[0]["penalty"])
     plain = [r["token_ids"] for r in res["requests"]]
     penalised = [r["token_ids"] for r in pen["requests"]]
     assert penalised != plain

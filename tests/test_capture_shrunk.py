@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from shrunk import (ARCHS, DTYPE, EXPERTS, TOP_K, each_or_error, moe_layer_indices, result_of,
-                    served_pair)
+from oneprocess import each_or_error, result_of
+from shrunk import ARCHS, DTYPE, EXPERTS, TOP_K, moe_layer_indices, served_pair
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow

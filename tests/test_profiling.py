@@ -2,8 +2,8 @@ import pytest
 
 from specmoe.cost.costmodel import te_time_share
 from specmoe.measured.profiling import Event, classify, compare
-from shrunk import (ARCHS, DTYPE, each_or_error, moe_layer_indices, result_of, served_pair,
-                    shrunk_config)
+from oneprocess import each_or_error, result_of
+from shrunk import ARCHS, DTYPE, moe_layer_indices, served_pair, shrunk_config
 
 
 @pytest.mark.parametrize("name,cls", [
