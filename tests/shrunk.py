@@ -82,4 +82,3 @@ def moe_layer_indices(cfg: dict) -> list[int]:
              moe_layers(build_model(cfg, "float32"))]
     assert all(found), "a MoE layer outside model.layers"
     return sorted({int(m.group(1)) for m in found})
-
