@@ -110,7 +110,8 @@ def test_async_scheduling_records_the_same_trace_as_synchronous(captured, engine
     """The same prompts captured with async scheduling (the batch queue runs each step before the
     previous step's tokens are read) give the synchronous trace, row for row."""
     res, sync, rows = captured
-    res_async = result_of(engines[0]["async"])
+    outcomes, _ = engines
+    res_async = result_of(outcomes["async"])
     tokens = lambda result: [r["token_ids"] for r in result["requests"]]  # noqa: E731
     assert tokens(res_async) == tokens(res)
     tr = capture.assemble(res_async, rows, {"model": "t", "drafter": "d", "k": K,
@@ -222,7 +223,8 @@ def test_repetition_penalty_reaches_the_engine_and_cuts_loops(captured, engines)
     """The capture's repetition penalty is vLLM's, applied while SD verifies: the same prompts
     decode into streams that repeat themselves less than plain greedy decoding does."""
     res, _, _ = captured
-    pen = result_of(engines[0]["penalty"])
+    outcomes, _ = engines
+    pen = result_of(outcomes["penalty"])
     plain = [r["token_ids"] for r in res["requests"]]
     penalised = [r["token_ids"] for r in pen["requests"]]
     assert penalised != plain

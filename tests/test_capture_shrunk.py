@@ -22,7 +22,7 @@ K = 3
 def captures(tmp_path_factory) -> dict:
     """Every architecture captured, one engine after the other in one child process (vLLM
     imported once, as specmoe.runtime.engine.run_each does on a CPU): {arch: (each_or_error's
-    outcome, root)}."""
+    outcome, the folder of its models, the prompts' rows)}."""
     from specmoe.runtime import capture
     from specmoe.runtime.engine import engine_kwargs, run_each
     from specmoe.sources.prompts import load
