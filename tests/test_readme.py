@@ -40,7 +40,7 @@ SKIPPED = {
     r"^\.venv/bin/snakemake --cores all --forcerun ipf": "needs a finished default run (else it "
                                                          "runs the whole default)",
     r"results/tables/weight_model\.md": "downloads every study model's config.json (network)",
-    r"^\.venv/bin/python tests/study_cpu\.py ": "trains models and runs vLLM engines for about 6 "
+    r"^\.venv/bin/python tests/study_cpu\.py ": "trains models and runs vLLM engines for about 3½ "
                                                "minutes",
     r"^export SBATCH_PARTITION=": "a SLURM cluster's settings",
     r"^\.venv-slurm/bin/snakemake --profile profiles/slurm": "needs a SLURM cluster",

@@ -8,10 +8,11 @@ the tests are skipped, unless SPECMOE_REQUIRE_SLURM=1 (set by .ci/run), which ma
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -113,26 +114,73 @@ def tables_without_provenance(wd: Path) -> dict[str, str]:
             for p in sorted((wd / "results" / "tables").glob("*.csv"))}
 
 
-def test_synthetic_chain_through_sbatch_equals_a_local_run(cluster, tmp_path):
-    t0 = time.time()
-    wd = workdir(tmp_path / "slurm", SYNTH)
-    on_slurm(cluster, wd)
+def launch_synthetic(root: Path, cluster):
+    return on_slurm(cluster, workdir(root, SYNTH), check=False)
+
+
+def launch_synthetic_locally(root: Path, cluster):
+    local = workdir(root, SYNTH)
+    return snakemake(local, cores=2, configfile="case.yaml", check=False, timeout=420)
+
+
+def launch_training(root: Path, cluster):
+    return on_slurm(cluster, workdir(root, TINY), "results/models/t", check=False)
+
+
+def launch_gpu_rule(root: Path, cluster):
+    cache = root / "hf" / "hub"
+    lay_out_cache(cache, "zai-org/GLM-4.7-Flash", {  # a model with MTP layers (the preflight)
+        "config.json": (FIXTURES / "GLM-4.7-Flash.json").read_bytes(),
+        "tokenizer.json": b"{}", "model.safetensors": b"\0" * 64}, commit="f" * 40)
+    return on_slurm(cluster, workdir(root, GPU), GPU_TARGET, check=False, extra_env={
+        "HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf"), "HF_HUB_CACHE": str(cache)})
+
+
+GPU_TARGET = "results/traces/q/mtp/K3/tinybench.parquet"
+LAUNCHES = {"synthetic": launch_synthetic, "synthetic-local": launch_synthetic_locally,
+            "training": launch_training, "gpu": launch_gpu_rule}
+
+
+@pytest.fixture(scope="module")
+def runs(cluster, tmp_path_factory):
+    """The module's workflows launched at once, each in its own folder, on the one cluster, as
+    several users share one: a launcher spends most of its time waiting between the plugin's
+    status checks (2 s after a job ends, then 10 s longer each time none has), and SLURM queues
+    the jobs on the node's CPUs. Each test reads its own run: (workdir, completed process), or
+    the exception its launch raised."""
+    root = tmp_path_factory.mktemp("runs")
+    launches = {name: launch for name, launch in LAUNCHES.items()
+                if name != "training" or importlib.util.find_spec("torch")}
+    with ThreadPoolExecutor(len(launches)) as pool:
+        futures = {name: pool.submit(launch, root / name, cluster)
+                   for name, launch in launches.items()}
+    return {name: (root / name / "wf", f) for name, f in futures.items()}
+
+
+def finished(cluster, runs, name: str, check: bool = True) -> tuple[Path, object]:
+    wd, future = runs[name]
+    r = future.result()  # the launch's own exception, in the test it belongs to
+    if check and r.returncode != 0:
+        raise AssertionError(f"{failure(r)}\n{cluster.logs()}")
+    return wd, r
+
+
+def test_synthetic_chain_through_sbatch_equals_a_local_run(cluster, runs):
+    wd, _ = finished(cluster, runs, "synthetic")
     jobs = submitted(cluster, wd)
     # the per-run stages went through sbatch and completed; the quick ones ran on the launcher
     assert set(jobs) == {"synth_trace", "overlap", "acceptance"}, jobs.keys()
     assert all(j["JobState"] == "COMPLETED" for js in jobs.values() for j in js)
     assert all(j.get("NumCPUs") == "2" for j in jobs["overlap"])   # the rule's threads
     assert (wd / "results" / "report" / "index.md").exists()
-    local = workdir(tmp_path / "local", SYNTH)
-    snakemake(local, cores=2, configfile="case.yaml", timeout=300)
+    local, _ = finished(cluster, runs, "synthetic-local")
+    assert not submitted(cluster, local)
     assert tables_without_provenance(wd) == tables_without_provenance(local)
-    print(f"synthetic chain on SLURM: {time.time() - t0:.0f} s")
 
 
-def test_tiny_model_training_runs_as_a_slurm_job(cluster, tmp_path):
+def test_tiny_model_training_runs_as_a_slurm_job(cluster, runs):
     pytest.importorskip("torch")
-    wd = workdir(tmp_path, TINY)
-    on_slurm(cluster, wd, "results/models/t")
+    wd, _ = finished(cluster, runs, "training")
     jobs = submitted(cluster, wd)
     assert {"tokenizer", "train_model"} <= set(jobs)
     assert all(j["JobState"] == "COMPLETED" for js in jobs.values() for j in js)
@@ -144,15 +192,8 @@ def test_tiny_model_training_runs_as_a_slurm_job(cluster, tmp_path):
     assert {j.get("NumCPUs") for j in jobs["train_model"]} == {"2"}
 
 
-def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, tmp_path):
-    cache = tmp_path / "hf" / "hub"
-    lay_out_cache(cache, "zai-org/GLM-4.7-Flash", {  # a model with MTP layers (the preflight)
-        "config.json": (FIXTURES / "GLM-4.7-Flash.json").read_bytes(),
-        "tokenizer.json": b"{}", "model.safetensors": b"\0" * 64}, commit="f" * 40)
-    wd = workdir(tmp_path, GPU)
-    target = "results/traces/q/mtp/K3/tinybench.parquet"
-    r = on_slurm(cluster, wd, target, check=False, extra_env={
-        "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(cache)})
+def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, runs):
+    wd, r = finished(cluster, runs, "gpu", check=False)
     assert r.returncode != 0
     jobs = submitted(cluster, wd)
     assert "capture" in jobs, r.stdout[-3000:] + r.stderr[-3000:]
@@ -162,5 +203,7 @@ def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, tmp_
         assert "gpu:2" in job.get("TresPerJob", "") and job["JobState"] == "FAILED"
     log = (wd / "logs" / "traces" / "q" / "mtp" / "K3" / "tinybench.log").read_text()
     assert "needs a CUDA GPU" in log
-    assert "download_model" not in jobs  # downloads run where the workflow is launched
-    assert not (wd / target).exists()
+    # downloads run where the workflow is launched, and so does the GPU plan (seconds of work
+    # that the GPU jobs wait for: no queue before them)
+    assert not {"download_model", "plan"} & set(jobs), jobs.keys()
+    assert not (wd / GPU_TARGET).exists()

@@ -58,8 +58,9 @@ min_version("9.0")
 report: "../report/workflow.rst"
 
 
-# Rules that take seconds run where the workflow is launched, not as cluster jobs; so do the
-# downloads, since compute nodes often have no network.
+# Rules that take seconds run where the workflow is launched, not as cluster jobs (the GPU plan
+# among them: the GPU jobs wait for it); so do the downloads, since compute nodes often have no
+# network.
 localrules:
     ipf,
     costmodel,
@@ -73,6 +74,7 @@ localrules:
     weight_model,
     predict,
     step_model,
+    plan,
     download_model,
     download_dataset,
 
