@@ -23,7 +23,11 @@ from wf import REPO, copy_workflow, failure, snakemake
 
 LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
 FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
-pytestmark = pytest.mark.slow
+# each launch's limit: the module's runs share the node (SLURM queues one run's jobs behind the
+# others'), about 145 s together in CI, so each waits for all; 900 s is six times that. The
+# first test's setup launches them all, so its own limit is above that.
+TIMEOUT = 900
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT + 300)]
 
 SYNTH = {
     "ks": [3], "batch_sizes": [1, 8],
@@ -90,7 +94,7 @@ def on_slurm(cluster, wd, *targets, extra_env=None, check=True):
     env = {**cluster.env, "SPECMOE_ENGINE_VENV": sys.prefix, **(extra_env or {})}
     r = snakemake(wd, *targets, "--profile", "profiles/slurm",
                   "--slurm-init-seconds-before-status-checks", "2", configfile="case.yaml",
-                  env=env, check=False, timeout=420, python=LAUNCHER)
+                  env=env, check=False, timeout=TIMEOUT, python=LAUNCHER)
     if check and r.returncode != 0:  # the helper's message, and the cluster's logs
         raise AssertionError(f"{failure(r)}\n{cluster.logs()}")
     return r
@@ -120,7 +124,7 @@ def launch_synthetic(root: Path, cluster):
 
 def launch_synthetic_locally(root: Path, cluster):
     local = workdir(root, SYNTH)
-    return snakemake(local, cores=2, configfile="case.yaml", check=False, timeout=420)
+    return snakemake(local, cores=2, configfile="case.yaml", check=False, timeout=TIMEOUT)
 
 
 def launch_training(root: Path, cluster):
