@@ -88,16 +88,13 @@ def workdir(root: Path, config: dict) -> Path:
     return copy_workflow(root / "wf", config)
 
 
-def on_slurm(cluster, wd, *targets, extra_env=None, check=True):
+def on_slurm(cluster, wd, *targets, extra_env=None):
     """The README's command: the launcher's snakemake with the SLURM profile; jobs run in the
-    engines' environment (this test's own)."""
+    engines' environment (this test's own). Its completed process, whatever its status."""
     env = {**cluster.env, "SPECMOE_ENGINE_VENV": sys.prefix, **(extra_env or {})}
-    r = snakemake(wd, *targets, "--profile", "profiles/slurm",
-                  "--slurm-init-seconds-before-status-checks", "2", configfile="case.yaml",
-                  env=env, check=False, timeout=TIMEOUT, python=LAUNCHER)
-    if check and r.returncode != 0:  # the helper's message, and the cluster's logs
-        raise AssertionError(f"{failure(r)}\n{cluster.logs()}")
-    return r
+    return snakemake(wd, *targets, "--profile", "profiles/slurm",
+                     "--slurm-init-seconds-before-status-checks", "2", configfile="case.yaml",
+                     env=env, check=False, timeout=TIMEOUT, python=LAUNCHER)
 
 
 def submitted(cluster, wd) -> dict[str, list[dict]]:
@@ -119,7 +116,7 @@ def tables_without_provenance(wd: Path) -> dict[str, str]:
 
 
 def launch_synthetic(root: Path, cluster):
-    return on_slurm(cluster, workdir(root, SYNTH), check=False)
+    return on_slurm(cluster, workdir(root, SYNTH))
 
 
 def launch_synthetic_locally(root: Path, cluster):
@@ -128,7 +125,7 @@ def launch_synthetic_locally(root: Path, cluster):
 
 
 def launch_training(root: Path, cluster):
-    return on_slurm(cluster, workdir(root, TINY), "results/models/t", check=False)
+    return on_slurm(cluster, workdir(root, TINY), "results/models/t")
 
 
 def launch_gpu_rule(root: Path, cluster):
@@ -136,7 +133,7 @@ def launch_gpu_rule(root: Path, cluster):
     lay_out_cache(cache, "zai-org/GLM-4.7-Flash", {  # a model with MTP layers (the preflight)
         "config.json": (FIXTURES / "GLM-4.7-Flash.json").read_bytes(),
         "tokenizer.json": b"{}", "model.safetensors": b"\0" * 64}, commit="f" * 40)
-    return on_slurm(cluster, workdir(root, GPU), GPU_TARGET, check=False, extra_env={
+    return on_slurm(cluster, workdir(root, GPU), GPU_TARGET, extra_env={
         "HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf"), "HF_HUB_CACHE": str(cache)})
 
 
@@ -164,7 +161,7 @@ def runs(cluster, tmp_path_factory):
 def finished(cluster, runs, name: str, check: bool = True) -> tuple[Path, object]:
     wd, future = runs[name]
     r = future.result()  # the launch's own exception, in the test it belongs to
-    if check and r.returncode != 0:
+    if check and r.returncode != 0:  # the helper's message, and the cluster's logs
         raise AssertionError(f"{failure(r)}\n{cluster.logs()}")
     return wd, r
 
