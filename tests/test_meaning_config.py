@@ -532,8 +532,9 @@ def test_vllms_checks_that_fail_to_run_stop_the_dry_run(tmp_path):
                "config": preflight.shipped_config("Qwen/Qwen3-30B-A3B"), "method": None,
                "drafter_repo": None, "drafter_config": None, "k": 3, "batch": 1,
                "dtype": "auto", "engine_args": {}}
-    found, note = preflight.run_vllm([request], None)
+    found, note = preflight.run_vllm([request], tmp_path / "cache")
     assert note == "failed to run"
+    assert not (tmp_path / "cache").exists()  # no answer kept: asked again next time
     assert len(found) == 1 and found[0].fatal
     assert re.match(r"preflight: every GPU job: vLLM's own checks: vLLM [\d.]+'s checks failed "
                     r"to run, so no job is known to start: KeyError: 'max_model_len'$", found[0].line())

@@ -77,6 +77,59 @@ def test_the_dry_run_measures_the_longest_prompt_of_each_dataset(monkeypatch, tm
     assert line.endswith("(engine contexts 1,024)"), line
 
 
+PARSE = """
+import json, sys
+import yaml
+from specmoe.config import for_workflow
+_, notes = for_workflow(yaml.safe_load(open(sys.argv[1])), sys.argv[2], cache_dir=sys.argv[3])
+print(json.dumps({"notes": [n for n in notes if n.startswith("preflight: prompts:")],
+                  "transformers": "transformers" in sys.modules}))
+"""
+
+
+def test_a_workflow_parsed_again_reads_the_prompt_lengths_back(monkeypatch, tmp_path,
+                                                               tokenizer_dir):
+    """The prompt lengths are kept in the workflow's cache folder by all they depend on
+    (specmoe.checks.memo): parsed again in a new process, the same notes come without importing
+    transformers (most of a dry run's time on two cores); another tokenizer is measured again
+    and gives what a parse without the cache gives; a kept answer cut short is measured again."""
+    import shutil
+    import subprocess
+    import sys
+
+    from specmoe.runtime import tiny
+
+    cache = tmp_path / ".snakemake" / "specmoe"
+    tok = tmp_path / "results" / "models" / "tokenizer"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(DEFAULT))
+    shutil.copytree(tokenizer_dir, tok)
+    monkeypatch.chdir(tmp_path)
+
+    def prompt_notes(cache_dir=None) -> list[str]:
+        return [n for n in for_workflow(default(), SCHEMA, cache_dir=cache_dir)[1]
+                if n.startswith("preflight: prompts:")]
+
+    first = prompt_notes(cache)
+    kept = sorted(cache.glob("prompt-lengths-*.json"))   # one answer per dataset measured
+    assert first and len(kept) == first[0].count(" tokens")
+    r = subprocess.run([sys.executable, "-c", PARSE, "config.yaml", str(SCHEMA), str(cache)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout) == {"notes": first, "transformers": False}
+
+    # another tokenizer (a larger vocabulary: shorter prompts) in the same place
+    shutil.rmtree(tok)
+    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:30], 400, tok)
+    retrained = prompt_notes(cache)
+    assert retrained != first and retrained == prompt_notes()
+    assert len(list(cache.glob("prompt-lengths-*.json"))) == 2 * len(kept)
+
+    kept[0].write_text(kept[0].read_text()[:5])   # cut short (an older writer's crash)
+    shutil.rmtree(tok)
+    shutil.copytree(tokenizer_dir, tok)
+    assert prompt_notes(cache) == first and json.loads(kept[0].read_text())
+
+
 def test_prompts_over_the_limit_are_counted_at_the_dry_run(monkeypatch, tmp_path,
                                                            tokenizer_dir):
     """A capture context that the longest prompts do not fit: a note names how many the engine

@@ -619,7 +619,8 @@ def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = N
     (prompt_datasets; None: the one `tiny.prompts` names, table_datasets), every GPU job
     preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is False) and
     every engine job's prompts checked against its context where the prompt table and the
-    tokenizer exist by then (specmoe.checks.contextfit); (Config, the warnings to show).
+    tokenizer exist by then (specmoe.checks.contextfit); (Config, the warnings to show). Both
+    checks keep their answers in cache_dir by what they depend on (specmoe.checks.memo).
     InputError with every problem, one line each, where it cannot run: before any job starts."""
     from .checks import schema
 
@@ -637,7 +638,7 @@ def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = N
     if preflight:  # every engine job's prompts against its context, where they exist by now
         from .checks import contextfit
 
-        problems, more = contextfit.check(cfg)
+        problems, more = contextfit.check(cfg, cache_dir)
         if problems:
             raise InputError("\n".join(problems))
         notes += more

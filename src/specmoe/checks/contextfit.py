@@ -57,12 +57,40 @@ def _table(cfg, dataset: str) -> str | None:
     return cfg.prompts
 
 
-def check(cfg) -> tuple[list[str], list[str]]:
-    """(problems, notes) of every engine job's prompts against its context; one line each."""
+class _NoTokenizer(Exception):
+    """The tokenizer would not load (a note says why): its engine jobs check the prompts."""
+
+
+def _question(tokenizer: dict[str, str], texts: list[str], chat: bool, trust: bool) -> str:
+    """All that the lengths of a dataset's prompts (texts, in order) under a tokenizer depend on
+    (specmoe.checks.memo): the tokenizer's files (their digests), the texts, the chat setting,
+    the tokenizer packages."""
+    import hashlib
+    import json
+    from importlib import metadata
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    return json.dumps({"chat_template": chat, "trust_remote_code": trust,
+                       "texts": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
+                       "tokenizer": tokenizer,
+                       "versions": {d: version(d) for d in ("transformers", "tokenizers")}},
+                      sort_keys=True)
+
+
+def check(cfg, cache_dir=None) -> tuple[list[str], list[str]]:
+    """(problems, notes) of every engine job's prompts against its context; one line each. The
+    prompt lengths are kept in cache_dir by all they depend on (_question): a workflow parsed
+    again with the same tokenizers and tables reads them back without loading transformers."""
     from importlib.util import find_spec
 
     from ..sources import promptfit
     from ..sources import prompts as prompt_table
+    from . import memo
 
     jobs = cfg.contexts()
     if not jobs:
@@ -73,6 +101,20 @@ def check(cfg) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     can_tokenize = find_spec("transformers") is not None
     tokenizers: dict[Path, object] = {}
+    digests: dict[Path, dict[str, str]] = {}  # a tokenizer folder's files, read once
+
+    def measure(c: Context, tok_dir: Path, rows: list, chat: dict, trust: bool):
+        if tok_dir not in tokenizers:
+            try:
+                tokenizers[tok_dir] = promptfit.load_tokenizer(tok_dir, trust)
+            except InputError as exc:  # its engine jobs load it again, and stop there
+                tokenizers[tok_dir] = None
+                notes.append(f"preflight: prompts: {c.model}: {exc}; its engine jobs "
+                             "check the prompts (and stop) before their engines start")
+        if tokenizers[tok_dir] is None:
+            raise _NoTokenizer
+        return [n for _, n in promptfit.measure(rows, tokenizers[tok_dir], chat, c.model)]
+
     for c in jobs:
         tok_dir = _tokenizer_dir(c)
         for ds in c.datasets:
@@ -82,25 +124,21 @@ def check(cfg) -> tuple[list[str], list[str]]:
                 continue
             if (tok_dir, ds) in lengths:
                 continue
-            if tok_dir not in tokenizers:
-                trust = bool(cfg.entry(c.model).get("trust_remote_code"))
-                try:
-                    tokenizers[tok_dir] = promptfit.load_tokenizer(tok_dir, trust)
-                except InputError as exc:  # its engine jobs load it again, and stop there
-                    tokenizers[tok_dir] = None
-                    notes.append(f"preflight: prompts: {c.model}: {exc}; its engine jobs "
-                                 "check the prompts (and stop) before their engines start")
-            if tokenizers[tok_dir] is None:
-                unchecked.add(ds)
-                continue
+            trust = bool(cfg.entry(c.model).get("trust_remote_code"))
             chat = cfg.prompting(c.model, [ds])["chat_template"]
+            if tok_dir not in digests:
+                digests[tok_dir] = memo.file_digests(tok_dir)
             try:
-                measured = promptfit.measure(prompt_table.load(table, [ds]), tokenizers[tok_dir],
-                                             chat, c.model)
+                rows = prompt_table.load(table, [ds])
+                lengths[(tok_dir, ds)] = memo.cached(
+                    cache_dir, "prompt-lengths",
+                    _question(digests[tok_dir], [r.text for r in rows], bool(chat.get(ds)), trust),
+                    lambda: measure(c, tok_dir, rows, chat, trust))
+            except _NoTokenizer:
+                unchecked.add(ds)
             except InputError as exc:
                 problems.append(f"preflight: prompts: {c.job}: {exc}")
-                measured = []
-            lengths[(tok_dir, ds)] = [n for _, n in measured]
+                lengths[(tok_dir, ds)] = []
     longest: dict[str, int] = {}
     over_by: dict[tuple, list] = {}  # (tokenizer, dataset, context): [jobs, prompts over, found]
     for c in jobs:

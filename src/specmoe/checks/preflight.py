@@ -37,6 +37,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.hfconfig import kv_heads, tp_problems
+from . import memo
 
 GIB = 2**30
 # Memory outside weights, activations and KV cache per GPU: the CUDA context, NCCL buffers and the
@@ -628,10 +629,14 @@ def _moe_backend_request(e: Engine) -> dict:
     return {"capture": e.job.split(" ", 1)[0] == "capture", "gpu": e.hardware_name}
 
 
+class _CheckFailed(Exception):
+    """vLLM's checks exited with an error (the message: its last line)."""
+
+
 def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[Finding], str]:
     """specmoe.checks.vllmcheck on the requests (each distinct engine once), in a subprocess of this
-    Python; (findings, what was checked)."""
-    import hashlib
+    Python, its answer kept in cache_dir by what it was asked (specmoe.checks.memo); (findings,
+    what was checked)."""
     import subprocess
     import sys
     from importlib.util import find_spec
@@ -650,22 +655,20 @@ def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[F
             asked.append(r)
         distinct.setdefault(key, []).append(r["job"])
     text = json.dumps(asked, sort_keys=True)
-    digest = hashlib.sha256((version + text).encode()).hexdigest()[:16]
-    cache = Path(cache_dir) / f"vllmcheck-{digest}.json" if cache_dir else None
-    if cache is not None and cache.exists():
-        answer = json.loads(cache.read_text())
-    else:
+
+    def ask():
         r = subprocess.run([sys.executable, "-m", "specmoe.checks.vllmcheck"], input=text,
                            capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:  # a check that cannot run stops the dry run: it is no pass
-            tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-            return [Finding("every GPU job", "vLLM's own checks",
-                            f"vLLM {version}'s checks failed to run, so no job is known to "
-                            f"start: {tail}")], "failed to run"
-        answer = json.loads(r.stdout)
-        if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text(json.dumps(answer))
+        if r.returncode != 0:
+            raise _CheckFailed((r.stderr.strip().splitlines() or ["no output"])[-1])
+        return json.loads(r.stdout)
+
+    try:
+        answer = memo.cached(cache_dir, "vllmcheck", version + text, ask)
+    except _CheckFailed as exc:  # a check that cannot run stops the dry run: it is no pass
+        return [Finding("every GPU job", "vLLM's own checks",
+                        f"vLLM {version}'s checks failed to run, so no job is known to "
+                        f"start: {exc}")], "failed to run"
     by_first = {jobs[0]: jobs for jobs in distinct.values()}
     model = {r["job"]: r["model"] for r in requests}
     found = [Finding(job, a["check"], a["message"], a.get("fatal", True), model=model.get(job, ""))
