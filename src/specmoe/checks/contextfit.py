@@ -86,6 +86,7 @@ def check(cfg, cache_dir=None) -> tuple[list[str], list[str]]:
     """(problems, notes) of every engine job's prompts against its context; one line each. The
     prompt lengths are kept in cache_dir by all they depend on (_question): a workflow parsed
     again with the same tokenizers and tables reads them back without loading transformers."""
+    import functools
     from importlib.util import find_spec
 
     from ..sources import promptfit
@@ -101,7 +102,7 @@ def check(cfg, cache_dir=None) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     can_tokenize = find_spec("transformers") is not None
     tokenizers: dict[Path, object] = {}
-    digests: dict[Path, dict[str, str]] = {}  # a tokenizer folder's files, read once
+    digests = functools.cache(memo.file_digests)  # a tokenizer folder's files, read once
 
     def measure(c: Context, tok_dir: Path, rows: list, chat: dict, trust: bool):
         if tok_dir not in tokenizers:
@@ -126,13 +127,12 @@ def check(cfg, cache_dir=None) -> tuple[list[str], list[str]]:
                 continue
             trust = bool(cfg.entry(c.model).get("trust_remote_code"))
             chat = cfg.prompting(c.model, [ds])["chat_template"]
-            if tok_dir not in digests:
-                digests[tok_dir] = memo.file_digests(tok_dir)
             try:
                 rows = prompt_table.load(table, [ds])
+                question = _question(digests(tok_dir), [r.text for r in rows],
+                                     bool(chat.get(ds)), trust) if cache_dir else ""
                 lengths[(tok_dir, ds)] = memo.cached(
-                    cache_dir, "prompt-lengths",
-                    _question(digests[tok_dir], [r.text for r in rows], bool(chat.get(ds)), trust),
+                    cache_dir, "prompt-lengths", question,
                     lambda: measure(c, tok_dir, rows, chat, trust))
             except _NoTokenizer:
                 unchecked.add(ds)
