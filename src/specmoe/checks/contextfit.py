@@ -67,18 +67,14 @@ def _question(tokenizer: dict[str, str], texts: list[str], chat: bool, trust: bo
     the tokenizer packages."""
     import hashlib
     import json
-    from importlib import metadata
 
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "-"
+    from specmoe.provenance import package_versions
 
+    versions = package_versions()
     return json.dumps({"chat_template": chat, "trust_remote_code": trust,
                        "texts": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
                        "tokenizer": tokenizer,
-                       "versions": {d: version(d) for d in ("transformers", "tokenizers")}},
+                       "versions": {d: versions.get(d, "-") for d in ("transformers", "tokenizers")}},
                       sort_keys=True)
 
 
