@@ -153,9 +153,13 @@ CASES = [
     ("warning", "very long requests", "synth --out {d}/s.parquet --layers 1 --requests 1 "
      "--steps 5000 --n 16 --experts-per-token 2", 0,
      r"^specmoe: warning: --steps 5000: over 4,096 SD steps per request"),
-    ("warning", "draft slower than decode", PRED + " --draft-cost 1.5", 0,
-     r"^specmoe: warning: --draft-cost 1.5: a draft slower than the target's decode step: .*SD "
-     r"cannot pay"),
+    ("warning", "drafts costing K decode steps", PRED + " --draft-cost 3", 0,
+     r"^specmoe: warning: --draft-cost 3 at K = 3: the drafts cost at least K decode steps, .*"
+     r"SD cannot pay$"),
+    # a draft slower than one decode step still pays at a high acceptance (it warned that SD
+    # could not, while its own verdict said SD pays)
+    ("accepted", "drafts costing more than a decode step",
+     PRED + " --draft-cost 1.5 --acceptance-length 3.8", 0, OK),
     # --- file: parses, but means something else ------------------------------------------------
     ("file", "nested JSON array of loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/nested.json",
      2, r"nested.json: a nested JSON array is not a list of loads"),
@@ -208,6 +212,19 @@ CASES = [
     ("contradiction", "hardware file giving a key twice",
      PRED + " --hardware-file {d}/hw-twice.yaml --hardware H100", 2,
      r"hw-twice.yaml: line 4: key 'hbm_bandwidth_gbs' is given twice \(first on line 3\)"),
+    ("file", "hardware file with a negative step overhead",
+     PRED + " --hardware-file {d}/hw-negative-overhead.yaml --hardware G1", 2,
+     r"hardware G1: step_overhead_us must be >= 0, got -8000$"),
+    ("file", "hardware file with a fractional SM count",
+     PRED + " --hardware-file {d}/hw-half-sm.yaml --hardware G1", 2,
+     r"hardware G1: sm_count must be a whole number, got 132.5$"),
+    ("file", "Jamba's layout (Mamba layers, MoE every other layer)", "predict {d}/jamba.json "
+     "--batch-sizes 1", 2, r"jamba.json: Mamba layers between attention layers \(Jamba\) "
+     r"\(attn_layer_period\) are not modelled: .* would be wrong$"),
+    ("internal", "a study repo past its published overlap steps",
+     "predict Qwen/Qwen3-30B-A3B-FP8 --draft-length 5 --batch-sizes 1", 2,
+     r"the study publishes overlaps for steps 1..4 only \(Qwen3-30B, K = 5\): give the "
+     r"overlaps for d = 1..5 \(--overlaps\)$"),
     ("file", "hardware file with a negative bandwidth",
      PRED + " --hardware-file {d}/hw-negative.yaml --hardware H100", 2,
      r"hbm_bandwidth_gbs"),
@@ -399,6 +416,10 @@ def _fixtures(d: Path) -> None:
              "hw-h100.yaml": "hardware:\n  H100: {hbm_bandwidth_gbs: 3000}\n",
              "hw-scalar.yaml": "hardware:\n  X1: 5\n",
              "hw-negative.yaml": "hardware:\n  H100: {hbm_bandwidth_gbs: -1}\n",
+             "hw-negative-overhead.yaml": "hardware:\n  G1: {hbm_bandwidth_gbs: 3350, "
+                                          "peak_tflops: {bf16: 989}, step_overhead_us: -8000}\n",
+             "hw-half-sm.yaml": "hardware:\n  G1: {hbm_bandwidth_gbs: 3350, "
+                                "peak_tflops: {bf16: 989}, sm_count: 132.5}\n",
              "hw-twice.yaml": "hardware:\n  H100:\n    hbm_bandwidth_gbs: 3000\n"
                               "    hbm_bandwidth_gbs: 3350\n"}
     for name, text in texts.items():
@@ -421,6 +442,9 @@ def _fixtures(d: Path) -> None:
         "eagle3-vocab.json": {**EAGLE3, "vocab_size": 32000},
         "eagle3-wide.json": {**EAGLE3, "hidden_size": 4096, "num_key_value_heads": 8},
         "draft.json": DRAFT,
+        "jamba.json": {**QWEN_CFG, "model_type": "jamba", "attn_layer_period": 8,
+                       "attn_layer_offset": 4, "expert_layer_period": 2,
+                       "expert_layer_offset": 1},
         "draft-qwen.json": {**DRAFT, "vocab_size": 151936},
     }
     for name, cfg in configs.items():

@@ -187,6 +187,9 @@ BAD_HW = REPO / "tests" / "fixtures" / "bad_hardware.yaml"
     ("Qwen3-30B-A3B-FP8.json", ["--acceptance-length", "9"], "acceptance length"),
     ("Qwen3-30B-A3B-FP8.json", ["--overlaps", "0.3,0.2"], "2 overlaps for K = 3"),
     ("Qwen3-30B-A3B-FP8.json", ["--method", "draft_model"], "--draft-config"),
+    # the study's own model past the published steps (an internal KeyError for its repo id)
+    ("Qwen3-30B-A3B-FP8.json", ["--draft-length", "5"],
+     "the study publishes overlaps for steps 1..4 only (Qwen3-30B, K = 5)"),
     ("missing.json", [], "no such config.json"),
 ])
 def test_predict_refuses_each_bad_input_in_one_line(capsys, config, args, message):
@@ -418,24 +421,27 @@ def test_the_human_output_prints_validated_caveats_per_line_and_a_legend(capsys)
     assert lines[cav + 1].startswith("  - GPU B200") and lines[cav + 2].startswith("  - ")
     assert "legend:" in lines and any(x.startswith("  - TE: target efficiency") for x in lines)
     caveats = lines[cav + 1:lines.index("legend:")]
-    assert len(caveats) == 3 and all(x.startswith("  - ") for x in caveats)  # one a line
+    assert len(caveats) == 5 and all(x.startswith("  - ") for x in caveats)  # one a line
+    assert caveats[1:3] == ["  - draft length K = 1: the study publishes TE at K = 3 only",
+                            "  - hidden size 7,168 outside the calibration's 2,048-4,096: GEMMs "
+                            "of shapes whose efficiency was never fitted"]
     assert "2 to 2" not in out
     distance = next(x for x in lines if x.startswith("calibration distance"))
-    assert distance.split()[2:] == ["1:", "outside", "the", "study's", "calibration", "(GPU",
-                                    "B200:", "the", "study", "measured", "TE", "on", "H100",
-                                    "only)"]
+    assert distance.split()[2:12] == ["3:", "outside", "the", "study's", "calibration", "(GPU",
+                                      "B200:", "the", "study", "measured"]
 
 
 def test_an_interval_across_the_whole_physical_range_says_no_information(capsys):
-    """Llama-4-Maverick at batch 64 on H100: TE's draws fill [0, 1] (clipped at both ends)."""
+    """Llama-4-Maverick (fp8: in bf16 its weights exceed eight H100s) at batch 64 on H100: TE's
+    draws fill [0, 1] (clipped at both ends)."""
     code, out, err = predict(capsys, str(FIXTURES / "Llama-4-Maverick-17B-128E-Instruct.json"),
-                             "--tp", "8", "--batch-sizes", "1,64", "--json")
+                             "--tp", "8", "--precision", "fp8", "--batch-sizes", "1,64", "--json")
     assert code == 0, err
     r = json.loads(out)
     assert r["no_information"] == [False, True]
     assert r["te_low"][1] <= stepmodel.TE_FLOOR and r["te_high"][1] >= 1.0
     code, out, err = predict(capsys, str(FIXTURES / "Llama-4-Maverick-17B-128E-Instruct.json"),
-                             "--tp", "8", "--batch-sizes", "1,64")
+                             "--tp", "8", "--precision", "fp8", "--batch-sizes", "1,64")
     assert "no information at this batch size" in out
 
 
@@ -452,3 +458,123 @@ def test_the_verdict_names_where_the_median_crosses_1(pays, median, p, words):
     text = stepmodel.verdict([1, 8], pays, median, p)
     for w in words:
         assert w in text, (w, text)
+
+
+@pytest.mark.parametrize("batches, pays, median, p, blind, words, absent", [
+    # a concave curve that falls back below 1: both crossings, not the first alone
+    ([1, 2, 4, 8, 16, 32], ["undecided"] * 6, [0.95, 1.1, 1.2, 1.15, 1.0, 0.9],
+     [0.4, 0.6, 0.7, 0.65, 0.5, 0.3], None,
+     ["crosses 1 between batch 1 and 2", "and again between batch 8 and 16"], []),
+    # batch sizes without information are named as such, never counted as paying
+    ([1, 16, 512], ["yes", "undecided", "undecided"], [1.4, 1.2, 1.1], [0.99, 0.8, 0.68],
+     [False, False, True],
+     ["SD pays at batch 1", "above 1 at every batch size with information",
+      "P(SD pays) 0.80 at batch 16", "no information at batch 512"],
+     ["0.68", "every batch size shown"]),
+    ([1, 64], ["undecided"] * 2, [1.1, 1.0], [0.6, 0.5], [True, True],
+     ["no information at any batch size shown"], ["P(SD pays)"]),
+])
+def test_the_verdict_names_every_crossing_and_only_batch_sizes_with_information(
+        batches, pays, median, p, blind, words, absent):
+    """It named the first crossing only (a curve that pays from batch 2 and stops past 8 read as
+    'pays from batch 2 on'), and spoke of batch sizes whose TE interval spans [0, 1]."""
+    text = stepmodel.verdict(batches, pays, median, p, blind)
+    for w in words:
+        assert w in text, (w, text)
+    for w in absent:
+        assert w not in text, (w, text)
+
+
+def test_the_shape_and_verdict_leave_out_batch_sizes_without_information(capsys):
+    """Mixtral with an EAGLE head out to batch 4096: TE's interval spans [0, 1] at the large
+    batch sizes, so the shape (it said 'concave (probability 0.96)' from them) is read over the
+    others and the verdict names them as without information."""
+    code, out, err = predict(capsys, str(CONFIGS / "Mixtral-8x7B-Instruct-v0.1.json"), "--tp",
+                             "2", "--method", "eagle", "--acceptance-length", "2.0",
+                             "--batch-sizes", "1,16,512,2048,4096", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    blind = [b for b, n in zip(r["batch_sizes"], r["no_information"]) if n]
+    assert blind and blind[0] > 16, r["no_information"]
+    assert r["shape_batch_sizes"] == [b for b in r["batch_sizes"] if b not in blind]
+    assert f"no information at batch {', '.join(map(str, blind))}" in r["verdict"]
+    if len(r["shape_batch_sizes"]) < 2:
+        assert r["shape"] == stepmodel.NO_SHAPE_INFORMATION
+    code, out, err = predict(capsys, str(FIXTURES / "Llama-4-Maverick-17B-128E-Instruct.json"),
+                             "--tp", "8", "--precision", "fp8", "--batch-sizes", "1,64", "--json")
+    r = json.loads(out)
+    assert code == 0 and r["no_information"] == [False, True], err
+    assert r["shape"] == stepmodel.NO_SHAPE_INFORMATION and r["shape_probability"] is None
+    assert r["verdict"].endswith("no information at batch 64 (TE's 95% interval spans its "
+                                 "whole range)")
+
+
+def _qwen_variant(tmp_path, **changes) -> str:
+    cfg = {**json.loads((CONFIGS / "Qwen3-30B-A3B.json").read_text()), **changes}
+    path = tmp_path / f"variant-{len(list(tmp_path.glob('variant-*')))}.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_what_the_calibration_never_measured_counts_in_the_distance(capsys, tmp_path):
+    """Three configurations that were 'inside the study's calibration, validated: yes': a draft
+    length past the study's K = 3 (every published TE is at K = 3), a model with GEMM shapes far
+    below the calibration's (hidden 256, expert width 64, 96 layers: its decode step lands in
+    the calibrated window through launches alone), and a shipped GPU whose numbers a hardware
+    file changed. The study's own configuration stays at distance 0."""
+    def outside(*args):
+        code, out, err = predict(capsys, *args, "--batch-sizes", "1", "--json")
+        assert code == 0, err
+        r = json.loads(out)
+        assert (r["calibration_distance"] == 0) == (not r["outside_calibration"])
+        return r["outside_calibration"], r["validated"]
+
+    qwen = str(CONFIGS / "Qwen3-30B-A3B-FP8.json")
+    assert outside(qwen, "--tp", "2") == ([], [True])
+    far, validated = outside(qwen, "--tp", "2", "--draft-length", "8", "--overlaps",
+                             "0.431,0.356,0.328,0.312,0.30,0.29,0.28,0.27")
+    assert far == ["draft length K = 8: the study publishes TE at K = 3 only"]
+    assert validated == [False]
+    small = _qwen_variant(tmp_path, hidden_size=256, head_dim=64, moe_intermediate_size=64,
+                          num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=96,
+                          vocab_size=32000)
+    far, validated = outside(small)
+    assert any(x.startswith("hidden size 256 outside the calibration's 2,048-") for x in far)
+    assert any(x.startswith("expert width 64 outside the calibration's ") for x in far)
+    assert validated == [False]
+    slow = tmp_path / "h100-slow.yaml"
+    slow.write_text("hardware:\n  H100: {hbm_bandwidth_gbs: 1000, nvlink_gbs: 50}\n")
+    far, validated = outside(qwen, "--tp", "2", "--hardware-file", str(slow))
+    assert far == ["GPU H100 with numbers other than the shipped entry's, which the calibration "
+                   "was fitted on"] and validated == [False]
+    same = tmp_path / "h100-memory.yaml"  # a number the step model does not read
+    same.write_text("hardware:\n  H100: {memory_gib: 94}\n")
+    assert outside(qwen, "--tp", "2", "--hardware-file", str(same))[0] == []
+
+
+def test_weights_that_do_not_fit_the_gpus_are_refused(capsys):
+    """Qwen3-Next-80B in bf16 (about 150 GiB) on one 80 GiB H100 was predicted, validated at
+    batch 1; no engine can load it. At TP 2 it fits."""
+    cfg = str(CONFIGS / "Qwen3-Next-80B-A3B-Instruct.json")
+    code, _, err = predict(capsys, cfg, "--tp", "1", "--method", "mtp", "--batch-sizes", "1")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "GiB per GPU at TP 1 in bf16 exceed the H100's 80 GiB" in err
+    code, _, err = predict(capsys, cfg, "--tp", "2", "--method", "mtp", "--batch-sizes", "1")
+    assert code == 0, err
+
+
+def test_a_study_checkpoints_config_file_brings_its_published_overlaps(capsys, tmp_path):
+    """The README's example gives the study's Qwen3-30B config.json by path: it drew the prior
+    of all fine-grained models, where its repo id draws the published curve. A copy anywhere is
+    the same checkpoint; a changed copy is not."""
+    def overlaps(path, *args):
+        code, out, err = predict(capsys, path, "--tp", "2", "--batch-sizes", "1", "--json", *args)
+        assert code == 0, err
+        return json.loads(out)["overlaps"]
+
+    shipped = CONFIGS / "Qwen3-30B-A3B.json"
+    assert overlaps(str(shipped), "--precision", "fp8") == "published (Qwen3-30B)"
+    copy = tmp_path / "config.json"
+    copy.write_text(shipped.read_text())
+    assert overlaps(str(copy)) == "published (Qwen3-30B)"
+    assert overlaps(_qwen_variant(tmp_path, num_hidden_layers=40)).startswith("prior")

@@ -598,10 +598,9 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
                    help="speculative method; its drafter's cost comes from the target's shape, "
                         f"or from --draft-config (a draft model's or an EAGLE head's) ({DEFAULT_METHOD})")
     s.add_argument("--draft-config", help="config.json of a separate draft model or EAGLE head")
-    s.add_argument("--draft-cost", type=Range(float, 0, 10, open="hi", usual=(0, 1), unusual=(
-        "a draft slower than the target's decode step: K drafts cost more than the K+1 tokens "
-        "a window can give, SD cannot pay")),
-                   help="a known draft cost c (draft time per step over a decode step)")
+    s.add_argument("--draft-cost", type=Range(float, 0, 10, open="hi"),
+                   help="a known draft cost c (the K drafts' time per SD step over one decode "
+                        "step of the target)")
     s.add_argument("--engine", default="vllm", choices=["vllm", "sglang", "trtllm", "other"],
                    help="the serving engine (the step model is vLLM's; others widen the "
                         "interval) (vllm)")
@@ -621,7 +620,7 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
 
 def cmd_predict(a) -> dict:
     """The step model's prediction (specmoe.cost.predictor, the entry point the rule predict shares)."""
-    from .checks.preflight import drafter_problems, shipped_config_path
+    from .checks.preflight import drafter_problems, shipped_config_path, shipped_repo_of
     from .cost import predictor
     from .cost.hfconfig import (check_precision, dense_dims_from_config, dims_from_config,
                                 load_config)
@@ -652,16 +651,22 @@ def cmd_predict(a) -> dict:
     if a.overlaps:
         check_overlaps(dims.num_experts, dims.top_k, a.overlaps)
     study = a.study_model
-    if study is None and repo:
+    if study is None:  # a study checkpoint by repo id, or by its config.json anywhere
         from .sources import published
 
-        study = published.study_model_of({"repo_id": repo})
+        study = published.study_model_of({"repo_id": repo or
+                                          shipped_repo_of(load_config(config)[0])})
     tau = None
     if a.acceptance_length:
         tau = (a.acceptance_length[0], a.acceptance_length[-1])
         if tau[0] > tau[1]:
             raise InputError(f"--acceptance-length {_shown(a.acceptance_length)}: a range is "
                              "low,high (low first)")
+    if a.draft_cost is not None and a.draft_cost >= a.k:
+        # speedup = tau / (c + 1/TE) with tau <= K + 1 and 1/TE >= 1: below 1 once c >= K
+        _warn(a, f"--draft-cost {a.draft_cost:g} at K = {a.k}: the drafts cost at least K decode "
+                 "steps, and a window gives at most K + 1 tokens for at least one decode step of "
+                 "verification: SD cannot pay")
     draft = None
     if a.draft_config:
         if a.draft_cost is not None:

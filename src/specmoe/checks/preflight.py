@@ -120,6 +120,12 @@ def shipped_config(repo_id: str | None) -> dict | None:
     return None if path is None else json.loads(path.read_text())
 
 
+def shipped_repo_of(cfg: dict) -> str | None:
+    """The repo id of the study checkpoint whose config.json `cfg` is, key for key (a copy of
+    the package's file, or the download of one); None: none of them."""
+    return next((repo for repo in SHIPPED if shipped_config(repo) == cfg), None)
+
+
 def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dict | None, str]:
     """(config.json, where it came from) of a model or drafter entry, never from the network:
     the package, a download manifest's snapshot, or the Hugging Face cache; (None, why) else."""

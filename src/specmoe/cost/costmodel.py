@@ -14,6 +14,7 @@ from ..errors import InputError
 from ..routing.unique import check_nk
 
 MIB = 2**20
+GIB = 2**30
 
 # Bytes per stored weight, scales included. "fp8-b128": fp8 with one fp32 scale per 128x128 block
 # (DeepSeek/Qwen FP8 checkpoints); "fp8": per-tensor or per-channel scales (negligible bytes);
@@ -276,6 +277,16 @@ def _positive(name: str, key: str, value) -> float:
     return v
 
 
+def _at_least_zero(name: str, key: str, value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"hardware {name}: {key} must be a number, got {value!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise InputError(f"hardware {name}: {key} must be >= 0, got {value!r}")
+    return v
+
+
 @dataclass
 class Hardware:
     name: str
@@ -285,6 +296,7 @@ class Hardware:
     sm_count: int = 0
     step_overhead: float = 0.0  # s per forward pass (launches, scheduling), whatever it computes
     nvlink_bandwidth: float = 0.0  # bytes/s one GPU sends to the others (tensor parallelism)
+    memory_bytes: float = 0.0  # one GPU's memory (0: not given, nothing is checked against it)
 
     @classmethod
     def from_config(cls, name: str, d: dict) -> "Hardware":
@@ -299,13 +311,22 @@ class Hardware:
             raise InputError(f"hardware {name}: peak_tflops must map dtypes to TFLOP/s "
                              f"(e.g. {{bf16: 989}}), got {peaks!r}")
         nvlink = d.get("nvlink_gbs", 0)
+        sms = _at_least_zero(name, "sm_count", d.get("sm_count", 0))
+        if not float(sms).is_integer():
+            raise InputError(f"hardware {name}: sm_count must be a whole number, got {sms!r}")
+        memory = d.get("memory_gib", 0)
         return cls(name=name, hbm_bandwidth=bw * 1e9,
                    peak_flops={k: _positive(name, f"peak_tflops.{k}", v) * 1e12
                                for k, v in peaks.items()},
-                   l2_bytes=float(d.get("l2_mib", 0)) * MIB, sm_count=int(d.get("sm_count", 0)),
-                   step_overhead=float(d.get("step_overhead_us", 0)) * 1e-6,
+                   l2_bytes=_at_least_zero(name, "l2_mib", d.get("l2_mib", 0)) * MIB,
+                   sm_count=int(sms),
+                   # a forward pass's fixed time: launches and scheduling cost time, never give it
+                   step_overhead=_at_least_zero(name, "step_overhead_us",
+                                                d.get("step_overhead_us", 0)) * 1e-6,
                    nvlink_bandwidth=(_positive(name, "nvlink_gbs", nvlink) * 1e9 if nvlink
-                                     else 0.0))
+                                     else 0.0),
+                   memory_bytes=(_positive(name, "memory_gib", memory) * GIB if memory
+                                 else 0.0))
 
     def flops(self, dtype: str) -> float:
         """Peak dense FLOP/s for the class `dtype` computes in; a missing entry is an error."""

@@ -177,9 +177,26 @@ def _linear_attention(r: _Reader, hidden: int) -> int:
     return qkvz + ba + conv + nv * dv * hidden
 
 
+# Layer layouts that the reader does not model (each key, what it means): read as every layer a
+# softmax-attention MoE layer, such a model would be priced wrong without a word, so it is refused.
+UNMODELLED_LAYOUTS = {
+    "attn_layer_period": "Mamba layers between attention layers (Jamba)",
+    "expert_layer_period": "MoE layers only every few layers (Jamba)",
+    "layers_block_type": "non-attention blocks (Mamba)",
+    "hybrid_override_pattern": "Mamba blocks (Nemotron-H)",
+    "attn_type_list": "lightning (linear) attention layers (MiniMax)",
+}
+
+
 def _layer_kinds(r: _Reader, layers: int) -> list[str]:
     """'full' (softmax attention), 'sliding' (softmax over the last `sliding_window` tokens) or
-    'linear' per layer."""
+    'linear' per layer; a layout the step model does not price (UNMODELLED_LAYOUTS) is an
+    error."""
+    key = next((k for k in UNMODELLED_LAYOUTS if r.cfg.get(k) is not None), None)
+    if key is not None:
+        raise InputError(f"{r.name}: {UNMODELLED_LAYOUTS[key]} ({key}) are not modelled: the step "
+                         "model would price every layer as softmax attention over MoE, and its "
+                         "prediction would be wrong")
     types = r.cfg.get("layer_types")
     if types:
         if len(types) != layers:

@@ -10,6 +10,7 @@ the interval and is named as a caveat), and draws the curve with stepmodel.predi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -77,10 +78,14 @@ def _hardware_entries(path: str) -> dict:
 def calibration_set() -> dict[str, set]:
     """What the calibration's TE rows span (the quantity a prediction is of; the MoE-share rows
     measured on other GPUs say nothing of TE there): granularities (N/k), experts per token,
-    weight formats, TP degrees, GPUs, method families, attention kinds, engines and decode steps
-    at batch 1 in ms (decode_step_ms; read once: package data; callers only read it)."""
+    weight formats, TP degrees, GPUs, method families, attention kinds, engines, draft lengths,
+    hidden sizes, expert widths and decode steps at batch 1 in ms (decode_step_ms; read once:
+    package data; callers only read it)."""
     rows = [r for r in stepmodel.calibration_rows() if r["quantity"] == stepmodel.TE]
     return {"step_ms": {decode_step_ms(r["dims"], r["hw"]) for r in rows},
+            "k_draft": {stepmodel.CALIBRATION_K},
+            "hidden": {r["dims"].hidden for r in rows},
+            "expert_width": {r["dims"].expert_intermediate for r in rows},
             "nk": {r["dims"].num_experts / r["dims"].top_k for r in rows},
             "k": {r["dims"].top_k for r in rows},
             "format": {_format(r["dims"].dtype) for r in rows},
@@ -124,11 +129,14 @@ def _attention_kinds(d: ModelDims, config=None) -> set[str]:
 
 
 def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None,
-                         engine: str = stepmodel.CALIBRATION_ENGINE) -> tuple[int, list[str]]:
+                         engine: str = stepmodel.CALIBRATION_ENGINE,
+                         k_draft: int = stepmodel.CALIBRATION_K) -> tuple[int, list[str]]:
     """How many ways the configuration lies outside what the calibration's TE rows measured,
-    each named: granularity, experts per token, weight format, TP, GPU, method family, each
-    attention kind (MLA, DSA, linear, sliding window; read from `config` where given), the
-    decode step at batch 1 (decode_step_ms), and last the engine."""
+    each named: granularity, experts per token, weight format, TP, GPU (its name, and numbers
+    other than the shipped entry's), method family, draft length, each attention kind (MLA,
+    DSA, linear, sliding window; read from `config` where given), the hidden size and the
+    experts' width (the GEMM shapes whose efficiency was fitted), the decode step at batch 1
+    (decode_step_ms), and last the engine."""
     cal = calibration_set()
     out = []
     nk = dims.num_experts / dims.top_k
@@ -144,10 +152,22 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
         out.append(f"TP {dims.tp} outside the calibration's {sorted(cal['tp'])}")
     if hw.name not in cal["gpu"]:
         out.append(f"GPU {hw.name}: the study measured TE on {', '.join(sorted(cal['gpu']))} only")
+    elif replace(hw, memory_bytes=0.0) != replace(stepmodel.study_hardware(hw.name),
+                                                  memory_bytes=0.0):
+        out.append(f"GPU {hw.name} with numbers other than the shipped entry's, which the "
+                   "calibration was fitted on")
     if stepmodel.FAMILIES[method] not in cal["family"]:
         out.append(f"method {method}: none of its family in the calibration")
+    if k_draft not in cal["k_draft"]:
+        out.append(f"draft length K = {k_draft}: the study publishes TE at K = "
+                   f"{', '.join(map(str, sorted(cal['k_draft'])))} only")
     for kind in sorted(_attention_kinds(dims, config) - cal["attention"]):
         out.append(f"{kind} attention: none in the calibration")
+    for what, value, key in (("hidden size", dims.hidden, "hidden"),
+                             ("expert width", dims.expert_intermediate, "expert_width")):
+        if not min(cal[key]) <= value <= max(cal[key]):
+            out.append(f"{what} {value:,} outside the calibration's {min(cal[key]):,}-"
+                       f"{max(cal[key]):,}: GEMMs of shapes whose efficiency was never fitted")
     step, lo, hi = decode_step_ms(dims, hw), min(cal["step_ms"]), max(cal["step_ms"])
     if not lo <= step <= hi:
         out.append(f"decode step at batch 1 {step:.3g} ms outside the calibration's "
@@ -224,7 +244,12 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     overlaps = np.atleast_2d(np.asarray(overlaps, float))
     tau = tau or stepmodel.tau_prior(k)
     stepmodel.check_inputs(k, overlaps, tau)
-    distance, far = calibration_distance(dims, hw, method, config, engine)
+    if hw.memory_bytes and stepmodel.weight_bytes(dims) > hw.memory_bytes:
+        raise InputError(f"weights of {stepmodel.weight_bytes(dims) / 2**30:.1f} GiB per GPU at "
+                         f"TP {dims.tp} in {dims.dtype} exceed the {hw.name}'s "
+                         f"{hw.memory_bytes / 2**30:g} GiB: no engine can serve this; raise --tp "
+                         "or use a larger GPU")
+    distance, far = calibration_distance(dims, hw, method, config, engine, k)
     # TE's error grows with the distance of the model and GPU; another engine is priced by its
     # own factor on the speedup (stepmodel.ENGINE_LOG_SD), not counted twice
     te_distance = distance - (engine != stepmodel.CALIBRATION_ENGINE)
@@ -292,6 +317,9 @@ def human(res: dict) -> dict:
     shape = (res["shape"] if res["shape_probability"] is None else
              f"{res['shape']} (probability {res['shape_probability']:.2f})"
              if res["shape"] != "undecided" else f"undecided ({shares})")
+    kept = res.get("shape_batch_sizes", res["batch_sizes"])
+    if len(kept) >= 2 and kept != res["batch_sizes"]:
+        shape += f", over batch {', '.join(map(str, kept))} (the batch sizes with information)"
     out = {"model": res.get("model", ""), "hardware": res["hardware"], "tp": res["tp"],
            "precision": res["precision"], "method": f"{res['method']}, K = {res['k']}",
            "overlaps": res["overlaps"],

@@ -380,7 +380,8 @@ def prior_overlaps(dims: ModelDims, k_draft: int) -> np.ndarray:
             and (ue.loc[m, "n"] / ue.loc[m, "k"] >= FINE_GRAINED) == fine]
     cols = [f"step{d}" for d in range(1, k_draft + 1)]
     if any(c not in ob for c in cols):
-        raise InputError(f"the study publishes overlaps for steps 1..4 only (K = {k_draft})")
+        raise InputError(f"the study publishes overlaps for steps 1..4 only (K = {k_draft}): give "
+                         f"the overlaps for d = 1..{k_draft} (--overlaps)")
     return ob.set_index("model").loc[keep, cols].to_numpy(float)
 
 
@@ -410,6 +411,8 @@ def unique_decode(dims: ModelDims, batch: int) -> float:
 
 
 # --- calibration on the study's measurements --------------------------------------------------
+
+CALIBRATION_K = 3  # the draft length of every TE the study publishes (Table 10, Table 1)
 
 # The checkpoint (config.json, package data under data/hf_configs/) of each study model, and the
 # format a precision serves it in: None, the checkpoint's own; else vLLM's online format.
@@ -454,7 +457,12 @@ def published_overlaps(model: str, k_draft: int) -> np.ndarray | None:
     ob = published.load("overlap_by_distance").set_index("model")
     if model not in ob.index:
         return None
-    return ob.loc[model, [f"step{d}" for d in range(1, k_draft + 1)]].to_numpy(float)
+    cols = [f"step{d}" for d in range(1, k_draft + 1)]
+    published_steps = [c for c in ob.columns if c.startswith("step")]
+    if any(c not in published_steps for c in cols):
+        raise InputError(f"the study publishes overlaps for steps 1..{len(published_steps)} only "
+                         f"({model}, K = {k_draft}): give the overlaps for d = 1..{k_draft} (--overlaps)")
+    return ob.loc[model, cols].to_numpy(float)
 
 
 def study_hardware(gpu: str) -> Hardware:
@@ -474,9 +482,9 @@ REST_RATIO = "non-MoE verify/decode time ratio"
 def _row(quantity: str, model: str, precision: str, tp: int, gpu: str, published_value: float,
          method: str | None = None, goal: bool = False) -> dict:
     dims = study_model_dims(model, precision, tp)
-    ov = published_overlaps(model, 3)
+    ov = published_overlaps(model, CALIBRATION_K)
     prior = ov is None
-    ov = prior_overlaps(dims, 3).mean(axis=0) if prior else ov
+    ov = prior_overlaps(dims, CALIBRATION_K).mean(axis=0) if prior else ov
     return {"quantity": quantity, "model": model, "precision": precision, "tp": tp, "gpu": gpu,
             "method": method, "published": float(published_value), "goal": goal, "dims": dims,
             "hw": study_hardware(gpu), "unique": unique_verify(dims, ov, 1),
@@ -516,7 +524,8 @@ def predict_row(r: dict, p: StepParams) -> float:
     time, as a profile measures them)."""
     dims, hw = r["dims"], r["hw"]
     if r["quantity"] == TE:
-        return target_efficiency(dims, hw, 3, 1, r["unique"], dims.top_k, r["method"], p)
+        return target_efficiency(dims, hw, CALIBRATION_K, 1, r["unique"], dims.top_k,
+                                 r["method"], p)
     dec = step_times(dims, hw, 1, 1, dims.top_k, p)
     if r["quantity"] == MOE_SHARE:
         return dec["moe"] / gpu_time(dec)
@@ -800,7 +809,7 @@ def shape_rows() -> list[dict]:
     out = []
     for r in published.load("speedup_shapes").itertuples():
         dims = study_model_dims(r.model, r.precision, int(r.tp))
-        overlaps, source = study_overlaps(dims, 3, r.model)
+        overlaps, source = study_overlaps(dims, CALIBRATION_K, r.model)
         ov = overlaps.mean(axis=0)
         out.append({"quantity": SHAPE, "model": r.model, "precision": r.precision,
                     "tp": int(r.tp), "gpu": r.gpu, "method": r.sd_method,
@@ -815,8 +824,9 @@ def shape_rows() -> list[dict]:
 
 def shape_curve(r: dict, p: StepParams) -> list[float]:
     """A shape row's speedup over its acceptance length (which scales a curve, not its shape)."""
-    return [1.0 / (draft_cost(r["dims"], r["draft"], r["hw"], b, 3, p)
-                   + 1.0 / target_efficiency(r["dims"], r["hw"], 3, b, uv, ud, r["method"], p))
+    k = CALIBRATION_K
+    return [1.0 / (draft_cost(r["dims"], r["draft"], r["hw"], b, k, p)
+                   + 1.0 / target_efficiency(r["dims"], r["hw"], k, b, uv, ud, r["method"], p))
             for b, (uv, ud) in zip(r["batches"], r["unique"])]
 
 
@@ -859,6 +869,7 @@ SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin", "u
 LOW_BATCH = 2      # a maximum at batch 1 or 2 is "at low batch" (the study's fine-grained models)
 SHAPE_SHARE = 0.8  # a shape is stated when at least this share of the draws has it
 NO_SHAPE = "no shape (one batch size)"
+NO_SHAPE_INFORMATION = "no shape (information at fewer than two batch sizes)"
 DRAWS = 400
 
 
@@ -1019,33 +1030,37 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
 
 def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndarray,
               margin: float) -> dict:
-    """Medians and 95% intervals per batch size, the shape's share of the drawn curves (one
-    batch size has none: NO_SHAPE), and
-    where SD pays: per batch size "yes" (lower bound above 1), "no" (upper bound below 1) or
-    "undecided"."""
-    if len(batches) < 2:  # one point has no shape
-        counts, top = {}, NO_SHAPE
+    """Medians and 95% intervals per batch size; where the model says nothing (TE's interval
+    spans its whole physical range: "no information"); the shape's share of the drawn curves over
+    the batch sizes with information (fewer than two have none: NO_SHAPE); where SD pays, per
+    batch size "yes" (lower bound above 1), "no" (upper bound below 1) or "undecided"; and the
+    verdict in words."""
+    te_lo, te_hi = np.percentile(te, [2.5, 97.5], axis=0)
+    # TE's interval spans its whole physical range (both clip bounds): the model says nothing
+    # there, and neither does the speedup drawn from it
+    blind = [bool(a <= TE_FLOOR and b >= 1.0) for a, b in zip(te_lo, te_hi)]
+    keep = [j for j, n in enumerate(blind) if not n]
+    if len(keep) < 2:  # one point has no shape
+        counts, top = {}, NO_SHAPE if len(batches) < 2 else NO_SHAPE_INFORMATION
     else:
-        shapes = [curve_shape(batches, row, margin) for row in spd]
+        kept = [batches[j] for j in keep]
+        shapes = [curve_shape(kept, row[keep], margin) for row in spd]
         counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
         top = max(counts, key=counts.get)
     lo, hi = np.percentile(spd, [2.5, 97.5], axis=0)
     pays = ["yes" if x > 1 else "no" if h < 1 else "undecided" for x, h in zip(lo, hi)]
-    te_lo, te_hi = np.percentile(te, [2.5, 97.5], axis=0)
     median = np.median(spd, axis=0)
     p_above = (spd > 1).mean(axis=0)
     return {"batch_sizes": batches,
             "te": np.median(te, axis=0).tolist(), "te_low": te_lo.tolist(),
-            "te_high": te_hi.tolist(),
-            # TE's interval spans its whole physical range (both clip bounds): the model says
-            # nothing there, and neither does the speedup drawn from it
-            "no_information": [bool(a <= TE_FLOOR and b >= 1.0) for a, b in zip(te_lo, te_hi)],
+            "te_high": te_hi.tolist(), "no_information": blind,
             "speedup": median.tolist(), "speedup_low": lo.tolist(),
             "speedup_high": hi.tolist(), "p_pays": p_above.tolist(),
             "draft_cost": np.median(cost, axis=0).tolist(),
             "shape": top if counts.get(top, 1.0) >= SHAPE_SHARE else "undecided",
-            "shape_probability": counts.get(top), "shape_shares": counts, "pays": pays,
-            "verdict": verdict(batches, pays, median.tolist(), p_above.tolist())}
+            "shape_probability": counts.get(top), "shape_shares": counts,
+            "shape_batch_sizes": [batches[j] for j in keep], "pays": pays,
+            "verdict": verdict(batches, pays, median.tolist(), p_above.tolist(), blind)}
 
 
 def _batches(bs: list[int]) -> str:
@@ -1053,13 +1068,24 @@ def _batches(bs: list[int]) -> str:
 
 
 def verdict(batches: list[int], pays: list[str], median: list[float],
-            p_above: list[float]) -> str:
-    """Where SD pays, in words: what the 95% intervals decide, then where the median speedup
-    crosses 1 and the probability (share of draws) that SD pays on either side."""
+            p_above: list[float], no_information: list[bool] | None = None) -> str:
+    """Where SD pays, in words, over the batch sizes with information: what the 95% intervals
+    decide, then every batch where the median speedup crosses 1 with the probability (share of
+    draws) that SD pays on either side; last the batch sizes without information."""
+    blind = list(no_information or [False] * len(batches))
+    keep = [i for i, n in enumerate(blind) if not n]
+    none = ([f"no information at batch {_batches([b for b, n in zip(batches, blind) if n])} "
+             "(TE's 95% interval spans its whole range)"] if any(blind) else [])
+    if not keep:
+        return ("no information at any batch size shown (TE's 95% interval spans its whole range "
+                "at each)")
+    shown = "shown" if not none else "with information"
+    batches = [batches[i] for i in keep]
+    pays, median, p_above = ([x[i] for i in keep] for x in (pays, median, p_above))
     if all(x == "yes" for x in pays):
-        decided = "SD pays at every batch size shown"
+        decided = f"SD pays at every batch size {shown}"
     elif all(x == "no" for x in pays):
-        decided = "SD does not pay at any batch size shown"
+        decided = f"SD does not pay at any batch size {shown}"
     else:
         no = [i for i, x in enumerate(pays) if x == "no"]
         if no and all(x == "no" for x in pays[no[0]:]) and no[0] > 0 and \
@@ -1075,15 +1101,16 @@ def verdict(batches: list[int], pays: list[str], median: list[float],
                    "includes 1)"] * bool(by["undecided"]))
     above = [m > 1 for m in median]
     p = lambda i: f"P(SD pays) {p_above[i]:.2f} at batch {batches[i]}"  # noqa: E731
-    if len(set(above)) == 1:
+    crossings = [j for j in range(1, len(above)) if above[j] != above[j - 1]]
+    if not crossings:
         where = (f"the median speedup is {'above' if above[0] else 'below'} 1 at every batch "
-                 f"size shown ({p(0)}" + (f", {p(len(batches) - 1)})" if len(batches) > 1
-                                          else ")"))
+                 f"size {shown} ({p(0)}" + (f", {p(len(batches) - 1)})" if len(batches) > 1
+                                            else ")"))
     else:
-        i = next(j for j in range(1, len(above)) if above[j] != above[j - 1])
-        where = (f"the median speedup crosses 1 between batch {batches[i - 1]} and "
-                 f"{batches[i]} ({p(i - 1)}, {p(i)})")
-    return f"{decided}; {where}"
+        where = "the median speedup crosses 1 " + ", and again ".join(
+            f"between batch {batches[j - 1]} and {batches[j]} ({p(j - 1)}, {p(j)})"
+            for j in crossings)
+    return "; ".join([decided, where, *none])
 
 
 def lomo_coverage(draws: int = 200, seed: int = 0) -> list[dict]:
