@@ -244,7 +244,7 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     dr = [pt(1, 2.5, 0.3)]
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     assert row["te_sweep_raw"] > 1 and math.isnan(row["te_sweep"])
-    assert row["te_sweep_status"] == "not identifiable here"
+    assert row["te_sweep_status"] == "not identifiable: its point lies outside (0, 1]"
     assert row["te_sweep_high"] > row["te_sweep_raw"] > row["te_sweep_low"] > 1
 
 
@@ -283,7 +283,7 @@ def test_a_te_whose_interval_crosses_1_is_marked_not_identified():
     assert te_status(0.8, 0.6, 0.95, True) == "ok"
     assert te_status(0.8, 0.6, 1.2, True) == TE_CROSSES
     assert te_status(0.8, float("nan"), float("nan"), True) == "ok"  # no interval: the point
-    assert te_status(1.3, 1.1, 1.5, True) == "not identifiable here"
+    assert te_status(1.3, 1.1, 1.5, True) == "not identifiable: its point lies outside (0, 1]"
 
 
 def test_a_low_batch_peak_needs_an_equivalence_test_not_an_undecided_interval():

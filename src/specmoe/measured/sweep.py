@@ -169,7 +169,7 @@ def te_interval(tau: tuple, k: int, ar: tuple, sd: tuple, dr: tuple) -> tuple[fl
 
 
 TE_OK, TE_NO_DRAFTER = "ok", "no drafter series"
-TE_OUTSIDE = "not identifiable here"
+TE_OUTSIDE = "not identifiable: its point lies outside (0, 1]"
 TE_CROSSES = "not identified by the sweep: its 95% interval crosses 1"
 
 

@@ -99,8 +99,11 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
            if sw else bounded_te("te_sweep", np.nan, np.nan, np.nan)),
         # the same sweep point with the drafter cost from profiling: serving the drafter
         # alone also times the engine's per-step work, which SD pays once, not K times
-        "te_sweep_profiled_c": identifiable(costmodel.te_from_sweep(
-            sw["tau"], sw["speedup"], b["draft_cost_profiled"])) if sw else np.nan,
+        # (its interval from the speedup's: TE grows with the speedup at fixed tau and c)
+        **(bounded_te("te_sweep_profiled_c",
+                      *(_te_sweep(sw["tau"], sw.get(k, np.nan), b["draft_cost_profiled"])
+                        for k in ("speedup", "speedup_low", "speedup_high")))
+           if sw else bounded_te("te_sweep_profiled_c", np.nan, np.nan, np.nan)),
         **bounded_te("te_profiled", b["te_profiled"], b.get("te_profiled_low", np.nan),
                      b.get("te_profiled_high", np.nan)),
         "verify_steps": b.get("verify_steps", np.nan),
@@ -135,8 +138,18 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
         cm["moe_weight_share"], cm["unique_ratio"], b["moe_time_share"],
         b["moe_time_ratio"], b["dense_time_ratio"],
         measured=_finite_or_none(sw["te_sweep"] if sw else None))
-    return [{**rc, "batch": 1, **gap_as_pct(s), **bounded_te("te", s["te"]),
-             "te_sweep": corr["measured"]} for s in corr["steps"]]
+    rows, last = [], len(corr["steps"]) - 1
+    for i, s in enumerate(corr["steps"]):
+        # the last step uses every measured ratio: it is the profiled TE, so it carries that
+        # TE's interval and is identified only where te_three_ways identifies it
+        interval = ((b.get("te_profiled_low", np.nan), b.get("te_profiled_high", np.nan))
+                    if i == last else (None, None))
+        row = {**rc, "batch": 1, **gap_as_pct(s), **bounded_te("te", s["te"], *interval),
+               "te_sweep": corr["measured"]}
+        if rows and (row["te_status"] != "ok" or rows[-1]["te_status"] != "ok"):
+            row["delta"] = row["gap_closed_pct"] = np.nan  # a step to or from a TE that is not
+        rows.append(row)                                    # a value is no value either
+    return rows
 
 
 def gap_as_pct(step: dict) -> dict:
@@ -178,9 +191,12 @@ def bounded_te(name: str, te: float, low: float | None = None, high: float | Non
     return out
 
 
-def identifiable(te: float) -> float:
-    """A TE from the sweep above 1 is not physical here (ill-conditioned): NaN, not a number."""
-    return te if np.isfinite(te) and 0 < te <= 1.0 else np.nan
+def _te_sweep(tau: float, speedup: float, draft_cost: float) -> float:
+    """TE = 1 / (tau / speedup - c), unbounded (inf) where the speedup reaches tau / c."""
+    if not np.isfinite(speedup):
+        return np.nan
+    denom = tau / speedup - draft_cost
+    return 1.0 / denom if denom > 0 else np.inf
 
 
 def _finite_or_none(x):

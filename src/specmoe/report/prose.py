@@ -71,6 +71,23 @@ def _share_text(row) -> str:
                                 if np.isfinite(lo) and np.isfinite(hi) else " (no interval)")
 
 
+def _ordering_text(row) -> str:
+    """What step 1 above the exact within-window shuffle null (a weighted mean of the decays
+    from d = 1 inside windows) certifies, by its own interval: a share of the temporal overlap
+    as within-window ordering only where step 1 is decidedly above the null; below it or
+    undecided, the difference itself and that nothing is certified (empty where the table has
+    none)."""
+    share = _share_text(row)
+    v, (lo, hi) = _val(row, "above_shuffle"), _interval(row, "above_shuffle")
+    if not share or not np.isfinite(v):
+        return ""
+    if np.isfinite(lo) and lo > 0:
+        return f"certifying {share} of the temporal overlap as within-window ordering"
+    where = ("below" if np.isfinite(hi) and hi < 0 else "not decidedly above")
+    return (f"step 1 {where} the within-window shuffle null "
+            f"({_with_interval(v, lo, hi, sign=True)}): no within-window ordering certified")
+
+
 def _interval(row, col: str) -> tuple[float, float]:
     return float(row.get(f"{col}_low", np.nan)), float(row.get(f"{col}_high", np.nan))
 
@@ -105,7 +122,7 @@ def _te_text(row, col: str) -> str:
     if pd.notna(v):
         return f"{v:.2f}" + _bracket(row, col)
     raw = row.get(f"{col}_raw", np.nan)
-    status = row.get(f"{col}_status") or "not identifiable here"
+    status = row.get(f"{col}_status") or "not identifiable"
     if pd.notna(raw):  # the ratio is not a TE: said so, and its numbers named as raw
         return f"{status} (raw ratio {raw:.2f}{_bracket(row, f'{col}_raw')}, not a TE)"
     return NOT_MEASURED
@@ -178,11 +195,9 @@ def report_findings(td: Tables) -> list[str]:
                 f"d = 1..{len(steps)} {_fmt(steps)}, from d = 1 to {len(steps)} "
                 + direction(_val(r, "window_decay"), *_interval(r, "window_decay"),
                             "decays", "rises"))
-        share = _share_text(r)
-        if share:
-            line += (f", which certifies {share} of the temporal overlap as within-window "
-                     "ordering (step 1 above the exact within-window shuffle null: the same "
-                     "contrast as the decay, not a second finding)")
+        ordering = _ordering_text(r)
+        if ordering:
+            line += f"; {ordering}"
         if np.isfinite(_val(r, "window_decay_within_status")):
             line += ("; among pairs of one acceptance status, from d = 1 to 2 "
                      + direction(_val(r, "window_decay_within_status"),
@@ -210,8 +225,11 @@ def report_findings(td: Tables) -> list[str]:
 
 
 def repetition_notes(td: Tables, models: list[str]) -> list[str]:
-    """A sentence per tiny target whose output loops: overlap along a looping sequence
-    measures the loop (a repeated token routes like its copy), not routing locality."""
+    """A sentence per tiny target whose output loops (a repeated token routes like its copy, so
+    a loop can make overlap): the decays inside windows and along the sequence without the
+    windows that repeat a token and without the looping requests, beside their values with
+    them; the decays are said to stand without the loops only where the intervals without them
+    lie above 0."""
     ob = load(td, "overlap_by_distance")
     out = []
     if ob.empty or "repetitive_windows_pct" not in ob:
@@ -220,11 +238,31 @@ def repetition_notes(td: Tables, models: list[str]) -> list[str]:
         g = ob[ob["model"] == m]
         if g.empty:
             continue
-        share = _val(g.sort_values("k", kind="stable").iloc[0], "repetitive_windows_pct")
-        if share > 100 * LOOPING:
-            out.append(f"{m}'s output loops: {share:.0f}% of its windows repeat a token, so "
-                       "its overlap along the committed sequence partly measures the loop rather "
-                       "than routing locality.")
+        r = g.sort_values("k", kind="stable").iloc[0]
+        share = _val(r, "repetitive_windows_pct")
+        if not share > 100 * LOOPING:
+            continue
+        pairs = []
+        for what, col, without in (
+                ("inside windows", "window_decay", "without the windows that repeat a token"),
+                ("along the sequence", "seq_decay", "without the "
+                 f"{int(_val(r, 'seq_loop_free_dropped_requests'))} looping request(s)")):
+            free = "window_decay_no_repetition" if col == "window_decay" else "seq_loop_free_decay"
+            if np.isfinite(_val(r, free)):
+                pairs.append((what, without, _with_interval(_val(r, free), *_interval(r, free),
+                                                            sign=True),
+                              _with_interval(_val(r, col), *_interval(r, col), sign=True),
+                              _interval(r, free)[0]))
+        if not pairs:
+            continue
+        words = "; ".join(f"{what}, {without}, {a} (with them {b})"
+                          for what, without, a, b, _ in pairs)
+        stand = all(np.isfinite(lo) and lo > 0 for *_, lo in pairs)
+        out.append(f"{m}'s output repeats a token in {share:.0f}% of its windows (a repeated "
+                   f"token routes like its copy). The decays {words}: "
+                   + ("they stand without the loops." if stand else
+                      "without the loops not every decay is decided, so the loops may carry "
+                      "part of them."))
     return out
 
 
@@ -249,8 +287,7 @@ def _window_decay_text(o) -> str:
     pairs and the share of the temporal overlap it certifies."""
     every = ("all pairs, d = 1 to K: "
              + _with_interval(_val(o, "window_decay"), *_interval(o, "window_decay"), sign=True)
-             + (f", certifying {_share_text(o)} of the temporal overlap as within-window "
-                "ordering" if _share_text(o) else ""))
+             + (f", {_ordering_text(o)}" if _ordering_text(o) else ""))
     if not np.isfinite(_val(o, "window_decay_within_status")):
         return f"{every} (no decay within acceptance status in this table)"
     return (_with_interval(_val(o, "window_decay_within_status"),
@@ -590,9 +627,13 @@ def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
     open_ = rows[(rows["status"] == SHOWN) & rows["learned"].str.startswith("undecided")]
     apart = rows[rows["learned"].str.startswith("not comparable")]
     missed = rows[rows["status"].isin([NOT_SHOWN, UNDECIDED])]
-    parts = [f"shown and not shared by its untrained control (evidence of learned routing): "
-             f"{named(learned)}" if not learned.empty else
-             "nothing that separates learned routing"]
+    above = learned[learned["learned"].str.startswith("yes: above")]
+    alone = learned[~learned.index.isin(above.index)]
+    parts = ([f"shown and above its untrained control, matched request by request or prompt "
+              f"by prompt (evidence of learned routing): {named(above)}"] * (not above.empty)
+             + [f"shown and not shared by its untrained control (evidence of learned routing): "
+                f"{named(alone)}"] * (not alone.empty)
+             or ["nothing that separates learned routing"])
     if not both.empty:
         parts.append(f"its untrained control shows {named(both, False)} as well, so these are "
                      "not evidence of learned routing")
@@ -647,7 +688,7 @@ def opening(td: Tables) -> str:
     if not t.empty:
         routing = t[~t["status"].isin([CPU, NOT_MEASURED])]
         out.append("Routing, in each trained tiny target beside its untrained control (95% "
-                   "intervals by request; the findings table below has every number): "
+                   "intervals by request; the report's findings table has every number): "
                    + ". ".join(_routing_sentence(m, g)
                                for m, g in routing.groupby("model", sort=False)) + ".")
     speed = _speedup_summary(td)
@@ -713,10 +754,11 @@ def measured_findings(td: Tables) -> list[str]:
 
 def prediction_findings(td: Tables) -> list[str]:
     """The step model's prediction beside the measurement, one line per model with both: the
-    speedup at each measured batch size, inside or outside the predicted 95% interval, and the
-    shapes compared like for like: the predicted curve's shape over the measured batch sizes
-    beside the measured shape (and over all its batch sizes apart)."""
-    from ..cost.stepmodel import SHAPE_MARGIN, curve_shape
+    speedup at each measured batch size, inside or outside the predicted 95% interval where the
+    prediction has information (TE's interval short of its whole physical range), the predicted
+    medians without a shape read from them, the prediction's shape as its draws decide it, and
+    the measured shape."""
+    from ..cost.stepmodel import TE_FLOOR
 
     out = []
     sm = load(td, "step_model")
@@ -724,23 +766,32 @@ def prediction_findings(td: Tables) -> list[str]:
     both = sm[np.isfinite(sm["speedup_measured"])] if not sm.empty else sm
     for model, g in (both.groupby("model", sort=False) if not both.empty else []):
         g = g.sort_values("batch")
+        blind = ((g["te_low"] <= TE_FLOOR) & (g["te_high"] >= 1.0) if "te_low" in g
+                 else pd.Series(False, index=g.index))
+        seen = g[~blind]
         inside = [(r["speedup_low"] <= r["speedup_measured"] <= r["speedup_high"])
-                  for _, r in g.iterrows()]
-        pts = ", ".join(f"B={int(r['batch'])}: {r['speedup_measured']:.2f} measured, "
-                        f"{r['speedup_predicted']:.2f} [{r['speedup_low']:.2f}, "
-                        f"{r['speedup_high']:.2f}] predicted" for _, r in g.iterrows())
+                  for _, r in seen.iterrows()]
+        pts = ", ".join(
+            f"B={int(r['batch'])}: {r['speedup_measured']:.2f} measured, "
+            + ("no information predicted (TE's 95% interval spans its whole range)" if nothing
+               else f"{r['speedup_predicted']:.2f} [{r['speedup_low']:.2f}, "
+                    f"{r['speedup_high']:.2f}] predicted")
+            for (_, r), nothing in zip(g.iterrows(), blind))
         hw = g["hardware"].iloc[0]
         where = (f"on {hw}" if hw in studied else
                  f"on {hw}, where it is an uncalibrated roofline (calibrated on the study's GPUs)")
         b = [int(x) for x in g["batch"]]
-        like = curve_shape(b, list(g["speedup_predicted"]), SHAPE_MARGIN)
         whole = sm[sm["model"] == model]["batch"].astype(int)
-        out.append(f"{model} (step model {where}): {pts}; {sum(inside)} of {len(inside)} "
-                   f"measurements inside the predicted interval; over the measured batch sizes "
-                   f"{min(b)}–{max(b)} the predicted curve is {like} (predicted values "
-                   f"{' / '.join(f'{v:.3f}' for v in g['speedup_predicted'])}), the measured "
-                   f"one {g['shape_measured'].iloc[0]}; over batch {whole.min()}–{whole.max()} "
-                   f"the prediction is {g['shape_predicted'].iloc[0]}")
+        count = (f"{sum(inside)} of {len(inside)} measurements inside the predicted interval"
+                 + (f" (the {len(inside)} batch size(s) with information)" if blind.any()
+                    else "") if inside else "no measured batch size where the prediction has "
+                 "information")
+        out.append(f"{model} (step model {where}): {pts}; {count}; predicted medians over the "
+                   f"measured batch sizes {min(b)}–{max(b)} "
+                   f"{' / '.join(f'{v:.3f}' for v in g['speedup_predicted'])} (no shape is read "
+                   f"from medians); over batch {whole.min()}–{whole.max()} the prediction's "
+                   f"shape, decided over its draws, is {g['shape_predicted'].iloc[0]}; the "
+                   f"measured one {g['shape_measured'].iloc[0]}")
     return out
 
 
@@ -758,32 +809,63 @@ def calibration_findings(td: Tables) -> list[str]:
                    f"{goal['weight_model_error'].abs().mean():.3f}")
     shp = load(td, "step_model_shapes")
     if not shp.empty:
-        agree = shp["agrees"].astype(str) == "True"
-        miss = "; ".join(f"{r['model']}: published {r['published_shape']}, predicted "
-                         f"{r['step_model_shape']}" for _, r in shp[~agree].iterrows())
-        out.append(f"step model on the {len(shp)} speedup curves whose shape the study shows, "
-                   f"each predicted without its own model's rows and shape: {int(agree.sum())} "
-                   f"of {len(shp)} shapes right" + (f" ({miss})" if miss else ""))
+        # a shape the study measured on the model's own curve, apart from one its N/k rule gives
+        own = (shp["published_by"].astype(str) == "the model's own curve" if "published_by" in shp
+               else pd.Series(True, index=shp.index))
+        parts = []
+        for sel, what in ((own, "curves the study measured"),
+                          (~own, "shapes the study's N/k rule gives (not measured curves)")):
+            g = shp[sel]
+            if g.empty:
+                continue
+            agree = g["agrees"].astype(str) == "True"
+            miss = "; ".join(f"{r['model']}: published {r['published_shape']}, predicted "
+                             f"{r['step_model_shape']}" for _, r in g[~agree].iterrows())
+            parts.append(f"{int(agree.sum())} of {len(g)} {what} right"
+                         + (f" ({miss})" if miss else ""))
+        out.append("step model on the speedup shapes the study states, each predicted without "
+                   "its own model's rows and shape: " + "; ".join(parts))
     return out
+
+
+def turning_points(values, margin: float = 0.05) -> list[int]:
+    """The indices where a curve turns (its first and last point included): a rise or fall
+    counts once it moves beyond the margin from the running extreme, so wiggles within the
+    margin are not turns."""
+    v = np.asarray(values, float)
+    points, pivot, ext, way = [0], 0, 0, 0
+    for i in range(1, len(v)):
+        if way == 0:
+            if v[i] > v[pivot] * (1 + margin) or v[i] * (1 + margin) < v[pivot]:
+                way, ext = (1 if v[i] > v[pivot] else -1), i
+        elif way * (v[i] - v[ext]) > 0:
+            ext = i
+        elif (v[ext] > v[i] * (1 + margin)) if way > 0 else (v[i] > v[ext] * (1 + margin)):
+            points.append(ext)
+            pivot, ext, way = ext, i, -way
+    if points[-1] != len(v) - 1:
+        points.append(len(v) - 1)
+    return points
 
 
 def course(batches, values, margin: float = 0.05) -> str:
     """How an exact (model-derived) curve goes with batch size, in words: "stays flat (within
-    5%)", "rises" or "falls" from its first to its last point, or, where a point between them
-    lies beyond both ends by the margin, down and up again (or up and down) through it."""
+    5%)", or its rises and falls between its turning points (turning_points: each move beyond
+    the margin), from its first point to its last."""
     v, b = np.asarray(values, float), list(batches)
 
     def at(i: int) -> str:
         return f"{v[i]:.3f} at batch {int(b[i])}"
 
-    lo, hi, end = int(np.argmin(v)), int(np.argmax(v)), len(v) - 1
-    if v[hi] <= v[lo] * (1 + margin):
+    end = len(v) - 1
+    if v.max() <= v.min() * (1 + margin):
         return f"stays flat (within {margin:.0%}) with batch size, from {at(0)} to {at(end)}"
-    if 0 < lo < end and v[lo] * (1 + margin) < min(v[0], v[end]):
-        return f"falls from {at(0)} to {at(lo)}, then rises to {at(end)}"
-    if 0 < hi < end and v[hi] > max(v[0], v[end]) * (1 + margin):
-        return f"rises from {at(0)} to {at(hi)}, then falls to {at(end)}"
-    return f"{'rises' if v[end] > v[0] else 'falls'} with batch size, from {at(0)} to {at(end)}"
+    pts = turning_points(v, margin)
+    word = lambda a, z: "rises" if v[z] > v[a] else "falls"  # noqa: E731
+    if len(pts) == 2:
+        return f"{word(0, end)} with batch size, from {at(0)} to {at(end)}"
+    return (f"{word(pts[0], pts[1])} from {at(0)} to {at(pts[1])}, "
+            + ", ".join(f"then {word(a, z)} to {at(z)}" for a, z in zip(pts[1:], pts[2:])))
 
 
 def _size(gib: float) -> str:
