@@ -424,6 +424,9 @@ CONFIG = [
      r"capture\.max_tokens: must be an integer >= 1"),
     ("profiles at no batch size", merge(profiling={"batch_sizes": []}), 1,
      r"profiling\.batch_sizes: must have at least 1 item"),
+    # TE's interval is over engine starts: one start has none
+    ("profiles on one engine start", merge(profiling={"engines": 1}), 1,
+     r"profiling\.engines: must be an integer >= 2 and <= 20"),
     ("a model's K of nine", model(SF, ks=[3, 9]), 1, r"models\[3\]\.ks\[1\] .*: must be an "
      r"integer >= 1 and <= 8"),
     # references, with the closest name

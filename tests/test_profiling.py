@@ -210,23 +210,23 @@ def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
     assert out["drafter_us_per_step"] == pytest.approx(100.0)  # not 5
 
 
-def test_profiled_te_has_an_interval_from_the_steps_spread():
-    """TE = mean decode step / mean verify step; steps that vary give an interval around it that
-    narrows with more steps, and one step of a kind gives none."""
+def test_profiled_te_has_its_interval_over_engine_starts():
+    """TE's interval comes from its spread over engine starts, the independent unit (the steps
+    of one start share its state: two default runs' one-start intervals at batch 4, 0.50 [0.44,
+    0.56] and 0.80 [0.70, 0.91], were disjoint): around the point, wider where the starts
+    disagree, narrower with more starts that agree as much, none from one start."""
     import math
-
-    import numpy as np
 
     from specmoe.runtime.kernelprof import te_interval
 
-    rng = np.random.default_rng(0)
-    dec, ver = rng.normal(100, 10, 20), rng.normal(125, 12, 20)
-    lo, hi = te_interval(dec, ver)
-    te = dec.mean() / ver.mean()
-    assert lo < te < hi and hi - lo < 0.2
-    lo4, hi4 = te_interval(np.tile(dec, 4), np.tile(ver, 4))
-    assert hi4 - lo4 < (hi - lo) / 1.5
-    assert all(math.isnan(v) for v in te_interval([100.0], ver))
+    lo, hi = te_interval(0.65, [0.50, 0.80, 0.66])
+    assert lo < 0.5 and hi > 0.8 and lo < 0.65 < hi
+    assert math.sqrt(lo * hi) == pytest.approx(0.65)  # symmetric on the log scale
+    lo2, hi2 = te_interval(0.65, [0.64, 0.66, 0.65])
+    assert lo < lo2 < 0.65 < hi2 < hi
+    lo6, hi6 = te_interval(0.65, [0.64, 0.66, 0.65] * 2)
+    assert hi6 - lo6 < hi2 - lo2
+    assert all(math.isnan(v) for v in te_interval(0.65, [0.65]))
 
 
 # --- MoE blocks of vLLM's own model classes ------------------------------------------------------
@@ -349,7 +349,7 @@ def shrunk_profiles(tmp_path_factory) -> dict:
         calls += [(profile_generate, *c) for c in profile_calls(
             root / "t", root / "d", 3, [2], ["the cat sat on the mat"] * 4, 16,
             {"dtype": DTYPE[arch], "kv_cache_mib": 128, "extra": {"load_format": "dummy"}},
-            root / "traces")]
+            root / "traces", engines=1)]
     outcomes = run_each(each_or_error, calls, timeout=600)
     return {arch: (roots[arch], outcomes[2 * i:2 * i + 2]) for i, arch in enumerate(ARCHS)}
 
@@ -367,10 +367,10 @@ def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, shrunk_profiles):
     from specmoe.runtime.kernelprof import profile_summary
 
     root, (decode, verify) = shrunk_profiles[arch]
-    res = profile_summary(result_of(decode), result_of(verify), 3, [2])
+    res = profile_summary([result_of(decode)], [result_of(verify)], 3, [2])
     n_moe = len(moe_layer_indices(json.loads((root / "t" / "config.json").read_text())))
     for mode in ("decode", "verify"):
-        counts = moe_blocks_per_target_step(root / "traces" / mode / "b2-rank0.json.gz")
+        counts = moe_blocks_per_target_step(root / "traces" / mode / "e0" / "b2-rank0.json.gz")
         assert len(counts) > 2 and set(counts) == {n_moe}, (mode, counts)
     (row,) = res["batches"]
     assert row["model_runner"] == {"decode": "v1", "verify": "v1"} and row["verify_steps"] >= 2

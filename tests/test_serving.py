@@ -122,8 +122,12 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     from specmoe.runtime.kernelprof import profile_model
 
     res = profile_model(tiny_models / "t", tiny_models / "d", 3, [2], PROMPTS, 16,
-                        {"dtype": "float32", "kv_cache_mib": 128}, tmp_path / "traces")
+                        {"dtype": "float32", "kv_cache_mib": 128}, tmp_path / "traces",
+                        engines=2)
     (row,) = res["batches"]
+    # two starts of each engine, decode and verify alternating; TE's interval over the starts
+    assert res["engines"] == row["engines"] == 2 and len(row["te_profiled_per_start"]) == 2
+    assert row["te_profiled_low"] < row["te_profiled"] < row["te_profiled_high"]
     assert row["device"] == "cpu" and row["decode_steps"] >= 5 and row["verify_steps"] >= 2
     assert row["model_runner"] == {"decode": "v1", "verify": "v1"}  # vLLM's choice on CPU
     shares = [row["classes"][c]["decode_share"] for c in ALL_CLASSES]
@@ -136,8 +140,9 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     # 624e196) the host time between ops pushed it out of the top 12
     assert classify("_C::cpu_fused_moe") == "moe" and "moe" in top.values()
     assert all(c == "moe" for name, c in top.items() if "fused_moe" in name)
-    assert (tmp_path / "traces" / "decode" / "b2-rank0.json.gz").exists()
-    assert res["engine_startup_s"] > 0  # both engines' start, for report.timing
+    assert all((tmp_path / "traces" / mode / f"e{e}" / "b2-rank0.json.gz").exists()
+               for mode in ("decode", "verify") for e in (0, 1))
+    assert res["engine_startup_s"] > 0  # every engine's start, for report.timing
     # the first engine's start counts vLLM's import (it began after it), the second finds it done
     assert res["engine_start"]["decode"]["import_included"] is True
     assert res["engine_start"]["verify"]["import_included"] is False

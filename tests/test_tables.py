@@ -88,11 +88,11 @@ def test_report_says_what_the_routing_shows(tmp_path):
     text = out.read_text()
     assert "### What the routing shows, run by run" in text
     assert ("trained, K=3, x: inside windows, overlap at d = 1..3 0.470 / 0.470 / 0.450, from "
-            "d = 1 to 3 undecided (+0.020 [-0.010, +0.050]), which certifies 0% [-10%, 10%] of "
-            "the temporal overlap as within-window ordering (step 1 above the exact "
-            "within-window shuffle null: the same contrast as the decay, not a second finding); "
-            "among pairs of one acceptance status, from d = 1 to 2 decays (+0.030 [+0.020, "
-            "+0.040])") in text
+            "d = 1 to 3 undecided (+0.020 [-0.010, +0.050]); step 1 not decidedly above the "
+            "within-window shuffle null (+0.000 [-0.010, +0.010]): no within-window ordering "
+            "certified; among pairs of one acceptance status, from d = 1 to 2 decays (+0.030 "
+            "[+0.020, +0.040])") in text
+    assert "certifies 0%" not in text  # an undecided share certified nothing
     assert "null: undecided" not in text and "null: above" not in text
     assert ("28% of windows repeat a token, and without them 0.465 / 0.426 / 0.414, decays "
             "(+0.051 [+0.031, +0.071])") in text

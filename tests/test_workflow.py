@@ -231,7 +231,7 @@ TINY_CONFIG = {
                           "kv_cache_mib": 128}},
     "sweep": {"schedule": [{"batch": 1, "prompts": 2}, {"batch": 2, "prompts": 4}],
               "output_len": 12, "warmups": 1, "repeats": 2, "kv_cache_mib": 128},
-    "profiling": {"batch_sizes": [1], "max_tokens": 16, "kv_cache_mib": 128},
+    "profiling": {"batch_sizes": [1], "max_tokens": 16, "engines": 2, "kv_cache_mib": 128},
     "drafters": [{"name": "dr", "source": "tiny", "steps": 120,
                   "arch": {"kind": "dense", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1,
                            "head_dim": 32, "intermediate": 128}}],

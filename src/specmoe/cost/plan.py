@@ -123,12 +123,12 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         return sum(series_s(dims, hw, warm, int(sweep["output_len"]), k, a, p, ptok(ds))
                    for ds in model["datasets"])
 
-    def profile_s(k, p):  # two engines; the profiler slows steps down
+    def profile_s(k, p):  # two engines, `engines` starts each; the profiler slows steps down
         tokens = int(prof["max_tokens"])
         secs = sum(series_s(dims, hw, [(b, b)], tokens, None, a, p)
                    + series_s(dims, hw, [(b, b)], tokens, k, a, p)
                    for b in prof["batch_sizes"])
-        return 2 * boot + 3 * secs
+        return int(prof["engines"]) * (2 * boot + 3 * secs)
 
     def capture_s(k, ds, p):  # every distinct prompt once, at most `prompts` (80 if not capped)
         seqs = int(cap["max_num_seqs"])

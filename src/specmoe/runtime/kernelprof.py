@@ -197,86 +197,107 @@ def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) 
 
 
 def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
-                  max_tokens: int, engine_opts: dict, trace_dir,
+                  max_tokens: int, engine_opts: dict, trace_dir, engines: int = 3,
                   log_path: str | None = None, timeout: float = 1800) -> dict:
-    """Decode (no SD) and verify (SD, K drafts) profiles at each batch size; per-class comparison."""
+    """Decode (no SD) and verify (SD, K drafts) profiles at each batch size on `engines` engine
+    starts of each, decode and verify alternating (ABAB: a drift of the machine spreads over
+    both); per-class comparison of the pooled steps, TE's interval over the engine starts."""
     from .engine import run_each
 
     calls = profile_calls(target_dir, drafter_dir, k, batches, texts, max_tokens, engine_opts,
-                          trace_dir)
-    decode, verify = run_each(profile_generate, calls, log_path=log_path, timeout=timeout / 2)
-    return profile_summary(decode, verify, k, batches)
+                          trace_dir, engines)
+    got = run_each(profile_generate, calls, log_path=log_path, timeout=timeout / 2)
+    return profile_summary(got[0::2], got[1::2], k, batches)
 
 
 def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
-                  max_tokens: int, engine_opts: dict, trace_dir) -> list[tuple]:
-    """profile_generate's arguments for the decode engine (no SD) and the verify engine (SD, K
-    drafts), their trace folders made under trace_dir."""
+                  max_tokens: int, engine_opts: dict, trace_dir, engines: int = 3) -> list[tuple]:
+    """profile_generate's arguments for each engine start: the decode engine (no SD) and the
+    verify engine (SD, K drafts) in turn, `engines` times, their trace folders made under
+    trace_dir (decode/e0, verify/e0, decode/e1, ...)."""
     from .engine import check_inputs, engine_kwargs
 
     check_inputs(target_dir, drafter_dir, k)
     if max(batches) > len(texts):
         raise InputError(f"profiling batch {max(batches)} needs that many prompts (have {len(texts)})")
+    if engines < 1:
+        raise InputError(f"profiling needs at least one engine start of each kind (got {engines})")
     by_batch = {b: texts[:b] for b in batches}
     trace_dir = Path(trace_dir)
     calls = []
-    for mode, drafter in (("decode", None), ("verify", drafter_dir)):
-        d = trace_dir / mode
-        d.mkdir(parents=True, exist_ok=True)
-        engine = engine_kwargs(target_dir, drafter, k if drafter else None,
-                               max_num_seqs=max(batches), **engine_opts)
-        calls.append((by_batch, max_tokens, engine, str(d)))
+    for e in range(engines):
+        for mode, drafter in (("decode", None), ("verify", drafter_dir)):
+            d = trace_dir / mode / f"e{e}"
+            d.mkdir(parents=True, exist_ok=True)
+            engine = engine_kwargs(target_dir, drafter, k if drafter else None,
+                                   max_num_seqs=max(batches), **engine_opts)
+            calls.append((by_batch, max_tokens, engine, str(d)))
     return calls
 
 
-def profile_summary(decode: dict, verify: dict, k: int, batches: list[int]) -> dict:
-    """The two engines' profiles (profile_generate's results) compared at each batch size: the
-    classes' times, TE with its interval, the draft cost, the grids and the costliest ops."""
-    out = {"decode": decode, "verify": verify}
+def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
+                    batches: list[int]) -> dict:
+    """The engines' profiles (profile_generate's results, one per engine start of each mode)
+    compared at each batch size: the classes' times over the steps of every engine start, TE
+    with its interval over the engine starts (te_interval), each start's TE, the draft cost, the
+    grids and the costliest ops."""
+    if not decodes or len(decodes) != len(verifies):
+        raise SpecmoeError(f"profiles of {len(decodes)} decode and {len(verifies)} verify engine "
+                           "starts: each start of one needs one of the other")
     rows = []
     for b in batches:
-        dec_info, ver_info = out["decode"][b]["traces"][0], out["verify"][b]["traces"][0]
-        dec = summarise(dec_info["path"], b, 1)
-        ver = summarise(ver_info["path"], b, k + 1)
-        sms = dec_info.get("sm_count", 0)
-        cmp = profiling.compare(profiling.mean_events(dec["steps"]),
-                                profiling.mean_events(ver["steps"]))
-        lo, hi = te_interval([s.time_us for s in dec["steps"]], [s.time_us for s in ver["steps"]])
-        rows.append({"batch": b, "device": dec_info["device"], "gpu": dec_info.get("gpu"),
-                     "model_runner": {"decode": dec_info["model_runner"],
-                                      "verify": ver_info["model_runner"]},
-                     "sm_count": sms, "decode_steps": len(dec["steps"]),
-                     "verify_steps": len(ver["steps"]), "decode_wall_us": dec["wall_us"],
-                     "verify_wall_us": ver["wall_us"],
-                     "drafter_us_per_step": ver["drafter_us_per_step"],
-                     "draft_cost_profiled": ver["drafter_us_per_step"] / dec["wall_us"],
+        dec_infos = [d[b]["traces"][0] for d in decodes]
+        ver_infos = [v[b]["traces"][0] for v in verifies]
+        dec = [summarise(i["path"], b, 1) for i in dec_infos]
+        ver = [summarise(i["path"], b, k + 1) for i in ver_infos]
+        dec_steps = [s for d in dec for s in d["steps"]]
+        ver_steps = [s for v in ver for s in v["steps"]]
+        sms = dec_infos[0].get("sm_count", 0)
+        cmp = profiling.compare(profiling.mean_events(dec_steps),
+                                profiling.mean_events(ver_steps))
+        per_start = [d["wall_us"] / v["wall_us"] for d, v in zip(dec, ver)]
+        lo, hi = te_interval(cmp["te_profiled"], per_start)
+        dec_wall = float(np.mean([d["wall_us"] for d in dec]))
+        drafter_us = float(np.mean([v["drafter_us_per_step"] for v in ver]))
+        rows.append({"batch": b, "device": dec_infos[0]["device"], "gpu": dec_infos[0].get("gpu"),
+                     "model_runner": {"decode": dec_infos[0]["model_runner"],
+                                      "verify": ver_infos[0]["model_runner"]},
+                     "sm_count": sms, "engines": len(dec), "decode_steps": len(dec_steps),
+                     "verify_steps": len(ver_steps), "decode_wall_us": dec_wall,
+                     "verify_wall_us": float(np.mean([v["wall_us"] for v in ver])),
+                     "drafter_us_per_step": drafter_us,
+                     "draft_cost_profiled": drafter_us / dec_wall,
                      **cmp, "te_profiled_low": lo, "te_profiled_high": hi,
-                     "grids": {"decode": profiling.grid_stats(dec["steps"], sms),
-                               "verify": profiling.grid_stats(ver["steps"], sms)},
-                     "top_ops": top_ops(dec["steps"], ver["steps"])})
-        log.info("batch %d: %d decode / %d verify steps; MoE share %.3f, S_moe %.2f, S_dense %.2f, "
-                 "TE %.3f", b, len(dec["steps"]), len(ver["steps"]), cmp["moe_time_share"],
-                 cmp["moe_time_ratio"], cmp["dense_time_ratio"], cmp["te_profiled"])
-    return {"k": k, "batches": rows,
-            "engine_startup_s": out["decode"].get("startup_s", 0.0)
-            + out["verify"].get("startup_s", 0.0),
-            "engine_start": {m: out[m].get("engine_start") for m in ("decode", "verify")}}
+                     "te_profiled_per_start": per_start,
+                     "grids": {"decode": profiling.grid_stats(dec_steps, sms),
+                               "verify": profiling.grid_stats(ver_steps, sms)},
+                     "top_ops": top_ops(dec_steps, ver_steps)})
+        log.info("batch %d: %d engine starts, %d decode / %d verify steps; MoE share %.3f, "
+                 "S_moe %.2f, S_dense %.2f, TE %.3f [%.3f, %.3f] (per start %s)", b, len(dec),
+                 len(dec_steps), len(ver_steps), cmp["moe_time_share"], cmp["moe_time_ratio"],
+                 cmp["dense_time_ratio"], cmp["te_profiled"], lo, hi,
+                 " / ".join(f"{x:.3f}" for x in per_start))
+    runs = [*decodes, *verifies]
+    return {"k": k, "batches": rows, "engines": len(decodes),
+            "engine_startup_s": sum(r.get("startup_s", 0.0) for r in runs),
+            "engine_start": {"decode": decodes[0].get("engine_start"),
+                             "verify": verifies[0].get("engine_start")}}
 
 
-def te_interval(decode_us: list[float], verify_us: list[float]) -> tuple[float, float]:
-    """95% interval of TE = mean decode step time / mean verify step time from the spread of the
-    profiled steps (log scale, Welch df; consecutive steps are treated as independent, so it is
-    rather too narrow than too wide). NaN with fewer than two steps of either kind."""
-    from ..measured.sweep import Estimate, ratio
+def te_interval(te: float, per_start: list[float]) -> tuple[float, float]:
+    """95% interval of TE around its point `te` (the pooled steps' ratio) from the spread of TE
+    over the engine starts (`per_start`, each start's mean decode over mean verify step): on the
+    log scale, t with (starts - 1) degrees of freedom. The starts are the independent unit: the
+    steps of one start share its state (two runs' single-start intervals, from its steps, were
+    disjoint at batch 4: TE 0.50 [0.44, 0.56] and 0.80 [0.70, 0.91]). NaN with fewer than two
+    starts."""
+    from scipy import stats
 
-    def est(xs):
-        xs = np.asarray(xs, dtype=float)
-        if len(xs) < 2 or xs.mean() <= 0:
-            return Estimate(float(xs.mean()) if len(xs) else float("nan"), float("nan"), 0.0)
-        return Estimate(float(xs.mean()), float(xs.std(ddof=1) / xs.mean() / np.sqrt(len(xs))),
-                        len(xs) - 1)
-
-    return ratio(est(decode_us), est(verify_us)).interval()
+    logs = np.log(np.asarray(per_start, dtype=float))
+    if len(logs) < 2 or not np.all(np.isfinite(logs)) or not te > 0:
+        return float("nan"), float("nan")
+    half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    return float(te * np.exp(-half)), float(te * np.exp(half))
 
 
 def top_ops(decode: list[profiling.Step], verify: list[profiling.Step], n: int = 12) -> list[dict]:

@@ -175,7 +175,8 @@ def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()
     res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
-                        int(prof_cfg["max_tokens"]), opts, trace_dir, log_path=log,
+                        int(prof_cfg["max_tokens"]), opts, trace_dir,
+                        engines=int(prof_cfg["engines"]), log_path=log,
                         timeout=float(setting(prof_cfg, "timeout_s")))
     write_json(out, {"run": run, **res, "prompting": fit, "wall_s": time.perf_counter() - t0},
                provenance(
