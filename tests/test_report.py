@@ -881,6 +881,7 @@ def test_the_prediction_beside_the_measurement_reads_no_shape_from_medians(tmp_p
     rows = [{"model": "fine", "k": 3, "method": "draft_model", "hardware": "CPU", "batch": b,
              "te_predicted": 0.25, "te_low": 0.001, "te_high": th, "speedup_predicted": sp,
              "speedup_low": 0.0, "speedup_high": hi, "speedup_measured": m,
+             "tau_predicted_low": 1.64, "tau_predicted_high": 1.64, "tau_measured": 2.09,
              "shape_predicted": "undecided", "shape_measured": "undecided within the noise"}
             for b, th, sp, hi, m in ((1, 0.79, 0.312, 0.70, 0.6), (2, 0.93, 0.344, 0.83, 1.07),
                                      (4, 1.0, 0.374, 0.95, 0.88), (8, 1.0, 0.399, 1.03, 0.92))]
@@ -892,6 +893,10 @@ def test_the_prediction_beside_the_measurement_reads_no_shape_from_medians(tmp_p
     assert "1 of 2 measurements inside the predicted interval (the 2 batch size(s) with " \
            "information)" in line
     assert "the prediction's shape, decided over its draws, is undecided" in line
+    # the capture's acceptance length (repetition penalty) against the sweep's: named, since the
+    # speedup scales with it
+    assert ("acceptance length 1.64 in the prediction against 2.09 in the sweep (the speedup "
+            "scales with it)") in line
 
 
 def test_shapes_from_the_studys_rule_are_scored_apart_from_measured_curves(tmp_path):
@@ -947,3 +952,21 @@ def test_a_te_from_the_sweep_with_profiled_c_has_its_interval_and_bound():
     assert row["te_sweep_profiled_c_status"].startswith("not identified")
     row = te_three_ways_row({"model": "m"}, b, {**sw, "speedup_high": 1.2}, None, np.nan)
     assert row["te_sweep_profiled_c_status"] == "ok" and 0 < row["te_sweep_profiled_c"] < 1
+
+
+def test_the_openings_evidence_says_how_it_fares_in_the_targets_other_runs():
+    """tiny-fine's 'overlap decays inside windows' rested on its first run alone (+0.012
+    [+0.001, +0.022] at K = 3), while the same prompts at K = 5 were undecided and a slice of them
+    rose: the opening now gives each other run's value in words its own interval decides."""
+    td = tables_in(FIXTURE)
+    ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
+    g = ob[ob["model"] == "tiny-fine"].sort_values("k", kind="stable")
+    others = g.iloc[1:]
+    assert len(others) >= 2
+    text = prose.opening(td)
+    clause = prose.other_runs(td, "tiny-fine")["overlap decays inside windows"]
+    assert clause in text
+    for _, r in others.iterrows():
+        v, lo, hi = (r[f"window_decay_within_status{s}"] for s in ("", "_low", "_high"))
+        word = "decays" if lo > 0 else "rises" if hi < 0 else "undecided"
+        assert f"K={r['k']}, " in clause and f"{word} ({v:+.3f} [{lo:+.3f}, {hi:+.3f}])" in clause

@@ -13,7 +13,9 @@ from ..runs import Run
 
 def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
     """One row per model and batch size: predicted TE and speedup with their 95% intervals, and
-    the run's measured speedup where a sweep of the same model at the same K measured it."""
+    the run's measured speedup where a sweep of the same model at the same K measured it; beside
+    each, its acceptance length (the speedup scales with it): the one the prediction drew
+    (its range: the capture's, or the prior's) and the sweep's."""
     measured = {}
     for path in speedup_jsons:
         sp = read_json(path)
@@ -23,7 +25,7 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
                 "dataset": run.dataset, "speedup_measured": r["speedup"],
                 "speedup_measured_low": r.get("speedup_low", np.nan),
                 "speedup_measured_high": r.get("speedup_high", np.nan),
-                "shape_measured": sp["shape"]})
+                "tau_measured": r.get("tau", np.nan), "shape_measured": sp["shape"]})
     rows = []
     for path in predict_jsons:
         p = read_json(path)
@@ -38,6 +40,9 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
                          "speedup_measured": m.get("speedup_measured", np.nan),
                          "speedup_measured_low": m.get("speedup_measured_low", np.nan),
                          "speedup_measured_high": m.get("speedup_measured_high", np.nan),
+                         "tau_predicted_low": p["acceptance_length"][0],
+                         "tau_predicted_high": p["acceptance_length"][-1],
+                         "tau_measured": m.get("tau_measured", np.nan),
                          "shape_predicted": p["shape"],
                          "shape_measured": m.get("shape_measured", "")})
     return pd.DataFrame(rows)

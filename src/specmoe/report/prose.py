@@ -614,12 +614,45 @@ def _speedup_summary(td: Tables) -> list[str]:
     return out
 
 
-def _routing_sentence(model: str, rows: pd.DataFrame) -> str:
+# a finding measured again by a target's other runs (the same prompts at another K, and slices of
+# them), by its column of overlap_by_distance: the decay inside windows differs with K (other
+# windows); the overlap along the committed sequence does not (SD commits the same tokens)
+ELSEWHERE = {"overlap decays inside windows": "window_decay_within_status"}
+
+
+def other_runs(td: Tables, model: str) -> dict[str, str]:
+    """How each finding of ELSEWHERE fares in a target's runs other than its first (the
+    findings table's), each run in words decided by its own interval, by finding."""
+    ob = load(td, "overlap_by_distance")
+    if ob.empty or model not in set(ob["model"]):
+        return {}
+    first = _first(ob, model)
+    g = ob[(ob["model"] == model)
+           & ~((ob["k"] == first["k"]) & (ob["dataset"] == first["dataset"]))]
+    out = {}
+    for finding, col in ELSEWHERE.items():
+        if col not in g:
+            continue
+        runs = [f"{label_of(model, r['k'], r['dataset']).split(', ', 1)[1]}: "
+                + direction(_val(r, col), *_interval(r, col), "decays", "rises")
+                for _, r in g.iterrows() if np.isfinite(_val(r, col))]
+        if runs:
+            out[finding] = ("in its other runs (the same prompts at another K, or a slice of "
+                            "them): " + "; ".join(runs))
+    return out
+
+
+def _routing_sentence(model: str, rows: pd.DataFrame, elsewhere: dict | None = None) -> str:
     """One target's routing findings in a sentence: the evidence of learned routing with its
-    numbers, the findings its untrained control shows as well (named), those not shown."""
+    numbers (and how each fares in the target's other runs: other_runs), the findings its
+    untrained control shows as well (named), those not shown."""
+    elsewhere = elsewhere or {}
+
     def named(df, numbers=True):
-        return ", ".join(f"{r['finding']}" + (f" ({r['value']})" if numbers else "")
-                         for _, r in df.iterrows())
+        return ", ".join(f"{r['finding']}" + (
+            f" ({r['value']}" + (f"; {elsewhere[r['finding']]}" if r["finding"] in elsewhere
+                                 else "") + ")" if numbers else "")
+            for _, r in df.iterrows())
 
     learned = rows[rows["learned"].str.startswith("yes")]
     both = rows[rows["learned"].str.startswith("no: the untrained")
@@ -689,7 +722,7 @@ def opening(td: Tables) -> str:
         routing = t[~t["status"].isin([CPU, NOT_MEASURED])]
         out.append("Routing, in each trained tiny target beside its untrained control (95% "
                    "intervals by request; the report's findings table has every number): "
-                   + ". ".join(_routing_sentence(m, g)
+                   + ". ".join(_routing_sentence(m, g, other_runs(td, m))
                                for m, g in routing.groupby("model", sort=False)) + ".")
     speed = _speedup_summary(td)
     if speed:
@@ -786,8 +819,16 @@ def prediction_findings(td: Tables) -> list[str]:
                  + (f" (the {len(inside)} batch size(s) with information)" if blind.any()
                     else "") if inside else "no measured batch size where the prediction has "
                  "information")
-        out.append(f"{model} (step model {where}): {pts}; {count}; predicted medians over the "
-                   f"measured batch sizes {min(b)}–{max(b)} "
+        tau = ""
+        if "tau_measured" in g and np.isfinite(g["tau_measured"]).any():
+            lo, hi = float(g["tau_predicted_low"].iloc[0]), float(g["tau_predicted_high"].iloc[0])
+            meas = g["tau_measured"][np.isfinite(g["tau_measured"])]
+            drawn = f"{lo:.2f}" if lo == hi else f"{lo:.2f} to {hi:.2f}"
+            tau = (f"; acceptance length {drawn} in the prediction against "
+                   f"{meas.min():.2f}" + (f"–{meas.max():.2f}" if meas.max() > meas.min() else "")
+                   + " in the sweep (the speedup scales with it)")
+        out.append(f"{model} (step model {where}): {pts}; {count}{tau}; predicted medians over "
+                   f"the measured batch sizes {min(b)}–{max(b)} "
                    f"{' / '.join(f'{v:.3f}' for v in g['speedup_predicted'])} (no shape is read "
                    f"from medians); over batch {whole.min()}–{whole.max()} the prediction's "
                    f"shape, decided over its draws, is {g['shape_predicted'].iloc[0]}; the "
