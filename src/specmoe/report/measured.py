@@ -192,11 +192,12 @@ def bounded_te(name: str, te: float, low: float | None = None, high: float | Non
 
 
 def _te_sweep(tau: float, speedup: float, draft_cost: float) -> float:
-    """TE = 1 / (tau / speedup - c), unbounded (inf) where the speedup reaches tau / c."""
+    """costmodel.te_from_sweep, unbounded (inf) where the speedup reaches tau / c (there its
+    NaN means no finite TE, not a missing one)."""
     if not np.isfinite(speedup):
         return np.nan
-    denom = tau / speedup - draft_cost
-    return 1.0 / denom if denom > 0 else np.inf
+    te = costmodel.te_from_sweep(tau, speedup, draft_cost)
+    return te if np.isfinite(te) else np.inf
 
 
 def _finite_or_none(x):
