@@ -267,23 +267,15 @@ MEASURED_ROUTING = "measured windows (temporal)"
 DEFAULT_HARDWARE = "H100"  # a model's hardware when it names none (a variant's: its target's)
 
 
-def _positive(name: str, key: str, value) -> float:
+def _positive(name: str, key: str, value, zero_ok: bool = False) -> float:
+    """A hardware entry's number: finite and > 0 (>= 0 where zero_ok), else one line."""
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise InputError(f"hardware {name}: {key} must be a number, got {value!r}") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise InputError(f"hardware {name}: {key} must be > 0, got {value!r}")
-    return v
-
-
-def _at_least_zero(name: str, key: str, value) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"hardware {name}: {key} must be a number, got {value!r}") from None
-    if not v >= 0 or v == float("inf"):
-        raise InputError(f"hardware {name}: {key} must be >= 0, got {value!r}")
+    if not (v >= 0 if zero_ok else v > 0) or v == float("inf"):
+        raise InputError(f"hardware {name}: {key} must be {'>=' if zero_ok else '>'} 0, got "
+                         f"{value!r}")
     return v
 
 
@@ -311,18 +303,18 @@ class Hardware:
             raise InputError(f"hardware {name}: peak_tflops must map dtypes to TFLOP/s "
                              f"(e.g. {{bf16: 989}}), got {peaks!r}")
         nvlink = d.get("nvlink_gbs", 0)
-        sms = _at_least_zero(name, "sm_count", d.get("sm_count", 0))
+        sms = _positive(name, "sm_count", d.get("sm_count", 0), zero_ok=True)
         if not float(sms).is_integer():
             raise InputError(f"hardware {name}: sm_count must be a whole number, got {sms!r}")
         memory = d.get("memory_gib", 0)
         return cls(name=name, hbm_bandwidth=bw * 1e9,
                    peak_flops={k: _positive(name, f"peak_tflops.{k}", v) * 1e12
                                for k, v in peaks.items()},
-                   l2_bytes=_at_least_zero(name, "l2_mib", d.get("l2_mib", 0)) * MIB,
+                   l2_bytes=_positive(name, "l2_mib", d.get("l2_mib", 0), zero_ok=True) * MIB,
                    sm_count=int(sms),
                    # a forward pass's fixed time: launches and scheduling cost time, never give it
-                   step_overhead=_at_least_zero(name, "step_overhead_us",
-                                                d.get("step_overhead_us", 0)) * 1e-6,
+                   step_overhead=_positive(name, "step_overhead_us",
+                                           d.get("step_overhead_us", 0), zero_ok=True) * 1e-6,
                    nvlink_bandwidth=(_positive(name, "nvlink_gbs", nvlink) * 1e9 if nvlink
                                      else 0.0),
                    memory_bytes=(_positive(name, "memory_gib", memory) * GIB if memory

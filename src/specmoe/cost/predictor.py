@@ -18,7 +18,7 @@ import numpy as np
 
 from ..sources import published
 from . import stepmodel
-from .costmodel import Hardware, ModelDims
+from .costmodel import GIB, Hardware, ModelDims
 from ..errors import InputError
 
 MAX_BATCH = 4096  # beyond any engine's max_num_seqs on one GPU
@@ -245,9 +245,9 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     tau = tau or stepmodel.tau_prior(k)
     stepmodel.check_inputs(k, overlaps, tau)
     if hw.memory_bytes and stepmodel.weight_bytes(dims) > hw.memory_bytes:
-        raise InputError(f"weights of {stepmodel.weight_bytes(dims) / 2**30:.1f} GiB per GPU at "
+        raise InputError(f"weights of {stepmodel.weight_bytes(dims) / GIB:.1f} GiB per GPU at "
                          f"TP {dims.tp} in {dims.dtype} exceed the {hw.name}'s "
-                         f"{hw.memory_bytes / 2**30:g} GiB: no engine can serve this; raise --tp "
+                         f"{hw.memory_bytes / GIB:g} GiB: no engine can serve this; raise --tp "
                          "or use a larger GPU")
     distance, far = calibration_distance(dims, hw, method, config, engine, k)
     # TE's error grows with the distance of the model and GPU; another engine is priced by its
