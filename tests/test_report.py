@@ -879,7 +879,8 @@ def test_the_prediction_beside_the_measurement_reads_no_shape_from_medians(tmp_p
     from the medians while every interval spanned [0.00, 0.70] and more, two of them TE's whole
     range; the prediction's shape from its draws was 'undecided'."""
     rows = [{"model": "fine", "k": 3, "method": "draft_model", "hardware": "CPU", "batch": b,
-             "te_predicted": 0.25, "te_low": 0.001, "te_high": th, "speedup_predicted": sp,
+             "te_predicted": 0.25, "te_low": 0.001, "te_high": th,
+             "no_information": th == 1.0, "speedup_predicted": sp,
              "speedup_low": 0.0, "speedup_high": hi, "speedup_measured": m,
              "tau_predicted_low": 1.64, "tau_predicted_high": 1.64, "tau_measured": 2.09,
              "shape_predicted": "undecided", "shape_measured": "undecided within the noise"}

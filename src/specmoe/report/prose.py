@@ -791,16 +791,14 @@ def prediction_findings(td: Tables) -> list[str]:
     prediction has information (TE's interval short of its whole physical range), the predicted
     medians without a shape read from them, the prediction's shape as its draws decide it, and
     the measured shape."""
-    from ..cost.stepmodel import TE_FLOOR
-
     out = []
     sm = load(td, "step_model")
     studied = set(published.load("hardware")["gpu"])
     both = sm[np.isfinite(sm["speedup_measured"])] if not sm.empty else sm
     for model, g in (both.groupby("model", sort=False) if not both.empty else []):
         g = g.sort_values("batch")
-        blind = ((g["te_low"] <= TE_FLOOR) & (g["te_high"] >= 1.0) if "te_low" in g
-                 else pd.Series(False, index=g.index))
+        # where the step model said nothing (stepmodel.summarise's own flag, not recomputed)
+        blind = g["no_information"].astype(bool)
         seen = g[~blind]
         inside = [(r["speedup_low"] <= r["speedup_measured"] <= r["speedup_high"])
                   for _, r in seen.iterrows()]
