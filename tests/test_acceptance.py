@@ -233,6 +233,37 @@ def test_a_row_from_fewer_than_10_requests_in_an_arm_says_too_few():
     assert compare(acc, rej, ar, rr)["size"] != TOO_FEW
 
 
+def test_a_too_few_row_shows_no_token_interval_outside_any_difference_of_overlaps():
+    """Two rejected drafts (overlaps 0.25 and 0.75) beside 120 accepted ones: Welch's interval of
+    the delta was [-2.99, 3.02], shown in a "too few" row although overlaps differ by at most 1."""
+    from specmoe.routing.acceptance import TOO_FEW
+
+    acc = np.random.default_rng(1).integers(0, 9, 120) / 8
+    out = compare(acc, np.array([0.25, 0.75]), np.arange(120) % 30, np.array([0, 1]))
+    assert out["size"] == TOO_FEW
+    assert np.isnan(out["delta_low_tokens"]) and np.isnan(out["delta_high_tokens"])
+
+
+@pytest.mark.parametrize("a,b", [(7 / 12, 5 / 12), (1 / 3, 1 / 6), (0.1, 0.1)])
+def test_arms_without_spread_give_no_d_and_no_test(a, b):
+    """Each arm constant at a value without an exact binary form: the computed variances are
+    rounding (about 1e-33), and d came out as 1.8e15 with size "large", p 0.0 by request and
+    8e-245 over tokens (0.1 against 0.1: "negligible" from an interval of +-1.6e-8)."""
+    from specmoe.routing.acceptance import NO_SPREAD_LABEL
+
+    out = compare(np.full(24, a), np.full(24, b), np.arange(24) % 12, np.arange(24) % 12 + 12)
+    assert out["size"] == NO_SPREAD_LABEL
+    for key in ("cohens_d", "cohens_d_low", "cohens_d_high", "p_by_request", "p_tokens_welch",
+                "delta_low_tokens"):
+        assert np.isnan(out[key]), key
+    assert out["delta"] == pytest.approx(a - b)
+    assert np.isnan(cohens_d(np.full(5, a), np.full(7, b)))
+    # one arm with spread: d and its test stand
+    spread = np.full(24, a) + np.tile([0.0, 0.125], 12)
+    out = compare(spread, np.full(24, b), np.arange(24) % 12, np.arange(24) % 12 + 12)
+    assert np.isfinite(out["cohens_d"]) and out["size"] != NO_SPREAD_LABEL
+
+
 def test_a_position_without_rejected_drafts_says_so():
     """A synthetic generator whose acceptance reaches 1 accepts every draft: the row's rejected
     side is empty, and its label says why rather than "too few"."""
@@ -269,7 +300,9 @@ def test_holm_by_hand_and_across_positions_and_slices(small_trace):
     assert got[:3] == pytest.approx([0.03, 0.06, 0.06]) and np.isnan(got[3])
     consec, anchor = row_overlaps(small_trace)
     res = acceptance_stats(small_trace, consec, anchor)
-    family = res["by_position"] + [r for rows in res["slices"].values() for r in rows]
+    family = (res["by_position"] + [r for rows in res["slices"].values() for r in rows]
+              + res["anchor_effects"])  # the anchor effects are tests of the run too
+    assert all("p_holm" in r for r in res["anchor_effects"])
     assert [r["p_holm"] for r in family] == pytest.approx(
         holm([r["p_by_request"] for r in family]), nan_ok=True)
 

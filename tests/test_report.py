@@ -971,3 +971,34 @@ def test_the_openings_evidence_says_how_it_fares_in_the_targets_other_runs():
         v, lo, hi = (r[f"window_decay_within_status{s}"] for s in ("", "_low", "_high"))
         word = "decays" if lo > 0 else "rises" if hi < 0 else "undecided"
         assert f"K={r['k']}, " in clause and f"{word} ({v:+.3f} [{lo:+.3f}, {hi:+.3f}])" in clause
+
+
+def test_the_anchor_figure_shows_no_d_where_too_few_requests_decide_it():
+    """First-rejected drafts from 2 requests gave d = 4.20, size "too few", and the figure still
+    printed "d=4.20"; the anchor table kept only d and raw p-values (no interval, no size, no
+    requests per arm, no p_holm)."""
+    from specmoe.routing.acceptance import TOO_FEW, compare
+    from specmoe.report.runs import ANCHOR_EFFECT_COLUMNS, anchor_rows
+
+    rng = np.random.default_rng(0)
+    acc, rej = rng.uniform(0.3, 0.5, 40), np.array([0.05, 0.1])
+    few = {"draft_position": 1, **compare(acc, rej, np.arange(40) % 30, np.array([0, 1]))}
+    rng2 = np.random.default_rng(1)
+    many = {"draft_position": 2, **compare(rng2.uniform(0.3, 0.5, 60), rng2.uniform(0.2, 0.4, 40),
+                                           np.arange(60) % 30, np.arange(40) % 20 + 30)}
+    assert few["size"] == TOO_FEW and np.isfinite(few["cohens_d"])
+    assert many["size"] != TOO_FEW
+    anchor = [{"draft_position": j, "status": s, "mean": m, "se_tokens": 0.01, "n": 20,
+               "se_by_request": 0.02, "n_requests": 10}
+              for j in (1, 2) for s, m in (("accepted", 0.4), ("first_rejected", 0.2))]
+    rows = anchor_rows({"model": "fine"}, {"anchor": anchor, "anchor_effects": [few, many]})
+    assert set(ANCHOR_EFFECT_COLUMNS) <= set(rows[0])
+    assert rows[0]["size"] == TOO_FEW and rows[0]["n_requests_rejected"] == 2
+    assert np.isfinite(rows[2]["cohens_d_low"]) and rows[2]["size"] == many["size"]
+    df = pd.DataFrame(rows).assign(run="fine")
+    fn, *args = figures._anchor_frame(df)
+    fig = fn(*args)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "d: too few" in texts and not any(t.startswith("d=4.") for t in texts)
+    assert f"d={many['cohens_d']:.2f}" in texts
+    figures.plt.close(fig)

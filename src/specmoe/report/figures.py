@@ -16,6 +16,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from ..cost import costmodel, stepmodel
+from ..routing.acceptance import TOO_FEW
 from ..sources import published
 from ..provenance import atomic_path
 from ..runs import label_of, short_dataset
@@ -271,8 +272,9 @@ def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: st
 
 
 def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
-    """df: run, draft_position, status, mean, se; effects: run, draft_position, cohens_d. Each
-    position's Cohen's d labels its points, the labels of a panel set apart (_labels_apart)."""
+    """df: run, draft_position, status, mean, se; effects: run, draft_position, cohens_d, size.
+    Each position's Cohen's d labels its points ("too few" where too few requests decide
+    nothing), the labels of a panel set apart (_labels_apart)."""
     runs = list(dict.fromkeys(df["run"]))
     fig, axes = _facets(len(runs))
     labels = {}
@@ -288,7 +290,9 @@ def anchor_overlap(df: pd.DataFrame, effects: pd.DataFrame) -> plt.Figure:
             if not np.isfinite(r["cohens_d"]):
                 continue
             top = d[d["draft_position"] == r["draft_position"]]["mean"].max()
-            labels[ax].append(ax.annotate(f"d={r['cohens_d']:.2f}", (r["draft_position"], top),
+            # no d where too few requests decide nothing (its interval and verdict: the table)
+            text = "d: too few" if r.get("size") == TOO_FEW else f"d={r['cohens_d']:.2f}"
+            labels[ax].append(ax.annotate(text, (r["draft_position"], top),
                                           fontsize=6, textcoords="offset points",
                                           xytext=LABEL_OFFSET, ha="center"))
         if "first_rejected" not in set(d["status"]):  # every draft accepted: no effect to show
@@ -558,5 +562,5 @@ def _anchor_frame(anchor: pd.DataFrame) -> tuple:
     if anchor.empty:
         return (empty, NONE.format("routing trace"))
     effects = anchor.drop_duplicates(["run", "draft_position"])[
-        ["run", "draft_position", "cohens_d"]]
+        ["run", "draft_position", "cohens_d", "size"]]
     return (anchor_overlap, anchor, effects)

@@ -153,9 +153,9 @@ GROUPS = {
     "acceptance_consecutive": {
         "the delta, clustered by request": r"(accepted_overlap|first_rejected_overlap|delta"
                                            r"|.*_by_request|p_holm|n_requests.*"
-                                           r"|cohens_d_(low|high))",
+                                           r"|cohens_d(_low|_high)?|size)",
         "token-level statistics (as the study reports them)": r"(n_accepted|n_first_rejected|"
-                                                              r"cohens_d|size|.*_tokens.*)",
+                                                              r".*_tokens.*)",
     },
     "unique_experts": {
         "measured and closed forms": r"(empirical.*|uniform|independent)",

@@ -29,6 +29,10 @@ ACCEPTANCE_COLUMNS = (
     "n_requests_accepted", "n_requests_rejected", "cohens_d_low", "cohens_d_high",
     "n_accepted", "n_first_rejected", "cohens_d", "size", "delta_low_tokens",
     "delta_high_tokens", "p_tokens_welch", "p_tokens_mannwhitney")
+# the accepted vs first-rejected effect on anchor overlap beside each status row of its position
+ANCHOR_EFFECT_COLUMNS = (
+    "cohens_d", "cohens_d_low", "cohens_d_high", "size", "n_requests_accepted",
+    "n_requests_rejected", "p_by_request", "p_holm", "p_tokens_welch")
 
 
 def runs(paths) -> list[dict]:
@@ -220,15 +224,14 @@ def _add_acceptance_rows(t: dict[str, list], ac: dict, control_of: dict | None =
 
 def anchor_rows(rc: dict, ac: dict) -> list[dict]:
     """One run's rows of the anchor_overlap table, each with the effect of acceptance on anchor
-    overlap at its position (accepted vs first-rejected), the label of the anchor-overlap
-    figure."""
+    overlap at its position (accepted vs first-rejected): Cohen's d with its interval and size
+    verdict, the requests in each arm and the p-values (p_holm in the run's family), the label of
+    the anchor-overlap figure."""
     eff = {e["draft_position"]: e for e in ac.get("anchor_effects", [])}
     rows = []
     for r in ac["anchor"]:
         e = eff.get(r["draft_position"], {})
-        rows.append({**rc, **r, "cohens_d": e.get("cohens_d", np.nan),
-                     "p_by_request": e.get("p_by_request", np.nan),
-                     "p_tokens_welch": e.get("p_tokens_welch", np.nan)})
+        rows.append({**rc, **r, **{c: e.get(c, np.nan) for c in ANCHOR_EFFECT_COLUMNS}})
     return rows
 
 

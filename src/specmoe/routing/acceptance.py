@@ -31,6 +31,18 @@ MIN_REQUESTS = 10  # requests in each arm below which a row is "too few" (no tes
 TOO_FEW = "too few"
 # an arm without a single draft: nothing to compare, and the label says which arm is empty
 NONE_REJECTED, NONE_ACCEPTED = "none rejected", "none accepted"
+# Rounding: an arm constant at a value without an exact binary form (an overlap of 7/12) has a
+# computed variance of about eps^2 rather than 0, and d came out as 1e15 ("large", p = 0). A
+# variance below this share of the arms' squared scale is rounding, not spread.
+NO_SPREAD = 1e3 * np.finfo(float).eps
+NO_SPREAD_LABEL = "no spread"  # each arm constant: d is undefined and nothing is tested
+
+
+def spread_floor(*arms: np.ndarray) -> float:
+    """The variance of `arms` (or of a mean or difference of their values) below which it is
+    rounding, not spread (NO_SPREAD of their largest squared magnitude)."""
+    scale = max((float(np.max(np.abs(a))) for a in arms if np.size(a)), default=0.0)
+    return NO_SPREAD * scale * scale
 
 
 def size_label(d: float) -> str:
@@ -58,7 +70,7 @@ def cohens_d(x: np.ndarray, y: np.ndarray) -> float:
     if nx < 2 or ny < 2:
         return float("nan")
     pooled = ((nx - 1) * x.var(ddof=1) + (ny - 1) * y.var(ddof=1)) / (nx + ny - 2)
-    if pooled == 0:
+    if pooled <= spread_floor(x, y):  # neither arm spreads: d is undefined, not huge
         return float("nan")
     return float((x.mean() - y.mean()) / np.sqrt(pooled))
 
@@ -70,7 +82,8 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
     each token's request (acc_req, rej_req), the delta's 95% interval and p-value clustered by
     request (`by_request`: the delta's and d's intervals, cluster_robust_p); with fewer than
     MIN_REQUESTS requests in either arm the row is "too few" (its p-values NaN, its size label
-    "too few"), and with no draft at all in an arm "none rejected" or "none accepted"."""
+    "too few"), with each arm constant "no spread" (d undefined, nothing tested), and with no
+    draft at all in an arm "none rejected" or "none accepted"."""
     acc, rej = np.asarray(acc, float), np.asarray(rej, float)
     out = {"accepted_overlap": float(acc.mean()) if acc.size else float("nan"),
            "first_rejected_overlap": float(rej.mean()) if rej.size else float("nan"),
@@ -78,7 +91,9 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
     out["delta"] = out["accepted_overlap"] - out["first_rejected_overlap"]
     d = cohens_d(acc, rej)
     out["cohens_d"] = d
-    if acc.size >= 2 and rej.size >= 2 and (acc.var() > 0 or rej.var() > 0):
+    floor = spread_floor(acc, rej)
+    flat = acc.size >= 2 and rej.size >= 2 and max(acc.var(), rej.var()) <= floor
+    if acc.size >= 2 and rej.size >= 2 and (acc.var() > floor or rej.var() > floor):
         welch = stats.ttest_ind(acc, rej, equal_var=False)
         lo, hi = welch.confidence_interval(LEVEL)
         out["delta_low_tokens"], out["delta_high_tokens"] = float(lo), float(hi)
@@ -88,17 +103,21 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
     else:
         out["delta_low_tokens"] = out["delta_high_tokens"] = float("nan")
         out["p_tokens_welch"] = out["p_tokens_mannwhitney"] = float("nan")
-    out["size"] = size_label(d)
+    out["size"] = NO_SPREAD_LABEL if flat else size_label(d)
     if acc_req is not None and rej_req is not None:
         acc_req, rej_req = np.asarray(acc_req), np.asarray(rej_req)
         out["n_requests_accepted"] = int(np.unique(acc_req).size)
         out["n_requests_rejected"] = int(np.unique(rej_req).size)
         out.update(by_request(acc, rej, acc_req, rej_req))
-        if np.isfinite(out["cohens_d_low"]):  # the verdict of d's interval, not of its point
+        if np.isfinite(d) and np.isfinite(out["cohens_d_low"]):
+            # the verdict of d's interval, not of its point (none where d itself is undefined)
             out["size"] = size_range(out["cohens_d_low"], out["cohens_d_high"])
         if min(out["n_requests_accepted"], out["n_requests_rejected"]) < MIN_REQUESTS:
             # a handful of requests decide nothing: no p-value, no verdict on d
-            for key in ("p_by_request", "p_tokens_welch", "p_tokens_mannwhitney"):
+            # nor a token-level interval (with 2 rejected tokens Welch's reached [-2.99, 3.02],
+            # outside any difference of overlaps)
+            for key in ("p_by_request", "p_tokens_welch", "p_tokens_mannwhitney",
+                        "delta_low_tokens", "delta_high_tokens"):
                 out[key] = float("nan")
             out["size"] = TOO_FEW
     if not (acc.size and rej.size):
@@ -140,7 +159,7 @@ def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
         boot = ma - mr
         # Cohen's d of each resample: the pooled variance from its summed squares (ddof 1)
         pooled = (va - ca * ma ** 2 + vr - cr * mr ** 2) / (ca + cr - 2)
-        d_boot = np.where(pooled > 0, boot / np.sqrt(pooled), np.nan)
+        d_boot = np.where(pooled > spread_floor(acc, rej), boot / np.sqrt(pooled), np.nan)
     tail = 100 * (1 - LEVEL) / 2
     lo, hi = np.nanpercentile(boot, [tail, 100 - tail])
     out["delta_low_by_request"], out["delta_high_by_request"] = float(lo), float(hi)
@@ -179,7 +198,7 @@ def cluster_robust_p(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
     score = (f_a * np.bincount(ca, weights=ua, minlength=g) / n_a
              - f_r * np.bincount(cr, weights=ur, minlength=g) / n_r)
     se = float(np.sqrt((score ** 2).sum()))
-    if not se > 0:
+    if not se * se > spread_floor(acc, rej):  # no spread in either arm: nothing to test
         return float("nan")
     p, q = m_a * f_a / n_a, m_r * f_r / n_r
     b = (np.diag(m_a * f_a ** 2 / n_a ** 2 + m_r * f_r ** 2 / n_r ** 2)
@@ -293,8 +312,8 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
                      slice_column: str = "category", heldout=frozenset()) -> dict:
     """All acceptance statistics of one trace: overall, anchor (with effect sizes), per slice, and
     the median accepted-minus-first-rejected delta across the held-out datasets' slices. The
-    clustered p-values of every position, overall and in each slice, are one family: each row's
-    `p_holm` is its Holm-adjusted p."""
+    clustered p-values of every position, overall, in each slice and of the anchor effects, are
+    one family: each row's `p_holm` is its Holm-adjusted p."""
     pos, st = trace.columns["position"], trace.columns["status"]
     req = trace.columns["request"]
     kd = trace.k_draft
@@ -319,7 +338,8 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
             for ds, names in split.items()}
         held = [n for names in split.values() for n in names]
         out["median_delta_by_position"] = _median_delta(slices, held, kd)
-    family = out["by_position"] + [r for rows in out.get("slices", {}).values() for r in rows]
+    family = (out["by_position"] + [r for rows in out.get("slices", {}).values() for r in rows]
+              + out["anchor_effects"])
     for r, p in zip(family, holm([r.get("p_by_request", np.nan) for r in family])):
         r["p_holm"] = p
     return out
