@@ -132,6 +132,32 @@ def test_acceptance_rates_follow_accept_prob():
     assert abs((a >= 3).mean() - 0.09) < 0.02
 
 
+def test_a_tie_to_overlap_tilts_acceptance_without_raising_it():
+    """The tie was centred on the stickiness s (0.167 for Qwen3-30B's fit) rather than the
+    process's mean overlap at distance 1 (0.43): at the default configuration's tie of 3 every
+    draft of synth-fine was accepted (1.00 / 1.00 / 1.00 against 0.8 / 0.56 / 0.36), so its
+    accepted vs rejected comparison had no rejected arm. With the tie, acceptance stays near
+    accept_prob and rises with the window's overlap."""
+    from specmoe.routing.overlap import row_overlaps
+    from specmoe.routing.trace import ACCEPTED, FIRST_REJECTED
+
+    rates = {}
+    for tie in (0.0, 3.0):
+        # a process like Qwen3-30B's fit: stickiness 0.167, overlap at distance 1 about 0.4
+        p = SynthParams(num_experts=128, top_k=8, num_layers=6, skew=1.0, stickiness=0.167,
+                        topic_spread=1.5, topic_switch=0.05, requests=48, steps=48,
+                        accept_prob=[0.8, 0.7, 0.65], accept_overlap_tie=tie, seed=1)
+        tr = generate(p)
+        a = tr.columns["accepted"][tr.columns["position"] == 0]
+        rates[tie] = np.array([(a >= j).mean() for j in (1, 2, 3)])
+    assert rates[0.0] == pytest.approx([0.8, 0.56, 0.364], abs=0.03)
+    assert rates[3.0] == pytest.approx(rates[0.0], abs=0.06)
+    consec, _ = row_overlaps(tr)
+    st, pos = tr.columns["status"], tr.columns["position"]
+    at1 = pos == 1
+    assert consec[at1 & (st == ACCEPTED)].mean() > consec[at1 & (st == FIRST_REJECTED)].mean()
+
+
 @pytest.mark.parametrize("kw,msg", [
     ({"top_k": 9, "num_experts": 8}, "exceeds"),
     ({"top_k": 5, "num_experts": 8}, ">= 2\\*top_k"),

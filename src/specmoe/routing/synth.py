@@ -18,7 +18,9 @@ The process runs along each request's token sequence, per layer l, as a Markov c
   slowly falling plateau, the shape of the study's curves.
 - Verification windows: position 0 of a step is the last committed token; drafts 1..K continue the
   chain from it; a drafts are accepted, with probability accept_prob[j-1] + tie * (ov_j - mean ov)
-  for draft j (ov_j: layer-averaged overlap of positions j-1 and j), until the first rejection. The
+  for draft j (ov_j: layer-averaged overlap of positions j-1 and j; mean ov: the process's own
+  mean overlap at distance 1, expected_overlap, so the tie tilts acceptance towards windows that
+  keep their experts without moving its average), until the first rejection. The
   accepted drafts are committed and the next step's position 0 (the target's own next token)
   continues the chain from the last accepted position. The committed sequence is therefore one
   chain, and overlap along it follows the process; rejected drafts are branches off it.
@@ -235,6 +237,7 @@ def generate(p: SynthParams) -> Trace:
     chains = [_Chain(zipf_logw(n, p.skew, rng), p.requests, k, float(stick[layer]),
                      p.topic_spread, p.topic_switch, rng) for layer in range(n_layers)]
     dtype = np.uint8 if n <= 256 else np.uint16
+    centre = expected_overlap(p) if p.accept_overlap_tie else 0.0
     # windows in (request, step) order
     experts = np.empty((p.requests, p.steps, positions, n_layers, k), dtype=dtype)
     accepted = np.empty((p.requests, p.steps), np.int64)
@@ -250,7 +253,7 @@ def generate(p: SynthParams) -> Trace:
                 experts[:, step, j, layer] = cur
                 branch.append(topic)
             topics.append(branch)
-        a = _draw_acceptance(p, experts[:, step], rng)
+        a = _draw_acceptance(p, experts[:, step], rng, centre)
         accepted[:, step] = a
         for layer, ch in enumerate(chains):
             # the committed sequence continues from the last accepted position
@@ -280,9 +283,19 @@ def generate(p: SynthParams) -> Trace:
                  num_experts=n, k_draft=kd, meta={"generator": p.to_dict()})
 
 
-def _draw_acceptance(p: SynthParams, windows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def expected_overlap(p: SynthParams) -> float:
+    """The process's mean overlap at distance 1, over its layers (chain_curve at each layer's
+    stickiness, from its fixed seed): about s + (1 - s) R(1), well above s (Qwen3-30B's fit:
+    s = 0.167, overlap 0.43)."""
+    return float(np.mean([chain_curve(p.num_experts, p.top_k, p.skew, float(s), p.topic_spread,
+                                      p.topic_switch, distances=1)[0][0]
+                          for s in p.layer_stickiness()]))
+
+
+def _draw_acceptance(p: SynthParams, windows: np.ndarray, rng: np.random.Generator,
+                     centre: float) -> np.ndarray:
     """Accepted-draft count of each request's window (windows: requests, K+1, layers, k);
-    optionally tied to consecutive overlap."""
+    optionally tied to consecutive overlap, centred on `centre` (expected_overlap)."""
     rows, positions = windows.shape[:2]
     base = p.position_accept_prob()
     probs = np.broadcast_to(base, (rows, positions - 1)).copy()
@@ -292,8 +305,10 @@ def _draw_acceptance(p: SynthParams, windows: np.ndarray, rng: np.random.Generat
             a, b = windows[:, j - 1], windows[:, j]
             inter = (a[..., :, None] == b[..., None, :]).sum(axis=(-1, -2))
             ov[:, j - 1] = inter.mean(axis=1) / p.top_k
-        # centred on the overlap the process gives on average: s_l at distance 1
-        probs += p.accept_overlap_tie * (ov - p.layer_stickiness().mean())
+        # centred on the overlap the process gives on average at distance 1: centred on the
+        # stickiness s instead, the tie raised every probability by tie * (ov - s), and
+        # synth-fine (tie 3) accepted every draft
+        probs += p.accept_overlap_tie * (ov - centre)
     ok = rng.random(probs.shape) < np.clip(probs, 0.0, 1.0)
     return np.cumprod(ok, axis=1).sum(axis=1)
 
