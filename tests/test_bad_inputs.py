@@ -103,8 +103,19 @@ COMMAND = [
     ("one expert takes every token", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/one-hot.txt", 2,
      r"a load share of 2.000 > 1 after scaling to sum k=2"),
     ("ipf as documented", "ipf --experts-per-token 8 --n 128 --overlaps 0.431,0.356,0.328", 0, OK),
-    ("ipf with skewed loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/loads.txt --batch 4",
+    ("ipf with skewed loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.6 --loads {d}/loads.txt --batch 4",
      0, OK),
+    # loads 4 2 1 1 scaled to k = 2: the first expert is in every token's set, so two tokens
+    # share it always (was accepted, and fitted as a clipped table)
+    ("ipf below what the loads allow", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/loads.txt",
+     2, r"overlap 0.3 at distance 1 is impossible with these loads: .* so ov >= 0.5 \(hottest "
+        r"expert q = 1\)"),
+    ("ipf overlaps that cannot hold together", "ipf --experts-per-token 8 --n 128 --overlaps 1,0,1", 2,
+     r"overlaps 1,0,1 cannot hold together in one window of 4 tokens"),
+    ("ipf overlaps a long window cannot have", "ipf --experts-per-token 2 --n 8 --overlaps "
+     "0.1,0.1,0.1,0.1,0.1,0.1,0.1,0.1", 2, r"cannot hold together in one window of 9 tokens"),
+    ("ipf near the boundary", "ipf --experts-per-token 8 --n 128 --overlaps 0.999,0.998,0.997", 0,
+     r"^specmoe: warning: IPF stopped [0-9.e-]+ short of the overlaps \(they are feasible"),
     # te
     ("te without dimensions", "te", 2, r"give --config or all of: --hidden"),
     ("te with some dimensions", "te --hidden 2048", 2,

@@ -66,7 +66,63 @@ def test_jointly_infeasible_is_reported_not_hidden():
     # three mutually exclusive events of probability 0.5 each
     res = ipf.fit(np.array([0.5]), np.array([0.0, 0.0]), max_iter=300)
     assert not res.converged
-    assert res.n_unconverged == 1
+    assert res.n_unconverged == 1 and res.n_infeasible == 1
+
+
+@pytest.mark.parametrize("ov", [[1.0, 0.0, 1.0], [0.9, 0.1, 0.9]])
+def test_overlaps_that_cannot_hold_together_are_infeasible_by_linear_program(ov):
+    """S0 = S1 and S1 = S2 force S0 = S2; 0.9, 0.1, 0.9 breaks the triangle inequality: `specmoe
+    ipf` printed 8.0 and 11.74 unique experts for these and exited 0."""
+    res = ipf.fit(np.array([8 / 128]), np.array(ov))
+    assert not res.converged and res.n_infeasible == 1
+    assert not ipf.feasible(8 / 128, 8 / 128 * np.array(ov))
+    assert ipf.predict_uniform(128, 8, ov)["infeasible"]
+
+
+@pytest.mark.parametrize("k_draft,lam", [(7, 0.95), (3, 0.99)])
+def test_feasible_overlaps_near_the_boundary_are_not_called_infeasible(k_draft, lam):
+    """Overlaps of an exact two-state Markov chain, ov(d) = q + (1 - q) lam^d, are feasible by
+    construction; IPF stopped at its 2,000 cycles 5e-10 short and the fit was reported not
+    converged ('jointly infeasible' in the pipeline's log) while its unique experts matched the
+    chain's exactly."""
+    q = 8 / 128
+    ov = q + (1 - q) * lam ** np.arange(1, k_draft + 1)
+    res = ipf.fit(np.array([q]), ov)
+    assert res.n_infeasible == 0 and ipf.feasible(q, q * ov)
+    # the chain's own P(never used in K + 1 tokens): start unused, stay unused K times
+    stay = 1 - q * (1 - lam)  # P(unused -> unused) of the chain with stationary q
+    assert res.p_zero[0] == pytest.approx((1 - q) * stay ** k_draft, rel=1e-6)
+    assert res.converged or res.max_error < 1e-7
+
+
+def test_skewed_margins_below_independence_still_sum_to_the_overlap():
+    """Zipf loads (N = 64, k = 4) with ov(3) = 0.25 below independence (0.29): the closed-form
+    lambda put cold experts' P11 below 0 and the clip raised the fitted overlap to 0.258 with 49
+    tables clipped; lambda solved with the floors held meets 0.25 exactly and clips none."""
+    n, k = 64, 4
+    w = 1 / np.arange(1, n + 1)
+    q = (k * w / w.sum())[None, :]
+    ov = np.array([[0.4, 0.3, 0.25]])
+    assert (q ** 2).sum() / k > 0.25
+    p11 = ipf.skewed_pairs(q, ov)[0]
+    np.testing.assert_allclose(p11.sum(axis=0), k * ov[0], rtol=1e-12)
+    assert np.all(p11 >= np.maximum(0, 2 * q[0] - 1)[:, None]) and np.all(p11 <= q[0][:, None])
+    res = ipf.fit_layers(q, ov)
+    assert res.n_clipped == 0 and res.converged
+    bits = (np.arange(16)[:, None] >> np.arange(4)) & 1
+    fitted = [(res.dist[:, (bits[:, 0] == 1) & (bits[:, d] == 1)].sum(axis=1)).sum() / k
+              for d in (1, 2, 3)]
+    np.testing.assert_allclose(fitted, ov[0], atol=1e-8)
+    # above independence nothing moves: the closed form, bit for bit
+    up = np.array([[0.45, 0.4, 0.38]])
+    lam = ((q.sum(axis=1, keepdims=True) * up - (q ** 2).sum(axis=1, keepdims=True))
+           / (q * (1 - q)).sum(axis=1, keepdims=True))
+    assert np.array_equal(ipf.skewed_pairs(q, up)[0],
+                          q[0, :, None] ** 2 + lam * (q * (1 - q))[0, :, None])
+    # the least overlap these loads allow: the hottest expert (q = 0.84) is shared >= 2q - 1
+    assert ipf.skewed_floor(q[0]) == pytest.approx((2 * q[0, 0] - 1) / k)
+    # below it the held margins cannot meet the overlap: counted as clipped, not fitted silently
+    assert ipf.fit_layers(q, np.array([[0.4, 0.3, 0.15]])).n_clipped == n
 
 
 @pytest.mark.parametrize("stick,skew", [(0.45, 0.6), (0.2, 0.0), (0.6, 1.0)])

@@ -802,16 +802,27 @@ def test_headers_say_what_their_columns_hold():
 
 
 def test_positions_where_every_draft_was_accepted_are_named_beside_the_table(tmp_path):
-    """The synthetic fine-grained model accepts every draft at most positions: the report says
-    where, so that its empty rejected-side columns are not read as missing data."""
+    """A synthetic model whose acceptance reaches 1 accepts every draft: the report says where,
+    so that its empty rejected-side columns are not read as missing data (and says nothing of
+    the kind for the default run, whose every position has both arms)."""
     from specmoe.report.page import table_block
+    from specmoe.report.runs import ACCEPTANCE_COLUMNS
+    from specmoe.routing.acceptance import acceptance_stats
+    from specmoe.routing.overlap import row_overlaps
+    from specmoe.routing.synth import SynthParams, generate
 
     df = tables.read_csv(FIXTURE / "acceptance_consecutive.csv")
-    none = df[df["size"] == "none rejected"]
-    assert set(none["model"]) == {"synth-fine"} and (none["n_first_rejected"] == 0).all()
     text = "\n".join(table_block(tmp_path / "acceptance_consecutive.md", df, str))
-    assert ("At these positions no draft was rejected, every one was accepted (synth-fine, K=3, "
-            "synth: positions 1, 2, 3; synth-fine, K=5, synth: positions 1, 2, 3, 4;") in text
+    assert "no draft was rejected" not in text
+    tr = generate(SynthParams(num_experts=16, top_k=2, num_layers=2, k_draft=3, requests=12,
+                              steps=8, accept_prob=1.0, seed=3))
+    rows = acceptance_stats(tr, *row_overlaps(tr))["by_position"]
+    all_in = pd.DataFrame([{"model": "synth-sure", "drafter": "synth", "k": 3, "dataset": "synth",
+                            **{c: r.get(c, np.nan) for c in ACCEPTANCE_COLUMNS}} for r in rows])
+    text = "\n".join(table_block(tmp_path / "acceptance_consecutive.md",
+                                 pd.concat([df, all_in]), str))
+    assert ("At these positions no draft was rejected, every one was accepted (synth-sure, K=3, "
+            "synth: positions 1, 2, 3)") in text
 
 
 # --- words that the tables decide (a review of the default run's report) ---------------------

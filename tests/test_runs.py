@@ -91,7 +91,8 @@ def test_the_tables_say_which_runs_are_controls_from_the_results_not_the_names(t
            "relative_error": {k: 0.0 for k in ("uniform_sequence", "uniform_window",
                                                "skewed_window")},
            "converged": {"a": True}, "n_clipped": {"a": 0},
-           "n_unconverged_experts": {"skewed_window": 0}}
+           "n_unconverged_experts": {"skewed_window": 0},
+           "n_infeasible_experts": {"skewed_window": 0}}
     paths = []
     for i, ov in enumerate(ovs):
         for kind, obj in (("overlap", ov), ("ipf", ipf)):

@@ -41,8 +41,8 @@ def test_report_opens_with_its_caveats(tmp_path):
     td = tmp_path / "tables"
     td.mkdir()
     run = {"model": "m", "drafter": "d", "k": 7, "dataset": "x"}
-    pd.DataFrame([{**run, "ipf_unconverged_experts": 15}]).to_csv(td / "unique_experts.csv",
-                                                                   index=False)
+    pd.DataFrame([{**run, "ipf_unconverged_experts": 15, "ipf_infeasible_experts": 4}]).to_csv(
+        td / "unique_experts.csv", index=False)
     pd.DataFrame([{**run, "routing": "r", "batch": b, "te": 0.5, "compute_bound": False,
                    "sample_ok": b < 64} for b in (1, 64, 128)]).to_csv(td / "te_vs_batch.csv",
                                                                       index=False)
@@ -50,7 +50,9 @@ def test_report_opens_with_its_caveats(tmp_path):
     report_index_stage(*report_job(td, tmp_path / "figures", out), ReportIndexParams("x"),
                        run_root=None)
     text = out.read_text()
-    assert "## Caveats" in text and "did not converge for 15 expert(s)" in text
+    assert "## Caveats" in text and ("skewed IPF fit stopped short of the margins of 15 "
+                                     "expert(s), 4 of them with pair margins that cannot hold "
+                                     "together") in text
     assert "too few windows for the measured-windows TE at batch 64, 128" in text
 
 

@@ -314,10 +314,26 @@ def cmd_ipf(a) -> dict:
     window = len(a.overlaps) + 1
     if a.loads:
         q = _read_loads(a.loads, a.n, a.k)
+        floor = ipf.skewed_floor(q)
+        for d, ov in enumerate(a.overlaps, 1):
+            if ov < floor - 1e-12:
+                raise InputError(
+                    f"overlap {ov:g} at distance {d} is impossible with these loads: an expert "
+                    f"chosen with probability q > 1/2 is chosen by both tokens at least 2q - 1 "
+                    f"of the time, so ov >= {floor:.4g} (hottest expert q = {q.max():.3g})")
         res = ipf.predict_skewed(q[None, :], np.asarray(a.overlaps)[None, :], batch=a.batch)
         res.pop("per_layer")
     else:
         res = ipf.predict_uniform(a.n, a.k, a.overlaps, batch=a.batch)
+    if res["infeasible"]:
+        raise InputError(
+            f"overlaps {','.join(f'{x:g}' for x in a.overlaps)} cannot hold together in one "
+            f"window of {window} tokens: no distribution of an expert's use over its positions "
+            "has them (e.g. ov(1) = 1 at both steps forces ov(2) = 1; low overlaps throughout a "
+            "long window need more experts than N)")
+    if not res["converged"]:
+        _warn(a, f"IPF stopped {res['max_error']:.1e} short of the overlaps (they are feasible, "
+                 "near the boundary, where it converges slowly): its margins are that close to them")
     return {"unique": res["unique"], "uniform": uniform_unique(a.n, a.k, window * a.batch),
             "window": window, "batch": a.batch, "loads": "skewed" if a.loads else "uniform",
             "converged": res["converged"], "n_clipped": res["n_clipped"]}

@@ -155,12 +155,14 @@ def report_caveats(td: Tables) -> list[str]:
     batch sizes too large for the trace's sample of windows."""
     out = []
     df = td.read("unique_experts")
-    if "ipf_unconverged_experts" in df:
-        for _, r in df[df["ipf_unconverged_experts"] > 0].iterrows():
-            out.append(f"{label_of(r['model'], r['k'], r['dataset'])}: this project's skewed "
-                       f"IPF fit did not converge for {int(r['ipf_unconverged_experts'])} "
-                       "expert(s) (their pair margins are jointly infeasible); its prediction "
-                       "is the closest fit")
+    for _, r in df[df["ipf_unconverged_experts"] > 0].iterrows() if not df.empty else ():
+        bad = int(r["ipf_infeasible_experts"])
+        out.append(f"{label_of(r['model'], r['k'], r['dataset'])}: this project's skewed IPF "
+                   f"fit stopped short of the margins of {int(r['ipf_unconverged_experts'])} "
+                   "expert(s)" + (f", {bad} of them with pair margins that cannot hold together "
+                                  "(no distribution over a window's positions has them)"
+                                  if bad else " (feasible, near the boundary, where it "
+                                  "converges slowly)") + "; its prediction is the closest fit")
     df = td.read("te_vs_batch")
     if "sample_ok" in df:
         bad = df[~df["sample_ok"].astype(bool)]

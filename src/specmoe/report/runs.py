@@ -195,7 +195,8 @@ def unique_experts_row(ov: dict, ip: dict, control_of: dict | None = None) -> di
         **{f"ipf_{key}_error_pct": 100 * err[key] for key in IPF_KEYS},
         "ipf_converged": bool(all(ip["converged"].values())),
         "ipf_clipped": int(sum(ip["n_clipped"].values())),
-        "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"])}
+        "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"]),
+        "ipf_infeasible_experts": int(ip["n_infeasible_experts"]["skewed_window"])}
 
 
 def _add_cost_rows(t: dict[str, list], cm: dict, control_of: dict | None = None) -> None:

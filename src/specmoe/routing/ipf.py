@@ -22,6 +22,11 @@ from ..errors import InputError
 from .unique import check_nk
 
 MAX_POSITIONS = 9  # K <= 8
+# Margins within this of their targets are held (the fit converged). IPF runs on to `tol`
+# (1e-10) where it can; near the boundary of what is feasible (overlaps of 0.95 and more) it
+# converges slowly and stops at max_iter a few 1e-10 short, its unique experts exact to 4
+# decimals: that is not a failure to fit.
+MATCHED = 1e-8
 
 
 @dataclass
@@ -31,7 +36,8 @@ class IPFResult:
     iterations: int
     max_error: float
     n_clipped: int          # pair tables whose target was infeasible and clipped
-    n_unconverged: int = 0  # experts whose margins are still off by >= tol (jointly infeasible)
+    n_unconverged: int = 0  # experts whose margins are still off by >= MATCHED
+    n_infeasible: int = 0   # of those, experts whose margins no distribution has (feasible())
     dist: np.ndarray | None = None  # [expert, pattern] fitted distribution; bit j of a pattern = x_j
 
     @property
@@ -96,9 +102,41 @@ def fit_pairs(q: np.ndarray, p11: np.ndarray, tol: float = 1e-10,
         cells.append((2 * patterns[:, i] + patterns[:, j]).astype(np.int64))
     dist, iters, row_err = _fit_rows(np.stack(targets, axis=1), np.stack(cells), tol, max_iter)
     err = float(row_err.max()) if q.size else 0.0
-    return IPFResult(p_zero=dist[:, 0], converged=bool(err < tol),
+    matched = max(tol, MATCHED)
+    off = np.flatnonzero(row_err >= matched)
+    held = np.clip(p11_all, np.maximum(0.0, 2 * q - 1)[:, None], q[:, None])
+    verdicts: dict[tuple, bool] = {}  # experts with the same margins: one linear program
+    for r in off:
+        key = (float(q[r]), *held[r].tolist())
+        if key not in verdicts:
+            verdicts[key] = feasible(q[r], held[r])
+    n_infeasible = sum(not verdicts[(float(q[r]), *held[r].tolist())] for r in off)
+    return IPFResult(p_zero=dist[:, 0], converged=bool(err < matched),
                      iterations=int(iters.max()) if q.size else 0, max_error=err,
-                     n_clipped=n_clipped, n_unconverged=int((row_err >= tol).sum()), dist=dist)
+                     n_clipped=n_clipped, n_unconverged=int(off.size),
+                     n_infeasible=int(n_infeasible), dist=dist)
+
+
+def feasible(q: float, p11: np.ndarray) -> bool:
+    """Whether some distribution over one expert's window patterns has one-way margins q and pair
+    margins p11[d - 1] at distance d (an exact linear program over the 2^(K+1) patterns). Where
+    IPF stops short of its margins this tells margins that cannot hold together (ov(1) = 1 at
+    both steps forces ov(2) = 1; overlaps of 0.1 throughout a window of 9 tokens with k = 2 of
+    N = 8 give a negative variance of the expert's count) from slow convergence near the
+    boundary."""
+    from scipy.optimize import linprog
+
+    p11 = np.asarray(p11, dtype=np.float64).reshape(-1)
+    positions = p11.size + 1
+    patterns = ((np.arange(2**positions)[:, None] >> np.arange(positions)[None, :]) & 1
+                ).astype(np.float64)
+    rows = [np.ones(len(patterns))] + [patterns[:, i] for i in range(positions)]
+    rows += [patterns[:, i] * patterns[:, j] for i, j in combinations(range(positions), 2)]
+    want = [1.0] + [float(q)] * positions + [float(p11[j - i - 1]) for i, j in
+                                              combinations(range(positions), 2)]
+    res = linprog(np.zeros(len(patterns)), A_eq=np.array(rows), b_eq=np.array(want),
+                  bounds=(0, None), method="highs")
+    return res.status == 0
 
 
 @numba.njit(cache=True, parallel=True)
@@ -145,7 +183,7 @@ def predict_uniform(num_experts: int, top_k: int, overlaps, batch: float = 1) ->
     res = fit(np.array([top_k / num_experts]), overlaps)
     p0 = float(res.p_zero[0])
     return {"unique": num_experts * (1 - p0**batch), "window": np.asarray(overlaps).shape[-1] + 1,
-            "converged": res.converged,
+            "converged": res.converged, "infeasible": res.n_infeasible > 0,
             "iterations": res.iterations, "max_error": res.max_error, "n_clipped": res.n_clipped}
 
 
@@ -154,24 +192,59 @@ def skewed_pairs(q: np.ndarray, overlaps: np.ndarray) -> np.ndarray:
     lambda(d) per layer such that sum_e P11_e(d) = k ov(d) (the expected intersection of two sets
     d apart). lambda = 0 is independence and 1 a token repeating its set; for uniform loads this
     is q ov(d), the study's form, which for a hot expert (q_e > ov(d)) falls below independence.
+    Below independence (lambda < 0) a cold expert's P11 reaches its floor max(0, 2 q_e - 1):
+    there it is held on the floor and lambda(d) solved (by bisection on [-1, 1], where every
+    expert reaches its floor at -1) so that the held margins still sum to k ov(d); the
+    closed form alone left ov(d) = 0.25 fitted as 0.258 with 49 tables clipped.
     q[layer, e], overlaps[layer, d-1] -> [layer, e, d-1]."""
     q = np.atleast_2d(np.asarray(q, dtype=np.float64))
     ov = _check_overlaps(np.atleast_2d(overlaps))
     k = q.sum(axis=1, keepdims=True)
-    spread = (q * (1 - q)).sum(axis=1, keepdims=True)
+    var = q * (1 - q)
+    spread = var.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         lam = np.where(spread > 0, (k * ov - (q ** 2).sum(axis=1, keepdims=True)) / spread, 0.0)
-    return q[:, :, None] ** 2 + lam[:, None, :] * (q * (1 - q))[:, :, None]
+    p11 = q[:, :, None] ** 2 + lam[:, None, :] * var[:, :, None]
+    floor = np.maximum(0.0, 2 * q - 1)[:, :, None]
+    short = (p11 < floor).any(axis=1)  # [layer, d]: the closed form leaves some floor
+    if short.any():
+        held = lambda lm: np.clip(q[:, :, None] ** 2 + lm[:, None, :] * var[:, :, None],  # noqa
+                                  floor, q[:, :, None]).sum(axis=1)
+        target = k * ov
+        lo, hi = np.full(ov.shape, -1.0), np.minimum(lam, 1.0)
+        for _ in range(64):  # the held sum rises with lambda
+            mid = (lo + hi) / 2
+            below = held(mid) < target
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        lam = np.where(short, (lo + hi) / 2, lam)
+        p11 = np.clip(q[:, :, None] ** 2 + lam[:, None, :] * var[:, :, None], floor,
+                      q[:, :, None])
+    return p11
+
+
+def skewed_floor(q: np.ndarray) -> float:
+    """The least overlap that loads q (one layer, summing to k) allow: an expert chosen with
+    probability q_e > 1/2 is chosen by both of two tokens at least 2 q_e - 1 of the time, so
+    ov >= sum_e max(0, 2 q_e - 1) / k (for uniform loads max(0, 2k - N) / k)."""
+    q = np.asarray(q, dtype=np.float64).reshape(-1)
+    return float(np.maximum(0.0, 2 * q - 1).sum() / q.sum())
 
 
 def fit_layers(q: np.ndarray, overlaps: np.ndarray) -> IPFResult:
     """Fit every expert of every layer at once: q[layer, e] with that layer's overlaps[layer, d-1],
-    pair margins from skewed_pairs. The result's p_zero has shape [layer, e]."""
+    pair margins from skewed_pairs. The result's p_zero has shape [layer, e]; a layer and
+    distance whose overlap its loads cannot reach counts each of its experts' tables clipped."""
     q = np.atleast_2d(np.asarray(q, dtype=np.float64))
     ov = np.atleast_2d(np.asarray(overlaps, dtype=np.float64))
     if ov.shape[0] != q.shape[0]:
         raise InputError(f"{q.shape[0]} layers of loads but {ov.shape[0]} of overlaps")
-    res = fit_pairs(q.reshape(-1), skewed_pairs(q, ov).reshape(q.size, -1))
+    p11 = skewed_pairs(q, ov)
+    res = fit_pairs(q.reshape(-1), p11.reshape(q.size, -1))
+    # a layer's overlap below what its loads allow (skewed_floor): every expert sits on its
+    # floor and the margins still exceed k ov(d); each such table counts as clipped
+    k = q.sum(axis=1, keepdims=True)
+    unmet = np.abs(p11.sum(axis=1) - k * ov) > 1e-9 * np.maximum(k, 1.0)
+    res.n_clipped += int(unmet.sum()) * q.shape[1]
     res.p_zero = res.p_zero.reshape(q.shape)
     return res
 
@@ -182,4 +255,5 @@ def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dic
     per_layer = (1.0 - res.p_zero**batch).sum(axis=1)
     return {"unique": float(per_layer.mean()), "per_layer": per_layer.tolist(),
             "converged": res.converged, "iterations": res.iterations, "n_clipped": res.n_clipped,
-            "n_unconverged": res.n_unconverged, "max_error": res.max_error}
+            "n_unconverged": res.n_unconverged, "infeasible": res.n_infeasible > 0,
+            "max_error": res.max_error}

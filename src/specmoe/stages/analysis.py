@@ -253,9 +253,10 @@ def ipf_stage(inputs, outputs, params) -> None:
         row["verify_ipf_skewed_window"] = float((1 - p0**b).sum(axis=1).mean())
         rows.append(row)
     status = {key: (f["converged"], f["iterations"], f["max_error"], f["n_clipped"],
-                    0 if f["converged"] else n) for key, f in fits.items()}
+                    0 if f["converged"] else n, n if f["infeasible"] else 0)
+              for key, f in fits.items()}
     status["skewed_window"] = (skew.converged, skew.iterations, skew.max_error, skew.n_clipped,
-                               skew.n_unconverged)
+                               skew.n_unconverged, skew.n_infeasible)
     prov = dict(ov.get("provenance", {}))
     prov.update(provenance({"batch_sizes": batch_sizes}, model=prov.get("model"), stage="ipf"))
     write_json(out, {
@@ -266,13 +267,18 @@ def ipf_stage(inputs, outputs, params) -> None:
         "prediction": pred,
         "relative_error": {key: (v - emp) / emp for key, v in pred.items()},
         **{name: {key: st[i] for key, st in status.items()} for i, name in enumerate(
-            ("converged", "iterations", "max_error", "n_clipped", "n_unconverged_experts"))},
+            ("converged", "iterations", "max_error", "n_clipped", "n_unconverged_experts",
+             "n_infeasible_experts"))},
         "by_batch": rows,
     }, prov)
-    if not all(st[0] for st in status.values()):
-        log.warning("IPF did not converge for %d expert(s) (max margin error %.2e): their "
-                    "pair margins are jointly infeasible", skew.n_unconverged,
-                    max(st[2] for st in status.values()))
+    for key, st in status.items():  # each fit its own count and cause
+        if st[5]:
+            log.warning("IPF (%s): the pair margins of %d expert(s) cannot hold together (no "
+                        "distribution over a window's positions has them; max margin error "
+                        "%.2e)", key, st[5], st[2])
+        elif not st[0]:
+            log.warning("IPF (%s) stopped %.2e short of the margins of %d expert(s): feasible "
+                        "near the boundary, where it converges slowly", key, st[2], st[4])
     clipped = sum(st[3] for st in status.values())
     if clipped:
         log.warning("IPF clipped %d infeasible pair tables", clipped)
