@@ -473,7 +473,8 @@ def _synth_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--tie", type=Range(float, 0, 10, usual=(0, 5), unusual=(
         "most acceptance probabilities clip to 0 or 1: the tie saturates")), default=0.0,
                    help="acceptance probability added per unit of a draft's overlap above the "
-                        "mean: acceptance rises with overlap, or is independent of it (0)")
+                        "process's mean overlap at distance 1: acceptance rises with overlap "
+                        "around its --accept-prob, or is independent of it (0)")
     s.add_argument("--seed", type=SEED, default=0, help="random seed (0)")
 
 
