@@ -22,6 +22,8 @@ def speedup(ds, te, tau, s):
     return {"run": run(ds), "shape": "peak at low batch", "timing": "client", "rows": [
         {"batch": 1, "tpot_ar_ms": 10.0, "tpot_sd_ms": 10.0 / s, "tpot_ar_p99_ms": 11.0,
          "tpot_sd_p99_ms": 11.0, "speedup": s, "tau": tau, "draft_cost": 0.1, "te_sweep": te,
+         "te_sweep_low": te - 0.1, "te_sweep_high": min(te + 0.1, 1.0), "te_sweep_status": "ok",
+         "speedup_low": s * 0.97, "speedup_high": s * 1.03,
          "position_acceptance": [0.7, 0.5, 0.3]}]}
 
 

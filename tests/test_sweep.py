@@ -8,8 +8,9 @@ from scipy import stats
 
 from specmoe.cost.costmodel import speedup
 from specmoe.errors import InputError
-from specmoe.measured.sweep import (CONCAVE, FLAT, PEAK_LOW, RISING, TOO_FEW, UNDECIDED, Estimate,
-                           shape_label, speedup_curve)
+from specmoe.measured.sweep import (CONCAVE, FLAT, PEAK_LOW, RISING, TE_NO_INTERVAL, TOO_FEW,
+                                    UNDECIDED, Estimate, series_estimates, shape_label,
+                                    speedup_curve)
 
 MARGIN = 0.05  # the schema's default sweep.shape_margin
 
@@ -28,6 +29,11 @@ def measured_once(batch, tpot_ms, std, sd=None, n=100):
     p = point(batch, tpot_ms, tau=sd)
     p["tpot_ms"]["std"], p["completed"] = std, n
     return p
+
+
+def repeated(batch, tpots, tau=None):
+    """A point measured len(tpots) times on one engine (its repeats)."""
+    return [point(batch, t, tau=tau) | {"repeat": r} for r, t in enumerate(tpots)]
 
 
 def exact(values):
@@ -56,7 +62,7 @@ def test_shape_label_ignores_order_and_nan():
 
 @pytest.mark.parametrize("speedups", [
     [1.02, 1.13, 0.95, 0.99],   # labelled "concave" from single measurements
-    [0.83, 0.95, 0.76, 0.93],   # labelled "rising"
+    [0.83, 0.95, 0.86, 0.93],   # labelled "rising"
 ])
 def test_zig_zags_within_their_noise_are_undecided(speedups):
     """Per-point errors of 5% (the size sweeps on a CPU show) do not decide these curves' shapes;
@@ -170,10 +176,13 @@ def test_speedup_curve_recovers_the_te_it_was_built_from():
     res = speedup_curve(ar, sd, drafter, k, MARGIN, "client", 0.0)
     for r in res["rows"]:
         assert r["draft_cost"] == pytest.approx(0.15)
-        assert r["te_sweep"] == pytest.approx(te[r["batch"]])
+        # measured once: the arithmetic recovers TE, but without an interval it is no value
+        assert r["te_sweep_raw"] == pytest.approx(te[r["batch"]])
+        assert r["te_sweep_status"] == TE_NO_INTERVAL and math.isnan(r["te_sweep"])
         assert r["speedup"] == pytest.approx(speedup(tau, te[r["batch"]], 0.15))
         assert r["position_acceptance"] == [0.6, 0.4, 0.2]
-    assert res["shape"] == PEAK_LOW and res["best_batch"] == 1
+    # points measured once have no error: they decide no shape (they named one before)
+    assert res["shape"] == UNDECIDED and res["best_batch"] == 1
 
 
 def test_speedup_curve_without_drafter_series_leaves_te_nan():
@@ -227,21 +236,20 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     from specmoe.measured.sweep import te_interval
 
     k, tau = 3, 2.2
-    pt = measured_once
-    # well conditioned: tau TPOT_SD far above K TPOT_drafter
-    ar, sd, dr = [pt(1, 10.0, 1.0)], [pt(1, 6.0, 1.0, sd=tau)], [pt(1, 0.5, 0.05)]
+    # well conditioned: tau TPOT_SD far above K TPOT_drafter; three repeats of each series
+    ar, dr = repeated(1, [10.0, 10.1, 9.9]), repeated(1, [0.5, 0.505, 0.495])
+    sd = repeated(1, [6.0, 6.06, 5.94], tau)
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     te = 10.0 / (tau * 6.0 - 3 * 0.5)
     assert row["te_sweep"] == pytest.approx(te) and row["te_sweep_status"] == "ok"
     assert row["te_sweep_low"] < te < row["te_sweep_high"] < 1
-    # measured once: each TPOT's interval from the client's per-request spread (100 requests)
-    iv = [Estimate(m, s / m / 10, 99).interval() for m, s in ((10.0, 1.0), (6.0, 1.0), (0.5, 0.05))]
-    lo, hi = te_interval((tau, tau), k, *iv)
+    # the box of the three series' intervals (each from its repeats)
+    est = [series_estimates(x, "client", "s", 0.0)[1] for x in (ar, sd, dr)]
+    lo, hi = te_interval((tau, tau), k, *(e.interval() for e in est))
     assert (lo, hi) == (pytest.approx(row["te_sweep_low"]), pytest.approx(row["te_sweep_high"]))
-    assert lo == pytest.approx(iv[0][0] / (tau * iv[1][1] - k * iv[2][0]))
     # ill conditioned: tau TPOT_SD barely above K TPOT_drafter gives TE > 1: not a number
-    sd = [pt(1, 4.0, 1.0, sd=tau)]
-    dr = [pt(1, 2.5, 0.3)]
+    sd = repeated(1, [4.0, 4.04, 3.96], tau)
+    dr = repeated(1, [2.5, 2.52, 2.48])
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     assert row["te_sweep_raw"] > 1 and math.isnan(row["te_sweep"])
     assert row["te_sweep_status"] == "not identifiable: its point lies outside (0, 1]"
@@ -275,14 +283,15 @@ def test_a_te_whose_interval_crosses_1_is_marked_not_identified():
     from specmoe.measured.sweep import TE_CROSSES, te_status
 
     k, tau = 3, 2.2
-    ar, sd = [measured_once(1, 10.0, 1.5, n=12)], [measured_once(1, 5.6, 1.2, tau, n=12)]
-    dr = [measured_once(1, 0.5, 0.1, n=12)]
+    ar, sd = repeated(1, [10.0, 12.0, 8.0]), repeated(1, [5.6, 6.6, 4.6], tau)
+    dr = repeated(1, [0.5, 0.6, 0.4])
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     assert 0 < row["te_sweep_raw"] <= 1 < row["te_sweep_high"]
     assert math.isnan(row["te_sweep"]) and row["te_sweep_status"] == TE_CROSSES
     assert te_status(0.8, 0.6, 0.95, True) == "ok"
     assert te_status(0.8, 0.6, 1.2, True) == TE_CROSSES
-    assert te_status(0.8, float("nan"), float("nan"), True) == "ok"  # no interval: the point
+    # no interval (a drafter measured once gave 0.952 [nan, nan] 'ok'): nothing shows it inside
+    assert te_status(0.8, float("nan"), float("nan"), True) == TE_NO_INTERVAL
     assert te_status(1.3, 1.1, 1.5, True) == "not identifiable: its point lies outside (0, 1]"
 
 
@@ -425,3 +434,60 @@ def test_a_series_settings_are_typed_once_and_a_broken_one_is_one_line():
                               "schedule, startup_timeout_s, warmups)")
     with pytest.raises(InputError, match=r"^sweep settings: not a number: .*'many'"):
         SweepSettings.of({**section, "warmups": "many"})
+
+
+def test_a_tpot_that_is_not_a_positive_number_is_refused():
+    """One NaN repeat made the pooled error NaN at every batch size: every interval vanished and
+    the curve was still named 'peak at low batch' (it was 'undecided' with the repeat)."""
+    from specmoe.errors import InputError
+
+    ar = repeated(1, [10.0, 10.2, 9.8]) + repeated(8, [12.0, float("nan"), 12.1])
+    sd = repeated(1, [6.0, 6.1, 5.9], 2.0) + repeated(8, [8.0, 8.1, 7.9], 2.0)
+    with pytest.raises(InputError, match=r"no-SD series: batch 8: client TPOT nan ms is not a "
+                                         r"positive number"):
+        speedup_curve(ar, sd, None, 3, MARGIN, "client", 0.0)
+
+
+def test_points_measured_once_decide_no_shape_and_no_direction():
+    """Measured once, a point has no error: the client's per-request spread stood in for it
+    (another timing than the engine's, over requests that share engine steps), and points without
+    an error decided shapes and directions by their values."""
+    from specmoe.measured.sweep import NEITHER, direction_labels, shape_labels
+
+    ar = [measured_once(b, 10.0 + b, 6.0) for b in (1, 2, 4, 8)]
+    sd = [measured_once(b, (10.0 + b) / s, 6.0, sd=2.0) for b, s in
+          ((1, 1.6), (2, 1.4), (4, 1.2), (8, 1.0))]
+    res = speedup_curve(ar, sd, None, 3, MARGIN, "client", 0.0)
+    assert all(math.isnan(r["speedup_low"]) for r in res["rows"])
+    assert res["shape"] == UNDECIDED and res["direction"] == NEITHER
+    nan = np.full((1, 4), np.nan)
+    logs = np.log([[1.6, 1.4, 1.2, 1.0]])
+    assert shape_labels(logs, nan, np.zeros((1, 4)), MARGIN)[0] == UNDECIDED
+    assert direction_labels(logs, nan, np.zeros((1, 4)))[0] == NEITHER
+    # known exactly (error 0, infinite degrees of freedom): the values decide
+    assert shape_labels(logs, np.zeros((1, 4)), np.full((1, 4), np.inf), MARGIN)[0] == PEAK_LOW
+
+
+def test_a_pair_of_points_counts_the_shared_estimates_degrees_of_freedom_once():
+    """Each point's error comes from the same pooled repeat variances and engine spread, so the
+    difference of two points has a point's degrees of freedom (21.4), not the Welch sum of both
+    (42.7), which named this curve 'peak at low batch'."""
+    est = [Estimate(v, 0.138, 21.4) for v in (1.754, 1.02, 1.0, 1.0)]
+    assert shape_label([1, 2, 4, 8], est, MARGIN) == UNDECIDED
+    assert shape_label([1, 2, 4, 8], [Estimate(e.mean, 0.08, 21.4) for e in est],
+                       MARGIN) == PEAK_LOW
+
+
+def test_a_dip_before_a_rise_is_not_rising():
+    """1.0, 0.625, 0.625, 1.25: batches 2 and 4 decidedly below batch 1, and the curve was
+    'rising' (the last above the first, nothing above the last)."""
+    from specmoe.cost.stepmodel import curve_shape
+    from specmoe.measured.rules import wrong_shapes
+
+    values = [1.0, 0.625, 0.625, 1.25]
+    est = [Estimate(v, 0.015, 16) for v in values]
+    assert shape_label([1, 2, 4, 8], est, MARGIN) == UNDECIDED
+    assert shape_label([1, 2, 4, 8], [Estimate(v, 0.015, 16) for v in (1.0, 1.05, 1.1, 1.25)],
+                       MARGIN) == RISING
+    assert curve_shape([1, 2, 4, 8], values, MARGIN) == "undecided"
+    assert RISING in wrong_shapes(values, MARGIN)

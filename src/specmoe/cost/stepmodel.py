@@ -876,7 +876,8 @@ DRAWS = 400
 def curve_shape(batches: list[int], speedups: list[float], margin: float) -> str:
     """The shape of one speedup curve (batch sizes ascending), each stated only beyond the
     margin: "peak at low batch" where the best value at batch <= LOW_BATCH exceeds every larger
-    batch's by the margin; "rising" where the last is the maximum and exceeds the first by it;
+    batch's by the margin; "rising" where the last is the maximum and exceeds the first by it,
+    with no point between below the first by it;
     "concave" where an interior maximum exceeds both ends by it; "flat within the margin" where
     nothing differs by it; else "undecided"."""
     s = np.asarray(speedups, float)
@@ -888,8 +889,8 @@ def curve_shape(batches: list[int], speedups: list[float], margin: float) -> str
     if low.size and (not high.size or low.max() > high.max() * up):
         return "peak at low batch"
     top = int(np.argmax(s))
-    if top == len(s) - 1 and s[top] > s[0] * up:
-        return "rising"
+    if top == len(s) - 1 and s[top] > s[0] * up and not (s[1:-1] * up < s[0]).any():
+        return "rising"  # a dip below the smallest batch first is not a rise
     if b[top] > LOW_BATCH and s[top] > s[0] * up and s[top] > s[-1] * up:
         return "concave"
     return "undecided"

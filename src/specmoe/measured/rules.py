@@ -99,7 +99,8 @@ def wrong_shapes(speedups, margin: float) -> set[str]:
     """The labels that would be false for a curve whose true values are `speedups` (ascending
     batch size): "concave" without an interior point above both ends; "peak at low batch" where
     the smallest batch is not above the largest or a larger one exceeds it by more than the
-    margin; "rising" likewise mirrored; "flat" where two points differ by more than the margin."""
+    margin; "rising" likewise mirrored, and where a point between dips below the smallest by more
+    than the margin; "flat" where two points differ by more than the margin."""
     s = np.asarray(speedups, float)
     up = 1 + margin
     out = set()
@@ -107,8 +108,8 @@ def wrong_shapes(speedups, margin: float) -> set[str]:
         out.add(CONCAVE)
     if s[0] <= s[-1] or (s[1:] > s[0] * up).any():
         out.add(PEAK_LOW)
-    if s[-1] <= s[0] or (s[:-1] > s[-1] * up).any():
-        out.add(RISING)
+    if s[-1] <= s[0] or (s[:-1] > s[-1] * up).any() or (s[1:-1] * up < s[0]).any():
+        out.add(RISING)  # also where it dips below the smallest batch first
     if s.max() > s.min() * up:
         out.add(FLAT)
     return out
@@ -148,7 +149,7 @@ def direction_table(trials: int = 4000, seed: int = 0) -> list[dict]:
 def scenarios(batches) -> dict[str, list[float]]:
     """True curves over the batch sizes (by their index i = 0, 1, ...): each shape clearly, and
     the near misses that the rule must not mislabel (the issue's concave curves peaking at batch 2
-    or 4 by +8% or +10%, a rise that tops out one batch before the end)."""
+    or 4 by +8% or +10%, a rise that tops out one batch before the end, a dip before a rise)."""
     n = len(batches)
     i = np.arange(n)
 
@@ -165,6 +166,9 @@ def scenarios(batches) -> dict[str, list[float]]:
         "concave, +10% at batch 2": peak_at(1, 0.10),
         "rising to the next-to-last size, +8% over the last":
             list(1.1 ** np.minimum(i, n - 2) / np.where(i == n - 1, 1.08, 1.0)),
+        # a U: down by a third between the ends, the last 25% above the first
+        "dip, then up +25% at the last size":
+            [1.0 if x == 0 else 1.25 if x == n - 1 else 0.65 for x in i],
     }
 
 

@@ -117,6 +117,11 @@ def series_estimates(points: list[dict], timing: str, what: str, engine_log_sd: 
         seen.add(rep)
     groups = repeats_by_batch(points)
     by_batch = {b: [tpot(p, timing) for p in pts] for b, pts in groups.items()}
+    for b, xs in by_batch.items():  # one NaN would void every batch size's pooled error
+        bad = [x for x in xs if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0)]
+        if bad:
+            raise InputError(f"{what}: batch {b}: {timing} TPOT {bad[0]!r} ms is not a positive "
+                             "number (a failed or empty measurement)")
     ss = df = 0.0
     for xs in by_batch.values():
         logs = [math.log(x) for x in xs]
@@ -126,15 +131,13 @@ def series_estimates(points: list[dict], timing: str, what: str, engine_log_sd: 
     out = {}
     for b, xs in by_batch.items():
         mean = sum(xs) / len(xs)
-        if df > 0:
-            var, dof = ss / df / len(xs), df
-        else:  # measured once: the client's per-request spread (requests share the engine)
-            p = groups[b][0]
-            t, n = p.get("tpot_ms") or {}, p.get("completed") or p.get("num_prompts") or 0
-            if not (t.get("std") is not None and n > 1 and t.get("mean")):
-                out[b] = Estimate(mean, float("nan"), 0.0)
-                continue
-            var, dof = (t["std"] / t["mean"]) ** 2 / n, n - 1
+        if not df > 0:
+            # measured once: no error. The requests of one measurement share its engine steps
+            # (not independent units), and the client's spread is another timing than the
+            # engine's: a point without repeats decides nothing
+            out[b] = Estimate(mean, float("nan"), 0.0)
+            continue
+        var, dof = ss / df / len(xs), df
         out[b] = _with_engine(mean, var, dof, engine_log_sd, engine_log_sd_df)
     return out
 
@@ -171,6 +174,9 @@ def te_interval(tau: tuple, k: int, ar: tuple, sd: tuple, dr: tuple) -> tuple[fl
 TE_OK, TE_NO_DRAFTER = "ok", "no drafter series"
 TE_OUTSIDE = "not identifiable: its point lies outside (0, 1]"
 TE_CROSSES = "not identified by the sweep: its 95% interval crosses 1"
+# a TE without an interval (a point measured once, a drafter without repeats) cannot show that
+# it lies inside (0, 1]: it is not a value either
+TE_NO_INTERVAL = "not identified: no 95% interval (measured once)"
 
 
 def te_status(te: float, low: float, high: float, drafter: bool) -> str:
@@ -181,7 +187,9 @@ def te_status(te: float, low: float, high: float, drafter: bool) -> str:
         return TE_NO_DRAFTER
     if not (math.isfinite(te) and 0 < te <= 1.0):
         return TE_OUTSIDE
-    if math.isfinite(low) and not (0 < low and high <= 1.0):
+    if math.isnan(low) or math.isnan(high):
+        return TE_NO_INTERVAL
+    if not (0 < low and high <= 1.0):
         return TE_CROSSES
     return TE_OK
 
@@ -217,9 +225,14 @@ def shape_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, ma
     and its point above log(1 + margin); i is "not above j by more than the margin" when the
     interval's upper bound is at most log(1 + margin) (an equivalence test: absence of a
     difference is never read from an undecided interval). The intervals are Bonferroni-adjusted
-    for the number of pairs (a shape is a claim about the whole curve); a point without an error
-    decides by its value. "concave": an interior batch size above both ends; "rising": the
-    largest above the smallest and no smaller batch above the largest by more than the margin;
+    for the number of pairs (a shape is a claim about the whole curve); a point known exactly
+    (error 0, infinite degrees of freedom) decides by its value, and a point without an error
+    (NaN, or no degrees of freedom: measured once) decides nothing. A pair's degrees of freedom
+    are the smaller of its points': their errors come from the same estimates (each series'
+    pooled repeat variance, the one engine spread), so they are not independent estimates that
+    Welch-Satterthwaite would add. "concave": an interior batch size above both ends; "rising": the
+    largest above the smallest, no smaller batch above the largest by more than the margin and
+    none between them decidedly below the smallest (a dip is not a rise);
     "peak at low batch": the smallest above the largest and no larger batch above the smallest by
     more than the margin; "flat within the margin": every pair within the margin both ways; else
     "undecided within the noise". Each label's false-label rate under the configurations' noise
@@ -236,19 +249,19 @@ def shape_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, ma
     diff = lm[:, :, None] - lm[:, None, :]                      # [curve, i, j]: log(s_i / s_j)
     v = se ** 2
     vsum = v[:, :, None] + v[:, None, :]
+    known = np.isfinite(se) & (dof > 0)                         # a point with an error (or exact)
+    ok = known[:, :, None] & known[:, None, :]
     with np.errstate(invalid="ignore", divide="ignore"):
-        part = np.where(v > 0, v ** 2 / dof, 0.0)               # Welch-Satterthwaite
-        den = part[:, :, None] + part[:, None, :]
-        pair_df = np.where(den > 0, vsum ** 2 / den, np.inf)
-        ok = np.isfinite(vsum) & (dof[:, :, None] > 0) & (dof[:, None, :] > 0)
-        half = np.where(ok, stats.t.ppf(q, np.where(ok, pair_df, 1.0)) * np.sqrt(
-            np.where(ok, vsum, 0.0)), 0.0)
+        # the pair's degrees of freedom: shared estimates count once (t of inf df is normal)
+        pair_df = np.where(ok, np.minimum(dof[:, :, None], dof[:, None, :]), 1.0)
+        half = np.where(ok, stats.t.ppf(q, pair_df) * np.sqrt(np.where(ok, vsum, 0.0)), 0.0)
     lo, hi = diff - half, diff + half
-    above = (lo > 0) & (diff > up)
-    within = hi <= up                                           # i not above j by the margin
+    above = ok & (lo > 0) & (diff > up)
+    within = ok & (hi <= up)                                    # i not above j by the margin
     first, last = 0, n - 1
     concave = (above[:, 1:-1, first] & above[:, 1:-1, last]).any(axis=1)
-    rising = above[:, last, first] & within[:, :last, last].all(axis=1)
+    rising = (above[:, last, first] & within[:, :last, last].all(axis=1)
+              & ~above[:, first, 1:last].any(axis=1))
     peak = above[:, first, last] & within[:, 1:, first].all(axis=1)
     i, j = np.triu_indices(n, 1)
     flat = ((lo >= -up) & within)[:, i, j].all(axis=1)
@@ -270,14 +283,16 @@ def direction_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray
     below, "slower" the reverse, "mixed" both, else "neither decidedly faster nor slower". The
     points' intervals are Bonferroni-adjusted for their number (one claim about the curve: with
     4 unadjusted 95% intervals a curve at speedup 1 is called faster or slower about 10% of the
-    time); a point without an error decides by its value."""
+    time); a point known exactly decides by its value, one without an error (measured once)
+    decides nothing."""
     lm = np.asarray(log_speedup, float)
     se, dof = np.asarray(log_se, float), np.asarray(df, float)
     q = 0.5 + (1 - (1 - level) / lm.shape[1]) / 2
     ok = np.isfinite(se) & (dof > 0)
     with np.errstate(invalid="ignore"):
         half = np.where(ok, stats.t.ppf(q, np.where(ok, dof, 1.0)) * np.where(ok, se, 0.0), 0.0)
-    up, down = ((lm - half) > 0).any(axis=1), ((lm + half) < 0).any(axis=1)
+    up = (ok & ((lm - half) > 0)).any(axis=1)
+    down = (ok & ((lm + half) < 0)).any(axis=1)
     out = np.full(lm.shape[0], NEITHER, dtype=object)
     out[up & ~down] = FASTER
     out[down & ~up] = SLOWER

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost import costmodel
+from ..measured.sweep import TE_NO_INTERVAL
 from ..runs import Run
 from . import registry
 from .runs import prompt_fit_rows, run_cols, runs
@@ -172,6 +173,7 @@ def bounded_te(name: str, te: float, low: float | None = None, high: float | Non
 
     Given its 95% interval (low, high): a point inside whose interval reaches past 0 or 1 is
     "not identified" (TE_PAST_BOUND: the measurement cannot tell TE from an impossible value),
+    and so is one whose interval is missing (TE_NO_INTERVAL: nothing shows it inside),
     and the interval is kept as <name>_low/_high only beside a TE that is "ok"; the raw interval
     is always in <name>_raw_low/_raw_high, so no TE column holds a number past its bound.
     `status`: one already decided (the sweep's te_status), "ok" or a reason."""
@@ -180,8 +182,9 @@ def bounded_te(name: str, te: float, low: float | None = None, high: float | Non
         status = "ok" if np.isfinite(raw) and 0.0 <= raw <= 1.0 else (
             "not measured" if not np.isfinite(raw) else
             "above 1: not physical" if raw > 1 else "below 0: not physical")
-        if status == "ok" and low is not None and np.isfinite(low) and not (
-                0.0 < low and high <= 1.0):
+        if status == "ok" and low is not None and (np.isnan(low) or np.isnan(high)):
+            status = TE_NO_INTERVAL  # nothing shows it inside [0, 1] (one engine start)
+        elif status == "ok" and low is not None and not (0.0 < low and high <= 1.0):
             status = TE_PAST_BOUND
     ok = status == "ok"
     out = {name: raw if ok else np.nan, f"{name}_raw": raw, f"{name}_status": status}
