@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from specmoe.cost.costmodel import te_time_share
@@ -55,7 +57,7 @@ def test_empty_profile_is_an_error():
 # --- chrome traces ---------------------------------------------------------------------------------
 
 from specmoe.measured.profiling import (  # noqa: E402
-    MOE_BLOCK, TARGET, UNTRACKED, class_times, classify_event, grid_stats, label, mean_events,
+    DEVICE_IDLE, MOE_BLOCK, TARGET, UNTRACKED, class_times, classify_event, grid_stats, label, mean_events,
     steps_from_chrome_trace,
 )
 
@@ -113,13 +115,59 @@ def test_cuda_trace_kernels_by_correlation_with_grids_mock_gpu():
         X("sm90_xmma_gemm", "kernel", 1040, 9, tid=99, correlation=14, grid=[300, 1, 1]),
     ]}
     (step,) = steps_from_chrome_trace(trace)
+    # the device's idle time between the kernels is part of the step (3 us after attention, 2 us
+    # between two kernels of the MoE block: MoE time), so the events add up to its span
     assert [(e.name, e.duration_us, e.grid, e.in_moe) for e in step.events] == [
         ("flash_fwd_splitkv_kernel", 7.0, 8, False),
         ("vllm::moe::topkGatingSoftmax", 3.0, 1, True),
-        ("fused_moe_kernel", 20.0, 64, True)]
+        ("fused_moe_kernel", 20.0, 64, True),
+        (DEVICE_IDLE, 3.0, None, False), (DEVICE_IDLE, 2.0, None, True)]
+    assert step.time_us == 35.0 == sum(class_times(step.events).values())
     g = grid_stats([step], sm_count=132)
     assert g["moe"] == {"launches": 2, "median_ctas": 32.5, "below_sm_count": 1.0}
-    assert class_times(step.events)["moe"] == 23.0
+    assert class_times(step.events)["moe"] == 25.0
+
+
+def test_cuda_class_times_add_up_to_the_step_so_the_te_point_is_the_step_times_te_mock_gpu():
+    """No GPU: ten kernels per step with 20 us launch gaps. From summed kernel times the TE was
+    0.588 and its interval [0.561, 0.616], while every engine start's TE from its step times was
+    0.85-0.89: the point and its interval measured two things. Kernels that overlap on a second
+    stream share the time they overlap."""
+    def step_trace(kernel_us: float, gap: float = 20.0, n: int = 10) -> dict:
+        ev = [X(label("target", 1, 1, 1), "user_annotation", 0, 500)]
+        t = 1000.0
+        for i in range(n):
+            ev.append(X("cudaLaunchKernel", "cuda_runtime", 1 + i, 1, correlation=i))
+            ev.append(X("sm90_xmma_gemm", "kernel", t, kernel_us, tid=99, correlation=i))
+            t += kernel_us + gap
+        return {"traceEvents": ev}
+
+    (dec,) = steps_from_chrome_trace(step_trace(10.0))
+    (ver,) = steps_from_chrome_trace(step_trace(20.0))
+    te = compare(dec.events, ver.events)["te_profiled"]
+    assert te == pytest.approx(dec.time_us / ver.time_us) == pytest.approx(280 / 380)
+    # two kernels overlapping for 5 us on a second stream: 15 us of span, shared
+    trace = {"traceEvents": [
+        X(label("target", 1, 1, 1), "user_annotation", 0, 50),
+        X("cudaLaunchKernel", "cuda_runtime", 1, 1, correlation=1),
+        X("cudaLaunchKernel", "cuda_runtime", 2, 1, correlation=2),
+        X("sm90_xmma_gemm", "kernel", 100, 10, tid=99, correlation=1),
+        X("fused_moe_kernel", "kernel", 105, 10, tid=98, correlation=2)]}
+    (step,) = steps_from_chrome_trace(trace)
+    assert [e.duration_us for e in step.events] == [7.5, 7.5]
+    assert sum(e.duration_us for e in step.events) == step.time_us == 15.0
+
+
+def test_a_cuda_step_without_recorded_kernels_has_no_time_mock_gpu():
+    """Its host range times the launches, not the work: averaged with device times it pulled
+    the mean step from 300 to 251.7 us."""
+    trace = {"traceEvents": [
+        X(label("target", 1, 1, 1), "user_annotation", 0, 50),
+        X("cudaLaunchKernel", "cuda_runtime", 1, 1, correlation=1),
+        X("sm90_xmma_gemm", "kernel", 100, 300, tid=99, correlation=1),
+        X(label("target", 1, 1, 1), "user_annotation", 60, 10)]}
+    with_kernel, without = steps_from_chrome_trace(trace)
+    assert with_kernel.time_us == 300.0 and math.isnan(without.time_us)
 
 
 def test_mean_events_averages_per_step():
@@ -176,6 +224,61 @@ def test_drafter_time_belongs_to_the_step_it_follows(tmp_path):
     out = summarise(path, batch=2, window=4)
     assert len(out["steps"]) == 7 - 2                  # steady steps after the warm-up ones
     assert out["drafter_us_per_step"] == pytest.approx(30.0)
+
+
+def _cpu_trace(path, shapes, moe: bool = True, op_us: float = 50.0):
+    """A CPU trace of target steps (nreq, ntok, nwin), each one op, inside a MoE block if `moe`."""
+    import json
+
+    events, ts = [], 0
+    for nreq, ntok, nwin in shapes:
+        events.append(X(label("target", nreq, ntok, nwin), "user_annotation", ts, op_us))
+        if moe:
+            events.append(X(MOE_BLOCK, "user_annotation", ts, op_us))
+        events.append(X("aten::mm", "cpu_op", ts, op_us))
+        ts += 100
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_warm_up_steps_are_dropped_however_few_steps_follow(tmp_path):
+    """With four steady steps the two warm-up ones were kept (a profile's step time 150 us where
+    its steady steps took 50); with none after them the profile has no steady step."""
+    from specmoe.errors import SpecmoeError
+    from specmoe.runtime.kernelprof import WARMUP_STEPS, summarise
+
+    import json
+
+    path = tmp_path / "t.json"
+    _cpu_trace(path, [(1, 1, 1)] * 4)
+    trace = json.loads(path.read_text())
+    for e in trace["traceEvents"]:  # the first two steps three times as long
+        if e["ts"] < 200:
+            e["dur"] *= 3
+    path.write_text(json.dumps(trace))
+    out = summarise(path, batch=1, window=1)
+    assert len(out["steps"]) == 4 - WARMUP_STEPS and out["wall_us"] == pytest.approx(50.0)
+    with pytest.raises(SpecmoeError, match="no steady step with 1 windows of 1 tokens after the "
+                                           "2 warm-up steps"):
+        summarise(_cpu_trace(tmp_path / "u.json", [(1, 1, 1)] * 2), batch=1, window=1)
+
+
+def test_a_profile_without_moe_time_is_an_error(tmp_path):
+    """A target whose MoE layers the profile did not find gave an MoE share of 0 and a NaN MoE
+    ratio, written out and only logged."""
+    from specmoe.errors import SpecmoeError
+    from specmoe.runtime.kernelprof import profile_summary
+
+    def result(mode, moe):
+        window = 1 if mode == "decode" else 4
+        p = _cpu_trace(tmp_path / f"{mode}{moe}.json", [(2, 2 * window, 2)] * 6, moe=moe)
+        return {2: {"traces": [{"path": str(p), "device": "cpu", "model_runner": "v1"}]}}
+
+    both = [[result("decode", m), result("decode", m)] for m in (True, False)]
+    ver = [[result("verify", m), result("verify", m)] for m in (True, False)]
+    assert profile_summary(both[0], ver[0], 3, [2])["batches"][0]["moe_time_share"] > 0
+    with pytest.raises(SpecmoeError, match="batch 2: no MoE time in the profile"):
+        profile_summary(both[1], ver[1], 3, [2])
 
 
 def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -166,13 +167,23 @@ def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
     steps = profiling.steps_from_chrome_trace(trace)
     target = [s for s in steps if s.role == "target" and s.nreq == batch and s.nwin == batch
               and s.ntok == batch * window]
-    target = target[WARMUP_STEPS:] if len(target) > WARMUP_STEPS + 2 else target
+    # the first steps warm up (kept where there were few, they inflated the step time 3x)
+    target = target[WARMUP_STEPS:]
+    # on CUDA, a step none of whose kernels the profiler recorded has no device time
+    missing = sum(not math.isfinite(s.time_us) for s in target)
+    target = [s for s in target if math.isfinite(s.time_us)]
     if not target:
         shapes = sorted({(s.nreq, s.ntok, s.nwin) for s in steps if s.role == "target"})
         raise SpecmoeError(f"{trace_path}: no steady step with {batch} windows of {window} tokens "
-                           f"(target step shapes nreq/ntok/nwin seen: {shapes[:12]})")
+                           f"after the {WARMUP_STEPS} warm-up steps"
+                           + (f" ({missing} without recorded kernels)" if missing else "")
+                           + f" (target step shapes nreq/ntok/nwin seen: {shapes[:12]})")
+    if missing:
+        log.warning("%s: %d steady step(s) without recorded kernels left out", trace_path,
+                    missing)
     return {"steps": target, "drafter_us_per_step": drafter_per_step(steps, target),
-            "wall_us": sum(s.time_us for s in target) / len(target)}
+            "wall_us": sum(s.time_us for s in target) / len(target),
+            "steps_without_kernels": missing}
 
 
 def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) -> float:
@@ -187,7 +198,7 @@ def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) 
     starts = np.array([t.ts for t in targets])
     own: dict[int, float] = {}
     for d in steps:
-        if d.role != "drafter":
+        if d.role != "drafter" or not math.isfinite(d.time_us):
             continue
         i = int(np.searchsorted(starts, d.ts, side="right")) - 1
         if i >= 0:
@@ -255,6 +266,14 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
         sms = dec_infos[0].get("sm_count", 0)
         cmp = profiling.compare(profiling.mean_events(dec_steps),
                                 profiling.mean_events(ver_steps))
+        if not (cmp["classes"]["moe"]["decode_us"] > 0 and cmp["classes"]["moe"]["verify_us"] > 0):
+            # an MoE target whose MoE layers the profile did not find (moe_blocks) or whose
+            # kernels it did not name: its MoE share would be 0 and its ratio NaN, silently
+            raise SpecmoeError(
+                f"batch {b}: no MoE time in the profile (decode "
+                f"{cmp['classes']['moe']['decode_us']:.1f} us, verify "
+                f"{cmp['classes']['moe']['verify_us']:.1f} us per step): none of vLLM's MoE "
+                "layers was found in the target, or none of its kernels was recorded")
         per_start = [d["wall_us"] / v["wall_us"] for d, v in zip(dec, ver)]
         lo, hi = te_interval(cmp["te_profiled"], per_start)
         dec_wall = float(np.mean([d["wall_us"] for d in dec]))
