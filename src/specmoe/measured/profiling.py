@@ -83,6 +83,9 @@ def compare(decode: list[Event], verify: list[Event]) -> dict:
 # --- steps from a torch.profiler chrome trace ------------------------------------------------------
 
 TARGET, DRAFTER, MOE_BLOCK = "specmoe_target", "specmoe_drafter", "specmoe_moe_block"
+# a MoE block's shared experts (dense MLPs every token uses): the weight model counts them dense
+# (costmodel: C_dense), so their time is not MoE time either
+SHARED_EXPERTS = "specmoe_shared_experts"
 UNTRACKED = "(host time between ops)"
 DEVICE_IDLE = "(device idle between kernels)"
 
@@ -117,14 +120,16 @@ def label(role: str, nreq: int, ntok: int, nwin: int) -> str:
     return f"{TARGET if role == 'target' else DRAFTER}|{nreq}|{ntok}|{nwin}"
 
 
-def _self_times(ops: list[dict], moe: list[tuple[float, float]]) -> list[Event]:
-    """Self time of nested host ops on one thread (an op's duration minus its direct children's)."""
+def _self_times(ops: list[dict], moe: list[tuple[float, float]],
+                shared: list[tuple[float, float]] = ()) -> list[Event]:
+    """Self time of nested host ops on one thread (an op's duration minus its direct children's),
+    in_moe inside a MoE block's range and outside its shared experts'."""
     ops = sorted(ops, key=lambda e: (e["ts"], -e["dur"]))
     out, stack = [], []  # stack of [end, event index]
     for e in ops:
         while stack and e["ts"] >= stack[-1][0]:
             stack.pop()
-        ev = Event(e["name"], float(e["dur"]), in_moe=_within(e["ts"], moe))
+        ev = Event(e["name"], float(e["dur"]), in_moe=_in_moe(e["ts"], moe, shared))
         if stack:
             out[stack[-1][1]].duration_us -= float(e["dur"])
         out.append(ev)
@@ -134,6 +139,11 @@ def _self_times(ops: list[dict], moe: list[tuple[float, float]]) -> list[Event]:
 
 def _within(ts: float, ranges: list[tuple[float, float]]) -> bool:
     return any(lo <= ts <= hi for lo, hi in ranges)
+
+
+def _in_moe(ts: float, moe: list[tuple[float, float]], shared) -> bool:
+    """Launched inside a MoE block and not inside its shared experts."""
+    return _within(ts, moe) and not _within(ts, shared)
 
 
 def _covered(ops: list[dict], lo: float, hi: float) -> float:
@@ -187,10 +197,10 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
     idle time between them (device_events: they add up to the step's span). Without them (CPU),
     they are the host ops inside the range with their self times, plus the host time between
     top-level ops as UNTRACKED, so that a step's events add up to its wall time. Events launched
-    inside a MOE_BLOCK range are marked in_moe.
+    inside a MOE_BLOCK range are marked in_moe, except inside its SHARED_EXPERTS ranges.
     """
     evs = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    ranges, blocks = [], {}
+    ranges, blocks, shared_ranges = [], {}, {}
     for e in evs:
         name = e.get("name", "")
         if e.get("cat") != "user_annotation":
@@ -199,9 +209,9 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
             head, nreq, ntok, nwin = name.split("|")
             ranges.append((e, "target" if head == TARGET else "drafter", int(nreq), int(ntok),
                            int(nwin)))
-        elif name == MOE_BLOCK:
-            blocks.setdefault((e.get("pid"), e.get("tid")), []).append(
-                (e["ts"], e["ts"] + e["dur"]))
+        elif name in (MOE_BLOCK, SHARED_EXPERTS):
+            (blocks if name == MOE_BLOCK else shared_ranges).setdefault(
+                (e.get("pid"), e.get("tid")), []).append((e["ts"], e["ts"] + e["dur"]))
     kernels = {}
     for e in evs:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get(
@@ -217,6 +227,7 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
         tid = (r.get("pid"), r.get("tid"))
         inside = [e for e in by_tid.get(tid, []) if e["ts"] >= lo and e["ts"] + e["dur"] <= hi]
         moe = [(a, b) for a, b in blocks.get(tid, []) if a >= lo and b <= hi]
+        shared = [(a, b) for a, b in shared_ranges.get(tid, []) if a >= lo and b <= hi]
         device_us = None
         if kernels:
             timed = []
@@ -227,16 +238,19 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
                     ctas = int(grid[0]) * int(grid[1]) * int(grid[2]) if grid else None
                     timed.append((float(k["ts"]), float(k["ts"]) + float(k["dur"]),
                                   Event(k["name"], float(k["dur"]), ctas,
-                                        in_moe=_within(e["ts"], moe))))
+                                        in_moe=_in_moe(e["ts"], moe, shared))))
             events = device_events(timed)
             if timed:
                 device_us = max(b for _, b, _ in timed) - min(a for a, _, _ in timed)
         else:
             ops = [e for e in inside if e.get("cat") == "cpu_op"]
-            events = _self_times(ops, moe)
+            events = _self_times(ops, moe, shared)
             gap = r["dur"] - _covered(ops, lo, hi)
-            moe_gap = sum((b - a) - _covered([e for e in ops if a <= e["ts"] <= b], a, b)
-                          for a, b in moe)
+            def gaps(spans):  # host time inside the spans not covered by an op
+                return sum((b - a) - _covered([e for e in ops if a <= e["ts"] <= b], a, b)
+                           for a, b in spans)
+
+            moe_gap = gaps(moe) - gaps(shared)  # the shared experts' gaps are not MoE time
             events.append(Event(UNTRACKED, max(0.0, gap - moe_gap)))
             if moe:
                 events.append(Event(UNTRACKED, max(0.0, moe_gap), in_moe=True))

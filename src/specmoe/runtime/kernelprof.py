@@ -60,6 +60,10 @@ class ProfileExtension:
         for block in moe_blocks(target):
             block.forward = _labelled(block.forward, lambda *a, **kw: profiling.MOE_BLOCK)
             self._specmoe_wrapped.append(block)
+            for shared in shared_experts(block):
+                shared.forward = _labelled(shared.forward,
+                                           lambda *a, **kw: profiling.SHARED_EXPERTS)
+                self._specmoe_wrapped.append(shared)
         if draft_model is not None:
             def draft_label(*args, **kwargs):
                 ids = kwargs.get("input_ids", args[0] if args else None)
@@ -118,6 +122,17 @@ def moe_blocks(model) -> list:
         found.append(model.get_submodule(name))
         prefixes.append(name + ".")
     return found
+
+
+SHARED_NAMES = ("shared_expert", "shared_experts")  # Qwen2-MoE / Qwen3-Next; DeepSeek, GLM, Kimi
+
+
+def shared_experts(block) -> list:
+    """The shared-expert MLPs inside a MoE block (modules named shared_expert or shared_experts,
+    once each though the block and its fused-MoE layer both hold them): dense MLPs that every
+    token runs, which the weight model counts as dense."""
+    return [m for name, m in block.named_modules()
+            if name.rpartition(".")[2] in SHARED_NAMES and m is not None]
 
 
 def _labelled(fn, name):
