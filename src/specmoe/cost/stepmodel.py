@@ -866,7 +866,6 @@ def tau_prior(k_draft: int) -> tuple[float, float]:
 
 
 SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin", "undecided")
-LOW_BATCH = 2      # a maximum at batch 1 or 2 is "at low batch" (the study's fine-grained models)
 SHAPE_SHARE = 0.8  # a shape is stated when at least this share of the draws has it
 NO_SHAPE = "no shape (one batch size)"
 NO_SHAPE_INFORMATION = "no shape (information at fewer than two batch sizes)"
@@ -874,26 +873,23 @@ DRAWS = 400
 
 
 def curve_shape(batches: list[int], speedups: list[float], margin: float) -> str:
-    """The shape of one speedup curve (batch sizes ascending), each stated only beyond the
-    margin: "peak at low batch" where the best value at batch <= LOW_BATCH exceeds every larger
-    batch's by the margin; "rising" where the last is the maximum and exceeds the first by it,
-    with no point between below the first by it;
-    "concave" where an interior maximum exceeds both ends by it; "flat within the margin" where
-    nothing differs by it; else "undecided"."""
-    s = np.asarray(speedups, float)
-    b = np.asarray(batches)
-    up = 1 + margin
-    if s.max() <= s.min() * up:
-        return "flat within the margin"
-    low, high = s[b <= LOW_BATCH], s[b > LOW_BATCH]
-    if low.size and (not high.size or low.max() > high.max() * up):
-        return "peak at low batch"
-    top = int(np.argmax(s))
-    if top == len(s) - 1 and s[top] > s[0] * up and not (s[1:-1] * up < s[0]).any():
-        return "rising"  # a dip below the smallest batch first is not a rise
-    if b[top] > LOW_BATCH and s[top] > s[0] * up and s[top] > s[-1] * up:
-        return "concave"
-    return "undecided"
+    """The shape of one speedup curve (batch sizes ascending): curve_shapes of it alone."""
+    return curve_shapes(np.asarray([speedups], float), margin)[0]
+
+
+def curve_shapes(curves: np.ndarray, margin: float) -> list[str]:
+    """The shapes of curves [curve, batch] (batch sizes ascending) by the rule that names the
+    measured ones (specmoe.measured.sweep.shape_labels) on exact values, so that a predicted and a
+    measured shape side by side mean the same: "concave" where an interior batch size exceeds
+    both ends by the margin (an interior peak at batch 2 is concave, as the study defines it, not
+    a low-batch peak), "peak at low batch" where the smallest batch exceeds the largest by it and
+    no larger batch exceeds the smallest by it, "rising" the mirror without a dip below the
+    smallest first, "flat within the margin", else "undecided"."""
+    from ..measured.sweep import UNDECIDED, shape_labels
+
+    lm = np.log(np.asarray(curves, float))
+    labels = shape_labels(lm, np.zeros_like(lm), np.full(lm.shape, np.inf), margin)
+    return ["undecided" if x == UNDECIDED else str(x) for x in labels]
 
 
 EAGLE3_DRAFT_VOCAB = 32000  # the draft vocabulary of published EAGLE-3 heads (draft_vocab_size)
@@ -1044,8 +1040,7 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
     if len(keep) < 2:  # one point has no shape
         counts, top = {}, NO_SHAPE if len(batches) < 2 else NO_SHAPE_INFORMATION
     else:
-        kept = [batches[j] for j in keep]
-        shapes = [curve_shape(kept, row[keep], margin) for row in spd]
+        shapes = curve_shapes(spd[:, keep], margin)
         counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
         top = max(counts, key=counts.get)
     lo, hi = np.percentile(spd, [2.5, 97.5], axis=0)
