@@ -87,7 +87,10 @@ def structure(config: dict) -> list[str]:
                        "this configuration (a variant serves a tiny model's checkpoint)"
                        + _not_in(m["variant_of"], tiny, "tiny models"))
             continue
-        for key in ("arch", "steps", "seed", "dims", "synthetic", "repo_id"):
+        # compare_with and hardware too: the checkpoint routes as its target's and runs on its
+        # hardware (a variant with compare_with Mixtral-8x7B was set beside a curve of 2 of 8)
+        for key in ("arch", "steps", "seed", "dims", "synthetic", "repo_id", "compare_with",
+                    "hardware", "engine_args"):
             if key in m:
                 out.append(f"model {m['name']}: a variant takes '{key}' from {base['name']}; "
                            "leave it out")
@@ -121,6 +124,7 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
     """Each resolved model (specmoe.config.Model; variants included) against the hardware,
     drafters (name -> specmoe.config.Drafter) and datasets it names, and its own numbers."""
     out: list[str] = []
+    no_fp32: dict[str, list[str]] = {}  # hardware -> the tiny models priced there
     for d in drafters.values():
         if d.source == "tiny":
             out += [f"drafter {d.name}: {e}" for e in _arch_problems(d.entry.get("arch") or {})]
@@ -168,10 +172,18 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
                 elif len(parts) > 1 and any(p in datasets for p in parts):
                     out.append(f"{where}: downloaded datasets run one at a time ('{ds}')")
         out += _engine_args_problems(f"{where}: engine_args", e.get("engine_args"))
+        if e.get("engine_args") and src in ("tiny", "synthetic"):
+            # a tiny model's engines run under the sweep's, tiny.capture's and profiling's own
+            out.append(f"{where}: engine_args apply to downloaded (hf) models; a tiny model's "
+                       "engines take sweep.engine_args, tiny.capture.engine_args and "
+                       "profiling.engine_args")
         peaks = (hardware.get(m.hardware) or {}).get("peak_tflops") or {}
         if src == "hf" and m.precision == "fp8" and m.hardware in hardware and "fp8" not in peaks:
             out.append(f"{where}: precision fp8 on hardware {m.hardware}, which has no fp8 peak "
                        "(peak_tflops.fp8)")
+        if src == "tiny" and m.hardware in hardware and "fp32" not in peaks:
+            # a tiny checkpoint computes in float32 (its config.json), priced at that peak
+            no_fp32.setdefault(m.hardware, []).append(m.name)
         dt = (e.get("dims") or {}).get("dtype")
         if dt and m.hardware in hardware and compute_dtype(dt) not in peaks:
             out.append(f"{where}: dims.dtype {dt} on hardware {m.hardware}, which has no "
@@ -182,6 +194,9 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
                        f"{dims['num_experts']}")
         if e.get("compare_with") and not m.control_of and src != "variant":  # its target's
             out += [f"{where}: {p}" for p in _granularity_problems(e)]
+    out += [f"hardware {hw}: no peak_tflops.fp32, the precision the tiny models "
+            f"{', '.join(names)} compute in (their checkpoints are float32)"
+            for hw, names in no_fp32.items()]
     return out
 
 
@@ -233,6 +248,7 @@ def settings(config: dict, prompt_datasets: set[str] | None,
     configuration leaves them out, specmoe.config's)."""
     out: list[str] = []
     sweep = config.get("sweep") or {}
+    out += _batch_list_problems(config)
     for p in sweep.get("schedule") or []:
         if p["prompts"] < p["batch"]:
             out.append(f"sweep.schedule: batch {p['batch']} has {p['prompts']} prompts, fewer than "
@@ -252,6 +268,9 @@ def settings(config: dict, prompt_datasets: set[str] | None,
     for section in ("sweep", "profiling", "capture"):
         out += _engine_args_problems(f"{section}.engine_args",
                                      (config.get(section) or {}).get("engine_args"))
+    # the tiny models' capture engines (their dtype and KV cache are tiny.capture's own keys)
+    out += _engine_args_problems("tiny.capture.engine_args",
+                                 (tiny.get("capture") or {}).get("engine_args"))
     out += _plan_problems(config)
     out += _tiny_context_problems(config, **(engine_defaults or {}))
     train = tiny.get("train") or {}
@@ -277,6 +296,33 @@ def _runs_on_gpus(config: dict) -> list[dict]:
     return [m for m in config.get("models") or []
             if m["source"] == "hf" and not m.get("cost_only") and (hardware.get(
                 m.get("hardware") or DEFAULT_HARDWARE) or {}).get("device", "gpu") == "gpu"]
+
+
+def _batch_list_problems(config: dict) -> list[str]:
+    """Batch-size lists in ascending order (a curve is drawn in their order: [8, 1, 4] zig-zags),
+    and, where models are profiled, the profiled batch sizes where the sweep has points (TE three
+    ways joins them by batch size: elsewhere its sweep columns were silently empty) with batch 1
+    among them (the three-step correction's)."""
+    out = []
+    lists = {"batch_sizes": config.get("batch_sizes"),
+             "draft_cost.batch_sizes": (config.get("draft_cost") or {}).get("batch_sizes"),
+             "profiling.batch_sizes": (config.get("profiling") or {}).get("batch_sizes")}
+    for key, bs in lists.items():
+        if bs and list(bs) != sorted(bs):
+            out.append(f"{key} {list(bs)}: list the batch sizes in ascending order")
+    # where a model is profiled at all (a tiny model, or a downloaded one served)
+    runs = any(m.get("source") == "tiny" or (m.get("source") == "hf" and not m.get("cost_only"))
+               for m in config.get("models") or [])
+    profiled = (lists["profiling.batch_sizes"] or []) if runs else []
+    swept = {int(p["batch"]) for p in (config.get("sweep") or {}).get("schedule") or []}
+    off = [b for b in profiled if swept and b not in swept]
+    if off:
+        out.append(f"profiling.batch_sizes {off}: not in the sweep's schedule {sorted(swept)}; "
+                   "the profile's TE is set beside the sweep's at the same batch size")
+    if profiled and 1 not in profiled:
+        out.append(f"profiling.batch_sizes {list(profiled)}: include 1 (the three-step correction "
+                   "is at batch 1)")
+    return out
 
 
 def _plan_problems(config: dict) -> list[str]:
@@ -329,7 +375,9 @@ def _tiny_context_problems(config: dict, max_model_len: int = 1024, sd_k: int = 
                      ("profiling", "max_tokens", config["profiling"], k)]
     out = []
     for where, key, section, k_max in sections:
-        limit = int(section.get("max_model_len", max_model_len))
+        # the engine takes engine_args' max_model_len before the section's own
+        limit = int((section.get("engine_args") or {}).get("max_model_len")
+                    or section.get("max_model_len", max_model_len))
         if limit > MAX_POSITIONS:
             out.append(f"{where}.max_model_len {limit} exceeds the tiny models' {MAX_POSITIONS} "
                        "positions (vLLM refuses it)")
@@ -393,6 +441,12 @@ def _synthetic_problems(m: dict, ks: tuple) -> list[str]:
         if syn["fit_to"] not in curves:
             out.append(f"synthetic.fit_to '{syn['fit_to']}' has no published overlap curve"
                        + _not_in(syn["fit_to"], curves, "the study publishes"))
+        elif not out:  # (valid parameters) a curve of another granularity fails in rule
+            try:        # synth_fit's job, after the parse
+                SynthParams.from_dict({**syn, "k_draft": int(ks[0]) if ks else 3}
+                                      ).check_granularity()
+            except InputError as exc:
+                out.append(f"synthetic.{exc}")
     dims = m.get("dims") or {}
     if "tp" in dims and int(m.get("tp", 1)) not in (1, int(dims["tp"])):
         out.append(f"tp {m['tp']} contradicts dims.tp {dims['tp']} (the cost model reads dims.tp)")

@@ -130,6 +130,8 @@ def _line(err, path: tuple, config) -> str:
         return f"{where}: must have at least {err.validator_value} item(s)"
     if v == "minProperties":
         return f"{where}: must not be empty"
+    if v == "minLength":
+        return f"{where}: must not be empty (leave the key out for its default)"
     if v == "uniqueItems":
         return f"{where}: lists a value twice (got {_show(got)}): give each once"
     if v == "maxItems":
