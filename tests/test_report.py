@@ -849,6 +849,32 @@ def test_ordering_is_certified_only_where_step_1_lies_above_its_null(above, word
     assert words in text and ("certifying" in text) == (lo > 0)
 
 
+def test_a_share_outside_0_and_1_certifies_nothing_and_is_not_shown():
+    """A null below independence gave 'certifying 133% [132%, 134%] of the temporal overlap';
+    an interval across 0 and 100% was printed as a share too."""
+    from specmoe.report.runs import SHARE_OUTSIDE, overlap_row
+
+    summary = {"overlap_by_distance": [0.456, 0.3], "independent": 0.25,
+               "above_shuffle": 0.274, "above_shuffle_low": 0.27, "above_shuffle_high": 0.28,
+               "above_shuffle_share": 1.332, "above_shuffle_share_low": 1.324,
+               "above_shuffle_share_high": 1.341}
+    for share in ((1.332, 1.324, 1.341), (0.8, -3.1, 5.2)):
+        s = {**summary, **dict(zip(("above_shuffle_share", "above_shuffle_share_low",
+                                    "above_shuffle_share_high"), share))}
+        row = overlap_row({"model": "m"}, s, {})
+        assert row["above_shuffle_share_status"] == SHARE_OUTSIDE
+        assert np.isnan(row["above_shuffle_share"]) and np.isnan(row["above_shuffle_share_high"])
+        text = prose._ordering_text(pd.Series(row))
+        assert "certifying" not in text and "%" not in text.split("(")[0]
+        assert text.endswith(f"its share of the temporal overlap is {SHARE_OUTSIDE}: none "
+                             "certified")
+    row = overlap_row({"model": "m"}, {**summary, "above_shuffle_share": 0.15,
+                                       "above_shuffle_share_low": 0.12,
+                                       "above_shuffle_share_high": 0.18}, {})
+    assert row["above_shuffle_share_status"] == "ok"
+    assert prose._ordering_text(pd.Series(row)).startswith("certifying 15% [12%, 18%]")
+
+
 def test_a_curve_that_turns_twice_is_worded_by_both_turns():
     """synth-fine's MoE drafter: 0.192 at batch 1, down to 0.138 at 8, up to 0.319 at 256,
     down to 0.225 at 4096. It read 'falls ... then rises to 0.225 at batch 4096', the peak 42%
@@ -1013,3 +1039,23 @@ def test_the_anchor_figure_shows_no_d_where_too_few_requests_decide_it():
     assert "d: too few" in texts and not any(t.startswith("d=4.") for t in texts)
     assert f"d={many['cohens_d']:.2f}" in texts
     figures.plt.close(fig)
+
+
+def test_a_target_below_its_matched_control_is_not_said_to_share_the_finding_with_it():
+    """Target +0.05 [+0.02, +0.08], control +0.09 [-0.02, +0.20], the pair -0.04 [-0.06, -0.02]:
+    the opening said 'its untrained control shows overlap decays with distance as well', which
+    the control's own interval does not decide."""
+    rows = pd.DataFrame([
+        {"finding": "overlap decays with distance", "value": "+0.050 [+0.020, +0.080]",
+         "status": prose.SHOWN, "control_status": prose.UNDECIDED,
+         "learned": "no: below the matched control (-0.040 [-0.060, -0.020])"},
+        {"finding": "expert loads near uniform", "value": "0.25", "status": prose.SHOWN,
+         "control_status": prose.SHOWN,
+         "learned": "no: the untrained control shows it as well"}])
+    text = prose._routing_sentence("fine", rows)
+    assert "control shows overlap decays with distance" not in text
+    assert "its untrained control shows expert loads near uniform as well" in text
+    assert ("below its matched control, so not evidence of learned routing: overlap decays with "
+            "distance ((-0.040 [-0.060, -0.020]))") not in text
+    assert ("below its matched control, so not evidence of learned routing: overlap decays with "
+            "distance (-0.040 [-0.060, -0.020])") in text

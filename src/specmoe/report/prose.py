@@ -79,8 +79,13 @@ def _ordering_text(row) -> str:
     none)."""
     share = _share_text(row)
     v, (lo, hi) = _val(row, "above_shuffle"), _interval(row, "above_shuffle")
-    if not share or not np.isfinite(v):
+    flagged = str(row.get("above_shuffle_share_status", "ok")) not in ("ok", "none", "nan")
+    if not (share or flagged) or not np.isfinite(v):
         return ""
+    if np.isfinite(lo) and lo > 0 and flagged:
+        return (f"step 1 above the within-window shuffle null "
+                f"({_with_interval(v, lo, hi, sign=True)}), but its share of the temporal "
+                f"overlap is {row['above_shuffle_share_status']}: none certified")
     if np.isfinite(lo) and lo > 0:
         return f"certifying {share} of the temporal overlap as within-window ordering"
     where = ("below" if np.isfinite(hi) and hi < 0 else "not decidedly above")
@@ -659,8 +664,9 @@ def _routing_sentence(model: str, rows: pd.DataFrame, elsewhere: dict | None = N
             for _, r in df.iterrows())
 
     learned = rows[rows["learned"].str.startswith("yes")]
-    both = rows[rows["learned"].str.startswith("no: the untrained")
-                | rows["learned"].str.startswith("no: below the matched")]
+    both = rows[rows["learned"].str.startswith("no: the untrained")]
+    # below its matched control: the pair decides that, not whether the control shows it
+    below = rows[rows["learned"].str.startswith("no: below the matched")]
     open_ = rows[(rows["status"] == SHOWN) & rows["learned"].str.startswith("undecided")]
     apart = rows[rows["learned"].str.startswith("not comparable")]
     missed = rows[rows["status"].isin([NOT_SHOWN, UNDECIDED])]
@@ -674,6 +680,10 @@ def _routing_sentence(model: str, rows: pd.DataFrame, elsewhere: dict | None = N
     if not both.empty:
         parts.append(f"its untrained control shows {named(both, False)} as well, so these are "
                      "not evidence of learned routing")
+    if not below.empty:
+        parts.append("below its matched control, so not evidence of learned routing: " + ", ".join(
+            f"{r['finding']} {r['learned'].removeprefix('no: below the matched control ')}"
+            for _, r in below.iterrows()))
     if not open_.empty:
         parts.append(f"shown, with the control undecided or not separated from it: "
                      f"{named(open_)}")

@@ -253,6 +253,21 @@ def heldout_acceptance_rows(rc: dict, ac: dict) -> list[dict]:
     return rows
 
 
+SHARE_OUTSIDE = "not a share: its 95% interval leaves [0, 1]"
+
+
+def share_status(row: dict) -> str:
+    """Whether the share of the temporal overlap that step 1 above the shuffle null certifies is
+    one: its point and interval inside [0, 1] (a null below independence gave 133% [132%,
+    134%]; step 1 near independence an interval across 0 and 100%). "none" where it has none."""
+    v = row.get("above_shuffle_share", np.nan)
+    lo, hi = row.get("above_shuffle_share_low", np.nan), row.get("above_shuffle_share_high", np.nan)
+    if not np.isfinite(v):
+        return "none"
+    inside = np.isfinite(lo) and np.isfinite(hi) and 0 <= lo <= v <= hi <= 1
+    return "ok" if inside else SHARE_OUTSIDE
+
+
 def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     """One run's row of the overlap_by_distance table: inside windows (step<d>, the shuffle null
     shuffle<d>, intervals by request), along the committed sequence (seq<d>), and without the
@@ -269,6 +284,10 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
                 "window_decay_within_status", "window_decay_within_status_low",
                 "window_decay_within_status_high", "window_requests"):
         row[key] = s.get(key, np.nan)
+    row["above_shuffle_share_status"] = share_status(row)
+    if row["above_shuffle_share_status"] != "ok":  # not a share: never shown as one
+        for key in ("above_shuffle_share", "above_shuffle_share_low", "above_shuffle_share_high"):
+            row[key] = np.nan
     row.update({f"seq{d}": v for d, v in enumerate(s.get("sequence_by_distance", []), 1)})
     if s.get("sequence_low"):
         row["seq1_low"], row["seq1_high"] = s["sequence_low"][0], s["sequence_high"][0]
