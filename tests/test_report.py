@@ -1059,3 +1059,18 @@ def test_a_target_below_its_matched_control_is_not_said_to_share_the_finding_wit
             "distance ((-0.040 [-0.060, -0.020]))") not in text
     assert ("below its matched control, so not evidence of learned routing: overlap decays with "
             "distance (-0.040 [-0.060, -0.020])") in text
+
+
+@pytest.mark.parametrize("ind, lo, hi, status", [
+    (0.2499, 0.2400, 0.2600, prose.UNDECIDED),   # a point just below 2 k/N was 'shown'
+    (0.2000, 0.1900, 0.2100, prose.SHOWN),
+    (0.3000, 0.2900, 0.3100, prose.NOT_SHOWN),
+    (0.2000, np.nan, np.nan, prose.UNDECIDED),
+])
+def test_expert_loads_near_uniform_is_decided_by_the_baselines_interval(ind, lo, hi, status):
+    o = pd.Series({"independent": ind, "independent_low": lo, "independent_high": hi,
+                   "seq_excess_low": 0.1, "seq_excess_high": 0.2, "seq_decay": 0.1,
+                   "seq_decay_low": 0.05, "seq_decay_high": 0.15})
+    d = pd.Series({"k_over_n": 0.125, "hottest_expert_pct": 20.0})
+    (row, *_) = prose._routing_rows("m", o, d, None)
+    assert row["finding"] == "expert loads near uniform" and row["status"] == status

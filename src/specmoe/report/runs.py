@@ -276,6 +276,9 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     row.update({f"step{d}": v for d, v in enumerate(s["overlap_by_distance"], 1)})
     row.update({f"shuffle{d}": v for d, v in enumerate(s.get("shuffle_by_distance", []), 1)})
     row["independent"] = s["independent"]
+    # its 95% interval over requests: "expert loads near uniform" is decided by it
+    row["independent_low"] = s.get("independent_low", np.nan)
+    row["independent_high"] = s.get("independent_high", np.nan)
     if s.get("window_low"):
         row["step1_low"], row["step1_high"] = s["window_low"][0], s["window_high"][0]
     for key in ("window_decay", "window_decay_low", "window_decay_high", "above_shuffle",

@@ -284,7 +284,9 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         # interval, as the matched contrast's share (controls) has
         with np.errstate(invalid="ignore", divide="ignore"):
             slo, shi = np.nanpercentile((boot[:, 0] - ind_boot) / boot[:, 0], [2.5, 97.5])
-        out.update(temporal_share_low=float(slo), temporal_share_high=float(shi))
+        ilo, ihi = np.nanpercentile(ind_boot, [2.5, 97.5])  # the baseline over requests
+        out.update(temporal_share_low=float(slo), temporal_share_high=float(shi),
+                   independence_low=float(ilo), independence_high=float(ihi))
         out.update(independence=ind, within_request=float(wr))
     return out
 
@@ -364,7 +366,9 @@ def sequence_summary(seq: np.ndarray, pairs: np.ndarray, ws: "WindowStats",
                     # step-1 interval's ends with the baseline held fixed were far too narrow)
                     "sequence_temporal_share_low": ci.get("temporal_share_low", float("nan")),
                     "sequence_temporal_share_high": ci.get("temporal_share_high",
-                                                           float("nan"))})
+                                                           float("nan")),
+                    "independent_low": ci.get("independence_low", float("nan")),
+                    "independent_high": ci.get("independence_high", float("nan"))})
         if "within_request" in ci:
             wr = ci["within_request"]
             out.update({f"sequence_{key}": ci[key] for key in (
