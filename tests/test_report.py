@@ -303,7 +303,9 @@ def _routing_tables(tmp_path, fine: dict, coarse: dict, controls: dict | None = 
             w = v if model == name or controls is None else {**v, **controls}
             run = {"model": model, "drafter": "d", "k": 3, "dataset": "main",
                    "control_of": None if model == name else name}
-            ob.append({**run, "step1": w["seq1"], "independent": w["ind"], "seq1": w["seq1"],
+            ob.append({**run, "step1": w["seq1"], "independent": w["ind"],
+                       "independent_low": w["ind"] - 0.005, "independent_high": w["ind"] + 0.005,
+                       "seq1": w["seq1"],
                        "seq1_low": w["seq1"] - 0.01, "seq1_high": w["seq1"] + 0.01,
                        **{f"seq{d}": w["seq1"] - w["decay"] * (d - 1) / 7 for d in range(2, 9)},
                        "seq_decay": w["decay"], "seq_decay_low": w["decay"] - 0.02,
@@ -362,7 +364,8 @@ def test_routing_targets_follow_the_tables(tmp_path):
     text = _page(tmp_path)
     assert "## Findings" in text and "## What this run shows" in text
     assert "fine: nothing that separates learned routing" in text
-    assert "not shown or undecided: expert loads near uniform (independence 0.400" in text
+    assert ("not shown or undecided: expert loads near uniform (independence 0.400 [0.395, "
+            "0.405]") in text
 
     # a balanced, decaying target beside a control that is flat inside its windows
     good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009, "above": 0.03}
