@@ -375,14 +375,14 @@ def _tiny_context_problems(config: dict, max_model_len: int = 1024, sd_k: int = 
                      ("profiling", "max_tokens", config["profiling"], k)]
     out = []
     for where, key, section, k_max in sections:
+        limit = int(section.get("max_model_len", max_model_len))
         # the engine takes engine_args' max_model_len before the section's own
-        limit = int((section.get("engine_args") or {}).get("max_model_len")
-                    or section.get("max_model_len", max_model_len))
-        if limit > MAX_POSITIONS:
-            out.append(f"{where}.max_model_len {limit} exceeds the tiny models' {MAX_POSITIONS} "
+        engine = int((section.get("engine_args") or {}).get("max_model_len") or limit)
+        if engine > MAX_POSITIONS:
+            out.append(f"{where}.max_model_len {engine} exceeds the tiny models' {MAX_POSITIONS} "
                        "positions (vLLM refuses it)")
-        if key not in section:
-            continue
+        if key not in section or engine != limit:
+            continue  # engine_args' own context: the preflight counts its prompts by tokenizer
         need = int(prompt + 0.999) + int(section[key]) + k_max + 1
         if need > limit:
             out.append(f"{where}.{key} {section[key]} + the longest prompt (about {prompt:.0f} "
