@@ -31,6 +31,7 @@ length:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,7 +119,7 @@ def series_estimates(points: list[dict], timing: str, what: str, engine_log_sd: 
     groups = repeats_by_batch(points)
     by_batch = {b: [tpot(p, timing) for p in pts] for b, pts in groups.items()}
     for b, xs in by_batch.items():  # one NaN would void every batch size's pooled error
-        bad = [x for x in xs if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0)]
+        bad = [x for x in xs if not (isinstance(x, numbers.Real) and math.isfinite(x) and x > 0)]
         if bad:
             raise InputError(f"{what}: batch {b}: {timing} TPOT {bad[0]!r} ms is not a positive "
                              "number (a failed or empty measurement)")

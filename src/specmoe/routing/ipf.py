@@ -90,27 +90,25 @@ def fit_pairs(q: np.ndarray, p11: np.ndarray, tol: float = 1e-10,
     patterns = (np.arange(2**positions)[:, None] >> np.arange(positions)[None, :]) & 1
     pairs = list(combinations(range(positions), 2))
 
-    # Target 2x2 tables (cells 00, 01, 10, 11 indexed 2*x_i + x_j) per pair and expert, clipped.
-    targets, cells, n_clipped = [], [], 0
+    # Target 2x2 tables (cells 00, 01, 10, 11 indexed 2*x_i + x_j) per pair and expert, clipped
+    # to what each expert's load allows
+    lo, hi = pair_floor(q)[:, None], q[:, None]
+    held = np.clip(p11_all, lo, hi)
+    clipped = ((p11_all < lo - 1e-15) | (p11_all > hi + 1e-15))[q > 0]
+    targets, cells = [], []
+    n_clipped = sum(int(clipped[:, j - i - 1].sum()) for i, j in pairs)
     for i, j in pairs:
-        p11 = p11_all[:, j - i - 1]
-        lo, hi = np.maximum(0.0, 2 * q - 1), q
-        clipped = (p11 < lo - 1e-15) | (p11 > hi + 1e-15)
-        n_clipped += int(clipped[q > 0].sum())
-        p11 = np.clip(p11, lo, hi)
+        p11 = held[:, j - i - 1]
         targets.append(np.stack([1 - 2 * q + p11, q - p11, q - p11, p11], axis=1))
         cells.append((2 * patterns[:, i] + patterns[:, j]).astype(np.int64))
     dist, iters, row_err = _fit_rows(np.stack(targets, axis=1), np.stack(cells), tol, max_iter)
     err = float(row_err.max()) if q.size else 0.0
     matched = max(tol, MATCHED)
     off = np.flatnonzero(row_err >= matched)
-    held = np.clip(p11_all, np.maximum(0.0, 2 * q - 1)[:, None], q[:, None])
-    verdicts: dict[tuple, bool] = {}  # experts with the same margins: one linear program
-    for r in off:
-        key = (float(q[r]), *held[r].tolist())
-        if key not in verdicts:
-            verdicts[key] = feasible(q[r], held[r])
-    n_infeasible = sum(not verdicts[(float(q[r]), *held[r].tolist())] for r in off)
+    keys = {r: (float(q[r]), *held[r].tolist()) for r in off}
+    verdicts = {key: feasible(key[0], np.array(key[1:]))  # experts of the same margins: one LP
+                for key in set(keys.values())}
+    n_infeasible = sum(not verdicts[key] for key in keys.values())
     return IPFResult(p_zero=dist[:, 0], converged=bool(err < matched),
                      iterations=int(iters.max()) if q.size else 0, max_error=err,
                      n_clipped=n_clipped, n_unconverged=int(off.size),
@@ -205,7 +203,7 @@ def skewed_pairs(q: np.ndarray, overlaps: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         lam = np.where(spread > 0, (k * ov - (q ** 2).sum(axis=1, keepdims=True)) / spread, 0.0)
     p11 = q[:, :, None] ** 2 + lam[:, None, :] * var[:, :, None]
-    floor = np.maximum(0.0, 2 * q - 1)[:, :, None]
+    floor = pair_floor(q)[:, :, None]
     short = (p11 < floor).any(axis=1)  # [layer, d]: the closed form leaves some floor
     if short.any():
         held = lambda lm: np.clip(q[:, :, None] ** 2 + lm[:, None, :] * var[:, :, None],  # noqa
@@ -227,7 +225,13 @@ def skewed_floor(q: np.ndarray) -> float:
     probability q_e > 1/2 is chosen by both of two tokens at least 2 q_e - 1 of the time, so
     ov >= sum_e max(0, 2 q_e - 1) / k (for uniform loads max(0, 2k - N) / k)."""
     q = np.asarray(q, dtype=np.float64).reshape(-1)
-    return float(np.maximum(0.0, 2 * q - 1).sum() / q.sum())
+    return float(pair_floor(q).sum() / q.sum())
+
+
+def pair_floor(q: np.ndarray) -> np.ndarray:
+    """The least P(x_i = 1, x_j = 1) of an expert used with probability q at both positions:
+    max(0, 2q - 1)."""
+    return np.maximum(0.0, 2 * np.asarray(q, dtype=np.float64) - 1)
 
 
 def fit_layers(q: np.ndarray, overlaps: np.ndarray) -> IPFResult:

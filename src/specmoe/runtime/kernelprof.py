@@ -298,6 +298,8 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                                       "verify": ver_infos[0]["model_runner"]},
                      "sm_count": sms, "engines": len(dec), "decode_steps": len(dec_steps),
                      "verify_steps": len(ver_steps), "decode_wall_us": dec_wall,
+                     # steady steps left out for want of recorded kernels (CUDA), all starts
+                     "steps_without_kernels": sum(x["steps_without_kernels"] for x in dec + ver),
                      "verify_wall_us": float(np.mean([v["wall_us"] for v in ver])),
                      "drafter_us_per_step": drafter_us,
                      "draft_cost_profiled": drafter_us / dec_wall,
