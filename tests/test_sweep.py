@@ -489,5 +489,5 @@ def test_a_dip_before_a_rise_is_not_rising():
     assert shape_label([1, 2, 4, 8], est, MARGIN) == UNDECIDED
     assert shape_label([1, 2, 4, 8], [Estimate(v, 0.015, 16) for v in (1.0, 1.05, 1.1, 1.25)],
                        MARGIN) == RISING
-    assert curve_shape([1, 2, 4, 8], values, MARGIN) == "undecided"
+    assert curve_shape(values, MARGIN) == "undecided"
     assert RISING in wrong_shapes(values, MARGIN)

@@ -831,7 +831,7 @@ def shape_curve(r: dict, p: StepParams) -> list[float]:
 
 
 def predict_shape(r: dict, p: StepParams) -> str:
-    return curve_shape(r["batches"], shape_curve(r, p), SHAPE_MARGIN)
+    return curve_shape(shape_curve(r, p), SHAPE_MARGIN)
 
 
 # --- predicting a curve -------------------------------------------------------------------------
@@ -872,8 +872,9 @@ NO_SHAPE_INFORMATION = "no shape (information at fewer than two batch sizes)"
 DRAWS = 400
 
 
-def curve_shape(batches: list[int], speedups: list[float], margin: float) -> str:
-    """The shape of one speedup curve (batch sizes ascending): curve_shapes of it alone."""
+def curve_shape(speedups: list[float], margin: float) -> str:
+    """The shape of one speedup curve (its values by ascending batch size): curve_shapes of it
+    alone."""
     return curve_shapes(np.asarray([speedups], float), margin)[0]
 
 
