@@ -231,6 +231,11 @@ def test_a_comparison_row_of_a_model_without_runs_is_named_by_its_model(tmp_path
     assert list(df["label"]) == ["qwen-cost"] + (["synth, K=3, x"] if with_run else [])
     assert figures.figure_frames(tables_in(tmp_path))["comparison"][0] is figures.comparison
 
+    # one panel per table, as its caption says (it said one marker per table)
+    fig = figures.comparison(df, figures.palette(list(dict.fromkeys(df["model"]))))
+    assert sum(ax.has_data() for ax in fig.axes) == df["table"].nunique()
+    assert "one panel per table" in registry.text("comparison", figure=True)
+
 
 def test_every_figure_of_the_fixed_results_has_data():
     """The default run fills every figure in miniature: none is the explanatory placeholder, and

@@ -79,6 +79,15 @@ def test_an_sd_series_counts_each_engine_it_started(tmp_path):
     assert timing.collect(root).engine_starts == 8
 
 
+def test_a_profile_counts_a_decode_and_a_verify_engine_per_engine_start(tmp_path):
+    """A profile starts its decode and verify engines `engines` times (three by default): six
+    engines, where two were counted."""
+    root = run_dir(tmp_path)
+    out_json(root, "profiles/tiny-fine/tiny-drafter/K3.json",
+             {"engines": 3, "engine_startup_s": 16.0})
+    assert timing.collect(root).engine_starts == 10
+
+
 def test_stages_sum_the_jobs_and_split_engine_start_off_where_recorded(tmp_path):
     b = timing.collect(run_dir(tmp_path))
     assert b.seconds == pytest.approx({"train": 110, "engine start": 76, "serve": 55,

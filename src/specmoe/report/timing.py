@@ -118,10 +118,16 @@ def start_summaries(folder: str, rec: dict | None) -> list[dict]:
 
 
 def engines_started(folder: str, rec: dict | None, start: float) -> int:
-    """The engines a job started: two for an SD check and a profile, a serving series' own count
-    (an SD series starts its no-SD engine too), else one where it spent time starting."""
-    if folder in ("sd_check", "profiles"):
+    """The engines a job started: two for an SD check, a decode and a verify engine per engine
+    start of a profile (its `engines`), a serving series' own count (an SD series starts its
+    no-SD engine too), else one where it spent time starting."""
+    if folder == "sd_check":
         return 2
+    if folder == "profiles":
+        try:
+            return 2 * int(rec.get("engines", 1)) if rec is not None else 2
+        except (TypeError, ValueError):  # not a count: one start of each kind
+            return 2
     if folder == "sweeps" and rec is not None:
         try:
             return int(rec.get("engine_starts", int(start > 0)))
