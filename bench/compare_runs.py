@@ -2,9 +2,9 @@
 
 Compares run directories A and B (each with results/): the sha256 of every model file (weights,
 config, tokenizer, token arrays), every trace's columns and expert ids (not the Parquet bytes,
-whose provenance holds a timestamp), and every non-timing table's CSV without its provenance line
-(the comparison table without its rows from timing tables, the step model's table without its
-measured columns). Timing tables are left out.
+whose provenance holds a timestamp), the tokens of every SD check, and every table's CSV without
+its provenance line and without its timing columns (TIMING_COLUMNS; the step model's table without
+its measured columns). A file that only one run has is a difference.
 
 Run: .venv/bin/python bench/compare_runs.py RUN_A RUN_B   (exit 1 if anything differs)
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -26,8 +27,28 @@ import pandas as pd
 
 from specmoe.routing.trace import read_trace
 
-TIMING = {"speedup_vs_batch", "te_three_ways", "kernel_time_shares", "three_step_correction"}
-MODEL_FILES = (".safetensors", ".npy")
+# Each timing table's columns that come from timing (clocks, or numbers derived from them):
+# names, and prefixes ending in "*". Every other column of these tables (keys, the cost model's
+# numbers, acceptance counts, device) is compared as in any table.
+TIMING_COLUMNS = {
+    "speedup_vs_batch": ("tpot_*", "speedup*", "timing", "draft_cost", "te_sweep*", "shape",
+                         "direction"),
+    "te_three_ways": ("te_sweep*", "te_profiled*", "gap_sweep_minus_costmodel", "moe_time_share",
+                      "draft_cost_profiled"),
+    "kernel_time_shares": ("decode_us", "verify_us", "decode_share", "verify_share", "ratio",
+                           "below_sm_share_verify"),
+    "three_step_correction": ("f", "s_moe", "s_dense", "te*", "delta", "gap_closed_pct"),
+}
+# a model folder's files that carry no weights, tokens or settings: the manifest holds the
+# provenance (a timestamp), the other Snakemake's marker
+MODEL_SKIP = ("manifest.json", ".snakemake_timestamp")
+SD_CHECK_FIELDS = ("sd_equals_plain", "mismatched_prompts", "sd_token_ids", "plain_token_ids",
+                   "prompt_ids")
+
+
+def is_timing(table: str, column: str) -> bool:
+    return any(column == c or (c.endswith("*") and column.startswith(c[:-1]))
+               for c in TIMING_COLUMNS.get(table, ()))
 
 
 def sha(p: Path) -> str:
@@ -49,42 +70,64 @@ def same_values(p: Path, q: Path, renames: dict[str, str]) -> str | None:
                                  if renames else "") if x)
 
 
-def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bool, str]]:
+def _files(a: Path, b: Path, folder: str, pattern: str, skip=()) -> list[Path]:
+    """The relative paths of the files under folder in either run: a file one run lacks is a
+    difference, not a file left out."""
+    return sorted({p.relative_to(root) for root in (a, b) for p in (root / folder).rglob(pattern)
+                   if p.is_file() and p.name not in skip})
+
+
+def _table(p: Path, q: Path, renames: dict) -> tuple[bool | str, str]:
+    stem = p.stem
+    if stem == "step_model" or stem in TIMING_COLUMNS:  # the timing columns left out
+        da, db = (pd.read_csv(x, comment="#", dtype=str, keep_default_na=False) for x in (p, q))
+        keep = (lambda c: "measured" not in c) if stem == "step_model" else \
+            (lambda c: not is_timing(stem, c))
+        da, db = (d[[c for c in d if keep(c)]] for d in (da, db))
+        return da.equals(db), f"{len(da)} rows, {'predicted' if stem == 'step_model' else 'non-timing columns'}"
+    if stem == "comparison":
+        da, db = (pd.read_csv(x, comment="#") for x in (p, q))
+        da, db = (d[~((d["table"].isin(TIMING_COLUMNS)) & d.apply(
+            lambda r: is_timing(r["table"], r["quantity"]), axis=1))].reset_index(drop=True)
+            if len(d) else d for d in (da, db))
+        return da.equals(db), f"{len(da)} non-timing rows"
+    la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith("#")]
+              for x in (p, q))
+    if la != lb:
+        cols = same_values(p, q, renames.get(stem, {}))
+        if cols is not None:
+            return "cols", f"{len(la) - 1} rows, same values; {cols}"
+    return la == lb, f"{len(la) - 1} rows"
+
+
+def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bool | str, str]]:
     renames = renames or {}
     out = []
-    for p in sorted((a / "models").rglob("*")):
-        if p.is_file() and (p.suffix in MODEL_FILES or p.name in ("config.json",
-                                                                 "tokenizer.json")):
-            q = b / p.relative_to(a)
-            out.append((str(p.relative_to(a)), q.exists() and sha(p) == sha(q), sha(p)[:16]))
-    for p in sorted((a / "traces").rglob("*.parquet")):
-        ta, tb = read_trace(p), read_trace(b / p.relative_to(a))
-        same = np.array_equal(ta.experts, tb.experts) and ta.columns.keys() == tb.columns.keys() \
-            and all(np.array_equal(ta.columns[c], tb.columns[c]) for c in ta.columns)
-        out.append((str(p.relative_to(a)), same, f"{len(ta)} rows"))
-    for p in sorted((a / "tables").glob("*.csv")):
-        if p.stem in TIMING:
-            continue
-        q = b / "tables" / p.name
-        if p.stem == "step_model":  # the prediction; its measured columns are timings
-            da, db = (pd.read_csv(x, comment="#") for x in (p, q))
-            da, db = (d[[c for c in d if "measured" not in c]] for d in (da, db))
-            out.append((str(p.relative_to(a)), da.equals(db), f"{len(da)} rows, predicted"))
-            continue
-        if p.stem == "comparison":
-            da, db = (pd.read_csv(x, comment="#") for x in (p, q))
-            da, db = (d[~d["table"].isin(TIMING)].reset_index(drop=True) for d in (da, db))
-            out.append((str(p.relative_to(a)), da.equals(db), f"{len(da)} non-timing rows"))
-            continue
-        la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith("#")]
-                  for x in (p, q))
-        if la != lb and q.exists():
-            cols = same_values(p, q, renames.get(p.stem, {}))
-            if cols is not None:
-                out.append((str(p.relative_to(a)), "cols", f"{len(la) - 1} rows, same values; "
-                            f"{cols}"))
-                continue
-        out.append((str(p.relative_to(a)), la == lb, f"{len(la) - 1} rows"))
+
+    def both(rel: Path) -> bool:
+        missing = [name for name, root in (("A", a), ("B", b)) if not (root / rel).is_file()]
+        if missing:
+            out.append((str(rel), False, f"only in {'B' if missing == ['A'] else 'A'}"))
+        return not missing
+
+    for rel in _files(a, b, "models", "*", MODEL_SKIP):
+        if both(rel):
+            out.append((str(rel), sha(a / rel) == sha(b / rel), sha(a / rel)[:16]))
+    for rel in _files(a, b, "traces", "*.parquet"):
+        if both(rel):
+            ta, tb = read_trace(a / rel), read_trace(b / rel)
+            same = np.array_equal(ta.experts, tb.experts) and \
+                ta.columns.keys() == tb.columns.keys() and \
+                all(np.array_equal(ta.columns[c], tb.columns[c]) for c in ta.columns)
+            out.append((str(rel), same, f"{len(ta)} rows"))
+    for rel in _files(a, b, "sd_check", "*.json"):  # the tokens SD and plain decoding gave
+        if both(rel):
+            ja, jb = (json.loads((root / rel).read_text()) for root in (a, b))
+            out.append((str(rel), all(ja.get(f) == jb.get(f) for f in SD_CHECK_FIELDS),
+                        f"{len(ja.get('sd_token_ids') or [])} prompts' tokens"))
+    for rel in _files(a, b, "tables", "*.csv"):
+        if both(rel):
+            out.append((str(rel), *_table(a / rel, b / rel, renames)))
     return out
 
 

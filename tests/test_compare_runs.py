@@ -41,3 +41,39 @@ def test_a_table_that_gained_or_renamed_a_column_is_same_values_only_where_every
     (b / "results" / "tables" / "t.csv").write_text("# p\nmodel,control_of,k,x\nm,,3,0.6\n")
     r = subprocess.run(args + ["--schema"], capture_output=True, text=True)
     assert r.returncode == 1 and "DIFF  tables/t.csv" in r.stdout
+
+
+def test_a_file_only_one_run_has_and_a_non_timing_column_of_a_timing_table_are_differences(
+        tmp_path):
+    """A table, model file or SD check that only run B has was never looked at (A's files were
+    the list), a file only A had stopped the script, and a timing table's cost-model column
+    (te_three_ways' unique_sd) was skipped with the whole table: each is a difference now, while
+    the timing table's clock columns still are not compared."""
+    head = "model,batch,unique_sd,te_sweep\n"
+    a = _run(tmp_path / "a", {"te_three_ways": head + "m,1,12.5,0.8\n"})
+    b = _run(tmp_path / "b", {"te_three_ways": head + "m,1,12.5,0.7\n"})
+    args = [sys.executable, str(SCRIPT), str(a), str(b)]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr  # te_sweep is a timing
+    for root in (a, b):
+        (root / "results" / "models" / "m").mkdir(parents=True)
+        (root / "results" / "models" / "m" / "manifest.json").write_text(str(root))  # skipped
+        (root / "results" / "models" / "m" / "generation_config.json").write_text("{}")
+    assert subprocess.run(args, capture_output=True).returncode == 0
+    (b / "results" / "models" / "m" / "generation_config.json").write_text('{"eos": 2}')
+    (b / "results" / "tables" / "extra.csv").write_text("# p\nx\n1\n")
+    (a / "results" / "tables" / "gone.csv").write_text("# p\nx\n1\n")
+    sd = b / "results" / "sd_check" / "m" / "K3"
+    sd.mkdir(parents=True)
+    (sd / "x.json").write_text('{"sd_token_ids": [[1]]}')
+    (b / "results" / "tables" / "te_three_ways.csv").write_text(
+        "# p\n" + head + "m,1,25.0,0.7\n")
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = r.stdout
+    assert "DIFF  models/m/generation_config.json" in out
+    assert "DIFF  tables/extra.csv  (only in B)" in out and "DIFF  tables/gone.csv  (only in A)" \
+        in out
+    assert "DIFF  sd_check/m/K3/x.json  (only in B)" in out
+    assert "DIFF  tables/te_three_ways.csv  (1 rows, non-timing columns)" in out
+    assert "manifest" not in out
