@@ -56,7 +56,8 @@ def test_comparison_puts_each_quantity_beside_the_published_one():
                        {"model": "other", **run, "step1": 0.9, "seq1": 0.9, "seq2": 0.9,
                         "seq3": 0.9, "seq4": np.nan, "independent": 0.9}])
     te = pd.DataFrame([{"model": "mine", **run, "batch": b, "te_sweep": 0.8} for b in (1, 4)])
-    study = {"mine": {"study": "Qwen3-30B", "precision": "fp8", "tp": 2, "gpu": "H100"}}
+    study = {"mine": {"study": "Qwen3-30B", "precision": "fp8", "tp": 2, "gpu": "H100",
+                      "methods": {"d": "EAGLE-3"}}}
     df = published.comparison({"overlap_by_distance": ob, "te_three_ways": te}, study)
     assert set(df["model"]) == {"mine"}  # unmatched models are left out
     s1 = df[(df["table"] == "overlap_by_distance") & (df["quantity"] == "seq1")].iloc[0]
@@ -69,6 +70,34 @@ def test_comparison_puts_each_quantity_beside_the_published_one():
     df = published.comparison({"te_three_ways": te}, study)
     assert df.empty
 
+
+def test_comparison_sets_the_studys_main_set_at_k3_beside_only_its_own_runs():
+    """The study's overlap and acceptance tables are of its main set (MT-Bench) at K = 3: a run
+    on Aya or at K = 7 was set beside them (Aya's own independence is 0.176, shown 0.119); its
+    TE at batch 1 is per drafting method (a separate draft model was set beside EAGLE's 0.488);
+    its three-step correction is of Qwen3-30B fp8 TP 1 on H100 (a B200 or bf16 TP 2 variant
+    was set beside it)."""
+    rows = [{"model": "q", "drafter": "d", "k": k, "dataset": ds, "seq1": 0.5,
+             "independent": 0.1} for ds in ("mt-bench", "aya", "spec-bench") for k in (3, 7)]
+    study = {"q": published.study_entry(
+        {"name": "q", "repo_id": "Qwen/Qwen3-30B-A3B-FP8", "tp": 1, "hardware": "H100",
+         "datasets": ["mt-bench", "aya", "spec-bench"]}, methods={"d": "eagle3"})}
+    df = published.comparison({"overlap_by_distance": pd.DataFrame(rows)}, study)
+    assert len(df) == 2 and set(df["dataset"]) == {"mt-bench"} and set(df["k"]) == {3}
+    te = pd.DataFrame([{"model": "m", "drafter": d, "k": 3, "dataset": "mt-bench", "batch": 1,
+                        "te_sweep": 0.3} for d in ("draft", "eagle")])
+    mixtral = published.study_entry(
+        {"name": "m", "repo_id": "mistralai/Mixtral-8x7B-Instruct-v0.1", "tp": 1,
+         "precision": "fp8", "hardware": "H100", "datasets": ["mt-bench"]},
+        methods={"draft": "draft_model", "eagle": "eagle"})
+    df = published.comparison({"te_three_ways": te}, {"m": mixtral})
+    assert list(df["drafter"]) == ["eagle"] and df["published"].iloc[0] == 0.488
+    tsc = pd.DataFrame([{"model": "q", "drafter": "d", "k": 3, "dataset": "mt-bench",
+                         "batch": 1, "te": 0.5}])
+    assert len(published.comparison({"three_step_correction": tsc}, study)) == 1
+    for change in ({"gpu": "B200"}, {"precision": "bf16", "tp": 2}):
+        assert published.comparison({"three_step_correction": tsc},
+                                    {"q": {**study["q"], **change}}).empty
 
 def test_replay_reproduces_the_published_model_derived_tables():
     t0 = time.perf_counter()

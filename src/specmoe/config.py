@@ -529,7 +529,10 @@ class Config:
         """Models whose results sit beside the study's published numbers (compare_with, or a study
         checkpoint): name -> the study model and the variant (precision, TP, hardware)."""
         return {m["name"]: entry for m in self.raw["models"]
-                if (entry := published.study_entry(self.entry(m["name"]))) is not None}
+                if (entry := published.study_entry(
+                    self.entry(m["name"]), methods={d: self.drafters[d].method
+                                                    for d in self.model(m["name"]).drafters
+                                                    if d in self.drafters})) is not None}
 
     @property
     def predicted(self) -> list[str]:

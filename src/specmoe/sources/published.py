@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 
+import numpy as np
 import pandas as pd
 
 SOURCE = ("Why Speculative Decoding Works Better Than Predicted on Sparse MoE Models "
@@ -79,8 +80,11 @@ def study_model_of(model_cfg: dict) -> str | None:
     return None if hit.empty else str(hit["model"].iloc[0])
 
 
-def study_entry(model_cfg: dict, hardware: str | None = None) -> dict | None:
-    """What the comparison needs of a configured model: its study model and variant."""
+def study_entry(model_cfg: dict, hardware: str | None = None,
+                methods: dict[str, str] | None = None) -> dict | None:
+    """What the comparison needs of a configured model: its study model and variant, its main
+    dataset (its first: the study's tables are of its main set) and, given its drafters'
+    speculative methods (drafter -> vLLM's method), each drafter's method as the study names it."""
     study = study_model_of(model_cfg)
     if study is None:
         return None
@@ -89,8 +93,13 @@ def study_entry(model_cfg: dict, hardware: str | None = None) -> dict | None:
         repo = (model_cfg.get("repo_id") or "").lower()
         precision = ("fp8" if "fp8" in repo else "bf16") if repo else \
             (model_cfg.get("dims") or {}).get("dtype")
-    return {"study": study, "precision": precision, "tp": model_cfg.get("tp"),
-            "gpu": hardware or model_cfg.get("hardware")}
+    out = {"study": study, "precision": precision, "tp": model_cfg.get("tp"),
+           "gpu": hardware or model_cfg.get("hardware")}
+    if model_cfg.get("datasets"):
+        out["dataset"] = model_cfg["datasets"][0]
+    if methods:
+        out["methods"] = {d: SD_METHODS.get(m, m) for d, m in methods.items()}
+    return out
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,9 @@ class Spec:
     key: tuple[str, str] | None = None      # (pipeline column, published column), e.g. position
     where: dict = field(default_factory=dict)   # rows of the pipeline's table to use
     variant: tuple[str, ...] = ()   # published columns that must match the model's variant
+    # the published table is of the study's main set (MT-Bench) at K = 3: a run on another
+    # dataset than its model's main one (its first), or at another K, has no counterpart in it
+    main_set: bool = True
 
 
 SPECS = (
@@ -129,18 +141,23 @@ SPECS = (
     Spec("kernel_time_shares", "profiling_batch1", {"decode_share": "moe_time_share"},
          where={"batch": 1, "class": "moe"}, variant=("gpu", "precision", "tp")),
     Spec("te_three_ways", "te_batch1_k3", {"te_sweep": "target_efficiency"},
-         where={"batch": 1, "k": 3}, variant=("precision", "tp")),
+         where={"batch": 1, "k": 3}, variant=("precision", "tp", "sd_method")),
     # like for like: the study's unique_sd and te_predicted use its measured unique experts, so
     # the weight model's IPF prediction is set beside the study's own uniform IPF prediction
     Spec("weight_model", "te_weight_model_batch1",
          {"c_expert_mib_per_gpu": "c_expert_mib_per_gpu",
           "c_dense_mib_per_gpu": "c_dense_mib_per_gpu", "moe_weight_share": "moe_weight_share"},
-         where={"K": 3}, variant=("dtype", "tp")),
-    Spec("weight_model", "unique_experts_ipf", {"unique_ipf": "uniform_ipf"}, where={"K": 3}),
+         where={"K": 3}, variant=("dtype", "tp"), main_set=False),
+    Spec("weight_model", "unique_experts_ipf", {"unique_ipf": "uniform_ipf"}, where={"K": 3},
+         main_set=False),
 )
 
-# The published three-step correction is for one model at batch 1 on H100.
+# The published three-step correction is for one model at batch 1, on one variant of it
+# (three_step_variant).
 THREE_STEP_MODEL = "Qwen3-30B"
+STUDY_K = 3  # the K of every published overlap, acceptance and TE table
+# vLLM's speculative method -> the study's name of it (te_batch1_k3's sd_method)
+SD_METHODS = {"draft_model": "draft_model", "eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP"}
 
 
 def three_step() -> tuple[pd.DataFrame, float]:
@@ -150,13 +167,38 @@ def three_step() -> tuple[pd.DataFrame, float]:
     return steps, float(pub[pub["correction"] == "sweep wall-clock"]["te"].iloc[0])
 
 
-def _variant_ok(pub_row: pd.Series, entry: dict, cols: tuple[str, ...]) -> bool:
+def three_step_variant() -> pd.Series:
+    """The GPU, precision and TP of the published three-step correction: the profiling_batch1
+    row of its model whose MoE share of GPU time is the correction's (H100, fp8, TP 1)."""
+    steps, _ = three_step()
+    prof = load("profiling_batch1")
+    hit = prof[(prof["model"] == THREE_STEP_MODEL) & np.isclose(
+        prof["moe_time_share"], float(steps["moe_time_share"].iloc[1]))]
+    if len(hit) != 1:
+        raise ValueError(f"the published three-step correction matches {len(hit)} profiling rows")
+    return hit.iloc[0][["gpu", "precision", "tp"]]
+
+
+def _variant_ok(pub_row: pd.Series, entry: dict, cols: tuple[str, ...],
+                drafter: str | None = None) -> bool:
+    """Does a published row's variant (GPU, precision, TP; its drafting method, for the run's
+    drafter) match the model's?"""
     names = {"gpu": "gpu", "precision": "precision", "dtype": "precision", "tp": "tp"}
     for c in cols:
-        want = entry.get(names[c])
+        want = (entry.get("methods") or {}).get(drafter) if c == "sd_method" else \
+            entry.get(names[c])
         if want is None or str(pub_row[c]).lower() != str(want).lower():
             return False
     return True
+
+
+def _main_run(r: pd.Series, entry: dict) -> bool:
+    """Is a row of the pipeline's table from its model's main set at the study's K?"""
+    k = r.get("k", r.get("K"))
+    if k is not None and not pd.isna(k) and int(k) != STUDY_K:
+        return False
+    ds = r.get("dataset")
+    return not (isinstance(ds, str) and ds and entry.get("dataset") and ds != entry["dataset"])
 
 
 def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
@@ -167,10 +209,11 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
             df = df[df[c] == v]
     for _, r in df.iterrows():
         entry = study.get(r["model"])
-        if entry is None:
+        if entry is None or (spec.main_set and not _main_run(r, entry)):
             continue
         p = pub[pub["model"] == entry["study"]]
-        p = p[[_variant_ok(pr, entry, spec.variant) for _, pr in p.iterrows()]] if len(p) else p
+        p = p[[_variant_ok(pr, entry, spec.variant, r.get("drafter"))
+               for _, pr in p.iterrows()]] if len(p) else p
         if spec.key:
             p = p[p[spec.key[1]] == r[spec.key[0]]]
         if p.empty:
@@ -193,10 +236,12 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
 
 def _three_step_rows(df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
     steps, _ = three_step()
+    variant = three_step_variant()
     out = []
     for model, g in df.groupby("model", sort=False):
         entry = study.get(model)
-        if entry is None or entry["study"] != THREE_STEP_MODEL:
+        if entry is None or entry["study"] != THREE_STEP_MODEL or not _variant_ok(
+                variant, entry, ("gpu", "precision", "tp")):
             continue
         for i, (_, r) in enumerate(g.iterrows()):
             if i >= len(steps):
