@@ -122,6 +122,19 @@ def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
     assert res["rows"][0]["speedup"] == pytest.approx(2.0, rel=0.01)
     assert res["rows"][0]["draft_cost"] == pytest.approx(3 * 2.0 / 20.0)
     assert "stage speedup done" in (tmp_path / "speedup.log").read_text()
+    # the GPU the series was measured on survives the analysis job (which ran elsewhere: it
+    # wrote its own machine over it), and reaches the measured tables' provenance
+    sd["provenance"] = {"hardware": {"gpus": ["NVIDIA H100 80GB HBM3"]}, "engine": "vllm (cuda)",
+                        "packages": {"vllm": "0.32.0"}, "created": "then",
+                        "model": {"name": "t", "revision": "abc"}}
+    (tmp_path / "sd.json").write_text(json.dumps(sd))
+    run_rule(smk, speedup_stage, SpeedupParams)
+    prov = json.loads(out.read_text())["provenance"]
+    assert prov["measured"]["hardware"]["gpus"] == ["NVIDIA H100 80GB HBM3"]
+    assert prov["measured"]["packages"] == {"vllm": "0.32.0"} and prov["stage"] == "speedup"
+    from specmoe.stages.report import measured_from
+
+    assert measured_from([str(out)]) == ["t@abc on NVIDIA H100 80GB HBM3 with vllm (cuda)"]
 
 
 def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_outputs(

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from declared import report_job
@@ -156,6 +157,23 @@ def test_the_report_has_a_provenance_section_with_the_breakdown(tmp_path):
     assert "Configuration hash `abc`" in section and "### Where the time went" in section
     assert "| train | 2 | 1 min 50 s | 39% |" in section
     assert "engine start" in section and "report's own job is still running" in section
+
+
+def test_the_reports_html_page_names_the_packages_and_where_the_tables_were_measured(tmp_path):
+    """index.html carried only the configuration hash: the packages and hardware were in a
+    comment of index.md alone, and where the measurements were made nowhere."""
+    from specmoe.provenance import package_versions
+    from specmoe.report import tables
+
+    root = run_dir(tmp_path)
+    prov = {"config_hash": "abc", "measured": ["t@abc on NVIDIA H100 80GB HBM3 with vllm"]}
+    tables.write_table(pd.DataFrame({"x": [1]}), root / "results/tables/extra", prov)
+    out = root / "results/report/index.md"
+    report.report_index_stage(*report_job(root / "results/tables", root / "results/figures", out),
+                              ReportIndexParams("abc"), run_root=None)
+    html = out.with_suffix(".html").read_text()
+    assert "t@abc on NVIDIA H100 80GB HBM3 with vllm" in html
+    assert all(f"{k} {v}" in html for k, v in package_versions().items())
 
 
 def test_a_file_that_is_not_a_benchmark_is_not_a_job(tmp_path):

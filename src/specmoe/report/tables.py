@@ -145,6 +145,14 @@ def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "
     return paths
 
 
+def read_provenance(path: str | Path) -> dict:
+    """The provenance record of a table written by write_table (its CSV's first line)."""
+    with open(path) as f:
+        line = f.readline()
+    prefix = "# provenance: "
+    return json.loads(line[len(prefix):]) if line.startswith(prefix) else {}
+
+
 def read_csv(path: str | Path) -> pd.DataFrame:
     """A table written by write_table; one of no rows has no columns either (its CSV holds only
     the provenance line), and reads back as an empty frame."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..cost import costmodel
 from ..errors import InputError
-from ..provenance import provenance, read_json, write_json
+from ..provenance import derived, provenance, read_json, write_json
 from ..routing.unique import independent_unique, uniform_unique, window_unique_table
 from ..runs import Run, dataset_parts
 
@@ -151,9 +151,9 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
         from ..routing.controls import control_contrast
 
         control = control_contrast(trace.read_trace(target_trace), tr)
-    prov = dict(tr.meta.get("provenance", {}))
-    prov.update(provenance({"batch_sizes": batch_sizes, "shuffle_seed": shuffle_seed},
-                           model=prov.get("model"), stage="overlap", trace=str(trace_path)))
+    prov = derived(tr.meta.get("provenance", {}),
+                   {"batch_sizes": batch_sizes, "shuffle_seed": shuffle_seed}, stage="overlap",
+                   trace=str(trace_path))
     write_json(out, {
         "run": tr.meta.get("run", {}),
         "prompting": tr.meta.get("prompting"),
@@ -257,8 +257,7 @@ def ipf_stage(inputs, outputs, params) -> None:
               for key, f in fits.items()}
     status["skewed_window"] = (skew.converged, skew.iterations, skew.max_error, skew.n_clipped,
                                skew.n_unconverged, skew.n_infeasible)
-    prov = dict(ov.get("provenance", {}))
-    prov.update(provenance({"batch_sizes": batch_sizes}, model=prov.get("model"), stage="ipf"))
+    prov = derived(ov.get("provenance", {}), {"batch_sizes": batch_sizes}, stage="ipf")
     write_json(out, {
         "run": ov["run"],
         "empirical": emp,
@@ -349,10 +348,9 @@ def costmodel_stage(inputs, outputs, params) -> None:
              "independent": dims.te_weight(u["independent"]),
              "ipf_skewed": dims.te_weight(ip["prediction"]["skewed_window"]),
              "empirical": dims.te_weight(u["empirical"])}
-    prov = dict(ov.get("provenance", {}))
-    prov.update(provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
-                            "draft_cost": draft_cfg},
-                           model=prov.get("model"), stage="costmodel"))
+    prov = derived(ov.get("provenance", {}), {"model": model_cfg,
+                                              "hardware": hardware_cfg[hw_name],
+                                              "draft_cost": draft_cfg}, stage="costmodel")
     fitted = None
     if dims.vocab_size:
         fitted = stepmodel.fitted()  # the draft cost's pricing, written beside its rows
@@ -388,8 +386,7 @@ def acceptance_stage(inputs, outputs, params, threads: int | None = None) -> Non
     tr = trace.read_trace(trace_path)
     consec, anchor = overlap.row_overlaps(tr)
     res = acceptance.acceptance_stats(tr, consec, anchor, heldout=set(heldout))
-    prov = dict(tr.meta.get("provenance", {}))
-    prov.update(provenance(None, model=prov.get("model"), stage="acceptance"))
+    prov = derived(tr.meta.get("provenance", {}), stage="acceptance")
     write_json(out, {"run": tr.meta.get("run", {}), **res}, prov)
 
 
@@ -434,8 +431,7 @@ def speedup_stage(inputs, outputs, params) -> None:
     if arm_order not in NO_SD_SERIES:
         raise InputError(f"{inputs.sd}: unknown arm order {arm_order!r} of its no-SD points")
     res["no_sd_series"] = NO_SD_SERIES[arm_order]
-    prov = dict(sd.get("provenance", {}))
-    prov.update(provenance(asdict(params), model=prov.get("model"), stage="speedup"))
+    prov = derived(sd.get("provenance", {}), asdict(params), stage="speedup")
     fit = sd.get("prompting") or {}
     write_json(outputs.json, {"run": run, **res,
                               "prompting": {p: fit[p] for p in dataset_parts(ds) if p in fit}}, prov)

@@ -6,6 +6,7 @@ captions."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from dataclasses import asdict
@@ -14,7 +15,7 @@ from ..cost import costmodel, stepmodel
 from ..sources import published
 from ..errors import InputError
 from ..cost.plan import CHARS_PER_TOKEN, PlanAssumptions, job_rows, sd_loop, summary
-from ..provenance import provenance, read_json, write_json, write_text
+from ..provenance import measured_on, provenance, read_json, write_json, write_text
 from ..report import figures, page, prose, registry, tables, timing
 from ..report.html import to_html
 from ..report.measured import build_measured_tables
@@ -37,12 +38,21 @@ def config_provenance(params, **extra) -> dict:
     return {**provenance(None, **extra), "config_hash": params.config_hash}
 
 
+def measured_from(*inputs) -> list[str]:
+    """Where the measurements behind a table job's input files were made (measured_on), one line
+    each: the report job runs elsewhere (a SLURM job's login node), so its own hardware is not
+    theirs."""
+    return sorted({measured_on(read_json(p).get("provenance") or {})
+                   for paths in inputs for p in ([paths] if isinstance(paths, str) else paths)})
+
+
 def tables_stage(inputs, outputs, params) -> list[Path]:
     """Rule tables (its contract: specmoe.contracts.report.TablesParams): every table of the
     configuration's runs."""
     return tables.write_tables(build_tables(inputs.overlap, inputs.ipf, inputs.costmodel,
                                             inputs.acceptance),
-                               table_dir(outputs.tables), config_provenance(params))
+                               table_dir(outputs.tables), config_provenance(
+                                   params, measured=measured_from(inputs.overlap)))
 
 
 def step_model_stage(inputs, outputs, params) -> list[Path]:
@@ -51,7 +61,8 @@ def step_model_stage(inputs, outputs, params) -> list[Path]:
     from ..report.predicted import prediction_table
 
     return tables.write_tables({"step_model": prediction_table(inputs.predict, inputs.speedup)},
-                               table_dir(outputs.tables), config_provenance(params))
+                               table_dir(outputs.tables), config_provenance(
+                                   params, measured=measured_from(inputs.speedup)))
 
 
 def measured_tables_stage(inputs, outputs, params) -> list[Path]:
@@ -59,7 +70,9 @@ def measured_tables_stage(inputs, outputs, params) -> list[Path]:
     vs batch, TE three ways, kernel time shares, three-step correction."""
     return tables.write_tables(build_measured_tables(inputs.speedup, inputs.profiles,
                                                      inputs.costmodel),
-                               table_dir(outputs.tables), config_provenance(params))
+                               table_dir(outputs.tables), config_provenance(
+                                   params, measured=measured_from(inputs.speedup,
+                                                                  inputs.profiles)))
 
 
 def figures_stage(inputs, outputs, params) -> list[Path]:
@@ -175,21 +188,33 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
                 block += page.table_block(Path(md[stem]), td.read(stem), rel)
         if block:
             lines += [f"## {section}", "", *block]
-    if run_root is not None:
-        lines += provenance_section(prov, run_root)
+    measured = sorted({line for p in tables.by_stem(inputs.tables).values()
+                       for line in tables.read_provenance(p).get("measured", [])})
+    lines += provenance_section(prov, measured, run_root)
     text = "\n".join(lines)
-    write_text(out, text + f"\n\n<!-- provenance: {prov} -->\n")
+    write_text(out, text + f"\n\n<!-- provenance: {json.dumps(prov, default=str)} -->\n")
     write_text(html, to_html(text, out.parent))
     write_text(outputs.summary, run_summary(out, opening, html))
 
 
-def provenance_section(prov: dict, run_root) -> list[str]:
-    """How the run was made: its configuration and where its time went, by stage, from the jobs'
-    benchmark files under run_root/benchmarks (every job that left one, this report's own job
-    excepted: it is still running)."""
-    return ["## Provenance", "",
-            f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.", "",
-            "### Where the time went", "",
+def provenance_section(prov: dict, measured: list[str], run_root) -> list[str]:
+    """How the run was made: its configuration, where its measurements were made (measured:
+    the tables' `measured` lines), the report job's packages and machine, and, with run_root,
+    where its time went, by stage, from the jobs' benchmark files under run_root/benchmarks
+    (every job that left one, this report's own job excepted: it is still running)."""
+    hw = prov.get("hardware") or {}
+    lines = ["## Provenance", "",
+             f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.",
+             "", "Measured on (model@revision, machine, engine):", "",
+             *([f"- {m}" for m in measured] or ["- no measurement among this report's tables"]),
+             "", "Analysis and report: " + ", ".join(
+                 f"{k} {v}" for k, v in (prov.get("packages") or {}).items())
+             + f"; on {', '.join(hw.get('gpus') or []) or hw.get('cpu', 'an unnamed CPU')} "
+               f"({hw.get('cpu_count', '?')} cores, {hw.get('mem_gib', '?')} GiB), "
+               f"Python {hw.get('python', '?')}.", ""]
+    if run_root is None:
+        return lines
+    return [*lines, "### Where the time went", "",
             "Each job's wall time from its Snakemake benchmark file (benchmarks/), summed by "
             "stage, with engine start-up split off where the job's output records it; the "
             "report's own job is still running and is not counted.", "",
