@@ -181,3 +181,17 @@ def test_a_file_that_is_not_a_benchmark_is_not_a_job(tmp_path):
     (tmp_path / "benchmarks" / "notes.tsv").write_text("a\tb\n1\t2\n")
     assert timing.collect(tmp_path).seconds == {}
     assert "cannot be broken down" in timing.markdown(timing.collect(tmp_path))[0]
+
+
+def test_the_reports_breakdown_counts_only_the_configurations_models(tmp_path):
+    """A benchmark left by a model dropped from the configuration (or by another configuration's
+    run in the same folder) was counted in the report's breakdown: 99 jobs became 100."""
+    root = run_dir(tmp_path)
+    bench(root, "models/tiny-fine-old.tsv", 318)
+    names = ("synth-fine", "tiny-drafter", "tiny-fine", "tokenizer")
+    assert timing.collect(root, names=names).seconds == timing.collect(run_dir(
+        tmp_path / "fresh")).seconds
+    out = root / "results/report/index.md"
+    report.report_index_stage(*report_job(root / "results/tables", root / "results/figures", out),
+                              ReportIndexParams("abc", names=names), run_root=root)
+    assert "| train | 2 | 1 min 50 s |" in out.read_text()

@@ -42,17 +42,23 @@ class ReportIndexParams:
     """Rule report_index: results/report/index.md, index.html and summary.txt (outputs md, html,
     summary; specmoe.stages.report.report_index_stage): every table of the report (inputs tables,
     their CSVs, and markdown) and every figure (input figures, PNG), as `inputs` lists them. It
-    depends on the configuration's hash, which the report names."""
+    depends on the configuration's hash, which the report names, and on the names of its models
+    and drafters (`names`): its time breakdown counts only their jobs' benchmark files, not those
+    a model dropped from the configuration, or another configuration's run, left in
+    benchmarks/."""
 
     INPUTS = ("tables", "markdown", "figures")
     OUTPUTS = ("md", "html", "summary")
     STAGE = "specmoe.stages.report.report_index_stage"
 
     config_hash: str
+    names: tuple[str, ...] | None = None
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "ReportIndexParams":
-        return cls(config_hash=config_hash(cfg.raw))
+        return cls(config_hash=config_hash(cfg.raw), names=tuple(sorted(
+            {*cfg.models, *(m["name"] for m in cfg.raw["models"]), *cfg.drafters,
+             P.TOKENIZER.rsplit("/", 1)[-1]})))
 
     @staticmethod
     def inputs(cfg) -> dict[str, list[str]]:

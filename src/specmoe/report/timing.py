@@ -27,6 +27,8 @@ FOLDERS = {"models": "train", "sd_check": "serve", "sweeps": "serve", "traces": 
 # the output a benchmark mirrors (specmoe.paths.benchmark_of drops its extension)
 OUTPUT_EXT = {"sd_check": ".json", "sweeps": ".json", "traces": ".parquet", "profiles": ".json"}
 ENGINE_JOBS = ("serve", "capture", "profile")  # the stages whose jobs start engines
+# the folders whose benchmarks lie under a model's (or drafter's) name: <folder>/<name>[.tsv|/...]
+BY_MODEL = tuple(f for f in FOLDERS if f not in ("report", "downloads", "prompts"))
 
 
 @dataclass
@@ -142,9 +144,11 @@ def _trace_stage(rec: dict | None) -> str:
     return "analysis" if rec is not None and rec.get("capture") is None else "capture"
 
 
-def collect(root: str | Path = ".", since: float | None = None) -> Breakdown:
+def collect(root: str | Path = ".", since: float | None = None,
+            names: tuple[str, ...] | None = None) -> Breakdown:
     """The breakdown of the jobs whose benchmark files lie under root/benchmarks (those written
-    at or after `since`, a time.time(), where given: one invocation's jobs)."""
+    at or after `since`, a time.time(), where given: one invocation's jobs; with `names`, only
+    those of these models and drafters, where a benchmark's path names a model)."""
     root = Path(root)
     b = Breakdown()
     for tsv in sorted((root / "benchmarks").rglob("*.tsv")):
@@ -152,6 +156,9 @@ def collect(root: str | Path = ".", since: float | None = None) -> Breakdown:
             continue
         rel = tsv.relative_to(root / "benchmarks")
         folder = rel.parts[0] if len(rel.parts) > 1 else ""
+        if names is not None and folder in BY_MODEL and \
+                rel.parts[1].removesuffix(".tsv") not in names:
+            continue  # a model this configuration does not have
         stage = FOLDERS.get(folder, "other")
         try:
             s = job_seconds(tsv)

@@ -190,14 +190,15 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
             lines += [f"## {section}", "", *block]
     measured = sorted({line for p in tables.by_stem(inputs.tables).values()
                        for line in tables.read_provenance(p).get("measured", [])})
-    lines += provenance_section(prov, measured, run_root)
+    lines += provenance_section(prov, measured, run_root, params.names)
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {json.dumps(prov, default=str)} -->\n")
     write_text(html, to_html(text, out.parent))
     write_text(outputs.summary, run_summary(out, opening, html))
 
 
-def provenance_section(prov: dict, measured: list[str], run_root) -> list[str]:
+def provenance_section(prov: dict, measured: list[str], run_root,
+                       names: tuple[str, ...] | None = None) -> list[str]:
     """How the run was made: its configuration, where its measurements were made (measured:
     the tables' `measured` lines), the report job's packages and machine, and, with run_root,
     where its time went, by stage, from the jobs' benchmark files under run_root/benchmarks
@@ -218,7 +219,7 @@ def provenance_section(prov: dict, measured: list[str], run_root) -> list[str]:
             "Each job's wall time from its Snakemake benchmark file (benchmarks/), summed by "
             "stage, with engine start-up split off where the job's output records it; the "
             "report's own job is still running and is not counted.", "",
-            *timing.markdown(timing.collect(run_root))]
+            *timing.markdown(timing.collect(run_root, names=names))]
 
 
 def run_summary(index: Path, opening: str, html=None) -> str:
