@@ -214,3 +214,40 @@ def test_without_a_sequence_overlap_the_study_input_is_missing_not_made_up(tmp_p
     out = read_json(tmp_path / "ipf.json")
     assert np.isnan(out["prediction"]["uniform_sequence"])
     assert np.isfinite(out["prediction"]["uniform_window"])
+
+
+def test_the_ipf_error_has_an_interval_over_requests_that_refits_agree_with(tmp_path):
+    """The 'within 4%' finding compared point estimates. The overlap and ipf stages now give the
+    uniform IPF's error a 95% interval over requests: the measured unique experts and the IPF's
+    input overlaps recomputed in each resample of requests, the prediction linearised along its
+    slope. The interval holds the point and matches exact refits of the resamples' overlaps."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import OverlapParams
+    from specmoe.provenance import read_json
+    from specmoe.routing import overlap
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages import analysis
+
+    tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=2, k_draft=3, skew=0.5,
+                              stickiness=0.4, requests=24, steps=30, seed=3))
+    write_trace(tmp_path / "t.parquet", tr)
+    o = tmp_path / "o.json"
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
+                           OverlapParams(batch_sizes=[1], shuffle_seed=0))
+    run_ipf(o, tmp_path / "i.json", [1])
+    ov, out = read_json(o), read_json(tmp_path / "i.json")
+    err = out["relative_error"]["uniform_sequence"]
+    lo, hi = out["relative_error_interval"]["uniform_sequence"]
+    assert lo < err < hi and hi - lo > 0.001
+    pr = ov["per_request"]
+    assert len(pr["request"]) == 24  # one unit per request, not per window or token
+    # the pieces add up to the run's own numbers
+    assert np.sum(pr["unique_sum"]) / np.sum(pr["full_windows"]) == pytest.approx(
+        ov["unique"]["empirical"])
+    # exact refits of the resamples give the same interval within a tenth of its width
+    w = overlap.request_weights(24)
+    ob = (w @ np.asarray(pr["sequence_sums"])) / ((w @ np.asarray(pr["sequence_pairs"])) * 4)
+    meas = (w @ np.asarray(pr["unique_sum"])) / (w @ np.asarray(pr["full_windows"]))
+    exact = np.array([ipf.predict_uniform(64, 4, ob[i])["unique"] for i in range(400)])
+    elo, ehi = np.percentile(exact / meas[:400] - 1, [2.5, 97.5])
+    assert abs(elo - lo) < 0.1 * (hi - lo) and abs(ehi - hi) < 0.1 * (hi - lo)

@@ -369,6 +369,8 @@ def _routing_tables(tmp_path, fine: dict, coarse: dict, controls: dict | None = 
             ue.append({**run, "empirical": 20.0, "uniform": 29.0,
                        "ipf_uniform_sequence": 20.0 * (1 + w["ipf"]),
                        "ipf_uniform_sequence_error_pct": 100 * w["ipf"],
+                       **{f"ipf_uniform_sequence_error_pct_{end}": 100 * w["ipf"] + side * w.get(
+                           "ipf_half", 0.5) for end, side in (("low", -1), ("high", 1))},
                        "ipf_uniform_window": 21.0, "ipf_uniform_window_error_pct": 5.0,
                        "ipf_skewed_window": 20.5, "ipf_skewed_window_error_pct": 2.5,
                        "ipf_unconverged_experts": 0})
@@ -437,8 +439,14 @@ def test_routing_targets_follow_the_tables(tmp_path):
     _routing_tables(tmp_path, fine={**good, "ipf": 0.05}, coarse=good, controls=flat)
     t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
     assert t.loc[("fine", "uniform IPF predicts unique experts"), "status"] == "not shown"
-    assert "+5.0% (21.00 vs 20.00)" in t.loc[("fine", "uniform IPF predicts unique experts"),
-                                              "value"]
+    assert "+5.00 [+4.50, +5.50]% (21.00 vs 20.00)" in t.loc[
+        ("fine", "uniform IPF predicts unique experts"), "value"]
+    # decided by the error's interval over requests: a point inside 4% whose interval crosses
+    # its edge is undecided (it was shown on the point alone)
+    _routing_tables(tmp_path, fine={**good, "ipf": 0.035, "ipf_half": 1.0}, coarse=good,
+                    controls=flat)
+    t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
+    assert t.loc[("fine", "uniform IPF predicts unique experts"), "status"] == "undecided"
 
     _routing_tables(tmp_path, fine={**good, "decay": 0.01}, coarse=good, controls=flat)
     t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])["status"]

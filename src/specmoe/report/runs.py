@@ -193,6 +193,10 @@ def unique_experts_row(ov: dict, ip: dict, control_of: dict | None = None) -> di
         # the study's input (its Table 17 -> Table 20), then this project's two estimators
         **{f"ipf_{key}": pred[key] for key in IPF_KEYS},
         **{f"ipf_{key}_error_pct": 100 * err[key] for key in IPF_KEYS},
+        # the study's input's error over requests (ipf.sequence_error_interval)
+        **{f"ipf_uniform_sequence_error_pct_{end}": 100 * v for end, v in zip(
+            ("low", "high"), (ip.get("relative_error_interval") or {}).get(
+                "uniform_sequence", (np.nan, np.nan)))},
         "ipf_converged": bool(all(ip["converged"].values())),
         "ipf_clipped": int(sum(ip["n_clipped"].values())),
         "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"]),

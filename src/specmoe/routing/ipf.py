@@ -261,3 +261,35 @@ def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dic
             "converged": res.converged, "iterations": res.iterations, "n_clipped": res.n_clipped,
             "n_unconverged": res.n_unconverged, "infeasible": res.n_infeasible > 0,
             "max_error": res.max_error}
+
+
+def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: float,
+                            per_request: dict, n_boot: int = 2000, seed: int = 0,
+                            step: float = 1e-4) -> list[float]:
+    """The 95% interval of the uniform IPF's relative error, predicted / measured - 1, over
+    requests (the independent units): the IPF's input overlaps and the measured unique experts
+    per window are recomputed in each resample of requests (overlap.request_weights, the
+    resamples of the overlaps' own intervals) from per_request (the overlap stage's pieces:
+    sequence_sums and sequence_pairs [request, d], unique_sum and full_windows [request]).
+
+    The prediction is linearised around `predicted` (its slope in each overlap by central
+    differences of predict_uniform): a resample moves the overlaps by a few hundredths, over
+    which the fit is smooth, where 2,000 fits would cost seconds per run."""
+    from .overlap import request_weights
+
+    ov = np.asarray(overlaps, dtype=float)
+    sums, pairs = (np.asarray(per_request[key], dtype=float)
+                   for key in ("sequence_sums", "sequence_pairs"))
+    u_sum, u_n = (np.asarray(per_request[key], dtype=float)
+                  for key in ("unique_sum", "full_windows"))
+    w = request_weights(u_sum.size, n_boot, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ov_boot = (w @ sums) / ((w @ pairs) * top_k)   # [boot, d]
+        measured = (w @ u_sum) / (w @ u_n)
+    slope = np.array([(predict_uniform(num_experts, top_k, ov + step * e)["unique"]
+                       - predict_uniform(num_experts, top_k, ov - step * e)["unique"]) / (2 * step)
+                      for e in np.eye(ov.size)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = (predicted + (ov_boot - ov) @ slope) / measured - 1
+    lo, hi = np.nanpercentile(err, [2.5, 97.5]) if np.isfinite(err).any() else (np.nan, np.nan)
+    return [float(lo), float(hi)]

@@ -250,8 +250,7 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
     and over the within-request baseline (`excess_within`), each with its interval."""
     per_seq = sums.mean(axis=1)  # [seq, d]: layer-mean intersections
     n = per_seq.shape[0]
-    rng = np.random.default_rng(seed)
-    w = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)  # [boot, seq]
+    w = request_weights(n, n_boot, seed)  # [boot, seq]
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = (w @ per_seq) / (w @ pairs * k)  # [boot, d]
         est = per_seq.sum(axis=0) / (pairs.sum(axis=0) * k)
@@ -262,7 +261,9 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         jk = (per_seq.sum(axis=0) - per_seq) / ((pairs.sum(axis=0) - pairs) * k)  # [seq, d]
     dlo, dhi = bca_interval(decay, float(est[0] - est[-1]), jk[:, 0] - jk[:, -1])
     out = {"n_sequences": int(n), "low": lo.tolist(), "high": hi.tolist(),
-           "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi)}
+           "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi),
+           # the units themselves, for statistics of the overlaps resampled with them (the IPF's)
+           "per_sequence": {"sums": per_seq, "pairs": pairs}}
     if baselines is not None:
         ind, ind_boot = _resampled_independence(w, baselines["loads"], baselines["tokens"], k)
         within = baselines["within"]
@@ -289,6 +290,13 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
                    independence_low=float(ilo), independence_high=float(ihi))
         out.update(independence=ind, within_request=float(wr))
     return out
+
+
+def request_weights(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    """[boot, unit] how often each of n units (requests) is drawn in each of n_boot bootstrap
+    resamples, from a fixed seed: the same resamples wherever the same units are resampled."""
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)
 
 
 def bca_interval(boot: np.ndarray, est: float, jack: np.ndarray,
@@ -538,9 +546,7 @@ def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarra
                          for c in range(x.shape[1])], axis=1)
 
     s_req, p_req = per_request(sums), per_request(pairs)
-    rng = np.random.default_rng(seed)
-    w = rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot).astype(np.float64) if g else \
-        np.zeros((n_boot, 0))
+    w = request_weights(g, n_boot, seed) if g else np.zeros((n_boot, 0))
     with np.errstate(invalid="ignore", divide="ignore"):
         est = s_req.sum(axis=0) / (p_req.sum(axis=0) * scale)
         boot = (w @ s_req) / ((w @ p_req) * scale)
@@ -602,13 +608,40 @@ def trace_sequence_overlap(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np
 
 
 def trace_sequence_stats(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.ndarray, dict]:
-    """trace_sequence_overlap and its sequence_intervals (one request, one unit) from one pass."""
+    """trace_sequence_overlap and its sequence_intervals (one request, one unit) from one pass;
+    the intervals' per_sequence units carry each one's request id."""
     rows, starts, lengths = committed_sequences(trace)
     sums, pairs = _sequence_sums(trace.experts[rows], starts, lengths, trace.num_experts, max_d)
     ov, total = _overlap_of(sums, pairs, trace.top_k)
-    return ov, total, sequence_intervals(sums, pairs, trace.top_k,
-                                         baselines=sequence_baselines(trace, rows, starts,
-                                                                      lengths))
+    ci = sequence_intervals(sums, pairs, trace.top_k,
+                            baselines=sequence_baselines(trace, rows, starts, lengths))
+    ci["per_sequence"]["request"] = trace.columns["request"][rows[starts]].astype(np.int64)
+    return ov, total, ci
+
+
+def request_unique(trace: Trace, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per request (in the order `requests` gives them): the summed layer-mean number of distinct
+    experts of its full windows (K + 1 rows) and how many it has, the pieces of the empirical
+    unique experts per window that a bootstrap over requests resamples."""
+    starts, lengths = trace.windows()
+    full = starts[lengths == trace.k_draft + 1]
+    total = np.zeros(requests.size)
+    count = np.zeros(requests.size)
+    if not full.size:
+        return total, count
+    at = np.searchsorted(requests, trace.columns["request"][full].astype(np.int64),
+                         sorter=np.argsort(requests))
+    at = np.argsort(requests)[at]
+    positions, (_, n_layers, k) = trace.k_draft + 1, trace.experts.shape
+    for lo in range(0, full.size, 4096):  # a few MB at a time
+        chunk = full[lo:lo + 4096]
+        ids = trace.experts[chunk[:, None] + np.arange(positions)[None, :]]  # [w, pos, L, k]
+        ids = np.sort(ids.transpose(0, 2, 1, 3).reshape(chunk.size, n_layers, positions * k),
+                      axis=2)
+        distinct = 1 + (np.diff(ids, axis=2) != 0).sum(axis=2)  # [w, L]
+        np.add.at(total, at[lo:lo + 4096], distinct.mean(axis=1))
+        np.add.at(count, at[lo:lo + 4096], 1)
+    return total, count
 
 
 @dataclass

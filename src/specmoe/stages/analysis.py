@@ -114,6 +114,13 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     summary = ws.summary()
     seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr, SEQUENCE_DISTANCES)
     summary.update(overlap.sequence_summary(seq, seq_pairs, ws, seq_ci))
+    # the requests' pieces of the IPF's input and of the unique experts it predicts, which the
+    # ipf stage resamples for the interval of its error
+    units = seq_ci["per_sequence"]
+    u_sum, u_n = overlap.request_unique(tr, units["request"])
+    per_request = {"request": units["request"], "sequence_sums": units["sums"][:, :ws.k_draft],
+                   "sequence_pairs": units["pairs"][:, :ws.k_draft], "unique_sum": u_sum,
+                   "full_windows": u_n}
     summary.update(window_interval_summary(overlap.window_intervals(tr, shuffle_seed)))
     uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
                                n_windows=ws.n_full_windows)
@@ -165,6 +172,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
         **({"control": control} if control is not None else {}),
         "unique": unique,
         "unique_by_batch": uniq,
+        "per_request": per_request,
         "per_layer": {
             "overlap": ws.overlap, "shuffle": ws.shuffle, "independent": ws.independence,
             "unique": ws.unique, "q": ws.q, "used": ws.used, "sequence": seq,
@@ -258,6 +266,10 @@ def ipf_stage(inputs, outputs, params) -> None:
     status["skewed_window"] = (skew.converged, skew.iterations, skew.max_error, skew.n_clipped,
                                skew.n_unconverged, skew.n_infeasible)
     prov = derived(ov.get("provenance", {}), {"batch_sizes": batch_sizes}, stage="ipf")
+    err_ci = {}
+    if "uniform_sequence" in fits and ov.get("per_request"):
+        err_ci["uniform_sequence"] = ipf.sequence_error_interval(n, k, seq, pred[
+            "uniform_sequence"], ov["per_request"])
     write_json(out, {
         "run": ov["run"],
         "empirical": emp,
@@ -265,6 +277,8 @@ def ipf_stage(inputs, outputs, params) -> None:
         "sequence_overlap": seq.tolist(),
         "prediction": pred,
         "relative_error": {key: (v - emp) / emp for key, v in pred.items()},
+        # its 95% interval over requests (ipf.sequence_error_interval; the study's input only)
+        "relative_error_interval": err_ci,
         **{name: {key: st[i] for key, st in status.items()} for i, name in enumerate(
             ("converged", "iterations", "max_error", "n_clipped", "n_unconverged_experts",
              "n_infeasible_experts"))},
