@@ -140,3 +140,20 @@ def test_schedule_keeps_the_category_mix_at_every_size():
     assert len(over) == 100 and len({r.prompt_id for r in over}) == 80
     cycled = prompts.schedule(rows, 48, set_size=16)
     assert cycled == small * 3
+
+
+def test_packaged_published_tables_are_byte_for_byte_the_listed_files():
+    """Every CSV under data/published has the sha256 that SOURCE.md lists for it as published (the
+    study's file, or this project's own for its two extra files): a re-export that drops a column
+    (Table 18's verify ratio once) or a hand edit fails here."""
+    import hashlib
+    import re
+    from importlib import resources
+
+    folder = resources.files("specmoe") / "data" / "published"
+    listed = dict(re.findall(r"^\| (\S+\.csv) \| `([0-9a-f]{64})` \|",
+                             (folder / "SOURCE.md").read_text(), re.M))
+    packaged = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                for f in folder.iterdir() if f.name.endswith(".csv")}
+    assert set(packaged) == set(listed), "SOURCE.md's checksums and the packaged CSVs differ"
+    assert {n: s for n, s in packaged.items() if s != listed[n]} == {}
