@@ -82,6 +82,48 @@ def test_offline_full_mode_without_weights_in_the_cache(tmp_path):
     assert r.returncode == 2 and "no weights in the cache" in r.stderr
 
 
+
+def test_a_branch_is_not_a_pin(tmp_path):
+    """Only a full commit pins a download: a branch such as "main" moves, so it is warned about as
+    unpinned and the commit it resolved to is recorded."""
+    qwen_cache(tmp_path)
+    r = run_download(["Qwen/Qwen3-30B-A3B-FP8", "--revision", "main", "--mode", "config"],
+                     {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    man = json.loads(r.stdout)
+    assert man["revision_requested"] == "main" and man["commit"] == "c" * 40
+    assert not man["pinned"] and "'main' is a branch or tag" in r.stderr and "unpinned" in r.stderr
+
+
+def test_a_corrupt_lfs_blob_of_the_right_size_is_refused(tmp_path):
+    """An LFS blob is named by the hub's sha256 and huggingface_hub checks only its size: a cached
+    blob with other content of the same size is refused, not recorded under the hub's hash."""
+    snap = qwen_cache(tmp_path)
+    blob = (snap / "model-00001-of-00001.safetensors").resolve()
+    blob.write_bytes(b"\xff" * len(WEIGHTS))
+    r = run_download(["Qwen/Qwen3-30B-A3B-FP8", "--revision", "c" * 40, "--name", "qwen3-30b"],
+                     {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    assert r.returncode == 2, r.stdout
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith("specmoe: error: qwen3-30b: model-00001-of-00001.safetensors in the "
+                          "Hugging Face cache is corrupt") and str(blob) in err
+
+
+def test_full_mode_reads_a_cached_pinned_snapshot_when_the_hub_cannot_be_reached(tmp_path):
+    """Nothing listens at HF_ENDPOINT and HF_HUB_OFFLINE is unset: listing the repository's files
+    cannot connect, so the weights are taken from the cached snapshot as offline (as
+    snapshot_download itself falls back to the cache), with a warning instead of a failure."""
+    snap = qwen_cache(tmp_path)
+    r = run_download(["Qwen/Qwen3-30B-A3B-FP8", "--revision", "c" * 40],
+                     {"HF_ENDPOINT": "http://127.0.0.1:9"}, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    man = json.loads(r.stdout)
+    assert man["pinned"] and man["snapshot_path"] == str(snap) and not man["offline"]
+    assert {f["path"] for f in man["files"]} == {
+        "config.json", "tokenizer.json", "model-00001-of-00001.safetensors",
+        "model.safetensors.index.json"}
+    assert "could not reach the Hub" in r.stderr and "cached snapshot" in r.stderr
+
 @pytest.mark.parametrize("status,code,expect", [
     (404, "RepoNotFound", "was not found on the Hub"),
     (401, "GatedRepo", "is gated"),

@@ -564,7 +564,7 @@ def cmd_analyze(a) -> dict:
 
 def _download_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("repo_id", help="a Hugging Face repository, e.g. Qwen/Qwen3-30B-A3B-FP8")
-    s.add_argument("--revision", help="commit, branch or tag (default: newest, unpinned)")
+    s.add_argument("--revision", help="commit (pins it), branch or tag (default: newest, unpinned)")
     s.add_argument("--mode", choices=["full", "config"],
                    help="full (default): what vLLM loads; config: config.json and tokenizer only")
     s.add_argument("--repo-type", choices=["model", "dataset"], default="model",

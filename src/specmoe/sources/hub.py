@@ -2,16 +2,19 @@
 
 The Hugging Face cache is the store (`HF_HOME` / `HF_HUB_CACHE`, as huggingface_hub sets them):
 weights are never copied into results/. A download writes a manifest: repo id, the commit it resolved
-to, the snapshot path that later rules read, and every file with its size and sha256 (the hub's LFS
-sha256, which names the cached blob, where there is one; computed for small non-LFS files).
+to, the snapshot path that later rules read, and every file with its size and sha256, computed from
+its content (huggingface_hub checks only an LFS file's size: a cached blob whose content is not the
+hub's sha256 that names it is refused).
 
-- `revision` from the config is used as given; without one the newest commit is resolved once,
-  recorded in the manifest, and a warning says the run is unpinned.
+- `revision` from the config is used as given; only a full commit pins the run: without one (or
+  with a branch or tag) the newest commit is resolved once, recorded in the manifest, and a warning
+  says the run is unpinned.
 - `mode="full"`: what vLLM loads (safetensors and their index, config, generation config, tokenizer
   files), not duplicate `.bin`/`.pth`/`consolidated`/`original/` copies; `.bin` weights only where
   the repository has no safetensors (older EAGLE drafters). `mode="config"`: config.json,
   generation_config.json and the tokenizer, for the cost model without weights.
-- With `HF_HUB_OFFLINE=1` everything resolves from the cache and nothing touches the network.
+- With `HF_HUB_OFFLINE=1` everything resolves from the cache and nothing touches the network; where
+  the Hub cannot be reached, a snapshot in the cache is used as huggingface_hub does.
 - `HF_TOKEN` from the environment (huggingface_hub reads it).
 - Every failure is one line naming the model and what to do (`InputError`).
 """
@@ -21,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import importlib
 import logging
 import os
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -62,6 +67,18 @@ def _errors():
     from huggingface_hub import errors
 
     return errors
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What says the Hub could not be reached: the transport errors on which snapshot_download
+    itself falls back to the cache (httpx2's from huggingface_hub 2 on, httpx's before), and the
+    socket's own beneath them."""
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError, socket.gaierror]
+    for mod in ("httpx2", "httpx"):
+        with contextlib.suppress(ImportError):
+            m = importlib.import_module(mod)
+            types += [m.ConnectError, m.TimeoutException]
+    return tuple(types)
 
 
 class HubUnreachable(InputError):
@@ -121,6 +138,10 @@ def _explain(name: str, repo_id: str, revision: str | None, exc: BaseException) 
             return HubUnreachable(f"{name}: could not reach the Hub for {repo_id}@{rev} and it is "
                                   f"not in the cache ({type(exc).__name__}): check the network or "
                                   "HF_ENDPOINT")
+    if any(isinstance(e, _transport_errors()) for e in chain):
+        return HubUnreachable(f"{name}: could not reach the Hub for {repo_id}@{rev} "
+                              f"({type(exc).__name__}): check the network or HF_ENDPOINT, or set "
+                              "HF_HUB_OFFLINE=1 to use the Hugging Face cache alone")
     return InputError(f"{name}: download of {repo_id}@{rev} failed: "
                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
@@ -135,19 +156,21 @@ def _weight_patterns(files: list[str]) -> list[str]:
     raise InputError("no safetensors or pytorch_model*.bin weights in the repository")
 
 
-def _file_record(snapshot: Path, rel: str) -> dict:
-    path = snapshot / rel
-    real = path.resolve()
-    rec = {"path": rel, "size": real.stat().st_size}
-    if _SHA256.match(real.name):  # an LFS blob is named by its sha256 (the hub's own)
-        rec.update(sha256=real.name, sha256_source="hub-lfs")
-    else:
-        h = hashlib.sha256()
-        with open(real, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        rec.update(sha256=h.hexdigest(), sha256_source="computed")
-    return rec
+def _file_record(name: str, snapshot: Path, rel: str) -> dict:
+    """A file's size and the sha256 of its content. An LFS blob is named by the hub's sha256, which
+    huggingface_hub never checks (only the size): a blob whose content differs is refused."""
+    real = (snapshot / rel).resolve()
+    h = hashlib.sha256()
+    with open(real, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    sha256 = h.hexdigest()
+    if _SHA256.match(real.name) and real.name != sha256:
+        raise InputError(f"{name}: {rel} in the Hugging Face cache is corrupt: its content's "
+                         f"sha256 is {sha256[:12]}, not the hub's {real.name[:12]}: delete {real} "
+                         "and download again")
+    return {"path": rel, "size": real.stat().st_size, "sha256": sha256,
+            "sha256_source": "hub-lfs" if _SHA256.match(real.name) else "computed"}
 
 
 def download(name: str, repo_id, revision: str | None = None, *, mode: str = "full",
@@ -162,20 +185,35 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
     repo_id = check_repo_id(name, repo_id)
     if mode not in ("full", "config"):
         raise InputError(f"{name}: unknown download mode '{mode}' (full, config)")
-    if revision is None:
-        log.warning("%s: no revision given: taking the newest commit of %s and recording it in "
-                    "the manifest; this run is unpinned (%s)", name, repo_id, pin_hint)
+    pinned = revision is not None and bool(COMMIT.match(revision))
+    if not pinned:
+        given = ("no revision given" if revision is None else
+                 f"revision '{revision}' is a branch or tag, not a commit")
+        log.warning("%s: %s: taking the newest commit of %s and recording it in the manifest; "
+                    "this run is unpinned (%s)", name, given, repo_id, pin_hint)
     patterns = list(allow_patterns or [])
     ignore = None
+    # which weights the repo has is decided from the cached snapshot below: offline, or where the
+    # Hub cannot be reached (snapshot_download then reads the cache as well)
+    from_cache = offline()
     if repo_type == "model" and not allow_patterns:
         patterns = list(CONFIG_PATTERNS) + (["*.py"] if trust_remote_code else [])
         if mode == "full":
             ignore = IGNORE
-            if offline():  # which weights the repo has is decided from the cached snapshot below
+            files = None
+            if not from_cache:
+                try:
+                    files = HfApi().list_repo_files(repo_id, revision=revision,
+                                                    repo_type=repo_type)
+                except Exception as exc:  # noqa: BLE001 - mapped to one line
+                    err = _explain(name, repo_id, revision, exc)
+                    if not isinstance(err, HubUnreachable):
+                        raise err from None
+                    log.warning("%s (taking the weights that the cached snapshot holds)", err)
+                    from_cache = True
+            if from_cache:
                 patterns += SAFETENSORS + BIN
             else:
-                files = _network(lambda: HfApi().list_repo_files(
-                    repo_id, revision=revision, repo_type=repo_type), name, repo_id, revision)
                 try:
                     patterns += _weight_patterns(files)
                 except InputError as exc:
@@ -189,7 +227,7 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
         raise InputError(f"{name}: {snapshot} is not a Hugging Face cache snapshot")
     from huggingface_hub.utils import filter_repo_objects
 
-    if repo_type == "model" and mode == "full" and offline() and not allow_patterns:
+    if repo_type == "model" and mode == "full" and from_cache and not allow_patterns:
         present = [str(p.relative_to(snapshot)) for p in snapshot.rglob("*")]
         with contextlib.suppress(InputError):  # no weights at all: reported below
             patterns = [p for p in patterns if p not in SAFETENSORS + BIN]
@@ -204,11 +242,13 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
         raise InputError(f"{name}: {repo_id}@{commit[:12]} has no config.json")
     if repo_type == "model" and mode == "full" and not any(
             f.endswith((".safetensors", ".bin")) for f in files):
+        fetch = ("rerun without HF_HUB_OFFLINE to fetch them" if offline() else
+                 "the Hub could not be reached to fetch them: check the network or HF_ENDPOINT")
         raise InputError(f"{name}: {repo_id}@{commit[:12]} has no weights in the cache "
-                         f"({snapshot}); rerun without HF_HUB_OFFLINE to fetch them")
-    records = [_file_record(snapshot, f) for f in files]
+                         f"({snapshot}); {fetch}")
+    records = [_file_record(name, snapshot, f) for f in files]
     return {"name": name, "repo_id": repo_id, "repo_type": repo_type, "mode": mode,
-            "revision_requested": revision, "commit": commit, "pinned": revision is not None,
+            "revision_requested": revision, "commit": commit, "pinned": pinned,
             "snapshot_path": str(snapshot), "offline": offline(), "files": records,
             "total_bytes": sum(r["size"] for r in records)}
 
