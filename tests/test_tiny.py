@@ -47,6 +47,22 @@ def test_the_tokenizers_provenance_names_the_package_that_trained_it(tiny_models
     assert prov["packages"]["transformers"] == metadata.version("transformers")
 
 
+def test_corpus_digest_sees_content_and_place(tmp_path):
+    """Two corpora with the same file names and sizes but other content, or the same files in
+    other folders, have different digests (base names and sizes were all it hashed)."""
+    for rel, text in (("a/x.py", "x = 1\n"), ("b/x.py", "y = 2\n")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    files = [tmp_path / "a/x.py", tmp_path / "b/x.py"]
+    before = tiny.corpus_digest(files, tmp_path)
+    assert tiny.corpus_digest(files, tmp_path) == before
+    (tmp_path / "a/x.py").write_text("x = 3\n")  # same size
+    edited = tiny.corpus_digest(files, tmp_path)
+    assert edited != before
+    (tmp_path / "a/x.py").write_text("y = 2\n")
+    (tmp_path / "b/x.py").write_text("x = 3\n")  # the two files swap folders
+    assert tiny.corpus_digest(files, tmp_path) not in (before, edited)
+
 def test_encoding_in_batches_gives_each_files_ids_in_order_as_one_at_a_time(tmp_path):
     """tiny.encode encodes ENCODE_BATCH files at a time (on every core): the ids are those of
     each file encoded alone, EOS after each, in file order, cut at max_tokens, whether the cut
@@ -128,6 +144,32 @@ def test_train_stage_rejects_zero_budget_before_building(tmp_path):
                     TrainParams(cfg, {"vocab_size": 300}, True))
     assert not (tmp_path / "out").exists()
 
+
+def test_train_stage_records_the_cpu_capability_its_weights_depend_on(tmp_path):
+    """torch's CPU kernels differ by instruction set (avx2 and avx512 train different weights):
+    the checkpoint's provenance names the one this training ran on."""
+    import json
+
+    from specmoe.contracts import Named
+    from specmoe.contracts.models import TrainParams
+    from specmoe.stages.models import train_stage
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    rng = np.random.default_rng(0)
+    np.save(tok / "train_tokens.npy", rng.integers(0, 300, 5_000).astype(np.int32))
+    np.save(tok / "heldout_tokens.npy", rng.integers(0, 300, 1_000).astype(np.int32))
+    (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {}, "merges": []}}))
+    cfg = {"name": "m", "steps": 2, "arch": {"kind": "dense", "hidden": 32, "layers": 1,
+                                             "heads": 2, "kv_heads": 1, "head_dim": 32,
+                                             "intermediate": 32}}
+    train_stage(Named({"tokenizer": tok}), Named({"dir": tmp_path / "m"}),
+                TrainParams(cfg, {"vocab_size": 300, "train": {
+                    "seq_len": 16, "batch_size": 2, "warmup": 1, "eval_batches": 1,
+                    "threads": 1}}, True), progress=False)
+    prov = json.loads((tmp_path / "m" / "manifest.json").read_text())["provenance"]
+    assert prov["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert prov["cpu_capability"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "SVE256", "SVE128")
 
 def _moe_training(aux_coef: float, steps: int = 12):
     rng = np.random.default_rng(0)

@@ -6,9 +6,11 @@ and `tests` folders. A file is held out when the SHA-1 of its path relative to t
 0 mod `heldout_every` (default 10), so the split is fixed for a given Python version.
 
 Models are Hugging Face Qwen3-MoE (targets) and Qwen3 (drafter) checkpoints that vLLM loads, sharing
-one byte-level BPE tokenizer. Seeds fix initialisation and data order (multi-threaded CPU kernels
-still add in varying order, so losses vary in the last digits). torch and transformers are
-imported lazily (the `cpu` extra).
+one byte-level BPE tokenizer. Training is bit-reproducible on one machine: seeds fix initialisation
+and data order, and deterministic kernels on the config's thread count fix the order of sums (see
+train()). The weights still depend on the thread count and on the instruction set torch's CPU
+kernels use (avx2 and avx512 give different weights): the manifest records both. torch and
+transformers are imported lazily (the `cpu` extra).
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ EOS = "<|endoftext|>"
 
 # --- corpus ---------------------------------------------------------------------------------------
 
+def corpus_root(root: str | Path | None = None) -> Path:
+    """The folder the corpus is read from: the stdlib's unless given."""
+    return Path(root or sysconfig.get_paths()["stdlib"])
+
+
 def corpus_files(heldout: bool, heldout_every: int = 10, root: str | Path | None = None) -> list[Path]:
     """Training (heldout=False) or held-out (True) stdlib source files, sorted."""
-    root = Path(root or sysconfig.get_paths()["stdlib"])
+    root = corpus_root(root)
     skip = {"site-packages", "test", "tests", "__pycache__"}
     out = []
     for p in sorted(root.rglob("*.py")):
@@ -52,11 +59,15 @@ def corpus_files(heldout: bool, heldout_every: int = 10, root: str | Path | None
     return out
 
 
-def corpus_digest(files: list[Path]) -> str:
+def corpus_digest(files: list[Path], root: str | Path | None = None) -> str:
+    """A hash of the corpus: each file's path relative to its root and its content (base names and
+    sizes alone gave two corpora that differ in content one digest)."""
+    root = corpus_root(root)
     h = hashlib.sha256()
     for p in files:
-        h.update(p.name.encode())
-        h.update(str(p.stat().st_size).encode())
+        data = p.read_bytes()
+        h.update(b"%s\0%d\0" % (str(p.relative_to(root)).encode(), len(data)))
+        h.update(data)
     return h.hexdigest()[:16]
 
 

@@ -88,7 +88,9 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
     prov = provenance({"model": model_cfg, "tiny": tiny_cfg, "trained": trained},
                       model={"name": name, "source": "tiny",
                              "revision": f"seed{spec.seed}-steps{result['steps']}"},
-                      stage="train" if trained else "random")
+                      stage="train" if trained else "random",
+                      # the instruction set of torch's CPU kernels: the weights depend on it
+                      cpu_capability=torch.backends.cpu.get_cpu_capability())
     manifest["provenance"] = prov
     tiny.save_model(model, tok_dir, out_dir, manifest)
     return manifest
