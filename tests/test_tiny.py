@@ -132,6 +132,20 @@ def test_atomic_dir_replaces_whole(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
 
 
+def test_atomic_dir_gives_the_folder_the_usual_permissions(tmp_path):
+    """mkdtemp makes 0700: a model or tokenizer folder others on a shared cluster cannot read. It
+    takes the umask's permissions, as a file atomic_path writes does."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        with tiny.atomic_dir(tmp_path / "m") as d:
+            (d / "a").write_text("1")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "m").stat().st_mode) == 0o755
+
 def test_train_stage_rejects_zero_budget_before_building(tmp_path):
     from specmoe.contracts import Named
     from specmoe.contracts.models import TrainParams

@@ -119,7 +119,8 @@ def measured_on(rec: dict) -> str:
         f"on {where}", f"with {m['engine']}" if m.get("engine") else "") if x)
 
 
-def _umask() -> int:
+def umask() -> int:
+    """This process's umask (reading it means setting it: it is set back at once)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -139,7 +140,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp_path
         if tmp_path.is_file():  # mkstemp makes 0600; give the result the usual permissions
-            os.chmod(tmp_path, 0o666 & ~_umask())
+            os.chmod(tmp_path, 0o666 & ~umask())
         os.replace(tmp_path, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

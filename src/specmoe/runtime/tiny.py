@@ -399,6 +399,8 @@ def load_balancing_loss(router_logits, num_experts: int, top_k: int, scope: str 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path):
     """Build a directory under a temporary name beside `path`, then swap it into place."""
+    from ..provenance import umask
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*.tmpdir"):
@@ -406,6 +408,7 @@ def atomic_dir(path: str | Path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmpdir", dir=path.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700: readable by others as any folder
         if path.exists():
             old = path.with_name(f".{path.name}.old.tmpdir")
             os.replace(path, old)
