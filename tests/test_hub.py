@@ -109,6 +109,7 @@ def test_a_corrupt_lfs_blob_of_the_right_size_is_refused(tmp_path):
                           "Hugging Face cache is corrupt") and str(blob) in err
 
 
+@pytest.mark.slow  # huggingface_hub retries the closed port for about 45 s
 def test_full_mode_reads_a_cached_pinned_snapshot_when_the_hub_cannot_be_reached(tmp_path):
     """Nothing listens at HF_ENDPOINT and HF_HUB_OFFLINE is unset: listing the repository's files
     cannot connect, so the weights are taken from the cached snapshot as offline (as
