@@ -12,6 +12,7 @@ them, and the batch queue's order is replayed call by call.
 """
 
 import dataclasses
+import os
 import queue
 import threading
 from types import SimpleNamespace
@@ -118,6 +119,19 @@ def _v2_input_batch(req_ids, counts, drafts, prefilling, input_ids):
         has_prefill=bool(prefilling.any()), input_ids=input_ids))
 
 
+def _vllm_config(parallel: dict | None = None, adaptive: bool = False):
+    """The parts of a VllmConfig the recorder reads, with vLLM's own ParallelConfig and
+    SpeculativeConfig (n-gram drafting: it needs no drafter checkpoint)."""
+    from vllm.config import ParallelConfig, SpeculativeConfig
+
+    return SimpleNamespace(
+        scheduler_config=SimpleNamespace(async_scheduling=True),
+        parallel_config=ParallelConfig(**(parallel or {})),
+        speculative_config=SpeculativeConfig(method="ngram", num_speculative_tokens=K,
+                                             enable_adaptive_verification=adaptive),
+        is_mm_encoder_only=False, num_lookahead_tokens=K)
+
+
 _PATCHED = ("load_model", "execute_model", "sample_tokens", "_specmoe_patched")
 
 
@@ -148,9 +162,7 @@ def v2_runner(monkeypatch):
             model_config=SimpleNamespace(
                 get_total_num_hidden_layers=lambda: LAYERS, get_num_experts_per_tok=lambda: TOP_K,
                 get_num_experts=lambda: 64, get_vocab_size=lambda: 512),
-            vllm_config=SimpleNamespace(
-                scheduler_config=SimpleNamespace(async_scheduling=True),
-                is_mm_encoder_only=False, num_lookahead_tokens=K),
+            vllm_config=_vllm_config(),
             scheduler_config=SimpleNamespace(max_num_seqs=4, max_num_batched_tokens=MAX_TOKENS),
             kv_cache_config=SimpleNamespace(num_blocks=256, kv_cache_groups=[KVCacheGroupSpec(
                 ["layers.0.attn"], FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=32,
@@ -318,3 +330,54 @@ def test_a_step_run_after_its_request_finished_is_no_window(tmp_path):
     tr = _assemble(tmp_path, [0, 1, 0, 3, 2], [0, 1, 0, 3], token_ids=list(range(9)))
     assert tr.meta["capture"]["windows"] == 4 and tr.meta["capture"]["windows_after_finish"] == 1
     assert tr.columns["step"].max() == 3 and len(tr) == 4 * (K + 1)
+
+
+# vLLM's ParallelConfig for each layout whose rows a worker records in part (DCP needs TP of 2)
+_LAYOUTS = {"pipeline_parallel_size": {"pipeline_parallel_size": 2},
+            "data_parallel_size": {"data_parallel_size": 2},
+            "decode_context_parallel_size": {"tensor_parallel_size": 2,
+                                             "decode_context_parallel_size": 2},
+            "prefill_context_parallel_size": {"prefill_context_parallel_size": 2}}
+
+
+@pytest.mark.parametrize("name", [*_LAYOUTS, "enable_adaptive_verification"])
+def test_the_recorder_refuses_layouts_whose_rows_are_not_the_steps(name):
+    """PP, DP, DCP or PCP over 1, or adaptive verification: a worker's routing buffer would hold
+    another rank's part or another window shape, which vLLM's own routed-experts capture refuses
+    too; the recorder stops the engine's start in one line (it wrote the rows as they came)."""
+    runner = SimpleNamespace(
+        model_config=SimpleNamespace(get_total_num_hidden_layers=lambda: LAYERS,
+                                     get_num_experts_per_tok=lambda: TOP_K,
+                                     get_num_experts=lambda: 64),
+        max_num_tokens=MAX_TOKENS, device=torch.device("cpu"), vllm_config=_vllm_config())
+    capture.Recorder(runner)  # tensor parallelism alone records
+    runner.vllm_config = _vllm_config(_LAYOUTS.get(name), name == "enable_adaptive_verification")
+    with pytest.raises(SpecmoeError, match=rf"^routing capture cannot record under {name}"):
+        capture.Recorder(runner)
+
+
+@pytest.mark.parametrize("name", [*_LAYOUTS, "enable_adaptive_verification"])
+def test_capture_refuses_such_engine_arguments_before_the_engine_starts(name, monkeypatch,
+                                                                        tmp_path):
+    """The same layouts given as engine arguments stop capture_generate and the teacher-forced
+    capture before an engine is opened."""
+    from specmoe.runtime import engine as engine_mod
+    from specmoe.runtime.engine import engine_kwargs
+
+    def started(*a, **kw):
+        raise AssertionError("an engine was started")
+
+    monkeypatch.setattr(engine_mod, "generate", started)
+    monkeypatch.setattr(engine_mod, "open_llm", started)
+    for var in (capture.ENV, capture.ENV_DIR, capture.ENV_MODE):
+        monkeypatch.delenv(var, raising=False)
+    engine = engine_kwargs(tmp_path / "t", tmp_path / "d", K)
+    if name == "enable_adaptive_verification":
+        engine["speculative_config"]["enable_adaptive_verification"] = True
+    else:
+        engine.update(_LAYOUTS[name])
+    with pytest.raises(SpecmoeError, match=rf"^routing capture cannot record under {name}"):
+        capture.capture_generate(["x"], 8, engine, str(tmp_path))
+    with pytest.raises(SpecmoeError, match=rf"^routing capture cannot record under {name}"):
+        capture.teacher_forced_routing([[1, 2]], engine, str(tmp_path))
+    assert capture.ENV not in os.environ  # refused before anything was set

@@ -27,7 +27,9 @@ Rows of one step are laid out per request in V1's `input_batch.req_ids` order, o
 InputBatch says; a decode window of a request with n drafts is its 1 + n scheduled rows: position 0
 is the last committed token, 1..n the drafts. Prefill chunks are not windows and are skipped. The
 trace's metadata names the runner and whether async scheduling was on; captured acceptance that
-differs from vLLM's own per-step counts stops the capture.
+differs from vLLM's own per-step counts stops the capture. Capture records with tensor
+parallelism only: pipeline, data or context parallelism and adaptive verification are refused
+(check_layout), before the engine starts and again in the worker.
 """
 
 from __future__ import annotations
@@ -71,6 +73,33 @@ def check_version() -> None:
                            "the model-runner hooks would be silently wrong on other versions")
 
 
+# Parallel layouts under which a worker's routing rows are not the batch's rows in order (pipeline
+# stages, data-parallel ranks and context-parallel shards each see part of a step): capture needs
+# each of these at 1, as vLLM's own routed-experts capture does (vllm/config/vllm.py). The names
+# are ParallelConfig's and the engine arguments' alike.
+ONE_RANK_SIZES = ("pipeline_parallel_size", "data_parallel_size",
+                  "decode_context_parallel_size", "prefill_context_parallel_size")
+
+
+def check_layout(sizes: dict, adaptive_verification: bool) -> None:
+    """Refuse a layout whose recorded rows would not be the step's: sizes {name: value} of
+    ONE_RANK_SIZES; adaptive verification (vLLM's varlen decode) sizes windows other than as the
+    scheduler's drafts say. vLLM's routed-experts capture refuses the same."""
+    bad = [f"{k} = {sizes[k]}" for k in ONE_RANK_SIZES if int(sizes[k]) > 1]
+    if adaptive_verification:
+        bad.append("enable_adaptive_verification")
+    if bad:
+        raise SpecmoeError(f"routing capture cannot record under {', '.join(bad)}: its rows would "
+                           "not be the step's tokens (capture runs with tensor parallelism only)")
+
+
+def check_engine_layout(engine: dict) -> None:
+    """check_layout on engine arguments, before the engine starts (vLLM's defaults where unset)."""
+    spec = engine.get("speculative_config") or {}
+    check_layout({k: engine.get(k) or 1 for k in ONE_RANK_SIZES},
+                 bool(spec.get("enable_adaptive_verification")))
+
+
 # Model Runner V2 (vllm/v1/worker/gpu/model_runner.py, also its CPU subclass); the rest are V1.
 V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 
@@ -101,6 +130,10 @@ class Recorder:
     def __init__(self, runner) -> None:
         import torch
 
+        vllm_config = runner.vllm_config
+        spec = vllm_config.speculative_config
+        check_layout({k: getattr(vllm_config.parallel_config, k) for k in ONE_RANK_SIZES},
+                     spec is not None and spec.enable_adaptive_verification)
         cfg = runner.model_config
         self.num_layers = cfg.get_total_num_hidden_layers()
         self.top_k = cfg.get_num_experts_per_tok()
@@ -109,7 +142,7 @@ class Recorder:
                                  dtype=torch.int16 if self.num_experts < 2**15 else torch.int32,
                                  device=runner.device)
         self.runner = runner_kind(runner)
-        self.async_scheduling = bool(runner.vllm_config.scheduler_config.async_scheduling)
+        self.async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
         self.layers_seen: set[int] = set()
         self.pending: dict | None = None  # a step between its execute_model and sample_tokens
         self.chunks: list[dict] = []
@@ -392,6 +425,7 @@ def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_di
     as engine.generate's."""
     from .engine import generate
 
+    check_engine_layout(engine)
     os.environ[ENV] = "1"  # inherited by the engine's processes, where the plugin reads it
     os.environ[ENV_DIR] = shard_dir
     check_version()
@@ -428,6 +462,7 @@ def teacher_forced_routing(sequences: list[list[int]], engine: dict, shard_dir: 
 
     from .engine import open_llm
 
+    check_engine_layout(engine)
     os.environ[ENV] = "1"  # read by the plugin in the engine's processes
     os.environ[ENV_DIR] = shard_dir
     os.environ[ENV_MODE] = "rows"
