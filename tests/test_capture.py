@@ -201,7 +201,9 @@ def test_an_unfilled_routing_slot_is_an_error_naming_step_and_layer(tmp_path):
              req=np.array(["r0", "r0"]), step=np.array([0, 1], np.int32),
              n_drafts=np.array([3, 3], np.int8), accepted=np.array([1, 2], np.int8),
              layers=np.array([3, 7]), num_experts=16, capture_s=0.0)
-    res = {"shards": [str(shard)], "requests": [{"request_id": "r0", "per_step_accepted": [1, 2]}]}
+    # the windows commit rows 0, 1 (position 0, one accepted draft), then 4, 5, 6; then a bonus
+    res = {"shards": [str(shard)], "requests": [{"request_id": "r0", "per_step_accepted": [1, 2],
+                                                 "token_ids": [0, 1, 4, 5, 6, 99]}]}
     run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
     with pytest.raises(SpecmoeError, match=r"step 1, position 2, layer 7 \(1 slot"):
         capture.assemble(res, [Prompt("p0", "x", "c", "text")], run, K)

@@ -68,8 +68,14 @@ def _fake_v2_execute_model(self, scheduler_output, intermediate_tensors=None, du
     topk = torch.stack([torch.full((total,), fake.step), torch.arange(total)], 1).to(torch.int16)
     for layer in range(LAYERS):
         self._specmoe.capture(layer, topk)
+    # the step's input ids: 1000 * step + row, but a decode window's first row is the request's
+    # last committed token (its previous step's bonus token, _fake_v2_sample_tokens)
+    input_ids = torch.arange(total, dtype=torch.int32) + 1000 * fake.step
+    for r, start, pre in zip(req_ids, np.cumsum(counts) - counts, prefilling):
+        if not pre and r in fake.outputs:  # (the warm-up's decode requests had no prefill)
+            input_ids[start] = fake.outputs[r][-1]
     batch = _v2_input_batch(req_ids, counts, np.array([len(spec.get(r, ())) for r in req_ids]),
-                            prefilling, torch.arange(total, dtype=torch.int32) + 1000 * fake.step)
+                            prefilling, input_ids)
     self.execute_model_state = ExecuteModelState(
         input_batch=batch, attn_metadata=None, slot_mappings_by_layer=None, hidden_states=None,
         aux_hidden_states=None, dp_sync_state=None,
@@ -83,7 +89,9 @@ def _fake_v2_execute_model(self, scheduler_output, intermediate_tensors=None, du
 def _fake_v2_sample_tokens(self, grammar_output):
     """V2's sample_tokens as far as its state goes: it takes and clears execute_model_state and
     returns an async output; each decode window accepts a number of drafts that depends on the
-    step, so that a window paired with another step's output shows it."""
+    step, so that a window paired with another step's output shows it, and commits them with a
+    bonus token of its step (1000 * step + 500 + the request's index) that the request's next
+    window reads first."""
     from vllm.v1.outputs import ModelRunnerOutput
 
     if self.execute_model_state is None:  # as V2: the prior execute_model had no forward
@@ -97,7 +105,13 @@ def _fake_v2_sample_tokens(self, grammar_output):
         d = 0 if batch.num_draft_tokens_per_req is None else int(batch.num_draft_tokens_per_req[i])
         accepted = 0 if batch.is_prefilling_np[i] else (fake.step + i) % (d + 1)
         fake.accepted[(fake.step, r)] = accepted
-        sampled.append([7] * (1 + accepted))
+        start = int(batch.query_start_loc_np[i])
+        tokens = batch.input_ids[start + 1: start + 1 + accepted].tolist() + [
+            1000 * fake.step + 500 + i]
+        fake.outputs[r] = ([] if batch.is_prefilling_np[i] else fake.outputs.get(r, [])) + tokens
+        if d:
+            fake.per_step.setdefault(r, []).append(accepted)
+        sampled.append(tokens)
     return _AsyncOutput(ModelRunnerOutput(
         req_ids=list(batch.req_ids),
         req_id_to_index={r: i for i, r in enumerate(batch.req_ids)}, sampled_token_ids=sampled))
@@ -173,7 +187,8 @@ def v2_runner(monkeypatch):
             is_pooling_model=False, is_encoder_decoder=False, is_last_pp_rank=True,
             adaptive_verification=None, rejection_sampler=None, kv_block_zeroer=None,
             kv_connector=NO_OP_KV_CONNECTOR, model_state=SimpleNamespace(),
-            fake=SimpleNamespace(requests={}, step=0, calls=[], accepted={}, batches={}))
+            fake=SimpleNamespace(requests={}, step=0, calls=[], accepted={}, batches={},
+                                 outputs={}, per_step={}))
         runner._specmoe = capture.Recorder(runner)
         yield runner
     finally:
@@ -240,22 +255,34 @@ def _engine_steps(prompts: dict[str, int], decode_steps: int) -> list:
     return steps
 
 
-def _check_windows_carry_their_own_step(runner, decode_steps: int, n_requests: int) -> None:
+def _check_windows_carry_their_own_step(runner, decode_steps: int, n_requests: int,
+                                        tmp_path) -> None:
+    """Every window's rows, first draft and acceptance are of one step; flushed and assembled,
+    the windows commit each request's output token for token."""
+    from specmoe.sources.prompts import Prompt
+
     rec = runner._specmoe
-    windows = [(w, c["experts"][i], c["token_id"][i]) for c in rec.chunks
+    windows = [(w, c["experts"][i], c["token_id"][i + 1]) for c in rec.chunks
                for w, i in zip(c["windows"], np.cumsum([0] + [1 + m[2] for m in c["windows"]]))]
     assert len(windows) == decode_steps * n_requests
-    for (r, step, d, accepted), experts, token in windows:
+    for (r, step, d, accepted), experts, draft in windows:
         made_by = int(experts[0, 0])  # the fake step whose forward routed these rows
-        assert token // 1000 == made_by  # the input ids of that same step
+        assert draft // 1000 == made_by  # the input ids of that same step
         assert d == K and step == made_by - 2  # the prefill was step 1; decode windows count from 0
         assert accepted == runner.fake.accepted[(made_by, r)], (r, step)
     assert sorted(rec.step_of.values()) == [decode_steps] * n_requests
+    fake, shard = runner.fake, rec.flush(str(tmp_path))
+    requests = [{"request_id": r, "token_ids": out, "per_step_accepted": fake.per_step[r]}
+                for r, out in fake.outputs.items()]
+    tr = capture.assemble({"shards": [shard], "requests": requests},
+                          [Prompt(r, "x", "c", "text") for r in fake.outputs],
+                          {"model": "t", "drafter": "d", "k": K, "dataset": "x"}, K)
+    assert tr.meta["capture"]["windows"] == decode_steps * n_requests
 
 
 @pytest.mark.parametrize("decode_steps", [1, 5])
 def test_batch_queue_order_pairs_each_window_with_its_own_acceptance_cuda_order_on_cpu(
-        v2_runner, decode_steps):
+        v2_runner, decode_steps, tmp_path):
     """EngineCore.step_with_batch_queue (async scheduling, on by default on CUDA) runs step n + 1's
     execute_model and sample_tokens before step n's get_output: exec1, sample1, exec2, sample2,
     get1, exec3, sample3, get2, ... Every window must carry its own step's accepted drafts."""
@@ -268,10 +295,11 @@ def test_batch_queue_order_pairs_each_window_with_its_own_acceptance_cuda_order_
             pending.pop(0).get_output()
     for p in pending:
         p.get_output()
-    _check_windows_carry_their_own_step(runner, decode_steps, 2)
+    _check_windows_carry_their_own_step(runner, decode_steps, 2, tmp_path)
 
 
-def test_output_thread_reads_tokens_while_worker_runs_ahead_cuda_order_on_cpu(v2_runner):
+def test_output_thread_reads_tokens_while_worker_runs_ahead_cuda_order_on_cpu(v2_runner,
+                                                                              tmp_path):
     """With TP > 1 the multiprocessing executor's worker hands each async output to its output
     thread (async_output_busy_loop), which calls get_output while the worker runs the next steps."""
     runner, outputs = v2_runner, queue.Queue()
@@ -287,23 +315,36 @@ def test_output_thread_reads_tokens_while_worker_runs_ahead_cuda_order_on_cpu(v2
         outputs.put(runner.sample_tokens(None))
     outputs.put(None)
     t.join(timeout=30)
-    _check_windows_carry_their_own_step(runner, 8, 3)
+    _check_windows_carry_their_own_step(runner, 8, 3, tmp_path)
 
 
-def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None):
-    """A shard as the recorder writes it (windows of K drafts of one request, 2 layers)."""
+def _window_tokens(accepted) -> tuple[np.ndarray, list[int]]:
+    """The token ids of windows of K drafts that commit the tokens 0, 1, 2, ... (position 0, then
+    the accepted drafts; a rejected draft reads 1000 + its row), and the output they commit
+    (with the last window's bonus token)."""
+    token_id = 1000 + np.arange((K + 1) * len(accepted), dtype=np.int32)
+    c = 0
+    for w, a in enumerate(accepted):
+        token_id[w * (K + 1): w * (K + 1) + 1 + a] = np.arange(c, c + 1 + a)
+        c += 1 + a
+    return token_id, list(range(c + 1))
+
+
+def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None, token_id=None):
+    """A shard as the recorder writes it (windows of K drafts of one request, 2 layers), by
+    default with the tokens of _window_tokens."""
     from specmoe.sources.prompts import Prompt
 
     n = len(accepted)
+    own_ids, own_output = _window_tokens(accepted)
     shard = tmp_path / "capture-0.npz"
     np.savez(shard, experts=np.tile(np.arange(4, dtype=np.int16), ((K + 1) * n, 2, 1)),
-             token_id=np.arange((K + 1) * n, dtype=np.int32), req=np.array(["r0"] * n),
+             token_id=own_ids if token_id is None else token_id, req=np.array(["r0"] * n),
              step=np.arange(n, dtype=np.int32), n_drafts=np.full(n, K, np.int8),
              accepted=np.array(accepted, np.int8), layers=np.array([3, 7]), num_experts=16,
              capture_s=0.0, runner="v2", async_scheduling=True)
-    request = {"request_id": "r0", "per_step_accepted": vllm_accepted}
-    if token_ids is not None:
-        request["token_ids"] = token_ids
+    request = {"request_id": "r0", "per_step_accepted": vllm_accepted,
+               "token_ids": own_output if token_ids is None else token_ids}
     run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
     return capture.assemble({"shards": [str(shard)], "requests": [request]},
                             [Prompt("p0", "x", "c", "text")], run, K)
@@ -381,3 +422,27 @@ def test_capture_refuses_such_engine_arguments_before_the_engine_starts(name, mo
     with pytest.raises(SpecmoeError, match=rf"^routing capture cannot record under {name}"):
         capture.teacher_forced_routing([[1, 2]], engine, str(tmp_path))
     assert capture.ENV not in os.environ  # refused before anything was set
+
+
+def test_window_tokens_unlike_the_engines_output_stop_the_capture(tmp_path):
+    """The tokens the windows commit are the request's output, token for token: rows laid out
+    one row off their step (accepted counts still right), a token the engine did not commit, or
+    output committed outside any window are errors naming the request and step."""
+    accepted = [0, 1, 0, 3]
+    ids, output = _window_tokens(accepted)
+    assert output == list(range(9))
+    with pytest.raises(SpecmoeError, match=r"^routing capture: request 0 \(r0\), step 0, position "
+                                           r"0: the window reads token 1001, the engine committed 0 "
+                                           r"as output token 0: rows and tokens are not of one"):
+        _assemble(tmp_path, accepted, accepted, token_id=np.roll(ids, -1))
+    wrong = output[:5] + [99] + output[6:]
+    with pytest.raises(SpecmoeError, match=r"request 0 \(r0\), step 3, position 1: the window "
+                                           r"reads token 5, the engine committed 99 as output "
+                                           r"token 5"):
+        _assemble(tmp_path, accepted, accepted, token_ids=wrong)
+    with pytest.raises(SpecmoeError, match=r"request 0 \(r0\): its windows commit 9 of its 10 "
+                                           r"output tokens"):
+        _assemble(tmp_path, accepted, accepted, token_ids=output + [9])
+    # the output may end inside the last window (max_tokens), or after its bonus token
+    assert len(_assemble(tmp_path, accepted, accepted, token_ids=output[:6])) == 4 * (K + 1)
+    assert len(_assemble(tmp_path, accepted, accepted)) == 4 * (K + 1)

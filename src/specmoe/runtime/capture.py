@@ -27,7 +27,8 @@ Rows of one step are laid out per request in V1's `input_batch.req_ids` order, o
 InputBatch says; a decode window of a request with n drafts is its 1 + n scheduled rows: position 0
 is the last committed token, 1..n the drafts. Prefill chunks are not windows and are skipped. The
 trace's metadata names the runner and whether async scheduling was on; captured acceptance that
-differs from vLLM's own per-step counts stops the capture. Capture records with tensor
+differs from vLLM's own per-step counts stops the capture, and so do windows whose committed
+tokens are not the request's output. Capture records with tensor
 parallelism only: pipeline, data or context parallelism and adaptive verification are refused
 (check_layout), before the engine starts and again in the worker.
 """
@@ -576,6 +577,7 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
     }
     checked = _crosscheck(result["requests"], request[live], step[live], n_drafts[live],
                           accepted[live])
+    _check_committed(result["requests"], columns)
     meta = {"run": run, "slice_datasets": {p.category: p.dataset for p in prompts},
             # what each request read before its first window: the matched control reads it too
             "prompt_token_ids": [None if r.get("prompt_token_ids") is None else
@@ -611,13 +613,37 @@ def _inside_requests(requests, request, step, accepted) -> np.ndarray:
     the step that finishes it; vLLM drops that step's tokens, and its window verifies nothing."""
     inside = np.ones(request.size, dtype=bool)
     for i, r in enumerate(requests):
-        if r.get("token_ids") is None:  # no output to measure against: the cross-check decides
-            continue
         w = np.flatnonzero(request == i)
         w = w[np.argsort(step[w], kind="stable")]
         committed = 1 + np.concatenate([[0], np.cumsum(accepted[w].astype(np.int64) + 1)[:-1]])
         inside[w] = committed < len(r["token_ids"])
     return inside
+
+
+def _check_committed(requests, columns: dict) -> None:
+    """The tokens a request's windows commit, in step order (position 0, the last committed token,
+    then the accepted drafts), must be its output: the first is the token its prefill sampled, and
+    each window's bonus token is the next window's position 0. The output may end inside the last
+    window (max_tokens) or hold one token more (the last window's bonus), nothing else: a row laid
+    out off its step reads another token (the accepted counts alone would not show it)."""
+    committed = columns["position"] <= columns["accepted"]
+    for i, r in enumerate(requests):
+        rows = np.flatnonzero(committed & (columns["request"] == i))
+        ours = columns["token_id"][rows].astype(np.int64)
+        out = np.asarray(r["token_ids"], dtype=np.int64)
+        n = min(ours.size, out.size)
+        name = f"request {i} ({r.get('request_id', i)})"
+        bad = np.flatnonzero(ours[:n] != out[:n])
+        if bad.size:
+            j, row = int(bad[0]), int(rows[bad[0]])
+            raise SpecmoeError(
+                f"routing capture: {name}, step {int(columns['step'][row])}, position "
+                f"{int(columns['position'][row])}: the window reads token {ours[j]}, the engine "
+                f"committed {out[j]} as output token {j}: rows and tokens are not of one step")
+        if out.size > ours.size + 1:
+            raise SpecmoeError(
+                f"routing capture: {name}: its windows commit {ours.size + 1} of its {out.size} "
+                "output tokens: the others were committed outside any captured window")
 
 
 def _crosscheck(requests, request, step, n_drafts, accepted) -> int:
