@@ -330,7 +330,7 @@ def _window_tokens(accepted) -> tuple[np.ndarray, list[int]]:
     return token_id, list(range(c + 1))
 
 
-def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None, token_id=None):
+def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None, token_id=None, preempted=()):
     """A shard as the recorder writes it (windows of K drafts of one request, 2 layers), by
     default with the tokens of _window_tokens."""
     from specmoe.sources.prompts import Prompt
@@ -342,7 +342,8 @@ def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None, token_id=None):
              token_id=own_ids if token_id is None else token_id, req=np.array(["r0"] * n),
              step=np.arange(n, dtype=np.int32), n_drafts=np.full(n, K, np.int8),
              accepted=np.array(accepted, np.int8), layers=np.array([3, 7]), num_experts=16,
-             capture_s=0.0, runner="v2", async_scheduling=True)
+             capture_s=0.0, runner="v2", async_scheduling=True,
+             preempted=np.array(preempted, dtype=str))
     request = {"request_id": "r0", "per_step_accepted": vllm_accepted,
                "token_ids": own_output if token_ids is None else token_ids}
     run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
@@ -446,3 +447,57 @@ def test_window_tokens_unlike_the_engines_output_stop_the_capture(tmp_path):
     # the output may end inside the last window (max_tokens), or after its bonus token
     assert len(_assemble(tmp_path, accepted, accepted, token_ids=output[:6])) == 4 * (K + 1)
     assert len(_assemble(tmp_path, accepted, accepted)) == 4 * (K + 1)
+
+
+PREEMPTED = (r"^routing capture: request 0 \(r0\) was preempted during capture \(1 preemption\(s\) "
+             r"in all\): its routing has a gap; raise the KV cache \(kv_cache_mib on a CPU, "
+             r"gpu.memory_utilization on a GPU\)$")
+
+
+def test_a_preempted_request_stops_the_capture_in_one_clear_line(tmp_path):
+    """A preempted request resumes with a prefill that recomputes its tokens and commits one
+    outside any window (1 prefill + 1 resume + 1 + 2 + 1 + 4 from windows = 10 tokens; the fifth
+    window ran after the end): the capture said "5 verify steps captured, vLLM counted 4"."""
+    with pytest.raises(SpecmoeError, match=PREEMPTED):
+        _assemble(tmp_path, [0, 1, 0, 3, 2], [0, 1, 0, 3], token_ids=list(range(10)),
+                  preempted=["r0"])
+
+
+def test_the_recorder_counts_resumed_requests_as_vllms_scheduler_sends_them(v2_runner, tmp_path):
+    """V1's runner gets a resumed request in scheduled_cached_reqs.resumed_req_ids; Model Runner V2
+    as a new request whose prefill tokens hold its output (vLLM 0.32's Scheduler.schedule). A
+    request preempted before its first token recomputes nothing committed: no gap. Driven through
+    the V2 runner in CUDA order, the capture then stops in one line."""
+    from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
+
+    runner, rec = v2_runner, v2_runner._specmoe
+    v1 = SchedulerOutput.make_empty()
+    v1.scheduled_cached_reqs = CachedRequestData.make_empty()
+    v1.scheduled_cached_reqs.req_ids = ["x-0", "y-1", "z-2"]
+    v1.scheduled_cached_reqs.resumed_req_ids = {"x-0", "z-2"}
+    v1.scheduled_cached_reqs.num_output_tokens = [4, 2, 0]
+    assert capture.resumed_requests(v1) == ["x-0"]
+
+    steps = _engine_steps({"r0": 5}, 2)
+    for out in steps:
+        runner.execute_model(out)
+        runner.sample_tokens(None).get_output()
+    assert rec.preempted == []
+    resume = SchedulerOutput.make_empty()
+    req = _new_request("r0", 5)
+    req.prefill_token_ids = list(range(5)) + runner.fake.outputs["r0"]
+    resume.scheduled_new_reqs = [req]
+    resume.num_scheduled_tokens = {"r0": len(req.prefill_token_ids)}
+    resume.total_num_scheduled_tokens = len(req.prefill_token_ids)
+    resume.num_spec_tokens_to_schedule = K
+    runner.execute_model(resume)
+    runner.sample_tokens(None).get_output()
+    assert rec.preempted == ["r0"]
+    from specmoe.sources.prompts import Prompt
+
+    request = {"request_id": "r0", "token_ids": runner.fake.outputs["r0"],
+               "per_step_accepted": runner.fake.per_step["r0"]}
+    with pytest.raises(SpecmoeError, match=PREEMPTED):
+        capture.assemble({"shards": [rec.flush(str(tmp_path))], "requests": [request]},
+                         [Prompt("p0", "x", "c", "text")],
+                         {"model": "t", "drafter": "d", "k": K, "dataset": "x"}, K)

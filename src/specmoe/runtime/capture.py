@@ -28,7 +28,8 @@ InputBatch says; a decode window of a request with n drafts is its 1 + n schedul
 is the last committed token, 1..n the drafts. Prefill chunks are not windows and are skipped. The
 trace's metadata names the runner and whether async scheduling was on; captured acceptance that
 differs from vLLM's own per-step counts stops the capture, and so do windows whose committed
-tokens are not the request's output. Capture records with tensor
+tokens are not the request's output and a preempted request (its resumption commits a token
+outside any window). Capture records with tensor
 parallelism only: pipeline, data or context parallelism and adaptive verification are refused
 (check_layout), before the engine starts and again in the worker.
 """
@@ -148,6 +149,7 @@ class Recorder:
         self.pending: dict | None = None  # a step between its execute_model and sample_tokens
         self.chunks: list[dict] = []
         self.step_of: dict[str, int] = {}
+        self.preempted: list[str] = []  # a request per resumption after a preemption
         self.capture_s = 0.0
         self.lock = threading.Lock()  # sampled tokens may arrive on the output thread
         self.mode = os.environ.get(ENV_MODE, "windows")
@@ -158,6 +160,7 @@ class Recorder:
 
     # -- per step -------------------------------------------------------------------------------
     def before_step(self, scheduler_output) -> dict:
+        self.preempted += resumed_requests(scheduler_output)
         return {"total": scheduler_output.total_num_scheduled_tokens,
                 "num_scheduled": dict(scheduler_output.num_scheduled_tokens),
                 "drafts": {r: len(t) for r, t in
@@ -315,8 +318,21 @@ class Recorder:
         np.savez(path, experts=experts, token_id=token_id, req=req, step=step, n_drafts=n_drafts,
                  accepted=accepted, layers=np.array(layers), num_experts=self.num_experts,
                  capture_s=self.capture_s, runner=self.runner,
-                 async_scheduling=self.async_scheduling)
+                 async_scheduling=self.async_scheduling,
+                 preempted=np.array(self.preempted, dtype=str))
         return path
+
+
+def resumed_requests(scheduler_output) -> list[str]:
+    """The requests a step resumes after a preemption with output committed: vLLM recomputes their
+    tokens in a prefill, which commits a token outside any window. The V1 runner gets them in
+    scheduled_cached_reqs.resumed_req_ids; Model Runner V2 as new requests whose prefill tokens
+    hold their output too (vLLM 0.32's Scheduler.schedule)."""
+    cached = scheduler_output.scheduled_cached_reqs
+    outputs = dict(zip(cached.req_ids, cached.num_output_tokens))
+    return ([r for r in cached.req_ids if r in cached.resumed_req_ids and outputs[r] > 0]
+            + [n.req_id for n in scheduler_output.scheduled_new_reqs
+               if n.prefill_token_ids is not None and len(n.prefill_token_ids) > n.prompt_len])
 
 
 def _install() -> None:
@@ -550,6 +566,13 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
             raise SpecmoeError(f"captured request {internal} matches no submitted request")
         return ext_index[base]
 
+    preempted = cat("preempted")
+    if preempted.size:
+        i = request_index(str(preempted[0]))
+        raise SpecmoeError(
+            f"routing capture: request {i} ({result['requests'][i]['request_id']}) was preempted "
+            f"during capture ({preempted.size} preemption(s) in all): its routing has a gap; raise "
+            "the KV cache (kv_cache_mib on a CPU, gpu.memory_utilization on a GPU)")
     request = np.array([request_index(r) for r in req.tolist()], np.int32)
     lengths = n_drafts.astype(np.int64) + 1
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
