@@ -55,7 +55,8 @@ def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     (inputs.target) with SD (inputs.drafter) over the prompts of its dataset (its downloaded table
     among inputs.prompts, else params.prompts), every verification window captured into
     outputs.trace. log: the job's log, which the engine's processes append to; runtime: the job's
-    runtime in minutes (a cluster job's limit; the engine's timeouts follow it)."""
+    runtime in minutes (a cluster job's limit; the engine's timeouts follow it, the provenance's
+    config hash does not: a retry with a longer limit captures the same trace)."""
     import tempfile
 
     from ..runtime.capture import assemble
@@ -100,7 +101,7 @@ def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None)
                 "in %d steps", cap["windows"], cap["short_windows"], len(tr),
                 cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
     write_trace(out, tr, provenance(
-        {"run": run, "capture": cap_cfg, "prompts": prompts_source, **moe},
+        {"run": run, "capture": params.settings, "prompts": prompts_source, **moe},
         model=model_provenance(run["model"], target_dir), stage="capture",
         engine=engine_label(res.get("vllm")), engine_start=res.get("engine_start")))
 
@@ -194,6 +195,6 @@ def control_capture_stage(inputs, outputs, params, log: str | None = None,
     logger.info("teacher-forced %s on %s's %d windows (%d rows)", run["model"],
                 target_run.get("model"), len(spans), n)
     write_trace(out, out_tr, provenance(
-        {"run": run, "capture": cap_cfg, "teacher_forced_on": str(target_trace)},
+        {"run": run, "capture": params.settings, "teacher_forced_on": str(target_trace)},
         model=model_provenance(run["model"], control_dir), stage="capture_control",
         engine=engine_label(), engine_start=res.get("engine_start")))
