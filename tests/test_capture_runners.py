@@ -501,3 +501,31 @@ def test_the_recorder_counts_resumed_requests_as_vllms_scheduler_sends_them(v2_r
         capture.assemble({"shards": [rec.flush(str(tmp_path))], "requests": [request]},
                          [Prompt("p0", "x", "c", "text")],
                          {"model": "t", "drafter": "d", "k": K, "dataset": "x"}, K)
+
+
+def test_rows_mode_keeps_the_steps_whose_output_is_read_cuda_order_on_cpu(v2_runner, tmp_path,
+                                                                          monkeypatch):
+    """Teacher-forced capture (rows mode) records every row of a step when the engine reads the
+    step's output, as windows are: V2's warm-up steps, whose outputs nobody reads, are no reading
+    (their requests stopped the capture: "captured request _warmup_0_ matches no submitted
+    request"), and the prompts' prefill is read as it was laid out."""
+    from vllm.v1.worker.gpu.warmup import warmup_kernels
+
+    runner, rec = v2_runner, v2_runner._specmoe
+    monkeypatch.setattr(rec, "mode", "rows")  # teacher_forced_routing sets SPECMOE_CAPTURE_MODE
+    warmup_kernels(runner, runner.execute_model, runner.sample_tokens)
+    assert rec.chunks == []
+    (prefill,) = _engine_steps({"a-0": 5, "b-1": 9}, 0)
+    runner.execute_model(prefill)
+    out = runner.sample_tokens(None)
+    assert rec.chunks == []  # not before the engine reads the step's output
+    out.get_output()
+    batch = runner.fake.batches[runner.fake.step]
+    starts = batch.query_start_loc_np
+    sequences = {r: batch.input_ids[starts[i]:starts[i + 1]].tolist()
+                 for i, r in enumerate(batch.req_ids)}
+    routing, info = capture.rows_of_sequences(
+        {"shards": [rec.flush(str(tmp_path))], "request_ids": list(sequences)},
+        list(sequences.values()))
+    assert [len(r) for r in routing] == [len(s) for s in sequences.values()]
+    assert info["layers"] == [0, 1]

@@ -17,7 +17,7 @@ pyproject.toml, inert unless SPECMOE_CAPTURE=1) patches the model runner in ever
   Steps are never paired through shared state: with async scheduling (on by default on CUDA)
   EngineCore's batch queue runs step n + 1 before reading step n's tokens, and with TP > 1 a
   worker's output thread reads them while the worker runs on. An output nobody reads (V2's
-  warm-up) records nothing.
+  warm-up) records nothing, in rows mode (teacher forcing) too.
 - The driver calls `collective_rpc("specmoe_flush")` (a worker extension, so nothing is pickled)
   after generation: rank 0 writes its windows as an .npz shard and returns the path; `assemble`
   turns shards plus the request outputs into a routing trace.
@@ -172,10 +172,10 @@ class Recorder:
         if not step["total"]:
             return None
         t0 = time.perf_counter()
-        if self.mode == "rows":  # teacher forcing: every row, nothing bound to sampling
-            self._record_rows(runner, step)
+        if self.mode == "rows":  # teacher forcing: every row, kept when the output is read
+            step = self._rows(runner, step)
             self._took(t0)
-            return None
+            return step
         if self.runner == "v1":
             step = self._after_forward_v1(runner, step)
         else:
@@ -220,9 +220,10 @@ class Recorder:
                     n_drafts=drafts[ok].tolist(), routing=_host(self.buffer[:total]),
                     input_ids=_host(batch.input_ids[:total]))
 
-    def _record_rows(self, runner, step: dict) -> None:
+    def _rows(self, runner, step: dict) -> dict | None:
         """Rows mode: the routing and input ids of every row of the step, with the request each
-        row belongs to (rows laid out per request as in _after_forward_v1/_v2)."""
+        row belongs to (rows laid out per request as in _after_forward_v1/_v2), as a step that
+        after_sample keeps: a step whose output nobody reads (V2's warm-up) is no reading."""
         if self.runner == "v1":
             sched = step["num_scheduled"]
             layout = [(r, sched.get(r, 0)) for r in runner.input_batch.req_ids]
@@ -231,7 +232,7 @@ class Recorder:
         else:
             state = runner.execute_model_state
             if state is None:
-                return
+                return None
             batch = state.input_batch
             counts = np.asarray(batch.num_scheduled_tokens[: batch.num_reqs], dtype=np.int64)
             layout = list(zip(batch.req_ids[: batch.num_reqs], counts.tolist()))
@@ -239,11 +240,9 @@ class Recorder:
             ids = batch.input_ids[:total]
         layout = [(r, int(n)) for r, n in layout if n]
         if not layout:
-            return
-        chunk = {"experts": _host(self.buffer[:total]), "token_id": _host(ids).astype(np.int32),
-                 "rows": layout}
-        with self.lock:
-            self.chunks.append(chunk)
+            return None
+        return {"rows": {"experts": _host(self.buffer[:total]),
+                         "token_id": _host(ids).astype(np.int32), "rows": layout}}
 
     def bind(self, step: dict | None, out):
         """Tie a step's windows to the output that carries its sampled tokens. An async output
@@ -269,6 +268,9 @@ class Recorder:
 
     def after_sample(self, p: dict, output) -> None:
         with self.lock:
+            if "rows" in p:  # rows mode: the step's every row
+                self.chunks.append(p["rows"])
+                return
             t0 = time.perf_counter()
             index, sampled = output.req_id_to_index, output.sampled_token_ids
             keep, meta = [], []
