@@ -433,8 +433,9 @@ def test_window_tokens_unlike_the_engines_output_stop_the_capture(tmp_path):
     ids, output = _window_tokens(accepted)
     assert output == list(range(9))
     with pytest.raises(SpecmoeError, match=r"^routing capture: request 0 \(r0\), step 0, position "
-                                           r"0: the window reads token 1001, the engine committed 0 "
-                                           r"as output token 0: rows and tokens are not of one"):
+                                           r"0: the window reads token 1001, the engine "
+                                           r"committed 0 as output token 0: rows and tokens are "
+                                           r"not of one step$"):
         _assemble(tmp_path, accepted, accepted, token_id=np.roll(ids, -1))
     wrong = output[:5] + [99] + output[6:]
     with pytest.raises(SpecmoeError, match=r"request 0 \(r0\), step 3, position 1: the window "
