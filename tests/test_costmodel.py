@@ -223,13 +223,37 @@ def test_the_gpu_plan_prefills_each_prompt_once():
     hw = h100()
     a, p = plan.PlanAssumptions(), stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, 0.3, 250.0)
     sched = [(1, 80), (8, 160)]
-    short = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=0)
-    long = plan.series_s(d, hw, sched, 256, 3, a, p, prompt_tokens=32000)
-    one = plan.step_s(d, hw, 1, 32000, p)
-    assert long - short == pytest.approx(240 * one)
+    # no output: the prefills alone, each attending to half its prompt on average
+    prefills = plan.series_s(d, hw, sched, 0, None, a, p, prompt_tokens=32000)
+    one = plan.step_s(d, hw, 1, 32000, p, context=16000)
+    assert prefills == pytest.approx(240 * one)
     assert one > 50 * plan.step_s(d, hw, 1, 1, p)
     tokens = plan.table_prompt_tokens("builtin:v1", "tinybench")
     assert 5 < tokens < 100  # the embedded prompts are a sentence or two
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_the_gpu_plan_prices_decoding_over_the_prompts_kv_cache(k):
+    """A step after a 32k-token prompt reads that prompt's KV cache: every decode (verification)
+    step of a series costs at least a step of the step model at a context of 32k tokens, not at
+    the short default CONTEXT (which billed the speed-bench-32k sweeps at less than half)."""
+    from specmoe.cost import plan, stepmodel
+    from specmoe.routing.unique import uniform_unique
+
+    d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
+    hw, a, p = h100(), plan.PlanAssumptions(tau=2.0), stepmodel.fitted()
+    sched, out, prompt = [(1, 4), (16, 32)], 256, 32768
+    steps = out if k is None else math.ceil(out / a.tau)
+    window = 1 if k is None else k + 1
+    floor = sum(math.ceil(n / b) * steps * stepmodel.step_time(
+        d, hw, b, window, uniform_unique(d.num_experts, d.top_k, b * window), p, context=prompt)
+        for b, n in sched)
+    series = plan.series_s(d, hw, sched, out, k, a, p, prompt_tokens=prompt)
+    prefills = plan.series_s(d, hw, sched, 0, None, a, p, prompt_tokens=prompt)
+    assert series - prefills >= floor
+    # and the prompt's KV cache weighs: well above the same steps at the default CONTEXT
+    short = sum(math.ceil(n / b) * steps * plan.step_s(d, hw, b, window, p) for b, n in sched)
+    assert floor > 1.5 * short
 
 
 @pytest.mark.parametrize("name,dims,n,k,heavy", [

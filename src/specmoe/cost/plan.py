@@ -9,7 +9,9 @@ verification steps (each with the engine's work per sequence and the engine's SD
 per iteration: vLLM's, from the same engine-level measurements the step model reads,
 data/engine_overhead.csv) plus drafting; every request's prompt is prefilled once (one forward
 pass over the dataset's mean prompt length, estimated as 4 characters per token before any
-tokenizer runs: a 32k-token prompt costs as much as hundreds of decode steps). Every job also starts an engine: a fixed start-up (CUDA graphs, compilation) plus
+tokenizer runs: a 32k-token prompt costs as much as hundreds of decode steps), and every decode
+or verification step after it reads that prompt's KV cache and half the output's. Every job also
+starts an engine: a fixed start-up (CUDA graphs, compilation) plus
 the weights over the loading bandwidth. The SLURM runtime of a job is `safety` times its estimate,
 at least `min_runtime` minutes, with the SD loop at the top of its measured range (every row also
 gives the hours the loop adds at its value and at that top: it is the one term of the bill
@@ -28,7 +30,7 @@ from ..errors import InputError
 from ..kinds import kind
 from ..runs import dataset_parts
 from . import steptables
-from .stepmodel import StepParams, step_time
+from .stepmodel import CONTEXT, StepParams, step_time
 from ..routing.unique import uniform_unique
 
 
@@ -60,10 +62,11 @@ class PlanAssumptions:
 
 
 def step_s(dims: costmodel.ModelDims, hw: costmodel.Hardware, batch: int, window: int,
-           params: StepParams) -> float:
-    """One forward pass of B sequences with `window` tokens each (the step model)."""
+           params: StepParams, context: float = CONTEXT) -> float:
+    """One forward pass of B sequences with `window` tokens each over a KV cache of `context`
+    tokens per sequence (the step model)."""
     unique = uniform_unique(dims.num_experts, dims.top_k, batch * window)
-    return step_time(dims, hw, batch, window, unique, params)
+    return step_time(dims, hw, batch, window, unique, params, context=context)
 
 
 def weight_bytes(dims: costmodel.ModelDims) -> float:
@@ -82,19 +85,24 @@ CHARS_PER_TOKEN = 4.0
 def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int | None,
              a: PlanAssumptions, params: StepParams, prompt_tokens: float = 0.0) -> float:
     """A serving series over the schedule, without (k None) or with SD, each request's prompt of
-    `prompt_tokens` prefilled once."""
+    `prompt_tokens` prefilled once. A step reads the KV cache it has: a prefill its prompt's
+    half on average (causal attention), a decode or verification step the prompt and half the
+    output (the step model's CONTEXT where the prompt's length is unknown)."""
     total = 0.0
-    prefill = (step_s(dims, hw, 1, max(int(round(prompt_tokens)), 1), params)
+    prefill = (step_s(dims, hw, 1, max(int(round(prompt_tokens)), 1), params, prompt_tokens / 2)
                if prompt_tokens else 0.0)
+    context = prompt_tokens + output_len / 2 if prompt_tokens else CONTEXT
     for batch, prompts in schedule:
         total += prompts * prefill
         waves = math.ceil(prompts / batch)
+        decode = step_s(dims, hw, batch, 1, params, context)
         if k is None:
-            total += waves * output_len * step_s(dims, hw, batch, 1, params)
+            total += waves * output_len * decode
         else:
             steps = math.ceil(output_len / a.tau)
-            per = (step_s(dims, hw, batch, k + 1, params) + batch * params.verify_seq_us * 1e-6
-                   + params.sd_loop_us * 1e-6 + a.draft_cost * step_s(dims, hw, batch, 1, params))
+            per = (step_s(dims, hw, batch, k + 1, params, context)
+                   + batch * params.verify_seq_us * 1e-6 + params.sd_loop_us * 1e-6
+                   + a.draft_cost * decode)
             total += waves * steps * per
     return total
 
