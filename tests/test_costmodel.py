@@ -298,3 +298,45 @@ def test_costmodel_stage_prices_the_draft_ratio_past_the_ridge(tmp_path, name, d
         flagged = "N = 896" in drafter and heavy
         assert all((r["status"] != "ok") == flagged for r in rs), drafter
         assert all(np.isnan(r["draft_cost"]) == flagged and r["draft_cost_raw"] > 0 for r in rs)
+
+
+def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tmp_path,
+                                                                             study_drafters):
+    """The plan lists exactly the GPU jobs the workflow runs (Config.gpu_jobs) of the engines it
+    can size: the draft model served alone for the draft cost (rule sweep_ar) too, priced as the
+    dense model its own config.json describes, its SLURM runtime read from the plan; a draft
+    model without a repository is named as not planned."""
+    import yaml
+
+    from specmoe.checks.preflight import offline_config
+    from specmoe.config import Config
+    from specmoe.contracts import Named
+    from specmoe.contracts.report import PlanParams
+    from specmoe.cost import plan, stepmodel
+    from specmoe.cost.hfconfig import dense_dims_from_config
+    from specmoe.files import Files
+    from specmoe.names import job_label
+    from specmoe.stages.report import plan_stage
+    from wf import REPO
+
+    c = Config.load(yaml.safe_load((REPO / "config/paper.yaml").read_text()),
+                    REPO / "workflow/schemas/config.schema.yaml")
+    out = Named({"md": tmp_path / "plan.md", "json": tmp_path / "plan.json"})
+    plan_stage(Named({}), out, PlanParams.from_config(c))
+    bill = json.loads((tmp_path / "plan.json").read_text())
+    rows = {job_label(r["rule"], r["model"], r["drafter"], r["k"], r["dataset"]): r
+            for r in bill["jobs"]}
+    assert {j.label for j in c.gpu_jobs() if c.entry(j.model).get("repo_id")} == set(rows)
+    alone = rows[job_label("sweep_ar", "qwen2-0.5b", "", "", "")]
+    assert alone["gpus"] == 1 and "mixtral-draft" in bill["unplanned"]
+    draft, _ = offline_config(c.entry("qwen2-0.5b"))
+    priced = plan.job_rows("qwen2-0.5b", {"jobs": [vars(j) for j in c.engine_jobs("qwen2-0.5b")],
+                                          "datasets": c.sweep_datasets("qwen2-0.5b"), "gpus": 1},
+                           dense_dims_from_config(draft), h100(), c.raw,
+                           plan.PlanAssumptions.from_dict(c.raw["plan"]), stepmodel.fitted(),
+                           {ds: c.prompt_tokens(ds)[0] for ds in c.sweep_datasets("qwen2-0.5b")})
+    assert alone["hours"] == pytest.approx(priced[0]["hours"])
+    # the workflow's sweep_ar job waits for the plan and takes its runtime from it
+    assert Files(c).plan("qwen2-0.5b") == ["results/plan.json"]
+    assert plan.planned_runtime(tmp_path / "plan.json", "sweep_ar",
+                                {"model": "qwen2-0.5b"}) == alone["runtime_min"]

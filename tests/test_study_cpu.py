@@ -127,15 +127,17 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         assert mean[f"{d}_min"] == slices[d].min() and mean[f"{d}_max"] == slices[d].max()
         assert mean[f"{d}_min"] <= mean[d] <= mean[f"{d}_max"]
 
-    # the weight model of every study model, and the plan: every engine job, none on a GPU
+    # the weight model of every study model, and the plan: every engine job (the draft model's
+    # series alone included), none on a GPU
     wm = tables.read_csv(res / "tables/weight_model.csv")
     assert set(wm["model"]) == {"fine-cpu", "coarse-cpu"}
     assert list(wm["top_k"]) == [4, 1] and list(wm["N"]) == [16, 4]
     plan = json.loads((res / "plan.json").read_text())
-    assert {j["rule"] for j in plan["jobs"]} == {"sweep_sd", "capture", "profile"}
-    assert {j["model"] for j in plan["jobs"] if j["rule"] != "capture"} == {"fine-cpu"}
+    assert {j["rule"] for j in plan["jobs"]} == {"sweep_sd", "sweep_ar", "capture", "profile"}
+    assert {j["model"] for j in plan["jobs"] if j["rule"] != "capture"} == {"fine-cpu",
+                                                                             "tiny-draft"}
     assert all(j["gpus"] == 0 for j in plan["jobs"]) and plan["gpu_hours"] == 0
-    assert "On a CPU, no GPU: coarse-cpu, fine-cpu" in (res / "plan.md").read_text()
+    assert "On a CPU, no GPU: coarse-cpu, fine-cpu, tiny-draft" in (res / "plan.md").read_text()
 
     index = (res / "report/index.md").read_text()
     for needle in ("fine-cpu/tiny-draft/K3/aya", "coarse-cpu, K=3, sharegpt",

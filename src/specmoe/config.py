@@ -324,7 +324,10 @@ class Config:
         """The engine jobs of one target: a capture per run; where it is swept, one serving series
         per drafter and K (each with its own no-SD points: the target has no series without SD
         of its own), and one profile per drafter at its first K (the decode profile does not
-        depend on K, and the study profiles one K)."""
+        depend on K, and the study profiles one K). A drafter served alone: its series without
+        SD."""
+        if name in self.drafters:
+            return [Job("sweep_ar", name)]
         m = self.models[name]
         jobs = [Job("capture", name, r.drafter, r.k, r.dataset) for r in m.runs()]
         if name in self.swept or name in self.hf_swept:
@@ -332,13 +335,18 @@ class Config:
             jobs += [Job("profile", name, d, m.ks[0], m.datasets[0]) for d in m.drafters]
         return jobs
 
+    @property
+    def hf_alone(self) -> list[str]:
+        """The separate draft models that the study models' SD series serve alone too (rule
+        sweep_ar, for the draft cost c)."""
+        return sorted({j.drafter for n in self.names("hf") for j in self.engine_jobs(n)
+                       if j.rule == "sweep_sd" and self.drafters[j.drafter].served_alone})
+
     def gpu_jobs(self) -> list[Job]:
         """Every engine job on a GPU: the study models' jobs, and the series of each separate draft
         model that is served alone for the draft cost."""
-        jobs = [j for n in self.names("hf") if self.on_gpu(n) for j in self.engine_jobs(n)]
-        alone = sorted({j.drafter for j in jobs if j.rule == "sweep_sd"
-                        and self.drafters[j.drafter].served_alone})
-        return jobs + [Job("sweep_ar", d) for d in alone if self.on_gpu(d)]
+        return [j for n in [*self.names("hf"), *self.hf_alone] if self.on_gpu(n)
+                for j in self.engine_jobs(n)]
 
     def engine_settings(self, name: str, section: str) -> dict:
         """An engine section (sweep, profiling, capture) for a study model or a drafter served
@@ -521,8 +529,15 @@ class Config:
 
     @property
     def planned(self) -> list[str]:
-        """Study models whose GPU jobs the plan estimates (a repo id is needed for config.json)."""
-        return [n for n in self.names("hf") if self.models[n].entry["repo_id"]]
+        """Study models and draft models served alone (hf_alone) whose GPU jobs the plan
+        estimates (a repo id is needed for config.json)."""
+        return [n for n in self.plan_engines if self.entry(n).get("repo_id")]
+
+    @property
+    def plan_engines(self) -> list[str]:
+        """Every engine whose jobs the GPU plan lists, planned or not: the study models and the
+        draft models served alone."""
+        return [*self.names("hf"), *self.hf_alone]
 
     @cached_property
     def study(self) -> dict[str, dict]:

@@ -210,14 +210,15 @@ class WeightModelParams:
 class PlanParams:
     """Rule plan: the GPU plan (outputs md, json: results/plan.md and each GPU job's runtime;
     specmoe.stages.report.plan_stage) from the config.json of each planned study model that the
-    package does not ship (input manifests; the others are read offline).
+    package does not ship (input manifests; the others, and the draft models served alone, are
+    read offline, as the preflight reads them).
 
-    entries: per planned model (Config.planned), its engine jobs as the rules run them and, on a
-    GPU, each job's engine (for its memory headroom), with its config-only `manifest`; config:
-    what the bill reads of the configuration (the engine sections, `plan`, the Ks and the
-    resolved hardware); unplanned: study models it cannot size (no repo id); prompt_tokens:
-    {dataset: (mean prompt tokens, where the number comes from)} of the planned models'
-    datasets."""
+    entries: per planned model or draft model served alone (Config.planned), its engine jobs as
+    the rules run them and, on a GPU, each job's engine (for its memory headroom), with its
+    config-only `manifest` (None: read from the Hugging Face cache); config: what the bill reads
+    of the configuration (the engine sections, `plan`, the Ks and the resolved hardware);
+    unplanned: those it cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens,
+    where the number comes from)} of the planned engines' datasets."""
 
     INPUTS = ("manifests",)
     OUTPUTS = ("md", "json")
@@ -231,30 +232,39 @@ class PlanParams:
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "PlanParams":
-        datasets = datasets_in(name for n in cfg.planned for name in cfg.models[n].datasets)
-        return cls(entries=[{**plan_entry(cfg, n), "manifest": config_json(cfg, n)}
-                            for n in cfg.planned],
+        entries = [plan_entry(cfg, n) for n in cfg.planned]
+        datasets = datasets_in(ds for e in entries for ds in e["datasets"])
+        return cls(entries=[{**e, "manifest": config_json(cfg, e["name"])
+                             if e["name"] in cfg.hf else None} for e in entries],
                    config={**{k: cfg.raw[k] for k in cls.CONFIG_KEYS if k in cfg.raw},
                            "hardware": cfg.hardware},
-                   unplanned=[n for n in cfg.names("hf") if n not in cfg.planned],
+                   unplanned=[n for n in cfg.plan_engines if n not in cfg.planned],
                    prompt_tokens={ds: cfg.prompt_tokens(ds) for ds in datasets})
 
     @staticmethod
     def inputs(cfg) -> dict[str, list[str]]:
         from ..checks.preflight import shipped_config
 
-        return {"manifests": [config_json(cfg, n) for n in cfg.planned
-                              if shipped_config(cfg.models[n].entry["repo_id"]) is None]}
+        return {"manifests": [config_json(cfg, n) for n in cfg.planned if n in cfg.hf
+                              and shipped_config(cfg.hf[n].entry["repo_id"]) is None]}
 
 
 def plan_entry(cfg, name: str) -> dict:
-    """What the GPU plan needs of one study model: its engine jobs as the rules run them and, on
-    a GPU, each job's engine (for its memory headroom)."""
+    """What the GPU plan needs of one study model, or of a draft model served alone (`dense`: its
+    own config.json, TP 1, in its checkpoint's format, on its first target's hardware): its engine
+    jobs as the rules run them, the datasets they serve and, on a GPU, each job's engine (for its
+    memory headroom)."""
     from dataclasses import asdict
 
-    m = cfg.models[name]
-    jobs = cfg.engine_jobs(name)
-    return {"name": name, "repo_id": m.entry.get("repo_id"), "precision": m.precision,
-            "tp": m.tp, "hardware": m.hardware, "datasets": list(m.datasets),
+    jobs, entry = cfg.engine_jobs(name), cfg.entry(name)
+    if name in cfg.drafters:
+        what = {"precision": "auto", "tp": 1, "hardware": cfg.hardware_of(name),
+                "datasets": cfg.sweep_datasets(name), "dense": True}
+    else:
+        m = cfg.models[name]
+        what = {"precision": m.precision, "tp": m.tp, "hardware": m.hardware,
+                "datasets": list(m.datasets), "dense": False}
+    return {"name": name, "repo_id": entry.get("repo_id"), "revision": entry.get("revision"),
+            **what,
             "gpus": cfg.gpus(name), "jobs": [vars(j) for j in jobs],
             "engines": [asdict(cfg.engine_of(j)) for j in jobs] if cfg.on_gpu(name) else []}

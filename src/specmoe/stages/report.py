@@ -259,13 +259,14 @@ def weight_model_stage(inputs, outputs, params) -> list[Path]:
 
 def plan_stage(inputs, outputs, params) -> dict:
     """Rule plan (its contract: specmoe.contracts.report.PlanParams): the GPU plan into outputs md
-    and json, from its entries (one per study model that runs, with the `manifest` of its
-    config-only download, read where the package ships no config.json), its settings (config),
+    and json, from its entries (one per study model that runs and per draft model served alone,
+    with the `manifest` of its config-only download, read where the package ships no
+    config.json, else the Hugging Face cache), its settings (config),
     the models it cannot size (unplanned) and each dataset's prompt tokens (prompt_tokens: mean
     and where the number comes from, for the prefill term). Reads nothing else: no dataset, no
     download of a model whose config.json the package ships."""
     from ..checks import preflight
-    from ..cost.hfconfig import dims_from_config
+    from ..cost.hfconfig import dense_dims_from_config, dims_from_config
 
     entries, config, unplanned = params.entries, params.config, params.unplanned
     prompt_tokens = params.prompt_tokens
@@ -274,12 +275,14 @@ def plan_stage(inputs, outputs, params) -> dict:
     ptok = {ds: float(t) for ds, (t, _) in (prompt_tokens or {}).items()}
     rows, engines, manifests = [], [], {}
     for e in entries:
-        cfg, why = preflight.offline_config({"repo_id": e["repo_id"]}, e.get("manifest"))
+        cfg, why = preflight.offline_config({"repo_id": e["repo_id"],
+                                             "revision": e.get("revision")}, e.get("manifest"))
         if cfg is None:
             raise InputError(f"model {e['name']}: {why}")
         manifests[e["repo_id"]] = e.get("manifest")
-        dims = dims_from_config(cfg, dtype=None if e["precision"] in (None, "auto")
-                                else e["precision"], tp=int(e["tp"]))
+        dims = (dense_dims_from_config(cfg, tp=int(e["tp"])) if e.get("dense") else
+                dims_from_config(cfg, dtype=None if e["precision"] in (None, "auto")
+                                 else e["precision"], tp=int(e["tp"])))
         hw_name = e["hardware"]
         if hw_name not in config["hardware"]:
             raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
