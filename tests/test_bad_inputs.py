@@ -550,7 +550,7 @@ CONFIG = [
      r"num_nextn_predict_layers nor mtp_num_hidden_layers\)"),
     ("MTP where the checkpoint says none",
      study({**GLM, "name": "kimi", "repo_id": "moonshotai/Kimi-K2.5", "tp": 8,
-            "hardware": "B200"}), 1, r"has no MTP layers \(num_nextn_predict_layers = 0\)"),
+            "hardware": "B200", "precision": "auto"}), 1, r"has no MTP layers \(num_nextn_predict_layers = 0\)"),
     ("prompts longer than the context",
      study({**GLM, "datasets": ["long"]}, datasets={"long": {"format": "mt-bench",
                                                              "repo_id": "o/r",
@@ -583,6 +583,10 @@ CONFIG = [
      study({**QWEN, "drafters": ["small"]}, drafters=[DRAFT]), 1,
      r"drafter: small's vocabulary \(32,000\) is not the target's \(151,936\): a different "
      r"tokenizer"),
+    ("a float precision on a quantised checkpoint",
+     study({**GLM, "name": "oss", "repo_id": "openai/gpt-oss-120b", "tp": 4}), 1,
+     r"^config: model oss: openai/gpt-oss-120b config.json: precision bf16 on a checkpoint "
+     r"quantised with mxfp4: vLLM keeps its mxfp4 weights"),
     ("the default configuration", lambda c: None, 0, OK),
 ]
 

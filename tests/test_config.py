@@ -56,6 +56,36 @@ def test_a_study_model_takes_the_top_level_ks_and_the_plan_its_jobs():
     assert rules.count("capture") == len(m.runs())
 
 
+@pytest.mark.parametrize("name,precision,fmt", [("gpt-oss-120b-tp4", "bf16", "mxfp4"),
+                                                  ("gpt-oss-120b-tp4", "fp8", "mxfp4"),
+                                                  ("qwen3-30b-fp8-tp1", "fp16", "fp8")])
+def test_a_quantised_checkpoint_in_another_precision_is_refused(name, precision, fmt):
+    """vLLM serves a quantised checkpoint in its own format whatever the precision asked (a float
+    dtype sets the activations only; another --quantization it refuses), so the configuration
+    that would price it in that precision stops in one line naming the model."""
+    from test_bad_inputs import model
+    from test_preflight import paper
+
+    with pytest.raises(InputError) as exc:
+        paper(model(name, precision=precision))
+    assert str(exc.value).count("\n") == 0
+    assert re.match(rf"config: model {name}: \S+ config.json: precision {precision} on a "
+                    rf"checkpoint quantised with {fmt}: .*use precision auto$", str(exc.value))
+
+
+def test_the_stages_that_price_a_study_model_refuse_that_precision_too(tmp_path):
+    """A config.json downloaded after the configuration check ran: the weight model (study_dims)
+    refuses the precision as the check does."""
+    from specmoe.checks.preflight import shipped_config_path
+    from specmoe.cost.weights import weight_model_table
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(shipped_config_path("openai/gpt-oss-120b").read_text())
+    with pytest.raises(InputError, match="precision bf16 on a checkpoint quantised with mxfp4"):
+        weight_model_table([{"name": "g", "config": cfg, "precision": "bf16", "tp": 4,
+                             "ks": [3]}])
+
+
 def test_contradictions_stop_the_resolution():
     def bad(cfg):
         cfg["models"][0]["hardware"] = "TPU"

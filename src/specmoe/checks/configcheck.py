@@ -181,6 +181,8 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
         if src == "hf" and m.precision == "fp8" and m.hardware in hardware and "fp8" not in peaks:
             out.append(f"{where}: precision fp8 on hardware {m.hardware}, which has no fp8 peak "
                        "(peak_tflops.fp8)")
+        if src == "hf" and m.precision != "auto":
+            out += [f"{where}: {p}" for p in _precision_problems(e, m.precision)]
         if src == "tiny" and m.hardware in hardware and "fp32" not in peaks:
             # a tiny checkpoint computes in float32 (its config.json), priced at that peak
             no_fp32.setdefault(m.hardware, []).append(m.name)
@@ -223,6 +225,23 @@ def experts_of(entry: dict) -> tuple[int, int] | None:
         dims = dims_from_config(cfg)
         return int(dims.top_k), int(dims.num_experts)
     return None
+
+
+def _precision_problems(entry: dict, precision: str) -> list[str]:
+    """A precision vLLM does not serve the checkpoint in (hfconfig.check_precision: a quantised
+    checkpoint keeps its own format), where its config.json is available offline (shipped,
+    downloaded or cached); the stages that read it later check it there too (study_dims)."""
+    from .preflight import offline_config
+    from ..cost.hfconfig import check_precision
+
+    cfg, _ = offline_config(entry, entry.get("hf_config"))
+    if cfg is None:
+        return []
+    try:
+        check_precision(cfg, precision)
+    except InputError as exc:
+        return [f"{entry['repo_id']} {exc}"]
+    return []
 
 
 def _granularity_problems(entry: dict) -> list[str]:

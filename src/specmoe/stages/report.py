@@ -266,7 +266,7 @@ def plan_stage(inputs, outputs, params) -> dict:
     and where the number comes from, for the prefill term). Reads nothing else: no dataset, no
     download of a model whose config.json the package ships."""
     from ..checks import preflight
-    from ..cost.hfconfig import dense_dims_from_config, dims_from_config
+    from ..cost.hfconfig import check_precision, dense_dims_from_config, dims_from_config
 
     entries, config, unplanned = params.entries, params.config, params.unplanned
     prompt_tokens = params.prompt_tokens
@@ -280,6 +280,10 @@ def plan_stage(inputs, outputs, params) -> dict:
         if cfg is None:
             raise InputError(f"model {e['name']}: {why}")
         manifests[e["repo_id"]] = e.get("manifest")
+        try:  # a config.json downloaded after the configuration check ran
+            check_precision(cfg, e["precision"])
+        except InputError as exc:
+            raise InputError(f"model {e['name']}: {exc}") from None
         dims = (dense_dims_from_config(cfg, tp=int(e["tp"])) if e.get("dense") else
                 dims_from_config(cfg, dtype=None if e["precision"] in (None, "auto")
                                  else e["precision"], tp=int(e["tp"])))
