@@ -200,3 +200,84 @@ def test_tp_must_split_the_tensor_parallel_allreduce_over_nvlink():
     h100 = stepmodel.study_hardware("H100")
     t = stepmodel.step_times(d, h100, 1, 1, 8, stepmodel.StepParams())
     assert t["communication"] == pytest.approx(2 * 48 * (8e-6 + 2048 * 2 / (450e9 * 0.7)))
+
+
+# the EAGLE-3 head of the tests' Hugging Face cache (test_bad_inputs.EAGLE3_QWEN): Qwen3-30B's
+# width, one layer, 32 heads of 64, 4 KV heads
+EAGLE3 = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 2048,
+          "vocab_size": 151936, "draft_vocab_size": 32000, "num_hidden_layers": 1,
+          "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 8192,
+          "torch_dtype": "bfloat16"}
+
+# vLLM's own EAGLE-3 model built on the meta device (no weights, no GPU) in a process of its own
+# (it sets up vLLM's distributed state): each parameter's shape and its layer's class.
+VLLM_EAGLE3 = r"""
+import json, os, sys, tempfile
+from types import SimpleNamespace
+import torch
+from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+from vllm.model_executor.models import llama_eagle3
+
+folder = tempfile.mkdtemp()
+with open(os.path.join(folder, "config.json"), "w") as fh:
+    fh.write(sys.argv[1])
+with set_current_vllm_config(VllmConfig()):
+    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                 distributed_init_method=f"file://{folder}/dist")
+    initialize_model_parallel(1, 1)
+mc = ModelConfig(model=folder, skip_tokenizer_init=True, dtype="bfloat16")
+vc = VllmConfig(model_config=mc)
+vc.speculative_config = SimpleNamespace(draft_model_config=mc, draft_load_config=None,
+                                        parallel_drafting=False,
+                                        enable_adaptive_verification=False)
+with set_current_vllm_config(vc), torch.device("meta"):
+    model = llama_eagle3.LlamaModel(vllm_config=vc, prefix="model")
+modules = dict(model.named_modules())
+print(json.dumps({n: [p.numel(), type(modules[n.rsplit(".", 1)[0]]).__name__]
+                  for n, p in model.named_parameters()}))
+"""
+
+
+def test_an_eagle3_head_counts_the_weights_vllm_gives_it():
+    """vLLM's EAGLE-3 head (llama_eagle3.py) reads 2 x hidden into its first layer's q, k, v (the
+    token's embedding beside the hidden state) and fuses three of the target's hidden states in
+    its fc: 27,262,976 weights of attention and fc at hidden 2048, where 9,437,184 were counted.
+    The fc is replicated on every GPU, the attention split over TP."""
+    from specmoe.cost.hfconfig import dense_dims_from_config
+
+    h, heads, kv, hd = 2048, 32, 4, 64
+    qkv, o, fc = 2 * h * (heads + 2 * kv) * hd, heads * hd * h, 3 * h * h
+    d = dense_dims_from_config(EAGLE3)
+    assert d.attention_params + d.dense_layer_params == qkv + o + fc == 27_262_976
+    two = dense_dims_from_config(EAGLE3, tp=2)
+    per_gpu = two.num_moe_layers * (two.c_dense + two.c_dense_layers) / 2  # bf16: 2 bytes
+    assert per_gpu == (qkv + o) / 2 + fc
+    # the hidden states it fuses: as many as the config names, of the target's width
+    wide = dense_dims_from_config({**EAGLE3, "target_hidden_size": 4096,
+                                   "eagle_aux_hidden_state_layer_ids": [1, 20, 40, 45]})
+    assert wide.dense_layer_params - d.dense_layer_params == 4 * 4096 * h - fc
+
+
+def test_an_eagle3_head_weighs_what_vllm_builds_of_it():
+    """The same count against vLLM's own module, built from the config (tests the reading of
+    vllm/model_executor/models/llama_eagle3.py above, not a copy of it)."""
+    import json
+    import subprocess
+    import sys
+
+    from specmoe.cost.hfconfig import dense_dims_from_config
+
+    pytest.importorskip("vllm")
+    for cfg in (EAGLE3, {**EAGLE3, "target_hidden_size": 4096, "num_aux_hidden_states": 4}):
+        r = subprocess.run([sys.executable, "-c", VLLM_EAGLE3, json.dumps(cfg)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        built = json.loads(r.stdout.strip().splitlines()[-1])
+        linear = {n: size for n, (size, _) in built.items()
+                  if n.endswith((".qkv_proj.weight", ".o_proj.weight", "fc.weight"))}
+        assert built["fc.weight"][1] == "ReplicatedLinear"
+        d = dense_dims_from_config(cfg)
+        assert d.attention_params + d.dense_layer_params == sum(linear.values())
+        ffn = sum(size for n, (size, _) in built.items() if ".mlp." in n)
+        assert d.expert_params == ffn

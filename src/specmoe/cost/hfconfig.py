@@ -478,12 +478,39 @@ def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> Mode
                             tp=int(tp))
 
 
+EAGLE3_AUX_STATES = 3  # the target's hidden states an EAGLE-3 fc fuses where its config names none
+
+
+def eagle3_extra_params(cfg: dict, layer: dict, qkv_one_input: int, tp: int) -> float:
+    """Weights of an EAGLE-3 head beyond its decoder layers, as vLLM 0.32 builds them
+    (model_executor/models/llama_eagle3.py, qwen3_eagle3.py), in weights split over TP: its first
+    layer's q, k, v projection reads the token's embedding beside the hidden state (an input of
+    2 x hidden: one more `qkv_one_input`), and its fc maps num_aux_hidden_states of the target's
+    hidden states (target_hidden_size each) to its own width, a ReplicatedLinear that every GPU
+    holds whole (so TP times its weights). No fc where eagle_config turns the auxiliary hidden
+    states off. `cfg`: the config.json; `layer`: its decoder layer's settings (a speculators
+    config's transformer_layer_config, else cfg)."""
+    def get(key):  # vLLM's speculators reader lifts the EAGLE-3 keys onto the layer's config
+        return cfg.get(key, layer.get(key))
+
+    eagle = get("eagle_config") or {}
+    fc = 0
+    if eagle.get("use_aux_hidden_state", True):
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids") or \
+            get("eagle_aux_hidden_state_layer_ids")
+        states = int(get("num_aux_hidden_states") or (len(ids) if ids else EAGLE3_AUX_STATES))
+        hidden = int(layer["hidden_size"])
+        fc = int(get("target_hidden_size") or hidden) * states * hidden
+    return float(qkv_one_input + fc * tp)
+
+
 def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
     """A dense model (a separate draft model, or an EAGLE/EAGLE-3 head's own config.json) as the
     step model reads it: every layer's FFN as one expert that every token uses, grouped-query
     attention. An EAGLE-3 head (a speculators config with `transformer_layer_config`, or a flat
-    one with `draft_vocab_size`) reads its own LM head of `draft_vocab_size` rows, and its fc
-    layer, which fuses three of the target's hidden states, as one more dense weight."""
+    one with `draft_vocab_size`) reads its own LM head of `draft_vocab_size` rows, and the
+    weights vLLM gives it beyond its layers (eagle3_extra_params) once per model, as the dense
+    weights outside the layers (dense_layer_params)."""
     cfg, name = load_config(cfg)
     layer_cfg = cfg.get("transformer_layer_config")
     inner = {**layer_cfg, **{k: cfg[k] for k in ("dtype", "torch_dtype") if k in cfg}} \
@@ -497,9 +524,10 @@ def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
     vocab = int(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size")
                 or inner.get("vocab_size") or 0)
     eagle3 = bool(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size"))
+    extra = (eagle3_extra_params(cfg, inner, hidden * (heads + 2 * kv) * head_dim, int(tp))
+             if eagle3 else 0.0)
     return ModelDims(hidden=hidden, expert_intermediate=r.int("intermediate_size"), num_experts=1,
-                     top_k=1, attention_params=_gqa(r, hidden) + (3 * hidden * hidden if eagle3
-                                                                  else 0),
+                     top_k=1, attention_params=_gqa(r, hidden), dense_layer_params=extra,
                      num_layers=layers, dtype=fmt, tp=tp, vocab_size=vocab,
                      kv_per_token=float(2 * kv * head_dim * layers),
                      kv_split=float(min(tp, kv)),
