@@ -281,3 +281,56 @@ def test_an_eagle3_head_weighs_what_vllm_builds_of_it():
         assert d.attention_params + d.dense_layer_params == sum(linear.values())
         ffn = sum(size for n, (size, _) in built.items() if ".mlp." in n)
         assert d.expert_params == ffn
+
+
+# inclusionAI/Ling-flash-2.0's config.json (Bailing-MoE V2), the fields the reader reads
+LING_FLASH = {"architectures": ["BailingMoeV2ForCausalLM"], "model_type": "bailing_moe",
+              "hidden_size": 4096, "intermediate_size": 9216, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+              "vocab_size": 157184, "num_experts": 256, "num_shared_experts": 1,
+              "num_experts_per_tok": 8, "moe_intermediate_size": 1024,
+              "first_k_dense_replace": 1, "tie_word_embeddings": False,
+              "torch_dtype": "bfloat16"}
+
+
+def test_a_bailing_moe_shared_expert_is_counted_ling_flash():
+    """vLLM's Bailing-MoE (bailing_moe.py) gives each MoE layer num_shared_experts shared experts
+    of moe_shared_expert_intermediate_size, else moe_intermediate_size: Ling-flash-2.0's 100B,
+    6.1B active."""
+    d = dims_from_config(LING_FLASH)
+    assert d.shared_intermediate == 1024 and d.num_moe_layers == 31
+    emb = 2 * 157184 * 4096
+    active = d.num_moe_layers * (d.top_k * d.expert_params + d.dense_params) \
+        + d.dense_layer_params + emb
+    assert round(active / 1e9, 1) == 6.1
+    wide = dims_from_config({**LING_FLASH, "num_shared_experts": 2,
+                             "moe_shared_expert_intermediate_size": 2048})
+    assert wide.shared_intermediate == 2 * 2048
+
+
+def test_moe_layers_every_moe_layer_freq_th_layer_deepseek_v2():
+    """vLLM's DeepSeek-V2 (deepseek_v2.py) puts experts in layer i where i >= first_k_dense_replace
+    and i % moe_layer_freq == 0: DeepSeek-V2.5's 60 layers with a frequency of 2 have 29."""
+    import json
+
+    cfg = json.loads((FIX / "DeepSeek-V2.5.json").read_text())
+    assert (cfg["num_hidden_layers"], cfg["first_k_dense_replace"]) == (60, 1)
+    vllm_rule = [i for i in range(60) if i >= 1 and i % 2 == 0]
+    d = dims_from_config({**cfg, "moe_layer_freq": 2})
+    assert d.num_moe_layers == len(vllm_rule) == 29
+    assert dims_from_config(cfg).num_moe_layers == 59
+
+
+@pytest.mark.parametrize("key,value,what", [
+    ("moe_layer_freq", [0, 1, 1, 1], "MoE layers listed one by one"),
+    ("num_dense_layers", 2, "layers without experts counted by num_dense_layers"),
+    ("mlp_layer_types", ["dense", "sparse", "sparse", "sparse"], "dense and sparse layers"),
+])
+def test_layer_layouts_the_reader_does_not_model_are_refused(key, value, what):
+    """Read as every layer a MoE layer, these would be priced wrong without a word."""
+    cfg = {"model_type": "x", "hidden_size": 256, "num_hidden_layers": 4,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 8,
+           "num_experts_per_tok": 2, "moe_intermediate_size": 64, "vocab_size": 1000,
+           "torch_dtype": "bfloat16", key: value}
+    with pytest.raises(InputError, match=rf"^config.json: {what}.* \({key}\) are not modelled"):
+        dims_from_config(cfg)

@@ -5,11 +5,13 @@ Nothing here is a hand-kept table: each number comes from the model's own config
 - Experts: `num_experts` / `num_local_experts` / `n_routed_experts`, top-k from
   `num_experts_per_tok` / `experts_per_token`, width from `moe_intermediate_size` (or
   `intermediate_size` where the model has no separate one: Mixtral, GPT-OSS).
-- Shared experts: `shared_expert_intermediate_size` (Qwen2-MoE, Qwen3-Next, Qwen3.5) or
-  `n_shared_experts` x `moe_intermediate_size` (DeepSeek-style: GLM-4.x, Kimi).
-- Layers without experts: the first `first_k_dense_replace` layers (DeepSeek-style), `mlp_only_layers`
-  and `decoder_sparse_step` (Qwen-MoE); their attention and dense FFN (`intermediate_size`) are counted
-  once per model.
+- Shared experts: `shared_expert_intermediate_size` (Qwen2-MoE, Qwen3-Next, Qwen3.5),
+  `n_shared_experts` x `moe_intermediate_size` (DeepSeek-style: GLM-4.x, Kimi) or
+  `num_shared_experts` x `moe_shared_expert_intermediate_size`, else `moe_intermediate_size`
+  (Bailing-MoE: Ling).
+- Layers without experts: the first `first_k_dense_replace` layers (DeepSeek-style), all but every
+  `moe_layer_freq`-th (DeepSeek-V2), `mlp_only_layers` and `decoder_sparse_step` (Qwen-MoE); their
+  attention and dense FFN (`intermediate_size`) are counted once per model.
 - Attention per layer type: grouped-query attention (with the output gate of Qwen3-Next/Qwen3.5 where
   `attn_output_gate` is set), multi-head latent attention (`kv_lora_rank`, `q_lora_rank`), and Gated
   DeltaNet linear attention (`layer_types` entries "linear_attention", or every layer but each
@@ -185,14 +187,25 @@ UNMODELLED_LAYOUTS = {
     "layers_block_type": "non-attention blocks (Mamba)",
     "hybrid_override_pattern": "Mamba blocks (Nemotron-H)",
     "attn_type_list": "lightning (linear) attention layers (MiniMax)",
+    "moe_layer_freq": "MoE layers listed one by one (MiMo-V2's moe_layer_freq list)",
+    "num_dense_layers": "layers without experts counted by num_dense_layers (AFMoE)",
+    "mlp_layer_types": "dense and sparse layers listed one by one (EXAONE-MoE)",
 }
+# ... where a number, moe_layer_freq is modelled: every freq-th layer has experts (_moe_layers)
+MODELLED_AS_INT = {"moe_layer_freq"}
+
+
+def _unmodelled(cfg: dict) -> str | None:
+    """The first key of a layout the reader does not model (UNMODELLED_LAYOUTS), or None."""
+    return next((k for k in UNMODELLED_LAYOUTS if cfg.get(k) is not None
+                 and not (k in MODELLED_AS_INT and isinstance(cfg[k], int))), None)
 
 
 def _layer_kinds(r: _Reader, layers: int) -> list[str]:
     """'full' (softmax attention), 'sliding' (softmax over the last `sliding_window` tokens) or
     'linear' per layer; a layout the step model does not price (UNMODELLED_LAYOUTS) is an
     error."""
-    key = next((k for k in UNMODELLED_LAYOUTS if r.cfg.get(k) is not None), None)
+    key = _unmodelled(r.cfg)
     if key is not None:
         raise InputError(f"{r.name}: {UNMODELLED_LAYOUTS[key]} ({key}) are not modelled: the step "
                          "model would price every layer as softmax attention over MoE, and its "
@@ -225,7 +238,10 @@ def _moe_layers(r: _Reader, layers: int) -> list[bool]:
     mlp_only = set(r.cfg.get("mlp_only_layers") or [])
     # Qwen-MoE's decoder_sparse_step, Llama-4's interleave_moe_layer_step: every step-th layer
     step = int(r.cfg.get("decoder_sparse_step") or r.cfg.get("interleave_moe_layer_step") or 1)
-    return [i >= first_dense and i not in mlp_only and (i + 1) % step == 0 for i in range(layers)]
+    # DeepSeek-V2's moe_layer_freq counts from layer 0 (vLLM deepseek_v2.py: layer_idx % freq)
+    freq = int(r.cfg.get("moe_layer_freq") or 1)
+    return [i >= first_dense and i not in mlp_only and (i + 1) % step == 0 and i % freq == 0
+            for i in range(layers)]
 
 
 def _matches(patterns, module: str) -> bool:
@@ -302,6 +318,9 @@ def _shared_width(r: _Reader) -> int:
             return int(cfg[key])
     if cfg.get("n_shared_experts"):  # DeepSeek-style: GLM-4.x, Kimi
         return int(cfg["n_shared_experts"]) * r.int("moe_intermediate_size")
+    if cfg.get("num_shared_experts"):  # Bailing-MoE (Ling): vLLM bailing_moe.py's width
+        return int(cfg["num_shared_experts"]) * int(
+            cfg.get("moe_shared_expert_intermediate_size") or r.int("moe_intermediate_size"))
     if str(cfg.get("model_type", "")).startswith("llama4"):  # one shared expert of the routed width
         return r.int("intermediate_size")
     return 0
