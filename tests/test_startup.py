@@ -81,6 +81,41 @@ def test_a_milestone_whose_line_never_came_leaves_its_phases_unknown():
     assert describe(None) == "no engine start"
 
 
+# a GPU engine with Model Runner V2 (vLLM 0.32's default on CUDA): its own load line
+# (vllm/v1/worker/gpu/model_runner.py), not the V1 runners' "Starting to load model"
+SERVED_GPU_MRV2 = [
+    (1.0, "(APIServer pid=10) INFO [api_server.py] vLLM API server version 0.32.0"),
+    (5.0, "(EngineCore pid=11) INFO [core.py:134] Initializing a V1 LLM engine (v0.32.0) with "
+          "config: model='/m'"),
+    (9.0, "(EngineCore pid=11) INFO [parallel_state.py:1907] world_size=1 rank=0 local_rank=0 "
+          "distributed_init_method=tcp://127.0.0.1:1 backend=nccl"),
+    (10.0, "(EngineCore pid=11) INFO [model_runner.py:392] Loading model from scratch..."),
+    (40.0, "(EngineCore pid=11) INFO [default_loader.py:502] Loading weights took 29.50 seconds"),
+    (41.0, "(EngineCore pid=11) INFO [model_runner.py:424] Model loading took 15.2 GiB memory "
+           "and 30.9 seconds"),
+    (90.0, "(EngineCore pid=11) INFO [core.py:403] init engine (profile, create kv cache, warmup "
+           "model) took 49.00 s"),
+]
+
+
+def test_a_gpu_engine_with_model_runner_v2_has_its_weight_loading_timed():
+    """The lines are Model Runner V2's own (vLLM's source, above): its load line starts
+    model_load, so the weights' phase and the one before it are known on a GPU too."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    source = Path(find_spec("vllm").origin).parent / "v1/worker/gpu/model_runner.py"
+    assert '"Loading model from scratch..."' in source.read_text()
+    clock = StartClock(t0=0.0, import_included=True)
+    for t, line in SERVED_GPU_MRV2:
+        clock.line(line, t)
+    clock.mark("up", 95.0)
+    s = clock.summary()
+    assert s["at_s"]["model_load"] == 10.0 and s["at_s"]["model_loaded"] == 41.0
+    assert s["phases_s"]["model_init"] == 1.0 and s["phases_s"]["model_load"] == 31.0
+    assert s["phases_s"]["kv_cache"] == 49.0
+
+
 def test_an_offline_engine_is_timed_from_its_own_log_records():
     """An engine in this process logs through vLLM's loggers: the tap reads those records (their
     creation times, their process), also after vLLM configures its logging again while the

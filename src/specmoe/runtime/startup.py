@@ -30,7 +30,8 @@ import time
 MARKS = (  # (milestone, pattern in vLLM's log lines); imported, up, first_token are set by callers
     ("engine_core", re.compile(r"Initializing a V1 LLM engine")),
     ("worker", re.compile(r"distributed_init_method=")),
-    ("model_load", re.compile(r"Starting to load model")),
+    # V1 model runners (CPU, GPU) | Model Runner V2 (vLLM's default on CUDA)
+    ("model_load", re.compile(r"Starting to load model|Loading model from scratch")),
     ("model_loaded", re.compile(r"Loading weights took|Model loading took")),
     ("engine_ready", re.compile(r"init engine \(profile, create kv cache")),
 )
