@@ -205,3 +205,119 @@ def test_the_speedup_and_the_report_say_how_the_no_sd_points_were_taken(tmp_path
     assert "the SD and no-SD points interleaved, AB BA" in inter and "blocks" not in inter
     both = _opening_words(tmp_path, [NO_SD_PAIRED, NO_SD_BLOCKS])
     assert "AB BA in some series" in both and "in blocks in the same job" in both
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A directory a sweep serves as target and drafter: a byte-level BPE tokenizer of the tiny
+    models' kind (trained in seconds) and a config.json; no engine reads its weights here."""
+    from specmoe.runtime import tiny
+
+    out = tmp_path_factory.mktemp("ckpt") / "t"
+    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:30], 300, out)
+    (out / "config.json").write_text("{}")
+    return out
+
+
+def _swept_engines(checkpoint, tmp_path, monkeypatch, k: int, largest: int) -> tuple:
+    """The engine arguments of an SD series' two arms as sweep_stage builds them (K = k, batches
+    up to `largest`), from a stand-in for run_series that keeps them."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepSdParams
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import sweep_stage
+
+    kept = {}
+
+    class Stop(Exception):
+        pass
+
+    def series(engine, *a, paired=None, **kw):
+        kept.update(sd=engine, plain=paired[0])
+        raise Stop
+
+    monkeypatch.setattr(serving, "run_series", series)
+    sweep = {"schedule": [{"batch": b, "prompts": largest} for b in (1, largest)],
+             "output_len": 16, "warmups": 0, "repeats": 1, "startup_timeout_s": 10}
+    params = SweepSdParams(job={"model": "t", "drafter": "d", "k": k, "datasets": ["tinybench"]},
+                           settings=sweep, method=None, gpu=False,
+                           prompts=prompt_table.DEFAULT_SOURCE, prompting={})
+    with pytest.raises(Stop):
+        sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
+                    Named({"json": str(tmp_path / "s.json")}), params)
+    return kept["sd"], kept["plain"]
+
+
+def graphed_batches(engine: dict, k: int) -> list[int]:
+    """The batch sizes whose decode step (k = 0) or verify step (K = k) vLLM 0.32 runs as a CUDA
+    graph on an H100 served with these engine arguments: the capture sizes by vLLM's own
+    VllmConfig._set_cudagraph_sizes (the rest of its config a stand-in; the platform faked as
+    Hopper; max_num_batched_tokens the server's default there), then Model Runner V2's uniform
+    decode graphs, each size rounded up to a multiple of K + 1 tokens and kept within the
+    ceiling and max_num_seqs (vllm/v1/worker/gpu/cudagraph_utils.py, _init_candidates)."""
+    from unittest import mock
+
+    from vllm.config.compilation import CompilationConfig, CUDAGraphMode
+    from vllm.config.vllm import VllmConfig
+    from vllm.platforms import current_platform
+
+    from specmoe.checks.preflight import batched_tokens
+
+    cc = CompilationConfig(**engine.get("compilation_config", {}),
+                           cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
+    q, seqs = k + 1, engine["max_num_seqs"]
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc,
+        uniform_decode_query_len=q, performance_mode="balanced",
+        scheduler_config=SimpleNamespace(max_num_seqs=seqs,
+                                         max_num_batched_tokens=batched_tokens(80, False, engine)),
+        speculative_config=(SimpleNamespace(uses_dynamic_speculative_decoding=lambda: False)
+                            if k else None))
+    with mock.patch.object(type(current_platform), "is_device_capability_family",
+                           lambda *a, **kw: False, create=True):
+        VllmConfig._set_cudagraph_sizes(config)
+    graphs = {g for g in (-(-c // q) * q for c in cc.cudagraph_capture_sizes)
+              if g <= min(cc.max_cudagraph_capture_size, seqs * q)}
+    return [b for b in range(1, seqs + 1) if any(g >= b * q for g in graphs)]
+
+
+def test_on_a_faked_cuda_platform_both_arms_graph_every_verify_step_by_vllms_own_sizing(
+        checkpoint, tmp_path, monkeypatch):
+    """vLLM's default ceiling, min(2 x 128 x 8, 512) tokens on an H100, left the SD engine's
+    verify steps above batch 64 at K = 7 without CUDA graphs while the engine without SD had
+    its decode steps graphed at every batch. Both arms now capture up to 128 x 8 tokens, the
+    same setting, recorded with the engine's arguments; a CPU's engines are unchanged."""
+    pytest.importorskip("vllm")
+    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+    sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=7, largest=128)
+    assert graphed_batches(sd, 7) == list(range(1, 129))
+    assert graphed_batches(plain, 0) == list(range(1, 129))
+    assert sd["compilation_config"] == plain["compilation_config"] == {
+        "max_cudagraph_capture_size": 1024}
+    assert {n: v for n, v in sd.items() if n != "speculative_config"} == plain
+    monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
+    sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=7, largest=128)
+    assert "compilation_config" not in sd and "compilation_config" not in plain
+
+
+def test_a_users_compilation_config_is_kept_and_one_that_caps_the_graphs_is_refused(
+        monkeypatch):
+    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+    kw = engine_mod.engine_kwargs("t", graph_k=3, max_num_seqs=64,
+                                  extra={"compilation_config": {"cudagraph_mode": "PIECEWISE"}})
+    assert kw["compilation_config"] == {"cudagraph_mode": "PIECEWISE",
+                                        "max_cudagraph_capture_size": 256}
+    for given in ({"max_cudagraph_capture_size": 512}, {"cudagraph_capture_sizes": [1, 2, 512]}):
+        kw = engine_mod.engine_kwargs("t", graph_k=3, max_num_seqs=64,
+                                      extra={"compilation_config": given})
+        assert kw["compilation_config"] == given  # wide enough: as given
+        with pytest.raises(InputError) as exc:
+            engine_mod.engine_kwargs("t", graph_k=3, max_num_seqs=256,
+                                     extra={"compilation_config": given})
+        assert str(exc.value) == (
+            "engine_args compilation_config captures CUDA graphs up to 512 tokens, below the "
+            "1024 of a verify step at batch 256 with K = 3: those steps would run without "
+            "graphs; raise it to 1024 or remove it")
+    # eager engines capture nothing
+    assert "compilation_config" not in engine_mod.engine_kwargs(
+        "t", graph_k=3, extra={"enforce_eager": True})

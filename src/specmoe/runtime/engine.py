@@ -98,12 +98,14 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
                   max_model_len=ENGINE_DEFAULTS["max_model_len"], max_num_seqs=16,
                   kv_cache_mib=ENGINE_DEFAULTS["kv_cache_mib"], dtype=ENGINE_DEFAULTS["dtype"],
                   extra: dict | None = None,
-                  in_process: bool = True) -> dict:
+                  in_process: bool = True, graph_k: int | None = None) -> dict:
     """vLLM engine arguments. in_process (CPU only): the one worker runs in the engine core's
     process (vLLM's uni-process executor), so vLLM and torch are imported once per engine: an
     offline engine runs entirely in the calling process (open_llm), a served one in two, the API
     server and its engine core (serving.Server; AsyncLLM always gives the core a process).
-    in_process=False keeps vLLM's CPU default, a worker process of its own."""
+    in_process=False keeps vLLM's CPU default, a worker process of its own. graph_k (CUDA
+    only): CUDA graphs for verify steps of K = graph_k drafts at every batch up to max_num_seqs
+    (cuda_graph_config); a timed SD engine and its target without SD get the same."""
     kw = dict(model=str(target), seed=seed, max_model_len=max_model_len,
               max_num_seqs=max_num_seqs, enable_prefix_caching=False, disable_log_stats=False,
               dtype=dtype)
@@ -119,7 +121,32 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
         kw["speculative_config"] = {"method": spec["method"], "num_speculative_tokens": int(k),
                                     **({"model": spec["model"]} if spec["model"] else {})}
     kw.update(extra or {})
+    if graph_k and device() == "cuda" and not kw.get("enforce_eager"):
+        kw["compilation_config"] = cuda_graph_config(kw.get("compilation_config"),
+                                                     int(kw["max_num_seqs"]), int(graph_k))
     return kw
+
+
+def cuda_graph_config(given, max_num_seqs: int, k: int) -> dict:
+    """compilation_config whose CUDA graphs reach a verify step at max_num_seqs, that many
+    sequences of K + 1 tokens. vLLM's default ceiling, min(2 max_num_seqs (K + 1), 512) tokens
+    on an H100 (vllm/config/vllm.py, _set_cudagraph_sizes), ran the SD engine's verify steps
+    above batch 512 / (K + 1) eagerly while the engine without SD, graphed, took its decode
+    steps at every batch: the speedup then measured the graphs. given: engine_args' own
+    compilation_config, kept; one that caps the graphs below the ceiling is refused."""
+    if given is not None and not isinstance(given, dict):
+        raise InputError(f"engine_args compilation_config must be a mapping (got {given!r})")
+    cc, need = dict(given or {}), max_num_seqs * (k + 1)
+    sizes = cc.get("cudagraph_capture_sizes")
+    have = max(sizes) if sizes else cc.get("max_cudagraph_capture_size")
+    if have is not None and int(have) < need:
+        raise InputError(
+            f"engine_args compilation_config captures CUDA graphs up to {int(have)} tokens, below "
+            f"the {need} of a verify step at batch {max_num_seqs} with K = {k}: those steps would "
+            f"run without graphs; raise it to {need} or remove it")
+    if not sizes:  # vLLM refuses a ceiling that differs from the largest size it is given
+        cc.setdefault("max_cudagraph_capture_size", need)
+    return cc
 
 
 def _spec_metrics(llm) -> dict:

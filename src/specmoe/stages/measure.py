@@ -79,8 +79,10 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     check_inputs(target_dir, drafter_dir, k)
     settings = SweepSettings.of(sweep_cfg)
     sched = list(settings.schedule)
+    # on a GPU both arms of an SD series capture CUDA graphs for verify steps at every batch
+    # (engine.cuda_graph_config): the two engines differ in SD alone
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
-                           **engine_opts(sweep_cfg))
+                           graph_k=k, **engine_opts(sweep_cfg))
     # the tokens kept free for drafts: the same in the model's series with and without SD, so
     # that they measure the same prompts
     reserved = settings.output_len + int((prompting or {}).get(
@@ -108,7 +110,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     paired, order = None, arm_order(key_base["device"])
     if drafter_dir:
         plain = engine_kwargs(target_dir, None, None, max_num_seqs=max(b for b, _ in sched),
-                              **engine_opts(sweep_cfg))
+                              graph_k=k, **engine_opts(sweep_cfg))
         paired = (plain, {**key_base, "engine": {n: v for n, v in plain.items() if n != "model"},
                           "drafter": None},
                   Path(str(out).removesuffix(".json") + ".nosd.points"))
