@@ -42,6 +42,7 @@ class Recorder:
                 self.arm = "sd" if "speculative_config" in engine else "plain"
                 self.url, self.up = f"fake://{self.arm}", False
                 self.startup_s, self.start = 10.0 if self.arm == "sd" else 7.0, {"fake": True}
+                self.kv = {"tokens": 2**20, "block_size": 16}
 
             def __enter__(self):
                 rec.alive.append(self)
@@ -91,6 +92,8 @@ def recorder(monkeypatch):
     monkeypatch.setattr(serving, "Server", rec.Server)
     monkeypatch.setattr(serving, "bench", rec.bench)
     monkeypatch.setattr(serving, "engine_metrics", lambda url: {})
+    # no tokenizer behind the stand-in's model: every prompt one token
+    monkeypatch.setattr(serving, "prompt_lengths", lambda model, texts, trust: [1] * len(texts))
     # the client's import (vLLM's bench serve) is not needed by the stand-in
     monkeypatch.setattr(serving, "importlib", SimpleNamespace(import_module=lambda name: None))
     return rec

@@ -51,6 +51,7 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
         assert p["engine"]["request_time_per_output_token_ms"] > 0   # the engine's own timing
         assert 1.0 <= p["sd"]["acceptance_length"] <= 4.0
         assert len(p["sd"]["per_position_acceptance"]) == 3
+        assert p["kv_cache"]["tokens"] > 0 and p["kv_cache"]["block_size"] > 0
         assert read_json(tmp_path / "pts" / f"b{p['batch']}.r{p['repeat']}.json")[
             "provenance"] == {"stage": "test"}
     # an interrupted series: one point is missing, the others are kept as they are
@@ -103,6 +104,37 @@ def test_sd_and_no_sd_points_alternate_on_two_engines_and_resume_as_pairs(tiny_m
     # complete: nothing starts
     sd3, ar3 = run_series(*args, repeats=2, paired=paired)
     assert all(p["reused"] for p in sd3 + ar3)
+
+
+def test_a_point_whose_batch_the_kv_cache_cannot_hold_is_refused_before_any_is_measured(
+        tiny_models, tmp_path):
+    """A 1 MiB KV cache holds 2,048 tokens of the tiny target (16 blocks of 128 on a CPU): 8
+    prompts of some 500 tokens cannot run at once, and vLLM would queue the rest and measure
+    a smaller batch. The engine's capacity, read from its /metrics, is the one its log states;
+    the series stops in one line naming it, before measuring anything."""
+    import re
+
+    from specmoe.errors import InputError
+    from specmoe.runtime.serving import run_series
+    from specmoe.sources.promptfit import load_tokenizer
+
+    text = "def main():\n    x = compute(1, 2)\n    return x\n" * 20
+    prompts = [f"# {i}\n" + text for i in range(16)]
+    tok = load_tokenizer(tiny_models / "t")
+    longest = max(len(tok(p).input_ids) for p in prompts)
+    assert 8 * (longest + 48) > 2048 >= longest + 48
+    engine = engine_kwargs(tiny_models / "t", max_num_seqs=8, kv_cache_mib=1, dtype="float32")
+    log_path = tmp_path / "rule.log"
+    with pytest.raises(InputError) as exc:
+        run_series(engine, str(tiny_models / "t"), prompts, [(1, 2), (8, 16)], 48, 0,
+                   tmp_path / "pts", {}, {}, log_path=str(log_path))
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"batch 8 without SD: 8 sequences of up to "
+                                              f"{longest + 48:,} tokens (prompt {longest:,}")
+    assert "the engine's holds 2,048: vLLM would run fewer at once" in msg and "kv_cache_mib" in msg
+    logged = re.search(r"KV cache size: ([\d,]+) tokens", log_path.read_text())[1]
+    assert logged == "2,048"
+    assert not list((tmp_path / "pts").glob("b*.json"))
 
 
 def test_engine_that_cannot_start_fails_with_its_last_lines(tiny_models, tmp_path):

@@ -19,6 +19,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -93,6 +94,7 @@ class Server:
         self.startup_s = float("nan")
         self.clock = None  # startup.StartClock of this start: its milestones from the log lines
         self.start: dict | None = None  # its summary once the engine has produced a token
+        self.kv: dict | None = None  # its KV cache once up (kv_cache)
 
     def _pump(self) -> None:
         sink = open(self.log_path, "a") if self.log_path else None  # noqa: SIM115
@@ -159,6 +161,7 @@ class Server:
         log.info("engine up on port %d after %.1f s", self.port, self.startup_s)
         try:
             self.first_token()
+            self.kv = kv_cache(self.url)
         except BaseException:
             self.stop()
             raise
@@ -242,12 +245,16 @@ ENGINE_METRICS = ("vllm:request_time_per_output_token_seconds", "vllm:inter_toke
                   "vllm:request_decode_time_seconds", "vllm:e2e_request_latency_seconds")
 
 
+def _metrics(url: str) -> str:
+    """The server's Prometheus endpoint, as text."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
 def engine_metrics(url: str) -> dict[str, float]:
     """Sums and counts of ENGINE_METRICS from the server's Prometheus endpoint."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
     out: dict[str, float] = {}
-    for line in text.splitlines():
+    for line in _metrics(url).splitlines():
         if not line or line.startswith("#"):
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
@@ -255,6 +262,62 @@ def engine_metrics(url: str) -> dict[str, float]:
             if name in (m + "_sum", m + "_count"):
                 out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
+
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def kv_cache(url: str) -> dict[str, int]:
+    """A running engine's KV cache: {"tokens": what it holds, vLLM's kv_cache_size_tokens (its
+    log's "KV cache size: N tokens"), "block_size": the tokens of a block}, from the labels of
+    vLLM's vllm:cache_config_info on /metrics (the least of its engines')."""
+    seen = []
+    for line in _metrics(url).splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(_LABEL.findall(line.split("{", 1)[1].rsplit("}", 1)[0]))
+            with contextlib.suppress(KeyError, ValueError):
+                seen.append({"tokens": int(labels["kv_cache_size_tokens"]),
+                             "block_size": int(labels["block_size"])})
+    if not seen:
+        raise SpecmoeError(f"the engine on {url} reports no KV cache size (vllm:cache_config_info "
+                           "with kv_cache_size_tokens and block_size on /metrics): the batch "
+                           "sizes it can hold cannot be checked")
+    return min(seen, key=lambda kv: kv["tokens"])
+
+
+def check_kv(what: str, kv: dict, batch: int, prompt: int, output_len: int,
+             lookahead: int) -> None:
+    """Refuse a point whose `batch` sequences (the longest prompt, the output and the SD
+    engine's K + 1 draft slots each, in whole blocks) do not fit the engine's KV cache: vLLM
+    would run fewer at once and queue the rest, and the point would measure a smaller batch."""
+    seq = prompt + output_len + lookahead
+    need = batch * -(-seq // kv["block_size"]) * kv["block_size"]
+    if need > kv["tokens"]:
+        raise InputError(
+            f"{what}: {batch} sequences of up to {seq:,} tokens (prompt {prompt:,}, output "
+            f"{output_len}, K+1 {lookahead}) take {need:,} tokens of KV cache in blocks of "
+            f"{kv['block_size']}, and the engine's holds {kv['tokens']:,}: vLLM would run fewer "
+            "at once and measure a smaller batch; raise kv_cache_mib (CPU) or the GPU memory "
+            "(gpu.memory_utilization, tensor parallelism), or lower the batch")
+
+
+def prompt_lengths(model_dir, texts: list[str], trust_remote_code: bool = False) -> list[int]:
+    """Each text's length in the served model's tokens, as bench serve counts a prompt
+    (sources.promptfit); a text repeated is tokenized once."""
+    from ..sources.promptfit import load_tokenizer
+
+    tok = load_tokenizer(model_dir, trust_remote_code)
+    lengths: dict[str, int] = {}
+    for t in texts:
+        if t not in lengths:
+            lengths[t] = len(tok(t).input_ids)
+    return [lengths[t] for t in texts]
+
+
+def draft_slots(engine: dict) -> int:
+    """The KV-cache slots an engine's SD step adds to a sequence: K + 1 (0 without SD)."""
+    spec = engine.get("speculative_config")
+    return int(spec["num_speculative_tokens"]) + 1 if spec else 0
 
 
 def engine_means(before: dict, after: dict) -> dict[str, float]:
@@ -492,10 +555,18 @@ def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, in
         client = threading.Thread(target=importlib.import_module, args=("vllm.benchmarks.serve",),
                                   daemon=True)
         client.start()
+        lengths = {part: prompt_lengths(model_dir, ts, bool(engine.get("trust_remote_code")))
+                   for part, ts in parts.items()}
     for idx, todo in blocks:
         with contextlib.ExitStack() as stack:
             servers = {a: Server(arms[a][0], log_path, startup_timeout) for a in idx}
             _start_all(stack, list(servers.values()))
+            for a in idx:  # every point of the block fits its engine's KV cache, before any runs
+                slots = draft_slots(arms[a][0])
+                for part, batch, n in dict.fromkeys(e[a][1:4] for e in todo):
+                    check_kv(f"{part + ': ' if part else ''}batch {batch} "
+                             f"{'with' if slots else 'without'} SD", servers[a].kv, batch,
+                             max(lengths[part][:n]), output_len, slots)
             client.join()
             jsonl = _prompt_files(stack, parts, arms[idx[0]][2])
             warm: dict[int, set[int]] = {a: set() for a in idx}
@@ -533,7 +604,7 @@ def _measure(server, model_dir, prompts_jsonl, batch, n, output_len, warmups, ke
         raise server.failure(f"{label}: {res['failed']} of {n} requests failed")
     pt = point_summary(res, batch, n, output_len)
     pt.update(repeat=rep, engine=side, key=key, engine_startup_s=server.startup_s,
-              engine_start=server.start, wall_s=time.perf_counter() - t0)
+              engine_start=server.start, kv_cache=server.kv, wall_s=time.perf_counter() - t0)
     write_json(path, pt, prov)
     log.info("%s: TPOT mean %.2f ms (engine side %.2f ms), %s (%.1f s)", label,
              pt["tpot_ms"]["mean"], side.get("request_time_per_output_token_ms", float("nan")),
