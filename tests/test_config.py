@@ -138,6 +138,58 @@ def test_a_gpu_jobs_engine_as_the_rules_start_it():
     assert any(j.rule == "sweep_ar" and j.model == "qwen2-0.5b" for j in c.gpu_jobs())
 
 
+def test_a_datasets_max_batch_caps_its_own_series_points_alone():
+    """datasets.<name>.max_batch, resolved once: a series measures that dataset at the
+    schedule's batch sizes up to it (its record carries them, the stage reads them), every other
+    dataset at all of them; the engine still serves the schedule's largest batch."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepSdParams
+    from specmoe.stages.measure import SweepSettings
+
+    c = resolved("config/paper.yaml")
+    everything = [(int(p["batch"]), int(p["prompts"])) for p in c.raw["sweep"]["schedule"]]
+    assert c.max_batch("speed-bench-32k") == 32 and c.max_batch("mt-bench") is None
+    assert c.sweep_schedule("speed-bench-32k") == [p for p in everything if p[0] <= 32]
+    assert c.sweep_schedule("mt-bench") == everything
+    w = Named({"model": "qwen3-30b-fp8-tp2", "drafter": "eagle3-qwen3-30b", "k": "3"})
+    settings = SweepSettings.of(SweepSdParams.from_config(c, w).settings)
+    assert list(settings.points("speed-bench-32k")) == c.sweep_schedule("speed-bench-32k")
+    assert list(settings.points("mt-bench")) == everything
+    sweep = c.engine_of(next(j for j in c.gpu_jobs()
+                             if j.model == w["model"] and j.rule == "sweep_sd"))
+    assert sweep.batch == 128 and sweep.batches == {"speed-bench-32k": 32}
+    # a series without a capped dataset: its record as it was
+    other = SweepSdParams.from_config(c, Named({**w, "model": "qwen3-30b-fp8-tp1"}))
+    assert "dataset_schedules" not in other.settings
+
+
+def test_a_max_batch_below_the_schedules_smallest_batch_is_refused_in_one_line():
+    def cap(cfg):
+        cfg["sweep"]["schedule"] = [p for p in cfg["sweep"]["schedule"] if p["batch"] >= 4]
+        cfg["datasets"]["speed-bench-32k"]["max_batch"] = 2
+
+    with pytest.raises(InputError) as err:
+        resolved("config/paper.yaml", cap)
+    assert ("config: datasets.speed-bench-32k.max_batch 2 is below the sweep schedule's "
+            "smallest batch 4: its series would measure no point") in str(err.value).splitlines()
+
+
+def test_a_profile_above_its_datasets_max_batch_is_refused_in_one_line():
+    """A model is profiled on its first dataset, and the profile's TE is set beside the sweep's
+    at the same batch size: none where that dataset's series stops below it."""
+    def first(cfg):
+        m = next(m for m in cfg["models"] if m["name"] == "gpt-oss-120b-tp4")
+        m["datasets"] = ["speed-bench-32k", "mt-bench"]
+        cfg["datasets"]["speed-bench-32k"]["max_batch"] = 16
+
+    with pytest.raises(InputError) as err:
+        resolved("config/paper.yaml", first)
+    assert str(err.value) == (
+        "config: model gpt-oss-120b-tp4: profiled on its first dataset speed-bench-32k at batch "
+        "sizes [32], above its max_batch 16: the profile's TE is set beside the sweep's at the "
+        "same batch size (put another dataset first)")
+
+
 def test_prompt_lengths_come_from_the_configuration_the_table_or_the_plan():
     c = resolved("config/paper.yaml")
     assert c.prompt_tokens("mt-bench") == (70.0, "configured")

@@ -146,11 +146,12 @@ def test_the_bill_of_an_sd_series_holds_its_no_sd_points_too():
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
     hw = h100()
     a, p = plan.PlanAssumptions(), stepmodel.StepParams(13.0, 3.0, 2.0, 0.0, 0.3, 250.0)
-    config = {"sweep": {"schedule": [{"batch": 1, "prompts": 4}, {"batch": 8, "prompts": 16}],
-                        "output_len": 64, "warmups": 2, "repeats": 2}}
+    config = {"sweep": {"output_len": 64, "warmups": 2, "repeats": 2}}
     jobs = [{"rule": "sweep_sd", "drafter": "eagle", "k": 3, "dataset": ""},
             {"rule": "sweep_ar", "drafter": None, "k": None, "dataset": ""}]
-    model = {"jobs": jobs, "datasets": ["a", "b"], "gpus": 1}
+    sched = [(1, 4), (8, 16)]
+    model = {"jobs": jobs, "datasets": ["a", "b"], "schedules": {"a": sched, "b": sched},
+             "gpus": 1}
     sd, ar = plan.job_rows("m", model, d, hw, config, a, p)
     warm = [(1, 2 * 4 + 2), (8, 2 * 16 + 8)]  # repeats x prompts, and warm-up requests
     no_sd = plan.series_s(d, hw, warm, 64, None, a, p)
@@ -173,11 +174,10 @@ def test_the_gpu_plan_prices_the_engines_sd_loop_with_its_range():
     d = cm.ModelDims.from_dims(**QWEN3_30B_DIMS)
     hw, a = h100(), plan.PlanAssumptions(tau=2.0, safety=1.0, min_runtime=1)
     p = stepmodel.StepParams()  # the unfitted defaults: sd_loop_us at its value
-    config = {"sweep": {"schedule": [{"batch": 1, "prompts": 4}, {"batch": 4, "prompts": 8}],
-                        "repeats": 1, "warmups": 1, "output_len": 100}}
+    config = {"sweep": {"repeats": 1, "warmups": 1, "output_len": 100}}
     model = {"jobs": [{"rule": "sweep_sd", "drafter": "d", "k": 3, "dataset": "x"},
                       {"rule": "sweep_ar", "drafter": None, "k": None, "dataset": "x"}],
-             "datasets": ["x"], "gpus": 1}
+             "datasets": ["x"], "schedules": {"x": [(1, 4), (4, 8)]}, "gpus": 1}
     sd, ar = plan.job_rows("m", model, d, hw, config, a, p)
     # waves x verification steps: batch 1, 4 + 1 prompts; batch 4, 8 + 4 prompts; 50 steps each
     iterations = (5 + 3) * 50

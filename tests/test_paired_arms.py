@@ -324,3 +324,60 @@ def test_a_users_compilation_config_is_kept_and_one_that_caps_the_graphs_is_refu
     # eager engines capture nothing
     assert "compilation_config" not in engine_mod.engine_kwargs(
         "t", graph_k=3, extra={"enforce_eager": True})
+
+
+def test_a_datasets_max_batch_keeps_its_series_points_and_speedup_below_it(
+        recorder, checkpoint, tmp_path, monkeypatch):
+    """The study-cpu case (a study model served on a CPU, its datasets downloaded) with its
+    long-prompt set capped at batch 1 (datasets.<name>.max_batch): the SD series that the rule's
+    record starts measures that dataset at batch 1 alone, on both arms, and every other dataset
+    at the schedule's every batch; each dataset's speedup comes from its own points, the capped
+    one's shape too few points to decide. (The server and its client are the stand-ins above.)"""
+    import csv
+
+    import yaml
+    from snakemake.utils import update_config
+
+    from specmoe.config import Config
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import SpeedupParams
+    from specmoe.contracts.engines import SweepSdParams
+    from specmoe.measured.sweep import TOO_FEW
+    from specmoe.provenance import read_json
+    from specmoe.stages.analysis import speedup_stage
+    from specmoe.stages.measure import sweep_stage
+    from wf import REPO
+
+    monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    update_config(raw, yaml.safe_load((REPO / ".test/study-cpu/config.yaml").read_text()))
+    raw["datasets"]["speed-bench"]["max_batch"] = 1
+    raw["sweep"]["timing"] = "client"  # the stand-in server has no engine-side timing
+    cfg = Config.load(raw, REPO / "workflow/schemas/config.schema.yaml")
+    series = {"model": "fine-cpu", "drafter": "tiny-draft", "k": "3"}
+    params = SweepSdParams.from_config(cfg, Named(series))
+    assert params.job["datasets"] == ["aya", "mt-bench", "speed-bench"]
+    tables = []
+    for ds in params.job["datasets"]:
+        tables.append(tmp_path / f"{ds}.csv")
+        with open(tables[-1], "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["prompt_id", "dataset", "category", "text"])
+            w.writerows([f"{ds}-{i}", ds, "c", f"Say {i} things about {ds}."] for i in range(4))
+    sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint),
+                       "prompts": [str(t) for t in tables]}),
+                Named({"json": str(tmp_path / "K3.json")}), params)
+    out = read_json(tmp_path / "K3.json")["datasets"]
+    for ds, want in (("speed-bench", [1, 1]), ("mt-bench", [1, 1, 2, 2]), ("aya", [1, 1, 2, 2])):
+        for arm in (out[ds], out[ds]["paired_no_sd"]):
+            assert [p["batch"] for p in arm["points"]] == want, ds
+    assert not list((tmp_path / "K3.points" / "speed-bench").glob("b2.*"))
+    assert not list((tmp_path / "K3.nosd.points" / "speed-bench").glob("b2.*"))
+    for ds, batches in (("speed-bench", [1]), ("mt-bench", [1, 2])):
+        run = Named({**series, "dataset": ds})
+        speedup_stage(Named({"sd": tmp_path / "K3.json", "drafter": []}),
+                      Named({"json": tmp_path / f"{ds}.speedup.json"}),
+                      SpeedupParams.from_config(cfg, run))
+        sp = read_json(tmp_path / f"{ds}.speedup.json")
+        assert [r["batch"] for r in sp["rows"]] == batches
+        assert (sp["shape"] == TOO_FEW) == (len(batches) == 1)

@@ -93,22 +93,74 @@ def test_tensor_parallelism_as_vllm_splits_a_model(repo, tp, problem):
 # --- config/paper.yaml and broken copies, offline ----------------------------------------------
 
 def test_the_study_configuration_passes():
-    """Every GPU job of config/paper.yaml whose config.json ships starts: no problem; its one
-    warning is SPEED-Bench's 32k prompts at batch 128 on Qwen3-30B at TP 2, whose KV cache holds
-    about 35 of them (vLLM then queues the rest)."""
+    """Every GPU job of config/paper.yaml whose config.json ships starts, and its KV cache holds
+    the largest batch of each dataset it runs: SPEED-Bench's 32k prompts, swept up to their
+    max_batch 32, fit Qwen3-30B's at TP 2 (about 35 of them, where batch 128 once queued)."""
     c = paper()
     report = c.preflight(with_vllm=False)
     assert report.fatal == []
     sized = {j.split()[1].split("/")[0] for j in report.memory}
     assert {"mixtral-8x7b-bf16-tp2", "qwen3-235b-bf16-tp8", "gpt-oss-120b-tp4",
             "glm-4.7-flash-bf16-tp1", "mixtral-8x7b-fp8-tp1-b200"} <= sized
-    warned = [f for f in report.findings if f.check == "memory"]
-    assert {f.model for f in warned} == {"qwen3-30b-fp8-tp2"}
-    assert all(20 <= report.memory[f.job].sequences < 64 for f in warned)
+    assert [f.line() for f in report.findings if f.check == "memory"] == []
+    assert all(m.headroom > 0 for m in report.memory.values())
     tight = min(report.memory.values(), key=lambda m: m.headroom)
-    assert tight.headroom > -200 * GIB  # reported, not refused
-    fits = [m for j, m in report.memory.items() if "qwen3-30b-fp8-tp2" not in j]
-    assert all(m.headroom > 0 for m in fits)
+    assert (tight.dataset, tight.batch, tight.seq_tokens) == ("speed-bench-32k", 32, 33028)
+    assert 32 <= tight.sequences < 64
+
+
+def test_the_long_context_sets_max_batch_is_the_largest_batch_every_model_holds():
+    """speed-bench-32k's max_batch in config/paper.yaml is the schedule's largest batch whose
+    sequences the preflight's KV-cache estimate fits on every model that sweeps it (Qwen3-30B at
+    TP 2 and GPT-OSS-120B at TP 4 on H100s), at each model's largest K."""
+    import dataclasses
+
+    ds = "speed-bench-32k"
+    c = paper()
+    held = {}
+    for job in c.gpu_jobs():
+        if job.rule != "sweep_sd" or ds not in c.models[job.model].datasets:
+            continue
+        e = c.engine_of(job)
+        alone = dataclasses.replace(e, prompt_tokens={ds: e.prompt_tokens[ds]}, batches={})
+        cfg = preflight.offline_config(e.entry)[0]
+        m = preflight.memory(alone, cfg, preflight.offline_config(e.drafter)[0])
+        held[job.model] = min(held.get(job.model, m.sequences), m.sequences)
+    assert set(held) == {"qwen3-30b-fp8-tp2", "gpt-oss-120b-tp4"}
+    assert held["qwen3-30b-fp8-tp2"] == 35 and held["gpt-oss-120b-tp4"] > 128
+    fits = max(b for b, _ in c.sweep_schedule("mt-bench") if b <= min(held.values()))
+    assert c.max_batch(ds) == fits == 32
+
+
+def test_the_gpu_plan_bills_a_capped_dataset_at_its_own_points(tmp_path):
+    """The plan bills a series' dataset at the points it runs (up to its max_batch): without
+    speed-bench-32k's cap, Qwen3-30B's TP 2 series would bill its 32k prompts at batches 64 and
+    128 too (3,840 more requests per repeat and arm); the capture, on its own batch, and a
+    series without the dataset are unchanged."""
+    from types import SimpleNamespace
+
+    from specmoe.contracts.report import PlanParams
+    from specmoe.stages.report import plan_stage
+
+    def bill(edit, name):
+        params = PlanParams.from_config(paper(edit))
+        entry = next(e for e in params.entries if e["name"] == "qwen3-30b-fp8-tp2")
+        out = SimpleNamespace(json=tmp_path / f"{name}.json", md=tmp_path / f"{name}.md")
+        plan_stage(None, out, params)
+        return entry["schedules"], {(j["rule"], j["model"], j["k"], j["dataset"]): j["hours"]
+                                    for j in json.loads(out.json.read_text())["jobs"]}
+
+    (schedules, capped) = bill(None, "capped")
+    (whole, every) = bill(lambda cfg: cfg["datasets"]["speed-bench-32k"].pop("max_batch"),
+                          "every")
+    assert [b for b, _ in schedules["speed-bench-32k"]] == [1, 2, 4, 8, 16, 32]
+    assert schedules["mt-bench"] == whole["mt-bench"] == whole["speed-bench-32k"]
+    series = ("sweep_sd", "qwen3-30b-fp8-tp2", 3, "")
+    assert capped[series] < 0.6 * every[series]
+    assert capped[("capture", "qwen3-30b-fp8-tp2", 3, "speed-bench-32k")] == \
+        every[("capture", "qwen3-30b-fp8-tp2", 3, "speed-bench-32k")]
+    mt_bench_only = ("sweep_sd", "qwen3-30b-fp8-tp1", 3, "")
+    assert capped[mt_bench_only] == every[mt_bench_only]
 
 
 def test_a_drafter_without_its_config_json_stops_the_run(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, kind
 from .names import control_name, job_label
-from .runs import Run, datasets_in
+from .runs import Run, dataset_parts, datasets_in
 from .sources.prompts import DEFAULT_SOURCE
 
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
@@ -369,13 +369,21 @@ class Config:
         """The engine settings of a job of kind `rule` (specmoe.kinds) of model `name`: a study
         model's (or a drafter served alone) section with its TP, precision and engine arguments;
         a tiny model's sweep settings in its precision, its `tiny.capture` section, or the
-        section as written."""
+        section as written. A series' settings hold, under `dataset_schedules`, the points of
+        each dataset it serves that has a max_batch (the others: the schedule's)."""
         what = kind(rule)
         if self.from_download(name):
-            return self.engine_settings(name, what.section)
-        if what.series:
-            return self.sweep_params(name)
-        return self.section(what.section, tiny=what.section == "capture")
+            settings = self.engine_settings(name, what.section)
+        elif what.series:
+            settings = self.sweep_params(name)
+        else:
+            return self.section(what.section, tiny=what.section == "capture")
+        if what.series:  # a dataset with a max_batch: its own points (sweep_schedule)
+            capped = {ds: [{"batch": b, "prompts": n} for b, n in self.sweep_schedule(ds)]
+                      for ds in self.sweep_datasets(name) if self.max_batch(ds) is not None}
+            if capped:
+                settings["dataset_schedules"] = capped
+        return settings
 
     def served_datasets(self, rule: str, name: str, dataset: str = "") -> list[str]:
         """The datasets whose prompts a job of kind `rule` serves: its run's `dataset`, every
@@ -398,12 +406,16 @@ class Config:
         section = settings if what.section != "capture" else {}
         max_len = int(args.get("max_model_len") or section.get("max_model_len")
                       or ENGINE_DEFAULTS["max_model_len"])
+        batches = {}  # a series' datasets with a max_batch: the largest batch each runs at
         if what.stage == "capture":
             batch, out = int(settings["max_num_seqs"]), int(settings["max_tokens"])
         elif what.stage == "profile":
             batch, out = max(settings["batch_sizes"]), int(settings["max_tokens"])
         else:
-            batch = max(int(p["batch"]) for p in settings["schedule"])
+            batch = max(b for ds in self.sweep_datasets(job.model)
+                        for b, _ in self.sweep_schedule(ds))
+            batches = {ds: max(b for b, _ in self.sweep_schedule(ds))
+                       for ds in self._job_datasets(job) if self.max_batch(ds) is not None}
             out = int(settings["output_len"])
         d = self.drafters.get(job.drafter)
         method = d.method if d is not None and what.sd else None
@@ -416,6 +428,7 @@ class Config:
                       k=int(job.k or 0), max_model_len=max_len, batch=batch, output_tokens=out,
                       prompt_tokens={ds: self.prompt_tokens(ds)[0]
                                      for ds in self._job_datasets(job)},
+                      batches=batches,
                       utilization=self.memory_utilization(job.model),
                       offline_server=not what.series,
                       dtype=str(settings.get("dtype") or ENGINE_DEFAULTS["dtype"]),
@@ -579,6 +592,21 @@ class Config:
         alone = name in self.drafters and self.drafters[name].served_alone
         return sorted({r.dataset for r in self.sweep_runs()
                        if r.model == name or (alone and r.drafter == name)})
+
+    def max_batch(self, dataset: str) -> int | None:
+        """The largest batch size the sweeps measure `dataset` at: its `max_batch` ("a+b": the
+        least of its parts'); None: the schedule's every batch size."""
+        caps = [int(self.datasets[p]["max_batch"]) for p in dataset_parts(dataset)
+                if (self.datasets.get(p) or {}).get("max_batch") is not None]
+        return min(caps) if caps else None
+
+    def sweep_schedule(self, dataset: str) -> list[tuple[int, int]]:
+        """The (batch, prompts) points a serving series measures on `dataset`: the sweep
+        schedule's, up to the dataset's max_batch. The series, the GPU plan and the preflight
+        read each dataset's points here."""
+        cap = self.max_batch(dataset)
+        return [(int(p["batch"]), int(p["prompts"])) for p in self.sweep.get("schedule") or []
+                if cap is None or int(p["batch"]) <= cap]
 
     def prompting(self, name: str, datasets) -> dict:
         """How an engine of `name` receives the prompts of `datasets` (specmoe.sources.promptfit):

@@ -262,9 +262,9 @@ def _granularity_problems(entry: dict) -> list[str]:
 
 def settings(config: dict, prompt_datasets: set[str] | None,
              engine_defaults: dict | None = None) -> list[str]:
-    """The sweep's schedule, the GPU plan's assumptions and the tiny models' settings
-    (engine_defaults: an engine section's max_model_len and the SD check's K where the
-    configuration leaves them out, specmoe.config's)."""
+    """The sweep's schedule (and each dataset's max_batch on it), the GPU plan's assumptions and
+    the tiny models' settings (engine_defaults: an engine section's max_model_len and the SD
+    check's K where the configuration leaves them out, specmoe.config's)."""
     out: list[str] = []
     sweep = config.get("sweep") or {}
     out += _batch_list_problems(config)
@@ -275,6 +275,7 @@ def settings(config: dict, prompt_datasets: set[str] | None,
     for b, n in Counter(p["batch"] for p in sweep.get("schedule") or []).items():
         if n > 1:
             out.append(f"sweep.schedule lists batch {b} {n} times")
+    out += _max_batch_problems(config)
     tiny = config.get("tiny") or {}
     sd = tiny.get("sd_check") or {}
     if sd.get("dataset") and prompt_datasets is not None and sd["dataset"] not in prompt_datasets:
@@ -341,6 +342,30 @@ def _batch_list_problems(config: dict) -> list[str]:
     if profiled and 1 not in profiled:
         out.append(f"profiling.batch_sizes {list(profiled)}: include 1 (the three-step correction "
                    "is at batch 1)")
+    return out
+
+
+def _max_batch_problems(config: dict) -> list[str]:
+    """A dataset's max_batch (datasets.<name>.max_batch) below the sweep's smallest batch size
+    (its series would measure nothing), or below a batch size profiled on it (a model's first
+    dataset: the profile's TE is set beside the sweep's at the same batch size)."""
+    out = []
+    datasets = config.get("datasets") or {}
+    smallest = min((p["batch"] for p in (config.get("sweep") or {}).get("schedule") or []),
+                   default=None)
+    for name, d in datasets.items():
+        if smallest is not None and d.get("max_batch") is not None and d["max_batch"] < smallest:
+            out.append(f"datasets.{name}.max_batch {d['max_batch']} is below the sweep "
+                       f"schedule's smallest batch {smallest}: its series would measure no point")
+    profiled = (config.get("profiling") or {}).get("batch_sizes") or []
+    for m in config.get("models") or []:
+        first = (m.get("datasets") or [""])[0]
+        cap = (datasets.get(first) or {}).get("max_batch")
+        above = [b for b in profiled if cap is not None and b > cap]
+        if above and m.get("sweep", True) and "sweep" in config:
+            out.append(f"model {m['name']}: profiled on its first dataset {first} at batch sizes "
+                       f"{above}, above its max_batch {cap}: the profile's TE is set beside the "
+                       "sweep's at the same batch size (put another dataset first)")
     return out
 
 

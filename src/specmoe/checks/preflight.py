@@ -9,8 +9,9 @@ specmoe.config.Config.gpu_jobs), from the model's config.json and the configurat
   max_num_batched_tokens) plus the KV cache of one sequence of max_model_len tokens (what vLLM
   needs to start) fit the GPU's memory (hardware `memory_gib`) times vLLM's
   gpu_memory_utilization (`gpu.memory_utilization`). Where the KV cache then holds fewer
-  sequences of the job's length (prompt, output and K+1 drafts) than the job's largest batch,
-  vLLM queues the rest: a warning, since the points above that batch measure fewer sequences.
+  sequences of a dataset's length (prompt, output and K+1 drafts) than the largest batch the job
+  runs it at (a series: up to the dataset's `max_batch`), vLLM queues the rest: a warning, since
+  the points above that batch would measure fewer sequences.
 - tensor parallelism, as vLLM splits a model: TP divides the attention heads; the KV heads split
   (TP divides them) or replicate (they divide TP); TP divides linear-attention heads, each
   expert's width, and an fp8 checkpoint's weight block divides the expert's share.
@@ -103,6 +104,8 @@ class Engine:
     offline_server: bool     # True: the offline LLM (capture, profile); False: the server
     dtype: str = "auto"      # the engine section's dtype
     engine_args: dict = field(default_factory=dict)
+    # dataset -> the largest batch it runs at where its max_batch keeps it below `batch`
+    batches: dict = field(default_factory=dict)
 
 
 # --- config.json, offline ----------------------------------------------------------------------
@@ -334,6 +337,7 @@ class Memory:
     kv_per_seq: float        # one sequence of the job's length
     seq_tokens: int
     batch: int
+    dataset: str = ""        # whose prompts and batch take the most KV cache
 
     @property
     def kv_free(self) -> float:
@@ -370,13 +374,18 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
     def kv(tokens: int) -> float:
         return (full + extra_layer) * tokens + sliding * min(tokens, window) + linear
 
-    prompt = max(e.prompt_tokens.values(), default=0.0)
-    seq = min(e.max_model_len, int(math.ceil(prompt)) + e.output_tokens + e.k + 1)
+    def seq(prompt: float) -> int:  # a sequence: its prompt, the output and K+1 drafts
+        return min(e.max_model_len, int(math.ceil(prompt)) + e.output_tokens + e.k + 1)
+
+    # the dataset whose largest batch takes the most KV cache: long prompts at a dataset's
+    # max_batch may take less than short ones at the job's largest batch
+    ds, prompt = max(e.prompt_tokens.items(), default=("", 0.0),
+                     key=lambda d: e.batches.get(d[0], e.batch) * kv(seq(d[1])))
     tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
     reserve = RESERVE_GIB * GIB + activation_bytes(cfg, e.tp, tokens, e.batch)
     return Memory(budget=mem_gib * GIB * e.utilization, weights=weights, drafter=draft,
-                  reserve=reserve, kv_start=kv(e.max_model_len), kv_per_seq=kv(seq),
-                  seq_tokens=seq, batch=e.batch)
+                  reserve=reserve, kv_start=kv(e.max_model_len), kv_per_seq=kv(seq(prompt)),
+                  seq_tokens=seq(prompt), batch=e.batches.get(ds, e.batch), dataset=ds)
 
 
 def _gib(x: float) -> str:
@@ -419,11 +428,12 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
                                                       else "")
             + f" + reserve {_gib(m.reserve)} + KV cache of one {e.max_model_len:,}-token sequence "
             f"{_gib(m.kv_start)} = {_gib(need)} per GPU > {budget}")
-    elif m.sequences < e.batch:
+    elif m.sequences < m.batch:
         add("memory", f"the KV cache ({_gib(m.kv_free)} per GPU after the weights) holds "
             f"{m.sequences} sequences of {m.seq_tokens:,} tokens, fewer than the largest batch "
-            f"{e.batch}: vLLM would run {m.sequences} at a time and queue the rest (raise TP, use a "
-            "larger GPU or lower the batch)", fatal=False)
+            f"{m.batch} ({m.dataset}'s): vLLM would run {m.sequences} at a time and queue the "
+            "rest (raise TP, use a larger GPU, or lower the batch: the dataset's max_batch)",
+            fatal=False)
     return out, m
 
 

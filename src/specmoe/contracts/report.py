@@ -266,5 +266,7 @@ def plan_entry(cfg, name: str) -> dict:
                 "datasets": list(m.datasets), "dense": False}
     return {"name": name, "repo_id": entry.get("repo_id"), "revision": entry.get("revision"),
             **what,
+            "schedules": {ds: [list(p) for p in cfg.sweep_schedule(ds)]
+                          for ds in what["datasets"]},
             "gpus": cfg.gpus(name), "jobs": [vars(j) for j in jobs],
             "engines": [asdict(cfg.engine_of(j)) for j in jobs] if cfg.on_gpu(name) else []}

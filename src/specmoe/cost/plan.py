@@ -110,9 +110,10 @@ def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int 
 def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
              params: StepParams, prompt_tokens: dict[str, float] | None = None) -> list[dict]:
     """The estimates of one model's GPU jobs. model: its `jobs` ({rule, drafter, k, dataset}, as
-    the workflow's rules run them, specmoe.config.Config.engine_jobs), `datasets` and `gpus` (TP on
-    a GPU, none on a CPU); prompt_tokens: each dataset's mean prompt length in tokens (prefill is
-    left out for a dataset without one)."""
+    the workflow's rules run them, specmoe.config.Config.engine_jobs), `datasets`, `schedules`
+    (each dataset's (batch, prompts) points in its series, Config.sweep_schedule) and `gpus` (TP
+    on a GPU, none on a CPU); prompt_tokens: each dataset's mean prompt length in tokens (prefill
+    is left out for a dataset without one)."""
     known = prompt_tokens or {}
 
     def ptok(ds: str) -> float:  # "a+b": the datasets together
@@ -120,15 +121,17 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         return sum(parts) / len(parts) if parts else 0.0
 
     sweep, cap, prof = (config.get(s) or {} for s in ("sweep", "capture", "profiling"))
-    sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep.get("schedule") or []]
     gpus = int(model["gpus"])
     boot = startup_s(dims, a)
     rows = []
 
-    def sweep_s(k, p):  # one engine serves every dataset of a series, every point `repeats` times,
-        # with warm-up requests before a batch size's first measurement
-        warm = [(b, int(sweep["repeats"]) * n + max(int(sweep["warmups"]), b)) for b, n in sched]
-        return sum(series_s(dims, hw, warm, int(sweep["output_len"]), k, a, p, ptok(ds))
+    def warm(ds):  # a dataset's points in its series, each `repeats` times, with warm-up
+        # requests before a batch size's first measurement
+        return [(b, int(sweep["repeats"]) * n + max(int(sweep["warmups"]), b))
+                for b, n in model["schedules"][ds]]
+
+    def sweep_s(k, p):  # one engine serves every dataset of a series
+        return sum(series_s(dims, hw, warm(ds), int(sweep["output_len"]), k, a, p, ptok(ds))
                    for ds in model["datasets"])
 
     def profile_s(k, p):  # two engines, `engines` starts each; the profiler slows steps down

@@ -391,25 +391,35 @@ def point_summary(res: dict, batch: int, num_prompts: int, output_len: int) -> d
     return out
 
 
+def _schedules(texts, schedule) -> tuple[dict, dict]:
+    """(parts, each part's schedule): texts and schedule as run_series takes them, a schedule
+    of each part checked."""
+    parts = texts if isinstance(texts, dict) else {"": texts}
+    schedules = schedule if isinstance(schedule, dict) else {part: schedule for part in parts}
+    for part in parts:
+        whose = f"{part}: " if part else ""
+        if not schedules.get(part):
+            raise InputError(f"{whose}the sweep schedule is empty")
+        for batch, n in schedules[part]:
+            if batch < 1 or n < batch:
+                raise InputError(f"{whose}schedule point batch {batch} with {n} prompts: need 1 "
+                                 "<= batch <= prompts")
+    return parts, schedules
+
+
 def _plan(texts, schedule, output_len, warmups, points_dir, key_base, repeats):
     """Every point of a series, in measuring order (repeat by repeat: interleaved over batch
     sizes and parts): (repeat, part, batch, prompts, key, path, the point on disk with the same
     key or None). Returns (parts, entries)."""
-    if not schedule:
-        raise InputError("the sweep schedule is empty")
     if repeats < 1:
         raise InputError(f"repeats must be at least 1 (got {repeats})")
-    for batch, n in schedule:
-        if batch < 1 or n < batch:
-            raise InputError(f"schedule point batch {batch} with {n} prompts: need 1 <= batch "
-                             "<= prompts")
-    parts = texts if isinstance(texts, dict) else {"": texts}
+    parts, schedules = _schedules(texts, schedule)
     entries = []
     for part, part_texts in parts.items():
         pdir = Path(points_dir) / part if part else Path(points_dir)
         pdir.mkdir(parents=True, exist_ok=True)
         for rep in range(repeats):
-            for batch, n in schedule:
+            for batch, n in schedules[part]:
                 key = config_hash({**key_base, "point_format": POINT_FORMAT, "batch": batch,
                                    "num_prompts": n, "output_len": output_len, "warmups": warmups,
                                    "repeat": rep, "prompts": config_hash(part_texts[:n])})
@@ -424,11 +434,11 @@ def _plan(texts, schedule, output_len, warmups, points_dir, key_base, repeats):
     return parts, entries
 
 
-def plan_points(texts, schedule: list[tuple[int, int]], output_len: int, warmups: int,
+def plan_points(texts, schedule, output_len: int, warmups: int,
                 points_dir, key_base: dict, repeats: int = 1) -> tuple[dict, dict, list]:
     """A series' points: those on disk with the same key (reused: {part: {(batch, repeat):
     point}}) and those to measure (todo: (repeat, part, batch, prompts, key, path), repeat by
-    repeat). texts as for run_series; returns (parts, reused, todo)."""
+    repeat). texts and schedule as for run_series; returns (parts, reused, todo)."""
     parts, entries = _plan(texts, schedule, output_len, warmups, points_dir, key_base, repeats)
     points, todo = {part: {} for part in parts}, []
     for rep, part, batch, n, key, path, old in entries:
@@ -498,7 +508,7 @@ def _prompt_files(stack: contextlib.ExitStack, parts: dict, points_dir) -> dict:
     return jsonl
 
 
-def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, int]],
+def run_series(engine: dict, model_dir: str, texts, schedule,
                output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
                log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1,
                paired: tuple[dict, dict, str] | None = None, order: str | None = None):
@@ -506,7 +516,9 @@ def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, in
     requests the first time the engine meets a batch size); one file per point.
 
     texts: one prompt list (points in points_dir), or {part: prompt list} for several prompt sets
-    on the same engine, e.g. one per dataset (points in points_dir/<part>/). Points already on disk
+    on the same engine, e.g. one per dataset (points in points_dir/<part>/). schedule: a list of
+    (batch, num_prompts), or {part: such a list} where parts have points of their own (a
+    dataset's max_batch). Points already on disk
     with the same key are reused, and the server is not started at all when every point is there.
     Returns the points in schedule order, each batch size's repeats together, each point with
     "repeat" and "reused": bool (a dict of such lists per part when texts is a dict).
@@ -577,7 +589,8 @@ def run_series(engine: dict, model_dir: str, texts, schedule: list[tuple[int, in
                         servers[a], model_dir, jsonl[part], batch, n, output_len,
                         0 if batch in warm[a] else warmups, key, path, prov, part, rep)
                     warm[a].add(batch)
-    out = [{part: [{**pts[part][(b, rep)], "repeat": rep} for b, _ in schedule
+    schedules = _schedules(texts, schedule)[1]
+    out = [{part: [{**pts[part][(b, rep)], "repeat": rep} for b, _ in schedules[part]
                    for rep in range(repeats)] for part in parts} for pts in points]
     if not isinstance(texts, dict):
         out = [o[""] for o in out]

@@ -5,7 +5,7 @@ or `gpu` extra)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
@@ -28,23 +28,34 @@ class SweepSettings:
     """What a serving series measures, typed once from its job's settings (the sweep section as
     the schema filled it, specmoe.config.Config.job_settings): the schedule's (batch size, prompts)
     points, the tokens each request generates, the warm-up requests before a batch size is first
-    measured, the measurements of each point and the engine's start-up timeout in seconds. The
-    engine's own settings (dtype, context, engine arguments) stay in the section (engine_opts)."""
+    measured, the measurements of each point, the engine's start-up timeout in seconds and the
+    points of each dataset that has its own (a max_batch: `dataset_schedules`, resolved by
+    Config.sweep_schedule). The engine's own settings (dtype, context, engine arguments) stay in
+    the section (engine_opts)."""
     schedule: tuple[tuple[int, int], ...]
     output_len: int
     warmups: int
     repeats: int
     startup_timeout_s: float
+    dataset_schedules: dict = field(default_factory=dict)
+
+    def points(self, dataset: str) -> tuple[tuple[int, int], ...]:
+        """The (batch size, prompts) points the series measures on `dataset`."""
+        return self.dataset_schedules.get(dataset, self.schedule)
 
     @classmethod
     def of(cls, section: dict) -> "SweepSettings":
         """The settings of a sweep section; one missing or not a number is refused in one line."""
+        def points(schedule):
+            return tuple((int(p["batch"]), int(p["prompts"])) for p in schedule)
+
         try:
-            return cls(schedule=tuple((int(p["batch"]), int(p["prompts"]))
-                                      for p in section["schedule"]),
+            return cls(schedule=points(section["schedule"]),
                        output_len=int(section["output_len"]), warmups=int(section["warmups"]),
                        repeats=int(section["repeats"]),
-                       startup_timeout_s=float(section["startup_timeout_s"]))
+                       startup_timeout_s=float(section["startup_timeout_s"]),
+                       dataset_schedules={ds: points(pts) for ds, pts in
+                                          (section.get("dataset_schedules") or {}).items()})
         except KeyError as exc:
             raise InputError(f"sweep settings: no {exc.args[0]} (they have "
                              f"{', '.join(sorted(section))})") from None
@@ -55,9 +66,10 @@ class SweepSettings:
 def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
     """Rules sweep_sd and sweep_ar (their contracts: specmoe.contracts.engines.SweepSdParams,
     SweepArParams): one serving series, one engine (inputs.target, with SD where inputs.drafter
-    is given) over the batch sizes of the schedule (params.settings), for each dataset of
-    params.job["datasets"] in turn (datasets do not change the engine, so they share one
-    start-up), each over its downloaded prompt table among inputs.prompts, else params.prompts.
+    is given) over the batch sizes of the schedule (params.settings; a dataset with a max_batch
+    up to it), for each dataset of params.job["datasets"] in turn (datasets do not change the
+    engine, so they share one start-up), each over its downloaded prompt table among
+    inputs.prompts, else params.prompts.
 
     Points go to `<outputs.json without .json>.points/<dataset>/b<B>.json` as they are measured
     (resume: see serving.run_series); outputs.json lists them once the series is complete. log:
@@ -78,10 +90,11 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     out, prompting = outputs.json, params.prompting
     check_inputs(target_dir, drafter_dir, k)
     settings = SweepSettings.of(sweep_cfg)
-    sched = list(settings.schedule)
+    sched = {ds: list(settings.points(ds)) for ds in series["datasets"]}
+    largest = max(b for points in sched.values() for b, _ in points)
     # on a GPU both arms of an SD series capture CUDA graphs for verify steps at every batch
     # (engine.cuda_graph_config): the two engines differ in SD alone
-    engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=max(b for b, _ in sched),
+    engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=largest,
                            graph_k=k, **engine_opts(sweep_cfg))
     # the tokens kept free for drafts: the same in the model's series with and without SD, so
     # that they measure the same prompts
@@ -93,8 +106,8 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
         rows, info = engine_prompts(prompt_table.load(prompts_source[ds], [ds]), engine,
                                     prompting, reserved, f"sweep of {series['model']}")
         fit.update(info)
-        rows = prompt_table.schedule(rows, max(n for _, n in sched),
-                                     set_size=min(n for _, n in sched))
+        rows = prompt_table.schedule(rows, max(n for _, n in sched[ds]),
+                                     set_size=min(n for _, n in sched[ds]))
         texts[ds] = [r.text for r in rows]
     key_base = {"engine": {n: v for n, v in engine.items() if n != "model"},
                 "target": model_identity(target_dir),
@@ -109,7 +122,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     # other (serving.arm_order, run_series)
     paired, order = None, arm_order(key_base["device"])
     if drafter_dir:
-        plain = engine_kwargs(target_dir, None, None, max_num_seqs=max(b for b, _ in sched),
+        plain = engine_kwargs(target_dir, None, None, max_num_seqs=largest,
                               graph_k=k, **engine_opts(sweep_cfg))
         paired = (plain, {**key_base, "engine": {n: v for n, v in plain.items() if n != "model"},
                           "drafter": None},

@@ -340,9 +340,10 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
              "adds to a job at that value, `sd_loop_hours_high` at the range's top, which the "
              "runtime covers.", "",
              "Memory per GPU (the preflight, specmoe.checks.preflight): `weights_gib` the weights (and "
-             "drafter) on each GPU, `kv_sequences` the sequences of the job's length its KV cache "
-             "holds, `headroom_gib` what is left with the job's largest batch in it (below 0: vLLM "
-             "queues part of that batch).", "",
+             "drafter) on each GPU, `kv_sequences` the sequences its KV cache holds of the "
+             "dataset that takes the most of it (its prompts at the largest batch the job runs "
+             "them at: up to a dataset's `max_batch`), `headroom_gib` what is left with that batch "
+             "in it (below 0: vLLM queues part of that batch).", "",
              *([f"Not in this plan: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
                 "size them from); they cannot run until one is set.", ""] if unplanned else []),
              *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
