@@ -311,7 +311,7 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
     from specmoe.checks.preflight import offline_config
     from specmoe.config import Config
     from specmoe.contracts import Named
-    from specmoe.contracts.report import PlanParams
+    from specmoe.contracts.report import PlanParams, plan_entry
     from specmoe.cost import plan, stepmodel
     from specmoe.cost.hfconfig import dense_dims_from_config
     from specmoe.files import Files
@@ -330,8 +330,7 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
     alone = rows[job_label("sweep_ar", "qwen2-0.5b", "", "", "")]
     assert alone["gpus"] == 1 and "mixtral-draft" in bill["unplanned"]
     draft, _ = offline_config(c.entry("qwen2-0.5b"))
-    priced = plan.job_rows("qwen2-0.5b", {"jobs": [vars(j) for j in c.engine_jobs("qwen2-0.5b")],
-                                          "datasets": c.sweep_datasets("qwen2-0.5b"), "gpus": 1},
+    priced = plan.job_rows("qwen2-0.5b", plan_entry(c, "qwen2-0.5b"),
                            dense_dims_from_config(draft), h100(), c.raw,
                            plan.PlanAssumptions.from_dict(c.raw["plan"]), stepmodel.fitted(),
                            {ds: c.prompt_tokens(ds)[0] for ds in c.sweep_datasets("qwen2-0.5b")})
