@@ -251,6 +251,72 @@ def _swept_engines(checkpoint, tmp_path, monkeypatch, k: int, largest: int) -> t
     return kept["sd"], kept["plain"]
 
 
+def test_a_longer_job_runtime_keeps_the_series_config_hash(tmp_path, monkeypatch, checkpoint):
+    """A serving series' provenance hashes its settings, not the timeouts its job's runtime sets:
+    a SLURM retry doubles the runtime, and the same series got another config hash; the runtime
+    still bounds the engine's start."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepArParams
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import sweep_stage
+
+    kept = []
+
+    class Stop(Exception):
+        pass
+
+    def series(engine, *a, startup_timeout=None, **kw):
+        kept.append((a[7]["config_hash"], startup_timeout))  # its provenance
+        raise Stop
+
+    monkeypatch.setattr(serving, "run_series", series)
+    sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 16, "warmups": 0,
+             "repeats": 1, "startup_timeout_s": 7200}
+    for runtime in (60, 120):
+        params = SweepArParams(job={"model": "t", "k": None, "datasets": ["tinybench"]},
+                               settings=sweep,
+                               method=None, gpu=False, prompts=prompt_table.DEFAULT_SOURCE,
+                               prompting={})
+        with pytest.raises(Stop):
+            sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
+                        Named({"json": str(tmp_path / "s.json")}), params, runtime=runtime)
+    assert kept[0][0] == kept[1][0]
+    assert [t for _, t in kept] == [pytest.approx(60 * 60 * 0.95), pytest.approx(120 * 60 * 0.95)]
+
+
+def test_a_longer_job_runtime_keeps_the_profiles_config_hash(tmp_path, monkeypatch, checkpoint):
+    """The profile's provenance likewise hashes its settings, not its job's timeouts; the
+    profiler is replaced by a recorder of the timeout it was given."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import ProfileParams
+    from specmoe.provenance import read_json
+    from specmoe.runtime import kernelprof
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import profile_stage
+
+    timeouts = []
+
+    def profile(*a, timeout=None, **kw):
+        timeouts.append(timeout)
+        return {"k": 3, "batches": []}
+
+    monkeypatch.setattr(kernelprof, "profile_model", profile)
+    prof = {"batch_sizes": [1], "max_tokens": 8, "engines": 1, "startup_timeout_s": 7200}
+    hashes = []
+    for runtime in (60, 120):
+        out = tmp_path / f"p{runtime}.json"
+        profile_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint),
+                             "prompts": []}),
+                      Named({"json": str(out), "traces": str(tmp_path / f"t{runtime}")}),
+                      ProfileParams(job={"model": "t", "drafter": "d", "k": 3,
+                                         "dataset": "tinybench"}, settings=prof, method=None,
+                                    gpu=False, prompts=prompt_table.DEFAULT_SOURCE,
+                                    prompting={}), runtime=runtime)
+        hashes.append(read_json(out)["provenance"]["config_hash"])
+    assert hashes[0] == hashes[1]
+    assert timeouts == [pytest.approx(60 * 60 * 0.95), pytest.approx(120 * 60 * 0.95)]
+
+
 def graphed_batches(engine: dict, k: int) -> list[int]:
     """The batch sizes whose decode step (k = 0) or verify step (K = k) vLLM 0.32 runs as a CUDA
     graph on an H100 served with these engine arguments: the capture sizes by vLLM's own
