@@ -188,9 +188,16 @@ def test_the_reports_breakdown_counts_only_the_configurations_models(tmp_path):
     run in the same folder) was counted in the report's breakdown: 99 jobs became 100."""
     root = run_dir(tmp_path)
     bench(root, "models/tiny-fine-old.tsv", 318)
-    names = ("synth-fine", "tiny-drafter", "tiny-fine", "tokenizer")
+    for stale in ("downloads/old--repo.full.tsv", "downloads/datasets/old.tsv",
+                  "prompts/old.tsv"):  # a dropped study model's download, a dropped dataset's
+        bench(root, stale, 10)
+    names = ("synth-fine", "tiny-drafter", "tiny-fine", "tokenizer", "mt-bench", "org--m")
     assert timing.collect(root, names=names).seconds == timing.collect(run_dir(
         tmp_path / "fresh")).seconds
+    for kept in ("downloads/org--m.config.tsv", "downloads/datasets/mt-bench.tsv",
+                 "prompts/mt-bench.tsv"):
+        bench(root, kept, 10)
+    assert timing.collect(root, names=names).jobs["inputs"] == 3
     out = root / "results/report/index.md"
     report.report_index_stage(*report_job(root / "results/tables", root / "results/figures", out),
                               ReportIndexParams("abc", names=names), run_root=root)

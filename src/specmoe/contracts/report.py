@@ -42,10 +42,10 @@ class ReportIndexParams:
     """Rule report_index: results/report/index.md, index.html and summary.txt (outputs md, html,
     summary; specmoe.stages.report.report_index_stage): every table of the report (inputs tables,
     their CSVs, and markdown) and every figure (input figures, PNG), as `inputs` lists them. It
-    depends on the configuration's hash, which the report names, and on the names of its models
-    and drafters (`names`): its time breakdown counts only their jobs' benchmark files, not those
-    a model dropped from the configuration, or another configuration's run, left in
-    benchmarks/."""
+    depends on the configuration's hash, which the report names, and on the names of its models,
+    drafters, downloads and datasets (`names`): its time breakdown counts only their jobs'
+    benchmark files (timing.job_name), not those a model or dataset dropped from the
+    configuration, or another configuration's run, left in benchmarks/."""
 
     INPUTS = ("tables", "markdown", "figures")
     OUTPUTS = ("md", "html", "summary")
@@ -56,9 +56,12 @@ class ReportIndexParams:
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "ReportIndexParams":
+        from ..config import repo_key
+
+        models = {*cfg.models, *(m["name"] for m in cfg.raw["models"]), *cfg.drafters}
         return cls(config_hash=config_hash(cfg.raw), names=tuple(sorted(
-            {*cfg.models, *(m["name"] for m in cfg.raw["models"]), *cfg.drafters,
-             P.TOKENIZER.rsplit("/", 1)[-1]})))
+            {*models, P.TOKENIZER.rsplit("/", 1)[-1], *cfg.datasets,
+             *(repo_key(cfg.entry(n)) for n in models if cfg.entry(n).get("repo_id"))})))
 
     @staticmethod
     def inputs(cfg) -> dict[str, list[str]]:

@@ -27,8 +27,19 @@ FOLDERS = {"models": "train", "sd_check": "serve", "sweeps": "serve", "traces": 
 # the output a benchmark mirrors (specmoe.paths.benchmark_of drops its extension)
 OUTPUT_EXT = {"sd_check": ".json", "sweeps": ".json", "traces": ".parquet", "profiles": ".json"}
 ENGINE_JOBS = ("serve", "capture", "profile")  # the stages whose jobs start engines
-# the folders whose benchmarks lie under a model's (or drafter's) name: <folder>/<name>[.tsv|/...]
-BY_MODEL = tuple(f for f in FOLDERS if f not in ("report", "downloads", "prompts"))
+
+
+def job_name(rel: Path) -> str | None:
+    """The model, drafter, download or dataset a benchmark (its path under benchmarks/) is of:
+    <folder>/<model>[.tsv|/...], downloads/<repo key>.<mode>.tsv, downloads/datasets/<dataset>.tsv,
+    prompts/<dataset>.tsv; None for the report's own jobs."""
+    parts = rel.parts
+    if len(parts) < 2 or parts[0] == "report":
+        return None
+    if parts[:2] == ("downloads", "datasets") and len(parts) > 2:
+        return parts[2].removesuffix(".tsv")
+    name = parts[1].removesuffix(".tsv")
+    return name.rsplit(".", 1)[0] if parts[0] == "downloads" else name
 
 
 @dataclass
@@ -148,7 +159,7 @@ def collect(root: str | Path = ".", since: float | None = None,
             names: tuple[str, ...] | None = None) -> Breakdown:
     """The breakdown of the jobs whose benchmark files lie under root/benchmarks (those written
     at or after `since`, a time.time(), where given: one invocation's jobs; with `names`, only
-    those of these models and drafters, where a benchmark's path names a model)."""
+    those of these models, drafters, downloads and datasets: job_name)."""
     root = Path(root)
     b = Breakdown()
     for tsv in sorted((root / "benchmarks").rglob("*.tsv")):
@@ -156,9 +167,8 @@ def collect(root: str | Path = ".", since: float | None = None,
             continue
         rel = tsv.relative_to(root / "benchmarks")
         folder = rel.parts[0] if len(rel.parts) > 1 else ""
-        if names is not None and folder in BY_MODEL and \
-                rel.parts[1].removesuffix(".tsv") not in names:
-            continue  # a model this configuration does not have
+        if names is not None and job_name(rel) not in (None, *names):
+            continue  # a model or dataset this configuration does not have
         stage = FOLDERS.get(folder, "other")
         try:
             s = job_seconds(tsv)
