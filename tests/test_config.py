@@ -189,6 +189,15 @@ def test_a_profile_above_its_datasets_max_batch_is_refused_in_one_line():
         "sizes [32], above its max_batch 16: the profile's TE is set beside the sweep's at the "
         "same batch size (put another dataset first)")
 
+    def joined(cfg):  # a joined set is capped by its parts' caps (the check read none)
+        first(cfg)
+        m = next(m for m in cfg["models"] if m["name"] == "gpt-oss-120b-tp4")
+        m["datasets"] = ["mt-bench+speed-bench-32k"]
+
+    with pytest.raises(InputError, match=r"first dataset mt-bench\+speed-bench-32k at batch "
+                                         r"sizes \[32\], above its max_batch 16"):
+        resolved("config/paper.yaml", joined)
+
 
 def test_prompt_lengths_come_from_the_configuration_the_table_or_the_plan():
     c = resolved("config/paper.yaml")

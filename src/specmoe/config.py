@@ -27,7 +27,7 @@ from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, kind
 from .names import control_name, job_label
-from .runs import Run, dataset_parts, datasets_in
+from .runs import Run, dataset_parts, datasets_in, max_batch_of
 from .sources.prompts import DEFAULT_SOURCE
 
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
@@ -594,11 +594,8 @@ class Config:
                        if r.model == name or (alone and r.drafter == name)})
 
     def max_batch(self, dataset: str) -> int | None:
-        """The largest batch size the sweeps measure `dataset` at: its `max_batch` ("a+b": the
-        least of its parts'); None: the schedule's every batch size."""
-        caps = [int(self.datasets[p]["max_batch"]) for p in dataset_parts(dataset)
-                if (self.datasets.get(p) or {}).get("max_batch") is not None]
-        return min(caps) if caps else None
+        """The largest batch size the sweeps measure `dataset` at (runs.max_batch_of)."""
+        return max_batch_of(self.datasets, dataset)
 
     def sweep_schedule(self, dataset: str) -> list[tuple[int, int]]:
         """The (batch, prompts) points a serving series measures on `dataset`: the sweep

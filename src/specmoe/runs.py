@@ -42,6 +42,14 @@ def dataset_parts(ds: str) -> list[str]:
     return str(ds).split(DATASET_JOIN)
 
 
+def max_batch_of(datasets: dict, dataset: str) -> int | None:
+    """The largest batch size the sweeps measure `dataset` at, from the configuration's datasets
+    section: its `max_batch` ("a+b": the least of its parts'); None: every batch size."""
+    caps = [int(datasets[p]["max_batch"]) for p in dataset_parts(dataset)
+            if (datasets.get(p) or {}).get("max_batch") is not None]
+    return min(caps) if caps else None
+
+
 def datasets_in(names) -> list[str]:
     """Every dataset that the runs' datasets `names` join, once each, sorted."""
     return sorted({p for ds in names for p in dataset_parts(ds)})

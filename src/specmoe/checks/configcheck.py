@@ -14,7 +14,7 @@ from collections import Counter
 from ..cost.costmodel import compute_dtype
 from ..errors import InputError
 from ..names import control_name
-from ..runs import dataset_parts
+from ..runs import dataset_parts, max_batch_of
 from .schema import did_you_mean
 
 
@@ -360,7 +360,7 @@ def _max_batch_problems(config: dict) -> list[str]:
     profiled = (config.get("profiling") or {}).get("batch_sizes") or []
     for m in config.get("models") or []:
         first = (m.get("datasets") or [""])[0]
-        cap = (datasets.get(first) or {}).get("max_batch")
+        cap = max_batch_of(datasets, first)  # a joined set's: the least of its parts
         above = [b for b in profiled if cap is not None and b > cap]
         if above and m.get("sweep", True) and "sweep" in config:
             out.append(f"model {m['name']}: profiled on its first dataset {first} at batch sizes "
