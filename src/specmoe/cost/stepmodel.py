@@ -412,7 +412,7 @@ def unique_decode(dims: ModelDims, batch: int) -> float:
 
 # --- calibration on the study's measurements --------------------------------------------------
 
-CALIBRATION_K = 3  # the draft length of every TE the study publishes (Table 10, Table 1)
+CALIBRATION_K = published.STUDY_K  # the draft length of every TE the study publishes
 
 # The checkpoint (config.json, package data under data/hf_configs/) of each study model, and the
 # format a precision serves it in: None, the checkpoint's own; else vLLM's online format.

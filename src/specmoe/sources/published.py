@@ -116,6 +116,8 @@ class Spec:
     main_set: bool = True
 
 
+STUDY_K = 3  # the K of every published overlap, acceptance and TE table
+
 SPECS = (
     Spec("overlap_by_distance", "overlap_by_distance",
          # the study's steps 1-4 are along the committed sequence (steps 1-4 at K = 3)
@@ -130,7 +132,7 @@ SPECS = (
     Spec("unique_experts", "unique_experts_ipf",
          {"uniform": "unique_uniform", "independent": "unique_independent",
           "empirical": "unique_empirical", "ipf_uniform_sequence": "uniform_ipf"},
-         where={"k": 3}),
+         where={"k": STUDY_K}),
     Spec("per_layer_overlap", "per_layer_overlap",
          {"step1_overlap": "step1_overlap", "independent": "independent"},
          key=("layer", "layer")),
@@ -141,21 +143,20 @@ SPECS = (
     Spec("kernel_time_shares", "profiling_batch1", {"decode_share": "moe_time_share"},
          where={"batch": 1, "class": "moe"}, variant=("gpu", "precision", "tp")),
     Spec("te_three_ways", "te_batch1_k3", {"te_sweep": "target_efficiency"},
-         where={"batch": 1, "k": 3}, variant=("precision", "tp", "sd_method")),
+         where={"batch": 1, "k": STUDY_K}, variant=("precision", "tp", "sd_method")),
     # like for like: the study's unique_sd and te_predicted use its measured unique experts, so
     # the weight model's IPF prediction is set beside the study's own uniform IPF prediction
     Spec("weight_model", "te_weight_model_batch1",
          {"c_expert_mib_per_gpu": "c_expert_mib_per_gpu",
           "c_dense_mib_per_gpu": "c_dense_mib_per_gpu", "moe_weight_share": "moe_weight_share"},
-         where={"K": 3}, variant=("dtype", "tp"), main_set=False),
-    Spec("weight_model", "unique_experts_ipf", {"unique_ipf": "uniform_ipf"}, where={"K": 3},
+         where={"K": STUDY_K}, variant=("dtype", "tp"), main_set=False),
+    Spec("weight_model", "unique_experts_ipf", {"unique_ipf": "uniform_ipf"}, where={"K": STUDY_K},
          main_set=False),
 )
 
 # The published three-step correction is for one model at batch 1, on one variant of it
 # (three_step_variant).
 THREE_STEP_MODEL = "Qwen3-30B"
-STUDY_K = 3  # the K of every published overlap, acceptance and TE table
 # vLLM's speculative method -> the study's name of it (te_batch1_k3's sd_method)
 SD_METHODS = {"draft_model": "draft_model", "eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP"}
 
