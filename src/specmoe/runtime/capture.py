@@ -559,14 +559,7 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
     experts, token_id = cat("experts"), cat("token_id")
     req, step, n_drafts, accepted = cat("req"), cat("step"), cat("n_drafts"), cat("accepted")
     ext_index = {r["request_id"]: i for i, r in enumerate(result["requests"])}
-
-    def request_index(internal: str) -> int:
-        if internal in ext_index:
-            return ext_index[internal]
-        base = internal.rsplit("-", 1)[0]  # internal ids are the external id plus a suffix
-        if base not in ext_index:
-            raise SpecmoeError(f"captured request {internal} matches no submitted request")
-        return ext_index[base]
+    request_index = functools.partial(_request_index, index=ext_index)
 
     preempted = cat("preempted")
     if preempted.size:
