@@ -6,6 +6,7 @@ import pytest
 
 from specmoe.runtime import tiny
 from specmoe.errors import InputError
+from specmoe.provenance import atomic_dir
 
 torch = pytest.importorskip("torch")
 
@@ -122,10 +123,10 @@ def test_bad_arch():
 
 def test_atomic_dir_replaces_whole(tmp_path):
     out = tmp_path / "m"
-    with tiny.atomic_dir(out) as d:
+    with atomic_dir(out) as d:
         (d / "a").write_text("1")
     with pytest.raises(RuntimeError):
-        with tiny.atomic_dir(out) as d:
+        with atomic_dir(out) as d:
             (d / "b").write_text("2")
             raise RuntimeError("crash mid-write")
     assert sorted(p.name for p in out.iterdir()) == ["a"]
@@ -140,7 +141,7 @@ def test_atomic_dir_gives_the_folder_the_usual_permissions(tmp_path):
 
     old = os.umask(0o022)
     try:
-        with tiny.atomic_dir(tmp_path / "m") as d:
+        with atomic_dir(tmp_path / "m") as d:
             (d / "a").write_text("1")
     finally:
         os.umask(old)

@@ -119,7 +119,7 @@ def measured_on(rec: dict) -> str:
         f"on {where}", f"with {m['engine']}" if m.get("engine") else "") if x)
 
 
-def umask() -> int:
+def _umask() -> int:
     """This process's umask (reading it means setting it: it is set back at once)."""
     mask = os.umask(0)
     os.umask(mask)
@@ -140,11 +140,34 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp_path
         if tmp_path.is_file():  # mkstemp makes 0600; give the result the usual permissions
-            os.chmod(tmp_path, 0o666 & ~umask())
+            os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Build a directory under a temporary name beside `path`, then swap it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmpdir"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmpdir", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: readable by others as any folder
+        if path.exists():
+            old = path.with_name(f".{path.name}.old.tmpdir")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import sysconfig
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..provenance import atomic_dir
 
 log = logging.getLogger("specmoe")
 EOS = "<|endoftext|>"
@@ -395,31 +395,6 @@ def load_balancing_loss(router_logits, num_experts: int, top_k: int, scope: str 
 
 
 # --- files ----------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def atomic_dir(path: str | Path):
-    """Build a directory under a temporary name beside `path`, then swap it into place."""
-    from ..provenance import umask
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmpdir"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmpdir", dir=path.parent))
-    try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700: readable by others as any folder
-        if path.exists():
-            old = path.with_name(f".{path.name}.old.tmpdir")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
 
 def save_model(model, tokenizer_dir: str | Path, out_dir: str | Path, manifest: dict) -> None:
     """Weights (safetensors), config, tokenizer and manifest.json, atomically."""

@@ -12,7 +12,7 @@ from ..sources import prompts as prompt_table
 from ..runtime import tiny
 from ..errors import InputError
 from ..names import control_name
-from ..provenance import provenance, write_json
+from ..provenance import atomic_dir, provenance, write_json
 from .engines import setting
 
 logger = logging.getLogger("specmoe")
@@ -37,7 +37,7 @@ def tokenizer_stage(inputs, outputs, params) -> None:
                 "train_tokens": int(train.size), "heldout_tokens": int(held.size),
                 "corpus_digest": tiny.corpus_digest(train_files + held_files),
                 "tokenizer_digest": tiny.tokenizer_digest(tmp_tok)}
-    with tiny.atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir) as tmp:
         for f in tmp_tok.iterdir():
             f.rename(tmp / f.name)
         np.save(tmp / "train_tokens.npy", train)
