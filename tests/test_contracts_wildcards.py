@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from specmoe.config import repo_key
+from specmoe.names import repo_key
 from specmoe.contracts import param_fields, run_rule, snakemake_params, stage_args
 from specmoe.contracts.models import SdCheckParams
 from specmoe.contracts.study import (DownloadDatasetParams, DownloadModelParams,

@@ -14,7 +14,6 @@ config/README.md.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -26,7 +25,7 @@ from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, kind
-from .names import control_name, job_label
+from .names import control_name, job_label, repo_key
 from .runs import Run, dataset_parts, datasets_in, max_batch_of
 from .sources.prompts import DEFAULT_SOURCE
 
@@ -108,12 +107,6 @@ class Model:
     def runs(self) -> list[Run]:
         return [Run(self.name, d, k, ds) for d in self.drafters for k in self.ks
                 for ds in self.datasets]
-
-
-def repo_key(entry) -> str:
-    """The file name of a model's or drafter's download: owner--name of its repo id."""
-    repo = entry.get("repo_id")
-    return re.sub(r"[/]", "--", repo) if repo else f"unset--{entry['name']}"
 
 
 def _frozen(d: dict) -> MappingProxyType:

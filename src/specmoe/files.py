@@ -9,7 +9,8 @@ drafter is named as in the configuration; `pattern` arguments are specmoe.paths 
 from __future__ import annotations
 
 from . import paths as P
-from .config import Config, repo_key
+from .config import Config
+from .names import repo_key
 from .names import control_name
 from .runs import Run
 

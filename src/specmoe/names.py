@@ -27,3 +27,9 @@ def job_label(rule: str, model: str, drafter: str = "", k="", dataset: str = "")
     """An engine job as its output path names it (a run's path form, specmoe.runs): "sweep_sd
     qwen3-30b-fp8-tp1/eagle3-qwen3-30b/K3"."""
     return f"{rule} {path_of(model, drafter, k, dataset)}"
+
+
+def repo_key(entry) -> str:
+    """The file name of a model's or drafter's download: owner--name of its repo id."""
+    repo = entry.get("repo_id")
+    return repo.replace("/", "--") if repo else f"unset--{entry['name']}"

@@ -56,7 +56,7 @@ class ReportIndexParams:
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "ReportIndexParams":
-        from ..config import repo_key
+        from ..names import repo_key
 
         models = {*cfg.models, *(m["name"] for m in cfg.raw["models"]), *cfg.drafters}
         return cls(config_hash=config_hash(cfg.raw), names=tuple(sorted(
