@@ -160,6 +160,20 @@ def test_train_stage_rejects_zero_budget_before_building(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def token_folder(tmp_path, train: int, heldout: int):
+    """A tokenizer folder as rule tokenizer leaves it: random train and held-out token arrays
+    (vocabulary 300) and an empty tokenizer."""
+    import json
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    rng = np.random.default_rng(0)
+    np.save(tok / "train_tokens.npy", rng.integers(0, 300, train).astype(np.int32))
+    np.save(tok / "heldout_tokens.npy", rng.integers(0, 300, heldout).astype(np.int32))
+    (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {}, "merges": []}}))
+    return tok
+
+
 def test_train_stage_records_the_cpu_capability_its_weights_depend_on(tmp_path):
     """torch's CPU kernels differ by instruction set (avx2 and avx512 train different weights):
     the checkpoint's provenance names the one this training ran on."""
@@ -169,12 +183,7 @@ def test_train_stage_records_the_cpu_capability_its_weights_depend_on(tmp_path):
     from specmoe.contracts.models import TrainParams
     from specmoe.stages.models import train_stage
 
-    tok = tmp_path / "tok"
-    tok.mkdir()
-    rng = np.random.default_rng(0)
-    np.save(tok / "train_tokens.npy", rng.integers(0, 300, 5_000).astype(np.int32))
-    np.save(tok / "heldout_tokens.npy", rng.integers(0, 300, 1_000).astype(np.int32))
-    (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {}, "merges": []}}))
+    tok = token_folder(tmp_path, 5_000, 1_000)
     cfg = {"name": "m", "steps": 2, "arch": {"kind": "dense", "hidden": 32, "layers": 1,
                                              "heads": 2, "kv_heads": 1, "head_dim": 32,
                                              "intermediate": 32}}
@@ -185,6 +194,7 @@ def test_train_stage_records_the_cpu_capability_its_weights_depend_on(tmp_path):
     prov = json.loads((tmp_path / "m" / "manifest.json").read_text())["provenance"]
     assert prov["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert prov["cpu_capability"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "SVE256", "SVE128")
+
 
 def _moe_training(aux_coef: float, steps: int = 12):
     rng = np.random.default_rng(0)
@@ -313,12 +323,7 @@ def test_train_stage_applies_the_policy_records_it_and_the_weights_do_not_change
     import hashlib
     import json
 
-    tok = tmp_path / "tok"
-    tok.mkdir()
-    rng = np.random.default_rng(0)
-    np.save(tok / "train_tokens.npy", rng.integers(0, 300, 20_000).astype(np.int32))
-    np.save(tok / "heldout_tokens.npy", rng.integers(0, 300, 2_000).astype(np.int32))
-    (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {}, "merges": []}}))
+    tok = token_folder(tmp_path, 20_000, 2_000)
     sha, threading = {}, {}
     for mode in ("policy", "libgomp-default"):
         out = tmp_path / mode
