@@ -26,7 +26,7 @@ from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, kind
 from .names import control_name, job_label, repo_key
-from .runs import Run, dataset_parts, datasets_in, max_batch_of
+from .runs import Run, datasets_in, max_batch_of
 from .sources.prompts import DEFAULT_SOURCE
 
 # vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
