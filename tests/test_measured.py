@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -97,3 +98,18 @@ def test_a_te_whose_interval_reaches_past_1_is_marked_and_never_a_value(tmp_path
     te_cols = [c for c in row.index if c.startswith("te_") and "_raw" not in c
                and not c.endswith("_status")]
     assert not any(float(row[c]) > 1 for c in te_cols if pd.notna(row[c]))
+
+
+def test_a_te_above_1_whose_interval_reaches_back_inside_is_not_identified_not_unphysical():
+    """The default run's tiny-fine profiled TE 1.13 [0.54, 2.39] was called 'above 1: not
+    physical' beside tiny-coarse's 0.94 [0.28, 3.13] 'not identified': the point's side of 1
+    decided a word its interval does not. Not physical only where the interval lies wholly
+    past the bound."""
+    from specmoe.report.measured import TE_PAST_BOUND, bounded_te
+
+    assert bounded_te("te", 1.130792, 0.536049, 2.385399)["te_status"] == TE_PAST_BOUND
+    assert bounded_te("te", -0.2, -0.5, 0.3)["te_status"] == TE_PAST_BOUND
+    assert bounded_te("te", 1.3, 1.1, 1.5)["te_status"] == "above 1: not physical"
+    assert bounded_te("te", 1.3)["te_status"] == "above 1: not physical"  # no interval given
+    row = bounded_te("te", 1.130792, 0.536049, 2.385399)
+    assert np.isnan(row["te"]) and np.isnan(row["te_low"]) and row["te_raw_high"] == 2.385399

@@ -173,7 +173,9 @@ def bounded_te(name: str, te: float, low: float | None = None, high: float | Non
 
     Given its 95% interval (low, high): a point inside whose interval reaches past 0 or 1 is
     "not identified" (TE_PAST_BOUND: the measurement cannot tell TE from an impossible value),
-    and so is one whose interval is missing (TE_NO_INTERVAL: nothing shows it inside),
+    and so is one whose interval is missing (TE_NO_INTERVAL: nothing shows it inside); a point
+    outside is "not physical" only where its interval lies wholly outside as well, else it too
+    is not identified (1.13 [0.54, 2.39] says no more than 0.94 [0.28, 3.13]),
     and the interval is kept as <name>_low/_high only beside a TE that is "ok"; the raw interval
     is always in <name>_raw_low/_raw_high, so no TE column holds a number past its bound.
     `status`: one already decided (the sweep's te_status), "ok" or a reason."""
@@ -186,6 +188,9 @@ def bounded_te(name: str, te: float, low: float | None = None, high: float | Non
             status = TE_NO_INTERVAL  # nothing shows it inside [0, 1] (one engine start)
         elif status == "ok" and low is not None and not (0.0 < low and high <= 1.0):
             status = TE_PAST_BOUND
+        elif status != "ok" and np.isfinite(raw) and low is not None and np.isfinite(low) \
+                and np.isfinite(high) and low <= 1.0 and high >= 0.0:
+            status = TE_PAST_BOUND  # outside, but its interval reaches back into [0, 1]
     ok = status == "ok"
     out = {name: raw if ok else np.nan, f"{name}_raw": raw, f"{name}_status": status}
     if low is not None:
