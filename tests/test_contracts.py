@@ -128,13 +128,17 @@ def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
                         "packages": {"vllm": "0.32.0"}, "created": "then",
                         "model": {"name": "t", "revision": "abc"}}
     (tmp_path / "sd.json").write_text(json.dumps(sd))
+    # the drafter's own series gives the draft cost: its measurement is named as well
+    files["dr"]["provenance"] = {**sd["provenance"], "model": {"name": "d", "revision": "def"}}
+    (tmp_path / "dr.json").write_text(json.dumps(files["dr"]))
     run_rule(smk, speedup_stage, SpeedupParams)
     prov = json.loads(out.read_text())["provenance"]
     assert prov["measured"]["hardware"]["gpus"] == ["NVIDIA H100 80GB HBM3"]
     assert prov["measured"]["packages"] == {"vllm": "0.32.0"} and prov["stage"] == "speedup"
     from specmoe.stages.report import measured_from
 
-    assert measured_from([str(out)]) == ["t@abc on NVIDIA H100 80GB HBM3 with vllm (cuda)"]
+    assert measured_from([str(out)]) == ["d@def on NVIDIA H100 80GB HBM3 with vllm (cuda)",
+                                         "t@abc on NVIDIA H100 80GB HBM3 with vllm (cuda)"]
 
 
 def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_outputs(

@@ -94,29 +94,40 @@ def provenance(config: Any = None, model: dict | None = None, **extra: Any) -> d
 MEASURED = ("created", "hardware", "packages", "engine", "stage")
 
 
-def derived(source: dict, config: Any = None, **extra: Any) -> dict[str, Any]:
+def derived(source: dict, config: Any = None, also: tuple[dict, ...] = (),
+            **extra: Any) -> dict[str, Any]:
     """The provenance of a file derived from a measured one (a trace, a serving series) whose
     record is `source`: this job's record over the source's, with the source's own hardware,
     packages, engine and time kept under `measured` (already there: the first measurement's), so
-    an analysis job on a login node does not write over the GPU its input was measured on."""
+    an analysis job on a login node does not write over the GPU its input was measured on.
+    also: the records of other measured inputs (a drafter's own series), kept under
+    `measured_also` with their models."""
     measured = source.get("measured") or {k: source[k] for k in MEASURED if k in source}
     rec = {**source, **provenance(config, model=source.get("model"), **extra)}
     if measured:
         rec["measured"] = measured
+    if also:
+        rec["measured_also"] = [{"model": a.get("model"), "measured": a.get("measured") or {
+            k: a[k] for k in MEASURED if k in a}} for a in also]
     return rec
 
 
-def measured_on(rec: dict) -> str:
-    """One line of where a measurement was made, from its file's provenance record (a derived
-    file's `measured` record): its model and revision, the GPUs (else the CPU) and the engine."""
-    m = rec.get("measured") or rec
-    hw = m.get("hardware") or {}
-    model = rec.get("model") or {}
-    where = ", ".join(hw.get("gpus") or []) or (
-        f"{hw.get('cpu', 'an unnamed CPU')} ({hw.get('cpu_count', '?')} cores)")
-    return " ".join(x for x in (
-        f"{model.get('name')}@{model.get('revision') or 'unpinned'}" if model.get("name") else "",
-        f"on {where}", f"with {m['engine']}" if m.get("engine") else "") if x)
+def measured_on(rec: dict) -> list[str]:
+    """Where the measurements behind a file were made, from its provenance record (a derived
+    file's `measured` record, and `measured_also`'s): one line each, its model and revision, the
+    GPUs (else the CPU) and the engine."""
+    lines = []
+    for r in (rec, *rec.get("measured_also", [])):
+        m = r.get("measured") or r
+        hw = m.get("hardware") or {}
+        model = r.get("model") or {}
+        where = ", ".join(hw.get("gpus") or []) or (
+            f"{hw.get('cpu', 'an unnamed CPU')} ({hw.get('cpu_count', '?')} cores)")
+        lines.append(" ".join(x for x in (
+            f"{model.get('name')}@{model.get('revision') or 'unpinned'}"
+            if model.get("name") else "",
+            f"on {where}", f"with {m['engine']}" if m.get("engine") else "") if x))
+    return lines
 
 
 def _umask() -> int:

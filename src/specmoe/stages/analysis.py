@@ -445,7 +445,8 @@ def speedup_stage(inputs, outputs, params) -> None:
     if arm_order not in NO_SD_SERIES:
         raise InputError(f"{inputs.sd}: unknown arm order {arm_order!r} of its no-SD points")
     res["no_sd_series"] = NO_SD_SERIES[arm_order]
-    prov = derived(sd.get("provenance", {}), asdict(params), stage="speedup")
+    prov = derived(sd.get("provenance", {}), asdict(params), stage="speedup",
+                   also=(dr.get("provenance", {}),) if dr else ())
     fit = sd.get("prompting") or {}
     write_json(outputs.json, {"run": run, **res,
                               "prompting": {p: fit[p] for p in dataset_parts(ds) if p in fit}}, prov)

@@ -42,8 +42,9 @@ def measured_from(*inputs) -> list[str]:
     """Where the measurements behind a table job's input files were made (measured_on), one line
     each: the report job runs elsewhere (a SLURM job's login node), so its own hardware is not
     theirs."""
-    return sorted({measured_on(read_json(p).get("provenance") or {})
-                   for paths in inputs for p in ([paths] if isinstance(paths, str) else paths)})
+    return sorted({line for paths in inputs
+                   for p in ([paths] if isinstance(paths, str) else paths)
+                   for line in measured_on(read_json(p).get("provenance") or {})})
 
 
 def tables_stage(inputs, outputs, params) -> list[Path]:
