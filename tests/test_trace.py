@@ -190,3 +190,18 @@ def test_reading_a_trace_imports_no_pandas(tmp_path, small_trace):
             "print(len(t), 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == [str(len(small_trace)), "False"]
+
+
+def test_a_trace_routing_a_token_to_one_expert_twice_is_refused():
+    """A token's top-k experts are k different ones; the checker let a repeated expert through."""
+    import pytest
+
+    from specmoe.routing.synth import SynthParams, generate
+    from specmoe.routing.trace import TraceError
+
+    tr = generate(SynthParams(num_experts=16, top_k=2, num_layers=2, k_draft=3, requests=2,
+                              steps=3, seed=0))
+    tr.validate()
+    tr.experts[5, 1, 1] = tr.experts[5, 1, 0]
+    with pytest.raises(TraceError, match="row 5 routes to one expert twice in layer 1"):
+        tr.validate()

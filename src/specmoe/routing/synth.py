@@ -175,10 +175,11 @@ FITTED = ("skew", "stickiness", "topic_spread", "topic_switch")
 
 
 def zipf_logw(num_experts: int, skew: float, rng: np.random.Generator) -> np.ndarray:
-    """Log popularity of each expert, Zipf(skew) with the ranks shuffled, normalised."""
-    base = np.arange(1, num_experts + 1, dtype=np.float64) ** (-skew)
-    w = rng.permutation(base)
-    return np.log(w / w.sum())
+    """Log popularity of each expert, Zipf(skew) with the ranks shuffled, normalised, computed in
+    log space: rank^-skew underflows to 0 past a skew of a few hundred, and experts of weight 0
+    left fewer than k to draw (a token then routed to one expert twice)."""
+    logw = rng.permutation(-skew * np.log(np.arange(1, num_experts + 1, dtype=np.float64)))
+    return logw - np.logaddexp.reduce(logw)
 
 
 def _weighted_topk(logw: np.ndarray, rng: np.random.Generator, k: int) -> np.ndarray:

@@ -105,6 +105,13 @@ class Trace:
         if t and int(self.experts.max()) >= self.num_experts:
             raise TraceError(f"{source}: expert id {int(self.experts.max())} >= num_experts="
                              f"{self.num_experts}")
+        if t and k > 1:  # a token's k experts are k different ones
+            twice = (np.diff(np.sort(self.experts, axis=2), axis=2) == 0).any(axis=2)
+            if twice.any():
+                row, layer = (int(x[0]) for x in np.nonzero(twice))
+                raise TraceError(f"{source}: row {row} routes to one expert twice in layer "
+                                 f"{layer} ({int(twice.sum())} such row-layers): top-k experts "
+                                 "are distinct")
         for name in ("request", "step", "position", "status"):
             if name not in self.columns:
                 raise TraceError(f"{source}: missing column '{name}'")
