@@ -165,6 +165,10 @@ CASES = [
      2, r"nested.json: a nested JSON array is not a list of loads"),
     ("file", "2-D loads of one row", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/one-row.json", 2,
      r"one-row.json: a nested JSON array is not a list of loads"),
+    # loads near the float limit: their sum overflowed to inf, every share became 0 and the
+    # IPF answered 0 unique experts
+    ("file", "loads near the float limit", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 "
+     "--loads {d}/huge.csv", 0, OK),
     ("file", "JSON object as loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/object.json", 2,
      r"object.json: expected numbers"),
     ("file", "booleans as loads", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/bools.json", 2,
@@ -410,6 +414,7 @@ def _without(d: dict, *keys) -> dict:
 
 def _fixtures(d: Path) -> None:
     texts = {"nested.json": "[[1, 2], [3, 4]]", "one-row.json": "[[4, 2, 1, 1]]",
+             "huge.csv": "1e308 1e308 1e308 1e308\n", "ones.csv": "1 1 1 1\n",
              "object.json": '{"loads": [1, 2, 3, 4]}', "bools.json": "[true, false, true, true]",
              "strings.json": '["1", "2", "3", "4"]', "list.json": "[1, 2]",
              "string.json": '"config"',
@@ -492,6 +497,15 @@ def test_the_command(cls, label, args, status, pattern, folder, capsys, monkeypa
         line = one_line(err)
         assert re.search(pattern, line), err
         assert line.startswith("specmoe: warning: ") == (cls == "warning"), line
+
+
+def test_loads_near_the_float_limit_are_the_shares_they_say(folder, capsys):
+    """Four equal loads of 1e308 are four equal shares: 3.4 unique experts, as [1, 1, 1, 1]
+    give (their sum overflowed and the IPF answered 0)."""
+    for loads in ("huge.csv", "ones.csv"):
+        assert cli.main(["ipf", "--experts-per-token", "2", "--n", "4", "--overlaps", "0.3",
+                         "--loads", str(folder / loads)]) == 0
+        assert re.search(r"^unique +3\.4000$", capsys.readouterr().out, re.M)
 
 
 def test_the_corpus_is_broad():

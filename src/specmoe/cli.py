@@ -285,9 +285,10 @@ def _read_loads(path: str, n: int, k: int) -> np.ndarray:
         raise InputError(f"{p}: loads must be finite numbers (found nan or inf)")
     if q.size != n:
         raise InputError(f"{p}: {q.size} loads for N={n} experts")
-    if np.any(q < 0) or q.sum() <= 0:
+    if np.any(q < 0) or q.max() <= 0:
         raise InputError(f"{p}: loads must be non-negative and not all zero")
-    q = q / q.sum() * k  # relative loads -> marginals with sum_e q_e = k
+    q = q / q.max()  # relative loads: scaled first, so that their sum cannot overflow
+    q = q / q.sum() * k  # -> marginals with sum_e q_e = k
     if q.max() > 1:
         raise InputError(f"{p}: a load share of {q.max():.3f} > 1 after scaling to sum k={k}")
     return q
