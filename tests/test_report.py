@@ -279,6 +279,32 @@ def test_every_figure_of_the_fixed_results_has_data():
                         {"tiny-fine", "tiny-fine-bf16"}}
 
 
+# the fixture run's models matched to study models, each with its main set (its first dataset)
+FIXTURE_STUDY = {"tiny-fine": published.study_entry(
+                     {"name": "tiny-fine", "compare_with": "Qwen2-57B",
+                      "datasets": ["tinybench+heldout-code+heldout-prose", "heldout-code"]}),
+                 "synth-fine": published.study_entry(
+                     {"name": "synth-fine", "compare_with": "Qwen3-30B", "datasets": ["synth"]})}
+
+
+def test_published_points_are_drawn_only_on_main_set_k3_panels():
+    """The study's tables are of its main set at K = 3: its crosses were drawn on the K = 5,
+    K = 7 and heldout-code panels too (the comparison table's rule, published.main_run, holds
+    for the figures)."""
+    frames = figures.figure_frames(in_folder(FIXTURE), FIXTURE_STUDY, VARIANT_OF)
+    main = {"tiny-fine": "tiny-fine/tiny-drafter/K3/tinybench+heldout-code+heldout-prose",
+            "synth-fine": "synth-fine/synth/K3/synth"}
+    fn, df, colors, pub = frames["overlap_by_distance"]
+    assert set(pub["run"]) == set(main.values())
+    fn_l, df_l, colors_l, pub_l = frames["per_layer_overlap"]
+    assert set(pub_l["run"]) == {main["synth-fine"]}  # Qwen2-57B has no published layers
+    for fig in (fn(df, colors, pub), fn_l(df_l, colors_l, pub_l)):
+        crossed = [ax.get_title() for ax in fig.axes
+                   if any(lab.startswith("published") for lab in ax.get_legend_handles_labels()[1])]
+        assert sorted(crossed) == (["synth-fine, K=3, synth", "tiny-fine, K=3, tinybench+2"]
+                                   if fig.axes[0].get_xlabel() == "step distance d"
+                                   else ["synth-fine, K=3, synth"])
+
 def test_a_report_job_reads_only_its_declared_tables_each_once(tmp_path, monkeypatch):
     """The report reads the tables its rule declares and nothing else in the folder, and parses
     each of them once, however many sentences, findings and blocks read it."""

@@ -427,12 +427,15 @@ def step_model_calibration(df: pd.DataFrame) -> plt.Figure:
 
 
 def _published_by_distance(ob: pd.DataFrame, study: dict) -> pd.DataFrame:
+    """The study's steps 1-4 of the matched model, on a run of its main set at the study's K
+    only (published.main_run: the study's tables are of its main set at K = 3)."""
     pub = published.load("overlap_by_distance").set_index("model")
     rows = []
     for _, r in ob.iterrows():
-        s = (study.get(r["model"]) or {}).get("study")
-        if s not in pub.index:
+        entry = study.get(r["model"]) or {}
+        if entry.get("study") not in pub.index or not published.main_run(r, entry):
             continue
+        s = entry["study"]
         for d in range(1, 5):  # the study's steps 1-4, along the committed sequence
             rows.append({"run": r["run"], "study_model": s, "distance": d,
                          "value": pub.loc[s, f"step{d}"]})
@@ -441,15 +444,19 @@ def _published_by_distance(ob: pd.DataFrame, study: dict) -> pd.DataFrame:
 
 def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
     """Published layers of the matched model that the run's model has too (the study publishes
-    its first four layers and one deep layer: a shallower model shows the first ones)."""
+    its first four layers and one deep layer: a shallower model shows the first ones), on a run
+    of its main set at the study's K only."""
     pub = published.load("per_layer_overlap")
     rows = []
     for run, g in pl.groupby("run", sort=False):
-        s = (study.get(g["model"].iloc[0]) or {}).get("study")
-        p = pub[(pub["model"] == s) & (pub["layer"] <= g["layer"].max())]
+        entry = study.get(g["model"].iloc[0]) or {}
+        if not published.main_run(g.iloc[0], entry):
+            continue
+        p = pub[(pub["model"] == entry.get("study")) & (pub["layer"] <= g["layer"].max())]
         if p.empty:
             continue
-        rows += [{"run": run, "study_model": s, "layer": r["layer"], "value": r["step1_overlap"]}
+        rows += [{"run": run, "study_model": entry["study"], "layer": r["layer"],
+                  "value": r["step1_overlap"]}
                  for _, r in p.iterrows()]
     return pd.DataFrame(rows)
 

@@ -193,8 +193,9 @@ def _variant_ok(pub_row: pd.Series, entry: dict, cols: tuple[str, ...],
     return True
 
 
-def _main_run(r: pd.Series, entry: dict) -> bool:
-    """Is a row of the pipeline's table from its model's main set at the study's K?"""
+def main_run(r: pd.Series, entry: dict) -> bool:
+    """Is a row of the pipeline's table from its model's main set at the study's K (the only
+    runs the study's overlap, acceptance and TE tables have a counterpart for)?"""
     k = r.get("k", r.get("K"))
     if k is not None and not pd.isna(k) and int(k) != STUDY_K:
         return False
@@ -210,7 +211,7 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
             df = df[df[c] == v]
     for _, r in df.iterrows():
         entry = study.get(r["model"])
-        if entry is None or (spec.main_set and not _main_run(r, entry)):
+        if entry is None or (spec.main_set and not main_run(r, entry)):
             continue
         p = pub[pub["model"] == entry["study"]]
         p = p[[_variant_ok(pr, entry, spec.variant, r.get("drafter"))
