@@ -99,6 +99,36 @@ def test_comparison_sets_the_studys_main_set_at_k3_beside_only_its_own_runs():
         assert published.comparison({"three_step_correction": tsc},
                                     {"q": {**study["q"], **change}}).empty
 
+def test_comparison_sets_the_study_per_layer_overlap_beside_the_sequence_one():
+    """The study's per-layer overlap (Table 19) is its Table 17's, along the committed sequence
+    (Qwen3-30B layer 22: 0.433 beside 0.431 overall): the overlap inside windows was set beside
+    it. The per-layer table carries both, from the overlap result's per_layer (sequence:
+    [layer, d])."""
+    from specmoe.report.runs import per_layer_rows
+
+    rc = {"model": "q", "drafter": "d", "k": 3, "dataset": "mt-bench"}
+    layers = 23
+    pl = {"overlap": [[0.9, 0.8, 0.7]] * layers, "independent": [0.1] * layers,
+          "sequence": [[0.42 + i / 1000, 0.3] for i in range(layers)]}
+    rows = pd.DataFrame(per_layer_rows(rc, pl))
+    assert list(rows["sequence_step1"]) == [p[0] for p in pl["sequence"]]
+    study = {"q": published.study_entry({"name": "q", "compare_with": "Qwen3-30B",
+                                         "datasets": ["mt-bench"]})}
+    df = published.comparison({"per_layer_overlap": rows}, study)
+    step1 = df[df["quantity"] != "independent"]
+    assert set(step1["quantity"]) == {"sequence_step1"}
+    assert list(step1["key"]) == [f"layer {n}" for n in (0, 1, 2, 3, 22)]
+    assert list(step1["reproduced"]) == pytest.approx([0.42, 0.421, 0.422, 0.423, 0.442])
+    assert list(step1["published"]) == [0.094, 0.265, 0.306, 0.389, 0.433]
+    # the figure draws the same measure beside the study's crosses
+    rows["run"], rows["label"] = "q/d/K3/mt-bench", "q, K=3, mt-bench"
+    fig = figures.per_layer_overlap(rows, {"q": "C0"},
+                                    figures._published_per_layer(rows, study))
+    drawn = {ln.get_label(): ln.get_ydata() for ln in fig.axes[0].get_lines()}
+    assert list(drawn["along the committed sequence"]) == list(rows["sequence_step1"])
+    assert list(drawn["published: Qwen3-30B"]) == [0.094, 0.265, 0.306, 0.389, 0.433]
+
+
 def test_replay_reproduces_the_published_model_derived_tables():
     t0 = time.perf_counter()
     out = replay.replay_tables()

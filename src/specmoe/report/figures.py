@@ -185,14 +185,18 @@ def overlap_by_distance(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None
 
 def per_layer_overlap(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None = None
                       ) -> plt.Figure:
-    """df: run, model, layer, step1_overlap, independent, shuffle; pub: run, study_model, layer,
-    value."""
+    """df: run, model, layer, step1_overlap (inside windows), sequence_step1 (along the
+    committed sequence; optional), independent, shuffle; pub: run, study_model, layer, value (the
+    study's, along the committed sequence)."""
     runs = list(dict.fromkeys(df["run"]))
     fig, axes = _facets(len(runs))
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
         c = colors[d["model"].iloc[0]]
-        ax.plot(d["layer"], d["step1_overlap"], "o-", color=c, label="step-1 overlap")
+        ax.plot(d["layer"], d["step1_overlap"], "o-", color=c, label="inside windows")
+        if "sequence_step1" in d and d["sequence_step1"].notna().any():
+            ax.plot(d["layer"], d["sequence_step1"], "^-", color=c, alpha=0.8, mfc="white",
+                    label="along the committed sequence")
         ax.plot(d["layer"], d["shuffle"], "--", color=c, alpha=0.5, label="within-window shuffle")
         ax.plot(d["layer"], d["independent"], ":", color="dimgray", label="independence")
         _title(ax, _label(d) + _published(ax, pub, run, "layer"))

@@ -107,7 +107,8 @@ ALT = {
                            "inside windows and along the committed sequence, with the "
                            "independence baseline and the within-window shuffle null.",
     "per_layer_overlap": "Line plots, one panel per run: step-1 overlap of each MoE layer "
-                         "against the layer's independence baseline and shuffle null.",
+                         "inside windows and along the committed sequence, against the "
+                         "layer's independence baseline and shuffle null.",
     "te_vs_batch": "Line plots, one panel per run: target efficiency against batch size under "
                    "four routing assumptions.",
     "te_by_dataset": "Line plots: target efficiency against batch size, one line per dataset "

@@ -175,8 +175,11 @@ def heldout_overlap_rows(rc: dict, by_slice: dict, heldout: dict) -> list[dict]:
 
 
 def per_layer_rows(rc: dict, pl: dict) -> list[dict]:
-    """One run's rows of the per_layer_overlap table: step-1 overlap layer by layer."""
-    return [{**rc, "layer": layer, "step1_overlap": o[0], "independent": ind,
+    """One run's rows of the per_layer_overlap table: step-1 overlap layer by layer, inside
+    windows and along the committed sequence (sequence_step1: the study's kind, its Table 19)."""
+    return [{**rc, "layer": layer, "step1_overlap": o[0],
+             "sequence_step1": pl["sequence"][layer][0] if pl.get("sequence") else float("nan"),
+             "independent": ind,
              "shuffle": pl["shuffle"][layer][0] if pl.get("shuffle") else float("nan")}
             for layer, (o, ind) in enumerate(zip(pl["overlap"], pl["independent"]))]
 

@@ -133,8 +133,9 @@ SPECS = (
          {"uniform": "unique_uniform", "independent": "unique_independent",
           "empirical": "unique_empirical", "ipf_uniform_sequence": "uniform_ipf"},
          where={"k": STUDY_K}),
+    # the study's per-layer overlap (Table 19) is its Table 17's, along the committed sequence
     Spec("per_layer_overlap", "per_layer_overlap",
-         {"step1_overlap": "step1_overlap", "independent": "independent"},
+         {"sequence_step1": "step1_overlap", "independent": "independent"},
          key=("layer", "layer")),
     Spec("acceptance_consecutive", "acceptance_consecutive",
          {"accepted_overlap": "accepted_overlap", "first_rejected_overlap":
