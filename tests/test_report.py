@@ -129,6 +129,35 @@ def test_comparison_sets_the_study_per_layer_overlap_beside_the_sequence_one():
     assert list(drawn["published: Qwen3-30B"]) == [0.094, 0.265, 0.306, 0.389, 0.433]
 
 
+def test_the_comparison_sentence_says_a_run_pools_its_held_out_slices(tmp_path):
+    """The tiny default's first dataset joins its held-out sets (31% of tiny-coarse's windows):
+    the comparison said "main set" of a pooled run. Its sentence says what is compared, with the
+    share of its windows held out (heldout_overlap's slices, not the held-out means), or the
+    datasets where that table is not declared; a run on one dataset is named as before."""
+    pooled = {"model": "tiny", "drafter": "d", "k": 3, "dataset": "bench+code+prose"}
+    alone = {"model": "synth", "drafter": "d", "k": 3, "dataset": "synth"}
+    cmp_ = pd.DataFrame([{**run, "table": "overlap_by_distance", "study_model": "Mixtral-8x7B",
+                          "key": "", "quantity": "seq1", "published": 0.355,
+                          "reproduced": 0.4, "difference": 0.045} for run in (pooled, alone)])
+    slices = [("coding", "bench", 200), ("math", "bench", 100), ("code", "code", 60),
+              ("prose", "prose", 40), ("mean of code", "code", 60), ("mean of prose", "prose", 40)]
+    ho = pd.DataFrame([{**pooled, "slice": n, "slice_dataset": ds, "n_windows": w}
+                       for n, ds, w in slices])
+    tables.write_table(cmp_, tmp_path / "comparison", {}, "")
+    tables.write_table(ho, tmp_path / "heldout_overlap", {}, "")
+    said = prose.comparison_findings(tables_in(tmp_path))
+    assert said[:2] == [
+        "tiny (compared with Mixtral-8x7B) on its main set pooled with its held-out slices (25% "
+        "of its windows held out): step-1 overlap along the committed sequence 0.400 vs 0.355",
+        "synth (compared with Mixtral-8x7B): step-1 overlap along the committed sequence 0.400 "
+        "vs 0.355"]
+    (tmp_path / "heldout_overlap.csv").unlink()
+    assert prose.comparison_findings(tables_in(tmp_path))[0].startswith(
+        "tiny (compared with Mixtral-8x7B) on its main set pooled with its held-out slices (bench "
+        "with code, prose): ")
+    assert "pooled with its held-out slices" in registry.text("comparison")
+
+
 def test_replay_reproduces_the_published_model_derived_tables():
     t0 = time.perf_counter()
     out = replay.replay_tables()
@@ -252,7 +281,8 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
                         f"the matched control by {decay} |")
     ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
     seq1 = ob[ob["model"] == "tiny-fine"]["seq1"].iloc[0]
-    assert (f"tiny-fine (compared with Qwen2-57B): step-1 overlap along the committed sequence "
+    assert (f"tiny-fine (compared with Qwen2-57B) on its main set pooled with its held-out slices "
+            f"(29% of its windows held out): step-1 overlap along the committed sequence "
             f"{seq1:.3f} vs 0.204") in index
     st = tables.read_csv(FIXTURE / "overlap_by_status.csv")
     loops = st[st["model"] == "tiny-fine"]["repetitive_windows_pct"].iloc[0]

@@ -14,7 +14,7 @@ import pandas as pd
 from ..sources import published
 from .tables import Tables
 from ..runs import dataset_parts, label_of
-from .runs import by_distance, control_models, first_run, is_control, load
+from .runs import by_distance, control_models, first_run, heldout_share, is_control, load
 
 SHOWN, NOT_SHOWN, UNDECIDED, NOT_MEASURED = "shown", "not shown", "undecided", "not measured"
 CPU = "not measurable on a CPU"
@@ -1004,8 +1004,24 @@ HEADLINES = [("overlap_by_distance", "seq1", "step-1 overlap along the committed
              ("kernel_time_shares", "decode_share", "MoE share of decode time at batch 1")]
 
 
+def pooled_note(td: Tables, run: pd.Series) -> str:
+    """What a compared run is of, where its dataset joins held-out sets ("a+b+c"): its main set
+    pooled with its held-out slices, not the main set alone that the study's tables are of, with
+    the share of its windows held out (heldout_overlap), or the datasets where that has none."""
+    parts = dataset_parts(run["dataset"])
+    if len(parts) < 2:
+        return ""
+    ho = load(td, "heldout_overlap")
+    mine = ho[ho["run"] == run["run"]] if not ho.empty else ho
+    share = heldout_share(mine, run["dataset"])
+    held = (f"{100 * share:.0f}% of its windows held out" if np.isfinite(share)
+            else f"{parts[0]} with {', '.join(parts[1:])}")
+    return f" on its main set pooled with its held-out slices ({held})"
+
+
 def comparison_findings(td: Tables) -> list[str]:
-    """Per matched model: the headline quantities beside the study's; and the replay's agreement."""
+    """Per matched model: the headline quantities beside the study's, saying where its run pools
+    held-out slices with its main set; and the replay's agreement."""
     out = []
     cmp_ = load(td, "comparison")
     for (model, study_model), g in (cmp_.groupby(["model", "study_model"], sort=False)
@@ -1015,8 +1031,10 @@ def comparison_findings(td: Tables) -> list[str]:
             h = g[(g["table"] == table) & (g["quantity"] == q)]
             if not h.empty:
                 parts.append(f"{name} {h['reproduced'].iloc[0]:.3f} vs {h['published'].iloc[0]:.3f}")
+        of_runs = g[g["dataset"].apply(lambda ds: isinstance(ds, str) and ds != "")]
+        note = pooled_note(td, of_runs.iloc[0]) if not of_runs.empty else ""
         if parts:
-            out.append(f"{model} (compared with {study_model}): " + "; ".join(parts))
+            out.append(f"{model} (compared with {study_model}){note}: " + "; ".join(parts))
     for stem, col in (("replay_unique_experts", "uniform_ipf_diff"),
                       ("replay_weight_model", "te_predicted_diff"), ("replay_three_step", "te_diff")):
         df = load(td, stem)

@@ -11,10 +11,12 @@ import numpy as np
 import pandas as pd
 
 from ..provenance import read_json
-from ..runs import Run
+from ..runs import Run, dataset_parts
 from . import registry, tables
 
 
+# heldout_overlap's row of a held-out dataset's mean over its slices: "mean of <dataset>"
+HELDOUT_MEAN = "mean of "
 # the IPF's predictions, in the order of the tables: the study's input first
 IPF_KEYS = ("uniform_sequence", "uniform_window", "skewed_window")
 
@@ -338,7 +340,7 @@ def in_order(df: pd.DataFrame) -> pd.DataFrame:
 def heldout_range(dataset: str, slices: list[dict]) -> dict:
     """A held-out dataset's overlap by distance as the study's Table 18 gives it: the mean over its
     slices, with the smallest and largest slice beside it."""
-    out = {"slice": f"mean of {dataset}", "slice_dataset": dataset,
+    out = {"slice": f"{HELDOUT_MEAN}{dataset}", "slice_dataset": dataset,
            "n_windows": sum(s["n_windows"] for s in slices)}
     if not slices:
         return out
@@ -351,6 +353,18 @@ def heldout_range(dataset: str, slices: list[dict]) -> dict:
 
 
 # --- reading the tables back (figures, the report's text) ------------------------------
+
+
+def heldout_share(rows: pd.DataFrame, dataset: str) -> float:
+    """The share of a run's windows from its held-out sets (of its dataset "a+b+c": b and c),
+    from its rows of the heldout_overlap table (its slices, not the held-out datasets' means);
+    NaN where it has no slices."""
+    if rows.empty:
+        return float("nan")
+    slices = rows[~rows["slice"].astype(str).str.startswith(HELDOUT_MEAN)]
+    total = slices["n_windows"].sum()
+    held = slices[slices["slice_dataset"].isin(dataset_parts(dataset)[1:])]["n_windows"].sum()
+    return float(held / total) if total else float("nan")
 
 
 def by_distance(row, suffix: str = "", n: int | None = None, prefix: str = "step") -> list[float]:

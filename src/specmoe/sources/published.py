@@ -83,8 +83,9 @@ def study_model_of(model_cfg: dict) -> str | None:
 def study_entry(model_cfg: dict, hardware: str | None = None,
                 methods: dict[str, str] | None = None) -> dict | None:
     """What the comparison needs of a configured model: its study model and variant, its main
-    dataset (its first: the study's tables are of its main set) and, given its drafters'
-    speculative methods (drafter -> vLLM's method), each drafter's method as the study names it."""
+    dataset (its first: the study's tables are of its main set; a first "a+b+c" pools main set a
+    with its held-out slices, which the report says) and, given its drafters' speculative methods
+    (drafter -> vLLM's method), each drafter's method as the study names it."""
     study = study_model_of(model_cfg)
     if study is None:
         return None
