@@ -1042,6 +1042,44 @@ def test_the_loop_note_gives_the_decays_without_the_loops(tmp_path):
     assert note.endswith("so the loops may carry part of them.")
 
 
+def test_the_loop_note_tests_the_findings_own_decay_inside_windows(tmp_path):
+    """The note vouched for the decay over all pairs, d = 1 to K (+0.063 without the repeating
+    windows, +0.048 with them), while the finding is the decay among pairs of one acceptance
+    status (+0.012 [+0.001, +0.022]): the note now gives that statistic with and without the
+    windows that repeat a token (overlap_row carries it from the overlap stage's summary without
+    them), and whether it stands is decided by its interval without them."""
+    from specmoe.report.runs import overlap_row
+
+    iv = lambda name, v, lo, hi: {name: v, f"{name}_low": lo, f"{name}_high": hi}  # noqa: E731
+    summary = {"overlap_by_distance": [0.259, 0.235, 0.211], "independent": 0.152,
+               **iv("window_decay", 0.048, 0.040, 0.057),
+               **iv("window_decay_within_status", 0.012, 0.001, 0.022),
+               **iv("sequence_decay", 0.073, 0.050, 0.084),
+               "sequence_loop_free_dropped_requests": 2,
+               **iv("sequence_loop_free_decay", 0.081, 0.071, 0.088)}
+
+    def note(within_status_without):
+        clean = {"overlap_by_distance": [0.257, 0.207, 0.194],
+                 **iv("window_decay", 0.063, 0.056, 0.070),
+                 **iv("window_decay_within_status", *within_status_without)}
+        row = overlap_row({"model": "fine", "drafter": "d", "k": 3, "dataset": "main"}, summary,
+                          {"summary_without_repetition": clean, "repetitive_windows": 0.119})
+        assert row["window_decay_within_status_no_repetition_low"] == within_status_without[1]
+        pd.DataFrame([row]).to_csv(tmp_path / "overlap_by_distance.csv", index=False)
+        [text] = prose.repetition_notes(tables_in(tmp_path), ["fine"])
+        return text
+
+    text = note((0.030, 0.015, 0.045))
+    assert ("inside windows among pairs of one acceptance status, without the windows that "
+            "repeat a token, +0.030 [+0.015, +0.045] (with them +0.012 [+0.001, +0.022])") in text
+    assert "+0.063" not in text and "+0.048" not in text
+    assert text.endswith("they stand without the loops.")
+    # the finding's decay undecided without the repeating windows: it does not stand
+    text = note((0.004, -0.008, 0.016))
+    assert "+0.004 [-0.008, +0.016] (with them +0.012 [+0.001, +0.022])" in text
+    assert text.endswith("so the loops may carry part of them.")
+
+
 def test_the_prediction_beside_the_measurement_reads_no_shape_from_medians(tmp_path):
     """'the predicted curve is rising (predicted values 0.312 / 0.344 / 0.374 / 0.399)' came
     from the medians while every interval spanned [0.00, 0.70] and more, two of them TE's whole

@@ -76,7 +76,8 @@ def test_report_says_what_the_routing_shows(tmp_path):
          "repetitive_windows_pct": 28.0, **iv("window_decay", 0.02, 0.03),
          **iv("above_shuffle", 0.0, 0.01), **iv("above_shuffle_share", 0.0, 0.1),
          **iv("window_decay_within_status", 0.03, 0.01),
-         **iv("window_decay_no_repetition", 0.051, 0.02)},
+         **iv("window_decay_no_repetition", 0.051, 0.02),
+         **iv("window_decay_within_status_no_repetition", 0.04, 0.01)},
         {"model": "control", "drafter": "d", "k": 3, "dataset": "x", "step1": 0.54, "step2": 0.57,
          "step3": 0.53, "independent": 0.16, "shuffle1": 0.55, "step1_no_repetition": 0.455,
          "step2_no_repetition": 0.454, "step3_no_repetition": 0.456,
@@ -97,7 +98,8 @@ def test_report_says_what_the_routing_shows(tmp_path):
     assert "certifies 0%" not in text  # an undecided share certified nothing
     assert "null: undecided" not in text and "null: above" not in text
     assert ("28% of windows repeat a token, and without them 0.465 / 0.426 / 0.414, decays "
-            "(+0.051 [+0.031, +0.071])") in text
+            "(+0.051 [+0.031, +0.071]), among pairs of one acceptance status decays (+0.040 "
+            "[+0.030, +0.050])") in text
     assert ("control, K=3, x: inside windows, overlap at d = 1..3 0.540 / 0.570 / 0.530, from "
             "d = 1 to 3 decays (+0.010 [+0.005, +0.015])") in text
     assert "without them 0.455 / 0.454 / 0.456, no interval: no direction is claimed" in text

@@ -230,6 +230,11 @@ def report_findings(td: Tables) -> list[str]:
                      + direction(_val(r, "window_decay_no_repetition"),
                                  *_interval(r, "window_decay_no_repetition"), "decays",
                                  "rises"))
+            if np.isfinite(_val(r, "window_decay_within_status_no_repetition")):
+                line += (", among pairs of one acceptance status "
+                         + direction(_val(r, "window_decay_within_status_no_repetition"),
+                                     *_interval(r, "window_decay_within_status_no_repetition"),
+                                     "decays", "rises"))
         if r["run"] in slices:
             line += (f" (the same prompts as a slice of {slices[r['run']]}: the same evidence, "
                      "not a second sample)")
@@ -239,33 +244,37 @@ def report_findings(td: Tables) -> list[str]:
 
 def repetition_notes(td: Tables, models: list[str]) -> list[str]:
     """A sentence per tiny target whose output loops (a repeated token routes like its copy, so
-    a loop can make overlap): the decays inside windows and along the sequence without the
-    windows that repeat a token and without the looping requests, beside their values with
-    them; the decays are said to stand without the loops only where the intervals without them
-    lie above 0."""
+    a loop can make overlap): the findings' own decays, inside windows among pairs of one
+    acceptance status and along the sequence, without the windows that repeat a token and
+    without the looping requests, beside their values with them; the decays are said to stand
+    without the loops only where the intervals without them lie above 0."""
     ob = load(td, "overlap_by_distance")
     out = []
     if ob.empty or "repetitive_windows_pct" not in ob:
         return out
     for m in models:
-        g = ob[ob["model"] == m]
-        if g.empty:
+        r = _first(ob, m)  # the findings table's run
+        if r is None:
             continue
-        r = g.sort_values("k", kind="stable").iloc[0]
         share = _val(r, "repetitive_windows_pct")
         if not share > 100 * LOOPING:
             continue
         pairs = []
-        for what, col, without in (
-                ("inside windows", "window_decay", "without the windows that repeat a token"),
-                ("along the sequence", "seq_decay", "without the "
+        for what, col, free, without in (
+                ("inside windows among pairs of one acceptance status",
+                 "window_decay_within_status", "window_decay_within_status_no_repetition",
+                 "without the windows that repeat a token"),
+                ("along the sequence", "seq_decay", "seq_loop_free_decay", "without the "
                  f"{int(_val(r, 'seq_loop_free_dropped_requests'))} looping request(s)")):
-            free = "window_decay_no_repetition" if col == "window_decay" else "seq_loop_free_decay"
             if np.isfinite(_val(r, free)):
                 pairs.append((what, without, _with_interval(_val(r, free), *_interval(r, free),
                                                             sign=True),
                               _with_interval(_val(r, col), *_interval(r, col), sign=True),
                               _interval(r, free)[0]))
+            elif np.isfinite(_val(r, col)):  # a table without it: nothing stands unsaid
+                pairs.append((what, without, "not in this table",
+                              _with_interval(_val(r, col), *_interval(r, col), sign=True),
+                              np.nan))
         if not pairs:
             continue
         words = "; ".join(f"{what}, {without}, {a} (with them {b})"

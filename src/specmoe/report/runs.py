@@ -280,7 +280,7 @@ def share_status(row: dict) -> str:
 def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     """One run's row of the overlap_by_distance table: inside windows (step<d>, the shuffle null
     shuffle<d>, intervals by request), along the committed sequence (seq<d>), and without the
-    windows that repeat a token (step<d>_no_repetition)."""
+    windows that repeat a token (step<d>_no_repetition, and the two decays inside windows)."""
     row = {**rc}
     row.update({f"step{d}": v for d, v in enumerate(s["overlap_by_distance"], 1)})
     row.update({f"shuffle{d}": v for d, v in enumerate(s.get("shuffle_by_distance", []), 1)})
@@ -315,8 +315,9 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     nr = ov.get("summary_without_repetition") or {}
     row.update({f"step{d}_no_repetition": v
                 for d, v in enumerate(nr.get("overlap_by_distance", []), 1)})
-    for end in ("", "_low", "_high"):
-        row[f"window_decay_no_repetition{end}"] = nr.get(f"window_decay{end}", np.nan)
+    for name in ("window_decay", "window_decay_within_status"):
+        for end in ("", "_low", "_high"):
+            row[f"{name}_no_repetition{end}"] = nr.get(f"{name}{end}", np.nan)
     row["repetitive_windows_pct"] = 100 * ov.get("repetitive_windows", np.nan)
     return row
 
