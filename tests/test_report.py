@@ -739,7 +739,8 @@ def test_matched_controls_decide_learned_routing_by_the_paired_difference(tmp_pa
                               "seq_decay": (-0.04, -0.06, -0.02)})
     t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
     assert t.loc[("fine", "step-1 overlap above independence"), "learned"] == \
-        "yes: above the matched control by +0.050 [+0.030, +0.070]"
+        ("yes: above the matched control by +0.050 [+0.030, +0.070], though its untrained "
+         "control shows it as well")
     assert t.loc[("fine", "overlap decays inside windows"), "learned"].startswith(
         "undecided: not separated from the matched control (+0.010 [-0.010, +0.030])")
     assert t.loc[("fine", "overlap decays with distance"), "learned"].startswith(
@@ -766,6 +767,38 @@ def test_matched_controls_decide_learned_routing_by_the_paired_difference(tmp_pa
     assert t.loc[("fine", "temporal share larger for finer experts"), "learned"].startswith(
         "not comparable")
     assert "shown, but its control is not comparable" in _page(tmp_path)
+
+
+def test_the_findings_state_the_paired_rule_and_name_a_shared_finding_above_its_control(
+        tmp_path):
+    """The preamble said 'a finding the control shows as well is not evidence of learned
+    routing' above a row its control shows as well and whose last column read 'yes: above the
+    matched control by +0.042 [+0.016, +0.070]': the rule the rows follow is the paired one
+    where the run has a matched control, and such a row names both facts."""
+    good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009, "above": 0.03}
+    _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
+                    controls={"seq1": 0.9})  # the control shows everything as well
+    _matched_table(tmp_path, {"seq_excess": (0.05, 0.03, 0.07)})
+    t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
+    row = t.loc[("fine", "step-1 overlap above independence")]
+    assert row["control_status"] == prose.SHOWN
+    assert row["learned"] == ("yes: above the matched control by +0.050 [+0.030, +0.070], "
+                              "though its untrained control shows it as well")
+    text = _page(tmp_path)
+    preamble = text.split("## Findings")[1].split("| model |")[0]
+    assert ("Where the run has a matched control (the control read its target's own inputs), "
+            "the paired difference decides: a finding the target shows is evidence of learned "
+            "routing where the target's value lies above the control's (the difference's 95% "
+            "interval above 0), whether or not the control shows the finding as well") in preamble
+    assert ("Without a matched control, or for a finding with no paired difference, a finding "
+            "the control shows as well is not evidence of learned routing") in preamble
+    assert "trained): a finding the control shows as well" not in preamble
+    opening = text.split("## What this run shows")[1].split("## Findings")[0]
+    assert "shown by its untrained control as well, the target above it)" in opening
+    # the findings without a paired difference: the controls' verdicts decide
+    assert "its untrained control shows expert loads near uniform, " in opening
+    assert ("as well, with no paired difference to decide them, so these are not evidence of "
+            "learned routing") in opening
 
 
 def test_the_default_runs_findings_from_its_own_tables():
@@ -795,6 +828,9 @@ def test_the_default_runs_findings_from_its_own_tables():
     assert excess in row["learned"]
     assert row["learned"].startswith("yes" if fine["share_excess_low"] > 0 else
                                      "no" if fine["share_excess_high"] < 0 else "undecided")
+    # the controls show the lead as well: the row says so beside the target's excess over it
+    assert row["learned"].endswith(prose.SHARED) == (
+        row["control_status"] == prose.SHOWN and fine["share_excess_low"] > 0)
     text = prose.opening(td)
     sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
     how = ("interleaved, AB BA" if sp["no_sd_series"].str.startswith("interleaved").all()

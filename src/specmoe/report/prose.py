@@ -382,15 +382,28 @@ def _routing_rows(m: str, o, d, u) -> list[dict]:
     return rows
 
 
+# The rule _learned applies, as the report states it (the untrained control shares the target's
+# architecture, not its training)
+LEARNED_RULE = ("Where the run has a matched control (the control read its target's own inputs), "
+                "the paired difference decides: a finding the target shows is evidence of "
+                "learned routing where the target's value lies above the control's (the "
+                "difference's 95% interval above 0), whether or not the control shows the "
+                "finding as well, and a control that is not comparable is never evidence. "
+                "Without a matched control, or for a finding with no paired difference, a "
+                "finding the control shows as well is not evidence of learned routing (and where "
+                "the control's is undecided, the target's interval must lie above the "
+                "control's).")
+SHARED = "though its untrained control shows it as well"
+
+
 def _learned(status: str, control: str | None, ours=(np.nan, np.nan),
              theirs=(np.nan, np.nan), matched: dict | None = None,
              paired: tuple | None = None) -> str:
-    """Whether a finding is evidence of learned routing: shown by the trained target and not by
-    its untrained control (which shares its architecture, not its training). Where the run has
-    a matched control (its target's inputs, matched_controls): a control that is not comparable
-    is never evidence, and a finding with a paired difference is evidence where the target's
-    value lies above the control's (the difference's 95% interval above 0). Without one: where
-    the control's own interval is undecided, the target's must lie wholly above it."""
+    """Whether a finding is evidence of learned routing, by LEARNED_RULE: with a matched control
+    (its target's inputs, matched_controls) the paired difference decides, and a control that
+    also shows the finding is said beside it (SHARED); without one, shown by the trained target
+    and not by its untrained control, or, where the control's own interval is undecided, the
+    target's wholly above it."""
     if status == CPU:
         return "–"
     if status != SHOWN:
@@ -402,7 +415,8 @@ def _learned(status: str, control: str | None, ours=(np.nan, np.nan),
     if matched is not None and paired is not None and np.isfinite(paired[1]):
         diff = _with_interval(*paired, sign=True)
         if paired[1] > 0:
-            return f"yes: above the matched control by {diff}"
+            return f"yes: above the matched control by {diff}" + (
+                f", {SHARED}" if control == SHOWN else "")
         if paired[2] < 0:
             return f"no: below the matched control ({diff})"
         return f"undecided: not separated from the matched control ({diff})"
@@ -457,8 +471,7 @@ def routing_targets(td: Tables) -> pd.DataFrame:
     """Does each captured tiny target (a model with an untrained control: control_of) route like the
     study's models? Its first run (lowest K, first dataset) against the study's findings, each
     decided by the run's 95% intervals where it has them (bootstrap over requests), beside the
-    control's value on the same K and dataset; a finding the control shows as well is not
-    evidence of learned routing."""
+    control's value on the same K and dataset; evidence of learned routing by LEARNED_RULE."""
     ob, dec, ue, mc = (load(td, s) for s in ("overlap_by_distance",
                                                "overlap_decomposition_step1", "unique_experts",
                                                "matched_controls"))
@@ -679,15 +692,18 @@ def other_runs(td: Tables, model: str) -> dict[str, str]:
 
 
 def _routing_sentence(model: str, rows: pd.DataFrame, elsewhere: dict | None = None) -> str:
-    """One target's routing findings in a sentence: the evidence of learned routing with its
-    numbers (and how each fares in the target's other runs: other_runs), the findings its
-    untrained control shows as well (named), those not shown."""
+    """One target's routing findings in a sentence (LEARNED_RULE): the evidence of learned
+    routing with its numbers (and how each fares in the target's other runs: other_runs; and
+    where its untrained control shows it as well), the findings its untrained control shows as
+    well with no paired difference to decide them (named), those not shown."""
     elsewhere = elsewhere or {}
 
     def named(df, numbers=True):
         return ", ".join(f"{r['finding']}" + (
             f" ({r['value']}" + (f"; {elsewhere[r['finding']]}" if r["finding"] in elsewhere
-                                 else "") + ")" if numbers else "")
+                                 else "")
+            + ("; shown by its untrained control as well, the target above it"
+               if r["learned"].endswith(SHARED) else "") + ")" if numbers else "")
             for _, r in df.iterrows())
 
     learned = rows[rows["learned"].str.startswith("yes")]
@@ -705,8 +721,9 @@ def _routing_sentence(model: str, rows: pd.DataFrame, elsewhere: dict | None = N
                 f"{named(alone)}"] * (not alone.empty)
              or ["nothing that separates learned routing"])
     if not both.empty:
-        parts.append(f"its untrained control shows {named(both, False)} as well, so these are "
-                     "not evidence of learned routing")
+        parts.append(f"its untrained control shows {named(both, False)} as well, with no "
+                     "paired difference to decide them, so these are not evidence of learned "
+                     "routing")
     if not below.empty:
         parts.append("below its matched control, so not evidence of learned routing: " + ", ".join(
             f"{r['finding']} {r['learned'].removeprefix('no: below the matched control ')}"
@@ -754,8 +771,8 @@ def _timing_scope(td: Tables) -> str:
 
 def opening(td: Tables) -> str:
     """What this run shows, in a paragraph: the routing findings that separate learned routing
-    (shown by a trained target and not by its untrained control), those the controls show as
-    well, those not shown; the measured SD speedup on this machine with its intervals; and what
+    (LEARNED_RULE), those the controls show as well with nothing paired to decide them, those not
+    shown; the measured SD speedup on this machine with its intervals; and what
     a CPU cannot show."""
     t = routing_targets(td)
     out = []

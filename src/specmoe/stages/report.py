@@ -170,9 +170,9 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
                   "Each finding of the study at each tiny target's first run, decided by 95% "
                   "intervals (bootstrap over requests) where the quantity has one, beside the "
                   "same quantity of the target's untrained control (its architecture, not "
-                  "trained): a finding the control shows as well is not evidence of learned "
-                  "routing. The timing findings are given with their numbers but cannot be "
-                  "shown on a CPU.", "", *prose.findings_table(targets), ""]
+                  f"trained). {prose.LEARNED_RULE} The timing findings are given with their "
+                  "numbers but cannot be shown on a CPU.", "", *prose.findings_table(targets),
+                  ""]
         loops = prose.repetition_notes(td, list(dict.fromkeys(targets["model"])))
         if loops:
             lines += [" ".join(loops), ""]
