@@ -20,7 +20,8 @@ def run(ds):
 
 
 def speedup(ds, te, tau, s):
-    return {"run": run(ds), "shape": "peak at low batch", "timing": "client", "rows": [
+    return {"run": run(ds), "shape": "peak at low batch", "timing": "client", "margin": 0.05,
+            "rows": [
         {"batch": 1, "tpot_ar_ms": 10.0, "tpot_sd_ms": 10.0 / s, "tpot_ar_p99_ms": 11.0,
          "tpot_sd_p99_ms": 11.0, "speedup": s, "tau": tau, "draft_cost": 0.1, "te_sweep": te,
          "te_sweep_low": te - 0.1, "te_sweep_high": min(te + 0.1, 1.0), "te_sweep_status": "ok",
@@ -113,3 +114,17 @@ def test_a_te_above_1_whose_interval_reaches_back_inside_is_not_identified_not_u
     assert bounded_te("te", 1.3)["te_status"] == "above 1: not physical"  # no interval given
     row = bounded_te("te", 1.130792, 0.536049, 2.385399)
     assert np.isnan(row["te"]) and np.isnan(row["te_low"]) and row["te_raw_high"] == 2.385399
+
+
+def test_each_speedup_row_says_whether_the_runs_highest_lies_above_it(tmp_path):
+    """The report called the highest point estimate the largest speedup where the intervals did
+    not separate it: the table carries the sweep's pair test (sweep.below_highest) per row."""
+    import math
+
+    sp = speedup("d1", 0.8, 2.5, 1.6)
+    sp["rows"] = [{**sp["rows"][0], "batch": b, "speedup": s, "speedup_log_se": se,
+                   "speedup_df": math.inf} for b, s, se in ((1, 1.6, 0.0), (2, 1.2, 0.0),
+                                                            (4, 1.58, 0.0), (8, 1.2, 0.3))]
+    t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
+    # batch 4 within the margin of batch 1's 1.6, batch 8 too uncertain to be below it
+    assert list(t["below_highest"]) == [False, True, False, False]

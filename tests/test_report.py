@@ -261,9 +261,15 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     g = g[g["dataset"] == g["dataset"].iloc[0]].sort_values("batch")
     first, best = g.iloc[0], g.loc[g["speedup"].idxmax()]
     iv = lambda r: f"{r['speedup']:.2f} [{r['speedup_low']:.2f}, {r['speedup_high']:.2f}]"  # noqa
-    assert (f"tiny-fine, K=3: {first['direction']}; speedup {iv(first)} at batch 1, largest "
-            f"{iv(best)} at batch {int(best['batch'])}; {int((g['speedup_high'] < 1).sum())} of "
-            f"{len(g)} intervals below 1 and {int((g['speedup_low'] > 1).sum())} above") in opening
+    # "largest" only where the sweep's pair test puts every other batch size below the highest
+    decided = "below_highest" in g and g.drop(best.name)["below_highest"].eq(True).all()
+    highest = ("" if best.name == first.name else
+               f"{'largest' if decided else 'highest point estimate'} {iv(best)} at batch "
+               f"{int(best['batch'])}")
+    assert f"tiny-fine, K=3: {first['direction']}; speedup {iv(first)} at batch 1, {highest}" \
+        in opening
+    assert (f"{int((g['speedup_high'] < 1).sum())} of {len(g)} intervals below 1 and "
+            f"{int((g['speedup_low'] > 1).sum())} above") in opening
     # a TE past 1, or whose interval reaches past 1, is marked, never given as a value
     t3 = tables.read_csv(FIXTURE / "te_three_ways.csv")
     flagged = t3[(t3["batch"] == 1) & (t3["te_profiled_status"] != "ok")]
@@ -559,10 +565,51 @@ def test_direction_words_come_with_the_interval_that_decides_them(tmp_path):
                        "speedup_low": spd - 0.1, "speedup_high": spd + 0.1, "direction": word}
                       for b in (1, 2, 4, 8)]).to_csv(tmp_path / "speedup_vs_batch.csv",
                                                      index=False)
-        # the first page's numbers with their intervals: at batch 1 and where largest
+        # the first page's numbers with their intervals: at batch 1 and where highest (the
+        # intervals, which overlap, rank nothing)
         assert (f"fine, K=3: {word}; speedup {spd:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at "
-                f"batch 1, largest {spd + 0.01:.2f} [{spd - 0.1:.2f}, {spd + 0.1:.2f}] at batch "
-                "4; ") in prose.opening(tables_in(tmp_path))
+                f"batch 1, highest point estimate {spd + 0.01:.2f} [{spd - 0.1:.2f}, "
+                f"{spd + 0.1:.2f}] at batch 4; the batch sizes are not separated by their "
+                "intervals; ") in prose.opening(tables_in(tmp_path))
+
+
+def test_a_highest_speedup_is_called_the_largest_only_where_the_intervals_decide_it(tmp_path):
+    """'speedup 1.04 [0.81, 1.33] at batch 1, largest 1.10 [0.86, 1.41] at batch 8' (and
+    'largest 1.01 [0.78, 1.32] at batch 1' under a target of 'batch 1 above the largest') ranked
+    point estimates whose intervals overlap: the highest is named as such, and 'largest' only
+    where the sweep's pair test puts every other batch size below it (below_highest)."""
+    run = {"model": "fine", "drafter": "d", "k": 3, "dataset": "main", "run": "fine/d/K3/main",
+           "tau": 2.0, "shape": "undecided within the noise", "draft_cost": np.nan,
+           "direction": "neither decidedly faster nor slower"}
+
+    def words(speedups, below=None):
+        rows = [{**run, "batch": b, "speedup": v, "speedup_low": v - 0.23, "speedup_high": v + 0.29}
+                for b, v in zip((1, 2, 4, 8), speedups)]
+        for r, x in zip(rows, below or []):
+            r["below_highest"] = x
+        pd.DataFrame(rows).to_csv(tmp_path / "speedup_vs_batch.csv", index=False)
+        td = tables_in(tmp_path)
+        return prose.opening(td), prose._cpu_rows(td, ["fine"])[0]["value"]
+
+    text, value = words([1.04, 1.09, 1.04, 1.10], [False] * 4)
+    assert ("speedup 1.04 [0.81, 1.33] at batch 1, highest point estimate 1.10 [0.87, 1.39] at "
+            "batch 8; the batch sizes are not separated by their intervals; ") in text
+    assert "largest" not in text and "largest" not in value
+    assert value.startswith("1.04 [0.81, 1.33] at batch 1, highest point estimate 1.10 [0.87, "
+                            "1.39] at batch 8; the batch sizes are not separated")
+    text, value = words([1.01, 0.91, 0.79, 0.96], [False] * 4)
+    assert ("speedup 1.01 [0.78, 1.30] at batch 1, the highest point estimate; the batch sizes "
+            "are not separated by their intervals; ") in text
+    # separated from some: named; from all: the largest
+    text, _ = words([1.0, 1.3, 1.28, 1.0], [True, False, False, True])
+    assert ("at batch 1, highest point estimate 1.30 [1.07, 1.59] at batch 2, not separated by "
+            "their intervals from batch 4; ") in text
+    text, value = words([1.0, 1.6, 1.0, 1.0], [True, False, True, True])
+    assert "at batch 1, largest 1.60 [1.37, 1.89] at batch 2; " in text
+    assert "largest 1.60 [1.37, 1.89] at batch 2; shape:" in value
+    # a table without the pair test decides none
+    text, _ = words([1.0, 1.6, 1.0, 1.0])
+    assert "highest point estimate 1.60 [1.37, 1.89] at batch 2; the batch sizes are not" in text
 
 
 def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: str):

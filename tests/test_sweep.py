@@ -491,3 +491,26 @@ def test_a_dip_before_a_rise_is_not_rising():
                        MARGIN) == RISING
     assert curve_shape(values, MARGIN) == "undecided"
     assert RISING in wrong_shapes(values, MARGIN)
+
+
+def test_the_highest_speedup_is_the_largest_only_where_the_pair_test_puts_the_others_below():
+    """The report read 'largest 1.10 [0.86, 1.41] at batch 8' beside 1.04 [0.81, 1.33] at batch
+    1: intervals that overlap rank nothing. below_highest applies the shape's pair test to the
+    highest point and each other point of speedup_curve's rows."""
+    from specmoe.measured.sweep import below_highest
+
+    def curve(speedups, spread):
+        ar = [p for b in (1, 2, 4, 8) for p in repeated(b, [10.0 * (1 + spread * e)
+                                                          for e in (-1, 0, 1)])]
+        sd = [p for b, s in zip((1, 2, 4, 8), speedups)
+              for p in repeated(b, [10.0 / s * (1 + spread * e) for e in (1, 0, -1)], tau=2.0)]
+        return speedup_curve(ar, sd, None, 3, MARGIN, "client", 0.0)
+
+    noisy = curve([1.04, 1.09, 1.04, 1.10], 0.15)
+    assert noisy["best_batch"] == 8 and not any(below_highest(noisy["rows"], MARGIN))
+    tight = curve([1.0, 1.3, 1.28, 1.0], 0.002)
+    # batch 4 lies within the margin of batch 2's 1.3: not below it
+    assert below_highest(tight["rows"], MARGIN) == [True, False, False, True]
+    # known exactly: the values and the margin decide
+    rows = [{"speedup": s, "speedup_log_se": 0.0, "speedup_df": math.inf} for s in (1.2, 1.0)]
+    assert below_highest(rows, MARGIN) == [False, True]

@@ -239,26 +239,13 @@ def shape_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, ma
     "undecided within the noise". Each label's false-label rate under the configurations' noise
     is simulated (specmoe.measured.rules, bench/decision_rules.py)."""
     lm = np.asarray(log_speedup, float)
-    se, dof = np.asarray(log_se, float), np.asarray(df, float)
     n = lm.shape[1]
     out = np.full(lm.shape[0], UNDECIDED, dtype=object)
     if n < 2:
         out[:] = TOO_FEW
         return out
-    q = 0.5 + (1 - (1 - level) / math.comb(n, 2)) / 2
     up = math.log1p(margin)
-    diff = lm[:, :, None] - lm[:, None, :]                      # [curve, i, j]: log(s_i / s_j)
-    v = se ** 2
-    vsum = v[:, :, None] + v[:, None, :]
-    known = np.isfinite(se) & (dof > 0)                         # a point with an error (or exact)
-    ok = known[:, :, None] & known[:, None, :]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        # the pair's degrees of freedom: shared estimates count once (t of inf df is normal)
-        pair_df = np.where(ok, np.minimum(dof[:, :, None], dof[:, None, :]), 1.0)
-        half = np.where(ok, stats.t.ppf(q, pair_df) * np.sqrt(np.where(ok, vsum, 0.0)), 0.0)
-    lo, hi = diff - half, diff + half
-    above = ok & (lo > 0) & (diff > up)
-    within = ok & (hi <= up)                                    # i not above j by the margin
+    above, within, lo = pair_tests(lm, log_se, df, margin, level)
     first, last = 0, n - 1
     concave = (above[:, 1:-1, first] & above[:, 1:-1, last]).any(axis=1)
     rising = (above[:, last, first] & within[:, :last, last].all(axis=1)
@@ -271,6 +258,47 @@ def shape_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, ma
     out[rising] = RISING
     out[concave] = CONCAVE
     return out
+
+
+def pair_tests(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, margin: float,
+               level: float = LEVEL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """shape_labels' tests of every pair of points of many curves ([curve, point] arrays), each
+    [curve, i, j]: "i above j", "i not above j by more than the margin" and the lower bound of
+    the interval of log(s_i / s_j) (Bonferroni-adjusted for the number of pairs)."""
+    lm = np.asarray(log_speedup, float)
+    se, dof = np.asarray(log_se, float), np.asarray(df, float)
+    q = 0.5 + (1 - (1 - level) / max(math.comb(lm.shape[1], 2), 1)) / 2
+    up = math.log1p(margin)
+    diff = lm[:, :, None] - lm[:, None, :]                      # [curve, i, j]: log(s_i / s_j)
+    v = se ** 2
+    vsum = v[:, :, None] + v[:, None, :]
+    known = np.isfinite(se) & (dof > 0)                         # a point with an error (or exact)
+    ok = known[:, :, None] & known[:, None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # the pair's degrees of freedom: shared estimates count once (t of inf df is normal)
+        pair_df = np.where(ok, np.minimum(dof[:, :, None], dof[:, None, :]), 1.0)
+        half = np.where(ok, stats.t.ppf(q, pair_df) * np.sqrt(np.where(ok, vsum, 0.0)), 0.0)
+    lo, hi = diff - half, diff + half
+    with np.errstate(invalid="ignore"):
+        above = ok & (lo > 0) & (diff > up)
+        within = ok & (hi <= up)                                # i not above j by the margin
+    return above, within, lo
+
+
+def below_highest(rows: list[dict], margin: float, level: float = LEVEL) -> list[bool]:
+    """For each point of one speedup curve (speedup_curve's rows), whether the point with the
+    highest speedup lies above it by shape_labels' pair test: the highest point estimate is the
+    largest speedup only where every other point lies below it (intervals that overlap rank
+    nothing). A point without a value or an error is below nothing."""
+    s = np.array([r["speedup"] for r in rows], float)
+    if not np.isfinite(s).any():
+        return [False] * len(rows)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lm = np.log(s)
+    above = pair_tests(lm[None], np.array([[r.get("speedup_log_se", np.nan) for r in rows]]),
+                       np.array([[r.get("speedup_df", np.nan) for r in rows]]), margin,
+                       level)[0][0]
+    return [bool(x) for x in above[int(np.nanargmax(s))]]
 
 
 FASTER, SLOWER, MIXED = "faster", "slower", "mixed"

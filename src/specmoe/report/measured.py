@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost import costmodel
-from ..measured.sweep import TE_NO_INTERVAL
+from ..measured.sweep import TE_NO_INTERVAL, below_highest
 from ..runs import Run
 from . import registry
 from .runs import prompt_fit_rows, run_cols, runs
@@ -32,8 +32,10 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
     for sp in sps:
         rc = run_cols(sp["run"])
         t["prompt_fit_sweeps"] += prompt_fit_rows(rc, sp.get("prompting"))
-        for r in sp["rows"]:
-            t["speedup_vs_batch"].append(speedup_row(rc, sp, r))
+        # which batch sizes the highest speedup lies above, by the shape's pair test
+        below = below_highest(sp["rows"], sp["margin"])
+        for r, b in zip(sp["rows"], below):
+            t["speedup_vs_batch"].append(speedup_row(rc, sp, r, b))
             sweep_rows[(Run.of(rc), r["batch"])] = r
     for pr in prs:
         rc = run_cols(pr["run"])
@@ -60,9 +62,10 @@ def _costmodel_te(cms: list[dict]) -> dict[tuple, float]:
     return te_cost
 
 
-def speedup_row(rc: dict, sp: dict, r: dict) -> dict:
+def speedup_row(rc: dict, sp: dict, r: dict, below: bool) -> dict:
     """One sweep point's row of the speedup_vs_batch table (sp: the run's speedup results, r:
-    its point at one batch size)."""
+    its point at one batch size, below: whether the run's highest speedup lies above it:
+    sweep.below_highest)."""
     return {
         **rc, "batch": r["batch"], "tpot_ar_ms": r["tpot_ar_ms"],
         "tpot_sd_ms": r["tpot_sd_ms"], "tpot_ar_p99_ms": r["tpot_ar_p99_ms"],
@@ -77,7 +80,7 @@ def speedup_row(rc: dict, sp: dict, r: dict) -> dict:
         **bounded_te("te_sweep", r.get("te_sweep_raw", r["te_sweep"]),
                      r.get("te_sweep_low", np.nan), r.get("te_sweep_high", np.nan),
                      r.get("te_sweep_status")),
-        "shape": sp["shape"], "direction": sp.get("direction", ""),
+        "shape": sp["shape"], "direction": sp.get("direction", ""), "below_highest": below,
         # how the no-SD side was measured: beside the SD points (interleaved) or apart
         "no_sd_series": sp.get("no_sd_series", "a separate series (rule sweep_ar), measured "
                                                "apart from the SD series"),

@@ -592,17 +592,14 @@ def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
         g = sp[sp["model"] == m] if not sp.empty else sp
         if not g.empty:
             g = g[g["run"] == g["run"].iloc[0]].sort_values("batch")
-            best = g.loc[g["speedup"].idxmax()]
             rows.append({"model": m, "run": g["run"].iloc[0],
                          "finding": "SD speedup highest at batch 1",
-                         "target": "shape 'peak at low batch': batch 1 above the largest and, "
-                                   "by an equivalence test, no larger batch above batch 1 by "
-                                   "more than the margin",
+                         "target": "shape 'peak at low batch': batch 1 above the largest batch "
+                                   "size and, by an equivalence test, no larger batch above "
+                                   "batch 1 by more than the margin",
                          "value": f"{_speedup_text(g.iloc[0])} at batch {int(g['batch'].iloc[0])}"
                                   + (" (its smallest)" if g["batch"].iloc[0] != 1 else "")
-                                  + ", largest "
-                                  f"{_speedup_text(best)} at batch {int(best['batch'])}; "
-                                  f"shape: {g['shape'].iloc[0]}",
+                                  + f"{_highest_text(g)}; shape: {g['shape'].iloc[0]}",
                          "status": CPU, **blank})
         k = ks[(ks["model"] == m) & (ks["class"] == "moe") & (ks["batch"] == 1)] \
             if not ks.empty else ks
@@ -635,9 +632,33 @@ def findings_table(targets: pd.DataFrame) -> list[str]:
 # --- the opening paragraph ----------------------------------------------------------------------
 
 
+def _highest_text(g: pd.DataFrame) -> str:
+    """Where a run's speedup is highest (g: its rows by batch size, the first already given), as
+    the words after the first: "largest" only where the sweep's pair test puts every other
+    batch size below it (the below_highest column: sweep.below_highest; a table without it
+    decides none), else the highest point estimate and the batch sizes not separated from it."""
+    best = g.loc[g["speedup"].idxmax()]
+    others = g[g.index != best.name]
+    if others.empty:
+        return ""
+    below = (others["below_highest"].eq(True) if "below_highest" in others
+             else pd.Series(False, index=others.index))
+    open_ = [str(int(b)) for b in others.loc[~below, "batch"]]
+    name = "largest" if not open_ else "highest point estimate"
+    where = (f", the {name}" if best.name == g.index[0] else
+             f", {name} {_speedup_text(best)} at batch {int(best['batch'])}")
+    if not open_:
+        return where
+    if len(open_) == len(others):
+        return f"{where}; the batch sizes are not separated by their intervals"
+    said = open_[0] if len(open_) == 1 else f"{', '.join(open_[:-1])} and {open_[-1]}"
+    return f"{where}, not separated by their intervals from batch {said}"
+
+
 def _speedup_summary(td: Tables) -> list[str]:
     """Each model's measured SD speedup at its first run, in words: at batch 1 and where it is
-    largest, each with its 95% interval, whether it is faster or slower over the curve where the
+    highest (_highest_text: the largest only where the intervals decide it), each with its 95%
+    interval, whether it is faster or slower over the curve where the
     intervals decide it (adjusted for the number of batch sizes), and how many of its 95%
     intervals lie below 1, above 1 or across it."""
     sp = load(td, "speedup_vs_batch")
@@ -655,11 +676,10 @@ def _speedup_summary(td: Tables) -> list[str]:
         # batch sizes (sweep.direction_labels); a table without it decides none
         word = (g["direction"].iloc[0] if "direction" in g and isinstance(
             g["direction"].iloc[0], str) and g["direction"].iloc[0] else "direction not decided")
-        first, best = g.iloc[0], g.loc[g["speedup"].idxmax()]
+        first = g.iloc[0]
         out.append(f"{label_of(g['model'].iloc[0], g['k'].iloc[0])}: {word}; speedup "
-                   f"{_speedup_text(first)} at batch {int(first['batch'])}, largest "
-                   f"{_speedup_text(best)} at batch {int(best['batch'])}; {below} of {n} "
-                   f"intervals below 1 and {above} above")
+                   f"{_speedup_text(first)} at batch {int(first['batch'])}{_highest_text(g)}; "
+                   f"{below} of {n} intervals below 1 and {above} above")
     return out
 
 
