@@ -1326,3 +1326,21 @@ def test_expert_loads_near_uniform_is_decided_by_the_baselines_interval(ind, lo,
     d = pd.Series({"k_over_n": 0.125, "hottest_expert_pct": 20.0})
     (row, *_) = prose._routing_rows("m", o, d, None)
     assert row["finding"] == "expert loads near uniform" and row["status"] == status
+
+
+def test_what_a_cpu_run_cannot_show_is_said_with_its_numbers():
+    """'A tiny model's step on a CPU costs host overhead rather than weight reads' stood with no
+    number: the opening now gives each CPU target's measured decode step beside the step model's
+    price of its weights and launches, and its MoE share of time beside its share of weights,
+    each read from the run's tables."""
+    td = tables.Tables.of(in_folder(FIXTURE))
+    text = prose.opening(td)
+    sp, dr = td.read("speedup_vs_batch"), td.read("draft_ratio_model")
+    ms = sp[(sp["model"] == "tiny-fine") & (sp["batch"] == 1)]["tpot_ar_ms"].iloc[0]
+    us = dr[(dr["model"] == "tiny-fine") & (dr["batch"] == 1)]["t_target_us"].iloc[0]
+    assert (f"tiny-fine: a decode step at batch 1 took {ms:.2f} ms, {ms * 1e3 / us:.0f} times "
+            f"the {us / 1e3:.2f} ms the step model prices") in text
+    ks = td.read("kernel_time_shares")
+    moe = ks[(ks["model"] == "tiny-fine") & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
+    assert (f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the profiled step against "
+            f"{100 * moe['moe_weight_share']:.0f}% of its weights") in text

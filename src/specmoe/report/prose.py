@@ -808,9 +808,43 @@ def opening(td: Tables) -> str:
                    + "; ".join(speed) + ".")
     if speed or not t.empty:
         out.append("What a CPU run cannot show: the study's GPU claims. A tiny model's step on a CPU "
-                   "costs host overhead rather than weight reads, so its speedup curve and its "
-                   "MoE share of time test the pipeline, not the study" + _priced_on(td) + ".")
+                   "costs host overhead rather than weight reads" + _cpu_step_numbers(td)
+                   + ", so its speedup curve and its MoE share of time test the pipeline, not the "
+                   "study" + _priced_on(td) + ".")
     return " ".join(out)
+
+
+def _cpu_step_numbers(td: Tables) -> str:
+    """For each target priced on a CPU entry, its decode step at batch 1 as measured (the sweep's
+    TPOT without SD) beside what the step model prices it at from its weights and launches
+    (draft_ratio_model's t_target_us), and its profiled MoE share of time beside its MoE share
+    of weights (kernel_time_shares): " (tiny-fine: ...)", or nothing where a table lacks them."""
+    sp, dr, ks, te = (td.read(t) for t in ("speedup_vs_batch", "draft_ratio_model",
+                                           "kernel_time_shares", "target_efficiency"))
+    if any(t.empty for t in (sp, dr, te)) or "hardware" not in te:
+        return ""
+    cpu = set(te[(te["hardware"].astype(str) == "CPU") & ~is_control(te)]["model"])
+    parts = []
+    for model in dict.fromkeys(sp["model"]):
+        step = sp[(sp["model"] == model) & (sp["batch"] == 1)]["tpot_ar_ms"].dropna()
+        priced = dr[(dr["model"] == model) & (dr["batch"] == 1)]["t_target_us"].dropna()
+        if model not in cpu or step.empty or priced.empty:
+            continue
+        ms, us = float(step.iloc[0]), float(priced.iloc[0])
+        text = (f"{model}: a decode step at batch 1 took {ms:.2f} ms, {ms * 1e3 / us:.0f} times "
+                f"the {us / 1e3:.2f} ms the step model prices for its weights and launches")
+        k = ks[(ks["model"] == model) & (ks["batch"] == 1)] if not ks.empty else ks
+        moe = k[k["class"] == "moe"] if not k.empty else k
+        other = k[k["class"] == "other"] if not k.empty else k
+        if not moe.empty and np.isfinite(moe["decode_share"].iloc[0]):
+            text += (f"; its MoE kernels took {100 * moe['decode_share'].iloc[0]:.0f}% of the "
+                     f"profiled step against {100 * moe['moe_weight_share'].iloc[0]:.0f}% of its "
+                     "weights")
+            if not other.empty:
+                text += (f", and ops outside attention, GEMMs and MoE "
+                         f"{100 * other['decode_share'].iloc[0]:.0f}%")
+        parts.append(text)
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _priced_on(td: Tables) -> str:
