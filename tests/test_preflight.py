@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 
@@ -72,6 +73,37 @@ def test_kv_cache_per_token_as_vllm_splits_and_replicates_heads():
     nxt = preflight.shipped_config("Qwen/Qwen3-Next-80B-A3B-Instruct")  # linear attention: a state
     full, _, state = preflight.kv_bytes_per_token(nxt, 1, 2)
     assert full == 12 * 2 * 2 * 256 * 2 and state > 0
+
+
+def engine(repo, tp, method=None, k=0, hardware="H100", **kw) -> preflight.Engine:
+    """A GPU job of the shipped checkpoint `repo` on a shipped GPU, its engine as the study sets
+    it (gpu_memory_utilization 0.9, the server), one 1,024-token sequence."""
+    hw = paper().hardware[hardware]
+    return preflight.Engine(**{
+        "job": f"sweep_sd {repo}/K{k}", "model": repo, "entry": {"repo_id": repo},
+        "hardware": hw, "hardware_name": hardware, "tp": tp, "precision": "auto",
+        "method": method, "drafter": None, "k": k, "max_model_len": 1024, "batch": 1,
+        "output_tokens": 0, "prompt_tokens": {}, "utilization": 0.9, "offline_server": False,
+        **kw})
+
+
+def test_linear_attention_state_with_mtp_as_vllms_shape_calculator():
+    """Qwen3.5-35B at TP 2 with MTP K = 3: vLLM 0.32 keeps 1 + K states per linear-attention
+    layer and sequence, each a page of vLLM's own shape calculator (conv state of kernel - 1 + K
+    rows: 573,440 bytes), where the preflight once counted one state of kernel - 1 rows."""
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
+
+    repo = "Qwen/Qwen3.5-35B-A3B"
+    c = preflight._text(preflight.shipped_config(repo))
+    shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
+        2, c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"],
+        c["linear_value_head_dim"], c["linear_conv_kernel_dim"], num_spec=3)
+    page = sum(math.prod(s) for s in shapes) * 2  # bf16
+    assert page == 573_440
+    m = preflight.memory(engine(repo, 2, "mtp", 3), preflight.shipped_config(repo), None)
+    assert m.kv_per_seq >= 30 * (1 + 3) * page
+    alone = preflight.memory(engine(repo, 2), preflight.shipped_config(repo), None)
+    assert alone.kv_per_seq < 30 * 2 * page  # no SD: one state
 
 
 @pytest.mark.parametrize("repo,tp,problem", [

@@ -265,9 +265,13 @@ def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> t
     return 0.0, "none"
 
 
-def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float) -> tuple[float, float, float]:
+def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float,
+                       k: int = 0) -> tuple[float, float, float]:
     """(KV bytes per token of every full-attention layer, per token of sliding-window layers
-    (up to the window), per sequence of linear-attention state) on one GPU."""
+    (up to the window), per sequence of linear-attention state) on one GPU. k: the speculative
+    tokens, for which vLLM 0.32 keeps 1 + k linear-attention states per sequence, each with a
+    conv state of kernel - 1 + k rows (MambaBase.get_kv_cache_spec's num_speculative_blocks,
+    MambaStateShapeCalculator.gated_delta_net_state_shape)."""
     c = _text(cfg)
     kinds = _layer_kinds(c)
     if c.get("kv_lora_rank"):  # MLA: one latent per token, the same on every rank
@@ -278,8 +282,8 @@ def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float) -> tuple[float
     if "linear" in kinds:
         nk, nv = int(c["linear_num_key_heads"]), int(c["linear_num_value_heads"])
         dk, dv = int(c["linear_key_head_dim"]), int(c["linear_value_head_dim"])
-        conv = (2 * nk * dk + nv * dv) * (int(c.get("linear_conv_kernel_dim") or 4) - 1)
-        linear = kinds.count("linear") * (nv * dk * dv + conv) * 2.0 / tp
+        conv = (2 * nk * dk + nv * dv) * (int(c.get("linear_conv_kernel_dim") or 4) - 1 + k)
+        linear = kinds.count("linear") * (nv * dk * dv + conv) * 2.0 / tp * (1 + k)
     return kinds.count("full") * per, kinds.count("sliding") * per, linear
 
 
@@ -362,7 +366,8 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
     weights = weight_bytes(cfg, served_precision(e, cfg), e.tp, mtp)
     draft, _ = drafter_bytes(cfg, drafter_cfg, e.method or "", e.tp)
     full, sliding, linear = kv_bytes_per_token(cfg, e.tp,
-                                               _kv_dtype_bytes(cfg, e.engine_args, e.dtype))
+                                               _kv_dtype_bytes(cfg, e.engine_args, e.dtype),
+                                               e.k if e.method else 0)
     extra_layer = 0.0  # the MTP layers' and an EAGLE head's own KV cache: one layer each
     if e.method == "mtp" or e.method in ("eagle", "eagle3"):
         n = len([k for k in _layer_kinds(c) if k == "full"]) or 1
