@@ -106,6 +106,17 @@ def test_linear_attention_state_with_mtp_as_vllms_shape_calculator():
     assert alone.kv_per_seq < 30 * 2 * page  # no SD: one state
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_the_logits_activation_does_not_shrink_with_tp(tp):
+    """vLLM's LogitsProcessor all-gathers the logits: every GPU holds the fp32 logits (and their
+    copy) of each sequence over the whole vocabulary, whatever the TP; the preflight once divided
+    them by TP."""
+    cfg = preflight.shipped_config("Qwen/Qwen3-235B-A22B-Instruct-2507")
+    logits = preflight.activation_bytes(cfg, tp, 8192, 256) - \
+        preflight.activation_bytes(cfg, tp, 8192, 0)
+    assert logits == 256 * cfg["vocab_size"] * 4 * 2
+
+
 @pytest.mark.parametrize("repo,tp,problem", [
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 2, None),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 3, "does not divide the 32 attention heads"),

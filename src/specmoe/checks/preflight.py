@@ -320,13 +320,14 @@ def batched_tokens(memory_gib: float, offline: bool, engine_args: dict) -> int:
 def activation_bytes(cfg: dict, tp: int, tokens: int, seqs: int) -> float:
     """Peak activations of vLLM's profiling pass over `tokens` tokens, per GPU: the fused MoE
     kernel's buffers (top-k copies of each token through the gate/up and down projections),
-    a few hidden-sized tensors per token, and the fp32 logits of `seqs` sequences."""
+    a few hidden-sized tensors per token, and the fp32 logits of `seqs` sequences over the whole
+    vocabulary on every GPU (vLLM's LogitsProcessor all-gathers them on CUDA)."""
     c = _text(cfg)
     h = int(c["hidden_size"])
     k = int(c.get("num_experts_per_tok") or c.get("experts_per_token") or 1)
     inter = int(c.get("moe_intermediate_size") or c.get("intermediate_size") or h)
     per_token = k * (3 * inter / tp + h) + 8 * h
-    logits = min(seqs, tokens) * int(c.get("vocab_size") or 0) / tp * 4 * 2
+    logits = min(seqs, tokens) * int(c.get("vocab_size") or 0) * 4 * 2
     return tokens * per_token * 2.0 + logits
 
 
