@@ -117,6 +117,31 @@ def test_the_logits_activation_does_not_shrink_with_tp(tp):
     assert logits == 256 * cfg["vocab_size"] * 4 * 2
 
 
+def test_sliding_window_layers_hold_what_vllms_sliding_window_spec_reserves():
+    """GPT-OSS-120B's TP 4 sweep (the server: max_num_batched_tokens 8192, two batches in flight
+    under async scheduling): each of its 18 sliding-window layers holds, at start and per
+    sequence, the blocks vLLM 0.32's SlidingWindowSpec reserves (the window plus 16,384 tokens in
+    flight, up to max_model_len), where the preflight once counted the 128-token window alone."""
+    import torch
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    c = paper(only("gpt-oss-120b-tp4"))
+    job = next(j for j in c.gpu_jobs() if j.rule == "sweep_sd")
+    e = c.engine_of(job)
+    cfg = preflight.offline_config(e.entry)[0]
+    spec = SlidingWindowSpec(block_size=16, num_kv_heads=8 // 4, head_size=64,
+                             dtype=torch.bfloat16, sliding_window=128)
+    blocks = spec.max_admission_blocks_per_request(max_in_flight_tokens=2 * 8192,
+                                                   max_model_len=e.max_model_len)
+    assert (e.max_model_len, blocks) == (36864, 16384 // 16 + 8 + 1)
+    full, sliding, _ = preflight.kv_bytes_per_token(cfg, 4, 2)
+    per_layer = full / 18  # one full-attention layer's, as the EAGLE head's
+    m = preflight.memory(e, cfg, preflight.offline_config(e.drafter)[0])
+    assert m.kv_start == (full + per_layer) * e.max_model_len + 18 * blocks * spec.page_size_bytes
+    held = min(-(-m.seq_tokens // 16), blocks)
+    assert m.kv_per_seq == (full + per_layer) * m.seq_tokens + 18 * held * spec.page_size_bytes
+
+
 @pytest.mark.parametrize("repo,tp,problem", [
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 2, None),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 3, "does not divide the 32 attention heads"),
@@ -170,7 +195,7 @@ def test_the_long_context_sets_max_batch_is_the_largest_batch_every_model_holds(
         m = preflight.memory(alone, cfg, preflight.offline_config(e.drafter)[0])
         held[job.model] = min(held.get(job.model, m.sequences), m.sequences)
     assert set(held) == {"qwen3-30b-fp8-tp2", "gpt-oss-120b-tp4"}
-    assert held["qwen3-30b-fp8-tp2"] == 35 and held["gpt-oss-120b-tp4"] > 128
+    assert held["qwen3-30b-fp8-tp2"] == 35 and held["gpt-oss-120b-tp4"] == 122
     fits = max(b for b, _ in c.sweep_schedule("mt-bench") if b <= min(held.values()))
     assert c.max_batch(ds) == fits == 32
 

@@ -47,6 +47,11 @@ RESERVE_GIB = 1.5
 # vLLM 0.32's max_num_batched_tokens where the engine arguments do not set it, by GPU memory
 # (vllm.engine.arg_utils.EngineArgs.get_batch_defaults): (offline LLM, OpenAI server).
 BATCHED_TOKENS = ((160, (16384, 16384)), (70, (16384, 8192)), (0, (8192, 2048)))
+# vLLM 0.32's KV-cache block in tokens (CacheConfig.DEFAULT_BLOCK_SIZE), and the batches in flight
+# at once under its async scheduling, on by default (VllmConfig.max_concurrent_batches): what a
+# sliding-window layer holds per sequence is counted in them.
+BLOCK_TOKENS = 16
+BATCHES_IN_FLIGHT = 2
 # Families whose checkpoints carry MTP layers that config.json does not count (vLLM reads them
 # from the weights): Qwen3-Next.
 MTP_WITHOUT_KEY = {"qwen3_next"}
@@ -268,10 +273,10 @@ def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> t
 def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float,
                        k: int = 0) -> tuple[float, float, float]:
     """(KV bytes per token of every full-attention layer, per token of sliding-window layers
-    (up to the window), per sequence of linear-attention state) on one GPU. k: the speculative
-    tokens, for which vLLM 0.32 keeps 1 + k linear-attention states per sequence, each with a
-    conv state of kernel - 1 + k rows (MambaBase.get_kv_cache_spec's num_speculative_blocks,
-    MambaStateShapeCalculator.gated_delta_net_state_shape)."""
+    (as many as they hold: `memory`), per sequence of linear-attention state) on one GPU. k: the
+    speculative tokens, for which vLLM 0.32 keeps 1 + k linear-attention states per sequence,
+    each with a conv state of kernel - 1 + k rows (MambaBase.get_kv_cache_spec's
+    num_speculative_blocks, MambaStateShapeCalculator.gated_delta_net_state_shape)."""
     c = _text(cfg)
     kinds = _layer_kinds(c)
     if c.get("kv_lora_rank"):  # MLA: one latent per token, the same on every rank
@@ -376,9 +381,16 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
     if e.method == "draft_model" and drafter_cfg is not None:
         extra_layer = kv_bytes_per_token(drafter_cfg, e.tp, _kv_dtype_bytes(drafter_cfg, {}))[0]
     window = int(c.get("sliding_window") or 0)
+    tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
+    # a sliding-window layer holds a sequence's blocks up to the window plus the tokens in flight
+    # (and one block for a window that starts mid-block), the cap vLLM both sizes its pool at
+    # start and admits a sequence by (SlidingWindowSpec.max_admission_blocks_per_request)
+    cap = math.ceil(min(window - 1 + BATCHES_IN_FLIGHT * tokens, e.max_model_len)
+                    / BLOCK_TOKENS) + 1
 
-    def kv(tokens: int) -> float:
-        return (full + extra_layer) * tokens + sliding * min(tokens, window) + linear
+    def kv(n: int, blocks: int | None = None) -> float:
+        held = min(math.ceil(n / BLOCK_TOKENS), cap) if blocks is None else blocks
+        return (full + extra_layer) * n + sliding * held * BLOCK_TOKENS + linear
 
     def seq(prompt: float) -> int:  # a sequence: its prompt, the output and K+1 drafts
         return min(e.max_model_len, int(math.ceil(prompt)) + e.output_tokens + e.k + 1)
@@ -387,10 +399,9 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
     # max_batch may take less than short ones at the job's largest batch
     ds, prompt = max(e.prompt_tokens.items(), default=("", 0.0),
                      key=lambda d: e.batches.get(d[0], e.batch) * kv(seq(d[1])))
-    tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
     reserve = RESERVE_GIB * GIB + activation_bytes(cfg, e.tp, tokens, e.batch)
     return Memory(budget=mem_gib * GIB * e.utilization, weights=weights, drafter=draft,
-                  reserve=reserve, kv_start=kv(e.max_model_len), kv_per_seq=kv(seq(prompt)),
+                  reserve=reserve, kv_start=kv(e.max_model_len, cap), kv_per_seq=kv(seq(prompt)),
                   seq_tokens=seq(prompt), batch=e.batches.get(ds, e.batch), dataset=ds)
 
 
