@@ -142,6 +142,19 @@ def test_sliding_window_layers_hold_what_vllms_sliding_window_spec_reserves():
     assert m.kv_per_seq == (full + per_layer) * m.seq_tokens + 18 * held * spec.page_size_bytes
 
 
+def test_an_h100s_budget_is_the_memory_it_reports_to_cuda():
+    """vLLM's gpu_memory_utilization takes its share of the memory the device reports (torch's
+    total_memory; an H100 SXM's nvidia-smi shows 81,559 MiB), not the datasheet's 80 GB read as
+    80 GiB (81,920 MiB), which the preflight once budgeted; the step model's memory_gib stays the
+    datasheet's, and a configuration that sets its own memory_gib is budgeted by it."""
+    repo = "Qwen/Qwen3-30B-A3B"
+    m = preflight.memory(engine(repo, 1), preflight.shipped_config(repo), None)
+    assert m.budget <= 81_559 * 2**20 * 0.9
+    assert paper().hardware["H100"]["memory_gib"] == 80
+    own = paper(lambda c: c["hardware"].update(H100={"memory_gib": 94})).hardware["H100"]
+    assert preflight.capacity(own)[0] == 94 * GIB
+
+
 @pytest.mark.parametrize("repo,tp,problem", [
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 2, None),
     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 3, "does not divide the 32 attention heads"),
@@ -258,8 +271,8 @@ def test_a_drafter_without_its_config_json_stops_the_run(tmp_path, monkeypatch):
     (only("mixtral-8x7b-bf16-tp2", tp=1),
      r"^preflight: capture mixtral-8x7b-bf16-tp2/mixtral-draft/K3/mt-bench \(and 2 more of its "
      r"jobs\): memory: weights 87\.0 GiB \+ reserve [\d.]+ GiB \+ KV cache of "
-     r"one 1,024-token sequence [\d.]+ GiB = 9\d\.\d GiB per GPU > TP 1 x 80 GiB x "
-     r"gpu_memory_utilization 0\.9 = 72\.0 GiB per GPU$"),
+     r"one 1,024-token sequence [\d.]+ GiB = 9\d\.\d GiB per GPU > TP 1 x 79\.65 GiB \(81,559 MiB "
+     r"as CUDA reports it\) x gpu_memory_utilization 0\.9 = 71\.7 GiB per GPU$"),
     (only("mixtral-8x7b-bf16-tp2", tp=3),
      r"tensor parallelism: TP 3 does not divide the 32 attention heads; TP 3 neither divides the "
      r"8 KV heads nor is a multiple of them .*; TP 3 does not divide the expert width 14336$"),
@@ -271,7 +284,8 @@ def test_a_drafter_without_its_config_json_stops_the_run(tmp_path, monkeypatch):
     (only("qwen3-235b-fp8-tp4", tp=8),
      r"1536 / 8 = 192, is not a multiple of the fp8 weight block 128"),
     (lambda c: c["gpu"].update(memory_utilization=0.5) or only("qwen3-30b-bf16-tp1")(c),
-     r"memory: weights 56\.8 GiB .* > TP 1 x 80 GiB x gpu_memory_utilization 0\.5 = 40\.0 GiB"),
+     r"memory: weights 56\.8 GiB .* > TP 1 x 79\.65 GiB \(81,559 MiB as CUDA reports it\) x "
+     r"gpu_memory_utilization 0\.5 = 39\.8 GiB"),
 ])
 def test_a_broken_copy_stops_in_one_line(edit, pattern):
     report = paper(edit).preflight(with_vllm=False)

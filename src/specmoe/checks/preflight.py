@@ -7,11 +7,12 @@ specmoe.config.Config.gpu_jobs), from the model's config.json and the configurat
   and LM head, the MTP layers a method mtp runs, the drafter) plus a reserve (CUDA context, NCCL
   buffers and CUDA graphs, RESERVE_GIB, and the activations of vLLM's profiling pass over
   max_num_batched_tokens) plus the KV cache of one sequence of max_model_len tokens (what vLLM
-  needs to start) fit the GPU's memory (hardware `memory_gib`) times vLLM's
-  gpu_memory_utilization (`gpu.memory_utilization`). Where the KV cache then holds fewer
-  sequences of a dataset's length (prompt, output and K+1 drafts) than the largest batch the job
-  runs it at (a series: up to the dataset's `max_batch`), vLLM queues the rest: a warning, since
-  the points above that batch would measure fewer sequences.
+  needs to start) fit the GPU's memory as the device reports it to CUDA (hardware
+  `cuda_memory_mib`, else the datasheet's `memory_gib`) times vLLM's gpu_memory_utilization
+  (`gpu.memory_utilization`). Where the KV cache then holds fewer sequences of a dataset's
+  length (prompt, output and K+1 drafts) than the largest batch the job runs it at (a series: up
+  to the dataset's `max_batch`), vLLM queues the rest: a warning, since the points above that
+  batch would measure fewer sequences.
 - tensor parallelism, as vLLM splits a model: TP divides the attention heads; the KV heads split
   (TP divides them) or replicate (they divide TP); TP divides linear-attention heads, each
   expert's width, and an fp8 checkpoint's weight block divides the expert's share.
@@ -364,8 +365,21 @@ class Memory:
         return self.kv_free - self.batch * self.kv_per_seq
 
 
+def capacity(hardware: dict) -> tuple[float, str] | None:
+    """(bytes, what they are) of one GPU that vLLM's gpu_memory_utilization takes its share of:
+    the memory the device reports to CUDA (hardware cuda_memory_mib), else the datasheet's
+    memory_gib read as GiB (more than a GPU reports); None: neither is given."""
+    if hardware.get("cuda_memory_mib"):
+        mib = float(hardware["cuda_memory_mib"])
+        return mib * 2**20, f"{mib * 2**20 / GIB:.2f} GiB ({mib:,.0f} MiB as CUDA reports it)"
+    if hardware.get("memory_gib"):
+        return float(hardware["memory_gib"]) * GIB, f"{float(hardware['memory_gib']):g} GiB"
+    return None
+
+
 def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
-    mem_gib = float(e.hardware["memory_gib"])
+    total = capacity(e.hardware)[0]
+    mem_gib = total / GIB
     c = _text(cfg)
     mtp = (mtp_layers(c) or (1 if c.get("model_type") in MTP_WITHOUT_KEY else 0)) \
         if e.method == "mtp" else 0
@@ -400,7 +414,7 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
     ds, prompt = max(e.prompt_tokens.items(), default=("", 0.0),
                      key=lambda d: e.batches.get(d[0], e.batch) * kv(seq(d[1])))
     reserve = RESERVE_GIB * GIB + activation_bytes(cfg, e.tp, tokens, e.batch)
-    return Memory(budget=mem_gib * GIB * e.utilization, weights=weights, drafter=draft,
+    return Memory(budget=total * e.utilization, weights=weights, drafter=draft,
                   reserve=reserve, kv_start=kv(e.max_model_len, cap), kv_per_seq=kv(seq(prompt)),
                   seq_tokens=seq(prompt), batch=e.batches.get(ds, e.batch), dataset=ds)
 
@@ -432,12 +446,12 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
     out += _method(e, c, drafter_cfg, drafter_why)
     if problems:  # no split, so no memory per GPU to size
         return out, None
-    if "memory_gib" not in e.hardware:
+    if capacity(e.hardware) is None:
         add("not checked", f"memory of {e.model}: hardware {e.hardware_name} has no memory_gib",
             fatal=False)
         return out, None
     m = memory(e, cfg, drafter_cfg)
-    budget = (f"TP {e.tp} x {e.hardware['memory_gib']:g} GiB x gpu_memory_utilization "
+    budget = (f"TP {e.tp} x {capacity(e.hardware)[1]} x gpu_memory_utilization "
               f"{e.utilization:g} = {_gib(m.budget)} per GPU")
     need = m.weights + m.drafter + m.reserve + m.kv_start
     if need > m.budget:

@@ -38,7 +38,8 @@ def gpus() -> dict[str, dict]:
     return {r.gpu: {"hbm_bandwidth_gbs": float(r.hbm_bandwidth_gbs),
                     "peak_tflops": {d: float(getattr(r, f"peak_{d}_tflops")) for d in PEAK_DTYPES},
                     "l2_mib": float(r.l2_mib), "sm_count": int(r.sm_count),
-                    "memory_gib": float(r.memory_gib), "nvlink_gbs": float(r.nvlink_gbs)}
+                    "memory_gib": float(r.memory_gib), "nvlink_gbs": float(r.nvlink_gbs),
+                    "cuda_memory_mib": float(r.cuda_memory_mib)}
             for r in load("hardware").itertuples()}
 
 
@@ -50,9 +51,18 @@ def compute_capabilities() -> dict[str, tuple[int, int]]:
 
 def with_gpus(hardware: dict) -> dict:
     """A configuration's `hardware` section over the shipped GPUs: each shipped GPU, its numbers
-    overridden by an entry of the same name, and the configuration's other entries."""
+    overridden by an entry of the same name, and the configuration's other entries. An entry
+    that sets its own memory_gib drops the shipped cuda_memory_mib: that was reported by the
+    shipped GPU's memory, not this one's."""
     shipped = gpus()
-    return {**shipped, **{n: {**shipped.get(n, {}), **(e or {})} for n, e in hardware.items()}}
+
+    def own(name: str, entry: dict) -> dict:
+        base = dict(shipped.get(name, {}))
+        if "memory_gib" in entry:
+            base.pop("cuda_memory_mib", None)
+        return {**base, **entry}
+
+    return {**shipped, **{n: own(n, e or {}) for n, e in hardware.items()}}
 
 
 def study_models() -> set[str]:
