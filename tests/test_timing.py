@@ -43,7 +43,7 @@ def trace(root: Path, rel: str, meta: dict) -> None:
     cols["status"] = status_for(cols["position"], cols["accepted"])
     p = root / "results" / rel
     p.parent.mkdir(parents=True, exist_ok=True)
-    write_trace(p, Trace(experts=np.zeros((n, 1, 2), np.int64), columns=cols, num_experts=8,
+    write_trace(p, Trace(experts=np.tile(np.arange(2), (n, 1, 1)), columns=cols, num_experts=8,
                          k_draft=3, meta=meta))
 
 
