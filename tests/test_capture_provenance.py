@@ -71,7 +71,7 @@ def test_a_longer_job_runtime_keeps_the_controls_config_hash(tmp_path, monkeypat
         return {"seqs": seqs}
 
     def rows_of_sequences(res, seqs):
-        return [np.zeros((len(s), 1, 2), np.int64) for s in seqs], {"layers": [0],
+        return [np.tile(np.arange(2), (len(s), 1, 1)) for s in seqs], {"layers": [0],
                                                                     "num_experts": 8}
 
     monkeypatch.setattr(engine, "run_in_child", child)
