@@ -20,10 +20,19 @@ FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 WEIGHTS = b"\x00" * 4096 + b"weights"
 
 
-def run_download(args, env_extra, tmp_path):
+def run_download(args, env_extra, tmp_path, *, no_backoff=False):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(tmp_path / "hf" / "hub"),
                HF_HUB_DISABLE_TELEMETRY="1", **env_extra)
+    if no_backoff:
+        # huggingface_hub's http_backoff sleeps 1+2+4+8+8 s between its retries of a connection
+        # that fails; a sitecustomize in the child process makes time.sleep return at once, so
+        # the retries (and the fall-back after them) still happen, without the 45 s of waiting
+        site = tmp_path / "no_backoff"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text("import time\ntime.sleep = lambda s: None\n")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(site)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     return subprocess.run([sys.executable, "-m", "specmoe.cli", "download", *args, "--json"],
                           capture_output=True, text=True, env=env, timeout=120)
 
@@ -109,14 +118,13 @@ def test_a_corrupt_lfs_blob_of_the_right_size_is_refused(tmp_path):
                           "Hugging Face cache is corrupt") and str(blob) in err
 
 
-@pytest.mark.slow  # huggingface_hub retries the closed port for about 45 s
 def test_full_mode_reads_a_cached_pinned_snapshot_when_the_hub_cannot_be_reached(tmp_path):
     """Nothing listens at HF_ENDPOINT and HF_HUB_OFFLINE is unset: listing the repository's files
     cannot connect, so the weights are taken from the cached snapshot as offline (as
     snapshot_download itself falls back to the cache), with a warning instead of a failure."""
     snap = qwen_cache(tmp_path)
     r = run_download(["Qwen/Qwen3-30B-A3B-FP8", "--revision", "c" * 40],
-                     {"HF_ENDPOINT": "http://127.0.0.1:9"}, tmp_path)
+                     {"HF_ENDPOINT": "http://127.0.0.1:9"}, tmp_path, no_backoff=True)
     assert r.returncode == 0, r.stderr[-2000:]
     man = json.loads(r.stdout)
     assert man["pinned"] and man["snapshot_path"] == str(snap) and not man["offline"]
