@@ -3,7 +3,11 @@ controls as the rules and the GPU plan see them."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -275,3 +279,43 @@ def test_every_engine_rule_is_a_kind_and_an_unknown_kind_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="unknown engine job kind 'capture_forced'"):
         runpy.run_path(str(REPO / "workflow/scripts/engine.py"),
                        init_globals={"snakemake": stub}, run_name="__main__")
+
+
+LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
+# The SLURM plugin's own sbatch line for one job's resources (Snakemake's ResourceList, as the
+# plugin gets it), run in the launcher's environment where the plugin is installed.
+SBATCH_LINE = """
+import json, sys
+from types import SimpleNamespace
+from snakemake.iocontainers import ResourceList
+from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+from snakemake_executor_plugin_slurm.utils import set_gres_string
+job = SimpleNamespace(resources=ResourceList(fromdict=json.loads(sys.argv[1])), threads=1,
+                      name="capture", is_group=lambda: False)
+params = dict(run_uuid="u", slurm_logfile="l", comment_str="c", account="", partition="",
+              workdir=".")
+print(get_submit_command(job, params) + set_gres_string(job))
+"""
+
+
+def test_a_gpu_constraint_reaches_sbatch_as_the_slurm_plugin_builds_it():
+    """`gpu.constraint` is SLURM's node constraint (`-C`), the GPU model stays the hardware's
+    (`--gpus=h100:TP`): the plugin refuses `a&b` as a GPU model. Without one there is no `-C`."""
+    assert LAUNCHER.exists(), f"no launcher environment at {LAUNCHER}"
+
+    def constrain(cfg):
+        cfg["gpu"]["constraint"] = "hopper&nvlink"
+
+    name = "qwen3-30b-fp8-tp2"
+    for edit, flag in ((constrain, "-C 'hopper&nvlink'"), (None, None)):
+        c = resolved("config/paper.yaml", edit)
+        assert c.gpu_model(name) == "h100"  # the hardware's, whatever the constraint
+        res = {"gpu": c.gpus(name), "gpu_model": c.gpu_model(name),
+               "constraint": c.gpu_constraint(name), "mem_mb": c.engine_mem_mb(name),
+               "runtime": 60}
+        # Snakemake leaves a resource evaluated to None out of the job's resources
+        res = {k: v for k, v in res.items() if v is not None}
+        out = subprocess.run([str(LAUNCHER), "-c", SBATCH_LINE, json.dumps(res)],
+                             capture_output=True, text=True, check=True).stdout
+        assert "--gpus=h100:2" in out, out
+        assert (flag in out) if flag else (" -C " not in out), out

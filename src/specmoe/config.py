@@ -291,13 +291,15 @@ class Config:
         return dict(self.model(name).entry)
 
     def gpu_resources(self, name: str) -> dict:
-        """Snakemake's standard resources of one model's GPU jobs (gpu = TP), memory and hours from
-        the model's `gpu` entry over the config's defaults."""
+        """Snakemake's standard resources of one model's GPU jobs (gpu = TP, the GPU model of its
+        hardware), SLURM's node constraint (`-C`, None where unset), memory and hours from the
+        model's `gpu` entry over the config's defaults."""
         m = self.entry(name)
         g = {**(self.raw.get("gpu") or {}), **(m.get("gpu") or {})}
         hw = self.hardware.get(self.hardware_of(name), {})
         return {"gpu": int(m.get("tp", 1)),
-                "gpu_model": g.get("constraint") or hw.get("gpu_model") or "",
+                "gpu_model": hw.get("gpu_model") or "",
+                "constraint": g.get("constraint"),
                 "mem_mb": int(g.get("mem_mb", GPU_JOB_DEFAULTS["mem_mb"])),
                 "runtime": int(g.get("runtime", GPU_JOB_DEFAULTS["runtime"]))}
 
@@ -614,6 +616,11 @@ class Config:
 
     def gpu_model(self, name: str) -> str:
         return self.gpu_resources(name)["gpu_model"] if self.on_gpu(name) else ""
+
+    def gpu_constraint(self, name: str) -> str | None:
+        """SLURM's `-C` of a model's engine jobs; None (no constraint) where the `gpu` entries
+        set none or the engine runs on a CPU: Snakemake leaves a None resource out."""
+        return self.gpu_resources(name)["constraint"] if self.on_gpu(name) else None
 
 
 def table_datasets(config: dict) -> set[str]:

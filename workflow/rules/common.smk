@@ -243,10 +243,10 @@ def engine_env(w):
 
 
 def engine_resources(rule_name):
-    """An engine job's resources: TP GPUs, the GPU model and memory of a study model on a GPU,
-    CPU_ENGINE's memory on a CPU; its runtime in minutes is the GPU plan's estimate for GPU jobs
-    (the model's `gpu.runtime` where the plan has none) and CPU_ENGINE's else, doubled on each
-    retry."""
+    """An engine job's resources: TP GPUs, the GPU model, SLURM constraint (where the `gpu` entries
+    set one) and memory of a study model on a GPU, CPU_ENGINE's memory on a CPU; its runtime in
+    minutes is the GPU plan's estimate for GPU jobs (the model's `gpu.runtime` where the plan has
+    none) and CPU_ENGINE's else, doubled on each retry."""
     kind(rule_name)
 
     def runtime(wildcards, input, attempt):
@@ -262,6 +262,7 @@ def engine_resources(rule_name):
     return {
         "gpu": lambda w: CFG.gpus(w.model),
         "gpu_model": lambda w: CFG.gpu_model(w.model),
+        "constraint": lambda w: CFG.gpu_constraint(w.model),
         "mem_mb": lambda w: CFG.engine_mem_mb(w.model),
         "runtime": runtime,
         "engine": 1,
