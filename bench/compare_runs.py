@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from specmoe.report.tables import PROVENANCE, read_csv
 from specmoe.routing.trace import read_trace
 
 # Each timing table's columns that come from timing (clocks, or numbers derived from them):
@@ -58,7 +58,7 @@ def sha(p: Path) -> str:
 def same_values(p: Path, q: Path, renames: dict[str, str]) -> str | None:
     """Where two tables differ only in columns one of them lacks (after renaming A's columns):
     which columns those are; None where a value in a shared column differs."""
-    da, db = (pd.read_csv(x, comment="#", dtype=str, keep_default_na=False) for x in (p, q))
+    da, db = (read_csv(x, dtype=str, keep_default_na=False) for x in (p, q))
     da = da.rename(columns=renames)
     shared = [c for c in da if c in db]
     if len(da) != len(db) or not da[shared].equals(db[shared]):
@@ -80,18 +80,18 @@ def _files(a: Path, b: Path, folder: str, pattern: str, skip=()) -> list[Path]:
 def _table(p: Path, q: Path, renames: dict) -> tuple[bool | str, str]:
     stem = p.stem
     if stem == "step_model" or stem in TIMING_COLUMNS:  # the timing columns left out
-        da, db = (pd.read_csv(x, comment="#", dtype=str, keep_default_na=False) for x in (p, q))
+        da, db = (read_csv(x, dtype=str, keep_default_na=False) for x in (p, q))
         keep = (lambda c: "measured" not in c) if stem == "step_model" else \
             (lambda c: not is_timing(stem, c))
         da, db = (d[[c for c in d if keep(c)]] for d in (da, db))
         return da.equals(db), f"{len(da)} rows, {'predicted' if stem == 'step_model' else 'non-timing columns'}"
     if stem == "comparison":
-        da, db = (pd.read_csv(x, comment="#") for x in (p, q))
+        da, db = (read_csv(x) for x in (p, q))
         da, db = (d[~((d["table"].isin(TIMING_COLUMNS)) & d.apply(
             lambda r: is_timing(r["table"], r["quantity"]), axis=1))].reset_index(drop=True)
             if len(d) else d for d in (da, db))
         return da.equals(db), f"{len(da)} non-timing rows"
-    la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith("#")]
+    la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith(PROVENANCE)]
               for x in (p, q))
     if la != lb:
         cols = same_values(p, q, renames.get(stem, {}))

@@ -38,7 +38,8 @@ def test_a_table_that_gained_or_renamed_a_column_is_same_values_only_where_every
     assert "cols  tables/t.csv  (1 rows, same values; only in B: control_of)" in r.stdout
     assert "cols  tables/u.csv  (1 rows, same values; renamed: k=top_k)" in r.stdout
     assert subprocess.run(args + ["--schema"], capture_output=True).returncode == 0
-    (b / "results" / "tables" / "t.csv").write_text("# p\nmodel,control_of,k,x\nm,,3,0.6\n")
+    (b / "results" / "tables" / "t.csv").write_text(
+        "# provenance: {}\nmodel,control_of,k,x\nm,,3,0.6\n")
     r = subprocess.run(args + ["--schema"], capture_output=True, text=True)
     assert r.returncode == 1 and "DIFF  tables/t.csv" in r.stdout
 
@@ -77,3 +78,13 @@ def test_a_file_only_one_run_has_and_a_non_timing_column_of_a_timing_table_are_d
     assert "DIFF  sd_check/m/K3/x.json  (only in B)" in out
     assert "DIFF  tables/te_three_ways.csv  (1 rows, non-timing columns)" in out
     assert "manifest" not in out
+
+
+def test_a_value_beside_a_hash_in_a_cell_is_compared(tmp_path):
+    """A cell holding `#` (a prompt category `C#`) is a value like any: read as a comment, it cut
+    the rest of its row, and a changed value beside it passed as the same under --schema."""
+    a = _run(tmp_path / "a", {"t": "category,x\nC#,0.5\n"})
+    b = _run(tmp_path / "b", {"t": "category,x\nC#,0.6\n"})
+    r = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b), "--schema"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "DIFF  tables/t.csv" in r.stdout, r.stdout + r.stderr

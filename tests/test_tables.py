@@ -24,6 +24,16 @@ def test_write_table_four_formats_with_provenance(tmp_path):
     assert not list(tmp_path.glob(".*tmp"))
 
 
+def test_a_cell_holding_a_hash_reads_back_whole(tmp_path):
+    """Only the provenance line is skipped: read as comments, `#` cut a prompt category `C#` to
+    `C` and its row's other cells to NaN. A CSV without the line reads from its first."""
+    df = pd.DataFrame({"category": ["C#", "#1", "plain"], "x": [0.5, 1.0, 2.0]})
+    back = read_csv(write_table(df, tmp_path / "t", {"config_hash": "h1"})[0])
+    pd.testing.assert_frame_equal(back, df)
+    df.to_csv(tmp_path / "own.csv", index=False)
+    pd.testing.assert_frame_equal(read_csv(tmp_path / "own.csv"), df)
+
+
 def test_markdown_alignment():
     md = to_markdown(pd.DataFrame({"x": ["a"], "y": [1.0]}))
     assert md.splitlines()[1] == "|:---|---:|"

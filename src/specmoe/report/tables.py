@@ -18,6 +18,8 @@ from ..paths import TABLE_FORMATS as FORMATS
 from ..provenance import write_text
 from . import registry
 
+PROVENANCE = "# provenance: "  # a CSV's first line, before its JSON
+
 # Column identifiers (kept in CSV, for programs) as people read them (Markdown, LaTeX, HTML). The
 # symbols are the method's: k experts per token, N experts per layer, K draft length.
 _WORDS = {"te": "TE", "tpot": "TPOT", "ar": "no-SD", "sd": "SD", "ms": "(ms)", "us": "(µs)",
@@ -136,7 +138,7 @@ def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "
     buf = io.StringIO()
     df.to_csv(buf, index=False)
     paths = [stem.with_suffix(f".{ext}") for ext in FORMATS]
-    write_text(paths[0], f"# provenance: {prov_line}\n" + buf.getvalue())
+    write_text(paths[0], f"{PROVENANCE}{prov_line}\n" + buf.getvalue())
     head = f"**{caption}**\n\n" if caption else ""
     write_text(paths[1], head + to_markdown(df, digits) + f"\n<!-- provenance: {prov_line} -->\n")
     write_text(paths[2], f"% provenance: {prov_line}\n" + to_latex(df, caption, digits))
@@ -149,17 +151,21 @@ def read_provenance(path: str | Path) -> dict:
     """The provenance record of a table written by write_table (its CSV's first line)."""
     with open(path) as f:
         line = f.readline()
-    prefix = "# provenance: "
-    return json.loads(line[len(prefix):]) if line.startswith(prefix) else {}
+    return json.loads(line[len(PROVENANCE):]) if line.startswith(PROVENANCE) else {}
 
 
-def read_csv(path: str | Path) -> pd.DataFrame:
-    """A table written by write_table; one of no rows has no columns either (its CSV holds only
-    the provenance line), and reads back as an empty frame."""
-    try:
-        return pd.read_csv(path, comment="#")
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame()
+def read_csv(path: str | Path, **kwargs) -> pd.DataFrame:
+    """A table written by write_table (pandas.read_csv's `kwargs`): its provenance line skipped,
+    and nothing else, so a cell holding `#` reads whole; a CSV without that line reads from its
+    first. One of no rows has no columns either (its CSV holds only the provenance line), and
+    reads back as an empty frame."""
+    with open(path, newline="") as f:
+        if not f.readline().startswith(PROVENANCE):
+            f.seek(0)
+        try:
+            return pd.read_csv(f, **kwargs)
+        except pd.errors.EmptyDataError:
+            return pd.DataFrame()
 
 
 def by_stem(paths) -> dict[str, str]:
