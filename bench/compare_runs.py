@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specmoe.report.tables import PROVENANCE, read_csv
+from specmoe.provenance import CSV_PROVENANCE
+from specmoe.report.tables import read_csv
 from specmoe.routing.trace import read_trace
 
 # Each timing table's columns that come from timing (clocks, or numbers derived from them):
@@ -91,7 +92,7 @@ def _table(p: Path, q: Path, renames: dict) -> tuple[bool | str, str]:
             lambda r: is_timing(r["table"], r["quantity"]), axis=1))].reset_index(drop=True)
             if len(d) else d for d in (da, db))
         return da.equals(db), f"{len(da)} non-timing rows"
-    la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith(PROVENANCE)]
+    la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith(CSV_PROVENANCE)]
               for x in (p, q))
     if la != lb:
         cols = same_values(p, q, renames.get(stem, {}))

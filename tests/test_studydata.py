@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,7 @@ import pytest
 from hubfake import lay_out_cache
 from specmoe.sources import prompts, studydata
 from specmoe.errors import InputError
+from specmoe.report.tables import read_provenance
 
 pytest.importorskip("vllm")
 
@@ -99,8 +101,10 @@ def test_missing_files_are_named(tmp_path):
         studydata.normalise("mt", {"format": "mt-bench"}, tmp_path)
 
 
-def test_download_dataset_stage_offline_writes_a_prompt_table(tmp_path):
-    """The whole stage in a fresh process (huggingface_hub reads HF_HUB_OFFLINE at import)."""
+def test_download_dataset_stage_offline_writes_a_prompt_table_with_provenance(tmp_path):
+    """The whole stage in a fresh process (huggingface_hub reads HF_HUB_OFFLINE at import). The
+    prompt table carries its provenance line, as every CSV the pipeline writes, and reads back
+    as the rows normalised from the download."""
     cache = tmp_path / "hf" / "hub"
     lay_out_cache(cache, "philschmid/mt-bench",
                   {"question.jsonl": "".join(json.dumps(r) + "\n" for r in MT).encode()},
@@ -122,6 +126,10 @@ def test_download_dataset_stage_offline_writes_a_prompt_table(tmp_path):
     assert len(table) == 3 and {p.category for p in table} == {"writing", "reasoning"}
     man = json.loads((tmp_path / "m.json").read_text())
     assert man["commit"] == "e" * 40 and "provenance" in man
+    prov = read_provenance(tmp_path / "p.csv")
+    assert prov["stage"] == "prompt_table" and prov["dataset"]["revision"] == "e" * 40
+    rows = studydata.normalise("mt-bench", {"format": "mt-bench"}, man["snapshot_path"])
+    assert [asdict(p) for p in table] == [{c: str(r[c]) for c in prompts.COLUMNS} for r in rows]
 
 
 def test_schedule_keeps_the_category_mix_at_every_size():

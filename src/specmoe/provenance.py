@@ -186,6 +186,24 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+CSV_PROVENANCE = "# provenance: "  # a CSV's first line, before its record's JSON
+
+
+def write_csv(path: str | os.PathLike, text: str, prov: dict) -> None:
+    """Write CSV text atomically after its provenance line."""
+    line = json.dumps(prov, default=str, separators=(",", ":"))
+    write_text(path, f"{CSV_PROVENANCE}{line}\n" + text)
+
+
+def past_provenance(fh):
+    """A CSV file handle past its provenance line, where it has one (a user's own table has
+    none): only that line is skipped, so a cell holding `#` is data, never a comment."""
+    start = fh.tell()
+    if not fh.readline().startswith(CSV_PROVENANCE):
+        fh.seek(start)
+    return fh
+
+
 def write_json(path: str | os.PathLike, obj: dict, prov: dict | None = None) -> None:
     """Write a JSON object atomically, with its provenance under the key `provenance`."""
     obj = dict(obj)

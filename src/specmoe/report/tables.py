@@ -15,10 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..paths import TABLE_FORMATS as FORMATS
-from ..provenance import write_text
+from ..provenance import CSV_PROVENANCE, past_provenance, write_csv, write_text
 from . import registry
-
-PROVENANCE = "# provenance: "  # a CSV's first line, before its JSON
 
 # Column identifiers (kept in CSV, for programs) as people read them (Markdown, LaTeX, HTML). The
 # symbols are the method's: k experts per token, N experts per layer, K draft length.
@@ -138,7 +136,7 @@ def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "
     buf = io.StringIO()
     df.to_csv(buf, index=False)
     paths = [stem.with_suffix(f".{ext}") for ext in FORMATS]
-    write_text(paths[0], f"{PROVENANCE}{prov_line}\n" + buf.getvalue())
+    write_csv(paths[0], buf.getvalue(), prov)
     head = f"**{caption}**\n\n" if caption else ""
     write_text(paths[1], head + to_markdown(df, digits) + f"\n<!-- provenance: {prov_line} -->\n")
     write_text(paths[2], f"% provenance: {prov_line}\n" + to_latex(df, caption, digits))
@@ -151,19 +149,17 @@ def read_provenance(path: str | Path) -> dict:
     """The provenance record of a table written by write_table (its CSV's first line)."""
     with open(path) as f:
         line = f.readline()
-    return json.loads(line[len(PROVENANCE):]) if line.startswith(PROVENANCE) else {}
+    return (json.loads(line[len(CSV_PROVENANCE):]) if line.startswith(CSV_PROVENANCE)
+            else {})
 
 
 def read_csv(path: str | Path, **kwargs) -> pd.DataFrame:
-    """A table written by write_table (pandas.read_csv's `kwargs`): its provenance line skipped,
-    and nothing else, so a cell holding `#` reads whole; a CSV without that line reads from its
-    first. One of no rows has no columns either (its CSV holds only the provenance line), and
-    reads back as an empty frame."""
+    """A table written by write_table (pandas.read_csv's `kwargs`), past its provenance line
+    alone: a cell holding `#` reads whole. One of no rows has no columns either (its CSV holds
+    only the provenance line), and reads back as an empty frame."""
     with open(path, newline="") as f:
-        if not f.readline().startswith(PROVENANCE):
-            f.seek(0)
         try:
-            return pd.read_csv(f, **kwargs)
+            return pd.read_csv(past_provenance(f), **kwargs)
         except pd.errors.EmptyDataError:
             return pd.DataFrame()
 

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import InputError
+from ..provenance import past_provenance
 from ..runs import dataset_parts
 
 COLUMNS = ("prompt_id", "dataset", "category", "text")
@@ -29,12 +30,14 @@ class Prompt:
 
 
 def _open(source: str):
+    """The table's file, past its provenance line where it has one (results/prompts/ tables do,
+    a user's own need not)."""
     if source in BUILTIN:
         return resources.files("specmoe.data").joinpath(BUILTIN[source]).open(newline="")
     path = Path(source)
     if not path.exists():
         raise InputError(f"{path}: no such prompt table (or use one of {', '.join(BUILTIN)})")
-    return path.open(newline="")
+    return past_provenance(path.open(newline=""))
 
 
 def load(source: str = DEFAULT_SOURCE, datasets: list[str] | None = None) -> list[Prompt]:

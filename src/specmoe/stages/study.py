@@ -10,7 +10,7 @@ import logging
 
 from ..sources import hub, studydata
 from ..errors import InputError
-from ..provenance import provenance, write_json, write_text
+from ..provenance import provenance, write_csv, write_json
 
 logger = logging.getLogger("specmoe")
 
@@ -65,7 +65,9 @@ def prompt_table_stage(inputs, outputs, params) -> dict:
     info = studydata.summary(rows)
     logger.info("dataset %s: %d prompts in %d categories", name, info["prompts"],
                 len(info["categories"]))
-    write_text(out_csv, studydata.to_csv(rows))
+    write_csv(out_csv, studydata.to_csv(rows),
+              provenance(spec, stage="prompt_table", dataset={"repo_id": spec["repo_id"],
+                                                              "revision": man["commit"]}))
     return info
 
 
