@@ -158,6 +158,16 @@ def test_a_tie_to_overlap_tilts_acceptance_without_raising_it():
     assert consec[at1 & (st == ACCEPTED)].mean() > consec[at1 & (st == FIRST_REJECTED)].mean()
 
 
+def test_the_method_states_the_centre_the_tie_uses():
+    """docs/method.md's synthetic acceptance centres the tie where generate does (expected_overlap),
+    not on the stickiness s."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "method.md").read_text()
+    windows = text.split("## Synthetic routing")[1].split("- Windows:")[1].split("\n\n")[0]
+    assert "`expected_overlap`" in windows and "overlap minus s)" not in windows
+
+
 @pytest.mark.parametrize("kw,msg", [
     ({"top_k": 9, "num_experts": 8}, "exceeds"),
     ({"top_k": 5, "num_experts": 8}, ">= 2\\*top_k"),
