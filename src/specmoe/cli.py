@@ -726,7 +726,8 @@ SUBCOMMANDS = (
     Subcommand("synth", "write a synthetic routing trace", _synth_args, cmd_synth),
     Subcommand("analyze", "summarise a routing trace", _analyze_args, cmd_analyze),
     Subcommand("download", "fetch a Hugging Face repository into the HF cache and print its "
-                           "manifest (the only networked command)", _download_args, cmd_download),
+                           "manifest (with `predict REPO`, the only networked commands)",
+               _download_args, cmd_download),
     Subcommand("predict", "does SD pay for this MoE, at this batch size, on this GPU? TE and "
                           "speedup from the step model, before any run", _predict_args,
                cmd_predict),

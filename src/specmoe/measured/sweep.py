@@ -20,10 +20,10 @@ length:
   step, with the drafter timed alone (served without SD, same batch);
 - TE(B) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95% interval: each bound at the corner
   of the four inputs' own 95% intervals where TE is smallest or largest (TE rises with TPOT_noSD and
-  TPOT_drafter and falls with tau and TPOT_SD). A point value outside (0, 1] is "not identifiable
-  here"; a point inside whose interval crosses a physical bound (above 1, or unbounded) is "not
-  identified by the sweep": the sweep cannot tell TE from an impossible value there. Either way
-  its TE is NaN (the raw value and the interval are kept beside the status);
+  TPOT_drafter and falls with tau and TPOT_SD). A point value outside (0, 1] is "not identifiable:
+  its point lies outside (0, 1]"; a point inside whose interval crosses a physical bound (above 1,
+  or unbounded) is "not identified by the sweep": the sweep cannot tell TE from an impossible
+  value there. Either way its TE is NaN (the raw value and the interval are kept beside the status);
 - the curve's shape (shape_label) and whether SD is faster or slower over it (direction_labels),
   decided by the intervals or said to be undecided.
 """
