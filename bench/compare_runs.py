@@ -33,7 +33,7 @@ from specmoe.routing.trace import read_trace
 # numbers, acceptance counts, device) is compared as in any table.
 TIMING_COLUMNS = {
     "speedup_vs_batch": ("tpot_*", "speedup*", "timing", "draft_cost", "te_sweep*", "shape",
-                         "direction"),
+                         "direction", "below_highest"),
     "te_three_ways": ("te_sweep*", "te_profiled*", "gap_sweep_minus_costmodel", "moe_time_share",
                       "draft_cost_profiled"),
     "kernel_time_shares": ("decode_us", "verify_us", "decode_share", "verify_share", "ratio",

@@ -88,3 +88,18 @@ def test_a_value_beside_a_hash_in_a_cell_is_compared(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b), "--schema"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "DIFF  tables/t.csv" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_sweeps_pair_test_against_the_highest_speedup_is_a_timing(tmp_path):
+    """speedup_vs_batch's below_highest is decided by the timed speedups' pair tests, so it moves
+    with the clocks like the speedups themselves: two runs of the same code differing only there
+    (and in the speedups) are the same; its cost-model columns still are compared."""
+    head = "model,batch,speedup,below_highest,unique_sd\n"
+    a = _run(tmp_path / "a", {"speedup_vs_batch": head + "m,1,1.6,False,12.5\nm,8,1.2,True,20\n"})
+    b = _run(tmp_path / "b", {"speedup_vs_batch": head + "m,1,1.4,False,12.5\nm,8,1.3,False,20\n"})
+    args = [sys.executable, str(SCRIPT), str(a), str(b)]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (b / "results" / "tables" / "speedup_vs_batch.csv").write_text(
+        "# provenance: {}\n" + head + "m,1,1.4,False,12.5\nm,8,1.3,False,21\n")
+    assert subprocess.run(args, capture_output=True).returncode == 1
