@@ -17,13 +17,18 @@ The process runs along each request's token sequence, per layer l, as a Markov c
   topic's own overlap to the independence baseline as the topic is replaced: a fast decay to a
   slowly falling plateau, the shape of the study's curves.
 - Verification windows: position 0 of a step is the last committed token; drafts 1..K continue the
-  chain from it; a drafts are accepted, with probability accept_prob[j-1] + tie * (ov_j - mean ov)
-  for draft j (ov_j: layer-averaged overlap of positions j-1 and j; mean ov: the process's own
-  mean overlap at distance 1, expected_overlap, so the tie tilts acceptance towards windows that
-  keep their experts without moving its average), until the first rejection. The
-  accepted drafts are committed and the next step's position 0 (the target's own next token)
-  continues the chain from the last accepted position. The committed sequence is therefore one
-  chain, and overlap along it follows the process; rejected drafts are branches off it.
+  chain from it; a drafts are accepted, with probability accept_prob[j-1] + tie * (ov_j - c_j)
+  (clipped to [0, 1]) for draft j (ov_j: layer-averaged overlap of positions j-1 and j), until the
+  first rejection. The centre c_j is solved for on a pilot of the process's windows
+  (acceptance_centres) so that, among the windows that reach draft j, it is accepted with
+  probability accept_prob[j-1] on average: P(a >= j) is the product of accept_prob as without the
+  tie, which only tilts acceptance towards windows that keep their experts. The accepted drafts
+  are committed and the next step's position 0 (the target's own next token) continues the chain
+  from the last accepted position. The committed sequence is therefore one chain, and rejected
+  drafts are branches off it; but with a tie it is a selected one: its consecutive tokens are
+  the drafts that won acceptance by keeping their experts, so its overlap at d = 1 lies above the
+  process's (Qwen3-30B's fit at tie 3: 0.439 against 0.434, 400 requests x 48 steps; the window
+  overlaps inside a step follow the process).
 
 `fit_process` chooses skew, topic_spread and topic_switch (and takes stickiness as the published
 step-1 overlap) so that the chain's overlap at d = 1..4 and its independence baseline match a
@@ -238,7 +243,7 @@ def generate(p: SynthParams) -> Trace:
     chains = [_Chain(zipf_logw(n, p.skew, rng), p.requests, k, float(stick[layer]),
                      p.topic_spread, p.topic_switch, rng) for layer in range(n_layers)]
     dtype = np.uint8 if n <= 256 else np.uint16
-    centre = expected_overlap(p) if p.accept_overlap_tie else 0.0
+    centres = acceptance_centres(p) if p.accept_overlap_tie else None
     # windows in (request, step) order
     experts = np.empty((p.requests, p.steps, positions, n_layers, k), dtype=dtype)
     accepted = np.empty((p.requests, p.steps), np.int64)
@@ -254,7 +259,7 @@ def generate(p: SynthParams) -> Trace:
                 experts[:, step, j, layer] = cur
                 branch.append(topic)
             topics.append(branch)
-        a = _draw_acceptance(p, experts[:, step], rng, centre)
+        a = _draw_acceptance(p, experts[:, step], rng, centres)
         accepted[:, step] = a
         for layer, ch in enumerate(chains):
             # the committed sequence continues from the last accepted position
@@ -284,50 +289,76 @@ def generate(p: SynthParams) -> Trace:
                  num_experts=n, k_draft=kd, meta={"generator": p.to_dict()})
 
 
-def expected_overlap(p: SynthParams) -> float:
-    """The process's mean overlap at distance 1, over its layers (chain_curve at each layer's
-    stickiness, from its fixed seed): about s + (1 - s) R(1), well above s (Qwen3-30B's fit:
-    s = 0.167, overlap 0.43)."""
-    return float(np.mean([chain_curve(p.num_experts, p.top_k, p.skew, float(s), p.topic_spread,
-                                      p.topic_switch, distances=1)[0][0]
-                          for s in p.layer_stickiness()]))
+def _shared(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many experts two sets of the same shape (..., k) share, per set."""
+    return (a[..., :, None] == b[..., None, :]).sum(axis=(-1, -2))
+
+
+def acceptance_centres(p: SynthParams, rows: int = 4096, per_chain: int = 9,
+                       seed: int = 0) -> np.ndarray:
+    """The tie's centre c_j of each draft position j: among the windows that reach draft j, the
+    mean of clip(accept_prob[j-1] + tie * (ov_j - c_j), 0, 1) is accept_prob[j-1]. Centred on
+    the mean overlap instead, clipping near an acceptance of 1 lowered it (0.95 / 0.9 / 0.9 at
+    tie 3 gave P(a >= j) 0.918 / 0.814 / 0.727 for 0.95 / 0.855 / 0.770). Solved by bisection
+    over the `per_chain` windows of K + 1 consecutive tokens of each of `rows` chains per layer,
+    drawn from a fixed seed, so each trace of a process is calibrated alike: P(a >= j) within
+    about 0.002 of the product of accept_prob in the process's windows, and up to 0.004 below it
+    in a trace, whose committed sequence the tie selects (four layers of Qwen3-30B's fit,
+    accept_prob 0.8 / 0.7 / 0.65, tie 3)."""
+    rng = np.random.default_rng(seed)
+    kd, tie = p.k_draft, p.accept_overlap_tie
+    length = kd + per_chain
+    chains = (_chain_sets(p.num_experts, p.top_k, p.skew, float(s), p.topic_spread,
+                          p.topic_switch, rows, length, rng) for s in p.layer_stickiness())
+    ov = np.mean([_shared(sets[:-1], sets[1:]) for sets in chains], axis=0) / p.top_k
+    windows = np.stack([ov[t:t + kd] for t in range(per_chain)], axis=1).reshape(kd, -1)
+    reach, centres = np.ones(windows.shape[1]), np.empty(kd)
+    for j, (base, ovj) in enumerate(zip(p.position_accept_prob(), windows)):
+        def accept(shift):  # shift = tie * c_j, which raises acceptance as it falls
+            return np.clip(base + tie * ovj - shift, 0.0, 1.0)
+        lo, hi = -1.0 - abs(tie), 1.0 + abs(tie)  # lo: every draft accepted; hi: none
+        for _ in range(64):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if reach @ accept(mid) > base * reach.sum() else (lo, mid)
+        reach = reach * accept((lo + hi) / 2)
+        centres[j] = (lo + hi) / 2 / tie
+    return centres
 
 
 def _draw_acceptance(p: SynthParams, windows: np.ndarray, rng: np.random.Generator,
-                     centre: float) -> np.ndarray:
+                     centres: np.ndarray | None) -> np.ndarray:
     """Accepted-draft count of each request's window (windows: requests, K+1, layers, k);
-    optionally tied to consecutive overlap, centred on `centre` (expected_overlap)."""
+    optionally tied to consecutive overlap, centred on `centres` (acceptance_centres)."""
     rows, positions = windows.shape[:2]
-    base = p.position_accept_prob()
-    probs = np.broadcast_to(base, (rows, positions - 1)).copy()
+    probs = np.broadcast_to(p.position_accept_prob(), (rows, positions - 1)).copy()
     if p.accept_overlap_tie:
-        ov = np.empty((rows, positions - 1))
-        for j in range(1, positions):
-            a, b = windows[:, j - 1], windows[:, j]
-            inter = (a[..., :, None] == b[..., None, :]).sum(axis=(-1, -2))
-            ov[:, j - 1] = inter.mean(axis=1) / p.top_k
-        # centred on the overlap the process gives on average at distance 1: centred on the
-        # stickiness s instead, the tie raised every probability by tie * (ov - s), and
-        # synth-fine (tie 3) accepted every draft
-        probs += p.accept_overlap_tie * (ov - centre)
+        ov = _shared(windows[:, :-1], windows[:, 1:]).mean(axis=-1) / p.top_k
+        probs += p.accept_overlap_tie * (ov - centres)
     ok = rng.random(probs.shape) < np.clip(probs, 0.0, 1.0)
     return np.cumprod(ok, axis=1).sum(axis=1)
 
 
 # --- fitting the process to a published curve ------------------------------------------------------
 
-def chain_curve(num_experts: int, top_k: int, skew: float, stickiness: float, spread: float,
-                switch: float, distances: int = 4, rows: int = 256, length: int = 24,
-                seed: int = 0) -> tuple[np.ndarray, float]:
-    """Overlap at d = 1..distances and the independence baseline of `rows` chains of `length`
-    tokens of one layer, drawn from a fixed seed (common random numbers for fitting)."""
-    rng = np.random.default_rng(seed)
+def _chain_sets(num_experts: int, top_k: int, skew: float, stickiness: float, spread: float,
+                switch: float, rows: int, length: int, rng: np.random.Generator) -> np.ndarray:
+    """The top-k sets of `rows` chains of `length` tokens of one layer: (length, rows, k)."""
     ch = _Chain(zipf_logw(num_experts, skew, rng), rows, top_k, stickiness, spread, switch, rng)
     seq = [ch.cur]
     cur, topic = ch.cur, ch.topic
     for _ in range(length - 1):
         cur, topic = ch.step(cur, topic)
         seq.append(cur)
+    return np.stack(seq)
+
+
+def chain_curve(num_experts: int, top_k: int, skew: float, stickiness: float, spread: float,
+                switch: float, distances: int = 4, rows: int = 256, length: int = 24,
+                seed: int = 0) -> tuple[np.ndarray, float]:
+    """Overlap at d = 1..distances and the independence baseline of `rows` chains of `length`
+    tokens of one layer, drawn from a fixed seed (common random numbers for fitting)."""
+    seq = _chain_sets(num_experts, top_k, skew, stickiness, spread, switch, rows, length,
+                      np.random.default_rng(seed))
     onehot = np.zeros((length, rows, num_experts), np.float32)
     for t, sets in enumerate(seq):
         np.put_along_axis(onehot[t], sets, 1.0, axis=1)
