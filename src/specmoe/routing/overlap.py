@@ -619,29 +619,37 @@ def trace_sequence_stats(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.n
     return ov, total, ci
 
 
-def request_unique(trace: Trace, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def request_unique(trace: Trace, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
     """Per request (in the order `requests` gives them): the summed layer-mean number of distinct
-    experts of its full windows (K + 1 rows) and how many it has, the pieces of the empirical
-    unique experts per window that a bootstrap over requests resamples."""
+    experts of its full windows (K + 1 rows), how many it has, and [layer, expert] how many of
+    them use each expert: the pieces of the empirical unique experts per window that a bootstrap
+    over requests resamples, and of WindowStats.used that the unique table's jackknife leaves
+    out (unique.window_unique_table)."""
     starts, lengths = trace.windows()
     full = starts[lengths == trace.k_draft + 1]
+    positions, (_, n_layers, k), n = trace.k_draft + 1, trace.experts.shape, trace.num_experts
     total = np.zeros(requests.size)
     count = np.zeros(requests.size)
+    use = np.zeros((requests.size, n_layers, n))
     if not full.size:
-        return total, count
+        return total, count, use
     at = np.searchsorted(requests, trace.columns["request"][full].astype(np.int64),
                          sorter=np.argsort(requests))
     at = np.argsort(requests)[at]
-    positions, (_, n_layers, k) = trace.k_draft + 1, trace.experts.shape
     for lo in range(0, full.size, 4096):  # a few MB at a time
-        chunk = full[lo:lo + 4096]
+        chunk, unit = full[lo:lo + 4096], at[lo:lo + 4096]
         ids = trace.experts[chunk[:, None] + np.arange(positions)[None, :]]  # [w, pos, L, k]
         ids = np.sort(ids.transpose(0, 2, 1, 3).reshape(chunk.size, n_layers, positions * k),
-                      axis=2)
-        distinct = 1 + (np.diff(ids, axis=2) != 0).sum(axis=2)  # [w, L]
-        np.add.at(total, at[lo:lo + 4096], distinct.mean(axis=1))
-        np.add.at(count, at[lo:lo + 4096], 1)
-    return total, count
+                      axis=2).astype(np.int64)
+        first = np.concatenate([np.ones((chunk.size, n_layers, 1), bool),
+                                np.diff(ids, axis=2) != 0], axis=2)  # each distinct expert once
+        np.add.at(total, unit, first.sum(axis=2).mean(axis=1))
+        np.add.at(count, unit, 1)
+        # a repeat counts as expert n, left out
+        use += group_loads(np.where(first, ids, n), np.arange(chunk.size), unit, requests.size,
+                           n + 1)[..., :n]
+    return total, count, use
 
 
 @dataclass

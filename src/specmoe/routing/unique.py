@@ -43,37 +43,61 @@ def independent_unique(q: np.ndarray, tokens: float) -> float:
     return float((1.0 - (1.0 - q) ** tokens).sum())
 
 
-def batch_unique(p_unused: np.ndarray, batch: float) -> float:
-    """sum_e (1 - P_e(unused in one window)^B) for B independent sequences."""
+def batch_unique(p_unused: np.ndarray, batch: float) -> np.ndarray:
+    """sum_e (1 - P_e(unused in one window)^B) for B independent sequences (p_unused [..., e])."""
     p = np.asarray(p_unused, dtype=np.float64)
-    return float((1.0 - p**batch).sum())
+    return (1.0 - p**batch).sum(axis=-1)
 
 
-SAMPLE_TOLERANCE = 0.02  # unseen experts may add at most this share to an empirical estimate
+def jackknife_bias(use: np.ndarray, windows: np.ndarray, batch: float) -> np.ndarray:
+    """[layer] the leave-one-request-out jackknife's estimate of the bias of the empirical unique
+    experts at batch B, (g - 1) (mean_r U_(-r) - U) over the g requests with a full window (use:
+    [request, layer, e] how many of its full windows use e; windows: its full windows). U is
+    convex in each expert's usage, so the plug-in estimate falls short on a small sample; a
+    request's windows share its routing, so the request is the unit left out. NaN with fewer than
+    two requests (no estimate)."""
+    has = windows > 0
+    use, windows = use[has], windows[has].astype(np.float64)
+    if windows.size < 2:
+        return np.full(use.shape[1], np.nan)
+    total, n = use.sum(axis=0), windows.sum()
+    loo = batch_unique(1.0 - (total - use) / (n - windows)[:, None, None], batch)
+    return (windows.size - 1) * (loo.mean(axis=0) - batch_unique(1.0 - total / n, batch))
+
+
+SAMPLE_TOLERANCE = 0.02  # sampling may move an empirical estimate by at most this share
 
 
 def window_unique_table(used: np.ndarray, q: np.ndarray, num_experts: int, top_k: int,
                         k_draft: int, batch_sizes: list[int],
-                        n_windows: int | None = None) -> list[dict]:
+                        by_request: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
     """Per batch size: unique experts of a verify step (B windows of K+1) and of a decode step (B
     tokens), empirical-window, independent-skewed and uniform; layer-averaged.
 
-    used: [layer, e] fraction of the n_windows sampled windows that use e; q: [layer, e] load
-    marginals. The empirical estimate counts an expert never seen in the sample as unused; the
-    experts seen in exactly one window (Q1) estimate the usage that the sample missed
-    (Good-Turing: Q1/n per window), so unseen experts add at most B Q1/n to the estimate at batch
-    B. A cell is marked unreliable when that bound exceeds SAMPLE_TOLERANCE of the estimate or
-    the sample holds fewer than B windows; `windows_needed` is the sample that would meet it.
+    used: [layer, e] fraction of the sample's full windows that use e; q: [layer, e] load
+    marginals; by_request: the sample by request (overlap.request_unique's [request, layer, e]
+    windows using e and full windows), for how far sampling moves the empirical estimate. That
+    estimate counts an expert never seen in the sample as unused; the experts seen in exactly one
+    window (Q1 of n) estimate the usage that the sample missed (Good-Turing: Q1/n per window), so
+    unseen experts add at most B Q1/n at batch B. It is also biased low, being convex in each
+    expert's usage (jackknife_bias estimates by how much). A cell is marked unreliable when
+    |bias| plus that bound exceeds SAMPLE_TOLERANCE of the estimate in a layer, or the sample
+    holds fewer than B windows; `windows_needed` is the sample that would meet it (both shrink
+    as 1/n).
     """
     w = k_draft + 1
     used = np.asarray(used, dtype=np.float64)
-    if n_windows:
+    if by_request is not None:
+        use, windows = by_request
+        n_windows = int(windows.sum())
+        if n_windows and not np.allclose(use.sum(axis=0) / n_windows, used):
+            raise InputError("window_unique_table: the sample by request is not the one of `used`")
         counts = np.rint(used * n_windows)
         q1 = (counts == 1).sum(axis=1)                # per layer
         unseen = (counts == 0).sum(axis=1)
     rows = []
     for b in batch_sizes:
-        per_layer = np.array([batch_unique(1.0 - u, b) for u in used])
+        per_layer = batch_unique(1.0 - used, b)
         row = {
             "batch": int(b),
             "verify_empirical": float(per_layer.mean()),
@@ -82,13 +106,17 @@ def window_unique_table(used: np.ndarray, q: np.ndarray, num_experts: int, top_k
             "decode_independent": float(np.mean([independent_unique(x, b) for x in q])),
             "decode_uniform": uniform_unique(num_experts, top_k, b),
         }
-        if n_windows:
-            missing = np.minimum(unseen, b * q1 / n_windows)
+        if by_request is not None:
+            missing = np.minimum(unseen, b * q1 / max(n_windows, 1))
+            bias = jackknife_bias(use, windows, b)
             limit = SAMPLE_TOLERANCE * np.maximum(per_layer, 1e-12)
-            needed = np.where(q1 > 0, np.ceil(b * q1 / limit), b)
+            off = missing + np.abs(bias)                # NaN (unreliable) without a bias
+            known = b * q1 + np.nan_to_num(np.abs(bias)) * n_windows
+            needed = np.where(known > 0, np.ceil(known / limit), b)
             row.update(
                 verify_empirical_missing=float(missing.mean()),
-                verify_empirical_reliable=bool((missing <= limit).all() and n_windows >= b),
+                verify_empirical_bias=float(bias.mean()),
+                verify_empirical_reliable=bool((off <= limit).all() and n_windows >= b),
                 windows_needed=int(max(needed.max(), b)))
         rows.append(row)
     return rows

@@ -117,13 +117,13 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     # the requests' pieces of the IPF's input and of the unique experts it predicts, which the
     # ipf stage resamples for the interval of its error
     units = seq_ci["per_sequence"]
-    u_sum, u_n = overlap.request_unique(tr, units["request"])
+    u_sum, u_n, u_use = overlap.request_unique(tr, units["request"])
     per_request = {"request": units["request"], "sequence_sums": units["sums"][:, :ws.k_draft],
                    "sequence_pairs": units["pairs"][:, :ws.k_draft], "unique_sum": u_sum,
                    "full_windows": u_n}
     summary.update(window_interval_summary(overlap.window_intervals(tr, shuffle_seed)))
     uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
-                               n_windows=ws.n_full_windows)
+                               by_request=(u_use, u_n))
     w = ws.k_draft + 1
     unique = {
         "empirical": float(np.nanmean(ws.unique)),
