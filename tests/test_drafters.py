@@ -15,9 +15,8 @@ import pytest
 
 from specmoe.checks import drafters, preflight
 from test_preflight import paper
-from wf import REPO
+from wf import LAUNCHER, REPO
 
-LAUNCHER = REPO / ".venv-slurm" / "bin" / "python"
 MIXTRAL_LINE = (
     "preflight: capture mixtral-8x7b-fp8-tp1/eagle-mixtral/K3/mt-bench (and 2 more of its jobs): "
     "drafter: vLLM 0.32.0 cannot load eagle-mixtral (yuhuili/EAGLE-mixtral-instruct-8x7B, method "

@@ -19,9 +19,8 @@ import pytest
 
 from hubfake import lay_out_cache
 from slurm_cluster import Cluster, available
-from wf import REPO, copy_workflow, failure, snakemake
+from wf import LAUNCHER, REPO, copy_workflow, failure, snakemake
 
-LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
 FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 # each launch's limit: the module's runs share the node (SLURM queues one run's jobs behind the
 # others'), about 145 s together in CI, so each waits for all; 900 s is six times that. The

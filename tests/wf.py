@@ -12,6 +12,25 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+# The SLURM launcher's environment (README: .venv-slurm, with snakemake-executor-plugin-slurm).
+LAUNCHER = Path(os.environ.get("SPECMOE_LAUNCHER_PYTHON", REPO / ".venv-slurm" / "bin" / "python"))
+# A dry run as the SLURM executor plans it: the rules' functions see a remote executor
+# (workflow.local_exec is false, so threads and resources are a cluster job's), and the jobs that
+# run where the workflow is launched (localrules) are dry-run as well instead of run.
+CLUSTER_DRY_RUN = """
+import dataclasses, sys
+from snakemake.executors import dryrun
+
+dryrun.common_settings = dataclasses.replace(dryrun.common_settings, non_local_exec=True)
+# imported after the change: importing them registers the executors as they are
+from snakemake.cli import main
+from snakemake.scheduling.job_scheduler import JobScheduler
+
+run = JobScheduler.run
+JobScheduler.run = lambda self, jobs, executor=None: run(self, jobs)  # the dry-run executor
+sys.argv[0] = "snakemake"
+main()
+"""
 
 
 def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml") -> Path:
@@ -91,5 +110,47 @@ def job_timeline(workdir: Path) -> list[dict]:
                 cur[m[1]] = m[2].split(", ")
         elif m := re.match(r"Finished jobid: (\d+)", line):
             by_id[m[1]]["end"] = (now - t0).total_seconds()
+            cur = None
+    return jobs
+
+
+def launcher() -> Path:
+    """The launcher's python; its absence is an error (the README installs it beside .venv)."""
+    if not LAUNCHER.exists():
+        raise AssertionError(f"no launcher environment at {LAUNCHER} (python3 -m venv .venv-slurm "
+                             "&& .venv-slurm/bin/pip install -e '.[slurm]')")
+    return LAUNCHER
+
+
+def cluster_dry_run(cwd: Path, *args: str, configfile: str | None = None,
+                    env: dict[str, str] | None = None) -> str:
+    """`snakemake -n --profile profiles/slurm` from the launcher's environment in `cwd`, each job
+    planned as the SLURM executor plans it (CLUSTER_DRY_RUN), with this checkout's src first on
+    the path: its stdout and stderr (a failure fails the test)."""
+    cmd = [str(launcher()), "-c", CLUSTER_DRY_RUN, "-n", "--profile", "profiles/slurm", *args]
+    if configfile is not None:
+        cmd += ["--configfile", configfile]
+    env = {**(os.environ if env is None else env), "PYTHONPATH": str(REPO / "src")}
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise AssertionError(failure(r))
+    return r.stdout + r.stderr
+
+
+def planned_jobs(dry_run: str) -> list[dict]:
+    """The jobs of a dry run's output: rule, local (a localrule), and each job's listed fields
+    as text (input, threads, ...), its resources as {name: text}."""
+    import re
+
+    jobs, cur = [], None
+    for line in dry_run.splitlines():
+        if m := re.fullmatch(r"(local)?rule (\w+):", line.strip()):
+            cur = {"rule": m[2], "local": bool(m[1])}
+            jobs.append(cur)
+        elif cur is not None and (m := re.fullmatch(r"    (\w+): (.*)", line)):
+            cur[m[1]] = m[2]
+            if m[1] == "resources":
+                cur["resources"] = dict(r.split("=", 1) for r in m[2].split(", "))
+        elif not line.startswith("    "):
             cur = None
     return jobs

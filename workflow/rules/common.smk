@@ -238,6 +238,13 @@ def analysis_threads():
     return lambda wildcards: local_claim(2)
 
 
+def engine_claim(wildcards):
+    """An engine job's share of the workflow profile's `engine` slots (two engines at a time on
+    one machine: their memory and cores): one on a local machine, none on a cluster, where each
+    job has its own allocation and Snakemake counts the slots across all of its jobs."""
+    return 1 if workflow.local_exec else 0
+
+
 def engine_env(w):
     return "../../envs/gpu.yaml" if CFG.on_gpu(w.model) else "../../envs/models.yaml"
 
@@ -265,5 +272,5 @@ def engine_resources(rule_name):
         "constraint": lambda w: CFG.gpu_constraint(w.model),
         "mem_mb": lambda w: CFG.engine_mem_mb(w.model),
         "runtime": runtime,
-        "engine": 1,
+        "engine": engine_claim,
     }

@@ -77,7 +77,7 @@ rule sd_check:
         "../../envs/models.yaml"
     threads: engine_threads("capture")
     resources:
-        engine=1,
+        engine=engine_claim,
     params:
         **params_of(SdCheckParams),
     script:
