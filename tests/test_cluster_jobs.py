@@ -5,14 +5,14 @@ dry runs of a study model on 8 GPUs, planned as the SLURM executor plans each jo
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import subprocess
+from pathlib import Path
 
 import pytest
-import yaml
 
 from specmoe.kinds import KINDS
-from wf import REPO, cluster_dry_run, copy_workflow, failure, launcher, planned_jobs, snakemake
+from wf import (REPO, cluster_dry_run, copy_workflow, failure, launcher, paper_config,
+                planned_jobs, snakemake)
 
 # The study's model on 8 GPUs and its drafter, nothing else of config/paper.yaml's models
 TP8 = "qwen3-235b-bf16-tp8"
@@ -48,10 +48,7 @@ def test_the_workflow_profile_keeps_the_slurm_profiles_retry():
 def tp8(tmp_path, study_drafters) -> Path:
     """A copy of the workflow whose case.yaml is config/paper.yaml with only TP8 and its
     drafter (offline: study_drafters)."""
-    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    cfg["models"] = [m for m in cfg["models"] if m["name"] == TP8]
-    cfg["drafters"] = [d for d in cfg["drafters"] if d["name"] in cfg["models"][0]["drafters"]]
-    return copy_workflow(tmp_path / "wf", cfg)
+    return copy_workflow(tmp_path / "wf", paper_config(TP8))
 
 
 def engine_jobs(dry_run: str) -> list[dict]:

@@ -54,6 +54,15 @@ def h100(**overrides):
     return Hardware.from_config("H100", {**gpus()["H100"], **overrides})
 
 
+def paper_config(*models: str) -> dict:
+    """config/paper.yaml with only these models and their drafters."""
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["models"] = [m for m in cfg["models"] if m["name"] in models]
+    drafters = {d for m in cfg["models"] for d in m.get("drafters", ())}
+    cfg["drafters"] = [d for d in cfg["drafters"] if d["name"] in drafters]
+    return cfg
+
+
 def snakemake_command(*args: str, configfile: str | None = None, cores: int | None = None,
                       python: str | os.PathLike = sys.executable) -> list[str]:
     """`python -m snakemake` with `args` (targets and options), then `--cores` and `--configfile`

@@ -6,7 +6,7 @@
 # Its contract: specmoe.contracts.engines.CaptureParams.
 rule capture:
     input:
-        unpack(lambda w: CaptureParams.inputs(CFG, FILES, w)),
+        unpack(engine_inputs(CaptureParams)),
     output:
         trace=P.TRACE,
     log:
