@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from wf import copy_workflow, paper_config, planned_jobs, snakemake
+from wf import copy_workflow, job_params, paper_config, planned_jobs, snakemake
 
 MODEL = "qwen3-30b-fp8-tp1"  # its config.json is shipped: the plan reads no download
 TRACE = f"results/traces/{MODEL}/eagle3-qwen3-30b/K3/mt-bench.parquet"
@@ -50,3 +51,23 @@ def test_a_new_gpu_plan_reruns_no_measurement(finished):
     (finished / "results" / "plan.json").unlink()
     (finished / TRACE).unlink()
     assert rules_to_run(finished) == {"plan", "capture"}
+
+
+def reversed_keys(obj):
+    """A configuration value with every mapping's keys in reverse order (lists as they are)."""
+    if isinstance(obj, dict):
+        return {k: reversed_keys(obj[k]) for k in reversed(obj)}
+    if isinstance(obj, list):
+        return [reversed_keys(v) for v in obj]
+    return obj
+
+
+def test_the_order_of_the_configurations_keys_reruns_nothing(tmp_path):
+    """Snakemake compares a job's params by their repr, which holds a mapping's keys in the
+    order the configuration file wrote them: every job's params are the same whatever it is."""
+    as_written = copy_workflow(tmp_path / "a")
+    reordered = copy_workflow(tmp_path / "b")
+    cfg = yaml.safe_load((reordered / "config.yaml").read_text())
+    (reordered / "config.yaml").write_text(yaml.safe_dump(reversed_keys(cfg), sort_keys=False))
+    params = job_params(as_written, "--forceall")
+    assert len(params) > 50 and params == job_params(reordered, "--forceall")

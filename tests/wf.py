@@ -3,6 +3,7 @@ real `python -m snakemake` subprocess)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -121,6 +122,37 @@ def job_timeline(workdir: Path) -> list[dict]:
             by_id[m[1]]["end"] = (now - t0).total_seconds()
             cur = None
     return jobs
+
+# A dry run that prints each job's params as Snakemake records them to decide a rerun (a job
+# reruns where they differ from those of its output's last run): one line "params <json>" each.
+PARAMS_DRY_RUN = """
+import json, sys
+from snakemake.executors import dryrun
+
+def run_job(self, job, run_job=dryrun.Executor.run_job):
+    print("params", json.dumps({"output": sorted(map(str, job.output)),
+                                "params": self.workflow.persistence._params(job)}))
+    return run_job(self, job)
+
+dryrun.Executor.run_job = run_job
+from snakemake.cli import main
+
+sys.argv[0] = "snakemake"
+main()
+"""
+
+
+def job_params(cwd: Path, *args: str, configfile: str | None = None) -> dict[str, list[str]]:
+    """Every job's params as Snakemake records them (PARAMS_DRY_RUN), by its outputs."""
+    cmd = [sys.executable, "-c", PARAMS_DRY_RUN, "-n", *args]
+    if configfile is not None:
+        cmd += ["--configfile", configfile]
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise AssertionError(failure(r))
+    jobs = [json.loads(line.split(" ", 1)[1]) for line in r.stdout.splitlines()
+            if line.startswith("params {")]
+    return {", ".join(j["output"]): j["params"] for j in jobs}
 
 
 def launcher() -> Path:

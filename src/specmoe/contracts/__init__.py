@@ -86,7 +86,9 @@ def param_fields(record) -> list:
 
 def snakemake_params(record, cfg, **extra) -> dict:
     """A record's fields as Snakemake params (its wildcards aside), each a function of the job's
-    wildcards (the record built once per job); extra: further arguments of its `from_config`."""
+    wildcards (the record built once per job); extra: further arguments of its `from_config`.
+    Each value is canonical: Snakemake compares params by their repr, which holds a mapping's
+    keys in the order the configuration file wrote them."""
     built: dict = {}
 
     def get(name):
@@ -94,7 +96,7 @@ def snakemake_params(record, cfg, **extra) -> dict:
             key = tuple(sorted(dict(wildcards.items()).items()))
             if key not in built:
                 built[key] = record.from_config(cfg, wildcards, **extra)
-            return getattr(built[key], name)
+            return canonical(getattr(built[key], name))
 
         return value
 
