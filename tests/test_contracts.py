@@ -210,6 +210,24 @@ def test_an_engine_jobs_record_follows_its_kind():
         engine_record("serve")
 
 
+def test_an_engine_jobs_params_name_the_gpu_it_runs_on():
+    """A study model moved from an H100 to a B200 reruns its captures, sweeps and profiles (its
+    cost model and prediction did already, the measurements did not); a tiny model on this
+    machine's cores names no hardware."""
+    from specmoe.contracts.engines import ENGINE_RECORDS
+    from test_preflight import only, paper
+
+    model = "qwen3-30b-fp8-tp1"
+    w = Wildcards(model=model, drafter="eagle3-qwen3-30b", k="3", dataset="mt-bench")
+    h100, b200 = (paper(only(model, hardware=hw)) for hw in ("H100", "B200"))
+    for record in ENGINE_RECORDS.values():
+        on = [{name: value(w) for name, value in snakemake_params(record, cfg).items()}
+              for cfg in (h100, b200)]
+        assert on[0] != on[1], record.KIND
+        assert (on[0]["hardware"], on[1]["hardware"]) == ("H100", "B200")
+        assert snakemake_params(record, resolved())["hardware"](RUN) is None
+
+
 def test_every_engine_kind_has_a_record_whose_stage_takes_its_contract():
     """The engine rules' script runs the stage its rule's record names: every kind of
     specmoe.kinds has a record, and each record's stage takes (inputs, outputs, params) and the

@@ -4,6 +4,7 @@ either order with recording stand-ins for the vLLM server and its client (the re
 paired series is tests/test_serving.py's), and the order as the series, the speedup and the
 report's words record it."""
 
+import os
 from types import SimpleNamespace
 
 import pandas as pd
@@ -282,6 +283,64 @@ def test_a_longer_job_runtime_keeps_the_series_config_hash(tmp_path, monkeypatch
                         Named({"json": str(tmp_path / "s.json")}), params, runtime=runtime)
     assert kept[0][0] == kept[1][0]
     assert [t for _, t in kept] == [pytest.approx(60 * 60 * 0.95), pytest.approx(120 * 60 * 0.95)]
+
+
+def _series_key(checkpoint, tmp_path, monkeypatch) -> dict:
+    """The key of a series' points (all but the point's own part) as sweep_stage builds it, from
+    a stand-in for run_series that keeps it."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepArParams
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import sweep_stage
+
+    kept = []
+
+    class Stop(Exception):
+        pass
+
+    def series(engine, *a, **kw):
+        kept.append(a[6])
+        raise Stop
+
+    monkeypatch.setattr(serving, "run_series", series)
+    sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 16, "warmups": 0,
+             "repeats": 1, "startup_timeout_s": 10}
+    params = SweepArParams(job={"model": "t", "k": None, "datasets": ["tinybench"]},
+                           settings=sweep, method=None, gpu=False,
+                           prompts=prompt_table.DEFAULT_SOURCE, prompting={})
+    with pytest.raises(Stop):
+        sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
+                    Named({"json": str(tmp_path / "s.json")}), params)
+    return kept[0]
+
+
+def test_a_series_moved_to_other_gpus_measures_every_point_again(tmp_path, monkeypatch,
+                                                                  checkpoint, request):
+    """A point on disk is reused where its key matches: the key names the GPUs' model as
+    nvidia-smi reports it (the provenance's reading; faked by an nvidia-smi first on PATH), so
+    that a series moved from H100s to B200s measures again; without GPUs it is as before."""
+    from specmoe.provenance import hardware, write_json
+
+    request.addfinalizer(hardware.cache_clear)  # read once per process: not the fake's after
+
+    def on(*gpus):
+        bin_dir = tmp_path / "bin" / str(len(list((tmp_path / "bin").glob("*"))))
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "nvidia-smi").write_text("#!/bin/sh\n" + "".join(f"echo '{g}'\n"
+                                                                     for g in gpus))
+        (bin_dir / "nvidia-smi").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        hardware.cache_clear()
+        return _series_key(checkpoint, tmp_path, monkeypatch)
+
+    (tmp_path / "bin").mkdir()
+    h100, b200 = on(*["NVIDIA H100 80GB HBM3"] * 2), on("NVIDIA B200")
+    assert "gpus" not in on()
+    schedule, points = [(1, 2), (2, 2)], tmp_path / "points"
+    for *_, key, path in serving.plan_points(PROMPTS, schedule, 8, 1, points, h100)[2]:
+        write_json(path, {"key": key})  # measured on the H100s
+    assert serving.plan_points(PROMPTS, schedule, 8, 1, points, h100)[2] == []
+    assert len(serving.plan_points(PROMPTS, schedule, 8, 1, points, b200)[2]) == 2
 
 
 def test_a_longer_job_runtime_keeps_the_profiles_config_hash(tmp_path, monkeypatch, checkpoint):

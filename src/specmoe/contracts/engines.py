@@ -39,6 +39,9 @@ class EngineParams:
     gpu: bool  # does it run on a GPU (it stops at once without CUDA)
     prompts: str  # the tiny models' prompt table (tiny.prompts, else the embedded one)
     prompting: dict  # how the engine receives the prompts (Config.prompting)
+    # the hardware entry it runs on where that is a GPU: another GPU measures again (None on this
+    # machine's cores, whose measurements do not depend on the entry)
+    hardware: str | None = None
 
     @classmethod
     def from_config(cls, cfg, w) -> "EngineParams":
@@ -50,9 +53,10 @@ class EngineParams:
                **({"datasets": datasets} if what.series else {"dataset": datasets[0]})}
         method = (cfg.drafters[w.drafter].method
                   if what.sd and cfg.from_download(w.model) else None)
+        gpu = cfg.on_gpu(w.model)
         return cls(job=job, settings=cfg.job_settings(cls.KIND, w.model), method=method,
-                   gpu=cfg.on_gpu(w.model), prompts=cfg.prompts,
-                   prompting=cfg.prompting(w.model, datasets))
+                   gpu=gpu, prompts=cfg.prompts, prompting=cfg.prompting(w.model, datasets),
+                   hardware=cfg.hardware_of(w.model) if gpu else None)
 
     @classmethod
     def inputs(cls, cfg, files, w) -> dict:

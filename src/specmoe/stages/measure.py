@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..sources import prompts as prompt_table
-from ..provenance import provenance, write_json
+from ..provenance import hardware, provenance, write_json
 from .engines import (engine_label, engine_opts, engine_prompts, model_identity, model_provenance,
                       prompt_tables, served, setting, with_job_runtime)
 
@@ -109,10 +109,13 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
         rows = prompt_table.schedule(rows, max(n for _, n in sched[ds]),
                                      set_size=min(n for _, n in sched[ds]))
         texts[ds] = [r.text for r in rows]
+    # a point's key: what it was measured on, and the GPUs' model where there are any (another
+    # GPU measures every point again)
+    gpus = sorted(set(hardware().get("gpus", [])))
     key_base = {"engine": {n: v for n, v in engine.items() if n != "model"},
                 "target": model_identity(target_dir),
                 "drafter": model_identity(drafter_dir) if drafter_dir else None,
-                "vllm": vllm_version(), "device": device()}
+                "vllm": vllm_version(), "device": device(), **({"gpus": gpus} if gpus else {})}
     # the settings, not the timeouts the job's runtime sets (a SLURM retry doubles it)
     prov = provenance({"series": series, "sweep": params.settings, "prompts": prompts_source},
                       model=model_provenance(series["model"], target_dir),
