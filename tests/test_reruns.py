@@ -1,11 +1,16 @@
-"""What reruns a finished job: dry runs of a study model's capture whose inputs are laid out as a
-finished run leaves them (files only, in the order the jobs make them), after an edit."""
+"""What reruns a finished job and what does not, from dry runs: a new GPU plan (a study model's
+capture whose inputs are laid out as a finished run leaves them), the order of the
+configuration's keys (every job's params as Snakemake records them), a prompt table of the
+user's (every job that reads it declares it)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
+from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -71,3 +76,25 @@ def test_the_order_of_the_configurations_keys_reruns_nothing(tmp_path):
     (reordered / "config.yaml").write_text(yaml.safe_dump(reversed_keys(cfg), sort_keys=False))
     params = job_params(as_written, "--forceall")
     assert len(params) > 50 and params == job_params(reordered, "--forceall")
+
+
+def test_a_prompt_table_of_the_users_is_an_input_of_every_job_that_reads_it(tmp_path):
+    """tiny.prompts naming a file: every engine job and SD check declares it, so that new prompt
+    texts rerun them, and reads it from its inputs."""
+    from specmoe.contracts import Named
+    from specmoe.kinds import KINDS
+    from specmoe.sources.prompts import DEFAULT_SOURCE
+
+    wd = copy_workflow(tmp_path / "wf", {"tiny": {"prompts": "mine.csv"}})
+    with resources.as_file(resources.files("specmoe.data") / "prompts_v1.csv") as table:
+        shutil.copy(table, wd / "mine.csv")
+    jobs = planned_jobs(snakemake(wd, "-n", "--forceall", configfile="case.yaml").stdout)
+    readers = [j for j in jobs if j["rule"] in (*KINDS, "sd_check")]
+    assert {j["rule"] for j in readers} == {*KINDS, "sd_check"}
+    assert [j["rule"] for j in readers if "mine.csv" not in j["input"].split(", ")] == []
+    from specmoe.stages.engines import prompt_tables, tiny_prompts
+
+    inputs = Named({"prompts": [], "tiny_prompts": ["mine.csv"]})
+    params = SimpleNamespace(prompts="mine.csv")
+    assert prompt_tables(inputs, params, ["tinybench"]) == {"tinybench": "mine.csv"}
+    assert tiny_prompts(Named({}), SimpleNamespace(prompts=DEFAULT_SOURCE)) == DEFAULT_SOURCE

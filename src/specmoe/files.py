@@ -13,6 +13,7 @@ from .config import Config
 from .names import repo_key
 from .names import control_name
 from .runs import Run
+from .sources.prompts import BUILTIN
 
 
 class Files:
@@ -58,6 +59,11 @@ class Files:
     def prompts(self, datasets) -> list[str]:
         """The prompt tables of the downloaded ones among `datasets` (none: the embedded table)."""
         return [P.prompts(ds) for ds in datasets if ds in self.cfg.datasets]
+
+    def tiny_prompts(self) -> list[str]:
+        """The tiny models' prompt table where it is a file of the user's (tiny.prompts; none:
+        the embedded one): every engine job and SD check reads it, and reruns when it changes."""
+        return [] if self.cfg.prompts in BUILTIN else [self.cfg.prompts]
 
     def model_dir(self, name: str) -> str:
         """The checkpoint a tiny target or drafter is served from (a variant's: its target's)."""

@@ -65,6 +65,7 @@ rule sd_check:
     input:
         target=P.model("{model}"),
         drafter=P.model("{drafter}"),
+        tiny_prompts=FILES.tiny_prompts(),
     output:
         json=P.SD_CHECK,
     log:

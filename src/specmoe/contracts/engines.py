@@ -24,14 +24,15 @@ class EngineParams:
     the rule's name in specmoe.kinds, which decides what it serves).
 
     Inputs: plan (the GPU plan, for a study model's GPU jobs' runtimes, ancient in the rules: a
-    new plan reruns no measurement; else none), target (what
-    the engine serves: a study model's download manifest or a tiny checkpoint), drafter (a kind
-    with SD: the drafter's download or checkpoint; none for MTP) and prompts (the prompt tables of
-    the downloaded datasets it serves; none: the embedded table `prompts`).
+    new plan reruns no measurement; else none), target (what the engine serves: a study model's
+    download manifest or a tiny checkpoint), drafter (a kind with SD: the drafter's download or
+    checkpoint; none for MTP), prompts (the prompt tables of the downloaded datasets it serves)
+    and tiny_prompts (the tiny models' table, for the others, where it is a file of the user's;
+    none: the embedded table that `prompts` names).
     """
 
     KIND = None  # its rule's name (specmoe.kinds.KINDS); each engine rule's record sets it
-    INPUTS = ("plan", "target", "drafter", "prompts")  # a kind without SD: no drafter
+    INPUTS = ("plan", "target", "drafter", "prompts", "tiny_prompts")  # without SD: no drafter
 
     job: dict  # model, drafter and k (kinds with SD), and its dataset (a series: its datasets)
     settings: dict  # the engine section of its kind for its model (Config.job_settings)
@@ -65,6 +66,7 @@ class EngineParams:
         if kind(cls.KIND).sd:
             out["drafter"] = files.engine_drafter(w.model, w.drafter)
         out["prompts"] = files.prompts(served_datasets(cfg, cls.KIND, w))
+        out["tiny_prompts"] = files.tiny_prompts()
         return out
 
     @property

@@ -82,9 +82,10 @@ class SdCheckParams:
     its drafter (input drafter) at K on a real engine (specmoe.stages.models.sd_check_stage): do
     they commit the same tokens, and how many drafts are accepted; output json. It depends on the
     `tiny.sd_check` section (its engine settings and prompt count) and the tiny models' prompt
-    table; its K and dataset are the job's wildcards (Files.targets: tiny.sd_check's)."""
+    table (input tiny_prompts where it is a file of the user's); its K and dataset are the job's
+    wildcards (Files.targets: tiny.sd_check's)."""
 
-    INPUTS = ("target", "drafter")
+    INPUTS = ("target", "drafter", "tiny_prompts")
     OUTPUTS = ("json",)
     STAGE = "specmoe.stages.models.sd_check_stage"
 

@@ -43,11 +43,19 @@ def served(inputs, params):
                          params.label)
 
 
+def tiny_prompts(inputs, params) -> str:
+    """The tiny models' prompt table as a job reads it: a file of the user's among its inputs
+    (inputs.tiny_prompts), else the embedded one that params.prompts names."""
+    from ..contracts import one
+
+    return one(inputs.get("tiny_prompts")) or params.prompts
+
+
 def prompt_tables(inputs, params, datasets) -> dict:
     """Each dataset's prompt table for an engine rule's job: its downloaded one among
-    inputs.prompts (results/prompts/<dataset>.csv), else the tiny models' (params.prompts)."""
+    inputs.prompts (results/prompts/<dataset>.csv), else the tiny models' (tiny_prompts)."""
     tables = {Path(f).stem: f for f in inputs.get("prompts", [])}
-    return {ds: tables.get(ds, params.prompts) for ds in datasets}
+    return {ds: tables.get(ds) or tiny_prompts(inputs, params) for ds in datasets}
 
 
 def with_job_runtime(cfg: dict, runtime_min) -> dict:

@@ -69,7 +69,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     is given) over the batch sizes of the schedule (params.settings; a dataset with a max_batch
     up to it), for each dataset of params.job["datasets"] in turn (datasets do not change the
     engine, so they share one start-up), each over its downloaded prompt table among
-    inputs.prompts, else params.prompts.
+    inputs.prompts, else the tiny models' (engines.tiny_prompts).
 
     Points go to `<outputs.json without .json>.points/<dataset>/b<B>.json` as they are measured
     (resume: see serving.run_series); outputs.json lists them once the series is complete. log:
@@ -170,7 +170,7 @@ def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     """Rule profile (its contract: specmoe.contracts.engines.ProfileParams): kernel and op
     profiles (kernelprof) of the target's (inputs.target) decode and verify forward passes with
     its drafter (inputs.drafter), over its dataset's prompts (its downloaded table among
-    inputs.prompts, else params.prompts), into outputs.json (the kernel table) and
+    inputs.prompts, else the tiny models'), into outputs.json (the kernel table) and
     outputs.traces (the profiler's traces). log and runtime: as sweep_stage's."""
     import time
 

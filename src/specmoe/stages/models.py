@@ -13,7 +13,7 @@ from ..runtime import tiny
 from ..errors import InputError
 from ..names import control_name
 from ..provenance import atomic_dir, provenance, write_json
-from .engines import setting
+from .engines import setting, tiny_prompts
 
 logger = logging.getLogger("specmoe")
 
@@ -99,12 +99,12 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
 def sd_check_stage(inputs, outputs, params, log: str | None = None) -> dict:
     """Rule sd_check (its contract: specmoe.contracts.models.SdCheckParams): speculative vs plain
     greedy decoding of inputs.target with inputs.drafter at params.k on the first prompts of
-    params.dataset: equality and acceptance length, into outputs.json. log: the job's log, which
-    the engine's processes append to."""
+    params.dataset in the tiny models' table (engines.tiny_prompts): equality and acceptance
+    length, into outputs.json. log: the job's log, which the engine's processes append to."""
     from ..runtime.engine import check_inputs, sd_check
 
     target_dir, drafter_dir, k, sd_cfg = inputs.target, inputs.drafter, params.k, params.sd
-    prompts_source, dataset, out = params.prompts, params.dataset, outputs.json
+    prompts_source, dataset, out = tiny_prompts(inputs, params), params.dataset, outputs.json
     check_inputs(target_dir, drafter_dir, k)
     rows = prompt_table.load(prompts_source, [dataset])[: int(sd_cfg.get("prompts", 24))]
     if not rows:

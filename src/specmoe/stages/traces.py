@@ -53,7 +53,7 @@ def capture_prompts(rows: list, engine: dict, prompting: dict | None, reserved: 
 def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
     """Rule capture (its contract: specmoe.contracts.engines.CaptureParams): the run's target
     (inputs.target) with SD (inputs.drafter) over the prompts of its dataset (its downloaded table
-    among inputs.prompts, else params.prompts), every verification window captured into
+    among inputs.prompts, else the tiny models'), every verification window captured into
     outputs.trace. log: the job's log, which the engine's processes append to; runtime: the job's
     runtime in minutes (a cluster job's limit; the engine's timeouts follow it, the provenance's
     config hash does not: a retry with a longer limit captures the same trace)."""
