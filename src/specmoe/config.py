@@ -34,6 +34,16 @@ GPU_MEMORY_UTILIZATION = 0.9
 # A GPU job's SLURM memory and runtime (minutes) where neither the model's `gpu` entry nor the
 # configuration's sets them (and the GPU plan has no estimate of the runtime).
 GPU_JOB_DEFAULTS = {"mem_mb": 64000, "runtime": 120}
+
+
+def gpu_job_cpus(tp: int, timed: bool) -> int:
+    """A GPU engine job's CPUs on a cluster where neither the model's `gpu` entry nor the
+    configuration's sets `cpus`: vLLM's TP workers busy-poll their broadcast queue and its engine
+    core loops, a core each, beside the job's own process; a timed job (a sweep: its API server
+    and bench client too, whose timing a starved core distorts; a profile) takes twice that."""
+    return max(8, 2 * tp + 2) if timed else tp + 2
+
+
 # A model's precision as the engine's dtype (bf16, fp16, fp32; auto and fp8 keep the section's).
 PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -290,12 +300,15 @@ class Config:
             return dict(self.drafters[name].entry)
         return dict(self.model(name).entry)
 
+    def gpu_entry(self, name: str) -> dict:
+        """A model's `gpu` settings: its own entry's over the configuration's `gpu` defaults."""
+        return {**(self.raw.get("gpu") or {}), **(self.entry(name).get("gpu") or {})}
+
     def gpu_resources(self, name: str) -> dict:
         """Snakemake's standard resources of one model's GPU jobs (gpu = TP, the GPU model of its
         hardware), SLURM's node constraint (`-C`, None where unset), memory and hours from the
         model's `gpu` entry over the config's defaults."""
-        m = self.entry(name)
-        g = {**(self.raw.get("gpu") or {}), **(m.get("gpu") or {})}
+        m, g = self.entry(name), self.gpu_entry(name)
         hw = self.hardware.get(self.hardware_of(name), {})
         return {"gpu": int(m.get("tp", 1)),
                 "gpu_model": hw.get("gpu_model") or "",
@@ -305,9 +318,7 @@ class Config:
 
     def memory_utilization(self, name: str) -> float:
         """vLLM's gpu_memory_utilization of a model's (or drafter's) GPU jobs."""
-        m = self.entry(name)
-        g = {**(self.raw.get("gpu") or {}), **(m.get("gpu") or {})}
-        return float(g.get("memory_utilization", GPU_MEMORY_UTILIZATION))
+        return float(self.gpu_entry(name).get("memory_utilization", GPU_MEMORY_UTILIZATION))
 
     def gpus(self, name: str) -> int:
         """GPUs of one model's engine jobs: its TP on a GPU, none on a CPU."""
@@ -621,6 +632,12 @@ class Config:
         """SLURM's `-C` of a model's engine jobs; None (no constraint) where the `gpu` entries
         set none or the engine runs on a CPU: Snakemake leaves a None resource out."""
         return self.gpu_resources(name)["constraint"] if self.on_gpu(name) else None
+
+    def gpu_cpus(self, name: str, timed: bool) -> int:
+        """CPUs of one of a model's GPU engine jobs on a cluster: `gpu.cpus` of the model's
+        entry over the configuration's, else gpu_job_cpus of its TP."""
+        return int(self.gpu_entry(name).get("cpus")
+                   or gpu_job_cpus(self.gpu_resources(name)["gpu"], timed))
 
 
 def table_datasets(config: dict) -> set[str]:

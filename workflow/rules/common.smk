@@ -265,8 +265,16 @@ def engine_resources(rule_name):
     """An engine job's resources: TP GPUs, the GPU model, SLURM constraint (where the `gpu` entries
     set one) and memory of a study model on a GPU, CPU_ENGINE's memory on a CPU; its runtime in
     minutes is the GPU plan's estimate for GPU jobs (the model's `gpu.runtime` where the plan has
-    none) and CPU_ENGINE's else, doubled on each retry."""
-    kind(rule_name)
+    none) and CPU_ENGINE's else, doubled on each retry. On a cluster a GPU job asks for CPUs that
+    follow its TP (cpus_per_task, SLURM's --cpus-per-task; Config.gpu_cpus): its engine's
+    processes each keep a core busy. Its threads would not do: Snakemake caps them at the
+    launcher's cores (the workflow profile's `cores: all`); elsewhere it asks for its threads."""
+    timed = kind(rule_name).timed
+
+    def cpus_per_task(wildcards, threads):
+        if CFG.on_gpu(wildcards.model) and not workflow.local_exec:
+            return CFG.gpu_cpus(wildcards.model, timed)
+        return threads
 
     def runtime(wildcards, input, attempt):
         if not CFG.on_gpu(wildcards.model):
@@ -285,4 +293,5 @@ def engine_resources(rule_name):
         "mem_mb": lambda w: CFG.engine_mem_mb(w.model),
         "runtime": runtime,
         "engine": engine_claim,
+        "cpus_per_task": cpus_per_task,
     }
