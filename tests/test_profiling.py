@@ -322,7 +322,8 @@ def test_a_profile_without_moe_time_is_an_error(tmp_path):
 def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
     """No GPU here: a hand-made CUDA trace where the host ranges close long before their kernels
     finish (no synchronisation inside them): 10 us of launches for 300 us of target kernels and
-    5 us for 100 us of drafter kernels. The step and drafter times are the device's."""
+    5 us for 100 us of drafter kernels, 4 us for the 50 us of the target's LM head that follows
+    its forward. The step (with its head) and drafter times are the device's."""
     import json
 
     from specmoe.runtime.kernelprof import summarise
@@ -336,10 +337,15 @@ def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
                             correlation=corr))
             events.append(X("fused_moe_kernel", "kernel", ts + 50 + 100 * i, 100, tid=99,
                             correlation=corr, grid=[8, 1, 1]))
+        events.append(X(label("head", 1, 4, 1), "user_annotation", ts + 12, 4))
+        corr += 1  # the LM head, 50 us after the forward's kernels
+        events.append(X("cudaLaunchKernel", "cuda_runtime", ts + 13, 2, correlation=corr))
+        events.append(X("nvjet_tst_lm_head", "kernel", ts + 360, 50, tid=99, correlation=corr,
+                        grid=[132, 1, 1]))
         events.append(X(label("drafter", 1, 1, 0), "user_annotation", ts + 20, 5))
         corr += 1
         events.append(X("cudaLaunchKernel", "cuda_runtime", ts + 21, 2, correlation=corr))
-        events.append(X("sm90_xmma_gemm", "kernel", ts + 360, 100, tid=99, correlation=corr,
+        events.append(X("sm90_xmma_gemm", "kernel", ts + 410, 100, tid=99, correlation=corr,
                         grid=[132, 1, 1]))
         ts += 1000
     path = tmp_path / "trace.json"
@@ -347,7 +353,7 @@ def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
     steps = steps_from_chrome_trace(json.loads(path.read_text()))
     assert steps[0].dur_us == 10 and steps[0].device_us == 300 and steps[0].time_us == 300
     out = summarise(path, batch=1, window=4)
-    assert out["wall_us"] == pytest.approx(300.0)             # not the 10 us of launches
+    assert out["wall_us"] == pytest.approx(300.0 + 50.0)      # not the 10 + 4 us of launches
     assert out["drafter_us_per_step"] == pytest.approx(100.0)  # not 5
 
 
@@ -401,8 +407,9 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     platform faked as CUDA 9.0 and Triton present (as it is with vLLM's CUDA build),
     VllmConfig.use_v2_model_runner picks Model Runner V2, and the worker's own
     _make_model_runner makes V2's GPUModelRunner, which has no `_model_forward`. Driven in V2's
-    eager order (execute_model calls runner.model, then the speculator's model drafts), the
-    profiler labels both forwards with the step's shape and records the runner."""
+    eager order (execute_model calls runner.model, V2's own sample, then the speculator's model
+    drafts), the profiler labels both forwards and the head (logits and sampling, in one range
+    though sample calls compute_logits) with the step's shape and records the runner."""
     pytest.importorskip("vllm")
     import json
     import tempfile
@@ -432,14 +439,21 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
         use_v2_model_runner=use_v2, vllm_config=vc, device=torch.device("cpu")))
     assert type(runner) is V2Runner and not hasattr(runner, "_model_forward")
 
-    runner.model = torch.nn.Linear(4, 4)
+    runner.model = with_logits(4, 4)
     runner.speculator = object.__new__(EagleSpeculator)  # the study's EAGLE heads
     runner.speculator.model = torch.nn.Linear(4, 4)
+    # V2's own sample (it calls compute_logits) with a stand-in sampler: V2's are no nn.Modules
+    runner.batch_sharder, runner.rejection_sampler = None, None
+    runner.sampler = lambda logits, batch: types.SimpleNamespace(
+        sampled=logits.argmax(-1), num_sampled=1, num_rejected=0)
 
     def execute_model(scheduler_output):  # V2's eager path: self.model(**model_inputs)
         ntok = sum(scheduler_output.num_scheduled_tokens.values())
-        runner.model(torch.zeros(ntok, 4))
-        runner.speculator.model(torch.zeros(len(scheduler_output.num_scheduled_tokens), 4))
+        nreq = len(scheduler_output.num_scheduled_tokens)
+        hidden = runner.model(torch.zeros(ntok, 4))
+        runner.sample(hidden, types.SimpleNamespace(logits_indices=torch.arange(nreq),
+                                                    num_reqs=nreq, num_draft_tokens=0), None)
+        runner.speculator.model(torch.zeros(nreq, 4))
 
     runner.execute_model = execute_model
 
@@ -454,9 +468,104 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     info = worker.specmoe_profile_stop(str(tmp_path / "trace-{rank}.json"))
     assert info["model_runner"] == "v2"
     steps = steps_from_chrome_trace(json.loads(Path(info["path"]).read_text()))
+    # one head range: sample's compute_logits opens none inside it
     assert [(s.role, s.nreq, s.ntok, s.nwin) for s in steps] == [("target", 3, 9, 3),
+                                                                ("head", 3, 9, 3),
                                                                 ("drafter", 3, 3, 0)]
-    assert "forward" not in vars(runner.model)            # the model's own forward again
+    assert sum(e.name == "aten::addmm" for e in steps[1].events) == 1       # the LM head
+    assert not {"forward", "compute_logits"} & set(vars(runner.model))  # its own methods again
+    assert "sample" not in vars(runner)
+
+
+def with_logits(hidden: int, vocab: int):
+    """A model as vLLM's runners call it: forward gives hidden states, compute_logits (the LM
+    head) the logits, outside the forward."""
+    import torch
+
+    class WithLogits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Linear(hidden, hidden)
+            self.lm_head = torch.nn.Linear(hidden, vocab)
+
+        def forward(self, x):
+            return self.body(x)
+
+        def compute_logits(self, h):
+            return self.lm_head(h)
+
+    return WithLogits()
+
+
+def test_profiled_step_holds_the_lm_head_and_sampler_model_runner_v1(monkeypatch, tmp_path):
+    """vLLM computes the logits and samples outside the model's forward: the profiled step
+    left out the target's LM head (18.6% of a Qwen3-30B-FP8 decode step's bytes) and the
+    sampler, the drafter's time its LM head. V1's GPUModelRunner (its __init__ skipped: no GPU)
+    with vLLM's own _sample and Sampler, driven in V1's order (execute_model: forward and
+    compute_logits; sample_tokens: _sample, then the drafter's forward and compute_logits)."""
+    pytest.importorskip("vllm")
+    import json
+    import types
+
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    import torch
+
+    from specmoe.runtime.kernelprof import ProfileExtension, summarise
+
+    monkeypatch.setattr(GPUModelRunner, "__init__", lambda self: None)
+    runner = GPUModelRunner()
+    runner.model, runner.sampler = with_logits(64, 4000), Sampler()
+    runner.drafter = types.SimpleNamespace(model=with_logits(64, 4000))
+    greedy = SamplingMetadata(
+        temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
+        generators={}, max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+        frequency_penalties=torch.zeros(2), presence_penalties=torch.zeros(2),
+        repetition_penalties=torch.ones(2), output_token_ids=[[], []],
+        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors())
+    runner.input_batch = types.SimpleNamespace(sampling_metadata=greedy,
+                                               update_async_output_token_ids=lambda: None)
+
+    def execute_model(scheduler_output):
+        runner.execute_model_state = runner.model.compute_logits(runner.model(torch.zeros(2, 64)))
+
+    def sample_tokens():
+        runner._sample(runner.execute_model_state, None)
+        hidden = runner.drafter.model(torch.zeros(2, 64))
+        runner.drafter.model.compute_logits(hidden).argmax(-1)
+
+    runner.execute_model = execute_model
+
+    class V1Worker(ProfileExtension):
+        model_runner, rank = runner, 0
+
+    worker = V1Worker()
+    worker.specmoe_profile_start()
+    sched = types.SimpleNamespace(num_scheduled_tokens={"a": 1, "b": 1},
+                                  scheduled_spec_decode_tokens={})
+    for _ in range(4):
+        runner.execute_model(sched)
+        sample_tokens()
+    info = worker.specmoe_profile_stop(str(tmp_path / "trace-{rank}.json"))
+    ranges = steps_from_chrome_trace(json.loads((tmp_path / "trace-0.json").read_text()))
+    assert [s.role for s in ranges[:5]] == ["target", "head", "head", "drafter", "drafter"]
+    out = summarise(info["path"], batch=2, window=1)
+    step = out["steps"][-1]
+    # the body's and the LM head's GEMMs, and the sampler's argmax
+    assert sum(e.name == "aten::addmm" for e in step.events) == 2
+    assert any("argmax" in e.name for e in step.events)
+    per_step = [ranges[i:i + 5] for i in range(0, 20, 5)]  # target, 2 heads, 2 drafter ranges
+    assert step.dur_us == pytest.approx(sum(s.dur_us for s in per_step[-1][:3]))
+    # (to the trace's nanoseconds: its times have three decimals)
+    assert sum(class_times(step.events).values()) == pytest.approx(step.time_us, abs=0.01)
+    # the steady steps' drafting: the drafter's forward and its LM head
+    assert out["drafter_us_per_step"] == pytest.approx(
+        sum(s.dur_us for p in per_step[2:] for s in p[3:]) / 2)
+    assert not {"compute_logits", "forward"} & set(vars(runner.drafter.model))
+    assert "_sample" not in vars(runner)
 
 
 def moe_blocks_per_target_step(path, label_name: str = MOE_BLOCK) -> list[int]:

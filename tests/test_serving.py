@@ -151,7 +151,11 @@ def test_engine_that_cannot_start_fails_with_its_last_lines(tiny_models, tmp_pat
 
 
 def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_path):
-    from specmoe.runtime.kernelprof import profile_model
+    import gzip
+    import json
+
+    from specmoe.measured.profiling import steps_from_chrome_trace
+    from specmoe.runtime.kernelprof import following, profile_model
 
     res = profile_model(tiny_models / "t", tiny_models / "d", 3, [2], PROMPTS, 16,
                         {"dtype": "float32", "kv_cache_mib": 128}, tmp_path / "traces",
@@ -174,6 +178,13 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     assert all(c == "moe" for name, c in top.items() if "fused_moe" in name)
     assert all((tmp_path / "traces" / mode / f"e{e}" / "b2-rank0.json.gz").exists()
                for mode in ("decode", "verify") for e in (0, 1))
+    # every target forward's head (its LM head and sampling, which vLLM runs after the forward)
+    # was labelled and follows it
+    for mode in ("decode", "verify"):
+        with gzip.open(tmp_path / "traces" / mode / "e0" / "b2-rank0.json.gz", "rt") as fh:
+            steps = steps_from_chrome_trace(json.load(fh))
+        heads = following(steps, "head")
+        assert heads and all(heads.values()), mode
     assert res["engine_startup_s"] > 0  # every engine's start, for report.timing
     # the first engine's start counts vLLM's import (it began after it), the second finds it done
     assert res["engine_start"]["decode"]["import_included"] is True

@@ -83,6 +83,10 @@ def compare(decode: list[Event], verify: list[Event]) -> dict:
 # --- steps from a torch.profiler chrome trace ------------------------------------------------------
 
 TARGET, DRAFTER, MOE_BLOCK = "specmoe_target", "specmoe_drafter", "specmoe_moe_block"
+# the target's LM head and sampling, which vLLM runs after the model's forward (its logits and
+# the (rejection) sampler): part of the step (specmoe.runtime.kernelprof.with_heads)
+HEAD = "specmoe_head"
+ROLES = {"target": TARGET, "drafter": DRAFTER, "head": HEAD}
 # a MoE block's shared experts (dense MLPs every token uses): the weight model counts them dense
 # (costmodel: C_dense), so their time is not MoE time either
 SHARED_EXPERTS = "specmoe_shared_experts"
@@ -92,8 +96,9 @@ DEVICE_IDLE = "(device idle between kernels)"
 
 @dataclass
 class Step:
-    """One labelled forward pass: the target (or drafter) model at one engine step."""
-    role: str          # "target" or "drafter"
+    """One labelled range: the target's (or drafter's) forward, or the target's head, at one
+    engine step."""
+    role: str          # "target", "drafter" or "head"
     nreq: int          # requests scheduled in the step
     ntok: int          # tokens in the forward
     nwin: int          # requests whose rows are one decode/verify window (1 + drafts tokens)
@@ -117,7 +122,7 @@ class Step:
 
 
 def label(role: str, nreq: int, ntok: int, nwin: int) -> str:
-    return f"{TARGET if role == 'target' else DRAFTER}|{nreq}|{ntok}|{nwin}"
+    return f"{ROLES[role]}|{nreq}|{ntok}|{nwin}"
 
 
 def _self_times(ops: list[dict], moe: list[tuple[float, float]],
@@ -190,7 +195,8 @@ def device_events(timed: list[tuple[float, float, Event]]) -> list[Event]:
 
 
 def steps_from_chrome_trace(trace: dict) -> list[Step]:
-    """The labelled forward passes of a torch.profiler chrome trace, each with its events.
+    """The labelled ranges of a torch.profiler chrome trace (forward passes and the target's
+    heads, ROLES), each with its events.
 
     With device kernels in the trace (CUDA), a step's events are the kernels launched from inside its
     range (linked by correlation id), timed on the device, with their grid sizes, and the device's
@@ -201,14 +207,14 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
     """
     evs = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
     ranges, blocks, shared_ranges = [], {}, {}
+    role_of = {head: role for role, head in ROLES.items()}
     for e in evs:
         name = e.get("name", "")
         if e.get("cat") != "user_annotation":
             continue
-        if name.startswith((TARGET + "|", DRAFTER + "|")):
+        if name.partition("|")[0] in role_of and "|" in name:
             head, nreq, ntok, nwin = name.split("|")
-            ranges.append((e, "target" if head == TARGET else "drafter", int(nreq), int(ntok),
-                           int(nwin)))
+            ranges.append((e, role_of[head], int(nreq), int(ntok), int(nwin)))
         elif name in (MOE_BLOCK, SHARED_EXPERTS):
             (blocks if name == MOE_BLOCK else shared_ranges).setdefault(
                 (e.get("pid"), e.get("tid")), []).append((e["ts"], e["ts"] + e["dur"]))

@@ -3,7 +3,11 @@
 A worker extension (engine argument worker_extension_cls) labels every forward pass while a profile is
 open: the target model's forward and the drafter model's forward, each in a `record_function`
 range named `specmoe_target|nreq|ntok|nwin` (see profiling.label), where nwin counts requests whose
-scheduled rows are exactly one decode or verification window (1 + drafts). Both of vLLM's model
+scheduled rows are exactly one decode or verification window (1 + drafts). vLLM computes the
+logits and samples outside the model's forward: the target's LM head and the runner's sampling
+(sampler or rejection sampler) run in `specmoe_head` ranges that count as part of the target step
+they follow (with_heads), the drafter's LM head in drafter ranges (TARGET_HEADS, SAMPLING,
+DRAFTER_HEADS). Both of vLLM's model
 runners call the target as `runner.model(...)` (V1 through `_model_forward`; Model Runner V2,
 which vLLM 0.32 picks on CUDA with Triton unless VLLM_USE_V2_MODEL_RUNNER=0, directly in eager
 mode); the drafter is `runner.drafter.model` in V1 and `runner.speculator.model` in V2. Each
@@ -19,6 +23,7 @@ launched one by one from inside the labelled range); on CPU, host ops with their
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -53,25 +58,34 @@ class ProfileExtension:
             shape["step"] = (len(sched), sum(sched.values()), nwin)
             return orig_exec(scheduler_output, *args, **kwargs)
 
+        self._specmoe_wrapped = []
+
+        def wrap(obj, attr, name, group=None):
+            setattr(obj, attr, _labelled(getattr(obj, attr), name, group))
+            self._specmoe_wrapped.append((obj, attr))
+
         runner.execute_model = execute_model
-        target.forward = _labelled(
-            target.forward, lambda *a, **kw: profiling.label("target", *shape["step"]))
-        self._specmoe_wrapped = [runner, target]
+        self._specmoe_wrapped.append((runner, "execute_model"))
+        wrap(target, "forward", lambda *a, **kw: profiling.label("target", *shape["step"]))
+        # the LM head and the sampling, which both runners run outside the model's forward
+        heads: list = []
+        for obj, attr in target_heads(runner, target):
+            wrap(obj, attr, lambda *a, **kw: profiling.label("head", *shape["step"]), heads)
         for block in moe_blocks(target):
-            block.forward = _labelled(block.forward, lambda *a, **kw: profiling.MOE_BLOCK)
-            self._specmoe_wrapped.append(block)
+            wrap(block, "forward", lambda *a, **kw: profiling.MOE_BLOCK)
             for shared in shared_experts(block):
-                shared.forward = _labelled(shared.forward,
-                                           lambda *a, **kw: profiling.SHARED_EXPERTS)
-                self._specmoe_wrapped.append(shared)
+                wrap(shared, "forward", lambda *a, **kw: profiling.SHARED_EXPERTS)
         if draft_model is not None:
             def draft_label(*args, **kwargs):
                 ids = kwargs.get("input_ids", args[0] if args else None)
                 ntok = int(ids.shape[0]) if ids is not None else 0
                 return profiling.label("drafter", shape["step"][0], ntok, 0)
 
-            draft_model.forward = _labelled(draft_model.forward, draft_label)
-            self._specmoe_wrapped.append(draft_model)
+            # its forward and its LM head (tokens by hidden state row): drafter_per_step sums them
+            drafting: list = []
+            for attr in ("forward", *DRAFTER_HEADS):
+                if attr == "forward" or hasattr(draft_model, attr):
+                    wrap(draft_model, attr, draft_label, drafting)
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -82,10 +96,9 @@ class ProfileExtension:
         import torch
 
         self._specmoe_prof.__exit__(None, None, None)
-        for obj in self._specmoe_wrapped:
-            for name in ("execute_model", "forward"):
-                if name in vars(obj):
-                    delattr(obj, name)  # back to the class's method
+        for obj, attr in self._specmoe_wrapped:
+            if attr in vars(obj):
+                delattr(obj, attr)  # back to the class's method
         rank = getattr(self, "rank", 0)
         path = path_pattern.format(rank=rank)
         self._specmoe_prof.export_chrome_trace(path)
@@ -105,6 +118,25 @@ def forward_models(runner) -> tuple:
     `runner.model` itself; the drafter is V1's `drafter.model`, V2's `speculator.model`)."""
     drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
     return runner.model, getattr(drafter, "model", None)
+
+
+# the target's logits (V2 with a batch sharder: compute_logits_local) and the runner's sampling,
+# which holds the sampler and the rejection sampler: V1's GPUModelRunner._sample, V2's sample
+# (its samplers are no nn.Modules: their __call__ cannot be wrapped on the instance)
+TARGET_HEADS, SAMPLING = ("compute_logits", "compute_logits_local"), ("_sample", "sample")
+# the drafter's logits (get_top_tokens: its local-argmax path under tensor parallelism)
+DRAFTER_HEADS = ("compute_logits", "get_top_tokens")
+
+
+def target_heads(runner, target) -> list[tuple]:
+    """(object, method name) of the target's head work vLLM runs after the model's forward in
+    each step: the logits and the sampling. A runner with no sampling method this code knows is
+    refused: its steps would leave out the sampler."""
+    sampling = [(runner, a) for a in SAMPLING if callable(getattr(runner, a, None))]
+    if not sampling:
+        raise SpecmoeError(f"{type(runner).__name__} has none of the sampling methods "
+                           f"{', '.join(SAMPLING)} that the profiler labels")
+    return [(target, a) for a in TARGET_HEADS if hasattr(target, a)] + sampling
 
 
 def moe_blocks(model) -> list:
@@ -135,13 +167,23 @@ def shared_experts(block) -> list:
             if name.rpartition(".")[2] in SHARED_NAMES and m is not None]
 
 
-def _labelled(fn, name):
-    """fn inside a profiler range; name(*args, **kwargs) gives the range's name at each call."""
+def _labelled(fn, name, group: list | None = None):
+    """fn inside a profiler range; name(*args, **kwargs) gives the range's name at each call.
+    Wrappers that share the list `group` open no range inside one another's (V2's sample calls
+    compute_logits: a nested range would count its time twice)."""
     import torch
 
     def forward(*args, **kwargs):
-        with torch.profiler.record_function(name(*args, **kwargs)):
+        if group:  # inside a range of its group
             return fn(*args, **kwargs)
+        with torch.profiler.record_function(name(*args, **kwargs)):
+            if group is None:
+                return fn(*args, **kwargs)
+            group.append(fn)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                group.pop()
 
     return forward
 
@@ -179,7 +221,7 @@ def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
     """Steady steps of one profile: B requests, each one window of `window` tokens (1 = decode)."""
     with gzip.open(trace_path, "rt") if str(trace_path).endswith(".gz") else open(trace_path) as fh:
         trace = json.load(fh)
-    steps = profiling.steps_from_chrome_trace(trace)
+    steps = with_heads(profiling.steps_from_chrome_trace(trace))
     target = [s for s in steps if s.role == "target" and s.nreq == batch and s.nwin == batch
               and s.ntok == batch * window]
     # the first steps warm up (kept where there were few, they inflated the step time 3x)
@@ -201,24 +243,52 @@ def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
             "steps_without_kernels": missing}
 
 
-def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) -> float:
-    """Mean drafter time per steady target step. Each drafter forward belongs to the target step
-    it follows (vLLM drafts the next window after the verify pass of the same engine step), so a
-    non-steady step in between keeps its own drafting; steady steps that drafted nothing (the
-    last step of a request) are left out of the mean. Times are device times on CUDA
-    (profiling.Step.time_us)."""
+def following(steps: list[profiling.Step], role: str) -> dict[int, list[profiling.Step]]:
+    """The ranges of `role` that follow each target step, by the step's id: vLLM runs the
+    target's head and drafts the next window after the target's forward in the same engine step,
+    so each range belongs to the last target step that started before it."""
     targets = sorted((s for s in steps if s.role == "target"), key=lambda s: s.ts)
-    if not targets:
-        return 0.0
+    own: dict[int, list[profiling.Step]] = {id(t): [] for t in targets}
     starts = np.array([t.ts for t in targets])
-    own: dict[int, float] = {}
-    for d in steps:
-        if d.role != "drafter" or not math.isfinite(d.time_us):
-            continue
-        i = int(np.searchsorted(starts, d.ts, side="right")) - 1
+    for s in steps:
+        i = int(np.searchsorted(starts, s.ts, side="right")) - 1 if s.role == role else -1
         if i >= 0:
-            own[id(targets[i])] = own.get(id(targets[i]), 0.0) + d.time_us
-    per = [own[id(t)] for t in steady if id(t) in own]
+            own[id(targets[i])].append(s)
+    return own
+
+
+def with_heads(steps: list[profiling.Step]) -> list[profiling.Step]:
+    """The ranges with each target step's heads (its logits and sampling: profiling.HEAD) made
+    part of it: their events, and their time on the host and the device added to its own (a
+    step none of whose head kernels was recorded has no device time, as one without kernels)."""
+    heads = following(steps, "head")
+    out = []
+    for s in steps:
+        if s.role == "head":
+            continue
+        if heads.get(id(s)):
+            hs = heads[id(s)]
+            dev = [s.device_us, *(h.device_us for h in hs)]
+            s = dataclasses.replace(
+                s, dur_us=s.dur_us + sum(h.dur_us for h in hs),
+                events=s.events + [e for h in hs for e in h.events],
+                device_us=None if None in dev else sum(dev))
+        out.append(s)
+    return out
+
+
+def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) -> float:
+    """Mean drafter time per steady target step. Each drafter range (a forward or its LM head)
+    belongs to the target step it follows (following: vLLM drafts the next window after the
+    verify pass of the same engine step), so a non-steady step in between keeps its own
+    drafting; steady steps that drafted nothing (the last step of a request) are left out of the
+    mean. Times are device times on CUDA (profiling.Step.time_us)."""
+    own = following(steps, "drafter")
+    per = []
+    for t in steady:
+        times = [d.time_us for d in own.get(id(t), []) if math.isfinite(d.time_us)]
+        if times:
+            per.append(sum(times))
     return float(np.mean(per)) if per else 0.0
 
 
