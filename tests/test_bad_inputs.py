@@ -481,6 +481,14 @@ CONFIG = [
      r"engine_args\.gpu_memory_utilization is set by gpu\.memory_utilization"),
     ("max-num-seqs spelt with dashes", merge(profiling={"engine_args": {"max-num-seqs": 4}}), 1,
      r"profiling\.engine_args\.max-num-seqs is set by the schedule's largest batch"),
+    # the kernel profile needs eager mode: Dynamo drops record_function ranges, and a CUDA
+    # graph's kernels share one launch's correlation id
+    ("a model's engine in graph mode, its profile's too",
+     study({**GLM, "engine_args": {"enforce_eager": False}}), 1,
+     r"^config: model glm: engine_args\.enforce_eager false reaches the kernel profile, which "
+     r"needs eager mode"),
+    ("the profile's engine in graph mode", merge(profiling={"engine_args": {"enforce-eager": 0}}),
+     1, r"^config: profiling\.engine_args\.enforce-eager false reaches the kernel profile"),
     ("sweep without profiling", pop("profiling"), 1,
      r"^config: sweep is set without profiling: sweeps and profiles run only when both"),
     ("TP beside the dimensions' TP", model(SF, tp=2), 1,

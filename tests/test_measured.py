@@ -128,3 +128,25 @@ def test_each_speedup_row_says_whether_the_runs_highest_lies_above_it(tmp_path):
     t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
     # batch 4 within the margin of batch 1's 1.6, batch 8 too uncertain to be below it
     assert list(t["below_highest"]) == [False, True, False, False]
+
+
+def test_profiled_te_beside_the_sweeps_says_its_passes_ran_eagerly(tmp_path):
+    """The profile runs eagerly (no torch.compile, no CUDA graphs) while a GPU sweep runs
+    vLLM's default: the profiled TE and shares sat beside the sweep's TE with nothing saying
+    they time another engine. Each row says how its profile ran (engine_mode, as the worker
+    saw it), 'not recorded' for a profile from before it was."""
+    sps = [dump(tmp_path, "s", speedup("d1", 0.8, 2.5, 1.6))]
+    cms = [dump(tmp_path, "c", cost("d1", 0.61, 0.2))]
+    eager = {"compilation_mode": "NONE", "cudagraph_mode": "NONE", "async_scheduling": True}
+    batch = {"batch": 1, "te_profiled": 0.7, "moe_time_share": 0.3, "moe_time_ratio": 1.2,
+             "dense_time_ratio": 1.0, "draft_cost_profiled": 0.05, "device": "cuda",
+             "sm_count": 132, "classes": {}, "grids": {},
+             "engine_mode": {"decode": eager, "verify": eager}}
+    t = build_measured_tables(sps, [dump(tmp_path, "p", {"run": run("d1"), "batches": [batch]})],
+                              cms)
+    assert t["te_three_ways"].iloc[0]["profile_mode"] == "eager"
+    assert set(t["three_step_correction"]["profile_mode"]) == {"eager"}
+    old = {k: v for k, v in batch.items() if k != "engine_mode"}
+    t = build_measured_tables(sps, [dump(tmp_path, "q", {"run": run("d1"), "batches": [old]})],
+                              cms)
+    assert t["te_three_ways"].iloc[0]["profile_mode"] == "not recorded"

@@ -310,13 +310,58 @@ def test_a_profile_without_moe_time_is_an_error(tmp_path):
     def result(mode, moe):
         window = 1 if mode == "decode" else 4
         p = _cpu_trace(tmp_path / f"{mode}{moe}.json", [(2, 2 * window, 2)] * 6, moe=moe)
-        return {2: {"traces": [{"path": str(p), "device": "cpu", "model_runner": "v1"}]}}
+        return {2: {"traces": [{"path": str(p), "device": "cpu", "model_runner": "v1",
+                                "engine_mode": EAGER_MODE}]}}
 
     both = [[result("decode", m), result("decode", m)] for m in (True, False)]
     ver = [[result("verify", m), result("verify", m)] for m in (True, False)]
     assert profile_summary(both[0], ver[0], 3, [2])["batches"][0]["moe_time_share"] > 0
     with pytest.raises(SpecmoeError, match="batch 2: no MoE time in the profile"):
         profile_summary(both[1], ver[1], 3, [2])
+
+
+EAGER_MODE = {"compilation_mode": "NONE", "cudagraph_mode": "NONE", "async_scheduling": True}
+
+
+def test_a_profile_not_run_in_eager_mode_is_refused(tmp_path):
+    """torch.compile drops the MoE blocks' record_function ranges, and a CUDA graph runs its
+    kernels outside the ranges under one launch: a profile whose engine ran either (its
+    engine_mode, as the worker saw it) measures something else, and was taken silently."""
+    from specmoe.errors import SpecmoeError
+    from specmoe.runtime.kernelprof import profile_summary
+
+    def result(mode, engine_mode):
+        window = 1 if mode == "decode" else 4
+        p = _cpu_trace(tmp_path / f"{mode}.json", [(2, 2 * window, 2)] * 6)
+        return {2: {"traces": [{"path": str(p), "device": "cpu", "model_runner": "v1",
+                                "engine_mode": engine_mode}]}}
+
+    row = profile_summary([result("decode", EAGER_MODE)], [result("verify", EAGER_MODE)], 3,
+                          [2])["batches"][0]
+    assert row["engine_mode"] == {"decode": EAGER_MODE, "verify": EAGER_MODE}
+    graphs = {**EAGER_MODE, "compilation_mode": "VLLM_COMPILE", "cudagraph_mode": "FULL"}
+    with pytest.raises(SpecmoeError, match=r"verify\.json: profiled with .*VLLM_COMPILE.*: "
+                                           r"profiles need eager mode"):
+        profile_summary([result("decode", EAGER_MODE)], [result("verify", graphs)], 3, [2])
+
+
+def test_a_cuda_graph_launch_keeps_all_its_kernels_mock_gpu():
+    """No GPU: a forward replayed from a CUDA graph, one cudaGraphLaunch whose three kernels
+    all carry its correlation id (CUPTI's). Kernels keyed by correlation kept the last one:
+    the step's 470 us of kernels became one 50 us kernel."""
+    trace = {"traceEvents": [
+        X(label("target", 1, 1, 1), "user_annotation", 0, 50),
+        X("cudaGraphLaunch", "cuda_runtime", 10, 5, correlation=7),
+        X("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", "kernel", 20, 100, tid=99, correlation=7,
+          grid=[132, 1, 1]),
+        X("fused_moe_kernel", "kernel", 120, 300, tid=99, correlation=7, grid=[64, 1, 1]),
+        X("flash_fwd_splitkv_kernel", "kernel", 420, 50, tid=99, correlation=7,
+          grid=[8, 1, 1])]}
+    (step,) = steps_from_chrome_trace(trace)
+    assert step.device_us == 450.0
+    assert [(e.name, e.duration_us) for e in step.events] == [
+        ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 100.0), ("fused_moe_kernel", 300.0),
+        ("flash_fwd_splitkv_kernel", 50.0)]
 
 
 def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
@@ -412,12 +457,10 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     though sample calls compute_logits) with the step's shape and records the runner."""
     pytest.importorskip("vllm")
     import json
-    import tempfile
     import types
     from pathlib import Path
 
     import torch
-    from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner as V2Runner
     from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
     from vllm.v1.worker.gpu_worker import Worker
@@ -426,10 +469,7 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     from specmoe.runtime.moebackend import cuda_platform
 
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "config.json").write_text(json.dumps(shrunk_config(*ARCHS["Qwen3-MoE"][:2])))
-        vc = EngineArgs(model=d, skip_tokenizer_init=True, load_format="dummy",
-                        max_model_len=256).create_engine_config()
+    vc = engine_config()
     monkeypatch.setattr("vllm.config.vllm.HAS_TRITON", True)
     with cuda_platform((9, 0), "H100"):
         use_v2 = vc.use_v2_model_runner
@@ -458,7 +498,7 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     runner.execute_model = execute_model
 
     class V2Worker(ProfileExtension):
-        model_runner, use_v2_model_runner, rank = runner, use_v2, 0
+        model_runner, use_v2_model_runner, rank, vllm_config = runner, use_v2, 0, vc
 
     worker = V2Worker()
     worker.specmoe_profile_start()
@@ -467,6 +507,7 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     runner.execute_model(sched)
     info = worker.specmoe_profile_stop(str(tmp_path / "trace-{rank}.json"))
     assert info["model_runner"] == "v2"
+    assert info["engine_mode"]["cudagraph_mode"] == vc.compilation_config.cudagraph_mode.name
     steps = steps_from_chrome_trace(json.loads(Path(info["path"]).read_text()))
     # one head range: sample's compute_logits opens none inside it
     assert [(s.role, s.nreq, s.ntok, s.nwin) for s in steps] == [("target", 3, 9, 3),
@@ -475,6 +516,20 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     assert sum(e.name == "aten::addmm" for e in steps[1].events) == 1       # the LM head
     assert not {"forward", "compute_logits"} & set(vars(runner.model))  # its own methods again
     assert "sample" not in vars(runner)
+
+
+def engine_config(**engine_args):
+    """vLLM's own VllmConfig of a shrunk Qwen3-MoE (dummy weights, no tokenizer)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "config.json").write_text(json.dumps(shrunk_config(*ARCHS["Qwen3-MoE"][:2])))
+        return EngineArgs(model=d, skip_tokenizer_init=True, load_format="dummy",
+                          max_model_len=256, **engine_args).create_engine_config()
 
 
 def with_logits(hidden: int, vocab: int):
@@ -540,7 +595,7 @@ def test_profiled_step_holds_the_lm_head_and_sampler_model_runner_v1(monkeypatch
     runner.execute_model = execute_model
 
     class V1Worker(ProfileExtension):
-        model_runner, rank = runner, 0
+        model_runner, rank, vllm_config = runner, 0, engine_config(enforce_eager=True)
 
     worker = V1Worker()
     worker.specmoe_profile_start()
@@ -550,6 +605,9 @@ def test_profiled_step_holds_the_lm_head_and_sampler_model_runner_v1(monkeypatch
         runner.execute_model(sched)
         sample_tokens()
     info = worker.specmoe_profile_stop(str(tmp_path / "trace-{rank}.json"))
+    # the engine's mode as vLLM resolved enforce_eager
+    assert {k: info["engine_mode"][k] for k in ("compilation_mode", "cudagraph_mode")} == {
+        "compilation_mode": "NONE", "cudagraph_mode": "NONE"}
     ranges = steps_from_chrome_trace(json.loads((tmp_path / "trace-0.json").read_text()))
     assert [s.role for s in ranges[:5]] == ["target", "head", "head", "drafter", "drafter"]
     out = summarise(info["path"], batch=2, window=1)

@@ -154,7 +154,7 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     import gzip
     import json
 
-    from specmoe.measured.profiling import steps_from_chrome_trace
+    from specmoe.measured.profiling import eager, steps_from_chrome_trace
     from specmoe.runtime.kernelprof import following, profile_model
 
     res = profile_model(tiny_models / "t", tiny_models / "d", 3, [2], PROMPTS, 16,
@@ -178,6 +178,7 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     assert all(c == "moe" for name, c in top.items() if "fused_moe" in name)
     assert all((tmp_path / "traces" / mode / f"e{e}" / "b2-rank0.json.gz").exists()
                for mode in ("decode", "verify") for e in (0, 1))
+    assert all(eager(m) for m in row["engine_mode"].values())  # as vLLM resolved the engines
     # every target forward's head (its LM head and sampling, which vLLM runs after the forward)
     # was labelled and follows it
     for mode in ("decode", "verify"):

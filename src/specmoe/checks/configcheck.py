@@ -171,7 +171,8 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
                                "'datasets' nor in the prompt table" + _not_in(missing[0], known))
                 elif len(parts) > 1 and any(p in datasets for p in parts):
                     out.append(f"{where}: downloaded datasets run one at a time ('{ds}')")
-        out += _engine_args_problems(f"{where}: engine_args", e.get("engine_args"))
+        # a model's engine arguments reach all its engines, its profile's among them
+        out += _engine_args_problems(f"{where}: engine_args", e.get("engine_args"), True)
         if e.get("engine_args") and src in ("tiny", "synthetic"):
             # a tiny model's engines run under the sweep's, tiny.capture's and profiling's own
             out.append(f"{where}: engine_args apply to downloaded (hf) models; a tiny model's "
@@ -287,7 +288,8 @@ def settings(config: dict, prompt_datasets: set[str] | None,
                    f"sections are present (add {lack}, or remove {have})")
     for section in ("sweep", "profiling", "capture"):
         out += _engine_args_problems(f"{section}.engine_args",
-                                     (config.get(section) or {}).get("engine_args"))
+                                     (config.get(section) or {}).get("engine_args"),
+                                     section == "profiling")
     # the tiny models' capture engines (their dtype and KV cache are tiny.capture's own keys)
     out += _engine_args_problems("tiny.capture.engine_args",
                                  (tiny.get("capture") or {}).get("engine_args"))
@@ -447,13 +449,20 @@ OWNED_ENGINE_ARGS = {
 }
 
 
-def _engine_args_problems(prefix: str, args: dict | None) -> list[str]:
-    """prefix: where the engine_args are ("sweep.engine_args", "model m: engine_args")."""
+def _engine_args_problems(prefix: str, args: dict | None, profiled: bool = False) -> list[str]:
+    """prefix: where the engine_args are ("sweep.engine_args", "model m: engine_args");
+    profiled: they reach a kernel profile's engine, which runs in eager mode
+    (specmoe.stages.measure.profile_stage)."""
     out = []
-    for key in args or {}:
-        owner = OWNED_ENGINE_ARGS.get(str(key).replace("-", "_"))
+    for key, value in (args or {}).items():
+        name = str(key).replace("-", "_")
+        owner = OWNED_ENGINE_ARGS.get(name)
         if owner:
             out.append(f"{prefix}.{key} is set by {owner}: leave it out of engine_args")
+        elif profiled and name == "enforce_eager" and not value:
+            out.append(f"{prefix}.{key} false reaches the kernel profile, which needs eager mode "
+                       "(torch.compile drops its MoE ranges, a CUDA graph's kernels share one "
+                       "launch): leave it out")
     return out
 
 

@@ -92,6 +92,14 @@ ROLES = {"target": TARGET, "drafter": DRAFTER, "head": HEAD}
 SHARED_EXPERTS = "specmoe_shared_experts"
 UNTRACKED = "(host time between ops)"
 DEVICE_IDLE = "(device idle between kernels)"
+# the engine mode (kernelprof.engine_mode) a profile needs: no torch.compile (Dynamo drops
+# record_function ranges, the MoE blocks' among them) and no CUDA graphs (a graph's kernels run
+# under one launch, outside the ranges); the profile stage starts its engines with enforce_eager
+EAGER = {"compilation_mode": "NONE", "cudagraph_mode": "NONE"}
+
+
+def eager(mode: dict) -> bool:
+    return all(mode.get(k) == v for k, v in EAGER.items())
 
 
 @dataclass
@@ -218,11 +226,11 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
         elif name in (MOE_BLOCK, SHARED_EXPERTS):
             (blocks if name == MOE_BLOCK else shared_ranges).setdefault(
                 (e.get("pid"), e.get("tid")), []).append((e["ts"], e["ts"] + e["dur"]))
-    kernels = {}
+    kernels: dict = {}  # by correlation id: a CUDA graph's launch has all its kernels' id
     for e in evs:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get(
                 "args", {}):
-            kernels[e["args"]["correlation"]] = e
+            kernels.setdefault(e["args"]["correlation"], []).append(e)
     by_tid: dict = {}
     for e in evs:
         if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver"):
@@ -238,8 +246,7 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
         if kernels:
             timed = []
             for e in inside:
-                k = kernels.get(e.get("args", {}).get("correlation"))
-                if k is not None:
+                for k in kernels.get(e.get("args", {}).get("correlation"), ()):
                     grid = k.get("args", {}).get("grid")
                     ctas = int(grid[0]) * int(grid[1]) * int(grid[2]) if grid else None
                     timed.append((float(k["ts"]), float(k["ts"]) + float(k["dur"]),

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost import costmodel
+from ..measured.profiling import eager
 from ..measured.sweep import TE_NO_INTERVAL, below_highest
 from ..runs import Run
 from . import registry
@@ -110,6 +111,7 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
            if sw else bounded_te("te_sweep_profiled_c", np.nan, np.nan, np.nan)),
         **bounded_te("te_profiled", b["te_profiled"], b.get("te_profiled_low", np.nan),
                      b.get("te_profiled_high", np.nan)),
+        "profile_mode": profile_mode(b),
         "verify_steps": b.get("verify_steps", np.nan),
         **bounded_te("te_costmodel", te_cm),
         "gap_sweep_minus_costmodel": te_sw - te_cm,
@@ -149,11 +151,24 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
         interval = ((b.get("te_profiled_low", np.nan), b.get("te_profiled_high", np.nan))
                     if i == last else (None, None))
         row = {**rc, "batch": 1, **gap_as_pct(s), **bounded_te("te", s["te"], *interval),
-               "te_sweep": corr["measured"]}
+               "te_sweep": corr["measured"], "profile_mode": profile_mode(b)}
         if rows and (row["te_status"] != "ok" or rows[-1]["te_status"] != "ok"):
             row["delta"] = row["gap_closed_pct"] = np.nan  # a step to or from a TE that is not
         rows.append(row)                                    # a value is no value either
     return rows
+
+
+def profile_mode(b: dict) -> str:
+    """How the profiled passes ran, beside sweep TEs whose engines run vLLM's default (on a GPU:
+    torch.compile and CUDA graphs): "eager" (profiling.EAGER, the only mode profile_summary
+    takes), else the modes recorded, or "not recorded" (a profile from before they were)."""
+    modes = list((b.get("engine_mode") or {}).values())
+    if not modes:
+        return "not recorded"
+    if all(eager(m) for m in modes):
+        return "eager"
+    return "; ".join(f"compilation {m['compilation_mode']}, CUDA graphs {m['cudagraph_mode']}"
+                     for m in modes)
 
 
 def gap_as_pct(step: dict) -> dict:

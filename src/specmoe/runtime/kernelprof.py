@@ -12,7 +12,8 @@ runners call the target as `runner.model(...)` (V1 through `_model_forward`; Mod
 which vLLM 0.32 picks on CUDA with Triton unless VLLM_USE_V2_MODEL_RUNNER=0, directly in eager
 mode); the drafter is `runner.drafter.model` in V1 and `runner.speculator.model` in V2. Each
 profile records which runner ran it (`model_runner`: vLLM's own choice, the worker's
-use_v2_model_runner). MoE blocks are the modules that own one of vLLM's MoE layers (moe_blocks).
+use_v2_model_runner) and how its engine ran (`engine_mode`: compilation and CUDA graph modes,
+async scheduling); a profile not run in eager mode is refused (profiling.EAGER). MoE blocks are the modules that own one of vLLM's MoE layers (moe_blocks).
 The driver runs B concurrent requests per batch size, one profile each, and keeps the steady
 steps: decode = B windows of 1 token (engine without SD), verify = B windows of K+1 tokens
 (engine with SD). Prefill and mixed steps never match those shapes.
@@ -105,11 +106,22 @@ class ProfileExtension:
         self._specmoe_prof = None
         info = {"path": path, "rank": rank,
                 "device": "cuda" if torch.cuda.is_available() else "cpu",
-                "model_runner": "v2" if getattr(self, "use_v2_model_runner", False) else "v1"}
+                "model_runner": "v2" if getattr(self, "use_v2_model_runner", False) else "v1",
+                "engine_mode": engine_mode(self.vllm_config)}
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
             info.update(sm_count=props.multi_processor_count, gpu=props.name)
         return info
+
+
+def engine_mode(vllm_config) -> dict:
+    """How the worker's engine runs its steps, as the worker sees it (vLLM resolves
+    enforce_eager, the platform and the compilation config into these): compilation mode, CUDA
+    graph mode and async scheduling."""
+    cc = vllm_config.compilation_config
+    return {"compilation_mode": getattr(cc.mode, "name", str(cc.mode)),
+            "cudagraph_mode": getattr(cc.cudagraph_mode, "name", str(cc.cudagraph_mode)),
+            "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling)}
 
 
 def forward_models(runner) -> tuple:
@@ -344,6 +356,11 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
     for b in batches:
         dec_infos = [d[b]["traces"][0] for d in decodes]
         ver_infos = [v[b]["traces"][0] for v in verifies]
+        for i in dec_infos + ver_infos:
+            if not profiling.eager(i["engine_mode"]):
+                raise SpecmoeError(f"{i['path']}: profiled with {i['engine_mode']}: profiles "
+                                   f"need eager mode ({profiling.EAGER}), whose kernels run "
+                                   "inside its ranges")
         dec = [summarise(i["path"], b, 1) for i in dec_infos]
         ver = [summarise(i["path"], b, k + 1) for i in ver_infos]
         dec_steps = [s for d in dec for s in d["steps"]]
@@ -366,6 +383,8 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
         rows.append({"batch": b, "device": dec_infos[0]["device"], "gpu": dec_infos[0].get("gpu"),
                      "model_runner": {"decode": dec_infos[0]["model_runner"],
                                       "verify": ver_infos[0]["model_runner"]},
+                     "engine_mode": {"decode": dec_infos[0]["engine_mode"],
+                                     "verify": ver_infos[0]["engine_mode"]},
                      "sm_count": sms, "engines": len(dec), "decode_steps": len(dec_steps),
                      "verify_steps": len(ver_steps), "decode_wall_us": dec_wall,
                      # steady steps left out for want of recorded kernels (CUDA), all starts
