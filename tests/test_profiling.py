@@ -29,9 +29,45 @@ from shrunk import ARCHS, DTYPE, moe_layer_indices, served_pair, shrunk_config
     ("aten::linear", "dense_gemm"),
     ("aten::addmm", "dense_gemm"),
     ("_C::rms_norm", "other"),
+    # linear attention (Qwen3-Next's Gated DeltaNet) and Triton's MLA decode: vLLM 0.32's names
+    ("fused_recurrent_gated_delta_rule_fwd_kernel", "attention"),
+    ("fused_recurrent_gated_delta_rule_packed_decode_kernel", "attention"),
+    ("fused_sigmoid_gating_delta_rule_update_kernel", "attention"),
+    ("_causal_conv1d_update_kernel", "attention"),
+    ("chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "attention"),
+    ("_C::fused_gdn_gating_cpu", "attention"),
+    ("_fwd_grouped_kernel_stage1", "attention"),
+    ("_fwd_kernel_stage1", "attention"),
+    ("_fwd_kernel_stage2", "attention"),
 ])
 def test_classify(name, cls):
     assert classify(name) == cls
+
+
+@pytest.mark.parametrize("source", [
+    "third_party/flash_linear_attention/ops/fused_recurrent.py",
+    "third_party/flash_linear_attention/ops/fused_sigmoid_gating.py",
+    "third_party/flash_linear_attention/ops/chunk_delta_h.py",
+    "third_party/flash_linear_attention/ops/chunk_o.py",
+    "third_party/flash_linear_attention/ops/chunk_scaled_dot_kkt.py",
+    "third_party/flash_linear_attention/ops/cumsum.py",
+    "third_party/flash_linear_attention/ops/solve_tril.py",
+    "third_party/flash_linear_attention/ops/wy_fast.py",
+    "third_party/flash_linear_attention/ops/fused_gdn_prefill_post_conv.py",
+    "model_executor/layers/mamba/ops/causal_conv1d.py",
+    "v1/attention/ops/triton_decode_attention.py",
+])
+def test_vllms_linear_attention_and_triton_decode_kernels_are_attention(source):
+    """Gated DeltaNet's kernels (Qwen3-Next) and Triton's MLA decode kernels fell into "other":
+    every Triton kernel these files of vLLM define is attention time."""
+    import re
+    from pathlib import Path
+
+    vllm = pytest.importorskip("vllm")
+    text = (Path(vllm.__file__).parent / source).read_text()
+    names = [n for n in re.findall(r"@triton\.jit[^\n]*\n(?:@[^\n]*\n)*def (\w+)", text)
+             if "kernel" in n]
+    assert names and {n: classify(n) for n in names} == dict.fromkeys(names, "attention")
 
 
 def test_compare_feeds_the_time_share_form():

