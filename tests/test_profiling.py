@@ -194,6 +194,23 @@ def test_cuda_class_times_add_up_to_the_step_so_the_te_point_is_the_step_times_t
     assert sum(e.duration_us for e in step.events) == step.time_us == 15.0
 
 
+def test_a_zero_length_kernel_takes_no_time_from_the_kernels_after_it():
+    """A kernel whose start and end marks coincide (0 us on the device's clock) sorted its end
+    before its start and stayed running to the end of the step: it took 90 us, half of b's and
+    c's time and all the 80 us of idle device time (10-20 and 30-100)."""
+    from specmoe.measured.profiling import device_events
+
+    a, zero, b, c = (Event(n, 0.0) for n in ("a", "zero", "b", "c"))
+    out = device_events([(0, 10, a), (10, 10, zero), (20, 30, b), (100, 110, c)])
+    assert {e.name: e.duration_us for e in out} == {"a": 10, "zero": 0, "b": 10, "c": 10,
+                                                     DEVICE_IDLE: 80}
+    assert sum(e.duration_us for e in out) == 110  # the span
+    # last in its step: the span reaches it, and so do the events
+    out = device_events([(0, 10, a), (20, 30, b), (40, 40, zero)])
+    assert {e.name: e.duration_us for e in out} == {"a": 10, "b": 10, "zero": 0,
+                                                     DEVICE_IDLE: 20}
+
+
 def test_a_cuda_step_without_recorded_kernels_has_no_time_mock_gpu():
     """Its host range times the launches, not the work: averaged with device times it pulled
     the mean step from 300 to 251.7 us."""

@@ -185,12 +185,14 @@ def device_events(timed: list[tuple[float, float, Event]]) -> list[Event]:
     kernel times leave the gaps out: at small batch in eager mode the TE from class times was
     0.588 where every engine start's step times gave 0.85-0.89."""
     out = [Event(ev.name, 0.0, ev.grid, ev.in_moe) for _, _, ev in timed]
-    marks = sorted([(a, 1, i) for i, (a, _, _) in enumerate(timed)]
-                   + [(b, 0, i) for i, (_, b, _) in enumerate(timed)])  # ends before starts
+    # (time, order, index, is start): ends before starts, but a zero-length kernel's end after
+    # its start (else it would run on to the step's end): it takes no time
+    marks = sorted([(a, 1, i, True) for i, (a, _, _) in enumerate(timed)]
+                   + [(b, 2 if b == a else 0, i, False) for i, (a, b, _) in enumerate(timed)])
     active: set[int] = set()
     idle = idle_moe = 0.0
     prev, last_end = None, None
-    for t, start, i in marks:
+    for t, _, i, start in marks:
         if prev is not None and t > prev:
             if active:
                 for j in active:
