@@ -595,3 +595,28 @@ def test_predicted_and_measured_shapes_follow_one_rule():
     exact = [Estimate(v, 0.0, float("inf")) for v in values]
     assert stepmodel.curve_shape(values, 0.05) == shape_label(
         [1, 2, 4, 8], exact, 0.05) == "concave"
+
+
+# --- predict says what is physically possible, or refuses ----------------------------------------
+
+def _predict(config, tp=1, k=3, method="eagle3", batches=(1,), **kw):
+    """predictor.prediction on a config.json as `specmoe predict` calls it."""
+    from specmoe.cost import predictor
+    from specmoe.cost.hfconfig import dims_from_config
+
+    return predictor.prediction(dims_from_config(config, tp=tp), stepmodel.study_hardware("H100"),
+                                k, method, list(batches), config=config, **kw)
+
+
+@pytest.mark.parametrize("k, engine, tau, overlaps", [
+    (1, "sglang", None, [[0.43]]),
+    (3, "vllm", (3.8, 4.0), None),
+])
+def test_no_engine_draws_a_speedup_past_one_verification_per_decode_step(k, engine, tau, overlaps):
+    """The engine's factor multiplied the speedup without bound: Qwen3-30B, K = 1 on SGLang gave
+    [0.17, 2.20] at batch 64, past K + 1 = 2; on vLLM with tau 3.8-4, [1.46, 4.13] at K = 3.
+    An SD iteration costs at least the decode step its verification of K + 1 tokens costs
+    (TE <= 1), so the speedup is at most the acceptance length tau <= K + 1."""
+    r = _predict(CONFIGS / "Qwen3-30B-A3B.json", k=k, batches=(1, 32, 64), engine=engine,
+                 tau=tau, overlaps=overlaps)
+    assert max(r["speedup_high"]) <= r["acceptance_length"][1] <= k + 1

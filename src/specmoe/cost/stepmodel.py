@@ -950,9 +950,9 @@ def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray
 # batch (the study publishes no TE beyond batch 1 to measure this: assumed) and by DISTANCE_STEP
 # for each way the configuration lies outside the calibration (calibration_distance); the
 # speedup carries a multiplicative engine term (ENGINE_LOG_SD: vLLM releases, other engines;
-# assumed). The public measurements (bench/public_coverage.py) are scored on these intervals
-# and size nothing: four rows of three sources (docs/method.md), so predict keeps the assumed
-# values.
+# assumed), never past tau. The public measurements (bench/public_coverage.py) are
+# scored on these intervals and size nothing: four rows of three sources (docs/method.md), so
+# predict keeps the assumed values.
 BATCH_GROWTH = 0.25
 DISTANCE_STEP = 0.5
 ENGINE_LOG_SD = {"vllm": 0.05, "sglang": 0.15, "trtllm": 0.15, "other": 0.2}
@@ -986,7 +986,8 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
     the acceptance length within `tau`; the model's TE error, normal with te_sigma (growing with
     the batch and the `distance` from the calibration); and the engine's factor on the speedup
     (log-normal, ENGINE_LOG_SD; `extra_log_sd` adds in quadrature an error sized outside the step
-    model: bench/public_coverage.py's leave-one-source-out analysis, never predict's default).
+    model: bench/public_coverage.py's leave-one-source-out analysis, never predict's default),
+    at most tau: an SD iteration costs at least the one decode step its verification does.
     known_cost: a known c (else c(B) from the drafter's step time). Each draw gives a whole
     curve, whose shape counts; `draws` of them (DRAWS unless a quick check asks for fewer)."""
     overlaps = check_inputs(k_draft, overlaps, tau)
@@ -1022,7 +1023,11 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
             te[i, j] = min(max(model + z * te_sigma(te_error, bs, distance), TE_FLOOR), 1.0)
             cost[i, j] = (known_cost if known_cost is not None else
                           draft_cost(dims, d_dims, hw, bs, k_draft, p))
-            spd[i, j] = eng * t / (cost[i, j] + 1.0 / te[i, j])
+            # the engine's factor scales the SD iteration's cost over a decode step (its drafts
+            # and its verification alike), never below its floor: however an engine runs it,
+            # verifying K + 1 tokens costs at least one decode step (TE <= 1) and drafting costs
+            # no less than nothing, so the speedup is at most tau <= K + 1
+            spd[i, j] = t / max((cost[i, j] + 1.0 / te[i, j]) / eng, 1.0)
     return summarise(batches, te, spd, cost, margin)
 
 
