@@ -620,3 +620,32 @@ def test_no_engine_draws_a_speedup_past_one_verification_per_decode_step(k, engi
     r = _predict(CONFIGS / "Qwen3-30B-A3B.json", k=k, batches=(1, 32, 64), engine=engine,
                  tau=tau, overlaps=overlaps)
     assert max(r["speedup_high"]) <= r["acceptance_length"][1] <= k + 1
+
+
+HAND = REPO / "tests" / "fixtures" / "predict"  # configs written by hand (SOURCE.md there)
+
+
+def test_the_predict_rule_and_the_command_price_a_draft_model_alike(capsys, tmp_path):
+    """The rule predict priced a separate draft model at TP 1 (and passed no config.json, so the
+    drafter and the method went unchecked) where `specmoe predict` priced it at the target's TP,
+    as vLLM runs it (SpeculativeConfig._verify_and_get_draft_tp): the same target, draft and TP
+    gave two draft costs."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import PredictParams
+    from specmoe.stages.analysis import predict_stage
+
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    for folder, src in ((target, CONFIGS / "Qwen3-30B-A3B.json"), (draft, HAND / "qwen2_05b.json")):
+        folder.mkdir()
+        (folder / "config.json").write_bytes(src.read_bytes())
+    cfg = {"name": "qwen3-30b", "source": "hf", "precision": "auto", "tp": 2, "hardware": "H100",
+           "hf_config": str(target)}
+    stage = predict_stage(Named({"draft": str(draft)}), Named({"json": tmp_path / "p.json"}),
+                          PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]},
+                                        k=3, method="draft_model", batch_sizes=[1, 8],
+                                        study="Qwen3-30B"))
+    code, out, err = predict(capsys, str(target / "config.json"), "--tp", "2", "--method",
+                             "draft_model", "--draft-config", str(draft / "config.json"),
+                             "--batch-sizes", "1,8", "--json")
+    assert code == 0, err
+    assert stage["draft_cost"] == json.loads(out)["draft_cost"]

@@ -638,10 +638,9 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
 
 def cmd_predict(a) -> dict:
     """The step model's prediction (specmoe.cost.predictor, the entry point the rule predict shares)."""
-    from .checks.preflight import drafter_problems, shipped_config_path, shipped_repo_of
+    from .checks.preflight import shipped_config_path, shipped_repo_of
     from .cost import predictor
-    from .cost.hfconfig import (check_precision, dense_dims_from_config, dims_from_config,
-                                load_config)
+    from .cost.hfconfig import check_precision, dims_from_config, load_config
     from .routing.unique import check_overlaps
 
     hw, caveats = predictor.hardware(a.hardware, a.hardware_file)
@@ -685,7 +684,6 @@ def cmd_predict(a) -> dict:
         _warn(a, f"--draft-cost {a.draft_cost:g} at K = {a.k}: the drafts cost at least K decode "
                  "steps, and a window gives at most K + 1 tokens for at least one decode step of "
                  "verification: SD cannot pay")
-    draft = None
     if a.draft_config:
         if a.draft_cost is not None:
             raise InputError("--draft-cost beside --draft-config: a known cost replaces the "
@@ -693,14 +691,10 @@ def cmd_predict(a) -> dict:
         if a.method == "mtp":
             raise InputError("--draft-config beside --method mtp: MTP drafts with the target's "
                              "own layers; use --method draft_model, eagle or eagle3")
-        problems = drafter_problems(load_config(config)[0], load_config(a.draft_config)[0],
-                                    a.method, f"--draft-config {a.draft_config}")
-        if problems:
-            raise InputError(problems[0])
-        draft = dense_dims_from_config(a.draft_config, tp=a.tp)
     res = predictor.prediction(
         dims, hw, a.k, a.method, a.batch_sizes, config=config, study_model=study,
-        overlaps=[a.overlaps] if a.overlaps else None, tau=tau, draft=draft,
+        overlaps=[a.overlaps] if a.overlaps else None, tau=tau,
+        draft_config=a.draft_config, draft_name=f"--draft-config {a.draft_config}",
         draft_cost=a.draft_cost, engine=a.engine, caveats=caveats)
     res["model"] = str(repo or config)
     return res if a.json else predictor.human(res)

@@ -482,16 +482,23 @@ def check_precision(cfg: dict | str | Path, precision: str | None) -> None:
                      "use precision auto")
 
 
-def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> ModelDims:
-    """A study model's dimensions from its config.json, given directly or as a download manifest
-    (its snapshot's config.json); precision "fp8" is vLLM's online fp8 of the whole model, "bf16",
-    "fp16" or "fp32" the dtype it is served in, each refused on a quantised checkpoint
-    (check_precision)."""
+def config_file(config_or_manifest) -> Path:
+    """The config.json a model's `hf_config` names: a config.json (or its folder), or a download
+    manifest (its snapshot's config.json)."""
     path = Path(config_or_manifest)
     if path.suffix == ".json" and path.name != "config.json":
         from ..sources.hub import snapshot_of
 
         path = snapshot_of(path) / "config.json"
+    return path
+
+
+def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> ModelDims:
+    """A study model's dimensions from its config.json, given directly or as a download manifest
+    (its snapshot's config.json); precision "fp8" is vLLM's online fp8 of the whole model, "bf16",
+    "fp16" or "fp32" the dtype it is served in, each refused on a quantised checkpoint
+    (check_precision)."""
+    path = config_file(config_or_manifest)
     check_precision(path, precision)
     return dims_from_config(path, dtype=None if precision in (None, "auto") else precision,
                             tp=int(tp))

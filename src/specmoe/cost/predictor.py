@@ -208,6 +208,24 @@ def study_routing(study_model: str) -> tuple[int, int] | None:
     return None if nk is None else (int(nk.iloc[0]), int(nk.iloc[1]))
 
 
+def draft_dims(dims: ModelDims, draft_config, method: str, config=None,
+               name: str | None = None) -> ModelDims:
+    """A separate draft model's or EAGLE head's dimensions from its config.json (or its folder),
+    at the target's TP: vLLM runs a drafter at the target's tensor-parallel degree unless told
+    otherwise (SpeculativeConfig._verify_and_get_draft_tp). Checked against the target's
+    config.json where given, as a GPU job's preflight checks it (drafter_problems; `name`: the
+    drafter in the message, else its path)."""
+    from ..checks.preflight import drafter_problems
+    from .hfconfig import dense_dims_from_config, load_config
+
+    if config is not None:
+        problems = drafter_problems(load_config(config)[0], load_config(draft_config)[0], method,
+                                    name or str(draft_config))
+        if problems:
+            raise InputError(problems[0])
+    return dense_dims_from_config(draft_config, tp=dims.tp)
+
+
 def check_study_model(study_model: str | None, dims: ModelDims) -> None:
     """A study model named for its published overlaps must be one, with the model's k and N."""
     if not study_model:
@@ -221,14 +239,16 @@ def check_study_model(study_model: str | None, dims: ModelDims) -> None:
 def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, *,
                config: Path | None = None, study_model: str | None = None, overlaps=None,
                overlap_source: str = "given", tau: tuple[float, float] | None = None,
-               draft: ModelDims | None = None, draft_cost: float | None = None,
+               draft_config: Path | None = None, draft_name: str | None = None,
+               draft_cost: float | None = None,
                engine: str = "vllm", caveats: list[str] | None = None,
                margin: float = stepmodel.SHAPE_MARGIN, draws: int = stepmodel.DRAWS,
                extra_log_sd: float = 0.0) -> dict:
     """TE and speedup at each batch size with 95% intervals, the shape with its probability, where
-    SD pays, and the caveats: every input checked first. `draws` and `extra_log_sd` (an error on
-    the speedup sized outside the step model) serve bench/public_coverage.py; predict uses the
-    defaults (stepmodel.predict)."""
+    SD pays, and the caveats: every input checked first. `config`: the target's config.json;
+    `draft_config`: a separate draft model's or EAGLE head's (draft_dims; `draft_name` names it in
+    messages). `draws` and `extra_log_sd` (an error on the speedup sized outside the step model)
+    serve bench/public_coverage.py; predict uses the defaults (stepmodel.predict)."""
     batches = [int(b) for b in batch_sizes]
     if k < 1:
         raise InputError(f"--draft-length must be >= 1 (got {k})")
@@ -239,6 +259,8 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
                          f"(got {draft_cost})")
     check_method(config, method)
     check_study_model(study_model, dims)
+    draft = (None if draft_config is None else
+             draft_dims(dims, draft_config, method, config, draft_name))
     if overlaps is None:
         overlaps, overlap_source = stepmodel.study_overlaps(dims, k, study_model)
     overlaps = np.atleast_2d(np.asarray(overlaps, float))

@@ -489,20 +489,24 @@ def predict_stage(inputs, outputs, params) -> dict:
     tau = read_json(acceptance_json)["acceptance_length"]["tau"] if acceptance_json else None
     hw_name = model_cfg["hardware"]
     hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
-    draft = None
     if draft_config:  # a checkpoint folder, or a download manifest of one
-        from ..cost.hfconfig import dense_dims_from_config
         from ..sources.hub import snapshot_of
 
-        draft = dense_dims_from_config(snapshot_of(draft_config))
+        draft_config = snapshot_of(draft_config)
+    config = None
+    if model_cfg.get("hf_config"):  # the config.json the dimensions were read from
+        from ..cost.hfconfig import config_file
+
+        config = config_file(model_cfg["hf_config"])
     if study_model and overlaps is None and predictor.study_routing(study_model) not in (
             None, (dims.top_k, dims.num_experts)):  # a stand-in compared with other k, N
         log.info("%s: %s routes another k of N; its overlaps are not this model's: the prior of "
                  "its granularity", model_cfg["name"], study_model)
         study_model = None
-    res = predictor.prediction(dims, hw, k, method, batch_sizes, study_model=study_model,
-                               overlaps=overlaps, overlap_source=source,
-                               tau=(tau, tau) if tau else None, draft=draft)
+    res = predictor.prediction(dims, hw, k, method, batch_sizes, config=config,
+                               study_model=study_model, overlaps=overlaps,
+                               overlap_source=source, tau=(tau, tau) if tau else None,
+                               draft_config=draft_config)
     out_obj = {"model": model_cfg["name"], "params": stepmodel.fitted().as_dict(), **res}
     write_json(out, out_obj, provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
                                          "k": k, "method": method}, stage="predict"))
