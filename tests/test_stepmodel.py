@@ -560,12 +560,15 @@ def test_what_the_calibration_never_measured_counts_in_the_distance(capsys, tmp_
 
 def test_weights_that_do_not_fit_the_gpus_are_refused(capsys):
     """Qwen3-Next-80B in bf16 (about 150 GiB) on one 80 GiB H100 was predicted, validated at
-    batch 1; no engine can load it. At TP 2 it fits."""
+    batch 1; no engine can load it. At TP 2 its 75.7 GiB per GPU exceed vLLM's 0.9 of the 79.65
+    GiB an H100 reports; the study served it at TP 4, where it fits."""
     cfg = str(CONFIGS / "Qwen3-Next-80B-A3B-Instruct.json")
-    code, _, err = predict(capsys, cfg, "--tp", "1", "--method", "mtp", "--batch-sizes", "1")
-    assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "GiB per GPU at TP 1 in bf16 exceed the H100's 80 GiB" in err
-    code, _, err = predict(capsys, cfg, "--tp", "2", "--method", "mtp", "--batch-sizes", "1")
+    for tp in ("1", "2"):
+        code, _, err = predict(capsys, cfg, "--tp", tp, "--method", "mtp", "--batch-sizes", "1")
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert (f"per GPU > TP {tp} x the H100's 79.65 GiB x gpu_memory_utilization 0.9 = 71.7 "
+                "GiB per GPU: vLLM cannot start this") in err
+    code, _, err = predict(capsys, cfg, "--tp", "4", "--method", "mtp", "--batch-sizes", "1")
     assert code == 0, err
 
 
@@ -649,3 +652,37 @@ def test_the_predict_rule_and_the_command_price_a_draft_model_alike(capsys, tmp_
                              "--batch-sizes", "1,8", "--json")
     assert code == 0, err
     assert stage["draft_cost"] == json.loads(out)["draft_cost"]
+
+
+def test_a_configuration_vllm_cannot_start_is_refused_as_the_preflight_refuses_it():
+    """Mixtral-8x7B with 29 layers in bf16 on one H100: its 78.9 GiB of weights are below the
+    datasheet's 80 GiB, so predict answered; with the EAGLE-3 head, the reserve and one
+    sequence's KV cache it needs 83.2 GiB of the 71.7 GiB vLLM takes (0.9 of the 79.65 GiB CUDA
+    reports), the sum the GPU preflight makes of a job (checks.preflight)."""
+    from specmoe.errors import InputError
+
+    with pytest.raises(InputError, match=r"^in bf16: weights 78\.9 GiB \+ drafter 0\.8 GiB "
+                       r"\+ reserve .* > TP 1 x the H100's 79\.65 GiB x gpu_memory_utilization "
+                       r"0\.9 = 71\.7 GiB per GPU: vLLM cannot start this"):
+        _predict(HAND / "mix29.json")
+
+
+def test_a_batch_the_kv_cache_does_not_hold_is_marked_not_predicted(capsys):
+    """Mixtral-8x7B in fp8 on one H100 holds about 300 sequences of the step model's 604 tokens
+    in its KV cache: batch 512 would run 300 at a time, so it is marked rather than predicted, in
+    the JSON and in the table people read."""
+    code, out, err = predict(capsys, str(CONFIGS / "Mixtral-8x7B-Instruct-v0.1.json"),
+                             "--precision", "fp8", "--method", "eagle", "--batch-sizes",
+                             "1,512", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["batch_sizes"] == [1] and r["over_kv_cache"] == [512]
+    assert 200 < r["kv_cache_sequences"] < 512
+    assert any(c.startswith("not predicted at batch 512: vLLM's KV cache holds") for c in
+               r["caveats"])
+    assert "not predicted at batch 512" in r["verdict"]
+    code, out, err = predict(capsys, str(CONFIGS / "Mixtral-8x7B-Instruct-v0.1.json"),
+                             "--precision", "fp8", "--method", "eagle", "--batch-sizes", "1,512")
+    assert code == 0, err
+    [row] = [x for x in out.splitlines() if x.strip().startswith("512 ")]
+    assert f"not predicted: the KV cache holds {r['kv_cache_sequences']} sequences" in row

@@ -19,6 +19,7 @@ from functools import cached_property
 from types import MappingProxyType
 
 from .checks import configcheck
+from .checks.preflight import GPU_MEMORY_UTILIZATION
 from . import paths
 from .sources import published
 from .contracts.analysis import SpeedupParams
@@ -29,8 +30,6 @@ from .names import control_name, job_label, repo_key
 from .runs import Run, datasets_in, max_batch_of
 from .sources.prompts import DEFAULT_SOURCE
 
-# vLLM's own default share of each GPU's memory an engine may take (gpu.memory_utilization).
-GPU_MEMORY_UTILIZATION = 0.9
 # A GPU job's SLURM memory and runtime (minutes) where neither the model's `gpu` entry nor the
 # configuration's sets them (and the GPU plan has no estimate of the runtime).
 GPU_JOB_DEFAULTS = {"mem_mb": 64000, "runtime": 120}

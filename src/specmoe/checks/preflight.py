@@ -38,10 +38,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ..cost.costmodel import capacity
 from ..cost.hfconfig import kv_heads, tp_problems
 from . import memo
 
 GIB = 2**30
+# vLLM's own default share of each GPU's memory an engine may take (gpu_memory_utilization): the
+# configuration's default (gpu.memory_utilization) and `specmoe predict`'s.
+GPU_MEMORY_UTILIZATION = 0.9
 # Memory outside weights, activations and KV cache per GPU: the CUDA context, NCCL buffers and the
 # CUDA graphs vLLM captures (0.5-1 GiB each on H100-class GPUs); an allowance, not measured here.
 RESERVE_GIB = 1.5
@@ -365,20 +369,10 @@ class Memory:
         return self.kv_free - self.batch * self.kv_per_seq
 
 
-def capacity(hardware: dict) -> tuple[float, str] | None:
-    """(bytes, what they are) of one GPU that vLLM's gpu_memory_utilization takes its share of:
-    the memory the device reports to CUDA (hardware cuda_memory_mib), else the datasheet's
-    memory_gib read as GiB (more than a GPU reports); None: neither is given."""
-    if hardware.get("cuda_memory_mib"):
-        mib = float(hardware["cuda_memory_mib"])
-        return mib * 2**20, f"{mib * 2**20 / GIB:.2f} GiB ({mib:,.0f} MiB as CUDA reports it)"
-    if hardware.get("memory_gib"):
-        return float(hardware["memory_gib"]) * GIB, f"{float(hardware['memory_gib']):g} GiB"
-    return None
-
-
-def memory(e: Engine, cfg: dict, drafter_cfg: dict | None) -> Memory:
-    total = capacity(e.hardware)[0]
+def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None = None) -> Memory:
+    """One job's memory per GPU; `total`: the GPU's memory in bytes where the caller has it
+    already (else its hardware entry's capacity)."""
+    total = capacity(e.hardware)[0] if total is None else total
     mem_gib = total / GIB
     c = _text(cfg)
     mtp = (mtp_layers(c) or (1 if c.get("model_type") in MTP_WITHOUT_KEY else 0)) \
@@ -423,6 +417,16 @@ def _gib(x: float) -> str:
     return f"{x / GIB:.1f} GiB"
 
 
+def startup_need(m: Memory, max_model_len: int) -> tuple[float, str]:
+    """What one GPU needs for vLLM to start the engine (its weights, the drafter, the reserve and
+    the KV cache of one sequence of max_model_len), and that sum in words."""
+    need = m.weights + m.drafter + m.reserve + m.kv_start
+    return need, (f"weights {_gib(m.weights)}" + (f" + drafter {_gib(m.drafter)}" if m.drafter
+                                                   else "")
+                  + f" + reserve {_gib(m.reserve)} + KV cache of one {max_model_len:,}-token "
+                  f"sequence {_gib(m.kv_start)} = {_gib(need)} per GPU")
+
+
 # --- the checks of one job ----------------------------------------------------------------------
 
 def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None,
@@ -453,12 +457,9 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
     m = memory(e, cfg, drafter_cfg)
     budget = (f"TP {e.tp} x {capacity(e.hardware)[1]} x gpu_memory_utilization "
               f"{e.utilization:g} = {_gib(m.budget)} per GPU")
-    need = m.weights + m.drafter + m.reserve + m.kv_start
+    need, words = startup_need(m, e.max_model_len)
     if need > m.budget:
-        add("memory", f"weights {_gib(m.weights)}" + (f" + drafter {_gib(m.drafter)}" if m.drafter
-                                                      else "")
-            + f" + reserve {_gib(m.reserve)} + KV cache of one {e.max_model_len:,}-token sequence "
-            f"{_gib(m.kv_start)} = {_gib(need)} per GPU > {budget}")
+        add("memory", f"{words} > {budget}")
     elif m.sequences < m.batch:
         add("memory", f"the KV cache ({_gib(m.kv_free)} per GPU after the weights) holds "
             f"{m.sequences} sequences of {m.seq_tokens:,} tokens, fewer than the largest batch "

@@ -27,6 +27,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from ..checks.preflight import GPU_MEMORY_UTILIZATION
 from ..errors import InputError
 from .costmodel import dtype_bytes
 from .hfconfig import dims_from_config, load_config, tp_problems
@@ -39,9 +40,8 @@ ENGINES = ("vllm", "sglang", "trtllm")
 TPS = (1, 2, 4, 8)
 GB = 1e9
 # The share of each GPU's memory the engines take for weights and KV cache by default: vLLM's
-# gpu_memory_utilization (0.9; the project's own engines use the same default,
-# specmoe.config.GPU_MEMORY_UTILIZATION, which the analysis cannot import: it reaches the runtime).
-ENGINE_MEMORY_SHARE = 0.9
+# gpu_memory_utilization, the project's own engines' default and predict's.
+ENGINE_MEMORY_SHARE = GPU_MEMORY_UTILIZATION
 
 
 @lru_cache(maxsize=1)

@@ -279,6 +279,18 @@ def _positive(name: str, key: str, value, zero_ok: bool = False) -> float:
     return v
 
 
+def capacity(hardware: dict) -> tuple[float, str] | None:
+    """(bytes, what they are) of one GPU that vLLM's gpu_memory_utilization takes its share of:
+    the memory the device reports to CUDA (hardware cuda_memory_mib), else the datasheet's
+    memory_gib read as GiB (more than a GPU reports); None: neither is given."""
+    if hardware.get("cuda_memory_mib"):
+        mib = float(hardware["cuda_memory_mib"])
+        return mib * MIB, f"{mib * MIB / GIB:.2f} GiB ({mib:,.0f} MiB as CUDA reports it)"
+    if hardware.get("memory_gib"):
+        return float(hardware["memory_gib"]) * GIB, f"{float(hardware['memory_gib']):g} GiB"
+    return None
+
+
 @dataclass
 class Hardware:
     name: str
@@ -288,7 +300,8 @@ class Hardware:
     sm_count: int = 0
     step_overhead: float = 0.0  # s per forward pass (launches, scheduling), whatever it computes
     nvlink_bandwidth: float = 0.0  # bytes/s one GPU sends to the others (tensor parallelism)
-    memory_bytes: float = 0.0  # one GPU's memory (0: not given, nothing is checked against it)
+    # one GPU's memory as `capacity` reads it (0: not given, nothing is checked against it)
+    memory_bytes: float = 0.0
 
     @classmethod
     def from_config(cls, name: str, d: dict) -> "Hardware":
@@ -306,7 +319,10 @@ class Hardware:
         sms = _positive(name, "sm_count", d.get("sm_count", 0), zero_ok=True)
         if not float(sms).is_integer():
             raise InputError(f"hardware {name}: sm_count must be a whole number, got {sms!r}")
-        memory = d.get("memory_gib", 0)
+        for key in ("memory_gib", "cuda_memory_mib"):
+            if d.get(key):
+                _positive(name, key, d[key])
+        memory = capacity(d)
         return cls(name=name, hbm_bandwidth=bw * 1e9,
                    peak_flops={k: _positive(name, f"peak_tflops.{k}", v) * 1e12
                                for k, v in peaks.items()},
@@ -317,8 +333,7 @@ class Hardware:
                                            d.get("step_overhead_us", 0), zero_ok=True) * 1e-6,
                    nvlink_bandwidth=(_positive(name, "nvlink_gbs", nvlink) * 1e9 if nvlink
                                      else 0.0),
-                   memory_bytes=(_positive(name, "memory_gib", memory) * GIB if memory
-                                 else 0.0))
+                   memory_bytes=memory[0] if memory else 0.0)
 
     def flops(self, dtype: str) -> float:
         """Peak dense FLOP/s for the class `dtype` computes in; a missing entry is an error."""

@@ -236,6 +236,40 @@ def check_study_model(study_model: str | None, dims: ModelDims) -> None:
                          f"model {dims.top_k} of {dims.num_experts}")
 
 
+SERVED_AS = {v: k for k, v in published.SD_METHODS.items()}  # the study's method names: vLLM's
+
+
+def kv_cache_sequences(dims: ModelDims, hw: Hardware, k: int, method: str, config,
+                       draft_config=None) -> int:
+    """How many sequences of CONTEXT + K + 1 tokens (the step model's) vLLM's KV cache holds per
+    GPU, sized as the GPU preflight sizes a job (checks.preflight.memory: the weights with an
+    MTP layer or the drafter, the reserve for the CUDA context, graphs and the profiling pass,
+    and the KV cache, out of the GPU's memory as CUDA reports it times vLLM's default
+    gpu_memory_utilization), at the shortest max_model_len those sequences allow; an error where
+    vLLM cannot start even so."""
+    from ..checks import preflight
+    from .hfconfig import dims_from_config, load_config
+
+    cfg = load_config(config)[0]
+    own = dims_from_config(cfg, tp=dims.tp).dtype
+    tokens = stepmodel.CONTEXT + k + 1
+    e = preflight.Engine(
+        job="predict", model=str(config), entry={}, hardware={}, hardware_name=hw.name,
+        tp=dims.tp, precision="auto" if dims.dtype == own else dims.dtype,
+        method=SERVED_AS.get(method, method), drafter=None, k=k, max_model_len=tokens, batch=1,
+        output_tokens=0, prompt_tokens={"predict": stepmodel.CONTEXT},
+        utilization=preflight.GPU_MEMORY_UTILIZATION, offline_server=False)
+    m = preflight.memory(e, cfg, None if draft_config is None else load_config(draft_config)[0],
+                         total=hw.memory_bytes)
+    need, words = preflight.startup_need(m, tokens)
+    if need > m.budget:
+        raise InputError(f"in {dims.dtype}: {words} > TP {dims.tp} x the {hw.name}'s "
+                         f"{hw.memory_bytes / GIB:.2f} GiB x gpu_memory_utilization "
+                         f"{e.utilization:g} = {m.budget / GIB:.1f} GiB per GPU: vLLM cannot start "
+                         "this; raise --tp or use a larger GPU")
+    return m.sequences
+
+
 def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, *,
                config: Path | None = None, study_model: str | None = None, overlaps=None,
                overlap_source: str = "given", tau: tuple[float, float] | None = None,
@@ -266,11 +300,31 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     overlaps = np.atleast_2d(np.asarray(overlaps, float))
     tau = tau or stepmodel.tau_prior(k)
     stepmodel.check_inputs(k, overlaps, tau)
-    if hw.memory_bytes and stepmodel.weight_bytes(dims) > hw.memory_bytes:
-        raise InputError(f"weights of {stepmodel.weight_bytes(dims) / GIB:.1f} GiB per GPU at "
-                         f"TP {dims.tp} in {dims.dtype} exceed the {hw.name}'s "
-                         f"{hw.memory_bytes / GIB:g} GiB: no engine can serve this; raise --tp "
-                         "or use a larger GPU")
+    caveats, held = list(caveats or []), None
+    if not hw.memory_bytes:
+        caveats.append(f"memory not checked: hardware {hw.name} gives neither cuda_memory_mib nor "
+                       "memory_gib")
+    elif config is not None:
+        held = kv_cache_sequences(dims, hw, k, method, config, draft_config)
+    else:
+        if stepmodel.weight_bytes(dims) > hw.memory_bytes:
+            raise InputError(f"weights of {stepmodel.weight_bytes(dims) / GIB:.1f} GiB per GPU "
+                             f"at TP {dims.tp} in {dims.dtype} exceed the {hw.name}'s "
+                             f"{hw.memory_bytes / GIB:.2f} GiB: no engine can serve this; raise "
+                             "--tp or use a larger GPU")
+        caveats.append("memory checked for the weights alone: without a config.json neither the "
+                       "reserve nor the KV cache is sized")
+    over = sorted({b for b in batches if held is not None and b > held})
+    shown = stepmodel._batches(over)
+    if over:
+        words = (f"vLLM's KV cache holds {held} sequences of {stepmodel.CONTEXT + k + 1} tokens "
+                 "per GPU")
+        if len(over) == len(set(batches)):
+            raise InputError(f"{words}, fewer than batch {shown}: vLLM would run {held} at a "
+                             "time; raise --tp, use a larger GPU or ask for smaller batches")
+        caveats.append(f"not predicted at batch {shown}: {words}, so vLLM would run {held} at a "
+                       "time and queue the rest")
+        batches = [b for b in batches if b not in over]
     distance, far = calibration_distance(dims, hw, method, config, engine, k)
     # TE's error grows with the distance of the model and GPU; another engine is priced by its
     # own factor on the speedup (stepmodel.ENGINE_LOG_SD), not counted twice
@@ -281,12 +335,14 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
                             fits=cal.lomo_fits, distance=te_distance, engine=engine, draws=draws,
                             extra_log_sd=extra_log_sd)
     inside = distance == 0
+    if over:
+        res["verdict"] += f"; not predicted at batch {shown} (the KV cache holds {held} sequences)"
     return {**res, "hardware": hw.name, "tp": dims.tp, "precision": dims.dtype, "k": k,
             "method": method, "engine": engine, "overlaps": overlap_source,
             "acceptance_length": list(tau), "calibration_distance": distance,
-            "outside_calibration": far,
+            "outside_calibration": far, "kv_cache_sequences": held, "over_kv_cache": over,
             "validated": [inside and b == 1 for b in res["batch_sizes"]],
-            "caveats": [*(caveats or []), *far, *unvalidated(inside, res["batch_sizes"])]}
+            "caveats": [*caveats, *far, *unvalidated(inside, res["batch_sizes"])]}
 
 
 def unvalidated(inside: bool, batches: list[int]) -> list[str]:
@@ -334,6 +390,11 @@ def human(res: dict) -> dict:
         if res["no_information"][i]:
             row["TE"] = row["speedup"] = "no information at this batch size"
         rows.append(row)
+    for b in res.get("over_kv_cache", []):  # not predicted: the KV cache does not hold them
+        rows.append({"batch": b, "TE": "not predicted: the KV cache holds "
+                                       f"{res['kv_cache_sequences']} sequences",
+                     "speedup": "-", "draft cost": "-", "validated": "no"})
+    rows.sort(key=lambda r: r["batch"])
     shares = ", ".join(f"{k} {v:.2f}" for k, v in sorted(res["shape_shares"].items(),
                                                          key=lambda kv: -kv[1]))
     shape = (res["shape"] if res["shape_probability"] is None else
