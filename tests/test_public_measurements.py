@@ -265,13 +265,15 @@ def test_the_bench_predicts_what_the_command_does(table):
     for key in ("speedup", "speedup_low", "speedup_high", "te"):
         assert cli[key] == pytest.approx(mine[key], rel=1e-9), key
     assert any("hardware B300 from" in c for c in cli["caveats"])
-    assert any("GPU B300" in c for c in cli["caveats"]) and cli["calibration_distance"] == 5
+    assert any("GPU B300" in c for c in cli["caveats"]) and cli["calibration_distance"] == 6
     # MTP at K = 1 (every published TE is at K = 3) and DeepSeek's hidden size of 7,168
     assert "draft length K = 1: the study publishes TE at K = 3 only" in cli["caveats"]
     assert any(c.startswith("hidden size 7,168 outside") for c in cli["caveats"])
     assert "DSA attention: none in the calibration" in cli["caveats"]  # DeepSeek-V3.2's indexer
     # and its decode step (12 ms in the model) is longer than any calibrated one (5.2-11.8 ms)
     assert any(c.startswith("decode step at batch 1") for c in cli["caveats"])
+    # and its MLA and indexer leave the experts a smaller share of that step than any calibrated
+    assert any(c.startswith("MoE share of the decode step at batch 1") for c in cli["caveats"])
 
 
 def test_the_hardware_file_gives_each_gpu_with_its_caveat():

@@ -686,3 +686,22 @@ def test_a_batch_the_kv_cache_does_not_hold_is_marked_not_predicted(capsys):
     assert code == 0, err
     [row] = [x for x in out.splitlines() if x.strip().startswith("512 ")]
     assert f"not predicted: the KV cache holds {r['kv_cache_sequences']} sequences" in row
+
+
+def test_a_moe_share_no_calibrated_model_had_counts_in_the_distance():
+    """A Qwen3-MoE-like hybrid with experts in 12 of its 96 layers (decoder_sparse_step 8): the
+    experts take 0.07 of its decode step against the calibration's 0.29-0.71, and TE follows that
+    share, but it lay at distance 0, validated. Every configuration the calibration measured TE
+    of stays at 0."""
+    from specmoe.cost import predictor
+    from specmoe.cost.hfconfig import dims_from_config
+
+    hw = stepmodel.study_hardware("H100")
+    dims = dims_from_config(HAND / "hybrid96.json")
+    distance, far = predictor.calibration_distance(dims, hw, "eagle3", HAND / "hybrid96.json")
+    assert distance >= 1
+    assert any(x.startswith("MoE share of the decode step at batch 1 0.07 outside") for x in far)
+    for r in stepmodel.calibration_rows():
+        if r["quantity"] == stepmodel.TE:
+            assert predictor.calibration_distance(r["dims"], r["hw"], r["method"],
+                                                  predictor._study_config(r)) == (0, []), r

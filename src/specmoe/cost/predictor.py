@@ -79,10 +79,11 @@ def calibration_set() -> dict[str, set]:
     """What the calibration's TE rows span (the quantity a prediction is of; the MoE-share rows
     measured on other GPUs say nothing of TE there): granularities (N/k), experts per token,
     weight formats, TP degrees, GPUs, method families, attention kinds, engines, draft lengths,
-    hidden sizes, expert widths and decode steps at batch 1 in ms (decode_step_ms; read once:
-    package data; callers only read it)."""
+    hidden sizes, expert widths, decode steps at batch 1 in ms (decode_step_ms) and the MoE
+    experts' shares of them (moe_share; read once: package data; callers only read it)."""
     rows = [r for r in stepmodel.calibration_rows() if r["quantity"] == stepmodel.TE]
     return {"step_ms": {decode_step_ms(r["dims"], r["hw"]) for r in rows},
+            "moe_share": {moe_share(r["dims"], r["hw"]) for r in rows},
             "k_draft": {stepmodel.CALIBRATION_K},
             "hidden": {r["dims"].hidden for r in rows},
             "expert_width": {r["dims"].expert_intermediate for r in rows},
@@ -96,13 +97,28 @@ def calibration_set() -> dict[str, set]:
             "engine": {stepmodel.CALIBRATION_ENGINE}}
 
 
+def decode_step(dims: ModelDims, hw: Hardware) -> dict[str, float]:
+    """The step model's decode step at batch 1, seconds per class (the parameters fitted on
+    every calibration row)."""
+    return stepmodel.step_times(dims, hw, 1, 1, stepmodel.unique_decode(dims, 1),
+                                stepmodel.fitted())
+
+
 def decode_step_ms(dims: ModelDims, hw: Hardware) -> float:
-    """The step model's decode step at batch 1 in ms (the parameters fitted on every calibration
-    row). The engine's SD loop costs microseconds whatever the model, so its share of TE follows
-    this step: a step shorter or longer than every calibrated one weighs the loop (and the
-    kernels' launch latency) in a proportion the calibration never measured."""
-    return 1e3 * stepmodel.step_time(dims, hw, 1, 1, stepmodel.unique_decode(dims, 1),
-                                     stepmodel.fitted())
+    """The decode step at batch 1 in ms. The engine's SD loop costs microseconds whatever the
+    model, so its share of TE follows this step: a step shorter or longer than every calibrated
+    one weighs the loop (and the kernels' launch latency) in a proportion the calibration never
+    measured."""
+    return 1e3 * sum(decode_step(dims, hw).values())
+
+
+def moe_share(dims: ModelDims, hw: Hardware) -> float:
+    """The MoE experts' share of the kernels' time of the decode step at batch 1 (what the study's
+    profiles measure). Verifying K + 1 tokens reads more experts but the same other weights, so
+    TE follows this share (the three-step correction): a model whose experts take a share no
+    calibrated model's did (few MoE layers among many dense ones) was never measured."""
+    t = decode_step(dims, hw)
+    return t["moe"] / stepmodel.gpu_time(t)
 
 
 def _study_config(row: dict) -> str:
@@ -136,7 +152,7 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
     other than the shipped entry's), method family, draft length, each attention kind (MLA,
     DSA, linear, sliding window; read from `config` where given), the hidden size and the
     experts' width (the GEMM shapes whose efficiency was fitted), the decode step at batch 1
-    (decode_step_ms), and last the engine."""
+    (decode_step_ms) and the experts' share of it (moe_share), and last the engine."""
     cal = calibration_set()
     out = []
     nk = dims.num_experts / dims.top_k
@@ -173,6 +189,11 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
         out.append(f"decode step at batch 1 {step:.3g} ms outside the calibration's "
                    f"{lo:.3g}-{hi:.3g} ms: the SD loop's microseconds weigh on TE in a "
                    "proportion no calibrated configuration had")
+    share, lo, hi = moe_share(dims, hw), min(cal["moe_share"]), max(cal["moe_share"])
+    if not lo <= share <= hi:
+        out.append(f"MoE share of the decode step at batch 1 {share:.2f} outside the "
+                   f"calibration's {lo:.2f}-{hi:.2f}: TE follows the share of the step that "
+                   "verifying more tokens makes dearer, and no calibrated model had this one")
     if engine not in cal["engine"]:
         out.append(f"engine {engine}: the calibration was served by "
                    f"{', '.join(sorted(cal['engine']))} only")
