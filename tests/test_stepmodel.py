@@ -705,3 +705,46 @@ def test_a_moe_share_no_calibrated_model_had_counts_in_the_distance():
         if r["quantity"] == stepmodel.TE:
             assert predictor.calibration_distance(r["dims"], r["hw"], r["method"],
                                                   predictor._study_config(r)) == (0, []), r
+
+
+@pytest.mark.parametrize("k, overlaps", [
+    (3, [0.9, 0.1, 0.9]),  # ov(2) >= 2 ov(1) - 1 = 0.8: no routing has this curve
+    (4, [0.0, 0.0, 0.0, 0.0]),  # five tokens of 2 experts each, all different: 10 of 8
+])
+def test_an_overlap_curve_no_routing_has_is_refused(k, overlaps):
+    """The IPF fit said infeasible and predict dropped the flag: Mixtral at TP 2 with these
+    overlaps was 'SD pays', validated."""
+    from specmoe.errors import InputError
+
+    with pytest.raises(InputError, match=r"impossible together with k = 2 of N = 8"):
+        _predict(CONFIGS / "Mixtral-8x7B-Instruct-v0.1.json", tp=2, k=k, overlaps=[overlaps])
+
+
+def test_a_prior_below_the_models_overlap_floor_asks_for_its_overlaps():
+    """k = 3 of N = 4: two tokens share at least 2 experts (ov >= 0.667); the coarse-grained
+    prior's curves (0.30-0.36) were used silently and IPF clipped every pair table."""
+    from specmoe.errors import InputError
+
+    with pytest.raises(InputError, match=r"^the overlap prior: .* so ov >= 0\.6667; give its own "
+                                         r"\(--overlaps\)$"):
+        _predict(HAND / "n4k3.json")
+    assert _predict(HAND / "n4k3.json", overlaps=[[0.8, 0.75, 0.7]])["batch_sizes"] == [1]
+
+
+def test_the_published_curves_and_the_priors_pass_the_overlap_checks():
+    """Every overlap curve the study publishes is one its model's routing has, at every draft
+    length it publishes, and so is each granularity's prior for the models of that granularity."""
+    from dataclasses import replace
+
+    from specmoe.cost import predictor
+
+    base = stepmodel.study_model_dims("Qwen3-30B", "fp8", 1)
+    for model in published.load("overlap_by_distance")["model"]:
+        own = stepmodel.study_model_dims(model, "bf16", 1)  # the study's k and N, else its config's
+        k, n = predictor.study_routing(model) or (own.top_k, own.num_experts)
+        dims = replace(base, num_experts=n, top_k=k)
+        for steps in range(1, 5):
+            predictor.check_curves(dims, stepmodel.published_overlaps(model, steps)[None, :],
+                                   f"published ({model})")
+            prior, source = stepmodel.study_overlaps(dims, steps)
+            predictor.check_curves(dims, prior, source)

@@ -641,7 +641,6 @@ def cmd_predict(a) -> dict:
     from .checks.preflight import shipped_config_path, shipped_repo_of
     from .cost import predictor
     from .cost.hfconfig import check_precision, dims_from_config, load_config
-    from .routing.unique import check_overlaps
 
     hw, caveats = predictor.hardware(a.hardware, a.hardware_file)
     config, repo = Path(a.model), None
@@ -665,8 +664,6 @@ def cmd_predict(a) -> dict:
     check_precision(config, a.precision)
     dims = dims_from_config(config, dtype=None if a.precision == "auto" else a.precision,
                             tp=a.tp)
-    if a.overlaps:
-        check_overlaps(dims.num_experts, dims.top_k, a.overlaps)
     study = a.study_model
     if study is None:  # a study checkpoint by repo id, or by its config.json anywhere
         from .sources import published

@@ -247,6 +247,32 @@ def draft_dims(dims: ModelDims, draft_config, method: str, config=None,
     return dense_dims_from_config(draft_config, tp=dims.tp)
 
 
+def check_curves(dims: ModelDims, overlaps: np.ndarray, source: str) -> None:
+    """Overlap curves that k-of-N routing allows, whatever their source: each at least the 2k - N
+    floor (check_overlaps), and its overlaps together the pair margins of some distribution of an
+    expert's use over a window of K + 1 tokens (ipf.predict_uniform: an IPF fit that does not
+    converge on margins no distribution has is infeasible; e.g. ov(2) >= 2 ov(1) - 1). A prior of
+    the study's curves that this model's routing cannot have asks for its own."""
+    from ..routing import ipf
+    from ..routing.unique import check_overlaps
+
+    n, k = dims.num_experts, dims.top_k
+    for curve in overlaps:
+        try:
+            check_overlaps(n, k, curve)
+            if ipf.predict_uniform(n, k, curve)["infeasible"]:
+                raise InputError(f"overlaps {', '.join(f'{x:g}' for x in curve)} are impossible "
+                                 f"together with k = {k} of N = {n}: no distribution of an "
+                                 "expert's use over a window of K + 1 tokens has them as its pair "
+                                 "overlaps (e.g. ov(2) >= 2 ov(1) - 1, and a window uses at most N "
+                                 "experts)")
+        except InputError as exc:
+            if source.startswith("prior"):
+                raise InputError(f"the overlap {source} cannot be this model's: {exc}; give its "
+                                 "own (--overlaps)") from None
+            raise
+
+
 def check_study_model(study_model: str | None, dims: ModelDims) -> None:
     """A study model named for its published overlaps must be one, with the model's k and N."""
     if not study_model:
@@ -321,6 +347,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     overlaps = np.atleast_2d(np.asarray(overlaps, float))
     tau = tau or stepmodel.tau_prior(k)
     stepmodel.check_inputs(k, overlaps, tau)
+    check_curves(dims, overlaps, overlap_source)
     caveats, held = list(caveats or []), None
     if not hw.memory_bytes:
         caveats.append(f"memory not checked: hardware {hw.name} gives neither cuda_memory_mib nor "
