@@ -427,7 +427,10 @@ def test_the_human_output_prints_validated_caveats_per_line_and_a_legend(capsys)
     assert lines[cav + 1].startswith("  - GPU B200") and lines[cav + 2].startswith("  - ")
     assert "legend:" in lines and any(x.startswith("  - TE: target efficiency") for x in lines)
     caveats = lines[cav + 1:lines.index("legend:")]
-    assert len(caveats) == 5 and all(x.startswith("  - ") for x in caveats)  # one a line
+    # three ways outside, the two fitted terms on their bounds it uses (MLA, not linear
+    # attention: no unpriced loop) and where it is not validated
+    assert len(caveats) == 7 and all(x.startswith("  - ") for x in caveats)  # one a line
+    assert [x.split()[1] for x in caveats[3:5]] == ["moe_cta_gbs", "catchup_passes"]
     assert caveats[1:3] == ["  - draft length K = 1: the study publishes TE at K = 3 only",
                             "  - hidden size 7,168 outside the calibration's 2,048-4,096: GEMMs "
                             "of shapes whose efficiency was never fitted"]
@@ -748,3 +751,22 @@ def test_the_published_curves_and_the_priors_pass_the_overlap_checks():
                                    f"published ({model})")
             prior, source = stepmodel.study_overlaps(dims, steps)
             predictor.check_curves(dims, prior, source)
+
+
+@pytest.mark.parametrize("method, term", [("mtp", "catchup_passes"), ("eagle3", "catchup_passes"),
+                                          ("draft_model", "verify_draft_model")])
+def test_a_fitted_term_on_its_bound_is_a_caveat_where_the_prediction_uses_it(method, term):
+    """Qwen3.5-35B, TP 2, MTP at batch 1 read distance 0, validated, with no caveat, though the
+    term that prices its verification (catchup_passes) sits on its bound, standing for what the
+    step model does not price: the CUDA-graph downgrade SD triggers on Gated DeltaNet hybrids,
+    measured (engine_overhead.csv, role unpriced) and now named. A draft model without its
+    config is priced by verify_draft_model instead; moe_cta_gbs prices every step."""
+    cfg = CONFIGS / "Qwen3.5-35B-A3B.json"
+    r = _predict(cfg, tp=2, method=method, draft_cost=0.3 if method == "draft_model" else None)
+    at = stepmodel.at_bound(stepmodel.fitted())
+    assert {"moe_cta_gbs", term} <= set(at)  # the fit this test is about
+    named = [c.split()[0] for c in r["caveats"] if " sits on its " in c]
+    assert named == ["moe_cta_gbs", term]
+    assert r["validated"] == [r["calibration_distance"] == 0]
+    graphs = [c for c in r["caveats"] if c.startswith("not priced: 28.6 ms more per SD iteration")]
+    assert len(graphs) == (method == "mtp")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..sources import published
-from . import stepmodel
+from . import stepmodel, steptables
 from .costmodel import GIB, Hardware, ModelDims
 from ..errors import InputError
 
@@ -390,7 +390,33 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
             "acceptance_length": list(tau), "calibration_distance": distance,
             "outside_calibration": far, "kv_cache_sequences": held, "over_kv_cache": over,
             "validated": [inside and b == 1 for b in res["batch_sizes"]],
-            "caveats": [*caveats, *far, *unvalidated(inside, res["batch_sizes"])]}
+            "caveats": [*caveats, *far, *missing_terms(cal.params, method, draft),
+                        *unpriced(dims, method, config), *unvalidated(inside, res["batch_sizes"])]}
+
+
+def missing_terms(p: stepmodel.StepParams, method: str, draft: ModelDims | None) -> list[str]:
+    """Each fitted mechanism this prediction uses that sits on a bound of its range, worded as the
+    missing effect it stands for (stepmodel.missing_effects): every step's mechanisms, and the
+    one that prices the drafter's pass over the verified tokens (stepmodel.verify_term). The
+    leave-one-model-out coverage that `validated` rests on was scored with them so; what they
+    stand for is unpriced."""
+    bound = stepmodel.missing_effects(p)
+    term = stepmodel.verify_term(method, draft)
+    return [bound[k] for k in stepmodel.FITTED
+            if k in bound and (k not in stepmodel.VERIFY_TERMS or k == term)]
+
+
+def unpriced(dims: ModelDims, method: str, config=None) -> list[str]:
+    """The SD loop's measured costs the step model does not price (steptables.unpriced_overheads)
+    where they apply: each row was measured on a Gated DeltaNet hybrid (linear attention) with
+    the method its condition names."""
+    if "linear attention" not in _attention_kinds(dims, config):
+        return []
+    family = stepmodel.FAMILIES[method].upper()
+    return [f"not priced: {float(r['value_us']) / 1e3:g} ms more per SD iteration measured on "
+            f"{r['model']}, {r['model_kind']} ({r['condition']}; {r['source_url']})"
+            for r in steptables.unpriced_overheads()
+            if "Gated DeltaNet" in r["model_kind"] and family in r["condition"]]
 
 
 def unvalidated(inside: bool, batches: list[int]) -> list[str]:

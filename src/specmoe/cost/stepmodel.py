@@ -335,6 +335,20 @@ def te_from_times(decode: dict[str, float], verify: dict[str, float],
     return t_dec / (sum(verify.values()) + verify_extra * t_dec)
 
 
+VERIFY_TERMS = ("verify_draft_model", "catchup_passes")
+
+
+def verify_term(method: str, draft: ModelDims | None) -> str:
+    """The fitted mechanism that prices the drafter's pass over the verified tokens: a draft model
+    without its config.json, verify_draft_model target decode steps; any other drafter,
+    catchup_passes of its own step."""
+    family = FAMILIES.get(method)
+    if family is None:
+        raise InputError(f"unknown speculative method '{method}' (one of: "
+                         f"{', '.join(sorted(set(FAMILIES)))})")
+    return "verify_draft_model" if family == "draft_model" and draft is None else "catchup_passes"
+
+
 def verify_extra_s(dims: ModelDims, hw: Hardware, k_draft: int, batch: int, method: str,
                    p: StepParams, draft: ModelDims | None = None) -> float:
     """Seconds a verification costs beyond the target's forward pass: the engine's SD loop
@@ -342,11 +356,7 @@ def verify_extra_s(dims: ModelDims, hw: Hardware, k_draft: int, batch: int, meth
     over the K+1 verified tokens (catchup_passes of the drafter's own step; a draft model without
     its config: verify_draft_model target decode steps). The drafter's K passes are the draft
     cost's, not this."""
-    family = FAMILIES.get(method)
-    if family is None:
-        raise InputError(f"unknown speculative method '{method}' (one of: "
-                         f"{', '.join(sorted(set(FAMILIES)))})")
-    if family == "draft_model" and draft is None:
+    if verify_term(method, draft) == "verify_draft_model":
         catchup = p.verify_draft_model * step_time(dims, hw, batch, 1,
                                                    unique_decode(dims, batch), p)
     else:
