@@ -770,3 +770,21 @@ def test_a_fitted_term_on_its_bound_is_a_caveat_where_the_prediction_uses_it(met
     assert r["validated"] == [r["calibration_distance"] == 0]
     graphs = [c for c in r["caveats"] if c.startswith("not priced: 28.6 ms more per SD iteration")]
     assert len(graphs) == (method == "mtp")
+
+
+@pytest.mark.parametrize("config, args, message", [
+    # the LM head and the sampler's logits were priced at nothing
+    ("no_vocab.json", ["--draft-cost", "0.1"], "no_vocab.json: lacks vocab_size"),
+    # head_dim 0 fell back to hidden / heads
+    ("headdim_zero.json", [], "headdim_zero.json: head_dim = 0 must be >= 1"),
+])
+def test_a_config_without_the_sizes_it_is_priced_by_is_refused(capsys, config, args, message):
+    code, _, err = predict(capsys, str(HAND / config), "--tp", "2", "--batch-sizes", "1", *args)
+    assert code == 2 and message in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_draft_config_without_vocab_size_is_refused_by_name(capsys):
+    code, _, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B.json"), "--method", "draft_model",
+                           "--draft-config", str(HAND / "draft_novocab.json"), "--batch-sizes", "1")
+    assert code == 2 and "draft_novocab.json: lacks vocab_size" in err, err

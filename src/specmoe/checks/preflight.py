@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.costmodel import capacity
-from ..cost.hfconfig import kv_heads, tp_problems
+from ..cost.hfconfig import head_dim, kv_heads, tp_problems
 from . import memo
 
 GIB = 2**30
@@ -202,10 +202,6 @@ def _layer_kinds(c: dict) -> list[str]:
     if every:
         return ["full" if (i + 1) % int(every) == 0 else "linear" for i in range(n)]
     return ["full"] * n
-
-
-def head_dim(c: dict) -> int:
-    return int(c.get("head_dim") or int(c["hidden_size"]) // int(c["num_attention_heads"]))
 
 
 def mtp_layers(c: dict) -> int | None:

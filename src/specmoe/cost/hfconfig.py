@@ -147,14 +147,23 @@ def kv_heads(cfg: dict, name: str = "config.json") -> int:
     return kv
 
 
+def head_dim(cfg: dict, name: str = "config.json") -> int:
+    """Each attention head's width: head_dim where the config gives it (a whole number >= 1),
+    else hidden_size / num_attention_heads, as transformers reads it."""
+    if cfg.get("head_dim") is not None:
+        return whole(cfg["head_dim"], f"{name}: head_dim")
+    return (whole(cfg.get("hidden_size"), f"{name}: hidden_size")
+            // whole(cfg.get("num_attention_heads"), f"{name}: num_attention_heads"))
+
+
 def _gqa(r: _Reader, hidden: int) -> int:
     heads = r.int("num_attention_heads")
     kv = kv_heads(r.cfg, r.name)
-    head_dim = int(r.cfg.get("head_dim") or hidden // heads)
+    dim = head_dim(r.cfg, r.name)
     # Qwen3-Next and Qwen3.5 gate the attention output: q_proj also produces the gate
     gated = r.cfg.get("attn_output_gate", r.cfg.get("model_type") in _GATED_ATTENTION)
-    q = hidden * heads * head_dim * (2 if gated else 1)
-    return q + 2 * hidden * kv * head_dim + heads * head_dim * hidden
+    q = hidden * heads * dim * (2 if gated else 1)
+    return q + 2 * hidden * kv * dim + heads * dim * hidden
 
 
 def _mla(r: _Reader, hidden: int) -> int:
@@ -374,12 +383,12 @@ def _attention_reads(r: _Reader, hidden: int, mla: bool, kinds: list[str], tp: i
     linear-attention layers per sequence, and attention FLOPs per query and context token."""
     heads = r.int("num_attention_heads")
     kv = 1 if mla else kv_heads(r.cfg, r.name)
-    head_dim = int(r.cfg.get("head_dim") or hidden // heads)
     if mla:  # the latent and the rope key, every head reading them (absorbed decode)
         rank, rope = r.int("kv_lora_rank"), r.int("qk_rope_head_dim")
         per_token, flops, split = rank + rope, heads * (4 * rank + 2 * rope), 1
     else:
-        per_token, flops, split = 2 * kv * head_dim, 4 * heads * head_dim, min(tp, kv)
+        dim = head_dim(r.cfg, r.name)
+        per_token, flops, split = 2 * kv * dim, 4 * heads * dim, min(tp, kv)
     state = 0
     if "linear" in kinds:  # Gated DeltaNet: a dk x dv state per value head, and the conv window
         nk, nv = r.int("linear_num_key_heads"), r.int("linear_num_value_heads")
@@ -544,17 +553,17 @@ def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
     r = _Reader(inner, name)
     hidden, layers = r.int("hidden_size"), r.int("num_hidden_layers")
     heads = r.int("num_attention_heads")
-    kv, head_dim = kv_heads(inner, name), int(inner.get("head_dim") or hidden // heads)
+    kv, dim = kv_heads(inner, name), head_dim(inner, name)
     _check_tp(r, int(tp))
     _, fmt = storage_formats(inner, name)
     vocab = int(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size")
                 or inner.get("vocab_size") or 0)
     eagle3 = bool(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size"))
-    extra = (eagle3_extra_params(cfg, inner, hidden * (heads + 2 * kv) * head_dim, int(tp))
+    extra = (eagle3_extra_params(cfg, inner, hidden * (heads + 2 * kv) * dim, int(tp))
              if eagle3 else 0.0)
     return ModelDims(hidden=hidden, expert_intermediate=r.int("intermediate_size"), num_experts=1,
                      top_k=1, attention_params=_gqa(r, hidden), dense_layer_params=extra,
                      num_layers=layers, dtype=fmt, tp=tp, vocab_size=vocab,
-                     kv_per_token=float(2 * kv * head_dim * layers),
+                     kv_per_token=float(2 * kv * dim * layers),
                      kv_split=float(min(tp, kv)),
-                     attn_flops_per_ctx=float(4 * heads * head_dim * layers))
+                     attn_flops_per_ctx=float(4 * heads * dim * layers))

@@ -244,7 +244,16 @@ def draft_dims(dims: ModelDims, draft_config, method: str, config=None,
                                     name or str(draft_config))
         if problems:
             raise InputError(problems[0])
-    return dense_dims_from_config(draft_config, tp=dims.tp)
+    return check_vocab(dense_dims_from_config(draft_config, tp=dims.tp), draft_config)
+
+
+def check_vocab(dims: ModelDims, config) -> ModelDims:
+    """A model whose LM head has rows: without vocab_size its head and the sampler's logits
+    would cost nothing (the weight model alone reads a config without it)."""
+    if dims.vocab_size < 1:
+        raise InputError(f"{config or 'the model'}: lacks vocab_size, the rows of its LM head "
+                         "(and of the logits the sampler reads)")
+    return dims
 
 
 def check_curves(dims: ModelDims, overlaps: np.ndarray, source: str) -> None:
@@ -339,6 +348,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
         raise InputError(f"--draft-cost is a draft time over a decode step, within [0, 10) "
                          f"(got {draft_cost})")
     check_method(config, method)
+    check_vocab(dims, config)
     check_study_model(study_model, dims)
     draft = (None if draft_config is None else
              draft_dims(dims, draft_config, method, config, draft_name))
