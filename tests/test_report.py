@@ -383,8 +383,8 @@ def test_a_report_job_reads_only_its_declared_tables_each_once(tmp_path, monkeyp
     csvs.pop(left_out), mds.pop(left_out)
     parsed = []
     read_csv = pd.read_csv
-    monkeypatch.setattr(pd, "read_csv", lambda path, *a, **kw: parsed.append(str(path))
-                        or read_csv(path, *a, **kw))
+    monkeypatch.setattr(pd, "read_csv", lambda src, *a, **kw:  # a path, or a file it opened
+                        parsed.append(str(getattr(src, "name", src))) or read_csv(src, *a, **kw))
     out = tmp_path / "results" / "report" / "index.md"
     report.report_index_stage(Named({"tables": csvs, "markdown": mds, "figures": {}}),
                               Named({"md": out, "html": out.with_suffix(".html"),
