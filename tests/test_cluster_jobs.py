@@ -67,6 +67,7 @@ def slurm_cpus(job: dict) -> int:
     return int(job["resources"].get("cpus_per_task") or job.get("threads", 1))
 
 
+@pytest.mark.slow  # Snakemake plans the SLURM run (15-20 s)
 def test_engine_jobs_claim_an_engine_slot_on_one_machine_and_none_on_a_cluster(tp8):
     """The workflow profile's `engine=2` is a global resource, which Snakemake counts for
     cluster jobs too: claimed there, it would run two GPU jobs at a time."""
@@ -74,6 +75,7 @@ def test_engine_jobs_claim_an_engine_slot_on_one_machine_and_none_on_a_cluster(t
     assert {j["resources"]["engine"] for j in tp8["local"]} == {"1"}
 
 
+@pytest.mark.slow  # Snakemake plans the SLURM run (15-20 s)
 def test_a_gpu_job_on_a_cluster_asks_for_cpus_that_follow_its_tp(tp8):
     """vLLM's 8 TP workers busy-poll their broadcast queue and its engine core loops, a core
     each; a sweep's API server and bench client time on theirs (paper.yaml: client timing). The

@@ -48,6 +48,7 @@ def finished(tmp_path, study_drafters) -> Path:
     return wd
 
 
+@pytest.mark.slow  # two Snakemake dry runs of a laid-out capture (about 20 s)
 def test_a_new_gpu_plan_reruns_no_measurement(finished):
     """The plan is read for the GPU jobs' runtimes alone: its assumptions and the datasets'
     prompt tokens (which config/paper.yaml asks the user to fill in) change no measurement."""
