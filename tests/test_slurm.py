@@ -56,7 +56,7 @@ GPU = {
     "drafters": [{"name": "mtp", "source": "self", "method": "mtp"}],
     "models": [{"name": "q", "source": "hf", "repo_id": "zai-org/GLM-4.7-Flash", "tp": 2,
                 "hardware": "H100", "drafters": ["mtp"], "datasets": ["tinybench"],
-                "gpu": {"mem_mb": 2000, "runtime": 5}}],
+                "gpu": {"mem_mb": 2000, "runtime": 5, "cpus": 2}}],  # the test node's 2 CPUs
 }
 
 
@@ -201,6 +201,9 @@ def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, runs
     assert 1 <= len(jobs["capture"]) <= 2
     for job in jobs["capture"]:
         assert "gpu:2" in job.get("TresPerJob", "") and job["JobState"] == "FAILED"
+        # gpu.cpus reaches sbatch as --cpus-per-task (by default TP + 2 = 4 for a capture at
+        # TP 2, more than the test node's 2 CPUs: SLURM would hold it for ever)
+        assert job.get("NumCPUs") == "2", job
     log = (wd / "logs" / "traces" / "q" / "mtp" / "K3" / "tinybench.log").read_text()
     assert "needs a CUDA GPU" in log
     # downloads run where the workflow is launched, and so does the GPU plan (seconds of work
