@@ -189,10 +189,14 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 CSV_PROVENANCE = "# provenance: "  # a CSV's first line, before its record's JSON
 
 
+def provenance_line(prov: dict) -> str:
+    """A provenance record as the one line a CSV, Markdown, LaTeX or HTML file carries."""
+    return json.dumps(prov, default=str, separators=(",", ":"))
+
+
 def write_csv(path: str | os.PathLike, text: str, prov: dict) -> None:
     """Write CSV text atomically after its provenance line."""
-    line = json.dumps(prov, default=str, separators=(",", ":"))
-    write_text(path, f"{CSV_PROVENANCE}{line}\n" + text)
+    write_text(path, f"{CSV_PROVENANCE}{provenance_line(prov)}\n" + text)
 
 
 def past_provenance(fh):

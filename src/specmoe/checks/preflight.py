@@ -446,12 +446,13 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
     out += _method(e, c, drafter_cfg, drafter_why)
     if problems:  # no split, so no memory per GPU to size
         return out, None
-    if capacity(e.hardware) is None:
+    cap = capacity(e.hardware)
+    if cap is None:
         add("not checked", f"memory of {e.model}: hardware {e.hardware_name} has no memory_gib",
             fatal=False)
         return out, None
-    m = memory(e, cfg, drafter_cfg)
-    budget = (f"TP {e.tp} x {capacity(e.hardware)[1]} x gpu_memory_utilization "
+    m = memory(e, cfg, drafter_cfg, cap[0])
+    budget = (f"TP {e.tp} x {cap[1]} x gpu_memory_utilization "
               f"{e.utilization:g} = {_gib(m.budget)} per GPU")
     need, words = startup_need(m, e.max_model_len)
     if need > m.budget:

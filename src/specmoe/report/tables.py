@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..paths import TABLE_FORMATS as FORMATS
-from ..provenance import CSV_PROVENANCE, past_provenance, write_csv, write_text
+from ..provenance import CSV_PROVENANCE, past_provenance, provenance_line, write_csv, write_text
 from . import registry
 
 # Column identifiers (kept in CSV, for programs) as people read them (Markdown, LaTeX, HTML). The
@@ -132,7 +132,7 @@ def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "
     """Write stem.csv, stem.md, stem.tex and stem.html. Returns the paths."""
     stem = Path(stem)
     df = _counts_as_integers(df)
-    prov_line = json.dumps(prov, default=str, separators=(",", ":"))
+    prov_line = provenance_line(prov)
     buf = io.StringIO()
     df.to_csv(buf, index=False)
     paths = [stem.with_suffix(f".{ext}") for ext in FORMATS]

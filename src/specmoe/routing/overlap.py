@@ -646,9 +646,11 @@ def request_unique(trace: Trace, requests: np.ndarray) -> tuple[np.ndarray, np.n
                                 np.diff(ids, axis=2) != 0], axis=2)  # each distinct expert once
         np.add.at(total, unit, first.sum(axis=2).mean(axis=1))
         np.add.at(count, unit, 1)
-        # a repeat counts as expert n, left out
-        use += group_loads(np.where(first, ids, n), np.arange(chunk.size), unit, requests.size,
-                           n + 1)[..., :n]
+        # a repeat counts as expert n, left out; grouped by the chunk's own requests, so that
+        # each chunk allocates for those alone, not for every request of the trace
+        present, local = np.unique(unit, return_inverse=True)
+        use[present] += group_loads(np.where(first, ids, n), np.arange(chunk.size), local,
+                                    present.size, n + 1)[..., :n]
     return total, count, use
 
 
