@@ -1,62 +1,16 @@
-"""What reruns a finished job and what does not, from dry runs: a new GPU plan (a study model's
-capture whose inputs are laid out as a finished run leaves them), the order of the
-configuration's keys (every job's params as Snakemake records them), a prompt table of the
-user's (every job that reads it declares it)."""
+"""What reruns a finished job and what does not, from dry runs: the order of the configuration's
+keys (every job's params as Snakemake records them), a prompt table of the user's (every job that
+reads it declares it)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import time
 from importlib import resources
-from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import yaml
 
-from wf import copy_workflow, job_params, paper_config, planned_jobs, snakemake
-
-MODEL = "qwen3-30b-fp8-tp1"  # its config.json is shipped: the plan reads no download
-TRACE = f"results/traces/{MODEL}/eagle3-qwen3-30b/K3/mt-bench.parquet"
-# the rules that make the capture's inputs and the capture, in the order they run
-CHAIN = ("download_model", "download_dataset", "prompt_table", "plan", "capture")
-ON_CASE = {"configfile": "case.yaml", "cores": 1}
-
-
-def rules_to_run(wd: Path, *args: str) -> set[str]:
-    return {j["rule"] for j in planned_jobs(snakemake(wd, TRACE, "-n", *args, **ON_CASE).stdout)}
-
-
-@pytest.fixture
-def finished(tmp_path, study_drafters) -> Path:
-    """A workflow whose capture of MODEL is done: every output of CHAIN's jobs, each rule's newer
-    than the ones before (a JSON file an empty plan: the GPU jobs' runtimes read it)."""
-    wd = copy_workflow(tmp_path / "wf", paper_config(MODEL))
-    jobs = planned_jobs(snakemake(wd, TRACE, "-n", **ON_CASE).stdout)
-    assert {j["rule"] for j in jobs} == set(CHAIN)
-    t = time.time()  # newer than the workflow's scripts too
-    for rule in CHAIN:
-        for job in (j for j in jobs if j["rule"] == rule):
-            for out in job["output"].split(", "):
-                path = wd / out
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text('{"jobs": []}' if out.endswith(".json") else "x")
-                os.utime(path, (t, t))
-        t += 1
-    assert rules_to_run(wd) == set()
-    return wd
-
-
-@pytest.mark.slow  # two Snakemake dry runs of a laid-out capture (about 20 s)
-def test_a_new_gpu_plan_reruns_no_measurement(finished):
-    """The plan is read for the GPU jobs' runtimes alone: its assumptions and the datasets'
-    prompt tokens (which config/paper.yaml asks the user to fill in) change no measurement."""
-    assert rules_to_run(finished, "--forcerun", "plan") == {"plan"}
-    # a first run still waits for the plan
-    (finished / "results" / "plan.json").unlink()
-    (finished / TRACE).unlink()
-    assert rules_to_run(finished) == {"plan", "capture"}
+from wf import copy_workflow, job_params, planned_jobs, snakemake
 
 
 def reversed_keys(obj):

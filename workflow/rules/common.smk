@@ -249,18 +249,6 @@ def engine_env(w):
     return "../../envs/gpu.yaml" if CFG.on_gpu(w.model) else "../../envs/models.yaml"
 
 
-def engine_inputs(record):
-    """An engine rule's inputs (its record's, specmoe.contracts.engines), the GPU plan among them
-    ancient: it is read for the job's runtime alone, so that a new plan (its assumptions, a
-    dataset's prompt tokens) reruns no measurement; a first run still waits for it."""
-
-    def inputs(w):
-        files = record.inputs(CFG, FILES, w)
-        return {**files, "plan": [ancient(f) for f in files["plan"]]}
-
-    return inputs
-
-
 def engine_resources(rule_name):
     """An engine job's resources: TP GPUs, the GPU model, SLURM constraint (where the `gpu` entries
     set one) and memory of a study model on a GPU, CPU_ENGINE's memory on a CPU; its runtime in

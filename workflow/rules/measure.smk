@@ -11,7 +11,7 @@
 # Its contract: specmoe.contracts.engines.SweepSdParams.
 use rule capture as sweep_sd with:
     input:
-        unpack(engine_inputs(SweepSdParams)),
+        unpack(lambda w: SweepSdParams.inputs(CFG, FILES, w)),
     output:
         json=P.SWEEP_SD,
     log:
@@ -30,7 +30,7 @@ use rule capture as sweep_sd with:
 # Its contract: specmoe.contracts.engines.SweepArParams.
 use rule capture as sweep_ar with:
     input:
-        unpack(engine_inputs(SweepArParams)),
+        unpack(lambda w: SweepArParams.inputs(CFG, FILES, w)),
     output:
         json=P.SWEEP_AR,
     log:
@@ -49,7 +49,7 @@ use rule capture as sweep_ar with:
 # Its contract: specmoe.contracts.engines.ProfileParams.
 use rule capture as profile with:
     input:
-        unpack(engine_inputs(ProfileParams)),
+        unpack(lambda w: ProfileParams.inputs(CFG, FILES, w)),
     output:
         json=P.PROFILE,
         traces=directory(P.PROFILE_TRACES),

@@ -6,7 +6,7 @@
 # Its contract: specmoe.contracts.engines.CaptureParams.
 rule capture:
     input:
-        unpack(engine_inputs(CaptureParams)),
+        unpack(lambda w: CaptureParams.inputs(CFG, FILES, w)),
     output:
         trace=P.TRACE,
     log:
