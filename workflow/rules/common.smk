@@ -256,7 +256,8 @@ def engine_resources(rule_name):
     none) and CPU_ENGINE's else, doubled on each retry. On a cluster a GPU job asks for CPUs that
     follow its TP (cpus_per_task, SLURM's --cpus-per-task; Config.gpu_cpus): its engine's
     processes each keep a core busy. Its threads would not do: Snakemake caps them at the
-    launcher's cores (the workflow profile's `cores: all`); elsewhere it asks for its threads."""
+    launcher's cores (the workflow profile's `cores: all`); elsewhere it asks for its threads.
+    """
     timed = kind(rule_name).timed
 
     def cpus_per_task(wildcards, threads):
