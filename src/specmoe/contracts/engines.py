@@ -23,8 +23,7 @@ class EngineParams:
     shares (CaptureParams, SweepSdParams, SweepArParams, ProfileParams: one per kind, its KIND
     the rule's name in specmoe.kinds, which decides what it serves).
 
-    Inputs: plan (the GPU plan, for a study model's GPU jobs' runtimes, ancient in the rules: a
-    new plan reruns no measurement; else none), target (what the engine serves: a study model's
+    Inputs: plan (the GPU plan, for a study model's GPU jobs' runtimes; else none), target (what the engine serves: a study model's
     download manifest or a tiny checkpoint), drafter (a kind with SD: the drafter's download or
     checkpoint; none for MTP), prompts (the prompt tables of the downloaded datasets it serves)
     and tiny_prompts (the tiny models' table, for the others, where it is a file of the user's;
