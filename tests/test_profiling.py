@@ -256,6 +256,60 @@ def test_broadcast_tensors_is_not_communication():
     assert classify("aten::broadcast_to") == "other"
     assert classify("ncclDevKernel_Broadcast_RING_LL") == "communication"
     assert classify("c10d::broadcast_") == "communication"
+    assert classify("gloo:broadcast") == "communication"
+
+
+def _cutlass_fp8_gemm(problem: str, load: str) -> str:
+    """The demangled name of vLLM's CUTLASS 3.x fp8 GEMM on Hopper (cutlass_scaled_mm_sm90_fp8, the
+    kernel of vLLM's online fp8 linear layers on an H100) with its c3x::ScaledEpilogue: the scales
+    are CUTLASS epilogue loads (Sm90ColOrScalarBroadcast, Sm90RowOrScalarBroadcast) in the name."""
+    f = "cutlass::epilogue::fusion::"
+    tile = "cute::tuple<cute::C<128>, cute::C<128>, cute::C<128> >"
+    mul = "(cutlass::FloatRoundStyle)2, void>"
+    col, row = ("cute::tuple<cute::C<1>, cute::C<0>, cute::C<0> >",
+                "cute::tuple<cute::C<0>, cute::C<1>, cute::C<0> >")
+    warp = "cutlass::epilogue::Sm90TmaWarpSpecialized<4, 2, 16, true, false>"
+    evt0 = (f"{f}Sm90TreeVisitor<{f}Sm90Compute<cutlass::multiplies, float, float, {mul}, "
+            f"{f}Sm90Row{load}<0, {tile}, float, {row} >, {f}Sm90AccFetch>")
+    evt = (f"{f}Sm90TreeVisitor<{f}Sm90Compute<cutlass::multiplies, cutlass::bfloat16_t, float, "
+           f"{mul}, {f}Sm90Col{load}<0, {tile}, float, {col} >, {evt0} >")
+    return ("void cutlass::device_kernel<vllm::enable_sm90_or_later<"
+            f"cutlass::gemm::kernel::GemmUniversal<{problem}, cutlass::gemm::collective::"
+            "CollectiveMma<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8<4, "
+            "cute::tuple<cute::C<2>, cute::C<1>, cute::C<1> >, "
+            f"cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum>, {tile}, "
+            "cutlass::float_e4m3_t, cute::tuple<long, cute::C<1>, long>, cutlass::float_e4m3_t>, "
+            f"cutlass::epilogue::collective::CollectiveEpilogue<{warp}, {tile}, "
+            f"cutlass::bfloat16_t, {f}FusionCallbacks<{warp}, {evt}, {tile}> >, "
+            "cutlass::gemm::PersistentScheduler> > >(...)")
+
+
+# vLLM's dense fp8 GEMM and its CUTLASS grouped MoE GEMM (cutlass_moe_mm_sm90: the "Array" loads)
+CUTLASS_FP8_DENSE = _cutlass_fp8_gemm("cute::tuple<int, int, int, int>", "OrScalarBroadcast")
+CUTLASS_FP8_GROUPED = _cutlass_fp8_gemm(
+    "cutlass::gemm::GroupProblemShape<cute::tuple<int, int, int> >", "OrScalarBroadcastArray")
+
+
+def test_cutlass_epilogue_broadcasts_in_a_gemms_name_are_no_communication():
+    assert classify(CUTLASS_FP8_DENSE) == "dense_gemm"
+    assert classify_event(Event(CUTLASS_FP8_DENSE, 1.0, in_moe=False)) == "dense_gemm"
+    assert classify_event(Event(CUTLASS_FP8_GROUPED, 1.0, in_moe=True)) == "moe"
+
+
+@pytest.mark.parametrize("source", ["models/qwen4_exp/nvidia/ops/hc.py",
+                                    "models/minimax_m3/amd/ops/gemma_rmsnorm.py"])
+def test_vllms_gemma_rmsnorm_kernels_are_neither_moe_nor_gemm(source):
+    """vLLM 0.32's Triton kernels of Gemma-style RMSNorms (_grouped_gemma_rmsnorm_kernel,
+    _gemma_rmsnorm_kernel): "grouped_gemma" is no grouped GEMM, "gemma" no GEMM."""
+    import re
+    from pathlib import Path
+
+    import vllm
+
+    text = (Path(vllm.__file__).parent / source).read_text()
+    names = re.findall(r"@triton\.jit[^\n]*\n(?:@[^\n]*\n)*def (\w*gemma\w*)", text)
+    assert names and {n: classify(n) for n in names} == dict.fromkeys(names, "other")
+    assert classify("cutlass::gemm::device::GemmArray") == "dense_gemm"
 
 
 def test_drafter_time_belongs_to_the_step_it_follows(tmp_path):

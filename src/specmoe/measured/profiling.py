@@ -13,12 +13,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# "gemm" but not "gemma": vLLM's Gemma RMSNorm kernels (_gemma_rmsnorm_kernel,
+# _grouped_gemma_rmsnorm_kernel) are neither GEMMs nor MoE; CUTLASS's GemmArray still is a GEMM
+_GEMM = r"gemm(?!a(?![a-z]))"
 CLASSES: tuple[tuple[str, str], ...] = (
+    # a collective's broadcast, not a word's tail: CUTLASS epilogue loads in a GEMM's demangled name
+    # (Sm90ColOrScalarBroadcast, Sm90RowBroadcast) are no communication
     ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_to_all|alltoall|"
-                      r"custom_ar|cross_device|c10d::|(?<!aten::)broadcast(?!_tensors|_to|_shapes)"),
+                      r"custom_ar|cross_device|c10d::|"
+                      r"(?<![a-z0-9])(?<!aten::)broadcast(?!_tensors|_to|_shapes)"),
     ("moe", r"fused_moe|moe_align|moe_sum|moe_permute|moe_unpermute|_moe_|moe::|cutlass_moe|"
             r"topk_softmax|topk_sigmoid|grouped_topk|fused_topk|topkgating|expert|routing|router|"
-            r"count_and_sort|shuffle_rows|grouped_gemm|grouped_mm|m_grouped|fused_experts|"
+            rf"count_and_sort|shuffle_rows|grouped_{_GEMM}|grouped_mm|m_grouped|fused_experts|"
             r"trtllm.*moe|flashinfer.*moe|cpu_fused_moe|dispatch_combine"),
     ("attention", r"flash_?attn|flashattention|flash_fwd|fmha|flashinfer|paged_attention|attention|"
                   r"scaled_dot_product|sdpa|reshape_and_cache|concat_and_cache|merge_attn|"
@@ -29,7 +35,7 @@ CLASSES: tuple[tuple[str, str], ...] = (
                   # recurrent at decode, chunked at prefill (flash-linear-attention's kernels)
                   r"gated_delta|delta_rule|gdn|causal_conv1d|_fused_post_conv|chunk_fwd_kernel_o|"
                   r"chunk_scaled_dot_kkt|chunk_local_cumsum|solve_tril|merge_16x16|recompute_w_u"),
-    ("dense_gemm", r"gemm|gemv|cublas|cutlass|aten::mm\b|aten::addmm|aten::linear|aten::matmul|"
+    ("dense_gemm", rf"{_GEMM}|gemv|cublas|cutlass|aten::mm\b|aten::addmm|aten::linear|aten::matmul|"
                    r"aten::bmm|xmma|wgmma|nvjet|sm90_|sm100_|ampere_|onednn|dnnl|mkl|"
                    r"_c::.*_mm\b|scaled_mm|int8_mm|fp8_mm"),
 )
