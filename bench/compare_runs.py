@@ -4,7 +4,9 @@ Compares run directories A and B (each with results/): the sha256 of every model
 config, tokenizer, token arrays), every trace's columns and expert ids (not the Parquet bytes,
 whose provenance holds a timestamp), the tokens of every SD check, and every table's CSV without
 its provenance line and without its timing columns (TIMING_COLUMNS; the step model's table without
-its measured columns). A file that only one run has is a difference.
+its measured columns). A file that only one run has is a difference, and so is a table of the
+registry that neither has (every run writes each); two runs without a model file or a trace are
+refused: nothing of theirs would be compared.
 
 Run: .venv/bin/python bench/compare_runs.py RUN_A RUN_B   (exit 1 if anything differs)
 
@@ -24,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from specmoe.errors import InputError
 from specmoe.provenance import CSV_PROVENANCE
+from specmoe.report.registry import TABLES
 from specmoe.report.tables import read_csv
 from specmoe.routing.trace import read_trace
 
@@ -108,13 +112,19 @@ def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bo
     def both(rel: Path) -> bool:
         missing = [name for name, root in (("A", a), ("B", b)) if not (root / rel).is_file()]
         if missing:
-            out.append((str(rel), False, f"only in {'B' if missing == ['A'] else 'A'}"))
+            out.append((str(rel), False, "in neither run" if len(missing) == 2 else
+                        f"only in {'B' if missing == ['A'] else 'A'}"))
         return not missing
 
-    for rel in _files(a, b, "models", "*", MODEL_SKIP):
+    models, traces = _files(a, b, "models", "*", MODEL_SKIP), _files(a, b, "traces", "*.parquet")
+    for folder, files in (("models", models), ("traces", traces)):
+        if not files:
+            raise InputError(f"no {folder}/ file in either run: nothing of theirs to compare (give "
+                             "two complete runs' directories)")
+    for rel in models:
         if both(rel):
             out.append((str(rel), sha(a / rel) == sha(b / rel), sha(a / rel)[:16]))
-    for rel in _files(a, b, "traces", "*.parquet"):
+    for rel in traces:
         if both(rel):
             ta, tb = read_trace(a / rel), read_trace(b / rel)
             same = np.array_equal(ta.experts, tb.experts) and \
@@ -126,7 +136,9 @@ def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bo
             ja, jb = (json.loads((root / rel).read_text()) for root in (a, b))
             out.append((str(rel), all(ja.get(f) == jb.get(f) for f in SD_CHECK_FIELDS),
                         f"{len(ja.get('sd_token_ids') or [])} prompts' tokens"))
-    for rel in _files(a, b, "tables", "*.csv"):
+    # every run writes each table of the registry: one that neither has is a difference too
+    for rel in sorted({*_files(a, b, "tables", "*.csv"), *(Path("tables") / f"{t}.csv"
+                                                         for t in TABLES)}):
         if both(rel):
             out.append((str(rel), *_table(a / rel, b / rel, renames)))
     return out
@@ -153,7 +165,10 @@ def main() -> None:
         if not (run / "results" / "tables").is_dir():
             ap.error(f"{run}: no results/tables/ here: give the run's directory (the one holding "
                      "results/), after a complete run")
-    rows = compare(args.run_a / "results", args.run_b / "results", renames)
+    try:
+        rows = compare(args.run_a / "results", args.run_b / "results", renames)
+    except InputError as exc:
+        ap.error(str(exc))
     for name, same, what in rows:
         print(f"{'cols' if same == 'cols' else 'same' if same else 'DIFF'}  {name}  ({what})")
     n_same = sum(s is True for _, s, _ in rows)

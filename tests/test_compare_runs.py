@@ -1,6 +1,7 @@
 """bench/compare_runs.py refuses a directory that holds no run, where it printed '0 of 0
 identical' and exited 0 (a check that cannot run must be an error, not a pass)."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +19,45 @@ def test_a_directory_without_a_run_is_refused_in_one_line(tmp_path):
     assert "identical" not in r.stdout
 
 
-def _run(root: Path, csvs: dict[str, str]) -> Path:
+def _run(root: Path, csvs: dict[str, str], complete: bool = True) -> Path:
+    """A run's results: the tables `csvs`, and where `complete`, every other table of the registry
+    (no rows), a model file and a trace, all the same in every run."""
+    from specmoe.report.registry import TABLES
+    from specmoe.routing.synth import SynthParams, generate
+    from specmoe.routing.trace import write_trace
+
     (root / "results" / "tables").mkdir(parents=True)
+    if complete:
+        csvs = {**dict.fromkeys(TABLES, ""), **csvs}
+        (root / "results" / "models" / "tiny").mkdir(parents=True)
+        (root / "results" / "models" / "tiny" / "config.json").write_text("{}")
+        (root / "results" / "traces" / "tiny").mkdir(parents=True)
+        write_trace(root / "results" / "traces" / "tiny" / "t.parquet", generate(SynthParams(
+            num_experts=8, top_k=2, num_layers=2, requests=2, steps=3, seed=1)))
     for stem, text in csvs.items():
         (root / "results" / "tables" / f"{stem}.csv").write_text("# provenance: {}\n" + text)
     return root
+
+
+def test_runs_that_lack_the_same_tables_or_hold_no_model_or_trace_are_no_pass(tmp_path):
+    """Two runs with empty results/tables/ folders passed as "0 of 0 identical", and two that
+    lacked the same table or every trace passed too: a table of the registry neither run has is
+    a difference, and two runs without a model file or a trace are refused in one line."""
+    a, b = _run(tmp_path / "a", {}, complete=False), _run(tmp_path / "b", {}, complete=False)
+    r = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "no models/ file in either run" in r.stderr, r.stdout + r.stderr
+    a, b = _run(tmp_path / "c", {}), _run(tmp_path / "d", {})
+    args = [sys.executable, str(SCRIPT), str(a), str(b)]
+    assert subprocess.run(args, capture_output=True).returncode == 0
+    for root in (a, b):
+        (root / "results" / "tables" / "comparison.csv").unlink()
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 1 and "DIFF  tables/comparison.csv  (in neither run)" in r.stdout
+    for root in (a, b):
+        shutil.rmtree(root / "results" / "traces")
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 2 and "no traces/ file in either run" in r.stderr, r.stdout + r.stderr
 
 
 def test_a_table_that_gained_or_renamed_a_column_is_same_values_only_where_every_value_is(
