@@ -3,10 +3,11 @@
 Compares run directories A and B (each with results/): the sha256 of every model file (weights,
 config, tokenizer, token arrays), every trace's columns and expert ids (not the Parquet bytes,
 whose provenance holds a timestamp), the tokens of every SD check, and every table's CSV without
-its provenance line and without its timing columns (TIMING_COLUMNS; the step model's table without
-its measured columns). A file that only one run has is a difference, and so is a table of the
-registry that neither has (every run writes each); two runs without a model file or a trace are
-refused: nothing of theirs would be compared.
+its provenance line and without its timing columns (TIMING_COLUMNS; in the three-step correction
+those of each row's step, CORRECTION_INPUTS; the step model's table without its measured
+columns). A file that only one run has is a difference, and so is a table of the registry that
+neither has (every run writes each); two runs without a model file or a trace are refused:
+nothing of theirs would be compared.
 
 Run: .venv/bin/python bench/compare_runs.py RUN_A RUN_B   (exit 1 if anything differs)
 
@@ -25,25 +26,32 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from specmoe.cost.costmodel import CORRECTION_STEPS
 from specmoe.errors import InputError
 from specmoe.provenance import CSV_PROVENANCE
 from specmoe.report.registry import TABLES
 from specmoe.report.tables import read_csv
 from specmoe.routing.trace import read_trace
 
-# Each timing table's columns that come from timing (clocks, or numbers derived from them):
-# names, and prefixes ending in "*". Every other column of these tables (keys, the cost model's
-# numbers, acceptance counts, device) is compared as in any table.
+# Each timing table's columns that come from timing (clocks, or numbers derived from them) on
+# every row: names, and prefixes ending in "*". Every other column of these tables (keys, settings
+# such as the speedup's timing, the cost model's numbers, acceptance counts, grid sizes, device)
+# is compared as in any table.
 TIMING_COLUMNS = {
-    "speedup_vs_batch": ("tpot_*", "speedup*", "timing", "draft_cost", "te_sweep*", "shape",
-                         "direction", "below_highest"),
+    "speedup_vs_batch": ("tpot_*", "speedup*", "draft_cost", "te_sweep*", "shape", "direction",
+                         "below_highest"),
     "te_three_ways": ("te_sweep*", "te_profiled*", "gap_sweep_minus_costmodel", "moe_time_share",
                       "draft_cost_profiled"),
-    "kernel_time_shares": ("decode_us", "verify_us", "decode_share", "verify_share", "ratio",
-                           "below_sm_share_verify"),
-    "three_step_correction": ("f", "s_moe", "s_dense", "te*", "delta", "gap_closed_pct"),
+    "kernel_time_shares": ("decode_us", "verify_us", "decode_share", "verify_share", "ratio"),
+    "three_step_correction": ("te_sweep",),
 }
+# three_step_correction's inputs in the order its steps measure them (costmodel.CORRECTION_STEPS):
+# step i has the first i measured, the others are the weight model's; its TE, the change from the
+# step before and the share of the gap closed are timings from step 1 on (step 0, the weight
+# baseline, is the cost model's alone)
+CORRECTION_INPUTS = ("f", "s_moe", "s_dense")
 # a model folder's files that carry no weights, tokens or settings: the manifest holds the
 # provenance (a timestamp), the other Snakemake's marker
 MODEL_SKIP = ("manifest.json", ".snakemake_timestamp")
@@ -51,9 +59,36 @@ SD_CHECK_FIELDS = ("sd_equals_plain", "mismatched_prompts", "sd_token_ids", "pla
                    "prompt_ids")
 
 
-def is_timing(table: str, column: str) -> bool:
-    return any(column == c or (c.endswith("*") and column.startswith(c[:-1]))
-               for c in TIMING_COLUMNS.get(table, ()))
+def is_timing(table: str, column: str, step: int | None = None) -> bool:
+    """Is the column a timing of the table (on a three_step_correction row of `step`; without
+    one: on every row)?"""
+    cols = TIMING_COLUMNS.get(table, ())
+    if table == "three_step_correction" and step:
+        cols += CORRECTION_INPUTS[:step] + ("te*", "delta", "gap_closed_pct")
+    return any(column == c or (c.endswith("*") and column.startswith(c[:-1])) for c in cols)
+
+
+def step_of(table: str, row) -> int | None:
+    """The three-step correction's step of a row: by its name in three_step_correction, by its
+    key ("step i") in the comparison table; None in any other table."""
+    if table == "three_step_correction":
+        if row["name"] not in CORRECTION_STEPS:
+            raise InputError(f"three_step_correction: {row['name']!r} is none of its steps "
+                             f"({', '.join(CORRECTION_STEPS)})")
+        return CORRECTION_STEPS.index(row["name"])
+    if table == "comparison" and row["table"] == "three_step_correction":
+        return int(str(row["key"]).removeprefix("step "))
+    return None
+
+
+def untimed(table: str, d: pd.DataFrame) -> pd.DataFrame:
+    """A timing table without its timings: the columns that are one on every row left out, each
+    cell that is one on its row (three_step_correction's, by the row's step) blanked."""
+    steps = [step_of(table, r) for _, r in d.iterrows()]
+    d = d[[c for c in d if not is_timing(table, c)]].copy()
+    for c in d:
+        d[c] = d[c].mask([is_timing(table, c, s) for s in steps], "")
+    return d
 
 
 def sha(p: Path) -> str:
@@ -86,15 +121,16 @@ def _table(p: Path, q: Path, renames: dict) -> tuple[bool | str, str]:
     stem = p.stem
     if stem == "step_model" or stem in TIMING_COLUMNS:  # the timing columns left out
         da, db = (read_csv(x, dtype=str, keep_default_na=False) for x in (p, q))
-        keep = (lambda c: "measured" not in c) if stem == "step_model" else \
-            (lambda c: not is_timing(stem, c))
-        da, db = (d[[c for c in d if keep(c)]] for d in (da, db))
-        return da.equals(db), f"{len(da)} rows, {'predicted' if stem == 'step_model' else 'non-timing columns'}"
+        if stem == "step_model":
+            da, db = (d[[c for c in d if "measured" not in c]] for d in (da, db))
+            return da.equals(db), f"{len(da)} rows, predicted"
+        da, db = (untimed(stem, d) for d in (da, db))
+        return da.equals(db), f"{len(da)} rows, non-timing columns"
     if stem == "comparison":
         da, db = (read_csv(x) for x in (p, q))
-        da, db = (d[~((d["table"].isin(TIMING_COLUMNS)) & d.apply(
-            lambda r: is_timing(r["table"], r["quantity"]), axis=1))].reset_index(drop=True)
-            if len(d) else d for d in (da, db))
+        da, db = (d[[not is_timing(r["table"], r["quantity"], step_of(stem, r))
+                     for _, r in d.iterrows()]].reset_index(drop=True)
+                  if len(d) else d for d in (da, db))
         return da.equals(db), f"{len(da)} non-timing rows"
     la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith(CSV_PROVENANCE)]
               for x in (p, q))

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "compare_runs.py"
 
 
@@ -138,3 +140,68 @@ def test_the_sweeps_pair_test_against_the_highest_speedup_is_a_timing(tmp_path):
     (b / "results" / "tables" / "speedup_vs_batch.csv").write_text(
         "# provenance: {}\n" + head + "m,1,1.4,False,12.5\nm,8,1.3,False,21\n")
     assert subprocess.run(args, capture_output=True).returncode == 1
+
+
+TSC = "model,batch,name,f,s_moe,s_dense,te,te_raw,te_status,delta,gap_closed_pct,te_sweep\n"
+STEPS = ("weight baseline,0.80,0.50,1.0,0.60,0.60,ok,,,0.9",
+         "step 1: measured MoE time share,0.30,0.50,1.0,0.80,0.80,ok,0.2,50,0.9",
+         "step 2: measured MoE kernel time ratio,0.30,1.20,1.0,0.70,0.70,ok,-0.1,-25,0.9",
+         "step 3: measured non-MoE time ratio,0.30,1.20,1.1,0.65,0.65,ok,-0.05,-12,0.9")
+CMP = "table,model,drafter,k,dataset,study_model,key,quantity,published,reproduced,difference\n"
+
+
+def _three_step(steps=STEPS) -> str:
+    return TSC + "".join(f"m,1,{s}\n" for s in steps)
+
+
+def _with(step: int, cells: dict[int, str]) -> tuple[str, ...]:
+    """STEPS with step `step`'s cells (by position after its name) replaced."""
+    row = STEPS[step].split(",")
+    for i, v in cells.items():
+        row[1 + i] = v
+    return STEPS[:step] + (",".join(row),) + STEPS[step + 1:]
+
+
+NOT_TIMINGS = [
+    ("the speedup's timing is a setting", "speedup_vs_batch",
+     "model,batch,timing,speedup\nm,1,client,1.5\n",
+     "model,batch,timing,speedup\nm,1,engine,1.5\n"),
+    ("the share of launches below the SM count is grid sizes'", "kernel_time_shares",
+     "model,class,decode_us,below_sm_share_verify\nm,moe,10,0.25\n",
+     "model,class,decode_us,below_sm_share_verify\nm,moe,10,0.90\n"),
+    ("step 0 is the weight model's (f, s_moe, te)", "three_step_correction",
+     _three_step(), _three_step(_with(0, {0: "0.95", 1: "0.90", 3: "0.20", 4: "0.20"}))),
+    ("step 1's s_moe is the unique ratio", "three_step_correction",
+     _three_step(), _three_step(_with(1, {1: "0.90"}))),
+    ("step 2's s_dense is 1", "three_step_correction",
+     _three_step(), _three_step(_with(2, {2: "1.5"}))),
+    ("the comparison's step-0 TE is the weight model's", "comparison",
+     CMP + "three_step_correction,m,d,3,x,Qwen3-30B,step 0,te,0.55,0.60,0.05\n",
+     CMP + "three_step_correction,m,d,3,x,Qwen3-30B,step 0,te,0.55,0.20,-0.35\n"),
+]
+
+
+@pytest.mark.parametrize("case,table,a,b", NOT_TIMINGS, ids=[c[0] for c in NOT_TIMINGS])
+def test_a_value_that_is_no_timing_in_a_timing_table_is_compared(tmp_path, case, table, a, b):
+    """Settings, grid sizes and the three-step correction's unmeasured inputs were skipped with
+    the timing columns: step 0 (the weight baseline) has nothing measured, step i the first i of
+    f, S_moe, S_dense, so a value the weight model gives that differs is a difference."""
+    ra, rb = _run(tmp_path / "a", {table: a}), _run(tmp_path / "b", {table: b})
+    r = subprocess.run([sys.executable, str(SCRIPT), str(ra), str(rb)], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and f"DIFF  tables/{table}.csv" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_three_step_corrections_measured_values_still_are_timings(tmp_path):
+    """Each step's measured inputs, its TE, delta and share of the gap closed, and the sweep's TE
+    on every row, move with the clocks: two runs differing only there are the same."""
+    timed = _three_step((
+        STEPS[0].rsplit(",", 1)[0] + ",0.7",                               # te_sweep
+        *(_with(i, {j: "9" for j in (*range(i), 3, 4, 6, 7, 8)})[i] for i in (1, 2, 3))))
+    ra = _run(tmp_path / "a", {"three_step_correction": _three_step(), "comparison": CMP + (
+        "three_step_correction,m,d,3,x,Qwen3-30B,step 2,te,0.55,0.60,0.05\n")})
+    rb = _run(tmp_path / "b", {"three_step_correction": timed, "comparison": CMP + (
+        "three_step_correction,m,d,3,x,Qwen3-30B,step 2,te,0.55,0.20,-0.35\n")})
+    r = subprocess.run([sys.executable, str(SCRIPT), str(ra), str(rb)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

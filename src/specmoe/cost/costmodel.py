@@ -228,6 +228,12 @@ def te_time_share(f: float, s_moe: float, s_dense: float = 1.0) -> float:
     return 1.0 / ((1.0 - f) * s_dense + f * s_moe)
 
 
+# The three-step correction's steps: the weight baseline, then f, S_moe and S_dense measured one
+# at a time (step i has the first i of them measured, the rest are the weight model's)
+CORRECTION_STEPS = ("weight baseline", "step 1: measured MoE time share",
+                    "step 2: measured MoE kernel time ratio", "step 3: measured non-MoE time ratio")
+
+
 def three_step_correction(moe_weight_share: float, unique_ratio: float, moe_time_share: float,
                           moe_time_ratio: float, dense_time_ratio: float,
                           measured: float | None = None) -> dict:
@@ -239,11 +245,12 @@ def three_step_correction(moe_weight_share: float, unique_ratio: float, moe_time
                     ("dense_time_ratio", dense_time_ratio)):
         if not v > 0:
             raise InputError(f"{name} must be > 0 (got {v})")
+    baseline, step1, step2, step3 = CORRECTION_STEPS
     settings = [
-        ("weight baseline", moe_weight_share, unique_ratio, 1.0),
-        ("step 1: measured MoE time share", moe_time_share, unique_ratio, 1.0),
-        ("step 2: measured MoE kernel time ratio", moe_time_share, moe_time_ratio, 1.0),
-        ("step 3: measured non-MoE time ratio", moe_time_share, moe_time_ratio, dense_time_ratio),
+        (baseline, moe_weight_share, unique_ratio, 1.0),
+        (step1, moe_time_share, unique_ratio, 1.0),
+        (step2, moe_time_share, moe_time_ratio, 1.0),
+        (step3, moe_time_share, moe_time_ratio, dense_time_ratio),
     ]
     steps, prev = [], None
     base = te_time_share(moe_weight_share, unique_ratio, 1.0)
