@@ -19,7 +19,9 @@ identical).
         [--compare-args "--rename TABLE:OLD=NEW ..."] [--json]
 
 A run whose directory already holds a finished run (its `wall_s` file) is not run again: an
-interrupted bench resumes. Takes 20-60 minutes a run on two cores.
+interrupted bench resumes. An interrupted run's outputs are removed first (its jobs left would
+not make a cold run), and a clone at another commit than its revision names is refused. Takes
+20-60 minutes a run on two cores.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,12 +41,30 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 
+# what a run writes in its clone (all ignored by git): an interrupted run's are removed
+RUN_OUTPUTS = ("results", "logs", "benchmarks", ".snakemake")
+
+
+def commit_of(rev: str, repo: Path) -> str:
+    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q",
+                          f"{rev}^{{commit}}"], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"{rev}: not a commit of {repo}")
+    return out.stdout.strip()
+
+
 def clone(rev: str, where: Path) -> None:
-    if (where / ".git").is_dir():
-        return
-    subprocess.run(["git", "clone", "-q", str(REPO), str(where)], check=True)
-    subprocess.run(["git", "-C", str(where), "checkout", "-q", rev], check=True)
-    (where / ".venv").symlink_to(REPO / ".venv")
+    """A checkout of this repository's `rev` in `where`: a fresh clone, or the one an interrupted
+    bench left there if it is at that very commit (one at another would time other code)."""
+    want = commit_of(rev, REPO)
+    if not (where / ".git").is_dir():
+        subprocess.run(["git", "clone", "-q", str(REPO), str(where)], check=True)
+        subprocess.run(["git", "-C", str(where), "checkout", "-q", want], check=True)
+        (where / ".venv").symlink_to(REPO / ".venv")
+    head = commit_of("HEAD", where)
+    if head != want:
+        sys.exit(f"{where}: a checkout of {head[:12]}, not of {rev} ({want[:12]}): remove it or "
+                 "give another --dir")
 
 
 def run(where: Path, busy: bool) -> float:
@@ -51,6 +72,12 @@ def run(where: Path, busy: bool) -> float:
     done = where / "wall_s"
     if done.is_file():
         return float(done.read_text())
+    left = [d for d in RUN_OUTPUTS if (where / d).exists()]
+    if left:  # an interrupted run: resumed, only its jobs left would be timed
+        print(f"{where}: an interrupted run, removing its {', '.join(left)} to run it cold",
+              file=sys.stderr, flush=True)
+        for d in left:
+            shutil.rmtree(where / d)
     env = {**os.environ, "PYTHONPATH": str(where / "src")}
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     t0 = time.perf_counter()
