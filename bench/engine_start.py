@@ -18,8 +18,9 @@ old: the worker in a process of its own (served: API server, engine core and wor
 importing vLLM and torch; offline: the caller, an engine-core process and a worker process).
 new: the worker in the engine core's process (served: API server and engine core; offline: the
 caller alone). Printed per engine and layout: the median of each phase and of the total to the
-first token, the processes vLLM named, and for the served engine one benchmark point's TPOT and
-SD counts (equal counts: the layout changed no tokens), for the offline engine its tokens.
+first token, the processes vLLM named, and for the served engine one benchmark point's TPOT, its
+generated texts and SD counts (equal: the layout changed no tokens), for the offline engine its
+tokens.
 An offline engine in the old layout logs from processes of its own, which its caller's clock
 cannot read: only its import, its LLM() as a whole and its first token are timed, and the
 processes listed are the caller's. Timings on a machine that other work shares are noisy:
@@ -45,7 +46,9 @@ PROMPTS = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(1
 
 def served(engine: dict, model: str, out_len: int, log_path: str,
            module: str | None = None) -> dict:
-    """Start a served engine, measure one point (batch 2, every prompt), stop it."""
+    """Start a served engine, measure one point (batch 2, every prompt), stop it. Its counts: the
+    texts generated (the output length is fixed, so only they can show a changed token) and,
+    with a drafter, the SD counts."""
     from specmoe.runtime.serving import SERVER_MODULE, Server, bench, point_summary, \
         write_prompts_jsonl
 
@@ -53,13 +56,17 @@ def served(engine: dict, model: str, out_len: int, log_path: str,
             Server(engine, log_path, module=module or SERVER_MODULE) as server:
         jsonl = Path(d) / "prompts.jsonl"
         write_prompts_jsonl(PROMPTS, jsonl)
-        pt = point_summary(bench(server, model, jsonl, 2, len(PROMPTS), out_len), 2,
-                           len(PROMPTS), out_len)
+        res = bench(server, model, jsonl, 2, len(PROMPTS), out_len, detailed=True)
         start = server.start
+    pt = point_summary(res, 2, len(PROMPTS), out_len)
+    if pt["failed"]:
+        sys.exit(f"served engine: {pt['failed']} of {len(PROMPTS)} requests failed: no texts to "
+                 f"compare (see {log_path})")
     return {"start": start, "total_s": start["at_s"]["first_token"], "up_s": start["at_s"]["up"],
             "tpot_ms": pt["tpot_ms"]["mean"],
-            "counts": {k: pt["sd"][k] for k in ("num_drafts", "draft_tokens", "accepted_tokens")}
-            if "sd" in pt else {"output_tokens": pt["total_output_tokens"]}}
+            "counts": {"generated_texts": res["generated_texts"],
+                       **{k: pt["sd"][k] for k in ("num_drafts", "draft_tokens", "accepted_tokens")
+                          if "sd" in pt}}}
 
 
 def offline(engine: dict, out_len: int, log_path: str) -> dict:

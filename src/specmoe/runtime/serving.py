@@ -338,8 +338,10 @@ def write_prompts_jsonl(texts: list[str], path: Path) -> None:
 
 
 def bench(server: Server, model: str, prompts_jsonl: Path, batch: int, num_prompts: int,
-          output_len: int, seed: int = 0) -> dict:
-    """One point with vLLM's `bench serve` client (in process): returns its result dictionary."""
+          output_len: int, seed: int = 0, detailed: bool = False) -> dict:
+    """One point with vLLM's `bench serve` client (in process): returns its result dictionary;
+    `detailed`: with its per-request lists too (generated_texts among them), which the client
+    drops otherwise."""
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -352,7 +354,7 @@ def bench(server: Server, model: str, prompts_jsonl: Path, batch: int, num_promp
         "--num-prompts", str(num_prompts), "--max-concurrency", str(batch),
         "--ignore-eos", "--temperature", "0", "--seed", str(seed),
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-        "--disable-tqdm"])
+        "--disable-tqdm", *(["--save-detailed"] if detailed else [])])
     with contextlib.redirect_stdout(_LogWriter()):
         return serve.main(args)
 
