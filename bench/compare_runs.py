@@ -5,9 +5,10 @@ config, tokenizer, token arrays), every trace's columns and expert ids (not the 
 whose provenance holds a timestamp), the tokens of every SD check, and every table's CSV without
 its provenance line and without its timing columns (TIMING_COLUMNS; in the three-step correction
 those of each row's step, CORRECTION_INPUTS; the step model's table without its measured
-columns). A file that only one run has is a difference, and so is a table of the registry that
-neither has (every run writes each); two runs without a model file or a trace are refused:
-nothing of theirs would be compared.
+columns). A file that only one run has is a difference. Only finished runs are compared (each
+with its report, results/report/index.md, which waits on every table its configuration
+declares), and two runs with neither a model file nor a trace are refused: nothing of theirs
+would be compared.
 
 Run: .venv/bin/python bench/compare_runs.py RUN_A RUN_B   (exit 1 if anything differs)
 
@@ -31,9 +32,10 @@ import pandas as pd
 from specmoe.cost.costmodel import CORRECTION_STEPS
 from specmoe.errors import InputError
 from specmoe.provenance import CSV_PROVENANCE
-from specmoe.report.registry import TABLES
 from specmoe.report.tables import read_csv
 from specmoe.routing.trace import read_trace
+
+REPORT = Path("report") / "index.md"  # under results/: written after every table
 
 # Each timing table's columns that come from timing (clocks, or numbers derived from them) on
 # every row: names, and prefixes ending in "*". Every other column of these tables (keys, settings
@@ -152,11 +154,14 @@ def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bo
                         f"only in {'B' if missing == ['A'] else 'A'}"))
         return not missing
 
+    for name, root in (("A", a), ("B", b)):
+        if not (root / REPORT).is_file():  # a run that stopped early lacks tables both may lack
+            raise InputError(f"run {name} has no {REPORT}: not a finished run (give two complete "
+                             "runs' directories)")
     models, traces = _files(a, b, "models", "*", MODEL_SKIP), _files(a, b, "traces", "*.parquet")
-    for folder, files in (("models", models), ("traces", traces)):
-        if not files:
-            raise InputError(f"no {folder}/ file in either run: nothing of theirs to compare (give "
-                             "two complete runs' directories)")
+    if not models and not traces:
+        raise InputError("no models/ or traces/ file in either run: nothing of theirs to compare "
+                         "(give two complete runs' directories)")
     for rel in models:
         if both(rel):
             out.append((str(rel), sha(a / rel) == sha(b / rel), sha(a / rel)[:16]))
@@ -172,9 +177,7 @@ def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bo
             ja, jb = (json.loads((root / rel).read_text()) for root in (a, b))
             out.append((str(rel), all(ja.get(f) == jb.get(f) for f in SD_CHECK_FIELDS),
                         f"{len(ja.get('sd_token_ids') or [])} prompts' tokens"))
-    # every run writes each table of the registry: one that neither has is a difference too
-    for rel in sorted({*_files(a, b, "tables", "*.csv"), *(Path("tables") / f"{t}.csv"
-                                                         for t in TABLES)}):
+    for rel in _files(a, b, "tables", "*.csv"):
         if both(rel):
             out.append((str(rel), *_table(a / rel, b / rel, renames)))
     return out

@@ -31,6 +31,8 @@ def _run(root: Path, csvs: dict[str, str], complete: bool = True) -> Path:
     (root / "results" / "tables").mkdir(parents=True)
     if complete:
         csvs = {**dict.fromkeys(TABLES, ""), **csvs}
+        (root / "results" / "report").mkdir(parents=True)
+        (root / "results" / "report" / "index.md").write_text("# report\n")
         (root / "results" / "models" / "tiny").mkdir(parents=True)
         (root / "results" / "models" / "tiny" / "config.json").write_text("{}")
         (root / "results" / "traces" / "tiny").mkdir(parents=True)
@@ -41,25 +43,31 @@ def _run(root: Path, csvs: dict[str, str], complete: bool = True) -> Path:
     return root
 
 
-def test_runs_that_lack_the_same_tables_or_hold_no_model_or_trace_are_no_pass(tmp_path):
-    """Two runs with empty results/tables/ folders passed as "0 of 0 identical", and two that
-    lacked the same table or every trace passed too: a table of the registry neither run has is
-    a difference, and two runs without a model file or a trace are refused in one line."""
+def test_unfinished_runs_or_runs_without_a_model_or_trace_are_refused(tmp_path):
+    """Two runs with empty results/tables/ folders passed as "0 of 0 identical": a run without
+    its report (one that stopped before some tables) is refused, and so are two runs with
+    neither a model file nor a trace; a table neither finished run has (one its configuration
+    does not declare, like the default's weight_model) is no difference."""
     a, b = _run(tmp_path / "a", {}, complete=False), _run(tmp_path / "b", {}, complete=False)
     r = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True,
                        text=True)
-    assert r.returncode == 2 and "no models/ file in either run" in r.stderr, r.stdout + r.stderr
+    assert r.returncode == 2 and "run A has no report/index.md" in r.stderr, r.stdout + r.stderr
     a, b = _run(tmp_path / "c", {}), _run(tmp_path / "d", {})
     args = [sys.executable, str(SCRIPT), str(a), str(b)]
-    assert subprocess.run(args, capture_output=True).returncode == 0
     for root in (a, b):
         (root / "results" / "tables" / "comparison.csv").unlink()
     r = subprocess.run(args, capture_output=True, text=True)
-    assert r.returncode == 1 and "DIFF  tables/comparison.csv  (in neither run)" in r.stdout
+    assert r.returncode == 0 and "comparison.csv" not in r.stdout, r.stdout + r.stderr
+    (b / "results" / "report" / "index.md").unlink()
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 2 and "run B has no report/index.md" in r.stderr, r.stdout + r.stderr
+    (b / "results" / "report" / "index.md").write_text("# report\n")
     for root in (a, b):
         shutil.rmtree(root / "results" / "traces")
+        shutil.rmtree(root / "results" / "models")
     r = subprocess.run(args, capture_output=True, text=True)
-    assert r.returncode == 2 and "no traces/ file in either run" in r.stderr, r.stdout + r.stderr
+    assert r.returncode == 2 and "no models/ or traces/ file in either run" in r.stderr, \
+        r.stdout + r.stderr
 
 
 def test_a_table_that_gained_or_renamed_a_column_is_same_values_only_where_every_value_is(
