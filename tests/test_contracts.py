@@ -210,6 +210,33 @@ def test_an_engine_jobs_record_follows_its_kind():
         engine_record("serve")
 
 
+def test_an_engine_job_takes_no_gpu_plan_only_the_config_its_runtime_is_estimated_from():
+    """A GPU job's SLURM runtime is the GPU plan's estimate, computed when the job is submitted
+    (workflow/rules/common.smk): its input is its model's config-only download where the package
+    ships no config.json (none on a CPU, whose runtime is fixed), never results/plan.json, whose
+    every change (an assumption, another model's entry) would rerun every measurement."""
+    from test_preflight import only, paper
+
+    from specmoe.contracts.engines import CaptureParams, EngineParams, SweepSdParams
+    from specmoe.files import Files as RunFiles
+
+    assert "plan" not in EngineParams.INPUTS and "config" in EngineParams.INPUTS
+    name = "glm-4.7-flash-bf16-tp1"
+    w = Wildcards(model=name, drafter="mtp", k="3", dataset="mt-bench")
+    for repo_id, config in (("zai-org/GLM-4.7-Flash", []),  # shipped
+                            ("example/unshipped-moe",
+                             ["results/downloads/example--unshipped-moe.config.json"])):
+        for gpu, want in ((True, config), (False, [])):
+            def edit(c, repo_id=repo_id, gpu=gpu):
+                only(name, repo_id=repo_id, hardware="H100" if gpu else "CPU")(c)
+            cfg = paper(edit)
+            assert cfg.on_gpu(name) == gpu
+            for record in (CaptureParams, SweepSdParams):
+                inputs = record.inputs(cfg, RunFiles(cfg), w)
+                assert inputs["config"] == want, (repo_id, gpu)
+                assert set(inputs) <= set(EngineParams.INPUTS)
+
+
 def test_an_engine_jobs_params_name_the_gpu_it_runs_on():
     """A study model moved from an H100 to a B200 reruns its captures, sweeps and profiles (its
     cost model and prediction did already, the measurements did not); a tiny model on this

@@ -304,8 +304,8 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
                                                                              study_drafters):
     """The plan lists exactly the GPU jobs the workflow runs (Config.gpu_jobs) of the engines it
     can size: the draft model served alone for the draft cost (rule sweep_ar) too, priced as the
-    dense model its own config.json describes, its SLURM runtime read from the plan; a draft
-    model without a repository is named as not planned."""
+    dense model its own config.json describes, its SLURM runtime the plan's; a draft model
+    without a repository is named as not planned."""
     import yaml
 
     from specmoe.checks.preflight import offline_config
@@ -335,7 +335,10 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
                            plan.PlanAssumptions.from_dict(c.raw["plan"]), stepmodel.fitted(),
                            {ds: c.prompt_tokens(ds)[0] for ds in c.sweep_datasets("qwen2-0.5b")})
     assert alone["hours"] == pytest.approx(priced[0]["hours"])
-    # the workflow's sweep_ar job waits for the plan and takes its runtime from it
-    assert Files(c).plan("qwen2-0.5b") == ["results/plan.json"]
-    assert plan.planned_runtime(tmp_path / "plan.json", "sweep_ar",
-                                {"model": "qwen2-0.5b"}) == alone["runtime_min"]
+    # the workflow's sweep_ar job asks for the plan's runtime (computed as the plan computes it,
+    # workflow/rules/common.smk), and reads no download for it (read from the Hugging Face cache)
+    p = PlanParams.from_config(c)
+    planner = plan.Planner(p.entries, p.config, p.prompt_tokens)
+    assert planner.runtime("sweep_ar", {"model": "qwen2-0.5b"}) == alone["runtime_min"]
+    assert planner.runtime("sweep_ar", {"model": "mixtral-draft"}) is None  # not planned
+    assert Files(c).plan_config("qwen2-0.5b") == []

@@ -41,8 +41,19 @@ def test_engines_serve_downloads_or_checkpoints_and_mtp_needs_no_drafter_file():
     assert default.engine_drafter("tiny-fine", "tiny-drafter") == ["results/models/tiny-drafter"]
     assert paper.engine_drafter("glm-4.7-flash-bf16-tp1", "mtp") == []
     assert paper.engine_target("glm-4.7-flash-bf16-tp1").endswith(".full.json")
-    assert paper.plan("glm-4.7-flash-bf16-tp1") == ["results/plan.json"]
-    assert default.plan("tiny-fine") == []
+
+
+def test_a_study_models_config_only_download_is_read_for_the_plan_where_not_shipped():
+    """The GPU plan (and each GPU job's runtime, which is its estimate) sizes a study model from
+    the package's config.json, else from the model's config-only download."""
+    from test_preflight import only, paper
+
+    shipped = Files(paper())
+    assert shipped.plan_config("glm-4.7-flash-bf16-tp1") == []
+    unshipped = Files(paper(only("glm-4.7-flash-bf16-tp1", repo_id="example/unshipped-moe")))
+    assert unshipped.plan_config("glm-4.7-flash-bf16-tp1") == [
+        "results/downloads/example--unshipped-moe.config.json"]
+    assert files("config.yaml").plan_config("tiny-fine") == []  # not planned
 
 
 def test_the_gpu_plan_reads_only_the_config_files_the_package_does_not_ship():

@@ -206,7 +206,7 @@ def test_a_gpu_rule_asks_slurm_for_its_gpus_and_stops_without_cuda(cluster, runs
         assert job.get("NumCPUs") == "2", job
     log = (wd / "logs" / "traces" / "q" / "mtp" / "K3" / "tinybench.log").read_text()
     assert "needs a CUDA GPU" in log
-    # downloads run where the workflow is launched, and so does the GPU plan (seconds of work
-    # that the GPU jobs wait for: no queue before them)
+    # downloads run where the workflow is launched (seconds of work that the GPU jobs wait for:
+    # no queue before them), and so does the GPU plan
     assert not {"download_model", "plan"} & set(jobs), jobs.keys()
     assert not (wd / GPU_TARGET).exists()

@@ -14,8 +14,11 @@ import pytest
 import yaml
 
 from hubfake import lay_out_cache
+from specmoe import paths as P
+from specmoe.config import GPU_JOB_DEFAULTS
+from specmoe.kinds import KINDS
 from specmoe.report import tables
-from wf import REPO, copy_workflow, snakemake
+from wf import REPO, copy_workflow, planned_jobs, snakemake
 
 FIXTURES = Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
 CASE = REPO / ".test" / "study" / "config.yaml"
@@ -111,15 +114,48 @@ def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
     assert elapsed < 120
 
 
+def gpu_jobs(dry_run: str) -> list[dict]:
+    """The engine jobs of a dry run (wf.planned_jobs), the study case's runnable models' alone."""
+    return [j for j in planned_jobs(dry_run) if j["rule"] in KINDS]
+
+
+def plan_row(plan: dict, job: dict) -> dict:
+    """The GPU plan's row of a dry run's job (its rule and wildcards)."""
+    (row,) = [r for r in plan["jobs"] if r["rule"] == job["rule"]
+              and all(str(r[k]) == v for k, v in job["wildcards"].items())]
+    return row
+
+
 def test_the_gpu_plan_sets_each_gpu_jobs_runtime(tmp_path):
+    """Each GPU job asks SLURM for the plan's runtime: computed as the plan computes it, from its
+    model's config.json (workflow/rules/common.smk), not read from results/plan.json. A model
+    whose config.json the package does not ship is sized from its config-only download: until
+    that exists, Snakemake leaves its jobs' runtime to be decided (<TBD>, asked again before a
+    job is submitted)."""
     wd = workdir(tmp_path)
     env = offline_cache(tmp_path)
     # a study model whose repository is not known yet: the plan names it instead of dropping it
     case = yaml.safe_load(CASE.read_text())
     case["models"].append({"name": "unknown-moe", "source": "hf", "repo_id": None,
                            "drafters": ["mtp"], "datasets": ["tinybench"]})
+    # and one whose config.json the package does not ship (GLM's, under a repo of its own)
+    copy = {**next(m for m in case["models"] if m["name"] == "glm-run"),
+            "name": "copy-run", "repo_id": "specmoe-test/glm-copy"}
+    case["models"].append(copy)
+    lay_out_cache(tmp_path / "hf" / "hub", copy["repo_id"],
+                  {"config.json": (FIXTURES / "GLM-4.7-Flash.json").read_bytes(),
+                   "tokenizer.json": b"{}"}, commit="e" * 40)
     (wd / "plan-case.yaml").write_text(yaml.safe_dump(case))
-    snakemake(wd, "results/plan.md", env=env, configfile="plan-case.yaml", cores=2)
+    on_plan_case = {"env": env, "configfile": "plan-case.yaml", "cores": 2}
+    before = gpu_jobs(snakemake(wd, "-n", **on_plan_case).stdout)
+    runtimes = {}
+    for j in before:
+        runtimes.setdefault(j["wildcards"]["model"], set()).add(j["resources"]["runtime"])
+    assert runtimes["copy-run"] == {"<TBD>"}
+    assert all(r.isdigit() for r in runtimes["glm-run"])
+    # the plan cannot size a model without a repository: its jobs ask for the `gpu` default
+    assert runtimes["unknown-moe"] == {str(GPU_JOB_DEFAULTS["runtime"])}
+    snakemake(wd, "results/plan.md", **on_plan_case)
     plan = json.loads((wd / "results" / "plan.json").read_text())
     jobs = {(j["rule"], j["dataset"]): j for j in plan["jobs"] if j["model"] == "glm-run"}
     # no series without SD of the target's own: its SD series measure their no-SD points
@@ -137,9 +173,53 @@ def test_the_gpu_plan_sets_each_gpu_jobs_runtime(tmp_path):
     sd = next(j for (r, _), j in jobs.items() if r == "sweep_sd")
     assert 0 < sd["sd_loop_hours"] < sd["sd_loop_hours_high"]
     assert all(j["sd_loop_hours"] == 0 for (r, _), j in jobs.items() if r == "sweep_ar")
-    dry = snakemake(wd, "results/traces/glm-run/mtp/K3/tinybench.parquet", "-n", env=env,
-                    check=False, **ON_CASE)
-    assert f"runtime={cap['runtime_min']}," in dry.stdout + dry.stderr
+    # every GPU job, the copy's now that its config-only download is there, asks for the plan's
+    # runtime (the copy's are GLM's own at the same TP)
+    after = [j for j in gpu_jobs(snakemake(wd, "-n", **on_plan_case).stdout)
+             if j["wildcards"]["model"] != "unknown-moe"]
+    assert len(after) == 6
+    for j in after:
+        assert int(j["resources"]["runtime"]) == plan_row(plan, j)["runtime_min"], j
+    assert {plan_row(plan, j)["runtime_min"] for j in after if j["rule"] == "capture"} == {
+        cap["runtime_min"]}
+
+
+def test_a_new_gpu_plan_reruns_no_measurement(tmp_path):
+    """A GPU job's runtime is not read from results/plan.json, so a change to the plan alone (an
+    assumption of it, here) reruns the plan and none of the GPU jobs done before it; a GPU job
+    whose output is missing still runs (taken as an ancient input, the plan left it out)."""
+    wd = workdir(tmp_path)
+    env = offline_cache(tmp_path)
+    engine = gpu_jobs(snakemake(wd, "-n", env=env, **ON_CASE).stdout)
+    assert {j["rule"] for j in engine} == {"capture", "sweep_sd", "profile"}
+    targets = [P.PLAN_MD, *(o for j in engine for o in j["output"].split(", "))]
+
+    def rules_to_run(config: str) -> set[str]:
+        dry = snakemake(wd, "-n", *targets, env=env, configfile=config, cores=2).stdout
+        return {j["rule"] for j in planned_jobs(dry)}
+
+    snakemake(wd, P.PLAN_MD, env=env, **ON_CASE)
+    # the GPU jobs' outputs and what they read, as a finished run leaves them, newer than the plan
+    chain = planned_jobs(snakemake(wd, "-n", *targets, env=env, **ON_CASE).stdout)
+    assert {j["rule"] for j in chain} == {"download_model", "capture", "sweep_sd", "profile"}
+    t = time.time()
+    for job in sorted(chain, key=lambda j: j["rule"] != "download_model"):
+        for out in map(Path, job["output"].split(", ")):
+            path = wd / out
+            if out.suffix == Path(P.PROFILE_TRACES).suffix:  # a directory
+                path.mkdir(parents=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("{}" if out.suffix == ".json" else "x")
+            os.utime(path, (t, t))
+        t += 1
+    assert rules_to_run(ON_CASE["configfile"]) == set()
+    case = yaml.safe_load(CASE.read_text())
+    case["plan"] = {"safety": 3.0}
+    (wd / "new-plan.yaml").write_text(yaml.safe_dump(case))
+    assert rules_to_run("new-plan.yaml") == {"plan"}
+    (wd / "results/traces/glm-run/mtp/K3/tinybench.parquet").unlink()
+    assert rules_to_run("new-plan.yaml") == {"plan", "capture"}
 
 
 def test_a_download_missing_from_the_offline_cache_fails_once_in_one_line(tmp_path):

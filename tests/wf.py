@@ -180,7 +180,7 @@ def cluster_dry_run(cwd: Path, *args: str, configfile: str | None = None,
 
 def planned_jobs(dry_run: str) -> list[dict]:
     """The jobs of a dry run's output: rule, local (a localrule), and each job's listed fields
-    as text (input, threads, ...), its resources as {name: text}."""
+    as text (input, threads, ...), its resources and wildcards as {name: text}."""
     import re
 
     jobs, cur = [], None
@@ -190,8 +190,8 @@ def planned_jobs(dry_run: str) -> list[dict]:
             jobs.append(cur)
         elif cur is not None and (m := re.fullmatch(r"    (\w+): (.*)", line)):
             cur[m[1]] = m[2]
-            if m[1] == "resources":
-                cur["resources"] = dict(r.split("=", 1) for r in m[2].split(", "))
+            if m[1] in ("resources", "wildcards"):
+                cur[m[1]] = dict(r.split("=", 1) for r in m[2].split(", "))
         elif not line.startswith("    "):
             cur = None
     return jobs

@@ -23,18 +23,20 @@ class Files:
     # --- what the run makes ----------------------------------------------------------------------
 
     def targets(self) -> list[str]:
-        """The report, and the tiny models with their controls and SD checks."""
+        """The report, the GPU plan of the study's models (Config.planned: no job reads it), and
+        the tiny models with their controls and SD checks."""
         cfg = self.cfg
+        out = [P.REPORT_MD] + ([P.PLAN_MD] if cfg.planned else [])
         tiny = cfg.tiny_targets
         if not tiny:
-            return [P.REPORT_MD]
+            return out
         drafters = sorted({d for m in tiny.values() for d in m.drafters})
         k, dataset = cfg.sd_check_run()
-        out = [P.model(n) for n in [*tiny, *drafters]]
+        out += [P.model(n) for n in [*tiny, *drafters]]
         out += [P.model(control_name(n)) for n in tiny]
         out += [Run(m, d, k, dataset).fill(P.SD_CHECK)
                 for m, target in tiny.items() for d in target.drafters]
-        return [P.REPORT_MD, *out]
+        return out
 
     def of_runs(self, pattern: str) -> list[str]:
         """`pattern` expanded over every configured run."""
@@ -97,9 +99,17 @@ class Files:
                                                                                     "config")
         return out
 
-    def plan(self, model: str) -> list[str]:
-        """The GPU plan, for a study model's GPU jobs' runtimes."""
-        return [P.PLAN_JSON] if model in self.cfg.planned else []
+    def plan_config(self, model: str) -> list[str]:
+        """The config-only download the GPU plan sizes a planned study model from, where the
+        package ships no config.json of it (none: the package's is read, and a draft model served
+        alone is read from the Hugging Face cache, as the preflight reads it)."""
+        from .checks.preflight import shipped_config
+
+        m = self.cfg.hf.get(model)
+        if (model not in self.cfg.planned or m is None
+                or shipped_config(m.entry["repo_id"]) is not None):
+            return []
+        return [m.entry["hf_config"]]
 
     def engine_target(self, model: str) -> str:
         """What an engine serves: a study model's download manifest, or a tiny checkpoint (a

@@ -2,6 +2,7 @@
 # CFG), the results/ patterns (specmoe.paths, P), the files each job reads (specmoe.files,
 # FILES) and one-line input functions over them; a rule with a contract record
 # (specmoe.contracts) takes its params from it (params_of).
+import functools
 import os
 import re
 import sys
@@ -45,7 +46,7 @@ from specmoe.contracts.study import (
     DownloadModelParams,
     PromptTableParams,
 )
-from specmoe.cost.plan import planned_runtime
+from specmoe.cost.plan import Planner
 from specmoe.errors import InputError
 from specmoe.files import Files
 from specmoe.kinds import kind
@@ -59,8 +60,7 @@ report: "../report/workflow.rst"
 
 
 # Rules that take seconds run where the workflow is launched, not as cluster jobs (the GPU plan
-# among them: the GPU jobs wait for it); so do the downloads, since compute nodes often have no
-# network.
+# among them); so do the downloads, since compute nodes often have no network.
 localrules:
     ipf,
     costmodel,
@@ -197,8 +197,8 @@ def train_threads():
     return lambda wildcards: local_claim(threads)
 
 
-# Jobs that engine jobs wait for and that take seconds (the tokenizer, the study's downloads,
-# prompt tables and GPU plan): before any other ready job. In the study's CPU case the scheduler
+# Jobs that engine jobs wait for and that take seconds (the tokenizer, the study's downloads and
+# prompt tables): before any other ready job. In the study's CPU case the scheduler
 # otherwise ran a prompt table 59 s after its download, behind the analysis, and the capture
 # that reads it waited as long.
 GATE_PRIORITY = 10
@@ -249,11 +249,24 @@ def engine_env(w):
     return "../../envs/gpu.yaml" if CFG.on_gpu(w.model) else "../../envs/models.yaml"
 
 
+@functools.cache
+def gpu_plan():
+    """The GPU plan's estimates (specmoe.cost.plan.Planner, the one rule plan writes), made when
+    a GPU job's runtime is first asked for: a run without GPU jobs never fits the step model.
+    """
+    plan = PlanParams.from_config(CFG)
+    return Planner(plan.entries, plan.config, plan.prompt_tokens)
+
+
 def engine_resources(rule_name):
     """An engine job's resources: TP GPUs, the GPU model, SLURM constraint (where the `gpu` entries
     set one) and memory of a study model on a GPU, CPU_ENGINE's memory on a CPU; its runtime in
-    minutes is the GPU plan's estimate for GPU jobs (the model's `gpu.runtime` where the plan has
-    none) and CPU_ENGINE's else, doubled on each retry. On a cluster a GPU job asks for CPUs that
+    minutes is the GPU plan's estimate for GPU jobs (gpu_plan, computed here, not read from
+    results/plan.json: a new plan reruns no measurement; the model's `gpu.runtime` where the plan
+    has none) and CPU_ENGINE's else, doubled on each retry. A study model's estimate reads its
+    config-only download where the package ships no config.json (the job's input `config`):
+    until it exists, Snakemake leaves the runtime to be decided (FileNotFoundError naming it)
+    and asks again before it submits the job. On a cluster a GPU job asks for CPUs that
     follow its TP (cpus_per_task, SLURM's --cpus-per-task; Config.gpu_cpus): its engine's
     processes each keep a core busy. Its threads would not do: Snakemake caps them at the
     launcher's cores (the workflow profile's `cores: all`); elsewhere it asks for its threads.
@@ -265,14 +278,12 @@ def engine_resources(rule_name):
             return CFG.gpu_cpus(wildcards.model, timed)
         return threads
 
+    # `input`, unread: Snakemake leaves the runtime to be decided only where the function takes
+    # the job's input and the missing file is in it
     def runtime(wildcards, input, attempt):
         if not CFG.on_gpu(wildcards.model):
             return CPU_ENGINE["runtime"] * attempt
-        plan = input.get("plan") or []
-        plan = [plan] if isinstance(plan, str) else list(plan)
-        planned = planned_runtime(
-            plan[0] if plan else None, rule_name, dict(wildcards.items())
-        )
+        planned = gpu_plan().runtime(rule_name, dict(wildcards.items()))
         return (planned or CFG.gpu_resources(wildcards.model)["runtime"]) * attempt
 
     return {

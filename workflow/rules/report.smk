@@ -92,7 +92,6 @@ rule plan:
         P.report_log("plan"),
     benchmark:
         P.report_benchmark("plan")
-    priority: GATE_PRIORITY
     conda:
         "../../envs/analysis.yaml"
     params:

@@ -23,15 +23,18 @@ class EngineParams:
     shares (CaptureParams, SweepSdParams, SweepArParams, ProfileParams: one per kind, its KIND
     the rule's name in specmoe.kinds, which decides what it serves).
 
-    Inputs: plan (the GPU plan, for a study model's GPU jobs' runtimes; else none), target (what the engine serves: a study model's
+    Inputs: config (a study model's config-only download on a GPU where the package ships no
+    config.json of it: its job's SLURM runtime is the GPU plan's estimate, computed from it,
+    specmoe.cost.plan.Planner; else none), target (what the engine serves: a study model's
     download manifest or a tiny checkpoint), drafter (a kind with SD: the drafter's download or
     checkpoint; none for MTP), prompts (the prompt tables of the downloaded datasets it serves)
     and tiny_prompts (the tiny models' table, for the others, where it is a file of the user's;
-    none: the embedded table that `prompts` names).
+    none: the embedded table that `prompts` names). Not the GPU plan itself: a new plan (its
+    assumptions, another model's entry) would rerun every measurement.
     """
 
     KIND = None  # its rule's name (specmoe.kinds.KINDS); each engine rule's record sets it
-    INPUTS = ("plan", "target", "drafter", "prompts", "tiny_prompts")  # without SD: no drafter
+    INPUTS = ("config", "target", "drafter", "prompts", "tiny_prompts")  # without SD: no drafter
 
     job: dict  # model, drafter and k (kinds with SD), and its dataset (a series: its datasets)
     settings: dict  # the engine section of its kind for its model (Config.job_settings)
@@ -61,7 +64,8 @@ class EngineParams:
     @classmethod
     def inputs(cls, cfg, files, w) -> dict:
         """The job's named inputs (for unpack), from the run's files (specmoe.files.Files)."""
-        out = {"plan": files.plan(w.model), "target": files.engine_target(w.model)}
+        out = {"config": files.plan_config(w.model) if cfg.on_gpu(w.model) else [],
+               "target": files.engine_target(w.model)}
         if kind(cls.KIND).sd:
             out["drafter"] = files.engine_drafter(w.model, w.drafter)
         out["prompts"] = files.prompts(served_datasets(cfg, cls.KIND, w))

@@ -211,7 +211,8 @@ class WeightModelParams:
 
 @dataclass(frozen=True)
 class PlanParams:
-    """Rule plan: the GPU plan (outputs md, json: results/plan.md and each GPU job's runtime;
+    """Rule plan: the GPU plan (outputs md, json: results/plan.md and each GPU job's hours and
+    runtime, the one its job asks for: specmoe.cost.plan.Planner computes both;
     specmoe.stages.report.plan_stage) from the config.json of each planned study model that the
     package does not ship (input manifests; the others, and the draft models served alone, are
     read offline, as the preflight reads them).
@@ -246,10 +247,10 @@ class PlanParams:
 
     @staticmethod
     def inputs(cfg) -> dict[str, list[str]]:
-        from ..checks.preflight import shipped_config
+        from ..files import Files
 
-        return {"manifests": [config_json(cfg, n) for n in cfg.planned if n in cfg.hf
-                              and shipped_config(cfg.hf[n].entry["repo_id"]) is None]}
+        files = Files(cfg)
+        return {"manifests": [f for n in cfg.planned for f in files.plan_config(n)]}
 
 
 def plan_entry(cfg, name: str) -> dict:

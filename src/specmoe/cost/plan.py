@@ -20,17 +20,18 @@ with a measured range).
 
 from __future__ import annotations
 
-import json
+import errno
 import math
 import os
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 
 from . import costmodel
 from ..errors import InputError
 from ..kinds import kind
 from ..runs import dataset_parts
 from . import steptables
-from .stepmodel import CONTEXT, StepParams, step_time
+from .stepmodel import CONTEXT, StepParams, fitted, step_time
 from ..routing.unique import uniform_unique
 
 
@@ -201,16 +202,69 @@ def table_prompt_tokens(source: str, dataset: str) -> float | None:
     return sum(len(r.text) for r in rows) / len(rows) / CHARS_PER_TOKEN if rows else None
 
 
-def planned_runtime(plan_json, rule: str, job: dict) -> int | None:
-    """A GPU job's SLURM runtime in minutes as the GPU plan (results/plan.json) estimates it; None
-    where there is no plan yet (a dry run before it exists) or it has no such job. `job`: the job's
-    wildcards (model, and drafter, k, dataset where the rule has them)."""
-    if not plan_json or not os.path.exists(plan_json):
-        return None
-    with open(plan_json) as fh:
-        jobs = json.load(fh)["jobs"]
-    want = {k: str(v) for k, v in job.items() if k in ("model", "drafter", "k", "dataset")}
-    for j in jobs:
-        if j["rule"] == rule and all(str(j[k]) == v for k, v in want.items()):
-            return int(j["runtime_min"])
-    return None
+def model_rows(entry: dict, config: dict, a: PlanAssumptions, params: StepParams,
+               prompt_tokens: dict[str, float]) -> list[dict]:
+    """The estimates of one planned model's GPU jobs (job_rows), from an entry of the plan
+    (specmoe.contracts.report.PlanParams.entries) and its config.json read offline. Its config-only
+    download (`manifest`), where the package ships no config.json, must exist: FileNotFoundError
+    naming it else (a GPU job's runtime that reads it is left to be decided once it does)."""
+    from ..checks.preflight import offline_config, shipped_config
+    from .hfconfig import check_precision, dense_dims_from_config, dims_from_config
+
+    name, manifest = entry["name"], entry.get("manifest")
+    if manifest and shipped_config(entry["repo_id"]) is None and not os.path.exists(manifest):
+        raise FileNotFoundError(errno.ENOENT, f"model {name}: no config-only download yet",
+                                manifest)
+    cfg, why = offline_config({"repo_id": entry["repo_id"], "revision": entry.get("revision")},
+                              manifest)
+    if cfg is None:
+        raise InputError(f"model {name}: {why}")
+    try:  # a config.json downloaded after the configuration check ran
+        check_precision(cfg, entry["precision"])
+    except InputError as exc:
+        raise InputError(f"model {name}: {exc}") from None
+    dims = (dense_dims_from_config(cfg, tp=int(entry["tp"])) if entry.get("dense") else
+            dims_from_config(cfg, dtype=None if entry["precision"] in (None, "auto")
+                             else entry["precision"], tp=int(entry["tp"])))
+    hw_name = entry["hardware"]
+    if hw_name not in config["hardware"]:
+        raise InputError(f"model {name}: unknown hardware '{hw_name}'")
+    hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
+    return job_rows(name, entry, dims, hw, config, a, params, prompt_tokens)
+
+
+class Planner:
+    """The GPU plan's estimates, model by model, from its params (PlanParams: entries, config,
+    prompt_tokens): rule plan writes them all, and each GPU job's SLURM runtime is its row's
+    (workflow/rules/common.smk), so that the two agree by construction and the engine jobs need
+    not wait for the plan (a new plan reruns no measurement). The step model is fitted, and a
+    model's rows computed, once, when first asked for."""
+
+    def __init__(self, entries: list[dict], config: dict, prompt_tokens: dict | None):
+        self.entries = {e["name"]: e for e in entries}
+        self.config = config
+        self.assumptions = PlanAssumptions.from_dict(config.get("plan"))
+        self.prompt_tokens = {ds: float(t) for ds, (t, _) in (prompt_tokens or {}).items()}
+        self._rows: dict[str, list[dict]] = {}
+
+    @cached_property
+    def params(self) -> StepParams:
+        return fitted()
+
+    def rows(self, name: str) -> list[dict]:
+        """The estimates of a planned model's GPU jobs (model_rows)."""
+        if name not in self._rows:
+            self._rows[name] = model_rows(self.entries[name], self.config, self.assumptions,
+                                          self.params, self.prompt_tokens)
+        return self._rows[name]
+
+    def runtime(self, rule: str, job: dict) -> int | None:
+        """A GPU job's SLURM runtime in minutes, its row's; None where the plan has no such job
+        (a model it cannot size). `job`: the job's wildcards (model, and drafter, k, dataset
+        where the rule has them)."""
+        if job.get("model") not in self.entries:
+            return None
+        want = {k: str(v) for k, v in job.items() if k in ("model", "drafter", "k", "dataset")}
+        return next((int(r["runtime_min"]) for r in self.rows(job["model"])
+                     if r["rule"] == rule and all(str(r[k]) == v for k, v in want.items())),
+                    None)

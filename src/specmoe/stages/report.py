@@ -11,10 +11,9 @@ from pathlib import Path
 
 from dataclasses import asdict
 
-from ..cost import costmodel, stepmodel
 from ..sources import published
 from ..errors import InputError
-from ..cost.plan import CHARS_PER_TOKEN, PlanAssumptions, job_rows, sd_loop, summary
+from ..cost.plan import CHARS_PER_TOKEN, Planner, sd_loop, summary
 from ..provenance import measured_on, provenance, read_json, write_json, write_text
 from ..report import figures, page, prose, registry, tables, timing
 from ..report.html import to_html
@@ -267,32 +266,14 @@ def plan_stage(inputs, outputs, params) -> dict:
     and where the number comes from, for the prefill term). Reads nothing else: no dataset, no
     download of a model whose config.json the package ships."""
     from ..checks import preflight
-    from ..cost.hfconfig import check_precision, dense_dims_from_config, dims_from_config
 
-    entries, config, unplanned = params.entries, params.config, params.unplanned
-    prompt_tokens = params.prompt_tokens
-    a = PlanAssumptions.from_dict(config.get("plan"))
-    fitted = stepmodel.fitted()
-    ptok = {ds: float(t) for ds, (t, _) in (prompt_tokens or {}).items()}
+    entries, unplanned = params.entries, params.unplanned
+    planner = Planner(entries, params.config, params.prompt_tokens)
+    config, a, ptok = planner.config, planner.assumptions, planner.prompt_tokens
     rows, engines, manifests = [], [], {}
     for e in entries:
-        cfg, why = preflight.offline_config({"repo_id": e["repo_id"],
-                                             "revision": e.get("revision")}, e.get("manifest"))
-        if cfg is None:
-            raise InputError(f"model {e['name']}: {why}")
+        rows += planner.rows(e["name"])
         manifests[e["repo_id"]] = e.get("manifest")
-        try:  # a config.json downloaded after the configuration check ran
-            check_precision(cfg, e["precision"])
-        except InputError as exc:
-            raise InputError(f"model {e['name']}: {exc}") from None
-        dims = (dense_dims_from_config(cfg, tp=int(e["tp"])) if e.get("dense") else
-                dims_from_config(cfg, dtype=None if e["precision"] in (None, "auto")
-                                 else e["precision"], tp=int(e["tp"])))
-        hw_name = e["hardware"]
-        if hw_name not in config["hardware"]:
-            raise InputError(f"model {e['name']}: unknown hardware '{hw_name}'")
-        hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
-        rows += job_rows(e["name"], e, dims, hw, config, a, fitted, ptok)
         engines += [preflight.Engine(**x) for x in e.get("engines") or []]
     report = preflight.run(engines, with_vllm=False, manifests=manifests)
     for r in rows:
@@ -305,8 +286,8 @@ def plan_stage(inputs, outputs, params) -> dict:
     write_json(outputs.json, {"assumptions": asdict(a), "sd_loop_us": asdict(sd_loop()), **s,
                               "jobs": rows, "unplanned": list(unplanned), "prompt_tokens": ptok,
                               "preflight": [f.line() for f in report.findings]}, prov)
-    write_text(outputs.md, _plan_markdown(rows, s, a, ptok, prompt_tokens or {}, unplanned,
-                                          report, prov))
+    write_text(outputs.md, _plan_markdown(rows, s, a, ptok, params.prompt_tokens or {},
+                                          unplanned, report, prov))
     return s
 
 
