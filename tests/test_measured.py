@@ -150,3 +150,19 @@ def test_profiled_te_beside_the_sweeps_says_its_passes_ran_eagerly(tmp_path):
     t = build_measured_tables(sps, [dump(tmp_path, "q", {"run": run("d1"), "batches": [old]})],
                               cms)
     assert t["te_three_ways"].iloc[0]["profile_mode"] == "not recorded"
+
+
+def test_each_speedup_row_says_what_its_sweep_ran_on(tmp_path):
+    """The report called every speedup a CPU pipeline test: the table says what each sweep ran
+    on, from the sweep's record kept in the speedup's provenance (`measured`), not from the
+    machine the speedup job (a login node) ran on."""
+    sp = speedup("d1", 0.8, 2.5, 1.6)
+    login = {"cpu": "Intel Xeon", "cpu_count": 8}
+    for measured, device in (({"gpus": ["NVIDIA H100 80GB HBM3"]}, "cuda"),
+                             ({"cpu": "AMD EPYC", "cpu_count": 2}, "cpu")):
+        sp["provenance"] = {"hardware": login, "measured": {"hardware": measured}}
+        t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
+        assert list(t["device"]) == [device]
+    del sp["provenance"]  # no record of where it ran: not guessed
+    t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
+    assert t["device"].isna().all()

@@ -882,7 +882,8 @@ def test_the_default_runs_findings_from_its_own_tables():
     sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
     how = ("interleaved, AB BA" if sp["no_sd_series"].str.startswith("interleaved").all()
            else "the no-SD points measured apart from the SD points")
-    assert "Speculative decoding in this run, on this machine (timed by the engine; " in text
+    assert ("Speculative decoding in this run, on the machines the Provenance section's "
+            '"Measured on" lines name (timed by the engine; ') in text
     assert how in text and "not for the same machine on another day" in text
 
 
@@ -1344,3 +1345,51 @@ def test_what_a_cpu_run_cannot_show_is_said_with_its_numbers():
     moe = ks[(ks["model"] == "tiny-fine") & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
     assert (f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the profiled step against "
             f"{100 * moe['moe_weight_share']:.0f}% of its weights") in text
+
+
+def _fixture_with(tmp_path, stem: str, df: pd.DataFrame):
+    """The fixture run's tables with `stem` replaced by df."""
+    for p in FIXTURE.glob("*.csv"):
+        shutil.copy(p, tmp_path / p.name)
+    tables.write_table(df, tmp_path / stem, tables.read_provenance(FIXTURE / f"{stem}.csv"))
+    return tables_in(tmp_path)
+
+
+def test_the_cpu_paragraph_names_only_the_models_swept_on_a_cpu(tmp_path):
+    """'What a CPU run cannot show ... test the pipeline, not the study' stood in every report
+    with a speedup, and said 'on this machine' of sweeps a SLURM job ran elsewhere: a study
+    model's speedups swept on an H100 were called CPU pipeline tests. The paragraph now names
+    the models whose sweeps ran on a CPU (the speedup table's device, from each sweep's
+    provenance), and the speedups point to the Provenance section for where they were
+    measured."""
+    sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
+    text = prose.opening(_fixture_with(tmp_path, "speedup_vs_batch", sp.assign(device="cpu")))
+    assert ("What a CPU run cannot show: the study's GPU claims. tiny-fine, tiny-coarse and "
+            "tiny-fine-bf16 were swept on a CPU, where a model's step costs host overhead rather "
+            "than weight reads (tiny-fine: a decode step at batch 1 took ") in text
+    assert ("Speculative decoding in this run, on the machines the Provenance section's "
+            '"Measured on" lines name (timed by the engine; ') in text
+    assert "on this machine" not in text
+    # one of them swept on a GPU: left out of the paragraph and its numbers
+    on_gpu = sp.assign(device=np.where(sp["model"] == "tiny-coarse", "cuda", "cpu"))
+    text = prose.opening(_fixture_with(tmp_path, "speedup_vs_batch", on_gpu))
+    assert "tiny-fine and tiny-fine-bf16 were swept on a CPU" in text
+    assert "tiny-coarse: a decode step" not in text
+    # a study model swept on an H100 (the reviewer's table): no CPU paragraph, the hardware its
+    # curves are priced on still said
+    sp = sp[sp["model"] == "tiny-fine"].assign(model="qwen3-30b", drafter="eagle3", device="cuda")
+    te = tables.read_csv(FIXTURE / "target_efficiency.csv")
+    te = te[te["model"] == "synth-fine"].assign(model="qwen3-30b", drafter="eagle3")
+    only = tmp_path / "gpu"
+    only.mkdir()
+    for stem, df in {"speedup_vs_batch": sp, "target_efficiency": te}.items():
+        tables.write_table(df, only / stem, {"config_hash": "x"})
+    text = prose.opening(tables_in(only))
+    assert "CPU" not in text and "qwen3-30b, K=3: " in text
+    assert text.endswith("The curves of TE and of the draft cost ratio against batch size come "
+                         "from the cost and step models, each priced on its model's hardware "
+                         "entry (qwen3-30b on H100): only a GPU entry's curves speak to the "
+                         "study's GPU claims.")
+    # a table of an older run does not say where its sweeps ran: no paragraph claims it
+    tables.write_table(sp.drop(columns="device"), only / "speedup_vs_batch", {"config_hash": "x"})
+    assert "CPU" not in prose.opening(tables_in(only))

@@ -112,6 +112,17 @@ def derived(source: dict, config: Any = None, also: tuple[dict, ...] = (),
     return rec
 
 
+def measured_device(rec: dict) -> str | None:
+    """The device a file's measurement was made on, from its provenance record (a derived file's
+    `measured` record): "cuda" on a machine with GPUs, else "cpu" (the machine measured_on names;
+    the words of runtime.engine.device), None where the record has no hardware. A sweep's job
+    runs on another node than the report's."""
+    hw = (rec.get("measured") or rec).get("hardware")
+    if not hw:
+        return None
+    return "cuda" if hw.get("gpus") else "cpu"
+
+
 def measured_on(rec: dict) -> list[str]:
     """Where the measurements behind a file were made, from its provenance record (a derived
     file's `measured` record, and `measured_also`'s): one line each, its model and revision, the

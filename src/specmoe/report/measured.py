@@ -14,6 +14,7 @@ import pandas as pd
 from ..cost import costmodel
 from ..measured.profiling import eager
 from ..measured.sweep import TE_NO_INTERVAL, below_highest
+from ..provenance import measured_device
 from ..runs import Run
 from . import registry
 from .runs import prompt_fit_rows, run_cols, runs
@@ -85,6 +86,8 @@ def speedup_row(rc: dict, sp: dict, r: dict, below: bool) -> dict:
         # how the no-SD side was measured: beside the SD points (interleaved) or apart
         "no_sd_series": sp.get("no_sd_series", "a separate series (rule sweep_ar), measured "
                                                "apart from the SD series"),
+        # what the series was swept on (its sweep's provenance), not the report's machine
+        "device": measured_device(sp.get("provenance") or {}),
         **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}}
 
 

@@ -792,8 +792,9 @@ def _timing_scope(td: Tables) -> str:
 def opening(td: Tables) -> str:
     """What this run shows, in a paragraph: the routing findings that separate learned routing
     (LEARNED_RULE), those the controls show as well with nothing paired to decide them, those not
-    shown; the measured SD speedup on this machine with its intervals; and what
-    a CPU cannot show."""
+    shown; the measured SD speedup with its intervals (where it was measured: the Provenance
+    section's "Measured on" lines); what a CPU cannot show, for the models swept on one; and
+    the hardware entries the curves are priced on."""
     t = routing_targets(td)
     out = []
     if not t.empty:
@@ -804,31 +805,52 @@ def opening(td: Tables) -> str:
                                for m, g in routing.groupby("model", sort=False)) + ".")
     speed = _speedup_summary(td)
     if speed:
-        out.append(f"Speculative decoding in this run, on this machine ({_timing_scope(td)}): "
-                   + "; ".join(speed) + ".")
-    if speed or not t.empty:
-        out.append("What a CPU run cannot show: the study's GPU claims. A tiny model's step on a CPU "
-                   "costs host overhead rather than weight reads" + _cpu_step_numbers(td)
-                   + ", so its speedup curve and its MoE share of time test the pipeline, not the "
-                   "study" + _priced_on(td) + ".")
+        out.append(f"Speculative decoding in this run, on the machines the Provenance section's "
+                   f'"Measured on" lines name ({_timing_scope(td)}): ' + "; ".join(speed) + ".")
+    cpu, priced = swept_on(td, "cpu"), _priced_on(td)
+    if cpu:
+        out.append("What a CPU run cannot show: the study's GPU claims. "
+                   + _and(cpu) + (" was" if len(cpu) == 1 else " were") + " swept on a CPU, "
+                   "where a model's step costs host overhead rather than weight reads"
+                   + _cpu_step_numbers(td, cpu) + ", so "
+                   + ("its speedup curve and its MoE share" if len(cpu) == 1
+                      else "their speedup curves and MoE shares")
+                   + " of time test the pipeline, not the study"
+                   + (f"; {priced}" if priced else "") + ".")
+    elif priced and (speed or not t.empty):
+        out.append(priced[0].upper() + priced[1:] + ".")
     return " ".join(out)
 
 
-def _cpu_step_numbers(td: Tables) -> str:
-    """For each target priced on a CPU entry, its decode step at batch 1 as measured (the sweep's
+def _and(names: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def swept_on(td: Tables, device: str) -> list[str]:
+    """The models whose sweeps ran on `device` ("cpu" or "cuda"), by the speedup table's device
+    column (from each sweep's provenance); none where the table lacks it (a table of an older run
+    does not say where its sweeps ran)."""
+    sp = td.read("speedup_vs_batch")
+    if sp.empty or "device" not in sp:
+        return []
+    return list(dict.fromkeys(sp[sp["device"] == device]["model"]))
+
+
+def _cpu_step_numbers(td: Tables, models: list[str]) -> str:
+    """For each of `models` (swept on a CPU), its decode step at batch 1 as measured (the sweep's
     TPOT without SD) beside what the step model prices it at from its weights and launches
     (draft_ratio_model's t_target_us), and its profiled MoE share of time beside its MoE share
     of weights (kernel_time_shares): " (tiny-fine: ...)", or nothing where a table lacks them."""
-    sp, dr, ks, te = (td.read(t) for t in ("speedup_vs_batch", "draft_ratio_model",
-                                           "kernel_time_shares", "target_efficiency"))
-    if any(t.empty for t in (sp, dr, te)) or "hardware" not in te:
+    sp, dr, ks = (td.read(t) for t in ("speedup_vs_batch", "draft_ratio_model",
+                                       "kernel_time_shares"))
+    if sp.empty or dr.empty:
         return ""
-    cpu = set(te[(te["hardware"].astype(str) == "CPU") & ~is_control(te)]["model"])
     parts = []
-    for model in dict.fromkeys(sp["model"]):
+    for model in models:
         step = sp[(sp["model"] == model) & (sp["batch"] == 1)]["tpot_ar_ms"].dropna()
         priced = dr[(dr["model"] == model) & (dr["batch"] == 1)]["t_target_us"].dropna()
-        if model not in cpu or step.empty or priced.empty:
+        if step.empty or priced.empty:
             continue
         ms, us = float(step.iloc[0]), float(priced.iloc[0])
         text = (f"{model}: a decode step at batch 1 took {ms:.2f} ms, {ms * 1e3 / us:.0f} times "
@@ -858,7 +880,7 @@ def _priced_on(td: Tables) -> str:
     by_hw = {hw: list(dict.fromkeys(g["model"]))
              for hw, g in te.groupby(te["hardware"].astype(str), sort=False)}
     priced = "; ".join(f"{', '.join(ms)} on {hw}" for hw, ms in by_hw.items())
-    return ("; the curves of TE and of the draft cost ratio against batch size come from the "
+    return ("the curves of TE and of the draft cost ratio against batch size come from the "
             f"cost and step models, each priced on its model's hardware entry ({priced}): only "
             "a GPU entry's curves speak to the study's GPU claims")
 
