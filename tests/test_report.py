@@ -1179,10 +1179,13 @@ def test_the_prediction_beside_the_measurement_reads_no_shape_from_medians(tmp_p
     pd.DataFrame(rows).to_csv(tmp_path / "step_model.csv", index=False)
     [line] = prose.prediction_findings(tables_in(tmp_path))
     assert "rising" not in line and "(no shape is read from medians)" in line
-    assert ("B=4: 0.88 measured, no information predicted (TE's 95% interval spans its whole "
-            "range)") in line
-    assert "1 of 2 measurements inside the predicted interval (the 2 batch size(s) with " \
-           "information)" in line
+    assert ("B=4: 0.88 (no interval) measured, no information predicted (TE's 95% interval "
+            "spans its whole range)") in line
+    # a measurement without an interval (a table of an older run) is separated from nothing
+    assert ("of the 2 measured batch size(s) where the prediction has information, 1 inside the "
+            "predicted interval, 1 not separated from the predicted interval") in line
+    assert ("predicted medians, where the prediction has information, 0.312 at B=1, 0.344 at "
+            "B=2 (no shape is read from medians)") in line
     assert "the prediction's shape, decided over its draws, is undecided" in line
     # the capture's acceptance length (repetition penalty) against the sweep's: named, since the
     # speedup scales with it
@@ -1393,3 +1396,33 @@ def test_the_cpu_paragraph_names_only_the_models_swept_on_a_cpu(tmp_path):
     # a table of an older run does not say where its sweeps ran: no paragraph claims it
     tables.write_table(sp.drop(columns="device"), only / "speedup_vs_batch", {"config_hash": "x"})
     assert "CPU" not in prose.opening(tables_in(only))
+
+
+def test_the_prediction_beside_the_measurement_gives_its_intervals(tmp_path):
+    """'B=1: 1.19 measured, 0.30 [0.00, 0.78] predicted; 0 of 1 measurements inside the
+    predicted interval' gave the measurement no interval, though its [0.77, 1.85] overlaps the
+    prediction's, and 'predicted medians ... 0.303 / 0.325 / ...' where the prediction has no
+    information. The measurement now stands with its interval, a miss is counted only where the
+    intervals are apart, and medians only where the prediction has information."""
+    [fine] = [s for s in prose.prediction_findings(tables_in(FIXTURE))
+              if s.startswith("tiny-fine ")]
+    assert "B=1: 1.19 [0.77, 1.85] measured, 0.30 [0.00, 0.78] predicted" in fine
+    assert "0 of 1 measurements inside" not in fine and "0.325" not in fine
+    assert ("of the 1 measured batch size(s) where the prediction has information, 1 not "
+            "separated from the predicted interval (the point outside it, the measured interval "
+            "not apart from it)") in fine
+    assert "predicted medians, where the prediction has information, 0.303 at B=1 (" in fine
+    # apart: the measured interval clear of the predicted one; none with information
+    sm = tables.read_csv(FIXTURE / "step_model.csv")
+    sm = sm[sm["model"] == "tiny-fine"]
+    apart = sm.assign(speedup_measured_low=sm["speedup_measured_low"] + 0.1)
+    tables.write_table(apart, tmp_path / "step_model", {"config_hash": "x"})
+    [fine] = prose.prediction_findings(tables_in(tmp_path))
+    assert ("where the prediction has information, 1 outside the predicted interval, the "
+            "measured interval apart from it;") in fine
+    tables.write_table(sm.assign(no_information=True), tmp_path / "step_model",
+                       {"config_hash": "x"})
+    [fine] = prose.prediction_findings(tables_in(tmp_path))
+    assert "no measured batch size where the prediction has information" in fine
+    assert ("predicted medians, where the prediction has information, none (no information at "
+            "any measured batch size)") in fine and "0.303" not in fine

@@ -920,12 +920,27 @@ def measured_findings(td: Tables) -> list[str]:
     return out
 
 
+def _against_prediction(r) -> str:
+    """Where a measured speedup lies against the predicted 95% interval: "inside" (its point in
+    it), "outside" (its own interval apart from it) or "open" (neither: not separated)."""
+    lo, hi = _interval(r, "speedup_measured")
+    if r["speedup_low"] <= r["speedup_measured"] <= r["speedup_high"]:
+        return "inside"
+    return "outside" if hi < r["speedup_low"] or lo > r["speedup_high"] else "open"
+
+
+AGAINST = {"inside": "inside the predicted interval",
+           "outside": "outside the predicted interval, the measured interval apart from it",
+           "open": "not separated from the predicted interval (the point outside it, the "
+                   "measured interval not apart from it)"}
+
+
 def prediction_findings(td: Tables) -> list[str]:
     """The step model's prediction beside the measurement, one line per model with both: the
-    speedup at each measured batch size, inside or outside the predicted 95% interval where the
-    prediction has information (TE's interval short of its whole physical range), the predicted
-    medians without a shape read from them, the prediction's shape as its draws decide it, and
-    the measured shape."""
+    speedup at each measured batch size with its interval, inside, outside or not separated from
+    the predicted 95% interval (_against_prediction) where the prediction has information (TE's
+    interval short of its whole physical range), the predicted medians there without a shape
+    read from them, the prediction's shape as its draws decide it, and the measured shape."""
     out = []
     sm = load(td, "step_model")
     studied = set(published.load("hardware")["gpu"])
@@ -935,10 +950,11 @@ def prediction_findings(td: Tables) -> list[str]:
         # where the step model said nothing (stepmodel.summarise's own flag, not recomputed)
         blind = g["no_information"].astype(bool)
         seen = g[~blind]
-        inside = [(r["speedup_low"] <= r["speedup_measured"] <= r["speedup_high"])
-                  for _, r in seen.iterrows()]
+        against = [_against_prediction(r) for _, r in seen.iterrows()]
         pts = ", ".join(
-            f"B={int(r['batch'])}: {r['speedup_measured']:.2f} measured, "
+            f"B={int(r['batch'])}: "
+            f"{_with_interval(r['speedup_measured'], *_interval(r, 'speedup_measured'), 2)} "
+            "measured, "
             + ("no information predicted (TE's 95% interval spans its whole range)" if nothing
                else f"{r['speedup_predicted']:.2f} [{r['speedup_low']:.2f}, "
                     f"{r['speedup_high']:.2f}] predicted")
@@ -946,12 +962,12 @@ def prediction_findings(td: Tables) -> list[str]:
         hw = g["hardware"].iloc[0]
         where = (f"on {hw}" if hw in studied else
                  f"on {hw}, where it is an uncalibrated roofline (calibrated on the study's GPUs)")
-        b = [int(x) for x in g["batch"]]
         whole = sm[sm["model"] == model]["batch"].astype(int)
-        count = (f"{sum(inside)} of {len(inside)} measurements inside the predicted interval"
-                 + (f" (the {len(inside)} batch size(s) with information)" if blind.any()
-                    else "") if inside else "no measured batch size where the prediction has "
-                 "information")
+        count = (f"of the {len(against)} measured batch size(s)"
+                 + (" where the prediction has information" if blind.any() else "") + ", "
+                 + ", ".join(f"{against.count(k)} {words}" for k, words in AGAINST.items()
+                             if k in against)
+                 if against else "no measured batch size where the prediction has information")
         tau = ""
         if "tau_measured" in g and np.isfinite(g["tau_measured"]).any():
             lo, hi = float(g["tau_predicted_low"].iloc[0]), float(g["tau_predicted_high"].iloc[0])
@@ -960,12 +976,14 @@ def prediction_findings(td: Tables) -> list[str]:
             tau = (f"; acceptance length {drawn} in the prediction against "
                    f"{meas.min():.2f}" + (f"–{meas.max():.2f}" if meas.max() > meas.min() else "")
                    + " in the sweep (the speedup scales with it)")
-        out.append(f"{model} (step model {where}): {pts}; {count}{tau}; predicted medians over "
-                   f"the measured batch sizes {min(b)}–{max(b)} "
-                   f"{' / '.join(f'{v:.3f}' for v in g['speedup_predicted'])} (no shape is read "
-                   f"from medians); over batch {whole.min()}–{whole.max()} the prediction's "
-                   f"shape, decided over its draws, is {g['shape_predicted'].iloc[0]}; the "
-                   f"measured one {g['shape_measured'].iloc[0]}")
+        medians = (", ".join(f"{r['speedup_predicted']:.3f} at B={int(r['batch'])}"
+                             for _, r in seen.iterrows())
+                   if not seen.empty else "none (no information at any measured batch size)")
+        out.append(f"{model} (step model {where}): {pts}; {count}{tau}; predicted medians, where "
+                   f"the prediction has information, {medians} (no shape is read from medians); "
+                   f"over batch {whole.min()}–{whole.max()} the prediction's shape, decided over "
+                   f"its draws, is {g['shape_predicted'].iloc[0]}; the measured one "
+                   f"{g['shape_measured'].iloc[0]}")
     return out
 
 
