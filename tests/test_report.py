@@ -148,9 +148,10 @@ def test_the_comparison_sentence_says_a_run_pools_its_held_out_slices(tmp_path):
     said = prose.comparison_findings(tables_in(tmp_path))
     assert said[:2] == [
         "tiny (compared with Mixtral-8x7B) on its main set pooled with its held-out slices (25% "
-        "of its windows held out): step-1 overlap along the committed sequence 0.400 vs 0.355",
+        "of its windows held out): step-1 overlap along the committed sequence 0.400 (no "
+        "interval) vs 0.355",
         "synth (compared with Mixtral-8x7B): step-1 overlap along the committed sequence 0.400 "
-        "vs 0.355"]
+        "(no interval) vs 0.355"]
     (tmp_path / "heldout_overlap.csv").unlink()
     assert prose.comparison_findings(tables_in(tmp_path))[0].startswith(
         "tiny (compared with Mixtral-8x7B) on its main set pooled with its held-out slices (bench "
@@ -286,10 +287,11 @@ def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
     assert row.endswith(f"| shown | {row.split(' | shown | ')[1].split(' | ')[0]} | yes: above "
                         f"the matched control by {decay} |")
     ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
-    seq1 = ob[ob["model"] == "tiny-fine"]["seq1"].iloc[0]
+    seq1 = ob[ob["model"] == "tiny-fine"][["seq1", "seq1_low", "seq1_high"]].iloc[0]
     assert (f"tiny-fine (compared with Qwen2-57B) on its main set pooled with its held-out slices "
             f"(29% of its windows held out): step-1 overlap along the committed sequence "
-            f"{seq1:.3f} vs 0.204") in index
+            f"{seq1['seq1']:.3f} [{seq1['seq1_low']:.3f}, {seq1['seq1_high']:.3f}] vs 0.204") \
+        in index
     st = tables.read_csv(FIXTURE / "overlap_by_status.csv")
     loops = st[st["model"] == "tiny-fine"]["repetitive_windows_pct"].iloc[0]
     assert f"tiny-fine's output repeats a token in {loops:.0f}% of its windows" in index
@@ -1426,3 +1428,35 @@ def test_the_prediction_beside_the_measurement_gives_its_intervals(tmp_path):
     assert "no measured batch size where the prediction has information" in fine
     assert ("predicted medians, where the prediction has information, none (no information at "
             "any measured batch size)") in fine and "0.303" not in fine
+
+
+def test_the_comparison_gives_the_reproduced_values_interval(tmp_path):
+    """'temporal share of step-1 overlap 0.717 vs 0.724' dropped the reproduced value's 95%
+    interval [0.710, 0.717], which leaves the published value out: the comparison carries each
+    reproduced value's interval from its table (reproduced_low/high) and the sentence gives it."""
+    td = tables_in(FIXTURE)
+    study = {"tiny-fine": {"study": "Qwen2-57B", "precision": None, "tp": None, "gpu": "CPU"},
+             "synth-fine": {"study": "Qwen3-30B", "precision": "bf16", "tp": 1, "gpu": "H100"}}
+    report.comparison_stage(Named({"tables": list(in_folder(FIXTURE).values())}),
+                            declared_tables(tmp_path, ["comparison"]),
+                            ComparisonParams(study=study, config_hash="x"))
+    cmp_ = tables.read_csv(tmp_path / "comparison.csv")
+    run = ["model", "drafter", "k", "dataset"]
+
+    def compared(model: str, stem: str, q: str) -> pd.Series:
+        """The row of `stem` that the comparison's `q` of `model` was read from."""
+        c = cmp_[(cmp_["model"] == model) & (cmp_["quantity"] == q)].iloc[0]
+        df = td.read(stem)
+        mine = df[(df[run] == c[run].values).all(axis=1)].iloc[0]
+        assert np.isfinite(mine[f"{q}_low"]) and (c["reproduced_low"], c["reproduced_high"]) \
+            == (mine[f"{q}_low"], mine[f"{q}_high"])
+        return mine
+
+    for model in study:
+        compared(model, "overlap_by_distance", "seq1")
+    dec = compared("synth-fine", "overlap_decomposition_step1", "sequence_temporal_share")
+    [synth] = [s for s in prose.comparison_findings(tables_in(tmp_path))
+               if s.startswith("synth-fine ")]
+    share = (f"{dec['sequence_temporal_share']:.3f} [{dec['sequence_temporal_share_low']:.3f}, "
+             f"{dec['sequence_temporal_share_high']:.3f}]")
+    assert f"temporal share of step-1 overlap {share} vs 0.724" in synth

@@ -1150,7 +1150,9 @@ def comparison_findings(td: Tables) -> list[str]:
         for table, q, name in HEADLINES:
             h = g[(g["table"] == table) & (g["quantity"] == q)]
             if not h.empty:
-                parts.append(f"{name} {h['reproduced'].iloc[0]:.3f} vs {h['published'].iloc[0]:.3f}")
+                r = h.iloc[0]
+                mine = _with_interval(r["reproduced"], *_interval(r, "reproduced"))
+                parts.append(f"{name} {mine} vs {r['published']:.3f}")
         of_runs = g[g["dataset"].apply(lambda ds: isinstance(ds, str) and ds != "")]
         note = pooled_note(td, of_runs.iloc[0]) if not of_runs.empty else ""
         if parts:

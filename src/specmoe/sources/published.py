@@ -215,6 +215,12 @@ def main_run(r: pd.Series, entry: dict) -> bool:
     return not (isinstance(ds, str) and ds and entry.get("dataset") and ds != entry["dataset"])
 
 
+def _reproduced_interval(r: pd.Series, col: str) -> dict:
+    """A reproduced value's 95% interval, from its table's <col>_low/<col>_high (NaN where it
+    has none): a point beside the published one says nothing of whether they differ."""
+    return {f"reproduced_{end}": float(r.get(f"{col}_{end}", np.nan)) for end in ("low", "high")}
+
+
 def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
     pub = load(spec.published)
     out = []
@@ -244,7 +250,8 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
                         "drafter": r.get("drafter", ""), "k": r.get("k", r.get("K")),
                         "dataset": r.get("dataset", ""), "study_model": entry["study"],
                         "key": key, "quantity": ours, "published": float(pr[theirs]),
-                        "reproduced": mine, "difference": mine - float(pr[theirs])})
+                        "reproduced": mine, **_reproduced_interval(r, ours),
+                        "difference": mine - float(pr[theirs])})
     return out
 
 
@@ -265,12 +272,13 @@ def _three_step_rows(df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
                         "drafter": r["drafter"], "k": r["k"], "dataset": r["dataset"],
                         "study_model": entry["study"], "key": f"step {i}", "quantity": "te",
                         "published": float(pr["te"]), "reproduced": float(r["te"]),
+                        **_reproduced_interval(r, "te"),
                         "difference": float(r["te"]) - float(pr["te"])})
     return out
 
 
 COLUMNS = ["table", "model", "drafter", "k", "dataset", "study_model", "key", "quantity",
-           "published", "reproduced", "difference"]
+           "published", "reproduced", "reproduced_low", "reproduced_high", "difference"]
 
 
 def comparison(tables: dict[str, pd.DataFrame], study: dict[str, dict]) -> pd.DataFrame:
