@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from specmoe.config import Config
@@ -126,3 +127,36 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
     assert len(engine) == 1 and min(engine) > max(rest)
     assert sweep["log"] == [f"logs/sweeps/{sweep['wildcards']['model']}/"
                             f"{sweep['wildcards']['drafter']}/K{sweep['wildcards']['k']}.log"]
+
+
+@pytest.mark.parametrize("case", [None, ".test/study-cpu/config.yaml"])
+def test_the_reports_benchmarks_are_those_of_every_job_of_the_dry_run_but_its_own(tmp_path,
+                                                                                  case):
+    """The report's time breakdown counts the benchmark files of the jobs its configuration
+    declares (ReportIndexParams.benchmarks: Files.benchmarks and the report rules'): exactly
+    those of the dry run's jobs (bench/dag_jobs.py), the report index's own excepted, on the
+    default and on the study's path on a CPU (downloads, prompt tables, the GPU plan, the weight
+    model)."""
+    import json
+    import subprocess
+    import sys
+
+    from snakemake.utils import update_config
+
+    from specmoe import paths as P
+    from specmoe.contracts.report import ReportIndexParams
+    from wf import copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    r = subprocess.run([sys.executable, str(REPO / "bench/dag_jobs.py"),
+                        *(["--configfile", case] if case else [])], cwd=wd,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    dag = {j["benchmark"] for j in map(json.loads, r.stdout.splitlines()) if j["benchmark"]}
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    if case:  # --configfile extends the default as Snakemake does
+        update_config(cfg, yaml.safe_load((REPO / case).read_text()))
+    params = ReportIndexParams.from_config(
+        Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml"))
+    assert P.report_benchmark("index") in dag and len(dag) > 40
+    assert set(params.benchmarks) == dag - {P.report_benchmark("index")}

@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 
 from declared import report_job
+from specmoe import paths as P
 from specmoe.contracts.report import ReportIndexParams
 from specmoe.report import timing
 from specmoe.report.summary import end_of_run
 from specmoe.routing.trace import Trace, status_for, write_trace
 from specmoe.stages import report
+from test_config import resolved
 
 HEAD = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -183,22 +185,28 @@ def test_a_file_that_is_not_a_benchmark_is_not_a_job(tmp_path):
     assert "cannot be broken down" in timing.markdown(timing.collect(tmp_path))[0]
 
 
-def test_the_reports_breakdown_counts_only_the_configurations_models(tmp_path):
-    """A benchmark left by a model dropped from the configuration (or by another configuration's
-    run in the same folder) was counted in the report's breakdown: 99 jobs became 100."""
-    root = run_dir(tmp_path)
-    bench(root, "models/tiny-fine-old.tsv", 318)
-    for stale in ("downloads/old--repo.full.tsv", "downloads/datasets/old.tsv",
-                  "prompts/old.tsv"):  # a dropped study model's download, a dropped dataset's
-        bench(root, stale, 10)
-    names = ("synth-fine", "tiny-drafter", "tiny-fine", "tokenizer", "mt-bench", "org--m")
-    assert timing.collect(root, names=names).seconds == timing.collect(run_dir(
-        tmp_path / "fresh")).seconds
-    for kept in ("downloads/org--m.config.tsv", "downloads/datasets/mt-bench.tsv",
-                 "prompts/mt-bench.tsv"):
-        bench(root, kept, 10)
-    assert timing.collect(root, names=names).jobs["inputs"] == 3
-    out = root / "results/report/index.md"
-    report.report_index_stage(*report_job(root / "results/tables", root / "results/figures", out),
-                              ReportIndexParams("abc", names=names), run_root=root)
-    assert "| train | 2 | 1 min 50 s |" in out.read_text()
+def test_the_reports_breakdown_counts_the_jobs_its_configuration_declares_alone(tmp_path):
+    """Snakemake leaves a job's previous benchmark file in place until the job ends and never
+    removes those of jobs the configuration dropped: the report counted its own job's previous
+    file (300 s) and the overlap of a dropped K and dataset of a model it still has (500 s),
+    {'analysis': 505, 'report': 312} where its jobs took {'analysis': 5, 'report': 12}."""
+    cfg = resolved()
+    params = ReportIndexParams.from_config(cfg)
+    run = cfg.models["tiny-fine"].runs()[0]
+    bench(tmp_path, P.benchmark_of(run.fill(P.OVERLAP)).removeprefix("benchmarks/"), 5)
+    bench(tmp_path, "report/tables.tsv", 12)
+    for stale, seconds in (("overlap/tiny-fine/tiny-drafter/K7/oldset.tsv", 500),
+                           ("report/index.tsv", 300),  # the report's own previous job
+                           ("models/tiny-fine-old.tsv", 318),  # a dropped model's, download's
+                           ("downloads/old--repo.full.tsv", 10),
+                           ("downloads/datasets/old.tsv", 10), ("prompts/old.tsv", 10)):
+        bench(tmp_path, stale, seconds)
+    out = tmp_path / "results/report/index.md"
+    report.report_index_stage(*report_job(tmp_path / "results/tables",
+                                          tmp_path / "results/figures", out),
+                              params, run_root=tmp_path)
+    section = out.read_text().split("### Where the time went")[1]
+    assert "| analysis | 1 | 5.0 s |" in section and "| report | 1 | 12.0 s |" in section
+    assert "| train |" not in section and "| inputs |" not in section
+    assert timing.collect(tmp_path, benchmarks=params.benchmarks).seconds == {"analysis": 5.0,
+                                                                             "report": 12.0}

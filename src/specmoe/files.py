@@ -8,12 +8,19 @@ drafter is named as in the configuration; `pattern` arguments are specmoe.paths 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import paths as P
 from .config import Config
 from .names import repo_key
 from .names import control_name
 from .runs import Run
 from .sources.prompts import BUILTIN
+
+
+def _paths(named: dict) -> list[str]:
+    """The files of a job's named inputs (each a path or a list of paths)."""
+    return [p for v in named.values() for p in ([v] if isinstance(v, str) else v)]
 
 
 class Files:
@@ -51,6 +58,49 @@ class Files:
     def profiles(self) -> list[str]:
         """Kernel profiles: one per target and drafter, at the model's first K."""
         return sorted({P.PROFILE.format(**vars(j)) for j in self.cfg.profiled()})
+
+    def benchmarks(self) -> list[str]:
+        """The benchmark file (paths.benchmark_of its output) of every job the configuration
+        declares but the report rules' tables, figures and index (named by rule:
+        paths.report_benchmark): its tiny models, controls and SD checks, each run's trace and
+        analyses, the sweeps, profiles and predictions, and the downloads, prompt tables and GPU
+        plan that these jobs read. Sorted, each once."""
+        from .contracts import Named
+        from .contracts.analysis import SynthFitParams
+        from .contracts.engines import CaptureParams, ProfileParams, SweepArParams, SweepSdParams
+        from .contracts.report import PlanParams, WeightModelParams
+
+        cfg = self.cfg
+        runs, swept = cfg.runs(), cfg.sweep_runs()
+        tiny = self.targets()[1:]
+        outs = [P.TOKENIZER, *tiny] if tiny else []
+        outs += [P.SYNTH_FIT.format(model=n) for n in cfg.names("synthetic")
+                 if SynthFitParams.fitted(cfg, n)]
+        outs += [r.fill(p) for r in runs for p in (P.TRACE, P.OVERLAP, P.IPF, P.COSTMODEL,
+                                                   P.ACCEPTANCE)]
+        outs += [r.fill(p) for r in swept for p in (P.SWEEP_SD, P.SPEEDUP)]
+        outs += [P.SWEEP_AR.format(model=d) for d in cfg.served] + self.profiles()
+        outs += [P.PREDICT.format(model=m) for m in cfg.predicted]
+        # what these jobs read that a job makes: downloads, prompt tables and the GPU plan (each
+        # engine job's inputs from its record, given the wildcards its output path has)
+        engine = [(CaptureParams, r.as_dict()) for r in runs
+                  if cfg.models[r.model].source in ("tiny", "hf") and r.model not in cfg.controls]
+        engine += [(rec, {"model": j.model, "drafter": j.drafter, "k": j.k})
+                   for rec, jobs in ((SweepSdParams, swept), (ProfileParams, cfg.profiled()))
+                   for j in jobs]
+        engine += [(SweepArParams, {"model": d}) for d in cfg.served]
+        reads = [rec.inputs(cfg, self, Named(w)) for rec, w in engine]
+        reads += [self.predict_inputs(m) for m in cfg.predicted]
+        reads += [{"checkpoint": self.checkpoint(r.model)} for r in runs]
+        reads += [WeightModelParams.inputs(cfg)] if cfg.hf else []
+        planned = any(P.PLAN_JSON in _paths(named) for named in reads)
+        reads += [PlanParams.inputs(cfg)] if planned else []
+        made = sorted({p for named in reads for p in _paths(named)
+                       if p.startswith(("results/downloads/", "results/prompts/"))})
+        made += [P.DATASET_DOWNLOAD.format(dataset=Path(p).stem) for p in made
+                 if p.startswith("results/prompts/")]
+        out = {P.benchmark_of(p) for p in [*outs, *made]}
+        return sorted(out | ({P.report_benchmark("plan")} if planned else set()))
 
     # --- what one job reads ----------------------------------------------------------------------
 

@@ -42,26 +42,26 @@ class ReportIndexParams:
     """Rule report_index: results/report/index.md, index.html and summary.txt (outputs md, html,
     summary; specmoe.stages.report.report_index_stage): every table of the report (inputs tables,
     their CSVs, and markdown) and every figure (input figures, PNG), as `inputs` lists them. It
-    depends on the configuration's hash, which the report names, and on the names of its models,
-    drafters, downloads and datasets (`names`): its time breakdown counts only their jobs'
-    benchmark files (timing.job_name), not those a model or dataset dropped from the
-    configuration, or another configuration's run, left in benchmarks/."""
+    depends on the configuration's hash, which the report names, and on the benchmark files of
+    every job the configuration declares but its own (`benchmarks`: specmoe.files.Files.
+    benchmarks and the report rules'): its time breakdown counts only those, not the files a
+    dropped model, K or dataset, or another configuration's run, left in benchmarks/, nor its
+    own job's previous file (Snakemake replaces it only once the job ends)."""
 
     INPUTS = ("tables", "markdown", "figures")
     OUTPUTS = ("md", "html", "summary")
     STAGE = "specmoe.stages.report.report_index_stage"
 
     config_hash: str
-    names: tuple[str, ...] | None = None
+    benchmarks: tuple[str, ...] | None = None
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "ReportIndexParams":
-        from ..names import repo_key
+        from ..files import Files
 
-        models = {*cfg.models, *(m["name"] for m in cfg.raw["models"]), *cfg.drafters}
-        return cls(config_hash=config_hash(cfg.raw), names=tuple(sorted(
-            {*models, P.TOKENIZER.rsplit("/", 1)[-1], *cfg.datasets,
-             *(repo_key(cfg.entry(n)) for n in models if cfg.entry(n).get("repo_id"))})))
+        rules = {registry.TABLES[t][1] for t in report_tables(cfg)} | {"figures"}
+        return cls(config_hash=config_hash(cfg.raw), benchmarks=tuple(sorted(
+            [*Files(cfg).benchmarks(), *(P.report_benchmark(r) for r in rules)])))
 
     @staticmethod
     def inputs(cfg) -> dict[str, list[str]]:

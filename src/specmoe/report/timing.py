@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,19 +28,6 @@ FOLDERS = {"models": "train", "sd_check": "serve", "sweeps": "serve", "traces": 
 # the output a benchmark mirrors (specmoe.paths.benchmark_of drops its extension)
 OUTPUT_EXT = {"sd_check": ".json", "sweeps": ".json", "traces": ".parquet", "profiles": ".json"}
 ENGINE_JOBS = ("serve", "capture", "profile")  # the stages whose jobs start engines
-
-
-def job_name(rel: Path) -> str | None:
-    """The model, drafter, download or dataset a benchmark (its path under benchmarks/) is of:
-    <folder>/<model>[.tsv|/...], downloads/<repo key>.<mode>.tsv, downloads/datasets/<dataset>.tsv,
-    prompts/<dataset>.tsv; None for the report's own jobs."""
-    parts = rel.parts
-    if len(parts) < 2 or parts[0] == "report":
-        return None
-    if parts[:2] == ("downloads", "datasets") and len(parts) > 2:
-        return parts[2].removesuffix(".tsv")
-    name = parts[1].removesuffix(".tsv")
-    return name.rsplit(".", 1)[0] if parts[0] == "downloads" else name
 
 
 @dataclass
@@ -156,19 +144,21 @@ def _trace_stage(rec: dict | None) -> str:
 
 
 def collect(root: str | Path = ".", since: float | None = None,
-            names: tuple[str, ...] | None = None) -> Breakdown:
+            benchmarks: Iterable[str] | None = None) -> Breakdown:
     """The breakdown of the jobs whose benchmark files lie under root/benchmarks (those written
-    at or after `since`, a time.time(), where given: one invocation's jobs; with `names`, only
-    those of these models, drafters, downloads and datasets: job_name)."""
+    at or after `since`, a time.time(), where given: one invocation's jobs; with `benchmarks`,
+    paths under root, only these: the jobs a configuration declares, ReportIndexParams.
+    benchmarks, for Snakemake leaves a job's previous benchmark file in place until the job
+    ends and never removes those of the jobs a configuration dropped)."""
     root = Path(root)
     b = Breakdown()
-    for tsv in sorted((root / "benchmarks").rglob("*.tsv")):
+    found = (sorted((root / "benchmarks").rglob("*.tsv")) if benchmarks is None
+             else [root / p for p in sorted(set(benchmarks)) if (root / p).is_file()])
+    for tsv in found:
         if since is not None and tsv.stat().st_mtime < since:
             continue
         rel = tsv.relative_to(root / "benchmarks")
         folder = rel.parts[0] if len(rel.parts) > 1 else ""
-        if names is not None and job_name(rel) not in (None, *names):
-            continue  # a model or dataset this configuration does not have
         stage = FOLDERS.get(folder, "other")
         try:
             s = job_seconds(tsv)

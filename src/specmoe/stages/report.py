@@ -190,7 +190,7 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
             lines += [f"## {section}", "", *block]
     measured = sorted({line for p in tables.by_stem(inputs.tables).values()
                        for line in tables.read_provenance(p).get("measured", [])})
-    lines += provenance_section(prov, measured, run_root, params.names)
+    lines += provenance_section(prov, measured, run_root, params.benchmarks)
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {json.dumps(prov, default=str)} -->\n")
     write_text(html, to_html(text, out.parent))
@@ -198,11 +198,12 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
 
 
 def provenance_section(prov: dict, measured: list[str], run_root,
-                       names: tuple[str, ...] | None = None) -> list[str]:
+                       benchmarks: tuple[str, ...] | None = None) -> list[str]:
     """How the run was made: its configuration, where its measurements were made (measured:
     the tables' `measured` lines), the report job's packages and machine, and, with run_root,
     where its time went, by stage, from the jobs' benchmark files under run_root/benchmarks
-    (every job that left one, this report's own job excepted: it is still running)."""
+    (those of `benchmarks`, the jobs the configuration declares, this report's own job excepted:
+    it is still running; where not given, every file there)."""
     hw = prov.get("hardware") or {}
     lines = ["## Provenance", "",
              f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.",
@@ -219,7 +220,7 @@ def provenance_section(prov: dict, measured: list[str], run_root,
             "Each job's wall time from its Snakemake benchmark file (benchmarks/), summed by "
             "stage, with engine start-up split off where the job's output records it; the "
             "report's own job is still running and is not counted.", "",
-            *timing.markdown(timing.collect(run_root, names=names))]
+            *timing.markdown(timing.collect(run_root, benchmarks=benchmarks))]
 
 
 def run_summary(index: Path, opening: str, html=None) -> str:
