@@ -86,20 +86,9 @@ def test_the_tables_say_which_runs_are_controls_from_the_results_not_the_names(t
     control = Run("baseline-0", "d", 3, "x")
     lookalike = Run("fine-random", "d", 3, "x")
     ovs = [_overlap(target), _overlap(control, "fine"), _overlap(lookalike)]
-    ipf = {"prediction": {k: 3.0 for k in ("uniform_sequence", "uniform_window",
-                                           "skewed_window")},
-           "relative_error": {k: 0.0 for k in ("uniform_sequence", "uniform_window",
-                                               "skewed_window")},
-           "converged": {"a": True}, "n_clipped": {"a": 0},
-           "n_unconverged_experts": {"skewed_window": 0},
-           "n_infeasible_experts": {"skewed_window": 0}}
-    paths = []
-    for i, ov in enumerate(ovs):
-        for kind, obj in (("overlap", ov), ("ipf", ipf)):
-            p = tmp_path / f"{kind}{i}.json"
-            p.write_text(json.dumps(obj))
-            paths.append(p)
-    dfs = build_tables(paths[0::2], paths[1::2], [], [])
+    dfs = build_tables(_written(tmp_path, "overlap", ovs),
+                       _written(tmp_path, "ipf", [_ipf(r) for r in (target, control, lookalike)]),
+                       [], [])
     ob = dfs["overlap_by_distance"]
     assert list(ob.columns[:5]) == ["model", "drafter", "k", "dataset", "control_of"]
     assert ob["control_of"].notna().tolist() == [False, True, False]
@@ -111,6 +100,38 @@ def test_the_tables_say_which_runs_are_controls_from_the_results_not_the_names(t
     assert control_models(read) == {"fine": "baseline-0"}
     assert read["run"].tolist() == ["fine/d/K3/x", "baseline-0/d/K3/x", "fine-random/d/K3/x"]
     assert read["label"].tolist() == ["fine, K=3, x", "baseline-0, K=3, x", "fine-random, K=3, x"]
+
+
+def _ipf(run: Run, prediction: float = 3.0) -> dict:
+    """The parts of an IPF result that rule tables reads."""
+    keys = ("uniform_sequence", "uniform_window", "skewed_window")
+    return {"run": run.as_dict(), "prediction": {k: prediction for k in keys},
+            "relative_error": {k: 0.0 for k in keys}, "converged": {"a": True},
+            "n_clipped": {"a": 0}, "n_unconverged_experts": {"skewed_window": 0},
+            "n_infeasible_experts": {"skewed_window": 0}}
+
+
+def _written(where, kind: str, results: list[dict]) -> list:
+    out = []
+    for i, obj in enumerate(results):
+        out.append(where / f"{kind}{i}.json")
+        out[-1].write_text(json.dumps(obj))
+    return out
+
+
+def test_overlap_and_ipf_results_pair_by_the_run_each_records(tmp_path):
+    """The unique-experts table set each run's overlaps beside the IPF fit at the same place of
+    the other list (zip): right only while both lists came in one order, and a run without its
+    fit silently lost its row."""
+    a, b, c = (Run(m, "d", 3, "x") for m in ("a", "b", "c"))
+    ovs = _written(tmp_path, "overlap", [_overlap(r) for r in (a, b, c)])
+    ips = _written(tmp_path, "ipf", [_ipf(c, 7.0), _ipf(a, 5.0), _ipf(b, 6.0)])
+    ue = build_tables(ovs, ips, [], [])["unique_experts"]
+    assert ue[["model", "ipf_uniform_sequence"]].values.tolist() == [["a", 5.0], ["b", 6.0],
+                                                                     ["c", 7.0]]
+    with pytest.raises(InputError, match=r"^the overlap and IPF results are not of the same "
+                                         r"runs \(overlap alone: b/d/K3/x; IPF alone: none\)$"):
+        build_tables(ovs, [ips[0], ips[1]], [], [])
 
 
 def test_a_table_that_cannot_say_which_runs_are_controls_is_an_error():

@@ -7,9 +7,12 @@ the configuration); the readers take control-ness from there, never from a model
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from ..provenance import read_json
 from ..runs import Run, dataset_parts
 from . import registry, tables
@@ -65,12 +68,25 @@ def build_tables(overlap_jsons, ipf_jsons, cost_jsons, acc_jsons) -> dict[str, p
         _add_overlap_rows(t, ov, heldout_of.get(Run.of(ov["run"]), {}), ctl)
         t["prompt_fit"] += prompt_fit_rows(run_cols(ov["run"], ctl), ov.get("prompting"))
     add_share_leads(t["matched_controls"], ovs)
-    t["unique_experts"] += [unique_experts_row(ov, ip, ctl) for ov, ip in zip(ovs, ips)]
+    t["unique_experts"] += [unique_experts_row(ov, ip, ctl) for ov, ip in by_run(ovs, ips)]
     for cm in cms:
         _add_cost_rows(t, cm, ctl)
     for ac in accs:
         _add_acceptance_rows(t, ac, ctl)
     return {k: in_order(pd.DataFrame(v)) for k, v in t.items()}
+
+
+def by_run(ovs: list[dict], ips: list[dict]) -> list[tuple[dict, dict]]:
+    """Each run's overlap results with its IPF fit, paired by the run each records (not by their
+    places in the two lists), in the overlaps' order; results of different runs are an error."""
+    runs_ov = [Run.of(ov["run"]) for ov in ovs]
+    ip_of = {Run.of(ip["run"]): ip for ip in ips}
+    a, b = Counter(runs_ov), Counter(Run.of(ip["run"]) for ip in ips)
+    if a != b:
+        raise InputError("the overlap and IPF results are not of the same runs (overlap alone: "
+                         f"{', '.join(map(str, a - b)) or 'none'}; IPF alone: "
+                         f"{', '.join(map(str, b - a)) or 'none'})")
+    return [(ov, ip_of[r]) for ov, r in zip(ovs, runs_ov)]
 
 
 def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict,
