@@ -47,6 +47,33 @@ def test_no_fitted_value_leaves_its_physical_range(rows):
     assert stepmodel.StepParams(node_us=40.0).outside_ranges() == ["node_us"]
 
 
+def test_the_draws_of_each_unfitted_term_centre_on_the_value_the_fit_used():
+    """The fit, the leave-one-model-out fits and TE's error hold each unfitted mechanism at its
+    value, so the intervals draw it around that value: the draws' median is the value (a plain
+    uniform over attn_seq_gbs's lopsided range put it at 3235 GB/s against 1143)."""
+    rng = np.random.default_rng(0)
+    draws = [stepmodel.draw_params(rng, (stepmodel.StepParams(),)) for _ in range(20000)]
+    for k, m in stepmodel.MECHANISMS.items():
+        if not m.fitted:
+            values = [getattr(d, k) for d in draws]
+            assert m.low <= min(values) and max(values) <= m.high
+            assert abs(np.median(values) - m.value) <= 0.02 * (m.high - m.low), k
+
+
+def test_predict_without_a_te_error_centres_on_the_calibrated_te():
+    """With no TE error of its own, predict's median TE at batch 1 is the calibrated model's
+    (Qwen3-30B fp8 TP 2: 0.702; uniform draws over the ranges gave 0.751)."""
+    cal = stepmodel.calibration()
+    hw = stepmodel.study_hardware("H100")
+    dims = stepmodel.study_model_dims("Qwen3-30B", "fp8", 2)
+    ov, _ = stepmodel.study_overlaps(dims, 3, "Qwen3-30B")
+    te = stepmodel.target_efficiency(dims, hw, 3, 1, stepmodel.unique_verify(dims, ov.mean(0), 1),
+                                     dims.top_k, "EAGLE-3", cal.params)
+    res = stepmodel.predict(dims, hw, 3, "EAGLE-3", [1, 32], cal.params, 0.0, ov, (2.5, 2.5),
+                            fits=cal.lomo_fits)
+    assert res["te"][0] == pytest.approx(te, abs=0.02)
+
+
 def test_a_model_left_out_is_not_seen(rows):
     """Moving one model's published TE moves nobody's fitted parameters for that model's own
     prediction, and does move the others' (their fits see it)."""
