@@ -342,3 +342,46 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
     assert planner.runtime("sweep_ar", {"model": "qwen2-0.5b"}) == alone["runtime_min"]
     assert planner.runtime("sweep_ar", {"model": "mixtral-draft"}) is None  # not planned
     assert Files(c).plan_config("qwen2-0.5b") == []
+
+
+def test_the_gpu_plan_bills_a_capture_for_the_prompts_the_capture_runs(tmp_path, study_drafters):
+    """A capture runs every distinct prompt of its dataset, at most `capture.prompts`
+    (stages.traces.distinct_prompts): without `capture.prompts` the plan bills ShareGPT's capture
+    for its max_prompts, 2560, as with `prompts: 2560` (it billed 80, and the SLURM limit fell
+    below the real work), Aya's for 80 per language; a dataset whose size is not known before
+    the download (MT-Bench) is not estimated: its runtime is the model's `gpu.runtime`, and
+    plan.md says so."""
+    import yaml
+
+    from specmoe.config import Config
+    from specmoe.contracts import Named
+    from specmoe.contracts.report import PlanParams
+    from specmoe.names import job_label
+    from specmoe.stages.report import plan_stage
+    from wf import REPO
+
+    raw = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    name = "qwen3-235b-fp8-tp4"
+
+    def bill(prompts, tag):
+        capture = {k: v for k, v in raw["capture"].items() if k != "prompts"}
+        c = Config.load({**raw, "capture": {**capture, **({"prompts": prompts} if prompts else {})}},
+                        REPO / "workflow/schemas/config.schema.yaml")
+        out = Named({"md": tmp_path / f"{tag}.md", "json": tmp_path / f"{tag}.json"})
+        plan_stage(Named({}), out, PlanParams.from_config(c))
+        jobs = json.loads((tmp_path / f"{tag}.json").read_text())["jobs"]
+        rows = {j["dataset"]: j for j in jobs if j["model"] == name and j["rule"] == "capture"}
+        return rows, (tmp_path / f"{tag}.md").read_text(), c
+
+    unset, md, c = bill(None, "unset")
+    for ds, n in (("sharegpt", 2560), ("aya", 400)):
+        assert c.capture_prompts(name, ds) == n
+        capped, _, _ = bill(n, str(n))
+        assert unset[ds]["estimated"] and unset[ds]["hours"] == pytest.approx(capped[ds]["hours"])
+    assert bill(80, "80")[0]["sharegpt"]["hours"] < unset["sharegpt"]["hours"] / 2
+    assert c.capture_prompts(name, "mt-bench") is None
+    assert not unset["mt-bench"]["estimated"]
+    assert unset["mt-bench"]["runtime_min"] == c.gpu_resources(name)["runtime"]
+    job = unset["mt-bench"]
+    label = job_label("capture", name, job["drafter"], job["k"], "mt-bench")
+    assert label in md.split("Not estimated:")[1].split("\n")[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import paths as P
+from ..kinds import kind
 from ..provenance import config_hash
 from ..report import registry
 from ..runs import datasets_in
@@ -256,8 +257,10 @@ class PlanParams:
 def plan_entry(cfg, name: str) -> dict:
     """What the GPU plan needs of one study model, or of a draft model served alone (`dense`: its
     own config.json, TP 1, in its checkpoint's format, on its first target's hardware): its engine
-    jobs as the rules run them, the datasets they serve and, on a GPU, each job's engine (for its
-    memory headroom)."""
+    jobs as the rules run them, the datasets they serve, the prompts each capture runs
+    (Config.capture_prompts; None where not known before the download, and then the runtime its
+    jobs fall back to, `gpu.runtime`) and, on a GPU, each job's engine (for its memory
+    headroom)."""
     from dataclasses import asdict
 
     jobs, entry = cfg.engine_jobs(name), cfg.entry(name)
@@ -272,5 +275,8 @@ def plan_entry(cfg, name: str) -> dict:
             **what,
             "schedules": {ds: [list(p) for p in cfg.sweep_schedule(ds)]
                           for ds in what["datasets"]},
+            "capture_prompts": {j.dataset: cfg.capture_prompts(name, j.dataset) for j in jobs
+                                if kind(j.rule).stage == "capture"},
+            "runtime": cfg.gpu_resources(name)["runtime"],
             "gpus": cfg.gpus(name), "jobs": [vars(j) for j in jobs],
             "engines": [asdict(cfg.engine_of(j)) for j in jobs] if cfg.on_gpu(name) else []}

@@ -112,9 +112,13 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
              params: StepParams, prompt_tokens: dict[str, float] | None = None) -> list[dict]:
     """The estimates of one model's GPU jobs. model: its `jobs` ({rule, drafter, k, dataset}, as
     the workflow's rules run them, specmoe.config.Config.engine_jobs), `datasets`, `schedules`
-    (each dataset's (batch, prompts) points in its series, Config.sweep_schedule) and `gpus` (TP
-    on a GPU, none on a CPU); prompt_tokens: each dataset's mean prompt length in tokens (prefill
-    is left out for a dataset without one)."""
+    (each dataset's (batch, prompts) points in its series, Config.sweep_schedule),
+    `capture_prompts` (the prompts each capture's dataset gives it, Config.capture_prompts; None
+    or absent: not known before the download), `runtime` (the runtime in minutes its jobs take
+    where the plan has no estimate: `gpu.runtime`) and `gpus` (TP on a GPU, none on a CPU);
+    prompt_tokens: each dataset's mean prompt length in tokens (prefill is left out for a dataset
+    without one). A capture whose prompts are not known is not estimated: its row takes
+    `runtime` as its runtime and hours, `estimated` False."""
     known = prompt_tokens or {}
 
     def ptok(ds: str) -> float:  # "a+b": the datasets together
@@ -142,15 +146,18 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
                    for b in prof["batch_sizes"])
         return int(prof["engines"]) * (2 * boot + 3 * secs)
 
-    def capture_s(k, ds, p):  # every distinct prompt once, at most `prompts` (80 if not capped)
+    def capture_s(k, ds, p):  # every distinct prompt once (Config.capture_prompts)
         seqs = int(cap["max_num_seqs"])
-        return boot + series_s(dims, hw, [(seqs, int(cap.get("prompts") or 80))],
+        return boot + series_s(dims, hw, [(seqs, int(model["capture_prompts"][ds]))],
                                int(cap["max_tokens"]), k, a, p, ptok(ds))
 
     loop = sd_loop()
     for j in model["jobs"]:
         rule, k = j["rule"], j["k"]
         what = kind(rule)
+        if what.stage == "capture" and not (model.get("capture_prompts") or {}).get(j["dataset"]):
+            rows.append(unestimated(name, j, gpus, int(model["runtime"])))
+            continue
 
         # an SD series measures its target without SD too (specmoe.stages.measure.sweep_stage):
         # both arms' points, and on a GPU two start-ups, one engine after the other (the arms
@@ -170,8 +177,20 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
                      "sd_loop_hours": (seconds - bare) / 3600,
                      "sd_loop_hours_high": (high - bare) / 3600,
                      "runtime_min": max(a.min_runtime,
-                                        math.ceil(a.safety * max(seconds, high) / 60))})
+                                        math.ceil(a.safety * max(seconds, high) / 60)),
+                     "estimated": True})
     return rows
+
+
+def unestimated(name: str, job: dict, gpus: int, runtime_min: int) -> dict:
+    """The row of a job the plan cannot estimate (a capture of a dataset whose size is not known
+    before its download): the runtime it falls back to (`gpu.runtime`) as its runtime, and as
+    its hours the most it may take, with no SD loop hours apart."""
+    hours = runtime_min / 60
+    return {"rule": job["rule"], "model": name, "drafter": job["drafter"], "k": job["k"],
+            "dataset": job["dataset"], "gpus": gpus, "hours": hours, "gpu_hours": hours * gpus,
+            "sd_loop_hours": None, "sd_loop_hours_high": None, "runtime_min": runtime_min,
+            "estimated": False}
 
 
 PLAN_ENGINE = "vllm"  # the engine the workflow serves every model with

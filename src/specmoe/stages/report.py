@@ -305,6 +305,7 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
     by_model = pd.DataFrame([{"model": m, "gpu_hours": h}
                              for m, h in s["gpu_hours_by_model"].items()])
     on_cpu = sorted({r["model"] for r in rows if not r["gpus"]})
+    unestimated = [_label(r) for r in rows if not r["estimated"]]
     gpu_jobs = sum(1 for r in rows if r["gpus"])
     prompts = ", ".join(f"{ds} {t:,.0f} ({sources[ds][1]})" for ds, t in ptok.items())
     lines = ["# GPU plan of this configuration", "",
@@ -329,6 +330,11 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
              "in it (below 0: vLLM queues part of that batch).", "",
              *([f"Not in this plan: {', '.join(unplanned)} (no `repo_id`, so no config.json to "
                 "size them from); they cannot run until one is set.", ""] if unplanned else []),
+             *([f"Not estimated: {', '.join(unestimated)} (a capture runs every distinct prompt "
+                "of its dataset, whose size is not known before the download: set "
+                "`capture.prompts` or the dataset's `max_prompts`); each takes its model's "
+                "`gpu.runtime` as its runtime, and as its hours the most it may take (`estimated` "
+                "false).", ""] if unestimated else []),
              *([f"On a CPU, no GPU: {', '.join(on_cpu)} (hardware whose device is cpu); their "
                 "jobs are listed with 0 GPUs and the hours of the step model on that hardware.", ""]
                if on_cpu else []),
