@@ -1199,15 +1199,43 @@ def test_shapes_from_the_studys_rule_are_scored_apart_from_measured_curves(tmp_p
     """'1 of 5 shapes right' counted two shapes the study's N/k rule gives, not curves it
     measured (the table's own caption says so)."""
     rows = [{"model": m, "published_shape": s, "published_by": by, "step_model_shape": p,
-             "agrees": s == p}
-            for m, s, by, p in (("A", "concave", "the model's own curve", "concave"),
-                                ("B", "peak at low batch", "the model's own curve", "concave"),
-                                ("C", "peak at low batch", "the study's N/k rule", "concave"))]
+             "agrees": s == p, "nk_rule_agrees": s == rule,
+             "constant_agrees": s == "peak at low batch"}
+            for m, s, by, p, rule in (
+                ("A", "concave", "the model's own curve", "concave", "concave"),
+                ("B", "peak at low batch", "the model's own curve", "concave", "peak at low batch"),
+                ("C", "peak at low batch", "the study's N/k rule", "concave", "peak at low batch"))]
     pd.DataFrame(rows).to_csv(tmp_path / "step_model_shapes.csv", index=False)
     words = " ".join(prose.calibration_findings(tables_in(tmp_path)))
     assert "1 of 2 curves the study measured right (B: published peak at low batch, " \
            "predicted concave)" in words
     assert "0 of 1 shapes the study's N/k rule gives (not measured curves) right" in words
+
+
+def test_the_step_model_is_shown_beside_its_baselines_on_te_and_shapes(tmp_path):
+    """The text gave the step model's TE error beside the weight model's only (the mean
+    baseline's, 0.115 against its 0.086, was in the table alone), and its shapes without any
+    baseline ('1 of 3 curves the study measured right', where the study's N/k rule gets 3 and a
+    peak at low batch for every model 2): the step model's shape table carries both baselines,
+    and the text gives each one's count and the mean baseline's TE error."""
+    from specmoe.report.predicted import calibration_tables
+
+    tables = calibration_tables()
+    shp = tables["step_model_shapes"]
+    own = shp[shp["published_by"] == "the model's own curve"]
+    assert list(own["nk_rule_agrees"]) == [True] * 3
+    assert int(own["constant_agrees"].sum()) == 2 and set(shp["constant_shape"]) == {
+        "peak at low batch"}
+    for stem in ("step_model_calibration", "step_model_shapes"):
+        tables[stem].to_csv(tmp_path / f"{stem}.csv", index=False)
+    te, shapes = prose.calibration_findings(tables_in(tmp_path))
+    cal = tables["step_model_calibration"]
+    mean = cal[cal["in_table_10"]]["mean_baseline_error"].abs().mean()
+    assert f"the mean baseline's (the other models' mean TE of its method family and " \
+           f"granularity) {mean:.3f}" in te
+    assert "of 3 curves the study measured right" in shapes
+    assert "against 3 of 3 by the study's N/k rule and 2 of 3 by a peak at low batch for " \
+           "every model" in shapes
 
 
 def test_the_three_step_correction_flags_what_te_three_ways_flags():

@@ -809,6 +809,17 @@ def draft_ratio_curve(dims: ModelDims, hw: Hardware, k_draft: int, batch_sizes, 
 RULE_MADE_SHAPES = frozenset({"GLM-4.7-Flash", "GPT-OSS-120B"})
 
 
+def nk_rule_shape(dims: ModelDims) -> str:
+    """The study's N/k rule as a baseline of the shapes: a fine-grained model (N/k >=
+    FINE_GRAINED) peaks at low batch, a coarse-grained one is concave (speedup_shapes.csv: the
+    one concave curve of Figure 1 is its one coarse-grained model)."""
+    return "peak at low batch" if granularity(dims) == "fine" else "concave"
+
+
+# The plainest baseline of the shapes: every curve peaks at low batch, whatever the model.
+CONSTANT_SHAPE = "peak at low batch"
+
+
 def shape_rows() -> list[dict]:
     """The speedup curves the study shows with their published shapes (K = 3, each model on its
     configuration: published/speedup_shapes.csv), each with what no parameter changes: its

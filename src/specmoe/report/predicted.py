@@ -56,8 +56,10 @@ def calibration_tables() -> dict[str, pd.DataFrame]:
     parameters fitted without that model's rows, and for TE the two baselines fitted the same way
     (the mean TE of the other models' Table 10 rows of its method family and granularity; the
     weight model, which fits nothing) (`step_model_calibration`); each speedup curve the study
-    shows with its published shape beside the shape predicted the same way, the shapes the study
-    gives by its N/k rule rather than from the model's own curve marked (`step_model_shapes`)."""
+    shows with its published shape beside the shape predicted the same way and the two
+    baselines' (the study's N/k rule, stepmodel.nk_rule_shape; every curve peaking at low batch,
+    stepmodel.CONSTANT_SHAPE), the shapes the study gives by its N/k rule rather than from the
+    model's own curve marked (`step_model_shapes`)."""
     cal = stepmodel.calibration()
     rows, shapes = stepmodel.calibration_rows(), stepmodel.shape_rows()
     full = cal.params
@@ -86,6 +88,10 @@ def calibration_tables() -> dict[str, pd.DataFrame]:
                     else "the model's own curve",
                     "step_model_shape": lo["predicted"],
                     "agrees": lo["predicted"] == r["published"],
+                    "nk_rule_shape": stepmodel.nk_rule_shape(r["dims"]),
+                    "nk_rule_agrees": stepmodel.nk_rule_shape(r["dims"]) == r["published"],
+                    "constant_shape": stepmodel.CONSTANT_SHAPE,
+                    "constant_agrees": stepmodel.CONSTANT_SHAPE == r["published"],
                     "step_model_shape_all": stepmodel.predict_shape(r, full),
                     "peak_batch": r["batches"][int(np.argmax(curve))],
                     "speedup_over_tau_batch1": curve[0], "speedup_over_tau_peak": max(curve),

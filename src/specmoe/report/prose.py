@@ -988,8 +988,10 @@ def prediction_findings(td: Tables) -> list[str]:
 
 
 def calibration_findings(td: Tables) -> list[str]:
-    """The step model's leave-one-model-out error on the study's Table 10 beside the weight
-    model's, and its shapes beside the study's."""
+    """The step model's leave-one-model-out error on the study's Table 10 beside its two
+    baselines' (the mean TE of the other models' rows, the weight model), and its shapes beside
+    the study's, with the two shape baselines' counts (the study's N/k rule; every curve peaking
+    at low batch)."""
     out = []
     cal = load(td, "step_model_calibration")
     goal = cal[cal["in_table_10"].astype(bool)] if not cal.empty else cal
@@ -997,24 +999,31 @@ def calibration_findings(td: Tables) -> list[str]:
         out.append(f"step model on the study's {len(goal)} Table 10 configurations, each "
                    "predicted without its own model's rows: mean absolute TE error "
                    f"{goal['error'].abs().mean():.3f} (largest {goal['error'].abs().max():.3f}, "
-                   f"{goal.loc[goal['error'].abs().idxmax(), 'model']}); the weight model's "
+                   f"{goal.loc[goal['error'].abs().idxmax(), 'model']}); the mean baseline's "
+                   "(the other models' mean TE of its method family and granularity) "
+                   f"{goal['mean_baseline_error'].abs().mean():.3f}, the weight model's "
                    f"{goal['weight_model_error'].abs().mean():.3f}")
     shp = load(td, "step_model_shapes")
     if not shp.empty:
         # a shape the study measured on the model's own curve, apart from one its N/k rule gives
-        own = (shp["published_by"].astype(str) == "the model's own curve" if "published_by" in shp
-               else pd.Series(True, index=shp.index))
+        own = shp["published_by"].astype(str) == "the model's own curve"
         parts = []
-        for sel, what in ((own, "curves the study measured"),
-                          (~own, "shapes the study's N/k rule gives (not measured curves)")):
-            g = shp[sel]
+        for measured, what in ((True, "curves the study measured"),
+                               (False, "shapes the study's N/k rule gives (not measured curves)")):
+            g = shp[own == measured]
             if g.empty:
                 continue
+            right = {c: int((g[c].astype(str) == "True").sum())
+                     for c in ("agrees", "nk_rule_agrees", "constant_agrees")}
             agree = g["agrees"].astype(str) == "True"
             miss = "; ".join(f"{r['model']}: published {r['published_shape']}, predicted "
                              f"{r['step_model_shape']}" for _, r in g[~agree].iterrows())
-            parts.append(f"{int(agree.sum())} of {len(g)} {what} right"
-                         + (f" ({miss})" if miss else ""))
+            parts.append(f"{right['agrees']} of {len(g)} {what} right"
+                         + (f" ({miss})" if miss else "")
+                         + f", against {right['nk_rule_agrees']} of {len(g)} by the study's N/k "
+                         f"rule{'' if measured else ' (by construction)'} and "
+                         f"{right['constant_agrees']} of {len(g)} by a peak at low batch for "
+                         "every model")
         out.append("step model on the speedup shapes the study states, each predicted without "
                    "its own model's rows and shape: " + "; ".join(parts))
     return out
