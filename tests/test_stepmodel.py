@@ -74,6 +74,21 @@ def test_predict_without_a_te_error_centres_on_the_calibrated_te():
     assert res["te"][0] == pytest.approx(te, abs=0.02)
 
 
+def test_the_fit_does_not_stop_on_a_kink_of_the_efficiency_cap(rows):
+    """The MoE kernel's efficiency cap puts kinks in the objective: from the stated values alone
+    the fit without Qwen2-57B stopped at moe_cta_gbs 111.021 (cost 0.090291), above the cost at
+    the point a fit from another start reaches (0.089786); a fit ending a hair inside a bound
+    (catchup_passes 0.99999) sits on it."""
+    others = [r for r in rows if r["model"] != "Qwen2-57B"]
+    cost = lambda p: 0.5 * float(np.sum(np.square(stepmodel.residuals(others, p))))  # noqa: E731
+    there = stepmodel.StepParams(moe_cta_gbs=200.0, node_us=4.857, verify_draft_model=1.5,
+                                 catchup_passes=1.0)
+    assert cost(stepmodel.fit(others)) <= cost(there) + 1e-9
+    near = stepmodel.StepParams(moe_cta_gbs=60.0, node_us=3.0, verify_draft_model=0.5,
+                                catchup_passes=0.99999)
+    assert stepmodel.at_bound(near) == {"catchup_passes": "high"}
+
+
 def test_a_model_left_out_is_not_seen(rows):
     """Moving one model's published TE moves nobody's fitted parameters for that model's own
     prediction, and does move the others' (their fits see it)."""
