@@ -342,6 +342,31 @@ def test_eagle3_drafts_on_its_own_vocabulary():
 
 
 
+def test_an_eagle_head_is_priced_in_its_own_dtype_an_mtp_layer_in_the_targets():
+    """vLLM gives an EAGLE/EAGLE-3 head its own quantisation (get_draft_quant_config: the draft
+    model's config, quantization None unless the speculative config names one), so a bf16 head
+    beside an fp8 target runs in bf16; only MTP takes the target's quantisation. The head was
+    priced in the target's fp8. Read from vLLM's own source (its CUDA models do not run here)."""
+    import importlib.util
+    from pathlib import Path
+
+    vllm = Path(importlib.util.find_spec("vllm").submodule_search_locations[0])
+    for head in ("llama_eagle.py", "llama_eagle3.py"):
+        assert "get_draft_quant_config(vllm_config)" in (
+            vllm / "model_executor" / "models" / head).read_text()
+    spec = (vllm / "config" / "speculative.py").read_text()
+    mtp = spec[spec.index('if self.method == "mtp":'):spec.index('elif self.method == "dspark"')]
+    assert "self.quantization = self.target_model_config.quantization" in mtp
+    for model, precision, tp, method in (("Mixtral-8x7B", "fp8", 1, "EAGLE"),
+                                         ("Qwen3-30B", "fp8", 2, "EAGLE-3")):
+        target = stepmodel.study_model_dims(model, precision, tp)
+        assert target.dtype.startswith("fp8") and target.base_dtype == "bf16"
+        head = stepmodel.drafter_dims(target, method, None)
+        assert (head.dtype, head.dense_dtype) == ("bf16", "bf16")
+        mtp = stepmodel.drafter_dims(target, "MTP", None)
+        assert (mtp.dtype, mtp.dense_dtype) == (target.dtype, target.dense_dtype)
+
+
 def test_the_predict_rule_gives_a_stand_in_the_prior_not_its_compared_study_models_overlaps(
         tmp_path):
     """A model compared with a study model of other k and N (a CPU stand-in, as in

@@ -933,9 +933,12 @@ EAGLE3_DRAFT_VOCAB = 32000  # the draft vocabulary of published EAGLE-3 heads (d
 def drafter_dims(target: ModelDims, method: str, draft: ModelDims | None) -> ModelDims:
     """The drafter's dimensions: a separate draft model's own (`draft`, also an EAGLE head's own
     config.json), else one layer on the target's hidden size: an EAGLE/EAGLE-3 head (the
-    target's attention and its k experts' width as one dense FFN; EAGLE-3's LM head has
-    `draft_vocab_size` rows, 32,000 where its config is not given, and its fc layer fuses three
-    hidden states) or an MTP layer (one of the target's MoE layers, on the target's LM head).
+    target's attention and its k experts' width as one dense FFN, in the target's checkpoint
+    dtype: vLLM gives an EAGLE head its own quantisation, none for a bf16 head, whatever the
+    target's, get_draft_quant_config; EAGLE-3's LM head has `draft_vocab_size` rows, 32,000
+    where its config is not given, and its fc layer fuses three hidden states) or an MTP layer
+    (one of the target's MoE layers, on the target's LM head, in the target's format: vLLM's MTP
+    takes the target's quantisation).
     One layer of softmax attention: its KV cache and attention FLOPs are the mean of the
     target's attention layers (a sliding window or a recurrent state is not the drafter's)."""
     family = FAMILIES.get(method)
@@ -961,6 +964,7 @@ def drafter_dims(target: ModelDims, method: str, draft: ModelDims | None) -> Mod
         one.update(vocab_size=min(target.vocab_size, EAGLE3_DRAFT_VOCAB),
                    attention_params=target.attention_params + 3 * target.hidden ** 2)
     return ModelDims(**{**target.to_dict(), **one, "num_experts": 1, "top_k": 1,
+                        "dtype": target.base_dtype, "dense_dtype": target.base_dtype,
                         "shared_intermediate": 0,
                         "expert_intermediate": target.top_k * target.expert_intermediate
                         + target.shared_intermediate})
