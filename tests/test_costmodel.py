@@ -365,7 +365,8 @@ def test_the_gpu_plan_bills_a_capture_for_the_prompts_the_capture_runs(tmp_path,
 
     def bill(prompts, tag):
         capture = {k: v for k, v in raw["capture"].items() if k != "prompts"}
-        c = Config.load({**raw, "capture": {**capture, **({"prompts": prompts} if prompts else {})}},
+        given = {"prompts": prompts} if prompts else {}
+        c = Config.load({**raw, "capture": {**capture, **given}},
                         REPO / "workflow/schemas/config.schema.yaml")
         out = Named({"md": tmp_path / f"{tag}.md", "json": tmp_path / f"{tag}.json"})
         plan_stage(Named({}), out, PlanParams.from_config(c))
