@@ -40,6 +40,21 @@ def test_committed_sequence_is_one_chain():
     assert np.all(np.diff(seq.mean(axis=0)) < 0.005)  # falls (up to noise) with distance
 
 
+def test_the_closed_form_truth_of_uniform_loads_is_what_a_long_trace_measures():
+    """synth.uniform_truth, which the baselines' coverage test takes as the truth: a trace of
+    400 requests from the process with uniform loads measures its step-1 overlap along the
+    committed sequence and its independence baseline (within 3 standard errors, ~0.002)."""
+    from specmoe.routing.synth import uniform_truth
+
+    tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=3, stickiness=0.4, skew=0.0,
+                              requests=400, steps=30, accept_prob=0.7, seed=2))
+    t = uniform_truth(32, 4, 0.4)
+    seq, _ = trace_sequence_overlap(tr, 1)
+    assert seq[:, 0].mean() == pytest.approx(t["step1"], abs=0.002)
+    assert window_stats(tr, shuffle_seed=None).independence.mean() == pytest.approx(
+        t["independent"], abs=0.0005)
+
+
 @pytest.mark.parametrize("study,n,k", [("Qwen3-30B", 128, 8), ("Mixtral-8x7B", 8, 2)])
 def test_fitted_process_matches_the_published_curve(study, n, k):
     """Fitted from the study's Table 17 alone, the generator's committed-sequence overlap is

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .overlap import (LEVEL, N_BOOT, _percentiles, _resampled_independence, _sequence_sums,
-                      _status_pair_pass, _window_pair_pass, committed_sequences, request_loads,
+from .overlap import (LEVEL, N_BOOT, _percentiles, _sequence_sums, _status_pair_pass,
+                      _window_pair_pass, committed_sequences, corrected_resamples, request_loads,
                       status_contrast)
 from .trace import ACCEPTED, COMMITTED, Trace
 
@@ -69,7 +69,7 @@ def _statistics(tr: Trace, ids: np.ndarray, w: np.ndarray) -> dict[str, np.ndarr
     req_ids, loads, tokens = request_loads(tr)
     if not np.array_equal(req_ids, ids):
         raise ValueError("the traces' requests differ")
-    _, ind = _resampled_independence(w, loads, tokens, k)
+    _, ind = corrected_resamples(w, loads, tokens, k)  # as the overlap stage reports it
     with np.errstate(invalid="ignore", divide="ignore"):
         seq = (w @ per_seq) / (w @ seq_pairs * k)
         out["seq_excess"] = seq[:, 0] - ind

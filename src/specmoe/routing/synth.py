@@ -352,6 +352,23 @@ def _chain_sets(num_experts: int, top_k: int, skew: float, stickiness: float, sp
     return np.stack(seq)
 
 
+def uniform_truth(num_experts: int, top_k: int, stickiness: float) -> dict[str, float]:
+    """The true independence baseline, step-1 overlap along the committed sequence, its excess
+    and temporal share of the process with uniform loads (skew 0), no topics (topic_spread 0)
+    and no tie of acceptance to overlap: the baseline is k/N, and each adjacent pair of
+    committed tokens is one step of the chain, which keeps m ~ Binomial(k, s) of the k experts
+    and draws the k - m free slots uniformly from the N - m not kept (each dropped expert among
+    them with probability (k - m) / (N - m)). What the statistics' coverage is checked against."""
+    from scipy.stats import binom
+
+    n, k = num_experts, top_k
+    m = np.arange(k + 1)
+    step1 = float((binom.pmf(m, k, stickiness) * (m + (k - m) ** 2 / (n - m))).sum() / k)
+    ind = k / n
+    return {"independent": ind, "step1": step1, "excess": step1 - ind,
+            "temporal_share": (step1 - ind) / step1}
+
+
 def chain_curve(num_experts: int, top_k: int, skew: float, stickiness: float, spread: float,
                 switch: float, distances: int = 4, rows: int = 256, length: int = 24,
                 seed: int = 0) -> tuple[np.ndarray, float]:

@@ -111,8 +111,9 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
-    summary = ws.summary()
     seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr, SEQUENCE_DISTANCES)
+    # the baseline bias-corrected over requests, as its interval is (sequence_intervals)
+    summary = ws.summary(seq_ci["independence"])
     summary.update(overlap.sequence_summary(seq, seq_pairs, ws, seq_ci))
     # the requests' pieces of the IPF's input and of the unique experts it predicts, which the
     # ipf stage resamples for the interval of its error
