@@ -72,6 +72,24 @@ def test_synth_then_analyze(tmp_path):
     assert "step1" in text and "draft_position" in text
 
 
+def test_analyze_gives_the_overlap_stages_bias_corrected_baseline(tmp_path):
+    """`specmoe analyze` and the workflow's overlap stage give one trace the same independence
+    baseline, temporal overlap and share (the jackknife bias-corrected baseline: the command
+    printed the plug-in one, biased up)."""
+    from specmoe.contracts import Named
+    from specmoe.stages.analysis import overlap_stage
+
+    out = tmp_path / "t.parquet"
+    assert run("synth", "--out", str(out), "--layers", "2", "--requests", "6", "--steps", "8",
+               "--stickiness", "0.5").returncode == 0
+    res = json.loads(run("analyze", str(out), "--json").stdout)
+    overlap_stage(Named({"trace": str(out)}), Named({"json": str(tmp_path / "ov.json")}),
+                  Named({"batch_sizes": [1], "shuffle_seed": 0}))
+    stage = json.loads((tmp_path / "ov.json").read_text())["summary"]
+    for key in ("independent", "temporal", "temporal_share"):
+        assert res[key] == pytest.approx(stage[key], abs=1e-12), key
+
+
 @pytest.mark.parametrize("args,needle", [
     (["ipf", "--experts-per-token", "9", "--n", "8", "--overlaps", "0.3"], "k=9 exceeds N=8"),
     (["ipf", "--experts-per-token", "8", "--n", "128", "--overlaps", "0.3,1.4"], "[0, 1]"),
