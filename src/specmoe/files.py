@@ -32,14 +32,17 @@ class Files:
     def targets(self) -> list[str]:
         """The report, the GPU plan of the study's models (Config.planned: no job reads it), and
         the tiny models with their controls and SD checks."""
+        return [P.REPORT_MD] + ([P.PLAN_MD] if self.cfg.planned else []) + self.tiny_targets()
+
+    def tiny_targets(self) -> list[str]:
+        """The tiny models with their drafters, controls and SD checks."""
         cfg = self.cfg
-        out = [P.REPORT_MD] + ([P.PLAN_MD] if cfg.planned else [])
         tiny = cfg.tiny_targets
         if not tiny:
-            return out
+            return []
         drafters = sorted({d for m in tiny.values() for d in m.drafters})
         k, dataset = cfg.sd_check_run()
-        out += [P.model(n) for n in [*tiny, *drafters]]
+        out = [P.model(n) for n in [*tiny, *drafters]]
         out += [P.model(control_name(n)) for n in tiny]
         out += [Run(m, d, k, dataset).fill(P.SD_CHECK)
                 for m, target in tiny.items() for d in target.drafters]
@@ -63,8 +66,8 @@ class Files:
         """The benchmark file (paths.benchmark_of its output) of every job the configuration
         declares but the report rules' tables, figures and index (named by rule:
         paths.report_benchmark): its tiny models, controls and SD checks, each run's trace and
-        analyses, the sweeps, profiles and predictions, and the downloads, prompt tables and GPU
-        plan that these jobs read. Sorted, each once."""
+        analyses, the sweeps, profiles and predictions, the downloads and prompt tables that
+        these jobs read, and the GPU plan where models are planned. Sorted, each once."""
         from .contracts import Named
         from .contracts.analysis import SynthFitParams
         from .contracts.engines import CaptureParams, ProfileParams, SweepArParams, SweepSdParams
@@ -72,7 +75,7 @@ class Files:
 
         cfg = self.cfg
         runs, swept = cfg.runs(), cfg.sweep_runs()
-        tiny = self.targets()[1:]
+        tiny = self.tiny_targets()
         outs = [P.TOKENIZER, *tiny] if tiny else []
         outs += [P.SYNTH_FIT.format(model=n) for n in cfg.names("synthetic")
                  if SynthFitParams.fitted(cfg, n)]
@@ -81,8 +84,8 @@ class Files:
         outs += [r.fill(p) for r in swept for p in (P.SWEEP_SD, P.SPEEDUP)]
         outs += [P.SWEEP_AR.format(model=d) for d in cfg.served] + self.profiles()
         outs += [P.PREDICT.format(model=m) for m in cfg.predicted]
-        # what these jobs read that a job makes: downloads, prompt tables and the GPU plan (each
-        # engine job's inputs from its record, given the wildcards its output path has)
+        # what these jobs read that a job makes: downloads and prompt tables (each engine job's
+        # inputs from its record, given the wildcards its output path has)
         engine = [(CaptureParams, r.as_dict()) for r in runs
                   if cfg.models[r.model].source in ("tiny", "hf") and r.model not in cfg.controls]
         engine += [(rec, {"model": j.model, "drafter": j.drafter, "k": j.k})
@@ -93,7 +96,7 @@ class Files:
         reads += [self.predict_inputs(m) for m in cfg.predicted]
         reads += [{"checkpoint": self.checkpoint(r.model)} for r in runs]
         reads += [WeightModelParams.inputs(cfg)] if cfg.hf else []
-        planned = any(P.PLAN_JSON in _paths(named) for named in reads)
+        planned = bool(cfg.planned)  # the plan: a target of its own where models are planned
         reads += [PlanParams.inputs(cfg)] if planned else []
         made = sorted({p for named in reads for p in _paths(named)
                        if p.startswith(("results/downloads/", "results/prompts/"))})
