@@ -158,11 +158,29 @@ def test_each_speedup_row_says_what_its_sweep_ran_on(tmp_path):
     machine the speedup job (a login node) ran on."""
     sp = speedup("d1", 0.8, 2.5, 1.6)
     login = {"cpu": "Intel Xeon", "cpu_count": 8}
-    for measured, device in (({"gpus": ["NVIDIA H100 80GB HBM3"]}, "cuda"),
-                             ({"cpu": "AMD EPYC", "cpu_count": 2}, "cpu")):
-        sp["provenance"] = {"hardware": login, "measured": {"hardware": measured}}
+    h100 = {"gpus": ["NVIDIA H100 80GB HBM3"]}
+    for measured, device in (({"hardware": h100, "engine": "vllm 0.32.0 (cuda)"}, "cuda"),
+                             ({"hardware": {"cpu": "AMD EPYC", "cpu_count": 2},
+                               "engine": "vllm 0.32.0 (cpu)"}, "cpu")):
+        sp["provenance"] = {"hardware": login, "measured": measured}
         t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
         assert list(t["device"]) == [device]
     del sp["provenance"]  # no record of where it ran: not guessed
     t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
     assert t["device"].isna().all()
+
+
+def test_a_cpu_sweep_on_a_node_with_a_gpu_is_a_cpu_sweep(tmp_path):
+    """The device is the one the sweep's engine ran on (engine_label's suffix), not whether its
+    machine had a GPU: vLLM's CPU build on a GPU node was labelled cuda. An engine that names no
+    device is refused (every sweep's record names one)."""
+    from specmoe.errors import InputError
+
+    sp = speedup("d1", 0.8, 2.5, 1.6)
+    sp["provenance"] = {"measured": {"hardware": {"gpus": ["NVIDIA H100 80GB HBM3"]},
+                                     "engine": "vllm 0.32.0 (cpu)"}}
+    t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
+    assert list(t["device"]) == ["cpu"]
+    sp["provenance"]["measured"]["engine"] = "vllm 0.32.0"
+    with pytest.raises(InputError, match="names no device"):
+        build_measured_tables([dump(tmp_path, "s", sp)], [], [])

@@ -114,13 +114,19 @@ def derived(source: dict, config: Any = None, also: tuple[dict, ...] = (),
 
 def measured_device(rec: dict) -> str | None:
     """The device a file's measurement was made on, from its provenance record (a derived file's
-    `measured` record): "cuda" on a machine with GPUs, else "cpu" (the machine measured_on names;
-    the words of runtime.engine.device), None where the record has no hardware. A sweep's job
-    runs on another node than the report's."""
-    hw = (rec.get("measured") or rec).get("hardware")
-    if not hw:
+    `measured` record): the one its engine ran on, as engine_label wrote it ("vllm X (cpu)"), not
+    whether the machine had a GPU (vLLM's CPU build on a GPU node measures the CPU); None where
+    the record names no engine (a file from before measurements kept theirs). A sweep's job runs
+    on another node than the report's."""
+    engine = (rec.get("measured") or rec).get("engine")
+    if not engine:
         return None
-    return "cuda" if hw.get("gpus") else "cpu"
+    device = engine.rpartition("(")[2].rstrip(")")
+    if device not in ("cpu", "cuda"):
+        from .errors import InputError
+
+        raise InputError(f"measurement's engine {engine!r} names no device (cpu or cuda)")
+    return device
 
 
 def measured_on(rec: dict) -> list[str]:
