@@ -57,6 +57,23 @@ def test_a_study_models_config_only_download_is_read_for_the_plan_where_not_ship
     assert files("config.yaml").plan_config("tiny-fine") == []  # not planned
 
 
+def test_the_gpu_plans_entries_name_the_config_only_download_exactly_where_it_reads_one():
+    """Whether a planned model's size comes from its config-only download is decided once
+    (Files.plan_config): the plan's entries named it for every study model, shipped ones
+    included, and the plan decided again whether to read it."""
+    from test_preflight import only, paper
+
+    from specmoe.contracts.report import PlanParams
+
+    for cfg in (paper(), paper(only("glm-4.7-flash-bf16-tp1", repo_id="example/unshipped-moe"))):
+        entries = PlanParams.from_config(cfg).entries
+        assert entries and any(e["name"] in cfg.hf for e in entries)
+        for e in entries:
+            assert e["manifest"] == (Files(cfg).plan_config(e["name"]) or [None])[0], e["name"]
+    assert [e["manifest"] for e in entries] == [
+        "results/downloads/example--unshipped-moe.config.json"]
+
+
 def test_the_gpu_plan_reads_only_the_config_files_the_package_does_not_ship():
     paper = files("config/paper.yaml")
     from specmoe.checks.preflight import shipped_config

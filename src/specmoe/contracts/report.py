@@ -220,7 +220,8 @@ class PlanParams:
 
     entries: per planned model or draft model served alone (Config.planned), its engine jobs as
     the rules run them and, on a GPU, each job's engine (for its memory headroom), with its
-    config-only `manifest` (None: read from the Hugging Face cache); config: what the bill reads
+    config-only `manifest` where it reads one (Files.plan_config; None: the package's config.json,
+    or the Hugging Face cache's); config: what the bill reads
     of the configuration (the engine sections, `plan`, the Ks and the resolved hardware);
     unplanned: those it cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens,
     where the number comes from)} of the planned engines' datasets."""
@@ -237,10 +238,13 @@ class PlanParams:
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "PlanParams":
+        from ..files import Files
+
+        files = Files(cfg)
         entries = [plan_entry(cfg, n) for n in cfg.planned]
         datasets = datasets_in(ds for e in entries for ds in e["datasets"])
-        return cls(entries=[{**e, "manifest": config_json(cfg, e["name"])
-                             if e["name"] in cfg.hf else None} for e in entries],
+        return cls(entries=[{**e, "manifest": (files.plan_config(e["name"]) or [None])[0]}
+                            for e in entries],
                    config={**{k: cfg.raw[k] for k in cls.CONFIG_KEYS if k in cfg.raw},
                            "hardware": cfg.hardware},
                    unplanned=[n for n in cfg.plan_engines if n not in cfg.planned],

@@ -225,13 +225,14 @@ def model_rows(entry: dict, config: dict, a: PlanAssumptions, params: StepParams
                prompt_tokens: dict[str, float]) -> list[dict]:
     """The estimates of one planned model's GPU jobs (job_rows), from an entry of the plan
     (specmoe.contracts.report.PlanParams.entries) and its config.json read offline. Its config-only
-    download (`manifest`), where the package ships no config.json, must exist: FileNotFoundError
-    naming it else (a GPU job's runtime that reads it is left to be decided once it does)."""
-    from ..checks.preflight import offline_config, shipped_config
+    download (`manifest`, set where the package ships no config.json) must exist:
+    FileNotFoundError naming it else (a GPU job's runtime that reads it is left to be decided once
+    it does)."""
+    from ..checks.preflight import offline_config
     from .hfconfig import check_precision, dense_dims_from_config, dims_from_config
 
     name, manifest = entry["name"], entry.get("manifest")
-    if manifest and shipped_config(entry["repo_id"]) is None and not os.path.exists(manifest):
+    if manifest and not os.path.exists(manifest):
         raise FileNotFoundError(errno.ENOENT, f"model {name}: no config-only download yet",
                                 manifest)
     cfg, why = offline_config({"repo_id": entry["repo_id"], "revision": entry.get("revision")},
