@@ -146,6 +146,29 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
                             f"{sweep['wildcards']['drafter']}/K{sweep['wildcards']['k']}.log"]
 
 
+def test_the_captured_models_and_the_jobs_benchmarks_are_those_of_the_capture_rule():
+    """The models the engine captures (Config.captured: the capture rule's wildcard constraint,
+    workflow/rules/traces.smk) are the tiny and study models but the controls, and
+    Files.benchmarks lists their captures' downloads and no report rule's benchmark (the GPU
+    plan's is the report's, ReportIndexParams')."""
+    from specmoe import paths as P
+    from specmoe.contracts.report import ReportIndexParams
+
+    from snakemake.utils import update_config
+
+    default = files("config.yaml")
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())  # --configfile extends the default
+    update_config(raw, yaml.safe_load((REPO / ".test/study-cpu/config.yaml").read_text()))
+    study = Files(Config.load(raw, REPO / "workflow/schemas/config.schema.yaml"))
+    assert default.cfg.captured == [n for n in default.cfg.names("tiny")
+                                    if not default.cfg.models[n].control_of]
+    assert "tiny-fine" in default.cfg.captured and "tiny-fine-random" not in default.cfg.captured
+    assert (REPO / "workflow/rules/traces.smk").read_text().count("one_of(CFG.captured)") == 1
+    assert study.cfg.planned and set(study.cfg.hf) <= set(study.cfg.captured)
+    assert not [b for b in study.benchmarks() if b.startswith("benchmarks/report/")]
+    assert P.report_benchmark("plan") in ReportIndexParams.from_config(study.cfg).benchmarks
+
+
 @pytest.mark.parametrize("case", [None, ".test/study-cpu/config.yaml"])
 def test_the_reports_benchmarks_are_those_of_every_job_of_the_dry_run_but_its_own(tmp_path,
                                                                                   case):

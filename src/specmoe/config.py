@@ -224,6 +224,12 @@ class Config:
         return [n for n, m in self.models.items() if m.control_of]
 
     @property
+    def captured(self) -> list[str]:
+        """The models whose engine captures their traces (rule capture): tiny and study models,
+        not the controls, which read their targets' windows."""
+        return [n for n in self.names("tiny") + self.names("hf") if n not in self.controls]
+
+    @property
     def tiny_drafters(self) -> dict[str, Drafter]:
         return {n: d for n, d in self.drafters.items() if d.source == "tiny"}
 

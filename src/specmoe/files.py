@@ -64,10 +64,10 @@ class Files:
 
     def benchmarks(self) -> list[str]:
         """The benchmark file (paths.benchmark_of its output) of every job the configuration
-        declares but the report rules' tables, figures and index (named by rule:
+        declares but the report rules' (tables, figures, the GPU plan, the index: named by rule,
         paths.report_benchmark): its tiny models, controls and SD checks, each run's trace and
-        analyses, the sweeps, profiles and predictions, the downloads and prompt tables that
-        these jobs read, and the GPU plan where models are planned. Sorted, each once."""
+        analyses, the sweeps, profiles and predictions, and the downloads and prompt tables that
+        these jobs and the plan read. Sorted, each once."""
         from .contracts import Named
         from .contracts.analysis import SynthFitParams
         from .contracts.engines import CaptureParams, ProfileParams, SweepArParams, SweepSdParams
@@ -86,8 +86,8 @@ class Files:
         outs += [P.PREDICT.format(model=m) for m in cfg.predicted]
         # what these jobs read that a job makes: downloads and prompt tables (each engine job's
         # inputs from its record, given the wildcards its output path has)
-        engine = [(CaptureParams, r.as_dict()) for r in runs
-                  if cfg.models[r.model].source in ("tiny", "hf") and r.model not in cfg.controls]
+        captured = set(cfg.captured)
+        engine = [(CaptureParams, r.as_dict()) for r in runs if r.model in captured]
         engine += [(rec, {"model": j.model, "drafter": j.drafter, "k": j.k})
                    for rec, jobs in ((SweepSdParams, swept), (ProfileParams, cfg.profiled()))
                    for j in jobs]
@@ -96,14 +96,12 @@ class Files:
         reads += [self.predict_inputs(m) for m in cfg.predicted]
         reads += [{"checkpoint": self.checkpoint(r.model)} for r in runs]
         reads += [WeightModelParams.inputs(cfg)] if cfg.hf else []
-        planned = bool(cfg.planned)  # the plan: a target of its own where models are planned
-        reads += [PlanParams.inputs(cfg)] if planned else []
+        reads += [PlanParams.inputs(cfg)] if cfg.planned else []
         made = sorted({p for named in reads for p in _paths(named)
                        if p.startswith(("results/downloads/", "results/prompts/"))})
         made += [P.DATASET_DOWNLOAD.format(dataset=Path(p).stem) for p in made
                  if p.startswith("results/prompts/")]
-        out = {P.benchmark_of(p) for p in [*outs, *made]}
-        return sorted(out | ({P.report_benchmark("plan")} if planned else set()))
+        return sorted({P.benchmark_of(p) for p in [*outs, *made]})
 
     # --- what one job reads ----------------------------------------------------------------------
 

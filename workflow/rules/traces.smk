@@ -14,9 +14,7 @@ rule capture:
     benchmark:
         P.benchmark_of(P.TRACE)
     wildcard_constraints:
-        model=one_of(
-            [n for n in CFG.names("tiny") + CFG.names("hf") if n not in CFG.controls]
-        ),
+        model=one_of(CFG.captured),
     priority: ENGINE_PRIORITY
     retries: 1
     conda:

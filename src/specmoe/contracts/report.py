@@ -61,6 +61,7 @@ class ReportIndexParams:
         from ..files import Files
 
         rules = {registry.TABLES[t][1] for t in report_tables(cfg)} | {"figures"}
+        rules |= {"plan"} if cfg.planned else set()  # a target of its own (Files.targets)
         return cls(config_hash=config_hash(cfg.raw), benchmarks=tuple(sorted(
             [*Files(cfg).benchmarks(), *(P.report_benchmark(r) for r in rules)])))
 
