@@ -674,6 +674,39 @@ def test_the_independence_baseline_its_excess_and_share_lie_inside_their_interva
         ob["seq_excess"] / ob["seq1"], abs=1e-12)
 
 
+def test_the_summary_without_repetition_measures_against_its_windows_corrected_baseline(
+        tmp_path):
+    """The overlap stage's summary without the windows that repeat a token measured its temporal
+    overlap against the plug-in baseline of those windows (biased up), while its intervals are
+    measured against the bias-corrected one: both are the kept windows' corrected baseline
+    (overlap.trace_independence, as the whole trace's summary is)."""
+    import json
+
+    from specmoe.contracts import Named
+    from specmoe.routing.overlap import repetitive_windows, select_windows, trace_independence
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages import analysis
+
+    tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, stickiness=0.4,
+                              requests=12, steps=12, accept_prob=0.7, skew=0.3, seed=1))
+    starts, lengths = tr.windows()
+    tok = tr.columns["token_id"]
+    for s in starts[::3][lengths[::3] > 1]:  # every third window repeats its first token
+        tok[s + 1] = tok[s]
+    rep = repetitive_windows(tr)
+    assert 0 < rep.mean() < 1
+    write_trace(tmp_path / "t.parquet", tr)
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
+                           Named({"json": tmp_path / "o.json"}),
+                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
+    nr = json.loads((tmp_path / "o.json").read_text())["summary_without_repetition"]
+    kept = select_windows(tr, ~rep)
+    ind = trace_independence(kept)
+    assert ind < float(window_stats(kept).independence.mean())  # below the plug-in
+    assert nr["independent"] == pytest.approx(ind, abs=1e-12)
+    assert nr["temporal"] == pytest.approx(nr["step1"] - ind, abs=1e-12)
+
+
 def test_the_baselines_intervals_cover_a_known_truth():
     """40 synthetic traces of 24 requests (fixed seeds) whose loads are uniform by
     construction, so that the true independence baseline is k/N and the true step-1 overlap

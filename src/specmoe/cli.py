@@ -547,7 +547,7 @@ def cmd_analyze(a) -> dict:
                  f"acceptance are means of fewer than {MIN_WINDOWS} samples, too few to read "
                  "(their sampling error is as large as the effects)")
     # the baseline bias-corrected over requests, as the overlap stage gives it
-    s = ws.summary(overlap.trace_sequence_stats(tr)[2]["independence"])
+    s = ws.summary(overlap.trace_independence(tr))
     out = {k: s[k] for k in ("num_experts", "top_k", "k_draft", "n_tokens", "n_windows",
                              "uniform", "independent", "step1", "temporal", "temporal_share",
                              "shuffle_step1")}

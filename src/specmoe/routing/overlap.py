@@ -384,39 +384,32 @@ def sequence_overlap(experts: np.ndarray, max_d: int = 8, num_experts: int | Non
                                  np.full(n_seq, t, np.int64), n, max_d)[0]
 
 
-def sequence_summary(seq: np.ndarray, pairs: np.ndarray, ws: "WindowStats",
-                     ci: dict | None = None) -> dict:
+def sequence_summary(seq: np.ndarray, pairs: np.ndarray, ws: "WindowStats", ci: dict) -> dict:
     """Layer-averaged overlap along the committed sequence beside a trace's window statistics:
-    by distance, its step 1 against the independence baseline (ci's bias-corrected one where
-    ci has it, else the window statistics' plug-in), and the verify ratio (the step-1 overlap
-    of adjacent positions inside verification windows, rejected drafts included: this
+    by distance, its step 1 against ci's bias-corrected independence baseline (ci: the sequence
+    intervals with their baselines, trace_sequence_stats), and the verify ratio (the step-1
+    overlap of adjacent positions inside verification windows, rejected drafts included: this
     pipeline's reading of the study's undefined "verify ratio", docs/method.md)."""
     ov = np.nanmean(seq, axis=0) if seq.size else np.full(0, np.nan)
-    ind = float((ci or {}).get("independence", ws.independence.mean()))
+    ind, wr = float(ci["independence"]), ci["within_request"]
     s1 = float(ov[0]) if ov.size and np.isfinite(ov[0]) else float("nan")
     out = {"sequence_by_distance": ov.tolist(), "sequence_pairs": pairs.tolist(),
            "sequence_step1": s1, "sequence_temporal": s1 - ind,
            "sequence_temporal_share": (s1 - ind) / s1 if s1 > 0 else float("nan"),
            "verify_ratio": float(ws.overlap[:, 0].mean()),
-           "hottest_share": float(ws.q.max(axis=1).max())}
-    if ci is not None:
-        out.update({"sequence_low": ci["low"], "sequence_high": ci["high"],
-                    "sequence_requests": ci["n_sequences"], "sequence_decay": ci["decay"],
-                    "sequence_decay_low": ci["decay_low"], "sequence_decay_high": ci["decay_high"],
-                    # over the resampled requests with the baseline recomputed in each (the
-                    # step-1 interval's ends with the baseline held fixed were far too narrow)
-                    "sequence_temporal_share_low": ci.get("temporal_share_low", float("nan")),
-                    "sequence_temporal_share_high": ci.get("temporal_share_high",
-                                                           float("nan")),
-                    "independent_low": ci.get("independence_low", float("nan")),
-                    "independent_high": ci.get("independence_high", float("nan"))})
-        if "within_request" in ci:
-            wr = ci["within_request"]
-            out.update({f"sequence_{key}": ci[key] for key in (
-                "excess", "excess_low", "excess_high", "excess_within", "excess_within_low",
-                "excess_within_high", "within_request")})
-            out["sequence_temporal_share_within_request"] = (s1 - wr) / s1 if s1 > 0 else \
-                float("nan")
+           "hottest_share": float(ws.q.max(axis=1).max()),
+           "sequence_low": ci["low"], "sequence_high": ci["high"],
+           "sequence_requests": ci["n_sequences"], "sequence_decay": ci["decay"],
+           "sequence_decay_low": ci["decay_low"], "sequence_decay_high": ci["decay_high"],
+           # over the resampled requests with the baseline recomputed in each (the step-1
+           # interval's ends with the baseline held fixed were far too narrow)
+           "sequence_temporal_share_low": ci["temporal_share_low"],
+           "sequence_temporal_share_high": ci["temporal_share_high"],
+           "independent_low": ci["independence_low"], "independent_high": ci["independence_high"],
+           "sequence_temporal_share_within_request": (s1 - wr) / s1 if s1 > 0 else float("nan")}
+    out.update({f"sequence_{key}": ci[key] for key in (
+        "excess", "excess_low", "excess_high", "excess_within", "excess_within_low",
+        "excess_within_high", "within_request")})
     return out
 
 
@@ -663,6 +656,15 @@ def trace_sequence_stats(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.n
     return ov, total, ci
 
 
+def trace_independence(trace: Trace) -> float:
+    """The pooled independence baseline of a trace's requests, bias-corrected over them: the one
+    trace_sequence_stats' intervals measure against (independence_corrected of
+    sequence_baselines' loads), without their resamples."""
+    rows, starts, lengths = committed_sequences(trace)
+    b = sequence_baselines(trace, rows, starts, lengths)
+    return independence_corrected(b["loads"], b["tokens"], trace.top_k)
+
+
 def request_unique(trace: Trace, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                                   np.ndarray]:
     """Per request (in the order `requests` gives them): the summed layer-mean number of distinct
@@ -731,7 +733,7 @@ class WindowStats:
     def summary(self, independent: float | None = None) -> dict:
         """Layer-averaged statistics, in the shape of the study's overlap tables. independent:
         the baseline the temporal overlap is measured against (default the plug-in sum_e q^2 / k
-        of the loads, biased up; the overlap stage gives sequence_intervals' corrected one)."""
+        of the loads, biased up; the overlap stage gives the corrected one: trace_independence)."""
         ov = self.overlap.mean(axis=0)
         ind = float(self.independence.mean()) if independent is None else float(independent)
         out = {

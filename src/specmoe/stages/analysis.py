@@ -138,7 +138,9 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     no_rep = None
     if rep.any() and (~rep).sum() >= 2:
         kept = overlap.select_windows(tr, ~rep)
-        no_rep = overlap.window_stats(kept, shuffle_seed=shuffle_seed).summary()
+        # measured against the kept windows' corrected baseline, as their intervals are
+        no_rep = overlap.window_stats(kept, shuffle_seed=shuffle_seed).summary(
+            overlap.trace_independence(kept))
         no_rep.update(window_interval_summary(overlap.window_intervals(kept, shuffle_seed)))
     # sensitivity: the sequence statistics without the requests whose output loops
     loops = overlap.looping_requests(tr)
