@@ -346,7 +346,7 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
 
 def test_the_gpu_plan_bills_a_capture_for_the_prompts_the_capture_runs(tmp_path, study_drafters):
     """A capture runs every distinct prompt of its dataset, at most `capture.prompts`
-    (stages.traces.distinct_prompts): without `capture.prompts` the plan bills ShareGPT's capture
+    (sources.prompts.distinct_prompts): without `capture.prompts` the plan bills ShareGPT's capture
     for its max_prompts, 2560, as with `prompts: 2560` (it billed 80, and the SLURM limit fell
     below the real work), Aya's for 80 per language; a dataset whose size is not known before
     the download (MT-Bench) is not estimated: its runtime is the model's `gpu.runtime`, and

@@ -83,6 +83,14 @@ def test_no_import_circle():
     assert circles == []
 
 
+def test_the_configuration_never_reaches_the_stages():
+    """The configuration layer (config) reads what it needs of the prompts from their sources
+    (sources.prompts, sources.studydata), not from a stage's module: it imported
+    stages.traces, and through it the engines' stage code."""
+    inside, _ = imports()
+    assert sorted(m for m in closure(inside, "config") if m.startswith("stages")) == []
+
+
 def test_the_library_never_imports_snakemake():
     _, outside = imports()
     assert sorted(m for m, ext in outside.items() if "snakemake" in ext) == []

@@ -80,6 +80,14 @@ def test_aya_held_out_languages_and_limit(tmp_path):
     rows = studydata.normalise("aya", spec, tmp_path)
     assert [(r["category"], r["text"]) for r in rows] == [
         ("Spanish", "uno"), ("Spanish", "dos"), ("German", "eins")]
+    # the limits the table keeps to, as the configuration reads them before the download
+    # (Config.capture_prompts): per language, and in all for the languages named
+    from specmoe.sources.prompts import prompt_limits
+
+    assert prompt_limits(spec) == (2, 4)
+    assert prompt_limits({"format": "aya", "max_prompts": 2}) == (2, None)
+    assert prompt_limits({"format": "sharegpt", "max_prompts": 3}) == (None, 3)
+    assert prompt_limits({"format": "sharegpt"}) == (None, None)
     with pytest.raises(InputError, match="no language"):
         studydata.normalise("aya", {"format": "aya", "languages": ["Klingon"]}, tmp_path)
 

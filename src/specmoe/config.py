@@ -511,11 +511,11 @@ class Config:
 
     def capture_prompts(self, name: str, dataset: str) -> int | None:
         """How many prompts a capture of `name` on `dataset` runs (each distinct prompt once, at
-        most its section's `prompts`: stages.traces.distinct_prompts), where that is known before
-        any download: the least of `prompts` and the dataset's size (each part's `max_prompts`,
-        Aya's per language times its languages; a dataset of the tiny models' prompt table, its
-        distinct prompts there). None: not known (a downloaded set without max_prompts, and no
-        `prompts`)."""
+        most its section's `prompts`: sources.prompts.distinct_prompts), where that is known
+        before any download: the least of `prompts` and the dataset's size (each part's
+        `max_prompts`: sources.prompts.prompt_limits; a dataset of the tiny models' prompt
+        table, its distinct prompts there). None: not known (a downloaded set without
+        max_prompts, and no `prompts`)."""
         limit = self.job_settings("capture", name).get("prompts")
         sizes = [self._prompts_at_most(p) for p in dataset_parts(dataset)]
         caps = [int(n) for n in (limit, None if None in sizes else sum(sizes)) if n]
@@ -524,18 +524,15 @@ class Config:
     def _prompts_at_most(self, dataset: str) -> int | None:
         """A dataset's prompts at most, before its download (None: not known)."""
         spec = self.datasets.get(dataset)
-        if spec is None:  # the tiny models' prompt table: read it
-            from .sources import prompts as prompt_table
-            from .stages.traces import distinct_prompts
+        from .sources import prompts as prompt_table
 
+        if spec is None:  # the tiny models' prompt table: read it
             try:
-                return len(distinct_prompts(prompt_table.load(self.prompts, [dataset]), None))
+                return len(prompt_table.distinct_prompts(
+                    prompt_table.load(self.prompts, [dataset]), None))
             except (InputError, OSError):
                 return None
-        limit = spec.get("max_prompts")
-        if limit and spec.get("format") == "aya":  # Aya keeps max_prompts per language
-            return int(limit) * len(spec["languages"]) if spec.get("languages") else None
-        return int(limit) if limit else None
+        return prompt_table.prompt_limits(spec)[1]
 
     def warnings(self) -> list[str]:
         """What may run, but not as the user expects: unusual values (configcheck.unusual),

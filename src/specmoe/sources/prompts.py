@@ -84,6 +84,29 @@ def interleave(prompts: list[Prompt]) -> list[Prompt]:
     return out
 
 
+def prompt_limits(spec: dict) -> tuple[int | None, int | None]:
+    """(per category, in all) the most prompts a dataset's table keeps (config entry `spec`;
+    sources.studydata.normalise keeps to them): its `max_prompts` in all, but Aya's per language
+    (in all: times its languages, not known without them); None: no limit, or not known before
+    its download."""
+    limit = int(spec["max_prompts"]) if spec.get("max_prompts") else None
+    if limit and spec.get("format") == "aya":
+        return limit, limit * len(spec["languages"]) if spec.get("languages") else None
+    return None, limit
+
+
+def distinct_prompts(rows: list[Prompt], limit: int | None) -> list[Prompt]:
+    """The prompts a capture runs: each distinct prompt once, at most `limit`. Greedy decoding
+    commits the same tokens for a repeated prompt, so a repeat would count one prompt's windows
+    again in every statistic (pseudo-replication); a small set stays small."""
+    seen, out = set(), []
+    for r in interleave(rows):
+        if r.text not in seen:
+            seen.add(r.text)
+            out.append(r)
+    return out[:limit] if limit else out
+
+
 def schedule(prompts: list[Prompt], n: int, set_size: int | None = None) -> list[Prompt]:
     """n prompts from one prompt set: the first `set_size` prompts (all by default), interleaved
     over slices so that every prefix has the set's category mix; up to the set's size each prompt

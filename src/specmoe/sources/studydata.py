@@ -23,7 +23,7 @@ import io
 from pathlib import Path
 
 from ..errors import InputError
-from .prompts import COLUMNS
+from .prompts import COLUMNS, prompt_limits
 
 FORMATS = ("mt-bench", "spec-bench", "sharegpt", "instructcoder", "aya", "speed-bench")
 DEFAULT_FILES = {
@@ -134,13 +134,13 @@ def normalise(name: str, spec: dict, root: str | Path) -> list[dict]:
         pairs = _aya(files, spec.get("languages"))
     else:
         pairs = _speed_bench(files)
-    limit = spec.get("max_prompts")
+    cat_limit, limit = prompt_limits(spec)
     rows, per_cat = [], {}
     for cat, text in pairs:
         if not str(text).strip():
             continue
         i = per_cat.get(cat, 0)
-        if limit and (i >= limit if fmt == "aya" else len(rows) >= limit):
+        if (cat_limit and i >= cat_limit) or (limit and len(rows) >= limit):
             continue
         per_cat[cat] = i + 1
         rows.append({"prompt_id": f"{name}/{cat}/{i:05d}", "dataset": name, "category": cat,

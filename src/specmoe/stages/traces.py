@@ -11,23 +11,12 @@ import numpy as np
 
 from ..errors import InputError
 from ..sources import prompts as prompt_table
+from ..sources.prompts import distinct_prompts
 from ..provenance import provenance
 from .engines import (engine_label, engine_prompts, model_provenance, prompt_tables, served,
                       setting, with_job_runtime)
 
 logger = logging.getLogger("specmoe")
-
-
-def distinct_prompts(rows: list, limit: int | None) -> list:
-    """The prompts a capture runs: each distinct prompt once, at most `limit`. Greedy decoding
-    commits the same tokens for a repeated prompt, so a repeat would count one prompt's windows
-    again in every statistic (pseudo-replication); a small set stays small."""
-    seen, out = set(), []
-    for r in prompt_table.interleave(rows):
-        if r.text not in seen:
-            seen.add(r.text)
-            out.append(r)
-    return out[:limit] if limit else out
 
 
 def capture_prompts(rows: list, engine: dict, prompting: dict | None, reserved: int, what: str,
