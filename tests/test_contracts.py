@@ -150,15 +150,16 @@ def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_
 
     from declared import report_inputs
     from specmoe.contracts.report import ReportIndexParams, report_tables
+    from specmoe.files import Files as RunFiles
     from specmoe.provenance import config_hash
     from specmoe.stages.report import report_index_stage
     from test_report import FIXTURE
 
     cfg = resolved()
-    p = ReportIndexParams.from_config(cfg, None)
+    p = ReportIndexParams.from_config(cfg, None, RunFiles(cfg))
     assert p.config_hash == config_hash(cfg.raw)
     other = resolved(edit=lambda c: c.update(shuffle_seed=7))
-    assert ReportIndexParams.from_config(other, None).config_hash != p.config_hash
+    assert ReportIndexParams.from_config(other, None, RunFiles(other)).config_hash != p.config_hash
     declared = ReportIndexParams.inputs(cfg)
     assert [f.split("/")[-1] for f in declared["tables"]] == [f"{t}.csv"
                                                               for t in report_tables(cfg)]

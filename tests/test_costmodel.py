@@ -311,10 +311,9 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
     from specmoe.checks.preflight import offline_config
     from specmoe.config import Config
     from specmoe.contracts import Named
-    from specmoe.contracts.report import PlanParams, plan_entry
+    from specmoe.contracts.report import PlanParams, plan_config, plan_entry
     from specmoe.cost import plan, stepmodel
     from specmoe.cost.hfconfig import dense_dims_from_config
-    from specmoe.files import Files
     from specmoe.names import job_label
     from specmoe.stages.report import plan_stage
     from wf import REPO
@@ -341,7 +340,7 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
     planner = plan.Planner(p.entries, p.config, p.prompt_tokens)
     assert planner.runtime("sweep_ar", {"model": "qwen2-0.5b"}) == alone["runtime_min"]
     assert planner.runtime("sweep_ar", {"model": "mixtral-draft"}) is None  # not planned
-    assert Files(c).plan_config("qwen2-0.5b") == []
+    assert plan_config(c, "qwen2-0.5b") == []
 
 
 def test_the_gpu_plan_bills_a_capture_for_the_prompts_the_capture_runs(tmp_path, study_drafters):

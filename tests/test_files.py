@@ -49,27 +49,28 @@ def test_a_study_models_config_only_download_is_read_for_the_plan_where_not_ship
     the package's config.json, else from the model's config-only download."""
     from test_preflight import only, paper
 
-    shipped = Files(paper())
-    assert shipped.plan_config("glm-4.7-flash-bf16-tp1") == []
-    unshipped = Files(paper(only("glm-4.7-flash-bf16-tp1", repo_id="example/unshipped-moe")))
-    assert unshipped.plan_config("glm-4.7-flash-bf16-tp1") == [
+    from specmoe.contracts.report import plan_config
+
+    assert plan_config(paper(), "glm-4.7-flash-bf16-tp1") == []
+    unshipped = paper(only("glm-4.7-flash-bf16-tp1", repo_id="example/unshipped-moe"))
+    assert plan_config(unshipped, "glm-4.7-flash-bf16-tp1") == [
         "results/downloads/example--unshipped-moe.config.json"]
-    assert files("config.yaml").plan_config("tiny-fine") == []  # not planned
+    assert plan_config(files("config.yaml").cfg, "tiny-fine") == []  # not planned
 
 
 def test_the_gpu_plans_entries_name_the_config_only_download_exactly_where_it_reads_one():
     """Whether a planned model's size comes from its config-only download is decided once
-    (Files.plan_config): the plan's entries named it for every study model, shipped ones
-    included, and the plan decided again whether to read it."""
+    (contracts.report.plan_config): the plan's entries named it for every study model, shipped
+    ones included, and the plan decided again whether to read it."""
     from test_preflight import only, paper
 
-    from specmoe.contracts.report import PlanParams
+    from specmoe.contracts.report import PlanParams, plan_config
 
     for cfg in (paper(), paper(only("glm-4.7-flash-bf16-tp1", repo_id="example/unshipped-moe"))):
         entries = PlanParams.from_config(cfg).entries
         assert entries and any(e["name"] in cfg.hf for e in entries)
         for e in entries:
-            assert e["manifest"] == (Files(cfg).plan_config(e["name"]) or [None])[0], e["name"]
+            assert e["manifest"] == (plan_config(cfg, e["name"]) or [None])[0], e["name"]
     assert [e["manifest"] for e in entries] == [
         "results/downloads/example--unshipped-moe.config.json"]
 
@@ -166,7 +167,8 @@ def test_the_captured_models_and_the_jobs_benchmarks_are_those_of_the_capture_ru
     assert (REPO / "workflow/rules/traces.smk").read_text().count("one_of(CFG.captured)") == 1
     assert study.cfg.planned and set(study.cfg.hf) <= set(study.cfg.captured)
     assert not [b for b in study.benchmarks() if b.startswith("benchmarks/report/")]
-    assert P.report_benchmark("plan") in ReportIndexParams.from_config(study.cfg).benchmarks
+    assert P.report_benchmark("plan") in ReportIndexParams.from_config(study.cfg, None,
+                                                                       study).benchmarks
 
 
 @pytest.mark.parametrize("case", [None, ".test/study-cpu/config.yaml"])
@@ -196,7 +198,7 @@ def test_the_reports_benchmarks_are_those_of_every_job_of_the_dry_run_but_its_ow
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     if case:  # --configfile extends the default as Snakemake does
         update_config(cfg, yaml.safe_load((REPO / case).read_text()))
-    params = ReportIndexParams.from_config(
-        Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml"))
+    cfg = Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
+    params = ReportIndexParams.from_config(cfg, None, Files(cfg))
     assert P.report_benchmark("index") in dag and len(dag) > 40
     assert set(params.benchmarks) == dag - {P.report_benchmark("index")}

@@ -15,6 +15,7 @@ import pytest
 from declared import report_job
 from specmoe import paths as P
 from specmoe.contracts.report import ReportIndexParams
+from specmoe.files import Files
 from specmoe.report import timing
 from specmoe.report.summary import end_of_run
 from specmoe.routing.trace import Trace, status_for, write_trace
@@ -191,7 +192,7 @@ def test_the_reports_breakdown_counts_the_jobs_its_configuration_declares_alone(
     file (300 s) and the overlap of a dropped K and dataset of a model it still has (500 s),
     {'analysis': 505, 'report': 312} where its jobs took {'analysis': 5, 'report': 12}."""
     cfg = resolved()
-    params = ReportIndexParams.from_config(cfg)
+    params = ReportIndexParams.from_config(cfg, None, Files(cfg))
     run = cfg.models["tiny-fine"].runs()[0]
     bench(tmp_path, P.benchmark_of(run.fill(P.OVERLAP)).removeprefix("benchmarks/"), 5)
     bench(tmp_path, "report/tables.tsv", 12)

@@ -150,19 +150,6 @@ class Files:
                                                                                     "config")
         return out
 
-    def plan_config(self, model: str) -> list[str]:
-        """The config-only download the GPU plan sizes a planned study model from, where the
-        package ships no config.json of it (none: the package's is read, and a draft model served
-        alone is read from the Hugging Face cache, as the preflight reads it)."""
-        from .checks.preflight import shipped_config
-        from .contracts.report import config_json
-
-        m = self.cfg.hf.get(model)
-        if (model not in self.cfg.planned or m is None
-                or shipped_config(m.entry["repo_id"]) is not None):
-            return []
-        return [config_json(self.cfg, model)]
-
     def engine_target(self, model: str) -> str:
         """What an engine serves: a study model's download manifest, or a tiny checkpoint (a
         variant's: its target's)."""

@@ -174,6 +174,6 @@ rule report_index:
     conda:
         "../../envs/analysis.yaml"
     params:
-        **params_of(ReportIndexParams),
+        **params_of(ReportIndexParams, files=FILES),
     script:
         "../scripts/report.py"

@@ -64,7 +64,9 @@ class EngineParams:
     @classmethod
     def inputs(cls, cfg, files, w) -> dict:
         """The job's named inputs (for unpack), from the run's files (specmoe.files.Files)."""
-        out = {"config": files.plan_config(w.model) if cfg.on_gpu(w.model) else [],
+        from .report import plan_config
+
+        out = {"config": plan_config(cfg, w.model) if cfg.on_gpu(w.model) else [],
                "target": files.engine_target(w.model)}
         if kind(cls.KIND).sd:
             out["drafter"] = files.engine_drafter(w.model, w.drafter)

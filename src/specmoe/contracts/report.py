@@ -57,13 +57,12 @@ class ReportIndexParams:
     benchmarks: tuple[str, ...] | None = None
 
     @classmethod
-    def from_config(cls, cfg, w=None) -> "ReportIndexParams":
-        from ..files import Files
-
+    def from_config(cls, cfg, w, files) -> "ReportIndexParams":
+        """files: the run's files (specmoe.files.Files), whose jobs' benchmarks it lists."""
         rules = {registry.TABLES[t][1] for t in report_tables(cfg)} | {"figures"}
         rules |= {"plan"} if cfg.planned else set()  # a target of its own (Files.targets)
         return cls(config_hash=config_hash(cfg.raw), benchmarks=tuple(sorted(
-            [*Files(cfg).benchmarks(), *(P.report_benchmark(r) for r in rules)])))
+            [*files.benchmarks(), *(P.report_benchmark(r) for r in rules)])))
 
     @staticmethod
     def inputs(cfg) -> dict[str, list[str]]:
@@ -75,6 +74,19 @@ class ReportIndexParams:
 def config_json(cfg, name: str) -> str:
     """A study model's config-only download manifest (its config.json; specmoe.paths.download)."""
     return cfg.hf[name].entry["hf_config"]
+
+
+def plan_config(cfg, model: str) -> list[str]:
+    """The config-only download the GPU plan (and each GPU job's runtime, its estimate) sizes a
+    planned study model from, where the package ships no config.json of it (none: the package's
+    is read, and a draft model served alone is read from the Hugging Face cache, as the
+    preflight reads it)."""
+    from ..checks.preflight import shipped_config
+
+    m = cfg.hf.get(model)
+    if model not in cfg.planned or m is None or shipped_config(m.entry["repo_id"]) is not None:
+        return []
+    return [config_json(cfg, model)]
 
 
 @dataclass(frozen=True)
@@ -221,7 +233,7 @@ class PlanParams:
 
     entries: per planned model or draft model served alone (Config.planned), its engine jobs as
     the rules run them and, on a GPU, each job's engine (for its memory headroom), with its
-    config-only `manifest` where it reads one (Files.plan_config; None: the package's config.json,
+    config-only `manifest` where it reads one (plan_config; None: the package's config.json,
     or the Hugging Face cache's); config: what the bill reads
     of the configuration (the engine sections, `plan`, the Ks and the resolved hardware);
     unplanned: those it cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens,
@@ -239,12 +251,9 @@ class PlanParams:
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "PlanParams":
-        from ..files import Files
-
-        files = Files(cfg)
         entries = [plan_entry(cfg, n) for n in cfg.planned]
         datasets = datasets_in(ds for e in entries for ds in e["datasets"])
-        return cls(entries=[{**e, "manifest": (files.plan_config(e["name"]) or [None])[0]}
+        return cls(entries=[{**e, "manifest": (plan_config(cfg, e["name"]) or [None])[0]}
                             for e in entries],
                    config={**{k: cfg.raw[k] for k in cls.CONFIG_KEYS if k in cfg.raw},
                            "hardware": cfg.hardware},
@@ -253,10 +262,7 @@ class PlanParams:
 
     @staticmethod
     def inputs(cfg) -> dict[str, list[str]]:
-        from ..files import Files
-
-        files = Files(cfg)
-        return {"manifests": [f for n in cfg.planned for f in files.plan_config(n)]}
+        return {"manifests": [f for n in cfg.planned for f in plan_config(cfg, n)]}
 
 
 def plan_entry(cfg, name: str) -> dict:
