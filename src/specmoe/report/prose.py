@@ -651,8 +651,7 @@ def _highest_text(g: pd.DataFrame) -> str:
         return where
     if len(open_) == len(others):
         return f"{where}; the batch sizes are not separated by their intervals"
-    said = open_[0] if len(open_) == 1 else f"{', '.join(open_[:-1])} and {open_[-1]}"
-    return f"{where}, not separated by their intervals from batch {said}"
+    return f"{where}, not separated by their intervals from batch {_and(open_)}"
 
 
 def _speedup_summary(td: Tables) -> list[str]:
@@ -1107,9 +1106,8 @@ def draft_cost_findings(td: Tables) -> list[str]:
             said.setdefault(f"{drafter}: the step model's draft cost ratio "
                             f"{_ratio_sentence(g)}.", []).append(model)
         for sentence, names in said.items():
-            who = names[0] if len(names) == 1 else \
-                f"{', '.join(names[:-1])} and {names[-1]} (the same dimensions)"
-            out.append(f"{who}, {sentence}")
+            same = " (the same dimensions)" if len(names) > 1 else ""
+            out.append(f"{_and(names)}{same}, {sentence}")
     sp = load(td, "speedup_vs_batch")
     if not sp.empty and "draft_cost" in sp:
         for run, g in sp[np.isfinite(sp["draft_cost"])].groupby("run", sort=False):
