@@ -12,7 +12,6 @@ from pathlib import Path
 from dataclasses import asdict
 
 from ..sources import published
-from ..errors import InputError
 from ..cost.plan import CHARS_PER_TOKEN, Planner, sd_loop, summary
 from ..provenance import measured_on, provenance, read_json, write_json, write_text
 from ..report import figures, page, prose, registry, tables, timing
