@@ -130,14 +130,27 @@ def study_drafters(study_drafters_cache, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-@budget(900)
-def paper_dry_run(study_drafters_cache) -> tuple[str, float]:
-    """`snakemake -n --configfile config/paper.yaml` in the repository, run once per session with
-    the drafters' stand-ins offline (study_drafters_cache): its stdout and stderr, and its wall
-    time in seconds. Read by tests/test_paper_coverage.py and tests/test_study_workflow.py."""
-    from wf import REPO, snakemake
+def preflight_memo(tmp_path_factory) -> Path:
+    """One folder of the workflow's checks' answers (.snakemake/specmoe, specmoe.checks.memo) for
+    the workflow copies of this session that ask vLLM's checks the same question (wf.copy_workflow's
+    memo), so each question runs vLLM once: not for a test of the checks themselves, which must
+    see them run. This session's own folder, not the repository's: an answer is kept by vLLM's
+    version and the question, not by the checks' code, so one kept by an earlier checkout could
+    be stale."""
+    return tmp_path_factory.mktemp("preflight-memo")
 
+
+@pytest.fixture(scope="session")
+@budget(900)
+def paper_dry_run(study_drafters_cache, preflight_memo, tmp_path_factory) -> tuple[str, float]:
+    """`snakemake -n --configfile config/paper.yaml` in a copy of the workflow sharing
+    preflight_memo, run once per session with the drafters' stand-ins offline
+    (study_drafters_cache): its stdout and stderr, and its wall time in seconds. Read by
+    tests/test_paper_coverage.py and tests/test_study_workflow.py."""
+    from wf import copy_workflow, snakemake
+
+    wd = copy_workflow(tmp_path_factory.mktemp("paper") / "wf", memo=preflight_memo)
     env = {**os.environ, "HF_HUB_CACHE": str(study_drafters_cache), "HF_HUB_OFFLINE": "1"}
     t0 = time.perf_counter()
-    r = snakemake(REPO, "-n", configfile="config/paper.yaml", timeout=300, env=env)
+    r = snakemake(wd, "-n", configfile="config/paper.yaml", timeout=300, env=env)
     return r.stdout + r.stderr, time.perf_counter() - t0

@@ -307,6 +307,35 @@ def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
     assert paper().hardware["H200"]["memory_gib"] == 141
 
 
+def test_two_processes_keeping_one_answer_at_once_both_finish(tmp_path):
+    """Two workflows parsed at once (the tests share one folder of answers, conftest.preflight_memo)
+    keep the same answer: a second process writes it while the first is midway through its write,
+    and neither fails or leaves a temporary file; a temporary file no live writer holds (one a
+    killed writer left) is removed by the next write."""
+    import subprocess
+    import sys
+
+    from specmoe.checks import memo
+    from specmoe.provenance import atomic_path
+
+    ask = (f"from specmoe.checks import memo; print(memo.cached({str(tmp_path)!r}, 'vllmcheck', "
+           "'the question', lambda: ['an answer']))")
+    assert memo.cached(tmp_path, "vllmcheck", "the question", lambda: ["an answer"]) == [
+        "an answer"]
+    (kept,) = tmp_path.glob("vllmcheck-*.json")
+    kept.unlink()
+    with atomic_path(kept) as tmp:  # the first writer, midway
+        tmp.write_text('["an answer"]')
+        r = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout == "['an answer']\n", r.stderr
+    assert json.loads(kept.read_text()) == ["an answer"]
+    left = tmp_path / f".{kept.name}.killed.tmp"
+    left.write_text("[")
+    kept.unlink()
+    assert memo.cached(tmp_path, "vllmcheck", "the question", lambda: ["again"]) == ["again"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
 # --- with vLLM's own checks -----------------------------------------------------------------
 
 @pytest.mark.slow
@@ -370,11 +399,11 @@ def test_the_dry_run_stops_before_any_job(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_gpu_plan_is_offline(tmp_path, study_drafters):
+def test_the_gpu_plan_is_offline(tmp_path, study_drafters, preflight_memo):
     """`snakemake -n results/plan.md --configfile config/paper.yaml` plans the plan alone: no model
     or dataset download, no prompt table; the plan then lists each GPU job's memory headroom. (The
     drafters' config.json, which the package does not ship, come from the Hugging Face cache.)"""
-    wd = copy_workflow(tmp_path / "wf")
+    wd = copy_workflow(tmp_path / "wf", memo=preflight_memo)
     r = snakemake(wd, "-n", "results/plan.md", configfile="config/paper.yaml")
     stats = re.search(r"Job stats:\n(.*?)\n\n", r.stdout + r.stderr, re.S)[1]
     assert re.findall(r"^(\w+)\s+\d+$", stats, re.M) == ["plan", "total"], stats

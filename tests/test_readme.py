@@ -114,8 +114,8 @@ def _bin(root: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_the_readme_commands_run_as_shown(tmp_path, study_drafters_cache):
-    repo = copy_workflow(tmp_path / "repo")
+def test_the_readme_commands_run_as_shown(tmp_path, study_drafters_cache, preflight_memo):
+    repo = copy_workflow(tmp_path / "repo", memo=preflight_memo)
     anywhere = tmp_path / "anywhere"
     anywhere.mkdir()
     # the shipped config.json files a `specmoe predict` line names by their path in the repository

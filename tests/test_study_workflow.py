@@ -26,8 +26,10 @@ ON_CASE = {"configfile": str(CASE.relative_to(REPO)), "cores": 2}  # how this fi
 pytestmark = pytest.mark.slow
 
 
-def workdir(tmp_path: Path) -> Path:
-    return copy_workflow(tmp_path / "wf")
+@pytest.fixture
+def wd(tmp_path: Path, preflight_memo: Path) -> Path:
+    """A copy of the workflow that shares vLLM's checks' answers (conftest.preflight_memo)."""
+    return copy_workflow(tmp_path / "wf", memo=preflight_memo)
 
 
 def offline_cache(tmp_path: Path) -> dict:
@@ -73,8 +75,7 @@ def test_paper_config_builds_the_whole_dag_quickly(paper_dry_run):
     print(f"paper dry-run: {total} jobs in {elapsed:.1f} s")
 
 
-def test_cost_only_weight_model_table_for_every_study_model(tmp_path):
-    wd = workdir(tmp_path)
+def test_cost_only_weight_model_table_for_every_study_model(tmp_path, wd):
     env = offline_cache(tmp_path)
     snakemake(wd, "results/tables/weight_model.csv", env=env, **ON_CASE)
     df = tables.read_csv(wd / "results" / "tables" / "weight_model.csv")
@@ -97,8 +98,7 @@ def test_cost_only_weight_model_table_for_every_study_model(tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-def test_gpu_rule_stops_at_once_without_cuda(tmp_path):
-    wd = workdir(tmp_path)
+def test_gpu_rule_stops_at_once_without_cuda(tmp_path, wd):
     env = offline_cache(tmp_path)
     target = "results/traces/glm-run/mtp/K3/tinybench.parquet"
     dry = snakemake(wd, target, "-n", env=env, check=False, **ON_CASE)
@@ -126,13 +126,12 @@ def plan_row(plan: dict, job: dict) -> dict:
     return row
 
 
-def test_the_gpu_plan_sets_each_gpu_jobs_runtime(tmp_path):
+def test_the_gpu_plan_sets_each_gpu_jobs_runtime(tmp_path, wd):
     """Each GPU job asks SLURM for the plan's runtime: computed as the plan computes it, from its
     model's config.json (workflow/rules/common.smk), not read from results/plan.json. A model
     whose config.json the package does not ship is sized from its config-only download: until
     that exists, Snakemake leaves its jobs' runtime to be decided (<TBD>, asked again before a
     job is submitted)."""
-    wd = workdir(tmp_path)
     env = offline_cache(tmp_path)
     # a study model whose repository is not known yet: the plan names it instead of dropping it
     case = yaml.safe_load(CASE.read_text())
@@ -184,11 +183,10 @@ def test_the_gpu_plan_sets_each_gpu_jobs_runtime(tmp_path):
         cap["runtime_min"]}
 
 
-def test_a_new_gpu_plan_reruns_no_measurement(tmp_path):
+def test_a_new_gpu_plan_reruns_no_measurement(tmp_path, wd):
     """A GPU job's runtime is not read from results/plan.json, so a change to the plan alone (an
     assumption of it, here) reruns the plan and none of the GPU jobs done before it; a GPU job
     whose output is missing still runs (taken as an ancient input, the plan left it out)."""
-    wd = workdir(tmp_path)
     env = offline_cache(tmp_path)
     engine = gpu_jobs(snakemake(wd, "-n", env=env, **ON_CASE).stdout)
     assert {j["rule"] for j in engine} == {"capture", "sweep_sd", "profile"}
@@ -222,10 +220,9 @@ def test_a_new_gpu_plan_reruns_no_measurement(tmp_path):
     assert rules_to_run("new-plan.yaml") == {"plan", "capture"}
 
 
-def test_a_download_missing_from_the_offline_cache_fails_once_in_one_line(tmp_path):
+def test_a_download_missing_from_the_offline_cache_fails_once_in_one_line(tmp_path, wd):
     """Not in the cache and HF_HUB_OFFLINE=1: nothing a retry can mend. The job fails at its first
     attempt, and the reason is one line (no Python traceback), in the output and the log."""
-    wd = workdir(tmp_path)
     env = offline_cache(tmp_path)
     repo = tmp_path / "hf" / "hub" / "models--Qwen--Qwen2-57B-A14B-Instruct"
     import shutil

@@ -34,9 +34,13 @@ main()
 """
 
 
-def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml") -> Path:
+def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml",
+                  memo: Path | None = None) -> Path:
     """The Snakefile, default config, config/, workflow/, profiles/, envs/, .test/ and docs/ (the
-    report links to docs/method.md) under dest; `config`, if given, written there as `name` for --configfile."""
+    report links to docs/method.md) under dest; `config`, if given, written there as `name` for
+    --configfile. With `memo` (conftest.preflight_memo), the folder the workflow keeps its checks'
+    answers in (.snakemake/specmoe, specmoe.checks.memo) is a link to it, so that a question
+    another copy asked is not asked of vLLM again (its checks take tens of seconds a parse)."""
     dest.mkdir(parents=True, exist_ok=True)
     for f in ("Snakefile", "config.yaml"):
         shutil.copy(REPO / f, dest / f)
@@ -44,6 +48,9 @@ def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml
         shutil.copytree(REPO / d, dest / d)
     if config is not None:
         (dest / name).write_text(yaml.safe_dump(config))
+    if memo is not None:
+        (dest / ".snakemake").mkdir()
+        (dest / ".snakemake" / "specmoe").symlink_to(memo, target_is_directory=True)
     return dest
 
 
