@@ -1,6 +1,8 @@
 """The cluster path on a real SLURM (tests/slurm_cluster.py): the README's command, the SLURM profile,
 the launcher's environment (.venv-slurm, the plugin) apart from the engines' (.venv, where jobs run).
-Each job's submission is asserted from SLURM's own records (scontrol; there is no slurmdbd).
+Each job's submission is asserted from SLURM's own records (scontrol; there is no slurmdbd). The
+launcher checks its jobs' status every 2 s instead of the plugin's slowing pace (on_slurm), so that
+the tests do not wait up to a minute for jobs that have finished; what it submits is unchanged.
 
 Needs Debian's slurmctld, slurmd, slurm-client and munge and the launcher environment; without them
 the tests are skipped, unless SPECMOE_REQUIRE_SLURM=1 (set by .ci/run), which makes that a failure.
@@ -87,13 +89,43 @@ def workdir(root: Path, config: dict) -> Path:
     return copy_workflow(root / "wf", config)
 
 
+# The launcher's snakemake with the plugin's status checks at one pace: after each check the
+# plugin waits 10 s longer than before while no job has finished (up to 180 s), so that a busy
+# cluster is not asked too often; on the test's cluster that left each launcher waiting up to a
+# minute for a job that had long finished. Here every wait is the first one
+# (--slurm-init-seconds-before-status-checks); what is submitted, and how, is the plugin's own.
+STEADY_STATUS_CHECKS = """
+import asyncio, dataclasses, sys
+from snakemake_executor_plugin_slurm import Executor, ExecutorSettings
+
+# what is changed must exist as it is changed, so that a new plugin fails here, not silently
+assert asyncio.iscoroutinefunction(Executor.sleep), "the plugin's Executor has no async sleep()"
+assert "init_seconds_before_status_checks" in {f.name for f in dataclasses.fields(
+    ExecutorSettings)}, "the plugin has no init_seconds_before_status_checks"
+
+
+async def sleep(self):  # between two status checks
+    await asyncio.sleep(self.workflow.executor_settings.init_seconds_before_status_checks)
+
+
+Executor.sleep = sleep
+from snakemake.cli import main
+
+sys.argv[0] = "snakemake"
+main()
+"""
+
+
 def on_slurm(cluster, wd, *targets, extra_env=None):
-    """The README's command: the launcher's snakemake with the SLURM profile; jobs run in the
-    engines' environment (this test's own). Its completed process, whatever its status."""
+    """The README's command: the launcher's snakemake with the SLURM profile, its status checks
+    every 2 s throughout (STEADY_STATUS_CHECKS: the plugin's own pace slows down while no job
+    finishes, which only made the tests wait); jobs run in the engines' environment (this
+    test's own). Its completed process, whatever its status."""
     env = {**cluster.env, "SPECMOE_ENGINE_VENV": sys.prefix, **(extra_env or {})}
     return snakemake(wd, *targets, "--profile", "profiles/slurm",
                      "--slurm-init-seconds-before-status-checks", "2", configfile="case.yaml",
-                     env=env, check=False, timeout=TIMEOUT, python=LAUNCHER)
+                     env=env, check=False, timeout=TIMEOUT, python=LAUNCHER,
+                     script=STEADY_STATUS_CHECKS)
 
 
 def submitted(cluster, wd) -> dict[str, list[dict]]:
@@ -144,10 +176,10 @@ LAUNCHES = {"synthetic": launch_synthetic, "synthetic-local": launch_synthetic_l
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
     """The module's workflows launched at once, each in its own folder, on the one cluster, as
-    several users share one: a launcher spends most of its time waiting between the plugin's
-    status checks (2 s after a job ends, then 10 s longer each time none has), and SLURM queues
-    the jobs on the node's CPUs. Each test reads its own run: (workdir, completed process), or
-    the exception its launch raised."""
+    several users share one: a launcher spends much of its time waiting between the plugin's
+    status checks (every 2 s here: on_slurm), and SLURM queues the jobs on the node's CPUs.
+    Each test reads its own run: (workdir, completed process), or the exception its launch
+    raised."""
     root = tmp_path_factory.mktemp("runs")
     launches = {name: launch for name, launch in LAUNCHES.items()
                 if name != "training" or importlib.util.find_spec("torch")}

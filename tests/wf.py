@@ -72,11 +72,13 @@ def paper_config(*models: str) -> dict:
 
 
 def snakemake_command(*args: str, configfile: str | None = None, cores: int | None = None,
-                      python: str | os.PathLike = sys.executable) -> list[str]:
-    """`python -m snakemake` with `args` (targets and options), then `--cores` and `--configfile`
+                      python: str | os.PathLike = sys.executable,
+                      script: str | None = None) -> list[str]:
+    """`python -m snakemake` (or `python -c script`, a script that ends in Snakemake's CLI main,
+    as CLUSTER_DRY_RUN does) with `args` (targets and options), then `--cores` and `--configfile`
     if given. `--configfile` comes last because it takes one or more values: a target written
     after it would be read as a second config file."""
-    cmd = [str(python), "-m", "snakemake", *args]
+    cmd = [str(python), *(("-c", script) if script else ("-m", "snakemake")), *args]
     if cores is not None:
         cmd += ["--cores", str(cores)]
     if configfile is not None:
@@ -86,11 +88,13 @@ def snakemake_command(*args: str, configfile: str | None = None, cores: int | No
 
 def snakemake(cwd: Path, *args: str, configfile: str | None = None, cores: int | None = None,
               env: dict[str, str] | None = None, check: bool = True, timeout: float = 600,
-              python: str | os.PathLike = sys.executable) -> subprocess.CompletedProcess:
+              python: str | os.PathLike = sys.executable,
+              script: str | None = None) -> subprocess.CompletedProcess:
     """Snakemake run in `cwd` (see `snakemake_command`), its output captured as text; `env`
     replaces the environment (None: this process's). With `check`, a non-zero status fails the
     test with the command and the tails of its stdout and stderr."""
-    cmd = snakemake_command(*args, configfile=configfile, cores=cores, python=python)
+    cmd = snakemake_command(*args, configfile=configfile, cores=cores, python=python,
+                            script=script)
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
         raise AssertionError(failure(r))
