@@ -201,9 +201,11 @@ def declared_tables(folder: Path, stems) -> Named:
     return Named({"tables": [folder / f"{t}.csv" for t in stems]})
 
 
-def make_report(tmp_path: Path) -> Path:
-    """The report from a fixed set of results: the tables of one default run."""
-    res = tmp_path / "results"
+@pytest.fixture(scope="module")
+def fixed_results(tmp_path_factory) -> Path:
+    """The report from a fixed set of results, the tables of one default run: made once for the
+    tests that read it (none writes there)."""
+    res = tmp_path_factory.mktemp("fixed") / "results"
     td = res / "tables"
     shutil.copytree(FIXTURE, td)
     for csv in sorted(td.glob("*.csv")):
@@ -226,8 +228,8 @@ def make_report(tmp_path: Path) -> Path:
     return res
 
 
-def test_report_from_fixed_results_has_every_figure_and_table(tmp_path):
-    res = make_report(tmp_path)
+def test_report_from_fixed_results_has_every_figure_and_table(fixed_results):
+    res = fixed_results
     index = (res / "report" / "index.md").read_text()
     for fig in registry.FIGURES:
         png = res / "figures" / f"{fig}.png"
@@ -400,8 +402,8 @@ def test_a_report_job_reads_only_its_declared_tables_each_once(tmp_path, monkeyp
     assert f"### {registry.title(left_out)}" not in text and "(file `speedup_vs_batch`" not in text
 
 
-def test_report_html_opens_in_a_headless_browser_with_every_image(tmp_path):
-    res = make_report(tmp_path)
+def test_report_html_opens_in_a_headless_browser_with_every_image(fixed_results):
+    res = fixed_results
     page = open_page((res / "report" / "index.html").as_uri())
     assert page["errors"] == []
     assert page["images"] == len(registry.FIGURES) and page["broken"] == []
