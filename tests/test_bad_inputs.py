@@ -673,12 +673,11 @@ THROUGH_SNAKEMAKE = ["a misspelt top-level key", "models not a list", "a misspel
 def test_a_sample_through_snakemake(tmp_path):
     """The workflow's parse gives the same one line with status 1, after Snakemake's own two
     lines, with no traceback, no schema and no job."""
-    from wf import copy_workflow, snakemake
+    from wf import dry_runs, snakemake
 
-    wd = copy_workflow(tmp_path / "wf")
     cases = {c[0]: c for c in CONFIG}
-    failures = []
-    for label in THROUGH_SNAKEMAKE:
+
+    def check(wd, label):
         _, edit, status, pattern = cases[label]
         cfg = copy.deepcopy(BASE)
         edit(cfg)
@@ -688,5 +687,7 @@ def test_a_sample_through_snakemake(tmp_path):
                 if not ln.startswith(("Using workflow", "Config file"))]
         if r.returncode != status or len(ours) != 1 or not re.search(pattern, ours[0]) \
                 or "Traceback" in r.stderr or "Job stats" in r.stdout:
-            failures.append(f"{label}: status {r.returncode}\n{r.stderr[-1500:]}")
+            return f"{label}: status {r.returncode}\n{r.stderr[-1500:]}"
+
+    failures = [f for f in dry_runs(tmp_path, THROUGH_SNAKEMAKE, check) if f]
     assert not failures, "\n\n".join(failures)

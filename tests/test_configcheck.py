@@ -11,7 +11,7 @@ import yaml
 
 from specmoe.checks import schema
 from specmoe.config import problems
-from wf import REPO, copy_workflow, snakemake
+from wf import REPO, dry_runs, failure, snakemake
 
 TINY_ARCH = {"kind": "moe", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 32,
              "num_experts": 8, "top_k": 2, "expert_intermediate": 16}
@@ -124,20 +124,25 @@ def test_the_base_config_is_consistent_and_each_case_is_caught():
 
 @pytest.mark.slow
 def test_bad_configurations_stop_at_parse_time(tmp_path):
-    """Cases through `snakemake -n` in one workdir: exit status 1, the expected line, no job. Every
-    fourth case (each costs a workflow parse; every case reaches `problems` in the test above, and
-    the workflow calls that same check)."""
-    wd = copy_workflow(tmp_path / "wf", BASE, "base.yaml")
-    snakemake(wd, "-n", configfile="base.yaml", timeout=120)
-    failures = []
-    for label, edit, expect in CORPUS[::4]:
+    """Cases through `snakemake -n`, in two copies of the workflow at a time (wf.dry_runs): exit
+    status 1, the expected line, no job; the base configuration itself runs. Every fourth case
+    (each costs a workflow parse; every case reaches `problems` in the test above, and the
+    workflow calls that same check)."""
+    def check(wd, case):
+        if case is None:  # the base configuration itself runs
+            r = snakemake(wd, "-n", configfile="base.yaml", check=False, timeout=120)
+            return failure(r) if r.returncode else None
+        label, edit, expect = case
         (wd / "bad.yaml").write_text(yaml.safe_dump(bad(edit)))
         r = snakemake(wd, "-n", configfile="bad.yaml", check=False, timeout=120)
         out = r.stdout + r.stderr
         if r.returncode == 0 or expect not in out or "Job stats" in out:
-            failures.append(f"{label}: rc={r.returncode}, expected '{expect}'\n{out[-600:]}")
+            return f"{label}: rc={r.returncode}, expected '{expect}'\n{out[-600:]}"
+
+    failures = [f for f in dry_runs(tmp_path, [None, *CORPUS[::4]], check, BASE, "base.yaml")
+                if f]
     assert not failures, "\n\n".join(failures)
-    assert not (wd / "results").exists()
+    assert not list(tmp_path.glob("wf*/results"))
 
 
 def test_config_files_have_no_duplicate_keys():

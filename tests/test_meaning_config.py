@@ -391,11 +391,10 @@ DRY_RUNS = [
 def test_a_sample_through_snakemake(tmp_path):
     """`snakemake -n` with each case as --configfile: the status, the one line after Snakemake's
     own two (a warning: among the dry run's lines, once), no traceback."""
-    from wf import copy_workflow, snakemake
+    from wf import dry_runs, snakemake
 
-    wd = copy_workflow(tmp_path / "wf")
-    failures = []
-    for label, text, status, pattern in DRY_RUNS:
+    def check(wd, case):
+        label, text, status, pattern = case
         (wd / "case.yaml").write_text(text)
         r = snakemake(wd, "-n", configfile="case.yaml", check=False, timeout=300)
         ours = [ln for ln in r.stderr.splitlines()
@@ -404,7 +403,9 @@ def test_a_sample_through_snakemake(tmp_path):
         ok = r.returncode == status and "Traceback" not in r.stderr and (
             len(ours) == 1 == len(hits) if status else len(hits) == 1)
         if not ok:
-            failures.append(f"{label}: status {r.returncode}\n{r.stderr[-1500:]}")
+            return f"{label}: status {r.returncode}\n{r.stderr[-1500:]}"
+
+    failures = [f for f in dry_runs(tmp_path, DRY_RUNS, check) if f]
     assert not failures, "\n\n".join(failures)
 
 

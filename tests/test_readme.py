@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -122,17 +123,20 @@ def test_the_readme_commands_run_as_shown(tmp_path, study_drafters_cache, prefli
     shutil.copytree(REPO / "src/specmoe/data/hf_configs", repo / "src/specmoe/data/hf_configs")
     env = dict(os.environ, PATH=f"{_bin(repo)}:{os.environ['PATH']}", HF_HUB_OFFLINE="1",
                HF_HUB_CACHE=str(study_drafters_cache))
-    failures, ran = [], []
-    for cmd in commands():
-        what, where = kind(cmd)
-        if what != "run":
-            continue
-        cwd = repo if where == "repo" else anywhere
-        r = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True,
-                           timeout=900)
-        ran.append(cmd)
-        if r.returncode != 0:
-            failures.append(f"$ {cmd}\n(status {r.returncode})\n{r.stderr[-1500:]}")
+    ran = [c for c in commands() if kind(c)[0] == "run"]
+    folders = {"repo": repo, "anywhere": anywhere}
+
+    def in_order(where: str) -> list[subprocess.CompletedProcess]:
+        """The commands that run in one folder, in the README's order."""
+        return [subprocess.run(["bash", "-c", cmd], cwd=folders[where], env=env,
+                               capture_output=True, text=True, timeout=900)
+                for cmd in ran if kind(cmd)[1] == where]
+
+    # the folders' commands side by side: none reads what another folder's write
+    with ThreadPoolExecutor(len(folders)) as pool:
+        done = {where: iter(rs) for where, rs in zip(folders, pool.map(in_order, folders))}
+    failures = [f"$ {cmd}\n(status {r.returncode})\n{r.stderr[-1500:]}"
+                for cmd, r in ((c, next(done[kind(c)[1]])) for c in ran) if r.returncode != 0]
     assert not failures, "\n\n".join(failures)
     assert (anywhere / "trace.parquet").exists() and (repo / "replay.html").exists()
     assert (repo / "results/plan.md").exists()

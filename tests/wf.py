@@ -54,6 +54,36 @@ def copy_workflow(dest: Path, config: dict | None = None, name: str = "case.yaml
     return dest
 
 
+# dry runs side by side (dry_runs): each parses the workflow on one core, and CI has two
+AT_ONCE = 2
+
+
+def dry_runs(dest: Path, items: list, check, config: dict | None = None,
+             name: str = "case.yaml") -> list:
+    """check(workdir, item) for each item, AT_ONCE at a time, each in a copy of the workflow of
+    its own under dest (copy_workflow's `config` and `name`) that no other check uses meanwhile
+    (a check writes its case there), the copies sharing one folder of the checks' answers as the
+    items would in one copy: the results in the items' order. For dry runs, which leave nothing
+    that the next item in the copy reads."""
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    (dest / "memo").mkdir(parents=True)
+    free = queue.SimpleQueue()
+    for i in range(AT_ONCE):
+        free.put(copy_workflow(dest / f"wf{i}", config, name, memo=dest / "memo"))
+
+    def one(item):
+        wd = free.get()
+        try:
+            return check(wd, item)
+        finally:
+            free.put(wd)
+
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        return list(pool.map(one, items))
+
+
 def h100(**overrides):
     """The H100 the package ships (its datasheet numbers), with `overrides` to its entry."""
     from specmoe.cost.costmodel import Hardware
