@@ -210,7 +210,8 @@ EAGLE3 = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "h
           "torch_dtype": "bfloat16"}
 
 # vLLM's own EAGLE-3 model built on the meta device (no weights, no GPU) in a process of its own
-# (it sets up vLLM's distributed state): each parameter's shape and its layer's class.
+# (it sets up vLLM's distributed state), once for each config.json given: one line each, each
+# parameter's shape and its layer's class.
 VLLM_EAGLE3 = r"""
 import json, os, sys, tempfile
 from types import SimpleNamespace
@@ -219,23 +220,24 @@ from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
 from vllm.distributed import init_distributed_environment, initialize_model_parallel
 from vllm.model_executor.models import llama_eagle3
 
-folder = tempfile.mkdtemp()
-with open(os.path.join(folder, "config.json"), "w") as fh:
-    fh.write(sys.argv[1])
 with set_current_vllm_config(VllmConfig()):
     init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                 distributed_init_method=f"file://{folder}/dist")
+                                 distributed_init_method=f"file://{tempfile.mkdtemp()}/dist")
     initialize_model_parallel(1, 1)
-mc = ModelConfig(model=folder, skip_tokenizer_init=True, dtype="bfloat16")
-vc = VllmConfig(model_config=mc)
-vc.speculative_config = SimpleNamespace(draft_model_config=mc, draft_load_config=None,
-                                        parallel_drafting=False,
-                                        enable_adaptive_verification=False)
-with set_current_vllm_config(vc), torch.device("meta"):
-    model = llama_eagle3.LlamaModel(vllm_config=vc, prefix="model")
-modules = dict(model.named_modules())
-print(json.dumps({n: [p.numel(), type(modules[n.rsplit(".", 1)[0]]).__name__]
-                  for n, p in model.named_parameters()}))
+for config in sys.argv[1:]:
+    folder = tempfile.mkdtemp()
+    with open(os.path.join(folder, "config.json"), "w") as fh:
+        fh.write(config)
+    mc = ModelConfig(model=folder, skip_tokenizer_init=True, dtype="bfloat16")
+    vc = VllmConfig(model_config=mc)
+    vc.speculative_config = SimpleNamespace(draft_model_config=mc, draft_load_config=None,
+                                            parallel_drafting=False,
+                                            enable_adaptive_verification=False)
+    with set_current_vllm_config(vc), torch.device("meta"):
+        model = llama_eagle3.LlamaModel(vllm_config=vc, prefix="model")
+    modules = dict(model.named_modules())
+    print(json.dumps({n: [p.numel(), type(modules[n.rsplit(".", 1)[0]]).__name__]
+                      for n, p in model.named_parameters()}))
 """
 
 
@@ -269,11 +271,12 @@ def test_an_eagle3_head_weighs_what_vllm_builds_of_it():
     from specmoe.cost.hfconfig import dense_dims_from_config
 
     pytest.importorskip("vllm")
-    for cfg in (EAGLE3, {**EAGLE3, "target_hidden_size": 4096, "num_aux_hidden_states": 4}):
-        r = subprocess.run([sys.executable, "-c", VLLM_EAGLE3, json.dumps(cfg)],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        built = json.loads(r.stdout.strip().splitlines()[-1])
+    configs = (EAGLE3, {**EAGLE3, "target_hidden_size": 4096, "num_aux_hidden_states": 4})
+    r = subprocess.run([sys.executable, "-c", VLLM_EAGLE3, *map(json.dumps, configs)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().splitlines()[-len(configs):]
+    for cfg, built in zip(configs, map(json.loads, lines), strict=True):
         linear = {n: size for n, (size, _) in built.items()
                   if n.endswith((".qkv_proj.weight", ".o_proj.weight", "fc.weight"))}
         assert built["fc.weight"][1] == "ReplicatedLinear"
