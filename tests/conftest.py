@@ -62,6 +62,14 @@ def tiny_models(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="session")
+def shrunk_tokenizer(tmp_path_factory) -> Path:
+    """shrunk.served_pair's tokenizer, trained once a session (shrunk.train_tokenizer)."""
+    from shrunk import train_tokenizer
+
+    return train_tokenizer(tmp_path_factory.mktemp("shrunk") / "tokenizer")
+
+
 # --- no process outlives the suite ---------------------------------------------------------------
 # Every process the tests start (engines, Snakemake, SLURM daemons, Chromium and the processes they
 # fork) inherits this marker in its environment; at the end of the session any still alive is

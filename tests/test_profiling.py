@@ -749,7 +749,7 @@ def moe_blocks_per_target_step(path, label_name: str = MOE_BLOCK) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def shrunk_profiles(tmp_path_factory) -> dict:
+def shrunk_profiles(tmp_path_factory, shrunk_tokenizer) -> dict:
     """Every architecture's decode and verify engines profiled (kernelprof.profile_calls), the
     fourteen engines one after the other in one child process (vLLM imported once, as
     specmoe.runtime.engine.run_each does for a profile job's two on a CPU): {arch: (root, each
@@ -761,7 +761,7 @@ def shrunk_profiles(tmp_path_factory) -> dict:
     calls, roots = [], {}
     for arch in ARCHS:
         root = roots[arch] = tmp_path_factory.mktemp(arch)
-        served_pair(arch, root)
+        served_pair(arch, root, shrunk_tokenizer)
         calls += [(profile_generate, *c) for c in profile_calls(
             root / "t", root / "d", 3, [2], ["the cat sat on the mat"] * 4, 16,
             {"dtype": DTYPE[arch], "kv_cache_mib": 128, "extra": {"load_format": "dummy"}},
