@@ -310,8 +310,9 @@ def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
 def test_two_processes_keeping_one_answer_at_once_both_finish(tmp_path):
     """Two workflows parsed at once (the tests share one folder of answers, conftest.preflight_memo)
     keep the same answer: a second process writes it while the first is midway through its write,
-    and neither fails or leaves a temporary file; a temporary file no live writer holds (one a
-    killed writer left) is removed by the next write."""
+    and neither fails or leaves a temporary file (the second removed the first's as a killed
+    writer's, and the first's rename failed). A killed writer's temporary file in the folder is
+    left alone (it cannot be told from a live one's) and read by nobody."""
     import subprocess
     import sys
 
@@ -324,16 +325,18 @@ def test_two_processes_keeping_one_answer_at_once_both_finish(tmp_path):
         "an answer"]
     (kept,) = tmp_path.glob("vllmcheck-*.json")
     kept.unlink()
-    with atomic_path(kept) as tmp:  # the first writer, midway
+    with atomic_path(kept, shared=True) as tmp:  # the first writer, midway, as memo writes
         tmp.write_text('["an answer"]')
         r = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True)
         assert r.returncode == 0 and r.stdout == "['an answer']\n", r.stderr
     assert json.loads(kept.read_text()) == ["an answer"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     left = tmp_path / f".{kept.name}.killed.tmp"
     left.write_text("[")
     kept.unlink()
     assert memo.cached(tmp_path, "vllmcheck", "the question", lambda: ["again"]) == ["again"]
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert memo.cached(tmp_path, "vllmcheck", "the question", lambda: ["other"]) == ["again"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [left.name]
 
 
 # --- with vLLM's own checks -----------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import hashlib
 import json
 import os
@@ -156,22 +155,19 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, shared: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
-    The temporary file is locked while its writer lives, so that a second writer of the same file
-    at once (two workflows keeping one checks' answer, specmoe.checks.memo) removes only what a
-    killed writer left, and both finish: the last rename wins."""
+    A killed earlier writer's temporary files are removed first, unless the file is `shared`:
+    written by several processes at once (workflows keeping one checks' answer,
+    specmoe.checks.memo), where a live writer's file cannot be told from a killed one's; each
+    finishes, and the last rename wins."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
-        _remove_if_left(stale)
-    while True:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        _lock(fd)
+    for stale in () if shared else path.parent.glob(f".{path.name}.*.tmp"):
         with contextlib.suppress(FileNotFoundError):
-            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
-                break
-        os.close(fd)  # another writer removed it before it was locked: make another
+            stale.unlink()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -181,36 +177,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
-        os.close(fd)  # the lock goes with it
-
-
-def _lock(fd: int, wait: bool = True) -> bool:
-    """flock fd exclusively, waiting for it or not: False where another process holds it. A
-    filesystem that keeps no locks (Lustre mounted without flock) takes none: True."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        return False
-    except OSError:
-        pass
-    return True
-
-
-def _remove_if_left(stale: Path) -> None:
-    """Remove a temporary file that a killed writer left: one no live writer holds locked."""
-    try:
-        fd = os.open(stale, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    except OSError:  # not ours to read: taken as left behind
-        fd = None
-    try:
-        if fd is None or _lock(fd, wait=False):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -236,8 +202,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
+def write_text(path: str | os.PathLike, text: str, shared: bool = False) -> None:
+    with atomic_path(path, shared) as tmp:
         tmp.write_text(text)
 
 

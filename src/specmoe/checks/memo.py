@@ -19,8 +19,8 @@ def cached(cache_dir: str | Path | None, kind: str, question: str, compute: Call
     and read back when the same question is asked again; computed each time without cache_dir.
     A file that does not read back as JSON (cut short) is asked again and replaced. An
     exception from compute is raised as it is, and nothing is kept. Two processes that keep the
-    same answer at once both finish (provenance.atomic_path): workflows parsed side by side
-    may share cache_dir."""
+    same answer at once both finish (a shared file: provenance.atomic_path): workflows parsed
+    side by side may share cache_dir."""
     from ..provenance import write_text
 
     digest = hashlib.sha256(question.encode()).hexdigest()[:16]
@@ -32,7 +32,7 @@ def cached(cache_dir: str | Path | None, kind: str, question: str, compute: Call
             pass
     answer = compute()
     if path is not None:
-        write_text(path, json.dumps(answer))
+        write_text(path, json.dumps(answer), shared=True)
     return answer
 
 
