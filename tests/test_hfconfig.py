@@ -236,8 +236,8 @@ for config in sys.argv[1:]:
     with set_current_vllm_config(vc), torch.device("meta"):
         model = llama_eagle3.LlamaModel(vllm_config=vc, prefix="model")
     modules = dict(model.named_modules())
-    print(json.dumps({n: [p.numel(), type(modules[n.rsplit(".", 1)[0]]).__name__]
-                      for n, p in model.named_parameters()}))
+    print("BUILT", json.dumps({n: [p.numel(), type(modules[n.rsplit(".", 1)[0]]).__name__]
+                               for n, p in model.named_parameters()}))
 """
 
 
@@ -275,7 +275,8 @@ def test_an_eagle3_head_weighs_what_vllm_builds_of_it():
     r = subprocess.run([sys.executable, "-c", VLLM_EAGLE3, *map(json.dumps, configs)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = r.stdout.strip().splitlines()[-len(configs):]
+    # vLLM logs to stdout too: the heads are the lines marked BUILT, one per config, in order
+    lines = [ln.removeprefix("BUILT ") for ln in r.stdout.splitlines() if ln.startswith("BUILT ")]
     for cfg, built in zip(configs, map(json.loads, lines), strict=True):
         linear = {n: size for n, (size, _) in built.items()
                   if n.endswith((".qkv_proj.weight", ".o_proj.weight", "fc.weight"))}

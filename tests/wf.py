@@ -209,9 +209,8 @@ def cluster_dry_run(cwd: Path, *args: str, configfile: str | None = None,
     """`snakemake -n --profile profiles/slurm` from the launcher's environment in `cwd`, each job
     planned as the SLURM executor plans it (CLUSTER_DRY_RUN), with this checkout's src first on
     the path: its stdout and stderr (a failure fails the test)."""
-    cmd = [str(launcher()), "-c", CLUSTER_DRY_RUN, "-n", "--profile", "profiles/slurm", *args]
-    if configfile is not None:
-        cmd += ["--configfile", configfile]
+    cmd = snakemake_command("-n", "--profile", "profiles/slurm", *args, configfile=configfile,
+                            python=launcher(), script=CLUSTER_DRY_RUN)
     env = {**(os.environ if env is None else env), "PYTHONPATH": str(REPO / "src")}
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
