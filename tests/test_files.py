@@ -64,13 +64,14 @@ def test_the_gpu_plans_entries_name_the_config_only_download_exactly_where_it_re
     ones included, and the plan decided again whether to read it."""
     from test_preflight import only, paper
 
-    from specmoe.contracts.report import PlanParams, plan_config
+    from specmoe.contracts.report import PlanParams
 
-    for cfg in (paper(), paper(only("glm-4.7-flash-bf16-tp1", repo_id="example/unshipped-moe"))):
-        entries = PlanParams.from_config(cfg).entries
-        assert entries and any(e["name"] in cfg.hf for e in entries)
-        for e in entries:
-            assert e["manifest"] == (plan_config(cfg, e["name"]) or [None])[0], e["name"]
+    study = paper()  # every study model's config.json ships with the package: none read
+    entries = PlanParams.from_config(study).entries
+    assert sum(e["name"] in study.hf for e in entries) > 5
+    assert [e["name"] for e in entries if e["manifest"] is not None] == []
+    entries = PlanParams.from_config(
+        paper(only("glm-4.7-flash-bf16-tp1", repo_id="example/unshipped-moe"))).entries
     assert [e["manifest"] for e in entries] == [
         "results/downloads/example--unshipped-moe.config.json"]
 
