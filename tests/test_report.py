@@ -616,6 +616,36 @@ def test_a_highest_speedup_is_called_the_largest_only_where_the_intervals_decide
     assert "highest point estimate 1.60 [1.37, 1.89] at batch 2; the batch sizes are not" in text
 
 
+def test_a_tiny_target_swept_on_a_gpu_has_its_gpu_findings_decided_not_marked_cpu(tmp_path):
+    """The findings table marked a tiny target's speedup and MoE-share rows "not measurable on a
+    CPU" by the model's kind, also where the speedup table's device column says its sweep ran on
+    a GPU: there the speedup row is decided by the sweep's shape and the MoE share, which has no
+    interval, is undecided; a CPU sweep keeps the mark, and neither row joins the routing
+    sentences of the first paragraph."""
+    good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009, "above": 0.03}
+    _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
+                    controls={"decay": 0.0, "above": 0.0, "seq1": 0.9})
+    run = {"model": "fine", "drafter": "d", "k": 3, "dataset": "main", "run": "fine/d/K3/main",
+           "tau": 2.0, "draft_cost": np.nan, "direction": "faster"}
+    pd.DataFrame([{"model": "fine", "drafter": "d", "k": 3, "dataset": "main", "batch": 1,
+                   "class": "moe", "decode_share": 0.3, "moe_weight_share": 0.8,
+                   "run": "fine/d/K3/main"}]).to_csv(tmp_path / "kernel_time_shares.csv",
+                                                      index=False)
+    for device, shape, want in (("cuda", "peak at low batch", "shown"),
+                                ("cuda", "rising", "not shown"),
+                                ("cuda", "undecided within the noise", "undecided"),
+                                ("cpu", "peak at low batch", prose.CPU)):
+        pd.DataFrame([{**run, "batch": b, "speedup": 1.5 - 0.1 * b, "speedup_low": 1.4 - 0.1 * b,
+                       "speedup_high": 1.6 - 0.1 * b, "shape": shape, "device": device}
+                      for b in (1, 2, 4)]).to_csv(tmp_path / "speedup_vs_batch.csv", index=False)
+        td = tables_in(tmp_path)
+        t = prose.routing_targets(td).set_index(["model", "finding"])["status"]
+        assert t.loc[("fine", prose.SPEEDUP_AT_1)] == want, (device, shape)
+        assert t.loc[("fine", prose.MOE_SHARE)] == ("undecided" if device == "cuda"
+                                                    else prose.CPU)
+        assert prose.SPEEDUP_AT_1 not in prose.opening(td)
+
+
 def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: str):
     """A draft-ratio table (model-derived, exact) and a speedup table with its shape label."""
     run = {"model": "fine", "drafter": "d", "k": 3, "dataset": "main"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..measured import sweep
 from ..sources import published
 from .tables import Tables
 from ..runs import dataset_parts, label_of
@@ -18,6 +19,9 @@ from .runs import by_distance, control_models, first_run, heldout_share, is_cont
 
 SHOWN, NOT_SHOWN, UNDECIDED, NOT_MEASURED = "shown", "not shown", "undecided", "not measured"
 CPU = "not measurable on a CPU"
+# the study's GPU findings the findings table carries beside the routing ones (_cpu_rows)
+SPEEDUP_AT_1, MOE_SHARE = ("SD speedup highest at batch 1",
+                           "MoE share of time below its share of weights")
 LOOPING = 0.10  # share of windows that repeat a token above which a target's output loops
 IPF_WITHIN = 0.04  # the study's "within 4%" of its uniform IPF (Table 20)
 
@@ -583,9 +587,13 @@ def _both(a: dict | None, b: dict | None) -> dict | None:
 
 
 def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
-    """The study's GPU findings, with this run's numbers, marked as what a CPU cannot show: a tiny
-    model's step time on a CPU is host overhead rather than weight reads."""
+    """The study's GPU findings, with this run's numbers: marked as what a CPU cannot show for a
+    model swept on a CPU (a tiny model's step time there is host overhead rather than weight
+    reads; a table without the device column comes from a CPU run), decided for one swept on a
+    GPU: the speedup by the sweep's shape (decided by its intervals), the MoE share undecided (a
+    profile's share has no interval)."""
     sp, ks = load(td, "speedup_vs_batch"), load(td, "kernel_time_shares")
+    gpu = set(swept_on(td, "cuda"))
     rows = []
     blank = {"control_value": "–", "control_status": "–", "learned": "–"}
     for m in models:
@@ -593,25 +601,33 @@ def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
         if not g.empty:
             g = g[g["run"] == g["run"].iloc[0]].sort_values("batch")
             rows.append({"model": m, "run": g["run"].iloc[0],
-                         "finding": "SD speedup highest at batch 1",
+                         "finding": SPEEDUP_AT_1,
                          "target": "shape 'peak at low batch': batch 1 above the largest batch "
                                    "size and, by an equivalence test, no larger batch above "
                                    "batch 1 by more than the margin",
                          "value": f"{_speedup_text(g.iloc[0])} at batch {int(g['batch'].iloc[0])}"
                                   + (" (its smallest)" if g["batch"].iloc[0] != 1 else "")
                                   + f"{_highest_text(g)}; shape: {g['shape'].iloc[0]}",
-                         "status": CPU, **blank})
+                         "status": _shape_status(g["shape"].iloc[0]) if m in gpu else CPU,
+                         **blank})
         k = ks[(ks["model"] == m) & (ks["class"] == "moe") & (ks["batch"] == 1)] \
             if not ks.empty else ks
         if not k.empty:
             r = k.iloc[0]
             rows.append({"model": m, "run": r["run"],
-                         "finding": "MoE share of time below its share of weights",
+                         "finding": MOE_SHARE,
                          "target": "MoE share of decode time < MoE share of weights",
                          "value": f"{r['decode_share']:.2f} of time, {r['moe_weight_share']:.2f} "
-                                  "of weights",
-                         "status": CPU, **blank})
+                                  "of weights" + (" (no interval)" if m in gpu else ""),
+                         "status": UNDECIDED if m in gpu else CPU, **blank})
     return rows
+
+
+def _shape_status(shape: str) -> str:
+    """"peak at low batch" is the study's shape; a shape the intervals leave undecided is
+    undecided; any other decided shape is not the study's."""
+    return SHOWN if shape == sweep.PEAK_LOW else \
+        UNDECIDED if shape in (sweep.UNDECIDED, sweep.TOO_FEW) else NOT_SHOWN
 
 
 FINDINGS_HEADER = ["model", "finding", "target", "this run", "status", "untrained control",
@@ -797,7 +813,8 @@ def opening(td: Tables) -> str:
     t = routing_targets(td)
     out = []
     if not t.empty:
-        routing = t[~t["status"].isin([CPU, NOT_MEASURED])]
+        routing = t[~t["status"].isin([CPU, NOT_MEASURED])
+                    & ~t["finding"].isin([SPEEDUP_AT_1, MOE_SHARE])]
         out.append("Routing, in each trained tiny target beside its untrained control (95% "
                    "intervals by request; the report's findings table has every number): "
                    + ". ".join(_routing_sentence(m, g, other_runs(td, m))
