@@ -349,6 +349,20 @@ def test_every_figure_of_the_fixed_results_has_data():
                         {"tiny-fine", "tiny-fine-bf16"}}
 
 
+def test_the_variants_figure_shows_each_family_at_its_own_smallest_k():
+    """A family swept at K = 5 only beside one at K = 3: the variants figure took the smallest K
+    of all families and dropped the second with no note; each family is at its own smallest K."""
+    rows = [{"model": m, "drafter": "d", "k": k, "dataset": "x", "batch": b, "speedup": 1.1,
+             "shape": "undecided within the noise"}
+            for m, k in (("a", 3), ("a", 5), ("a-bf16", 3), ("b", 5), ("b-bf16", 5), ("b", 7))
+            for b in (1, 2)]
+    frames = figures._speedup_frames(pd.DataFrame(rows), {}, {},
+                                     {"a-bf16": "a", "b-bf16": "b"})
+    sp = frames["speedup_variants"][1]
+    assert sorted(set(zip(sp["family"], sp["k"]))) == [("a", 3), ("b", 5)]
+    assert set(sp["model"]) == {"a", "a-bf16", "b", "b-bf16"}
+
+
 # the fixture run's models matched to study models, each with its main set (its first dataset)
 FIXTURE_STUDY = {"tiny-fine": published.study_entry(
                      {"name": "tiny-fine", "compare_with": "Qwen2-57B",

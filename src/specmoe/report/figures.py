@@ -560,7 +560,9 @@ def _speedup_frames(sp: pd.DataFrame, colors: dict, study: dict,
     sp["family"] = sp["model"].map(
         lambda m: variant_of.get(m) or (m if m in targets else None)
         or (study.get(m) or {}).get("study") or m)
-    out["speedup_variants"] = (curves_by, sp[sp["k"] == sp["k"].min()], colors,
+    # each family at its own smallest K (one K for all dropped a family swept at larger Ks only)
+    smallest = sp["k"] == sp.groupby("family")["k"].transform("min")
+    out["speedup_variants"] = (curves_by, sp[smallest], colors,
                                ["family", "drafter", "dataset"], "model", "speedup", SPEEDUP,
                                "No study model is run in more than one variant (TP, "
                                "precision, hardware) in this configuration.", 1.0)
