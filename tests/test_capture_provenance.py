@@ -1,5 +1,6 @@
-"""A capture's provenance hashes what decides its trace: the capture settings, not the job's
-runtime, which a SLURM retry doubles (the runtime still sets the engine's timeouts)."""
+"""A capture's provenance hashes what decides its trace: the capture settings and the drafter's
+checkpoint (a control's: its target trace's own hash), not the job's runtime, which a SLURM retry
+doubles (the runtime still sets the engine's timeouts)."""
 
 import pytest
 
@@ -95,3 +96,98 @@ def test_a_longer_job_runtime_keeps_the_controls_config_hash(tmp_path, monkeypat
 
     assert config_hash("first", 60) == config_hash("retry", 120)
     assert timeouts == [pytest.approx(60 * 60 * 0.95), pytest.approx(120 * 60 * 0.95)]
+
+
+def _stub_engine(monkeypatch):
+    """The engine's side of capture_stage replaced: its child process returns the prompts it was
+    given, and the shards' assembly one fixed (synthetic) trace."""
+    from specmoe.routing.synth import SynthParams, generate
+    from specmoe.runtime import capture, engine
+
+    def assemble(*a, **kw):
+        tr = generate(SynthParams(num_experts=8, top_k=2, num_layers=1, k_draft=3, requests=2,
+                                  steps=2, seed=0))
+        tr.meta["capture"] = {"windows": 4, "short_windows": 0,
+                              "accepted_crosscheck": {"mismatches": 0, "steps": 4}}
+        return tr
+
+    monkeypatch.setattr(engine, "run_in_child",
+                        lambda fn, rows, *a, **kw: {"rows": rows, "prompting": {}})
+    monkeypatch.setattr(capture, "assemble", assemble)
+
+
+def _checkpoint(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    (path / "tokenizer.json").write_text('{"model": {"vocab": {"a": 0}, "merges": []}}')
+    return path
+
+
+@pytest.mark.parametrize("method", [None, "eagle3"])
+def test_a_capture_records_its_drafters_checkpoint_and_hashes_it(tmp_path, monkeypatch, method):
+    """Two captures of one run whose drafters are two revisions (Hugging Face snapshots) of one
+    repository: each trace's record names its drafter's revision and the method, and their config
+    hashes differ (the windows' acceptance is the drafter's); the traces' content is the same."""
+    import numpy as np
+
+    from specmoe.stages.traces import capture_stage
+
+    _stub_engine(monkeypatch)
+    target = _checkpoint(tmp_path / "t")
+    snapshots = tmp_path / "hub" / "models--org--drafter" / "snapshots"
+    run = {"model": "t", "drafter": "d", "k": 3, "dataset": "tinybench"}
+    settings = {"prompts": 4, "max_tokens": 16, "max_num_seqs": 4}
+    traces = {}
+    for rev in ("1111aaaa", "2222bbbb"):
+        out = tmp_path / f"{rev}.parquet"
+        capture_stage(Named({"target": str(target), "drafter": str(_checkpoint(snapshots / rev)),
+                             "prompts": []}),
+                      Named({"trace": str(out)}),
+                      CaptureParams(job=run, settings=settings, method=method, gpu=False,
+                                    prompts=prompt_table.DEFAULT_SOURCE, prompting=None))
+        traces[rev] = read_trace(out)
+    records = {rev: tr.meta["provenance"] for rev, tr in traces.items()}
+    for rev, rec in records.items():
+        assert rec["drafter"]["name"] == "models--org--drafter"
+        assert rec["drafter"]["revision"] == rev
+        assert rec["method"] == method
+        assert rec["model"]["name"] == "t"
+    assert records["1111aaaa"]["config_hash"] != records["2222bbbb"]["config_hash"]
+    first, second = traces.values()
+    assert np.array_equal(first.experts, second.experts)
+    assert first.columns.keys() == second.columns.keys()
+    assert all(np.array_equal(first.columns[c], second.columns[c]) for c in first.columns)
+
+
+def test_a_control_records_its_targets_config_hash(tmp_path, monkeypatch):
+    """The matched control's trace names its target's trace by path and by that trace's config
+    hash: a target captured again (another drafter) at the same path gives another control
+    hash."""
+    import numpy as np
+
+    from specmoe.contracts.engines import CaptureControlParams
+    from specmoe.routing.synth import SynthParams, generate
+    from specmoe.routing.trace import write_trace
+    from specmoe.runtime import capture, engine
+    from specmoe.stages.traces import control_capture_stage
+
+    monkeypatch.setattr(engine, "run_in_child", lambda fn, seqs, *a, **kw: {})
+    monkeypatch.setattr(capture, "rows_of_sequences", lambda res, seqs: (
+        [np.tile(np.arange(2), (len(s), 1, 1)) for s in seqs], {"layers": [0], "num_experts": 8}))
+    tr = generate(SynthParams(num_experts=8, top_k=2, num_layers=1, k_draft=3, requests=2,
+                              steps=2, seed=0))
+    tr.meta["prompt_token_ids"] = [[1, 2], [3, 4]]
+    control = _checkpoint(tmp_path / "t-random")
+    run = {"model": "t-random", "drafter": "d", "k": 3, "dataset": "tinybench"}
+    target = tmp_path / "target.parquet"
+    records = []
+    for target_hash in ("aaaa", "bbbb"):
+        write_trace(target, tr, {"config_hash": target_hash})
+        out = tmp_path / f"control-{target_hash}.parquet"
+        control_capture_stage(Named({"control": str(control), "trace": str(target)}),
+                              Named({"trace": str(out)}),
+                              CaptureControlParams(run=run, settings={"max_num_seqs": 4}))
+        meta = read_trace(out).meta
+        assert meta["capture"]["teacher_forced"]["target_config_hash"] == target_hash
+        records.append(meta["provenance"])
+    assert records[0]["config_hash"] != records[1]["config_hash"]

@@ -13,8 +13,8 @@ from ..errors import InputError
 from ..sources import prompts as prompt_table
 from ..sources.prompts import distinct_prompts
 from ..provenance import provenance
-from .engines import (engine_label, engine_prompts, model_provenance, prompt_tables, served,
-                      setting, with_job_runtime)
+from .engines import (engine_label, engine_prompts, model_identity, model_provenance,
+                      prompt_tables, served, setting, with_job_runtime)
 
 logger = logging.getLogger("specmoe")
 
@@ -89,9 +89,14 @@ def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     logger.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches "
                 "in %d steps", cap["windows"], cap["short_windows"], len(tr),
                 cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
+    # the drafter's checkpoint (its snapshot's commit) and method decide the windows and their
+    # acceptance as the target's does its routing: both in the hash and in the record, as a
+    # sweep's points key on them (stages.measure); run names the drafter only
+    drafter = {"drafter": model_identity(drafter_dir) if drafter_dir else None,
+               "method": params.method}
     write_trace(out, tr, provenance(
-        {"run": run, "capture": params.settings, "prompts": prompts_source, **moe},
-        model=model_provenance(run["model"], target_dir), stage="capture",
+        {"run": run, "capture": params.settings, "prompts": prompts_source, **drafter, **moe},
+        model=model_provenance(run["model"], target_dir), **drafter, stage="capture",
         engine=engine_label(res.get("vllm")), engine_start=res.get("engine_start")))
 
 
@@ -169,6 +174,9 @@ def control_capture_stage(inputs, outputs, params, log: str | None = None,
     n = len(experts)
     columns = {**tr.columns, "model": np.full(n, run["model"])}
     target_run = tr.meta.get("run", {})
+    # the target's trace by its path and its own config hash: another capture of the target (its
+    # drafter, its settings) at the same path is another input
+    target_hash = (tr.meta.get("provenance") or {}).get("config_hash")
     meta = {"run": run, "slice_datasets": tr.meta.get("slice_datasets"),
             "prompting": tr.meta.get("prompting"),
             "prompt_token_ids": tr.meta.get("prompt_token_ids"),
@@ -178,12 +186,14 @@ def control_capture_stage(inputs, outputs, params, log: str | None = None,
                         "startup_s": res.get("startup_s"),
                         "teacher_forced": {"target": target_run.get("model"),
                                            "target_trace": str(target_trace),
+                                           "target_config_hash": target_hash,
                                            "sequences": len(seqs)}}}
     out_tr = Trace(experts=experts, columns=columns, num_experts=info["num_experts"],
                    k_draft=tr.k_draft, meta=meta)
     logger.info("teacher-forced %s on %s's %d windows (%d rows)", run["model"],
                 target_run.get("model"), len(spans), n)
     write_trace(out, out_tr, provenance(
-        {"run": run, "capture": params.settings, "teacher_forced_on": str(target_trace)},
+        {"run": run, "capture": params.settings, "teacher_forced_on": str(target_trace),
+         "target_config_hash": target_hash},
         model=model_provenance(run["model"], control_dir), stage="capture_control",
         engine=engine_label(), engine_start=res.get("engine_start")))
