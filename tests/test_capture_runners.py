@@ -374,6 +374,80 @@ def test_a_step_run_after_its_request_finished_is_no_window(tmp_path):
     assert tr.columns["step"].max() == 3 and len(tr) == 4 * (K + 1)
 
 
+class _V1Runner:
+    """A V1 model runner as far as the recorder reads it (one request, rows in input_batch order),
+    whose forward runs the routers of the layers `routed` names for the next step, each routing
+    every row to the experts `experts` (a fake: vLLM's own needs a model)."""
+
+    def __init__(self):
+        self.vllm_config = SimpleNamespace(
+            speculative_config=None,
+            parallel_config=SimpleNamespace(**{k: 1 for k in capture.ONE_RANK_SIZES}),
+            scheduler_config=SimpleNamespace(async_scheduling=False))
+        self.model_config = SimpleNamespace(get_total_num_hidden_layers=lambda: LAYERS,
+                                            get_num_experts_per_tok=lambda: TOP_K,
+                                            get_num_experts=lambda: 8)
+        self.max_num_tokens, self.device = MAX_TOKENS, "cpu"
+        self.input_batch = SimpleNamespace(req_ids=["0-x"])
+        self.requests = {"0-x": SimpleNamespace(output_token_ids=[7])}
+        self.input_ids = SimpleNamespace(gpu=torch.zeros(MAX_TOKENS, dtype=torch.int32))
+        self._specmoe = capture.Recorder(self)
+
+    def execute_model(self, scheduler_output):
+        n = scheduler_output.total_num_scheduled_tokens
+        self.input_ids.gpu[:n] = torch.tensor(self.tokens)
+        for layer in self.routed:
+            self._specmoe.capture(layer, torch.tensor([self.experts] * n, dtype=torch.int64))
+
+    def sample_tokens(self, grammar_output=None):
+        return SimpleNamespace(req_id_to_index={"0-x": 0}, sampled_token_ids=[self.sampled])
+
+
+def _v1_step(runner, tokens, routed, experts, sampled):
+    """One engine step of one request's window of K drafts: execute_model, then sample_tokens,
+    both as capture._install wraps them."""
+    runner.tokens, runner.routed, runner.experts, runner.sampled = tokens, routed, experts, sampled
+    so = SimpleNamespace(
+        total_num_scheduled_tokens=len(tokens), num_scheduled_tokens={"0-x": len(tokens)},
+        scheduled_spec_decode_tokens={"0-x": tokens[1:]},
+        scheduled_cached_reqs=SimpleNamespace(req_ids=[], num_output_tokens=[],
+                                              resumed_req_ids=set()),
+        scheduled_new_reqs=[])
+    capture._wrap_execute(_V1Runner.execute_model)(runner, so)
+    capture._wrap_sample(_V1Runner.sample_tokens)(runner)
+
+
+@pytest.mark.parametrize("routed", [[0, 1], [0]])
+def test_a_layer_whose_router_does_not_report_leaves_unfilled_slots_not_the_last_steps(
+        tmp_path, routed):
+    """The recorder's buffer outlives every step (vLLM's profiling run writes all of it before
+    the first request): a layer whose router does not report in a step must leave that step's
+    slots unfilled, which assemble refuses, not the previous step's routing, which it would
+    take for this step's. With every router reporting, the trace is what they reported."""
+    from specmoe.sources.prompts import Prompt
+
+    runner = _V1Runner()
+    _v1_step(runner, [7, 8, 9, 10], [0, 1], [0, 1], [8, 99])  # accepts 1 draft, bonus 99
+    _v1_step(runner, [99, 11, 12, 13], routed, [4, 5], [11, 50])
+    result = {"shards": [runner._specmoe.flush(str(tmp_path))],
+              "requests": [{"request_id": "0", "token_ids": [7, 8, 99, 11, 50],
+                            "per_step_accepted": [1, 1]}]}
+    run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
+
+    def assemble():
+        return capture.assemble(result, [Prompt("p0", "x", "c", "text")], run, K)
+
+    if routed != [0, 1]:
+        with pytest.raises(SpecmoeError, match=r"unfilled routing slot at request 0, step 1, "
+                                               r"position 0, layer 1 \(8 slot"):
+            assemble()
+        return
+    tr = assemble()
+    assert tr.experts[:, 0].tolist() == [[0, 1]] * (K + 1) + [[4, 5]] * (K + 1)
+    assert tr.experts[:, 1].tolist() == tr.experts[:, 0].tolist()
+    assert tr.columns["token_id"].tolist() == [7, 8, 9, 10, 99, 11, 12, 13]
+
+
 # vLLM's ParallelConfig for each layout whose rows a worker records in part (DCP needs TP of 2)
 _LAYOUTS = {"pipeline_parallel_size": {"pipeline_parallel_size": 2},
             "data_parallel_size": {"data_parallel_size": 2},

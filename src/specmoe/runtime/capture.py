@@ -8,8 +8,10 @@ pyproject.toml, inert unless SPECMOE_CAPTURE=1) patches the model runner in ever
   recorder to the target's MoE routers with vLLM's `bind_routed_experts_capturer`. Router top-k goes
   through `BaseRouter._select_experts`, which calls `capture_fn(topk_ids)` with logical expert ids;
   the recorder writes them into a static device buffer (graph-safe). The drafter is not bound.
-- `execute_model`: before the step, read the scheduled tokens and drafts per request; after the
-  forward, copy the routing rows and the input ids of this step to host memory once.
+- `execute_model`: before the step, read the scheduled tokens and drafts per request and mark the
+  step's rows of the buffer unfilled (-1: a router that does not report shows, never an earlier
+  step's routing); after the forward, copy the routing rows and the input ids of this step to
+  host memory once.
 - `sample_tokens`: the step's layout is bound to the output object it returns, and recorded when
   that output gives its tokens (at once, or at `get_output()` under async scheduling and for every
   Model Runner V2 step): accepted drafts = len(sampled_token_ids) - 1 per request; the step's
@@ -160,8 +162,14 @@ class Recorder:
 
     # -- per step -------------------------------------------------------------------------------
     def before_step(self, scheduler_output) -> dict:
+        """Before the step's forward (execute_model, outside any CUDA graph, on its stream): the
+        slots of its rows are unfilled (-1) until their routers report. vLLM's profiling run and
+        every earlier step wrote them: a layer whose router does not report in this step would
+        leave an earlier step's routing in place, which no check could tell from this step's."""
+        total = scheduler_output.total_num_scheduled_tokens
+        self.buffer[:total].fill_(-1)
         self.preempted += resumed_requests(scheduler_output)
-        return {"total": scheduler_output.total_num_scheduled_tokens,
+        return {"total": total,
                 "num_scheduled": dict(scheduler_output.num_scheduled_tokens),
                 "drafts": {r: len(t) for r, t in
                            scheduler_output.scheduled_spec_decode_tokens.items()}}
