@@ -431,8 +431,9 @@ CONFIG = [
      1, r"datasets\.x\.format: must be one of .* \(got 'mtbench'\); did you mean 'mt-bench'\?"),
     ("a dataset without repo_id", merge(datasets={"x": {"format": "mt-bench"}}), 1,
      r"config: datasets\.x: missing key 'repo_id'"),
-    ("captures of no tokens", merge(capture={"max_tokens": 0}), 1,
-     r"capture\.max_tokens: must be an integer >= 1"),
+    # the first token is the prefill's: no window verifies it
+    ("captures of no verification window", merge(capture={"max_tokens": 1}), 1,
+     r"capture\.max_tokens: must be an integer >= 2"),
     ("profiles at no batch size", merge(profiling={"batch_sizes": []}), 1,
      r"profiling\.batch_sizes: must have at least 1 item"),
     # TE's interval is over engine starts: one start has none

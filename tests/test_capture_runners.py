@@ -374,6 +374,29 @@ def test_a_step_run_after_its_request_finished_is_no_window(tmp_path):
     assert tr.columns["step"].max() == 3 and len(tr) == 4 * (K + 1)
 
 
+def test_a_capture_whose_every_window_came_after_its_requests_end_is_refused(tmp_path):
+    """max_tokens 1 under async scheduling: the prefill's token ends the request, and the one
+    window the engine ran on verified nothing; assemble says so in one line (it crashed in
+    np.concatenate), and the schema refuses max_tokens 1 for a capture."""
+    import yaml
+
+    from specmoe.checks.schema import load_schema, validate
+    from wf import REPO
+
+    with pytest.raises(SpecmoeError, match=r"^routing capture: all 1 captured window\(s\) came "
+                                           r"after their request's last output token"):
+        _assemble(tmp_path, [0], [], token_ids=[0])
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    schema = load_schema(REPO / "workflow/schemas/config.schema.yaml")
+    cfg["capture"] = {"max_tokens": 2}
+    cfg["tiny"]["capture"]["max_tokens"] = 2
+    assert validate(cfg, schema) == []
+    cfg["capture"]["max_tokens"] = cfg["tiny"]["capture"]["max_tokens"] = 1
+    assert validate(cfg, schema) == [
+        "config: capture.max_tokens: must be an integer >= 2 (got 1)",
+        "config: tiny.capture.max_tokens: must be an integer >= 2 (got 1)"]
+
+
 class _V1Runner:
     """A V1 model runner as far as the recorder reads it (one request, rows in input_batch order),
     whose forward runs the routers of the layers `routed` names for the next step, each routing

@@ -582,6 +582,11 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
     live = _inside_requests(result["requests"], request, step, accepted)
     order = np.lexsort((step, request))
     order = order[live[order]]
+    if not order.size:
+        raise SpecmoeError(
+            f"routing capture: all {live.size} captured window(s) came after their request's last "
+            "output token (async scheduling runs a step past a request's end; max_tokens 1 ends "
+            "it at its prefill's token): no verification window to record")
     rows = np.concatenate([np.arange(starts[w], starts[w] + lengths[w]) for w in order])
     win = np.repeat(order, lengths[order])
     position = np.concatenate([np.arange(lengths[w]) for w in order]).astype(np.int8)
