@@ -1,6 +1,8 @@
 """Test helpers for the download stage, with no network: a Hugging Face cache laid out by hand
-(refs/, snapshots/, blobs/, as huggingface_hub writes it) and a loopback HTTP endpoint that answers
-the hub's error responses (for HF_ENDPOINT)."""
+(refs/, snapshots/, blobs/, as huggingface_hub writes it), a loopback HTTP endpoint that answers
+the hub's error responses, and one that serves a repository for huggingface_hub to download (both
+for HF_ENDPOINT; a download from it also writes huggingface_hub's tree listing, trees/<commit>.json,
+as the Hub's would)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,12 @@ import http.server
 import json
 import os
 import threading
+import urllib.parse
 from pathlib import Path
+
+
+def _blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def repo_folder(cache: Path, repo_id: str, repo_type: str = "model") -> Path:
@@ -29,7 +36,7 @@ def lay_out_cache(cache: Path, repo_id: str, files: dict[str, bytes], *, commit:
         if rel in lfs:
             blob_name = hashlib.sha256(data).hexdigest()
         else:
-            blob_name = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+            blob_name = _blob_sha1(data)
         blob = root / "blobs" / blob_name
         blob.parent.mkdir(parents=True, exist_ok=True)
         blob.write_bytes(data)
@@ -73,7 +80,9 @@ class FakeHub:
     to (status, X-Error-Code, message)."""
 
     def __init__(self, routes: dict):
-        handler = type("H", (_Handler,), {"routes": routes})
+        self._serve(type("H", (_Handler,), {"routes": routes}))
+
+    def _serve(self, handler):
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.requests = []
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -90,6 +99,63 @@ class FakeHub:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class _RepoHandler(http.server.BaseHTTPRequestHandler):
+    repo_id = ""
+    commit = ""
+    files: dict = {}
+    lfs: frozenset = frozenset()
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def _send(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _answer(self):
+        self.server.requests.append((self.command, self.path))  # type: ignore[attr-defined]
+        path = urllib.parse.urlparse(self.path).path
+        tree = f"/api/models/{self.repo_id}/tree/{self.commit}"
+        resolve = f"/{self.repo_id}/resolve/{self.commit}/"
+        if path in (tree, tree + "/"):
+            listing = []
+            for rel, data in sorted(self.files.items()):
+                entry = {"type": "file", "path": rel, "size": len(data), "oid": _blob_sha1(data)}
+                if rel in self.lfs:
+                    entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
+                                    "pointerSize": 130}
+                listing.append(entry)
+            return self._send(200, json.dumps(listing).encode(),
+                              [("Content-Type", "application/json")])
+        rel = urllib.parse.unquote(path[len(resolve):]) if path.startswith(resolve) else None
+        if rel in self.files:
+            data = self.files[rel]
+            etag = hashlib.sha256(data).hexdigest() if rel in self.lfs else _blob_sha1(data)
+            return self._send(200, data, [("X-Repo-Commit", self.commit),
+                                          ("ETag", f'"{etag}"'),
+                                          ("Content-Type", "application/octet-stream")])
+        self._send(404, b'{"error": "not served"}', [("X-Error-Code", "EntryNotFound"),
+                                                     ("Content-Type", "application/json")])
+
+    do_GET = do_HEAD = _answer
+
+
+class RepoHub(FakeHub):
+    """A loopback endpoint serving one repository at one commit (for HF_ENDPOINT): its file listing
+    and each file's content, as the Hub answers snapshot_download of a pinned commit."""
+
+    def __init__(self, repo_id: str, files: dict[str, bytes], *, commit: str = "a" * 40,
+                 lfs: set[str] = frozenset()):
+        handler = type("H", (_RepoHandler,), {"repo_id": repo_id, "commit": commit,
+                                               "files": dict(files), "lfs": frozenset(lfs)})
+        self._serve(handler)
 
 
 # --- stand-ins for the study's drafters -----------------------------------------------------------
