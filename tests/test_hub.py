@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hubfake import FakeHub, lay_out_cache
+from hubfake import FakeHub, RepoHub, lay_out_cache, repo_folder
 
 pytest.importorskip("huggingface_hub")
 
@@ -132,6 +132,85 @@ def test_full_mode_reads_a_cached_pinned_snapshot_when_the_hub_cannot_be_reached
         "config.json", "tokenizer.json", "model-00001-of-00001.safetensors",
         "model.safetensors.index.json"}
     assert "could not reach the Hub" in r.stderr and "cached snapshot" in r.stderr
+
+def error_line(r) -> str:
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("specmoe: error:")]
+    assert len(lines) == 1, r.stderr[-2000:]
+    return lines[0]
+
+
+CONFIG = b'{"model_type": "x"}'
+SHARDS = {"model-00001-of-00002.safetensors": b"\x01" * 64,
+          "model-00002-of-00002.safetensors": b"\x02" * 64}
+SHARD_INDEX = json.dumps({"metadata": {"total_size": 128}, "weight_map": {
+    "a.weight": "model-00001-of-00002.safetensors",
+    "b.weight": "model-00002-of-00002.safetensors"}}).encode()
+
+
+def test_a_download_online_reruns_offline_from_the_same_cache(tmp_path):
+    """The documented workflow: download with network (huggingface_hub 2 also caches the
+    repository's whole file listing, trees/<commit>.json), then run with HF_HUB_OFFLINE=1 or where
+    the Hub cannot be reached. A repository shipping safetensors and a pytorch_model.bin copy gets
+    its safetensors only, and the cache holding them is complete for the reruns: snapshot_download
+    checks a snapshot against that listing with exactly the patterns it is given, so the reruns
+    must ask for the format the online download took, not both (which it refused)."""
+    repo = {"config.json": CONFIG, "model.safetensors": b"\x03" * 64,
+            "pytorch_model.bin": b"\x04" * 96}
+    commit = "e" * 40
+    with RepoHub("acme/both", repo, commit=commit,
+                 lfs={"model.safetensors", "pytorch_model.bin"}) as hub:
+        r = run_download(["acme/both", "--revision", commit], {"HF_ENDPOINT": hub.url}, tmp_path)
+        assert hub.requests, "the download never asked the endpoint"
+    assert r.returncode == 0, r.stderr[-2000:]
+    online = json.loads(r.stdout)
+    assert [f["path"] for f in online["files"]] == ["config.json", "model.safetensors"]
+    listing = repo_folder(tmp_path / "hf" / "hub", "acme/both") / "trees" / f"{commit}.json"
+    assert "pytorch_model.bin" in json.loads(listing.read_text())["files"]
+
+    r = run_download(["acme/both", "--revision", commit], {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["files"] == online["files"]
+    r = run_download(["acme/both", "--revision", commit], {"HF_ENDPOINT": "http://127.0.0.1:9"},
+                     tmp_path, no_backoff=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["files"] == online["files"]
+    assert "could not reach the Hub" in r.stderr
+
+
+@pytest.mark.parametrize("env,fix", [
+    ({"HF_HUB_OFFLINE": "1"}, "rerun without HF_HUB_OFFLINE to fetch them"),
+    ({"HF_ENDPOINT": "http://127.0.0.1:9"}, "the Hub could not be reached to fetch them"),
+])
+def test_a_cached_sharded_checkpoint_missing_a_shard_is_refused(tmp_path, env, fix):
+    """A cache with no tree listing (an older huggingface_hub, a copied cache) that holds one of
+    two shards its index names: snapshot_download cannot tell it is incomplete, so it would be
+    accepted and the GPU job fail at model load; it is refused in one line naming the shard."""
+    first = "model-00001-of-00002.safetensors"
+    lay_out_cache(tmp_path / "hf" / "hub", "acme/sharded", {
+        "config.json": CONFIG, "model.safetensors.index.json": SHARD_INDEX,
+        first: SHARDS[first]}, lfs={first})
+    r = run_download(["acme/sharded", "--revision", "a" * 40, "--name", "sharded"], env,
+                     tmp_path, no_backoff=True)
+    assert r.returncode == 2, r.stdout
+    err = error_line(r)
+    assert err.startswith("specmoe: error: sharded: acme/sharded@aaaaaaaaaaaa: "
+                          "model.safetensors.index.json names 1 shard(s) absent from the "
+                          "snapshot (model-00002-of-00002.safetensors)") and fix in err, err
+
+
+def test_an_index_naming_a_shard_the_repository_lacks_is_refused_online(tmp_path):
+    """Online, every shard the weight index names must be in the snapshot after the download."""
+    first = "model-00001-of-00002.safetensors"
+    with RepoHub("acme/broken", {"config.json": CONFIG,
+                                 "model.safetensors.index.json": SHARD_INDEX,
+                                 first: SHARDS[first]}, lfs={first}) as hub:
+        r = run_download(["acme/broken", "--revision", "a" * 40, "--name", "broken"],
+                         {"HF_ENDPOINT": hub.url}, tmp_path)
+    assert r.returncode == 2, r.stdout
+    err = error_line(r)
+    assert "names 1 shard(s) absent from the snapshot (model-00002-of-00002.safetensors)" in err
+    assert "the repository does not hold them at this commit" in err
+
 
 @pytest.mark.parametrize("status,code,expect", [
     (404, "RepoNotFound", "was not found on the Hub"),

@@ -14,7 +14,10 @@ hub's sha256 that names it is refused).
   the repository has no safetensors (older EAGLE drafters). `mode="config"`: config.json,
   generation_config.json and the tokenizer, for the cost model without weights.
 - With `HF_HUB_OFFLINE=1` everything resolves from the cache and nothing touches the network; where
-  the Hub cannot be reached, a snapshot in the cache is used as huggingface_hub does.
+  the Hub cannot be reached, a snapshot in the cache is used as huggingface_hub does. The weight
+  format is then chosen as online, from the repository's listing that huggingface_hub cached on the
+  online download (trees/<commit>.json), else from the files the snapshot holds.
+- A weight index (*.index.json) naming a shard that the snapshot lacks stops the download.
 - `HF_TOKEN` from the environment (huggingface_hub reads it).
 - Every failure is one line naming the model and what to do (`InputError`).
 """
@@ -147,6 +150,9 @@ def _explain(name: str, repo_id: str, revision: str | None, exc: BaseException) 
 
 
 def _weight_patterns(files: list[str]) -> list[str]:
+    """The one choice of weight format, from a repository's files: safetensors where it has any,
+    else pytorch_model*.bin (online from the Hub's listing, from the cache from its tree listing or
+    the files the snapshot holds)."""
     kept = [f for f in files if not any(Path(f).match(p) or f.startswith("original/")
                                         for p in IGNORE)]
     if any(f.endswith(".safetensors") for f in kept):
@@ -154,6 +160,55 @@ def _weight_patterns(files: list[str]) -> list[str]:
     if any(f.endswith(".bin") for f in kept):
         return BIN
     raise InputError("no safetensors or pytorch_model*.bin weights in the repository")
+
+
+def _cached_listing(repo_id: str, repo_type: str, commit: str,
+                    cache_dir: str | None) -> list[str] | None:
+    """The repository's files at `commit` as huggingface_hub cached them on an online download
+    (trees/<commit>.json, from huggingface_hub 2 on), or None where no listing is cached."""
+    try:
+        from huggingface_hub import get_cached_repo_tree
+    except ImportError:  # an older huggingface_hub caches no tree listing
+        return None
+    not_cached = getattr(_errors(), "CachedRepoTreeNotFoundError", ())
+    try:
+        return [f.path for f in get_cached_repo_tree(repo_id, repo_type=repo_type,
+                                                     revision=commit, cache_dir=cache_dir)]
+    except not_cached:
+        return None
+
+
+def _present(snapshot: Path) -> list[str]:
+    """The files a cache snapshot holds (its links that resolve), relative to it."""
+    return [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*")
+            if p.is_file() or (p.is_symlink() and p.exists())]
+
+
+def _missing_shards(snapshot: Path, files: list[str]) -> list[tuple[str, list[str]]]:
+    """Each weight index among `files` (*.index.json with a weight_map) with the shards it names
+    that are not among `files`: the loader needs every one of them."""
+    import json
+
+    have = set(files)
+    missing = []
+    for rel in files:
+        if not rel.endswith(".index.json"):
+            continue
+        try:
+            index = json.loads((snapshot / rel).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{rel} in {snapshot} is not a readable weight index ({exc}): delete "
+                             "it and download again") from None
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict):
+            continue
+        folder = Path(rel).parent
+        shards = sorted({(folder / s).as_posix() for s in weight_map.values()
+                         if isinstance(s, str)})
+        absent = [s for s in shards if s not in have]
+        if absent:
+            missing.append((rel, absent))
+    return missing
 
 
 def _file_record(name: str, snapshot: Path, rel: str) -> dict:
@@ -193,14 +248,15 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
                     "this run is unpinned (%s)", name, given, repo_id, pin_hint)
     patterns = list(allow_patterns or [])
     ignore = None
-    # which weights the repo has is decided from the cached snapshot below: offline, or where the
-    # Hub cannot be reached (snapshot_download then reads the cache as well)
+    # offline, or where the Hub cannot be reached, the weight format is chosen from the cache:
+    # snapshot_download checks a snapshot against huggingface_hub's tree listing with exactly the
+    # patterns it is given, so it is given the chosen format's alone
     from_cache = offline()
+    weights_from_cache = False
     if repo_type == "model" and not allow_patterns:
         patterns = list(CONFIG_PATTERNS) + (["*.py"] if trust_remote_code else [])
         if mode == "full":
             ignore = IGNORE
-            files = None
             if not from_cache:
                 try:
                     files = HfApi().list_repo_files(repo_id, revision=revision,
@@ -212,40 +268,59 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
                     log.warning("%s (taking the weights that the cached snapshot holds)", err)
                     from_cache = True
             if from_cache:
-                patterns += SAFETENSORS + BIN
+                weights_from_cache = True
             else:
                 try:
                     patterns += _weight_patterns(files)
                 except InputError as exc:
                     raise InputError(f"{name}: {repo_id}: {exc}") from None
-    snapshot = Path(_network(lambda: snapshot_download(
-        repo_id, repo_type=repo_type, revision=revision, allow_patterns=patterns,
-        ignore_patterns=ignore, cache_dir=cache_dir, local_files_only=offline()),
-        name, repo_id, revision))
+
+    def fetch(allow: list[str]) -> Path:
+        snap = Path(_network(lambda: snapshot_download(
+            repo_id, repo_type=repo_type, revision=revision, allow_patterns=allow,
+            ignore_patterns=ignore, cache_dir=cache_dir, local_files_only=offline()),
+            name, repo_id, revision))
+        if not COMMIT.match(snap.name):
+            raise InputError(f"{name}: {snap} is not a Hugging Face cache snapshot")
+        return snap
+
+    def refetch(what: str) -> str:
+        return (f"rerun without HF_HUB_OFFLINE to fetch {what}" if offline() else
+                f"the Hub could not be reached to fetch {what}: check the network or HF_ENDPOINT")
+
+    if weights_from_cache:
+        snapshot = fetch(patterns)  # the config files first: which snapshot, and is it there
+        listing = _cached_listing(repo_id, repo_type, snapshot.name, cache_dir)
+        try:  # the repository's listing where cached (as online), else the files the cache holds
+            patterns += _weight_patterns(_present(snapshot) if listing is None else listing)
+        except InputError as exc:
+            if listing is not None:
+                raise InputError(f"{name}: {repo_id}: {exc}") from None
+            # none in the cache: reported below, with the snapshot's other files checked
+    snapshot = fetch(patterns)
     commit = snapshot.name
-    if not COMMIT.match(commit):
-        raise InputError(f"{name}: {snapshot} is not a Hugging Face cache snapshot")
     from huggingface_hub.utils import filter_repo_objects
 
-    if repo_type == "model" and mode == "full" and from_cache and not allow_patterns:
-        present = [str(p.relative_to(snapshot)) for p in snapshot.rglob("*")]
-        with contextlib.suppress(InputError):  # no weights at all: reported below
-            patterns = [p for p in patterns if p not in SAFETENSORS + BIN]
-            patterns += _weight_patterns(present)
-
     # the snapshot may hold more than this mode asked for (another mode's download of the repo)
-    files = sorted(filter_repo_objects(
-        (str(p.relative_to(snapshot)) for p in snapshot.rglob("*")
-         if p.is_file() or (p.is_symlink() and p.exists())),
-        allow_patterns=patterns or None, ignore_patterns=ignore))
+    files = sorted(filter_repo_objects(_present(snapshot), allow_patterns=patterns or None,
+                                       ignore_patterns=ignore))
     if repo_type == "model" and "config.json" not in files:
         raise InputError(f"{name}: {repo_id}@{commit[:12]} has no config.json")
     if repo_type == "model" and mode == "full" and not any(
             f.endswith((".safetensors", ".bin")) for f in files):
-        fetch = ("rerun without HF_HUB_OFFLINE to fetch them" if offline() else
-                 "the Hub could not be reached to fetch them: check the network or HF_ENDPOINT")
         raise InputError(f"{name}: {repo_id}@{commit[:12]} has no weights in the cache "
-                         f"({snapshot}); {fetch}")
+                         f"({snapshot}); {refetch('them')}")
+    try:
+        missing = _missing_shards(snapshot, files)
+    except InputError as exc:
+        raise InputError(f"{name}: {repo_id}@{commit[:12]}: {exc}") from None
+    if missing:
+        index, absent = missing[0]
+        fix = (refetch("them") if from_cache else "the repository does not hold them at this "
+               f"commit: check `revision`, or delete {snapshot} and download again")
+        raise InputError(f"{name}: {repo_id}@{commit[:12]}: {index} names {len(absent)} "
+                         f"shard(s) absent from the snapshot ({', '.join(absent[:3])}"
+                         f"{', ...' if len(absent) > 3 else ''}); {fix}")
     records = [_file_record(name, snapshot, f) for f in files]
     return {"name": name, "repo_id": repo_id, "repo_type": repo_type, "mode": mode,
             "revision_requested": revision, "commit": commit, "pinned": pinned,
