@@ -121,8 +121,8 @@ def _line(err, path: tuple, config) -> str:
         alts = " or ".join(_expect(a) for a in err.validator_value)
         return f"{where}: must be {alts} (got {_show(got)})"
     if v == "enum":
-        hint = did_you_mean(str(got), [str(x) for x in err.validator_value])
-        return (f"{where}: must be one of {', '.join(map(str, err.validator_value))} "
+        hint = did_you_mean(str(got), [str(x) for x in err.validator_value if x is not None])
+        return (f"{where}: must be one of {', '.join(map(_yaml_word, err.validator_value))} "
                 f"(got {_show(got)})" + (f"; did you mean '{hint}'?" if hint else ""))
     if v == "const":
         return f"{where}: must be {err.validator_value!r} (got {_show(got)})"
@@ -173,10 +173,15 @@ def _condition(err, schema: dict) -> str | None:
     return (f"required {'for' if branch == 'then' else 'unless'} {text}") if text else None
 
 
+def _yaml_word(value) -> str:
+    """A choice as the configuration spells it (null, not Python's None)."""
+    return "null" if value is None else str(value)
+
+
 def _expect(node: dict) -> str:
     """What a schema node accepts, in words."""
     if "enum" in node:
-        return "one of " + ", ".join(map(str, node["enum"]))
+        return "one of " + ", ".join(map(_yaml_word, node["enum"]))
     if "const" in node:
         return repr(node["const"])
     if "oneOf" in node:
