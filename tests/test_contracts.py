@@ -71,7 +71,7 @@ def test_snakemake_params_are_the_records_fields_built_once_per_job():
 
 def test_the_adapter_refuses_a_rule_that_names_other_files_than_its_record(tmp_path):
     p = {"run": dict(RUN), "margin": 0.05, "timing": "engine", "engine_log_sd": 0.04,
-         "engine_log_sd_df": 6}
+         "engine_log_sd_df": 6, "engine_log_sd_device": "cpu"}
     smk = job("speedup", {"sd": "a", "series": "b", "drafter": []}, {"json": "o"}, p,
               tmp_path / "log")
     with pytest.raises(ValueError, match="named sd, series, drafter; its record declares sd, "
@@ -95,7 +95,7 @@ def point(batch, tpot, tau=None):
 
 def series(model, points):
     return {"series": {"model": model}, "datasets": {"tinybench": {"points": points}},
-            "provenance": {"model": {"name": model}}}
+            "provenance": {"model": {"name": model}, "engine": "vllm 0.32.0 (cpu)"}}
 
 
 def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
@@ -108,7 +108,7 @@ def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
     for name, body in files.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(body))
     p = SpeedupParams(run=dict(RUN, k=3), margin=0.05, timing="client", engine_log_sd=0.04,
-                      engine_log_sd_df=6)
+                      engine_log_sd_df=6, engine_log_sd_device="cpu")
     out = tmp_path / "out" / "speedup.json"
     smk = job("speedup", {"sd": str(tmp_path / "sd.json"), "drafter": [str(tmp_path / "dr.json")]},
               {"json": str(out)},

@@ -80,6 +80,15 @@ CASES = [
      r"^config: plan\.safety: must be a number >= 1 \(got 0\.5\)$"),
     ("an engine spread of e-fold", merge(sweep={"engine_log_sd": 2}), 1,
      r"^config: sweep\.engine_log_sd: must be a number >= 0 and <= 1 \(got 2\)$"),
+    ("an engine spread measured on a device the sweeps do not know",
+     merge(sweep={"engine_log_sd_device": "gpu"}), 1,
+     r"^config: sweep\.engine_log_sd_device: must be one of cpu, cuda, null \(got 'gpu'\); "
+     r"did you mean 'cpu'\?$"),
+    ("an engine spread that names no device", merge(sweep={"engine_log_sd_device": None}), 1,
+     r"^config: sweep\.engine_log_sd 0\.043 names no device: set sweep\.engine_log_sd_device "
+     r"to the one it was measured on \(cpu or cuda\); only series swept there take it$"),
+    ("no engine spread and no device", merge(sweep={"engine_log_sd": 0,
+                                                    "engine_log_sd_device": None}), 0, OK),
     ("a learning rate of 5", merge(tiny={"train": {"lr": 5}}), 1,
      r"^config: tiny\.train\.lr: must be a number > 0 and <= 1 \(got 5\)$"),
     ("a negative shuffle seed", merge(shuffle_seed=-1), 1,

@@ -172,9 +172,10 @@ def _speedup(tmp_path, arm_order):
     sd = {"datasets": {ds: {"points": pts([(1, 8.0), (2, 10.0)], True),
                             "paired_no_sd": {"points": pts([(1, 10.0), (2, 11.0)], False)}}},
           "paired_no_sd": {"engine": {}, **({"arm_order": arm_order} if arm_order else {})}}
-    write_json(tmp_path / "sd.json", sd, {})
+    write_json(tmp_path / "sd.json", sd, {"engine": "vllm 0.32.0 (cpu)"})
     params = SpeedupParams(run={"model": "m", "dataset": ds, "k": 3}, margin=0.05,
-                           timing="client", engine_log_sd=0.043, engine_log_sd_df=6)
+                           timing="client", engine_log_sd=0.043, engine_log_sd_df=6,
+                           engine_log_sd_device="cpu")
     speedup_stage(SimpleNamespace(sd=tmp_path / "sd.json", drafter=[]),
                   SimpleNamespace(json=tmp_path / "out.json"), params)
     return read_json(tmp_path / "out.json")["no_sd_series"]

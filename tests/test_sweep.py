@@ -13,6 +13,8 @@ from specmoe.measured.sweep import (CONCAVE, FLAT, PEAK_LOW, RISING, TE_NO_INTER
                                     speedup_curve)
 
 MARGIN = 0.05  # the schema's default sweep.shape_margin
+# a series' provenance as a sweep on a CPU writes it (its engine names the device)
+CPU_SERIES = {"engine": "vllm 0.32.0 (cpu)"}
 
 
 def point(batch, tpot, tau=None, per_pos=None):
@@ -403,19 +405,121 @@ def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path
     sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 10.0)], tau=2.0)}}}
     run = {"model": "m", "dataset": ds, "k": 3}
     params = SpeedupParams(run=run, margin=MARGIN, timing="client", engine_log_sd=0.043,
-                           engine_log_sd_df=6)
+                           engine_log_sd_df=6, engine_log_sd_device="cpu")
     job = (SimpleNamespace(sd=tmp_path / "sd.json", drafter=[]),
            SimpleNamespace(json=tmp_path / "out.json"), params)
-    write_json(tmp_path / "sd.json", sd, {})
+    write_json(tmp_path / "sd.json", sd, CPU_SERIES)
     with pytest.raises(InputError, match="no no-SD points beside its SD points"):
         speedup_stage(*job)
     assert not (tmp_path / "out.json").exists()
     sd["datasets"][ds]["paired_no_sd"] = {"points": reps([(1, 10.0), (2, 11.0)])}
-    write_json(tmp_path / "sd.json", sd, {})
+    write_json(tmp_path / "sd.json", sd, CPU_SERIES)
     speedup_stage(*job)
     out = read_json(tmp_path / "out.json")
     assert out["rows"][0]["speedup"] == pytest.approx(10.0 / 8.0, rel=0.01)
     assert out["no_sd_series"] == NO_SD_PAIRED and out["engine_log_sd_df"] == 6
+
+
+def _resolved(study: bool):
+    """config.yaml, with config/paper.yaml merged over it as `--configfile` merges it (study)."""
+    import yaml
+    from snakemake.utils import update_config
+
+    from specmoe.config import Config
+    from wf import REPO
+
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    if study:
+        update_config(raw, yaml.safe_load((REPO / "config/paper.yaml").read_text()))
+    return Config.load(raw, REPO / "workflow/schemas/config.schema.yaml")
+
+
+def _speedup_on(tmp_path, cfg, device: str | None, drafter_device: str | None = None) -> dict:
+    """The speedup stage's output under `cfg` for an SD series swept on `device` (its
+    provenance's engine; None: it names none) and, where drafter_device is given, the drafter's
+    own series swept there."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import SpeedupParams
+    from specmoe.provenance import read_json, write_json
+    from specmoe.stages.analysis import speedup_stage
+
+    ds = "tinybench"
+    # timed by the client and by the engine alike (config.yaml times by the engine, the study by
+    # the client)
+    reps = lambda tpots, tau=None: [
+        point(b, t * f, tau=tau, per_pos=[0.5])
+        | {"repeat": r, "engine": {"request_time_per_output_token_ms": t * f}}
+        for b, t in tpots for r, f in enumerate((1.0, 1.01, 0.995))]
+    prov = lambda dev: {"engine": f"vllm 0.32.0 ({dev})"} if dev else {}
+    sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 9.0), (4, 10.0)], tau=2.0),
+                            "paired_no_sd": {"points": reps([(1, 10.0), (2, 11.0), (4, 12.0)])}}}}
+    write_json(tmp_path / "sd.json", sd, prov(device))
+    drafter = []
+    if drafter_device:
+        drafter = [tmp_path / "dr.json"]
+        write_json(drafter[0], {"datasets": {ds: {"points": reps([(1, 1.0), (2, 1.1), (4, 1.2)])}}},
+                   prov(drafter_device))
+    run = Named({"model": "tiny-fine", "drafter": "tiny-drafter", "k": "3", "dataset": ds})
+    speedup_stage(Named({"sd": tmp_path / "sd.json", "drafter": drafter}),
+                  Named({"json": tmp_path / "out.json"}), SpeedupParams.from_config(cfg, run))
+    return read_json(tmp_path / "out.json")
+
+
+def _intervals(out: dict) -> list[tuple]:
+    return [(r["speedup_low"], r["speedup_high"], r["te_sweep_low"], r["te_sweep_high"])
+            for r in out["rows"]]
+
+
+def test_the_engine_spread_reaches_only_series_swept_on_the_device_it_was_measured_on(tmp_path):
+    """config.yaml's engine spread (0.043, 6 degrees of freedom) was measured on a 2-core CPU:
+    config/paper.yaml, merged over it as --configfile merges it, carried it into the study's GPU
+    sweeps, whose intervals, shapes and directions then borrowed a CPU's noise. The spread now
+    names its device (sweep.engine_log_sd_device): a series swept on another takes none, and
+    paper.yaml sets its own (not measured for cuda)."""
+    default, study = _resolved(False), _resolved(True)
+    gpu = _speedup_on(tmp_path, study, "cuda")
+    assert (gpu["engine_log_sd"], gpu["engine_log_sd_df"]) == (0, None)
+    cpu = _speedup_on(tmp_path, default, "cpu")
+    assert (cpu["engine_log_sd"], cpu["engine_log_sd_df"]) == (0.043, 6)
+    # each records where the configured spread was measured: set by paper.yaml, not inherited
+    assert (gpu["engine_log_sd_device"], cpu["engine_log_sd_device"]) == ("cuda", "cpu")
+    # the intervals are the repeats' alone: those of a curve computed without a spread
+    sd = read_series(tmp_path / "sd.json")
+    bare = speedup_curve(sd["paired_no_sd"]["points"], sd["points"], None, 3, MARGIN,
+                         study.sweep["timing"], 0.0, None)
+    assert [(r["speedup_low"], r["speedup_high"]) for r in gpu["rows"]] == [
+        (r["speedup_low"], r["speedup_high"]) for r in bare["rows"]]
+    assert all(g[1] - g[0] < c[1] - c[0] for g, c in zip(_intervals(gpu), _intervals(cpu)))
+    # the default's spread is a CPU's: a series it swept on a GPU takes none either, and the
+    # study's (not measured) reaches none of its CPU series
+    assert _speedup_on(tmp_path, default, "cuda")["engine_log_sd"] == 0
+    assert _speedup_on(tmp_path, study, "cpu")["engine_log_sd"] == 0
+    # a series that names no device cannot be matched to a spread: refused in one line
+    with pytest.raises(InputError, match=r"sd\.json names no device it was swept on .* engine "
+                                         r"spread measured on cpu"):
+        _speedup_on(tmp_path, default, None)
+    assert _speedup_on(tmp_path, study, None)["engine_log_sd"] == 0  # nothing to match
+
+
+def test_a_drafter_series_takes_the_engine_spread_of_its_own_device(tmp_path):
+    """The draft cost's series (the drafter served alone) is a measurement of its own: its TE
+    interval takes the spread of the device it was swept on, not the SD series'."""
+    default = _resolved(False)
+    same = _speedup_on(tmp_path, default, "cpu", drafter_device="cpu")
+    apart = _speedup_on(tmp_path, default, "cpu", drafter_device="cuda")
+    # the speedup's intervals are the SD series' (both on a CPU): unchanged
+    assert [r["speedup_high"] for r in apart["rows"]] == [r["speedup_high"] for r in same["rows"]]
+    sd = read_series(tmp_path / "sd.json")
+    dr = read_series(tmp_path / "dr.json")
+    want = speedup_curve(sd["paired_no_sd"]["points"], sd["points"], dr["points"], 3, MARGIN,
+                         "engine", 0.043, 6, drafter_engine=(0.0, None))
+    assert _intervals(apart) == _intervals(want) != _intervals(same)
+
+
+def read_series(path) -> dict:
+    from specmoe.provenance import read_json
+
+    return read_json(path)["datasets"]["tinybench"]
 
 
 def test_a_series_settings_are_typed_once_and_a_broken_one_is_one_line():

@@ -277,6 +277,10 @@ def settings(config: dict, prompt_datasets: set[str] | None,
         if n > 1:
             out.append(f"sweep.schedule lists batch {b} {n} times")
     out += _max_batch_problems(config)
+    if sweep.get("engine_log_sd") and not sweep.get("engine_log_sd_device"):
+        out.append(f"sweep.engine_log_sd {sweep['engine_log_sd']:g} names no device: set "
+                   "sweep.engine_log_sd_device to the one it was measured on (cpu or cuda); "
+                   "only series swept there take it")
     tiny = config.get("tiny") or {}
     sd = tiny.get("sd_check") or {}
     if sd.get("dataset") and prompt_datasets is not None and sd["dataset"] not in prompt_datasets:

@@ -135,20 +135,24 @@ class SpeedupParams:
     json (results/speedup/<run>.json).
 
     It depends on the run and on the sweep section's analysis-only settings (SWEEP_KEYS: a change
-    reruns this rule, no sweep)."""
+    reruns this rule, no sweep): the shape's margin, the timing, and the engine spread with the
+    device it was measured on (engine_log_sd_device; a series swept on another device takes
+    none)."""
 
     INPUTS = ("sd", "drafter")
     OUTPUTS = ("json",)
     STAGE = "specmoe.stages.analysis.speedup_stage"
     # field -> its key in the configuration's sweep section
     SWEEP_KEYS = {"margin": "shape_margin", "timing": "timing", "engine_log_sd": "engine_log_sd",
-                  "engine_log_sd_df": "engine_log_sd_df"}
+                  "engine_log_sd_df": "engine_log_sd_df",
+                  "engine_log_sd_device": "engine_log_sd_device"}
 
     run: dict
     margin: float | None
     timing: str | None
     engine_log_sd: float | None
     engine_log_sd_df: float | None
+    engine_log_sd_device: str | None
 
     @classmethod
     def from_config(cls, cfg, w) -> "SpeedupParams":

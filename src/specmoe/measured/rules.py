@@ -37,11 +37,13 @@ class Noise:
     engine_log_sd_df: float | None = None  # its estimate's degrees of freedom (None: known)
 
 
-# config.yaml: batch 1, 2, 4, 8, three repeats, engine_log_sd 0.043 (bench/engine_variation.py);
+# config.yaml: batch 1, 2, 4, 8, three repeats, engine_log_sd 0.043 (bench/engine_variation.py,
+# on the CPU its sweeps run on: engine_log_sd_device cpu);
 # a repeat's log sd of 0.10 gives the per-point speedup log error of the default run's sweeps
 # (0.10-0.13, speedup_vs_batch.csv)
 DEFAULT = Noise("default (CPU)", (1, 2, 4, 8), 3, 0.10, 0.043, 6)
-# config/paper.yaml: batch 1..128 (8 sizes), three repeats, engine spread not measured (0); a
+# config/paper.yaml: batch 1..128 (8 sizes), three repeats, engine spread not measured on its GPUs
+# (engine_log_sd 0 for cuda, set there: config.yaml's CPU spread reaches no GPU series); a
 # repeat's log sd of 0.0245 gives a per-point speedup log error of 2%
 STUDY = Noise("study (GPU)", (1, 2, 4, 8, 16, 32, 64, 128), 3, 0.0245, 0.0)
 NOISES = (DEFAULT, STUDY)

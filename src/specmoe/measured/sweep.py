@@ -10,7 +10,8 @@ length:
   from one engine to the next (`engine_log_sd`, measured apart by bench/engine_variation.py: the
   repeats share one engine and cannot see it; its estimate's degrees of freedom
   `engine_log_sd_df`, engines - 1 per series measured), with Welch-Satterthwaite degrees of
-  freedom. A
+  freedom. That spread is the machine's it was measured on (`engine_log_sd_device`): a series
+  swept on another device takes none (engine_spread_on), its error the repeats' alone. A
   series measured once per batch size falls back to the client's per-request spread;
 - speedup(B) = TPOT_noSD(B) / TPOT_SD(B) with a 95% interval (log scale, t quantile with
   Welch-Satterthwaite degrees of freedom);
@@ -141,6 +142,23 @@ def series_estimates(points: list[dict], timing: str, what: str, engine_log_sd: 
         var, dof = ss / df / len(xs), df
         out[b] = _with_engine(mean, var, dof, engine_log_sd, engine_log_sd_df)
     return out
+
+
+def engine_spread_on(device: str | None, log_sd: float, df: float | None,
+                     measured_on: str | None, what: str) -> tuple[float, float | None]:
+    """The engine spread (log sd, its estimate's degrees of freedom) of a series swept on `device`
+    (cpu or cuda, from its provenance): the configured one (`log_sd`, `df`) where it was measured
+    on that device (`measured_on`, sweep.engine_log_sd_device), else none (0, None): one machine's
+    spread from engine start to engine start says nothing of another's. A series that names no
+    device is refused where a spread is configured (what: the series, for the message)."""
+    if not log_sd:
+        return 0.0, None
+    if device is None:
+        raise InputError(f"{what} names no device it was swept on (its provenance records no "
+                         f"engine), so the engine spread measured on {measured_on} "
+                         "(sweep.engine_log_sd) cannot be matched to it: delete it to measure "
+                         "it again")
+    return (log_sd, df) if device == measured_on else (0.0, None)
 
 
 def _with_engine(mean: float, var: float, dof: float, engine_log_sd: float,
@@ -336,15 +354,21 @@ def _mean(xs) -> float:
 
 def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k: int,
                   margin: float, timing: str, engine_log_sd: float,
-                  engine_log_sd_df: float | None = None) -> dict:
-    """Rows per batch size present in both the SD and the no-SD series, plus the shape label."""
+                  engine_log_sd_df: float | None = None,
+                  drafter_engine: tuple[float, float | None] | None = None) -> dict:
+    """Rows per batch size present in both the SD and the no-SD series, plus the shape label.
+    engine_log_sd, engine_log_sd_df: the engine spread of the SD series and its no-SD points
+    (one job, one device: engine_spread_on); drafter_engine: the drafter series' (log sd, df),
+    None: the same."""
     other = "engine" if timing == "client" else "client"
+    spread = {"ar": (engine_log_sd, engine_log_sd_df), "sd": (engine_log_sd, engine_log_sd_df),
+              "dr": drafter_engine or (engine_log_sd, engine_log_sd_df)}
     # each series' points from its repeats alone; a point's own interval adds the engine spread
     # (_with_engine), the speedup adds it once for both series (ratio's shared part)
     own = {name: series_estimates(pts, timing, what, 0.0) if pts else {}
            for name, pts, what in (("ar", ar, "no-SD series"), ("sd", sd, "SD series"),
                                    ("dr", drafter or [], "drafter series"))}
-    est = {name: {b: _with_engine(e.mean, e.log_se ** 2, e.df, engine_log_sd, engine_log_sd_df)
+    est = {name: {b: _with_engine(e.mean, e.log_se ** 2, e.df, *spread[name])
                   if e.df > 0 else e for b, e in pts.items()} for name, pts in own.items()}
     reps = {"ar": repeats_by_batch(ar), "sd": repeats_by_batch(sd)}
     rows = []

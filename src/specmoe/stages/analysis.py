@@ -424,12 +424,15 @@ def speedup_stage(inputs, outputs, params) -> None:
     with SD (inputs.sd), whose no-SD points were measured beside its SD points, and the drafter's
     own series (inputs.drafter: none or one file); outputs.json, whose no_sd_series says how the
     no-SD points were taken (NO_SD_SERIES: interleaved with the SD points, or in blocks).
-    params.engine_log_sd_df: the degrees of freedom of the engine spread's estimate (None:
-    known)."""
+    params.engine_log_sd (its estimate's degrees of freedom params.engine_log_sd_df, None: known)
+    applies to a series swept on params.engine_log_sd_device alone (engine_spread_on: each
+    series' device from its provenance); outputs.json records the spread each took and where
+    the configured one was measured."""
     from dataclasses import asdict
 
     from ..contracts import one
-    from ..measured.sweep import speedup_curve
+    from ..measured.sweep import engine_spread_on, speedup_curve
+    from ..provenance import measured_device
 
     run, drafter_json = params.run, one(inputs.drafter)
     sd = read_json(inputs.sd)
@@ -441,9 +444,18 @@ def speedup_stage(inputs, outputs, params) -> None:
         raise InputError(f"{inputs.sd} has no no-SD points beside its SD points for dataset "
                          f"{ds!r} (a series measured before they were paired): delete it to "
                          "measure it again")
+    # the configured engine spread is the machine's it was measured on: the SD series (whose
+    # no-SD points ran in the same job) and the drafter's own series take it only where they
+    # were swept on that device
+    spread = {name: engine_spread_on(measured_device(s.get("provenance") or {}),
+                                     params.engine_log_sd, params.engine_log_sd_df,
+                                     params.engine_log_sd_device, path)
+              for name, s, path in (("sd", sd, inputs.sd), ("dr", dr, drafter_json))
+              if s is not None}
     res = speedup_curve(paired["points"], sd_points, series_points(dr, ds) if dr else None,
-                        run["k"], params.margin, params.timing, params.engine_log_sd,
-                        params.engine_log_sd_df)
+                        run["k"], params.margin, params.timing, *spread["sd"],
+                        drafter_engine=spread.get("dr"))
+    res["engine_log_sd_device"] = params.engine_log_sd_device
     arm_order = (sd.get("paired_no_sd") or {}).get("arm_order", "interleaved")
     if arm_order not in NO_SD_SERIES:
         raise InputError(f"{inputs.sd}: unknown arm order {arm_order!r} of its no-SD points")
