@@ -170,6 +170,20 @@ def test_each_speedup_row_says_what_its_sweep_ran_on(tmp_path):
     assert t["device"].isna().all()
 
 
+def test_each_speedup_row_says_which_engine_spread_its_interval_took(tmp_path):
+    """The engine spread a speedup's interval took (0 where none was measured for the device
+    its series was swept on: stages.analysis.speedup_stage) is a column of its rows; a speedup
+    from before it was recorded leaves it empty, not guessed."""
+    sp = speedup("d1", 0.8, 2.5, 1.6)
+    for spread in (0.043, 0.0):
+        sp["engine_log_sd"] = spread
+        t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
+        assert list(t["engine_log_sd"]) == [spread]
+    del sp["engine_log_sd"]
+    t = build_measured_tables([dump(tmp_path, "s", sp)], [], [])["speedup_vs_batch"]
+    assert t["engine_log_sd"].isna().all()
+
+
 def test_a_cpu_sweep_on_a_node_with_a_gpu_is_a_cpu_sweep(tmp_path):
     """The device is the one the sweep's engine ran on (engine_label's suffix), not whether its
     machine had a GPU: vLLM's CPU build on a GPU node was labelled cuda. An engine that names no

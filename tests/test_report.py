@@ -1566,3 +1566,54 @@ def test_each_point_of_the_tables_lies_within_its_own_interval(path):
         bad = np.isfinite(v) & np.isfinite(lo) & np.isfinite(hi) & ~((lo <= v) & (v <= hi))
         outside += [(col, int(i), v[i], lo[i], hi[i]) for i in np.flatnonzero(bad)]
     assert not outside, outside
+
+
+def _interval_words(tmp_path, study: bool, device: str) -> str:
+    """The report's words on the speedup intervals of a series swept on `device`, through the
+    pipeline's own path: the speedup stage under config.yaml (with config/paper.yaml merged over
+    it where `study`), the measured tables, the opening's timing scope."""
+    from specmoe.report.measured import build_measured_tables
+    from test_sweep import _resolved, _speedup_on
+
+    work = tmp_path / f"{int(study)}{device}"
+    (work / "tables").mkdir(parents=True)
+    _speedup_on(work, _resolved(study), device)
+    sp = build_measured_tables([str(work / "out.json")], [], [])["speedup_vs_batch"]
+    assert list(sp["device"].unique()) == [device]
+    tables.write_table(sp, work / "tables" / "speedup_vs_batch", {"config_hash": "x"})
+    return prose._timing_scope(tables_in(work / "tables"))
+
+
+def test_the_report_says_whether_the_intervals_hold_the_engine_spread_of_their_device(tmp_path):
+    """The report said every interval held 'the engine-to-engine spread', the one config.yaml
+    measured on a 2-core CPU, of the study's GPU sweeps too (config/paper.yaml inherited it). It
+    says, by the device each series was swept on, whether its intervals hold the spread measured
+    for that device or the spread was not measured there."""
+    gpu = _interval_words(tmp_path, True, "cuda")
+    assert gpu.endswith("; 95% intervals from this run's repeats alone: the engine-to-engine "
+                        "spread is not measured for a GPU (sweep.engine_log_sd_device), so they "
+                        "hold for these engine starts, not for another start or the same machine "
+                        "on another day")
+    cpu = _interval_words(tmp_path, False, "cpu")
+    assert cpu.endswith("; 95% intervals from this run's repeats and the engine-to-engine spread "
+                        "measured for the device they ran on, a CPU (sweep.engine_log_sd): they "
+                        "hold for this session, not for the same machine on another day")
+    # the default's CPU spread says nothing of a GPU it swept on
+    assert "not measured for a GPU" in _interval_words(tmp_path, False, "cuda")
+
+
+def test_the_interval_sentence_over_series_of_both_devices_and_of_an_older_table(tmp_path):
+    """Series swept on a CPU (the spread measured there) beside one on a GPU (not measured): the
+    sentence names each; a table from before the engine_log_sd column does not claim either."""
+    sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
+    gpu = sp["model"] == "tiny-coarse"
+    both = sp.assign(device=np.where(gpu, "cuda", "cpu"), engine_log_sd=np.where(gpu, 0.0, 0.043))
+    text = prose.opening(_fixture_with(tmp_path, "speedup_vs_batch", both))
+    assert ("95% intervals from this run's repeats, with the engine-to-engine spread for the "
+            "series swept on a CPU and without it for those swept on a GPU (not measured there, "
+            "sweep.engine_log_sd_device; those hold for their engine starts alone): none hold "
+            "for the same machine on another day") in text
+    assert "engine_log_sd" not in sp  # the fixture run's table predates the column
+    text = prose.opening(tables_in(FIXTURE))
+    assert ("95% intervals from this run's repeats (the table does not say whether the "
+            "engine-to-engine spread is in them)") in text

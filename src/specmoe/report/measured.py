@@ -88,6 +88,9 @@ def speedup_row(rc: dict, sp: dict, r: dict, below: bool) -> dict:
                                                "apart from the SD series"),
         # what the series was swept on (its sweep's provenance), not the report's machine
         "device": measured_device(sp.get("provenance") or {}),
+        # the engine-to-engine spread the interval took: the configured one where it was
+        # measured on this device, else 0 (not measured there; stages.analysis.speedup_stage)
+        "engine_log_sd": sp.get("engine_log_sd", np.nan),
         **{f"accept_pos{j}": a for j, a in enumerate(r["position_acceptance"], 1)}}
 
 

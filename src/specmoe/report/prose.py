@@ -787,10 +787,46 @@ def _no_sd_words(no_sd_series: str) -> str:
     return NO_SD_APART
 
 
+DEVICE_WORDS = {"cpu": "a CPU", "cuda": "a GPU"}
+
+
+def _spread_words(sp: pd.DataFrame) -> str:
+    """What the speedup intervals hold besides this run's repeats, in words: the engine-to-engine
+    spread where the rows' engine_log_sd took one (measured on the device their sweep ran on),
+    not measured where it is 0 (sweep.engine_log_sd_device names another device, or nothing was
+    measured), by device; and for how long they hold. A table without the column (an older run)
+    does not say."""
+    if "engine_log_sd" not in sp or sp.empty:
+        return ("95% intervals from this run's repeats (the table does not say whether the "
+                "engine-to-engine spread is in them): they hold for this session, not for the "
+                "same machine on another day")
+    dev = sp["device"] if "device" in sp else pd.Series(None, index=sp.index, dtype=object)
+
+    def on(rows) -> str:
+        return _and(list(dict.fromkeys(
+            DEVICE_WORDS.get(d, f"device {d}") if isinstance(d, str) else "an unrecorded device"
+            for d in dev[rows])))
+
+    took = sp["engine_log_sd"].fillna(0) > 0
+    if took.all():
+        return ("95% intervals from this run's repeats and the engine-to-engine spread "
+                f"measured for the device they ran on, {on(took)} (sweep.engine_log_sd): they "
+                "hold for this session, not for the same machine on another day")
+    if not took.any():
+        return (f"95% intervals from this run's repeats alone: the engine-to-engine spread is "
+                f"not measured for {on(~took)} (sweep.engine_log_sd_device), so they hold for "
+                "these engine starts, not for another start or the same machine on another day")
+    return ("95% intervals from this run's repeats, with the engine-to-engine spread for the "
+            f"series swept on {on(took)} and without it for those swept on {on(~took)} (not "
+            "measured there, sweep.engine_log_sd_device; those hold for their engine starts "
+            "alone): none hold for the same machine on another day")
+
+
 def _timing_scope(td: Tables) -> str:
     """What the speedup intervals cover, in words: how the no-SD points were taken beside the SD
-    ones, and that repeats on this run's engines (and the engine spread, measured apart) are all
-    they hold: the machine's drift from one session to the next is not in them."""
+    ones, and that repeats on this run's engines (and the engine spread, where it was measured
+    on their device: _spread_words) are all they hold: the machine's drift from one session to
+    the next is not in them."""
     sp = load(td, "speedup_vs_batch")
     how = sp["no_sd_series"].dropna() if "no_sd_series" in sp else []
     # in the order the rows record them: each speedup's no_sd_series (stages.analysis
@@ -800,8 +836,7 @@ def _timing_scope(td: Tables) -> str:
     by = f"timed by the {timing.pop()}" if len(timing) == 1 else "timed"
     return (f"{by}; " + (said[0] if len(said) == 1 else
                          " in some series, ".join(said) + " in the others")
-            + "; 95% intervals from this run's repeats and the engine-to-engine spread: they "
-              "hold for this session, not for the same machine on another day")
+            + "; " + _spread_words(sp))
 
 
 def opening(td: Tables) -> str:
