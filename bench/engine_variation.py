@@ -21,7 +21,8 @@ log scale of TPOT (the timing of the run's configuration, `sweep.timing`):
 The pooled value (root mean square of `between` over every series, dataset and batch size) is
 what a configuration's `sweep.engine_log_sd` takes, and (engines - 1) summed over the series its
 degrees of freedom, `sweep.engine_log_sd_df` (the points of one series share its engines, so they
-add none).
+add none), and the device the engines ran on (from their provenance), `sweep.engine_log_sd_device`:
+the spread applies to the series swept on that device alone.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from specmoe.measured.sweep import TIMINGS, tpot  # noqa: E402
+from specmoe.provenance import measured_device  # noqa: E402
 
 OUT = Path("results") / "bench" / "engine_variation"
 
@@ -45,6 +47,11 @@ OUT = Path("results") / "bench" / "engine_variation"
 def points_of(series_json: Path) -> dict[str, list[dict]]:
     d = json.loads(series_json.read_text())
     return {ds: v["points"] for ds, v in d["datasets"].items()}
+
+
+def device_of(series_json: Path) -> str | None:
+    """The device a series was measured on (its provenance's engine: cpu or cuda)."""
+    return measured_device(json.loads(series_json.read_text()).get("provenance") or {})
 
 
 def paths(series_json: Path) -> list[Path]:
@@ -119,7 +126,7 @@ def main() -> int:
     timing = (yaml.safe_load(a.config.read_text()).get("sweep") or {}).get("timing")
     if timing not in TIMINGS:
         ap.error(f"{a.config}: sweep.timing must be one of {', '.join(TIMINGS)}")
-    report = {}
+    report, devices = {}, set()
     for s in a.series:
         if not s.exists():
             ap.error(f"{s}: no such series (run the workflow first)")
@@ -128,15 +135,23 @@ def main() -> int:
         engines = [points_of(OUT / s.parent / f"{s.stem}.engine{e}" / s.name)
                    for e in range(1, a.engines + 1)]
         report[str(s)] = variation(engines, timing)
+        devices |= {device_of(OUT / s.parent / f"{s.stem}.engine{e}" / s.name)
+                    for e in range(1, a.engines + 1)}
+    if len(devices) != 1 or None in devices:
+        print(f"the engines ran on {sorted(map(str, devices))}, not one known device: their spread "
+              "is no one device's sweep.engine_log_sd", file=sys.stderr)
+        return 1
+    device = devices.pop()
     between = [r["between_log_sd"] for rows in report.values() for r in rows]
     pooled = math.sqrt(sum(b * b for b in between) / len(between))
     df = (a.engines - 1) * len(a.series)
     if a.json:
         print(json.dumps({"timing": timing, "engine_log_sd": pooled, "engine_log_sd_df": df,
-                          "series": report}, indent=1))
+                          "engine_log_sd_device": device, "series": report}, indent=1))
         return 0
     print(f"timing: {timing}; pooled between-engine log sd (sweep.engine_log_sd): {pooled:.3f}, "
-          f"with {df} degrees of freedom (sweep.engine_log_sd_df)")
+          f"with {df} degrees of freedom (sweep.engine_log_sd_df), measured on {device} "
+          "(sweep.engine_log_sd_device)")
     for s, rows in report.items():
         print(s)
         print(f"  {'dataset':<40} {'B':>3} {'eng':>3} {'rep':>3} {'within':>7} {'between':>7} "
