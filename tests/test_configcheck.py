@@ -188,3 +188,9 @@ def test_every_configuration_key_is_documented():
 
     missing = sorted(set(keys(schema)) - documented)
     assert missing == []
+
+
+def test_did_you_mean_compares_names_as_text():
+    """A key YAML reads as a number (4090:) is compared as its text, not a crash of difflib."""
+    assert schema.did_you_mean(4090, ["4080", "H100"]) == "4080"
+    assert schema.did_you_mean("H10", [100, "H100"]) == "H100"

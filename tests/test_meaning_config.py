@@ -258,6 +258,21 @@ CASES = [
     ("the sweep's context past the tiny models' positions through engine_args",
      merge(sweep={"engine_args": {"max_model_len": 4096}}), 1,
      r"^config: sweep\.max_model_len 4096 exceeds the tiny models' 2048 positions"),
+    # names of hardware and datasets: text that can name a file (YAML reads 4090: as a number)
+    ("a GPU named by a number", lambda c: c["hardware"].update(
+        {4090: {"hbm_bandwidth_gbs": 1008, "peak_tflops": {"bf16": 165}}}), 1,
+     r"^config: hardware: the name 4090 is read as a number, not a name: quote it \('4090'\)$"),
+    ("a GPU named by a number that a model runs on", both(
+        lambda c: c["hardware"].update({4090: c["hardware"].pop("CPU")}),
+        lambda c: [m.update(hardware="4090") for m in c["models"] if m.get("hardware") == "CPU"]),
+     1, r"^config: hardware: the name 4090 is read as a number, not a name"),
+    ("a dataset named by a number", merge(datasets={2024: {"format": "mt-bench",
+                                                           "repo_id": "a/b"}}), 1,
+     r"^config: datasets: the name 2024 is read as a number, not a name: quote it \('2024'\)$"),
+    ("a GPU name with a space", lambda c: c["hardware"].update(
+        {"my gpu": {"hbm_bandwidth_gbs": 1008, "peak_tflops": {"bf16": 165}}}), 1,
+     r"^config: hardware: the name 'my gpu' must be letters, digits, '\.', '_' and '-', starting "
+     r"with a letter or digit$"),
     ("a profiled batch size the sweep does not run", merge(profiling={"batch_sizes": [1, 64]}), 1,
      r"^config: profiling\.batch_sizes \[64\]: not in the sweep's schedule \[1, 2, 4, 8\]"),
     ("profiles without batch 1", merge(profiling={"batch_sizes": [4]}), 1,

@@ -23,7 +23,7 @@ def _not_in(value: str, known, what: str = "defined") -> str:
     hint = did_you_mean(value, known)
     if hint:
         return f"; did you mean '{hint}'?"
-    return f" ({what}: {', '.join(sorted(known)) or 'none'})"
+    return f" ({what}: {', '.join(sorted(map(str, known))) or 'none'})"
 
 
 def _hardware_numbers(hardware: dict) -> list[str]:

@@ -115,6 +115,13 @@ def _deepest(err):
 def _line(err, path: tuple, config) -> str:
     where = _where(path, config)
     v, node, got = err.validator, err.schema, err.instance
+    if "propertyNames" in err.schema_path:  # a key of a map of names (hardware, datasets)
+        if not isinstance(got, str):  # YAML reads an unquoted 4090 as a number
+            what = "true or false" if isinstance(got, bool) else \
+                "a number" if isinstance(got, (int, float)) else _kind(got)
+            return f"{where}: the name {got!r} is read as {what}, not a name: quote it ('{got}')"
+        return (f"{where}: the name {_show(got)} must be letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit")
     if v == "type" and path == ("models",):
         return f"{where}: must be a list of model entries (got {_kind(got)})"
     if v in ("oneOf", "anyOf"):
@@ -223,8 +230,10 @@ def _kind(value) -> str:
 
 
 def did_you_mean(word: str, known) -> str | None:
-    """The known name closest to `word`, if one is close (a typo, a case slip)."""
-    hit = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    """The known name closest to `word`, if one is close (a typo, a case slip); names are
+    compared as text (YAML reads a key such as 4090 as a number)."""
+    word, known = str(word), [str(k) for k in known]
+    hit = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
     if not hit:  # a case slip of a short name is not always a close match
         hit = [k for k in known if k.lower() == word.lower()]
     return hit[0] if hit else None
