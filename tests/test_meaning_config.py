@@ -273,6 +273,20 @@ CASES = [
         {"my gpu": {"hbm_bandwidth_gbs": 1008, "peak_tflops": {"bf16": 165}}}), 1,
      r"^config: hardware: the name 'my gpu' must be letters, digits, '\.', '_' and '-', starting "
      r"with a letter or digit$"),
+    # an engine's context in engine_args: an integer of at least 64, as the sections' own
+    ("a word for an engine's context", merge(sweep={"engine_args": {"max_model_len": "big"}}),
+     1, r"^config: sweep\.engine_args\.max_model_len: must be an integer >= 64 \(got 'big'\)$"),
+    ("a list for the capture engines' context",
+     merge(tiny={"capture": {"engine_args": {"max_model_len": [1]}}}), 1,
+     r"^config: tiny\.capture\.engine_args\.max_model_len: must be an integer >= 64 "
+     r"\(got \[1\]\)$"),
+    ("a context of no tokens spelt with dashes",
+     merge(profiling={"engine_args": {"max-model-len": 0}}), 1,
+     r"^config: profiling\.engine_args\.max-model-len: must be an integer >= 64 \(got 0\)$"),
+    ("a negative context of a study model",
+     study({**GLM, "engine_args": {"max_model_len": -5}}), 1,
+     r"^config: models\[5\]\.engine_args\.max_model_len \(model 'glm'\): must be an integer "
+     r">= 64 \(got -5\)$"),
     ("a profiled batch size the sweep does not run", merge(profiling={"batch_sizes": [1, 64]}), 1,
      r"^config: profiling\.batch_sizes \[64\]: not in the sweep's schedule \[1, 2, 4, 8\]"),
     ("profiles without batch 1", merge(profiling={"batch_sizes": [4]}), 1,
