@@ -287,6 +287,16 @@ CASES = [
      study({**GLM, "engine_args": {"max_model_len": -5}}), 1,
      r"^config: models\[5\]\.engine_args\.max_model_len \(model 'glm'\): must be an integer "
      r">= 64 \(got -5\)$"),
+    # a tiny drafter is trained as a separate draft model, dense
+    ("a tiny drafter served as an EAGLE head",
+     lambda c: c["drafters"][0].update(method="eagle"), 1,
+     r"^config: drafter tiny-drafter: method eagle: a tiny drafter is a separate draft model, "
+     r"served and predicted as one \(method draft_model\): leave method out$"),
+    ("a tiny drafter served as MTP layers", lambda c: c["drafters"][0].update(method="mtp"), 1,
+     r"^config: drafter tiny-drafter: method mtp: a tiny drafter is a separate draft model"),
+    ("a MoE tiny drafter", lambda c: c["drafters"][0]["arch"].update(kind="moe"), 1,
+     r"^config: drafter tiny-drafter: arch kind moe: a draft model is sized and priced as dense "
+     r"\(every layer's FFN read whole\): give a tiny drafter arch kind dense$"),
     ("a profiled batch size the sweep does not run", merge(profiling={"batch_sizes": [1, 64]}), 1,
      r"^config: profiling\.batch_sizes \[64\]: not in the sweep's schedule \[1, 2, 4, 8\]"),
     ("profiles without batch 1", merge(profiling={"batch_sizes": [4]}), 1,

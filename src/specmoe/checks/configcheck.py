@@ -104,6 +104,20 @@ def structure(config: dict) -> list[str]:
     return out
 
 
+def _tiny_drafter_problems(d) -> list[str]:
+    """A tiny drafter is trained here as a separate draft model (specmoe.config.Drafter): its
+    engines serve it as one (method draft_model), and a draft model is sized and priced as
+    dense (specmoe.checks.preflight.drafter_problems refuses a MoE one)."""
+    out = []
+    if d.method != "draft_model":
+        out.append(f"method {d.method}: a tiny drafter is a separate draft model, served and "
+                   "predicted as one (method draft_model): leave method out")
+    if (d.entry.get("arch") or {}).get("kind") == "moe":
+        out.append("arch kind moe: a draft model is sized and priced as dense (every layer's FFN "
+                   "read whole): give a tiny drafter arch kind dense")
+    return out
+
+
 def _cost_only_problems(m: dict) -> list[str]:
     """cost_only gives a study model no runs: drafters and datasets listed beside it would be
     runs that silently vanish."""
@@ -128,6 +142,7 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
     for d in drafters.values():
         if d.source == "tiny":
             out += [f"drafter {d.name}: {e}" for e in _arch_problems(d.entry.get("arch") or {})]
+            out += [f"drafter {d.name}: {e}" for e in _tiny_drafter_problems(d)]
     for m in resolved:
         where, src, e = f"model {m.name}", m.source, m.entry
         tiny = src in ("tiny", "variant")  # a variant serves a tiny checkpoint
