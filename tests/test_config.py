@@ -129,6 +129,28 @@ def test_each_gpu_engine_takes_vllms_memory_share_from_one_key():
         "engine_args", {})
 
 
+def test_engine_args_spelt_with_dashes_are_the_engines_one_value():
+    """vLLM reads max-model-len as max_model_len: the configuration resolves each engine_args key
+    to that spelling once, so the preflight's engine, the prompts' check and the server's command
+    line all read the value the engine gets (once: given both spellings, the command line took
+    the later); the configuration as given is left as it was."""
+    from specmoe.runtime.engine import engine_kwargs
+    from specmoe.runtime.serving import server_argv
+
+    cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    qwen = next(m for m in cfg["models"] if m["name"] == "qwen3-30b-fp8-tp2")
+    qwen["engine_args"] = {"max-model-len": 8192}
+    c = Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
+    assert qwen["engine_args"] == {"max-model-len": 8192}
+    args = c.engine_settings("qwen3-30b-fp8-tp2", "sweep")["engine_args"]
+    assert args["max_model_len"] == 8192 and "max-model-len" not in args
+    jobs = [j for j in c.gpu_jobs() if j.model == "qwen3-30b-fp8-tp2"]
+    assert {c.engine_of(j).max_model_len for j in jobs} == {8192}
+    assert {x.max_model_len for x in c.contexts() if x.model == "qwen3-30b-fp8-tp2"} == {8192}
+    argv = server_argv(engine_kwargs("m", max_model_len=4096, extra=args), 8000)
+    assert [v for f, v in zip(argv, argv[1:]) if f == "--max-model-len"] == ["8192"]
+
+
 def test_a_gpu_jobs_engine_as_the_rules_start_it():
     c = resolved("config/paper.yaml")
     jobs = {(j.rule, j.dataset): j for j in c.gpu_jobs() if j.model == "qwen3-30b-fp8-tp2"}

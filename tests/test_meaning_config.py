@@ -273,6 +273,28 @@ CASES = [
         {"my gpu": {"hbm_bandwidth_gbs": 1008, "peak_tflops": {"bf16": 165}}}), 1,
      r"^config: hardware: the name 'my gpu' must be letters, digits, '\.', '_' and '-', starting "
      r"with a letter or digit$"),
+    # engine_args keys as vLLM reads them ('-' is '_'): one value, the engine's, checked
+    ("the sweep's context spelt with dashes past the tiny models' positions",
+     merge(sweep={"engine_args": {"max-model-len": 4096}}), 1,
+     r"^config: sweep\.max_model_len 4096 exceeds the tiny models' 2048 positions"),
+    ("the capture's context spelt with dashes past the tiny models' positions",
+     merge(tiny={"capture": {"engine_args": {"max-model-len": 4096}}}), 1,
+     r"^config: tiny\.capture\.max_model_len 4096 exceeds the tiny models' 2048 positions"),
+    ("the sweep's outputs past its engine_args context",
+     merge(sweep={"engine_args": {"max_model_len": 64}}), 1,
+     r"^config: sweep\.output_len 48 \+ the longest prompt \(about 29 tokens\) \+ K\+1 = 83 "
+     r"exceed the tiny engines' max_model_len 64: vLLM refuses those requests$"),
+    ("the sweep's outputs past its context spelt with dashes",
+     merge(sweep={"engine_args": {"max-model-len": 64}}), 1,
+     r"^config: sweep\.output_len 48 \+ .* exceed the tiny engines' max_model_len 64"),
+    ("an engine argument in both spellings",
+     merge(sweep={"engine_args": {"max-model-len": 512, "max_model_len": 1024}}), 1,
+     r"^config: sweep\.engine_args: max-model-len and max_model_len are one engine argument, "
+     r"max_model_len \(vLLM reads '-' as '_'\): give it once$"),
+    ("a study model's engine argument in both spellings",
+     study({**GLM, "engine_args": {"enforce-eager": True, "enforce_eager": True}}), 1,
+     r"^config: model glm: engine_args: enforce-eager and enforce_eager are one engine "
+     r"argument"),
     # an engine's context in engine_args: an integer of at least 64, as the sections' own
     ("a word for an engine's context", merge(sweep={"engine_args": {"max_model_len": "big"}}),
      1, r"^config: sweep\.engine_args\.max_model_len: must be an integer >= 64 \(got 'big'\)$"),

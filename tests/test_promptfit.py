@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specmoe.checks import contextfit
+from specmoe.checks import contextfit, schema
 from specmoe.config import Config, for_workflow
 from specmoe.errors import InputError
 from specmoe.sources import promptfit
@@ -133,7 +133,9 @@ def test_a_workflow_parsed_again_reads_the_prompt_lengths_back(monkeypatch, tmp_
 def test_prompts_over_the_limit_are_counted_at_the_dry_run(monkeypatch, tmp_path,
                                                            tokenizer_dir):
     """A capture context that the longest prompts do not fit: a note names how many the engine
-    leaves out; a context none fits stops the dry run in one line."""
+    leaves out; a context none fits stops the dry run in one line (the parse's estimate of the
+    longest prompt says so first: it reads the engine's context whichever key sets it), and the
+    preflight's count of the prompts says none fits."""
     in_workdir(monkeypatch, tmp_path, tokenizer_dir)
     tok = promptfit.load_tokenizer(tokenizer_dir)
     rows = prompt_table.load(datasets=["tinybench"])
@@ -154,9 +156,14 @@ def test_prompts_over_the_limit_are_counted_at_the_dry_run(monkeypatch, tmp_path
         f"{len(rows)} prompts are longer than max_model_len {limit:,} less "
         f"{cap['max_tokens'] + 4} tokens of output and drafts (the longest: {lengths[-1]}): the "
         "engine leaves them out (filter)"), over
+    none_fits = default(lambda c: tight(c, cap["max_tokens"] + 4 + lengths[0] - 1))
     with pytest.raises(InputError) as exc:
-        for_workflow(default(lambda c: tight(c, cap["max_tokens"] + 4 + lengths[0] - 1)), SCHEMA)
+        for_workflow(copy.deepcopy(none_fits), SCHEMA)
     (line,) = str(exc.value).splitlines()
+    assert line.startswith(f"config: tiny.capture.max_tokens {cap['max_tokens']} + the longest "
+                           "prompt (about "), line
+    schema.check(none_fits, SCHEMA)
+    (line,), _ = contextfit.check(Config(none_fits))
     assert line.startswith("preflight: prompts: capture tiny-coarse/tiny-drafter/K3/tinybench "
                            f"(and 1 more job): tinybench: {len(rows)} of {len(rows)} prompts "
                            "are longer") \

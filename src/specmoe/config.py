@@ -25,7 +25,7 @@ from .sources import published
 from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
 from .errors import InputError
-from .kinds import ENGINE_DEFAULTS, kind
+from .kinds import ENGINE_DEFAULTS, engine_arg, engine_context, kind
 from .names import control_name, job_label, repo_key
 from .runs import Run, dataset_parts, datasets_in, max_batch_of
 from .sources.prompts import DEFAULT_SOURCE
@@ -118,6 +118,29 @@ class Model:
                 for ds in self.datasets]
 
 
+def with_engine_arg_names(config: dict) -> dict:
+    """The configuration with each engine_args key (a model's, configcheck.ENGINE_ARGS_SECTIONS')
+    as vLLM reads it (kinds.engine_arg: max-model-len is max_model_len), so that the checks, the
+    preflight and the engines read one key where vLLM takes either spelling (a server's command
+    line given both took the later); `config` itself is left as it is. configcheck.structure
+    refuses a key given in both spellings first."""
+    def named(args: dict) -> dict:
+        return {engine_arg(k): v for k, v in args.items()}
+
+    out = dict(config)
+    out["models"] = [{**m, "engine_args": named(m["engine_args"])} if m.get("engine_args") else m
+                     for m in config.get("models") or []]
+    for path in configcheck.ENGINE_ARGS_SECTIONS:
+        if not configcheck.section_at(config, path).get("engine_args"):
+            continue
+        node = out
+        for key in path.split("."):  # a copy of each mapping on the way
+            node[key] = dict(node[key])
+            node = node[key]
+        node["engine_args"] = named(node["engine_args"])
+    return out
+
+
 def _frozen(d: dict) -> MappingProxyType:
     return MappingProxyType(dict(d))
 
@@ -126,8 +149,9 @@ class Config:
     """The resolved configuration (build it with `Config.resolve`)."""
 
     def __init__(self, config: dict):
-        """Resolve a configuration whose structure is sound (configcheck.structure)."""
-        self.raw = config
+        """Resolve a configuration whose structure is sound (configcheck.structure); its
+        engine_args keys under vLLM's names (with_engine_arg_names)."""
+        self.raw = config = with_engine_arg_names(config)
         self.ks = tuple(config["ks"])
         self.hardware = published.with_gpus(config["hardware"])  # the shipped GPUs' numbers
         self.datasets = dict(config.get("datasets") or {})
@@ -413,10 +437,7 @@ class Config:
         what = kind(job.rule)
         settings = self.engine_settings(job.model, what.section)
         args = settings["engine_args"]
-        # the capture section has no max_model_len key
-        section = settings if what.section != "capture" else {}
-        max_len = int(args.get("max_model_len") or section.get("max_model_len")
-                      or ENGINE_DEFAULTS["max_model_len"])
+        max_len = engine_context(settings)
         batches = {}  # a series' datasets with a max_batch: the largest batch each runs at
         if what.stage == "capture":
             batch, out = int(settings["max_num_seqs"]), int(settings["max_tokens"])
@@ -456,9 +477,7 @@ class Config:
             for job in self.engine_jobs(name):
                 what = kind(job.rule)
                 settings = self.job_settings(job.rule, name)
-                args = settings.get("engine_args") or {}
-                own = settings.get("max_model_len") if what.section != "capture" else None
-                limit = int(args.get("max_model_len") or own or ENGINE_DEFAULTS["max_model_len"])
+                limit = engine_context(settings)
                 if what.series:
                     datasets = self.sweep_datasets(name)
                     reserved = int(settings["output_len"]) + \

@@ -21,6 +21,24 @@ STAGES = ("capture", "series", "profile")
 # (specmoe.config) and the runtime (specmoe.runtime), which read them.
 ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
                    "timeout_s": 1800.0, "repetition_penalty": 1.0}
+
+
+def engine_arg(key) -> str:
+    """An engine argument's name as vLLM reads it: its command line takes '-' for '_'
+    (max-model-len is max_model_len). The configuration's engine_args are resolved to these
+    names once (specmoe.config.Config), so that every reader finds a key under one name."""
+    return str(key).replace("-", "_")
+
+
+def engine_context(section: dict, default: int = ENGINE_DEFAULTS["max_model_len"]) -> int:
+    """The context (max_model_len) an engine of a configuration section starts with, as the
+    runtime's engine arguments give it (specmoe.runtime.engine.engine_kwargs: engine_args over
+    the section's own key): its engine_args' max_model_len, else the section's, else `default`
+    (the sections' default; a capture section has no key of its own)."""
+    return int((section.get("engine_args") or {}).get("max_model_len")
+               or section.get("max_model_len") or default)
+
+
 # The prompts a job serves: its run's dataset, every dataset its model is swept on (a drafter served
 # alone: those of the runs it drafts for), or its model's first dataset.
 DATASETS = ("run", "swept", "first")

@@ -13,6 +13,7 @@ from collections import Counter
 
 from ..cost.costmodel import compute_dtype
 from ..errors import InputError
+from ..kinds import engine_arg, engine_context
 from ..names import control_name
 from ..runs import dataset_parts, max_batch_of
 from .schema import did_you_mean
@@ -44,6 +45,8 @@ def structure(config: dict) -> list[str]:
     models = config.get("models") or []
     drafters = config.get("drafters") or []
     out += _hardware_numbers(config.get("hardware") or {})
+    for where, args, profiled in engine_args_of(config):
+        out += _engine_args_problems(where, args, profiled)
     for what, entries in (("model", models), ("drafter", drafters)):
         for name, n in Counter(e["name"] for e in entries).items():
             if n > 1:
@@ -186,8 +189,6 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
                                "'datasets' nor in the prompt table" + _not_in(missing[0], known))
                 elif len(parts) > 1 and any(p in datasets for p in parts):
                     out.append(f"{where}: downloaded datasets run one at a time ('{ds}')")
-        # a model's engine arguments reach all its engines, its profile's among them
-        out += _engine_args_problems(f"{where}: engine_args", e.get("engine_args"), True)
         if e.get("engine_args") and src in ("tiny", "synthetic"):
             # a tiny model's engines run under the sweep's, tiny.capture's and profiling's own
             out.append(f"{where}: engine_args apply to downloaded (hf) models; a tiny model's "
@@ -305,13 +306,6 @@ def settings(config: dict, prompt_datasets: set[str] | None,
         have, lack = ("sweep", "profiling") if "sweep" in config else ("profiling", "sweep")
         out.append(f"{have} is set without {lack}: sweeps and profiles run only when both "
                    f"sections are present (add {lack}, or remove {have})")
-    for section in ("sweep", "profiling", "capture"):
-        out += _engine_args_problems(f"{section}.engine_args",
-                                     (config.get(section) or {}).get("engine_args"),
-                                     section == "profiling")
-    # the tiny models' capture engines (their dtype and KV cache are tiny.capture's own keys)
-    out += _engine_args_problems("tiny.capture.engine_args",
-                                 (tiny.get("capture") or {}).get("engine_args"))
     out += _plan_problems(config)
     out += _tiny_context_problems(config, **(engine_defaults or {}))
     train = tiny.get("train") or {}
@@ -415,9 +409,11 @@ def _plan_problems(config: dict) -> list[str]:
 
 
 def _tiny_context_problems(config: dict, max_model_len: int = 1024, sd_k: int = 3) -> list[str]:
-    """Each engine section the tiny models run under: its max_model_len within the tiny models'
+    """Each engine section the tiny models run under: the context its engine starts with
+    (kinds.engine_context: its engine_args' max_model_len, else its own) within the tiny models'
     positions, and the longest prompt of their table (about 4 characters a token) with the
-    section's output and K+1 within it (vLLM refuses a longer request)."""
+    section's output and K+1 within it (vLLM refuses a longer request). The config's engine_args
+    keys are vLLM's names by now (specmoe.config.with_engine_arg_names)."""
     from ..runtime.tiny import MAX_POSITIONS
     from ..sources import prompts as prompt_table
     from ..cost.plan import CHARS_PER_TOKEN
@@ -440,14 +436,12 @@ def _tiny_context_problems(config: dict, max_model_len: int = 1024, sd_k: int = 
                      ("profiling", "max_tokens", config["profiling"], k)]
     out = []
     for where, key, section, k_max in sections:
-        limit = int(section.get("max_model_len", max_model_len))
-        # the engine takes engine_args' max_model_len before the section's own
-        engine = int((section.get("engine_args") or {}).get("max_model_len") or limit)
-        if engine > MAX_POSITIONS:
-            out.append(f"{where}.max_model_len {engine} exceeds the tiny models' {MAX_POSITIONS} "
+        limit = engine_context(section, max_model_len)  # the context the engine starts with
+        if limit > MAX_POSITIONS:
+            out.append(f"{where}.max_model_len {limit} exceeds the tiny models' {MAX_POSITIONS} "
                        "positions (vLLM refuses it)")
-        if key not in section or engine != limit:
-            continue  # engine_args' own context: the preflight counts its prompts by tokenizer
+        if key not in section:
+            continue
         need = int(prompt + 0.999) + int(section[key]) + k_max + 1
         if need > limit:
             out.append(f"{where}.{key} {section[key]} + the longest prompt (about {prompt:.0f} "
@@ -468,13 +462,46 @@ OWNED_ENGINE_ARGS = {
 }
 
 
+# The sections that hold engine_args (each model entry holds its own): the engine jobs' sections
+# (specmoe.kinds) and the tiny models' capture engines' (their SD check takes none).
+ENGINE_ARGS_SECTIONS = ("sweep", "profiling", "capture", "tiny.capture")
+
+
+def section_at(config: dict, path: str) -> dict:
+    """The section at a dotted path ("tiny.capture"); empty where there is none."""
+    node = config
+    for key in path.split("."):
+        node = (node or {}).get(key)
+    return node or {}
+
+
+def engine_args_of(config: dict) -> list[tuple[str, dict, bool]]:
+    """Every engine_args mapping of a configuration as written: (where it is, the mapping, whether
+    it reaches a kernel profile's engine). A study model's (source hf) reach all its engines,
+    its profile's among them; a section's, the engines of that section. A tiny or synthetic
+    model's, or a variant's, reach no engine (`structure` and `models` refuse them)."""
+    out = [(f"model {m['name']}: engine_args", m["engine_args"], True)
+           for m in config.get("models") or [] if m["source"] == "hf" and m.get("engine_args")]
+    out += [(f"{path}.engine_args", section_at(config, path)["engine_args"], path == "profiling")
+            for path in ENGINE_ARGS_SECTIONS if section_at(config, path).get("engine_args")]
+    return out
+
+
 def _engine_args_problems(prefix: str, args: dict | None, profiled: bool = False) -> list[str]:
     """prefix: where the engine_args are ("sweep.engine_args", "model m: engine_args");
     profiled: they reach a kernel profile's engine, which runs in eager mode
-    (specmoe.stages.measure.profile_stage)."""
+    (specmoe.stages.measure.profile_stage). Each key as written (the configuration resolves
+    them to vLLM's names, specmoe.kinds.engine_arg, after this check)."""
     out = []
+    spellings: dict[str, list[str]] = {}
+    for key in args or {}:
+        spellings.setdefault(engine_arg(key), []).append(str(key))
+    for name, keys in spellings.items():
+        if len(keys) > 1:
+            out.append(f"{prefix}: {' and '.join(keys)} are one engine argument, {name} (vLLM "
+                       "reads '-' as '_'): give it once")
     for key, value in (args or {}).items():
-        name = str(key).replace("-", "_")
+        name = engine_arg(key)
         owner = OWNED_ENGINE_ARGS.get(name)
         if owner:
             out.append(f"{prefix}.{key} is set by {owner}: leave it out of engine_args")
