@@ -77,8 +77,8 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
 def test_sd_and_no_sd_points_alternate_on_two_engines_and_resume_as_pairs(tiny_models,
                                                                           tmp_path):
     """A paired series: the target with SD and without on two servers side by side; every point
-    measured on both back to back, the order alternating (AB BA AB BA); a point missing on one
-    side is measured again on both, the other points reused."""
+    measured on both back to back, the order alternating (AB BA, then BA AB at the next
+    repeat); a point missing on one side is measured again on both, the other points reused."""
     from specmoe.runtime.serving import run_series
 
     kw = dict(max_num_seqs=2, kv_cache_mib=128, dtype="float32")
@@ -95,7 +95,8 @@ def test_sd_and_no_sd_points_alternate_on_two_engines_and_resume_as_pairs(tiny_m
     assert sd[0]["engine_startup_s"] != ar[0]["engine_startup_s"]
     written = sorted(((tmp_path / arm / f"b{b}.r{r}.json").stat().st_mtime_ns, arm, b, r)
                      for arm in ("sd", "ar") for b, r in ((1, 0), (2, 0), (1, 1), (2, 1)))
-    assert [w[1] for w in written] == ["sd", "ar", "ar", "sd", "sd", "ar", "ar", "sd"]
+    # AB BA within a repeat; each batch size in the other order at the next repeat
+    assert [w[1] for w in written] == ["sd", "ar", "ar", "sd", "ar", "sd", "sd", "ar"]
     assert [(w[2], w[3]) for w in written[::2]] == [(1, 0), (2, 0), (1, 1), (2, 1)]
     # one side of a pair lost: both sides measured again, back to back; the rest reused
     (tmp_path / "ar" / "b2.r0.json").unlink()

@@ -510,6 +510,23 @@ def _prompt_files(stack: contextlib.ExitStack, parts: dict, points_dir) -> dict:
     return jsonl
 
 
+def _second_arm_first(rows: list) -> list[bool]:
+    """For each point of a plan (repeat by repeat, as _plan orders it): whether the second arm
+    of an INTERLEAVED pair runs first, from (repeat + the point's place within its repeat) % 2.
+    Within a repeat the order alternates from one point to the next (AB BA AB ...), and each
+    (dataset, batch) point alternates from one repeat to the next, whatever the number of points
+    in a repeat: an order counted over the whole list gave every (dataset, batch) the same order
+    in every repeat when a repeat has an even number of points, so that an engine-switch cost or
+    a drift biased alternate batch sizes alike in every repeat, and their mean."""
+    place: collections.Counter = collections.Counter()
+    out = []
+    for r in rows:
+        rep = r[0][0]
+        out.append(bool((rep + place[rep]) % 2))
+        place[rep] += 1
+    return out
+
+
 def run_series(engine: dict, model_dir: str, texts, schedule,
                output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
                log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1,
@@ -529,8 +546,10 @@ def run_series(engine: dict, model_dir: str, texts, schedule,
     order: how the two arms run (None: arm_order of this machine's device).
     INTERLEAVED: a second server runs beside the first (both started together, one under load at
     a time); each point is measured on both, the two back to back, in alternating order (first
-    arm then second, then second then first at the next point: AB BA AB ...), so that a drift of
-    the machine falls on both arms alike instead of on their ratio. A point is measured again on
+    arm then second, then second then first at the next point: AB BA AB ...; each (dataset,
+    batch) point in the other order at the next repeat: _second_arm_first), so that a drift of
+    the machine or the cost of switching engines falls on both arms alike instead of on their
+    ratio. A point is measured again on
     both arms when either has no file for it (the pair stays adjacent in time).
     BLOCKS: one server at a time: the first arm's server measures all its points and stops, then
     the second arm's server measures all its points (two start-ups, one after the other). The
@@ -550,13 +569,15 @@ def run_series(engine: dict, model_dir: str, texts, schedule,
     parts = plans[0][0]
     points = [{part: {} for part in parts} for _ in arms]
     rows = list(zip(*(p[1] for p in plans)))  # each point's entry on every arm
-    # the points each arm measures: those without a file on it (BLOCKS), or on any arm
-    measure = [[r for r in rows if (r[a][6] is None if order == BLOCKS
-                                    else any(e[6] is None for e in r))]
+    flips = _second_arm_first(rows)
+    # the points each arm measures: those without a file on it (BLOCKS), or on any arm; each
+    # with whether its second arm runs first (INTERLEAVED)
+    measure = [[(r, flip) for r, flip in zip(rows, flips)
+                if (r[a][6] is None if order == BLOCKS else any(e[6] is None for e in r))]
                for a in range(len(arms))]
     for a in range(len(arms)):
         for r in rows:
-            if not any(r is m for m in measure[a]):
+            if not any(r is m for m, _ in measure[a]):
                 rep, part, batch = r[a][:3]
                 points[a][part][(batch, rep)] = {**r[a][6], "reused": True}
                 log.info("%s: reusing %s", _label(part, batch, rep), r[a][5])
@@ -577,15 +598,15 @@ def run_series(engine: dict, model_dir: str, texts, schedule,
             _start_all(stack, list(servers.values()))
             for a in idx:  # every point of the block fits its engine's KV cache, before any runs
                 slots = draft_slots(arms[a][0])
-                for part, batch, n in dict.fromkeys(e[a][1:4] for e in todo):
+                for part, batch, n in dict.fromkeys(e[a][1:4] for e, _ in todo):
                     check_kv(f"{part + ': ' if part else ''}batch {batch} "
                              f"{'with' if slots else 'without'} SD", servers[a].kv, batch,
                              max(lengths[part][:n]), output_len, slots)
             client.join()
             jsonl = _prompt_files(stack, parts, arms[idx[0]][2])
             warm: dict[int, set[int]] = {a: set() for a in idx}
-            for i, entries in enumerate(todo):
-                for a in (idx if i % 2 == 0 else idx[::-1]):
+            for entries, flip in todo:
+                for a in (idx[::-1] if flip else idx):
                     rep, part, batch, n, key, path, _ = entries[a]
                     points[a][part][(batch, rep)] = _measure(
                         servers[a], model_dir, jsonl[part], batch, n, output_len,

@@ -18,7 +18,8 @@ logger = logging.getLogger("specmoe")
 # how the no-SD points of an SD series were taken, by serving.arm_order's decision
 PAIR_ORDER = {
     "interleaved": "each (repeat, dataset, batch) point measured with and without SD back to back, "
-                   "the order alternating from one point to the next (AB BA AB ...)",
+                   "the order alternating from one point to the next (AB BA AB ...) and, for "
+                   "each (dataset, batch), from one repeat to the next",
     "blocks": "one engine at a time in the same job: every point with SD, then every point "
               "without SD (the two sides of a point not adjacent in time)"}
 
