@@ -40,6 +40,9 @@ class Recorder:
         # a machine on which a request to the other engine than the last one's is slower by
         # this share (caches, OS state), measured with a little noise (seeded)
         self.switch_cost, self.last, self.rng = 0.0, None, random.Random(0)
+        # the job the stand-ins run in (each point's engine_start names it), and the requests
+        # it has time for (None: no limit)
+        self.job, self.requests_left = "job", None
         rec = self
 
         class FakeServer:
@@ -47,7 +50,8 @@ class Recorder:
                 self.engine = engine
                 self.arm = "sd" if "speculative_config" in engine else "plain"
                 self.url, self.up = f"fake://{self.arm}", False
-                self.startup_s, self.start = 10.0 if self.arm == "sd" else 7.0, {"fake": True}
+                self.startup_s = 10.0 if self.arm == "sd" else 7.0
+                self.start = {"fake": True, "job": rec.job}
                 self.kv = {"tokens": 2**20, "block_size": 16}
 
             def __enter__(self):
@@ -76,6 +80,10 @@ class Recorder:
 
     def bench(self, server, model, prompts_jsonl, batch, num_prompts, output_len, seed=0):
         assert server.up and prompts_jsonl.is_file()
+        if self.requests_left is not None:
+            if self.requests_left == 0:
+                raise TimeoutError(f"{self.job}: time limit")
+            self.requests_left -= 1
         # the dataset: the directory of its prompts (points_dir/<dataset>/prompts.jsonl)
         self.events.append(("bench", server.arm, batch, num_prompts, len(self.alive),
                             prompts_jsonl.parent.name))
@@ -139,18 +147,42 @@ def test_a_paired_series_on_a_faked_cuda_platform_runs_one_server_at_a_time(
     for arm in ("sd", "ar"):
         assert sorted(f.name for f in (tmp_path / arm).glob("b*.json")) == \
             sorted(f"b{b}.r{r}.json" for b, r in want)
-    # one no-SD point lost: only the no-SD engine starts, for that point alone
+    # one no-SD point lost: both engines start, for that point alone, on both (the two sides
+    # of a pair from one job)
     (tmp_path / "ar" / "b2.r0.json").unlink()
     recorder.events.clear()
     sd2, ar2 = _series(tmp_path)
-    assert recorder.starts() == ["plain"]
-    assert [(e[1], e[2]) for e in recorder.events if e[0] == "bench"][-1] == ("plain", 2)
-    assert all(p["reused"] for p in sd2)
-    assert [p["reused"] for p in ar2] == [True, True, False, True]
+    assert recorder.starts() == ["sd", "plain"]
+    benches = [(e[1], e[2]) for e in recorder.events if e[0] == "bench"]
+    assert benches == [("sd", 2)] * 2 + [("plain", 2)] * 2  # each engine's warm-up, its point
+    assert [p["reused"] for p in sd2] == [p["reused"] for p in ar2] == [True, True, False, True]
     # complete: nothing starts
     recorder.events.clear()
     sd3, ar3 = _series(tmp_path)
     assert recorder.events == [] and all(p["reused"] for p in sd3 + ar3)
+
+
+def test_a_blocks_series_stopped_in_its_no_sd_block_measures_both_sides_again_when_retried(
+        recorder, monkeypatch, tmp_path):
+    """On a GPU (faked) a job whose time runs out during the no-SD block leaves SD points whose
+    no-SD side is missing; the retry re-measured the no-SD side alone, and the series paired
+    SD points of one job with no-SD points of another while recording 'one engine at a time in
+    the same job'. The retry now measures both sides of those points: each pair from one job."""
+    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+    # every SD point (its 6 requests, warm-ups included), then the no-SD points of repeat 0
+    # (4 requests): the job's time is up at the no-SD points of repeat 1
+    recorder.job, recorder.requests_left = "job1", 10
+    with pytest.raises(SpecmoeError, match="job1: time limit"):
+        _series(tmp_path)
+    assert len(list((tmp_path / "sd").glob("b*.json"))) == 4
+    assert sorted(f.name for f in (tmp_path / "ar").glob("b*.json")) == ["b1.r0.json",
+                                                                        "b2.r0.json"]
+    recorder.job, recorder.requests_left = "job2", None
+    sd, ar = _series(tmp_path)
+    pairs = [(p["batch"], p["repeat"], p["engine_start"]["job"], q["engine_start"]["job"])
+             for p, q in zip(sd, ar)]
+    assert pairs == [(1, 0, "job1", "job1"), (1, 1, "job2", "job2"), (2, 0, "job1", "job1"),
+                     (2, 1, "job2", "job2")]
 
 
 def test_a_paired_series_on_a_cpu_keeps_both_servers_and_alternates(recorder, monkeypatch,

@@ -549,13 +549,16 @@ def run_series(engine: dict, model_dir: str, texts, schedule,
     arm then second, then second then first at the next point: AB BA AB ...; each (dataset,
     batch) point in the other order at the next repeat: _second_arm_first), so that a drift of
     the machine or the cost of switching engines falls on both arms alike instead of on their
-    ratio. A point is measured again on
-    both arms when either has no file for it (the pair stays adjacent in time).
+    ratio.
     BLOCKS: one server at a time: the first arm's server measures all its points and stops, then
     the second arm's server measures all its points (two start-ups, one after the other). The
     two arms of a point are NOT adjacent in time: a drift of the machine between the blocks falls
-    on their ratio. A point is measured again only on the arm without its file, and an arm whose
-    points are all there is not started.
+    on their ratio.
+    In either order a point is measured again on both arms when either has no file for it, so
+    that the two sides of every pair come from one job (in BLOCKS, a job stopped during the
+    second block leaves pairs whose first side alone is on disk: a retry measures both sides of
+    those again, not the second side alone in another job); the engines do not start when
+    every point is there.
     Returns (the first arm's points, the second's), each as above.
     """
     arms = [(engine, key_base, points_dir)] + ([paired] if paired else [])
@@ -569,21 +572,18 @@ def run_series(engine: dict, model_dir: str, texts, schedule,
     parts = plans[0][0]
     points = [{part: {} for part in parts} for _ in arms]
     rows = list(zip(*(p[1] for p in plans)))  # each point's entry on every arm
-    flips = _second_arm_first(rows)
-    # the points each arm measures: those without a file on it (BLOCKS), or on any arm; each
-    # with whether its second arm runs first (INTERLEAVED)
-    measure = [[(r, flip) for r, flip in zip(rows, flips)
-                if (r[a][6] is None if order == BLOCKS else any(e[6] is None for e in r))]
-               for a in range(len(arms))]
-    for a in range(len(arms)):
-        for r in rows:
-            if not any(r is m for m, _ in measure[a]):
-                rep, part, batch = r[a][:3]
-                points[a][part][(batch, rep)] = {**r[a][6], "reused": True}
-                log.info("%s: reusing %s", _label(part, batch, rep), r[a][5])
-    blocks = ([(list(range(len(arms))), measure[0])] if order == INTERLEAVED else
-              [([a], measure[a]) for a in range(len(arms))])
-    blocks = [(idx, todo) for idx, todo in blocks if todo]
+    # the points measured, on every arm: those without a file on any arm (in either order, so
+    # that the two sides of every pair come from one job), each with whether its second arm
+    # runs first (INTERLEAVED); the others are reused
+    measure = [(r, flip) for r, flip in zip(rows, _second_arm_first(rows))
+               if any(e[6] is None for e in r)]
+    for r in rows:
+        if not any(r is m for m, _ in measure):
+            for a, (rep, part, batch, _, _, path, old) in enumerate(r):
+                points[a][part][(batch, rep)] = {**old, "reused": True}
+                log.info("%s: reusing %s", _label(part, batch, rep), path)
+    blocks = ([(list(range(len(arms))), measure)] if order == INTERLEAVED else
+              [([a], measure) for a in range(len(arms))]) if measure else []
     if blocks:
         # the benchmark client takes seconds to import: import it while the engine starts (on
         # another core), not after
