@@ -43,6 +43,7 @@ class Recorder:
         # the job the stand-ins run in (each point's engine_start names it), and the requests
         # it has time for (None: no limit)
         self.job, self.requests_left = "job", None
+        self.drafts = True  # whether the SD engine reports its drafts
         rec = self
 
         class FakeServer:
@@ -97,7 +98,7 @@ class Recorder:
         res = {**stat, "completed": num_prompts, "failed": 0, "duration": 1.0,
                "output_throughput": 10.0, "request_throughput": 1.0,
                "total_output_tokens": num_prompts * output_len}
-        if server.arm == "sd":
+        if server.arm == "sd" and self.drafts:
             res.update(spec_decode_num_drafts=4, spec_decode_acceptance_length=2.0,
                        spec_decode_acceptance_rate=50.0, spec_decode_draft_tokens=12,
                        spec_decode_accepted_tokens=6)
@@ -183,6 +184,24 @@ def test_a_blocks_series_stopped_in_its_no_sd_block_measures_both_sides_again_wh
              for p, q in zip(sd, ar)]
     assert pairs == [(1, 0, "job1", "job1"), (1, 1, "job2", "job2"), (2, 0, "job1", "job1"),
                      (2, 1, "job2", "job2")]
+
+
+def test_an_sd_point_without_drafts_is_refused_when_measured_and_not_kept(recorder,
+                                                                         monkeypatch, tmp_path):
+    """An SD engine that reports no drafts (bench serve's spec_decode_num_drafts 0 or absent)
+    gave a point without acceptance that was kept, and the series failed only at the speedup
+    stage ('was SD on?'). It is refused at once, in one line, and no file is written for it."""
+    monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
+    recorder.drafts = False
+    with pytest.raises(SpecmoeError) as exc:
+        _series(tmp_path)
+    assert str(exc.value) == (
+        "batch 1 repeat 0: the SD engine reported no drafts (bench serve's "
+        "spec_decode_num_drafts: None), so the point has no acceptance; not kept")
+    assert not list((tmp_path / "sd").glob("b*.json"))
+    # the engine without SD is not asked for drafts
+    ar = serving.run_series(PLAIN_ENGINE, "t", PROMPTS, [(1, 2)], 8, 0, tmp_path / "ar", {}, {})
+    assert [p["batch"] for p in ar] == [1] and "sd" not in ar[0]
 
 
 def test_a_paired_series_on_a_cpu_keeps_both_servers_and_alternates(recorder, monkeypatch,

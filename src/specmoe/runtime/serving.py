@@ -639,6 +639,11 @@ def _measure(server, model_dir, prompts_jsonl, batch, n, output_len, warmups, ke
     if res["failed"] or res["completed"] != n:
         raise server.failure(f"{label}: {res['failed']} of {n} requests failed")
     pt = point_summary(res, batch, n, output_len)
+    if server.engine.get("speculative_config") and "sd" not in pt:
+        # kept, it would fail only at the speedup ("was SD on?"), after the whole series
+        raise SpecmoeError(
+            f"{label}: the SD engine reported no drafts (bench serve's spec_decode_num_drafts: "
+            f"{res.get('spec_decode_num_drafts')!r}), so the point has no acceptance; not kept")
     pt.update(repeat=rep, engine=side, key=key, engine_startup_s=server.startup_s,
               engine_start=server.start, kv_cache=server.kv, wall_s=time.perf_counter() - t0)
     write_json(path, pt, prov)
