@@ -54,6 +54,11 @@ class Recorder:
                 self.startup_s = 10.0 if self.arm == "sd" else 7.0
                 self.start = {"fake": True, "job": rec.job}
                 self.kv = {"tokens": 2**20, "block_size": 16}
+                # how it runs as a server on a CUDA build reports it (api_server): V2 unless
+                # its environment pins V1
+                pinned = (engine.get("env") or {}).get("VLLM_USE_V2_MODEL_RUNNER") == "0"
+                self.runs = {"model_runner": "v1" if pinned else "v2",
+                             "engine_mode": {"cudagraph_mode": "FULL_AND_PIECEWISE"}}
 
             def __enter__(self):
                 rec.alive.append(self)
@@ -521,6 +526,152 @@ def test_on_a_faked_cuda_platform_both_arms_graph_every_verify_step_by_vllms_own
     monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
     sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=7, largest=128)
     assert "compilation_config" not in sd and "compilation_config" not in plain
+
+
+def _alone_engine(checkpoint, tmp_path, monkeypatch) -> dict:
+    """The engine arguments of a draft model served alone (rule sweep_ar) as sweep_stage builds
+    them, from a stand-in for run_series that keeps them."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepArParams
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import sweep_stage
+
+    kept = []
+
+    class Stop(Exception):
+        pass
+
+    def series(engine, *a, **kw):
+        kept.append(engine)
+        raise Stop
+
+    monkeypatch.setattr(serving, "run_series", series)
+    sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 16, "warmups": 0,
+             "repeats": 1, "startup_timeout_s": 10}
+    params = SweepArParams(job={"model": "d", "k": None, "datasets": ["tinybench"]},
+                           settings=sweep, method=None, gpu=False,
+                           prompts=prompt_table.DEFAULT_SOURCE, prompting={})
+    with pytest.raises(Stop):
+        sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
+                    Named({"json": str(tmp_path / "s.json")}), params)
+    return kept[0]
+
+
+def vllm_picks_v2(env: dict, monkeypatch) -> bool:
+    """Whether vLLM 0.32's own VllmConfig.use_v2_model_runner picks Model Runner V2 for a
+    separate draft model's SD engine on CUDA under the environment `env`: the property run on
+    a stand-in config (draft_model, one GPU, nothing else asked for) with Triton there, as in
+    vLLM's CUDA build (the CPU wheel has none)."""
+    import types
+
+    import vllm.config.vllm as vc
+    from vllm import envs
+
+    envs.disable_envs_cache()  # read the environment now, not as an engine in this process did
+    config = SimpleNamespace(
+        attention_config=SimpleNamespace(hisparse_config=None),
+        speculative_config=SimpleNamespace(method="draft_model", parallel_drafting=False,
+                                           use_heterogeneous_vocab=False),
+        parallel_config=SimpleNamespace(distributed_executor_backend="mp",
+                                        pipeline_parallel_size=1, use_ubatching=False))
+    config._get_v2_model_runner_unsupported_features = types.MethodType(
+        vc.VllmConfig._get_v2_model_runner_unsupported_features, config)
+    var = "VLLM_USE_V2_MODEL_RUNNER"
+    with monkeypatch.context() as m:  # this process's environment as it was, afterwards
+        if var in env:
+            m.setenv(var, env[var])
+        else:
+            m.delenv(var, raising=False)
+        m.setattr(vc, "HAS_TRITON", True)
+        return vc.VllmConfig.use_v2_model_runner.fget(config)
+
+
+def test_on_a_faked_cuda_platform_a_draft_model_series_runs_vllms_v1_runner_in_all_engines(
+        checkpoint, tmp_path, monkeypatch):
+    """On CUDA vLLM 0.32 picks Model Runner V2 for a separate draft model's SD engine (its own
+    choice, below, without the pin), whose StandaloneARSpeculator drafts without CUDA graphs,
+    while the draft model served alone for the draft cost runs graphed. With the platform faked
+    as CUDA, the three engines of such a series (the SD engine, its target without SD, the draft
+    model alone) each get a server environment under which vLLM's own choice is V1; the pin is
+    recorded with the engine's arguments (and so in its points' key), and vLLM's server is not
+    given it as an argument. An EAGLE-3 series and a CPU's engines are left as they were."""
+    pytest.importorskip("vllm")
+    from specmoe.runtime.engine import ENGINE_ENV, V1_RUNNER_ENV
+
+    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+    assert vllm_picks_v2({}, monkeypatch)  # vLLM's default there
+    sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=4)
+    alone = _alone_engine(checkpoint, tmp_path, monkeypatch)
+    assert sd["speculative_config"]["method"] == "draft_model"
+    for engine in (sd, plain, alone):
+        env = serving.Server(engine).environment()
+        assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0" and engine[ENGINE_ENV] == V1_RUNNER_ENV
+        assert not vllm_picks_v2(env, monkeypatch)
+        argv = serving.server_argv(engine, 0)
+        assert "--env" not in argv and "VLLM_USE_V2_MODEL_RUNNER" not in " ".join(argv)
+    assert {n: v for n, v in sd.items() if n != "speculative_config"} == plain
+    eagle = engine_mod.engine_kwargs("t", {"method": "eagle3", "model": "e"}, 3,
+                                     series_method="eagle3")
+    assert ENGINE_ENV not in eagle
+    assert vllm_picks_v2(serving.Server(eagle).environment(), monkeypatch)
+    monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
+    sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=4)
+    assert ENGINE_ENV not in sd and ENGINE_ENV not in plain
+
+
+def test_a_server_reports_its_engines_model_runner_and_graph_mode(monkeypatch, capsys):
+    """The server prints how its engine runs once vLLM has built its config (the model runner
+    and engine mode a profile records, kernelprof.engine_runs), and Server reads that line."""
+    pytest.importorskip("vllm")
+    from vllm.engine.arg_utils import EngineArgs
+
+    from specmoe.runtime import api_server, kernelprof
+    from specmoe.runtime.startup import StartClock
+
+    mode, graphs = SimpleNamespace(name="VLLM_COMPILE"), SimpleNamespace(name="FULL_AND_PIECEWISE")
+    config = SimpleNamespace(
+        use_v2_model_runner=False,
+        compilation_config=SimpleNamespace(mode=mode, cudagraph_mode=graphs),
+        scheduler_config=SimpleNamespace(async_scheduling=True))
+    monkeypatch.setattr(EngineArgs, "create_engine_config", lambda self, *a, **kw: config)
+    api_server.report_engine_runs()
+    assert EngineArgs.create_engine_config(None) is config
+    server = serving.Server({"model": "t"})
+    server.clock, server.proc = StartClock(), SimpleNamespace(
+        stdout=iter(["(APIServer pid=1) INFO starting\n", capsys.readouterr().err]))
+    server._pump()
+    want = {"model_runner": "v1", "engine_mode": {"compilation_mode": "VLLM_COMPILE",
+                                                  "cudagraph_mode": "FULL_AND_PIECEWISE",
+                                                  "async_scheduling": True}}
+    assert server.runs == want == kernelprof.engine_runs(config)
+
+
+def test_a_series_records_each_engines_model_runner_and_graph_mode(recorder, checkpoint,
+                                                                   tmp_path, monkeypatch):
+    """Every point keeps how its server's engine ran (the stand-in reports V1 where its
+    environment pins it, else V2), and the series records each arm's, also where its points
+    are reused: a draft_model series on a (faked) GPU, both arms pinned to V1."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepSdParams
+    from specmoe.provenance import read_json
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import sweep_stage
+
+    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+    sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 8, "warmups": 0,
+             "repeats": 1, "startup_timeout_s": 10}
+    params = SweepSdParams(job={"model": "t", "drafter": "d", "k": 3, "datasets": ["tinybench"]},
+                           settings=sweep, method=None, gpu=False,
+                           prompts=prompt_table.DEFAULT_SOURCE, prompting={})
+    for run in range(2):  # measured, then every point reused
+        sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
+                    Named({"json": str(tmp_path / "s.json")}), params)
+        out = read_json(tmp_path / "s.json")
+        assert out["datasets"]["tinybench"]["measured"] == 1 - run
+        for arm in (out, out["paired_no_sd"]):
+            assert arm["model_runner"] == "v1", run
+            assert arm["engine_mode"] == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+            assert arm["engine"]["env"] == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
 def test_a_users_compilation_config_is_kept_and_one_that_caps_the_graphs_is_refused(

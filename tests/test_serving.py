@@ -91,6 +91,9 @@ def test_sd_and_no_sd_points_alternate_on_two_engines_and_resume_as_pairs(tiny_m
     assert [(p["batch"], p["repeat"]) for p in sd] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert [(p["batch"], p["repeat"]) for p in ar] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert all("sd" in p for p in sd) and not any("sd" in p for p in ar)
+    # how each engine ran, as its server reported it: vLLM's V1 runner on a CPU, no CUDA graphs
+    assert all(p["model_runner"] == "v1" and p["engine_mode"]["cudagraph_mode"] == "NONE"
+               for p in sd + ar)
     # both engines ran at once: each point's engine start is its own server's
     assert sd[0]["engine_startup_s"] != ar[0]["engine_startup_s"]
     written = sorted(((tmp_path / arm / f"b{b}.r{r}.json").stat().st_mtime_ns, arm, b, r)

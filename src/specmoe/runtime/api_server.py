@@ -13,7 +13,8 @@ with torch unsafe) and no process of vLLM's is started from the fork, so serving
 `fork` there; this entry point keeps the CPU platform from overriding what was asked (on any
 other platform it changes nothing: a GPU keeps vLLM's spawned core, whose CUDA state must not be
 forked). It then runs vLLM's own server module unchanged, and prints the start method vLLM's
-process manager got (MARK), which the start's record keeps (specmoe.runtime.startup).
+process manager got (MARK), which the start's record keeps (specmoe.runtime.startup), and how
+the engine runs: its model runner and engine mode (RUNS), which every point keeps.
 
     python -m specmoe.runtime.api_server --host 127.0.0.1 --port N [vLLM's server arguments]
 """
@@ -25,6 +26,7 @@ import runpy
 
 VAR = "VLLM_WORKER_MULTIPROC_METHOD"
 MARK = "specmoe: engine processes started by"  # startup.StartClock reads this line
+RUNS = "specmoe: engine runs"  # serving.Server reads this line (report_engine_runs)
 
 
 def keep_start_method_on_cpu() -> bool:
@@ -66,9 +68,33 @@ def report_start_method() -> None:
     utils.get_mp_context = get_and_report
 
 
+def report_engine_runs() -> None:
+    """Print how the engine runs (`RUNS {"model_runner": ..., "engine_mode": ...}`, JSON, as
+    kernelprof.engine_runs reads a vLLM config) once the server has built its vLLM config from
+    its arguments, the platform and the environment: the engine core gets that config and
+    environment. The CUDA graph mode is the config's, before a worker's attention backend may
+    lower it; a drafter's own graphs are its runner's (engine.V1_RUNNER_ENV says which)."""
+    import json
+    import sys
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    create = EngineArgs.create_engine_config
+
+    def create_and_report(self, *args, **kwargs):
+        config = create(self, *args, **kwargs)
+        from specmoe.runtime.kernelprof import engine_runs
+
+        print(f"{RUNS} {json.dumps(engine_runs(config))}", file=sys.stderr, flush=True)
+        return config
+
+    EngineArgs.create_engine_config = create_and_report
+
+
 def main() -> None:
     keep_start_method_on_cpu()
     report_start_method()
+    report_engine_runs()
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 
 

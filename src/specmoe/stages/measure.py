@@ -4,17 +4,20 @@ or `gpu` extra)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, SpecmoeError
 from ..sources import prompts as prompt_table
 from ..provenance import hardware, provenance, write_json
 from .engines import (engine_label, engine_opts, engine_prompts, model_identity, model_provenance,
                       prompt_tables, served, setting, with_job_runtime)
 
 logger = logging.getLogger("specmoe")
+# how a series' engine ran, as each point records it (engine_runs)
+RUN_FIELDS = ("model_runner", "engine_mode")
 # how the no-SD points of an SD series were taken, by serving.arm_order's decision
 PAIR_ORDER = {
     "interleaved": "each (repeat, dataset, batch) point measured with and without SD back to back, "
@@ -80,7 +83,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     import time
 
     from ..runtime.capture import vllm_version
-    from ..runtime.engine import check_inputs, device, engine_kwargs
+    from ..runtime.engine import check_inputs, device, drafter_spec, engine_kwargs
     from ..runtime.serving import arm_order, run_series
 
     series = params.job
@@ -94,9 +97,12 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     sched = {ds: list(settings.points(ds)) for ds in series["datasets"]}
     largest = max(b for points in sched.values() for b, _ in points)
     # on a GPU both arms of an SD series capture CUDA graphs for verify steps at every batch
-    # (engine.cuda_graph_config): the two engines differ in SD alone
+    # (engine.cuda_graph_config): the two engines differ in SD alone; the series' speculative
+    # method (a drafter served alone, rule sweep_ar's only engines (Config.served): a separate
+    # draft model's) chooses their model runner there (engine_kwargs series_method)
+    method = drafter_spec(drafter_dir)["method"] if drafter_dir else "draft_model"
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=largest,
-                           graph_k=k, **engine_opts(sweep_cfg))
+                           graph_k=k, series_method=method, **engine_opts(sweep_cfg))
     # the tokens kept free for drafts: the same in the model's series with and without SD, so
     # that they measure the same prompts
     reserved = settings.output_len + int((prompting or {}).get(
@@ -128,7 +134,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     paired, order = None, arm_order(key_base["device"])
     if drafter_dir:
         plain = engine_kwargs(target_dir, None, None, max_num_seqs=largest,
-                              graph_k=k, **engine_opts(sweep_cfg))
+                              graph_k=k, series_method=method, **engine_opts(sweep_cfg))
         paired = (plain, {**key_base, "engine": {n: v for n, v in plain.items() if n != "model"},
                           "drafter": None},
                   Path(str(out).removesuffix(".json") + ".nosd.points"))
@@ -151,10 +157,13 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
         datasets[ds]["paired_no_sd"] = {"points": pts,
                                         "measured": sum(not p["reused"] for p in pts)}
     write_json(out, {"series": series, "engine": key_base["engine"],
+                     # its model runner and engine mode, as its points record them
+                     **engine_runs(points),
                      "datasets": datasets,
                      # how the no-SD points beside the SD ones were taken (None: not at all)
                      "paired_no_sd": {"engine": paired[1]["engine"], "arm_order": order,
-                                      "order": PAIR_ORDER[order]} if paired else None,
+                                      "order": PAIR_ORDER[order],
+                                      **engine_runs(plain_points)} if paired else None,
                      "prompting": fit,
                      "engine_starts": len(starts),
                      # the job's time in start-ups: side by side they overlap, in blocks they add
@@ -165,6 +174,19 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
                      # its phases (runtime.startup), None when no engine started
                      "engine_start": measured[0].get("engine_start") if measured else None,
                      "wall_s": time.perf_counter() - t0}, prov)
+
+
+def engine_runs(arm: dict) -> dict:
+    """How the engine of a series' arm ({dataset: points}) ran: {"model_runner", "engine_mode"}
+    as its points record their server's (serving._measure; a profile's names and values,
+    runtime.kernelprof.engine_runs), None where no point does (points from before they did).
+    Points that differ are an error: the arm's key (its engine's arguments and environment,
+    vLLM's version) is every point's."""
+    seen = {json.dumps({n: p.get(n) for n in RUN_FIELDS}, sort_keys=True)
+            for pts in arm.values() for p in pts if p.get("model_runner") is not None}
+    if len(seen) > 1:
+        raise SpecmoeError(f"the points of one engine ran in different ways: {sorted(seen)}")
+    return json.loads(seen.pop()) if seen else dict.fromkeys(RUN_FIELDS)
 
 
 def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
