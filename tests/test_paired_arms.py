@@ -610,6 +610,13 @@ def test_on_a_faked_cuda_platform_a_draft_model_series_runs_vllms_v1_runner_in_a
         argv = serving.server_argv(engine, 0)
         assert "--env" not in argv and "VLLM_USE_V2_MODEL_RUNNER" not in " ".join(argv)
     assert {n: v for n, v in sd.items() if n != "speculative_config"} == plain
+    # V1 drafts in PIECEWISE graphs only (llm_base_proposer.initialize_cudagraph_keys): the draft
+    # model alone runs those too, the target's engines vLLM's default
+    assert alone["compilation_config"]["cudagraph_mode"] == "PIECEWISE"
+    assert "cudagraph_mode" not in sd["compilation_config"]
+    assert "cudagraph_mode" not in plain["compilation_config"]
+    from vllm.config import CompilationConfig
+    assert CompilationConfig(**alone["compilation_config"]).cudagraph_mode.name == "PIECEWISE"
     eagle = engine_mod.engine_kwargs("t", {"method": "eagle3", "model": "e"}, 3,
                                      series_method="eagle3")
     assert ENGINE_ENV not in eagle

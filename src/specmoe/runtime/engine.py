@@ -108,9 +108,11 @@ ENGINE_ENV = "env"
 # / TPOT_noSD) run in CUDA graphs: c understated the eager drafting the SD engine pays, and TE
 # from the sweep with it. The engines of a separate draft model's series on CUDA (engine_kwargs
 # series_method) run as V1, whose DraftModelProposer runs the draft steps in CUDA graphs too
-# (PIECEWISE graphs, vllm/v1/spec_decode/llm_base_proposer.py initialize_cudagraph_keys; the
-# draft model served alone captures vLLM's default, FULL_AND_PIECEWISE).
+# (PIECEWISE graphs only, vllm/v1/spec_decode/llm_base_proposer.py initialize_cudagraph_keys), so
+# the draft model served alone runs PIECEWISE graphs as well (DRAFT_GRAPHS), not vLLM's default
+# FULL_AND_PIECEWISE, whose full graphs would take attention's launches out of its step.
 V1_RUNNER_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+DRAFT_GRAPHS = "PIECEWISE"
 
 
 def engine_kwargs(target, drafter=None, k=None, *, seed=0,
@@ -118,7 +120,7 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
                   kv_cache_mib=ENGINE_DEFAULTS["kv_cache_mib"], dtype=ENGINE_DEFAULTS["dtype"],
                   extra: dict | None = None,
                   in_process: bool = True, graph_k: int | None = None,
-                  series_method: str | None = None) -> dict:
+                  series_method: str | None = None, draft_alone: bool = False) -> dict:
     """vLLM engine arguments. in_process (CPU only): the one worker runs in the engine core's
     process (vLLM's uni-process executor), so vLLM and torch are imported once per engine: an
     offline engine runs entirely in the calling process (open_llm), a served one in two, the API
@@ -129,7 +131,9 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
     series_method: the speculative method of the serving series the engine is one of (its SD
     engine, that engine's target without SD, or a draft model served alone: draft_model); None:
     no series. On CUDA every engine of a draft_model series runs vLLM's V1 model runner
-    (V1_RUNNER_ENV, in the engine's ENGINE_ENV)."""
+    (V1_RUNNER_ENV, in the engine's ENGINE_ENV). draft_alone: the engine is a draft model served
+    alone for the draft cost; on CUDA it runs the CUDA graphs V1 drafts in (DRAFT_GRAPHS), unless
+    engine_args set a mode themselves."""
     kw = dict(model=str(target), seed=seed, max_model_len=max_model_len,
               max_num_seqs=max_num_seqs, enable_prefix_caching=False, disable_log_stats=False,
               dtype=dtype)
@@ -150,6 +154,9 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
                                                      int(kw["max_num_seqs"]), int(graph_k))
     if series_method == "draft_model" and device() == "cuda":
         kw[ENGINE_ENV] = {**(kw.get(ENGINE_ENV) or {}), **V1_RUNNER_ENV}
+        if draft_alone and not kw.get("enforce_eager"):
+            kw["compilation_config"] = {"cudagraph_mode": DRAFT_GRAPHS,
+                                        **(kw.get("compilation_config") or {})}
     return kw
 
 

@@ -102,7 +102,8 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     # draft model's) chooses their model runner there (engine_kwargs series_method)
     method = drafter_spec(drafter_dir)["method"] if drafter_dir else "draft_model"
     engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=largest,
-                           graph_k=k, series_method=method, **engine_opts(sweep_cfg))
+                           graph_k=k, series_method=method, draft_alone=drafter_dir is None,
+                           **engine_opts(sweep_cfg))
     # the tokens kept free for drafts: the same in the model's series with and without SD, so
     # that they measure the same prompts
     reserved = settings.output_len + int((prompting or {}).get(
