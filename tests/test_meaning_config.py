@@ -305,6 +305,12 @@ CASES = [
     ("a context of no tokens spelt with dashes",
      merge(profiling={"engine_args": {"max-model-len": 0}}), 1,
      r"^config: profiling\.engine_args\.max-model-len: must be an integer >= 64 \(got 0\)$"),
+    # the other engine arguments specmoe reads itself: a word "false" was true to it
+    ("eager profiles spelt as a word", merge(profiling={"engine_args": {"enforce_eager": "false"}}),
+     1, r"^config: profiling\.engine_args\.enforce_eager: must be true or false \(got 'false'\)$"),
+    ("a batched-token budget of none",
+     merge(sweep={"engine_args": {"max-num-batched-tokens": 0}}), 1,
+     r"^config: sweep\.engine_args\.max-num-batched-tokens: must be an integer >= 1 \(got 0\)$"),
     ("a negative context of a study model",
      study({**GLM, "engine_args": {"max_model_len": -5}}), 1,
      r"^config: models\[5\]\.engine_args\.max_model_len \(model 'glm'\): must be an integer "
