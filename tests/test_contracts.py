@@ -408,3 +408,47 @@ def test_every_record_names_its_stage_and_the_script_runs_that_stage():
             assert records[rec].STAGE.rsplit(".", 1)[1] == stage, script.name
             runs += 1
     assert runs >= 20
+
+
+def test_a_datasets_download_and_prompt_table_depend_only_on_the_keys_their_stages_read():
+    """The download reads a dataset's repository, revision and files (format: the default files);
+    the prompt table its format, files, languages and most prompts. prompt_tokens (which
+    config/paper.yaml tells the user to replace), heldout, max_batch and chat_template reach the
+    jobs that read them through their own params: a change to one reruns neither the download nor
+    the prompt table, nor so every capture, sweep and profile on the dataset."""
+    from test_preflight import paper
+
+    from specmoe.contracts.analysis import AcceptanceParams
+    from specmoe.contracts.engines import CaptureParams, SweepSdParams
+    from specmoe.contracts.report import PlanParams
+    from specmoe.contracts.study import DownloadDatasetParams, PromptTableParams
+
+    def with_entry(**kw):
+        return paper(lambda c: c["datasets"]["mt-bench"].update(kw))
+
+    def records(cfg, name="mt-bench"):
+        w = Wildcards(dataset=name)
+        return DownloadDatasetParams.from_config(cfg, w), PromptTableParams.from_config(cfg, w)
+
+    base = paper()
+    download, table = records(base)
+    assert download.spec == {"repo_id": "philschmid/mt-bench", "format": "mt-bench",
+                             "files": ["question.jsonl"]}
+    assert table.spec == {"format": "mt-bench", "files": ["question.jsonl"]}
+    assert records(base, "aya")[1].spec["languages"] == base.datasets["aya"]["languages"]
+    model, run = "qwen3-30b-fp8-tp1", dict(drafter="eagle3-qwen3-30b", k="3")
+    later = {"prompt_tokens": (80, lambda c: PlanParams.from_config(c).prompt_tokens),
+             "heldout": (True, lambda c: AcceptanceParams.from_config(c).heldout),
+             "chat_template": (False, lambda c: CaptureParams.from_config(
+                 c, Wildcards(model=model, dataset="mt-bench", **run)).prompting),
+             "max_batch": (64, lambda c: SweepSdParams.from_config(
+                 c, Wildcards(model=model, **run)).settings)}
+    for key, (value, read) in later.items():
+        edited = with_entry(**{key: value})
+        assert records(edited) == (download, table), key
+        assert read(edited) != read(base), key  # the job that reads it reruns
+    assert records(with_entry(revision="a" * 40)) == (
+        DownloadDatasetParams(spec={**download.spec, "revision": "a" * 40}, dataset="mt-bench"),
+        table)  # a new download reruns the table: its input
+    assert records(with_entry(max_prompts=40)) == (
+        download, PromptTableParams(spec={**table.spec, "max_prompts": 40}, dataset="mt-bench"))

@@ -51,8 +51,9 @@ def test_a_downloads_record_names_its_repository_and_the_methods_of_the_drafters
 def test_a_datasets_rules_depend_on_its_entry_and_take_its_name_from_the_job():
     cfg = resolved("config/paper.yaml")
     name = next(iter(cfg.datasets))
+    entry = cfg.datasets[name]
     for record in (DownloadDatasetParams, PromptTableParams):
         p = record.from_config(cfg, Wildcards(dataset=name))
-        assert (p.spec, p.dataset) == (cfg.datasets[name], name)
+        assert (p.spec, p.dataset) == ({k: entry[k] for k in record.KEYS if k in entry}, name)
         assert list(snakemake_params(record, cfg)) == ["spec"]
     assert PromptTableParams.INPUTS == DownloadDatasetParams.OUTPUTS == ("manifest",)

@@ -111,8 +111,9 @@ def test_missing_files_are_named(tmp_path):
 
 def test_download_dataset_stage_offline_writes_a_prompt_table_with_provenance(tmp_path):
     """The whole stage in a fresh process (huggingface_hub reads HF_HUB_OFFLINE at import). The
-    prompt table carries its provenance line, as every CSV the pipeline writes, and reads back
-    as the rows normalised from the download."""
+    prompt table carries its provenance line, as every CSV the pipeline writes (its repository
+    and commit: its input manifest's; its params hold neither), and reads back as the rows
+    normalised from the download."""
     cache = tmp_path / "hf" / "hub"
     lay_out_cache(cache, "philschmid/mt-bench",
                   {"question.jsonl": "".join(json.dumps(r) + "\n" for r in MT).encode()},
@@ -123,7 +124,8 @@ def test_download_dataset_stage_offline_writes_a_prompt_table_with_provenance(tm
             "import sys; spec = {'format': 'mt-bench', 'repo_id': 'philschmid/mt-bench'}; "
             "man = Named({'manifest': sys.argv[2]}); "
             "d(Named({}), man, DownloadDatasetParams(spec=spec, dataset='mt-bench')); "
-            "p(man, Named({'csv': sys.argv[1]}), PromptTableParams(spec=spec, dataset='mt-bench'))")
+            "p(man, Named({'csv': sys.argv[1]}), "
+            "PromptTableParams(spec={'format': 'mt-bench'}, dataset='mt-bench'))")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "HF_HUB_CACHE": str(cache)}
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.csv"),
@@ -135,7 +137,8 @@ def test_download_dataset_stage_offline_writes_a_prompt_table_with_provenance(tm
     man = json.loads((tmp_path / "m.json").read_text())
     assert man["commit"] == "e" * 40 and "provenance" in man
     prov = read_provenance(tmp_path / "p.csv")
-    assert prov["stage"] == "prompt_table" and prov["dataset"]["revision"] == "e" * 40
+    assert prov["stage"] == "prompt_table" and prov["dataset"] == {
+        "repo_id": "philschmid/mt-bench", "revision": "e" * 40}  # the download's (its input)
     rows = studydata.normalise("mt-bench", {"format": "mt-bench"}, man["snapshot_path"])
     assert [asdict(p) for p in table] == [{c: str(r[c]) for c in prompts.COLUMNS} for r in rows]
 

@@ -66,7 +66,7 @@ def prompt_table_stage(inputs, outputs, params) -> dict:
     logger.info("dataset %s: %d prompts in %d categories", name, info["prompts"],
                 len(info["categories"]))
     write_csv(out_csv, studydata.to_csv(rows),
-              provenance(spec, stage="prompt_table", dataset={"repo_id": spec["repo_id"],
+              provenance(spec, stage="prompt_table", dataset={"repo_id": man["repo_id"],
                                                               "revision": man["commit"]}))
     return info
 
