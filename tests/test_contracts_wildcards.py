@@ -37,15 +37,41 @@ def test_a_wildcard_field_is_no_param_and_reaches_the_stage_from_the_jobs_wildca
     assert seen == {"k": 3, "target": "t", "out": "o.json", "log": str(tmp_path / "sd.log")}
 
 
-def test_a_downloads_record_names_its_repository_and_the_methods_of_the_drafters_in_it():
+def test_a_downloads_record_names_its_repository_and_the_methods_of_the_eagle_heads_in_it():
     cfg = resolved("config/paper.yaml")
     eagle = repo_key(cfg.drafters["eagle-mixtral"].entry)
     p = DownloadModelParams.from_config(cfg, Wildcards(repo=eagle, mode="config"))
-    assert p.repo == cfg.repos[eagle] and p.mode == "config"
+    assert p.repository == {"repo_id": "yuhuili/EAGLE-mixtral-instruct-8x7B", "revision": None,
+                            "trust_remote_code": False}
+    assert (p.repo, p.mode) == (eagle, "config")
     assert p.methods == {"eagle-mixtral": "eagle"}
     target = repo_key(cfg.entry("mixtral-8x7b-fp8-tp1"))
     assert DownloadModelParams.from_config(cfg, Wildcards(repo=target, mode="full")).methods == {}
-    assert list(snakemake_params(DownloadModelParams, cfg)) == ["repo", "methods"]
+    draft = repo_key(cfg.drafters["qwen2-0.5b"].entry)  # a draft model: no head to check
+    assert DownloadModelParams.from_config(cfg, Wildcards(repo=draft, mode="full")).methods == {}
+    assert list(snakemake_params(DownloadModelParams, cfg)) == ["repository", "methods"]
+
+
+def test_another_model_of_a_downloaded_repository_reruns_no_download():
+    """The download's params hold the repository, not the names of the models served from it
+    (their label only): a model added beside the others of its repository would rerun its
+    download, and so every engine job of those models."""
+    def one_model(c):
+        c["models"] = [m for m in c["models"] if m["name"] == "qwen3-30b-fp8-tp1"]
+
+    def and_another(c):
+        one_model(c)
+        c["models"].append({**c["models"][0], "name": "qwen3-30b-fp8-tp1-again", "ks": [5]})
+
+    one, two = resolved("config/paper.yaml", one_model), resolved("config/paper.yaml",
+                                                                  and_another)
+    repo = repo_key(one.entry("qwen3-30b-fp8-tp1"))
+    assert len(two.repos[repo]["names"]) == 2
+    for mode in ("full", "config"):
+        w = Wildcards(repo=repo, mode=mode)
+        params = [{k: v(w) for k, v in snakemake_params(DownloadModelParams, cfg).items()}
+                  for cfg in (one, two)]
+        assert params[0] == params[1] and params[0]["methods"] == {}
 
 
 def test_a_datasets_rules_depend_on_its_entry_and_take_its_name_from_the_job():

@@ -161,11 +161,11 @@ def test_a_downloaded_head_vllm_cannot_load_stops_its_download_job(tmp_path):
               "from specmoe.contracts import Named\n"
               "from specmoe.contracts.study import DownloadModelParams\n"
               "from specmoe.stages.study import download_model_stage\n"
-              "repo = {'names': ['h'], 'repo_id': 'specmoe-test/eagle-head', 'revision': None, "
+              "repo = {'repo_id': 'specmoe-test/eagle-head', 'revision': None, "
               "'trust_remote_code': False}\n"
               "try:\n    download_model_stage(Named({}), Named({'manifest': "
-              f"{str(out)!r}}}), DownloadModelParams(repo=repo, methods={{'h': 'eagle'}}, "
-              "mode='full'))\n"
+              f"{str(out)!r}}}), DownloadModelParams(repository=repo, methods={{'h': 'eagle'}}, "
+              "repo='specmoe-test--eagle-head', mode='full'))\n"
               "except InputError as exc:\n    sys.exit(str(exc))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1",

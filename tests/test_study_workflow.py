@@ -233,8 +233,8 @@ def test_a_download_missing_from_the_offline_cache_fails_once_in_one_line(tmp_pa
     out = r.stdout + r.stderr
     assert r.returncode != 0
     assert "Traceback" not in out
-    line = ("qwen2-57b-bf16-tp2: Qwen/Qwen2-57B-A14B-Instruct@main is not (completely) in the "
-            "Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading")
+    line = ("Qwen--Qwen2-57B-A14B-Instruct: Qwen/Qwen2-57B-A14B-Instruct@main is not "
+            "(completely) in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading")
     assert out.count("specmoe: download_model: " + line) == 1
     assert "attempt 2" not in out and "trying again" not in out
     log = (wd / "logs/downloads/Qwen--Qwen2-57B-A14B-Instruct.config.log").read_text()

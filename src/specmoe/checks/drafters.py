@@ -22,6 +22,9 @@ from functools import lru_cache
 from importlib import resources
 
 TABLE = "vllm_drafters.json"
+# The speculative methods whose drafter is an EAGLE head: its downloaded config.json is checked
+# (eagle_problem).
+EAGLE_METHODS = ("eagle", "eagle3")
 # Drafters whose config.json is read before their download: the architectures their hub
 # repositories declare (model type `mixtral`, listed on the repository's page).
 KNOWN_ARCHITECTURES = {"yuhuili/EAGLE-mixtral-instruct-8x7B": ["MixtralForCausalLM"]}

@@ -13,23 +13,31 @@ class DownloadModelParams:
     """Rule download_model: one Hugging Face repository into the HF cache
     (specmoe.stages.study.download_model_stage); no input, output manifest (where its snapshot
     lies). It depends on the repository as the configuration names it (Config.repos: repo id,
-    revision, remote code, the models and drafters in it) and the speculative method of each
-    drafter in it (an EAGLE head vLLM cannot load stops the job); its mode (full, or config.json
-    only) is the job's wildcard."""
+    revision, remote code; REPO_KEYS) and the speculative method of each EAGLE head in it (one
+    vLLM cannot load stops the job), not on the names of the models that serve it: another
+    model of a repository already downloaded reruns neither its download nor so the engine jobs
+    of the repository's other models. Its file name (owner--name, names.repo_key: the
+    download's label) and mode (full, or config.json only) are the job's wildcards."""
 
     INPUTS = ()
     OUTPUTS = ("manifest",)
     STAGE = "specmoe.stages.study.download_model_stage"
+    REPO_KEYS = ("repo_id", "revision", "trust_remote_code")
 
-    repo: dict
+    repository: dict
     methods: dict
+    repo: str = wildcard()
     mode: str = wildcard()
 
     @classmethod
     def from_config(cls, cfg, w) -> "DownloadModelParams":
+        from ..checks.drafters import EAGLE_METHODS
+
         repo = cfg.repos[w.repo]
-        return cls(repo=repo, methods={n: cfg.drafters[n].method for n in repo["names"]
-                                       if n in cfg.drafters}, mode=w.mode)
+        methods = {n: cfg.drafters[n].method for n in repo["names"] if n in cfg.drafters}
+        return cls(repository={k: repo[k] for k in cls.REPO_KEYS},
+                   methods={n: m for n, m in methods.items() if m in EAGLE_METHODS},
+                   repo=w.repo, mode=w.mode)
 
 
 @dataclass(frozen=True)

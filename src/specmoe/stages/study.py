@@ -17,18 +17,21 @@ logger = logging.getLogger("specmoe")
 
 def download_model_stage(inputs, outputs, params) -> dict:
     """Rule download_model (its contract: specmoe.contracts.study.DownloadModelParams): one
-    repository (params.repo, shared by the model variants and drafters it names) into the HF
-    cache, its manifest into outputs.manifest. params.methods: the speculative method of each
-    drafter in it: an EAGLE head that vLLM cannot load stops the download job (it runs where the
-    workflow is launched), before any engine job that serves it queues."""
-    repo, mode, out = params.repo, params.mode, outputs.manifest
+    repository (params.repository, shared by the model variants and drafters of it) into the HF
+    cache, its manifest into outputs.manifest, named by its file name (params.repo: owner--name
+    of its repo id, unset--<model> where none is set), not by the models that serve it: another
+    one reruns nothing. params.methods: the speculative method of each EAGLE head in it: one that
+    vLLM cannot load stops the download job (it runs where the workflow is launched), before
+    any engine job that serves it queues."""
+    repo, mode, out = params.repository, params.mode, outputs.manifest
     repo_id, revision = repo["repo_id"], repo["revision"]
-    label = ", ".join(repo["names"])
+    label = params.repo
     man = hub.download(label, repo_id, revision, mode=mode,
                        trust_remote_code=repo["trust_remote_code"])
     check_drafters(man, repo_id, params.methods or {})
-    logger.info("%s: %s@%s, %d files, %.1f GiB in %s", label, repo_id, man["commit"][:12],
-                len(man["files"]), man["total_bytes"] / 2**30, man["snapshot_path"])
+    logger.info("%s (%s): %s@%s, %d files, %.1f GiB in %s", label, mode, repo_id,
+                man["commit"][:12], len(man["files"]), man["total_bytes"] / 2**30,
+                man["snapshot_path"])
     write_json(out, man, provenance({"repo_id": repo_id, "revision": revision, "mode": mode},
                                     model={"name": label, "source": "hf",
                                            "revision": man["commit"]}, stage="download"))
@@ -80,7 +83,7 @@ def check_drafters(manifest: dict, repo_id, methods: dict) -> None:
     from ..checks import drafters
 
     for name, method in methods.items():
-        if method not in ("eagle", "eagle3"):
+        if method not in drafters.EAGLE_METHODS:
             continue
         cfg = json.loads((Path(manifest["snapshot_path"]) / "config.json").read_text())
         problem = drafters.eagle_problem(name, repo_id, method, cfg)
