@@ -452,3 +452,30 @@ def test_a_datasets_download_and_prompt_table_depend_only_on_the_keys_their_stag
         table)  # a new download reruns the table: its input
     assert records(with_entry(max_prompts=40)) == (
         download, PromptTableParams(spec={**table.spec, "max_prompts": 40}, dataset="mt-bench"))
+
+
+def test_the_sweeps_analysis_only_settings_rerun_no_sweep_of_a_study_model_or_a_tiny_one():
+    """engine_log_sd (config/paper.yaml tells the user to set it), its degrees of freedom and
+    device, the shape's margin and the timing are read by rule speedup alone (a series measures
+    both the client's and the engine's TPOT, whichever `timing` names): a change reruns no
+    serving series, of a study model (its section through Config.engine_settings) or of a tiny
+    one (Config.sweep_params)."""
+    from test_preflight import paper
+
+    from specmoe.contracts.engines import SweepArParams, SweepSdParams
+
+    analysis = {"engine_log_sd": 0.05, "engine_log_sd_df": 4, "engine_log_sd_device": "cpu",
+                "shape_margin": 0.1, "timing": "engine"}
+    assert set(analysis) == set(SWEEP_ANALYSIS_KEYS)
+    study = Wildcards(model="qwen3-30b-fp8-tp1", drafter="eagle3-qwen3-30b", k="3")
+    alone = Wildcards(model="qwen2-0.5b")  # a draft model served alone
+    tiny = Wildcards(model="tiny-fine", drafter="tiny-drafter", k="3")
+    for load, jobs in ((paper, ((SweepSdParams, study), (SweepArParams, alone))),
+                       (lambda edit=None: resolved(edit=edit), ((SweepSdParams, tiny),))):
+        base, edited = load(), load(lambda c: c["sweep"].update(analysis))
+        for record, w in jobs:
+            settings = record.from_config(base, w).settings
+            assert not set(SWEEP_ANALYSIS_KEYS) & set(settings), (record.KIND, w)
+            assert "schedule" in settings and "output_len" in settings
+            assert record.from_config(edited, w) == record.from_config(base, w), (record.KIND, w)
+        assert SpeedupParams.from_config(edited, RUN) != SpeedupParams.from_config(base, RUN)

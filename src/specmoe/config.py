@@ -387,7 +387,7 @@ class Config:
         """An engine section (sweep, profiling, capture) for a study model or a drafter served
         alone: its TP, precision, engine arguments and, on a GPU, vLLM's memory share."""
         m = self.entry(name)  # a model, or a drafter served alone (TP 1, its own format)
-        base = dict(self.raw.get(section) or {})
+        base = self.engine_section(section)
         extra = {**(base.get("engine_args") or {}), **(m.get("engine_args") or {})}
         extra["tensor_parallel_size"] = int(m.get("tp", 1))
         if m.get("precision", "auto") == "fp8":
@@ -634,12 +634,20 @@ class Config:
         sd = {**SD_CHECK_DEFAULTS, **self.section("sd_check", tiny=True)}
         return int(sd["k"]), sd["dataset"]
 
+    def engine_section(self, section: str) -> dict:
+        """An engine section (sweep, profiling, capture) as its jobs read it: the sweep's without
+        its analysis-only settings (SWEEP_ANALYSIS_KEYS, rule speedup's: a change reruns no
+        sweep, of a tiny model or a study model)."""
+        base = dict(self.raw.get(section) or {})
+        if section == "sweep":
+            base = {k: v for k, v in base.items() if k not in SWEEP_ANALYSIS_KEYS}
+        return base
+
     def sweep_params(self, name: str) -> dict:
-        """The sweep settings that change a measurement (not the analysis-only ones), in the
-        model's precision (a drafter served alone: as configured)."""
+        """The sweep settings that change a measurement (engine_section: not the analysis-only
+        ones), in the model's precision (a drafter served alone: as configured)."""
         m = self.variants.get(name) or self.models.get(name)
-        keep = {k: v for k, v in self.sweep.items() if k not in SWEEP_ANALYSIS_KEYS}
-        return with_precision(keep, dict(m.entry) if m else {})
+        return with_precision(self.engine_section("sweep"), dict(m.entry) if m else {})
 
     def sweep_datasets(self, name: str) -> list[str]:
         """The datasets one served engine measures: its model's swept datasets, or for a drafter
