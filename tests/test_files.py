@@ -203,3 +203,51 @@ def test_the_reports_benchmarks_are_those_of_every_job_of_the_dry_run_but_its_ow
     params = ReportIndexParams.from_config(cfg, None, Files(cfg))
     assert P.report_benchmark("index") in dag and len(dag) > 40
     assert set(params.benchmarks) == dag - {P.report_benchmark("index")}
+
+
+def test_a_synthetic_models_hf_config_is_an_input_of_its_cost_model_and_prediction(tmp_path):
+    """A synthetic model's dimensions read from the config.json its `hf_config` names (instead
+    of `dims`): its cost models and its prediction declare it, so that a new one reruns them
+    (a dry run after it changed lists them); without one they read no file of the model."""
+    import os
+    import shutil
+    import time
+    from pathlib import Path
+
+    from specmoe import paths as P
+    from specmoe.cost.stepmodel import config_path
+    from wf import copy_workflow, planned_jobs, snakemake
+
+    assert files("config.yaml").checkpoint("synth-fine") == []
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    synth = next(m for m in raw["models"] if m["name"] == "synth-fine")
+    del synth["dims"]
+    synth["hf_config"] = "synth-config.json"  # Qwen3-30B-A3B's: 8 of 128 experts, as its trace
+    case = {"models": [synth]}
+    raw["models"] = [synth]
+    cfg = Files(Config.load(raw, REPO / "workflow/schemas/config.schema.yaml"))
+    assert cfg.checkpoint("synth-fine") == ["synth-config.json"]
+    assert cfg.predict_inputs("synth-fine")["checkpoint"] == ["synth-config.json"]
+
+    wd = copy_workflow(tmp_path / "wf", case)
+    shutil.copy(config_path("Qwen3-30B-A3B.json"), wd / "synth-config.json")
+    targets = [*cfg.of_runs(P.COSTMODEL), P.PREDICT.format(model="synth-fine")]
+
+    def to_run() -> list[dict]:
+        return planned_jobs(snakemake(wd, "-n", *targets, configfile="case.yaml").stdout)
+
+    chain = to_run()
+    assert {"costmodel", "predict"} <= {j["rule"] for j in chain}
+    # the chain's outputs as a finished run leaves them, newer than the config.json
+    t = time.time()
+    os.utime(wd / "synth-config.json", (t - 100, t - 100))
+    for job in chain:
+        for out in map(Path, job["output"].split(", ")):
+            (wd / out).parent.mkdir(parents=True, exist_ok=True)
+            (wd / out).write_text("{}")
+            os.utime(wd / out, (t, t))
+    assert to_run() == []
+    os.utime(wd / "synth-config.json", (t + 100, t + 100))  # a new config.json
+    rerun = to_run()
+    assert {j["rule"] for j in rerun} == {"costmodel", "predict"}
+    assert len([j for j in rerun if j["rule"] == "costmodel"]) == len(cfg.of_runs(P.COSTMODEL))

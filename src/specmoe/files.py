@@ -124,12 +124,16 @@ class Files:
         return P.model(variant.variant_of if variant else name)
 
     def checkpoint(self, name: str) -> list[str]:
-        """What a run's cost model reads of its model: a study model's config.json, a tiny
-        model's checkpoint (a synthetic model: nothing)."""
+        """What a run's cost model and its model's prediction read of its model: a study model's
+        config.json, a tiny model's checkpoint, a synthetic model's `hf_config` where it names
+        one (its dimensions are read from it: a new one reruns them; else nothing, its `dims`
+        are their params)."""
         m = self.cfg.models[name]
         if m.source == "hf":
             return [m.entry["hf_config"]]
-        return [P.model(name)] if m.source == "tiny" else []
+        if m.source == "tiny":
+            return [P.model(name)]
+        return [str(m.entry["hf_config"])] if m.entry.get("hf_config") else []
 
     def predict_inputs(self, name: str) -> dict[str, str | list[str]]:
         """A study model's config.json (its download); a model with a trace of its own: its first
