@@ -191,7 +191,8 @@ def test_an_engine_jobs_record_follows_its_kind():
                        "dataset": "tinybench"}
     assert cap.settings == cfg.section("capture", tiny=True)
     assert (cap.method, cap.gpu, cap.prompts) == (None, False, cfg.prompts)
-    assert cap.prompting == cfg.prompting("tiny-fine", ["tinybench"])
+    assert cap.prompting == {"chat_template": cfg.prompting("tiny-fine",
+                                                            ["tinybench"])["chat_template"]}
     sd = SweepSdParams.from_config(cfg, Wildcards(model="tiny-fine", drafter="tiny-drafter",
                                                   k="3"))
     assert sd.job["datasets"] == cfg.sweep_datasets("tiny-fine") and "dataset" not in sd.job
@@ -479,3 +480,35 @@ def test_the_sweeps_analysis_only_settings_rerun_no_sweep_of_a_study_model_or_a_
             assert "schedule" in settings and "output_len" in settings
             assert record.from_config(edited, w) == record.from_config(base, w), (record.KIND, w)
         assert SpeedupParams.from_config(edited, RUN) != SpeedupParams.from_config(base, RUN)
+
+
+def test_the_tokens_kept_free_for_drafts_are_a_series_param_alone():
+    """draft_slack (K+1 at the model's largest swept K) is read by the serving series alone: a K
+    added to a model reruns its series, whose prompts it changes, and not its captures and
+    profiles at the other Ks (each keeps its own K+1 free)."""
+    from test_preflight import paper
+
+    from specmoe.contracts.engines import (CaptureParams, ProfileParams, SweepArParams,
+                                           SweepSdParams)
+
+    model = "qwen3-30b-fp8-tp1"
+
+    def ks(*values):
+        return paper(lambda c: next(m for m in c["models"] if m["name"] == model).update(
+            ks=list(values)))
+
+    fewer, more = ks(3, 5), ks(3, 5, 7)
+    run = dict(model=model, drafter="eagle3-qwen3-30b")
+    for k in ("3", "5"):
+        for ds in fewer.models[model].datasets:
+            w = Wildcards(**run, k=k, dataset=ds)
+            assert "draft_slack" not in CaptureParams.from_config(more, w).prompting
+            assert CaptureParams.from_config(fewer, w) == CaptureParams.from_config(more, w)
+    w = Wildcards(**run, k="3", dataset=fewer.models[model].datasets[0])
+    assert ProfileParams.from_config(fewer, w) == ProfileParams.from_config(more, w)
+    sd = [SweepSdParams.from_config(cfg, Wildcards(**run, k="3")).prompting
+          for cfg in (fewer, more)]
+    assert [p["draft_slack"] for p in sd] == [6, 8]
+    # a drafter served alone keeps the slack of the largest K it drafts at
+    assert SweepArParams.from_config(more, Wildcards(model="qwen2-0.5b")).prompting[
+        "draft_slack"] > 0

@@ -41,7 +41,10 @@ class EngineParams:
     method: str | None  # a study model's drafter's speculative method (none: a tiny drafter)
     gpu: bool  # does it run on a GPU (it stops at once without CUDA)
     prompts: str  # the tiny models' prompt table (tiny.prompts, else the embedded one)
-    prompting: dict  # how the engine receives the prompts (Config.prompting)
+    # how the engine receives the prompts (Config.prompting); the tokens kept free for drafts
+    # (draft_slack: K+1 at the model's largest swept K) a series' alone, which measures its
+    # prompts with and without SD alike: a capture or profile keeps its own K+1 free
+    prompting: dict
     # the hardware entry it runs on where that is a GPU: another GPU measures again (None on this
     # machine's cores, whose measurements do not depend on the entry)
     hardware: str | None = None
@@ -57,8 +60,11 @@ class EngineParams:
         method = (cfg.drafters[w.drafter].method
                   if what.sd and cfg.from_download(w.model) else None)
         gpu = cfg.on_gpu(w.model)
+        prompting = cfg.prompting(w.model, datasets)
+        if not what.series:
+            del prompting["draft_slack"]
         return cls(job=job, settings=cfg.job_settings(cls.KIND, w.model), method=method,
-                   gpu=gpu, prompts=cfg.prompts, prompting=cfg.prompting(w.model, datasets),
+                   gpu=gpu, prompts=cfg.prompts, prompting=prompting,
                    hardware=cfg.hardware_of(w.model) if gpu else None)
 
     @classmethod
