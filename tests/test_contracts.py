@@ -512,3 +512,55 @@ def test_the_tokens_kept_free_for_drafts_are_a_series_param_alone():
     # a drafter served alone keeps the slack of the largest K it drafts at
     assert SweepArParams.from_config(more, Wildcards(model="qwen2-0.5b")).prompting[
         "draft_slack"] > 0
+
+
+def test_only_an_engine_job_that_serves_a_dataset_of_the_tiny_table_depends_on_it(tmp_path):
+    """The tiny models' prompt table (tiny.prompts: its name a param, a file of the user's an
+    input) is read by an engine job only where one of its datasets is not downloaded: a new
+    one reruns no study model's job that serves downloaded datasets alone."""
+    from test_preflight import paper
+
+    from specmoe.contracts.engines import ENGINE_RECORDS
+    from specmoe.files import Files as RunFiles
+
+    model = "qwen3-30b-fp8-tp1"
+    w = Wildcards(model=model, drafter="eagle3-qwen3-30b", k="3", dataset="mt-bench")
+    tiny_w = Wildcards(model="tiny-fine", drafter="tiny-drafter", k="3", dataset="tinybench")
+    builtin = paper()
+    mine = paper(lambda c: c["tiny"].update(prompts="mine.csv"))
+    tiny = resolved(edit=lambda c: c["tiny"].update(prompts="mine.csv"))
+    for record in ENGINE_RECORDS.values():
+        study = Wildcards(model="qwen2-0.5b") if record.KIND == "sweep_ar" else w  # served alone
+        params = [record.from_config(cfg, study) for cfg in (builtin, mine)]
+        assert params[0] == params[1] and params[0].prompts is None, record.KIND
+        assert record.inputs(mine, RunFiles(mine), study)["tiny_prompts"] == [], record.KIND
+        small = Wildcards(model="tiny-drafter") if record.KIND == "sweep_ar" else tiny_w
+        assert record.from_config(tiny, small).prompts == "mine.csv", record.KIND
+        assert record.inputs(tiny, RunFiles(tiny), small)["tiny_prompts"] == ["mine.csv"]
+    # a study model that serves a dataset of the tiny table reads it
+    import shutil
+    from importlib import resources
+
+    table = str(tmp_path / "mine.csv")
+    with resources.as_file(resources.files("specmoe.data") / "prompts_v1.csv") as builtin_csv:
+        shutil.copy(builtin_csv, table)
+    import copy
+
+    import yaml
+    from snakemake.utils import update_config
+    from test_preflight import PAPER
+
+    from specmoe.config import Config, table_datasets
+    from wf import REPO
+
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    update_config(raw, copy.deepcopy(PAPER))
+    raw["tiny"]["prompts"] = table
+    next(m for m in raw["models"] if m["name"] == model)["datasets"] = ["mt-bench", "tinybench"]
+    # the workflow's check: a study model may name a dataset of the tiny table
+    both = Config.load(raw, REPO / "workflow/schemas/config.schema.yaml", table_datasets(raw))
+    cap = ENGINE_RECORDS["capture"]
+    assert cap.from_config(both, Wildcards({**w, "dataset": "tinybench"})).prompts == table
+    assert cap.from_config(both, w).prompts is None
+    sd = Wildcards(model=model, drafter="eagle3-qwen3-30b", k="3")
+    assert ENGINE_RECORDS["sweep_sd"].inputs(both, RunFiles(both), sd)["tiny_prompts"] == [table]

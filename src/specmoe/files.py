@@ -115,7 +115,9 @@ class Files:
 
     def tiny_prompts(self) -> list[str]:
         """The tiny models' prompt table where it is a file of the user's (tiny.prompts; none:
-        the embedded one): every engine job and SD check reads it, and reruns when it changes."""
+        the embedded one): every SD check and every engine job that serves a dataset of it
+        (not a downloaded one: contracts.engines.reads_tiny_prompts) reads it, and reruns when
+        it changes."""
         return [] if self.cfg.prompts in BUILTIN else [self.cfg.prompts]
 
     def model_dir(self, name: str) -> str:

@@ -17,6 +17,12 @@ def served_datasets(cfg, rule: str, w) -> list[str]:
     return cfg.served_datasets(rule, w.model, w.get("dataset", ""))
 
 
+def reads_tiny_prompts(cfg, datasets) -> bool:
+    """Does a job serving `datasets` read the tiny models' prompt table: is one of them not a
+    downloaded dataset (whose own table it reads: specmoe.files.Files.prompts)?"""
+    return any(ds not in cfg.datasets for ds in datasets)
+
+
 @dataclass(frozen=True)
 class EngineParams:
     """What an engine job serves, with which settings: the fields every engine rule's record
@@ -29,7 +35,8 @@ class EngineParams:
     download manifest or a tiny checkpoint), drafter (a kind with SD: the drafter's download or
     checkpoint; none for MTP), prompts (the prompt tables of the downloaded datasets it serves)
     and tiny_prompts (the tiny models' table, for the others, where it is a file of the user's;
-    none: the embedded table that `prompts` names). Not the GPU plan itself: a new plan (its
+    none: the embedded table that `prompts` names; neither where it serves downloaded datasets
+    only: a new tiny table reruns no study model's job). Not the GPU plan itself: a new plan (its
     assumptions, another model's entry) would rerun every measurement.
     """
 
@@ -40,7 +47,9 @@ class EngineParams:
     settings: dict  # the engine section of its kind for its model (Config.job_settings)
     method: str | None  # a study model's drafter's speculative method (none: a tiny drafter)
     gpu: bool  # does it run on a GPU (it stops at once without CUDA)
-    prompts: str  # the tiny models' prompt table (tiny.prompts, else the embedded one)
+    # the tiny models' prompt table (tiny.prompts, else the embedded one) where it serves a
+    # dataset of it (reads_tiny_prompts; None: it serves downloaded datasets only)
+    prompts: str | None
     # how the engine receives the prompts (Config.prompting); the tokens kept free for drafts
     # (draft_slack: K+1 at the model's largest swept K) a series' alone, which measures its
     # prompts with and without SD alike: a capture or profile keeps its own K+1 free
@@ -64,7 +73,8 @@ class EngineParams:
         if not what.series:
             del prompting["draft_slack"]
         return cls(job=job, settings=cfg.job_settings(cls.KIND, w.model), method=method,
-                   gpu=gpu, prompts=cfg.prompts, prompting=prompting,
+                   gpu=gpu, prompts=cfg.prompts if reads_tiny_prompts(cfg, datasets) else None,
+                   prompting=prompting,
                    hardware=cfg.hardware_of(w.model) if gpu else None)
 
     @classmethod
@@ -76,8 +86,9 @@ class EngineParams:
                "target": files.engine_target(w.model)}
         if kind(cls.KIND).sd:
             out["drafter"] = files.engine_drafter(w.model, w.drafter)
-        out["prompts"] = files.prompts(served_datasets(cfg, cls.KIND, w))
-        out["tiny_prompts"] = files.tiny_prompts()
+        datasets = served_datasets(cfg, cls.KIND, w)
+        out["prompts"] = files.prompts(datasets)
+        out["tiny_prompts"] = files.tiny_prompts() if reads_tiny_prompts(cfg, datasets) else []
         return out
 
     @property
