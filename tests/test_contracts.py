@@ -160,7 +160,7 @@ def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_
     assert p.config_hash == config_hash(cfg.raw)
     other = resolved(edit=lambda c: c.update(shuffle_seed=7))
     assert ReportIndexParams.from_config(other, None, RunFiles(other)).config_hash != p.config_hash
-    declared = ReportIndexParams.inputs(cfg)
+    declared = ReportIndexParams.inputs(cfg, RunFiles(cfg))
     assert [f.split("/")[-1] for f in declared["tables"]] == [f"{t}.csv"
                                                               for t in report_tables(cfg)]
 

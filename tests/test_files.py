@@ -251,3 +251,44 @@ def test_a_synthetic_models_hf_config_is_an_input_of_its_cost_model_and_predicti
     rerun = to_run()
     assert {j["rule"] for j in rerun} == {"costmodel", "predict"}
     assert len([j for j in rerun if j["rule"] == "costmodel"]) == len(cfg.of_runs(P.COSTMODEL))
+
+
+@pytest.mark.parametrize("case", [None, ".test/study-cpu/config.yaml"])
+def test_the_report_waits_for_every_job_whose_files_its_time_breakdown_reads(tmp_path, case):
+    """The report's time breakdown reads the benchmark files of ReportIndexParams.benchmarks and
+    the engine starts their outputs record (timing.record_of): every such job is in the dry-run
+    DAG of results/report/index.md (the SD checks, which no table reads, and the GPU plan
+    included), so that its files are this run's when the report reads them, and every record it
+    reads is an input of its own."""
+    import json
+    import subprocess
+    import sys
+
+    from snakemake.utils import update_config
+
+    from specmoe import paths as P
+    from specmoe.contracts.report import ReportIndexParams
+    from specmoe.report.timing import record_of
+    from wf import copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    r = subprocess.run([sys.executable, str(REPO / "bench/dag_jobs.py"), P.REPORT_MD,
+                        *(["--configfile", case] if case else [])], cwd=wd,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = [json.loads(line) for line in r.stdout.splitlines()]
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    if case:  # --configfile extends the default as Snakemake does
+        update_config(cfg, yaml.safe_load((REPO / case).read_text()))
+    cfg = Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
+    run_files = Files(cfg)
+    params = ReportIndexParams.from_config(cfg, None, run_files)
+    upstream = {j["benchmark"] for j in jobs if j["rule"] != "report_index"}
+    assert {"sd_check", "capture"} <= {j["rule"] for j in jobs} or not cfg.tiny_targets
+    assert set(params.benchmarks) <= upstream
+    records = {rec for b in params.benchmarks if (rec := record_of(b))}
+    assert records == set(ReportIndexParams.inputs(cfg, run_files)["records"])
+    assert any(rec.startswith("results/sd_check/") for rec in records) or not cfg.tiny_targets
+    index = next(j for j in jobs if j["rule"] == "report_index")
+    assert records <= set(index["input"])
+    assert (P.PLAN_MD in index["input"]) == bool(cfg.planned)

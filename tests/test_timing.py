@@ -211,3 +211,27 @@ def test_the_reports_breakdown_counts_the_jobs_its_configuration_declares_alone(
     assert "| train |" not in section and "| inputs |" not in section
     assert timing.collect(tmp_path, benchmarks=params.benchmarks).seconds == {"analysis": 5.0,
                                                                              "report": 12.0}
+
+
+def test_the_breakdown_reads_an_engine_jobs_record_only_where_it_is_declared(tmp_path):
+    """Each engine job's record is its output (record_of its benchmark file); given the records
+    a job declares (rule report_index's input records), the breakdown reads those alone: an SD
+    check whose output the report does not declare stays whole in serve, unsplit, instead of
+    being read from a file that may be a previous run's."""
+    root = run_dir(tmp_path)
+    sd = "benchmarks/sd_check/tiny-fine/tiny-drafter/K3/tinybench.tsv"
+    assert timing.record_of(sd) == "results/sd_check/tiny-fine/tiny-drafter/K3/tinybench.json"
+    assert timing.record_of("benchmarks/traces/m/d/K3/a+b.tsv") == \
+        "results/traces/m/d/K3/a+b.parquet"
+    assert timing.record_of("benchmarks/overlap/m/d/K3/a.tsv") is None
+    assert timing.record_of(P.benchmark_of(P.SWEEP_AR.format(model="m"))) == \
+        P.SWEEP_AR.format(model="m")
+    every = timing.collect(root)
+    records = [r for b in (root / "benchmarks").rglob("*.tsv")
+               if (r := timing.record_of(b.relative_to(root).as_posix()))]
+    assert timing.collect(root, records=records) == every
+    without_sd = [r for r in records if not r.startswith("results/sd_check/")]
+    b = timing.collect(root, records=without_sd)
+    assert b.unsplit == ["sd_check/tiny-fine/tiny-drafter/K3/tinybench"]
+    assert b.seconds["engine start"] == every.seconds["engine start"] - 20.0
+    assert b.seconds["serve"] == every.seconds["serve"] + 20.0

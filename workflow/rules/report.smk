@@ -162,7 +162,7 @@ rule figures:
 # Its contract: specmoe.contracts.report.ReportIndexParams.
 rule report_index:
     input:
-        **ReportIndexParams.inputs(CFG),
+        **ReportIndexParams.inputs(CFG, FILES),
     output:
         md=P.REPORT_MD,
         html=report(P.REPORT_HTML, caption=registry.path("index"), category="Report"),

@@ -47,9 +47,17 @@ class ReportIndexParams:
     every job the configuration declares but its own (`benchmarks`: specmoe.files.Files.
     benchmarks and the report rules'): its time breakdown counts only those, not the files a
     dropped model, K or dataset, or another configuration's run, left in benchmarks/, nor its
-    own job's previous file (Snakemake replaces it only once the job ends)."""
+    own job's previous file (Snakemake replaces it only once the job ends).
 
-    INPUTS = ("tables", "markdown", "figures")
+    Every job of `benchmarks` is upstream of it, so that its benchmark file is this run's by the
+    time the breakdown reads it: besides the tables' and figures' jobs, input records (the
+    outputs of the engine jobs whose start the breakdown splits off: SD checks, which no table
+    reads, serving series, traces and profiles; specmoe.report.timing.record_of), which the
+    stage reads, and input plan (the GPU plan, which no job reads, where there is one: its job's
+    time is counted). Not the benchmark files themselves: a job whose output is there but whose
+    benchmark file is not (deleted, or never written) would run again for it."""
+
+    INPUTS = ("tables", "markdown", "figures", "records", "plan")
     OUTPUTS = ("md", "html", "summary")
     STAGE = "specmoe.stages.report.report_index_stage"
 
@@ -65,10 +73,15 @@ class ReportIndexParams:
             [*files.benchmarks(), *(P.report_benchmark(r) for r in rules)])))
 
     @staticmethod
-    def inputs(cfg) -> dict[str, list[str]]:
+    def inputs(cfg, files) -> dict[str, list[str]]:
+        """files: the run's files (specmoe.files.Files), whose jobs' records it reads."""
+        from ..report.timing import record_of
+
         stems = report_tables(cfg)
         return {"tables": table_files(stems), "markdown": table_files(stems, "md"),
-                "figures": figure_files()}
+                "figures": figure_files(),
+                "records": sorted({r for b in files.benchmarks() if (r := record_of(b))}),
+                "plan": [P.PLAN_MD] if cfg.planned else []}
 
 
 def config_json(cfg, name: str) -> str:

@@ -14,7 +14,7 @@ import csv
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 # the stages in the order a run meets them
 STAGES = ("train", "engine start", "serve", "capture", "profile", "analysis", "report", "inputs",
@@ -143,17 +143,32 @@ def _trace_stage(rec: dict | None) -> str:
     return "analysis" if rec is not None and rec.get("capture") is None else "capture"
 
 
+def record_of(benchmark: str) -> str | None:
+    """The output whose record of its engines (recorded) the breakdown reads for the job of a
+    benchmark file (benchmarks/<folder>/<path>.tsv, specmoe.paths.benchmark_of): results/<folder>/
+    <path> with its folder's extension (OUTPUT_EXT); None: a job whose output records none."""
+    rel = PurePosixPath(benchmark).relative_to("benchmarks")
+    folder = rel.parts[0] if len(rel.parts) > 1 else ""
+    if folder not in OUTPUT_EXT:
+        return None
+    return str(PurePosixPath("results") / rel.with_suffix(OUTPUT_EXT[folder]))
+
+
 def collect(root: str | Path = ".", since: float | None = None,
-            benchmarks: Iterable[str] | None = None) -> Breakdown:
+            benchmarks: Iterable[str] | None = None,
+            records: Iterable[str] | None = None) -> Breakdown:
     """The breakdown of the jobs whose benchmark files lie under root/benchmarks (those written
     at or after `since`, a time.time(), where given: one invocation's jobs; with `benchmarks`,
     paths under root, only these: the jobs a configuration declares, ReportIndexParams.
     benchmarks, for Snakemake leaves a job's previous benchmark file in place until the job
-    ends and never removes those of the jobs a configuration dropped)."""
+    ends and never removes those of the jobs a configuration dropped). Each engine job's start
+    is read from its output (record_of); with `records`, paths under root, only from these (a
+    job's inputs: rule report_index's, which declares them), the others' left unsplit."""
     root = Path(root)
     b = Breakdown()
     found = (sorted((root / "benchmarks").rglob("*.tsv")) if benchmarks is None
              else [root / p for p in sorted(set(benchmarks)) if (root / p).is_file()])
+    readable = None if records is None else {str(PurePosixPath(r)) for r in records}
     for tsv in found:
         if since is not None and tsv.stat().st_mtime < since:
             continue
@@ -164,8 +179,9 @@ def collect(root: str | Path = ".", since: float | None = None,
             s = job_seconds(tsv)
         except (ValueError, KeyError, OSError):
             continue  # a benchmark being written or not Snakemake's: not a job's time
-        rec = (recorded(folder, root / "results" / rel.with_suffix(OUTPUT_EXT[folder]))
-               if folder in OUTPUT_EXT else None)
+        output = record_of(tsv.relative_to(root).as_posix())
+        rec = (recorded(folder, root / output)
+               if output is not None and (readable is None or output in readable) else None)
         if folder == "traces":
             stage = _trace_stage(rec)
         if stage in ENGINE_JOBS:

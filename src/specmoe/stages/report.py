@@ -189,7 +189,8 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
             lines += [f"## {section}", "", *block]
     measured = sorted({line for p in tables.by_stem(inputs.tables).values()
                        for line in tables.read_provenance(p).get("measured", [])})
-    lines += provenance_section(prov, measured, run_root, params.benchmarks)
+    lines += provenance_section(prov, measured, run_root, params.benchmarks,
+                                inputs.get("records"))
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {json.dumps(prov, default=str)} -->\n")
     write_text(html, to_html(text, out.parent))
@@ -197,12 +198,14 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
 
 
 def provenance_section(prov: dict, measured: list[str], run_root,
-                       benchmarks: tuple[str, ...] | None = None) -> list[str]:
+                       benchmarks: tuple[str, ...] | None = None,
+                       records: list[str] | None = None) -> list[str]:
     """How the run was made: its configuration, where its measurements were made (measured:
     the tables' `measured` lines), the report job's packages and machine, and, with run_root,
     where its time went, by stage, from the jobs' benchmark files under run_root/benchmarks
     (those of `benchmarks`, the jobs the configuration declares, this report's own job excepted:
-    it is still running; where not given, every file there)."""
+    it is still running; where not given, every file there) and the engine starts their
+    outputs record (those of `records`, the job's inputs, where given: timing.collect)."""
     hw = prov.get("hardware") or {}
     lines = ["## Provenance", "",
              f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.",
@@ -219,7 +222,7 @@ def provenance_section(prov: dict, measured: list[str], run_root,
             "Each job's wall time from its Snakemake benchmark file (benchmarks/), summed by "
             "stage, with engine start-up split off where the job's output records it; the "
             "report's own job is still running and is not counted.", "",
-            *timing.markdown(timing.collect(run_root, benchmarks=benchmarks))]
+            *timing.markdown(timing.collect(run_root, benchmarks=benchmarks, records=records))]
 
 
 def run_summary(index: Path, opening: str, html=None) -> str:
