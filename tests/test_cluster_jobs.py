@@ -36,6 +36,7 @@ print(json.dumps({{"retries": args.retries, "executor": args.executor}}))
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow  # Snakemake dry runs
 def test_the_workflow_profile_keeps_the_slurm_profiles_retry():
     """A workflow profile's settings win over --profile's: profiles/default sets no retries, so
     every cluster job is retried once, and a local run retries only the engine rules (theirs)."""

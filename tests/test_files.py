@@ -88,6 +88,7 @@ def test_the_gpu_plan_reads_only_the_config_files_the_package_does_not_ship():
         assert (paper.download(n, "config") in wanted) == (not shipped and n in paper.cfg.hf), n
 
 
+@pytest.mark.slow  # a Snakemake dry run
 def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(tmp_path):
     """bench/dag_jobs.py (the README's check that a change to the rules changes nothing that runs)
     on a copy of the workflow: one line per job of the dry run, the engine rules among them."""

@@ -261,6 +261,7 @@ def test_an_eagle3_head_counts_the_weights_vllm_gives_it():
     assert wide.dense_layer_params - d.dense_layer_params == 4 * 4096 * h - fc
 
 
+@pytest.mark.slow  # builds the heads in vLLM (about 20 s)
 def test_an_eagle3_head_weighs_what_vllm_builds_of_it():
     """The same count against vLLM's own module, built from the config (tests the reading of
     vllm/model_executor/models/llama_eagle3.py above, not a copy of it)."""

@@ -13,6 +13,9 @@ import yaml
 from specmoe.sources import published
 from wf import REPO
 
+# every test reads the study's Snakemake dry run (conftest.paper_dry_run, about 30 s)
+pytestmark = pytest.mark.slow
+
 PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
 METHODS = {"EAGLE": "eagle", "EAGLE-3": "eagle3", "MTP": "mtp", "draft_model": "draft_model"}
 

@@ -425,6 +425,7 @@ def test_report_html_opens_in_a_headless_browser_with_every_image(fixed_results)
     assert page["overflowing"] == 0  # wide tables scroll inside the column
 
 
+@pytest.mark.slow  # a real Snakemake run
 def test_replay_configuration_runs_in_seconds_without_models(tmp_path):
     wd = copy_workflow(tmp_path / "wf", {"models": []}, "replay.yaml")
     t0 = time.perf_counter()

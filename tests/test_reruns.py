@@ -8,6 +8,7 @@ import shutil
 from importlib import resources
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from wf import copy_workflow, job_params, planned_jobs, snakemake
@@ -22,6 +23,7 @@ def reversed_keys(obj):
     return obj
 
 
+@pytest.mark.slow  # two Snakemake dry runs of every job
 def test_the_order_of_the_configurations_keys_reruns_nothing(tmp_path):
     """Snakemake compares a job's params by their repr, which holds a mapping's keys in the
     order the configuration file wrote them: every job's params are the same whatever it is."""
