@@ -40,7 +40,8 @@ def test_te_json():
 
 def test_te_from_config(tmp_path):
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"hidden_size": 2048, "moe_intermediate_size": 768,
+    cfg.write_text(json.dumps({"model_type": "qwen3_moe", "hidden_size": 2048,
+                               "moe_intermediate_size": 768,
                                "num_experts": 128, "num_experts_per_tok": 8,
                                "num_attention_heads": 32, "num_key_value_heads": 4,
                                "head_dim": 128, "num_hidden_layers": 48,

@@ -11,9 +11,10 @@ from specmoe.sources.published import gpus
 from wf import h100
 
 QWEN3_30B = {  # the fields of Qwen/Qwen3-30B-A3B's config.json that the model reads
-    "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "moe_intermediate_size": 768,
-    "num_experts": 128, "num_experts_per_tok": 8, "num_attention_heads": 32,
-    "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48, "torch_dtype": "bfloat16",
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+    "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48,
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -51,20 +52,20 @@ def test_from_hf_config_file(tmp_path):
 
 
 def test_mixtral_config():
-    mixtral = {"hidden_size": 4096, "intermediate_size": 14336, "num_local_experts": 8,
-               "num_experts_per_tok": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
-               "num_hidden_layers": 32, "torch_dtype": "bfloat16"}
+    mixtral = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+               "num_local_experts": 8, "num_experts_per_tok": 2, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "num_hidden_layers": 32, "torch_dtype": "bfloat16"}
     d = dims_from_config(mixtral, tp=2)
     assert d.c_expert / cm.MIB == 168.0  # published: 168 MiB at fp8 TP1 = bf16 TP2
     assert round(d.moe_weight_share, 3) == 0.894
 
 
 def test_mla_config():
-    glm = {"hidden_size": 2048, "moe_intermediate_size": 1536, "n_routed_experts": 64,
-           "num_experts_per_tok": 4, "n_shared_experts": 1, "num_attention_heads": 20,
-           "kv_lora_rank": 512, "q_lora_rank": 768, "qk_nope_head_dim": 192,
-           "qk_rope_head_dim": 64, "v_head_dim": 256, "num_hidden_layers": 4,
-           "torch_dtype": "bfloat16"}
+    glm = {"model_type": "glm4_moe_lite", "hidden_size": 2048, "moe_intermediate_size": 1536,
+           "n_routed_experts": 64, "num_experts_per_tok": 4, "n_shared_experts": 1,
+           "num_attention_heads": 20, "kv_lora_rank": 512, "q_lora_rank": 768,
+           "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
+           "num_hidden_layers": 4, "torch_dtype": "bfloat16"}
     d = dims_from_config(glm)
     q = 2048 * 768 + 768 * 20 * 256
     kv = 2048 * (512 + 64) + 512 * 20 * (192 + 256)

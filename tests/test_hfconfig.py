@@ -1,6 +1,7 @@
 """Every study model's cost-model dimensions from its own config.json (fixtures in each model's real
 shape under fixtures/hf_configs/), checked against hand-computed bytes."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -339,3 +340,48 @@ def test_layer_layouts_the_reader_does_not_model_are_refused(key, value, what):
            "torch_dtype": "bfloat16", key: value}
     with pytest.raises(InputError, match=rf"^config.json: {what}.* \({key}\) are not modelled"):
         dims_from_config(cfg)
+
+
+# Snowflake/snowflake-arctic-instruct's config.json (a reviewer's copy): beside its 128 experts
+# every layer holds a dense residual MLP of intermediate_size (use_residual,
+# parallel_attn_mlp_res), 5.4B of its ~17B active weights that a MoE-only reading leaves out
+ARCTIC = {"architectures": ["ArcticForCausalLM"], "hidden_act": "silu", "hidden_size": 7168,
+          "intermediate_size": 4864, "max_position_embeddings": 4096, "model_type": "arctic",
+          "moe_layer_frequency": 1, "num_attention_heads": 56, "num_experts_per_tok": 2,
+          "num_hidden_layers": 35, "num_key_value_heads": 8, "num_local_experts": 128,
+          "parallel_attn_mlp_res": True, "tie_word_embeddings": False,
+          "torch_dtype": "bfloat16", "use_residual": True, "vocab_size": 32000}
+ARCTIC_KEYS = ("use_residual", "parallel_attn_mlp_res", "moe_layer_frequency")
+
+
+@pytest.mark.parametrize("key", ARCTIC_KEYS)
+def test_arctic_s_dense_residual_layout_is_refused_by_its_keys(key):
+    cfg = {k: v for k, v in ARCTIC.items() if k not in ARCTIC_KEYS or k == key}
+    with pytest.raises(InputError, match=rf"^config.json: .*\({key}\) are not modelled"):
+        dims_from_config(cfg)
+
+
+@pytest.mark.parametrize("kind", ["arctic", "jetmoe", "foo_moe", None])
+def test_a_model_type_whose_layout_is_not_modelled_is_refused(kind):
+    """Only the types whose layout the reader models are priced: any other (Arctic without its
+    residual keys, JetMoE's attention experts, a type never seen) is refused, never read as
+    attention and MoE in every layer."""
+    cfg, _ = load_config(FIX / "Qwen1.5-MoE-A2.7B.json")
+    assert dims_from_config(cfg).num_moe_layers == 24  # the same dimensions as a modelled type
+    other = {**cfg, "model_type": kind} if kind else {k: v for k, v in cfg.items()
+                                                      if k != "model_type"}
+    with pytest.raises(InputError, match=rf"^config.json: model_type {kind!r} is not one whose "
+                                         "layer layout is modelled here"):
+        dims_from_config(other)
+    no_residual = {k: v for k, v in ARCTIC.items() if k not in ARCTIC_KEYS}
+    with pytest.raises(InputError, match="model_type 'arctic' is not one"):
+        dims_from_config(no_residual)
+
+
+def test_a_multimodal_wrapper_s_model_type_stands_for_a_text_config_without_one():
+    cfg, _ = load_config(F / "Qwen3.5-35B-A3B.json")
+    raw = json.loads((F / "Qwen3.5-35B-A3B.json").read_text())
+    text = {k: v for k, v in raw["text_config"].items() if k != "model_type"}
+    assert load_config({**raw, "text_config": text})[0]["model_type"] == raw["model_type"]
+    assert dims_from_config({**raw, "text_config": text}).num_moe_layers == \
+        dims_from_config(cfg).num_moe_layers

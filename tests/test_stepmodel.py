@@ -246,6 +246,25 @@ def test_predict_refuses_each_bad_input_in_one_line(capsys, config, args, messag
     assert len(err.strip().splitlines()) == 1
 
 
+def test_predict_refuses_a_layout_it_does_not_model(capsys, tmp_path):
+    """Snowflake Arctic's dense residual MLP beside the MoE (5.4B of its ~17B active weights):
+    refused in one line, at a TP that holds it, never answered as attention and MoE alone."""
+    from test_hfconfig import ARCTIC
+
+    path = tmp_path / "arctic.json"
+    path.write_text(json.dumps(ARCTIC))
+    code, out, err = predict(capsys, str(path), "--tp", "8", "--batch-sizes", "1")
+    assert code == 2 and not out, err
+    assert f"{path}: dense residual MLPs beside the MoE" in err and "(use_residual)" in err
+    assert len(err.strip().splitlines()) == 1
+    path.write_text(json.dumps({k: v for k, v in ARCTIC.items()
+                                if k not in ("use_residual", "parallel_attn_mlp_res",
+                                             "moe_layer_frequency")}))
+    code, out, err = predict(capsys, str(path), "--tp", "8", "--batch-sizes", "1")
+    assert code == 2 and "model_type 'arctic' is not one whose layer layout" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("config, args, caveat", [
     ("Qwen3-30B-A3B-FP8.json", ["--hardware", "H200"], "GPU H200: the study measured TE on"),
     # each GPU holds one of 4 KV heads (the fp8 checkpoint's 128-wide blocks would not split)

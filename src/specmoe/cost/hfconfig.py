@@ -20,6 +20,8 @@ Nothing here is a hand-kept table: each number comes from the model's own config
   (GPT-OSS: experts only), compressed-tensors integer groups (Kimi-K2.5: routed experts only, the
   `ignore` list keeping attention and shared experts in the checkpoint dtype); else `torch_dtype`.
   Any other quantisation method or dtype is an error, never a silent bf16.
+- Model types: only those whose layout this reads (MODELLED_TYPES); any other, and any layout key
+  it does not model (UNMODELLED_LAYOUTS), is an error, never a model priced without its blocks.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
         # multimodal wrappers (Kimi-K2.5, Qwen3.5) keep the language model in text_config; the
         # quantisation config may sit at either level
         merged = dict(text)
+        if merged.get("model_type") is None and cfg.get("model_type") is not None:
+            merged["model_type"] = cfg["model_type"]
         if "quantization_config" not in merged and "quantization_config" in cfg:
             merged["quantization_config"] = cfg["quantization_config"]
         for key in ("torch_dtype", "dtype"):
@@ -199,9 +203,35 @@ UNMODELLED_LAYOUTS = {
     "moe_layer_freq": "MoE layers listed one by one (MiMo-V2's moe_layer_freq list)",
     "num_dense_layers": "layers without experts counted by num_dense_layers (AFMoE)",
     "mlp_layer_types": "dense and sparse layers listed one by one (EXAONE-MoE)",
+    "use_residual": "dense residual MLPs beside the MoE in every layer (Snowflake Arctic)",
+    "parallel_attn_mlp_res": "residual MLPs run beside attention (Snowflake Arctic)",
+    "moe_layer_frequency": "MoE layers every moe_layer_frequency-th layer (Snowflake Arctic)",
 }
 # ... where a number, moe_layer_freq is modelled: every freq-th layer has experts (_moe_layers)
 MODELLED_AS_INT = {"moe_layer_freq"}
+
+
+# The model types whose layer layout the reader models: in each layer softmax (or sliding-window,
+# or Gated DeltaNet) attention and a MoE FFN, with the dense layers, shared experts and
+# quantisation this module reads, and nothing else (tests/test_hfconfig.py reads the published
+# config.json of each family the repository holds one of). Any other type may hold blocks the
+# reader does not see (Arctic's dense residual MLP beside the MoE, JetMoE's attention experts,
+# Mamba layers) and is refused, never priced as if it were one of these.
+MODELLED_TYPES = frozenset({
+    "mixtral", "phimoe", "olmoe", "granitemoe", "granitemoeshared", "dbrx",
+    "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text",
+    "deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k25",
+    "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "llama4", "llama4_text", "bailing_moe",
+})
+
+
+def _check_model_type(cfg: dict, name: str) -> None:
+    """A model type outside MODELLED_TYPES is an error, one line: its layout is not known here."""
+    kind = cfg.get("model_type")
+    if kind not in MODELLED_TYPES:
+        raise InputError(f"{name}: model_type {kind!r} is not one whose layer layout is modelled "
+                         f"here ({', '.join(sorted(MODELLED_TYPES))}): its layers may hold blocks "
+                         "the step model does not price, and its prediction could be wrong")
 
 
 def _unmodelled(cfg: dict) -> str | None:
@@ -462,6 +492,7 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
         base = checkpoint_dtype(cfg, name)
         if dtype is not None:  # online quantisation of the weights (vLLM --quantization fp8)
             expert_fmt = dense_fmt = dtype
+    _check_model_type(cfg, name)  # last: a malformed file's own error comes first
     return ModelDims(
         hidden=hidden, expert_intermediate=expert_inter, num_experts=num_experts, top_k=top_k,
         attention_params=sum(moe_attn) / len(moe_attn), shared_intermediate=_shared_width(r),
