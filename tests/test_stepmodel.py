@@ -540,6 +540,46 @@ def test_an_interval_across_the_whole_physical_range_says_no_information(capsys)
     assert "no information at this batch size" in out
 
 
+def _draws(n: int, floor: int, one: int, rng) -> np.ndarray:
+    """n draws of TE: `floor` of them at TE_FLOOR, `one` at 1, the rest inside (0.2, 0.8)."""
+    te = rng.uniform(0.2, 0.8, n)
+    te[:floor], te[n - one:] = stepmodel.TE_FLOOR, 1.0
+    return rng.permutation(te)
+
+
+@pytest.mark.parametrize("floor, one, blind", [
+    (30, 25, True),  # Mixtral-8x22B, TP 4, batch 1: 3% at the floor, 2.5% at 1 (te_high 0.99997)
+    (25, 30, True),
+    (100, 100, True),
+    (30, 24, False),   # a tail not all at a bound: the interval ends inside the range
+    (24, 30, False),
+    (0, 500, False),
+])
+def test_no_information_is_decided_by_the_draws_at_each_bound(floor, one, blind):
+    """Interpolated percentiles fall a hair inside a bound that holds just a tail's share of the
+    draws (0.99997 for 1), so a TE of [0.00, 1.00] was shown with a verdict: the share of draws
+    at each clip bound decides it."""
+    rng = np.random.default_rng(0)
+    te = np.column_stack([_draws(1000, floor, one, rng), _draws(1000, 0, 0, rng)])
+    spd = np.column_stack([rng.uniform(0.5, 2.0, 1000), rng.uniform(1.1, 2.0, 1000)])
+    r = stepmodel.summarise([1, 2], te, spd, np.zeros_like(te), stepmodel.SHAPE_MARGIN)
+    assert r["no_information"] == [blind, False]
+    assert ("no information at batch 1" in r["verdict"]) == blind
+    assert r["shape_batch_sizes"] == ([2] if blind else [1, 2])
+
+
+def test_a_speedup_capped_at_1_never_pays():
+    """tau = 1: speedup = tau / max(c + 1/TE, 1) reaches 1 at most, so an upper bound of exactly 1
+    is "no", not "undecided"."""
+    rng = np.random.default_rng(0)
+    spd = np.column_stack([np.minimum(rng.uniform(0.6, 1.4, 1000), 1.0),
+                           rng.uniform(0.6, 1.4, 1000)])
+    te = np.full_like(spd, 0.7)
+    r = stepmodel.summarise([1, 2], te, spd, np.zeros_like(te), stepmodel.SHAPE_MARGIN)
+    assert r["speedup_high"][0] == 1.0 and r["p_pays"][0] == 0.0
+    assert r["pays"] == ["no", "undecided"]
+
+
 @pytest.mark.parametrize("pays, median, p, words", [
     (["yes", "undecided"], [1.3, 1.1], [0.99, 0.7],
      ["SD pays at batch 1", "undecided at batch 8", "above 1 at every batch size",

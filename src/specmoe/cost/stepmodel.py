@@ -996,6 +996,7 @@ DISTANCE_STEP = 0.5
 ENGINE_LOG_SD = {"vllm": 0.05, "sglang": 0.15, "trtllm": 0.15, "other": 0.2}
 CALIBRATION_ENGINE = "vllm"  # the engine the study served every calibration row with
 TE_FLOOR = 1e-3  # a drawn TE is clipped to [TE_FLOOR, 1], its physical range
+TAIL = 0.025  # each tail of a 95% interval
 
 
 def draw_around(rng, value: float, low: float, high: float) -> float:
@@ -1088,12 +1089,14 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
     """Medians and 95% intervals per batch size; where the model says nothing (TE's interval
     spans its whole physical range: "no information"); the shape's share of the drawn curves over
     the batch sizes with information (fewer than two have none: NO_SHAPE); where SD pays, per
-    batch size "yes" (lower bound above 1), "no" (upper bound below 1) or "undecided"; and the
-    verdict in words."""
-    te_lo, te_hi = np.percentile(te, [2.5, 97.5], axis=0)
-    # TE's interval spans its whole physical range (both clip bounds): the model says nothing
-    # there, and neither does the speedup drawn from it
-    blind = [bool(a <= TE_FLOOR and b >= 1.0) for a, b in zip(te_lo, te_hi)]
+    batch size "yes" (lower bound above 1), "no" (upper bound at most 1: a speedup capped at
+    tau = 1 can equal 1, never exceed it) or "undecided"; and the verdict in words."""
+    te_lo, te_hi = np.percentile(te, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
+    # TE's interval spans its whole physical range: each of its tails holds draws clipped to a
+    # bound of [TE_FLOOR, 1]. Counted, not read off the interpolated percentiles, which fall a
+    # hair inside a bound that holds just the tail's share of the draws
+    blind = [bool(f >= TAIL and o >= TAIL) for f, o in
+             zip((te <= TE_FLOOR).mean(axis=0), (te >= 1.0).mean(axis=0))]
     keep = [j for j, n in enumerate(blind) if not n]
     if len(keep) < 2:  # one point has no shape
         counts, top = {}, NO_SHAPE if len(batches) < 2 else NO_SHAPE_INFORMATION
@@ -1101,8 +1104,8 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
         shapes = curve_shapes(spd[:, keep], margin)
         counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
         top = max(counts, key=counts.get)
-    lo, hi = np.percentile(spd, [2.5, 97.5], axis=0)
-    pays = ["yes" if x > 1 else "no" if h < 1 else "undecided" for x, h in zip(lo, hi)]
+    lo, hi = np.percentile(spd, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
+    pays = ["yes" if x > 1 else "no" if h <= 1 else "undecided" for x, h in zip(lo, hi)]
     median = np.median(spd, axis=0)
     p_above = (spd > 1).mean(axis=0)
     return {"batch_sizes": batches,
