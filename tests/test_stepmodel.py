@@ -265,6 +265,36 @@ def test_predict_refuses_a_layout_it_does_not_model(capsys, tmp_path):
     assert len(err.strip().splitlines()) == 1
 
 
+def test_predict_serves_a_config_without_a_dtype_in_the_precision_given(capsys, tmp_path):
+    """A config.json without torch_dtype: the error said "give --precision", yet --precision bf16
+    failed as well (the KV cache's sizing read the config again without it, and named
+    "config.json"). A float precision is the dtype it is served in; fp8 keeps the LM head and
+    KV cache in a float dtype the file does not give, and the refusal says what to give."""
+    cfg = json.loads((CONFIGS / "Qwen3-30B-A3B.json").read_text())
+    path = tmp_path / "no-dtype.json"
+    path.write_text(json.dumps({k: v for k, v in cfg.items() if k not in ("torch_dtype",
+                                                                          "dtype")}))
+    runs = {p: predict(capsys, str(path), "--precision", p, "--batch-sizes", "1", "--json")
+            for p in ("bf16", "fp16", "fp8", "auto")}
+    for p in ("bf16", "fp16"):
+        code, out, err = runs[p]
+        assert code == 0, err
+        assert json.loads(out)["precision"] == p
+    code, out, err = runs["bf16"]
+    code_own, out_own, _ = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B.json"), "--batch-sizes",
+                                   "1", "--json")
+    assert code_own == 0
+    assert json.loads(out)["kv_cache_sequences"] == json.loads(out_own)["kv_cache_sequences"]
+    for p, words in (("fp8", "online fp8 quantises the weights but keeps the LM head and KV cache "
+                             "in the checkpoint's float dtype"),
+                     ("auto", "the dtype it is served in is not known")):
+        code, out, err = runs[p]
+        assert code == 2 and not out, err
+        assert err.startswith(f"specmoe: error: {path}: neither dtype nor torch_dtype") and \
+            words in err and "--precision bf16 or fp16" in err, err
+        assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("config, args, caveat", [
     ("Qwen3-30B-A3B-FP8.json", ["--hardware", "H200"], "GPU H200: the study measured TE on"),
     # each GPU holds one of 4 KV heads (the fp8 checkpoint's 128-wide blocks would not split)

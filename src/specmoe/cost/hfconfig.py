@@ -33,8 +33,8 @@ from pathlib import Path
 from .costmodel import FLOAT_DTYPES, ModelDims
 from ..errors import InputError
 
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
-                 "float": "fp32"}
+TORCH_DTYPE_OF = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # FLOAT_DTYPES' names
+_TORCH_DTYPES = {**{v: k for k, v in TORCH_DTYPE_OF.items()}, "half": "fp16", "float": "fp32"}
 
 
 def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
@@ -301,8 +301,8 @@ def checkpoint_dtype(cfg: dict, name: str = "config.json") -> str:
     if not raw:
         if cfg.get("quantization_config"):
             return "bf16"
-        raise InputError(f"{name}: neither dtype nor torch_dtype nor quantization_config; give "
-                         "--precision (bf16, fp16 or fp8)")
+        raise InputError(f"{name}: neither dtype nor torch_dtype nor quantization_config: the "
+                         "dtype it is served in is not known; give --precision bf16 or fp16")
     base = _TORCH_DTYPES.get(raw, raw)
     if base not in FLOAT_DTYPES:
         raise InputError(f"{name}: unknown torch_dtype '{raw}' (known: "
@@ -488,6 +488,12 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
     if dtype is not None and dtype in FLOAT_DTYPES:  # served in another float dtype
         expert_fmt = dense_fmt = base = dtype
     else:
+        if dtype is not None and not (cfg.get("dtype") or cfg.get("torch_dtype")
+                                      or cfg.get("quantization_config")):
+            raise InputError(f"{name}: neither dtype nor torch_dtype: online {dtype} quantises the "
+                             "weights but keeps the LM head and KV cache in the checkpoint's float "
+                             "dtype, which it does not give; add torch_dtype to it, or give "
+                             "--precision bf16 or fp16")
         expert_fmt, dense_fmt = storage_formats(cfg, name)
         base = checkpoint_dtype(cfg, name)
         if dtype is not None:  # online quantisation of the weights (vLLM --quantization fp8)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..sources import published
 from . import stepmodel, steptables
-from .costmodel import GIB, Hardware, ModelDims
+from .costmodel import FLOAT_DTYPES, GIB, Hardware, ModelDims
 from ..errors import InputError
 
 MAX_BATCH = 4096  # beyond any engine's max_num_seqs on one GPU
@@ -302,16 +302,21 @@ def kv_cache_sequences(dims: ModelDims, hw: Hardware, k: int, method: str, confi
     MTP layer or the drafter, the reserve for the CUDA context, graphs and the profiling pass,
     and the KV cache, out of the GPU's memory as CUDA reports it times vLLM's default
     gpu_memory_utilization), at the shortest max_model_len those sequences allow; an error where
-    vLLM cannot start even so."""
+    vLLM cannot start even so. The precision is the one `dims` were read at (never the config
+    read again without it: a checkpoint that names no dtype is served in the one asked for)."""
     from ..checks import preflight
-    from .hfconfig import dims_from_config, load_config
+    from .hfconfig import TORCH_DTYPE_OF, dims_from_config, load_config
 
     cfg = load_config(config)[0]
-    own = dims_from_config(cfg, tp=dims.tp).dtype
+    if dims.dtype in FLOAT_DTYPES:  # served in a float dtype: the checkpoint's or the one asked
+        precision = dims.dtype
+    else:  # quantised: the checkpoint's own format, or vLLM's online fp8 of it
+        precision = "auto" if dims.dtype == dims_from_config(config, tp=dims.tp).dtype \
+            else dims.dtype
     tokens = stepmodel.CONTEXT + k + 1
     e = preflight.Engine(
         job="predict", model=str(config), entry={}, hardware={}, hardware_name=hw.name,
-        tp=dims.tp, precision="auto" if dims.dtype == own else dims.dtype,
+        tp=dims.tp, precision=precision, dtype=TORCH_DTYPE_OF[dims.base_dtype],
         method=SERVED_AS.get(method, method), drafter=None, k=k, max_model_len=tokens, batch=1,
         output_tokens=0, prompt_tokens={"predict": stepmodel.CONTEXT},
         utilization=preflight.GPU_MEMORY_UTILIZATION, offline_server=False)
