@@ -17,6 +17,7 @@ from specmoe.cost import stepmodel
 from wf import REPO
 
 CONFIGS = REPO / "src" / "specmoe" / "data" / "hf_configs"
+PUBLIC_HARDWARE = REPO / "src" / "specmoe" / "data" / "public_sd_moe_hardware.yaml"
 FIXTURES = REPO / "tests" / "fixtures" / "hf_configs"
 
 
@@ -246,6 +247,35 @@ def test_predict_refuses_each_bad_input_in_one_line(capsys, config, args, messag
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("gpu", ["H100", "H200", "B200"])
+def test_predict_refuses_a_tp_above_one_node(capsys, gpu):
+    """TP 16 was priced as NVLink between all 16 GPUs: the node table (node_memory.csv) gives 8
+    per node of these GPUs, and the all-reduce between nodes is not priced."""
+    from specmoe.cost.steptables import node_memory
+
+    per_node = node_memory()[gpu][1]
+    assert per_node == 8
+    config = str(CONFIGS / "Qwen3-235B-A22B-Instruct-2507.json")
+    code, out, err = predict(capsys, config, "--hardware", gpu, "--tp", str(2 * per_node),
+                             "--batch-sizes", "1")
+    assert code == 2 and not out, err
+    assert f"TP 16 spans more than one {gpu} node (8 GPUs per node" in err
+    assert "between nodes is not priced" in err and len(err.strip().splitlines()) == 1
+    code, out, err = predict(capsys, config, "--hardware", gpu, "--tp", str(per_node),
+                             "--batch-sizes", "1", "--json")
+    assert code == 0, err
+    assert not any("NVLink domain" in c for c in json.loads(out)["caveats"])
+
+
+def test_predict_says_the_node_of_a_gpu_it_does_not_know_is_not_checked(capsys):
+    code, out, err = predict(capsys, str(CONFIGS / "Qwen3-235B-A22B-Instruct-2507.json"),
+                             "--hardware", "GB200", "--hardware-file", str(PUBLIC_HARDWARE),
+                             "--tp", "16", "--batch-sizes", "1", "--json")
+    assert code == 0, err
+    assert any(c.startswith("TP 16 priced as one NVLink domain: the GPUs per node of GB200 are "
+                            "not known") for c in json.loads(out)["caveats"])
+
+
 def test_predict_refuses_a_layout_it_does_not_model(capsys, tmp_path):
     """Snowflake Arctic's dense residual MLP beside the MoE (5.4B of its ~17B active weights):
     refused in one line, at a TP that holds it, never answered as attention and MoE alone."""
@@ -297,8 +327,11 @@ def test_predict_serves_a_config_without_a_dtype_in_the_precision_given(capsys, 
 
 @pytest.mark.parametrize("config, args, caveat", [
     ("Qwen3-30B-A3B-FP8.json", ["--hardware", "H200"], "GPU H200: the study measured TE on"),
-    # each GPU holds one of 4 KV heads (the fp8 checkpoint's 128-wide blocks would not split)
-    ("Qwen3-235B-A22B-Instruct-2507.json", ["--tp", "16"], "TP 16 outside the calibration"),
+    # each GPU holds one of 4 KV heads (the fp8 checkpoint's 128-wide blocks would not split),
+    # on a GPU whose NVLink domain the node table does not bound (a GB200 NVL72 rack)
+    ("Qwen3-235B-A22B-Instruct-2507.json", ["--tp", "16", "--hardware", "GB200",
+                                            "--hardware-file", str(PUBLIC_HARDWARE)],
+     "TP 16 outside the calibration"),
 ])
 def test_predict_states_what_lies_outside_the_calibration(capsys, config, args, caveat):
     code, out, err = predict(capsys, str(CONFIGS / config), *args, "--json")

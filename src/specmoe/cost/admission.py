@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import re
-from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from ..errors import InputError
 from .costmodel import dtype_bytes
 from .hfconfig import dims_from_config, load_config, tp_problems
 from . import stepmodel
+from .steptables import node_memory
 
 DATA = resources.files("specmoe") / "data"
 REPO = Path(__file__).resolve().parents[3]
@@ -42,14 +42,6 @@ GB = 1e9
 # The share of each GPU's memory the engines take for weights and KV cache by default: vLLM's
 # gpu_memory_utilization, the project's own engines' default and predict's.
 ENGINE_MEMORY_SHARE = GPU_MEMORY_UTILIZATION
-
-
-@lru_cache(maxsize=1)
-def node_memory() -> dict[str, tuple[float, int]]:
-    """GPU -> (HBM GB per GPU, GPUs per node), data/node_memory.csv."""
-    with open(str(DATA / "node_memory.csv"), newline="") as f:
-        return {r["gpu"]: (float(r["memory_gb"]), int(r["gpus_per_node"]))
-                for r in csv.DictReader(f)}
 
 
 def weight_gb(config: str | Path, precision: str) -> float:

@@ -282,6 +282,25 @@ def check_curves(dims: ModelDims, overlaps: np.ndarray, source: str) -> None:
             raise
 
 
+def check_node(tp: int, hw: Hardware) -> list[str]:
+    """The step model prices a TP group's all-reduces over NVLink (stepmodel._allreduce), which
+    joins the GPUs of one node (node_memory.csv): a TP above them is refused, the link between
+    nodes being unpriced. A GPU the table does not hold gets a caveat (its caveats)."""
+    if tp == 1:
+        return []
+    nodes = steptables.node_memory()
+    if hw.name not in nodes:
+        return [f"TP {tp} priced as one NVLink domain: the GPUs per node of {hw.name} are not "
+                "known here (node_memory.csv), and an all-reduce between nodes, which is not "
+                "priced, would be slower"]
+    per_node = nodes[hw.name][1]
+    if tp > per_node:
+        raise InputError(f"TP {tp} spans more than one {hw.name} node ({per_node} GPUs per node, "
+                         "node_memory.csv): the all-reduce between nodes is not priced (only "
+                         f"NVLink within a node is); use TP {per_node} or less")
+    return []
+
+
 def check_study_model(study_model: str | None, dims: ModelDims) -> None:
     """A study model named for its published overlaps must be one, with the model's k and N."""
     if not study_model:
@@ -352,6 +371,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     if draft_cost is not None and not 0 <= draft_cost < 10:
         raise InputError(f"--draft-cost is a draft time over a decode step, within [0, 10) "
                          f"(got {draft_cost})")
+    caveats = [*(caveats or []), *check_node(dims.tp, hw)]
     check_method(config, method)
     check_vocab(dims, config)
     check_study_model(study_model, dims)
@@ -363,7 +383,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     tau = tau or stepmodel.tau_prior(k)
     stepmodel.check_inputs(k, overlaps, tau)
     check_curves(dims, overlaps, overlap_source)
-    caveats, held = list(caveats or []), None
+    held = None
     if not hw.memory_bytes:
         caveats.append(f"memory not checked: hardware {hw.name} gives neither cuda_memory_mib nor "
                        "memory_gib")

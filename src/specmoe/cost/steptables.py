@@ -3,8 +3,8 @@ with its SOURCE note under data/): the SD loop's overhead per iteration by engin
 (engine_overhead.csv), kernel launches per layer by block and attention kind as vLLM's model code
 runs them (kernels_per_layer.csv), the public grouped/dense fp8 GEMM bandwidths of DeepSeek-V3
 shapes that bound the MoE kernel's efficiency (moe_gemm_bandwidth.csv), and public batch-1 decode
-times without SD that check the decode step (decode_batch1.csv). Read once per process; nothing
-here is fitted."""
+times without SD that check the decode step (decode_batch1.csv), and each GPU's memory and GPUs per
+node (node_memory.csv). Read once per process; nothing here is fitted."""
 
 from __future__ import annotations
 
@@ -109,6 +109,19 @@ def moe_efficiency_bounds() -> tuple[float, float]:
     if not fr:
         raise InputError("moe_gemm_bandwidth.csv: no row of M <= 256")
     return min(fr), max(fr)
+
+
+@lru_cache(maxsize=1)
+def node_memory() -> dict[str, tuple[float, int]]:
+    """GPU -> (HBM GB per GPU, GPUs per node): node_memory.csv, the one place both are read
+    (the admission rule's layouts, and the TP whose all-reduces stay within one node's NVLink)."""
+    out = {}
+    for r in _rows("node_memory.csv"):
+        mem, per_node = float(r["memory_gb"]), int(r["gpus_per_node"])
+        if not (mem > 0 and per_node >= 1):
+            raise InputError(f"node_memory.csv: memory and GPUs per node are positive ({r})")
+        out[r["gpu"]] = (mem, per_node)
+    return out
 
 
 @lru_cache(maxsize=1)
