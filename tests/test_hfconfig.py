@@ -2,6 +2,7 @@
 shape under fixtures/hf_configs/), checked against hand-computed bytes."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -385,3 +386,59 @@ def test_a_multimodal_wrapper_s_model_type_stands_for_a_text_config_without_one(
     assert load_config({**raw, "text_config": text})[0]["model_type"] == raw["model_type"]
     assert dims_from_config({**raw, "text_config": text}).num_moe_layers == \
         dims_from_config(cfg).num_moe_layers
+
+
+def _ct(weights) -> dict:
+    return {"quant_method": "compressed-tensors", "config_groups": {"group_0": weights}}
+
+
+# Malformed values of a config.json, each with the refusal that names its key. The first five
+# stopped the reader with a Python error (KeyError, AttributeError, ValueError: "internal error",
+# exit 1); the others were read quietly as something else (a string of layer indices or a
+# fraction ignored, a sparse step of 0 read as 1, a fractional vocabulary or a width in a string
+# taken as a number).
+MALFORMED = [
+    ({"quantization_config": "fp8"}, "quantization_config = 'fp8' is not a JSON object"),
+    ({"decoder_sparse_step": "two"}, "decoder_sparse_step = 'two' is not a whole number"),
+    ({"quantization_config": _ct({"weights": {"num_bits": 4, "type": "int",
+                                              "strategy": "group"}})},
+     "quantization_config.config_groups.group_0.weights: int4 groups without group_size"),
+    ({"quantization_config": _ct(5)},
+     "quantization_config.config_groups.group_0 = 5 is not a JSON object"),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": ["g"]}},
+     "quantization_config.config_groups = ['g'] is not a JSON object"),
+    ({"mlp_only_layers": "0,1"}, "mlp_only_layers = '0,1' is not a list of layer indices"),
+    ({"mlp_only_layers": [0.5]}, "mlp_only_layers entry = 0.5 is not a whole number"),
+    ({"decoder_sparse_step": 0}, "decoder_sparse_step = 0 must be >= 1"),
+    ({"vocab_size": 151936.5}, "vocab_size = 151936.5 is not a whole number"),
+    ({"shared_expert_intermediate_size": "5632"},
+     "shared_expert_intermediate_size = '5632' is not a whole number"),
+    ({"shared_expert_intermediate_size": -5632},
+     "shared_expert_intermediate_size = -5632 must be >= 1"),
+    ({"first_k_dense_replace": -1}, "first_k_dense_replace = -1 must be >= 0"),
+    ({"layer_types": "full_attention"}, "layer_types = 'full_attention' is not a list"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": 128}},
+     "quantization_config.weight_block_size = 128 is not a list"),
+    ({"text_config": [1, 2]}, "text_config = [1, 2] is not a JSON object"),
+]
+
+
+@pytest.mark.parametrize("change, message", MALFORMED, ids=[m for _, m in MALFORMED])
+def test_malformed_values_are_refused_naming_the_file_and_key(tmp_path, change, message):
+    cfg = json.loads((FIX / "Qwen1.5-MoE-A2.7B.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, **change}))
+    with pytest.raises(InputError, match="^" + re.escape(f"{path}: {message}")):
+        dims_from_config(path)
+
+
+def test_well_formed_values_beside_the_malformed_read_as_before():
+    """What the checks let through: layer indices from 0, a zero shared width (none), a sparse
+    step of 2 (experts in every second layer), block sides as a list."""
+    cfg = json.loads((FIX / "Qwen1.5-MoE-A2.7B.json").read_text())
+    assert dims_from_config({**cfg, "mlp_only_layers": [0, 1]}).num_moe_layers == 22
+    assert dims_from_config({**cfg, "shared_expert_intermediate_size": 0}) \
+        .shared_intermediate == 0
+    assert dims_from_config({**cfg, "decoder_sparse_step": 2}).num_moe_layers == 12
+    fp8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    assert dims_from_config({**cfg, "quantization_config": fp8}).dtype == "fp8-b128"

@@ -276,6 +276,28 @@ def test_predict_says_the_node_of_a_gpu_it_does_not_know_is_not_checked(capsys):
                             "not known") for c in json.loads(out)["caveats"])
 
 
+def test_predict_refuses_malformed_config_values_in_one_line(capsys, tmp_path):
+    """Each malformed value exits 2 with one line naming the file and the key: a string as
+    quantization_config, a word as decoder_sparse_step or a compressed-tensors group without its
+    group_size were "internal error", exit 1; a fraction or a string read as a number or ignored
+    gave an answer."""
+    from test_hfconfig import FIX, MALFORMED
+
+    cfg = json.loads((FIX / "Qwen1.5-MoE-A2.7B.json").read_text())
+    for i, (change, message) in enumerate(MALFORMED):
+        path = tmp_path / f"malformed{i}.json"
+        path.write_text(json.dumps({**cfg, **change}))
+        code, out, err = predict(capsys, str(path), "--batch-sizes", "1")
+        assert code == 2 and not out, (change, err)
+        assert err.startswith(f"specmoe: error: {path}: {message}"), (change, err)
+        assert len(err.strip().splitlines()) == 1
+    # a precision is checked against the quantisation config before the dimensions are read
+    path = tmp_path / "malformed0.json"
+    code, out, err = predict(capsys, str(path), "--precision", "fp8", "--batch-sizes", "1")
+    assert code == 2 and err.startswith(f"specmoe: error: {path}: quantization_config = 'fp8' "
+                                        "is not a JSON object"), err
+
+
 def test_predict_refuses_a_layout_it_does_not_model(capsys, tmp_path):
     """Snowflake Arctic's dense residual MLP beside the MoE (5.4B of its ~17B active weights):
     refused in one line, at a TP that holds it, never answered as attention and MoE alone."""

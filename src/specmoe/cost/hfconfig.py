@@ -22,6 +22,9 @@ Nothing here is a hand-kept table: each number comes from the model's own config
   Any other quantisation method or dtype is an error, never a silent bf16.
 - Model types: only those whose layout this reads (MODELLED_TYPES); any other, and any layout key
   it does not model (UNMODELLED_LAYOUTS), is an error, never a model priced without its blocks.
+- Values: each size, count or layer index a whole number, each list a list and each section of
+  settings a JSON object; anything else is an error naming the file and the key, never a string or
+  a fraction read as some number or passed over.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
         raise InputError(f"{name}: a config.json is a JSON object of settings, not a "
                          f"{type(cfg).__name__}")
     text = cfg.get("text_config")
+    if text is not None and not isinstance(text, dict):
+        raise InputError(f"{name}: text_config = {text!r} is not a JSON object of the language "
+                         "model's settings")
     if isinstance(text, dict):
         # multimodal wrappers (Kimi-K2.5, Qwen3.5) keep the language model in text_config; the
         # quantisation config may sit at either level
@@ -102,19 +108,39 @@ class _Reader:
             return default
         raise InputError(f"{self.name}: lacks any of {', '.join(keys)}")
 
-    def int(self, *keys, default=None) -> int:
-        """A size or count: a whole number >= 1, never truncated (7.5 experts is an error)."""
+    def int(self, *keys, default=None, least: int = 1) -> int:
+        """A size or count: a whole number >= `least`, never truncated (7.5 experts is an error)."""
         key = next((k for k in keys if self.cfg.get(k) is not None), None)
-        return whole(self.get(*keys, default=default), f"{self.name}: {key or keys[0]}")
+        if key is None and default is not None:
+            return default
+        return whole(self.get(*keys), f"{self.name}: {key or keys[0]}", least)
+
+    def size(self, key: str) -> int:
+        """An optional width or count: 0 where the config leaves it out or gives 0 (none), else a
+        whole number >= 1 (a string or a fraction is an error, never read as a number)."""
+        v = self.cfg.get(key)
+        if v is None or (type(v) in (int, float) and v == 0):
+            return 0
+        return whole(v, f"{self.name}: {key}")
+
+    def indices(self, key: str) -> set[int]:
+        """A list of layer indices (whole numbers from 0); absent: none."""
+        v = self.cfg.get(key)
+        if v is None:
+            return set()
+        if not isinstance(v, list):
+            raise InputError(f"{self.name}: {key} = {v!r} is not a list of layer indices")
+        return {whole(i, f"{self.name}: {key} entry", 0) for i in v}
 
 
-def whole(v, what: str) -> int:
-    """`v` as a size or count of a config.json (what: where it is, for the message)."""
+def whole(v, what: str, least: int = 1) -> int:
+    """`v` as a size or count of a config.json (what: where it is, for the message), at least
+    `least` (1: a size; 0: a layer index or a count of layers)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or \
             isinstance(v, float) and not v.is_integer():
         raise InputError(f"{what} = {v!r} is not a whole number")
-    if v < 1:
-        raise InputError(f"{what} = {v!r} must be >= 1")
+    if v < least:
+        raise InputError(f"{what} = {v!r} must be >= {least}")
     return int(v)
 
 
@@ -174,7 +200,7 @@ def _mla(r: _Reader, hidden: int) -> int:
     heads = r.int("num_attention_heads")
     nope, rope = r.int("qk_nope_head_dim"), r.int("qk_rope_head_dim")
     v_dim, kv_rank = r.int("v_head_dim"), r.int("kv_lora_rank")
-    q_rank = r.cfg.get("q_lora_rank")
+    q_rank = r.size("q_lora_rank")
     q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
     kv = hidden * (kv_rank + rope) + kv_rank * heads * (nope + v_dim)
     return q + kv + heads * v_dim * hidden
@@ -250,6 +276,8 @@ def _layer_kinds(r: _Reader, layers: int) -> list[str]:
                          "model would price every layer as softmax attention over MoE, and its "
                          "prediction would be wrong")
     types = r.cfg.get("layer_types")
+    if types is not None and not isinstance(types, list):
+        raise InputError(f"{r.name}: layer_types = {types!r} is not a list of layer types")
     if types:
         if len(types) != layers:
             raise InputError(f"{r.name}: layer_types has {len(types)} entries for {layers} layers")
@@ -266,19 +294,19 @@ def _layer_kinds(r: _Reader, layers: int) -> list[str]:
             else:
                 raise InputError(f"{r.name}: unknown layer type '{t}'")
         return kinds
-    interval = r.cfg.get("full_attention_interval")
-    if interval:
-        return ["full" if (i + 1) % int(interval) == 0 else "linear" for i in range(layers)]
+    if r.cfg.get("full_attention_interval") is not None:
+        interval = r.int("full_attention_interval")
+        return ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)]
     return ["full"] * layers
 
 
 def _moe_layers(r: _Reader, layers: int) -> list[bool]:
-    first_dense = int(r.cfg.get("first_k_dense_replace") or 0)
-    mlp_only = set(r.cfg.get("mlp_only_layers") or [])
+    first_dense = r.int("first_k_dense_replace", default=0, least=0)
+    mlp_only = r.indices("mlp_only_layers")
     # Qwen-MoE's decoder_sparse_step, Llama-4's interleave_moe_layer_step: every step-th layer
-    step = int(r.cfg.get("decoder_sparse_step") or r.cfg.get("interleave_moe_layer_step") or 1)
+    step = r.int("decoder_sparse_step", "interleave_moe_layer_step", default=1)
     # DeepSeek-V2's moe_layer_freq counts from layer 0 (vLLM deepseek_v2.py: layer_idx % freq)
-    freq = int(r.cfg.get("moe_layer_freq") or 1)
+    freq = r.int("moe_layer_freq", default=1)
     return [i >= first_dense and i not in mlp_only and (i + 1) % step == 0 and i % freq == 0
             for i in range(layers)]
 
@@ -310,35 +338,77 @@ def checkpoint_dtype(cfg: dict, name: str = "config.json") -> str:
     return base
 
 
+def quantization(cfg: dict, name: str = "config.json") -> dict:
+    """The checkpoint's quantization_config ({}: none); anything but a JSON object is an error."""
+    q = cfg.get("quantization_config")
+    if q is None:
+        return {}
+    if not isinstance(q, dict):
+        raise InputError(f"{name}: quantization_config = {q!r} is not a JSON object of settings")
+    return q
+
+
+def _block(q: dict, name: str) -> list[int]:
+    """The fp8 weight block's sides (weight_block_size; []: per-tensor scales)."""
+    block = q.get("weight_block_size")
+    if block is None:
+        return []
+    if not isinstance(block, list):
+        raise InputError(f"{name}: quantization_config.weight_block_size = {block!r} is not a list "
+                         "of block sides")
+    return [whole(b, f"{name}: quantization_config.weight_block_size entry") for b in block]
+
+
+def _patterns(q: dict, key: str, name: str) -> list[str]:
+    """A list of module names or "re:" patterns (modules_to_not_convert, ignore)."""
+    v = q.get(key) or []
+    if not isinstance(v, list) or not all(isinstance(p, str) for p in v):
+        raise InputError(f"{name}: quantization_config.{key} = {v!r} is not a list of module names")
+    return v
+
+
 def storage_formats(cfg: dict, name: str = "config.json") -> tuple[str, str]:
     """(routed experts' format, attention and shared experts' format) of a checkpoint."""
     base = checkpoint_dtype(cfg, name)
-    q = cfg.get("quantization_config")
+    q = quantization(cfg, name)
     if not q:
         return base, base
     method = str(q.get("quant_method") or "").lower()
     if method == "fp8":
-        block = q.get("weight_block_size")
-        fmt = f"fp8-b{int(block[0])}" if block else "fp8"
+        block = _block(q, name)
+        fmt = f"fp8-b{block[0]}" if block else "fp8"
         if block and len(set(block)) != 1:
             raise InputError(f"{name}: non-square fp8 blocks {block} are not supported")
-        skip = q.get("modules_to_not_convert") or q.get("ignored_layers") or []
+        skip = _patterns(q, "modules_to_not_convert", name) or _patterns(q, "ignored_layers", name)
         return fmt, base if _matches(skip, "model.layers.0.self_attn.q_proj") else fmt
     if method == "mxfp4":
         # vLLM's mxfp4 applies to the fused MoE experts only; attention stays in the base dtype
         return "mxfp4", base
     if method == "compressed-tensors":
         groups = q.get("config_groups") or {}
+        if not isinstance(groups, dict):
+            raise InputError(f"{name}: quantization_config.config_groups = {groups!r} is not a "
+                             "JSON object of groups")
         if len(groups) != 1:
             raise InputError(f"{name}: compressed-tensors with {len(groups)} config groups is not "
                              "supported (one group expected)")
-        w = next(iter(groups.values())).get("weights") or {}
-        bits, kind = int(w.get("num_bits", 0)), w.get("type", "int")
-        if kind != "int" or bits not in (4, 8) or w.get("strategy") != "group":
+        group, g = next(iter(groups.items()))
+        where = f"{name}: quantization_config.config_groups.{group}"
+        if not isinstance(g, dict):
+            raise InputError(f"{where} = {g!r} is not a JSON object of the group's settings")
+        w = g.get("weights") or {}
+        if not isinstance(w, dict):
+            raise InputError(f"{where}.weights = {w!r} is not a JSON object of their format")
+        bits, kind = w.get("num_bits", 0), w.get("type", "int")
+        if kind != "int" or type(bits) is not int or bits not in (4, 8) or \
+                w.get("strategy") != "group":
             raise InputError(f"{name}: compressed-tensors weights {kind}{bits} "
                              f"({w.get('strategy')}) are not supported (int4/int8 groups are)")
-        fmt = f"int{bits}-g{int(w['group_size'])}"
-        ignore = q.get("ignore") or []
+        if w.get("group_size") is None:
+            raise InputError(f"{where}.weights: int{bits} groups without group_size")
+        size = whole(w["group_size"], f"{where}.weights.group_size")
+        fmt = f"int{bits}-g{size}"
+        ignore = _patterns(q, "ignore", name)
         attn_kept = _matches(ignore, "model.layers.1.self_attn.q_proj")
         experts_kept = _matches(ignore, "model.layers.1.mlp.experts.0.up_proj")
         if experts_kept:
@@ -353,13 +423,13 @@ def _shared_width(r: _Reader) -> int:
     """Intermediate width of a MoE layer's shared experts (0: none)."""
     cfg = r.cfg
     for key in ("shared_expert_intermediate_size", "shared_intermediate_size"):
-        if cfg.get(key):  # Qwen2-MoE, Qwen3-Next, Qwen3.5; Granite-MoE-shared
-            return int(cfg[key])
-    if cfg.get("n_shared_experts"):  # DeepSeek-style: GLM-4.x, Kimi
-        return int(cfg["n_shared_experts"]) * r.int("moe_intermediate_size")
-    if cfg.get("num_shared_experts"):  # Bailing-MoE (Ling): vLLM bailing_moe.py's width
-        return int(cfg["num_shared_experts"]) * int(
-            cfg.get("moe_shared_expert_intermediate_size") or r.int("moe_intermediate_size"))
+        if r.size(key):  # Qwen2-MoE, Qwen3-Next, Qwen3.5; Granite-MoE-shared
+            return r.size(key)
+    if r.size("n_shared_experts"):  # DeepSeek-style: GLM-4.x, Kimi
+        return r.size("n_shared_experts") * r.int("moe_intermediate_size")
+    if r.size("num_shared_experts"):  # Bailing-MoE (Ling): vLLM bailing_moe.py's width
+        return r.size("num_shared_experts") * (r.size("moe_shared_expert_intermediate_size")
+                                              or r.int("moe_intermediate_size"))
     if str(cfg.get("model_type", "")).startswith("llama4"):  # one shared expert of the routed width
         return r.int("intermediate_size")
     return 0
@@ -372,7 +442,7 @@ def tp_problems(cfg: dict, tp: int, name: str = "config.json") -> list[str]:
     c = load_config(cfg)[0]
     if not c.get("num_attention_heads"):
         return []  # nothing to split (the reader names the missing key)
-    heads, out = int(c["num_attention_heads"]), []
+    heads, out = whole(c["num_attention_heads"], f"{name}: num_attention_heads"), []
     kv = kv_heads(c, name)
     if heads % tp:
         out.append(f"TP {tp} does not divide the {heads} attention heads")
@@ -380,16 +450,17 @@ def tp_problems(cfg: dict, tp: int, name: str = "config.json") -> list[str]:
         out.append(f"TP {tp} neither divides the {kv} KV heads nor is a multiple of them "
                    "(vLLM splits or replicates KV heads)")
     for key in ("linear_num_key_heads", "linear_num_value_heads"):
-        if c.get(key) and int(c[key]) % tp:
+        if c.get(key) and whole(c[key], f"{name}: {key}") % tp:
             out.append(f"TP {tp} does not divide {key} = {c[key]}")
-    inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
-    if inter and int(inter) % tp:
+    key = next((k for k in ("moe_intermediate_size", "intermediate_size") if c.get(k)), None)
+    inter = whole(c[key], f"{name}: {key}") if key else None
+    if inter and inter % tp:
         out.append(f"TP {tp} does not divide the expert width {inter}")
-    block = ((c.get("quantization_config") or {}).get("weight_block_size") or [None])[0]
-    if inter and block and not int(inter) % tp and (int(inter) // tp) % int(block):
-        out.append(f"each GPU's share of an expert's width, {inter} / {tp} = {int(inter) // tp}, "
+    block = (_block(quantization(c, name), name) or [None])[0]
+    if inter and block and not inter % tp and (inter // tp) % block:
+        out.append(f"each GPU's share of an expert's width, {inter} / {tp} = {inter // tp}, "
                    f"is not a multiple of the fp8 weight block {block} (vLLM refuses it; TP "
-                   f"{_block_tps(int(inter), int(block))} works)")
+                   f"{_block_tps(inter, block)} works)")
     return out
 
 
@@ -428,7 +499,7 @@ def _attention_reads(r: _Reader, hidden: int, mla: bool, kinds: list[str], tp: i
     n = {k: kinds.count(k) for k in ("full", "sliding", "linear")}
     return {"kv_per_token": float(per_token * n["full"]),
             "kv_sliding_per_token": float(per_token * n["sliding"]),
-            "sliding_window": int(r.cfg.get("sliding_window") or 0) if n["sliding"] else 0,
+            "sliding_window": r.int("sliding_window") if n["sliding"] else 0,
             "kv_split": float(split), "state_per_seq": float(state * n["linear"]),
             "attention_layers": n["full"] + n["sliding"],
             "mla_layers": n["full"] + n["sliding"] if mla else 0,
@@ -505,7 +576,7 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
         num_layers=layers, dtype=expert_fmt, tp=int(tp), dense_dtype=dense_fmt,
         num_moe_layers=len(moe_attn),
         dense_layer_params=float(sum(dense_layers) + dense_ffn * len(dense_layers)),
-        vocab_size=int(cfg.get("vocab_size") or 0), base_dtype=base,
+        vocab_size=r.int("vocab_size", default=0, least=0), base_dtype=base,
         **_attention_reads(r, hidden, mla, kinds, int(tp)))
 
 
@@ -516,7 +587,7 @@ def check_precision(cfg: dict | str | Path, precision: str | None) -> None:
     config ... does not match", vllm.config.model), and a float dtype sets the activations only,
     the weights staying quantised, so pricing them in that dtype would be wrong."""
     cfg, name = load_config(cfg)
-    method = str((cfg.get("quantization_config") or {}).get("quant_method") or "").lower()
+    method = str(quantization(cfg, name).get("quant_method") or "").lower()
     if precision in (None, "auto") or not method or (method == "fp8" and precision == "fp8"):
         return
     if precision in FLOAT_DTYPES:
@@ -593,9 +664,9 @@ def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
     kv, dim = kv_heads(inner, name), head_dim(inner, name)
     _check_tp(r, int(tp))
     _, fmt = storage_formats(inner, name)
-    vocab = int(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size")
-                or inner.get("vocab_size") or 0)
     eagle3 = bool(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size"))
+    key = "draft_vocab_size" if eagle3 else "vocab_size"
+    vocab = whole(cfg.get(key) or inner.get(key) or 0, f"{name}: {key}", 0)
     extra = (eagle3_extra_params(cfg, inner, hidden * (heads + 2 * kv) * dim, int(tp))
              if eagle3 else 0.0)
     return ModelDims(hidden=hidden, expert_intermediate=r.int("intermediate_size"), num_experts=1,
