@@ -488,7 +488,7 @@ CONFIG = [
      study({**GLM, "engine_args": {"enforce_eager": False}}), 1,
      r"^config: model glm: engine_args\.enforce_eager false reaches the kernel profile, which "
      r"needs eager mode"),
-    ("the profile's engine in graph mode", merge(profiling={"engine_args": {"enforce-eager": 0}}),
+    ("the profile's engine in graph mode", merge(profiling={"engine_args": {"enforce-eager": False}}),
      1, r"^config: profiling\.engine_args\.enforce-eager false reaches the kernel profile"),
     ("sweep without profiling", pop("profiling"), 1,
      r"^config: sweep is set without profiling: sweeps and profiles run only when both"),
