@@ -14,8 +14,6 @@ def test_a_longer_job_runtime_keeps_the_captures_config_hash(tmp_path, monkeypat
     """specmoe.stages.traces.capture_stage as its rule runs it, twice with the same settings under
     job runtimes of 60 and 120 minutes, once with another max_tokens; the engine's side (its child
     process and the shards' assembly) is replaced by recorders."""
-    from specmoe.routing.synth import SynthParams, generate
-    from specmoe.runtime import capture, engine
     from specmoe.stages.traces import capture_stage
 
     timeouts = []
@@ -24,15 +22,7 @@ def test_a_longer_job_runtime_keeps_the_captures_config_hash(tmp_path, monkeypat
         timeouts.append(timeout)
         return {"rows": rows, "prompting": {}}
 
-    def assemble(*a, **kw):
-        tr = generate(SynthParams(num_experts=8, top_k=2, num_layers=1, k_draft=3, requests=2,
-                                  steps=2, seed=0))
-        tr.meta["capture"] = {"windows": 4, "short_windows": 0,
-                              "accepted_crosscheck": {"mismatches": 0, "steps": 4}}
-        return tr
-
-    monkeypatch.setattr(engine, "run_in_child", child)
-    monkeypatch.setattr(capture, "assemble", assemble)
+    _stub_engine(monkeypatch, child)
     target = tmp_path / "t"
     target.mkdir()
     (target / "config.json").write_text("{}")
@@ -98,9 +88,9 @@ def test_a_longer_job_runtime_keeps_the_controls_config_hash(tmp_path, monkeypat
     assert timeouts == [pytest.approx(60 * 60 * 0.95), pytest.approx(120 * 60 * 0.95)]
 
 
-def _stub_engine(monkeypatch):
-    """The engine's side of capture_stage replaced: its child process returns the prompts it was
-    given, and the shards' assembly one fixed (synthetic) trace."""
+def _stub_engine(monkeypatch, child=None):
+    """The engine's side of capture_stage replaced: its child process (`child`, else one that
+    returns the prompts it was given), and the shards' assembly one fixed (synthetic) trace."""
     from specmoe.routing.synth import SynthParams, generate
     from specmoe.runtime import capture, engine
 
@@ -112,7 +102,7 @@ def _stub_engine(monkeypatch):
         return tr
 
     monkeypatch.setattr(engine, "run_in_child",
-                        lambda fn, rows, *a, **kw: {"rows": rows, "prompting": {}})
+                        child or (lambda fn, rows, *a, **kw: {"rows": rows, "prompting": {}}))
     monkeypatch.setattr(capture, "assemble", assemble)
 
 

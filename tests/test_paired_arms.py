@@ -386,8 +386,14 @@ def test_a_longer_job_runtime_keeps_the_series_config_hash(tmp_path, monkeypatch
 
 
 def _series_key(checkpoint, tmp_path, monkeypatch) -> dict:
-    """The key of a series' points (all but the point's own part) as sweep_stage builds it, from
-    a stand-in for run_series that keeps it."""
+    """The key of a series' points (all but the point's own part) as sweep_stage builds it."""
+    return _alone_series(checkpoint, tmp_path, monkeypatch, "t")[1][6]
+
+
+def _alone_series(checkpoint, tmp_path, monkeypatch, model: str) -> tuple:
+    """What sweep_stage hands run_series for a model served alone (rule sweep_ar): the engine's
+    arguments and the other positional arguments, from a stand-in for run_series that keeps
+    them."""
     from specmoe.contracts import Named
     from specmoe.contracts.engines import SweepArParams
     from specmoe.sources import prompts as prompt_table
@@ -399,13 +405,13 @@ def _series_key(checkpoint, tmp_path, monkeypatch) -> dict:
         pass
 
     def series(engine, *a, **kw):
-        kept.append(a[6])
+        kept.append((engine, a))
         raise Stop
 
     monkeypatch.setattr(serving, "run_series", series)
     sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 16, "warmups": 0,
              "repeats": 1, "startup_timeout_s": 10}
-    params = SweepArParams(job={"model": "t", "k": None, "datasets": ["tinybench"]},
+    params = SweepArParams(job={"model": model, "k": None, "datasets": ["tinybench"]},
                            settings=sweep, method=None, gpu=False,
                            prompts=prompt_table.DEFAULT_SOURCE, prompting={})
     with pytest.raises(Stop):
@@ -530,31 +536,8 @@ def test_on_a_faked_cuda_platform_both_arms_graph_every_verify_step_by_vllms_own
 
 def _alone_engine(checkpoint, tmp_path, monkeypatch) -> dict:
     """The engine arguments of a draft model served alone (rule sweep_ar) as sweep_stage builds
-    them, from a stand-in for run_series that keeps them."""
-    from specmoe.contracts import Named
-    from specmoe.contracts.engines import SweepArParams
-    from specmoe.sources import prompts as prompt_table
-    from specmoe.stages.measure import sweep_stage
-
-    kept = []
-
-    class Stop(Exception):
-        pass
-
-    def series(engine, *a, **kw):
-        kept.append(engine)
-        raise Stop
-
-    monkeypatch.setattr(serving, "run_series", series)
-    sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 16, "warmups": 0,
-             "repeats": 1, "startup_timeout_s": 10}
-    params = SweepArParams(job={"model": "d", "k": None, "datasets": ["tinybench"]},
-                           settings=sweep, method=None, gpu=False,
-                           prompts=prompt_table.DEFAULT_SOURCE, prompting={})
-    with pytest.raises(Stop):
-        sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
-                    Named({"json": str(tmp_path / "s.json")}), params)
-    return kept[0]
+    them."""
+    return _alone_series(checkpoint, tmp_path, monkeypatch, "d")[0]
 
 
 def vllm_picks_v2(env: dict, monkeypatch) -> bool:
