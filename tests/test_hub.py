@@ -147,6 +147,43 @@ SHARD_INDEX = json.dumps({"metadata": {"total_size": 128}, "weight_map": {
     "b.weight": "model-00002-of-00002.safetensors"}}).encode()
 
 
+def test_where_the_hub_cannot_be_reached_the_cache_is_read_without_asking_it_again(
+        tmp_path, monkeypatch):
+    """Once listing the repository's files finds the Hub unreachable, every snapshot_download
+    after it reads the cache alone (local_files_only): asking the network again would only wait
+    through huggingface_hub's retries (about 23 s a call on a refused port) to end in the same
+    cache. In process, with the listing refused and snapshot_download recorded: the recorder
+    reads the cache whatever it is asked, so no call goes to the network."""
+    import huggingface_hub
+
+    from specmoe.sources import hub
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "RETRY_WAITS_S", ())
+    cache = tmp_path / "hf" / "hub"
+    snap = lay_out_cache(cache, "acme/m", {"config.json": CONFIG,
+                                           "model.safetensors": b"\x03" * 64},
+                         commit="a" * 40, lfs={"model.safetensors"})
+
+    def refused(self, *args, **kwargs):
+        raise ConnectionError("[Errno 111] Connection refused")
+
+    asked = []
+    real = huggingface_hub.snapshot_download
+
+    def recorded(*args, local_files_only=False, **kwargs):
+        asked.append(local_files_only)
+        return real(*args, local_files_only=True, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", refused)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", recorded)
+    man = hub.download("m", "acme/m", "a" * 40, cache_dir=str(cache))
+    assert man["snapshot_path"] == str(snap) and not man["offline"]
+    assert [f["path"] for f in man["files"]] == ["config.json", "model.safetensors"]
+    assert asked and all(asked), asked
+
+
 def test_a_download_online_reruns_offline_from_the_same_cache(tmp_path):
     """The documented workflow: download with network (huggingface_hub 2 also caches the
     repository's whole file listing, trees/<commit>.json), then run with HF_HUB_OFFLINE=1 or where

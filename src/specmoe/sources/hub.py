@@ -278,7 +278,7 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
     def fetch(allow: list[str]) -> Path:
         snap = Path(_network(lambda: snapshot_download(
             repo_id, repo_type=repo_type, revision=revision, allow_patterns=allow,
-            ignore_patterns=ignore, cache_dir=cache_dir, local_files_only=offline()),
+            ignore_patterns=ignore, cache_dir=cache_dir, local_files_only=from_cache),
             name, repo_id, revision))
         if not COMMIT.match(snap.name):
             raise InputError(f"{name}: {snap} is not a Hugging Face cache snapshot")
@@ -288,11 +288,14 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
         return (f"rerun without HF_HUB_OFFLINE to fetch {what}" if offline() else
                 f"the Hub could not be reached to fetch {what}: check the network or HF_ENDPOINT")
 
+    present: tuple[Path, list[str]] | None = None  # a snapshot walked already, and its files
     if weights_from_cache:
         snapshot = fetch(patterns)  # the config files first: which snapshot, and is it there
         listing = _cached_listing(repo_id, repo_type, snapshot.name, cache_dir)
+        if listing is None:
+            present = (snapshot, _present(snapshot))
         try:  # the repository's listing where cached (as online), else the files the cache holds
-            patterns += _weight_patterns(_present(snapshot) if listing is None else listing)
+            patterns += _weight_patterns(present[1] if listing is None else listing)
         except InputError as exc:
             if listing is not None:
                 raise InputError(f"{name}: {repo_id}: {exc}") from None
@@ -302,7 +305,8 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
     from huggingface_hub.utils import filter_repo_objects
 
     # the snapshot may hold more than this mode asked for (another mode's download of the repo)
-    files = sorted(filter_repo_objects(_present(snapshot), allow_patterns=patterns or None,
+    held = present[1] if present and present[0] == snapshot else _present(snapshot)
+    files = sorted(filter_repo_objects(held, allow_patterns=patterns or None,
                                        ignore_patterns=ignore))
     if repo_type == "model" and "config.json" not in files:
         raise InputError(f"{name}: {repo_id}@{commit[:12]} has no config.json")
