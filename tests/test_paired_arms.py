@@ -323,9 +323,11 @@ def checkpoint(tmp_path_factory):
     return out
 
 
-def _swept_engines(checkpoint, tmp_path, monkeypatch, k: int, largest: int) -> tuple:
+def _swept_engines(checkpoint, tmp_path, monkeypatch, k: int, largest: int,
+                   method: str | None = None) -> tuple:
     """The engine arguments of an SD series' two arms as sweep_stage builds them (K = k, batches
-    up to `largest`), from a stand-in for run_series that keeps them."""
+    up to `largest`; its drafter's speculative method, none: a separate draft model), from a
+    stand-in for run_series that keeps them."""
     from specmoe.contracts import Named
     from specmoe.contracts.engines import SweepSdParams
     from specmoe.sources import prompts as prompt_table
@@ -344,7 +346,7 @@ def _swept_engines(checkpoint, tmp_path, monkeypatch, k: int, largest: int) -> t
     sweep = {"schedule": [{"batch": b, "prompts": largest} for b in (1, largest)],
              "output_len": 16, "warmups": 0, "repeats": 1, "startup_timeout_s": 10}
     params = SweepSdParams(job={"model": "t", "drafter": "d", "k": k, "datasets": ["tinybench"]},
-                           settings=sweep, method=None, gpu=False,
+                           settings=sweep, method=method, gpu=False,
                            prompts=prompt_table.DEFAULT_SOURCE, prompting={})
     with pytest.raises(Stop):
         sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
@@ -600,9 +602,10 @@ def test_on_a_faked_cuda_platform_a_draft_model_series_runs_vllms_v1_runner_in_a
     assert "cudagraph_mode" not in plain["compilation_config"]
     from vllm.config import CompilationConfig
     assert CompilationConfig(**alone["compilation_config"]).cudagraph_mode.name == "PIECEWISE"
-    eagle = engine_mod.engine_kwargs("t", {"method": "eagle3", "model": "e"}, 3,
-                                     series_method="eagle3")
-    assert ENGINE_ENV not in eagle
+    eagle, eagle_plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=4,
+                                        method="eagle3")
+    assert eagle["speculative_config"]["method"] == "eagle3"
+    assert ENGINE_ENV not in eagle and ENGINE_ENV not in eagle_plain
     assert vllm_picks_v2(serving.Server(eagle).environment(), monkeypatch)
     monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
     sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=4)

@@ -94,9 +94,10 @@ def require_cuda(what: str) -> None:
             "GPU node (README: Run the study on a SLURM cluster), or use config.yaml for a CPU run")
 
 
-# specmoe's own engine argument (not vLLM's: serving.server_argv and open_llm leave it out of
-# vLLM's arguments): environment variables of the engine's processes (engine_env), part of the
-# engine's record and of its points' keys like any argument
+# specmoe's own engine argument (not vLLM's: serving.server_argv leaves it out of vLLM's
+# arguments): environment variables of the engine's processes (engine_env), part of the engine's
+# record and of its points' keys like any argument. Only a serving series' engines
+# (draft_model_series), which serving.Server runs, are given it: an offline one (open_llm) never
 ENGINE_ENV = "env"
 # vLLM's model runner, pinned by its environment variable (vllm/envs.py; "0": V1, "1": V2, unset:
 # vLLM's choice, VllmConfig.use_v2_model_runner). On CUDA vLLM 0.32 picks Model Runner V2 where
@@ -107,7 +108,7 @@ ENGINE_ENV = "env"
 # while the target's steps and the draft model served alone (the draft cost c = K TPOT_drafter
 # / TPOT_noSD) run in CUDA graphs: c understated the eager drafting the SD engine pays, and TE
 # from the sweep with it. The engines of a separate draft model's series on CUDA (engine_kwargs
-# series_method) run as V1, whose DraftModelProposer runs the draft steps in CUDA graphs too
+# draft_model_series) run as V1, whose DraftModelProposer runs the draft steps in CUDA graphs too
 # (PIECEWISE graphs only, vllm/v1/spec_decode/llm_base_proposer.py initialize_cudagraph_keys), so
 # the draft model served alone runs PIECEWISE graphs as well (DRAFT_GRAPHS), not vLLM's default
 # FULL_AND_PIECEWISE, whose full graphs would take attention's launches out of its step.
@@ -120,7 +121,7 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
                   kv_cache_mib=ENGINE_DEFAULTS["kv_cache_mib"], dtype=ENGINE_DEFAULTS["dtype"],
                   extra: dict | None = None,
                   in_process: bool = True, graph_k: int | None = None,
-                  series_method: str | None = None, draft_alone: bool = False) -> dict:
+                  draft_model_series: bool = False, draft_alone: bool = False) -> dict:
     """vLLM engine arguments. in_process (CPU only): the one worker runs in the engine core's
     process (vLLM's uni-process executor), so vLLM and torch are imported once per engine: an
     offline engine runs entirely in the calling process (open_llm), a served one in two, the API
@@ -128,12 +129,11 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
     in_process=False keeps vLLM's CPU default, a worker process of its own. graph_k (CUDA
     only): CUDA graphs for verify steps of K = graph_k drafts at every batch up to max_num_seqs
     (cuda_graph_config); a timed SD engine and its target without SD get the same.
-    series_method: the speculative method of the serving series the engine is one of (its SD
-    engine, that engine's target without SD, or a draft model served alone: draft_model); None:
-    no series. On CUDA every engine of a draft_model series runs vLLM's V1 model runner
-    (V1_RUNNER_ENV, in the engine's ENGINE_ENV). draft_alone: the engine is a draft model served
-    alone for the draft cost; on CUDA it runs the CUDA graphs V1 drafts in (DRAFT_GRAPHS), unless
-    engine_args set a mode themselves."""
+    draft_model_series: the engine is one of a separate draft model's serving series (its SD
+    engine, that engine's target without SD, or the draft model served alone). On CUDA every
+    such engine runs vLLM's V1 model runner (V1_RUNNER_ENV, in the engine's ENGINE_ENV).
+    draft_alone: the engine is a draft model served alone for the draft cost; on CUDA it runs the
+    CUDA graphs V1 drafts in (DRAFT_GRAPHS), unless engine_args set a mode themselves."""
     kw = dict(model=str(target), seed=seed, max_model_len=max_model_len,
               max_num_seqs=max_num_seqs, enable_prefix_caching=False, disable_log_stats=False,
               dtype=dtype)
@@ -152,7 +152,7 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
     if graph_k and device() == "cuda" and not kw.get("enforce_eager"):
         kw["compilation_config"] = cuda_graph_config(kw.get("compilation_config"),
                                                      int(kw["max_num_seqs"]), int(graph_k))
-    if series_method == "draft_model" and device() == "cuda":
+    if draft_model_series and device() == "cuda":
         kw[ENGINE_ENV] = {**(kw.get(ENGINE_ENV) or {}), **V1_RUNNER_ENV}
         if draft_alone and not kw.get("enforce_eager"):
             kw["compilation_config"] = {"cudagraph_mode": DRAFT_GRAPHS,
@@ -269,7 +269,6 @@ def open_llm(engine: dict, clock=None):
     startup.StartClock that receives the start's milestones (from vLLM's log records)."""
     if engine.get("distributed_executor_backend") == "uni":  # the engine core in-process too
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.update(engine.get(ENGINE_ENV) or {})  # before vLLM reads them
     from vllm import LLM
 
     from .startup import LogTap, StartClock
@@ -277,7 +276,7 @@ def open_llm(engine: dict, clock=None):
     clock = StartClock() if clock is None else clock
     clock.mark("imported")
     with LogTap(clock):
-        llm = LLM(**{k: v for k, v in engine.items() if k != ENGINE_ENV})
+        llm = LLM(**engine)
     clock.mark("up")
     try:
         yield llm

@@ -83,7 +83,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     import time
 
     from ..runtime.capture import vllm_version
-    from ..runtime.engine import check_inputs, device, drafter_spec, engine_kwargs
+    from ..runtime.engine import check_inputs, device, engine_kwargs
     from ..runtime.serving import arm_order, run_series
 
     series = params.job
@@ -97,12 +97,14 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     sched = {ds: list(settings.points(ds)) for ds in series["datasets"]}
     largest = max(b for points in sched.values() for b, _ in points)
     # on a GPU both arms of an SD series capture CUDA graphs for verify steps at every batch
-    # (engine.cuda_graph_config): the two engines differ in SD alone; the series' speculative
-    # method (a drafter served alone, rule sweep_ar's only engines (Config.served): a separate
-    # draft model's) chooses their model runner there (engine_kwargs series_method)
-    method = drafter_spec(drafter_dir)["method"] if drafter_dir else "draft_model"
-    engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=largest,
-                           graph_k=k, series_method=method, draft_alone=drafter_dir is None,
+    # (engine.cuda_graph_config): the two engines differ in SD alone; whether the series is a
+    # separate draft model's (its method, none for a tiny drafter; a drafter served alone, rule
+    # sweep_ar's only engines (Config.served), is one) chooses their model runner there
+    # (engine_kwargs draft_model_series)
+    draft_model_series = params.method in (None, "draft_model")
+    engine = engine_kwargs(target_dir, drafter_dir, k, max_num_seqs=largest, graph_k=k,
+                           draft_model_series=draft_model_series,
+                           draft_alone=drafter_dir is None,
                            **engine_opts(sweep_cfg))
     # the tokens kept free for drafts: the same in the model's series with and without SD, so
     # that they measure the same prompts
@@ -135,7 +137,8 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     paired, order = None, arm_order(key_base["device"])
     if drafter_dir:
         plain = engine_kwargs(target_dir, None, None, max_num_seqs=largest,
-                              graph_k=k, series_method=method, **engine_opts(sweep_cfg))
+                              graph_k=k, draft_model_series=draft_model_series,
+                              **engine_opts(sweep_cfg))
         paired = (plain, {**key_base, "engine": {n: v for n, v in plain.items() if n != "model"},
                           "drafter": None},
                   Path(str(out).removesuffix(".json") + ".nosd.points"))
