@@ -41,6 +41,7 @@ from pathlib import Path
 from ..cost.costmodel import capacity
 from ..cost.hfconfig import head_dim, kv_heads, tp_problems
 from . import memo
+from .drafters import EAGLE_METHODS
 
 GIB = 2**30
 # vLLM's own default share of each GPU's memory an engine may take (gpu_memory_utilization): the
@@ -260,7 +261,7 @@ def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> t
     t = _text(target)
     if drafter is not None and method == "draft_model":
         return _dense_model_bytes(_text(drafter), tp), "its config.json"
-    if method in ("eagle", "eagle3"):
+    if method in EAGLE_METHODS:
         # one decoder layer of the target's width (attention and a 4h FFN), the fc that reads the
         # target's hidden states (2 or 3 of them) and an LM head over the target's vocabulary
         h = int(t["hidden_size"])
@@ -379,7 +380,7 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
                                                _kv_dtype_bytes(cfg, e.engine_args, e.dtype),
                                                e.k if e.method else 0)
     extra_layer = 0.0  # the MTP layers' and an EAGLE head's own KV cache: one layer each
-    if e.method == "mtp" or e.method in ("eagle", "eagle3"):
+    if e.method == "mtp" or e.method in EAGLE_METHODS:
         n = len([k for k in _layer_kinds(c) if k == "full"]) or 1
         extra_layer = full / n * (mtp or 1)
     if e.method == "draft_model" and drafter_cfg is not None:
@@ -517,7 +518,7 @@ def drafter_problems(target: dict, drafter: dict, method: str, name: str) -> lis
         what = "tokenizer" if method == "draft_model" else "vocabulary"
         out.append(f"{name}'s vocabulary ({d_vocab:,}) is not the target's ({t_vocab:,}): a "
                    f"different {what}")
-    if method in ("eagle", "eagle3"):
+    if method in EAGLE_METHODS:
         want = int(drafter.get("target_hidden_size") or layer.get("hidden_size") or 0)
         if want and want != int(c["hidden_size"]):
             out.append(f"{name} reads hidden states of width {want}, the target's are "
@@ -631,7 +632,7 @@ def drafter_support(e: Engine, cfg: dict | None, drafter_cfg: dict | None, found
             return []
         problem = drafters.mtp_problem(e.model, _text(cfg), False)
         return [_finding(e, "speculative method", problem)] if problem else []
-    if e.method not in ("eagle", "eagle3"):
+    if e.method not in EAGLE_METHODS:
         return []
     d = e.drafter or {}
     head = drafter_cfg

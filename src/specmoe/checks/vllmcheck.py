@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError
+from .drafters import EAGLE_METHODS
 
 
 def available() -> bool:
@@ -138,7 +139,7 @@ def check(engines: list[dict]) -> list[dict]:
                 "(its model registry)")
         if e.get("method") == "mtp":
             out += [{"job": e["job"], **f} for f in _mtp(hf, archs)]
-        if e.get("method") in ("eagle", "eagle3") and e.get("drafter_config"):
+        if e.get("method") in EAGLE_METHODS and e.get("drafter_config"):
             out += [{"job": e["job"], **f} for f in _eagle(e)]
         with _local_model(e["config"]) as local:  # the arguments as given, the model local
             problem = _argv_problem(server_argv({**e, "repo": local}))

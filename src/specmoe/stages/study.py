@@ -76,16 +76,18 @@ def prompt_table_stage(inputs, outputs, params) -> dict:
 
 def check_drafters(manifest: dict, repo_id, methods: dict) -> None:
     """The offline drafter check (specmoe.checks.drafters) on a downloaded EAGLE head's
-    config.json: InputError in one line where vLLM cannot load it."""
+    config.json: InputError in one line where vLLM cannot load it. methods: the speculative
+    method of each EAGLE head the repository is (by drafter name; DownloadModelParams keeps
+    those alone)."""
     import json
     from pathlib import Path
 
     from ..checks import drafters
 
+    if not methods:
+        return
+    cfg = json.loads((Path(manifest["snapshot_path"]) / "config.json").read_text())
     for name, method in methods.items():
-        if method not in drafters.EAGLE_METHODS:
-            continue
-        cfg = json.loads((Path(manifest["snapshot_path"]) / "config.json").read_text())
         problem = drafters.eagle_problem(name, repo_id, method, cfg)
         if problem:
             raise InputError(f"drafter {name}: {problem}")
