@@ -480,8 +480,7 @@ class Config:
                 limit = engine_context(settings)
                 if what.series:
                     datasets = self.sweep_datasets(name)
-                    reserved = int(settings["output_len"]) + \
-                        self.prompting(name, datasets)["draft_slack"]
+                    reserved = int(settings["output_len"]) + self.draft_slack(name)
                 else:
                     datasets = [job.dataset]
                     reserved = int(settings["max_tokens"]) + int(job.k) + 1
@@ -670,14 +669,16 @@ class Config:
 
     def prompting(self, name: str, datasets) -> dict:
         """How an engine of `name` receives the prompts of `datasets` (specmoe.sources.promptfit):
-        each dataset's chat_template setting (false where the configuration has none), and the
-        tokens its sweeps keep free for drafts: K+1 at the largest K it is swept at, in its
-        series with and without SD alike, so that they measure the same prompts."""
-        parts = datasets_in(datasets)
-        ks = [r.k for r in self.sweep_runs() if name in (r.model, r.drafter)]
+        each dataset's chat_template setting (false where the configuration has none)."""
         return {"chat_template": {ds: bool((self.datasets.get(ds) or {}).get("chat_template"))
-                                  for ds in parts},
-                "draft_slack": max(ks) + 1 if ks else 0}
+                                  for ds in datasets_in(datasets)}}
+
+    def draft_slack(self, name: str) -> int:
+        """The tokens the serving series of `name` (target or drafter) keep free for drafts: K+1
+        at the largest K it is swept at (0 where it is swept at none), in its series with and
+        without SD alike, so that they measure the same prompts."""
+        ks = [r.k for r in self.sweep_runs() if name in (r.model, r.drafter)]
+        return max(ks) + 1 if ks else 0
 
     def engine_mem_mb(self, name: str) -> int:
         return self.gpu_resources(name)["mem_mb"] if self.on_gpu(name) else CPU_ENGINE["mem_mb"]

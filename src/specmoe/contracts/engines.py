@@ -51,8 +51,9 @@ class EngineParams:
     # dataset of it (reads_tiny_prompts; None: it serves downloaded datasets only)
     prompts: str | None
     # how the engine receives the prompts (Config.prompting); the tokens kept free for drafts
-    # (draft_slack: K+1 at the model's largest swept K) a series' alone, which measures its
-    # prompts with and without SD alike: a capture or profile keeps its own K+1 free
+    # (draft_slack, Config.draft_slack: K+1 at the model's largest swept K) a series' alone,
+    # which measures its prompts with and without SD alike: a capture or profile keeps its own
+    # K+1 free
     prompting: dict
     # the hardware entry it runs on where that is a GPU: another GPU measures again (None on this
     # machine's cores, whose measurements do not depend on the entry)
@@ -70,8 +71,8 @@ class EngineParams:
                   if what.sd and cfg.from_download(w.model) else None)
         gpu = cfg.on_gpu(w.model)
         prompting = cfg.prompting(w.model, datasets)
-        if not what.series:
-            del prompting["draft_slack"]
+        if what.series:
+            prompting["draft_slack"] = cfg.draft_slack(w.model)
         return cls(job=job, settings=cfg.job_settings(cls.KIND, w.model), method=method,
                    gpu=gpu, prompts=cfg.prompts if reads_tiny_prompts(cfg, datasets) else None,
                    prompting=prompting,
