@@ -131,13 +131,10 @@ def with_engine_arg_names(config: dict) -> dict:
     out["models"] = [{**m, "engine_args": named(m["engine_args"])} if m.get("engine_args") else m
                      for m in config.get("models") or []]
     for path in configcheck.ENGINE_ARGS_SECTIONS:
-        if not configcheck.section_at(config, path).get("engine_args"):
-            continue
-        node = out
-        for key in path.split("."):  # a copy of each mapping on the way
-            node[key] = dict(node[key])
-            node = node[key]
-        node["engine_args"] = named(node["engine_args"])
+        section = configcheck.section_at(config, path)
+        if section.get("engine_args"):
+            out = configcheck.with_section_at(
+                out, path, {**section, "engine_args": named(section["engine_args"])})
     return out
 
 
@@ -637,7 +634,7 @@ class Config:
         """An engine section (sweep, profiling, capture) as its jobs read it: the sweep's without
         its analysis-only settings (SWEEP_ANALYSIS_KEYS, rule speedup's: a change reruns no
         sweep, of a tiny model or a study model)."""
-        base = dict(self.raw.get(section) or {})
+        base = self.section(section)
         if section == "sweep":
             base = {k: v for k, v in base.items() if k not in SWEEP_ANALYSIS_KEYS}
         return base

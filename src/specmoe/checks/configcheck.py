@@ -13,7 +13,7 @@ from collections import Counter
 
 from ..cost.costmodel import compute_dtype
 from ..errors import InputError
-from ..kinds import engine_arg, engine_context
+from ..kinds import KINDS, engine_arg, engine_context
 from ..names import control_name
 from ..runs import dataset_parts, max_batch_of
 from .schema import did_you_mean
@@ -464,7 +464,7 @@ OWNED_ENGINE_ARGS = {
 
 # The sections that hold engine_args (each model entry holds its own): the engine jobs' sections
 # (specmoe.kinds) and the tiny models' capture engines' (their SD check takes none).
-ENGINE_ARGS_SECTIONS = ("sweep", "profiling", "capture", "tiny.capture")
+ENGINE_ARGS_SECTIONS = (*dict.fromkeys(k.section for k in KINDS.values()), "tiny.capture")
 
 
 def section_at(config: dict, path: str) -> dict:
@@ -473,6 +473,14 @@ def section_at(config: dict, path: str) -> dict:
     for key in path.split("."):
         node = (node or {}).get(key)
     return node or {}
+
+
+def with_section_at(config: dict, path: str, section: dict) -> dict:
+    """A copy of `config` with `section` at a dotted path ("tiny.capture"), each mapping on the
+    way copied; `config` itself is left as it is."""
+    key, _, rest = path.partition(".")
+    return {**config, key: with_section_at(config.get(key) or {}, rest, section) if rest
+            else section}
 
 
 def engine_args_of(config: dict) -> list[tuple[str, dict, bool]]:
