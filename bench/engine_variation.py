@@ -44,14 +44,14 @@ from specmoe.provenance import measured_device  # noqa: E402
 OUT = Path("results") / "bench" / "engine_variation"
 
 
-def points_of(series_json: Path) -> dict[str, list[dict]]:
-    d = json.loads(series_json.read_text())
-    return {ds: v["points"] for ds, v in d["datasets"].items()}
+def points_of(series: dict) -> dict[str, list[dict]]:
+    """A series' points by dataset (its json, read)."""
+    return {ds: v["points"] for ds, v in series["datasets"].items()}
 
 
-def device_of(series_json: Path) -> str | None:
+def device_of(series: dict) -> str | None:
     """The device a series was measured on (its provenance's engine: cpu or cuda)."""
-    return measured_device(json.loads(series_json.read_text()).get("provenance") or {})
+    return measured_device(series.get("provenance") or {})
 
 
 def paths(series_json: Path) -> list[Path]:
@@ -132,11 +132,10 @@ def main() -> int:
             ap.error(f"{s}: no such series (run the workflow first)")
         for e in range(1, a.engines + 1):
             measure_again(s, e)
-        engines = [points_of(OUT / s.parent / f"{s.stem}.engine{e}" / s.name)
-                   for e in range(1, a.engines + 1)]
-        report[str(s)] = variation(engines, timing)
-        devices |= {device_of(OUT / s.parent / f"{s.stem}.engine{e}" / s.name)
-                    for e in range(1, a.engines + 1)}
+        measured = [json.loads((OUT / s.parent / f"{s.stem}.engine{e}" / s.name).read_text())
+                    for e in range(1, a.engines + 1)]
+        report[str(s)] = variation([points_of(d) for d in measured], timing)
+        devices |= {device_of(d) for d in measured}
     if len(devices) != 1 or None in devices:
         print(f"the engines ran on {sorted(map(str, devices))}, not one known device: their spread "
               "is no one device's sweep.engine_log_sd", file=sys.stderr)

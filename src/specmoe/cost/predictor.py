@@ -330,7 +330,7 @@ def kv_cache_sequences(dims: ModelDims, hw: Hardware, k: int, method: str, confi
     if dims.dtype in FLOAT_DTYPES:  # served in a float dtype: the checkpoint's or the one asked
         precision = dims.dtype
     else:  # quantised: the checkpoint's own format, or vLLM's online fp8 of it
-        precision = "auto" if dims.dtype == dims_from_config(config, tp=dims.tp).dtype \
+        precision = "auto" if dims.dtype == dims_from_config(cfg, tp=dims.tp).dtype \
             else dims.dtype
     tokens = stepmodel.CONTEXT + k + 1
     e = preflight.Engine(
