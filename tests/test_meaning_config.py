@@ -305,6 +305,10 @@ CASES = [
     ("a context of no tokens spelt with dashes",
      merge(profiling={"engine_args": {"max-model-len": 0}}), 1,
      r"^config: profiling\.engine_args\.max-model-len: must be an integer >= 64 \(got 0\)$"),
+    # specmoe's own engine argument (the engines' environment) is not the user's to set: it
+    # reached the offline engines' LLM(env=...) as an argument vLLM does not know
+    ("the engines' environment in engine_args", merge(sweep={"engine_args": {"env": {"A": "1"}}}),
+     1, r"^config: sweep\.engine_args\.env is set by the pipeline"),
     # the other engine arguments specmoe reads itself: a word "false" was true to it
     ("eager profiles spelt as a word", merge(profiling={"engine_args": {"enforce_eager": "false"}}),
      1, r"^config: profiling\.engine_args\.enforce_eager: must be true or false \(got 'false'\)$"),

@@ -459,6 +459,8 @@ OWNED_ENGINE_ARGS = {
     "gpu_memory_utilization": "gpu.memory_utilization", "trust_remote_code": "trust_remote_code",
     "max_num_seqs": "the schedule's largest batch (capture: max_num_seqs)",
     "kv_cache_memory_bytes": "kv_cache_mib", "seed": "the pipeline (0)",
+    # specmoe's own argument (runtime.engine.ENGINE_ENV), not vLLM's: the engines' environment
+    "env": "the pipeline (the model runner it pins, runtime.engine.V1_RUNNER_ENV)",
 }
 
 
