@@ -173,6 +173,7 @@ def test_the_captured_models_and_the_jobs_benchmarks_are_those_of_the_capture_ru
                                                                        study).benchmarks
 
 
+@pytest.mark.slow  # Snakemake dry runs of every job
 @pytest.mark.parametrize("case", [None, ".test/study-cpu/config.yaml"])
 def test_the_reports_benchmarks_are_those_of_every_job_of_the_dry_run_but_its_own(tmp_path,
                                                                                   case):
@@ -206,6 +207,7 @@ def test_the_reports_benchmarks_are_those_of_every_job_of_the_dry_run_but_its_ow
     assert set(params.benchmarks) == dag - {P.report_benchmark("index")}
 
 
+@pytest.mark.slow  # Snakemake dry runs
 def test_a_synthetic_models_hf_config_is_an_input_of_its_cost_model_and_prediction(tmp_path):
     """A synthetic model's dimensions read from the config.json its `hf_config` names (instead
     of `dims`): its cost models and its prediction declare it, so that a new one reruns them
@@ -254,6 +256,7 @@ def test_a_synthetic_models_hf_config_is_an_input_of_its_cost_model_and_predicti
     assert len([j for j in rerun if j["rule"] == "costmodel"]) == len(cfg.of_runs(P.COSTMODEL))
 
 
+@pytest.mark.slow  # Snakemake dry runs of every job
 @pytest.mark.parametrize("case", [None, ".test/study-cpu/config.yaml"])
 def test_the_report_waits_for_every_job_whose_files_its_time_breakdown_reads(tmp_path, case):
     """The report's time breakdown reads the benchmark files of ReportIndexParams.benchmarks and

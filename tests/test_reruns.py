@@ -35,6 +35,7 @@ def test_the_order_of_the_configurations_keys_reruns_nothing(tmp_path):
     assert len(params) > 50 and params == job_params(reordered, "--forceall")
 
 
+@pytest.mark.slow  # a Snakemake dry run
 def test_a_prompt_table_of_the_users_is_an_input_of_every_job_that_reads_it(tmp_path):
     """tiny.prompts naming a file: every engine job and SD check declares it, so that new prompt
     texts rerun them, and reads it from its inputs."""
