@@ -482,6 +482,41 @@ def test_the_sweeps_analysis_only_settings_rerun_no_sweep_of_a_study_model_or_a_
         assert SpeedupParams.from_config(edited, RUN) != SpeedupParams.from_config(base, RUN)
 
 
+def test_the_plan_reruns_for_the_settings_its_bill_reads_alone():
+    """Rule plan's params, as the Snakefile builds them, carry only what the bill reads of the
+    configuration (specmoe.cost.plan.ENGINE_KEYS of the engine sections, `plan`, the planned
+    models' hardware; each GPU job's engine, for the preflight's memory headroom, is its entries'):
+    the sweep's analysis-only settings (engine_log_sd: config/paper.yaml tells the user to set
+    it), its servers' start-up timeout or a hardware no planned model runs on rerun no plan (they
+    did: the whole sections were params); a setting the bill reads does, through its `config`."""
+    from test_preflight import paper
+
+    from specmoe.contracts.report import PlanParams
+    from specmoe.cost.plan import ENGINE_KEYS
+
+    def params(edit=None):
+        return {name: value(Wildcards())
+                for name, value in snakemake_params(PlanParams, paper(edit)).items()}
+
+    base = params()
+    assert base["entries"] and {e["hardware"] for e in base["entries"]} == {"H100", "B200"}
+    unread = {"sweep.engine_log_sd": lambda c: c["sweep"].update(engine_log_sd=0.05),
+              "the sweep's analysis": lambda c: c["sweep"].update(
+                  shape_margin=0.1, timing="engine", engine_log_sd_df=4),
+              "sweep.startup_timeout_s": lambda c: c["sweep"].update(startup_timeout_s=7200),
+              "hardware CPU": lambda c: c["hardware"]["CPU"].update(hbm_bandwidth_gbs=40)}
+    for what, edit in unread.items():
+        assert params(edit) == base, what
+    read = {f"{section}.{key}": (section, key, base["config"][section][key])
+            for section, keys in ENGINE_KEYS.items() for key in keys}
+    for what, (section, key, was) in read.items():
+        now = [*was, 2 * max(was)] if isinstance(was, list) else was + 1
+        assert params(lambda c: c[section].update({key: now}))["config"] != base["config"], what
+    assert params(lambda c: c["plan"].update(safety=3.0))["config"] != base["config"]
+    assert params(lambda c: c["hardware"]["H100"].update(hbm_bandwidth_gbs=4000))["config"] != (
+        base["config"])
+
+
 def test_the_tokens_kept_free_for_drafts_are_a_series_param_alone():
     """draft_slack (K+1 at the model's largest swept K) is read by the serving series alone: a K
     added to a model reruns its series, whose prompts it changes, and not its captures and

@@ -247,15 +247,15 @@ class PlanParams:
     entries: per planned model or draft model served alone (Config.planned), its engine jobs as
     the rules run them and, on a GPU, each job's engine (for its memory headroom), with its
     config-only `manifest` where it reads one (plan_config; None: the package's config.json,
-    or the Hugging Face cache's); config: what the bill reads
-    of the configuration (the engine sections, `plan`, the Ks and the resolved hardware);
+    or the Hugging Face cache's); config: what the bill reads of the configuration, only that
+    (a change to anything else reruns no plan): the keys of the engine sections it reads
+    (specmoe.cost.plan.ENGINE_KEYS), `plan` and the resolved hardware its entries run on;
     unplanned: those it cannot size (no repo id); prompt_tokens: {dataset: (mean prompt tokens,
     where the number comes from)} of the planned engines' datasets."""
 
     INPUTS = ("manifests",)
     OUTPUTS = ("md", "json")
     STAGE = "specmoe.stages.report.plan_stage"
-    CONFIG_KEYS = ("sweep", "capture", "profiling", "plan", "ks")
 
     entries: list
     config: dict
@@ -264,12 +264,17 @@ class PlanParams:
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "PlanParams":
+        from ..cost.plan import ENGINE_KEYS  # here: the step model's imports take seconds
+
         entries = [plan_entry(cfg, n) for n in cfg.planned]
         datasets = datasets_in(ds for e in entries for ds in e["datasets"])
+        engines = {s: {k: v for k, v in cfg.section(s).items() if k in keys}
+                   for s, keys in ENGINE_KEYS.items()}
+        hardware = {h: cfg.hardware[h] for h in sorted({e["hardware"] for e in entries})
+                    if h in cfg.hardware}  # one it does not know: the bill names it
         return cls(entries=[{**e, "manifest": (plan_config(cfg, e["name"]) or [None])[0]}
                             for e in entries],
-                   config={**{k: cfg.raw[k] for k in cls.CONFIG_KEYS if k in cfg.raw},
-                           "hardware": cfg.hardware},
+                   config={**engines, "plan": cfg.section("plan"), "hardware": hardware},
                    unplanned=[n for n in cfg.plan_engines if n not in cfg.planned],
                    prompt_tokens={ds: cfg.prompt_tokens(ds) for ds in datasets})
 

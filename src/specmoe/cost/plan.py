@@ -108,9 +108,18 @@ def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int 
     return total
 
 
+# The keys of the engine sections that the bill reads (job_rows), the only ones rule plan's params
+# carry (specmoe.contracts.report.PlanParams): a change to any other (an engine argument, the
+# sweep's analysis-only settings) reruns no plan.
+ENGINE_KEYS = {"sweep": ("repeats", "warmups", "output_len"),
+               "capture": ("max_num_seqs", "max_tokens"),
+               "profiling": ("max_tokens", "batch_sizes", "engines")}
+
+
 def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
              params: StepParams, prompt_tokens: dict[str, float] | None = None) -> list[dict]:
-    """The estimates of one model's GPU jobs. model: its `jobs` ({rule, drafter, k, dataset}, as
+    """The estimates of one model's GPU jobs. config: the engine sections (their ENGINE_KEYS)
+    and `hardware`; model: its `jobs` ({rule, drafter, k, dataset}, as
     the workflow's rules run them, specmoe.config.Config.engine_jobs), `datasets`, `schedules`
     (each dataset's (batch, prompts) points in its series, Config.sweep_schedule),
     `capture_prompts` (the prompts each capture's dataset gives it, Config.capture_prompts; None
@@ -125,7 +134,7 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         parts = [known[p] for p in dataset_parts(ds) if p in known]
         return sum(parts) / len(parts) if parts else 0.0
 
-    sweep, cap, prof = (config.get(s) or {} for s in ("sweep", "capture", "profiling"))
+    sweep, cap, prof = (config.get(s) or {} for s in ENGINE_KEYS)  # their ENGINE_KEYS alone
     gpus = int(model["gpus"])
     boot = startup_s(dims, a)
     rows = []
