@@ -97,6 +97,11 @@ CORPUS = [
     ("fp8 variant on a CPU", lambda c: c["models"].append(
         {"name": "v", "source": "variant", "variant_of": "t", "precision": "fp8", "drafters": ["d"],
          "datasets": ["tinybench"]}), "model v: precision fp8 needs a GPU"),
+    ("TP on a tiny model", lambda c: c["models"][0].update(tp=4),
+     "model t: tp 4: a tiny model is trained and served on one CPU worker"),
+    ("TP on a tiny model's variant", lambda c: c["models"].append(
+        {"name": "v", "source": "variant", "variant_of": "t", "tp": 2, "drafters": ["d"],
+         "datasets": ["tinybench"]}), "model v: tp 2: a tiny model is trained and served on one"),
     ("variant on a dataset the prompt table lacks", lambda c: c["models"].append(
         {"name": "v", "source": "variant", "variant_of": "t", "precision": "bf16",
          "drafters": ["d"], "datasets": ["mtbench"]}),

@@ -158,6 +158,9 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
                 break
         if src == "synthetic":
             out += [f"{where}: {p}" for p in _synthetic_problems(e, m.ks)]
+        if tiny and m.tp != 1:  # its engines pass no TP; the comparison would name this one
+            out.append(f"{where}: tp {m.tp}: a tiny model is trained and served on one CPU "
+                       "worker (vLLM's uni executor), TP 1: leave tp out")
         if src == "tiny":  # a variant's arch is its target's
             out += [f"{where}: {p}" for p in _arch_problems(e.get("arch") or {})]
             if (e.get("arch") or {}).get("kind", "moe") != "moe":
