@@ -56,6 +56,8 @@ def test_every_window_has_k_plus_one_rows_unless_recorded_short(captured):
     assert tr.meta["capture"]["short_windows"] == int((nd < K).sum())
     assert tr.meta["capture"]["startup_s"] > 0  # the engine's start, for report.timing
     assert tr.experts.shape[1:] == (2, 4) and tr.experts.max() < 16
+    # both layers of the tiny target have experts: both were bound, and both routed
+    assert tr.meta["capture"]["layers"] == tr.meta["capture"]["bound_layers"] == [0, 1]
     pos, st = tr.columns["position"], tr.columns["status"]
     assert (st[pos == 0] == COMMITTED).all()
     assert {ACCEPTED, FIRST_REJECTED} <= set(st.tolist())
@@ -200,8 +202,8 @@ def test_an_unfilled_routing_slot_is_an_error_naming_step_and_layer(tmp_path):
     np.savez(shard, experts=experts, token_id=np.arange(8, dtype=np.int32),
              req=np.array(["r0", "r0"]), step=np.array([0, 1], np.int32),
              n_drafts=np.array([3, 3], np.int8), accepted=np.array([1, 2], np.int8),
-             layers=np.array([3, 7]), num_experts=16, capture_s=0.0,
-             preempted=np.array([], dtype=str))
+             layers=np.array([3, 7]), bound_layers=np.array([3, 7]), num_experts=16,
+             capture_s=0.0, preempted=np.array([], dtype=str))
     # the windows commit rows 0, 1 (position 0, one accepted draft), then 4, 5, 6; then a bonus
     res = {"shards": [str(shard)], "requests": [{"request_id": "r0", "per_step_accepted": [1, 2],
                                                  "token_ids": [0, 1, 4, 5, 6, 99]}]}
@@ -212,8 +214,8 @@ def test_an_unfilled_routing_slot_is_an_error_naming_step_and_layer(tmp_path):
     np.savez(shard, experts=experts, token_id=np.arange(8, dtype=np.int32),
              req=np.array(["r0", "r0"]), step=np.array([0, 1], np.int32),
              n_drafts=np.array([3, 3], np.int8), accepted=np.array([1, 2], np.int8),
-             layers=np.array([3, 7]), num_experts=16, capture_s=0.0,
-             preempted=np.array([], dtype=str))
+             layers=np.array([3, 7]), bound_layers=np.array([3, 7]), num_experts=16,
+             capture_s=0.0, preempted=np.array([], dtype=str))
     tr = capture.assemble(res, [Prompt("p0", "x", "c", "text")], run, K)
     assert len(tr) == 8 and tr.experts.min() == 0
 

@@ -29,6 +29,37 @@ K = 3
 LAYERS, TOP_K, MAX_TOKENS = 2, 2, 64
 
 
+class _Router(torch.nn.Module):
+    """A MoE layer's router as vLLM's bind_routed_experts_capturer binds it (a
+    RoutedExpertsCaptureSource: its layer id and a capture_fn that bind sets)."""
+
+    def __init__(self, layer_id: int):
+        super().__init__()
+        self.layer_id, self.capture_fn = layer_id, None
+
+
+def _load(runner, moe_layers) -> None:
+    """The runner's load_model as capture._install wraps it, with vLLM's own
+    bind_routed_experts_capturer, of a model whose MoE layers are `moe_layers` (the others dense:
+    no router); its forward is the runner's fake."""
+    from vllm.model_executor.layers.fused_moe.routed_experts_capturer import (
+        bind_routed_experts_capturer,
+    )
+
+    def load_model(self):
+        self.model = torch.nn.ModuleList([_Router(i) for i in moe_layers])
+
+    capture._wrap_load(load_model, bind_routed_experts_capturer)(runner)
+
+
+def _route(runner, topk, layers=None) -> None:
+    """A forward's routers report topk, those of `layers` only where given, through the capture_fn
+    that vLLM bound."""
+    for router in runner.model:
+        if layers is None or router.layer_id in layers:
+            router.capture_fn(topk)
+
+
 class _AsyncOutput:
     """Stand-in for V2's AsyncOutput (vllm/v1/worker/gpu/async_utils.py), whose device-to-host
     copy needs CUDA streams: the tokens arrive when the engine calls get_output()."""
@@ -66,8 +97,7 @@ def _fake_v2_execute_model(self, scheduler_output, intermediate_tensors=None, du
     fake.step += 1
     # the forward: every router reports its top-k for every row, here (the step's number, the row)
     topk = torch.stack([torch.full((total,), fake.step), torch.arange(total)], 1).to(torch.int16)
-    for layer in range(LAYERS):
-        self._specmoe.capture(layer, topk)
+    _route(self, topk)
     # the step's input ids: 1000 * step + row, but a decode window's first row is the request's
     # last committed token (its previous step's bonus token, _fake_v2_sample_tokens)
     input_ids = torch.arange(total, dtype=torch.int32) + 1000 * fake.step
@@ -189,7 +219,7 @@ def v2_runner(monkeypatch):
             kv_connector=NO_OP_KV_CONNECTOR, model_state=SimpleNamespace(),
             fake=SimpleNamespace(requests={}, step=0, calls=[], accepted={}, batches={},
                                  outputs={}, per_step={}))
-        runner._specmoe = capture.Recorder(runner)
+        _load(runner, range(LAYERS))
         yield runner
     finally:
         for cls, entries in saved:
@@ -341,7 +371,8 @@ def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None, token_id=None, 
     np.savez(shard, experts=np.tile(np.arange(4, dtype=np.int16), ((K + 1) * n, 2, 1)),
              token_id=own_ids if token_id is None else token_id, req=np.array(["r0"] * n),
              step=np.arange(n, dtype=np.int32), n_drafts=np.full(n, K, np.int8),
-             accepted=np.array(accepted, np.int8), layers=np.array([3, 7]), num_experts=16,
+             accepted=np.array(accepted, np.int8), layers=np.array([3, 7]),
+             bound_layers=np.array([3, 7]), num_experts=16,
              capture_s=0.0, runner="v2", async_scheduling=True,
              preempted=np.array(preempted, dtype=str))
     request = {"request_id": "r0", "per_step_accepted": vllm_accepted,
@@ -400,27 +431,27 @@ def test_a_capture_whose_every_window_came_after_its_requests_end_is_refused(tmp
 class _V1Runner:
     """A V1 model runner as far as the recorder reads it (one request, rows in input_batch order),
     whose forward runs the routers of the layers `routed` names for the next step, each routing
-    every row to the experts `experts` (a fake: vLLM's own needs a model)."""
+    every row to the experts `experts` (a fake: vLLM's own needs a model); its MoE layers are
+    `moe_layers`, bound as load_model binds them."""
 
-    def __init__(self):
+    def __init__(self, moe_layers=range(LAYERS), num_layers=LAYERS):
         self.vllm_config = SimpleNamespace(
             speculative_config=None,
             parallel_config=SimpleNamespace(**{k: 1 for k in capture.ONE_RANK_SIZES}),
             scheduler_config=SimpleNamespace(async_scheduling=False))
-        self.model_config = SimpleNamespace(get_total_num_hidden_layers=lambda: LAYERS,
+        self.model_config = SimpleNamespace(get_total_num_hidden_layers=lambda: num_layers,
                                             get_num_experts_per_tok=lambda: TOP_K,
                                             get_num_experts=lambda: 8)
         self.max_num_tokens, self.device = MAX_TOKENS, "cpu"
         self.input_batch = SimpleNamespace(req_ids=["0-x"])
         self.requests = {"0-x": SimpleNamespace(output_token_ids=[7])}
         self.input_ids = SimpleNamespace(gpu=torch.zeros(MAX_TOKENS, dtype=torch.int32))
-        self._specmoe = capture.Recorder(self)
+        _load(self, moe_layers)
 
     def execute_model(self, scheduler_output):
         n = scheduler_output.total_num_scheduled_tokens
         self.input_ids.gpu[:n] = torch.tensor(self.tokens)
-        for layer in self.routed:
-            self._specmoe.capture(layer, torch.tensor([self.experts] * n, dtype=torch.int64))
+        _route(self, torch.tensor([self.experts] * n, dtype=torch.int64), self.routed)
 
     def sample_tokens(self, grammar_output=None):
         return SimpleNamespace(req_id_to_index={"0-x": 0}, sampled_token_ids=[self.sampled])
@@ -469,6 +500,54 @@ def test_a_layer_whose_router_does_not_report_leaves_unfilled_slots_not_the_last
     assert tr.experts[:, 0].tolist() == [[0, 1]] * (K + 1) + [[4, 5]] * (K + 1)
     assert tr.experts[:, 1].tolist() == tr.experts[:, 0].tolist()
     assert tr.columns["token_id"].tolist() == [7, 8, 9, 10, 99, 11, 12, 13]
+
+
+def _v1_capture(runner, tmp_path, routed, mode="windows"):
+    """Two steps of one request's windows of K drafts (the test above's), in which the routers of
+    the layers `routed` report; assembled as the capture (windows) or read as the teacher-forced
+    sequence (rows)."""
+    from specmoe.sources.prompts import Prompt
+
+    runner._specmoe.mode = mode
+    _v1_step(runner, [7, 8, 9, 10], routed, [0, 1], [8, 99])  # accepts 1 draft, bonus 99
+    _v1_step(runner, [99, 11, 12, 13], routed, [4, 5], [11, 50])
+    shard = runner._specmoe.flush(str(tmp_path))
+    if mode == "rows":
+        routing, info = capture.rows_of_sequences({"shards": [shard], "request_ids": ["0"]},
+                                                  [[7, 8, 9, 10, 99, 11, 12, 13]])
+        return routing[0], info
+    result = {"shards": [shard], "requests": [{"request_id": "0", "token_ids": [7, 8, 99, 11, 50],
+                                               "per_step_accepted": [1, 1]}]}
+    tr = capture.assemble(result, [Prompt("p0", "x", "c", "text")],
+                          {"model": "t", "drafter": "d", "k": K, "dataset": "x"}, K)
+    return tr.experts, tr.meta["capture"]
+
+
+@pytest.mark.parametrize("mode", ["windows", "rows"])
+def test_a_bound_moe_layer_whose_router_never_reports_stops_the_capture(tmp_path, mode):
+    """A MoE layer bound at load_model whose router never runs through the hooked forward (a path
+    of the model that bypasses it) leaves no unfilled slot: the recorder keeps only the layers
+    seen, and the trace (or the control's teacher-forced routing) had one layer fewer, which every
+    per-layer statistic took for the model's. The capture stops in one line naming the layers."""
+    with pytest.raises(SpecmoeError, match=r"^routing capture: the recorder was bound to MoE "
+                                           r"layers \[0, 1\], the routers reported in layers "
+                                           r"\[0\]: missing \[1\]: [^\n]*$"):
+        _v1_capture(_V1Runner(), tmp_path, [0], mode)
+
+
+@pytest.mark.parametrize("mode", ["windows", "rows"])
+def test_dense_layers_are_not_expected_and_the_bound_ones_are_recorded(tmp_path, mode):
+    """DeepSeek's and GLM's first_k_dense_replace: layer 0 is dense (no router, not bound), layers
+    1 and 2 have experts. Their routing is the trace's, and the layers bound are in its metadata;
+    the dense layer is no missing one, but a MoE layer that never reports still is."""
+    experts, info = _v1_capture(_V1Runner(moe_layers=[1, 2], num_layers=3), tmp_path, [1, 2],
+                                mode)
+    assert (info["layers"], info["bound_layers"]) == ([1, 2], [1, 2])
+    assert experts.shape == (2 * (K + 1), 2, TOP_K)
+    assert experts[:, 1].tolist() == [[0, 1]] * (K + 1) + [[4, 5]] * (K + 1)
+    with pytest.raises(SpecmoeError, match=r"bound to MoE layers \[1, 2\], the routers reported "
+                                           r"in layers \[2\]: missing \[1\]"):
+        _v1_capture(_V1Runner(moe_layers=[1, 2], num_layers=3), tmp_path, [2], mode)
 
 
 # vLLM's ParallelConfig for each layout whose rows a worker records in part (DCP needs TP of 2)

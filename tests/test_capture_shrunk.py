@@ -61,6 +61,7 @@ def test_capture_sees_every_moe_layer_of_a_shrunk_study_architecture(arch, captu
     dense = sorted(set(range(cfg["num_hidden_layers"])) - set(want))
     assert dense == list(range(int(cfg.get("first_k_dense_replace") or 0)))
     assert tr.meta["capture"]["layers"] == want          # every MoE layer, no dense one
+    assert tr.meta["capture"]["bound_layers"] == want    # the recorder was bound to those
     assert tr.num_experts == EXPERTS and tr.experts.shape[1:] == (len(want), TOP_K)
     assert ((tr.experts >= 0) & (tr.experts < EXPERTS)).all()
     ids = np.sort(tr.experts, axis=2)

@@ -7,7 +7,11 @@ pyproject.toml, inert unless SPECMOE_CAPTURE=1) patches the model runner in ever
 - `load_model`: after the target is loaded, and so before any compile or CUDA-graph capture, bind our
   recorder to the target's MoE routers with vLLM's `bind_routed_experts_capturer`. Router top-k goes
   through `BaseRouter._select_experts`, which calls `capture_fn(topk_ids)` with logical expert ids;
-  the recorder writes them into a static device buffer (graph-safe). The drafter is not bound.
+  the recorder writes them into a static device buffer (graph-safe). The drafter is not bound. The
+  recorder keeps the ids of the layers bound (`moe_layer_ids`: dense layers, such as DeepSeek's and
+  GLM's first_k_dense_replace, have no router and are not bound); assembly refuses a capture whose
+  routers reported in other layers than these (a bound router that never fired would otherwise
+  leave its layer out of the trace, and every per-layer statistic would be over another layer set).
 - `execute_model`: before the step, read the scheduled tokens and drafts per request and mark the
   step's rows of the buffer unfilled (-1: a router that does not report shows, never an earlier
   step's routing); after the forward, copy the routing rows and the input ids of this step to
@@ -148,6 +152,7 @@ class Recorder:
         self.runner = runner_kind(runner)
         self.async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
         self.layers_seen: set[int] = set()
+        self.bound_layers: list[int] | None = None  # set by attach
         self.pending: dict | None = None  # a step between its execute_model and sample_tokens
         self.chunks: list[dict] = []
         self.step_of: dict[str, int] = {}
@@ -155,6 +160,12 @@ class Recorder:
         self.capture_s = 0.0
         self.lock = threading.Lock()  # sampled tokens may arrive on the output thread
         self.mode = os.environ.get(ENV_MODE, "windows")
+
+    def attach(self, model, bind) -> None:
+        """Bind the recorder to the model's MoE routers (bind: vLLM's bind_routed_experts_capturer)
+        and keep the ids of the layers bound: the layers whose routing the capture must hold."""
+        bind(model, self)
+        self.bound_layers = moe_layer_ids(model)
 
     def capture(self, layer_id: int, topk_ids) -> None:  # called inside the forward
         self.layers_seen.add(layer_id)
@@ -307,14 +318,18 @@ class Recorder:
             chunks, self.chunks = self.chunks, []
         if not chunks:
             return None
+        if self.bound_layers is None:
+            raise SpecmoeError("routing capture: the recorder was never bound to the target's MoE "
+                               "routers (Recorder.attach): which layers it must hold is unknown")
         layers = sorted(self.layers_seen)
+        bound = np.array(self.bound_layers, dtype=np.int64)
         if self.mode == "rows":
             fd, path = tempfile.mkstemp(prefix="rows-", suffix=".npz", dir=out_dir)
             os.close(fd)
             np.savez(path, experts=np.concatenate([c["experts"] for c in chunks])[:, layers],
                      token_id=np.concatenate([c["token_id"] for c in chunks]),
                      req=np.array([r for c in chunks for r, n in c["rows"] for _ in range(n)]),
-                     layers=np.array(layers), num_experts=self.num_experts)
+                     layers=np.array(layers), bound_layers=bound, num_experts=self.num_experts)
             return path
         experts = np.concatenate([c["experts"] for c in chunks])[:, layers]
         token_id = np.concatenate([c["token_id"] for c in chunks])
@@ -326,7 +341,8 @@ class Recorder:
         fd, path = tempfile.mkstemp(prefix="capture-", suffix=".npz", dir=out_dir)
         os.close(fd)
         np.savez(path, experts=experts, token_id=token_id, req=req, step=step, n_drafts=n_drafts,
-                 accepted=accepted, layers=np.array(layers), num_experts=self.num_experts,
+                 accepted=accepted, layers=np.array(layers), bound_layers=bound,
+                 num_experts=self.num_experts,
                  capture_s=self.capture_s, runner=self.runner,
                  async_scheduling=self.async_scheduling,
                  preempted=np.array(self.preempted, dtype=str))
@@ -378,14 +394,53 @@ def patch_targets() -> list[tuple[type, bool]]:
     return targets
 
 
+def moe_layer_ids(model) -> list[int]:
+    """The ids of the layers whose routers vLLM 0.32's bind_routed_experts_capturer binds: those of
+    its capture sources and MoE runners (it binds every one of them, or raises). A dense layer has
+    neither."""
+    from vllm.model_executor.layers.fused_moe.routed_experts_capturer import (
+        RoutedExpertsCaptureSource,
+    )
+    from vllm.model_executor.layers.fused_moe.layer import MoERunner
+
+    return sorted({int(m.layer_id) for m in model.modules()
+                   if isinstance(m, (RoutedExpertsCaptureSource, MoERunner))})
+
+
+def shard_layers(shards: list) -> tuple[list[int], list[int]]:
+    """The layers the shards' routing holds and the MoE layers the recorder was bound to, which
+    must be the same: a bound router that never reported would leave its layer out of the trace
+    (and every per-layer statistic would be over another layer set), one that reported unbound is
+    not the target's."""
+    layers = bound = None
+    for s in shards:
+        if "bound_layers" not in s.files:
+            raise SpecmoeError("routing capture: a shard does not record the MoE layers the "
+                               "recorder was bound to: its layers cannot be checked")
+        seen, want = s["layers"].tolist(), s["bound_layers"].tolist()
+        if seen != want:
+            missing = sorted(set(want) - set(seen))
+            extra = sorted(set(seen) - set(want))
+            raise SpecmoeError(
+                f"routing capture: the recorder was bound to MoE layers {want}, the routers "
+                f"reported in layers {seen}: missing {missing}"
+                + (f", not bound {extra}" if extra else "")
+                + ": a bound layer's router never ran through the hooked forward")
+        if layers is not None and (seen, want) != (layers, bound):
+            raise SpecmoeError(f"routing capture: one shard holds layers {layers}, another "
+                               f"{seen}: their rows are not of one model")
+        layers, bound = seen, want
+    return layers, bound
+
+
 def _wrap_load(orig, bind):
     @functools.wraps(orig)
     def load_model(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
         self._specmoe = Recorder(self)
-        bind(self.model, self._specmoe)
-        log.info("specmoe: routing capture bound to %s (model runner %s)",
-                 type(self.model).__name__, self._specmoe.runner)
+        self._specmoe.attach(self.model, bind)
+        log.info("specmoe: routing capture bound to %s, MoE layers %s (model runner %s)",
+                 type(self.model).__name__, self._specmoe.bound_layers, self._specmoe.runner)
         return out
 
     return load_model
@@ -515,6 +570,7 @@ def rows_of_sequences(result: dict, sequences: list) -> tuple[list[np.ndarray], 
     shards = [np.load(p) for p in result["shards"]]
     if not shards:
         raise SpecmoeError("teacher-forced capture recorded no rows")
+    layers, bound = shard_layers(shards)
     experts = np.concatenate([s["experts"] for s in shards])
     token_id = np.concatenate([s["token_id"] for s in shards])
     req = np.concatenate([s["req"] for s in shards])
@@ -538,7 +594,7 @@ def rows_of_sequences(result: dict, sequences: list) -> tuple[list[np.ndarray], 
         raise SpecmoeError(f"teacher-forced capture: unfilled routing slots in sequence "
                            f"{unfilled[0]} ({len(unfilled)} sequence(s) in all): the recorder "
                            "missed a forward pass")
-    return out, {"layers": shards[0]["layers"].tolist(),
+    return out, {"layers": layers, "bound_layers": bound,
                  "num_experts": int(shards[0]["num_experts"])}
 
 
@@ -563,6 +619,7 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
     shards = [np.load(p) for p in result["shards"]]
     if not shards:
         raise SpecmoeError("capture recorded no verification windows")
+    layers, bound = shard_layers(shards)
     cat = lambda key: np.concatenate([s[key] for s in shards])  # noqa: E731
     experts, token_id = cat("experts"), cat("token_id")
     req, step, n_drafts, accepted = cat("req"), cat("step"), cat("n_drafts"), cat("accepted")
@@ -616,7 +673,9 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
             "capture": {
         "windows": int(order.size), "short_windows": int((n_drafts[live] < k_draft).sum()),
         "windows_after_finish": int((~live).sum()),
-        "layers": shards[0]["layers"].tolist(), "capture_s": float(sum(s["capture_s"] for s in shards)),
+        # the layers routed (every MoE layer the recorder was bound to, shard_layers)
+        "layers": layers, "bound_layers": bound,
+        "capture_s": float(sum(s["capture_s"] for s in shards)),
         "accepted_crosscheck": {"steps": checked, "mismatches": 0},
         # which model runner recorded, and whether async scheduling was on (None: not in the shard)
         **{key: (kind(shards[0][key]) if key in shards[0].files else None)
