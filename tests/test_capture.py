@@ -277,6 +277,7 @@ def test_matched_control_reads_the_targets_windows_token_for_token(captured, mat
         np.testing.assert_array_equal(ctl.columns[name], tr.columns[name], err_msg=name)
     assert set(ctl.columns["model"].tolist()) == {"t-random"}
     assert ctl.meta["capture"]["teacher_forced"]["target"] == "t"
+    assert ctl.meta["capture"]["layers"] == ctl.meta["capture"]["bound_layers"] == [0, 1]
     assert not np.array_equal(ctl.experts, tr.experts)  # another checkpoint routes otherwise
     # its engine's start is recorded, so the run's time breakdown splits it off (it was not),
     # from before vLLM's import as every other engine's (it began after it: 4 s, not 12)

@@ -62,8 +62,8 @@ def test_a_longer_job_runtime_keeps_the_controls_config_hash(tmp_path, monkeypat
         return {"seqs": seqs}
 
     def rows_of_sequences(res, seqs):
-        return [np.tile(np.arange(2), (len(s), 1, 1)) for s in seqs], {"layers": [0],
-                                                                    "num_experts": 8}
+        return [np.tile(np.arange(2), (len(s), 1, 1)) for s in seqs], {
+            "layers": [0], "bound_layers": [0], "num_experts": 8}
 
     monkeypatch.setattr(engine, "run_in_child", child)
     monkeypatch.setattr(capture, "rows_of_sequences", rows_of_sequences)
@@ -163,7 +163,8 @@ def test_a_control_records_its_targets_config_hash(tmp_path, monkeypatch):
 
     monkeypatch.setattr(engine, "run_in_child", lambda fn, seqs, *a, **kw: {})
     monkeypatch.setattr(capture, "rows_of_sequences", lambda res, seqs: (
-        [np.tile(np.arange(2), (len(s), 1, 1)) for s in seqs], {"layers": [0], "num_experts": 8}))
+        [np.tile(np.arange(2), (len(s), 1, 1)) for s in seqs],
+        {"layers": [0], "bound_layers": [0], "num_experts": 8}))
     tr = generate(SynthParams(num_experts=8, top_k=2, num_layers=1, k_draft=3, requests=2,
                               steps=2, seed=0))
     tr.meta["prompt_token_ids"] = [[1, 2], [3, 4]]
@@ -179,5 +180,6 @@ def test_a_control_records_its_targets_config_hash(tmp_path, monkeypatch):
                               CaptureControlParams(run=run, settings={"max_num_seqs": 4}))
         meta = read_trace(out).meta
         assert meta["capture"]["teacher_forced"]["target_config_hash"] == target_hash
+        assert meta["capture"]["bound_layers"] == [0]  # the control's MoE layers, as bound
         records.append(meta["provenance"])
     assert records[0]["config_hash"] != records[1]["config_hash"]

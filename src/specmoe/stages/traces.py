@@ -180,7 +180,9 @@ def control_capture_stage(inputs, outputs, params, log: str | None = None,
     meta = {"run": run, "slice_datasets": tr.meta.get("slice_datasets"),
             "prompting": tr.meta.get("prompting"),
             "prompt_token_ids": tr.meta.get("prompt_token_ids"),
+            # the layers routed: every MoE layer the recorder was bound to (capture.shard_layers)
             "capture": {"windows": len(spans), "layers": info["layers"],
+                        "bound_layers": info["bound_layers"],
                         "generate_s": res.get("generate_s"),
                         # the engine's start (specmoe.report.timing splits it off)
                         "startup_s": res.get("startup_s"),
