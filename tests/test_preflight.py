@@ -420,3 +420,137 @@ def test_the_gpu_plan_is_offline(tmp_path, study_drafters, preflight_memo):
     assert not (wd / "results" / "downloads").exists()
     assert not (wd / "results" / "prompts").exists()
     assert "headroom_gib" in (wd / "results/plan.md").read_text()
+
+
+# --- hybrid models: vLLM's attention block for linear-attention states -------------------------
+
+NEXT = "Qwen/Qwen3-Next-80B-A3B-Instruct"  # 12 full-attention and 36 linear-attention layers
+
+
+@pytest.mark.parametrize("tp,method,k,kv_cache_dtype,block", [
+    (4, "mtp", 3, "auto", 288),   # the study's qwen3-next-80b-bf16-tp4
+    (2, "mtp", 3, "auto", 560),
+    (1, None, 0, "auto", 544),
+    (4, None, 0, "fp8", 544),     # half the bytes per token, twice the tokens
+])
+def test_a_hybrid_models_attention_block_is_the_one_vllm_aligns(tp, method, k, kv_cache_dtype,
+                                                                block):
+    """Qwen3-Next's attention block, by the arithmetic of vLLM 0.32's
+    Platform._align_hybrid_block_size: the smallest multiple of the CUDA kernel block (16
+    tokens) whose page, one full-attention layer's KV of that many tokens (2 x max(1, 2 KV heads
+    / TP) x 256 x the KV dtype's bytes), holds one linear-attention state (conv state of (2 x 16
+    x 128 + 32 x 128) / TP channels x (kernel 4 - 1 + K) rows, recurrent state of 32 / TP x 128
+    x 128, in bf16); the preflight once gave it vLLM's 16-token default."""
+    c = preflight._text(preflight.shipped_config(NEXT))
+    token = 2 * max(1, 2 // tp) * 256 * (1 if kv_cache_dtype == "fp8" else 2)
+    state = ((2 * 16 * 128 + 32 * 128) // tp * (4 - 1 + k) + 32 // tp * 128 * 128) * 2
+    assert preflight.state_page(c, tp, k) == state
+    assert block == 16 * -(-state // (16 * token)) and block * token >= state
+    e = engine(NEXT, tp, method, k, engine_args={"kv_cache_dtype": kv_cache_dtype})
+    assert preflight.memory(e, preflight.shipped_config(NEXT), None).block == block
+
+
+@pytest.mark.parametrize("tp,k,kv_cache_dtype", [(4, 3, "auto"), (1, 3, "auto"), (2, 0, "fp8")])
+def test_the_hybrid_block_and_page_padding_are_vllms_own(tmp_path, tp, k, kv_cache_dtype):
+    """vLLM 0.32's own Platform._align_hybrid_block_size, run on this CPU on the shipped
+    Qwen3-Next config.json (and its MTP module for K > 0) with the backend an H100 runs
+    (FlashAttentionBackend, whose kernel block there is the MultipleOf(16) it gives here): its
+    block size is the preflight's, and the linear-attention state page it pads to
+    (mamba_page_size_padded; None where the state fills the page exactly) is the preflight's
+    attention page. The CPU platform's own choices (a 128-token block, an fp32 recurrent state
+    for its GDN kernel) are undone first: they are not CUDA's."""
+    from vllm.config import (CacheConfig, ModelConfig, ParallelConfig, SpeculativeConfig,
+                             VllmConfig)
+    from vllm.platforms.interface import Platform
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    cfg = preflight.shipped_config(NEXT)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model = ModelConfig(model=str(tmp_path), skip_tokenizer_init=True, max_model_len=4096)
+    parallel = ParallelConfig(tensor_parallel_size=tp)
+    spec = SpeculativeConfig(method="mtp", num_speculative_tokens=k, target_model_config=model,
+                             target_parallel_config=parallel) if k else None
+    vllm_config = VllmConfig(model_config=model, cache_config=CacheConfig(),
+                             parallel_config=parallel, speculative_config=spec)
+    cache = vllm_config.cache_config
+    cache.block_size, cache.mamba_ssm_cache_dtype = preflight.BLOCK_TOKENS, "auto"
+    cache.cache_dtype, cache.mamba_page_size_padded = kv_cache_dtype, None
+    Platform._align_hybrid_block_size(vllm_config, FlashAttentionBackend)
+
+    e = engine(NEXT, tp, "mtp" if k else None, k, engine_args={"kv_cache_dtype": kv_cache_dtype})
+    m = preflight.memory(e, cfg, None)
+    assert m.block == cache.block_size
+    token = preflight.kv_bytes_per_token(cfg, tp, 1 if kv_cache_dtype == "fp8" else 2)[0] / 12
+    state = preflight.state_page(preflight._text(cfg), tp, k)
+    assert cache.mamba_page_size_padded == (None if m.block * token == state
+                                            else m.block * token)
+
+
+@pytest.mark.parametrize("layers", [[13, 0, 36], [12, 0, 36], [10, 0, 30], [19, 18, 0]])
+def test_kv_cache_groups_are_vllms(layers):
+    """The layers per KV-cache group and the groups of each kind (full attention, sliding
+    window, linear attention), as vLLM 0.32's _get_kv_cache_groups_uniform_page_size makes them:
+    Qwen3-Next with its MTP layer has 13 full-attention layers, so its 36 linear-attention
+    layers take 3 groups of 13 slots (3 padded), the padding each sequence's states pay for."""
+    import torch
+    from vllm.v1.core.kv_cache_utils import _get_kv_cache_groups_uniform_page_size
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, SlidingWindowSpec
+
+    kw = dict(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+    specs = [FullAttentionSpec(**kw), SlidingWindowSpec(**kw, sliding_window=128),
+             MambaSpec(block_size=16, shapes=((16, 16),), dtypes=(torch.float32,))]
+    layers_spec = {f"{i}.{j}": spec for i, (n, spec) in enumerate(zip(layers, specs))
+                   for j in range(n)}
+    groups = _get_kv_cache_groups_uniform_page_size(layers_spec)
+    size = max(len(g.layer_names) for g in groups)
+    per_kind = [sum(type(g.kv_cache_spec) is type(s) for g in groups) for s in specs]
+    assert preflight.kv_groups(layers) == (size, per_kind)
+
+
+def test_a_batch_the_preflight_once_fitted_queues_in_vllms_hybrid_blocks():
+    """Qwen3-Next at TP 4 with MTP K = 3 (qwen3-next-80b-bf16-tp4): an MT-Bench sequence of 330
+    tokens takes two 288-token blocks of each of its 13 full-attention layers (its MTP layer's
+    among them) and 1 + K state pages, padded to the 294,912-byte attention page, of each of
+    3 groups of 13 linear-attention layer slots: 14 pages of 13 layers. The preflight once
+    counted 330 tokens and the 36 unpadded states, so the batch it held is now refused a
+    place in the KV cache (a warning: vLLM would queue the rest)."""
+    cfg = preflight.shipped_config(NEXT)
+    e = engine(NEXT, 4, "mtp", 3, prompt_tokens={"mt-bench": 70}, output_tokens=256,
+               max_model_len=4096)
+    m = preflight.memory(e, cfg, None)
+    assert m.kv_per_seq == 13 * 288 * 1024 * (2 + 3 * (1 + 3))
+    assert (m.seq_tokens, m.block) == (330, 288)
+    once = 13 * 1024 * 330 + 36 * (1 + 3) * 286_720  # tokens and states, unrounded
+    assert m.kv_per_seq > once * 1.15
+    fitted = int(m.kv_free // once)
+    found, sized = preflight.check(engine(NEXT, 4, "mtp", 3, prompt_tokens={"mt-bench": 70},
+                                          output_tokens=256, max_model_len=4096, batch=fitted),
+                                   cfg, "package")
+    assert sized.sequences < fitted
+    assert [f.message for f in found if f.check == "memory"] == [
+        f"the KV cache ({sized.kv_free / GIB:.1f} GiB per GPU after the weights) holds "
+        f"{sized.sequences} sequences of 330 tokens (in vLLM's 288-token blocks of a hybrid "
+        f"model), fewer than the largest batch {fitted} (mt-bench's): vLLM would run "
+        f"{sized.sequences} at a time and queue the rest (raise TP, use a larger GPU, or lower "
+        "the batch: the dataset's max_batch)"]
+
+
+@pytest.mark.parametrize("repo", [r for r in preflight.SHIPPED if "linear" not in
+                                  preflight._layer_kinds(preflight._text(
+                                      preflight.shipped_config(r)))])
+def test_a_model_without_linear_attention_keeps_its_token_by_token_kv_cache(repo):
+    """A model without linear-attention layers is not aligned (vLLM runs
+    _align_hybrid_block_size for hybrid models only): its 16-token blocks, and a sequence's
+    full-attention KV counted token by token, as the preflight counted it before hybrid models
+    were aligned (its numbers unchanged, and 35 of SPEED-Bench's sequences for Qwen3-30B at TP 2
+    in test_the_long_context_sets_max_batch_is_the_largest_batch_every_model_holds)."""
+    cfg = preflight.shipped_config(repo)
+    tp = next(t for t in (8, 4, 2, 1) if not preflight.tp_problems(cfg, t))
+    e = engine(repo, tp, "eagle3", 3, prompt_tokens={"mt-bench": 70}, output_tokens=256)
+    m = preflight.memory(e, cfg, None)
+    full, sliding, linear = preflight.kv_bytes_per_token(cfg, tp, 2)
+    kinds = preflight._layer_kinds(preflight._text(cfg))
+    head = full / kinds.count("full")
+    assert linear == 0 and m.seq_tokens == 330
+    assert m.kv_per_seq == (full + head) * 330 + sliding * -(-330 // 16) * 16
+    assert m.block == preflight.BLOCK_TOKENS

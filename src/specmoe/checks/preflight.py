@@ -58,6 +58,16 @@ BATCHED_TOKENS = ((160, (16384, 16384)), (70, (16384, 8192)), (0, (8192, 2048)))
 # sliding-window layer holds per sequence is counted in them.
 BLOCK_TOKENS = 16
 BATCHES_IN_FLIGHT = 2
+# The kernel block vLLM 0.32 aligns a hybrid model's attention block to (the smallest size the
+# attention backend's get_supported_kernel_block_sizes gives, Platform._align_hybrid_block_size).
+# These are CUDA's, read from the installed code, since the backend is only chosen on the GPU:
+# on an H100 FLASH_ATTN (first in vllm/platforms/cuda.py's _get_backend_priorities for SM90) takes
+# MultipleOf(16) (FlashAttentionBackend.get_supported_kernel_block_sizes; its 128-token FA4 page
+# for head size 256 is Blackwell's, where FLASHINFER comes first and starts at 16:
+# FlashInferBackend.get_supported_kernel_block_sizes); an MLA model's block is raised to 128 (the
+# TRTLLM/FlashInfer MLA decode kernels' alignment, in the same function).
+KERNEL_BLOCK_TOKENS = 16
+MLA_KERNEL_BLOCK_TOKENS = 128
 # Families whose checkpoints carry MTP layers that config.json does not count (vLLM reads them
 # from the weights): Qwen3-Next.
 MTP_WITHOUT_KEY = {"qwen3_next"}
@@ -272,13 +282,13 @@ def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> t
     return 0.0, "none"
 
 
-def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float,
-                       k: int = 0) -> tuple[float, float, float]:
+def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float, k: int = 0,
+                       state_bytes: tuple[float, float] = (2.0, 2.0)) -> tuple[float, float, float]:
     """(KV bytes per token of every full-attention layer, per token of sliding-window layers
-    (as many as they hold: `memory`), per sequence of linear-attention state) on one GPU. k: the
-    speculative tokens, for which vLLM 0.32 keeps 1 + k linear-attention states per sequence,
-    each with a conv state of kernel - 1 + k rows (MambaBase.get_kv_cache_spec's
-    num_speculative_blocks, MambaStateShapeCalculator.gated_delta_net_state_shape)."""
+    (as many as they hold: `memory`), per sequence of linear-attention state, unpadded) on one
+    GPU. k: the speculative tokens, for which vLLM 0.32 keeps 1 + k linear-attention states per
+    sequence (MambaBase.get_kv_cache_spec's num_speculative_blocks), each a `state_page`.
+    state_bytes: the states' (conv, recurrent) bytes per element."""
     c = _text(cfg)
     kinds = _layer_kinds(c)
     if c.get("kv_lora_rank"):  # MLA: one latent per token, the same on every rank
@@ -287,11 +297,52 @@ def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float,
         per = 2 * max(1, kv_heads(c) // tp) * head_dim(c) * kv_dtype_bytes
     linear = 0.0
     if "linear" in kinds:
-        nk, nv = int(c["linear_num_key_heads"]), int(c["linear_num_value_heads"])
-        dk, dv = int(c["linear_key_head_dim"]), int(c["linear_value_head_dim"])
-        conv = (2 * nk * dk + nv * dv) * (int(c.get("linear_conv_kernel_dim") or 4) - 1 + k)
-        linear = kinds.count("linear") * (nv * dk * dv + conv) * 2.0 / tp * (1 + k)
+        linear = kinds.count("linear") * state_page(c, tp, k, state_bytes) * (1 + k)
     return kinds.count("full") * per, kinds.count("sliding") * per, linear
+
+
+def state_page(c: dict, tp: int, k: int = 0,
+               state_bytes: tuple[float, float] = (2.0, 2.0)) -> float:
+    """Bytes of one linear-attention layer's state of one sequence on one GPU, unpadded: vLLM
+    0.32's MambaSpec.page_size_bytes over MambaStateShapeCalculator.gated_delta_net_state_shape,
+    a conv state of kernel - 1 + k rows (k: the speculative tokens) and a recurrent state of
+    value heads x value x key dims, both split over TP, in state_bytes (conv, recurrent)."""
+    nk, nv = int(c["linear_num_key_heads"]), int(c["linear_num_value_heads"])
+    dk, dv = int(c["linear_key_head_dim"]), int(c["linear_value_head_dim"])
+    conv = (2 * nk * dk + nv * dv) // tp * (int(c.get("linear_conv_kernel_dim") or 4) - 1 + k)
+    return conv * state_bytes[0] + nv // tp * dv * dk * state_bytes[1]
+
+
+def hybrid_block_tokens(token_bytes: float, page: float, mla: bool = False,
+                        block_size: int = BLOCK_TOKENS) -> int:
+    """The KV-cache block, in tokens, vLLM 0.32 gives a hybrid model (attention and
+    linear-attention layers; vllm/platforms/interface.py, Platform._align_hybrid_block_size, run
+    by update_block_size_for_backend): the smallest multiple of the kernel block alignment
+    (max(KERNEL_BLOCK_TOKENS, block_size), at least MLA_KERNEL_BLOCK_TOKENS for MLA) whose
+    attention page (`token_bytes`: one attention layer's KV bytes per token) holds one
+    linear-attention state `page`, rounded up to a multiple of the backends' kernel block; never
+    below block_size. Every attention layer then takes a sequence's tokens in blocks of that
+    many, and each state page is padded to the attention page (mamba_page_size_padded)."""
+    align = max(KERNEL_BLOCK_TOKENS, block_size)
+    if mla:
+        align = max(align, MLA_KERNEL_BLOCK_TOKENS)
+    need = align * -(-int(page) // (align * int(token_bytes)))
+    need = KERNEL_BLOCK_TOKENS * -(-need // KERNEL_BLOCK_TOKENS)
+    return max(block_size, need)
+
+
+def kv_groups(layers: list[int]) -> tuple[int, list[int]]:
+    """(layers per group, groups of each kind) of vLLM 0.32's KV-cache groups for a model whose
+    layer kinds share one page size (vllm/v1/core/kv_cache_utils.py,
+    _get_kv_cache_groups_uniform_page_size): `layers` counts the layers of each kind (0: none);
+    the group holds as many layers as the fewest kind has (as the most has, where that is under
+    1.5 times the fewest), and a kind's last group is padded to it. A block is a page of every
+    layer slot of a group, so each of a sequence's blocks costs a whole group's pages."""
+    present = [n for n in layers if n]
+    size = min(present)
+    if max(present) < size * 1.5:
+        size = max(present)
+    return size, [-(-n // size) for n in layers]
 
 
 def _kv_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> float:
@@ -299,6 +350,11 @@ def _kv_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> float:
     kv = str(engine_args.get("kv_cache_dtype") or "auto")
     if kv.startswith("fp8"):
         return 1.0
+    return _model_dtype_bytes(cfg, dtype)
+
+
+def _model_dtype_bytes(cfg: dict, dtype: str = "auto") -> float:
+    """Bytes per element of the dtype the model runs in: the engine's, else config.json's."""
     base = dtype if dtype != "auto" else \
         str(_text(cfg).get("torch_dtype") or _text(cfg).get("dtype") or "bfloat16")
     return 4.0 if base in ("float32", "float") else 2.0
@@ -350,6 +406,7 @@ class Memory:
     seq_tokens: int
     batch: int
     dataset: str = ""        # whose prompts and batch take the most KV cache
+    block: int = BLOCK_TOKENS  # tokens per KV-cache block (a hybrid model's: hybrid_block_tokens)
 
     @property
     def kv_free(self) -> float:
@@ -376,25 +433,50 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
         if e.method == "mtp" else 0
     weights = weight_bytes(cfg, served_precision(e, cfg), e.tp, mtp)
     draft, _ = drafter_bytes(cfg, drafter_cfg, e.method or "", e.tp)
-    full, sliding, linear = kv_bytes_per_token(cfg, e.tp,
-                                               _kv_dtype_bytes(cfg, e.engine_args, e.dtype),
-                                               e.k if e.method else 0)
+    spec_k = e.k if e.method else 0
+    kv_bytes = _kv_dtype_bytes(cfg, e.engine_args, e.dtype)
+    states = (2.0, 2.0)  # bf16 states
+    full, sliding, linear = kv_bytes_per_token(cfg, e.tp, kv_bytes, spec_k, states)
+    kinds = _layer_kinds(c)
     extra_layer = 0.0  # the MTP layers' and an EAGLE head's own KV cache: one layer each
+    extra_layers = 0
     if e.method == "mtp" or e.method in EAGLE_METHODS:
-        n = len([k for k in _layer_kinds(c) if k == "full"]) or 1
-        extra_layer = full / n * (mtp or 1)
+        n = len([k for k in kinds if k == "full"]) or 1
+        extra_layers = mtp or 1
+        extra_layer = full / n * extra_layers
     if e.method == "draft_model" and drafter_cfg is not None:
         extra_layer = kv_bytes_per_token(drafter_cfg, e.tp, _kv_dtype_bytes(drafter_cfg, {}))[0]
     window = int(c.get("sliding_window") or 0)
     tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
+    attention = [kinds.count("full") + extra_layers, kinds.count("sliding")]
+    hybrid = "linear" in kinds and any(attention)
+    block = BLOCK_TOKENS
+    if hybrid:
+        # vLLM 0.32 sizes a hybrid model's attention block so that one attention layer's page
+        # holds a linear-attention state (hybrid_block_tokens), pads each state to that page,
+        # and groups the layers of each kind (kv_groups): every sequence takes whole blocks of
+        # every attention layer and 1 + K whole pages of every linear-attention layer slot
+        per_token = (full or sliding) / kinds.count("full" if full else "sliding")
+        block = hybrid_block_tokens(per_token, state_page(c, e.tp, spec_k, states),
+                                    bool(c.get("kv_lora_rank")),
+                                    int(e.engine_args.get("block_size") or BLOCK_TOKENS))
+        slot, (g_full, g_sliding, g_linear) = kv_groups(attention + [kinds.count("linear")])
+        page = per_token * block
     # a sliding-window layer holds a sequence's blocks up to the window plus the tokens in flight
     # (and one block for a window that starts mid-block), the cap vLLM both sizes its pool at
     # start and admits a sequence by (SlidingWindowSpec.max_admission_blocks_per_request)
     cap = math.ceil(min(window - 1 + BATCHES_IN_FLIGHT * tokens, e.max_model_len)
-                    / BLOCK_TOKENS) + 1
+                    / block) + 1
 
     def kv(n: int, blocks: int | None = None) -> float:
-        held = min(math.ceil(n / BLOCK_TOKENS), cap) if blocks is None else blocks
+        held = min(math.ceil(n / block), cap) if blocks is None else blocks
+        if hybrid:
+            # a draft model's own layers in blocks of the same size, outside the groups (an
+            # approximation: the study's hybrid models draft with their MTP layers)
+            drafted = extra_layer if e.method == "draft_model" else 0.0
+            return slot * page * (g_full * math.ceil(n / block) + g_sliding * held
+                                  + g_linear * (1 + spec_k)) \
+                + drafted * math.ceil(n / block) * block
         return (full + extra_layer) * n + sliding * held * BLOCK_TOKENS + linear
 
     def seq(prompt: float) -> int:  # a sequence: its prompt, the output and K+1 drafts
@@ -407,7 +489,8 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
     reserve = RESERVE_GIB * GIB + activation_bytes(cfg, e.tp, tokens, e.batch)
     return Memory(budget=total * e.utilization, weights=weights, drafter=draft,
                   reserve=reserve, kv_start=kv(e.max_model_len, cap), kv_per_seq=kv(seq(prompt)),
-                  seq_tokens=seq(prompt), batch=e.batches.get(ds, e.batch), dataset=ds)
+                  seq_tokens=seq(prompt), batch=e.batches.get(ds, e.batch), dataset=ds,
+                  block=block)
 
 
 def _gib(x: float) -> str:
@@ -459,10 +542,12 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
     if need > m.budget:
         add("memory", f"{words} > {budget}")
     elif m.sequences < m.batch:
+        blocks = "" if m.block == BLOCK_TOKENS else \
+            f" (in vLLM's {m.block}-token blocks of a hybrid model)"
         add("memory", f"the KV cache ({_gib(m.kv_free)} per GPU after the weights) holds "
-            f"{m.sequences} sequences of {m.seq_tokens:,} tokens, fewer than the largest batch "
-            f"{m.batch} ({m.dataset}'s): vLLM would run {m.sequences} at a time and queue the "
-            "rest (raise TP, use a larger GPU, or lower the batch: the dataset's max_batch)",
+            f"{m.sequences} sequences of {m.seq_tokens:,} tokens{blocks}, fewer than the largest "
+            f"batch {m.batch} ({m.dataset}'s): vLLM would run {m.sequences} at a time and queue "
+            "the rest (raise TP, use a larger GPU, or lower the batch: the dataset's max_batch)",
             fatal=False)
     return out, m
 
