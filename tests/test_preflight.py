@@ -554,3 +554,41 @@ def test_a_model_without_linear_attention_keeps_its_token_by_token_kv_cache(repo
     assert linear == 0 and m.seq_tokens == 330
     assert m.kv_per_seq == (full + head) * 330 + sliding * -(-330 // 16) * 16
     assert m.block == preflight.BLOCK_TOKENS
+
+
+@pytest.mark.parametrize("repo,mamba_ssm_dtype,engine_args,block", [
+    ("Qwen/Qwen3.5-35B-A3B", None, {}, 560),
+    ("Qwen/Qwen3.5-35B-A3B", "float32", {}, 1072),  # the config's fp32 recurrent state
+    ("Qwen/Qwen3.5-35B-A3B", "float32", {"mamba_ssm_cache_dtype": "bfloat16"}, 560),
+    (NEXT, "float32", {}, 560),  # Qwen3-Next's vLLM config does not read the key
+    (NEXT, None, {"mamba_cache_dtype": "float32"}, 1120),
+])
+def test_linear_attention_states_are_typed_as_vllm_types_them(repo, mamba_ssm_dtype,
+                                                              engine_args, block):
+    """The states' dtypes (conv, recurrent), as vLLM 0.32 types them: its architecture's config
+    hook (Qwen3.5's reads config.json's mamba_ssm_dtype where mamba_ssm_cache_dtype is left
+    "auto") and MambaStateDtypeCalculator.gated_delta_net_state_dtype over a bf16 model; the
+    state page, and so the attention block at TP 2 with MTP K = 3, grows with them (the
+    preflight once typed every state as bf16)."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+
+    cfg = copy.deepcopy(preflight.shipped_config(repo))
+    if mamba_ssm_dtype:
+        cfg.get("text_config", cfg)["mamba_ssm_dtype"] = mamba_ssm_dtype
+    e = engine(repo, 2, "mtp", 3, engine_args=engine_args)
+    assert preflight.memory(e, cfg, None).block == block
+    cache = SimpleNamespace(mamba_cache_dtype=engine_args.get("mamba_cache_dtype", "auto"),
+                            mamba_ssm_cache_dtype=engine_args.get("mamba_ssm_cache_dtype", "auto"))
+    hook = MODELS_CONFIG_MAP.get(cfg["architectures"][0])
+    if hook is not None:
+        text = SimpleNamespace(**preflight._text(cfg))
+        hook.verify_and_update_config(SimpleNamespace(
+            cache_config=cache, model_config=SimpleNamespace(hf_text_config=text)))
+    dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(
+        torch.bfloat16, cache.mamba_cache_dtype, cache.mamba_ssm_cache_dtype)
+    assert preflight.state_dtype_bytes(cfg, engine_args) == tuple(
+        d.itemsize for d in dtypes)

@@ -68,6 +68,9 @@ BATCHES_IN_FLIGHT = 2
 # TRTLLM/FlashInfer MLA decode kernels' alignment, in the same function).
 KERNEL_BLOCK_TOKENS = 16
 MLA_KERNEL_BLOCK_TOKENS = 128
+# Architectures whose config.json's mamba_ssm_dtype types the linear-attention recurrent state
+# (vllm.model_executor.models.config.Qwen3_5ForConditionalGenerationConfig and its subclasses).
+SSM_DTYPE_FROM_CONFIG = ("Qwen3_5", "Qwen4Exp")
 # Families whose checkpoints carry MTP layers that config.json does not count (vLLM reads them
 # from the weights): Qwen3-Next.
 MTP_WITHOUT_KEY = {"qwen3_next"}
@@ -288,7 +291,7 @@ def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float, k: int = 0,
     (as many as they hold: `memory`), per sequence of linear-attention state, unpadded) on one
     GPU. k: the speculative tokens, for which vLLM 0.32 keeps 1 + k linear-attention states per
     sequence (MambaBase.get_kv_cache_spec's num_speculative_blocks), each a `state_page`.
-    state_bytes: the states' (conv, recurrent) bytes per element."""
+    state_bytes: the states' (conv, recurrent) bytes per element (`state_dtype_bytes`)."""
     c = _text(cfg)
     kinds = _layer_kinds(c)
     if c.get("kv_lora_rank"):  # MLA: one latent per token, the same on every rank
@@ -358,6 +361,24 @@ def _model_dtype_bytes(cfg: dict, dtype: str = "auto") -> float:
     base = dtype if dtype != "auto" else \
         str(_text(cfg).get("torch_dtype") or _text(cfg).get("dtype") or "bfloat16")
     return 4.0 if base in ("float32", "float") else 2.0
+
+
+def state_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> tuple[float, float]:
+    """(conv, recurrent) bytes per element of the linear-attention states, as vLLM 0.32 types
+    them (MambaStateDtypeCalculator._mamba_state_dtype): the conv state in mamba_cache_dtype,
+    else the model's dtype (kv_cache_dtype leaves it alone); the recurrent state in
+    mamba_ssm_cache_dtype, else (Qwen3.5: Qwen3_5ForConditionalGenerationConfig) config.json's
+    mamba_ssm_dtype, else the conv state's."""
+    def size(name: str) -> float:
+        return 4.0 if name in ("float32", "float") else 1.0 if name.startswith("fp8") else 2.0
+
+    conv_dtype = str(engine_args.get("mamba_cache_dtype") or "auto")
+    conv = _model_dtype_bytes(cfg, dtype) if conv_dtype == "auto" else size(conv_dtype)
+    ssm = str(engine_args.get("mamba_ssm_cache_dtype") or "auto")
+    archs = cfg.get("architectures") or []
+    if ssm == "auto" and any(str(a).startswith(SSM_DTYPE_FROM_CONFIG) for a in archs):
+        ssm = str(_text(cfg).get("mamba_ssm_dtype") or "auto")
+    return conv, (conv if ssm == "auto" else size(ssm))
 
 
 def served_precision(e: "Engine", cfg: dict) -> str:
@@ -435,7 +456,7 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
     draft, _ = drafter_bytes(cfg, drafter_cfg, e.method or "", e.tp)
     spec_k = e.k if e.method else 0
     kv_bytes = _kv_dtype_bytes(cfg, e.engine_args, e.dtype)
-    states = (2.0, 2.0)  # bf16 states
+    states = state_dtype_bytes(cfg, e.engine_args, e.dtype)
     full, sliding, linear = kv_bytes_per_token(cfg, e.tp, kv_bytes, spec_k, states)
     kinds = _layer_kinds(c)
     extra_layer = 0.0  # the MTP layers' and an EAGLE head's own KV cache: one layer each
