@@ -12,7 +12,10 @@ specmoe.config.Config.gpu_jobs), from the model's config.json and the configurat
   (`gpu.memory_utilization`). Where the KV cache then holds fewer sequences of a dataset's
   length (prompt, output and K+1 drafts) than the largest batch the job runs it at (a series: up
   to the dataset's `max_batch`), vLLM queues the rest: a warning, since the points above that
-  batch would measure fewer sequences.
+  batch would measure fewer sequences. A hybrid model's (linear attention among full attention:
+  Qwen3-Next, Qwen3.5) KV cache is counted as vLLM lays it out: attention blocks raised until
+  one holds a linear-attention state, each sequence in whole blocks, states padded to a block's
+  page (hybrid_block_tokens, kv_groups).
 - tensor parallelism, as vLLM splits a model: TP divides the attention heads; the KV heads split
   (TP divides them) or replicate (they divide TP); TP divides linear-attention heads, each
   expert's width, and an fp8 checkpoint's weight block divides the expert's share.
@@ -55,7 +58,8 @@ RESERVE_GIB = 1.5
 BATCHED_TOKENS = ((160, (16384, 16384)), (70, (16384, 8192)), (0, (8192, 2048)))
 # vLLM 0.32's KV-cache block in tokens (CacheConfig.DEFAULT_BLOCK_SIZE), and the batches in flight
 # at once under its async scheduling, on by default (VllmConfig.max_concurrent_batches): what a
-# sliding-window layer holds per sequence is counted in them.
+# sliding-window layer holds per sequence is counted in them (a hybrid model's block is larger:
+# hybrid_block_tokens).
 BLOCK_TOKENS = 16
 BATCHES_IN_FLIGHT = 2
 # The kernel block vLLM 0.32 aligns a hybrid model's attention block to (the smallest size the
