@@ -121,7 +121,9 @@ def test_sliding_window_layers_hold_what_vllms_sliding_window_spec_reserves():
     """GPT-OSS-120B's TP 4 sweep (the server: max_num_batched_tokens 8192, two batches in flight
     under async scheduling): each of its 18 sliding-window layers holds, at start and per
     sequence, the blocks vLLM 0.32's SlidingWindowSpec reserves (the window plus 16,384 tokens in
-    flight, up to max_model_len), where the preflight once counted the 128-token window alone."""
+    flight, up to max_model_len), where the preflight once counted the 128-token window alone;
+    its layers in vLLM's two groups of 19 slots (test_gpt_oss_and_its_eagle3_head_pay_vllms_
+    padding_slot), a full-attention layer's blocks whole."""
     import torch
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
@@ -134,12 +136,67 @@ def test_sliding_window_layers_hold_what_vllms_sliding_window_spec_reserves():
     blocks = spec.max_admission_blocks_per_request(max_in_flight_tokens=2 * 8192,
                                                    max_model_len=e.max_model_len)
     assert (e.max_model_len, blocks) == (36864, 16384 // 16 + 8 + 1)
-    full, sliding, _ = preflight.kv_bytes_per_token(cfg, 4, 2)
-    per_layer = full / 18  # one full-attention layer's, as the EAGLE head's
     m = preflight.memory(e, cfg, preflight.offline_config(e.drafter)[0])
-    assert m.kv_start == (full + per_layer) * e.max_model_len + 18 * blocks * spec.page_size_bytes
+    page = 19 * spec.page_size_bytes  # a block of a group of 19 layer slots
+    assert m.kv_start == page * (36864 // 16 + blocks)
     held = min(-(-m.seq_tokens // 16), blocks)
-    assert m.kv_per_seq == (full + per_layer) * m.seq_tokens + 18 * held * spec.page_size_bytes
+    assert m.kv_per_seq == page * (-(-m.seq_tokens // 16) + held)
+
+
+@pytest.mark.parametrize("layout", ["LBHNC", "BLHNC"])
+def test_gpt_oss_and_its_eagle3_head_pay_vllms_padding_slot(layout):
+    """GPT-OSS-120B's TP 4 sweep with its EAGLE-3 head: 18 full-attention and 18 sliding-window
+    layers, and the head's own full-attention layer (its config.json's KV heads), which vLLM 0.32
+    registers beside the target's. vLLM's own get_kv_cache_groups, run on this CPU on those
+    layers' KV-cache specs, makes a group of 19 full-attention layers and one of 18
+    sliding-window layers padded to 19 slots; its startup check
+    (_max_memory_usage_bytes_from_groups: every group's blocks at max_model_len, each a page of
+    19 slots, in either layout) is the preflight's startup KV cache, and a sequence costs the
+    same blocks. The preflight once counted 37 layers token by token (8.5 MB less at start) for
+    every model but a hybrid one."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.config import CacheConfig
+    from vllm.v1.core.kv_cache_utils import (_max_memory_usage_bytes_from_groups,
+                                             _pool_bytes_per_block, get_kv_cache_groups)
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    c = paper(only("gpt-oss-120b-tp4"))
+    e = c.engine_of(next(j for j in c.gpu_jobs() if j.rule == "sweep_sd"))
+    cfg, head = preflight.offline_config(e.entry)[0], preflight.offline_config(e.drafter)[0]
+    assert e.method == "eagle3" and head is not None
+
+    def attention(c, **kw):
+        return dict(block_size=preflight.BLOCK_TOKENS, num_kv_heads=c["num_key_value_heads"] // 4,
+                    head_size=c["head_dim"], dtype=torch.bfloat16, **kw)
+
+    specs = {f"model.layers.{i}.attn": SlidingWindowSpec(**attention(
+        cfg, sliding_window=cfg["sliding_window"])) if kind == "sliding_attention" else
+        FullAttentionSpec(**attention(cfg)) for i, kind in enumerate(cfg["layer_types"])}
+    specs["draft.layers.0.attn"] = FullAttentionSpec(**attention(head))
+    cache = CacheConfig()
+    cache.kv_cache_layout = layout
+    vllm_config = SimpleNamespace(
+        scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=False),
+        cache_config=cache, speculative_config=None,
+        attention_config=SimpleNamespace(hisparse_config=None),
+        model_config=SimpleNamespace(max_model_len=e.max_model_len),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+        max_in_flight_tokens=preflight.BATCHES_IN_FLIGHT * 8192)  # the server's batched tokens
+    groups = get_kv_cache_groups(vllm_config, dict(specs))
+    assert sorted((type(g.kv_cache_spec).__name__, len(g.layer_names)) for g in groups) == [
+        ("FullAttentionSpec", 19), ("SlidingWindowSpec", 18)]
+    block = _pool_bytes_per_block(vllm_config, groups)
+    assert block == 19 * specs["draft.layers.0.attn"].page_size_bytes  # one slot padded
+
+    m = preflight.memory(e, cfg, head)
+    assert m.kv_start == _max_memory_usage_bytes_from_groups(vllm_config, groups)
+    sliding = next(g.kv_cache_spec for g in groups if len(g.layer_names) == 18)
+    cap = sliding.max_admission_blocks_per_request(vllm_config.max_in_flight_tokens,
+                                                   e.max_model_len)
+    blocks = -(-m.seq_tokens // 16)
+    assert m.kv_per_seq == block * (blocks + min(blocks, cap))
 
 
 def test_an_h100s_budget_is_the_memory_it_reports_to_cuda():
@@ -208,7 +265,7 @@ def test_the_long_context_sets_max_batch_is_the_largest_batch_every_model_holds(
         m = preflight.memory(alone, cfg, preflight.offline_config(e.drafter)[0])
         held[job.model] = min(held.get(job.model, m.sequences), m.sequences)
     assert set(held) == {"qwen3-30b-fp8-tp2", "gpt-oss-120b-tp4"}
-    assert held["qwen3-30b-fp8-tp2"] == 35 and held["gpt-oss-120b-tp4"] == 122
+    assert held["qwen3-30b-fp8-tp2"] == 35 and held["gpt-oss-120b-tp4"] == 119
     fits = max(b for b, _ in c.sweep_schedule("mt-bench") if b <= min(held.values()))
     assert c.max_batch(ds) == fits == 32
 
@@ -535,15 +592,16 @@ def test_a_batch_the_preflight_once_fitted_queues_in_vllms_hybrid_blocks():
         "the batch: the dataset's max_batch)"]
 
 
-@pytest.mark.parametrize("repo", [r for r in preflight.SHIPPED if "linear" not in
-                                  preflight._layer_kinds(preflight._text(
-                                      preflight.shipped_config(r)))])
-def test_a_model_without_linear_attention_keeps_its_token_by_token_kv_cache(repo):
-    """A model without linear-attention layers is not aligned (vLLM runs
-    _align_hybrid_block_size for hybrid models only): its 16-token blocks, and a sequence's
-    full-attention KV counted token by token, as the preflight counted it before hybrid models
-    were aligned (its numbers unchanged, and 35 of SPEED-Bench's sequences for Qwen3-30B at TP 2
-    in test_the_long_context_sets_max_batch_is_the_largest_batch_every_model_holds)."""
+@pytest.mark.parametrize("repo", [r for r in preflight.SHIPPED if set(
+    preflight._layer_kinds(preflight._text(preflight.shipped_config(r)))) == {"full"}])
+def test_a_model_of_full_attention_alone_keeps_its_token_by_token_kv_cache(repo):
+    """A model whose layers are all full attention is not aligned (vLLM runs
+    _align_hybrid_block_size for hybrid models only) nor grouped (one KV-cache group, its
+    EAGLE head's layer among them): its 16-token blocks, and a sequence's KV counted token by
+    token, as the preflight counted it before hybrid models were aligned (its numbers
+    unchanged, and 35 of SPEED-Bench's sequences for Qwen3-30B at TP 2 in
+    test_the_long_context_sets_max_batch_is_the_largest_batch_every_model_holds). GPT-OSS's
+    sliding-window layers are grouped: test_gpt_oss_and_its_eagle3_head_pay_vllms_padding_slot."""
     cfg = preflight.shipped_config(repo)
     tp = next(t for t in (8, 4, 2, 1) if not preflight.tp_problems(cfg, t))
     e = engine(repo, tp, "eagle3", 3, prompt_tokens={"mt-bench": 70}, output_tokens=256)
@@ -552,7 +610,7 @@ def test_a_model_without_linear_attention_keeps_its_token_by_token_kv_cache(repo
     kinds = preflight._layer_kinds(preflight._text(cfg))
     head = full / kinds.count("full")
     assert linear == 0 and m.seq_tokens == 330
-    assert m.kv_per_seq == (full + head) * 330 + sliding * -(-330 // 16) * 16
+    assert sliding == 0 and m.kv_per_seq == (full + head) * 330
     assert m.block == preflight.BLOCK_TOKENS
 
 

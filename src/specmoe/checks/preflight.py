@@ -12,10 +12,12 @@ specmoe.config.Config.gpu_jobs), from the model's config.json and the configurat
   (`gpu.memory_utilization`). Where the KV cache then holds fewer sequences of a dataset's
   length (prompt, output and K+1 drafts) than the largest batch the job runs it at (a series: up
   to the dataset's `max_batch`), vLLM queues the rest: a warning, since the points above that
-  batch would measure fewer sequences. A hybrid model's (linear attention among full attention:
-  Qwen3-Next, Qwen3.5) KV cache is counted as vLLM lays it out: attention blocks raised until
-  one holds a linear-attention state, each sequence in whole blocks, states padded to a block's
-  page (hybrid_block_tokens, kv_groups).
+  batch would measure fewer sequences. A model of more than one kind of layer (linear attention
+  among full attention: Qwen3-Next, Qwen3.5; sliding-window among full attention: GPT-OSS, its
+  EAGLE head's or MTP layers counted among the full-attention ones) has its KV cache counted as
+  vLLM lays it out: in groups of as many layer slots, padding included (kv_groups), each
+  sequence in whole blocks; a hybrid model's attention blocks raised until one holds a
+  linear-attention state, states padded to a block's page (hybrid_block_tokens).
 - tensor parallelism, as vLLM splits a model: TP divides the attention heads; the KV heads split
   (TP divides them) or replicate (they divide TP); TP divides linear-attention heads, each
   expert's width, and an fp8 checkpoint's weight block divides the expert's share.
@@ -473,20 +475,27 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
         extra_layer = kv_bytes_per_token(drafter_cfg, e.tp, _kv_dtype_bytes(drafter_cfg, {}))[0]
     window = int(c.get("sliding_window") or 0)
     tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
-    attention = [kinds.count("full") + extra_layers, kinds.count("sliding")]
-    hybrid = "linear" in kinds and any(attention)
+    layers = [kinds.count("full") + extra_layers, kinds.count("sliding"), kinds.count("linear")]
+    hybrid = "linear" in kinds and any(layers[:2])
+    # vLLM 0.32 groups the layers wherever they are of more than one kind (linear attention among
+    # attention, or sliding-window among full attention: GPT-OSS), the MTP layers' and an EAGLE
+    # head's full-attention layer among them (they register their KV cache beside the target's;
+    # get_kv_cache_groups, _get_kv_cache_groups_uniform_page_size): each block of a group is a
+    # page of every layer slot of the group, padding slots included (kv_groups)
+    grouped = sum(1 for n in layers if n) > 1
     block = BLOCK_TOKENS
+    if grouped:
+        per_token = (full or sliding) / kinds.count("full" if full else "sliding")
+        slot, (g_full, g_sliding, g_linear) = kv_groups(layers)
     if hybrid:
         # vLLM 0.32 sizes a hybrid model's attention block so that one attention layer's page
-        # holds a linear-attention state (hybrid_block_tokens), pads each state to that page,
-        # and groups the layers of each kind (kv_groups): every sequence takes whole blocks of
-        # every attention layer and 1 + K whole pages of every linear-attention layer slot
-        per_token = (full or sliding) / kinds.count("full" if full else "sliding")
+        # holds a linear-attention state (hybrid_block_tokens) and pads each state to that page:
+        # every sequence takes whole blocks of every attention layer slot and 1 + K whole pages
+        # of every linear-attention layer slot
         block = hybrid_block_tokens(per_token, state_page(c, e.tp, spec_k, states),
                                     bool(c.get("kv_lora_rank")),
                                     int(e.engine_args.get("block_size") or BLOCK_TOKENS))
-        slot, (g_full, g_sliding, g_linear) = kv_groups(attention + [kinds.count("linear")])
-        page = per_token * block
+    page = per_token * block if grouped else 0.0
     # a sliding-window layer holds a sequence's blocks up to the window plus the tokens in flight
     # (and one block for a window that starts mid-block), the cap vLLM both sizes its pool at
     # start and admits a sequence by (SlidingWindowSpec.max_admission_blocks_per_request)
@@ -495,9 +504,9 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
 
     def kv(n: int, blocks: int | None = None) -> float:
         held = min(math.ceil(n / block), cap) if blocks is None else blocks
-        if hybrid:
+        if grouped:
             # a draft model's own layers in blocks of the same size, outside the groups (an
-            # approximation: the study's hybrid models draft with their MTP layers)
+            # approximation: the study's grouped models draft with MTP layers or EAGLE heads)
             drafted = extra_layer if e.method == "draft_model" else 0.0
             return slot * page * (g_full * math.ceil(n / block) + g_sliding * held
                                   + g_linear * (1 + spec_k)) \
