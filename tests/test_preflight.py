@@ -592,6 +592,42 @@ def test_a_batch_the_preflight_once_fitted_queues_in_vllms_hybrid_blocks():
         "the batch: the dataset's max_batch)"]
 
 
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_prefix_caching_keeps_vllms_aligned_linear_attention_states(prefix_caching):
+    """Qwen3-Next at TP 4 with MTP K = 3 and engine_args enable_prefix_caching: vLLM 0.32's
+    hook for hybrid models (MambaModelConfig.verify_and_update_config) puts the
+    linear-attention states in "align" mode, whose MambaSpec (the preflight's padded state
+    page, K speculative blocks) holds 2 + K pages per sequence at start (max_memory_usage_bytes)
+    where it holds 1 + K without: the preflight's startup KV cache and a sequence's count each
+    page of its 3 groups of 13 linear-attention slots (it once counted 1 + K either way)."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.config import CacheConfig
+    from vllm.model_executor.models.config import MambaModelConfig
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    cfg = preflight.shipped_config(NEXT)
+    e = engine(NEXT, 4, "mtp", 3, prompt_tokens={"mt-bench": 70}, output_tokens=256,
+               max_model_len=4096, engine_args={"enable_prefix_caching": prefix_caching})
+    m = preflight.memory(e, cfg, None)
+    page = 288 * 1024  # the attention page of one layer, the padded state page
+    cache = CacheConfig(enable_prefix_caching=prefix_caching, block_size=m.block)
+    vllm_config = SimpleNamespace(
+        cache_config=cache, scheduler_config=SimpleNamespace(enable_chunked_prefill=True),
+        model_config=SimpleNamespace(max_model_len=e.max_model_len, architecture="Qwen3Next"))
+    MambaModelConfig.verify_and_update_config(vllm_config)
+    assert cache.mamba_cache_mode == ("align" if prefix_caching else "none")
+    c = preflight._text(cfg)
+    state = MambaSpec(block_size=m.block, shapes=((int(preflight.state_page(c, 4, 3)) // 2,),),
+                      dtypes=(torch.bfloat16,), page_size_padded=page,
+                      mamba_cache_mode=cache.mamba_cache_mode, num_speculative_blocks=3)
+    pages = state.max_memory_usage_bytes(vllm_config) // page
+    assert pages == (5 if prefix_caching else 4)
+    assert m.kv_start == 13 * page * (-(-4096 // 288) + 3 * pages)
+    assert m.kv_per_seq == 13 * page * (2 + 3 * pages)
+
+
 @pytest.mark.parametrize("repo", [r for r in preflight.SHIPPED if set(
     preflight._layer_kinds(preflight._text(preflight.shipped_config(r)))) == {"full"}])
 def test_a_model_of_full_attention_alone_keeps_its_token_by_token_kv_cache(repo):

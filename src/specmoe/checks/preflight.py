@@ -17,7 +17,8 @@ specmoe.config.Config.gpu_jobs), from the model's config.json and the configurat
   EAGLE head's or MTP layers counted among the full-attention ones) has its KV cache counted as
   vLLM lays it out: in groups of as many layer slots, padding included (kv_groups), each
   sequence in whole blocks; a hybrid model's attention blocks raised until one holds a
-  linear-attention state, states padded to a block's page (hybrid_block_tokens).
+  linear-attention state, states padded to a block's page (hybrid_block_tokens), 1 + K of them
+  per sequence, 2 + K where engine_args turn prefix caching on (vLLM's "align" mode).
 - tensor parallelism, as vLLM splits a model: TP divides the attention heads; the KV heads split
   (TP divides them) or replicate (they divide TP); TP divides linear-attention heads, each
   expert's width, and an fp8 checkpoint's weight block divides the expert's share.
@@ -496,6 +497,13 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
                                     bool(c.get("kv_lora_rank")),
                                     int(e.engine_args.get("block_size") or BLOCK_TOKENS))
     page = per_token * block if grouped else 0.0
+    # the linear-attention states a sequence holds: 1 + K, or 2 + K where prefix caching is on,
+    # which puts every hybrid model's states in vLLM 0.32's "align" mode
+    # (MambaModelConfig.verify_and_update_config, run for hybrids by
+    # HybridAttentionMambaModelConfig) and keeps the last block boundary's state beside the
+    # running one (MambaSpec.max_memory_usage_bytes; a GatedDeltaNet layer adds no prefill
+    # checkpoint block: MambaBase.get_kv_cache_spec)
+    states_per_seq = 1 + spec_k + (1 if e.engine_args.get("enable_prefix_caching") else 0)
     # a sliding-window layer holds a sequence's blocks up to the window plus the tokens in flight
     # (and one block for a window that starts mid-block), the cap vLLM both sizes its pool at
     # start and admits a sequence by (SlidingWindowSpec.max_admission_blocks_per_request)
@@ -509,9 +517,10 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
             # approximation: the study's grouped models draft with MTP layers or EAGLE heads)
             drafted = extra_layer if e.method == "draft_model" else 0.0
             return slot * page * (g_full * math.ceil(n / block) + g_sliding * held
-                                  + g_linear * (1 + spec_k)) \
+                                  + g_linear * states_per_seq) \
                 + drafted * math.ceil(n / block) * block
-        return (full + extra_layer) * n + sliding * held * BLOCK_TOKENS + linear
+        return (full + extra_layer) * n + sliding * held * BLOCK_TOKENS \
+            + linear * states_per_seq / (1 + spec_k)
 
     def seq(prompt: float) -> int:  # a sequence: its prompt, the output and K+1 drafts
         return min(e.max_model_len, int(math.ceil(prompt)) + e.output_tokens + e.k + 1)
