@@ -175,6 +175,44 @@ def test_dbrx_nested_config():
     assert d.kv_split == 4
 
 
+@pytest.mark.parametrize("name, width", [("Qwen3-Next-80B-A3B-Instruct", 256),
+                                         ("Qwen3.5-35B-A3B", 256), ("gpt-oss-120b", 64)])
+def test_a_config_without_head_dim_has_its_model_types_heads(name, width):
+    """Without head_dim, transformers' config classes of Qwen3-Next, Qwen3.5 and gpt-oss give
+    heads of their own width (256, 256, 64; vLLM reads those classes), not hidden_size /
+    num_attention_heads (2048 / 16 = 128, 2880 / 64 = 45): the dimensions of the file that
+    states it, never heads priced at half or two thirds their width."""
+    cfg, _ = load_config(F / f"{name}.json")
+    assert cfg["head_dim"] == width != cfg["hidden_size"] // cfg["num_attention_heads"]
+    without = {k: v for k, v in cfg.items() if k != "head_dim"}
+    assert dims_from_config(without) == dims_from_config(cfg)
+
+
+def test_the_head_dim_defaults_are_transformers():
+    """HEAD_DIM_DEFAULT is what transformers' config class of each model type reads where a
+    config.json has no head_dim; every other type this reads (but the MLA ones, whose head_dim
+    is their rope part's, not read here) has no width of its own: hidden_size /
+    num_attention_heads (None or absent: the modelling code's getattr falls back to it)."""
+    transformers = pytest.importorskip("transformers")
+    from specmoe.cost.hfconfig import HEAD_DIM_DEFAULT, KV_HEADS_DEFAULT, MODELLED_TYPES
+
+    checked = set()
+    for model_type in sorted(MODELLED_TYPES | set(KV_HEADS_DEFAULT) | set(HEAD_DIM_DEFAULT)):
+        if model_type not in transformers.CONFIG_MAPPING:
+            continue  # remote code (Bailing-MoE, DeepSeek-MoE): vLLM's head_dim or the quotient
+        kw = {"n_heads": 32, "d_model": 3840} if model_type == "dbrx" else \
+            {"num_attention_heads": 32, "hidden_size": 3840}  # 120 per head, no type's default
+        c = transformers.CONFIG_MAPPING[model_type](**kw)
+        text = getattr(c, "text_config", None) or c  # a multimodal wrapper: its language model's
+        if getattr(text, "kv_lora_rank", None):
+            continue
+        got = getattr(text, "head_dim", None)
+        assert got == HEAD_DIM_DEFAULT.get(model_type, got if got in (None, 120) else 120), \
+            model_type
+        checked.add(model_type)
+    assert set(HEAD_DIM_DEFAULT) <= checked and len(checked) >= 20
+
+
 def test_deepseek_v3_dense_layers_shared_expert_and_block_fp8():
     d = dims_from_config(FIX / "DeepSeek-R1.json", tp=8)
     assert (d.num_layers, d.num_moe_layers, d.shared_intermediate) == (61, 58, 2048)

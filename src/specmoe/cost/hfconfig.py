@@ -16,6 +16,8 @@ Nothing here is a hand-kept table: each number comes from the model's own config
   `attn_output_gate` is set), multi-head latent attention (`kv_lora_rank`, `q_lora_rank`), and Gated
   DeltaNet linear attention (`layer_types` entries "linear_attention", or every layer but each
   `full_attention_interval`-th).
+- Head width: `head_dim`, else the model type's own default in transformers (HEAD_DIM_DEFAULT:
+  Qwen3-Next, Qwen3.5, gpt-oss, Llama-4), else hidden_size / num_attention_heads.
 - Storage format from `quantization_config`: fp8 (block-scaled with `weight_block_size`), mxfp4
   (GPT-OSS: experts only), compressed-tensors integer groups (Kimi-K2.5: routed experts only, the
   `ignore` list keeping attention and shared experts in the checkpoint dtype); else `torch_dtype`.
@@ -177,11 +179,24 @@ def kv_heads(cfg: dict, name: str = "config.json") -> int:
     return kv
 
 
+# head_dim where a config.json leaves it out, for the model types whose config class in
+# transformers (5.x) has a width of its own: transformers and vLLM (which reads that class) build
+# heads of this width, whatever hidden_size / num_attention_heads is (gpt-oss: 2880 / 64 = 45,
+# its heads 64 wide). Every other type without head_dim: hidden_size / num_attention_heads
+# (tests/test_hfconfig.py checks this table against transformers where it is installed).
+HEAD_DIM_DEFAULT = {"qwen3_next": 256, "qwen3_5_moe": 256, "qwen3_5_moe_text": 256,
+                    "gpt_oss": 64, "llama4": 128, "llama4_text": 128, "qwen3": 128}
+
+
 def head_dim(cfg: dict, name: str = "config.json") -> int:
     """Each attention head's width: head_dim where the config gives it (a whole number >= 1),
-    else hidden_size / num_attention_heads, as transformers reads it."""
+    else the model type's default as transformers reads the file (HEAD_DIM_DEFAULT), else
+    hidden_size / num_attention_heads."""
     if cfg.get("head_dim") is not None:
         return whole(cfg["head_dim"], f"{name}: head_dim")
+    default = HEAD_DIM_DEFAULT.get(str(cfg.get("model_type")))
+    if default is not None:
+        return default
     return (whole(cfg.get("hidden_size"), f"{name}: hidden_size")
             // whole(cfg.get("num_attention_heads"), f"{name}: num_attention_heads"))
 
