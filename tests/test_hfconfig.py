@@ -188,6 +188,27 @@ def test_a_config_without_head_dim_has_its_model_types_heads(name, width):
     assert dims_from_config(without) == dims_from_config(cfg)
 
 
+def test_heads_that_do_not_divide_the_hidden_size_need_head_dim():
+    """2048 / 12 heads was read as heads 170 wide; refused unless head_dim says what they are
+    (then read as given), where the model type has no width of its own (Qwen3-Next: 256), or
+    for MLA (GLM-4.7-Flash's 20 heads of 2048, whose width is the rope and nope parts')."""
+    from specmoe.cost.hfconfig import head_dim
+
+    cfg = json.loads((FIX / "Qwen1.5-MoE-A2.7B.json").read_text())
+    twelve = {**cfg, "num_attention_heads": 12, "num_key_value_heads": 12}
+    with pytest.raises(InputError, match=r"^config.json: hidden_size 2048 is not a multiple of "
+                                         r"num_attention_heads 12: head_dim must then be given"):
+        dims_from_config(twelve)
+    given = dims_from_config({**twelve, "head_dim": 128})
+    assert given.attention_params == cm.ModelDims.gqa_attention_params(2048, 12, 12, 128)
+    nxt, _ = load_config(F / "Qwen3-Next-80B-A3B-Instruct.json")
+    nxt = {k: v for k, v in nxt.items() if k != "head_dim"}
+    assert head_dim({**nxt, "num_attention_heads": 24}) == 256
+    glm, _ = load_config(F / "GLM-4.7-Flash.json")
+    assert "head_dim" not in glm and glm["hidden_size"] % glm["num_attention_heads"]
+    assert head_dim(glm) == 2048 // 20
+
+
 def test_the_head_dim_defaults_are_transformers():
     """HEAD_DIM_DEFAULT is what transformers' config class of each model type reads where a
     config.json has no head_dim; every other type this reads (but the MLA ones, whose head_dim
@@ -458,6 +479,8 @@ MALFORMED = [
     ({"quantization_config": {"quant_method": "fp8", "weight_block_size": 128}},
      "quantization_config.weight_block_size = 128 is not a list"),
     ({"text_config": [1, 2]}, "text_config = [1, 2] is not a JSON object"),
+    ({"num_attention_heads": 12, "num_key_value_heads": 12},
+     "hidden_size 2048 is not a multiple of num_attention_heads 12: head_dim must then be given"),
 ]
 
 

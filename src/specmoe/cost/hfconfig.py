@@ -17,7 +17,8 @@ Nothing here is a hand-kept table: each number comes from the model's own config
   DeltaNet linear attention (`layer_types` entries "linear_attention", or every layer but each
   `full_attention_interval`-th).
 - Head width: `head_dim`, else the model type's own default in transformers (HEAD_DIM_DEFAULT:
-  Qwen3-Next, Qwen3.5, gpt-oss, Llama-4), else hidden_size / num_attention_heads.
+  Qwen3-Next, Qwen3.5, gpt-oss, Llama-4), else hidden_size / num_attention_heads, which must
+  then be a whole number (a config whose heads do not divide its hidden size names head_dim).
 - Storage format from `quantization_config`: fp8 (block-scaled with `weight_block_size`), mxfp4
   (GPT-OSS: experts only), compressed-tensors integer groups (Kimi-K2.5: routed experts only, the
   `ignore` list keeping attention and shared experts in the checkpoint dtype); else `torch_dtype`.
@@ -191,14 +192,25 @@ HEAD_DIM_DEFAULT = {"qwen3_next": 256, "qwen3_5_moe": 256, "qwen3_5_moe_text": 2
 def head_dim(cfg: dict, name: str = "config.json") -> int:
     """Each attention head's width: head_dim where the config gives it (a whole number >= 1),
     else the model type's default as transformers reads the file (HEAD_DIM_DEFAULT), else
-    hidden_size / num_attention_heads."""
+    hidden_size / num_attention_heads, which must then be a whole number. Where the heads do not
+    divide hidden_size the engines part ways: transformers 5.x and vLLM 0.32 build heads of the
+    quotient rounded down for most types (attention narrower than the hidden size), neither
+    builds DBRX's, transformers refuses a DeepSeek-V2 config and cannot run OLMoE's; such a
+    file is refused, head_dim being how a config says what its heads are. MLA (kv_lora_rank):
+    its heads are qk_nope_head_dim + qk_rope_head_dim wide, and the quotient is only the width
+    preflight's EAGLE estimate reads (GLM-4.7-Flash: 2048 / 20), never refused."""
     if cfg.get("head_dim") is not None:
         return whole(cfg["head_dim"], f"{name}: head_dim")
     default = HEAD_DIM_DEFAULT.get(str(cfg.get("model_type")))
     if default is not None:
         return default
-    return (whole(cfg.get("hidden_size"), f"{name}: hidden_size")
-            // whole(cfg.get("num_attention_heads"), f"{name}: num_attention_heads"))
+    hidden = whole(cfg.get("hidden_size"), f"{name}: hidden_size")
+    heads = whole(cfg.get("num_attention_heads"), f"{name}: num_attention_heads")
+    if hidden % heads and not cfg.get("kv_lora_rank"):
+        raise InputError(f"{name}: hidden_size {hidden} is not a multiple of num_attention_heads "
+                         f"{heads}: head_dim must then be given (the width of each head; "
+                         f"{hidden} / {heads} is not a whole number)")
+    return hidden // heads
 
 
 def _gqa(r: _Reader, hidden: int) -> int:
