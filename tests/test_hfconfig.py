@@ -481,7 +481,55 @@ MALFORMED = [
     ({"text_config": [1, 2]}, "text_config = [1, 2] is not a JSON object"),
     ({"num_attention_heads": 12, "num_key_value_heads": 12},
      "hidden_size 2048 is not a multiple of num_attention_heads 12: head_dim must then be given"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": []}},
+     "quantization_config.weight_block_size = [] is not two block sides"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}},
+     "quantization_config.weight_block_size = [128] is not two block sides"),
 ]
+
+
+# weight_block_size as vLLM's Fp8Config takes it: (the value, the storage format read, or the
+# refusal); [] and one or three sides were read as per-tensor scales or as the first side's blocks
+FP8_BLOCKS = [
+    (None, "fp8"), ([128, 128], "fp8-b128"),
+    ([], "quantization_config.weight_block_size = [] is not two block sides (vLLM's fp8 takes "
+         "[rows, columns], or null for per-tensor scales)"),
+    ([128], "quantization_config.weight_block_size = [128] is not two block sides"),
+    ([128, 128, 128], "quantization_config.weight_block_size = [128, 128, 128] is not two"),
+    ([0, 128], "quantization_config.weight_block_size entry = 0 must be >= 1"),
+    ([128, -128], "quantization_config.weight_block_size entry = -128 must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("block, want", FP8_BLOCKS, ids=[str(b) for b, _ in FP8_BLOCKS])
+def test_fp8_weight_blocks_are_two_sides_or_none(block, want):
+    """null (or no key): per-tensor scales; else two sides of at least 1, in one line."""
+    cfg = json.loads((FIX / "Qwen1.5-MoE-A2.7B.json").read_text())
+    q = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": block}
+    for quant in (q, {k: v for k, v in q.items() if v is not None}):
+        if not want.startswith("fp8"):
+            with pytest.raises(InputError, match="^" + re.escape(f"config.json: {want}")):
+                dims_from_config({**cfg, "quantization_config": quant})
+            continue
+        assert dims_from_config({**cfg, "quantization_config": quant}).dtype == want
+
+
+@pytest.mark.slow  # imports vLLM (about 30 s)
+def test_the_fp8_block_rule_is_vllms():
+    """vLLM's Fp8Config accepts a weight_block_size exactly where the reader does, but for the
+    sides' values, which it does not check (a side of 0 or less is no block)."""
+    pytest.importorskip("vllm")
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    for block, want in FP8_BLOCKS:
+        q = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": block}
+        try:
+            got = Fp8Config.from_config(q).weight_block_size
+        except ValueError:
+            got = "refused"
+        if "entry" not in want:
+            assert (got == "refused") == (not want.startswith("fp8")), block
+            assert got == "refused" or got == block
 
 
 @pytest.mark.parametrize("change, message", MALFORMED, ids=[m for _, m in MALFORMED])

@@ -281,7 +281,8 @@ def test_predict_refuses_malformed_config_values_in_one_line(capsys, tmp_path):
     quantization_config, a word as decoder_sparse_step or a compressed-tensors group without its
     group_size were "internal error", exit 1; a fraction or a string read as a number or ignored
     gave an answer, as did heads that do not divide the hidden size without head_dim (read as
-    the quotient rounded down)."""
+    the quotient rounded down) and an fp8 weight_block_size of [] or one side (read as
+    per-tensor scales or as square blocks of that side)."""
     from test_hfconfig import FIX, MALFORMED
 
     cfg = json.loads((FIX / "Qwen1.5-MoE-A2.7B.json").read_text())

@@ -376,13 +376,19 @@ def quantization(cfg: dict, name: str = "config.json") -> dict:
 
 
 def _block(q: dict, name: str) -> list[int]:
-    """The fp8 weight block's sides (weight_block_size; []: per-tensor scales)."""
+    """The fp8 weight block's sides ([]: per-tensor scales), as vLLM's Fp8Config reads
+    weight_block_size (vllm/model_executor/layers/quantization/fp8.py): null or absent,
+    per-tensor scales; else exactly two sides, each a whole number >= 1 ([] is no block)."""
     block = q.get("weight_block_size")
     if block is None:
         return []
     if not isinstance(block, list):
         raise InputError(f"{name}: quantization_config.weight_block_size = {block!r} is not a list "
                          "of block sides")
+    if len(block) != 2:
+        raise InputError(f"{name}: quantization_config.weight_block_size = {block!r} is not two "
+                         "block sides (vLLM's fp8 takes [rows, columns], or null for per-tensor "
+                         "scales)")
     return [whole(b, f"{name}: quantization_config.weight_block_size entry") for b in block]
 
 
