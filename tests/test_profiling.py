@@ -333,8 +333,10 @@ def test_drafter_time_belongs_to_the_step_it_follows(tmp_path):
     assert out["drafter_us_per_step"] == pytest.approx(30.0)
 
 
-def _cpu_trace(path, shapes, moe: bool = True, op_us: float = 50.0):
-    """A CPU trace of target steps (nreq, ntok, nwin), each one op, inside a MoE block if `moe`."""
+def _cpu_trace(path, shapes, moe: bool = True, op_us: float = 50.0,
+               drafter_us: float | None = None):
+    """A CPU trace of target steps (nreq, ntok, nwin), each one op, inside a MoE block if `moe`,
+    each followed by `drafter_us` of drafting where given."""
     import json
 
     events, ts = [], 0
@@ -343,7 +345,10 @@ def _cpu_trace(path, shapes, moe: bool = True, op_us: float = 50.0):
         if moe:
             events.append(X(MOE_BLOCK, "user_annotation", ts, op_us))
         events.append(X("aten::mm", "cpu_op", ts, op_us))
-        ts += 100
+        if drafter_us:
+            events.append(X(label("drafter", nreq, nreq, 0), "user_annotation", ts + op_us + 1,
+                            drafter_us))
+        ts += op_us + (drafter_us or 0) + 50
     path.write_text(json.dumps({"traceEvents": events}))
     return path
 
@@ -416,7 +421,8 @@ def test_a_profile_without_moe_time_is_an_error(tmp_path):
 
     def result(mode, moe):
         window = 1 if mode == "decode" else 4
-        p = _cpu_trace(tmp_path / f"{mode}{moe}.json", [(2, 2 * window, 2)] * 6, moe=moe)
+        p = _cpu_trace(tmp_path / f"{mode}{moe}.json", [(2, 2 * window, 2)] * 6, moe=moe,
+                       drafter_us=30 if mode == "verify" else None)
         return {2: {"traces": [{"path": str(p), "device": "cpu", "model_runner": "v1",
                                 "engine_mode": EAGER_MODE}]}}
 
@@ -430,6 +436,28 @@ def test_a_profile_without_moe_time_is_an_error(tmp_path):
 EAGER_MODE = {"compilation_mode": "NONE", "cudagraph_mode": "NONE", "async_scheduling": True}
 
 
+def test_a_verify_profile_without_drafter_time_is_an_error(tmp_path):
+    """A verify profile with no drafter time after its steady steps (no drafter model found to
+    label, or on CUDA none of its kernels recorded) gave a draft cost of 0, silently."""
+    from specmoe.errors import SpecmoeError
+    from specmoe.runtime.kernelprof import profile_summary
+
+    def result(mode, drafter_us):
+        window = 1 if mode == "decode" else 4
+        p = _cpu_trace(tmp_path / f"{mode}{drafter_us}.json", [(2, 2 * window, 2)] * 6,
+                       drafter_us=drafter_us)
+        return {2: {"traces": [{"path": str(p), "device": "cpu", "model_runner": "v1",
+                                "engine_mode": EAGER_MODE}]}}
+
+    dec = [result("decode", None)] * 2
+    row = profile_summary(dec, [result("verify", 30)] * 2, 3, [2])["batches"][0]
+    assert row["drafter_us_per_step"] == pytest.approx(30.0)
+    assert row["draft_cost_profiled"] == pytest.approx(30.0 / 50.0)
+    with pytest.raises(SpecmoeError, match=r"verifyNone\.json: no drafter time after any steady "
+                                           r"verify step at batch 2"):
+        profile_summary(dec, [result("verify", None)] * 2, 3, [2])
+
+
 def test_a_profile_not_run_in_eager_mode_is_refused(tmp_path):
     """torch.compile drops the MoE blocks' record_function ranges, and a CUDA graph runs its
     kernels outside the ranges under one launch: a profile whose engine ran either (its
@@ -439,7 +467,8 @@ def test_a_profile_not_run_in_eager_mode_is_refused(tmp_path):
 
     def result(mode, engine_mode):
         window = 1 if mode == "decode" else 4
-        p = _cpu_trace(tmp_path / f"{mode}.json", [(2, 2 * window, 2)] * 6)
+        p = _cpu_trace(tmp_path / f"{mode}.json", [(2, 2 * window, 2)] * 6,
+                       drafter_us=30 if mode == "verify" else None)
         return {2: {"traces": [{"path": str(p), "device": "cpu", "model_runner": "v1",
                                 "engine_mode": engine_mode}]}}
 

@@ -306,14 +306,16 @@ def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) 
     belongs to the target step it follows (following: vLLM drafts the next window after the
     verify pass of the same engine step), so a non-steady step in between keeps its own
     drafting; steady steps that drafted nothing (the last step of a request) are left out of the
-    mean. Times are device times on CUDA (profiling.Step.time_us)."""
+    mean. Times are device times on CUDA (profiling.Step.time_us). NaN where no steady step has
+    drafter time (a profile without drafting, or whose drafter kernels were not recorded): no
+    drafter time is no measurement, not a free drafter (profile_summary refuses it)."""
     own = following(steps, "drafter")
     per = []
     for t in steady:
         times = [d.time_us for d in own.get(id(t), []) if math.isfinite(d.time_us)]
         if times:
             per.append(sum(times))
-    return float(np.mean(per)) if per else 0.0
+    return float(np.mean(per)) if per else float("nan")
 
 
 def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
@@ -375,6 +377,13 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                                    "inside its ranges")
         dec = [summarise(i["path"], b, 1) for i in dec_infos]
         ver = [summarise(i["path"], b, k + 1) for i in ver_infos]
+        for i, v in zip(ver_infos, ver):
+            if not math.isfinite(v["drafter_us_per_step"]):
+                # no drafter ranges (forward_models found no drafter model) or none with
+                # recorded kernels: the draft cost would be 0, silently, as the MoE share was
+                raise SpecmoeError(f"{i['path']}: no drafter time after any steady verify step "
+                                   f"at batch {b}: the drafter's forward was not labelled, or "
+                                   "none of its kernels was recorded")
         dec_steps = [s for d in dec for s in d["steps"]]
         ver_steps = [s for v in ver for s in v["steps"]]
         sms = dec_infos[0].get("sm_count", 0)
