@@ -601,7 +601,7 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     from vllm.v1.worker.gpu.spec_decode.eagle.speculator import EagleSpeculator
     from vllm.v1.worker.gpu_worker import Worker
 
-    from specmoe.runtime.kernelprof import ProfileExtension
+    from specmoe.runtime.kernelprof import ProfileExtension, drafter_per_step
     from specmoe.runtime.moebackend import cuda_platform
 
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
@@ -617,7 +617,7 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
 
     runner.model = with_logits(4, 4)
     runner.speculator = object.__new__(EagleSpeculator)  # the study's EAGLE heads
-    runner.speculator.model = torch.nn.Linear(4, 4)
+    runner.speculator.model = eagle3_like(4, 4)
     # V2's own sample (it calls compute_logits) with a stand-in sampler: V2's are no nn.Modules
     runner.batch_sharder, runner.rejection_sampler = None, None
     runner.sampler = lambda logits, batch: types.SimpleNamespace(
@@ -629,7 +629,9 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
         hidden = runner.model(torch.zeros(ntok, 4))
         runner.sample(hidden, types.SimpleNamespace(logits_indices=torch.arange(nreq),
                                                     num_reqs=nreq, num_draft_tokens=0), None)
-        runner.speculator.model(torch.zeros(nreq, 4))
+        # EAGLE-3: the target's auxiliary hidden states through the drafter's FC first
+        runner.speculator.model(runner.speculator.model.combine_hidden_states(
+            torch.zeros(ntok, 3 * 4))[:nreq])
 
     runner.execute_model = execute_model
 
@@ -648,10 +650,31 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     # one head range: sample's compute_logits opens none inside it
     assert [(s.role, s.nreq, s.ntok, s.nwin) for s in steps] == [("target", 3, 9, 3),
                                                                 ("head", 3, 9, 3),
+                                                                ("drafter", 3, 9, 0),
                                                                 ("drafter", 3, 3, 0)]
     assert sum(e.name == "aten::addmm" for e in steps[1].events) == 1       # the LM head
+    # the drafting after the step: EAGLE-3's FC (in its own range) and the drafter's forward
+    assert sum(e.name == "aten::linear" for e in steps[2].events) == 1
+    assert drafter_per_step(steps, steps[:1]) == pytest.approx(steps[2].dur_us + steps[3].dur_us)
     assert not {"forward", "compute_logits"} & set(vars(runner.model))  # its own methods again
+    assert not {"forward", "combine_hidden_states"} & set(vars(runner.speculator.model))
     assert "sample" not in vars(runner)
+
+
+def eagle3_like(hidden: int, vocab: int, aux: int = 3):
+    """An EAGLE-3 drafter as vLLM's proposers call it: combine_hidden_states (the FC over the
+    target's `aux` hidden states) outside its forward, then forward and compute_logits."""
+    import torch
+
+    class Eagle3Like(type(with_logits(hidden, vocab))):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(aux * hidden, hidden)
+
+        def combine_hidden_states(self, h):
+            return self.fc(h)
+
+    return Eagle3Like()
 
 
 def engine_config(**engine_args):
@@ -710,7 +733,7 @@ def test_profiled_step_holds_the_lm_head_and_sampler_model_runner_v1(monkeypatch
     monkeypatch.setattr(GPUModelRunner, "__init__", lambda self: None)
     runner = GPUModelRunner()
     runner.model, runner.sampler = with_logits(64, 4000), Sampler()
-    runner.drafter = types.SimpleNamespace(model=with_logits(64, 4000))
+    runner.drafter = types.SimpleNamespace(model=eagle3_like(64, 4000))
     greedy = SamplingMetadata(
         temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
         generators={}, max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
@@ -725,7 +748,8 @@ def test_profiled_step_holds_the_lm_head_and_sampler_model_runner_v1(monkeypatch
 
     def sample_tokens():
         runner._sample(runner.execute_model_state, None)
-        hidden = runner.drafter.model(torch.zeros(2, 64))
+        hidden = runner.drafter.model(runner.drafter.model.combine_hidden_states(
+            torch.zeros(2, 3 * 64)))
         runner.drafter.model.compute_logits(hidden).argmax(-1)
 
     runner.execute_model = execute_model
@@ -745,20 +769,22 @@ def test_profiled_step_holds_the_lm_head_and_sampler_model_runner_v1(monkeypatch
     assert {k: info["engine_mode"][k] for k in ("compilation_mode", "cudagraph_mode")} == {
         "compilation_mode": "NONE", "cudagraph_mode": "NONE"}
     ranges = steps_from_chrome_trace(json.loads((tmp_path / "trace-0.json").read_text()))
-    assert [s.role for s in ranges[:5]] == ["target", "head", "head", "drafter", "drafter"]
+    assert [s.role for s in ranges[:6]] == ["target", "head", "head"] + ["drafter"] * 3
     out = summarise(info["path"], batch=2, window=1)
     step = out["steps"][-1]
     # the body's and the LM head's GEMMs, and the sampler's argmax
     assert sum(e.name == "aten::addmm" for e in step.events) == 2
     assert any("argmax" in e.name for e in step.events)
-    per_step = [ranges[i:i + 5] for i in range(0, 20, 5)]  # target, 2 heads, 2 drafter ranges
+    # target, 2 heads, 3 drafter ranges (EAGLE-3's FC, the forward, its LM head)
+    per_step = [ranges[i:i + 6] for i in range(0, 24, 6)]
     assert step.dur_us == pytest.approx(sum(s.dur_us for s in per_step[-1][:3]))
     # (to the trace's nanoseconds: its times have three decimals)
     assert sum(class_times(step.events).values()) == pytest.approx(step.time_us, abs=0.01)
-    # the steady steps' drafting: the drafter's forward and its LM head
+    # the steady steps' drafting: EAGLE-3's FC, the drafter's forward and its LM head
     assert out["drafter_us_per_step"] == pytest.approx(
         sum(s.dur_us for p in per_step[2:] for s in p[3:]) / 2)
-    assert not {"compute_logits", "forward"} & set(vars(runner.drafter.model))
+    assert not {"compute_logits", "forward", "combine_hidden_states"} & set(
+        vars(runner.drafter.model))
     assert "_sample" not in vars(runner)
 
 

@@ -82,7 +82,8 @@ class ProfileExtension:
                 ntok = int(ids.shape[0]) if ids is not None else 0
                 return profiling.label("drafter", shape["step"][0], ntok, 0)
 
-            # its forward and its LM head (tokens by hidden state row): drafter_per_step sums them
+            # its forward, its LM head and EAGLE-3's hidden-state FC (tokens by hidden state
+            # row): drafter_per_step sums them
             drafting: list = []
             for attr in ("forward", *DRAFTER_HEADS):
                 if attr == "forward" or hasattr(draft_model, attr):
@@ -148,8 +149,11 @@ def forward_models(runner) -> tuple:
 # which holds the sampler and the rejection sampler: V1's GPUModelRunner._sample, V2's sample
 # (its samplers are no nn.Modules: their __call__ cannot be wrapped on the instance)
 TARGET_HEADS, SAMPLING = ("compute_logits", "compute_logits_local"), ("_sample", "sample")
-# the drafter's logits (get_top_tokens: its local-argmax path under tensor parallelism)
-DRAFTER_HEADS = ("compute_logits", "get_top_tokens")
+# the drafter's work outside its forward: its logits (get_top_tokens: its local-argmax path
+# under tensor parallelism) and EAGLE-3's combine_hidden_states (the FC over the target's
+# auxiliary hidden states, which V1's proposer and V2's speculator call before the forward;
+# it calls no other labelled method, and the ranges of one group do not nest: _labelled)
+DRAFTER_HEADS = ("compute_logits", "get_top_tokens", "combine_hidden_states")
 
 
 def target_heads(runner, target) -> list[tuple]:
