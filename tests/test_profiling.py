@@ -39,6 +39,11 @@ from shrunk import ARCHS, DTYPE, moe_layer_indices, served_pair, shrunk_config
     ("_fwd_grouped_kernel_stage1", "attention"),
     ("_fwd_kernel_stage1", "attention"),
     ("_fwd_kernel_stage2", "attention"),
+    # vLLM's attention custom ops on the host (vllm::unified_attention_with_output and the KV
+    # cache write before it; the MLA ones)
+    ("vllm::unified_attention_with_output", "attention"),
+    ("vllm::unified_kv_cache_update", "attention"),
+    ("vllm::unified_mla_kv_cache_update", "attention"),
 ])
 def test_classify(name, cls):
     assert classify(name) == cls

@@ -29,6 +29,9 @@ CLASSES: tuple[tuple[str, str], ...] = (
     ("attention", r"flash_?attn|flashattention|flash_fwd|fmha|flashinfer|paged_attention|attention|"
                   r"scaled_dot_product|sdpa|reshape_and_cache|concat_and_cache|merge_attn|"
                   r"cutlass_mla|flash_mla|_mla_|xformers|rotary|rope|"
+                  # vLLM's custom op writing a layer's K and V into its cache (the MLA twin,
+                  # unified_mla_kv_cache_update, matches _mla_)
+                  r"kv_cache_update|"
                   # Triton decode attention (MLA's on GPUs without FlashMLA)
                   r"_fwd_(?:grouped_)?kernel_stage[12]|"
                   # linear attention: Gated DeltaNet (Qwen3-Next) and its short convolution,
