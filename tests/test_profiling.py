@@ -552,14 +552,41 @@ def test_profiled_te_has_its_interval_over_engine_starts():
 
     from specmoe.runtime.kernelprof import te_interval
 
-    lo, hi = te_interval(0.65, [0.50, 0.80, 0.66])
-    assert lo < 0.5 and hi > 0.8 and lo < 0.65 < hi
-    assert math.sqrt(lo * hi) == pytest.approx(0.65)  # symmetric on the log scale
-    lo2, hi2 = te_interval(0.65, [0.64, 0.66, 0.65])
-    assert lo < lo2 < 0.65 < hi2 < hi
-    lo6, hi6 = te_interval(0.65, [0.64, 0.66, 0.65] * 2)
+    te, lo, hi = te_interval([0.50, 0.80, 0.66])
+    assert te == pytest.approx((0.50 * 0.80 * 0.66) ** (1 / 3))
+    assert lo < 0.5 and hi > 0.8 and lo < te < hi
+    assert math.sqrt(lo * hi) == pytest.approx(te)  # symmetric on the log scale
+    te2, lo2, hi2 = te_interval([0.64, 0.66, 0.65])
+    assert lo < lo2 < te2 < hi2 < hi
+    _, lo6, hi6 = te_interval([0.64, 0.66, 0.65] * 2)
     assert hi6 - lo6 < hi2 - lo2
-    assert all(math.isnan(v) for v in te_interval(0.65, [0.65]))
+    te1, *one = te_interval([0.65])
+    assert te1 == pytest.approx(0.65) and all(math.isnan(v) for v in one)
+
+
+def test_profiled_te_is_the_point_its_interval_is_around(tmp_path):
+    """TE's point was the pooled steps' ratio, which weights a start by its steady steps, while
+    its interval is over starts: three starts of TE 0.909, 0.833 and 0.333, the last with 3
+    steady verify steps to the others' 12, gave 0.738 where the starts' geometric mean, the
+    centre of the interval on the log scale, is 0.632."""
+    import math
+
+    from specmoe.runtime.kernelprof import profile_summary
+
+    def result(tag, steps, window, us):
+        p = _cpu_trace(tmp_path / f"{tag}.json", [(1, window, 1)] * (steps + 2), op_us=us,
+                       drafter_us=10 if window > 1 else None)
+        return {1: {"traces": [{"path": str(p), "device": "cpu", "model_runner": "v1",
+                                "engine_mode": EAGER_MODE}]}}
+
+    dec = [result(f"d{i}", 20, 1, 100) for i in range(3)]
+    ver = [result("v0", 12, 4, 110), result("v1", 12, 4, 120), result("v2", 3, 4, 300)]
+    row = profile_summary(dec, ver, 3, [1])["batches"][0]
+    per = row["te_profiled_per_start"]
+    assert per == pytest.approx([100 / 110, 100 / 120, 100 / 300])
+    assert row["te_profiled"] == pytest.approx(math.exp(sum(map(math.log, per)) / 3))
+    assert math.sqrt(row["te_profiled_low"] * row["te_profiled_high"]) == pytest.approx(
+        row["te_profiled"])
 
 
 # --- MoE blocks of vLLM's own model classes ------------------------------------------------------

@@ -327,7 +327,7 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                   log_path: str | None = None, timeout: float = 1800) -> dict:
     """Decode (no SD) and verify (SD, K drafts) profiles at each batch size on `engines` engine
     starts of each, decode and verify alternating (ABAB: a drift of the machine spreads over
-    both); per-class comparison of the pooled steps, TE's interval over the engine starts."""
+    both); per-class comparison of the pooled steps, TE and its interval over the engine starts."""
     from .engine import run_each
 
     calls = profile_calls(target_dir, drafter_dir, k, batches, texts, max_tokens, engine_opts,
@@ -365,8 +365,8 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                     batches: list[int]) -> dict:
     """The engines' profiles (profile_generate's results, one per engine start of each mode)
     compared at each batch size: the classes' times over the steps of every engine start, TE
-    with its interval over the engine starts (te_interval), each start's TE, the draft cost, the
-    grids and the costliest ops."""
+    (the starts' geometric mean) with its interval over them (te_interval), each start's TE,
+    the draft cost, the grids and the costliest ops."""
     if not decodes or len(decodes) != len(verifies):
         raise SpecmoeError(f"profiles of {len(decodes)} decode and {len(verifies)} verify engine "
                            "starts: each start of one needs one of the other")
@@ -402,7 +402,8 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                 f"{cmp['classes']['moe']['verify_us']:.1f} us per step): none of vLLM's MoE "
                 "layers was found in the target, or none of its kernels was recorded")
         per_start = [d["wall_us"] / v["wall_us"] for d, v in zip(dec, ver)]
-        lo, hi = te_interval(cmp["te_profiled"], per_start)
+        te, lo, hi = te_interval(per_start)
+        cmp["te_profiled"] = te
         dec_wall = float(np.mean([d["wall_us"] for d in dec]))
         drafter_us = float(np.mean([v["drafter_us_per_step"] for v in ver]))
         rows.append({"batch": b, "device": dec_infos[0]["device"], "gpu": dec_infos[0].get("gpu"),
@@ -434,20 +435,11 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                              "verify": verifies[0].get("engine_start")}}
 
 
-def te_interval(te: float, per_start: list[float]) -> tuple[float, float]:
-    """95% interval of TE around its point `te` (the pooled steps' ratio) from the spread of TE
-    over the engine starts (`per_start`, each start's mean decode over mean verify step): on the
-    log scale, t with (starts - 1) degrees of freedom. The starts are the independent unit: the
-    steps of one start share its state (two runs' single-start intervals, from its steps, were
-    disjoint at batch 4: TE 0.50 [0.44, 0.56] and 0.80 [0.70, 0.91]). NaN with fewer than two
-    starts."""
-    from scipy import stats
-
-    logs = np.log(np.asarray(per_start, dtype=float))
-    if len(logs) < 2 or not np.all(np.isfinite(logs)) or not te > 0:
-        return float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
-    return float(te * np.exp(-half)), float(te * np.exp(half))
+def te_interval(per_start: list[float]) -> tuple[float, float, float]:
+    """TE (point, low, high) from each engine start's TE (`per_start`: its mean decode over mean
+    verify step): profiling.over_starts, the point the starts' geometric mean. The pooled steps'
+    ratio weighted a start by its step count while the interval was over starts."""
+    return profiling.over_starts(per_start)
 
 
 def top_ops(decode: list[profiling.Step], verify: list[profiling.Step], n: int = 12) -> list[dict]:
