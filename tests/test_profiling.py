@@ -589,6 +589,111 @@ def test_profiled_te_is_the_point_its_interval_is_around(tmp_path):
         row["te_profiled"])
 
 
+def _moe_dense_trace(path, steps, window, moe_us, dense_us, drafter_us=None):
+    """A CPU trace of `steps` steady steps (after the warm-up ones) of one request's window of
+    `window` tokens: moe_us inside a MoE block, then dense_us outside it (1 us of host time
+    and a dense GEMM), then drafting."""
+    import json
+
+    events, ts = [], 0
+    for _ in range(steps + 2):
+        events += [X(label("target", 1, window, 1), "user_annotation", ts, moe_us + dense_us),
+                   X(MOE_BLOCK, "user_annotation", ts, moe_us),
+                   X("_C::cpu_fused_moe", "cpu_op", ts, moe_us),
+                   X("aten::mm", "cpu_op", ts + moe_us + 1, dense_us - 1)]
+        if drafter_us:
+            events.append(X(label("drafter", 1, 1, 0), "user_annotation",
+                            ts + moe_us + dense_us + 1, drafter_us))
+        ts += moe_us + dense_us + (drafter_us or 0) + 50
+    path.write_text(json.dumps({"traceEvents": events}))
+    return {1: {"traces": [{"path": str(path), "device": "cpu", "model_runner": "v1",
+                            "engine_mode": EAGER_MODE}]}}
+
+
+def test_profiled_shares_ratios_and_draft_cost_have_their_spread_over_engine_starts(tmp_path):
+    """f, S_moe, S_dense and c pooled the engine starts' steps and had no interval, and the
+    three-step correction gave one only to its last step: in the default run, step 2's TE per
+    start 1.073 / 0.993 / 0.848 showed as 0.993 'ok' though its interval over the starts, [0.737,
+    1.338], reaches past 1. Three starts whose MoE time ratio straddles 1 (0.8, 1.1, 1.4 at an
+    MoE share of 0.5): every profiled value has its interval over the starts, step 2 of the
+    correction is not identified, and a class whose ratio lies below 1 is flagged."""
+    from specmoe.report.measured import TE_PAST_BOUND, correction_rows, kernel_rows
+    from specmoe.report.measured import te_three_ways_row
+    from specmoe.runtime.kernelprof import profile_summary
+
+    dec = [_moe_dense_trace(tmp_path / f"d{i}.json", 6, 1, 50, 50) for i in range(3)]
+    ver = [_moe_dense_trace(tmp_path / f"v{i}.json", 6, 4, moe, 60, drafter_us=dr)
+           for i, (moe, dr) in enumerate(((40, 30), (55, 40), (70, 50)))]
+    b = profile_summary(dec, ver, 3, [1])["batches"][0]
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
+    assert b["moe_time_ratio_per_start"] == pytest.approx([0.8, 1.1, 1.4])
+    assert b["moe_time_ratio"] == pytest.approx(geo([0.8, 1.1, 1.4]))
+    assert b["moe_time_ratio_low"] < 1 < b["moe_time_ratio_high"]
+    assert b["dense_time_ratio"] == pytest.approx(1.2)          # the same in every start
+    assert b["moe_time_share"] == pytest.approx(0.5)
+    for key in ("moe_time_share", "dense_time_ratio"):         # no spread: a point interval
+        assert b[f"{key}_low"] == pytest.approx(b[f"{key}_high"])
+    assert b["draft_cost_profiled_per_start"] == pytest.approx([0.3, 0.4, 0.5])
+    assert b["draft_cost_profiled"] == pytest.approx(geo([0.3, 0.4, 0.5]))
+    assert b["draft_cost_profiled_low"] < 0.3 and b["draft_cost_profiled_high"] > 0.5
+    assert b["classes"]["moe"]["ratio_low"] == b["moe_time_ratio_low"]
+    assert b["te_profiled"] == pytest.approx(geo(b["te_profiled_per_start"]))
+
+    cm = {"moe_weight_share": 0.667, "unique_ratio": 2.8}
+    rows = correction_rows({"model": "m"}, b, None, cm)
+    step2 = [1 / (0.5 + 0.5 * s) for s in (0.8, 1.1, 1.4)]
+    assert rows[2]["te_raw"] == pytest.approx(geo(step2))
+    assert rows[2]["te_raw_low"] < 1 < rows[2]["te_raw_high"]
+    assert [r["te_status"] for r in rows] == ["ok", "ok", TE_PAST_BOUND, TE_PAST_BOUND]
+    assert rows[3]["te_raw"] == pytest.approx(b["te_profiled"])  # the profiled TE itself
+    assert (rows[3]["te_raw_low"], rows[3]["te_raw_high"]) == pytest.approx(
+        (b["te_profiled_low"], b["te_profiled_high"]))
+    assert rows[2]["s_moe_low"] == b["moe_time_ratio_low"] and math.isnan(rows[1]["s_moe_low"])
+
+    # attention's ratio below 1 wholly (a class cannot take less time on more tokens), MoE's
+    # interval passing 1, the dense GEMM's above it: flagged as TE past its bound is
+    b["classes"]["attention"] = {**b["classes"]["moe"], "ratio": 0.6, "ratio_low": 0.5,
+                                 "ratio_high": 0.7}
+    ks = {r["class"]: r for r in kernel_rows({"model": "m"}, b, cm)}
+    assert ks["attention"]["ratio_status"] == "below 1: not physical"
+    assert math.isnan(ks["attention"]["ratio"]) and ks["attention"]["ratio_raw"] == 0.6
+    assert ks["moe"]["ratio_status"] == TE_PAST_BOUND and math.isnan(ks["moe"]["ratio_high"])
+    assert ks["dense_gemm"]["ratio_status"] == "ok"
+    assert ks["dense_gemm"]["ratio"] == pytest.approx(59 / 49)  # the GEMM alone
+
+    # te_sweep_profiled_c takes c's spread beside the speedup's
+    sw = {"tau": 2.0, "speedup": 1.6, "speedup_low": 1.55, "speedup_high": 1.65,
+          "te_sweep": 0.8}
+    row = te_three_ways_row({"model": "m"}, b, sw, None, float("nan"))
+    bare = te_three_ways_row({"model": "m"}, {**b, "draft_cost_profiled_low": b[
+        "draft_cost_profiled"], "draft_cost_profiled_high": b["draft_cost_profiled"]}, sw, None,
+        float("nan"))
+    assert row["te_sweep_profiled_c_raw"] == bare["te_sweep_profiled_c_raw"]
+    assert row["te_sweep_profiled_c_raw_low"] < bare["te_sweep_profiled_c_raw_low"]
+    assert row["te_sweep_profiled_c_raw_high"] > bare["te_sweep_profiled_c_raw_high"]
+    assert bare["te_sweep_profiled_c_raw_high"] == pytest.approx(
+        1 / (2.0 / 1.65 - b["draft_cost_profiled"]))
+    assert row["draft_cost_profiled_low"] == b["draft_cost_profiled_low"]
+    assert row["moe_time_share_high"] == b["moe_time_share_high"]
+
+
+def test_te_from_the_sweep_with_profiled_c_combines_both_intervals():
+    """D = tau / speedup - c takes each side's shifts from the speedup's and c's 95% ends in
+    root sum of squares; TE = 1 / D, unbounded where D's lower end reaches 0."""
+    from specmoe.report.measured import te_sweep_interval
+
+    te, lo, hi = te_sweep_interval(2.0, 1.6, 1.5, 1.7, 0.3, 0.2, 0.45)
+    d = 2.0 / 1.6 - 0.3
+    assert te == pytest.approx(1 / d)
+    assert hi == pytest.approx(1 / (d - math.hypot(2.0 / 1.6 - 2.0 / 1.7, 0.15)))
+    assert lo == pytest.approx(1 / (d + math.hypot(2.0 / 1.5 - 2.0 / 1.6, 0.1)))
+    assert te_sweep_interval(2.0, 1.6, 1.5, 1.7, 0.3, 0.3, 0.3)[1:] == pytest.approx(
+        (1 / (2.0 / 1.5 - 0.3), 1 / (2.0 / 1.7 - 0.3)))
+    assert te_sweep_interval(2.0, 1.6, 1.5, 1.7, 0.3, 0.0, 1.5)[2] == math.inf
+    assert all(math.isnan(x) for x in te_sweep_interval(2.0, 1.6, 1.5, 1.7, 0.3,
+                                                        float("nan"), float("nan"))[1:])
+
+
 # --- MoE blocks of vLLM's own model classes ------------------------------------------------------
 
 # The study's architectures shrunk (tests/shrunk.py), built by vLLM's model classes on the meta

@@ -120,6 +120,37 @@ def over_starts(per_start: list[float]) -> tuple[float, float, float]:
     return point, float(point * np.exp(-half)), float(point * np.exp(half))
 
 
+SUMMARY_RATIOS = ("moe_time_share", "moe_time_ratio", "dense_time_ratio", "te_profiled")
+
+
+def compare_starts(starts: list[tuple[list[Event], list[Event]]]) -> dict:
+    """compare() of each engine start's mean decode and verify step ((decode events, verify
+    events) per start: the starts' steps are not pooled, a start is the independent unit), the
+    starts summarised: per class its mean time per step over the starts and the shares of those,
+    and its verify/decode ratio; and f (moe_time_share), S_moe, S_dense and TE, each as
+    over_starts gives it (point, <name>_low, <name>_high) with <name>_per_start."""
+    per = [compare(d, v) for d, v in starts]
+    if not per:
+        raise ValueError("no engine start to compare")
+    classes = {}
+    td = sum(float(np.mean([p["classes"][c]["decode_us"] for p in per])) for c in ALL_CLASSES)
+    tv = sum(float(np.mean([p["classes"][c]["verify_us"] for p in per])) for c in ALL_CLASSES)
+    for c in ALL_CLASSES:
+        d = float(np.mean([p["classes"][c]["decode_us"] for p in per]))
+        v = float(np.mean([p["classes"][c]["verify_us"] for p in per]))
+        ratios = [p["classes"][c]["ratio"] for p in per]
+        r, lo, hi = over_starts(ratios)
+        classes[c] = {"decode_us": d, "verify_us": v, "decode_share": d / td,
+                      "verify_share": v / tv, "ratio": r, "ratio_low": lo, "ratio_high": hi,
+                      "ratio_per_start": ratios}
+    out: dict = {"classes": classes}
+    for key in SUMMARY_RATIOS:
+        vals = [p[key] for p in per]
+        point, lo, hi = over_starts(vals)
+        out.update({key: point, f"{key}_low": lo, f"{key}_high": hi, f"{key}_per_start": vals})
+    return out
+
+
 # --- steps from a torch.profiler chrome trace ------------------------------------------------------
 
 TARGET, DRAFTER, MOE_BLOCK = "specmoe_target", "specmoe_drafter", "specmoe_moe_block"

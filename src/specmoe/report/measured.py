@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost import costmodel
-from ..measured.profiling import eager
+from ..measured.profiling import eager, over_starts
 from ..measured.sweep import TE_NO_INTERVAL, below_highest
 from ..provenance import measured_device
 from ..runs import Run
@@ -110,10 +110,11 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
            if sw else bounded_te("te_sweep", np.nan, np.nan, np.nan)),
         # the same sweep point with the drafter cost from profiling: serving the drafter
         # alone also times the engine's per-step work, which SD pays once, not K times
-        # (its interval from the speedup's: TE grows with the speedup at fixed tau and c)
-        **(bounded_te("te_sweep_profiled_c",
-                      *(_te_sweep(sw["tau"], sw.get(k, np.nan), b["draft_cost_profiled"])
-                        for k in ("speedup", "speedup_low", "speedup_high")))
+        # (its interval from the speedup's and the profiled c's: te_sweep_interval)
+        **(bounded_te("te_sweep_profiled_c", *te_sweep_interval(
+            sw["tau"], *(sw.get(k, np.nan) for k in ("speedup", "speedup_low", "speedup_high")),
+            *(b.get(k, b["draft_cost_profiled"]) for k in (
+                "draft_cost_profiled", "draft_cost_profiled_low", "draft_cost_profiled_high"))))
            if sw else bounded_te("te_sweep_profiled_c", np.nan, np.nan, np.nan)),
         **bounded_te("te_profiled", b["te_profiled"], b.get("te_profiled_low", np.nan),
                      b.get("te_profiled_high", np.nan)),
@@ -121,8 +122,10 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         "verify_steps": b.get("verify_steps", np.nan),
         **bounded_te("te_costmodel", te_cm),
         "gap_sweep_minus_costmodel": te_sw - te_cm,
-        "moe_time_share": b["moe_time_share"], "draft_cost_profiled":
-            b["draft_cost_profiled"], "device": b["device"]}
+        # their 95% intervals over the engine starts (NaN: a profile from before they had one)
+        **{f"{k}{end}": b.get(f"{k}{end}", np.nan) if end else b[k]
+           for k in ("moe_time_share", "draft_cost_profiled") for end in ("", "_low", "_high")},
+        "device": b["device"]}
 
 
 def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
@@ -133,7 +136,13 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
         rows.append({
             **rc, "batch": b["batch"], "class": cls, "decode_us": c["decode_us"],
             "verify_us": c["verify_us"], "decode_share": c["decode_share"],
-            "verify_share": c["verify_share"], "ratio": c["ratio"],
+            "verify_share": c["verify_share"],
+            # verify runs K + 1 tokens per request where decode runs 1: a class's time cannot
+            # fall, so a ratio below 1 is flagged as a TE above 1 is (bounded), with its
+            # interval over the engine starts where the profile has one
+            **bounded("ratio", c["ratio"], *((c["ratio_low"], c["ratio_high"])
+                                             if "ratio_low" in c else ()),
+                      lower=1.0, upper=np.inf),
             "median_ctas_decode": g["decode"].get("median_ctas", np.nan),
             "median_ctas_verify": g["verify"].get("median_ctas", np.nan),
             "below_sm_share_verify": g["verify"].get("below_sm_count", np.nan),
@@ -145,19 +154,47 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
 
 def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
     """The three_step_correction table's rows of a run profiled at batch 1 (b), against the TE
-    from its sweep (sw, None where it has no point)."""
+    from its sweep (sw, None where it has no point).
+
+    Each step that takes a profiled value (f, S_moe, S_dense) is computed per engine start (the
+    profile's <name>_per_start) and carries the starts' geometric mean with its interval over
+    them (profiling.over_starts, as the profiled TE), so it is identified only where that
+    interval stays inside the bound (bounded_te); the last step is the profiled TE itself. A
+    profile from before it had per-start values gives its last step the profiled TE's interval
+    and the others none."""
     corr = costmodel.three_step_correction(
         cm["moe_weight_share"], cm["unique_ratio"], b["moe_time_share"],
         b["moe_time_ratio"], b["dense_time_ratio"],
         measured=_finite_or_none(sw["te_sweep"] if sw else None))
-    rows, last = [], len(corr["steps"]) - 1
+    keys = ("moe_time_share", "moe_time_ratio", "dense_time_ratio")
+    starts = [[] for _ in corr["steps"]]  # each step's TE per engine start
+    if all(f"{k}_per_start" in b for k in keys):
+        for f, s_moe, s_dense in zip(*(b[f"{k}_per_start"] for k in keys)):
+            one = costmodel.three_step_correction(cm["moe_weight_share"], cm["unique_ratio"],
+                                                  f, s_moe, s_dense)
+            for j, s in enumerate(one["steps"]):
+                starts[j].append(s["te"])
+    base = corr["steps"][0]["te"]
+    gap = corr["measured"] - base if corr["measured"] is not None else None
+    rows, last, prev = [], len(corr["steps"]) - 1, None
     for i, s in enumerate(corr["steps"]):
-        # the last step uses every measured ratio: it is the profiled TE, so it carries that
-        # TE's interval and is identified only where te_three_ways identifies it
-        interval = ((b.get("te_profiled_low", np.nan), b.get("te_profiled_high", np.nan))
-                    if i == last else (None, None))
+        interval: tuple = (None, None)  # the weight baseline: nothing profiled in it
+        if i and starts[i]:
+            te, *interval = over_starts(starts[i])
+            s = {**s, "te": te, "delta": te - prev,
+                 "gap_closed": (te - prev) / gap if gap else None}
+        elif i == last:
+            # the last step uses every measured ratio: it is the profiled TE, so it carries
+            # that TE's interval and is identified only where te_three_ways identifies it
+            interval = (b.get("te_profiled_low", np.nan), b.get("te_profiled_high", np.nan))
+        prev = s["te"]
         row = {**rc, "batch": 1, **gap_as_pct(s), **bounded_te("te", s["te"], *interval),
                "te_sweep": corr["measured"], "profile_mode": profile_mode(b)}
+        # the profiled values' own intervals over the engine starts, from the step that
+        # takes each on (NaN before it, and for a profile from before they had one)
+        for j, (col, key) in enumerate(zip(("f", "s_moe", "s_dense"), keys), 1):
+            for end in ("_low", "_high"):
+                row[col + end] = b.get(key + end, np.nan) if i >= j else np.nan
         if rows and (row["te_status"] != "ok" or rows[-1]["te_status"] != "ok"):
             row["delta"] = row["gap_closed_pct"] = np.nan  # a step to or from a TE that is not
         rows.append(row)                                    # a value is no value either
@@ -203,24 +240,56 @@ def bounded_te(name: str, te: float, low: float | None = None, high: float | Non
     and the interval is kept as <name>_low/_high only beside a TE that is "ok"; the raw interval
     is always in <name>_raw_low/_raw_high, so no TE column holds a number past its bound.
     `status`: one already decided (the sweep's te_status), "ok" or a reason."""
-    raw = float(te) if te is not None else float("nan")
+    return bounded(name, te, low, high, status)
+
+
+def bounded(name: str, x: float, low: float | None = None, high: float | None = None,
+            status: str | None = None, lower: float = 0.0, upper: float = 1.0) -> dict:
+    """bounded_te for a quantity whose physical range is [lower, upper] (TE's [0, 1]; a class's
+    verify/decode time ratio's [1, inf): the same flags, past `lower` or `upper`."""
+    raw = float(x) if x is not None else float("nan")
     if status is None:
-        status = "ok" if np.isfinite(raw) and 0.0 <= raw <= 1.0 else (
+        status = "ok" if np.isfinite(raw) and lower <= raw <= upper else (
             "not measured" if not np.isfinite(raw) else
-            "above 1: not physical" if raw > 1 else "below 0: not physical")
+            f"above {upper:g}: not physical" if raw > upper else
+            f"below {lower:g}: not physical")
         if status == "ok" and low is not None and (np.isnan(low) or np.isnan(high)):
-            status = TE_NO_INTERVAL  # nothing shows it inside [0, 1] (one engine start)
-        elif status == "ok" and low is not None and not (0.0 < low and high <= 1.0):
+            status = TE_NO_INTERVAL  # nothing shows it inside its range (one engine start)
+        elif status == "ok" and low is not None and not (lower < low and high <= upper):
             status = TE_PAST_BOUND
         elif status != "ok" and np.isfinite(raw) and low is not None and np.isfinite(low) \
-                and np.isfinite(high) and low <= 1.0 and high >= 0.0:
-            status = TE_PAST_BOUND  # outside, but its interval reaches back into [0, 1]
+                and np.isfinite(high) and low <= upper and high >= lower:
+            status = TE_PAST_BOUND  # outside, but its interval reaches back into its range
     ok = status == "ok"
     out = {name: raw if ok else np.nan, f"{name}_raw": raw, f"{name}_status": status}
     if low is not None:
         out.update({f"{name}_low": low if ok else np.nan, f"{name}_high": high if ok else np.nan,
                     f"{name}_raw_low": low, f"{name}_raw_high": high})
     return out
+
+
+def te_sweep_interval(tau: float, speedup: float, s_low: float, s_high: float, c: float,
+                      c_low: float, c_high: float) -> tuple[float, float, float]:
+    """TE from a sweep point with a profiled draft cost (costmodel.te_from_sweep: TE = 1 / D,
+    D = tau / speedup - c), with its 95% interval from the speedup's and c's. The sweep and the
+    profile are independent measurements and D is a sum of one term from each (tau / speedup
+    and -c), so D's interval takes, on each side, the root sum of squares of the shift each
+    term's 95% end gives with the other at its point; TE's ends are 1 / D's (inf where D's
+    lower end reaches 0: no finite TE). c without spread (c_low = c_high = c: a profile from
+    before it had an interval) gives TE at the speedup's ends, as before; either interval
+    missing (NaN) gives none."""
+    te = _te_sweep(tau, speedup, c)
+    if not np.isfinite(speedup):
+        return te, np.nan, np.nan
+    if c_low == c == c_high:
+        return te, _te_sweep(tau, s_low, c), _te_sweep(tau, s_high, c)
+    d = tau / speedup - c
+    down = np.hypot(d - (tau / s_high - c), c_high - c)  # NaN propagates: no interval
+    up = np.hypot(tau / s_low - c - d, c - c_low)
+    d_lo, d_hi = d - down, d + up
+    if not (np.isfinite(d_lo) and np.isfinite(d_hi)):
+        return te, np.nan, np.nan
+    return (te, 1 / d_hi if d_hi > 0 else np.inf, 1 / d_lo if d_lo > 0 else np.inf)
 
 
 def _te_sweep(tau: float, speedup: float, draft_cost: float) -> float:

@@ -327,7 +327,7 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                   log_path: str | None = None, timeout: float = 1800) -> dict:
     """Decode (no SD) and verify (SD, K drafts) profiles at each batch size on `engines` engine
     starts of each, decode and verify alternating (ABAB: a drift of the machine spreads over
-    both); per-class comparison of the pooled steps, TE and its interval over the engine starts."""
+    both); each pair of starts compared, the values with their intervals over the starts."""
     from .engine import run_each
 
     calls = profile_calls(target_dir, drafter_dir, k, batches, texts, max_tokens, engine_opts,
@@ -364,9 +364,11 @@ def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: li
 def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                     batches: list[int]) -> dict:
     """The engines' profiles (profile_generate's results, one per engine start of each mode)
-    compared at each batch size: the classes' times over the steps of every engine start, TE
-    (the starts' geometric mean) with its interval over them (te_interval), each start's TE,
-    the draft cost, the grids and the costliest ops."""
+    compared at each batch size, each decode start with the verify start beside it
+    (profiling.compare_starts): the classes' times per step (the starts' mean) and ratios, f,
+    S_moe, S_dense, TE and the draft cost c, each the starts' geometric mean with its interval
+    over them (te_interval) and each start's value; the grids and the costliest ops of the
+    pooled steps."""
     if not decodes or len(decodes) != len(verifies):
         raise SpecmoeError(f"profiles of {len(decodes)} decode and {len(verifies)} verify engine "
                            "starts: each start of one needs one of the other")
@@ -391,21 +393,24 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
         dec_steps = [s for d in dec for s in d["steps"]]
         ver_steps = [s for v in ver for s in v["steps"]]
         sms = dec_infos[0].get("sm_count", 0)
-        cmp = profiling.compare(profiling.mean_events(dec_steps),
-                                profiling.mean_events(ver_steps))
-        if not (cmp["classes"]["moe"]["decode_us"] > 0 and cmp["classes"]["moe"]["verify_us"] > 0):
-            # an MoE target whose MoE layers the profile did not find (moe_blocks) or whose
-            # kernels it did not name: its MoE share would be 0 and its ratio NaN, silently
-            raise SpecmoeError(
-                f"batch {b}: no MoE time in the profile (decode "
-                f"{cmp['classes']['moe']['decode_us']:.1f} us, verify "
-                f"{cmp['classes']['moe']['verify_us']:.1f} us per step): none of vLLM's MoE "
-                "layers was found in the target, or none of its kernels was recorded")
-        per_start = [d["wall_us"] / v["wall_us"] for d, v in zip(dec, ver)]
-        te, lo, hi = te_interval(per_start)
-        cmp["te_profiled"] = te
+        for i, (d, v) in enumerate(zip(dec, ver)):
+            moe = [profiling.class_times(profiling.mean_events(x["steps"]))["moe"] for x in (d, v)]
+            if not (moe[0] > 0 and moe[1] > 0):
+                # an MoE target whose MoE layers the profile did not find (moe_blocks) or whose
+                # kernels it did not name: its MoE share would be 0 and its ratio NaN, silently
+                raise SpecmoeError(
+                    f"batch {b}: no MoE time in the profile (engine start {i}: decode "
+                    f"{moe[0]:.1f} us, verify {moe[1]:.1f} us per step): none of vLLM's MoE "
+                    "layers was found in the target, or none of its kernels was recorded")
+        # each (decode, verify) pair of engine starts compared on its own, the starts then
+        # summarised (profiling.compare_starts): f, S_moe, S_dense, TE and c with their spread
+        # over the starts, the independent unit (te_interval)
+        cmp = profiling.compare_starts([(profiling.mean_events(d["steps"]),
+                                         profiling.mean_events(v["steps"]))
+                                        for d, v in zip(dec, ver)])
+        cost = [v["drafter_us_per_step"] / d["wall_us"] for d, v in zip(dec, ver)]
+        c, c_lo, c_hi = profiling.over_starts(cost)
         dec_wall = float(np.mean([d["wall_us"] for d in dec]))
-        drafter_us = float(np.mean([v["drafter_us_per_step"] for v in ver]))
         rows.append({"batch": b, "device": dec_infos[0]["device"], "gpu": dec_infos[0].get("gpu"),
                      "model_runner": {"decode": dec_infos[0]["model_runner"],
                                       "verify": ver_infos[0]["model_runner"]},
@@ -416,18 +421,22 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                      # steady steps left out for want of recorded kernels (CUDA), all starts
                      "steps_without_kernels": sum(x["steps_without_kernels"] for x in dec + ver),
                      "verify_wall_us": float(np.mean([v["wall_us"] for v in ver])),
-                     "drafter_us_per_step": drafter_us,
-                     "draft_cost_profiled": drafter_us / dec_wall,
-                     **cmp, "te_profiled_low": lo, "te_profiled_high": hi,
-                     "te_profiled_per_start": per_start,
+                     "drafter_us_per_step": float(np.mean([v["drafter_us_per_step"]
+                                                           for v in ver])),
+                     "draft_cost_profiled": c, "draft_cost_profiled_low": c_lo,
+                     "draft_cost_profiled_high": c_hi, "draft_cost_profiled_per_start": cost,
+                     **cmp,
                      "grids": {"decode": profiling.grid_stats(dec_steps, sms),
                                "verify": profiling.grid_stats(ver_steps, sms)},
                      "top_ops": top_ops(dec_steps, ver_steps)})
         log.info("batch %d: %d engine starts, %d decode / %d verify steps; MoE share %.3f, "
-                 "S_moe %.2f, S_dense %.2f, TE %.3f [%.3f, %.3f] (per start %s)", b, len(dec),
-                 len(dec_steps), len(ver_steps), cmp["moe_time_share"], cmp["moe_time_ratio"],
-                 cmp["dense_time_ratio"], cmp["te_profiled"], lo, hi,
-                 " / ".join(f"{x:.3f}" for x in per_start))
+                 "S_moe %.2f [%.2f, %.2f], S_dense %.2f [%.2f, %.2f], c %.3f [%.3f, %.3f], "
+                 "TE %.3f [%.3f, %.3f] (per start %s)", b, len(dec), len(dec_steps),
+                 len(ver_steps), cmp["moe_time_share"], cmp["moe_time_ratio"],
+                 cmp["moe_time_ratio_low"], cmp["moe_time_ratio_high"], cmp["dense_time_ratio"],
+                 cmp["dense_time_ratio_low"], cmp["dense_time_ratio_high"], c, c_lo, c_hi,
+                 cmp["te_profiled"], cmp["te_profiled_low"], cmp["te_profiled_high"],
+                 " / ".join(f"{x:.3f}" for x in cmp["te_profiled_per_start"]))
     runs = [*decodes, *verifies]
     return {"k": k, "batches": rows, "engines": len(decodes),
             "engine_startup_s": sum(r.get("startup_s", 0.0) for r in runs),
@@ -438,7 +447,8 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
 def te_interval(per_start: list[float]) -> tuple[float, float, float]:
     """TE (point, low, high) from each engine start's TE (`per_start`: its mean decode over mean
     verify step): profiling.over_starts, the point the starts' geometric mean. The pooled steps'
-    ratio weighted a start by its step count while the interval was over starts."""
+    ratio weighted a start by its step count while the interval was over starts. profile_summary
+    gives f, S_moe, S_dense and c the same way (profiling.compare_starts)."""
     return profiling.over_starts(per_start)
 
 
