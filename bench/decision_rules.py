@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from specmoe.measured.rules import direction_table, finding_rates, shape_table  # noqa: E402
-from specmoe.routing.acceptance import MIN_REQUESTS, cluster_test_size  # noqa: E402
+from specmoe.routing.acceptance import cluster_test_size  # noqa: E402
+from specmoe.routing.bootstrap import MIN_REQUESTS  # noqa: E402
 
 # (requests with accepted drafts, requests with first-rejected drafts, requests in both)
 DESIGNS = ((MIN_REQUESTS, MIN_REQUESTS, 0), (60, MIN_REQUESTS, 0), (60, MIN_REQUESTS, 10),

@@ -50,7 +50,7 @@ def intervals(p: dict, seed: int = 0) -> dict:
     k, n = p["k"], p["tokens"].size
     ci = overlap.sequence_intervals(p["sums"], p["pairs"], k, seed=seed, baselines=p)
     per_seq = p["sums"].mean(axis=1)[:, 0]
-    w = overlap.request_weights(n, overlap.N_BOOT, seed)
+    w = overlap.request_weights(n, seed=seed)
     step1 = per_seq.sum() / (p["pairs"][:, 0].sum() * k)
     boot1 = (w @ per_seq) / (w @ p["pairs"][:, 0] * k)
     jk1 = (per_seq.sum() - per_seq) / ((p["pairs"][:, 0].sum() - p["pairs"][:, 0]) * k)

@@ -212,7 +212,8 @@ def test_the_cluster_test_keeps_its_size_at_the_smallest_admitted_design(accepte
     token counts, a request-level offset and skewed token noise (2,000 simulated samples, fixed
     seed): the clustered test rejects at most ~7% at nominal 5% (CR1 with G - 1 degrees of
     freedom rejected 9.7% in the 60/10 design)."""
-    from specmoe.routing.acceptance import MIN_REQUESTS, cluster_test_size
+    from specmoe.routing.acceptance import cluster_test_size
+    from specmoe.routing.bootstrap import MIN_REQUESTS
 
     assert rejected == MIN_REQUESTS
     assert cluster_test_size(accepted, rejected, shared, trials=2000, seed=2) <= 0.07

@@ -10,8 +10,8 @@ SRC = Path(specmoe.__file__).parent
 RUNTIME_PACKAGES = {"torch", "vllm", "transformers"}
 # Pure analysis: statistics, cost model, tables, figures, report. They must run where no engine is
 # installed (the analysis environment).
-ANALYSIS = ("routing.acceptance", "cost.costmodel", "cost.hfconfig", "routing.ipf",
-            "routing.overlap", "routing.controls", "cost.plan", "checks.preflight",
+ANALYSIS = ("routing.acceptance", "routing.bootstrap", "cost.costmodel", "cost.hfconfig",
+            "routing.ipf", "routing.overlap", "routing.controls", "cost.plan", "checks.preflight",
             "measured.profiling",
             "sources.prompts", "provenance", "sources.published", "checks.schema",
             "measured.sweep", "routing.synth", "routing.trace", "routing.unique", "cost.weights",

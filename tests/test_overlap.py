@@ -731,3 +731,40 @@ def test_the_baselines_intervals_cover_a_known_truth():
         for c in truth:
             hits[c] += s[f"{c}_low"] <= truth[c] <= s[f"{c}_high"]
     assert all(h >= 32 for h in hits.values()), hits
+
+
+def test_the_shared_bootstrap_settings_move_every_interval_together(small_trace, monkeypatch):
+    """One level and one number of resamples for every request bootstrap (routing.bootstrap):
+    lowering the level narrows the window intervals and the sequence ones alike, percentile,
+    basic and BCa, and the acceptance's by request (the sequence's percentile ends were a
+    literal 2.5/97.5 and its resamples a literal 2,000: setting the window's LEVEL and N_BOOT
+    left them where they were)."""
+    from specmoe.routing import bootstrap
+    from specmoe.routing.acceptance import by_request
+    from specmoe.routing.overlap import trace_sequence_stats, window_intervals
+
+    def widths():
+        w = window_intervals(small_trace, shuffle_seed=0)
+        s = trace_sequence_stats(small_trace, 4)[2]
+        rng = np.random.default_rng(0)
+        acc_req, rej_req = np.repeat(np.arange(30), 5), np.repeat(np.arange(30), 2)
+        a = by_request(rng.normal(0.3, 0.1, acc_req.size), rng.normal(0.2, 0.1, rej_req.size),
+                       acc_req, rej_req)
+        pick = {"window step 1": (w["overlap_low"][0], w["overlap_high"][0]),
+                "window decay": (w["decay_low"], w["decay_high"]),
+                "sequence step 1": (s["low"][0], s["high"][0]),
+                "sequence decay (BCa)": (s["decay_low"], s["decay_high"]),
+                "sequence excess (basic)": (s["excess_low"], s["excess_high"]),
+                "acceptance delta": (a["delta_low_by_request"], a["delta_high_by_request"])}
+        return {k: hi - lo for k, (lo, hi) in pick.items()}
+
+    wide = widths()
+    monkeypatch.setattr(bootstrap, "LEVEL", 0.5)
+    narrow = widths()
+    for name in wide:
+        assert 0 < narrow[name] < 0.8 * wide[name], name
+    # the resamples: a different number draws different resamples everywhere
+    monkeypatch.setattr(bootstrap, "N_BOOT", 300)
+    fewer = widths()
+    for name in wide:
+        assert fewer[name] != narrow[name], name

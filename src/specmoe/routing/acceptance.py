@@ -9,10 +9,10 @@ its routing, so its tokens are not independent samples. Every interval and test 
 something is clustered by request (a request-level bootstrap of the delta and of Cohen's d with a
 fixed seed, and a cluster-robust t test with the CR2 small-sample correction and Imbens-Kolesar
 degrees of freedom, calibrated for few clusters); the token-level tests are kept beside them,
-named so, as the study reports them. A row with fewer than MIN_REQUESTS requests in either arm
-says "too few": no p-value and no size verdict; one with no draft in an arm says so ("none
-rejected": every draft at that position was accepted, as a synthetic generator whose acceptance
-reaches 1 gives; "none accepted"). The p-values of one run's positions and slices
+named so, as the study reports them. A row with fewer than bootstrap.MIN_REQUESTS requests in
+either arm says "too few": no p-value and no size verdict; one with no draft in an arm says so
+("none rejected": every draft at that position was accepted, as a synthetic generator whose
+acceptance reaches 1 gives; "none accepted"). The p-values of one run's positions and slices
 are Holm-corrected together (`p_holm`).
 """
 
@@ -22,12 +22,11 @@ import numpy as np
 from scipy import stats
 
 from ..runs import dataset_parts
+from . import bootstrap
 from .trace import ACCEPTED, FIRST_REJECTED, STATUS, Trace
 
-N_BOOT = 2000     # request-level bootstrap resamples
-BOOT_SEED = 0     # fixed: the same trace gives the same intervals, bit for bit
-LEVEL = 0.95
-MIN_REQUESTS = 10  # requests in each arm below which a row is "too few" (no test, no verdict)
+# the bootstrap's resamples, seed and level and the floor of requests: bootstrap.N_BOOT,
+# BOOT_SEED, LEVEL, MIN_REQUESTS (one place for every routing statistic)
 TOO_FEW = "too few"
 # an arm without a single draft: nothing to compare, and the label says which arm is empty
 NONE_REJECTED, NONE_ACCEPTED = "none rejected", "none accepted"
@@ -81,9 +80,9 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
     Mann-Whitney U p-values (tokens taken as independent, as the study reports them) and, given
     each token's request (acc_req, rej_req), the delta's 95% interval and p-value clustered by
     request (`by_request`: the delta's and d's intervals, cluster_robust_p); with fewer than
-    MIN_REQUESTS requests in either arm the row is "too few" (its p-values NaN, its size label
-    "too few"), with each arm constant "no spread" (d undefined, nothing tested), and with no
-    draft at all in an arm "none rejected" or "none accepted"."""
+    bootstrap.MIN_REQUESTS requests in either arm the row is "too few" (its p-values NaN, its
+    size label "too few"), with each arm constant "no spread" (d undefined, nothing tested), and
+    with no draft at all in an arm "none rejected" or "none accepted"."""
     acc, rej = np.asarray(acc, float), np.asarray(rej, float)
     out = {"accepted_overlap": float(acc.mean()) if acc.size else float("nan"),
            "first_rejected_overlap": float(rej.mean()) if rej.size else float("nan"),
@@ -95,7 +94,7 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
     flat = acc.size >= 2 and rej.size >= 2 and max(acc.var(), rej.var()) <= floor
     if acc.size >= 2 and rej.size >= 2 and (acc.var() > floor or rej.var() > floor):
         welch = stats.ttest_ind(acc, rej, equal_var=False)
-        lo, hi = welch.confidence_interval(LEVEL)
+        lo, hi = welch.confidence_interval(bootstrap.LEVEL)
         out["delta_low_tokens"], out["delta_high_tokens"] = float(lo), float(hi)
         out["p_tokens_welch"] = float(welch.pvalue)
         out["p_tokens_mannwhitney"] = float(stats.mannwhitneyu(acc, rej,
@@ -112,7 +111,7 @@ def compare(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray | None = None,
         if np.isfinite(d) and np.isfinite(out["cohens_d_low"]):
             # the verdict of d's interval, not of its point (none where d itself is undefined)
             out["size"] = size_range(out["cohens_d_low"], out["cohens_d_high"])
-        if min(out["n_requests_accepted"], out["n_requests_rejected"]) < MIN_REQUESTS:
+        if min(out["n_requests_accepted"], out["n_requests_rejected"]) < bootstrap.MIN_REQUESTS:
             # a handful of requests decide nothing: no p-value, no verdict on d
             # nor a token-level interval (with 2 rejected tokens Welch's reached [-2.99, 3.02],
             # outside any difference of overlaps)
@@ -138,9 +137,9 @@ def _request_sums(values: np.ndarray, req: np.ndarray, index: np.ndarray,
 def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
                rej_req: np.ndarray) -> dict:
     """The accepted-minus-rejected delta with the request as the unit: n_requests, 95%
-    percentile intervals of the delta and of Cohen's d over N_BOOT resamples of whole requests
-    (fixed seed; each resample keeps every token of a drawn request), and the p-value of the
-    cluster-robust test (cluster_robust_p)."""
+    percentile intervals of the delta and of Cohen's d over bootstrap.N_BOOT resamples of whole
+    requests (fixed seed; each resample keeps every token of a drawn request), and the p-value of
+    the cluster-robust test (cluster_robust_p)."""
     nan = float("nan")
     out = {"n_requests": 0, "delta_low_by_request": nan, "delta_high_by_request": nan,
            "cohens_d_low": nan, "cohens_d_high": nan, "p_by_request": nan}
@@ -151,8 +150,8 @@ def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
         return out
     sa, qa, na = _request_sums(acc, acc_req, ids, g)
     sr, qr, nr = _request_sums(rej, rej_req, ids, g)
-    rng = np.random.default_rng(BOOT_SEED)
-    w = rng.multinomial(g, np.full(g, 1.0 / g), size=N_BOOT).astype(np.float64)
+    rng = np.random.default_rng(bootstrap.BOOT_SEED)
+    w = rng.multinomial(g, np.full(g, 1.0 / g), size=bootstrap.N_BOOT).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         (ma, va, ca), (mr, vr, cr) = ((w @ s_ / (w @ n_), w @ q_, w @ n_)
                                       for s_, q_, n_ in ((sa, qa, na), (sr, qr, nr)))
@@ -160,11 +159,10 @@ def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
         # Cohen's d of each resample: the pooled variance from its summed squares (ddof 1)
         pooled = (va - ca * ma ** 2 + vr - cr * mr ** 2) / (ca + cr - 2)
         d_boot = np.where(pooled > spread_floor(acc, rej), boot / np.sqrt(pooled), np.nan)
-    tail = 100 * (1 - LEVEL) / 2
-    lo, hi = np.nanpercentile(boot, [tail, 100 - tail])
+    lo, hi = np.nanpercentile(boot, bootstrap.tails())
     out["delta_low_by_request"], out["delta_high_by_request"] = float(lo), float(hi)
     if np.isfinite(d_boot).any():
-        dlo, dhi = np.nanpercentile(d_boot, [tail, 100 - tail])
+        dlo, dhi = np.nanpercentile(d_boot, bootstrap.tails())
         out["cohens_d_low"], out["cohens_d_high"] = float(dlo), float(dhi)
     out["p_by_request"] = cluster_robust_p(acc, rej, acc_req, rej_req)
     return out
@@ -219,8 +217,8 @@ def holm(pvalues) -> list[float]:
     return out.tolist()
 
 
-def cluster_test_size(requests_accepted: int = MIN_REQUESTS,
-                      requests_rejected: int = MIN_REQUESTS, shared: int = 0,
+def cluster_test_size(requests_accepted: int = bootstrap.MIN_REQUESTS,
+                      requests_rejected: int = bootstrap.MIN_REQUESTS, shared: int = 0,
                       trials: int = 2000, level: float = 0.05, seed: int = 0,
                       icc: float = 0.3) -> float:
     """The share of simulated null samples (no delta) in which cluster_robust_p rejects at

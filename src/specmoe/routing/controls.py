@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .overlap import (LEVEL, N_BOOT, _percentiles, _sequence_sums, _status_pair_pass,
+from . import bootstrap
+from .overlap import (_percentiles, _sequence_sums, _status_pair_pass,
                       _window_pair_pass, committed_sequences, corrected_resamples, request_loads,
                       status_contrast)
 from .trace import ACCEPTED, COMMITTED, Trace
@@ -99,8 +100,8 @@ def _statistics(tr: Trace, ids: np.ndarray, w: np.ndarray) -> dict[str, np.ndarr
     return out
 
 
-def control_contrast(target: Trace, control: Trace, n_boot: int = N_BOOT,
-                     seed: int = 0) -> dict:
+def control_contrast(target: Trace, control: Trace, n_boot: int | None = None,
+                     seed: int | None = None) -> dict:
     """The matched control against its target: whether it is matched and comparable, its
     inputs' repeat share, and for each statistic the target's value, the control's and their
     difference (target - control) with a 95% paired percentile bootstrap over requests."""
@@ -110,7 +111,9 @@ def control_contrast(target: Trace, control: Trace, n_boot: int = N_BOOT,
            "input_repeat_pct": 100 * repeat, "n_requests": 0, "statistics": {}}
     ids = np.unique(target.columns["request"].astype(np.int64))
     g = ids.size
+    seed = bootstrap.BOOT_SEED if seed is None else seed
     rng = np.random.default_rng(seed)
+    n_boot = bootstrap.N_BOOT if n_boot is None else n_boot
     w = np.vstack([np.ones(g), rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot)])
     ours = _statistics(target, ids, w)
     # the target's temporal share in each resample, by prompt: another target that read the same
@@ -137,7 +140,7 @@ def control_contrast(target: Trace, control: Trace, n_boot: int = N_BOOT,
                                    "control": float(theirs[name][0]),
                                    "difference": float(diff[0]), "difference_low": float(lo),
                                    "difference_high": float(hi)}
-    out.update(comparable=True, why="", n_requests=int(g), level=LEVEL)
+    out.update(comparable=True, why="", n_requests=int(g), level=bootstrap.LEVEL)
     return out
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from . import bootstrap
 from .trace import Trace
 
 
@@ -236,12 +237,13 @@ def _overlap_of(sums: np.ndarray, pairs: np.ndarray, k: int) -> tuple[np.ndarray
         return sums.sum(axis=0) / (total[None, :] * k), total
 
 
-def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int = 2000,
-                       seed: int = 0, baselines: dict | None = None) -> dict:
-    """95% bootstrap intervals of the layer-mean overlap along sequences, resampling whole
-    sequences (requests: the independent units; tokens of one request are not): for each d, and
-    for the decay overlap(1) - overlap(max_d). sums, pairs: per sequence, from _sequence_sums.
-    Percentile intervals by distance over n_boot resamples drawn from a fixed seed; the decay a
+def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int | None = None,
+                       seed: int | None = None, baselines: dict | None = None) -> dict:
+    """Bootstrap intervals (at bootstrap.LEVEL, 95%) of the layer-mean overlap along sequences,
+    resampling whole sequences (requests: the independent units; tokens of one request are not):
+    for each d, and for the decay overlap(1) - overlap(max_d). sums, pairs: per sequence, from
+    _sequence_sums. Percentile intervals by distance over n_boot resamples (default
+    bootstrap.N_BOOT) drawn from a fixed seed (default bootstrap.BOOT_SEED); the decay a
     BCa interval (bca_interval) from the same resamples: its tail is heavy where one request
     loops.
 
@@ -263,7 +265,7 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         boot = (w @ per_seq) / (w @ pairs * k)  # [boot, d]
         est = per_seq.sum(axis=0) / (pairs.sum(axis=0) * k)
     decay = boot[:, 0] - boot[:, -1]
-    lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
+    lo, hi = _percentiles(boot)
     # the decay: BCa (a looping request can carry its resamples' tail)
     with np.errstate(invalid="ignore", divide="ignore"):
         jk = (per_seq.sum(axis=0) - per_seq) / ((pairs.sum(axis=0) - pairs) * k)  # [seq, d]
@@ -297,10 +299,12 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
     return out
 
 
-def request_weights(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+def request_weights(n: int, n_boot: int | None = None, seed: int | None = None) -> np.ndarray:
     """[boot, unit] how often each of n units (requests) is drawn in each of n_boot bootstrap
-    resamples, from a fixed seed: the same resamples wherever the same units are resampled."""
-    rng = np.random.default_rng(seed)
+    resamples (default bootstrap.N_BOOT), from a fixed seed (default bootstrap.BOOT_SEED): the
+    same resamples wherever the same units are resampled."""
+    n_boot = bootstrap.N_BOOT if n_boot is None else n_boot
+    rng = np.random.default_rng(bootstrap.BOOT_SEED if seed is None else seed)
     return rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)
 
 
@@ -320,11 +324,12 @@ def independence_corrected(loads: np.ndarray, tokens: np.ndarray, k: int) -> flo
 
 
 def basic_interval(est: float, boot: np.ndarray) -> tuple[float, float]:
-    """The basic (reflected) 95% bootstrap interval [2 est - q_high, 2 est - q_low] of a plug-in
-    estimate from its resamples: their spread about the estimate stands for the estimate's about
-    the truth, so a bias as large as the spread (the independence baseline near uniform loads:
-    resamples above the estimate, itself above the truth) is reflected away where the percentile
-    interval repeats it, and the interval holds the jackknife bias-corrected point."""
+    """The basic (reflected) bootstrap interval (at bootstrap.LEVEL) [2 est - q_high,
+    2 est - q_low] of a plug-in estimate from its resamples: their spread about the estimate
+    stands for the estimate's about the truth, so a bias as large as the spread (the independence
+    baseline near uniform loads: resamples above the estimate, itself above the truth) is
+    reflected away where the percentile interval repeats it, and the interval holds the jackknife
+    bias-corrected point."""
     if not np.isfinite(est):
         return float("nan"), float("nan")
     lo, hi = _percentiles(boot)
@@ -332,13 +337,13 @@ def basic_interval(est: float, boot: np.ndarray) -> tuple[float, float]:
 
 
 def bca_interval(boot: np.ndarray, est: float, jack: np.ndarray,
-                 level: float = 0.95) -> tuple[float, float]:
+                 level: float | None = None) -> tuple[float, float]:
     """The bias-corrected and accelerated (BCa) bootstrap interval: the percentile interval's
     ends moved by the bootstrap's median bias (z0) and by the skew of the leave-one-out
     (jackknife) estimates over the resampled units (acceleration a), so a statistic whose
     resamples are skewed (one unit carrying a heavy tail) keeps its coverage better than the
     plain percentile interval (Efron 1987). boot: the resamples' values; jack: the statistic
-    without each unit in turn."""
+    without each unit in turn; level: default bootstrap.LEVEL."""
     # the standard normal's quantile and distribution functions themselves (scipy.stats.norm
     # calls these; importing scipy.stats costs an analysis job more than its bootstrap)
     from scipy.special import ndtr, ndtri
@@ -352,6 +357,7 @@ def bca_interval(boot: np.ndarray, est: float, jack: np.ndarray,
     d = jack.mean() - jack
     spread = (d ** 2).sum()
     a = (d ** 3).sum() / (6 * spread ** 1.5) if spread > 0 else 0.0
+    level = bootstrap.LEVEL if level is None else level
     z = ndtri(np.asarray([(1 - level) / 2, (1 + level) / 2]))
     q = ndtr(z0 + (z0 + z) / (1 - a * (z0 + z)))
     lo, hi = np.percentile(boot, 100 * q)
@@ -475,14 +481,10 @@ def _status_pair_pass(experts, starts, lengths, n_experts, cls, max_d):
     return sums, pairs
 
 
-N_BOOT = 2000  # request-level bootstrap resamples of the window statistics
-LEVEL = 0.95
-
-
 def _percentiles(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    tail = 100 * (1 - LEVEL) / 2
+    """The percentile interval's ends (at bootstrap.LEVEL) of resamples [boot, ...]."""
     with np.errstate(invalid="ignore"):
-        lo, hi = np.nanpercentile(boot, [tail, 100 - tail], axis=0)
+        lo, hi = np.nanpercentile(boot, bootstrap.tails(), axis=0)
     return lo, hi
 
 
@@ -541,12 +543,13 @@ def corrected_resamples(w: np.ndarray, loads: np.ndarray, tokens: np.ndarray,
 
 
 def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarray | None = None,
-                     n_boot: int = N_BOOT, seed: int = 0) -> dict:
-    """95% intervals of the layer-mean overlap inside windows by distance, of the within-window
-    shuffle null, of the step-1 overlap above that null (step 1 - shuffle 1) and of the decay
-    from d = 1 to d = K, each resampling whole requests (percentile bootstrap, n_boot resamples
-    from a fixed seed): a request's windows share its prompt and routing, so the request is the
-    unit. keep: the windows to use (e.g. those without repetition).
+                     n_boot: int | None = None, seed: int | None = None) -> dict:
+    """Intervals (at bootstrap.LEVEL, 95%) of the layer-mean overlap inside windows by distance,
+    of the within-window shuffle null, of the step-1 overlap above that null (step 1 - shuffle 1)
+    and of the decay from d = 1 to d = K, each resampling whole requests (percentile bootstrap,
+    n_boot resamples, default bootstrap.N_BOOT, from a fixed seed, default bootstrap.BOOT_SEED):
+    a request's windows share its prompt and routing, so the request is the unit. keep: the
+    windows to use (e.g. those without repetition).
 
     The shuffle null (left out where shuffle_seed is None) is exact (shuffle_weights), so step 1
     above it is a fixed contrast of the distances, for K = 3 (2 (o1 - o2) + (o1 - o3)) / 6: a
@@ -583,7 +586,7 @@ def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarra
                          for c in range(x.shape[1])], axis=1)
 
     s_req, p_req = per_request(sums), per_request(pairs)
-    w = request_weights(g, n_boot, seed) if g else np.zeros((n_boot, 0))
+    w = request_weights(g, n_boot, seed) if g else np.zeros((n_boot or bootstrap.N_BOOT, 0))
     with np.errstate(invalid="ignore", divide="ignore"):
         est = s_req.sum(axis=0) / (p_req.sum(axis=0) * scale)
         boot = (w @ s_req) / ((w @ p_req) * scale)
