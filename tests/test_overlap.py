@@ -768,3 +768,47 @@ def test_the_shared_bootstrap_settings_move_every_interval_together(small_trace,
     fewer = widths()
     for name in wide:
         assert fewer[name] != narrow[name], name
+
+
+@pytest.mark.parametrize("requests", [1, 9])
+def test_fewer_requests_than_the_floor_give_no_interval_and_no_direction(requests):
+    """Below bootstrap.MIN_REQUESTS requests nothing is decided: every interval of the window
+    and sequence statistics (percentile, basic and BCa) and the IPF's error interval is NaN and
+    the report claims no direction; the points stay. One request gave the decays zero-width
+    intervals at their points ("decays (+0.231 [+0.231, +0.231])"); at the floor there are
+    intervals again."""
+    from specmoe.report.prose import direction
+    from specmoe.routing import bootstrap, ipf
+    from specmoe.routing.overlap import request_unique, trace_sequence_stats, window_intervals
+
+    assert requests < bootstrap.MIN_REQUESTS
+    for n, decided in ((requests, False), (bootstrap.MIN_REQUESTS, True)):
+        tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=4, k_draft=3, requests=n,
+                                  steps=40, stickiness=0.4, seed=1))
+        w = window_intervals(tr, 0)
+        seq, _, s = trace_sequence_stats(tr, 8)
+        per = s["per_sequence"]
+        u_sum, u_n, _ = request_unique(tr, per["request"])
+        ov = np.nanmean(seq, axis=0)[:3]
+        err = ipf.sequence_error_interval(
+            64, 4, ov, ipf.predict_uniform(64, 4, ov)["unique"],
+            {"sequence_sums": per["sums"][:, :3], "sequence_pairs": per["pairs"][:, :3],
+             "unique_sum": u_sum, "full_windows": u_n})
+        ends = {**{f"window {k}": np.ravel(v) for k, v in w.items()
+                   if k.endswith(("_low", "_high"))},
+                **{f"sequence {k}": np.ravel(v) for k, v in s.items()
+                   if k.endswith(("low", "high"))},
+                "ipf error": np.asarray(err)}
+        # the window's overlap, shuffle, decay, decay within status, step 1 above the shuffle
+        # and its share; the sequence's overlap, decay, independence, excess, temporal share and
+        # excess within requests; the IPF's error
+        assert len(ends) == 2 * 6 + 2 * 6 + 1
+        for name, v in ends.items():
+            assert np.isfinite(v).all() == decided, (n, name, v)
+        for name in ("decay", "above_shuffle", "above_shuffle_share", "decay_within_status"):
+            assert np.isfinite(w[name]), name
+        for name in ("decay", "excess", "independence", "excess_within"):
+            assert np.isfinite(s[name]), name
+        said = direction(w["decay"], w["decay_low"], w["decay_high"], "decays", "rises")
+        assert ("no direction is claimed" in said) != decided, said
+        assert (said.startswith("decays")) == decided, said

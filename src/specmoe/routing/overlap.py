@@ -12,6 +12,7 @@ positions (shuffle_weights), computed from the same pass, not from one random pe
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -245,7 +246,8 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
     _sequence_sums. Percentile intervals by distance over n_boot resamples (default
     bootstrap.N_BOOT) drawn from a fixed seed (default bootstrap.BOOT_SEED); the decay a
     BCa interval (bca_interval) from the same resamples: its tail is heavy where one request
-    loops.
+    loops. With fewer than bootstrap.MIN_REQUESTS sequences every interval is NaN
+    (request_weights): the points alone, no direction.
 
     baselines (per sequence, from sequence_baselines): the pooled independence baseline
     (`independence`) and the step-1 overlap's excess over it (`excess`), each with its interval,
@@ -302,8 +304,15 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
 def request_weights(n: int, n_boot: int | None = None, seed: int | None = None) -> np.ndarray:
     """[boot, unit] how often each of n units (requests) is drawn in each of n_boot bootstrap
     resamples (default bootstrap.N_BOOT), from a fixed seed (default bootstrap.BOOT_SEED): the
-    same resamples wherever the same units are resampled."""
+    same resamples wherever the same units are resampled.
+
+    Below bootstrap.MIN_REQUESTS units every weight is NaN: a handful of requests decides
+    nothing (one request gave the window and sequence decays zero-width intervals, and with them
+    a direction), so every interval resampled with these weights (the window's, the sequence's,
+    percentile, basic and BCa, and the IPF's error) is NaN: no interval, no direction."""
     n_boot = bootstrap.N_BOOT if n_boot is None else n_boot
+    if n < bootstrap.MIN_REQUESTS:
+        return np.full((n_boot, n), np.nan)
     rng = np.random.default_rng(bootstrap.BOOT_SEED if seed is None else seed)
     return rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)
 
@@ -482,8 +491,10 @@ def _status_pair_pass(experts, starts, lengths, n_experts, cls, max_d):
 
 
 def _percentiles(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The percentile interval's ends (at bootstrap.LEVEL) of resamples [boot, ...]."""
-    with np.errstate(invalid="ignore"):
+    """The percentile interval's ends (at bootstrap.LEVEL) of resamples [boot, ...]; NaN where
+    none is finite (too few requests to resample: request_weights)."""
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "All-NaN slice": NaN is the answer
         lo, hi = np.nanpercentile(boot, bootstrap.tails(), axis=0)
     return lo, hi
 
@@ -549,7 +560,8 @@ def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarra
     and of the decay from d = 1 to d = K, each resampling whole requests (percentile bootstrap,
     n_boot resamples, default bootstrap.N_BOOT, from a fixed seed, default bootstrap.BOOT_SEED):
     a request's windows share its prompt and routing, so the request is the unit. keep: the
-    windows to use (e.g. those without repetition).
+    windows to use (e.g. those without repetition). With fewer than bootstrap.MIN_REQUESTS
+    requests every interval is NaN (request_weights): the points alone, no direction.
 
     The shuffle null (left out where shuffle_seed is None) is exact (shuffle_weights), so step 1
     above it is a fixed contrast of the distances, for K = 3 (2 (o1 - o2) + (o1 - o3)) / 6: a
