@@ -812,3 +812,42 @@ def test_fewer_requests_than_the_floor_give_no_interval_and_no_direction(request
         said = direction(w["decay"], w["decay_low"], w["decay_high"], "decays", "rises")
         assert ("no direction is claimed" in said) != decided, said
         assert (said.startswith("decays")) == decided, said
+
+
+def test_mirrored_ends_past_what_a_statistic_can_be_are_held_there_and_flagged():
+    """The basic (mirrored) intervals of the sequence's excess over independence (at most
+    1 - k/N: step 1 <= 1, the baseline >= k/N), of its temporal share (1 - baseline / step 1, at
+    most 1 - k/N too) and of the baseline (at least k/N) can pass those bounds: on 10 sticky
+    requests of 2 steps, 8 experts and k = 2 the excess read 0.625 [0.479, 0.807] and the share
+    its high end 0.807, where 0.75 is the most either can be. Each end is held at its bound and
+    the interval flagged (`<name>_clipped`), and the flags reach the report's tables; a trace
+    whose intervals stay inside has none."""
+    from specmoe.report.runs import decomposition_row, overlap_row
+    from specmoe.routing.overlap import sequence_summary, trace_sequence_stats, within_range
+
+    def stats(**kw):
+        tr = generate(SynthParams(num_layers=1, k_draft=3, requests=10, **kw))
+        seq, pairs, ci = trace_sequence_stats(tr, 8)
+        ws = window_stats(tr)
+        s = {**ws.summary(ci["independence"]), **sequence_summary(seq, pairs, ws, ci)}
+        rc = {"model": "m", "drafter": "d", "k": 3, "dataset": "x"}
+        return tr, ci, overlap_row(rc, s, {}), decomposition_row(rc, s)
+
+    tr, ci, ob, dec = stats(num_experts=8, top_k=2, steps=2, stickiness=0.99, skew=2.0, seed=27)
+    top = 1 - tr.top_k / tr.num_experts
+    assert ci["excess"] < top and ci["excess_high"] == top and ci["excess_clipped"]
+    assert ci["excess_low"] < ci["excess"]
+    assert ci["temporal_share_high"] == top and ci["temporal_share_clipped"]
+    assert ci["independence_low"] == tr.top_k / tr.num_experts and ci["independence_clipped"]
+    assert ob["seq_excess_high"] == top and ob["seq_excess_clipped"] is True
+    assert ob["independent_clipped"] is True
+    assert dec["sequence_temporal_share_high"] == top
+    assert dec["sequence_temporal_share_clipped"] is True
+    # inside its range an interval is the bootstrap's own and unflagged
+    _, ci, ob, dec = stats(num_experts=64, top_k=4, steps=30, stickiness=0.4, seed=1)
+    assert not (ci["excess_clipped"] or ci["temporal_share_clipped"] or ci["independence_clipped"])
+    assert ob["seq_excess_clipped"] is False and dec["sequence_temporal_share_clipped"] is False
+    assert within_range(0.2, 0.5, 0.0, 1.0) == (0.2, 0.5, False)
+    assert within_range(-0.1, 1.2, 0.0, 1.0) == (0.0, 1.0, True)
+    lo, hi, flag = within_range(float("nan"), float("nan"), 0.0, 1.0)
+    assert np.isnan(lo) and np.isnan(hi) and not flag

@@ -174,6 +174,9 @@ def decomposition_row(rc: dict, s: dict) -> dict:
         "sequence_temporal_share": s.get("sequence_temporal_share", np.nan),
         "sequence_temporal_share_low": s.get("sequence_temporal_share_low", np.nan),
         "sequence_temporal_share_high": s.get("sequence_temporal_share_high", np.nan),
+        # True where an end of that interval passed the most a share can be (1 - k/N) and is
+        # shown at it (overlap.within_range)
+        "sequence_temporal_share_clipped": s.get("sequence_temporal_share_clipped", np.nan),
         "sequence_within_request": s.get("sequence_within_request", np.nan),
         "sequence_temporal_share_within_request": s.get("sequence_temporal_share_within_request",
                                                         np.nan),
@@ -304,6 +307,9 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     # its 95% interval over requests: "expert loads near uniform" is decided by it
     row["independent_low"] = s.get("independent_low", np.nan)
     row["independent_high"] = s.get("independent_high", np.nan)
+    # True where an end passed what the statistic can be and is shown at that bound
+    # (overlap.within_range): the baseline's low end at k/N, an excess's high end at 1 - k/N
+    row["independent_clipped"] = s.get("independent_clipped", np.nan)
     if s.get("window_low"):
         row["step1_low"], row["step1_high"] = s["window_low"][0], s["window_high"][0]
     for key in ("window_decay", "window_decay_low", "window_decay_high", "above_shuffle",
@@ -320,13 +326,13 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     if s.get("sequence_low"):
         row["seq1_low"], row["seq1_high"] = s["sequence_low"][0], s["sequence_high"][0]
     for key in ("decay", "decay_low", "decay_high", "requests", "excess", "excess_low",
-                "excess_high", "within_request", "excess_within", "excess_within_low",
-                "excess_within_high"):
+                "excess_high", "excess_clipped", "within_request", "excess_within",
+                "excess_within_low", "excess_within_high"):
         row[f"seq_{key}"] = s.get(f"sequence_{key}", np.nan)
     row["verify_ratio"] = s.get("verify_ratio", np.nan)
     # sensitivity: without the requests whose committed output loops (overlap.looping_requests)
     for key in ("dropped_requests", "decay", "decay_low", "decay_high", "excess", "excess_low",
-                "excess_high"):
+                "excess_high", "excess_clipped"):
         row[f"seq_loop_free_{key}"] = s.get(f"sequence_loop_free_{key}", np.nan)
     nr = ov.get("summary_without_repetition") or {}
     row.update({f"step{d}_no_repetition": v

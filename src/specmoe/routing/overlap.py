@@ -280,21 +280,30 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         loads, tokens, within = baselines["loads"], baselines["tokens"], baselines["within"]
         plug, ind_boot = _resampled_independence(w, loads, tokens, k)
         ind = independence_corrected(loads, tokens, k)
-        # held at the baseline's floor k/N, as the point is
-        ilo, ihi = np.maximum(basic_interval(plug, ind_boot), k / loads.shape[-1])
+        # the mirrored ends held inside what each can be (within_range), flagged where they were
+        # moved: the baseline in [k/N, 1] (sum_e q_e = k), its point held at k/N too; step 1 in
+        # [0, 1], so the excess in [-1, 1 - k/N] and the share 1 - baseline / step 1 at most
+        # 1 - k/N (mirrored, they reached 1.01 and 1.10 where 0.75 is the most)
+        floor = k / loads.shape[-1]
+        top = 1 - floor
+        ilo, ihi, iclip = within_range(*basic_interval(plug, ind_boot), floor, 1.0)
         # the excess and the share: the corrected baseline's, each resample with its own baseline
         # (held fixed, the share's interval was 2-2.6 times too narrow)
         with np.errstate(invalid="ignore", divide="ignore"):
-            elo, ehi = basic_interval(float(est[0] - plug), boot[:, 0] - ind_boot)
-            slo, shi = basic_interval(float((est[0] - plug) / est[0]),
-                                      (boot[:, 0] - ind_boot) / boot[:, 0])
+            elo, ehi, eclip = within_range(
+                *basic_interval(float(est[0] - plug), boot[:, 0] - ind_boot), -1.0, top)
+            slo, shi, sclip = within_range(
+                *basic_interval(float((est[0] - plug) / est[0]),
+                                (boot[:, 0] - ind_boot) / boot[:, 0]), -np.inf, top)
             wr = within.sum() / (pairs[:, 0].sum() * k)
             wr_boot = (w @ within) / (w @ pairs[:, 0] * k)
             wr_jk = (within.sum() - within) / ((pairs[:, 0].sum() - pairs[:, 0]) * k)
         wlo, whi = bca_interval(boot[:, 0] - wr_boot, float(est[0] - wr), jk[:, 0] - wr_jk)
-        out.update(independence=ind, independence_low=float(ilo), independence_high=float(ihi),
-                   excess=float(est[0] - ind), excess_low=float(elo), excess_high=float(ehi),
-                   temporal_share_low=float(slo), temporal_share_high=float(shi),
+        out.update(independence=ind, independence_low=ilo, independence_high=ihi,
+                   independence_clipped=iclip,
+                   excess=float(est[0] - ind), excess_low=elo, excess_high=ehi,
+                   excess_clipped=eclip, temporal_share_low=slo, temporal_share_high=shi,
+                   temporal_share_clipped=sclip,
                    within_request=float(wr),
                    excess_within=float(est[0] - wr), excess_within_low=float(wlo),
                    excess_within_high=float(whi))
@@ -343,6 +352,17 @@ def basic_interval(est: float, boot: np.ndarray) -> tuple[float, float]:
         return float("nan"), float("nan")
     lo, hi = _percentiles(boot)
     return float(2 * est - hi), float(2 * est - lo)
+
+
+def within_range(lo: float, hi: float, low: float, high: float) -> tuple[float, float, bool]:
+    """An interval's ends held inside its statistic's range [low, high], and whether either end
+    had to be moved: a basic interval mirrors its resamples about the estimate, so near a bound
+    an end can pass it (an excess of 0.669 [0.534, 1.010] where 0.75 is the most it can be). The
+    end shown is then the bound, and the flag (`<name>_clipped` in the tables) says that it is
+    not the bootstrap's own: a value outside the range is never shown as one. NaN ends stay NaN
+    (and unflagged)."""
+    clipped = bool(lo < low or hi > high or lo > high or hi < low)
+    return float(np.clip(lo, low, high)), float(np.clip(hi, low, high)), clipped
 
 
 def bca_interval(boot: np.ndarray, est: float, jack: np.ndarray,
@@ -420,11 +440,14 @@ def sequence_summary(seq: np.ndarray, pairs: np.ndarray, ws: "WindowStats", ci: 
            # interval's ends with the baseline held fixed were far too narrow)
            "sequence_temporal_share_low": ci["temporal_share_low"],
            "sequence_temporal_share_high": ci["temporal_share_high"],
+           # an end held at what the statistic can be (within_range)
+           "sequence_temporal_share_clipped": ci["temporal_share_clipped"],
            "independent_low": ci["independence_low"], "independent_high": ci["independence_high"],
+           "independent_clipped": ci["independence_clipped"],
            "sequence_temporal_share_within_request": (s1 - wr) / s1 if s1 > 0 else float("nan")}
     out.update({f"sequence_{key}": ci[key] for key in (
-        "excess", "excess_low", "excess_high", "excess_within", "excess_within_low",
-        "excess_within_high", "within_request")})
+        "excess", "excess_low", "excess_high", "excess_clipped", "excess_within",
+        "excess_within_low", "excess_within_high", "within_request")})
     return out
 
 
