@@ -707,6 +707,31 @@ def test_the_summary_without_repetition_measures_against_its_windows_corrected_b
     assert nr["temporal"] == pytest.approx(nr["step1"] - ind, abs=1e-12)
 
 
+def test_where_every_window_repeats_a_token_there_are_no_numbers_without_repetition(tmp_path):
+    """A looping model whose every window repeats a token left no window to measure without
+    them, and the overlap stage wrote the statistics with them under summary_without_repetition
+    (the report printed them as the numbers without the repeating windows): it now writes how
+    many windows are left and why there are no numbers."""
+    import json
+
+    from specmoe.contracts import Named
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages import analysis
+
+    tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=2, k_draft=3, requests=6,
+                              steps=8, stickiness=0.5, seed=3))
+    tr.columns["token_id"][:] = 7
+    write_trace(tmp_path / "t.parquet", tr)
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
+                           Named({"json": tmp_path / "o.json"}),
+                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
+    ov = json.loads((tmp_path / "o.json").read_text())
+    assert ov["repetitive_windows"] == 1.0
+    nr = ov["summary_without_repetition"]
+    assert nr["n_windows"] == 0 and "fewer than the 2" in nr["omitted"]
+    assert "overlap_by_distance" not in nr and "window_decay" not in nr
+
+
 def test_the_baselines_intervals_cover_a_known_truth():
     """40 synthetic traces of 24 requests (fixed seeds) whose loads are uniform by
     construction, so that the true independence baseline is k/N and the true step-1 overlap

@@ -1175,6 +1175,36 @@ def test_the_loop_note_gives_the_decays_without_the_loops(tmp_path):
     assert note.endswith("so the loops may carry part of them.")
 
 
+def test_a_run_whose_every_window_repeats_a_token_is_reported_without_numbers(tmp_path):
+    """Where every window repeated a token the findings read "100% of windows repeat a token,
+    and without them 0.571 / 0.369 / 0.271" (the numbers with them): the row now carries how
+    many windows are left (n_windows_no_repetition) beside no numbers, and the findings and the
+    loop note say that they are too few instead of giving numbers."""
+    from specmoe.report.runs import overlap_row
+
+    summary = {"overlap_by_distance": [0.571, 0.369, 0.271], "independent": 0.152,
+               "window_decay": 0.300, "window_decay_low": 0.287, "window_decay_high": 0.310,
+               "window_decay_within_status": 0.05, "window_decay_within_status_low": 0.02,
+               "window_decay_within_status_high": 0.08, "sequence_loop_free_dropped_requests": 0}
+    none_left = {"n_windows": 1, "omitted": "1 window(s) without a repeated token, fewer than "
+                                            "the 2 its statistics need"}
+    row = overlap_row({"model": "fine", "drafter": "d", "k": 3, "dataset": "main"}, summary,
+                      {"summary_without_repetition": none_left, "repetitive_windows": 0.99})
+    assert row["n_windows_no_repetition"] == 1
+    assert all(np.isnan(row[f"step{d}_no_repetition"]) for d in (1, 2, 3))
+    assert np.isnan(row["window_decay_within_status_no_repetition"])
+    pd.DataFrame([row]).to_csv(tmp_path / "overlap_by_distance.csv", index=False)
+    td = tables_in(tmp_path)
+    [line] = prose.report_findings(td)
+    assert ("99% of windows repeat a token: only 1 window(s) repeat no token, too few to "
+            "measure without them") in line
+    assert "0.571 / 0.369 / 0.271, from d = 1 to 3" in line and "without them 0.571" not in line
+    [note] = prose.repetition_notes(td, ["fine"])
+    assert ("without the windows that repeat a token, none (only 1 window(s) repeat no token, "
+            "too few to measure without them) (with them +0.050 [+0.020, +0.080])") in note
+    assert note.endswith("so the loops may carry part of them.")
+
+
 def test_the_loop_note_tests_the_findings_own_decay_inside_windows(tmp_path):
     """The note vouched for the decay over all pairs, d = 1 to K (+0.063 without the repeating
     windows, +0.048 with them), while the finding is the decay among pairs of one acceptance

@@ -112,6 +112,15 @@ def _val(row, col: str) -> float:
     return float(v) if v is not None and pd.notna(v) else np.nan
 
 
+def _too_few_without_repetition(row) -> str:
+    """Where the overlap stage gave no numbers without the windows that repeat a token (too few
+    are left: n_windows_no_repetition, beside NaN statistics), what to say instead; else ""."""
+    n = _val(row, "n_windows_no_repetition")
+    if not np.isfinite(n) or np.isfinite(_val(row, "step1_no_repetition")):
+        return ""
+    return f"only {int(n)} window(s) repeat no token, too few to measure without them"
+
+
 def _bracket(row, col: str) -> str:
     """ " [low, high]" of a column with an interval in the row (an unbounded end as ∞), else
     nothing."""
@@ -228,7 +237,10 @@ def report_findings(td: Tables) -> list[str]:
                      + direction(_val(r, "seq_decay"), *_interval(r, "seq_decay"), "decays",
                                  "rises"))
         rep = _val(r, "repetitive_windows_pct")
-        if rep > 1:
+        if rep > 1 and _too_few_without_repetition(r):
+            line += (f"; {rep:.0f}% of windows repeat a token: "
+                     f"{_too_few_without_repetition(r)}")
+        elif rep > 1:
             clean = by_distance(r, "_no_repetition", len(steps))
             line += (f"; {rep:.0f}% of windows repeat a token, and without them {_fmt(clean)}, "
                      + direction(_val(r, "window_decay_no_repetition"),
@@ -270,7 +282,11 @@ def repetition_notes(td: Tables, models: list[str]) -> list[str]:
                  "without the windows that repeat a token"),
                 ("along the sequence", "seq_decay", "seq_loop_free_decay", "without the "
                  f"{int(_val(r, 'seq_loop_free_dropped_requests'))} looping request(s)")):
-            if np.isfinite(_val(r, free)):
+            if free.endswith("_no_repetition") and _too_few_without_repetition(r):
+                pairs.append((what, without, f"none ({_too_few_without_repetition(r)})",
+                              _with_interval(_val(r, col), *_interval(r, col), sign=True),
+                              np.nan))
+            elif np.isfinite(_val(r, free)):
                 pairs.append((what, without, _with_interval(_val(r, free), *_interval(r, free),
                                                             sign=True),
                               _with_interval(_val(r, col), *_interval(r, col), sign=True),

@@ -299,7 +299,8 @@ def share_status(row: dict) -> str:
 def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     """One run's row of the overlap_by_distance table: inside windows (step<d>, the shuffle null
     shuffle<d>, intervals by request), along the committed sequence (seq<d>), and without the
-    windows that repeat a token (step<d>_no_repetition, and the two decays inside windows)."""
+    windows that repeat a token (step<d>_no_repetition, and the two decays inside windows; NaN
+    where n_windows_no_repetition, the windows left, are too few for them)."""
     row = {**rc}
     row.update({f"step{d}": v for d, v in enumerate(s["overlap_by_distance"], 1)})
     row.update({f"shuffle{d}": v for d, v in enumerate(s.get("shuffle_by_distance", []), 1)})
@@ -334,12 +335,16 @@ def overlap_row(rc: dict, s: dict, ov: dict) -> dict:
     for key in ("dropped_requests", "decay", "decay_low", "decay_high", "excess", "excess_low",
                 "excess_high", "excess_clipped"):
         row[f"seq_loop_free_{key}"] = s.get(f"sequence_loop_free_{key}", np.nan)
+    # where too few windows repeat no token it holds no numbers, only how many there are
+    # (stages.analysis.without_repetition): NaN beside that count
     nr = ov.get("summary_without_repetition") or {}
-    row.update({f"step{d}_no_repetition": v
-                for d, v in enumerate(nr.get("overlap_by_distance", []), 1)})
+    row.update({f"step{d}_no_repetition": nr["overlap_by_distance"][d - 1]
+                if "overlap_by_distance" in nr else np.nan
+                for d in range(1, len(s["overlap_by_distance"]) + 1)})
     for name in ("window_decay", "window_decay_within_status"):
         for end in ("", "_low", "_high"):
             row[f"{name}_no_repetition{end}"] = nr.get(f"{name}{end}", np.nan)
+    row["n_windows_no_repetition"] = nr.get("n_windows", np.nan)
     row["repetitive_windows_pct"] = 100 * ov.get("repetitive_windows", np.nan)
     return row
 

@@ -24,6 +24,9 @@ log = logging.getLogger("specmoe")
 
 # overlap along the committed sequence is measured at d = 1..8 (docs/method.md)
 SEQUENCE_DISTANCES = 8
+# the fewest windows the window statistics of a part of a trace are measured on (the windows
+# without a repeated token, a prompt slice's full windows); fewer give no numbers
+MIN_WINDOWS = 2
 
 
 ROUTINGS = {  # routing assumption -> (verify column, decode column) of the unique-experts table
@@ -135,13 +138,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     # degenerate repetition routes alike: the same statistics without those windows, and the
     # overlap of each acceptance status
     rep = overlap.repetitive_windows(tr)
-    no_rep = None
-    if rep.any() and (~rep).sum() >= 2:
-        kept = overlap.select_windows(tr, ~rep)
-        # measured against the kept windows' corrected baseline, as their intervals are
-        no_rep = overlap.window_stats(kept, shuffle_seed=shuffle_seed).summary(
-            overlap.trace_independence(kept))
-        no_rep.update(window_interval_summary(overlap.window_intervals(kept, shuffle_seed)))
+    no_rep = without_repetition(tr, rep, summary, shuffle_seed)
     # sensitivity: the sequence statistics without the requests whose output loops
     loops = overlap.looping_requests(tr)
     n_req = int(np.unique(tr.columns["request"]).size)
@@ -169,7 +166,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
         "prompting": tr.meta.get("prompting"),
         "summary": summary,
         "repetitive_windows": float(rep.mean()) if rep.size else 0.0,
-        "summary_without_repetition": no_rep if no_rep is not None else summary,
+        "summary_without_repetition": no_rep,
         "overlap_by_status": by_status,
         "by_slice": by_slice,
         **({"control": control} if control is not None else {}),
@@ -181,6 +178,29 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
             "unique": ws.unique, "q": ws.q, "used": ws.used, "sequence": seq,
         },
     }, prov)
+
+
+def without_repetition(tr, rep, summary: dict, shuffle_seed: int | None) -> dict:
+    """The overlap summary of the windows that repeat no token (rep: overlap.repetitive_windows
+    of tr); `summary` itself where no window repeats one. Where fewer than MIN_WINDOWS are left,
+    no numbers: a record of the windows left (n_windows) and why (omitted)."""
+    from ..routing import overlap
+
+    if not rep.any():
+        return summary
+    n_kept = int((~rep).sum())
+    if n_kept < MIN_WINDOWS:
+        log.warning("%d of %d windows repeat a token: no overlap statistics without them",
+                    int(rep.sum()), rep.size)
+        return {"n_windows": n_kept,
+                "omitted": f"{n_kept} window(s) without a repeated token, fewer than the "
+                           f"{MIN_WINDOWS} its statistics need"}
+    kept = overlap.select_windows(tr, ~rep)
+    # measured against the kept windows' corrected baseline, as their intervals are
+    out = overlap.window_stats(kept, shuffle_seed=shuffle_seed).summary(
+        overlap.trace_independence(kept))
+    out.update(window_interval_summary(overlap.window_intervals(kept, shuffle_seed)))
+    return out
 
 
 def window_interval_summary(ci: dict) -> dict:
@@ -203,7 +223,7 @@ def window_interval_summary(ci: dict) -> dict:
 def slice_overlaps(tr) -> dict[str, dict]:
     """Overlap by distance and the independence baseline of each prompt slice (category) of a
     trace: whether the decay with distance holds slice by slice. Slices with fewer than two full
-    windows are left out."""
+    windows (MIN_WINDOWS) are left out."""
     from ..routing import overlap
 
     if "category" not in tr.columns:
@@ -214,7 +234,7 @@ def slice_overlaps(tr) -> dict[str, dict]:
     out = {}
     for name in sorted({str(c) for c in cat}):
         keep = cat == name
-        if (keep & (lengths == tr.k_draft + 1)).sum() < 2:
+        if (keep & (lengths == tr.k_draft + 1)).sum() < MIN_WINDOWS:
             continue
         s = overlap.window_stats(overlap.select_windows(tr, keep), shuffle_seed=None).summary()
         out[name] = {"dataset": datasets.get(name, ""), "n_windows": s["n_windows"],
