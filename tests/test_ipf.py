@@ -251,3 +251,45 @@ def test_the_ipf_error_has_an_interval_over_requests_that_refits_agree_with(tmp_
     exact = np.array([ipf.predict_uniform(64, 4, ob[i])["unique"] for i in range(400)])
     elo, ehi = np.percentile(exact / meas[:400] - 1, [2.5, 97.5])
     assert abs(elo - lo) < 0.1 * (hi - lo) and abs(ehi - hi) < 0.1 * (hi - lo)
+
+
+def test_the_error_interval_steps_one_way_at_an_overlap_of_0():
+    """The slope of the interval's linearisation took central differences at ov +- 1e-4, which
+    left [0, 1] at an overlap of 0 or 1 and raised InputError: the step is one-sided there."""
+    rng = np.random.default_rng(0)
+    r = 20
+    pairs = np.full((r, 3), 100.0)
+    sums = np.stack([np.zeros(r), rng.binomial(400, 0.1, r), rng.binomial(400, 0.1, r)],
+                    axis=1).astype(float)
+    ov = sums.sum(axis=0) / (pairs.sum(axis=0) * 4)
+    assert ov[0] == 0
+    pred = ipf.predict_uniform(64, 4, ov)["unique"]
+    u_sum, u_n = rng.normal(30 * pred, 5, r), np.full(r, 30.0)
+    lo, hi = ipf.sequence_error_interval(64, 4, ov, pred, {
+        "sequence_sums": sums, "sequence_pairs": pairs, "unique_sum": u_sum, "full_windows": u_n})
+    assert lo < pred / (u_sum.sum() / u_n.sum()) - 1 < hi
+
+
+def test_the_ipf_stage_completes_where_every_token_routes_alike(tmp_path):
+    """Identical routing (every token to the same k experts) gives overlaps of 1 at every
+    distance: the interval's slope stepped past 1 and the stage raised InputError. It now
+    predicts k unique experts, and the interval, whose fits a step below 1 have no
+    distribution, is NaN."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import OverlapParams
+    from specmoe.provenance import read_json
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages import analysis
+
+    tr = generate(SynthParams(num_experts=16, top_k=2, num_layers=2, k_draft=3, requests=12,
+                              steps=10, seed=0))
+    tr.experts[:] = np.array([3, 7], tr.experts.dtype)
+    write_trace(tmp_path / "t.parquet", tr)
+    o = tmp_path / "o.json"
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
+                           OverlapParams(batch_sizes=[1], shuffle_seed=0))
+    run_ipf(o, tmp_path / "i.json", [1])
+    out = read_json(tmp_path / "i.json")
+    assert out["sequence_overlap"] == [1.0, 1.0, 1.0]
+    assert out["prediction"]["uniform_sequence"] == pytest.approx(2.0)
+    assert np.isnan(out["relative_error_interval"]["uniform_sequence"]).all()

@@ -272,9 +272,12 @@ def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: f
     resamples of the overlaps' own intervals) from per_request (the overlap stage's pieces:
     sequence_sums and sequence_pairs [request, d], unique_sum and full_windows [request]).
 
-    The prediction is linearised around `predicted` (its slope in each overlap by central
-    differences of predict_uniform): a resample moves the overlaps by a few hundredths, over
-    which the fit is smooth, where 2,000 fits would cost seconds per run."""
+    The prediction is linearised around `predicted` (its slope in each overlap by differences of
+    predict_uniform over ov +- step, kept inside [0, 1]: one-sided at an overlap of 0 or 1): a
+    resample moves the overlaps by a few hundredths, over which the fit is smooth, where 2,000
+    fits would cost seconds per run. Where a fit of the slope does not hold its margins (it did
+    not converge, or no distribution has them: overlaps of 1 at every distance moved by a step
+    at one), there is no slope and the interval is [NaN, NaN]."""
     from .overlap import request_weights
 
     ov = np.asarray(overlaps, dtype=float)
@@ -286,9 +289,18 @@ def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: f
     with np.errstate(invalid="ignore", divide="ignore"):
         ov_boot = (w @ sums) / ((w @ pairs) * top_k)   # [boot, d]
         measured = (w @ u_sum) / (w @ u_n)
-    slope = np.array([(predict_uniform(num_experts, top_k, ov + step * e)["unique"]
-                       - predict_uniform(num_experts, top_k, ov - step * e)["unique"]) / (2 * step)
-                      for e in np.eye(ov.size)])
+    slope = np.empty(ov.size)
+    for d in range(ov.size):
+        ends = np.clip(ov[d] + np.array([-step, step]), 0.0, 1.0)
+        unique = []
+        for x in ends:
+            moved = ov.copy()
+            moved[d] = x
+            f = predict_uniform(num_experts, top_k, moved)
+            if not f["converged"] or f["infeasible"]:
+                return [float("nan"), float("nan")]
+            unique.append(f["unique"])
+        slope[d] = (unique[1] - unique[0]) / (ends[1] - ends[0])
     with np.errstate(invalid="ignore", divide="ignore"):
         err = (predicted + (ov_boot - ov) @ slope) / measured - 1
     lo, hi = np.nanpercentile(err, [2.5, 97.5]) if np.isfinite(err).any() else (np.nan, np.nan)

@@ -293,6 +293,9 @@ def ipf_stage(inputs, outputs, params) -> None:
     if "uniform_sequence" in fits and ov.get("per_request"):
         err_ci["uniform_sequence"] = ipf.sequence_error_interval(n, k, seq, pred[
             "uniform_sequence"], ov["per_request"])
+        if not np.isfinite(err_ci["uniform_sequence"]).all():
+            log.warning("IPF (uniform_sequence): no interval of its error over requests: a fit "
+                        "a step from its overlaps %s does not hold its margins", seq.round(4))
     write_json(out, {
         "run": ov["run"],
         "empirical": emp,
