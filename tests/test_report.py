@@ -484,7 +484,7 @@ def _routing_tables(tmp_path, fine: dict, coarse: dict, controls: dict | None = 
                            "ipf_half", 0.5) for end, side in (("low", -1), ("high", 1))},
                        "ipf_uniform_window": 21.0, "ipf_uniform_window_error_pct": 5.0,
                        "ipf_skewed_window": 20.5, "ipf_skewed_window_error_pct": 2.5,
-                       "ipf_unconverged_experts": 0})
+                       "ipf_skewed_window_unconverged_experts": 0})
     for stem, rows in (("overlap_by_distance", ob), ("overlap_decomposition_step1", dec),
                        ("unique_experts", ue)):
         pd.DataFrame(rows).to_csv(tmp_path / f"{stem}.csv", index=False)
@@ -1150,6 +1150,37 @@ def test_a_curve_that_turns_twice_is_worded_by_both_turns():
     assert prose.course([1, 2, 4], [1.0, 1.02, 1.04]).startswith("stays flat (within 5%)")
     assert prose.course([1, 2, 4, 8], [1.0, 1.2, 1.19, 1.6]) == \
         "rises with batch size, from 1.000 at batch 1 to 1.600 at batch 8"
+
+
+def test_the_caveats_cover_every_ipf_fit_by_name(tmp_path):
+    """The caveats read the skewed fit's counts alone: a uniform fit that did not converge (the
+    study's input at overlaps of 0.1 over a window of 9 with k = 2 of N = 8, whose margins no
+    distribution has) went unsaid. The unique_experts row carries each fit's counts, and the
+    caveats name the fit."""
+    from specmoe.contracts.analysis import IpfParams
+    from specmoe.provenance import read_json, write_json
+    from specmoe.report.runs import unique_experts_row
+    from specmoe.stages.analysis import ipf_stage
+
+    n, k = 8, 2
+    run = {"model": "m", "drafter": "d", "k": 8, "dataset": "x"}
+    write_json(tmp_path / "o.json", {
+        "run": run, "summary": {"num_experts": n, "top_k": k, "k_draft": 8,
+                                "sequence_by_distance": [0.1] * 8},
+        "unique": {"empirical": 6.0, "empirical_over_k": 3.0, "uniform": 6.8,
+                   "independent": 6.8},
+        "per_layer": {"overlap": [[k / n] * 8], "q": [[k / n] * n]}}, {})
+    ipf_stage(Named({"overlap": tmp_path / "o.json"}), Named({"json": tmp_path / "i.json"}),
+              IpfParams([1]))
+    ip = read_json(tmp_path / "i.json")
+    assert not ip["converged"]["uniform_sequence"] and ip["converged"]["skewed_window"]
+    row = unique_experts_row(read_json(tmp_path / "o.json"), ip)
+    pd.DataFrame([row]).to_csv(tmp_path / "unique_experts.csv", index=False)
+    [caveat] = prose.report_caveats(tables_in(tmp_path))
+    assert caveat.startswith("m, K=8, x: the study's uniform IPF fit, of the overlap along the "
+                             "committed sequence, stopped short of the margins of 8 expert(s), 8 "
+                             "of them with pair margins that cannot hold together")
+    assert caveat.endswith("its prediction (ipf_uniform_sequence) is the closest fit")
 
 
 def test_the_loop_note_gives_the_decays_without_the_loops(tmp_path):

@@ -51,7 +51,8 @@ def test_report_opens_with_its_caveats(tmp_path):
     td = tmp_path / "tables"
     td.mkdir()
     run = {"model": "m", "drafter": "d", "k": 7, "dataset": "x"}
-    pd.DataFrame([{**run, "ipf_unconverged_experts": 15, "ipf_infeasible_experts": 4}]).to_csv(
+    pd.DataFrame([{**run, "ipf_skewed_window_unconverged_experts": 15,
+                   "ipf_skewed_window_infeasible_experts": 4}]).to_csv(
         td / "unique_experts.csv", index=False)
     pd.DataFrame([{**run, "routing": "r", "batch": b, "te": 0.5, "compute_bound": False,
                    "sample_ok": b < 64} for b in (1, 64, 128)]).to_csv(td / "te_vs_batch.csv",

@@ -15,7 +15,8 @@ from ..measured import sweep
 from ..sources import published
 from .tables import Tables
 from ..runs import dataset_parts, label_of
-from .runs import by_distance, control_models, first_run, heldout_share, is_control, load
+from .runs import (IPF_KEYS, by_distance, control_models, first_run, heldout_share, is_control,
+                   load)
 
 SHOWN, NOT_SHOWN, UNDECIDED, NOT_MEASURED = "shown", "not shown", "undecided", "not measured"
 CPU = "not measurable on a CPU"
@@ -174,19 +175,30 @@ def slice_runs(df: pd.DataFrame) -> dict[str, str]:
 # --- the caveats ------------------------------------------------------------------------------
 
 
+# the IPF fits of the unique_experts table (runs.IPF_KEYS) in the caveats' words
+IPF_FITS = {"uniform_sequence": "the study's uniform IPF fit, of the overlap along the committed "
+                                "sequence,",
+            "uniform_window": "this project's uniform IPF fit, of the overlap inside windows,",
+            "skewed_window": "this project's skewed IPF fit"}
+
+
 def report_caveats(td: Tables) -> list[str]:
-    """What a reader must know before trusting a number: IPF fits that did not converge and
-    batch sizes too large for the trace's sample of windows."""
+    """What a reader must know before trusting a number: IPF fits that did not converge (each
+    of the three, named) and batch sizes too large for the trace's sample of windows."""
     out = []
     df = td.read("unique_experts")
-    for _, r in df[df["ipf_unconverged_experts"] > 0].iterrows() if not df.empty else ():
-        bad = int(r["ipf_infeasible_experts"])
-        out.append(f"{label_of(r['model'], r['k'], r['dataset'])}: this project's skewed IPF "
-                   f"fit stopped short of the margins of {int(r['ipf_unconverged_experts'])} "
-                   "expert(s)" + (f", {bad} of them with pair margins that cannot hold together "
-                                  "(no distribution over a window's positions has them)"
-                                  if bad else " (feasible, near the boundary, where it "
-                                  "converges slowly)") + "; its prediction is the closest fit")
+    for _, r in df.iterrows():
+        for key in IPF_KEYS:
+            short, bad = (_val(r, f"ipf_{key}_{what}_experts")
+                          for what in ("unconverged", "infeasible"))
+            if not short > 0:
+                continue
+            out.append(f"{label_of(r['model'], r['k'], r['dataset'])}: {IPF_FITS[key]} stopped "
+                       f"short of the margins of {int(short)} expert(s)"
+                       + (f", {int(bad)} of them with pair margins that cannot hold together "
+                          "(no distribution over a window's positions has them)" if bad > 0
+                          else " (feasible, near the boundary, where it converges slowly)")
+                       + f"; its prediction (ipf_{key}) is the closest fit")
     df = td.read("te_vs_batch")
     if "sample_ok" in df:
         bad = df[~df["sample_ok"].astype(bool)]

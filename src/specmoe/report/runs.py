@@ -223,8 +223,10 @@ def unique_experts_row(ov: dict, ip: dict, control_of: dict | None = None) -> di
                 "uniform_sequence", (np.nan, np.nan)))},
         "ipf_converged": bool(all(ip["converged"].values())),
         "ipf_clipped": int(sum(ip["n_clipped"].values())),
-        "ipf_unconverged_experts": int(ip["n_unconverged_experts"]["skewed_window"]),
-        "ipf_infeasible_experts": int(ip["n_infeasible_experts"]["skewed_window"])}
+        # each fit's experts left short of their margins, and of those the ones no distribution
+        # has (a uniform fit's experts are alike: none or all N); NaN for a fit not made
+        **{f"ipf_{key}_{what}_experts": ip[f"n_{what}_experts"].get(key, np.nan)
+           for key in IPF_KEYS for what in ("unconverged", "infeasible")}}
 
 
 def _add_cost_rows(t: dict[str, list], cm: dict, control_of: dict | None = None) -> None:
