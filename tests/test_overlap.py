@@ -674,6 +674,32 @@ def test_the_independence_baseline_its_excess_and_share_lie_inside_their_interva
         ob["seq_excess"] / ob["seq1"], abs=1e-12)
 
 
+def test_the_loop_free_excess_carries_its_clipped_flag_to_the_table(tmp_path):
+    """The excess without looping requests (seq_loop_free_excess) is a basic interval like the
+    excess itself, and its flag of an end held at the bound reached the summary for the excess
+    alone: the loop-free one came out NaN in the table. On a trace without loops the loop-free
+    statistics are the whole trace's, flag included."""
+    import json
+
+    from specmoe.contracts import Named
+    from specmoe.report.runs import overlap_row
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages import analysis
+
+    tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, stickiness=0.4,
+                              requests=12, steps=12, accept_prob=0.7, skew=0.0, seed=1))
+    write_trace(tmp_path / "t.parquet", tr)
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
+                           Named({"json": tmp_path / "o.json"}),
+                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
+    ov = json.loads((tmp_path / "o.json").read_text())
+    s = ov["summary"]
+    assert s["sequence_loop_free_dropped_requests"] == 0
+    assert s["sequence_loop_free_excess_clipped"] is s["sequence_excess_clipped"]
+    row = overlap_row({}, s, ov)
+    assert row["seq_loop_free_excess_clipped"] in (True, False)
+
+
 def test_the_summary_without_repetition_measures_against_its_windows_corrected_baseline(
         tmp_path):
     """The overlap stage's summary without the windows that repeat a token measured its temporal

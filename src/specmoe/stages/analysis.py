@@ -149,7 +149,8 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
                                                 SEQUENCE_DISTANCES)
     if lf is not None:
         loop_free.update({key: lf[key] for key in ("decay", "decay_low", "decay_high",
-                                                   "excess", "excess_low", "excess_high")})
+                                                   "excess", "excess_low", "excess_high",
+                                                   "excess_clipped")})
     summary.update({f"sequence_loop_free_{key}": v for key, v in loop_free.items()})
     by_status = overlap.overlap_by_status(tr)
     by_slice = slice_overlaps(tr)
