@@ -270,6 +270,26 @@ def test_the_error_interval_steps_one_way_at_an_overlap_of_0():
     assert lo < pred / (u_sum.sum() / u_n.sum()) - 1 < hi
 
 
+def test_the_error_interval_follows_the_shared_bootstrap_level(monkeypatch):
+    """The IPF's error interval resamples the overlaps' requests, so it takes their level and
+    resamples (routing.bootstrap): its percentiles were a literal 2.5/97.5 and its resamples a
+    literal 2,000, and a lower shared level left it as wide as before."""
+    from specmoe.routing import bootstrap
+
+    rng = np.random.default_rng(0)
+    r = 20
+    pairs = np.full((r, 3), 100.0)
+    sums = rng.binomial(400, 0.1, (r, 3)).astype(float)
+    ov = sums.sum(axis=0) / (pairs.sum(axis=0) * 4)
+    pred = ipf.predict_uniform(64, 4, ov)["unique"]
+    pieces = {"sequence_sums": sums, "sequence_pairs": pairs,
+              "unique_sum": rng.normal(30 * pred, 5, r), "full_windows": np.full(r, 30.0)}
+    lo, hi = ipf.sequence_error_interval(64, 4, ov, pred, pieces)
+    monkeypatch.setattr(bootstrap, "LEVEL", 0.5)
+    nlo, nhi = ipf.sequence_error_interval(64, 4, ov, pred, pieces)
+    assert 0 < nhi - nlo < 0.8 * (hi - lo)
+
+
 def test_the_ipf_stage_completes_where_every_token_routes_alike(tmp_path):
     """Identical routing (every token to the same k experts) gives overlaps of 1 at every
     distance: the interval's slope stepped past 1 and the stage raised InputError. It now

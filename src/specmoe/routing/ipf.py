@@ -19,6 +19,7 @@ import numba
 import numpy as np
 
 from ..errors import InputError
+from . import bootstrap
 from .unique import check_nk
 
 MAX_POSITIONS = 9  # K <= 8
@@ -264,9 +265,10 @@ def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dic
 
 
 def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: float,
-                            per_request: dict, n_boot: int = 2000, seed: int = 0,
-                            step: float = 1e-4) -> list[float]:
-    """The 95% interval of the uniform IPF's relative error, predicted / measured - 1, over
+                            per_request: dict, n_boot: int | None = None,
+                            seed: int | None = None, step: float = 1e-4) -> list[float]:
+    """The interval (at bootstrap.LEVEL, over bootstrap.N_BOOT resamples unless given) of the
+    uniform IPF's relative error, predicted / measured - 1, over
     requests (the independent units): the IPF's input overlaps and the measured unique experts
     per window are recomputed in each resample of requests (overlap.request_weights, the
     resamples of the overlaps' own intervals) from per_request (the overlap stage's pieces:
@@ -303,5 +305,5 @@ def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: f
         slope[d] = (unique[1] - unique[0]) / (ends[1] - ends[0])
     with np.errstate(invalid="ignore", divide="ignore"):
         err = (predicted + (ov_boot - ov) @ slope) / measured - 1
-    lo, hi = np.nanpercentile(err, [2.5, 97.5]) if np.isfinite(err).any() else (np.nan, np.nan)
+    lo, hi = np.nanpercentile(err, bootstrap.tails()) if np.isfinite(err).any() else (np.nan, np.nan)
     return [float(lo), float(hi)]
