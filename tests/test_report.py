@@ -1470,6 +1470,22 @@ def test_expert_loads_near_uniform_is_decided_by_the_baselines_interval(ind, lo,
     assert row["finding"] == "expert loads near uniform" and row["status"] == status
 
 
+@pytest.mark.parametrize("flag, said", [(True, True), ("True", True), (False, False),
+                                         (np.nan, False)])
+def test_an_interval_end_held_at_its_bound_is_said_where_the_finding_quotes_it(flag, said):
+    """The baseline's and the excess's basic intervals are held at what the statistic can be
+    and flagged (independent_clipped, seq_excess_clipped): the findings quoted the held ends as
+    if the bootstrap had given them."""
+    o = pd.Series({"independent": 0.2501, "independent_low": 0.25, "independent_high": 0.2510,
+                   "independent_clipped": flag, "seq1": 0.5, "seq_excess": 0.25,
+                   "seq_excess_low": 0.2, "seq_excess_high": 0.75, "seq_excess_clipped": flag,
+                   "seq_decay": 0.1, "seq_decay_low": 0.05, "seq_decay_high": 0.15})
+    d = pd.Series({"k_over_n": 0.25, "hottest_expert_pct": 20.0})
+    rows = {r["finding"]: r["value"] for r in prose._routing_rows("m", o, d, None)}
+    for finding in ("expert loads near uniform", "step-1 overlap above independence"):
+        assert ("held at its bound" in rows[finding]) is said, rows[finding]
+
+
 def test_what_a_cpu_run_cannot_show_is_said_with_its_numbers():
     """'A tiny model's step on a CPU costs host overhead rather than weight reads' stood with no
     number: the opening now gives each CPU target's measured decode step beside the step model's

@@ -113,6 +113,14 @@ def _val(row, col: str) -> float:
     return float(v) if v is not None and pd.notna(v) else np.nan
 
 
+def _held(row, col: str) -> str:
+    """What to say where the row flags an end of col's interval as held at the statistic's bound
+    (col_clipped: the bootstrap's end passed what the statistic can be), else ""."""
+    v = row.get(f"{col}_clipped") if row is not None else None
+    held = v is not None and pd.notna(v) and str(v).lower() in ("true", "1", "1.0")
+    return " (an end held at its bound, past which the bootstrap's fell)" if held else ""
+
+
 def _too_few_without_repetition(row) -> str:
     """Where the overlap stage gave no numbers without the windows that repeat a token (too few
     are left: n_windows_no_repetition, beside NaN statistics), what to say instead; else ""."""
@@ -330,7 +338,7 @@ def _excess_text(o, ind: float) -> str:
     if not np.isfinite(_val(o, "seq_excess")):
         return f"{base} (no excess with its interval in this table)"
     return (_with_interval(_val(o, "seq_excess"), *_interval(o, "seq_excess"), sign=True)
-            + f" ({base}); above the within-request baseline "
+            + _held(o, "seq_excess") + f" ({base}); above the within-request baseline "
               f"{_num(_val(o, 'seq_within_request'))}: "
             + _with_interval(_val(o, "seq_excess_within"), *_interval(o, "seq_excess_within"),
                              sign=True))
@@ -373,7 +381,8 @@ def _routing_rows(m: str, o, d, u) -> list[dict]:
         # 'shown'): below 2 k/N as a whole shown, above it not, across it undecided
         {"finding": "expert loads near uniform",
          "target": f"independence <= 2 k/N = {2 * kn:.3f} (its 95% interval)",
-         "value": f"independence {_with_interval(ind, ilo, ihi)} (k/N {kn:.3f}; hottest expert "
+         "value": f"independence {_with_interval(ind, ilo, ihi)}{_held(o, 'independent')} "
+                  f"(k/N {kn:.3f}; hottest expert "
                   f"{hot:.0f}% of tokens)",
          "status": (UNDECIDED if not (np.isfinite(ilo) and np.isfinite(ihi)) else
                     SHOWN if ihi <= 2 * kn else NOT_SHOWN if ilo > 2 * kn else UNDECIDED)},
