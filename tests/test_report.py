@@ -634,8 +634,8 @@ def test_a_highest_speedup_is_called_the_largest_only_where_the_intervals_decide
 def test_a_tiny_target_swept_on_a_gpu_has_its_gpu_findings_decided_not_marked_cpu(tmp_path):
     """The findings table marked a tiny target's speedup and MoE-share rows "not measurable on a
     CPU" by the model's kind, also where the speedup table's device column says its sweep ran on
-    a GPU: there the speedup row is decided by the sweep's shape and the MoE share, which has no
-    interval, is undecided; a CPU sweep keeps the mark, and neither row joins the routing
+    a GPU: there the speedup row is decided by the sweep's shape and the MoE share by its interval
+    over the profile's engine starts (undecided without one); a CPU sweep keeps the mark, and neither row joins the routing
     sentences of the first paragraph."""
     good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009, "above": 0.03}
     _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
@@ -659,6 +659,21 @@ def test_a_tiny_target_swept_on_a_gpu_has_its_gpu_findings_decided_not_marked_cp
         assert t.loc[("fine", prose.MOE_SHARE)] == ("undecided" if device == "cuda"
                                                     else prose.CPU)
         assert prose.SPEEDUP_AT_1 not in prose.opening(td)
+    # the profile's MoE share with its interval over engine starts decides the row on a GPU
+    for lo, hi, want in ((0.25, 0.35, "shown"), (0.7, 0.9, "undecided"),
+                         (0.85, 0.9, "not shown"), (np.nan, np.nan, "undecided")):
+        pd.DataFrame([{**run, "batch": 1, "moe_time_share": 0.3, "moe_time_share_low": lo,
+                       "moe_time_share_high": hi}]).to_csv(tmp_path / "te_three_ways.csv",
+                                                           index=False)
+        pd.DataFrame([{**run, "batch": b, "speedup": 1.5 - 0.1 * b, "speedup_low": 1.4 - 0.1 * b,
+                       "speedup_high": 1.6 - 0.1 * b, "shape": "peak at low batch",
+                       "device": "cuda"} for b in (1, 2, 4)]).to_csv(
+            tmp_path / "speedup_vs_batch.csv", index=False)
+        rows = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
+        assert rows.loc[("fine", prose.MOE_SHARE), "status"] == want, (lo, hi)
+        if np.isfinite(lo):
+            assert f"0.30 [{lo:.2f}, {hi:.2f}] of time, 0.80 of weights" in rows.loc[
+                ("fine", prose.MOE_SHARE), "value"]
 
 
 def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: str):
