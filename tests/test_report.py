@@ -1219,6 +1219,11 @@ def test_the_loop_note_gives_the_decays_without_the_loops(tmp_path):
     pd.DataFrame([row]).to_csv(tmp_path / "overlap_by_distance.csv", index=False)
     [note] = prose.repetition_notes(tables_in(tmp_path), ["fine"])
     assert note.endswith("so the loops may carry part of them.")
+    # a table without the count of looping requests: the note still reads (int(NaN) raised)
+    pd.DataFrame([{c: v for c, v in row.items() if c != "seq_loop_free_dropped_requests"}]
+                 ).to_csv(tmp_path / "overlap_by_distance.csv", index=False)
+    [note] = prose.repetition_notes(tables_in(tmp_path), ["fine"])
+    assert "along the sequence, without the looping requests, +0.010" in note
 
 
 def test_a_run_whose_every_window_repeats_a_token_is_reported_without_numbers(tmp_path):

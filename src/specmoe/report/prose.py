@@ -278,6 +278,12 @@ def report_findings(td: Tables) -> list[str]:
     return out
 
 
+def _without_loops(dropped: float) -> str:
+    """"without the N looping request(s)" (a table without the count: the looping requests)."""
+    return (f"without the {int(dropped)} looping request(s)" if np.isfinite(dropped)
+            else "without the looping requests")
+
+
 def repetition_notes(td: Tables, models: list[str]) -> list[str]:
     """A sentence per tiny target whose output loops (a repeated token routes like its copy, so
     a loop can make overlap): the findings' own decays, inside windows among pairs of one
@@ -300,8 +306,8 @@ def repetition_notes(td: Tables, models: list[str]) -> list[str]:
                 ("inside windows among pairs of one acceptance status",
                  "window_decay_within_status", "window_decay_within_status_no_repetition",
                  "without the windows that repeat a token"),
-                ("along the sequence", "seq_decay", "seq_loop_free_decay", "without the "
-                 f"{int(_val(r, 'seq_loop_free_dropped_requests'))} looping request(s)")):
+                ("along the sequence", "seq_decay", "seq_loop_free_decay",
+                 _without_loops(_val(r, "seq_loop_free_dropped_requests")))):
             if free.endswith("_no_repetition") and _too_few_without_repetition(r):
                 pairs.append((what, without, f"none ({_too_few_without_repetition(r)})",
                               _with_interval(_val(r, col), *_interval(r, col), sign=True),
