@@ -18,7 +18,7 @@ from specmoe.contracts import Named
 from specmoe.contracts.report import (ComparisonParams, FiguresParams, ReplayParams,
                                       ReportIndexParams)
 from specmoe.sources import published
-from specmoe.report import figures, prose, registry, replay, tables
+from specmoe.report import figures, page, prose, registry, replay, tables
 from specmoe.stages import report
 from wf import copy_workflow, snakemake
 
@@ -236,11 +236,12 @@ def test_report_from_fixed_results_has_every_figure_and_table(fixed_results):
         assert png.stat().st_size > 5000 and (res / "figures" / f"{fig}.pdf").stat().st_size > 0
         assert f"![{registry.ALT[fig]}](../figures/{fig}.png)" in index
         assert f"### Figure: {registry.title(fig, figure=True)}" in index
-        assert registry.text(fig, figure=True) in index
+        assert page.md_text(registry.text(fig, figure=True)) in index
     tables_made = sorted(p.stem for p in (res / "tables").glob("*.csv"))
     assert "comparison" in tables_made and "replay_three_step" in tables_made
     for stem in tables_made:
-        assert f"### {registry.title(stem)}" in index and registry.text(stem) in index
+        assert f"### {registry.title(stem)}" in index
+        assert page.md_text(registry.text(stem)) in index
         assert not tables.read_csv(res / "tables" / f"{stem}.csv").empty, stem
     # the first page: a paragraph, the findings table, the details, then the sections, in order
     heads = [ln for ln in index.splitlines() if ln.startswith("#")]
@@ -776,6 +777,43 @@ def test_html_has_contents_ordered_headings_the_method_and_alt_texts(tmp_path):
         assert f'href="#{i}"' in page
     assert '<a href="../../docs/method.md">docs/method.md</a>' in page
     assert 'alt="Line plots, one panel per run: expert overlap' in page
+
+
+def _visible(page: str) -> str:
+    """The text a browser shows of an HTML page's body (its table of contents left out), its
+    white space collapsed."""
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        out: list[str] = []
+
+        def handle_data(self, data):
+            self.out.append(data)
+    parser = Text()
+    parser.out = []
+    parser.feed(page.split("<body>", 1)[1].split("</nav>", 1)[-1])
+    return " ".join("".join(parser.out).split())
+
+
+def test_every_caption_reads_on_the_html_page_as_written(tmp_path):
+    """The page's captions are Markdown: step<d>, <column>_raw were read as HTML tags (not
+    shown) and ipf_<fit>_unconverged as emphasis, so the page said "(step, layer mean)" and
+    "interval in _raw"; each caption now shows as its text, its `code` spans as code."""
+    from specmoe.report import page
+    from specmoe.report.html import to_html
+
+    rel = lambda p: p.name  # noqa: E731
+    blocks = {stem: page.table_block(tmp_path / f"{stem}.md", pd.DataFrame(), rel)[2]
+              for stem in registry.TABLES}
+    blocks.update({f"fig_{stem}": page.figure_block(tmp_path / f"{stem}.png", rel)[4]
+                   for stem in registry.FIGURES})
+    for stem, md in blocks.items():
+        fig = stem.startswith("fig_")
+        caption = registry.text(stem.removeprefix("fig_") if fig else stem, figure=fig)
+        assert _visible(to_html(md + "\n")) == " ".join(caption.replace("`", "").split()), stem
+    assert "<code>max_model_len</code>" in to_html(blocks["prompt_fit"])
+    weird = "# <b>x</b> *y* [z](u) &amp; a\\b 1. `<k>_v`"
+    assert _visible(to_html(page.md_text(weird))) == "# <b>x</b> *y* [z](u) &amp; a\\b 1. <k>_v"
 
 
 def test_end_of_run_summary_prints_the_report_and_its_paragraph(tmp_path):

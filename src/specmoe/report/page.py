@@ -118,13 +118,29 @@ def empty_arms(df: pd.DataFrame, stem: str) -> str:
     return " ".join(out)
 
 
+# What CommonMark reads as markup in running text: emphasis (* _), raw HTML and autolinks (< >),
+# links ([ ]), entities (&) and the backslash itself; backticks are left alone (a caption's code)
+_MARKUP = re.compile(r"([\\*_<>\[\]&])")
+# what starts a block (heading, list, quote, rule) at the start of a line
+_BLOCK_START = re.compile(r"^(\s*)([#>+=-]|\d+[.)])", re.M)
+
+
+def md_text(text: str) -> str:
+    """A caption as Markdown that renders as the text itself: `step<d>`, `<column>_raw` and
+    `ipf_<fit>_...` are words, not HTML tags or emphasis. Code spans (`max_model_len`) stay code."""
+    out = []
+    for i, piece in enumerate(re.split(r"(`[^`]*`)", text)):
+        out.append(piece if i % 2 else _MARKUP.sub(r"\\\1", piece))
+    return _BLOCK_START.sub(lambda m: m.group(1) + "\\" + m.group(2), "".join(out))
+
+
 def table_block(md: Path, df: pd.DataFrame, rel, level: str = "###") -> list[str]:
     """A table in the report (`df`: its rows as its CSV holds them): its heading in words,
     caption, files, then its parts."""
     stem = md.stem
     links = ", ".join(f"[{ext}](../{rel(md.with_suffix('.' + ext))})"
                       for ext in tables.FORMATS if md.with_suffix('.' + ext).exists())
-    lines = [f"{level} {registry.title(stem)}", "", registry.text(stem), "",
+    lines = [f"{level} {registry.title(stem)}", "", md_text(registry.text(stem)), "",
              f"(file `{stem}`: {links})", ""]
     if df.empty:
         return lines + ["(no rows in this configuration)", ""]
@@ -145,5 +161,6 @@ def table_block(md: Path, df: pd.DataFrame, rel, level: str = "###") -> list[str
 def figure_block(png: Path, rel, level: str = "###") -> list[str]:
     stem = png.stem
     return [f"{level} Figure: {registry.title(stem, figure=True)}", "",
-            f"![{registry.ALT[stem]}](../{rel(png)})", "", registry.text(stem, figure=True),
+            f"![{registry.ALT[stem]}](../{rel(png)})", "",
+            md_text(registry.text(stem, figure=True)),
             f"(file `{stem}`, [PDF](../{rel(png.with_suffix('.pdf'))}))", ""]
