@@ -1058,6 +1058,16 @@ def test_every_caption_names_only_columns_its_table_has(tmp_path):
     assert {stem: names for stem, names in wrong.items() if names} == {}
 
 
+def test_the_matched_controls_caption_names_every_column(tmp_path):
+    """Each column of matched_controls is named in its caption (a key column, a plain word or a
+    name or pattern of caption_columns): its share_* columns were not explained anywhere."""
+    text, columns = registry.text("matched_controls"), _table_columns(tmp_path)
+    names, words = caption_columns(text), set(re.findall(r"\w+", text))
+    unnamed = [c for c in columns["matched_controls"] if c not in registry.KEYS
+               and c not in words and not any(names_a_column(n, [c]) for n in names)]
+    assert unnamed == []
+
+
 def test_caption_columns_are_read_as_their_patterns():
     text = ("step<d> and shuffle<d>, step1_low/step1_high, <column>_raw, seq_loop_free_* and "
             "sweep.engine_log_sd; docs/method.md, C_expert, K+1, plain words")
