@@ -228,6 +228,32 @@ def fixed_results(tmp_path_factory) -> Path:
     return res
 
 
+def test_figures_record_where_their_tables_were_measured(tmp_path):
+    """A figure is drawn on the report's machine: its metadata holds, beside that machine, the
+    `measured` lines of the tables it is drawn from (their union) and the comparison's published
+    source; it held neither."""
+    import json
+
+    from PIL import Image
+
+    td = tmp_path / "tables"
+    shutil.copytree(FIXTURE, td)
+    tables.write_table(pd.DataFrame(columns=published.COLUMNS), td / "comparison",
+                       {"published_source": published.SOURCE, "measured": ["elsewhere"]})
+    paths = list(in_folder(td).values())
+    figs = tmp_path / "figures"
+    report.figures_stage(Named({"tables": paths}),
+                         Named({"png": [figs / f"{f}.png" for f in registry.FIGURES],
+                                "pdf": [figs / f"{f}.pdf" for f in registry.FIGURES]}),
+                         FiguresParams(study={}, variant_of=VARIANT_OF, config_hash="x"))
+    union = sorted({m for p in paths for m in tables.read_provenance(p).get("measured", [])})
+    assert len(union) > 6 and "elsewhere" in union  # the CPU runs, the sweeps' GPUs, ...
+    for fig in registry.FIGURES:
+        prov = json.loads(Image.open(figs / f"{fig}.png").info["Description"])
+        assert prov["measured"] == union and prov["published_source"] == published.SOURCE
+        assert prov["config_hash"] == "x" and "hardware" in prov
+
+
 def test_report_from_fixed_results_has_every_figure_and_table(fixed_results):
     res = fixed_results
     index = (res / "report" / "index.md").read_text()

@@ -45,6 +45,19 @@ def measured_from(*inputs) -> list[str]:
                    for line in measured_on(read_json(p).get("provenance") or {})})
 
 
+def sources_of(tables_in) -> dict:
+    """Where the data of a job's declared tables (their CSVs) came from, as their provenance
+    records say: the union of their `measured` lines and, where one holds it, the published
+    source (the comparison's). A figure is drawn on the report's machine, not where its data
+    was measured."""
+    recs = [tables.read_provenance(p) for p in tables.by_stem(tables_in).values()]
+    out: dict = {"measured": sorted({line for r in recs for line in r.get("measured", [])})}
+    if published_from := sorted({r["published_source"] for r in recs
+                                 if r.get("published_source")}):
+        out["published_source"] = "; ".join(published_from)
+    return out
+
+
 def tables_stage(inputs, outputs, params) -> list[Path]:
     """Rule tables (its contract: specmoe.contracts.report.TablesParams): every table of the
     configuration's runs."""
@@ -78,7 +91,8 @@ def figures_stage(inputs, outputs, params) -> list[Path]:
     """Rule figures (its contract: specmoe.contracts.report.FiguresParams): every figure of the
     report (PNG and PDF) from the tables its rule declares (input tables, their CSVs; no other
     table is read)."""
-    outdir, prov = table_dir(outputs.png), config_provenance(params)
+    outdir = table_dir(outputs.png)
+    prov = config_provenance(params, **sources_of(inputs.tables))
     paths = []
     frames = figures.figure_frames(tables.by_stem(inputs.tables), params.study, params.variant_of)
     for stem, (fn, *args) in frames.items():
@@ -187,10 +201,8 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
                 block += page.table_block(Path(md[stem]), td.read(stem), rel)
         if block:
             lines += [f"## {section}", "", *block]
-    measured = sorted({line for p in tables.by_stem(inputs.tables).values()
-                       for line in tables.read_provenance(p).get("measured", [])})
-    lines += provenance_section(prov, measured, run_root, params.benchmarks,
-                                inputs.get("records"))
+    lines += provenance_section(prov, sources_of(inputs.tables)["measured"], run_root,
+                                params.benchmarks, inputs.get("records"))
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {json.dumps(prov, default=str)} -->\n")
     write_text(html, to_html(text, out.parent))
