@@ -1705,6 +1705,10 @@ def test_the_comparison_gives_the_reproduced_values_interval(tmp_path):
                             declared_tables(tmp_path, ["comparison"]),
                             ComparisonParams(study=study, config_hash="x"))
     cmp_ = tables.read_csv(tmp_path / "comparison.csv")
+    # where its reproduced values were measured, beside the published source (it named only that)
+    prov = tables.read_provenance(tmp_path / "comparison.csv")
+    assert prov["measured"] == report.sources_of(list(in_folder(FIXTURE).values()))["measured"]
+    assert prov["measured"] and prov["published_source"] == published.SOURCE
     run = ["model", "drafter", "k", "dataset"]
 
     def compared(model: str, stem: str, q: str) -> pd.Series:

@@ -110,7 +110,8 @@ def comparison_stage(inputs, outputs, params) -> list[Path]:
            if spec in td}
     df = published.comparison(dfs, params.study)
     return tables.write_table(df, table_dir(outputs.tables) / "comparison",
-                              config_provenance(params, published_source=published.SOURCE),
+                              config_provenance(params, published_source=published.SOURCE,
+                                                measured=sources_of(inputs.tables)["measured"]),
                               registry.text("comparison"))
 
 
