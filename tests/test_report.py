@@ -390,6 +390,40 @@ def test_the_variants_figure_shows_each_family_at_its_own_smallest_k():
     assert set(sp["model"]) == {"a", "a-bf16", "b", "b-bf16"}
 
 
+def test_every_line_of_a_panel_is_drawn_however_many():
+    """Seven Ks of one model, seven variants of a family (paper.yaml's Qwen3-30B has six) and
+    five routings: the styles were zipped with six (four) and the rest dropped with no note;
+    each is drawn, and told apart from the others of its panel."""
+    def legend(fig):
+        return [t.get_text() for t in fig.legends[0].get_texts()]
+
+    ks = pd.DataFrame([{"model": "m", "drafter": "d", "dataset": "x", "k": k, "shape": "x",
+                        "batch": b, "speedup": 1 + 0.1 * k} for k in range(1, 8)
+                       for b in (1, 2, 4)])
+    fn, *args = figures._speedup_frames(ks, {"m": "C0"}, {}, {})["speedup_by_k"]
+    fig = fn(*args)
+    assert legend(fig) == [f"K {k}" for k in range(1, 8)]
+    styles = {(ln.get_marker(), ln.get_linestyle()) for ln in fig.axes[0].get_lines()
+              if not ln.get_label().startswith("_")}  # not the speedup-1 line
+    assert len(styles) == 7
+    figures.plt.close(fig)
+
+    names = [f"q-{i}" for i in range(7)]
+    var = pd.DataFrame([{"model": m, "drafter": "d", "dataset": "x", "k": 3, "shape": "x",
+                         "batch": b, "speedup": 1.5} for m in names for b in (1, 2)])
+    fn, *args = figures._speedup_frames(var, figures.palette(names),
+                                        {m: {"study": "Q"} for m in names}, {})["speedup_variants"]
+    fig = fn(*args)
+    assert legend(fig) == names
+    figures.plt.close(fig)
+
+    tb = pd.DataFrame([{"run": "r", "label": "r", "model": "m", "batch": b,
+                        "routing": f"routing {i}", "te": 0.5} for i in range(5) for b in (1, 2)])
+    fig = figures.te_vs_batch(tb, {"m": "C0"})
+    assert [ln.get_label() for ln in fig.axes[0].get_lines()] == [f"routing {i}" for i in range(5)]
+    figures.plt.close(fig)
+
+
 # the fixture run's models matched to study models, each with its main set (its first dataset)
 FIXTURE_STUDY = {"tiny-fine": published.study_entry(
                      {"name": "tiny-fine", "compare_with": "Qwen2-57B",

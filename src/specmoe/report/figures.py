@@ -208,7 +208,16 @@ def per_layer_overlap(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None =
     return fig
 
 
-ROUTING_STYLES = ("o:", "s--", "^-.", "D-")
+# Line styles by position: a marker and a dash pattern, cycled with lengths that share no factor
+# (7 and 4), so the first 28 lines of a panel are all told apart and any number is drawn.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+DASHES = ("-", "--", "-.", ":")
+ROUTING_DASHES = (":", "--", "-.", "-")  # the routings' order: the measured windows solid
+
+
+def line_style(i: int, dashes: tuple[str, ...] = DASHES) -> str:
+    """The i-th line's format string ("o-", "s--", ...), for any i."""
+    return MARKERS[i % len(MARKERS)] + dashes[i % len(dashes)]
 
 
 def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
@@ -219,18 +228,16 @@ def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
         c = colors[d["model"].iloc[0]]
-        for style, routing in zip(ROUTING_STYLES, routings):
+        for i, routing in enumerate(routings):
             g = d[d["routing"] == routing]
-            ax.plot(g["batch"], g["te"], style, color=c, ms=4, label=routing)
+            ax.plot(g["batch"], g["te"], line_style(i, ROUTING_DASHES), color=c, ms=4,
+                    label=routing)
         _batch_axis(ax, d["batch"])
         _title(ax, _label(d))
         ax.set_ylim(0, 1.05)
     _ylabel(axes, "target efficiency")
     _figure_legend(fig, axes)
     return fig
-
-
-LINE_STYLES = ("o-", "s--", "^-.", "D:", "v-", "P--")
 
 
 def _line(ax, df: pd.DataFrame, y: str, style: str, color, label: str, ms: float = 4) -> None:
@@ -256,10 +263,10 @@ def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: st
     fig, axes = _facets(len(groups))
     for ax, (key, g) in zip(axes, groups):
         key = key if isinstance(key, tuple) else (key,)
-        for style, (val, h) in zip(LINE_STYLES, g.groupby(line, sort=False)):
+        for i, (val, h) in enumerate(g.groupby(line, sort=False)):
             h = h.sort_values("batch")
             model = h["model"].iloc[0]
-            _line(ax, h, y, style, colors[model],
+            _line(ax, h, y, line_style(i), colors[model],
                   f"{line} {val}" if line in ("K", "k") else str(val))
         if ref is not None:
             ax.axhline(ref, color="grey", lw=0.8, ls=":")
@@ -372,7 +379,7 @@ def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     seen: dict[str, int] = {}
     for (model, run), g in df.groupby(["model", "run"], sort=False):
         g = g.sort_values("batch")
-        style = LINE_STYLES[seen.setdefault(model, 0) % len(LINE_STYLES)]
+        style = line_style(seen.setdefault(model, 0))
         seen[model] += 1
         ax.plot(g["batch"], g["draft_cost"], style, color=colors[model], ms=4,
                 label=_label(g))
