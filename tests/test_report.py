@@ -424,6 +424,60 @@ def test_every_line_of_a_panel_is_drawn_however_many():
     figures.plt.close(fig)
 
 
+def test_te_points_of_too_few_windows_or_outside_0_1_are_not_drawn_as_values(tmp_path):
+    """The fixture's te_vs_batch with tiny-fine's measured windows flagged sample_ok False at
+    batch >= 64 and one TE of 1.30 at batch 8: both were drawn as ordinary points (the 1.30 cut
+    off by the axis in one figure) and shown inline as values. The flagged points are open
+    markers named in the legend, the 1.30 left out with the panel saying so, the inline cells
+    marked, and the captions say so."""
+    from specmoe.report import page
+    from specmoe.cost.costmodel import MEASURED_ROUTING
+
+    shutil.copytree(FIXTURE, tmp_path / "t")
+    path = tmp_path / "t" / "te_vs_batch.csv"
+    head = path.read_text().splitlines()[0]
+    df = tables.read_csv(path)
+    ours = (df["routing"] == MEASURED_ROUTING) & (df["model"] == "tiny-fine")
+    few = ours & (df["batch"] >= 64)
+    bad = ours & (df["batch"] == 8) & (df["k"] == 3)
+    df.loc[few, "sample_ok"] = False
+    df.loc[bad, "te"] = 1.30
+    path.write_text(head + "\n" + df.to_csv(index=False))
+    flagged = {(int(b), round(float(t), 6)) for b, t in zip(df.loc[few | bad, "batch"],
+                                                             df.loc[few | bad, "te"])}
+    frames = figures.figure_frames(in_folder(tmp_path / "t"))
+    for stem in ("te_vs_batch", "te_by_dataset"):
+        fn, *args = frames[stem]
+        fig = fn(*args)
+        panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title().startswith(
+            "tiny-fine,")]
+        assert panels
+        open_points, notes = set(), []
+        for ax in panels:
+            notes += [" ".join(t.get_text().split()) for t in ax.texts]
+            for ln in ax.get_lines():
+                pts = {(int(x), round(float(y), 6)) for x, y in zip(ln.get_xdata(),
+                                                                    ln.get_ydata())
+                       if np.isfinite(y)}
+                if ln.get_label() == figures.TOO_FEW_WINDOWS:
+                    assert ln.get_markerfacecolor() == "none" and ln.get_linestyle() == "None"
+                    open_points |= pts
+                elif stem == "te_by_dataset" or ln.get_label() == MEASURED_ROUTING:
+                    assert not pts & flagged, (stem, ax.get_title(), ln.get_label())
+        assert {(64, 0.25), (128, 0.25)} <= open_points
+        assert not any(y > 1 for _, y in open_points)
+        assert any("outside [0, 1] left out" in t for t in notes), (stem, notes)
+        assert figures.TOO_FEW_WINDOWS in [t.get_text() for t in fig.legends[0].get_texts()]
+        figures.plt.close(fig)
+        assert "Open markers" in registry.text(stem, figure=True)
+
+    wide, note = page.pivoted(tables.read_csv(path), "te_vs_batch")
+    rows = wide[wide["model"] == "tiny-fine"].set_index(["k", "batch"])
+    assert rows.loc[(3, 64), MEASURED_ROUTING] == "0.250 †"
+    assert rows.loc[(3, 4), MEASURED_ROUTING] == pytest.approx(0.549, abs=1e-3)
+    assert "†: the trace has too few windows" in note and "‡" not in note  # batch 8 not shown
+
+
 # the fixture run's models matched to study models, each with its main set (its first dataset)
 FIXTURE_STUDY = {"tiny-fine": published.study_entry(
                      {"name": "tiny-fine", "compare_with": "Qwen2-57B",

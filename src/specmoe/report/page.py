@@ -60,15 +60,42 @@ def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
     b = df["batch"].astype(int)
     df = df[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
     index = [c for c in ("model", "k", "target_experts", "batch") if c in df]
-    wide = df.pivot(index=index, columns=line, values=value)
     # rows and lines in the table's own order (pivot sorts them)
     rows = pd.MultiIndex.from_tuples(list(dict.fromkeys(map(tuple, df[index].values))),
                                      names=index)
-    wide = wide.reindex(index=rows, columns=list(dict.fromkeys(df[line]))).reset_index()
+    cols = list(dict.fromkeys(df[line]))
+    marks = _marks(df, value)
+    wide, mark = (df.assign(_mark=marks).pivot(index=index, columns=line, values=v)
+                  .reindex(index=rows, columns=cols) for v in (value, "_mark"))
+    for c in cols:  # a flagged cell reads as its number and its mark, not as a value
+        flagged = mark[c].notna() & mark[c].ne("")
+        if flagged.any():
+            wide[c] = wide[c].astype(object).where(
+                ~flagged, wide[c].map(lambda v: f"{v:.3f}") + " " + mark[c])
+    wide = wide.reset_index()
     wide.columns.name = None
-    return wide, (f"Shown: {word} by batch size (1, 4, 16, …), one column per "
-                  f"{line.replace('_', ' ')}, at each model's first run, untrained controls left "
-                  "out (their dimensions are their targets'); every row is in the files above.")
+    note = (f"Shown: {word} by batch size (1, 4, 16, …), one column per "
+            f"{line.replace('_', ' ')}, at each model's first run, untrained controls left "
+            "out (their dimensions are their targets'); every row is in the files above.")
+    return wide, " ".join([note] + [MARKS[m] for m in MARKS if marks.eq(m).any()])
+
+
+# Marks of a curve's cells that are not ordinary values, and what each means
+MARKS = {"†": "†: the trace has too few windows for the measured-windows estimate at that "
+              "batch size (sample_ok false): not a reliable value.",
+         "‡": "‡: outside [0, 1], so not a target efficiency."}
+
+
+def _marks(df: pd.DataFrame, value: str) -> pd.Series:
+    """Each row's mark (MARKS; "" for an ordinary value): a TE outside [0, 1] first, then a row
+    flagged sample_ok False."""
+    out = pd.Series("", index=df.index, dtype=object)
+    if "sample_ok" in df:
+        out[df["sample_ok"].eq(False)] = "†"
+    if value == "te":
+        v = df[value].astype(float)
+        out[(v < 0) | (v > 1)] = "‡"
+    return out
 
 
 def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
