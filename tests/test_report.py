@@ -363,6 +363,34 @@ def test_a_comparison_row_of_a_model_without_runs_is_named_by_its_model(tmp_path
     assert "one panel per table" in registry.text("comparison", figure=True)
 
 
+def test_the_comparison_figure_names_rows_it_cannot_draw_and_keeps_units_apart():
+    """Two steps of the three-step correction not identified (their TE left [0, 1]) were dropped
+    silently, and MiB, a fraction and an expert count shared one axis of the weight model; the
+    panel's note names the steps, and each unit has its own panel, named in its title."""
+    rows = [{"table": "three_step_correction", "model": "q", "key": f"step {i}",
+             "quantity": "te", "published": p, "reproduced": r}
+            for i, (p, r) in enumerate([(0.50, 0.52), (0.62, np.nan), (0.70, 0.69),
+                                        (0.84, np.nan)])]
+    rows += [{"table": "weight_model", "model": "q", "key": "", "quantity": q, "published": p,
+              "reproduced": r}
+             for q, p, r in [("c_expert_mib_per_gpu", 9.0, 9.0), ("c_dense_mib_per_gpu", 120.0,
+                                                                   121.0),
+                             ("moe_weight_share", 0.91, 0.90), ("unique_ipf", 20.1, 19.9)]]
+    fig = figures.comparison(pd.DataFrame(rows), {"q": "C0"})
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
+    steps = panels["three step correction"]
+    assert sum(len(c.get_offsets()) for c in steps.collections) == 2
+    note = " ".join(" ".join(t.get_text().split()) for t in steps.texts)
+    assert "not identified" in note and "step 1" in note and "step 3" in note
+    assert "step 0" not in note
+    drawn = {t: sorted(float(x) for c in ax.collections for x, _ in c.get_offsets())
+             for t, ax in panels.items() if t.startswith("weight model")}
+    assert drawn == {"weight model (MiB per GPU)": [9.0, 120.0], "weight model": [0.91],
+                     "weight model (unique experts)": [20.1]}
+    figures.plt.close(fig)
+    assert "names it" in registry.text("comparison", figure=True)
+
+
 def test_every_figure_of_the_fixed_results_has_data():
     """The default run fills every figure in miniature: none is the explanatory placeholder, and
     the variants figure has tiny-fine beside its bf16 variant."""

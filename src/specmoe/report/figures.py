@@ -438,27 +438,51 @@ def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     return fig
 
 
+# Quantities of the comparison whose unit is not their table's (the rest of a table shares one):
+# each unit a panel of its own, named in its title, so no axis mixes MiB, fractions and counts
+COMPARISON_UNITS = {"c_expert_mib_per_gpu": "MiB per GPU", "c_dense_mib_per_gpu": "MiB per GPU",
+                    "unique_ipf": "unique experts", "cohens_d": "Cohen's d"}
+
+
 def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:
-    """df: model, table, quantity, published, reproduced. One panel per table, reproduced vs
-    published (linear axes), one colour per model; the diagonal is agreement."""
-    df = df[np.isfinite(df["published"]) & np.isfinite(df["reproduced"])] if not df.empty else df
+    """df: model, table, quantity, published, reproduced (key: optional). One panel per table
+    and unit (COMPARISON_UNITS), reproduced vs published (linear axes), one colour per model;
+    the diagonal is agreement. A row this run did not identify (reproduced empty, e.g. a step
+    whose TE left [0, 1]) is named in its panel's note, not drawn."""
+    df = df[np.isfinite(df["published"])] if not df.empty else df
     if df.empty:
         return empty("No model of this configuration is matched to one of the study's models "
                      "(set compare_with, or use a study checkpoint).")
-    tabs = list(dict.fromkeys(df["table"]))
-    fig, axes = _facets(len(tabs), height=2.4)
-    for ax, table in zip(axes, tabs):
-        d = df[df["table"] == table]
-        for model, g in d.groupby("model", sort=False):
+    df = df.assign(unit=df["quantity"].map(COMPARISON_UNITS).fillna(""))
+    panels = list(dict.fromkeys(zip(df["table"], df["unit"])))
+    fig, axes = _facets(len(panels), height=2.4)
+    for ax, (table, unit) in zip(axes, panels):
+        d = df[(df["table"] == table) & (df["unit"] == unit)]
+        ok = np.isfinite(d["reproduced"])
+        for model, g in d[ok].groupby("model", sort=False):
             ax.scatter(g["published"], g["reproduced"], color=colors[model], s=16, label=model)
-        lo = float(min(d["published"].min(), d["reproduced"].min(), 0))
-        hi = float(max(d["published"].max(), d["reproduced"].max()))
+        values = np.concatenate([d["published"], d.loc[ok, "reproduced"], [0.0]])
+        lo, hi = float(min(values.min(), 0)), float(values.max())
         ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls=":")
-        _title(ax, table.replace("_", " "))
+        if not ok.all():
+            _not_identified(ax, d[~ok])
+        _title(ax, table.replace("_", " ") + (f" ({unit})" if unit else ""))
         ax.set_xlabel("published value", fontsize=8)
     _ylabel(axes, "this run's value")
     _figure_legend(fig, axes)
     return fig
+
+
+def _not_identified(ax, rows: pd.DataFrame) -> None:
+    """The panel's note naming its rows with no reproduced value (they are in the table)."""
+    several = rows["model"].nunique() > 1
+    names = [(f"{m}: " if several else "") + (str(k) if isinstance(k, str) and k else str(q))
+             for m, k, q in zip(rows["model"], rows.get("key", rows["quantity"]),
+                                rows["quantity"])]
+    text = f"not identified, see the table: {', '.join(names)}"
+    ax.text(0.03, 0.97, textwrap.fill(text, 30), transform=ax.transAxes, fontsize=5.5,
+            ha="left", va="top", color="#505050", linespacing=1.1,
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1})
 
 
 def step_model_calibration(df: pd.DataFrame) -> plt.Figure:
