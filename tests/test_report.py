@@ -1910,3 +1910,24 @@ def test_the_interval_sentence_over_series_of_both_devices_and_of_an_older_table
                                         sp.drop(columns="engine_log_sd")))
     assert ("95% intervals from this run's repeats (the table does not say whether the "
             "engine-to-engine spread is in them)") in older
+
+
+def test_every_calibration_row_has_a_baseline_beside_the_step_model():
+    """The MoE shares of decode time and the time ratios (7 of 22 rows) stood without a baseline
+    (both columns empty), so that the non-MoE ratio's step model (+0.061) could not be seen to do
+    no better than the constant 1 (+0.060): each row carries the weight model, named."""
+    from specmoe.cost import stepmodel
+    from specmoe.report.predicted import calibration_tables
+
+    cal = calibration_tables()["step_model_calibration"]
+    assert not (cal["mean_baseline"].isna() & cal["weight_model"].isna()).any()
+    assert (cal["weight_model_is"] != "").all()
+    by = cal.set_index("quantity")
+    rest = by.loc[stepmodel.REST_RATIO]
+    assert rest["weight_model"] == 1.0
+    assert rest["weight_model_error"] == pytest.approx(1.0 - rest["published"])
+    # the MoE ratio's: unique experts / k, above 1 (verification reads more experts than decode)
+    assert by.loc[stepmodel.MOE_RATIO, "weight_model"] > 1.0
+    share = cal[cal["quantity"] == stepmodel.MOE_SHARE]
+    assert share["weight_model"].between(0, 1).all()
+    assert share["weight_model"].nunique() > 1  # each model's own weights, not one constant

@@ -53,9 +53,10 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
 def calibration_tables() -> dict[str, pd.DataFrame]:
     """Each number the step model is calibrated on (the study's TE at batch 1, K = 3, its
     profiled MoE share of decode time and time ratios) beside the step model's prediction from
-    parameters fitted without that model's rows, and for TE the two baselines fitted the same way
-    (the mean TE of the other models' Table 10 rows of its method family and granularity; the
-    weight model, which fits nothing) (`step_model_calibration`); each speedup curve the study
+    parameters fitted without that model's rows, and its baselines: for TE the mean TE of the
+    other models' Table 10 rows of its method family and granularity, and for every row the
+    weight model, which fits nothing (weight_model; what it is in `weight_model_is`)
+    (`step_model_calibration`); each speedup curve the study
     shows with its published shape beside the shape predicted the same way and the two
     baselines' (the study's N/k rule, stepmodel.nk_rule_shape; every curve peaking at low batch,
     stepmodel.CONSTANT_SHAPE), the shapes the study gives by its N/k rule rather than from the
@@ -70,7 +71,7 @@ def calibration_tables() -> dict[str, pd.DataFrame]:
     cal_rows = []
     for r, lo in zip(rows, lomo):
         te = r["quantity"] == stepmodel.TE
-        weight = stepmodel.weight_model_te(r) if te else np.nan
+        weight, basis = weight_model(r)
         mean = lo["baseline_mean"] if te else np.nan
         cal_rows.append({"quantity": r["quantity"], **{k: r[k] for k in keys},
                          "method": r["method"] or "", "in_table_10": r["goal"],
@@ -78,6 +79,7 @@ def calibration_tables() -> dict[str, pd.DataFrame]:
                          "error": lo["error"], "mean_baseline": mean,
                          "mean_baseline_error": mean - r["published"], "weight_model": weight,
                          "weight_model_error": weight - r["published"],
+                         "weight_model_is": basis,
                          "overlaps": "prior" if r["overlap_prior"] else "published", **fits(lo)})
     shp = []
     for r, lo in zip(shapes, lomo[len(rows):]):
@@ -99,6 +101,25 @@ def calibration_tables() -> dict[str, pd.DataFrame]:
     return {"step_model_calibration": pd.DataFrame(cal_rows),
             "step_model_shapes": pd.DataFrame(shp),
             "step_model_parameters": parameter_table(full)}
+
+
+def weight_model(r: dict) -> tuple[float, str]:
+    """The weight model's value of a calibration row's quantity (time in proportion to the bytes
+    a step reads, nothing fitted), from the row's own dimensions and unique experts, and what it
+    is: TE (stepmodel.weight_model_te); the MoE share of decode time as the experts' share of the
+    weights a decode step reads; the MoE verify/decode time ratio as unique experts / k (the
+    experts' bytes verification reads over decode's); the non-MoE ratio as 1 (both steps read
+    the same non-expert bytes)."""
+    q, dims = r["quantity"], r["dims"]
+    if q == stepmodel.TE:
+        return stepmodel.weight_model_te(r), "weight-model TE (bytes read)"
+    if q == stepmodel.MOE_SHARE:
+        return dims.moe_weight_share, "the experts' share of the weights decode reads"
+    if q == stepmodel.MOE_RATIO:
+        return r["unique"] / dims.top_k, "unique experts / k (the experts' bytes read)"
+    if q == stepmodel.REST_RATIO:
+        return 1.0, "1 (the same non-expert bytes read)"
+    raise ValueError(f"no weight model for the calibration quantity {q!r}")
 
 
 def parameter_table(p: stepmodel.StepParams) -> pd.DataFrame:
