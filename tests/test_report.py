@@ -3,6 +3,7 @@ table present, captions valid reStructuredText, the HTML report opened in a real
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -1931,3 +1932,68 @@ def test_every_calibration_row_has_a_baseline_beside_the_step_model():
     share = cal[cal["quantity"] == stepmodel.MOE_SHARE]
     assert share["weight_model"].between(0, 1).all()
     assert share["weight_model"].nunique() > 1  # each model's own weights, not one constant
+
+
+def test_the_prediction_stands_beside_its_own_runs_sweep(tmp_path):
+    """The table matched a sweep on model, K and batch alone, the first file winning: a
+    prediction made for tiny-drafter on tinybench (acceptance length 2.5) stood beside another
+    drafter's sweep on heldout-code (speedup 0.7, tau 1.6), with no column to say so. It takes
+    the sweep of the run the prediction names, and says which run."""
+    from specmoe.errors import InputError
+    from specmoe.report.predicted import prediction_table
+
+    own = {"model": "tiny-fine", "drafter": "tiny-drafter", "k": 3,
+           "dataset": "tinybench+heldout-code+heldout-prose"}
+    pred = {"model": "tiny-fine", "run": own, "k": 3, "method": "draft_model",
+            "hardware": "CPU", "overlaps": "measured", "batch_sizes": [1], "te": [0.5],
+            "te_low": [0.4], "te_high": [0.6], "no_information": [False], "speedup": [1.2],
+            "speedup_low": [1.0], "speedup_high": [1.4], "acceptance_length": [2.5, 2.5],
+            "shape": "no shape"}
+    (tmp_path / "pred.json").write_text(json.dumps(pred))
+    sweeps = []
+    for name, run, speedup, tau in (
+            ("a", {**own, "drafter": "other-drafter", "dataset": "heldout-code"}, 0.7, 1.6),
+            ("b", own, 1.3, 2.5)):
+        sweeps.append(tmp_path / f"sp_{name}.json")
+        sweeps[-1].write_text(json.dumps({"run": run, "shape": "x", "rows": [
+            {"batch": 1, "speedup": speedup, "tau": tau}]}))
+    [row] = prediction_table([tmp_path / "pred.json"], sweeps).to_dict("records")
+    assert (row["speedup_measured"], row["tau_measured"]) == (1.3, 2.5)
+    assert (row["drafter"], row["dataset"]) == ("tiny-drafter", own["dataset"])
+    # another run's sweep alone is no measurement of this prediction
+    [row] = prediction_table([tmp_path / "pred.json"], sweeps[:1]).to_dict("records")
+    assert np.isnan(row["speedup_measured"]) and row["dataset"] == own["dataset"]
+    # a prediction that names no run (written before they did) is refused, not guessed
+    (tmp_path / "old.json").write_text(json.dumps({k: v for k, v in pred.items() if k != "run"}))
+    with pytest.raises(InputError, match="names no run"):
+        prediction_table([tmp_path / "old.json"], sweeps)
+
+
+def test_the_predict_stage_names_its_run_for_the_table(tmp_path):
+    """The predict JSON carried no run, so the table could only guess which sweep it predicts:
+    the stage writes the run of its params, and the table reads it."""
+    from specmoe.contracts.analysis import PredictParams
+    from specmoe.report.predicted import prediction_table
+    from specmoe.stages.analysis import predict_stage
+
+    snapshot = tmp_path / "olmoe"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_bytes(
+        (Path(__file__).parent / "fixtures/hf_configs/OLMoE-1B-7B-0924.json").read_bytes())
+    cfg = {"name": "olmoe", "source": "hf", "precision": "bf16", "tp": 1, "hardware": "H100",
+           "hf_config": str(snapshot)}
+    run = {"model": "olmoe", "drafter": "olmoe-eagle", "k": 3, "dataset": "heldout-prose"}
+    predict_stage(Named({}), Named({"json": tmp_path / "p.json"}),
+                  PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
+                                method="eagle3", batch_sizes=[1], study=None, run=run))
+    (tmp_path / "sp.json").write_text(json.dumps({"run": run, "shape": "x", "rows": [
+        {"batch": 1, "speedup": 1.7, "tau": 2.9}]}))
+    [row] = prediction_table([tmp_path / "p.json"], [tmp_path / "sp.json"]).to_dict("records")
+    assert (row["dataset"], row["drafter"], row["speedup_measured"]) == (
+        "heldout-prose", "olmoe-eagle", 1.7)
+    # the text names the run whose sweep it sets beside the prediction
+    tables.write_table(prediction_table([tmp_path / "p.json"], [tmp_path / "sp.json"]),
+                       tmp_path / "step_model", {"config_hash": "x"})
+    [line] = prose.prediction_findings(tables_in(tmp_path))
+    assert line.startswith("olmoe (step model for olmoe, K=3, heldout-prose with olmoe-eagle, "
+                           "on H100): B=1: 1.70")

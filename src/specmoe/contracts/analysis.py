@@ -103,7 +103,9 @@ class PredictParams:
     model with a trace of its own: its first run's), draft (a separate draft model's config);
     output json. It depends on the model's cost entry, the hardware table, the model's first K,
     the speculative method of its first drafter (a synthetic model's: DEFAULT_METHOD), the batch
-    sizes and the study model it stands beside."""
+    sizes, the study model it stands beside and the run it predicts (the model's first: its first
+    drafter, K and dataset, whose trace a model with one reads; the report sets it beside that
+    run's sweep; None: a prediction for no run)."""
 
     INPUTS = ("config", "overlap", "acceptance", "checkpoint", "draft")
     OUTPUTS = ("json",)
@@ -115,15 +117,17 @@ class PredictParams:
     method: str
     batch_sizes: list
     study: str | None
+    run: dict | None = None
 
     @classmethod
     def from_config(cls, cfg, w) -> "PredictParams":
         m = cfg.models[w.model]
         d = cfg.drafters.get(m.drafters[0])
-        return cls(model=cost_entry(cfg, w.model), hardware=cfg.hardware, k=m.ks[0],
+        run = m.runs()[0]  # the run Files.predict_inputs reads a trace of
+        return cls(model=cost_entry(cfg, w.model), hardware=cfg.hardware, k=run.k,
                    method=d.method if d is not None else DEFAULT_METHOD,
                    batch_sizes=cfg.batch_sizes,
-                   study=(cfg.study.get(w.model) or {}).get("study"))
+                   study=(cfg.study.get(w.model) or {}).get("study"), run=run.as_dict())
 
 
 @dataclass(frozen=True)

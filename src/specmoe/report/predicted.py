@@ -7,31 +7,39 @@ import numpy as np
 import pandas as pd
 
 from ..cost import stepmodel
+from ..errors import InputError
 from ..provenance import read_json
 from ..runs import Run
 
 
 def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
     """One row per model and batch size: predicted TE and speedup with their 95% intervals, and
-    the run's measured speedup where a sweep of the same model at the same K measured it; beside
-    each, its acceptance length (the speedup scales with it): the one the prediction drew
-    (its range: the capture's, or the prior's) and the sweep's."""
+    the measured speedup of the run the prediction was made for (its drafter, K and dataset:
+    the predict JSON's `run`, named in the row) where a sweep measured it; beside each, its
+    acceptance length (the speedup scales with it): the one the prediction drew (its range: the
+    capture's, or the prior's) and the sweep's. Another run's sweep (another drafter or dataset)
+    is not this prediction's measurement."""
     measured = {}
     for path in speedup_jsons:
         sp = read_json(path)
         run = Run.of(sp["run"])
         for r in sp["rows"]:
-            measured.setdefault((run.model, run.k, int(r["batch"])), {
-                "dataset": run.dataset, "speedup_measured": r["speedup"],
+            measured[(run, int(r["batch"]))] = {
+                "speedup_measured": r["speedup"],
                 "speedup_measured_low": r.get("speedup_low", np.nan),
                 "speedup_measured_high": r.get("speedup_high", np.nan),
-                "tau_measured": r.get("tau", np.nan), "shape_measured": sp["shape"]})
+                "tau_measured": r.get("tau", np.nan), "shape_measured": sp["shape"]}
     rows = []
     for path in predict_jsons:
         p = read_json(path)
+        if not p.get("run"):
+            raise InputError(f"{path}: the prediction names no run (written before predictions "
+                             "named theirs): rerun rule predict")
+        run = Run.of(p["run"])
         for i, b in enumerate(p["batch_sizes"]):
-            m = measured.get((p["model"], int(p["k"]), int(b)), {})
-            rows.append({"model": p["model"], "k": p["k"], "method": p["method"],
+            m = measured.get((run, int(b)), {})
+            rows.append({"model": p["model"], "drafter": run.drafter, "k": p["k"],
+                         "dataset": run.dataset, "method": p["method"],
                          "hardware": p["hardware"], "overlaps": p["overlaps"], "batch": b,
                          "te_predicted": p["te"][i], "te_low": p["te_low"][i],
                          "te_high": p["te_high"][i],

@@ -1051,8 +1051,8 @@ AGAINST = {"inside": "inside the predicted interval",
 
 
 def prediction_findings(td: Tables) -> list[str]:
-    """The step model's prediction beside the measurement, one line per model with both: the
-    speedup at each measured batch size with its interval, inside, outside or not separated from
+    """The step model's prediction beside the measurement, one line per model with both (naming
+    the run predicted, whose sweep measured it): the speedup at each measured batch size with its interval, inside, outside or not separated from
     the predicted 95% interval (_against_prediction) where the prediction has information (TE's
     interval short of its whole physical range), the predicted medians there without a shape
     read from them, the prediction's shape as its draws decide it, and the measured shape."""
@@ -1077,6 +1077,9 @@ def prediction_findings(td: Tables) -> list[str]:
         hw = g["hardware"].iloc[0]
         where = (f"on {hw}" if hw in studied else
                  f"on {hw}, where it is an uncalibrated roofline (calibrated on the study's GPUs)")
+        if "dataset" in g:  # the run predicted, whose sweep is the measurement (older tables: none)
+            where = (f"for {label_of(model, g['k'].iloc[0], g['dataset'].iloc[0])} with "
+                     f"{g['drafter'].iloc[0]}, {where}")
         whole = sm[sm["model"] == model]["batch"].astype(int)
         count = (f"of the {len(against)} measured batch size(s)"
                  + (" where the prediction has information" if blind.any() else "") + ", "

@@ -546,9 +546,11 @@ def predict_stage(inputs, outputs, params) -> dict:
                                study_model=study_model, overlaps=overlaps,
                                overlap_source=source, tau=(tau, tau) if tau else None,
                                draft_config=draft_config)
-    out_obj = {"model": model_cfg["name"], "params": stepmodel.fitted().as_dict(), **res}
+    out_obj = {"model": model_cfg["name"], "run": params.run,
+               "params": stepmodel.fitted().as_dict(), **res}
     write_json(out, out_obj, provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
-                                         "k": k, "method": method}, stage="predict"))
+                                         "k": k, "method": method, "run": params.run},
+                                        stage="predict"))
     log.info("%s: predicted speedup %s; shape %s; %s", model_cfg["name"],
              ", ".join(f"B={b}: {x:.2f}" for b, x in zip(res["batch_sizes"], res["speedup"])),
              res["shape"], res["verdict"])
