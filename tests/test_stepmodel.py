@@ -1001,3 +1001,20 @@ def test_a_draft_config_without_vocab_size_is_refused_by_name(capsys):
     code, _, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B.json"), "--method", "draft_model",
                            "--draft-config", str(HAND / "draft_novocab.json"), "--batch-sizes", "1")
     assert code == 2 and "draft_novocab.json: lacks vocab_size" in err, err
+
+
+def test_a_draft_model_priced_from_its_config_lies_outside_the_calibration():
+    """Qwen2-57B, TP 2, with Qwen2-0.5B's config.json as its draft model: catchup_passes priced
+    its pass over the verified tokens, a term fitted on EAGLE/MTP rows only (the study's
+    draft-model rows calibrate verify_draft_model, on its bound), yet it read distance 0,
+    validated, TE 0.49 against the published 0.27, and the verify_draft_model caveat was gone."""
+    cfg = CONFIGS / "Qwen2-57B-A14B-Instruct.json"
+    r = _predict(cfg, tp=2, method="draft_model", draft_config=HAND / "qwen2_05b.json",
+                 study_model="Qwen2-57B")
+    assert r["calibration_distance"] >= 1 and r["validated"] == [False]
+    assert any(c.startswith("draft_model priced from its drafter's config.json by catchup_passes")
+               for c in r["outside_calibration"])
+    named = [c.split()[0] for c in r["caveats"] if " sits on its " in c]
+    assert "verify_draft_model" in named
+    without = _predict(cfg, tp=2, method="draft_model", draft_cost=0.3, study_model="Qwen2-57B")
+    assert without["calibration_distance"] == r["calibration_distance"] - 1

@@ -79,10 +79,14 @@ def calibration_set() -> dict[str, set]:
     """What the calibration's TE rows span (the quantity a prediction is of; the MoE-share rows
     measured on other GPUs say nothing of TE there): granularities (N/k), experts per token,
     weight formats, TP degrees, GPUs, method families, attention kinds, engines, draft lengths,
-    hidden sizes, expert widths, decode steps at batch 1 in ms (decode_step_ms) and the MoE
-    experts' shares of them (moe_share; read once: package data; callers only read it)."""
+    hidden sizes, expert widths, decode steps at batch 1 in ms (decode_step_ms), the MoE
+    experts' shares of them (moe_share) and, per method family, the fitted term that priced its
+    drafter's pass over the verified tokens (verify_terms; read once: package data; callers only
+    read it)."""
     rows = [r for r in stepmodel.calibration_rows() if r["quantity"] == stepmodel.TE]
-    return {"step_ms": {decode_step_ms(r["dims"], r["hw"]) for r in rows},
+    return {"verify_terms": {(stepmodel.FAMILIES[r["method"]],
+                              stepmodel.verify_term(r["method"], None)) for r in rows},
+            "step_ms": {decode_step_ms(r["dims"], r["hw"]) for r in rows},
             "moe_share": {moe_share(r["dims"], r["hw"]) for r in rows},
             "k_draft": {stepmodel.CALIBRATION_K},
             "hidden": {r["dims"].hidden for r in rows},
@@ -146,10 +150,14 @@ def _attention_kinds(d: ModelDims, config=None) -> set[str]:
 
 def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None,
                          engine: str = stepmodel.CALIBRATION_ENGINE,
-                         k_draft: int = stepmodel.CALIBRATION_K) -> tuple[int, list[str]]:
+                         k_draft: int = stepmodel.CALIBRATION_K,
+                         draft: ModelDims | None = None) -> tuple[int, list[str]]:
     """How many ways the configuration lies outside what the calibration's TE rows measured,
     each named: granularity, experts per token, weight format, TP, GPU (its name, and numbers
-    other than the shipped entry's), method family, draft length, each attention kind (MLA,
+    other than the shipped entry's), method family, the term that prices the drafter's pass over
+    the verified tokens (a draft model given with its config.json, `draft`, is priced by
+    catchup_passes, fitted on EAGLE/MTP rows only, where the study's draft-model rows calibrate
+    verify_draft_model), draft length, each attention kind (MLA,
     DSA, linear, sliding window; read from `config` where given), the hidden size and the
     experts' width (the GEMM shapes whose efficiency was fitted), the decode step at batch 1
     (decode_step_ms) and the experts' share of it (moe_share), and last the engine."""
@@ -174,6 +182,13 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
                    "calibration was fitted on")
     if stepmodel.FAMILIES[method] not in cal["family"]:
         out.append(f"method {method}: none of its family in the calibration")
+    else:
+        family, term = stepmodel.FAMILIES[method], stepmodel.verify_term(method, draft)
+        if (family, term) not in cal["verify_terms"]:
+            used = sorted(t for f, t in cal["verify_terms"] if f == family)
+            out.append(f"{method} priced from its drafter's config.json by {term}, a term the "
+                       f"calibration fitted on other methods' rows only (its {method} rows "
+                       f"calibrate {', '.join(used)})")
     if k_draft not in cal["k_draft"]:
         out.append(f"draft length K = {k_draft}: the study publishes TE at K = "
                    f"{', '.join(map(str, sorted(cal['k_draft'])))} only")
@@ -408,7 +423,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
         caveats.append(f"not predicted at batch {shown}: {words}, so vLLM would run {held} at a "
                        "time and queue the rest")
         batches = [b for b in batches if b not in over]
-    distance, far = calibration_distance(dims, hw, method, config, engine, k)
+    distance, far = calibration_distance(dims, hw, method, config, engine, k, draft)
     # TE's error grows with the distance of the model and GPU; another engine is priced by its
     # own factor on the speedup (stepmodel.ENGINE_LOG_SD), not counted twice
     te_distance = distance - (engine != stepmodel.CALIBRATION_ENGINE)
@@ -432,13 +447,15 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
 def missing_terms(p: stepmodel.StepParams, method: str, draft: ModelDims | None) -> list[str]:
     """Each fitted mechanism this prediction uses that sits on a bound of its range, worded as the
     missing effect it stands for (stepmodel.missing_effects): every step's mechanisms, and the
-    one that prices the drafter's pass over the verified tokens (stepmodel.verify_term). The
-    leave-one-model-out coverage that `validated` rests on was scored with them so; what they
-    stand for is unpriced."""
+    one that prices the drafter's pass over the verified tokens (stepmodel.verify_term), and for
+    every draft model the one its family was calibrated by (verify_draft_model: a draft model
+    priced from its config stands in for the study's draft-model rows, whose fit wanted it past
+    its bound). The leave-one-model-out coverage that `validated` rests on was scored with them
+    so; what they stand for is unpriced."""
     bound = stepmodel.missing_effects(p)
-    term = stepmodel.verify_term(method, draft)
+    terms = {stepmodel.verify_term(method, draft), stepmodel.verify_term(method, None)}
     return [bound[k] for k in stepmodel.FITTED
-            if k in bound and (k not in stepmodel.VERIFY_TERMS or k == term)]
+            if k in bound and (k not in stepmodel.VERIFY_TERMS or k in terms)]
 
 
 def unpriced(dims: ModelDims, method: str, config=None) -> list[str]:
