@@ -762,7 +762,8 @@ def test_what_the_calibration_never_measured_counts_in_the_distance(capsys, tmp_
                           vocab_size=32000)
     far, validated = outside(small)
     assert any(x.startswith("hidden size 256 outside the calibration's 2,048-") for x in far)
-    assert any(x.startswith("expert width 64 outside the calibration's ") for x in far)
+    assert any(x.startswith("expert width per GPU (width / TP) 64 outside the calibration's ")
+               for x in far)
     assert validated == [False]
     slow = tmp_path / "h100-slow.yaml"
     slow.write_text("hardware:\n  H100: {hbm_bandwidth_gbs: 1000, nvlink_gbs: 50}\n")
@@ -1018,3 +1019,21 @@ def test_a_draft_model_priced_from_its_config_lies_outside_the_calibration():
     assert "verify_draft_model" in named
     without = _predict(cfg, tp=2, method="draft_model", draft_cost=0.3, study_model="Qwen2-57B")
     assert without["calibration_distance"] == r["calibration_distance"] - 1
+
+
+def test_the_expert_width_of_the_distance_is_the_width_each_gpu_holds():
+    """Qwen3-Next-80B at TP 8 splits its 512-column experts into 64 columns per GPU, narrower than
+    any calibrated GEMM (128-14,336 per GPU), yet the whole checkpoint's width (512) lay inside the
+    checkpoints' 512-14,336 and it read distance 0."""
+    from specmoe.cost import predictor
+    from specmoe.cost.hfconfig import dims_from_config
+
+    cfg = CONFIGS / "Qwen3-Next-80B-A3B-Instruct.json"
+    hw = stepmodel.study_hardware("H100")
+    distance, far = predictor.calibration_distance(dims_from_config(cfg, dtype="bf16", tp=8), hw,
+                                                   "mtp")
+    assert distance >= 1
+    assert "expert width per GPU (width / TP) 64 outside the calibration's 128-14,336: GEMMs of " \
+           "shapes whose efficiency was never fitted" in far
+    assert predictor.calibration_distance(dims_from_config(cfg, dtype="bf16", tp=4), hw,
+                                          "mtp") == (0, [])

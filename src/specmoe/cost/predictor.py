@@ -79,7 +79,7 @@ def calibration_set() -> dict[str, set]:
     """What the calibration's TE rows span (the quantity a prediction is of; the MoE-share rows
     measured on other GPUs say nothing of TE there): granularities (N/k), experts per token,
     weight formats, TP degrees, GPUs, method families, attention kinds, engines, draft lengths,
-    hidden sizes, expert widths, decode steps at batch 1 in ms (decode_step_ms), the MoE
+    hidden sizes, expert widths per GPU, decode steps at batch 1 in ms (decode_step_ms), the MoE
     experts' shares of them (moe_share) and, per method family, the fitted term that priced its
     drafter's pass over the verified tokens (verify_terms; read once: package data; callers only
     read it)."""
@@ -90,7 +90,7 @@ def calibration_set() -> dict[str, set]:
             "moe_share": {moe_share(r["dims"], r["hw"]) for r in rows},
             "k_draft": {stepmodel.CALIBRATION_K},
             "hidden": {r["dims"].hidden for r in rows},
-            "expert_width": {r["dims"].expert_intermediate for r in rows},
+            "expert_width": {expert_width_per_gpu(r["dims"]) for r in rows},
             "nk": {r["dims"].num_experts / r["dims"].top_k for r in rows},
             "k": {r["dims"].top_k for r in rows},
             "format": {_format(r["dims"].dtype) for r in rows},
@@ -99,6 +99,12 @@ def calibration_set() -> dict[str, set]:
             "attention": set().union(*(_attention_kinds(r["dims"], _study_config(r))
                                        for r in rows)),
             "engine": {stepmodel.CALIBRATION_ENGINE}}
+
+
+def expert_width_per_gpu(dims: ModelDims) -> float:
+    """The columns of one expert's gate/up projection each GPU holds (expert width / TP): the
+    shape of the GEMMs whose efficiency the calibration fitted, not the checkpoint's width."""
+    return dims.expert_intermediate / dims.tp
 
 
 def decode_step(dims: ModelDims, hw: Hardware) -> dict[str, float]:
@@ -157,10 +163,10 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
     other than the shipped entry's), method family, the term that prices the drafter's pass over
     the verified tokens (a draft model given with its config.json, `draft`, is priced by
     catchup_passes, fitted on EAGLE/MTP rows only, where the study's draft-model rows calibrate
-    verify_draft_model), draft length, each attention kind (MLA,
-    DSA, linear, sliding window; read from `config` where given), the hidden size and the
-    experts' width (the GEMM shapes whose efficiency was fitted), the decode step at batch 1
-    (decode_step_ms) and the experts' share of it (moe_share), and last the engine."""
+    verify_draft_model), draft length, each attention kind (MLA, DSA, linear, sliding window;
+    read from `config` where given), the hidden size and the experts' width per GPU
+    (expert_width_per_gpu: the GEMM shapes whose efficiency was fitted), the decode step at
+    batch 1 (decode_step_ms) and the experts' share of it (moe_share), and last the engine."""
     cal = calibration_set()
     out = []
     nk = dims.num_experts / dims.top_k
@@ -195,10 +201,11 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
     for kind in sorted(_attention_kinds(dims, config) - cal["attention"]):
         out.append(f"{kind} attention: none in the calibration")
     for what, value, key in (("hidden size", dims.hidden, "hidden"),
-                             ("expert width", dims.expert_intermediate, "expert_width")):
+                             ("expert width per GPU (width / TP)", expert_width_per_gpu(dims),
+                              "expert_width")):
         if not min(cal[key]) <= value <= max(cal[key]):
-            out.append(f"{what} {value:,} outside the calibration's {min(cal[key]):,}-"
-                       f"{max(cal[key]):,}: GEMMs of shapes whose efficiency was never fitted")
+            out.append(f"{what} {value:,g} outside the calibration's {min(cal[key]):,g}-"
+                       f"{max(cal[key]):,g}: GEMMs of shapes whose efficiency was never fitted")
     step, lo, hi = decode_step_ms(dims, hw), min(cal["step_ms"]), max(cal["step_ms"])
     if not lo <= step <= hi:
         out.append(f"decode step at batch 1 {step:.3g} ms outside the calibration's "
