@@ -107,7 +107,11 @@ def test_past_its_ridge_the_dense_ratio_rises_while_the_moe_ratio_stays_flat():
     def saturated(n):  # the batch from which B tokens use nearly every one of n experts
         return next(b for b in BATCHES if uniform_unique(n, 8, b) > 0.98 * n)
 
-    ridge_dense, ridge_target = _bends(t_dense), _bends(t_moe, after=saturated(128))
+    # the target's experts bend where their time grows 10% per doubling: at the MoE kernel's
+    # ceiling of the public fused-MoE times (0.883 of the bandwidth) their bytes take less time,
+    # so the FLOPs' share grows 5.5% from 512 to 1024 sequences, still bandwidth-bound
+    ridge_dense = _bends(t_dense)
+    ridge_target = _bends(t_moe, after=saturated(128), growth=1.1)
     saturated = saturated(896)
     assert ridge_dense <= 4 * stepmodel.ridge_tokens(d, hw)   # about 300 tokens, or earlier
     assert ridge_target >= 4 * ridge_dense and saturated < ridge_target

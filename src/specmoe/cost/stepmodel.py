@@ -35,7 +35,8 @@ and n passes of the drafter over the verified tokens priced by the drafter's own
 model without its config: verify_draft_model target decode steps). The draft cost c(B) is K
 drafter passes over a target decode step, the drafter priced by the same step model; the speedup
 is tau / (c + 1/TE). Kernels per layer follow the attention kind (data/kernels_per_layer.csv) and
-the MoE kernel's efficiency is capped by public GEMM benchmarks (data/moe_gemm_bandwidth.csv).
+the MoE kernel's efficiency is capped by public GEMM benchmarks and fused-MoE kernel times
+(data/moe_gemm_bandwidth.csv, data/moe_kernel_times.csv).
 
 The fitted mechanisms (FITTED: moe_cta_gbs, node_us, verify_draft_model, catchup_passes) are
 fitted by bounded least squares, each inside its range, to what the study measured of a step at
@@ -137,7 +138,10 @@ MECHANISMS: dict[str, Mechanism] = {
         steptables.moe_efficiency_bounds()[1], "of the HBM bandwidth", False,
         "the most of the HBM bandwidth the fused MoE kernel reaches at decoding shapes, whatever "
         "Little's law allows: public fp8 GEMMs of DeepSeek-V3 shapes at M <= 256 reach "
-        "0.45-0.80 (data/moe_gemm_bandwidth.csv, DeepGEMM on H800)"),
+        "0.45-0.80 (data/moe_gemm_bandwidth.csv, DeepGEMM on H800), public fused-MoE kernel "
+        "times at half a token per expert or more up to 0.88 (data/moe_kernel_times.csv: "
+        "vLLM's bf16 fused_moe, Mixtral-8x7B TP 2 on H100 at M = 16): 0.45 to the most of "
+        "either (steptables.moe_efficiency_bounds)"),
     "verify_seq_us": Mechanism(
         SD_SEQ_US[0], SD_SEQ_US[1], SD_SEQ_US[2], "us per sequence and verification", False,
         "the engine's host-side work per sequence that speculative decoding adds (draft tokens' "
