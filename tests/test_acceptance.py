@@ -152,6 +152,25 @@ def _clustered_sample(seed: int, requests: int = 30, per_request: int = 6):
     return acc, rej, req, rej_req
 
 
+def test_fewer_than_min_requests_give_no_interval_by_request():
+    """by_request resamples through overlap.request_weights, floor included: where the row's
+    requests (both arms together) are fewer than bootstrap.MIN_REQUESTS, the delta and d keep
+    their points but get no interval by request (6 requests gave finite ones), as the overlap
+    statistics and the matched controls; the row is "too few" besides."""
+    from specmoe.routing import bootstrap
+    from specmoe.routing.acceptance import TOO_FEW
+
+    acc, rej, ar, rr = _clustered_sample(0, requests=bootstrap.MIN_REQUESTS - 1)
+    out = compare(acc, rej, ar, rr)
+    assert out["n_requests"] == bootstrap.MIN_REQUESTS - 1 and out["size"] == TOO_FEW
+    assert np.isfinite(out["delta"]) and np.isfinite(out["cohens_d"])
+    for key in ("delta_low_by_request", "delta_high_by_request", "cohens_d_low",
+                "cohens_d_high"):
+        assert np.isnan(out[key]), key
+    enough = compare(*_clustered_sample(0, requests=bootstrap.MIN_REQUESTS))
+    assert enough["delta_low_by_request"] < enough["delta"] < enough["delta_high_by_request"]
+
+
 def test_copies_of_a_requests_tokens_are_not_new_evidence():
     """Each request's tokens repeated ten times: the token-level p shrinks towards 0, while the
     interval and the p clustered by request stay where they were (a request is the unit)."""

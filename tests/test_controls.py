@@ -130,3 +130,32 @@ def _share_interval(tr: Trace) -> tuple[float, float]:
     ov, total, ci = overlap.trace_sequence_stats(tr, controls.SEQUENCE_D)
     s = overlap.sequence_summary(ov, total, overlap.window_stats(tr), ci)
     return s["sequence_temporal_share_low"], s["sequence_temporal_share_high"]
+
+
+def test_a_control_of_fewer_than_min_requests_has_no_interval():
+    """The matched control's resamples are the overlap stage's (overlap.request_weights), floor
+    included: below bootstrap.MIN_REQUESTS requests the differences keep their points but get no
+    interval and with it no direction (4 requests gave finite intervals that excluded 0)."""
+    from specmoe.routing import bootstrap
+    from specmoe.routing.synth import SynthParams, generate
+
+    tr = _with(generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3,
+                                    stickiness=0.4, requests=bootstrap.MIN_REQUESTS - 1,
+                                    steps=12, accept_prob=0.7, seed=1)))
+    c = controls.control_contrast(tr, _with(tr, experts=_shuffled_within_requests(tr)))
+    assert c["comparable"] and c["n_requests"] == bootstrap.MIN_REQUESTS - 1
+    for name, v in c["statistics"].items():
+        assert np.isfinite(v["difference"]), name
+        assert np.isnan(v["difference_low"]) and np.isnan(v["difference_high"]), name
+
+
+def test_a_control_draws_the_overlap_stages_resamples(small_trace):
+    """One draw serves the overlap stage and its controls: the same seed gives the controls'
+    resamples bit for bit what overlap.request_weights gives (the target's temporal share in each
+    resample, recomputed here from those weights)."""
+    tr = _with(small_trace)
+    c = controls.control_contrast(tr, _with(small_trace), n_boot=50, seed=3)
+    ids = np.unique(tr.columns["request"].astype(np.int64))
+    w = np.vstack([np.ones(ids.size), overlap.request_weights(ids.size, 50, 3)])
+    share = controls._statistics(tr, ids, w)["seq_temporal_share"]
+    assert c["share_boot"]["target"] == controls._rounded(share)

@@ -23,6 +23,7 @@ from scipy import stats
 
 from ..runs import dataset_parts
 from . import bootstrap
+from .overlap import _percentiles, request_weights
 from .trace import ACCEPTED, FIRST_REJECTED, STATUS, Trace
 
 # the bootstrap's resamples, seed and level and the floor of requests: bootstrap.N_BOOT,
@@ -138,8 +139,10 @@ def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
                rej_req: np.ndarray) -> dict:
     """The accepted-minus-rejected delta with the request as the unit: n_requests, 95%
     percentile intervals of the delta and of Cohen's d over bootstrap.N_BOOT resamples of whole
-    requests (fixed seed; each resample keeps every token of a drawn request), and the p-value of
-    the cluster-robust test (cluster_robust_p)."""
+    requests (overlap.request_weights: the overlap stage's draw, fixed seed; each resample keeps
+    every token of a drawn request; no interval where the row's requests, both arms together, are
+    fewer than bootstrap.MIN_REQUESTS), and the p-value of the cluster-robust test
+    (cluster_robust_p)."""
     nan = float("nan")
     out = {"n_requests": 0, "delta_low_by_request": nan, "delta_high_by_request": nan,
            "cohens_d_low": nan, "cohens_d_high": nan, "p_by_request": nan}
@@ -150,8 +153,8 @@ def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
         return out
     sa, qa, na = _request_sums(acc, acc_req, ids, g)
     sr, qr, nr = _request_sums(rej, rej_req, ids, g)
-    rng = np.random.default_rng(bootstrap.BOOT_SEED)
-    w = rng.multinomial(g, np.full(g, 1.0 / g), size=bootstrap.N_BOOT).astype(np.float64)
+    # the overlap stage's resamples (one draw; NaN below bootstrap.MIN_REQUESTS requests)
+    w = request_weights(g)
     with np.errstate(invalid="ignore", divide="ignore"):
         (ma, va, ca), (mr, vr, cr) = ((w @ s_ / (w @ n_), w @ q_, w @ n_)
                                       for s_, q_, n_ in ((sa, qa, na), (sr, qr, nr)))
@@ -159,7 +162,7 @@ def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
         # Cohen's d of each resample: the pooled variance from its summed squares (ddof 1)
         pooled = (va - ca * ma ** 2 + vr - cr * mr ** 2) / (ca + cr - 2)
         d_boot = np.where(pooled > spread_floor(acc, rej), boot / np.sqrt(pooled), np.nan)
-    lo, hi = np.nanpercentile(boot, bootstrap.tails())
+    lo, hi = _percentiles(boot)  # NaN where no resample is finite (too few requests)
     out["delta_low_by_request"], out["delta_high_by_request"] = float(lo), float(hi)
     if np.isfinite(d_boot).any():
         dlo, dhi = np.nanpercentile(d_boot, bootstrap.tails())

@@ -10,7 +10,9 @@ N_BOOT = 2000      # request-level bootstrap resamples
 BOOT_SEED = 0      # fixed: the same trace gives the same intervals, bit for bit
 LEVEL = 0.95       # two-sided level of every interval
 # requests (the independent units) below which nothing is decided: no interval of an overlap
-# statistic, and in either arm of an acceptance row no test and no verdict ("too few")
+# statistic, of a matched control's difference or of an acceptance row's delta by request (all
+# drawn by overlap.request_weights, which applies it), and in either arm of an acceptance row no
+# test and no verdict ("too few")
 MIN_REQUESTS = 10
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import bootstrap
 from .overlap import (_percentiles, _sequence_sums, _status_pair_pass,
                       _window_pair_pass, committed_sequences, corrected_resamples, request_loads,
-                      status_contrast)
+                      request_weights, status_contrast)
 from .trace import ACCEPTED, COMMITTED, Trace
 
 # A control's inputs degenerate where more than this share of adjacent committed tokens repeat
@@ -104,7 +104,8 @@ def control_contrast(target: Trace, control: Trace, n_boot: int | None = None,
                      seed: int | None = None) -> dict:
     """The matched control against its target: whether it is matched and comparable, its
     inputs' repeat share, and for each statistic the target's value, the control's and their
-    difference (target - control) with a 95% paired percentile bootstrap over requests."""
+    difference (target - control) with a paired percentile bootstrap over requests (at
+    bootstrap.LEVEL; no interval below bootstrap.MIN_REQUESTS requests)."""
     is_matched = matched(target, control)
     repeat = input_repeat_share(control)
     out = {"target": (target.meta.get("run") or {}).get("model"), "matched": is_matched,
@@ -112,9 +113,9 @@ def control_contrast(target: Trace, control: Trace, n_boot: int | None = None,
     ids = np.unique(target.columns["request"].astype(np.int64))
     g = ids.size
     seed = bootstrap.BOOT_SEED if seed is None else seed
-    rng = np.random.default_rng(seed)
-    n_boot = bootstrap.N_BOOT if n_boot is None else n_boot
-    w = np.vstack([np.ones(g), rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot)])
+    # the estimate's row of ones over the overlap stage's resamples (request_weights: one draw,
+    # and below bootstrap.MIN_REQUESTS requests NaN weights: no interval, no direction)
+    w = np.vstack([np.ones(g), request_weights(g, n_boot, seed)])
     ours = _statistics(target, ids, w)
     # the target's temporal share in each resample, by prompt: another target that read the same
     # prompts as its requests draws the same resamples (same seed, same requests), so two
