@@ -995,3 +995,40 @@ def test_shrunk_study_architecture_profiled_by_vllm_cpu(arch, shrunk_profiles):
     # "other"/"dense" and the MoE share was 0 (GPT-OSS, GLM-4.7-Flash with the class-name match)
     assert all((c, inside) == ("moe", True) for n, c, inside in ops if n == "_C::cpu_fused_moe")
     assert 0.0 < row["moe_time_share"] < 1.0
+
+
+def test_one_level_moves_the_sweeps_and_the_profiles_intervals():
+    """The level of every interval lives in one place (routing.bootstrap.LEVEL): set there before
+    the measured modules load, it moves the sweep's t intervals (its functions' default) and the
+    profiles' interval over starts alike (over_starts held a literal 0.975, the sweep a LEVEL of
+    its own). A fresh interpreter: the sweep's defaults take the level when it loads."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+    from scipy import stats
+
+    import specmoe
+
+    xs = [1.0, 1.3, 0.9, 1.2]
+    script = ("import json\nfrom specmoe.routing import bootstrap\nbootstrap.LEVEL = 0.5\n"
+              "from specmoe.measured import profiling, sweep\n"
+              f"print(json.dumps([sweep.mean_interval({xs}), "
+              "sweep.Estimate(1.0, 0.1, 5).interval(), "
+              f"profiling.over_starts({xs})[1:]]))")
+    env = {**os.environ, "PYTHONPATH": str(Path(specmoe.__file__).parents[1])}
+    got = json.loads(subprocess.run([sys.executable, "-c", script], env=env, check=True,
+                                    capture_output=True, text=True).stdout)
+    from specmoe.measured import sweep
+
+    assert got[0] == pytest.approx(list(sweep.mean_interval(xs, level=0.5)))
+    assert got[1] == pytest.approx(list(sweep.Estimate(1.0, 0.1, 5).interval(level=0.5)))
+    logs = np.log(xs)
+    half = stats.t.ppf(0.75, len(xs) - 1) * logs.std(ddof=1) / np.sqrt(len(xs))
+    point = float(np.exp(logs.mean()))
+    assert got[2] == pytest.approx([point * np.exp(-half), point * np.exp(half)])
+    wide = sweep.mean_interval(xs)  # this process: the shared default, 95%
+    assert wide[0] < got[0][0] < got[0][1] < wide[1]

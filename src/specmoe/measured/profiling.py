@@ -109,6 +109,8 @@ def over_starts(per_start: list[float]) -> tuple[float, float, float]:
     model. NaN interval with fewer than two starts; all NaN where a value is not > 0."""
     from scipy import stats
 
+    from ..routing import bootstrap
+
     x = np.asarray(per_start, dtype=float)
     if not len(x) or not np.all(np.isfinite(x)) or not np.all(x > 0):
         return float("nan"), float("nan"), float("nan")
@@ -116,7 +118,8 @@ def over_starts(per_start: list[float]) -> tuple[float, float, float]:
     point = float(np.exp(logs.mean()))
     if len(logs) < 2:
         return point, float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    half = (stats.t.ppf((1 + bootstrap.LEVEL) / 2, len(logs) - 1) * logs.std(ddof=1)
+            / np.sqrt(len(logs)))  # the one level of every interval (routing.bootstrap)
     return point, float(point * np.exp(-half)), float(point * np.exp(half))
 
 

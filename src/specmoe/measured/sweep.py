@@ -40,6 +40,7 @@ from scipy import stats
 
 from ..cost.costmodel import te_from_sweep
 from ..errors import InputError
+from ..routing import bootstrap
 
 CONCAVE, PEAK_LOW, RISING = "concave", "peak at low batch", "rising"
 FLAT, UNDECIDED, TOO_FEW = "flat within the margin", "undecided within the noise", "too few points"
@@ -48,7 +49,7 @@ FLAT, UNDECIDED, TOO_FEW = "flat within the margin", "undecided within the noise
 # agree when the API server keeps up; on a 2-core CPU it does not (it shares a core with the engine
 # core's busy loop), streamed chunks merge and client TPOT and TTFT stop meaning decode speed.
 TIMINGS = ("client", "engine")
-LEVEL = 0.95
+LEVEL = bootstrap.LEVEL  # the one level of every interval (routing.bootstrap), the defaults'
 
 
 def tpot(point: dict, timing: str) -> float:

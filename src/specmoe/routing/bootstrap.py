@@ -8,7 +8,9 @@ from __future__ import annotations
 
 N_BOOT = 2000      # request-level bootstrap resamples
 BOOT_SEED = 0      # fixed: the same trace gives the same intervals, bit for bit
-LEVEL = 0.95       # two-sided level of every interval
+# two-sided level of every interval: the routing statistics' and the measured ones' (the sweep's
+# t intervals, measured.sweep.LEVEL, its functions' default; the profiles' over starts)
+LEVEL = 0.95
 # requests (the independent units) below which nothing is decided: no interval of an overlap
 # statistic, of a matched control's difference or of an acceptance row's delta by request (all
 # drawn by overlap.request_weights, which applies it), and in either arm of an acceptance row no
