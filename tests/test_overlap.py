@@ -639,6 +639,22 @@ def _in_own_interval(row: dict) -> dict:
             and np.isfinite([row[c], row[f"{c}_low"], row[f"{c}_high"]]).all()}
 
 
+def _overlap_json(tr: Trace, tmp_path) -> dict:
+    """The overlap stage's JSON of a trace (batch size 1, shuffle seed 0): the trace written
+    to tmp_path, the stage run on it, its output read back."""
+    import json
+
+    from specmoe.contracts import Named
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages import analysis
+
+    write_trace(tmp_path / "t.parquet", tr)
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
+                           Named({"json": tmp_path / "o.json"}),
+                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
+    return json.loads((tmp_path / "o.json").read_text())
+
+
 def test_the_independence_baseline_its_excess_and_share_lie_inside_their_intervals(tmp_path):
     """Near uniform loads the plug-in independence baseline sum_e q^2 / k is biased up by about
     sum_e Var(q_e) / k, more than its spread over requests, and its percentile interval (every
@@ -647,20 +663,11 @@ def test_the_independence_baseline_its_excess_and_share_lie_inside_their_interva
     [0.714739, 0.720666]. Through the overlap stage into the report's rows, the bias-corrected
     baseline (below the plug-in, not below k/N), the excess over it and its temporal share each
     lie inside their basic intervals."""
-    import json
-
-    from specmoe.contracts import Named
     from specmoe.report.runs import decomposition_row, overlap_row
-    from specmoe.routing.trace import write_trace
-    from specmoe.stages import analysis
 
     tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=3, k_draft=3, stickiness=0.4,
                               requests=24, steps=30, accept_prob=0.7, skew=0.0, seed=1))
-    write_trace(tmp_path / "t.parquet", tr)
-    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
-                           Named({"json": tmp_path / "o.json"}),
-                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
-    ov = json.loads((tmp_path / "o.json").read_text())
+    ov = _overlap_json(tr, tmp_path)
     s = ov["summary"]
     ob, dec = overlap_row({}, s, ov), decomposition_row({}, s)
     inside = {**_in_own_interval(ob), **_in_own_interval(dec)}
@@ -679,20 +686,11 @@ def test_the_loop_free_excess_carries_its_clipped_flag_to_the_table(tmp_path):
     excess itself, and its flag of an end held at the bound reached the summary for the excess
     alone: the loop-free one came out NaN in the table. On a trace without loops the loop-free
     statistics are the whole trace's, flag included."""
-    import json
-
-    from specmoe.contracts import Named
     from specmoe.report.runs import overlap_row
-    from specmoe.routing.trace import write_trace
-    from specmoe.stages import analysis
 
     tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, stickiness=0.4,
                               requests=12, steps=12, accept_prob=0.7, skew=0.0, seed=1))
-    write_trace(tmp_path / "t.parquet", tr)
-    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
-                           Named({"json": tmp_path / "o.json"}),
-                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
-    ov = json.loads((tmp_path / "o.json").read_text())
+    ov = _overlap_json(tr, tmp_path)
     s = ov["summary"]
     assert s["sequence_loop_free_dropped_requests"] == 0
     assert s["sequence_loop_free_excess_clipped"] is s["sequence_excess_clipped"]
@@ -706,12 +704,7 @@ def test_the_summary_without_repetition_measures_against_its_windows_corrected_b
     overlap against the plug-in baseline of those windows (biased up), while its intervals are
     measured against the bias-corrected one: both are the kept windows' corrected baseline
     (overlap.trace_independence, as the whole trace's summary is)."""
-    import json
-
-    from specmoe.contracts import Named
     from specmoe.routing.overlap import repetitive_windows, select_windows, trace_independence
-    from specmoe.routing.trace import write_trace
-    from specmoe.stages import analysis
 
     tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, stickiness=0.4,
                               requests=12, steps=12, accept_prob=0.7, skew=0.3, seed=1))
@@ -721,11 +714,7 @@ def test_the_summary_without_repetition_measures_against_its_windows_corrected_b
         tok[s + 1] = tok[s]
     rep = repetitive_windows(tr)
     assert 0 < rep.mean() < 1
-    write_trace(tmp_path / "t.parquet", tr)
-    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
-                           Named({"json": tmp_path / "o.json"}),
-                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
-    nr = json.loads((tmp_path / "o.json").read_text())["summary_without_repetition"]
+    nr = _overlap_json(tr, tmp_path)["summary_without_repetition"]
     kept = select_windows(tr, ~rep)
     ind = trace_independence(kept)
     assert ind < float(window_stats(kept).independence.mean())  # below the plug-in
@@ -738,20 +727,10 @@ def test_where_every_window_repeats_a_token_there_are_no_numbers_without_repetit
     them, and the overlap stage wrote the statistics with them under summary_without_repetition
     (the report printed them as the numbers without the repeating windows): it now writes how
     many windows are left and why there are no numbers."""
-    import json
-
-    from specmoe.contracts import Named
-    from specmoe.routing.trace import write_trace
-    from specmoe.stages import analysis
-
     tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=2, k_draft=3, requests=6,
                               steps=8, stickiness=0.5, seed=3))
     tr.columns["token_id"][:] = 7
-    write_trace(tmp_path / "t.parquet", tr)
-    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
-                           Named({"json": tmp_path / "o.json"}),
-                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
-    ov = json.loads((tmp_path / "o.json").read_text())
+    ov = _overlap_json(tr, tmp_path)
     assert ov["repetitive_windows"] == 1.0
     nr = ov["summary_without_repetition"]
     assert nr["n_windows"] == 0 and "fewer than the 2" in nr["omitted"]
