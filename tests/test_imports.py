@@ -18,7 +18,7 @@ ANALYSIS = ("routing.acceptance", "routing.bootstrap", "cost.costmodel", "cost.h
             "cost.stepmodel", "cost.steptables", "cost.predictor", "cost.admission", "paths", "names",
             "runs",
             "kinds",
-            "report.figures", "report.html", "report.measured",
+            "report.bounds", "report.figures", "report.html", "report.measured",
             "report.prose", "report.registry", "report.replay", "report.runs", "report.tables",
             "stages.analysis", "stages.report", "measured.rules", "checks.drafters", "yamlfile",
             "contracts", "contracts.analysis", "contracts.report",

@@ -453,6 +453,35 @@ def test_every_line_of_a_panel_is_drawn_however_many():
     figures.plt.close(fig)
 
 
+def test_te_vs_batch_rows_keep_a_te_outside_0_1_as_its_raw_value_and_status():
+    """te_vs_batch wrote a TE of 1.3 as a plain value (every other TE table went through
+    bounded_te): the row's te is NaN, te_raw 1.3, te_status not physical; an ordinary TE stays."""
+    from specmoe.report import runs as report_runs
+
+    t = {"target_efficiency": [], "te_vs_batch": [], "draft_ratio_model": []}
+    cm = {"run": {"model": "m", "drafter": "d", "k": 3, "dataset": "x"}, "hardware": "h",
+          "c_expert_mib": 1.0,
+          "c_dense_mib": 1.0, "moe_weight_share": 0.5, "te_weight_batch1": {},
+          "te_vs_batch": [{"routing": "r", "batch": b, "te": te, "compute_bound": False}
+                          for b, te in ((1, 0.4), (8, 1.3))]}
+    report_runs._add_cost_rows(t, cm)
+    ok, bad = t["te_vs_batch"]
+    assert (ok["te"], ok["te_raw"], ok["te_status"]) == (0.4, 0.4, "ok")
+    assert np.isnan(bad["te"]) and bad["te_raw"] == 1.3
+    assert bad["te_status"] == "above 1: not physical"
+    # the page marks the cell by its status and shows the raw number; the figure leaves it out
+    from specmoe.report import page
+    df = pd.DataFrame([{**r, "control_of": None, "label": "m"} for r in t["te_vs_batch"]])
+    df["batch"] = [1, 4]
+    wide, note = page.pivoted(df, "te_vs_batch")
+    assert list(wide["r"]) == [0.4, "1.300 ‡"] and "‡: not physical (te_status)" in note
+    fig = figures.te_vs_batch(df.assign(run="m"), {"m": "C0"})
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "r"]
+    assert np.isnan(line.get_ydata()[1])
+    assert "1 point left out" in " ".join(fig.axes[0].texts[0].get_text().split())
+    figures.plt.close(fig)
+
+
 def test_te_points_of_too_few_windows_or_outside_0_1_are_not_drawn_as_values(tmp_path):
     """The fixture's te_vs_batch with tiny-fine's measured windows flagged sample_ok False at
     batch >= 64 and one TE of 1.30 at batch 8: both were drawn as ordinary points (the 1.30 cut
@@ -461,6 +490,7 @@ def test_te_points_of_too_few_windows_or_outside_0_1_are_not_drawn_as_values(tmp
     marked, and the captions say so."""
     from specmoe.report import page
     from specmoe.cost.costmodel import MEASURED_ROUTING
+    from specmoe.report.bounds import bounded_te
 
     shutil.copytree(FIXTURE, tmp_path / "t")
     path = tmp_path / "t" / "te_vs_batch.csv"
@@ -470,10 +500,11 @@ def test_te_points_of_too_few_windows_or_outside_0_1_are_not_drawn_as_values(tmp
     few = ours & (df["batch"] >= 64)
     bad = ours & (df["batch"] == 8) & (df["k"] == 3)
     df.loc[few, "sample_ok"] = False
-    df.loc[bad, "te"] = 1.30
+    for c, v in bounded_te("te", 1.30).items():  # as report.runs writes a TE of 1.30
+        df.loc[bad, c] = v
     path.write_text(head + "\n" + df.to_csv(index=False))
     flagged = {(int(b), round(float(t), 6)) for b, t in zip(df.loc[few | bad, "batch"],
-                                                             df.loc[few | bad, "te"])}
+                                                             df.loc[few | bad, "te_raw"])}
     frames = figures.figure_frames(in_folder(tmp_path / "t"))
     for stem in ("te_vs_batch", "te_by_dataset"):
         fn, *args = frames[stem]
@@ -495,7 +526,8 @@ def test_te_points_of_too_few_windows_or_outside_0_1_are_not_drawn_as_values(tmp
                     assert not pts & flagged, (stem, ax.get_title(), ln.get_label())
         assert {(64, 0.25), (128, 0.25)} <= open_points
         assert not any(y > 1 for _, y in open_points)
-        assert any("outside [0, 1] left out" in t for t in notes), (stem, notes)
+        assert any("left out: not a value, not physical" in t for t in notes), (
+            stem, notes)
         assert figures.TOO_FEW_WINDOWS in [t.get_text() for t in fig.legends[0].get_texts()]
         figures.plt.close(fig)
         assert "Open markers" in registry.text(stem, figure=True)

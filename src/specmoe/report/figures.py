@@ -220,28 +220,28 @@ def line_style(i: int, dashes: tuple[str, ...] = DASHES) -> str:
     return MARKERS[i % len(MARKERS)] + dashes[i % len(dashes)]
 
 
-TE_BOUNDS = (0.0, 1.0)  # a target efficiency outside them is not one (a ratio's noise)
 TOO_FEW_WINDOWS = "open marker: too few windows for the batch size"
 
 
-def _flags(d: pd.DataFrame, y: str, bounds: tuple[float, float] | None
-           ) -> tuple[pd.Series, pd.Series]:
+def _flags(d: pd.DataFrame, y: str) -> tuple[pd.Series, pd.Series]:
     """Rows whose `y` is not drawn as an ordinary value: those the table flags sample_ok False
-    (the trace has too few windows at that batch size) and those outside `bounds` (not a value;
-    this takes precedence)."""
+    (the trace has too few windows at that batch size) and those whose <y>_status is not "ok"
+    though a raw value was measured (not a value: report.bounds decided it; this takes
+    precedence). A table without the columns flags nothing."""
     none = pd.Series(False, index=d.index)
-    v = d[y].astype(float)
-    out = ((v < bounds[0]) | (v > bounds[1])) if bounds is not None else none
+    status, raw = f"{y}_status", f"{y}_raw"
+    out = (d[status].ne("ok") & d[raw].astype(float).notna()) if status in d and raw in d \
+        else none
     few = d["sample_ok"].eq(False) & ~out if "sample_ok" in d else none
     return few, out
 
 
 def _flagged_line(ax, d: pd.DataFrame, y: str, style: str, color, label: str,
-                  bounds: tuple[float, float] | None, ms: float = 4) -> int:
+                  ms: float = 4) -> int:
     """A line of `y` against batch size without its flagged points (_flags): those of too few
-    windows drawn apart as open markers (TOO_FEW_WINDOWS in the legend), those outside `bounds`
+    windows drawn apart as open markers (TOO_FEW_WINDOWS in the legend), those not a value
     left out; returns how many were left out (for the panel's note)."""
-    few, out = _flags(d, y, bounds)
+    few, out = _flags(d, y)
     _line(ax, d.assign(**{y: d[y].where(~(few | out))}), y, style, color, label, ms)
     if few.any():
         ax.plot(d.loc[few, "batch"], d.loc[few, y], marker=style[0], ls="none", mfc="none",
@@ -249,11 +249,11 @@ def _flagged_line(ax, d: pd.DataFrame, y: str, style: str, color, label: str,
     return int(out.sum())
 
 
-def _left_out_note(ax, n: int, bounds: tuple[float, float] | None) -> None:
-    """The panel's note of how many points lay outside `bounds` and were left out, and why."""
-    if n and bounds is not None:
-        text = (f"{n} point{'s' if n > 1 else ''} outside [{bounds[0]:g}, {bounds[1]:g}] "
-                "left out: not a value (see the table)")
+def _left_out_note(ax, n: int, y: str) -> None:
+    """The panel's note of how many points were left out as not a value (_flags), and why."""
+    if n:
+        text = (f"{n} point{'s' if n > 1 else ''} left out: not a value, not physical "
+                f"({y}_status; the raw value in {y}_raw)")
         ax.text(0.03, 0.03, textwrap.fill(text, 26), transform=ax.transAxes, fontsize=5.5,
                 ha="left", va="bottom", color="#505050", linespacing=1.1,
                 bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1})
@@ -261,7 +261,8 @@ def _left_out_note(ax, n: int, bounds: tuple[float, float] | None) -> None:
 
 def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     """df: run, model, batch, routing, te (sample_ok: optional). One panel per run, one line
-    style per routing; points of too few windows open, a TE outside [0, 1] left out (noted)."""
+    style per routing; points of too few windows open, a TE whose te_status is not "ok" left out
+    (noted)."""
     runs = list(dict.fromkeys(df["run"]))
     routings = list(dict.fromkeys(df["routing"]))
     fig, axes = _facets(len(runs))
@@ -271,9 +272,8 @@ def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
         left_out = 0
         for i, routing in enumerate(routings):
             g = d[d["routing"] == routing]
-            left_out += _flagged_line(ax, g, "te", line_style(i, ROUTING_DASHES), c, routing,
-                                      TE_BOUNDS)
-        _left_out_note(ax, left_out, TE_BOUNDS)
+            left_out += _flagged_line(ax, g, "te", line_style(i, ROUTING_DASHES), c, routing)
+        _left_out_note(ax, left_out, "te")
         _batch_axis(ax, d["batch"])
         _title(ax, _label(d))
         ax.set_ylim(0, 1.05)
@@ -295,12 +295,11 @@ def _line(ax, df: pd.DataFrame, y: str, style: str, color, label: str, ms: float
 
 
 def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: str, ylabel: str,
-              message: str, ref: float | None = None, vline: str | None = None,
-              bounds: tuple[float, float] | None = None) -> plt.Figure:
+              message: str, ref: float | None = None, vline: str | None = None) -> plt.Figure:
     """One panel per `panel` group with at least two values of `line`, one line style per value
     (colour: the panel's model); `vline`: a column whose value is marked on the batch axis;
-    points flagged sample_ok False drawn open, outside `bounds` left out with a note
-    (_flagged_line). An explanatory figure where no group has two."""
+    points flagged sample_ok False drawn open, those whose <y>_status is not "ok" left out with
+    a note (_flagged_line). An explanatory figure where no group has two."""
     groups = [(k, g) for k, g in df.groupby(panel, sort=False) if g[line].nunique() >= 2]
     if not groups:
         return empty(message)
@@ -312,9 +311,8 @@ def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: st
             h = h.sort_values("batch")
             model = h["model"].iloc[0]
             left_out += _flagged_line(ax, h, y, line_style(i), colors[model],
-                                      f"{line} {val}" if line in ("K", "k") else str(val),
-                                      bounds)
-        _left_out_note(ax, left_out, bounds)
+                                      f"{line} {val}" if line in ("K", "k") else str(val))
+        _left_out_note(ax, left_out, y)
         if ref is not None:
             ax.axhline(ref, color="grey", lw=0.8, ls=":")
         if vline is not None and vline in g and np.isfinite(g[vline]).any():
@@ -596,7 +594,7 @@ def _cost_frames(td: Tables, tb: pd.DataFrame, colors: dict) -> dict[str, tuple]
     out["te_by_dataset"] = (
         (curves_by, measured, colors, ["model", "drafter", "k"], "dataset", "te",
          "target efficiency", "Each model has one dataset in this configuration: no "
-         "dataset comparison to draw.", None, None, TE_BOUNDS) if not measured.empty
+         "dataset comparison to draw.") if not measured.empty
         else (empty, NONE.format("cost model")))
     dr = load(td, "draft_ratio_model")
     if dr.empty:

@@ -65,6 +65,8 @@ def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
                                      names=index)
     cols = list(dict.fromkeys(df[line]))
     marks = _marks(df, value)
+    if f"{value}_raw" in df:  # a flagged cell shows its raw number beside its mark
+        df = df.assign(**{value: df[value].where(marks.ne("‡"), df[f"{value}_raw"])})
     wide, mark = (df.assign(_mark=marks).pivot(index=index, columns=line, values=v)
                   .reindex(index=rows, columns=cols) for v in (value, "_mark"))
     for c in cols:  # a flagged cell reads as its number and its mark, not as a value
@@ -83,18 +85,19 @@ def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
 # Marks of a curve's cells that are not ordinary values, and what each means
 MARKS = {"†": "†: the trace has too few windows for the measured-windows estimate at that "
               "batch size (sample_ok false): not a reliable value.",
-         "‡": "‡: outside [0, 1], so not a target efficiency."}
+         "‡": "‡: not physical (te_status), so not a target efficiency: the raw value is "
+              "shown (te_raw)."}
 
 
 def _marks(df: pd.DataFrame, value: str) -> pd.Series:
-    """Each row's mark (MARKS; "" for an ordinary value): a TE outside [0, 1] first, then a row
-    flagged sample_ok False."""
+    """Each row's mark (MARKS; "" for an ordinary value): a TE whose te_status is not "ok"
+    though a raw value was measured (report.bounds decided it) first, then a row flagged
+    sample_ok False."""
     out = pd.Series("", index=df.index, dtype=object)
     if "sample_ok" in df:
         out[df["sample_ok"].eq(False)] = "†"
-    if value == "te":
-        v = df[value].astype(float)
-        out[(v < 0) | (v > 1)] = "‡"
+    if value == "te" and {"te_status", "te_raw"} <= set(df):
+        out[df["te_status"].ne("ok") & df["te_raw"].astype(float).notna()] = "‡"
     return out
 
 

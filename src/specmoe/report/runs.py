@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..provenance import read_json
 from ..runs import Run, dataset_parts
 from . import registry, tables
+from .bounds import bounded_te
 
 
 # heldout_overlap's row of a held-out dataset's mean over its slices: "mean of <dataset>"
@@ -237,8 +238,9 @@ def _add_cost_rows(t: dict[str, list], cm: dict, control_of: dict | None = None)
         **rc, "hardware": cm["hardware"], "c_expert_mib": cm["c_expert_mib"],
         "c_dense_mib": cm["c_dense_mib"], "moe_weight_share": cm["moe_weight_share"],
         **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()}})
-    t["te_vs_batch"] += [{**rc, "routing": r["routing"], "batch": r["batch"], "te": r["te"],
-                          "compute_bound": r["compute_bound"],
+    # a TE outside [0, 1] is NaN beside its raw value and why (bounded_te), as in every TE table
+    t["te_vs_batch"] += [{**rc, "routing": r["routing"], "batch": r["batch"],
+                          **bounded_te("te", r["te"]), "compute_bound": r["compute_bound"],
                           "sample_ok": r.get("sample_ok", True)} for r in cm["te_vs_batch"]]
     t["draft_ratio_model"] += [{**rc, **r} for r in cm.get("draft_ratio_vs_batch", [])]
 
