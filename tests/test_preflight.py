@@ -106,6 +106,22 @@ def test_linear_attention_state_with_mtp_as_vllms_shape_calculator():
     assert alone.kv_per_seq < 30 * 2 * page  # no SD: one state
 
 
+def test_linear_attention_state_bytes_are_one_state_each_counted_once_by_memory():
+    """kv_bytes_per_token multiplied the state by 1 + K and memory divided it back out before
+    multiplying by its own count: the function gives one state per sequence of every
+    linear-attention layer (a state of K's conv rows), memory alone counts the states (1 + K, 2 + K
+    with prefix caching; test_linear_attention_state_with_mtp_as_vllms_shape_calculator holds
+    memory to vLLM's count); one dtype-size rule (_dtype_bytes) for the weights, KV and
+    states."""
+    repo = "Qwen/Qwen3.5-35B-A3B"
+    cfg = preflight.shipped_config(repo)
+    c = preflight._text(cfg)
+    _, _, linear = preflight.kv_bytes_per_token(cfg, 2, 2, 3)
+    assert linear == 30 * preflight.state_page(c, 2, 3) == 30 * 573_440
+    assert [preflight._dtype_bytes(n) for n in ("float32", "float", "bfloat16", "float16",
+                                               "half", "fp8", "fp8_e4m3")] == [4, 4, 2, 2, 2, 1, 1]
+
+
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_the_logits_activation_does_not_shrink_with_tp(tp):
     """vLLM's LogitsProcessor all-gathers the logits: every GPU holds the fp32 logits (and their

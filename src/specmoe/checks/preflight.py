@@ -235,11 +235,21 @@ def mtp_layers(c: dict) -> int | None:
 
 # --- memory -------------------------------------------------------------------------------------
 
+def _dtype_bytes(name: str) -> float:
+    """Bytes per element of a dtype as config.json, the engine's dtype or a cache dtype names it:
+    4 for float32 (vLLM's "float"), 1 for an fp8 one, else 2 (bfloat16, float16, half)."""
+    return 4.0 if name in ("float32", "float") else 1.0 if name.startswith("fp8") else 2.0
+
+
+def _config_dtype(c: dict) -> str:
+    """The dtype config.json names (torch_dtype, or transformers 5's dtype), else bfloat16."""
+    return str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
+
+
 def _dense_bytes(c: dict) -> float:
     """Bytes per weight of the embeddings and LM head: the checkpoint's dtype (quantisation
     leaves them alone)."""
-    base = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
-    return 4.0 if base in ("float32", "float") else 2.0
+    return _dtype_bytes(_config_dtype(c))
 
 
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -295,10 +305,12 @@ def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> t
 def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float, k: int = 0,
                        state_bytes: tuple[float, float] = (2.0, 2.0)) -> tuple[float, float, float]:
     """(KV bytes per token of every full-attention layer, per token of sliding-window layers
-    (as many as they hold: `memory`), per sequence of linear-attention state, unpadded) on one
-    GPU. k: the speculative tokens, for which vLLM 0.32 keeps 1 + k linear-attention states per
-    sequence (MambaBase.get_kv_cache_spec's num_speculative_blocks), each a `state_page`.
-    state_bytes: the states' (conv, recurrent) bytes per element (`state_dtype_bytes`)."""
+    (as many as they hold: `memory`), of one linear-attention state of a sequence in every
+    linear-attention layer, unpadded) on one GPU. k: the speculative tokens, which lengthen each
+    state's conv rows (`state_page`); how many states a sequence holds (1 + k, more with prefix
+    caching: vLLM 0.32's MambaBase.get_kv_cache_spec num_speculative_blocks) is the caller's
+    count (`memory`). state_bytes: the states' (conv, recurrent) bytes per element
+    (`state_dtype_bytes`)."""
     c = _text(cfg)
     kinds = _layer_kinds(c)
     if c.get("kv_lora_rank"):  # MLA: one latent per token, the same on every rank
@@ -307,7 +319,7 @@ def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float, k: int = 0,
         per = 2 * max(1, kv_heads(c) // tp) * head_dim(c) * kv_dtype_bytes
     linear = 0.0
     if "linear" in kinds:
-        linear = kinds.count("linear") * state_page(c, tp, k, state_bytes) * (1 + k)
+        linear = kinds.count("linear") * state_page(c, tp, k, state_bytes)
     return kinds.count("full") * per, kinds.count("sliding") * per, linear
 
 
@@ -365,9 +377,7 @@ def _kv_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> float:
 
 def _model_dtype_bytes(cfg: dict, dtype: str = "auto") -> float:
     """Bytes per element of the dtype the model runs in: the engine's, else config.json's."""
-    base = dtype if dtype != "auto" else \
-        str(_text(cfg).get("torch_dtype") or _text(cfg).get("dtype") or "bfloat16")
-    return 4.0 if base in ("float32", "float") else 2.0
+    return _dtype_bytes(dtype if dtype != "auto" else _config_dtype(_text(cfg)))
 
 
 def state_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> tuple[float, float]:
@@ -376,16 +386,13 @@ def state_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> tupl
     else the model's dtype (kv_cache_dtype leaves it alone); the recurrent state in
     mamba_ssm_cache_dtype, else (Qwen3.5: Qwen3_5ForConditionalGenerationConfig) config.json's
     mamba_ssm_dtype, else the conv state's."""
-    def size(name: str) -> float:
-        return 4.0 if name in ("float32", "float") else 1.0 if name.startswith("fp8") else 2.0
-
     conv_dtype = str(engine_args.get("mamba_cache_dtype") or "auto")
-    conv = _model_dtype_bytes(cfg, dtype) if conv_dtype == "auto" else size(conv_dtype)
+    conv = _model_dtype_bytes(cfg, dtype) if conv_dtype == "auto" else _dtype_bytes(conv_dtype)
     ssm = str(engine_args.get("mamba_ssm_cache_dtype") or "auto")
     archs = cfg.get("architectures") or []
     if ssm == "auto" and any(str(a).startswith(SSM_DTYPE_FROM_CONFIG) for a in archs):
         ssm = str(_text(cfg).get("mamba_ssm_dtype") or "auto")
-    return conv, (conv if ssm == "auto" else size(ssm))
+    return conv, (conv if ssm == "auto" else _dtype_bytes(ssm))
 
 
 def served_precision(e: "Engine", cfg: dict) -> str:
@@ -520,7 +527,7 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
                                   + g_linear * states_per_seq) \
                 + drafted * math.ceil(n / block) * block
         return (full + extra_layer) * n + sliding * held * BLOCK_TOKENS \
-            + linear * states_per_seq / (1 + spec_k)
+            + linear * states_per_seq
 
     def seq(prompt: float) -> int:  # a sequence: its prompt, the output and K+1 drafts
         return min(e.max_model_len, int(math.ceil(prompt)) + e.output_tokens + e.k + 1)
