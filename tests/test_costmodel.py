@@ -86,6 +86,30 @@ def test_three_step_correction():
     assert abs(sum(s["gap_closed"] for s in out["steps"][1:]) - (te[3] - te[0]) / gap) < 1e-12
 
 
+def test_the_three_step_correction_over_starts_is_the_starts_mean_of_each_starts_step():
+    """A profiled step's TE is the starts' geometric mean of each start's TE at that step, with
+    its interval over the starts (profiling.over_starts); its f, S_moe, S_dense are geometric
+    means too, so the TE is not the formula of them; delta and gap_closed follow the TEs."""
+    from specmoe.measured.profiling import over_starts
+
+    f, s_moe, s_dense = [0.30, 0.33, 0.36], [1.5, 1.6, 1.7], [0.95, 1.0, 1.05]
+    out = cm.three_step_correction_over_starts(0.667, 2.4, f, s_moe, s_dense, measured=0.85)
+    one = [cm.three_step_correction(0.667, 2.4, *p)["steps"] for p in zip(f, s_moe, s_dense)]
+    steps = out["steps"]
+    assert steps[0]["te"] == cm.te_time_share(0.667, 2.4) and steps[0]["te_low"] is None
+    for j, s in enumerate(steps[1:], 1):
+        assert (s["te"], s["te_low"], s["te_high"]) == over_starts([o[j]["te"] for o in one])
+        assert s["te"] != pytest.approx(cm.te_time_share(s["f"], s["s_moe"], s["s_dense"]),
+                                        abs=1e-4)
+        assert s["delta"] == s["te"] - steps[j - 1]["te"]
+        assert s["gap_closed"] == s["delta"] / (0.85 - steps[0]["te"])
+    assert steps[2]["s_moe"] == over_starts(s_moe)[0] and steps[1]["s_moe"] == 2.4
+    assert steps[3]["s_dense"] == over_starts(s_dense)[0] and steps[2]["s_dense"] == 1.0
+    assert out["total_gap_closed"] == pytest.approx(sum(s["gap_closed"] for s in steps[1:]))
+    with pytest.raises(InputError, match="one f, S_moe and S_dense per start"):
+        cm.three_step_correction_over_starts(0.667, 2.4, f, s_moe[:2], s_dense)
+
+
 def test_te_curve_goes_compute_bound():
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)

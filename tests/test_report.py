@@ -1612,6 +1612,34 @@ def test_the_three_step_correction_flags_what_te_three_ways_flags():
     assert not np.isnan(coarse[1]["delta"])
 
 
+def test_the_three_step_corrections_rows_lay_out_the_cost_models_correction_over_starts(
+        monkeypatch):
+    """The report computed each step's TE over the starts and its delta and gap closed itself,
+    beside the cost model's: now it lays out costmodel.three_step_correction_over_starts, the
+    one source (a row's te: the starts' geometric mean of each start's TE at that step)."""
+    from specmoe.cost import costmodel
+    from specmoe.report.measured import correction_rows
+
+    cm = {"moe_weight_share": 0.667, "unique_ratio": 2.4}
+    per = {"moe_time_share": [0.30, 0.33, 0.36], "moe_time_ratio": [1.5, 1.6, 1.7],
+           "dense_time_ratio": [0.95, 1.0, 1.05]}
+    b = {**{k: float(np.exp(np.mean(np.log(v)))) for k, v in per.items()},
+         **{f"{k}_per_start": v for k, v in per.items()}}
+    want = costmodel.three_step_correction_over_starts(0.667, 2.4, *per.values(),
+                                                       measured=0.85)["steps"]
+    calls = []
+    real = costmodel.three_step_correction_over_starts
+    monkeypatch.setattr(costmodel, "three_step_correction_over_starts",
+                        lambda *a, **k: calls.append(a) or real(*a, **k))
+    rows = correction_rows({"model": "m"}, b, {"te_sweep": 0.85}, cm)
+    assert len(calls) == 1 and [r["te_status"] for r in rows] == ["ok"] * 4
+    for r, s in zip(rows, want):
+        assert r["te"] == s["te"] and r.get("te_low") == s["te_low"]
+        assert (r["f"], r["s_moe"], r["s_dense"]) == (s["f"], s["s_moe"], s["s_dense"])
+    for r, s in zip(rows[1:], want[1:]):
+        assert r["delta"] == s["delta"] and r["gap_closed_pct"] == 100 * s["gap_closed"]
+
+
 def test_a_te_from_the_sweep_with_profiled_c_has_its_interval_and_bound():
     """te_sweep_profiled_c was a bare number (0.788) whose speedup interval put it at 1.30,
     past the bound: now it carries the interval from the speedup's and is flagged with it."""

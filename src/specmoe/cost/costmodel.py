@@ -11,6 +11,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from ..errors import InputError
+from ..measured.profiling import over_starts
 from ..routing.unique import check_nk
 
 MIB = 2**20
@@ -252,20 +253,61 @@ def three_step_correction(moe_weight_share: float, unique_ratio: float, moe_time
         (step2, moe_time_share, moe_time_ratio, 1.0),
         (step3, moe_time_share, moe_time_ratio, dense_time_ratio),
     ]
-    steps, prev = [], None
-    base = te_time_share(moe_weight_share, unique_ratio, 1.0)
+    return _with_deltas([{"name": name, "f": f, "s_moe": s_moe, "s_dense": s_dense,
+                          "te": te_time_share(f, s_moe, s_dense)}
+                         for name, f, s_moe, s_dense in settings], measured)
+
+
+def _with_deltas(steps: list[dict], measured: float | None) -> dict:
+    """The correction of its steps (name, f, s_moe, s_dense, te and any more; the first the
+    weight baseline): each step's delta (its TE less the step before's) and gap_closed (that
+    delta's share of the gap from the baseline's TE to the measured one, None without a
+    measured TE)."""
+    base = prev = steps[0]["te"]
     gap = (measured - base) if measured is not None else None
-    for name, f, s_moe, s_dense in settings:
-        te = te_time_share(f, s_moe, s_dense)
-        delta = None if prev is None else te - prev
-        closed = None if (delta is None or not gap) else delta / gap
-        steps.append({"name": name, "f": f, "s_moe": s_moe, "s_dense": s_dense, "te": te,
-                      "delta": delta, "gap_closed": closed})
-        prev = te
-    out = {"steps": steps, "measured": measured}
+    out_steps = []
+    for i, s in enumerate(steps):
+        delta = s["te"] - prev if i else None
+        out_steps.append({**s, "delta": delta,
+                          "gap_closed": None if (delta is None or not gap) else delta / gap})
+        prev = s["te"]
+    out = {"steps": out_steps, "measured": measured}
     if gap:
         out["total_gap_closed"] = (prev - base) / gap
     return out
+
+
+def three_step_correction_over_starts(moe_weight_share: float, unique_ratio: float,
+                                      moe_time_share: list[float], moe_time_ratio: list[float],
+                                      dense_time_ratio: list[float],
+                                      measured: float | None = None) -> dict:
+    """three_step_correction of a profile measured once per engine start (f, S_moe, S_dense: one
+    value per start, in the same order). A step's te is the starts' geometric mean of each
+    start's TE at that step (three_step_correction of that start), with its 95% interval over
+    the starts (te_low, te_high), both as profiling.over_starts gives them; its f, s_moe and
+    s_dense are the starts' geometric means of the values it takes measured (the weight
+    model's where it does not), so te is not te_time_share of those columns (a mean of
+    1 / ((1 - f) S_dense + f S_moe) is not that of the means). The weight baseline takes
+    nothing measured: its TE is the weight model's, with no interval. delta and gap_closed
+    are those of three_step_correction, from the steps' te."""
+    per = list(zip(moe_time_share, moe_time_ratio, dense_time_ratio))
+    if not per or len({len(moe_time_share), len(moe_time_ratio), len(dense_time_ratio)}) > 1:
+        raise InputError("the three-step correction over engine starts needs one f, S_moe and "
+                         f"S_dense per start (got {len(moe_time_share)}, {len(moe_time_ratio)}, "
+                         f"{len(dense_time_ratio)})")
+    starts = [three_step_correction(moe_weight_share, unique_ratio, *p)["steps"] for p in per]
+    mean = {k: over_starts(v)[0] for k, v in (("f", moe_time_share), ("s_moe", moe_time_ratio),
+                                               ("s_dense", dense_time_ratio))}
+    base = starts[0][0]  # the weight baseline: the same in every start, nothing measured in it
+    steps = [{**{k: base[k] for k in ("name", "f", "s_moe", "s_dense", "te")},
+              "te_low": None, "te_high": None}]
+    for j, s in enumerate(starts[0][1:], 1):
+        te, low, high = over_starts([one[j]["te"] for one in starts])
+        steps.append({"name": s["name"], "f": mean["f"],
+                      "s_moe": mean["s_moe"] if j >= 2 else unique_ratio,
+                      "s_dense": mean["s_dense"] if j >= 3 else 1.0, "te": te,
+                      "te_low": low, "te_high": high})
+    return _with_deltas(steps, measured)
 
 
 # the routing assumption of the measured verification windows (temporal overlap included): the

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost import costmodel
-from ..measured.profiling import eager, over_starts
+from ..measured.profiling import eager
 from ..measured.sweep import below_highest
 from ..provenance import measured_device
 from ..runs import Run
@@ -157,39 +157,30 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
     """The three_step_correction table's rows of a run profiled at batch 1 (b), against the TE
     from its sweep (sw, None where it has no point).
 
-    Each step that takes a profiled value (f, S_moe, S_dense) is computed per engine start (the
-    profile's <name>_per_start) and carries the starts' geometric mean with its interval over
-    them (profiling.over_starts, as the profiled TE), so it is identified only where that
-    interval stays inside the bound (bounded_te); the last step is the profiled TE itself. A
-    profile from before it had per-start values gives its last step the profiled TE's interval
-    and the others none."""
-    corr = costmodel.three_step_correction(
-        cm["moe_weight_share"], cm["unique_ratio"], b["moe_time_share"],
-        b["moe_time_ratio"], b["dense_time_ratio"],
-        measured=_finite_or_none(sw["te_sweep"] if sw else None))
+    The steps are costmodel.three_step_correction_over_starts of the profile's values per
+    engine start (<name>_per_start): each profiled step's te is the starts' geometric mean of
+    each start's TE at that step, with its interval over them, so it is identified only where
+    that interval stays inside the bound (bounded_te). A profile from before it had per-start
+    values takes three_step_correction of its pooled values, the last step (the profiled TE)
+    with the profiled TE's interval and the others none."""
     keys = ("moe_time_share", "moe_time_ratio", "dense_time_ratio")
-    starts = [[] for _ in corr["steps"]]  # each step's TE per engine start
+    measured = _finite_or_none(sw["te_sweep"] if sw else None)
     if all(f"{k}_per_start" in b for k in keys):
-        for f, s_moe, s_dense in zip(*(b[f"{k}_per_start"] for k in keys)):
-            one = costmodel.three_step_correction(cm["moe_weight_share"], cm["unique_ratio"],
-                                                  f, s_moe, s_dense)
-            for j, s in enumerate(one["steps"]):
-                starts[j].append(s["te"])
-    base = corr["steps"][0]["te"]
-    gap = corr["measured"] - base if corr["measured"] is not None else None
-    rows, last, prev = [], len(corr["steps"]) - 1, None
+        corr = costmodel.three_step_correction_over_starts(
+            cm["moe_weight_share"], cm["unique_ratio"], *(b[f"{k}_per_start"] for k in keys),
+            measured=measured)
+    else:
+        corr = costmodel.three_step_correction(
+            cm["moe_weight_share"], cm["unique_ratio"], *(b[k] for k in keys), measured=measured)
+        # the last step uses every measured ratio: it is the profiled TE, so it carries that
+        # TE's interval and is identified only where te_three_ways identifies it
+        corr["steps"][-1].update(te_low=b.get("te_profiled_low", np.nan),
+                                 te_high=b.get("te_profiled_high", np.nan))
+    rows = []
     for i, s in enumerate(corr["steps"]):
-        interval: tuple = (None, None)  # the weight baseline: nothing profiled in it
-        if i and starts[i]:
-            te, *interval = over_starts(starts[i])
-            s = {**s, "te": te, "delta": te - prev,
-                 "gap_closed": (te - prev) / gap if gap else None}
-        elif i == last:
-            # the last step uses every measured ratio: it is the profiled TE, so it carries
-            # that TE's interval and is identified only where te_three_ways identifies it
-            interval = (b.get("te_profiled_low", np.nan), b.get("te_profiled_high", np.nan))
-        prev = s["te"]
-        row = {**rc, "batch": 1, **gap_as_pct(s), **bounded_te("te", s["te"], *interval),
+        step = {k: s[k] for k in ("name", "f", "s_moe", "s_dense", "te", "delta", "gap_closed")}
+        interval = (s.get("te_low"), s.get("te_high"))  # the weight baseline: none
+        row = {**rc, "batch": 1, **gap_as_pct(step), **bounded_te("te", s["te"], *interval),
                "te_sweep": corr["measured"], "profile_mode": profile_mode(b)}
         # the profiled values' own intervals over the engine starts, from the step that
         # takes each on (NaN before it, and for a profile from before they had one)
