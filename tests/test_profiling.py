@@ -550,17 +550,17 @@ def test_profiled_te_has_its_interval_over_engine_starts():
     disagree, narrower with more starts that agree as much, none from one start."""
     import math
 
-    from specmoe.runtime.kernelprof import te_interval
+    from specmoe.measured.profiling import over_starts
 
-    te, lo, hi = te_interval([0.50, 0.80, 0.66])
+    te, lo, hi = over_starts([0.50, 0.80, 0.66])
     assert te == pytest.approx((0.50 * 0.80 * 0.66) ** (1 / 3))
     assert lo < 0.5 and hi > 0.8 and lo < te < hi
     assert math.sqrt(lo * hi) == pytest.approx(te)  # symmetric on the log scale
-    te2, lo2, hi2 = te_interval([0.64, 0.66, 0.65])
+    te2, lo2, hi2 = over_starts([0.64, 0.66, 0.65])
     assert lo < lo2 < te2 < hi2 < hi
-    _, lo6, hi6 = te_interval([0.64, 0.66, 0.65] * 2)
+    _, lo6, hi6 = over_starts([0.64, 0.66, 0.65] * 2)
     assert hi6 - lo6 < hi2 - lo2
-    te1, *one = te_interval([0.65])
+    te1, *one = over_starts([0.65])
     assert te1 == pytest.approx(0.65) and all(math.isnan(v) for v in one)
 
 

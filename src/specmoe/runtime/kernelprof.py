@@ -367,8 +367,8 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
     compared at each batch size, each decode start with the verify start beside it
     (profiling.compare_starts): the classes' times per step (the starts' mean) and ratios, f,
     S_moe, S_dense, TE and the draft cost c, each the starts' geometric mean with its interval
-    over them (te_interval) and each start's value; the grids and the costliest ops of the
-    pooled steps."""
+    over them (profiling.over_starts) and each start's value; the grids and the costliest ops of
+    the pooled steps."""
     if not decodes or len(decodes) != len(verifies):
         raise SpecmoeError(f"profiles of {len(decodes)} decode and {len(verifies)} verify engine "
                            "starts: each start of one needs one of the other")
@@ -404,7 +404,7 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                     "layers was found in the target, or none of its kernels was recorded")
         # each (decode, verify) pair of engine starts compared on its own, the starts then
         # summarised (profiling.compare_starts): f, S_moe, S_dense, TE and c with their spread
-        # over the starts, the independent unit (te_interval)
+        # over the starts, the independent unit (profiling.over_starts)
         cmp = profiling.compare_starts([(profiling.mean_events(d["steps"]),
                                          profiling.mean_events(v["steps"]))
                                         for d, v in zip(dec, ver)])
@@ -442,14 +442,6 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
             "engine_startup_s": sum(r.get("startup_s", 0.0) for r in runs),
             "engine_start": {"decode": decodes[0].get("engine_start"),
                              "verify": verifies[0].get("engine_start")}}
-
-
-def te_interval(per_start: list[float]) -> tuple[float, float, float]:
-    """TE (point, low, high) from each engine start's TE (`per_start`: its mean decode over mean
-    verify step): profiling.over_starts, the point the starts' geometric mean. The pooled steps'
-    ratio weighted a start by its step count while the interval was over starts. profile_summary
-    gives f, S_moe, S_dense and c the same way (profiling.compare_starts)."""
-    return profiling.over_starts(per_start)
 
 
 def top_ops(decode: list[profiling.Step], verify: list[profiling.Step], n: int = 12) -> list[dict]:
