@@ -1233,12 +1233,17 @@ def test_every_caption_names_only_columns_its_table_has(tmp_path):
     assert {stem: names for stem, names in wrong.items() if names} == {}
 
 
-def test_the_matched_controls_caption_names_every_column(tmp_path):
-    """Each column of matched_controls is named in its caption (a key column, a plain word or a
-    name or pattern of caption_columns): its share_* columns were not explained anywhere."""
-    text, columns = registry.text("matched_controls"), _table_columns(tmp_path)
+@pytest.mark.parametrize("stem", ["matched_controls", "te_three_ways", "kernel_time_shares",
+                                  "three_step_correction"])
+def test_these_captions_name_every_column(stem, tmp_path):
+    """Each column of the table is named in its caption (a key column, a plain word or a name or
+    pattern of caption_columns): matched_controls' share_* columns were not explained anywhere,
+    nor were the interval columns over engine starts of te_three_ways (moe_time_share_low ...),
+    three_step_correction (f_low ...) and kernel_time_shares (ratio_low ...), nor the latter's
+    ratio_raw and ratio_status."""
+    text, columns = registry.text(stem), _table_columns(tmp_path)
     names, words = caption_columns(text), set(re.findall(r"\w+", text))
-    unnamed = [c for c in columns["matched_controls"] if c not in registry.KEYS
+    unnamed = [c for c in columns[stem] if c not in registry.KEYS
                and c not in words and not any(names_a_column(n, [c]) for n in names)]
     assert unnamed == []
 
