@@ -106,7 +106,7 @@ def test_a_te_above_1_whose_interval_reaches_back_inside_is_not_identified_not_u
     physical' beside tiny-coarse's 0.94 [0.28, 3.13] 'not identified': the point's side of 1
     decided a word its interval does not. Not physical only where the interval lies wholly
     past the bound."""
-    from specmoe.report.measured import TE_PAST_BOUND, bounded_te
+    from specmoe.report.bounds import TE_PAST_BOUND, bounded_te
 
     assert bounded_te("te", 1.130792, 0.536049, 2.385399)["te_status"] == TE_PAST_BOUND
     assert bounded_te("te", -0.2, -0.5, 0.3)["te_status"] == TE_PAST_BOUND

@@ -617,7 +617,8 @@ def test_profiled_shares_ratios_and_draft_cost_have_their_spread_over_engine_sta
     1.338], reaches past 1. Three starts whose MoE time ratio straddles 1 (0.8, 1.1, 1.4 at an
     MoE share of 0.5): every profiled value has its interval over the starts, step 2 of the
     correction is not identified, and a class whose ratio lies below 1 is flagged."""
-    from specmoe.report.measured import TE_PAST_BOUND, correction_rows, kernel_rows
+    from specmoe.report.bounds import TE_PAST_BOUND
+    from specmoe.report.measured import correction_rows, kernel_rows
     from specmoe.report.measured import te_three_ways_row
     from specmoe.runtime.kernelprof import profile_summary
 

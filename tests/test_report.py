@@ -1598,7 +1598,8 @@ def test_the_three_step_correction_flags_what_te_three_ways_flags():
     """Its last step is the profiled TE: 0.931 was 'ok' there while te_three_ways called the
     same TE not identified (its interval 0.78-1.11 passes 1); and a step between TEs above 1
     printed a delta (0.317) of values that are not physical."""
-    from specmoe.report.measured import TE_PAST_BOUND, correction_rows
+    from specmoe.report.bounds import TE_PAST_BOUND
+    from specmoe.report.measured import correction_rows
 
     cm = {"moe_weight_share": 0.667, "unique_ratio": 2.833}
     b = {"moe_time_share": 0.313, "moe_time_ratio": 1.215, "dense_time_ratio": 1.009,

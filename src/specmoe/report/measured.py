@@ -17,7 +17,7 @@ from ..measured.sweep import below_highest
 from ..provenance import measured_device
 from ..runs import Run
 from . import registry
-from .bounds import TE_PAST_BOUND, bounded, bounded_te  # noqa: F401 (their home was here)
+from .bounds import bounded, bounded_te
 from .runs import prompt_fit_rows, run_cols, runs
 
 log = logging.getLogger("specmoe")
