@@ -297,6 +297,20 @@ def test_a_te_whose_interval_crosses_1_is_marked_not_identified():
     assert te_status(1.3, 1.1, 1.5, True) == "not identifiable: its point lies outside (0, 1]"
 
 
+def test_a_sweep_te_without_a_finite_value_says_why_not_that_its_point_lies_outside():
+    """tau / speedup at or below the draft cost: TE = 1 / (tau / speedup - c) has no finite
+    positive value (te_from_sweep's NaN); the status said its point 'lies outside (0, 1]' beside
+    a raw value of NaN."""
+    from specmoe.measured.sweep import TE_UNDEFINED
+
+    k, tau = 3, 1.2
+    ar, sd = repeated(1, [10.0, 12.0, 8.0]), repeated(1, [5.0, 6.0, 4.0], tau)
+    dr = repeated(1, [3.0, 3.3, 2.7])  # c = 3 x 3 / 10 = 0.9 > tau / speedup = 1.2 / 2 = 0.6
+    row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
+    assert math.isnan(row["te_sweep_raw"]) and math.isnan(row["te_sweep"])
+    assert row["te_sweep_status"] == TE_UNDEFINED
+
+
 def test_a_low_batch_peak_needs_an_equivalence_test_not_an_undecided_interval():
     """The study's noise (2% per point): a concave curve peaking at batch 2 by 8%, whose batch 2
     is not significantly above batch 1, while batch 1 is significantly above batch 8. The

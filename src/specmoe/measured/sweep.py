@@ -193,6 +193,9 @@ def te_interval(tau: tuple, k: int, ar: tuple, sd: tuple, dr: tuple) -> tuple[fl
 
 TE_OK, TE_NO_DRAFTER = "ok", "no drafter series"
 TE_OUTSIDE = "not identifiable: its point lies outside (0, 1]"
+# TE = 1 / (tau / speedup - c): where tau / speedup does not exceed the draft cost c there is no
+# finite positive TE (te_from_sweep gives NaN), a point beyond 1 rather than a number
+TE_UNDEFINED = "not identifiable: tau / speedup does not exceed the draft cost (no finite TE)"
 TE_CROSSES = "not identified by the sweep: its 95% interval crosses 1"
 # a TE without an interval (a point measured once, a drafter without repeats) cannot show that
 # it lies inside (0, 1]: it is not a value either
@@ -205,6 +208,8 @@ def te_status(te: float, low: float, high: float, drafter: bool) -> str:
     interval that reaches there cannot identify TE)."""
     if not drafter:
         return TE_NO_DRAFTER
+    if math.isnan(te):
+        return TE_UNDEFINED
     if not (math.isfinite(te) and 0 < te <= 1.0):
         return TE_OUTSIDE
     if math.isnan(low) or math.isnan(high):
