@@ -32,11 +32,11 @@ import numpy as np
 import pandas as pd
 
 from specmoe.cost import predictor, stepmodel
+from specmoe.cost.admission import HARDWARE_FILE
 from specmoe.cost.hfconfig import dims_from_config
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = resources.files("specmoe") / "data"
-HARDWARE_FILE = str(DATA / "public_sd_moe_hardware.yaml")
 
 
 def load(ids: list[str] | None = None) -> pd.DataFrame:

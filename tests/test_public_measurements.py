@@ -207,6 +207,47 @@ def test_admitted_is_the_admission_rule(table):
     assert admission.layout(row, [row, other])[0] == "4"  # the publisher's own statement first
 
 
+def test_the_admission_rule_reads_the_memory_predict_reads():
+    """The rule read an H200's memory as node_memory.csv's 141 GB (10^9 bytes), where predict and
+    the GPU preflight read 143,766 MiB (what CUDA reports, hardware.csv), and found no TP of one
+    H200 node holding Kimi-K2's 1,029 GB of fp8 weights. Each GPU's memory now has one home, its
+    hardware entry (shipped, or the public hardware file), read through predict's own lookup;
+    node_memory.csv keeps only the GPUs per node."""
+    from specmoe.cost import admission, costmodel, steptables
+    from specmoe.sources import published
+
+    kimi = REPO / "src/specmoe/data/hf_configs/Kimi-K2.5.json"
+    ok, why = admission.fitting_tps(kimi, "fp8", "H200")
+    assert ok == [8], why
+    with (DATA / "node_memory.csv").open() as f:
+        header = f.readline().strip().split(",")
+    assert not any("memory" in c or c.endswith(("_gb", "_gib", "_mib")) for c in header), header
+    for gpu in steptables.gpus_per_node():
+        hw = predictor.hardware(gpu, admission.HARDWARE_FILE)[0]
+        assert hw.memory_bytes > 0, gpu  # the rule can size every GPU whose node it knows
+        assert admission.gpu_memory(gpu) * admission.GB == pytest.approx(hw.memory_bytes), gpu
+    for gpu, entry in published.gpus().items():  # the shipped GPUs: what CUDA reports
+        assert admission.gpu_memory(gpu) * admission.GB == pytest.approx(
+            costmodel.capacity(entry)[0]) == entry["cuda_memory_mib"] * 2**20, gpu
+    assert admission.gpu_memory("no such GPU") == 0
+
+
+def test_the_admission_amendment_names_every_row_it_admits(table):
+    """The rule was committed before any score under it; its amendment of 2026-12-07 (the GPU's
+    memory as predict reads it) must name each row it moved to admitted, in the rule's
+    documentation (public_sd_moe.SOURCE.md) and in the code's."""
+    from specmoe.cost import admission
+
+    note = (DATA / "public_sd_moe.SOURCE.md").read_text()
+    amendment = note.split("### Amendment of 2026-12-07", 1)[1].split("\n## ", 1)[0]
+    rows = table.to_dict("records")
+    moved = [r["id"] for r in rows if r["admitted"] == "yes" and r["scored"] != "yes"
+             and r["layout_evidence"].startswith("one TP fits") and r["hardware_pred"] == "H200"]
+    assert moved
+    for rid in moved:
+        assert rid in amendment and rid in admission.__doc__, rid
+
+
 def test_a_given_acceptance_length_is_the_prediction_s(table):
     given = table[pd.to_numeric(table["acceptance_length"], errors="coerce").notna()]
     for _, r in given.iterrows():

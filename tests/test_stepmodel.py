@@ -251,9 +251,9 @@ def test_predict_refuses_each_bad_input_in_one_line(capsys, config, args, messag
 def test_predict_refuses_a_tp_above_one_node(capsys, gpu):
     """TP 16 was priced as NVLink between all 16 GPUs: the node table (node_memory.csv) gives 8
     per node of these GPUs, and the all-reduce between nodes is not priced."""
-    from specmoe.cost.steptables import node_memory
+    from specmoe.cost.steptables import gpus_per_node
 
-    per_node = node_memory()[gpu][1]
+    per_node = gpus_per_node()[gpu]
     assert per_node == 8
     config = str(CONFIGS / "Qwen3-235B-A22B-Instruct-2507.json")
     code, out, err = predict(capsys, config, "--hardware", gpu, "--tp", str(2 * per_node),

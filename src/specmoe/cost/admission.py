@@ -11,12 +11,25 @@ the evidence is recorded per row (`layout_evidence`):
   repository owner), for the same checkpoint and GPU, states pure TP, one value;
 - one TP fits: of TP 1, 2, 4, 8 that split the model (hfconfig.tp_problems) and that one node of
   the GPU holds, exactly one fits the weights within the engines' default memory share
-  (ENGINE_MEMORY_SHARE; both vLLM and SGLang default to pure TP given a TP), per
-  data/node_memory.csv. This needs the row's config.json (the curator's `config`).
+  (ENGINE_MEMORY_SHARE; both vLLM and SGLang default to pure TP given a TP). One GPU's memory is
+  the one `specmoe predict` and the GPU preflight budget (gpu_memory: costmodel.capacity of the
+  GPU's entry, shipped or in the public hardware file), its GPUs per node data/node_memory.csv's.
+  This needs the row's config.json (the curator's `config`).
 
 Anything else (expert parallelism, PD disaggregation, a layout neither stated nor inferred) fails
 criterion 6 as before. The admitted TP is `tp_admitted`; `admitted` is "yes" or "no: " and the
 first criterion the row fails.
+
+Amended 2026-12-07, after the scores under the rule were first computed: the rule read each GPU's
+memory from node_memory.csv, the datasheet's GB taken as 10^9 bytes (141 GB for an H200), not the
+memory predict and the GPU preflight read (the shipped table's 143,766 MiB, 150.7 GB, as CUDA
+reports an H200's). Read as predict reads it, 0.9 of one H200 node (1,085 GB) holds Kimi-K2's
+1,029 GB of fp8 weights at TP 8 only, so the 35 Kimi-K2 rows of S29 have TP 8 inferred and seven
+of them, the chains of K = 3, are admitted: S29-kimik2-gsm8k-s3t1d4, S29-kimik2-math500-s3t1d4,
+S29-kimik2-mtbench-s3t1d4, S29-kimik2-humaneval-s3t1d4, S29-kimik2-livecodebench-s3t1d4,
+S29-kimik2-financeqa-s3t1d4 and S29-kimik2-gpqa-s3t1d4 (public_sd_moe.SOURCE.md, "Amendment of
+2026-12-07"). No other row's admission or TP changes; the layout evidence of the other
+H200 rows now gives 150.7 GB.
 """
 
 from __future__ import annotations
@@ -30,11 +43,14 @@ from ..checks.preflight import GPU_MEMORY_UTILIZATION
 from ..errors import InputError
 from .costmodel import dtype_bytes
 from .hfconfig import dims_from_config, load_config, tp_problems
-from . import stepmodel
-from .steptables import node_memory
+from . import predictor, stepmodel
+from .steptables import gpus_per_node
 
 DATA = resources.files("specmoe") / "data"
 REPO = Path(__file__).resolve().parents[3]
+# The GPUs of the public measurements that the package does not ship (datasheet entries, as a
+# --hardware-file; bench/public_coverage.py predicts the rows on them from it)
+HARDWARE_FILE = str(DATA / "public_sd_moe_hardware.yaml")
 MAX_K = 4  # the study publishes overlaps for draft steps 1..4 (predict's prior)
 ENGINES = ("vllm", "sglang", "trtllm")
 TPS = (1, 2, 4, 8)
@@ -57,16 +73,30 @@ def weight_gb(config: str | Path, precision: str) -> float:
     return (layers + heads * d.vocab_size * d.hidden * dtype_bytes(d.base_dtype)) / GB
 
 
+def gpu_memory(gpu: str) -> float:
+    """One GPU's memory in GB as `specmoe predict` reads it for the rows' predictions
+    (predictor.hardware over the public hardware file: costmodel.capacity, the memory CUDA
+    reports where the shipped table gives it, else the datasheet's read as GiB, the GPU
+    preflight's budget); 0: the GPU or its memory is not known."""
+    try:
+        hw = predictor.hardware(gpu, HARDWARE_FILE)[0]
+    except InputError:
+        return 0.0
+    return hw.memory_bytes / GB
+
+
 def fitting_tps(config: str | Path, precision: str, gpu: str) -> tuple[list[int], str]:
     """The TPs of one node that split the model and hold its weights, and the sum that says so."""
-    if gpu not in node_memory():
-        return [], f"no node memory for {gpu}"
-    mem, per_node = node_memory()[gpu]
+    if gpu not in gpus_per_node():
+        return [], f"no GPUs per node for {gpu}"
+    mem, per_node = gpu_memory(gpu), gpus_per_node()[gpu]
+    if not mem:
+        return [], f"no memory for {gpu}"
     w = weight_gb(config, precision)
     cfg = load_config(config)[0]
     ok = [t for t in TPS if t <= per_node and not tp_problems(cfg, t)
           and w / t <= ENGINE_MEMORY_SHARE * mem]
-    return ok, (f"weights {w:.0f} GB; {ENGINE_MEMORY_SHARE:g} of {per_node} x {mem:g} GB "
+    return ok, (f"weights {w:.0f} GB; {ENGINE_MEMORY_SHARE:g} of {per_node} x {mem:.1f} GB "
                 f"({gpu}) holds them at TP {', '.join(map(str, ok)) or 'none'}")
 
 

@@ -310,12 +310,12 @@ def check_node(tp: int, hw: Hardware) -> list[str]:
     nodes being unpriced. A GPU the table does not hold gets a caveat (its caveats)."""
     if tp == 1:
         return []
-    nodes = steptables.node_memory()
+    nodes = steptables.gpus_per_node()
     if hw.name not in nodes:
         return [f"TP {tp} priced as one NVLink domain: the GPUs per node of {hw.name} are not "
                 "known here (node_memory.csv), and an all-reduce between nodes, which is not "
                 "priced, would be slower"]
-    per_node = nodes[hw.name][1]
+    per_node = nodes[hw.name]
     if tp > per_node:
         raise InputError(f"TP {tp} spans more than one {hw.name} node ({per_node} GPUs per node, "
                          "node_memory.csv): the all-reduce between nodes is not priced (only "

@@ -3,9 +3,9 @@ with its SOURCE note under data/): the SD loop's overhead per iteration by engin
 (engine_overhead.csv), kernel launches per layer by block and attention kind as vLLM's model code
 runs them (kernels_per_layer.csv), the public grouped/dense fp8 GEMM bandwidths of DeepSeek-V3
 shapes and fused-MoE kernel times that bound the MoE kernel's efficiency (moe_gemm_bandwidth.csv,
-moe_kernel_times.csv), and public batch-1 decode
-times without SD that check the decode step (decode_batch1.csv), and each GPU's memory and GPUs per
-node (node_memory.csv). Read once per process; nothing here is fitted."""
+moe_kernel_times.csv), public batch-1 decode times without SD that check the decode step
+(decode_batch1.csv), and each GPU's GPUs per node (node_memory.csv; a GPU's memory is its hardware
+entry's, costmodel.capacity). Read once per process; nothing here is fitted."""
 
 from __future__ import annotations
 
@@ -142,15 +142,16 @@ def moe_efficiency_bounds() -> tuple[float, float]:
 
 
 @lru_cache(maxsize=1)
-def node_memory() -> dict[str, tuple[float, int]]:
-    """GPU -> (HBM GB per GPU, GPUs per node): node_memory.csv, the one place both are read
-    (the admission rule's layouts, and the TP whose all-reduces stay within one node's NVLink)."""
+def gpus_per_node() -> dict[str, int]:
+    """GPU -> GPUs of one node: node_memory.csv, the one place they are read (the admission
+    rule's layouts, and the TP whose all-reduces stay within one node's NVLink). It holds no
+    memory: each GPU's is its hardware entry's (costmodel.capacity), the one predict reads."""
     out = {}
     for r in _rows("node_memory.csv"):
-        mem, per_node = float(r["memory_gb"]), int(r["gpus_per_node"])
-        if not (mem > 0 and per_node >= 1):
-            raise InputError(f"node_memory.csv: memory and GPUs per node are positive ({r})")
-        out[r["gpu"]] = (mem, per_node)
+        per_node = int(r["gpus_per_node"])
+        if per_node < 1:
+            raise InputError(f"node_memory.csv: GPUs per node are positive ({r})")
+        out[r["gpu"]] = per_node
     return out
 
 
