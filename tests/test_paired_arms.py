@@ -528,8 +528,9 @@ def test_on_a_faked_cuda_platform_both_arms_graph_every_verify_step_by_vllms_own
     sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=7, largest=128)
     assert graphed_batches(sd, 7) == list(range(1, 129))
     assert graphed_batches(plain, 0) == list(range(1, 129))
-    assert sd["compilation_config"] == plain["compilation_config"] == {
-        "max_cudagraph_capture_size": 1024}
+    assert sd["compilation_config"] == plain["compilation_config"] == \
+        engine_mod.cuda_graph_config(None, 128, 7)
+    assert max(sd["compilation_config"]["cudagraph_capture_sizes"]) == 1024
     assert {n: v for n, v in sd.items() if n != "speculative_config"} == plain
     monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
     sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=7, largest=128)
@@ -673,7 +674,7 @@ def test_a_users_compilation_config_is_kept_and_one_that_caps_the_graphs_is_refu
     kw = engine_mod.engine_kwargs("t", graph_k=3, max_num_seqs=64,
                                   extra={"compilation_config": {"cudagraph_mode": "PIECEWISE"}})
     assert kw["compilation_config"] == {"cudagraph_mode": "PIECEWISE",
-                                        "max_cudagraph_capture_size": 256}
+                                        **engine_mod.cuda_graph_config(None, 64, 3)}
     for given in ({"max_cudagraph_capture_size": 512}, {"cudagraph_capture_sizes": [1, 2, 512]}):
         kw = engine_mod.engine_kwargs("t", graph_k=3, max_num_seqs=64,
                                       extra={"compilation_config": given})
@@ -684,7 +685,8 @@ def test_a_users_compilation_config_is_kept_and_one_that_caps_the_graphs_is_refu
         assert str(exc.value) == (
             "engine_args compilation_config captures CUDA graphs up to 512 tokens, below the "
             "1024 of a verify step at batch 256 with K = 3: those steps would run without "
-            "graphs; raise it to 1024 or remove it")
+            "graphs; " + ("add 1024 to its sizes" if "cudagraph_capture_sizes" in given
+                          else "raise it to 1024") + " or remove it")
     # eager engines capture nothing
     assert "compilation_config" not in engine_mod.engine_kwargs(
         "t", graph_k=3, extra={"enforce_eager": True})

@@ -1,0 +1,168 @@
+"""The GPU branches of the engines' arguments, checked on this (GPU-less) machine against vLLM
+0.32's own code, imported from the CUDA build installed here and driven on stand-in configs:
+the CUDA graph sizes of an SD series' engines (engine.cuda_graph_config) as vLLM resolves
+them."""
+
+from __future__ import annotations
+
+import types
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+
+from specmoe.errors import InputError
+from specmoe.runtime import engine as engine_mod
+from specmoe.runtime.engine import cuda_graph_config
+
+pytest.importorskip("vllm")
+
+# batches (max_num_seqs) and K where a ceiling of B (K + 1) tokens alone stopped short
+SHORT = [(12, 2), (100, 4), (4, 2)]
+# the paper's schedule: powers of two up to 128, K 3, 5, 7
+PAPER = [(b, k) for b in (1, 2, 4, 8, 16, 32, 64, 128) for k in (3, 5, 7)]
+
+
+def vllm_sizes(cc_kw: dict, max_num_seqs: int, k: int, batched_tokens: int = 8192):
+    """vLLM's own capture sizes for an engine's compilation_config: VllmConfig's
+    _set_cudagraph_sizes on a stand-in config (an H100: not the data-centre Blackwell family)
+    with SD of K drafts (K 0: none); the resolved CompilationConfig."""
+    from vllm.config.compilation import CompilationConfig, CUDAGraphMode
+    from vllm.config.vllm import VllmConfig
+    from vllm.platforms import current_platform
+
+    cc = CompilationConfig(**cc_kw)
+    cc.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc,
+        scheduler_config=SimpleNamespace(max_num_batched_tokens=batched_tokens,
+                                         max_num_seqs=max_num_seqs),
+        performance_mode="balanced", uniform_decode_query_len=k + 1,
+        speculative_config=(SimpleNamespace(uses_dynamic_speculative_decoding=lambda: False)
+                            if k else None))
+    with mock.patch.object(type(current_platform), "is_device_capability_family",
+                           lambda *a, **kw: False, create=True):
+        VllmConfig._set_cudagraph_sizes(config)
+    return cc
+
+
+def v1_reach(cc_kw: dict, max_num_seqs: int, k: int) -> int:
+    """The widest verify step Model Runner V1 runs in a full CUDA graph: vLLM's sizes rounded
+    by its own adjust_cudagraph_sizes_for_spec_decode (wider steps: no graphs,
+    cudagraph_dispatcher)."""
+    cc = vllm_sizes(cc_kw, max_num_seqs, k)
+    cc.adjust_cudagraph_sizes_for_spec_decode(k + 1)
+    return cc.max_cudagraph_capture_size
+
+
+def v2_reach(cc_kw: dict, max_num_seqs: int, k: int) -> int:
+    """The widest uniform verify step Model Runner V2 captures a full graph for: its own
+    CudaGraphManager._init_candidates run on a stand-in manager."""
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager
+
+    cc = vllm_sizes(cc_kw, max_num_seqs, k)
+    mgr = SimpleNamespace(
+        compilation_config=cc, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE,
+        max_num_reqs=max_num_seqs, decode_query_len=k + 1, varlen_decode=False,
+        lora_capture_cases=[0], _capture_descs={}, _candidates={},
+        vllm_config=SimpleNamespace(
+            speculative_config=SimpleNamespace(uses_dynamic_speculative_decoding=lambda: False),
+            cache_config=SimpleNamespace(use_kda_recoverssm=False)))
+    mgr._maybe_ubatch_twin = lambda desc: None
+    CudaGraphManager._init_candidates(mgr)
+    return max((d.num_tokens for d in mgr._capture_descs.get(CUDAGraphMode.FULL, [])
+                if d.uniform_token_count == k + 1), default=0)
+
+
+@pytest.mark.parametrize("b,k", SHORT + PAPER + [(48, 7), (200, 3), (300, 5)])
+def test_vllms_own_sizing_v1_and_v2_graphs_the_verify_step_at_the_largest_batch(b, k):
+    """A ceiling of B (K + 1) tokens alone was truncated by vLLM to its grid and rounded to
+    multiples of K + 1 within that: at B 12, K 2 graphs stopped at 24 tokens of 36, at B 100,
+    K 4 at 480 of 500, at B 4, K 2 at 6 of 12. The explicit sizes reach B (K + 1) under both
+    of vLLM's model runners, with a graph for a verify step at every batch up to B."""
+    cc_kw = cuda_graph_config(None, b, k)
+    assert v1_reach(cc_kw, b, k) == b * (k + 1) == v2_reach(cc_kw, b, k)
+    cc = vllm_sizes(cc_kw, b, k)
+    cc.adjust_cudagraph_sizes_for_spec_decode(k + 1)
+    assert all(any(s >= n * (k + 1) for s in cc.cudagraph_capture_sizes)
+               for n in range(1, b + 1))
+
+
+@pytest.mark.parametrize("b,k", SHORT + PAPER)
+def test_the_no_sd_arms_graphs_cover_every_size_they_did_before(b, k):
+    """The engine without SD gets the same compilation_config (graph_k): vLLM's sizes for it,
+    one token a sequence, hold every size the former ceiling of B (K + 1) gave it, so its
+    decode steps are graphed at every batch as before."""
+    before = vllm_sizes({"max_cudagraph_capture_size": b * (k + 1)}, b, 0)
+    now = vllm_sizes(cuda_graph_config(None, b, k), b, 0)
+    assert set(before.cudagraph_capture_sizes) <= set(now.cudagraph_capture_sizes)
+    assert now.max_cudagraph_capture_size >= b
+
+
+def test_the_token_grid_is_vllms_own():
+    """engine.token_grid, written out (vLLM's config module imports torch), is the grid vLLM
+    builds for a ceiling given alone."""
+    for ceiling in list(range(1, 300)) + [500, 512, 1000, 1024, 2048]:
+        got = vllm_sizes({"max_cudagraph_capture_size": ceiling}, 1024, 0, batched_tokens=10**6)
+        assert engine_mod.token_grid(ceiling) == got.cudagraph_capture_sizes, ceiling
+
+
+@pytest.mark.parametrize("given", [
+    {"cudagraph_capture_sizes": [1, 2, 512]}, {"max_cudagraph_capture_size": 500},
+    {"max_cudagraph_capture_size": 36}, {"max_cudagraph_capture_size": 12},
+    {"max_cudagraph_capture_size": 512}, {"cudagraph_capture_sizes": [1, 8, 320]},
+    {"cudagraph_capture_sizes": [1, 2, 500]}, {"max_cudagraph_capture_size": 1024},
+    {"cudagraph_capture_sizes": [4, 12, 36]}, {"max_cudagraph_capture_size": 48}])
+@pytest.mark.parametrize("b,k", [(64, 4), (100, 4), (12, 2), (4, 2), (64, 7), (8, 3)])
+def test_a_users_sizes_or_ceiling_is_kept_exactly_where_vllms_rounding_reaches_the_verify_step(
+        given, b, k):
+    """A user's sizes or ceiling were accepted when their largest reached B (K + 1) tokens,
+    ignoring vLLM's truncation to its grid and rounding to multiples of K + 1: sizes
+    [1, 2, 512] at B 64, K 4 passed, and graphed verify steps up to 5 tokens of 320. They are
+    now kept, unchanged, where vLLM's own resolution reaches the verify step at B, and refused
+    in one line where it does not."""
+    need = b * (k + 1)
+    reach = v1_reach(dict(given), b, k)
+    if reach >= need:
+        assert cuda_graph_config(dict(given), b, k) == given
+    else:
+        with pytest.raises(InputError) as exc:
+            cuda_graph_config(dict(given), b, k)
+        msg = str(exc.value)
+        assert "\n" not in msg and f"below the {need} of a verify step at batch {b}" in msg
+        # the size or ceiling the message asks for does reach it
+        if "cudagraph_capture_sizes" in given:
+            assert f"add {need} to its sizes" in msg
+            fixed = {"cudagraph_capture_sizes": [*given["cudagraph_capture_sizes"], need]}
+        else:
+            fixed = {"max_cudagraph_capture_size": int(msg.split("raise it to ")[1].split()[0])}
+        assert v1_reach(fixed, b, k) >= need
+        assert cuda_graph_config(fixed, b, k) == fixed
+
+
+def test_the_reviewers_cases_are_refused_with_what_vllm_graphs():
+    with pytest.raises(InputError) as exc:
+        cuda_graph_config({"cudagraph_capture_sizes": [1, 2, 512]}, 64, 4)
+    assert str(exc.value) == (
+        "engine_args compilation_config captures CUDA graphs up to 512 tokens, 5 in verify "
+        "steps of K + 1 = 5 tokens (vLLM rounds its sizes to multiples of K + 1 within the "
+        "largest), below the 320 of a verify step at batch 64 with K = 4: those steps would "
+        "run without graphs; add 320 to its sizes or remove it")
+    assert v1_reach({"cudagraph_capture_sizes": [1, 2, 512]}, 64, 4) == 5
+    with pytest.raises(InputError, match="up to 500 tokens, 480 in verify steps.*raise it to "):
+        cuda_graph_config({"max_cudagraph_capture_size": 500}, 100, 4)
+
+
+def test_engine_kwargs_on_a_faked_cuda_platform_give_both_arms_the_sizes_and_a_cpu_none(
+        monkeypatch):
+    """Both arms of an SD series (graph_k) get the same explicit sizes on CUDA; a CPU engine
+    (eager) none, as before."""
+    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+    sd = engine_mod.engine_kwargs("t", {"method": "mtp"}, 2, max_num_seqs=12, graph_k=2)
+    plain = engine_mod.engine_kwargs("t", max_num_seqs=12, graph_k=2)
+    assert sd["compilation_config"] == plain["compilation_config"] == \
+        cuda_graph_config(None, 12, 2)
+    assert v1_reach(sd["compilation_config"], 12, 2) == 36
+    monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
+    assert "compilation_config" not in engine_mod.engine_kwargs("t", max_num_seqs=12, graph_k=2)
