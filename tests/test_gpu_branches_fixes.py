@@ -166,3 +166,22 @@ def test_engine_kwargs_on_a_faked_cuda_platform_give_both_arms_the_sizes_and_a_c
     assert v1_reach(sd["compilation_config"], 12, 2) == 36
     monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
     assert "compilation_config" not in engine_mod.engine_kwargs("t", max_num_seqs=12, graph_k=2)
+
+
+@pytest.mark.parametrize("trust", [True, False])
+def test_vllms_own_bench_serve_client_gets_the_engines_trust_remote_code(trust, monkeypatch,
+                                                                         tmp_path):
+    """vLLM's bench serve builds its own tokenizer with its trust_remote_code
+    (vllm/benchmarks/serve.py); bench() never passed it, so a model whose tokenizer is its
+    own code (Kimi-K2.5, trust_remote_code in its engine_args) failed at its first point after
+    its server had started. vLLM's own argument parser and main, its main stood in for to
+    capture the arguments it gets."""
+    from vllm.benchmarks import serve
+
+    from specmoe.runtime import serving
+
+    got = {}
+    monkeypatch.setattr(serve, "main", lambda args: got.setdefault("args", args) and {})
+    engine = {"model": "m", **({"trust_remote_code": True} if trust else {})}
+    serving.bench(serving.Server(engine), "m", tmp_path / "p.jsonl", 2, 2, 8)
+    assert got["args"].trust_remote_code is trust

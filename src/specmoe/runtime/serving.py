@@ -359,7 +359,9 @@ def bench(server: Server, model: str, prompts_jsonl: Path, batch: int, num_promp
           output_len: int, seed: int = 0, detailed: bool = False) -> dict:
     """One point with vLLM's `bench serve` client (in process): returns its result dictionary;
     `detailed`: with its per-request lists too (generated_texts among them), which the client
-    drops otherwise."""
+    drops otherwise. The client loads the model's tokenizer itself (vllm/benchmarks/serve.py,
+    get_tokenizer), with the server's engine's trust_remote_code: a model whose tokenizer is
+    its own code (Kimi-K2.5) failed at its first point, after its server had started."""
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -372,7 +374,8 @@ def bench(server: Server, model: str, prompts_jsonl: Path, batch: int, num_promp
         "--num-prompts", str(num_prompts), "--max-concurrency", str(batch),
         "--ignore-eos", "--temperature", "0", "--seed", str(seed),
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-        "--disable-tqdm", *(["--save-detailed"] if detailed else [])])
+        "--disable-tqdm", *(["--save-detailed"] if detailed else []),
+        *(["--trust-remote-code"] if server.engine.get("trust_remote_code") else [])])
     with contextlib.redirect_stdout(_LogWriter()):
         return serve.main(args)
 
