@@ -1,7 +1,8 @@
 """The GPU branches of the engines' arguments, checked on this (GPU-less) machine against vLLM
 0.32's own code, imported from the CUDA build installed here and driven on stand-in configs:
 the CUDA graph sizes of an SD series' engines (engine.cuda_graph_config) as vLLM resolves
-them."""
+them, the tokenizer of vLLM's bench serve client, and the model runner a profile's engines
+run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 from specmoe.errors import InputError
 from specmoe.runtime import engine as engine_mod
 from specmoe.runtime.engine import cuda_graph_config
+# the sweeps' engines as sweep_stage builds them, the checkpoint they serve, and vLLM's own
+# choice of model runner (this folder's tests of the paired arms)
+from test_paired_arms import _swept_engines, checkpoint, vllm_picks_v2  # noqa: F401
 
 pytest.importorskip("vllm")
 
@@ -185,3 +189,90 @@ def test_vllms_own_bench_serve_client_gets_the_engines_trust_remote_code(trust, 
     engine = {"model": "m", **({"trust_remote_code": True} if trust else {})}
     serving.bench(serving.Server(engine), "m", tmp_path / "p.jsonl", 2, 2, 8)
     assert got["args"].trust_remote_code is trust
+
+
+def _profiled_engines(checkpoint, tmp_path, monkeypatch, method: str | None = None) -> list:
+    """The engine arguments of a profile's engine starts (decode, verify) as profile_stage
+    builds them (K 3; its drafter's speculative method, none: a separate draft model), from a
+    stand-in for run_each that keeps them."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import ProfileParams
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import profile_stage
+
+    kept = []
+
+    class Stop(Exception):
+        pass
+
+    def each(fn, calls, **kw):
+        kept.extend(c[2] for c in calls)
+        raise Stop
+
+    monkeypatch.setattr(engine_mod, "run_each", each)
+    prof = {"batch_sizes": [1, 2], "max_tokens": 8, "engines": 1}
+    with pytest.raises(Stop):
+        profile_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint),
+                             "prompts": []}),
+                      Named({"json": str(tmp_path / "p.json"), "traces": str(tmp_path / "t")}),
+                      ProfileParams(job={"model": "t", "drafter": "d", "k": 3,
+                                         "dataset": "tinybench"}, settings=prof, method=method,
+                                    gpu=False, prompts=prompt_table.DEFAULT_SOURCE,
+                                    prompting={}))
+    return kept
+
+
+def _llm_environment(engine: dict, monkeypatch) -> dict:
+    """The environment vLLM's LLM is built under by open_llm for `engine` (the stand-in for LLM
+    builds vLLM's own EngineArgs from the arguments it gets, refusing any that is not vLLM's)."""
+    import os
+
+    import vllm
+    from vllm.engine.arg_utils import EngineArgs
+
+    seen = {}
+
+    def llm(**kw):
+        EngineArgs(**kw)
+        seen.update(os.environ)
+        core = SimpleNamespace(shutdown=lambda: None)
+        return SimpleNamespace(llm_engine=SimpleNamespace(engine_core=core))
+
+    monkeypatch.setattr(vllm, "LLM", llm)
+    with engine_mod.open_llm(engine):
+        pass
+    return seen
+
+
+def test_on_a_faked_cuda_platform_a_draft_model_profile_runs_the_runner_its_sweeps_run(
+        checkpoint, tmp_path, monkeypatch):
+    """A separate draft model's sweeps pin vLLM's V1 model runner on CUDA (engine_kwargs
+    draft_model_series); its profile's engines did not, so vLLM picked Model Runner V2 for
+    them (its own choice, VllmConfig.use_v2_model_runner, below) and the profile measured
+    another runner's drafting than the speedup it is set beside. With the platform faked as
+    CUDA, both of the profile's engines get the sweep's pin, and the offline engine is built
+    under it, vLLM's own choice then V1 (and vLLM's EngineArgs never sees specmoe's argument);
+    this process's environment is as it was afterwards. An EAGLE-3 profile, like its sweeps,
+    keeps vLLM's choice."""
+    import os
+
+    from specmoe.runtime.engine import ENGINE_ENV, V1_RUNNER_ENV
+
+    var = "VLLM_USE_V2_MODEL_RUNNER"
+    monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+    sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=2)
+    profiled = _profiled_engines(checkpoint, tmp_path, monkeypatch)
+    assert [bool(e.get("speculative_config")) for e in profiled] == [False, True]
+    assert sd[ENGINE_ENV] == plain[ENGINE_ENV] == V1_RUNNER_ENV
+    for engine in profiled:
+        assert engine[ENGINE_ENV] == sd[ENGINE_ENV]
+        env = _llm_environment(engine, monkeypatch)
+        assert env[var] == "0" and not vllm_picks_v2(env, monkeypatch)
+        assert var not in os.environ
+    assert vllm_picks_v2(dict(os.environ), monkeypatch)  # vLLM's choice without the pin
+    eagle, eagle_plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=2,
+                                        method="eagle3")
+    eagle_profiled = _profiled_engines(checkpoint, tmp_path, monkeypatch, method="eagle3")
+    assert len(eagle_profiled) == 2 and ENGINE_ENV not in eagle
+    assert not any(ENGINE_ENV in e for e in eagle_profiled)

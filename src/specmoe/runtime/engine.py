@@ -96,8 +96,10 @@ def require_cuda(what: str) -> None:
 
 # specmoe's own engine argument (not vLLM's: serving.server_argv leaves it out of vLLM's
 # arguments): environment variables of the engine's processes (engine_env), part of the engine's
-# record and of its points' keys like any argument. Only a serving series' engines
-# (draft_model_series), which serving.Server runs, are given it: an offline one (open_llm) never
+# record and of its points' keys like any argument. Only a separate draft model's engines on
+# CUDA (draft_model_series) are given it: a serving series' (serving.Server, the server's
+# environment) and a profile's (kernelprof.profile_calls; open_llm sets them in its process
+# while its offline engine runs)
 ENGINE_ENV = "env"
 # vLLM's model runner, pinned by its environment variable (vllm/envs.py; "0": V1, "1": V2, unset:
 # vLLM's choice, VllmConfig.use_v2_model_runner). On CUDA vLLM 0.32 picks Model Runner V2 where
@@ -312,24 +314,41 @@ def _first_token_time(outs) -> float | None:
 @contextlib.contextmanager
 def open_llm(engine: dict, clock=None):
     """An offline vLLM engine that is always shut down on leaving the block. clock: a
-    startup.StartClock that receives the start's milestones (from vLLM's log records)."""
+    startup.StartClock that receives the start's milestones (from vLLM's log records). The
+    variables the engine's arguments set (ENGINE_ENV, not vLLM's) are this process's while the
+    engine runs (its engine core and workers inherit them), as they are a server's."""
     if engine.get("distributed_executor_backend") == "uni":  # the engine core in-process too
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM
-
-    from .startup import LogTap, StartClock
-
-    clock = StartClock() if clock is None else clock
-    clock.mark("imported")
-    with LogTap(clock):
-        llm = LLM(**engine)
-    clock.mark("up")
+    engine = dict(engine)
+    env = engine.pop(ENGINE_ENV, None) or {}
+    before = {var: os.environ.get(var) for var in env}
+    os.environ.update(env)
     try:
-        yield llm
+        from vllm import LLM
+
+        from .startup import LogTap, StartClock
+
+        if env:  # read the variables now, not as an earlier engine in this process cached them
+            from vllm import envs
+
+            envs.disable_envs_cache()
+        clock = StartClock() if clock is None else clock
+        clock.mark("imported")
+        with LogTap(clock):
+            llm = LLM(**engine)
+        clock.mark("up")
+        try:
+            yield llm
+        finally:
+            # A spawned child ends with os._exit, which skips vLLM's atexit shutdown: without
+            # this the engine-core and worker processes outlive the child.
+            llm.llm_engine.engine_core.shutdown()
     finally:
-        # A spawned child ends with os._exit, which skips vLLM's atexit shutdown: without this the
-        # engine-core and worker processes outlive the child.
-        llm.llm_engine.engine_core.shutdown()
+        for var, value in before.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 # Thread counts that Snakemake sets to a rule's threads. vLLM's CPU workers pin themselves to

@@ -340,8 +340,10 @@ def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                   max_tokens: int, engine_opts: dict, trace_dir, engines: int = 3) -> list[tuple]:
     """profile_generate's arguments for each engine start: the decode engine (no SD) and the
     verify engine (SD, K drafts) in turn, `engines` times, their trace folders made under
-    trace_dir (decode/e0, verify/e0, decode/e1, ...)."""
-    from .engine import check_inputs, engine_kwargs
+    trace_dir (decode/e0, verify/e0, decode/e1, ...). A separate draft model's profile runs the
+    model runner its sweeps run (engine_kwargs draft_model_series: V1 on CUDA, where vLLM
+    picked Model Runner V2 for the profile and its sweeps ran V1), both of its engines."""
+    from .engine import check_inputs, drafter_spec, engine_kwargs
 
     check_inputs(target_dir, drafter_dir, k)
     if max(batches) > len(texts):
@@ -350,13 +352,16 @@ def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: li
         raise InputError(f"profiling needs at least one engine start of each kind (got {engines})")
     by_batch = {b: texts[:b] for b in batches}
     trace_dir = Path(trace_dir)
+    spec = drafter_spec(drafter_dir)
+    draft_model_series = spec is not None and spec["method"] == "draft_model"
     calls = []
     for e in range(engines):
         for mode, drafter in (("decode", None), ("verify", drafter_dir)):
             d = trace_dir / mode / f"e{e}"
             d.mkdir(parents=True, exist_ok=True)
             engine = engine_kwargs(target_dir, drafter, k if drafter else None,
-                                   max_num_seqs=max(batches), **engine_opts)
+                                   max_num_seqs=max(batches),
+                                   draft_model_series=draft_model_series, **engine_opts)
             calls.append((by_batch, max_tokens, engine, str(d)))
     return calls
 
