@@ -580,7 +580,7 @@ def _granularity_rows(tiny: list[str], shares: dict, control: dict,
         lead = _share_lead((matched or {}).get(fine), coarse)
         if lead is not None:  # paired by prompt (matched_controls' share_* columns)
             status = _decided(lead["lead_low"], lead["lead_high"])
-            control = _decided(lead["control_lead_low"], lead["control_lead_high"])
+            theirs = _decided(lead["control_lead_low"], lead["control_lead_high"])
             excess = tuple(lead[key] for key in ("excess", "excess_low", "excess_high"))
             rows.append({**row,
                          "value": f"{_with_interval(*f[1:])} vs {_with_interval(*c[1:])}; "
@@ -589,11 +589,12 @@ def _granularity_rows(tiny: list[str], shares: dict, control: dict,
                          "control_value": f"{_with_interval(*fc[1:])} vs "
                                           f"{_with_interval(*cc[1:])}; lead "
                                           f"{_lead_text(lead, 'control_lead')}",
-                         "control_status": control,
-                         "learned": _learned(status, control, matched=both or {
+                         "control_status": theirs,
+                         "learned": _learned(status, theirs, matched=both or {
                              "comparable": True, "why": ""}, paired=excess)})
             continue
-        status, control = _share_order(f, c), _share_order(fc, cc)
+        # `theirs`, not `control`: that names the targets' controls for the next pair
+        status, theirs = _share_order(f, c), _share_order(fc, cc)
         # unpaired (a table without the paired columns): the fine target's lead over the coarse
         # one from the two intervals' extremes, against the controls' lead
         iv = (f[2] - c[3], f[3] - c[2])
@@ -602,8 +603,8 @@ def _granularity_rows(tiny: list[str], shares: dict, control: dict,
                      "value": f"{_with_interval(*f[1:])} vs {_with_interval(*c[1:])}",
                      "status": status,
                      "control_value": f"{_with_interval(*fc[1:])} vs {_with_interval(*cc[1:])}",
-                     "control_status": control,
-                     "learned": _learned(status, control, iv, iv_control, matched=both)})
+                     "control_status": theirs,
+                     "learned": _learned(status, theirs, iv, iv_control, matched=both)})
     return rows
 
 
