@@ -41,3 +41,45 @@ def test_three_tiny_targets_of_different_granularity_give_a_row_per_neighbouring
     rows = prose._granularity_rows(["a", "b", "c"], shares, control, {"a": lead})
     assert len(rows) == 2 and "paired by prompt" in rows[0]["value"]
     assert rows[1]["target"].startswith("temporal share of b ")
+
+
+def _fixture_with(tmp_path, **frames: pd.DataFrame):
+    """The fixture run's tables with some replaced (stem=frame), each with its own provenance."""
+    for p in FIXTURE.glob("*.csv"):
+        shutil.copy(p, tmp_path / p.name)
+    for stem, df in frames.items():
+        tables.write_table(df, tmp_path / stem, tables.read_provenance(FIXTURE / f"{stem}.csv"))
+    return tables_in(tmp_path)
+
+
+def _interval_text(r, col: str) -> str:
+    return f"{r[col]:.2f} [{r[f'{col}_low']:.2f}, {r[f'{col}_high']:.2f}]"
+
+
+def test_the_timing_findings_describe_the_run_the_opening_and_the_routing_rows_do(tmp_path):
+    """The findings table's timing rows took the speedup table's first run and the first
+    profile row in file order, while the routing rows and the opening take each model's
+    smallest K: with the speedup table listed K descending (ks: [5, 3]), 'SD speedup highest at
+    batch 1' gave K=5's numbers beside an opening that gave K=3's. The profile tables are given
+    a K=5 run listed first as well: the MoE share must stay K=3's."""
+    sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
+    ks = tables.read_csv(FIXTURE / "kernel_time_shares.csv")
+    # a K=5 profile of tiny-fine, listed first, whose shares differ from K=3's
+    ks5 = ks[ks["model"] == "tiny-fine"].assign(k=5, decode_share=lambda d: d["decode_share"] / 2)
+    td = _fixture_with(tmp_path,
+                       speedup_vs_batch=sp.sort_values("k", ascending=False, kind="stable"),
+                       kernel_time_shares=pd.concat([ks5, ks]))
+    k3 = sp[(sp["model"] == "tiny-fine") & (sp["k"] == sp["k"].min())]
+    k3 = k3[k3["dataset"] == k3["dataset"].iloc[0]].sort_values("batch").iloc[0]
+    words = f"{_interval_text(k3, 'speedup')} at batch {int(k3['batch'])}"
+    t = prose.routing_targets(td)
+    fine = t[t["model"] == "tiny-fine"].set_index("finding")
+    routing_run = fine.loc["overlap decays with distance", "run"]
+    assert fine.loc[prose.SPEEDUP_AT_1, "run"] == routing_run
+    assert fine.loc[prose.SPEEDUP_AT_1, "value"].startswith(words)
+    text = prose.opening(td)
+    assert f"tiny-fine, K={int(k3['k'])}: " in text and f"speedup {words}" in text
+    moe = ks[(ks["model"] == "tiny-fine") & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
+    assert fine.loc[prose.MOE_SHARE, "run"] == routing_run
+    assert fine.loc[prose.MOE_SHARE, "value"].startswith(f"{moe['decode_share']:.2f} of time")
+    assert f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the profiled step" in text

@@ -630,22 +630,36 @@ def _both(a: dict | None, b: dict | None) -> dict | None:
     return {"comparable": not bad, "why": bad[0]["why"] if bad else ""}
 
 
+def _speedup_run(sp: pd.DataFrame, model: str) -> pd.DataFrame:
+    """A model's speedup rows at its first run (runs.first_run: smallest K, first drafter and
+    dataset), by batch size: the run the opening's speedup sentence gives, so the findings
+    table and the opening describe one run (empty where the table has none)."""
+    g = sp[sp["model"] == model] if not sp.empty else sp
+    return first_run(g).sort_values("batch") if not g.empty else g
+
+
+def _like(g: pd.DataFrame):
+    """The run of a model's first rows (their first row), for _first's `like`; None: none."""
+    return g.iloc[0] if not g.empty else None
+
+
 def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
     """The study's GPU findings, with this run's numbers: marked as what a CPU cannot show for a
     model swept on a CPU (a tiny model's step time there is host overhead rather than weight
     reads; a table without the device column comes from a CPU run), decided for one swept on a
     GPU: the speedup by the sweep's shape (decided by its intervals), the MoE share by its
     interval over the profile's engine starts against the MoE share of weights (te_three_ways'
-    moe_time_share_low/high; undecided where the table has none)."""
+    moe_time_share_low/high; undecided where the table has none). Each of the model's first
+    run, the opening's (_speedup_run), the profile's rows of that run where it has them."""
     sp, ks = load(td, "speedup_vs_batch"), load(td, "kernel_time_shares")
     te = load(td, "te_three_ways")
     gpu = set(swept_on(td, "cuda"))
     rows = []
     blank = {"control_value": "–", "control_status": "–", "learned": "–"}
     for m in models:
-        g = sp[sp["model"] == m] if not sp.empty else sp
+        g = _speedup_run(sp, m)
+        like = _like(g)
         if not g.empty:
-            g = g[g["run"] == g["run"].iloc[0]].sort_values("batch")
             rows.append({"model": m, "run": g["run"].iloc[0],
                          "finding": SPEEDUP_AT_1,
                          "target": "shape 'peak at low batch': batch 1 above the largest batch "
@@ -656,12 +670,11 @@ def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
                                   + f"{_highest_text(g)}; shape: {g['shape'].iloc[0]}",
                          "status": _shape_status(g["shape"].iloc[0]) if m in gpu else CPU,
                          **blank})
-        k = ks[(ks["model"] == m) & (ks["class"] == "moe") & (ks["batch"] == 1)] \
-            if not ks.empty else ks
-        if not k.empty:
-            r = k.iloc[0]
+        r = _first(ks[(ks["class"] == "moe") & (ks["batch"] == 1)], m, like) \
+            if not ks.empty else None
+        if r is not None:
             weights = float(r["moe_weight_share"])
-            share = _moe_share(te, m) if m in gpu else None
+            share = _moe_share(te, m, like) if m in gpu else None
             value = (f"{_with_interval(*share, digits=2)} of time" if share else
                      f"{r['decode_share']:.2f} of time" + (" (no interval)" if m in gpu else ""))
             rows.append({"model": m, "run": r["run"],
@@ -675,16 +688,17 @@ def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
     return rows
 
 
-def _moe_share(te: pd.DataFrame, model: str) -> tuple[float, float, float] | None:
+def _moe_share(te: pd.DataFrame, model: str, like=None) -> tuple[float, float, float] | None:
     """A model's MoE share of decode time at batch 1 with its 95% interval over the profile's
-    engine starts (te_three_ways: its first row there); None where the table has no interval."""
+    engine starts (te_three_ways: its row of the run like `like`, else of its first run: _first);
+    None where the table has no interval."""
     if te.empty or "moe_time_share_low" not in te:
         return None
-    r = te[(te["model"] == model) & (te["batch"] == 1)]
-    if r.empty:
+    r = _first(te[te["batch"] == 1], model, like)
+    if r is None:
         return None
-    v, lo, hi = (float(r.iloc[0][c]) for c in ("moe_time_share", "moe_time_share_low",
-                                               "moe_time_share_high"))
+    v, lo, hi = (float(r[c]) for c in ("moe_time_share", "moe_time_share_low",
+                                       "moe_time_share_high"))
     return (v, lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None
 
 
@@ -957,30 +971,34 @@ def _cpu_step_numbers(td: Tables, models: list[str]) -> str:
     """For each of `models` (swept on a CPU), its decode step at batch 1 as measured (the sweep's
     TPOT without SD) beside what the step model prices it at from its weights and launches
     (draft_ratio_model's t_target_us), and its profiled MoE share of time beside its MoE share
-    of weights (kernel_time_shares): " (tiny-fine: ...)", or nothing where a table lacks them."""
+    of weights (kernel_time_shares): " (tiny-fine: ...)", or nothing where a table lacks them.
+    Each of the model's first run, the one the speedup sentence gives (_speedup_run), the other
+    tables' rows of that run where they have them."""
     sp, dr, ks = (td.read(t) for t in ("speedup_vs_batch", "draft_ratio_model",
                                        "kernel_time_shares"))
     if sp.empty or dr.empty:
         return ""
     parts = []
     for model in models:
-        step = sp[(sp["model"] == model) & (sp["batch"] == 1)]["tpot_ar_ms"].dropna()
-        priced = dr[(dr["model"] == model) & (dr["batch"] == 1)]["t_target_us"].dropna()
-        if step.empty or priced.empty:
+        g = _speedup_run(sp, model)
+        like = _like(g)
+        step = g[g["batch"] == 1]["tpot_ar_ms"].dropna() if not g.empty else g
+        priced = _first(dr[(dr["batch"] == 1) & dr["t_target_us"].notna()], model, like)
+        if step.empty or priced is None:
             continue
-        ms, us = float(step.iloc[0]), float(priced.iloc[0])
+        ms, us = float(step.iloc[0]), float(priced["t_target_us"])
         text = (f"{model}: a decode step at batch 1 took {ms:.2f} ms, {ms * 1e3 / us:.0f} times "
                 f"the {us / 1e3:.2f} ms the step model prices for its weights and launches")
-        k = ks[(ks["model"] == model) & (ks["batch"] == 1)] if not ks.empty else ks
-        moe = k[k["class"] == "moe"] if not k.empty else k
-        other = k[k["class"] == "other"] if not k.empty else k
-        if not moe.empty and np.isfinite(moe["decode_share"].iloc[0]):
-            text += (f"; its MoE kernels took {100 * moe['decode_share'].iloc[0]:.0f}% of the "
-                     f"profiled step against {100 * moe['moe_weight_share'].iloc[0]:.0f}% of its "
+        k = ks[ks["batch"] == 1] if not ks.empty else ks
+        moe = _first(k[k["class"] == "moe"], model, like) if not k.empty else None
+        other = _first(k[k["class"] == "other"], model, like) if not k.empty else None
+        if moe is not None and np.isfinite(moe["decode_share"]):
+            text += (f"; its MoE kernels took {100 * moe['decode_share']:.0f}% of the "
+                     f"profiled step against {100 * moe['moe_weight_share']:.0f}% of its "
                      "weights")
-            if not other.empty:
+            if other is not None:
                 text += (f", and ops outside attention, GEMMs and MoE "
-                         f"{100 * other['decode_share'].iloc[0]:.0f}%")
+                         f"{100 * other['decode_share']:.0f}%")
         parts.append(text)
     return f" ({'; '.join(parts)})" if parts else ""
 
