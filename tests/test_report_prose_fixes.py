@@ -43,13 +43,15 @@ def test_three_tiny_targets_of_different_granularity_give_a_row_per_neighbouring
     assert rows[1]["target"].startswith("temporal share of b ")
 
 
-def _fixture_with(tmp_path, **frames: pd.DataFrame):
-    """The fixture run's tables with some replaced (stem=frame), each with its own provenance."""
+def _fixture_with(folder: Path, **frames: pd.DataFrame):
+    """The fixture run's tables in `folder` with some replaced (stem=frame), each with its own
+    provenance."""
+    folder.mkdir(parents=True, exist_ok=True)
     for p in FIXTURE.glob("*.csv"):
-        shutil.copy(p, tmp_path / p.name)
+        shutil.copy(p, folder / p.name)
     for stem, df in frames.items():
-        tables.write_table(df, tmp_path / stem, tables.read_provenance(FIXTURE / f"{stem}.csv"))
-    return tables_in(tmp_path)
+        tables.write_table(df, folder / stem, tables.read_provenance(FIXTURE / f"{stem}.csv"))
+    return tables_in(folder)
 
 
 def _interval_text(r, col: str) -> str:
@@ -83,3 +85,45 @@ def test_the_timing_findings_describe_the_run_the_opening_and_the_routing_rows_d
     assert fine.loc[prose.MOE_SHARE, "run"] == routing_run
     assert fine.loc[prose.MOE_SHARE, "value"].startswith(f"{moe['decode_share']:.2f} of time")
     assert f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the profiled step" in text
+
+
+def _details(td) -> str:
+    from specmoe.stages import report
+
+    return "\n".join(report._details(td))
+
+
+def test_the_controls_are_said_to_clear_independence_only_where_their_intervals_decide_it(
+        tmp_path):
+    """'Untrained controls clear independence without it' was a fixed sentence, printed
+    wherever the routing had findings: with no control in the tables, and with a control whose
+    step-1 excess over independence has an interval across 0. It is now built from the
+    controls' rows: their excess along the sequence above 0 and step 1 not above the
+    within-window shuffle null, each with its numbers."""
+    ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
+    controls = ob[ob["control_of"].notna()]
+    text = _details(tables_in(FIXTURE))
+    for _, c in controls.iterrows():  # the fixture's controls decide both: claimed, with numbers
+        assert (f"{c['model']}, K={int(c['k'])}, tinybench+2: step 1 along the sequence above "
+                f"independence by {c['seq_excess']:+.3f} [{c['seq_excess_low']:+.3f}, "
+                f"{c['seq_excess_high']:+.3f}]") in text
+    assert "Untrained controls clear independence without it" in text
+    # synthetic models only: no control, no sentence about controls
+    synth = ob[ob["model"].str.startswith("synth")]
+    text = _details(_fixture_with(tmp_path / "synth", overlap_by_distance=synth))
+    assert "What the routing shows" in text and "Untrained controls" not in text
+    assert "untrained control" not in text.split("### What the measurements show")[0].lower()
+    # one control's excess interval across 0: not said to clear independence, its numbers given
+    fine = ob["model"] == "tiny-fine-random"
+    across = ob.assign(seq_excess_low=np.where(fine, -0.01, ob["seq_excess_low"]))
+    text = _details(_fixture_with(tmp_path / "one", overlap_by_distance=across))
+    said = text.split("Other untrained controls")[0]
+    assert "tiny-fine-random" not in said and "tiny-coarse-random" in said
+    assert ("tiny-fine-random, K=3, tinybench+2: step 1 along the sequence not decidedly above "
+            "independence (") in text
+    # both across 0: no claim at all
+    across = ob.assign(seq_excess_low=np.where(ob["control_of"].notna(), -0.01,
+                                               ob["seq_excess_low"]))
+    text = _details(_fixture_with(tmp_path / "both", overlap_by_distance=across))
+    assert "clear independence" not in text and "clears independence" not in text
+    assert "The untrained controls, along the sequence and inside windows: " in text

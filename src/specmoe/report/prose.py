@@ -514,6 +514,62 @@ def _first(df: pd.DataFrame, model: str, like=None):
     return g.sort_values("k", kind="stable").iloc[0]
 
 
+def _target_runs(ob: pd.DataFrame) -> dict[str, tuple]:
+    """{tiny target (a model with an untrained control): (its first run's overlap_by_distance
+    row, its control's row of the same K and dataset)}, the runs the findings table compares."""
+    control = control_models(ob)
+    out = {}
+    for m in dict.fromkeys(ob["model"]):
+        if m in control:
+            o = _first(ob, m)
+            out[m] = (o, _first(ob, control[m], like=o))
+    return out
+
+
+def control_independence(td: Tables) -> str:
+    """What the untrained controls' step 1 does against independence and against the
+    within-window shuffle null, at the runs the findings table compares (_target_runs), in a
+    sentence: that they clear independence without within-window ordering only for the controls
+    whose intervals decide both (seq_excess above 0, above_shuffle not above it), each with its
+    numbers; every other control with its numbers and what its intervals leave; nothing where
+    the tables have no control."""
+    ob = load(td, "overlap_by_distance")
+    if ob.empty or "seq_excess" not in ob:
+        return ""
+    clear, other = [], []
+    for _, c in _target_runs(ob).values():
+        excess = _with_interval(_val(c, "seq_excess"), *_interval(c, "seq_excess"), sign=True)
+        above = _decided(*_interval(c, "seq_excess"))
+        null = _decided(*_interval(c, "above_shuffle"))
+        shuffle = _with_interval(_val(c, "above_shuffle"), *_interval(c, "above_shuffle"),
+                                 sign=True)
+        where = {NOT_SHOWN: "below", UNDECIDED: "not decidedly above",
+                 SHOWN: "above"}.get(null)
+        ordering = (f"step 1 {where} the within-window shuffle null ({shuffle})" if where
+                    else "no within-window shuffle null with its interval in this table")
+        name = label_of(c["model"], c["k"], c["dataset"])
+        if above == SHOWN and null in (NOT_SHOWN, UNDECIDED):
+            clear.append(f"{name}: step 1 along the sequence above independence by {excess}, "
+                         f"{ordering}")
+        elif above == SHOWN:
+            other.append(f"{name}: step 1 along the sequence above independence by {excess}, "
+                         f"and {ordering}")
+        else:
+            words = {NOT_SHOWN: "below independence",
+                     UNDECIDED: "not decidedly above independence"}.get(
+                above, "without an interval against independence")
+            other.append(f"{name}: step 1 along the sequence {words} ({excess}), {ordering}")
+    out = []
+    if clear:
+        out.append("Untrained controls clear independence without it where their intervals "
+                   "decide both (every position of a window feeds the routers nearly the same "
+                   "vector): " + "; ".join(clear) + ".")
+    if other:
+        out.append(("Other untrained controls" if clear else "The untrained controls")
+                   + ", along the sequence and inside windows: " + "; ".join(other) + ".")
+    return " ".join(out)
+
+
 def routing_targets(td: Tables) -> pd.DataFrame:
     """Does each captured tiny target (a model with an untrained control: control_of) route like the
     study's models? Its first run (lowest K, first dataset) against the study's findings, each
@@ -525,11 +581,10 @@ def routing_targets(td: Tables) -> pd.DataFrame:
     if ob.empty or "seq1" not in ob or dec.empty:
         return pd.DataFrame()
     control = control_models(ob)
-    tiny = [m for m in dict.fromkeys(ob["model"]) if m in control]
+    pairs = _target_runs(ob)
+    tiny = list(pairs)
     rows, shares, matched = [], {}, {}
-    for m in tiny:
-        o = _first(ob, m)
-        c = _first(ob, control[m], like=o)
+    for m, (o, c) in pairs.items():
         mt = matched[m] = _matched(mc, m, o)
         ours = _routing_rows(m, o, dec[dec["run"] == o["run"]].iloc[0],
                              _first(ue, m, like=o) if not ue.empty else None)

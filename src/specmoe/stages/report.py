@@ -124,6 +124,9 @@ def _details(td: tables.Tables) -> list[str]:
     lines = []
     findings = prose.report_findings(td)
     if findings:
+        # what the untrained controls do against independence, from their intervals (nothing
+        # where the run has no control)
+        controls = prose.control_independence(td)
         lines += ["### What the routing shows, run by run", "",
                   "Temporal overlap is what the study's argument rests on: overlap above the "
                   "independence baseline that decays with step distance. Step 1 above the "
@@ -131,11 +134,9 @@ def _details(td: tables.Tables) -> list[str]:
                   "decays from d = 1 inside windows, so it is not a second finding: where its "
                   "interval lies above 0 it is given as the share of the temporal overlap it "
                   "certifies as within-window ordering, else as the difference with nothing "
-                  "certified. Untrained controls clear "
-                  "independence without it "
-                  "(every position of a window feeds the routers nearly the same vector); weak "
-                  "models decoding greedily repeat tokens, which route alike, so overlap is "
-                  "also given without such windows. Every interval is a 95% bootstrap over "
+                  "certified. " + (f"{controls} " if controls else "")
+                  + "Weak models decoding greedily repeat tokens, which route alike, so overlap "
+                  "is also given without such windows. Every interval is a 95% bootstrap over "
                   "requests.", "", *[f"- {f}" for f in findings], ""]
     measured = (prose.measured_findings(td) + prose.draft_cost_findings(td)
                 + prose.prediction_findings(td))
