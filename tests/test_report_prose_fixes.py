@@ -127,3 +127,77 @@ def test_the_controls_are_said_to_clear_independence_only_where_their_intervals_
     text = _details(_fixture_with(tmp_path / "both", overlap_by_distance=across))
     assert "clear independence" not in text and "clears independence" not in text
     assert "The untrained controls, along the sequence and inside windows: " in text
+
+
+def _raw_te(r, col: str) -> str:
+    """A TE that is not identified as the report must give it: its status, its raw ratio with
+    its interval (an unbounded end as ∞), named as not a TE."""
+    hi = r[f"{col}_raw_high"]
+    return (f"{r[f'{col}_status']} (raw ratio {r[f'{col}_raw']:.2f} [{r[f'{col}_raw_low']:.2f}, "
+            f"{'∞' if hi == np.inf else f'{hi:.2f}'}], not a TE)")
+
+
+def test_the_opening_says_the_cpu_run_does_not_identify_the_te_with_its_raw_numbers(tmp_path):
+    """'What a CPU run cannot show' named only the speedup curves and the MoE shares: the TE at
+    batch 1, the study's headline quantity, is not identified by the fixture's sweep for any
+    tiny target, and the opening did not say so. It now gives each CPU target's TE from the
+    sweep (and from profiled passes and the cost model) as its table has it: a ratio that is
+    not a TE by its status and raw numbers, never as a TE."""
+    td = tables_in(FIXTURE)
+    text = prose.opening(td)
+    cpu = text[text.index("What a CPU run cannot show"):]
+    sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
+    first = sp[(sp["batch"] == 1) & (sp["k"] == 3)].drop_duplicates("model")
+    assert first["te_sweep"].isna().all() and len(first) == 3
+    for _, r in first.iterrows():
+        assert f"its TE at batch 1 from the sweep {_raw_te(r, 'te_sweep')}" in cpu
+        assert f"{r['te_sweep_raw']:.2f} of" not in cpu  # never given as a TE value
+    t3 = tables.read_csv(FIXTURE / "te_three_ways.csv")
+    fine = t3[(t3["model"] == "tiny-fine") & (t3["batch"] == 1)].iloc[0]
+    assert (f"from profiled passes {_raw_te(fine, 'te_profiled')}, from the cost model "
+            f"{fine['te_costmodel']:.2f}") in cpu
+    assert ("the TE at batch 1 that the study's argument rests on is identified by the sweep "
+            "for none of them") in cpu
+    # a sweep that identifies one: said for that one, with its value and interval
+    coarse = (sp["model"] == "tiny-coarse") & (sp["batch"] == 1)
+    low = sp.loc[coarse, "te_sweep_raw_low"].to_numpy()
+    sp.loc[coarse, "te_sweep"], sp.loc[coarse, "te_sweep_low"] = low, low / 2
+    sp.loc[coarse, "te_sweep_high"] = (1 + low) / 2
+    r = sp[coarse].iloc[0]
+    cpu = prose.opening(_fixture_with(tmp_path, speedup_vs_batch=sp))
+    assert (f"tiny-coarse: a decode step" in cpu and "its TE at batch 1 from the sweep "
+            f"{r['te_sweep']:.2f} [{r['te_sweep_low']:.2f}, {r['te_sweep_high']:.2f}]") in cpu
+    assert "the sweep identifies the TE at batch 1 for tiny-coarse of 3, on a CPU's" in cpu
+
+
+def test_a_headline_the_study_publishes_and_the_run_cannot_give_is_said_not_compared(tmp_path):
+    """tiny-fine compared with Qwen2-57B had no TE line: its TE at batch 1 from the sweep is not
+    identified (and its entry names no precision or TP), so the comparison had no row and the
+    sentence said nothing of the study's TE. Each headline quantity the study publishes for the
+    matched model that the comparison does not set beside it is now 'not compared', with why
+    and this run's own numbers, beside the study's value."""
+    from declared import in_folder
+    from specmoe.contracts import Named
+    from specmoe.contracts.report import ComparisonParams
+    from specmoe.sources import published
+    from specmoe.stages import report
+
+    for p in FIXTURE.glob("*.csv"):
+        shutil.copy(p, tmp_path / p.name)
+    study = {"tiny-fine": {"study": "Qwen2-57B", "precision": None, "tp": None, "gpu": "CPU"}}
+    report.comparison_stage(Named({"tables": list(in_folder(tmp_path).values())}),
+                            Named({"tables": [str(tmp_path / f"comparison.{e}")
+                                              for e in ("csv", "md")]}),
+                            ComparisonParams(study=study, config_hash="x"))
+    [fine] = [s for s in prose.comparison_findings(tables_in(tmp_path))
+              if s.startswith("tiny-fine ")]
+    t3 = tables.read_csv(FIXTURE / "te_three_ways.csv")
+    ours = t3[(t3["model"] == "tiny-fine") & (t3["batch"] == 1) & (t3["k"] == 3)].iloc[0]
+    te = published.load("te_batch1_k3")
+    theirs = te[te["model"] == "Qwen2-57B"].iloc[0]
+    assert (f"TE at batch 1 not compared: this run's is not a value (ours: "
+            f"{_raw_te(ours, 'te_sweep')}); the study's {theirs['target_efficiency']:.3f} "
+            f"({theirs['precision']}, TP {theirs['tp']}, {theirs['sd_method']})") in fine
+    # the study publishes no MoE share of Qwen2-57B: nothing is said of one
+    prof = published.load("profiling_batch1")
+    assert prof[prof["model"] == "Qwen2-57B"].empty and "MoE share" not in fine

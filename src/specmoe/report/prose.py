@@ -993,14 +993,16 @@ def opening(td: Tables) -> str:
         out.append(f"Speculative decoding in this run, on the machines the Provenance section's "
                    f'"Measured on" lines name ({_timing_scope(td)}): ' + "; ".join(speed) + ".")
     cpu, priced = swept_on(td, "cpu"), _priced_on(td)
+    te = _te_identified(td, cpu) if cpu else ""
     if cpu:
         out.append("What a CPU run cannot show: the study's GPU claims. "
                    + _and(cpu) + (" was" if len(cpu) == 1 else " were") + " swept on a CPU, "
                    "where a model's step costs host overhead rather than weight reads"
                    + _cpu_step_numbers(td, cpu) + ", so "
-                   + ("its speedup curve and its MoE share" if len(cpu) == 1
-                      else "their speedup curves and MoE shares")
-                   + " of time test the pipeline, not the study"
+                   + ("its speedup curve, its MoE share of time and its TE" if len(cpu) == 1
+                      else "their speedup curves, MoE shares of time and TEs")
+                   + " test the pipeline, not the study"
+                   + (f"; {te}" if te else "")
                    + (f"; {priced}" if priced else "") + ".")
     elif priced and (speed or not t.empty):
         out.append(priced[0].upper() + priced[1:] + ".")
@@ -1026,36 +1028,84 @@ def _cpu_step_numbers(td: Tables, models: list[str]) -> str:
     """For each of `models` (swept on a CPU), its decode step at batch 1 as measured (the sweep's
     TPOT without SD) beside what the step model prices it at from its weights and launches
     (draft_ratio_model's t_target_us), and its profiled MoE share of time beside its MoE share
-    of weights (kernel_time_shares): " (tiny-fine: ...)", or nothing where a table lacks them.
-    Each of the model's first run, the one the speedup sentence gives (_speedup_run), the other
-    tables' rows of that run where they have them."""
+    of weights (kernel_time_shares), and its TE at batch 1 from the sweep, from profiled passes
+    and from the cost model (_cpu_te: a ratio that is not a TE by its raw numbers, named as
+    such): " (tiny-fine: ...)", or nothing where the tables lack them. Each of the model's first
+    run, the one the speedup sentence gives (_speedup_run), the other tables' rows of that run
+    where they have them."""
     sp, dr, ks = (td.read(t) for t in ("speedup_vs_batch", "draft_ratio_model",
                                        "kernel_time_shares"))
-    if sp.empty or dr.empty:
+    if sp.empty:
         return ""
     parts = []
     for model in models:
         g = _speedup_run(sp, model)
         like = _like(g)
-        step = g[g["batch"] == 1]["tpot_ar_ms"].dropna() if not g.empty else g
-        priced = _first(dr[(dr["batch"] == 1) & dr["t_target_us"].notna()], model, like)
-        if step.empty or priced is None:
-            continue
-        ms, us = float(step.iloc[0]), float(priced["t_target_us"])
-        text = (f"{model}: a decode step at batch 1 took {ms:.2f} ms, {ms * 1e3 / us:.0f} times "
-                f"the {us / 1e3:.2f} ms the step model prices for its weights and launches")
-        k = ks[ks["batch"] == 1] if not ks.empty else ks
-        moe = _first(k[k["class"] == "moe"], model, like) if not k.empty else None
-        other = _first(k[k["class"] == "other"], model, like) if not k.empty else None
-        if moe is not None and np.isfinite(moe["decode_share"]):
-            text += (f"; its MoE kernels took {100 * moe['decode_share']:.0f}% of the "
-                     f"profiled step against {100 * moe['moe_weight_share']:.0f}% of its "
-                     "weights")
-            if other is not None:
-                text += (f", and ops outside attention, GEMMs and MoE "
-                         f"{100 * other['decode_share']:.0f}%")
-        parts.append(text)
+        step = (g[g["batch"] == 1]["tpot_ar_ms"].dropna() if "tpot_ar_ms" in g
+                else pd.Series(dtype=float))
+        priced = (_first(dr[(dr["batch"] == 1) & dr["t_target_us"].notna()], model, like)
+                  if not dr.empty else None)
+        said = []
+        if not step.empty and priced is not None:
+            ms, us = float(step.iloc[0]), float(priced["t_target_us"])
+            said.append(f"a decode step at batch 1 took {ms:.2f} ms, {ms * 1e3 / us:.0f} times "
+                        f"the {us / 1e3:.2f} ms the step model prices for its weights and "
+                        "launches")
+            k = ks[ks["batch"] == 1] if not ks.empty else ks
+            moe = _first(k[k["class"] == "moe"], model, like) if not k.empty else None
+            other = _first(k[k["class"] == "other"], model, like) if not k.empty else None
+            if moe is not None and np.isfinite(moe["decode_share"]):
+                said.append(f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the "
+                            f"profiled step against {100 * moe['moe_weight_share']:.0f}% of its "
+                            "weights" + (f", and ops outside attention, GEMMs and MoE "
+                                         f"{100 * other['decode_share']:.0f}%"
+                                         if other is not None else ""))
+        te = _cpu_te(td, g)
+        if te:
+            said.append(te)
+        if said:
+            parts.append(f"{model}: " + "; ".join(said))
     return f" ({'; '.join(parts)})" if parts else ""
+
+
+# the TEs of te_three_ways at batch 1 beside the sweep's, in the opening's words
+TE_WAYS = (("te_profiled", "from profiled passes"), ("te_costmodel", "from the cost model"))
+
+
+def _cpu_te(td: Tables, g: pd.DataFrame) -> str:
+    """A model's TE at batch 1 at its first run (g: its speedup rows, _speedup_run): from the
+    sweep (the speedup table's te_sweep), from profiled passes and from the cost model
+    (te_three_ways' row of that run), each as _te_text words it: where it is not a TE, its
+    status with its raw ratio and interval, named as not a TE; "" where the tables have none."""
+    one = g[g["batch"] == 1] if not g.empty else g
+    if one.empty or not {"te_sweep", "te_sweep_raw"} & set(one.columns):
+        return ""
+    te = td.read("te_three_ways")
+    r = _first(te[te["batch"] == 1], g["model"].iloc[0], _like(g)) if not te.empty else None
+    ways = [f"{words} {_te_text(r, col)}" for col, words in TE_WAYS
+            if r is not None and col in r and _te_text(r, col) != NOT_MEASURED]
+    return f"its TE at batch 1 from the sweep {_te_text(one.iloc[0], 'te_sweep')}" + "".join(
+        f", {w}" for w in ways)
+
+
+def _te_identified(td: Tables, models: list[str]) -> str:
+    """Whether the sweep's TE at batch 1 is a value for `models` (at each one's first run,
+    _speedup_run), in words: the study's headline quantity, which a run that does not identify
+    it cannot speak to; "" where the speedup table has no TE."""
+    sp = td.read("speedup_vs_batch")
+    if sp.empty or "te_sweep" not in sp:
+        return ""
+    rows = [g[g["batch"] == 1] for g in (_speedup_run(sp, m) for m in models)]
+    rows = [r.iloc[0] for r in rows if not r.empty]
+    if not rows:
+        return ""
+    named = [r["model"] for r in rows if np.isfinite(_val(r, "te_sweep"))]
+    if not named:
+        return ("the TE at batch 1 that the study's argument rests on is identified by the "
+                f"sweep for none of {'it' if len(rows) == 1 else 'them'} (the sweep's ratios above "
+                "are raw, not TEs)")
+    return (f"the sweep identifies the TE at batch 1 for {_and(named)} of {len(rows)}, on a "
+            "CPU's step times")
 
 
 def _priced_on(td: Tables) -> str:
@@ -1339,9 +1389,46 @@ def pooled_note(td: Tables, run: pd.Series) -> str:
     return f" on its main set pooled with its held-out slices ({held})"
 
 
+def _published_of(table: str, q: str, study_model: str) -> str:
+    """What the study publishes of a headline quantity (the pipeline's `table` and column `q`,
+    by published.SPECS) for `study_model`: its values, each with the variant it is of, as
+    "0.270 (bf16, TP 2, draft_model)"; "" where it publishes none."""
+    spec = next((s for s in published.SPECS if s.table == table and q in s.quantities), None)
+    if spec is None:
+        return ""
+    pub, col = published.load(spec.published), spec.quantities[q]
+    p = pub[(pub["model"] == study_model) & pub[col].notna()] if col in pub else pub.iloc[0:0]
+    return ", ".join(f"{float(r[col]):.3f}" + (" (" + ", ".join(
+        f"TP {int(r[c])}" if c == "tp" and pd.notna(r[c]) else str(r[c])
+        for c in spec.variant) + ")"
+        if spec.variant else "") for _, r in p.iterrows())
+
+
+def _not_compared(td: Tables, table: str, q: str, model: str, like) -> str:
+    """Why a headline quantity the study publishes is not beside it for a model, with this
+    run's own numbers (its row at the study's K and batch 1 where the spec asks them, of the
+    run like `like`): not measured, not a value (its status and raw numbers, _te_text), or a
+    value with no published row of its variant, drafting method or main set."""
+    spec = next(s for s in published.SPECS if s.table == table and q in s.quantities)
+    df = load(td, table)
+    for c, v in spec.where.items():
+        if c in df:
+            df = df[df[c] == v]
+    r = _first(df, model, like) if not df.empty and q in df else None
+    if r is None:
+        return "this run does not measure it (ours: none)"
+    v = _val(r, q)
+    if not np.isfinite(v):
+        return f"this run's is not a value (ours: {_te_text(r, q)})"
+    return ("the study publishes it for another variant, drafting method or dataset (ours: "
+            f"{_with_interval(v, *_interval(r, q))})")
+
+
 def comparison_findings(td: Tables) -> list[str]:
     """Per matched model: the headline quantities beside the study's, saying where its run pools
-    held-out slices with its main set; and the replay's agreement."""
+    held-out slices with its main set, and each headline quantity the study publishes for the
+    matched model that the run does not set beside it, "not compared" with why and this run's
+    own numbers (_not_compared); and the replay's agreement."""
     out = []
     cmp_ = load(td, "comparison")
     for (model, study_model), g in (cmp_.groupby(["model", "study_model"], sort=False)
@@ -1355,6 +1442,12 @@ def comparison_findings(td: Tables) -> list[str]:
                 parts.append(f"{name} {mine} vs {r['published']:.3f}")
         of_runs = g[g["dataset"].apply(lambda ds: isinstance(ds, str) and ds != "")]
         note = pooled_note(td, of_runs.iloc[0]) if not of_runs.empty else ""
+        like = of_runs.iloc[0] if not of_runs.empty else None
+        for table, q, name in HEADLINES:
+            theirs = _published_of(table, q, study_model)
+            if theirs and g[(g["table"] == table) & (g["quantity"] == q)].empty:
+                parts.append(f"{name} not compared: {_not_compared(td, table, q, model, like)}; "
+                             f"the study's {theirs}")
         if parts:
             out.append(f"{model} (compared with {study_model}){note}: " + "; ".join(parts))
     for stem, col in (("replay_unique_experts", "uniform_ipf_diff"),
