@@ -15,6 +15,7 @@ import pytest
 
 from browser import open_page
 from declared import in_folder, report_inputs, report_job, tables_in
+from test_report_captions_bounds import with_correction_columns
 from specmoe.contracts import Named
 from specmoe.contracts.report import (ComparisonParams, FiguresParams, ReplayParams,
                                       ReportIndexParams)
@@ -1216,6 +1217,7 @@ def _table_columns(tmp_path) -> dict[str, list[str]]:
     cols = {p.stem: list(tables.read_csv(p).columns) for p in FIXTURE.glob("*.csv")}
     cols.update({stem: list(df.columns) for stem, df in replay.replay_tables().items()})
     cols["comparison"] = published.COLUMNS
+    cols["three_step_correction"] = with_correction_columns(cols["three_step_correction"])
     cfg = tmp_path / "config.json"
     shutil.copy(Path(published.__file__).parent.parent / "data" / "hf_configs" /
                 "Qwen3-30B-A3B.json", cfg)
@@ -1630,7 +1632,7 @@ def test_the_three_step_corrections_rows_lay_out_the_cost_models_correction_over
 
     cm = {"moe_weight_share": 0.667, "unique_ratio": 2.4}
     per = {"moe_time_share": [0.30, 0.33, 0.36], "moe_time_ratio": [1.5, 1.6, 1.7],
-           "dense_time_ratio": [0.95, 1.0, 1.05]}
+           "dense_time_ratio": [1.0, 1.05, 1.1]}
     b = {**{k: float(np.exp(np.mean(np.log(v)))) for k, v in per.items()},
          **{f"{k}_per_start": v for k, v in per.items()}}
     want = costmodel.three_step_correction_over_starts(0.667, 2.4, *per.values(),

@@ -153,6 +153,14 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
     return rows
 
 
+# the three-step correction's inputs in the order its steps measure them, each with its physical
+# range: the MoE share of step time, and the MoE and non-MoE verify/decode time ratios (verify
+# runs K + 1 tokens per request where decode runs 1: a class's time cannot fall)
+CORRECTION_INPUTS = {"f": {"lower": 0.0, "upper": 1.0},
+                     "s_moe": {"lower": 1.0, "upper": np.inf},
+                     "s_dense": {"lower": 1.0, "upper": np.inf}}
+
+
 def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
     """The three_step_correction table's rows of a run profiled at batch 1 (b), against the TE
     from its sweep (sw, None where it has no point).
@@ -182,11 +190,15 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
         interval = (s.get("te_low"), s.get("te_high"))  # the weight baseline: none
         row = {**rc, "batch": 1, **gap_as_pct(step), **bounded_te("te", s["te"], *interval),
                "te_sweep": corr["measured"], "profile_mode": profile_mode(b)}
-        # the profiled values' own intervals over the engine starts, from the step that
-        # takes each on (NaN before it, and for a profile from before they had one)
-        for j, (col, key) in enumerate(zip(("f", "s_moe", "s_dense"), keys), 1):
-            for end in ("_low", "_high"):
-                row[col + end] = b.get(key + end, np.nan) if i >= j else np.nan
+        # each input within its physical range, flagged as kernel_rows flags a class's ratio
+        # (f, a share: [0, 1]; s_moe and s_dense, verify/decode time ratios: [1, inf)), with
+        # its own interval over the engine starts from the step that takes it on (none before
+        # it, where it is the weight model's, nor for a profile from before it had one)
+        for j, (col, key) in enumerate(zip(CORRECTION_INPUTS, keys), 1):
+            own = (b[f"{key}_low"], b[f"{key}_high"]) if i >= j and f"{key}_low" in b else ()
+            row.update({f"{col}{end}": np.nan for end in ("_low", "_high", "_raw_low",
+                                                           "_raw_high")})
+            row.update(bounded(col, step[col], *own, **CORRECTION_INPUTS[col]))
         if rows and (row["te_status"] != "ok" or rows[-1]["te_status"] != "ok"):
             row["delta"] = row["gap_closed_pct"] = np.nan  # a step to or from a TE that is not
         rows.append(row)                                    # a value is no value either
