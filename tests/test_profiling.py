@@ -649,7 +649,9 @@ def test_profiled_shares_ratios_and_draft_cost_have_their_spread_over_engine_sta
     assert rows[3]["te_raw"] == pytest.approx(b["te_profiled"])  # the profiled TE itself
     assert (rows[3]["te_raw_low"], rows[3]["te_raw_high"]) == pytest.approx(
         (b["te_profiled_low"], b["te_profiled_high"]))
-    assert rows[2]["s_moe_low"] == b["moe_time_ratio_low"] and math.isnan(rows[1]["s_moe_low"])
+    assert rows[2]["s_moe_raw_low"] == b["moe_time_ratio_low"]
+    assert math.isnan(rows[1]["s_moe_raw_low"])
+    assert rows[2]["s_moe_status"] == TE_PAST_BOUND and math.isnan(rows[2]["s_moe_low"])
 
     # attention's ratio below 1 wholly (a class cannot take less time on more tokens), MoE's
     # interval passing 1, the dense GEMM's above it: flagged as TE past its bound is
