@@ -71,3 +71,40 @@ def test_the_three_step_corrections_time_ratios_are_never_below_their_floor():
     assert np.isnan(fine[2]["s_moe"]) and np.isnan(fine[3]["s_dense"])
     # the weight model's inputs have no interval and are flagged by their point alone
     assert fine[0]["s_moe_status"] == fine[0]["s_dense_status"] == fine[0]["f_status"] == "ok"
+
+
+def test_the_sweep_and_the_tables_flag_a_te_by_one_rule():
+    """Two rules decided whether a TE is identified: the sweep's te_status called 1.229
+    [0.447, 96.7] 'its point lies outside (0, 1]' and bounded_te kept that, where the tables' own
+    rule (bounded) gives 'not identified: its 95% interval reaches past the physical bound'; and
+    the sweep said 'crosses 1' where te_profiled said 'reaches past the physical bound' for the
+    same condition. Now the same (te, low, high) gives the same status from either, the sweep's
+    own reasons (no drafter series, no finite TE) kept."""
+    import math
+
+    from specmoe.measured.sweep import TE_NO_DRAFTER, TE_UNDEFINED, speedup_curve, te_status
+    from specmoe.report.bounds import TE_PAST_BOUND, bounded_te
+    from specmoe.report.measured import speedup_row
+    from test_sweep import MARGIN, repeated
+
+    nan, inf = float("nan"), float("inf")
+    cases = [(1.229, 0.447, 96.7), (0.87, 0.50, 2.57), (0.8, 0.6, 0.95), (0.8, nan, nan),
+             (1.3, 1.1, 1.5), (1.229, 0.447, inf), (0.9, 0.7, inf), (-0.2, -0.5, 0.3), (1.3, nan, nan)]
+    for te, lo, hi in cases:
+        sweep = te_status(te, lo, hi, True)
+        assert sweep == bounded_te("te", te, lo, hi)["te_status"], (te, lo, hi)
+        assert bounded_te("te", te, lo, hi, sweep)["te_status"] == sweep
+    assert te_status(1.229, 0.447, 96.7, True) == TE_PAST_BOUND
+    assert te_status(0.87, 0.50, 2.57, True) == TE_PAST_BOUND
+    for reason in (TE_NO_DRAFTER, TE_UNDEFINED):
+        assert bounded_te("te", nan, nan, nan, reason)["te_status"] == reason
+    assert te_status(nan, nan, nan, True) == TE_UNDEFINED
+    assert te_status(0.8, 0.6, 0.95, False) == TE_NO_DRAFTER
+    # a real sweep point whose interval passes 1, through speedup_vs_batch's row
+    ar, sd = repeated(1, [10.0, 12.0, 8.0]), repeated(1, [5.6, 6.6, 4.6], 2.2)
+    sp = speedup_curve(ar, sd, repeated(1, [0.5, 0.6, 0.4]), 3, MARGIN, "client", 0.0)
+    r = sp["rows"][0]
+    row = speedup_row({"model": "m"}, {**sp, "shape": "x"}, r, False)
+    assert r["te_sweep_status"] == row["te_sweep_status"] == TE_PAST_BOUND == bounded_te(
+        "te", r["te_sweep_raw"], r["te_sweep_low"], r["te_sweep_high"])["te_status"]
+    assert math.isnan(row["te_sweep"])

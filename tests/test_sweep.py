@@ -254,7 +254,7 @@ def test_te_from_the_sweep_has_an_interval_and_is_not_a_number_when_ill_conditio
     dr = repeated(1, [2.5, 2.52, 2.48])
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     assert row["te_sweep_raw"] > 1 and math.isnan(row["te_sweep"])
-    assert row["te_sweep_status"] == "not identifiable: its point lies outside (0, 1]"
+    assert row["te_sweep_status"] == "above 1: not physical"
     assert row["te_sweep_high"] > row["te_sweep_raw"] > row["te_sweep_low"] > 1
 
 
@@ -282,19 +282,19 @@ def test_a_te_whose_interval_crosses_1_is_marked_not_identified():
     """A point inside (0, 1] whose 95% interval reaches past 1 (the sweep's 0.87 [0.50, 2.57]):
     the sweep cannot tell it from an impossible TE, so it is not a number; the raw value and its
     interval stay beside the status."""
-    from specmoe.measured.sweep import TE_CROSSES, te_status
+    from specmoe.measured.sweep import TE_PAST_BOUND, te_status
 
     k, tau = 3, 2.2
     ar, sd = repeated(1, [10.0, 12.0, 8.0]), repeated(1, [5.6, 6.6, 4.6], tau)
     dr = repeated(1, [0.5, 0.6, 0.4])
     row = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
     assert 0 < row["te_sweep_raw"] <= 1 < row["te_sweep_high"]
-    assert math.isnan(row["te_sweep"]) and row["te_sweep_status"] == TE_CROSSES
+    assert math.isnan(row["te_sweep"]) and row["te_sweep_status"] == TE_PAST_BOUND
     assert te_status(0.8, 0.6, 0.95, True) == "ok"
-    assert te_status(0.8, 0.6, 1.2, True) == TE_CROSSES
+    assert te_status(0.8, 0.6, 1.2, True) == TE_PAST_BOUND
     # no interval (a drafter measured once gave 0.952 [nan, nan] 'ok'): nothing shows it inside
     assert te_status(0.8, float("nan"), float("nan"), True) == TE_NO_INTERVAL
-    assert te_status(1.3, 1.1, 1.5, True) == "not identifiable: its point lies outside (0, 1]"
+    assert te_status(1.3, 1.1, 1.5, True) == "above 1: not physical"
 
 
 def test_a_sweep_te_without_a_finite_value_says_why_not_that_its_point_lies_outside():

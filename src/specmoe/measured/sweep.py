@@ -21,10 +21,12 @@ length:
   step, with the drafter timed alone (served without SD, same batch);
 - TE(B) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95% interval: each bound at the corner
   of the four inputs' own 95% intervals where TE is smallest or largest (TE rises with TPOT_noSD and
-  TPOT_drafter and falls with tau and TPOT_SD). A point value outside (0, 1] is "not identifiable:
-  its point lies outside (0, 1]"; a point inside whose interval crosses a physical bound (above 1,
-  or unbounded) is "not identified by the sweep": the sweep cannot tell TE from an impossible
-  value there. Either way its TE is NaN (the raw value and the interval are kept beside the status);
+  TPOT_drafter and falls with tau and TPOT_SD). Whether it is a value is decided by the one rule
+  every table's TE is flagged by (bound_status, on [0, 1]): a point inside whose interval reaches
+  past a bound (above 1, or unbounded) or is missing is "not identified", and so is a point outside
+  whose interval reaches back inside; one outside with its interval is "not physical"; no finite
+  TE (tau / speedup at or below c) is TE_UNDEFINED. Any of these leaves its TE NaN (the raw value
+  and the interval are kept beside the status);
 - the curve's shape (shape_label) and whether SD is faster or slower over it (direction_labels),
   decided by the intervals or said to be undecided.
 """
@@ -192,31 +194,51 @@ def te_interval(tau: tuple, k: int, ar: tuple, sd: tuple, dr: tuple) -> tuple[fl
 
 
 TE_OK, TE_NO_DRAFTER = "ok", "no drafter series"
-TE_OUTSIDE = "not identifiable: its point lies outside (0, 1]"
 # TE = 1 / (tau / speedup - c): where tau / speedup does not exceed the draft cost c there is no
 # finite positive TE (te_from_sweep gives NaN), a point beyond 1 rather than a number
 TE_UNDEFINED = "not identifiable: tau / speedup does not exceed the draft cost (no finite TE)"
-TE_CROSSES = "not identified by the sweep: its 95% interval crosses 1"
-# a TE without an interval (a point measured once, a drafter without repeats) cannot show that
-# it lies inside (0, 1]: it is not a value either
+# a value without an interval (a point measured once, a drafter without repeats, a profile of one
+# engine start) cannot show that it lies inside its range: it is not a value either
 TE_NO_INTERVAL = "not identified: no 95% interval (measured once)"
+TE_PAST_BOUND = "not identified: its 95% interval reaches past the physical bound"
+
+
+def bound_status(x: float, low: float | None = None, high: float | None = None,
+                 lower: float = 0.0, upper: float = 1.0) -> str:
+    """The one rule deciding whether a quantity with the physical range [lower, upper] (TE's
+    [0, 1]; a verify/decode time ratio's [1, inf)) is a value: "ok", else why not. Every table
+    flags with it (report.bounds) and so does the sweep (te_status).
+
+    A point inside whose 95% interval (low, high) reaches past a bound is "not identified"
+    (TE_PAST_BOUND: the measurement cannot tell it from an impossible value), and so is one whose
+    interval is missing (NaN: TE_NO_INTERVAL, nothing shows it inside); a point outside is "not
+    physical" only where its interval lies wholly outside as well, else it too is not identified
+    (1.13 [0.54, 2.39] says no more than 0.94 [0.28, 3.13]). Without an interval (low None) the
+    point alone decides."""
+    raw = float(x) if x is not None else float("nan")
+    if not np.isfinite(raw):
+        return "not measured"
+    if not lower <= raw <= upper:
+        reaches_back = (low is not None and not (np.isnan(low) or np.isnan(high))
+                        and low <= upper and high >= lower)
+        return TE_PAST_BOUND if reaches_back else (
+            f"above {upper:g}: not physical" if raw > upper else f"below {lower:g}: not physical")
+    if low is None:
+        return TE_OK
+    if np.isnan(low) or np.isnan(high):
+        return TE_NO_INTERVAL
+    return TE_OK if lower < low and high <= upper else TE_PAST_BOUND
 
 
 def te_status(te: float, low: float, high: float, drafter: bool) -> str:
-    """Whether a TE from the sweep is a number: its point in (0, 1] and its interval, where it
-    has one, inside (0, 1] (TE is a ratio of step times: beyond 1 a value is not physical, and an
-    interval that reaches there cannot identify TE)."""
+    """Whether a TE from the sweep is a number, by the one rule (bound_status on [0, 1]), with
+    the sweep's own reasons where it has none: no drafter series to give the draft cost
+    (TE_NO_DRAFTER), or no finite TE (TE_UNDEFINED: tau / speedup at or below the draft cost)."""
     if not drafter:
         return TE_NO_DRAFTER
     if math.isnan(te):
         return TE_UNDEFINED
-    if not (math.isfinite(te) and 0 < te <= 1.0):
-        return TE_OUTSIDE
-    if math.isnan(low) or math.isnan(high):
-        return TE_NO_INTERVAL
-    if not (0 < low and high <= 1.0):
-        return TE_CROSSES
-    return TE_OK
+    return bound_status(te, low, high)
 
 
 def mean_interval(xs: list[float], level: float = LEVEL) -> tuple[float, float]:
