@@ -85,6 +85,7 @@ TITLES = {
     "replay_three_step": "Replay: three-step correction (Table 11)",
     "step_model_calibration": "Step-model calibration",
     "step_model_shapes": "Step-model speedup shapes",
+    "step_model_parameters": "Step-model parameters",
 }
 FIGURE_TITLES = {
     "overlap_by_distance": "Overlap by step distance",
