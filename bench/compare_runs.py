@@ -66,7 +66,9 @@ def is_timing(table: str, column: str, step: int | None = None) -> bool:
     one: on every row)?"""
     cols = TIMING_COLUMNS.get(table, ())
     if table == "three_step_correction" and step:
-        cols += CORRECTION_INPUTS[:step] + ("te*", "delta", "gap_closed_pct")
+        # a measured input with its interval, raw value and status (f, f_low, f_raw, f_status)
+        cols += tuple(c for x in CORRECTION_INPUTS[:step] for c in (x, f"{x}_*")) + (
+            "te*", "delta", "gap_closed_pct")
     return any(column == c or (c.endswith("*") and column.startswith(c[:-1])) for c in cols)
 
 

@@ -213,3 +213,23 @@ def test_the_three_step_corrections_measured_values_still_are_timings(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), str(ra), str(rb)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_measured_inputs_interval_raw_value_and_status_are_timings_of_its_step(tmp_path):
+    """The three-step correction bounds its inputs (f_raw, f_status, f_low, ...: report.measured
+    correction_rows): on a step that measures an input those move with the clocks as the input
+    does; only the exact names f, s_moe, s_dense were timings, so two runs of different clocks
+    differed there. An input the step does not measure (the weight model's) is still compared."""
+    cols = "model,batch,name,f,f_raw,f_status,f_low,s_moe,s_moe_raw,s_moe_status\n"
+    row = "m,1,step 1: measured MoE time share,{f},{f},{st},{lo},1.2,1.2,ok\n"
+    a = cols + row.format(f="0.30", st="ok", lo="0.2")
+    b = cols + row.format(f="", st="not identified", lo="")
+    ra, rb = _run(tmp_path / "a", {"three_step_correction": a}), \
+        _run(tmp_path / "b", {"three_step_correction": b})
+    r = subprocess.run([sys.executable, str(SCRIPT), str(ra), str(rb)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rc = _run(tmp_path / "c", {"three_step_correction": a.replace("1.2,1.2,ok", "1.2,1.2,no")})
+    r = subprocess.run([sys.executable, str(SCRIPT), str(ra), str(rc)], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "DIFF  tables/three_step_correction.csv" in r.stdout, r.stdout
