@@ -201,3 +201,17 @@ def test_a_headline_the_study_publishes_and_the_run_cannot_give_is_said_not_comp
     # the study publishes no MoE share of Qwen2-57B: nothing is said of one
     prof = published.load("profiling_batch1")
     assert prof[prof["model"] == "Qwen2-57B"].empty and "MoE share" not in fine
+
+
+def test_a_te_an_older_table_kept_as_a_value_is_worded_by_the_tables_one_rule():
+    """A table of an older run may hold a TE as a value beside an interval that does not identify
+    it; the report worded that by a copy of the rule of its own ('reaches past the physical
+    bound' even for a point wholly above 1), not by measured.sweep.bound_status."""
+    from specmoe.measured.sweep import TE_PAST_BOUND
+    from specmoe.report.prose import _te_text
+
+    past = _te_text({"te": 0.8, "te_low": 0.5, "te_high": 1.2}, "te")
+    assert past.startswith(TE_PAST_BOUND) and "raw ratio 0.80 [0.50, 1.20], not a TE" in past
+    above = _te_text({"te": 1.3, "te_low": 1.1, "te_high": 1.5}, "te")
+    assert above.startswith("above 1: not physical") and "not a TE" in above
+    assert _te_text({"te": 0.8, "te_low": 0.6, "te_high": 0.9}, "te").startswith("0.80")

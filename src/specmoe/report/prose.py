@@ -149,9 +149,11 @@ def _te_text(row, col: str) -> str:
     not a number (its raw value, interval and status beside)."""
     v = row.get(col, np.nan)
     lo, hi = _interval(row, col)
-    if pd.notna(v) and np.isfinite(lo) and not (0 < lo and hi <= 1):  # a table of an older run
-        return (f"not identified: its 95% interval [{lo:.2f}, {hi:.2f}] reaches past the "
-                f"physical bound (point {v:.2f})")
+    # a table of an older run may keep a value its interval does not identify: the tables' one
+    # rule (sweep.bound_status) decides it here too
+    status = sweep.bound_status(v, lo, hi) if pd.notna(v) and np.isfinite(lo) else sweep.TE_OK
+    if status != sweep.TE_OK:
+        return f"{status} (raw ratio {v:.2f} [{lo:.2f}, {hi:.2f}], not a TE)"
     if pd.notna(v):
         return f"{v:.2f}" + _bracket(row, col)
     raw = row.get(f"{col}_raw", np.nan)
