@@ -3,9 +3,37 @@ stages: specmoe.stages.study). See specmoe.contracts for what a record holds."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
+from .. import paths as P
 from . import wildcard
+
+
+def tracked_revision(configured: str | None, manifest: str, repo_id) -> str | None:
+    """The revision a download job depends on (its param): the configured one, except where the
+    download's manifest (a results/ file, read when the job graph is built) already holds what
+    it names: where the configured revision is unset, is the one the manifest was made from,
+    or is the commit it resolved to, the param is the revision the manifest was made from (its
+    `revision_requested`: the download's param of that run, which Snakemake recorded). So
+    copying a recorded commit into the config to pin the run, or leaving it unset, changes no
+    param: neither the download nor the engine jobs that read its manifest rerun; another
+    revision (a new commit, branch or tag) reruns the download, and so everything after it.
+    Without a readable manifest of the same repository: the configured revision. A job that
+    reruns for another reason (--forcerun, a new trust_remote_code) downloads this revision:
+    where it is a branch or unset and the Hub has moved on since, the manifest then records a
+    newer commit than the one pinned, and the next run downloads the pinned one again."""
+    try:
+        man = json.loads(Path(manifest).read_text())
+    except (OSError, ValueError):
+        return configured
+    if not isinstance(man, dict) or man.get("repo_id") != repo_id:
+        return configured
+    made_from = man.get("revision_requested")
+    if configured is None or configured in (made_from, man.get("commit")):
+        return made_from
+    return configured
 
 
 @dataclass(frozen=True)
@@ -17,7 +45,10 @@ class DownloadModelParams:
     vLLM cannot load stops the job), not on the names of the models that serve it: another
     model of a repository already downloaded reruns neither its download nor so the engine jobs
     of the repository's other models. Its file name (owner--name, names.repo_key: the
-    download's label) and mode (full, or config.json only) are the job's wildcards."""
+    download's label) and mode (full, or config.json only) are the job's wildcards. Its revision
+    is the one its manifest already holds where the configured one names it (tracked_revision:
+    the manifest is read when the job graph is built), so pinning the recorded commit reruns
+    nothing."""
 
     INPUTS = ()
     OUTPUTS = ("manifest",)
@@ -35,7 +66,10 @@ class DownloadModelParams:
 
         repo = cfg.repos[w.repo]
         methods = {n: cfg.drafters[n].method for n in repo["names"] if n in cfg.drafters}
-        return cls(repository={k: repo[k] for k in cls.REPO_KEYS},
+        repository = {k: repo[k] for k in cls.REPO_KEYS}
+        repository["revision"] = tracked_revision(repo["revision"], P.download(w.repo, w.mode),
+                                                  repo["repo_id"])
+        return cls(repository=repository,
                    methods={n: m for n, m in methods.items() if m in EAGLE_METHODS},
                    repo=w.repo, mode=w.mode)
 
@@ -64,12 +98,27 @@ class DatasetParams:
 class DownloadDatasetParams(DatasetParams):
     """Rule download_dataset: a study dataset's files from its dataset repository into the HF
     cache (specmoe.stages.study.download_dataset_stage); no input, output manifest. It reads its
-    repository, revision and files (the format's default files where none are named)."""
+    repository, revision and files (the format's default files where none are named). Its
+    revision is the one its manifest already holds where the configured one names it
+    (tracked_revision: the manifest is read when the job graph is built), so pinning the
+    recorded commit reruns neither the prompt table nor the engine jobs on it."""
 
     INPUTS = ()
     OUTPUTS = ("manifest",)
     STAGE = "specmoe.stages.study.download_dataset_stage"
     KEYS = ("repo_id", "revision", "format", "files")
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "DownloadDatasetParams":
+        record = super().from_config(cfg, w)
+        spec = {k: v for k, v in record.spec.items() if k != "revision"}
+        entry = cfg.datasets[w.dataset]
+        revision = tracked_revision(entry.get("revision"),
+                                    P.DATASET_DOWNLOAD.format(dataset=w.dataset),
+                                    entry.get("repo_id"))
+        if revision is not None:  # unset stays absent, as the configuration leaves it
+            spec["revision"] = revision
+        return cls(spec=spec, dataset=w.dataset)
 
 
 @dataclass(frozen=True)
