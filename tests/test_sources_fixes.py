@@ -88,3 +88,73 @@ def test_the_download_param_is_the_revision_its_manifest_was_made_from(tmp_path)
     man.write_text("{not json")
     assert tracked_revision("c" * 40, str(man), "o/r") == "c" * 40
 
+
+def _parquet(path: Path, columns: dict) -> None:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(columns).to_parquet(path)
+
+
+AYA = "data/train-00000-of-00001.parquet"
+SPEED = "throughput_32k/test-00000-of-00001.parquet"
+
+
+def _aya_without_language(root):
+    _parquet(root / AYA, {"inputs": ["uno"], "targets": ["1"]})
+
+
+def _aya_null_input(root):
+    _parquet(root / AYA, {"inputs": ["uno", None], "language": ["Spanish", "Spanish"]})
+
+
+def _speed_without_turns(root):
+    _parquet(root / SPEED, {"question_id": ["q1"], "category": ["low_entropy"]})
+
+
+def _speed_empty_turns(root):
+    _parquet(root / SPEED, {"category": ["low_entropy", "x"], "turns": [["long"], []]})
+
+
+def _speed_turns_a_string(root):
+    _parquet(root / SPEED, {"category": ["low_entropy"], "turns": ["a long prompt"]})
+
+
+def _questions_without_turns(root):
+    (root / "question.jsonl").write_text(json.dumps({"question_id": 1, "category": "w"}) + "\n")
+
+
+def _questions_not_json(root):
+    (root / "question.jsonl").write_text("question 1: write a poem\n")
+
+
+def _questions_turns_a_string(root):
+    (root / "question.jsonl").write_text(
+        json.dumps({"question_id": 1, "category": "w", "turns": "a long prompt"}) + "\n")
+
+
+@pytest.mark.parametrize("fmt,lay_out,file,says", [
+    ("aya", _aya_without_language, AYA, "no column 'language'"),
+    ("aya", _aya_null_input, AYA, "column 'inputs' of row 1 is null"),
+    ("speed-bench", _speed_without_turns, SPEED, "no column 'turns'"),
+    ("speed-bench", _speed_empty_turns, SPEED, "column 'turns' of row 1 is an empty list"),
+    ("speed-bench", _speed_turns_a_string, SPEED, "column 'turns' of row 0 is a string"),
+    ("mt-bench", _questions_without_turns, "question.jsonl", "no column 'turns'"),
+    ("mt-bench", _questions_not_json, "question.jsonl", "not a question.jsonl"),
+    ("mt-bench", _questions_turns_a_string, "question.jsonl", "column 'turns' of row 0 is a"),
+])
+def test_a_dataset_file_of_the_wrong_shape_is_one_line_naming_file_and_column(
+        tmp_path, fmt, lay_out, file, says):
+    """A file whose columns or cells are not the format's: one InputError naming the file and
+    the column, not pyarrow's ArrowInvalid, an IndexError or vLLM's ValueError, and never a
+    prompt made of a string's first character or of a null ('nan')."""
+    from specmoe.errors import InputError
+    from specmoe.sources import studydata
+
+    if fmt == "mt-bench":
+        pytest.importorskip("vllm")
+    lay_out(tmp_path)
+    with pytest.raises(InputError) as err:
+        studydata.normalise(fmt, {"format": fmt}, tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / file}: ") and says in str(err.value), err.value
+    assert "\n" not in str(err.value)

@@ -52,14 +52,74 @@ def _files(root: Path, patterns: list[str], what: str) -> list[Path]:
     return found
 
 
+def _kind(value) -> str:
+    """What a cell holds, for a message."""
+    import math
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
+    if isinstance(value, str):
+        return "a string" if value else "an empty string"
+    if isinstance(value, list):
+        return "an empty list" if not value else "a list that holds " + ", ".join(
+            sorted({type(v).__name__ for v in value if not isinstance(v, str)}))
+    return f"a {type(value).__name__}"
+
+
+def _first_turn(path: Path, row: int, turns) -> str:
+    """The first turn of a row's `turns`: a non-empty list of strings (a parquet file's list
+    arrives as an array), else InputError naming the file, row and column (a string's first
+    character would otherwise be the prompt, an empty list an IndexError)."""
+    if hasattr(turns, "tolist") and not isinstance(turns, str):
+        turns = turns.tolist()
+    if not (isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns)):
+        raise InputError(f"{path}: column 'turns' of row {row} is {_kind(turns)}, not a "
+                         "non-empty list of strings")
+    return turns[0]
+
+
+def _check_text(path: Path, df, column: str) -> None:
+    """Every cell of a text column is a string (a null one would become the prompt 'nan'); rows
+    by their number in the file."""
+    for row, value in zip(df.index, df[column]):
+        if not isinstance(value, str):
+            raise InputError(f"{path}: column '{column}' of row {row} is {_kind(value)}, not "
+                             "text")
+
+
+def _read_parquet(path: Path, columns: list[str], what: str):
+    """The columns of a parquet file, each checked to be there first (else one line naming the
+    file and the missing columns, not pyarrow's error)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    try:
+        have = pq.read_schema(path).names
+    except Exception as exc:  # noqa: BLE001 - pyarrow's errors vary; mapped to one line
+        raise InputError(f"{path}: not a readable parquet file ({exc})") from None
+    missing = [c for c in columns if c not in have]
+    if missing:
+        raise InputError(f"{path}: no column {', '.join(map(repr, missing))} (a {what} file "
+                         f"has {', '.join(map(repr, columns))})")
+    return pd.read_parquet(path, columns=columns)
+
+
 def _questions(path: Path) -> list[tuple[str, str]]:
-    """(category, first turn) in file order, through vLLM's SpecBench loader."""
+    """(category, first turn) in file order, through vLLM's SpecBench loader, after checking
+    the file is JSON lines whose rows each have a category and a non-empty list of turns."""
     import pandas as pd
 
     vd = _vllm_datasets()
-    cats = pd.read_json(path, lines=True)
-    if "category" not in cats.columns:
-        raise InputError(f"{path}: no 'category' column (not a question.jsonl)")
+    try:
+        cats = pd.read_json(path, lines=True)
+    except ValueError as exc:
+        raise InputError(f"{path}: not a question.jsonl (one JSON object a line: {exc})") from None
+    missing = [c for c in ("category", "turns") if c not in cats.columns]
+    if missing:
+        raise InputError(f"{path}: no column {', '.join(map(repr, missing))} (not a "
+                         "question.jsonl: each line has 'category' and 'turns')")
+    for row, turns in enumerate(cats["turns"]):
+        _first_turn(path, row, turns)
     out = []
     for cat in dict.fromkeys(cats["category"]):
         data = vd.SpecBench(dataset_path=str(path), category=cat, disable_shuffle=True).data
@@ -99,22 +159,29 @@ def _instructcoder(paths: list[Path]) -> list[tuple[str, str]]:
 def _aya(paths: list[Path], languages: list[str] | None) -> list[tuple[str, str]]:
     import pandas as pd
 
-    df = pd.concat([pd.read_parquet(p, columns=["inputs", "language"]) for p in paths],
-                   ignore_index=True)
+    frames = []
+    for p in paths:
+        df = _read_parquet(p, ["inputs", "language"], "Aya")
+        if languages:
+            df = df[df["language"].isin(languages)]
+        _check_text(p, df, "inputs")
+        _check_text(p, df, "language")
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True)
     if languages:
         unknown = sorted(set(languages) - set(df["language"]))
         if unknown:
             raise InputError(f"Aya has no language(s) {', '.join(unknown)}")
-        df = df[df["language"].isin(languages)]
-    return [(str(lang), str(text)) for text, lang in zip(df["inputs"], df["language"])]
+    return [(lang, text) for text, lang in zip(df["inputs"], df["language"])]
 
 
 def _speed_bench(paths: list[Path]) -> list[tuple[str, str]]:
-    import pandas as pd
-
-    df = pd.concat([pd.read_parquet(p, columns=["category", "turns"]) for p in paths],
-                   ignore_index=True)
-    return [(str(c), str(list(t)[0])) for c, t in zip(df["category"], df["turns"])]
+    out = []
+    for p in paths:
+        df = _read_parquet(p, ["category", "turns"], "SPEED-Bench")
+        out += [(str(c), _first_turn(p, row, t))
+                for row, (c, t) in enumerate(zip(df["category"], df["turns"]))]
+    return out
 
 
 def normalise(name: str, spec: dict, root: str | Path) -> list[dict]:
