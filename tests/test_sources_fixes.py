@@ -158,3 +158,22 @@ def test_a_dataset_file_of_the_wrong_shape_is_one_line_naming_file_and_column(
         studydata.normalise(fmt, {"format": fmt}, tmp_path)
     assert str(err.value).startswith(f"{tmp_path / file}: ") and says in str(err.value), err.value
     assert "\n" not in str(err.value)
+
+
+def test_a_dataset_download_that_fetches_no_file_is_refused(tmp_path, monkeypatch):
+    """Offline, a dataset repository whose cached snapshot holds none of the files asked for
+    (README.md only, question.jsonl asked): the download stops naming the repository, its
+    commit and the patterns, instead of writing a manifest of no files for the prompt table to
+    fail on later."""
+    from specmoe.errors import InputError
+    from specmoe.sources import hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cache = tmp_path / "hf" / "hub"
+    lay_out_cache(cache, "acme/questions", {"README.md": b"# questions\n"}, commit="b" * 40,
+                  repo_type="dataset")
+    with pytest.raises(InputError) as err:
+        hub.download("dataset mtb", "acme/questions", repo_type="dataset",
+                     allow_patterns=["question.jsonl"], cache_dir=str(cache))
+    assert str(err.value).startswith(
+        "dataset mtb: no file of acme/questions@bbbbbbbbbbbb matches question.jsonl"), err.value

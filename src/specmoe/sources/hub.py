@@ -308,6 +308,10 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
     held = present[1] if present and present[0] == snapshot else _present(snapshot)
     files = sorted(filter_repo_objects(held, allow_patterns=patterns or None,
                                        ignore_patterns=ignore))
+    if allow_patterns and not files:  # a dataset's files: its prompt table would fail later
+        raise InputError(f"{name}: no file of {repo_id}@{commit[:12]} matches "
+                         f"{', '.join(patterns)}: check `files` in the config"
+                         + (f", or {refetch('them')}" if from_cache else ""))
     if repo_type == "model" and "config.json" not in files:
         raise InputError(f"{name}: {repo_id}@{commit[:12]} has no config.json")
     if repo_type == "model" and mode == "full" and not any(
