@@ -161,18 +161,45 @@ def test_schedule_keeps_the_category_mix_at_every_size():
     assert cycled == small * 3
 
 
-def test_packaged_published_tables_are_byte_for_byte_the_listed_files():
+@pytest.mark.parametrize("folder,ext", [("published", ".csv"), ("hf_configs", ".json")])
+def test_packaged_data_files_are_byte_for_byte_the_listed_files(folder, ext):
     """Every CSV under data/published has the sha256 that SOURCE.md lists for it as published (the
     study's file, or this project's own for its two extra files): a re-export that drops a column
-    (Table 18's verify ratio once) or a hand edit fails here."""
+    (Table 18's verify ratio once) or a hand edit fails here. Likewise every config.json under
+    data/hf_configs against its SOURCE.md."""
     import hashlib
     import re
     from importlib import resources
 
-    folder = resources.files("specmoe") / "data" / "published"
-    listed = dict(re.findall(r"^\| (\S+\.csv) \| `([0-9a-f]{64})` \|",
+    folder = resources.files("specmoe") / "data" / folder
+    listed = dict(re.findall(rf"^\| (\S+{re.escape(ext)}) \| `([0-9a-f]{{64}})` \|",
                              (folder / "SOURCE.md").read_text(), re.M))
     packaged = {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-                for f in folder.iterdir() if f.name.endswith(".csv")}
-    assert set(packaged) == set(listed), "SOURCE.md's checksums and the packaged CSVs differ"
+                for f in folder.iterdir() if f.name.endswith(ext)}
+    assert set(packaged) == set(listed), "SOURCE.md's checksums and the packaged files differ"
     assert {n: s for n, s in packaged.items() if s != listed[n]} == {}
+
+
+# The packaged files that are this project's own prose, not data taken from a source: the
+# report's captions (data/captions/*.rst).
+OWN_TEXT = ("captions/",)
+
+
+def test_every_packaged_data_file_has_a_source_note():
+    """Every file under src/specmoe/data/ is named by a source note in its folder (SOURCE.md or
+    a <name>.SOURCE.md there): where it comes from, or that this project wrote it. A data file
+    added without one (data/hf_configs/ once: public_sd_moe.SOURCE.md pointed at a SOURCE.md that
+    did not exist) fails here."""
+    from importlib import resources
+
+    root = Path(str(resources.files("specmoe") / "data"))
+    uncovered = []
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = f.relative_to(root).as_posix()
+        if (f.name == "SOURCE.md" or f.name.endswith(".SOURCE.md") or "__pycache__" in rel
+                or rel.startswith(OWN_TEXT)):
+            continue
+        notes = [n.read_text() for n in f.parent.glob("*SOURCE.md")]
+        if not any(f.name in n for n in notes):
+            uncovered.append(rel)
+    assert uncovered == [], f"no source note names {uncovered}"
