@@ -177,3 +177,31 @@ def test_a_dataset_download_that_fetches_no_file_is_refused(tmp_path, monkeypatc
                      allow_patterns=["question.jsonl"], cache_dir=str(cache))
     assert str(err.value).startswith(
         "dataset mtb: no file of acme/questions@bbbbbbbbbbbb matches question.jsonl"), err.value
+
+
+def test_the_three_step_comparison_takes_the_main_run_at_the_studys_k_and_no_nan():
+    """The published three-step correction is of Qwen3-30B at K = 3 on its main set: a K = 5
+    run listed before the K = 3 run was set beside it (the first four rows of the model,
+    whatever their run), and a step whose TE is NaN (not identified) was shown beside the
+    published value as a value. Each run is its own four steps; only the K = 3 run on the main
+    set is compared, and its NaN step is left out."""
+    import numpy as np
+    import pandas as pd
+
+    from specmoe.sources import published
+
+    study = {"q": published.study_entry(
+        {"name": "q", "repo_id": "Qwen/Qwen3-30B-A3B-FP8", "tp": 1, "hardware": "H100",
+         "datasets": ["mt-bench", "aya"]}, methods={"d": "eagle3"})}
+    rows = [{"model": "q", "drafter": "d", "k": k, "dataset": ds, "batch": 1, "te": te}
+            for k, ds, tes in ((5, "mt-bench", (0.9, 0.9, 0.9, 0.9)),
+                               (3, "aya", (0.8, 0.8, 0.8, 0.8)),
+                               (3, "mt-bench", (0.5, 0.6, np.nan, 0.7)))
+            for te in tes]
+    df = published.comparison({"three_step_correction": pd.DataFrame(rows)}, study)
+    assert len(df) == 3 and set(df["k"]) == {3} and set(df["dataset"]) == {"mt-bench"}
+    assert list(df["key"]) == ["step 0", "step 1", "step 3"]
+    assert list(df["reproduced"]) == [0.5, 0.6, 0.7]
+    steps, _ = published.three_step()
+    assert list(df["published"]) == [float(steps["te"].iloc[i]) for i in (0, 1, 3)]
+

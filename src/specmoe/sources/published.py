@@ -256,21 +256,28 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
 
 
 def _three_step_rows(df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
+    """The published three-step correction beside each run of its model's variant from the main
+    set at the study's K (main_run, as every other comparison), step by step in the run's own
+    order; a step whose TE is not a value (NaN: not identified) is left out, as _rows leaves
+    out a quantity without one."""
     steps, _ = three_step()
     variant = three_step_variant()
     out = []
-    for model, g in df.groupby("model", sort=False):
-        entry = study.get(model)
+    by_run = [c for c in ("model", "drafter", "k", "dataset") if c in df]
+    for _, g in df.groupby(by_run, sort=False, dropna=False):
+        first = g.iloc[0]
+        entry = study.get(first["model"])
         if entry is None or entry["study"] != THREE_STEP_MODEL or not _variant_ok(
-                variant, entry, ("gpu", "precision", "tp")):
+                variant, entry, ("gpu", "precision", "tp")) or not main_run(first, entry):
             continue
-        for i, (_, r) in enumerate(g.iterrows()):
-            if i >= len(steps):
-                break
+        for i, (_, r) in enumerate(g.iloc[:len(steps)].iterrows()):
+            if pd.isna(r["te"]):
+                continue
             pr = steps.iloc[i]
-            out.append({"table": "three_step_correction", "model": model,
-                        "drafter": r["drafter"], "k": r["k"], "dataset": r["dataset"],
-                        "study_model": entry["study"], "key": f"step {i}", "quantity": "te",
+            out.append({"table": "three_step_correction", "model": r["model"],
+                        "drafter": r.get("drafter", ""), "k": r.get("k"),
+                        "dataset": r.get("dataset", ""), "study_model": entry["study"],
+                        "key": f"step {i}", "quantity": "te",
                         "published": float(pr["te"]), "reproduced": float(r["te"]),
                         **_reproduced_interval(r, "te"),
                         "difference": float(r["te"]) - float(pr["te"])})
