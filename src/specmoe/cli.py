@@ -609,7 +609,8 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
                         "the package does not ship")
     s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (1)")
     s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
-                   help="auto: the checkpoint's own format; fp8: vLLM's online fp8 (auto)")
+                   help="auto: the checkpoint's own format as vLLM's dtype auto serves it (a "
+                        "float32 one in bf16); fp8: vLLM's online fp8 (auto)")
     s.add_argument("--draft-length", dest="k", type=DRAFT_LEN, default=3,
                    help="draft length K (3)")
     _renamed(s, "--k", "--draft-length", "the draft length K")
@@ -663,8 +664,7 @@ def cmd_predict(a) -> dict:
     if config.is_dir():
         config = config / "config.json"
     check_precision(config, a.precision)
-    dims = dims_from_config(config, dtype=None if a.precision == "auto" else a.precision,
-                            tp=a.tp)
+    dims = dims_from_config(config, dtype=a.precision, tp=a.tp)  # auto: as vLLM serves it
     study = a.study_model
     if study is None:  # a study checkpoint by repo id, or by its config.json anywhere
         from .sources import published

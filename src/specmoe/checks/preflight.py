@@ -45,7 +45,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.costmodel import capacity
-from ..cost.hfconfig import head_dim, kv_heads, tp_problems
+from ..cost.hfconfig import auto_torch_dtype, head_dim, kv_heads, torch_dtype_fmt, tp_problems
 from . import memo
 from .drafters import EAGLE_METHODS
 
@@ -242,13 +242,15 @@ def _dtype_bytes(name: str) -> float:
 
 
 def _config_dtype(c: dict) -> str:
-    """The dtype config.json names (torch_dtype, or transformers 5's dtype), else bfloat16."""
-    return str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
+    """The dtype vLLM runs the model in at dtype auto on a GPU: the one config.json names
+    (torch_dtype, or transformers 5's dtype; float32 downcast to bfloat16, as vLLM does:
+    specmoe.cost.hfconfig.auto_dtype), else bfloat16."""
+    return auto_torch_dtype(str(c.get("torch_dtype") or c.get("dtype") or "bfloat16"))
 
 
 def _dense_bytes(c: dict) -> float:
-    """Bytes per weight of the embeddings and LM head: the checkpoint's dtype (quantisation
-    leaves them alone)."""
+    """Bytes per weight of a dense model's embeddings and LM head: the checkpoint's dtype as vLLM
+    serves it (_config_dtype; quantisation leaves them alone)."""
     return _dtype_bytes(_config_dtype(c))
 
 
@@ -257,7 +259,7 @@ EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 def weight_bytes(cfg: dict, precision: str, tp: int, mtp: int = 0) -> float:
     """Weights per GPU: every layer's experts, attention and dense weights (specmoe.cost.hfconfig), the
-    embeddings and LM head (in the checkpoint's dtype), and `mtp` MTP layers (one MoE layer
+    embeddings and LM head (in the float dtype it is served in), and `mtp` MTP layers (one MoE layer
     each), all split over TP. A dense model (a draft model served alone): its layers'."""
     from ..cost.costmodel import dtype_bytes
     from ..cost.hfconfig import dims_from_config
@@ -265,13 +267,13 @@ def weight_bytes(cfg: dict, precision: str, tp: int, mtp: int = 0) -> float:
     if not any(_text(cfg).get(k) for k in EXPERT_KEYS):
         return _dense_model_bytes(_text(cfg), tp)
 
-    dims = dims_from_config(cfg, dtype=None if precision in (None, "auto") else precision, tp=tp)
+    dims = dims_from_config(cfg, dtype=precision or "auto", tp=tp)
     layer = dims.c_dense + dims.num_experts * dims.c_expert
     dense = dims.dense_layer_params * dtype_bytes(dims.dense_dtype) / tp
     c = _text(cfg)
     tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False)))
-    embed = int(c.get("vocab_size") or 0) * int(c["hidden_size"]) * _dense_bytes(c) \
-        * (1 if tied else 2) / tp
+    embed = int(c.get("vocab_size") or 0) * int(c["hidden_size"]) \
+        * dtype_bytes(dims.base_dtype) * (1 if tied else 2) / tp
     return dims.num_moe_layers * layer + dense + embed + mtp * layer
 
 
@@ -280,7 +282,7 @@ def _dense_model_bytes(d: dict, tp: int) -> float:
     and LM head."""
     from ..cost.hfconfig import dense_dims_from_config
 
-    dims = dense_dims_from_config(d, tp=tp)
+    dims = dense_dims_from_config(d, tp=tp, auto=True)
     embed = int(d.get("vocab_size") or 0) * int(d["hidden_size"]) * _dense_bytes(d) \
         * (1 if d.get("tie_word_embeddings") else 2) / tp
     return dims.num_layers * (dims.c_dense + dims.c_expert) + embed
@@ -397,13 +399,13 @@ def state_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> tupl
 
 def served_precision(e: "Engine", cfg: dict) -> str:
     """The format the weights are served in: a quantised checkpoint's own (or vLLM's online
-    fp8); an unquantised one's in the model's precision, or widened by an engine dtype of
-    float32."""
+    fp8); an unquantised one's in the model's precision, else the engine's dtype where it names
+    one, else "auto" (the checkpoint's dtype as vLLM's dtype auto serves it: float32 as bf16)."""
     if _text(cfg).get("quantization_config") or cfg.get("quantization_config"):
         return "fp8" if e.precision == "fp8" else "auto"
-    if e.precision in (None, "auto") and e.dtype in ("float32", "float"):
-        return "fp32"
-    return e.precision or "auto"
+    if e.precision in (None, "auto"):
+        return torch_dtype_fmt(str(e.dtype)) or "auto"
+    return e.precision
 
 
 def batched_tokens(memory_gib: float, offline: bool, engine_args: dict) -> int:

@@ -348,10 +348,41 @@ def _matches(patterns, module: str) -> bool:
     return False
 
 
-def checkpoint_dtype(cfg: dict, name: str = "config.json") -> str:
+# The float dtype vLLM serves a checkpoint in at dtype "auto" on a GPU, by the dtype it is stored
+# in: vLLM 0.32's _resolve_auto_dtype downcasts a float32 checkpoint to the platform's preferred
+# dtype (vllm/config/model.py:2422-2424, "Downcast for float32 models"), the first of its
+# supported_dtypes: bfloat16 on CUDA from compute capability 8.0 (vllm/platforms/cuda.py:255-258)
+# and on ROCm (vllm/platforms/interface.py:189-194); the LM head runs in the model's dtype
+# (_get_head_dtype, vllm/config/model.py:2517-2522) and kv_cache_dtype auto is the model's too.
+# bf16 and fp16 checkpoints are served as stored. A CPU engine told dtype float32 (the tiny
+# models) runs float32: that is dims_from_config's dtype None, the checkpoint's own.
+AUTO_DTYPE = {"fp32": "bf16"}
+
+
+def auto_dtype(fmt: str) -> str:
+    """The float dtype (FLOAT_DTYPES' names) vLLM serves a checkpoint stored in `fmt` in at
+    dtype auto on a GPU (AUTO_DTYPE); anything else as it is."""
+    return AUTO_DTYPE.get(fmt, fmt)
+
+
+def auto_torch_dtype(raw: str) -> str:
+    """auto_dtype of a dtype as torch (and config.json) names it ("float32" -> "bfloat16"); a name
+    it does not know as it is."""
+    fmt = _TORCH_DTYPES.get(raw)
+    return TORCH_DTYPE_OF[auto_dtype(fmt)] if fmt else raw
+
+
+def torch_dtype_fmt(raw: str) -> str | None:
+    """A float dtype as torch, config.json or vLLM's --dtype names it ("float32", "float", "half")
+    in FLOAT_DTYPES' names; None where it is none of them ("auto")."""
+    return _TORCH_DTYPES.get(raw)
+
+
+def checkpoint_dtype(cfg: dict, name: str = "config.json", auto: bool = False) -> str:
     """The checkpoint's floating-point dtype: `dtype` (recent transformers) or `torch_dtype`;
     where a quantised checkpoint names neither (gpt-oss), bf16, the dtype its quantisation config
-    leaves unquantised modules in (vLLM loads them so)."""
+    leaves unquantised modules in (vLLM loads them so). `auto`: the one vLLM serves it in at
+    dtype auto on a GPU (auto_dtype: float32 as bf16)."""
     raw = str(cfg.get("dtype") or cfg.get("torch_dtype") or "")
     if not raw:
         if cfg.get("quantization_config"):
@@ -362,7 +393,7 @@ def checkpoint_dtype(cfg: dict, name: str = "config.json") -> str:
     if base not in FLOAT_DTYPES:
         raise InputError(f"{name}: unknown torch_dtype '{raw}' (known: "
                          f"{', '.join(_TORCH_DTYPES)})")
-    return base
+    return auto_dtype(base) if auto else base
 
 
 def quantization(cfg: dict, name: str = "config.json") -> dict:
@@ -400,9 +431,10 @@ def _patterns(q: dict, key: str, name: str) -> list[str]:
     return v
 
 
-def storage_formats(cfg: dict, name: str = "config.json") -> tuple[str, str]:
-    """(routed experts' format, attention and shared experts' format) of a checkpoint."""
-    base = checkpoint_dtype(cfg, name)
+def storage_formats(cfg: dict, name: str = "config.json", auto: bool = False) -> tuple[str, str]:
+    """(routed experts' format, attention and shared experts' format) of a checkpoint (`auto`:
+    its float weights as vLLM serves them at dtype auto on a GPU, checkpoint_dtype)."""
+    base = checkpoint_dtype(cfg, name, auto)
     q = quantization(cfg, name)
     if not q:
         return base, base
@@ -560,9 +592,12 @@ def attention_kinds(cfg: dict | str | Path) -> set[str]:
 
 
 def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int = 1) -> ModelDims:
-    """A MoE checkpoint's dimensions as vLLM serves it at tensor-parallel degree `tp`; `dtype`
-    overrides the weights' format (vLLM's online quantisation, e.g. --quantization fp8), never
-    the KV cache's or the LM head's, which stay in the checkpoint's dtype."""
+    """A MoE checkpoint's dimensions as vLLM serves it at tensor-parallel degree `tp`. `dtype`:
+    None, the checkpoint's own dtype (what an engine told that dtype runs: the tiny models' CPU
+    engines, float32); "auto", vLLM's dtype auto on a GPU (a float32 checkpoint served in bf16,
+    auto_dtype); a float dtype, the one it is served in; else vLLM's online quantisation of the
+    weights (e.g. --quantization fp8), never of the KV cache or the LM head, which stay in the
+    float dtype vLLM's dtype auto serves the checkpoint in."""
     cfg, name = load_config(cfg)
     r = _Reader(cfg, name)
     hidden = r.int("hidden_size")
@@ -592,15 +627,16 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
     if dtype is not None and dtype in FLOAT_DTYPES:  # served in another float dtype
         expert_fmt = dense_fmt = base = dtype
     else:
-        if dtype is not None and not (cfg.get("dtype") or cfg.get("torch_dtype")
-                                      or cfg.get("quantization_config")):
+        online = dtype not in (None, "auto")  # vLLM --quantization fp8: at dtype auto too
+        if online and not (cfg.get("dtype") or cfg.get("torch_dtype")
+                           or cfg.get("quantization_config")):
             raise InputError(f"{name}: neither dtype nor torch_dtype: online {dtype} quantises the "
                              "weights but keeps the LM head and KV cache in the checkpoint's float "
                              "dtype, which it does not give; add torch_dtype to it, or give "
                              "--precision bf16 or fp16")
-        expert_fmt, dense_fmt = storage_formats(cfg, name)
-        base = checkpoint_dtype(cfg, name)
-        if dtype is not None:  # online quantisation of the weights (vLLM --quantization fp8)
+        expert_fmt, dense_fmt = storage_formats(cfg, name, auto=dtype is not None)
+        base = checkpoint_dtype(cfg, name, auto=dtype is not None)
+        if online:  # online quantisation of the weights (vLLM --quantization fp8)
             expert_fmt = dense_fmt = dtype
     _check_model_type(cfg, name)  # last: a malformed file's own error comes first
     return ModelDims(
@@ -645,13 +681,13 @@ def config_file(config_or_manifest) -> Path:
 
 def study_dims(config_or_manifest, precision: str = "auto", tp: int = 1) -> ModelDims:
     """A study model's dimensions from its config.json, given directly or as a download manifest
-    (its snapshot's config.json); precision "fp8" is vLLM's online fp8 of the whole model, "bf16",
-    "fp16" or "fp32" the dtype it is served in, each refused on a quantised checkpoint
+    (its snapshot's config.json); precision "auto" (or None) the checkpoint's own format as vLLM
+    serves it at dtype auto on a GPU (auto_dtype), "fp8" vLLM's online fp8 of the whole model,
+    "bf16", "fp16" or "fp32" the dtype it is served in, each refused on a quantised checkpoint
     (check_precision)."""
     path = config_file(config_or_manifest)
     check_precision(path, precision)
-    return dims_from_config(path, dtype=None if precision in (None, "auto") else precision,
-                            tp=int(tp))
+    return dims_from_config(path, dtype=precision or "auto", tp=int(tp))
 
 
 EAGLE3_AUX_STATES = 3  # the target's hidden states an EAGLE-3 fc fuses where its config names none
@@ -680,13 +716,14 @@ def eagle3_extra_params(cfg: dict, layer: dict, qkv_one_input: int, tp: int) -> 
     return float(qkv_one_input + fc * tp)
 
 
-def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
+def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1, auto: bool = False) -> ModelDims:
     """A dense model (a separate draft model, or an EAGLE/EAGLE-3 head's own config.json) as the
     step model reads it: every layer's FFN as one expert that every token uses, grouped-query
     attention. An EAGLE-3 head (a speculators config with `transformer_layer_config`, or a flat
     one with `draft_vocab_size`) reads its own LM head of `draft_vocab_size` rows, and the
     weights vLLM gives it beyond its layers (eagle3_extra_params) once per model, as the dense
-    weights outside the layers (dense_layer_params)."""
+    weights outside the layers (dense_layer_params). `auto`: its float weights as vLLM serves
+    them at dtype auto on a GPU (checkpoint_dtype), else as stored."""
     cfg, name = load_config(cfg)
     layer_cfg = cfg.get("transformer_layer_config")
     inner = {**layer_cfg, **{k: cfg[k] for k in ("dtype", "torch_dtype") if k in cfg}} \
@@ -696,7 +733,7 @@ def dense_dims_from_config(cfg: dict | str | Path, tp: int = 1) -> ModelDims:
     heads = r.int("num_attention_heads")
     kv, dim = kv_heads(inner, name), head_dim(inner, name)
     _check_tp(r, int(tp))
-    _, fmt = storage_formats(inner, name)
+    _, fmt = storage_formats(inner, name, auto)
     eagle3 = bool(cfg.get("draft_vocab_size") or inner.get("draft_vocab_size"))
     key = "draft_vocab_size" if eagle3 else "vocab_size"
     vocab = whole(cfg.get(key) or inner.get(key) or 0, f"{name}: {key}", 0)
