@@ -199,7 +199,7 @@ CASES = [
      r"list.json: a config.json is a JSON object of settings, not a list"),
     ("file", "predict on a config.json without KV heads of an unknown type",
      "predict {d}/unknown-no-kv.json --batch-sizes 1", 2,
-     r"no num_key_value_heads, and model_type 'frobmoe'"),
+     r"unknown-no-kv.json: model_type 'frobmoe' is not one whose layer layout is modelled"),
     ("file", "trace with a row cut out of a window", "analyze {d}/cut.parquet", 2,
      r"cut.parquet: the window of request 1 step 2 is not whole: positions \[0, 1, 3\] where "
      r"0..3 are expected \(a row is missing\)"),

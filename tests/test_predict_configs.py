@@ -69,3 +69,45 @@ def test_predict_prices_a_float32_checkpoint_as_its_bf16_copy(tmp_path, capsys):
         out[name] = json.loads(capsys.readouterr().out)
         out[name].pop("model")
     assert out["f32"] == out["b16"]
+
+
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+            "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+            "torch_dtype": "bfloat16"}
+# baidu/ERNIE-4.5-21B-A3B-PT's layout keys: its experts under names of its own
+ERNIE = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe",
+         "hidden_size": 2560, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+         "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4,
+         "head_dim": 128, "moe_num_experts": 64, "moe_k": 6, "moe_num_shared_experts": 2,
+         "moe_layer_start_index": 1, "moe_layer_end_index": 27, "moe_layer_interval": 1,
+         "vocab_size": 103424, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+MIXTRAL = json.loads((Path(__file__).parents[1] / "src" / "specmoe" / "data" / "hf_configs"
+                      / "Mixtral-8x7B-Instruct-v0.1.json").read_text())
+
+
+def test_a_family_it_cannot_price_is_refused_by_its_model_type_not_by_a_missing_key():
+    """ERNIE-4.5 names its experts moe_num_experts / moe_k: refused as a model type whose layout
+    is not modelled, never as a file that lacks num_experts (adding one would not price it)."""
+    with pytest.raises(InputError, match=r"^config.json: model_type 'ernie4_5_moe' is not one "
+                                         "whose layer layout is modelled"):
+        dims_from_config(ERNIE)
+    # Hunyuan-A13B lists its top-k per layer: the type, not 'moe_topk is not a whole number'
+    hunyuan = {**ERNIE, "model_type": "hunyuan_v1_moe", "num_experts": 64,
+               "moe_topk": [8] * 28}
+    with pytest.raises(InputError, match=r"model_type 'hunyuan_v1_moe' is not one"):
+        dims_from_config(hunyuan)
+
+
+@pytest.mark.parametrize("cfg", [
+    QWEN3_8B,
+    {**QWEN3_8B, "model_type": "llama", "architectures": ["LlamaForCausalLM"]},
+    # a dense model dressed as Mixtral: one expert that every token uses
+    {**MIXTRAL, "num_local_experts": 1, "num_experts_per_tok": 1},
+    # every token using every expert: a dense FFN in effect
+    {**MIXTRAL, "num_experts_per_tok": 8},
+], ids=["qwen3-8b", "llama", "one-expert", "k-equals-n"])
+def test_a_dense_model_is_refused_as_dense(cfg):
+    with pytest.raises(InputError, match=r"dense model.*: speculative decoding on an MoE does "
+                                         "not apply"):
+        dims_from_config(cfg)

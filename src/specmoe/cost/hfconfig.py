@@ -278,9 +278,26 @@ MODELLED_TYPES = frozenset({
 })
 
 
+# Dense model types (transformers' names) a config.json may come with: no experts at all, so
+# speculative decoding on a MoE, whose verification reads more experts than a decode step, is not
+# what they are; each is refused as dense, never as a file that lacks the experts' keys.
+DENSE_TYPES = frozenset({
+    "llama", "mistral", "ministral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text",
+    "phi", "phi3", "granite", "olmo", "olmo2", "olmo3", "cohere", "cohere2", "falcon", "gpt2",
+    "gpt_neox", "gptj", "starcoder2", "internlm2", "exaone", "exaone4", "glm", "glm4", "stablelm",
+    "mpt", "bloom", "opt", "smollm3", "seed_oss", "apertus", "nemotron", "ernie4_5",
+    "hunyuan_v1_dense",
+})
+DENSE = "speculative decoding on an MoE does not apply"
+
+
 def _check_model_type(cfg: dict, name: str) -> None:
-    """A model type outside MODELLED_TYPES is an error, one line: its layout is not known here."""
+    """A model type outside MODELLED_TYPES is an error, one line: a dense model's says so, any
+    other's that its layout is not known here."""
     kind = cfg.get("model_type")
+    if kind in DENSE_TYPES:
+        raise InputError(f"{name}: model_type {kind!r} is a dense model: {DENSE} (the step "
+                         "model prices a MoE target's experts; a dense one has none)")
     if kind not in MODELLED_TYPES:
         raise InputError(f"{name}: model_type {kind!r} is not one whose layer layout is modelled "
                          f"here ({', '.join(sorted(MODELLED_TYPES))}): its layers may hold blocks "
@@ -599,14 +616,25 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
     weights (e.g. --quantization fp8), never of the KV cache or the LM head, which stay in the
     float dtype vLLM's dtype auto serves the checkpoint in."""
     cfg, name = load_config(cfg)
+    if cfg.get("model_type") is not None and _unmodelled(cfg) is None:
+        # first: a family the reader cannot price (ERNIE-4.5's moe_num_experts, Hunyuan's lists
+        # per layer) or a dense model says what it is, never which of the keys read here it
+        # lacks; a layout key of its own (UNMODELLED_LAYOUTS) says more, and comes first
+        _check_model_type(cfg, name)
     r = _Reader(cfg, name)
     hidden = r.int("hidden_size")
     layers = r.int("num_hidden_layers")
     num_experts = r.int("num_experts", "num_local_experts", "n_routed_experts")
     top_k = r.int("num_experts_per_tok", "experts_per_token", "moe_topk")
     expert_inter = r.int("moe_intermediate_size", "intermediate_size")
+    if num_experts == 1:
+        raise InputError(f"{name}: one expert, which every token uses, is a dense FFN: a dense "
+                         f"model: {DENSE}")
     if top_k > num_experts:
         raise InputError(f"{name}: {top_k} experts per token of {num_experts} experts")
+    if top_k == num_experts:
+        raise InputError(f"{name}: every token uses all {num_experts} experts, a dense FFN: a "
+                         f"dense model in effect: {DENSE}")
     mla = bool(cfg.get("kv_lora_rank"))
     kinds = _layer_kinds(r, layers)
     moe = _moe_layers(r, layers)
@@ -638,7 +666,7 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
         base = checkpoint_dtype(cfg, name, auto=dtype is not None)
         if online:  # online quantisation of the weights (vLLM --quantization fp8)
             expert_fmt = dense_fmt = dtype
-    _check_model_type(cfg, name)  # last: a malformed file's own error comes first
+    _check_model_type(cfg, name)  # a file that names no model type: after its own errors
     return ModelDims(
         hidden=hidden, expert_intermediate=expert_inter, num_experts=num_experts, top_k=top_k,
         attention_params=sum(moe_attn) / len(moe_attn), shared_intermediate=_shared_width(r),
