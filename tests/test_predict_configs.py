@@ -111,3 +111,20 @@ def test_a_dense_model_is_refused_as_dense(cfg):
     with pytest.raises(InputError, match=r"dense model.*: speculative decoding on an MoE does "
                                          "not apply"):
         dims_from_config(cfg)
+
+
+def test_layer_indices_past_the_last_layer_are_refused():
+    """mlp_only_layers [100, 200] on a 62-layer model names no layer: it priced every layer MoE
+    without a word."""
+    qwen = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+            "hidden_size": 6144, "intermediate_size": 8192, "moe_intermediate_size": 2560,
+            "num_experts": 160, "num_experts_per_tok": 8, "num_hidden_layers": 62,
+            "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+            "decoder_sparse_step": 1, "vocab_size": 151936, "torch_dtype": "bfloat16"}
+    assert dims_from_config({**qwen, "mlp_only_layers": [0, 61]}).num_moe_layers == 60
+    with pytest.raises(InputError, match=r"^config.json: mlp_only_layers names layer 100, which "
+                                         r"a model of 62 layers \(0 to 61\) does not have"):
+        dims_from_config({**qwen, "mlp_only_layers": [100, 200]})
+    with pytest.raises(InputError, match=r"mlp_only_layers entry = -1 must be >= 0"):
+        dims_from_config({**qwen, "mlp_only_layers": [-1]})
+

@@ -126,14 +126,21 @@ class _Reader:
             return 0
         return whole(v, f"{self.name}: {key}")
 
-    def indices(self, key: str) -> set[int]:
-        """A list of layer indices (whole numbers from 0); absent: none."""
+    def indices(self, key: str, layers: int) -> set[int]:
+        """A list of layer indices of a model of `layers` layers (whole numbers from 0 to
+        layers - 1: an index past the last layer names none, and is an error, never passed
+        over); absent: none."""
         v = self.cfg.get(key)
         if v is None:
             return set()
         if not isinstance(v, list):
             raise InputError(f"{self.name}: {key} = {v!r} is not a list of layer indices")
-        return {whole(i, f"{self.name}: {key} entry", 0) for i in v}
+        out = {whole(i, f"{self.name}: {key} entry", 0) for i in v}
+        past = sorted(i for i in out if i >= layers)
+        if past:
+            raise InputError(f"{self.name}: {key} names layer {past[0]}, which a model of "
+                             f"{layers} layers (0 to {layers - 1}) does not have")
+        return out
 
 
 def whole(v, what: str, least: int = 1) -> int:
@@ -346,7 +353,7 @@ def _layer_kinds(r: _Reader, layers: int) -> list[str]:
 
 def _moe_layers(r: _Reader, layers: int) -> list[bool]:
     first_dense = r.int("first_k_dense_replace", default=0, least=0)
-    mlp_only = r.indices("mlp_only_layers")
+    mlp_only = r.indices("mlp_only_layers", layers)
     # Qwen-MoE's decoder_sparse_step, Llama-4's interleave_moe_layer_step: every step-th layer
     step = r.int("decoder_sparse_step", "interleave_moe_layer_step", default=1)
     # DeepSeek-V2's moe_layer_freq counts from layer 0 (vLLM deepseek_v2.py: layer_idx % freq)
