@@ -128,3 +128,11 @@ def test_layer_indices_past_the_last_layer_are_refused():
     with pytest.raises(InputError, match=r"mlp_only_layers entry = -1 must be >= 0"):
         dims_from_config({**qwen, "mlp_only_layers": [-1]})
 
+
+@pytest.mark.parametrize("key", ["attn_config", "ffn_config"])
+def test_a_dbrx_section_that_is_not_an_object_is_refused(key):
+    dbrx = json.loads((FIXTURES / "dbrx-instruct.json").read_text())
+    assert dims_from_config(dbrx).num_experts == 16
+    with pytest.raises(InputError, match=rf"^config.json: {key} = 'x' is not a JSON object"):
+        dims_from_config({**dbrx, key: "x"})
+

@@ -78,14 +78,19 @@ def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
             if key not in merged and key in cfg:
                 merged[key] = cfg[key]
         cfg = merged
-    return _flatten_dbrx(cfg), name
+    return _flatten_dbrx(cfg, name), name
 
 
-def _flatten_dbrx(cfg: dict) -> dict:
+def _flatten_dbrx(cfg: dict, name: str) -> dict:
     """DBRX nests attention and FFN in attn_config/ffn_config and names the rest its own way:
-    the same numbers under the keys every other family uses."""
+    the same numbers under the keys every other family uses; either section anything but a
+    JSON object is an error."""
     if cfg.get("model_type") != "dbrx":
         return cfg
+    for key in ("attn_config", "ffn_config"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise InputError(f"{name}: {key} = {cfg[key]!r} is not a JSON object of DBRX's "
+                             f"{'attention' if key == 'attn_config' else 'FFN'} settings")
     attn, ffn = cfg.get("attn_config") or {}, cfg.get("ffn_config") or {}
     flat = {"hidden_size": cfg.get("d_model"), "num_hidden_layers": cfg.get("n_layers"),
             "num_attention_heads": cfg.get("n_heads"),
