@@ -136,3 +136,22 @@ def test_a_dbrx_section_that_is_not_an_object_is_refused(key):
     with pytest.raises(InputError, match=rf"^config.json: {key} = 'x' is not a JSON object"):
         dims_from_config({**dbrx, key: "x"})
 
+
+def test_a_model_level_sliding_window_slides_every_layer_where_vllm_applies_it():
+    """With no layer_types vLLM sets the model-level sliding_window on every layer (CacheConfig's
+    window, which each Attention without one of its own takes): a Mixtral with a 256-token
+    window has no full-attention KV cache; a window that covers every position changes
+    nothing; Qwen2-MoE's is never applied (transformers lists its layer_types itself), and a
+    type whose layers are not known to take it is refused."""
+    swa = {**MIXTRAL, "sliding_window": 256, "max_position_embeddings": 65536}
+    d = dims_from_config(swa)
+    assert d.kv_per_token == 0 and d.sliding_window == 256
+    assert d.kv_sliding_per_token == dims_from_config(MIXTRAL).kv_per_token > 0
+    assert dims_from_config({**swa, "sliding_window": 65536}).kv_sliding_per_token == 0
+    qwen2 = json.loads((FIXTURES / "Qwen1.5-MoE-A2.7B.json").read_text())
+    on = {**qwen2, "use_sliding_window": True, "sliding_window": 256}
+    assert dims_from_config(on).kv_sliding_per_token == 0
+    olmoe_swa = olmoe(sliding_window=256)
+    with pytest.raises(InputError, match=r"sliding_window = 256 without layer_types: which "
+                                         "layers of a 'olmoe' model"):
+        dims_from_config(olmoe_swa)

@@ -353,7 +353,43 @@ def _layer_kinds(r: _Reader, layers: int) -> list[str]:
     if r.cfg.get("full_attention_interval") is not None:
         interval = r.int("full_attention_interval")
         return ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)]
-    return ["full"] * layers
+    return ["sliding" if _window_on_every_layer(r) else "full"] * layers
+
+
+# The model types whose vLLM 0.32 attention takes a model-level sliding_window on every layer
+# where the config (as transformers reads it) has no layer_types: vLLM sets CacheConfig's
+# sliding_window from it (vllm/engine/arg_utils.py:2248-2254), and an Attention built with no
+# per-layer window takes CacheConfig's (vllm/model_executor/layers/attention/attention.py:266-271),
+# as mixtral.py, phimoe.py and qwen3_moe.py build theirs; value: max_position_embeddings where the
+# config leaves it out (transformers' default for the type). transformers' Qwen3MoeConfig keeps
+# the window only under use_sliding_window (WINDOW_GATES). Qwen2MoeConfig does too, and lists
+# layer_types itself, never all sliding: vLLM then sets no model-level window, and qwen2_moe.py
+# passes none per layer, so vLLM serves every layer full (WINDOW_UNUSED).
+WINDOW_ON_EVERY_LAYER = {"mixtral": 4096 * 32, "phimoe": 4096 * 32, "qwen3_moe": 32768}
+WINDOW_GATES = {"qwen3_moe": "use_sliding_window"}
+WINDOW_UNUSED = frozenset({"qwen2_moe"})
+
+
+def _window_on_every_layer(r: _Reader) -> bool:
+    """Whether a config without layer_types slides every layer's attention: a sliding_window
+    (0 or null: none) shorter than the model's positions (max_position_embeddings: a window that
+    covers every position changes nothing), of a type vLLM applies it to every layer of
+    (WINDOW_ON_EVERY_LAYER). Such a window of another type is an error: which of its layers
+    slide, if any, is not known here."""
+    kind = r.cfg.get("model_type")
+    gate = WINDOW_GATES.get(kind)
+    if not r.cfg.get("sliding_window") or kind in WINDOW_UNUSED or gate and not r.cfg.get(gate):
+        return False
+    window = r.int("sliding_window")
+    positions = r.int("max_position_embeddings", default=WINDOW_ON_EVERY_LAYER.get(kind, 0),
+                      least=0)
+    if positions and window >= positions:
+        return False
+    if kind in WINDOW_ON_EVERY_LAYER:
+        return True
+    raise InputError(f"{r.name}: sliding_window = {window} without layer_types"
+                     f"{'' if positions else ' or max_position_embeddings'}: which layers of a "
+                     f"{kind!r} model vLLM slides is not modelled here")
 
 
 def _moe_layers(r: _Reader, layers: int) -> list[bool]:
