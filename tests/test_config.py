@@ -341,3 +341,46 @@ def test_a_gpu_constraint_reaches_sbatch_as_the_slurm_plugin_builds_it():
                              capture_output=True, text=True, check=True).stdout
         assert "--gpus=h100:2" in out, out
         assert (flag in out) if flag else (" -C " not in out), out
+
+
+def _paper_merged() -> dict:
+    """config.yaml with config/paper.yaml merged over it, as `--configfile config/paper.yaml`."""
+    from snakemake.utils import update_config
+
+    cfg: dict = {}
+    for f in ("config.yaml", "config/paper.yaml"):
+        update_config(cfg, yaml.safe_load((REPO / f).read_text()))
+    return cfg
+
+
+def test_a_drafter_served_alone_runs_on_its_targets_hardware():
+    """The draft cost c divides the drafter's TPOT by its target's: the drafter's series without
+    SD runs on the target's hardware for every swept run (paper.yaml's B200 Mixtral drafts with
+    its own entry)."""
+    c = Config.load(_paper_merged(), REPO / "workflow/schemas/config.schema.yaml")
+    alone = [r for r in c.sweep_runs() if c.drafters[r.drafter].served_alone]
+    assert {c.model(r.model).hardware for r in alone} >= {"H100", "B200"}
+    for r in alone:
+        assert c.hardware_of(r.drafter) == c.model(r.model).hardware, r
+
+
+def test_a_drafter_served_alone_for_targets_on_two_hardwares_is_refused():
+    """One series without SD, on its first target's hardware: a second hardware's target would
+    mix GPUs in its draft cost c, so the configuration is refused in one line."""
+    cfg = _paper_merged()
+    b200 = next(m for m in cfg["models"] if m["name"] == "mixtral-8x7b-fp8-tp1-b200")
+    b200["drafters"] = ["mixtral-draft"]
+    with pytest.raises(InputError) as exc:
+        Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
+    line = str(exc.value)
+    assert len(line.splitlines()) == 1, line
+    assert re.match(r"^config: drafter mixtral-draft: served alone .* targets on 2 \(H100: "
+                    r"mixtral-8x7b-bf16-tp2, mixtral-8x7b-fp8-tp1; B200: "
+                    r"mixtral-8x7b-fp8-tp1-b200\): declare one drafter entry per hardware", line)
+
+def test_a_tiny_drafter_for_tiny_targets_priced_on_two_hardwares_is_accepted():
+    """A tiny drafter's series runs on this machine's cores beside its targets' whatever
+    hardware prices them: its draft cost divides TPOTs of one machine."""
+    c = resolved(edit=lambda cfg: cfg["models"][0].update(hardware="H100"))
+    assert {c.models["tiny-fine"].hardware, c.models["tiny-coarse"].hardware} == {"H100", "CPU"}
+    assert "tiny-drafter" in c.served

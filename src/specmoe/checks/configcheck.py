@@ -219,6 +219,29 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
     out += [f"hardware {hw}: no peak_tflops.fp32, the precision the tiny models "
             f"{', '.join(names)} compute in (their checkpoints are float32)"
             for hw, names in no_fp32.items()]
+    out += _alone_hardware_problems(resolved, drafters)
+    return out
+
+
+def _alone_hardware_problems(resolved: list, drafters: dict) -> list[str]:
+    """A draft model from a download served alone (specmoe.config.Drafter.served_alone) has one
+    series without SD, on one hardware (specmoe.config.Config.hardware_of: its first target's);
+    a target on other hardware would divide its TPOT by that series' (the draft cost c of two
+    GPUs). A tiny drafter's engines run on this machine's cores beside its targets', whatever
+    hardware prices them."""
+    out = []
+    for d in drafters.values():
+        if not d.served_alone or d.source != "hf":
+            continue
+        where: dict[str, list[str]] = {}
+        for m in resolved:  # its study models (a tiny one: refused in `models`)
+            if d.name in m.drafters and m.source == "hf":
+                where.setdefault(m.hardware, []).append(m.name)
+        if len(where) > 1:
+            on = "; ".join(f"{hw}: {', '.join(names)}" for hw, names in where.items())
+            out.append(f"drafter {d.name}: served alone for the draft cost on one hardware, it "
+                       f"drafts for targets on {len(where)} ({on}): declare one drafter entry per "
+                       "hardware (same repo_id and revision, another name)")
     return out
 
 
