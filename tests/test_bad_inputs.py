@@ -410,7 +410,7 @@ CONFIG = [
      r"config: sweep\.schedule\[4\]\.batch: must be an integer >= 1 \(got 0\)"),
     ("a sweep without schedule", pop("sweep.schedule"), 1,
      r"config: sweep: missing key 'schedule'"),
-    ("no repeats", merge(sweep={"repeats": 0}), 1, r"sweep\.repeats: must be an integer >= 1"),
+    ("no repeats", merge(sweep={"repeats": 0}), 1, r"sweep\.repeats: must be an integer >= 2"),
     ("a learning rate in words", merge(tiny={"train": {"lr": "fast"}}), 1,
      r"tiny\.train\.lr: must be a number > 0 and <= 1 \(got 'fast'\)"),
     ("a vocabulary too small", merge(tiny={"vocab_size": 100}), 1,

@@ -17,13 +17,11 @@ from specmoe.cost.costmodel import DEFAULT_HARDWARE
 from specmoe.errors import InputError
 from wf import REPO
 
-
 def resolved(path="config.yaml", edit=None) -> Config:
     cfg = yaml.safe_load((REPO / path).read_text())
     if edit:
         edit(cfg)
     return Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
-
 
 def test_a_variant_runs_on_its_targets_hardware():
     """A variant names no hardware: it is its target's (the schema's default used to override it)."""
@@ -32,7 +30,6 @@ def test_a_variant_runs_on_its_targets_hardware():
     assert c.variants["tiny-fine-bf16"].hardware == "CPU"
     assert c.variants["tiny-fine-bf16"].precision == "bf16"
     assert c.models["synth-fine"].hardware == DEFAULT_HARDWARE
-
 
 def test_an_untrained_control_runs_at_its_targets_first_k_and_dataset():
     def more(cfg):
@@ -44,7 +41,6 @@ def test_an_untrained_control_runs_at_its_targets_first_k_and_dataset():
     ctl = c.models[f"{name}-random"]
     assert (ctl.ks, ctl.datasets, ctl.control_of) == ((5,), ("heldout-code",), name)
     assert name not in c.swept or f"{name}-random" not in c.swept
-
 
 def test_a_study_model_takes_the_top_level_ks_and_the_plan_its_jobs():
     c = resolved("config/paper.yaml")
@@ -58,7 +54,6 @@ def test_a_study_model_takes_the_top_level_ks_and_the_plan_its_jobs():
     assert rules.count("sweep_sd") == len(m.drafters) * len(m.ks)
     assert rules.count("profile") == len(m.drafters)
     assert rules.count("capture") == len(m.runs())
-
 
 @pytest.mark.parametrize("name,precision,fmt", [("gpt-oss-120b-tp4", "bf16", "mxfp4"),
                                                   ("gpt-oss-120b-tp4", "fp8", "mxfp4"),
@@ -76,7 +71,6 @@ def test_a_quantised_checkpoint_in_another_precision_is_refused(name, precision,
     assert re.match(rf"config: model {name}: \S+ config.json: precision {precision} on a "
                     rf"checkpoint quantised with {fmt}: .*use precision auto$", str(exc.value))
 
-
 def test_the_stages_that_price_a_study_model_refuse_that_precision_too(tmp_path):
     """A config.json downloaded after the configuration check ran: the weight model (study_dims)
     refuses the precision as the check does."""
@@ -89,14 +83,12 @@ def test_the_stages_that_price_a_study_model_refuse_that_precision_too(tmp_path)
         weight_model_table([{"name": "g", "config": cfg, "precision": "bf16", "tp": 4,
                              "ks": [3]}])
 
-
 def test_contradictions_stop_the_resolution():
     def bad(cfg):
         cfg["models"][0]["hardware"] = "TPU"
 
     with pytest.raises(InputError, match="hardware 'TPU' is not defined"):
         resolved(edit=bad)
-
 
 @pytest.mark.parametrize("literal", ['"H100"', '"builtin:v1"'])
 def test_each_default_is_written_once(literal):
@@ -107,7 +99,6 @@ def test_each_default_is_written_once(literal):
     hits = [f"{f.name}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines())
             if re.search(re.escape(literal), line)]
     assert len(hits) == 1, hits
-
 
 def test_each_gpu_engine_takes_vllms_memory_share_from_one_key():
     """gpu.memory_utilization (0.9, vLLM's own default) reaches every GPU engine's arguments and
@@ -127,7 +118,6 @@ def test_each_gpu_engine_takes_vllms_memory_share_from_one_key():
     cpu = resolved("config.yaml")
     assert "gpu_memory_utilization" not in cpu.engine_settings("tiny-fine", "sweep").get(
         "engine_args", {})
-
 
 def test_engine_args_spelt_with_dashes_are_the_engines_one_value():
     """vLLM reads max-model-len as max_model_len: the configuration resolves each engine_args key
@@ -150,7 +140,6 @@ def test_engine_args_spelt_with_dashes_are_the_engines_one_value():
     argv = server_argv(engine_kwargs("m", max_model_len=4096, extra=args), 8000)
     assert [v for f, v in zip(argv, argv[1:]) if f == "--max-model-len"] == ["8192"]
 
-
 def test_a_gpu_jobs_engine_as_the_rules_start_it():
     c = resolved("config/paper.yaml")
     jobs = {(j.rule, j.dataset): j for j in c.gpu_jobs() if j.model == "qwen3-30b-fp8-tp2"}
@@ -162,7 +151,6 @@ def test_a_gpu_jobs_engine_as_the_rules_start_it():
     assert set(sweep.prompt_tokens) == {"mt-bench", "speed-bench-32k"}
     # a separate draft model is served alone for the draft cost: its own GPU job
     assert any(j.rule == "sweep_ar" and j.model == "qwen2-0.5b" for j in c.gpu_jobs())
-
 
 def test_a_datasets_max_batch_caps_its_own_series_points_alone():
     """datasets.<name>.max_batch, resolved once: a series measures that dataset at the
@@ -188,7 +176,6 @@ def test_a_datasets_max_batch_caps_its_own_series_points_alone():
     other = SweepSdParams.from_config(c, Named({**w, "model": "qwen3-30b-fp8-tp1"}))
     assert "dataset_schedules" not in other.settings
 
-
 def test_a_max_batch_below_the_schedules_smallest_batch_is_refused_in_one_line():
     def cap(cfg):
         cfg["sweep"]["schedule"] = [p for p in cfg["sweep"]["schedule"] if p["batch"] >= 4]
@@ -198,7 +185,6 @@ def test_a_max_batch_below_the_schedules_smallest_batch_is_refused_in_one_line()
         resolved("config/paper.yaml", cap)
     assert ("config: datasets.speed-bench-32k.max_batch 2 is below the sweep schedule's "
             "smallest batch 4: its series would measure no point") in str(err.value).splitlines()
-
 
 def test_a_profile_above_its_datasets_max_batch_is_refused_in_one_line():
     """A model is profiled on its first dataset, and the profile's TE is set beside the sweep's
@@ -224,7 +210,6 @@ def test_a_profile_above_its_datasets_max_batch_is_refused_in_one_line():
                                          r"sizes \[32\], above its max_batch 16"):
         resolved("config/paper.yaml", joined)
 
-
 def test_prompt_lengths_come_from_the_configuration_the_table_or_the_plan():
     c = resolved("config/paper.yaml")
     assert c.prompt_tokens("mt-bench") == (70.0, "configured")
@@ -236,7 +221,6 @@ def test_prompt_lengths_come_from_the_configuration_the_table_or_the_plan():
 
     assert resolved("config/paper.yaml", unstated).prompt_tokens("aya") == (512.0, "assumed")
 
-
 def test_warnings_name_what_runs_but_not_as_expected():
     def a100(cfg):
         cfg["hardware"]["A100"] = {"hbm_bandwidth_gbs": 2039, "peak_tflops": {"bf16": 312}}
@@ -246,7 +230,6 @@ def test_warnings_name_what_runs_but_not_as_expected():
     assert line.startswith("config: hardware A100 is not a GPU the step model was calibrated on")
     unset = resolved("config/paper.yaml").warnings()
     assert any(w.startswith("config: no repo_id for qwen3-next-80b-bf16-tp4") for w in unset)
-
 
 def test_the_schema_knows_the_speculative_methods_the_engine_serves():
     """One list of methods (specmoe.names.SPEC_METHODS), which the schema's enum must repeat and
@@ -259,13 +242,11 @@ def test_the_schema_knows_the_speculative_methods_the_engine_serves():
     assert tuple(drafter["method"]["enum"]) == SPEC_METHODS
     assert set(SPEC_METHODS) <= set(FAMILIES)
 
-
 def test_the_default_configuration_sweeps_the_studys_batch_sizes():
     from specmoe.names import STUDY_BATCH_SIZES
 
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     assert tuple(cfg["batch_sizes"]) == STUDY_BATCH_SIZES
-
 
 def test_every_engine_rule_is_a_kind_and_an_unknown_kind_is_an_error(tmp_path):
     """The engine rules (capture and each `use rule capture as ...`) are exactly the kinds of
@@ -319,7 +300,6 @@ params = dict(run_uuid="u", slurm_logfile="l", comment_str="c", account="", part
 print(get_submit_command(job, params) + set_gres_string(job))
 """
 
-
 def test_a_gpu_constraint_reaches_sbatch_as_the_slurm_plugin_builds_it():
     """`gpu.constraint` is SLURM's node constraint (`-C`), the GPU model stays the hardware's
     (`--gpus=h100:TP`): the plugin refuses `a&b` as a GPU model. Without one there is no `-C`."""
@@ -342,7 +322,6 @@ def test_a_gpu_constraint_reaches_sbatch_as_the_slurm_plugin_builds_it():
         assert "--gpus=h100:2" in out, out
         assert (flag in out) if flag else (" -C " not in out), out
 
-
 def _paper_merged() -> dict:
     """config.yaml with config/paper.yaml merged over it, as `--configfile config/paper.yaml`."""
     from snakemake.utils import update_config
@@ -351,7 +330,6 @@ def _paper_merged() -> dict:
     for f in ("config.yaml", "config/paper.yaml"):
         update_config(cfg, yaml.safe_load((REPO / f).read_text()))
     return cfg
-
 
 def test_a_drafter_served_alone_runs_on_its_targets_hardware():
     """The draft cost c divides the drafter's TPOT by its target's: the drafter's series without
@@ -362,7 +340,6 @@ def test_a_drafter_served_alone_runs_on_its_targets_hardware():
     assert {c.model(r.model).hardware for r in alone} >= {"H100", "B200"}
     for r in alone:
         assert c.hardware_of(r.drafter) == c.model(r.model).hardware, r
-
 
 def test_a_drafter_served_alone_for_targets_on_two_hardwares_is_refused():
     """One series without SD, on its first target's hardware: a second hardware's target would
@@ -378,9 +355,18 @@ def test_a_drafter_served_alone_for_targets_on_two_hardwares_is_refused():
                     r"mixtral-8x7b-bf16-tp2, mixtral-8x7b-fp8-tp1; B200: "
                     r"mixtral-8x7b-fp8-tp1-b200\): declare one drafter entry per hardware", line)
 
+
 def test_a_tiny_drafter_for_tiny_targets_priced_on_two_hardwares_is_accepted():
     """A tiny drafter's series runs on this machine's cores beside its targets' whatever
     hardware prices them: its draft cost divides TPOTs of one machine."""
     c = resolved(edit=lambda cfg: cfg["models"][0].update(hardware="H100"))
     assert {c.models["tiny-fine"].hardware, c.models["tiny-coarse"].hardware} == {"H100", "CPU"}
     assert "tiny-drafter" in c.served
+
+
+def test_one_repeat_is_refused():
+    """A point measured once has no spread of repeats: no speedup interval, no curve's shape
+    (measured.sweep.series_estimates), so the schema asks for two."""
+    with pytest.raises(InputError) as exc:
+        resolved(edit=lambda c: c["sweep"].update(repeats=1))
+    assert str(exc.value) == "config: sweep.repeats: must be an integer >= 2 (got 1)"

@@ -203,9 +203,9 @@ CASES = [
     ("no warm-up", merge(sweep={"warmups": 0}), 0,
      r"^config: sweep\.warmups 0: no warm-up request before a batch size is first measured, so "
      r"its first repeat includes the engine's warm-up"),
-    ("one repeat", merge(sweep={"repeats": 1}), 0,
-     r"^config: sweep\.repeats 1: each point is measured once, so no speedup interval comes "
-     r"from repeats"),
+    # one measurement gives no interval (no spread of repeats) and so no curve's shape
+    ("one repeat", merge(sweep={"repeats": 1}), 1,
+     r"^config: sweep\.repeats: must be an integer >= 2 \(got 1\)$"),
     ("a billion training steps", model(TF, steps=1_000_000_000), 0,
      r"^config: tiny-fine: steps 1,000,000,000: training runs that many optimizer steps on "
      r"this machine .*\(1,428,571 times the default's 700\)$"),
@@ -377,9 +377,11 @@ def test_two_unusual_values_are_two_lines(tmp_path, monkeypatch):
     """One warning line per value, each naming its own consequence."""
     monkeypatch.chdir(tmp_path)  # a fresh run's parse, not one beside the checkout's results/
     cfg = copy.deepcopy(BASE)
-    merge(sweep={"warmups": 0, "repeats": 1})(cfg)
+    merge(sweep={"warmups": 0}, tiny={"train": {"warmup": 700}})(cfg)
     _, notes = for_workflow(cfg, SCHEMA, cache_dir=tmp_path, with_vllm=False)
-    assert [n.split(":")[1].strip() for n in notes] == ["sweep.warmups 0", "sweep.repeats 1"]
+    assert [n.split(":")[1].strip() for n in notes] == ["sweep.warmups 0",
+                                                        "tiny.train.warmup 700 is not below the "
+                                                        "steps of tiny-fine (700), tiny-coarse (700)"]
 
 
 # --- a key given twice: each configuration file read strictly --------------------------------

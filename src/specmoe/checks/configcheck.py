@@ -606,10 +606,6 @@ def unusual(config: dict) -> list[str]:
             out.append("config: sweep.warmups 0: no warm-up request before a batch size is first "
                        "measured, so its first repeat includes the engine's warm-up (config/README "
                        "promises at least the batch size)")
-        if sweep.get("repeats") == 1:
-            out.append("config: sweep.repeats 1: each point is measured once, so no speedup "
-                       "interval comes from repeats (only the requests' spread within one "
-                       "measurement and engine_log_sd)")
     entries = [*(config.get("models") or []), *(config.get("drafters") or [])]
     trained = [e for e in entries if e.get("source") == "tiny"]
     for e in trained:
