@@ -24,7 +24,9 @@ BASE = {
         {"name": "t", "source": "tiny", "hardware": "CPU", "drafters": ["d"],
          "datasets": ["tinybench"], "steps": 2, "arch": TINY_ARCH},
         {"name": "s", "source": "synthetic", "hardware": "H100", "drafters": ["synth"],
-         "datasets": ["synth"], "synthetic": {"num_experts": 16, "top_k": 2, "num_layers": 2}},
+         "datasets": ["synth"], "synthetic": {"num_experts": 16, "top_k": 2, "num_layers": 2},
+         "dims": {"hidden": 256, "expert_intermediate": 64, "heads": 4, "kv_heads": 2,
+                  "head_dim": 64, "num_layers": 2}},
     ],
 }
 

@@ -208,7 +208,8 @@ def test_the_reports_benchmarks_are_those_of_every_job_of_the_dry_run_but_its_ow
 
 
 @pytest.mark.slow  # Snakemake dry runs
-def test_a_synthetic_models_hf_config_is_an_input_of_its_cost_model_and_prediction(tmp_path):
+def test_a_synthetic_models_hf_config_is_an_input_of_its_cost_model_and_prediction(
+        tmp_path, monkeypatch):
     """A synthetic model's dimensions read from the config.json its `hf_config` names (instead
     of `dims`): its cost models and its prediction declare it, so that a new one reruns them
     (a dry run after it changed lists them); without one they read no file of the model."""
@@ -228,6 +229,8 @@ def test_a_synthetic_models_hf_config_is_an_input_of_its_cost_model_and_predicti
     synth["hf_config"] = "synth-config.json"  # Qwen3-30B-A3B's: 8 of 128 experts, as its trace
     case = {"models": [synth]}
     raw["models"] = [synth]
+    monkeypatch.chdir(tmp_path)  # the path is read from the workflow's folder: the file is there
+    shutil.copy(config_path("Qwen3-30B-A3B.json"), tmp_path / "synth-config.json")
     cfg = Files(Config.load(raw, REPO / "workflow/schemas/config.schema.yaml"))
     assert cfg.checkpoint("synth-fine") == ["synth-config.json"]
     assert cfg.predict_inputs("synth-fine")["checkpoint"] == ["synth-config.json"]

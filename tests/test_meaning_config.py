@@ -339,6 +339,16 @@ CASES = [
      r"^config: draft_cost\.batch_sizes: lists a value twice"),
     ("an empty prompt table name", merge(tiny={"prompts": ""}), 1,
      r"^config: tiny\.prompts: must not be empty \(leave the key out for its default\)$"),
+    # a synthetic model's dimensions: its cost model's job failed on what the parse accepted
+    ("a synthetic model's dims of its layers alone", model(SF, dims={"num_layers": 48}), 1,
+     r"^config: models\[3\]\.dims \(model 'synth-fine'\): missing key 'hidden' \(required for "
+     r"source synthetic\)$"),
+    ("a synthetic model without dims or hf_config", lambda c: c["models"][3].pop("dims"), 1,
+     r"^config: model synth-fine: a synthetic model needs dims or hf_config \(a config\.json\), "
+     r"the dimensions its cost model prices$"),
+    ("a synthetic model's hf_config that is not there",
+     both(lambda c: c["models"][3].pop("dims"), model(SF, hf_config="/no/such/config.json")), 1,
+     r"^config: model synth-fine: hf_config /no/such/config\.json: no such file"),
     ("hardware without the tiny models' fp32 peak",
      lambda c: c["hardware"]["CPU"].update(peak_tflops={"bf16": 0.2}), 1,
      r"^config: hardware CPU: no peak_tflops\.fp32, the precision the tiny models tiny-fine, "

@@ -104,7 +104,24 @@ def structure(config: dict) -> list[str]:
         out.append("models with source 'tiny' need the 'tiny' section")
     for m in models:
         out += [f"model {m['name']}: {p}" for p in _cost_only_problems(m)]
+        if m["source"] == "synthetic":
+            out += [f"model {m['name']}: {p}" for p in _synthetic_dims_problems(m)]
     return out
+
+
+def _synthetic_dims_problems(m: dict) -> list[str]:
+    """A synthetic model's cost model reads its dimensions from `dims` or from the config.json
+    `hf_config` names (specmoe.stages.analysis.model_dims): one of them, the file there (a path
+    is read from the workflow's folder)."""
+    from pathlib import Path
+
+    if not m.get("dims") and not m.get("hf_config"):
+        return ["a synthetic model needs dims or hf_config (a config.json), the dimensions its "
+                "cost model prices"]
+    if m.get("hf_config") and not Path(m["hf_config"]).is_file():
+        return [f"hf_config {m['hf_config']}: no such file (its cost model reads its dimensions "
+                "there)"]
+    return []
 
 
 def _tiny_drafter_problems(d) -> list[str]:
