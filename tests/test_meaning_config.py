@@ -349,6 +349,15 @@ CASES = [
     ("a synthetic model's hf_config that is not there",
      both(lambda c: c["models"][3].pop("dims"), model(SF, hf_config="/no/such/config.json")), 1,
      r"^config: model synth-fine: hf_config /no/such/config\.json: no such file"),
+    # a download named as a prompt table's dataset silently replaced it for the tiny models
+    ("a download named as a dataset of the prompt table",
+     merge(datasets={"tinybench": {"format": "mt-bench", "repo_id": "philschmid/mt-bench",
+                                   "files": ["question.jsonl"]}}), 1,
+     r"^config: datasets\.tinybench: the prompt table has a dataset of this name, which its "
+     r"download would replace for every model: give the download another name$"),
+    ("a download of its own name", merge(datasets={"mt-bench": {
+        "format": "mt-bench", "repo_id": "philschmid/mt-bench", "files": ["question.jsonl"]}}),
+     0, OK),
     ("hardware without the tiny models' fp32 peak",
      lambda c: c["hardware"]["CPU"].update(peak_tflops={"bf16": 0.2}), 1,
      r"^config: hardware CPU: no peak_tflops\.fp32, the precision the tiny models tiny-fine, "

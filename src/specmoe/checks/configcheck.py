@@ -340,6 +340,11 @@ def settings(config: dict, prompt_datasets: set[str] | None,
         out.append(f"sweep.engine_log_sd {sweep['engine_log_sd']:g} names no device: set "
                    "sweep.engine_log_sd_device to the one it was measured on (cpu or cuda); "
                    "only series swept there take it")
+    # a downloaded dataset of a prompt table's name would replace the table's for the tiny
+    # models too (an engine reads a dataset under `datasets` from its download)
+    for name in sorted(set(config.get("datasets") or {}) & set(prompt_datasets or ())):
+        out.append(f"datasets.{name}: the prompt table has a dataset of this name, which its "
+                   "download would replace for every model: give the download another name")
     tiny = config.get("tiny") or {}
     sd = tiny.get("sd_check") or {}
     if sd.get("dataset") and prompt_datasets is not None and sd["dataset"] not in prompt_datasets:
