@@ -44,7 +44,8 @@ def tiny_models(tmp_path_factory):
     from specmoe.stages import models as modelstages
 
     root = tmp_path_factory.mktemp("models")
-    tiny_cfg = {"vocab_size": 512, "max_train_tokens": 300_000, "max_heldout_tokens": 20_000,
+    tiny_cfg = {"vocab_size": 512, "heldout_every": 10, "max_train_tokens": 300_000,
+                "max_heldout_tokens": 20_000,
                 "train": {"seq_len": 64, "batch_size": 16, "lr": 0.004, "warmup": 10,
                           "eval_batches": 2, "threads": 1}}
     tok = Named({"tokenizer": root / "tokenizer"})

@@ -35,7 +35,8 @@ WORKFLOW_FILES = ("Snakefile", "config.yaml")
 WORKFLOW_DIRS = ("config", "workflow", "profiles", "envs", ".test", "docs")
 
 # The tokenizer and training settings of the three models (small: about a minute on 2 cores).
-TINY = {"vocab_size": 512, "max_train_tokens": 300_000, "max_heldout_tokens": 20_000,
+TINY = {"vocab_size": 512, "heldout_every": 10, "max_train_tokens": 300_000,
+        "max_heldout_tokens": 20_000,
         "train": {"seq_len": 64, "batch_size": 16, "lr": 0.004, "warmup": 10, "eval_batches": 2,
                   "threads": 2, "aux_coef": 0.01, "aux_scope": "layer"}}
 ATTN = {"hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 32}

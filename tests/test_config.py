@@ -370,3 +370,88 @@ def test_one_repeat_is_refused():
     with pytest.raises(InputError) as exc:
         resolved(edit=lambda c: c["sweep"].update(repeats=1))
     assert str(exc.value) == "config: sweep.repeats: must be an integer >= 2 (got 1)"
+
+
+# Pairs of configurations that differ only in whether a default of the tiny section is written out
+# (the value the engine or the training uses either way): each pair gets one verdict.
+def _long_prompts(c, d):
+    (d / "long.csv").write_text("prompt_id,dataset,category,text\n"
+                                f"a,tinybench,x,{'word ' * 1400}\nb,heldout-code,x,hi\n")
+    c["tiny"]["prompts"] = str(d / "long.csv")
+    c["tiny"]["capture"]["engine_args"] = {"max_model_len": 2048}
+    c["sweep"]["max_model_len"] = c["profiling"]["max_model_len"] = 2048
+
+
+def _no_tinybench(c, d):
+    (d / "nb.csv").write_text("prompt_id,dataset,category,text\na,heldout-code,x,hi\n")
+    c["tiny"]["prompts"] = str(d / "nb.csv")
+    for m in c["models"]:
+        if m["source"] in ("tiny", "variant"):
+            m["datasets"] = ["heldout-code"]
+
+
+def _short_training(c, d):
+    for e in c["models"] + c["drafters"]:
+        if e.get("source") == "tiny":
+            e["steps"] = 20
+
+
+def _small_heldout(c, d):
+    c["tiny"]["max_heldout_tokens"] = 1500
+
+
+WRITTEN_OR_NOT = [  # (label, edit, the tiny section's key as a path, its default)
+    ("a long prompt and the SD check's output", _long_prompts, "sd_check.max_tokens", 64),
+    ("a prompt table without tinybench", _no_tinybench, "sd_check.dataset", "tinybench"),
+    ("training shorter than its warm-up", _short_training, "train.warmup", 30),
+    ("a held-out set below one batch", _small_heldout, "train", {"seq_len": 128,
+                                                                 "batch_size": 16}),
+]
+
+
+@pytest.mark.parametrize("label,edit,key,default", WRITTEN_OR_NOT,
+                         ids=[c[0] for c in WRITTEN_OR_NOT])
+def test_a_tiny_default_gives_one_verdict_written_or_not(label, edit, key, default, tmp_path,
+                                                         monkeypatch):
+    """The tiny section's defaults are the schema's: a check reads the same value whether the
+    key is written out or left to its default (the parse's errors and warnings alike)."""
+    import copy
+
+    from specmoe.config import for_workflow
+
+    monkeypatch.chdir(tmp_path)
+    base = yaml.safe_load((REPO / "config.yaml").read_text())
+    edit(base, tmp_path)
+    verdicts = []
+    for written in (False, True):
+        cfg = copy.deepcopy(base)
+        *head, last = key.split(".")
+        node = cfg["tiny"]
+        for k in head:
+            node = node[k]
+        if written:
+            node[last] = copy.deepcopy(default)
+        else:
+            node.pop(last, None)
+        try:
+            _, notes = for_workflow(cfg, REPO / "workflow/schemas/config.schema.yaml",
+                                    preflight=False)
+            verdicts.append(("accepted", [n for n in notes if n.startswith("config:")]))
+        except InputError as exc:
+            verdicts.append(("refused", str(exc)))
+    assert verdicts[0] == verdicts[1]
+    assert verdicts[0][0] == "refused" or verdicts[0][1], verdicts[0]  # each case is caught
+
+
+def test_the_training_defaults_are_the_schemas():
+    """An untrained control's settings beyond its evaluation's are TrainSpec's defaults: the
+    schema's tiny.train defaults, the one place a trained model's come from."""
+    from dataclasses import fields
+
+    from specmoe.checks.schema import load_schema
+    from specmoe.runtime.tiny import TrainSpec
+
+    train = load_schema(REPO / "workflow/schemas/config.schema.yaml")[
+        "properties"]["tiny"]["properties"]["train"]["properties"]
+    ours = {f.name: f.default for f in fields(TrainSpec) if f.name in train}
+    assert ours == {k: v["default"] for k, v in train.items()}

@@ -23,14 +23,15 @@ def test_a_wildcard_field_is_no_param_and_reaches_the_stage_from_the_jobs_wildca
     assert list(params) == ["sd", "prompts"] == [f.name for f in param_fields(SdCheckParams)]
     assert params["sd"](w) == cfg.section("sd_check", tiny=True)
     assert [f.name for f in fields(SdCheckParams)] == ["sd", "prompts", "k", "dataset"]
+    four = resolved(edit=lambda c: c["tiny"].update(sd_check={"prompts": 4}))
+    sd = four.section("sd_check", tiny=True)  # the schema's defaults filled
+    assert sd["prompts"] == 4
     smk = job("sd_check", {"target": "t", "drafter": "d"}, {"json": "o.json"},
-              {"sd": {"prompts": 4}, "prompts": "builtin:v1"}, tmp_path / "sd.log")
+              {"sd": sd, "prompts": "builtin:v1"}, tmp_path / "sd.log")
     smk.wildcards = w
     args = stage_args(smk, SdCheckParams)
-    assert args["params"] == SdCheckParams(sd={"prompts": 4}, prompts="builtin:v1", k=3,
-                                           dataset="tinybench")
-    assert args["params"] == SdCheckParams.from_config(
-        resolved(edit=lambda c: c["tiny"].update(sd_check={"prompts": 4})), w)
+    assert args["params"] == SdCheckParams(sd=sd, prompts="builtin:v1", k=3, dataset="tinybench")
+    assert args["params"] == SdCheckParams.from_config(four, w)
     seen = {}
     run_rule(smk, lambda inputs, outputs, params, log=None: seen.update(
         k=params.k, target=inputs.target, out=outputs.json, log=log), SdCheckParams)

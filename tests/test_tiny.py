@@ -156,7 +156,7 @@ def test_train_stage_rejects_zero_budget_before_building(tmp_path):
                                  "kv_heads": 1, "head_dim": 32}, "steps": 0}
     with pytest.raises(InputError, match="budget"):
         train_stage(Named({"tokenizer": tmp_path / "nope"}), Named({"dir": tmp_path / "out"}),
-                    TrainParams(cfg, {"vocab_size": 300}, True))
+                    TrainParams(cfg, {"vocab_size": 300, "train": {}}, True))
     assert not (tmp_path / "out").exists()
 
 

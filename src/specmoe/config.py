@@ -53,8 +53,6 @@ CPU_ENGINE = {"mem_mb": 8000, "runtime": 60}
 # The settings of the sweep section that only the analysis reads (rule speedup's record: a change
 # reruns no sweep).
 SWEEP_ANALYSIS_KEYS = tuple(SpeedupParams.SWEEP_KEYS.values())
-# The SD check's K and dataset where the configuration's tiny.sd_check sets none.
-SD_CHECK_DEFAULTS = {"k": 3, "dataset": "tinybench"}
 
 
 def with_precision(section: dict, m: dict) -> dict:
@@ -216,8 +214,7 @@ class Config:
         return (configcheck.models(every, self.drafters, self.hardware, self.datasets, self.ks,
                                    prompt_datasets)
                 + configcheck.settings(self.raw, prompt_datasets,
-                                       {"max_model_len": ENGINE_DEFAULTS["max_model_len"],
-                                        "sd_k": SD_CHECK_DEFAULTS["k"]}))
+                                       {"max_model_len": ENGINE_DEFAULTS["max_model_len"]}))
 
     def _model(self, m: dict, control_of: str | None = None) -> Model:
         hardware = m.get("hardware") or DEFAULT_HARDWARE  # a variant's: its target's
@@ -626,8 +623,8 @@ class Config:
         return dict(top.get(name) or {})
 
     def sd_check_run(self) -> tuple[int, str]:
-        """The SD check's K and dataset (SD_CHECK_DEFAULTS where the configuration sets none)."""
-        sd = {**SD_CHECK_DEFAULTS, **self.section("sd_check", tiny=True)}
+        """The SD check's K and dataset (tiny.sd_check's, the schema's defaults filled)."""
+        sd = self.section("sd_check", tiny=True)
         return int(sd["k"]), sd["dataset"]
 
     def engine_section(self, section: str) -> dict:

@@ -323,8 +323,9 @@ def _granularity_problems(entry: dict) -> list[str]:
 def settings(config: dict, prompt_datasets: set[str] | None,
              engine_defaults: dict | None = None) -> list[str]:
     """The sweep's schedule (and each dataset's max_batch on it), the GPU plan's assumptions and
-    the tiny models' settings (engine_defaults: an engine section's max_model_len and the SD
-    check's K where the configuration leaves them out, specmoe.config's)."""
+    the tiny models' settings (engine_defaults: an engine section's max_model_len where the
+    configuration leaves it out, specmoe.config's; the tiny section's defaults are the schema's,
+    filled in by its validation)."""
     out: list[str] = []
     sweep = config.get("sweep") or {}
     out += _batch_list_problems(config)
@@ -346,8 +347,9 @@ def settings(config: dict, prompt_datasets: set[str] | None,
         out.append(f"datasets.{name}: the prompt table has a dataset of this name, which its "
                    "download would replace for every model: give the download another name")
     tiny = config.get("tiny") or {}
-    sd = tiny.get("sd_check") or {}
-    if sd.get("dataset") and prompt_datasets is not None and sd["dataset"] not in prompt_datasets:
+    sd = tiny.get("sd_check") or {}  # the schema's defaults filled, where there is a tiny section
+    targets = any(m["source"] == "tiny" for m in config.get("models") or [])
+    if targets and prompt_datasets is not None and sd["dataset"] not in prompt_datasets:
         out.append(f"tiny.sd_check.dataset '{sd['dataset']}' is not in the prompt table"
                    + _not_in(sd["dataset"], prompt_datasets, "it has"))
     if ("sweep" in config) != ("profiling" in config):
@@ -356,16 +358,16 @@ def settings(config: dict, prompt_datasets: set[str] | None,
                    f"sections are present (add {lack}, or remove {have})")
     out += _plan_problems(config)
     out += _tiny_context_problems(config, **(engine_defaults or {}))
-    train = tiny.get("train") or {}
-    if tiny.get("max_train_tokens") and tiny["max_train_tokens"] <= train.get("seq_len", 0) + 1:
-        out.append(f"tiny.max_train_tokens ({tiny['max_train_tokens']}) leaves no training "
-                   f"sequence of tiny.train.seq_len {train['seq_len']} + 1 tokens: training "
-                   "would stop at its first step")
-    if tiny and train.get("seq_len") and tiny.get("max_heldout_tokens") and \
-            tiny["max_heldout_tokens"] < train["seq_len"] * train.get("batch_size", 1):
-        out.append(f"tiny.max_heldout_tokens ({tiny['max_heldout_tokens']}) is smaller than one "
-                   f"evaluation batch (seq_len x batch_size = "
-                   f"{train['seq_len'] * train.get('batch_size', 1)})")
+    if tiny:  # the schema's defaults filled
+        train = tiny["train"]
+        if tiny["max_train_tokens"] <= train["seq_len"] + 1:
+            out.append(f"tiny.max_train_tokens ({tiny['max_train_tokens']}) leaves no training "
+                       f"sequence of tiny.train.seq_len {train['seq_len']} + 1 tokens: training "
+                       "would stop at its first step")
+        if tiny["max_heldout_tokens"] < train["seq_len"] * train["batch_size"]:
+            out.append(f"tiny.max_heldout_tokens ({tiny['max_heldout_tokens']}) is smaller than "
+                       f"one evaluation batch (seq_len x batch_size = "
+                       f"{train['seq_len'] * train['batch_size']})")
     return out
 
 
@@ -456,7 +458,7 @@ def _plan_problems(config: dict) -> list[str]:
     return out
 
 
-def _tiny_context_problems(config: dict, max_model_len: int = 1024, sd_k: int = 3) -> list[str]:
+def _tiny_context_problems(config: dict, max_model_len: int = 1024) -> list[str]:
     """Each engine section the tiny models run under: the context its engine starts with
     (kinds.engine_context: its engine_args' max_model_len, else its own) within the tiny models'
     positions, and the longest prompt of their table (about 4 characters a token) with the
@@ -476,7 +478,7 @@ def _tiny_context_problems(config: dict, max_model_len: int = 1024, sd_k: int = 
         return []
     prompt = max((len(r.text.encode()) for r in rows), default=0) / CHARS_PER_TOKEN
     k = max(int(k) for m in tiny_models for k in m.get("ks") or config["ks"])
-    sd = {"k": sd_k, **(tiny.get("sd_check") or {})}
+    sd = tiny["sd_check"]  # the schema's defaults filled
     sections = [("tiny.capture", "max_tokens", tiny.get("capture") or {}, k),
                 ("tiny.sd_check", "max_tokens", sd, int(sd["k"]))]
     if "sweep" in config and "profiling" in config:
@@ -635,7 +637,8 @@ def unusual(config: dict) -> list[str]:
             out.append(f"config: {e['name']}: steps {e['steps']:,}: training runs that many "
                        f"optimizer steps on this machine before any job that needs the model "
                        f"({e['steps'] / 700:,.0f} times the default's 700)")
-    warmup = ((config.get("tiny") or {}).get("train") or {}).get("warmup", 0)
+    # trained models need the tiny section (structure): its train defaults are filled
+    warmup = config["tiny"]["train"]["warmup"] if trained else 0
     short = [f"{e['name']} ({e['steps']})" for e in trained if warmup >= e["steps"]]
     if short:
         out.append(f"config: tiny.train.warmup {warmup} is not below the steps of "

@@ -169,6 +169,11 @@ class Arch:
 
 @dataclass
 class TrainSpec:
+    """A tiny model's training settings. A trained model's come from the resolved configuration,
+    every key given (tiny.train, the schema's defaults filled: workflow/schemas/config.schema.yaml,
+    their one source); the defaults below are the schema's (tests/test_config.py holds them
+    equal) and fill only an untrained control's, whose record carries its evaluation's keys
+    alone (specmoe.contracts.models.EVAL_KEYS)."""
     steps: int = 700
     seed: int = 0
     seq_len: int = 128

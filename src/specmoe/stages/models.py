@@ -23,14 +23,14 @@ def tokenizer_stage(inputs, outputs, params) -> None:
     tokenizer plus the encoded training and held-out corpora (tokens .npy) into outputs.dir, from
     params.tiny."""
     tiny_cfg, out_dir = params.tiny, outputs.dir
-    every = int(tiny_cfg.get("heldout_every", 10))
+    every = int(tiny_cfg["heldout_every"])  # the schema's defaults filled
     train_files = tiny.corpus_files(False, every)
     held_files = tiny.corpus_files(True, every)
     logger.info("corpus: %d training files, %d held-out files", len(train_files), len(held_files))
     tmp_tok = Path(out_dir).with_name(f".{Path(out_dir).name}.tokenizer")
     tiny.train_tokenizer(train_files, int(tiny_cfg["vocab_size"]), tmp_tok)
-    train = tiny.encode(tmp_tok, train_files, int(tiny_cfg.get("max_train_tokens", 4_000_000)))
-    held = tiny.encode(tmp_tok, held_files, int(tiny_cfg.get("max_heldout_tokens", 200_000)))
+    train = tiny.encode(tmp_tok, train_files, int(tiny_cfg["max_train_tokens"]))
+    held = tiny.encode(tmp_tok, held_files, int(tiny_cfg["max_heldout_tokens"]))
     logger.info("encoded %d training and %d held-out tokens", train.size, held.size)
     manifest = {"vocab_size": int(tiny_cfg["vocab_size"]), "heldout_every": every,
                 "train_files": len(train_files), "heldout_files": len(held_files),
@@ -55,7 +55,7 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
     model_cfg, tiny_cfg, trained = params.model, params.tiny, params.trained
     tokenizer_dir, out_dir = inputs.tokenizer, outputs.dir
     arch = tiny.arch_from_dict(model_cfg["arch"])
-    train = dict(tiny_cfg.get("train", {}))
+    train = dict(tiny_cfg["train"])  # every key (the schema's defaults); a control's: EVAL_KEYS
     spec = tiny.spec_from_dict({**train, "steps": model_cfg.get("steps", 1),
                                 **({"seed": model_cfg["seed"]} if "seed" in model_cfg else {})})
     arch.validate()
@@ -106,11 +106,11 @@ def sd_check_stage(inputs, outputs, params, log: str | None = None) -> dict:
     target_dir, drafter_dir, k, sd_cfg = inputs.target, inputs.drafter, params.k, params.sd
     prompts_source, dataset, out = tiny_prompts(inputs, params), params.dataset, outputs.json
     check_inputs(target_dir, drafter_dir, k)
-    rows = prompt_table.load(prompts_source, [dataset])[: int(sd_cfg.get("prompts", 24))]
+    rows = prompt_table.load(prompts_source, [dataset])[: int(sd_cfg["prompts"])]
     if not rows:
         raise InputError(f"dataset {dataset} has no prompts")
     res = sd_check(target_dir, drafter_dir, k, [r.text for r in rows],
-                   int(sd_cfg.get("max_tokens", 64)), log_path=log, seed=0,
+                   int(sd_cfg["max_tokens"]), log_path=log, seed=0,
                    dtype=setting(sd_cfg, "dtype"),
                    kv_cache_mib=int(setting(sd_cfg, "kv_cache_mib")))
     res["prompt_ids"] = [r.prompt_id for r in rows]
