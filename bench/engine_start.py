@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from specmoe.runtime.engine import engine_kwargs, generate, run_in_child  # noqa: E402
 from specmoe.runtime.startup import PHASES  # noqa: E402
 
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml"
 PROMPTS = ["def main():\n", "import os\n\n", "class Cache:\n", "for i in range(10):\n"]
 
 
@@ -52,8 +53,13 @@ def served(engine: dict, model: str, out_len: int, log_path: str,
     from specmoe.runtime.serving import SERVER_MODULE, Server, bench, point_summary, \
         write_prompts_jsonl
 
+    from specmoe.checks.schema import load_schema
+
+    # the sweeps' start-up limit (sweep.startup_timeout_s's default, the schema's)
+    limit = load_schema(SCHEMA)["properties"]["sweep"]["properties"]["startup_timeout_s"]["default"]
     with tempfile.TemporaryDirectory() as d, \
-            Server(engine, log_path, module=module or SERVER_MODULE) as server:
+            Server(engine, log_path, startup_timeout=limit,
+                   module=module or SERVER_MODULE) as server:
         jsonl = Path(d) / "prompts.jsonl"
         write_prompts_jsonl(PROMPTS, jsonl)
         res = bench(server, model, jsonl, 2, len(PROMPTS), out_len, detailed=True)

@@ -43,7 +43,11 @@ def main() -> int:
     for p in (target, drafter):
         if not (p / "config.json").exists():
             ap.error(f"{p}: no checkpoint (run the workflow first)")
-    sweep = yaml.safe_load(a.config.read_text())["sweep"]
+    from specmoe.checks import schema
+
+    cfg = yaml.safe_load(a.config.read_text())
+    schema.check(cfg, Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml")
+    sweep = cfg["sweep"]  # the schema's defaults filled
     sched = [(int(p["batch"]), int(p["prompts"])) for p in sweep["schedule"]]
     rows = prompt_table.load("builtin:v1", ["tinybench"])
     texts = [r.text for r in prompt_table.schedule(rows, max(n for _, n in sched),
@@ -61,6 +65,7 @@ def main() -> int:
                 run_series(sd, str(target), texts, sched, int(sweep["output_len"]),
                            int(sweep["warmups"]), tmp / "sd", {"round": rnd, "mode": mode}, {},
                            repeats=int(sweep["repeats"]),
+                           startup_timeout=float(sweep["startup_timeout_s"]),
                            paired=(plain, {"round": rnd}, tmp / "ar") if mode == "paired"
                            else None)
                 walls[mode].append(time.perf_counter() - t0)

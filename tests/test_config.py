@@ -455,3 +455,25 @@ def test_the_training_defaults_are_the_schemas():
         "properties"]["tiny"]["properties"]["train"]["properties"]
     ours = {f.name: f.default for f in fields(TrainSpec) if f.name in train}
     assert ours == {k: v["default"] for k, v in train.items()}
+
+
+def test_an_engines_start_up_limit_has_one_default_the_schemas():
+    """sweep.startup_timeout_s's default is the schema's alone: the serving runtime takes the
+    limit from its caller (the sweep stage passes the section's), with no default of its own."""
+    import inspect
+
+    from specmoe.runtime import serving
+
+    for fn in (serving.Server.__init__, serving.run_series):
+        limit = inspect.signature(fn).parameters["startup_timeout"]
+        assert limit.default is inspect.Parameter.empty and limit.kind is limit.KEYWORD_ONLY, fn
+    c = resolved()
+    assert c.sweep["startup_timeout_s"] == 600  # filled by the validation
+
+
+def test_a_models_sweep_flag_defaults_in_the_schema():
+    """A model's `sweep` is filled by the validation (true), so the checks and the resolved
+    models read the one value."""
+    c = resolved()
+    assert all(m["sweep"] is True for m in c.raw["models"])
+    assert all(m.sweep for m in c.models.values())

@@ -129,7 +129,8 @@ def recorder(monkeypatch):
 def _series(tmp_path, **kw):
     return serving.run_series(SD_ENGINE, "t", PROMPTS, [(1, 2), (2, 2)], 8, 1, tmp_path / "sd",
                               {"series": "sd"}, {"stage": "test"}, repeats=2,
-                              paired=(PLAIN_ENGINE, {"series": "plain"}, tmp_path / "ar"), **kw)
+                              paired=(PLAIN_ENGINE, {"series": "plain"}, tmp_path / "ar"),
+                              **{"startup_timeout": 60, **kw})
 
 
 def test_a_paired_series_on_a_faked_cuda_platform_runs_one_server_at_a_time(
@@ -205,7 +206,8 @@ def test_an_sd_point_without_drafts_is_refused_when_measured_and_not_kept(record
         "spec_decode_num_drafts: None), so the point has no acceptance; not kept")
     assert not list((tmp_path / "sd").glob("b*.json"))
     # the engine without SD is not asked for drafts
-    ar = serving.run_series(PLAIN_ENGINE, "t", PROMPTS, [(1, 2)], 8, 0, tmp_path / "ar", {}, {})
+    ar = serving.run_series(PLAIN_ENGINE, "t", PROMPTS, [(1, 2)], 8, 0, tmp_path / "ar", {}, {},
+                            startup_timeout=60)
     assert [p["batch"] for p in ar] == [1] and "sd" not in ar[0]
 
 
@@ -239,6 +241,7 @@ def test_on_a_cpu_each_dataset_and_batch_alternates_its_first_arm_from_repeat_to
     texts = {ds: PROMPTS * 2 for ds in ("aya", "mt-bench")}
     sd, ar = serving.run_series(SD_ENGINE, "t", texts, [(1, 4), (2, 4), (4, 4), (8, 8)], 8, 0,
                                 tmp_path / "sd", {"series": "sd"}, {}, repeats=3,
+                                startup_timeout=60,
                                 paired=(PLAIN_ENGINE, {"series": "plain"}, tmp_path / "ar"))
     benches = [e for e in recorder.events if e[0] == "bench"]
     first = collections.defaultdict(collections.Counter)
@@ -590,7 +593,7 @@ def test_on_a_faked_cuda_platform_a_draft_model_series_runs_vllms_v1_runner_in_a
     alone = _alone_engine(checkpoint, tmp_path, monkeypatch)
     assert sd["speculative_config"]["method"] == "draft_model"
     for engine in (sd, plain, alone):
-        env = serving.Server(engine).environment()
+        env = serving.Server(engine, startup_timeout=60).environment()
         assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0" and engine[ENGINE_ENV] == V1_RUNNER_ENV
         assert not vllm_picks_v2(env, monkeypatch)
         argv = serving.server_argv(engine, 0)
@@ -607,7 +610,7 @@ def test_on_a_faked_cuda_platform_a_draft_model_series_runs_vllms_v1_runner_in_a
                                         method="eagle3")
     assert eagle["speculative_config"]["method"] == "eagle3"
     assert ENGINE_ENV not in eagle and ENGINE_ENV not in eagle_plain
-    assert vllm_picks_v2(serving.Server(eagle).environment(), monkeypatch)
+    assert vllm_picks_v2(serving.Server(eagle, startup_timeout=60).environment(), monkeypatch)
     monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
     sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=4)
     assert ENGINE_ENV not in sd and ENGINE_ENV not in plain
@@ -630,7 +633,7 @@ def test_a_server_reports_its_engines_model_runner_and_graph_mode(monkeypatch, c
     monkeypatch.setattr(EngineArgs, "create_engine_config", lambda self, *a, **kw: config)
     api_server.report_engine_runs()
     assert EngineArgs.create_engine_config(None) is config
-    server = serving.Server({"model": "t"})
+    server = serving.Server({"model": "t"}, startup_timeout=60)
     server.clock, server.proc = StartClock(), SimpleNamespace(
         stdout=iter(["(APIServer pid=1) INFO starting\n", capsys.readouterr().err]))
     server._pump()

@@ -29,7 +29,7 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
     args = (engine, str(tiny_models / "t"), PROMPTS, [(1, 3), (2, 4)], 12, 1, tmp_path / "pts",
             {"series": "test"}, {"stage": "test"})
     caplog.set_level(logging.INFO, logger="specmoe")
-    points = run_series(*args, repeats=2)
+    points = run_series(*args, startup_timeout=600, repeats=2)
     assert [(p["batch"], p["repeat"]) for p in points] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert not any(p["reused"] for p in points)
     # the start in phases; the worker in the engine core's process: vLLM imported twice, not 3x
@@ -58,13 +58,13 @@ def test_sd_series_measures_each_point_and_resumes_at_the_missing_one(tiny_model
     first = (tmp_path / "pts" / "b1.r0.json").stat().st_mtime_ns
     (tmp_path / "pts" / "b2.r0.json").unlink()
     caplog.clear()
-    again = run_series(*args, repeats=2)
+    again = run_series(*args, startup_timeout=600, repeats=2)
     assert [p["reused"] for p in again] == [True, True, False, True]
     assert (tmp_path / "pts" / "b1.r0.json").stat().st_mtime_ns == first
     assert "batch 1 repeat 0: reusing" in caplog.text and "engine up" in caplog.text
     # complete: no engine starts at all
     caplog.clear()
-    assert all(p["reused"] for p in run_series(*args, repeats=2))
+    assert all(p["reused"] for p in run_series(*args, startup_timeout=600, repeats=2))
     assert "engine up" not in caplog.text
     # a different output length is a different measurement: planned again, nothing reused
     from specmoe.runtime.serving import plan_points
@@ -87,7 +87,7 @@ def test_sd_and_no_sd_points_alternate_on_two_engines_and_resume_as_pairs(tiny_m
     args = (sd_engine, str(tiny_models / "t"), PROMPTS, [(1, 2), (2, 2)], 8, 1, tmp_path / "sd",
             {"series": "sd"}, {"stage": "test"})
     paired = (plain, {"series": "plain"}, tmp_path / "ar")
-    sd, ar = run_series(*args, repeats=2, paired=paired)
+    sd, ar = run_series(*args, startup_timeout=600, repeats=2, paired=paired)
     assert [(p["batch"], p["repeat"]) for p in sd] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert [(p["batch"], p["repeat"]) for p in ar] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert all("sd" in p for p in sd) and not any("sd" in p for p in ar)
@@ -103,10 +103,10 @@ def test_sd_and_no_sd_points_alternate_on_two_engines_and_resume_as_pairs(tiny_m
     assert [(w[2], w[3]) for w in written[::2]] == [(1, 0), (2, 0), (1, 1), (2, 1)]
     # one side of a pair lost: both sides measured again, back to back; the rest reused
     (tmp_path / "ar" / "b2.r0.json").unlink()
-    sd2, ar2 = run_series(*args, repeats=2, paired=paired)
+    sd2, ar2 = run_series(*args, startup_timeout=600, repeats=2, paired=paired)
     assert [p["reused"] for p in sd2] == [p["reused"] for p in ar2] == [True, True, False, True]
     # complete: nothing starts
-    sd3, ar3 = run_series(*args, repeats=2, paired=paired)
+    sd3, ar3 = run_series(*args, startup_timeout=600, repeats=2, paired=paired)
     assert all(p["reused"] for p in sd3 + ar3)
 
 
@@ -131,7 +131,7 @@ def test_a_point_whose_batch_the_kv_cache_cannot_hold_is_refused_before_any_is_m
     log_path = tmp_path / "rule.log"
     with pytest.raises(InputError) as exc:
         run_series(engine, str(tiny_models / "t"), prompts, [(1, 2), (8, 16)], 48, 0,
-                   tmp_path / "pts", {}, {}, log_path=str(log_path))
+                   tmp_path / "pts", {}, {}, log_path=str(log_path), startup_timeout=600)
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith(f"batch 8 without SD: 8 sequences of up to "
                                               f"{longest + 48:,} tokens (prompt {longest:,}")

@@ -214,7 +214,8 @@ class Config:
         return (configcheck.models(every, self.drafters, self.hardware, self.datasets, self.ks,
                                    prompt_datasets)
                 + configcheck.settings(self.raw, prompt_datasets,
-                                       {"max_model_len": ENGINE_DEFAULTS["max_model_len"]}))
+                                       {"max_model_len": ENGINE_DEFAULTS["max_model_len"]},
+                                       [n for n in self.names("hf") if self.on_gpu(n)]))
 
     def _model(self, m: dict, control_of: str | None = None) -> Model:
         hardware = m.get("hardware") or DEFAULT_HARDWARE  # a variant's: its target's
@@ -223,7 +224,7 @@ class Config:
                      datasets=tuple(m.get("datasets") or ()),
                      drafters=tuple(m.get("drafters") or ()),
                      precision=m["precision"], tp=int(m["tp"]),
-                     sweep=bool(m.get("sweep", True)),
+                     sweep=bool(m["sweep"]),
                      entry=_frozen({**m, "hardware": hardware}),
                      variant_of=m.get("variant_of"), control_of=control_of)
 

@@ -321,11 +321,12 @@ def _granularity_problems(entry: dict) -> list[str]:
 
 
 def settings(config: dict, prompt_datasets: set[str] | None,
-             engine_defaults: dict | None = None) -> list[str]:
+             engine_defaults: dict | None = None, gpu_models=()) -> list[str]:
     """The sweep's schedule (and each dataset's max_batch on it), the GPU plan's assumptions and
     the tiny models' settings (engine_defaults: an engine section's max_model_len where the
     configuration leaves it out, specmoe.config's; the tiny section's defaults are the schema's,
-    filled in by its validation)."""
+    filled in by its validation; gpu_models: the models with runs whose engines run on a GPU,
+    specmoe.config.Config.on_gpu's, the jobs the GPU plan prices)."""
     out: list[str] = []
     sweep = config.get("sweep") or {}
     out += _batch_list_problems(config)
@@ -356,7 +357,7 @@ def settings(config: dict, prompt_datasets: set[str] | None,
         have, lack = ("sweep", "profiling") if "sweep" in config else ("profiling", "sweep")
         out.append(f"{have} is set without {lack}: sweeps and profiles run only when both "
                    f"sections are present (add {lack}, or remove {have})")
-    out += _plan_problems(config)
+    out += _plan_problems(config, gpu_models)
     out += _tiny_context_problems(config, **(engine_defaults or {}))
     if tiny:  # the schema's defaults filled
         train = tiny["train"]
@@ -369,18 +370,6 @@ def settings(config: dict, prompt_datasets: set[str] | None,
                        f"one evaluation batch (seq_len x batch_size = "
                        f"{train['seq_len'] * train['batch_size']})")
     return out
-
-
-def _runs_on_gpus(config: dict) -> list[dict]:
-    """The study models with runs (source hf, not cost_only) on a GPU: the jobs whose SLURM
-    runtime the GPU plan estimates."""
-    from ..cost.costmodel import DEFAULT_HARDWARE
-    from ..sources.published import with_gpus
-
-    hardware = with_gpus(config.get("hardware") or {})
-    return [m for m in config.get("models") or []
-            if m["source"] == "hf" and not m.get("cost_only") and (hardware.get(
-                m.get("hardware") or DEFAULT_HARDWARE) or {}).get("device", "gpu") == "gpu"]
 
 
 def _batch_list_problems(config: dict) -> list[str]:
@@ -427,19 +416,19 @@ def _max_batch_problems(config: dict) -> list[str]:
         first = (m.get("datasets") or [""])[0]
         cap = max_batch_of(datasets, first)  # a joined set's: the least of its parts
         above = [b for b in profiled if cap is not None and b > cap]
-        if above and m.get("sweep", True) and "sweep" in config:
+        if above and m["sweep"] and "sweep" in config:
             out.append(f"model {m['name']}: profiled on its first dataset {first} at batch sizes "
                        f"{above}, above its max_batch {cap}: the profile's TE is set beside the "
                        "sweep's at the same batch size (put another dataset first)")
     return out
 
 
-def _plan_problems(config: dict) -> list[str]:
+def _plan_problems(config: dict, gpu_models=()) -> list[str]:
     """The GPU plan's assumptions against the runs it prices: an acceptance length no SD step of
     theirs can reach, an engine start-up longer than the sweeps wait for."""
     from ..cost.plan import PlanAssumptions
 
-    runs = _runs_on_gpus(config)
+    runs = [m for m in config.get("models") or [] if m["name"] in set(gpu_models)]
     if not runs:
         return []
     out = []
@@ -451,7 +440,7 @@ def _plan_problems(config: dict) -> list[str]:
                    "runtime and SLURM would stop them early")
     sweep = config.get("sweep") or {}
     if "sweep" in config and "profiling" in config and \
-            sweep.get("startup_timeout_s", 600) < plan.startup_s:
+            sweep["startup_timeout_s"] < plan.startup_s:  # the schema's default filled
         out.append(f"sweep.startup_timeout_s {sweep['startup_timeout_s']:g} is shorter than the "
                    f"engine start-up the GPU plan assumes (plan.startup_s {plan.startup_s:g}): "
                    "the sweeps would give up on their servers before they start")

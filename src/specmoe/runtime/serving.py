@@ -85,8 +85,10 @@ def worker_threads() -> int:
 class Server:
     """A vLLM OpenAI server in a child process; a context manager that always stops it."""
 
-    def __init__(self, engine: dict, log_path: str | None = None, startup_timeout: float = 600,
+    def __init__(self, engine: dict, log_path: str | None = None, *, startup_timeout: float,
                  module: str = SERVER_MODULE):
+        """startup_timeout: seconds the engine may take to start (the pipeline's: its sweep
+        section's startup_timeout_s, whose default is the configuration schema's)."""
         self.engine, self.log_path, self.startup_timeout = engine, log_path, startup_timeout
         self.module = module  # the server's entry point (bench/engine_start.py compares two)
         self.port = free_port()
@@ -550,7 +552,7 @@ def _second_arm_first(rows: list) -> list[bool]:
 
 def run_series(engine: dict, model_dir: str, texts, schedule,
                output_len: int, warmups: int, points_dir, key_base: dict, prov: dict,
-               log_path: str | None = None, startup_timeout: float = 600, repeats: int = 1,
+               log_path: str | None = None, *, startup_timeout: float, repeats: int = 1,
                paired: tuple[dict, dict, str] | None = None, order: str | None = None):
     """Measure every (batch, num_prompts) of the schedule `repeats` times on one server (warm-up
     requests the first time the engine meets a batch size); one file per point.
@@ -615,7 +617,8 @@ def run_series(engine: dict, model_dir: str, texts, schedule,
                    for part, ts in parts.items()}
     for idx, todo in blocks:
         with contextlib.ExitStack() as stack:
-            servers = {a: Server(arms[a][0], log_path, startup_timeout) for a in idx}
+            servers = {a: Server(arms[a][0], log_path, startup_timeout=startup_timeout)
+                       for a in idx}
             _start_all(stack, list(servers.values()))
             for a in idx:  # every point of the block fits its engine's KV cache, before any runs
                 slots = draft_slots(arms[a][0])
