@@ -645,7 +645,7 @@ def test_prefix_caching_keeps_vllms_aligned_linear_attention_states(prefix_cachi
 
 
 @pytest.mark.parametrize("repo", [r for r in preflight.SHIPPED if set(
-    preflight._layer_kinds(preflight._text(preflight.shipped_config(r)))) == {"full"}])
+    preflight.layer_kinds(preflight._text(preflight.shipped_config(r)))) == {"full"}])
 def test_a_model_of_full_attention_alone_keeps_its_token_by_token_kv_cache(repo):
     """A model whose layers are all full attention is not aligned (vLLM runs
     _align_hybrid_block_size for hybrid models only) nor grouped (one KV-cache group, its
@@ -659,7 +659,7 @@ def test_a_model_of_full_attention_alone_keeps_its_token_by_token_kv_cache(repo)
     e = engine(repo, tp, "eagle3", 3, prompt_tokens={"mt-bench": 70}, output_tokens=256)
     m = preflight.memory(e, cfg, None)
     full, sliding, linear = preflight.kv_bytes_per_token(cfg, tp, 2)
-    kinds = preflight._layer_kinds(preflight._text(cfg))
+    kinds = preflight.layer_kinds(preflight._text(cfg))
     head = full / kinds.count("full")
     assert linear == 0 and m.seq_tokens == 330
     assert sliding == 0 and m.kv_per_seq == (full + head) * 330

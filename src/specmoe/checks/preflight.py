@@ -45,7 +45,8 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.costmodel import capacity
-from ..cost.hfconfig import auto_torch_dtype, head_dim, kv_heads, torch_dtype_fmt, tp_problems
+from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, torch_dtype_fmt,
+                             tp_problems)
 from . import memo
 from .drafters import EAGLE_METHODS
 
@@ -211,20 +212,6 @@ def _text(cfg: dict) -> dict:
     return load_config(cfg)[0]
 
 
-def _layer_kinds(c: dict) -> list[str]:
-    """'full', 'sliding' or 'linear' per decoder layer."""
-    n = int(c["num_hidden_layers"])
-    types = c.get("layer_types")
-    if types:
-        return ["linear" if t == "linear_attention" else
-                "sliding" if t == "sliding_attention" and c.get("sliding_window") else "full"
-                for t in types]
-    every = c.get("full_attention_interval")
-    if every:
-        return ["full" if (i + 1) % int(every) == 0 else "linear" for i in range(n)]
-    return ["full"] * n
-
-
 def mtp_layers(c: dict) -> int | None:
     """MTP layers the checkpoint declares (None: it declares none, 0: it says it has none)."""
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
@@ -305,16 +292,18 @@ def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> t
 
 
 def kv_bytes_per_token(cfg: dict, tp: int, kv_dtype_bytes: float, k: int = 0,
-                       state_bytes: tuple[float, float] = (2.0, 2.0)) -> tuple[float, float, float]:
+                       state_bytes: tuple[float, float] = (2.0, 2.0),
+                       draft: bool = False) -> tuple[float, float, float]:
     """(KV bytes per token of every full-attention layer, per token of sliding-window layers
     (as many as they hold: `memory`), of one linear-attention state of a sequence in every
     linear-attention layer, unpadded) on one GPU. k: the speculative tokens, which lengthen each
     state's conv rows (`state_page`); how many states a sequence holds (1 + k, more with prefix
     caching: vLLM 0.32's MambaBase.get_kv_cache_spec num_speculative_blocks) is the caller's
     count (`memory`). state_bytes: the states' (conv, recurrent) bytes per element
-    (`state_dtype_bytes`)."""
+    (`state_dtype_bytes`). The layers' kinds: specmoe.cost.hfconfig.layer_kinds, the step model's
+    reading (`draft`: a draft model's, whose own model-level window vLLM does not apply)."""
     c = _text(cfg)
-    kinds = _layer_kinds(c)
+    kinds = layer_kinds(c, draft=draft)
     if c.get("kv_lora_rank"):  # MLA: one latent per token, the same on every rank
         per = (int(c["kv_lora_rank"]) + int(c["qk_rope_head_dim"])) * kv_dtype_bytes
     else:
@@ -474,7 +463,7 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
     kv_bytes = _kv_dtype_bytes(cfg, e.engine_args, e.dtype)
     states = state_dtype_bytes(cfg, e.engine_args, e.dtype)
     full, sliding, linear = kv_bytes_per_token(cfg, e.tp, kv_bytes, spec_k, states)
-    kinds = _layer_kinds(c)
+    kinds = layer_kinds(c)
     extra_layer = 0.0  # the MTP layers' and an EAGLE head's own KV cache: one layer each
     extra_layers = 0
     if e.method == "mtp" or e.method in EAGLE_METHODS:
@@ -482,7 +471,10 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
         extra_layers = mtp or 1
         extra_layer = full / n * extra_layers
     if e.method == "draft_model" and drafter_cfg is not None:
-        extra_layer = kv_bytes_per_token(drafter_cfg, e.tp, _kv_dtype_bytes(drafter_cfg, {}))[0]
+        # its layers hold every token (a sliding one of its layer_types counted so too: an
+        # upper bound, never none)
+        extra_layer = sum(kv_bytes_per_token(drafter_cfg, e.tp, _kv_dtype_bytes(drafter_cfg, {}),
+                                             draft=True)[:2])
     window = int(c.get("sliding_window") or 0)
     tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
     layers = [kinds.count("full") + extra_layers, kinds.count("sliding"), kinds.count("linear")]

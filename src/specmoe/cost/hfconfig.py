@@ -322,10 +322,24 @@ def _unmodelled(cfg: dict) -> str | None:
                  and not (k in MODELLED_AS_INT and isinstance(cfg[k], int))), None)
 
 
-def _layer_kinds(r: _Reader, layers: int) -> list[str]:
+def layer_kinds(cfg: dict | str | Path, name: str = "config.json",
+                draft: bool = False) -> list[str]:
+    """'full', 'sliding' or 'linear' per decoder layer of a config.json (a target's, or a draft
+    model's: `draft`), as vLLM 0.32 serves them: the one reader of both the step model and the
+    GPU preflight (specmoe.checks.preflight). A draft model is built with its target's
+    CacheConfig (vllm/v1/spec_decode/draft_model.py:81-100 replaces the model config only), so
+    its own model-level sliding_window slides none of its layers: with `draft`, such a window is
+    left alone (its layer_types still say which layers slide)."""
+    cfg, read = load_config(cfg)
+    r = _Reader(cfg, read if read != "config.json" else name)
+    return _layer_kinds(r, r.int("num_hidden_layers"), own_window=not draft)
+
+
+def _layer_kinds(r: _Reader, layers: int, own_window: bool = True) -> list[str]:
     """'full' (softmax attention), 'sliding' (softmax over the last `sliding_window` tokens) or
     'linear' per layer; a layout the step model does not price (UNMODELLED_LAYOUTS) is an
-    error."""
+    error. own_window: False where vLLM ignores a model-level sliding_window (a draft model's,
+    layer_kinds)."""
     key = _unmodelled(r.cfg)
     if key is not None:
         raise InputError(f"{r.name}: {UNMODELLED_LAYOUTS[key]} ({key}) are not modelled: the step "
@@ -353,7 +367,7 @@ def _layer_kinds(r: _Reader, layers: int) -> list[str]:
     if r.cfg.get("full_attention_interval") is not None:
         interval = r.int("full_attention_interval")
         return ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)]
-    return ["sliding" if _window_on_every_layer(r) else "full"] * layers
+    return ["sliding" if own_window and _window_on_every_layer(r) else "full"] * layers
 
 
 # The model types whose vLLM 0.32 attention takes a model-level sliding_window on every layer
@@ -365,8 +379,22 @@ def _layer_kinds(r: _Reader, layers: int) -> list[str]:
 # the window only under use_sliding_window (WINDOW_GATES). Qwen2MoeConfig does too, and lists
 # layer_types itself, never all sliding: vLLM then sets no model-level window, and qwen2_moe.py
 # passes none per layer, so vLLM serves every layer full (WINDOW_UNUSED).
-WINDOW_ON_EVERY_LAYER = {"mixtral": 4096 * 32, "phimoe": 4096 * 32, "qwen3_moe": 32768}
-WINDOW_GATES = {"qwen3_moe": "use_sliding_window"}
+# Dense types (a draft model served alone; a draft model beside a target ignores its own window:
+# layer_kinds): MistralAttention is LlamaAttention (vllm/model_executor/models/mistral.py:77),
+# and LlamaAttention passes a per-layer window only where the config lists layer_types
+# (llama.py:185-204, 219), so with none a model-level window (transformers' MistralConfig
+# defaults it to 4096 where config.json leaves the key out: configuration_mistral.py:80,
+# WINDOW_DEFAULT; LlamaConfig has no such key, but keeps one config.json gives) slides every
+# layer; max_position_embeddings defaults to 4096 * 32 and 2048 (configuration_mistral.py:71,
+# configuration_llama.py:71). Qwen2Config and Qwen3Config keep the window only under
+# use_sliding_window and then list layer_types from max_window_layers
+# (configuration_qwen2.py:84-93): all full, all sliding, or a mix vLLM's qwen2.py refuses
+# (:351-359); which, is not modelled here, so a gated-on window of theirs is refused.
+WINDOW_ON_EVERY_LAYER = {"mixtral": 4096 * 32, "phimoe": 4096 * 32, "qwen3_moe": 32768,
+                         "mistral": 4096 * 32, "llama": 2048}
+WINDOW_DEFAULT = {"mistral": 4096}
+WINDOW_GATES = {"qwen3_moe": "use_sliding_window", "qwen2": "use_sliding_window",
+                "qwen3": "use_sliding_window"}
 WINDOW_UNUSED = frozenset({"qwen2_moe"})
 
 
@@ -378,9 +406,10 @@ def _window_on_every_layer(r: _Reader) -> bool:
     slide, if any, is not known here."""
     kind = r.cfg.get("model_type")
     gate = WINDOW_GATES.get(kind)
-    if not r.cfg.get("sliding_window") or kind in WINDOW_UNUSED or gate and not r.cfg.get(gate):
+    window = r.cfg.get("sliding_window", WINDOW_DEFAULT.get(kind))
+    if not window or kind in WINDOW_UNUSED or gate and not r.cfg.get(gate):
         return False
-    window = r.int("sliding_window")
+    window = whole(window, f"{r.name}: sliding_window")
     positions = r.int("max_position_embeddings", default=WINDOW_ON_EVERY_LAYER.get(kind, 0),
                       least=0)
     if positions and window >= positions:
