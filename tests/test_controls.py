@@ -157,5 +157,5 @@ def test_a_control_draws_the_overlap_stages_resamples(small_trace):
     c = controls.control_contrast(tr, _with(small_trace), n_boot=50, seed=3)
     ids = np.unique(tr.columns["request"].astype(np.int64))
     w = np.vstack([np.ones(ids.size), overlap.request_weights(ids.size, 50, 3)])
-    share = controls._statistics(tr, ids, w)["seq_temporal_share"]
+    share = controls._statistics(tr, ids, w)[0]["seq_temporal_share"]
     assert c["share_boot"]["target"] == controls._rounded(share)
