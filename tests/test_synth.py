@@ -208,10 +208,45 @@ def test_a_tie_keeps_the_configured_acceptance_where_it_nears_one():
     ({"stickiness": 1.5}, "stickiness"),
     ({"k_draft": 0}, "k_draft"),
     ({"stickiness": [0.1, 0.2]}, "2 values for 8 layers"),
+    # each passed validate: a NaN or infinity passes every comparison, and the generator failed
+    # with numpy's errors (or, for the tie, wrote a trace with every draft rejected)
+    ({"accept_overlap_tie": float("nan")}, "accept_overlap_tie must be a finite"),
+    ({"skew": float("nan")}, "skew must be a finite"),
+    ({"topic_spread": float("inf")}, "topic_spread must be a finite"),
+    ({"vocab_size": 0}, "vocab_size"),
+    ({"vocab_size": 1}, "vocab_size"),
+    ({"seed": -1}, "seed must be >= 0"),
+    ({"categories": "ab"}, "categories must be a list"),
+    ({"categories": ["a", 1]}, "categories must be a list"),
+    ({"requests": 2.5}, "requests must be an integer"),
+    ({"num_experts": 2**32 + 1}, "does not fit"),
 ])
 def test_bad_parameters(kw, msg):
     with pytest.raises(InputError, match=msg):
         SynthParams(**kw).validate()
+
+
+def test_expert_ids_past_uint16_are_not_wrapped(tmp_path):
+    """num_experts=70000 was validated and its ids stored as uint16: 70000 experts drawn as ids
+    0..65535 (an id past 65535 wrapped to a small one). The trace's own dtype holds them and they
+    survive a write and a read."""
+    from specmoe.routing.trace import read_trace, write_trace
+
+    tr = generate(SynthParams(num_experts=70000, top_k=8, num_layers=1, requests=4, steps=4,
+                              skew=0.0, seed=0))
+    assert tr.experts.max() >= 2**16 and tr.experts.max() < 70000
+    write_trace(tmp_path / "t.parquet", tr)
+    np.testing.assert_array_equal(read_trace(tmp_path / "t.parquet").experts, tr.experts)
+
+
+def test_a_negative_tie_is_a_tie_too():
+    """accept_overlap_tie tilts acceptance towards windows that keep their experts, a negative
+    one away from them; either way the centres keep each draft's acceptance at accept_prob."""
+    tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, stickiness=0.4,
+                              accept_prob=[0.8, 0.7, 0.65], accept_overlap_tie=-3.0,
+                              requests=200, steps=30, seed=1))
+    a = tr.columns["accepted"][tr.columns["position"] == 0]
+    assert [(a >= j).mean() for j in (1, 2, 3)] == pytest.approx([0.8, 0.56, 0.364], abs=0.02)
 
 
 def test_unknown_parameter_named():

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..names import FIT_KEYS
-from .trace import Trace, status_for
+from .trace import Trace, _experts_dtype, status_for
 
 
 @dataclass
@@ -66,6 +66,21 @@ class SynthParams:
     seed: int = 0
 
     def validate(self) -> None:
+        """Every value one the generator can use, else an InputError that names it: a NaN or an
+        infinity passed every comparison below (skew=nan was validated, then the trace failed in
+        write_trace; accept_overlap_tie=nan rejected every draft), a vocabulary, seed or
+        categories the generator cannot draw from failed with numpy's errors, and expert ids past
+        uint16 wrapped."""
+        for name in ("num_experts", "top_k", "num_layers", "k_draft", "requests", "steps",
+                     "vocab_size", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InputError(f"{name} must be an integer (got {v!r})")
+        for name in ("skew", "topic_spread", "topic_switch", "accept_overlap_tie"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(v):
+                raise InputError(f"{name} must be a finite number (got {v!r})")
         n, k = self.num_experts, self.top_k
         if k < 1 or n < 1:
             raise InputError(f"num_experts and top_k must be >= 1 (got {n}, {k})")
@@ -73,6 +88,7 @@ class SynthParams:
             raise InputError(f"top_k={k} exceeds num_experts={n}")
         if n < 2 * k:
             raise InputError(f"the synthetic generator needs num_experts >= 2*top_k (got {n}, {k})")
+        _experts_dtype(n)  # ids a trace can hold (a TraceError, itself an InputError)
         if not 1 <= self.k_draft <= 8:
             raise InputError(f"k_draft must be in 1..8 (got {self.k_draft})")
         for name in ("num_layers", "requests", "steps"):
@@ -90,8 +106,17 @@ class SynthParams:
         for p in self.position_accept_prob():
             if not 0.0 <= p <= 1.0:
                 raise InputError(f"accept_prob must be in [0, 1] (got {p})")
+        if isinstance(self.categories, str) or not isinstance(self.categories, (list, tuple)) \
+                or not all(isinstance(c, str) for c in self.categories):
+            raise InputError(f"categories must be a list of names (got {self.categories!r})")
         if not self.categories:
             raise InputError("categories must not be empty")
+        # token ids are drawn as int32 from 0..vocab_size-1; one token would be every token
+        if not 2 <= self.vocab_size <= np.iinfo(np.int32).max + 1:
+            raise InputError(f"vocab_size must be in 2..{np.iinfo(np.int32).max + 1} "
+                             f"(got {self.vocab_size})")
+        if self.seed < 0:
+            raise InputError(f"seed must be >= 0 (got {self.seed})")
 
     def layer_stickiness(self) -> np.ndarray:
         s = np.atleast_1d(np.asarray(self.stickiness, dtype=np.float64))
@@ -242,7 +267,7 @@ def generate(p: SynthParams) -> Trace:
     stick = p.layer_stickiness()
     chains = [_Chain(zipf_logw(n, p.skew, rng), p.requests, k, float(stick[layer]),
                      p.topic_spread, p.topic_switch, rng) for layer in range(n_layers)]
-    dtype = np.uint8 if n <= 256 else np.uint16
+    dtype = _experts_dtype(n)
     centres = acceptance_centres(p) if p.accept_overlap_tie else None
     # windows in (request, step) order
     experts = np.empty((p.requests, p.steps, positions, n_layers, k), dtype=dtype)
