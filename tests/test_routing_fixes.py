@@ -61,3 +61,72 @@ def test_a_share_lead_from_an_overlap_file_without_the_shares_points_is_not_pair
     old = {key: v for key, v in boot.items() if not key.endswith("_point")}
     res = controls.share_contrast(boot, old)
     assert not res["paired"] and np.isnan(res["lead"]) and "rerun" in res["why"]
+
+
+def _empty_trace_file(path):
+    """A trace file of no rows, the schema's columns and metadata otherwise whole."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specmoe.routing import trace as T
+
+    arrays = {n: pa.array(np.zeros(0, t)) for n, t in T._INT_COLUMNS.items()}
+    arrays["experts"] = pa.array([], pa.binary(12))
+    meta = {"num_layers": 3, "top_k": 4, "num_experts": 32, "k_draft": 3, "experts_dtype": "uint8"}
+    pq.write_table(pa.table(arrays).replace_schema_metadata({
+        "specmoe.schema_version": str(T.SCHEMA_VERSION), "specmoe.meta": json.dumps(meta)}), path)
+    return path
+
+
+def test_a_trace_of_no_rows_is_refused_where_it_is_read(tmp_path):
+    """read_trace took a trace of no rows: window_stats gave an independence baseline of 0,
+    below its floor k/N, and the sequence statistics and the matched contrast failed with
+    reshape errors; only `specmoe analyze` refused it, by a check of its own."""
+    from specmoe.errors import TraceError
+    from specmoe.routing.trace import read_trace
+
+    with pytest.raises(TraceError, match="no rows"):
+        read_trace(_empty_trace_file(tmp_path / "e.parquet"))
+
+
+def test_a_trace_of_no_rows_is_refused_where_it_is_written(small_trace, tmp_path):
+    from specmoe.errors import TraceError
+    from specmoe.routing.trace import write_trace
+
+    empty = dataclasses.replace(small_trace, experts=small_trace.experts[:0],
+                                columns={k: v[:0] for k, v in small_trace.columns.items()})
+    with pytest.raises(TraceError, match="no rows"):
+        empty.validate()
+    with pytest.raises(TraceError, match="no rows"):  # it crashed in pyarrow
+        write_trace(tmp_path / "e.parquet", empty)
+    assert not (tmp_path / "e.parquet").exists()
+
+
+def test_analyze_of_a_trace_of_no_rows_says_so_in_one_line(tmp_path):
+    """The command's message comes from the trace's own check (its duplicate is gone)."""
+    import subprocess
+    import sys
+
+    path = _empty_trace_file(tmp_path / "e.parquet")
+    r = subprocess.run([sys.executable, "-m", "specmoe", "analyze", str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "the trace has no rows" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_negative_expert_id_is_refused(small_trace, tmp_path):
+    """An expert id of -1 passed validate (only ids >= N were checked) and write_trace cast it
+    to 255, a real expert at N = 256."""
+    from specmoe.errors import TraceError
+    from specmoe.routing.trace import write_trace
+
+    experts = small_trace.experts.astype(np.int16)
+    experts[5, 1, 0] = -1
+    bad = dataclasses.replace(small_trace, experts=experts, num_experts=256)
+    with pytest.raises(TraceError, match="expert id -1 is negative"):
+        bad.validate()
+    with pytest.raises(TraceError, match="negative"):
+        write_trace(tmp_path / "n.parquet", bad)
+

@@ -538,9 +538,7 @@ def cmd_analyze(a) -> dict:
 
     if Path(a.trace).is_dir():
         raise InputError(f"{a.trace}: is a directory; give a routing trace (Parquet file)")
-    tr = read_trace(a.trace)
-    if len(tr) == 0:
-        raise InputError(f"{a.trace}: the trace has no rows")
+    tr = read_trace(a.trace)  # a trace of no rows is refused there (Trace.validate)
     ws = overlap.window_stats(tr, shuffle_seed=a.seed)
     if ws.n_windows < MIN_WINDOWS:
         _warn(a, f"{a.trace}: {ws.n_windows} verification window(s): overlap, temporal share and "

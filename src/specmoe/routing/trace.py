@@ -100,12 +100,18 @@ class Trace:
         t, n_layers, k = self.experts.shape
         if k < 1 or n_layers < 1:
             raise TraceError(f"{source}: empty expert arrays (layers={n_layers}, top_k={k})")
+        # no windows, no statistic: a trace of no rows gave an independence baseline of 0 below
+        # its floor k/N, and failed in the overlap stage and in write_trace with numpy's errors
+        if t == 0:
+            raise TraceError(f"{source}: the trace has no rows")
         if self.num_experts < k:
             raise TraceError(f"{source}: top_k={k} exceeds num_experts={self.num_experts}")
-        if t and int(self.experts.max()) >= self.num_experts:
+        if int(self.experts.max()) >= self.num_experts:
             raise TraceError(f"{source}: expert id {int(self.experts.max())} >= num_experts="
                              f"{self.num_experts}")
-        if t and k > 1:  # a token's k experts are k different ones
+        if int(self.experts.min()) < 0:  # written, -1 became 255: an expert of N = 256
+            raise TraceError(f"{source}: expert id {int(self.experts.min())} is negative")
+        if k > 1:  # a token's k experts are k different ones
             twice = (np.diff(np.sort(self.experts, axis=2), axis=2) == 0).any(axis=2)
             if twice.any():
                 row, layer = (int(x[0]) for x in np.nonzero(twice))
@@ -118,15 +124,14 @@ class Trace:
             if len(self.columns[name]) != t:
                 raise TraceError(f"{source}: column '{name}' has {len(self.columns[name])} rows, "
                                  f"expected {t}")
-        if t:
-            key = (self.columns["request"].astype(np.int64) << 40) \
-                + (self.columns["step"].astype(np.int64) << 8) + self.columns["position"]
-            if np.any(np.diff(key) <= 0):
-                raise TraceError(f"{source}: rows are not sorted by (request, step, position)")
-            pos = self.columns["position"]
-            if pos.min() < 0 or pos.max() > self.k_draft:
-                raise TraceError(f"{source}: window position outside 0..K={self.k_draft}")
-            self._check_whole_windows(source)
+        key = (self.columns["request"].astype(np.int64) << 40) \
+            + (self.columns["step"].astype(np.int64) << 8) + self.columns["position"]
+        if np.any(np.diff(key) <= 0):
+            raise TraceError(f"{source}: rows are not sorted by (request, step, position)")
+        pos = self.columns["position"]
+        if pos.min() < 0 or pos.max() > self.k_draft:
+            raise TraceError(f"{source}: window position outside 0..K={self.k_draft}")
+        self._check_whole_windows(source)
         run_k = (self.meta.get("run") or {}).get("k")
         if run_k is not None and int(run_k) != self.k_draft:  # K is one number: the tables read
             raise TraceError(f"{source}: its run says K={run_k} but its windows K={self.k_draft}")
