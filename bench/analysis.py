@@ -7,17 +7,13 @@ and times, each in a fresh child process so that peak memory is the analysis's o
             memory; the Parquet read before it is timed and reported apart, and so is numba's
             once-per-process load of its compiled code;
   memread   np.load of the same expert ids as a bare .npy file (from the page cache);
-  python    the plain-Python reference (sets and loops) on a 20,000-token slice, scaled per token;
-  streamed  the same analysis read piece by piece from the file (specmoe.routing.overlap.window_stats_file:
-            Parquet decode included), on the trace and on a copy --scale times as long (its
-            requests repeated under new ids): time should grow with tokens, peak memory not.
+  python    the plain-Python reference (sets and loops) on a 20,000-token slice, scaled per token.
 ratio_to_memread = analysis / memread; ratio_to_memread_incl_parquet adds the Parquet read.
 
-    python bench/analysis.py [--tokens N] [--layers L] [--scale S] [--json]
+    python bench/analysis.py [--tokens N] [--layers L] [--json]
 
 With --json the last line is {"speedup_vs_python": ..., "ratio_to_memread": ..., ...}.
-Targets: >= 50x the plain-Python reference, within 4x of the bare read, peak memory <= 2 GB; the
-streamed point at --scale x the tokens linear in time and flat in memory.
+Targets: >= 50x the plain-Python reference, within 4x of the bare read, peak memory <= 2 GB.
 """
 
 from __future__ import annotations
@@ -56,35 +52,6 @@ def build(tokens: int, layers: int, k_draft: int, cache: Path) -> tuple[Path, Pa
     return pq_path, npy_path
 
 
-def build_scaled(pq_path: Path, scale: int) -> Path:
-    """The trace repeated `scale` times, each copy's requests renumbered after the previous."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    out = pq_path.with_name(f"{pq_path.stem}_x{scale}.parquet")
-    if out.exists():
-        return out
-    t = time.perf_counter()
-    src = pq.ParquetFile(pq_path)
-    n_requests = pc.max(src.read(columns=["request"]).column(0)).as_py() + 1
-    meta = json.loads(src.schema_arrow.metadata[b"specmoe.meta"])
-    meta["rows"] = meta.get("rows", src.metadata.num_rows) * scale
-    schema = src.schema_arrow.with_metadata({**src.schema_arrow.metadata,
-                                            b"specmoe.meta": json.dumps(meta).encode()})
-    tmp = out.with_suffix(".tmp")
-    with pq.ParquetWriter(tmp, schema, compression="lz4") as w:
-        for copy in range(scale):
-            for batch in src.iter_batches(batch_size=1 << 18):
-                i = batch.schema.get_field_index("request")
-                req = pc.add(batch.column(i), pa.scalar(copy * n_requests, pa.int32()))
-                w.write_batch(batch.set_column(i, "request", req).replace_schema_metadata(
-                    schema.metadata))
-    tmp.rename(out)
-    print(f"built the x{scale} trace in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-    return out
-
-
 def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -112,20 +79,6 @@ def _analysis(pq_path: str, q) -> None:
            "ipf_s": t3 - t2, "compute_s": t3 - t1, "total_s": t3 - t1 + (t1 - t0 - jit_s),
            "peak_mib": _peak_mib(), "tokens": len(tr), "step1": float(ws.overlap[:, 0].mean()),
            "unique": float(ws.unique.mean()), "ipf_unique": pred["unique"]})
-
-
-def _streamed(pq_path: str, q) -> None:
-    from specmoe.routing import ipf
-    from specmoe.routing.overlap import window_stats_file, window_stats_stream
-    from specmoe.routing.trace import iter_trace
-
-    # numba's once-per-process load of its compiled code, apart (as in _analysis)
-    window_stats_stream([next(iter_trace(pq_path, 400))], shuffle_seed=None)
-    t0 = time.perf_counter()
-    ws = window_stats_file(pq_path, shuffle_seed=None)
-    pred = ipf.predict_skewed(ws.q, ws.overlap)
-    q.put({"total_s": time.perf_counter() - t0, "peak_mib": _peak_mib(), "tokens": ws.n_tokens,
-           "step1": float(ws.overlap[:, 0].mean()), "ipf_unique": pred["unique"]})
 
 
 def _warm(pq_path: str, q) -> None:
@@ -177,7 +130,6 @@ def main() -> None:
     ap.add_argument("--draft-length", dest="k_draft", type=int, default=3,
                     help="the draft length K")
     ap.add_argument("--python-slice", type=int, default=20_000)
-    ap.add_argument("--scale", type=int, default=10, help="the streamed point's length / --tokens")
     ap.add_argument("--repeats", type=int, default=3, help="best of N for analysis and memread")
     ap.add_argument("--cache", type=Path, default=CACHE)
     ap.add_argument("--json", action="store_true")
@@ -190,9 +142,6 @@ def main() -> None:
     memread = min((child(_memread, str(npy_path)) for _ in range(a.repeats)),
                   key=lambda r: r["total_s"])
     py = child(_python, str(pq_path), a.python_slice)
-    scaled = build_scaled(pq_path, a.scale)
-    st1 = child(_streamed, str(pq_path))
-    stn = child(_streamed, str(scaled))
     python_s = py["slice_s"] / py["slice_tokens"] * analysis["tokens"]
     result = {
         "speedup_vs_python": python_s / analysis["compute_s"],
@@ -211,13 +160,6 @@ def main() -> None:
         "step1_overlap": analysis["step1"],
         "unique": analysis["unique"],
         "ipf_unique": analysis["ipf_unique"],
-        "streamed_tokens": [st1["tokens"], stn["tokens"]],
-        "streamed_s": [st1["total_s"], stn["total_s"]],
-        "streamed_s_per_mtoken": [st1["total_s"] / st1["tokens"] * 1e6,
-                                  stn["total_s"] / stn["tokens"] * 1e6],
-        "streamed_peak_mib": [st1["peak_mib"], stn["peak_mib"]],
-        "streamed_same_result": abs(stn["step1"] - analysis["step1"]) < 1e-12
-        and abs(stn["ipf_unique"] - analysis["ipf_unique"]) < 1e-9,
     }
     if a.json:
         print(json.dumps(result))

@@ -222,23 +222,18 @@ def test_compiled_pass_equals_plain_python_on_random_traces(n_experts, top_k, la
     np.testing.assert_array_equal(ws.unique, ref["unique"])
 
 
-@pytest.mark.parametrize("batch_rows", [1, 3, 50, 1 << 18])
-def test_streamed_file_equals_whole_trace(tmp_path, batch_rows):
-    """Read piece by piece (windows cut by batch boundaries joined again), the statistics and the
-    shuffle null are those of the whole trace."""
-    from specmoe.routing.overlap import window_stats_file
-    from specmoe.routing.trace import iter_trace, read_trace, write_trace
+def test_a_written_trace_read_back_gives_the_same_statistics(tmp_path):
+    """The statistics of a trace written and read back are those of the trace in memory (the
+    file's one reader is read_trace: its piece-by-piece reader, iter_trace, is gone)."""
+    from specmoe.routing.trace import read_trace, write_trace
 
     tr = _random_trace(5, 130, 4, 2, 3, requests=40)
     write_trace(tmp_path / "t.parquet", tr)
-    whole = window_stats(read_trace(tmp_path / "t.parquet"), shuffle_seed=11)
-    pieces = list(iter_trace(tmp_path / "t.parquet", batch_rows))
-    assert sum(len(p) for p in pieces) == len(tr)
-    assert [p.meta["row0"] for p in pieces] == np.cumsum([0] + [len(p) for p in pieces[:-1]]).tolist()
-    streamed = window_stats_file(tmp_path / "t.parquet", shuffle_seed=11, batch_rows=batch_rows)
+    whole = window_stats(tr, shuffle_seed=11)
+    read = window_stats(read_trace(tmp_path / "t.parquet"), shuffle_seed=11)
     for name in ("overlap", "shuffle", "q", "unique", "used", "pairs"):
-        np.testing.assert_allclose(getattr(streamed, name), getattr(whole, name), rtol=1e-12)
-    assert (streamed.n_windows, streamed.n_full_windows) == (whole.n_windows, whole.n_full_windows)
+        np.testing.assert_array_equal(getattr(read, name), getattr(whole, name))
+    assert (read.n_windows, read.n_full_windows) == (whole.n_windows, whole.n_full_windows)
 
 
 @pytest.mark.parametrize("n_experts,top_k,max_d", [(8, 2, 8), (130, 8, 4), (384, 8, 8)])

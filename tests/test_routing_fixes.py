@@ -130,3 +130,25 @@ def test_a_negative_expert_id_is_refused(small_trace, tmp_path):
     with pytest.raises(TraceError, match="negative"):
         write_trace(tmp_path / "n.parquet", bad)
 
+
+def test_a_trace_whose_metadata_names_other_layers_is_one_trace_error(tmp_path, small_trace):
+    """A file whose metadata says 2 layers where its ids hold 3: the piece-by-piece reader
+    (iter_trace, window_stats_file) met it with numpy's reshape error; read_trace, now the
+    one reader, names the file and the fault."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from specmoe.errors import TraceError
+    from specmoe.routing import trace as T
+
+    good, bad = tmp_path / "t.parquet", tmp_path / "bad.parquet"
+    T.write_trace(good, small_trace)
+    table = pq.read_table(good)
+    md = dict(table.schema.metadata)
+    meta = json.loads(md[b"specmoe.meta"])
+    md[b"specmoe.meta"] = json.dumps({**meta, "num_layers": 2})
+    pq.write_table(table.replace_schema_metadata(md), bad)
+    with pytest.raises(TraceError, match="bad.parquet: 'experts' is fixed_size_binary"):
+        T.read_trace(bad)
+    assert not hasattr(T, "iter_trace") and not hasattr(overlap, "window_stats_file")

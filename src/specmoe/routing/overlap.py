@@ -13,7 +13,6 @@ positions (shuffle_weights), computed from the same pass, not from one random pe
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numba
@@ -811,56 +810,33 @@ class WindowStats:
 
 
 def window_stats(trace: Trace, shuffle_seed: int | None = 0) -> WindowStats:
-    """Overlap by distance, loads and window unions of a trace; shuffle null unless seed is None."""
-    return window_stats_stream([trace], shuffle_seed)
+    """Overlap by distance, loads and window unions of a trace; shuffle null unless seed is None.
 
-
-def window_stats_file(path, shuffle_seed: int | None = 0, batch_rows: int = 1 << 18) -> WindowStats:
-    """window_stats of a trace file read piece by piece (trace.iter_trace): memory stays at a few
-    pieces whatever the trace's length, and the result equals window_stats(read_trace(path))."""
-    from .trace import iter_trace
-
-    return window_stats_stream(iter_trace(path, batch_rows), shuffle_seed)
-
-
-def window_stats_stream(pieces: Iterable[Trace], shuffle_seed: int | None = 0) -> WindowStats:
-    """window_stats summed over pieces of one trace, each made of whole windows, in row order.
-
-    The within-window shuffle null (unless shuffle_seed is None) is its exact expectation over all
-    permutations of each window's positions (shuffle_weights): no permutation is drawn, so the
-    seed's value no longer matters and the null does not depend on how the trace is cut."""
-    first: Trace | None = None
-    sums = None
-    n_tokens = n_windows = n_full = 0
-    for piece in pieces:
-        if first is None:
-            first = piece
-            positions = piece.k_draft + 1
-            pairs = np.zeros(positions - 1, np.int64)
-        starts, lengths = piece.windows()
-        if lengths.size and lengths.max() > positions:
-            raise ValueError(f"window of {lengths.max()} rows exceeds K+1={positions}")
-        experts = np.ascontiguousarray(piece.experts)
-        n_chunks = max(1, min(starts.size, 8 * numba.get_num_threads()))
-        part = _window_pass(experts, starts, lengths, piece.num_experts, positions, n_chunks)
-        sums = part if sums is None else tuple(a + b for a, b in zip(sums, part))
-        pairs += np.array([np.clip(lengths - d, 0, None).sum() for d in range(1, positions)])
-        n_full += int((lengths == positions).sum())
-        n_tokens += len(piece)
-        n_windows += int(starts.size)
-    if first is None:
-        raise ValueError("empty trace: no windows to analyse")
-    pair_sum, load, union_sum, present, bylen = sums
-    k = first.top_k
+    The within-window shuffle null is its exact expectation over all permutations of each
+    window's positions (shuffle_weights): no permutation is drawn, so the seed's value no longer
+    matters."""
+    positions = trace.k_draft + 1
+    starts, lengths = trace.windows()
+    if lengths.size and lengths.max() > positions:
+        raise ValueError(f"window of {lengths.max()} rows exceeds K+1={positions}")
+    experts = np.ascontiguousarray(trace.experts)
+    n_chunks = max(1, min(starts.size, 8 * numba.get_num_threads()))
+    pair_sum, load, union_sum, present, bylen = _window_pass(
+        experts, starts, lengths, trace.num_experts, positions, n_chunks)
+    pairs = np.array([np.clip(lengths - d, 0, None).sum() for d in range(1, positions)],
+                     np.int64)
+    n_full = int((lengths == positions).sum())
+    n_tokens = len(trace)
+    k = trace.top_k
     with np.errstate(invalid="ignore", divide="ignore"):
         overlap = pair_sum[:, 1:] / (pairs[None, :] * k)
         shuffle = None if shuffle_seed is None else \
             bylen @ shuffle_weights(np.arange(positions + 1), positions - 1) / (pairs[None, :] * k)
         return WindowStats(
-            num_experts=first.num_experts, top_k=k, k_draft=first.k_draft, n_tokens=n_tokens,
-            n_windows=n_windows, n_full_windows=n_full, pairs=pairs, overlap=overlap,
+            num_experts=trace.num_experts, top_k=k, k_draft=trace.k_draft, n_tokens=n_tokens,
+            n_windows=int(starts.size), n_full_windows=n_full, pairs=pairs, overlap=overlap,
             shuffle=shuffle, q=load / max(n_tokens, 1),
-            unique=union_sum / n_full if n_full else np.full(first.num_layers, np.nan),
+            unique=union_sum / n_full if n_full else np.full(trace.num_layers, np.nan),
             used=present / n_full if n_full else np.full(load.shape, np.nan),
         )
 

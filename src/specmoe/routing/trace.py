@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -322,66 +322,3 @@ def read_trace(path: str | Path, with_weights: bool = False) -> Trace:
                   k_draft=int(meta["k_draft"]), meta=meta, weights=weights)
     trace.validate(str(path))
     return trace
-
-
-def iter_trace(path: str | Path, batch_rows: int = 1 << 18) -> Iterator[Trace]:
-    """Read a trace in pieces of about batch_rows rows, each made of whole windows, so that a
-    trace larger than memory can be analysed window by window. Each piece holds the columns that
-    define windows (request, step, position, status) and the expert ids; its meta has `row0`, the
-    index of its first row in the whole trace. Pieces are checked as read_trace checks a trace."""
-    path = Path(path)
-    meta = _parse_meta(path, _read_schema(path))
-    n_layers, k = int(meta["num_layers"]), int(meta["top_k"])
-    edtype = np.dtype(meta.get("experts_dtype", _experts_dtype(int(meta["num_experts"])).name))
-    names = ("request", "step", "position", "status")
-
-    def piece(batch: pa.RecordBatch) -> Trace:
-        experts = _from_fixed_binary(batch.column("experts"), edtype, (batch.num_rows, n_layers, k))
-        cols = {n: batch.column(n).to_numpy(zero_copy_only=False) for n in names}
-        return Trace(experts=experts, columns=cols, num_experts=int(meta["num_experts"]),
-                     k_draft=int(meta["k_draft"]), meta=dict(meta))
-
-    def rows(tr: Trace, lo: int, hi: int) -> Trace:
-        return Trace(experts=tr.experts[lo:hi],
-                     columns={n: v[lo:hi] for n, v in tr.columns.items()},
-                     num_experts=tr.num_experts, k_draft=tr.k_draft, meta=tr.meta)
-
-    def emit(tr: Trace, row0: int) -> Trace:
-        tr.meta = dict(tr.meta, row0=row0)
-        tr.validate(f"{path} rows {row0}..{row0 + len(tr)}")
-        return tr
-
-    try:
-        # pre_buffer=False: with it, pyarrow keeps every row group read so far in memory
-        batches = pq.ParquetFile(path, pre_buffer=False).iter_batches(
-            batch_size=batch_rows, columns=[*names, "experts"])
-        row0 = 0        # global index of the first row not yet yielded
-        pending = None  # the rows of a window that a batch boundary cut, not yet yielded
-        for batch in batches:
-            tr = piece(batch)
-            starts, _ = tr.windows()
-            lead = 0
-            if pending is not None:
-                # rows of the next batch that continue the cut window (at most K + 1 of them)
-                same = (tr.columns["request"] == pending.columns["request"][0]) & \
-                    (tr.columns["step"] == pending.columns["step"][0])
-                lead = len(tr) if same.all() else int(np.argmin(same))
-                pending = Trace(
-                    experts=np.concatenate([pending.experts, tr.experts[:lead]]),
-                    columns={n: np.concatenate([pending.columns[n], tr.columns[n][:lead]])
-                             for n in names},
-                    num_experts=tr.num_experts, k_draft=tr.k_draft, meta=tr.meta)
-                if lead == len(tr):
-                    continue
-                yield emit(pending, row0)
-                row0 += len(pending)
-                starts = starts[starts >= lead]
-            last = int(starts[-1]) if starts.size else lead
-            if last > lead:
-                yield emit(rows(tr, lead, last), row0)
-                row0 += last - lead
-            pending = rows(tr, last, len(tr))
-        if pending is not None and len(pending):
-            yield emit(pending, row0)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0]})") from None
