@@ -92,7 +92,10 @@ def report_engine_runs() -> None:
 
 
 def main() -> None:
+    from specmoe.runtime.engine import without_amx_on_cpu
+
     keep_start_method_on_cpu()
+    without_amx_on_cpu()  # before the engine core is forked from this process
     report_start_method()
     report_engine_runs()
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)

@@ -311,6 +311,27 @@ def _first_token_time(outs) -> float | None:
     return min(ts) + (time.perf_counter() - time.monotonic())
 
 
+def without_amx_on_cpu() -> bool:
+    """On a CPU, vLLM's kernels as on a CPU without AMX; True where it applies. vLLM 0.32 picks
+    its AMX kernels for bf16 where torch reports AMX tiles (sgl-kernel's weight_packed_linear for
+    every weight up to 1 MiB, vllm/model_executor/layers/utils.py check_cpu_sgl_kernel; the
+    attention's "amx" ISA, v1/attention/backends/cpu_attn.py _get_attn_isa; the fused MoE's
+    packed experts, fused_moe/experts/cpu_moe.py): on a 2-core Xeon with AMX a tiny bf16 model's
+    engine died with SIGILL on a prompt of two tokens, and sgl-kernel's GEMM refused a shrunk
+    study architecture ("invalid weight input features 16"). Without them a bf16 engine runs the
+    kernels it runs on every CPU without AMX (oneDNN, the vectorised attention), so its tokens
+    do not depend on the CPU's generation either. Applies to this process and to a process forked
+    from it (the served engine's core: api_server); float32 engines take no AMX kernel."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    import torch
+
+    torch.cpu._is_amx_tile_supported = lambda: False
+    return True
+
+
 @contextlib.contextmanager
 def open_llm(engine: dict, clock=None):
     """An offline vLLM engine that is always shut down on leaving the block. clock: a
@@ -327,6 +348,8 @@ def open_llm(engine: dict, clock=None):
         from vllm import LLM
 
         from .startup import LogTap, StartClock
+
+        without_amx_on_cpu()
 
         if env:  # read the variables now, not as an earlier engine in this process cached them
             from vllm import envs
