@@ -108,3 +108,19 @@ def test_the_sweep_and_the_tables_flag_a_te_by_one_rule():
     assert r["te_sweep_status"] == row["te_sweep_status"] == TE_PAST_BOUND == bounded_te(
         "te", r["te_sweep_raw"], r["te_sweep_low"], r["te_sweep_high"])["te_status"]
     assert math.isnan(row["te_sweep"])
+
+
+def test_a_controls_row_says_where_a_differences_interval_was_held_at_its_bound():
+    """controls.control_contrast flags a difference's interval held at what the difference can
+    be (difference_clipped); the matched_controls row dropped the flag, so a clipped end read as
+    a measured one."""
+    from specmoe.report.runs import matched_control_row
+
+    stat = {"target": 0.30, "control": 0.10, "difference": 0.20, "difference_low": 0.05,
+            "difference_high": 0.875, "difference_clipped": True}
+    c = {"target": "t", "matched": True, "comparable": True, "input_repeat_pct": 1.0,
+         "n_requests": 12, "statistics": {"seq_excess": stat,
+                                          "seq_decay": {**stat, "difference_clipped": False}}}
+    row = matched_control_row({"model": "t-random"}, c)
+    assert row["seq_excess_difference_clipped"] is True
+    assert row["seq_decay_difference_clipped"] is False

@@ -142,13 +142,16 @@ def add_share_leads(rows: list[dict], ovs: list[dict]) -> None:
 def matched_control_row(rc: dict, c: dict) -> dict:
     """An untrained control's row of the matched_controls table: whether it read its target's
     windows (matched) and its inputs do not loop (comparable, else why not), and per statistic
-    the target's value, the control's and their paired difference with its 95% interval."""
+    the target's value, the control's and their paired difference with its 95% interval, and
+    whether an end of that interval was held at what the difference can be (difference_clipped;
+    NaN from an overlap file that predates it)."""
     row = {**rc, "target": c["target"], "matched": c["matched"], "comparable": c["comparable"],
            "input_repeat_pct": c["input_repeat_pct"], "n_requests": c["n_requests"],
            "not_comparable_because": c.get("why", "")}
     for name, v in (c.get("statistics") or {}).items():
         row.update({f"{name}_{key}": v[key] for key in (
             "target", "control", "difference", "difference_low", "difference_high")})
+        row[f"{name}_difference_clipped"] = v.get("difference_clipped", np.nan)
     return row
 
 
