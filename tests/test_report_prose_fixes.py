@@ -215,3 +215,22 @@ def test_a_te_an_older_table_kept_as_a_value_is_worded_by_the_tables_one_rule():
     above = _te_text({"te": 1.3, "te_low": 1.1, "te_high": 1.5}, "te")
     assert above.startswith("above 1: not physical") and "not a TE" in above
     assert _te_text({"te": 0.8, "te_low": 0.6, "te_high": 0.9}, "te").startswith("0.80")
+
+
+def test_a_control_whose_shuffle_interval_crosses_0_is_not_said_to_clear_independence(
+        tmp_path):
+    """A control whose step 1 is not decidedly below the within-window shuffle null (its
+    above_shuffle interval across 0) was listed under 'Untrained controls clear independence
+    without it where their intervals decide both': an undecided interval decides nothing. It is
+    now among the other controls, with its numbers."""
+    ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
+    fine = ob["model"] == "tiny-fine-random"
+    assert (ob.loc[fine, "above_shuffle_low"] < 0.004).all()
+    across = ob.assign(above_shuffle_high=np.where(fine, 0.004, ob["above_shuffle_high"]))
+    text = _details(_fixture_with(tmp_path, overlap_by_distance=across))
+    said = text.split("Other untrained controls")[0]
+    assert "Untrained controls clear independence without it" in said
+    assert "tiny-fine-random" not in said and "tiny-coarse-random" in said
+    assert "tiny-fine-random, K=3, tinybench+2: step 1 along the sequence above independence" \
+           " by " in text
+    assert "not decidedly above the within-window shuffle null" in text

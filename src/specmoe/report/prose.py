@@ -532,7 +532,7 @@ def control_independence(td: Tables) -> str:
     """What the untrained controls' step 1 does against independence and against the
     within-window shuffle null, at the runs the findings table compares (_target_runs), in a
     sentence: that they clear independence without within-window ordering only for the controls
-    whose intervals decide both (seq_excess above 0, above_shuffle not above it), each with its
+    whose intervals decide both (seq_excess above 0, above_shuffle below it), each with its
     numbers; every other control with its numbers and what its intervals leave; nothing where
     the tables have no control."""
     ob = load(td, "overlap_by_distance")
@@ -550,7 +550,7 @@ def control_independence(td: Tables) -> str:
         ordering = (f"step 1 {where} the within-window shuffle null ({shuffle})" if where
                     else "no within-window shuffle null with its interval in this table")
         name = label_of(c["model"], c["k"], c["dataset"])
-        if above == SHOWN and null in (NOT_SHOWN, UNDECIDED):
+        if above == SHOWN and null == NOT_SHOWN:  # an undecided interval decides nothing
             clear.append(f"{name}: step 1 along the sequence above independence by {excess}, "
                          f"{ordering}")
         elif above == SHOWN:
