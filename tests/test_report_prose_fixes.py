@@ -234,3 +234,28 @@ def test_a_control_whose_shuffle_interval_crosses_0_is_not_said_to_clear_indepen
     assert "tiny-fine-random, K=3, tinybench+2: step 1 along the sequence above independence" \
            " by " in text
     assert "not decidedly above the within-window shuffle null" in text
+
+
+def test_the_cpu_rows_and_the_opening_take_the_profile_of_the_speedup_rows_drafter(tmp_path):
+    """_first matched a profile row to the speedup run by K and dataset alone, while the speedup
+    run (runs.first_run) is of one drafter and a profile is per drafter: with the speedup table
+    listing drafter d1 first and the kernel shares drafter d2 first, the findings table and the
+    opening gave d1's speedup beside d2's MoE share. A profile row is now of the speedup row's
+    own run."""
+    sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
+    ks = tables.read_csv(FIXTURE / "kernel_time_shares.csv")
+    other = "tiny-drafter-b"
+    sp2 = sp[sp["model"] == "tiny-fine"].assign(drafter=other)
+    # the other drafter's profile, listed first, with shares that differ from the first's
+    ks2 = ks[ks["model"] == "tiny-fine"].assign(drafter=other,
+                                                decode_share=lambda d: d["decode_share"] / 2)
+    td = _fixture_with(tmp_path, speedup_vs_batch=pd.concat([sp, sp2]),
+                       kernel_time_shares=pd.concat([ks2, ks]))
+    rows = {r["finding"]: r for r in prose._cpu_rows(td, ["tiny-fine"])}
+    assert rows[prose.MOE_SHARE]["run"] == rows[prose.SPEEDUP_AT_1]["run"]
+    moe = ks[(ks["model"] == "tiny-fine") & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
+    assert rows[prose.MOE_SHARE]["value"].startswith(f"{moe['decode_share']:.2f} of time")
+    text = prose.opening(td)
+    assert f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the profiled step" in text
+    assert f"its MoE kernels took {50 * moe['decode_share']:.0f}% of the profiled step" \
+        not in text

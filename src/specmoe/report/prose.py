@@ -504,13 +504,16 @@ def _paired(m: dict | None, finding: str) -> tuple | None:
 
 
 def _first(df: pd.DataFrame, model: str, like=None):
-    """A model's first run (smallest K, first dataset), or the run like `like`'s (same K and
-    dataset) where it has one."""
+    """A model's first run (smallest K, first dataset), or the run like `like`'s where it has
+    one: `like`'s own run where both name runs (runs.load; a profile is of one drafter), else
+    the run of the same K and dataset (a control's of its target's)."""
     g = df[df["model"] == model]
     if g.empty:
         return None
     if like is not None:
-        same = g[(g["k"] == like["k"]) & (g["dataset"] == like["dataset"])]
+        same = g[g["run"] == like["run"]] if "run" in g and "run" in like else g.iloc[:0]
+        if same.empty:
+            same = g[(g["k"] == like["k"]) & (g["dataset"] == like["dataset"])]
         if not same.empty:
             return same.iloc[0]
     return g.sort_values("k", kind="stable").iloc[0]
@@ -1035,8 +1038,8 @@ def _cpu_step_numbers(td: Tables, models: list[str]) -> str:
     such): " (tiny-fine: ...)", or nothing where the tables lack them. Each of the model's first
     run, the one the speedup sentence gives (_speedup_run), the other tables' rows of that run
     where they have them."""
-    sp, dr, ks = (td.read(t) for t in ("speedup_vs_batch", "draft_ratio_model",
-                                       "kernel_time_shares"))
+    sp, dr, ks = (load(td, t) for t in ("speedup_vs_batch", "draft_ratio_model",
+                                        "kernel_time_shares"))
     if sp.empty:
         return ""
     parts = []
@@ -1082,7 +1085,7 @@ def _cpu_te(td: Tables, g: pd.DataFrame) -> str:
     one = g[g["batch"] == 1] if not g.empty else g
     if one.empty or not {"te_sweep", "te_sweep_raw"} & set(one.columns):
         return ""
-    te = td.read("te_three_ways")
+    te = load(td, "te_three_ways")
     r = _first(te[te["batch"] == 1], g["model"].iloc[0], _like(g)) if not te.empty else None
     ways = [f"{words} {_te_text(r, col)}" for col, words in TE_WAYS
             if r is not None and col in r and _te_text(r, col) != NOT_MEASURED]
