@@ -20,7 +20,7 @@ from specmoe.contracts import Named
 from specmoe.contracts.report import (ComparisonParams, FiguresParams, ReplayParams,
                                       ReportIndexParams)
 from specmoe.sources import published
-from specmoe.report import figures, page, prose, registry, replay, tables
+from specmoe.report import bounds, figures, page, prose, registry, replay, tables
 from specmoe.stages import report
 from wf import copy_workflow, snakemake
 
@@ -1025,13 +1025,15 @@ def test_curves_are_shown_one_column_per_line():
 
 
 def test_a_ratio_that_is_not_a_te_is_worded_as_raw_with_its_interval():
-    """The sweep's TE 1.86 [0.79, ∞] at batch 1 (the default run's tiny-coarse): its status and
-    its raw numbers, named raw and "not a TE"; an identified TE with its interval."""
+    """The sweep's TE 1.86 [0.79, ∞] at batch 1 (the default run's tiny-coarse): its status by
+    the one rule (its interval reaches back inside [0, 1], so not identified, whatever an older
+    table wrote) and its raw numbers, named raw and "not a TE"; an identified TE with its
+    interval."""
     raw = pd.Series({"te_sweep": np.nan, "te_sweep_raw": 1.859, "te_sweep_raw_low": 0.787,
                      "te_sweep_raw_high": np.inf,
                      "te_sweep_status": "not identifiable: its point lies outside (0, 1]"})
     assert prose._te_text(raw, "te_sweep") == \
-        "not identifiable: its point lies outside (0, 1] (raw ratio 1.86 [0.79, ∞], not a TE)"
+        f"{bounds.TE_PAST_BOUND} (raw ratio 1.86 [0.79, ∞], not a TE)"
     ok = pd.Series({"te_profiled": 0.559, "te_profiled_low": 0.419, "te_profiled_high": 0.746})
     assert prose._te_text(ok, "te_profiled") == "0.56 [0.42, 0.75]"
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from declared import tables_in
-from specmoe.report import prose, tables
+from specmoe.report import bounds, prose, tables
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_tables"
 
@@ -130,10 +130,12 @@ def test_the_controls_are_said_to_clear_independence_only_where_their_intervals_
 
 
 def _raw_te(r, col: str) -> str:
-    """A TE that is not identified as the report must give it: its status, its raw ratio with
-    its interval (an unbounded end as ∞), named as not a TE."""
-    hi = r[f"{col}_raw_high"]
-    return (f"{r[f'{col}_status']} (raw ratio {r[f'{col}_raw']:.2f} [{r[f'{col}_raw_low']:.2f}, "
+    """A TE that is not identified as the report must give it: its status by the tables' one
+    rule (bounds.bounded_te: a status the numbers cannot show kept, any other decided again),
+    its raw ratio with its interval (an unbounded end as ∞), named as not a TE."""
+    lo, hi = r[f"{col}_raw_low"], r[f"{col}_raw_high"]
+    status = bounds.bounded_te(col, r[f"{col}_raw"], lo, hi, r[f"{col}_status"])[f"{col}_status"]
+    return (f"{status} (raw ratio {r[f'{col}_raw']:.2f} [{lo:.2f}, "
             f"{'∞' if hi == np.inf else f'{hi:.2f}'}], not a TE)")
 
 
@@ -259,3 +261,22 @@ def test_the_cpu_rows_and_the_opening_take_the_profile_of_the_speedup_rows_draft
     assert f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the profiled step" in text
     assert f"its MoE kernels took {50 * moe['decode_share']:.0f}% of the profiled step" \
         not in text
+
+
+def test_a_raw_ratio_is_worded_by_the_one_rule_keeping_only_what_its_numbers_cannot_show():
+    """_te_text re-decided a TE's status by the one rule (sweep.bound_status) only where the
+    value was a number: a NaN row of an older table kept the status it was written with, so
+    1.86 [0.79, ∞] read 'its point lies outside (0, 1]' though its interval reaches back inside.
+    The raw ratio is now decided by the rule too; a reason its numbers cannot show (no drafter
+    series, no finite TE: bounds.SWEEP_REASONS) is kept as written."""
+    old = pd.Series({"te_sweep": np.nan, "te_sweep_raw": 1.859, "te_sweep_raw_low": 0.787,
+                     "te_sweep_raw_high": np.inf,
+                     "te_sweep_status": "not identifiable: its point lies outside (0, 1]"})
+    assert prose._te_text(old, "te_sweep").startswith(f"{bounds.TE_PAST_BOUND} (raw ratio 1.86")
+    for reason in bounds.SWEEP_REASONS:
+        kept = pd.Series({**old.to_dict(), "te_sweep_status": reason})
+        assert prose._te_text(kept, "te_sweep").startswith(f"{reason} (raw ratio 1.86")
+    # wholly outside, without an interval in the table: the point alone decides
+    bare = pd.Series({"te": np.nan, "te_raw": 1.5, "te_status": "an older wording"})
+    assert prose._te_text(bare, "te") == (f"{bounds.bound_status(1.5)} (raw ratio 1.50, "
+                                          "not a TE)")

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..measured import sweep
 from ..sources import published
+from .bounds import SWEEP_REASONS
 from .tables import Tables
 from ..runs import dataset_parts, label_of
 from .runs import (IPF_KEYS, by_distance, control_models, first_run, heldout_share, is_control,
@@ -157,10 +158,18 @@ def _te_text(row, col: str) -> str:
     if pd.notna(v):
         return f"{v:.2f}" + _bracket(row, col)
     raw = row.get(f"{col}_raw", np.nan)
-    status = row.get(f"{col}_status") or "not identifiable"
-    if pd.notna(raw):  # the ratio is not a TE: said so, and its numbers named as raw
-        return f"{status} (raw ratio {raw:.2f}{_bracket(row, f'{col}_raw')}, not a TE)"
-    return NOT_MEASURED
+    if pd.isna(raw):
+        return NOT_MEASURED
+    # the raw ratio too is decided by the one rule, its interval where the table keeps one (as
+    # bounds.bounded_te decides it); only a reason its numbers cannot show is kept as written
+    status = row.get(f"{col}_status")
+    if status not in SWEEP_REASONS:
+        status = sweep.bound_status(raw, *(_interval(row, f"{col}_raw")
+                                           if f"{col}_raw_low" in row else (None, None)))
+    if status == sweep.TE_OK:  # an older table's NaN that the rule now reads as a TE
+        return f"{raw:.2f}" + _bracket(row, f"{col}_raw")
+    # the ratio is not a TE: said so, and its numbers named as raw
+    return f"{status} (raw ratio {raw:.2f}{_bracket(row, f'{col}_raw')}, not a TE)"
 
 
 def slice_runs(df: pd.DataFrame) -> dict[str, str]:
