@@ -366,7 +366,9 @@ def _te_args(s: argparse.ArgumentParser) -> None:
             ("shared-intermediate", Range(int, 0, WIDTH.hi),
              "intermediate size of the shared experts (0)")):
         s.add_argument(f"--{name}", type=kind, help=what)
-    s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: config's, else bf16)")
+    s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: with --config, the "
+                   "checkpoint's dtype as vLLM's dtype auto serves it on a GPU, a float32 one "
+                   "in bf16; else bf16)")
     s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
     s.add_argument("--draft-length", dest="k_draft", type=DRAFT_LEN, default=3,
                    help="draft length K of the window that --unique counts (default 3)")
@@ -390,7 +392,8 @@ def cmd_te(a) -> dict:
         shape, name = load_config(a.config)
         _tp_splits(shape, a.tp, name)
         check_precision(a.config, a.dtype)
-        dims = dims_from_config(a.config, dtype=a.dtype, tp=a.tp)
+        # a checkpoint's GPU cost: without --dtype, as vLLM's dtype auto serves it on a GPU
+        dims = dims_from_config(a.config, dtype=a.dtype or "auto", tp=a.tp)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in _DIMS[:6] + ("layers",)
                    if getattr(a, n) is None]

@@ -61,11 +61,11 @@ ENGINE_MEMORY_SHARE = GPU_MEMORY_UTILIZATION
 
 
 def weight_gb(config: str | Path, precision: str) -> float:
-    """The checkpoint's weights in GB as served at `precision` ("auto": as published): every
+    """The checkpoint's weights in GB as served at `precision` ("auto": as vLLM's dtype auto serves
+    it on a GPU, a float32 checkpoint in bf16, as predict and the GPU preflight price it): every
     layer's attention, shared and routed experts, the expert-free layers, and the embedding and
     LM head (one matrix where tied)."""
-    fmt = None if precision == "auto" else precision
-    d = dims_from_config(config, dtype=fmt, tp=1)
+    d = dims_from_config(config, dtype=precision, tp=1)
     cfg = load_config(config)[0]
     heads = 1 if cfg.get("tie_word_embeddings") else 2
     layers = d.num_moe_layers * (d.num_experts * d.c_expert + d.c_dense) + (

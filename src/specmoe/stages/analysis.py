@@ -341,8 +341,11 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int,
     if model_cfg.get("hf_config"):
         from ..cost.hfconfig import dims_from_config
 
-        return dims_from_config(model_cfg["hf_config"], dtype=d.get("dtype"),
-                                                  tp=int(d.get("tp", 1)))
+        # a tiny model's config.json: its own dtype (its CPU engines run float32); a synthetic
+        # model's: a GPU checkpoint, without dims.dtype as vLLM's dtype auto serves it on a GPU
+        own = "auto" if model_cfg.get("source") == "synthetic" else None
+        return dims_from_config(model_cfg["hf_config"], dtype=d.get("dtype") or own,
+                                tp=int(d.get("tp", 1)))
     if not d:
         raise InputError(f"model {model_cfg['name']}: needs 'dims' or 'hf_config' for the cost model")
     d.setdefault("num_experts", num_experts)

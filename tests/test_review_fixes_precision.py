@@ -1,0 +1,56 @@
+"""Review fixes: one meaning of precision "auto" (vLLM's dtype auto on a GPU) and one sliding
+window across the cost model and the GPU preflight; the schema's defaults copied into a
+configuration; the tiny models' held-out split and training threads read from one place."""
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+from specmoe import cli
+from specmoe.checks import preflight
+from specmoe.cost import admission
+from specmoe.cost.hfconfig import study_dims
+from specmoe.stages.analysis import model_dims
+
+QWEN = resources.files("specmoe") / "data" / "hf_configs" / "Qwen3-30B-A3B.json"
+
+
+@pytest.fixture
+def float32_qwen(tmp_path):
+    """Qwen3-30B-A3B's config.json stored in float32 (as some checkpoints are published)."""
+    cfg = json.loads(QWEN.read_text())
+    cfg["torch_dtype"] = "float32"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path, cfg
+
+
+def test_admission_prices_auto_as_the_gpu_preflight_does(float32_qwen):
+    """The admission rule's weights at "auto" are those the GPU preflight (and predict) price at
+    "auto": vLLM's dtype auto serves a float32 checkpoint in bf16 on a GPU."""
+    path, cfg = float32_qwen
+    gb = admission.weight_gb(path, "auto")
+    assert gb == pytest.approx(preflight.weight_bytes(cfg, "auto", 1) / 1e9)
+    assert gb == pytest.approx(admission.weight_gb(path, "bf16"))
+    assert gb == pytest.approx(admission.weight_gb(QWEN, "auto"))  # the bf16 checkpoint's
+
+
+def test_a_gpu_cost_of_a_float32_checkpoint_is_vllms_dtype_auto(float32_qwen, capsys):
+    """`specmoe te --config` without --dtype and a synthetic model's hf_config without dims.dtype
+    price a checkpoint as vLLM's dtype auto serves it on a GPU; a tiny model's config.json keeps
+    its own float32 (its CPU engines run it so)."""
+    path, _ = float32_qwen
+    answers = []
+    for argv in (["--config", str(path)], ["--config", str(path), "--dtype", "bf16"]):
+        assert cli.main(["te", *argv, "--json"]) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    assert answers[0] == answers[1]
+    assert answers[0]["dtype"] == "bf16"
+    auto = study_dims(path, "auto")
+    synthetic = model_dims({"name": "s", "source": "synthetic", "hf_config": str(path)}, 128, 8)
+    assert synthetic == auto and synthetic.base_dtype == "bf16"
+    tiny = model_dims({"name": "t", "source": "tiny", "hf_config": str(path)}, 128, 8)
+    assert tiny.base_dtype == tiny.dtype == "fp32"
+
