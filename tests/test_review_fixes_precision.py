@@ -54,3 +54,29 @@ def test_a_gpu_cost_of_a_float32_checkpoint_is_vllms_dtype_auto(float32_qwen, ca
     tiny = model_dims({"name": "t", "source": "tiny", "hf_config": str(path)}, 128, 8)
     assert tiny.base_dtype == tiny.dtype == "fp32"
 
+
+# A Mistral-7B-like dense model (a draft model served alone): transformers' MistralConfig
+# defaults sliding_window to 4096 where config.json leaves the key out
+MISTRAL = {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "hidden_size": 4096,
+           "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
+           "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+
+
+def test_the_preflight_sizes_sliding_layers_with_the_window_layer_kinds_reads():
+    """Every layer of a Mistral config without sliding_window slides (layer_kinds, transformers'
+    default window of 4096), and the preflight holds each sequence's blocks up to that window,
+    as with the key stated, not up to a window of 0."""
+    from specmoe.cost.hfconfig import layer_kinds, sliding_window
+
+    stated = {**MISTRAL, "sliding_window": 4096}
+    assert layer_kinds(MISTRAL) == layer_kinds(stated) == ["sliding"] * 32
+    assert sliding_window(MISTRAL) == sliding_window(stated) == 4096
+    e = preflight.Engine(
+        job="serve mistral", model="mistral", entry={}, hardware={"memory_gib": 80},
+        hardware_name="H100", tp=1, precision="auto", method=None, drafter=None, k=0,
+        max_model_len=32768, batch=1, output_tokens=0, prompt_tokens={}, utilization=0.9,
+        offline_server=False)
+    without, with_ = (preflight.memory(e, c, None) for c in (MISTRAL, stated))
+    assert without.kv_start == with_.kv_start
+    assert without.kv_per_seq == with_.kv_per_seq

@@ -45,8 +45,8 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.costmodel import capacity
-from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, torch_dtype_fmt,
-                             tp_problems)
+from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, sliding_window,
+                             torch_dtype_fmt, tp_problems)
 from . import memo
 from .drafters import EAGLE_METHODS
 
@@ -475,7 +475,7 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
         # upper bound, never none)
         extra_layer = sum(kv_bytes_per_token(drafter_cfg, e.tp, _kv_dtype_bytes(drafter_cfg, {}),
                                              draft=True)[:2])
-    window = int(c.get("sliding_window") or 0)
+    window = sliding_window(c)  # the window of the layers layer_kinds says slide
     tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
     layers = [kinds.count("full") + extra_layers, kinds.count("sliding"), kinds.count("linear")]
     hybrid = "linear" in kinds and any(layers[:2])

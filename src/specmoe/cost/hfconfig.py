@@ -398,6 +398,15 @@ WINDOW_GATES = {"qwen3_moe": "use_sliding_window", "qwen2": "use_sliding_window"
 WINDOW_UNUSED = frozenset({"qwen2_moe"})
 
 
+def sliding_window(cfg: dict, name: str = "config.json") -> int:
+    """The window of a config's sliding-window layers, in tokens, as transformers reads it:
+    sliding_window, else the model type's default where the key is left out (WINDOW_DEFAULT:
+    Mistral's 4096); 0: none. The one reader of the window of the layers layer_kinds says slide,
+    for the step model and the GPU preflight (specmoe.checks.preflight.memory)."""
+    window = cfg.get("sliding_window", WINDOW_DEFAULT.get(cfg.get("model_type")))
+    return whole(window, f"{name}: sliding_window") if window else 0
+
+
 def _window_on_every_layer(r: _Reader) -> bool:
     """Whether a config without layer_types slides every layer's attention: a sliding_window
     (0 or null: none) shorter than the model's positions (max_position_embeddings: a window that
@@ -406,10 +415,9 @@ def _window_on_every_layer(r: _Reader) -> bool:
     slide, if any, is not known here."""
     kind = r.cfg.get("model_type")
     gate = WINDOW_GATES.get(kind)
-    window = r.cfg.get("sliding_window", WINDOW_DEFAULT.get(kind))
+    window = sliding_window(r.cfg, r.name)
     if not window or kind in WINDOW_UNUSED or gate and not r.cfg.get(gate):
         return False
-    window = whole(window, f"{r.name}: sliding_window")
     positions = r.int("max_position_embeddings", default=WINDOW_ON_EVERY_LAYER.get(kind, 0),
                       least=0)
     if positions and window >= positions:
@@ -658,7 +666,7 @@ def _attention_reads(r: _Reader, hidden: int, mla: bool, kinds: list[str], tp: i
     n = {k: kinds.count(k) for k in ("full", "sliding", "linear")}
     return {"kv_per_token": float(per_token * n["full"]),
             "kv_sliding_per_token": float(per_token * n["sliding"]),
-            "sliding_window": r.int("sliding_window") if n["sliding"] else 0,
+            "sliding_window": sliding_window(r.cfg, r.name) if n["sliding"] else 0,
             "kv_split": float(split), "state_per_seq": float(state * n["linear"]),
             "attention_layers": n["full"] + n["sliding"],
             "mla_layers": n["full"] + n["sliding"] if mla else 0,
