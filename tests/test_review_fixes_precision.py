@@ -80,3 +80,29 @@ def test_the_preflight_sizes_sliding_layers_with_the_window_layer_kinds_reads():
     without, with_ = (preflight.memory(e, c, None) for c in (MISTRAL, stated))
     assert without.kv_start == with_.kv_start
     assert without.kv_per_seq == with_.kv_per_seq
+
+
+def test_the_held_out_split_and_training_threads_have_the_schemas_default_only():
+    """tiny.corpus_files takes the held-out split from its caller (tiny.heldout_every, whose
+    default is the schema's), with none of its own; a training job's threads are the validated
+    configuration's tiny.train.threads, the schema's default filled in."""
+    import inspect
+
+    import yaml
+    from wf import REPO
+
+    from specmoe.checks.schema import load_schema
+    from specmoe.config import Config
+    from specmoe.contracts.models import TrainParams
+    from specmoe.runtime import tiny
+
+    every = inspect.signature(tiny.corpus_files).parameters["heldout_every"]
+    assert every.default is inspect.Parameter.empty
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    default = load_schema(schema)["properties"]["tiny"]["properties"]["train"]["properties"][
+        "threads"]["default"]
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    raw.get("tiny", {}).get("train", {}).pop("threads", None)
+    assert TrainParams.threads(Config.load(raw, schema)) == default
+    raw.setdefault("tiny", {}).setdefault("train", {})["threads"] = default + 1
+    assert TrainParams.threads(Config.load(raw, schema)) == default + 1

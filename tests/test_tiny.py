@@ -3,25 +3,31 @@
 
 import numpy as np
 import pytest
+from wf import REPO
 
+from specmoe.checks.schema import load_schema
 from specmoe.runtime import tiny
 from specmoe.errors import InputError
 from specmoe.provenance import atomic_dir
 
 torch = pytest.importorskip("torch")
 
+# the held-out split the configuration's schema defaults to (tiny.heldout_every)
+HELDOUT_EVERY = load_schema(REPO / "workflow/schemas/config.schema.yaml")[
+    "properties"]["tiny"]["properties"]["heldout_every"]["default"]
+
 
 def test_corpus_split_is_fixed_and_disjoint():
-    train = tiny.corpus_files(False)
-    held = tiny.corpus_files(True)
+    train = tiny.corpus_files(False, HELDOUT_EVERY)
+    held = tiny.corpus_files(True, HELDOUT_EVERY)
     assert train and held and not set(train) & set(held)
     assert 0.05 < len(held) / (len(train) + len(held)) < 0.15
-    assert tiny.corpus_files(True) == held
+    assert tiny.corpus_files(True, HELDOUT_EVERY) == held
     assert not [p for p in train if "site-packages" in p.parts or "test" in p.parts]
 
 
 def test_tokenizer_roundtrip_and_digest(tmp_path):
-    files = tiny.corpus_files(False)[:40]
+    files = tiny.corpus_files(False, HELDOUT_EVERY)[:40]
     tiny.train_tokenizer(files, 400, tmp_path / "tok")
     from transformers import PreTrainedTokenizerFast
 
@@ -70,7 +76,7 @@ def test_encoding_in_batches_gives_each_files_ids_in_order_as_one_at_a_time(tmp_
     falls inside a batch or after several."""
     from transformers import PreTrainedTokenizerFast
 
-    files = tiny.corpus_files(False)[:150]  # more than two batches
+    files = tiny.corpus_files(False, HELDOUT_EVERY)[:150]  # more than two batches
     tiny.train_tokenizer(files[:40], 400, tmp_path / "tok")
     tok = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "tok"))
     alone = np.concatenate([np.asarray(tok(t)["input_ids"] + [tok.eos_token_id], np.int32)

@@ -1,6 +1,8 @@
 """The contracts of the tiny models' rules (workflow/rules/models.smk; their stages:
-specmoe.stages.models). See specmoe.contracts for what a record holds. (Runtime: the training
-defaults come from specmoe.runtime.tiny.TrainSpec, imported when a record is built.)"""
+specmoe.stages.models). See specmoe.contracts for what a record holds. The training settings'
+defaults are the configuration schema's (tiny.train, filled by the validation); a model's seed,
+which the schema does not default, is specmoe.runtime.tiny.TrainSpec's (imported when a record
+is built)."""
 
 from __future__ import annotations
 
@@ -69,11 +71,9 @@ class TrainParams:
 
     @staticmethod
     def threads(cfg) -> int:
-        """The job's threads: the training's (`tiny.train.threads`)."""
-        from ..runtime.tiny import TrainSpec
-
-        return int((cfg.raw.get("tiny", {}).get("train") or {}).get("threads",
-                                                                     TrainSpec.threads))
+        """The job's threads: the training's (`tiny.train.threads`, the schema's default filled
+        by the validation)."""
+        return int(cfg.raw["tiny"]["train"]["threads"])
 
 
 @dataclass(frozen=True)

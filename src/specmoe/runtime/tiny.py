@@ -3,7 +3,8 @@
 Training text is the Python standard library's own sources, which exist on any machine with
 Python: every `*.py` file under `sysconfig.get_paths()["stdlib"]`, outside `site-packages`, `test`
 and `tests` folders. A file is held out when the SHA-1 of its path relative to the stdlib folder is
-0 mod `heldout_every` (default 10), so the split is fixed for a given Python version.
+0 mod `heldout_every` (the configuration's tiny.heldout_every, whose default is the schema's), so
+the split is fixed for a given Python version.
 
 Models are Hugging Face Qwen3-MoE (targets) and Qwen3 (drafter) checkpoints that vLLM loads, sharing
 one byte-level BPE tokenizer. Training is bit-reproducible on one machine: seeds fix initialisation
@@ -42,8 +43,9 @@ def corpus_root(root: str | Path | None = None) -> Path:
     return Path(root or sysconfig.get_paths()["stdlib"])
 
 
-def corpus_files(heldout: bool, heldout_every: int = 10, root: str | Path | None = None) -> list[Path]:
-    """Training (heldout=False) or held-out (True) stdlib source files, sorted."""
+def corpus_files(heldout: bool, heldout_every: int, root: str | Path | None = None) -> list[Path]:
+    """Training (heldout=False) or held-out (True) stdlib source files, sorted; one file in about
+    `heldout_every` is held out (tiny.heldout_every: no default here, the schema's is the one)."""
     root = corpus_root(root)
     skip = {"site-packages", "test", "tests", "__pycache__"}
     out = []
