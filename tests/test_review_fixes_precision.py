@@ -106,3 +106,27 @@ def test_the_held_out_split_and_training_threads_have_the_schemas_default_only()
     assert TrainParams.threads(Config.load(raw, schema)) == default
     raw.setdefault("tiny", {}).setdefault("train", {})["threads"] = default + 1
     assert TrainParams.threads(Config.load(raw, schema)) == default + 1
+
+
+def test_a_filled_default_is_the_configurations_own_copy():
+    """Two configurations validated against one schema each get their own copy of a default
+    mapping (tiny.train), filled in their own; the schema's default stays as it is written."""
+    import copy
+
+    import yaml
+    from wf import REPO
+
+    from specmoe.checks.schema import load_schema, validate
+
+    schema = load_schema(REPO / "workflow/schemas/config.schema.yaml")
+    written = copy.deepcopy(schema)
+    default = schema["properties"]["tiny"]["properties"]["train"]["default"]
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    raw["tiny"].pop("train", None)
+    c1, c2 = copy.deepcopy(raw), copy.deepcopy(raw)
+    assert validate(c1, schema) == [] and validate(c2, schema) == []
+    assert c1["tiny"]["train"] is not default and c2["tiny"]["train"] is not c1["tiny"]["train"]
+    assert c1["tiny"]["train"] == c2["tiny"]["train"] and c1["tiny"]["train"]["threads"]
+    c1["tiny"]["train"]["threads"] += 1
+    assert c2["tiny"]["train"]["threads"] == c1["tiny"]["train"]["threads"] - 1
+    assert schema == written

@@ -9,6 +9,7 @@ is one problem, not two: its "missing" line is left out where the "did you mean"
 
 from __future__ import annotations
 
+import copy
 import difflib
 from pathlib import Path
 
@@ -40,8 +41,10 @@ def validate(config: dict, schema: dict) -> list[str]:
     def properties_with_defaults(validator, properties, instance, node):
         if isinstance(instance, dict):
             for key, sub in properties.items():
-                if "default" in sub:
-                    instance.setdefault(key, sub["default"])
+                if "default" in sub and key not in instance:
+                    # a copy: the schema's own default (a mapping, a list) would be filled in
+                    # place and shared by every configuration validated against it
+                    instance[key] = copy.deepcopy(sub["default"])
         yield from base_properties(validator, properties, instance, node)
 
     cls = validators.extend(Draft202012Validator, {"properties": properties_with_defaults})
