@@ -21,6 +21,7 @@ START = {"at_s": {"first_token": 2.0, "up": 1.0},
 class FakeServer:
     url = "http://127.0.0.1:1"
     start = START
+    engine: dict = {}  # the served engine's arguments (bench reads its trust_remote_code)
 
     def __init__(self, *args, **kwargs):
         pass

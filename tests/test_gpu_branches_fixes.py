@@ -187,7 +187,7 @@ def test_vllms_own_bench_serve_client_gets_the_engines_trust_remote_code(trust, 
     got = {}
     monkeypatch.setattr(serve, "main", lambda args: got.setdefault("args", args) and {})
     engine = {"model": "m", **({"trust_remote_code": True} if trust else {})}
-    serving.bench(serving.Server(engine), "m", tmp_path / "p.jsonl", 2, 2, 8)
+    serving.bench(serving.Server(engine, startup_timeout=60), "m", tmp_path / "p.jsonl", 2, 2, 8)
     assert got["args"].trust_remote_code is trust
 
 
