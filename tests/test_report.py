@@ -322,12 +322,14 @@ def test_report_from_fixed_results_has_every_figure_and_table(fixed_results):
     ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
     seq1 = ob[ob["model"] == "tiny-fine"][["seq1", "seq1_low", "seq1_high"]].iloc[0]
     assert (f"tiny-fine (compared with Qwen2-57B) on its main set pooled with its held-out slices "
-            f"(29% of its windows held out): step-1 overlap along the committed sequence "
+            f"(32% of its windows held out): step-1 overlap along the committed sequence "
             f"{seq1['seq1']:.3f} [{seq1['seq1_low']:.3f}, {seq1['seq1_high']:.3f}] vs 0.204") \
         in index
     st = tables.read_csv(FIXTURE / "overlap_by_status.csv")
     loops = st[st["model"] == "tiny-fine"]["repetitive_windows_pct"].iloc[0]
-    assert f"tiny-fine's output repeats a token in {loops:.0f}% of its windows" in index
+    # said where the loops pass the share that can make overlap (prose.LOOPING), else not
+    said = f"tiny-fine's output repeats a token in {loops:.0f}% of its windows" in index
+    assert said == (loops > 100 * prose.LOOPING), loops
     assert "(the same prompts as a slice of tiny-fine/tiny-drafter/K3/" in index
     # one number format per quantity: no scientific notation, no "inf", no "K over N"
     assert not re.search(r"\d\.\d+e[-+]\d", index) and " inf " not in index
@@ -538,7 +540,7 @@ def test_te_points_of_too_few_windows_or_outside_0_1_are_not_drawn_as_values(tmp
     wide, note = page.pivoted(tables.read_csv(path), "te_vs_batch")
     rows = wide[wide["model"] == "tiny-fine"].set_index(["k", "batch"])
     assert rows.loc[(3, 64), MEASURED_ROUTING] == "0.250 †"
-    assert rows.loc[(3, 4), MEASURED_ROUTING] == pytest.approx(0.549, abs=1e-3)
+    assert rows.loc[(3, 4), MEASURED_ROUTING] == pytest.approx(0.547, abs=1e-3)
     assert "†: the trace has too few windows" in note and "‡" not in note  # batch 8 not shown
 
 
@@ -1143,8 +1145,13 @@ def test_the_default_runs_findings_from_its_own_tables():
     paired = t.set_index(["model", "finding"])
     for model in ("tiny-fine", "tiny-coarse"):
         for finding in prose.PAIRED:
-            learned = paired.loc[(model, finding), "learned"]
-            assert "matched control" in learned, (model, finding, learned)
+            status, learned = paired.loc[(model, finding), ["status", "learned"]]
+            # a finding the target's own intervals leave undecided has nothing to set against
+            # its control; every other is decided by the matched control's paired difference
+            if status == prose.UNDECIDED:
+                assert learned == prose.UNDECIDED, (model, finding, learned)
+            else:
+                assert "matched control" in learned, (model, finding, learned)
     row = paired.loc[("tiny-fine", "temporal share larger for finer experts")]
     mc = tables.read_csv(FIXTURE / "matched_controls.csv").set_index("target")
     fine = mc.loc["tiny-fine"]
