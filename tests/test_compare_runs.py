@@ -233,3 +233,21 @@ def test_a_measured_inputs_interval_raw_value_and_status_are_timings_of_its_step
     r = subprocess.run([sys.executable, str(SCRIPT), str(ra), str(rc)], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "DIFF  tables/three_step_correction.csv" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("table,cols,a,b", [
+    ("kernel_time_shares", "model,class,decode_us,ratio,ratio_low,ratio_raw,ratio_status",
+     "m,moe,10,1.2,1.1,1.2,ok", "m,moe,11,,,0.9,below 1: not physical"),
+    ("te_three_ways", "model,batch,moe_time_share,moe_time_share_low,draft_cost_profiled,"
+     "draft_cost_profiled_high", "m,1,0.3,0.25,0.05,0.07", "m,1,0.35,0.28,0.06,0.09"),
+])
+def test_a_profiled_values_interval_raw_value_and_status_are_timings(tmp_path, table, cols, a, b):
+    """The profiled ratios and shares carry their interval over engine starts, raw value and
+    status (report.bounds): they move with the clocks as the value does; only the exact names
+    were timings, so two default runs of one machine differed in kernel_time_shares and
+    te_three_ways."""
+    ra = _run(tmp_path / "a", {table: f"{cols}\n{a}\n"})
+    rb = _run(tmp_path / "b", {table: f"{cols}\n{b}\n"})
+    r = subprocess.run([sys.executable, str(SCRIPT), str(ra), str(rb)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
