@@ -1,5 +1,6 @@
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -410,3 +411,43 @@ def test_the_gpu_plan_bills_a_capture_for_the_prompts_the_capture_runs(tmp_path,
     job = unset["mt-bench"]
     label = job_label("capture", name, job["drafter"], job["k"], "mt-bench")
     assert label in md.split("Not estimated:")[1].split("\n")[0]
+
+
+def test_costmodel_stage_refuses_an_overlap_without_the_reliability_of_its_measured_windows(
+        tmp_path):
+    """An overlap file whose unique_by_batch lacks verify_empirical_reliable (one written before
+    the overlap job recorded it) is refused in one line naming the file and the rule to rerun:
+    the measured-windows TE rows took sample_ok true at every batch size from it, whatever the
+    trace's windows could support."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import CostmodelParams, IpfParams, OverlapParams
+    from specmoe.provenance import read_json, write_json
+    from specmoe.stages import analysis
+
+    model = {"name": "m", "source": "synthetic", "hardware": "H100",
+             "dims": dict(hidden=2048, expert_intermediate=768, heads=32, kv_heads=4,
+                          head_dim=128, num_layers=48, vocab_size=151936, dtype="bf16", tp=1),
+             "synthetic": {"num_experts": 32, "top_k": 4, "num_layers": 2, "requests": 8,
+                           "steps": 6, "seed": 0}}
+    run = {"model": "m", "drafter": "synth", "k": 3, "dataset": "synth"}
+    analysis.synth_trace(model, run, tmp_path / "t.parquet")
+    o, i, c = tmp_path / "o.json", tmp_path / "i.json", tmp_path / "c.json"
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
+                           OverlapParams(batch_sizes=[1, 8], shuffle_seed=0))
+    analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
+    params = CostmodelParams(model=model, hardware={"H100": gpus()["H100"]},
+                             draft={"context_tokens": 512, "moe_drafter_experts": 64,
+                                    "batch_sizes": [1, 64]})
+    job = (Named({"overlap": o, "ipf": i}), Named({"json": c}), params)
+    analysis.costmodel_stage(*job)  # the overlap job's own file: its rows take its column
+    ov = read_json(o)
+    rel = {r["batch"]: r["verify_empirical_reliable"] for r in ov["unique_by_batch"]}
+    measured = [r for r in read_json(c)["te_vs_batch"] if r["routing"] == cm.MEASURED_ROUTING]
+    assert measured and all(r["sample_ok"] == rel[r["batch"]] for r in measured)
+    c.unlink()
+    for r in ov["unique_by_batch"]:
+        del r["verify_empirical_reliable"]
+    write_json(o, {k: v for k, v in ov.items() if k != "provenance"}, ov.get("provenance", {}))
+    with pytest.raises(InputError, match=rf"{re.escape(str(o))}: .*verify_empirical_reliable.*rerun rule overlap"):
+        analysis.costmodel_stage(*job)
+    assert not c.exists()

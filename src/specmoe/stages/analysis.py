@@ -378,6 +378,11 @@ def costmodel_stage(inputs, outputs, params) -> None:
     hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
     table = pd.DataFrame(ov["unique_by_batch"]).merge(pd.DataFrame(ip["by_batch"]), on="batch")
     table = table.set_index("batch")
+    # whether the trace's windows support the measured-windows TE at each batch size: a file
+    # without it (an older overlap job's) would pass every batch size as sampled well enough
+    if "verify_empirical_reliable" not in table:
+        raise InputError(f"{overlap_json}: its unique_by_batch has no verify_empirical_reliable "
+                         "(written by an older overlap job): rerun rule overlap")
     curves = []
     for routing, (vcol, dcol) in ROUTINGS.items():
         rows = costmodel.te_curve(dims, hw, s["k_draft"], table.index.tolist(),
@@ -385,7 +390,7 @@ def costmodel_stage(inputs, outputs, params) -> None:
                                   lambda b, c=dcol: table.loc[b, c])
         for r in rows:  # measured windows: is the trace large enough for this batch size?
             ok = (bool(table.loc[r["batch"], "verify_empirical_reliable"])
-                  if vcol == "verify_empirical" and "verify_empirical_reliable" in table else True)
+                  if vcol == "verify_empirical" else True)
             curves.append({"routing": routing, **r, "sample_ok": ok})
     u = ov["unique"]
     te_b1 = {"uniform": dims.te_weight(u["uniform"]),
