@@ -235,3 +235,28 @@ def test_the_breakdown_reads_an_engine_jobs_record_only_where_it_is_declared(tmp
     assert b.unsplit == ["sd_check/tiny-fine/tiny-drafter/K3/tinybench"]
     assert b.seconds["engine start"] == every.seconds["engine start"] - 20.0
     assert b.seconds["serve"] == every.seconds["serve"] + 20.0
+
+
+def test_the_breakdown_says_which_declared_jobs_it_could_not_count(tmp_path):
+    """Of 98 declared jobs, 96 left no benchmark file and one left a file that is not
+    Snakemake's: the breakdown read "analysis 1 job 100%" and said nothing of the other 97. Its
+    notes now count the missing files and name the unreadable one."""
+    declared = [f"benchmarks/overlap/m/d/K3/set{i}.tsv" for i in range(96)]
+    bench(tmp_path, "overlap/m/d/K3/read.tsv", 5)
+    bad = tmp_path / "benchmarks/overlap/m/d/K3/torn.tsv"
+    bad.write_text("a\tb\n1\t2\n")  # no 's' column: a file being written, or not a benchmark
+    declared += ["benchmarks/overlap/m/d/K3/read.tsv", "benchmarks/overlap/m/d/K3/torn.tsv"]
+    b = timing.collect(tmp_path, benchmarks=declared)
+    assert b.seconds == {"analysis": 5.0} and b.jobs == {"analysis": 1}
+    assert len(b.missing) == 96 and b.unreadable == ["overlap/m/d/K3/torn"]
+    said = " ".join(timing.notes(b))
+    assert "96 declared job(s) left no benchmark file" in said
+    assert "1 benchmark file(s) unreadable" in said and "overlap/m/d/K3/torn" in said
+    assert "96 declared job(s)" in "\n".join(timing.markdown(b))
+    assert "96 declared job(s)" in timing.text(b)
+    # nothing counted at all: the page says so, and why
+    nothing = timing.collect(tmp_path, benchmarks=declared[:96])
+    assert nothing.seconds == {}
+    page = "\n".join(timing.markdown(nothing))
+    assert "cannot be broken down" in page and "96 declared job(s)" in page
+    assert "96 declared job(s)" in timing.text(nothing)

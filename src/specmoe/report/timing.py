@@ -2,7 +2,9 @@
 per job) summed by stage, with each engine job's start-up split off from the outputs that record it
 (a sweep's `engine_startup_s`, an SD check's `sd_startup_s` + `plain_startup_s`, a capture trace's
 `capture.startup_s`, a profile's `engine_startup_s`). A job whose output does not record its
-engine's start stays whole in its stage, and the breakdown says so; nothing is estimated.
+engine's start stays whole in its stage, and the breakdown says so; nothing is estimated. A
+declared job without a benchmark file, or a file that is not Snakemake's, is counted nowhere, and
+the breakdown says how many and which.
 
 Job times are each job's wall clock: jobs that ran side by side on several cores add up to more
 than the run's own wall clock.
@@ -39,6 +41,10 @@ class Breakdown:
     unsplit: list[str] = field(default_factory=list)  # engine jobs whose start is not recorded
     # engine jobs whose recorded start began after vLLM was imported (their start is too short)
     import_excluded: list[str] = field(default_factory=list)
+    # jobs not counted at all: declared ones without a benchmark file, and benchmark files that
+    # are not Snakemake's (or are being written)
+    missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def total_s(self) -> float:
@@ -163,11 +169,17 @@ def collect(root: str | Path = ".", since: float | None = None,
     benchmarks, for Snakemake leaves a job's previous benchmark file in place until the job
     ends and never removes those of the jobs a configuration dropped). Each engine job's start
     is read from its output (record_of); with `records`, paths under root, only from these (a
-    job's inputs: rule report_index's, which declares them), the others' left unsplit."""
+    job's inputs: rule report_index's, which declares them), the others' left unsplit. Declared
+    benchmark files that are absent (Breakdown.missing) and files that are not Snakemake's
+    benchmarks (Breakdown.unreadable) count nowhere, and the notes say so (uncounted)."""
     root = Path(root)
     b = Breakdown()
-    found = (sorted((root / "benchmarks").rglob("*.tsv")) if benchmarks is None
-             else [root / p for p in sorted(set(benchmarks)) if (root / p).is_file()])
+    if benchmarks is None:
+        found = sorted((root / "benchmarks").rglob("*.tsv"))
+    else:
+        found = [root / p for p in sorted(set(benchmarks))]
+        b.missing = [_job(root, p) for p in found if not p.is_file()]
+        found = [p for p in found if p.is_file()]
     readable = None if records is None else {str(PurePosixPath(r)) for r in records}
     for tsv in found:
         if since is not None and tsv.stat().st_mtime < since:
@@ -178,7 +190,9 @@ def collect(root: str | Path = ".", since: float | None = None,
         try:
             s = job_seconds(tsv)
         except (ValueError, KeyError, OSError):
-            continue  # a benchmark being written or not Snakemake's: not a job's time
+            # a benchmark being written or not Snakemake's: not a job's time (the notes say so)
+            b.unreadable.append(str(rel.with_suffix("")))
+            continue
         output = record_of(tsv.relative_to(root).as_posix())
         rec = (recorded(folder, root / output)
                if output is not None and (readable is None or output in readable) else None)
@@ -200,6 +214,19 @@ def collect(root: str | Path = ".", since: float | None = None,
         b.seconds[stage] = b.seconds.get(stage, 0.0) + s
         b.jobs[stage] = b.jobs.get(stage, 0) + 1
     return b
+
+
+def _job(root: Path, tsv: Path) -> str:
+    """A job as the notes name it: its benchmark file's path under benchmarks/, no extension."""
+    try:
+        return str(tsv.relative_to(root / "benchmarks").with_suffix(""))
+    except ValueError:  # a declared path outside benchmarks/
+        return str(tsv.relative_to(root))
+
+
+def _named(jobs: list[str]) -> str:
+    """The first three of `jobs` and how many more."""
+    return ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
 
 
 def _clock(s: float) -> str:
@@ -228,16 +255,13 @@ def notes(b: Breakdown) -> list[str]:
                    f"{100 * b.engine_start_share:.0f}% of the engine jobs' time (sweeps, SD "
                    "checks, captures, profiles).")
     if b.unsplit:
-        shown = ", ".join(b.unsplit[:3]) + (f" and {len(b.unsplit) - 3} more"
-                                            if len(b.unsplit) > 3 else "")
         out.append(f"Not split: {len(b.unsplit)} engine job(s) whose output records no engine "
-                   f"start ({shown}); their start-up is counted in serve or capture.")
+                   f"start ({_named(b.unsplit)}); their start-up is counted in serve or capture.")
     if b.import_excluded:
-        shown = ", ".join(b.import_excluded[:3]) + (
-            f" and {len(b.import_excluded) - 3} more" if len(b.import_excluded) > 3 else "")
         out.append(f"Too short: {len(b.import_excluded)} engine job(s) whose recorded start "
-                   f"began after vLLM was imported ({shown}); their import is counted in "
-                   "serve or capture.")
+                   f"began after vLLM was imported ({_named(b.import_excluded)}); their import "
+                   "is counted in serve or capture.")
+    out += uncounted(b)
     out.append("Train includes the tokenizer and the untrained controls, serve the sweeps and SD "
                "checks once their engines are up; each job's time runs "
                "from its script's start (imports included) to its end, and jobs run side by side "
@@ -245,10 +269,27 @@ def notes(b: Breakdown) -> list[str]:
     return out
 
 
+def uncounted(b: Breakdown) -> list[str]:
+    """The jobs the breakdown could not count, in sentences: declared jobs without a benchmark
+    file, benchmark files it could not read."""
+    out = []
+    if b.missing:
+        out.append(f"Not counted: {len(b.missing)} declared job(s) left no benchmark file "
+                   f"({_named(b.missing)}): their time is not in the breakdown.")
+    if b.unreadable:
+        out.append(f"Not counted: {len(b.unreadable)} benchmark file(s) unreadable as "
+                   f"Snakemake's (being written, or not a benchmark: {_named(b.unreadable)}); "
+                   "their time is not in the breakdown.")
+    return out
+
+
 def text(b: Breakdown, wall_s: float | None = None) -> str:
     """The breakdown as the end of a run prints it."""
     if not b.seconds:
-        return "specmoe: no job of this run wrote a benchmark file (nothing ran)."
+        return "\n  ".join(["specmoe: no job of this run wrote a benchmark file (nothing ran)."
+                            if not (b.missing or b.unreadable) else
+                            "specmoe: no job of this run left a readable benchmark file.",
+                            *uncounted(b)])
     head = (f"specmoe: where the time went ({sum(b.jobs.values())} jobs, "
             f"{_clock(b.total_s)} of job time"
             + (f", {_clock(wall_s)} of wall clock" if wall_s is not None else "") + "):")
@@ -262,8 +303,8 @@ def text(b: Breakdown, wall_s: float | None = None) -> str:
 def markdown(b: Breakdown) -> list[str]:
     """The breakdown as a table and notes for the report's provenance section."""
     if not b.seconds:
-        return ["No job of this run left a benchmark file (benchmarks/), so its time cannot be "
-                "broken down.", ""]
+        return ["No job of this run left a readable benchmark file (benchmarks/), so its time "
+                "cannot be broken down.", "", *uncounted(b), *([""] if uncounted(b) else [])]
     lines = ["| stage | jobs | time | share of job time |", "|---|---:|---:|---:|"]
     lines += [f"| {s} | {j if j.isdigit() else '–'} | {t} | {sh} |" for s, j, t, sh in rows(b)]
     return lines + ["", *notes(b), ""]
