@@ -104,6 +104,7 @@ def test_speedup_runs_through_the_adapter_with_its_named_files(tmp_path):
     cost."""
     sd = series("t", [point(1, 10.0, 2.5), point(8, 14.0, 2.5)])
     sd["datasets"]["tinybench"]["paired_no_sd"] = {"points": [point(1, 20.0), point(8, 21.0)]}
+    sd["paired_no_sd"] = {"engine": {}, "arm_order": "interleaved"}
     files = {"sd": sd, "dr": series("d", [point(1, 2.0), point(8, 2.5)])}
     for name, body in files.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(body))

@@ -12,7 +12,7 @@ RUNTIME_PACKAGES = {"torch", "vllm", "transformers"}
 # installed (the analysis environment).
 ANALYSIS = ("routing.acceptance", "routing.bootstrap", "cost.costmodel", "cost.hfconfig",
             "routing.ipf", "routing.overlap", "routing.controls", "cost.plan", "checks.preflight",
-            "measured.profiling",
+            "measured.profiling", "measured.arms",
             "sources.prompts", "provenance", "sources.published", "checks.schema",
             "measured.sweep", "routing.synth", "routing.trace", "routing.unique", "cost.weights",
             "cost.stepmodel", "cost.steptables", "cost.predictor", "cost.admission", "paths", "names",

@@ -258,7 +258,7 @@ def test_on_a_cpu_each_dataset_and_batch_alternates_its_first_arm_from_repeat_to
 
 def _speedup(tmp_path, arm_order):
     """The speedup of a series whose no-SD points were taken in `arm_order` (None: a series
-    from before the order was recorded)."""
+    that records none)."""
     from specmoe.contracts.analysis import SpeedupParams
     from specmoe.provenance import read_json, write_json
     from specmoe.stages.analysis import speedup_stage
@@ -299,18 +299,26 @@ def _opening_words(tmp_path, no_sd_series: list[str]) -> str:
 
 
 def test_the_speedup_and_the_report_say_how_the_no_sd_points_were_taken(tmp_path):
-    from specmoe.stages.analysis import NO_SD_BLOCKS, NO_SD_PAIRED
+    """One description of each arm order: the one the sweep records beside its arm order
+    (measure.PAIR_ORDER) is the speedup's no_sd_series, and the report words each. The speedup
+    kept a second wording of its own, and took a series without a recorded arm order for an
+    interleaved one: it is refused in one line naming the file."""
+    from specmoe.runtime import serving
+    from specmoe.stages.measure import PAIR_ORDER
 
-    assert _speedup(tmp_path, "blocks") == NO_SD_BLOCKS
-    assert _speedup(tmp_path, "interleaved") == NO_SD_PAIRED
-    assert _speedup(tmp_path, None) == NO_SD_PAIRED  # every series before the blocks
+    assert set(PAIR_ORDER) == {serving.INTERLEAVED, serving.BLOCKS}
+    for order in PAIR_ORDER:
+        assert _speedup(tmp_path, order) == PAIR_ORDER[order]
+    with pytest.raises(InputError, match=r"sd\.json: its paired_no_sd records no arm_order .*"
+                                         r"rerun the sweep"):
+        _speedup(tmp_path, None)
     with pytest.raises(InputError, match="unknown arm order 'sideways'"):
         _speedup(tmp_path, "sideways")
-    blocks = _opening_words(tmp_path, [NO_SD_BLOCKS])
+    blocks = _opening_words(tmp_path, [PAIR_ORDER["blocks"]])
     assert "in blocks in the same job" in blocks and "AB BA" not in blocks
-    inter = _opening_words(tmp_path, [NO_SD_PAIRED])
+    inter = _opening_words(tmp_path, [PAIR_ORDER["interleaved"]])
     assert "the SD and no-SD points interleaved, AB BA" in inter and "blocks" not in inter
-    both = _opening_words(tmp_path, [NO_SD_PAIRED, NO_SD_BLOCKS])
+    both = _opening_words(tmp_path, [PAIR_ORDER["interleaved"], PAIR_ORDER["blocks"]])
     assert "AB BA in some series" in both and "in blocks in the same job" in both
 
 
@@ -749,4 +757,6 @@ def test_a_datasets_max_batch_keeps_its_series_points_and_speedup_below_it(
                       SpeedupParams.from_config(cfg, run))
         sp = read_json(tmp_path / f"{ds}.speedup.json")
         assert [r["batch"] for r in sp["rows"]] == batches
+        # how the no-SD points were taken: the sweep's own words
+        assert sp["no_sd_series"] == read_json(tmp_path / "K3.json")["paired_no_sd"]["order"]
         assert (sp["shape"] == TOO_FEW) == (len(batches) == 1)

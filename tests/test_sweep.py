@@ -411,12 +411,14 @@ def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path
     from specmoe.contracts.analysis import SpeedupParams
     from specmoe.errors import InputError
     from specmoe.provenance import read_json, write_json
-    from specmoe.stages.analysis import NO_SD_PAIRED, speedup_stage
+    from specmoe.stages.analysis import speedup_stage
+    from specmoe.stages.measure import PAIR_ORDER
 
     ds = "tinybench"
     reps = lambda tpots, tau=None: [point(b, t, tau=tau, per_pos=[0.5]) | {"repeat": r}
                                     for b, t in tpots for r, t in enumerate((t, t * 1.01))]
-    sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 10.0)], tau=2.0)}}}
+    sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 10.0)], tau=2.0)}},
+          "paired_no_sd": {"engine": {}, "arm_order": "interleaved"}}
     run = {"model": "m", "dataset": ds, "k": 3}
     params = SpeedupParams(run=run, margin=MARGIN, timing="client", engine_log_sd=0.043,
                            engine_log_sd_df=6, engine_log_sd_device="cpu")
@@ -431,7 +433,7 @@ def test_the_speedup_takes_the_no_sd_points_measured_beside_the_sd_ones(tmp_path
     speedup_stage(*job)
     out = read_json(tmp_path / "out.json")
     assert out["rows"][0]["speedup"] == pytest.approx(10.0 / 8.0, rel=0.01)
-    assert out["no_sd_series"] == NO_SD_PAIRED and out["engine_log_sd_df"] == 6
+    assert out["no_sd_series"] == PAIR_ORDER["interleaved"] and out["engine_log_sd_df"] == 6
 
 
 def _resolved(study: bool):
@@ -466,7 +468,8 @@ def _speedup_on(tmp_path, cfg, device: str | None, drafter_device: str | None = 
         for b, t in tpots for r, f in enumerate((1.0, 1.01, 0.995))]
     prov = lambda dev: {"engine": f"vllm 0.32.0 ({dev})"} if dev else {}
     sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 9.0), (4, 10.0)], tau=2.0),
-                            "paired_no_sd": {"points": reps([(1, 10.0), (2, 11.0), (4, 12.0)])}}}}
+                            "paired_no_sd": {"points": reps([(1, 10.0), (2, 11.0), (4, 12.0)])}}},
+          "paired_no_sd": {"engine": {}, "arm_order": "interleaved"}}
     write_json(tmp_path / "sd.json", sd, prov(device))
     drafter = []
     if drafter_device:

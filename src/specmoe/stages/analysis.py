@@ -442,20 +442,12 @@ def acceptance_stage(inputs, outputs, params, threads: int | None = None) -> Non
 # --- aggregation ----------------------------------------------------------------------------------
 
 
-NO_SD_PAIRED = "interleaved with the SD points (AB BA by repeat, dataset and batch size)"
-NO_SD_BLOCKS = ("in blocks: every SD point, then every no-SD point, one engine at a time in the "
-                "same job")
-# the speedup's no_sd_series by the series' recorded arm order (serving.arm_order); a series
-# without one is from before the blocks, when every pair was interleaved
-NO_SD_SERIES = {"interleaved": NO_SD_PAIRED, "blocks": NO_SD_BLOCKS}
-
-
 def speedup_stage(inputs, outputs, params) -> None:
     """Rule speedup (its contract: specmoe.contracts.analysis.SpeedupParams): speedup,
     acceptance, draft cost, TE from the sweep and the curve's shape for one run, from its series
     with SD (inputs.sd), whose no-SD points were measured beside its SD points, and the drafter's
     own series (inputs.drafter: none or one file); outputs.json, whose no_sd_series says how the
-    no-SD points were taken (NO_SD_SERIES: interleaved with the SD points, or in blocks).
+    no-SD points were taken (measured.arms.PAIR_ORDER of the series' recorded arm order).
     params.engine_log_sd (its estimate's degrees of freedom params.engine_log_sd_df, None: known)
     applies to a series swept on params.engine_log_sd_device alone (engine_spread_on: each
     series' device from its provenance); outputs.json records the spread each took and where
@@ -463,6 +455,7 @@ def speedup_stage(inputs, outputs, params) -> None:
     from dataclasses import asdict
 
     from ..contracts import one
+    from ..measured.arms import PAIR_ORDER
     from ..measured.sweep import engine_spread_on, speedup_curve
     from ..provenance import measured_device
 
@@ -488,10 +481,16 @@ def speedup_stage(inputs, outputs, params) -> None:
                         run["k"], params.margin, params.timing, *spread["sd"],
                         drafter_engine=spread.get("dr"))
     res["engine_log_sd_device"] = params.engine_log_sd_device
-    arm_order = (sd.get("paired_no_sd") or {}).get("arm_order", "interleaved")
-    if arm_order not in NO_SD_SERIES:
-        raise InputError(f"{inputs.sd}: unknown arm order {arm_order!r} of its no-SD points")
-    res["no_sd_series"] = NO_SD_SERIES[arm_order]
+    # how its no-SD points were taken, as the series recorded it (measure.sweep_stage)
+    arm_order = (sd.get("paired_no_sd") or {}).get("arm_order")
+    if arm_order is None:
+        raise InputError(f"{inputs.sd}: its paired_no_sd records no arm_order (a series from "
+                         "before the order was recorded): rerun the sweep (delete it to measure "
+                         "it again)")
+    if arm_order not in PAIR_ORDER:
+        raise InputError(f"{inputs.sd}: unknown arm order {arm_order!r} of its no-SD points "
+                         f"({' or '.join(PAIR_ORDER)})")
+    res["no_sd_series"] = PAIR_ORDER[arm_order]
     prov = derived(sd.get("provenance", {}), asdict(params), stage="speedup",
                    also=(dr.get("provenance", {}),) if dr else ())
     fit = sd.get("prompting") or {}

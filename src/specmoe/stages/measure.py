@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError, SpecmoeError
+from ..measured.arms import PAIR_ORDER
 from ..sources import prompts as prompt_table
 from ..provenance import hardware, provenance, write_json
 from .engines import (engine_label, engine_opts, engine_prompts, model_identity, model_provenance,
@@ -18,13 +19,6 @@ from .engines import (engine_label, engine_opts, engine_prompts, model_identity,
 logger = logging.getLogger("specmoe")
 # how a series' engine ran, as each point records it (engine_runs)
 RUN_FIELDS = ("model_runner", "engine_mode")
-# how the no-SD points of an SD series were taken, by serving.arm_order's decision
-PAIR_ORDER = {
-    "interleaved": "each (repeat, dataset, batch) point measured with and without SD back to back, "
-                   "the order alternating from one point to the next (AB BA AB ...) and, for "
-                   "each (dataset, batch), from one repeat to the next",
-    "blocks": "one engine at a time in the same job: every point with SD, then every point "
-              "without SD (the two sides of a point not adjacent in time)"}
 
 
 @dataclass(frozen=True)
