@@ -448,6 +448,7 @@ def test_costmodel_stage_refuses_an_overlap_without_the_reliability_of_its_measu
     for r in ov["unique_by_batch"]:
         del r["verify_empirical_reliable"]
     write_json(o, {k: v for k, v in ov.items() if k != "provenance"}, ov.get("provenance", {}))
-    with pytest.raises(InputError, match=rf"{re.escape(str(o))}: .*verify_empirical_reliable.*rerun rule overlap"):
+    with pytest.raises(InputError, match=rf"{re.escape(str(o))}: .*verify_empirical_reliable"
+                                         r".*rerun rule overlap"):
         analysis.costmodel_stage(*job)
     assert not c.exists()
