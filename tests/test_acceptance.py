@@ -347,3 +347,45 @@ def test_the_size_verdict_is_its_intervals(low, high, label):
     from specmoe.routing.acceptance import size_range
 
     assert size_range(low, high) == label
+
+
+def _requests_trace(per_request, k=3):
+    """A trace of several requests, each a list of (drafts, accepted) windows."""
+    from specmoe.routing.trace import Trace
+
+    parts = [_trace(w, k) for w in per_request]
+    cols = {c: np.concatenate([p.columns[c] for p in parts]) for c in parts[0].columns}
+    cols["request"] = np.concatenate([np.full(len(p), i, np.int32) for i, p in enumerate(parts)])
+    return Trace(experts=np.concatenate([p.experts for p in parts]), columns=cols, num_experts=8,
+                 k_draft=k)
+
+
+def test_the_acceptance_length_has_an_interval_over_requests():
+    """tau was one number with no interval, and predict drew it as known exactly (tau, tau): its
+    interval comes from resampling whole requests, the independent units. Half the requests
+    accept every draft and half none: tau = 2.5 with a wide interval; the same requests with
+    ten times the windows each (more tokens, not more requests) keep about the same width."""
+    from specmoe.routing.acceptance import _acceptance_length
+
+    few = [[(3, 3)] * 4] * 6 + [[(3, 0)] * 4] * 6
+    out = _acceptance_length(_requests_trace(few))
+    assert out["tau"] == pytest.approx(2.5) and out["requests"] == 12
+    assert 1 <= out["tau_low"] < 2.2 and 2.8 < out["tau_high"] <= 4 and not out["tau_clipped"]
+    many = _acceptance_length(_requests_trace([w * 10 for w in few]))
+    assert many["tau_high"] - many["tau_low"] == pytest.approx(
+        out["tau_high"] - out["tau_low"], rel=1e-9)
+    # every request alike: no spread between requests, a zero-width interval at tau
+    same = _acceptance_length(_requests_trace([[(3, 3), (3, 0)]] * 12))
+    assert same["tau_low"] == pytest.approx(2.5) and same["tau_high"] == pytest.approx(2.5)
+    # below bootstrap.MIN_REQUESTS requests: no interval
+    assert np.isnan(_acceptance_length(_requests_trace(few[:4] + few[6:10]))["tau_low"])
+
+
+def test_the_acceptance_length_interval_stays_inside_1_to_k_plus_1():
+    """Near K + 1 the basic interval's mirrored end passes the most tau can be: it is held at
+    K + 1 and flagged."""
+    from specmoe.routing.acceptance import _acceptance_length
+
+    out = _acceptance_length(_requests_trace([[(3, 3)] * 5] * 11 + [[(3, 0)] * 5]))
+    assert out["tau_high"] == 4.0 and out["tau_clipped"]
+    assert out["tau_low"] < out["tau"] < 4.0

@@ -1037,3 +1037,37 @@ def test_the_expert_width_of_the_distance_is_the_width_each_gpu_holds():
            "shapes whose efficiency was never fitted" in far
     assert predictor.calibration_distance(dims_from_config(cfg, dtype="bf16", tp=4), hw,
                                           "mtp") == (0, [])
+
+
+def test_the_predict_stage_draws_a_measured_tau_from_its_interval_over_requests(tmp_path):
+    """A trace's acceptance length went to the prediction as (tau, tau), known exactly, so the
+    speedup's interval left out its sampling error: the stage passes its interval over requests,
+    the prior where the trace had too few requests, and refuses an acceptance file without one."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import PredictParams
+    from specmoe.errors import InputError
+    from specmoe.provenance import read_json, write_json
+    from specmoe.stages.analysis import predict_stage
+
+    snapshot = tmp_path / "olmoe"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_bytes(
+        (REPO / "tests/fixtures/hf_configs/OLMoE-1B-7B-0924.json").read_bytes())
+    cfg = {"name": "olmoe", "source": "hf", "precision": "bf16", "tp": 1, "hardware": "H100",
+           "hf_config": str(snapshot)}
+    params = PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
+                           method="eagle3", batch_sizes=[1], study=None)
+
+    def predicted(acceptance: dict) -> dict:
+        write_json(tmp_path / "acc.json", {"acceptance_length": acceptance})
+        predict_stage(Named({"acceptance": tmp_path / "acc.json"}),
+                      Named({"json": tmp_path / "p.json"}), params)
+        return read_json(tmp_path / "p.json")
+
+    out = predicted({"tau": 2.5, "tau_low": 2.1, "tau_high": 2.8, "requests": 12})
+    assert out["acceptance_length"] == [2.1, 2.8]
+    nan = float("nan")
+    out = predicted({"tau": 2.5, "tau_low": nan, "tau_high": nan, "requests": 4})
+    assert tuple(out["acceptance_length"]) == stepmodel.tau_prior(3)
+    with pytest.raises(InputError, match="rerun rule acceptance"):
+        predicted({"tau": 2.5})

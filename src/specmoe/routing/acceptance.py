@@ -23,7 +23,7 @@ from scipy import stats
 
 from ..runs import dataset_parts
 from . import bootstrap
-from .overlap import _percentiles, request_weights
+from .overlap import _percentiles, basic_interval, request_weights, within_range
 from .trace import ACCEPTED, FIRST_REJECTED, STATUS, Trace
 
 # the bootstrap's resamples, seed and level and the floor of requests: bootstrap.N_BOOT,
@@ -373,7 +373,10 @@ def _median_delta(slices: dict, names: list[str], kd: int) -> list[float]:
 
 def _acceptance_length(trace: Trace) -> dict:
     """tau as vLLM reports it: 1 + accepted drafts / steps that drafted (a step with no drafts,
-    such as a request's last, is not a drafting step); per-position acceptance rates."""
+    such as a request's last, is not a drafting step); per-position acceptance rates; and tau's
+    interval over requests (the independent units: a request's steps share its prompt), the
+    basic interval of the ratio over bootstrap.N_BOOT resamples of whole requests, held inside
+    [1, K+1] (`tau_clipped` says an end was moved); NaN below bootstrap.MIN_REQUESTS requests."""
     first = trace.columns["position"] == 0
     acc = trace.columns["accepted"][first].astype(float)
     nd = trace.columns.get("n_drafts")
@@ -382,5 +385,13 @@ def _acceptance_length(trace: Trace) -> dict:
     rates = [float((acc[nd >= j] >= j).mean()) if (nd >= j).any() else float("nan")
              for j in range(1, trace.k_draft + 1)]
     tau = float(acc[drafting].sum() / drafting.sum() + 1) if drafting.any() else float("nan")
-    return {"tau": tau, "steps": int(drafting.sum()), "steps_without_drafts": int((~drafting).sum()),
-            "position_acceptance": rates}
+    _, req = np.unique(trace.columns["request"][first][drafting], return_inverse=True)
+    acc_r = np.bincount(req, weights=acc[drafting])
+    steps_r = np.bincount(req).astype(float)
+    w = request_weights(steps_r.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = 1 + (w @ acc_r) / (w @ steps_r)
+    lo, hi, clipped = within_range(*basic_interval(tau, boot), 1.0, trace.k_draft + 1.0)
+    return {"tau": tau, "tau_low": lo, "tau_high": hi, "tau_clipped": clipped,
+            "requests": int(steps_r.size), "steps": int(drafting.sum()),
+            "steps_without_drafts": int((~drafting).sum()), "position_acceptance": rates}

@@ -509,6 +509,22 @@ def series_points(series: dict, dataset: str) -> list[dict]:
                          f"for dataset {dataset!r}") from None
 
 
+def _measured_tau(acceptance_json, name: str) -> tuple[float, float] | None:
+    """The acceptance length's interval over the trace's requests (routing.acceptance), the
+    range a prediction draws tau from; None (the prior for K) where the trace has too few
+    requests to give one: its point alone would pass for a tau known exactly."""
+    acc = read_json(acceptance_json)["acceptance_length"]
+    if "tau_low" not in acc:
+        raise InputError(f"{acceptance_json}: no interval of the acceptance length (written by "
+                         "an older acceptance job): rerun rule acceptance")
+    lo, hi = acc["tau_low"], acc["tau_high"]
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        log.info("%s: the acceptance length has no interval (%s requests): the prior for K is "
+                 "used", name, acc.get("requests"))
+        return None
+    return float(lo), float(hi)
+
+
 def predict_stage(inputs, outputs, params) -> dict:
     """Rule predict (its contract: specmoe.contracts.analysis.PredictParams): the step model's
     prediction for one model, through the entry point `specmoe predict` uses
@@ -532,7 +548,7 @@ def predict_stage(inputs, outputs, params) -> dict:
         overlaps, source = np.asarray([s["overlap_by_distance"][:k]]), "measured"
     else:
         dims = model_dims(model_cfg, 0, 0, check=False)
-    tau = read_json(acceptance_json)["acceptance_length"]["tau"] if acceptance_json else None
+    tau = _measured_tau(acceptance_json, model_cfg["name"]) if acceptance_json else None
     hw_name = model_cfg["hardware"]
     hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
     if draft_config:  # a checkpoint folder, or a download manifest of one
@@ -551,7 +567,7 @@ def predict_stage(inputs, outputs, params) -> dict:
         study_model = None
     res = predictor.prediction(dims, hw, k, method, batch_sizes, config=config,
                                study_model=study_model, overlaps=overlaps,
-                               overlap_source=source, tau=(tau, tau) if tau else None,
+                               overlap_source=source, tau=tau,
                                draft_config=draft_config)
     out_obj = {"model": model_cfg["name"], "run": params.run,
                "params": stepmodel.fitted().as_dict(), **res}
