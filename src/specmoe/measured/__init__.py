@@ -1,3 +1,3 @@
 """What the measurements say: speedup curves from serving series (`sweep`) and kernel shares from
-profiles (`profiling`). Analysis: no engine.
+profiles (`profiling`), how a series' no-SD points were taken (`arms`). Analysis: no engine.
 """

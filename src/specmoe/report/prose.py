@@ -977,8 +977,8 @@ def _timing_scope(td: Tables) -> str:
     the next is not in them."""
     sp = load(td, "speedup_vs_batch")
     how = sp["no_sd_series"].dropna() if "no_sd_series" in sp else []
-    # in the order the rows record them: each speedup's no_sd_series (stages.analysis
-    # NO_SD_SERIES, from its series' arm order) in words
+    # in the order the rows record them: each speedup's no_sd_series (measured.arms
+    # PAIR_ORDER, from its series' arm order) in words
     said = list(dict.fromkeys(_no_sd_words(h) for h in how)) or [NO_SD_APART]
     timing = set(sp["timing"].dropna()) if "timing" in sp else set()
     by = f"timed by the {timing.pop()}" if len(timing) == 1 else "timed"
