@@ -34,6 +34,9 @@ from ..provenance import config_hash, read_json, write_json
 
 log = logging.getLogger("specmoe")
 TAIL_LINES = 40
+# how often a starting server is asked for /health: the time from its listening to its being seen
+# up counts in every engine start (startup_s, the `up` milestone, the serve_ready phase)
+HEALTH_POLL_S = 0.05
 POINT_FORMAT = 3  # part of every point's key: points of an older format are measured again
 
 
@@ -172,7 +175,7 @@ class Server:
                     with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                         if r.status == 200:
                             break
-                time.sleep(0.5)
+                time.sleep(HEALTH_POLL_S)
         except BaseException:
             self.stop()
             raise
