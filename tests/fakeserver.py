@@ -3,8 +3,9 @@ on the server's PYTHONPATH): it takes the server's command line (serving.server_
 --port and the engine's arguments as flags) and, after the engine's arguments say so, answers
 what Server asks of a started engine (/health, one completion, /metrics with a KV cache).
 
-Its engine arguments: exit_code (exit at once with it), listen_after (seconds before it listens;
-negative: never), engine_core (start a second process in its group, as vLLM's engine core).
+Its engine arguments: engine_core (first start a second process in its group, as vLLM's engine
+core), exit_code (then exit at once with it), listen_after (seconds before it listens; negative:
+never).
 It prints `fakeserver pid N` (and `fakeserver engine core pid M`) first, then
 `fakeserver listening at T` (T: time.monotonic(), which perf_counter shares on Linux)."""
 
@@ -49,11 +50,11 @@ def main() -> None:
     p.add_argument("--engine-core", action="store_true")
     args, _ = p.parse_known_args()
     print(f"fakeserver pid {os.getpid()}", flush=True)
-    if args.exit_code is not None:
-        sys.exit(args.exit_code)
     if args.engine_core:
         core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
         print(f"fakeserver engine core pid {core.pid}", flush=True)
+    if args.exit_code is not None:
+        sys.exit(args.exit_code)
     if args.listen_after < 0:
         time.sleep(3600)
     time.sleep(args.listen_after)

@@ -76,3 +76,16 @@ def test_a_started_server_is_seen_up_within_a_short_poll_of_listening(monkeypatc
     before = [t for t in asked if t < listening]
     assert len(before) >= 12, f"asked {len(before)} times in the 2 s before the server listened"
     assert seen - listening < 0.5
+
+
+def test_a_server_that_exits_while_its_engine_core_runs_has_its_engine_core_stopped():
+    """Server.stop did nothing once the server's own process had exited: an API server that died
+    while starting left its engine core (which holds the memory, the GPU's on a GPU) running."""
+    server = fake_server(exit_code=3, engine_core=True)
+    try:
+        with pytest.raises(SpecmoeError, match="exited with code 3 while starting"):
+            server.__enter__()
+        assert len(pids_in(server.tail)) == 2
+        assert not serving._group_alive(server.proc.pid), "its engine core is still running"
+    finally:
+        kill_all(pids_in(server.tail))

@@ -213,7 +213,10 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """Stop the server's process group: its API server and its engine core (with TP, its
+        GPU workers too), which may outlive the API server; returns when none of them is left."""
+        if self.proc is None or (self.proc.poll() is not None
+                                 and not _group_alive(self.proc.pid)):
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)
