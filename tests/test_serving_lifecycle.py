@@ -78,6 +78,29 @@ def test_a_started_server_is_seen_up_within_a_short_poll_of_listening(monkeypatc
     assert seen - listening < 0.5
 
 
+@pytest.mark.parametrize("failing", [0, 1])
+def test_a_server_that_fails_to_start_stops_the_other_at_once(failing, caplog):
+    """Two servers start side by side (an interleaved pair); the first's failure used to wait
+    for the second's start (its whole startup timeout, up to an hour on a GPU) before it was
+    raised. Now the other start is cancelled: the error comes at once, is the failing server's
+    (logged once, with its last lines), and no process of either server is left."""
+    servers = [fake_server(startup_timeout=30, listen_after=-1, engine_core=True)
+               for _ in range(2)]
+    servers[failing] = fake_server(startup_timeout=30, exit_code=3)
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(SpecmoeError, match="exited with code 3 while starting"):
+            with contextlib.ExitStack() as stack:
+                serving._start_all(stack, servers)
+        took = time.perf_counter() - t0
+        assert took < 5, f"the error came after {took:.1f} s"
+        assert not [s for s in servers if serving._group_alive(s.proc.pid)]
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1 and "exited with code 3" in errors[0], errors
+    finally:
+        kill_all(pids_in(line for s in servers for line in s.tail))
+
+
 def test_a_server_that_exits_while_its_engine_core_runs_has_its_engine_core_stopped():
     """Server.stop did nothing once the server's own process had exited: an API server that died
     while starting left its engine core (which holds the memory, the GPU's on a GPU) running."""

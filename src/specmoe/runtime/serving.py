@@ -19,6 +19,7 @@ import importlib
 import json
 import logging
 import os
+import queue
 import re
 import signal
 import socket
@@ -105,6 +106,9 @@ class Server:
         # how it runs, as its API server printed it (api_server.report_engine_runs): its
         # {"model_runner", "engine_mode"}; None until then, or from a server that does not
         self.runs: dict | None = None
+        # set by cancel(): a start stopped from outside (_start_all, when another server's start
+        # failed) raises at once, without logging a failure of its own
+        self.cancelled = threading.Event()
 
     def _pump(self) -> None:
         from .api_server import RUNS
@@ -129,6 +133,20 @@ class Server:
         tail = "\n".join(self.tail)
         log.error("%s; the engine's last %d lines:\n%s", what, len(self.tail), tail)
         return SpecmoeError(f"{what}; engine's last lines:\n{tail}")
+
+    def _start_failure(self, what: str) -> SpecmoeError:
+        """A failure of the start (failure), or where the start was cancelled, that alone."""
+        if self.cancelled.is_set():
+            return SpecmoeError(f"the start of the engine on port {self.port} was cancelled")
+        return self.failure(what)
+
+    def cancel(self) -> None:
+        """Stop this server's start from another thread: __enter__ raises soon after (its
+        process is told to stop now; __enter__ waits until it has)."""
+        self.cancelled.set()
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
 
     def environment(self) -> dict:
         """The server's environment: engine_env's for its engine (the variables the engine's
@@ -166,9 +184,9 @@ class Server:
         threading.Thread(target=self._pump, daemon=True).start()
         try:
             while True:
-                if self.proc.poll() is not None:
-                    raise self.failure(f"engine exited with code {self.proc.returncode} while "
-                                       "starting")
+                if self.cancelled.is_set() or self.proc.poll() is not None:
+                    raise self._start_failure(f"engine exited with code {self.proc.returncode} "
+                                              "while starting")
                 if time.perf_counter() - t0 > self.startup_timeout:
                     raise self.failure(f"engine did not start within {self.startup_timeout:.0f} s")
                 with contextlib.suppress(OSError):
@@ -203,8 +221,8 @@ class Server:
             with urllib.request.urlopen(req, timeout=self.startup_timeout) as r:
                 r.read()
         except Exception as exc:
-            raise self.failure(f"the engine's first request failed ({type(exc).__name__}: "
-                               f"{exc})") from exc
+            raise self._start_failure(f"the engine's first request failed "
+                                      f"({type(exc).__name__}: {exc})") from exc
         self.clock.mark("first_token")
         self.start = self.clock.summary()
         log.info("engine start: %s", describe(self.start))
@@ -486,26 +504,36 @@ def _label(part: str, batch: int, rep: int) -> str:
 
 
 def _start_all(stack: contextlib.ExitStack, servers: list["Server"]) -> None:
-    """Start servers side by side (their start-ups overlap); every one is stopped on leaving
-    `stack`, and on any failure to start."""
+    """Start servers side by side (their start-ups overlap, each in a thread of its own); every
+    one is stopped on leaving `stack`. The first failure to start (or an exception in this
+    thread while they start: a signal's) cancels the other starts at once, and is raised when
+    their processes are gone: it did not wait for the others to finish starting, up to their
+    whole startup timeout."""
     for s in servers:
         stack.callback(s.stop)
-    errors: list[BaseException] = []
+    done: queue.Queue[BaseException | None] = queue.Queue()
 
     def start(s):
         try:
             s.__enter__()
-        except BaseException as exc:  # noqa: BLE001 (re-raised below, in this thread)
-            errors.append(exc)
+        except BaseException as exc:  # noqa: BLE001 (raised below, in this thread)
+            done.put(exc)
+        else:
+            done.put(None)
 
-    threads = [threading.Thread(target=start, args=(s,), daemon=True) for s in servers[1:]]
+    threads = [threading.Thread(target=start, args=(s,), daemon=True) for s in servers]
     for t in threads:
         t.start()
-    start(servers[0])
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    try:
+        for _ in servers:
+            if (exc := done.get()) is not None:
+                raise exc
+    except BaseException:
+        for s in servers:
+            s.cancel()
+        for t in threads:  # each start stops its own processes before it ends
+            t.join()
+        raise
 
 
 # How the two arms of a paired series share the machine (arm_order): both servers alive, the
