@@ -14,7 +14,9 @@ import sys
 import textwrap
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -53,6 +55,106 @@ def kill_all(pids) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+# a rule's script (the adapter run_rule, as workflow/scripts/*.py call it) whose stage starts a
+# server and then works until it is stopped; its job's facts as Snakemake gives them
+JOB = textwrap.dedent("""
+    import sys, time
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+    from specmoe.contracts import run_rule
+    from specmoe.runtime.serving import Server
+
+    @dataclass(frozen=True)
+    class Params:
+        INPUTS = ()
+        OUTPUTS = ("up",)
+
+    def stage(inputs, outputs, params, log):
+        engine = {"model": "m", "env": {"PYTHONPATH": sys.argv[2]}, "engine_core": True}
+        with Server(engine, log, startup_timeout=120, module="fakeserver"):
+            open(outputs.up, "w").write("up")
+            time.sleep(3600)
+
+    smk = SimpleNamespace(rule="serve", input={}, output={"up": sys.argv[1] + "/up"},
+                          params=SimpleNamespace(), wildcards=SimpleNamespace(),
+                          log=[sys.argv[1] + "/job.log"], threads=1, resources={})
+    run_rule(smk, stage, Params)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_job_stopped_by_a_signal_stops_its_servers_and_their_engine_cores(tmp_path, sig):
+    """A server runs in a session of its own (a signal to the job's process group does not reach
+    it): Snakemake or SLURM cancelling a job (SIGTERM) or a closed terminal (SIGHUP) left the
+    API server and its engine core running, reparented to init, with the port, the memory and
+    the GPU's memory. The job now stops them as it does on KeyboardInterrupt."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    job = subprocess.Popen([sys.executable, "-c", JOB, str(tmp_path), str(TESTS)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "up").exists():
+            assert job.poll() is None, job.stdout.read()
+            assert time.monotonic() < deadline, "the job's server never came up"
+            time.sleep(0.05)
+        pids = pids_in((tmp_path / "job.log").read_text().splitlines())
+        assert len(pids) == 2 and all(running(p) for p in pids)  # the server, its engine core
+        job.send_signal(sig)  # the job's process alone, as `kill` or a scheduler's first signal
+        code = job.wait(timeout=60)
+        deadline = time.monotonic() + 5
+        while any(running(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if running(p)], "the job left its server's processes running"
+        assert code == 128 + sig  # the shell's code of a process stopped by `sig`
+        assert f"stopped by {signal.Signals(sig).name}" in (tmp_path / "job.log").read_text()
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        kill_all(pids)
+
+
+def test_a_stage_stopped_by_sigterm_runs_its_cleanup_and_the_handlers_are_restored(tmp_path):
+    """run_rule turns SIGTERM into Terminated (a SystemExit with the shell's code 143) in the
+    stage, whose `finally` blocks run; the job's log names the signal; the handlers the job had
+    before are back after it."""
+    from specmoe.contracts import Terminated, run_rule
+
+    cleaned = []
+    # the job's own handlers before: recording, so that a run_rule that does not handle the
+    # signal leaves this test running (the signal's default action would end pytest)
+    got = []
+    mine = {s: signal.signal(s, lambda signum, frame: got.append(signum))
+            for s in (signal.SIGTERM, signal.SIGHUP)}
+    before = {s: signal.getsignal(s) for s in mine}
+
+    def stage(inputs, outputs, params):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the signal's handler raises before this ends
+            cleaned.append("not stopped")
+        finally:
+            cleaned.append("cleaned up")
+
+    @dataclass(frozen=True)
+    class Params:
+        INPUTS = ()
+        OUTPUTS = ()
+
+    smk = SimpleNamespace(rule="serve", input={}, output={}, params=SimpleNamespace(),
+                          log=[str(tmp_path / "job.log")])
+    try:
+        with pytest.raises(Terminated) as stopped:
+            run_rule(smk, stage, Params)
+        assert stopped.value.code == 143 and cleaned == ["cleaned up"] and got == []
+        assert "stage serve stopped by SIGTERM" in (tmp_path / "job.log").read_text()
+        assert {s: signal.getsignal(s) for s in before} == before
+    finally:
+        for s, handler in mine.items():
+            signal.signal(s, handler)
 
 
 def test_a_started_server_is_seen_up_within_a_short_poll_of_listening(monkeypatch):

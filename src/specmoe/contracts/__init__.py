@@ -19,6 +19,8 @@ stages (it is read when the workflow is parsed, where the stages' libraries woul
 
 from __future__ import annotations
 
+import contextlib
+import signal
 from collections.abc import Mapping
 from dataclasses import field, fields
 
@@ -143,11 +145,52 @@ def job_facts(smk, stage) -> dict:
     return {name: get() for name, get in facts.items() if name in wanted}
 
 
+class Terminated(SystemExit):
+    """A job stopped by a signal (stopped_by_signals): its exit code is the shell's for the
+    signal, 128 + its number."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signal = signal.Signals(signum)
+
+
+# the signals that stop a job and that a job cleans up after: a scheduler cancelling it (Snakemake,
+# SLURM's scancel, `kill`: SIGTERM) and a closed terminal (SIGHUP)
+STOPPING = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stopped_by_signals():
+    """While the block runs, SIGTERM and SIGHUP raise Terminated (a SystemExit) in this, the
+    main, thread, as Ctrl-C raises KeyboardInterrupt, so that the job's cleanup runs: its
+    `finally` blocks and context managers, an engine server's among them (serving.Server runs
+    in a session of its own, which a signal to the job's process group does not reach, and
+    which the signal's default action, ending the job at once, left running with its memory,
+    its port and its GPU's memory). A second such signal while the job cleans up is ignored.
+    The previous handlers are back after the block."""
+    def stop(signum, frame):
+        for s in STOPPING:
+            signal.signal(s, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    previous = {s: signal.signal(s, stop) for s in STOPPING}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def run_rule(smk, stage, record) -> None:
     """A rule's script: its stage with the job's inputs, outputs and parameters record, by name,
-    everything logged to the job's log, and the job's facts it takes (job_facts)."""
+    everything logged to the job's log, and the job's facts it takes (job_facts). A job stopped
+    by SIGTERM or SIGHUP cleans up before it ends (stopped_by_signals)."""
     from ..logs import logged
 
     extra = job_facts(smk, stage)
-    with logged(smk.log[0], smk.rule):
-        stage(**stage_args(smk, record), **extra)
+    with stopped_by_signals(), logged(smk.log[0], smk.rule) as log:
+        try:
+            stage(**stage_args(smk, record), **extra)
+        except Terminated as exc:
+            log.error("stage %s stopped by %s", smk.rule, exc.signal.name)
+            raise

@@ -178,6 +178,9 @@ class Server:
         env = self.environment()
         self.clock = StartClock(import_included=True)  # a fresh server process
         t0 = self.clock.t0
+        # a session of its own, whose group stop() ends (API server, engine core, workers); a
+        # signal to the job's group does not reach it: a job stopped by SIGTERM or SIGHUP stops
+        # it in its cleanup (contracts.stopped_by_signals)
         self.proc = subprocess.Popen(server_argv(self.engine, self.port, self.module), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env,
                                      start_new_session=True)
