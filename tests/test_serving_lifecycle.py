@@ -57,14 +57,15 @@ def kill_all(pids) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-# a rule's script (the adapter run_rule, as workflow/scripts/*.py call it) whose stage starts a
-# server and then works until it is stopped; its job's facts as Snakemake gives them
+# a rule's script (the adapter run_rule, as workflow/scripts/*.py call it) whose stage, "up",
+# starts a server and then works until it is stopped, or, "starting", starts two side by side
+# (as run_series, _start_all) that never come up; its job's facts as Snakemake gives them
 JOB = textwrap.dedent("""
-    import sys, time
+    import contextlib, sys, time
     from dataclasses import dataclass
     from types import SimpleNamespace
     from specmoe.contracts import run_rule
-    from specmoe.runtime.serving import Server
+    from specmoe.runtime.serving import Server, _start_all
 
     @dataclass(frozen=True)
     class Params:
@@ -73,6 +74,11 @@ JOB = textwrap.dedent("""
 
     def stage(inputs, outputs, params, log):
         engine = {"model": "m", "env": {"PYTHONPATH": sys.argv[2]}, "engine_core": True}
+        if sys.argv[3] == "starting":
+            engine["listen_after"] = -1
+            with contextlib.ExitStack() as stack:
+                _start_all(stack, [Server(engine, log, startup_timeout=3600,
+                                          module="fakeserver") for _ in range(2)])
         with Server(engine, log, startup_timeout=120, module="fakeserver"):
             open(outputs.up, "w").write("up")
             time.sleep(3600)
@@ -84,24 +90,29 @@ JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("stage,servers", [("up", 1), ("starting", 2)])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_a_job_stopped_by_a_signal_stops_its_servers_and_their_engine_cores(tmp_path, sig):
+def test_a_job_stopped_by_a_signal_stops_its_servers_and_their_engine_cores(tmp_path, sig,
+                                                                             stage, servers):
     """A server runs in a session of its own (a signal to the job's process group does not reach
     it): Snakemake or SLURM cancelling a job (SIGTERM) or a closed terminal (SIGHUP) left the
     API server and its engine core running, reparented to init, with the port, the memory and
-    the GPU's memory. The job now stops them as it does on KeyboardInterrupt."""
+    the GPU's memory. The job now stops them as it does on KeyboardInterrupt, whether they are
+    up or still starting."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    job = subprocess.Popen([sys.executable, "-c", JOB, str(tmp_path), str(TESTS)], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job = subprocess.Popen([sys.executable, "-c", JOB, str(tmp_path), str(TESTS), stage],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "job.log"
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 120
-        while not (tmp_path / "up").exists():
+        # each server and its engine core running (and the one server up)
+        while len(pids) < 2 * servers or (stage == "up" and not (tmp_path / "up").exists()):
             assert job.poll() is None, job.stdout.read()
-            assert time.monotonic() < deadline, "the job's server never came up"
+            assert time.monotonic() < deadline, "the job's servers never started"
             time.sleep(0.05)
-        pids = pids_in((tmp_path / "job.log").read_text().splitlines())
-        assert len(pids) == 2 and all(running(p) for p in pids)  # the server, its engine core
+            pids = pids_in(log.read_text().splitlines()) if log.exists() else []
+        assert all(running(p) for p in pids)
         job.send_signal(sig)  # the job's process alone, as `kill` or a scheduler's first signal
         code = job.wait(timeout=60)
         deadline = time.monotonic() + 5
@@ -109,7 +120,7 @@ def test_a_job_stopped_by_a_signal_stops_its_servers_and_their_engine_cores(tmp_
             time.sleep(0.05)
         assert not [p for p in pids if running(p)], "the job left its server's processes running"
         assert code == 128 + sig  # the shell's code of a process stopped by `sig`
-        assert f"stopped by {signal.Signals(sig).name}" in (tmp_path / "job.log").read_text()
+        assert f"stopped by {signal.Signals(sig).name}" in log.read_text()
     finally:
         if job.poll() is None:
             job.kill()
