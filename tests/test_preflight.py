@@ -366,6 +366,27 @@ def test_a_broken_copy_stops_in_one_line(edit, pattern):
     assert len(lines) == 1 and re.search(pattern, lines[0]), lines
 
 
+@pytest.mark.parametrize("name,repo", [
+    ("qwen3.5-35b-bf16-tp2", "Qwen/Qwen3.5-35B-A3B"),
+    ("qwen3-next-80b-bf16-tp4", "Qwen/Qwen3-Next-80B-A3B-Instruct"),
+    ("glm-4.7-flash-bf16-tp1", "zai-org/GLM-4.7-Flash"),
+])
+def test_an_mtp_target_the_shipped_table_maps_passes_without_vllm(name, repo):
+    """Method mtp where vLLM is not asked (the SLURM launcher's environment): the shipped table
+    is keyed by the target's top-level architecture (vllmcheck.drafter_table), which Qwen3.5's
+    config.json names outside its text_config; read from the text_config it was "?", "not in the
+    shipped table", and the paper's Qwen3.5 model was refused. Mixtral, which the table maps to
+    no MTP module, is still refused."""
+    report = paper(only(name, repo_id=repo)).preflight(with_vllm=False)
+    assert report.fatal == [], report.lines(True)
+    c = paper(only(name, repo_id=repo))
+    (e, *_) = [c.engine_of(j) for j in c.gpu_jobs() if c.engine_of(j).method == "mtp"]
+    assert preflight.drafter_support(e, preflight.shipped_config(repo), None, [], False) == []
+    mixtral = preflight.shipped_config("mistralai/Mixtral-8x7B-Instruct-v0.1")
+    (refused,) = preflight.drafter_support(e, mixtral, None, [], False)
+    assert refused.fatal and "has no MTP module for MixtralForCausalLM" in refused.message
+
+
 def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
     """Hardware outside the shipped GPUs without memory_gib: its jobs' memory is not checked, and
     the preflight says so (a note, not a stop); the shipped GPUs carry their memory."""

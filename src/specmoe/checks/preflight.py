@@ -759,7 +759,9 @@ def drafter_support(e: Engine, cfg: dict | None, drafter_cfg: dict | None, found
     if e.method == "mtp":
         if vllm_here or any(f.check == "speculative method" for f in found):
             return []
-        problem = drafters.mtp_problem(e.model, _text(cfg), False)
+        # the table is keyed by the top-level architecture (vllmcheck.drafter_table), which a
+        # multimodal checkpoint (Qwen3.5) names outside its text_config
+        problem = drafters.mtp_problem(e.model, cfg, False)
         return [_finding(e, "speculative method", problem)] if problem else []
     if e.method not in EAGLE_METHODS:
         return []
