@@ -477,6 +477,58 @@ def test_vllms_own_checks_pass_the_study_and_stop_a_broken_copy(tmp_path, monkey
     assert [f.line() for f in again.findings] == [f.line() for f in report.findings]
 
 
+def _requests(c: Config) -> list[dict]:
+    """What the preflight of `c` asks vLLM's checks (preflight.run's configs, offline)."""
+    engines = [c.engine_of(j) for j in c.gpu_jobs()]
+    configs: dict = {}
+    for e in engines:
+        preflight._cached(configs, e.entry, None)
+        if e.drafter:
+            preflight._cached(configs, e.drafter, None)
+    return preflight.vllm_requests(engines, configs)
+
+
+def test_an_eagle_head_without_a_repo_id_is_not_asked_of_vllm():
+    """A drafter whose repo_id is still null (config/paper.yaml's state for a study drafter it
+    names no repository for) is the configuration's warning, as for a target: vLLM's checks are
+    not asked about its jobs, where the request once made them fail for every GPU job in one
+    line naming nothing ("speculative method eagle3 needs a drafter checkpoint"). Its target's
+    other jobs and the other models' are still asked."""
+    def edit(cfg):
+        next(d for d in cfg["drafters"] if d["name"] == "eagle3-qwen3-30b")["repo_id"] = None
+        cfg["models"] = [m for m in cfg["models"]
+                         if m["name"] in ("qwen3-30b-fp8-tp1", "glm-4.7-flash-bf16-tp1")]
+
+    c = paper(edit)
+    assert any("eagle3-qwen3-30b" in w for w in c.warnings())
+    asked = _requests(c)
+    assert [r for r in asked if r["method"] not in (None, "mtp") and not r["drafter_repo"]] == []
+    assert {r["model"] for r in asked} == {"glm-4.7-flash-bf16-tp1"}
+    whole = {r["model"] for r in _requests(paper(only("qwen3-30b-fp8-tp1")))}
+    assert whole == {"qwen3-30b-fp8-tp1"}
+
+
+@pytest.mark.slow
+def test_an_engine_vllms_checks_cannot_be_put_to_is_its_own_jobs_finding():
+    """vLLM's checks (in this process, as `python -m specmoe.checks.vllmcheck` runs them) of
+    two engines, one of whose arguments cannot be made (an EAGLE-3 method with no drafter
+    checkpoint): that engine's job has one finding naming its model and why, the other job
+    none, where the InputError once ended the run and failed every job's checks."""
+    pytest.importorskip("vllm")
+    from specmoe.checks import vllmcheck
+
+    def sweep(name):
+        return next(r for r in _requests(paper(only(name)))
+                    if r["job"].startswith("sweep_sd ") and not r["capture"])
+
+    good, bad = sweep("glm-4.7-flash-bf16-tp1"), sweep("qwen3-30b-fp8-tp1")
+    bad = {**bad, "drafter_repo": None, "drafter_config": None}
+    found = vllmcheck.check([bad, good])
+    assert found == [{"job": bad["job"], "check": "engine arguments",
+                      "message": "qwen3-30b-fp8-tp1: speculative method eagle3 needs a drafter "
+                                 "checkpoint"}], found
+
+
 @pytest.mark.slow
 def test_the_dry_run_stops_before_any_job(tmp_path):
     """Mixtral-8x7B in bf16 on one H100 through `snakemake -n`: status 1, the preflight's one line

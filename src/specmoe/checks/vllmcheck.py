@@ -118,36 +118,47 @@ def server_argv(e: dict) -> list[str]:
 
 
 def check(engines: list[dict]) -> list[dict]:
-    """Findings ({job, check, message}) of every engine of the request."""
+    """Findings ({job, check, message}) of every engine of the request. An engine the checks
+    cannot be put to (an InputError making its arguments) is that job's finding: the other
+    engines are still checked."""
     archs = _registry()
     out: list[dict] = []
     backends: dict = {}
     for e in engines:
-        def add(check_: str, message: str):
-            out.append({"job": e["job"], "check": check_, "message": message})
-
-        trust = bool((e.get("engine_args") or {}).get("trust_remote_code"))
+        found: list[dict] = []
         try:
-            hf = _hf_config(e["config"], trust)
-        except Exception as exc:  # noqa: BLE001 - vLLM's own reader refuses the config
-            add("architecture", f"vLLM cannot read {e['model']}'s config.json: "
-                f"{_said(exc)}")
-            continue
-        names = list(getattr(hf, "architectures", None) or [])
-        if not set(names) & archs:
-            add("architecture", f"vLLM {version()} does not know {', '.join(names) or 'it'} "
-                "(its model registry)")
-        if e.get("method") == "mtp":
-            out += [{"job": e["job"], **f} for f in _mtp(hf, archs)]
-        if e.get("method") in EAGLE_METHODS and e.get("drafter_config"):
-            out += [{"job": e["job"], **f} for f in _eagle(e)]
-        with _local_model(e["config"]) as local:  # the arguments as given, the model local
-            problem = _argv_problem(server_argv({**e, "repo": local}))
-        if problem:
-            add("engine arguments", f"vLLM {version()}'s parser: {problem}")
-        if e.get("capture"):
-            out += [{"job": e["job"], **f} for f in _capture_backend(e, backends)]
+            _check_engine(e, archs, backends, found)
+        except InputError as exc:
+            found.append({"check": "engine arguments", "message": f"{e['model']}: {exc}"})
+        out += [{"job": e["job"], **f} for f in found]
     return out
+
+
+def _check_engine(e: dict, archs: set[str], backends: dict, out: list[dict]) -> None:
+    """The findings ({check, message}) of one engine of the request, added to `out` as found."""
+    def add(check_: str, message: str):
+        out.append({"check": check_, "message": message})
+
+    trust = bool((e.get("engine_args") or {}).get("trust_remote_code"))
+    try:
+        hf = _hf_config(e["config"], trust)
+    except Exception as exc:  # noqa: BLE001 - vLLM's own reader refuses the config
+        add("architecture", f"vLLM cannot read {e['model']}'s config.json: {_said(exc)}")
+        return
+    names = list(getattr(hf, "architectures", None) or [])
+    if not set(names) & archs:
+        add("architecture", f"vLLM {version()} does not know {', '.join(names) or 'it'} "
+            "(its model registry)")
+    if e.get("method") == "mtp":
+        out += _mtp(hf, archs)
+    if e.get("method") in EAGLE_METHODS and e.get("drafter_config"):
+        out += _eagle(e)
+    with _local_model(e["config"]) as local:  # the arguments as given, the model local
+        problem = _argv_problem(server_argv({**e, "repo": local}))
+    if problem:
+        add("engine arguments", f"vLLM {version()}'s parser: {problem}")
+    if e.get("capture"):
+        out += _capture_backend(e, backends)
 
 
 def _capture_backend(e: dict, known: dict) -> list[dict]:
