@@ -388,16 +388,31 @@ def test_an_mtp_target_the_shipped_table_maps_passes_without_vllm(name, repo):
 
 
 def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
-    """Hardware outside the shipped GPUs without memory_gib: its jobs' memory is not checked, and
-    the preflight says so (a note, not a stop); the shipped GPUs carry their memory."""
-    def l40s(cfg):
-        cfg["hardware"]["L40S"] = {"hbm_bandwidth_gbs": 864, "peak_tflops": {"bf16": 362}}
-        only("glm-4.7-flash-bf16-tp1", hardware="L40S")(cfg)
+    """Hardware outside the shipped GPUs without memory_gib or cuda_memory_mib: its jobs' memory
+    cannot be checked, and a check that cannot run is no pass: one fatal line naming the
+    hardware and what to give, where it was once a note and a job of any size passed (GLM at
+    TP 1 fits; Qwen3-235B in bf16 on one GPU, about 438 GiB of weights, too). Given its memory,
+    the job is sized against it; the shipped GPUs carry theirs."""
+    def l40s(name, **memory):
+        def edit(cfg):
+            cfg["hardware"]["L40S"] = {"hbm_bandwidth_gbs": 864, "peak_tflops": {"bf16": 362},
+                                       **memory}
+            only(name, hardware="L40S", tp=1)(cfg)
+        return edit
 
-    report = paper(l40s).preflight(with_vllm=False)
-    assert report.fatal == [] and report.memory == {}
-    assert any(re.search(r"not checked: memory of glm-4\.7-flash-bf16-tp1: hardware L40S has no "
-                         r"memory_gib", line) for line in report.lines(False))
+    for name in ("glm-4.7-flash-bf16-tp1", "qwen3-235b-bf16-tp8"):
+        report = paper(l40s(name)).preflight(with_vllm=False)
+        lines = report.lines(True)
+        assert len(lines) == 1 and re.search(
+            rf"^preflight: capture {re.escape(name)}/.*: memory: hardware L40S: give memory_gib "
+            r"or cuda_memory_mib \(the memory of one GPU, which its jobs' weights and KV cache "
+            r"are sized against\)$", lines[0]), lines
+        assert report.memory == {}
+    sized = paper(l40s("glm-4.7-flash-bf16-tp1", memory_gib=96)).preflight(with_vllm=False)
+    assert sized.fatal == [] and sized.memory
+    assert all(m.budget == 96 * GIB * 0.9 for m in sized.memory.values())
+    too_big = paper(l40s("qwen3-235b-bf16-tp8", memory_gib=96)).preflight(with_vllm=False)
+    assert re.search(r"memory: weights 43\d\.\d GiB", too_big.lines(True)[0]), too_big.lines(True)
     assert paper().hardware["H200"]["memory_gib"] == 141
 
 

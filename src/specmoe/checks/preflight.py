@@ -575,9 +575,9 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
     if problems:  # no split, so no memory per GPU to size
         return out, None
     cap = capacity(e.hardware)
-    if cap is None:
-        add("not checked", f"memory of {e.model}: hardware {e.hardware_name} has no memory_gib",
-            fatal=False)
+    if cap is None:  # a check that cannot run is no pass
+        add("memory", f"hardware {e.hardware_name}: give memory_gib or cuda_memory_mib (the "
+            "memory of one GPU, which its jobs' weights and KV cache are sized against)")
         return out, None
     m = memory(e, cfg, drafter_cfg, cap[0])
     budget = (f"TP {e.tp} x {cap[1]} x gpu_memory_utilization "
