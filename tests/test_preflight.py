@@ -387,6 +387,34 @@ def test_an_mtp_target_the_shipped_table_maps_passes_without_vllm(name, repo):
     assert refused.fatal and "has no MTP module for MixtralForCausalLM" in refused.message
 
 
+def test_a_config_json_the_checks_cannot_read_names_its_model_or_drafter(tmp_path, monkeypatch):
+    """A config.json the model's reading refuses (4 KV heads that do not divide 30 attention
+    heads; a draft model whose 14 heads TP 4 does not divide, served at its target's TP) is one
+    fatal line per model naming the model or the drafter and its repository, every model
+    checked: the error once stopped the preflight at the first such model as "config.json: 4
+    key/value heads do not divide the 30 attention heads", naming neither, and the drafter's
+    read like its target's."""
+    cache = lay_out_study_drafters(tmp_path / "hub")
+    odd = {**preflight.shipped_config("Qwen/Qwen3-30B-A3B"), "num_attention_heads": 30}
+    lay_out_cache(cache, "me/odd-moe", {"config.json": json.dumps(odd).encode()})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+    def edit(cfg):
+        base = next(m for m in cfg["models"] if m["name"] == "qwen3-30b-bf16-tp1")
+        big = next(m for m in cfg["models"] if m["name"] == "qwen3-235b-fp8-tp4")
+        cfg["models"] = [{**base, "name": "odd", "repo_id": "me/odd-moe"},
+                         {**big, "drafters": ["qwen2-0.5b"]}]
+        cfg["models"][0].pop("overlaps", None)
+
+    lines = paper(edit).preflight(with_vllm=False).lines(True)
+    assert len(lines) == 2, lines
+    assert re.search(r"^preflight: capture odd/.*: config\.json: model odd \(me/odd-moe\): 4 "
+                     r"key/value heads do not divide the 30 attention heads$", lines[0]), lines
+    assert re.search(r"^preflight: capture qwen3-235b-fp8-tp4/qwen2-0\.5b/.*: config\.json: "
+                     r"drafter qwen2-0\.5b \(Qwen/Qwen2-0\.5B-Instruct\): TP 4 does not divide "
+                     r"the 14 attention heads$", lines[1]), lines
+
+
 def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
     """Hardware outside the shipped GPUs without memory_gib or cuda_memory_mib: its jobs' memory
     cannot be checked, and a check that cannot run is no pass: one fatal line naming the

@@ -32,14 +32,18 @@ config.json comes from the package (data/hf_configs/: the study's checkpoints), 
 download manifest or the Hugging Face cache when they exist (never the network). A model or
 drafter whose config.json is none of these stops the run (one line for all of them, naming
 `specmoe download REPO --mode config`, which fetches it): its checks, vLLM's among them, cannot
-run, and a check that cannot run is no pass. What needs vLLM itself (its model registry, its
-target-to-MTP mapping, its argument parser) is specmoe.checks.vllmcheck, run where vLLM is installed.
+run, and a check that cannot run is no pass. A config.json the checks cannot read (its numbers
+contradict each other, or its model cannot be split as the job serves it: specmoe.cost.hfconfig's
+errors) is its jobs' fatal line naming the model or drafter and its repository; the other jobs
+are still checked. What needs vLLM itself (its model registry, its target-to-MTP mapping, its
+argument parser) is specmoe.checks.vllmcheck, run where vLLM is installed.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -47,6 +51,7 @@ from pathlib import Path
 from ..cost.costmodel import capacity
 from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, sliding_window,
                              torch_dtype_fmt, tp_problems)
+from ..errors import InputError
 from . import memo
 from .drafters import EAGLE_METHODS
 
@@ -202,6 +207,48 @@ def _unavailable(e: "Engine", entry: dict, drafter: bool) -> "Finding":
     its checks (vLLM's among them) can run; the subject names it and its repository."""
     what = f"drafter {entry.get('name', '?')}" if drafter else e.model
     return Finding(e.job, UNAVAILABLE, f"{what} ({entry.get('repo_id')})", True, e.model)
+
+
+# The finding's check of a config.json the checks cannot read (UnreadableConfig).
+UNREADABLE = "config.json"
+
+
+class UnreadableConfig(InputError):
+    """An InputError reading one model's or drafter's config.json, naming whose it is (the
+    model or drafter and its repository): specmoe.cost.hfconfig's own errors name the file
+    only ("config.json: ...")."""
+
+    def __init__(self, whose: str, reason: str):
+        self.whose, self.reason = whose, reason.removeprefix("config.json: ")
+        super().__init__(f"{self.whose}: {self.reason}")
+
+
+def _whose(entry: dict, drafter: bool) -> str:
+    """A model or drafter entry and its repository, as a finding names it."""
+    what = "drafter" if drafter else "model"
+    return f"{what} {entry.get('name', '?')} ({entry.get('repo_id')})"
+
+
+@contextmanager
+def _reading(entry: dict | None, drafter: bool):
+    """An InputError raised in the block is one of `entry`'s config.json (UnreadableConfig),
+    unless an inner block named its own already; None (`specmoe predict`'s engine, of no
+    entry): left as raised."""
+    try:
+        yield
+    except UnreadableConfig:
+        raise
+    except InputError as exc:
+        if entry is None:
+            raise
+        raise UnreadableConfig(_whose(entry, drafter), str(exc)) from exc
+
+
+def _unreadable(e: "Engine", exc: InputError) -> "Finding":
+    """A job whose model's or drafter's config.json the checks cannot read: fatal, naming it."""
+    if not isinstance(exc, UnreadableConfig):
+        exc = UnreadableConfig(_whose(e.entry, "method" in e.entry), str(exc))
+    return Finding(e.job, UNREADABLE, str(exc), True, e.model)
 
 
 # --- the model's shape --------------------------------------------------------------------------
@@ -458,7 +505,9 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
     mtp = (mtp_layers(c) or (1 if c.get("model_type") in MTP_WITHOUT_KEY else 0)) \
         if e.method == "mtp" else 0
     weights = weight_bytes(cfg, served_precision(e, cfg), e.tp, mtp)
-    draft, _ = drafter_bytes(cfg, drafter_cfg, e.method or "", e.tp)
+    # a draft model's own config.json is read here (an EAGLE head is sized from its target's)
+    with _reading(e.drafter, True) if e.method == "draft_model" else nullcontext():
+        draft, _ = drafter_bytes(cfg, drafter_cfg, e.method or "", e.tp)
     spec_k = e.k if e.method else 0
     kv_bytes = _kv_dtype_bytes(cfg, e.engine_args, e.dtype)
     states = state_dtype_bytes(cfg, e.engine_args, e.dtype)
@@ -473,8 +522,9 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
     if e.method == "draft_model" and drafter_cfg is not None:
         # its layers hold every token (a sliding one of its layer_types counted so too: an
         # upper bound, never none)
-        extra_layer = sum(kv_bytes_per_token(drafter_cfg, e.tp, _kv_dtype_bytes(drafter_cfg, {}),
-                                             draft=True)[:2])
+        with _reading(e.drafter, True):
+            extra_layer = sum(kv_bytes_per_token(drafter_cfg, e.tp,
+                                                 _kv_dtype_bytes(drafter_cfg, {}), draft=True)[:2])
     window = sliding_window(c)  # the window of the layers layer_kinds says slide
     tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
     layers = [kinds.count("full") + extra_layers, kinds.count("sliding"), kinds.count("linear")]
@@ -631,7 +681,9 @@ def _method(e: Engine, c: dict, drafter_cfg: dict | None, why: str) -> list[Find
     name = (e.drafter or {}).get("name", "the drafter")
     if drafter_cfg is None:
         return [_unavailable(e, e.drafter or {}, True)] if why != "no repo_id" else []
-    return [_finding(e, "drafter", p) for p in drafter_problems(c, drafter_cfg, e.method, name)]
+    with _reading(e.drafter, True):  # the target's was read already
+        problems = drafter_problems(c, drafter_cfg, e.method, name)
+    return [_finding(e, "drafter", p) for p in problems]
 
 
 def drafter_problems(target: dict, drafter: dict, method: str, name: str) -> list[str]:
@@ -717,6 +769,7 @@ def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: b
         manifests: dict[str, str] | None = None) -> Report:
     """Every check of every engine: the offline ones here, vLLM's in specmoe.checks.vllmcheck (in a
     subprocess, where vLLM is installed; its answer cached in cache_dir by what it was asked).
+    An engine whose config.json the checks cannot read is its job's finding (_unreadable).
     manifests: repo id -> a download manifest to read config.json from where it is not shipped."""
     from importlib.util import find_spec
 
@@ -727,8 +780,11 @@ def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: b
     for e in engines:
         cfg, why = _cached(configs, e.entry, manifests)
         dcfg, dwhy = _cached(configs, e.drafter, manifests) if e.drafter else (None, "")
-        found, m = check(e, cfg, why, dcfg, dwhy)
-        support = drafter_support(e, cfg, dcfg, found, vllm_here)
+        try:
+            found, m = check(e, cfg, why, dcfg, dwhy)
+            support = drafter_support(e, cfg, dcfg, found, vllm_here)
+        except InputError as exc:  # one job's unreadable config.json: the others still checked
+            found, m, support = [_unreadable(e, exc)], None, []
         if support:  # a drafter refused before its download needs no config.json to be refused
             found = [f for f in found if not (f.check == UNAVAILABLE
                                               and f.message.startswith("drafter "))]
