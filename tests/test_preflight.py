@@ -549,6 +549,12 @@ def test_an_eagle_head_without_a_repo_id_is_not_asked_of_vllm():
     assert {r["model"] for r in asked} == {"glm-4.7-flash-bf16-tp1"}
     whole = {r["model"] for r in _requests(paper(only("qwen3-30b-fp8-tp1")))}
     assert whole == {"qwen3-30b-fp8-tp1"}
+    # a separate draft model without a repo_id (paper.yaml's Mixtral drafters) is still asked,
+    # under the placeholder name its arguments parse with
+    mixtral = [r for r in _requests(paper()) if r["model"].startswith("mixtral")]
+    assert any(r["method"] == "draft_model" for r in mixtral)
+    assert all(r["method"] == "draft_model" and not r["drafter_repo"]
+                           for r in mixtral if r["method"])
 
 
 @pytest.mark.slow

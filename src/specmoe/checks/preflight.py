@@ -841,16 +841,18 @@ def _cached(configs: dict, entry: dict, manifests: dict | None) -> tuple[dict | 
 
 def vllm_requests(engines: list[Engine], configs: dict) -> list[dict]:
     """What specmoe.checks.vllmcheck is asked, one entry per engine whose config.json is at hand
-    and whose drafter (but MTP's: the target's own layers) has a repo_id: a drafter without one
-    cannot be given to vLLM, and the configuration's warning names it (Config.warnings), as it
-    names a target without one."""
+    and whose EAGLE head, where it has one, has a repo_id: vLLM reads the head's config to build
+    its arguments, so a head without one cannot be given to it, and the configuration's warning
+    names it (Config.warnings), as it names a target without one. A separate draft model without
+    one is still asked, under a placeholder name (vllmcheck.server_argv): its arguments parse
+    without its config."""
     out = []
     for e in engines:
         cfg, _ = configs.get((e.entry.get("repo_id"), e.entry.get("revision")), (None, ""))
         if cfg is None:
             continue
         d = e.drafter or {}
-        if e.method not in (None, "mtp") and not d.get("repo_id"):
+        if e.method in EAGLE_METHODS and not d.get("repo_id"):
             continue
         dcfg = configs.get((d.get("repo_id"), d.get("revision")), (None, ""))[0] if d else None
         out.append({"job": e.job, "model": e.model, "repo": e.entry["repo_id"], "config": cfg,
