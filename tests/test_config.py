@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -477,3 +478,97 @@ def test_a_models_sweep_flag_defaults_in_the_schema():
     c = resolved()
     assert all(m["sweep"] is True for m in c.raw["models"])
     assert all(m.sweep for m in c.models.values())
+
+
+def _short_graphs(cfg):
+    """paper.yaml with CUDA graphs of at most 256 tokens for every serving series."""
+    cfg["sweep"]["engine_args"] = {"compilation_config": {"max_cudagraph_capture_size": 256}}
+
+
+def test_cuda_graphs_short_of_a_verify_step_are_refused_when_the_configuration_loads():
+    """A compilation_config whose graphs stop below a series' verify step at its largest batch
+    was refused only by the series' engine arguments on the GPU node (engine_kwargs), after
+    every sweep_sd job of paper.yaml had queued; the configuration loaded with no problem. Now
+    it is refused on load, one line per finding naming every model it stops, each line the
+    one the engine would have raised."""
+    with pytest.raises(InputError) as err:
+        resolved("config/paper.yaml", _short_graphs)
+    lines = str(err.value).splitlines()
+    c = resolved("config/paper.yaml")
+    series = [j for j in c.gpu_jobs() if j.rule == "sweep_sd"]
+    assert series
+    from specmoe.runtime import engine
+
+    for k in sorted({int(j.k) for j in series}):
+        models = sorted({j.model for j in series if int(j.k) == k})
+        batch = {c.series_batch(m) for m in models}
+        assert batch == {128}  # the schedule's largest: the engines' max_num_seqs
+        with pytest.raises(InputError) as runtime:
+            engine.cuda_graph_config({"max_cudagraph_capture_size": 256}, 128, k)
+        mine = [ln for ln in lines if ln.endswith(str(runtime.value))]
+        assert len(mine) == 1, (k, lines)
+        assert f"a verify step at batch 128 with K = {k}" in mine[0]
+        assert "(sweep.engine_args)" in mine[0]
+        assert sorted(re.match(r"config: models? (.*?) \(", mine[0]).group(1).split(", ")) == models
+
+
+def test_the_engine_refuses_what_the_configuration_refuses(monkeypatch):
+    """The check on load and the engine's own (the last guard, kept) read the same settings: a
+    series' engine arguments on CUDA, as the sweep stage builds them from the job's settings,
+    raise the line the configuration gives for that model and K."""
+    from specmoe.runtime import engine
+    from specmoe.stages.engines import engine_opts
+
+    c = resolved("config/paper.yaml")
+    job = next(j for j in c.gpu_jobs() if j.rule == "sweep_sd")
+    settings = c.job_settings(job.rule, job.model)
+    settings["engine_args"] = {**settings["engine_args"],
+                               "compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8]}}
+    monkeypatch.setattr(engine, "device", lambda: "cuda")
+    with pytest.raises(InputError) as runtime:
+        engine.engine_kwargs("t", None, None, max_num_seqs=c.engine_of(job).batch,
+                             graph_k=int(job.k), **engine_opts(settings))
+
+    def own(cfg):
+        m = next(m for m in cfg["models"] if m["name"] == job.model)
+        m["engine_args"] = {**(m.get("engine_args") or {}),
+                            "compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8]}}
+
+    with pytest.raises(InputError) as err:
+        resolved("config/paper.yaml", own)
+    assert f"config: model {job.model} (its own engine_args): {runtime.value}" in \
+        str(err.value).splitlines()
+
+
+def test_eager_series_and_the_papers_own_settings_load():
+    """enforce_eager runs no graphs (engine_kwargs leaves compilation_config as it is): nothing
+    to refuse; paper.yaml as shipped loads."""
+    def eager(cfg):
+        _short_graphs(cfg)
+        cfg["sweep"]["engine_args"]["enforce_eager"] = True
+
+    resolved("config/paper.yaml", eager)
+    resolved("config/paper.yaml")
+
+
+def test_loading_the_configuration_imports_no_engine():
+    """The configuration is the analysis side's: checking CUDA graph sizes on load
+    (specmoe.cudagraphs) imports neither vLLM nor torch."""
+    code = ("import sys, yaml\nfrom specmoe.config import Config\n"
+            "cfg = yaml.safe_load(open('config/paper.yaml'))\n"
+            "Config.load(cfg, 'workflow/schemas/config.schema.yaml')\n"
+            "print(sorted(m for m in ('vllm', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_configuration_with_other_problems_names_them_before_its_graphs():
+    """The graph check reads the series' jobs, which need every drafter defined: a model naming
+    an unknown drafter gets configcheck's one line, not a KeyError from the jobs."""
+    def unknown(cfg):
+        _short_graphs(cfg)
+        cfg["models"][0]["drafters"] = ["nope"]
+
+    with pytest.raises(InputError, match="drafter 'nope' is not defined under 'drafters'"):
+        resolved("config/paper.yaml", unknown)

@@ -1,6 +1,6 @@
 """The GPU branches of the engines' arguments, checked on this (GPU-less) machine against vLLM
 0.32's own code, imported from the CUDA build installed here and driven on stand-in configs:
-the CUDA graph sizes of an SD series' engines (engine.cuda_graph_config) as vLLM resolves
+the CUDA graph sizes of an SD series' engines (cudagraphs.cuda_graph_config) as vLLM resolves
 them, the tokenizer of vLLM's bench serve client, and the model runner a profile's engines
 run."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from specmoe.errors import InputError
 from specmoe.runtime import engine as engine_mod
-from specmoe.runtime.engine import cuda_graph_config
+from specmoe.cudagraphs import cuda_graph_config, token_grid
 # the sweeps' engines as sweep_stage builds them, the checkpoint they serve, and vLLM's own
 # choice of model runner (this folder's tests of the paired arms)
 from test_paired_arms import _swept_engines, checkpoint, vllm_picks_v2  # noqa: F401
@@ -105,11 +105,11 @@ def test_the_no_sd_arms_graphs_cover_every_size_they_did_before(b, k):
 
 
 def test_the_token_grid_is_vllms_own():
-    """engine.token_grid, written out (vLLM's config module imports torch), is the grid vLLM
+    """cudagraphs.token_grid, written out (vLLM's config module imports torch), is the grid vLLM
     builds for a ceiling given alone."""
     for ceiling in list(range(1, 300)) + [500, 512, 1000, 1024, 2048]:
         got = vllm_sizes({"max_cudagraph_capture_size": ceiling}, 1024, 0, batched_tokens=10**6)
-        assert engine_mod.token_grid(ceiling) == got.cudagraph_capture_sizes, ceiling
+        assert token_grid(ceiling) == got.cudagraph_capture_sizes, ceiling
 
 
 @pytest.mark.parametrize("given", [

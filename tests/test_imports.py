@@ -22,7 +22,7 @@ ANALYSIS = ("routing.acceptance", "routing.bootstrap", "cost.costmodel", "cost.h
             "report.prose", "report.registry", "report.replay", "report.runs", "report.tables",
             "stages.analysis", "stages.report", "measured.rules", "checks.drafters", "yamlfile",
             "contracts", "contracts.analysis", "contracts.report",
-            "contracts.engines", "contracts.study")
+            "contracts.engines", "contracts.study", "cudagraphs")
 # Packages of the library that are analysis through and through: every module in them is.
 ANALYSIS_PACKAGES = ("routing", "cost", "measured")
 

@@ -24,6 +24,7 @@ from . import paths
 from .sources import published
 from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
+from .cudagraphs import cuda_graph_config
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, engine_arg, engine_context, kind
 from .names import control_name, job_label, repo_key
@@ -209,13 +210,49 @@ class Config:
         return resolved
 
     def problems(self, prompt_datasets: set[str] | None = None) -> list[str]:
-        """The checks of the resolved models and the settings (configcheck)."""
+        """The checks of the resolved models and the settings (configcheck), then, where they
+        find nothing, the serving series' CUDA graphs (graph_problems: it reads the jobs, which
+        need the models' drafters and datasets sound)."""
         every = [self.model(m["name"]) for m in self.raw["models"]]
-        return (configcheck.models(every, self.drafters, self.hardware, self.datasets, self.ks,
-                                   prompt_datasets)
-                + configcheck.settings(self.raw, prompt_datasets,
-                                       {"max_model_len": ENGINE_DEFAULTS["max_model_len"]},
-                                       [n for n in self.names("hf") if self.on_gpu(n)]))
+        found = (configcheck.models(every, self.drafters, self.hardware, self.datasets, self.ks,
+                                    prompt_datasets)
+                 + configcheck.settings(self.raw, prompt_datasets,
+                                        {"max_model_len": ENGINE_DEFAULTS["max_model_len"]},
+                                        [n for n in self.names("hf") if self.on_gpu(n)]))
+        return found or self.graph_problems()
+
+    def graph_problems(self) -> list[str]:
+        """The serving series on a GPU whose engine_args' compilation_config would leave verify
+        steps without CUDA graphs, refused here, when the configuration loads: the series'
+        engines take their graph sizes from cuda_graph_config at the series' largest batch
+        (specmoe.runtime.engine.engine_kwargs, graph_k; a series with enforce_eager runs no
+        graphs), which refused them only on the GPU node, after the jobs had queued (a
+        compilation_config in sweep.engine_args stopped each of the study's series there). One
+        line per finding, naming every model it applies to."""
+        found: dict[tuple[str, str], list[str]] = {}  # (where, problem): its models
+        for j in self.gpu_jobs():
+            if not (kind(j.rule).series and j.k):
+                continue  # a drafter served alone (sweep_ar) has no verify steps
+            args = self.engine_settings(j.model, kind(j.rule).section)["engine_args"]
+            if args.get("enforce_eager"):
+                continue  # no graphs to capture
+            try:
+                cuda_graph_config(args.get("compilation_config"), self.series_batch(j.model),
+                                  int(j.k))
+            except InputError as exc:
+                own = "compilation_config" in (self.entry(j.model).get("engine_args") or {})
+                where = "its own engine_args" if own else f"{kind(j.rule).section}.engine_args"
+                models = found.setdefault((where, str(exc)), [])
+                if j.model not in models:
+                    models.append(j.model)
+        return [f"{'model' if len(ms) == 1 else 'models'} {', '.join(ms)} ({where}): {problem}"
+                for (where, problem), ms in found.items()]
+
+    def series_batch(self, name: str) -> int:
+        """The largest batch a serving series of `name` runs (its engines' max_num_seqs): the
+        largest point of the schedules of the datasets it is swept on (sweep_schedule;
+        configcheck refuses a dataset whose max_batch leaves it none)."""
+        return max(b for ds in self.sweep_datasets(name) for b, _ in self.sweep_schedule(ds))
 
     def _model(self, m: dict, control_of: str | None = None) -> Model:
         hardware = m.get("hardware") or DEFAULT_HARDWARE  # a variant's: its target's
@@ -439,8 +476,7 @@ class Config:
         elif what.stage == "profile":
             batch, out = max(settings["batch_sizes"]), int(settings["max_tokens"])
         else:
-            batch = max(b for ds in self.sweep_datasets(job.model)
-                        for b, _ in self.sweep_schedule(ds))
+            batch = self.series_batch(job.model)
             batches = {ds: max(b for b, _ in self.sweep_schedule(ds))
                        for ds in self._job_datasets(job) if self.max_batch(ds) is not None}
             out = int(settings["output_len"])
