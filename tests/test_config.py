@@ -572,3 +572,40 @@ def test_a_configuration_with_other_problems_names_them_before_its_graphs():
 
     with pytest.raises(InputError, match="drafter 'nope' is not defined under 'drafters'"):
         resolved("config/paper.yaml", unknown)
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("block_size", "big", "must be an integer >= 1 (got 'big')"),
+    ("block-size", 0, "must be an integer >= 1 (got 0)"),
+    ("enable_prefix_caching", "no", "must be true or false (got 'no')"),
+    ("compilation_config", "O3", "must be a mapping (got 'O3')"),
+    ("mamba_ssm_cache_dtype", "fp32",
+     "must be one of auto, float32, float16, bfloat16 (got 'fp32')"),
+    ("mamba-cache-dtype", 3, "must be one of auto, float32, float16, bfloat16 (got 3)"),
+])
+def test_the_engine_args_specmoe_reads_itself_are_typed(key, value, said):
+    """The preflight reads these engine_args itself (block_size: int(...) or 16; prefix caching:
+    its truth; the Mamba state dtypes, vLLM's four) and the series' graphs read compilation_config: a wrong
+    type loaded, then block_size: big was a ValueError traceback where the workflow parses,
+    block_size: 0 became 16 silently, "no" counted as prefix caching on. Each is one line now,
+    at the key, in either spelling, wherever engine_args are given."""
+    def wrong(cfg):
+        cfg["sweep"]["engine_args"] = {key: value}
+        cfg["models"][0]["engine_args"] = {key: value}
+
+    with pytest.raises(InputError) as err:
+        resolved("config/paper.yaml", wrong)
+    lines = str(err.value).splitlines()
+    assert f"config: sweep.engine_args.{key}: {said}" in lines, lines
+    assert any(ln.startswith(f"config: models[0].engine_args.{key} (model ") and ln.endswith(said)
+               for ln in lines), lines
+
+
+def test_engine_args_of_the_right_types_load():
+    def right(cfg):
+        cfg["sweep"]["engine_args"] = {"block-size": 32, "enable_prefix_caching": False,
+                                       "compilation_config": {"max_cudagraph_capture_size": 1024},
+                                       "mamba_ssm_cache_dtype": "float32",
+                                       "mamba_cache_dtype": "auto"}
+
+    assert resolved("config/paper.yaml", right).sweep["engine_args"]["block_size"] == 32
