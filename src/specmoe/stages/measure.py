@@ -91,7 +91,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     sched = {ds: list(settings.points(ds)) for ds in series["datasets"]}
     largest = max(b for points in sched.values() for b, _ in points)
     # on a GPU both arms of an SD series capture CUDA graphs for verify steps at every batch
-    # (engine.cuda_graph_config): the two engines differ in SD alone; whether the series is a
+    # (cudagraphs.cuda_graph_config): the two engines differ in SD alone; whether the series is a
     # separate draft model's (its method, none for a tiny drafter; a drafter served alone, rule
     # sweep_ar's only engines (Config.served), is one) chooses their model runner there
     # (engine_kwargs draft_model_series)
