@@ -125,6 +125,8 @@ class Spec:
     # the published table is of the study's main set (MT-Bench) at K = 3: a run on another
     # dataset than its model's main one (its first), or at another K, has no counterpart in it
     main_set: bool = True
+    # a quantity whose 95% interval is not in <column>_low/<column>_high: (low, high) columns
+    intervals: dict = field(default_factory=dict)
 
 
 STUDY_K = 3  # the K of every published overlap, acceptance and TE table
@@ -151,7 +153,9 @@ SPECS = (
     Spec("acceptance_consecutive", "acceptance_consecutive",
          {"accepted_overlap": "accepted_overlap", "first_rejected_overlap":
           "first_rejected_overlap", "delta": "delta", "cohens_d": "cohens_d"},
-         key=("draft_position", "draft_position")),
+         key=("draft_position", "draft_position"),
+         # the delta's interval is clustered by request (the table's test of it)
+         intervals={"delta": ("delta_low_by_request", "delta_high_by_request")}),
     Spec("kernel_time_shares", "profiling_batch1", {"decode_share": "moe_time_share"},
          where={"batch": 1, "class": "moe"}, variant=("gpu", "precision", "tp")),
     Spec("te_three_ways", "te_batch1_k3", {"te_sweep": "target_efficiency"},
@@ -215,10 +219,13 @@ def main_run(r: pd.Series, entry: dict) -> bool:
     return not (isinstance(ds, str) and ds and entry.get("dataset") and ds != entry["dataset"])
 
 
-def _reproduced_interval(r: pd.Series, col: str) -> dict:
-    """A reproduced value's 95% interval, from its table's <col>_low/<col>_high (NaN where it
-    has none): a point beside the published one says nothing of whether they differ."""
-    return {f"reproduced_{end}": float(r.get(f"{col}_{end}", np.nan)) for end in ("low", "high")}
+def _reproduced_interval(r: pd.Series, col: str, names: tuple[str, str] | None = None) -> dict:
+    """A reproduced value's 95% interval, from its table's `names` (low, high) columns, by default
+    <col>_low/<col>_high (NaN where it has none): a point beside the published one says nothing
+    of whether they differ."""
+    low, high = names or (f"{col}_low", f"{col}_high")
+    return {"reproduced_low": float(r.get(low, np.nan)),
+            "reproduced_high": float(r.get(high, np.nan))}
 
 
 def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
@@ -250,7 +257,8 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
                         "drafter": r.get("drafter", ""), "k": r.get("k", r.get("K")),
                         "dataset": r.get("dataset", ""), "study_model": entry["study"],
                         "key": key, "quantity": ours, "published": float(pr[theirs]),
-                        "reproduced": mine, **_reproduced_interval(r, ours),
+                        "reproduced": mine,
+                        **_reproduced_interval(r, ours, spec.intervals.get(ours)),
                         "difference": mine - float(pr[theirs])})
     return out
 
