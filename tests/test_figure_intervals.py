@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.collections import PathCollection
 from matplotlib.container import ErrorbarContainer
 
 from declared import in_folder
@@ -41,3 +42,30 @@ def test_a_delta_beside_the_published_one_keeps_its_by_request_interval():
     assert (row["reproduced_low"], row["reproduced_high"]) == pytest.approx(
         (r["delta_low_by_request"], r["delta_high_by_request"]))
     assert row["reproduced_low"] <= row["reproduced"] <= row["reproduced_high"]
+
+
+def test_the_comparison_figure_draws_each_reproduced_interval_its_table_gives():
+    """The comparison figure drew bare points though the table carries reproduced_low/high: the
+    overlap-decomposition panel's temporal shares have error bars spanning their intervals, the
+    quantities without one are open markers named in the legend."""
+    cmp_ = _fixture_comparison()
+    colors = figures.palette(list(dict.fromkeys(cmp_["model"])))
+    fig = figures.comparison(cmp_, colors)
+    try:
+        ax = next(a for a in fig.axes if a.get_title() == "overlap decomposition step1")
+        rows = cmp_[cmp_["table"] == "overlap_decomposition_step1"]
+        has = np.isfinite(rows["reproduced_low"]) & np.isfinite(rows["reproduced_high"])
+        assert has.any() and (~has).any()
+        bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        segments = [seg for c in bars for seg in c.lines[2][0].get_segments()]
+        spans = {(round(s[0][0], 9), round(s[0][1], 9), round(s[1][1], 9)) for s in segments}
+        for _, r in rows[has].iterrows():
+            assert (round(r["published"], 9), round(r["reproduced_low"], 9),
+                    round(r["reproduced_high"], 9)) in spans
+        assert len(segments) == has.sum()
+        open_points = sum(len(c.get_offsets()) for c in ax.collections
+                          if isinstance(c, PathCollection) and not c.get_facecolors().any())
+        assert open_points == (~has).sum()
+        assert figures.NO_INTERVAL in ax.get_legend_handles_labels()[1]
+    finally:
+        figures.plt.close(fig)

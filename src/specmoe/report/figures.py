@@ -458,8 +458,10 @@ def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:
         d = df[(df["table"] == table) & (df["unit"] == unit)]
         ok = np.isfinite(d["reproduced"])
         for model, g in d[ok].groupby("model", sort=False):
-            ax.scatter(g["published"], g["reproduced"], color=colors[model], s=16, label=model)
-        values = np.concatenate([d["published"], d.loc[ok, "reproduced"], [0.0]])
+            _reproduced_points(ax, g, colors[model], model)
+        ends = [d.loc[ok, c] for c in ("reproduced_low", "reproduced_high") if c in d]
+        values = np.concatenate([d["published"], d.loc[ok, "reproduced"], [0.0],
+                                 *[e[np.isfinite(e)] for e in ends]])
         lo, hi = float(min(values.min(), 0)), float(values.max())
         ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls=":")
         if not ok.all():
@@ -469,6 +471,28 @@ def comparison(df: pd.DataFrame, colors: dict) -> plt.Figure:
     _ylabel(axes, "this run's value")
     _figure_legend(fig, axes)
     return fig
+
+
+NO_INTERVAL = "open marker: no interval in its table"
+
+
+def _reproduced_points(ax, g: pd.DataFrame, color, label: str) -> None:
+    """One model's reproduced values against the published ones: with the reproduced value's 95%
+    interval as error bars where its table gives one (reproduced_low/high finite), an open
+    marker (NO_INTERVAL in the legend) where not: a point alone says nothing of whether it
+    differs from the published one."""
+    lo = g.get("reproduced_low", pd.Series(np.nan, index=g.index)).astype(float)
+    hi = g.get("reproduced_high", pd.Series(np.nan, index=g.index)).astype(float)
+    has = np.isfinite(lo) & np.isfinite(hi)
+    y = g["reproduced"]
+    if has.any():
+        err = np.vstack([(y - lo)[has].clip(lower=0), (hi - y)[has].clip(lower=0)])
+        ax.errorbar(g.loc[has, "published"], y[has], yerr=err, fmt="o", color=color, ms=4,
+                    capsize=2, label=label)
+    if (~has).any():
+        ax.scatter(g.loc[~has, "published"], y[~has], facecolors="none", edgecolors=color, s=16,
+                   label=None if has.any() else label)
+        ax.scatter([], [], facecolors="none", edgecolors="dimgray", s=16, label=NO_INTERVAL)
 
 
 def _not_identified(ax, rows: pd.DataFrame) -> None:
