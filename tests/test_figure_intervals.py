@@ -69,3 +69,47 @@ def test_the_comparison_figure_draws_each_reproduced_interval_its_table_gives():
         assert figures.NO_INTERVAL in ax.get_legend_handles_labels()[1]
     finally:
         figures.plt.close(fig)
+
+
+def _bars(ax, label: str) -> list:
+    """The error bar segments of the series named `label` in a panel's legend, of nonzero
+    length, as (x, low, high)."""
+    out = []
+    for c in ax.containers:
+        if isinstance(c, ErrorbarContainer) and c.get_label() == label:
+            out += [(s[0][0], s[0][1], s[1][1]) for s in c.lines[2][0].get_segments()
+                    if len(s) == 2 and s[1][1] > s[0][1]]
+    return out
+
+
+def test_overlap_by_distance_draws_the_tables_intervals_and_joins_no_points():
+    """The figure drew the overlaps and independence as bare lines though the table gives their
+    intervals (step1_low/high, seq1_low/high, independent_low/high), and joined the points into
+    a decay the table may not decide (window_decay, seq_decay): each run's panel has error bars
+    at d = 1 spanning the table's intervals, independence a band spanning its own, and no line
+    joins the overlaps."""
+    frames = figures.figure_frames(in_folder(FIXTURE), FIXTURE_STUDY)
+    fn, df, colors, pub = frames["overlap_by_distance"]
+    ob = load(Tables.of(in_folder(FIXTURE)), "overlap_by_distance").set_index("run")
+    fig = fn(df, colors, pub)
+    try:
+        axes = [a for a in fig.axes if a.get_visible() and a.get_xlabel() == "step distance d"]
+        assert len(axes) == len(ob)
+        for ax, run in zip(axes, dict.fromkeys(df["run"])):
+            r = ob.loc[run]
+            assert _bars(ax, "inside windows") == [
+                pytest.approx((1, r["step1_low"], r["step1_high"]))]
+            if np.isfinite(r["seq1_low"]):
+                assert _bars(ax, "along the committed sequence") == [
+                    pytest.approx((1, r["seq1_low"], r["seq1_high"]))]
+            band = [c for c in ax.collections if c.get_label() == "independence, 95% interval"]
+            assert len(band) == 1
+            ys = band[0].get_paths()[0].vertices[:, 1]
+            assert (ys.min(), ys.max()) == pytest.approx((r["independent_low"],
+                                                          r["independent_high"]))
+            for line in ax.get_lines():
+                if line.get_label() in ("inside windows", "along the committed sequence",
+                                        "within-window shuffle"):
+                    assert line.get_linestyle() in ("None", "none", ""), line.get_label()
+    finally:
+        figures.plt.close(fig)

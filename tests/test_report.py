@@ -956,7 +956,7 @@ def test_html_has_contents_ordered_headings_the_method_and_alt_texts(tmp_path):
     for i in ids:
         assert f'href="#{i}"' in page
     assert '<a href="../../docs/method.md">docs/method.md</a>' in page
-    assert 'alt="Line plots, one panel per run: expert overlap' in page
+    assert 'alt="Point plots, one panel per run: expert overlap' in page
 
 
 def _visible(page: str) -> str:

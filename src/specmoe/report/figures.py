@@ -160,19 +160,27 @@ def _figure_legend(fig, axes) -> None:
 def overlap_by_distance(df: pd.DataFrame, colors: dict, pub: pd.DataFrame | None = None
                         ) -> plt.Figure:
     """df: run, model, distance, empirical (inside windows), sequence (along the committed
-    sequence; optional), shuffle, independent, uniform (layer mean); pub: run, study_model,
-    distance, value (the study's, along the committed sequence)."""
+    sequence; optional), shuffle, independent, uniform (layer mean), with the 95% intervals the
+    table gives (empirical_low/high and sequence_low/high: at d = 1 only; independent_low/high);
+    pub: run, study_model, distance, value (the study's, along the committed sequence). Points
+    are not joined: whether overlap decays with distance is the table's to decide
+    (window_decay, seq_decay), not a line's; independence is a line with its interval a band."""
     runs = list(dict.fromkeys(df["run"]))
     fig, axes = _facets(len(runs))
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
         c = colors[d["model"].iloc[0]]
-        ax.plot(d["distance"], d["empirical"], "o-", color=c, label="inside windows")
+        _line(ax, d, "empirical", "o", c, "inside windows", x="distance")
         if "sequence" in d and d["sequence"].notna().any():
-            ax.plot(d["distance"], d["sequence"], "^-", color=c, alpha=0.8, mfc="white",
-                    label="along the committed sequence")
-        ax.plot(d["distance"], d["shuffle"], "s--", color=c, alpha=0.5, label="within-window shuffle")
+            _line(ax, d, "sequence", "^", c, "along the committed sequence", x="distance",
+                  mfc="white")
+        ax.plot(d["distance"], d["shuffle"], "s", color=c, alpha=0.5, label="within-window shuffle")
         ax.plot(d["distance"], d["independent"], ":", color="dimgray", label="independence")
+        lo, hi = (d.get(f"independent_{e}", pd.Series(np.nan, index=d.index)).astype(float)
+                  for e in ("low", "high"))
+        if (np.isfinite(lo) & np.isfinite(hi)).all():
+            ax.fill_between(d["distance"], lo, hi, color="dimgray", alpha=0.2, lw=0,
+                            label="independence, 95% interval")
         ax.plot(d["distance"], d["uniform"], ":", color="silver", label="uniform k/N")
         _title(ax, _label(d) + _published(ax, pub, run, "distance"))
         ax.set_xlabel("step distance d", fontsize=8)
@@ -282,16 +290,17 @@ def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     return fig
 
 
-def _line(ax, df: pd.DataFrame, y: str, style: str, color, label: str, ms: float = 4) -> None:
-    """df[y] against batch size, with its 95% interval as error bars where df has one
-    ({y}_low, {y}_high)."""
+def _line(ax, df: pd.DataFrame, y: str, style: str, color, label: str, ms: float = 4,
+          x: str = "batch", **kw) -> None:
+    """df[y] against df[x] (batch size), with its 95% interval as error bars where df has one
+    ({y}_low, {y}_high); kw: further marker settings (mfc)."""
     lo, hi = df.get(f"{y}_low"), df.get(f"{y}_high")
-    if lo is None or hi is None or not np.isfinite(lo).any():
-        ax.plot(df["batch"], df[y], style, color=color, ms=ms, label=label)
+    if lo is None or hi is None or not np.isfinite(lo.astype(float)).any():
+        ax.plot(df[x], df[y], style, color=color, ms=ms, label=label, **kw)
         return
     err = np.vstack([(df[y] - lo).clip(lower=0), (hi - df[y]).clip(lower=0)])
-    ax.errorbar(df["batch"], df[y], yerr=np.nan_to_num(err), fmt=style, color=color, ms=ms,
-                capsize=2, label=label)
+    ax.errorbar(df[x], df[y], yerr=np.nan_to_num(err), fmt=style, color=color, ms=ms,
+                capsize=2, label=label, **kw)
 
 
 def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: str, ylabel: str,
@@ -601,12 +610,19 @@ def _overlap_frame(td: Tables, ob: pd.DataFrame, colors: dict, study: dict) -> t
         within = by_distance(r)
         seq = by_distance(r, n=8, prefix="seq")
         for d in range(1, max(len(within), len(seq)) + 1):
+            # the table gives the overlaps' intervals at d = 1 only (step1_*, seq1_*)
+            first = {f"{name}_{e}": r.get(f"{col}_{e}", np.nan) if d == 1 else np.nan
+                     for name, col in (("empirical", "step1"), ("sequence", "seq1"))
+                     for e in ("low", "high")}
             long.append({"run": r["run"], "label": r["label"], "model": r["model"],
                          "distance": d,
                          "empirical": within[d - 1] if d <= len(within) else np.nan,
-                         "sequence": seq[d - 1] if d <= len(seq) else np.nan,
+                         "sequence": seq[d - 1] if d <= len(seq) else np.nan, **first,
                          "shuffle": r.get(f"shuffle{d}", np.nan),
-                         "independent": r["independent"], "uniform": dec.get(r["run"])})
+                         "independent": r["independent"],
+                         "independent_low": r.get("independent_low", np.nan),
+                         "independent_high": r.get("independent_high", np.nan),
+                         "uniform": dec.get(r["run"])})
     return (overlap_by_distance, pd.DataFrame(long), colors, _published_by_distance(ob, study))
 
 

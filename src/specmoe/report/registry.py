@@ -104,9 +104,10 @@ FIGURE_TITLES = {
 }
 # What each figure shows, for readers who cannot see it (the HTML's alt text).
 ALT = {
-    "overlap_by_distance": "Line plots, one panel per run: expert overlap against step distance "
-                           "inside windows and along the committed sequence, with the "
-                           "independence baseline and the within-window shuffle null.",
+    "overlap_by_distance": "Point plots, one panel per run: expert overlap against step "
+                           "distance inside windows and along the committed sequence, with 95% "
+                           "intervals at distance 1, the independence baseline with its "
+                           "interval as a band and the within-window shuffle null.",
     "per_layer_overlap": "Line plots, one panel per run: step-1 overlap of each MoE layer "
                          "inside windows and along the committed sequence, against the "
                          "layer's independence baseline and shuffle null.",
