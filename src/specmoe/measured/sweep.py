@@ -443,7 +443,8 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
     direction = str(direction_labels(np.log([[r["speedup"] for r in rows]]),
                                      np.array([[r["speedup_log_se"] for r in rows]]),
                                      np.array([[r["speedup_df"] for r in rows]]))[0])
-    best = max(rows, key=lambda r: r["speedup"])
-    return {"rows": rows, "shape": shape, "direction": direction, "best_batch": best["batch"],
-            "best_speedup": best["speedup"], "margin": margin, "timing": timing,
-            "engine_log_sd": engine_log_sd, "engine_log_sd_df": engine_log_sd_df}
+    # no "best" batch size here: the highest point estimate is the largest speedup only where
+    # the intervals put every other point below it (below_highest)
+    return {"rows": rows, "shape": shape, "direction": direction, "margin": margin,
+            "timing": timing, "engine_log_sd": engine_log_sd,
+            "engine_log_sd_df": engine_log_sd_df}
