@@ -42,7 +42,7 @@ REPORT = Path("report") / "index.md"  # under results/: written after every tabl
 # such as the speedup's timing, the cost model's numbers, acceptance counts, grid sizes, device)
 # is compared as in any table.
 TIMING_COLUMNS = {
-    "speedup_vs_batch": ("tpot_*", "speedup*", "draft_cost", "te_sweep*", "shape", "direction",
+    "speedup_vs_batch": ("tpot_*", "speedup*", "draft_cost*", "te_sweep*", "shape", "direction",
                          "below_highest"),
     # a profiled value with its interval over engine starts, raw value and status (bounded_te)
     "te_three_ways": ("te_sweep*", "te_profiled*", "gap_sweep_minus_costmodel", "moe_time_share*",

@@ -113,3 +113,63 @@ def test_overlap_by_distance_draws_the_tables_intervals_and_joins_no_points():
                     assert line.get_linestyle() in ("None", "none", ""), line.get_label()
     finally:
         figures.plt.close(fig)
+
+
+def _with_draft_cost_interval(sp: pd.DataFrame) -> pd.DataFrame:
+    """The fixture's sweep rows with a draft-cost interval: the table's own where it has one
+    (a fixture regenerated since the column was added), else one around each value."""
+    if "draft_cost_low" in sp:
+        return sp
+    return sp.assign(draft_cost_low=sp["draft_cost"] * 0.9, draft_cost_high=sp["draft_cost"] * 1.2)
+
+
+def test_the_measured_draft_cost_figure_draws_the_tables_interval():
+    """The measured draft-cost figure joined bare points: each point its table gives an interval
+    for has an error bar spanning it."""
+    frames = figures.figure_frames(in_folder(FIXTURE), FIXTURE_STUDY)
+    fn, sp, colors = frames["draft_cost_vs_batch"]
+    sp = _with_draft_cost_interval(sp)
+    fig = fn(sp, colors)
+    try:
+        ax = fig.axes[0]
+        drawn = sp[np.isfinite(sp["draft_cost"]) & np.isfinite(sp["draft_cost_low"])
+                   & (sp["draft_cost_high"] > sp["draft_cost_low"])]
+        assert not drawn.empty
+        bars = {(round(x, 9), round(lo, 9), round(hi, 9)) for c in ax.containers
+                if isinstance(c, ErrorbarContainer)
+                for (x, lo), (_, hi) in (s for s in c.lines[2][0].get_segments() if len(s) == 2)}
+        want = {(round(float(b), 9), round(lo, 9), round(hi, 9)) for b, lo, hi in
+                zip(drawn["batch"], drawn["draft_cost_low"], drawn["draft_cost_high"])}
+        assert want <= bars
+    finally:
+        figures.plt.close(fig)
+
+
+def test_the_sweep_table_and_its_words_carry_the_draft_cost_interval(tmp_path):
+    """speedup_vs_batch carries speedup_curve's draft_cost_low/high, and the findings give each
+    measured ratio with its interval where the table has one."""
+    from specmoe.measured.sweep import speedup_curve
+    from specmoe.report import prose
+    from specmoe.report.measured import speedup_row
+    from specmoe.report.tables import write_table
+
+    def series(base, spread=0.05, tau=None):
+        return [{"batch": b, "repeat": i, "tpot_ms": {"mean": t, "p99": t}, "output_throughput": 1.0,
+                 **({"sd": {"acceptance_length": tau, "per_position_acceptance": [0.5]}}
+                    if tau else {})}
+                for b in (1, 4) for i, t in enumerate(base * b ** 0.1 * (1 + spread * e)
+                                                      for e in (-1, 0, 1))]
+
+    res = speedup_curve(series(10.0), series(7.0, tau=2.0), series(0.5), 3, 0.05, "client", 0.0)
+    rc = {"model": "m", "drafter": "d", "k": 3, "dataset": "x", "control_of": None}
+    rows = pd.DataFrame([speedup_row(rc, res, r, False) for r in res["rows"]])
+    for r, row in zip(res["rows"], rows.itertuples()):
+        assert np.isfinite(r["draft_cost_low"])
+        assert (row.draft_cost_low, row.draft_cost_high) == (r["draft_cost_low"],
+                                                             r["draft_cost_high"])
+    write_table(rows, tmp_path / "speedup_vs_batch", {}, "")
+    words = " ".join(prose.draft_cost_findings(Tables.of(in_folder(tmp_path))))
+    r = res["rows"][0]
+    assert (f"{r['draft_cost']:.2f} [{r['draft_cost_low']:.2f}, {r['draft_cost_high']:.2f}] "
+            "at batch 1") in words
+    assert "no interval" not in words

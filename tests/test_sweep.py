@@ -648,3 +648,35 @@ def test_a_speedup_curve_names_no_best_batch_size():
     res = speedup_curve(ar, sd, None, 3, MARGIN, "client", 0.0)
     assert len(res["rows"]) == 3
     assert not {"best_batch", "best_speedup"} & set(res)
+
+
+def test_the_measured_draft_cost_has_the_interval_of_its_two_series():
+    """The draft cost c = K TPOT(drafter) / TPOT(no SD) had no interval, so its figure and
+    findings could give it none: it is K times the ratio's 95% interval, from both series'
+    repeats (Welch: 2 + 2 degrees of freedom here) and, where configured, their engine
+    spreads; a drafter measured once gives none."""
+    k, spread = 3, 0.1
+    ar = repeated(1, [10.0 * (1 + spread * e) for e in (-1, 0, 1)])
+    dr = repeated(1, [0.5 * (1 + spread * e) for e in (1, 0, -1)])
+    sd = repeated(1, [6.0, 6.1, 5.9], tau=2.0)
+    r = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.0)["rows"][0]
+    logs = np.log([1 - spread, 1.0, 1 + spread])
+    se = math.sqrt(2 * logs.var(ddof=1) / 3)
+    half = stats.t.ppf(0.975, 4) * se
+    c = k * np.mean([0.5 * (1 + spread * e) for e in (1, 0, -1)]) / np.mean(
+        [10.0 * (1 + spread * e) for e in (-1, 0, 1)])
+    assert r["draft_cost"] == pytest.approx(c)
+    assert (r["draft_cost_low"], r["draft_cost_high"]) == pytest.approx(
+        (c * math.exp(-half), c * math.exp(half)))
+    # an engine spread widens it; the drafter's own device's (none: swept elsewhere) less so
+    both = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.05, 6)["rows"][0]
+    apart = speedup_curve(ar, sd, dr, k, MARGIN, "client", 0.05, 6,
+                          drafter_engine=(0.0, None))["rows"][0]
+    width = {n: x["draft_cost_high"] - x["draft_cost_low"] for n, x in
+             (("none", r), ("both", both), ("apart", apart))}
+    assert width["none"] < width["apart"] < width["both"]
+    once = speedup_curve(ar, sd, [point(1, 0.5)], k, MARGIN, "client", 0.0)["rows"][0]
+    assert math.isfinite(once["draft_cost"])
+    assert math.isnan(once["draft_cost_low"]) and math.isnan(once["draft_cost_high"])
+    none = speedup_curve(ar, sd, None, k, MARGIN, "client", 0.0)["rows"][0]
+    assert math.isnan(none["draft_cost_low"]) and math.isnan(none["draft_cost_high"])

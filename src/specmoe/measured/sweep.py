@@ -375,6 +375,18 @@ def direction_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray
     return out
 
 
+def _spread_sum(a: tuple[float, float | None], b: tuple[float, float | None]
+                ) -> tuple[float, float | None]:
+    """The log variance two series' engine spreads (log sd, df; df None: known) add to a ratio of
+    their means, with its degrees of freedom (Welch-Satterthwaite; one estimate used for both,
+    the same pair, counts its degrees of freedom once, as the speedup's does)."""
+    if a == b:
+        return 2 * a[0] ** 2, a[1]
+    var = a[0] ** 2 + b[0] ** 2
+    den = sum(sd ** 4 / df for sd, df in (a, b) if sd > 0 and df is not None)
+    return var, (var ** 2 / den if den else None)
+
+
 def _mean(xs) -> float:
     xs = list(xs)
     return sum(xs) / len(xs)
@@ -410,6 +422,10 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
         taus = [p["sd"]["acceptance_length"] for p in s_pts]
         tau = _mean(taus)
         c = k * d.mean / a.mean if d else float("nan")
+        # c's interval: the drafter's and the no-SD series' repeats, each series' engine spread
+        c_lo, c_hi = ((k * v for v in ratio(own["dr"][b], own["ar"][b],
+                                            *_spread_sum(spread["dr"], spread["ar"])).interval())
+                      if d else (float("nan"), float("nan")))
         try:
             spd_other = _mean(tpot(p, other) for p in a_pts) / _mean(tpot(p, other) for p in s_pts)
         except InputError:
@@ -430,6 +446,7 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
                      "speedup_log_se": spd.log_se, "speedup_df": spd.df,
                      "tau": tau, "tau_spread": max(taus) - min(taus),
                      "position_acceptance": pos, "draft_cost": c,
+                     "draft_cost_low": c_lo, "draft_cost_high": c_hi,
                      "te_sweep": te_raw if ok else float("nan"), "te_sweep_raw": te_raw,
                      "te_sweep_low": te_lo, "te_sweep_high": te_hi,
                      "te_sweep_status": status,

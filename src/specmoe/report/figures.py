@@ -424,7 +424,8 @@ def speedup_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
 
 
 def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
-    """df: model, label, batch, draft_cost (drafters served alone only)."""
+    """df: model, label, batch, draft_cost (drafters served alone only), with its 95% interval
+    as error bars where the table gives one (draft_cost_low, draft_cost_high)."""
     df = df[np.isfinite(df["draft_cost"])] if not df.empty else df
     if df.empty:
         return empty("No drafter is served alone in this configuration (EAGLE heads and MTP "
@@ -435,8 +436,7 @@ def draft_cost_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
         g = g.sort_values("batch")
         style = line_style(seen.setdefault(model, 0))
         seen[model] += 1
-        ax.plot(g["batch"], g["draft_cost"], style, color=colors[model], ms=4,
-                label=_label(g))
+        _line(ax, g, "draft_cost", style, colors[model], _label(g))
     _batch_axis(ax, df["batch"])
     ax.set_ylabel("draft cost ratio c", fontsize=8)
     ax.set_ylim(bottom=0)

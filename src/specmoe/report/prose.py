@@ -1353,7 +1353,8 @@ def draft_cost_findings(td: Tables) -> list[str]:
     """The draft-cost curves in words computed from their tables: the step model's synthetic
     drafters (exact computations, so their direction is stated; models of the same dimensions,
     such as a target and its untrained control, in one sentence) and the measured ratio of
-    drafters served alone (numbers only: it has no interval, so no direction is claimed)."""
+    drafters served alone (numbers, with their intervals where the table gives them: no
+    direction is claimed)."""
     out = []
     dr = load(td, "draft_ratio_model")
     if not dr.empty:  # an untrained control has its target's dimensions: its curves are the same
@@ -1369,9 +1370,15 @@ def draft_cost_findings(td: Tables) -> list[str]:
     if not sp.empty and "draft_cost" in sp:
         for run, g in sp[np.isfinite(sp["draft_cost"])].groupby("run", sort=False):
             g = g.sort_values("batch")
+            ends = [(r.get("draft_cost_low", np.nan), r.get("draft_cost_high", np.nan))
+                    for _, r in g.iterrows()]
+            known = [bool(np.isfinite(lo) and np.isfinite(hi)) for lo, hi in ends]
             out.append(f"{run}: measured draft cost ratio " + ", ".join(
-                f"{r['draft_cost']:.2f} at batch {int(r['batch'])}" for _, r in g.iterrows())
-                + " (no interval: no direction is claimed).")
+                f"{r['draft_cost']:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if ok else "")
+                + f" at batch {int(r['batch'])}"
+                for (_, r), (lo, hi), ok in zip(g.iterrows(), ends, known))
+                + (" (95% intervals where both series were repeated; no direction is claimed)."
+                   if any(known) else " (no interval: no direction is claimed)."))
     return out
 
 

@@ -127,7 +127,7 @@ ALT = {
     "speedup_variants": "Line plots: measured speedup against batch size of one model's "
                         "variants (precision), one line each.",
     "draft_cost_vs_batch": "Line plot: measured draft cost ratio of drafters served alone "
-                           "against batch size.",
+                           "against batch size, with 95% intervals where the table gives them.",
     "anchor_overlap": "Line plots, one panel per run: anchor overlap against draft position for "
                       "accepted, first-rejected and after-rejection drafts, with standard "
                       "errors by request and Cohen's d labels.",
