@@ -173,3 +173,26 @@ def test_the_sweep_table_and_its_words_carry_the_draft_cost_interval(tmp_path):
     assert (f"{r['draft_cost']:.2f} [{r['draft_cost_low']:.2f}, {r['draft_cost_high']:.2f}] "
             "at batch 1") in words
     assert "no interval" not in words
+
+
+def test_a_drafter_that_outweighs_its_target_is_named_in_its_panel_not_drawn():
+    """draft_ratio_model gives a left-out ratio's reason in `status`, but the figure looked for
+    draft_cost_status: the fixture's N = 896 drafter of tiny-fine (heavier than its target) had
+    no panel note and kept a legend entry. The panel's note gives the table's reason, and the
+    curve has no line."""
+    frames = figures.figure_frames(in_folder(FIXTURE), FIXTURE_STUDY)
+    fn, df, *args = frames["draft_ratio_model"]
+    fig = fn(df, *args)
+    try:
+        ax = next(a for a in fig.axes if a.get_title() == "tiny-fine, K=3")
+        d = df[(df["model"] == "tiny-fine") & (df["k"] == 3)]
+        heavy = d[d["status"] != "ok"]
+        assert not heavy.empty and heavy["draft_cost_raw"].notna().all()
+        note = " ".join(" ".join(t.get_text().split()) for t in ax.texts)
+        assert "outweighs" in note
+        assert set(heavy["status"]).pop() in note
+        labels = ax.get_legend_handles_labels()[1]
+        assert not set(heavy["synthetic_drafter"]) & set(labels)
+        assert set(d.loc[d["status"] == "ok", "synthetic_drafter"]) <= set(labels)
+    finally:
+        figures.plt.close(fig)

@@ -531,7 +531,8 @@ def test_te_points_of_too_few_windows_or_outside_0_1_are_not_drawn_as_values(tmp
                     assert not pts & flagged, (stem, ax.get_title(), ln.get_label())
         assert {(64, 0.25), (128, 0.25)} <= open_points
         assert not any(y > 1 for _, y in open_points)
-        assert any("left out: not a value, not physical" in t for t in notes), (
+        assert any("left out, not a value: above 1: not physical (te_status" in t
+                   for t in notes), (
             stem, notes)
         assert figures.TOO_FEW_WINDOWS in [t.get_text() for t in fig.legends[0].get_texts()]
         figures.plt.close(fig)

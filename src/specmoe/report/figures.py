@@ -231,13 +231,14 @@ def line_style(i: int, dashes: tuple[str, ...] = DASHES) -> str:
 TOO_FEW_WINDOWS = "open marker: too few windows for the batch size"
 
 
-def _flags(d: pd.DataFrame, y: str) -> tuple[pd.Series, pd.Series]:
+def _flags(d: pd.DataFrame, y: str, status: str | None = None) -> tuple[pd.Series, pd.Series]:
     """Rows whose `y` is not drawn as an ordinary value: those the table flags sample_ok False
-    (the trace has too few windows at that batch size) and those whose <y>_status is not "ok"
-    though a raw value was measured (not a value: report.bounds decided it; this takes
-    precedence). A table without the columns flags nothing."""
+    (the trace has too few windows at that batch size) and those whose status (the `status`
+    column, by default <y>_status) is not "ok" though a raw value <y>_raw was computed (not a
+    value: report.bounds or the table's own rule decided it; this takes precedence). A table
+    without the columns flags nothing."""
     none = pd.Series(False, index=d.index)
-    status, raw = f"{y}_status", f"{y}_raw"
+    status, raw = status or f"{y}_status", f"{y}_raw"
     out = (d[status].ne("ok") & d[raw].astype(float).notna()) if status in d and raw in d \
         else none
     few = d["sample_ok"].eq(False) & ~out if "sample_ok" in d else none
@@ -245,23 +246,28 @@ def _flags(d: pd.DataFrame, y: str) -> tuple[pd.Series, pd.Series]:
 
 
 def _flagged_line(ax, d: pd.DataFrame, y: str, style: str, color, label: str,
-                  ms: float = 4) -> int:
-    """A line of `y` against batch size without its flagged points (_flags): those of too few
-    windows drawn apart as open markers (TOO_FEW_WINDOWS in the legend), those not a value
-    left out; returns how many were left out (for the panel's note)."""
-    few, out = _flags(d, y)
-    _line(ax, d.assign(**{y: d[y].where(~(few | out))}), y, style, color, label, ms)
+                  ms: float = 4, status: str | None = None) -> list[str]:
+    """A line of `y` against batch size without its flagged points (_flags, by the `status`
+    column): those of too few windows drawn apart as open markers (TOO_FEW_WINDOWS in the
+    legend), those not a value left out, a curve with none left not drawn (no legend entry);
+    returns the left-out points' statuses (for the panel's note)."""
+    few, out = _flags(d, y, status)
+    if not out.all():
+        _line(ax, d.assign(**{y: d[y].where(~(few | out))}), y, style, color, label, ms)
     if few.any():
         ax.plot(d.loc[few, "batch"], d.loc[few, y], marker=style[0], ls="none", mfc="none",
                 color=color, ms=ms + 1, label=TOO_FEW_WINDOWS)
-    return int(out.sum())
+    return [str(v) for v in d.loc[out, status or f"{y}_status"]] if out.any() else []
 
 
-def _left_out_note(ax, n: int, y: str) -> None:
-    """The panel's note of how many points were left out as not a value (_flags), and why."""
-    if n:
-        text = (f"{n} point{'s' if n > 1 else ''} left out: not a value, not physical "
-                f"({y}_status; the raw value in {y}_raw)")
+def _left_out_note(ax, reasons: list[str], y: str, status: str | None = None) -> None:
+    """The panel's note of how many points were left out as not a value (_flags), and why: the
+    statuses the table gives them."""
+    if reasons:
+        n = len(reasons)
+        text = (f"{n} point{'s' if n > 1 else ''} left out, not a value: "
+                f"{'; '.join(dict.fromkeys(reasons))} ({status or f'{y}_status'}; the raw "
+                f"value in {y}_raw)")
         ax.text(0.03, 0.03, textwrap.fill(text, 26), transform=ax.transAxes, fontsize=5.5,
                 ha="left", va="bottom", color="#505050", linespacing=1.1,
                 bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1})
@@ -277,7 +283,7 @@ def te_vs_batch(df: pd.DataFrame, colors: dict) -> plt.Figure:
     for ax, run in zip(axes, runs):
         d = df[df["run"] == run]
         c = colors[d["model"].iloc[0]]
-        left_out = 0
+        left_out: list[str] = []
         for i, routing in enumerate(routings):
             g = d[d["routing"] == routing]
             left_out += _flagged_line(ax, g, "te", line_style(i, ROUTING_DASHES), c, routing)
@@ -304,24 +310,27 @@ def _line(ax, df: pd.DataFrame, y: str, style: str, color, label: str, ms: float
 
 
 def curves_by(df: pd.DataFrame, colors: dict, panel: list[str], line: str, y: str, ylabel: str,
-              message: str, ref: float | None = None, vline: str | None = None) -> plt.Figure:
+              message: str, ref: float | None = None, vline: str | None = None,
+              status: str | None = None) -> plt.Figure:
     """One panel per `panel` group with at least two values of `line`, one line style per value
     (colour: the panel's model); `vline`: a column whose value is marked on the batch axis;
-    points flagged sample_ok False drawn open, those whose <y>_status is not "ok" left out with
-    a note (_flagged_line). An explanatory figure where no group has two."""
+    points flagged sample_ok False drawn open, those whose status (the `status` column, by
+    default <y>_status) is not "ok" left out with a note giving it (_flagged_line). An
+    explanatory figure where no group has two."""
     groups = [(k, g) for k, g in df.groupby(panel, sort=False) if g[line].nunique() >= 2]
     if not groups:
         return empty(message)
     fig, axes = _facets(len(groups))
     for ax, (key, g) in zip(axes, groups):
         key = key if isinstance(key, tuple) else (key,)
-        left_out = 0
+        left_out: list[str] = []
         for i, (val, h) in enumerate(g.groupby(line, sort=False)):
             h = h.sort_values("batch")
             model = h["model"].iloc[0]
             left_out += _flagged_line(ax, h, y, line_style(i), colors[model],
-                                      f"{line} {val}" if line in ("K", "k") else str(val))
-        _left_out_note(ax, left_out, y)
+                                      f"{line} {val}" if line in ("K", "k") else str(val),
+                                      status=status)
+        _left_out_note(ax, left_out, y, status)
         if ref is not None:
             ax.axhline(ref, color="grey", lw=0.8, ls=":")
         if vline is not None and vline in g and np.isfinite(g[vline]).any():
@@ -645,7 +654,8 @@ def _cost_frames(td: Tables, tb: pd.DataFrame, colors: dict) -> dict[str, tuple]
     dr = dr[~is_control(dr)]
     out["draft_ratio_model"] = (curves_by, first_run(dr), colors, ["model", "k"],
                                 "synthetic_drafter", "draft_cost", "draft cost ratio c",
-                                "No cost model in this configuration.", None, "ridge_tokens")
+                                "No cost model in this configuration.", None, "ridge_tokens",
+                                "status")
     return out
 
 
