@@ -154,7 +154,8 @@ def test_the_sweep_table_and_its_words_carry_the_draft_cost_interval(tmp_path):
     from specmoe.report.tables import write_table
 
     def series(base, spread=0.05, tau=None):
-        return [{"batch": b, "repeat": i, "tpot_ms": {"mean": t, "p99": t}, "output_throughput": 1.0,
+        return [{"batch": b, "repeat": i, "tpot_ms": {"mean": t, "p99": t},
+                 "output_throughput": 1.0,
                  **({"sd": {"acceptance_length": tau, "per_position_acceptance": [0.5]}}
                     if tau else {})}
                 for b in (1, 4) for i, t in enumerate(base * b ** 0.1 * (1 + spread * e)
@@ -196,3 +197,28 @@ def test_a_drafter_that_outweighs_its_target_is_named_in_its_panel_not_drawn():
         assert set(d.loc[d["status"] == "ok", "synthetic_drafter"]) <= set(labels)
     finally:
         figures.plt.close(fig)
+
+
+def test_the_draft_ratio_captions_state_no_configurable_value_as_fixed():
+    """The draft-ratio captions said 'to 4,096 sequences' and 'Figure 12: 896' (the alt text 'to
+    4096'), though draft_cost.batch_sizes and draft_cost.moe_drafter_experts are configurable:
+    they name the settings, and the schema's defaults appear nowhere but in the study's own
+    Figure 12 (896 experts, a fact of the study)."""
+    import yaml
+
+    from specmoe.report import registry
+    from wf import REPO
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    draft = schema["properties"]["draft_cost"]["properties"]
+    largest, experts = max(draft["batch_sizes"]["default"]), draft["moe_drafter_experts"]["default"]
+    study = "the study's Figure 12 extrapolates one Qwen3-30B layer to 896 experts"
+    texts = {"table": registry.text("draft_ratio_model"),
+             "figure": registry.text("draft_ratio_model", figure=True),
+             "alt": registry.ALT["draft_ratio_model"]}
+    for where, text in texts.items():
+        bare = text.replace(study, "")
+        for value in (largest, experts):
+            assert f"{value:,}" not in bare and str(value) not in bare, (where, value)
+    assert all("draft_cost.batch_sizes" in texts[w] for w in ("table", "figure"))
+    assert "draft_cost.moe_drafter_experts" in texts["table"]

@@ -116,8 +116,8 @@ ALT = {
     "te_by_dataset": "Line plots: target efficiency against batch size, one line per dataset "
                      "of the same model.",
     "draft_ratio_model": "Line plots, one panel per model: the draft cost ratio of the dense "
-                         "and the MoE synthetic drafters against batch size to 4096, with the "
-                         "roofline ridge of the dense drafter marked.",
+                         "and the MoE synthetic drafters against the configured batch sizes, "
+                         "with the roofline ridge of the dense drafter marked.",
     "speedup_vs_batch": "Line plot: measured speedup of speculative decoding against batch "
                         "size with 95% intervals, one line per model, speedup 1 marked.",
     "speedup_by_k": "Line plots, one panel per model: measured speedup against batch size, one "
