@@ -227,7 +227,12 @@ def test_a_written_trace_read_back_gives_the_same_statistics(tmp_path):
     file's one reader is read_trace: its piece-by-piece reader, iter_trace, is gone)."""
     from specmoe.routing.trace import read_trace, write_trace
 
+    from specmoe.routing.trace import status_for
+
     tr = _random_trace(5, 130, 4, 2, 3, requests=40)
+    _, lengths = tr.windows()  # a trace written has acceptance: here every draft accepted
+    tr.columns["accepted"] = np.repeat(lengths - 1, lengths).astype(np.int8)
+    tr.columns["status"] = status_for(tr.columns["position"], tr.columns["accepted"])
     write_trace(tmp_path / "t.parquet", tr)
     whole = window_stats(tr, shuffle_seed=11)
     read = window_stats(read_trace(tmp_path / "t.parquet"), shuffle_seed=11)

@@ -205,3 +205,72 @@ def test_a_trace_routing_a_token_to_one_expert_twice_is_refused():
     tr.experts[5, 1, 1] = tr.experts[5, 1, 0]
     with pytest.raises(TraceError, match="row 5 routes to one expert twice in layer 1"):
         tr.validate()
+
+
+def _window(accepted, status, n_drafts=(2, 2, 2)):
+    """One window of K=2 drafts (request 0, step 4) with the given per-row columns."""
+    from specmoe.routing.trace import Trace
+
+    cols = {"request": np.zeros(3, np.int32), "step": np.full(3, 4, np.int32),
+            "position": np.arange(3, dtype=np.int8), "n_drafts": np.array(n_drafts, np.int8),
+            "accepted": np.array(accepted, np.int8), "status": np.array(status, np.int8),
+            "token_id": np.arange(3, dtype=np.int32)}
+    return Trace(experts=np.array([[[0, 1]], [[1, 2]], [[2, 3]]]), columns=cols, num_experts=4,
+                 k_draft=2)
+
+
+@pytest.mark.parametrize("accepted,status,n_drafts,message", [
+    ([5, 5, 5], [0, 1, 1], [2, 2, 2], r"accepted 5 is outside 0\.\.2, its drafts"),
+    ([-1, -1, -1], [0, 2, 3], [2, 2, 2], r"accepted -1 is outside 0\.\.2, its drafts"),
+    ([1, 1, 1], [0, 3, 3], [2, 2, 2], r"position 1 has status 3 \(after_rejection\), where its "
+                                      r"accepted count 1 gives 1 \(accepted\)"),
+    ([0, 0, 0], [0, 2, 7], [2, 2, 2], r"position 2 has status 7 \(no status\), where its "
+                                      r"accepted count 0 gives 3 \(after_rejection\)"),
+    ([0, 2, 2], [0, 2, 3], [2, 2, 2], r"its rows' accepted counts differ"),
+    ([0, 0, 0], [0, 2, 3], [2, 2, 1], r"its rows' n_drafts differ"),
+])
+def test_a_window_whose_acceptance_cannot_be_is_refused(tmp_path, accepted, status, n_drafts,
+                                                        message):
+    """A K=2 window with 5 accepted drafts (tau 6 > K + 1 in the tables), a status that is not
+    its accepted count's, or counts that change inside the window: the writer let all through."""
+    with pytest.raises(TraceError, match=r"^\S*t\.parquet: the window of request 0 step 4: "
+                                         + message + r" \(1 such window\(s\)\)$"):
+        write_trace(tmp_path / "t.parquet", _window(accepted, status, n_drafts))
+    assert not (tmp_path / "t.parquet").exists()
+    write_trace(tmp_path / "t.parquet", _window([1, 1, 1], [0, 1, 2]))  # what can be is written
+    assert read_trace(tmp_path / "t.parquet").columns["accepted"].tolist() == [1, 1, 1]
+
+
+def test_a_trace_without_accepted_counts_is_refused_in_one_line(tmp_path, small_trace):
+    """acceptance reads the accepted column; a trace without it failed there in a KeyError."""
+    path = tmp_path / "t.parquet"
+    write_trace(path, small_trace)
+    table = pq.read_table(path)
+    pq.write_table(table.drop(["accepted"]).replace_schema_metadata(table.schema.metadata), path)
+    with pytest.raises(TraceError, match=r"t\.parquet: missing column\(s\) accepted$"):
+        read_trace(path)
+    tr = _copy(small_trace)
+    del tr.columns["accepted"]
+    with pytest.raises(TraceError, match=r"^trace: missing column 'accepted'$"):
+        tr.validate()
+
+
+def test_a_broken_window_in_a_large_trace_is_named(small_trace):
+    """The check runs over every window at once: the one window out of 1,200 that is wrong is the
+    one named."""
+    tr = _copy(small_trace)
+    starts, _ = tr.windows()
+    acc = tr.columns["accepted"]
+    row = int(next(s for s in starts[777:] if acc[s] < tr.k_draft))
+    tr.validate()
+    tr.columns["status"][row + 1 + int(acc[row])] = 1  # its rejected draft marked accepted
+    req, step = int(tr.columns["request"][row]), int(tr.columns["step"][row])
+    with pytest.raises(TraceError, match=rf"window of request {req} step {step}: position "
+                                         r"\d has status 1 \(accepted\), where .*\(1 such"):
+        tr.validate()
+
+
+def _copy(tr):
+    """A trace of its own columns (the fixture's is shared by the session)."""
+    return type(tr)(experts=tr.experts.copy(), columns={k: v.copy() for k, v in tr.columns.items()},
+                    num_experts=tr.num_experts, k_draft=tr.k_draft, meta=dict(tr.meta))

@@ -61,6 +61,11 @@ def status_for(position: np.ndarray, accepted: np.ndarray) -> np.ndarray:
     return status
 
 
+def _status_name(code: int) -> str:
+    """A status code as the error messages name it: 2 (first_rejected), 7 (no status)."""
+    return f"{code} ({STATUS[code] if 0 <= code < len(STATUS) else 'no status'})"
+
+
 @dataclass
 class Trace:
     """An in-memory routing trace. `experts` has shape (rows, num_layers, top_k)."""
@@ -118,7 +123,7 @@ class Trace:
                 raise TraceError(f"{source}: row {row} routes to one expert twice in layer "
                                  f"{layer} ({int(twice.sum())} such row-layers): top-k experts "
                                  "are distinct")
-        for name in ("request", "step", "position", "status"):
+        for name in ("request", "step", "position", "accepted", "status"):
             if name not in self.columns:
                 raise TraceError(f"{source}: missing column '{name}'")
             if len(self.columns[name]) != t:
@@ -132,10 +137,45 @@ class Trace:
         if pos.min() < 0 or pos.max() > self.k_draft:
             raise TraceError(f"{source}: window position outside 0..K={self.k_draft}")
         self._check_whole_windows(source)
+        self._check_acceptance(source)
         run_k = (self.meta.get("run") or {}).get("k")
         if run_k is not None and int(run_k) != self.k_draft:  # K is one number: the tables read
             raise TraceError(f"{source}: its run says K={run_k} but its windows K={self.k_draft}")
 
+    def _check_acceptance(self, source: str) -> None:
+        """Each window's acceptance can be: one accepted count (and one n_drafts, where recorded)
+        for all its rows, 0 <= accepted <= its drafts (the window's rows less position 0, which
+        _check_whole_windows holds equal to n_drafts), and each row's status the one status_for
+        gives its position. A window that breaks any is an error naming its request and step
+        (acceptance and the status-split statistics read these columns as they stand)."""
+        starts, lengths = self.windows()
+        window_of = np.repeat(np.arange(len(starts)), lengths)
+        acc = self.columns["accepted"].astype(np.int64)
+        first = acc[starts]
+        problems = [(acc != first[window_of], "its rows' accepted counts differ")]
+        if "n_drafts" in self.columns:
+            nd = self.columns["n_drafts"].astype(np.int64)
+            problems.append((nd != nd[starts][window_of], "its rows' n_drafts differ"))
+        drafts = lengths - 1
+        bad_count = np.repeat((first < 0) | (first > drafts), lengths)
+        problems.append((bad_count, "accepted {acc} is outside 0..{drafts}, its drafts"))
+        status = self.columns["status"].astype(np.int64)
+        want = status_for(self.columns["position"], acc)
+        problems.append((status != want, "position {pos} has status {status}, where its "
+                                          "accepted count {acc} gives {want}"))
+        for bad, what in problems:
+            if not bad.any():
+                continue
+            row = int(np.argmax(bad))
+            w = int(window_of[row])
+            what = what.format(acc=int(acc[row]), drafts=int(drafts[w]),
+                               pos=int(self.columns["position"][row]),
+                               status=_status_name(int(status[row])),
+                               want=_status_name(int(want[row])))
+            raise TraceError(
+                f"{source}: the window of request {int(self.columns['request'][row])} step "
+                f"{int(self.columns['step'][row])}: {what} ({int(np.unique(window_of[bad]).size)} "
+                "such window(s))")
 
     def _check_whole_windows(self, source: str) -> None:
         """Each window is whole: positions 0, 1, ... in a row, as many as the engine scheduled
@@ -284,7 +324,8 @@ def read_trace(path: str | Path, with_weights: bool = False) -> Trace:
     path = Path(path)
     schema = _read_schema(path)
     meta = _parse_meta(path, schema)
-    missing = [c for c in ("request", "step", "position", "status", "experts") if c not in schema.names]
+    missing = [c for c in ("request", "step", "position", "accepted", "status", "experts")
+               if c not in schema.names]
     if missing:
         raise TraceError(f"{path}: missing column(s) {', '.join(missing)}")
     cols = [c for c in schema.names if with_weights or c != "weights"]
