@@ -43,6 +43,38 @@ def test_a_longer_job_runtime_keeps_the_captures_config_hash(tmp_path, monkeypat
     assert config_hash("longer", 60, {**settings, "max_tokens": 32}) != first
 
 
+def test_a_captures_config_hash_tells_its_chat_template_setting(tmp_path, monkeypatch):
+    """A dataset's chat_template setting changes the tokens its prompts become, and with them
+    every window: two captures that differ only there have two config hashes (their hash left
+    prompting out, so a control's target_config_hash could not tell them apart)."""
+    from specmoe.stages.traces import capture_stage
+
+    sent = []
+
+    def child(fn, rows, engine, prompting, *a, **kw):  # the engine's process: what it was given
+        sent.append(prompting)
+        return {"rows": rows, "prompting": prompting}
+
+    _stub_engine(monkeypatch, child)
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    run = {"model": "t", "drafter": "d", "k": 3, "dataset": "tinybench"}
+    settings = {"prompts": 4, "max_tokens": 16, "max_num_seqs": 4}
+    hashes = {}
+    for on in (False, True):
+        out = tmp_path / f"{on}.parquet"
+        capture_stage(Named({"target": str(target), "prompts": []}), Named({"trace": str(out)}),
+                      CaptureParams(job=run, settings=settings, method=None, gpu=False,
+                                    prompts=prompt_table.DEFAULT_SOURCE,
+                                    prompting={"chat_template": {"tinybench": on}}), runtime=60)
+        meta = read_trace(out).meta
+        assert meta["prompting"] == {"chat_template": {"tinybench": on}}
+        hashes[on] = meta["provenance"]["config_hash"]
+    assert sent == [{"chat_template": {"tinybench": False}}, {"chat_template": {"tinybench": True}}]
+    assert hashes[False] != hashes[True]
+
+
 def test_a_longer_job_runtime_keeps_the_controls_config_hash(tmp_path, monkeypatch):
     """specmoe.stages.traces.control_capture_stage likewise: the matched control's trace, read on
     a (synthetic) target's windows, under runtimes of 60 and 120 minutes; the engine's side

@@ -91,11 +91,13 @@ def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None)
                 cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
     # the drafter's checkpoint (its snapshot's commit) and method decide the windows and their
     # acceptance as the target's does its routing: both in the hash and in the record, as a
-    # sweep's points key on them (stages.measure); run names the drafter only
+    # sweep's points key on them (stages.measure); run names the drafter only. prompting (each
+    # dataset's chat_template) decides the prompts' tokens, and so every window
     drafter = {"drafter": model_identity(drafter_dir) if drafter_dir else None,
                "method": params.method}
     write_trace(out, tr, provenance(
-        {"run": run, "capture": params.settings, "prompts": prompts_source, **drafter, **moe},
+        {"run": run, "capture": params.settings, "prompts": prompts_source,
+         "prompting": prompting, **drafter, **moe},
         model=model_provenance(run["model"], target_dir), **drafter, stage="capture",
         engine=engine_label(res.get("vllm")), engine_start=res.get("engine_start")))
 
