@@ -706,3 +706,38 @@ def test_rows_mode_keeps_the_steps_whose_output_is_read_cuda_order_on_cpu(v2_run
         list(sequences.values()))
     assert [len(r) for r in routing] == [len(s) for s in sequences.values()]
     assert info["layers"] == [0, 1]
+
+
+def test_a_capture_after_a_teacher_forced_reading_records_windows(monkeypatch, tmp_path):
+    """teacher_forced_routing sets rows mode for its engine; it left it set, and a later SD capture
+    in the same process (run_each's children run several) recorded rows, which assemble could not
+    read (numpy's KeyError 'step'). Each sets its own mode for its engine, and the reading puts the
+    environment back as it found it, also when the engine fails."""
+    import contextlib
+
+    from specmoe.runtime import engine
+
+    seen = []
+
+    class LLM:
+        def generate(self, *a, **k):
+            seen.append(("teacher-forced", os.environ.get(capture.ENV_MODE)))
+            return []
+
+        def collective_rpc(self, *a, **k):
+            return []
+
+    for name in (capture.ENV, capture.ENV_DIR, capture.ENV_MODE):
+        monkeypatch.delenv(name, raising=False)  # and back as they were after the test
+    monkeypatch.setattr(engine, "open_llm", lambda e, c: contextlib.nullcontext(LLM()))
+    monkeypatch.setattr(capture, "check_version", lambda: None)
+    monkeypatch.setattr(engine, "generate", lambda *a, **k: seen.append(
+        ("capture", os.environ.get(capture.ENV_MODE))) or {})
+    capture.teacher_forced_routing([[1, 2]], {"model": "x"}, str(tmp_path))
+    assert capture.ENV_MODE not in os.environ
+    capture.capture_generate(["p"], 4, {"model": "x"}, str(tmp_path))
+    assert seen == [("teacher-forced", "rows"), ("capture", "windows")]
+    monkeypatch.setattr(LLM, "generate", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        capture.teacher_forced_routing([[1, 2]], {"model": "x"}, str(tmp_path))
+    assert os.environ[capture.ENV_MODE] == "windows"  # as capture_generate left it

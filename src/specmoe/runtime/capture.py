@@ -510,6 +510,7 @@ def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_di
     check_engine_layout(engine)
     os.environ[ENV] = "1"  # inherited by the engine's processes, where the plugin reads it
     os.environ[ENV_DIR] = shard_dir
+    os.environ[ENV_MODE] = "windows"  # whatever an earlier call in this process set
     check_version()
     engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension",
                   per_request_spec_decode_metrics="detailed")
@@ -547,16 +548,24 @@ def teacher_forced_routing(sequences: list[list[int]], engine: dict, shard_dir: 
     check_engine_layout(engine)
     os.environ[ENV] = "1"  # read by the plugin in the engine's processes
     os.environ[ENV_DIR] = shard_dir
+    # rows mode for this engine only: a later capture in this process records windows
+    mode = os.environ.get(ENV_MODE)
     os.environ[ENV_MODE] = "rows"
-    check_version()
-    engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension")
-    with open_llm(engine, clock) as llm:
-        t0 = time.perf_counter()
-        outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in s])
-                             for s in sequences],
-                            SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
-        took = time.perf_counter() - t0
-        shards = [p for p in llm.collective_rpc("specmoe_flush") if p]
+    try:
+        check_version()
+        engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension")
+        with open_llm(engine, clock) as llm:
+            t0 = time.perf_counter()
+            outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in s])
+                                 for s in sequences],
+                                SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
+            took = time.perf_counter() - t0
+            shards = [p for p in llm.collective_rpc("specmoe_flush") if p]
+    finally:
+        if mode is None:
+            os.environ.pop(ENV_MODE, None)
+        else:
+            os.environ[ENV_MODE] = mode
     # the engine's start (vLLM's import to ready), as capture_generate's result records it
     return {"shards": shards, "request_ids": [o.request_id for o in outs], "generate_s": took,
             "startup_s": t0 - clock.t0, "engine_start": clock.summary()}
