@@ -71,6 +71,8 @@ def test_accepted_counts_equal_vllm_per_step_accepted(captured):
     for i, r in enumerate(res["requests"]):
         m = (tr.columns["request"] == i) & (tr.columns["position"] == 0) & (tr.columns["n_drafts"] > 0)
         assert m.sum() == len(r["per_step_accepted"])
+        # and vLLM's drafted count per step is each window's drafts
+        assert tr.columns["n_drafts"][m].tolist() == r["per_step_drafted"]
 
 
 def test_the_engine_starts_in_one_process_timed_by_phase(captured):
@@ -206,6 +208,7 @@ def test_an_unfilled_routing_slot_is_an_error_naming_step_and_layer(tmp_path):
              capture_s=0.0, preempted=np.array([], dtype=str))
     # the windows commit rows 0, 1 (position 0, one accepted draft), then 4, 5, 6; then a bonus
     res = {"shards": [str(shard)], "requests": [{"request_id": "r0", "per_step_accepted": [1, 2],
+                                                 "per_step_drafted": [3, 3],
                                                  "token_ids": [0, 1, 4, 5, 6, 99]}]}
     run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
     with pytest.raises(SpecmoeError, match=r"step 1, position 2, layer 7 \(1 slot"):

@@ -141,6 +141,7 @@ def _fake_v2_sample_tokens(self, grammar_output):
         fake.outputs[r] = ([] if batch.is_prefilling_np[i] else fake.outputs.get(r, [])) + tokens
         if d:
             fake.per_step.setdefault(r, []).append(accepted)
+            fake.drafted.setdefault(r, []).append(d)
         sampled.append(tokens)
     return _AsyncOutput(ModelRunnerOutput(
         req_ids=list(batch.req_ids),
@@ -218,7 +219,7 @@ def v2_runner(monkeypatch):
             adaptive_verification=None, rejection_sampler=None, kv_block_zeroer=None,
             kv_connector=NO_OP_KV_CONNECTOR, model_state=SimpleNamespace(),
             fake=SimpleNamespace(requests={}, step=0, calls=[], accepted={}, batches={},
-                                 outputs={}, per_step={}))
+                                 outputs={}, per_step={}, drafted={}))
         _load(runner, range(LAYERS))
         yield runner
     finally:
@@ -302,8 +303,8 @@ def _check_windows_carry_their_own_step(runner, decode_steps: int, n_requests: i
         assert accepted == runner.fake.accepted[(made_by, r)], (r, step)
     assert sorted(rec.step_of.values()) == [decode_steps] * n_requests
     fake, shard = runner.fake, rec.flush(str(tmp_path))
-    requests = [{"request_id": r, "token_ids": out, "per_step_accepted": fake.per_step[r]}
-                for r, out in fake.outputs.items()]
+    requests = [{"request_id": r, "token_ids": out, "per_step_accepted": fake.per_step[r],
+                 "per_step_drafted": fake.drafted[r]} for r, out in fake.outputs.items()]
     tr = capture.assemble({"shards": [shard], "requests": requests},
                           [Prompt(r, "x", "c", "text") for r in fake.outputs],
                           {"model": "t", "drafter": "d", "k": K, "dataset": "x"}, K)
@@ -360,9 +361,10 @@ def _window_tokens(accepted) -> tuple[np.ndarray, list[int]]:
     return token_id, list(range(c + 1))
 
 
-def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None, token_id=None, preempted=()):
+def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None, token_id=None, preempted=(),
+              vllm_drafted=None):
     """A shard as the recorder writes it (windows of K drafts of one request, 2 layers), by
-    default with the tokens of _window_tokens."""
+    default with the tokens of _window_tokens; vLLM's drafted counts K per step by default."""
     from specmoe.sources.prompts import Prompt
 
     n = len(accepted)
@@ -376,6 +378,8 @@ def _assemble(tmp_path, accepted, vllm_accepted, token_ids=None, token_id=None, 
              capture_s=0.0, runner="v2", async_scheduling=True,
              preempted=np.array(preempted, dtype=str))
     request = {"request_id": "r0", "per_step_accepted": vllm_accepted,
+               "per_step_drafted": [K] * len(vllm_accepted) if vllm_drafted is None
+               else vllm_drafted,
                "token_ids": own_output if token_ids is None else token_ids}
     run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
     return capture.assemble({"shards": [str(shard)], "requests": [request]},
@@ -394,6 +398,22 @@ def test_accepted_counts_unlike_vllms_stop_the_capture(tmp_path):
     tr = _assemble(tmp_path, [1, 2, 0], [1, 2, 0])
     assert tr.meta["capture"]["accepted_crosscheck"] == {"steps": 3, "mismatches": 0}
     assert (tr.meta["capture"]["runner"], tr.meta["capture"]["async_scheduling"]) == ("v2", True)
+
+
+def test_drafted_counts_unlike_vllms_stop_the_capture(tmp_path):
+    """The windows' drafts (n_drafts, the rows the recorder laid out per window) against vLLM's
+    per_step_drafted, step by step: the field was collected and never read, so a window laid out
+    with another step's number of drafts went through."""
+    with pytest.raises(SpecmoeError, match=r"^routing capture: request 0 \(r0\), step 1 \(verify "
+                                           rf"step 1\): a window of {K} drafts captured, vLLM "
+                                           r"counted 2 drafts"):
+        _assemble(tmp_path, [1, 2, 0], [1, 2, 0], vllm_drafted=[K, 2, K])
+    with pytest.raises(SpecmoeError, match=r"^routing capture: request 0 \(r0\): vLLM's per-step "
+                                           r"counts disagree: 3 steps' accepted drafts "
+                                           r"\(per_step_accepted\), 0 steps' drafts"):
+        _assemble(tmp_path, [1, 2, 0], [1, 2, 0], vllm_drafted=[])
+    tr = _assemble(tmp_path, [1, 2, 0], [1, 2, 0], vllm_drafted=[K, K, K])
+    assert tr.meta["capture"]["accepted_crosscheck"] == {"steps": 3, "mismatches": 0}
 
 
 def test_a_step_run_after_its_request_finished_is_no_window(tmp_path):
@@ -485,7 +505,7 @@ def test_a_layer_whose_router_does_not_report_leaves_unfilled_slots_not_the_last
     _v1_step(runner, [99, 11, 12, 13], routed, [4, 5], [11, 50])
     result = {"shards": [runner._specmoe.flush(str(tmp_path))],
               "requests": [{"request_id": "0", "token_ids": [7, 8, 99, 11, 50],
-                            "per_step_accepted": [1, 1]}]}
+                            "per_step_accepted": [1, 1], "per_step_drafted": [K, K]}]}
     run = {"model": "t", "drafter": "d", "k": K, "dataset": "x"}
 
     def assemble():
@@ -517,7 +537,8 @@ def _v1_capture(runner, tmp_path, routed, mode="windows"):
                                                   [[7, 8, 9, 10, 99, 11, 12, 13]])
         return routing[0], info
     result = {"shards": [shard], "requests": [{"request_id": "0", "token_ids": [7, 8, 99, 11, 50],
-                                               "per_step_accepted": [1, 1]}]}
+                                               "per_step_accepted": [1, 1],
+                                               "per_step_drafted": [K, K]}]}
     tr = capture.assemble(result, [Prompt("p0", "x", "c", "text")],
                           {"model": "t", "drafter": "d", "k": K, "dataset": "x"}, K)
     return tr.experts, tr.meta["capture"]
@@ -673,7 +694,8 @@ def test_the_recorder_counts_resumed_requests_as_vllms_scheduler_sends_them(v2_r
     from specmoe.sources.prompts import Prompt
 
     request = {"request_id": "r0", "token_ids": runner.fake.outputs["r0"],
-               "per_step_accepted": runner.fake.per_step["r0"]}
+               "per_step_accepted": runner.fake.per_step["r0"],
+               "per_step_drafted": runner.fake.drafted["r0"]}
     with pytest.raises(SpecmoeError, match=PREEMPTED):
         capture.assemble({"shards": [rec.flush(str(tmp_path))], "requests": [request]},
                          [Prompt("p0", "x", "c", "text")],

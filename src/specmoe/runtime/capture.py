@@ -685,6 +685,7 @@ def assemble(result: dict, prompts: list, run: dict, k_draft: int) -> "Trace":
         # the layers routed (every MoE layer the recorder was bound to, shard_layers)
         "layers": layers, "bound_layers": bound,
         "capture_s": float(sum(s["capture_s"] for s in shards)),
+        # each verify step's accepted and drafted counts equal vLLM's (_crosscheck)
         "accepted_crosscheck": {"steps": checked, "mismatches": 0},
         # which model runner recorded, and whether async scheduling was on (None: not in the shard)
         **{key: (kind(shards[0][key]) if key in shards[0].files else None)
@@ -746,16 +747,36 @@ def _check_committed(requests, columns: dict) -> None:
 
 
 def _crosscheck(requests, request, step, n_drafts, accepted) -> int:
-    """Our accepted counts against vLLM's per_step_accepted (its verify steps, in order); the first
-    difference stops the capture. Returns the number of steps checked."""
+    """Our windows against vLLM's own count of each request's verify steps, in order: its
+    per_step_accepted (accepted drafts) and per_step_drafted (drafts verified); the first
+    difference stops the capture. Returns the number of steps checked.
+
+    vLLM's scheduler (Scheduler.update_from_output) counts a step of a request that had drafts
+    scheduled (scheduled_spec_decode_tokens, the dict whose lengths the recorder keeps as
+    n_drafts; under async scheduling its entries are placeholders, one per draft, counted alike)
+    and sampled tokens, unless the request had finished: the windows checked are those inside
+    their request (assemble's live ones) that had drafts. Its drafted count leaves out drafts a
+    grammar invalidated (num_invalid_spec_tokens; structured output, which a capture does not
+    ask for); the window still verifies them, and a difference stops the capture here."""
     checked = 0
     for i, r in enumerate(requests):
         ref = list(r.get("per_step_accepted") or [])
+        ref_drafted = list(r.get("per_step_drafted") or [])
+        name = f"request {i} ({r.get('request_id', i)})"
+        if len(ref_drafted) != len(ref):
+            raise SpecmoeError(f"routing capture: {name}: vLLM's per-step counts disagree: "
+                               f"{len(ref)} steps' accepted drafts (per_step_accepted), "
+                               f"{len(ref_drafted)} steps' drafts (per_step_drafted)")
         m = (request == i) & (n_drafts > 0)
         order = np.argsort(step[m], kind="stable")
         ours, steps = accepted[m][order].tolist(), step[m][order].tolist()
-        name = f"request {i} ({r.get('request_id', i)})"
-        for j, (s, a, b) in enumerate(zip(steps, ours, ref)):
+        drafted = n_drafts[m][order].tolist()
+        for j, (s, a, b, d, e) in enumerate(zip(steps, ours, ref, drafted, ref_drafted)):
+            if d != e:
+                raise SpecmoeError(
+                    f"routing capture: {name}, step {s} (verify step {j}): a window of {d} "
+                    f"drafts captured, vLLM counted {e} drafts: windows and vLLM's steps are not "
+                    "of one step")
             if a != b:
                 raise SpecmoeError(
                     f"routing capture: {name}, step {s} (verify step {j}): {a} accepted drafts "

@@ -86,9 +86,10 @@ def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     logger.info("engine start: %s", describe(res.get("engine_start")))
     tr.meta["prompting"] = fit
     cap = tr.meta["capture"]
-    logger.info("captured %d windows (%d short), %d rows; accepted cross-check: %d mismatches "
-                "in %d steps", cap["windows"], cap["short_windows"], len(tr),
-                cap["accepted_crosscheck"]["mismatches"], cap["accepted_crosscheck"]["steps"])
+    logger.info("captured %d windows (%d short), %d rows; cross-check with vLLM's per-step "
+                "accepted and drafted counts: %d mismatches in %d steps", cap["windows"],
+                cap["short_windows"], len(tr), cap["accepted_crosscheck"]["mismatches"],
+                cap["accepted_crosscheck"]["steps"])
     # the drafter's checkpoint (its snapshot's commit) and method decide the windows and their
     # acceptance as the target's does its routing: both in the hash and in the record, as a
     # sweep's points key on them (stages.measure); run names the drafter only. prompting (each
