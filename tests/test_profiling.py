@@ -943,6 +943,11 @@ def moe_blocks_per_target_step(path, label_name: str = MOE_BLOCK) -> list[int]:
             for t in evs if t["name"].startswith(TARGET + "|")]
 
 
+# two pairs of engine starts at batch 2, a prompt set of its own for each (profile_calls)
+PAIR_PROMPTS = ["the cat sat on the mat", "a dog ran in the park", "the sun rose over the hill",
+                "rain fell on the old roof"]
+
+
 @pytest.fixture(scope="module")
 def shrunk_profiles(tmp_path_factory, shrunk_tokenizer) -> dict:
     """Every architecture's decode and verify engines profiled (kernelprof.profile_calls), the
@@ -957,10 +962,11 @@ def shrunk_profiles(tmp_path_factory, shrunk_tokenizer) -> dict:
     for arch in ARCHS:
         root = roots[arch] = tmp_path_factory.mktemp(arch)
         served_pair(arch, root, shrunk_tokenizer)
+        # the first pair of starts only (profiling takes at least two; one shows the labels)
         calls += [(profile_generate, *c) for c in profile_calls(
-            root / "t", root / "d", 3, [2], ["the cat sat on the mat"] * 4, 16,
+            root / "t", root / "d", 3, [2], PAIR_PROMPTS, 16,
             {"dtype": DTYPE[arch], "kv_cache_mib": 128, "extra": {"load_format": "dummy"}},
-            root / "traces", engines=1)]
+            root / "traces", engines=2)[:2]]
     outcomes = run_each(each_or_error, calls, timeout=600)
     return {arch: (roots[arch], outcomes[2 * i:2 * i + 2]) for i, arch in enumerate(ARCHS)}
 
@@ -1035,3 +1041,33 @@ def test_one_level_moves_the_sweeps_and_the_profiles_intervals():
     assert got[2] == pytest.approx([point * np.exp(-half), point * np.exp(half)])
     wide = sweep.mean_interval(xs)  # this process: the shared default, 95%
     assert wide[0] < got[0][0] < got[0][1] < wide[1]
+
+
+def _pair_dirs(root):
+    """A target and a drafter directory that profile_calls' input checks take (a config.json and
+    one tokenizer.json shared by both): no engine starts here."""
+    import json
+
+    for name in ("t", "d"):
+        (root / name).mkdir()
+        (root / name / "config.json").write_text("{}")
+        (root / name / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0},
+                                                                          "merges": []}}))
+    return root / "t", root / "d"
+
+
+def test_one_engine_start_of_each_kind_is_refused(tmp_path):
+    """profile_calls defaulted engines to 3, the schema's default repeated, and refused only
+    fewer than one start, where the schema's minimum is 2: one start gave every interval over
+    the starts as (point, nan, nan) without a word."""
+    from specmoe.errors import InputError
+    from specmoe.runtime.kernelprof import profile_calls
+
+    t, d = _pair_dirs(tmp_path)
+    texts = [f"prompt {i}" for i in range(8)]
+    with pytest.raises(InputError, match="at least 2 engine starts"):
+        profile_calls(t, d, 3, [1], texts, 8, {}, tmp_path / "traces", engines=1)
+    with pytest.raises(TypeError):  # no default of its own: the caller passes the configured one
+        profile_calls(t, d, 3, [1], texts, 8, {}, tmp_path / "traces")
+    assert len(profile_calls(t, d, 3, [1], texts, 8, {}, tmp_path / "traces", engines=2)) == 4
+

@@ -323,11 +323,11 @@ def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) 
 
 
 def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
-                  max_tokens: int, engine_opts: dict, trace_dir, engines: int = 3,
+                  max_tokens: int, engine_opts: dict, trace_dir, engines: int,
                   log_path: str | None = None, timeout: float = 1800) -> dict:
     """Decode (no SD) and verify (SD, K drafts) profiles at each batch size on `engines` engine
-    starts of each, decode and verify alternating (ABAB: a drift of the machine spreads over
-    both); each pair of starts compared, the values with their intervals over the starts."""
+    starts of each (profiling.engines, the configured count), decode and verify alternating
+    (ABAB: a drift of the machine spreads over both); each pair of starts compared, the values with their intervals over the starts."""
     from .engine import run_each
 
     calls = profile_calls(target_dir, drafter_dir, k, batches, texts, max_tokens, engine_opts,
@@ -337,7 +337,7 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
 
 
 def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
-                  max_tokens: int, engine_opts: dict, trace_dir, engines: int = 3) -> list[tuple]:
+                  max_tokens: int, engine_opts: dict, trace_dir, engines: int) -> list[tuple]:
     """profile_generate's arguments for each engine start: the decode engine (no SD) and the
     verify engine (SD, K drafts) in turn, `engines` times, their trace folders made under
     trace_dir (decode/e0, verify/e0, decode/e1, ...). A separate draft model's profile runs the
@@ -348,8 +348,9 @@ def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: li
     check_inputs(target_dir, drafter_dir, k)
     if max(batches) > len(texts):
         raise InputError(f"profiling batch {max(batches)} needs that many prompts (have {len(texts)})")
-    if engines < 1:
-        raise InputError(f"profiling needs at least one engine start of each kind (got {engines})")
+    if engines < 2:
+        raise InputError(f"profiling needs at least 2 engine starts of each kind, its intervals "
+                         f"are over them (got {engines})")
     by_batch = {b: texts[:b] for b in batches}
     trace_dir = Path(trace_dir)
     spec = drafter_spec(drafter_dir)
