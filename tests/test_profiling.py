@@ -1071,3 +1071,65 @@ def test_one_engine_start_of_each_kind_is_refused(tmp_path):
         profile_calls(t, d, 3, [1], texts, 8, {}, tmp_path / "traces")
     assert len(profile_calls(t, d, 3, [1], texts, 8, {}, tmp_path / "traces", engines=2)) == 4
 
+
+def test_each_engine_start_profiles_prompts_of_its_own(tmp_path):
+    """Every engine start profiled the same first B prompts (greedy decoding: the same tokens,
+    the same routing), so at batch 1 the profile was one prompt while TE, f, S_moe and c carried
+    intervals over the starts as if they were independent. Now each decode/verify pair of starts
+    has prompts of its own at each batch size, the two starts of a pair the same ones."""
+    from specmoe.errors import InputError
+    from specmoe.runtime.kernelprof import profile_calls
+
+    t, d = _pair_dirs(tmp_path)
+    texts = [f"prompt {i}" for i in range(12)]
+    calls = profile_calls(t, d, 3, [1, 4], texts, 8, {}, tmp_path / "traces", engines=3)
+    by_start = [c[0] for c in calls]                     # decode e0, verify e0, decode e1, ...
+    for b in (1, 4):
+        pairs = [(by_start[2 * e][b], by_start[2 * e + 1][b]) for e in range(3)]
+        assert all(dec == ver and len(dec) == b for dec, ver in pairs)  # one pair: one set
+        seen = [p for dec, _ in pairs for p in dec]
+        assert len(set(seen)) == len(seen) == 3 * b    # no prompt in two pairs
+    with pytest.raises(InputError, match="12 distinct prompts"):
+        profile_calls(t, d, 3, [1, 4], texts[:11], 8, {}, tmp_path / "traces", engines=3)
+    with pytest.raises(InputError, match="12 distinct prompts"):
+        profile_calls(t, d, 3, [1, 4], texts[:6] * 2, 8, {}, tmp_path / "traces", engines=3)
+
+
+def test_the_profile_stage_gives_each_pair_of_starts_its_own_prompts(tmp_path, monkeypatch):
+    """profile_stage scheduled max(batch_sizes) prompts, all any start could run; now it
+    schedules engines x that many, and the pairs' prompts reach the engines distinct (run_each
+    replaced by a recorder of its calls: no engine starts)."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import ProfileParams
+    from specmoe.runtime import engine, tiny
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import profile_stage
+
+    ckpt = tmp_path / "t"
+    tiny.train_tokenizer(tiny.corpus_files(False, 10)[:30], 300, ckpt)
+    (ckpt / "config.json").write_text("{}")
+    got = []
+
+    class Stop(Exception):
+        pass
+
+    def run_each(fn, calls, **kw):
+        got.extend(calls)
+        raise Stop
+
+    monkeypatch.setattr(engine, "run_each", run_each)
+    prof = {"batch_sizes": [1, 4], "max_tokens": 8, "engines": 3, "startup_timeout_s": 7200,
+            "timeout_s": 600}
+    with pytest.raises(Stop):
+        profile_stage(Named({"target": str(ckpt), "drafter": str(ckpt), "prompts": []}),
+                      Named({"json": str(tmp_path / "p.json"), "traces": str(tmp_path / "tr")}),
+                      ProfileParams(job={"model": "t", "drafter": "d", "k": 3,
+                                         "dataset": "tinybench"}, settings=prof, method=None,
+                                    gpu=False, prompts=prompt_table.DEFAULT_SOURCE,
+                                    prompting={}), runtime=60)
+    assert len(got) == 6
+    for b in (1, 4):
+        sets = [tuple(c[0][b]) for c in got]
+        assert sets[0::2] == sets[1::2]                          # a pair: one prompt set
+        flat = [p for s in sets[0::2] for p in s]
+        assert len(set(flat)) == len(flat) == 3 * b              # pairs: none shared

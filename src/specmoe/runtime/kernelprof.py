@@ -327,7 +327,9 @@ def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                   log_path: str | None = None, timeout: float = 1800) -> dict:
     """Decode (no SD) and verify (SD, K drafts) profiles at each batch size on `engines` engine
     starts of each (profiling.engines, the configured count), decode and verify alternating
-    (ABAB: a drift of the machine spreads over both); each pair of starts compared, the values with their intervals over the starts."""
+    (ABAB: a drift of the machine spreads over both), each pair on prompts of its own
+    (profile_calls); each pair of starts compared, the values with their intervals over the
+    starts."""
     from .engine import run_each
 
     calls = profile_calls(target_dir, drafter_dir, k, batches, texts, max_tokens, engine_opts,
@@ -340,18 +342,24 @@ def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: li
                   max_tokens: int, engine_opts: dict, trace_dir, engines: int) -> list[tuple]:
     """profile_generate's arguments for each engine start: the decode engine (no SD) and the
     verify engine (SD, K drafts) in turn, `engines` times, their trace folders made under
-    trace_dir (decode/e0, verify/e0, decode/e1, ...). A separate draft model's profile runs the
+    trace_dir (decode/e0, verify/e0, decode/e1, ...). Pair e (its decode and its verify start)
+    profiles batch size B on prompts texts[e*B:(e+1)*B] of its own, the same in both of its
+    starts: greedy decoding gives one prompt the same tokens and routing in every start, so
+    starts on the same prompts would be one measurement repeated, not the independent units
+    their intervals count; texts needs engines x the largest batch size distinct prompts (the
+    first that many are used). A separate draft model's profile runs the
     model runner its sweeps run (engine_kwargs draft_model_series: V1 on CUDA, where vLLM
     picked Model Runner V2 for the profile and its sweeps ran V1), both of its engines."""
     from .engine import check_inputs, drafter_spec, engine_kwargs
 
     check_inputs(target_dir, drafter_dir, k)
-    if max(batches) > len(texts):
-        raise InputError(f"profiling batch {max(batches)} needs that many prompts (have {len(texts)})")
     if engines < 2:
         raise InputError(f"profiling needs at least 2 engine starts of each kind, its intervals "
                          f"are over them (got {engines})")
-    by_batch = {b: texts[:b] for b in batches}
+    need = engines * max(batches)
+    if len(set(texts[:need])) < need:
+        raise InputError(f"profiling {engines} engine starts at batch {max(batches)} needs {need} "
+                         f"distinct prompts, one set per start (have {len(set(texts[:need]))})")
     trace_dir = Path(trace_dir)
     spec = drafter_spec(drafter_dir)
     draft_model_series = spec is not None and spec["method"] == "draft_model"
@@ -363,7 +371,8 @@ def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: li
             engine = engine_kwargs(target_dir, drafter, k if drafter else None,
                                    max_num_seqs=max(batches),
                                    draft_model_series=draft_model_series, **engine_opts)
-            calls.append((by_batch, max_tokens, engine, str(d)))
+            calls.append(({b: texts[e * b:(e + 1) * b] for b in batches}, max_tokens, engine,
+                          str(d)))
     return calls
 
 

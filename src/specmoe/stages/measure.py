@@ -211,7 +211,9 @@ def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None)
                                prompting, int(prof_cfg["max_tokens"]) + k + 1,
                                f"profile of {run['model']}")
     batches = [int(b) for b in prof_cfg["batch_sizes"]]
-    rows = prompt_table.schedule(rows, max(batches))
+    # a prompt set of its own for each decode/verify pair of engine starts (the starts are the
+    # intervals' independent unit: kernelprof.profile_calls, which refuses a set too small)
+    rows = prompt_table.schedule(rows, int(prof_cfg["engines"]) * max(batches))
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()
     res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
