@@ -90,8 +90,9 @@ def test_three_step_correction():
 def test_the_three_step_correction_over_starts_is_the_starts_mean_of_each_starts_step():
     """A profiled step's TE is the starts' geometric mean of each start's TE at that step, with
     its interval over the starts (profiling.over_starts); its f, S_moe, S_dense are geometric
-    means too, so the TE is not the formula of them; delta and gap_closed follow the TEs."""
-    from specmoe.measured.profiling import over_starts
+    means too (f, a share, on the logit scale), so the TE is not the formula of them; delta and
+    gap_closed follow the TEs."""
+    from specmoe.measured.profiling import over_starts, share_over_starts
 
     f, s_moe, s_dense = [0.30, 0.33, 0.36], [1.5, 1.6, 1.7], [0.95, 1.0, 1.05]
     out = cm.three_step_correction_over_starts(0.667, 2.4, f, s_moe, s_dense, measured=0.85)
@@ -105,6 +106,8 @@ def test_the_three_step_correction_over_starts_is_the_starts_mean_of_each_starts
         assert s["delta"] == s["te"] - steps[j - 1]["te"]
         assert s["gap_closed"] == s["delta"] / (0.85 - steps[0]["te"])
     assert steps[2]["s_moe"] == over_starts(s_moe)[0] and steps[1]["s_moe"] == 2.4
+    # f, a share, is the profile's: its mean on the logit scale (profiling.share_over_starts)
+    assert all(s["f"] == share_over_starts(f)[0] for s in steps[1:])
     assert steps[3]["s_dense"] == over_starts(s_dense)[0] and steps[2]["s_dense"] == 1.0
     assert out["total_gap_closed"] == pytest.approx(sum(s["gap_closed"] for s in steps[1:]))
     with pytest.raises(InputError, match="one f, S_moe and S_dense per start"):

@@ -1133,3 +1133,44 @@ def test_the_profile_stage_gives_each_pair_of_starts_its_own_prompts(tmp_path, m
         assert sets[0::2] == sets[1::2]                          # a pair: one prompt set
         flat = [p for s in sets[0::2] for p in s]
         assert len(set(flat)) == len(flat) == 3 * b              # pairs: none shared
+
+
+def _starts(pairs):
+    """compare_starts' input: per start, decode and verify events of (MoE, other) microseconds."""
+    from specmoe.measured.profiling import Event
+
+    def ev(moe, other):
+        return [Event("fused_moe_kernel", float(moe)), Event("_C::rms_norm", float(other))]
+
+    return [(ev(*d), ev(*v)) for d, v in pairs]
+
+
+def test_the_moe_share_and_its_interval_stay_inside_0_and_1():
+    """The MoE share's interval was taken on the log scale, which has no upper limit: per-start
+    shares 0.9, 0.99 and 0.6 gave 0.812 [0.419, 1.571], printed as '0.81 [0.42, 1.57] of time',
+    while the three-step correction called the same share not identified (its interval past 1).
+    On the logit scale it stays inside (0, 1), te_three_ways passes it through the bounds as the
+    correction does, and both tables then hold the same identified f."""
+    from specmoe.measured.profiling import compare_starts
+    from specmoe.report.measured import correction_rows, te_three_ways_row
+
+    out = compare_starts(_starts([((90, 10), (180, 30)), ((99, 1), (198, 3)),
+                                  ((60, 40), (120, 60))]))
+    assert out["moe_time_share_per_start"] == pytest.approx([0.9, 0.99, 0.6])
+    lo, f, hi = (out[f"moe_time_share{e}"] for e in ("_low", "", "_high"))
+    assert 0 < lo <= f <= hi < 1
+    b = {**out, "batch": 1, "te_profiled": 0.7, "draft_cost_profiled": 0.1, "device": "cpu"}
+    row = te_three_ways_row({"model": "m"}, b, None, None, float("nan"))
+    assert row["moe_time_share_status"] == "ok"
+    assert (row["moe_time_share_low"], row["moe_time_share"], row["moe_time_share_high"]) == (
+        lo, f, hi)
+    steps = correction_rows({"model": "m"}, b, None, {"moe_weight_share": 0.667,
+                                                       "unique_ratio": 2.4})
+    assert all(s["f_status"] == "ok" for s in steps[1:])
+    assert steps[1]["f"] == pytest.approx(f) and steps[1]["f_high"] == hi
+    # a profile from before the share had an interval: bounded by its point, as the correction
+    # bounds it, its interval columns empty
+    old = {k: v for k, v in b.items() if not k.startswith("moe_time_share_")}
+    row = te_three_ways_row({"model": "m"}, old, None, None, float("nan"))
+    assert row["moe_time_share"] == f and row["moe_time_share_status"] == "ok"
+    assert math.isnan(row["moe_time_share_low"]) and math.isnan(row["moe_time_share_raw_high"])

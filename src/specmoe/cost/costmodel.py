@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from ..errors import InputError
-from ..measured.profiling import over_starts
+from ..measured.profiling import over_starts, share_over_starts
 from ..routing.unique import check_nk
 
 MIB = 2**20
@@ -285,7 +285,8 @@ def three_step_correction_over_starts(moe_weight_share: float, unique_ratio: flo
     value per start, in the same order). A step's te is the starts' geometric mean of each
     start's TE at that step (three_step_correction of that start), with its 95% interval over
     the starts (te_low, te_high), both as profiling.over_starts gives them; its f, s_moe and
-    s_dense are the starts' geometric means of the values it takes measured (the weight
+    s_dense are the starts' means of the values it takes measured (f's on the logit scale,
+    profiling.share_over_starts, the ratios' geometric) (the weight
     model's where it does not), so te is not te_time_share of those columns (a mean of
     1 / ((1 - f) S_dense + f S_moe) is not that of the means). The weight baseline takes
     nothing measured: its TE is the weight model's, with no interval. delta and gap_closed
@@ -296,8 +297,8 @@ def three_step_correction_over_starts(moe_weight_share: float, unique_ratio: flo
                          f"S_dense per start (got {len(moe_time_share)}, {len(moe_time_ratio)}, "
                          f"{len(dense_time_ratio)})")
     starts = [three_step_correction(moe_weight_share, unique_ratio, *p)["steps"] for p in per]
-    mean = {k: over_starts(v)[0] for k, v in (("f", moe_time_share), ("s_moe", moe_time_ratio),
-                                               ("s_dense", dense_time_ratio))}
+    mean = {"f": share_over_starts(moe_time_share)[0],  # as the profile's f (compare_starts)
+            "s_moe": over_starts(moe_time_ratio)[0], "s_dense": over_starts(dense_time_ratio)[0]}
     base = starts[0][0]  # the weight baseline: the same in every start, nothing measured in it
     steps = [{**{k: base[k] for k in ("name", "f", "s_moe", "s_dense", "te")},
               "te_low": None, "te_high": None}]

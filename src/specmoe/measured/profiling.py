@@ -98,19 +98,27 @@ def compare(decode: list[Event], verify: list[Event]) -> dict:
             "te_profiled": td / tv}
 
 
+def _t_half(z: np.ndarray) -> float:
+    """Half the width of the 95% t interval (starts - 1 degrees of freedom) of z's mean."""
+    from scipy import stats
+
+    from ..routing import bootstrap
+
+    # the one level of every interval (routing.bootstrap)
+    return float(stats.t.ppf((1 + bootstrap.LEVEL) / 2, len(z) - 1) * z.std(ddof=1)
+                 / np.sqrt(len(z)))
+
+
 def over_starts(per_start: list[float]) -> tuple[float, float, float]:
     """(point, low, high) of a positive ratio measured once per engine start (TE, a class's
-    verify/decode ratio, the MoE share, the draft cost): the point is the starts' geometric mean
+    verify/decode ratio, the draft cost): the point is the starts' geometric mean
     (exp of the mean log), the 95% interval around it t with (starts - 1) degrees of freedom on
     the log scale, so the point is the estimator whose spread the interval takes. The starts are
     the independent unit: the steps of one start share its state (two runs' single-start TE
     intervals, from its steps, were disjoint at batch 4: 0.50 [0.44, 0.56] and 0.80 [0.70,
     0.91]); pooling their steps weighted a start by its step count, outside the interval's
-    model. NaN interval with fewer than two starts; all NaN where a value is not > 0."""
-    from scipy import stats
-
-    from ..routing import bootstrap
-
+    model. NaN interval with fewer than two starts; all NaN where a value is not > 0. A share,
+    which cannot pass 1, takes share_over_starts."""
     x = np.asarray(per_start, dtype=float)
     if not len(x) or not np.all(np.isfinite(x)) or not np.all(x > 0):
         return float("nan"), float("nan"), float("nan")
@@ -118,20 +126,47 @@ def over_starts(per_start: list[float]) -> tuple[float, float, float]:
     point = float(np.exp(logs.mean()))
     if len(logs) < 2:
         return point, float("nan"), float("nan")
-    half = (stats.t.ppf((1 + bootstrap.LEVEL) / 2, len(logs) - 1) * logs.std(ddof=1)
-            / np.sqrt(len(logs)))  # the one level of every interval (routing.bootstrap)
+    half = _t_half(logs)
     return point, float(point * np.exp(-half)), float(point * np.exp(half))
 
 
+def share_over_starts(per_start: list[float]) -> tuple[float, float, float]:
+    """(point, low, high) of a share of time measured once per engine start (the MoE share f, a
+    class's share of a step), as over_starts does on the logit scale: the point is the inverse
+    logit of the starts' mean logit, the 95% t interval is around that mean and taken back, so
+    both stay inside (0, 1) as a share does (on the log scale per-start shares 0.9, 0.99 and 0.6
+    gave 0.81 [0.42, 1.57]). A share of 0 (or 1) in every start is that share with no spread;
+    where some starts are at 0 or 1 and others not, or a value is outside [0, 1], all NaN. NaN
+    interval with fewer than two starts."""
+    x = np.asarray(per_start, dtype=float)
+    nan = float("nan")
+    if not len(x) or not np.all(np.isfinite(x)) or np.any(x < 0) or np.any(x > 1):
+        return nan, nan, nan
+    if np.all(x == x[0]) and x[0] in (0.0, 1.0):
+        v = float(x[0])
+        return (v, v, v) if len(x) > 1 else (v, nan, nan)
+    if np.any((x == 0) | (x == 1)):
+        return nan, nan, nan
+    logits = np.log(x) - np.log1p(-x)
+    m = float(logits.mean())
+    expit = lambda z: float(1 / (1 + np.exp(-z)))  # noqa: E731
+    if len(x) < 2:
+        return expit(m), nan, nan
+    half = _t_half(logits)
+    return expit(m), expit(m - half), expit(m + half)
+
+
 SUMMARY_RATIOS = ("moe_time_share", "moe_time_ratio", "dense_time_ratio", "te_profiled")
+SHARES = ("moe_time_share",)  # summarised by share_over_starts, the others by over_starts
 
 
 def compare_starts(starts: list[tuple[list[Event], list[Event]]]) -> dict:
     """compare() of each engine start's mean decode and verify step ((decode events, verify
     events) per start: the starts' steps are not pooled, a start is the independent unit), the
     starts summarised: per class its mean time per step over the starts and the shares of those,
-    and its verify/decode ratio; and f (moe_time_share), S_moe, S_dense and TE, each as
-    over_starts gives it (point, <name>_low, <name>_high) with <name>_per_start."""
+    and its verify/decode ratio; and f (moe_time_share, as share_over_starts gives it), S_moe,
+    S_dense and TE (as over_starts gives them), each (point, <name>_low, <name>_high) with
+    <name>_per_start."""
     per = [compare(d, v) for d, v in starts]
     if not per:
         raise ValueError("no engine start to compare")
@@ -149,7 +184,7 @@ def compare_starts(starts: list[tuple[list[Event], list[Event]]]) -> dict:
     out: dict = {"classes": classes}
     for key in SUMMARY_RATIOS:
         vals = [p[key] for p in per]
-        point, lo, hi = over_starts(vals)
+        point, lo, hi = (share_over_starts if key in SHARES else over_starts)(vals)
         out.update({key: point, f"{key}_low": lo, f"{key}_high": hi, f"{key}_per_start": vals})
     return out
 

@@ -124,9 +124,15 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         "verify_steps": b.get("verify_steps", np.nan),
         **bounded_te("te_costmodel", te_cm),
         "gap_sweep_minus_costmodel": te_sw - te_cm,
-        # their 95% intervals over the engine starts (NaN: a profile from before they had one)
-        **{f"{k}{end}": b.get(f"{k}{end}", np.nan) if end else b[k]
-           for k in ("moe_time_share", "draft_cost_profiled") for end in ("", "_low", "_high")},
+        # their 95% intervals over the engine starts (NaN: a profile from before they had one);
+        # the MoE share within its physical range [0, 1], flagged as the three-step correction
+        # flags its f (CORRECTION_INPUTS; by its point alone where the profile has no interval)
+        **{f"moe_time_share{end}": np.nan for end in ("_low", "_high", "_raw_low", "_raw_high")},
+        **bounded("moe_time_share", b["moe_time_share"],
+                  *((b["moe_time_share_low"], b["moe_time_share_high"])
+                    if "moe_time_share_low" in b else ()), **CORRECTION_INPUTS["f"]),
+        **{f"draft_cost_profiled{end}": b.get(f"draft_cost_profiled{end}", np.nan) if end
+           else b["draft_cost_profiled"] for end in ("", "_low", "_high")},
         "device": b["device"]}
 
 
