@@ -1174,3 +1174,26 @@ def test_the_moe_share_and_its_interval_stay_inside_0_and_1():
     row = te_three_ways_row({"model": "m"}, old, None, None, float("nan"))
     assert row["moe_time_share"] == f and row["moe_time_share_status"] == "ok"
     assert math.isnan(row["moe_time_share_low"]) and math.isnan(row["moe_time_share_raw_high"])
+
+
+def test_a_classes_share_is_the_moe_share_estimate_with_its_interval():
+    """A class's decode share was the share of its mean time over the starts while f was the
+    starts' mean share, so one report gave two MoE shares of the same data: two starts of
+    decode MoE/other time (90, 10) and (30, 20) gave kernel_time_shares 0.80 and te_three_ways
+    0.735. Now a class's shares are summarised from each start's share as f is, its ratio from
+    each start's ratio as S_moe is, and kernel_time_shares carries their intervals."""
+    from specmoe.measured.profiling import compare_starts
+    from specmoe.report.measured import kernel_rows
+
+    out = compare_starts(_starts([((90, 10), (180, 30)), ((30, 20), (40, 60))]))
+    moe = out["classes"]["moe"]
+    for end in ("", "_low", "_high"):
+        assert moe[f"decode_share{end}"] == out[f"moe_time_share{end}"]
+        assert moe[f"ratio{end}"] == out[f"moe_time_ratio{end}"]
+    assert 0 < moe["verify_share_low"] < moe["verify_share"] < moe["verify_share_high"] < 1
+    assert out["classes"]["communication"]["decode_share"] == 0.0  # no time in any start
+    b = {**out, "batch": 1}
+    (row,) = [r for r in kernel_rows({"model": "m"}, b, None) if r["class"] == "moe"]
+    for col in ("decode_share", "verify_share"):
+        assert [row[f"{col}{e}"] for e in ("", "_low", "_high")] == [
+            moe[f"{col}{e}"] for e in ("", "_low", "_high")]

@@ -15,7 +15,7 @@ import pytest
 
 from browser import open_page
 from declared import in_folder, report_inputs, report_job, tables_in
-from test_report_captions_bounds import with_correction_columns
+from test_report_captions_bounds import with_correction_columns, with_kernel_share_columns
 from specmoe.contracts import Named
 from specmoe.contracts.report import (ComparisonParams, FiguresParams, ReplayParams,
                                       ReportIndexParams)
@@ -1248,6 +1248,7 @@ def _table_columns(tmp_path) -> dict[str, list[str]]:
     cols["comparison"] = published.COLUMNS
     cols["three_step_correction"] = with_correction_columns(cols["three_step_correction"])
     cols["speedup_vs_batch"] = with_sweep_columns(cols["speedup_vs_batch"])
+    cols["kernel_time_shares"] = with_kernel_share_columns(cols["kernel_time_shares"])
     cfg = tmp_path / "config.json"
     shutil.copy(Path(published.__file__).parent.parent / "data" / "hf_configs" /
                 "Qwen3-30B-A3B.json", cfg)

@@ -37,6 +37,18 @@ def _fixture_corrections() -> dict[str, list[dict]]:
     return out
 
 
+def with_kernel_share_columns(columns: list[str]) -> list[str]:
+    """kernel_time_shares' fixture columns and those kernel_rows writes now for a profile with
+    values per engine start (the fixture tables are regenerated from a real run later; until
+    then they lack the shares' intervals)."""
+    from specmoe.measured.profiling import Event, compare_starts
+    from specmoe.report.measured import kernel_rows
+
+    ev = [Event("fused_moe_kernel", 60.0), Event("_C::rms_norm", 40.0)]
+    b = {**compare_starts([(ev, ev), (ev, ev)]), "batch": 1}
+    return columns + [c for c in kernel_rows({}, b, None)[0] if c not in columns]
+
+
 def with_correction_columns(columns: list[str]) -> list[str]:
     """three_step_correction's fixture columns and those correction_rows writes now (the
     fixture tables are regenerated from a real run later; until then they lack the inputs'

@@ -163,24 +163,26 @@ SHARES = ("moe_time_share",)  # summarised by share_over_starts, the others by o
 def compare_starts(starts: list[tuple[list[Event], list[Event]]]) -> dict:
     """compare() of each engine start's mean decode and verify step ((decode events, verify
     events) per start: the starts' steps are not pooled, a start is the independent unit), the
-    starts summarised: per class its mean time per step over the starts and the shares of those,
-    and its verify/decode ratio; and f (moe_time_share, as share_over_starts gives it), S_moe,
+    starts summarised: per class its mean time per step over the starts, its decode and verify
+    shares (as share_over_starts gives them) and its verify/decode ratio (as over_starts does),
+    each with <name>_low and <name>_high, so that the MoE class's are f's and S_moe's; and f (moe_time_share, as share_over_starts gives it), S_moe,
     S_dense and TE (as over_starts gives them), each (point, <name>_low, <name>_high) with
     <name>_per_start."""
     per = [compare(d, v) for d, v in starts]
     if not per:
         raise ValueError("no engine start to compare")
     classes = {}
-    td = sum(float(np.mean([p["classes"][c]["decode_us"] for p in per])) for c in ALL_CLASSES)
-    tv = sum(float(np.mean([p["classes"][c]["verify_us"] for p in per])) for c in ALL_CLASSES)
     for c in ALL_CLASSES:
-        d = float(np.mean([p["classes"][c]["decode_us"] for p in per]))
-        v = float(np.mean([p["classes"][c]["verify_us"] for p in per]))
-        ratios = [p["classes"][c]["ratio"] for p in per]
-        r, lo, hi = over_starts(ratios)
-        classes[c] = {"decode_us": d, "verify_us": v, "decode_share": d / td,
-                      "verify_share": v / tv, "ratio": r, "ratio_low": lo, "ratio_high": hi,
-                      "ratio_per_start": ratios}
+        one = [p["classes"][c] for p in per]
+        classes[c] = {k: float(np.mean([o[k] for o in one])) for k in ("decode_us", "verify_us")}
+        # its shares and ratio from each start's, as f and S_moe are (the MoE class's are
+        # those): the shares of its mean times were a second estimate of the same share
+        for key, summary in (("decode_share", share_over_starts),
+                             ("verify_share", share_over_starts), ("ratio", over_starts)):
+            vals = [o[key] for o in one]
+            point, lo, hi = summary(vals)
+            classes[c].update({key: point, f"{key}_low": lo, f"{key}_high": hi})
+        classes[c]["ratio_per_start"] = [o["ratio"] for o in one]
     out: dict = {"classes": classes}
     for key in SUMMARY_RATIOS:
         vals = [p[key] for p in per]

@@ -143,8 +143,11 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
         g = {ph: (b.get("grids") or {}).get(ph, {}).get(cls, {}) for ph in ("decode", "verify")}
         rows.append({
             **rc, "batch": b["batch"], "class": cls, "decode_us": c["decode_us"],
-            "verify_us": c["verify_us"], "decode_share": c["decode_share"],
-            "verify_share": c["verify_share"],
+            "verify_us": c["verify_us"],
+            # the shares with their 95% intervals over the engine starts (NaN: a profile from
+            # before they had one)
+            **{f"{ph}_share{end}": c.get(f"{ph}_share{end}", np.nan) if end else c[f"{ph}_share"]
+               for ph in ("decode", "verify") for end in ("", "_low", "_high")},
             # verify runs K + 1 tokens per request where decode runs 1: a class's time cannot
             # fall, so a ratio below 1 is flagged as a TE above 1 is (bounded), with its
             # interval over the engine starts where the profile has one
