@@ -127,13 +127,20 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         # their 95% intervals over the engine starts (NaN: a profile from before they had one);
         # the MoE share within its physical range [0, 1], flagged as the three-step correction
         # flags its f (CORRECTION_INPUTS; by its point alone where the profile has no interval)
-        **{f"moe_time_share{end}": np.nan for end in ("_low", "_high", "_raw_low", "_raw_high")},
-        **bounded("moe_time_share", b["moe_time_share"],
-                  *((b["moe_time_share_low"], b["moe_time_share_high"])
-                    if "moe_time_share_low" in b else ()), **CORRECTION_INPUTS["f"]),
+        **_share_columns(bounded("moe_time_share", b["moe_time_share"],
+                                 *((b["moe_time_share_low"], b["moe_time_share_high"])
+                                   if "moe_time_share_low" in b else ()),
+                                 **CORRECTION_INPUTS["f"])),
         **{f"draft_cost_profiled{end}": b.get(f"draft_cost_profiled{end}", np.nan) if end
            else b["draft_cost_profiled"] for end in ("", "_low", "_high")},
         "device": b["device"]}
+
+
+def _share_columns(share: dict) -> dict:
+    """te_three_ways' MoE share columns in bounded's order, the interval's NaN where bounded
+    had none to give (a profile from before it had one)."""
+    return {f"moe_time_share{end}": share.get(f"moe_time_share{end}", np.nan)
+            for end in ("", "_raw", "_status", "_low", "_high", "_raw_low", "_raw_high")}
 
 
 def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
