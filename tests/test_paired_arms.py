@@ -760,3 +760,36 @@ def test_a_datasets_max_batch_keeps_its_series_points_and_speedup_below_it(
         # how the no-SD points were taken: the sweep's own words
         assert sp["no_sd_series"] == read_json(tmp_path / "K3.json")["paired_no_sd"]["order"]
         assert (sp["shape"] == TOO_FEW) == (len(batches) == 1)
+
+
+def test_a_series_provenance_tells_its_prompting_apart(tmp_path, monkeypatch, checkpoint):
+    """A sweep's config hash left out its prompting (each dataset's chat_template and the tokens
+    kept free for drafts, which change the tokens every point is measured on), so two series
+    differing only there had one hash; the capture's had the same gap
+    (tests/test_capture_provenance.py)."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepArParams
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import sweep_stage
+
+    class Stop(Exception):
+        pass
+
+    hashes = []
+
+    def series(engine, *a, **kw):
+        hashes.extend(x["config_hash"] for x in a if isinstance(x, dict) and "config_hash" in x)
+        raise Stop
+
+    monkeypatch.setattr(serving, "run_series", series)
+    sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 16, "warmups": 0,
+             "repeats": 1, "startup_timeout_s": 10}
+    for slack in (4, 6):
+        params = SweepArParams(job={"model": "t", "k": None, "datasets": ["tinybench"]},
+                               settings=sweep, method=None, gpu=False,
+                               prompts=prompt_table.DEFAULT_SOURCE,
+                               prompting={"draft_slack": slack})
+        with pytest.raises(Stop):
+            sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
+                        Named({"json": str(tmp_path / "s.json")}), params)
+    assert len(hashes) == 2 and hashes[0] != hashes[1]

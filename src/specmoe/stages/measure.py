@@ -121,7 +121,8 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
                 "drafter": model_identity(drafter_dir) if drafter_dir else None,
                 "vllm": vllm_version(), "device": device(), **({"gpus": gpus} if gpus else {})}
     # the settings, not the timeouts the job's runtime sets (a SLURM retry doubles it)
-    prov = provenance({"series": series, "sweep": params.settings, "prompts": prompts_source},
+    prov = provenance({"series": series, "sweep": params.settings, "prompts": prompts_source,
+                       "prompting": prompting},
                       model=model_provenance(series["model"], target_dir),
                       stage="sweep", engine=engine_label())
     # an SD series measures its target without SD as well, in the same job: on a CPU on a second
@@ -222,5 +223,6 @@ def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None)
                         timeout=float(setting(prof_cfg, "timeout_s")))
     write_json(out, {"run": run, **res, "prompting": fit, "wall_s": time.perf_counter() - t0},
                provenance(
-        {"run": run, "profiling": params.settings, "prompts": prompts_source},
+        {"run": run, "profiling": params.settings, "prompts": prompts_source,
+         "prompting": prompting},
         model=model_provenance(run["model"], target_dir), stage="profile", engine=engine_label()))
