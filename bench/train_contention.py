@@ -43,6 +43,7 @@ def child(steps: int, policy: str, model_name: str, config: str) -> None:
     entry = next(m for m in cfg["models"] if m["name"] == model_name)
     spec = tiny.spec_from_dict({**cfg["tiny"]["train"], "steps": steps})
     applied = tiny.training_threads(spec.threads) if policy == "new" else None  # before torch
+    tiny.training_numerics()  # as the training stage trains, under either wait policy
     vocab = int(cfg["tiny"]["vocab_size"])
     model = tiny.build_model(tiny.arch_from_dict(entry["arch"]), vocab, spec.seed,
                              aux_coef=spec.aux_coef)

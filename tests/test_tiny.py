@@ -307,6 +307,8 @@ from specmoe.contracts.models import TrainParams
 from specmoe.stages.models import train_stage
 if sys.argv[1] == "libgomp-default":
     tiny.TRAIN_OMP_ENV = {}
+if sys.argv[1] == "unpinned":
+    tiny.TRAIN_NUMERICS_ENV = {}
 m = train_stage(Named({"tokenizer": sys.argv[2]}), Named({"dir": sys.argv[3]}),
                 TrainParams({"name": "m", "steps": 12, "seed": 0,
                              "arch": {"kind": "moe", "hidden": 32, "layers": 2, "heads": 2,
@@ -317,6 +319,13 @@ m = train_stage(Named({"tokenizer": sys.argv[2]}), Named({"dir": sys.argv[3]}),
                                                           "threads": 2, "aux_coef": 0.01}},
                             True),
                 progress=False)
+import ctypes, pathlib, torch
+# MKL's reproducibility branch as MKL itself reports it (mkl_cbwr_get(MKL_CBWR_BRANCH): 1 off, 2
+# auto, 3 COMPATIBLE), from the MKL linked into torch
+lib = ctypes.CDLL(str(pathlib.Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+lib.mkl_serv_cbwr_get.restype, lib.mkl_serv_cbwr_get.argtypes = ctypes.c_int, [ctypes.c_int]
+print(json.dumps({"numerics": m["numerics"], "capability": torch.backends.cpu.get_cpu_capability(),
+                  "mkl_branch": lib.mkl_serv_cbwr_get(1)}))
 print(json.dumps(m["threading"]))
 """
 
@@ -344,3 +353,37 @@ def test_train_stage_applies_the_policy_records_it_and_the_weights_do_not_change
                    "GOMP_SPINCOUNT": None} and "GOMP_SPINCOUNT = '0'" in err
     assert "GOMP_SPINCOUNT = '300000'" in threading["libgomp-default"][1]
     assert sha["policy"] == sha["libgomp-default"]
+
+
+@pytest.mark.slow
+def test_training_numerics_are_pinned_whatever_the_machine_or_the_user_sets(tmp_path):
+    """A trained tiny-fine came out different on an AMD EPYC and an Intel Xeon (both AVX512):
+    torch's kernels run at the CPU's widest instruction set and MKL picks its GEMM path by the
+    CPU's maker. The training stage, in a fresh process as Snakemake runs it, now runs torch at
+    AVX2 and MKL on its COMPATIBLE branch (as MKL itself reports it) and records both. Settings
+    that move those choices (ATEN_CPU_CAPABILITY, MKL_CBWR, and MKL_ENABLE_INSTRUCTIONS, which
+    narrows MKL's dispatch as an older CPU would) leave the weights unchanged; without the pins
+    the same settings change them, so the comparison can fail."""
+    import hashlib
+    import json
+
+    tok = token_folder(tmp_path, 20_000, 2_000)
+    moved = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO",
+             "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+    sha, seen = {}, {}
+    for mode, env in (("pinned", {}), ("pinned-moved", moved), ("unpinned", {}),
+                      ("unpinned-moved", moved)):
+        out = tmp_path / mode
+        r = _python(TRAIN_STAGE.replace("sys.argv[1]", repr(mode.removesuffix("-moved")))
+                    .replace("sys.argv[2]", repr(str(tok))).replace("sys.argv[3]", repr(str(out))),
+                    env)
+        seen[mode] = json.loads(r.stdout.strip().splitlines()[-2])
+        sha[mode] = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+        assert json.loads((out / "manifest.json").read_text())["numerics"] == \
+            seen[mode]["numerics"]
+    for mode in ("pinned", "pinned-moved"):
+        assert seen[mode] == {"numerics": {"applied": True, **tiny.TRAIN_NUMERICS_ENV},
+                              "capability": "AVX2", "mkl_branch": 3}, mode
+    assert sha["pinned"] == sha["pinned-moved"]
+    assert seen["unpinned-moved"]["capability"] == "DEFAULT"
+    assert sha["unpinned"] != sha["unpinned-moved"]

@@ -9,9 +9,10 @@ the split is fixed for a given Python version.
 Models are Hugging Face Qwen3-MoE (targets) and Qwen3 (drafter) checkpoints that vLLM loads, sharing
 one byte-level BPE tokenizer. Training is bit-reproducible on one machine: seeds fix initialisation
 and data order, and deterministic kernels on the config's thread count fix the order of sums (see
-train()). The weights still depend on the thread count and on the instruction set torch's CPU
-kernels use (avx2 and avx512 give different weights): the manifest records both. torch and
-transformers are imported lazily (the `cpu` extra).
+train()); pinned numerics (TRAIN_NUMERICS_ENV) make the order the same on every x86-64 CPU with
+AVX2, whoever made it, so the weights are those of any such machine. The weights still depend on
+the thread count: the manifest records it with the numerics. torch and transformers are imported
+lazily (the `cpu` extra).
 """
 
 from __future__ import annotations
@@ -276,6 +277,31 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, batches: int, batch_size: 
 # order in which kernels add: the weights are bit-identical (the thread count is not: 1 and 2
 # threads give different weights, so it stays the config's).
 TRAIN_OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+# The numerics of training, the same on every x86-64 CPU with AVX2. Left to themselves, torch's
+# CPU kernels run at the widest instruction set the CPU has (AVX2 or AVX512: different sums), and
+# MKL's GEMMs take a code path chosen by the CPU's maker and model: tiny-fine trained on an AMD
+# EPYC and on an Intel Xeon, both AVX512, came out different. Pinned: torch's own kernels at
+# their AVX2 level (ATEN_CPU_CAPABILITY), MKL's GEMMs in conditional numerical reproducibility on
+# its COMPATIBLE branch (MKL_CBWR; its AVX2 branch is Intel's only, other CPUs fall back to their
+# own), oneDNN no wider than AVX2. They cost about 35% of a training step's time on a 2-core AMD
+# EPYC (bench/train_numerics.py). They override the user's own settings: the checkpoints of a
+# configuration are the same everywhere or the claim is void.
+TRAIN_NUMERICS_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE",
+                      "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def training_numerics() -> dict:
+    """Put TRAIN_NUMERICS_ENV into this process's environment and return what training runs
+    under, for its provenance: the variables and whether they take effect. torch and MKL read
+    them when torch is first imported: call this before that; a process that has imported torch
+    keeps the numerics it started with (applied: false), and its weights are that machine's."""
+    import sys
+
+    applied = "torch" not in sys.modules
+    if applied:
+        os.environ.update(TRAIN_NUMERICS_ENV)
+    return {"applied": applied, **{k: os.environ.get(k) for k in TRAIN_NUMERICS_ENV}}
 
 
 def training_threads(threads: int) -> dict:

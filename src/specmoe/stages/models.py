@@ -62,9 +62,14 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
     spec.validate()  # bad input fails here, before torch is even imported
     # OpenMP's wait policy, set before torch loads it (tiny.TRAIN_OMP_ENV)
     threading = tiny.training_threads(spec.threads)
+    # the numerics any x86-64 CPU with AVX2 trains the same weights under (TRAIN_NUMERICS_ENV)
+    numerics = tiny.training_numerics()
     logger.info("training threads %d, OpenMP wait policy %s, spin count %s%s", spec.threads,
                 threading["OMP_WAIT_POLICY"] or "default", threading["GOMP_SPINCOUNT"] or "default",
                 "" if threading["applied"] else " (torch was loaded before: its own settings hold)")
+    if not numerics["applied"]:
+        logger.warning("torch was loaded before training: its numerics are this machine's, and "
+                       "so are the weights (manifest: numerics)")
     tok_dir = Path(tokenizer_dir)
     vocab = int(tiny_cfg["vocab_size"])
     model = tiny.build_model(arch, vocab, spec.seed, aux_coef=spec.aux_coef)
@@ -81,7 +86,7 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
     name = model_cfg["name"] if trained else control_name(model_cfg["name"])
     manifest = {"name": name, "trained": trained, "heldout_loss": heldout_loss,
                 "parameters": int(n_params), **result, **tiny.describe(arch, spec),
-                "threading": threading,
+                "threading": threading, "numerics": numerics,
                 "tokenizer_digest": tiny.tokenizer_digest(tok_dir)}
     logger.info("%s: held-out loss %.3f after %d steps (%.0f s)", name, heldout_loss,
                 result["steps"], result["wall_s"])
@@ -89,7 +94,7 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
                       model={"name": name, "source": "tiny",
                              "revision": f"seed{spec.seed}-steps{result['steps']}"},
                       stage="train" if trained else "random",
-                      # the instruction set of torch's CPU kernels: the weights depend on it
+                      # the instruction set of torch's CPU kernels (AVX2 where pinned)
                       cpu_capability=torch.backends.cpu.get_cpu_capability())
     manifest["provenance"] = prov
     tiny.save_model(model, tok_dir, out_dir, manifest)
