@@ -2059,7 +2059,8 @@ def test_the_prediction_stands_beside_its_own_runs_sweep(tmp_path):
            "dataset": "tinybench+heldout-code+heldout-prose"}
     pred = {"model": "tiny-fine", "run": own, "k": 3, "method": "draft_model",
             "hardware": "CPU", "overlaps": "measured", "batch_sizes": [1], "te": [0.5],
-            "te_low": [0.4], "te_high": [0.6], "no_information": [False], "speedup": [1.2],
+            "te_low": [0.4], "te_high": [0.6], "te_low_clipped": [False],
+            "te_high_clipped": [False], "no_information": [False], "speedup": [1.2],
             "speedup_low": [1.0], "speedup_high": [1.4], "acceptance_length": [2.5, 2.5],
             "shape": "no shape"}
     (tmp_path / "pred.json").write_text(json.dumps(pred))

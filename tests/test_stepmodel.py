@@ -655,6 +655,36 @@ def test_no_information_is_decided_by_the_draws_at_each_bound(floor, one, blind)
     assert r["shape_batch_sizes"] == ([2] if blind else [1, 2])
 
 
+def test_an_end_of_te_held_at_its_clip_bound_is_flagged_alone():
+    """Only both ends clipped set no_information, so an interval clipped at one end printed the
+    clip as its bound (Qwen3-30B at batch 64: 35% of TE's draws at 1, shown as [..., 1.00]).
+    Each end is flagged by the share of draws at its own bound."""
+    rng = np.random.default_rng(0)
+    high = _draws(1000, 0, 300, rng)   # 30% at 1, none at the floor
+    low = _draws(1000, 300, 0, rng)    # 30% at the floor, none at 1
+    te = np.column_stack([high, low, _draws(1000, 0, 0, rng)])
+    spd = rng.uniform(0.5, 2.0, te.shape)
+    r = stepmodel.summarise([1, 2, 4], te, spd, np.zeros_like(te), stepmodel.SHAPE_MARGIN)
+    assert r["te_high_clipped"] == [True, False, False]
+    assert r["te_low_clipped"] == [False, True, False]
+    assert r["no_information"] == [False, False, False]
+
+
+def test_people_read_no_information_where_an_end_is_clipped(capsys):
+    """OLMoE at batch 4 on H100: 2.5% of TE's draws at its floor 0.001, so the interval printed
+    as [0.00, 0.96] and the speedup's as [0.00, 2.37], the clip's numbers, not the model's."""
+    args = (str(FIXTURES / "OLMoE-1B-7B-0924.json"), "--batch-sizes", "4")
+    code, out, err = predict(capsys, *args, "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["te_low_clipped"] == [True] and r["no_information"] == [False], r
+    code, out, err = predict(capsys, *args)
+    assert code == 0, err
+    row = next(x for x in out.splitlines() if x.split()[:1] == ["4"])
+    assert "[0.00," not in row, row
+    assert row.count("[no information below,") == 2, row  # TE and the speedup drawn from it
+
+
 def test_a_speedup_capped_at_1_never_pays():
     """tau = 1: speedup = tau / max(c + 1/TE, 1) reaches 1 at most, so an upper bound of exactly 1
     is "no", not "undecided"."""

@@ -507,17 +507,26 @@ def calibration_line(res: dict) -> str:
     return f"{d}: outside the study's calibration ({'; '.join(far)})"
 
 
+def _interval(res: dict, key: str, i: int, clipped: tuple[bool, bool]) -> str:
+    """A median with its 95% interval, an end held at TE's clip bound (and the speedup's end drawn
+    from it) said as "no information below" or "above" rather than the clip's number."""
+    ends = [f"no information {side}" if c else f"{res[f'{key}_{end}'][i]:.2f}"
+            for c, side, end in zip(clipped, ("below", "above"), ("low", "high"))]
+    return f"{res[key][i]:.2f} [{ends[0]}, {ends[1]}]"
+
+
 def human(res: dict) -> dict:
     """The prediction as people read it: a table of batch size, TE and speedup with their 95%
-    intervals, where each is validated (a batch size whose TE interval spans its whole physical
-    range says "no information"), the shape in words with its probability, where SD pays, the
+    intervals, where each is validated (an end of TE's interval held at its clip bound says "no
+    information below" or "above" in place of that bound, for TE and for the speedup's end drawn
+    from it; a batch size whose TE interval spans its whole physical range says "no
+    information"), the shape in words with its probability, where SD pays, the
     caveats one per line and a legend of TE and draft cost."""
     rows = []
     for i, b in enumerate(res["batch_sizes"]):
-        row = {"batch": b, "TE": f"{res['te'][i]:.2f} [{res['te_low'][i]:.2f}, "
-                                 f"{res['te_high'][i]:.2f}]",
-               "speedup": f"{res['speedup'][i]:.2f} [{res['speedup_low'][i]:.2f}, "
-                          f"{res['speedup_high'][i]:.2f}]",
+        clipped = (res["te_low_clipped"][i], res["te_high_clipped"][i])
+        row = {"batch": b, "TE": _interval(res, "te", i, clipped),
+               "speedup": _interval(res, "speedup", i, clipped),
                "draft cost": f"{res['draft_cost'][i]:.3f}",
                "validated": "yes" if res["validated"][i] else "no"}
         if res["no_information"][i]:

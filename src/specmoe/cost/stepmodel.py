@@ -1090,17 +1090,22 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
 
 def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndarray,
               margin: float) -> dict:
-    """Medians and 95% intervals per batch size; where the model says nothing (TE's interval
-    spans its whole physical range: "no information"); the shape's share of the drawn curves over
+    """Medians and 95% intervals per batch size; each end of TE's interval held at its clip
+    bound (te_low_clipped at TE_FLOOR, te_high_clipped at 1: at least a tail's share of the draws
+    there); where the model says nothing (both ends clipped: TE's interval spans its whole
+    physical range, "no information"); the shape's share of the drawn curves over
     the batch sizes with information (fewer than two have none: NO_SHAPE); where SD pays, per
     batch size "yes" (lower bound above 1), "no" (upper bound at most 1: a speedup capped at
     tau = 1 can equal 1, never exceed it) or "undecided"; and the verdict in words."""
     te_lo, te_hi = np.percentile(te, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
-    # TE's interval spans its whole physical range: each of its tails holds draws clipped to a
-    # bound of [TE_FLOOR, 1]. Counted, not read off the interpolated percentiles, which fall a
-    # hair inside a bound that holds just the tail's share of the draws
-    blind = [bool(f >= TAIL and o >= TAIL) for f, o in
-             zip((te <= TE_FLOOR).mean(axis=0), (te >= 1.0).mean(axis=0))]
+    # An end of TE's interval is clipped where its tail holds draws clipped to that bound of
+    # [TE_FLOOR, 1]: the bound is the clip's, not the model's, and says nothing beyond it. Counted,
+    # not read off the interpolated percentiles, which fall a hair inside a bound that holds just
+    # the tail's share of the draws. Both ends clipped: the interval spans TE's whole physical
+    # range, no information at that batch size
+    low_clipped = [bool(f >= TAIL) for f in (te <= TE_FLOOR).mean(axis=0)]
+    high_clipped = [bool(o >= TAIL) for o in (te >= 1.0).mean(axis=0)]
+    blind = [lo_ and hi_ for lo_, hi_ in zip(low_clipped, high_clipped)]
     keep = [j for j, n in enumerate(blind) if not n]
     if len(keep) < 2:  # one point has no shape
         counts, top = {}, NO_SHAPE if len(batches) < 2 else NO_SHAPE_INFORMATION
@@ -1114,7 +1119,8 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
     p_above = (spd > 1).mean(axis=0)
     return {"batch_sizes": batches,
             "te": np.median(te, axis=0).tolist(), "te_low": te_lo.tolist(),
-            "te_high": te_hi.tolist(), "no_information": blind,
+            "te_high": te_hi.tolist(), "te_low_clipped": low_clipped,
+            "te_high_clipped": high_clipped, "no_information": blind,
             "speedup": median.tolist(), "speedup_low": lo.tolist(),
             "speedup_high": hi.tolist(), "p_pays": p_above.tolist(),
             "draft_cost": np.median(cost, axis=0).tolist(),

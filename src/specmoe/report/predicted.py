@@ -35,6 +35,9 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
         if not p.get("run"):
             raise InputError(f"{path}: the prediction names no run (written before predictions "
                              "named theirs): rerun rule predict")
+        if "te_low_clipped" not in p:
+            raise InputError(f"{path}: the prediction does not say which ends of TE's intervals "
+                             "are clipped (written before predictions did): rerun rule predict")
         run = Run.of(p["run"])
         for i, b in enumerate(p["batch_sizes"]):
             m = measured.get((run, int(b)), {})
@@ -43,6 +46,8 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
                          "hardware": p["hardware"], "overlaps": p["overlaps"], "batch": b,
                          "te_predicted": p["te"][i], "te_low": p["te_low"][i],
                          "te_high": p["te_high"][i],
+                         "te_low_clipped": bool(p["te_low_clipped"][i]),
+                         "te_high_clipped": bool(p["te_high_clipped"][i]),
                          "no_information": bool(p["no_information"][i]),
                          "speedup_predicted": p["speedup"][i],
                          "speedup_low": p["speedup_low"][i],
