@@ -527,7 +527,9 @@ def human(res: dict) -> dict:
         clipped = (res["te_low_clipped"][i], res["te_high_clipped"][i])
         row = {"batch": b, "TE": _interval(res, "te", i, clipped),
                "speedup": _interval(res, "speedup", i, clipped),
-               "draft cost": f"{res['draft_cost'][i]:.3f}",
+               "draft cost": f"{res['draft_cost'][i]:.3f}" + (
+                   "" if res["draft_cost_low"] is None else
+                   f" [{res['draft_cost_low'][i]:.3f}, {res['draft_cost_high'][i]:.3f}]"),
                "validated": "yes" if res["validated"][i] else "no"}
         if res["no_information"][i]:
             row["TE"] = row["speedup"] = "no information at this batch size"

@@ -1085,12 +1085,16 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
             # verifying K + 1 tokens costs at least one decode step (TE <= 1) and drafting costs
             # no less than nothing, so the speedup is at most tau <= K + 1
             spd[i, j] = t / max((cost[i, j] + 1.0 / te[i, j]) / eng, 1.0)
-    return summarise(batches, te, spd, cost, margin)
+    res = summarise(batches, te, spd, cost, margin)
+    if known_cost is not None:  # given, not drawn: no interval
+        res["draft_cost_low"] = res["draft_cost_high"] = None
+    return res
 
 
 def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndarray,
               margin: float) -> dict:
-    """Medians and 95% intervals per batch size; each end of TE's interval held at its clip
+    """Medians and 95% intervals per batch size (TE, speedup and the draft cost, drawn with the
+    parameters); each end of TE's interval held at its clip
     bound (te_low_clipped at TE_FLOOR, te_high_clipped at 1: at least a tail's share of the draws
     there); where the model says nothing (both ends clipped: TE's interval spans its whole
     physical range, "no information"); the shape's share of the drawn curves over
@@ -1114,6 +1118,7 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
         counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
         top = max(counts, key=counts.get)
     lo, hi = np.percentile(spd, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
+    cost_lo, cost_hi = np.percentile(cost, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
     pays = ["yes" if x > 1 else "no" if h <= 1 else "undecided" for x, h in zip(lo, hi)]
     median = np.median(spd, axis=0)
     p_above = (spd > 1).mean(axis=0)
@@ -1124,6 +1129,7 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
             "speedup": median.tolist(), "speedup_low": lo.tolist(),
             "speedup_high": hi.tolist(), "p_pays": p_above.tolist(),
             "draft_cost": np.median(cost, axis=0).tolist(),
+            "draft_cost_low": cost_lo.tolist(), "draft_cost_high": cost_hi.tolist(),
             "shape": top if counts.get(top, 1.0) >= SHAPE_SHARE else "undecided",
             "shape_probability": counts.get(top), "shape_shares": counts,
             "shape_batch_sizes": [batches[j] for j in keep], "pays": pays,
