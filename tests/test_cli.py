@@ -128,6 +128,19 @@ def test_every_option_has_help_and_the_command_a_version():
     assert out.returncode == 0 and out.stdout.startswith("specmoe ")
 
 
+def test_predict_flags_take_their_limits_from_the_model():
+    """The command repeated the step model's limits (batch sizes up to 4096, a draft cost below
+    10, the engines), where a change to one would leave the other behind: it reads them."""
+    from specmoe.cli import build_parser
+    from specmoe.cost import predictor, steptables
+
+    sub = next(a for a in build_parser()._actions if a.choices and isinstance(a.choices, dict))
+    flags = {o: a for a in sub.choices["predict"]._actions for o in a.option_strings}
+    assert flags["--batch-sizes"].type.item.hi == predictor.MAX_BATCH
+    assert tuple(flags["--engine"].choices) == steptables.ENGINES
+    assert flags["--draft-cost"].type.hi == predictor.MAX_DRAFT_COST
+
+
 @pytest.mark.parametrize("unique,ok", [(7.9, False), (8, True), (32, True), (32.5, False)])
 def test_te_unique_must_lie_between_k_and_the_window(unique, ok):
     """A window of K+1 = 4 tokens of top-8 routing uses 8 to 32 unique experts: nothing else."""

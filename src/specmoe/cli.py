@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .cost.costmodel import DEFAULT_HARDWARE
+from .cost.costmodel import DEFAULT_HARDWARE, MAX_BATCH, MAX_DRAFT_COST
+from .cost.steptables import ENGINES
 from .errors import InputError, SpecmoeError
 from .names import DEFAULT_METHOD, SPEC_METHODS, STUDY_BATCH_SIZES
 
@@ -256,7 +257,7 @@ PROBABILITY = Range(float, 0, 1)
 # a verification window of K+1 <= 9 tokens reads at most K+1 times one token's experts, and takes
 # at most K+1 decode steps' time for each part of the step
 WINDOW_RATIO = Range(float, 0, MAX_K + 1, open="lo")
-BATCH = Range(int, 1, 4096)  # beyond any engine's max_num_seqs on one GPU (predictor.MAX_BATCH)
+BATCH = Range(int, 1, MAX_BATCH)
 
 
 def _read_loads(path: str, n: int, k: int) -> np.ndarray:
@@ -619,10 +620,10 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
                    help="speculative method; its drafter's cost comes from the target's shape, "
                         f"or from --draft-config (a draft model's or an EAGLE head's) ({DEFAULT_METHOD})")
     s.add_argument("--draft-config", help="config.json of a separate draft model or EAGLE head")
-    s.add_argument("--draft-cost", type=Range(float, 0, 10, open="hi"),
+    s.add_argument("--draft-cost", type=Range(float, 0, MAX_DRAFT_COST, open="hi"),
                    help="a known draft cost c (the K drafts' time per SD step over one decode "
                         "step of the target)")
-    s.add_argument("--engine", default="vllm", choices=["vllm", "sglang", "trtllm", "other"],
+    s.add_argument("--engine", default="vllm", choices=ENGINES,
                    help="the serving engine (the step model is vLLM's; others widen the "
                         "interval) (vllm)")
     s.add_argument("--overlaps", type=_List(PROBABILITY),

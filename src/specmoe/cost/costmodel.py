@@ -315,6 +315,9 @@ def three_step_correction_over_starts(moe_weight_share: float, unique_ratio: flo
 # cost model's TE beside the measured TE
 MEASURED_ROUTING = "measured windows (temporal)"
 DEFAULT_HARDWARE = "H100"  # a model's hardware when it names none (a variant's: its target's)
+MAX_BATCH = 4096  # beyond any engine's max_num_seqs on one GPU (predict's and ipf's batch sizes)
+# a known draft cost c (the K drafts' time per SD step over one decode step) lies in [0, this)
+MAX_DRAFT_COST = 10.0
 
 
 def _positive(name: str, key: str, value, zero_ok: bool = False) -> float:

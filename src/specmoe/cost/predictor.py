@@ -18,10 +18,9 @@ import numpy as np
 
 from ..sources import published
 from . import stepmodel, steptables
-from .costmodel import FLOAT_DTYPES, GIB, Hardware, ModelDims
+from .costmodel import FLOAT_DTYPES, GIB, MAX_BATCH, MAX_DRAFT_COST, Hardware, ModelDims
 from ..errors import InputError
 
-MAX_BATCH = 4096  # beyond any engine's max_num_seqs on one GPU
 
 
 def shipped_gpus() -> list[str]:
@@ -390,9 +389,9 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
         raise InputError(f"--draft-length must be >= 1 (got {k})")
     if not batches or min(batches) < 1 or max(batches) > MAX_BATCH:
         raise InputError(f"batch sizes must lie within 1..{MAX_BATCH} (got {batches})")
-    if draft_cost is not None and not 0 <= draft_cost < 10:
-        raise InputError(f"--draft-cost is a draft time over a decode step, within [0, 10) "
-                         f"(got {draft_cost})")
+    if draft_cost is not None and not 0 <= draft_cost < MAX_DRAFT_COST:
+        raise InputError(f"--draft-cost is a draft time over a decode step, within "
+                         f"[0, {MAX_DRAFT_COST:g}) (got {draft_cost})")
     caveats = [*(caveats or []), *check_node(dims.tp, hw)]
     check_method(config, method)
     check_vocab(dims, config)

@@ -1001,6 +1001,9 @@ def check_inputs(k_draft: int, overlaps, tau: tuple[float, float]) -> np.ndarray
 BATCH_GROWTH = 0.25
 DISTANCE_STEP = 0.5
 ENGINE_LOG_SD = {"vllm": 0.05, "sglang": 0.15, "trtllm": 0.15, "other": 0.2}
+if set(ENGINE_LOG_SD) != set(steptables.ENGINES):  # one factor per engine steptables knows
+    raise ValueError(f"ENGINE_LOG_SD's engines {sorted(ENGINE_LOG_SD)} are not steptables."
+                     f"ENGINES {sorted(steptables.ENGINES)}")
 CALIBRATION_ENGINE = "vllm"  # the engine the study served every calibration row with
 TE_FLOOR = 1e-3  # a drawn TE is clipped to [TE_FLOOR, 1], its physical range
 TAIL = 0.025  # each tail of a 95% interval
@@ -1055,8 +1058,8 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
         raise InputError(f"batch sizes must be >= 1 (got {batches[0]})")
     if known_cost is not None and not known_cost >= 0:
         raise InputError(f"a draft cost is >= 0 (got {known_cost})")
-    if engine not in ENGINE_LOG_SD:
-        raise InputError(f"unknown engine {engine!r} (one of {', '.join(ENGINE_LOG_SD)})")
+    if engine not in steptables.ENGINES:
+        raise InputError(f"unknown engine {engine!r} (one of {', '.join(steptables.ENGINES)})")
     d_dims = None if known_cost is not None else drafter_dims(dims, method, draft)
     rng = np.random.default_rng(seed)
     te = np.empty((draws, len(batches)))
