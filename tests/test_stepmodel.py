@@ -707,6 +707,23 @@ def test_the_draft_cost_has_the_interval_of_its_draws(capsys):
     assert "0.050" in row and "0.050 [" not in row, row
 
 
+def test_attention_reads_the_kv_cache_no_faster_than_a_streaming_read():
+    """Attention's KV-cache read reached in_flight / (in_flight + bandwidth) of the bandwidth,
+    which tends to 1 with the batch (0.994 at batch 512 for Qwen3-30B on H100) where every other
+    bandwidth term is capped (a streaming copy reaches about 0.9)."""
+    from specmoe.cost import predictor
+    from specmoe.cost.hfconfig import dims_from_config
+
+    dims = dims_from_config(CONFIGS / "Qwen3-30B-A3B.json", dtype="auto", tp=1)
+    hw, _ = predictor.hardware("H100")
+    p = stepmodel.fitted()
+    batch = 128
+    t = stepmodel.step_times(dims, hw, batch, 1, stepmodel.unique_decode(dims, batch), p)
+    launches = stepmodel.kernels(dims)["attention"] * p.node_us * 1e-6
+    floor = batch * dims.kv_bytes(stepmodel.CONTEXT) / (0.9 * hw.hbm_bandwidth)
+    assert t["attention"] - launches >= floor * (1 - 1e-12)
+
+
 def test_a_speedup_capped_at_1_never_pays():
     """tau = 1: speedup = tau / max(c + 1/TE, 1) reaches 1 at most, so an upper bound of exactly 1
     is "no", not "undecided"."""

@@ -16,7 +16,8 @@ tokens each, per GPU (weights split over TP), costs the sum of:
 - attention: the KV cache of CONTEXT tokens per sequence in the checkpoint's dtype, split over
   the GPUs that hold it (replicated where the KV heads are fewer than TP, and for MLA's latent),
   sliding-window layers at their window, read once per step however many query tokens, at the
-  efficiency of the study's attention profiles (attn_seq_gbs per sequence in flight);
+  efficiency of the study's attention profiles (attn_seq_gbs per sequence in flight), at most a
+  streaming read's (STREAMING_EFFICIENCY);
 - a linear-attention (Gated DeltaNet) state read once and written after each new token;
 - sampling: passes over the fp32 logits of every new token;
 - kernel launches: each layer's kernels (KERNELS) times the latency of one kernel node (node_us),
@@ -102,6 +103,10 @@ _ATTN = _attention_profile_gbs()
 # for a GPU server, whose host is faster and overlaps part of its work with the GPU's.
 HOST_SEQ_US = (10.0, 0.0, 20.0)
 SD_SEQ_US = (10.0, 0.0, 20.0)
+# The most of the HBM bandwidth a streaming read reaches (a streaming copy reaches about 0.9):
+# the dense weights' efficiency at its most, and the ceiling of attention's KV-cache read, which
+# Little's law alone would take towards 1 as sequences in flight grow
+STREAMING_EFFICIENCY = 0.9
 
 MECHANISMS: dict[str, Mechanism] = {
     "moe_cta_gbs": Mechanism(
@@ -151,7 +156,7 @@ MECHANISMS: dict[str, Mechanism] = {
         "the engine's host-side work per sequence of every step (scheduling, input preparation, "
         "output processing): bench/host_overhead.py; 0 where a GPU step hides it"),
     "dense_efficiency": Mechanism(
-        0.8, 0.6, 0.9, "of the HBM bandwidth", False,
+        0.8, 0.6, STREAMING_EFFICIENCY, "of the HBM bandwidth", False,
         "what a memory-bound GEMV or small-batch GEMM reaches of the datasheet bandwidth "
         "(a streaming copy reaches about 0.9)"),
     "compute_efficiency": Mechanism(
@@ -230,6 +235,15 @@ def moe_efficiency(dims: ModelDims, hw: Hardware, unique: float, p: StepParams) 
     return min(ctas / (ctas + hw.hbm_bandwidth / (p.moe_cta_gbs * 1e9)), p.moe_max_efficiency)
 
 
+def attention_efficiency(hw: Hardware, batch: int, p: StepParams) -> float:
+    """Attention's share of the HBM bandwidth reading the KV cache: Little's law over B sequences
+    keeping attn_seq_gbs each in flight, at most what a streaming read reaches
+    (STREAMING_EFFICIENCY, as every other bandwidth term is capped: 0.994 uncapped at batch 512
+    for Qwen3-30B on H100)."""
+    in_flight = batch * p.attn_seq_gbs * 1e9
+    return min(in_flight / (in_flight + hw.hbm_bandwidth), STREAMING_EFFICIENCY)
+
+
 def kernels(dims: ModelDims) -> dict[str, float]:
     """Kernel launches of one forward pass per class (KERNELS): each softmax-attention layer's
     block by its kind (MLA or grouped-query, DSA's indexer on top), each linear-attention
@@ -304,8 +318,7 @@ def step_times(dims: ModelDims, hw: Hardware, batch: int, tokens_per_seq: int, u
     head = dims.vocab_size * dims.hidden  # the LM head stays in the checkpoint's dtype
     dense += max(head * dtype_bytes(dims.base_dtype) / dims.tp / (bw * p.dense_efficiency),
                  2.0 * tokens * head / dims.tp / base_peak)
-    in_flight = batch * p.attn_seq_gbs * 1e9
-    attention = max(batch * dims.kv_bytes(context) / (bw * in_flight / (in_flight + bw)),
+    attention = max(batch * dims.kv_bytes(context) / (bw * attention_efficiency(hw, batch, p)),
                     tokens * dims.attention_flops(context) / base_peak)
     # a linear-attention state is read once and written after each new token (verification
     # keeps one per position, to roll back to the last accepted one)
