@@ -143,11 +143,33 @@ def shapes():
 
 
 def test_shapes_are_scored_never_fitted(rows, shapes):
-    """The structure is frozen before any score: the published shapes change no parameter (a
-    flipped shape leaves every fit as it was), and the rule-made shapes are marked."""
-    flipped = [{**r, "published": "concave"} for r in shapes]
-    assert stepmodel.fit(rows, shapes) == stepmodel.fit(rows, flipped) == stepmodel.fit(rows)
+    """The structure is frozen before any score: the published shapes change no parameter (the
+    fit has no way to take them), and the rule-made shapes are marked."""
+    import inspect
+
+    # a fit takes the calibration rows alone: no argument a shape could enter by (it took
+    # `shapes` and discarded them)
+    assert list(inspect.signature(stepmodel.fit).parameters) == ["rows"]
+    assert not any(r["quantity"] == stepmodel.SHAPE for r in rows)
     assert {r["model"] for r in shapes if r["rule_made"]} == {"GLM-4.7-Flash", "GPT-OSS-120B"}
+
+
+def test_the_step_model_prices_the_speedup_by_the_cost_models_formula(monkeypatch, shapes):
+    """predict and shape_curve wrote tau / (c + 1/TE) inline beside costmodel.speedup, which only
+    tests called: both price it by costmodel.speedup now."""
+    from specmoe.cost import costmodel, predictor
+
+    calls, real = [], costmodel.speedup
+    monkeypatch.setattr(costmodel, "speedup", lambda *a: calls.append(a) or real(*a))
+    r = shapes[0]
+    curve = stepmodel.shape_curve(r, stepmodel.fitted())
+    assert len(calls) == len(r["batches"]) and curve == [real(*a) for a in calls]
+    calls.clear()
+    hw, _ = predictor.hardware("H100")
+    overlaps, _ = stepmodel.study_overlaps(r["dims"], 3, r["model"])
+    res = stepmodel.predict(r["dims"], hw, 3, "eagle3", [1, 8], stepmodel.fitted(), 0.1,
+                            overlaps, (2.0, 3.0), draws=5)
+    assert len(calls) == 5 * 2 and all(x <= 3.0 for x in res["speedup_high"])
 
 
 @pytest.mark.parametrize("speedups, shape", [

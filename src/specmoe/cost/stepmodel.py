@@ -576,16 +576,15 @@ def residuals(rows: list[dict], p: StepParams) -> list[float]:
 FIT_STARTS = (0.1, 0.9)
 
 
-def fit(rows: list[dict], shapes: list[dict] = ()) -> StepParams:
+def fit(rows: list[dict]) -> StepParams:
     """The fitted mechanisms (FITTED) by bounded least squares over `rows` (residuals), each
     inside its physical range; every other mechanism at its value. The fit starts from the
     stated values and from FIT_STARTS of every range, and keeps the lowest cost (the first on a
-    tie): deterministic. The structure is fixed before any score: `shapes` are not fitted (kept
-    in the signature so that old calls still work) and are scored, never used to choose a
-    value."""
+    tie): deterministic. The structure is fixed before any score: the study's speedup shapes
+    have no way into a fit (leave_one_model_out scores them, never uses them to choose a
+    value)."""
     from scipy.optimize import least_squares
 
-    del shapes
     lo = np.array([MECHANISMS[k].low for k in FITTED])
     hi = np.array([MECHANISMS[k].high for k in FITTED])
     x0 = np.array([MECHANISMS[k].value for k in FITTED])
@@ -743,13 +742,6 @@ def fitted() -> StepParams:
     return fit(list(_calibration_rows()))
 
 
-def calibrated() -> tuple[StepParams, float]:
-    """The parameters fitted on every calibration row, and the model's own TE error at batch 1
-    (lomo_rmse)."""
-    c = calibration()
-    return c.params, c.te_rmse
-
-
 def lomo_rmse(lomo: list[dict]) -> float:
     """The model's own TE error on a configuration it has not seen: the root mean square of the
     leave-one-model-out errors of TE."""
@@ -876,8 +868,9 @@ def shape_rows() -> list[dict]:
 def shape_curve(r: dict, p: StepParams) -> list[float]:
     """A shape row's speedup over its acceptance length (which scales a curve, not its shape)."""
     k = CALIBRATION_K
-    return [1.0 / (draft_cost(r["dims"], r["draft"], r["hw"], b, k, p)
-                   + 1.0 / target_efficiency(r["dims"], r["hw"], k, b, uv, ud, r["method"], p))
+    return [costmodel.speedup(1.0, target_efficiency(r["dims"], r["hw"], k, b, uv, ud,
+                                                     r["method"], p),
+                              draft_cost(r["dims"], r["draft"], r["hw"], b, k, p))
             for b, (uv, ud) in zip(r["batches"], r["unique"])]
 
 
@@ -1103,7 +1096,7 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
             # and its verification alike), never below its floor: however an engine runs it,
             # verifying K + 1 tokens costs at least one decode step (TE <= 1) and drafting costs
             # no less than nothing, so the speedup is at most tau <= K + 1
-            spd[i, j] = t / max((cost[i, j] + 1.0 / te[i, j]) / eng, 1.0)
+            spd[i, j] = min(eng * costmodel.speedup(t, te[i, j], cost[i, j]), t)
     res = summarise(batches, te, spd, cost, margin)
     if known_cost is not None:  # given, not drawn: no interval
         res["draft_cost_low"] = res["draft_cost_high"] = None
