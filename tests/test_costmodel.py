@@ -455,3 +455,25 @@ def test_costmodel_stage_refuses_an_overlap_without_the_reliability_of_its_measu
                                          r".*rerun rule overlap"):
         analysis.costmodel_stage(*job)
     assert not c.exists()
+
+
+def test_a_hardware_entry_has_the_keys_something_reads():
+    """l2_mib and sm_count were parsed and checked into Hardware (l2_bytes, sm_count) and read by
+    nothing (profiles take the device's own SM count): gone from the schema, the shipped
+    configuration and the dataclass; the keys the cost model accepts are the schema's, and a
+    hardware file with any other is refused, never ignored."""
+    import dataclasses
+
+    from specmoe.checks.schema import load_schema
+    from wf import REPO
+
+    schema = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
+    keys = schema["properties"]["hardware"]["additionalProperties"]["properties"]
+    assert set(keys) == set(cm.HARDWARE_KEYS)
+    fields = {f.name for f in dataclasses.fields(cm.Hardware)}
+    assert not fields & {"l2_bytes", "sm_count"}
+    entry = {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989}}
+    cm.Hardware.from_config("G1", entry)
+    for key in ("l2_mib", "sm_count"):
+        with pytest.raises(InputError, match=f"hardware G1: unknown key '{key}'"):
+            cm.Hardware.from_config("G1", {**entry, key: 1})

@@ -219,9 +219,9 @@ CASES = [
     ("file", "hardware file with a negative step overhead",
      PRED + " --hardware-file {d}/hw-negative-overhead.yaml --hardware G1", 2,
      r"hardware G1: step_overhead_us must be >= 0, got -8000$"),
-    ("file", "hardware file with a fractional SM count",
+    ("file", "hardware file with a key no hardware entry has (sm_count: nothing reads it)",
      PRED + " --hardware-file {d}/hw-half-sm.yaml --hardware G1", 2,
-     r"hardware G1: sm_count must be a whole number, got 132.5$"),
+     r"hardware G1: unknown key 'sm_count' \(a hardware entry has hbm_bandwidth_gbs, "),
     ("file", "Jamba's layout (Mamba layers, MoE every other layer)", "predict {d}/jamba.json "
      "--batch-sizes 1", 2, r"jamba.json: Mamba layers between attention layers \(Jamba\) "
      r"\(attn_layer_period\) are not modelled: .* would be wrong$"),

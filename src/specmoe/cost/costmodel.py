@@ -344,13 +344,17 @@ def capacity(hardware: dict) -> tuple[float, str] | None:
     return None
 
 
+# The keys of a hardware entry (workflow/schemas/config.schema.yaml's `hardware`, which must list
+# the same: tests/test_costmodel.py checks it); a --hardware-file's entry with any other is refused
+HARDWARE_KEYS = ("hbm_bandwidth_gbs", "peak_tflops", "nvlink_gbs", "step_overhead_us",
+                 "gpu_model", "memory_gib", "cuda_memory_mib", "device")
+
+
 @dataclass
 class Hardware:
     name: str
     hbm_bandwidth: float     # bytes/s
     peak_flops: dict         # dtype -> FLOP/s (dense)
-    l2_bytes: float = 0.0
-    sm_count: int = 0
     step_overhead: float = 0.0  # s per forward pass (launches, scheduling), whatever it computes
     nvlink_bandwidth: float = 0.0  # bytes/s one GPU sends to the others (tensor parallelism)
     # one GPU's memory as `capacity` reads it (0: not given, nothing is checked against it)
@@ -363,15 +367,16 @@ class Hardware:
         where the entry has none (tensor parallelism then cannot be priced)."""
         if not isinstance(d, dict):
             raise InputError(f"hardware {name}: expected a mapping of its numbers, got {d!r}")
+        unknown = sorted(set(d) - set(HARDWARE_KEYS), key=str)
+        if unknown:
+            raise InputError(f"hardware {name}: unknown key {unknown[0]!r} (a hardware entry "
+                             f"has {', '.join(HARDWARE_KEYS)})")
         bw = _positive(name, "hbm_bandwidth_gbs", d.get("hbm_bandwidth_gbs"))
         peaks = d.get("peak_tflops")
         if not isinstance(peaks, dict) or not peaks:
             raise InputError(f"hardware {name}: peak_tflops must map dtypes to TFLOP/s "
                              f"(e.g. {{bf16: 989}}), got {peaks!r}")
         nvlink = d.get("nvlink_gbs", 0)
-        sms = _positive(name, "sm_count", d.get("sm_count", 0), zero_ok=True)
-        if not float(sms).is_integer():
-            raise InputError(f"hardware {name}: sm_count must be a whole number, got {sms!r}")
         for key in ("memory_gib", "cuda_memory_mib"):
             if d.get(key):
                 _positive(name, key, d[key])
@@ -379,8 +384,6 @@ class Hardware:
         return cls(name=name, hbm_bandwidth=bw * 1e9,
                    peak_flops={k: _positive(name, f"peak_tflops.{k}", v) * 1e12
                                for k, v in peaks.items()},
-                   l2_bytes=_positive(name, "l2_mib", d.get("l2_mib", 0), zero_ok=True) * MIB,
-                   sm_count=int(sms),
                    # a forward pass's fixed time: launches and scheduling cost time, never give it
                    step_overhead=_positive(name, "step_overhead_us",
                                            d.get("step_overhead_us", 0), zero_ok=True) * 1e-6,

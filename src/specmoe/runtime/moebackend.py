@@ -146,7 +146,7 @@ def cuda_platform(capability: tuple[int, int], name: str = "NVIDIA GPU"):
     """vLLM's current platform as CUDA of one compute capability, with the kernel packages of
     vLLM's CUDA build (GPU_KERNELS), for as long as the context lasts. Its SM count is the
     package's for a GPU it ships (published/hardware.csv), else 132."""
-    from ..sources.published import gpus
+    from ..sources.published import sm_counts
     import vllm.platforms as platforms
 
     sys.modules.setdefault("vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch"))
@@ -154,7 +154,7 @@ def cuda_platform(capability: tuple[int, int], name: str = "NVIDIA GPU"):
     from vllm.platforms.interface import DeviceCapability
 
     cap = DeviceCapability(*capability)
-    sms = int(gpus().get(name, {}).get("sm_count", 132))
+    sms = sm_counts().get(name, 132)
     platform = platforms.current_platform
     saved = platform.__class__
 

@@ -37,10 +37,15 @@ def gpus() -> dict[str, dict]:
     these numbers unless it sets its own."""
     return {r.gpu: {"hbm_bandwidth_gbs": float(r.hbm_bandwidth_gbs),
                     "peak_tflops": {d: float(getattr(r, f"peak_{d}_tflops")) for d in PEAK_DTYPES},
-                    "l2_mib": float(r.l2_mib), "sm_count": int(r.sm_count),
                     "memory_gib": float(r.memory_gib), "nvlink_gbs": float(r.nvlink_gbs),
                     "cuda_memory_mib": float(r.cuda_memory_mib)}
             for r in load("hardware").itertuples()}
+
+
+def sm_counts() -> dict[str, int]:
+    """Each shipped GPU's streaming multiprocessors (hardware.csv), as CUDA reports them: a faked
+    CUDA platform's (runtime.moebackend); no hardware entry carries them."""
+    return {r.gpu: int(r.sm_count) for r in load("hardware").itertuples()}
 
 
 def compute_capabilities() -> dict[str, tuple[int, int]]:
