@@ -1569,6 +1569,26 @@ def test_the_loop_note_tests_the_findings_own_decay_inside_windows(tmp_path):
     assert text.endswith("so the loops may carry part of them.")
 
 
+def test_the_prediction_beside_the_measurement_says_no_information_at_a_clipped_end(tmp_path):
+    """An end of the predicted speedup drawn from TE's end held at its clip bound was printed as
+    a number ("[0.00, 2.37]", the clip's, not the model's), where `specmoe predict` says "no
+    information below": the findings read the step model's own flags."""
+    rows = [{"model": "fine", "k": 3, "method": "draft_model", "hardware": "CPU", "batch": b,
+             "te_predicted": 0.47, "te_low": 0.001 if low else 0.2, "te_high": 1.0 if high else 0.9,
+             "te_low_clipped": low, "te_high_clipped": high, "no_information": False,
+             "speedup_predicted": 1.15, "speedup_low": 0.0 if low else 0.5,
+             "speedup_high": 2.37, "speedup_measured": 1.1, "tau_predicted_low": 1.64,
+             "tau_predicted_high": 1.64, "tau_measured": 2.09, "shape_predicted": "undecided",
+             "shape_measured": "undecided within the noise"}
+            for b, low, high in ((1, True, False), (2, False, True), (4, False, False))]
+    pd.DataFrame(rows).to_csv(tmp_path / "step_model.csv", index=False)
+    [line] = prose.prediction_findings(tables_in(tmp_path))
+    assert "B=1: 1.10 (no interval) measured, 1.15 [no information below, 2.37] predicted" in line
+    assert "B=2: 1.10 (no interval) measured, 1.15 [0.50, no information above] predicted" in line
+    assert "B=4: 1.10 (no interval) measured, 1.15 [0.50, 2.37] predicted" in line
+    assert "[0.00," not in line
+
+
 def test_the_prediction_beside_the_measurement_reads_no_shape_from_medians(tmp_path):
     """'the predicted curve is rising (predicted values 0.312 / 0.344 / 0.374 / 0.399)' came
     from the medians while every interval spanned [0.00, 0.70] and more, two of them TE's whole

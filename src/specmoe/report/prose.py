@@ -117,8 +117,7 @@ def _val(row, col: str) -> float:
 def _held(row, col: str) -> str:
     """What to say where the row flags an end of col's interval as held at the statistic's bound
     (col_clipped: the bootstrap's end passed what the statistic can be), else ""."""
-    v = row.get(f"{col}_clipped") if row is not None else None
-    held = v is not None and pd.notna(v) and str(v).lower() in ("true", "1", "1.0")
+    held = _flagged(row, f"{col}_clipped")
     return " (an end held at its bound, past which the bootstrap's fell)" if held else ""
 
 
@@ -1188,6 +1187,22 @@ AGAINST = {"inside": "inside the predicted interval",
                    "measured interval not apart from it)"}
 
 
+def _predicted_speedup(r) -> str:
+    """A predicted speedup with its 95% interval, an end drawn from TE's end held at its clip
+    bound (te_low_clipped, te_high_clipped: stepmodel.summarise's flags) said as "no information
+    below" or "above" rather than the clip's number, as `specmoe predict` says it."""
+    ends = [f"no information {side}" if _flagged(r, f"te_{end}_clipped")
+            else f"{r[f'speedup_{end}']:.2f}"
+            for side, end in (("below", "low"), ("above", "high"))]
+    return f"{r['speedup_predicted']:.2f} [{ends[0]}, {ends[1]}]"
+
+
+def _flagged(row, col: str) -> bool:
+    """A table's boolean flag as read back from its CSV (True, "True", 1)."""
+    v = row.get(col) if row is not None else None
+    return v is not None and pd.notna(v) and str(v).lower() in ("true", "1", "1.0")
+
+
 def prediction_findings(td: Tables) -> list[str]:
     """The step model's prediction beside the measurement, one line per model with both (naming
     the run predicted, whose sweep measured it): the speedup at each measured batch size with its interval, inside, outside or not separated from
@@ -1209,8 +1224,7 @@ def prediction_findings(td: Tables) -> list[str]:
             f"{_with_interval(r['speedup_measured'], *_interval(r, 'speedup_measured'), 2)} "
             "measured, "
             + ("no information predicted (TE's 95% interval spans its whole range)" if nothing
-               else f"{r['speedup_predicted']:.2f} [{r['speedup_low']:.2f}, "
-                    f"{r['speedup_high']:.2f}] predicted")
+               else f"{_predicted_speedup(r)} predicted")
             for (_, r), nothing in zip(g.iterrows(), blind))
         hw = g["hardware"].iloc[0]
         where = (f"on {hw}" if hw in studied else
