@@ -193,13 +193,13 @@ def test_a_profile_above_its_datasets_max_batch_is_refused_in_one_line():
     def first(cfg):
         m = next(m for m in cfg["models"] if m["name"] == "gpt-oss-120b-tp4")
         m["datasets"] = ["speed-bench-32k", "mt-bench"]
-        cfg["datasets"]["speed-bench-32k"]["max_batch"] = 16
+        cfg["datasets"]["speed-bench-32k"]["max_batch"] = 8
 
     with pytest.raises(InputError) as err:
         resolved("config/paper.yaml", first)
     assert str(err.value) == (
         "config: model gpt-oss-120b-tp4: profiled on its first dataset speed-bench-32k at batch "
-        "sizes [32], above its max_batch 16: the profile's TE is set beside the sweep's at the "
+        "sizes [16], above its max_batch 8: the profile's TE is set beside the sweep's at the "
         "same batch size (put another dataset first)")
 
     def joined(cfg):  # a joined set is capped by its parts' caps (the check read none)
@@ -208,7 +208,7 @@ def test_a_profile_above_its_datasets_max_batch_is_refused_in_one_line():
         m["datasets"] = ["mt-bench+speed-bench-32k"]
 
     with pytest.raises(InputError, match=r"first dataset mt-bench\+speed-bench-32k at batch "
-                                         r"sizes \[32\], above its max_batch 16"):
+                                         r"sizes \[16\], above its max_batch 8"):
         resolved("config/paper.yaml", joined)
 
 def test_prompt_lengths_come_from_the_configuration_the_table_or_the_plan():
@@ -609,3 +609,39 @@ def test_engine_args_of_the_right_types_load():
                                        "mamba_cache_dtype": "auto"}
 
     assert resolved("config/paper.yaml", right).sweep["engine_args"]["block_size"] == 32
+
+
+def test_profiles_that_need_more_prompts_than_their_dataset_has_are_refused_on_load():
+    """Each decode/verify pair of a profile's engine starts profiles prompts of its own, engines x
+    the largest batch size distinct ones; kernelprof refused fewer only on the job's node, after
+    the job had queued, and paper.yaml's profiles (3 starts at batch 32: 96) of MT-Bench's 80
+    prompts would all have stopped there. Refused on load, one line naming every model; the
+    shipped paper.yaml and config.yaml load; a tiny model's prompt table counts as its size."""
+    def at(batches, engines=None):
+        def edit(cfg):
+            cfg["profiling"]["batch_sizes"] = batches
+            if engines:
+                cfg["profiling"]["engines"] = engines
+        return edit
+
+    c = resolved("config/paper.yaml")
+    assert c.profiled() and c.profile_problems() == []
+    with pytest.raises(InputError) as err:
+        resolved("config/paper.yaml", at([1, 8, 32]))
+    [line] = str(err.value).splitlines()
+    assert line.endswith("3 engine starts at batch 32 need 96 distinct prompts of mt-bench, each "
+                         "pair of starts its own, and it has at most 80: fewer engines or a "
+                         "smaller largest batch size")
+    assert all(j.model in line for j in c.profiled())
+    assert resolved("config/paper.yaml", at([1, 8, 32], engines=2)).profile_problems() == []
+    tiny = resolved()
+    assert tiny.profiled() and tiny.profile_problems() == []
+    # the tiny models' runs profile their run's datasets together: their prompts add up
+    [ds] = {j.dataset for j in tiny.profiled()}
+    have = sum(tiny._prompts_at_most(p) for p in ds.split("+"))
+    assert have > 80
+    engines = have // 8 + 1
+    with pytest.raises(InputError, match=rf"{engines} engine starts at batch 8 need "
+                                         rf"{8 * engines} distinct prompts of {re.escape(ds)}, "
+                                         rf".* at most {have}:"):
+        resolved("config.yaml", at([1, 8], engines=engines))

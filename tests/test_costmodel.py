@@ -377,7 +377,7 @@ def test_the_gpu_plan_bills_a_capture_for_the_prompts_the_capture_runs(tmp_path,
     (sources.prompts.distinct_prompts): without `capture.prompts` the plan bills ShareGPT's capture
     for its max_prompts, 2560, as with `prompts: 2560` (it billed 80, and the SLURM limit fell
     below the real work), Aya's for 80 per language; a dataset whose size is not known before
-    the download (MT-Bench) is not estimated: its runtime is the model's `gpu.runtime`, and
+    the download (Spec-Bench) is not estimated: its runtime is the model's `gpu.runtime`, and
     plan.md says so."""
     import yaml
 
@@ -408,11 +408,13 @@ def test_the_gpu_plan_bills_a_capture_for_the_prompts_the_capture_runs(tmp_path,
         capped, _, _ = bill(n, str(n))
         assert unset[ds]["estimated"] and unset[ds]["hours"] == pytest.approx(capped[ds]["hours"])
     assert bill(80, "80")[0]["sharegpt"]["hours"] < unset["sharegpt"]["hours"] / 2
-    assert c.capture_prompts(name, "mt-bench") is None
-    assert not unset["mt-bench"]["estimated"]
-    assert unset["mt-bench"]["runtime_min"] == c.gpu_resources(name)["runtime"]
-    job = unset["mt-bench"]
-    label = job_label("capture", name, job["drafter"], job["k"], "mt-bench")
+    # MT-Bench's 80 questions are known before the download (its max_prompts in paper.yaml)
+    assert c.capture_prompts(name, "mt-bench") == 80 and unset["mt-bench"]["estimated"]
+    assert c.capture_prompts(name, "spec-bench") is None
+    assert not unset["spec-bench"]["estimated"]
+    assert unset["spec-bench"]["runtime_min"] == c.gpu_resources(name)["runtime"]
+    job = unset["spec-bench"]
+    label = job_label("capture", name, job["drafter"], job["k"], "spec-bench")
     assert label in md.split("Not estimated:")[1].split("\n")[0]
 
 

@@ -219,7 +219,7 @@ class Config:
                  + configcheck.settings(self.raw, prompt_datasets,
                                         {"max_model_len": ENGINE_DEFAULTS["max_model_len"]},
                                         [n for n in self.names("hf") if self.on_gpu(n)]))
-        return found or self.graph_problems()
+        return found or self.graph_problems() + self.profile_problems()
 
     def graph_problems(self) -> list[str]:
         """The serving series on a GPU whose engine_args' compilation_config would leave verify
@@ -247,6 +247,26 @@ class Config:
                     models.append(j.model)
         return [f"{'model' if len(ms) == 1 else 'models'} {', '.join(ms)} ({where}): {problem}"
                 for (where, problem), ms in found.items()]
+
+    def profile_problems(self) -> list[str]:
+        """Profiles whose engine starts cannot each have prompts of their own: each decode/verify
+        pair of starts profiles its own prompts at the largest batch size, engines x that many
+        distinct ones (runtime.kernelprof.profile_calls refuses fewer, on the job's node, after
+        the job has queued), refused here where the dataset's size is known before its download
+        (_prompts_at_most: a tiny model's prompt table, a dataset's max_prompts)."""
+        short: dict[str, list[str]] = {}  # the problem: its models
+        for j in self.profiled():
+            prof = self.job_settings(j.rule, j.model)
+            need = int(prof["engines"]) * max(prof["batch_sizes"])
+            have = self._run_prompts_at_most(j.dataset)
+            if have is not None and have < need:
+                short.setdefault(
+                    f"{prof['engines']} engine starts at batch {max(prof['batch_sizes'])} need "
+                    f"{need} distinct prompts of {j.dataset}, each pair of starts its own, and it "
+                    f"has at most {have}: fewer engines or a smaller largest batch size",
+                    []).append(j.model)
+        return [f"profiling of {', '.join(models)}: {problem}"
+                for problem, models in short.items()]
 
     def series_batch(self, name: str) -> int:
         """The largest batch a serving series of `name` runs (its engines' max_num_seqs): the
@@ -566,9 +586,14 @@ class Config:
         table, its distinct prompts there). None: not known (a downloaded set without
         max_prompts, and no `prompts`)."""
         limit = self.job_settings("capture", name).get("prompts")
-        sizes = [self._prompts_at_most(p) for p in dataset_parts(dataset)]
-        caps = [int(n) for n in (limit, None if None in sizes else sum(sizes)) if n]
+        caps = [int(n) for n in (limit, self._run_prompts_at_most(dataset)) if n]
         return min(caps) if caps else None
+
+    def _run_prompts_at_most(self, dataset: str) -> int | None:
+        """A run's datasets' prompts at most, before their download: the sum over its parts
+        ("a+b+c"; None where one part's is not known)."""
+        sizes = [self._prompts_at_most(p) for p in dataset_parts(dataset)]
+        return None if None in sizes else sum(sizes)
 
     def _prompts_at_most(self, dataset: str) -> int | None:
         """A dataset's prompts at most, before its download (None: not known)."""
