@@ -29,6 +29,27 @@ def speedup(ds, te, tau, s):
          "position_acceptance": [0.7, 0.5, 0.3]}]}
 
 
+def summarised(prof: dict) -> dict:
+    """A hand-made profile as compare_starts writes it: every value of its batches per engine
+    start (two starts, each the value given) with its interval, each class's shares and ratio
+    too (report.measured refuses a profile without them)."""
+    from specmoe.report.measured import PER_START
+
+    def batch(b):
+        out = {**b, "classes": {c: {**d, **{f"{k}{e}": d[k] for k in ("decode_share",
+                                                                      "verify_share", "ratio")
+                                            for e in ("_low", "_high")},
+                                    "ratio_per_start": [d["ratio"]] * 2}
+                                for c, d in b["classes"].items()}}
+        for k in PER_START:
+            out.setdefault(f"{k}_low", b[k])
+            out.setdefault(f"{k}_high", b[k])
+            out[f"{k}_per_start"] = [b[k]] * 2
+        return out
+
+    return {**prof, "batches": [batch(b) for b in prof["batches"]]}
+
+
 def cost(ds, te, share):
     return {"run": run(ds), "moe_weight_share": share, "unique_ratio": 2.4, "dims": {"top_k": 8},
             "te_vs_batch": [{"routing": "measured windows (temporal)", "batch": 1, "te": te}]}
@@ -44,7 +65,7 @@ def test_a_profile_joins_its_own_datasets_sweep_and_cost_model(tmp_path):
         "dense_time_ratio": 0.95, "draft_cost_profiled": 0.05, "device": "cuda", "sm_count": 132,
         "classes": {"moe": {"decode_us": 3.0, "verify_us": 5.0, "decode_share": 0.33,
                             "verify_share": 0.4, "ratio": 1.6}}, "grids": {}}]}
-    t = build_measured_tables(sps, [dump(tmp_path, "p", prof)], cms)
+    t = build_measured_tables(sps, [dump(tmp_path, "p", summarised(prof))], cms)
     row = t["te_three_ways"].iloc[0]
     assert row["dataset"] == "d1" and row["te_sweep"] == 0.8 and row["te_costmodel"] == 0.61
     # the study's Table 1 columns: unique experts per window and the observed-minus-predicted gap
@@ -69,7 +90,7 @@ def test_te_outside_zero_one_is_flagged_not_a_value(tmp_path):
         "batch": 1, "te_profiled": 1.171, "moe_time_share": 0.3, "moe_time_ratio": 0.8,
         "dense_time_ratio": 0.9, "draft_cost_profiled": 0.05, "device": "cpu", "sm_count": 0,
         "classes": {}, "grids": {}}]}
-    t = build_measured_tables(sps, [dump(tmp_path, "p", prof)], cms)
+    t = build_measured_tables(sps, [dump(tmp_path, "p", summarised(prof))], cms)
     row = t["te_three_ways"].iloc[0]
     assert pd.isna(row["te_profiled"]) and row["te_profiled_raw"] == 1.171
     assert row["te_profiled_status"] == "above 1: not physical"
@@ -92,7 +113,8 @@ def test_a_te_whose_interval_reaches_past_1_is_marked_and_never_a_value(tmp_path
         "moe_time_share": 0.3, "moe_time_ratio": 0.8, "dense_time_ratio": 0.9,
         "draft_cost_profiled": 0.05, "device": "cpu", "sm_count": 0, "classes": {},
         "grids": {}}]}
-    row = build_measured_tables(sps, [dump(tmp_path, "p", prof)], cms)["te_three_ways"].iloc[0]
+    row = build_measured_tables(sps, [dump(tmp_path, "p", summarised(prof))],
+                                cms)["te_three_ways"].iloc[0]
     assert row["te_profiled_status"].startswith("not identified")
     assert all(pd.isna(row[c]) for c in ("te_profiled", "te_profiled_low", "te_profiled_high"))
     assert (row["te_profiled_raw"], row["te_profiled_raw_high"]) == (0.941, 1.065)
@@ -142,12 +164,14 @@ def test_profiled_te_beside_the_sweeps_says_its_passes_ran_eagerly(tmp_path):
              "dense_time_ratio": 1.0, "draft_cost_profiled": 0.05, "device": "cuda",
              "sm_count": 132, "classes": {}, "grids": {},
              "engine_mode": {"decode": eager, "verify": eager}}
-    t = build_measured_tables(sps, [dump(tmp_path, "p", {"run": run("d1"), "batches": [batch]})],
+    t = build_measured_tables(sps, [dump(tmp_path, "p", summarised({"run": run("d1"),
+                                                                   "batches": [batch]}))],
                               cms)
     assert t["te_three_ways"].iloc[0]["profile_mode"] == "eager"
     assert set(t["three_step_correction"]["profile_mode"]) == {"eager"}
     old = {k: v for k, v in batch.items() if k != "engine_mode"}
-    t = build_measured_tables(sps, [dump(tmp_path, "q", {"run": run("d1"), "batches": [old]})],
+    t = build_measured_tables(sps, [dump(tmp_path, "q", summarised({"run": run("d1"),
+                                                                   "batches": [old]}))],
                               cms)
     assert t["te_three_ways"].iloc[0]["profile_mode"] == "not recorded"
 

@@ -19,19 +19,37 @@ def _raw(r: pd.Series, col: str, end: str = "") -> float:
     return r[f"{col}_raw{end}"] if f"{col}_raw{end}" in r else r[f"{col}{end}"]
 
 
+def _three_starts(point: float, high: float, share: bool) -> list[float]:
+    """Three engine starts whose summary (profiling.over_starts, or share_over_starts for a
+    share) is `point` with the upper end `high`: symmetric about the point on the summary's
+    scale (log, or logit for a share), their spread giving that end."""
+    from scipy import stats
+
+    to = (lambda x: np.log(x) - np.log1p(-x)) if share else np.log
+    back = (lambda z: 1 / (1 + np.exp(-z))) if share else np.exp
+    a = (to(high) - to(point)) * np.sqrt(3) / stats.t.ppf(0.975, 2)
+    return [float(back(to(point) + d)) for d in (-a, 0.0, a)]
+
+
 def _fixture_corrections() -> dict[str, list[dict]]:
     """Each fixture model's three_step_correction rows, rebuilt by correction_rows from the
     fixture table's own inputs: the cost model's (the weight baseline's f and s_moe) and the
-    profile's pooled values with their intervals over the engine starts (the last step's)."""
+    profile's, each from three engine starts with the fixture's value and upper end (the last
+    step's, where every input is the profile's)."""
+    from specmoe.measured.profiling import over_starts, share_over_starts
+
     d = tables.read_csv(FIXTURE / "three_step_correction.csv")
     out = {}
     for model, g in d.groupby("model", sort=False):
         base, last = g.iloc[0], g.iloc[-1]
         cm = {"moe_weight_share": _raw(base, "f"), "unique_ratio": _raw(base, "s_moe")}
-        b = {key: _raw(last, col) for col, key in STEP_INPUTS.items()}
-        b.update({f"{key}{end}": _raw(last, col, end) for col, key in STEP_INPUTS.items()
-                  for end in ("_low", "_high")})
-        b.update(te_profiled_low=last["te_raw_low"], te_profiled_high=last["te_raw_high"])
+        b = {}
+        for col, key in STEP_INPUTS.items():
+            share = col == "f"
+            starts = _three_starts(_raw(last, col), _raw(last, col, "_high"), share)
+            point, lo, hi = (share_over_starts if share else over_starts)(starts)
+            b.update({key: point, f"{key}_low": lo, f"{key}_high": hi,
+                      f"{key}_per_start": starts})
         rc = {k: base[k] for k in ("model", "drafter", "k", "dataset")}
         out[model] = correction_rows(rc, b, None, cm)
     return out

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost import costmodel
+from ..errors import InputError
 from ..measured.profiling import eager
 from ..measured.sweep import below_highest
 from ..provenance import measured_device
@@ -41,6 +42,7 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
             t["speedup_vs_batch"].append(speedup_row(rc, sp, r, b))
             sweep_rows[(Run.of(rc), r["batch"])] = r
     for pr in prs:
+        _summarised_over_starts(pr)
         rc = run_cols(pr["run"])
         run = Run.of(rc)
         cm = cost_by_run.get(run)
@@ -52,6 +54,19 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
             if b["batch"] == 1 and cm is not None:
                 t["three_step_correction"] += correction_rows(rc, b, sw, cm)
     return {k: pd.DataFrame(v) for k, v in t.items()}
+
+
+def _summarised_over_starts(pr: dict) -> None:
+    """Refuse a profile written before its shares and ratios were summarised over the engine
+    starts (profiling.compare_starts: each pair of starts on prompts of its own, shares on the
+    logit scale, every value with its interval and per-start values): its f and a class's
+    share were other estimates of the same share, and its starts replayed one prompt set."""
+    if any("decode_share_low" not in c or "ratio_per_start" not in c
+           for b in pr["batches"] for c in b["classes"].values()) or any(
+            f"{k}_per_start" not in b for b in pr["batches"] for k in PER_START):
+        raise InputError(f"profile of {Run.of(run_cols(pr['run'])).label}: written before"
+                         " its values were summarised over the engine starts (no per-start "
+                         "values or share intervals): rerun rule profile")
 
 
 def _costmodel_te(cms: list[dict]) -> dict[tuple, float]:
@@ -124,23 +139,13 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         "verify_steps": b.get("verify_steps", np.nan),
         **bounded_te("te_costmodel", te_cm),
         "gap_sweep_minus_costmodel": te_sw - te_cm,
-        # their 95% intervals over the engine starts (NaN: a profile from before they had one);
-        # the MoE share within its physical range [0, 1], flagged as the three-step correction
-        # flags its f (CORRECTION_INPUTS; by its point alone where the profile has no interval)
-        **_share_columns(bounded("moe_time_share", b["moe_time_share"],
-                                 *((b["moe_time_share_low"], b["moe_time_share_high"])
-                                   if "moe_time_share_low" in b else ()),
-                                 **CORRECTION_INPUTS["f"])),
+        # their 95% intervals over the engine starts; the MoE share within its physical range
+        # [0, 1], flagged as the three-step correction flags its f (CORRECTION_INPUTS)
+        **bounded("moe_time_share", b["moe_time_share"], b["moe_time_share_low"],
+                  b["moe_time_share_high"], **CORRECTION_INPUTS["f"]),
         **{f"draft_cost_profiled{end}": b.get(f"draft_cost_profiled{end}", np.nan) if end
            else b["draft_cost_profiled"] for end in ("", "_low", "_high")},
         "device": b["device"]}
-
-
-def _share_columns(share: dict) -> dict:
-    """te_three_ways' MoE share columns in bounded's order, the interval's NaN where bounded
-    had none to give (a profile from before it had one)."""
-    return {f"moe_time_share{end}": share.get(f"moe_time_share{end}", np.nan)
-            for end in ("", "_raw", "_status", "_low", "_high", "_raw_low", "_raw_high")}
 
 
 def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
@@ -151,15 +156,13 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
         rows.append({
             **rc, "batch": b["batch"], "class": cls, "decode_us": c["decode_us"],
             "verify_us": c["verify_us"],
-            # the shares with their 95% intervals over the engine starts (NaN: a profile from
-            # before they had one)
-            **{f"{ph}_share{end}": c.get(f"{ph}_share{end}", np.nan) if end else c[f"{ph}_share"]
+            # the shares with their 95% intervals over the engine starts
+            **{f"{ph}_share{end}": c[f"{ph}_share{end}"]
                for ph in ("decode", "verify") for end in ("", "_low", "_high")},
             # verify runs K + 1 tokens per request where decode runs 1: a class's time cannot
             # fall, so a ratio below 1 is flagged as a TE above 1 is (bounded), with its
-            # interval over the engine starts where the profile has one
-            **bounded("ratio", c["ratio"], *((c["ratio_low"], c["ratio_high"])
-                                             if "ratio_low" in c else ()),
+            # interval over the engine starts
+            **bounded("ratio", c["ratio"], c["ratio_low"], c["ratio_high"],
                       lower=1.0, upper=np.inf),
             "median_ctas_decode": g["decode"].get("median_ctas", np.nan),
             "median_ctas_verify": g["verify"].get("median_ctas", np.nan),
@@ -173,6 +176,8 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
 # the three-step correction's inputs in the order its steps measure them, each with its physical
 # range: the MoE share of step time, and the MoE and non-MoE verify/decode time ratios (verify
 # runs K + 1 tokens per request where decode runs 1: a class's time cannot fall)
+# the profile's values per engine start those steps take, in that order (profiling.compare_starts)
+PER_START = ("moe_time_share", "moe_time_ratio", "dense_time_ratio")
 CORRECTION_INPUTS = {"f": {"lower": 0.0, "upper": 1.0},
                      "s_moe": {"lower": 1.0, "upper": np.inf},
                      "s_dense": {"lower": 1.0, "upper": np.inf}}
@@ -185,22 +190,12 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
     The steps are costmodel.three_step_correction_over_starts of the profile's values per
     engine start (<name>_per_start): each profiled step's te is the starts' geometric mean of
     each start's TE at that step, with its interval over them, so it is identified only where
-    that interval stays inside the bound (bounded_te). A profile from before it had per-start
-    values takes three_step_correction of its pooled values, the last step (the profiled TE)
-    with the profiled TE's interval and the others none."""
-    keys = ("moe_time_share", "moe_time_ratio", "dense_time_ratio")
+    that interval stays inside the bound (bounded_te)."""
+    keys = PER_START
     measured = _finite_or_none(sw["te_sweep"] if sw else None)
-    if all(f"{k}_per_start" in b for k in keys):
-        corr = costmodel.three_step_correction_over_starts(
-            cm["moe_weight_share"], cm["unique_ratio"], *(b[f"{k}_per_start"] for k in keys),
-            measured=measured)
-    else:
-        corr = costmodel.three_step_correction(
-            cm["moe_weight_share"], cm["unique_ratio"], *(b[k] for k in keys), measured=measured)
-        # the last step uses every measured ratio: it is the profiled TE, so it carries that
-        # TE's interval and is identified only where te_three_ways identifies it
-        corr["steps"][-1].update(te_low=b.get("te_profiled_low", np.nan),
-                                 te_high=b.get("te_profiled_high", np.nan))
+    corr = costmodel.three_step_correction_over_starts(
+        cm["moe_weight_share"], cm["unique_ratio"], *(b[f"{k}_per_start"] for k in keys),
+        measured=measured)
     rows = []
     for i, s in enumerate(corr["steps"]):
         step = {k: s[k] for k in ("name", "f", "s_moe", "s_dense", "te", "delta", "gap_closed")}
@@ -210,9 +205,9 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
         # each input within its physical range, flagged as kernel_rows flags a class's ratio
         # (f, a share: [0, 1]; s_moe and s_dense, verify/decode time ratios: [1, inf)), with
         # its own interval over the engine starts from the step that takes it on (none before
-        # it, where it is the weight model's, nor for a profile from before it had one)
+        # it, where it is the weight model's)
         for j, (col, key) in enumerate(zip(CORRECTION_INPUTS, keys), 1):
-            own = (b[f"{key}_low"], b[f"{key}_high"]) if i >= j and f"{key}_low" in b else ()
+            own = (b[f"{key}_low"], b[f"{key}_high"]) if i >= j else ()
             row.update({f"{col}{end}": np.nan for end in ("_low", "_high", "_raw_low",
                                                            "_raw_high")})
             row.update(bounded(col, step[col], *own, **CORRECTION_INPUTS[col]))
