@@ -776,7 +776,7 @@ def test_a_speedup_capped_at_1_never_pays():
      ["P(SD pays) 0.52 at batch 1, P(SD pays) 0.47 at batch 8"], ["crosses", "median"]),
 ])
 def test_the_verdict_names_where_the_speedup_crosses_1(pays, median, p, words, absent):
-    text = stepmodel.verdict([1, 8], pays, median, p)
+    text = stepmodel.verdict([1, 8], pays, p)  # the medians only set the scene
     for w in words:
         assert w in text, (w, text)
     for w in absent:
@@ -784,7 +784,7 @@ def test_the_verdict_names_where_the_speedup_crosses_1(pays, median, p, words, a
 
 
 def test_one_undecided_batch_size_has_its_probability_and_no_crossing():
-    text = stepmodel.verdict([4], ["undecided"], [1.01], [0.57])
+    text = stepmodel.verdict([4], ["undecided"], [0.57])
     assert text.endswith("; P(SD pays) 0.57 at batch 4") and "cross" not in text, text
 
 
@@ -826,7 +826,7 @@ def test_the_verdict_names_every_crossing_and_only_batch_sizes_with_information(
         batches, pays, median, p, blind, words, absent):
     """It named the first crossing only (a curve that pays from batch 2 and stops past 8 read as
     'pays from batch 2 on'), and spoke of batch sizes whose TE interval spans [0, 1]."""
-    text = stepmodel.verdict(batches, pays, median, p, blind)
+    text = stepmodel.verdict(batches, pays, p, blind)
     for w in words:
         assert w in text, (w, text)
     for w in absent:

@@ -1145,15 +1145,15 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
             "shape": top if counts.get(top, 1.0) >= SHAPE_SHARE else "undecided",
             "shape_probability": counts.get(top), "shape_shares": counts,
             "shape_batch_sizes": [batches[j] for j in keep], "pays": pays,
-            "verdict": verdict(batches, pays, median.tolist(), p_above.tolist(), blind)}
+            "verdict": verdict(batches, pays, p_above.tolist(), blind)}
 
 
 def _batches(bs: list[int]) -> str:
     return ", ".join(map(str, bs))
 
 
-def verdict(batches: list[int], pays: list[str], median: list[float],
-            p_above: list[float], no_information: list[bool] | None = None) -> str:
+def verdict(batches: list[int], pays: list[str], p_above: list[float],
+            no_information: list[bool] | None = None) -> str:
     """Where SD pays, in words, over the batch sizes with information: what the 95% intervals
     decide, then where the speedup crosses 1 with the probability (share of draws, P(SD pays))
     that SD pays on either side, each crossing between two batch sizes whose draws decide the
@@ -1170,7 +1170,7 @@ def verdict(batches: list[int], pays: list[str], median: list[float],
                 "at each)")
     shown = "shown" if not none else "with information"
     batches = [batches[i] for i in keep]
-    pays, median, p_above = ([x[i] for i in keep] for x in (pays, median, p_above))
+    pays, p_above = ([x[i] for i in keep] for x in (pays, p_above))
     if all(x == "yes" for x in pays):
         decided = f"SD pays at every batch size {shown}"
     elif all(x == "no" for x in pays):

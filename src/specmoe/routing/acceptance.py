@@ -23,7 +23,7 @@ from scipy import stats
 
 from ..runs import dataset_parts
 from . import bootstrap
-from .overlap import _percentiles, basic_interval, request_weights, within_range
+from .overlap import _percentiles, bounded_basic_interval, request_weights
 from .trace import ACCEPTED, FIRST_REJECTED, STATUS, Trace
 
 # the bootstrap's resamples, seed and level and the floor of requests: bootstrap.N_BOOT,
@@ -391,7 +391,7 @@ def _acceptance_length(trace: Trace) -> dict:
     w = request_weights(steps_r.size)
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = 1 + (w @ acc_r) / (w @ steps_r)
-    lo, hi, clipped = within_range(*basic_interval(tau, boot), 1.0, trace.k_draft + 1.0)
+    lo, hi, clipped = bounded_basic_interval(tau, boot, 1.0, trace.k_draft + 1.0)
     return {"tau": tau, "tau_low": lo, "tau_high": hi, "tau_clipped": clipped,
             "requests": int(steps_r.size), "steps": int(drafting.sum()),
             "steps_without_drafts": int((~drafting).sum()), "position_acceptance": rates}
