@@ -506,12 +506,17 @@ def calibration_line(res: dict) -> str:
     return f"{d}: outside the study's calibration ({'; '.join(far)})"
 
 
-def _interval(res: dict, key: str, i: int, clipped: tuple[bool, bool]) -> str:
+def clipped_interval(point: float, low: float, high: float, clipped: tuple[bool, bool]) -> str:
     """A median with its 95% interval, an end held at TE's clip bound (and the speedup's end drawn
-    from it) said as "no information below" or "above" rather than the clip's number."""
-    ends = [f"no information {side}" if c else f"{res[f'{key}_{end}'][i]:.2f}"
-            for c, side, end in zip(clipped, ("below", "above"), ("low", "high"))]
-    return f"{res[key][i]:.2f} [{ends[0]}, {ends[1]}]"
+    from it: stepmodel.summarise's te_low_clipped, te_high_clipped) said as "no information
+    below" or "above" rather than the clip's number; the report's findings say it so too."""
+    ends = [f"no information {side}" if c else f"{v:.2f}"
+            for c, side, v in zip(clipped, ("below", "above"), (low, high))]
+    return f"{point:.2f} [{ends[0]}, {ends[1]}]"
+
+
+def _interval(res: dict, key: str, i: int, clipped: tuple[bool, bool]) -> str:
+    return clipped_interval(res[key][i], res[f"{key}_low"][i], res[f"{key}_high"][i], clipped)
 
 
 def human(res: dict) -> dict:

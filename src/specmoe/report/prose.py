@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..cost.predictor import clipped_interval
 from ..measured import sweep
 from ..sources import published
 from .bounds import SWEEP_REASONS
@@ -1188,13 +1189,11 @@ AGAINST = {"inside": "inside the predicted interval",
 
 
 def _predicted_speedup(r) -> str:
-    """A predicted speedup with its 95% interval, an end drawn from TE's end held at its clip
-    bound (te_low_clipped, te_high_clipped: stepmodel.summarise's flags) said as "no information
-    below" or "above" rather than the clip's number, as `specmoe predict` says it."""
-    ends = [f"no information {side}" if _flagged(r, f"te_{end}_clipped")
-            else f"{r[f'speedup_{end}']:.2f}"
-            for side, end in (("below", "low"), ("above", "high"))]
-    return f"{r['speedup_predicted']:.2f} [{ends[0]}, {ends[1]}]"
+    """A predicted speedup with its 95% interval as `specmoe predict` says it
+    (predictor.clipped_interval: an end drawn from TE's end held at its clip bound is "no
+    information below" or "above")."""
+    return clipped_interval(r["speedup_predicted"], r["speedup_low"], r["speedup_high"],
+                            (_flagged(r, "te_low_clipped"), _flagged(r, "te_high_clipped")))
 
 
 def _flagged(row, col: str) -> bool:
