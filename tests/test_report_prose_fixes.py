@@ -156,7 +156,12 @@ def test_the_opening_says_the_cpu_run_does_not_identify_the_te_with_its_raw_numb
         assert f"{r['te_sweep_raw']:.2f} of" not in cpu  # never given as a TE value
     t3 = tables.read_csv(FIXTURE / "te_three_ways.csv")
     fine = t3[(t3["model"] == "tiny-fine") & (t3["batch"] == 1)].iloc[0]
-    assert (f"from profiled passes {_raw_te(fine, 'te_profiled')}, from the cost model "
+    # the profiled TE as its table has it: a value with its interval where identified (the
+    # fixture's tiny-fine), else its status and raw numbers
+    profiled = (f"{fine['te_profiled']:.2f} [{fine['te_profiled_low']:.2f}, "
+                f"{fine['te_profiled_high']:.2f}]" if fine["te_profiled_status"] == "ok"
+                else _raw_te(fine, "te_profiled"))
+    assert (f"from profiled passes {profiled}, from the cost model "
             f"{fine['te_costmodel']:.2f}") in cpu
     assert ("the TE at batch 1 that the study's argument rests on is identified by the sweep "
             "for none of them") in cpu
