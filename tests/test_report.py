@@ -316,9 +316,11 @@ def test_report_from_fixed_results_has_every_figure_and_table(fixed_results):
     row = next(ln for ln in index.splitlines()
                if ln.startswith("| tiny-fine | overlap decays with distance | overlap(1) - "
                                 "overlap(8) along the sequence > 0 |"))
-    # (where the untrained control shows the decay as well, the verdict says so after it)
-    assert f"| shown | {row.split(' | shown | ')[1].split(' | ')[0]} | yes: above the matched " \
-        f"control by {decay}" in row and row.endswith(" |")
+    # where the untrained control shows the decay as well (its cell ends "(shown)"), the
+    # verdict says so after it
+    ctl = row.split(' | shown | ')[1].split(' | ')[0]
+    assert row.endswith(f"| shown | {ctl} | yes: above the matched control by {decay}"
+                        + (f", {prose.SHARED}" if ctl.endswith("(shown)") else "") + " |"), row
     ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
     seq1 = ob[ob["model"] == "tiny-fine"][["seq1", "seq1_low", "seq1_high"]].iloc[0]
     held = re.search(r"tiny-fine \(compared with Qwen2-57B\) on its main set pooled with its "
@@ -1648,7 +1650,9 @@ def profile_batch(per: dict) -> dict:
     its summary (share_over_starts for the MoE share, over_starts for a ratio)."""
     from specmoe.measured.profiling import over_starts, share_over_starts
 
-    b = {}
+    from specmoe.measured.profiling import EAGER
+
+    b = {"engine_mode": {"decode": EAGER, "verify": EAGER}}
     for k, v in per.items():
         point, lo, hi = (share_over_starts if k == "moe_time_share" else over_starts)(v)
         b.update({k: point, f"{k}_low": lo, f"{k}_high": hi, f"{k}_per_start": list(v)})
@@ -1717,8 +1721,13 @@ def test_a_te_from_the_sweep_with_profiled_c_has_its_interval_and_bound():
 
     sw = {"tau": 2.087, "speedup": 1.25, "speedup_low": 0.96, "speedup_high": 1.632,
           "te_sweep": np.nan, "te_sweep_raw": 1.38, "te_sweep_status": "x"}
-    b = {"batch": 1, "draft_cost_profiled": 0.667, "te_profiled": 0.5, "moe_time_share": 0.3,
-         "moe_time_share_low": 0.25, "moe_time_share_high": 0.35, "device": "cpu"}
+    from specmoe.measured.profiling import EAGER
+
+    b = {"batch": 1, "draft_cost_profiled": 0.667, "draft_cost_profiled_low": 0.667,
+         "draft_cost_profiled_high": 0.667, "te_profiled": 0.5, "te_profiled_low": 0.4,
+         "te_profiled_high": 0.6, "moe_time_share": 0.3, "moe_time_share_low": 0.25,
+         "moe_time_share_high": 0.35, "verify_steps": 12,
+         "engine_mode": {"decode": EAGER, "verify": EAGER}, "device": "cpu"}
     row = te_three_ways_row({"model": "m"}, b, sw, None, np.nan)
     assert np.isnan(row["te_sweep_profiled_c"])
     assert row["te_sweep_profiled_c_raw_high"] == pytest.approx(1 / (2.087 / 1.632 - 0.667))

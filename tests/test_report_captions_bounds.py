@@ -37,14 +37,14 @@ def _fixture_corrections() -> dict[str, list[dict]]:
     fixture table's own inputs: the cost model's (the weight baseline's f and s_moe) and the
     profile's, each from three engine starts with the fixture's value and upper end (the last
     step's, where every input is the profile's)."""
-    from specmoe.measured.profiling import over_starts, share_over_starts
+    from specmoe.measured.profiling import EAGER, over_starts, share_over_starts
 
     d = tables.read_csv(FIXTURE / "three_step_correction.csv")
     out = {}
     for model, g in d.groupby("model", sort=False):
         base, last = g.iloc[0], g.iloc[-1]
         cm = {"moe_weight_share": _raw(base, "f"), "unique_ratio": _raw(base, "s_moe")}
-        b = {}
+        b = {"engine_mode": {"decode": EAGER, "verify": EAGER}}
         for col, key in STEP_INPUTS.items():
             share = col == "f"
             starts = _three_starts(_raw(last, col), _raw(last, col, "_high"), share)

@@ -390,7 +390,8 @@ def test_training_numerics_are_pinned_whatever_the_machine_or_the_user_sets(tmp_
     assert sha["pinned"] == sha["pinned-moved"]
     # the weights themselves, as an AMD EPYC (AVX512) trained them under the pins: another
     # x86-64 CPU with AVX2, Intel's included, must train the same (torch, MKL and transformers
-    # as pyproject pins them); unpinned, that EPYC and an Intel Xeon trained tiny-fine apart
+    # as pyproject's cpu extra pins them); unpinned, that EPYC and an Intel Xeon trained
+    # tiny-fine apart
     assert sha["pinned"] == PINNED_SHA256, sha["pinned"]
     assert seen["unpinned-moved"]["capability"] == "DEFAULT"
     assert sha["unpinned"] != sha["unpinned-moved"]

@@ -28,6 +28,7 @@ from .cudagraphs import cuda_graph_config
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, engine_arg, engine_context, kind
 from .names import control_name, job_label, repo_key
+from .measured.profiling import prompts_needed
 from .runs import Run, dataset_parts, datasets_in, max_batch_of
 from .sources.prompts import DEFAULT_SOURCE
 
@@ -257,7 +258,7 @@ class Config:
         short: dict[str, list[str]] = {}  # the problem: its models
         for j in self.profiled():
             prof = self.job_settings(j.rule, j.model)
-            need = int(prof["engines"]) * max(prof["batch_sizes"])
+            need = prompts_needed(prof["engines"], prof["batch_sizes"])
             have = self._run_prompts_at_most(j.dataset)
             if have is not None and have < need:
                 short.setdefault(

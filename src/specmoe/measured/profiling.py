@@ -109,6 +109,14 @@ def _t_half(z: np.ndarray) -> float:
                  / np.sqrt(len(z)))
 
 
+def prompts_needed(engines: int, batch_sizes) -> int:
+    """Distinct prompts a profile needs: each decode/verify pair of its engine starts profiles
+    prompts of its own at the largest batch size (the starts are its intervals' independent
+    unit), engines x that many. Read by the profile's schedule (stages.measure), its refusal
+    on the node (runtime.kernelprof) and the configuration's on load (Config.profile_problems)."""
+    return int(engines) * max(int(b) for b in batch_sizes)
+
+
 def over_starts(per_start: list[float]) -> tuple[float, float, float]:
     """(point, low, high) of a positive ratio measured once per engine start (TE, a class's
     verify/decode ratio, the draft cost): the point is the starts' geometric mean

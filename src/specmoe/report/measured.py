@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..cost import costmodel
 from ..errors import InputError
-from ..measured.profiling import eager
+from ..measured.profiling import ALL_CLASSES, eager
 from ..measured.sweep import below_highest
 from ..provenance import measured_device
 from ..runs import Run
@@ -57,16 +57,20 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
 
 
 def _summarised_over_starts(pr: dict) -> None:
-    """Refuse a profile written before its shares and ratios were summarised over the engine
-    starts (profiling.compare_starts: each pair of starts on prompts of its own, shares on the
-    logit scale, every value with its interval and per-start values): its f and a class's
-    share were other estimates of the same share, and its starts replayed one prompt set."""
-    if any("decode_share_low" not in c or "ratio_per_start" not in c
-           for b in pr["batches"] for c in b["classes"].values()) or any(
-            f"{k}_per_start" not in b for b in pr["batches"] for k in PER_START):
+    """Refuse a profile written before its values were summarised over the engine starts
+    (profiling.compare_starts: each pair of starts on prompts of its own, shares on the logit
+    scale, every value with its interval and per-start values, every kernel class), or one
+    that misses what the tables read of it: its f and a class's share were other estimates of
+    the same share, and its starts replayed one prompt set."""
+    classes = set(ALL_CLASSES)
+    complete = pr["batches"] and all(
+        set(b["classes"]) == classes and all(
+            "decode_share_low" in c and "ratio_per_start" in c for c in b["classes"].values())
+        and all(k in b for k in PROFILE_KEYS) for b in pr["batches"])
+    if not complete:
         raise InputError(f"profile of {Run.of(run_cols(pr['run'])).label}: written before"
                          " its values were summarised over the engine starts (no per-start "
-                         "values or share intervals): rerun rule profile")
+                         "values, share intervals or kernel classes): rerun rule profile")
 
 
 def _costmodel_te(cms: list[dict]) -> dict[tuple, float]:
@@ -130,21 +134,21 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         # (its interval from the speedup's and the profiled c's: te_sweep_interval)
         **(bounded_te("te_sweep_profiled_c", *te_sweep_interval(
             sw["tau"], *(sw.get(k, np.nan) for k in ("speedup", "speedup_low", "speedup_high")),
-            *(b.get(k, b["draft_cost_profiled"]) for k in (
-                "draft_cost_profiled", "draft_cost_profiled_low", "draft_cost_profiled_high"))))
+            *(b[k] for k in ("draft_cost_profiled", "draft_cost_profiled_low",
+                             "draft_cost_profiled_high"))))
            if sw else bounded_te("te_sweep_profiled_c", np.nan, np.nan, np.nan)),
-        **bounded_te("te_profiled", b["te_profiled"], b.get("te_profiled_low", np.nan),
-                     b.get("te_profiled_high", np.nan)),
+        **bounded_te("te_profiled", b["te_profiled"], b["te_profiled_low"],
+                     b["te_profiled_high"]),
         "profile_mode": profile_mode(b),
-        "verify_steps": b.get("verify_steps", np.nan),
+        "verify_steps": b["verify_steps"],
         **bounded_te("te_costmodel", te_cm),
         "gap_sweep_minus_costmodel": te_sw - te_cm,
         # their 95% intervals over the engine starts; the MoE share within its physical range
         # [0, 1], flagged as the three-step correction flags its f (CORRECTION_INPUTS)
         **bounded("moe_time_share", b["moe_time_share"], b["moe_time_share_low"],
                   b["moe_time_share_high"], **CORRECTION_INPUTS["f"]),
-        **{f"draft_cost_profiled{end}": b.get(f"draft_cost_profiled{end}", np.nan) if end
-           else b["draft_cost_profiled"] for end in ("", "_low", "_high")},
+        **{f"draft_cost_profiled{end}": b[f"draft_cost_profiled{end}"]
+           for end in ("", "_low", "_high")},
         "device": b["device"]}
 
 
@@ -176,11 +180,16 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
 # the three-step correction's inputs in the order its steps measure them, each with its physical
 # range: the MoE share of step time, and the MoE and non-MoE verify/decode time ratios (verify
 # runs K + 1 tokens per request where decode runs 1: a class's time cannot fall)
-# the profile's values per engine start those steps take, in that order (profiling.compare_starts)
-PER_START = ("moe_time_share", "moe_time_ratio", "dense_time_ratio")
 CORRECTION_INPUTS = {"f": {"lower": 0.0, "upper": 1.0},
                      "s_moe": {"lower": 1.0, "upper": np.inf},
                      "s_dense": {"lower": 1.0, "upper": np.inf}}
+# the profile's values per engine start the correction's steps take, in their order
+# (profiling.compare_starts), and every value of a profiled batch the tables read
+PER_START = ("moe_time_share", "moe_time_ratio", "dense_time_ratio")
+PROFILE_KEYS = (*(f"{k}{end}" for k in PER_START for end in ("", "_low", "_high", "_per_start")),
+                *(f"{k}{end}" for k in ("te_profiled", "draft_cost_profiled")
+                  for end in ("", "_low", "_high")),
+                "verify_steps", "engine_mode", "device")
 
 
 def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
@@ -191,10 +200,9 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
     engine start (<name>_per_start): each profiled step's te is the starts' geometric mean of
     each start's TE at that step, with its interval over them, so it is identified only where
     that interval stays inside the bound (bounded_te)."""
-    keys = PER_START
     measured = _finite_or_none(sw["te_sweep"] if sw else None)
     corr = costmodel.three_step_correction_over_starts(
-        cm["moe_weight_share"], cm["unique_ratio"], *(b[f"{k}_per_start"] for k in keys),
+        cm["moe_weight_share"], cm["unique_ratio"], *(b[f"{k}_per_start"] for k in PER_START),
         measured=measured)
     rows = []
     for i, s in enumerate(corr["steps"]):
@@ -206,7 +214,7 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
         # (f, a share: [0, 1]; s_moe and s_dense, verify/decode time ratios: [1, inf)), with
         # its own interval over the engine starts from the step that takes it on (none before
         # it, where it is the weight model's)
-        for j, (col, key) in enumerate(zip(CORRECTION_INPUTS, keys), 1):
+        for j, (col, key) in enumerate(zip(CORRECTION_INPUTS, PER_START), 1):
             own = (b[f"{key}_low"], b[f"{key}_high"]) if i >= j else ()
             row.update({f"{col}{end}": np.nan for end in ("_low", "_high", "_raw_low",
                                                            "_raw_high")})
@@ -220,10 +228,8 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
 def profile_mode(b: dict) -> str:
     """How the profiled passes ran, beside sweep TEs whose engines run vLLM's default (on a GPU:
     torch.compile and CUDA graphs): "eager" (profiling.EAGER, the only mode profile_summary
-    takes), else the modes recorded, or "not recorded" (a profile from before they were)."""
-    modes = list((b.get("engine_mode") or {}).values())
-    if not modes:
-        return "not recorded"
+    takes), else the modes recorded."""
+    modes = list(b["engine_mode"].values())
     if all(eager(m) for m in modes):
         return "eager"
     return "; ".join(f"compilation {m['compilation_mode']}, CUDA graphs {m['cudagraph_mode']}"

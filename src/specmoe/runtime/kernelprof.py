@@ -356,7 +356,7 @@ def profile_calls(target_dir, drafter_dir, k: int, batches: list[int], texts: li
     if engines < 2:
         raise InputError(f"profiling needs at least 2 engine starts of each kind, its intervals "
                          f"are over them (got {engines})")
-    need = engines * max(batches)
+    need = profiling.prompts_needed(engines, batches)
     if len(set(texts[:need])) < need:
         raise InputError(f"profiling {engines} engine starts at batch {max(batches)} needs {need} "
                          f"distinct prompts, one set per start (have {len(set(texts[:need]))})")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import InputError, SpecmoeError
 from ..measured.arms import PAIR_ORDER
+from ..measured.profiling import prompts_needed
 from ..sources import prompts as prompt_table
 from ..provenance import hardware, provenance, write_json
 from .engines import (engine_label, engine_opts, engine_prompts, model_identity, model_provenance,
@@ -214,7 +215,7 @@ def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     batches = [int(b) for b in prof_cfg["batch_sizes"]]
     # a prompt set of its own for each decode/verify pair of engine starts (the starts are the
     # intervals' independent unit: kernelprof.profile_calls, which refuses a set too small)
-    rows = prompt_table.schedule(rows, int(prof_cfg["engines"]) * max(batches))
+    rows = prompt_table.schedule(rows, prompts_needed(prof_cfg["engines"], batches))
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()
     res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
