@@ -210,7 +210,7 @@ def _profiled_engines(checkpoint, tmp_path, monkeypatch, method: str | None = No
         raise Stop
 
     monkeypatch.setattr(engine_mod, "run_each", each)
-    prof = {"batch_sizes": [1, 2], "max_tokens": 8, "engines": 1}
+    prof = {"batch_sizes": [1, 2], "max_tokens": 8, "engines": 2}
     with pytest.raises(Stop):
         profile_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint),
                              "prompts": []}),
@@ -263,7 +263,8 @@ def test_on_a_faked_cuda_platform_a_draft_model_profile_runs_the_runner_its_swee
     monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
     sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=2)
     profiled = _profiled_engines(checkpoint, tmp_path, monkeypatch)
-    assert [bool(e.get("speculative_config")) for e in profiled] == [False, True]
+    # two starts of each, decode and verify alternating (profiling's minimum)
+    assert [bool(e.get("speculative_config")) for e in profiled] == [False, True] * 2
     assert sd[ENGINE_ENV] == plain[ENGINE_ENV] == V1_RUNNER_ENV
     for engine in profiled:
         assert engine[ENGINE_ENV] == sd[ENGINE_ENV]

@@ -173,8 +173,10 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     # the classes' times add up to the step; their shares, each summarised over the starts on
     # its own (profiling.share_over_starts), need not add up to 1 (two starts' "other" share,
     # host time on a loaded machine, of 0.22 and 0.10 put them at 0.987), the MoE class's is f
+    # (to float32's precision: the profiler's event times are float32, 2065.29016 against
+    # 2065.29281 on one CI run)
     assert sum(row["classes"][c]["decode_us"] for c in ALL_CLASSES) == pytest.approx(
-        row["decode_wall_us"])
+        row["decode_wall_us"], rel=1e-5)
     moe = row["classes"]["moe"]
     assert [moe[f"decode_share{e}"] for e in ("", "_low", "_high")] == [
         row[f"moe_time_share{e}"] for e in ("", "_low", "_high")]
