@@ -275,5 +275,5 @@ def test_on_a_faked_cuda_platform_a_draft_model_profile_runs_the_runner_its_swee
     eagle, eagle_plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=2,
                                         method="eagle3")
     eagle_profiled = _profiled_engines(checkpoint, tmp_path, monkeypatch, method="eagle3")
-    assert len(eagle_profiled) == 2 and ENGINE_ENV not in eagle
+    assert len(eagle_profiled) == 4 and ENGINE_ENV not in eagle
     assert not any(ENGINE_ENV in e for e in eagle_profiled)
