@@ -4,8 +4,9 @@ on the server's PYTHONPATH): it takes the server's command line (serving.server_
 what Server asks of a started engine (/health, one completion, /metrics with a KV cache).
 
 Its engine arguments: engine_core (first start a second process in its group, as vLLM's engine
-core), exit_code (then exit at once with it), listen_after (seconds before it listens; negative:
-never).
+core), exit_code (then exit at once with it), traceback_lines (before exiting, an exception and
+that many lines of another traceback after it, as vLLM's API server prints its own below its
+engine core's), listen_after (seconds before it listens; negative: never).
 It prints `fakeserver pid N` (and `fakeserver engine core pid M`) first, then
 `fakeserver listening at T` (T: time.monotonic(), which perf_counter shares on Linux)."""
 
@@ -48,12 +49,20 @@ def main() -> None:
     p.add_argument("--exit-code", type=int)
     p.add_argument("--listen-after", type=float, default=0.0)
     p.add_argument("--engine-core", action="store_true")
+    p.add_argument("--traceback-lines", type=int, default=0)
     args, _ = p.parse_known_args()
     print(f"fakeserver pid {os.getpid()}", flush=True)
     if args.engine_core:
         core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
         print(f"fakeserver engine core pid {core.pid}", flush=True)
     if args.exit_code is not None:
+        if args.traceback_lines:
+            print("Traceback (most recent call last):\nValueError: the engine core's own cause",
+                  flush=True)
+            for i in range(args.traceback_lines):
+                print(f'  File "api_server.py", line {i}, in run', flush=True)
+            print("RuntimeError: Engine core initialization failed. See root cause above.",
+                  flush=True)
         sys.exit(args.exit_code)
     if args.listen_after < 0:
         time.sleep(3600)

@@ -225,3 +225,19 @@ def test_a_server_that_exits_while_its_engine_core_runs_has_its_engine_core_stop
         assert not serving._group_alive(server.proc.pid), "its engine core is still running"
     finally:
         kill_all(pids_in(server.tail))
+
+
+def test_a_failed_start_names_the_engines_first_exception_past_its_last_lines(caplog):
+    """vLLM's API server prints its own long traceback ("Engine core initialization failed. See
+    root cause above.") below its engine core's: the 40 last lines kept for the error held only
+    the former, and a CI failure of the study-cpu case could not say why its engine died. The
+    error now names the first exception the engine printed as well."""
+    server = fake_server(exit_code=1, traceback_lines=60)
+    try:
+        with pytest.raises(SpecmoeError) as err:
+            server.__enter__()
+        assert "ValueError: the engine core's own cause" not in server.tail
+        assert "its first exception: ValueError: the engine core's own cause" in str(err.value)
+        assert "See root cause above." in str(err.value)
+    finally:
+        kill_all(pids_in(server.tail))

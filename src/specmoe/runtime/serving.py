@@ -35,6 +35,10 @@ from ..provenance import config_hash, read_json, write_json
 
 log = logging.getLogger("specmoe")
 TAIL_LINES = 40
+# a Python exception's last line ("ValueError: ..."): the first one an engine prints is kept
+# beside its last lines, which a long traceback of the API server (vLLM's "Engine core
+# initialization failed. See root cause above.") pushes out of them
+EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt): ")
 # how often a starting server is asked for /health: the time from its listening to its being seen
 # up counts in every engine start (startup_s, the `up` milestone, the serve_ready phase)
 HEALTH_POLL_S = 0.05
@@ -98,6 +102,7 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.first_exception: str | None = None  # its first exception line (EXCEPTION_LINE)
         self.proc: subprocess.Popen | None = None
         self.startup_s = float("nan")
         self.clock = None  # startup.StartClock of this start: its milestones from the log lines
@@ -117,6 +122,8 @@ class Server:
         try:
             for line in self.proc.stdout:
                 self.tail.append(line.rstrip("\n"))
+                if self.first_exception is None and EXCEPTION_LINE.match(line):
+                    self.first_exception = line.strip()
                 self.clock.line(line)
                 if self.runs is None and line.startswith(RUNS):
                     with contextlib.suppress(ValueError):
@@ -131,8 +138,10 @@ class Server:
     def failure(self, what: str) -> SpecmoeError:
         time.sleep(0.5)  # let the pump take the last lines
         tail = "\n".join(self.tail)
-        log.error("%s; the engine's last %d lines:\n%s", what, len(self.tail), tail)
-        return SpecmoeError(f"{what}; engine's last lines:\n{tail}")
+        first = (f"; its first exception: {self.first_exception}"
+                 if self.first_exception and self.first_exception not in self.tail else "")
+        log.error("%s%s; the engine's last %d lines:\n%s", what, first, len(self.tail), tail)
+        return SpecmoeError(f"{what}{first}; engine's last lines:\n{tail}")
 
     def _start_failure(self, what: str) -> SpecmoeError:
         """A failure of the start (failure), or where the start was cancelled, that alone."""
