@@ -34,7 +34,6 @@ OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")
 
 def child(steps: int, policy: str, model_name: str, config: str) -> None:
     """One measurement in this (fresh) process; prints one JSON line."""
-    import numpy as np
     import yaml
 
     from specmoe.runtime import tiny
@@ -44,6 +43,18 @@ def child(steps: int, policy: str, model_name: str, config: str) -> None:
     spec = tiny.spec_from_dict({**cfg["tiny"]["train"], "steps": steps})
     applied = tiny.training_threads(spec.threads) if policy == "new" else None  # before torch
     tiny.training_numerics()  # as the training stage trains, under either wait policy
+    rate, sha = train_and_hash(cfg, entry, spec)
+    print(json.dumps({"steps_per_s": rate, "sha256": sha, "applied": applied}))
+
+
+def train_and_hash(cfg: dict, entry: dict, spec) -> tuple[float, str]:
+    """Train `entry`'s shape (spec: its tiny.TrainSpec) on seeded random tokens of the
+    configuration's vocabulary, in this process: its training steps per second and the sha256
+    of its saved model.safetensors. The caller sets the process's environment first."""
+    import numpy as np
+
+    from specmoe.runtime import tiny
+
     vocab = int(cfg["tiny"]["vocab_size"])
     model = tiny.build_model(tiny.arch_from_dict(entry["arch"]), vocab, spec.seed,
                              aux_coef=spec.aux_coef)
@@ -52,7 +63,7 @@ def child(steps: int, policy: str, model_name: str, config: str) -> None:
     with tempfile.TemporaryDirectory() as d:
         model.save_pretrained(d)
         sha = hashlib.sha256((Path(d) / "model.safetensors").read_bytes()).hexdigest()
-    print(json.dumps({"steps_per_s": steps / res["wall_s"], "sha256": sha, "applied": applied}))
+    return spec.steps / res["wall_s"], sha
 
 
 def measure(env: dict, policy: str, busy: bool, a) -> dict:

@@ -17,13 +17,11 @@ Run: .venv/bin/python bench/train_numerics.py [--steps 100] [--repeats 2]
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +32,6 @@ CONDITIONS = {"pinned": (True, {}), "pinned, moved": (True, MOVED),
 
 def child(steps: int, pinned: bool, config: str) -> None:
     """One measurement in this (fresh) process; prints one JSON line."""
-    import numpy as np
     import yaml
 
     from specmoe.runtime import tiny
@@ -46,16 +43,10 @@ def child(steps: int, pinned: bool, config: str) -> None:
     if pinned:
         tiny.training_numerics()
     import torch
+    from train_contention import train_and_hash
 
-    vocab = int(cfg["tiny"]["vocab_size"])
-    model = tiny.build_model(tiny.arch_from_dict(entry["arch"]), vocab, spec.seed,
-                             aux_coef=spec.aux_coef)
-    tokens = np.random.default_rng(0).integers(0, vocab, 400_000).astype(np.int32)
-    res = tiny.train(model, tokens, spec, progress=False)
-    with tempfile.TemporaryDirectory() as d:
-        model.save_pretrained(d)
-        sha = hashlib.sha256((Path(d) / "model.safetensors").read_bytes()).hexdigest()
-    print(json.dumps({"steps_per_s": steps / res["wall_s"], "sha256": sha,
+    rate, sha = train_and_hash(cfg, entry, spec)
+    print(json.dumps({"steps_per_s": rate, "sha256": sha,
                       "capability": torch.backends.cpu.get_cpu_capability()}))
 
 
