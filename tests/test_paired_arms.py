@@ -403,7 +403,7 @@ def _series_key(checkpoint, tmp_path, monkeypatch) -> dict:
     return _alone_series(checkpoint, tmp_path, monkeypatch, "t")[1][6]
 
 
-def _alone_series(checkpoint, tmp_path, monkeypatch, model: str) -> tuple:
+def _alone_series(checkpoint, tmp_path, monkeypatch, model: str, prompting=None) -> tuple:
     """What sweep_stage hands run_series for a model served alone (rule sweep_ar): the engine's
     arguments and the other positional arguments, from a stand-in for run_series that keeps
     them."""
@@ -426,7 +426,7 @@ def _alone_series(checkpoint, tmp_path, monkeypatch, model: str) -> tuple:
              "repeats": 1, "startup_timeout_s": 10}
     params = SweepArParams(job={"model": model, "k": None, "datasets": ["tinybench"]},
                            settings=sweep, method=None, gpu=False,
-                           prompts=prompt_table.DEFAULT_SOURCE, prompting={})
+                           prompts=prompt_table.DEFAULT_SOURCE, prompting=prompting or {})
     with pytest.raises(Stop):
         sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)
@@ -767,29 +767,9 @@ def test_a_series_provenance_tells_its_prompting_apart(tmp_path, monkeypatch, ch
     kept free for drafts, which change the tokens every point is measured on), so two series
     differing only there had one hash; the capture's had the same gap
     (tests/test_capture_provenance.py)."""
-    from specmoe.contracts import Named
-    from specmoe.contracts.engines import SweepArParams
-    from specmoe.sources import prompts as prompt_table
-    from specmoe.stages.measure import sweep_stage
-
-    class Stop(Exception):
-        pass
-
     hashes = []
-
-    def series(engine, *a, **kw):
-        hashes.extend(x["config_hash"] for x in a if isinstance(x, dict) and "config_hash" in x)
-        raise Stop
-
-    monkeypatch.setattr(serving, "run_series", series)
-    sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 16, "warmups": 0,
-             "repeats": 1, "startup_timeout_s": 10}
     for slack in (4, 6):
-        params = SweepArParams(job={"model": "t", "k": None, "datasets": ["tinybench"]},
-                               settings=sweep, method=None, gpu=False,
-                               prompts=prompt_table.DEFAULT_SOURCE,
-                               prompting={"draft_slack": slack})
-        with pytest.raises(Stop):
-            sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
-                        Named({"json": str(tmp_path / "s.json")}), params)
+        _, args = _alone_series(checkpoint, tmp_path, monkeypatch, "t",
+                                prompting={"draft_slack": slack})
+        hashes += [x["config_hash"] for x in args if isinstance(x, dict) and "config_hash" in x]
     assert len(hashes) == 2 and hashes[0] != hashes[1]
