@@ -14,6 +14,9 @@ from . import registry, tables
 from .runs import first_run, is_control
 
 MAX_INLINE_ROWS = 40
+# a curve's batch sizes are all shown inline where they are this many or fewer, else every other
+# one (shown_batches)
+FEW_BATCHES = 4
 # the quantities of the comparison shown inline: the study's headline numbers
 COMPARISON_MAIN = ("seq1", "seq2", "seq3", "independent", "sequence_temporal_share", "empirical",
                    "ipf_uniform_sequence", "te_sweep", "decode_share", "delta")
@@ -51,14 +54,26 @@ PIVOTS = {"draft_ratio_model": ("drafter_kind", "draft_cost", "draft cost ratio 
           "te_vs_batch": ("routing", "te", "TE")}
 
 
+def shown_batches(batches) -> list[int]:
+    """The batch sizes of a curve shown inline, of those it has: all where they are few
+    (FEW_BATCHES), else every other one from the smallest (1, 4, 16, ... of the powers of 2)."""
+    sizes = sorted({int(b) for b in batches})
+    return sizes if len(sizes) <= FEW_BATCHES else sizes[::2]
+
+
+def _sizes(sizes) -> str:
+    return ", ".join(str(int(s)) for s in sizes)
+
+
 def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
     """A curve table as people read it: each model's first run (untrained controls, whose
-    dimensions are their targets', left out), one row per batch size (1, 4, 16, ...: every
-    other power of 2), one column per line."""
+    dimensions are their targets', left out), one row per batch size (shown_batches), one column
+    per line."""
     line, value, word = PIVOTS[stem]
     df = first_run(df[~is_control(df)])
-    b = df["batch"].astype(int)
-    df = df[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
+    every = sorted({int(b) for b in df["batch"]})
+    shown = shown_batches(every)
+    df = df[df["batch"].astype(int).isin(shown)]
     index = [c for c in ("model", "k", "target_experts", "batch") if c in df]
     # rows and lines in the table's own order (pivot sorts them)
     rows = pd.MultiIndex.from_tuples(list(dict.fromkeys(map(tuple, df[index].values))),
@@ -76,7 +91,9 @@ def pivoted(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
                 ~flagged, wide[c].map(lambda v: f"{v:.3f}") + " " + mark[c])
     wide = wide.reset_index()
     wide.columns.name = None
-    note = (f"Shown: {word} by batch size (1, 4, 16, …), one column per "
+    which = _sizes(shown) + ("" if shown == every else
+                             f": every other one of the table's {len(every)}")
+    note = (f"Shown: {word} by batch size ({which}), one column per "
             f"{line.replace('_', ' ')}, at each model's first run, untrained controls left "
             "out (their dimensions are their targets'); every row is in the files above.")
     return wide, " ".join([note] + [MARKS[m] for m in MARKS if marks.eq(m).any()])
@@ -104,10 +121,10 @@ def _marks(df: pd.DataFrame, value: str) -> pd.Series:
 def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
     """The rows shown inline and a note saying which, where the table is long: the comparison's
     headline quantities; a held-out table's summary rows; else each model's first run, and of a
-    curve every fourth batch size (powers of 4)."""
+    curve its batch sizes as pivoted shows them (shown_batches), named."""
     if len(df) <= MAX_INLINE_ROWS:
         return df, ""
-    out, what = df, []
+    out, what, thinned = df, [], False
     if stem == "comparison" and "quantity" in df:
         out = first_run(df[df["quantity"].isin(COMPARISON_MAIN)])
         what = ["the headline quantities at each model's first run"]
@@ -118,12 +135,13 @@ def main_rows(df: pd.DataFrame, stem: str) -> tuple[pd.DataFrame, str]:
         if {"model", "k", "dataset", "drafter"} <= set(df.columns):
             out, what = first_run(df), ["each model's first run"]
         if "batch" in out and len(out) > MAX_INLINE_ROWS:
-            b = out["batch"].astype(int)
-            out = out[(b & (b - 1) == 0) & (b.map(lambda x: x.bit_length() - 1) % 2 == 0)]
-            what.append("batch sizes 1, 4, 16, …")
-    note = f"Shown: {', '.join(what)} ({len(out[:MAX_INLINE_ROWS])} of {len(df)} rows)"
-    if len(out) > MAX_INLINE_ROWS:
-        out = out.iloc[:MAX_INLINE_ROWS]
+            shown = shown_batches(out["batch"])
+            thinned = len(shown) < out["batch"].nunique()
+            out = out[out["batch"].astype(int).isin(shown)]
+    out = out.iloc[:MAX_INLINE_ROWS]
+    if thinned:  # the sizes of the rows shown (the first MAX_INLINE_ROWS of those kept)
+        what.append(f"batch sizes {_sizes(sorted(set(out['batch'].astype(int))))}")
+    note = f"Shown: {', '.join(what)} ({len(out)} of {len(df)} rows)"
     return out, note + "; every row is in the files above."
 
 
