@@ -260,3 +260,49 @@ def test_the_breakdown_says_which_declared_jobs_it_could_not_count(tmp_path):
     page = "\n".join(timing.markdown(nothing))
     assert "cannot be broken down" in page and "96 declared job(s)" in page
     assert "96 declared job(s)" in timing.text(nothing)
+
+
+@pytest.mark.parametrize("rel, record, said", [
+    ("sweeps/tiny-fine/ar", {"engine_starts": 1, "engine_startup_s": -5.0}, "negative"),
+    ("sweeps/tiny-fine/ar", {"engine_starts": 1, "engine_startup_s": float("nan")},
+     "not a finite"),
+    ("sweeps/tiny-fine/ar", {"engine_starts": 1, "engine_startup_s": "slow"}, "not a number"),
+    # an SD check of 40 s whose engines' starts sum to 500 s
+    ("sd_check/tiny-fine/tiny-drafter/K3/tinybench",
+     {"sd_startup_s": 300.0, "plain_startup_s": 200.0}, "longer than"),
+])
+def test_an_engine_start_outside_its_jobs_time_is_refused(tmp_path, rel, record, said):
+    """A sweep recording engine_startup_s -5 in a 60 s job was shown as "engine start | – |
+    -1 min 55 s | -8%" with serve at 108%; an SD check's 500 s of starts in a 40 s job was cut
+    to 40 s without a word. A start is measured inside its job, so it lies in [0, the job's
+    time]: outside, the record or the benchmark file is wrong, and the error names both."""
+    from specmoe.errors import InputError
+
+    root = run_dir(tmp_path)
+    out_json(root, rel + ".json", record)
+    with pytest.raises(InputError) as err:
+        timing.collect(root)
+    msg = str(err.value)
+    assert "\n" not in msg and said in msg
+    assert f"results/{rel}.json" in msg and f"benchmarks/{rel}.tsv" in msg
+
+
+def test_an_engine_start_as_long_as_its_job_within_the_clocks_rounding_is_its_whole_job(tmp_path):
+    """Snakemake rounds a job's time to 0.1 ms and times it on another clock than the start:
+    a start a hair over the job's time is the whole job, not an error."""
+    root = run_dir(tmp_path)
+    out_json(root, "sweeps/tiny-fine/ar.json", {"engine_starts": 1, "engine_startup_s": 60.00004})
+    b = timing.collect(root)
+    assert b.seconds["engine start"] == pytest.approx(76 + 30)
+    assert b.seconds["serve"] == pytest.approx(55 - 30) and b.seconds["serve"] >= 25
+
+
+def test_a_benchmark_file_of_a_negative_time_is_not_snakemakes(tmp_path):
+    """A job time below zero or not finite is no Snakemake benchmark's: counted nowhere, named."""
+    bench(tmp_path, "overlap/m/d/K3/a.tsv", 5)
+    bench(tmp_path, "overlap/m/d/K3/b.tsv", -5)
+    (tmp_path / "benchmarks/overlap/m/d/K3/c.tsv").write_text(
+        HEAD + "nan\t0\t1\t1\t1\t1\t0\t0\t90\t1\n")
+    b = timing.collect(tmp_path)
+    assert b.seconds == {"analysis": 5.0} and b.unreadable == ["overlap/m/d/K3/b",
+                                                               "overlap/m/d/K3/c"]

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ..errors import InputError
+
 # the stages in the order a run meets them
 STAGES = ("train", "engine start", "serve", "capture", "profile", "analysis", "report", "inputs",
           "other")
@@ -30,6 +32,10 @@ FOLDERS = {"models": "train", "sd_check": "serve", "sweeps": "serve", "traces": 
 # the output a benchmark mirrors (specmoe.paths.benchmark_of drops its extension)
 OUTPUT_EXT = {"sd_check": ".json", "sweeps": ".json", "traces": ".parquet", "profiles": ".json"}
 ENGINE_JOBS = ("serve", "capture", "profile")  # the stages whose jobs start engines
+# How far a recorded start may exceed its job's time and still be the job's own: a start is timed
+# inside its job (time.perf_counter) and the job by Snakemake around it (time.time, rounded to
+# 0.1 ms), two clocks NTP may slew apart by up to 0.05%; a start that far over is the whole job.
+START_SLACK_S, START_SLACK = 0.01, 1e-3
 
 
 @dataclass
@@ -71,7 +77,10 @@ def job_seconds(tsv: Path) -> float:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     if not rows or "s" not in rows[0]:
         raise ValueError(f"{tsv}: not a Snakemake benchmark file (no 's' column)")
-    return sum(float(r["s"]) for r in rows)
+    s = sum(float(r["s"]) for r in rows)
+    if not (math.isfinite(s) and s >= 0):
+        raise ValueError(f"{tsv}: not a Snakemake benchmark file (its time {s} s)")
+    return s
 
 
 def recorded(folder: str, output: Path) -> dict | None:
@@ -199,11 +208,10 @@ def collect(root: str | Path = ".", since: float | None = None,
         if folder == "traces":
             stage = _trace_stage(rec)
         if stage in ENGINE_JOBS:
-            start = engine_start_s(folder, rec)
+            start = _start(folder, rec, output, tsv.relative_to(root).as_posix(), s)
             if start is None:
                 b.unsplit.append(str(rel.with_suffix("")))
             else:
-                start = min(start, s)
                 # one import per process: a job's later engines find vLLM imported by its first
                 flags = [e.get("import_included") for e in start_summaries(folder, rec)]
                 if False in flags and True not in flags:
@@ -214,6 +222,31 @@ def collect(root: str | Path = ".", since: float | None = None,
         b.seconds[stage] = b.seconds.get(stage, 0.0) + s
         b.jobs[stage] = b.jobs.get(stage, 0) + 1
     return b
+
+
+def _start(folder: str, rec: dict | None, output: str | None, bench: str,
+           s: float) -> float | None:
+    """The engine start an engine job's record gives (engine_start_s), checked against its job's
+    time `s` from its benchmark file `bench`: a start is timed inside its job, so one that is not
+    a number, negative, or longer than the job (beyond START_SLACK) is a wrong record or a
+    benchmark file of another run, an InputError naming both; within the slack it is the whole
+    job."""
+    try:
+        start = engine_start_s(folder, rec)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{output}: its engine start is not a number ({exc}); its job's "
+                         f"benchmark file is {bench}") from None
+    if start is None:
+        return None
+    what = ("not a finite number of seconds" if not math.isfinite(start) else
+            "negative" if start < 0 else
+            f"longer than its job's {s:g} s" if start > s * (1 + START_SLACK) + START_SLACK_S
+            else None)
+    if what:
+        raise InputError(f"{output}: its engine start ({start:g} s) is {what} (its job's "
+                         f"benchmark file {bench}): the record or the benchmark file is wrong, "
+                         "or they are of different runs")
+    return min(start, s)
 
 
 def _job(root: Path, tsv: Path) -> str:
