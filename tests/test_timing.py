@@ -306,3 +306,49 @@ def test_a_benchmark_file_of_a_negative_time_is_not_snakemakes(tmp_path):
     b = timing.collect(tmp_path)
     assert b.seconds == {"analysis": 5.0} and b.unreadable == ["overlap/m/d/K3/b",
                                                                "overlap/m/d/K3/c"]
+
+
+def _records(root: Path) -> list[str]:
+    """The records a report declares: those of every benchmark file (record_of)."""
+    return [r for b in (root / "benchmarks").rglob("*.tsv")
+            if (r := timing.record_of(b.relative_to(root).as_posix()))]
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_an_unreadable_engine_record_is_an_error_not_nothing_recorded(tmp_path, declared):
+    """A truncated serving series was read as "nothing recorded" (except Exception: None): the
+    breakdown said "Not split: ... whose output records no engine start" of a file it could not
+    read; a junk synthetic trace was counted as a capture job, unsplit. Each is an error naming
+    the file and its job's benchmark file."""
+    from specmoe.errors import InputError
+
+    root = run_dir(tmp_path)
+    records = _records(root) if declared else None
+    good = (root / "results/sweeps/tiny-fine/ar.json").read_text()
+    for rel, junk in (("sweeps/tiny-fine/ar.json", good[:len(good) // 2]),  # truncated
+                      ("sweeps/tiny-fine/ar.json", "[1, 2]"),  # JSON, not a record
+                      ("traces/synth-fine/synth/K3/synth.parquet", "PAR1 not a trace")):
+        path = root / "results" / rel
+        kept = path.read_bytes()
+        path.write_text(junk)
+        with pytest.raises(InputError) as err:
+            timing.collect(root, records=records)
+        msg = str(err.value)
+        assert "\n" not in msg and f"results/{rel}" in msg, msg
+        assert "benchmarks/" + rel.rsplit(".", 1)[0] + ".tsv" in msg, msg
+        path.write_bytes(kept)
+    assert timing.collect(root, records=records).jobs["capture"] == 1  # the capture alone
+
+
+def test_a_declared_engine_record_that_is_missing_is_an_error(tmp_path):
+    """A record the report declares (its input: Snakemake made it) that is not there is not an
+    output without a start: it is named. Undeclared (the end of a run reads every output), a
+    missing output stays unsplit, as before."""
+    from specmoe.errors import InputError
+
+    root = run_dir(tmp_path)
+    records = _records(root)
+    (root / "results/sweeps/tiny-fine/ar.json").unlink()
+    with pytest.raises(InputError, match="results/sweeps/tiny-fine/ar.json"):
+        timing.collect(root, records=records)
+    assert timing.collect(root).unsplit == ["sweeps/tiny-fine/ar"]

@@ -83,25 +83,36 @@ def job_seconds(tsv: Path) -> float:
     return s
 
 
-def recorded(folder: str, output: Path) -> dict | None:
+def recorded(folder: str, output: Path, declared: bool = False) -> dict | None:
     """What a job's output records about its engines, read once: a serving series', SD check's
     or profile's JSON as it is; a trace's {"capture": its capture metadata or None (a synthetic
-    trace), "engine_start": its provenance's engine start}. None: no output, or unreadable (its
-    start cannot be split, and the notes say so)."""
+    trace), "engine_start": its provenance's engine start}. None: no output, where it is not
+    `declared` (a job's input, which Snakemake made: its absence is an error). An output that is
+    there but unreadable, or not a record, is an InputError naming it: not "nothing recorded"."""
     if not output.is_file():
+        if declared:
+            raise InputError(f"{output}: no such file, though it is declared as an engine job's "
+                             "record")
         return None
     try:
         if folder == "traces":
             from ..routing.trace import read_meta
 
             meta = read_meta(output)
-            return {"capture": meta.get("capture"),
-                    "engine_start": meta.get("provenance", {}).get("engine_start")}
+            capture, prov = meta.get("capture"), meta.get("provenance") or {}
+            if not (capture is None or isinstance(capture, dict)) or not isinstance(prov, dict):
+                raise InputError(f"{output}: its capture or provenance metadata is not a record")
+            return {"capture": capture, "engine_start": prov.get("engine_start")}
         from ..provenance import read_json
 
-        return read_json(output)
-    except Exception:  # noqa: BLE001 - unreadable: nothing recorded
-        return None
+        rec = read_json(output)
+    except InputError:
+        raise
+    except (OSError, ValueError) as exc:  # unreadable bytes, a file that cannot be opened
+        raise InputError(f"{output}: unreadable ({str(exc).splitlines()[0]})") from None
+    if not isinstance(rec, dict):
+        raise InputError(f"{output}: not a JSON object but a {type(rec).__name__}")
+    return rec
 
 
 def engine_start_s(folder: str, rec: dict | None) -> float | None:
@@ -153,8 +164,8 @@ def engines_started(folder: str, rec: dict | None, start: float) -> int:
 
 
 def _trace_stage(rec: dict | None) -> str:
-    """A trace made by capture on an engine, or a synthetic one (analysis); an unread trace is
-    counted as a capture."""
+    """A trace made by capture on an engine, or a synthetic one (analysis); a trace whose
+    record is not read (not declared) is counted as a capture."""
     return "analysis" if rec is not None and rec.get("capture") is None else "capture"
 
 
@@ -203,8 +214,12 @@ def collect(root: str | Path = ".", since: float | None = None,
             b.unreadable.append(str(rel.with_suffix("")))
             continue
         output = record_of(tsv.relative_to(root).as_posix())
-        rec = (recorded(folder, root / output)
-               if output is not None and (readable is None or output in readable) else None)
+        try:
+            rec = (recorded(folder, root / output, declared=readable is not None)
+                   if output is not None and (readable is None or output in readable) else None)
+        except InputError as exc:
+            raise InputError(f"{exc} (the engine record of {tsv.relative_to(root).as_posix()}, "
+                             "which the time breakdown reads)") from None
         if folder == "traces":
             stage = _trace_stage(rec)
         if stage in ENGINE_JOBS:
