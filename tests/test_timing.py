@@ -352,3 +352,39 @@ def test_a_declared_engine_record_that_is_missing_is_an_error(tmp_path):
     with pytest.raises(InputError, match="results/sweeps/tiny-fine/ar.json"):
         timing.collect(root, records=records)
     assert timing.collect(root).unsplit == ["sweeps/tiny-fine/ar"]
+
+
+def test_the_notes_name_the_stage_each_unsplit_job_is_counted_in_and_only_stages_present(
+        tmp_path):
+    """A profile whose output records no start is counted in the profile row, but the note said
+    "counted in serve or capture"; "Train includes the tokenizer and the untrained controls,
+    serve the sweeps ..." was said of a run without a train or a serve row; and "vLLM's import
+    included" of every engine, even where the breakdown names starts timed after it."""
+    bench(tmp_path, "profiles/m/d/K3.tsv", 30)
+    out_json(tmp_path, "profiles/m/d/K3.json", {"k": 3})  # no engine_startup_s
+    b = timing.collect(tmp_path)
+    assert b.seconds == {"profile": 30.0} and b.unsplit == ["profiles/m/d/K3"]
+    said = " ".join(timing.notes(b))
+    assert "counted in profile" in said and "serve or capture" not in said
+    assert "Train" not in said and "serve" not in said and "sweeps" not in said
+    assert "each job's time runs from its script's start" in said.lower()
+    # a start timed after vLLM's import: its import is counted in its stage, named, and the
+    # engine-start sentence does not say every start includes the import
+    late = {"import_included": False}
+    out_json(tmp_path, "profiles/m/d/K3.json",
+             {"engine_startup_s": 16.0, "engine_start": {"decode": late, "verify": late}})
+    b = timing.collect(tmp_path)
+    said = " ".join(timing.notes(b))
+    assert b.import_excluded == ["profiles/m/d/K3"]
+    assert "their import is counted in profile" in said and "serve or capture" not in said
+    assert "vLLM's import included but in the 1 job(s) named too short" in said
+    assert "(profiles)" in said
+    # the whole run: both unsplit stages named, train and serve said where they have rows
+    root = run_dir(tmp_path / "run")
+    trace(root, "traces/tiny-fine/tiny-drafter/K3/tinybench.parquet",
+          {"capture": {"generate_s": 6.0}})
+    (root / "results/sweeps/tiny-fine/ar.json").unlink()
+    said = " ".join(timing.notes(timing.collect(root)))
+    assert "their start-up is counted in serve and capture" in said
+    assert "Train includes the tokenizer" in said and "serve the sweeps and SD checks" in said
+    assert "vLLM's import included," in said

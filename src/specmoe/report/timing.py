@@ -47,6 +47,8 @@ class Breakdown:
     unsplit: list[str] = field(default_factory=list)  # engine jobs whose start is not recorded
     # engine jobs whose recorded start began after vLLM was imported (their start is too short)
     import_excluded: list[str] = field(default_factory=list)
+    # the stage each job of unsplit and import_excluded is counted in, whole or with its import
+    counted_in: dict[str, str] = field(default_factory=dict)
     # jobs not counted at all: declared ones without a benchmark file, and benchmark files that
     # are not Snakemake's (or are being written)
     missing: list[str] = field(default_factory=list)
@@ -224,13 +226,16 @@ def collect(root: str | Path = ".", since: float | None = None,
             stage = _trace_stage(rec)
         if stage in ENGINE_JOBS:
             start = _start(folder, rec, output, tsv.relative_to(root).as_posix(), s)
+            job = str(rel.with_suffix(""))
             if start is None:
-                b.unsplit.append(str(rel.with_suffix("")))
+                b.unsplit.append(job)
+                b.counted_in[job] = stage
             else:
                 # one import per process: a job's later engines find vLLM imported by its first
                 flags = [e.get("import_included") for e in start_summaries(folder, rec)]
                 if False in flags and True not in flags:
-                    b.import_excluded.append(str(rel.with_suffix("")))
+                    b.import_excluded.append(job)
+                    b.counted_in[job] = stage
                 b.seconds["engine start"] = b.seconds.get("engine start", 0.0) + start
                 b.engine_starts += engines_started(folder, rec, start)
                 s -= start
@@ -294,26 +299,52 @@ def rows(b: Breakdown) -> list[tuple[str, str, str, str]]:
     return out
 
 
+# what the engine jobs of each stage are, in words
+ENGINE_JOB_WORDS = {"serve": "sweeps, SD checks", "capture": "captures", "profile": "profiles"}
+
+
+def _and(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+
+
+def _stages_of(b: Breakdown, jobs: list[str]) -> str:
+    """The stages these jobs are counted in (Breakdown.counted_in), in run order."""
+    return _and([s for s in STAGES if s in {b.counted_in[j] for j in jobs}])
+
+
 def notes(b: Breakdown) -> list[str]:
-    """What the numbers are and what they cannot split, in sentences."""
+    """What the numbers are and what they cannot split, in sentences, of the stages there are."""
     out = []
     if "engine start" in b.seconds:
-        out.append(f"Engine start-up ({b.engine_starts} engines, each from its start, vLLM's "
-                   f"import included, until it was ready): {_clock(b.seconds['engine start'])}, "
-                   f"{100 * b.engine_start_share:.0f}% of the engine jobs' time (sweeps, SD "
-                   "checks, captures, profiles).")
+        jobs = ", ".join(w for s, w in ENGINE_JOB_WORDS.items() if s in b.seconds)
+        imported = ("vLLM's import included" if not b.import_excluded else
+                    f"vLLM's import included but in the {len(b.import_excluded)} job(s) "
+                    "named too short below")
+        out.append(f"Engine start-up ({b.engine_starts} engines, each from its start, "
+                   f"{imported}, until it was ready): {_clock(b.seconds['engine start'])}, "
+                   f"{100 * b.engine_start_share:.0f}% of the engine jobs' time ({jobs}).")
     if b.unsplit:
         out.append(f"Not split: {len(b.unsplit)} engine job(s) whose output records no engine "
-                   f"start ({_named(b.unsplit)}); their start-up is counted in serve or capture.")
+                   f"start ({_named(b.unsplit)}); their start-up is counted in "
+                   f"{_stages_of(b, b.unsplit)}.")
     if b.import_excluded:
         out.append(f"Too short: {len(b.import_excluded)} engine job(s) whose recorded start "
                    f"began after vLLM was imported ({_named(b.import_excluded)}); their import "
-                   "is counted in serve or capture.")
+                   f"is counted in {_stages_of(b, b.import_excluded)}.")
     out += uncounted(b)
-    out.append("Train includes the tokenizer and the untrained controls, serve the sweeps and SD "
-               "checks once their engines are up; each job's time runs "
-               "from its script's start (imports included) to its end, and jobs run side by side "
-               "add up to more than the wall clock.")
+    said = []
+    if "train" in b.seconds:
+        said.append(("train", "the tokenizer and the untrained controls"))
+    if "serve" in b.seconds:
+        said.append(("serve", "the sweeps and SD checks"
+                     + (" once their engines are up" if "engine start" in b.seconds else "")
+                     + (" (whole where their start is not split)"
+                        if any(b.counted_in.get(j) == "serve" for j in b.unsplit) else "")))
+    jobs = ("each job's time runs from its script's start (imports included) to its end, and "
+            "jobs run side by side add up to more than the wall clock.")
+    out.append(f"{said[0][0].capitalize()} includes {said[0][1]}"
+               + "".join(f", {stage} {what}" for stage, what in said[1:]) + "; " + jobs
+               if said else jobs[0].upper() + jobs[1:])
     return out
 
 
