@@ -118,6 +118,21 @@ def test_a_corrupt_lfs_blob_of_the_right_size_is_refused(tmp_path):
                           "Hugging Face cache is corrupt") and str(blob) in err
 
 
+def test_a_corrupt_git_blob_is_refused(tmp_path):
+    """A file stored in git, not LFS (tokenizer.json), is cached under its git blob sha1, which
+    huggingface_hub never checks either: a truncated one is refused, not recorded under a sha256
+    computed from what is left of it."""
+    snap = qwen_cache(tmp_path)
+    blob = (snap / "tokenizer.json").resolve()
+    blob.write_bytes(blob.read_bytes()[:-4])
+    r = run_download(["Qwen/Qwen3-30B-A3B-FP8", "--revision", "c" * 40, "--name", "qwen3-30b"],
+                     {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    assert r.returncode == 2, r.stdout
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith("specmoe: error: qwen3-30b: tokenizer.json in the Hugging Face cache "
+                          "is corrupt") and str(blob) in err
+
+
 def test_full_mode_reads_a_cached_pinned_snapshot_when_the_hub_cannot_be_reached(tmp_path):
     """Nothing listens at HF_ENDPOINT and HF_HUB_OFFLINE is unset: listing the repository's files
     cannot connect, so the weights are taken from the cached snapshot as offline (as

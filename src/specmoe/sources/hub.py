@@ -4,7 +4,7 @@ The Hugging Face cache is the store (`HF_HOME` / `HF_HUB_CACHE`, as huggingface_
 weights are never copied into results/. A download writes a manifest: repo id, the commit it resolved
 to, the snapshot path that later rules read, and every file with its size and sha256, computed from
 its content (huggingface_hub checks only an LFS file's size: a cached blob whose content is not the
-hub's sha256 that names it is refused).
+hub's hash that names it, an LFS file's sha256 or a git file's blob sha1, is refused).
 
 - `revision` from the config is used as given; only a full commit pins the run: without one (or
   with a branch or tag) the newest commit is resolved once, recorded in the manifest, and a warning
@@ -50,6 +50,7 @@ IGNORE = ["consolidated*", "original/*", "*.pth", "*.pt", "*.gguf", "*.onnx", "*
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_GIT_SHA1 = COMMIT  # a file stored in git is cached under its blob's sha1: 40 hex digits
 
 
 def check_repo_id(name: str, repo_id) -> str:
@@ -212,17 +213,29 @@ def _missing_shards(snapshot: Path, files: list[str]) -> list[tuple[str, list[st
 
 
 def _file_record(name: str, snapshot: Path, rel: str) -> dict:
-    """A file's size and the sha256 of its content. An LFS blob is named by the hub's sha256, which
-    huggingface_hub never checks (only the size): a blob whose content differs is refused."""
+    """A file's size and the sha256 of its content. huggingface_hub names a cached blob by the
+    hub's hash of it and never checks it (an LFS file's size alone): an LFS blob is named by its
+    sha256, a file stored in git by its git blob sha1 (git_hash); a blob whose content is not the
+    one its name says is refused."""
+    from huggingface_hub.utils.sha import git_hash
+
     real = (snapshot / rel).resolve()
     h = hashlib.sha256()
+    git = _GIT_SHA1.match(real.name)
     with open(real, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
+        if git:  # a file stored in git: small (the Hub keeps larger ones in LFS)
+            data = fh.read()
+            h.update(data)
+            actual, kind = git_hash(data), "git blob sha1"
+        else:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
     sha256 = h.hexdigest()
-    if _SHA256.match(real.name) and real.name != sha256:
+    if _SHA256.match(real.name):
+        actual, kind = sha256, "sha256"
+    if (git or _SHA256.match(real.name)) and real.name != actual:
         raise InputError(f"{name}: {rel} in the Hugging Face cache is corrupt: its content's "
-                         f"sha256 is {sha256[:12]}, not the hub's {real.name[:12]}: delete {real} "
+                         f"{kind} is {actual[:12]}, not the hub's {real.name[:12]}: delete {real} "
                          "and download again")
     return {"path": rel, "size": real.stat().st_size, "sha256": sha256,
             "sha256_source": "hub-lfs" if _SHA256.match(real.name) else "computed"}
