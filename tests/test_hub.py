@@ -199,6 +199,44 @@ def test_where_the_hub_cannot_be_reached_the_cache_is_read_without_asking_it_aga
     assert asked and all(asked), asked
 
 
+def test_a_read_of_the_cache_alone_is_not_tried_again_and_a_network_call_is(tmp_path,
+                                                                           monkeypatch):
+    """Where the Hub cannot be reached, the cache is read alone (local_files_only): a repository
+    that is not in it is final at once, one call and no wait (trying it again after 5 and 20 s
+    reads the same cache); a call that may reach the Hub is tried again after those waits."""
+    import huggingface_hub
+
+    from specmoe.sources import hub
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    sleeps, asked = [], []
+    monkeypatch.setattr(hub.time, "sleep", sleeps.append)
+
+    def refused(*args, **kwargs):
+        raise ConnectionError("[Errno 111] Connection refused")
+
+    real = huggingface_hub.snapshot_download
+
+    def recorded(*args, local_files_only=False, **kwargs):
+        asked.append(local_files_only)
+        if not local_files_only:
+            refused()
+        return real(*args, local_files_only=True, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", refused)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", recorded)
+    cache = str(tmp_path / "hf" / "hub")
+    with pytest.raises(hub.HubUnreachable, match="not in the cache"):
+        hub.download("m", "acme/m", "a" * 40, cache_dir=cache)
+    assert (asked, sleeps) == ([True], [])
+    asked.clear()
+    with pytest.raises(hub.HubUnreachable, match="could not reach the Hub"):
+        hub.download("d", "acme/d", "a" * 40, repo_type="dataset",
+                     allow_patterns=["question.jsonl"], cache_dir=cache)
+    assert (asked, sleeps) == ([False] * 3, list(hub.RETRY_WAITS_S))
+
+
 def test_a_download_online_reruns_offline_from_the_same_cache(tmp_path):
     """The documented workflow: download with network (huggingface_hub 2 also caches the
     repository's whole file listing, trees/<commit>.json), then run with HF_HUB_OFFLINE=1 or where

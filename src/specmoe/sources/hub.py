@@ -93,19 +93,22 @@ class HubUnreachable(InputError):
 RETRY_WAITS_S = (5.0, 20.0)
 
 
-def _network(call, name: str, repo_id: str, revision: str | None):
+def _network(call, name: str, repo_id: str, revision: str | None, *, local: bool = False):
     """A Hub call, tried again after RETRY_WAITS_S when the Hub cannot be reached; any other
-    failure (gated, not found, not in an offline cache, disk full) is final at once, one line."""
-    for attempt in range(len(RETRY_WAITS_S) + 1):
+    failure (gated, not found, not in an offline cache, disk full) is final at once, one line,
+    and so is every failure of a call that reads the cache alone (local: another try reads the
+    same cache)."""
+    waits = () if local else RETRY_WAITS_S
+    for attempt in range(len(waits) + 1):
         try:
             return call()
         except Exception as exc:  # noqa: BLE001 - mapped to one line
             err = _explain(name, repo_id, revision, exc)
-            if not isinstance(err, HubUnreachable) or attempt == len(RETRY_WAITS_S):
+            if not isinstance(err, HubUnreachable) or attempt == len(waits):
                 raise err from None
             log.warning("%s (attempt %d of %d: trying again in %.0f s)", err, attempt + 1,
-                        len(RETRY_WAITS_S) + 1, RETRY_WAITS_S[attempt])
-            time.sleep(RETRY_WAITS_S[attempt])
+                        len(waits) + 1, waits[attempt])
+            time.sleep(waits[attempt])
 
 
 def _explain(name: str, repo_id: str, revision: str | None, exc: BaseException) -> InputError:
@@ -292,7 +295,7 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
         snap = Path(_network(lambda: snapshot_download(
             repo_id, repo_type=repo_type, revision=revision, allow_patterns=allow,
             ignore_patterns=ignore, cache_dir=cache_dir, local_files_only=from_cache),
-            name, repo_id, revision))
+            name, repo_id, revision, local=from_cache))
         if not COMMIT.match(snap.name):
             raise InputError(f"{name}: {snap} is not a Hugging Face cache snapshot")
         return snap
