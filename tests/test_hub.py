@@ -328,6 +328,31 @@ def test_unset_repo_id_is_named(tmp_path):
     assert check_repo_id("x", "moonshotai/Kimi-K2.5") == "moonshotai/Kimi-K2.5"
 
 
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_snapshot_missing_a_file_of_its_manifest_is_refused(tmp_path, monkeypatch, damage):
+    """The rules that read a download (its engine jobs among them) take its snapshot only where
+    every file of its manifest is there at its recorded size: a weight blob deleted from the
+    cache (or cut short) after the download is one line naming it, not a failure inside vLLM."""
+    from specmoe.errors import InputError
+    from specmoe.sources import hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cache = tmp_path / "hf" / "hub"
+    snap = lay_out_cache(cache, "acme/m", {"config.json": CONFIG,
+                                           "model.safetensors": b"\x03" * 64},
+                         commit="a" * 40, lfs={"model.safetensors"})
+    man = tmp_path / "acme--m.full.json"
+    man.write_text(json.dumps(hub.download("m", "acme/m", "a" * 40, cache_dir=str(cache))))
+    assert hub.snapshot_of(man) == snap
+    blob = (snap / "model.safetensors").resolve()
+    if damage == "deleted":
+        blob.unlink()
+    else:
+        blob.write_bytes(b"\x03" * 10)
+    with pytest.raises(InputError, match=r"model\.safetensors.*rerun the download"):
+        hub.snapshot_of(man)
+
+
 def test_provenance_names_where_a_checkpoint_comes_from(tmp_path):
     """A Hugging Face snapshot is "hf" at its commit, a model the pipeline trained is "tiny" at
     the revision of its manifest (the capture and profile stages once wrote "tiny" for both)."""

@@ -353,7 +353,10 @@ def download(name: str, repo_id, revision: str | None = None, *, mode: str = "fu
 
 
 def snapshot_of(manifest_or_dir) -> Path:
-    """The model directory a later rule reads: a download manifest's snapshot, or a directory."""
+    """The model directory a later rule reads: a download manifest's snapshot, or a directory.
+    Every file of the manifest is in the snapshot at its recorded size (not hashed again: the
+    download did), else InputError naming the first one that is not: a blob deleted from the
+    cache after the download would otherwise fail the engine job inside vLLM."""
     import json
 
     p = Path(manifest_or_dir)
@@ -361,10 +364,17 @@ def snapshot_of(manifest_or_dir) -> Path:
         return p
     try:
         man = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{p}: not a download manifest ({exc})") from None
-    snap = Path(man.get("snapshot_path", ""))
+        snap, files = Path(man["snapshot_path"]), list(man["files"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(f"{p}: not a download manifest ({type(exc).__name__}: {exc})") from None
+    rerun = "rerun the download rule (snakemake --forcerun download_model)"
     if not (snap / "config.json").exists():
-        raise InputError(f"{p}: its snapshot {snap} is gone from the Hugging Face cache: rerun the "
-                         "download rule (snakemake --forcerun download_model)")
+        raise InputError(f"{p}: its snapshot {snap} is gone from the Hugging Face cache: {rerun}")
+    for f in files:
+        path = snap / f["path"]
+        size = path.stat().st_size if path.exists() else None
+        if size != f["size"]:
+            found = "is gone" if size is None else f"has {size} bytes, not {f['size']}"
+            raise InputError(f"{p}: {f['path']} of its snapshot {snap} {found} in the Hugging "
+                             f"Face cache: {rerun}")
     return snap
