@@ -133,6 +133,30 @@ def _questions_turns_a_string(root):
         json.dumps({"question_id": 1, "category": "w", "turns": "a long prompt"}) + "\n")
 
 
+def _questions_category(category):
+    def lay_out(root):
+        rows = [{"question_id": 1, "category": "writing", "turns": ["w1"]},
+                {"question_id": 2, "category": category, "turns": ["e1"]}]
+        (root / "question.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return lay_out
+
+
+def _speed_null_category(root):
+    _parquet(root / SPEED, {"category": ["qa", None], "turns": [["p1"], ["p2"]]})
+
+
+INSTRUCT = "data/train-00000-of-00001.parquet"
+
+
+def _instructcoder_null(column):
+    def lay_out(root):
+        cells = {"instruction": ["Fix the bug", "Add types"], "input": ["x=1", "y=2"],
+                 "output": ["a", "b"]}
+        cells[column] = [cells[column][0], None]
+        _parquet(root / INSTRUCT, cells)
+    return lay_out
+
+
 @pytest.mark.parametrize("fmt,lay_out,file,says", [
     ("aya", _aya_without_language, AYA, "no column 'language'"),
     ("aya", _aya_null_input, AYA, "column 'inputs' of row 1 is null"),
@@ -142,6 +166,14 @@ def _questions_turns_a_string(root):
     ("mt-bench", _questions_without_turns, "question.jsonl", "no column 'turns'"),
     ("mt-bench", _questions_not_json, "question.jsonl", "not a question.jsonl"),
     ("mt-bench", _questions_turns_a_string, "question.jsonl", "column 'turns' of row 0 is a"),
+    ("mt-bench", _questions_category(""), "question.jsonl",
+     "column 'category' of row 1 is an empty string"),
+    ("mt-bench", _questions_category(None), "question.jsonl",
+     "column 'category' of row 1 is null"),
+    ("speed-bench", _speed_null_category, SPEED, "column 'category' of row 1 is null"),
+    ("instructcoder", _instructcoder_null("input"), INSTRUCT, "column 'input' of row 1 is null"),
+    ("instructcoder", _instructcoder_null("instruction"), INSTRUCT,
+     "column 'instruction' of row 1 is null"),
 ])
 def test_a_dataset_file_of_the_wrong_shape_is_one_line_naming_file_and_column(
         tmp_path, fmt, lay_out, file, says):
@@ -151,7 +183,7 @@ def test_a_dataset_file_of_the_wrong_shape_is_one_line_naming_file_and_column(
     from specmoe.errors import InputError
     from specmoe.sources import studydata
 
-    if fmt == "mt-bench":
+    if fmt in ("mt-bench", "instructcoder"):
         pytest.importorskip("vllm")
     lay_out(tmp_path)
     with pytest.raises(InputError) as err:

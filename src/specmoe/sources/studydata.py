@@ -78,13 +78,14 @@ def _first_turn(path: Path, row: int, turns) -> str:
     return turns[0]
 
 
-def _check_text(path: Path, df, column: str) -> None:
-    """Every cell of a text column is a string (a null one would become the prompt 'nan'); rows
-    by their number in the file."""
+def _check_text(path: Path, df, column: str, empty: bool = True) -> None:
+    """Every cell of a text column is a string (a null one would become the prompt 'nan', or the
+    category 'nan'), and not an empty one where `empty` is False (a category: vLLM's SpecBench
+    reads the category '' as no category at all); rows by their number in the file."""
     for row, value in zip(df.index, df[column]):
-        if not isinstance(value, str):
+        if not isinstance(value, str) or not (empty or value):
             raise InputError(f"{path}: column '{column}' of row {row} is {_kind(value)}, not "
-                             "text")
+                             + ("text" if empty else "a category's name"))
 
 
 def _read_parquet(path: Path, columns: list[str], what: str):
@@ -106,7 +107,8 @@ def _read_parquet(path: Path, columns: list[str], what: str):
 
 def _questions(path: Path) -> list[tuple[str, str]]:
     """(category, first turn) in file order, through vLLM's SpecBench loader, after checking
-    the file is JSON lines whose rows each have a category and a non-empty list of turns."""
+    the file is JSON lines whose rows each have a category (a non-empty string: the loader reads
+    '' as every category, and a null one matches no row) and a non-empty list of turns."""
     import pandas as pd
 
     vd = _vllm_datasets()
@@ -118,12 +120,13 @@ def _questions(path: Path) -> list[tuple[str, str]]:
     if missing:
         raise InputError(f"{path}: no column {', '.join(map(repr, missing))} (not a "
                          "question.jsonl: each line has 'category' and 'turns')")
+    _check_text(path, cats, "category", empty=False)
     for row, turns in enumerate(cats["turns"]):
         _first_turn(path, row, turns)
     out = []
     for cat in dict.fromkeys(cats["category"]):
         data = vd.SpecBench(dataset_path=str(path), category=cat, disable_shuffle=True).data
-        out += [(str(cat), d["prompt"]) for d in data]
+        out += [(cat, d["prompt"]) for d in data]
     return out
 
 
@@ -147,12 +150,15 @@ def _instructcoder(paths: list[Path]) -> list[tuple[str, str]]:
     import pandas as pd
 
     vd = _vllm_datasets()
-    df = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
-    missing = {"instruction", "input"} - set(df.columns)
-    if missing:
-        raise InputError(f"InstructCoder files lack column(s) {', '.join(sorted(missing))}")
+    frames = []
+    for p in paths:  # a null cell would be the text 'nan' in the prompt
+        df = _read_parquet(p, ["instruction", "input"], "InstructCoder")
+        _check_text(p, df, "instruction")
+        _check_text(p, df, "input")
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True)
     loader = vd.InstructCoderDataset.__new__(vd.InstructCoderDataset)  # no load_dataset call
-    loader.data = _Rows(df[["instruction", "input"]].to_dict("records"))
+    loader.data = _Rows(df.to_dict("records"))
     return [("instructcoder", p) for p in loader.sample_prompts(n=len(df))]
 
 
@@ -165,7 +171,7 @@ def _aya(paths: list[Path], languages: list[str] | None) -> list[tuple[str, str]
         if languages:
             df = df[df["language"].isin(languages)]
         _check_text(p, df, "inputs")
-        _check_text(p, df, "language")
+        _check_text(p, df, "language", empty=False)  # its category
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     if languages:
@@ -179,7 +185,8 @@ def _speed_bench(paths: list[Path]) -> list[tuple[str, str]]:
     out = []
     for p in paths:
         df = _read_parquet(p, ["category", "turns"], "SPEED-Bench")
-        out += [(str(c), _first_turn(p, row, t))
+        _check_text(p, df, "category", empty=False)
+        out += [(c, _first_turn(p, row, t))
                 for row, (c, t) in enumerate(zip(df["category"], df["turns"]))]
     return out
 
