@@ -459,7 +459,8 @@ def test_a_datasets_download_and_prompt_table_depend_only_on_the_keys_their_stag
         assert records(edited) == (download, table), key
         assert read(edited) != read(base), key  # the job that reads it reruns
     assert records(with_entry(revision="a" * 40)) == (
-        DownloadDatasetParams(spec={**download.spec, "revision": "a" * 40}, dataset="mt-bench"),
+        DownloadDatasetParams(spec={**download.spec, "revision": "a" * 40}, dataset="mt-bench",
+                              configured_revision="a" * 40),
         table)  # a new download reruns the table: its input
     assert records(with_entry(max_prompts=60)) == (
         download, PromptTableParams(spec={**table.spec, "max_prompts": 60}, dataset="mt-bench"))

@@ -50,7 +50,36 @@ def test_a_downloads_record_names_its_repository_and_the_methods_of_the_eagle_he
     assert DownloadModelParams.from_config(cfg, Wildcards(repo=target, mode="full")).methods == {}
     draft = repo_key(cfg.drafters["qwen2-0.5b"].entry)  # a draft model: no head to check
     assert DownloadModelParams.from_config(cfg, Wildcards(repo=draft, mode="full")).methods == {}
-    assert list(snakemake_params(DownloadModelParams, cfg)) == ["repository", "methods"]
+    assert list(snakemake_params(DownloadModelParams, cfg)) == ["repository", "methods",
+                                                                "configured_revision"]
+    assert recorded(DownloadModelParams, cfg) == ["repository", "methods"]
+
+
+def recorded(record, cfg) -> list[str]:
+    """The params of a record that Snakemake records and compares (rerun keys): each but those
+    it counts as derived from the job's files (a function taking `output`: untracked())."""
+    from snakemake.rules import Rule
+
+    return [k for k, v in snakemake_params(record, cfg).items()
+            if not Rule._is_deriving_function(v)]
+
+
+def test_a_downloads_configured_revision_reaches_the_stage_but_reruns_nothing():
+    """The configured revision, which a download fetches where set, is a param of the job that
+    Snakemake leaves out of its rerun keys (untracked): its tracked revision stands for it there,
+    so pinning the commit a manifest recorded reruns nothing yet the pin is what a rerun
+    downloads."""
+    def pin(c):
+        for m in c["models"]:
+            if m.get("repo_id") == "Qwen/Qwen3-30B-A3B-FP8":
+                m["revision"] = "c" * 40
+
+    cfg = resolved("config/paper.yaml", pin)
+    w = Wildcards(repo=repo_key(cfg.entry("qwen3-30b-fp8-tp1")), mode="full")
+    value = snakemake_params(DownloadModelParams, cfg)["configured_revision"]
+    assert value(w, output=["m.json"]) == "c" * 40
+    assert DownloadModelParams.from_config(cfg, w).repository["revision"] == "c" * 40
+    assert recorded(DownloadDatasetParams, cfg) == ["spec"]
 
 
 def test_another_model_of_a_downloaded_repository_reruns_no_download():
@@ -70,8 +99,8 @@ def test_another_model_of_a_downloaded_repository_reruns_no_download():
     assert len(two.repos[repo]["names"]) == 2
     for mode in ("full", "config"):
         w = Wildcards(repo=repo, mode=mode)
-        params = [{k: v(w) for k, v in snakemake_params(DownloadModelParams, cfg).items()}
-                  for cfg in (one, two)]
+        params = [{k: snakemake_params(DownloadModelParams, cfg)[k](w)
+                   for k in recorded(DownloadModelParams, cfg)} for cfg in (one, two)]
         assert params[0] == params[1] and params[0]["methods"] == {}
 
 
@@ -82,5 +111,5 @@ def test_a_datasets_rules_depend_on_its_entry_and_take_its_name_from_the_job():
     for record in (DownloadDatasetParams, PromptTableParams):
         p = record.from_config(cfg, Wildcards(dataset=name))
         assert (p.spec, p.dataset) == ({k: entry[k] for k in record.KEYS if k in entry}, name)
-        assert list(snakemake_params(record, cfg)) == ["spec"]
+        assert recorded(record, cfg) == ["spec"]
     assert PromptTableParams.INPUTS == DownloadDatasetParams.OUTPUTS == ("manifest",)

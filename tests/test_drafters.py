@@ -165,7 +165,7 @@ def test_a_downloaded_head_vllm_cannot_load_stops_its_download_job(tmp_path):
               "'trust_remote_code': False}\n"
               "try:\n    download_model_stage(Named({}), Named({'manifest': "
               f"{str(out)!r}}}), DownloadModelParams(repository=repo, methods={{'h': 'eagle'}}, "
-              "repo='specmoe-test--eagle-head', mode='full'))\n"
+              "configured_revision=None, repo='specmoe-test--eagle-head', mode='full'))\n"
               "except InputError as exc:\n    sys.exit(str(exc))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hubfake import lay_out_cache
+from hubfake import lay_out_cache, repo_folder
 from wf import copy_workflow, planned_jobs, snakemake
 
 MODEL_MANIFEST = "results/downloads/zai-org--GLM-4.7-Flash.full.json"
@@ -67,6 +67,25 @@ def test_pinning_the_recorded_commit_reruns_nothing_and_another_commit_reruns_th
     assert rules(config(None, "1" * 40)) == {"download_dataset", "prompt_table"}
     assert rules(config("main")) == {"download_model", "capture"}  # a branch named anew
 
+    # main has moved on since; the downloads rerun (--forcerun, as snapshot_of advises) with the
+    # recorded commits pinned: they download those, pinned, not main's newest commits, and keep
+    # their params, so the next run reruns neither a second time
+    cache = tmp_path / "hf" / "hub"
+    for repo_id, repo_type, commit in ((case["models"][0]["repo_id"], "model", "f" * 40),
+                                       ("philschmid/mt-bench", "dataset", "e" * 40)):
+        snap = repo_folder(cache, repo_id, repo_type) / "snapshots" / commit
+        lay_out_cache(cache, repo_id, {p.name: p.read_bytes() for p in snap.iterdir()},
+                      commit="9" * 40, repo_type=repo_type)
+    pinned = config("f" * 40, "e" * 40)
+    snakemake(wd, MODEL_MANIFEST, DATASET_MANIFEST, "--forcerun", "download_model",
+              "download_dataset", env=env, configfile=pinned, cores=2)
+    for manifest, commit in ((MODEL_MANIFEST, "f" * 40), (DATASET_MANIFEST, "e" * 40)):
+        man = json.loads((wd / manifest).read_text())
+        assert (man["commit"], man["pinned"]) == (commit, True), manifest
+    dry = snakemake(wd, "-n", MODEL_MANIFEST, DATASET_MANIFEST, env=env, configfile=pinned,
+                    cores=2)
+    assert planned_jobs(dry.stdout) == []
+
 
 def test_the_download_param_is_the_revision_its_manifest_was_made_from(tmp_path):
     """tracked_revision in itself: a manifest made unpinned is named by the revision it was made
@@ -85,6 +104,11 @@ def test_the_download_param_is_the_revision_its_manifest_was_made_from(tmp_path)
     man.write_text(json.dumps({"repo_id": "o/r", "revision_requested": "c" * 40,
                                "commit": "c" * 40}))
     assert tracked_revision(None, str(man), "o/r") == "c" * 40  # a pin removed: kept
+    # a forced rerun of the unpinned job with the commit pinned downloaded the commit; the
+    # manifest keeps the job's param as its rerun key
+    man.write_text(json.dumps({"repo_id": "o/r", "revision_requested": "c" * 40,
+                               "revision_param": None, "commit": "c" * 40}))
+    assert tracked_revision("c" * 40, str(man), "o/r") is None
     man.write_text("{not json")
     assert tracked_revision("c" * 40, str(man), "o/r") == "c" * 40
 

@@ -123,7 +123,8 @@ def test_download_dataset_stage_offline_writes_a_prompt_table_with_provenance(tm
             "from specmoe.contracts.study import DownloadDatasetParams, PromptTableParams; "
             "import sys; spec = {'format': 'mt-bench', 'repo_id': 'philschmid/mt-bench'}; "
             "man = Named({'manifest': sys.argv[2]}); "
-            "d(Named({}), man, DownloadDatasetParams(spec=spec, dataset='mt-bench')); "
+            "d(Named({}), man, DownloadDatasetParams(spec=spec, dataset='mt-bench', "
+            "configured_revision=None)); "
             "p(man, Named({'csv': sys.argv[1]}), "
             "PromptTableParams(spec={'format': 'mt-bench'}, dataset='mt-bench'))")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),

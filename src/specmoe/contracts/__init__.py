@@ -6,7 +6,8 @@ specmoe.contracts.<name>), one frozen dataclass, its parameters record:
 - its fields are the job's parameters (besides its files), typed; `from_config(cfg, wildcards)`
   builds them from the resolved configuration (specmoe.config.Config) and the job's wildcards, so
   the keys a rule reads of the configuration are named in one place; a field marked `wildcard()`
-  is one of the job's wildcards, which its output path already names (not a Snakemake param);
+  is one of the job's wildcards, which its output path already names (not a Snakemake param); one
+  marked `untracked()` is a Snakemake param that reruns nothing (untracked);
 - `INPUTS` and `OUTPUTS` name the rule's inputs and outputs, which the stage reads by those names
   (the adapter refuses a rule that names others);
 - `STAGE` names the stage function (specmoe.stages), which takes (inputs, outputs, params) by name.
@@ -81,6 +82,15 @@ def wildcard(convert=str):
     return field(metadata={"wildcard": convert})
 
 
+def untracked():
+    """A record field that is a Snakemake param of the job but no key of its reruns: a value the
+    stage reads that another field already stands for in the job's params (a download's
+    configured revision, which its tracked revision names where it holds what the configured
+    one names). Its param function takes the job's output, so Snakemake counts it as derived
+    from the job's files and leaves it out of the params it records and compares."""
+    return field(metadata={"untracked": True})
+
+
 def param_fields(record) -> list:
     """The fields of a record that are Snakemake params (all but its wildcards)."""
     return [f for f in fields(record) if "wildcard" not in f.metadata]
@@ -102,7 +112,14 @@ def snakemake_params(record, cfg, **extra) -> dict:
 
         return value
 
-    return {f.name: get(f.name) for f in param_fields(record)}
+    def derived(name):  # an untracked field's: the `output` argument makes it no rerun key
+        def value(wildcards, output):
+            return get(name)(wildcards)
+
+        return value
+
+    return {f.name: (derived if "untracked" in f.metadata else get)(f.name)
+            for f in param_fields(record)}
 
 
 def plain_files(value):

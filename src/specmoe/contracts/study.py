@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import paths as P
-from . import wildcard
+from . import untracked, wildcard
 
 
 def tracked_revision(configured: str | None, manifest: str, repo_id) -> str | None:
@@ -20,20 +20,28 @@ def tracked_revision(configured: str | None, manifest: str, repo_id) -> str | No
     copying a recorded commit into the config to pin the run, or leaving it unset, changes no
     param: neither the download nor the engine jobs that read its manifest rerun; another
     revision (a new commit, branch or tag) reruns the download, and so everything after it.
-    Without a readable manifest of the same repository: the configured revision. A job that
-    reruns for another reason (--forcerun, a new trust_remote_code) downloads this revision:
-    where it is a branch or unset and the Hub has moved on since, the manifest then records a
-    newer commit than the one pinned, and the next run downloads the pinned one again."""
+    Without a readable manifest of the same repository: the configured revision. The param is
+    the job's rerun key alone: a job that reruns for another reason (--forcerun, a new
+    trust_remote_code) downloads the configured revision where one is set (download_revision),
+    and its manifest keeps the param as `revision_param` (where the manifest has none, as one
+    written before, its `revision_requested`), so the next run's param is the same again."""
     try:
         man = json.loads(Path(manifest).read_text())
     except (OSError, ValueError):
         return configured
     if not isinstance(man, dict) or man.get("repo_id") != repo_id:
         return configured
-    made_from = man.get("revision_requested")
+    made_from = man.get("revision_param", man.get("revision_requested"))
     if configured is None or configured in (made_from, man.get("commit")):
         return made_from
     return configured
+
+
+def download_revision(configured: str | None, param: str | None) -> str | None:
+    """The revision a download job fetches: the configured one where set (a commit copied into
+    the config pins the download even where its param, tracked_revision, stayed unset), else its
+    param."""
+    return param if configured is None else configured
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,8 @@ class DownloadModelParams:
     download's label) and mode (full, or config.json only) are the job's wildcards. Its revision
     is the one its manifest already holds where the configured one names it (tracked_revision:
     the manifest is read when the job graph is built), so pinning the recorded commit reruns
-    nothing."""
+    nothing; the configured revision (configured_revision, untracked: no rerun key) is what the
+    job downloads where set (download_revision)."""
 
     INPUTS = ()
     OUTPUTS = ("manifest",)
@@ -57,6 +66,7 @@ class DownloadModelParams:
 
     repository: dict
     methods: dict
+    configured_revision: str | None = untracked()
     repo: str = wildcard()
     mode: str = wildcard()
 
@@ -71,7 +81,7 @@ class DownloadModelParams:
                                                   repo["repo_id"])
         return cls(repository=repository,
                    methods={n: m for n, m in methods.items() if m in EAGLE_METHODS},
-                   repo=w.repo, mode=w.mode)
+                   configured_revision=repo["revision"], repo=w.repo, mode=w.mode)
 
 
 @dataclass(frozen=True)
@@ -89,9 +99,14 @@ class DatasetParams:
     dataset: str = wildcard()
 
     @classmethod
-    def from_config(cls, cfg, w) -> "DatasetParams":
+    def spec_of(cls, cfg, w) -> dict:
+        """The keys of the job's dataset entry that the stage reads (KEYS), where given."""
         entry = cfg.datasets[w.dataset]
-        return cls(spec={k: entry[k] for k in cls.KEYS if k in entry}, dataset=w.dataset)
+        return {k: entry[k] for k in cls.KEYS if k in entry}
+
+    @classmethod
+    def from_config(cls, cfg, w) -> "DatasetParams":
+        return cls(spec=cls.spec_of(cfg, w), dataset=w.dataset)
 
 
 @dataclass(frozen=True)
@@ -101,24 +116,27 @@ class DownloadDatasetParams(DatasetParams):
     repository, revision and files (the format's default files where none are named). Its
     revision is the one its manifest already holds where the configured one names it
     (tracked_revision: the manifest is read when the job graph is built), so pinning the
-    recorded commit reruns neither the prompt table nor the engine jobs on it."""
+    recorded commit reruns neither the prompt table nor the engine jobs on it; the configured
+    revision (configured_revision, untracked: no rerun key) is what the job downloads where set
+    (download_revision)."""
 
     INPUTS = ()
     OUTPUTS = ("manifest",)
     STAGE = "specmoe.stages.study.download_dataset_stage"
     KEYS = ("repo_id", "revision", "format", "files")
 
+    configured_revision: str | None = untracked()
+
     @classmethod
     def from_config(cls, cfg, w) -> "DownloadDatasetParams":
-        record = super().from_config(cfg, w)
-        spec = {k: v for k, v in record.spec.items() if k != "revision"}
+        spec = {k: v for k, v in cls.spec_of(cfg, w).items() if k != "revision"}
         entry = cfg.datasets[w.dataset]
         revision = tracked_revision(entry.get("revision"),
                                     P.DATASET_DOWNLOAD.format(dataset=w.dataset),
                                     entry.get("repo_id"))
         if revision is not None:  # unset stays absent, as the configuration leaves it
             spec["revision"] = revision
-        return cls(spec=spec, dataset=w.dataset)
+        return cls(spec=spec, dataset=w.dataset, configured_revision=entry.get("revision"))
 
 
 @dataclass(frozen=True)

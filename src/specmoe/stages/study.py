@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from ..contracts.study import download_revision
 from ..sources import hub, studydata
 from ..errors import InputError
 from ..provenance import provenance, write_csv, write_json
@@ -24,10 +25,12 @@ def download_model_stage(inputs, outputs, params) -> dict:
     vLLM cannot load stops the download job (it runs where the workflow is launched), before
     any engine job that serves it queues."""
     repo, mode, out = params.repository, params.mode, outputs.manifest
-    repo_id, revision = repo["repo_id"], repo["revision"]
+    repo_id = repo["repo_id"]
+    revision = download_revision(params.configured_revision, repo["revision"])
     label = params.repo
     man = hub.download(label, repo_id, revision, mode=mode,
                        trust_remote_code=repo["trust_remote_code"])
+    man["revision_param"] = repo["revision"]  # the job's rerun key (tracked_revision)
     check_drafters(man, repo_id, params.methods or {})
     logger.info("%s (%s): %s@%s, %d files, %.1f GiB in %s", label, mode, repo_id,
                 man["commit"][:12], len(man["files"]), man["total_bytes"] / 2**30,
@@ -46,11 +49,14 @@ def download_dataset_stage(inputs, outputs, params) -> dict:
     if spec.get("repo_id") is None:
         raise InputError(f"dataset {name}: no repo_id: name the dataset repo in the config")
     patterns = spec.get("files") or studydata.DEFAULT_FILES[spec["format"]]
-    man = hub.download(f"dataset {name}", spec["repo_id"], spec.get("revision"),
+    revision = download_revision(params.configured_revision, spec.get("revision"))
+    man = hub.download(f"dataset {name}", spec["repo_id"], revision,
                        repo_type="dataset", allow_patterns=patterns)
+    man["revision_param"] = spec.get("revision")  # the job's rerun key (tracked_revision)
     logger.info("dataset %s: %s@%s, %d files", name, spec["repo_id"], man["commit"][:12],
                 len(man["files"]))
-    write_json(out_manifest, man, provenance(spec, stage="download_dataset",
+    downloaded = {**spec, "revision": revision} if revision is not None else spec
+    write_json(out_manifest, man, provenance(downloaded, stage="download_dataset",
                                              dataset={"repo_id": spec["repo_id"],
                                                       "revision": man["commit"]}))
     return man
