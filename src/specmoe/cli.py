@@ -603,9 +603,9 @@ def cmd_download(a) -> dict:
 def _predict_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("model", help="a config.json (or its folder), or a Hugging Face repo id "
                                  "(its config.json is fetched as the download stage does)")
-    s.add_argument("--hardware", default=DEFAULT_HARDWARE,
+    s.add_argument("--hardware",
                    help=f"a shipped GPU (H100, H200, B200) or an entry of --hardware-file "
-                        f"({DEFAULT_HARDWARE})")
+                        f"(default: the file's one entry, without a file {DEFAULT_HARDWARE})")
     s.add_argument("--hardware-file",
                    help="YAML or JSON with a `hardware` section (as config.yaml's) for a GPU "
                         "the package does not ship")

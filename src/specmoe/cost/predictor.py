@@ -18,7 +18,8 @@ import numpy as np
 
 from ..sources import published
 from . import stepmodel, steptables
-from .costmodel import FLOAT_DTYPES, GIB, MAX_BATCH, MAX_DRAFT_COST, Hardware, ModelDims
+from .costmodel import (DEFAULT_HARDWARE, FLOAT_DTYPES, GIB, MAX_BATCH, MAX_DRAFT_COST, Hardware,
+                        ModelDims)
 from ..errors import InputError
 
 
@@ -27,24 +28,33 @@ def shipped_gpus() -> list[str]:
     return list(published.gpus())
 
 
-def hardware(name: str, hardware_file: str | None = None) -> tuple[Hardware, list[str]]:
+def hardware(name: str | None, hardware_file: str | None = None) -> tuple[Hardware, list[str]]:
     """A GPU by name: from `hardware_file` (a YAML or JSON file whose `hardware` section, or whole
     mapping, holds entries like config.yaml's) where given, else one the package ships. The file's
     entries overlay the shipped GPUs as the workflow's configuration does (published.with_gpus):
-    an entry of a shipped GPU's name changes the keys it gives. A GPU the study did not measure on
-    gets a caveat."""
+    an entry of a shipped GPU's name changes the keys it gives; every entry of the file is
+    checked (Hardware.from_config), the one asked for or not. No name: the file's one entry (a
+    file of several is refused: which one is meant), else costmodel.DEFAULT_HARDWARE. A GPU the
+    study did not measure on gets a caveat."""
     caveats = []
     if hardware_file:
         given = _hardware_entries(hardware_file)
         entries = published.with_gpus(given)
+        if name is None:
+            if len(given) > 1:
+                raise InputError(f"--hardware-file {hardware_file} names {', '.join(given)}; "
+                                 "give --hardware")
+            name = next(iter(given))
         if name not in entries:
             raise InputError(f"--hardware {name}: not in {hardware_file} (has "
                              f"{', '.join(given)}) nor shipped ({', '.join(shipped_gpus())})")
+        for entry in given:  # a broken entry is an error even when another one is used
+            Hardware.from_config(entry, entries[entry])
         hw = Hardware.from_config(name, entries[name])
         if name in given:
             caveats.append(f"hardware {name} from {hardware_file}: its numbers are the file's"
                            + (" over the shipped entry" if name in shipped_gpus() else ""))
-    elif name in shipped_gpus():
+    elif (name := name or DEFAULT_HARDWARE) in shipped_gpus():
         hw = stepmodel.study_hardware(name)
     else:
         raise InputError(f"--hardware {name}: not a shipped GPU ({', '.join(shipped_gpus())}); "

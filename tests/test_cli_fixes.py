@@ -1,0 +1,61 @@
+"""The CLI's review fixes: each test failed on the code before its fix."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specmoe import cli
+
+QWEN = str(Path(cli.__file__).parent / "data" / "hf_configs" / "Qwen3-30B-A3B.json")
+
+
+def _predict(*args):
+    return cli.main(["predict", QWEN, "--batch-sizes", "1", "--json", *args])
+
+
+def test_a_broken_hardware_file_is_refused_without_hardware(tmp_path, capsys):
+    """--hardware-file without --hardware was ignored (the H100 used): its broken entry passed."""
+    f = tmp_path / "hw.yaml"
+    f.write_text("hardware:\n  X1:\n    hbm_bandwidth_gbs: 3000\n")
+    assert _predict("--hardware-file", str(f)) == 2
+    assert "hardware X1: peak_tflops" in capsys.readouterr().err
+
+
+def test_a_broken_entry_beside_the_one_used_is_refused(tmp_path, capsys):
+    f = tmp_path / "hw.yaml"
+    f.write_text("hardware:\n  X1:\n    hbm_bandwidth_gbs: 3000\n    peak_tflops: {bf16: 900}\n"
+                 "  Y2:\n    hbm_bandwidth_gbs: 3000\n")
+    assert _predict("--hardware-file", str(f), "--hardware", "X1") == 2
+    assert "hardware Y2: peak_tflops" in capsys.readouterr().err
+
+
+def test_the_hardware_file_s_one_entry_is_used(tmp_path, capsys):
+    f = tmp_path / "hw.yaml"
+    f.write_text("hardware:\n  X1:\n    hbm_bandwidth_gbs: 3000\n    peak_tflops: {bf16: 900}\n")
+    assert _predict("--hardware-file", str(f)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("hardware X1 from" in c for c in out["caveats"])
+
+
+def test_a_hardware_file_of_several_entries_needs_hardware(tmp_path, capsys):
+    f = tmp_path / "hw.yaml"
+    entry = "    hbm_bandwidth_gbs: 3000\n    peak_tflops: {bf16: 900}\n"
+    f.write_text(f"hardware:\n  X1:\n{entry}  Y2:\n{entry}")
+    assert _predict("--hardware-file", str(f)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("names X1, Y2; give --hardware") and len(err.splitlines()) == 1
+
+
+def test_without_a_file_the_default_hardware_is_costmodel_s(monkeypatch, capsys):
+    from specmoe.cost import costmodel, predictor
+
+    assert _predict() == 0
+    h100 = json.loads(capsys.readouterr().out)
+    monkeypatch.setattr(predictor, "DEFAULT_HARDWARE", "B200")
+    assert costmodel.DEFAULT_HARDWARE == "H100"
+    assert _predict() == 0
+    assert json.loads(capsys.readouterr().out)["te"] != h100["te"]
