@@ -59,3 +59,31 @@ def test_without_a_file_the_default_hardware_is_costmodel_s(monkeypatch, capsys)
     assert costmodel.DEFAULT_HARDWARE == "H100"
     assert _predict() == 0
     assert json.loads(capsys.readouterr().out)["te"] != h100["te"]
+
+
+def _specmoe(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "specmoe", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args", [["predict", "specmoe-test/not-cached"],
+                                  ["download", "specmoe-test/not-cached"]])
+def test_an_offline_refusal_is_one_line(tmp_path, args):
+    """The unpinned warning went out through logging's fallback handler before the refusal: two
+    lines, the first without the "specmoe: warning:" prefix."""
+    r = _specmoe(*args, env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)})
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("specmoe: error: ")
+
+
+def test_predict_repo_warns_unpinned_on_success_with_its_flag(tmp_path):
+    from hubfake import lay_out_cache
+
+    lay_out_cache(tmp_path / "hub", "someone/moe", {"config.json": Path(QWEN).read_bytes()})
+    r = _specmoe("predict", "someone/moe", "--batch-sizes", "1", "--json",
+                 env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specmoe: warning: someone/moe: no revision")
+    assert "give --revision <commit>" in lines[0] and "config" not in lines[0]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -578,6 +580,30 @@ def _download_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--out", type=Path, help="also write the manifest here")
 
 
+@contextmanager
+def _held_log(a: argparse.Namespace) -> Iterator[None]:
+    """The library's log warnings (the `specmoe` logger: hub.download's "unpinned", its retries)
+    held while a subcommand runs: on success each is one of its warnings (main prints them,
+    "specmoe: warning: ..."), on failure dropped, so that a refusal stays its one line."""
+    held: list[logging.LogRecord] = []
+
+    class _Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(record)
+
+    logger, handler = logging.getLogger("specmoe"), _Hold(logging.WARNING)
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+    for record in held:
+        _warn(a, record.getMessage())
+
+
 def cmd_download(a) -> dict:
     from .sources.hub import download
 
@@ -589,9 +615,10 @@ def cmd_download(a) -> dict:
     if a.repo_type == "dataset" and (a.trust_remote_code or a.mode):
         flag = "--trust-remote-code" if a.trust_remote_code else f"--mode {a.mode}"
         raise InputError(f"{flag} applies to model repositories, not to --repo-type dataset")
-    man = download(a.name or a.repo_id, a.repo_id, a.revision, mode=a.mode or "full",
-                   repo_type=a.repo_type, trust_remote_code=a.trust_remote_code,
-                   pin_hint="rerun with --revision <the recorded commit> to pin it")
+    with _held_log(a):
+        man = download(a.name or a.repo_id, a.repo_id, a.revision, mode=a.mode or "full",
+                       repo_type=a.repo_type, trust_remote_code=a.trust_remote_code,
+                       pin_hint="rerun with --revision <the recorded commit> to pin it")
     if a.out:
         from .provenance import provenance, write_json
 
@@ -662,7 +689,10 @@ def cmd_predict(a) -> dict:
         if config is None:
             from .sources.hub import download
 
-            config = Path(download(repo, repo, a.revision, mode="config")["snapshot_path"])
+            with _held_log(a):
+                man = download(repo, repo, a.revision, mode="config",
+                               pin_hint="give --revision <commit> to pin it")
+            config = Path(man["snapshot_path"])
     if config.is_dir():
         config = config / "config.json"
     check_precision(config, a.precision)
