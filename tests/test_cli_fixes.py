@@ -87,3 +87,32 @@ def test_predict_repo_warns_unpinned_on_success_with_its_flag(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specmoe: warning: someone/moe: no revision")
     assert "give --revision <commit>" in lines[0] and "config" not in lines[0]
+
+
+CORRECTION = ["correction", "--moe-weight-share", "0.8", "--unique-ratio", "2.5",
+              "--moe-time-share", "0.5", "--json"]
+
+
+def test_correction_shows_no_te_past_one(capsys):
+    """Ratios of 0.2 (verify faster than decode) gave TE 1.6667 and 5.0 as numbers."""
+    assert cli.main([*CORRECTION, "--moe-time-ratio", "0.2", "--dense-time-ratio", "0.2",
+                     "--measured", "0.9"]) == 0
+    cap = capsys.readouterr()
+    steps = json.loads(cap.out)["steps"]
+    assert [s["te_status"] for s in steps] == ["ok", "ok", "above 1: not physical",
+                                               "above 1: not physical"]
+    assert steps[2]["te"] is None and steps[2]["te_raw"] == pytest.approx(1 / 0.6)
+    assert steps[2]["delta"] is None and steps[3]["gap_closed"] is None
+    assert json.loads(cap.out)["total_gap_closed"] is None
+    warned = cap.err.strip().splitlines()
+    assert len(warned) == 2 and all("below 1: not physical" in w for w in warned)
+
+
+def test_correction_ratios_range_is_the_report_s(monkeypatch, capsys):
+    from specmoe.report import measured
+
+    monkeypatch.setitem(measured.CORRECTION_INPUTS, "s_dense", {"lower": 0.9, "upper": 2.0})
+    assert cli.main([*CORRECTION, "--moe-time-ratio", "1.5", "--dense-time-ratio", "0.94"]) == 0
+    assert capsys.readouterr().err == ""
+    assert cli.main([*CORRECTION, "--moe-time-ratio", "1.5", "--dense-time-ratio", "2.5"]) == 0
+    assert "--dense-time-ratio 2.5: above 2: not physical" in capsys.readouterr().err

@@ -257,7 +257,8 @@ SEED = Range(int, 0)
 SHARE = Range(float, 0, 1, open="lohi")
 PROBABILITY = Range(float, 0, 1)
 # a verification window of K+1 <= 9 tokens reads at most K+1 times one token's experts, and takes
-# at most K+1 decode steps' time for each part of the step
+# at most K+1 decode steps' time for each part of the step; a measured ratio below the report's
+# physical range (report.measured.CORRECTION_INPUTS, at least 1) is kept and flagged there
 WINDOW_RATIO = Range(float, 0, MAX_K + 1, open="lo")
 BATCH = Range(int, 1, MAX_BATCH)
 
@@ -432,8 +433,10 @@ def _correction_args(s: argparse.ArgumentParser) -> None:
             ("unique-ratio", Range(float, 1, MAX_K + 1),
              "unique experts per window / k: at least one token's k, at most K+1 tokens' own"),
             ("moe-time-share", SHARE, "measured MoE share of decode time"),
-            ("moe-time-ratio", WINDOW_RATIO, "measured verify/decode time ratio of MoE kernels"),
-            ("dense-time-ratio", WINDOW_RATIO, "measured verify/decode time ratio of the rest")):
+            ("moe-time-ratio", WINDOW_RATIO, "measured verify/decode time ratio of MoE kernels "
+                                              "(below 1, not physical, is flagged)"),
+            ("dense-time-ratio", WINDOW_RATIO, "measured verify/decode time ratio of the rest "
+                                               "(below 1, not physical, is flagged)")):
         s.add_argument(f"--{name}", type=kind, required=True, help=what)
     s.add_argument("--measured", type=Range(float, 0, 1, open="lo"),
                    help="TE measured from the sweep: decode step time / verification step time "
@@ -441,10 +444,38 @@ def _correction_args(s: argparse.ArgumentParser) -> None:
 
 
 def cmd_correction(a) -> dict:
+    """costmodel.three_step_correction, each measured input and each step's TE flagged by the
+    report's rule (report.measured.CORRECTION_INPUTS' physical ranges, report.bounds): a TE
+    outside [0, 1] is no number (te None, te_raw and te_status beside it), and neither is the
+    delta to or from it, as in the report's three_step_correction table."""
     from .cost.costmodel import three_step_correction
+    from .report.bounds import bounded, bounded_te
+    from .report.measured import CORRECTION_INPUTS
 
-    return three_step_correction(a.moe_weight_share, a.unique_ratio, a.moe_time_share,
-                                 a.moe_time_ratio, a.dense_time_ratio, a.measured)
+    given = {"f": ("--moe-time-share", a.moe_time_share),
+             "s_moe": ("--moe-time-ratio", a.moe_time_ratio),
+             "s_dense": ("--dense-time-ratio", a.dense_time_ratio)}
+    for col, (flag, v) in given.items():
+        status = bounded(col, v, **CORRECTION_INPUTS[col])[f"{col}_status"]
+        if status != "ok":  # measured, so kept (the study's own s_dense is 0.94), but flagged
+            _warn(a, f"{flag} {v:g}: {status} (verify runs K + 1 tokens per request where "
+                     "decode runs 1: a class's time cannot fall); a TE it puts outside [0, 1] "
+                     "is not shown")
+    res = three_step_correction(a.moe_weight_share, a.unique_ratio, a.moe_time_share,
+                                a.moe_time_ratio, a.dense_time_ratio, a.measured)
+    steps = []
+    for s in res["steps"]:
+        te = bounded_te("te", s["te"])
+        row = {k: s[k] for k in ("name", "f", "s_moe", "s_dense")}
+        row.update(te=te["te"], te_raw=te["te_raw"], te_status=te["te_status"],
+                   delta=s["delta"], gap_closed=s["gap_closed"])
+        if steps and (row["te_status"] != "ok" or steps[-1]["te_status"] != "ok"):
+            row["delta"] = row["gap_closed"] = None  # a step to or from a TE that is no value
+        steps.append(row)
+    res["steps"] = steps
+    if "total_gap_closed" in res and any(r["te_status"] != "ok" for r in (steps[0], steps[-1])):
+        res["total_gap_closed"] = None
+    return res
 
 
 def _synth_args(s: argparse.ArgumentParser) -> None:
