@@ -75,8 +75,8 @@ def test_synth_then_analyze(tmp_path):
 
 def test_analyze_gives_the_overlap_stages_bias_corrected_baseline(tmp_path):
     """`specmoe analyze` and the workflow's overlap stage give one trace the same independence
-    baseline, temporal overlap and share (the jackknife bias-corrected baseline: the command
-    printed the plug-in one, biased up)."""
+    baseline, step-1 overlap, temporal overlap and share along the committed sequence (the
+    jackknife bias-corrected baseline: the command printed the plug-in one, biased up)."""
     from specmoe.contracts import Named
     from specmoe.stages.analysis import overlap_stage
 
@@ -87,8 +87,10 @@ def test_analyze_gives_the_overlap_stages_bias_corrected_baseline(tmp_path):
     overlap_stage(Named({"trace": str(out)}), Named({"json": str(tmp_path / "ov.json")}),
                   Named({"batch_sizes": [1], "shuffle_seed": 0}))
     stage = json.loads((tmp_path / "ov.json").read_text())["summary"]
-    for key in ("independent", "temporal", "temporal_share"):
-        assert res[key] == pytest.approx(stage[key], abs=1e-12), key
+    for key, theirs in (("independent", "independent"), ("step1", "step1"),
+                        ("sequence_temporal", "sequence_excess"),
+                        ("sequence_temporal_share", "sequence_temporal_share")):
+        assert res[key] == pytest.approx(stage[theirs], abs=1e-12), key
 
 
 @pytest.mark.parametrize("args,needle", [

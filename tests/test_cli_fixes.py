@@ -116,3 +116,54 @@ def test_correction_ratios_range_is_the_report_s(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
     assert cli.main([*CORRECTION, "--moe-time-ratio", "1.5", "--dense-time-ratio", "2.5"]) == 0
     assert "--dense-time-ratio 2.5: above 2: not physical" in capsys.readouterr().err
+
+
+def _synth(path, requests, steps):
+    assert cli.main(["synth", "--out", str(path), "--layers", "2", "--requests", str(requests),
+                     "--steps", str(steps)]) == 0
+
+
+def test_analyze_one_request_says_no_interval(tmp_path, capsys):
+    """One request (64 windows) gave plain values, exit 0, no warning: the warning counted
+    windows (30), not the independent units."""
+    _synth(tmp_path / "t.parquet", 1, 64)
+    capsys.readouterr()
+    assert cli.main(["analyze", str(tmp_path / "t.parquet")]) == 0
+    cap = capsys.readouterr()
+    assert cap.err.strip().splitlines() == [
+        f"specmoe: warning: {tmp_path / 't.parquet'}: 1 request(s): no interval (at least 10 "
+        "needed): overlap, temporal share and acceptance are points from too few independent "
+        "units to read (a request's windows share its prompt and routing)"]
+    assert "tau" in cap.out and "no interval (1 requests, at least 10 needed)" in cap.out
+
+
+def test_analyze_gives_the_stages_intervals(tmp_path, capsys):
+    """Each statistic beside its interval from the stages' own calls (they were dropped)."""
+    from specmoe.routing import acceptance, overlap
+    from specmoe.routing.trace import read_trace
+
+    _synth(tmp_path / "t.parquet", 12, 8)
+    capsys.readouterr()
+    assert cli.main(["analyze", str(tmp_path / "t.parquet"), "--json"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    out = json.loads(cap.out)
+    tr = read_trace(tmp_path / "t.parquet")
+    wi = overlap.window_intervals(tr, 0)
+    _, _, ci = overlap.trace_sequence_stats(tr, 8)
+    acc = acceptance.acceptance_stats(tr, *overlap.row_overlaps(tr))
+    assert out["n_requests"] == 12
+    assert out["overlap_by_distance_low"] == pytest.approx(wi["overlap_low"])
+    assert out["step1_high"] == pytest.approx(wi["overlap_high"][0])
+    assert out["shuffle_by_distance_high"] == pytest.approx(wi["shuffle_high"])
+    assert out["sequence_temporal_share_low"] == pytest.approx(ci["temporal_share_low"])
+    assert out["independent_high"] == pytest.approx(ci["independence_high"])
+    assert (out["tau_low"], out["tau_high"]) == pytest.approx(
+        (acc["acceptance_length"]["tau_low"], acc["acceptance_length"]["tau_high"]))
+    for mine, theirs in zip(out["acceptance"], acc["by_position"]):
+        assert mine["delta_low"] == pytest.approx(theirs["delta_low_by_request"])
+        assert mine["cohens_d_high"] == pytest.approx(theirs["cohens_d_high"])
+    assert out["tau_low"] < out["tau"] < out["tau_high"]
+    assert cli.main(["analyze", str(tmp_path / "t.parquet")]) == 0
+    text = capsys.readouterr().out
+    assert f"tau{' ' * 3}" in text and f"[{out['tau_low']:.4f}, {out['tau_high']:.4f}]" in text

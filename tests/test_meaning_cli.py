@@ -135,10 +135,10 @@ CASES = [
      r"overlap 0.4 at distance 3 is impossible with k = 6 of N = 8: .* ov >= 0.6667$"),
     # --- warning: possible but unusual, one line naming the consequence ------------------------
     ("warning", "a single 4-token window analysed", "analyze {d}/one-window.parquet", 0,
-     r"^specmoe: warning: .*one-window.parquet: 1 verification window\(s\): overlap, temporal "
-     r"share and acceptance are means of fewer than 30 samples, too few to read"),
-    ("warning", "a few windows analysed", "analyze {d}/few.parquet", 0,
-     r"^specmoe: warning: .*: 8 verification window\(s\)"),
+     r"^specmoe: warning: .*one-window.parquet: 1 request\(s\): no interval \(at least 10 "
+     r"needed\): overlap, temporal share and acceptance are points from too few independent units"),
+    ("warning", "a few requests analysed", "analyze {d}/few.parquet", 0,
+     r"^specmoe: warning: .*: 2 request\(s\): no interval"),
     ("warning", "tie that saturates", SYNTH + " --tie 8", 0,
      r"^specmoe: warning: --tie 8: most acceptance probabilities clip to 0 or 1"),
     ("warning", "every draft accepted", SYNTH + " --accept-prob 1", 0,
@@ -355,7 +355,7 @@ CASES = [
      PRED + " --method draft_model --draft-config {d}/draft-qwen.json", 0, OK),
     ("accepted", "fit-to of the same granularity", "synth --out {d}/s.parquet --n 64 --experts-per-token 4 "
      "--layers 2 --requests 2 --steps 4 --fit-to Qwen3-30B", 0, OK),
-    ("accepted", "a whole trace of 32 windows", "analyze {d}/trace.parquet", 0, OK),
+    ("accepted", "a whole trace of 10 requests", "analyze {d}/trace.parquet", 0, OK),
     ("accepted", "config.json with whole-number floats", "te --config {d}/floats.json", 0, OK),
 ]
 
@@ -454,7 +454,7 @@ def _fixtures(d: Path) -> None:
     }
     for name, cfg in configs.items():
         (d / name).write_text(json.dumps(cfg))
-    _trace(d / "trace.parquet", 4, 8)
+    _trace(d / "trace.parquet", 10, 4)  # bootstrap.MIN_REQUESTS: intervals, no warning
     _trace(d / "one-window.parquet", 1, 1)
     _trace(d / "few.parquet", 2, 4)
     _trace(d / "cut.parquet", 3, 4, cut=_row(1, 2, 2))

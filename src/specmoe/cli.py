@@ -558,45 +558,98 @@ def _analyze_args(s: argparse.ArgumentParser) -> None:
                    help="kept for old scripts: the null is exact, the value changes nothing")
 
 
-# A trace's statistics are means over its windows: below this many, the warning says they are
-# too few to read (a judgement: the study's effects are differences of a few hundredths in overlap)
-MIN_WINDOWS = 30
-
-
 def _warn(a: argparse.Namespace, message: str) -> None:
     """A warning main prints on stderr when the subcommand succeeds (one line each)."""
     a.__dict__.setdefault("_warnings", []).append(message)
 
 
 def cmd_analyze(a) -> dict:
-    from .routing import acceptance, overlap
+    """A trace's statistics as the overlap and acceptance stages compute them, each beside its
+    95% interval over requests (the independent units): window_intervals, trace_sequence_stats
+    and acceptance_stats, the stages' own calls. Below bootstrap.MIN_REQUESTS requests the library
+    gives no interval, and a warning says so."""
+    from .routing import acceptance, bootstrap, overlap
     from .routing.trace import read_trace
     from .routing.unique import uniform_unique
+    from .stages.analysis import SEQUENCE_DISTANCES, window_interval_summary
 
     if Path(a.trace).is_dir():
         raise InputError(f"{a.trace}: is a directory; give a routing trace (Parquet file)")
     tr = read_trace(a.trace)  # a trace of no rows is refused there (Trace.validate)
     ws = overlap.window_stats(tr, shuffle_seed=a.seed)
-    if ws.n_windows < MIN_WINDOWS:
-        _warn(a, f"{a.trace}: {ws.n_windows} verification window(s): overlap, temporal share and "
-                 f"acceptance are means of fewer than {MIN_WINDOWS} samples, too few to read "
-                 "(their sampling error is as large as the effects)")
+    seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr, SEQUENCE_DISTANCES)
     # the baseline bias-corrected over requests, as the overlap stage gives it
-    s = ws.summary(overlap.trace_independence(tr))
-    out = {k: s[k] for k in ("num_experts", "top_k", "k_draft", "n_tokens", "n_windows",
-                             "uniform", "independent", "step1", "temporal", "temporal_share",
-                             "shuffle_step1")}
-    out["overlap_by_distance"] = s["overlap_by_distance"]
-    out["shuffle_by_distance"] = s["shuffle_by_distance"]
+    s = ws.summary(seq_ci["independence"])
+    s.update(overlap.sequence_summary(seq, seq_pairs, ws, seq_ci))
+    s.update(window_interval_summary(overlap.window_intervals(tr, a.seed)))
+    n_req = s["window_requests"]
+    if n_req < bootstrap.MIN_REQUESTS:
+        _warn(a, f"{a.trace}: {n_req} request(s): no interval (at least {bootstrap.MIN_REQUESTS} "
+                 "needed): overlap, temporal share and acceptance are points from too few "
+                 "independent units to read (a request's windows share its prompt and routing)")
+    out = {k: s[k] for k in ("num_experts", "top_k", "k_draft", "n_tokens", "n_windows")}
+    out["n_requests"] = n_req
+    out["uniform"] = s["uniform"]
+    for key, point, low, high in (
+            ("independent", "independent", "independent_low", "independent_high"),
+            ("step1", "step1", ("window_low", 0), ("window_high", 0)),
+            ("shuffle_step1", "shuffle_step1", ("shuffle_low", 0), ("shuffle_high", 0)),
+            ("sequence_step1", "sequence_step1", ("sequence_low", 0), ("sequence_high", 0)),
+            ("sequence_temporal", "sequence_excess", "sequence_excess_low",
+             "sequence_excess_high"),
+            ("sequence_temporal_share", "sequence_temporal_share",
+             "sequence_temporal_share_low", "sequence_temporal_share_high"),
+            ("overlap_by_distance", "overlap_by_distance", "window_low", "window_high"),
+            ("shuffle_by_distance", "shuffle_by_distance", "shuffle_low", "shuffle_high")):
+        out[key] = s[point]
+        out[f"{key}_low"], out[f"{key}_high"] = (
+            s[end] if isinstance(end, str) else s[end[0]][end[1]] for end in (low, high))
     out["unique_empirical"] = float(np.nanmean(ws.unique))
     out["unique_uniform"] = uniform_unique(ws.num_experts, ws.top_k, ws.k_draft + 1)
     consec, anchor = overlap.row_overlaps(tr)
     acc = acceptance.acceptance_stats(tr, consec, anchor)
-    out["tau"] = acc["acceptance_length"]["tau"]
-    out["acceptance"] = [{k: r[k] for k in ("draft_position", "accepted_overlap",
-                                              "first_rejected_overlap", "cohens_d", "p_by_request",
-                                              "size")} for r in acc["by_position"]]
-    return out
+    tau = acc["acceptance_length"]
+    out.update(tau=tau["tau"], tau_low=tau["tau_low"], tau_high=tau["tau_high"])
+    out["acceptance"] = [
+        {"draft_position": r["draft_position"], "accepted_overlap": r["accepted_overlap"],
+         "first_rejected_overlap": r["first_rejected_overlap"], "delta": r["delta"],
+         "delta_low": r["delta_low_by_request"], "delta_high": r["delta_high_by_request"],
+         "cohens_d": r["cohens_d"], "cohens_d_low": r["cohens_d_low"],
+         "cohens_d_high": r["cohens_d_high"], "p_by_request": r["p_by_request"],
+         "size": r["size"]} for r in acc["by_position"]]
+    return out if a.json else _intervals_shown(out, n_req)
+
+
+def _intervals_shown(out: dict, n_requests: int) -> dict:
+    """cmd_analyze's <key>, <key>_low, <key>_high as one readable value: "0.4312 [0.4101,
+    0.4530]", or the point with why it has no interval."""
+    from .routing import bootstrap
+
+    def shown(v, lo, hi, why: str) -> str:
+        if v is None or not np.isfinite(v):
+            return "-"
+        if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+            return f"{v:.4f}; {why}"
+        return f"{v:.4f} [{lo:.4f}, {hi:.4f}]"
+
+    why = (f"no interval ({n_requests} requests, at least {bootstrap.MIN_REQUESTS} needed)"
+           if n_requests < bootstrap.MIN_REQUESTS else "no interval")
+    res = {}
+    for key, v in out.items():
+        if key.endswith(("_low", "_high")) and key.rsplit("_", 1)[0] in out:
+            continue
+        if f"{key}_low" not in out:
+            res[key] = v
+        elif isinstance(v, list):
+            res[key] = [f"d={d}: {shown(x, lo, hi, why)}" for d, (x, lo, hi) in enumerate(
+                zip(v, out[f"{key}_low"], out[f"{key}_high"]), 1)]
+        else:
+            res[key] = shown(v, out[f"{key}_low"], out[f"{key}_high"], why)
+    res["acceptance"] = [
+        {k: (shown(r[k], r[f"{k}_low"], r[f"{k}_high"], "no interval") if f"{k}_low" in r
+             else r[k]) for k in r if not k.endswith(("_low", "_high"))}
+        for r in out["acceptance"]]
+    return res
 
 
 def _download_args(s: argparse.ArgumentParser) -> None:
