@@ -167,3 +167,52 @@ def test_analyze_gives_the_stages_intervals(tmp_path, capsys):
     assert cli.main(["analyze", str(tmp_path / "t.parquet")]) == 0
     text = capsys.readouterr().out
     assert f"tau{' ' * 3}" in text and f"[{out['tau_low']:.4f}, {out['tau_high']:.4f}]" in text
+
+
+def test_synth_records_the_pipelines_model_revision(tmp_path):
+    """synth --out recorded revision None where the pipeline's traces record synthetic:<hash>."""
+    from specmoe.provenance import config_hash
+    from specmoe.routing.synth import SynthParams
+    from specmoe.routing.trace import read_trace
+
+    _synth(tmp_path / "t.parquet", 2, 4)
+    prov = read_trace(tmp_path / "t.parquet").meta["provenance"]
+    params = SynthParams(num_layers=2, requests=2, steps=4).to_dict()
+    assert prov["config_hash"] == config_hash(params)
+    assert prov["model"] == {"name": "synthetic", "source": "synthetic",
+                             "revision": "synthetic:" + config_hash(params)}
+
+
+def test_download_out_records_the_model_and_its_commit(tmp_path):
+    """download --out's provenance had no model record (the pipeline's download stage records
+    model.revision = the manifest's commit)."""
+    from hubfake import lay_out_cache
+
+    lay_out_cache(tmp_path / "hub", "someone/moe", {"config.json": Path(QWEN).read_bytes()},
+                  commit="b" * 40)
+    r = _specmoe("download", "someone/moe", "--mode", "config", "--out",
+                 str(tmp_path / "m.json"), env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    prov = json.loads((tmp_path / "m.json").read_text())["provenance"]
+    assert prov["model"] == {"name": "someone/moe", "source": "hf", "revision": "b" * 40}
+
+
+def test_the_predict_stage_records_its_model(tmp_path):
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import PredictParams
+    from specmoe.sources import published
+    from specmoe.stages.analysis import predict_stage
+
+    snapshot = tmp_path / "olmoe"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_bytes(
+        (Path(__file__).parent / "fixtures/hf_configs/OLMoE-1B-7B-0924.json").read_bytes())
+    cfg = {"name": "olmoe", "source": "hf", "revision": "c" * 40, "precision": "bf16", "tp": 1,
+           "hardware": "H100", "hf_config": str(snapshot)}
+    predict_stage(Named({}), Named({"json": tmp_path / "p.json"}),
+                  PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
+                                method="eagle3", batch_sizes=[1], study=None,
+                                run={"model": "olmoe", "drafter": "olmoe-eagle", "k": 3,
+                                     "dataset": "heldout-prose"}))
+    prov = json.loads((tmp_path / "p.json").read_text())["provenance"]
+    assert prov["model"] == {"name": "olmoe", "source": "hf", "revision": "c" * 40}

@@ -520,6 +520,7 @@ def cmd_synth(a) -> dict:
     from .provenance import provenance
     from .routing.synth import FITTED, SynthParams, generate
     from .routing.trace import write_trace
+    from .stages.analysis import model_ref
 
     _writable(a.out, "--out")
     fitted = {n: getattr(a, n) for n in FITTED if getattr(a, n) is not None}
@@ -534,8 +535,9 @@ def cmd_synth(a) -> dict:
                     accept_prob=a.accept_prob, accept_overlap_tie=a.tie, seed=a.seed, **fitted)
     p.validate()
     tr = generate(p)
-    write_trace(a.out, tr, provenance(p.to_dict(), model={"name": "synthetic", "source":
-                                                          "synthetic", "revision": None}))
+    # the model record the pipeline's synthetic traces carry (revision synthetic:<its hash>)
+    model = model_ref({"name": "synthetic", "source": "synthetic", "synthetic": p.to_dict()})
+    write_trace(a.out, tr, provenance(p.to_dict(), model=model))
     return {"out": str(a.out), "rows": len(tr), "layers": p.num_layers, "top_k": p.top_k,
             "num_experts": p.num_experts, "k_draft": p.k_draft}
 
@@ -703,11 +705,16 @@ def cmd_download(a) -> dict:
         man = download(a.name or a.repo_id, a.repo_id, a.revision, mode=a.mode or "full",
                        repo_type=a.repo_type, trust_remote_code=a.trust_remote_code,
                        pin_hint="rerun with --revision <the recorded commit> to pin it")
-    if a.out:
+    if a.out:  # the record the pipeline's download stages write (stages.study)
         from .provenance import provenance, write_json
+        from .stages.analysis import model_ref
 
+        got = {"repo_id": a.repo_id, "revision": man["commit"]}
+        of = ({"dataset": got} if a.repo_type == "dataset" else
+              {"model": model_ref({"name": a.name or a.repo_id, "source": "hf",
+                                   "revision": man["commit"]})})
         write_json(a.out, man, provenance({"repo_id": a.repo_id, "revision": a.revision,
-                                           "mode": a.mode or "full"}, stage="download"))
+                                           "mode": a.mode or "full"}, stage="download", **of))
     return man
 
 

@@ -573,7 +573,7 @@ def predict_stage(inputs, outputs, params) -> dict:
                "params": stepmodel.fitted().as_dict(), **res}
     write_json(out, out_obj, provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
                                          "k": k, "method": method, "run": params.run},
-                                        stage="predict"))
+                                        model=model_ref(model_cfg), stage="predict"))
     log.info("%s: predicted speedup %s; shape %s; %s", model_cfg["name"],
              ", ".join(f"B={b}: {x:.2f}" for b, x in zip(res["batch_sizes"], res["speedup"])),
              res["shape"], res["verdict"])
