@@ -216,3 +216,21 @@ def test_the_predict_stage_records_its_model(tmp_path):
                                      "dataset": "heldout-prose"}))
     prov = json.loads((tmp_path / "p.json").read_text())["provenance"]
     assert prov["model"] == {"name": "olmoe", "source": "hf", "revision": "c" * 40}
+
+
+def test_synth_defaults_come_from_synthparams(tmp_path, monkeypatch, capsys):
+    """synth's flags carried literal copies of SynthParams' defaults (128, 8, 8, 3, 32, ...):
+    a change of SynthParams did not reach the command."""
+    import dataclasses
+
+    from specmoe.routing import synth
+
+    small = dataclasses.make_dataclass("Small", [("requests", int, 2), ("num_layers", int, 3)],
+                                       bases=(synth.SynthParams,))
+    monkeypatch.setattr(synth, "SynthParams", small)
+    assert cli.main(["synth", "--out", str(tmp_path / "t.parquet"), "--steps", "1",
+                     "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rows"] == 2 * 1 * 4 and out["layers"] == 3  # requests x steps x (K+1)
+    helped = cli.build_parser()._subparsers._group_actions[0].choices["synth"].format_help()
+    assert "requests (default 2)" in " ".join(helped.split())

@@ -252,6 +252,9 @@ LAYERS = Range(int, 1, 1024)
 HEADS = Range(int, 1, 1024)
 WIDTH = Range(int, 1, 1 << 18)  # a hidden or FFN width: the widest published is about 2^16
 DRAFT_LEN = Range(int, 1, MAX_K)
+# the draft length te and predict assume without --draft-length: the study's K (synth's is
+# SynthParams')
+DRAFT_LENGTH = 3
 TP = Range(int, 1, 64)
 SEED = Range(int, 0)
 SHARE = Range(float, 0, 1, open="lohi")
@@ -374,8 +377,9 @@ def _te_args(s: argparse.ArgumentParser) -> None:
                    "checkpoint's dtype as vLLM's dtype auto serves it on a GPU, a float32 one "
                    "in bf16; else bf16)")
     s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
-    s.add_argument("--draft-length", dest="k_draft", type=DRAFT_LEN, default=3,
-                   help="draft length K of the window that --unique counts (default 3)")
+    s.add_argument("--draft-length", dest="k_draft", type=DRAFT_LEN, default=DRAFT_LENGTH,
+                   help=f"draft length K of the window that --unique counts (default "
+                        f"{DRAFT_LENGTH})")
     _renamed(s, "--k", "--experts-per-token", "experts per token")
     _renamed(s, "--k-draft", "--draft-length", "the draft length K")
     s.add_argument("--unique", type=Range(float, 1),
@@ -479,41 +483,62 @@ def cmd_correction(a) -> dict:
 
 
 def _synth_args(s: argparse.ArgumentParser) -> None:
+    """Every flag of a SynthParams field defaults to None (only a value given is passed): the
+    defaults are SynthParams', read from it for the help."""
+    from dataclasses import fields
+
+    from .routing import synth
+
+    default = {f.name: f.default for f in fields(synth.SynthParams)}
+
+    def dflt(name: str) -> str:
+        return f" (default {_shown(default[name])})"
+
     s.add_argument("--out", type=Path, required=True, help="Parquet trace to write")
-    s.add_argument("--n", type=EXPERTS, default=128, help="routed experts per layer (128)")
-    s.add_argument("--experts-per-token", dest="k", type=TOP_K, default=8,
-                   help="experts per token k (8)")
-    s.add_argument("--layers", type=LAYERS, default=8, help="MoE layers (8)")
-    s.add_argument("--draft-length", dest="k_draft", type=DRAFT_LEN, default=3,
-                   help="draft length K (3)")
+    s.add_argument("--n", type=EXPERTS, help="routed experts per layer" + dflt("num_experts"))
+    s.add_argument("--experts-per-token", dest="k", type=TOP_K,
+                   help="experts per token k" + dflt("top_k"))
+    s.add_argument("--layers", type=LAYERS, help="MoE layers" + dflt("num_layers"))
+    s.add_argument("--draft-length", dest="k_draft", type=DRAFT_LEN,
+                   help="draft length K" + dflt("k_draft"))
     _renamed(s, "--k", "--experts-per-token", "experts per token")
     _renamed(s, "--k-draft", "--draft-length", "the draft length K")
     s.add_argument("--skew", type=Range(float, 0, usual=(0, 4), unusual=(
         "a Zipf exponent above 4 sends nearly every token to the same few experts")),
-                   help="Zipf exponent of expert loads (1.0)")
+                   help="Zipf exponent of expert loads" + dflt("skew"))
     s.add_argument("--stickiness", type=Range(float, 0, 1, usual=(0, 0.99), unusual=(
         "every token keeps the previous token's experts: overlap 1 at every distance, nothing "
         "to predict")),
-                   help="probability that a token keeps each of the previous token's experts (0.4)")
+                   help="probability that a token keeps each of the previous token's experts"
+                        + dflt("stickiness"))
     s.add_argument("--topic-spread", type=Range(float, 0),
-                   help="log-affinity spread of a request's topic over experts (0: no topics)")
+                   help="log-affinity spread of a request's topic over experts (0: no topics)"
+                        + dflt("topic_spread"))
     s.add_argument("--topic-switch", type=PROBABILITY,
-                   help="probability that the topic changes at a token (1.0; needs --topic-spread)")
+                   help="probability that the topic changes at a token (needs --topic-spread)"
+                        + dflt("topic_switch"))
     s.add_argument("--fit-to", help="a study model (e.g. Qwen3-30B): fit skew, stickiness and "
                                     "topics to its published overlap curve instead")
-    s.add_argument("--requests", type=Range(int, 1, 1 << 20), default=32, help="requests (32)")
+    s.add_argument("--requests", type=Range(int, 1, 1 << 20), help="requests" + dflt("requests"))
     s.add_argument("--steps", type=Range(int, 1, 1 << 24, usual=(1, 4096), unusual=(
         "over 4,096 SD steps per request: the trace holds requests x steps x (K+1) rows, its "
-        "memory and time grow in proportion")), default=32, help="SD steps per request (32)")
+        "memory and time grow in proportion")), help="SD steps per request" + dflt("steps"))
     s.add_argument("--accept-prob", type=Range(float, 0, 1, usual=(0.01, 0.99), unusual=(
         "drafts (almost) always rejected or always accepted: acceptance tells nothing about "
-        "overlap")), default=0.7, help="probability that each draft is accepted (0.7)")
+        "overlap")), help="probability that each draft is accepted" + dflt("accept_prob"))
     s.add_argument("--tie", type=Range(float, 0, 10, usual=(0, 5), unusual=(
-        "most acceptance probabilities clip to 0 or 1: the tie saturates")), default=0.0,
+        "most acceptance probabilities clip to 0 or 1: the tie saturates")),
                    help="acceptance probability added per unit of a draft's overlap above the "
                         "process's mean overlap at distance 1: acceptance rises with overlap "
-                        "around its --accept-prob, or is independent of it (0)")
-    s.add_argument("--seed", type=SEED, default=0, help="random seed (0)")
+                        "around its --accept-prob, or is independent of it at 0"
+                        + dflt("accept_overlap_tie"))
+    s.add_argument("--seed", type=SEED, help="random seed" + dflt("seed"))
+
+
+# synth's flags -> the SynthParams fields they set (the process's, FITTED, by their own names)
+SYNTH_FLAGS = {"n": "num_experts", "k": "top_k", "layers": "num_layers", "k_draft": "k_draft",
+               "fit_to": "fit_to", "requests": "requests", "steps": "steps",
+               "accept_prob": "accept_prob", "tie": "accept_overlap_tie", "seed": "seed"}
 
 
 def cmd_synth(a) -> dict:
@@ -530,9 +555,9 @@ def cmd_synth(a) -> dict:
                          "published curve; give one or the other")
     if a.topic_switch is not None and not a.topic_spread:
         raise InputError("--topic-switch has no effect without --topic-spread > 0 (no topics)")
-    p = SynthParams(num_experts=a.n, top_k=a.k, num_layers=a.layers, k_draft=a.k_draft,
-                    fit_to=a.fit_to, requests=a.requests, steps=a.steps,
-                    accept_prob=a.accept_prob, accept_overlap_tie=a.tie, seed=a.seed, **fitted)
+    given = {field: getattr(a, flag) for flag, field in SYNTH_FLAGS.items()
+             if getattr(a, flag) is not None}
+    p = SynthParams(**given, **fitted)
     p.validate()
     tr = generate(p)
     # the model record the pipeline's synthetic traces carry (revision synthetic:<its hash>)
@@ -731,8 +756,8 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
                    help="auto: the checkpoint's own format as vLLM's dtype auto serves it (a "
                         "float32 one in bf16); fp8: vLLM's online fp8 (auto)")
-    s.add_argument("--draft-length", dest="k", type=DRAFT_LEN, default=3,
-                   help="draft length K (3)")
+    s.add_argument("--draft-length", dest="k", type=DRAFT_LEN, default=DRAFT_LENGTH,
+                   help=f"draft length K ({DRAFT_LENGTH})")
     _renamed(s, "--k", "--draft-length", "the draft length K")
     s.add_argument("--method", default=DEFAULT_METHOD, choices=SPEC_METHODS,
                    help="speculative method; its drafter's cost comes from the target's shape, "
