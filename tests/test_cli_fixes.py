@@ -234,3 +234,13 @@ def test_synth_defaults_come_from_synthparams(tmp_path, monkeypatch, capsys):
     assert out["rows"] == 2 * 1 * 4 and out["layers"] == 3  # requests x steps x (K+1)
     helped = cli.build_parser()._subparsers._group_actions[0].choices["synth"].format_help()
     assert "requests (default 2)" in " ".join(helped.split())
+
+
+def test_predict_refuses_a_batch_size_given_twice(capsys):
+    """--batch-sizes 1,1,2 silently dropped the second 1."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["predict", QWEN, "--batch-sizes", "1,1,2"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("specmoe predict: error: --batch-sizes lists a value twice (got '1,1,2'): "
+                   "give each once")

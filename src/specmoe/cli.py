@@ -141,7 +141,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # one line, exit 2, with the closest known name
         # "argument --n: must be >= 1 (got 0)" -> "--n must be >= 1 (got 0)"
-        message = re.sub(r"^argument ([-\w/]+): (must|given) ", r"\1 \2 ", message)
+        message = re.sub(r"^argument ([-\w/]+): (must|given|lists) ", r"\1 \2 ", message)
         sys.stderr.write(f"{self.prog}: error: {message}{self._hint(message)}\n")
         raise SystemExit(2)
 
@@ -183,10 +183,12 @@ def _items(text: str, kind: str) -> list[str]:
 
 class _List:
     """A comma-separated list of numbers, each of its Range; `counts`: how many items it may
-    have (None: any), said as `form` where it has another."""
+    have (None: any), said as `form` where it has another; `distinct`: a set, each value once
+    (a value given twice is refused, as the configuration's schema refuses it)."""
 
-    def __init__(self, item: Range, counts: tuple[int, ...] | None = None, form: str = ""):
-        self.item, self.counts, self.form = item, counts, form
+    def __init__(self, item: Range, counts: tuple[int, ...] | None = None, form: str = "",
+                 distinct: bool = False):
+        self.item, self.counts, self.form, self.distinct = item, counts, form, distinct
 
     def __call__(self, text: str) -> list:
         kind = "integers" if self.item.kind is int else "numbers"
@@ -205,6 +207,9 @@ class _List:
                 raise argparse.ArgumentTypeError(f"must be {self.item.violated(v)} each (got "
                                                  f"{x} in '{text}')")
             out.append(v)
+        if self.distinct and len(set(out)) < len(out):
+            raise argparse.ArgumentTypeError(f"lists a value twice (got '{text}'): give each "
+                                             "once")
         if self.counts and len(out) not in self.counts:
             raise argparse.ArgumentTypeError(f"must be {self.form} (got {len(out)} numbers: "
                                              f"'{text}')")
@@ -776,7 +781,8 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
                                                      "one tau or a range low,high"),
                    help="tau, or its range low,high, at most K+1 (default: a prior of 0.54 to "
                         "0.85 accepted per draft, e.g. 2.0,3.2 at K = 3)")
-    s.add_argument("--batch-sizes", type=_List(BATCH), default=list(STUDY_BATCH_SIZES),
+    s.add_argument("--batch-sizes", type=_List(BATCH, distinct=True),
+                   default=list(STUDY_BATCH_SIZES),
                    help="comma-separated (1,2,4,...,128)")
     s.add_argument("--revision", help="with a repo id: commit, branch or tag")
     s.add_argument("--study-model", help="the study model this is (e.g. Qwen3-30B): its published "
