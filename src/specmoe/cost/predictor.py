@@ -48,9 +48,9 @@ def hardware(name: str | None, hardware_file: str | None = None) -> tuple[Hardwa
         if name not in entries:
             raise InputError(f"--hardware {name}: not in {hardware_file} (has "
                              f"{', '.join(given)}) nor shipped ({', '.join(shipped_gpus())})")
+        hw = Hardware.from_config(name, entries[name])  # the one asked for says its error first
         for entry in given:  # a broken entry is an error even when another one is used
             Hardware.from_config(entry, entries[entry])
-        hw = Hardware.from_config(name, entries[name])
         if name in given:
             caveats.append(f"hardware {name} from {hardware_file}: its numbers are the file's"
                            + (" over the shipped entry" if name in shipped_gpus() else ""))
