@@ -274,3 +274,29 @@ def _copy(tr):
     """A trace of its own columns (the fixture's is shared by the session)."""
     return type(tr)(experts=tr.experts.copy(), columns={k: v.copy() for k, v in tr.columns.items()},
                     num_experts=tr.num_experts, k_draft=tr.k_draft, meta=dict(tr.meta))
+
+
+def test_a_request_with_a_window_missing_is_refused(tmp_path, small_trace):
+    """A request whose steps skip one (a whole window lost: steps 0, 1, 3) passed the checker;
+    the committed sequence then paired the tokens on either side of the gap as d apart. Steps
+    need not start at 0 (a trace of one window at step 4 is whole); they go up by one."""
+    from specmoe.routing.overlap import select_windows
+
+    tr = _copy(small_trace)
+    starts, _ = tr.windows()
+    req, step = tr.columns["request"][starts], tr.columns["step"][starts]
+    gap = int(np.flatnonzero((req == 3) & (step == 2))[0])
+    keep = np.ones(starts.size, bool)
+    keep[gap] = False
+    cut = select_windows(tr, keep)
+    with pytest.raises(TraceError, match=r"^trace: request 3 has no window at step 2 \(its "
+                                         r"steps go from 1 to 3\): a window is missing$"):
+        cut.validate()
+    with pytest.raises(TraceError, match=r"t\.parquet: request 3 has no window at step 2"):
+        write_trace(tmp_path / "t.parquet", cut)
+    assert not (tmp_path / "t.parquet").exists()
+    # the request's first window need not be step 0: the same request from step 1 on is whole
+    keep = np.ones(starts.size, bool)
+    keep[int(np.flatnonzero((req == 3) & (step == 0))[0])] = False
+    select_windows(tr, keep).validate()
+

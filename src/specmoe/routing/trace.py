@@ -137,6 +137,7 @@ class Trace:
         if pos.min() < 0 or pos.max() > self.k_draft:
             raise TraceError(f"{source}: window position outside 0..K={self.k_draft}")
         self._check_whole_windows(source)
+        self._check_consecutive_steps(source)
         self._check_acceptance(source)
         run_k = (self.meta.get("run") or {}).get("k")
         if run_k is not None and int(run_k) != self.k_draft:  # K is one number: the tables read
@@ -176,6 +177,20 @@ class Trace:
                 f"{source}: the window of request {int(self.columns['request'][row])} step "
                 f"{int(self.columns['step'][row])}: {what} ({int(np.unique(window_of[bad]).size)} "
                 "such window(s))")
+
+    def _check_consecutive_steps(self, source: str) -> None:
+        """A request's windows are steps s, s + 1, ... without a gap (its first need not be
+        step 0): the committed sequence joins its windows, and a lost window would pair the tokens
+        on either side of it as adjacent."""
+        starts, _ = self.windows()
+        req = self.columns["request"][starts].astype(np.int64)
+        step = self.columns["step"][starts].astype(np.int64)
+        gap = (req[1:] == req[:-1]) & (step[1:] != step[:-1] + 1)
+        if gap.any():
+            w = int(np.argmax(gap))
+            raise TraceError(f"{source}: request {int(req[w])} has no window at step "
+                             f"{int(step[w]) + 1} (its steps go from {int(step[w])} to "
+                             f"{int(step[w + 1])}): a window is missing")
 
     def _check_whole_windows(self, source: str) -> None:
         """Each window is whole: positions 0, 1, ... in a row, as many as the engine scheduled
