@@ -202,7 +202,8 @@ def _random_trace(seed, n_experts, top_k, layers, k_draft, requests=30):
                 req.append(r), step.append(s), pos.append(j)
     dtype = np.uint8 if n_experts <= 256 else np.uint16
     cols = {"request": np.array(req, np.int32), "step": np.array(step, np.int32),
-            "position": np.array(pos, np.int8), "status": np.zeros(len(req), np.int8)}
+            "position": np.array(pos, np.int8), "status": np.zeros(len(req), np.int8),
+            "token_id": np.arange(len(req), dtype=np.int32)}
     return Trace(experts=np.array(rows, dtype), columns=cols, num_experts=n_experts,
                  k_draft=k_draft)
 

@@ -42,7 +42,8 @@ def trace(root: Path, rel: str, meta: dict) -> None:
     n = 4
     cols = {"request": np.zeros(n, np.int32), "step": np.zeros(n, np.int32),  # one window
             "position": np.arange(n, dtype=np.int8), "accepted": np.zeros(n, np.int8),
-            "n_drafts": np.full(n, 3, np.int8), "k_draft": np.full(n, 3, np.int8)}
+            "n_drafts": np.full(n, 3, np.int8), "k_draft": np.full(n, 3, np.int8),
+            "token_id": np.arange(n, dtype=np.int32)}
     cols["status"] = status_for(cols["position"], cols["accepted"])
     p = root / "results" / rel
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -300,3 +300,17 @@ def test_a_request_with_a_window_missing_is_refused(tmp_path, small_trace):
     keep[int(np.flatnonzero((req == 3) & (step == 0))[0])] = False
     select_windows(tr, keep).validate()
 
+
+def test_a_trace_without_token_ids_is_refused_in_one_line(tmp_path, small_trace):
+    """token_id is a required column (SPEC: each row records its token id); a trace without it
+    was read, and the repetition and looping checks failed later with a KeyError."""
+    path = tmp_path / "t.parquet"
+    write_trace(path, small_trace)
+    table = pq.read_table(path)
+    pq.write_table(table.drop(["token_id"]).replace_schema_metadata(table.schema.metadata), path)
+    with pytest.raises(TraceError, match=r"t\.parquet: missing column\(s\) token_id$"):
+        read_trace(path)
+    tr = _copy(small_trace)
+    del tr.columns["token_id"]
+    with pytest.raises(TraceError, match=r"^trace: missing column 'token_id'$"):
+        tr.validate()

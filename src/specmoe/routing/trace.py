@@ -47,6 +47,8 @@ _INT_COLUMNS = {
     "request": np.int32, "k_draft": np.int8, "step": np.int32, "position": np.int8,
     "n_drafts": np.int8, "accepted": np.int8, "status": np.int8, "token_id": np.int32,
 }
+# the per-row columns every trace has (SPEC: request, step, position, token id, acceptance)
+REQUIRED_COLUMNS = ("request", "step", "position", "token_id", "accepted", "status")
 _STR_COLUMNS = ("prompt_id", "category", "model", "drafter", "dataset")
 
 
@@ -123,7 +125,7 @@ class Trace:
                 raise TraceError(f"{source}: row {row} routes to one expert twice in layer "
                                  f"{layer} ({int(twice.sum())} such row-layers): top-k experts "
                                  "are distinct")
-        for name in ("request", "step", "position", "accepted", "status"):
+        for name in REQUIRED_COLUMNS:
             if name not in self.columns:
                 raise TraceError(f"{source}: missing column '{name}'")
             if len(self.columns[name]) != t:
@@ -339,8 +341,7 @@ def read_trace(path: str | Path, with_weights: bool = False) -> Trace:
     path = Path(path)
     schema = _read_schema(path)
     meta = _parse_meta(path, schema)
-    missing = [c for c in ("request", "step", "position", "accepted", "status", "experts")
-               if c not in schema.names]
+    missing = [c for c in (*REQUIRED_COLUMNS, "experts") if c not in schema.names]
     if missing:
         raise TraceError(f"{path}: missing column(s) {', '.join(missing)}")
     cols = [c for c in schema.names if with_weights or c != "weights"]
