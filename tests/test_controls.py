@@ -38,7 +38,7 @@ def test_target_values_are_the_overlap_stages(small_trace):
     """The paired statistics of the target are the numbers the overlap stage reports."""
     tr = _with(small_trace)
     c = controls.control_contrast(tr, _with(small_trace, _shuffled_within_requests(tr)))
-    _, _, seq = overlap.trace_sequence_stats(tr, controls.SEQUENCE_D)
+    _, _, seq = overlap.trace_sequence_stats(tr, overlap.SEQUENCE_DISTANCES)
     win = overlap.window_intervals(tr)
     s = c["statistics"]
     assert s["seq_excess"]["target"] == pytest.approx(seq["excess"])
@@ -127,7 +127,7 @@ def test_two_targets_temporal_shares_compare_paired_by_prompt(small_trace):
 
 def _share_interval(tr: Trace) -> tuple[float, float]:
     """The target's temporal-share interval alone, as the decomposition table gives it."""
-    ov, total, ci = overlap.trace_sequence_stats(tr, controls.SEQUENCE_D)
+    ov, total, ci = overlap.trace_sequence_stats(tr, overlap.SEQUENCE_DISTANCES)
     s = overlap.sequence_summary(ov, total, overlap.window_stats(tr), ci)
     return s["sequence_temporal_share_low"], s["sequence_temporal_share_high"]
 

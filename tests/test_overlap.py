@@ -882,3 +882,25 @@ def test_mirrored_ends_past_what_a_statistic_can_be_are_held_there_and_flagged()
     assert within_range(-0.1, 1.2, 0.0, 1.0) == (0.0, 1.0, True)
     lo, hi, flag = within_range(float("nan"), float("nan"), 0.0, 1.0)
     assert np.isnan(lo) and np.isnan(hi) and not flag
+
+
+def test_the_sequence_distances_are_one_constant(small_trace):
+    """d = 1..8 along the committed sequence (SPEC) was written four times over (the controls'
+    SEQUENCE_D, the overlap stage's SEQUENCE_DISTANCES, max_d=8 defaults in overlap): one
+    constant now, read by the library's defaults and the controls' decay."""
+    import inspect
+
+    from specmoe.routing import controls, overlap
+
+    assert overlap.SEQUENCE_DISTANCES == 8
+    for f in (overlap.sequence_overlap_rows, overlap.sequence_overlap,
+              overlap.trace_sequence_overlap, overlap.trace_sequence_stats):
+        assert inspect.signature(f).parameters["max_d"].default is overlap.SEQUENCE_DISTANCES
+    assert not hasattr(controls, "SEQUENCE_D")
+    assert controls.STATISTICS["seq_decay"].endswith(f"d = {overlap.SEQUENCE_DISTANCES}")
+    ov, pairs, ci = overlap.trace_sequence_stats(small_trace)
+    assert ov.shape[-1] == pairs.shape[-1] == overlap.SEQUENCE_DISTANCES
+    # the controls' decay is overlap(1) - overlap(SEQUENCE_DISTANCES), the overlap stage's
+    ids = np.unique(small_trace.columns["request"].astype(np.int64))
+    _, points = controls._statistics(small_trace, ids, np.ones((1, ids.size)))
+    assert points["seq_decay"] == pytest.approx(ci["decay"], abs=1e-12)

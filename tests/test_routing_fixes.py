@@ -25,7 +25,7 @@ def test_paired_differences_against_the_baseline_cover_the_truth():
     nominal 95% and centre both on their points. Truth: the target's process on 4,000 requests;
     the control routes iid uniformly over the target's own windows (true excess and share 0)."""
     big = generate(SynthParams(requests=4000, seed=999, **_PREFERRING))
-    ov, _, ci = overlap.trace_sequence_stats(big, controls.SEQUENCE_D)
+    ov, _, ci = overlap.trace_sequence_stats(big, overlap.SEQUENCE_DISTANCES)
     step1 = float(np.nanmean(ov, axis=0)[0])
     truth = {"seq_excess": step1 - ci["independence"],
              "seq_temporal_share": (step1 - ci["independence"]) / step1}

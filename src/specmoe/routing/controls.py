@@ -15,20 +15,20 @@ from __future__ import annotations
 import numpy as np
 
 from . import bootstrap
-from .overlap import (_percentiles, _sequence_sums, _status_pair_pass, _window_pair_pass,
-                      baseline_resamples, bounded_basic_interval, committed_sequences,
-                      request_loads, request_weights, status_contrast)
+from .overlap import (SEQUENCE_DISTANCES, _percentiles, _sequence_sums, _status_pair_pass,
+                      _window_pair_pass, baseline_resamples, bounded_basic_interval,
+                      committed_sequences, request_loads, request_weights, status_contrast)
 from .trace import ACCEPTED, COMMITTED, Trace
 
 # A control's inputs degenerate where more than this share of adjacent committed tokens repeat
 # the previous token (the untrained controls' own output: about 99%; the trained targets': 0.1-
 # 0.2% in the default run).
 DEGENERATE = 0.10
-SEQUENCE_D = 8  # the sequence decay's far distance, as the overlap stage's
 # Each statistic of the findings table that a control can show too (name -> what it is).
 STATISTICS = {
     "seq_excess": "step 1 along the committed sequence minus the pooled independence baseline",
-    "seq_decay": f"overlap along the committed sequence at d = 1 minus at d = {SEQUENCE_D}",
+    "seq_decay": "overlap along the committed sequence at d = 1 minus at d = "
+                 f"{SEQUENCE_DISTANCES}",
     "seq_temporal_share": "(step 1 along the sequence - independence) / step 1",
     "window_step1": "overlap of adjacent positions inside windows",
     "window_decay_within_status": "overlap(1) - overlap(2) inside windows, pairs of one "
@@ -69,9 +69,11 @@ def _statistics(tr: Trace, ids: np.ndarray,
     k, scale = tr.top_k, float(tr.num_layers * tr.top_k)
     out = {}
     rows, starts, lengths = committed_sequences(tr)
-    sums, pairs = _sequence_sums(tr.experts[rows], starts, lengths, tr.num_experts, SEQUENCE_D)
+    sums, pairs = _sequence_sums(tr.experts[rows], starts, lengths, tr.num_experts,
+                                 SEQUENCE_DISTANCES)
     at = np.searchsorted(ids, tr.columns["request"][rows[starts]].astype(np.int64))
-    per_seq, seq_pairs = np.zeros((ids.size, SEQUENCE_D)), np.zeros((ids.size, SEQUENCE_D))
+    per_seq = np.zeros((ids.size, SEQUENCE_DISTANCES))
+    seq_pairs = np.zeros((ids.size, SEQUENCE_DISTANCES))
     np.add.at(per_seq, at, sums.mean(axis=1))
     np.add.at(seq_pairs, at, pairs)
     req_ids, loads, tokens = request_loads(tr)

@@ -23,6 +23,11 @@ from numba.extending import intrinsic
 from . import bootstrap
 from .trace import Trace
 
+# Overlap along the committed sequence is measured at d = 1..SEQUENCE_DISTANCES (SPEC, "Overlap
+# along the committed sequence (d = 1..8)"); the overlap stage, the controls and the decay
+# overlap(1) - overlap(SEQUENCE_DISTANCES) all read it here.
+SEQUENCE_DISTANCES = 8
+
 
 @intrinsic
 def _popcount(typingctx, x):
@@ -223,7 +228,7 @@ def _sequence_sums(experts: np.ndarray, starts, lengths, num_experts: int,
 
 
 def sequence_overlap_rows(experts: np.ndarray, starts, lengths, num_experts: int,
-                          max_d: int = 8) -> tuple[np.ndarray, np.ndarray]:
+                          max_d: int = SEQUENCE_DISTANCES) -> tuple[np.ndarray, np.ndarray]:
     """Overlap along token sequences: ([layer, d-1] mean |S(t) & S(t+d)| / k over every pair of
     tokens d apart inside one sequence, [d-1] number of pairs). A sequence is the rows
     starts[i] .. starts[i] + lengths[i] - 1 of `experts` (rows, layers, k); NaN where no pair."""
@@ -424,7 +429,8 @@ def sequence_baselines(trace: Trace, rows: np.ndarray, starts: np.ndarray,
     return {"loads": loads[at], "tokens": tokens[at], "within": within}
 
 
-def sequence_overlap(experts: np.ndarray, max_d: int = 8, num_experts: int | None = None) -> np.ndarray:
+def sequence_overlap(experts: np.ndarray, max_d: int = SEQUENCE_DISTANCES,
+                     num_experts: int | None = None) -> np.ndarray:
     """[layer, d-1] overlap along sequences of equal length: experts (sequences, T, layers, k)."""
     n_seq, t, n_layers, k = experts.shape
     n = int(experts.max()) + 1 if num_experts is None else num_experts
@@ -693,14 +699,16 @@ def _within_status(s_req: np.ndarray, p_req: np.ndarray, w: np.ndarray, scale: f
             "decay_within_status_low": float(lo), "decay_within_status_high": float(hi)}
 
 
-def trace_sequence_overlap(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.ndarray]:
+def trace_sequence_overlap(trace: Trace, max_d: int = SEQUENCE_DISTANCES
+                           ) -> tuple[np.ndarray, np.ndarray]:
     """Overlap along each request's committed sequence, across verification windows:
     ([layer, d-1], pairs [d-1]) for d = 1..max_d."""
     rows, starts, lengths = committed_sequences(trace)
     return sequence_overlap_rows(trace.experts[rows], starts, lengths, trace.num_experts, max_d)
 
 
-def trace_sequence_stats(trace: Trace, max_d: int = 8) -> tuple[np.ndarray, np.ndarray, dict]:
+def trace_sequence_stats(trace: Trace, max_d: int = SEQUENCE_DISTANCES
+                         ) -> tuple[np.ndarray, np.ndarray, dict]:
     """trace_sequence_overlap and its sequence_intervals (one request, one unit) from one pass;
     the intervals' per_sequence units carry each one's request id."""
     rows, starts, lengths = committed_sequences(trace)

@@ -22,8 +22,6 @@ log = logging.getLogger("specmoe")
 # itself: every analysis job is a process of its own, and an import of everything cost each of the
 # default run's 68 analysis jobs about a second of CPU (bench/analysis_jobs.py).
 
-# overlap along the committed sequence is measured at d = 1..8 (docs/method.md)
-SEQUENCE_DISTANCES = 8
 # the fewest windows the window statistics of a part of a trace are measured on (the windows
 # without a repeated token, a prompt slice's full windows); fewer give no numbers
 MIN_WINDOWS = 2
@@ -114,7 +112,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     use_threads(threads)
     tr = trace.read_trace(trace_path)
     ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
-    seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr, SEQUENCE_DISTANCES)
+    seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr)
     # the baseline bias-corrected over requests, as its interval is (sequence_intervals)
     summary = ws.summary(seq_ci["independence"])
     summary.update(overlap.sequence_summary(seq, seq_pairs, ws, seq_ci))
@@ -145,8 +143,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     loop_free = {"dropped_requests": int(loops.size), "requests": n_req - int(loops.size)}
     lf = seq_ci if not loops.size else None
     if loops.size and n_req - loops.size >= 2:
-        _, _, lf = overlap.trace_sequence_stats(overlap.select_requests(tr, loops),
-                                                SEQUENCE_DISTANCES)
+        _, _, lf = overlap.trace_sequence_stats(overlap.select_requests(tr, loops))
     if lf is not None:
         loop_free.update({key: lf[key] for key in ("decay", "decay_low", "decay_high",
                                                    "excess", "excess_low", "excess_high",
