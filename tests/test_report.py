@@ -331,7 +331,7 @@ def test_report_from_fixed_results_has_every_figure_and_table(fixed_results):
             f"sequence {seq1['seq1']:.3f} [{seq1['seq1_low']:.3f}, {seq1['seq1_high']:.3f}] vs "
             f"0.204") \
         in index
-    st = tables.read_csv(FIXTURE / "overlap_by_status.csv")
+    st = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
     loops = st[st["model"] == "tiny-fine"]["repetitive_windows_pct"].iloc[0]
     # said where the loops pass the share that can make overlap (prose.LOOPING), else not
     said = f"tiny-fine's output repeats a token in {loops:.0f}% of its windows" in index

@@ -98,10 +98,8 @@ def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict,
     s, rc = ov["summary"], run_cols(ov["run"], control_of or {})
     t["overlap_decomposition_step1"].append(decomposition_row(rc, s))
     t["overlap_by_distance"].append(overlap_row(rc, s, ov))
-    if ov.get("overlap_by_status"):
-        t["overlap_by_status"].append({
-            **rc, **ov["overlap_by_status"],
-            "repetitive_windows_pct": 100 * ov.get("repetitive_windows", np.nan)})
+    # per draft position and status (the repetitive windows' share is overlap_by_distance's)
+    t["overlap_by_status"] += [{**rc, **r} for r in ov.get("overlap_by_status") or []]
     t["heldout_overlap"] += heldout_overlap_rows(rc, ov.get("by_slice") or {}, heldout)
     if ov.get("control"):
         t["matched_controls"].append(matched_control_row(run_cols(ov["run"]), ov["control"]))

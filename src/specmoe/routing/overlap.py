@@ -921,19 +921,37 @@ def select_windows(trace: Trace, keep: np.ndarray) -> Trace:
                    weights=None if trace.weights is None else trace.weights[rows])
 
 
-def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> dict[str, float]:
-    """Mean consecutive overlap overlap(S(j-1), S(j)) of the window positions in each acceptance
-    status (position 0, the committed token, has none)."""
+def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> list[dict]:
+    """Mean consecutive overlap overlap(S(j-1), S(j)) of the drafts in each acceptance status at
+    each draft position j = 1..K (SPEC: tokens are compared within one position only; pooled over
+    positions, the statuses' mix of positions made a gap of its own), each mean with its
+    percentile interval over request resamples (request_weights: the same draw as every other
+    routing interval; NaN below bootstrap.MIN_REQUESTS requests). One row per position and
+    status that has drafts: draft_position, status, mean, mean_low, mean_high, n (drafts),
+    n_requests."""
     from .trace import STATUS
 
     if consec is None:
         consec, _ = row_overlaps(trace)
-    st = trace.columns["status"]
-    out = {}
-    for i, name in enumerate(STATUS):
-        v = consec[(st == i) & np.isfinite(consec)]
-        out[name] = float(v.mean()) if v.size else float("nan")
-    return out
+    st, pos = trace.columns["status"], trace.columns["position"]
+    req = trace.columns["request"].astype(np.int64)
+    ids, unit = np.unique(req, return_inverse=True)
+    w = request_weights(ids.size)
+    rows = []
+    for j in range(1, trace.k_draft + 1):
+        for s, name in enumerate(STATUS[1:], start=1):
+            m = (pos == j) & (st == s) & np.isfinite(consec)
+            if not m.any():
+                continue
+            sums = np.bincount(unit[m], weights=consec[m], minlength=ids.size)
+            counts = np.bincount(unit[m], minlength=ids.size).astype(np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                lo, hi = _percentiles((w @ sums) / (w @ counts))
+            rows.append({"draft_position": j, "status": name,
+                         "mean": float(sums.sum() / counts.sum()),
+                         "mean_low": float(lo), "mean_high": float(hi), "n": int(m.sum()),
+                         "n_requests": int(np.count_nonzero(counts))})
+    return rows
 
 
 LOOP_SPAN = 6  # committed tokens that must repeat with period 1 or 2 for a request to loop
