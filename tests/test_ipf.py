@@ -313,3 +313,95 @@ def test_the_ipf_stage_completes_where_every_token_routes_alike(tmp_path):
     assert out["sequence_overlap"] == [1.0, 1.0, 1.0]
     assert out["prediction"]["uniform_sequence"] == pytest.approx(2.0)
     assert np.isnan(out["relative_error_interval"]["uniform_sequence"]).all()
+
+
+def test_every_ipf_error_and_the_measured_value_have_their_interval(tmp_path):
+    """Only the study's input (uniform_sequence) had an interval of its error: the window
+    overlaps' uniform IPF and the skewed IPF were printed as signed numbers, and the measured
+    unique experts (every error's denominator) had none. Each has one now, over the same request
+    resamples, and the linearised ends agree with exact refits of the resamples."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import OverlapParams
+    from specmoe.provenance import read_json
+    from specmoe.routing import overlap
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages import analysis
+
+    tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, skew=0.5,
+                              stickiness=0.4, requests=24, steps=30, seed=3))
+    write_trace(tmp_path / "t.parquet", tr)
+    o = tmp_path / "o.json"
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
+                           OverlapParams(batch_sizes=[1], shuffle_seed=0))
+    run_ipf(o, tmp_path / "i.json", [1])
+    ov, out = read_json(o), read_json(tmp_path / "i.json")
+    assert set(out["relative_error_interval"]) == {"uniform_sequence", "uniform_window",
+                                                   "skewed_window"}
+    for key, (lo, hi) in out["relative_error_interval"].items():
+        assert lo < out["relative_error"][key] < hi and hi - lo > 0.001, key
+    elo, ehi = out["empirical_interval"]
+    assert elo < out["empirical"] < ehi
+    # the unique_experts table carries them all
+    from specmoe.report.runs import unique_experts_row
+
+    row = unique_experts_row({**ov, "run": {"model": "m", "drafter": "d", "k": 3,
+                                            "dataset": "x"}}, out)
+    assert (row["empirical_low"], row["empirical_high"]) == (elo, ehi)
+    for key, (lo, hi) in out["relative_error_interval"].items():
+        assert (row[f"ipf_{key}_error_pct_low"], row[f"ipf_{key}_error_pct_high"]) == (
+            100 * lo, 100 * hi)
+    pr = ov["per_request"]
+    # the pieces add up to the run's own inputs: each layer's window overlaps and loads
+    sums, pairs = np.asarray(pr["window_sums"]), np.asarray(pr["window_pairs"])
+    np.testing.assert_allclose(sums.sum(axis=0) / (pairs.sum(axis=0) * 4),
+                               ov["per_layer"]["overlap"], rtol=1e-12)
+    loads, tokens = np.asarray(pr["loads"]), np.asarray(pr["tokens"])
+    np.testing.assert_allclose(loads.sum(axis=0) / tokens.sum(), ov["per_layer"]["q"],
+                               rtol=1e-12)
+    # exact refits of 300 resamples give the same intervals within a tenth of their width
+    w = overlap.request_weights(24)[:300]
+    meas = (w @ np.asarray(pr["unique_sum"])) / (w @ np.asarray(pr["full_windows"]))
+    ov_b = np.einsum("br,rld->bld", w, sums) / ((w @ pairs)[:, None, :] * 4)
+    q_b = np.einsum("br,rle->ble", w, loads) / (w @ tokens)[:, None, None]
+    exact = {"uniform_window": [ipf.predict_uniform(32, 4, ov_b[i].mean(axis=0))["unique"]
+                                for i in range(len(w))],
+             "skewed_window": [ipf.predict_skewed(q_b[i], ov_b[i])["unique"]
+                               for i in range(len(w))]}
+    for key, unique in exact.items():
+        lo, hi = out["relative_error_interval"][key]
+        xlo, xhi = np.percentile(np.asarray(unique) / meas - 1, [2.5, 97.5])
+        assert abs(xlo - lo) < 0.1 * (hi - lo) and abs(xhi - hi) < 0.1 * (hi - lo), (key, lo, hi,
+                                                                                   xlo, xhi)
+    assert out["empirical_interval"] == pytest.approx(
+        list(np.percentile(overlap.request_weights(24) @ np.asarray(pr["unique_sum"])
+                           / (overlap.request_weights(24) @ np.asarray(pr["full_windows"])),
+                           [2.5, 97.5])))
+
+
+def test_the_words_give_each_ipf_error_its_interval_and_a_sign_only_where_it_is_decided(
+        tmp_path):
+    """The window overlaps' and the skewed IPF's errors were worded as signed numbers without an
+    interval ("(+5.0%)"), the measured unique experts without one: each error is given with its
+    interval, "over"/"under" where the interval excludes 0, "sign undecided" where it does not,
+    and no sign where it has none."""
+    import pandas as pd
+    from declared import tables_in
+
+    from specmoe.report import prose
+
+    pd.DataFrame([{
+        "model": "fine", "k": 3, "dataset": "d", "empirical": 20.0, "empirical_low": 19.5,
+        "empirical_high": 20.5, "uniform": 29.0,
+        "ipf_uniform_sequence": 20.4, "ipf_uniform_sequence_error_pct": 2.0,
+        "ipf_uniform_sequence_error_pct_low": 0.5, "ipf_uniform_sequence_error_pct_high": 3.5,
+        "ipf_uniform_window": 21.0, "ipf_uniform_window_error_pct": 5.0,
+        "ipf_uniform_window_error_pct_low": -1.0, "ipf_uniform_window_error_pct_high": 11.0,
+        "ipf_skewed_window": 19.0, "ipf_skewed_window_error_pct": -5.0,
+        "ipf_skewed_window_error_pct_low": float("nan"),
+        "ipf_skewed_window_error_pct_high": float("nan")}]).to_csv(
+        tmp_path / "unique_experts.csv", index=False)
+    words = " ".join(prose.measured_findings(tables_in(tmp_path)))
+    assert "unique experts per window 20.00 [19.50, 20.50] measured" in words
+    assert "(the study's input) 20.40 (+2.0% [+0.5%, +3.5%], over)" in words
+    assert "(this project's) 21.00 (+5.0% [-1.0%, +11.0%], sign undecided)" in words
+    assert "skewed IPF (this project's) 19.00 (-5.0%, no interval: no sign claimed)" in words

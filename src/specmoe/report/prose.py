@@ -1155,15 +1155,14 @@ def measured_findings(td: Tables) -> list[str]:
     if not ue.empty and "ipf_uniform_sequence" in ue:
         for _, r in ue.iterrows():
             out.append(f"{label_of(r['model'], r['k'], r['dataset'])}: unique experts per "
-                       f"window {r['empirical']:.2f} measured, {r['uniform']:.2f} uniform i.i.d.; "
+                       f"window {r['empirical']:.2f}{_bracket(r, 'empirical')} measured, "
+                       f"{r['uniform']:.2f} uniform i.i.d.; "
                        f"uniform IPF from the overlap along the sequence (the study's input) "
-                       f"{r['ipf_uniform_sequence']:.2f} "
-                       f"({r['ipf_uniform_sequence_error_pct']:+.1f}%"
-                       f"{_bracket_pct(r, 'ipf_uniform_sequence_error_pct')}), from the overlap "
-                       f"inside windows (this project's) {r['ipf_uniform_window']:.2f} "
-                       f"({r['ipf_uniform_window_error_pct']:+.1f}%); skewed IPF (this "
-                       f"project's) {r['ipf_skewed_window']:.2f} "
-                       f"({r['ipf_skewed_window_error_pct']:+.1f}%)")
+                       f"{r['ipf_uniform_sequence']:.2f} ({_ipf_error(r, 'uniform_sequence')}), "
+                       f"from the overlap inside windows (this project's) "
+                       f"{r['ipf_uniform_window']:.2f} ({_ipf_error(r, 'uniform_window')}); "
+                       f"skewed IPF (this project's) {r['ipf_skewed_window']:.2f} "
+                       f"({_ipf_error(r, 'skewed_window')})")
     te = load(td, "te_three_ways")
     te1 = te[te["batch"] == 1] if not te.empty else te
     for _, r in (te1.iterrows() if not te1.empty else []):
@@ -1171,6 +1170,16 @@ def measured_findings(td: Tables) -> list[str]:
                    f"profiled passes {_te_text(r, 'te_profiled')}, from the cost model "
                    f"{_te_text(r, 'te_costmodel')}")
     return out
+
+
+def _ipf_error(r, key: str) -> str:
+    """An IPF's error with its interval, "over" or "under" only where the interval excludes 0."""
+    col = f"ipf_{key}_error_pct"
+    lo, hi = _interval(r, col)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{r[col]:+.1f}%, no interval: no sign claimed"
+    sign = "over" if lo > 0 else "under" if hi < 0 else "sign undecided"
+    return f"{r[col]:+.1f}%{_bracket_pct(r, col)}, {sign}"
 
 
 def _against_prediction(r) -> str:

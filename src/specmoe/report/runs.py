@@ -214,15 +214,18 @@ def unique_experts_row(ov: dict, ip: dict, control_of: dict | None = None) -> di
     pred, err = ip["prediction"], ip["relative_error"]
     return {
         **run_cols(ov["run"], control_of or {}), "empirical": u["empirical"],
+        # its 95% interval over requests, the resamples of the errors' (ipf_error_intervals)
+        **dict(zip(("empirical_low", "empirical_high"),
+                   ip.get("empirical_interval") or (np.nan, np.nan))),
         "empirical_over_k": u["empirical_over_k"], "uniform": u["uniform"],
         "independent": u["independent"],
         # the study's input (its Table 17 -> Table 20), then this project's two estimators
         **{f"ipf_{key}": pred[key] for key in IPF_KEYS},
         **{f"ipf_{key}_error_pct": 100 * err[key] for key in IPF_KEYS},
-        # the study's input's error over requests (ipf.sequence_error_interval)
-        **{f"ipf_uniform_sequence_error_pct_{end}": 100 * v for end, v in zip(
+        # each error's 95% interval over requests (stages.analysis.ipf_error_intervals)
+        **{f"ipf_{key}_error_pct_{end}": 100 * v for key in IPF_KEYS for end, v in zip(
             ("low", "high"), (ip.get("relative_error_interval") or {}).get(
-                "uniform_sequence", (np.nan, np.nan)))},
+                key, (np.nan, np.nan)))},
         "ipf_converged": bool(all(ip["converged"].values())),
         "ipf_clipped": int(sum(ip["n_clipped"].values())),
         # each fit's experts left short of their margins, and of those the ones no distribution

@@ -267,12 +267,55 @@ def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dic
 def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: float,
                             per_request: dict, n_boot: int | None = None,
                             seed: int | None = None, step: float = 1e-4) -> list[float]:
-    """The interval (at bootstrap.LEVEL, over bootstrap.N_BOOT resamples unless given) of the
-    uniform IPF's relative error, predicted / measured - 1, over
-    requests (the independent units): the IPF's input overlaps and the measured unique experts
-    per window are recomputed in each resample of requests (overlap.request_weights, the
-    resamples of the overlaps' own intervals) from per_request (the overlap stage's pieces:
-    sequence_sums and sequence_pairs [request, d], unique_sum and full_windows [request]).
+    """uniform_error_interval of the study's input, the overlap along the committed sequence, from
+    per_request (the overlap stage's pieces: sequence_sums and sequence_pairs [request, d],
+    unique_sum and full_windows [request])."""
+    w, measured = measured_resamples(per_request, n_boot, seed)
+    return uniform_error_interval(num_experts, top_k, overlaps, predicted,
+                                  per_request["sequence_sums"], per_request["sequence_pairs"],
+                                  top_k, w, measured, step)
+
+
+def measured_resamples(per_request: dict, n_boot: int | None = None,
+                       seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The request resamples [boot, request] (overlap.request_weights: those of the overlaps' own
+    intervals) and the measured unique experts per full window in each, unique_sum / full_windows
+    of per_request's requests."""
+    from .overlap import request_weights
+
+    u_sum, u_n = (np.asarray(per_request[key], dtype=float)
+                  for key in ("unique_sum", "full_windows"))
+    w = request_weights(u_sum.size, n_boot, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return w, (w @ u_sum) / (w @ u_n)
+
+
+def empirical_interval(measured: np.ndarray) -> list[float]:
+    """The interval (at bootstrap.LEVEL) of the measured unique experts per window over the
+    request resamples of measured_resamples: the denominator of every IPF error."""
+    return _ends(measured)
+
+
+def _ends(boot: np.ndarray) -> list[float]:
+    lo, hi = np.nanpercentile(boot, bootstrap.tails()) if np.isfinite(boot).any() else (np.nan,
+                                                                                        np.nan)
+    return [float(lo), float(hi)]
+
+
+def _ends_of(x: float, lo: float, hi: float, step: float) -> np.ndarray:
+    """x +- step kept inside [lo, hi]: one-sided at an end."""
+    return np.clip(x + np.array([-step, step]), lo, hi)
+
+
+def uniform_error_interval(num_experts: int, top_k: int, overlaps, predicted: float, sums,
+                           pairs, scale: float, w: np.ndarray, measured: np.ndarray,
+                           step: float = 1e-4) -> list[float]:
+    """The interval (at bootstrap.LEVEL) of a uniform IPF's relative error, predicted / measured
+    - 1, over requests (the independent units): its input overlaps, (w @ sums) / ((w @ pairs) *
+    scale) from per-request summed intersections and pair counts [request, d] (scale: k along
+    the sequence, layers * k for sums over layers inside windows), and the measured unique
+    experts per window are recomputed in each resample of requests (w, measured:
+    measured_resamples).
 
     The prediction is linearised around `predicted` (its slope in each overlap by differences of
     predict_uniform over ov +- step, kept inside [0, 1]: one-sided at an overlap of 0 or 1): a
@@ -280,20 +323,13 @@ def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: f
     fits would cost seconds per run. Where a fit of the slope does not hold its margins (it did
     not converge, or no distribution has them: overlaps of 1 at every distance moved by a step
     at one), there is no slope and the interval is [NaN, NaN]."""
-    from .overlap import request_weights
-
     ov = np.asarray(overlaps, dtype=float)
-    sums, pairs = (np.asarray(per_request[key], dtype=float)
-                   for key in ("sequence_sums", "sequence_pairs"))
-    u_sum, u_n = (np.asarray(per_request[key], dtype=float)
-                  for key in ("unique_sum", "full_windows"))
-    w = request_weights(u_sum.size, n_boot, seed)
+    sums, pairs = np.asarray(sums, dtype=float), np.asarray(pairs, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ov_boot = (w @ sums) / ((w @ pairs) * top_k)   # [boot, d]
-        measured = (w @ u_sum) / (w @ u_n)
+        ov_boot = (w @ sums) / ((w @ pairs) * scale)   # [boot, d]
     slope = np.empty(ov.size)
     for d in range(ov.size):
-        ends = np.clip(ov[d] + np.array([-step, step]), 0.0, 1.0)
+        ends = _ends_of(ov[d], 0.0, 1.0, step)
         unique = []
         for x in ends:
             moved = ov.copy()
@@ -304,6 +340,81 @@ def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: f
             unique.append(f["unique"])
         slope[d] = (unique[1] - unique[0]) / (ends[1] - ends[0])
     with np.errstate(invalid="ignore", divide="ignore"):
-        err = (predicted + (ov_boot - ov) @ slope) / measured - 1
-    lo, hi = np.nanpercentile(err, bootstrap.tails()) if np.isfinite(err).any() else (np.nan, np.nan)
-    return [float(lo), float(hi)]
+        return _ends((predicted + (ov_boot - ov) @ slope) / measured - 1)
+
+
+def skewed_error_interval(top_k: int, q: np.ndarray, overlaps: np.ndarray, predicted: float,
+                          sums, pairs, loads, tokens, w: np.ndarray, measured: np.ndarray,
+                          step: float = 1e-4, chunk: int = 1 << 22) -> list[float]:
+    """The interval (at bootstrap.LEVEL) of the skewed IPF's relative error over requests: each
+    resample of requests (w, measured: measured_resamples) recomputes its inputs, each layer's
+    overlaps inside windows (w @ sums) / ((w @ pairs) * k) from per-request intersections summed
+    over windows [request, layer, d] and pair counts [request, d], and each layer's loads
+    (w @ loads) / (w @ tokens) from per-request expert counts [request, layer, expert] and token
+    counts [request] (overlap.request_loads), and from them the pair margins (skewed_pairs).
+
+    The prediction is linearised in each expert's margins: every expert is fitted on its own, so
+    one fit with every expert's load moved by +- step (and one per distance with every pair
+    margin moved) gives each expert's slopes at once (2 (K + 1) fits, each difference kept
+    inside what its expert's margins allow); a resample's change of the prediction is the
+    layer mean of sum_e of the slopes times its change of margins. Where a fit of a slope does
+    not hold its margins the interval is [NaN, NaN]."""
+    q = np.atleast_2d(np.asarray(q, dtype=float))
+    ov = np.atleast_2d(np.asarray(overlaps, dtype=float))
+    n_layers, n_exp = q.shape
+    p11 = skewed_pairs(q, ov)                                       # [layer, e, d]
+    qf, pf = q.reshape(-1), p11.reshape(q.size, -1)
+    floor = pair_floor(qf)
+
+    def p_zero(qq, pp):
+        res = fit_pairs(qq, pp)
+        return res.p_zero if res.converged and not res.n_infeasible else None
+
+    slopes = []
+    # a load's step keeps its expert's pair margins feasible: p11 <= q and 2 q - 1 <= p11
+    q_ends = np.stack([np.maximum(qf - step, np.minimum(pf.max(axis=1), qf)),
+                       np.minimum(qf + step, np.maximum((1 + pf.min(axis=1)) / 2, qf))])
+    q_ends = np.clip(q_ends, 0.0, 1.0)
+    ends = [p_zero(q_ends[i], pf) for i in range(2)]
+    if any(e is None for e in ends):
+        return [float("nan"), float("nan")]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slopes.append(np.where(q_ends[1] > q_ends[0],
+                               (ends[1] - ends[0]) / (q_ends[1] - q_ends[0]), 0.0))
+    for d in range(pf.shape[1]):
+        lo = np.clip(pf[:, d] - step, floor, qf)
+        hi = np.clip(pf[:, d] + step, floor, qf)
+        ends = []
+        for x in (lo, hi):
+            moved = pf.copy()
+            moved[:, d] = x
+            ends.append(p_zero(qf, moved))
+        if any(e is None for e in ends):
+            return [float("nan"), float("nan")]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slopes.append(np.where(hi > lo, (ends[1] - ends[0]) / (hi - lo), 0.0))
+    g_q = slopes[0].reshape(n_layers, n_exp)
+    g_p = np.stack(slopes[1:], axis=-1).reshape(n_layers, n_exp, -1)  # [layer, e, d]
+
+    sums, pairs = np.asarray(sums, dtype=float), np.asarray(pairs, dtype=float)
+    loads, tokens = np.asarray(loads, dtype=float), np.asarray(tokens, dtype=float)
+    n_boot = w.shape[0]
+    step_b = max(1, chunk // max(1, q.size * p11.shape[-1]))
+    unique = np.empty(n_boot)
+    for b0 in range(0, n_boot, step_b):
+        wb = w[b0:b0 + step_b]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ov_b = (np.einsum("br,rld->bld", wb, sums)
+                    / ((wb @ pairs)[:, None, :] * top_k))               # [boot, layer, d]
+            q_b = np.einsum("br,rle->ble", wb, loads) / (wb @ tokens)[:, None, None]
+        ok = np.isfinite(ov_b).all(axis=(1, 2)) & np.isfinite(q_b).all(axis=(1, 2))
+        change = np.full(wb.shape[0], np.nan)
+        if ok.any():
+            qb, ob = q_b[ok], np.clip(ov_b[ok], 0.0, 1.0)
+            p11_b = skewed_pairs(qb.reshape(-1, n_exp), ob.reshape(-1, ob.shape[-1])
+                                 ).reshape(qb.shape[0], n_layers, n_exp, -1)
+            d_p0 = (g_q * (qb - q)).sum(axis=2) + (g_p * (p11_b - p11)).sum(axis=(2, 3))
+            change[ok] = -d_p0.mean(axis=1)
+        unique[b0:b0 + step_b] = predicted + change
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _ends(unique / measured - 1)

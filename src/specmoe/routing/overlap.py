@@ -729,6 +729,21 @@ def trace_independence(trace: Trace) -> float:
     return independence_corrected(b["loads"], b["tokens"], trace.top_k)
 
 
+def request_window_sums(trace: Trace, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per request (in the order `requests` gives them, sorted ids): |S(j) & S(j+d)| summed over
+    its windows' position pairs d apart [request, layer, d-1] and the count of those pairs
+    [request, d-1], d = 1..K: the pieces of each layer's overlap inside windows (WindowStats.
+    overlap: their sums over requests / (pairs * k)) that a bootstrap over requests resamples."""
+    starts, lengths = trace.windows()
+    sums, pairs = _sequence_sums(trace.experts, starts, lengths, trace.num_experts, trace.k_draft)
+    at = np.searchsorted(requests, trace.columns["request"][starts].astype(np.int64))
+    out_s = np.zeros((requests.size, *sums.shape[1:]))
+    out_p = np.zeros((requests.size, pairs.shape[1]))
+    np.add.at(out_s, at, sums)
+    np.add.at(out_p, at, pairs)
+    return out_s, out_p
+
+
 def request_unique(trace: Trace, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                                   np.ndarray]:
     """Per request (in the order `requests` gives them): the summed layer-mean number of distinct

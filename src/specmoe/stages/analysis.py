@@ -120,9 +120,14 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     # ipf stage resamples for the interval of its error
     units = seq_ci["per_sequence"]
     u_sum, u_n, u_use = overlap.request_unique(tr, units["request"])
+    w_sums, w_pairs = overlap.request_window_sums(tr, units["request"])
+    load_ids, loads, tokens = overlap.request_loads(tr)
+    if not np.array_equal(load_ids, units["request"]):
+        raise ValueError("the requests of the loads and of the committed sequences differ")
     per_request = {"request": units["request"], "sequence_sums": units["sums"][:, :ws.k_draft],
                    "sequence_pairs": units["pairs"][:, :ws.k_draft], "unique_sum": u_sum,
-                   "full_windows": u_n}
+                   "full_windows": u_n, "window_sums": w_sums, "window_pairs": w_pairs,
+                   "loads": loads, "tokens": tokens}
     summary.update(window_interval_summary(overlap.window_intervals(tr, shuffle_seed)))
     uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
                                by_request=(u_use, u_n))
@@ -287,13 +292,7 @@ def ipf_stage(inputs, outputs, params) -> None:
     status["skewed_window"] = (skew.converged, skew.iterations, skew.max_error, skew.n_clipped,
                                skew.n_unconverged, skew.n_infeasible)
     prov = derived(ov.get("provenance", {}), {"batch_sizes": batch_sizes}, stage="ipf")
-    err_ci = {}
-    if "uniform_sequence" in fits and ov.get("per_request"):
-        err_ci["uniform_sequence"] = ipf.sequence_error_interval(n, k, seq, pred[
-            "uniform_sequence"], ov["per_request"])
-        if not np.isfinite(err_ci["uniform_sequence"]).all():
-            log.warning("IPF (uniform_sequence): no interval of its error over requests: a fit "
-                        "a step from its overlaps %s does not hold its margins", seq.round(4))
+    err_ci, emp_ci = ipf_error_intervals(ov, fits, pred, seq, per_layer_ov, q)
     write_json(out, {
         "run": ov["run"],
         "empirical": emp,
@@ -301,8 +300,10 @@ def ipf_stage(inputs, outputs, params) -> None:
         "sequence_overlap": seq.tolist(),
         "prediction": pred,
         "relative_error": {key: (v - emp) / emp for key, v in pred.items()},
-        # its 95% interval over requests (ipf.sequence_error_interval; the study's input only)
+        # each error's 95% interval over requests, and the measured value's over the same
+        # resamples (ipf_error_intervals)
         "relative_error_interval": err_ci,
+        "empirical_interval": emp_ci,
         **{name: {key: st[i] for key, st in status.items()} for i, name in enumerate(
             ("converged", "iterations", "max_error", "n_clipped", "n_unconverged_experts",
              "n_infeasible_experts"))},
@@ -319,6 +320,48 @@ def ipf_stage(inputs, outputs, params) -> None:
     clipped = sum(st[3] for st in status.values())
     if clipped:
         log.warning("IPF clipped %d infeasible pair tables", clipped)
+
+
+def ipf_error_intervals(ov: dict, fits: dict, pred: dict, seq: np.ndarray,
+                        per_layer_ov: np.ndarray, q: np.ndarray) -> tuple[dict, list[float]]:
+    """The 95% interval over requests of each IPF's relative error, from the overlap stage's
+    per-request pieces (its "per_request"), and of the measured unique experts per window (the
+    errors' denominator) over the same resamples (ipf.measured_resamples): the study's input
+    along the committed sequence and the window overlaps (ipf.uniform_error_interval), the
+    skewed fit from each layer's window overlaps and loads (ipf.skewed_error_interval). Without
+    per-request pieces (a hand-made overlap file), none: ({}, [NaN, NaN]), said in a warning."""
+    from ..routing import ipf
+
+    s = ov["summary"]
+    n, k = s["num_experts"], s["top_k"]
+    pr = ov.get("per_request")
+    if not pr:
+        log.warning("the overlap results have no per-request pieces: no interval of the IPF's "
+                    "errors")
+        return {}, [float("nan"), float("nan")]
+    lacking = [key for key in ("window_sums", "window_pairs", "loads", "tokens") if key not in pr]
+    if lacking:
+        raise InputError(f"the overlap results' per-request pieces lack {', '.join(lacking)} "
+                         "(written by an older overlap stage): rerun it")
+    w, measured = ipf.measured_resamples(pr)
+    err_ci = {}
+    if "uniform_sequence" in fits:
+        err_ci["uniform_sequence"] = ipf.uniform_error_interval(
+            n, k, seq, pred["uniform_sequence"], pr["sequence_sums"], pr["sequence_pairs"], k, w,
+            measured)
+    w_sums = np.asarray(pr["window_sums"], dtype=float)  # [request, layer, d]
+    err_ci["uniform_window"] = ipf.uniform_error_interval(
+        n, k, per_layer_ov.mean(axis=0), pred["uniform_window"], w_sums.sum(axis=1),
+        pr["window_pairs"], w_sums.shape[1] * k, w, measured)
+    err_ci["skewed_window"] = ipf.skewed_error_interval(
+        k, q, per_layer_ov, pred["skewed_window"], w_sums, pr["window_pairs"], pr["loads"],
+        pr["tokens"], w, measured)
+    for key, ends in err_ci.items():
+        if not np.isfinite(ends).all():
+            log.warning("IPF (%s): no interval of its error over requests (fewer than the "
+                        "bootstrap's requests, or a fit a step from its inputs does not hold its "
+                        "margins)", key)
+    return err_ci, ipf.empirical_interval(measured)
 
 
 def model_dims(model_cfg: dict, num_experts: int, top_k: int,
