@@ -44,3 +44,106 @@ def test_an_empty_string_is_refused_not_read_as_the_default(edit, where):
     edit(cfg)
     msg = refused(cfg)
     assert where in msg and "must not be empty" in msg, msg
+
+
+# --- compare_with's k-of-N check reads a download's config.json where it is offline ---
+
+def _cached_config(hub, repo: str, revision: str, n: int, k: int) -> None:
+    """A config.json in a Hugging Face cache's layout, as tests/study_cpu.py's builds leave it."""
+    import json
+
+    snap = hub / ("models--" + repo.replace("/", "--")) / "snapshots" / revision
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({
+        "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+        "num_hidden_layers": 2, "num_experts": n, "num_experts_per_tok": k,
+        "moe_intermediate_size": 16, "intermediate_size": 64, "vocab_size": 512,
+        "torch_dtype": "float32"}))
+
+
+STAND_IN = {"name": "stand-in", "source": "hf", "repo_id": "specmoe-test/four-of-sixteen",
+            "revision": "6c5b1bbe0f9c7ae29e8b1de5f7ce4c8bab6d7f95", "hardware": "CPU",
+            "compare_with": "Qwen3-30B", "cost_only": True}
+
+
+def test_compare_with_of_another_k_of_n_is_refused_from_the_cached_config_json(
+        tmp_path, monkeypatch):
+    """A downloaded model's k of N is read from its config.json in the HF cache (as the precision
+    check reads it): 4 of 16 set beside Qwen3-30B's 8 of 128 was loaded silently (only the
+    configs the package ships were read)."""
+    _cached_config(tmp_path, STAND_IN["repo_id"], STAND_IN["revision"], 16, 4)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = raw()
+    cfg["models"].append(dict(STAND_IN))
+    with pytest.raises(InputError) as exc:
+        for_workflow(cfg, SCHEMA, preflight=False)
+    assert "model stand-in: compare_with 'Qwen3-30B' routes 8 of 128 experts, this model 4 of " \
+        "16" in str(exc.value), str(exc.value)
+    cfg["models"][-1]["compare_with"] = "GLM-4.7-Flash"  # 4 of 64: neither
+    with pytest.raises(InputError):
+        for_workflow(cfg, SCHEMA, preflight=False)
+    del cfg["models"][-1]["compare_with"]  # compared with nothing: loads
+    for_workflow(cfg, SCHEMA, preflight=False)
+
+
+def test_the_study_cpu_case_compares_its_stand_ins_with_no_study_model_of_other_k_of_n(
+        tmp_path, monkeypatch):
+    """.test/study-cpu's models route 4 of 16 and 1 of 4 (tests/study_cpu.py trains them so):
+    the study has no model of either, so nothing of theirs sits beside published numbers."""
+    cfg = raw(".test/study-cpu/config.yaml")
+    shapes = {"specmoe-test/tiny-fine-moe": (16, 4), "specmoe-test/tiny-coarse-moe": (4, 1)}
+    for m in cfg["models"]:
+        _cached_config(tmp_path, m["repo_id"], m["revision"], *shapes[m["repo_id"]])
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for_workflow(cfg, SCHEMA, preflight=False)
+
+
+def test_a_download_of_another_k_of_n_than_its_compare_with_stops_its_job(tmp_path):
+    """Where the config.json is not offline when the workflow is parsed, the download job (which
+    fetches it first) refuses a compare_with of another k of N: one line, no manifest. In a fresh
+    process, as the rule runs it (huggingface_hub reads HF_* when imported)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from hubfake import lay_out_cache
+
+    cache = tmp_path / "hf" / "hub"
+    cfg = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
+           "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+           "num_hidden_layers": 2, "num_experts": 16, "num_experts_per_tok": 4,
+           "moe_intermediate_size": 16, "intermediate_size": 64, "vocab_size": 512,
+           "torch_dtype": "float32"}
+    lay_out_cache(cache, "specmoe-test/four-of-sixteen", {"config.json": json.dumps(cfg).encode()})
+    out = tmp_path / "m.json"
+    script = ("import sys\nfrom specmoe.errors import InputError\n"
+              "from specmoe.contracts import Named\n"
+              "from specmoe.contracts.study import DownloadModelParams\n"
+              "from specmoe.stages.study import download_model_stage\n"
+              "repo = {'repo_id': 'specmoe-test/four-of-sixteen', 'revision': None, "
+              "'trust_remote_code': False}\n"
+              "compare = {'stand-in': sys.argv[1]} if sys.argv[1] else {}\n"
+              "try:\n    download_model_stage(Named({}), Named({'manifest': "
+              f"{str(out)!r}}}), DownloadModelParams(repository=repo, methods={{}}, "
+              "repo='specmoe-test--four-of-sixteen', mode='config', compare_with=compare))\n"
+              "except InputError as exc:\n    sys.exit(str(exc))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1",
+               PYTHONPATH=str(REPO / "src"))
+
+    def run(study: str):
+        return subprocess.run([sys.executable, "-c", script, study], capture_output=True,
+                              text=True, env=env, timeout=120)
+
+    r = run("Qwen3-30B")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        "model stand-in: compare_with 'Qwen3-30B' routes 8 of 128 experts, this model 4 of 16: "
+        "compare it with a study model of its own k of N (the study has none)"), r.stderr
+    assert not out.exists()
+    r = run("")  # compared with nothing: downloaded
+    assert r.returncode == 0, r.stderr
+    assert out.exists()

@@ -275,16 +275,22 @@ def experts_of(entry: dict) -> tuple[int, int] | None:
         syn = entry.get("synthetic") or {}
         return (int(syn.get("top_k", SynthParams.top_k)),
                 int(syn.get("num_experts", SynthParams.num_experts)))
-    if entry.get("source") == "hf":
-        from .preflight import shipped_config
-        from ..cost.hfconfig import dims_from_config
+    if entry.get("source") == "hf":  # shipped, downloaded or cached, as _precision_problems
+        from .preflight import offline_config
 
-        cfg = shipped_config(entry.get("repo_id"))
-        if cfg is None:
+        cfg, _ = offline_config(entry, entry.get("hf_config"))
+        if cfg is None:  # the download stage checks it (study.check_compare_with)
             return None
-        dims = dims_from_config(cfg)
-        return int(dims.top_k), int(dims.num_experts)
+        return config_experts(cfg)
     return None
+
+
+def config_experts(cfg: dict) -> tuple[int, int]:
+    """(k, N) of a MoE checkpoint's config.json."""
+    from ..cost.hfconfig import dims_from_config
+
+    dims = dims_from_config(cfg)
+    return int(dims.top_k), int(dims.num_experts)
 
 
 def _precision_problems(entry: dict, precision: str) -> list[str]:
@@ -305,17 +311,27 @@ def _precision_problems(entry: dict, precision: str) -> list[str]:
 
 
 def _granularity_problems(entry: dict) -> list[str]:
-    """compare_with a study model of another k of N: its results would sit beside numbers of
-    another routing granularity."""
+    """compare_with a study model of another k of N (config/README: it must route the same k
+    of N experts): its results would sit beside numbers of another routing granularity. A
+    downloaded model whose config.json is not offline yet is checked by its download's stage
+    (specmoe.stages.study.download_model_stage), which reads it first."""
+    own = experts_of(entry)
+    if own is None or own[0] > own[1]:  # k > N: said elsewhere
+        return []
+    return granularity_problems(entry["compare_with"], own)
+
+
+def granularity_problems(compare_with: str, own: tuple[int, int]) -> list[str]:
+    """compare_with against a model's own (k, N): one line where they differ."""
     from ..sources.published import load
 
     study = {r.model: (int(r.experts_per_token), int(r.num_experts))
              for r in load("models").itertuples()}
-    want, own = study.get(entry["compare_with"]), experts_of(entry)
-    if want is None or own is None or want == own or own[0] > own[1]:  # k > N: said elsewhere
+    want = study.get(compare_with)
+    if want is None or want == own:  # not a study model: `structure` says so
         return []
     same = sorted(n for n, kn in study.items() if kn == own)
-    return [f"compare_with '{entry['compare_with']}' routes {want[0]} of {want[1]} experts, this "
+    return [f"compare_with '{compare_with}' routes {want[0]} of {want[1]} experts, this "
             f"model {own[0]} of {own[1]}: compare it with a study model of its own k of N ("
             + (", ".join(same) if same else "the study has none") + ")"]
 

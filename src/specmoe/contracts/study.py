@@ -4,7 +4,7 @@ stages: specmoe.stages.study). See specmoe.contracts for what a record holds."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import paths as P
@@ -57,7 +57,10 @@ class DownloadModelParams:
     is the one its manifest already holds where the configured one names it (tracked_revision:
     the manifest is read when the job graph is built), so pinning the recorded commit reruns
     nothing; the configured revision (configured_revision, untracked: no rerun key) is what the
-    job downloads where set (download_revision)."""
+    job downloads where set (download_revision). compare_with: the study model each model of it
+    with a compare_with sits beside (by model name): its k of N is checked on the downloaded
+    config.json (the configuration's check reads it only where it is offline when the workflow
+    is parsed)."""
 
     INPUTS = ()
     OUTPUTS = ("manifest",)
@@ -69,6 +72,7 @@ class DownloadModelParams:
     configured_revision: str | None = untracked()
     repo: str = wildcard()
     mode: str = wildcard()
+    compare_with: dict = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg, w) -> "DownloadModelParams":
@@ -81,7 +85,9 @@ class DownloadModelParams:
                                                   repo["repo_id"])
         return cls(repository=repository,
                    methods={n: m for n, m in methods.items() if m in EAGLE_METHODS},
-                   configured_revision=repo["revision"], repo=w.repo, mode=w.mode)
+                   configured_revision=repo["revision"], repo=w.repo, mode=w.mode,
+                   compare_with={m["name"]: m["compare_with"] for m in cfg.raw["models"]
+                                 if m["name"] in repo["names"] and m.get("compare_with")})
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ def download_model_stage(inputs, outputs, params) -> dict:
                        trust_remote_code=repo["trust_remote_code"])
     man["revision_param"] = repo["revision"]  # the job's rerun key (tracked_revision)
     check_drafters(man, repo_id, params.methods or {})
+    check_compare_with(man, params.compare_with or {})
     logger.info("%s (%s): %s@%s, %d files, %.1f GiB in %s", label, mode, repo_id,
                 man["commit"][:12], len(man["files"]), man["total_bytes"] / 2**30,
                 man["snapshot_path"])
@@ -97,3 +98,21 @@ def check_drafters(manifest: dict, repo_id, methods: dict) -> None:
         problem = drafters.eagle_problem(name, repo_id, method, cfg)
         if problem:
             raise InputError(f"drafter {name}: {problem}")
+
+
+def check_compare_with(manifest: dict, compare_with: dict) -> None:
+    """Each model's compare_with (model name -> study model) against the k of N of the downloaded
+    config.json (specmoe.checks.configcheck.granularity_problems; the configuration's check
+    reads it where it is offline at parse time): InputError in one line where they differ, so
+    that no result of it is set beside numbers of another routing granularity."""
+    import json
+    from pathlib import Path
+
+    from ..checks.configcheck import config_experts, granularity_problems
+
+    if not compare_with:
+        return
+    own = config_experts(json.loads((Path(manifest["snapshot_path"]) / "config.json").read_text()))
+    for name, study in compare_with.items():
+        for problem in granularity_problems(study, own):
+            raise InputError(f"model {name}: {problem}")
