@@ -147,3 +147,50 @@ def test_a_download_of_another_k_of_n_than_its_compare_with_stops_its_job(tmp_pa
     r = run("")  # compared with nothing: downloaded
     assert r.returncode == 0, r.stderr
     assert out.exists()
+
+
+# --- a key the entry's source never reads is refused, not silently ignored ---
+
+@pytest.mark.parametrize("edit,line", [
+    (lambda c: entry(c, "qwen3-30b-fp8-tp1").update(hf_config="/my/config.json"),
+     "model qwen3-30b-fp8-tp1: hf_config is not read for source hf (its download's config.json "
+     "is)"),
+    (lambda c: entry(c, "qwen3-30b-fp8-tp1").update(steps=5),
+     "model qwen3-30b-fp8-tp1: steps is not read for source hf"),
+    (lambda c: entry(c, "qwen3-30b-fp8-tp1").update(dims={"hidden": 3}),
+     "model qwen3-30b-fp8-tp1: dims is not read for source hf"),
+    (lambda c: entry(c, "tiny-fine").update(hf_config="/my/config.json"),
+     "model tiny-fine: hf_config is not read for source tiny"),
+    (lambda c: entry(c, "tiny-fine").update(gpu={"mem_mb": 2000}),
+     "model tiny-fine: gpu is not read for source tiny"),
+    (lambda c: entry(c, "synth-fine").update(gpu={"mem_mb": 2000}),
+     "model synth-fine: gpu is not read for source synthetic"),
+    (lambda c: entry(c, "tiny-fine").update(overlaps=[0.9]),
+     "model tiny-fine: overlaps is not read for source tiny"),
+    (lambda c: entry(c, "tiny-fine").update(repo_id="a/b"),
+     "model tiny-fine: repo_id is not read for source tiny"),
+    (lambda c: entry(c, "tiny-fine").update(trust_remote_code=True),
+     "model tiny-fine: trust_remote_code is not read for source tiny"),
+    (lambda c: entry(c, "qwen2-0.5b", "drafters").update(steps=3),
+     "drafter qwen2-0.5b: steps is not read for source hf"),
+    (lambda c: entry(c, "mtp", "drafters").update(seed=2),
+     "drafter mtp: seed is not read for source self"),
+    (lambda c: entry(c, "tiny-drafter", "drafters").update(repo_id="a/b"),
+     "drafter tiny-drafter: repo_id is not read for source tiny"),
+    (lambda c: c["datasets"]["mt-bench"].update(languages=["English"]),
+     "datasets.mt-bench: languages is not read for format mt-bench"),
+])
+def test_a_key_its_source_never_reads_is_refused(edit, line):
+    cfg = raw("config/paper.yaml") if "qwen" in line or "mtp" in line or "datasets" in line \
+        else raw()
+    edit(cfg)
+    msg = refused(cfg)
+    assert line in msg, msg
+
+
+def test_gpu_settings_of_a_model_on_cpu_hardware_are_refused():
+    """common.smk reads a model's gpu entry only where its engines run on a GPU."""
+    cfg = raw(".test/study-cpu/config.yaml")
+    entry(cfg, "fine-cpu")["gpu"] = {"mem_mb": 2000}
+    msg = refused(cfg)
+    assert "model fine-cpu: gpu is not read on hardware CPU, whose device is cpu" in msg, msg

@@ -102,10 +102,70 @@ def structure(config: dict) -> list[str]:
                        "can be bf16, fp16 or fp32")
     if any(m["source"] == "tiny" for m in models) and "tiny" not in config:
         out.append("models with source 'tiny' need the 'tiny' section")
+    out += _unread_keys(config)
     for m in models:
         out += [f"model {m['name']}: {p}" for p in _cost_only_problems(m)]
         if m["source"] == "synthetic":
             out += [f"model {m['name']}: {p}" for p in _synthetic_dims_problems(m)]
+    return out
+
+
+# The keys an entry of each source may carry: those its stages read, and those another check
+# refuses with its own line (cost_only, engine_args, tp of a model that is not downloaded; what a
+# variant takes from its target). Any other key is one the entry's source never reads.
+_MODEL_COMMON = {"name", "source", "hardware", "ks", "drafters", "datasets", "compare_with",
+                 "precision", "tp", "sweep", "engine_args", "cost_only"}
+MODEL_KEYS = {
+    "hf": _MODEL_COMMON | {"repo_id", "revision", "trust_remote_code", "gpu", "overlaps"},
+    "tiny": _MODEL_COMMON | {"arch", "steps", "seed", "dims"},
+    "synthetic": _MODEL_COMMON | {"synthetic", "dims", "hf_config"},
+    "variant": _MODEL_COMMON | {"variant_of", "arch", "steps", "seed", "dims", "synthetic",
+                                "repo_id"},
+}
+DRAFTER_KEYS = {"tiny": {"name", "source", "method", "arch", "steps", "seed"},
+                "hf": {"name", "source", "method", "repo_id", "revision", "trust_remote_code"},
+                "self": {"name", "source", "method"}}
+# What the source reads instead of a key it does not, where one line can say it.
+_INSTEAD = {("hf", "hf_config"): "its download's config.json is",
+            ("hf", "dims"): "its download's config.json gives its dimensions",
+            ("tiny", "hf_config"): "its trained checkpoint's config.json is",
+            ("tiny", "gpu"): "its engines run on this machine's cores",
+            ("variant", "gpu"): "its engines run on this machine's cores",
+            ("variant", "hf_config"): "its target's trained checkpoint's config.json is",
+            ("synthetic", "gpu"): "it has no engine"}
+# Dataset keys read for one format only.
+DATASET_FORMAT_KEYS = {"languages": {"aya"}}
+
+
+def _unread_keys(config: dict) -> list[str]:
+    """One line for each key an entry carries that its source never reads (a model's, a
+    drafter's; a dataset's for its format), and a model's gpu settings where its hardware's
+    device is a CPU (the rules read them only for engines on a GPU)."""
+    from ..cost.costmodel import DEFAULT_HARDWARE
+
+    out = []
+    for what, entries, allowed in (("model", config.get("models") or [], MODEL_KEYS),
+                                   ("drafter", config.get("drafters") or [], DRAFTER_KEYS)):
+        for e in entries:
+            src = e["source"]
+            # trust_remote_code false (the schema fills it into every entry) asks nothing
+            for key in sorted(set(e) - allowed[src] - ({"trust_remote_code"} if not
+                                                        e.get("trust_remote_code") else set())):
+                why = _INSTEAD.get((src, key))
+                out.append(f"{what} {e['name']}: {key} is not read for source {src}"
+                           + (f" ({why})" if why else "") + ": leave it out")
+    hardware = config.get("hardware") or {}
+    for m in config.get("models") or []:
+        hw = m.get("hardware") or DEFAULT_HARDWARE
+        if m["source"] == "hf" and "gpu" in m and \
+                (hardware.get(hw) or {}).get("device", "gpu") != "gpu":
+            out.append(f"model {m['name']}: gpu is not read on hardware {hw}, whose device is "
+                       "cpu (its engines run on this machine's cores): leave it out")
+    for name, d in (config.get("datasets") or {}).items():
+        for key, formats in DATASET_FORMAT_KEYS.items():
+            if key in (d or {}) and d.get("format") not in formats:
+                out.append(f"datasets.{name}: {key} is not read for format {d.get('format')} "
+                           f"(only for {', '.join(sorted(formats))}): leave it out")
     return out
 
 
