@@ -68,10 +68,10 @@ def _analysis(pq_path: str, q) -> None:
     # process): take that on a tiny slice and report it apart.
     small = type(tr)(experts=tr.experts[:400], columns={k: v[:400] for k, v in tr.columns.items()},
                      num_experts=tr.num_experts, k_draft=tr.k_draft)
-    window_stats(small, shuffle_seed=None)
+    window_stats(small, shuffle_null=False)
     jit_s = time.perf_counter() - t1
     t1 = time.perf_counter()
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     t2 = time.perf_counter()
     pred = ipf.predict_skewed(ws.q, ws.overlap)
     t3 = time.perf_counter()
@@ -89,7 +89,7 @@ def _warm(pq_path: str, q) -> None:
     tr = read_trace(pq_path)
     tr.experts = tr.experts[:4000]
     tr.columns = {k: v[:4000] for k, v in tr.columns.items()}
-    window_stats(tr, shuffle_seed=None)
+    window_stats(tr, shuffle_null=False)
     q.put({})
 
 

@@ -194,3 +194,29 @@ def test_gpu_settings_of_a_model_on_cpu_hardware_are_refused():
     entry(cfg, "fine-cpu")["gpu"] = {"mem_mb": 2000}
     msg = refused(cfg)
     assert "model fine-cpu: gpu is not read on hardware CPU, whose device is cpu" in msg, msg
+
+
+# --- the shuffle null is exact: a switch, not a seed ---
+
+def test_the_former_shuffle_seed_is_refused_with_its_replacement():
+    cfg = raw()
+    cfg["shuffle_seed"] = 7
+    assert "config: shuffle_seed: replaced by shuffle_null (true or false)" in refused(cfg)
+
+
+def test_shuffle_null_switches_the_overlap_jobs_null_on_and_off():
+    """OverlapParams carries the switch (the default: on); the statistic has the null only where
+    it is on, and a change of it is the only change its jobs see."""
+    from specmoe.contracts.analysis import OverlapParams
+    from specmoe.routing import overlap, synth
+
+    on = Config.load(raw(), SCHEMA)
+    off_cfg = raw()
+    off_cfg["shuffle_null"] = False
+    off = Config.load(off_cfg, SCHEMA)
+    p_on, p_off = OverlapParams.from_config(on), OverlapParams.from_config(off)
+    assert (p_on.shuffle_null, p_off.shuffle_null) == (True, False)
+    tr = synth.generate(synth.SynthParams(num_experts=16, top_k=2, num_layers=2, requests=4,
+                                          steps=6, seed=1))
+    assert overlap.window_stats(tr, shuffle_null=p_on.shuffle_null).shuffle is not None
+    assert overlap.window_stats(tr, shuffle_null=p_off.shuffle_null).shuffle is None

@@ -159,7 +159,7 @@ def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_
     cfg = resolved()
     p = ReportIndexParams.from_config(cfg, None, RunFiles(cfg))
     assert p.config_hash == config_hash(cfg.raw)
-    other = resolved(edit=lambda c: c.update(shuffle_seed=7))
+    other = resolved(edit=lambda c: c.update(shuffle_null=False))
     assert ReportIndexParams.from_config(other, None, RunFiles(other)).config_hash != p.config_hash
     declared = ReportIndexParams.inputs(cfg, RunFiles(cfg))
     assert [f.split("/")[-1] for f in declared["tables"]] == [f"{t}.csv"
@@ -329,7 +329,7 @@ def test_only_an_untrained_control_reads_its_targets_trace():
     control = Wildcards({**RUN, "model": "tiny-fine-random"})
     assert OverlapParams.target_trace(cfg, control) == [
         "results/traces/tiny-fine/tiny-drafter/K3/tinybench.parquet"]
-    assert OverlapParams.from_config(cfg).shuffle_seed == cfg.shuffle_seed
+    assert OverlapParams.from_config(cfg).shuffle_null is cfg.shuffle_null is True
     assert IpfParams.from_config(cfg).batch_sizes == cfg.batch_sizes
     assert AcceptanceParams.from_config(cfg).heldout == []  # the default downloads none
 

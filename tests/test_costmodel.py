@@ -309,7 +309,7 @@ def test_costmodel_stage_prices_the_draft_ratio_past_the_ridge(tmp_path, name, d
     analysis.synth_trace(model, run, tmp_path / "t.parquet")
     o, i = tmp_path / "o.json", tmp_path / "i.json"
     analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1, 8], shuffle_seed=0))
+                           OverlapParams(batch_sizes=[1, 8], shuffle_null=True))
     analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
     batches = [1, 64, 512, 4096]
     draft = {"context_tokens": 512, "moe_drafter_experts": 896, "batch_sizes": batches}
@@ -438,7 +438,7 @@ def test_costmodel_stage_refuses_an_overlap_without_the_reliability_of_its_measu
     analysis.synth_trace(model, run, tmp_path / "t.parquet")
     o, i, c = tmp_path / "o.json", tmp_path / "i.json", tmp_path / "c.json"
     analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1, 8], shuffle_seed=0))
+                           OverlapParams(batch_sizes=[1, 8], shuffle_null=True))
     analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
     params = CostmodelParams(model=model, hardware={"H100": gpus()["H100"]},
                              draft={"context_tokens": 512, "moe_drafter_experts": 64,

@@ -129,7 +129,7 @@ def test_skewed_margins_below_independence_still_sum_to_the_overlap():
 def test_skewed_ipf_predicts_synthetic_windows(stick, skew):
     tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=3, k_draft=3, skew=skew,
                               stickiness=stick, requests=60, steps=60, seed=21))
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     pred = ipf.predict_skewed(ws.q, ws.overlap)["unique"]
     emp = float(ws.unique.mean())
     assert abs(pred - emp) / emp < 0.03
@@ -233,7 +233,7 @@ def test_the_ipf_error_has_an_interval_over_requests_that_refits_agree_with(tmp_
     write_trace(tmp_path / "t.parquet", tr)
     o = tmp_path / "o.json"
     analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1], shuffle_seed=0))
+                           OverlapParams(batch_sizes=[1], shuffle_null=True))
     run_ipf(o, tmp_path / "i.json", [1])
     ov, out = read_json(o), read_json(tmp_path / "i.json")
     err = out["relative_error"]["uniform_sequence"]
@@ -307,7 +307,7 @@ def test_the_ipf_stage_completes_where_every_token_routes_alike(tmp_path):
     write_trace(tmp_path / "t.parquet", tr)
     o = tmp_path / "o.json"
     analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1], shuffle_seed=0))
+                           OverlapParams(batch_sizes=[1], shuffle_null=True))
     run_ipf(o, tmp_path / "i.json", [1])
     out = read_json(tmp_path / "i.json")
     assert out["sequence_overlap"] == [1.0, 1.0, 1.0]

@@ -91,8 +91,9 @@ CASES = [
                                                     "engine_log_sd_device": None}), 0, OK),
     ("a learning rate of 5", merge(tiny={"train": {"lr": 5}}), 1,
      r"^config: tiny\.train\.lr: must be a number > 0 and <= 1 \(got 5\)$"),
-    ("a negative shuffle seed", merge(shuffle_seed=-1), 1,
-     r"^config: shuffle_seed: must be an integer or null >= 0 \(got -1\)$"),
+    ("the former shuffle seed", merge(shuffle_seed=0), 1,
+     r"^config: shuffle_seed: replaced by shuffle_null \(true or false\): the shuffle null is "
+     r"exact, no permutation is drawn, so a seed's value changed nothing$"),
     ("a negative training seed", model(TF, seed=-3), 1,
      r"^config: models\[0\]\.seed \(model 'tiny-fine'\): must be an integer >= 0 \(got -3\)$"),
     ("a negative drafter seed", lambda c: c["drafters"][0].update(seed=-1), 1,

@@ -18,7 +18,7 @@ def test_compiled_pass_equals_plain_python(small_trace):
 
 
 def test_loads_and_unions_by_brute_force(small_trace):
-    ws = window_stats(small_trace, shuffle_seed=None)
+    ws = window_stats(small_trace, shuffle_null=False)
     e = small_trace.experts
     starts, lengths = small_trace.windows()
     for layer in range(small_trace.num_layers):
@@ -36,7 +36,7 @@ def test_loads_and_unions_by_brute_force(small_trace):
 
 def test_shuffle_null_mixes_distances(small_trace):
     """Shuffling positions inside a window makes every distance carry the pair-weighted mean."""
-    ws = window_stats(small_trace, shuffle_seed=3)
+    ws = window_stats(small_trace, shuffle_null=True)
     expected = (ws.overlap * ws.pairs).sum(axis=1) / ws.pairs.sum()
     for d in range(ws.k_draft):
         np.testing.assert_allclose(ws.shuffle[:, d], expected, atol=0.02)
@@ -51,7 +51,7 @@ def test_partial_windows_count_pairs_not_unions():
     cols = {"request": np.array([0, 0, 0, 1, 1]), "step": np.zeros(5, int),
             "position": np.array([0, 1, 2, 0, 1]), "status": np.zeros(5, int)}
     tr = Trace(experts=e, columns=cols, num_experts=4, k_draft=2)
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     assert ws.pairs.tolist() == [3, 1]
     np.testing.assert_allclose(ws.overlap[0], [(1 + 1 + 1) / 6, 0 / 2])
     assert ws.n_full_windows == 1 and ws.unique[0] == 4
@@ -80,7 +80,7 @@ def test_unique_formulas():
 def test_batch_unique_matches_sampled_batches():
     tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, stickiness=0.5,
                               requests=100, steps=40, seed=9))
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     rows = window_unique_table(ws.used, ws.q, 32, 4, 3, [4])
     starts, lengths = tr.windows()
     rng = np.random.default_rng(0)
@@ -99,7 +99,7 @@ def test_small_samples_are_marked_where_unseen_experts_could_matter():
     (which would reach the unseen ones) are marked; 4,000 windows are enough."""
     tr = generate(SynthParams(num_experts=128, top_k=8, num_layers=1, skew=1.2, stickiness=0.3,
                               requests=10, steps=3, seed=4))
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     rows = window_unique_table(ws.used, ws.q, 128, 8, 3, [1, 64], by_request=_by_request(tr))
     assert ws.n_full_windows == 30
     small, big = rows
@@ -109,7 +109,7 @@ def test_small_samples_are_marked_where_unseen_experts_could_matter():
     assert big["verify_empirical_missing"] > small["verify_empirical_missing"] > 0
     many = generate(SynthParams(num_experts=128, top_k=8, num_layers=1, skew=1.2, stickiness=0.3,
                                 requests=200, steps=20, seed=4))
-    ws2 = window_stats(many, shuffle_seed=None)
+    ws2 = window_stats(many, shuffle_null=False)
     rows2 = window_unique_table(ws2.used, ws2.q, 128, 8, 3, [1], by_request=_by_request(many))
     assert rows2[0]["verify_empirical_reliable"] is True
     with pytest.raises(InputError, match="not the one of `used`"):
@@ -142,7 +142,7 @@ def test_a_small_sample_that_falls_short_of_the_process_is_not_marked_reliable(t
         __getattr__ = dict.get
 
     class Params:
-        batch_sizes, shuffle_seed = [1, 8, 128], 0
+        batch_sizes, shuffle_null = [1, 8, 128], True
 
     fit = dict(skew=0.896, stickiness=0.1675, topic_spread=1.742, topic_switch=0.0444)
     cells = {}
@@ -217,7 +217,7 @@ def test_compiled_pass_equals_plain_python_on_random_traces(n_experts, top_k, la
     tr = _random_trace(n_experts + k_draft, n_experts, top_k, layers, k_draft)
     starts, lengths = tr.windows()
     assert lengths.min() < k_draft + 1 == lengths.max()
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     ref = reference_stats(tr.experts, starts, lengths, k_draft, n_experts)
     np.testing.assert_array_equal(ws.overlap, ref["overlap"])
     np.testing.assert_array_equal(ws.q, ref["q"])
@@ -236,8 +236,8 @@ def test_a_written_trace_read_back_gives_the_same_statistics(tmp_path):
     tr.columns["accepted"] = np.repeat(lengths - 1, lengths).astype(np.int8)
     tr.columns["status"] = status_for(tr.columns["position"], tr.columns["accepted"])
     write_trace(tmp_path / "t.parquet", tr)
-    whole = window_stats(tr, shuffle_seed=11)
-    read = window_stats(read_trace(tmp_path / "t.parquet"), shuffle_seed=11)
+    whole = window_stats(tr, shuffle_null=True)
+    read = window_stats(read_trace(tmp_path / "t.parquet"), shuffle_null=True)
     for name in ("overlap", "shuffle", "q", "unique", "used", "pairs"):
         np.testing.assert_array_equal(getattr(read, name), getattr(whole, name))
     assert (read.n_windows, read.n_full_windows) == (whole.n_windows, whole.n_full_windows)
@@ -297,8 +297,8 @@ def test_window_intervals_resample_requests_around_the_window_statistics(small_t
 
     from specmoe.routing.overlap import window_intervals
 
-    ws = window_stats(small_trace, shuffle_seed=0)
-    ci = window_intervals(small_trace, shuffle_seed=0)
+    ws = window_stats(small_trace, shuffle_null=True)
+    ci = window_intervals(small_trace, shuffle_null=True)
     np.testing.assert_allclose(ci["overlap"], ws.overlap.mean(axis=0), atol=1e-12)
     np.testing.assert_allclose(ci["shuffle"], ws.shuffle.mean(axis=0), atol=1e-12)
     assert ci["n_requests"] == 40
@@ -314,7 +314,7 @@ def test_window_intervals_resample_requests_around_the_window_statistics(small_t
                              for w, n in enumerate(lengths)])
     cols["step"] = n_rows.astype(np.int32)  # two windows, each its own step
     twice = replace(small_trace, experts=small_trace.experts[rows], columns=cols, weights=None)
-    ci2 = window_intervals(twice, shuffle_seed=None)
+    ci2 = window_intervals(twice, shuffle_null=False)
     np.testing.assert_allclose(ci2["overlap_low"], ci["overlap_low"], atol=1e-12)
     np.testing.assert_allclose([ci2["decay_low"], ci2["decay_high"]],
                                [ci["decay_low"], ci["decay_high"]], atol=1e-12)
@@ -339,7 +339,7 @@ def test_window_intervals_of_an_untrained_like_trace_straddle_the_shuffle_null()
             "position": np.tile(np.arange(positions), windows).astype(np.int8),
             "status": np.zeros(windows * positions, np.int8)}
     tr = Trace(experts=e.astype(np.uint8), columns=cols, num_experts=n, k_draft=3)
-    ci = window_intervals(tr, shuffle_seed=0)
+    ci = window_intervals(tr, shuffle_null=True)
     assert ci["overlap"][0] > 0.6
     assert ci["above_shuffle_low"] < 0 < ci["above_shuffle_high"]
     assert ci["decay_low"] < 0 < ci["decay_high"]
@@ -368,10 +368,10 @@ def test_the_shuffle_null_is_its_exact_expectation_over_all_permutations(small_t
     positions (enumerated here), not one random permutation's value."""
     from specmoe.routing.overlap import window_intervals
 
-    ws = window_stats(small_trace, shuffle_seed=0)
+    ws = window_stats(small_trace, shuffle_null=True)
     want = _brute_force_shuffle(small_trace) / (ws.pairs[None, :] * small_trace.top_k)
     np.testing.assert_allclose(ws.shuffle, want, rtol=0, atol=1e-12)
-    ci = window_intervals(small_trace, shuffle_seed=0)
+    ci = window_intervals(small_trace, shuffle_null=True)
     np.testing.assert_allclose(ci["shuffle"], want.mean(axis=0), rtol=0, atol=1e-12)
 
 
@@ -384,7 +384,7 @@ def test_step1_above_the_exact_null_is_the_window_decay_re_expressed():
     tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, skew=0.5,
                               stickiness=0.5, requests=30, steps=20, seed=3))
     tr = select_windows(tr, tr.windows()[1] == 4)
-    ci = window_intervals(tr, shuffle_seed=0)
+    ci = window_intervals(tr, shuffle_null=True)
     o = ci["overlap"]
     assert ci["above_shuffle"] == pytest.approx((2 * (o[0] - o[1]) + (o[0] - o[2])) / 6)
     # the bias-corrected baseline, as the sequence statistics measure against
@@ -423,7 +423,7 @@ def test_the_distance_contrast_within_acceptance_status_removes_the_status_mix()
     interval."""
     from specmoe.routing.overlap import window_intervals
 
-    ci = window_intervals(_status_only_trace(windows=1200), shuffle_seed=0)
+    ci = window_intervals(_status_only_trace(windows=1200), shuffle_null=True)
     assert ci["decay_low"] > 0.05
     assert ci["decay_within_status_low"] < 0 < ci["decay_within_status_high"]
     assert abs(ci["decay_within_status"]) < 0.02
@@ -458,10 +458,10 @@ def test_the_excess_over_independence_has_an_interval_and_a_within_request_basel
                                          trace_sequence_stats)
 
     tr = _preference_trace()
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     seq, _, ci = trace_sequence_stats(tr)
     ids = np.unique(tr.columns["request"])
-    jack = [window_stats(select_requests(tr, np.array([r])), shuffle_seed=None).independence.mean()
+    jack = [window_stats(select_requests(tr, np.array([r])), shuffle_null=False).independence.mean()
             for r in ids]
     corrected = ids.size * ws.independence.mean() - (ids.size - 1) * np.mean(jack)
     assert ci["independence"] == pytest.approx(corrected, abs=1e-12)
@@ -586,7 +586,7 @@ def test_overlap_and_acceptance_stages_give_the_same_numbers_on_one_thread_as_on
         __getattr__ = dict.get
 
     class Params:
-        batch_sizes, shuffle_seed, heldout = [1, 4, 16], 0, []
+        batch_sizes, shuffle_null, heldout = [1, 4, 16], True, []
 
     out = {}
     for threads in (1, 2):
@@ -653,7 +653,7 @@ def _overlap_json(tr: Trace, tmp_path) -> dict:
     write_trace(tmp_path / "t.parquet", tr)
     analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}),
                            Named({"json": tmp_path / "o.json"}),
-                           Named({"batch_sizes": [1], "shuffle_seed": 0}))
+                           Named({"batch_sizes": [1], "shuffle_null": True}))
     return json.loads((tmp_path / "o.json").read_text())
 
 
@@ -759,7 +759,7 @@ def test_the_baselines_intervals_cover_a_known_truth():
                                   stickiness=stick, requests=24, steps=30, accept_prob=0.7,
                                   skew=0.0, seed=seed))
         seq, pairs, ci = trace_sequence_stats(tr)
-        s = sequence_summary(seq, pairs, window_stats(tr, shuffle_seed=None), ci)
+        s = sequence_summary(seq, pairs, window_stats(tr, shuffle_null=False), ci)
         for c in truth:
             hits[c] += s[f"{c}_low"] <= truth[c] <= s[f"{c}_high"]
     assert all(h >= 32 for h in hits.values()), hits
@@ -776,7 +776,7 @@ def test_the_shared_bootstrap_settings_move_every_interval_together(small_trace,
     from specmoe.routing.overlap import trace_sequence_stats, window_intervals
 
     def widths():
-        w = window_intervals(small_trace, shuffle_seed=0)
+        w = window_intervals(small_trace, shuffle_null=True)
         s = trace_sequence_stats(small_trace, 4)[2]
         rng = np.random.default_rng(0)
         acc_req, rej_req = np.repeat(np.arange(30), 5), np.repeat(np.arange(30), 2)

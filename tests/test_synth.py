@@ -9,9 +9,9 @@ from specmoe.routing.synth import SynthParams, generate
 
 def test_stickiness_one_keeps_every_expert_and_zero_gives_independence():
     kw = dict(num_experts=64, top_k=4, num_layers=2, skew=0.8, requests=60, steps=40, seed=3)
-    same = window_stats(generate(SynthParams(stickiness=1.0, **kw)), shuffle_seed=None)
+    same = window_stats(generate(SynthParams(stickiness=1.0, **kw)), shuffle_null=False)
     assert np.allclose(same.overlap, 1.0)
-    free = window_stats(generate(SynthParams(stickiness=0.0, **kw)), shuffle_seed=None)
+    free = window_stats(generate(SynthParams(stickiness=0.0, **kw)), shuffle_null=False)
     # no stickiness and no topic: tokens draw independently from the same loads
     assert abs(free.overlap.mean() - free.independence.mean()) < 0.01
 
@@ -20,7 +20,7 @@ def test_overlap_rises_with_stickiness_per_layer():
     stick = [0.1, 0.5, 0.9]
     tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=3, stickiness=stick,
                               requests=40, steps=50, seed=5))
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     assert np.all(np.diff(ws.overlap[:, 0]) > 0.2)
     # s + (1 - s) * (chance that a fresh draw hits a dropped expert): at least s
     assert np.all(ws.overlap[:, 0] >= np.array(stick) - 0.02)
@@ -32,7 +32,7 @@ def test_committed_sequence_is_one_chain():
     tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=2, skew=0.5, stickiness=0.3,
                               topic_spread=1.5, topic_switch=0.05, requests=60, steps=40,
                               accept_prob=0.6, seed=8))
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     seq, pairs = trace_sequence_overlap(tr, 8)
     assert pairs[0] > 5000
     assert abs(seq[:, 0].mean() - ws.overlap[:, 0].mean()) < 0.02
@@ -51,7 +51,7 @@ def test_the_closed_form_truth_of_uniform_loads_is_what_a_long_trace_measures():
     t = uniform_truth(32, 4, 0.4)
     seq, _ = trace_sequence_overlap(tr, 1)
     assert seq[:, 0].mean() == pytest.approx(t["step1"], abs=0.002)
-    assert window_stats(tr, shuffle_seed=None).independence.mean() == pytest.approx(
+    assert window_stats(tr, shuffle_null=False).independence.mean() == pytest.approx(
         t["independent"], abs=0.0005)
 
 
@@ -65,7 +65,7 @@ def test_fitted_process_matches_the_published_curve(study, n, k):
     seq, _ = trace_sequence_overlap(tr, 4)
     want = pub[[f"step{d}" for d in range(1, 5)]].to_numpy(float)
     np.testing.assert_allclose(seq.mean(axis=0), want, atol=0.02)
-    ws = window_stats(tr, shuffle_seed=None)
+    ws = window_stats(tr, shuffle_null=False)
     assert abs(ws.independence.mean() - pub["independent"]) < 0.02
     assert tr.meta["generator"]["fit_to"] is None  # the fitted parameters are recorded
 

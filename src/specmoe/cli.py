@@ -603,17 +603,17 @@ def cmd_analyze(a) -> dict:
     from .routing import acceptance, bootstrap, overlap
     from .routing.trace import read_trace
     from .routing.unique import uniform_unique
-    from .stages.analysis import SEQUENCE_DISTANCES, window_interval_summary
+    from .stages.analysis import window_interval_summary
 
     if Path(a.trace).is_dir():
         raise InputError(f"{a.trace}: is a directory; give a routing trace (Parquet file)")
     tr = read_trace(a.trace)  # a trace of no rows is refused there (Trace.validate)
-    ws = overlap.window_stats(tr, shuffle_seed=a.seed)
-    seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr, SEQUENCE_DISTANCES)
+    ws = overlap.window_stats(tr)
+    seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr)
     # the baseline bias-corrected over requests, as the overlap stage gives it
     s = ws.summary(seq_ci["independence"])
     s.update(overlap.sequence_summary(seq, seq_pairs, ws, seq_ci))
-    s.update(window_interval_summary(overlap.window_intervals(tr, a.seed)))
+    s.update(window_interval_summary(overlap.window_intervals(tr)))
     n_req = s["window_requests"]
     if n_req < bootstrap.MIN_REQUESTS:
         _warn(a, f"{a.trace}: {n_req} request(s): no interval (at least {bootstrap.MIN_REQUESTS} "

@@ -155,7 +155,7 @@ class Config:
         self.prompts = (config.get("tiny") or {}).get("prompts", DEFAULT_SOURCE)
         self.sweep = dict(config.get("sweep") or {})
         self.batch_sizes = list(config.get("batch_sizes") or [])  # the analysis's batch sizes
-        self.shuffle_seed = config.get("shuffle_seed")
+        self.shuffle_null = bool(config["shuffle_null"])
         self.draft_cost = config.get("draft_cost")
         # sweeps and profiles run only where both sections are present
         self.measures = "sweep" in config and "profiling" in config

@@ -75,6 +75,11 @@ def check(config: dict, schema_path: str | Path) -> None:
 
 # --- one line per violation ----------------------------------------------------------------------
 
+# Top-level keys the configuration no longer has: the line for each says what replaced it.
+REPLACED = {"shuffle_seed": "replaced by shuffle_null (true or false): the shuffle null is exact, "
+                            "no permutation is drawn, so a seed's value changed nothing"}
+
+
 def _lines(errors, config, schema: dict) -> list[str]:
     suggested: set[tuple] = set()  # (path, key) that a "did you mean" names
     found = []  # (path, line, the missing key a required-error names, else None)
@@ -84,6 +89,9 @@ def _lines(errors, config, schema: dict) -> list[str]:
         if err.validator == "additionalProperties" and err.validator_value is False:
             known = list(err.schema.get("properties") or {})
             for key in sorted(set(err.instance) - set(known)):
+                if not path and key in REPLACED:
+                    found.append((path, f"config: {key}: {REPLACED[key]}", None))
+                    continue
                 hint = did_you_mean(key, known)
                 if hint:  # the "missing" line of the key it names is left out
                     suggested.add((path, hint))

@@ -176,18 +176,19 @@ class OverlapParams:
     """Rule overlap: overlap by distance, baselines, shuffle null and unique experts of one
     trace (specmoe.stages.analysis.overlap_stage; input trace), an untrained control's beside
     its trained target's, request by request (input target: the target's trace of the same run;
-    none for any other model); output json. It depends on the batch sizes and the shuffle seed."""
+    none for any other model); output json. It depends on the batch sizes and whether the
+    shuffle null is computed (shuffle_null)."""
 
     INPUTS = ("trace", "target")
     OUTPUTS = ("json",)
     STAGE = "specmoe.stages.analysis.overlap_stage"
 
     batch_sizes: list
-    shuffle_seed: int | None
+    shuffle_null: bool
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "OverlapParams":
-        return cls(batch_sizes=cfg.batch_sizes, shuffle_seed=cfg.shuffle_seed)
+        return cls(batch_sizes=cfg.batch_sizes, shuffle_null=cfg.shuffle_null)
 
     @staticmethod
     def target_trace(cfg, w) -> list[str]:

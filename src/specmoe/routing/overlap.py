@@ -596,7 +596,7 @@ def baseline_resamples(w: np.ndarray, loads: np.ndarray, tokens: np.ndarray,
     return independence_corrected(loads, tokens, k), plug, boot
 
 
-def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarray | None = None,
+def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray | None = None,
                      n_boot: int | None = None, seed: int | None = None) -> dict:
     """Intervals (at bootstrap.LEVEL, 95%) of the layer-mean overlap inside windows by distance,
     of the within-window shuffle null, of the step-1 overlap above that null (step 1 - shuffle 1)
@@ -606,7 +606,7 @@ def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarra
     windows to use (e.g. those without repetition). With fewer than bootstrap.MIN_REQUESTS
     requests every interval is NaN (request_weights): the points alone, no direction.
 
-    The shuffle null (left out where shuffle_seed is None) is exact (shuffle_weights), so step 1
+    The shuffle null (left out where shuffle_null is False) is exact (shuffle_weights), so step 1
     above it is a fixed contrast of the distances, for K = 3 (2 (o1 - o2) + (o1 - o3)) / 6: a
     re-expression of the decay, not a second effect. It is reported as the share of the temporal
     overlap (step 1 - independence) that it certifies as within-window ordering
@@ -653,7 +653,7 @@ def window_intervals(trace: Trace, shuffle_seed: int | None = 0, keep: np.ndarra
     out.update(decay=float(est[0] - est[-1]), decay_low=float(dlo), decay_high=float(dhi))
     if kd >= 2:
         out.update(_within_status(per_request(st_sums), per_request(st_pairs), w, scale))
-    if shuffle_seed is not None:
+    if shuffle_null:
         # per window: all its pairs' intersections, spread over the distances as a shuffle would
         sh_req = per_request(sums.sum(axis=1)[:, None] * shuffle_weights(lengths, kd))
         ind, plug, ind_boot = baseline_resamples(
@@ -834,12 +834,12 @@ class WindowStats:
         return out
 
 
-def window_stats(trace: Trace, shuffle_seed: int | None = 0) -> WindowStats:
-    """Overlap by distance, loads and window unions of a trace; shuffle null unless seed is None.
+def window_stats(trace: Trace, shuffle_null: bool = True) -> WindowStats:
+    """Overlap by distance, loads and window unions of a trace; the shuffle null where
+    shuffle_null is True.
 
     The within-window shuffle null is its exact expectation over all permutations of each
-    window's positions (shuffle_weights): no permutation is drawn, so the seed's value no longer
-    matters."""
+    window's positions (shuffle_weights): no permutation is drawn, so there is no seed."""
     positions = trace.k_draft + 1
     starts, lengths = trace.windows()
     if lengths.size and lengths.max() > positions:
@@ -855,7 +855,7 @@ def window_stats(trace: Trace, shuffle_seed: int | None = 0) -> WindowStats:
     k = trace.top_k
     with np.errstate(invalid="ignore", divide="ignore"):
         overlap = pair_sum[:, 1:] / (pairs[None, :] * k)
-        shuffle = None if shuffle_seed is None else \
+        shuffle = None if not shuffle_null else \
             bylen @ shuffle_weights(np.arange(positions + 1), positions - 1) / (pairs[None, :] * k)
         return WindowStats(
             num_experts=trace.num_experts, top_k=k, k_draft=trace.k_draft, n_tokens=n_tokens,

@@ -108,10 +108,10 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     from ..routing import overlap, trace
 
     trace_path, target_trace, out = inputs.trace, one(inputs.get("target")), outputs.json
-    batch_sizes, shuffle_seed = params.batch_sizes, params.shuffle_seed
+    batch_sizes, shuffle_null = params.batch_sizes, params.shuffle_null
     use_threads(threads)
     tr = trace.read_trace(trace_path)
-    ws = overlap.window_stats(tr, shuffle_seed=shuffle_seed)
+    ws = overlap.window_stats(tr, shuffle_null=shuffle_null)
     seq, seq_pairs, seq_ci = overlap.trace_sequence_stats(tr)
     # the baseline bias-corrected over requests, as its interval is (sequence_intervals)
     summary = ws.summary(seq_ci["independence"])
@@ -128,7 +128,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
                    "sequence_pairs": units["pairs"][:, :ws.k_draft], "unique_sum": u_sum,
                    "full_windows": u_n, "window_sums": w_sums, "window_pairs": w_pairs,
                    "loads": loads, "tokens": tokens}
-    summary.update(window_interval_summary(overlap.window_intervals(tr, shuffle_seed)))
+    summary.update(window_interval_summary(overlap.window_intervals(tr, shuffle_null)))
     uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
                                by_request=(u_use, u_n))
     w = ws.k_draft + 1
@@ -141,7 +141,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     # degenerate repetition routes alike: the same statistics without those windows, and the
     # overlap of each acceptance status
     rep = overlap.repetitive_windows(tr)
-    no_rep = without_repetition(tr, rep, summary, shuffle_seed)
+    no_rep = without_repetition(tr, rep, summary, shuffle_null)
     # sensitivity: the sequence statistics without the requests whose output loops
     loops = overlap.looping_requests(tr)
     n_req = int(np.unique(tr.columns["request"]).size)
@@ -162,7 +162,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
 
         control = control_contrast(trace.read_trace(target_trace), tr)
     prov = derived(tr.meta.get("provenance", {}),
-                   {"batch_sizes": batch_sizes, "shuffle_seed": shuffle_seed}, stage="overlap",
+                   {"batch_sizes": batch_sizes, "shuffle_null": shuffle_null}, stage="overlap",
                    trace=str(trace_path))
     write_json(out, {
         "run": tr.meta.get("run", {}),
@@ -183,7 +183,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     }, prov)
 
 
-def without_repetition(tr, rep, summary: dict, shuffle_seed: int | None) -> dict:
+def without_repetition(tr, rep, summary: dict, shuffle_null: bool) -> dict:
     """The overlap summary of the windows that repeat no token (rep: overlap.repetitive_windows
     of tr); `summary` itself where no window repeats one. Where fewer than MIN_WINDOWS are left,
     no numbers: a record of the windows left (n_windows) and why (omitted)."""
@@ -200,9 +200,9 @@ def without_repetition(tr, rep, summary: dict, shuffle_seed: int | None) -> dict
                            f"{MIN_WINDOWS} its statistics need"}
     kept = overlap.select_windows(tr, ~rep)
     # measured against the kept windows' corrected baseline, as their intervals are
-    out = overlap.window_stats(kept, shuffle_seed=shuffle_seed).summary(
+    out = overlap.window_stats(kept, shuffle_null=shuffle_null).summary(
         overlap.trace_independence(kept))
-    out.update(window_interval_summary(overlap.window_intervals(kept, shuffle_seed)))
+    out.update(window_interval_summary(overlap.window_intervals(kept, shuffle_null)))
     return out
 
 
@@ -239,7 +239,7 @@ def slice_overlaps(tr) -> dict[str, dict]:
         keep = cat == name
         if (keep & (lengths == tr.k_draft + 1)).sum() < MIN_WINDOWS:
             continue
-        s = overlap.window_stats(overlap.select_windows(tr, keep), shuffle_seed=None).summary()
+        s = overlap.window_stats(overlap.select_windows(tr, keep), shuffle_null=False).summary()
         out[name] = {"dataset": datasets.get(name, ""), "n_windows": s["n_windows"],
                      "overlap_by_distance": s["overlap_by_distance"],
                      "independent": s["independent"]}
