@@ -220,3 +220,26 @@ def test_shuffle_null_switches_the_overlap_jobs_null_on_and_off():
                                           steps=6, seed=1))
     assert overlap.window_stats(tr, shuffle_null=p_on.shuffle_null).shuffle is not None
     assert overlap.window_stats(tr, shuffle_null=p_off.shuffle_null).shuffle is None
+
+
+# --- a dataset's max_prompts is what its jobs read, no more ---
+
+def test_no_paper_dataset_keeps_prompts_that_no_job_reads():
+    """sharegpt's and instructcoder's max_prompts 2560 changed no measurement: every job reads at
+    most 80 of their prompts (a capture's prompts, a series' prompt set: its schedule's smallest
+    point, which its larger points cycle through; a profile's engines x largest batch). Every
+    paper.yaml dataset's max_prompts is at most what its jobs read, and a larger one is warned
+    about when the configuration loads."""
+    c = Config.load(raw("config/paper.yaml"), SCHEMA)
+    for name, spec in c.datasets.items():
+        if spec.get("max_prompts") and spec["format"] != "aya":  # Aya's: per language
+            assert spec["max_prompts"] <= c.prompts_read(name), name
+    assert c.prompts_read("sharegpt") == 80 and c.max_prompts_unread() == []
+    cfg = raw("config/paper.yaml")
+    cfg["datasets"]["sharegpt"]["max_prompts"] = 2560
+    assert "config: datasets.sharegpt.max_prompts 2560: its jobs read at most 80 of its " \
+        "prompts" in " ".join(Config.load(cfg, SCHEMA).warnings())
+    cfg = raw("config/paper.yaml")
+    cfg["capture"]["prompts"] = 200  # a capture of 200 reads up to 200 of them
+    cfg["datasets"]["sharegpt"]["max_prompts"] = 200
+    assert Config.load(cfg, SCHEMA).max_prompts_unread() == []

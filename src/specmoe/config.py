@@ -579,6 +579,47 @@ class Config:
 
         return PlanAssumptions.from_dict(self.raw.get("plan")).prompt_tokens, "assumed"
 
+    def prompts_read(self, dataset: str) -> int | None:
+        """The most prompts of a downloaded dataset's table any job reads (None: a job reads
+        them all, or none reads it): a capture its section's `prompts` (each distinct prompt
+        once), a serving series its schedule's smallest point on it (the prompt set its larger
+        points cycle through: stages.measure), a profile engines x its largest batch size
+        (measured.profiling.prompts_needed); of a joined set ("a+b"), as many of each part."""
+        from .measured.profiling import prompts_needed
+
+        reads: list[int | None] = []
+        for name in self.captured:
+            if any(dataset in dataset_parts(ds) for ds in self.models[name].datasets):
+                reads.append(self.job_settings("capture", name).get("prompts"))
+        if self.measures:
+            for r in self.sweep_runs():
+                if dataset in dataset_parts(r.dataset):
+                    reads.append(min(n for _, n in self.sweep_schedule(r.dataset)))
+        for j in self.profiled():
+            if dataset in dataset_parts(j.dataset):
+                prof = self.job_settings(j.rule, j.model)
+                reads.append(prompts_needed(prof["engines"], prof["batch_sizes"]))
+        return None if not reads or None in reads else max(int(n) for n in reads)
+
+    def max_prompts_unread(self) -> list[str]:
+        """A downloaded dataset's max_prompts (in all: Aya's is per language) above the most
+        prompts its jobs read (prompts_read): prompts no job uses (the study oversamples past a
+        set's size; these series cycle one prompt set: docs/method.md). A warning: a smaller
+        schedule run on a set whose max_prompts is its true size (MT-Bench's 80, which the GPU
+        plan and the profile check read before the download) reads fewer, and may."""
+        out = []
+        for name, spec in self.datasets.items():
+            limit = spec.get("max_prompts")
+            if not limit or spec.get("format") == "aya":
+                continue
+            read = self.prompts_read(name)
+            if read is not None and limit > read:
+                out.append(f"config: datasets.{name}.max_prompts {limit}: its jobs read at most "
+                           f"{read} of its prompts (capture.prompts, the sweep schedule's smallest "
+                           "point, which its larger points cycle through, profiling's engines x "
+                           f"largest batch): the table keeps {limit - read} that no job uses")
+        return out
+
     def capture_prompts(self, name: str, dataset: str) -> int | None:
         """How many prompts a capture of `name` on `dataset` runs (each distinct prompt once, at
         most its section's `prompts`: sources.prompts.distinct_prompts), where that is known
@@ -612,7 +653,7 @@ class Config:
     def warnings(self) -> list[str]:
         """What may run, but not as the user expects: unusual values (configcheck.unusual),
         study models without a repository, GPUs the step model was not calibrated on."""
-        out = configcheck.unusual(self.raw)
+        out = configcheck.unusual(self.raw) + self.max_prompts_unread()
         unset = [n for n, m in self.hf.items() if not m.entry.get("repo_id")]
         unset += [n for n, d in self.drafters.items() if d.source == "hf"
                   and not d.entry.get("repo_id")]
