@@ -345,11 +345,16 @@ def experts_of(entry: dict) -> tuple[int, int] | None:
     return None
 
 
-def config_experts(cfg: dict) -> tuple[int, int]:
-    """(k, N) of a MoE checkpoint's config.json."""
+def config_experts(cfg: dict) -> tuple[int, int] | None:
+    """(k, N) of a MoE checkpoint's config.json; None where the file is one the cost model cannot
+    read (4 KV heads of 30 attention heads): the preflight and every stage that reads it refuse
+    it, naming the model (specmoe.checks.preflight), so nothing is set beside the study's."""
     from ..cost.hfconfig import dims_from_config
 
-    dims = dims_from_config(cfg)
+    try:
+        dims = dims_from_config(cfg)
+    except InputError:
+        return None
     return int(dims.top_k), int(dims.num_experts)
 
 
