@@ -149,8 +149,8 @@ def test_analyze_gives_the_stages_intervals(tmp_path, capsys):
     assert cap.err == ""
     out = json.loads(cap.out)
     tr = read_trace(tmp_path / "t.parquet")
-    wi = overlap.window_intervals(tr, 0)
-    _, _, ci = overlap.trace_sequence_stats(tr, 8)
+    wi = overlap.window_intervals(tr)
+    _, _, ci = overlap.trace_sequence_stats(tr)
     acc = acceptance.acceptance_stats(tr, *overlap.row_overlaps(tr))
     assert out["n_requests"] == 12
     assert out["overlap_by_distance_low"] == pytest.approx(wi["overlap_low"])

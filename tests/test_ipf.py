@@ -332,7 +332,7 @@ def test_every_ipf_error_and_the_measured_value_have_their_interval(tmp_path):
     write_trace(tmp_path / "t.parquet", tr)
     o = tmp_path / "o.json"
     analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1], shuffle_seed=0))
+                           OverlapParams(batch_sizes=[1], shuffle_null=True))
     run_ipf(o, tmp_path / "i.json", [1])
     ov, out = read_json(o), read_json(tmp_path / "i.json")
     assert set(out["relative_error_interval"]) == {"uniform_sequence", "uniform_window",

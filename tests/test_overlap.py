@@ -817,7 +817,7 @@ def test_fewer_requests_than_the_floor_give_no_interval_and_no_direction(request
     for n, decided in ((requests, False), (bootstrap.MIN_REQUESTS, True)):
         tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=4, k_draft=3, requests=n,
                                   steps=40, stickiness=0.4, seed=1))
-        w = window_intervals(tr, 0)
+        w = window_intervals(tr)
         seq, _, s = trace_sequence_stats(tr, 8)
         per = s["per_sequence"]
         u_sum, u_n, _ = request_unique(tr, per["request"])
