@@ -285,3 +285,21 @@ def test_a_raw_ratio_is_worded_by_the_one_rule_keeping_only_what_its_numbers_can
     bare = pd.Series({"te": np.nan, "te_raw": 1.5, "te_status": "an older wording"})
     assert prose._te_text(bare, "te") == (f"{bounds.bound_status(1.5)} (raw ratio 1.50, "
                                           "not a TE)")
+
+
+def test_a_te_the_sweep_measured_but_could_not_identify_is_not_called_unmeasured():
+    """_te_text returned "not measured" wherever the TE and its raw ratio were both NaN, before
+    reading the row's status: run2's tiny-fine K5 tinybench+2 batch 1, whose sweep measured it
+    and found tau / speedup not above the draft cost (TE_UNDEFINED, no raw ratio), read "not
+    measured". A reason the numbers cannot show is now given first."""
+    for reason in bounds.SWEEP_REASONS:
+        row = pd.Series({"te_sweep": np.nan, "te_sweep_raw": np.nan, "te_sweep_status": reason})
+        assert prose._te_text(row, "te_sweep").startswith(reason)
+        assert prose.NOT_MEASURED not in prose._te_text(row, "te_sweep")
+    # with a raw interval but no raw point: the interval beside the reason
+    row = pd.Series({"te_sweep": np.nan, "te_sweep_raw": np.nan, "te_sweep_raw_low": 1.2,
+                     "te_sweep_raw_high": 3.4, "te_sweep_status": bounds.TE_UNDEFINED})
+    assert prose._te_text(row, "te_sweep") == f"{bounds.TE_UNDEFINED} (raw ratio [1.20, 3.40])"
+    # no status, no numbers: not measured
+    assert prose._te_text(pd.Series({"te_sweep": np.nan, "te_sweep_raw": np.nan}),
+                          "te_sweep") == prose.NOT_MEASURED

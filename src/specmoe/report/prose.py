@@ -158,11 +158,16 @@ def _te_text(row, col: str) -> str:
     if pd.notna(v):
         return f"{v:.2f}" + _bracket(row, col)
     raw = row.get(f"{col}_raw", np.nan)
+    status = row.get(f"{col}_status")
     if pd.isna(raw):
+        # a TE the sweep measured but could not identify (no drafter series, no finite TE) is
+        # not unmeasured: its reason, with the raw interval where the table keeps one
+        if status in SWEEP_REASONS:
+            iv = _bracket(row, f"{col}_raw").strip()
+            return f"{status}" + (f" (raw ratio {iv})" if iv else "")
         return NOT_MEASURED
     # the raw ratio too is decided by the one rule, its interval where the table keeps one (as
     # bounds.bounded_te decides it); only a reason its numbers cannot show is kept as written
-    status = row.get(f"{col}_status")
     if status not in SWEEP_REASONS:
         status = sweep.bound_status(raw, *(_interval(row, f"{col}_raw")
                                            if f"{col}_raw_low" in row else (None, None)))
