@@ -788,6 +788,9 @@ def test_a_highest_speedup_is_called_the_largest_only_where_the_intervals_decide
     run = {"model": "fine", "drafter": "d", "k": 3, "dataset": "main", "run": "fine/d/K3/main",
            "tau": 2.0, "shape": "undecided within the noise", "draft_cost": np.nan,
            "direction": "neither decidedly faster nor slower"}
+    # the model's N/k, from which the findings row takes the shape the study's rule expects
+    pd.DataFrame([{**run, "k_over_n": 0.125}]).to_csv(
+        tmp_path / "overlap_decomposition_step1.csv", index=False)
 
     def words(speedups, below=None):
         rows = [{**run, "batch": b, "speedup": v, "speedup_low": v - 0.23, "speedup_high": v + 0.29}
@@ -834,7 +837,9 @@ def test_a_tiny_target_swept_on_a_gpu_has_its_gpu_findings_decided_not_marked_cp
                    "class": "moe", "decode_share": 0.3, "moe_weight_share": 0.8,
                    "run": "fine/d/K3/main"}]).to_csv(tmp_path / "kernel_time_shares.csv",
                                                       index=False)
-    for device, shape, want in (("cuda", "peak at low batch", "shown"),
+    # "fine" has k/N 0.125 (N/k 8 < 16): the study's N/k rule expects it concave
+    for device, shape, want in (("cuda", "concave", "shown"),
+                                ("cuda", "peak at low batch", "not shown"),
                                 ("cuda", "rising", "not shown"),
                                 ("cuda", "undecided within the noise", "undecided"),
                                 ("cpu", "peak at low batch", prose.CPU)):
@@ -843,10 +848,10 @@ def test_a_tiny_target_swept_on_a_gpu_has_its_gpu_findings_decided_not_marked_cp
                       for b in (1, 2, 4)]).to_csv(tmp_path / "speedup_vs_batch.csv", index=False)
         td = tables_in(tmp_path)
         t = prose.routing_targets(td).set_index(["model", "finding"])["status"]
-        assert t.loc[("fine", prose.SPEEDUP_AT_1)] == want, (device, shape)
+        assert t.loc[("fine", prose.SPEEDUP_SHAPE)] == want, (device, shape)
         assert t.loc[("fine", prose.MOE_SHARE)] == ("undecided" if device == "cuda"
                                                     else prose.CPU)
-        assert prose.SPEEDUP_AT_1 not in prose.opening(td)
+        assert prose.SPEEDUP_SHAPE not in prose.opening(td)
     # the profile's MoE share with its interval over engine starts decides the row on a GPU
     for lo, hi, want in ((0.25, 0.35, "shown"), (0.7, 0.9, "undecided"),
                          (0.85, 0.9, "not shown"), (np.nan, np.nan, "undecided")):
@@ -862,6 +867,48 @@ def test_a_tiny_target_swept_on_a_gpu_has_its_gpu_findings_decided_not_marked_cp
         if np.isfinite(lo):
             assert f"0.30 [{lo:.2f}, {hi:.2f}] of time, 0.80 of weights" in rows.loc[
                 ("fine", prose.MOE_SHARE), "value"]
+
+
+def test_the_speedup_shape_a_tiny_target_is_held_to_is_the_study_s_n_k_rule_s(tmp_path):
+    """Every tiny target's speedup row was held to "peak at low batch", the study's shape for
+    its fine-grained models (N/k >= 16) only; its coarse Mixtral (N/k 4) is concave, and
+    stepmodel.nk_rule_shape says so. run2's tiny targets have N/k 8 and 4 (k_over_n 0.125, 0.25
+    in overlap_decomposition_step1): a GPU sweep of tiny-coarse that is concave read "not
+    shown", agreement with the study reported as failure. The row now names the rule's shape
+    with the model's N/k, says that the study's fine-grained models peak at low batch, and is
+    decided against that shape."""
+    good = {"seq1": 0.25, "ind": 0.128, "decay": 0.06, "hot": 0.18, "ipf": 0.009, "above": 0.03}
+    _routing_tables(tmp_path, fine=good, coarse={**good, "seq1": 0.40, "ind": 0.27},
+                    controls={"decay": 0.0, "above": 0.0, "seq1": 0.9})
+
+    def speedup(model: str, shape: str) -> pd.DataFrame:
+        return pd.DataFrame([{"model": model, "drafter": "d", "k": 3, "dataset": "main",
+                              "run": f"{model}/d/K3/main", "tau": 2.0, "direction": "faster",
+                              "batch": b, "speedup": 1.2, "speedup_low": 1.1,
+                              "speedup_high": 1.3, "shape": shape, "device": "cuda"}
+                             for b in (1, 2, 4)])
+
+    def row(model: str):
+        t = prose.routing_targets(tables_in(tmp_path)).set_index(["model", "finding"])
+        return t.loc[(model, prose.SPEEDUP_SHAPE)]
+
+    speedup("coarse", "concave").to_csv(tmp_path / "speedup_vs_batch.csv", index=False)
+    r = row("coarse")
+    assert r["status"] == prose.SHOWN
+    assert "'concave'" in r["target"] and "N/k = 4" in r["target"]
+    assert "peak at low batch" in r["target"] and ">= 16" in r["target"]  # the study's fine ones
+    speedup("coarse", "peak at low batch").to_csv(tmp_path / "speedup_vs_batch.csv", index=False)
+    assert row("coarse")["status"] == prose.NOT_SHOWN
+    # a fine-grained tiny target (k/N 1/16): the rule's shape is the peak at low batch
+    dec = pd.read_csv(tmp_path / "overlap_decomposition_step1.csv")
+    dec.loc[dec["model"].isin(["fine", "untrained-fine"]), "k_over_n"] = 1 / 16
+    dec.to_csv(tmp_path / "overlap_decomposition_step1.csv", index=False)
+    speedup("fine", "peak at low batch").to_csv(tmp_path / "speedup_vs_batch.csv", index=False)
+    r = row("fine")
+    assert r["status"] == prose.SHOWN and "'peak at low batch'" in r["target"]
+    assert "N/k = 16" in r["target"]
+    speedup("fine", "concave").to_csv(tmp_path / "speedup_vs_batch.csv", index=False)
+    assert row("fine")["status"] == prose.NOT_SHOWN
 
 
 def _curve_tables(tmp_path, dense: list[float], speedups: list[float], shape: str):

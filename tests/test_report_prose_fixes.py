@@ -77,8 +77,8 @@ def test_the_timing_findings_describe_the_run_the_opening_and_the_routing_rows_d
     t = prose.routing_targets(td)
     fine = t[t["model"] == "tiny-fine"].set_index("finding")
     routing_run = fine.loc["overlap decays with distance", "run"]
-    assert fine.loc[prose.SPEEDUP_AT_1, "run"] == routing_run
-    assert fine.loc[prose.SPEEDUP_AT_1, "value"].startswith(words)
+    assert fine.loc[prose.SPEEDUP_SHAPE, "run"] == routing_run
+    assert fine.loc[prose.SPEEDUP_SHAPE, "value"].startswith(words)
     text = prose.opening(td)
     assert f"tiny-fine, K={int(k3['k'])}: " in text and f"speedup {words}" in text
     moe = ks[(ks["model"] == "tiny-fine") & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
@@ -259,7 +259,7 @@ def test_the_cpu_rows_and_the_opening_take_the_profile_of_the_speedup_rows_draft
     td = _fixture_with(tmp_path, speedup_vs_batch=pd.concat([sp, sp2]),
                        kernel_time_shares=pd.concat([ks2, ks]))
     rows = {r["finding"]: r for r in prose._cpu_rows(td, ["tiny-fine"])}
-    assert rows[prose.MOE_SHARE]["run"] == rows[prose.SPEEDUP_AT_1]["run"]
+    assert rows[prose.MOE_SHARE]["run"] == rows[prose.SPEEDUP_SHAPE]["run"]
     moe = ks[(ks["model"] == "tiny-fine") & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
     assert rows[prose.MOE_SHARE]["value"].startswith(f"{moe['decode_share']:.2f} of time")
     text = prose.opening(td)

@@ -8,10 +8,15 @@ as such.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pandas as pd
 
+from ..cost import stepmodel
+from ..cost.costmodel import ModelDims
 from ..cost.predictor import clipped_interval
+from ..errors import InputError
 from ..measured import sweep
 from ..sources import published
 from .bounds import SWEEP_REASONS
@@ -23,8 +28,13 @@ from .runs import (IPF_KEYS, by_distance, control_models, first_run, heldout_sha
 SHOWN, NOT_SHOWN, UNDECIDED, NOT_MEASURED = "shown", "not shown", "undecided", "not measured"
 CPU = "not measurable on a CPU"
 # the study's GPU findings the findings table carries beside the routing ones (_cpu_rows)
-SPEEDUP_AT_1, MOE_SHARE = ("SD speedup highest at batch 1",
-                           "MoE share of time below its share of weights")
+SPEEDUP_SHAPE, MOE_SHARE = ("SD speedup's shape against batch size, by the study's N/k rule",
+                            "MoE share of time below its share of weights")
+# what a sweep's shape must show, in the findings table's words (measured.sweep.shape_labels)
+SHAPE_TESTS = {sweep.PEAK_LOW: "batch 1 above the largest batch size and, by an equivalence "
+                               "test, no larger batch above batch 1 by more than the margin",
+               sweep.CONCAVE: "an interior batch size above both the smallest and the largest "
+                              "by more than the margin"}
 LOOPING = 0.10  # share of windows that repeat a token above which a target's output loops
 IPF_WITHIN = 0.04  # the study's "within 4%" of its uniform IPF (Table 20)
 
@@ -728,21 +738,21 @@ def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
     sp, ks = load(td, "speedup_vs_batch"), load(td, "kernel_time_shares")
     te = load(td, "te_three_ways")
     gpu = set(swept_on(td, "cuda"))
+    dec = load(td, "overlap_decomposition_step1")
     rows = []
     blank = {"control_value": "–", "control_status": "–", "learned": "–"}
     for m in models:
         g = _speedup_run(sp, m)
         like = _like(g)
         if not g.empty:
+            expected, target = _expected_shape(dec, m, like)
             rows.append({"model": m, "run": g["run"].iloc[0],
-                         "finding": SPEEDUP_AT_1,
-                         "target": "shape 'peak at low batch': batch 1 above the largest batch "
-                                   "size and, by an equivalence test, no larger batch above "
-                                   "batch 1 by more than the margin",
+                         "finding": SPEEDUP_SHAPE, "target": target,
                          "value": f"{_speedup_text(g.iloc[0])} at batch {int(g['batch'].iloc[0])}"
                                   + (" (its smallest)" if g["batch"].iloc[0] != 1 else "")
                                   + f"{_highest_text(g)}; shape: {g['shape'].iloc[0]}",
-                         "status": _shape_status(g["shape"].iloc[0]) if m in gpu else CPU,
+                         "status": (_shape_status(g["shape"].iloc[0], expected) if m in gpu
+                                    else CPU),
                          **blank})
         r = _first(ks[(ks["class"] == "moe") & (ks["batch"] == 1)], m, like) \
             if not ks.empty else None
@@ -776,10 +786,34 @@ def _moe_share(te: pd.DataFrame, model: str, like=None) -> tuple[float, float, f
     return (v, lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None
 
 
-def _shape_status(shape: str) -> str:
-    """"peak at low batch" is the study's shape; a shape the intervals leave undecided is
-    undecided; any other decided shape is not the study's."""
-    return SHOWN if shape == sweep.PEAK_LOW else \
+def _expected_shape(dec: pd.DataFrame, model: str, like=None) -> tuple[str, str]:
+    """The speedup shape the study's N/k rule gives a model (stepmodel.nk_rule_shape: peak at
+    low batch for a fine-grained one, N/k >= FINE_GRAINED, else concave, as its coarse Mixtral),
+    from its N/k (1 / k_over_n of its overlap_decomposition_step1 row, of the run like `like`),
+    and the findings table's words for it: the shape, the model's N/k against the rule's split,
+    where the study's fine-grained models peak, and what the sweep's shape must show."""
+    r = _first(dec, model, like) if not dec.empty and "k_over_n" in dec else None
+    kn = _val(r, "k_over_n") if r is not None else np.nan
+    if not 0 < kn <= 1:
+        raise InputError(f"{model}: no k_over_n in (0, 1] in overlap_decomposition_step1 (got "
+                         f"{kn}): the study's N/k rule cannot give its speedup shape")
+    frac = Fraction(kn).limit_denominator(4096)  # k/N of integers, read back from the table
+    dims = ModelDims(hidden=1, expert_intermediate=1, num_experts=frac.denominator,
+                     top_k=frac.numerator, attention_params=1.0)
+    shape, nk = stepmodel.nk_rule_shape(dims), frac.denominator / frac.numerator
+    grain = stepmodel.granularity(dims)
+    where = ("" if grain == "fine" else "; the study's fine-grained models, N/k >= "
+             f"{stepmodel.FINE_GRAINED}, peak at low batch: this miniature is coarser")
+    return shape, (f"shape '{shape}' (the study's N/k rule: N/k = {nk:g} "
+                   f"{'>=' if grain == 'fine' else '<'} {stepmodel.FINE_GRAINED}, "
+                   f"{grain}-grained{where}): {SHAPE_TESTS[shape]}")
+
+
+def _shape_status(shape: str, expected: str) -> str:
+    """The shape the study's N/k rule expects (_expected_shape) is shown where the sweep's
+    intervals decide it; a shape they leave undecided is undecided; any other decided shape is
+    not the expected one."""
+    return SHOWN if shape == expected else \
         UNDECIDED if shape in (sweep.UNDECIDED, sweep.TOO_FEW) else NOT_SHOWN
 
 
@@ -1002,7 +1036,7 @@ def opening(td: Tables) -> str:
     out = []
     if not t.empty:
         routing = t[~t["status"].isin([CPU, NOT_MEASURED])
-                    & ~t["finding"].isin([SPEEDUP_AT_1, MOE_SHARE])]
+                    & ~t["finding"].isin([SPEEDUP_SHAPE, MOE_SHARE])]
         out.append("Routing, in each trained tiny target beside its untrained control (95% "
                    "intervals by request; the report's findings table has every number): "
                    + ". ".join(_routing_sentence(m, g, other_runs(td, m))
