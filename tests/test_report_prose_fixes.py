@@ -83,8 +83,21 @@ def test_the_timing_findings_describe_the_run_the_opening_and_the_routing_rows_d
     assert f"tiny-fine, K={int(k3['k'])}: " in text and f"speedup {words}" in text
     moe = ks[(ks["model"] == "tiny-fine") & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
     assert fine.loc[prose.MOE_SHARE, "run"] == routing_run
-    assert fine.loc[prose.MOE_SHARE, "value"].startswith(f"{moe['decode_share']:.2f} of time")
-    assert f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the profiled step" in text
+    assert fine.loc[prose.MOE_SHARE, "value"].startswith(f"{_share_words(moe)} of time")
+    assert f"its MoE kernels took {_pct_words(moe)} of the profiled step" in text
+
+
+def _share_words(moe) -> str:
+    """A profile's MoE share of time with its interval over engine starts, "0.26 [0.22, 0.30]"."""
+    return (f"{moe['decode_share']:.2f} [{moe['decode_share_low']:.2f}, "
+            f"{moe['decode_share_high']:.2f}]")
+
+
+def _pct_words(moe, scale: float = 1.0) -> str:
+    """The same in percent, as the opening gives it, "26% [22%, 30%]"."""
+    return (f"{100 * scale * moe['decode_share']:.0f}% "
+            f"[{100 * scale * moe['decode_share_low']:.0f}%, "
+            f"{100 * scale * moe['decode_share_high']:.0f}%]")
 
 
 def _details(td) -> str:
@@ -261,11 +274,11 @@ def test_the_cpu_rows_and_the_opening_take_the_profile_of_the_speedup_rows_draft
     rows = {r["finding"]: r for r in prose._cpu_rows(td, ["tiny-fine"])}
     assert rows[prose.MOE_SHARE]["run"] == rows[prose.SPEEDUP_SHAPE]["run"]
     moe = ks[(ks["model"] == "tiny-fine") & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
-    assert rows[prose.MOE_SHARE]["value"].startswith(f"{moe['decode_share']:.2f} of time")
+    assert rows[prose.MOE_SHARE]["value"].startswith(f"{_share_words(moe)} of time")
+    assert rows[prose.MOE_SHARE]["status"] == prose.CPU  # the CPU flag decides the status only
     text = prose.opening(td)
-    assert f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the profiled step" in text
-    assert f"its MoE kernels took {50 * moe['decode_share']:.0f}% of the profiled step" \
-        not in text
+    assert f"its MoE kernels took {_pct_words(moe)} of the profiled step" in text
+    assert f"its MoE kernels took {50 * moe['decode_share']:.0f}% " not in text
 
 
 def test_a_raw_ratio_is_worded_by_the_one_rule_keeping_only_what_its_numbers_cannot_show():

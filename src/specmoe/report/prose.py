@@ -758,9 +758,10 @@ def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
             if not ks.empty else None
         if r is not None:
             weights = float(r["moe_weight_share"])
-            share = _moe_share(te, m, like) if m in gpu else None
+            # its interval wherever a table has one; the device decides only the status
+            share = _moe_share(te, m, like, r)
             value = (f"{_with_interval(*share, digits=2)} of time" if share else
-                     f"{r['decode_share']:.2f} of time" + (" (no interval)" if m in gpu else ""))
+                     f"{r['decode_share']:.2f} of time (no interval)")
             rows.append({"model": m, "run": r["run"],
                          "finding": MOE_SHARE,
                          "target": "MoE share of decode time < MoE share of weights "
@@ -772,18 +773,23 @@ def _cpu_rows(td: Tables, models: list[str]) -> list[dict]:
     return rows
 
 
-def _moe_share(te: pd.DataFrame, model: str, like=None) -> tuple[float, float, float] | None:
+def _moe_share(te: pd.DataFrame, model: str, like=None,
+               profile=None) -> tuple[float, float, float] | None:
     """A model's MoE share of decode time at batch 1 with its 95% interval over the profile's
-    engine starts (te_three_ways: its row of the run like `like`, else of its first run: _first);
-    None where the table has no interval."""
-    if te.empty or "moe_time_share_low" not in te:
-        return None
-    r = _first(te[te["batch"] == 1], model, like)
-    if r is None:
-        return None
-    v, lo, hi = (float(r[c]) for c in ("moe_time_share", "moe_time_share_low",
-                                       "moe_time_share_high"))
-    return (v, lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None
+    engine starts (te_three_ways: its row of the run like `like`, else of its first run: _first;
+    else `profile`, the model's kernel_time_shares row of class moe at batch 1, by its
+    decode_share_low/high); None where neither has an interval."""
+    r = (_first(te[te["batch"] == 1], model, like)
+         if not te.empty and "moe_time_share_low" in te else None)
+    cols = ("moe_time_share", "moe_time_share_low", "moe_time_share_high")
+    for row, names in ((r, cols), (profile, ("decode_share", "decode_share_low",
+                                             "decode_share_high"))):
+        if row is None:
+            continue
+        v, lo, hi = (_val(row, c) for c in names)
+        if np.isfinite(lo) and np.isfinite(hi):
+            return v, lo, hi
+    return None
 
 
 def _expected_shape(dec: pd.DataFrame, model: str, like=None) -> tuple[str, str]:
@@ -1108,11 +1114,14 @@ def _cpu_step_numbers(td: Tables, models: list[str]) -> str:
             moe = _first(k[k["class"] == "moe"], model, like) if not k.empty else None
             other = _first(k[k["class"] == "other"], model, like) if not k.empty else None
             if moe is not None and np.isfinite(moe["decode_share"]):
-                said.append(f"its MoE kernels took {100 * moe['decode_share']:.0f}% of the "
-                            f"profiled step against {100 * moe['moe_weight_share']:.0f}% of its "
-                            "weights" + (f", and ops outside attention, GEMMs and MoE "
-                                         f"{100 * other['decode_share']:.0f}%"
-                                         if other is not None else ""))
+                share = _moe_share(load(td, "te_three_ways"), model, like, moe)
+                took = (f"{100 * share[0]:.0f}% [{100 * share[1]:.0f}%, {100 * share[2]:.0f}%]"
+                        if share else f"{100 * moe['decode_share']:.0f}% (no interval)")
+                said.append(f"its MoE kernels took {took} of the profiled step against "
+                            f"{100 * moe['moe_weight_share']:.0f}% of its weights"
+                            + (f", and ops outside attention, GEMMs and MoE "
+                               f"{100 * other['decode_share']:.0f}%"
+                               if other is not None else ""))
         te = _cpu_te(td, g)
         if te:
             said.append(te)
