@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from declared import tables_in
-from specmoe.report import bounds, prose, tables
+from specmoe.report import bounds, figures, prose, tables
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_tables"
 
@@ -316,3 +316,52 @@ def test_a_te_the_sweep_measured_but_could_not_identify_is_not_called_unmeasured
     # no status, no numbers: not measured
     assert prose._te_text(pd.Series({"te_sweep": np.nan, "te_sweep_raw": np.nan}),
                           "te_sweep") == prose.NOT_MEASURED
+
+
+def _report_page(folder: Path) -> str:
+    """The report's index.md from the tables in `folder`, with a speedup figure beside them (a
+    real PNG: the report links it and captions it)."""
+    from PIL import Image
+
+    from declared import report_job
+    from specmoe.contracts.report import ReportIndexParams
+    from specmoe.stages import report
+
+    Image.new("RGB", (8, 8)).save(folder / "speedup_vs_batch.png")
+    out = folder / "report" / "index.md"
+    report.report_index_stage(*report_job(folder, folder, out), ReportIndexParams("x"),
+                              run_root=None)
+    return out.read_text()
+
+
+def test_fixed_texts_do_not_claim_a_spread_or_a_cpu_the_run_does_not_have(tmp_path):
+    """Three fixed texts contradicted the run's tables: the speedup figure's caption said its
+    intervals come 'from the repeats and the engine-to-engine spread' where engine_log_sd is 0
+    (config/paper.yaml, any GPU sweep: the opening says 'from this run's repeats alone'); the
+    findings heading always said 'The timing findings ... cannot be shown on a CPU', also for a
+    sweep on cuda; and 'every position of a window feeds the routers nearly the same vector' was
+    stated as fact beside the controls, computed from nothing. Each is now built from the tables
+    (or dropped)."""
+    sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
+    gpu = sp.assign(device="cuda", engine_log_sd=0.0)
+    td = _fixture_with(tmp_path / "gpu", speedup_vs_batch=gpu)
+    caption = figures.caption("speedup_vs_batch", td)
+    assert "from this run's repeats alone" in caption and "engine-to-engine spread (" not in \
+        caption and "{" not in caption
+    text = _report_page(tmp_path / "gpu")
+    findings = text.split("## Findings")[1].split("|")[0]
+    assert "CPU" not in findings and "repeats and the engine-to-engine spread" not in text
+    assert "from this run's repeats alone" in text.split("Figure: ")[1]
+    assert "nearly the same vector" not in text
+    # the fixture as measured: swept on a CPU with a measured spread; its timing rows named
+    td = _fixture_with(tmp_path / "cpu")
+    assert "the engine-to-engine spread measured for the device they ran on, a CPU" in \
+        figures.caption("speedup_vs_batch", td)
+    text = _report_page(tmp_path / "cpu")
+    findings = text.split("## Findings")[1].split("|")[0]
+    assert "cannot be shown on a CPU" in findings and "tiny-fine" in findings
+    # no timing rows at all: nothing said about timing
+    td = _fixture_with(tmp_path / "none", speedup_vs_batch=sp.iloc[:0],
+                       kernel_time_shares=tables.read_csv(
+                           FIXTURE / "kernel_time_shares.csv").iloc[:0])
+    assert prose.timing_note(prose.routing_targets(td)) == ""

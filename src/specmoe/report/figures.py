@@ -20,6 +20,7 @@ from ..routing.acceptance import TOO_FEW
 from ..sources import published
 from ..provenance import atomic_path
 from ..runs import label_of, short_dataset
+from . import prose, registry
 from .runs import by_distance, first_run, is_control, load, models
 from .tables import Tables
 
@@ -584,6 +585,20 @@ def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
 
 
 NONE = "This configuration has no {} (see the configuration's models)."
+# where a caption file says what the speedup intervals hold, filled from the run's tables
+INTERVALS = "{intervals}"
+
+
+def caption(stem: str, declared) -> str:
+    """A figure's caption: its caption file's text (registry.text), with INTERVALS replaced by
+    what the intervals of the speedups it draws hold (prose.spread_words on those rows: each
+    model's first run, as speedup_vs_batch draws them), so that it says the engine-to-engine
+    spread only where the run's engine_log_sd took one."""
+    text = registry.text(stem, figure=True)
+    if INTERVALS not in text:
+        return text
+    sp = load(Tables.of(declared), "speedup_vs_batch")
+    return text.replace(INTERVALS, prose.spread_words(first_run(sp) if not sp.empty else sp))
 
 
 def figure_frames(declared, study: dict | None = None,

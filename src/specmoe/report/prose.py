@@ -591,8 +591,7 @@ def control_independence(td: Tables) -> str:
     out = []
     if clear:
         out.append("Untrained controls clear independence without it where their intervals "
-                   "decide both (every position of a window feeds the routers nearly the same "
-                   "vector): " + "; ".join(clear) + ".")
+                   "decide both: " + "; ".join(clear) + ".")
     if other:
         out.append(("Other untrained controls" if clear else "The untrained controls")
                    + ", along the sequence and inside windows: " + "; ".join(other) + ".")
@@ -823,6 +822,22 @@ def _shape_status(shape: str, expected: str) -> str:
         UNDECIDED if shape in (sweep.UNDECIDED, sweep.TOO_FEW) else NOT_SHOWN
 
 
+def timing_note(targets: pd.DataFrame) -> str:
+    """What the findings heading says of the timing rows (SPEEDUP_SHAPE, MOE_SHARE), from their
+    statuses: the models whose rows are marked CPU (swept on a CPU) are named as given with
+    their numbers but not shown there; nothing where no row is so marked (a GPU sweep decides
+    its rows) or there are no timing rows."""
+    if targets.empty:
+        return ""
+    cpu = targets[targets["finding"].isin([SPEEDUP_SHAPE, MOE_SHARE])
+                  & (targets["status"] == CPU)]
+    if cpu.empty:
+        return ""
+    named = _and(list(dict.fromkeys(cpu["model"])))
+    return (f"The timing findings of {named}, swept on a CPU, are given with their numbers but "
+            "cannot be shown on a CPU.")
+
+
 FINDINGS_HEADER = ["model", "finding", "target", "this run", "status", "untrained control",
                    "evidence of learned routing"]
 
@@ -983,7 +998,7 @@ def _no_sd_words(no_sd_series: str) -> str:
 DEVICE_WORDS = {"cpu": "a CPU", "cuda": "a GPU"}
 
 
-def _spread_words(sp: pd.DataFrame) -> str:
+def spread_words(sp: pd.DataFrame) -> str:
     """What the speedup intervals hold besides this run's repeats, in words: the engine-to-engine
     spread where the rows' engine_log_sd took one (measured on the device their sweep ran on),
     not measured where it is 0 (sweep.engine_log_sd_device names another device, or nothing was
@@ -1018,7 +1033,7 @@ def _spread_words(sp: pd.DataFrame) -> str:
 def _timing_scope(td: Tables) -> str:
     """What the speedup intervals cover, in words: how the no-SD points were taken beside the SD
     ones, and that repeats on this run's engines (and the engine spread, where it was measured
-    on their device: _spread_words) are all they hold: the machine's drift from one session to
+    on their device: spread_words) are all they hold: the machine's drift from one session to
     the next is not in them."""
     sp = load(td, "speedup_vs_batch")
     how = sp["no_sd_series"].dropna() if "no_sd_series" in sp else []
@@ -1029,7 +1044,7 @@ def _timing_scope(td: Tables) -> str:
     by = f"timed by the {timing.pop()}" if len(timing) == 1 else "timed"
     return (f"{by}; " + (said[0] if len(said) == 1 else
                          " in some series, ".join(said) + " in the others")
-            + "; " + _spread_words(sp))
+            + "; " + spread_words(sp))
 
 
 def opening(td: Tables) -> str:

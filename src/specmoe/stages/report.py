@@ -184,8 +184,8 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
                   "Each finding of the study at each tiny target's first run, decided by 95% "
                   "intervals (bootstrap over requests) where the quantity has one, beside the "
                   "same quantity of the target's untrained control (its architecture, not "
-                  f"trained). {prose.LEARNED_RULE} The timing findings are given with their "
-                  "numbers but cannot be shown on a CPU.", "", *prose.findings_table(targets),
+                  f"trained). {prose.LEARNED_RULE} {prose.timing_note(targets)}".rstrip(),
+                  "", *prose.findings_table(targets),
                   ""]
         loops = prose.repetition_notes(td, list(dict.fromkeys(targets["model"])))
         if loops:
@@ -197,7 +197,7 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
         block = []
         for stem in items["figures"]:
             if stem in fd:
-                block += page.figure_block(Path(fd[stem]), rel)
+                block += _figure_block(Path(fd[stem]), rel, td)
         for stem in items["tables"]:
             if stem in md:
                 block += page.table_block(Path(md[stem]), td.read(stem), rel)
@@ -209,6 +209,19 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
     write_text(out, text + f"\n\n<!-- provenance: {json.dumps(prov, default=str)} -->\n")
     write_text(html, to_html(text, out.parent))
     write_text(outputs.summary, run_summary(out, opening, html))
+
+
+def _figure_block(png: Path, rel, td: tables.Tables) -> list[str]:
+    """A figure in the report (page.figure_block) with its caption as figures.caption builds it
+    from the run's tables, in place of the caption file's text with its placeholders."""
+    block = page.figure_block(png, rel)
+    fixed, built = (page.md_text(t) for t in (registry.text(png.stem, figure=True),
+                                              figures.caption(png.stem, td)))
+    if fixed == built:
+        return block
+    if block.count(fixed) != 1:
+        raise ValueError(f"figure {png.stem}: its caption is not a line of its block")
+    return [built if line == fixed else line for line in block]
 
 
 def provenance_section(prov: dict, measured: list[str], run_root,
