@@ -936,14 +936,14 @@ def test_directions_in_the_words_follow_the_tables(tmp_path):
     assert "dense drafter: the step model's draft cost ratio rises with batch size, from 0.100" \
         in words
     assert "MoE drafter: the step model's draft cost ratio stays flat" in words
-    assert "B=1: 1.40 [1.26, 1.54]" in words and "(peak at low batch)" in words
+    assert "B=1: 1.40 [1.26, 1.54]" in words and "; shape: peak at low batch; " in words
     assert "no interval: no direction is claimed" in words
     _curve_tables(tmp_path, [0.4, 0.3, 0.2, 0.1], [1.0, 1.1, 1.0, 1.05],
                   "undecided within the noise")
     td = tables_in(tmp_path)
     words = " ".join(prose.draft_cost_findings(td) + prose.measured_findings(td))
     assert "dense drafter: the step model's draft cost ratio falls with batch size" in words
-    assert "rises" not in words and "(undecided within the noise)" in words
+    assert "rises" not in words and "; shape: undecided within the noise; " in words
     # a curve that turns is worded by its turn, not by its ends
     _curve_tables(tmp_path, [0.4, 0.2, 0.1, 0.39], [1.0, 1.1, 1.0, 1.05], "concave")
     words = " ".join(prose.draft_cost_findings(tables_in(tmp_path)))

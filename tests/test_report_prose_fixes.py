@@ -365,3 +365,20 @@ def test_fixed_texts_do_not_claim_a_spread_or_a_cpu_the_run_does_not_have(tmp_pa
                        kernel_time_shares=tables.read_csv(
                            FIXTURE / "kernel_time_shares.csv").iloc[:0])
     assert prose.timing_note(prose.routing_targets(td)) == ""
+
+
+def test_a_run_s_speedup_line_names_its_shape_and_the_direction_its_sweep_decided(tmp_path):
+    """measured_findings printed the shape label unnamed and dropped the decided direction:
+    'tiny-fine/tiny-drafter/K5/heldout-code: speedup B=1: 0.73 [0.61, 0.88], ... (undecided
+    within the noise)' where speedup_vs_batch.csv has direction 'slower' for that run. The line
+    now says 'shape: ...; <direction>' from the table's columns."""
+    sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
+    td = _fixture_with(tmp_path, speedup_vs_batch=sp.assign(direction="slower"))
+    lines = [ln for ln in prose.measured_findings(td) if ": speedup B=" in ln]
+    assert lines and all("; shape: " in ln and "; slower" in ln for ln in lines), lines
+    shape = sp["shape"].iloc[0]
+    assert any(f"shape: {shape}; slower" in ln for ln in lines)
+    # a table without the direction decides none, and says so
+    td = _fixture_with(tmp_path / "old", speedup_vs_batch=sp.drop(columns="direction"))
+    lines = [ln for ln in prose.measured_findings(td) if ": speedup B=" in ln]
+    assert lines and all("; direction not decided" in ln for ln in lines), lines

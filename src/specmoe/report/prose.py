@@ -895,12 +895,8 @@ def _speedup_summary(td: Tables) -> list[str]:
         hi = g.get("speedup_high", nan).to_numpy(float)
         below, above = int((hi < 1).sum()), int((lo > 1).sum())
         n = len(g)
-        # the curve's direction, decided in the sweep with intervals adjusted for the number of
-        # batch sizes (sweep.direction_labels); a table without it decides none
-        word = (g["direction"].iloc[0] if "direction" in g and isinstance(
-            g["direction"].iloc[0], str) and g["direction"].iloc[0] else "direction not decided")
         first = g.iloc[0]
-        out.append(f"{label_of(g['model'].iloc[0], g['k'].iloc[0])}: {word}; speedup "
+        out.append(f"{label_of(g['model'].iloc[0], g['k'].iloc[0])}: {_direction_word(g)}; speedup "
                    f"{_speedup_text(first)} at batch {int(first['batch'])}{_highest_text(g)}; "
                    f"{below} of {n} intervals below 1 and {above} above")
     return out
@@ -1204,6 +1200,13 @@ def _priced_on(td: Tables) -> str:
 # --- what the measurements show ---------------------------------------------------------------
 
 
+def _direction_word(g: pd.DataFrame) -> str:
+    """A run's direction (g: its speedup rows), decided in the sweep with intervals adjusted for
+    the number of batch sizes (sweep.direction_labels); a table without it decides none."""
+    word = g["direction"].iloc[0] if "direction" in g else None
+    return word if isinstance(word, str) and word else "direction not decided"
+
+
 def measured_findings(td: Tables) -> list[str]:
     """The measured side in one line per run: speedup curve and its shape, the IPF's error (the
     study's input, then this project's), TE three ways at batch 1."""
@@ -1212,8 +1215,8 @@ def measured_findings(td: Tables) -> list[str]:
     for run, g in (sp.groupby("run", sort=False) if not sp.empty else []):
         g = g.sort_values("batch")
         pts = ", ".join(f"B={int(r['batch'])}: {_speedup_text(r)}" for _, r in g.iterrows())
-        out.append(f"{run}: speedup {pts} ({g['shape'].iloc[0]}); acceptance length "
-                   f"{g['tau'].iloc[0]:.2f}")
+        out.append(f"{run}: speedup {pts}; shape: {g['shape'].iloc[0]}; {_direction_word(g)}; "
+                   f"acceptance length {g['tau'].iloc[0]:.2f}")
     ue = load(td, "unique_experts")
     if not ue.empty and "ipf_uniform_sequence" in ue:
         for _, r in ue.iterrows():
