@@ -3,7 +3,10 @@
 Every file the pipeline produces is written to a temporary file in the destination folder and renamed
 into place, so a killed run never leaves a half-written file under a final name. Every file also
 carries a provenance record: the hash of the configuration that produced it, package versions, the
-source model and its revision, and the hardware it ran on.
+source model and its revision, and the hardware it ran on; a timing measurement's record (a sweep's
+series, a profile, an SD check, a training run: `provenance(..., timed=True)`) also the time it was
+made. Nothing else in a record changes between two runs on one machine, so an output that holds no
+timing (a trace, an analysis, a table) is the same, bit for bit, in both.
 """
 
 from __future__ import annotations
@@ -72,15 +75,20 @@ def hardware() -> dict[str, Any]:
     return info
 
 
-def provenance(config: Any = None, model: dict | None = None, **extra: Any) -> dict[str, Any]:
+def provenance(config: Any = None, model: dict | None = None, timed: bool = False,
+               **extra: Any) -> dict[str, Any]:
     """The provenance record attached to every output.
 
     config: the configuration (or the part of it) that produced the output; only its hash is kept.
     model: {"name", "source", "revision"} of the model the data came from.
+    timed: the output is a timing measurement, whose clocks depend on when it ran: the record says
+    when (`created`, UTC). Any other output's record carries no time, so that two runs of one
+    configuration on one machine write it bit for bit the same.
     """
     rec: dict[str, Any] = {
         "config_hash": config_hash(config) if config is not None else None,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **({"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+           if timed else {}),
         "packages": package_versions(),
         "hardware": hardware(),
     }
@@ -92,6 +100,10 @@ def provenance(config: Any = None, model: dict | None = None, **extra: Any) -> d
 
 # what a measurement's own record says of where and with what it was made
 MEASURED = ("created", "hardware", "packages", "engine", "stage")
+# what of a record's differs between two runs on one machine: when a timing measurement was made,
+# and the phases of a captured trace's engine start (runtime.startup; report.timing reads them
+# from the trace itself)
+TIMES = ("created", "engine_start")
 
 
 def derived(source: dict, config: Any = None, also: tuple[dict, ...] = (),
@@ -99,11 +111,15 @@ def derived(source: dict, config: Any = None, also: tuple[dict, ...] = (),
     """The provenance of a file derived from a measured one (a trace, a serving series) whose
     record is `source`: this job's record over the source's, with the source's own hardware,
     packages, engine and time kept under `measured` (already there: the first measurement's), so
-    an analysis job on a login node does not write over the GPU its input was measured on.
+    an analysis job on a login node does not write over the GPU its input was measured on; the
+    source's times (TIMES) are not this file's own.
     also: the records of other measured inputs (a drafter's own series), kept under
     `measured_also` with their models."""
     measured = source.get("measured") or {k: source[k] for k in MEASURED if k in source}
-    rec = {**source, **provenance(config, model=source.get("model"), **extra)}
+    # the source's times are its measurement's (when: kept under measured), not this file's: a
+    # derived file is no timing of its own, and the same twice where its source's data are
+    rec = {**{k: v for k, v in source.items() if k not in TIMES},
+           **provenance(config, model=source.get("model"), **extra)}
     if measured:
         rec["measured"] = measured
     if also:

@@ -125,7 +125,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     prov = provenance({"series": series, "sweep": params.settings, "prompts": prompts_source,
                        "prompting": prompting},
                       model=model_provenance(series["model"], target_dir),
-                      stage="sweep", engine=engine_label())
+                      stage="sweep", engine=engine_label(), timed=True)
     # an SD series measures its target without SD as well, in the same job: on a CPU on a second
     # engine beside it, point by point in alternating order, so that the speedup's two arms
     # share the machine's drift; on a GPU, where two engines do not fit, one engine after the
@@ -226,4 +226,5 @@ def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None)
                provenance(
         {"run": run, "profiling": params.settings, "prompts": prompts_source,
          "prompting": prompting},
-        model=model_provenance(run["model"], target_dir), stage="profile", engine=engine_label()))
+        model=model_provenance(run["model"], target_dir), stage="profile", engine=engine_label(),
+        timed=True))

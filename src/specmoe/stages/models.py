@@ -94,6 +94,8 @@ def train_stage(inputs, outputs, params, progress: bool = True) -> dict:
                       model={"name": name, "source": "tiny",
                              "revision": f"seed{spec.seed}-steps{result['steps']}"},
                       stage="train" if trained else "random",
+                      # a training run's wall time is a timing; a random control's none
+                      timed=trained,
                       # the instruction set of torch's CPU kernels (AVX2 where pinned)
                       cpu_capability=torch.backends.cpu.get_cpu_capability())
     manifest["provenance"] = prov
@@ -126,5 +128,6 @@ def sd_check_stage(inputs, outputs, params, log: str | None = None) -> dict:
     write_json(out, res, provenance({"k": k, "sd": sd_cfg, "prompts": prompts_source},
                                     model={"name": Path(target_dir).name, "source": "tiny",
                                            "revision": None},
-                                    stage="sd_check", drafter=Path(drafter_dir).name))
+                                    stage="sd_check", drafter=Path(drafter_dir).name,
+                                    timed=True))
     return res

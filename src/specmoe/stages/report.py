@@ -164,7 +164,7 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
     directory, where the job runs; None: none), a provenance section with where the run's time
     went, from the jobs' benchmark files (specmoe.report.timing: timing, not a table of
     results)."""
-    prov = config_provenance(params)
+    prov = config_provenance(params, timed=True)  # it reports timings: when it was made
     out, html = Path(outputs.md), Path(outputs.html)
     td = tables.Tables.of(tables.by_stem(inputs.tables))
     md, fd = tables.by_stem(inputs.markdown), tables.by_stem(inputs.figures)
