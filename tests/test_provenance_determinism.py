@@ -178,13 +178,18 @@ def test_the_measuring_stages_records_say_when_they_were_made(tmp_path, monkeypa
     assert rec["stage"] == "sd_check" and "created" in rec
 
 
-def test_a_trainings_manifest_says_when_a_random_controls_does_not(tmp_path, ticking_clock):
+def test_a_trainings_manifest_says_when_and_two_trainings_of_one_model_are_one_checkpoint(
+        tmp_path, ticking_clock):
     """A training is timed (its wall time): its manifest's record says when it ran; a random
-    control's (nothing timed) does not, and two of them write the same manifest."""
+    control's (nothing timed) does not, and two of them write the same manifest. Two trainings of
+    one configuration are one checkpoint for the measurements keyed on it (model_identity; it
+    held the manifest's time, so a drafter's identity, in every trace captured with it and in
+    that capture's config hash, differed between two runs); other weights are another."""
     pytest.importorskip("torch")
     from test_tiny import token_folder
 
     from specmoe.contracts.models import TrainParams
+    from specmoe.stages.engines import model_identity
     from specmoe.stages.models import train_stage
 
     tok = token_folder(tmp_path, 5_000, 1_000)
@@ -203,6 +208,9 @@ def test_a_trainings_manifest_says_when_a_random_controls_does_not(tmp_path, tic
     times = [json.loads((m / "manifest.json").read_text())["provenance"].get("created")
              for m in (a, b)]
     assert all(times) and times[0] != times[1]
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+    assert model_identity(a) == model_identity(b)
+    assert model_identity(train("c", config={**cfg, "seed": 1})) != model_identity(a)
     r1, r2 = train("r1", False), train("r2", False)
     m1 = (r1 / "manifest.json").read_bytes()
     assert b"created" not in m1 and m1 == (r2 / "manifest.json").read_bytes()

@@ -92,8 +92,10 @@ def checkpoint_origin(model_dir) -> str:
 
 
 def model_identity(model_dir) -> dict:
-    """What identifies a checkpoint for caching measurements: a snapshot's commit; name, revision
-    and creation time from the pipeline's manifest; else a hash of its config.json."""
+    """What identifies a checkpoint for caching measurements: a snapshot's commit; name and
+    revision from the pipeline's manifest with the digest of its files (tiny_digest: a retrained
+    checkpoint that differs is another, one trained the same is the same); else a hash of its
+    config.json."""
     import json
 
     from ..provenance import config_hash
@@ -108,10 +110,27 @@ def model_identity(model_dir) -> dict:
     if origin == "tiny":
         prov = json.loads((p / "manifest.json").read_text()).get("provenance", {})
         return {"name": p.name, "revision": (prov.get("model") or {}).get("revision"),
-                "created": prov.get("created")}
+                "digest": tiny_digest(p)}
     cfg = p / "config.json"
     return {"name": p.name, "config": config_hash(json.loads(cfg.read_text())) if cfg.exists()
             else None}
+
+
+def tiny_digest(model_dir: Path) -> str:
+    """A hash of a tiny checkpoint's files (weights, config, tokenizer), its manifest left out:
+    the manifest records the training's wall time and when it ran, which differ between two
+    trainings of the same weights (its time in a drafter's identity made every trace captured
+    with it, and that trace's config hash, differ between two runs of one configuration)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(model_dir.iterdir()):
+        if f.is_file() and f.name != "manifest.json" and not f.name.startswith("."):
+            h.update(b"%s\0%d\0" % (f.name.encode(), f.stat().st_size))
+            with f.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()[:16]
 
 
 def model_provenance(name: str, model_dir) -> dict:
