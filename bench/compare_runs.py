@@ -1,21 +1,26 @@
 """Are two runs of one configuration the same, bit for bit, where they should be?
 
 Compares run directories A and B (each with results/): the sha256 of every model file (weights,
-config, tokenizer, token arrays), every trace's columns and expert ids (not the Parquet bytes,
-whose provenance holds a timestamp), the tokens of every SD check, and every table's CSV without
-its provenance line and without its timing columns (TIMING_COLUMNS; in the three-step correction
-those of each row's step, CORRECTION_INPUTS; the step model's table without its measured
-columns). A file that only one run has is a difference. Only finished runs are compared (each
-with its report, results/report/index.md, which waits on every table its configuration
-declares), and two runs with neither a model file nor a trace are refused: nothing of theirs
-would be compared.
+config, tokenizer, token arrays; a manifest too, unless it is a training's, which records its wall
+time and when it ran) and of every trace's Parquet file (a captured trace records its engine's
+start-up and generation times: of it, the columns, expert ids, router weights and its metadata
+besides those times, TRACE_TIMINGS), the tokens of every SD check, every non-timing table's CSV
+with its provenance line, and every timing table's CSV without its provenance line and without
+its timing columns (TIMING_COLUMNS; in the three-step correction those of each row's step,
+CORRECTION_INPUTS; the step model's table without its measured columns). Only a timing
+measurement's provenance says when it was made (specmoe.provenance.provenance's `timed`), and
+nothing else in a record changes between two runs on one machine. A file that only one run has
+is a difference. Only finished runs are compared (each with its report, results/report/index.md,
+which waits on every table its configuration declares), and two runs with neither a model file
+nor a trace are refused: nothing of theirs would be compared.
 
 Run: .venv/bin/python bench/compare_runs.py RUN_A RUN_B   (exit 1 if anything differs)
 
 Across a change that adds or renames a table's columns on purpose, `--rename TABLE:OLD=NEW` (A's
 column OLD is B's NEW) and `--schema` say, for each table whose text differs, whether every value
 in the columns both runs have is the same: the line then reads `cols` with the columns only one
-run has, and such a table counts as identical only with `--schema`.
+run has (or that only the provenance lines differ, as across two revisions whose records differ),
+and such a table counts as identical only with `--schema`.
 """
 
 from __future__ import annotations
@@ -55,9 +60,14 @@ TIMING_COLUMNS = {
 # step before and the share of the gap closed are timings from step 1 on (step 0, the weight
 # baseline, is the cost model's alone)
 CORRECTION_INPUTS = ("f", "s_moe", "s_dense")
-# a model folder's files that carry no weights, tokens or settings: the manifest holds the
-# provenance (a timestamp), the other Snakemake's marker
-MODEL_SKIP = ("manifest.json", ".snakemake_timestamp")
+# Snakemake's marker in a model folder: no weights, tokens or settings
+MODEL_SKIP = (".snakemake_timestamp",)
+# a trained model's manifest: its training's wall time and the time it ran (a timed record)
+MANIFEST = "manifest.json"
+# the times a captured trace's metadata holds: its provenance's engine start (its phases) and its
+# capture's seconds (start-up, generation, the capture's own); everything else is compared
+TRACE_TIMINGS = {"provenance": ("engine_start",), "capture": ("startup_s", "generate_s",
+                                                              "capture_s")}
 SD_CHECK_FIELDS = ("sd_equals_plain", "mismatched_prompts", "sd_token_ids", "plain_token_ids",
                    "prompt_ids")
 
@@ -100,6 +110,38 @@ def sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+def timed_manifest(p: Path) -> bool:
+    """Is a model folder's manifest a timed record (a training's: its provenance says when)?"""
+    try:
+        return "created" in (json.loads(p.read_text()).get("provenance") or {})
+    except (json.JSONDecodeError, AttributeError):
+        return False  # not a manifest the pipeline wrote: compared as any file
+
+
+def trace_timings(meta: dict) -> tuple[dict, list[str]]:
+    """A trace's metadata without its times (TRACE_TIMINGS), and which of those it held."""
+    meta, held = dict(meta), []
+    for part, keys in TRACE_TIMINGS.items():
+        if isinstance(meta.get(part), dict):
+            meta[part] = dict(meta[part])
+            held += [f"{part}.{k}" for k in keys if meta[part].pop(k, None) is not None]
+    return meta, held
+
+
+def _trace(p: Path, q: Path) -> tuple[bool, str]:
+    """Two traces: the same Parquet bytes; where either records times (a captured trace), the
+    same columns, expert ids, router weights and metadata besides its times."""
+    ta, tb = read_trace(p, with_weights=True), read_trace(q, with_weights=True)
+    (ma, held_a), (mb, held_b) = trace_timings(ta.meta), trace_timings(tb.meta)
+    if not held_a and not held_b:
+        return sha(p) == sha(q), f"{len(ta)} rows, bytes"
+    same = np.array_equal(ta.experts, tb.experts) and ta.columns.keys() == tb.columns.keys() \
+        and all(np.array_equal(ta.columns[c], tb.columns[c]) for c in ta.columns) \
+        and (ta.weights is None) == (tb.weights is None) \
+        and (ta.weights is None or np.array_equal(ta.weights, tb.weights)) and ma == mb
+    return same, f"{len(ta)} rows, all but {', '.join(sorted(set(held_a + held_b)))}"
+
+
 def same_values(p: Path, q: Path, renames: dict[str, str]) -> str | None:
     """Where two tables differ only in columns one of them lacks (after renaming A's columns):
     which columns those are; None where a value in a shared column differs."""
@@ -137,13 +179,21 @@ def _table(p: Path, q: Path, renames: dict) -> tuple[bool | str, str]:
                      for _, r in d.iterrows()]].reset_index(drop=True)
                   if len(d) else d for d in (da, db))
         return da.equals(db), f"{len(da)} non-timing rows"
-    la, lb = ([ln for ln in x.read_text().splitlines() if not ln.startswith(CSV_PROVENANCE)]
-              for x in (p, q))
+    # a table of no timing: its bytes, its provenance line (no time in it) included
+    (pa, la), (pb, lb) = (_provenance_and_rows(x) for x in (p, q))
     if la != lb:
         cols = same_values(p, q, renames.get(stem, {}))
         if cols is not None:
             return "cols", f"{len(la) - 1} rows, same values; {cols}"
-    return la == lb, f"{len(la) - 1} rows"
+    elif pa != pb:  # another configuration, package or machine (or revision: --schema)
+        return "cols", f"{len(la) - 1} rows, same values; provenance lines differ"
+    return p.read_bytes() == q.read_bytes(), f"{len(la) - 1} rows, bytes"
+
+
+def _provenance_and_rows(p: Path) -> tuple[list[str], list[str]]:
+    lines = p.read_text().splitlines()
+    return ([ln for ln in lines if ln.startswith(CSV_PROVENANCE)],
+            [ln for ln in lines if not ln.startswith(CSV_PROVENANCE)])
 
 
 def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bool | str, str]]:
@@ -166,15 +216,13 @@ def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bo
         raise InputError("no models/ or traces/ file in either run: nothing of theirs to compare "
                          "(give two complete runs' directories)")
     for rel in models:
-        if both(rel):
-            out.append((str(rel), sha(a / rel) == sha(b / rel), sha(a / rel)[:16]))
+        if not both(rel) or (rel.name == MANIFEST and any(timed_manifest(root / rel)
+                                                          for root in (a, b))):
+            continue  # a training's record: its wall time and when it ran
+        out.append((str(rel), sha(a / rel) == sha(b / rel), sha(a / rel)[:16]))
     for rel in traces:
         if both(rel):
-            ta, tb = read_trace(a / rel), read_trace(b / rel)
-            same = np.array_equal(ta.experts, tb.experts) and \
-                ta.columns.keys() == tb.columns.keys() and \
-                all(np.array_equal(ta.columns[c], tb.columns[c]) for c in ta.columns)
-            out.append((str(rel), same, f"{len(ta)} rows"))
+            out.append((str(rel), *_trace(a / rel, b / rel)))
     for rel in _files(a, b, "sd_check", "*.json"):  # the tokens SD and plain decoding gave
         if both(rel):
             ja, jb = (json.loads((root / rel).read_text()) for root in (a, b))

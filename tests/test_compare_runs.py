@@ -1,6 +1,7 @@
 """bench/compare_runs.py refuses a directory that holds no run, where it printed '0 of 0
 identical' and exited 0 (a check that cannot run must be an error, not a pass)."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -101,9 +102,10 @@ def test_a_file_only_one_run_has_and_a_non_timing_column_of_a_timing_table_are_d
     args = [sys.executable, str(SCRIPT), str(a), str(b)]
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr  # te_sweep is a timing
-    for root in (a, b):
+    for root in (a, b):  # a training's manifest: its wall time and when it ran (skipped)
         (root / "results" / "models" / "m").mkdir(parents=True)
-        (root / "results" / "models" / "m" / "manifest.json").write_text(str(root))  # skipped
+        (root / "results" / "models" / "m" / "manifest.json").write_text(json.dumps(
+            {"wall_s": len(str(root)), "provenance": {"created": str(root)}}))
         (root / "results" / "models" / "m" / "generation_config.json").write_text("{}")
     assert subprocess.run(args, capture_output=True).returncode == 0
     (b / "results" / "models" / "m" / "generation_config.json").write_text('{"eos": 2}')
@@ -253,3 +255,86 @@ def test_a_profiled_values_interval_raw_value_and_status_are_timings(tmp_path, t
     r = subprocess.run([sys.executable, str(SCRIPT), str(ra), str(rb)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _compare(a: Path, b: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True,
+                          text=True)
+
+
+def test_a_traces_and_a_non_timing_tables_provenance_are_compared(tmp_path):
+    """No provenance record but a timing measurement's says when it was made, so a trace's
+    Parquet bytes and a non-timing table's provenance line are the same in two runs of one
+    configuration on one machine: each is compared (the trace's columns, and each table's rows
+    without that line, were all that was), and a trace or table that differs there alone is a
+    difference (the table's counts as identical with --schema, as across two revisions)."""
+    from specmoe.provenance import provenance
+    from specmoe.routing.synth import SynthParams, generate
+    from specmoe.routing.trace import write_trace
+
+    head = "# provenance: " + json.dumps({"config_hash": "c", "measured": ["m on cpu"]})
+    a = _run(tmp_path / "a", {"t": "x\n1\n"})
+    b = _run(tmp_path / "b", {"t": "x\n1\n"})
+    r = _compare(a, b)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "same  traces/tiny/t.parquet  (" in r.stdout and "rows, bytes)" in r.stdout
+    for root, config in ((a, {"seed": 1}), (b, {"seed": 2})):
+        write_trace(root / "results" / "traces" / "tiny" / "t.parquet", generate(SynthParams(
+            num_experts=8, top_k=2, num_layers=2, requests=2, steps=3, seed=1)),
+            provenance(config, stage="trace"))
+        (root / "results" / "tables" / "t.csv").write_text(
+            head.replace('"c"', f'"{config["seed"]}"') + "\nx\n1\n")
+    r = _compare(a, b)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "DIFF  traces/tiny/t.parquet" in r.stdout
+    assert "cols  tables/t.csv  (1 rows, same values; provenance lines differ)" in r.stdout
+
+
+def test_a_captured_trace_is_compared_but_for_its_engines_times(tmp_path):
+    """A captured trace records its engine's start (its provenance's engine_start) and the
+    capture's seconds (its metadata's capture startup_s, generate_s, capture_s): timings, which
+    differ between two runs; the rest of its metadata (the prompts' tokens, the drafter's
+    identity, the capture's window counts) and its columns and router weights are compared."""
+    import numpy as np
+
+    from specmoe.provenance import provenance
+    from specmoe.routing.synth import SynthParams, generate
+    from specmoe.routing.trace import write_trace
+
+    def captured(root: Path, startup: float, tokens: list) -> None:
+        tr = generate(SynthParams(num_experts=8, top_k=2, num_layers=2, requests=2, steps=3,
+                                  seed=1))
+        tr.weights = np.full(tr.experts.shape, 0.5, dtype=np.float16)
+        tr.meta.update(prompt_token_ids=tokens, capture={
+            "windows": 6, "startup_s": startup, "generate_s": startup / 2,
+            "capture_s": startup / 10})
+        write_trace(root / "results" / "traces" / "tiny" / "t.parquet", tr, provenance(
+            {"run": 1}, stage="capture", engine="vllm 0.32.0 (cpu)",
+            engine_start={"phases_s": {"import": startup}}, drafter={"digest": "d"}))
+
+    a, b, c = (_run(tmp_path / n, {}) for n in "abc")
+    captured(a, 11.9, [[1, 2]])
+    captured(b, 12.6, [[1, 2]])
+    captured(c, 11.9, [[1, 3]])
+    r = _compare(a, b)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("same  traces/tiny/t.parquet  (24 rows, all but capture.capture_s, "
+            "capture.generate_s, capture.startup_s, provenance.engine_start)") in r.stdout
+    r = _compare(a, c)
+    assert r.returncode == 1 and "DIFF  traces/tiny/t.parquet" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_model_manifest_no_training_timed_is_compared(tmp_path):
+    """The tokenizer's and a random control's manifest hold no timing and no time: compared as
+    any model file; a training's (its wall time, and when it ran) is not."""
+    a, b = _run(tmp_path / "a", {}), _run(tmp_path / "b", {})
+    for root, loss in ((a, 7.5), (b, 7.6)):
+        for name, prov in (("tiny-random", {"stage": "random"}),
+                           ("tiny", {"stage": "train", "created": str(loss)})):
+            (root / "results" / "models" / name).mkdir(parents=True, exist_ok=True)
+            (root / "results" / "models" / name / "manifest.json").write_text(json.dumps(
+                {"heldout_loss": loss if name == "tiny-random" else 1.0, "provenance": prov}))
+    r = _compare(a, b)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "DIFF  models/tiny-random/manifest.json" in r.stdout
+    assert "models/tiny/manifest.json" not in r.stdout
