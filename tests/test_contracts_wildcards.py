@@ -51,7 +51,8 @@ def test_a_downloads_record_names_its_repository_and_the_methods_of_the_eagle_he
     draft = repo_key(cfg.drafters["qwen2-0.5b"].entry)  # a draft model: no head to check
     assert DownloadModelParams.from_config(cfg, Wildcards(repo=draft, mode="full")).methods == {}
     assert list(snakemake_params(DownloadModelParams, cfg)) == ["repository", "methods",
-                                                                "configured_revision"]
+                                                                "configured_revision",
+                                                                "compare_with"]
     assert recorded(DownloadModelParams, cfg) == ["repository", "methods"]
 
 

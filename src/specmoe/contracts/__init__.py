@@ -82,13 +82,14 @@ def wildcard(convert=str):
     return field(metadata={"wildcard": convert})
 
 
-def untracked():
+def untracked(**default):
     """A record field that is a Snakemake param of the job but no key of its reruns: a value the
     stage reads that another field already stands for in the job's params (a download's
     configured revision, which its tracked revision names where it holds what the configured
     one names). Its param function takes the job's output, so Snakemake counts it as derived
-    from the job's files and leaves it out of the params it records and compares."""
-    return field(metadata={"untracked": True})
+    from the job's files and leaves it out of the params it records and compares. default: a
+    `default` or `default_factory` of the field, where it has one."""
+    return field(metadata={"untracked": True}, **default)
 
 
 def param_fields(record) -> list:

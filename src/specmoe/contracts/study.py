@@ -4,7 +4,7 @@ stages: specmoe.stages.study). See specmoe.contracts for what a record holds."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import paths as P
@@ -57,7 +57,8 @@ class DownloadModelParams:
     is the one its manifest already holds where the configured one names it (tracked_revision:
     the manifest is read when the job graph is built), so pinning the recorded commit reruns
     nothing; the configured revision (configured_revision, untracked: no rerun key) is what the
-    job downloads where set (download_revision). compare_with: the study model each model of it
+    job downloads where set (download_revision). compare_with (untracked: keyed by model name,
+    so no rerun key): the study model each model of it
     with a compare_with sits beside (by model name): its k of N is checked on the downloaded
     config.json (the configuration's check reads it only where it is offline when the workflow
     is parsed)."""
@@ -72,7 +73,7 @@ class DownloadModelParams:
     configured_revision: str | None = untracked()
     repo: str = wildcard()
     mode: str = wildcard()
-    compare_with: dict = field(default_factory=dict)
+    compare_with: dict = untracked(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg, w) -> "DownloadModelParams":
