@@ -129,7 +129,8 @@ def test_a_download_of_another_k_of_n_than_its_compare_with_stops_its_job(tmp_pa
               "compare = {'stand-in': sys.argv[1]} if sys.argv[1] else {}\n"
               "try:\n    download_model_stage(Named({}), Named({'manifest': "
               f"{str(out)!r}}}), DownloadModelParams(repository=repo, methods={{}}, "
-              "repo='specmoe-test--four-of-sixteen', mode='config', compare_with=compare))\n"
+              "configured_revision=None, repo='specmoe-test--four-of-sixteen', mode='config', "
+              "compare_with=compare))\n"
               "except InputError as exc:\n    sys.exit(str(exc))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1",
