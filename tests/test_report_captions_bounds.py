@@ -138,3 +138,30 @@ def test_a_controls_row_says_where_a_differences_interval_was_held_at_its_bound(
     row = matched_control_row({"model": "t-random"}, c)
     assert row["seq_excess_difference_clipped"] is True
     assert row["seq_decay_difference_clipped"] is False
+
+
+def test_every_caption_file_reads_as_snakemakes_report_renders_it_with_no_placeholder_left():
+    """Snakemake's report renders each caption file that report(caption=...) names through
+    Jinja2 (snakemake.report: Environment(trim_blocks, lstrip_blocks), then
+    env.from_string(text).render(snakemake=..., categories=..., files=...)), which leaves a
+    str.format placeholder such as `{intervals}` as it is: the speedup figure's caption showed
+    "Error bars: {intervals}." in report.html, only index.md filling it. Every caption file,
+    rendered that way, holds no `{name}` left to fill, and the figure's built caption still
+    says what this run's intervals hold."""
+    import re
+    from importlib import resources
+
+    from jinja2 import Environment
+
+    env = Environment(trim_blocks=True, lstrip_blocks=True)
+    files = sorted((resources.files("specmoe") / "data" / "captions").iterdir())
+    assert any(f.name == "fig_speedup_vs_batch.rst" for f in files)
+    for f in files:
+        rendered = env.from_string(f.read_text()).render(snakemake=None, categories={},
+                                                         files={})
+        assert not re.search(r"\{\s*\w+\s*\}", rendered), f"{f.name}: {rendered}"
+    from specmoe.report import figures
+
+    built = figures.caption("speedup_vs_batch", tables.Tables.of(
+        {p.stem: str(p) for p in FIXTURE.glob("*.csv")}))
+    assert "the engine-to-engine spread measured for the device they ran on" in built

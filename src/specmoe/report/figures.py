@@ -585,8 +585,13 @@ def _published_per_layer(pl: pd.DataFrame, study: dict) -> pd.DataFrame:
 
 
 NONE = "This configuration has no {} (see the configuration's models)."
-# where a caption file says what the speedup intervals hold, filled from the run's tables
-INTERVALS = "{intervals}"
+# where a caption file says what the speedup intervals hold in words true of every run (the
+# caption Snakemake's report shows: it renders the file as it is), replaced by what this run's
+# tables say they hold (the caption index.md shows)
+INTERVALS = ("95% intervals from this run's repeats, with the engine-to-engine spread only for "
+             "the series swept on a device for which sweep.engine_log_sd_device measured one "
+             "(the speedup_vs_batch table's engine_log_sd column, where it has one, says "
+             "which); none hold for the same machine on another day")
 
 
 def caption(stem: str, declared) -> str:
