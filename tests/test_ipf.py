@@ -265,8 +265,8 @@ def test_the_error_interval_steps_one_way_at_an_overlap_of_0():
     assert ov[0] == 0
     pred = ipf.predict_uniform(64, 4, ov)["unique"]
     u_sum, u_n = rng.normal(30 * pred, 5, r), np.full(r, 30.0)
-    lo, hi = ipf.sequence_error_interval(64, 4, ov, pred, {
-        "sequence_sums": sums, "sequence_pairs": pairs, "unique_sum": u_sum, "full_windows": u_n})
+    w, measured = ipf.measured_resamples({"unique_sum": u_sum, "full_windows": u_n})
+    lo, hi = ipf.uniform_error_interval(64, 4, ov, pred, sums, pairs, 4, w, measured)
     assert lo < pred / (u_sum.sum() / u_n.sum()) - 1 < hi
 
 
@@ -282,11 +282,12 @@ def test_the_error_interval_follows_the_shared_bootstrap_level(monkeypatch):
     sums = rng.binomial(400, 0.1, (r, 3)).astype(float)
     ov = sums.sum(axis=0) / (pairs.sum(axis=0) * 4)
     pred = ipf.predict_uniform(64, 4, ov)["unique"]
-    pieces = {"sequence_sums": sums, "sequence_pairs": pairs,
-              "unique_sum": rng.normal(30 * pred, 5, r), "full_windows": np.full(r, 30.0)}
-    lo, hi = ipf.sequence_error_interval(64, 4, ov, pred, pieces)
+    pieces = {"unique_sum": rng.normal(30 * pred, 5, r), "full_windows": np.full(r, 30.0)}
+    w, measured = ipf.measured_resamples(pieces)
+    lo, hi = ipf.uniform_error_interval(64, 4, ov, pred, sums, pairs, 4, w, measured)
     monkeypatch.setattr(bootstrap, "LEVEL", 0.5)
-    nlo, nhi = ipf.sequence_error_interval(64, 4, ov, pred, pieces)
+    w, measured = ipf.measured_resamples(pieces)
+    nlo, nhi = ipf.uniform_error_interval(64, 4, ov, pred, sums, pairs, 4, w, measured)
     assert 0 < nhi - nlo < 0.8 * (hi - lo)
 
 

@@ -822,10 +822,10 @@ def test_fewer_requests_than_the_floor_give_no_interval_and_no_direction(request
         per = s["per_sequence"]
         u_sum, u_n, _ = request_unique(tr, per["request"])
         ov = np.nanmean(seq, axis=0)[:3]
-        err = ipf.sequence_error_interval(
-            64, 4, ov, ipf.predict_uniform(64, 4, ov)["unique"],
-            {"sequence_sums": per["sums"][:, :3], "sequence_pairs": per["pairs"][:, :3],
-             "unique_sum": u_sum, "full_windows": u_n})
+        boot, measured = ipf.measured_resamples({"unique_sum": u_sum, "full_windows": u_n})
+        err = ipf.uniform_error_interval(
+            64, 4, ov, ipf.predict_uniform(64, 4, ov)["unique"], per["sums"][:, :3],
+            per["pairs"][:, :3], 4, boot, measured)
         ends = {**{f"window {k}": np.ravel(v) for k, v in w.items()
                    if k.endswith(("_low", "_high"))},
                 **{f"sequence {k}": np.ravel(v) for k, v in s.items()

@@ -264,18 +264,6 @@ def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dic
             "max_error": res.max_error}
 
 
-def sequence_error_interval(num_experts: int, top_k: int, overlaps, predicted: float,
-                            per_request: dict, n_boot: int | None = None,
-                            seed: int | None = None, step: float = 1e-4) -> list[float]:
-    """uniform_error_interval of the study's input, the overlap along the committed sequence, from
-    per_request (the overlap stage's pieces: sequence_sums and sequence_pairs [request, d],
-    unique_sum and full_windows [request])."""
-    w, measured = measured_resamples(per_request, n_boot, seed)
-    return uniform_error_interval(num_experts, top_k, overlaps, predicted,
-                                  per_request["sequence_sums"], per_request["sequence_pairs"],
-                                  top_k, w, measured, step)
-
-
 def measured_resamples(per_request: dict, n_boot: int | None = None,
                        seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The request resamples [boot, request] (overlap.request_weights: those of the overlaps' own
