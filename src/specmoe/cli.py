@@ -79,20 +79,27 @@ class Range:
 
 
 class _Renamed(argparse.Action):
-    """A flag's old spelling, refused in one line that names the new one: `--k` meant experts per
-    token in ipf, te and synth and the draft length in predict."""
+    """A flag's old spelling, refused in one line that says what became of it (`why`): the new
+    one it names (`--k` meant experts per token in ipf, te and synth and the draft length in
+    predict: _renamed), or that it is gone (_dropped)."""
 
-    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+    def __init__(self, option_strings, dest, why: str = "", **kwargs):
         super().__init__(option_strings, argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS,
                          help=argparse.SUPPRESS)
-        self.new = new
+        self.why = why
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} is now {self.new}")
+        parser.error(f"{option_string} {self.why}")
 
 
 def _renamed(s: argparse.ArgumentParser, old: str, new: str, what: str) -> None:
-    s.add_argument(old, action=_Renamed, new=f"{new} ({what})")
+    s.add_argument(old, action=_Renamed, why=f"is now {new} ({what})")
+
+
+def _dropped(s: argparse.ArgumentParser, old: str, why: str) -> None:
+    """A flag that no longer means anything, refused in one line that says why, where argparse
+    would take it and the command ignore it."""
+    s.add_argument(old, action=_Renamed, why=f"is gone: {why}; drop the flag")
 
 
 class _Once(argparse._StoreAction):
@@ -586,8 +593,7 @@ def _writable(path: Path, flag: str) -> None:
 
 def _analyze_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("trace", help="a routing trace (Parquet)")
-    s.add_argument("--seed", type=SEED, default=0,
-                   help="kept for old scripts: the null is exact, the value changes nothing")
+    _dropped(s, "--seed", "the shuffle null is exact, so no seed changes it")
 
 
 def _warn(a: argparse.Namespace, message: str) -> None:
