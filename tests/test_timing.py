@@ -389,3 +389,21 @@ def test_the_notes_name_the_stage_each_unsplit_job_is_counted_in_and_only_stages
     assert "their start-up is counted in serve and capture" in said
     assert "Train includes the tokenizer" in said and "serve the sweeps and SD checks" in said
     assert "vLLM's import included," in said
+
+
+def test_the_timing_notes_and_the_prose_join_names_with_one_function():
+    """report.timing kept its own copy of prose's "a, b and c" (timing must not import prose, a
+    heavy module): both now take it from report.words, which imports nothing of the report."""
+    import ast
+    import inspect
+
+    from specmoe.report import prose, timing, words
+
+    assert words.and_join(["a"]) == "a" and words.and_join(["a", "b"]) == "a and b"
+    assert words.and_join(["a", "b", "c"]) == "a, b and c" and words.and_join([]) == ""
+    for module in (prose, timing):
+        defined = {n.name for n in ast.walk(ast.parse(inspect.getsource(module)))
+                   if isinstance(n, ast.FunctionDef)}
+        assert "_and" not in defined and module.and_join is words.and_join, module.__name__
+    assert not [n for n in ast.walk(ast.parse(inspect.getsource(words)))
+                if isinstance(n, (ast.Import, ast.ImportFrom)) and n.module != "__future__"]

@@ -21,6 +21,7 @@ from ..measured import sweep
 from ..sources import published
 from .bounds import SWEEP_REASONS
 from .tables import Tables
+from .words import and_join
 from ..runs import dataset_parts, label_of
 from .runs import (IPF_KEYS, by_distance, control_models, first_run, heldout_share, is_control,
                    load)
@@ -833,7 +834,7 @@ def timing_note(targets: pd.DataFrame) -> str:
                   & (targets["status"] == CPU)]
     if cpu.empty:
         return ""
-    named = _and(list(dict.fromkeys(cpu["model"])))
+    named = and_join(list(dict.fromkeys(cpu["model"])))
     return (f"The timing findings of {named}, swept on a CPU, are given with their numbers but "
             "cannot be shown on a CPU.")
 
@@ -875,7 +876,7 @@ def _highest_text(g: pd.DataFrame) -> str:
         return where
     if len(open_) == len(others):
         return f"{where}; the batch sizes are not separated by their intervals"
-    return f"{where}, not separated by their intervals from batch {_and(open_)}"
+    return f"{where}, not separated by their intervals from batch {and_join(open_)}"
 
 
 def _speedup_summary(td: Tables) -> list[str]:
@@ -1007,7 +1008,7 @@ def spread_words(sp: pd.DataFrame) -> str:
     dev = sp["device"] if "device" in sp else pd.Series(None, index=sp.index, dtype=object)
 
     def on(rows) -> str:
-        return _and(list(dict.fromkeys(
+        return and_join(list(dict.fromkeys(
             DEVICE_WORDS.get(d, f"device {d}") if isinstance(d, str) else "an unrecorded device"
             for d in dev[rows])))
 
@@ -1066,7 +1067,7 @@ def opening(td: Tables) -> str:
     te = _te_identified(td, cpu) if cpu else ""
     if cpu:
         out.append("What a CPU run cannot show: the study's GPU claims. "
-                   + _and(cpu) + (" was" if len(cpu) == 1 else " were") + " swept on a CPU, "
+                   + and_join(cpu) + (" was" if len(cpu) == 1 else " were") + " swept on a CPU, "
                    "where a model's step costs host overhead rather than weight reads"
                    + _cpu_step_numbers(td, cpu) + ", so "
                    + ("its speedup curve, its MoE share of time and its TE" if len(cpu) == 1
@@ -1077,11 +1078,6 @@ def opening(td: Tables) -> str:
     elif priced and (speed or not t.empty):
         out.append(priced[0].upper() + priced[1:] + ".")
     return " ".join(out)
-
-
-def _and(names: list[str]) -> str:
-    """"a", "a and b", "a, b and c"."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def swept_on(td: Tables, device: str) -> list[str]:
@@ -1177,7 +1173,7 @@ def _te_identified(td: Tables, models: list[str]) -> str:
         return ("the TE at batch 1 that the study's argument rests on is identified by the "
                 f"sweep for none of {'it' if len(rows) == 1 else 'them'} (the sweep's ratios above "
                 "are raw, not TEs)")
-    return (f"the sweep identifies the TE at batch 1 for {_and(named)} of {len(rows)}, on a "
+    return (f"the sweep identifies the TE at batch 1 for {and_join(named)} of {len(rows)}, on a "
             "CPU's step times")
 
 
@@ -1453,7 +1449,7 @@ def draft_cost_findings(td: Tables) -> list[str]:
                             f"{_ratio_sentence(g)}.", []).append(model)
         for sentence, names in said.items():
             same = " (the same dimensions)" if len(names) > 1 else ""
-            out.append(f"{_and(names)}{same}, {sentence}")
+            out.append(f"{and_join(names)}{same}, {sentence}")
     sp = load(td, "speedup_vs_batch")
     if not sp.empty and "draft_cost" in sp:
         for run, g in sp[np.isfinite(sp["draft_cost"])].groupby("run", sort=False):

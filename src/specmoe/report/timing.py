@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import InputError
+from .words import and_join
 
 # the stages in the order a run meets them
 STAGES = ("train", "engine start", "serve", "capture", "profile", "analysis", "report", "inputs",
@@ -303,13 +304,9 @@ def rows(b: Breakdown) -> list[tuple[str, str, str, str]]:
 ENGINE_JOB_WORDS = {"serve": "sweeps, SD checks", "capture": "captures", "profile": "profiles"}
 
 
-def _and(words: list[str]) -> str:
-    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
-
-
 def _stages_of(b: Breakdown, jobs: list[str]) -> str:
     """The stages these jobs are counted in (Breakdown.counted_in), in run order."""
-    return _and([s for s in STAGES if s in {b.counted_in[j] for j in jobs}])
+    return and_join([s for s in STAGES if s in {b.counted_in[j] for j in jobs}])
 
 
 def notes(b: Breakdown) -> list[str]:
