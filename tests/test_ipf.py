@@ -162,6 +162,7 @@ def test_skewed_margins_stay_feasible_for_hot_experts():
 def _overlap_json(tmp_path, seq: list[float], window: list[float], n=128, k=8, empirical=19.5):
     """A minimal overlap result (uniform loads, one layer) with the overlap along the committed
     sequence and inside windows given apart."""
+    from handmade import per_request
     from specmoe.provenance import write_json
 
     q = np.full((1, n), k / n)
@@ -170,7 +171,8 @@ def _overlap_json(tmp_path, seq: list[float], window: list[float], n=128, k=8, e
                       "summary": {"num_experts": n, "top_k": k, "k_draft": len(window),
                                   "sequence_by_distance": seq},
                       "unique": {"empirical": empirical},
-                      "per_layer": {"overlap": [window], "q": q.tolist()}}, {})
+                      "per_layer": {"overlap": [window], "q": q.tolist()},
+                      "per_request": per_request(seq, [window], q, k, empirical)}, {})
     return path
 
 
@@ -406,3 +408,21 @@ def test_the_words_give_each_ipf_error_its_interval_and_a_sign_only_where_it_is_
     assert "(the study's input) 20.40 (+2.0% [+0.5%, +3.5%], over)" in words
     assert "(this project's) 21.00 (+5.0% [-1.0%, +11.0%], sign undecided)" in words
     assert "skewed IPF (this project's) 19.00 (-5.0%, no interval: no sign claimed)" in words
+
+
+def test_the_ipf_stage_refuses_an_overlap_result_without_its_per_request_pieces(tmp_path):
+    """The overlap stage always writes its per-request pieces; an overlap file without them (an
+    older or foreign one) made the IPF stage only warn and write no error interval, where one
+    lacking some of the pieces raised: both now stop the job, saying to rerun the overlap
+    stage."""
+    from specmoe.provenance import read_json, write_json
+
+    o = _overlap_json(tmp_path, [0.31, 0.27, 0.25], [0.47, 0.40, 0.37])
+    run_ipf(o, tmp_path / "with.json", [1])  # the hand-made file with its pieces runs
+    assert read_json(tmp_path / "with.json")
+    ov = read_json(o)
+    del ov["per_request"]
+    write_json(o, ov, {})
+    with pytest.raises(InputError, match=r"the overlap results have no per-request pieces "
+                                         r"\(.*\): rerun the overlap stage"):
+        run_ipf(o, tmp_path / "without.json", [1])

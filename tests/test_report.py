@@ -1479,6 +1479,7 @@ def test_the_caveats_cover_every_ipf_fit_by_name(tmp_path):
     study's input at overlaps of 0.1 over a window of 9 with k = 2 of N = 8, whose margins no
     distribution has) went unsaid. The unique_experts row carries each fit's counts, and the
     caveats name the fit."""
+    from handmade import per_request
     from specmoe.contracts.analysis import IpfParams
     from specmoe.provenance import read_json, write_json
     from specmoe.report.runs import unique_experts_row
@@ -1491,7 +1492,8 @@ def test_the_caveats_cover_every_ipf_fit_by_name(tmp_path):
                                 "sequence_by_distance": [0.1] * 8},
         "unique": {"empirical": 6.0, "empirical_over_k": 3.0, "uniform": 6.8,
                    "independent": 6.8},
-        "per_layer": {"overlap": [[k / n] * 8], "q": [[k / n] * n]}}, {})
+        "per_layer": {"overlap": [[k / n] * 8], "q": [[k / n] * n]},
+        "per_request": per_request([0.1] * 8, [[k / n] * 8], [[k / n] * n], k, 6.0)}, {})
     ipf_stage(Named({"overlap": tmp_path / "o.json"}), Named({"json": tmp_path / "i.json"}),
               IpfParams([1]))
     ip = read_json(tmp_path / "i.json")

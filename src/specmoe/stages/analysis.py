@@ -328,17 +328,16 @@ def ipf_error_intervals(ov: dict, fits: dict, pred: dict, seq: np.ndarray,
     per-request pieces (its "per_request"), and of the measured unique experts per window (the
     errors' denominator) over the same resamples (ipf.measured_resamples): the study's input
     along the committed sequence and the window overlaps (ipf.uniform_error_interval), the
-    skewed fit from each layer's window overlaps and loads (ipf.skewed_error_interval). Without
-    per-request pieces (a hand-made overlap file), none: ({}, [NaN, NaN]), said in a warning."""
+    skewed fit from each layer's window overlaps and loads (ipf.skewed_error_interval). An overlap
+    file without them (the overlap stage always writes them) is refused: rerun that stage."""
     from ..routing import ipf
 
     s = ov["summary"]
     n, k = s["num_experts"], s["top_k"]
     pr = ov.get("per_request")
     if not pr:
-        log.warning("the overlap results have no per-request pieces: no interval of the IPF's "
-                    "errors")
-        return {}, [float("nan"), float("nan")]
+        raise InputError("the overlap results have no per-request pieces (written by an older "
+                         "overlap stage, or by hand): rerun the overlap stage")
     lacking = [key for key in ("window_sums", "window_pairs", "loads", "tokens") if key not in pr]
     if lacking:
         raise InputError(f"the overlap results' per-request pieces lack {', '.join(lacking)} "
