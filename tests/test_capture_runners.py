@@ -762,4 +762,44 @@ def test_a_capture_after_a_teacher_forced_reading_records_windows(monkeypatch, t
     monkeypatch.setattr(LLM, "generate", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         capture.teacher_forced_routing([[1, 2]], {"model": "x"}, str(tmp_path))
-    assert os.environ[capture.ENV_MODE] == "windows"  # as capture_generate left it
+    for name in (capture.ENV, capture.ENV_DIR, capture.ENV_MODE):
+        assert name not in os.environ
+
+
+def test_a_capture_leaves_no_capture_switch_behind_for_later_engines(monkeypatch, tmp_path):
+    """capture_generate left SPECMOE_CAPTURE=1 (and its folder and mode) in the process's
+    environment: every later engine of the process or of its children loaded the recorder. In a
+    full test run the study-cpu case's Snakemake jobs inherited it from pytest's process, and the
+    sweep of its dense drafter stopped ("No supported MoE router found for routed-experts
+    capture"). The environment is as it was after a capture, also when the engine fails, and
+    set (for the engine's processes to inherit) while it runs."""
+    from specmoe.runtime import engine
+
+    for name in (capture.ENV, capture.ENV_DIR, capture.ENV_MODE):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(capture.ENV_DIR, "/somewhere/else")  # a value set before stays
+    monkeypatch.setattr(capture, "check_version", lambda: None)
+    during = []
+    monkeypatch.setattr(engine, "generate", lambda *a, **k: during.append(
+        {n: os.environ.get(n) for n in (capture.ENV, capture.ENV_DIR, capture.ENV_MODE)}) or {})
+    capture.capture_generate(["p"], 4, {"model": "x"}, str(tmp_path))
+    assert during == [{capture.ENV: "1", capture.ENV_DIR: str(tmp_path),
+                       capture.ENV_MODE: "windows"}]
+    assert capture.ENV not in os.environ and capture.ENV_MODE not in os.environ
+    assert os.environ[capture.ENV_DIR] == "/somewhere/else"
+    monkeypatch.setattr(engine, "generate", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        capture.capture_generate(["p"], 4, {"model": "x"}, str(tmp_path))
+    assert capture.ENV not in os.environ
+
+
+def test_a_served_engine_never_inherits_the_capture_switch(monkeypatch):
+    """A sweep's `vllm serve` is timed, never captured: with SPECMOE_CAPTURE=1 in the caller's
+    environment (a user's shell, a process that ran a capture) its engine loaded the recorder,
+    whose hooks would be in its times and which stops a dense model's engine."""
+    from specmoe.runtime import serving
+
+    monkeypatch.setenv(capture.ENV, "1")
+    env = serving.Server({"model": "x"}, startup_timeout=60).environment()
+    assert capture.ENV not in env
+    assert os.environ[capture.ENV] == "1"  # the caller's own environment is left alone

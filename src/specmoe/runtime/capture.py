@@ -42,6 +42,7 @@ parallelism only: pipeline, data or context parallelism and adaptive verificatio
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -508,14 +509,32 @@ def capture_generate(prompts: list[str], max_tokens: int, engine: dict, shard_di
     from .engine import generate
 
     check_engine_layout(engine)
-    os.environ[ENV] = "1"  # inherited by the engine's processes, where the plugin reads it
-    os.environ[ENV_DIR] = shard_dir
-    os.environ[ENV_MODE] = "windows"  # whatever an earlier call in this process set
-    check_version()
-    engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension",
-                  per_request_spec_decode_metrics="detailed")
-    return generate(prompts, max_tokens, engine, collect=_collect,
-                    repetition_penalty=repetition_penalty, clock=clock)
+    with capture_environment(shard_dir, "windows"):
+        check_version()
+        engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension",
+                      per_request_spec_decode_metrics="detailed")
+        return generate(prompts, max_tokens, engine, collect=_collect,
+                        repetition_penalty=repetition_penalty, clock=clock)
+
+
+@contextlib.contextmanager
+def capture_environment(shard_dir: str, mode: str):
+    """Capture on for the engines started inside (ENV, ENV_DIR and ENV_MODE are inherited by
+    the engine's processes, where the plugin reads them), and the process's environment back as
+    it was after, also when the engine fails: left set, every later engine of the process and of
+    its children (a test run's Snakemake jobs, a sweep's `vllm serve`) loaded the recorder, and
+    one of a dense drafter stopped with vLLM's "No supported MoE router found"."""
+    keys = (ENV, ENV_DIR, ENV_MODE)
+    before = {k: os.environ.get(k) for k in keys}
+    os.environ.update({ENV: "1", ENV_DIR: shard_dir, ENV_MODE: mode})
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _collect(llm, outs) -> dict:
@@ -546,12 +565,8 @@ def teacher_forced_routing(sequences: list[list[int]], engine: dict, shard_dir: 
     from .engine import open_llm
 
     check_engine_layout(engine)
-    os.environ[ENV] = "1"  # read by the plugin in the engine's processes
-    os.environ[ENV_DIR] = shard_dir
     # rows mode for this engine only: a later capture in this process records windows
-    mode = os.environ.get(ENV_MODE)
-    os.environ[ENV_MODE] = "rows"
-    try:
+    with capture_environment(shard_dir, "rows"):
         check_version()
         engine = dict(engine, worker_extension_cls="specmoe.runtime.capture.CaptureExtension")
         with open_llm(engine, clock) as llm:
@@ -561,11 +576,6 @@ def teacher_forced_routing(sequences: list[list[int]], engine: dict, shard_dir: 
                                 SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
             took = time.perf_counter() - t0
             shards = [p for p in llm.collective_rpc("specmoe_flush") if p]
-    finally:
-        if mode is None:
-            os.environ.pop(ENV_MODE, None)
-        else:
-            os.environ[ENV_MODE] = mode
     # the engine's start (vLLM's import to ready), as capture_generate's result records it
     return {"shards": shards, "request_ids": [o.request_id for o in outs], "generate_s": took,
             "startup_s": t0 - clock.t0, "engine_start": clock.summary()}
