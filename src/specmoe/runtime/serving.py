@@ -163,8 +163,13 @@ class Server:
         needs."""
         from .engine import engine_env
 
+        from .capture import ENV as CAPTURE
+
         env = engine_env(engine=self.engine)
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+        # a served engine is timed, never captured: the recorder's hooks would be in its times
+        # (and a dense model's engine stops with it), whatever the caller's environment holds
+        env.pop(CAPTURE, None)
         if self.engine.get("distributed_executor_backend") == "uni":
             # the worker inside the engine core's process (two processes instead of three): on
             # CPU vLLM switches "uni" back to its multiprocessing executor unless this is off;
