@@ -497,9 +497,10 @@ def test_an_eagle_head_is_priced_in_its_own_dtype_an_mtp_layer_in_the_targets():
 
 def test_the_predict_rule_gives_a_stand_in_the_prior_not_its_compared_study_models_overlaps(
         tmp_path):
-    """A model compared with a study model of other k and N (a CPU stand-in, as in
-    .test/study-cpu) is predicted from the prior of its own granularity; the same model compared
-    with nothing gets the same prediction."""
+    """A model compared with a study model of other k and N (a CPU stand-in; the configuration
+    refuses such a compare_with on load where it can read the config.json, the predict stage
+    does not rely on that) is predicted from the prior of its own granularity; the same model
+    compared with nothing gets the same prediction."""
     from specmoe.contracts import Named
     from specmoe.contracts.analysis import PredictParams
     from specmoe.provenance import read_json
