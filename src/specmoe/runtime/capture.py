@@ -524,17 +524,10 @@ def capture_environment(shard_dir: str, mode: str):
     it was after, also when the engine fails: left set, every later engine of the process and of
     its children (a test run's Snakemake jobs, a sweep's `vllm serve`) loaded the recorder, and
     one of a dense drafter stopped with vLLM's "No supported MoE router found"."""
-    keys = (ENV, ENV_DIR, ENV_MODE)
-    before = {k: os.environ.get(k) for k in keys}
-    os.environ.update({ENV: "1", ENV_DIR: shard_dir, ENV_MODE: mode})
-    try:
+    from .engine import scoped_environ
+
+    with scoped_environ({ENV: "1", ENV_DIR: shard_dir, ENV_MODE: mode}):
         yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _collect(llm, outs) -> dict:

@@ -275,9 +275,7 @@ def open_llm(engine: dict, clock=None):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     engine = dict(engine)
     env = engine.pop(ENGINE_ENV, None) or {}
-    before = {var: os.environ.get(var) for var in env}
-    os.environ.update(env)
-    try:
+    with scoped_environ(env):
         from vllm import LLM
 
         from .startup import LogTap, StartClock
@@ -299,6 +297,16 @@ def open_llm(engine: dict, clock=None):
             # A spawned child ends with os._exit, which skips vLLM's atexit shutdown: without
             # this the engine-core and worker processes outlive the child.
             llm.llm_engine.engine_core.shutdown()
+
+
+@contextlib.contextmanager
+def scoped_environ(values: dict):
+    """`values` in this process's environment inside the block (the processes it starts inherit
+    them), and each variable back as it was after it, also when the block fails."""
+    before = {var: os.environ.get(var) for var in values}
+    os.environ.update(values)
+    try:
+        yield
     finally:
         for var, value in before.items():
             if value is None:
