@@ -218,26 +218,33 @@ def test_without_a_sequence_overlap_the_study_input_is_missing_not_made_up(tmp_p
     assert np.isfinite(out["prediction"]["uniform_window"])
 
 
-def test_the_ipf_error_has_an_interval_over_requests_that_refits_agree_with(tmp_path):
-    """The 'within 4%' finding compared point estimates. The overlap and ipf stages now give the
-    uniform IPF's error a 95% interval over requests: the measured unique experts and the IPF's
-    input overlaps recomputed in each resample of requests, the prediction linearised along its
-    slope. The interval holds the point and matches exact refits of the resamples' overlaps."""
+def _overlap_then_ipf(tmp_path, num_experts: int):
+    """A synthetic trace of 24 requests (num_experts experts, 4 routed, K = 3) through the overlap
+    and ipf stages at batch 1: the trace and the two stages' results."""
     from specmoe.contracts import Named
     from specmoe.contracts.analysis import OverlapParams
     from specmoe.provenance import read_json
-    from specmoe.routing import overlap
     from specmoe.routing.trace import write_trace
     from specmoe.stages import analysis
 
-    tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=2, k_draft=3, skew=0.5,
-                              stickiness=0.4, requests=24, steps=30, seed=3))
+    tr = generate(SynthParams(num_experts=num_experts, top_k=4, num_layers=2, k_draft=3,
+                              skew=0.5, stickiness=0.4, requests=24, steps=30, seed=3))
     write_trace(tmp_path / "t.parquet", tr)
     o = tmp_path / "o.json"
     analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
                            OverlapParams(batch_sizes=[1], shuffle_null=True))
     run_ipf(o, tmp_path / "i.json", [1])
-    ov, out = read_json(o), read_json(tmp_path / "i.json")
+    return tr, read_json(o), read_json(tmp_path / "i.json")
+
+
+def test_the_ipf_error_has_an_interval_over_requests_that_refits_agree_with(tmp_path):
+    """The 'within 4%' finding compared point estimates. The overlap and ipf stages now give the
+    uniform IPF's error a 95% interval over requests: the measured unique experts and the IPF's
+    input overlaps recomputed in each resample of requests, the prediction linearised along its
+    slope. The interval holds the point and matches exact refits of the resamples' overlaps."""
+    from specmoe.routing import overlap
+
+    tr, ov, out = _overlap_then_ipf(tmp_path, 64)
     err = out["relative_error"]["uniform_sequence"]
     lo, hi = out["relative_error_interval"]["uniform_sequence"]
     assert lo < err < hi and hi - lo > 0.001
@@ -323,21 +330,9 @@ def test_every_ipf_error_and_the_measured_value_have_their_interval(tmp_path):
     overlaps' uniform IPF and the skewed IPF were printed as signed numbers, and the measured
     unique experts (every error's denominator) had none. Each has one now, over the same request
     resamples, and the linearised ends agree with exact refits of the resamples."""
-    from specmoe.contracts import Named
-    from specmoe.contracts.analysis import OverlapParams
-    from specmoe.provenance import read_json
     from specmoe.routing import overlap
-    from specmoe.routing.trace import write_trace
-    from specmoe.stages import analysis
 
-    tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, skew=0.5,
-                              stickiness=0.4, requests=24, steps=30, seed=3))
-    write_trace(tmp_path / "t.parquet", tr)
-    o = tmp_path / "o.json"
-    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1], shuffle_null=True))
-    run_ipf(o, tmp_path / "i.json", [1])
-    ov, out = read_json(o), read_json(tmp_path / "i.json")
+    tr, ov, out = _overlap_then_ipf(tmp_path, 32)
     assert set(out["relative_error_interval"]) == {"uniform_sequence", "uniform_window",
                                                    "skewed_window"}
     for key, (lo, hi) in out["relative_error_interval"].items():

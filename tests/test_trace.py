@@ -241,17 +241,20 @@ def test_a_window_whose_acceptance_cannot_be_is_refused(tmp_path, accepted, stat
     assert read_trace(tmp_path / "t.parquet").columns["accepted"].tolist() == [1, 1, 1]
 
 
-def test_a_trace_without_accepted_counts_is_refused_in_one_line(tmp_path, small_trace):
-    """acceptance reads the accepted column; a trace without it failed there in a KeyError."""
+@pytest.mark.parametrize("column", ["accepted", "token_id"])
+def test_a_trace_without_a_required_column_is_refused_in_one_line(tmp_path, small_trace, column):
+    """acceptance reads the accepted column; a trace without it failed there in a KeyError.
+    token_id is required too (SPEC: each row records its token id); a trace without it was read,
+    and the repetition and looping checks failed later with a KeyError."""
     path = tmp_path / "t.parquet"
     write_trace(path, small_trace)
     table = pq.read_table(path)
-    pq.write_table(table.drop(["accepted"]).replace_schema_metadata(table.schema.metadata), path)
-    with pytest.raises(TraceError, match=r"t\.parquet: missing column\(s\) accepted$"):
+    pq.write_table(table.drop([column]).replace_schema_metadata(table.schema.metadata), path)
+    with pytest.raises(TraceError, match=rf"t\.parquet: missing column\(s\) {column}$"):
         read_trace(path)
     tr = _copy(small_trace)
-    del tr.columns["accepted"]
-    with pytest.raises(TraceError, match=r"^trace: missing column 'accepted'$"):
+    del tr.columns[column]
+    with pytest.raises(TraceError, match=rf"^trace: missing column '{column}'$"):
         tr.validate()
 
 
@@ -299,18 +302,3 @@ def test_a_request_with_a_window_missing_is_refused(tmp_path, small_trace):
     keep = np.ones(starts.size, bool)
     keep[int(np.flatnonzero((req == 3) & (step == 0))[0])] = False
     select_windows(tr, keep).validate()
-
-
-def test_a_trace_without_token_ids_is_refused_in_one_line(tmp_path, small_trace):
-    """token_id is a required column (SPEC: each row records its token id); a trace without it
-    was read, and the repetition and looping checks failed later with a KeyError."""
-    path = tmp_path / "t.parquet"
-    write_trace(path, small_trace)
-    table = pq.read_table(path)
-    pq.write_table(table.drop(["token_id"]).replace_schema_metadata(table.schema.metadata), path)
-    with pytest.raises(TraceError, match=r"t\.parquet: missing column\(s\) token_id$"):
-        read_trace(path)
-    tr = _copy(small_trace)
-    del tr.columns["token_id"]
-    with pytest.raises(TraceError, match=r"^trace: missing column 'token_id'$"):
-        tr.validate()
