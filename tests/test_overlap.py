@@ -946,3 +946,42 @@ def test_overlap_by_status_compares_within_a_draft_position(small_trace):
     # routing with spread: each mean inside an interval of some width
     for r in overlap_by_status(small_trace):
         assert r["mean_low"] < r["mean"] < r["mean_high"], r
+
+
+def test_overlap_by_status_resamples_only_the_requests_with_drafts_in_the_cell():
+    """The cell's interval resamples the requests that have drafts in that (position, status)
+    cell, not all of the trace's: position-2 first-rejected drafts only in requests 0 and 1 of
+    30 got the interval [0.0, 1.0] from two requests (resamples missing both were dropped as
+    NaN), against the docstring's NaN below bootstrap.MIN_REQUESTS requests. Now NaN there, and
+    an interval where the cell has every request."""
+    from specmoe.routing import bootstrap
+    from specmoe.routing.overlap import overlap_by_status
+    from specmoe.routing.trace import Trace, status_for
+
+    k, requests, steps = 2, 30, 4
+    rng = np.random.default_rng(1)
+    sets, acc = [], []
+    for r in range(requests):
+        for s in range(steps):
+            a = 1 if (r < 2 and s == 0) else 2  # position 2 first-rejected: requests 0 and 1 only
+            base = rng.choice(16, 4, replace=False)
+            third = (base[2:] if r == 0 else base[:2]) if (s == 0 and r < 2) else base[1:3]
+            sets += [base[:2], base[:2], third]
+            acc += [a] * (k + 1)
+    acc = np.array(acc, np.int8)
+    pos = np.tile(np.arange(k + 1, dtype=np.int8), requests * steps)
+    cols = {"request": np.repeat(np.arange(requests, dtype=np.int32), steps * (k + 1)),
+            "step": np.tile(np.repeat(np.arange(steps, dtype=np.int32), k + 1), requests),
+            "position": pos, "accepted": acc, "n_drafts": np.full(acc.size, k, np.int8),
+            "status": status_for(pos, acc), "token_id": np.arange(acc.size, dtype=np.int32)}
+    tr = Trace(experts=np.array(sets, np.uint8)[:, None, :], columns=cols, num_experts=16,
+               k_draft=k)
+    tr.validate()
+    rows = {(r["draft_position"], r["status"]): r for r in overlap_by_status(tr)}
+    few = rows[(2, "first_rejected")]
+    assert few["n_requests"] == 2 < bootstrap.MIN_REQUESTS and few["mean"] == 0.5
+    assert np.isnan(few["mean_low"]) and np.isnan(few["mean_high"]), few
+    many = rows[(2, "accepted")]
+    assert many["n_requests"] == requests >= bootstrap.MIN_REQUESTS
+    assert np.isfinite([many["mean_low"], many["mean_high"]]).all(), many
+    assert many["mean_low"] <= many["mean"] <= many["mean_high"]

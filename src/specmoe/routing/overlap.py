@@ -940,8 +940,8 @@ def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> list[di
     """Mean consecutive overlap overlap(S(j-1), S(j)) of the drafts in each acceptance status at
     each draft position j = 1..K (SPEC: tokens are compared within one position only; pooled over
     positions, the statuses' mix of positions made a gap of its own), each mean with its
-    percentile interval over request resamples (request_weights: the same draw as every other
-    routing interval; NaN below bootstrap.MIN_REQUESTS requests). One row per position and
+    percentile interval over resamples of the requests with drafts in that cell (request_weights:
+    the same draw as every other routing interval; NaN below bootstrap.MIN_REQUESTS of them). One row per position and
     status that has drafts: draft_position, status, mean, mean_low, mean_high, n (drafts),
     n_requests."""
     from .trace import STATUS
@@ -951,7 +951,6 @@ def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> list[di
     st, pos = trace.columns["status"], trace.columns["position"]
     req = trace.columns["request"].astype(np.int64)
     ids, unit = np.unique(req, return_inverse=True)
-    w = request_weights(ids.size)
     rows = []
     for j in range(1, trace.k_draft + 1):
         for s, name in enumerate(STATUS[1:], start=1):
@@ -960,8 +959,13 @@ def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> list[di
                 continue
             sums = np.bincount(unit[m], weights=consec[m], minlength=ids.size)
             counts = np.bincount(unit[m], minlength=ids.size).astype(np.float64)
+            # resample the cell's own requests (those with drafts in it), as acceptance does:
+            # over all of the trace's, a cell of two requests got an interval from resamples
+            # that happened to draw them
+            cell = counts > 0
+            w = request_weights(int(cell.sum()))
             with np.errstate(invalid="ignore", divide="ignore"):
-                lo, hi = _percentiles((w @ sums) / (w @ counts))
+                lo, hi = _percentiles((w @ sums[cell]) / (w @ counts[cell]))
             rows.append({"draft_position": j, "status": name,
                          "mean": float(sums.sum() / counts.sum()),
                          "mean_low": float(lo), "mean_high": float(hi), "n": int(m.sum()),
