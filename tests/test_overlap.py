@@ -888,15 +888,28 @@ def test_mirrored_ends_past_what_a_statistic_can_be_are_held_there_and_flagged()
 def test_the_sequence_distances_are_one_constant(small_trace):
     """d = 1..8 along the committed sequence (SPEC) was written four times over (the controls'
     SEQUENCE_D, the overlap stage's SEQUENCE_DISTANCES, max_d=8 defaults in overlap): one
-    constant now, read by the library's defaults and the controls' decay."""
+    constant now, read by the library's defaults and the controls' decay. The defaults are read
+    from the source: an `is` on the values could not fail (CPython caches small ints, so a
+    literal 8 is the constant's object)."""
+    import ast
     import inspect
 
     from specmoe.routing import controls, overlap
 
     assert overlap.SEQUENCE_DISTANCES == 8
-    for f in (overlap.sequence_overlap_rows, overlap.sequence_overlap,
-              overlap.trace_sequence_overlap, overlap.trace_sequence_stats):
-        assert inspect.signature(f).parameters["max_d"].default is overlap.SEQUENCE_DISTANCES
+    defaults = {}
+    for node in ast.walk(ast.parse(inspect.getsource(overlap))):
+        if isinstance(node, ast.FunctionDef):
+            args = node.args.args[len(node.args.args) - len(node.args.defaults):]
+            pairs = list(zip(args, node.args.defaults))
+            pairs += [(a, d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d]
+            defaults.update({node.name: d for a, d in pairs if a.arg == "max_d"})
+    assert {f.__name__ for f in (overlap.sequence_overlap_rows, overlap.sequence_overlap,
+                                 overlap.trace_sequence_overlap,
+                                 overlap.trace_sequence_stats)} <= set(defaults)
+    for name, default in defaults.items():
+        assert isinstance(default, ast.Name) and default.id == "SEQUENCE_DISTANCES", \
+            f"{name}: max_d's default is {ast.unparse(default)}, not SEQUENCE_DISTANCES"
     assert not hasattr(controls, "SEQUENCE_D")
     assert controls.STATISTICS["seq_decay"].endswith(f"d = {overlap.SEQUENCE_DISTANCES}")
     ov, pairs, ci = overlap.trace_sequence_stats(small_trace)
