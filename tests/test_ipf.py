@@ -421,3 +421,22 @@ def test_the_ipf_stage_refuses_an_overlap_result_without_its_per_request_pieces(
     with pytest.raises(InputError, match=r"the overlap results have no per-request pieces "
                                          r"\(.*\): rerun the overlap stage"):
         run_ipf(o, tmp_path / "without.json", [1])
+
+
+@pytest.mark.parametrize("key", ["request", "sequence_sums", "sequence_pairs", "unique_sum",
+                                 "full_windows", "window_sums", "window_pairs", "loads", "tokens"])
+def test_the_ipf_stage_refuses_per_request_pieces_lacking_any_key(tmp_path, key):
+    """The check for the per-request pieces named four of the nine keys the overlap stage writes;
+    without unique_sum (or full_windows, sequence_sums, sequence_pairs) the IPF stage stopped on
+    a bare KeyError. Each missing key is now the one-line error naming it, to rerun the overlap
+    stage."""
+    from specmoe.provenance import read_json, write_json
+
+    o = _overlap_json(tmp_path, [0.31, 0.27, 0.25], [0.47, 0.40, 0.37])
+    ov = read_json(o)
+    assert key in ov["per_request"]
+    del ov["per_request"][key]
+    write_json(o, ov, {})
+    with pytest.raises(InputError, match=rf"^the overlap results' per-request pieces lack {key} "
+                                         r"\(.*\): rerun the overlap stage$"):
+        run_ipf(o, tmp_path / "without.json", [1])

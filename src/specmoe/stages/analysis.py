@@ -26,6 +26,12 @@ log = logging.getLogger("specmoe")
 # without a repeated token, a prompt slice's full windows); fewer give no numbers
 MIN_WINDOWS = 2
 
+# the per-request pieces the overlap stage writes (its "per_request", in this order) and the IPF
+# stage resamples for the interval of its error: one list, so the IPF stage refuses a file lacking
+# any of them with one line instead of a KeyError
+PER_REQUEST_PIECES = ("request", "sequence_sums", "sequence_pairs", "unique_sum", "full_windows",
+                      "window_sums", "window_pairs", "loads", "tokens")
+
 
 ROUTINGS = {  # routing assumption -> (verify column, decode column) of the unique-experts table
     "uniform i.i.d. (prior model)": ("verify_uniform", "decode_uniform"),
@@ -124,10 +130,9 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
     load_ids, loads, tokens = overlap.request_loads(tr)
     if not np.array_equal(load_ids, units["request"]):
         raise ValueError("the requests of the loads and of the committed sequences differ")
-    per_request = {"request": units["request"], "sequence_sums": units["sums"][:, :ws.k_draft],
-                   "sequence_pairs": units["pairs"][:, :ws.k_draft], "unique_sum": u_sum,
-                   "full_windows": u_n, "window_sums": w_sums, "window_pairs": w_pairs,
-                   "loads": loads, "tokens": tokens}
+    per_request = dict(zip(PER_REQUEST_PIECES, (
+        units["request"], units["sums"][:, :ws.k_draft], units["pairs"][:, :ws.k_draft], u_sum,
+        u_n, w_sums, w_pairs, loads, tokens), strict=True))
     summary.update(window_interval_summary(overlap.window_intervals(tr, shuffle_null)))
     uniq = window_unique_table(ws.used, ws.q, ws.num_experts, ws.top_k, ws.k_draft, batch_sizes,
                                by_request=(u_use, u_n))
@@ -338,10 +343,11 @@ def ipf_error_intervals(ov: dict, fits: dict, pred: dict, seq: np.ndarray,
     if not pr:
         raise InputError("the overlap results have no per-request pieces (written by an older "
                          "overlap stage, or by hand): rerun the overlap stage")
-    lacking = [key for key in ("window_sums", "window_pairs", "loads", "tokens") if key not in pr]
+    lacking = [key for key in PER_REQUEST_PIECES if key not in pr]
     if lacking:
         raise InputError(f"the overlap results' per-request pieces lack {', '.join(lacking)} "
-                         "(written by an older overlap stage): rerun it")
+                         "(written by an older overlap stage, or by hand): rerun the overlap "
+                         "stage")
     w, measured = ipf.measured_resamples(pr)
     err_ci = {}
     if "uniform_sequence" in fits:
