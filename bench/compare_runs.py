@@ -1,8 +1,8 @@
 """Are two runs of one configuration the same, bit for bit, where they should be?
 
 Compares run directories A and B (each with results/): the sha256 of every model file (weights,
-config, tokenizer, token arrays; a manifest too, unless it is a training's, which records its wall
-time and when it ran) and of every trace's Parquet file (a captured trace records its engine's
+config, tokenizer, token arrays, manifests; a training's manifest without its wall time and when
+it ran, MANIFEST_TIMINGS) and of every trace's Parquet file (a captured trace records its engine's
 start-up and generation times: of it, the columns, expert ids, router weights and its metadata
 besides those times, TRACE_TIMINGS), the tokens of every SD check, every non-timing table's CSV
 with its provenance line, and every timing table's CSV without its provenance line and without
@@ -68,6 +68,10 @@ MANIFEST = "manifest.json"
 # capture's seconds (start-up, generation, the capture's own); everything else is compared
 TRACE_TIMINGS = {"provenance": ("engine_start",), "capture": ("startup_s", "generate_s",
                                                               "capture_s")}
+# the times a training's manifest holds (results/models/*/manifest.json): its wall time (top
+# level, part None) and when it ran; its losses, parameters, tokens seen, tokenizer digest,
+# architecture and training settings are compared
+MANIFEST_TIMINGS = {None: ("wall_s",), "provenance": ("created",)}
 SD_CHECK_FIELDS = ("sd_equals_plain", "mismatched_prompts", "sd_token_ids", "plain_token_ids",
                    "prompt_ids")
 
@@ -118,21 +122,32 @@ def timed_manifest(p: Path) -> bool:
         return False  # not a manifest the pipeline wrote: compared as any file
 
 
-def trace_timings(meta: dict) -> tuple[dict, list[str]]:
-    """A trace's metadata without its times (TRACE_TIMINGS), and which of those it held."""
-    meta, held = dict(meta), []
-    for part, keys in TRACE_TIMINGS.items():
-        if isinstance(meta.get(part), dict):
-            meta[part] = dict(meta[part])
-            held += [f"{part}.{k}" for k in keys if meta[part].pop(k, None) is not None]
-    return meta, held
+def without_timings(record: dict, timings: dict) -> tuple[dict, list[str]]:
+    """A record (a trace's metadata, a training's manifest) without its times (`timings`: part ->
+    keys, part None for the top level; TRACE_TIMINGS, MANIFEST_TIMINGS), and which it held."""
+    record, held = dict(record), []
+    for part, keys in timings.items():
+        if part is None:
+            held += [k for k in keys if record.pop(k, None) is not None]
+        elif isinstance(record.get(part), dict):
+            record[part] = dict(record[part])
+            held += [f"{part}.{k}" for k in keys if record[part].pop(k, None) is not None]
+    return record, held
+
+
+def _manifest(p: Path, q: Path) -> tuple[bool, str]:
+    """Two manifests of which one or both are a training's (timed): the same values besides
+    their times (MANIFEST_TIMINGS)."""
+    (ma, held_a), (mb, held_b) = (without_timings(json.loads(x.read_text()), MANIFEST_TIMINGS)
+                                  for x in (p, q))
+    return ma == mb, f"all but {', '.join(sorted(set(held_a + held_b)))}"
 
 
 def _trace(p: Path, q: Path) -> tuple[bool, str]:
     """Two traces: the same Parquet bytes; where either records times (a captured trace), the
     same columns, expert ids, router weights and metadata besides its times."""
     ta, tb = read_trace(p, with_weights=True), read_trace(q, with_weights=True)
-    (ma, held_a), (mb, held_b) = trace_timings(ta.meta), trace_timings(tb.meta)
+    (ma, held_a), (mb, held_b) = (without_timings(t.meta, TRACE_TIMINGS) for t in (ta, tb))
     if not held_a and not held_b:
         return sha(p) == sha(q), f"{len(ta)} rows, bytes"
     same = np.array_equal(ta.experts, tb.experts) and ta.columns.keys() == tb.columns.keys() \
@@ -216,10 +231,12 @@ def compare(a: Path, b: Path, renames: dict | None = None) -> list[tuple[str, bo
         raise InputError("no models/ or traces/ file in either run: nothing of theirs to compare "
                          "(give two complete runs' directories)")
     for rel in models:
-        if not both(rel) or (rel.name == MANIFEST and any(timed_manifest(root / rel)
-                                                          for root in (a, b))):
-            continue  # a training's record: its wall time and when it ran
-        out.append((str(rel), sha(a / rel) == sha(b / rel), sha(a / rel)[:16]))
+        if not both(rel):
+            continue
+        if rel.name == MANIFEST and any(timed_manifest(root / rel) for root in (a, b)):
+            out.append((str(rel), *_manifest(a / rel, b / rel)))  # a training's: but its times
+        else:
+            out.append((str(rel), sha(a / rel) == sha(b / rel), sha(a / rel)[:16]))
     for rel in traces:
         if both(rel):
             out.append((str(rel), *_trace(a / rel, b / rel)))

@@ -102,7 +102,7 @@ def test_a_file_only_one_run_has_and_a_non_timing_column_of_a_timing_table_are_d
     args = [sys.executable, str(SCRIPT), str(a), str(b)]
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr  # te_sweep is a timing
-    for root in (a, b):  # a training's manifest: its wall time and when it ran (skipped)
+    for root in (a, b):  # a training's manifest: compared without its wall time and when it ran
         (root / "results" / "models" / "m").mkdir(parents=True)
         (root / "results" / "models" / "m" / "manifest.json").write_text(json.dumps(
             {"wall_s": len(str(root)), "provenance": {"created": str(root)}}))
@@ -124,7 +124,7 @@ def test_a_file_only_one_run_has_and_a_non_timing_column_of_a_timing_table_are_d
         in out
     assert "DIFF  sd_check/m/K3/x.json  (only in B)" in out
     assert "DIFF  tables/te_three_ways.csv  (1 rows, non-timing columns)" in out
-    assert "manifest" not in out
+    assert "same  models/m/manifest.json  (all but provenance.created, wall_s)" in out
 
 
 def test_a_value_beside_a_hash_in_a_cell_is_compared(tmp_path):
@@ -324,17 +324,32 @@ def test_a_captured_trace_is_compared_but_for_its_engines_times(tmp_path):
     assert r.returncode == 1 and "DIFF  traces/tiny/t.parquet" in r.stdout, r.stdout + r.stderr
 
 
-def test_a_model_manifest_no_training_timed_is_compared(tmp_path):
+def test_a_model_manifest_is_compared_but_for_a_trainings_times(tmp_path):
     """The tokenizer's and a random control's manifest hold no timing and no time: compared as
-    any model file; a training's (its wall time, and when it ran) is not."""
-    a, b = _run(tmp_path / "a", {}), _run(tmp_path / "b", {})
-    for root, loss in ((a, 7.5), (b, 7.6)):
-        for name, prov in (("tiny-random", {"stage": "random"}),
-                           ("tiny", {"stage": "train", "created": str(loss)})):
-            (root / "results" / "models" / name).mkdir(parents=True, exist_ok=True)
-            (root / "results" / "models" / name / "manifest.json").write_text(json.dumps(
-                {"heldout_loss": loss if name == "tiny-random" else 1.0, "provenance": prov}))
+    any model file. A training's is compared without its wall time and when it ran (wall_s,
+    provenance.created): it was skipped whole, so its held-out and training losses, parameters,
+    tokens seen, tokenizer digest, architecture and training settings were never compared."""
+    def manifest(root: Path, name: str, **values) -> None:
+        prov = {"stage": "train", "created": values.pop("created")} if "created" in values \
+            else {"stage": "random"}
+        (root / "results" / "models" / name).mkdir(parents=True, exist_ok=True)
+        (root / "results" / "models" / name / "manifest.json").write_text(json.dumps(
+            {"heldout_loss": 1.0, "train_loss": 1.2, "wall_s": 0.0, **values,
+             "provenance": prov}))
+
+    a, b, c = (_run(tmp_path / n, {}) for n in "abc")
+    manifest(a, "tiny-random", heldout_loss=7.5)
+    manifest(b, "tiny-random", heldout_loss=7.6)
+    manifest(c, "tiny-random", heldout_loss=7.5)
+    manifest(a, "tiny", wall_s=360.5, created="2026-12-07T15:52:34+00:00")
+    manifest(b, "tiny", wall_s=372.6, created="2026-12-07T16:01:02+00:00")
+    manifest(c, "tiny", heldout_loss=1.01, wall_s=360.5, created="2026-12-07T15:52:34+00:00")
     r = _compare(a, b)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "DIFF  models/tiny-random/manifest.json" in r.stdout
-    assert "models/tiny/manifest.json" not in r.stdout
+    assert "same  models/tiny/manifest.json  (all but provenance.created, wall_s)" in r.stdout, \
+        r.stdout
+    r = _compare(a, c)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "same  models/tiny-random/manifest.json" in r.stdout
+    assert "DIFF  models/tiny/manifest.json" in r.stdout, r.stdout
