@@ -920,23 +920,11 @@ def test_the_sequence_distances_are_one_constant(small_trace):
     assert points["seq_decay"] == pytest.approx(ci["decay"], abs=1e-12)
 
 
-def test_overlap_by_status_compares_within_a_draft_position(small_trace):
-    """Acceptance independent of routing, position 1 keeping position 0's experts (overlap 1) and
-    position 2 taking others (overlap 0): pooled over positions, accepted drafts (more of them at
-    position 1) showed 0.60 against 0.46 for first-rejected ones, a gap made by the mix of
-    positions alone. Per draft position (SPEC: the same position only) the statuses agree, each
-    mean with its interval over resampled requests."""
-    from specmoe.routing.overlap import overlap_by_status
+def _windows_trace(sets: list, acc: list, k: int, requests: int, steps: int):
+    """A one-layer trace of 16 experts from each row's expert set and each window's accepted
+    count (requests x steps windows of K + 1 rows, in order), validated; and its positions."""
     from specmoe.routing.trace import Trace, status_for
 
-    rng = np.random.default_rng(0)
-    k, requests, steps = 2, 30, 20
-    sets, acc = [], []
-    for _ in range(requests * steps):
-        a = rng.choice(3, p=[0.2, 0.3, 0.5])
-        base = rng.choice(16, 4, replace=False)
-        sets += [base[:2], base[:2], base[2:]]
-        acc += [a] * (k + 1)
     acc = np.array(acc, np.int8)
     pos = np.tile(np.arange(k + 1, dtype=np.int8), requests * steps)
     cols = {"request": np.repeat(np.arange(requests, dtype=np.int32), steps * (k + 1)),
@@ -946,6 +934,26 @@ def test_overlap_by_status_compares_within_a_draft_position(small_trace):
     tr = Trace(experts=np.array(sets, np.uint8)[:, None, :], columns=cols, num_experts=16,
                k_draft=k)
     tr.validate()
+    return tr, pos
+
+
+def test_overlap_by_status_compares_within_a_draft_position(small_trace):
+    """Acceptance independent of routing, position 1 keeping position 0's experts (overlap 1) and
+    position 2 taking others (overlap 0): pooled over positions, accepted drafts (more of them at
+    position 1) showed 0.60 against 0.46 for first-rejected ones, a gap made by the mix of
+    positions alone. Per draft position (SPEC: the same position only) the statuses agree, each
+    mean with its interval over resampled requests."""
+    from specmoe.routing.overlap import overlap_by_status
+
+    rng = np.random.default_rng(0)
+    k, requests, steps = 2, 30, 20
+    sets, acc = [], []
+    for _ in range(requests * steps):
+        a = rng.choice(3, p=[0.2, 0.3, 0.5])
+        base = rng.choice(16, 4, replace=False)
+        sets += [base[:2], base[:2], base[2:]]
+        acc += [a] * (k + 1)
+    tr, pos = _windows_trace(sets, acc, k, requests, steps)
     rows = {(r["draft_position"], r["status"]): r for r in overlap_by_status(tr)}
     assert set(rows) == {(1, "accepted"), (1, "first_rejected"), (2, "accepted"),
                          (2, "first_rejected"), (2, "after_rejection")}
@@ -969,7 +977,6 @@ def test_overlap_by_status_resamples_only_the_requests_with_drafts_in_the_cell()
     an interval where the cell has every request."""
     from specmoe.routing import bootstrap
     from specmoe.routing.overlap import overlap_by_status
-    from specmoe.routing.trace import Trace, status_for
 
     k, requests, steps = 2, 30, 4
     rng = np.random.default_rng(1)
@@ -981,15 +988,7 @@ def test_overlap_by_status_resamples_only_the_requests_with_drafts_in_the_cell()
             third = (base[2:] if r == 0 else base[:2]) if (s == 0 and r < 2) else base[1:3]
             sets += [base[:2], base[:2], third]
             acc += [a] * (k + 1)
-    acc = np.array(acc, np.int8)
-    pos = np.tile(np.arange(k + 1, dtype=np.int8), requests * steps)
-    cols = {"request": np.repeat(np.arange(requests, dtype=np.int32), steps * (k + 1)),
-            "step": np.tile(np.repeat(np.arange(steps, dtype=np.int32), k + 1), requests),
-            "position": pos, "accepted": acc, "n_drafts": np.full(acc.size, k, np.int8),
-            "status": status_for(pos, acc), "token_id": np.arange(acc.size, dtype=np.int32)}
-    tr = Trace(experts=np.array(sets, np.uint8)[:, None, :], columns=cols, num_experts=16,
-               k_draft=k)
-    tr.validate()
+    tr, pos = _windows_trace(sets, acc, k, requests, steps)
     rows = {(r["draft_position"], r["status"]): r for r in overlap_by_status(tr)}
     few = rows[(2, "first_rejected")]
     assert few["n_requests"] == 2 < bootstrap.MIN_REQUESTS and few["mean"] == 0.5
