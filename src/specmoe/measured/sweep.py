@@ -12,7 +12,8 @@ length:
   `engine_log_sd_df`, engines - 1 per series measured), with Welch-Satterthwaite degrees of
   freedom. That spread is the machine's it was measured on (`engine_log_sd_device`): a series
   swept on another device takes none (engine_spread_on), its error the repeats' alone. A
-  series measured once per batch size falls back to the client's per-request spread;
+  series measured once per batch size has no interval (series_estimates: the requests of one
+  measurement share its engine steps, not independent units);
 - speedup(B) = TPOT_noSD(B) / TPOT_SD(B) with a 95% interval (log scale, t quantile with
   Welch-Satterthwaite degrees of freedom);
 - tau(B): mean acceptance length of the SD series' repeats (tokens per step, bonus token included),
