@@ -158,11 +158,11 @@ def smoke(a: argparse.Namespace) -> int:
     run = {"model": "smoke", "drafter": "draft", "k": a.k, "dataset": a.dataset}
     served = Named({"target": str(target), "drafter": str(drafter), "prompts": []})
 
-    def engine_job(record, job, settings, **outputs):
+    def engine_job(record, job, settings, prompting=None, **outputs):
         """A stage's arguments as its rule gives them (the embedded prompt table)."""
         return dict(inputs=served, outputs=Named({k: str(v) for k, v in outputs.items()}),
                     params=record(job=job, settings=settings, method=None, gpu=True,
-                                  prompts=DEFAULT_SOURCE, prompting={}))
+                                  prompts=DEFAULT_SOURCE, prompting=prompting or {}))
 
     cap = {"prompts": a.prompts, "max_tokens": a.max_tokens, "max_num_seqs": a.prompts,
            "dtype": "auto"}
@@ -186,7 +186,8 @@ def smoke(a: argparse.Namespace) -> int:
                      {"schedule": [{"batch": 1, "prompts": 8}], "output_len": a.max_tokens,
                       "warmups": 1, "repeats": 1, "startup_timeout_s": 900,
                       "max_model_len": 2048, "dtype": "auto"},
-                     json=out / "sweep.json"),
+                     # a series' contract sets it (Config.draft_slack: K + 1 at its one K)
+                     prompting={"draft_slack": a.k + 1}, json=out / "sweep.json"),
         log=str(out / "sweep.log")))
     checks = {"capture_eager": steps["capture_eager"]["ok"],
               "capture_defaults": steps["capture_defaults"]["ok"],

@@ -358,7 +358,7 @@ def _swept_engines(checkpoint, tmp_path, monkeypatch, k: int, largest: int,
              "output_len": 16, "warmups": 0, "repeats": 1, "startup_timeout_s": 10}
     params = SweepSdParams(job={"model": "t", "drafter": "d", "k": k, "datasets": ["tinybench"]},
                            settings=sweep, method=method, gpu=False,
-                           prompts=prompt_table.DEFAULT_SOURCE, prompting={})
+                           prompts=prompt_table.DEFAULT_SOURCE, prompting={"draft_slack": k + 1})
     with pytest.raises(Stop):
         sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)
@@ -390,7 +390,7 @@ def test_a_longer_job_runtime_keeps_the_series_config_hash(tmp_path, monkeypatch
         params = SweepArParams(job={"model": "t", "k": None, "datasets": ["tinybench"]},
                                settings=sweep,
                                method=None, gpu=False, prompts=prompt_table.DEFAULT_SOURCE,
-                               prompting={})
+                               prompting={"draft_slack": 0})
         with pytest.raises(Stop):
             sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
                         Named({"json": str(tmp_path / "s.json")}), params, runtime=runtime)
@@ -426,12 +426,36 @@ def _alone_series(checkpoint, tmp_path, monkeypatch, model: str, prompting=None)
              "repeats": 1, "startup_timeout_s": 10}
     params = SweepArParams(job={"model": model, "k": None, "datasets": ["tinybench"]},
                            settings=sweep, method=None, gpu=False,
-                           prompts=prompt_table.DEFAULT_SOURCE, prompting=prompting or {})
+                           prompts=prompt_table.DEFAULT_SOURCE,
+                           prompting=prompting or {"draft_slack": 0})
     with pytest.raises(Stop):
         sweep_stage(Named({"target": str(checkpoint), "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)
     return kept[0]
 
+
+def test_a_series_whose_prompting_names_no_draft_slack_is_refused(tmp_path, monkeypatch,
+                                                                  checkpoint):
+    """A series' contract always sets its prompting's draft_slack (Config.draft_slack); the stage
+    fell back to a default of its own (K + 1, 0 without SD), a second one beside the
+    configuration's that differs from it for a drafter swept at more than one K."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepSdParams
+    from specmoe.errors import InputError
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import sweep_stage
+
+    monkeypatch.setattr(serving, "run_series", lambda *a, **kw: pytest.fail("ran a series"))
+    sweep = {"schedule": [{"batch": 1, "prompts": 2}], "output_len": 16, "warmups": 0,
+             "repeats": 1, "startup_timeout_s": 10}
+    params = SweepSdParams(job={"model": "t", "drafter": "d", "k": 3, "datasets": ["tinybench"]},
+                           settings=sweep, method=None, gpu=False,
+                           prompts=prompt_table.DEFAULT_SOURCE,
+                           prompting={"chat_template": {"tinybench": False}})
+    with pytest.raises(InputError, match="names no draft_slack") as err:
+        sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
+                    Named({"json": str(tmp_path / "s.json")}), params)
+    assert "\n" not in str(err.value)
 
 def test_a_series_moved_to_other_gpus_measures_every_point_again(tmp_path, monkeypatch,
                                                                   checkpoint, request):
@@ -667,7 +691,7 @@ def test_a_series_records_each_engines_model_runner_and_graph_mode(recorder, che
              "repeats": 1, "startup_timeout_s": 10}
     params = SweepSdParams(job={"model": "t", "drafter": "d", "k": 3, "datasets": ["tinybench"]},
                            settings=sweep, method=None, gpu=False,
-                           prompts=prompt_table.DEFAULT_SOURCE, prompting={})
+                           prompts=prompt_table.DEFAULT_SOURCE, prompting={"draft_slack": 4})
     for run in range(2):  # measured, then every point reused
         sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)

@@ -102,9 +102,11 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
                            draft_alone=drafter_dir is None,
                            **engine_opts(sweep_cfg))
     # the tokens kept free for drafts: the same in the model's series with and without SD, so
-    # that they measure the same prompts
-    reserved = settings.output_len + int((prompting or {}).get(
-        "draft_slack", k + 1 if k else 0))
+    # that they measure the same prompts (Config.draft_slack, which the series' contract sets)
+    if "draft_slack" not in (prompting or {}):
+        raise InputError(f"sweep of {series['model']}: its prompting names no draft_slack (the "
+                         "tokens kept free for drafts, which a series' contract sets)")
+    reserved = settings.output_len + int(prompting["draft_slack"])
     # one prompt set for every point: the smallest point's prompts; larger points cycle through it
     texts, fit = {}, {}
     for ds in series["datasets"]:
