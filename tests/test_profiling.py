@@ -543,6 +543,38 @@ def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
     assert out["drafter_us_per_step"] == pytest.approx(100.0)  # not 5
 
 
+def test_a_step_with_an_unrecorded_drafter_forward_is_left_out_of_the_drafter_time(tmp_path):
+    """A hand-made CUDA trace: after each steady target step three drafter forwards of 10 us of
+    kernels each; in one steady step one forward's kernel was not recorded. The rest of that
+    step were summed (20 us), so the drafter time per step read 25 us where each step drafted
+    30: the step is left out of the mean as a target step without kernels is, and counted."""
+    import json
+
+    from specmoe.runtime.kernelprof import WARMUP_STEPS, summarise
+
+    events, ts, corr = [], 0, 0
+    steps = WARMUP_STEPS + 2
+    for n in range(steps):
+        events.append(X(label("target", 1, 4, 1), "user_annotation", ts, 10))
+        corr += 1
+        events.append(X("cudaLaunchKernel", "cuda_runtime", ts + 1, 2, correlation=corr))
+        events.append(X("fused_moe_kernel", "kernel", ts + 20, 100, tid=99, correlation=corr))
+        for j in range(3):  # the drafter's forwards, 10 us of kernels each
+            at = ts + 200 + 50 * j
+            events.append(X(label("drafter", 1, 1, 0), "user_annotation", at, 5))
+            corr += 1
+            events.append(X("cudaLaunchKernel", "cuda_runtime", at + 1, 2, correlation=corr))
+            if not (n == steps - 1 and j == 1):  # one forward of the last step: no kernel
+                events.append(X("sm90_xmma_gemm", "kernel", at + 10, 10, tid=99,
+                                correlation=corr))
+        ts += 1000
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    out = summarise(path, batch=1, window=4)
+    assert out["drafter_us_per_step"] == pytest.approx(30.0)
+    assert out["drafter_steps_without_kernels"] == 1
+
+
 def test_profiled_te_has_its_interval_over_engine_starts():
     """TE's interval comes from its spread over engine starts, the independent unit (the steps
     of one start share its state: two default runs' one-start intervals at batch 4, 0.50 [0.44,
@@ -795,7 +827,8 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     assert sum(e.name == "aten::addmm" for e in steps[1].events) == 1       # the LM head
     # the drafting after the step: EAGLE-3's FC (in its own range) and the drafter's forward
     assert sum(e.name == "aten::linear" for e in steps[2].events) == 1
-    assert drafter_per_step(steps, steps[:1]) == pytest.approx(steps[2].dur_us + steps[3].dur_us)
+    assert drafter_per_step(steps, steps[:1]) == (pytest.approx(steps[2].dur_us
+                                                               + steps[3].dur_us), 0)
     assert not {"forward", "compute_logits"} & set(vars(runner.model))  # its own methods again
     assert not {"forward", "combine_hidden_states"} & set(vars(runner.speculator.model))
     assert "sample" not in vars(runner)

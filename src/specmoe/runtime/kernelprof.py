@@ -266,9 +266,13 @@ def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
     if missing:
         log.warning("%s: %d steady step(s) without recorded kernels left out", trace_path,
                     missing)
-    return {"steps": target, "drafter_us_per_step": drafter_per_step(steps, target),
+    drafter_us, drafter_missing = drafter_per_step(steps, target)
+    if drafter_missing:
+        log.warning("%s: %d steady step(s) with a drafter range without recorded kernels left "
+                    "out of the drafter time", trace_path, drafter_missing)
+    return {"steps": target, "drafter_us_per_step": drafter_us,
             "wall_us": sum(s.time_us for s in target) / len(target),
-            "steps_without_kernels": missing}
+            "steps_without_kernels": missing, "drafter_steps_without_kernels": drafter_missing}
 
 
 def following(steps: list[profiling.Step], role: str) -> dict[int, list[profiling.Step]]:
@@ -305,8 +309,12 @@ def with_heads(steps: list[profiling.Step]) -> list[profiling.Step]:
     return out
 
 
-def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) -> float:
-    """Mean drafter time per steady target step. Each drafter range (a forward or its LM head)
+def drafter_per_step(steps: list[profiling.Step],
+                     steady: list[profiling.Step]) -> tuple[float, int]:
+    """Mean drafter time per steady target step, and the steady steps left out of it because one
+    of their drafter ranges has no time (on CUDA, none of its kernels was recorded: the step's
+    other ranges alone would undercount its drafting, silently; such a step is left out as a
+    target step without kernels is, summarise). Each drafter range (a forward or its LM head)
     belongs to the target step it follows (following: vLLM drafts the next window after the
     verify pass of the same engine step), so a non-steady step in between keeps its own
     drafting; steady steps that drafted nothing (the last step of a request) are left out of the
@@ -314,12 +322,14 @@ def drafter_per_step(steps: list[profiling.Step], steady: list[profiling.Step]) 
     drafter time (a profile without drafting, or whose drafter kernels were not recorded): no
     drafter time is no measurement, not a free drafter (profile_summary refuses it)."""
     own = following(steps, "drafter")
-    per = []
+    per, missing = [], 0
     for t in steady:
-        times = [d.time_us for d in own.get(id(t), []) if math.isfinite(d.time_us)]
-        if times:
+        times = [d.time_us for d in own.get(id(t), [])]
+        if not all(math.isfinite(x) for x in times):
+            missing += 1
+        elif times:
             per.append(sum(times))
-    return float(np.mean(per)) if per else float("nan")
+    return (float(np.mean(per)) if per else float("nan")), missing
 
 
 def profile_model(target_dir, drafter_dir, k: int, batches: list[int], texts: list[str],
@@ -435,6 +445,9 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                      "verify_steps": len(ver_steps), "decode_wall_us": dec_wall,
                      # steady steps left out for want of recorded kernels (CUDA), all starts
                      "steps_without_kernels": sum(x["steps_without_kernels"] for x in dec + ver),
+                     # steady verify steps left out of the drafter time (drafter_per_step)
+                     "drafter_steps_without_kernels": sum(v["drafter_steps_without_kernels"]
+                                                          for v in ver),
                      "verify_wall_us": float(np.mean([v["wall_us"] for v in ver])),
                      "drafter_us_per_step": float(np.mean([v["drafter_us_per_step"]
                                                            for v in ver])),
