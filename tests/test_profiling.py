@@ -1178,6 +1178,43 @@ def _starts(pairs):
     return [(ev(*d), ev(*v)) for d, v in pairs]
 
 
+def test_other_time_which_holds_the_device_idle_time_may_fall_from_decode_to_verify():
+    """Every class's verify/decode ratio was bounded to [1, inf), but "other" holds the device's
+    idle time between kernels (and the host's between ops), which verify's longer kernels fill:
+    hand-made CUDA traces of three starts whose two kernels launch at 0 and about 10 us, 1 us
+    each in decode and 2.5 us in verify, left other 9 -> 7.5 us, a ratio of 0.83 with a tight
+    interval, blanked as "below 1: not physical". Only the work classes cannot fall."""
+    from specmoe.measured.profiling import compare_starts
+    from specmoe.report.measured import kernel_rows
+
+    def trace(kernel_us, second_at, window):
+        events, corr, ts = [], 0, 0
+        for _ in range(3):
+            events.append(X(label("target", 1, window, 1), "user_annotation", ts, 12))
+            for at, name in ((0, "fused_moe_kernel"), (second_at, "flash_fwd_kernel")):
+                corr += 1
+                events.append(X("cudaLaunchKernel", "cuda_runtime", ts + at, 1,
+                                correlation=corr))
+                events.append(X(name, "kernel", ts + at + 0.5, kernel_us, tid=99,
+                                correlation=corr))
+            ts += 1000
+        return mean_events(steps_from_chrome_trace({"traceEvents": events}))
+
+    starts = [(trace(1.0, at, 1), trace(2.5, at, 4)) for at in (10.0, 10.1, 9.9)]
+    b = {**compare_starts(starts), "batch": 1}
+    assert b["classes"]["other"]["decode_us"] == pytest.approx(9.0)
+    assert b["classes"]["other"]["verify_us"] == pytest.approx(7.5)
+    rows = {r["class"]: r for r in kernel_rows({"model": "m"}, b, None)}
+    assert rows["other"]["ratio_status"] == "ok"
+    assert rows["other"]["ratio"] == pytest.approx(7.5 / 9, rel=1e-3)
+    assert rows["other"]["ratio_low"] < rows["other"]["ratio"] < rows["other"]["ratio_high"] < 1
+    for work in ("moe", "attention"):  # a work class's time still cannot fall
+        assert rows[work]["ratio"] == pytest.approx(2.5)
+    b["classes"]["attention"] = {**b["classes"]["other"]}
+    rows = {r["class"]: r for r in kernel_rows({"model": "m"}, b, None)}
+    assert rows["attention"]["ratio_status"] == "below 1: not physical"
+
+
 def test_the_moe_share_and_its_interval_stay_inside_0_and_1():
     """The MoE share's interval was taken on the log scale, which has no upper limit: per-start
     shares 0.9, 0.99 and 0.6 gave 0.812 [0.419, 1.571], printed as '0.81 [0.42, 1.57] of time',
