@@ -23,7 +23,8 @@ def speedup(ds, te, tau, s):
     return {"run": run(ds), "shape": "peak at low batch", "timing": "client", "margin": 0.05,
             "rows": [
         {"batch": 1, "tpot_ar_ms": 10.0, "tpot_sd_ms": 10.0 / s, "tpot_ar_p99_ms": 11.0,
-         "tpot_sd_p99_ms": 11.0, "speedup": s, "tau": tau, "draft_cost": 0.1, "te_sweep": te,
+         "tpot_sd_p99_ms": 11.0, "speedup": s, "tau": tau, "tau_low": tau - 0.05,
+         "tau_high": tau + 0.05, "draft_cost": 0.1, "te_sweep": te,
          "te_sweep_low": te - 0.1, "te_sweep_high": min(te + 0.1, 1.0), "te_sweep_status": "ok",
          "speedup_low": s * 0.97, "speedup_high": s * 1.03,
          "position_acceptance": [0.7, 0.5, 0.3]}]}
@@ -229,3 +230,51 @@ def test_a_cpu_sweep_on_a_node_with_a_gpu_is_a_cpu_sweep(tmp_path):
     sp["provenance"]["measured"]["engine"] = "vllm 0.32.0"
     with pytest.raises(InputError, match="names no device"):
         build_measured_tables([dump(tmp_path, "s", sp)], [], [])
+
+
+def test_tau_keeps_its_interval_and_the_te_with_the_profiled_c_takes_it():
+    """The sweep's TE took the acceptance length's interval but kept none of it: the speedup table
+    showed tau without one, and the TE with the profiled c (te_sweep_profiled_c) took tau as
+    exact. Repeats of tau 2.0, 2.5 and 3.0 (interval [1.26, 3.74]), a speedup of 1.5 [1.45, 1.55]
+    and a profiled c of 0.1 [0.09, 0.11] gave 0.638 [0.615, 0.661], "ok", where tau's interval
+    alone moves TE over [0.42, 1.35]: not identified."""
+    from specmoe.measured.sweep import TE_PAST_BOUND, mean_interval, speedup_curve
+    from specmoe.report.measured import speedup_row, te_three_ways_row
+    from specmoe.report.runs import run_cols
+
+    def series(tpots, taus=None):
+        out = []
+        for r, t in enumerate(tpots):
+            p = {"batch": 1, "repeat": r, "output_throughput": 1000.0 / t,
+                 "tpot_ms": {"mean": t, "median": t, "p99": t * 1.3}}
+            if taus:
+                p["sd"] = {"acceptance_length": taus[r], "per_position_acceptance": [0.5]}
+            out.append(p)
+        return out
+
+    taus = [2.0, 2.5, 3.0]
+    sp = speedup_curve(series([10.0, 10.2, 9.8]), series([6.0, 6.1, 5.9], taus),
+                       series([0.5, 0.51, 0.49]), 3, 0.05, "client", 0.0)
+    row = sp["rows"][0]
+    assert (row["tau_low"], row["tau_high"]) == pytest.approx(mean_interval(taus))
+    assert row["tau_low"] == pytest.approx(1.258, abs=1e-3)
+    rc = run_cols(run("d1"))
+    shown = speedup_row(rc, {**sp, "run": run("d1")}, row, False)
+    assert (shown["tau"], shown["tau_low"], shown["tau_high"]) == (
+        row["tau"], row["tau_low"], row["tau_high"])
+
+    b = summarised({"run": run("d1"), "batches": [{
+        "batch": 1, "te_profiled": 0.7, "moe_time_share": 0.33, "moe_time_ratio": 1.6,
+        "dense_time_ratio": 1.05, "draft_cost_profiled": 0.1, "device": "cuda",
+        "draft_cost_profiled_low": 0.09, "draft_cost_profiled_high": 0.11,
+        "classes": {}}]})["batches"][0]
+    sw = {**row, "tau": 2.5, "speedup": 1.5, "speedup_low": 1.45, "speedup_high": 1.55}
+    te = te_three_ways_row(rc, b, sw, None, np.nan)
+    assert te["te_sweep_profiled_c_raw"] == pytest.approx(1 / (2.5 / 1.5 - 0.1))
+    assert te["te_sweep_profiled_c_status"] == TE_PAST_BOUND
+    assert te["te_sweep_profiled_c_raw_low"] < 0.45 and te["te_sweep_profiled_c_raw_high"] > 1
+    # the same point with tau known exactly: the speedup's and c's intervals alone decide
+    exact = te_three_ways_row(rc, b, {**sw, "tau_low": 2.5, "tau_high": 2.5}, None, np.nan)
+    assert exact["te_sweep_profiled_c_status"] == "ok"
+    assert (exact["te_sweep_profiled_c_low"], exact["te_sweep_profiled_c_high"]) == \
+        pytest.approx((0.615, 0.661), abs=1e-3)

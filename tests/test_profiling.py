@@ -697,8 +697,8 @@ def test_profiled_shares_ratios_and_draft_cost_have_their_spread_over_engine_sta
     assert ks["dense_gemm"]["ratio"] == pytest.approx(59 / 49)  # the GEMM alone
 
     # te_sweep_profiled_c takes c's spread beside the speedup's
-    sw = {"tau": 2.0, "speedup": 1.6, "speedup_low": 1.55, "speedup_high": 1.65,
-          "te_sweep": 0.8}
+    sw = {"tau": 2.0, "tau_low": 2.0, "tau_high": 2.0, "speedup": 1.6, "speedup_low": 1.55,
+          "speedup_high": 1.65, "te_sweep": 0.8}
     row = te_three_ways_row({"model": "m"}, b, sw, None, float("nan"))
     bare = te_three_ways_row({"model": "m"}, {**b, "draft_cost_profiled_low": b[
         "draft_cost_profiled"], "draft_cost_profiled_high": b["draft_cost_profiled"]}, sw, None,
@@ -714,19 +714,26 @@ def test_profiled_shares_ratios_and_draft_cost_have_their_spread_over_engine_sta
 
 def test_te_from_the_sweep_with_profiled_c_combines_both_intervals():
     """D = tau / speedup - c takes each side's shifts from the speedup's and c's 95% ends in
-    root sum of squares; TE = 1 / D, unbounded where D's lower end reaches 0."""
+    root sum of squares, at tau's ends; TE = 1 / D, unbounded where D's lower end reaches 0."""
     from specmoe.report.measured import te_sweep_interval
 
-    te, lo, hi = te_sweep_interval(2.0, 1.6, 1.5, 1.7, 0.3, 0.2, 0.45)
+    te, lo, hi = te_sweep_interval(2.0, 2.0, 2.0, 1.6, 1.5, 1.7, 0.3, 0.2, 0.45)
     d = 2.0 / 1.6 - 0.3
     assert te == pytest.approx(1 / d)
     assert hi == pytest.approx(1 / (d - math.hypot(2.0 / 1.6 - 2.0 / 1.7, 0.15)))
     assert lo == pytest.approx(1 / (d + math.hypot(2.0 / 1.5 - 2.0 / 1.6, 0.1)))
-    assert te_sweep_interval(2.0, 1.6, 1.5, 1.7, 0.3, 0.3, 0.3)[1:] == pytest.approx(
+    assert te_sweep_interval(2.0, 2.0, 2.0, 1.6, 1.5, 1.7, 0.3, 0.3, 0.3)[1:] == pytest.approx(
         (1 / (2.0 / 1.5 - 0.3), 1 / (2.0 / 1.7 - 0.3)))
-    assert te_sweep_interval(2.0, 1.6, 1.5, 1.7, 0.3, 0.0, 1.5)[2] == math.inf
-    assert all(math.isnan(x) for x in te_sweep_interval(2.0, 1.6, 1.5, 1.7, 0.3,
+    assert te_sweep_interval(2.0, 2.0, 2.0, 1.6, 1.5, 1.7, 0.3, 0.0, 1.5)[2] == math.inf
+    assert all(math.isnan(x) for x in te_sweep_interval(2.0, 2.0, 2.0, 1.6, 1.5, 1.7, 0.3,
                                                         float("nan"), float("nan"))[1:])
+    # tau at its ends, as the sweep's own TE takes it: D's lower end at tau's lower end
+    _, lo, hi = te_sweep_interval(2.0, 1.8, 2.3, 1.6, 1.5, 1.7, 0.3, 0.2, 0.45)
+    assert hi == pytest.approx(1 / (1.8 / 1.6 - 0.3 - math.hypot(1.8 / 1.6 - 1.8 / 1.7, 0.15)))
+    assert lo == pytest.approx(1 / (2.3 / 1.6 - 0.3 + math.hypot(2.3 / 1.5 - 2.3 / 1.6, 0.1)))
+    # tau measured once (or a sweep that kept no interval of it): no interval
+    assert all(math.isnan(x) for x in te_sweep_interval(2.0, float("nan"), float("nan"), 1.6,
+                                                        1.5, 1.7, 0.3, 0.2, 0.45)[1:])
 
 
 # --- MoE blocks of vLLM's own model classes ------------------------------------------------------

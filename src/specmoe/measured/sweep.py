@@ -17,7 +17,7 @@ length:
 - speedup(B) = TPOT_noSD(B) / TPOT_SD(B) with a 95% interval (log scale, t quantile with
   Welch-Satterthwaite degrees of freedom);
 - tau(B): mean acceptance length of the SD series' repeats (tokens per step, bonus token included),
-  with the spread of the repeats as its error;
+  with its t interval over the repeats (tau_low, tau_high; none from one repeat);
 - c(B) = K * TPOT_drafter(B) / TPOT_noSD(B): the draft cost per SD step over the target's decode
   step, with the drafter timed alone (served without SD, same batch);
 - TE(B) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95% interval: each bound at the corner
@@ -431,8 +431,11 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
             spd_other = _mean(tpot(p, other) for p in a_pts) / _mean(tpot(p, other) for p in s_pts)
         except InputError:
             spd_other = float("nan")
+        # tau's 95% interval over the repeats (none from one repeat), kept beside it and taken
+        # by TE's (one repeat: its point, beside the TPOTs' missing intervals)
+        tau_iv = mean_interval(taus)
         te_raw = te_from_sweep(tau, spd.mean, c) if math.isfinite(c) else float("nan")
-        te_lo, te_hi = (te_interval(mean_interval(taus) if len(taus) > 1 else (tau, tau), k,
+        te_lo, te_hi = (te_interval(tau_iv if len(taus) > 1 else (tau, tau), k,
                                     a.interval(), s.interval(), d.interval())
                         if d else (float("nan"), float("nan")))
         status = te_status(te_raw, te_lo, te_hi, math.isfinite(c))
@@ -445,7 +448,8 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
                      "tpot_sd_p99_ms": _mean(p["tpot_ms"]["p99"] for p in s_pts),
                      "speedup": spd.mean, "speedup_low": lo, "speedup_high": hi,
                      "speedup_log_se": spd.log_se, "speedup_df": spd.df,
-                     "tau": tau, "tau_spread": max(taus) - min(taus),
+                     "tau": tau, "tau_low": tau_iv[0], "tau_high": tau_iv[1],
+                     "tau_spread": max(taus) - min(taus),
                      "position_acceptance": pos, "draft_cost": c,
                      "draft_cost_low": c_lo, "draft_cost_high": c_hi,
                      "te_sweep": te_raw if ok else float("nan"), "te_sweep_raw": te_raw,

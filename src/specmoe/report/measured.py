@@ -97,6 +97,7 @@ def speedup_row(rc: dict, sp: dict, r: dict, below: bool) -> dict:
         "timing": sp.get("timing", "client"),
         "speedup_client": r.get("speedup_client", r["speedup"]),
         "speedup_engine": r.get("speedup_engine", r["speedup"]), "tau": r["tau"],
+        "tau_low": r.get("tau_low", np.nan), "tau_high": r.get("tau_high", np.nan),
         "tau_spread": r.get("tau_spread", np.nan),
         "draft_cost": r["draft_cost"], "draft_cost_low": r.get("draft_cost_low", np.nan),
         "draft_cost_high": r.get("draft_cost_high", np.nan),
@@ -131,9 +132,10 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
            if sw else bounded_te("te_sweep", np.nan, np.nan, np.nan)),
         # the same sweep point with the drafter cost from profiling: serving the drafter
         # alone also times the engine's per-step work, which SD pays once, not K times
-        # (its interval from the speedup's and the profiled c's: te_sweep_interval)
+        # (its interval from tau's, the speedup's and the profiled c's: te_sweep_interval)
         **(bounded_te("te_sweep_profiled_c", *te_sweep_interval(
-            sw["tau"], *(sw.get(k, np.nan) for k in ("speedup", "speedup_low", "speedup_high")),
+            *(sw.get(k, np.nan) for k in ("tau", "tau_low", "tau_high", "speedup",
+                                          "speedup_low", "speedup_high")),
             *(b[k] for k in ("draft_cost_profiled", "draft_cost_profiled_low",
                              "draft_cost_profiled_high"))))
            if sw else bounded_te("te_sweep_profiled_c", np.nan, np.nan, np.nan)),
@@ -252,25 +254,28 @@ def gap_as_pct(step: dict) -> dict:
     return out
 
 
-def te_sweep_interval(tau: float, speedup: float, s_low: float, s_high: float, c: float,
-                      c_low: float, c_high: float) -> tuple[float, float, float]:
+def te_sweep_interval(tau: float, tau_low: float, tau_high: float, speedup: float,
+                      s_low: float, s_high: float, c: float, c_low: float,
+                      c_high: float) -> tuple[float, float, float]:
     """TE from a sweep point with a profiled draft cost (costmodel.te_from_sweep: TE = 1 / D,
-    D = tau / speedup - c), with its 95% interval from the speedup's and c's. The sweep and the
-    profile are independent measurements and D is a sum of one term from each (tau / speedup
-    and -c), so D's interval takes, on each side, the root sum of squares of the shift each
-    term's 95% end gives with the other at its point; TE's ends are 1 / D's (inf where D's
-    lower end reaches 0: no finite TE). c without spread (c_low = c_high = c: a profile from
-    before it had an interval) gives TE at the speedup's ends, as before; either interval
-    missing (NaN) gives none."""
+    D = tau / speedup - c), with its 95% interval from tau's, the speedup's and c's. tau is
+    taken at its interval's ends as the sweep's TE takes it (sweep.te_interval: D's lower end
+    at tau's lower end, its upper at tau's upper; tau and the speedup come from one series);
+    the sweep and the profile are independent measurements and D, at each end of tau, is a sum
+    of one term from each (tau / speedup and -c), so D's interval takes, on each side, the root
+    sum of squares of the shift each term's 95% end gives with the other at its point; TE's
+    ends are 1 / D's (inf where D's lower end reaches 0: no finite TE). c without spread (c_low
+    = c = c_high: a profile from before it had an interval) gives TE at tau's and the
+    speedup's ends; any interval missing (NaN: tau or the speedup measured once, a sweep from
+    before tau kept its interval) gives none."""
     te = _te_sweep(tau, speedup, c)
-    if not np.isfinite(speedup):
+    if not np.isfinite(speedup) or not (np.isfinite(tau_low) and np.isfinite(tau_high)):
         return te, np.nan, np.nan
     if c_low == c == c_high:
-        return te, _te_sweep(tau, s_low, c), _te_sweep(tau, s_high, c)
-    d = tau / speedup - c
-    down = np.hypot(d - (tau / s_high - c), c_high - c)  # NaN propagates: no interval
-    up = np.hypot(tau / s_low - c - d, c - c_low)
-    d_lo, d_hi = d - down, d + up
+        return te, _te_sweep(tau_high, s_low, c), _te_sweep(tau_low, s_high, c)
+    down = np.hypot(tau_low / speedup - tau_low / s_high, c_high - c)  # NaN: no interval
+    up = np.hypot(tau_high / s_low - tau_high / speedup, c - c_low)
+    d_lo, d_hi = tau_low / speedup - c - down, tau_high / speedup - c + up
     if not (np.isfinite(d_lo) and np.isfinite(d_hi)):
         return te, np.nan, np.nan
     return (te, 1 / d_hi if d_hi > 0 else np.inf, 1 / d_lo if d_lo > 0 else np.inf)
