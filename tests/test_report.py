@@ -1769,8 +1769,9 @@ def test_a_te_from_the_sweep_with_profiled_c_has_its_interval_and_bound():
     past the bound: now it carries the interval from the speedup's and is flagged with it."""
     from specmoe.report.measured import te_three_ways_row
 
-    sw = {"tau": 2.087, "speedup": 1.25, "speedup_low": 0.96, "speedup_high": 1.632,
-          "te_sweep": np.nan, "te_sweep_raw": 1.38, "te_sweep_status": "x"}
+    sw = {"tau": 2.087, "tau_low": 2.087, "tau_high": 2.087, "speedup": 1.25,
+          "speedup_low": 0.96, "speedup_high": 1.632, "te_sweep": np.nan, "te_sweep_raw": 1.38,
+          "te_sweep_status": "x"}
     from specmoe.measured.profiling import EAGER
 
     b = {"batch": 1, "draft_cost_profiled": 0.667, "draft_cost_profiled_low": 0.667,
