@@ -50,7 +50,7 @@ TIMING_COLUMNS = {
     "speedup_vs_batch": ("tpot_*", "speedup*", "draft_cost*", "te_sweep*", "shape", "direction",
                          "below_highest"),
     # a profiled value with its interval over engine starts, raw value and status (bounded_te)
-    "te_three_ways": ("te_sweep*", "te_profiled*", "gap_sweep_minus_costmodel", "moe_time_share*",
+    "te_three_ways": ("te_sweep*", "te_profiled*", "gap_sweep_minus_costmodel*", "moe_time_share*",
                       "draft_cost_profiled*"),
     "kernel_time_shares": ("decode_us", "verify_us", "decode_share*", "verify_share*", "ratio*"),
     "three_step_correction": ("te_sweep",),
@@ -83,7 +83,7 @@ def is_timing(table: str, column: str, step: int | None = None) -> bool:
     if table == "three_step_correction" and step:
         # a measured input with its interval, raw value and status (f, f_low, f_raw, f_status)
         cols += tuple(c for x in CORRECTION_INPUTS[:step] for c in (x, f"{x}_*")) + (
-            "te*", "delta", "gap_closed_pct")
+            "te*", "delta*", "gap_closed_pct*")
     return any(column == c or (c.endswith("*") and column.startswith(c[:-1])) for c in cols)
 
 

@@ -114,6 +114,54 @@ def test_the_three_step_correction_over_starts_is_the_starts_mean_of_each_starts
         cm.three_step_correction_over_starts(0.667, 2.4, f, s_moe[:2], s_dense)
 
 
+def test_each_steps_delta_and_share_of_the_gap_have_their_interval_over_the_starts():
+    """Each profiled step's TE had its interval over the engine starts, but its delta (the TE
+    less the step before's) and its share of the gap to the sweep's TE were printed bare. The
+    starts are paired (one start's f, S_moe and S_dense give all its steps): a delta's interval
+    is that of the starts' ratio of the two steps' TEs (profiling.over_starts, as a step's TE),
+    times the step before's TE over its interval; the gap's share takes the sweep TE's interval
+    too, by interval arithmetic on the ends, unbounded where the gap's interval reaches 0."""
+    from specmoe.measured.profiling import over_starts
+
+    f, s_moe, s_dense = [0.45, 0.55, 0.5], [1.3, 1.6, 1.45], [1.05, 1.2, 1.1]
+    out = cm.three_step_correction_over_starts(0.8, 2.0, f, s_moe, s_dense, measured=0.85,
+                                               measured_low=0.80, measured_high=0.90)
+    steps = out["steps"]
+    assert steps[0]["delta_low"] is None and steps[0]["gap_closed_low"] is None
+    for s in steps[1:]:
+        assert s["delta_low"] <= s["delta"] <= s["delta_high"]
+        assert s["gap_closed_low"] <= s["gap_closed"] <= s["gap_closed_high"]
+    base = steps[0]["te"]
+    # from the weight baseline, which has no interval: the step's TE interval less the baseline
+    assert (steps[1]["delta_low"], steps[1]["delta_high"]) == pytest.approx(
+        (steps[1]["te_low"] - base, steps[1]["te_high"] - base))
+    # step 2's TE interval overlaps step 1's, but in every start S_moe lies below the unique
+    # ratio (2), so every start's TE rises: the paired starts decide the sign
+    assert steps[1]["te_high"] > steps[2]["te_low"] and steps[2]["delta_low"] > 0
+    # step 3: the TE falls in every start but the starts' ratio's interval reaches past 1:
+    # its sign is not decided, though its point is negative
+    one = [cm.three_step_correction(0.8, 2.0, *p)["steps"] for p in zip(f, s_moe, s_dense)]
+    r = over_starts([o[3]["te"] / o[2]["te"] for o in one])
+    assert r[1] < 1 < r[2]
+    assert steps[3]["delta"] < 0 < steps[3]["delta_high"] and steps[3]["delta_low"] < 0
+    ends = [t * (x - 1) for t in (steps[2]["te_low"], steps[2]["te_high"]) for x in r[1:]]
+    assert (steps[3]["delta_low"], steps[3]["delta_high"]) == pytest.approx((min(ends),
+                                                                             max(ends)))
+    # the share of the gap (0.85 - base, the sweep's TE within [0.80, 0.90])
+    gaps = (0.80 - base, 0.90 - base)
+    corners = [d / g for d in (steps[2]["delta_low"], steps[2]["delta_high"]) for g in gaps]
+    assert (steps[2]["gap_closed_low"], steps[2]["gap_closed_high"]) == pytest.approx(
+        (min(corners), max(corners)))
+    # a sweep TE whose interval reaches down to the baseline: a gap that may be 0, no bound
+    wide = cm.three_step_correction_over_starts(0.8, 2.0, f, s_moe, s_dense, measured=0.85,
+                                                measured_low=0.5, measured_high=0.9)["steps"]
+    assert (wide[2]["gap_closed_low"], wide[2]["gap_closed_high"]) == (-math.inf, math.inf)
+    # a sweep TE without an interval: none for the share of the gap either
+    bare = cm.three_step_correction_over_starts(0.8, 2.0, f, s_moe, s_dense, measured=0.85)
+    assert all(math.isnan(s["gap_closed_low"]) for s in bare["steps"][1:])
+    assert bare["steps"][2]["delta_low"] == steps[2]["delta_low"]
+
+
 def test_te_curve_goes_compute_bound():
     d = cm.ModelDims.from_dims(hidden=2048, expert_intermediate=768, num_experts=128, top_k=8,
                                heads=32, kv_heads=4, head_dim=128, num_layers=48)

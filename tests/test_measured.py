@@ -278,3 +278,38 @@ def test_tau_keeps_its_interval_and_the_te_with_the_profiled_c_takes_it():
     assert exact["te_sweep_profiled_c_status"] == "ok"
     assert (exact["te_sweep_profiled_c_low"], exact["te_sweep_profiled_c_high"]) == \
         pytest.approx((0.615, 0.661), abs=1e-3)
+
+
+def test_the_correction_table_gives_each_delta_and_share_of_the_gap_its_interval(tmp_path):
+    """The three-step correction's delta and share of the gap closed, and te_three_ways' gap
+    from the sweep to the cost model, were printed bare beside intervals: three starts (f
+    0.45/0.55/0.5, S_moe 1.3/1.6/1.45, S_dense 1.08/1.04/1.06) now give every profiled step
+    delta_low/delta_high and gap_closed_pct_low/gap_closed_pct_high (costmodel's
+    three_step_correction_over_starts, with the sweep's TE interval), step 3's delta interval
+    holding 0, and the gap to the cost model the sweep TE's interval less the cost model's TE."""
+    from specmoe.measured.profiling import over_starts, share_over_starts
+    from specmoe.report.measured import correction_rows, te_three_ways_row
+
+    per = {"moe_time_share": [0.45, 0.55, 0.5], "moe_time_ratio": [1.3, 1.6, 1.45],
+           "dense_time_ratio": [1.08, 1.04, 1.06]}
+    b = summarised({"run": run("d1"), "batches": [{
+        "batch": 1, "te_profiled": 0.78, "draft_cost_profiled": 0.05, "device": "cuda",
+        "classes": {}, **{k: v[0] for k, v in per.items()}}]})["batches"][0]
+    for k, v in per.items():
+        point, lo, hi = (share_over_starts if k == "moe_time_share" else over_starts)(v)
+        b.update({k: point, f"{k}_low": lo, f"{k}_high": hi, f"{k}_per_start": v})
+    sw = speedup("d1", 0.85, 2.5, 1.6)["rows"][0]  # te_sweep 0.85 [0.75, 0.95]
+    cm = {"moe_weight_share": 0.8, "unique_ratio": 2.0}
+    rows = correction_rows({"model": "m"}, b, sw, cm)
+    assert [r["te_status"] for r in rows] == ["ok"] * 4
+    assert np.isnan(rows[0]["delta_low"]) and np.isnan(rows[0]["gap_closed_pct_low"])
+    for r in rows[1:]:
+        assert r["delta_low"] <= r["delta"] <= r["delta_high"]
+        assert r["gap_closed_pct_low"] <= r["gap_closed_pct"] <= r["gap_closed_pct_high"]
+    assert rows[2]["delta_low"] > 0                         # decided by the paired starts
+    assert rows[3]["delta"] < 0 < rows[3]["delta_high"]     # undecided
+    assert rows[3]["gap_closed_pct_low"] < 0 < rows[3]["gap_closed_pct_high"]
+    te = te_three_ways_row({"model": "m"}, b, sw, None, 0.61)
+    assert te["gap_sweep_minus_costmodel"] == pytest.approx(0.85 - 0.61)
+    assert (te["gap_sweep_minus_costmodel_low"], te["gap_sweep_minus_costmodel_high"]) == \
+        pytest.approx((0.75 - 0.61, 0.95 - 0.61))

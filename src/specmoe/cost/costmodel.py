@@ -7,6 +7,7 @@ Weights per GPU are counted per MoE layer: C_expert (gate, up, down of one route
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 
@@ -280,7 +281,9 @@ def _with_deltas(steps: list[dict], measured: float | None) -> dict:
 def three_step_correction_over_starts(moe_weight_share: float, unique_ratio: float,
                                       moe_time_share: list[float], moe_time_ratio: list[float],
                                       dense_time_ratio: list[float],
-                                      measured: float | None = None) -> dict:
+                                      measured: float | None = None,
+                                      measured_low: float | None = None,
+                                      measured_high: float | None = None) -> dict:
     """three_step_correction of a profile measured once per engine start (f, S_moe, S_dense: one
     value per start, in the same order). A step's te is the starts' geometric mean of each
     start's TE at that step (three_step_correction of that start), with its 95% interval over
@@ -290,7 +293,16 @@ def three_step_correction_over_starts(moe_weight_share: float, unique_ratio: flo
     model's where it does not), so te is not te_time_share of those columns (a mean of
     1 / ((1 - f) S_dense + f S_moe) is not that of the means). The weight baseline takes
     nothing measured: its TE is the weight model's, with no interval. delta and gap_closed
-    are those of three_step_correction, from the steps' te."""
+    are those of three_step_correction, from the steps' te, each with its 95% interval
+    (delta_low, delta_high, gap_closed_low, gap_closed_high; None on the baseline): the starts
+    are paired (one start's f, S_moe and S_dense give all its steps), so a delta's interval is
+    that of the step's TE over the step before's, the starts' ratio summarised as a step's TE
+    is (over_starts: its point is te / the step before's te, its sign decided by whether its
+    interval includes 1), times the step before's te over that step's interval (interval
+    arithmetic on the ends, conservative: the two are not independent); gap_closed's divides
+    that by the gap over the measured TE's interval (measured_low, measured_high: the sweep's,
+    independent of the profile), interval arithmetic on the ends again, unbounded (-inf, inf)
+    where the gap's interval reaches 0 and NaN where the measured TE has none."""
     per = list(zip(moe_time_share, moe_time_ratio, dense_time_ratio))
     if not per or len({len(moe_time_share), len(moe_time_ratio), len(dense_time_ratio)}) > 1:
         raise InputError("the three-step correction over engine starts needs one f, S_moe and "
@@ -308,7 +320,40 @@ def three_step_correction_over_starts(moe_weight_share: float, unique_ratio: flo
                       "s_moe": mean["s_moe"] if j >= 2 else unique_ratio,
                       "s_dense": mean["s_dense"] if j >= 3 else 1.0, "te": te,
                       "te_low": low, "te_high": high})
-    return _with_deltas(steps, measured)
+    out = _with_deltas(steps, measured)
+    nan = float("nan")
+    gap = ((measured_low - base["te"], measured_high - base["te"])
+           if measured is not None and measured_low is not None and measured_high is not None
+           else (nan, nan))
+    for j, s in enumerate(out["steps"]):
+        if not j:
+            s.update(delta_low=None, delta_high=None, gap_closed_low=None, gap_closed_high=None)
+            continue
+        ratio = over_starts([one[j]["te"] / one[j - 1]["te"] for one in starts])[1:]
+        prev = out["steps"][j - 1]
+        before = (prev["te"], prev["te"]) if prev["te_low"] is None else (prev["te_low"],
+                                                                          prev["te_high"])
+        delta = _product(before, tuple(r - 1 for r in ratio))
+        s.update(delta_low=delta[0], delta_high=delta[1],
+                 **dict(zip(("gap_closed_low", "gap_closed_high"), _quotient(delta, gap))))
+    return out
+
+
+def _product(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """The interval of x * y, x in a, y in b (interval arithmetic; NaN where an end is)."""
+    ends = [x * y for x in a for y in b]
+    return ((min(ends), max(ends)) if all(math.isfinite(x) for x in ends)
+            else (float("nan"), float("nan")))
+
+
+def _quotient(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """The interval of x / y, x in a, y in b (interval arithmetic): unbounded where b reaches
+    0, NaN where an end is."""
+    if not all(math.isfinite(x) for x in (*a, *b)):
+        return float("nan"), float("nan")
+    if b[0] <= 0 <= b[1]:
+        return -float("inf"), float("inf")
+    return _product(a, (1 / b[1], 1 / b[0]))
 
 
 # the routing assumption of the measured verification windows (temporal overlap included): the

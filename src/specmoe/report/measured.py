@@ -144,7 +144,12 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         "profile_mode": profile_mode(b),
         "verify_steps": b["verify_steps"],
         **bounded_te("te_costmodel", te_cm),
+        # the sweep's TE less the cost model's (a point: no interval), with the sweep TE's
+        # interval shifted by it (none where the sweep's TE is not a value)
         "gap_sweep_minus_costmodel": te_sw - te_cm,
+        **{f"gap_sweep_minus_costmodel{end}": (sw.get(f"te_sweep{end}", np.nan) - te_cm
+                                               if sw and np.isfinite(te_sw) else np.nan)
+           for end in ("_low", "_high")},
         # their 95% intervals over the engine starts; the MoE share within its physical range
         # [0, 1], flagged as the three-step correction flags its f (CORRECTION_INPUTS)
         **bounded("moe_time_share", b["moe_time_share"], b["moe_time_share_low"],
@@ -212,10 +217,17 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
     measured = _finite_or_none(sw["te_sweep"] if sw else None)
     corr = costmodel.three_step_correction_over_starts(
         cm["moe_weight_share"], cm["unique_ratio"], *(b[f"{k}_per_start"] for k in PER_START),
-        measured=measured)
+        measured=measured, **({"measured_low": sw.get("te_sweep_low", np.nan),
+                               "measured_high": sw.get("te_sweep_high", np.nan)}
+                              if measured else {}))
     rows = []
     for i, s in enumerate(corr["steps"]):
-        step = {k: s[k] for k in ("name", "f", "s_moe", "s_dense", "te", "delta", "gap_closed")}
+        # the delta's 95% interval over the paired starts, the gap's share's with the sweep
+        # TE's too (costmodel.three_step_correction_over_starts; none on the weight baseline):
+        # a sign is decided only where the interval leaves 0 out
+        step = {k: np.nan if s[k] is None and k.startswith("delta_") else s[k]
+                for k in ("name", "f", "s_moe", "s_dense", "te", "delta", "delta_low",
+                          "delta_high", "gap_closed", "gap_closed_low", "gap_closed_high")}
         interval = (s.get("te_low"), s.get("te_high"))  # the weight baseline: none
         row = {**rc, "batch": 1, **gap_as_pct(step), **bounded_te("te", s["te"], *interval),
                "te_sweep": corr["measured"], "profile_mode": profile_mode(b)}
@@ -229,8 +241,9 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
                                                            "_raw_high")})
             row.update(bounded(col, step[col], *own, **CORRECTION_INPUTS[col]))
         if rows and (row["te_status"] != "ok" or rows[-1]["te_status"] != "ok"):
-            row["delta"] = row["gap_closed_pct"] = np.nan  # a step to or from a TE that is not
-        rows.append(row)                                    # a value is no value either
+            # a step to or from a TE that is not a value is no value either, nor its interval
+            row.update({k: np.nan for k in GAP_COLUMNS})
+        rows.append(row)
     return rows
 
 
@@ -245,12 +258,25 @@ def profile_mode(b: dict) -> str:
                      for m in modes)
 
 
+# a correction step's change and share of the gap, with their intervals: none to or from a TE
+# that is not a value
+GAP_COLUMNS = ("delta", "delta_low", "delta_high", "gap_closed_pct", "gap_closed_pct_low",
+               "gap_closed_pct_high")
+
+
 def gap_as_pct(step: dict) -> dict:
     """A correction step with its share of the gap closed in percent (gap_closed_pct), as the
-    study and the replay give it: one format for the quantity in every table."""
-    out = {k: v for k, v in step.items() if k != "gap_closed"}
+    study and the replay give it: one format for the quantity in every table; with its interval
+    (gap_closed_pct_low, gap_closed_pct_high) where the step has one (gap_closed_low,
+    gap_closed_high), none where the share itself is none."""
+    ends = ("gap_closed_low", "gap_closed_high")
+    out = {k: v for k, v in step.items() if k != "gap_closed" and k not in ends}
     g = step.get("gap_closed")
-    out["gap_closed_pct"] = 100 * g if g is not None and np.isfinite(g) else np.nan
+    ok = g is not None and np.isfinite(g)
+    out["gap_closed_pct"] = 100 * g if ok else np.nan
+    if any(e in step for e in ends):
+        out.update({f"gap_closed_pct{e[10:]}": 100 * step[e] if ok and step[e] is not None
+                    else np.nan for e in ends})
     return out
 
 
@@ -292,3 +318,4 @@ def _te_sweep(tau: float, speedup: float, draft_cost: float) -> float:
 
 def _finite_or_none(x):
     return float(x) if x is not None and np.isfinite(x) else None
+
