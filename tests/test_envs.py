@@ -31,7 +31,10 @@ def test_every_rule_env_exists_and_installs_this_repository_with_a_known_extra()
         for e in filter(None, extra.rstrip("]").split(",")):
             assert e in EXTRAS, (name, e)
         py = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python="))
-        assert PYPROJECT["project"]["requires-python"] == ">=3.11" and py == "python=3.11"
+        # the tiny models train on the standard library's sources (specmoe.runtime.tiny): the
+        # environment that trains them pins Python's patch release, the others its minor one
+        assert PYPROJECT["project"]["requires-python"] == ">=3.11"
+        assert py == ("python=3.11.7" if name == "models.yaml" else "python=3.11"), name
 
 
 def test_engine_env_pins_and_the_torchvision_problem():

@@ -70,6 +70,48 @@ def test_corpus_digest_sees_content_and_place(tmp_path):
     (tmp_path / "b/x.py").write_text("x = 3\n")  # the two files swap folders
     assert tiny.corpus_digest(files, tmp_path) not in (before, edited)
 
+
+def stdlib_like(root, prefix: str):
+    """A stdlib-like folder installed at `prefix`: ordinary sources (one naming /usr, as 52 of
+    3.11's do), the build's configuration (_sysconfigdata_*.py) and python-config, the last two
+    holding the prefix as an installation writes them."""
+    files = {"os.py": "import sys\n", "json/__init__.py": "def dumps(o):\n    return str(o)\n",
+             "shutil.py": "PATH = '/usr/bin:/usr/local/bin'\n",
+             "_sysconfigdata__linux_x86_64-linux-gnu.py":
+                 f"build_time_vars = {{'prefix': '{prefix}',\n"
+                 f"                   'LIBDEST': '{prefix}/lib/python3.11'}}\n",
+             "config-3.11-x86_64-linux-gnu/python-config.py": f"#!{prefix}/bin/python3.11\n"}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_the_corpus_is_the_same_wherever_python_is_installed(tmp_path):
+    """Two installations of one Python version, at different prefixes (pyenv's folder; under
+    --sdm conda, an environment inside the checkout), give the same corpus: the same files and
+    the same digest. The build's own files, which hold the prefix, were in it (the stdlib
+    copied with only its prefix rewritten changed the digest, the tokenizer and the weights)."""
+    roots = [stdlib_like(tmp_path / "a", "/root/.pyenv/versions/3.11.7"),
+             stdlib_like(tmp_path / "b", "/work/.snakemake/conda/0123abcd")]
+    for heldout in (False, True):
+        every = 2  # both splits hold files of this small tree
+        lists = [tiny.corpus_files(heldout, every, r) for r in roots]
+        rel = [[str(p.relative_to(r)) for p in files] for files, r in zip(lists, roots)]
+        assert rel[0] == rel[1] and rel[0]
+        assert tiny.corpus_digest(lists[0], roots[0]) == tiny.corpus_digest(lists[1], roots[1])
+    every_file = [str(p.relative_to(roots[0])) for h in (False, True)
+                  for p in tiny.corpus_files(h, 2, roots[0])]
+    assert sorted(every_file) == ["json/__init__.py", "os.py", "shutil.py"]
+
+
+def test_no_file_of_this_pythons_corpus_names_the_folder_it_was_read_from():
+    """The real stdlib's corpus holds no path of its installation (its _sysconfigdata_ named
+    this interpreter's stdlib folder nine times)."""
+    root = str(tiny.corpus_root()).encode()
+    files = tiny.corpus_files(False, HELDOUT_EVERY) + tiny.corpus_files(True, HELDOUT_EVERY)
+    assert [p.name for p in files if root in p.read_bytes()] == []
+
 def test_encoding_in_batches_gives_each_files_ids_in_order_as_one_at_a_time(tmp_path):
     """tiny.encode encodes ENCODE_BATCH files at a time (on every core): the ids are those of
     each file encoded alone, EOS after each, in file order, cut at max_tokens, whether the cut

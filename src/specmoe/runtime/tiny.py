@@ -2,9 +2,10 @@
 
 Training text is the Python standard library's own sources, which exist on any machine with
 Python: every `*.py` file under `sysconfig.get_paths()["stdlib"]`, outside `site-packages`, `test`
-and `tests` folders. A file is held out when the SHA-1 of its path relative to the stdlib folder is
-0 mod `heldout_every` (the configuration's tiny.heldout_every, whose default is the schema's), so
-the split is fixed for a given Python version.
+and `tests` folders, less the files the interpreter's build writes for its own installation
+(INSTALL_FILES). A file is held out when the SHA-1 of its path relative to the stdlib folder is 0
+mod `heldout_every` (the configuration's tiny.heldout_every, whose default is the schema's), so the
+corpus and its split are those of the Python version, wherever it is installed.
 
 Models are Hugging Face Qwen3-MoE (targets) and Qwen3 (drafter) checkpoints that vLLM loads, sharing
 one byte-level BPE tokenizer. Training is bit-reproducible on one machine: seeds fix initialisation
@@ -44,15 +45,32 @@ def corpus_root(root: str | Path | None = None) -> Path:
     return Path(root or sysconfig.get_paths()["stdlib"])
 
 
+# The stdlib's files that its build writes for one installation: the build's configuration as
+# sysconfig reads it (_sysconfigdata_*.py) and the folder of python-config and the Makefile
+# (config-<version>-<platform>). They hold the install prefix (pyenv's folder; under `--sdm conda`,
+# the environment's folder inside the checkout), the compiler and its flags: in the corpus they
+# gave two installations of one Python version different tokenizers and weights. Left out by name,
+# not by whether a file holds the prefix: a prefix such as /usr appears in 52 ordinary stdlib
+# files of 3.11, which the corpus would then lose on one installation and keep on another.
+INSTALL_FILES = {"file": "_sysconfigdata_*.py", "folder": "config-*"}
+
+
+def _installation_specific(rel: Path) -> bool:
+    """Whether a stdlib-relative path is one of INSTALL_FILES."""
+    return Path(rel.name).match(INSTALL_FILES["file"]) or \
+        any(Path(d).match(INSTALL_FILES["folder"]) for d in rel.parts[:-1])
+
+
 def corpus_files(heldout: bool, heldout_every: int, root: str | Path | None = None) -> list[Path]:
     """Training (heldout=False) or held-out (True) stdlib source files, sorted; one file in about
-    `heldout_every` is held out (tiny.heldout_every: no default here, the schema's is the one)."""
+    `heldout_every` is held out (tiny.heldout_every: no default here, the schema's is the one).
+    The files of one installation (INSTALL_FILES) are left out."""
     root = corpus_root(root)
     skip = {"site-packages", "test", "tests", "__pycache__"}
     out = []
     for p in sorted(root.rglob("*.py")):
         rel = p.relative_to(root)
-        if skip.intersection(rel.parts[:-1]):
+        if skip.intersection(rel.parts[:-1]) or _installation_specific(rel):
             continue
         bucket = int(hashlib.sha1(str(rel).encode()).hexdigest(), 16) % heldout_every
         if (bucket == 0) == heldout:
