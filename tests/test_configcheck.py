@@ -129,6 +129,23 @@ def test_the_base_config_is_consistent_and_each_case_is_caught():
         assert any(expect in line for line in found), (label, found)
 
 
+def test_a_tiny_moe_without_its_k_of_n_is_refused():
+    """A tiny MoE's experts have no default: its k of N unset, the granularity check read it as
+    unknown and let compare_with a study model of another k of N pass, while training took 8 of
+    64 from code. The schema requires them; given, the comparison of another k of N is refused."""
+    from specmoe.errors import InputError
+
+    sizes = ("num_experts", "top_k")
+    unset = bad(lambda c: c["models"][0].update(
+        compare_with="Qwen3-30B", arch={k: v for k, v in TINY_ARCH.items() if k not in sizes}))
+    with pytest.raises(InputError, match=r"^config: models\[0\]\.arch \(model 't'\): missing key "
+                       r"'num_experts' \(required for kind moe\)$"):
+        merged(unset)
+    given = bad(lambda c: c["models"][0].update(compare_with="Qwen3-30B"))
+    assert any("compare_with 'Qwen3-30B' routes 8 of 128 experts, this model 2 of 8" in line
+               for line in problems(merged(given), {"tinybench"}))
+
+
 @pytest.mark.slow
 def test_bad_configurations_stop_at_parse_time(tmp_path):
     """Cases through `snakemake -n`, in two copies of the workflow at a time (wf.dry_runs): exit

@@ -327,7 +327,8 @@ CASES = [
      r"served and predicted as one \(method draft_model\): leave method out$"),
     ("a tiny drafter served as MTP layers", lambda c: c["drafters"][0].update(method="mtp"), 1,
      r"^config: drafter tiny-drafter: method mtp: a tiny drafter is a separate draft model"),
-    ("a MoE tiny drafter", lambda c: c["drafters"][0]["arch"].update(kind="moe"), 1,
+    ("a MoE tiny drafter", lambda c: c["drafters"][0]["arch"].update(
+        kind="moe", num_experts=8, top_k=2, expert_intermediate=32), 1,
      r"^config: drafter tiny-drafter: arch kind moe: a draft model is sized and priced as dense "
      r"\(every layer's FFN read whole\): give a tiny drafter arch kind dense$"),
     ("a profiled batch size the sweep does not run", merge(profiling={"batch_sizes": [1, 64]}), 1,

@@ -130,8 +130,8 @@ def test_encoding_in_batches_gives_each_files_ids_in_order_as_one_at_a_time(tmp_
 
 
 def test_build_is_deterministic_in_seed():
-    arch = tiny.Arch(hidden=32, layers=1, heads=2, kv_heads=1, head_dim=32, num_experts=8, top_k=2,
-                     expert_intermediate=8)
+    arch = tiny.Arch(kind="moe", hidden=32, layers=1, heads=2, kv_heads=1, head_dim=32,
+                     num_experts=8, top_k=2, expert_intermediate=8)
     a, b = tiny.build_model(arch, 300, seed=1), tiny.build_model(arch, 300, seed=1)
     c = tiny.build_model(arch, 300, seed=2)
     sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
@@ -162,11 +162,53 @@ def test_bad_training_spec(kw, msg):
         tiny.TrainSpec(**kw).validate()
 
 
+ATTENTION = {"hidden": 32, "layers": 1, "heads": 2, "kv_heads": 1, "head_dim": 32}
+
+
 def test_bad_arch():
     with pytest.raises(InputError, match="top_k"):
-        tiny.Arch(num_experts=4, top_k=8).validate()
+        tiny.Arch(kind="moe", **ATTENTION, num_experts=4, top_k=8, expert_intermediate=8).validate()
     with pytest.raises(InputError, match="unknown arch key"):
         tiny.arch_from_dict({"hiden": 3})
+
+
+def test_an_arch_has_no_sizes_of_its_own():
+    """Every size comes from the configuration (the schema requires its kind's): a MoE without
+    its k of N trained 8 of 64 experts from defaults here, which the checks never saw. The
+    manifest records the kind's sizes only."""
+    with pytest.raises(InputError, match=r"^arch needs kind, head_dim$"):
+        tiny.arch_from_dict({k: v for k, v in ATTENTION.items() if k != "head_dim"})
+    with pytest.raises(InputError, match=r"^arch kind moe needs num_experts, top_k$"):
+        tiny.arch_from_dict({"kind": "moe", **ATTENTION, "expert_intermediate": 8}).validate()
+    with pytest.raises(InputError, match=r"^arch kind dense needs intermediate$"):
+        tiny.arch_from_dict({"kind": "dense", **ATTENTION}).validate()
+    dense = tiny.arch_from_dict({"kind": "dense", **ATTENTION, "intermediate": 64})
+    assert tiny.describe(dense, tiny.TrainSpec())["arch"] == {"kind": "dense", **ATTENTION,
+                                                              "intermediate": 64}
+
+
+def test_a_tiny_models_seed_is_the_schemas_default():
+    """A tiny model or drafter without a seed gets the schema's (filled by the validation) in its
+    training record; TrainSpec's own, which only benchmarks built on it read, is the same."""
+    import yaml
+
+    from specmoe.checks.schema import check
+    from specmoe.config import Config
+    from specmoe.contracts import Named
+    from specmoe.contracts.models import TrainParams
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    for e in cfg["models"] + cfg["drafters"]:
+        e.pop("seed", None)
+    check(cfg, REPO / "workflow/schemas/config.schema.yaml")
+    resolved = Config.resolve(cfg)
+    schema = load_schema(REPO / "workflow/schemas/config.schema.yaml")["properties"]
+    for section, name in (("models", "tiny-fine"), ("drafters", "tiny-drafter")):
+        (then,) = [c["then"] for c in schema[section]["items"]["allOf"]
+                   if c["if"]["properties"].get("source", {}).get("const") == "tiny"]
+        record = TrainParams.from_config(resolved, Named({"tiny": name}))
+        assert record.model["seed"] == then["properties"]["seed"]["default"] == \
+            tiny.TrainSpec.seed
 
 
 def test_atomic_dir_replaces_whole(tmp_path):
@@ -201,7 +243,7 @@ def test_train_stage_rejects_zero_budget_before_building(tmp_path):
     from specmoe.stages.models import train_stage
 
     cfg = {"name": "x", "arch": {"kind": "dense", "hidden": 32, "layers": 1, "heads": 2,
-                                 "kv_heads": 1, "head_dim": 32}, "steps": 0}
+                                 "kv_heads": 1, "head_dim": 32, "intermediate": 32}, "steps": 0}
     with pytest.raises(InputError, match="budget"):
         train_stage(Named({"tokenizer": tmp_path / "nope"}), Named({"dir": tmp_path / "out"}),
                     TrainParams(cfg, {"vocab_size": 300, "train": {}}, True))
@@ -247,8 +289,8 @@ def test_train_stage_records_the_cpu_capability_its_weights_depend_on(tmp_path):
 def _moe_training(aux_coef: float, steps: int = 12):
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 300, 20_000).astype(np.int32)
-    arch = tiny.Arch(hidden=32, layers=2, heads=2, kv_heads=1, head_dim=32, num_experts=16,
-                     top_k=4, expert_intermediate=8)
+    arch = tiny.Arch(kind="moe", hidden=32, layers=2, heads=2, kv_heads=1, head_dim=32,
+                     num_experts=16, top_k=4, expert_intermediate=8)
     model = tiny.build_model(arch, 300, seed=0, aux_coef=aux_coef)
     spec = tiny.TrainSpec(steps=steps, seq_len=32, batch_size=8, warmup=2, threads=2,
                           aux_coef=aux_coef)

@@ -326,9 +326,8 @@ def experts_of(entry: dict) -> tuple[int, int] | None:
     """(k, N): the experts a configured model routes each token to, of how many (None: not known
     offline)."""
     if entry.get("source") in ("tiny", "variant") and entry.get("arch"):
-        a = entry["arch"]
-        return (int(a["top_k"]), int(a["num_experts"])) if "top_k" in a and \
-            "num_experts" in a else None
+        a = entry["arch"]  # a moe's top_k and num_experts: the schema requires them
+        return (int(a["top_k"]), int(a["num_experts"])) if a["kind"] == "moe" else None
     if entry.get("source") == "synthetic":
         from ..routing.synth import SynthParams
 

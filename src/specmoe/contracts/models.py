@@ -1,8 +1,7 @@
 """The contracts of the tiny models' rules (workflow/rules/models.smk; their stages:
 specmoe.stages.models). See specmoe.contracts for what a record holds. The training settings'
-defaults are the configuration schema's (tiny.train, filled by the validation); a model's seed,
-which the schema does not default, is specmoe.runtime.tiny.TrainSpec's (imported when a record
-is built)."""
+defaults are the configuration schema's (tiny.train, and a tiny model's seed, filled by the
+validation)."""
 
 from __future__ import annotations
 
@@ -55,10 +54,8 @@ class TrainParams:
 
     @classmethod
     def from_config(cls, cfg, w, trained: bool = True) -> "TrainParams":
-        from ..runtime.tiny import TrainSpec
-
         m = cfg.entry(w.tiny)
-        recipe = {"name": m["name"], "arch": m["arch"], "seed": m.get("seed", TrainSpec.seed)}
+        recipe = {"name": m["name"], "arch": m["arch"], "seed": m["seed"]}
         if trained:
             recipe["steps"] = m["steps"]
         tiny = cfg.raw.get("tiny", {})

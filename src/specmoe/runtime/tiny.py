@@ -26,7 +26,7 @@ import os
 import shutil
 import sysconfig
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -164,22 +164,31 @@ def encode(tokenizer_dir: str | Path, files: list[Path], max_tokens: int,
 
 # --- models ---------------------------------------------------------------------------------------
 
+# The sizes each kind of arch needs (the configuration schema requires them; none has a default)
+KIND_KEYS = {"moe": ("num_experts", "top_k", "expert_intermediate"), "dense": ("intermediate",)}
+
+
 @dataclass
 class Arch:
-    kind: str = "moe"            # "moe" (Qwen3-MoE target) or "dense" (Qwen3 drafter)
-    hidden: int = 128
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    head_dim: int = 32
-    num_experts: int = 64
-    top_k: int = 8
-    expert_intermediate: int = 32
-    intermediate: int = 256      # dense MLP width
+    """A tiny model's architecture, as the configuration gives it (`arch`); the sizes of the
+    other kind stay None."""
+    kind: str                    # "moe" (Qwen3-MoE target) or "dense" (Qwen3 drafter)
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    num_experts: int | None = None          # moe: routed experts per layer
+    top_k: int | None = None                # moe: experts per token
+    expert_intermediate: int | None = None  # moe: one expert's width
+    intermediate: int | None = None         # dense: the MLP's width
 
     def validate(self) -> None:
-        if self.kind not in ("moe", "dense"):
+        if self.kind not in KIND_KEYS:
             raise InputError(f"arch kind must be moe or dense (got {self.kind})")
+        missing = [k for k in KIND_KEYS[self.kind] if getattr(self, k) is None]
+        if missing:
+            raise InputError(f"arch kind {self.kind} needs {', '.join(missing)}")
         if self.kind == "moe" and not 1 <= self.top_k <= self.num_experts:
             raise InputError(f"top_k={self.top_k} must lie in 1..num_experts={self.num_experts}")
         if self.head_dim % 32:
@@ -194,7 +203,9 @@ class TrainSpec:
     every key given (tiny.train, the schema's defaults filled: workflow/schemas/config.schema.yaml,
     their one source); the defaults below are the schema's (tests/test_config.py holds them
     equal) and fill only an untrained control's, whose record carries its evaluation's keys
-    alone (specmoe.contracts.models.EVAL_KEYS)."""
+    alone (specmoe.contracts.models.EVAL_KEYS). A rule's record carries its model's seed (the
+    schema fills a tiny model's); the default here, the schema's (tests/test_tiny.py), serves
+    the benchmarks that build a spec without a configuration."""
     steps: int = 700
     seed: int = 0
     seq_len: int = 128
@@ -462,6 +473,9 @@ def arch_from_dict(d: dict) -> Arch:
     unknown = set(d) - set(Arch.__dataclass_fields__)
     if unknown:
         raise InputError(f"unknown arch key(s): {', '.join(sorted(unknown))}")
+    missing = [f.name for f in fields(Arch) if f.default is MISSING and f.name not in d]
+    if missing:
+        raise InputError(f"arch needs {', '.join(missing)}")
     return Arch(**d)
 
 
@@ -473,4 +487,6 @@ def spec_from_dict(d: dict) -> TrainSpec:
 
 
 def describe(arch: Arch, spec: TrainSpec) -> dict:
-    return {"arch": asdict(arch), "train": asdict(spec)}
+    """The architecture (its kind's sizes: none of the other kind's) and training settings."""
+    return {"arch": {k: v for k, v in asdict(arch).items() if v is not None},
+            "train": asdict(spec)}
