@@ -391,6 +391,24 @@ def test_the_notes_name_the_stage_each_unsplit_job_is_counted_in_and_only_stages
     assert "vLLM's import included," in said
 
 
+def test_the_train_note_names_only_the_jobs_that_ran(tmp_path):
+    """The note said "Train includes the tokenizer and the untrained controls" whenever train had
+    time, of a run without controls and of a rerun that retrained one model alike: it now says
+    what the counted train jobs are, from their benchmark files."""
+    bench(tmp_path, "models/tiny-fine.tsv", 100)  # one model retrained, nothing else
+    said = " ".join(timing.notes(timing.collect(tmp_path)))
+    assert "Train includes 1 trained model;" in said
+    assert "tokenizer" not in said and "control" not in said
+    bench(tmp_path, "models/tokenizer.tsv", 10)
+    bench(tmp_path, "models/tiny-coarse.tsv", 90)
+    for target in ("tiny-fine", "tiny-coarse"):
+        bench(tmp_path, f"models/{target}-random.tsv", 2)
+    b = timing.collect(tmp_path)
+    assert b.jobs["train"] == 5
+    assert ("Train includes the tokenizer, 2 trained models and 2 untrained controls;"
+            in " ".join(timing.notes(b)))
+
+
 def test_the_timing_notes_and_the_prose_join_names_with_one_function():
     """report.timing kept its own copy of prose's "a, b and c" (timing must not import prose, a
     heavy module): both now take it from report.words, which imports nothing of the report."""

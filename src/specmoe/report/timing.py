@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import InputError
+from ..names import CONTROL_SUFFIX
+from ..paths import TOKENIZER, benchmark_of
 from .words import and_join
 
 # the stages in the order a run meets them
@@ -54,6 +56,8 @@ class Breakdown:
     # are not Snakemake's (or are being written)
     missing: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    # the jobs counted in train (the tokenizer, trained models, untrained controls), as _job
+    train_jobs: list[str] = field(default_factory=list)
 
     @property
     def total_s(self) -> float:
@@ -242,6 +246,8 @@ def collect(root: str | Path = ".", since: float | None = None,
                 s -= start
         b.seconds[stage] = b.seconds.get(stage, 0.0) + s
         b.jobs[stage] = b.jobs.get(stage, 0) + 1
+        if stage == "train":
+            b.train_jobs.append(str(rel.with_suffix("")))
     return b
 
 
@@ -331,7 +337,7 @@ def notes(b: Breakdown) -> list[str]:
     out += uncounted(b)
     said = []
     if "train" in b.seconds:
-        said.append(("train", "the tokenizer and the untrained controls"))
+        said.append(("train", train_words(b.train_jobs)))
     if "serve" in b.seconds:
         said.append(("serve", "the sweeps and SD checks"
                      + (" once their engines are up" if "engine start" in b.seconds else "")
@@ -343,6 +349,20 @@ def notes(b: Breakdown) -> list[str]:
                + "".join(f", {stage} {what}" for stage, what in said[1:]) + "; " + jobs
                if said else jobs[0].upper() + jobs[1:])
     return out
+
+
+def train_words(jobs: list[str]) -> str:
+    """What the train stage's jobs (Breakdown.train_jobs) are, in words: the tokenizer, trained
+    models and untrained controls, each only where its jobs ran (a rerun that retrained one model
+    counted that model alone)."""
+    tokenizer = str(PurePosixPath(benchmark_of(TOKENIZER)).relative_to("benchmarks")
+                    .with_suffix(""))
+    controls = sum(j != tokenizer and j.endswith(CONTROL_SUFFIX) for j in jobs)
+    trained = len(jobs) - controls - jobs.count(tokenizer)
+    return and_join((["the tokenizer"] if tokenizer in jobs else [])
+                    + ([f"{trained} trained model{'s' * (trained != 1)}"] if trained else [])
+                    + ([f"{controls} untrained control{'s' * (controls != 1)}"]
+                       if controls else []))
 
 
 def uncounted(b: Breakdown) -> list[str]:
