@@ -146,6 +146,22 @@ def test_a_tiny_moe_without_its_k_of_n_is_refused():
                for line in problems(merged(given), {"tinybench"}))
 
 
+def test_a_models_tp_and_precision_have_one_default_in_the_schema_and_the_commands():
+    """`specmoe te` and `predict` repeated the schema's models[].tp and precision defaults as
+    literals: both read specmoe.names', which the schema's must equal."""
+    from specmoe.cli import build_parser
+    from specmoe.names import MODEL_PRECISION, MODEL_TP
+
+    model = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())[
+        "properties"]["models"]["items"]["properties"]
+    assert (model["tp"]["default"], model["precision"]["default"]) == (MODEL_TP, MODEL_PRECISION)
+    wanted = {"tp": MODEL_TP, "precision": MODEL_PRECISION}
+    sub = next(a for a in build_parser()._actions if isinstance(a.choices, dict))
+    for cmd, flags in (("te", ("tp",)), ("predict", ("tp", "precision"))):
+        defaults = {a.dest: a.default for a in sub.choices[cmd]._actions}
+        assert {f: defaults[f] for f in flags} == {f: wanted[f] for f in flags}, cmd
+
+
 @pytest.mark.slow
 def test_bad_configurations_stop_at_parse_time(tmp_path):
     """Cases through `snakemake -n`, in two copies of the workflow at a time (wf.dry_runs): exit

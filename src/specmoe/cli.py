@@ -24,7 +24,7 @@ import numpy as np
 from .cost.costmodel import DEFAULT_HARDWARE, MAX_BATCH, MAX_DRAFT_COST
 from .cost.steptables import ENGINES
 from .errors import InputError, SpecmoeError
-from .names import DEFAULT_METHOD, SPEC_METHODS, STUDY_BATCH_SIZES
+from .names import DEFAULT_METHOD, MODEL_PRECISION, MODEL_TP, SPEC_METHODS, STUDY_BATCH_SIZES
 
 
 class Range:
@@ -388,7 +388,8 @@ def _te_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--dtype", help="bf16, fp16, fp8 or fp32 (default: with --config, the "
                    "checkpoint's dtype as vLLM's dtype auto serves it on a GPU, a float32 one "
                    "in bf16; else bf16)")
-    s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (default 1)")
+    s.add_argument("--tp", type=TP, default=MODEL_TP,
+                   help=f"tensor-parallel degree (default {MODEL_TP})")
     s.add_argument("--draft-length", dest="k_draft", type=DRAFT_LEN, default=DRAFT_LENGTH,
                    help=f"draft length K of the window that --unique counts (default "
                         f"{DRAFT_LENGTH})")
@@ -763,8 +764,8 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--hardware-file",
                    help="YAML or JSON with a `hardware` section (as config.yaml's) for a GPU "
                         "the package does not ship")
-    s.add_argument("--tp", type=TP, default=1, help="tensor-parallel degree (1)")
-    s.add_argument("--precision", default="auto", choices=["auto", "fp8", "bf16", "fp16"],
+    s.add_argument("--tp", type=TP, default=MODEL_TP, help=f"tensor-parallel degree ({MODEL_TP})")
+    s.add_argument("--precision", default=MODEL_PRECISION, choices=["auto", "fp8", "bf16", "fp16"],
                    help="auto: the checkpoint's own format as vLLM's dtype auto serves it (a "
                         "float32 one in bf16); fp8: vLLM's online fp8 (auto)")
     s.add_argument("--draft-length", dest="k", type=DRAFT_LEN, default=DRAFT_LENGTH,

@@ -12,6 +12,10 @@ SPEC_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 DEFAULT_METHOD = "eagle3"
 # The study's batch sizes (config.yaml's `batch_sizes` and `specmoe predict`'s default).
 STUDY_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+# A model's tensor-parallel degree and precision where none is given: the configuration schema's
+# models[].tp and models[].precision defaults, which `specmoe te` and `predict` take too
+# (tests/test_configcheck.py holds them equal).
+MODEL_TP, MODEL_PRECISION = 1, "auto"
 # What the fit of a synthetic generator's process to a published overlap curve depends on
 # (specmoe.routing.synth.SynthParams.process_fit), besides the curve: rule synth_fit's params.
 FIT_KEYS = ("fit_to", "num_experts", "top_k")
