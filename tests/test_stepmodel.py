@@ -969,6 +969,28 @@ def test_no_engine_draws_a_speedup_past_one_verification_per_decode_step(k, engi
     assert max(r["speedup_high"]) <= r["acceptance_length"][1] <= k + 1
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_given_draft_cost_caps_the_speedup_at_tau_over_one_plus_it(engine):
+    """With --draft-cost 3 at K = 3 and tau 4 an SD iteration costs at least its three decode
+    steps of drafts and one of verification: the speedup is at most tau / (1 + c) = 1, and the
+    command warned "SD cannot pay" while the intervals reached 1.02-1.09 (the engine's factor
+    multiplied the known cost too, capped at tau alone) and the verdict left it undecided."""
+    from specmoe.cost.hfconfig import dims_from_config
+
+    dims = dims_from_config(CONFIGS / "Qwen3-30B-A3B-FP8.json", tp=1)
+    hw = stepmodel.study_hardware("H100")
+    p = stepmodel.fitted()
+    ov = stepmodel.published_overlaps("Qwen3-30B", 3)[None, :]
+    r = stepmodel.predict(dims, hw, 3, "eagle3", [1, 64, 256], p, 0.11, ov, (4.0, 4.0),
+                          known_cost=3.0, fits=(p,), engine=engine, draws=200)
+    assert max(r["speedup_high"]) <= 1.0 and r["pays"] == ["no"] * 3
+    assert max(r["p_pays"]) == 0.0
+    # a cost of 1: at most tau / 2 = 2, and the TE's draws still move the speedup below it
+    r = stepmodel.predict(dims, hw, 3, "eagle3", [1, 64], p, 0.11, ov, (4.0, 4.0),
+                          known_cost=1.0, fits=(p,), engine=engine, draws=200)
+    assert max(r["speedup_high"]) <= 2.0 and min(r["speedup_low"]) < 2.0
+
+
 HAND = REPO / "tests" / "fixtures" / "predict"  # configs written by hand (SOURCE.md there)
 
 

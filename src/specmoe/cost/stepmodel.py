@@ -1056,7 +1056,8 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
     (log-normal, ENGINE_LOG_SD; `extra_log_sd` adds in quadrature an error sized outside the step
     model: bench/public_coverage.py's leave-one-source-out analysis, never predict's default),
     at most tau: an SD iteration costs at least the one decode step its verification does.
-    known_cost: a known c (else c(B) from the drafter's step time). Each draw gives a whole
+    known_cost: a known c (else c(B) from the drafter's step time); the speedup is then at most
+    tau / (1 + c), the iteration costing at least its known drafts and one decode step. Each draw gives a whole
     curve, whose shape counts; `draws` of them (DRAWS unless a quick check asks for fewer)."""
     overlaps = check_inputs(k_draft, overlaps, tau)
     batches = sorted({int(b) for b in batch_sizes})
@@ -1072,6 +1073,7 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
     spd, cost = np.empty_like(te), np.empty_like(te)
     uniq: dict[tuple, tuple[float, float]] = {}
     loop = steptables.engine_overheads()[engine]
+    floor = 1.0 + (known_cost or 0.0)  # an SD iteration's least cost in decode steps
     for i in range(draws):
         p = draw_params(rng, fits) if fits else params
         # the engine's own SD loop: its measured range around its value (vLLM's is the
@@ -1095,8 +1097,10 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
             # the engine's factor scales the SD iteration's cost over a decode step (its drafts
             # and its verification alike), never below its floor: however an engine runs it,
             # verifying K + 1 tokens costs at least one decode step (TE <= 1) and drafting costs
-            # no less than nothing, so the speedup is at most tau <= K + 1
-            spd[i, j] = min(eng * costmodel.speedup(t, te[i, j], cost[i, j]), t)
+            # no less than nothing, so the speedup is at most tau <= K + 1; a draft cost given
+            # (known_cost) is the drafts' measured time, not the model's price the factor may
+            # correct, so the iteration costs at least 1 + c decode steps
+            spd[i, j] = min(eng * costmodel.speedup(t, te[i, j], cost[i, j]), t / floor)
     res = summarise(batches, te, spd, cost, margin)
     if known_cost is not None:  # given, not drawn: no interval
         res["draft_cost_low"] = res["draft_cost_high"] = None
