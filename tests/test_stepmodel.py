@@ -766,12 +766,16 @@ def test_a_speedup_capped_at_1_never_pays():
     (["yes", "no"], [1.3, 0.8], [0.99, 0.01],
      ["SD stops paying above batch 1", "crosses 1 between batch 1 and 8", "P(SD pays) 0.01"],
      []),
-    # the draws decide each side though the 95% intervals do not: a crossing
+    # a share of the draws on each side while both 95% intervals include 1: no crossing, no side
+    # (it said "crosses 1 between batch 1 and 8" and "below 1 at every batch size")
     (["undecided", "undecided"], [1.2, 0.9], [0.85, 0.15],
-     ["undecided at batch 1, 8", "crosses 1 between batch 1 and 8 (P(SD pays) 0.85 at batch 1, "
-      "P(SD pays) 0.15 at batch 8)"], []),
+     ["undecided at batch 1, 8", "no crossing of 1 is decided (P(SD pays) 0.85 at batch 1, "
+      "P(SD pays) 0.15 at batch 8)"], ["crosses", "above", "below"]),
     (["undecided", "undecided"], [0.9, 0.8], [0.1, 0.05],
-     ["undecided at batch 1, 8", "below 1 at every batch size"], ["crosses"]),
+     ["undecided at batch 1, 8", "P(SD pays) 0.10 at batch 1, P(SD pays) 0.05 at batch 8"],
+     ["crosses", "below 1"]),
+    (["undecided", "no"], [1.1, 0.8], [0.7, 0.0],
+     ["does not pay at batch 8", "no crossing of 1 is decided"], ["crosses"]),
     # medians either side of 1 within the draws' noise: no crossing named
     (["undecided", "undecided"], [1.01, 0.98], [0.52, 0.47],
      ["P(SD pays) 0.52 at batch 1, P(SD pays) 0.47 at batch 8"], ["crosses", "median"]),
@@ -787,6 +791,21 @@ def test_the_verdict_names_where_the_speedup_crosses_1(pays, median, p, words, a
 def test_one_undecided_batch_size_has_its_probability_and_no_crossing():
     text = stepmodel.verdict([4], ["undecided"], [0.57])
     assert text.endswith("; P(SD pays) 0.57 at batch 4") and "cross" not in text, text
+    # 0.9 of the draws above 1 with the interval across it: no side named (it said "the median
+    # speedup is above 1 at every batch size shown")
+    text = stepmodel.verdict([1], ["undecided"], [0.9])
+    assert "above 1" not in text and text.endswith("; P(SD pays) 0.90 at batch 1"), text
+
+
+def test_a_crossing_is_named_only_between_intervals_that_decide_opposite_sides():
+    """Mixtral TP 2 on H100 with an EAGLE head, draft cost 0.9, tau 2.0-3.2: speedup intervals
+    [0.43, 1.22] at batch 1 and [0.79, 1.68] at batch 16, both across 1, and the verdict said
+    the speedup "crosses 1 between batch 1 and 16" from P(SD pays) 0.19 and 0.85."""
+    text = stepmodel.verdict([1, 16], ["undecided"] * 2, [0.19, 0.85])
+    assert "crosses" not in text and "no crossing of 1 is decided" in text, text
+    text = stepmodel.verdict([1, 4, 16], ["yes", "undecided", "no"], [0.99, 0.6, 0.01])
+    assert "crosses 1 between batch 1 and 16 (P(SD pays) 0.99 at batch 1, P(SD pays) 0.01 at " \
+           "batch 16)" in text, text
 
 
 def test_the_verdict_does_not_move_with_the_seed():
@@ -810,16 +829,15 @@ def test_the_verdict_does_not_move_with_the_seed():
 
 @pytest.mark.parametrize("batches, pays, median, p, blind, words, absent", [
     # a concave curve that falls back below 1: both crossings, not the first alone, each between
-    # the batch sizes whose draws decide its sides (batch 16's are undecided)
-    ([1, 2, 4, 8, 16, 32], ["undecided"] * 6, [0.9, 1.1, 1.2, 1.15, 1.0, 0.9],
-     [0.15, 0.85, 0.9, 0.85, 0.5, 0.1], None,
+    # the batch sizes whose intervals decide its sides (batch 16's is undecided)
+    ([1, 2, 4, 8, 16, 32], ["no", "yes", "yes", "yes", "undecided", "no"],
+     [0.9, 1.1, 1.2, 1.15, 1.0, 0.9], [0.01, 0.99, 0.99, 0.98, 0.5, 0.01], None,
      ["crosses 1 between batch 1 and 2", "and again between batch 8 and 32"], ["16 and"]),
     # batch sizes without information are named as such, never counted as paying
     ([1, 16, 512], ["yes", "undecided", "undecided"], [1.4, 1.2, 1.1], [0.99, 0.8, 0.68],
      [False, False, True],
-     ["SD pays at batch 1", "above 1 at every batch size with information",
-      "P(SD pays) 0.80 at batch 16", "no information at batch 512"],
-     ["0.68", "every batch size shown"]),
+     ["SD pays at batch 1", "P(SD pays) 0.80 at batch 16", "no information at batch 512"],
+     ["0.68", "every batch size shown", "above 1"]),
     ([1, 64], ["undecided"] * 2, [1.1, 1.0], [0.6, 0.5], [True, True],
      ["no information at any batch size shown"], ["P(SD pays)"]),
 ])

@@ -914,9 +914,6 @@ SHAPE_SHARE = 0.8  # a shape is stated when at least this share of the draws has
 NO_SHAPE = "no shape (one batch size)"
 NO_SHAPE_INFORMATION = "no shape (information at fewer than two batch sizes)"
 DRAWS = 400
-# the verdict names a side of 1 at a batch size where at least this share of the draws lies on it
-# (P(SD pays) >= 0.8 above, <= 0.2 below), and a crossing only between two sides so decided
-CROSSING_SHARE = 0.8
 
 
 def curve_shape(speedups: list[float], margin: float) -> str:
@@ -1159,12 +1156,12 @@ def _batches(bs: list[int]) -> str:
 def verdict(batches: list[int], pays: list[str], p_above: list[float],
             no_information: list[bool] | None = None) -> str:
     """Where SD pays, in words, over the batch sizes with information: what the 95% intervals
-    decide, then where the speedup crosses 1 with the probability (share of draws, P(SD pays))
-    that SD pays on either side, each crossing between two batch sizes whose draws decide the
-    side of 1 (P(SD pays) at least CROSSING_SHARE on one, at most 1 - CROSSING_SHARE on the
-    other); the median's side at every batch size where all are decided alike; else no crossing
-    is named, only P(SD pays) at each batch size (a median within the draws' noise of 1 crossed
-    it at batch sizes that moved with the seed); last the batch sizes without information."""
+    decide, then where the speedup crosses 1, each crossing between two batch sizes whose
+    intervals decide opposite sides of 1 (pays "yes" on one, "no" on the other, whatever lies
+    undecided between them), with the probability (share of draws, P(SD pays)) that SD pays on
+    either side; where no two batch sizes are so decided no crossing and no side is named, only
+    P(SD pays) at each batch size (a side read from a share of the draws named crossings between
+    batch sizes whose intervals both included 1); last the batch sizes without information."""
     blind = list(no_information or [False] * len(batches))
     keep = [i for i, n in enumerate(blind) if not n]
     none = ([f"no information at batch {_batches([b for b, n in zip(batches, blind) if n])} "
@@ -1193,23 +1190,19 @@ def verdict(batches: list[int], pays: list[str], p_above: list[float],
                 + [f"undecided at batch {_batches(by['undecided'])} (the 95% interval "
                    "includes 1)"] * bool(by["undecided"]))
     p = lambda i: f"P(SD pays) {p_above[i]:.2f} at batch {batches[i]}"  # noqa: E731
-    # the side of 1 the draws decide at each batch size (None: undecided); a crossing lies
-    # between two batch sizes decided on opposite sides, whatever lies undecided between them
-    side = [True if x >= CROSSING_SHARE else False if x <= 1 - CROSSING_SHARE else None
-            for x in p_above]
+    # the side of 1 each batch size's interval decides (None: undecided); a crossing lies between
+    # two batch sizes decided on opposite sides, whatever lies undecided between them
+    side = [True if x == "yes" else False if x == "no" else None for x in pays]
     sided = [j for j, x in enumerate(side) if x is not None]
     crossings = [(i, j) for i, j in zip(sided, sided[1:]) if side[i] != side[j]]
     if crossings:
         where = "the speedup crosses 1 " + ", and again ".join(
             f"between batch {batches[i]} and {batches[j]} ({p(i)}, {p(j)})"
             for i, j in crossings)
-    elif len(sided) == len(side) and len(set(side)) == 1:
-        where = (f"the median speedup is {'above' if side[0] else 'below'} 1 at every batch "
-                 f"size {shown} ({p(0)}" + (f", {p(len(batches) - 1)})" if len(batches) > 1
-                                            else ")"))
-    else:  # where the median lies about 1 is the draws' noise: their shares say it all
+    else:  # the intervals decide no crossing: the draws' shares say the rest, without a side
         listed = ", ".join(map(p, range(len(batches))))
-        where = listed if len(batches) == 1 else f"no crossing of 1 is decided ({listed})"
+        alike = len(sided) == len(side)  # every batch size decided on one side: no crossing
+        where = listed if len(batches) == 1 or alike else f"no crossing of 1 is decided ({listed})"
     return "; ".join([decided, where, *none])
 
 
