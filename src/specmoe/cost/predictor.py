@@ -455,9 +455,10 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
             "method": method, "engine": engine, "overlaps": overlap_source,
             "acceptance_length": list(tau), "calibration_distance": distance,
             "outside_calibration": far, "kv_cache_sequences": held, "over_kv_cache": over,
-            "validated": [inside and b == 1 for b in res["batch_sizes"]],
+            "te_validated": [inside and b == 1 for b in res["batch_sizes"]],
             "caveats": [*caveats, *far, *missing_terms(cal.params, method, draft),
-                        *unpriced(dims, method, config), *unvalidated(inside, res["batch_sizes"])]}
+                        *unpriced(dims, method, config), *unvalidated(inside, res["batch_sizes"],
+                                                                  draft_cost is None)]}
 
 
 def missing_terms(p: stepmodel.StepParams, method: str, draft: ModelDims | None) -> list[str]:
@@ -466,7 +467,7 @@ def missing_terms(p: stepmodel.StepParams, method: str, draft: ModelDims | None)
     one that prices the drafter's pass over the verified tokens (stepmodel.verify_term), and for
     every draft model the one its family was calibrated by (verify_draft_model: a draft model
     priced from its config stands in for the study's draft-model rows, whose fit wanted it past
-    its bound). The leave-one-model-out coverage that `validated` rests on was scored with them
+    its bound). The leave-one-model-out coverage that `te_validated` rests on was scored with them
     so; what they stand for is unpriced."""
     bound = stepmodel.missing_effects(p)
     terms = {stepmodel.verify_term(method, draft), stepmodel.verify_term(method, None)}
@@ -487,11 +488,18 @@ def unpriced(dims: ModelDims, method: str, config=None) -> list[str]:
             if "Gated DeltaNet" in r["model_kind"] and family in r["condition"]]
 
 
-def unvalidated(inside: bool, batches: list[int]) -> list[str]:
+def unvalidated(inside: bool, batches: list[int], cost_drawn: bool = True) -> list[str]:
     """Where the 95% intervals have not been shown to hold (docs/method.md, "Coverage on the
-    study" and "Public measurements"): they were scored leave-one-model-out on the study's own
-    configurations, served by vLLM, at batch 1 only."""
-    out = []
+    study" and "Public measurements"): TE's were scored leave-one-model-out on the study's own
+    configurations, served by vLLM, at batch 1 only (`te_validated`); the speedup's and the
+    drawn draft cost's never against a measurement of them (the study publishes speedup shapes
+    only), whatever the configuration."""
+    what = "the speedup's and the draft cost's intervals" if cost_drawn else \
+        "the speedup's interval"
+    out = [f"not validated anywhere: {what}, never scored against the study's measurements (it "
+           "publishes speedup shapes only; te_validated scores TE's interval at batch 1), and "
+           "too few public measurements to show them to hold (docs/method.md, Public "
+           "measurements)"]
     if not inside:
         out.append("not validated outside the study's calibration on vLLM: public measurements "
                    "of such configurations mostly fall outside these intervals (docs/method.md, "
@@ -531,7 +539,7 @@ def _interval(res: dict, key: str, i: int, clipped: tuple[bool, bool]) -> str:
 
 def human(res: dict) -> dict:
     """The prediction as people read it: a table of batch size, TE and speedup with their 95%
-    intervals, where each is validated (an end of TE's interval held at its clip bound says "no
+    intervals, where TE's is validated (an end of TE's interval held at its clip bound says "no
     information below" or "above" in place of that bound, for TE and for the speedup's end drawn
     from it; a batch size whose TE interval spans its whole physical range says "no
     information"), the shape in words with its probability, where SD pays, the
@@ -544,14 +552,14 @@ def human(res: dict) -> dict:
                "draft cost": f"{res['draft_cost'][i]:.3f}" + (
                    "" if res["draft_cost_low"] is None else
                    f" [{res['draft_cost_low'][i]:.3f}, {res['draft_cost_high'][i]:.3f}]"),
-               "validated": "yes" if res["validated"][i] else "no"}
+               "TE validated": "yes" if res["te_validated"][i] else "no"}
         if res["no_information"][i]:
             row["TE"] = row["speedup"] = "no information at this batch size"
         rows.append(row)
     for b in res.get("over_kv_cache", []):  # not predicted: the KV cache does not hold them
         rows.append({"batch": b, "TE": "not predicted: the KV cache holds "
                                        f"{res['kv_cache_sequences']} sequences",
-                     "speedup": "-", "draft cost": "-", "validated": "no"})
+                     "speedup": "-", "draft cost": "-", "TE validated": "no"})
     rows.sort(key=lambda r: r["batch"])
     shares = ", ".join(f"{k} {v:.2f}" for k, v in sorted(res["shape_shares"].items(),
                                                          key=lambda kv: -kv[1]))
