@@ -1245,3 +1245,46 @@ def test_the_predict_stage_draws_a_measured_tau_from_its_interval_over_requests(
     assert tuple(out["acceptance_length"]) == stepmodel.tau_prior(3)
     with pytest.raises(InputError, match="rerun rule acceptance"):
         predicted({"tau": 2.5})
+
+
+def test_the_predict_stage_draws_measured_overlaps_from_their_interval_over_requests(tmp_path):
+    """A trace's overlap curve went to the prediction as one curve, known exactly, though the
+    overlap summary holds its 95% interval over requests (window_low, window_high): the stage
+    passes the interval's ends, mixed per draw, so a wide interval widens TE's; a trace too
+    short for an interval gives its point alone, and a summary without one is refused."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import PredictParams
+    from specmoe.errors import InputError
+    from specmoe.provenance import read_json, write_json
+    from specmoe.stages.analysis import predict_stage
+
+    snapshot = tmp_path / "olmoe"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_bytes(
+        (REPO / "tests/fixtures/hf_configs/OLMoE-1B-7B-0924.json").read_bytes())
+    cfg = {"name": "olmoe", "source": "hf", "precision": "bf16", "tp": 1, "hardware": "H100",
+           "hf_config": str(snapshot)}
+    params = PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
+                           method="eagle3", batch_sizes=[1], study=None)
+    point = [0.5, 0.4, 0.35]
+
+    def predicted(**interval) -> dict:
+        write_json(tmp_path / "ov.json", {"summary": {"num_experts": 64, "top_k": 8,
+                                                      "overlap_by_distance": point, **interval}})
+        predict_stage(Named({"overlap": tmp_path / "ov.json"}),
+                      Named({"json": tmp_path / "p.json"}), params)
+        return read_json(tmp_path / "p.json")
+
+    def widths(r):
+        return np.subtract(r["te_high"], r["te_low"])
+
+    known = predicted(window_low=point, window_high=point, window_requests=40)
+    wide = predicted(window_low=[0.3, 0.2, 0.15], window_high=[0.7, 0.6, 0.55],
+                     window_requests=40)
+    assert known["overlaps"] == wide["overlaps"] == "measured"
+    assert np.all(widths(wide) > widths(known) + 0.02), (widths(wide), widths(known))
+    nan = float("nan")
+    few = predicted(window_low=[nan] * 3, window_high=[nan] * 3, window_requests=2)
+    assert np.all(widths(few) < widths(wide) - 0.02), (widths(few), widths(wide))
+    with pytest.raises(InputError, match="rerun rule overlap"):
+        predicted()

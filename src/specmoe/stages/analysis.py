@@ -570,6 +570,26 @@ def _measured_tau(acceptance_json, name: str) -> tuple[float, float] | None:
     return float(lo), float(hi)
 
 
+def _measured_overlaps(overlap_json, summary: dict, k: int, name: str) -> np.ndarray:
+    """A trace's overlap curve for the step model: the two ends of its 95% interval over requests
+    (window_low, window_high: the request bootstrap), which predict mixes per draw, as it draws
+    the acceptance length within its interval; its point alone where the trace had too few
+    requests to give one (logged). An overlap file without the interval is refused: its point
+    alone would pass for a curve known exactly."""
+    if "window_low" not in summary:
+        raise InputError(f"{overlap_json}: no interval of the overlaps (written by an older "
+                         "overlap job): rerun rule overlap")
+    low, high = (np.asarray(summary[key][:k], float) for key in ("window_low", "window_high"))
+    if low.size != k or high.size != k:
+        raise InputError(f"{overlap_json}: the overlaps' interval has {low.size} distance(s) for "
+                         f"K = {k}")
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        log.info("%s: the overlaps have no interval (%s requests): their point alone", name,
+                 summary.get("window_requests"))
+        return np.asarray([summary["overlap_by_distance"][:k]], float)
+    return np.stack([low, high])
+
+
 def predict_stage(inputs, outputs, params) -> dict:
     """Rule predict (its contract: specmoe.contracts.analysis.PredictParams): the step model's
     prediction for one model, through the entry point `specmoe predict` uses
@@ -590,7 +610,7 @@ def predict_stage(inputs, outputs, params) -> dict:
         ov = read_json(overlap_json)
         s = ov["summary"]
         dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
-        overlaps, source = np.asarray([s["overlap_by_distance"][:k]]), "measured"
+        overlaps, source = _measured_overlaps(overlap_json, s, k, model_cfg["name"]), "measured"
     else:
         dims = model_dims(model_cfg, 0, 0, check=False)
     tau = _measured_tau(acceptance_json, model_cfg["name"]) if acceptance_json else None
