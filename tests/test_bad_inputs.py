@@ -395,7 +395,7 @@ CONFIG = [
      r"config: hardware\.CPU\.hbm_bandwith_gbs: unknown key; did you mean "
      r"'hbm_bandwidth_gbs'\?"),
     ("bandwidth a word", lambda c: c["hardware"]["CPU"].update(hbm_bandwidth_gbs="fast"), 1,
-     r"hardware\.CPU\.hbm_bandwidth_gbs: must be a number > 0 \(got 'fast'\)"),
+     r"hardware\.CPU\.hbm_bandwidth_gbs: must be a number >= 1 and <= 100000 \(got 'fast'\)"),
     ("hardware without bandwidth", pop("hardware.CPU.hbm_bandwidth_gbs"), 1,
      r"config: hardware\.CPU: needs hbm_bandwidth_gbs and peak_tflops \(not a GPU the package "
      r"ships: H100, B200, H200\)"),

@@ -528,3 +528,56 @@ def test_a_hardware_entry_has_the_keys_something_reads():
     for key in ("l2_mib", "sm_count"):
         with pytest.raises(InputError, match=f"hardware G1: unknown key '{key}'"):
             cm.Hardware.from_config("G1", {**entry, key: 1})
+
+
+def test_a_hardware_number_outside_its_physical_range_is_refused_as_the_schema_refuses_it():
+    """Hardware.from_config checked "> 0" alone: true read as 1 GB/s, 3.35 (TB/s typed as GB/s),
+    a peak of 989e12 (FLOP/s typed as TFLOP/s), an fp8 peak below bf16's, a step overhead of
+    1e9 us and an int4 peak the schema forbids were all taken. Each number now lies within its
+    device's physical range (costmodel.HARDWARE_RANGES), the bounds the configuration's schema
+    gives the same keys, and the peaks are the schema's dtypes."""
+    from specmoe.checks.schema import load_schema, validate
+    from wf import REPO
+
+    ok = {"hbm_bandwidth_gbs": 3350, "peak_tflops": {"bf16": 989, "fp8": 1979}}
+    cm.Hardware.from_config("G1", ok)
+    cm.Hardware.from_config("CPU", {"hbm_bandwidth_gbs": 20, "peak_tflops": {"bf16": 0.2},
+                                    "device": "cpu"})
+    schema = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
+    bad = [({**ok, "hbm_bandwidth_gbs": 3.35}, "hbm_bandwidth_gbs = 3.35 lies outside 50-"),
+           ({**ok, "hbm_bandwidth_gbs": True}, "hbm_bandwidth_gbs must be a number, got True"),
+           ({**ok, "peak_tflops": {"bf16": 989e12}}, "peak_tflops.bf16 = 9.89e+14 lies outside"),
+           ({**ok, "peak_tflops": {"bf16": 989, "fp8": 500}}, "peak_tflops.fp8 500 below bf16's"),
+           ({**ok, "step_overhead_us": 1e9}, "step_overhead_us = 1e+09 lies outside 0-"),
+           ({**ok, "nvlink_gbs": 0}, "nvlink_gbs must be > 0"),
+           ({**ok, "peak_tflops": {"bf16": 989, "int4": 3958}},
+            "peak_tflops.int4: not a compute dtype"),
+           ({**ok, "device": "cpu", "hbm_bandwidth_gbs": 0.5},
+            "hbm_bandwidth_gbs = 0.5 lies outside 1-100000 GB/s, the range of a CPU's")]
+    for entry, message in bad:
+        with pytest.raises(InputError, match=re.escape(f"hardware G1: {message}")):
+            cm.Hardware.from_config("G1", entry)
+        if message.startswith("peak_tflops.fp8"):  # a relation of two keys: the schema's not
+            continue
+        assert validate({"hardware": {"G1": dict(entry)}}, schema)[0:1] and any(
+            "hardware.G1" in line for line in validate({"hardware": {"G1": dict(entry)}},
+                                                        schema)), entry
+    # the schema's bounds are HARDWARE_RANGES': every device's widest, a GPU's least otherwise
+    node = schema["properties"]["hardware"]["additionalProperties"]
+    ranges = cm.HARDWARE_RANGES
+    for key in ("hbm_bandwidth_gbs", "nvlink_gbs", "step_overhead_us"):
+        assert (node["properties"][key]["minimum"], node["properties"][key]["maximum"]) == (
+            min(r[key][0] for r in ranges.values()), max(r[key][1] for r in ranges.values())), key
+    peaks = node["properties"]["peak_tflops"]["properties"]
+    assert tuple(peaks) == cm.PEAK_DTYPES
+    for dtype, bound in peaks.items():
+        assert (bound["minimum"], bound["maximum"]) == (ranges["cpu"]["peak_tflops"][0],
+                                                      ranges["gpu"]["peak_tflops"][1])
+    gpu = node["else"]["properties"]
+    assert node["if"] == {"properties": {"device": {"const": "cpu"}}, "required": ["device"]}
+    assert gpu["hbm_bandwidth_gbs"]["minimum"] == ranges["gpu"]["hbm_bandwidth_gbs"][0]
+    assert {v["minimum"] for v in gpu["peak_tflops"]["properties"].values()} == {
+        ranges["gpu"]["peak_tflops"][0]} and tuple(gpu["peak_tflops"]["properties"]) == \
+        cm.PEAK_DTYPES
+    for key in ("nvlink_gbs", "step_overhead_us"):
+        assert ranges["gpu"][key] == ranges["cpu"][key]

@@ -365,8 +365,27 @@ MAX_BATCH = 4096  # beyond any engine's max_num_seqs on one GPU (predict's and i
 MAX_DRAFT_COST = 10.0
 
 
+# The physical range (least, most) of each number of a hardware entry, by its device: a GPU's
+# HBM and tensor cores, or a CPU's memory and vector units (config.yaml's CPU: 20 GB/s, 0.2
+# TFLOP/s). Outside it a number is a unit slip (TB/s typed as GB/s, FLOP/s as TFLOP/s, seconds
+# as microseconds) or a typo, never a GPU. workflow/schemas/config.schema.yaml bounds each key by
+# the same numbers (every device's widest, and a GPU's least where the entry is not a CPU's):
+# tests/test_costmodel.py checks that they agree.
+HARDWARE_RANGES = {
+    "gpu": {"hbm_bandwidth_gbs": (50.0, 100_000.0), "peak_tflops": (1.0, 100_000.0),
+            "nvlink_gbs": (1.0, 10_000.0), "step_overhead_us": (0.0, 100_000.0)},
+    "cpu": {"hbm_bandwidth_gbs": (1.0, 100_000.0), "peak_tflops": (0.01, 100_000.0),
+            "nvlink_gbs": (1.0, 10_000.0), "step_overhead_us": (0.0, 100_000.0)},
+}
+# the compute dtypes a peak is given for (the schema's peak_tflops keys)
+PEAK_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+
+
 def _positive(name: str, key: str, value, zero_ok: bool = False) -> float:
-    """A hardware entry's number: finite and > 0 (>= 0 where zero_ok), else one line."""
+    """A hardware entry's number: finite and > 0 (>= 0 where zero_ok), else one line; true or
+    false is not a number (YAML's `true` would read as 1)."""
+    if isinstance(value, bool):
+        raise InputError(f"hardware {name}: {key} must be a number, got {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -374,6 +393,19 @@ def _positive(name: str, key: str, value, zero_ok: bool = False) -> float:
     if not (v >= 0 if zero_ok else v > 0) or v == float("inf"):
         raise InputError(f"hardware {name}: {key} must be {'>=' if zero_ok else '>'} 0, got "
                          f"{value!r}")
+    return v
+
+
+def _in_range(name: str, key: str, value, device: str, base: str | None = None) -> float:
+    """A hardware entry's number within its device's physical range (HARDWARE_RANGES; `base`:
+    the key the range is listed under, for a peak_tflops.<dtype>), else one line."""
+    low, high = HARDWARE_RANGES[device][base or key]
+    v = _positive(name, key, value, zero_ok=low == 0)
+    if not low <= v <= high:
+        unit = {"hbm_bandwidth_gbs": "GB/s", "nvlink_gbs": "GB/s", "step_overhead_us": "us"}.get(
+            base or key, "TFLOP/s")
+        raise InputError(f"hardware {name}: {key} = {v:g} lies outside {low:g}-{high:g} "
+                         f"{unit}, the range of a {device.upper()}'s (a unit slip?)")
     return v
 
 
@@ -416,24 +448,36 @@ class Hardware:
         if unknown:
             raise InputError(f"hardware {name}: unknown key {unknown[0]!r} (a hardware entry "
                              f"has {', '.join(HARDWARE_KEYS)})")
-        bw = _positive(name, "hbm_bandwidth_gbs", d.get("hbm_bandwidth_gbs"))
+        device = d.get("device", "gpu")
+        if device not in HARDWARE_RANGES:
+            raise InputError(f"hardware {name}: device must be one of "
+                             f"{', '.join(HARDWARE_RANGES)}, got {device!r}")
+        bw = _in_range(name, "hbm_bandwidth_gbs", d.get("hbm_bandwidth_gbs"), device)
         peaks = d.get("peak_tflops")
         if not isinstance(peaks, dict) or not peaks:
             raise InputError(f"hardware {name}: peak_tflops must map dtypes to TFLOP/s "
                              f"(e.g. {{bf16: 989}}), got {peaks!r}")
-        nvlink = d.get("nvlink_gbs", 0)
+        other = sorted(set(peaks) - set(PEAK_DTYPES), key=str)
+        if other:
+            raise InputError(f"hardware {name}: peak_tflops.{other[0]}: not a compute dtype "
+                             f"the cost model prices (one of {', '.join(PEAK_DTYPES)})")
+        peak = {k: _in_range(name, f"peak_tflops.{k}", v, device, "peak_tflops")
+                for k, v in peaks.items()}
+        if "fp8" in peak and "bf16" in peak and peak["fp8"] < peak["bf16"]:
+            raise InputError(f"hardware {name}: peak_tflops.fp8 {peaks['fp8']!r} below bf16's "
+                             f"{peaks['bf16']!r}: fp8 tensor cores run at least at bf16's rate")
+        nvlink = d.get("nvlink_gbs")
         for key in ("memory_gib", "cuda_memory_mib"):
             if d.get(key):
                 _positive(name, key, d[key])
         memory = capacity(d)
         return cls(name=name, hbm_bandwidth=bw * 1e9,
-                   peak_flops={k: _positive(name, f"peak_tflops.{k}", v) * 1e12
-                               for k, v in peaks.items()},
+                   peak_flops={k: v * 1e12 for k, v in peak.items()},
                    # a forward pass's fixed time: launches and scheduling cost time, never give it
-                   step_overhead=_positive(name, "step_overhead_us",
-                                           d.get("step_overhead_us", 0), zero_ok=True) * 1e-6,
-                   nvlink_bandwidth=(_positive(name, "nvlink_gbs", nvlink) * 1e9 if nvlink
-                                     else 0.0),
+                   step_overhead=_in_range(name, "step_overhead_us",
+                                           d.get("step_overhead_us", 0), device) * 1e-6,
+                   nvlink_bandwidth=(0.0 if nvlink is None else
+                                     _in_range(name, "nvlink_gbs", nvlink, device) * 1e9),
                    memory_bytes=memory[0] if memory else 0.0)
 
     def flops(self, dtype: str) -> float:
