@@ -1288,3 +1288,31 @@ def test_the_predict_stage_draws_measured_overlaps_from_their_interval_over_requ
     assert np.all(widths(few) < widths(wide) - 0.02), (widths(few), widths(wide))
     with pytest.raises(InputError, match="rerun rule overlap"):
         predicted()
+
+
+def test_the_context_a_prediction_assumes_is_stated_and_counts_in_the_distance(capsys):
+    """Every prediction assumed 600 tokens of KV cache per sequence and said so nowhere, though
+    Qwen3-30B fp8 on one H100 at batch 16 has TE 0.695 at 600 tokens and 0.853 at 32k, more
+    than the model's own error. The context is an input (--context), stated in the JSON and to
+    people, priced in attention's read, and one far from the calibration's counts as one more
+    way outside it."""
+    def run(*args):
+        code, out, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), "--tp", "2",
+                                 "--batch-sizes", "1,4", "--acceptance-length", "2.6", *args)
+        assert code == 0, err
+        return out
+    short = json.loads(run("--json"))
+    assert short["context"] == stepmodel.CONTEXT and short["calibration_distance"] == 0
+    long = json.loads(run("--json", "--context", "32000"))
+    assert long["context"] == 32000
+    assert long["calibration_distance"] == short["calibration_distance"] + 1
+    assert any(x.startswith("context 32,000 tokens per sequence outside the calibration's")
+               for x in long["outside_calibration"])
+    assert long["te"][1] > short["te"][1] + 0.02 and long["te_validated"] == [False, False]
+    text = run("--context", "32000")
+    assert "32,000 tokens per sequence" in next(x for x in text.splitlines()
+                                                if x.startswith("context"))
+    assert f"{stepmodel.CONTEXT} tokens per sequence" in next(
+        x for x in run().splitlines() if x.startswith("context"))
+    near = json.loads(run("--json", "--context", "1000"))
+    assert near["calibration_distance"] == 0 and near["context"] == 1000

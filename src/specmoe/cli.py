@@ -791,6 +791,10 @@ def _predict_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--batch-sizes", type=_List(BATCH, distinct=True),
                    default=list(STUDY_BATCH_SIZES),
                    help="comma-separated (1,2,4,...,128)")
+    s.add_argument("--context", type=Range(int, 1),
+                   help="KV-cache tokens per sequence that attention reads (default: the "
+                        "calibration's, an MT-Bench prompt and half its output, which the answer "
+                        "states; one far from it lies outside the calibration)")
     s.add_argument("--revision", help="with a repo id: commit, branch or tag")
     s.add_argument("--study-model", help="the study model this is (e.g. Qwen3-30B): its published "
                                          "overlaps (a repo id of the study's finds it itself)")
@@ -854,7 +858,8 @@ def cmd_predict(a) -> dict:
         dims, hw, a.k, a.method, a.batch_sizes, config=config, study_model=study,
         overlaps=[a.overlaps] if a.overlaps else None, tau=tau,
         draft_config=a.draft_config, draft_name=f"--draft-config {a.draft_config}",
-        draft_cost=a.draft_cost, engine=a.engine, caveats=caveats)
+        draft_cost=a.draft_cost, engine=a.engine, caveats=caveats,
+        **({} if a.context is None else {"context": a.context}))
     res["model"] = str(repo or config)
     return res if a.json else predictor.human(res)
 

@@ -166,7 +166,8 @@ def _attention_kinds(d: ModelDims, config=None) -> set[str]:
 def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None,
                          engine: str = stepmodel.CALIBRATION_ENGINE,
                          k_draft: int = stepmodel.CALIBRATION_K,
-                         draft: ModelDims | None = None) -> tuple[int, list[str]]:
+                         draft: ModelDims | None = None,
+                         context: float = stepmodel.CONTEXT) -> tuple[int, list[str]]:
     """How many ways the configuration lies outside what the calibration's TE rows measured,
     each named: granularity, experts per token, weight format, TP, GPU (its name, and numbers
     other than the shipped entry's), method family, the term that prices the drafter's pass over
@@ -175,7 +176,10 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
     verify_draft_model), draft length, each attention kind (MLA, DSA, linear, sliding window;
     read from `config` where given), the hidden size and the experts' width per GPU
     (expert_width_per_gpu: the GEMM shapes whose efficiency was fitted), the decode step at
-    batch 1 (decode_step_ms) and the experts' share of it (moe_share), and last the engine."""
+    batch 1 (decode_step_ms) and the experts' share of it (moe_share), the context (KV tokens per
+    sequence: the calibration priced its MT-Bench rows at stepmodel.CONTEXT, and one beyond
+    CONTEXT_FACTOR of it weighs attention in a proportion no calibrated row had), and last the
+    engine."""
     cal = calibration_set()
     out = []
     nk = dims.num_experts / dims.top_k
@@ -225,6 +229,12 @@ def calibration_distance(dims: ModelDims, hw: Hardware, method: str, config=None
         out.append(f"MoE share of the decode step at batch 1 {share:.2f} outside the "
                    f"calibration's {lo:.2f}-{hi:.2f}: TE follows the share of the step that "
                    "verifying more tokens makes dearer, and no calibrated model had this one")
+    lo, hi = (stepmodel.CONTEXT / stepmodel.CONTEXT_FACTOR,
+              stepmodel.CONTEXT * stepmodel.CONTEXT_FACTOR)
+    if not lo <= context <= hi:
+        out.append(f"context {context:,g} tokens per sequence outside the calibration's "
+                   f"{lo:,g}-{hi:,g} (its MT-Bench rows, priced at {stepmodel.CONTEXT:,} "
+                   "tokens): attention's share of the step is one no calibrated row had")
     if engine not in cal["engine"]:
         out.append(f"engine {engine}: the calibration was served by "
                    f"{', '.join(sorted(cal['engine']))} only")
@@ -346,8 +356,8 @@ SERVED_AS = {v: k for k, v in published.SD_METHODS.items()}  # the study's metho
 
 
 def kv_cache_sequences(dims: ModelDims, hw: Hardware, k: int, method: str, config,
-                       draft_config=None) -> int:
-    """How many sequences of CONTEXT + K + 1 tokens (the step model's) vLLM's KV cache holds per
+                       draft_config=None, context: int = stepmodel.CONTEXT) -> int:
+    """How many sequences of `context` + K + 1 tokens (the step model's) vLLM's KV cache holds per
     GPU, sized as the GPU preflight sizes a job (checks.preflight.memory: the weights with an
     MTP layer or the drafter, the reserve for the CUDA context, graphs and the profiling pass,
     and the KV cache, out of the GPU's memory as CUDA reports it times vLLM's default
@@ -363,12 +373,12 @@ def kv_cache_sequences(dims: ModelDims, hw: Hardware, k: int, method: str, confi
     else:  # quantised: the checkpoint's own format, or vLLM's online fp8 of it
         precision = "auto" if dims.dtype == dims_from_config(cfg, tp=dims.tp).dtype \
             else dims.dtype
-    tokens = stepmodel.CONTEXT + k + 1
+    tokens = int(context) + k + 1
     e = preflight.Engine(
         job="predict", model=str(config), entry={}, hardware={}, hardware_name=hw.name,
         tp=dims.tp, precision=precision, dtype=TORCH_DTYPE_OF[dims.base_dtype],
         method=SERVED_AS.get(method, method), drafter=None, k=k, max_model_len=tokens, batch=1,
-        output_tokens=0, prompt_tokens={"predict": stepmodel.CONTEXT},
+        output_tokens=0, prompt_tokens={"predict": int(context)},
         utilization=preflight.GPU_MEMORY_UTILIZATION, offline_server=False)
     m = preflight.memory(e, cfg, None if draft_config is None else load_config(draft_config)[0],
                          total=hw.memory_bytes)
@@ -388,17 +398,21 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
                draft_cost: float | None = None,
                engine: str = "vllm", caveats: list[str] | None = None,
                margin: float = stepmodel.SHAPE_MARGIN, draws: int = stepmodel.DRAWS,
-               extra_log_sd: float = 0.0) -> dict:
+               extra_log_sd: float = 0.0, context: int = stepmodel.CONTEXT) -> dict:
     """TE and speedup at each batch size with 95% intervals, the shape with its probability, where
     SD pays, and the caveats: every input checked first. `config`: the target's config.json;
     `draft_config`: a separate draft model's or EAGLE head's (draft_dims; `draft_name` names it in
     messages). `draws` and `extra_log_sd` (an error on the speedup sized outside the step model)
-    serve bench/public_coverage.py; predict uses the defaults (stepmodel.predict)."""
+    serve bench/public_coverage.py; predict uses the defaults (stepmodel.predict). `context`: KV
+    tokens per sequence (stepmodel.CONTEXT, the calibration's, unless given)."""
     batches = [int(b) for b in batch_sizes]
     if k < 1:
         raise InputError(f"--draft-length must be >= 1 (got {k})")
     if not batches or min(batches) < 1 or max(batches) > MAX_BATCH:
         raise InputError(f"batch sizes must lie within 1..{MAX_BATCH} (got {batches})")
+    if not 1 <= context <= stepmodel.MAX_CONTEXT:
+        raise InputError(f"--context must lie within 1..{stepmodel.MAX_CONTEXT} tokens (got "
+                         f"{context})")
     if draft_cost is not None and not 0 <= draft_cost < MAX_DRAFT_COST:
         raise InputError(f"--draft-cost is a draft time over a decode step, within "
                          f"[0, {MAX_DRAFT_COST:g}) (got {draft_cost})")
@@ -419,7 +433,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
         caveats.append(f"memory not checked: hardware {hw.name} gives neither cuda_memory_mib nor "
                        "memory_gib")
     elif config is not None:
-        held = kv_cache_sequences(dims, hw, k, method, config, draft_config)
+        held = kv_cache_sequences(dims, hw, k, method, config, draft_config, context)
     else:
         if stepmodel.weight_bytes(dims) > hw.memory_bytes:
             raise InputError(f"weights of {stepmodel.weight_bytes(dims) / GIB:.1f} GiB per GPU "
@@ -431,15 +445,14 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     over = sorted({b for b in batches if held is not None and b > held})
     shown = stepmodel._batches(over)
     if over:
-        words = (f"vLLM's KV cache holds {held} sequences of {stepmodel.CONTEXT + k + 1} tokens "
-                 "per GPU")
+        words = (f"vLLM's KV cache holds {held} sequences of {context + k + 1} tokens per GPU")
         if len(over) == len(set(batches)):
             raise InputError(f"{words}, fewer than batch {shown}: vLLM would run {held} at a "
                              "time; raise --tp, use a larger GPU or ask for smaller batches")
         caveats.append(f"not predicted at batch {shown}: {words}, so vLLM would run {held} at a "
                        "time and queue the rest")
         batches = [b for b in batches if b not in over]
-    distance, far = calibration_distance(dims, hw, method, config, engine, k, draft)
+    distance, far = calibration_distance(dims, hw, method, config, engine, k, draft, context)
     # TE's error grows with the distance of the model and GPU; another engine is priced by its
     # own factor on the speedup (stepmodel.ENGINE_LOG_SD), not counted twice
     te_distance = distance - (engine != stepmodel.CALIBRATION_ENGINE)
@@ -447,11 +460,12 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     res = stepmodel.predict(dims, hw, k, method, batches, cal.params, cal.te_rmse, overlaps, tau,
                             draft=draft, known_cost=draft_cost, margin=margin,
                             fits=cal.lomo_fits, distance=te_distance, engine=engine, draws=draws,
-                            extra_log_sd=extra_log_sd)
+                            extra_log_sd=extra_log_sd, context=context)
     inside = distance == 0
     if over:
         res["verdict"] += f"; not predicted at batch {shown} (the KV cache holds {held} sequences)"
     return {**res, "hardware": hw.name, "tp": dims.tp, "precision": dims.dtype, "k": k,
+            "context": context,
             "method": method, "engine": engine, "overlaps": overlap_source,
             "acceptance_length": list(tau), "calibration_distance": distance,
             "outside_calibration": far, "kv_cache_sequences": held, "over_kv_cache": over,
@@ -572,6 +586,7 @@ def human(res: dict) -> dict:
     out = {"model": res.get("model", ""), "hardware": res["hardware"], "tp": res["tp"],
            "precision": res["precision"], "method": f"{res['method']}, K = {res['k']}",
            "overlaps": res["overlaps"],
+           "context": f"{res['context']:,} tokens per sequence (the KV cache attention reads)",
            "acceptance length": "{:g}".format(res["acceptance_length"][0])
            if res["acceptance_length"][0] == res["acceptance_length"][1]
            else "{:g} to {:g}".format(*res["acceptance_length"]),

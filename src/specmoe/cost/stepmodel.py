@@ -67,6 +67,11 @@ from ..routing.unique import uniform_unique
 
 TILE_N = 64                # output columns of one CTA's tile in the fused MoE kernel
 CONTEXT = 600              # KV tokens per sequence: an MT-Bench prompt and half its output
+# The contexts the calibration stands for: its TE rows were served on MT-Bench conversations, priced
+# at CONTEXT tokens; one within this factor of it (300-1,200 tokens) counts as theirs (assumed:
+# the study publishes no context lengths), a longer or shorter one as outside the calibration
+CONTEXT_FACTOR = 2.0
+MAX_CONTEXT = 1 << 20      # KV tokens per sequence that predict accepts (beyond any served model)
 LOGIT_BYTES = 4            # the logits are kept in fp32 for sampling
 FAMILIES = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle", "EAGLE": "eagle",
             "EAGLE-3": "eagle", "mtp": "mtp", "MTP": "mtp"}
@@ -367,7 +372,8 @@ def verify_term(method: str, draft: ModelDims | None) -> str:
 
 
 def verify_extra_s(dims: ModelDims, hw: Hardware, k_draft: int, batch: int, method: str,
-                   p: StepParams, draft: ModelDims | None = None) -> float:
+                   p: StepParams, draft: ModelDims | None = None,
+                   context: float = CONTEXT) -> float:
     """Seconds a verification costs beyond the target's forward pass: the engine's SD loop
     (sd_loop_us per iteration, in microseconds whatever the model) and the drafter's pass(es)
     over the K+1 verified tokens (catchup_passes of the drafter's own step; a draft model without
@@ -375,21 +381,23 @@ def verify_extra_s(dims: ModelDims, hw: Hardware, k_draft: int, batch: int, meth
     cost's, not this."""
     if verify_term(method, draft) == "verify_draft_model":
         catchup = p.verify_draft_model * step_time(dims, hw, batch, 1,
-                                                   unique_decode(dims, batch), p)
+                                                   unique_decode(dims, batch), p, context)
     else:
         d = drafter_dims(dims, method, draft)
-        t = step_times(d, hw, batch, k_draft + 1, unique_decode(d, batch * (k_draft + 1)), p)
+        t = step_times(d, hw, batch, k_draft + 1, unique_decode(d, batch * (k_draft + 1)), p,
+                       context)
         catchup = p.catchup_passes * (sum(t.values()) - t["host"])
     return p.sd_loop_us * 1e-6 + catchup
 
 
 def target_efficiency(dims: ModelDims, hw: Hardware, k_draft: int, batch: int, unique_verify: float,
                       unique_decode: float, method: str, p: StepParams,
-                      draft: ModelDims | None = None) -> float:
-    verify = step_times(dims, hw, batch, k_draft + 1, unique_verify, p)
+                      draft: ModelDims | None = None, context: float = CONTEXT) -> float:
+    """TE at `batch` with `context` KV tokens per sequence (the calibration's: CONTEXT)."""
+    verify = step_times(dims, hw, batch, k_draft + 1, unique_verify, p, context)
     verify["sequences"] = batch * p.verify_seq_us * 1e-6
-    verify["sd"] = verify_extra_s(dims, hw, k_draft, batch, method, p, draft)
-    return te_from_times(step_times(dims, hw, batch, 1, unique_decode, p), verify)
+    verify["sd"] = verify_extra_s(dims, hw, k_draft, batch, method, p, draft, context)
+    return te_from_times(step_times(dims, hw, batch, 1, unique_decode, p, context), verify)
 
 
 # --- unique experts from overlaps ------------------------------------------------------------
@@ -1041,7 +1049,8 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
             draft: ModelDims | None = None, known_cost: float | None = None,
             margin: float = SHAPE_MARGIN, seed: int = 0, *,
             fits: tuple[StepParams, ...] | None = None, distance: float = 0.0,
-            engine: str = "vllm", draws: int = DRAWS, extra_log_sd: float = 0.0) -> dict:
+            engine: str = "vllm", draws: int = DRAWS, extra_log_sd: float = 0.0,
+            context: float = CONTEXT) -> dict:
     """TE and speedup at each batch size with 95% intervals over everything uncertain.
 
     Each of DRAWS draws takes: the parameters (draw_params over `fits`, the leave-one-model-out
@@ -1055,7 +1064,8 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
     at most tau: an SD iteration costs at least the one decode step its verification does.
     known_cost: a known c (else c(B) from the drafter's step time); the speedup is then at most
     tau / (1 + c), the iteration costing at least its known drafts and one decode step. Each draw gives a whole
-    curve, whose shape counts; `draws` of them (DRAWS unless a quick check asks for fewer)."""
+    curve, whose shape counts; `draws` of them (DRAWS unless a quick check asks for fewer).
+    `context`: KV tokens per sequence that attention reads (the calibration's: CONTEXT)."""
     overlaps = check_inputs(k_draft, overlaps, tau)
     batches = sorted({int(b) for b in batch_sizes})
     if batches[0] < 1:
@@ -1087,10 +1097,11 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
             key = (tuple(ov), bs)
             if key not in uniq:
                 uniq[key] = (unique_verify(dims, ov, bs), unique_decode(dims, bs))
-            model = target_efficiency(dims, hw, k_draft, bs, *uniq[key], method, p, draft)
+            model = target_efficiency(dims, hw, k_draft, bs, *uniq[key], method, p, draft,
+                                      context)
             te[i, j] = min(max(model + z * te_sigma(te_error, bs, distance), TE_FLOOR), 1.0)
             cost[i, j] = (known_cost if known_cost is not None else
-                          draft_cost(dims, d_dims, hw, bs, k_draft, p))
+                          draft_cost(dims, d_dims, hw, bs, k_draft, p, context=context))
             # the engine's factor scales the SD iteration's cost over a decode step (its drafts
             # and its verification alike), never below its floor: however an engine runs it,
             # verifying K + 1 tokens costs at least one decode step (TE <= 1) and drafting costs
