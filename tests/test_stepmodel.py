@@ -1316,3 +1316,35 @@ def test_the_context_a_prediction_assumes_is_stated_and_counts_in_the_distance(c
         x for x in run().splitlines() if x.startswith("context"))
     near = json.loads(run("--json", "--context", "1000"))
     assert near["calibration_distance"] == 0 and near["context"] == 1000
+
+
+def test_the_method_notes_numbers_of_the_calibration_are_the_codes():
+    """docs/method.md said beta sits on its bound in 5 of 8 leave-one-model-out fits and n in 7
+    of 8 (the code: 6 and 6), a TE error of 0.087 mean absolute and 0.103 RMS (0.085, 0.102), and
+    quoted DeepSeek-R1 on B200 at distance 1 (2: its hidden size lies outside too). Each such
+    number is read from the text and recomputed here."""
+    from collections import Counter
+
+    from specmoe.cost import predictor
+    from specmoe.cost.hfconfig import dims_from_config
+
+    text = " ".join((REPO / "docs" / "method.md").read_text().split())
+    cal = stepmodel.calibration()
+    bound = Counter(k for f in cal.lomo_fits for k, side in stepmodel.at_bound(f).items()
+                    if side == "high")
+    n = len(cal.lomo_fits)
+    assert (f"GB/s per CTA ({bound['moe_cta_gbs']} of {n} leave-one-model-out fits), the draft "
+            f"model's pass at 1.5 decode steps ({bound['verify_draft_model']} of {n}) and n at "
+            f"one drafter pass ({bound['catchup_passes']} of {n})") in text
+    goal = [r for r in cal.lomo if r["quantity"] == stepmodel.TE and r["goal"]]
+    errors = np.array([r["error"] for r in goal])
+    mae, rms = np.mean(np.abs(errors)), np.sqrt(np.mean(errors ** 2))
+    base = np.mean([abs(r["baseline_mean"] - r["published"]) for r in goal])
+    assert f"error is {mae:.3f} mean absolute, {rms:.3f} RMS" in text
+    assert f"mean absolute error {mae:.3f} against {base:.3f} for the mean of the other" in text
+    cfg = FIXTURES / "DeepSeek-R1.json"
+    hw, _ = predictor.hardware("B200")
+    d, far = predictor.calibration_distance(dims_from_config(cfg, dtype="auto", tp=8), hw,
+                                            "eagle3", cfg)
+    line = predictor.calibration_line({"calibration_distance": d, "outside_calibration": far})
+    assert f'(DeepSeek-R1 on B200, TP 8, EAGLE-3: "{line}")' in text
