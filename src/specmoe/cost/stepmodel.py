@@ -1063,8 +1063,9 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
     model: bench/public_coverage.py's leave-one-source-out analysis, never predict's default),
     at most tau: an SD iteration costs at least the one decode step its verification does.
     known_cost: a known c (else c(B) from the drafter's step time); the speedup is then at most
-    tau / (1 + c), the iteration costing at least its known drafts and one decode step. Each draw gives a whole
-    curve, whose shape counts; `draws` of them (DRAWS unless a quick check asks for fewer).
+    tau / (1 + c), the iteration costing at least its known drafts and one decode step. Each
+    draw gives a whole curve, whose shape counts; `draws` of them (DRAWS unless a quick check
+    asks for fewer).
     `context`: KV tokens per sequence that attention reads (the calibration's: CONTEXT)."""
     overlaps = check_inputs(k_draft, overlaps, tau)
     batches = sorted({int(b) for b in batch_sizes})
