@@ -234,6 +234,82 @@ def test_the_head_dim_defaults_are_transformers():
     assert set(HEAD_DIM_DEFAULT) <= checked and len(checked) >= 20
 
 
+@pytest.mark.parametrize("name, left_out", [
+    ("DeepSeek-R1", ("first_k_dense_replace", "n_shared_experts", "q_lora_rank")),
+    ("DeepSeek-V2.5", ("kv_lora_rank", "q_lora_rank", "n_shared_experts")),
+    ("DeepSeek-V3.2", ("first_k_dense_replace", "index_topk", "q_lora_rank")),
+    ("GLM-5.1", ("first_k_dense_replace", "q_lora_rank", "index_topk", "n_shared_experts")),
+    ("Qwen1.5-MoE-A2.7B", ("shared_expert_intermediate_size",)),
+    ("Llama-4-Maverick-17B-128E-Instruct", ("intermediate_size_mlp",)),
+])
+def test_layout_keys_left_out_read_as_the_model_types_defaults(name, left_out):
+    """A layout key a config.json leaves out is its model type's default in transformers (which
+    vLLM reads), never "none": DeepSeek-R1 without three keys was priced 708.8B parameters with
+    42.5B active, not 670.9B and 37.4B; Qwen1.5-MoE without its shared expert's width 13.48B,
+    not 14.31B; Llama-4-Maverick without intermediate_size_mlp 14.15B active, not 17.17B."""
+    cfg = json.loads((FIX / f"{name}.json").read_text())
+    text = cfg.get("text_config", cfg)
+    assert all(text.get(k) for k in left_out)  # the file gives each (at the type's default)
+    without = {k: v for k, v in text.items() if k not in left_out}
+    for tp in (1, 4):
+        assert dims_from_config(without, tp=tp) == dims_from_config(text, tp=tp)
+
+
+def test_a_hybrid_model_without_its_layer_pattern_reads_transformers_pattern():
+    """Qwen3-Next without full_attention_interval (and layer_types): every 4th layer full
+    attention, as transformers' Qwen3NextConfig lays it out, not all 48 layers (whose KV cache
+    was read as 49,152 elements per token, not 12,288)."""
+    cfg, _ = load_config(F / "Qwen3-Next-80B-A3B-Instruct.json")
+    assert cfg["full_attention_interval"] == 4 and "layer_types" not in cfg
+    without = {k: v for k, v in cfg.items() if k != "full_attention_interval"}
+    assert dims_from_config(without) == dims_from_config(cfg)
+    assert dims_from_config(without).kv_per_token == 12 * 2 * 2 * 256
+
+
+def test_a_key_vllm_reads_without_a_default_is_refused():
+    """GLM-4.7-Flash without first_k_dense_replace: vLLM's glm4_moe_lite.py reads
+    config.first_k_dense_replace, which transformers' class does not default: refused, never read
+    as no dense layer."""
+    cfg, _ = load_config(F / "GLM-4.7-Flash.json")
+    del cfg["first_k_dense_replace"]
+    with pytest.raises(InputError, match=r"^config.json: lacks first_k_dense_replace, which vLLM "
+                                         r"reads from a glm4_moe_lite config"):
+        dims_from_config(cfg)
+
+
+def test_the_layout_defaults_are_transformers():
+    """LAYOUT_DEFAULTS is what transformers' config class of each model type gives where a
+    config.json leaves the key out (full_attention_interval: the period of the layer_types it
+    lays out); a key it has no entry for is none in the class (None, 0, absent, or no
+    linear-attention layers); REQUIRED where the class has no such attribute."""
+    transformers = pytest.importorskip("transformers")
+    from specmoe.cost.hfconfig import LAYOUT_DEFAULTS, LAYOUT_KEYS, MODELLED_TYPES, REQUIRED
+
+    absent = object()
+    checked = set()
+    for model_type in sorted(MODELLED_TYPES | set(LAYOUT_DEFAULTS)):
+        if model_type not in transformers.CONFIG_MAPPING:
+            continue  # remote code (Bailing-MoE, DeepSeek-MoE, Kimi-K2)
+        c = transformers.CONFIG_MAPPING[model_type]()
+        text = getattr(c, "text_config", None) or c
+        for key in LAYOUT_KEYS:
+            got = getattr(text, key, absent)
+            if key == "full_attention_interval":
+                kinds = getattr(text, "layer_types", None) or []
+                full = [i for i, t in enumerate(kinds) if t == "full_attention"]
+                got = full[0] + 1 if "linear_attention" in kinds else None
+                assert got is None or full == list(range(got - 1, len(kinds), got)), model_type
+            want = LAYOUT_DEFAULTS.get(model_type, {}).get(key)
+            if want == REQUIRED:
+                assert got is absent, (model_type, key)
+            elif want is None:
+                assert got in (absent, None, 0), (model_type, key, got)
+            else:
+                assert got == want, (model_type, key, got)
+        checked.add(model_type)
+    assert set(LAYOUT_DEFAULTS) <= checked and len(checked) >= 20
+
+
 def test_deepseek_v3_dense_layers_shared_expert_and_block_fp8():
     d = dims_from_config(FIX / "DeepSeek-R1.json", tp=8)
     assert (d.num_layers, d.num_moe_layers, d.shared_intermediate) == (61, 58, 2048)

@@ -23,6 +23,9 @@ Nothing here is a hand-kept table: each number comes from the model's own config
   (GPT-OSS: experts only), compressed-tensors integer groups (Kimi-K2.5: routed experts only, the
   `ignore` list keeping attention and shared experts in the checkpoint dtype); else `torch_dtype`.
   Any other quantisation method or dtype is an error, never a silent bf16.
+- Keys left out: a layout key a config.json leaves out (first_k_dense_replace, q_lora_rank,
+  kv_lora_rank, shared experts, intermediate_size_mlp, full_attention_interval, ...) is its model
+  type's default in transformers, which vLLM reads (LAYOUT_DEFAULTS), never "none".
 - Model types: only those whose layout this reads (MODELLED_TYPES); any other, and any layout key
   it does not model (UNMODELLED_LAYOUTS), is an error, never a model priced without its blocks.
 - Values: each size, count or layer index a whole number, each list a list and each section of
@@ -78,7 +81,7 @@ def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
             if key not in merged and key in cfg:
                 merged[key] = cfg[key]
         cfg = merged
-    return _flatten_dbrx(cfg, name), name
+    return _with_defaults(_flatten_dbrx(cfg, name), name), name
 
 
 def _flatten_dbrx(cfg: dict, name: str) -> dict:
@@ -99,6 +102,52 @@ def _flatten_dbrx(cfg: dict, name: str) -> dict:
             "num_local_experts": ffn.get("moe_num_experts"),
             "num_experts_per_tok": ffn.get("moe_top_k")}
     return {**cfg, **{k: v for k, v in flat.items() if v is not None}}
+
+
+# Layout keys the reader would read as "none" where a config.json leaves them out (no dense layers
+# first, a full-rank q projection, grouped-query rather than latent attention, no shared expert, a
+# dense FFN as wide as an expert, every layer full attention, no DSA indexer, no MTP layer), by the
+# model types whose config class in transformers (5.x) has another default: vLLM reads that class,
+# so it builds what the default says (DeepSeek-R1 without first_k_dense_replace, n_shared_experts
+# and q_lora_rank was priced 708.8B parameters, not its 670.9B). load_config fills them in where a
+# file leaves a key out (a key given as null stays null, as transformers keeps it). REQUIRED: a key
+# vLLM reads that the class has no default for (glm4_moe_lite.py reads
+# config.first_k_dense_replace): a file without it is refused. Model types outside transformers
+# (remote code: DeepSeek-MoE, Kimi-K2, Bailing-MoE) have none here: their files give every key.
+# tests/test_hfconfig.py checks this table against transformers where it is installed.
+REQUIRED = "required"
+LAYOUT_KEYS = ("first_k_dense_replace", "q_lora_rank", "kv_lora_rank", "n_shared_experts",
+               "shared_expert_intermediate_size", "intermediate_size_mlp",
+               "full_attention_interval", "index_topk", "num_nextn_predict_layers")
+_DEEPSEEK_V3 = {"first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                "n_shared_experts": 1}
+_QWEN3_NEXT = {"shared_expert_intermediate_size": 512, "full_attention_interval": 4}
+LAYOUT_DEFAULTS = {
+    "deepseek_v2": {"q_lora_rank": 1536, "kv_lora_rank": 512, "n_shared_experts": 2},
+    "deepseek_v3": {**_DEEPSEEK_V3, "num_nextn_predict_layers": 1},
+    "kimi_k25": {**_DEEPSEEK_V3, "num_nextn_predict_layers": 1},
+    "deepseek_v32": {**_DEEPSEEK_V3, "index_topk": 2048},
+    "glm_moe_dsa": {**_DEEPSEEK_V3, "q_lora_rank": 2048, "index_topk": 2048},
+    "glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 1,
+                 "num_nextn_predict_layers": 1},
+    "glm4_moe_lite": {"first_k_dense_replace": REQUIRED, "q_lora_rank": 768,
+                      "kv_lora_rank": 512, "n_shared_experts": 1},
+    "qwen2_moe": {"shared_expert_intermediate_size": 5632},
+    "qwen3_next": _QWEN3_NEXT, "qwen3_5_moe": _QWEN3_NEXT, "qwen3_5_moe_text": _QWEN3_NEXT,
+    "llama4": {"intermediate_size_mlp": 16384}, "llama4_text": {"intermediate_size_mlp": 16384},
+}
+
+
+def _with_defaults(cfg: dict, name: str) -> dict:
+    """`cfg` with the layout keys it leaves out at its model type's defaults (LAYOUT_DEFAULTS); a
+    key vLLM needs that has no default (REQUIRED) left out is an error."""
+    kind = str(cfg.get("model_type"))
+    defaults = LAYOUT_DEFAULTS.get(kind, {})
+    lacking = [k for k, v in defaults.items() if v == REQUIRED and k not in cfg]
+    if lacking:
+        raise InputError(f"{name}: lacks {lacking[0]}, which vLLM reads from a {kind} config and "
+                         "transformers' config class gives no default for")
+    return {**{k: v for k, v in defaults.items() if v != REQUIRED}, **cfg}
 
 
 _GATED_ATTENTION = ("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_text")
