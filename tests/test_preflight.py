@@ -415,6 +415,37 @@ def test_a_config_json_the_checks_cannot_read_names_its_model_or_drafter(tmp_pat
                      r"the 14 attention heads$", lines[1]), lines
 
 
+def test_a_config_without_vocab_size_is_refused_never_sized_without_its_lm_head(tmp_path,
+                                                                              monkeypatch):
+    """Qwen3-30B's config.json without vocab_size: its embeddings, LM head and logits were read
+    as none (1.16 GiB of weights gone from its memory check) while `specmoe predict` refuses it;
+    now each reading refuses it, and the preflight gives one fatal line naming the model."""
+    from specmoe.errors import InputError
+
+    cfg = {k: v for k, v in preflight.shipped_config("Qwen/Qwen3-30B-A3B").items()
+           if k != "vocab_size"}
+    lacks = r"^config.json: lacks any of vocab_size$"
+    for read in (lambda: preflight.weight_bytes(cfg, "bf16", 1),
+                 lambda: preflight.activation_bytes(cfg, 1, 8192, 8),
+                 lambda: preflight.drafter_bytes(cfg, None, "eagle3", 1),
+                 lambda: preflight.check(engine("Qwen/Qwen3-30B-A3B", 1), cfg, "package")):
+        with pytest.raises(InputError, match=lacks):
+            read()
+    cache = lay_out_study_drafters(tmp_path / "hub")
+    lay_out_cache(cache, "me/novocab", {"config.json": json.dumps(cfg).encode()})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+    def edit(c):
+        base = next(m for m in c["models"] if m["name"] == "qwen3-30b-bf16-tp1")
+        c["models"] = [{**base, "name": "novocab", "repo_id": "me/novocab"}]
+        c["models"][0].pop("overlaps", None)
+
+    lines = paper(edit).preflight(with_vllm=False).lines(True)
+    assert len(lines) == 1 and re.search(r"^preflight: capture novocab/.*: config\.json: model "
+                                         r"novocab \(me/novocab\): lacks any of vocab_size$",
+                                         lines[0]), lines
+
+
 def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
     """Hardware outside the shipped GPUs without memory_gib or cuda_memory_mib: its jobs' memory
     cannot be checked, and a check that cannot run is no pass: one fatal line naming the

@@ -49,8 +49,8 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.costmodel import capacity
-from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, sliding_window,
-                             torch_dtype_fmt, tp_problems)
+from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, required_int,
+                             sliding_window, torch_dtype_fmt, tp_problems)
 from ..errors import InputError
 from . import memo
 from .drafters import EAGLE_METHODS
@@ -306,7 +306,7 @@ def weight_bytes(cfg: dict, precision: str, tp: int, mtp: int = 0) -> float:
     dense = dims.dense_layer_params * dtype_bytes(dims.dense_dtype) / tp
     c = _text(cfg)
     tied = bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False)))
-    embed = int(c.get("vocab_size") or 0) * int(c["hidden_size"]) \
+    embed = required_int(c, "vocab_size") * dims.hidden \
         * dtype_bytes(dims.base_dtype) * (1 if tied else 2) / tp
     return dims.num_moe_layers * layer + dense + embed + mtp * layer
 
@@ -317,7 +317,7 @@ def _dense_model_bytes(d: dict, tp: int) -> float:
     from ..cost.hfconfig import dense_dims_from_config
 
     dims = dense_dims_from_config(d, tp=tp, auto=True)
-    embed = int(d.get("vocab_size") or 0) * int(d["hidden_size"]) * _dense_bytes(d) \
+    embed = required_int(d, "vocab_size") * dims.hidden * _dense_bytes(d) \
         * (1 if d.get("tie_word_embeddings") else 2) / tp
     return dims.num_layers * (dims.c_dense + dims.c_expert) + embed
 
@@ -330,10 +330,10 @@ def drafter_bytes(target: dict, drafter: dict | None, method: str, tp: int) -> t
     if method in EAGLE_METHODS:
         # one decoder layer of the target's width (attention and a 4h FFN), the fc that reads the
         # target's hidden states (2 or 3 of them) and an LM head over the target's vocabulary
-        h = int(t["hidden_size"])
-        attn = h * head_dim(t) * (2 * int(t["num_attention_heads"]) + 2 * kv_heads(t))
+        h = required_int(t, "hidden_size")
+        attn = h * head_dim(t) * (2 * required_int(t, "num_attention_heads") + 2 * kv_heads(t))
         params = attn + 12 * h * h + (3 if method == "eagle3" else 2) * h * h \
-            + int(t.get("vocab_size") or 0) * h
+            + required_int(t, "vocab_size") * h
         return params * 2.0 / tp, "estimated from the target's width and vocabulary"
     return 0.0, "none"
 
@@ -459,11 +459,11 @@ def activation_bytes(cfg: dict, tp: int, tokens: int, seqs: int) -> float:
     a few hidden-sized tensors per token, and the fp32 logits of `seqs` sequences over the whole
     vocabulary on every GPU (vLLM's LogitsProcessor all-gathers them on CUDA)."""
     c = _text(cfg)
-    h = int(c["hidden_size"])
+    h = required_int(c, "hidden_size")
     k = int(c.get("num_experts_per_tok") or c.get("experts_per_token") or 1)
     inter = int(c.get("moe_intermediate_size") or c.get("intermediate_size") or h)
     per_token = k * (3 * inter / tp + h) + 8 * h
-    logits = min(seqs, tokens) * int(c.get("vocab_size") or 0) * 4 * 2
+    logits = min(seqs, tokens) * required_int(c, "vocab_size") * 4 * 2
     return tokens * per_token * 2.0 + logits
 
 
@@ -617,6 +617,8 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
         out.append(_finding(e, check_, message, fatal))
 
     c = _text(cfg)
+    for key in ("hidden_size", "vocab_size"):  # the target's, before its drafter is read
+        required_int(c, key)
     problems = tp_problems(cfg, e.tp)
     if problems:
         add("tensor parallelism", "; ".join(problems))
@@ -693,20 +695,26 @@ def drafter_problems(target: dict, drafter: dict, method: str, name: str) -> lis
     The preflight of a GPU job and `specmoe predict --draft-config` both ask this."""
     c, d = _text(target), _text(drafter)
     layer = drafter.get("transformer_layer_config") or d  # speculators' EAGLE-3 format
+    if not isinstance(layer, dict):
+        raise InputError(f"config.json: transformer_layer_config = {layer!r} is not a JSON object "
+                         "of the head's decoder layer")
     out = []
-    t_vocab, d_vocab = int(c.get("vocab_size") or 0), int(layer.get("vocab_size") or 0)
-    if t_vocab and d_vocab and t_vocab != d_vocab:
+    t_vocab = required_int(c, "vocab_size")
+    d_vocab = required_int(layer if layer.get("vocab_size") is not None else d, "vocab_size")
+    if t_vocab != d_vocab:
         what = "tokenizer" if method == "draft_model" else "vocabulary"
         out.append(f"{name}'s vocabulary ({d_vocab:,}) is not the target's ({t_vocab:,}): a "
                    f"different {what}")
     if method in EAGLE_METHODS:
-        want = int(drafter.get("target_hidden_size") or layer.get("hidden_size") or 0)
-        if want and want != int(c["hidden_size"]):
-            out.append(f"{name} reads hidden states of width {want}, the target's are "
-                       f"{c['hidden_size']}")
-    experts = next((layer[k] for k in ("num_experts", "num_local_experts", "n_routed_experts")
-                    if layer.get(k)), 0)
-    if method == "draft_model" and int(experts) > 1:
+        want = required_int(drafter, "target_hidden_size") \
+            if drafter.get("target_hidden_size") is not None else required_int(layer, "hidden_size")
+        have = required_int(c, "hidden_size")
+        if want != have:
+            out.append(f"{name} reads hidden states of width {want}, the target's are {have}")
+    key = next((k for k in ("num_experts", "num_local_experts", "n_routed_experts")
+                if layer.get(k)), None)
+    experts = required_int(layer, key) if key else 0
+    if method == "draft_model" and experts > 1:
         out.append(f"{name} is a MoE ({experts} experts) given as a draft model: a draft model "
                    "is sized and priced as dense (every layer's FFN read whole)")
     return out

@@ -46,6 +46,20 @@ TORCH_DTYPE_OF = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # F
 _TORCH_DTYPES = {**{v: k for k, v in TORCH_DTYPE_OF.items()}, "half": "fp16", "float": "fp32"}
 
 
+def read_json(path: str | Path) -> dict | list | str | int | float | bool | None:
+    """A JSON file (a config.json, a download manifest) as it is; a file that is missing, not
+    text or not valid JSON (a truncated download) is an error naming it, one line."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such config file")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file (a config.json is JSON text)") from None
+
+
 def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
     """(config dict, a name for messages); the text model's part of a multimodal config."""
     name = "config.json"
@@ -54,14 +68,7 @@ def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
         if path.is_dir():
             path = path / "config.json"
         name = str(path)
-        if not path.exists():
-            raise InputError(f"{path}: no such config file")
-        try:
-            cfg = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: not valid JSON ({exc.msg})") from None
-        except UnicodeDecodeError:
-            raise InputError(f"{path}: not a text file (a config.json is JSON text)") from None
+        cfg = read_json(path)
     if not isinstance(cfg, dict):
         raise InputError(f"{name}: a config.json is a JSON object of settings, not a "
                          f"{type(cfg).__name__}")
@@ -195,6 +202,12 @@ class _Reader:
             raise InputError(f"{self.name}: {key} names layer {past[0]}, which a model of "
                              f"{layers} layers (0 to {layers - 1}) does not have")
         return out
+
+
+def required_int(cfg: dict, key: str, name: str = "config.json") -> int:
+    """A size or count a config.json must give (vocab_size, hidden_size): a whole number >= 1;
+    left out, or anything else, is an error naming the file and the key, never read as 0."""
+    return _Reader(cfg, name).int(key)
 
 
 def whole(v, what: str, least: int = 1) -> int:
