@@ -16,7 +16,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from hubfake import lay_out_cache, lay_out_study_drafters
+from hubfake import drafter_stand_in, lay_out_cache, lay_out_study_drafters
 from specmoe.checks import preflight
 from specmoe.config import Config
 from wf import REPO, copy_workflow, snakemake
@@ -444,6 +444,48 @@ def test_a_config_without_vocab_size_is_refused_never_sized_without_its_lm_head(
     assert len(lines) == 1 and re.search(r"^preflight: capture novocab/.*: config\.json: model "
                                          r"novocab \(me/novocab\): lacks any of vocab_size$",
                                          lines[0]), lines
+
+
+EAGLE_30B = "RedHatAI/Qwen3-30B-A3B-Instruct-2507-speculator.eagle3"
+
+
+def _no_hidden_size(repo):
+    return json.dumps({k: v for k, v in (preflight.shipped_config(repo) or
+                                         drafter_stand_in(repo)).items()
+                       if k != "hidden_size"}).encode()
+
+
+@pytest.mark.parametrize("repo, content, line", [
+    ("me/odd-moe", b'{"architectures": ["Qwen3MoeForCausalLM"], "hidden_si',
+     r"config\.json: model odd \(me/odd-moe\): \S+/config\.json: not valid JSON \("),
+    ("me/odd-moe", b'["a", "list"]',
+     r"config\.json: model odd \(me/odd-moe\): \S+/config\.json: a JSON object of settings, "
+     r"not a list$"),
+    ("me/odd-moe", _no_hidden_size("Qwen/Qwen3-30B-A3B"),
+     r"config\.json: model odd \(me/odd-moe\): lacks any of hidden_size$"),
+    (EAGLE_30B, _no_hidden_size(EAGLE_30B),
+     r"config\.json: drafter eagle3-qwen3-30b \(RedHatAI/Qwen3-30B-A3B-Instruct-2507-"
+     r"speculator\.eagle3\): lacks any of hidden_size$"),
+])
+def test_a_malformed_config_json_is_one_fatal_line_never_a_traceback(tmp_path, monkeypatch, repo,
+                                                                     content, line):
+    """A truncated snapshot's config.json, one that is no JSON object, a target without
+    hidden_size beside its EAGLE-3 head and an EAGLE-3 head without it: one fatal line naming
+    the model or drafter and its repository; they once stopped the preflight with a
+    JSONDecodeError, a TypeError or a KeyError traceback, or (the head) passed unchecked."""
+    cache = lay_out_study_drafters(tmp_path / "hub")
+    lay_out_cache(cache, repo, {"config.json": content})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+    def edit(c):
+        base = next(m for m in c["models"] if m["name"] == "qwen3-30b-bf16-tp1")
+        c["models"] = [{**base, "name": "odd", "repo_id": "me/odd-moe"}
+                       if repo == "me/odd-moe" else base]
+        c["models"][0].pop("overlaps", None)
+
+    cfg = paper(edit)
+    lines = cfg.preflight(with_vllm=False).lines(True)
+    assert len(lines) == 1 and re.search(r"^preflight: \S+ [^:]*: " + line, lines[0]), lines
 
 
 def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():

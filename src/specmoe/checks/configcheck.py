@@ -337,7 +337,10 @@ def experts_of(entry: dict) -> tuple[int, int] | None:
     if entry.get("source") == "hf":  # shipped, downloaded or cached, as _precision_problems
         from .preflight import offline_config
 
-        cfg, _ = offline_config(entry, entry.get("hf_config"))
+        try:
+            cfg, _ = offline_config(entry, entry.get("hf_config"))
+        except InputError:  # unreadable: the preflight's fatal line names the model
+            return None
         if cfg is None:  # the download stage checks it (study.check_compare_with)
             return None
         return config_experts(cfg)
@@ -364,7 +367,10 @@ def _precision_problems(entry: dict, precision: str) -> list[str]:
     from .preflight import offline_config
     from ..cost.hfconfig import check_precision
 
-    cfg, _ = offline_config(entry, entry.get("hf_config"))
+    try:
+        cfg, _ = offline_config(entry, entry.get("hf_config"))
+    except InputError:  # unreadable: the preflight's fatal line names the model
+        return []
     if cfg is None:
         return []
     try:

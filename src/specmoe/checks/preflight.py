@@ -32,9 +32,10 @@ config.json comes from the package (data/hf_configs/: the study's checkpoints), 
 download manifest or the Hugging Face cache when they exist (never the network). A model or
 drafter whose config.json is none of these stops the run (one line for all of them, naming
 `specmoe download REPO --mode config`, which fetches it): its checks, vLLM's among them, cannot
-run, and a check that cannot run is no pass. A config.json the checks cannot read (its numbers
-contradict each other, or its model cannot be split as the job serves it: specmoe.cost.hfconfig's
-errors) is its jobs' fatal line naming the model or drafter and its repository; the other jobs
+run, and a check that cannot run is no pass. A config.json the checks cannot read (not a JSON
+object, as a truncated download is; a key they need left out; its numbers contradict each other, or
+its model cannot be split as the job serves it: specmoe.cost.hfconfig's errors) is its jobs' fatal
+line naming the model or drafter and its repository; the other jobs
 are still checked. What needs vLLM itself (its model registry, its target-to-MTP mapping, its
 argument parser) is specmoe.checks.vllmcheck, run where vLLM is installed.
 """
@@ -49,8 +50,8 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.costmodel import capacity
-from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, required_int,
-                             sliding_window, torch_dtype_fmt, tp_problems)
+from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, read_json,
+                             required_int, sliding_window, torch_dtype_fmt, tp_problems)
 from ..errors import InputError
 from . import memo
 from .drafters import EAGLE_METHODS
@@ -168,7 +169,9 @@ def shipped_repo_of(cfg: dict) -> str | None:
 
 def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dict | None, str]:
     """(config.json, where it came from) of a model or drafter entry, never from the network:
-    the package, a download manifest's snapshot, or the Hugging Face cache; (None, why) else."""
+    the package, a download manifest's snapshot, or the Hugging Face cache; (None, why) else. A
+    manifest or config.json that is not a JSON object (a truncated download) is an InputError
+    naming the file, one line."""
     repo = entry.get("repo_id")
     if not repo:
         return None, "no repo_id"
@@ -176,10 +179,10 @@ def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dic
     if cfg is not None:
         return cfg, "package"
     if manifest and Path(manifest).exists():
-        man = json.loads(Path(manifest).read_text())
+        man = _json_object(manifest)
         path = Path(man.get("snapshot_path", "")) / "config.json"
         if path.exists():
-            return json.loads(path.read_text()), "download"
+            return _json_object(path), "download"
     try:
         from huggingface_hub import try_to_load_from_cache
 
@@ -192,8 +195,16 @@ def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dic
     except Exception:  # noqa: BLE001 - a malformed id or cache: not available offline
         hit = None
     if isinstance(hit, str) and Path(hit).exists():
-        return json.loads(Path(hit).read_text()), "cache"
+        return _json_object(hit), "cache"
     return None, MISSING
+
+
+def _json_object(path: str | Path) -> dict:
+    """A JSON file that must hold one object (a config.json, a download manifest)."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a JSON object of settings, not a {type(data).__name__}")
+    return data
 
 
 # Why a config.json is missing (offline_config), and the finding's check: one line for every
@@ -786,9 +797,11 @@ def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: b
     configs: dict = {}
     vllm_here = with_vllm and find_spec("vllm") is not None
     for e in engines:
-        cfg, why = _cached(configs, e.entry, manifests)
-        dcfg, dwhy = _cached(configs, e.drafter, manifests) if e.drafter else (None, "")
         try:
+            with _reading(e.entry, "method" in e.entry):
+                cfg, why = _cached(configs, e.entry, manifests)
+            with _reading(e.drafter, True):
+                dcfg, dwhy = _cached(configs, e.drafter, manifests) if e.drafter else (None, "")
             found, m = check(e, cfg, why, dcfg, dwhy)
             support = drafter_support(e, cfg, dcfg, found, vllm_here)
         except InputError as exc:  # one job's unreadable config.json: the others still checked
