@@ -488,6 +488,53 @@ def test_a_malformed_config_json_is_one_fatal_line_never_a_traceback(tmp_path, m
     assert len(lines) == 1 and re.search(r"^preflight: \S+ [^:]*: " + line, lines[0]), lines
 
 
+def test_the_context_check_reads_the_positions_as_vllm_does():
+    """DBRX gives its positions as max_seq_len (32,768): max_model_len 131,072 was let through,
+    the check reading max_position_embeddings alone and skipping where it was absent. Now the
+    smallest of vLLM's keys; none of them is a fatal finding (the check cannot run)."""
+    dbrx = preflight._text(json.loads((REPO / "tests/fixtures/hf_configs/dbrx-instruct.json")
+                                      .read_text()))
+    e = engine("Qwen/Qwen3-30B-A3B", 1, max_model_len=131072)
+    (found,) = preflight._context(e, dbrx)
+    assert found.fatal and found.message == ("max_model_len 131,072 exceeds the model's 32,768 "
+                                             "positions (max_seq_len)")
+    qwen = preflight.shipped_config("Qwen/Qwen3-30B-A3B")  # 40,960 positions
+    assert preflight._context(e, {**qwen, "seq_length": 8192})[0].message.endswith(
+        "8,192 positions (seq_length)")
+    assert not preflight._context(engine("Qwen/Qwen3-30B-A3B", 1, max_model_len=40960), qwen)
+    (none,) = preflight._context(e, {k: v for k, v in qwen.items()
+                                     if k != "max_position_embeddings"})
+    assert none.fatal and re.match(r"config\.json gives none of max_position_embeddings, "
+                                   r"n_positions, max_seq_len, .*: whether max_model_len 131,072 "
+                                   r"fits the model's positions cannot be checked", none.message)
+
+
+def test_the_position_keys_are_vllms():
+    """POSITION_KEYS is vLLM's list (derive_max_model_len_and_key's possible_keys, read from its
+    source), and the positions it derives from each mix of them are vLLM's."""
+    import ast
+    import inspect
+    import textwrap
+    from types import SimpleNamespace
+
+    from specmoe.cost.hfconfig import POSITION_KEYS, max_positions
+
+    pytest.importorskip("vllm.config")  # first: the convertor's module imports from it
+    convertor = pytest.importorskip("vllm.transformers_utils.model_arch_config_convertor")
+    derive = convertor.ModelArchConfigConvertorBase.derive_max_model_len_and_key
+    tree = ast.parse(textwrap.dedent(inspect.getsource(derive)))
+    (keys,) = [ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+               and getattr(n.targets[0], "id", "") == "possible_keys"]
+    assert tuple(keys) == POSITION_KEYS
+    for values in ({"max_position_embeddings": 4096}, {"max_seq_len": 32768},
+                   {"max_position_embeddings": 40960, "seq_length": 8192},
+                   {"n_positions": 2048, "seq_len": 2048},
+                   {"max_position_embeddings": 2048, "model_max_length": 8192}):
+        text = SimpleNamespace(**values)
+        length, key = derive(SimpleNamespace(hf_text_config=text))
+        assert max_positions(values) == (length, key), values
+
+
 def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
     """Hardware outside the shipped GPUs without memory_gib or cuda_memory_mib: its jobs' memory
     cannot be checked, and a check that cannot run is no pass: one fatal line naming the

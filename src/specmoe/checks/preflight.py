@@ -24,7 +24,8 @@ specmoe.config.Config.gpu_jobs), from the model's config.json and the configurat
   expert's width, and an fp8 checkpoint's weight block divides the expert's share.
 - context: the dataset's prompts (their mean length: `datasets.<name>.prompt_tokens`, the prompt
   table's own, or `plan.prompt_tokens`) with the output fit max_model_len, and max_model_len fits
-  the model's positions.
+  the model's positions (the smallest of the keys vLLM reads them from: max_position_embeddings,
+  DBRX's max_seq_len, ...; a config.json with none of them is fatal, the check cannot run).
 - speculative method: MTP layers in the target for method mtp; an EAGLE head's hidden size and
   vocabulary those of the target; a draft model's vocabulary the target's.
 
@@ -50,8 +51,9 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.costmodel import capacity
-from ..cost.hfconfig import (auto_torch_dtype, head_dim, kv_heads, layer_kinds, read_json,
-                             required_int, sliding_window, torch_dtype_fmt, tp_problems)
+from ..cost.hfconfig import (POSITION_KEYS, auto_torch_dtype, head_dim, kv_heads, layer_kinds,
+                             max_positions, read_json, required_int, sliding_window,
+                             torch_dtype_fmt, tp_problems)
 from ..errors import InputError
 from . import memo
 from .drafters import EAGLE_METHODS
@@ -661,10 +663,14 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
 
 def _context(e: Engine, c: dict) -> list[Finding]:
     out = []
-    limit = int(c.get("max_position_embeddings") or 0)
-    if limit and e.max_model_len > limit:
+    found = max_positions(c)
+    if found is None:  # a check that cannot run is no pass
+        out.append(_finding(e, "context", f"config.json gives none of {', '.join(POSITION_KEYS)}: "
+                            f"whether max_model_len {e.max_model_len:,} fits the model's "
+                            "positions cannot be checked (add max_position_embeddings)"))
+    elif e.max_model_len > found[0]:
         out.append(_finding(e, "context", f"max_model_len {e.max_model_len:,} exceeds the "
-                            f"model's {limit:,} positions (max_position_embeddings)"))
+                            f"model's {found[0]:,} positions ({found[1]})"))
     for ds, tokens in e.prompt_tokens.items():
         need = int(math.ceil(tokens)) + e.output_tokens + e.k + 1
         if need > e.max_model_len:

@@ -210,6 +210,24 @@ def required_int(cfg: dict, key: str, name: str = "config.json") -> int:
     return _Reader(cfg, name).int(key)
 
 
+# The keys vLLM 0.32 reads a model's positions from (ModelArchConfigConvertorBase.
+# derive_max_model_len_and_key, in its order): the smallest of those given, model_max_length over
+# the others where given (vLLM's rule for Command-R). tests/test_preflight.py checks the list
+# against vLLM's where it is installed.
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                 "model_max_length", "max_target_positions", "max_sequence_length",
+                 "max_seq_length", "seq_len")
+
+
+def max_positions(cfg: dict, name: str = "config.json") -> tuple[int, str] | None:
+    """(the positions a model takes, the key that gives them) as vLLM derives its longest
+    max_model_len from a config.json (POSITION_KEYS; rope scaling not applied); None: it gives
+    none of the keys. Each value a whole number >= 1."""
+    given = [(whole(cfg[k], f"{name}: {k}"), k) for k in POSITION_KEYS if cfg.get(k) is not None]
+    own = [g for g in given if g[1] == "model_max_length"]
+    return own[0] if own else min(given, key=lambda g: g[0], default=None)
+
+
 def whole(v, what: str, least: int = 1) -> int:
     """`v` as a size or count of a config.json (what: where it is, for the message), at least
     `least` (1: a size; 0: a layer index or a count of layers)."""
