@@ -66,7 +66,7 @@ def test_mla_config():
            "n_routed_experts": 64, "num_experts_per_tok": 4, "n_shared_experts": 1,
            "num_attention_heads": 20, "kv_lora_rank": 512, "q_lora_rank": 768,
            "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
-           "num_hidden_layers": 4, "torch_dtype": "bfloat16"}
+           "num_hidden_layers": 4, "first_k_dense_replace": 0, "torch_dtype": "bfloat16"}
     d = dims_from_config(glm)
     q = 2048 * 768 + 768 * 20 * 256
     kv = 2048 * (512 + 64) + 512 * 20 * (192 + 256)
