@@ -535,6 +535,85 @@ def test_the_position_keys_are_vllms():
         assert max_positions(values) == (length, key), values
 
 
+KIMI = "moonshotai/Kimi-K2.5"
+FP8_KV = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
+
+
+def _with_kv_scheme(scheme: dict) -> dict:
+    """Kimi-K2.5's config.json (compressed-tensors) with quantization_config.kv_cache_scheme."""
+    cfg = copy.deepcopy(preflight.shipped_config(KIMI))
+    q = cfg.get("quantization_config") or cfg["text_config"]["quantization_config"]
+    q["kv_cache_scheme"] = scheme
+    return cfg
+
+
+def test_a_checkpoints_fp8_kv_cache_scheme_is_sized_as_vllm_keeps_it():
+    """vLLM 0.32 keeps a compressed-tensors checkpoint's KV cache in fp8 where its
+    quantization_config declares a kv_cache_scheme and kv_cache_dtype is auto (attention.py):
+    the preflight and the step model counted it in bf16, twice its bytes. An explicit
+    kv_cache_dtype wins; a scheme vLLM refuses (4 bits) is refused."""
+    from specmoe.cost.hfconfig import dims_from_config
+    from specmoe.errors import InputError
+
+    plain, fp8 = preflight.shipped_config(KIMI), _with_kv_scheme(FP8_KV)
+    assert preflight._kv_dtype_bytes(fp8, {}) == 1.0 and preflight._kv_dtype_bytes(plain, {}) == 2
+    assert preflight._kv_dtype_bytes(fp8, {"kv_cache_dtype": "bfloat16"}) == 2.0
+    d, d8 = dims_from_config(plain, tp=8), dims_from_config(fp8, tp=8)
+    assert (d8.kv_dtype, d.kv_dtype) == ("fp8", None)
+    assert d8.kv_bytes(4096) == d.kv_bytes(4096) / 2 > 0
+    assert d8.c_expert == d.c_expert and d8.c_dense == d.c_dense
+    m, m8 = (preflight.memory(engine(KIMI, 8, hardware="H200", max_model_len=8192), c, None)
+             for c in (plain, fp8))
+    assert m8.kv_start == m.kv_start / 2 > 0 and m8.weights == m.weights
+    with pytest.raises(InputError, match=r"^config.json: quantization_config.kv_cache_scheme = "
+                                         r".*: vLLM keeps a compressed-tensors KV cache in 8-bit "
+                                         r"float only$"):
+        preflight._kv_dtype_bytes(_with_kv_scheme({**FP8_KV, "num_bits": 4}), {})
+
+
+@pytest.mark.parametrize("kv, sized", [
+    ("auto", 2.0), ("bfloat16", 2.0), ("float16", 2.0), ("fp8", 1.0), ("fp8_e5m2", 1.0),
+    ("fp8_inc", 1.0),
+    ("nvfp4", r"^kv_cache_dtype nvfp4: its pages pack values with their scales"),
+    ("int8_per_token_head", r"^kv_cache_dtype int8_per_token_head: its pages pack"),
+    ("turboquant_k8v4", r"^kv_cache_dtype turboquant_k8v4: its pages pack"),
+    ("fp4", r"^kv_cache_dtype 'fp4' is not one of vLLM's \(auto, float16, "),
+])
+def test_every_kv_cache_dtype_is_sized_or_refused(kv, sized):
+    """Each kv_cache_dtype vLLM takes is sized in its own bytes or refused in one line: only
+    names starting with fp8 counted 1 byte, and nvfp4 or int4 caches were sized as bf16."""
+    from specmoe.errors import InputError
+
+    qwen = preflight.shipped_config("Qwen/Qwen3-30B-A3B")
+    found, m = preflight.check(engine("Qwen/Qwen3-30B-A3B", 1, engine_args={"kv_cache_dtype": kv}),
+                               qwen, "package")
+    if isinstance(sized, float):
+        assert preflight._kv_dtype_bytes(qwen, {"kv_cache_dtype": kv}) == sized
+        assert m is not None and not found
+    else:
+        with pytest.raises(InputError, match=sized):
+            preflight._kv_dtype_bytes(qwen, {"kv_cache_dtype": kv})
+        (one,) = found  # the job's memory cannot be sized: fatal, one line
+        assert m is None and one.fatal and one.check == "memory" and re.match(sized, one.message)
+
+
+def test_the_kv_cache_dtypes_are_vllms():
+    """KV_CACHE_DTYPE_BYTES and KV_CACHE_DTYPES_UNSIZED are vLLM's CacheDType, every name once,
+    and each sized one's bytes the element size of the torch dtype vLLM stores it as."""
+    from typing import get_args
+
+    from specmoe.cost.hfconfig import KV_CACHE_DTYPE_BYTES, KV_CACHE_DTYPES_UNSIZED
+
+    pytest.importorskip("vllm.config")
+    from vllm.config.cache import CacheDType
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+
+    assert not set(KV_CACHE_DTYPE_BYTES) & KV_CACHE_DTYPES_UNSIZED
+    assert set(get_args(CacheDType)) == {"auto", *KV_CACHE_DTYPE_BYTES, *KV_CACHE_DTYPES_UNSIZED}
+    for name, size in KV_CACHE_DTYPE_BYTES.items():
+        assert STR_DTYPE_TO_TORCH_DTYPE[name].itemsize == size, name
+
+
 def test_a_gpu_the_package_does_not_ship_needs_its_memory_to_be_sized():
     """Hardware outside the shipped GPUs without memory_gib or cuda_memory_mib: its jobs' memory
     cannot be checked, and a check that cannot run is no pass: one fatal line naming the

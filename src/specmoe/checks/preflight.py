@@ -51,9 +51,9 @@ from importlib import resources
 from pathlib import Path
 
 from ..cost.costmodel import capacity
-from ..cost.hfconfig import (POSITION_KEYS, auto_torch_dtype, head_dim, kv_heads, layer_kinds,
-                             max_positions, read_json, required_int, sliding_window,
-                             torch_dtype_fmt, tp_problems)
+from ..cost.hfconfig import (KV_CACHE_DTYPE_BYTES, POSITION_KEYS, auto_torch_dtype, head_dim,
+                             kv_cache_dtype, kv_heads, layer_kinds, max_positions, read_json,
+                             required_int, sliding_window, torch_dtype_fmt, tp_problems)
 from ..errors import InputError
 from . import memo
 from .drafters import EAGLE_METHODS
@@ -418,12 +418,16 @@ def kv_groups(layers: list[int]) -> tuple[int, list[int]]:
     return size, [-(-n // size) for n in layers]
 
 
-def _kv_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto") -> float:
-    """Bytes per KV-cache element: kv_cache_dtype, else the engine's dtype, else the model's."""
-    kv = str(engine_args.get("kv_cache_dtype") or "auto")
-    if kv.startswith("fp8"):
-        return 1.0
-    return _model_dtype_bytes(cfg, dtype)
+def _kv_dtype_bytes(cfg: dict, engine_args: dict, dtype: str = "auto",
+                    drafter: dict | None = None) -> float:
+    """Bytes per KV-cache element of the target `cfg` (or of a draft model `drafter` served
+    beside it, which shares its CacheConfig): the engine's kv_cache_dtype, else the fp8 a
+    checkpoint's kv_cache_scheme sets (specmoe.cost.hfconfig.kv_cache_dtype: a dtype it cannot
+    size is an error), else the engine's dtype (the target's), else the model's."""
+    kv = kv_cache_dtype(_text(cfg), str(engine_args.get("kv_cache_dtype") or "auto"))
+    if kv != "auto":
+        return KV_CACHE_DTYPE_BYTES[kv]
+    return _model_dtype_bytes(cfg, dtype) if drafter is None else _model_dtype_bytes(drafter)
 
 
 def _model_dtype_bytes(cfg: dict, dtype: str = "auto") -> float:
@@ -536,8 +540,8 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
         # its layers hold every token (a sliding one of its layer_types counted so too: an
         # upper bound, never none)
         with _reading(e.drafter, True):
-            extra_layer = sum(kv_bytes_per_token(drafter_cfg, e.tp,
-                                                 _kv_dtype_bytes(drafter_cfg, {}), draft=True)[:2])
+            kv_draft = _kv_dtype_bytes(cfg, e.engine_args, drafter=drafter_cfg)
+            extra_layer = sum(kv_bytes_per_token(drafter_cfg, e.tp, kv_draft, draft=True)[:2])
     window = sliding_window(c)  # the window of the layers layer_kinds says slide
     tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
     layers = [kinds.count("full") + extra_layers, kinds.count("sliding"), kinds.count("linear")]
@@ -638,6 +642,11 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
     out += _context(e, c)
     out += _method(e, c, drafter_cfg, drafter_why)
     if problems:  # no split, so no memory per GPU to size
+        return out, None
+    try:  # a kv_cache_dtype whose pages the sizing does not model: no memory to size
+        kv_cache_dtype({}, str(e.engine_args.get("kv_cache_dtype") or "auto"))
+    except InputError as exc:
+        add("memory", str(exc))
         return out, None
     cap = capacity(e.hardware)
     if cap is None:  # a check that cannot run is no pass

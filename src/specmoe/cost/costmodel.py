@@ -73,7 +73,9 @@ class ModelDims:
     recurrent state of linear-attention layers per sequence (elements, split over TP by heads);
     attn_flops_per_ctx (and attn_flops_sliding_per_ctx), attention FLOPs per query token per
     context token; base_dtype, the checkpoint's floating-point dtype, in which vLLM keeps the KV
-    cache, the LM head and any recurrent state whatever the weights' format.
+    cache, the LM head and any recurrent state whatever the weights' format; kv_dtype, the KV
+    cache's own where it is another (fp8: a checkpoint that declares an fp8 KV cache; None:
+    base_dtype).
     """
 
     hidden: int
@@ -100,6 +102,7 @@ class ModelDims:
     attention_layers: int = 0  # layers with softmax attention (full or sliding); 0: every layer
     mla_layers: int = 0  # softmax-attention layers that are multi-head latent attention (MLA)
     dsa_layers: int = 0  # layers with DeepSeek's sparse-attention indexer (DSA)
+    kv_dtype: str | None = None  # the KV cache's dtype where not base_dtype (fp8)
 
     def __post_init__(self) -> None:
         dtype_bytes(self.dtype)
@@ -200,7 +203,7 @@ class ModelDims:
         """KV-cache bytes one sequence of `context` tokens keeps on one GPU (read once per step)."""
         tokens = self.kv_per_token * context + (self.kv_sliding_per_token
                                                 * min(context, self.sliding_window or context))
-        return tokens * dtype_bytes(self.base_dtype) / self.kv_split
+        return tokens * dtype_bytes(self.kv_dtype or self.base_dtype) / self.kv_split
 
     def attention_flops(self, context: float) -> float:
         """Attention FLOPs of one query token over `context` tokens, per GPU (heads split)."""

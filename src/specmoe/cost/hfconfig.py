@@ -666,6 +666,47 @@ def storage_formats(cfg: dict, name: str = "config.json", auto: bool = False) ->
                      "compressed-tensors)")
 
 
+# vLLM 0.32's KV-cache dtypes (vllm.config.cache.CacheDType) whose elements are plain bytes, and the
+# bytes of each; "auto" is the model's dtype (a compressed-tensors checkpoint's kv_cache_scheme makes
+# it fp8: kv_cache_dtype). The rest pack values with scales per token, head or block, or lay out
+# MLA's page their own way (vllm/v1/kv_cache_interface.py, KVQuantMode): no bytes per element
+# sizes them, so they are refused, never sized as bf16 or fp8 (tests/test_preflight.py checks the
+# two sets against vLLM's list where it is installed).
+KV_CACHE_DTYPE_BYTES = {"float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0,
+                        "fp8_e5m2": 1.0, "fp8_inc": 1.0}
+KV_CACHE_DTYPES_UNSIZED = frozenset({
+    "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+    "turboquant_3bit_nc", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
+    "fp8_per_token_head", "nvfp4", "nvfp4_4over6"})
+
+
+def kv_cache_dtype(cfg: dict, requested: str = "auto", name: str = "config.json") -> str:
+    """The dtype vLLM 0.32 keeps a checkpoint's KV cache in, given the engine's kv_cache_dtype
+    (`requested`): one of KV_CACHE_DTYPE_BYTES, or "auto" (the model's dtype). At auto, a
+    compressed-tensors checkpoint whose quantization_config declares a kv_cache_scheme has its KV
+    cache in fp8 (vllm/model_executor/layers/attention/attention.py, which honours the scheme
+    where kv_cache_dtype is auto; CompressedTensorsKVCacheMethod takes 8-bit float schemes
+    only). A dtype of KV_CACHE_DTYPES_UNSIZED, or one vLLM does not know, is an error."""
+    if requested == "auto":
+        q = quantization(cfg, name)
+        scheme = q.get("kv_cache_scheme")
+        if scheme is None or str(q.get("quant_method") or "").lower() != "compressed-tensors":
+            return "auto"
+        if not isinstance(scheme, dict) or scheme.get("type") != "float" or \
+                scheme.get("num_bits") != 8:
+            raise InputError(f"{name}: quantization_config.kv_cache_scheme = {scheme!r}: vLLM "
+                             "keeps a compressed-tensors KV cache in 8-bit float only")
+        return "fp8"
+    if requested in KV_CACHE_DTYPE_BYTES:
+        return requested
+    if requested in KV_CACHE_DTYPES_UNSIZED:
+        raise InputError(f"kv_cache_dtype {requested}: its pages pack values with their scales "
+                         "(or lay out MLA's its own way), which the KV-cache sizing does not "
+                         f"model; use auto, {', '.join(KV_CACHE_DTYPE_BYTES)}")
+    raise InputError(f"kv_cache_dtype {requested!r} is not one of vLLM's (auto, "
+                     f"{', '.join([*KV_CACHE_DTYPE_BYTES, *sorted(KV_CACHE_DTYPES_UNSIZED)])})")
+
+
 def _shared_width(r: _Reader) -> int:
     """Intermediate width of a MoE layer's shared experts (0: none)."""
     cfg = r.cfg
@@ -839,6 +880,7 @@ def dims_from_config(cfg: dict | str | Path, dtype: str | None = None, tp: int =
         num_moe_layers=len(moe_attn),
         dense_layer_params=float(sum(dense_layers) + dense_ffn * len(dense_layers)),
         vocab_size=r.int("vocab_size", default=0, least=0), base_dtype=base,
+        kv_dtype="fp8" if kv_cache_dtype(cfg, name=name) == "fp8" else None,
         **_attention_reads(r, hidden, mla, kinds, int(tp)))
 
 
