@@ -39,10 +39,10 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from ..checks.preflight import GPU_MEMORY_UTILIZATION
+from ..checks.preflight import GPU_MEMORY_UTILIZATION, weight_bytes
 from ..errors import InputError
 from .costmodel import dtype_bytes
-from .hfconfig import dims_from_config, load_config, tp_problems
+from .hfconfig import load_config, tp_problems
 from . import predictor, stepmodel
 from .steptables import gpus_per_node
 
@@ -64,13 +64,9 @@ def weight_gb(config: str | Path, precision: str) -> float:
     """The checkpoint's weights in GB as served at `precision` ("auto": as vLLM's dtype auto serves
     it on a GPU, a float32 checkpoint in bf16, as predict and the GPU preflight price it): every
     layer's attention, shared and routed experts, the expert-free layers, and the embedding and
-    LM head (one matrix where tied)."""
-    d = dims_from_config(config, dtype=precision, tp=1)
-    cfg = load_config(config)[0]
-    heads = 1 if cfg.get("tie_word_embeddings") else 2
-    layers = d.num_moe_layers * (d.num_experts * d.c_expert + d.c_dense) + (
-        d.c_dense_layers * d.num_moe_layers)
-    return (layers + heads * d.vocab_size * d.hidden * dtype_bytes(d.base_dtype)) / GB
+    LM head (one matrix where tied), as the GPU preflight counts them on one GPU
+    (specmoe.checks.preflight.weight_bytes)."""
+    return weight_bytes(load_config(config)[0], precision, 1) / GB
 
 
 def gpu_memory(gpu: str) -> float:
