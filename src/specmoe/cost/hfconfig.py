@@ -1,6 +1,8 @@
 """Cost-model dimensions read from a Hugging Face config.json, for every MoE family the study uses.
 
-Nothing here is a hand-kept table: each number comes from the model's own config.json.
+Each number comes from the model's own config.json; where it leaves a key out, from the model
+type's default in transformers' config class, which vLLM reads (the tables of such defaults here are
+checked against transformers by the tests), never a guess.
 
 - Experts: `num_experts` / `num_local_experts` / `n_routed_experts`, top-k from
   `num_experts_per_tok` / `experts_per_token`, width from `moe_intermediate_size` (or
