@@ -280,12 +280,14 @@ def draft_dims(dims: ModelDims, draft_config, method: str, config=None,
     from ..checks.preflight import drafter_problems
     from .hfconfig import dense_dims_from_config, load_config
 
+    # its own reading first: its errors name its file (drafter_problems reads it as a dict)
+    draft = check_vocab(dense_dims_from_config(draft_config, tp=dims.tp), draft_config)
     if config is not None:
         problems = drafter_problems(load_config(config)[0], load_config(draft_config)[0], method,
                                     name or str(draft_config))
         if problems:
             raise InputError(problems[0])
-    return check_vocab(dense_dims_from_config(draft_config, tp=dims.tp), draft_config)
+    return draft
 
 
 def check_vocab(dims: ModelDims, config) -> ModelDims:
