@@ -619,7 +619,8 @@ DRAFTER_CONFIGS = {
     "specmoe-test/draft": {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                            "hidden_size": 1024, "vocab_size": 32000, "num_hidden_layers": 4,
                            "num_attention_heads": 16, "num_key_value_heads": 4,
-                           "intermediate_size": 2816, "torch_dtype": "bfloat16"},
+                           "intermediate_size": 2816, "max_position_embeddings": 2048,
+                           "torch_dtype": "bfloat16"},
 }
 
 
