@@ -1211,8 +1211,12 @@ def measured_findings(td: Tables) -> list[str]:
     for run, g in (sp.groupby("run", sort=False) if not sp.empty else []):
         g = g.sort_values("batch")
         pts = ", ".join(f"B={int(r['batch'])}: {_speedup_text(r)}" for _, r in g.iterrows())
+        # tau with its 95% interval over the repeats (a table written before tau kept its
+        # interval lacks tau_low/tau_high: _interval reads them as none)
+        r0 = g.iloc[0]
+        tau = _with_interval(_val(r0, "tau"), *_interval(r0, "tau"), digits=2)
         out.append(f"{run}: speedup {pts}; shape: {g['shape'].iloc[0]}; {_direction_word(g)}; "
-                   f"acceptance length {g['tau'].iloc[0]:.2f}")
+                   f"acceptance length at B={int(r0['batch'])} {tau}")
     ue = load(td, "unique_experts")
     if not ue.empty and "ipf_uniform_sequence" in ue:
         for _, r in ue.iterrows():
