@@ -521,7 +521,10 @@ CONFIG = [
     ("a head size vLLM's CPU attention cannot run",
      lambda c: c["models"][0]["arch"].update(head_dim=16), 1,
      r"model tiny-fine: head_dim=16: vLLM's CPU attention needs a multiple of 32"),
-    ("a dense tiny target", lambda c: c["models"][2]["arch"].update(kind="dense", intermediate=64),
+    ("a dense tiny target", lambda c: c["models"][2].update(arch={
+        **{k: v for k, v in c["models"][2]["arch"].items()
+           if k not in ("num_experts", "top_k", "expert_intermediate")},
+        "kind": "dense", "intermediate": 64}),
      1, r"model tiny-coarse: a target must be a MoE"),
     ("a study model with a tiny drafter", study({**GLM, "drafters": ["tiny-drafter"]}), 1,
      r"model glm: drafter 'tiny-drafter' is a tiny drafter built here"),

@@ -327,10 +327,20 @@ CASES = [
      r"served and predicted as one \(method draft_model\): leave method out$"),
     ("a tiny drafter served as MTP layers", lambda c: c["drafters"][0].update(method="mtp"), 1,
      r"^config: drafter tiny-drafter: method mtp: a tiny drafter is a separate draft model"),
-    ("a MoE tiny drafter", lambda c: c["drafters"][0]["arch"].update(
-        kind="moe", num_experts=8, top_k=2, expert_intermediate=32), 1,
+    ("a MoE tiny drafter", lambda c: c["drafters"][0].update(arch={
+        **{k: v for k, v in c["drafters"][0]["arch"].items() if k != "intermediate"},
+        "kind": "moe", "num_experts": 8, "top_k": 2, "expert_intermediate": 32}), 1,
      r"^config: drafter tiny-drafter: arch kind moe: a draft model is sized and priced as dense "
      r"\(every layer's FFN read whole\): give a tiny drafter arch kind dense$"),
+    # an arch gives the sizes its kind reads, and no other's (they were accepted and ignored)
+    ("a dense tiny drafter with experts", lambda c: c["drafters"][0]["arch"].update(
+        num_experts=8, top_k=2), 1,
+     r"^config: drafters\[0\]\.arch \(drafter 'tiny-drafter'\): num_experts, top_k: not read "
+     r"for kind dense: leave them out$"),
+    ("a tiny MoE with a dense MLP width", lambda c: c["models"][2]["arch"].update(
+        intermediate=64), 1,
+     r"^config: models\[2\]\.arch \(model 'tiny-coarse'\): intermediate: not read for kind "
+     r"moe: leave it out$"),
     ("a profiled batch size the sweep does not run", merge(profiling={"batch_sizes": [1, 64]}), 1,
      r"^config: profiling\.batch_sizes \[64\]: not in the sweep's schedule \[1, 2, 4, 8\]"),
     ("profiles without batch 1", merge(profiling={"batch_sizes": [4]}), 1,

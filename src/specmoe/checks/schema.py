@@ -103,6 +103,12 @@ def _lines(errors, config, schema: dict) -> list[str]:
             cond = _condition(err, schema)
             found.append((path, f"{_where(path, config)}: missing key '{missing}'"
                           + (f" ({cond})" if cond else ""), missing))
+        elif err.validator == "not" and _keys_refused(err):
+            given = _keys_refused(err)
+            cond = _condition(err, schema, "not read")
+            found.append((path, f"{_where(path, config)}: {', '.join(given)}: "
+                          f"{cond or 'not allowed here'}: leave {'it' if len(given) == 1 else 'them'}"
+                          " out", None))
         else:
             found.append((path, _line(err, path, config), None))
     out = []
@@ -176,9 +182,20 @@ def _has(node, part) -> bool:
     return part in node if isinstance(node, dict) else 0 <= part < len(node)
 
 
-def _condition(err, schema: dict) -> str | None:
+def _keys_refused(err) -> list[str]:
+    """The keys of the value that a `not: {anyOf: [{required: [key]}, ...]}` (or `not:
+    {required: [...]}`) refuses, in the schema's order; [] for any other `not`."""
+    node = err.validator_value if isinstance(err.validator_value, dict) else {}
+    alts = node.get("anyOf", [node])
+    if not all(isinstance(a, dict) and set(a) == {"required"} for a in alts):
+        return []
+    return [k for a in alts for k in a["required"] if k in (err.instance or {})]
+
+
+def _condition(err, schema: dict, verb: str = "required") -> str | None:
     """'required for source hf' for a key that an if/then of the schema requires ('required
-    unless cost_only true' for an if/else)."""
+    unless cost_only true' for an if/else); `verb` in place of 'required' for a key it refuses
+    ('not read for kind dense')."""
     parts = list(err.schema_path)
     branch = next((p for p in reversed(parts) if p in ("then", "else")), None)
     if branch is None:
@@ -188,7 +205,7 @@ def _condition(err, schema: dict) -> str | None:
         node = node[part]
     cond = node.get("if", {}).get("properties", {})
     text = ", ".join(f"{k} {str(v['const']).lower()}" for k, v in cond.items() if "const" in v)
-    return (f"required {'for' if branch == 'then' else 'unless'} {text}") if text else None
+    return (f"{verb} {'for' if branch == 'then' else 'unless'} {text}") if text else None
 
 
 def _yaml_word(value) -> str:
