@@ -1648,8 +1648,33 @@ def test_the_prediction_beside_the_measurement_reads_no_shape_from_medians(tmp_p
     assert "the prediction's shape, decided over its draws, is undecided" in line
     # the capture's acceptance length (repetition penalty) against the sweep's: named, since the
     # speedup scales with it
-    assert ("acceptance length 1.64 in the prediction against 2.09 in the sweep (the speedup "
-            "scales with it)") in line
+    assert ("acceptance length 1.64 in the prediction against 2.09 (no interval) in the sweep "
+            "(the speedup scales with it)") in line
+
+
+def test_the_sweep_s_acceptance_length_beside_the_prediction_carries_its_interval(tmp_path):
+    """prediction_findings gave the sweep's acceptance length bare ('against 2.09 in the sweep')
+    although the sweep keeps its 95% interval over the repeats: the table carries it
+    (tau_measured_low/high) and the sentence gives the sweep's lowest and highest with theirs."""
+    from specmoe.report.predicted import prediction_table
+
+    own = {"model": "tiny-fine", "drafter": "tiny-drafter", "k": 3, "dataset": "tinybench"}
+    pred = {"model": "tiny-fine", "run": own, "k": 3, "method": "draft_model",
+            "hardware": "CPU", "overlaps": "measured", "batch_sizes": [1, 2], "te": [0.5, 0.5],
+            "te_low": [0.4, 0.4], "te_high": [0.6, 0.6], "te_low_clipped": [False, False],
+            "te_high_clipped": [False, False], "no_information": [False, False],
+            "speedup": [1.2, 1.2], "speedup_low": [1.0, 1.0], "speedup_high": [1.4, 1.4],
+            "acceptance_length": [2.5, 2.5], "shape": "no shape"}
+    (tmp_path / "pred.json").write_text(json.dumps(pred))
+    (tmp_path / "sp.json").write_text(json.dumps({"run": own, "shape": "x", "rows": [
+        {"batch": 1, "speedup": 1.3, "tau": 2.4, "tau_low": 2.2, "tau_high": 2.6},
+        {"batch": 2, "speedup": 1.2, "tau": 2.1, "tau_low": None, "tau_high": None}]}))
+    table = prediction_table([tmp_path / "pred.json"], [tmp_path / "sp.json"])
+    assert table[["tau_measured_low", "tau_measured_high"]].iloc[0].tolist() == [2.2, 2.6]
+    table.to_csv(tmp_path / "step_model.csv", index=False)
+    [line] = prose.prediction_findings(tables_in(tmp_path))
+    assert ("acceptance length 2.50 in the prediction against 2.10 (no interval) to "
+            "2.40 [2.20, 2.60] in the sweep") in line, line
 
 
 def test_shapes_from_the_studys_rule_are_scored_apart_from_measured_curves(tmp_path):

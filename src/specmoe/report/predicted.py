@@ -28,7 +28,9 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
                 "speedup_measured": r["speedup"],
                 "speedup_measured_low": r.get("speedup_low", np.nan),
                 "speedup_measured_high": r.get("speedup_high", np.nan),
-                "tau_measured": r.get("tau", np.nan), "shape_measured": sp["shape"]}
+                "tau_measured": r.get("tau", np.nan),
+                "tau_measured_low": r.get("tau_low", np.nan),
+                "tau_measured_high": r.get("tau_high", np.nan), "shape_measured": sp["shape"]}
     rows = []
     for path in predict_jsons:
         p = read_json(path)
@@ -58,6 +60,8 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
                          "tau_predicted_low": p["acceptance_length"][0],
                          "tau_predicted_high": p["acceptance_length"][-1],
                          "tau_measured": m.get("tau_measured", np.nan),
+                         "tau_measured_low": m.get("tau_measured_low", np.nan),
+                         "tau_measured_high": m.get("tau_measured_high", np.nan),
                          "shape_predicted": p["shape"],
                          "shape_measured": m.get("shape_measured", "")})
     return pd.DataFrame(rows)

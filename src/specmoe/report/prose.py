@@ -1315,11 +1315,17 @@ def prediction_findings(td: Tables) -> list[str]:
         tau = ""
         if "tau_measured" in g and np.isfinite(g["tau_measured"]).any():
             lo, hi = float(g["tau_predicted_low"].iloc[0]), float(g["tau_predicted_high"].iloc[0])
-            meas = g["tau_measured"][np.isfinite(g["tau_measured"])]
+            meas = g[np.isfinite(g["tau_measured"])]
             drawn = f"{lo:.2f}" if lo == hi else f"{lo:.2f} to {hi:.2f}"
-            tau = (f"; acceptance length {drawn} in the prediction against "
-                   f"{meas.min():.2f}" + (f"–{meas.max():.2f}" if meas.max() > meas.min() else "")
-                   + " in the sweep (the speedup scales with it)")
+            # the sweep's lowest and highest, each with its 95% interval (a table written
+            # before tau kept its interval lacks tau_measured_low/high: _interval reads none)
+            ends = [meas.loc[meas["tau_measured"].idxmin()],
+                    meas.loc[meas["tau_measured"].idxmax()]]
+            swept = " to ".join(dict.fromkeys(
+                _with_interval(_val(r, "tau_measured"), *_interval(r, "tau_measured"), digits=2)
+                for r in ends))
+            tau = (f"; acceptance length {drawn} in the prediction against {swept} in the sweep "
+                   "(the speedup scales with it)")
         medians = (", ".join(f"{r['speedup_predicted']:.3f} at B={int(r['batch'])}"
                              for _, r in seen.iterrows())
                    if not seen.empty else "none (no information at any measured batch size)")
