@@ -106,9 +106,9 @@ def _lines(errors, config, schema: dict) -> list[str]:
         elif err.validator == "not" and _keys_refused(err):
             given = _keys_refused(err)
             cond = _condition(err, schema, "not read")
+            them = "it" if len(given) == 1 else "them"
             found.append((path, f"{_where(path, config)}: {', '.join(given)}: "
-                          f"{cond or 'not allowed here'}: leave {'it' if len(given) == 1 else 'them'}"
-                          " out", None))
+                          f"{cond or 'not allowed here'}: leave {them} out", None))
         else:
             found.append((path, _line(err, path, config), None))
     out = []
