@@ -13,7 +13,7 @@ from ..errors import InputError, SpecmoeError
 from ..measured.arms import PAIR_ORDER
 from ..measured.profiling import prompts_needed
 from ..sources import prompts as prompt_table
-from ..provenance import hardware, provenance, write_json
+from ..provenance import atomic_dir, hardware, provenance, write_json
 from .engines import (engine_label, engine_opts, engine_prompts, model_identity, model_provenance,
                       prompt_tables, served, setting, with_job_runtime)
 
@@ -191,6 +191,10 @@ def engine_runs(arm: dict) -> dict:
     return json.loads(seen.pop()) if seen else dict.fromkeys(RUN_FIELDS)
 
 
+# the provenance file of a profile's traces folder (beside its engine starts' folders)
+TRACES_PROVENANCE = "provenance.json"
+
+
 def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None) -> None:
     """Rule profile (its contract: specmoe.contracts.engines.ProfileParams): kernel and op
     profiles (kernelprof) of the target's (inputs.target) decode and verify forward passes with
@@ -220,13 +224,17 @@ def profile_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     rows = prompt_table.schedule(rows, prompts_needed(prof_cfg["engines"], batches))
     opts["extra"].setdefault("enforce_eager", True)  # kernels launched one by one, inside the ranges
     t0 = time.perf_counter()
-    res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
-                        int(prof_cfg["max_tokens"]), opts, trace_dir,
-                        engines=int(prof_cfg["engines"]), log_path=log,
-                        timeout=float(setting(prof_cfg, "timeout_s")))
+    # the traces folder is built under a temporary name and takes its own name only whole, its
+    # provenance inside it: an engine start that fails leaves no partly filled folder
+    with atomic_dir(trace_dir) as tmp:
+        res = profile_model(target_dir, drafter_dir, k, batches, [r.text for r in rows],
+                            int(prof_cfg["max_tokens"]), opts, tmp,
+                            engines=int(prof_cfg["engines"]), log_path=log,
+                            timeout=float(setting(prof_cfg, "timeout_s")))
+        prov = provenance({"run": run, "profiling": params.settings, "prompts": prompts_source,
+                           "prompting": prompting},
+                          model=model_provenance(run["model"], target_dir), stage="profile",
+                          engine=engine_label(), timed=True)
+        write_json(tmp / TRACES_PROVENANCE, {"run": run, "kernel_table": str(out)}, prov)
     write_json(out, {"run": run, **res, "prompting": fit, "wall_s": time.perf_counter() - t0},
-               provenance(
-        {"run": run, "profiling": params.settings, "prompts": prompts_source,
-         "prompting": prompting},
-        model=model_provenance(run["model"], target_dir), stage="profile", engine=engine_label(),
-        timed=True))
+               prov)

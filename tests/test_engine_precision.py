@@ -1,0 +1,78 @@
+"""One precision and one context per run: a drafter's draft cost from its solo series in the
+precision its SD engines give it, captures at the sweeps' context, a tiny target's precision in
+every engine job of it, and a profile's traces folder written whole or not at all."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specmoe.errors import InputError
+
+
+def _profile(tmp_path, traces):
+    """profile_stage of a tokenizer-only checkpoint at K 3 on the tiny prompts (the engines are
+    the caller's stand-ins)."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import ProfileParams
+    from specmoe.runtime import tiny
+    from specmoe.sources import prompts as prompt_table
+    from specmoe.stages.measure import profile_stage
+
+    ckpt = tmp_path / "t"
+    if not ckpt.exists():
+        tiny.train_tokenizer(tiny.corpus_files(False, 10)[:30], 300, ckpt)
+        (ckpt / "config.json").write_text("{}")
+    prof = {"batch_sizes": [1, 2], "max_tokens": 8, "engines": 2}
+    profile_stage(Named({"target": str(ckpt), "drafter": str(ckpt), "prompts": []}),
+                  Named({"json": str(traces.with_suffix(".json")), "traces": str(traces)}),
+                  ProfileParams(job={"model": "t", "drafter": "d", "k": 3,
+                                     "dataset": "tinybench"}, settings=prof, method=None,
+                                gpu=False, prompts=prompt_table.DEFAULT_SOURCE, prompting={}))
+
+
+def test_a_failed_profile_leaves_no_traces_folder(tmp_path, monkeypatch):
+    """profile_stage profiled straight into outputs.traces: an engine start that failed after
+    another had written its traces left a partly filled folder under its final name (Snakemake
+    keeps a directory output it did not see complete only where it cleans up). The engine's
+    stand-in writes a trace file, then fails: the folder does not exist afterwards."""
+    from pathlib import Path
+
+    from specmoe.runtime import engine
+
+    class Stop(Exception):
+        pass
+
+    def run_each(fn, calls, **kw):
+        first = Path(calls[0][3])
+        (first / "trace.json.gz").write_bytes(b"partial")
+        raise Stop
+
+    monkeypatch.setattr(engine, "run_each", run_each)
+    traces = tmp_path / "out" / "K3.traces"
+    with pytest.raises(Stop):
+        _profile(tmp_path, traces)
+    assert not traces.exists()
+    assert not list(traces.parent.glob(f".{traces.name}*"))  # no temporary folder left either
+
+
+def test_a_profile_s_traces_folder_holds_its_provenance(tmp_path, monkeypatch):
+    """A profile that completes: its traces under the folder's own name, with the provenance of
+    the kernel table beside them."""
+    from pathlib import Path
+
+    from specmoe.runtime import kernelprof
+
+    def profile_model(target, drafter, k, batches, texts, max_tokens, opts, trace_dir, **kw):
+        (Path(trace_dir) / "decode").mkdir()
+        (Path(trace_dir) / "decode" / "trace.json.gz").write_bytes(b"x")
+        return {"k": k, "batches": []}
+
+    monkeypatch.setattr(kernelprof, "profile_model", profile_model)
+    traces = tmp_path / "out" / "K3.traces"
+    _profile(tmp_path, traces)
+    assert (traces / "decode" / "trace.json.gz").read_bytes() == b"x"
+    kept = json.loads((traces / "provenance.json").read_text())
+    table = json.loads(traces.with_suffix(".json").read_text())
+    assert kept["run"]["model"] == "t" and kept["provenance"] == table["provenance"]
+    assert kept["provenance"]["stage"] == "profile"
