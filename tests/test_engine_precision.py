@@ -76,3 +76,43 @@ def test_a_profile_s_traces_folder_holds_its_provenance(tmp_path, monkeypatch):
     table = json.loads(traces.with_suffix(".json").read_text())
     assert kept["run"]["model"] == "t" and kept["provenance"] == table["provenance"]
     assert kept["provenance"]["stage"] == "profile"
+
+
+def resolved(path="config.yaml", edit=None):
+    import yaml
+
+    from specmoe.config import Config
+    from wf import REPO
+
+    cfg = yaml.safe_load((REPO / path).read_text())
+    if edit:
+        edit(cfg)
+    return Config.load(cfg, REPO / "workflow/schemas/config.schema.yaml")
+
+
+def test_a_tiny_targets_precision_is_every_engine_jobs_dtype():
+    """`precision: bf16` on a tiny target changed its sweeps only: its capture and profile stayed
+    in their sections' float32, and the measured tables joined an fp32 profile with a bf16
+    sweep. Every engine job of it is now bf16, its untrained control's capture (teacher-forced
+    through the target's capture settings) too; a target without one keeps its sections'."""
+    from specmoe.contracts.engines import CaptureControlParams
+    from specmoe.names import control_name
+
+    def bf16(cfg):
+        next(m for m in cfg["models"] if m["name"] == "tiny-coarse")["precision"] = "bf16"
+
+    c = resolved(edit=bf16)
+    for rule in ("capture", "sweep_sd", "profile"):
+        assert c.job_settings(rule, "tiny-coarse")["dtype"] == "bfloat16", rule
+        assert c.job_settings(rule, "tiny-fine")["dtype"] == "float32", rule
+    for target in ("tiny-coarse", "tiny-fine"):
+        w = {"model": control_name(target), "drafter": "tiny-drafter", "k": "3",
+             "dataset": c.models[target].datasets[0]}
+        control = CaptureControlParams.from_config(c, _Wildcards(w))
+        assert control.settings == c.job_settings("capture", target)
+
+
+class _Wildcards(dict):
+    """Snakemake's wildcards: names as attributes."""
+
+    __getattr__ = dict.__getitem__

@@ -456,16 +456,17 @@ class Config:
     def job_settings(self, rule: str, name: str) -> dict:
         """The engine settings of a job of kind `rule` (specmoe.kinds) of model `name`: a study
         model's (or a drafter served alone) section with its TP, precision and engine arguments;
-        a tiny model's sweep settings in its precision, its `tiny.capture` section, or the
-        section as written. A series' settings hold, under `dataset_schedules`, the points of
+        a tiny model's sweep settings, its `tiny.capture` section or the profiling section, each
+        in its precision (a precision is how the checkpoint is served, in every job of it). A series' settings hold, under `dataset_schedules`, the points of
         each dataset it serves that has a max_batch (the others: the schedule's)."""
         what = kind(rule)
         if self.from_download(name):
             settings = self.engine_settings(name, what.section)
         elif what.series:
             settings = self.sweep_params(name)
-        else:
-            return self.section(what.section, tiny=what.section == "capture")
+        else:  # a tiny target's (or its control's) capture and profile: in its precision too
+            return with_precision(self.section(what.section, tiny=what.section == "capture"),
+                                  dict(self.model(name).entry))
         if what.series:  # a dataset with a max_batch: its own points (sweep_schedule)
             capped = {ds: [{"batch": b, "prompts": n} for b, n in self.sweep_schedule(ds)]
                       for ds in self.sweep_datasets(name) if self.max_batch(ds) is not None}

@@ -164,7 +164,8 @@ class CaptureControlParams:
     """Rule capture_control: an untrained control's trace (specmoe.stages.traces.
     control_capture_stage), its checkpoint (input control) reading its trained target's own
     windows (input trace: the target's trace of the same run), teacher-forced through the same
-    engine settings (the tiny section's capture); output trace."""
+    engine settings (its target's capture settings: the tiny section's capture in the target's
+    precision); output trace."""
 
     INPUTS = ("trace", "control")
     OUTPUTS = ("trace",)
@@ -175,7 +176,7 @@ class CaptureControlParams:
 
     @classmethod
     def from_config(cls, cfg, w) -> "CaptureControlParams":
-        return cls(run=run_of(w), settings=cfg.section("capture", tiny=True))
+        return cls(run=run_of(w), settings=cfg.job_settings("capture", w.model))
 
     @staticmethod
     def inputs(cfg, w) -> dict[str, str]:
