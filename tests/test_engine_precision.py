@@ -116,3 +116,39 @@ class _Wildcards(dict):
     """Snakemake's wildcards: names as attributes."""
 
     __getattr__ = dict.__getitem__
+
+
+def test_the_papers_captures_run_at_their_sweeps_context():
+    """paper.yaml set sweep.max_model_len 4096 and nothing for capture, whose engines started
+    with 1024 tokens: prompts of about 760 to 3,830 tokens were left out of the captures and
+    kept in the sweeps of the same runs. Each captured, swept model's capture context is now
+    its sweeps' (engine_context, as the engine stages start them; a model's own engine_args
+    raise both alike)."""
+    from specmoe.kinds import engine_context
+
+    c = resolved("config/paper.yaml")
+    swept = [n for n in c.captured if n in c.hf_swept]
+    assert swept
+    by_job = {ctx.job: ctx.max_model_len for ctx in c.contexts()}
+    for name in swept:
+        capture = engine_context(c.job_settings("capture", name))
+        assert capture == engine_context(c.job_settings("sweep_sd", name)), name
+        assert capture >= 4096
+        assert {v for j, v in by_job.items() if j.startswith(f"capture {name}/")} == {capture}
+
+
+@pytest.mark.parametrize("path,where", [("config/paper.yaml", "capture"),
+                                        ("config.yaml", "tiny.capture")])
+def test_a_capture_context_below_its_sweeps_is_refused(path, where):
+    """A captured model's capture engine with a shorter context than its sweeps' would capture
+    fewer of the prompts its sweeps serve: refused in one line when the configuration loads."""
+    def shorter(cfg):
+        cfg.setdefault("sweep", {})["max_model_len"] = 1024
+        node = cfg
+        for key in where.split("."):
+            node = node.setdefault(key, {})
+        node["max_model_len"] = 512
+
+    with pytest.raises(InputError, match=rf"{where}.max_model_len 512 is below") as got:
+        resolved(path, shorter)
+    assert all(line.startswith("config: ") for line in str(got.value).splitlines())

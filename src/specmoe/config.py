@@ -220,7 +220,29 @@ class Config:
                  + configcheck.settings(self.raw, prompt_datasets,
                                         {"max_model_len": ENGINE_DEFAULTS["max_model_len"]},
                                         [n for n in self.names("hf") if self.on_gpu(n)]))
-        return found or self.graph_problems() + self.profile_problems()
+        return found or (self.graph_problems() + self.profile_problems()
+                         + self.capture_context_problems())
+
+    def capture_context_problems(self) -> list[str]:
+        """Captured models that are swept too whose capture engines start with a shorter context
+        (kinds.engine_context, as the engine stages start them) than their sweeps': the captures
+        would leave out prompts that the sweeps of the same runs serve (paper.yaml's captures
+        ran at 1024 tokens beside sweeps at 4096). One line per section and contexts, naming
+        every model it applies to."""
+        found: dict[tuple[str, int, int], list[str]] = {}
+        for name in self.captured:
+            if name not in self.swept and name not in self.hf_swept:
+                continue
+            cap = engine_context(self.job_settings("capture", name))
+            sweep = engine_context(self.job_settings("sweep_sd", name))
+            if cap < sweep:
+                where = "tiny.capture" if self.models[name].source == "tiny" else "capture"
+                found.setdefault((where, cap, sweep), []).append(name)
+        return [f"{where}.max_model_len {cap} is below the sweep's {sweep} "
+                f"({'model' if len(ms) == 1 else 'models'} {', '.join(ms)}): the captures would "
+                f"leave out prompts that the sweeps of the same runs serve; set {where}."
+                f"max_model_len to at least {sweep}"
+                for (where, cap, sweep), ms in found.items()]
 
     def graph_problems(self) -> list[str]:
         """The serving series on a GPU whose engine_args' compilation_config would leave verify

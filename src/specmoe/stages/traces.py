@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..kinds import engine_context
 from ..sources import prompts as prompt_table
 from ..sources.prompts import distinct_prompts
 from ..provenance import provenance
@@ -61,6 +62,7 @@ def capture_stage(inputs, outputs, params, log: str | None = None, runtime=None)
     out, prompting = outputs.trace, params.prompting
     check_inputs(target_dir, drafter_dir, k)
     engine = engine_kwargs(target_dir, drafter_dir, k, seed=0,
+                           max_model_len=engine_context(cap_cfg),
                            kv_cache_mib=int(setting(cap_cfg, "kv_cache_mib")),
                            max_num_seqs=int(cap_cfg["max_num_seqs"]),
                            dtype=setting(cap_cfg, "dtype"),
@@ -160,7 +162,8 @@ def control_capture_stage(inputs, outputs, params, log: str | None = None,
     if tr.meta.get("capture", {}).get("teacher_forced"):
         raise InputError(f"{target_trace}: a teacher-forced trace, not a target's own capture")
     seqs, spans = teacher_forced_inputs(tr)
-    engine = engine_kwargs(control_dir, seed=0, kv_cache_mib=int(setting(cap_cfg, "kv_cache_mib")),
+    engine = engine_kwargs(control_dir, seed=0, max_model_len=engine_context(cap_cfg),
+                           kv_cache_mib=int(setting(cap_cfg, "kv_cache_mib")),
                            max_num_seqs=int(cap_cfg["max_num_seqs"]),
                            dtype=setting(cap_cfg, "dtype"),
                            extra=dict(cap_cfg.get("engine_args") or {}))
