@@ -152,3 +152,68 @@ def test_a_capture_context_below_its_sweeps_is_refused(path, where):
     with pytest.raises(InputError, match=rf"{where}.max_model_len 512 is below") as got:
         resolved(path, shorter)
     assert all(line.startswith("config: ") for line in str(got.value).splitlines())
+
+
+def _wildcards(pattern: str, path: str) -> dict:
+    """A path's wildcards under a pattern of specmoe.paths (each wildcard one path segment's
+    part, as the rules' constraints give them)."""
+    import re
+
+    regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+?)", re.escape(pattern))
+    found = re.fullmatch(regex, path)
+    assert found, (pattern, path)
+    return found.groupdict()
+
+
+@pytest.mark.parametrize("path", ["config.yaml", "config/paper.yaml"])
+def test_a_drafter_served_alone_is_timed_in_its_sd_series_dtype(path):
+    """The draft cost c divides the drafter's solo TPOT by the target's: the solo series ran in the
+    sweep section's dtype (float32 in the default config) while vLLM gives a separate draft model
+    its target's dtype inside an SD engine (bfloat16 for tiny-fine-bf16: c and TE from the sweep
+    took a float32 drafter time against bf16 target times). Each swept run's drafter series
+    (rule speedup's input) is now the drafter served in its SD series' dtype, and no quantization
+    of the target's (vLLM loads a separate draft model in its checkpoint's own format)."""
+    from specmoe import paths as P
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import SpeedupParams
+    from specmoe.contracts.engines import SweepArParams, SweepSdParams
+
+    c = resolved(path)
+    checked = set()
+    for r in c.sweep_runs():
+        series = SpeedupParams.drafter_series(c, Named(r.as_dict()))
+        if not c.drafters[r.drafter].served_alone:
+            assert series == []
+            continue
+        (alone_path,) = series
+        w = _wildcards(P.SWEEP_AR, alone_path)
+        alone = SweepArParams.from_config(c, Named(w)).settings
+        sd = SweepSdParams.from_config(c, Named({"model": r.model, "drafter": r.drafter,
+                                                 "k": str(r.k)})).settings
+        assert alone.get("dtype") == sd.get("dtype"), (r, alone_path)
+        assert "quantization" not in alone.get("engine_args", {}), alone_path
+        checked.add((r.model, alone_path))
+    assert checked
+    if path == "config.yaml":  # tiny-fine-bf16's drafter: its own series, in bfloat16
+        assert ("tiny-fine-bf16", "results/sweeps/tiny-drafter/ar-bfloat16.json") in checked
+        assert ("tiny-fine", "results/sweeps/tiny-drafter/ar-float32.json") in checked
+
+
+def test_the_default_runs_serve_the_drafter_alone_once_per_dtype():
+    """The default configuration's tiny-drafter drafts in float32 (tiny-fine, tiny-coarse) and
+    bfloat16 (tiny-fine-bf16) series: two solo series, each among the run's outputs and GPU-plan
+    jobs, and a dtype it drafts in no series of is refused."""
+    from specmoe import paths as P
+    from specmoe.files import Files
+
+    c = resolved()
+    assert [j.label for j in c.alone_jobs()] == ["sweep_ar tiny-drafter/ar-bfloat16",
+                                                 "sweep_ar tiny-drafter/ar-float32"]
+    assert [(j.model, j.dtype) for j in c.alone_jobs()] == [("tiny-drafter", "bfloat16"),
+                                                             ("tiny-drafter", "float32")]
+    made = Files(c).benchmarks()
+    for dtype in ("bfloat16", "float32"):
+        assert P.benchmark_of(P.SWEEP_AR.format(model="tiny-drafter", dtype=dtype)) in made
+    assert c.job_settings("sweep_ar", "tiny-drafter", "bfloat16")["dtype"] == "bfloat16"
+    with pytest.raises(InputError, match="drafts in no SD series of dtype float16"):
+        c.job_settings("sweep_ar", "tiny-drafter", "float16")

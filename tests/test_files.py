@@ -113,8 +113,12 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
     sweep = next(j for j in jobs if j["rule"] == "sweep_sd")
     assert sweep["params"]["job"]["k"] == int(sweep["wildcards"]["k"])
     # no target has a series without SD of its own (its SD series measure their no-SD points):
-    # the one series without SD is the drafter's, served alone for the draft cost
-    assert [j["wildcards"]["model"] for j in jobs if j["rule"] == "sweep_ar"] == ["tiny-drafter"]
+    # the series without SD are the drafter's, served alone for the draft cost, once in each
+    # dtype of the SD series it drafts in (tiny-fine-bf16's bfloat16, the others' float32)
+    alone = sorted((j["wildcards"]["model"], j["wildcards"]["dtype"],
+                    j["params"]["settings"]["dtype"]) for j in jobs if j["rule"] == "sweep_ar")
+    assert alone == [("tiny-drafter", "bfloat16", "bfloat16"),
+                     ("tiny-drafter", "float32", "float32")]
     # a training claims one of the two cores and trains on the configuration's two threads
     train = [j for j in jobs if j["rule"] in ("train_model", "random_model")]
     assert len(train) == 5 and {j["threads"] for j in train} == {1}

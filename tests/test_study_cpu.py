@@ -62,8 +62,10 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         # point twice: the speedup's interval comes from the repeats; an SD series starts a
         # second engine beside it, without SD, whose points interleave with the SD ones
         # (the target has no series without SD of its own: its SD series measures those points)
-        assert not (res / "sweeps" / model / "ar.json").exists()
-        for series, engines in ((f"sweeps/{model}/tiny-draft/K3", 2), ("sweeps/tiny-draft/ar", 1)):
+        assert not list((res / "sweeps" / model).glob("ar*.json"))
+        # the draft model alone in its SD series' dtype (the sweep's float32)
+        for series, engines in ((f"sweeps/{model}/tiny-draft/K3", 2),
+                                ("sweeps/tiny-draft/ar-float32", 1)):
             sw = read_json(res / f"{series}.json")
             assert sw["engine_starts"] == engines
             assert (root / "logs" / f"{series}.log").read_text().count(
@@ -93,7 +95,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         prof = read_json(res / f"profiles/{model}/tiny-draft/K3.json")
         assert prof["batches"][0]["decode_steps"] > 0 and prof["batches"][0]["verify_steps"] > 0
     # the draft model served alone gives the draft cost c
-    assert read_json(res / "sweeps/tiny-draft/ar.json")["datasets"]
+    assert read_json(res / "sweeps/tiny-draft/ar-float32.json")["datasets"]
 
     sp = tables.read_csv(res / "tables/speedup_vs_batch.csv")
     assert len(sp) == 3 * 2  # fine-cpu's three datasets, two batch sizes

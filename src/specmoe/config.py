@@ -73,12 +73,18 @@ class Job:
     drafter: str = ""
     k: int | str = ""
     dataset: str = ""
+    # a drafter served alone (sweep_ar): the dtype its SD engines give it (Config.sd_dtype)
+    dtype: str = ""
 
     def __post_init__(self):
         kind(self.rule)  # an unknown kind is an error
 
     @property
     def label(self) -> str:
+        """The job as its output path names it: a drafter served alone with its dtype's series
+        ("sweep_ar tiny-drafter/ar-bfloat16", paths.SWEEP_AR)."""
+        if self.dtype:
+            return f"{self.rule} {self.model}/ar-{self.dtype}"
         return job_label(self.rule, self.model, self.drafter, self.k, self.dataset)
 
 
@@ -372,6 +378,23 @@ class Config:
         return sorted({r.drafter for r in self.sweep_runs()
                        if self.drafters[r.drafter].served_alone})
 
+    def sd_dtype(self, name: str) -> str:
+        """The dtype of the SD series of swept model `name` (its sweep section in its precision),
+        which vLLM gives the separate draft model inside it too (its speculative config builds
+        the draft's model config with the target's dtype; fp8 is the target's quantization, which
+        a separate draft model does not take: it is loaded in its own checkpoint's format)."""
+        return str(self.job_settings("sweep_sd", name).get("dtype") or ENGINE_DEFAULTS["dtype"])
+
+    def drafter_dtypes(self, name: str) -> list[str]:
+        """The dtypes a drafter served alone is served in: one series per dtype of the SD series
+        it drafts in (sd_dtype), so that its draft cost c divides times of one precision (a
+        drafter served in the sweep section's float32 drafted in a bf16 variant's bfloat16)."""
+        return sorted({self.sd_dtype(r.model) for r in self.sweep_runs() if r.drafter == name})
+
+    def alone_jobs(self) -> list[Job]:
+        """The series of the drafters served alone (rule sweep_ar), one per drafter and dtype."""
+        return [j for d in self.served for j in self.engine_jobs(d)]
+
     def model(self, name: str) -> Model:
         """A model, variant or study model (cost-only included) by name."""
         for group in (self.models, self.variants, self.hf):
@@ -435,9 +458,9 @@ class Config:
         per drafter and K (each with its own no-SD points: the target has no series without SD
         of its own), and one profile per drafter at its first K (the decode profile does not
         depend on K, and the study profiles one K). A drafter served alone: its series without
-        SD."""
+        SD, one in each dtype it drafts in (drafter_dtypes)."""
         if name in self.drafters:
-            return [Job("sweep_ar", name)]
+            return [Job("sweep_ar", name, dtype=t) for t in self.drafter_dtypes(name)]
         m = self.models[name]
         jobs = [Job("capture", name, r.drafter, r.k, r.dataset) for r in m.runs()]
         if name in self.swept or name in self.hf_swept:
@@ -475,13 +498,18 @@ class Config:
         base["engine_args"] = extra
         return base
 
-    def job_settings(self, rule: str, name: str) -> dict:
+    def job_settings(self, rule: str, name: str, dtype: str = "") -> dict:
         """The engine settings of a job of kind `rule` (specmoe.kinds) of model `name`: a study
         model's (or a drafter served alone) section with its TP, precision and engine arguments;
         a tiny model's sweep settings, its `tiny.capture` section or the profiling section, each
-        in its precision (a precision is how the checkpoint is served, in every job of it). A series' settings hold, under `dataset_schedules`, the points of
-        each dataset it serves that has a max_batch (the others: the schedule's)."""
+        in its precision (a precision is how the checkpoint is served, in every job of it). A
+        series' settings hold, under `dataset_schedules`, the points of each dataset it serves
+        that has a max_batch (the others: the schedule's). dtype: a drafter served alone, the
+        dtype of the SD series it drafts in (Job.dtype, drafter_dtypes)."""
         what = kind(rule)
+        if dtype and not (rule == "sweep_ar" and name in self.drafters):
+            raise ValueError(f"job_settings: a dtype ({dtype}) is a drafter served alone's, not "
+                             f"{rule} of {name}'s")
         if self.from_download(name):
             settings = self.engine_settings(name, what.section)
         elif what.series:
@@ -489,6 +517,11 @@ class Config:
         else:  # a tiny target's (or its control's) capture and profile: in its precision too
             return with_precision(self.section(what.section, tiny=what.section == "capture"),
                                   dict(self.model(name).entry))
+        if dtype:
+            if dtype not in self.drafter_dtypes(name):
+                raise InputError(f"drafter {name} drafts in no SD series of dtype {dtype} (its: "
+                                 f"{', '.join(self.drafter_dtypes(name)) or 'none'})")
+            settings["dtype"] = dtype
         if what.series:  # a dataset with a max_batch: its own points (sweep_schedule)
             capped = {ds: [{"batch": b, "prompts": n} for b, n in self.sweep_schedule(ds)]
                       for ds in self.sweep_datasets(name) if self.max_batch(ds) is not None}
@@ -512,6 +545,8 @@ class Config:
 
         what = kind(job.rule)
         settings = self.engine_settings(job.model, what.section)
+        if job.dtype:  # a drafter served alone, in the dtype of the SD series it drafts in
+            settings["dtype"] = job.dtype
         args = settings["engine_args"]
         max_len = engine_context(settings)
         batches = {}  # a series' datasets with a max_batch: the largest batch each runs at

@@ -23,7 +23,9 @@ IPF = f"results/ipf/{RUN}.json"
 COSTMODEL = f"results/costmodel/{RUN}.json"
 ACCEPTANCE = f"results/acceptance/{RUN}.json"
 SPEEDUP = f"results/speedup/{RUN}.json"
-SWEEP_AR = "results/sweeps/{model}/ar.json"  # the series without SD (a drafter served alone too)
+# a drafter served alone, without SD, in one dtype of the SD series it drafts in (its draft cost c
+# divides times of that precision: specmoe.config.Config.drafter_dtypes)
+SWEEP_AR = "results/sweeps/{model}/ar-{dtype}.json"
 SWEEP_SD = f"results/sweeps/{SERIES}.json"
 PROFILE = f"results/profiles/{SERIES}.json"
 PROFILE_TRACES = f"results/profiles/{SERIES}.traces"

@@ -39,6 +39,7 @@ use rule capture as sweep_ar with:
         P.benchmark_of(P.SWEEP_AR)
     wildcard_constraints:
         model=one_of(CFG.served),
+        dtype=one_of(sorted({j.dtype for j in CFG.alone_jobs()})),
     threads: engine_threads("sweep_ar")
     resources:
         **engine_resources("sweep_ar"),

@@ -73,7 +73,8 @@ class EngineParams:
         prompting = cfg.prompting(w.model, datasets)
         if what.series:
             prompting["draft_slack"] = cfg.draft_slack(w.model)
-        return cls(job=job, settings=cfg.job_settings(cls.KIND, w.model), method=method,
+        settings = cfg.job_settings(cls.KIND, w.model, w.get("dtype", ""))
+        return cls(job=job, settings=settings, method=method,
                    gpu=gpu, prompts=cfg.prompts if reads_tiny_prompts(cfg, datasets) else None,
                    prompting=prompting,
                    hardware=cfg.hardware_of(w.model) if gpu else None)
