@@ -204,6 +204,8 @@ def test_the_default_runs_serve_the_drafter_alone_once_per_dtype():
     bfloat16 (tiny-fine-bf16) series: two solo series, each among the run's outputs and GPU-plan
     jobs, and a dtype it drafts in no series of is refused."""
     from specmoe import paths as P
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepArParams
     from specmoe.files import Files
 
     c = resolved()
@@ -215,5 +217,11 @@ def test_the_default_runs_serve_the_drafter_alone_once_per_dtype():
     for dtype in ("bfloat16", "float32"):
         assert P.benchmark_of(P.SWEEP_AR.format(model="tiny-drafter", dtype=dtype)) in made
     assert c.job_settings("sweep_ar", "tiny-drafter", "bfloat16")["dtype"] == "bfloat16"
+    # each series serves the datasets of the runs it drafts for in its dtype only
+    datasets = {t: SweepArParams.from_config(c, Named({"model": "tiny-drafter", "dtype": t}))
+                .job["datasets"] for t in ("bfloat16", "float32")}
+    assert datasets == {"bfloat16": list(c.variants["tiny-fine-bf16"].datasets),
+                        "float32": sorted({*c.models["tiny-fine"].datasets,
+                                           *c.models["tiny-coarse"].datasets})}
     with pytest.raises(InputError, match="drafts in no SD series of dtype float16"):
         c.job_settings("sweep_ar", "tiny-drafter", "float16")

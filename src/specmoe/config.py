@@ -524,19 +524,21 @@ class Config:
             settings["dtype"] = dtype
         if what.series:  # a dataset with a max_batch: its own points (sweep_schedule)
             capped = {ds: [{"batch": b, "prompts": n} for b, n in self.sweep_schedule(ds)]
-                      for ds in self.sweep_datasets(name) if self.max_batch(ds) is not None}
+                      for ds in self.sweep_datasets(name, dtype) if self.max_batch(ds) is not None}
             if capped:
                 settings["dataset_schedules"] = capped
         return settings
 
-    def served_datasets(self, rule: str, name: str, dataset: str = "") -> list[str]:
+    def served_datasets(self, rule: str, name: str, dataset: str = "",
+                        dtype: str = "") -> list[str]:
         """The datasets whose prompts a job of kind `rule` serves: its run's `dataset`, every
-        dataset its model is swept on, or its model's first."""
+        dataset its model is swept on (a drafter served alone in `dtype`: those of the runs it
+        drafts for in SD series of that dtype), or its model's first."""
         what = kind(rule).datasets
         if what == "run":
             return [dataset]
         if what == "swept":
-            return self.sweep_datasets(name)
+            return self.sweep_datasets(name, dtype)
         return list(self.models[name].datasets[:1])
 
     def engine_of(self, job: Job):
@@ -804,12 +806,14 @@ class Config:
         m = self.variants.get(name) or self.models.get(name)
         return with_precision(self.engine_section("sweep"), dict(m.entry) if m else {})
 
-    def sweep_datasets(self, name: str) -> list[str]:
+    def sweep_datasets(self, name: str, dtype: str = "") -> list[str]:
         """The datasets one served engine measures: its model's swept datasets, or for a drafter
-        served alone, those of the runs it drafts for."""
+        served alone, those of the runs it drafts for (dtype: in SD series of that dtype only,
+        its series in that dtype, Job.dtype)."""
         alone = name in self.drafters and self.drafters[name].served_alone
         return sorted({r.dataset for r in self.sweep_runs()
-                       if r.model == name or (alone and r.drafter == name)})
+                       if r.model == name or (alone and r.drafter == name and (
+                           not dtype or self.sd_dtype(r.model) == dtype))})
 
     def max_batch(self, dataset: str) -> int | None:
         """The largest batch size the sweeps measure `dataset` at (runs.max_batch_of)."""

@@ -14,7 +14,7 @@ from . import run_of
 
 def served_datasets(cfg, rule: str, w) -> list[str]:
     """The datasets whose prompts a job of kind `rule` serves (specmoe.config.Config)."""
-    return cfg.served_datasets(rule, w.model, w.get("dataset", ""))
+    return cfg.served_datasets(rule, w.model, w.get("dataset", ""), w.get("dtype", ""))
 
 
 def reads_tiny_prompts(cfg, datasets) -> bool:
