@@ -400,10 +400,11 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
     out = Named({"md": tmp_path / "plan.md", "json": tmp_path / "plan.json"})
     plan_stage(Named({}), out, PlanParams.from_config(c))
     bill = json.loads((tmp_path / "plan.json").read_text())
-    rows = {job_label(r["rule"], r["model"], r["drafter"], r["k"], r["dataset"]): r
+    rows = {job_label(r["rule"], r["model"], r["drafter"], r["k"], r["dataset"], r["dtype"]): r
             for r in bill["jobs"]}
     assert {j.label for j in c.gpu_jobs() if c.entry(j.model).get("repo_id")} == set(rows)
-    alone = rows[job_label("sweep_ar", "qwen2-0.5b", "", "", "")]
+    # in the dtype of qwen2-57b's SD series (auto), as vLLM gives the draft model inside them
+    alone = rows[job_label("sweep_ar", "qwen2-0.5b", "", "", "", "auto")]
     assert alone["gpus"] == 1 and "mixtral-draft" in bill["unplanned"]
     draft, _ = offline_config(c.entry("qwen2-0.5b"))
     priced = plan.job_rows("qwen2-0.5b", plan_entry(c, "qwen2-0.5b"),

@@ -225,3 +225,18 @@ def test_the_default_runs_serve_the_drafter_alone_once_per_dtype():
                                            *c.models["tiny-coarse"].datasets})}
     with pytest.raises(InputError, match="drafts in no SD series of dtype float16"):
         c.job_settings("sweep_ar", "tiny-drafter", "float16")
+
+
+def test_a_study_draft_model_is_a_gpu_job_in_each_dtype_it_drafts_in():
+    """A draft model drafting for a target served in its checkpoint's dtype (auto) and for one
+    served in bf16: two solo GPU jobs, each one the preflight checks and the GPU plan bills, in
+    its dtype."""
+    def second(cfg):
+        base = next(m for m in cfg["models"] if m["name"] == "qwen2-57b-bf16-tp2")
+        cfg["models"].append({**base, "name": "qwen2-57b-bf16-tp2-cast", "precision": "bf16"})
+
+    c = resolved("config/paper.yaml", second)
+    alone = [j for j in c.gpu_jobs() if j.model == "qwen2-0.5b"]
+    assert [j.label for j in alone] == ["sweep_ar qwen2-0.5b/ar-auto",
+                                        "sweep_ar qwen2-0.5b/ar-bfloat16"]
+    assert [c.engine_of(j).dtype for j in alone] == ["auto", "bfloat16"]

@@ -81,11 +81,7 @@ class Job:
 
     @property
     def label(self) -> str:
-        """The job as its output path names it: a drafter served alone with its dtype's series
-        ("sweep_ar tiny-drafter/ar-bfloat16", paths.SWEEP_AR)."""
-        if self.dtype:
-            return f"{self.rule} {self.model}/ar-{self.dtype}"
-        return job_label(self.rule, self.model, self.drafter, self.k, self.dataset)
+        return job_label(self.rule, self.model, self.drafter, self.k, self.dataset, self.dtype)
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,13 @@ def control_name(target: str) -> str:
     return target + CONTROL_SUFFIX
 
 
-def job_label(rule: str, model: str, drafter: str = "", k="", dataset: str = "") -> str:
+def job_label(rule: str, model: str, drafter: str = "", k="", dataset: str = "",
+              dtype: str = "") -> str:
     """An engine job as its output path names it (a run's path form, specmoe.runs): "sweep_sd
-    qwen3-30b-fp8-tp1/eagle3-qwen3-30b/K3"."""
+    qwen3-30b-fp8-tp1/eagle3-qwen3-30b/K3"; a drafter served alone in a dtype (specmoe.paths.
+    SWEEP_AR): "sweep_ar qwen2-0.5b/ar-auto"."""
+    if dtype:
+        return f"{rule} {model}/ar-{dtype}"
     return f"{rule} {path_of(model, drafter, k, dataset)}"
 
 

@@ -181,7 +181,8 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         seconds, bare = job_s(params), job_s(replace(params, sd_loop_us=0.0))
         high = job_s(replace(params, sd_loop_us=loop.high))
         rows.append({"rule": rule, "model": name, "drafter": j["drafter"], "k": k,
-                     "dataset": j["dataset"], "gpus": gpus, "hours": seconds / 3600,
+                     "dataset": j["dataset"], "dtype": j.get("dtype", ""), "gpus": gpus,
+                     "hours": seconds / 3600,
                      "gpu_hours": seconds * gpus / 3600,
                      "sd_loop_hours": (seconds - bare) / 3600,
                      "sd_loop_hours_high": (high - bare) / 3600,
@@ -197,7 +198,8 @@ def unestimated(name: str, job: dict, gpus: int, runtime_min: int) -> dict:
     its hours the most it may take, with no SD loop hours apart."""
     hours = runtime_min / 60
     return {"rule": job["rule"], "model": name, "drafter": job["drafter"], "k": job["k"],
-            "dataset": job["dataset"], "gpus": gpus, "hours": hours, "gpu_hours": hours * gpus,
+            "dataset": job["dataset"], "dtype": job.get("dtype", ""), "gpus": gpus,
+            "hours": hours, "gpu_hours": hours * gpus,
             "sd_loop_hours": None, "sd_loop_hours_high": None, "runtime_min": runtime_min,
             "estimated": False}
 
@@ -290,10 +292,11 @@ class Planner:
     def runtime(self, rule: str, job: dict) -> int | None:
         """A GPU job's SLURM runtime in minutes, its row's; None where the plan has no such job
         (a model it cannot size). `job`: the job's wildcards (model, and drafter, k, dataset
-        where the rule has them)."""
+        or a drafter served alone's dtype, where the rule has them)."""
         if job.get("model") not in self.entries:
             return None
-        want = {k: str(v) for k, v in job.items() if k in ("model", "drafter", "k", "dataset")}
+        want = {k: str(v) for k, v in job.items()
+                if k in ("model", "drafter", "k", "dataset", "dtype")}
         return next((int(r["runtime_min"]) for r in self.rows(job["model"])
                      if r["rule"] == rule and all(str(r[k]) == v for k, v in want.items())),
                     None)

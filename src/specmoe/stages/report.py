@@ -324,7 +324,8 @@ def plan_stage(inputs, outputs, params) -> dict:
 def _label(row: dict) -> str:
     from ..names import job_label
 
-    return job_label(row["rule"], row["model"], row["drafter"], row["k"], row["dataset"])
+    return job_label(row["rule"], row["model"], row["drafter"], row["k"], row["dataset"],
+                     row.get("dtype") or "")
 
 
 def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
