@@ -138,7 +138,9 @@ CASES = [
     ("outputs past the tiny engines' context", merge(sweep={"output_len": 1000}), 1,
      r"^config: sweep\.output_len 1000 \+ the longest prompt \(about 29 tokens\) \+ K\+1 = 1035 "
      r"exceed the tiny engines' max_model_len 1024: vLLM refuses those requests$"),
-    ("outputs within a longer context", merge(sweep={"output_len": 1000, "max_model_len": 2048}),
+    # the captures at the sweeps' context (a shorter one is refused: test_engine_precision)
+    ("outputs within a longer context", merge(sweep={"output_len": 1000, "max_model_len": 2048},
+                                              tiny={"capture": {"max_model_len": 2048}}),
      0, OK),
     ("a context past the tiny models' positions", merge(sweep={"max_model_len": 4096}), 1,
      r"^config: sweep\.max_model_len 4096 exceeds the tiny models' 2048 positions"),

@@ -344,7 +344,7 @@ def test_a_drafter_without_its_config_json_stops_the_run(tmp_path, monkeypatch):
     (only("mixtral-8x7b-bf16-tp2", tp=1),
      r"^preflight: capture mixtral-8x7b-bf16-tp2/mixtral-draft/K3/mt-bench \(and 2 more of its "
      r"jobs\): memory: weights 87\.0 GiB \+ reserve [\d.]+ GiB \+ KV cache of "
-     r"one 1,024-token sequence [\d.]+ GiB = 9\d\.\d GiB per GPU > TP 1 x 79\.65 GiB \(81,559 MiB "
+     r"one 4,096-token sequence [\d.]+ GiB = 9\d\.\d GiB per GPU > TP 1 x 79\.65 GiB \(81,559 MiB "
      r"as CUDA reports it\) x gpu_memory_utilization 0\.9 = 71\.7 GiB per GPU$"),
     (only("mixtral-8x7b-bf16-tp2", tp=3),
      r"tensor parallelism: TP 3 does not divide the 32 attention heads; TP 3 neither divides the "
@@ -353,7 +353,7 @@ def test_a_drafter_without_its_config_json_stops_the_run(tmp_path, monkeypatch):
      r"speculative method: method mtp, but qwen3-30b-fp8-tp1's config.json has no MTP layers"),
     (only("qwen3-30b-fp8-tp2", engine_args={}),
      r"context: speed-bench-32k's prompts \(about 32,768 tokens\) \+ \d+ output tokens \+ K\+1 = "
-     r"[\d,]+ exceed max_model_len 1,024"),
+     r"[\d,]+ exceed max_model_len 4,096"),
     (only("qwen3-235b-fp8-tp4", tp=8),
      r"1536 / 8 = 192, is not a multiple of the fp8 weight block 128"),
     (lambda c: c["gpu"].update(memory_utilization=0.5) or only("qwen3-30b-bf16-tp1")(c),
