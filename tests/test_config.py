@@ -499,15 +499,20 @@ def test_cuda_graphs_short_of_a_verify_step_are_refused_when_the_configuration_l
     assert series
     from specmoe.runtime import engine
 
-    for k in sorted({int(j.k) for j in series}):
-        models = sorted({j.model for j in series if int(j.k) == k})
+    # a separate draft model's series stops at its first draft pass (K + 2 tokens a request),
+    # another method's at its verify step: one line each
+    for k, draft in sorted({(int(j.k), c.drafters[j.drafter].served_alone) for j in series}):
+        models = sorted({j.model for j in series if int(j.k) == k
+                         and c.drafters[j.drafter].served_alone == draft})
         batch = {c.series_batch(m) for m in models}
         assert batch == {128}  # the schedule's largest: the engines' max_num_seqs
         with pytest.raises(InputError) as runtime:
-            engine.cuda_graph_config({"max_cudagraph_capture_size": 256}, 128, k)
+            engine.cuda_graph_config({"max_cudagraph_capture_size": 256}, 128, k,
+                                     draft_model=draft)
         mine = [ln for ln in lines if ln.endswith(str(runtime.value))]
         assert len(mine) == 1, (k, lines)
-        assert f"a verify step at batch 128 with K = {k}" in mine[0]
+        step = "a draft model's first pass (K + 2" if draft else "a verify step"
+        assert f"{step}" in mine[0] and f"at batch 128 with K = {k}" in mine[0]
         assert "(sweep.engine_args)" in mine[0]
         assert sorted(re.match(r"config: models? (.*?) \(", mine[0]).group(1).split(", ")) == models
 
@@ -527,7 +532,9 @@ def test_the_engine_refuses_what_the_configuration_refuses(monkeypatch):
     monkeypatch.setattr(engine, "device", lambda: "cuda")
     with pytest.raises(InputError) as runtime:
         engine.engine_kwargs("t", None, None, max_num_seqs=c.engine_of(job).batch,
-                             graph_k=int(job.k), **engine_opts(settings))
+                             graph_k=int(job.k),
+                             draft_model_series=c.drafters[job.drafter].served_alone,
+                             **engine_opts(settings))
 
     def own(cfg):
         m = next(m for m in cfg["models"] if m["name"] == job.model)

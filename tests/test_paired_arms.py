@@ -563,9 +563,10 @@ def test_on_a_faked_cuda_platform_both_arms_graph_every_verify_step_by_vllms_own
     sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=7, largest=128)
     assert graphed_batches(sd, 7) == list(range(1, 129))
     assert graphed_batches(plain, 0) == list(range(1, 129))
+    # a separate draft model's series: up to its first draft pass, 128 x 9 tokens
     assert sd["compilation_config"] == plain["compilation_config"] == \
-        engine_mod.cuda_graph_config(None, 128, 7)
-    assert max(sd["compilation_config"]["cudagraph_capture_sizes"]) == 1024
+        engine_mod.cuda_graph_config(None, 128, 7, draft_model=True)
+    assert max(sd["compilation_config"]["cudagraph_capture_sizes"]) == 1152
     assert {n: v for n, v in sd.items() if n != "speculative_config"} == plain
     monkeypatch.setattr(engine_mod, "device", lambda: "cpu")
     sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=7, largest=128)

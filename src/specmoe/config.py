@@ -251,7 +251,8 @@ class Config:
         steps without CUDA graphs, refused here, when the configuration loads: the series'
         engines take their graph sizes from cuda_graph_config at the series' largest batch
         (specmoe.runtime.engine.engine_kwargs, graph_k; a series with enforce_eager runs no
-        graphs), which refused them only on the GPU node, after the jobs had queued (a
+        graphs; a separate draft model's series, its first draft pass too), which refused them
+        only on the GPU node, after the jobs had queued (a
         compilation_config in sweep.engine_args stopped each of the study's series there). One
         line per finding, naming every model it applies to."""
         found: dict[tuple[str, str], list[str]] = {}  # (where, problem): its models
@@ -263,7 +264,7 @@ class Config:
                 continue  # no graphs to capture
             try:
                 cuda_graph_config(args.get("compilation_config"), self.series_batch(j.model),
-                                  int(j.k))
+                                  int(j.k), draft_model=self.drafters[j.drafter].served_alone)
             except InputError as exc:
                 own = "compilation_config" in (self.entry(j.model).get("engine_args") or {})
                 where = "its own engine_args" if own else f"{kind(j.rule).section}.engine_args"

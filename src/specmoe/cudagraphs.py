@@ -1,7 +1,8 @@
 """The CUDA graph sizes of a serving series' engines on a GPU (cuda_graph_config), torch-free:
 the runtime's engine arguments (specmoe.runtime.engine.engine_kwargs) take them, and the
 configuration (specmoe.config.Config.graph_problems) refuses, when it loads, engine_args whose
-graphs stop below a series' verify step, before any GPU job is queued.
+graphs stop below a series' widest step (its verify step, or a draft model's first pass), before
+any GPU job is queued.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def verify_graph_reach(sizes, k: int) -> int:
     return max((r for r in rounded if r <= top), default=q if q <= top else 0)
 
 
-def cuda_graph_config(given, max_num_seqs: int, k: int) -> dict:
+def cuda_graph_config(given, max_num_seqs: int, k: int, draft_model: bool = False) -> dict:
     """compilation_config whose CUDA graphs reach a verify step at max_num_seqs, that many
     sequences of K + 1 tokens. vLLM's default ceiling, min(2 max_num_seqs (K + 1), 512) tokens
     on an H100 (vllm/config/vllm.py, _set_cudagraph_sizes), ran the SD engine's verify steps
@@ -45,20 +46,32 @@ def cuda_graph_config(given, max_num_seqs: int, k: int) -> dict:
     largest is the ceiling: vLLM's token grid up to it (the engine without SD, one token a
     sequence, pads its steps to those) and K + 1 times vLLM's request-count grid up to
     max_num_seqs (its own default sizes for verify steps: every batch pads to one of them).
+    draft_model: the series' drafter is a separate draft model (both of its engines get the
+    same sizes). V1's draft-model proposer gives each request one input slot more than the
+    verify step (vllm/v1/spec_decode/llm_base_proposer.py, extra_slots_per_request), so its
+    first draft pass at batch n takes n (K + 2) tokens, above the largest verify size: at
+    batch 128 with K = 3, 640 tokens ran without graphs above 512. Its sizes hold as well
+    n (K + 2) rounded up to a multiple of K + 1 (as vLLM rounds every size of an SD engine)
+    for each n of the request-count grid, and the ceiling is the first pass at max_num_seqs.
     given: engine_args' own compilation_config, kept; one whose sizes or ceiling, rounded as
-    vLLM rounds them, stop below the verify step at max_num_seqs is refused."""
+    vLLM rounds them, stop below that ceiling is refused."""
     if given is not None and not isinstance(given, dict):
         raise InputError(f"engine_args compilation_config must be a mapping (got {given!r})")
     cc, q = dict(given or {}), k + 1
-    need = max_num_seqs * q
+    per = q + 1 if draft_model else q  # tokens a request in the widest step
+    need = max_num_seqs * per
+    step = (f"a draft model's first pass (K + 2 = {per} tokens a request)" if draft_model
+            else "a verify step")
     sizes = cc.get("cudagraph_capture_sizes")
     ceiling = cc.get("max_cudagraph_capture_size")
     if not sizes and ceiling is None:
         counts = set(token_grid(max_num_seqs)) | {max_num_seqs}
-        cc["cudagraph_capture_sizes"] = sorted(set(token_grid(need)) | {n * q for n in counts})
+        first = {-(-n * per // q) * q for n in counts} if draft_model else set()
+        cc["cudagraph_capture_sizes"] = sorted(set(token_grid(max_num_seqs * q))
+                                               | {n * q for n in counts} | first)
         return cc
     if sizes:
-        have, fix = max(int(s) for s in sizes), f"add {need} to its sizes"
+        have, fix = max(int(s) for s in sizes), f"add {-(-need // q) * q} to its sizes"
         reach = verify_graph_reach([int(s) for s in sizes], k)
     else:
         have, grid = int(ceiling), token_grid(int(ceiling))
@@ -72,6 +85,6 @@ def cuda_graph_config(given, max_num_seqs: int, k: int) -> dict:
                    f"to multiples of K + 1 within the largest)" if reach != have else "")
         raise InputError(
             f"engine_args compilation_config captures CUDA graphs up to {have} tokens{rounded}, "
-            f"below the {need} of a verify step at batch {max_num_seqs} with K = {k}: those "
+            f"below the {need} of {step} at batch {max_num_seqs} with K = {k}: those "
             f"steps would run without graphs; {fix} or remove it")
     return cc

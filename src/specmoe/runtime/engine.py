@@ -131,7 +131,8 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
     server and its engine core (serving.Server; AsyncLLM always gives the core a process).
     in_process=False keeps vLLM's CPU default, a worker process of its own. graph_k (CUDA
     only): CUDA graphs for verify steps of K = graph_k drafts at every batch up to max_num_seqs
-    (cuda_graph_config); a timed SD engine and its target without SD get the same.
+    (cuda_graph_config; in a draft model's series, at its first draft pass too); a timed SD engine
+    and its target without SD get the same.
     draft_model_series: the engine is one of a separate draft model's serving series (its SD
     engine, that engine's target without SD, or the draft model served alone). On CUDA every
     such engine runs vLLM's V1 model runner (V1_RUNNER_ENV, in the engine's ENGINE_ENV).
@@ -154,7 +155,8 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
     kw.update(extra or {})
     if graph_k and device() == "cuda" and not kw.get("enforce_eager"):
         kw["compilation_config"] = cuda_graph_config(kw.get("compilation_config"),
-                                                     int(kw["max_num_seqs"]), int(graph_k))
+                                                     int(kw["max_num_seqs"]), int(graph_k),
+                                                     draft_model=draft_model_series)
     if draft_model_series and device() == "cuda":
         kw[ENGINE_ENV] = {**(kw.get(ENGINE_ENV) or {}), **V1_RUNNER_ENV}
         if draft_alone and not kw.get("enforce_eager"):
