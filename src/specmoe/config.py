@@ -253,13 +253,21 @@ class Config:
         (specmoe.runtime.engine.engine_kwargs, graph_k; a series with enforce_eager runs no
         graphs; a separate draft model's series, its first draft pass too), which refused them
         only on the GPU node, after the jobs had queued (a
-        compilation_config in sweep.engine_args stopped each of the study's series there). One
-        line per finding, naming every model it applies to."""
+        compilation_config in sweep.engine_args stopped each of the study's series there); and
+        those whose max_num_batched_tokens is below a step at that batch
+        (_step_budget_problem). One line per finding, naming every model it applies to."""
         found: dict[tuple[str, str], list[str]] = {}  # (where, problem): its models
         for j in self.gpu_jobs():
             if not (kind(j.rule).series and j.k):
                 continue  # a drafter served alone (sweep_ar) has no verify steps
             args = self.engine_settings(j.model, kind(j.rule).section)["engine_args"]
+            budget = self._step_budget_problem(j, args)
+            if budget:
+                own = "max_num_batched_tokens" in (self.entry(j.model).get("engine_args") or {})
+                where = "its own engine_args" if own else f"{kind(j.rule).section}.engine_args"
+                models = found.setdefault((where, budget), [])
+                if j.model not in models:
+                    models.append(j.model)
             if args.get("enforce_eager"):
                 continue  # no graphs to capture
             try:
@@ -273,6 +281,35 @@ class Config:
                     models.append(j.model)
         return [f"{'model' if len(ms) == 1 else 'models'} {', '.join(ms)} ({where}): {problem}"
                 for (where, problem), ms in found.items()]
+
+    def _step_budget_problem(self, j, args: dict) -> str | None:
+        """A serving series' max_num_batched_tokens (given, or vLLM's default on the model's GPU:
+        preflight.batched_tokens) below one step at its largest batch B: B (K + 1) tokens, and a
+        draft model's extra input slot a request (B (K + 2)). vLLM's scheduler spends those from
+        that budget, so fewer requests than the point's batch would verify a step while the
+        target without SD decodes all of them (and it drops capture sizes above it, warning
+        only). None: no problem, or a GPU of unknown memory and no budget given (the preflight
+        refuses that hardware: its jobs' memory cannot be sized either)."""
+        from .checks.preflight import batched_tokens
+        from .cost.costmodel import capacity
+
+        draft = self.drafters[j.drafter].served_alone
+        b, k = self.series_batch(j.model), int(j.k)
+        need = b * (k + 2 if draft else k + 1)
+        given = args.get("max_num_batched_tokens")
+        hw_name = self.hardware_of(j.model)
+        cap = capacity(self.hardware.get(hw_name, {}))
+        if not given and cap is None:
+            return None  # vLLM's default unknown: the preflight refuses the hardware (memory)
+        tokens = batched_tokens(cap[0] / 2**30 if cap else 0.0, not kind(j.rule).series, args)
+        if tokens >= need:
+            return None
+        what = "" if given else f" (vLLM's default on {hw_name}'s {cap[1]})"
+        per = (f"K + 2 = {k + 2} tokens a request: K + 1 verified and a draft model's extra "
+               f"input slot" if draft else f"K + 1 = {k + 1} tokens a request")
+        return (f"max_num_batched_tokens {tokens}{what} is below the {need} tokens of a step at "
+                f"batch {b} with K = {k} ({per}): vLLM would verify fewer requests a step than "
+                f"the batch; set max_num_batched_tokens to at least {need}")
 
     def profile_problems(self) -> list[str]:
         """Profiles whose engine starts cannot each have prompts of their own: each decode/verify
