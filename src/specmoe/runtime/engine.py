@@ -290,15 +290,70 @@ def open_llm(engine: dict, clock=None):
             envs.disable_envs_cache()
         clock = StartClock() if clock is None else clock
         clock.mark("imported")
-        with LogTap(clock):
-            llm = LLM(**engine)
-        clock.mark("up")
-        try:
-            yield llm
-        finally:
-            # A spawned child ends with os._exit, which skips vLLM's atexit shutdown: without
-            # this the engine-core and worker processes outlive the child.
-            llm.llm_engine.engine_core.shutdown()
+        # the engine core in a process of its own (vLLM's default, and every engine on CUDA):
+        # its milestones and its workers' come from their output lines, not this process's records
+        own_core = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
+        with OutputTap(clock) if own_core else contextlib.nullcontext():
+            with LogTap(clock):
+                llm = LLM(**engine)
+            clock.mark("up")
+            try:
+                yield llm
+            finally:
+                # A spawned child ends with os._exit, which skips vLLM's atexit shutdown: without
+                # this the engine-core and worker processes outlive the child.
+                llm.llm_engine.engine_core.shutdown()
+
+
+class OutputTap:
+    """Feeds a StartClock with the lines written to this process's stdout and stderr while the
+    block runs, by the processes it starts as well (they inherit the two descriptors): an
+    offline engine's core and workers in processes of their own, whose log records LogTap, in
+    this process, never sees (on CUDA vLLM runs the engine core in its own process, and every
+    start-up milestone after `imported` came back None). Each line goes on to where it went
+    before, and is timed on arrival, as a server's lines are (serving.Server)."""
+
+    def __init__(self, clock) -> None:
+        self.clock = clock
+
+    def __enter__(self) -> "OutputTap":
+        import threading
+
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        read, write = os.pipe()
+        # where the lines went before: the reader's own copies, closed when the last writer has
+        self.saved = {fd: os.dup(fd) for fd in (1, 2)}
+        out = os.dup(self.saved[1])
+        for fd in (1, 2):
+            os.dup2(write, fd)
+        os.close(write)
+
+        def pump() -> None:
+            with os.fdopen(read, "rb") as lines, os.fdopen(out, "wb", buffering=0) as sink:
+                for line in lines:
+                    try:
+                        sink.write(line)
+                    except OSError:
+                        pass
+                    try:
+                        self.clock.line(line.decode(errors="replace").rstrip("\n"))
+                    except Exception:  # noqa: BLE001 - timing must never break the engine
+                        pass
+
+        self.thread = threading.Thread(target=pump, name="specmoe-output-tap", daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        for fd, saved in self.saved.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+        # the reader ends once no process writes to the pipe any more (a worker that outlives
+        # the engine keeps it open: the reader, a daemon, then goes on forwarding its lines)
+        self.thread.join(timeout=5)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,9 @@
 """An engine's start in phases, read from vLLM's own log lines as they arrive.
 
 A served engine's lines come through the server's output pipe (serving.Server timestamps each line
-on arrival); an offline engine's through a handler on the `vllm` logger (record creation times).
+on arrival); an offline engine's through a handler on the `vllm` logger (record creation times),
+and, where its engine core runs in a process of its own (vLLM's default, and on CUDA), through
+this process's stdout and stderr, which the core and its workers share (engine.OutputTap).
 Each milestone is the first line that matches it (model_loaded: the last one before the engine is
 ready, the drafter loads after the target), in seconds since the start; a milestone whose line
 never came (a quieter VLLM_LOGGING_LEVEL) is None, and so are the phases next to it.
