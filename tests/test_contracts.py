@@ -48,8 +48,9 @@ def test_speedup_params_come_from_the_run_and_the_sweeps_analysis_keys():
 def test_the_drafter_series_is_an_input_only_for_a_drafter_served_alone():
     cfg = resolved()
     tiny = SpeedupParams.drafter_series(cfg, RUN)
-    # tiny-fine's SD series run in the sweep section's float32, and so does its drafter alone
-    assert tiny == ["results/sweeps/tiny-drafter/ar-float32.json"]
+    # tiny-fine's SD series run in the sweep section's float32 at TP 1, and so does its drafter
+    # alone
+    assert tiny == ["results/sweeps/tiny-drafter/ar-float32-tp1.json"]
     cfg.drafters["eagle"] = SimpleNamespace(served_alone=False)
     assert SpeedupParams.drafter_series(cfg, Wildcards({**RUN, "drafter": "eagle"})) == []
 

@@ -400,15 +400,16 @@ def test_the_gpu_plan_bills_every_gpu_job_a_draft_model_served_alone_included(tm
     out = Named({"md": tmp_path / "plan.md", "json": tmp_path / "plan.json"})
     plan_stage(Named({}), out, PlanParams.from_config(c))
     bill = json.loads((tmp_path / "plan.json").read_text())
-    rows = {job_label(r["rule"], r["model"], r["drafter"], r["k"], r["dataset"], r["dtype"]): r
-            for r in bill["jobs"]}
+    rows = {job_label(r["rule"], r["model"], r["drafter"], r["k"], r["dataset"], r["dtype"],
+                      r["tp"]): r for r in bill["jobs"]}
     assert {j.label for j in c.gpu_jobs() if c.entry(j.model).get("repo_id")} == set(rows)
-    # in the dtype of qwen2-57b's SD series (auto), as vLLM gives the draft model inside them
-    alone = rows[job_label("sweep_ar", "qwen2-0.5b", "", "", "", "auto")]
-    assert alone["gpus"] == 1 and "mixtral-draft" in bill["unplanned"]
+    # in the dtype and TP of qwen2-57b's SD series (auto, TP 2), as vLLM gives the draft model
+    # inside them: on two GPUs
+    alone = rows[job_label("sweep_ar", "qwen2-0.5b", "", "", "", "auto", 2)]
+    assert alone["gpus"] == 2 and "mixtral-draft" in bill["unplanned"]
     draft, _ = offline_config(c.entry("qwen2-0.5b"))
     priced = plan.job_rows("qwen2-0.5b", plan_entry(c, "qwen2-0.5b"),
-                           dense_dims_from_config(draft), h100(), c.raw,
+                           dense_dims_from_config(draft, tp=2), h100(), c.raw,
                            plan.PlanAssumptions.from_dict(c.raw["plan"]), stepmodel.fitted(),
                            {ds: c.prompt_tokens(ds)[0] for ds in c.sweep_datasets("qwen2-0.5b")})
     assert alone["hours"] == pytest.approx(priced[0]["hours"])

@@ -195,8 +195,48 @@ def test_a_drafter_served_alone_is_timed_in_its_sd_series_dtype(path):
         checked.add((r.model, alone_path))
     assert checked
     if path == "config.yaml":  # tiny-fine-bf16's drafter: its own series, in bfloat16
-        assert ("tiny-fine-bf16", "results/sweeps/tiny-drafter/ar-bfloat16.json") in checked
-        assert ("tiny-fine", "results/sweeps/tiny-drafter/ar-float32.json") in checked
+        assert ("tiny-fine-bf16", "results/sweeps/tiny-drafter/ar-bfloat16-tp1.json") in checked
+        assert ("tiny-fine", "results/sweeps/tiny-drafter/ar-float32-tp1.json") in checked
+
+
+def _tp(settings: dict) -> int:
+    return int((settings.get("engine_args") or {}).get("tensor_parallel_size", 1))
+
+
+@pytest.mark.parametrize("path", ["config.yaml", "config/paper.yaml"])
+def test_a_drafter_served_alone_runs_at_its_sd_series_tp(path):
+    """Inside an SD engine vLLM sets a separate draft model's TP to its target's
+    (SpeculativeConfig._verify_and_get_draft_tp; V1's draft-model runner refuses another), but
+    the drafter served alone ran at TP 1: paper.yaml's qwen2-0.5b drafts sharded over
+    qwen2-57b-bf16-tp2's two GPUs while its solo series ran on one, and c divided a one-GPU
+    drafter time by two-GPU target times. For every swept run with a drafter served alone, its
+    solo series (rule speedup's input) runs at its SD series' TP, asks for as many GPUs, and the
+    preflight and the GPU plan see that TP."""
+    from specmoe import paths as P
+    from specmoe.config import Job
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import SpeedupParams
+    from specmoe.contracts.engines import SweepArParams, SweepSdParams
+
+    c = resolved(path)
+    tps = set()
+    for r in c.sweep_runs():
+        if not c.drafters[r.drafter].served_alone:
+            continue
+        (alone_path,) = SpeedupParams.drafter_series(c, Named(r.as_dict()))
+        w = _wildcards(P.SWEEP_AR, alone_path)
+        alone = SweepArParams.from_config(c, Named(w)).settings
+        sd = SweepSdParams.from_config(c, Named({"model": r.model, "drafter": r.drafter,
+                                                 "k": str(r.k)})).settings
+        assert _tp(alone) == _tp(sd), (r, alone_path)
+        job = Job("sweep_ar", r.drafter, dtype=w["dtype"], tp=int(w["tp"]))
+        assert job in c.alone_jobs(), job
+        if c.on_gpu(r.drafter):
+            assert c.gpus(r.drafter, w["tp"]) == _tp(sd) == c.engine_of(job).tp, job
+        tps.add(_tp(sd))
+    assert tps
+    if path == "config/paper.yaml":  # TP-2 targets among them
+        assert tps == {1, 2}
 
 
 def test_the_default_runs_serve_the_drafter_alone_once_per_dtype():
@@ -209,22 +249,25 @@ def test_the_default_runs_serve_the_drafter_alone_once_per_dtype():
     from specmoe.files import Files
 
     c = resolved()
-    assert [j.label for j in c.alone_jobs()] == ["sweep_ar tiny-drafter/ar-bfloat16",
-                                                 "sweep_ar tiny-drafter/ar-float32"]
-    assert [(j.model, j.dtype) for j in c.alone_jobs()] == [("tiny-drafter", "bfloat16"),
-                                                             ("tiny-drafter", "float32")]
+    assert [j.label for j in c.alone_jobs()] == ["sweep_ar tiny-drafter/ar-bfloat16-tp1",
+                                                 "sweep_ar tiny-drafter/ar-float32-tp1"]
+    assert [(j.model, j.dtype, j.tp) for j in c.alone_jobs()] == [
+        ("tiny-drafter", "bfloat16", 1), ("tiny-drafter", "float32", 1)]
     made = Files(c).benchmarks()
     for dtype in ("bfloat16", "float32"):
-        assert P.benchmark_of(P.SWEEP_AR.format(model="tiny-drafter", dtype=dtype)) in made
-    assert c.job_settings("sweep_ar", "tiny-drafter", "bfloat16")["dtype"] == "bfloat16"
+        assert P.benchmark_of(P.SWEEP_AR.format(model="tiny-drafter", dtype=dtype, tp=1)) in made
+    assert c.job_settings("sweep_ar", "tiny-drafter", "bfloat16", 1)["dtype"] == "bfloat16"
     # each series serves the datasets of the runs it drafts for in its dtype only
-    datasets = {t: SweepArParams.from_config(c, Named({"model": "tiny-drafter", "dtype": t}))
+    datasets = {t: SweepArParams.from_config(c, Named({"model": "tiny-drafter", "dtype": t,
+                                                      "tp": "1"}))
                 .job["datasets"] for t in ("bfloat16", "float32")}
     assert datasets == {"bfloat16": list(c.variants["tiny-fine-bf16"].datasets),
                         "float32": sorted({*c.models["tiny-fine"].datasets,
                                            *c.models["tiny-coarse"].datasets})}
-    with pytest.raises(InputError, match="drafts in no SD series of dtype float16"):
-        c.job_settings("sweep_ar", "tiny-drafter", "float16")
+    with pytest.raises(InputError, match="drafts in no SD series of dtype float16 at TP 1"):
+        c.job_settings("sweep_ar", "tiny-drafter", "float16", 1)
+    with pytest.raises(InputError, match="drafts in no SD series of dtype float32 at TP 2"):
+        c.job_settings("sweep_ar", "tiny-drafter", "float32", 2)
 
 
 def test_a_study_draft_model_is_a_gpu_job_in_each_dtype_it_drafts_in():
@@ -237,6 +280,7 @@ def test_a_study_draft_model_is_a_gpu_job_in_each_dtype_it_drafts_in():
 
     c = resolved("config/paper.yaml", second)
     alone = [j for j in c.gpu_jobs() if j.model == "qwen2-0.5b"]
-    assert [j.label for j in alone] == ["sweep_ar qwen2-0.5b/ar-auto",
-                                        "sweep_ar qwen2-0.5b/ar-bfloat16"]
+    assert [j.label for j in alone] == ["sweep_ar qwen2-0.5b/ar-auto-tp2",
+                                        "sweep_ar qwen2-0.5b/ar-bfloat16-tp2"]
     assert [c.engine_of(j).dtype for j in alone] == ["auto", "bfloat16"]
+

@@ -114,11 +114,12 @@ def test_dag_jobs_lists_every_job_of_the_default_with_what_it_reads_and_writes(t
     assert sweep["params"]["job"]["k"] == int(sweep["wildcards"]["k"])
     # no target has a series without SD of its own (its SD series measure their no-SD points):
     # the series without SD are the drafter's, served alone for the draft cost, once in each
-    # dtype of the SD series it drafts in (tiny-fine-bf16's bfloat16, the others' float32)
-    alone = sorted((j["wildcards"]["model"], j["wildcards"]["dtype"],
+    # dtype and TP of the SD series it drafts in (tiny-fine-bf16's bfloat16, the others' float32,
+    # all at TP 1)
+    alone = sorted((j["wildcards"]["model"], j["wildcards"]["dtype"], j["wildcards"]["tp"],
                     j["params"]["settings"]["dtype"]) for j in jobs if j["rule"] == "sweep_ar")
-    assert alone == [("tiny-drafter", "bfloat16", "bfloat16"),
-                     ("tiny-drafter", "float32", "float32")]
+    assert alone == [("tiny-drafter", "bfloat16", "1", "bfloat16"),
+                     ("tiny-drafter", "float32", "1", "float32")]
     # a training claims one of the two cores and trains on the configuration's two threads
     train = [j for j in jobs if j["rule"] in ("train_model", "random_model")]
     assert len(train) == 5 and {j["threads"] for j in train} == {1}

@@ -65,7 +65,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         assert not list((res / "sweeps" / model).glob("ar*.json"))
         # the draft model alone in its SD series' dtype (the sweep's float32)
         for series, engines in ((f"sweeps/{model}/tiny-draft/K3", 2),
-                                ("sweeps/tiny-draft/ar-float32", 1)):
+                                ("sweeps/tiny-draft/ar-float32-tp1", 1)):
             sw = read_json(res / f"{series}.json")
             assert sw["engine_starts"] == engines
             assert (root / "logs" / f"{series}.log").read_text().count(
@@ -95,7 +95,7 @@ def test_study_cpu_case_runs_every_study_rule(tmp_path):
         prof = read_json(res / f"profiles/{model}/tiny-draft/K3.json")
         assert prof["batches"][0]["decode_steps"] > 0 and prof["batches"][0]["verify_steps"] > 0
     # the draft model served alone gives the draft cost c
-    assert read_json(res / "sweeps/tiny-draft/ar-float32.json")["datasets"]
+    assert read_json(res / "sweeps/tiny-draft/ar-float32-tp1.json")["datasets"]
 
     sp = tables.read_csv(res / "tables/speedup_vs_batch.csv")
     assert len(sp) == 3 * 2  # fine-cpu's three datasets, two batch sizes

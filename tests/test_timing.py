@@ -225,8 +225,8 @@ def test_the_breakdown_reads_an_engine_jobs_record_only_where_it_is_declared(tmp
     assert timing.record_of("benchmarks/traces/m/d/K3/a+b.tsv") == \
         "results/traces/m/d/K3/a+b.parquet"
     assert timing.record_of("benchmarks/overlap/m/d/K3/a.tsv") is None
-    assert timing.record_of(P.benchmark_of(P.SWEEP_AR.format(model="m", dtype="auto"))) == \
-        P.SWEEP_AR.format(model="m", dtype="auto")
+    assert timing.record_of(P.benchmark_of(P.SWEEP_AR.format(model="m", dtype="auto", tp=2))) \
+        == P.SWEEP_AR.format(model="m", dtype="auto", tp=2)
     every = timing.collect(root)
     records = [r for b in (root / "benchmarks").rglob("*.tsv")
                if (r := timing.record_of(b.relative_to(root).as_posix()))]

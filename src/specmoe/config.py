@@ -73,15 +73,18 @@ class Job:
     drafter: str = ""
     k: int | str = ""
     dataset: str = ""
-    # a drafter served alone (sweep_ar): the dtype its SD engines give it (Config.sd_dtype)
+    # a drafter served alone (sweep_ar): the dtype and tensor-parallel degree its SD engines give
+    # it (Config.sd_serving); 0: not such a job
     dtype: str = ""
+    tp: int = 0
 
     def __post_init__(self):
         kind(self.rule)  # an unknown kind is an error
 
     @property
     def label(self) -> str:
-        return job_label(self.rule, self.model, self.drafter, self.k, self.dataset, self.dtype)
+        return job_label(self.rule, self.model, self.drafter, self.k, self.dataset, self.dtype,
+                         self.tp)
 
 
 @dataclass(frozen=True)
@@ -412,21 +415,27 @@ class Config:
         return sorted({r.drafter for r in self.sweep_runs()
                        if self.drafters[r.drafter].served_alone})
 
-    def sd_dtype(self, name: str) -> str:
-        """The dtype of the SD series of swept model `name` (its sweep section in its precision),
-        which vLLM gives the separate draft model inside it too (its speculative config builds
-        the draft's model config with the target's dtype; fp8 is the target's quantization, which
-        a separate draft model does not take: it is loaded in its own checkpoint's format)."""
-        return str(self.job_settings("sweep_sd", name).get("dtype") or ENGINE_DEFAULTS["dtype"])
+    def sd_serving(self, name: str) -> tuple[str, int]:
+        """The dtype and tensor-parallel degree of the SD series of swept model `name` (its sweep
+        section in its precision, at its TP), which vLLM gives the separate draft model inside it
+        too: its speculative config builds the draft's model config with the target's dtype and
+        sets the draft's TP to the target's (SpeculativeConfig._verify_and_get_draft_tp; V1's
+        draft-model runner refuses any other). fp8 is the target's quantization, which a
+        separate draft model does not take: it is loaded in its own checkpoint's format."""
+        settings = self.job_settings("sweep_sd", name)
+        return (str(settings.get("dtype") or ENGINE_DEFAULTS["dtype"]),
+                int((settings.get("engine_args") or {}).get("tensor_parallel_size", 1)))
 
-    def drafter_dtypes(self, name: str) -> list[str]:
-        """The dtypes a drafter served alone is served in: one series per dtype of the SD series
-        it drafts in (sd_dtype), so that its draft cost c divides times of one precision (a
-        drafter served in the sweep section's float32 drafted in a bf16 variant's bfloat16)."""
-        return sorted({self.sd_dtype(r.model) for r in self.sweep_runs() if r.drafter == name})
+    def drafter_serving(self, name: str) -> list[tuple[str, int]]:
+        """The (dtype, TP) a drafter served alone is served in: one series per dtype and TP of
+        the SD series it drafts in (sd_serving), so that its draft cost c divides times of one
+        precision and one sharding (a drafter served in the sweep section's float32 drafted in a
+        bf16 variant's bfloat16; one served on one GPU drafted over a TP-2 target's two)."""
+        return sorted({self.sd_serving(r.model) for r in self.sweep_runs() if r.drafter == name})
 
     def alone_jobs(self) -> list[Job]:
-        """The series of the drafters served alone (rule sweep_ar), one per drafter and dtype."""
+        """The series of the drafters served alone (rule sweep_ar), one per drafter, dtype and
+        TP."""
         return [j for d in self.served for j in self.engine_jobs(d)]
 
     def model(self, name: str) -> Model:
@@ -481,9 +490,12 @@ class Config:
         """vLLM's gpu_memory_utilization of a model's (or drafter's) GPU jobs."""
         return float(self.gpu_entry(name).get("memory_utilization", GPU_MEMORY_UTILIZATION))
 
-    def gpus(self, name: str) -> int:
-        """GPUs of one model's engine jobs: its TP on a GPU, none on a CPU."""
-        return self.gpu_resources(name)["gpu"] if self.on_gpu(name) else 0
+    def gpus(self, name: str, tp: int | str | None = None) -> int:
+        """GPUs of one model's engine jobs: its TP on a GPU, none on a CPU; tp: a drafter served
+        alone's series' (Job.tp, the SD series' it drafts in)."""
+        if not self.on_gpu(name):
+            return 0
+        return int(tp) if tp else self.gpu_resources(name)["gpu"]
 
     # --- the engine jobs: one decision for the rules and the GPU plan ---------------------------
 
@@ -492,9 +504,9 @@ class Config:
         per drafter and K (each with its own no-SD points: the target has no series without SD
         of its own), and one profile per drafter at its first K (the decode profile does not
         depend on K, and the study profiles one K). A drafter served alone: its series without
-        SD, one in each dtype it drafts in (drafter_dtypes)."""
+        SD, one in each dtype and TP it drafts in (drafter_serving)."""
         if name in self.drafters:
-            return [Job("sweep_ar", name, dtype=t) for t in self.drafter_dtypes(name)]
+            return [Job("sweep_ar", name, dtype=t, tp=tp) for t, tp in self.drafter_serving(name)]
         m = self.models[name]
         jobs = [Job("capture", name, r.drafter, r.k, r.dataset) for r in m.runs()]
         if name in self.swept or name in self.hf_swept:
@@ -517,8 +529,9 @@ class Config:
 
     def engine_settings(self, name: str, section: str) -> dict:
         """An engine section (sweep, profiling, capture) for a study model or a drafter served
-        alone: its TP, precision, engine arguments and, on a GPU, vLLM's memory share."""
-        m = self.entry(name)  # a model, or a drafter served alone (TP 1, its own format)
+        alone: its TP, precision, engine arguments and, on a GPU, vLLM's memory share (a drafter
+        served alone: TP 1 here, its series' TP in job_settings)."""
+        m = self.entry(name)  # a model, or a drafter served alone (its own format)
         base = self.engine_section(section)
         extra = {**(base.get("engine_args") or {}), **(m.get("engine_args") or {})}
         extra["tensor_parallel_size"] = int(m.get("tp", 1))
@@ -532,18 +545,21 @@ class Config:
         base["engine_args"] = extra
         return base
 
-    def job_settings(self, rule: str, name: str, dtype: str = "") -> dict:
+    def job_settings(self, rule: str, name: str, dtype: str = "", tp: int = 0) -> dict:
         """The engine settings of a job of kind `rule` (specmoe.kinds) of model `name`: a study
         model's (or a drafter served alone) section with its TP, precision and engine arguments;
         a tiny model's sweep settings, its `tiny.capture` section or the profiling section, each
         in its precision (a precision is how the checkpoint is served, in every job of it). A
         series' settings hold, under `dataset_schedules`, the points of each dataset it serves
-        that has a max_batch (the others: the schedule's). dtype: a drafter served alone, the
-        dtype of the SD series it drafts in (Job.dtype, drafter_dtypes)."""
+        that has a max_batch (the others: the schedule's). dtype, tp: a drafter served alone,
+        the dtype and TP of the SD series it drafts in (Job.dtype, Job.tp, drafter_serving)."""
         what = kind(rule)
-        if dtype and not (rule == "sweep_ar" and name in self.drafters):
-            raise ValueError(f"job_settings: a dtype ({dtype}) is a drafter served alone's, not "
-                             f"{rule} of {name}'s")
+        if (dtype or tp) and not (rule == "sweep_ar" and name in self.drafters):
+            raise ValueError(f"job_settings: a dtype and TP ({dtype}, {tp}) are a drafter served "
+                             f"alone's, not {rule} of {name}'s")
+        if bool(dtype) != bool(tp):
+            raise ValueError(f"job_settings: {name}: a dtype ({dtype!r}) and a TP ({tp!r}) "
+                             "together, or neither")
         if self.from_download(name):
             settings = self.engine_settings(name, what.section)
         elif what.series:
@@ -552,27 +568,33 @@ class Config:
             return with_precision(self.section(what.section, tiny=what.section == "capture"),
                                   dict(self.model(name).entry))
         if dtype:
-            if dtype not in self.drafter_dtypes(name):
-                raise InputError(f"drafter {name} drafts in no SD series of dtype {dtype} (its: "
-                                 f"{', '.join(self.drafter_dtypes(name)) or 'none'})")
+            serving = self.drafter_serving(name)
+            if (dtype, int(tp)) not in serving:
+                its = ", ".join(f"{t} at TP {n}" for t, n in serving) or "none"
+                raise InputError(f"drafter {name} drafts in no SD series of dtype {dtype} at TP "
+                                 f"{tp} (its: {its})")
             settings["dtype"] = dtype
+            args = settings.get("engine_args") or {}
+            if int(args.get("tensor_parallel_size", 1)) != int(tp):
+                settings["engine_args"] = {**args, "tensor_parallel_size": int(tp)}
         if what.series:  # a dataset with a max_batch: its own points (sweep_schedule)
             capped = {ds: [{"batch": b, "prompts": n} for b, n in self.sweep_schedule(ds)]
-                      for ds in self.sweep_datasets(name, dtype) if self.max_batch(ds) is not None}
+                      for ds in self.sweep_datasets(name, dtype, tp)
+                      if self.max_batch(ds) is not None}
             if capped:
                 settings["dataset_schedules"] = capped
         return settings
 
     def served_datasets(self, rule: str, name: str, dataset: str = "",
-                        dtype: str = "") -> list[str]:
+                        dtype: str = "", tp: int = 0) -> list[str]:
         """The datasets whose prompts a job of kind `rule` serves: its run's `dataset`, every
-        dataset its model is swept on (a drafter served alone in `dtype`: those of the runs it
-        drafts for in SD series of that dtype), or its model's first."""
+        dataset its model is swept on (a drafter served alone in `dtype` at TP `tp`: those of the
+        runs it drafts for in SD series of that dtype and TP), or its model's first."""
         what = kind(rule).datasets
         if what == "run":
             return [dataset]
         if what == "swept":
-            return self.sweep_datasets(name, dtype)
+            return self.sweep_datasets(name, dtype, tp)
         return list(self.models[name].datasets[:1])
 
     def engine_of(self, job: Job):
@@ -581,8 +603,9 @@ class Config:
 
         what = kind(job.rule)
         settings = self.engine_settings(job.model, what.section)
-        if job.dtype:  # a drafter served alone, in the dtype of the SD series it drafts in
+        if job.dtype:  # a drafter served alone, in the dtype and TP of the SD series it drafts in
             settings["dtype"] = job.dtype
+            settings["engine_args"]["tensor_parallel_size"] = job.tp
         args = settings["engine_args"]
         max_len = engine_context(settings)
         batches = {}  # a series' datasets with a max_batch: the largest batch each runs at
@@ -601,7 +624,7 @@ class Config:
         return Engine(job=job.label, model=job.model, entry=entry,
                       hardware=self.hardware.get(self.hardware_of(job.model), {}),
                       hardware_name=self.hardware_of(job.model),
-                      tp=int(entry.get("tp", 1)), precision=entry.get("precision", "auto"),
+                      tp=job.tp or int(entry.get("tp", 1)), precision=entry.get("precision", "auto"),
                       method=method, drafter=dict(d.entry) if method and method != "mtp" else None,
                       k=int(job.k or 0), max_model_len=max_len, batch=batch, output_tokens=out,
                       prompt_tokens={ds: self.prompt_tokens(ds)[0]
@@ -840,14 +863,14 @@ class Config:
         m = self.variants.get(name) or self.models.get(name)
         return with_precision(self.engine_section("sweep"), dict(m.entry) if m else {})
 
-    def sweep_datasets(self, name: str, dtype: str = "") -> list[str]:
+    def sweep_datasets(self, name: str, dtype: str = "", tp: int = 0) -> list[str]:
         """The datasets one served engine measures: its model's swept datasets, or for a drafter
-        served alone, those of the runs it drafts for (dtype: in SD series of that dtype only,
-        its series in that dtype, Job.dtype)."""
+        served alone, those of the runs it drafts for (dtype, tp: in SD series of that dtype and
+        TP only, its series in that dtype and TP, Job.dtype and Job.tp)."""
         alone = name in self.drafters and self.drafters[name].served_alone
         return sorted({r.dataset for r in self.sweep_runs()
                        if r.model == name or (alone and r.drafter == name and (
-                           not dtype or self.sd_dtype(r.model) == dtype))})
+                           not dtype or self.sd_serving(r.model) == (dtype, int(tp))))})
 
     def max_batch(self, dataset: str) -> int | None:
         """The largest batch size the sweeps measure `dataset` at (runs.max_batch_of)."""
@@ -885,11 +908,12 @@ class Config:
         set none or the engine runs on a CPU: Snakemake leaves a None resource out."""
         return self.gpu_resources(name)["constraint"] if self.on_gpu(name) else None
 
-    def gpu_cpus(self, name: str, timed: bool) -> int:
+    def gpu_cpus(self, name: str, timed: bool, tp: int | str | None = None) -> int:
         """CPUs of one of a model's GPU engine jobs on a cluster: `gpu.cpus` of the model's
-        entry over the configuration's, else gpu_job_cpus of its TP."""
+        entry over the configuration's, else gpu_job_cpus of its TP (tp: a drafter served
+        alone's series', as gpus)."""
         return int(self.gpu_entry(name).get("cpus")
-                   or gpu_job_cpus(self.gpu_resources(name)["gpu"], timed))
+                   or gpu_job_cpus(int(tp) if tp else self.gpu_resources(name)["gpu"], timed))
 
 
 def table_datasets(config: dict) -> set[str]:

@@ -82,7 +82,7 @@ class Files:
         outs += [r.fill(p) for r in runs for p in (P.TRACE, P.OVERLAP, P.IPF, P.COSTMODEL,
                                                    P.ACCEPTANCE)]
         outs += [r.fill(p) for r in swept for p in (P.SWEEP_SD, P.SPEEDUP)]
-        outs += [P.SWEEP_AR.format(model=j.model, dtype=j.dtype) for j in cfg.alone_jobs()]
+        outs += [P.SWEEP_AR.format(model=j.model, dtype=j.dtype, tp=j.tp) for j in cfg.alone_jobs()]
         outs += self.profiles()
         outs += [P.PREDICT.format(model=m) for m in cfg.predicted]
         # what these jobs read that a job makes: downloads and prompt tables (each engine job's
@@ -92,7 +92,8 @@ class Files:
         engine += [(rec, {"model": j.model, "drafter": j.drafter, "k": j.k})
                    for rec, jobs in ((SweepSdParams, swept), (ProfileParams, cfg.profiled()))
                    for j in jobs]
-        engine += [(SweepArParams, {"model": j.model, "dtype": j.dtype}) for j in cfg.alone_jobs()]
+        engine += [(SweepArParams, {"model": j.model, "dtype": j.dtype, "tp": j.tp})
+                   for j in cfg.alone_jobs()]
         reads = [rec.inputs(cfg, self, Named(w)) for rec, w in engine]
         reads += [self.predict_inputs(m) for m in cfg.predicted]
         reads += [{"checkpoint": self.checkpoint(r.model)} for r in runs]

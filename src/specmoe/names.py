@@ -28,12 +28,12 @@ def control_name(target: str) -> str:
 
 
 def job_label(rule: str, model: str, drafter: str = "", k="", dataset: str = "",
-              dtype: str = "") -> str:
+              dtype: str = "", tp: int | str = "") -> str:
     """An engine job as its output path names it (a run's path form, specmoe.runs): "sweep_sd
-    qwen3-30b-fp8-tp1/eagle3-qwen3-30b/K3"; a drafter served alone in a dtype (specmoe.paths.
-    SWEEP_AR): "sweep_ar qwen2-0.5b/ar-auto"."""
-    if dtype:
-        return f"{rule} {model}/ar-{dtype}"
+    qwen3-30b-fp8-tp1/eagle3-qwen3-30b/K3"; a drafter served alone in a dtype at a TP
+    (specmoe.paths.SWEEP_AR): "sweep_ar qwen2-0.5b/ar-auto-tp2"."""
+    if dtype or tp:
+        return f"{rule} {model}/ar-{dtype}-tp{tp}"
     return f"{rule} {path_of(model, drafter, k, dataset)}"
 
 

@@ -23,9 +23,9 @@ IPF = f"results/ipf/{RUN}.json"
 COSTMODEL = f"results/costmodel/{RUN}.json"
 ACCEPTANCE = f"results/acceptance/{RUN}.json"
 SPEEDUP = f"results/speedup/{RUN}.json"
-# a drafter served alone, without SD, in one dtype of the SD series it drafts in (its draft cost c
-# divides times of that precision: specmoe.config.Config.drafter_dtypes)
-SWEEP_AR = "results/sweeps/{model}/ar-{dtype}.json"
+# a drafter served alone, without SD, in one dtype and TP of the SD series it drafts in (its draft
+# cost c divides times of that precision and sharding: specmoe.config.Config.drafter_serving)
+SWEEP_AR = "results/sweeps/{model}/ar-{dtype}-tp{tp}.json"
 SWEEP_SD = f"results/sweeps/{SERIES}.json"
 PROFILE = f"results/profiles/{SERIES}.json"
 PROFILE_TRACES = f"results/profiles/{SERIES}.traces"

@@ -275,7 +275,7 @@ def engine_resources(rule_name):
 
     def cpus_per_task(wildcards, threads):
         if CFG.on_gpu(wildcards.model) and not workflow.local_exec:
-            return CFG.gpu_cpus(wildcards.model, timed)
+            return CFG.gpu_cpus(wildcards.model, timed, wildcards.get("tp"))
         return threads
 
     # `input`, unread: Snakemake leaves the runtime to be decided only where the function takes
@@ -287,7 +287,7 @@ def engine_resources(rule_name):
         return (planned or CFG.gpu_resources(wildcards.model)["runtime"]) * attempt
 
     return {
-        "gpu": lambda w: CFG.gpus(w.model),
+        "gpu": lambda w: CFG.gpus(w.model, w.get("tp")),
         "gpu_model": lambda w: CFG.gpu_model(w.model),
         "constraint": lambda w: CFG.gpu_constraint(w.model),
         "mem_mb": lambda w: CFG.engine_mem_mb(w.model),

@@ -40,6 +40,7 @@ use rule capture as sweep_ar with:
     wildcard_constraints:
         model=one_of(CFG.served),
         dtype=one_of(sorted({j.dtype for j in CFG.alone_jobs()})),
+        tp=one_of(sorted({str(j.tp) for j in CFG.alone_jobs()})),
     threads: engine_threads("sweep_ar")
     resources:
         **engine_resources("sweep_ar"),

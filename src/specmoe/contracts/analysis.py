@@ -166,11 +166,13 @@ class SpeedupParams:
     def drafter_series(cfg, w) -> list[str]:
         """Input drafter: the drafter's own series where it is served alone (for the draft cost
         c; separate draft models only), else none: rule sweep_ar's series of the drafter in the
-        dtype of the run's SD series (Config.sd_dtype: vLLM gives the draft model the target's),
-        so that c divides times of one precision. Input sd is rule sweep_sd's series of the run's
-        model, drafter and K."""
-        alone = cfg.drafters[w.drafter].served_alone
-        return [P.SWEEP_AR.format(model=w.drafter, dtype=cfg.sd_dtype(w.model))] if alone else []
+        dtype and TP of the run's SD series (Config.sd_serving: vLLM gives the draft model the
+        target's), so that c divides times of one precision and sharding. Input sd is rule
+        sweep_sd's series of the run's model, drafter and K."""
+        if not cfg.drafters[w.drafter].served_alone:
+            return []
+        dtype, tp = cfg.sd_serving(w.model)
+        return [P.SWEEP_AR.format(model=w.drafter, dtype=dtype, tp=tp)]
 
 
 @dataclass(frozen=True)

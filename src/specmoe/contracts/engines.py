@@ -14,7 +14,8 @@ from . import run_of
 
 def served_datasets(cfg, rule: str, w) -> list[str]:
     """The datasets whose prompts a job of kind `rule` serves (specmoe.config.Config)."""
-    return cfg.served_datasets(rule, w.model, w.get("dataset", ""), w.get("dtype", ""))
+    return cfg.served_datasets(rule, w.model, w.get("dataset", ""), w.get("dtype", ""),
+                               int(w.get("tp", 0)))
 
 
 def reads_tiny_prompts(cfg, datasets) -> bool:
@@ -73,7 +74,7 @@ class EngineParams:
         prompting = cfg.prompting(w.model, datasets)
         if what.series:
             prompting["draft_slack"] = cfg.draft_slack(w.model)
-        settings = cfg.job_settings(cls.KIND, w.model, w.get("dtype", ""))
+        settings = cfg.job_settings(cls.KIND, w.model, w.get("dtype", ""), int(w.get("tp", 0)))
         return cls(job=job, settings=settings, method=method,
                    gpu=gpu, prompts=cfg.prompts if reads_tiny_prompts(cfg, datasets) else None,
                    prompting=prompting,

@@ -285,7 +285,8 @@ class PlanParams:
 
 def plan_entry(cfg, name: str) -> dict:
     """What the GPU plan needs of one study model, or of a draft model served alone (`dense`: its
-    own config.json, TP 1, in its checkpoint's format, on its first target's hardware): its engine
+    own config.json, in its checkpoint's format, on its first target's hardware, each series at
+    its job's TP, the SD series' it drafts in: `tp` 1 stands for none): its engine
     jobs as the rules run them, the datasets they serve, the prompts each capture runs
     (Config.capture_prompts; None where not known before the download, and then the runtime its
     jobs fall back to, `gpu.runtime`) and, on a GPU, each job's engine (for its memory

@@ -181,7 +181,8 @@ def job_rows(name: str, model: dict, dims, hw, config: dict, a: PlanAssumptions,
         seconds, bare = job_s(params), job_s(replace(params, sd_loop_us=0.0))
         high = job_s(replace(params, sd_loop_us=loop.high))
         rows.append({"rule": rule, "model": name, "drafter": j["drafter"], "k": k,
-                     "dataset": j["dataset"], "dtype": j.get("dtype", ""), "gpus": gpus,
+                     "dataset": j["dataset"], "dtype": j.get("dtype", ""),
+                     "tp": j.get("tp") or "", "gpus": gpus,
                      "hours": seconds / 3600,
                      "gpu_hours": seconds * gpus / 3600,
                      "sd_loop_hours": (seconds - bare) / 3600,
@@ -198,7 +199,8 @@ def unestimated(name: str, job: dict, gpus: int, runtime_min: int) -> dict:
     its hours the most it may take, with no SD loop hours apart."""
     hours = runtime_min / 60
     return {"rule": job["rule"], "model": name, "drafter": job["drafter"], "k": job["k"],
-            "dataset": job["dataset"], "dtype": job.get("dtype", ""), "gpus": gpus,
+            "dataset": job["dataset"], "dtype": job.get("dtype", ""),
+            "tp": job.get("tp") or "", "gpus": gpus,
             "hours": hours, "gpu_hours": hours * gpus,
             "sd_loop_hours": None, "sd_loop_hours_high": None, "runtime_min": runtime_min,
             "estimated": False}
@@ -254,14 +256,25 @@ def model_rows(entry: dict, config: dict, a: PlanAssumptions, params: StepParams
         check_precision(cfg, entry["precision"])
     except InputError as exc:
         raise InputError(f"model {name}: {exc}") from None
-    dims = (dense_dims_from_config(cfg, tp=int(entry["tp"])) if entry.get("dense") else
-            dims_from_config(cfg, dtype=None if entry["precision"] in (None, "auto")
-                             else entry["precision"], tp=int(entry["tp"])))
     hw_name = entry["hardware"]
     if hw_name not in config["hardware"]:
         raise InputError(f"model {name}: unknown hardware '{hw_name}'")
     hw = costmodel.Hardware.from_config(hw_name, config["hardware"][hw_name])
-    return job_rows(name, entry, dims, hw, config, a, params, prompt_tokens)
+
+    def dims_at(tp: int):
+        return (dense_dims_from_config(cfg, tp=tp) if entry.get("dense") else
+                dims_from_config(cfg, dtype=None if entry["precision"] in (None, "auto")
+                                 else entry["precision"], tp=tp))
+
+    # a drafter served alone runs each series at the TP of the SD series it drafts in (its jobs'
+    # `tp`), on as many GPUs: its jobs are estimated at each TP apart
+    rows = []
+    for tp in sorted({int(j.get("tp") or entry["tp"]) for j in entry["jobs"]}):
+        jobs = [j for j in entry["jobs"] if int(j.get("tp") or entry["tp"]) == tp]
+        at = {**entry, "jobs": jobs,
+              "gpus": tp if int(entry["gpus"]) and jobs[0].get("tp") else entry["gpus"]}
+        rows += job_rows(name, at, dims_at(tp), hw, config, a, params, prompt_tokens)
+    return rows
 
 
 class Planner:
@@ -292,11 +305,11 @@ class Planner:
     def runtime(self, rule: str, job: dict) -> int | None:
         """A GPU job's SLURM runtime in minutes, its row's; None where the plan has no such job
         (a model it cannot size). `job`: the job's wildcards (model, and drafter, k, dataset
-        or a drafter served alone's dtype, where the rule has them)."""
+        or a drafter served alone's dtype and TP, where the rule has them)."""
         if job.get("model") not in self.entries:
             return None
         want = {k: str(v) for k, v in job.items()
-                if k in ("model", "drafter", "k", "dataset", "dtype")}
+                if k in ("model", "drafter", "k", "dataset", "dtype", "tp")}
         return next((int(r["runtime_min"]) for r in self.rows(job["model"])
                      if r["rule"] == rule and all(str(r[k]) == v for k, v in want.items())),
                     None)

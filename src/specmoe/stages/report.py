@@ -325,7 +325,7 @@ def _label(row: dict) -> str:
     from ..names import job_label
 
     return job_label(row["rule"], row["model"], row["drafter"], row["k"], row["dataset"],
-                     row.get("dtype") or "")
+                     row.get("dtype") or "", row.get("tp") or "")
 
 
 def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
