@@ -96,7 +96,10 @@ def point(batch, tpot, tau=None):
 
 
 def series(model, points):
-    return {"series": {"model": model}, "datasets": {"tinybench": {"points": points}},
+    # each series records its engine's arguments (speedup_stage compares the drafter's with the
+    # SD series')
+    return {"series": {"model": model}, "engine": {"dtype": "float32"},
+            "datasets": {"tinybench": {"points": points}},
             "provenance": {"model": {"name": model}, "engine": "vllm 0.32.0 (cpu)"}}
 
 

@@ -284,3 +284,43 @@ def test_a_study_draft_model_is_a_gpu_job_in_each_dtype_it_drafts_in():
                                         "sweep_ar qwen2-0.5b/ar-bfloat16-tp2"]
     assert [c.engine_of(j).dtype for j in alone] == ["auto", "bfloat16"]
 
+
+@pytest.mark.parametrize("drafter_engine,why", [
+    ({"dtype": "bfloat16"}, "ran alone in bfloat16 at TP 1, but drafts in bfloat16 at TP 2"),
+    ({"dtype": "float32", "tensor_parallel_size": 2},
+     "ran alone in float32 at TP 2, but drafts in bfloat16 at TP 2")])
+def test_a_drafter_series_of_another_tp_or_dtype_is_refused(tmp_path, drafter_engine, why):
+    """Rule speedup divides the drafter's solo TPOT by its SD series' target's: a solo series
+    that ran on one GPU (or in another dtype) beside an SD series whose drafter ran at the
+    target's TP 2 gave a c and TE of two setups without a word. Each series records its engine's
+    arguments; speedup_stage now refuses such a pair in one line."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import SpeedupParams
+    from specmoe.provenance import write_json
+    from specmoe.stages.analysis import speedup_stage
+    from test_sweep import point
+
+    c, ds = resolved(), "tinybench"
+    reps = lambda tpots, tau=None: [
+        point(b, t * f, tau=tau, per_pos=[0.5])
+        | {"repeat": r, "engine": {"request_time_per_output_token_ms": t * f}}
+        for b, t in tpots for r, f in enumerate((1.0, 1.01, 0.995))]
+    sd_engine = {"dtype": "bfloat16", "tensor_parallel_size": 2}
+    sd = {"engine": sd_engine,
+          "datasets": {ds: {"points": reps([(1, 8.0), (2, 9.0), (4, 10.0)], tau=2.0),
+                            "paired_no_sd": {"points": reps([(1, 10.0), (2, 11.0), (4, 12.0)])}}},
+          "paired_no_sd": {"engine": sd_engine, "arm_order": "interleaved"}}
+    dr = {"engine": drafter_engine,
+          "datasets": {ds: {"points": reps([(1, 1.0), (2, 1.1), (4, 1.2)])}}}
+    prov = {"engine": "vllm 0.32.0 (cpu)"}
+    write_json(tmp_path / "sd.json", sd, prov)
+    write_json(tmp_path / "dr.json", dr, prov)
+    run = Named({"model": "tiny-fine", "drafter": "tiny-drafter", "k": "3", "dataset": ds})
+    job = (Named({"sd": tmp_path / "sd.json", "drafter": [tmp_path / "dr.json"]}),
+           Named({"json": tmp_path / "out.json"}), SpeedupParams.from_config(c, run))
+    with pytest.raises(InputError, match=why):
+        speedup_stage(*job)
+    assert not (tmp_path / "out.json").exists()
+    write_json(tmp_path / "dr.json", {**dr, "engine": sd_engine}, prov)  # the same setup: done
+    speedup_stage(*job)
+    assert (tmp_path / "out.json").exists()

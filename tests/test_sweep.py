@@ -467,14 +467,16 @@ def _speedup_on(tmp_path, cfg, device: str | None, drafter_device: str | None = 
         | {"repeat": r, "engine": {"request_time_per_output_token_ms": t * f}}
         for b, t in tpots for r, f in enumerate((1.0, 1.01, 0.995))]
     prov = lambda dev: {"engine": f"vllm 0.32.0 ({dev})"} if dev else {}
-    sd = {"datasets": {ds: {"points": reps([(1, 8.0), (2, 9.0), (4, 10.0)], tau=2.0),
+    sd = {"engine": {"dtype": "float32"},
+          "datasets": {ds: {"points": reps([(1, 8.0), (2, 9.0), (4, 10.0)], tau=2.0),
                             "paired_no_sd": {"points": reps([(1, 10.0), (2, 11.0), (4, 12.0)])}}},
           "paired_no_sd": {"engine": {}, "arm_order": "interleaved"}}
     write_json(tmp_path / "sd.json", sd, prov(device))
     drafter = []
     if drafter_device:
         drafter = [tmp_path / "dr.json"]
-        write_json(drafter[0], {"datasets": {ds: {"points": reps([(1, 1.0), (2, 1.1), (4, 1.2)])}}},
+        write_json(drafter[0], {"engine": {"dtype": "float32"},
+                                "datasets": {ds: {"points": reps([(1, 1.0), (2, 1.1), (4, 1.2)])}}},
                    prov(drafter_device))
     run = Named({"model": "tiny-fine", "drafter": "tiny-drafter", "k": "3", "dataset": ds})
     speedup_stage(Named({"sd": tmp_path / "sd.json", "drafter": drafter}),

@@ -507,6 +507,8 @@ def speedup_stage(inputs, outputs, params) -> None:
     run, drafter_json = params.run, one(inputs.drafter)
     sd = read_json(inputs.sd)
     dr = read_json(drafter_json) if drafter_json else None
+    if dr is not None:
+        drafter_like_sd(inputs.sd, sd, drafter_json, dr)
     ds = run["dataset"]
     sd_points = series_points(sd, ds)
     paired = sd["datasets"][ds].get("paired_no_sd")
@@ -543,6 +545,27 @@ def speedup_stage(inputs, outputs, params) -> None:
                               "prompting": {p: fit[p] for p in dataset_parts(ds) if p in fit}}, prov)
     log.info("%s: speedup %s; shape %s", run["model"],
              ", ".join(f"B={r['batch']}: {r['speedup']:.2f}" for r in res["rows"]), res["shape"])
+
+
+def drafter_like_sd(sd_path, sd: dict, dr_path, dr: dict) -> None:
+    """The drafter's own series must have run as the drafter runs inside the SD series: vLLM gives
+    a separate draft model the target's dtype and tensor-parallel degree
+    (SpeculativeConfig._verify_and_get_draft_tp), so a draft cost c from a series in another
+    dtype or on another number of GPUs divides times of two engines that differ in more than SD.
+    Each series' `engine` records its arguments (a TP left out: 1); InputError in one line
+    else."""
+    def serving(series: dict, path) -> tuple[str, int]:
+        engine = series.get("engine")
+        if not isinstance(engine, dict) or "dtype" not in engine:
+            raise InputError(f"{path}: records no engine dtype (a series from before it was "
+                             "recorded): delete it to measure it again")
+        return str(engine["dtype"]), int(engine.get("tensor_parallel_size") or 1)
+
+    (sd_dtype, sd_tp), (dr_dtype, dr_tp) = serving(sd, sd_path), serving(dr, dr_path)
+    if (sd_dtype, sd_tp) != (dr_dtype, dr_tp):
+        raise InputError(f"{dr_path}: the drafter ran alone in {dr_dtype} at TP {dr_tp}, but "
+                         f"drafts in {sd_dtype} at TP {sd_tp} in {sd_path}: its draft cost would "
+                         "compare two setups (delete it to measure it again)")
 
 
 def series_points(series: dict, dataset: str) -> list[dict]:
