@@ -624,7 +624,8 @@ class Config:
         return Engine(job=job.label, model=job.model, entry=entry,
                       hardware=self.hardware.get(self.hardware_of(job.model), {}),
                       hardware_name=self.hardware_of(job.model),
-                      tp=job.tp or int(entry.get("tp", 1)), precision=entry.get("precision", "auto"),
+                      tp=job.tp or int(entry.get("tp", 1)),
+                      precision=entry.get("precision", "auto"),
                       method=method, drafter=dict(d.entry) if method and method != "mtp" else None,
                       k=int(job.k or 0), max_model_len=max_len, batch=batch, output_tokens=out,
                       prompt_tokens={ds: self.prompt_tokens(ds)[0]
