@@ -540,8 +540,9 @@ def graphed_batches(engine: dict, k: int) -> list[int]:
     config = SimpleNamespace(
         model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc,
         uniform_decode_query_len=q, performance_mode="balanced",
-        scheduler_config=SimpleNamespace(max_num_seqs=seqs,
-                                         max_num_batched_tokens=batched_tokens(80, False, engine)),
+        scheduler_config=SimpleNamespace(
+            max_num_seqs=seqs,
+            max_num_batched_tokens=batched_tokens(80, False, engine, "H100", {})),
         speculative_config=(SimpleNamespace(uses_dynamic_speculative_decoding=lambda: False)
                             if k else None))
     with mock.patch.object(type(current_platform), "is_device_capability_family",

@@ -304,7 +304,8 @@ class Config:
         cap = capacity(self.hardware.get(hw_name, {}))
         if not given and cap is None:
             return None  # vLLM's default unknown: the preflight refuses the hardware (memory)
-        tokens = batched_tokens(cap[0] / 2**30 if cap else 0.0, not kind(j.rule).series, args)
+        tokens = batched_tokens(cap[0] / 2**30 if cap else 0.0, not kind(j.rule).series, args,
+                                hw_name, self.hardware.get(hw_name, {}))
         if tokens >= need:
             return None
         what = "" if given else f" (vLLM's default on {hw_name}'s {cap[1]})"

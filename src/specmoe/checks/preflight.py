@@ -65,9 +65,13 @@ GPU_MEMORY_UTILIZATION = 0.9
 # Memory outside weights, activations and KV cache per GPU: the CUDA context, NCCL buffers and the
 # CUDA graphs vLLM captures (0.5-1 GiB each on H100-class GPUs); an allowance, not measured here.
 RESERVE_GIB = 1.5
-# vLLM 0.32's max_num_batched_tokens where the engine arguments do not set it, by GPU memory
-# (vllm.engine.arg_utils.EngineArgs.get_batch_defaults): (offline LLM, OpenAI server).
-BATCHED_TOKENS = ((160, (16384, 16384)), (70, (16384, 8192)), (0, (8192, 2048)))
+# vLLM 0.32's max_num_batched_tokens where the engine arguments do not set it, by GPU memory in
+# GiB (vllm.engine.arg_utils.EngineArgs.get_batch_defaults): (the least memory, whether an A100
+# takes the class, (offline LLM, OpenAI server)). vLLM keeps a device whose name holds "a100" out
+# of the 70 GiB class (larger budgets slowed A100s down, vLLM PR #17885): an A100-80GB takes
+# the last.
+BATCHED_TOKENS = ((160, True, (16384, 16384)), (70, False, (16384, 8192)),
+                  (0, True, (8192, 2048)))
 # vLLM 0.32's KV-cache block in tokens (CacheConfig.DEFAULT_BLOCK_SIZE), and the batches in flight
 # at once under its async scheduling, on by default (VllmConfig.max_concurrent_batches): what a
 # sliding-window layer holds per sequence is counted in them (a hybrid model's block is larger:
@@ -461,13 +465,20 @@ def served_precision(e: "Engine", cfg: dict) -> str:
     return e.precision
 
 
-def batched_tokens(memory_gib: float, offline: bool, engine_args: dict) -> int:
+def batched_tokens(memory_gib: float, offline: bool, engine_args: dict, hardware_name: str,
+                   hardware: dict) -> int:
+    """max_num_batched_tokens of an engine (offline: the LLM class; else the OpenAI server) on a
+    GPU of `memory_gib` GiB as CUDA reports it: engine_args' own, else vLLM 0.32's default
+    (BATCHED_TOKENS). vLLM keeps a GPU whose device name holds "a100" out of its 70 GiB class
+    (an A100-SXM4-80GB: 2048 a server step, not 8192); its device name is not known offline, so
+    the hardware entry's name and gpu_model stand for it."""
     if engine_args.get("max_num_batched_tokens"):
         return int(engine_args["max_num_batched_tokens"])
-    for floor, (llm, server) in BATCHED_TOKENS:
-        if memory_gib >= floor:
+    a100 = "a100" in f"{hardware_name} {hardware.get('gpu_model') or ''}".lower()
+    for floor, a100_too, (llm, server) in BATCHED_TOKENS:
+        if memory_gib >= floor and (a100_too or not a100):
             return llm if offline else server
-    return 2048
+    raise AssertionError("BATCHED_TOKENS ends with a class of floor 0")
 
 
 def activation_bytes(cfg: dict, tp: int, tokens: int, seqs: int) -> float:
@@ -543,7 +554,8 @@ def memory(e: Engine, cfg: dict, drafter_cfg: dict | None, total: float | None =
             kv_draft = _kv_dtype_bytes(cfg, e.engine_args, drafter=drafter_cfg)
             extra_layer = sum(kv_bytes_per_token(drafter_cfg, e.tp, kv_draft, draft=True)[:2])
     window = sliding_window(c)  # the window of the layers layer_kinds says slide
-    tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args)
+    tokens = batched_tokens(mem_gib, e.offline_server, e.engine_args, e.hardware_name,
+                            e.hardware)
     layers = [kinds.count("full") + extra_layers, kinds.count("sliding"), kinds.count("linear")]
     hybrid = "linear" in kinds and any(layers[:2])
     # vLLM 0.32 groups the layers wherever they are of more than one kind (linear attention among
