@@ -8,7 +8,10 @@ from __future__ import annotations
 import pytest
 
 from specmoe.runtime import engine as engine_mod
-from test_gpu_branches_fixes import vllm_sizes  # noqa: F401  (vLLM's own _set_cudagraph_sizes)
+# vLLM's own _set_cudagraph_sizes; the engines of a sweep and of a profile as their stages build
+# them, and the checkpoint they serve
+from test_gpu_branches_fixes import _profiled_engines, vllm_sizes  # noqa: F401
+from test_paired_arms import _swept_engines, checkpoint  # noqa: F401
 
 pytest.importorskip("vllm")
 
@@ -55,12 +58,27 @@ def test_a_draft_models_first_pass_runs_in_a_graph_at_every_batch(b, k, monkeypa
     assert all(any(s >= n for s in alone.cudagraph_capture_sizes) for n in range(1, b + 1))
 
 
-def test_an_eagle_or_mtp_series_keeps_the_verify_steps_sizes(monkeypatch):
-    """Only a separate draft model takes the extra slot: another method's sizes stay those of
-    its verify steps."""
-    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+@pytest.mark.parametrize("method", ["eagle3", "mtp"])
+def test_an_eagle_or_mtp_series_keeps_the_verify_steps_sizes(method, checkpoint, tmp_path,
+                                                             monkeypatch):
+    """Only a separate draft model takes the extra slot: an EAGLE-3 or MTP series' engines, as
+    sweep_stage builds them from the drafter's method (draft_model_series there), capture the
+    sizes of its verify steps (128 x 4 tokens at batch 128, K = 3), not a draft model's first
+    pass (128 x 5), and run vLLM's own choice of model runner; so do an EAGLE-3 profile's
+    engines (kernelprof.profile_calls)."""
     from specmoe.cudagraphs import cuda_graph_config
+    from specmoe.runtime.engine import ENGINE_ENV
 
-    kw = engine_mod.engine_kwargs("t", {"method": "mtp"}, 3, max_num_seqs=128, graph_k=3)
-    assert kw["compilation_config"] == cuda_graph_config(None, 128, 3)
-    assert max(kw["compilation_config"]["cudagraph_capture_sizes"]) == 512
+    monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
+    sd, plain = _swept_engines(checkpoint, tmp_path, monkeypatch, k=3, largest=128,
+                               method=method)
+    assert sd["speculative_config"]["method"] == method
+    verify = cuda_graph_config(None, 128, 3)
+    assert verify != cuda_graph_config(None, 128, 3, draft_model=True)
+    assert sd["compilation_config"] == plain["compilation_config"] == verify
+    assert max(sd["compilation_config"]["cudagraph_capture_sizes"]) == 512
+    assert ENGINE_ENV not in sd and ENGINE_ENV not in plain
+    profiled = _profiled_engines(checkpoint, tmp_path, monkeypatch, method="eagle3")
+    assert [e.get("speculative_config", {}).get("method") for e in profiled] == \
+        [None, "eagle3"] * 2
+    assert not any(ENGINE_ENV in e for e in profiled)

@@ -337,8 +337,8 @@ def checkpoint(tmp_path_factory):
 def _swept_engines(checkpoint, tmp_path, monkeypatch, k: int, largest: int,
                    method: str | None = None) -> tuple:
     """The engine arguments of an SD series' two arms as sweep_stage builds them (K = k, batches
-    up to `largest`; its drafter's speculative method, none: a separate draft model), from a
-    stand-in for run_series that keeps them."""
+    up to `largest`; its drafter's speculative method, none: a separate draft model; mtp: no
+    drafter input, the target's own layers), from a stand-in for run_series that keeps them."""
     from specmoe.contracts import Named
     from specmoe.contracts.engines import SweepSdParams
     from specmoe.sources import prompts as prompt_table
@@ -360,7 +360,8 @@ def _swept_engines(checkpoint, tmp_path, monkeypatch, k: int, largest: int,
                            settings=sweep, method=method, gpu=False,
                            prompts=prompt_table.DEFAULT_SOURCE, prompting={"draft_slack": k + 1})
     with pytest.raises(Stop):
-        sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
+        drafter = {} if method == "mtp" else {"drafter": str(checkpoint)}
+        sweep_stage(Named({"target": str(checkpoint), **drafter, "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)
     return kept["sd"], kept["plain"]
 
@@ -453,7 +454,8 @@ def test_a_series_whose_prompting_names_no_draft_slack_is_refused(tmp_path, monk
                            prompts=prompt_table.DEFAULT_SOURCE,
                            prompting={"chat_template": {"tinybench": False}})
     with pytest.raises(InputError, match="names no draft_slack") as err:
-        sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
+        drafter = {} if method == "mtp" else {"drafter": str(checkpoint)}
+        sweep_stage(Named({"target": str(checkpoint), **drafter, "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)
     assert "\n" not in str(err.value)
 
@@ -695,7 +697,8 @@ def test_a_series_records_each_engines_model_runner_and_graph_mode(recorder, che
                            settings=sweep, method=None, gpu=False,
                            prompts=prompt_table.DEFAULT_SOURCE, prompting={"draft_slack": 4})
     for run in range(2):  # measured, then every point reused
-        sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
+        drafter = {} if method == "mtp" else {"drafter": str(checkpoint)}
+        sweep_stage(Named({"target": str(checkpoint), **drafter, "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)
         out = read_json(tmp_path / "s.json")
         assert out["datasets"]["tinybench"]["measured"] == 1 - run
