@@ -24,6 +24,20 @@ def _v1_sizes(cc_kw: dict, b: int, k: int):
     return cc
 
 
+def _padded(cc) -> list[int]:
+    """The step (tokens) Model Runner V1's dispatcher pads a step of each number of tokens to,
+    up to the largest capture size of a resolved CompilationConfig: vLLM's own
+    CudagraphDispatcher._compute_bs_to_padded_graph_size on a stand-in dispatcher."""
+    from types import SimpleNamespace
+
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+    d = SimpleNamespace(compilation_config=cc, cudagraph_mode=CUDAGraphMode.NONE)
+    CudagraphDispatcher._compute_bs_to_padded_graph_size(d)
+    return d._bs_to_padded_graph_size
+
+
 def test_the_proposers_extra_slot_is_one_token_a_request_for_a_draft_model():
     """The premise, read from vLLM's proposer: a draft model (no hidden states passed, no
     parallel drafting) adds one input slot a request."""
@@ -42,7 +56,9 @@ def test_a_draft_models_first_pass_runs_in_a_graph_at_every_batch(b, k, monkeypa
     """At batch 128, K = 3 the first draft pass (640 tokens) ran without graphs above the
     largest capture size 512 (K 5: 896 > 768; K 7: 1152 > 1024). Both engines of a draft
     model's series now capture sizes that reach B (K + 2) tokens at every batch up to
-    max_num_seqs, the verify steps still graphed at every batch."""
+    max_num_seqs, and the verify step at each batch n (n (K + 1) tokens) is still graphed as
+    V1 dispatches it: padded to a multiple of K + 1 no wider than vLLM's own default sizes pad
+    it, where those graph it at all (so not to the first pass's ceiling)."""
     monkeypatch.setattr(engine_mod, "device", lambda: "cuda")
     sd = engine_mod.engine_kwargs("t", "d", k, max_num_seqs=b, graph_k=k,
                                   draft_model_series=True)
@@ -50,9 +66,15 @@ def test_a_draft_models_first_pass_runs_in_a_graph_at_every_batch(b, k, monkeypa
                                      draft_model_series=True)
     assert sd["compilation_config"] == plain["compilation_config"]
     cc = _v1_sizes(sd["compilation_config"], b, k)
+    pads = _padded(cc)
+    default = _v1_sizes({}, b, k)  # vLLM's own sizes for this engine, its ceiling 512 tokens
+    default_pads = _padded(default)
     for n in range(1, b + 1):
         assert n * (k + 2) <= cc.max_cudagraph_capture_size, (n, cc.max_cudagraph_capture_size)
-        assert any(s >= n * (k + 1) for s in cc.cudagraph_capture_sizes)
+        verify = n * (k + 1)
+        assert pads[verify] % (k + 1) == 0, (n, pads[verify])
+        if verify <= default.max_cudagraph_capture_size:
+            assert pads[verify] <= default_pads[verify], (n, pads[verify], default_pads[verify])
     # the engine without SD keeps a graph for its decode step at every batch
     alone = vllm_sizes(dict(plain["compilation_config"]), b, 0)
     assert all(any(s >= n for s in alone.cudagraph_capture_sizes) for n in range(1, b + 1))
