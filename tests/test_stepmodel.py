@@ -1318,6 +1318,22 @@ def test_the_context_a_prediction_assumes_is_stated_and_counts_in_the_distance(c
     assert near["calibration_distance"] == 0 and near["context"] == 1000
 
 
+def test_a_context_longer_than_the_models_positions_is_refused(capsys):
+    """--context was checked only against 1..2^20, so Qwen3-30B-A3B (max_position_embeddings
+    40960) was priced at 500,000 tokens per sequence (TE 0.92, "SD pays at every batch size
+    shown"), a max_model_len vLLM refuses. Context + K + 1 must fit the config's positions."""
+    config = str(CONFIGS / "Qwen3-30B-A3B.json")
+    code, out, err = predict(capsys, config, "--tp", "2", "--batch-sizes", "1,4",
+                             "--context", "500000")
+    assert code != 0 and not out
+    assert "positions" in err and "max_position_embeddings" in err and "40,960" in err, err
+    edge = ("--tp", "2", "--batch-sizes", "1", "--draft-length", "3", "--context")
+    code, _, err = predict(capsys, config, *edge, "40956")  # 40956 + 3 + 1 = 40960: fits
+    assert code == 0, err
+    code, _, err = predict(capsys, config, *edge, "40957")
+    assert code != 0 and "40,961" in err, err
+
+
 def test_the_method_notes_numbers_of_the_calibration_are_the_codes():
     """docs/method.md said beta sits on its bound in 5 of 8 leave-one-model-out fits and n in 7
     of 8 (the code: 6 and 6), a TE error of 0.087 mean absolute and 0.103 RMS (0.085, 0.102), and

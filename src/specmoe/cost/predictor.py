@@ -354,6 +354,25 @@ def check_study_model(study_model: str | None, dims: ModelDims) -> None:
                          f"model {dims.top_k} of {dims.num_experts}")
 
 
+def check_positions(config: Path, context: int, k: int) -> None:
+    """`context` + K + 1 tokens (a sequence as the step model prices it, and the max_model_len
+    vLLM is asked for) must fit the positions the target's config.json gives (hfconfig.
+    max_positions); a config that gives none cannot be checked, which is an error too."""
+    from .hfconfig import POSITION_KEYS, load_config, max_positions
+
+    cfg, name = load_config(config)
+    found = max_positions(cfg, name)
+    if found is None:
+        raise InputError(f"{name} gives none of {', '.join(POSITION_KEYS)}: whether --context "
+                         f"{context:,} + K+1 fits the model's positions cannot be checked (add "
+                         "max_position_embeddings)")
+    tokens = int(context) + k + 1
+    if tokens > found[0]:
+        raise InputError(f"--context {context:,} + K+1 = {tokens:,} tokens exceed the model's "
+                         f"{found[0]:,} positions ({name}: {found[1]}): vLLM would refuse that "
+                         f"max_model_len; lower --context to at most {found[0] - k - 1:,}")
+
+
 SERVED_AS = {v: k for k, v in published.SD_METHODS.items()}  # the study's method names: vLLM's
 
 
@@ -430,6 +449,8 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
     tau = tau or stepmodel.tau_prior(k)
     stepmodel.check_inputs(k, overlaps, tau)
     check_curves(dims, overlaps, overlap_source)
+    if config is not None:
+        check_positions(config, context, k)
     held = None
     if not hw.memory_bytes:
         caveats.append(f"memory not checked: hardware {hw.name} gives neither cuda_memory_mib nor "
