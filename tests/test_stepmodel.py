@@ -1243,6 +1243,7 @@ def test_the_predict_stage_draws_a_measured_tau_from_its_interval_over_requests(
     nan = float("nan")
     out = predicted({"tau": 2.5, "tau_low": nan, "tau_high": nan, "requests": 4})
     assert tuple(out["acceptance_length"]) == stepmodel.tau_prior(3)
+    assert any("4 requests" in c and "acceptance length" in c for c in out["caveats"])
     with pytest.raises(InputError, match="rerun rule acceptance"):
         predicted({"tau": 2.5})
 
@@ -1251,7 +1252,8 @@ def test_the_predict_stage_draws_measured_overlaps_from_their_interval_over_requ
     """A trace's overlap curve went to the prediction as one curve, known exactly, though the
     overlap summary holds its 95% interval over requests (window_low, window_high): the stage
     passes the interval's ends, mixed per draw, so a wide interval widens TE's; a trace too
-    short for an interval gives its point alone, and a summary without one is refused."""
+    short for an interval gives the prior of its granularity, and a summary without one is
+    refused."""
     from specmoe.contracts import Named
     from specmoe.contracts.analysis import PredictParams
     from specmoe.errors import InputError
@@ -1284,8 +1286,15 @@ def test_the_predict_stage_draws_measured_overlaps_from_their_interval_over_requ
     assert known["overlaps"] == wide["overlaps"] == "measured"
     assert np.all(widths(wide) > widths(known) + 0.02), (widths(wide), widths(known))
     nan = float("nan")
+    # too few requests for an interval: the point alone would pass for a curve known exactly,
+    # so the prior of its granularity stands in (as the acceptance length's prior for K does),
+    # and the answer says why
     few = predicted(window_low=[nan] * 3, window_high=[nan] * 3, window_requests=2)
-    assert np.all(widths(few) < widths(wide) - 0.02), (widths(few), widths(wide))
+    assert few["overlaps"] != "measured" and few["overlaps"].startswith("prior"), few["overlaps"]
+    assert any("2 requests" in c and "overlaps" in c for c in few["caveats"]), few["caveats"]
+    predict_stage(Named({}), Named({"json": tmp_path / "prior.json"}), params)
+    prior = read_json(tmp_path / "prior.json")
+    assert prior["overlaps"] == few["overlaps"] and prior["te"] == few["te"]
     with pytest.raises(InputError, match="rerun rule overlap"):
         predicted()
 

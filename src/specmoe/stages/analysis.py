@@ -577,28 +577,32 @@ def series_points(series: dict, dataset: str) -> list[dict]:
                          f"for dataset {dataset!r}") from None
 
 
-def _measured_tau(acceptance_json, name: str) -> tuple[float, float] | None:
+def _measured_tau(acceptance_json, name: str) -> tuple[tuple[float, float] | None, str | None]:
     """The acceptance length's interval over the trace's requests (routing.acceptance), the
-    range a prediction draws tau from; None (the prior for K) where the trace has too few
-    requests to give one: its point alone would pass for a tau known exactly."""
+    range a prediction draws tau from; where the trace has too few requests to give one, None
+    (the prior for K) and the caveat that says why: its point alone would pass for a tau known
+    exactly."""
     acc = read_json(acceptance_json)["acceptance_length"]
     if "tau_low" not in acc:
         raise InputError(f"{acceptance_json}: no interval of the acceptance length (written by "
                          "an older acceptance job): rerun rule acceptance")
     lo, hi = acc["tau_low"], acc["tau_high"]
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        log.info("%s: the acceptance length has no interval (%s requests): the prior for K is "
-                 "used", name, acc.get("requests"))
-        return None
-    return float(lo), float(hi)
+        why = (f"acceptance length: the trace's {acc.get('requests')} requests give it no "
+               "interval: the prior for K stands in")
+        log.info("%s: %s", name, why)
+        return None, why
+    return (float(lo), float(hi)), None
 
 
-def _measured_overlaps(overlap_json, summary: dict, k: int, name: str) -> np.ndarray:
+def _measured_overlaps(overlap_json, summary: dict, k: int,
+                       name: str) -> tuple[np.ndarray | None, str | None]:
     """A trace's overlap curve for the step model: the two ends of its 95% interval over requests
     (window_low, window_high: the request bootstrap), which predict mixes per draw, as it draws
-    the acceptance length within its interval; its point alone where the trace had too few
-    requests to give one (logged). An overlap file without the interval is refused: its point
-    alone would pass for a curve known exactly."""
+    the acceptance length within its interval. Where the trace had too few requests to give one,
+    None (the prior of its granularity, as _measured_tau gives the prior for K) and the caveat
+    that says why: its point alone would pass for a curve known exactly. An overlap file without
+    the interval is refused."""
     if "window_low" not in summary:
         raise InputError(f"{overlap_json}: no interval of the overlaps (written by an older "
                          "overlap job): rerun rule overlap")
@@ -607,10 +611,11 @@ def _measured_overlaps(overlap_json, summary: dict, k: int, name: str) -> np.nda
         raise InputError(f"{overlap_json}: the overlaps' interval has {low.size} distance(s) for "
                          f"K = {k}")
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
-        log.info("%s: the overlaps have no interval (%s requests): their point alone", name,
-                 summary.get("window_requests"))
-        return np.asarray([summary["overlap_by_distance"][:k]], float)
-    return np.stack([low, high])
+        why = (f"overlaps: the trace's {summary.get('window_requests')} requests give them no "
+               "interval: the prior of its granularity stands in")
+        log.info("%s: %s", name, why)
+        return None, why
+    return np.stack([low, high]), None
 
 
 def predict_stage(inputs, outputs, params) -> dict:
@@ -628,15 +633,23 @@ def predict_stage(inputs, outputs, params) -> dict:
     batch_sizes, study_model, out = params.batch_sizes, params.study, outputs.json
     overlap_json, acceptance_json = inputs.get("overlap"), inputs.get("acceptance")
     draft_config = one(inputs.get("draft"))
-    overlaps, source = None, "given"
+    overlaps, source, caveats = None, "given", []
     if overlap_json:
         ov = read_json(overlap_json)
         s = ov["summary"]
         dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
-        overlaps, source = _measured_overlaps(overlap_json, s, k, model_cfg["name"]), "measured"
+        overlaps, why = _measured_overlaps(overlap_json, s, k, model_cfg["name"])
+        if overlaps is None:  # no interval: the prior of its granularity, not a study's curve
+            overlaps, source = stepmodel.study_overlaps(dims, k)
+            caveats.append(why)
+        else:
+            source = "measured"
     else:
         dims = model_dims(model_cfg, 0, 0, check=False)
-    tau = _measured_tau(acceptance_json, model_cfg["name"]) if acceptance_json else None
+    tau = None
+    if acceptance_json:
+        tau, why = _measured_tau(acceptance_json, model_cfg["name"])
+        caveats += [why] if why else []
     hw_name = model_cfg["hardware"]
     hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
     if draft_config:  # a checkpoint folder, or a download manifest of one
@@ -656,7 +669,7 @@ def predict_stage(inputs, outputs, params) -> dict:
     res = predictor.prediction(dims, hw, k, method, batch_sizes, config=config,
                                study_model=study_model, overlaps=overlaps,
                                overlap_source=source, tau=tau,
-                               draft_config=draft_config)
+                               draft_config=draft_config, caveats=caveats)
     out_obj = {"model": model_cfg["name"], "run": params.run,
                "params": stepmodel.fitted().as_dict(), **res}
     write_json(out, out_obj, provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
