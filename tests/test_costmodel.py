@@ -583,3 +583,20 @@ def test_a_hardware_number_outside_its_physical_range_is_refused_as_the_schema_r
         cm.PEAK_DTYPES
     for key in ("nvlink_gbs", "step_overhead_us"):
         assert ranges["gpu"][key] == ranges["cpu"][key]
+
+
+def test_the_peak_dtypes_are_defined_once():
+    """PEAK_DTYPES was written out twice, in cost/costmodel.py (the schema's peak_tflops keys)
+    and in sources/published.py (the columns of hardware.csv it reads): one edited alone would
+    ship GPUs whose peaks the cost model refuses, or drop one. published reads costmodel's."""
+    from pathlib import Path
+
+    import specmoe
+    from specmoe.sources import published
+
+    assert published.PEAK_DTYPES is cm.PEAK_DTYPES
+    src = Path(specmoe.__file__).parent
+    defined = [p.relative_to(src).as_posix() for p in sorted(src.rglob("*.py"))
+               if re.search(r"^PEAK_DTYPES\s*=", p.read_text(), re.M)]
+    assert defined == ["cost/costmodel.py"], defined
+    assert set(next(iter(gpus().values()))["peak_tflops"]) == set(cm.PEAK_DTYPES)

@@ -15,6 +15,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from ..cost.costmodel import PEAK_DTYPES  # the dtypes a peak is given for: hardware.csv's columns
+
 SOURCE = ("Why Speculative Decoding Works Better Than Predicted on Sparse MoE Models "
           "(Cohere, arXiv, October 2026)")
 
@@ -26,9 +28,6 @@ def load(name: str) -> pd.DataFrame:
         raise FileNotFoundError(f"no published table {name!r}")
     with path.open() as fh:
         return pd.read_csv(fh)
-
-
-PEAK_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 
 
 def gpus() -> dict[str, dict]:
