@@ -310,8 +310,12 @@ class OutputTap:
     block runs, by the processes it starts as well (they inherit the two descriptors): an
     offline engine's core and workers in processes of their own, whose log records LogTap, in
     this process, never sees (on CUDA vLLM runs the engine core in its own process, and every
-    start-up milestone after `imported` came back None). Each line goes on to where it went
-    before, and is timed on arrival, as a server's lines are (serving.Server)."""
+    start-up milestone after `imported` came back None). Each descriptor has a pipe of its own,
+    whose lines go on to where that descriptor went before (stdout to stdout, stderr to stderr)
+    and are timed on arrival, as a server's lines are (serving.Server). A line that cannot be
+    forwarded (its target closed) is still timed, and the tap says on exit how many were lost."""
+
+    FDS = (1, 2)
 
     def __init__(self, clock) -> None:
         self.clock = clock
@@ -321,29 +325,35 @@ class OutputTap:
 
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        read, write = os.pipe()
-        # where the lines went before: the reader's own copies, closed when the last writer has
-        self.saved = {fd: os.dup(fd) for fd in (1, 2)}
-        out = os.dup(self.saved[1])
-        for fd in (1, 2):
+        self.lock = threading.Lock()  # one clock, fed by both readers
+        self.lost: dict[int, tuple[int, str]] = {}  # fd -> (lines not forwarded, the first error)
+        # where the lines went before: kept to restore each descriptor, and a copy for its reader
+        self.saved = {fd: os.dup(fd) for fd in self.FDS}
+        self.threads = []
+        for fd in self.FDS:
+            read, write = os.pipe()
+            sink = os.dup(self.saved[fd])
             os.dup2(write, fd)
-        os.close(write)
-
-        def pump() -> None:
-            with os.fdopen(read, "rb") as lines, os.fdopen(out, "wb", buffering=0) as sink:
-                for line in lines:
-                    try:
-                        sink.write(line)
-                    except OSError:
-                        pass
-                    try:
-                        self.clock.line(line.decode(errors="replace").rstrip("\n"))
-                    except Exception:  # noqa: BLE001 - timing must never break the engine
-                        pass
-
-        self.thread = threading.Thread(target=pump, name="specmoe-output-tap", daemon=True)
-        self.thread.start()
+            os.close(write)
+            thread = threading.Thread(target=self._pump, args=(fd, read, sink), daemon=True,
+                                      name=f"specmoe-output-tap-{fd}")
+            thread.start()
+            self.threads.append(thread)
         return self
+
+    def _pump(self, fd: int, read: int, sink: int) -> None:
+        with os.fdopen(read, "rb") as lines, os.fdopen(sink, "wb", buffering=0) as target:
+            for line in lines:
+                try:
+                    target.write(line)
+                except OSError as exc:  # its target gone: keep draining (writers must not block)
+                    n, first = self.lost.get(fd, (0, str(exc)))
+                    self.lost[fd] = (n + 1, first)
+                try:
+                    with self.lock:
+                        self.clock.line(line.decode(errors="replace").rstrip("\n"))
+                except Exception:  # noqa: BLE001 - timing must never break the engine
+                    pass
 
     def __exit__(self, *exc) -> None:
         for stream in (sys.stdout, sys.stderr):
@@ -351,9 +361,13 @@ class OutputTap:
         for fd, saved in self.saved.items():
             os.dup2(saved, fd)
             os.close(saved)
-        # the reader ends once no process writes to the pipe any more (a worker that outlives
-        # the engine keeps it open: the reader, a daemon, then goes on forwarding its lines)
-        self.thread.join(timeout=5)
+        # a reader ends once no process writes to its pipe any more (a worker that outlives the
+        # engine keeps it open: the reader, a daemon, then goes on forwarding its lines)
+        for thread in self.threads:
+            thread.join(timeout=5)
+        for fd, (n, first) in sorted(self.lost.items()):
+            logging.getLogger(__name__).warning(
+                "the output tap could not forward %d line(s) of fd %d (%s)", n, fd, first)
 
 
 @contextlib.contextmanager
