@@ -454,8 +454,7 @@ def test_a_series_whose_prompting_names_no_draft_slack_is_refused(tmp_path, monk
                            prompts=prompt_table.DEFAULT_SOURCE,
                            prompting={"chat_template": {"tinybench": False}})
     with pytest.raises(InputError, match="names no draft_slack") as err:
-        drafter = {} if method == "mtp" else {"drafter": str(checkpoint)}
-        sweep_stage(Named({"target": str(checkpoint), **drafter, "prompts": []}),
+        sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)
     assert "\n" not in str(err.value)
 
@@ -697,8 +696,7 @@ def test_a_series_records_each_engines_model_runner_and_graph_mode(recorder, che
                            settings=sweep, method=None, gpu=False,
                            prompts=prompt_table.DEFAULT_SOURCE, prompting={"draft_slack": 4})
     for run in range(2):  # measured, then every point reused
-        drafter = {} if method == "mtp" else {"drafter": str(checkpoint)}
-        sweep_stage(Named({"target": str(checkpoint), **drafter, "prompts": []}),
+        sweep_stage(Named({"target": str(checkpoint), "drafter": str(checkpoint), "prompts": []}),
                     Named({"json": str(tmp_path / "s.json")}), params)
         out = read_json(tmp_path / "s.json")
         assert out["datasets"]["tinybench"]["measured"] == 1 - run
