@@ -114,9 +114,20 @@ def test_the_controls_are_said_to_clear_independence_only_where_their_intervals_
     controls' rows: their excess along the sequence above 0 and step 1 not above the
     within-window shuffle null, each with its numbers."""
     ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
-    controls = ob[ob["control_of"].notna()]
-    text = _details(tables_in(FIXTURE))
-    for _, c in controls.iterrows():  # the fixture's controls decide both: claimed, with numbers
+    ctl = ob["control_of"].notna()
+    # the fixture's own controls: claimed only if each one's step 1 is decidedly below the
+    # shuffle null (an interval across 0 decides nothing)
+    below = (ob.loc[ctl, "above_shuffle_high"] < 0).all()
+    assert ("Untrained controls clear independence without it" in _details(tables_in(FIXTURE))) \
+        == bool(below and (ob.loc[ctl, "seq_excess_low"] > 0).all())
+    # the controls made to decide both (step 1 below the null, as an untrained router's is):
+    # claimed, with numbers
+    ob = ob.assign(above_shuffle=np.where(ctl, -0.004, ob["above_shuffle"]),
+                   above_shuffle_low=np.where(ctl, -0.005, ob["above_shuffle_low"]),
+                   above_shuffle_high=np.where(ctl, -0.002, ob["above_shuffle_high"]))
+    controls = ob[ctl]
+    text = _details(_fixture_with(tmp_path / "decided", overlap_by_distance=ob))
+    for _, c in controls.iterrows():  # both decided: claimed, with numbers
         assert (f"{c['model']}, K={int(c['k'])}, tinybench+2: step 1 along the sequence above "
                 f"independence by {c['seq_excess']:+.3f} [{c['seq_excess_low']:+.3f}, "
                 f"{c['seq_excess_high']:+.3f}]") in text
@@ -245,8 +256,13 @@ def test_a_control_whose_shuffle_interval_crosses_0_is_not_said_to_clear_indepen
     now among the other controls, with its numbers."""
     ob = tables.read_csv(FIXTURE / "overlap_by_distance.csv")
     fine = ob["model"] == "tiny-fine-random"
-    assert (ob.loc[fine, "above_shuffle_low"] < 0.004).all()
-    across = ob.assign(above_shuffle_high=np.where(fine, 0.004, ob["above_shuffle_high"]))
+    ctl = ob["control_of"].notna()
+    # both controls' step 1 decidedly below the null (as an untrained router's is), then
+    # tiny-fine-random's interval made to cross 0
+    across = ob.assign(above_shuffle=np.where(ctl, -0.004, ob["above_shuffle"]),
+                       above_shuffle_low=np.where(ctl, -0.005, ob["above_shuffle_low"]),
+                       above_shuffle_high=np.where(fine, 0.004, np.where(
+                           ctl, -0.002, ob["above_shuffle_high"])))
     text = _details(_fixture_with(tmp_path, overlap_by_distance=across))
     said = text.split("Other untrained controls")[0]
     assert "Untrained controls clear independence without it" in said
