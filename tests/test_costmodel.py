@@ -575,8 +575,8 @@ def test_a_hardware_number_outside_its_physical_range_is_refused_as_the_schema_r
     for dtype, bound in peaks.items():
         assert (bound["minimum"], bound["maximum"]) == (ranges["cpu"]["peak_tflops"][0],
                                                       ranges["gpu"]["peak_tflops"][1])
-    gpu = node["else"]["properties"]
-    assert node["if"] == {"properties": {"device": {"const": "cpu"}}, "required": ["device"]}
+    gpu = node["then"]["properties"]
+    assert node["if"] == {"properties": {"device": {"const": "gpu"}}}
     assert gpu["hbm_bandwidth_gbs"]["minimum"] == ranges["gpu"]["hbm_bandwidth_gbs"][0]
     assert {v["minimum"] for v in gpu["peak_tflops"]["properties"].values()} == {
         ranges["gpu"]["peak_tflops"][0]} and tuple(gpu["peak_tflops"]["properties"]) == \

@@ -393,7 +393,8 @@ def test_a_config_json_the_checks_cannot_read_names_its_model_or_drafter(tmp_pat
     fatal line per model naming the model or the drafter and its repository, every model
     checked: the error once stopped the preflight at the first such model as "config.json: 4
     key/value heads do not divide the 30 attention heads", naming neither, and the drafter's
-    read like its target's."""
+    read like its target's. The drafter's own series, served alone at its target's TP, is one
+    line of its own."""
     cache = lay_out_study_drafters(tmp_path / "hub")
     odd = {**preflight.shipped_config("Qwen/Qwen3-30B-A3B"), "num_attention_heads": 30}
     lay_out_cache(cache, "me/odd-moe", {"config.json": json.dumps(odd).encode()})
@@ -407,12 +408,15 @@ def test_a_config_json_the_checks_cannot_read_names_its_model_or_drafter(tmp_pat
         cfg["models"][0].pop("overlaps", None)
 
     lines = paper(edit).preflight(with_vllm=False).lines(True)
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
     assert re.search(r"^preflight: capture odd/.*: config\.json: model odd \(me/odd-moe\): 4 "
                      r"key/value heads do not divide the 30 attention heads$", lines[0]), lines
     assert re.search(r"^preflight: capture qwen3-235b-fp8-tp4/qwen2-0\.5b/.*: config\.json: "
                      r"drafter qwen2-0\.5b \(Qwen/Qwen2-0\.5B-Instruct\): TP 4 does not divide "
                      r"the 14 attention heads$", lines[1]), lines
+    # the drafter's own series, served alone at the TP it drafts at (its target's)
+    assert re.search(r"^preflight: sweep_ar qwen2-0\.5b/ar-auto-tp4: tensor parallelism: TP 4 "
+                     r"does not divide the 14 attention heads$", lines[2]), lines
 
 
 def test_a_config_without_vocab_size_is_refused_never_sized_without_its_lm_head(tmp_path,

@@ -153,7 +153,8 @@ def test_the_measuring_stages_records_say_when_they_were_made(tmp_path, monkeypa
                     Named({"json": str(tmp_path / "s.json")}),
                     SweepArParams(job={"model": "t", "k": None, "datasets": ["tinybench"]},
                                   settings=sweep, method=None, gpu=False,
-                                  prompts=prompt_table.DEFAULT_SOURCE, prompting={}))
+                                  prompts=prompt_table.DEFAULT_SOURCE,
+                                  prompting={"draft_slack": 0}))
     assert kept[0]["stage"] == "sweep" and "created" in kept[0]
 
     monkeypatch.setattr(kernelprof, "profile_model", lambda *a, **kw: {"k": 3, "batches": []})
