@@ -253,16 +253,20 @@ def write_json(path: str | os.PathLike, obj: dict, prov: dict | None = None) -> 
     write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=_json_default) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> dict:
+def read_json(path: str | os.PathLike, what: str = "file") -> Any:
+    """A JSON file as it is; a file that is missing (`what` names it: "no such config file"), not
+    text or not valid JSON (a truncated download) is an InputError naming it, one line."""
     from .errors import InputError
 
     path = Path(path)
     if not path.exists():
-        raise InputError(f"{path}: no such file")
+        raise InputError(f"{path}: no such {what}")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file (JSON is text)") from None
 
 
 def _json_default(o: Any) -> Any:

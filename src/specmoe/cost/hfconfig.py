@@ -37,29 +37,22 @@ checked against transformers by the tests), never a guess.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+from typing import Any
 
 from .costmodel import FLOAT_DTYPES, ModelDims
 from ..errors import InputError
+from ..provenance import read_json as _read_json
 
 TORCH_DTYPE_OF = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # FLOAT_DTYPES' names
 _TORCH_DTYPES = {**{v: k for k, v in TORCH_DTYPE_OF.items()}, "half": "fp16", "float": "fp32"}
 
 
-def read_json(path: str | Path) -> dict | list | str | int | float | bool | None:
-    """A JSON file (a config.json, a download manifest) as it is; a file that is missing, not
-    text or not valid JSON (a truncated download) is an error naming it, one line."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such config file")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file (a config.json is JSON text)") from None
+def read_json(path: str | Path) -> Any:
+    """A config.json or a download manifest as it is (provenance.read_json, one reader of JSON
+    files): a missing, non-text or invalid file is a one-line error naming it."""
+    return _read_json(path, what="config file")
 
 
 def load_config(cfg: dict | str | Path) -> tuple[dict, str]:
