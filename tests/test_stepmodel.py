@@ -1213,15 +1213,10 @@ def test_the_expert_width_of_the_distance_is_the_width_each_gpu_holds():
                                           "mtp") == (0, [])
 
 
-def test_the_predict_stage_draws_a_measured_tau_from_its_interval_over_requests(tmp_path):
-    """A trace's acceptance length went to the prediction as (tau, tau), known exactly, so the
-    speedup's interval left out its sampling error: the stage passes its interval over requests,
-    the prior where the trace had too few requests, and refuses an acceptance file without one."""
-    from specmoe.contracts import Named
+def _olmoe_predict_params(tmp_path):
+    """Rule predict's parameters for OLMoE (a snapshot of its config.json) on an H100, EAGLE-3
+    at K = 3, batch 1."""
     from specmoe.contracts.analysis import PredictParams
-    from specmoe.errors import InputError
-    from specmoe.provenance import read_json, write_json
-    from specmoe.stages.analysis import predict_stage
 
     snapshot = tmp_path / "olmoe"
     snapshot.mkdir()
@@ -1229,8 +1224,20 @@ def test_the_predict_stage_draws_a_measured_tau_from_its_interval_over_requests(
         (REPO / "tests/fixtures/hf_configs/OLMoE-1B-7B-0924.json").read_bytes())
     cfg = {"name": "olmoe", "source": "hf", "precision": "bf16", "tp": 1, "hardware": "H100",
            "hf_config": str(snapshot)}
-    params = PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
-                           method="eagle3", batch_sizes=[1], study=None)
+    return PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
+                         method="eagle3", batch_sizes=[1], study=None)
+
+
+def test_the_predict_stage_draws_a_measured_tau_from_its_interval_over_requests(tmp_path):
+    """A trace's acceptance length went to the prediction as (tau, tau), known exactly, so the
+    speedup's interval left out its sampling error: the stage passes its interval over requests,
+    the prior where the trace had too few requests, and refuses an acceptance file without one."""
+    from specmoe.contracts import Named
+    from specmoe.errors import InputError
+    from specmoe.provenance import read_json, write_json
+    from specmoe.stages.analysis import predict_stage
+
+    params = _olmoe_predict_params(tmp_path)
 
     def predicted(acceptance: dict) -> dict:
         write_json(tmp_path / "acc.json", {"acceptance_length": acceptance})
@@ -1255,19 +1262,11 @@ def test_the_predict_stage_draws_measured_overlaps_from_their_interval_over_requ
     short for an interval gives the prior of its granularity, and a summary without one is
     refused."""
     from specmoe.contracts import Named
-    from specmoe.contracts.analysis import PredictParams
     from specmoe.errors import InputError
     from specmoe.provenance import read_json, write_json
     from specmoe.stages.analysis import predict_stage
 
-    snapshot = tmp_path / "olmoe"
-    snapshot.mkdir()
-    (snapshot / "config.json").write_bytes(
-        (REPO / "tests/fixtures/hf_configs/OLMoE-1B-7B-0924.json").read_bytes())
-    cfg = {"name": "olmoe", "source": "hf", "precision": "bf16", "tp": 1, "hardware": "H100",
-           "hf_config": str(snapshot)}
-    params = PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
-                           method="eagle3", batch_sizes=[1], study=None)
+    params = _olmoe_predict_params(tmp_path)
     point = [0.5, 0.4, 0.35]
 
     def predicted(**interval) -> dict:
