@@ -24,7 +24,7 @@ from . import paths
 from .sources import published
 from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
-from .cudagraphs import cuda_graph_config
+from .cudagraphs import cuda_graph_config, tokens_per_request
 from .errors import InputError
 from .kinds import ENGINE_DEFAULTS, engine_arg, engine_context, kind
 from .names import control_name, job_label, repo_key
@@ -260,28 +260,28 @@ class Config:
         those whose max_num_batched_tokens is below a step at that batch
         (_step_budget_problem). One line per finding, naming every model it applies to."""
         found: dict[tuple[str, str], list[str]] = {}  # (where, problem): its models
+
+        def note(j, key: str, problem: str) -> None:
+            own = key in (self.entry(j.model).get("engine_args") or {})
+            where = "its own engine_args" if own else f"{kind(j.rule).section}.engine_args"
+            models = found.setdefault((where, problem), [])
+            if j.model not in models:
+                models.append(j.model)
+
         for j in self.gpu_jobs():
             if not (kind(j.rule).series and j.k):
                 continue  # a drafter served alone (sweep_ar) has no verify steps
             args = self.engine_settings(j.model, kind(j.rule).section)["engine_args"]
             budget = self._step_budget_problem(j, args)
             if budget:
-                own = "max_num_batched_tokens" in (self.entry(j.model).get("engine_args") or {})
-                where = "its own engine_args" if own else f"{kind(j.rule).section}.engine_args"
-                models = found.setdefault((where, budget), [])
-                if j.model not in models:
-                    models.append(j.model)
+                note(j, "max_num_batched_tokens", budget)
             if args.get("enforce_eager"):
                 continue  # no graphs to capture
             try:
                 cuda_graph_config(args.get("compilation_config"), self.series_batch(j.model),
                                   int(j.k), draft_model=self.drafters[j.drafter].served_alone)
             except InputError as exc:
-                own = "compilation_config" in (self.entry(j.model).get("engine_args") or {})
-                where = "its own engine_args" if own else f"{kind(j.rule).section}.engine_args"
-                models = found.setdefault((where, str(exc)), [])
-                if j.model not in models:
-                    models.append(j.model)
+                note(j, "compilation_config", str(exc))
         return [f"{'model' if len(ms) == 1 else 'models'} {', '.join(ms)} ({where}): {problem}"
                 for (where, problem), ms in found.items()]
 
@@ -298,14 +298,14 @@ class Config:
 
         draft = self.drafters[j.drafter].served_alone
         b, k = self.series_batch(j.model), int(j.k)
-        need = b * (k + 2 if draft else k + 1)
+        need = b * tokens_per_request(k, draft)
         given = args.get("max_num_batched_tokens")
         hw_name = self.hardware_of(j.model)
         cap = capacity(self.hardware.get(hw_name, {}))
         if not given and cap is None:
             return None  # vLLM's default unknown: the preflight refuses the hardware (memory)
-        tokens = batched_tokens(cap[0] / 2**30 if cap else 0.0, not kind(j.rule).series, args,
-                                hw_name, self.hardware.get(hw_name, {}))
+        tokens = batched_tokens(cap[0] / 2**30 if cap else 0.0, False, args, hw_name,
+                                self.hardware.get(hw_name, {}))  # a series: vLLM's server
         if tokens >= need:
             return None
         what = "" if given else f" (vLLM's default on {hw_name}'s {cap[1]})"

@@ -23,6 +23,12 @@ def token_grid(ceiling: int) -> list[int]:
     return sizes
 
 
+def tokens_per_request(k: int, draft_model: bool) -> int:
+    """Tokens one request takes in an SD engine's widest step: K + 1 verified, and a separate
+    draft model's extra input slot in its first draft pass (vLLM's extra_slots_per_request)."""
+    return k + 2 if draft_model else k + 1
+
+
 def verify_graph_reach(sizes, k: int) -> int:
     """The widest verify step of K drafts (K + 1 tokens a sequence) that runs in a CUDA graph
     of capture sizes `sizes`: vLLM rounds each size up to a multiple of K + 1 and keeps those
@@ -58,7 +64,7 @@ def cuda_graph_config(given, max_num_seqs: int, k: int, draft_model: bool = Fals
     if given is not None and not isinstance(given, dict):
         raise InputError(f"engine_args compilation_config must be a mapping (got {given!r})")
     cc, q = dict(given or {}), k + 1
-    per = q + 1 if draft_model else q  # tokens a request in the widest step
+    per = tokens_per_request(k, draft_model)
     need = max_num_seqs * per
     step = (f"a draft model's first pass (K + 2 = {per} tokens a request)" if draft_model
             else "a verify step")
