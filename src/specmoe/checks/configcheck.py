@@ -335,16 +335,23 @@ def experts_of(entry: dict) -> tuple[int, int] | None:
         return (int(syn.get("top_k", SynthParams.top_k)),
                 int(syn.get("num_experts", SynthParams.num_experts)))
     if entry.get("source") == "hf":  # shipped, downloaded or cached, as _precision_problems
-        from .preflight import offline_config
-
-        try:
-            cfg, _ = offline_config(entry, entry.get("hf_config"))
-        except InputError:  # unreadable: the preflight's fatal line names the model
-            return None
+        cfg = _offline_cfg(entry)
         if cfg is None:  # the download stage checks it (study.check_compare_with)
             return None
         return config_experts(cfg)
     return None
+
+
+def _offline_cfg(entry: dict) -> dict | None:
+    """An hf model's config.json where it is available offline (shipped, downloaded or cached,
+    preflight.offline_config); None where it is not, or unreadable: the preflight's fatal line
+    names the model then."""
+    from .preflight import offline_config
+
+    try:
+        return offline_config(entry, entry.get("hf_config"))[0]
+    except InputError:
+        return None
 
 
 def config_experts(cfg: dict) -> tuple[int, int] | None:
@@ -364,13 +371,9 @@ def _precision_problems(entry: dict, precision: str) -> list[str]:
     """A precision vLLM does not serve the checkpoint in (hfconfig.check_precision: a quantised
     checkpoint keeps its own format), where its config.json is available offline (shipped,
     downloaded or cached); the stages that read it later check it there too (study_dims)."""
-    from .preflight import offline_config
     from ..cost.hfconfig import check_precision
 
-    try:
-        cfg, _ = offline_config(entry, entry.get("hf_config"))
-    except InputError:  # unreadable: the preflight's fatal line names the model
-        return []
+    cfg = _offline_cfg(entry)
     if cfg is None:
         return []
     try:
