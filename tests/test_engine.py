@@ -19,9 +19,12 @@ def test_speculative_output_equals_plain_decoding(tiny_models):
     assert all(len(t) == 48 for t in res["sd_token_ids"])
     spec = res["spec"]
     assert spec["num_drafts"] > 0 and spec["num_draft_tokens"] == 3 * spec["num_drafts"]
-    # the drafter is trained on the same text: some drafts are accepted, not all
-    assert 1.0 < spec["acceptance_length"] < 4.0
+    # the drafter is trained on the same text: some drafts are accepted (whether every one is
+    # depends on what 150 steps of training made of the corpus: on these four prompts, once
+    # all); vLLM's two counters agree, accepted per position adding up to the total
+    assert 1.0 < spec["acceptance_length"] <= 4.0
     assert len(spec["position_acceptance"]) == 3
+    assert spec["acceptance_length"] == pytest.approx(1 + sum(spec["position_acceptance"]))
     assert spec["position_acceptance"][0] >= spec["position_acceptance"][2]
 
 
