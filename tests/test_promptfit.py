@@ -146,7 +146,8 @@ def test_prompts_over_the_limit_are_counted_at_the_dry_run(monkeypatch, tmp_path
     def tight(cfg, max_len=limit):
         cfg["tiny"]["capture"] = {**cap, "engine_args": {"max_model_len": max_len}}
         cfg["models"] = [m for m in cfg["models"] if m["name"] == "tiny-coarse"]
-        cfg["models"][0]["datasets"] = ["tinybench"]
+        # captured, not swept: a capture context below its sweeps' is refused on its own
+        cfg["models"][0].update(datasets=["tinybench"], sweep=False)
 
     _, notes = for_workflow(default(tight), SCHEMA)
     over = [n for n in notes if "prompts are longer" in n]
