@@ -319,7 +319,7 @@ CASES = [
     ("internal", "binary loads file", "ipf --experts-per-token 2 --n 4 --overlaps 0.3 --loads {d}/binary.bin", 2,
      r"binary.bin: --loads is not text"),
     ("internal", "binary config.json", "te --config {d}/binary.bin", 2,
-     r"binary.bin: not a text file \(a config.json is JSON text\)"),
+     r"binary.bin: not a text file \(JSON is text\)"),
     ("internal", "binary config.json to predict", "predict {d}/binary.bin --batch-sizes 1", 2,
      r"binary.bin: not a text file"),
     ("internal", "binary hardware file", PRED + " --hardware-file {d}/binary.bin", 2,
