@@ -423,9 +423,16 @@ class Config:
         sets the draft's TP to the target's (SpeculativeConfig._verify_and_get_draft_tp; V1's
         draft-model runner refuses any other). fp8 is the target's quantization, which a
         separate draft model does not take: it is loaded in its own checkpoint's format."""
-        settings = self.job_settings("sweep_sd", name)
-        return (str(settings.get("dtype") or ENGINE_DEFAULTS["dtype"]),
+        if name not in self._sd_serving:  # once per model: every sweep_ar job's params,
+            settings = self.job_settings("sweep_sd", name)  # inputs and datasets ask for it
+            self._sd_serving[name] = (
+                str(settings.get("dtype") or ENGINE_DEFAULTS["dtype"]),
                 int((settings.get("engine_args") or {}).get("tensor_parallel_size", 1)))
+        return self._sd_serving[name]
+
+    @cached_property
+    def _sd_serving(self) -> dict[str, tuple[str, int]]:
+        return {}  # sd_serving's answers (a Config is read-only once resolved)
 
     def drafter_serving(self, name: str) -> list[tuple[str, int]]:
         """The (dtype, TP) a drafter served alone is served in: one series per dtype and TP of
