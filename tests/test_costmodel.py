@@ -554,6 +554,9 @@ def test_a_hardware_number_outside_its_physical_range_is_refused_as_the_schema_r
            ({**ok, "nvlink_gbs": 0}, "nvlink_gbs must be > 0"),
            ({**ok, "peak_tflops": {"bf16": 989, "int4": 3958}},
             "peak_tflops.int4: not a compute dtype"),
+           ({**ok, "memory_gib": 81920}, "memory_gib = 81920 lies outside 1-4096 GiB"),
+           ({**ok, "cuda_memory_mib": 80}, "cuda_memory_mib = 80 lies outside 1024-"),
+           ({**ok, "memory_gib": True}, "memory_gib must be a number, got True"),
            ({**ok, "device": "cpu", "hbm_bandwidth_gbs": 0.5},
             "hbm_bandwidth_gbs = 0.5 lies outside 1-100000 GB/s, the range of a CPU's")]
     for entry, message in bad:
@@ -567,7 +570,8 @@ def test_a_hardware_number_outside_its_physical_range_is_refused_as_the_schema_r
     # the schema's bounds are HARDWARE_RANGES': every device's widest, a GPU's least otherwise
     node = schema["properties"]["hardware"]["additionalProperties"]
     ranges = cm.HARDWARE_RANGES
-    for key in ("hbm_bandwidth_gbs", "nvlink_gbs", "step_overhead_us"):
+    for key in ("hbm_bandwidth_gbs", "nvlink_gbs", "step_overhead_us", "memory_gib",
+                "cuda_memory_mib"):
         assert (node["properties"][key]["minimum"], node["properties"][key]["maximum"]) == (
             min(r[key][0] for r in ranges.values()), max(r[key][1] for r in ranges.values())), key
     peaks = node["properties"]["peak_tflops"]["properties"]
@@ -583,6 +587,9 @@ def test_a_hardware_number_outside_its_physical_range_is_refused_as_the_schema_r
         cm.PEAK_DTYPES
     for key in ("nvlink_gbs", "step_overhead_us"):
         assert ranges["gpu"][key] == ranges["cpu"][key]
+    for key in ("memory_gib", "cuda_memory_mib"):  # a GPU's most, a CPU's least as a CPU's
+        assert gpu[key] == {"maximum": ranges["gpu"][key][1]}, key
+        assert ranges["gpu"][key][0] == ranges["cpu"][key][0], key
 
 
 def test_the_peak_dtypes_are_defined_once():

@@ -374,11 +374,16 @@ MAX_DRAFT_COST = 10.0
 # as microseconds) or a typo, never a GPU. workflow/schemas/config.schema.yaml bounds each key by
 # the same numbers (every device's widest, and a GPU's least where the entry is not a CPU's):
 # tests/test_costmodel.py checks that they agree.
+# One device's memory: a GPU's from 1 GiB (the smallest that serves any model) to 4 TiB (well
+# above the 192-288 GB of a B200 or B300); a CPU's up to 64 TiB (a large server's). A unit slip
+# (MiB written as GiB, GB/s as TB/s) lands outside them.
 HARDWARE_RANGES = {
     "gpu": {"hbm_bandwidth_gbs": (50.0, 100_000.0), "peak_tflops": (1.0, 100_000.0),
-            "nvlink_gbs": (1.0, 10_000.0), "step_overhead_us": (0.0, 100_000.0)},
+            "nvlink_gbs": (1.0, 10_000.0), "step_overhead_us": (0.0, 100_000.0),
+            "memory_gib": (1.0, 4096.0), "cuda_memory_mib": (1024.0, 4096.0 * 1024)},
     "cpu": {"hbm_bandwidth_gbs": (1.0, 100_000.0), "peak_tflops": (0.01, 100_000.0),
-            "nvlink_gbs": (1.0, 10_000.0), "step_overhead_us": (0.0, 100_000.0)},
+            "nvlink_gbs": (1.0, 10_000.0), "step_overhead_us": (0.0, 100_000.0),
+            "memory_gib": (1.0, 65536.0), "cuda_memory_mib": (1024.0, 65536.0 * 1024)},
 }
 # the compute dtypes a peak is given for (the schema's peak_tflops keys)
 PEAK_DTYPES = ("bf16", "fp16", "fp8", "fp32")
@@ -405,8 +410,8 @@ def _in_range(name: str, key: str, value, device: str, base: str | None = None) 
     low, high = HARDWARE_RANGES[device][base or key]
     v = _positive(name, key, value, zero_ok=low == 0)
     if not low <= v <= high:
-        unit = {"hbm_bandwidth_gbs": "GB/s", "nvlink_gbs": "GB/s", "step_overhead_us": "us"}.get(
-            base or key, "TFLOP/s")
+        unit = {"hbm_bandwidth_gbs": "GB/s", "nvlink_gbs": "GB/s", "step_overhead_us": "us",
+                "memory_gib": "GiB", "cuda_memory_mib": "MiB"}.get(base or key, "TFLOP/s")
         raise InputError(f"hardware {name}: {key} = {v:g} lies outside {low:g}-{high:g} "
                          f"{unit}, the range of a {device.upper()}'s (a unit slip?)")
     return v
@@ -471,8 +476,8 @@ class Hardware:
                              f"{peaks['bf16']!r}: fp8 tensor cores run at least at bf16's rate")
         nvlink = d.get("nvlink_gbs")
         for key in ("memory_gib", "cuda_memory_mib"):
-            if d.get(key):
-                _positive(name, key, d[key])
+            if d.get(key) is not None:
+                _in_range(name, key, d[key], device)
         memory = capacity(d)
         return cls(name=name, hbm_bandwidth=bw * 1e9,
                    peak_flops={k: v * 1e12 for k, v in peak.items()},
