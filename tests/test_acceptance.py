@@ -389,3 +389,33 @@ def test_the_acceptance_length_interval_stays_inside_1_to_k_plus_1():
     out = _acceptance_length(_requests_trace([[(3, 3)] * 5] * 11 + [[(3, 0)] * 5]))
     assert out["tau_high"] == 4.0 and out["tau_clipped"]
     assert out["tau_low"] < out["tau"] < 4.0
+
+
+def test_the_acceptance_files_provenance_names_its_settings_and_its_trace(tmp_path):
+    """Rule acceptance's output depends on params.heldout (which datasets' slices are held out):
+    its provenance must hash that setting and name the trace, as the overlap stage's does. It
+    wrote config_hash None over the trace's own, so two files that differ only in their held-out
+    sets carried one record."""
+    import json
+    from types import SimpleNamespace as NS
+
+    from specmoe.provenance import provenance
+    from specmoe.routing.trace import write_trace
+    from specmoe.stages.analysis import acceptance_stage
+
+    tr = generate(SynthParams(num_experts=32, top_k=2, num_layers=2, requests=12, steps=4,
+                              categories=["x", "y"], seed=1))
+    tr.meta["run"] = {"model": "m", "drafter": "d", "k": 3, "dataset": "a+b"}
+    tr.meta["slice_datasets"] = {"x": "a", "y": "b"}
+    trace_path = tmp_path / "t.parquet"
+    write_trace(trace_path, tr, provenance({"m": 1}, stage="trace"))
+    docs = []
+    for held in ([], ["a"]):
+        out = tmp_path / f"acc{len(held)}.json"
+        acceptance_stage(NS(trace=str(trace_path)), NS(json=str(out)), NS(heldout=held))
+        docs.append(json.loads(out.read_text()))
+    assert sorted(docs[0]["heldout"]) == ["b"] and sorted(docs[1]["heldout"]) == ["a", "b"]
+    hashes = [d["provenance"]["config_hash"] for d in docs]
+    assert None not in hashes and hashes[0] != hashes[1]
+    assert all(d["provenance"]["trace"] == str(trace_path) for d in docs)
+    assert all(d["provenance"]["stage"] == "acceptance" for d in docs)

@@ -480,7 +480,10 @@ def acceptance_stage(inputs, outputs, params, threads: int | None = None) -> Non
     tr = trace.read_trace(trace_path)
     consec, anchor = overlap.row_overlaps(tr)
     res = acceptance.acceptance_stats(tr, consec, anchor, heldout=set(heldout))
-    prov = derived(tr.meta.get("provenance", {}), stage="acceptance")
+    # its settings (which datasets are held out changes its content) and its trace, as the
+    # overlap stage records them
+    prov = derived(tr.meta.get("provenance", {}), {"heldout": sorted(heldout)},
+                   stage="acceptance", trace=str(trace_path))
     write_json(out, {"run": tr.meta.get("run", {}), **res}, prov)
 
 
