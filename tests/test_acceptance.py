@@ -1,4 +1,5 @@
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -419,3 +420,40 @@ def test_the_acceptance_files_provenance_names_its_settings_and_its_trace(tmp_pa
     assert None not in hashes and hashes[0] != hashes[1]
     assert all(d["provenance"]["trace"] == str(trace_path) for d in docs)
     assert all(d["provenance"]["stage"] == "acceptance" for d in docs)
+
+
+def test_anchor_overlap_has_no_standard_error_from_fewer_than_min_requests():
+    """The project gives no interval below bootstrap.MIN_REQUESTS requests; the anchor table's
+    clustered SE refused only one request, and a 3-request trace reported se_by_request
+    0.080/0.071/0.142 (and the figure drew them as error bars). Below the floor each row's SEs
+    are NaN and the row says "too few"; with enough requests they are finite."""
+    from specmoe.report import figures
+    from specmoe.routing import bootstrap
+    from specmoe.routing.acceptance import TOO_FEW, anchor_table
+    from specmoe.report.runs import anchor_rows
+
+    tr = generate(SynthParams(num_experts=64, top_k=4, num_layers=2, requests=3, steps=6,
+                              accept_prob=0.6, seed=2))
+    _, anchor = row_overlaps(tr)
+    c = tr.columns
+    rows = anchor_table(anchor, c["position"], c["status"], tr.k_draft, c["request"])
+    assert rows and all(r["n_requests"] < bootstrap.MIN_REQUESTS for r in rows)
+    assert all(np.isnan(r["se_by_request"]) and np.isnan(r["se_tokens"]) for r in rows)
+    assert all(r["se_status"] == TOO_FEW for r in rows)
+    assert all(np.isfinite(r["mean"]) for r in rows)   # the means are kept
+    # the figure draws no error bar for them
+    table = pd.DataFrame(anchor_rows({"model": "m"}, {"anchor": rows})).assign(run="m")
+    fn, *args = figures._anchor_frame(table)
+    fig = fn(*args)
+    bars = [seg for cont in fig.axes[0].containers for coll in cont.lines[2]
+            for seg in coll.get_segments() if len(seg)]
+    assert bars == []
+    figures.plt.close(fig)
+    big = generate(SynthParams(num_experts=64, top_k=4, num_layers=2, requests=30, steps=6,
+                               accept_prob=0.6, seed=2))
+    _, anchor = row_overlaps(big)
+    c = big.columns
+    rows = anchor_table(anchor, c["position"], c["status"], big.k_draft, c["request"])
+    enough = [r for r in rows if r["n_requests"] >= bootstrap.MIN_REQUESTS]
+    assert enough and all(np.isfinite(r["se_by_request"]) and r["se_status"] == "ok"
+                          for r in enough)

@@ -130,7 +130,7 @@ ALT = {
                            "against batch size, with 95% intervals where the table gives them.",
     "anchor_overlap": "Line plots, one panel per run: anchor overlap against draft position for "
                       "accepted, first-rejected and after-rejection drafts, with standard "
-                      "errors by request and Cohen's d labels.",
+                      "errors by request (no bar below 10 requests) and Cohen's d labels.",
     "comparison": "Scatter plots, one panel per table: this run's values against the study's "
                   "published ones, the diagonal marking agreement.",
     "step_model_calibration": "Scatter plot: TE at batch 1 predicted by the step model and by "

@@ -261,10 +261,11 @@ def by_position(consec: np.ndarray, position: np.ndarray, status: np.ndarray,
 
 def clustered_se(values: np.ndarray, request: np.ndarray) -> float:
     """Standard error of a mean over tokens with the request as the unit (the ratio estimator's
-    cluster-robust error: sqrt(G/(G-1) sum_g (s_g - mean n_g)^2) / n, G requests)."""
+    cluster-robust error: sqrt(G/(G-1) sum_g (s_g - mean n_g)^2) / n, G requests); NaN below
+    bootstrap.MIN_REQUESTS requests, where nothing is decided (3 requests gave 0.08-0.14)."""
     ids, cl = np.unique(request, return_inverse=True)
     g, n = ids.size, values.size
-    if g < 2:
+    if g < bootstrap.MIN_REQUESTS:
         return float("nan")
     resid = np.bincount(cl, weights=values - values.mean(), minlength=g)
     return float(np.sqrt(g / (g - 1) * (resid ** 2).sum()) / n)
@@ -273,7 +274,9 @@ def clustered_se(values: np.ndarray, request: np.ndarray) -> float:
 def anchor_table(anchor: np.ndarray, position: np.ndarray, status: np.ndarray,
                  k_draft: int, request: np.ndarray | None = None) -> list[dict]:
     """overlap(S(0), S(j)) by draft position and status, with standard errors (by request where
-    `request` is given, and over tokens beside it)."""
+    `request` is given, and over tokens beside it). Given `request`, a row of fewer than
+    bootstrap.MIN_REQUESTS requests has neither (NaN; its `se_status` "too few", else "ok"): its
+    tokens' error would stand for requests it does not have."""
     rows = []
     for j in range(1, k_draft + 1):
         for s in range(1, len(STATUS)):
@@ -287,6 +290,10 @@ def anchor_table(anchor: np.ndarray, position: np.ndarray, status: np.ndarray,
             if request is not None:
                 row["se_by_request"] = clustered_se(v, request[m])
                 row["n_requests"] = int(np.unique(request[m]).size)
+                few = row["n_requests"] < bootstrap.MIN_REQUESTS
+                if few:
+                    row["se_tokens"] = float("nan")
+                row["se_status"] = TOO_FEW if few else "ok"
             rows.append(row)
     return rows
 
