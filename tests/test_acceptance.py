@@ -86,8 +86,9 @@ def test_median_delta_uses_the_held_out_datasets_slices_only(small_trace):
     res = acceptance_stats(tr, consec, anchor)
     b = [r["delta"] for r in res["slices"]["b"]]
     assert res["median_delta_by_position"] == pytest.approx(b)   # slice a is the main set
-    assert res["heldout"] == {"held": {"slices": ["b"], "median_delta_by_position": pytest.approx(b),
-                                       "median_anchor_drop": res["slice_anchor_drop"]["b"]}}
+    held = res["heldout"]["held"]
+    assert held["slices"] == ["b"] and held["median_delta_by_position"] == pytest.approx(b)
+    assert held["median_anchor_drop"] == res["slice_anchor_drop"]["b"]
     # the anchor drop: anchor overlap at position 1 minus at position K, by hand
     m = (tr.columns["category"] == "b")
     pos = tr.columns["position"]
@@ -457,3 +458,108 @@ def test_anchor_overlap_has_no_standard_error_from_fewer_than_min_requests():
     enough = [r for r in rows if r["n_requests"] >= bootstrap.MIN_REQUESTS]
     assert enough and all(np.isfinite(r["se_by_request"]) and r["se_status"] == "ok"
                           for r in enough)
+
+
+def _held_out(tr, slices):
+    """The trace as a run of one held-out dataset "held" whose slices are `slices`."""
+    import dataclasses
+
+    return dataclasses.replace(tr, meta={**tr.meta, "run": {"dataset": "held"},
+                                         "slice_datasets": {c: "held" for c in slices}})
+
+
+def test_held_out_medians_leave_out_slices_too_few_to_decide():
+    """12 requests over 6 held-out slices (2 a slice): every slice row is "too few", yet the
+    held-out median printed delta_pos1..3 0.035/0.023/-0.229 and an anchor drop of 0.25, with no
+    interval or flag; and the slice rows dropped their intervals and labels, and counted
+    first-rejected tokens in n_rejected_pos<j>. Now the medians are NaN with the reason, and
+    each slice row carries its interval by request, its size label and its requests."""
+    from specmoe.report.runs import heldout_acceptance_rows
+    from specmoe.routing import bootstrap
+    from specmoe.routing.acceptance import NONE_ACCEPTED, TOO_FEW
+
+    cats = ["c1", "c2", "c3", "c4", "c5", "c6"]
+    tr = _held_out(generate(SynthParams(num_experts=64, top_k=4, num_layers=2, requests=12,
+                                        steps=8, accept_prob=0.6, categories=cats, seed=1)), cats)
+    consec, anchor = row_overlaps(tr)
+    res = acceptance_stats(tr, consec, anchor, heldout={"held"})
+    h = res["heldout"]["held"]
+    for key in ("median_delta_by_position", "median_delta_low_by_position",
+                "median_delta_high_by_position"):
+        assert all(np.isnan(h[key])), key
+    assert all(n == 0 for n in h["median_delta_slices_by_position"])
+    assert all(w.startswith("no slice decides") and TOO_FEW in w
+               for w in h["median_delta_why_by_position"])
+    assert np.isnan(h["median_anchor_drop"]) and np.isnan(h["median_anchor_drop_low"])
+    assert TOO_FEW in h["median_anchor_drop_why"]
+    rows = heldout_acceptance_rows({"model": "m"}, res)
+    slices = [r for r in rows if r["slice"] in cats]
+    assert len(slices) == 6
+    for r in slices:
+        for j in range(1, tr.k_draft + 1):
+            src = res["slices"][r["slice"]][j - 1]
+            # every row too few (one at position 3 has no accepted draft at all)
+            assert r[f"size_pos{j}"] == src["size"] in (TOO_FEW, NONE_ACCEPTED)
+            assert np.isnan(r[f"delta_pos{j}_low"]) and np.isnan(r[f"delta_pos{j}_high"])
+            assert r[f"n_requests_rejected_pos{j}"] == src["n_requests_rejected"] <= 2
+            assert r[f"n_first_rejected_pos{j}"] == src["n_first_rejected"]   # tokens
+        assert np.isnan(r["anchor_drop_low"]) and r["anchor_drop_status"] == TOO_FEW
+        assert r["n_requests"] == 2 < bootstrap.MIN_REQUESTS
+    (median,) = [r for r in rows if r["slice"] == "median of held"]
+    for j in range(1, tr.k_draft + 1):
+        assert np.isnan(median[f"delta_pos{j}"]) and median[f"n_slices_pos{j}"] == 0
+        assert median[f"size_pos{j}"].startswith("no slice decides")
+    assert np.isnan(median["anchor_drop"]) and median["anchor_drop_status"].startswith(
+        "no slice decides")
+
+
+def test_held_out_medians_are_over_the_deciding_slices_with_an_interval_by_request():
+    """Two slices of 20 requests and one of 4: the median is over the slices whose row decides
+    (not "too few" nor "none ..."), and it and the anchor drop come with 95% intervals from
+    resamples of whole requests that hold them."""
+    from specmoe.report.runs import heldout_acceptance_rows
+    from specmoe.routing.acceptance import NONE_ACCEPTED, NONE_REJECTED, TOO_FEW
+
+    tr = generate(SynthParams(num_experts=32, top_k=4, num_layers=2, k_draft=3, requests=44,
+                              steps=20, accept_prob=0.6, accept_overlap_tie=2.0,
+                              categories=["a", "b"], seed=5))
+    cat = tr.columns["category"].astype(object).copy()
+    cat[tr.columns["request"] < 4] = "tiny"
+    tr.columns["category"] = cat
+    tr = _held_out(tr, ["a", "b", "tiny"])
+    consec, anchor = row_overlaps(tr)
+    res = acceptance_stats(tr, consec, anchor, heldout={"held"})
+    h = res["heldout"]["held"]
+    assert h["slices"] == ["a", "b", "tiny"]
+    assert all(r["size"] == TOO_FEW for r in res["slices"]["tiny"])
+    for j in range(tr.k_draft):
+        deciding = [res["slices"][n][j]["delta"] for n in h["slices"]
+                    if res["slices"][n][j]["size"] not in (TOO_FEW, NONE_REJECTED, NONE_ACCEPTED)]
+        assert h["median_delta_slices_by_position"][j] == len(deciding)
+        if deciding:
+            med = h["median_delta_by_position"][j]
+            assert med == pytest.approx(np.median(deciding))
+            assert (h["median_delta_low_by_position"][j] <= med
+                    <= h["median_delta_high_by_position"][j])
+    assert h["median_delta_slices_by_position"][0] == 2   # a and b decide at position 1
+    drops = res["slice_anchor_drop"]
+    assert h["median_anchor_drop"] == pytest.approx(np.median([drops["a"], drops["b"]]))
+    assert h["median_anchor_drop_low"] < h["median_anchor_drop"] < h["median_anchor_drop_high"]
+    assert h["median_anchor_drop_slices"] == 2
+    lo, hi = res["slice_anchor_drop_interval"]["a"]
+    assert lo < drops["a"] < hi
+    assert all(np.isnan(res["slice_anchor_drop_interval"]["tiny"]))
+    rows = {r["slice"]: r for r in heldout_acceptance_rows({"model": "m"}, res)}
+    assert rows["median of held"]["delta_pos1"] == h["median_delta_by_position"][0]
+    assert rows["median of held"]["delta_pos1_low"] == h["median_delta_low_by_position"][0]
+    assert rows["median of held"]["anchor_drop_status"] == "ok"
+    assert rows["a"]["delta_pos1_low"] == res["slices"]["a"][0]["delta_low_by_request"]
+    assert rows["a"]["anchor_drop_status"] == "ok" and rows["tiny"]["anchor_drop_status"] == TOO_FEW
+    assert rows["median of held"]["n_requests"] == 44 and rows["tiny"]["n_requests"] == 4
+    # a file of the old acceptance job has none of these: refused in one line, not read as NaN
+    from specmoe.errors import InputError
+
+    old = {k: v for k, v in res.items() if k != "slice_requests"}
+    with pytest.raises(InputError, match=r"older acceptance job\): rerun rule acceptance$"):
+        heldout_acceptance_rows({}, {**old, "run": {"model": "m", "drafter": "d", "k": 3,
+                                                    "dataset": "held"}})

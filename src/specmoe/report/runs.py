@@ -274,18 +274,57 @@ def anchor_rows(rc: dict, ac: dict) -> list[dict]:
 
 def heldout_acceptance_rows(rc: dict, ac: dict) -> list[dict]:
     """One run's rows of the heldout_acceptance table: each slice, then the median across each
-    held-out dataset's slices."""
+    held-out dataset's slices. Per draft position j a slice row has the delta (delta_pos<j>), its
+    95% interval by request, the row's size label ("too few" where either arm has fewer than
+    bootstrap.MIN_REQUESTS requests), its first-rejected requests and tokens; the anchor drop
+    with its interval by request and anchor_drop_status ("too few" below MIN_REQUESTS requests,
+    else "ok") and the slice's requests. A median row has each median with its interval, the
+    slices it is taken over (n_slices_pos<j>, n_slices_anchor_drop) and, where none is left,
+    NaN and why (in size_pos<j>, anchor_drop_status; routing.acceptance.heldout_medians)."""
+    from ..routing.bootstrap import MIN_REQUESTS
+    from ..routing.acceptance import TOO_FEW
+
+    if ac.get("slices") and "slice_requests" not in ac:
+        raise InputError(f"the acceptance results of {Run.of(ac['run'])}: no intervals of the "
+                         "slices' anchor drops nor of the held-out medians (written by an older "
+                         "acceptance job): rerun rule acceptance")
     heldout = ac.get("heldout", {})
     slice_set = {n: ds for ds, h in heldout.items() for n in h["slices"]}
-    rows = [{**rc, "slice": name, "heldout_dataset": slice_set.get(name, ""),
-             **{f"delta_pos{r['draft_position']}": r["delta"] for r in slice_rows},
-             **{f"n_rejected_pos{r['draft_position']}": r["n_first_rejected"]
-                for r in slice_rows},
-             "anchor_drop": (ac.get("slice_anchor_drop") or {}).get(name, np.nan)}
-            for name, slice_rows in ac.get("slices", {}).items()]
-    rows += [{**rc, "slice": f"median of {ds}", "heldout_dataset": ds,
-              **{f"delta_pos{j}": v for j, v in enumerate(h["median_delta_by_position"], 1)},
-              "anchor_drop": h.get("median_anchor_drop", np.nan)} for ds, h in heldout.items()]
+    drops, drop_ci = ac.get("slice_anchor_drop", {}), ac.get("slice_anchor_drop_interval", {})
+    n_req = ac.get("slice_requests", {})
+    rows = []
+    for name, slice_rows in ac.get("slices", {}).items():
+        row = {**rc, "slice": name, "heldout_dataset": slice_set.get(name, "")}
+        for r in slice_rows:
+            j = r["draft_position"]
+            row.update({f"delta_pos{j}": r["delta"],
+                        f"delta_pos{j}_low": r.get("delta_low_by_request", np.nan),
+                        f"delta_pos{j}_high": r.get("delta_high_by_request", np.nan),
+                        f"size_pos{j}": r["size"],
+                        f"n_requests_rejected_pos{j}": r.get("n_requests_rejected", np.nan),
+                        f"n_first_rejected_pos{j}": r["n_first_rejected"]})
+        lo, hi = drop_ci[name]
+        req = n_req[name]
+        row.update({"anchor_drop": drops[name], "anchor_drop_low": lo,
+                    "anchor_drop_high": hi,
+                    "anchor_drop_status": "ok" if req >= MIN_REQUESTS else TOO_FEW,
+                    "n_requests": req})
+        rows.append(row)
+    for ds, h in heldout.items():
+        row = {**rc, "slice": f"median of {ds}", "heldout_dataset": ds}
+        for j, v in enumerate(h["median_delta_by_position"], 1):
+            row.update({f"delta_pos{j}": v,
+                        f"delta_pos{j}_low": h["median_delta_low_by_position"][j - 1],
+                        f"delta_pos{j}_high": h["median_delta_high_by_position"][j - 1],
+                        f"size_pos{j}": h["median_delta_why_by_position"][j - 1],
+                        f"n_slices_pos{j}": h["median_delta_slices_by_position"][j - 1]})
+        row.update({"anchor_drop": h["median_anchor_drop"],
+                    "anchor_drop_low": h["median_anchor_drop_low"],
+                    "anchor_drop_high": h["median_anchor_drop_high"],
+                    "anchor_drop_status": h["median_anchor_drop_why"] or "ok",
+                    "n_requests": h["median_requests"],
+                    "n_slices_anchor_drop": h["median_anchor_drop_slices"]})
+        rows.append(row)
     return rows
 
 

@@ -18,6 +18,8 @@ are Holm-corrected together (`p_holm`).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy import stats
 
@@ -318,8 +320,10 @@ def heldout_split(run_dataset: str | None, slice_datasets: dict[str, str],
 
 def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
                      slice_column: str = "category", heldout=frozenset()) -> dict:
-    """All acceptance statistics of one trace: overall, anchor (with effect sizes), per slice, and
-    the median accepted-minus-first-rejected delta across the held-out datasets' slices. The
+    """All acceptance statistics of one trace: overall, anchor (with effect sizes), per slice
+    (with each slice's anchor drop, its interval by request and its requests), and per held-out
+    dataset the medians across its slices with their intervals (heldout_medians; the
+    top-level median_delta_* across every held-out slice). The
     clustered p-values of every position, overall, in each slice and of the anchor effects, are
     one family: each row's `p_holm` is its Holm-adjusted p."""
     pos, st = trace.columns["position"], trace.columns["status"]
@@ -331,21 +335,31 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
            "acceptance_length": _acceptance_length(trace)}
     if slice_column in trace.columns:
         labels = trace.columns[slice_column]
-        slices, drops = {}, {}
+        slices, drops, drop_ci, slice_req = {}, {}, {}, {}
         for name in sorted(set(labels.tolist())):
             m = labels == name
             slices[name] = by_position(consec[m], pos[m], st[m], kd, req[m])
             drops[name] = anchor_drop(anchor[m], pos[m], kd)
+            ids = np.unique(req[m])
+            slice_req[name] = int(ids.size)
+            drop_ci[name] = [float(v) for v in _percentiles(_anchor_drop_boot(
+                anchor, pos, req, m, kd, ids, request_weights(ids.size)))]
         out["slices"] = slices
         out["slice_anchor_drop"] = drops
+        # its 95% interval over the slice's requests (NaN below bootstrap.MIN_REQUESTS)
+        out["slice_anchor_drop_interval"] = drop_ci
+        out["slice_requests"] = slice_req
         split = heldout_split((trace.meta.get("run") or {}).get("dataset"),
                               trace.meta.get("slice_datasets") or {}, set(heldout))
-        out["heldout"] = {
-            ds: {"slices": names, "median_delta_by_position": _median_delta(slices, names, kd),
-                 "median_anchor_drop": _median([drops[n] for n in names if n in drops])}
-            for ds, names in split.items()}
+        cols = (consec, anchor, pos, st, req, labels)
+        out["heldout"] = {ds: {"slices": names, **heldout_medians(cols, names, slices, drops,
+                                                                  slice_req, kd)}
+                          for ds, names in split.items()}
         held = [n for names in split.values() for n in names]
-        out["median_delta_by_position"] = _median_delta(slices, held, kd)
+        every = heldout_medians(cols, held, slices, drops, slice_req, kd)
+        out.update({k: every[k] for k in ("median_delta_by_position",
+                                          "median_delta_low_by_position",
+                                          "median_delta_high_by_position")})
     family = (out["by_position"] + [r for rows in out.get("slices", {}).values() for r in rows]
               + out["anchor_effects"])
     for r, p in zip(family, holm([r.get("p_by_request", np.nan) for r in family])):
@@ -363,18 +377,101 @@ def anchor_drop(anchor: np.ndarray, position: np.ndarray, k_draft: int) -> float
     return float(first.mean() - last.mean())
 
 
-def _median(vals: list[float]) -> float:
-    vals = [v for v in vals if np.isfinite(v)]
-    return float(np.median(vals)) if vals else float("nan")
+# a held-out median with no slice left to take it over: why, beside the NaN
+NO_SLICE = "no slice decides"
+# a slice row that decides nothing, left out of its held-out dataset's median
+UNDECIDED_ROWS = (TOO_FEW, NONE_REJECTED, NONE_ACCEPTED)
 
 
-def _median_delta(slices: dict, names: list[str], kd: int) -> list[float]:
-    """Median over the named slices of the per-position delta (NaN without slices)."""
-    out = []
-    for j in range(kd):
-        vals = [slices[n][j]["delta"] for n in names if n in slices]
-        vals = [v for v in vals if np.isfinite(v)]
-        out.append(float(np.median(vals)) if vals else float("nan"))
+def _request_ratio(values: np.ndarray, rows: np.ndarray, req: np.ndarray, ids: np.ndarray,
+                   w: np.ndarray) -> np.ndarray:
+    """The mean of `values` over `rows` in each resample of requests `ids` (weights w, from
+    overlap.request_weights): NaN where a resample draws none of its rows."""
+    s, _, n = _request_sums(values[rows], req[rows], ids, ids.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (w @ s) / (w @ n)
+
+
+def _delta_boot(consec: np.ndarray, pos: np.ndarray, st: np.ndarray, req: np.ndarray,
+                m: np.ndarray, j: int, ids: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The accepted-minus-first-rejected delta at draft position j of the rows `m` in each
+    resample of requests `ids` (weights w)."""
+    at = m & (pos == j)
+    return (_request_ratio(consec, at & (st == ACCEPTED), req, ids, w)
+            - _request_ratio(consec, at & (st == FIRST_REJECTED), req, ids, w))
+
+
+def _anchor_drop_boot(anchor: np.ndarray, pos: np.ndarray, req: np.ndarray, m: np.ndarray,
+                      kd: int, ids: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """anchor_drop of the rows `m` in each resample of requests `ids` (weights w)."""
+    ok = m & np.isfinite(anchor)
+    return (_request_ratio(anchor, ok & (pos == 1), req, ids, w)
+            - _request_ratio(anchor, ok & (pos == kd), req, ids, w))
+
+
+def _median_boot(boots: list[np.ndarray]) -> tuple[float, float]:
+    """The 95% percentile interval of the median over slices of their resamples (one array per
+    slice, drawn from the same resampled requests); NaN without a slice."""
+    if not boots:
+        return float("nan"), float("nan")
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a resample without any slice: NaN
+        med = np.nanmedian(np.vstack(boots), axis=0)
+    lo, hi = _percentiles(med)
+    return float(lo), float(hi)
+
+
+def _why_none(labels: list[str]) -> str:
+    """Why a held-out median has no slice: the labels of the slices that decide nothing."""
+    return f"{NO_SLICE} ({', '.join(sorted(set(labels)))})" if labels else f"{NO_SLICE} (none)"
+
+
+def heldout_medians(cols: tuple, names: list[str], slices: dict, drops: dict,
+                    slice_req: dict, kd: int) -> dict:
+    """The medians across the named slices of a held-out dataset, each over the slices that
+    decide it and with its 95% percentile interval over resamples of the slices' requests
+    (overlap.request_weights, pooled over the slices: each resample's median of the slices'
+    resampled values; NaN below bootstrap.MIN_REQUESTS requests): per draft position the
+    accepted-minus-first-rejected delta over the slices whose row is neither "too few" nor
+    "none ..." (a slice of two requests decides nothing, and the median of such slices printed
+    deltas that nothing decided), and the anchor drop over the slices of at least
+    bootstrap.MIN_REQUESTS requests. Where no slice is left the median is NaN and `*_why` says
+    why (NO_SLICE and the slices' labels); the count of slices used is beside each median, and
+    the requests resampled (median_requests).
+    cols: (consec, anchor, position, status, request, slice label) of every row of the trace."""
+    consec, anchor, pos, st, req, labels = cols
+    names = [n for n in names if n in slices]
+    m = np.isin(labels, names)
+    ids = np.unique(req[m])
+    w = request_weights(ids.size)
+    out: dict = {k: [] for k in ("median_delta_by_position", "median_delta_low_by_position",
+                           "median_delta_high_by_position", "median_delta_slices_by_position",
+                           "median_delta_why_by_position")}
+    for j in range(1, kd + 1):
+        rows = {n: slices[n][j - 1] for n in names}
+        keep = [n for n, r in rows.items()
+                if r["size"] not in UNDECIDED_ROWS and np.isfinite(r["delta"])]
+        lo, hi = _median_boot([_delta_boot(consec, pos, st, req, labels == n, j, ids, w)
+                               for n in keep])
+        out["median_delta_by_position"].append(
+            float(np.median([rows[n]["delta"] for n in keep])) if keep else float("nan"))
+        out["median_delta_low_by_position"].append(lo)
+        out["median_delta_high_by_position"].append(hi)
+        out["median_delta_slices_by_position"].append(len(keep))
+        out["median_delta_why_by_position"].append(
+            "" if keep else _why_none([rows[n]["size"] for n in names]))
+    keep = [n for n in names
+            if slice_req[n] >= bootstrap.MIN_REQUESTS and np.isfinite(drops[n])]
+    lo, hi = _median_boot([_anchor_drop_boot(anchor, pos, req, labels == n, kd, ids, w)
+                           for n in keep])
+    out.update({
+        "median_anchor_drop": float(np.median([drops[n] for n in keep])) if keep
+        else float("nan"),
+        "median_anchor_drop_low": lo, "median_anchor_drop_high": hi,
+        "median_anchor_drop_slices": len(keep), "median_requests": int(ids.size),
+        "median_anchor_drop_why": "" if keep else _why_none(
+            [TOO_FEW if slice_req[n] < bootstrap.MIN_REQUESTS else "no anchor drop"
+             for n in names])})
     return out
 
 
