@@ -325,12 +325,13 @@ def test_the_speedup_and_the_report_say_how_the_no_sd_points_were_taken(tmp_path
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A directory a sweep serves as target and drafter: a byte-level BPE tokenizer of the tiny
-    models' kind (trained in seconds) and a config.json; no engine reads its weights here."""
+    models' kind (trained in seconds) and a config.json vLLM reads (the sweep stage records the
+    dtype vLLM resolves from it); no engine reads its weights here."""
     from specmoe.runtime import tiny
 
     out = tmp_path_factory.mktemp("ckpt") / "t"
     tiny.train_tokenizer(tiny.corpus_files(False, 10)[:30], 300, out)
-    (out / "config.json").write_text("{}")
+    (out / "config.json").write_text('{"model_type": "qwen3", "torch_dtype": "float32"}')
     return out
 
 

@@ -46,7 +46,8 @@ def chat_dir(tokenizer_dir, tmp_path_factory) -> Path:
     tok.chat_template = TEMPLATE
     out = tmp_path_factory.mktemp("chat") / "target"
     tok.save_pretrained(out)
-    (out / "config.json").write_text("{}")
+    # a config vLLM reads (the sweep stage records the dtype vLLM resolves from it)
+    (out / "config.json").write_text('{"model_type": "qwen3", "torch_dtype": "float32"}')
     return out
 
 

@@ -141,6 +141,43 @@ def test_a_point_whose_batch_the_kv_cache_cannot_hold_is_refused_before_any_is_m
     assert not list((tmp_path / "pts").glob("b*.json"))
 
 
+def test_a_series_records_the_dtype_its_engine_ran_in(tiny_models, tmp_path):
+    """The default configuration's drafter served alone (rule sweep_ar, float32), its schedule
+    cut to one batch size: the series records the dtype the engine ran in (the one its own
+    config line logs), not only the configured name, and no draft dtype (no SD). Its points on
+    disk, a series written again (as after a series from before the record is deleted) starts
+    no engine and records it all the same."""
+    import re
+    from dataclasses import replace
+
+    from specmoe.contracts import Named
+    from specmoe.contracts.engines import SweepArParams
+    from specmoe.stages.measure import sweep_stage
+    from test_sweep import _resolved
+
+    params = SweepArParams.from_config(_resolved(False), Named(
+        {"model": "tiny-drafter", "dtype": "float32", "tp": "1"}))
+    params = replace(params, job={**params.job, "datasets": ["tinybench"]},
+                     settings={**params.settings, "schedule": [{"batch": 1, "prompts": 2}],
+                               "dataset_schedules": {}, "repeats": 2, "warmups": 0,
+                               "output_len": 8, "kv_cache_mib": 128})
+    log_path, out = tmp_path / "rule.log", tmp_path / "ar-float32-tp1.json"
+    job = (Named({"target": str(tiny_models / "d"), "prompts": []}), Named({"json": str(out)}),
+           params)
+    sweep_stage(*job, log=str(log_path))
+    series = read_json(out)
+    assert series["engine"]["dtype"] == "float32"
+    # what the engine logged it was built with (vLLM's config line: dtype=torch.<name>)
+    ran = set(re.findall(r"\bdtype=torch\.(\w+)", log_path.read_text()))
+    assert ran == {series["resolved_dtype"]} == {"float32"}
+    assert series["draft_resolved_dtype"] is None and series["paired_no_sd"] is None
+    out.unlink()
+    sweep_stage(*job, log=str(log_path))
+    again = read_json(out)
+    assert again["datasets"]["tinybench"]["measured"] == 0 and again["engine_starts"] == 0
+    assert again["resolved_dtype"] == "float32"
+
+
 def test_engine_that_cannot_start_fails_with_its_last_lines(tiny_models, tmp_path):
     from specmoe.runtime.serving import run_series
 

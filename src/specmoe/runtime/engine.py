@@ -165,6 +165,29 @@ def engine_kwargs(target, drafter=None, k=None, *, seed=0,
     return kw
 
 
+def resolved_dtypes(engine: dict) -> dict:
+    """The dtype each model of an engine (engine_kwargs) runs in, by torch's name ("float32",
+    "bfloat16", "float16"): {"target": ..., "draft": ...}, draft None without SD. vLLM resolves
+    its `dtype` argument with _get_and_verify_dtype from the model's HF config on the current
+    platform (ModelConfig; "auto": the checkpoint's torch_dtype, a float32 checkpoint served in
+    the platform's first supported type: bfloat16 on an x86 CPU and a recent GPU), and gives the
+    draft inside SD the target's resolved dtype, whatever its own checkpoint's
+    (SpeculativeConfig: `dtype=self.target_model_config.dtype`): this function calls the same
+    resolution with the same config, so it names what the engine ran in, not what was asked."""
+    from vllm.config.model import _get_and_verify_dtype
+    from vllm.transformers_utils.config import get_config
+
+    model, revision = str(engine["model"]), engine.get("revision")
+    fmt = engine.get("config_format") or "auto"
+    overrides = engine.get("hf_overrides")
+    hf = get_config(model, bool(engine.get("trust_remote_code")), revision, config_format=fmt,
+                    hf_overrides_kw=overrides if isinstance(overrides, dict) else None)
+    dtype = _get_and_verify_dtype(model, hf, engine.get("dtype") or "auto",
+                                  is_pooling_model=False, revision=revision, config_format=fmt)
+    name = str(dtype).removeprefix("torch.")
+    return {"target": name, "draft": name if engine.get("speculative_config") else None}
+
+
 def _spec_metrics(llm) -> dict:
     out = {}
     for m in llm.get_metrics():

@@ -78,7 +78,7 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     import time
 
     from ..runtime.capture import vllm_version
-    from ..runtime.engine import check_inputs, device, engine_kwargs
+    from ..runtime.engine import check_inputs, device, engine_kwargs, resolved_dtypes
     from ..runtime.serving import arm_order, run_series
 
     series = params.job
@@ -153,17 +153,24 @@ def sweep_stage(inputs, outputs, params, log: str | None = None, runtime=None) -
     starts = [next((p for pts in arm.values() for p in pts if not p["reused"]), None)
               for arm in (points, plain_points or {})]
     starts = [p for p in starts if p is not None]
+    # the dtype each model ran in, as vLLM resolved the configured one (auto: from the
+    # checkpoint's config, on this platform); the draft inside SD runs in the target's
+    # (resolved_dtypes). Rule speedup compares a drafter served alone with its SD series' draft
+    # by them (analysis.drafter_like_sd): the configured "auto" of both says nothing of either
+    ran_in = resolved_dtypes(engine)
     datasets = {ds: {"points": pts, "measured": sum(not p["reused"] for p in pts)}
                 for ds, pts in points.items()}
     for ds, pts in (plain_points or {}).items():
         datasets[ds]["paired_no_sd"] = {"points": pts,
                                         "measured": sum(not p["reused"] for p in pts)}
     write_json(out, {"series": series, "engine": key_base["engine"],
+                     "resolved_dtype": ran_in["target"], "draft_resolved_dtype": ran_in["draft"],
                      # its model runner and engine mode, as its points record them
                      **engine_runs(points),
                      "datasets": datasets,
                      # how the no-SD points beside the SD ones were taken (None: not at all)
                      "paired_no_sd": {"engine": paired[1]["engine"], "arm_order": order,
+                                      "resolved_dtype": resolved_dtypes(plain)["target"],
                                       "order": PAIR_ORDER[order],
                                       **engine_runs(plain_points)} if paired else None,
                      "prompting": fit,
