@@ -552,23 +552,49 @@ def speedup_stage(inputs, outputs, params) -> None:
 
 def drafter_like_sd(sd_path, sd: dict, dr_path, dr: dict) -> None:
     """The drafter's own series must have run as the drafter runs inside the SD series: vLLM gives
-    a separate draft model the target's dtype and tensor-parallel degree
-    (SpeculativeConfig._verify_and_get_draft_tp), so a draft cost c from a series in another
-    dtype or on another number of GPUs divides times of two engines that differ in more than SD.
-    Each series' `engine` records its arguments (a TP left out: 1); InputError in one line
-    else."""
-    def serving(series: dict, path) -> tuple[str, int]:
+    a separate draft model the target's resolved dtype and tensor-parallel degree
+    (SpeculativeConfig: dtype=target_model_config.dtype, _verify_and_get_draft_tp), so a draft
+    cost c from a series in another dtype or on another number of GPUs divides times of two
+    engines that differ in more than SD. The dtypes compared are those the models ran in
+    (ran_in), not the configured names: a bf16 target with a float32-config drafter, both
+    configured "auto", drafts in bfloat16 while the drafter alone resolves "auto" from its own
+    checkpoint. Each series' `engine` records its arguments (a TP left out: 1); InputError in
+    one line else."""
+    def tp(series: dict, path) -> int:
         engine = series.get("engine")
         if not isinstance(engine, dict) or "dtype" not in engine:
             raise InputError(f"{path}: records no engine dtype (a series from before it was "
                              "recorded): delete it to measure it again")
-        return str(engine["dtype"]), int(engine.get("tensor_parallel_size") or 1)
+        return int(engine.get("tensor_parallel_size") or 1)
 
-    (sd_dtype, sd_tp), (dr_dtype, dr_tp) = serving(sd, sd_path), serving(dr, dr_path)
+    sd_tp, dr_tp = tp(sd, sd_path), tp(dr, dr_path)
+    sd_dtype, dr_dtype = ran_in(sd, sd_path, draft=True), ran_in(dr, dr_path)
     if (sd_dtype, sd_tp) != (dr_dtype, dr_tp):
+        auto = "auto" in (sd["engine"]["dtype"], dr["engine"]["dtype"]) and sd_tp == dr_tp
+        fix = (f"dtype auto resolves from each checkpoint's own config: set sweep.dtype, or the "
+               f"target's precision, to {sd_dtype} so that the drafter is served alone in it too"
+               if auto else "delete it to measure it again")
         raise InputError(f"{dr_path}: the drafter ran alone in {dr_dtype} at TP {dr_tp}, but "
                          f"drafts in {sd_dtype} at TP {sd_tp} in {sd_path}: its draft cost would "
-                         "compare two setups (delete it to measure it again)")
+                         f"compare two setups ({fix})")
+
+
+def ran_in(series: dict, path, draft: bool = False) -> str:
+    """The dtype a serving series' target (draft: the draft inside its SD engine) ran in, as the
+    series recorded it (measure.sweep_stage: resolved_dtype, draft_resolved_dtype). A series from
+    before it was recorded: its configured dtype where that is not "auto" (vLLM serves an
+    explicit dtype as named, and gives the draft the target's: exact), else refused in one line
+    (rerunning its rule reuses its points and records it)."""
+    key = "draft_resolved_dtype" if draft else "resolved_dtype"
+    if series.get(key):
+        return str(series[key])
+    configured = str(series["engine"]["dtype"])
+    if configured != "auto":
+        return configured
+    rule = "sweep_sd" if draft else "sweep_ar"
+    raise InputError(f"{path}: ran in dtype auto and records not what it resolved to (a series "
+                     f"from before it was recorded): delete it and rerun rule {rule} (its "
+                     "points are reused)")
 
 
 def series_points(series: dict, dataset: str) -> list[dict]:
