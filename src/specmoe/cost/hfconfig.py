@@ -214,13 +214,60 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
                  "max_seq_length", "seq_len")
 
 
+# RoPE types whose factor vLLM 0.32 does not apply to the positions (_get_and_verify_max_len in
+# vllm/config/model.py: "YaRN variants leave max_position_embeddings already scaled, as
+# Transformers' _compute_yarn_parameters assumes"); any other type's factor (linear, dynamic, ...)
+# multiplies them, except in a Gemma 3 model, whose positions are already scaled. Legacy names as
+# vLLM's patch_legacy_rope_type reads them (type for rope_type; su is longrope, mrope default,
+# telechat3-yarn yarn).
+ROPE_UNSCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+_ROPE_LEGACY = {"su": "longrope", "mrope": "default", "telechat3-yarn": "yarn"}
+# The layer types a per-layer-type rope_parameters is keyed by (transformers 5.x,
+# configuration_utils.ALLOWED_LAYER_TYPES; vLLM's is_rope_parameters_nested reads them):
+# tests/test_hfconfig.py checks them against transformers where it is installed.
+ROPE_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention",
+                    "window_attention", "indexed_attention", "compressed_sparse_attention",
+                    "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
+                    "hybrid_sliding", "linear_attention", "sparse", "dense")
+
+
+def rope_factor(cfg: dict, name: str = "config.json") -> tuple[float, str] | None:
+    """(the factor vLLM 0.32 multiplies a model's positions by, its rope type) as
+    _get_and_verify_max_len reads the RoPE parameters (rope_scaling, which transformers reads
+    over rope_parameters; one dict per layer type where keyed by them, the last factor given
+    counting); None: no factor applies (no RoPE parameters, only ROPE_UNSCALED types, or a
+    Gemma 3 model). A null factor is 1, as vLLM falls back to; any other non-number is an error."""
+    params = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(params, dict) or not params or "gemma3" in str(cfg.get("model_type")):
+        return None
+    nested = set(params) <= set(ROPE_LAYER_TYPES)
+    found = None
+    for rp in ([p for p in params.values() if isinstance(p, dict) and p] if nested else [params]):
+        kind = rp.get("rope_type", rp.get("type", "default"))
+        kind = _ROPE_LEGACY.get(kind, kind)
+        if kind in ROPE_UNSCALED or "factor" not in rp:
+            continue
+        factor = rp["factor"]
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                   or not factor > 0):
+            raise InputError(f"{name}: rope factor = {factor!r} is not a number > 0")
+        found = (1.0 if factor is None else float(factor), str(kind))
+    return None if found is None or found[0] == 1.0 else found
+
+
 def max_positions(cfg: dict, name: str = "config.json") -> tuple[int, str] | None:
-    """(the positions a model takes, the key that gives them) as vLLM derives its longest
-    max_model_len from a config.json (POSITION_KEYS; rope scaling not applied); None: it gives
-    none of the keys. Each value a whole number >= 1."""
+    """(the positions a model takes, where they come from) as vLLM 0.32 derives its longest
+    max_model_len from a config.json: the smallest of the POSITION_KEYS given (model_max_length
+    over the others where given), times the RoPE factor of the types that extend the positions
+    (rope_factor: linear or dynamic, not YaRN, whose max_position_embeddings already counts it);
+    None: it gives none of the keys. Each value a whole number >= 1."""
     given = [(whole(cfg[k], f"{name}: {k}"), k) for k in POSITION_KEYS if cfg.get(k) is not None]
     own = [g for g in given if g[1] == "model_max_length"]
-    return own[0] if own else min(given, key=lambda g: g[0], default=None)
+    found = own[0] if own else min(given, key=lambda g: g[0], default=None)
+    rope = rope_factor(cfg, name) if found is not None else None
+    if rope is None:
+        return found
+    return int(found[0] * rope[0]), f"{found[1]} x {rope[1]} rope factor {rope[0]:g}"
 
 
 def whole(v, what: str, least: int = 1) -> int:
