@@ -105,7 +105,8 @@ class PredictParams:
     the speculative method of its first drafter (a synthetic model's: DEFAULT_METHOD), the batch
     sizes, the study model it stands beside and the run it predicts (the model's first: its first
     drafter, K and dataset, whose trace a model with one reads; the report sets it beside that
-    run's sweep; None: a prediction for no run)."""
+    run's sweep; None: a prediction for no run) and that run's KV context (context_of; None: the
+    run serves no prompts, and the step model's CONTEXT stands in)."""
 
     INPUTS = ("config", "overlap", "acceptance", "checkpoint", "draft")
     OUTPUTS = ("json",)
@@ -118,6 +119,7 @@ class PredictParams:
     batch_sizes: list
     study: str | None
     run: dict | None = None
+    context: dict | None = None
 
     @classmethod
     def from_config(cls, cfg, w) -> "PredictParams":
@@ -127,7 +129,51 @@ class PredictParams:
         return cls(model=cost_entry(cfg, w.model), hardware=cfg.hardware, k=run.k,
                    method=d.method if d is not None else DEFAULT_METHOD,
                    batch_sizes=cfg.batch_sizes,
-                   study=(cfg.study.get(w.model) or {}).get("study"), run=run.as_dict())
+                   study=(cfg.study.get(w.model) or {}).get("study"), run=run.as_dict(),
+                   context=cls.context_of(cfg, run))
+
+    @staticmethod
+    def context_of(cfg, run) -> dict | None:
+        """The KV tokens per sequence the steps of `run` read on average (cost.plan.
+        decode_context, which the GPU plan prices a series at too): its dataset's mean prompt
+        plus half the output its engine generates, with where each comes from. The output: the
+        sweep's output_len where the model is swept (the report sets the prediction beside
+        that sweep), else its capture's max_tokens (the only engine that serves the run). The
+        prompt: a downloaded dataset's Config.prompt_tokens (datasets.<name>.prompt_tokens, or
+        the plan's assumption); a prompt-table dataset's (a joined one "a+b" among them: the
+        sets the configuration can join) the mean of the prompts that engine serves, weighted
+        as it weighs them: the sweep's prompt set (the schedule's smallest point's prompts,
+        interleaved over the slices, sources.prompts.schedule) or the capture's distinct
+        prompts (sources.prompts.distinct_prompts). None: a synthetic model, whose routing is
+        drawn, serves no prompts."""
+        from ..cost.plan import decode_context, rows_prompt_tokens
+        from ..runs import dataset_parts
+        from ..sources import prompts as prompt_table
+
+        name = run.model
+        if cfg.models[name].source == "synthetic":
+            return None
+        if name in cfg.swept or name in cfg.hf_swept:
+            output, output_source = cfg.job_settings("sweep_sd", name)["output_len"], \
+                "sweep.output_len"
+            size = min(n for _, n in cfg.sweep_schedule(run.dataset))
+
+            def served(rows):
+                return prompt_table.schedule(rows, size, set_size=size)
+        else:  # a tiny or study model is captured
+            capture = cfg.job_settings("capture", name)
+            output, output_source = capture["max_tokens"], "capture.max_tokens"
+
+            def served(rows):
+                return prompt_table.distinct_prompts(rows, capture.get("prompts"))
+        if all(p in cfg.datasets for p in dataset_parts(run.dataset)):  # downloaded
+            prompt, source = cfg.prompt_tokens(run.dataset)
+        else:
+            prompt = rows_prompt_tokens(served(prompt_table.load(cfg.prompts, [run.dataset])))
+            source = "prompt table"
+        return {"tokens": decode_context(prompt, int(output)), "prompt_tokens": prompt,
+                "prompt_source": source, "output_len": int(output),
+                "output_source": output_source}
 
 
 @dataclass(frozen=True)

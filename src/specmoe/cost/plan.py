@@ -83,16 +83,30 @@ def startup_s(dims: costmodel.ModelDims, a: PlanAssumptions) -> float:
 CHARS_PER_TOKEN = 4.0
 
 
+def decode_context(prompt_tokens: float, output_len: float) -> float:
+    """The KV tokens per sequence a decode or verification step reads on average over a request:
+    its prompt and half its output (the output grows from none to `output_len`). The GPU plan
+    prices a series' steps at it, and rule predict the run it predicts
+    (specmoe.contracts.analysis.PredictParams)."""
+    return prompt_tokens + output_len / 2
+
+
+def rows_prompt_tokens(rows) -> float | None:
+    """The mean prompt length in tokens of prompt-table rows, estimated from their characters
+    (CHARS_PER_TOKEN); None for no rows."""
+    return sum(len(r.text) for r in rows) / len(rows) / CHARS_PER_TOKEN if rows else None
+
+
 def series_s(dims, hw, schedule: list[tuple[int, int]], output_len: int, k: int | None,
              a: PlanAssumptions, params: StepParams, prompt_tokens: float = 0.0) -> float:
     """A serving series over the schedule, without (k None) or with SD, each request's prompt of
     `prompt_tokens` prefilled once. A step reads the KV cache it has: a prefill its prompt's
     half on average (causal attention), a decode or verification step the prompt and half the
-    output (the step model's CONTEXT where the prompt's length is unknown)."""
+    output (decode_context; the step model's CONTEXT where the prompt's length is unknown)."""
     total = 0.0
     prefill = (step_s(dims, hw, 1, max(int(round(prompt_tokens)), 1), params, prompt_tokens / 2)
                if prompt_tokens else 0.0)
-    context = prompt_tokens + output_len / 2 if prompt_tokens else CONTEXT
+    context = decode_context(prompt_tokens, output_len) if prompt_tokens else CONTEXT
     for batch, prompts in schedule:
         total += prompts * prefill
         waves = math.ceil(prompts / batch)
@@ -231,7 +245,7 @@ def table_prompt_tokens(source: str, dataset: str) -> float | None:
         rows = prompt_table.load(source, [dataset])
     except (InputError, OSError):
         return None
-    return sum(len(r.text) for r in rows) / len(rows) / CHARS_PER_TOKEN if rows else None
+    return rows_prompt_tokens(rows)
 
 
 def model_rows(entry: dict, config: dict, a: PlanAssumptions, params: StepParams,

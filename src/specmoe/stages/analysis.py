@@ -654,7 +654,10 @@ def predict_stage(inputs, outputs, params) -> dict:
     outputs.json. A model with a trace of its own (tiny, synthetic) uses its measured overlaps and
     acceptance length (inputs overlap, acceptance); a study model its config.json and the study's
     published overlaps (or the prior of its granularity) and the acceptance prior; a separate
-    draft model's config (inputs.draft) sizes the draft."""
+    draft model's config (inputs.draft) sizes the draft. Attention reads the predicted run's
+    KV context (params.context: its dataset's mean prompt and half its output, recorded with
+    their sources as context_source); a run that serves no prompts is priced at the step
+    model's CONTEXT, said in a caveat."""
     from ..contracts import one
     from ..cost import predictor, stepmodel
 
@@ -695,14 +698,28 @@ def predict_stage(inputs, outputs, params) -> dict:
         log.info("%s: %s routes another k of N; its overlaps are not this model's: the prior of "
                  "its granularity", model_cfg["name"], study_model)
         study_model = None
+    ctx = params.context
+    if ctx is None:
+        context = stepmodel.CONTEXT
+        caveats.append(f"context: the step model's {context:,} KV tokens per sequence (an "
+                       "MT-Bench prompt and half its output), since "
+                       + ("no run is predicted" if params.run is None else
+                          f"{model_cfg['name']}'s run serves no prompts"))
+        context_source = {"tokens": context, "source": "the step model's CONTEXT"}
+    else:
+        context = max(1, int(round(ctx["tokens"])))
+        context_source = {**ctx, "source": f"{ctx['prompt_source']} mean prompt of "
+                                           f"{(params.run or {}).get('dataset')} + half of "
+                                           f"{ctx['output_source']}"}
     res = predictor.prediction(dims, hw, k, method, batch_sizes, config=config,
                                study_model=study_model, overlaps=overlaps,
                                overlap_source=source, tau=tau,
-                               draft_config=draft_config, caveats=caveats)
+                               draft_config=draft_config, caveats=caveats, context=context)
     out_obj = {"model": model_cfg["name"], "run": params.run,
-               "params": stepmodel.fitted().as_dict(), **res}
+               "params": stepmodel.fitted().as_dict(), **res, "context_source": context_source}
     write_json(out, out_obj, provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
-                                         "k": k, "method": method, "run": params.run},
+                                         "k": k, "method": method, "run": params.run,
+                                         "context": ctx},
                                         model=model_ref(model_cfg), stage="predict"))
     log.info("%s: predicted speedup %s; shape %s; %s", model_cfg["name"],
              ", ".join(f"B={b}: {x:.2f}" for b, x in zip(res["batch_sizes"], res["speedup"])),
