@@ -1539,6 +1539,14 @@ def _not_compared(td: Tables, table: str, q: str, model: str, like) -> str:
             f"{_with_interval(v, *_interval(r, q))})")
 
 
+def _reproduced_text(r) -> str:
+    """A comparison row's reproduced value with its interval; where the run measured it but did
+    not identify it (empty, its status beside: a TE), why, with its raw numbers (_te_text)."""
+    if np.isfinite(_val(r, "reproduced")):
+        return _with_interval(r["reproduced"], *_interval(r, "reproduced"))
+    return _te_text(r, "reproduced")
+
+
 def comparison_findings(td: Tables) -> list[str]:
     """Per matched model: the headline quantities beside the study's, saying where its run pools
     held-out slices with its main set, and each headline quantity the study publishes for the
@@ -1553,8 +1561,7 @@ def comparison_findings(td: Tables) -> list[str]:
             h = g[(g["table"] == table) & (g["quantity"] == q)]
             if not h.empty:
                 r = h.iloc[0]
-                mine = _with_interval(r["reproduced"], *_interval(r, "reproduced"))
-                parts.append(f"{name} {mine} vs {r['published']:.3f}")
+                parts.append(f"{name} {_reproduced_text(r)} vs {r['published']:.3f}")
         of_runs = g[g["dataset"].apply(lambda ds: isinstance(ds, str) and ds != "")]
         note = pooled_note(td, of_runs.iloc[0]) if not of_runs.empty else ""
         like = of_runs.iloc[0] if not of_runs.empty else None

@@ -232,6 +232,28 @@ def _reproduced_interval(r: pd.Series, col: str, names: tuple[str, str] | None =
             "reproduced_high": float(r.get(high, np.nan))}
 
 
+def measured(r: pd.Series, col: str) -> bool:
+    """Did the run measure `col` in this row: a value, or none where its table says why (a
+    <col>_status other than "ok": e.g. a TE whose raw ratio left [0, 1], not identified)? A NaN
+    without a status was never measured (e.g. a distance beyond this run's K)."""
+    status = r.get(f"{col}_status")
+    return pd.notna(r[col]) or (isinstance(status, str) and status not in ("", "ok"))
+
+
+def _raw_and_status(r: pd.Series, col: str) -> dict:
+    """A reproduced value's raw number, its 95% interval and its status where its table has them
+    (<col>_raw, <col>_raw_low/_raw_high, <col>_status: the TEs), NaN and "" where not: a row
+    this run did not identify keeps its empty value with why beside it."""
+    def num(c: str) -> float:
+        v = r.get(c, np.nan)
+        return float(v) if pd.notna(v) else np.nan
+
+    status = r.get(f"{col}_status")
+    return {"reproduced_raw": num(f"{col}_raw"), "reproduced_raw_low": num(f"{col}_raw_low"),
+            "reproduced_raw_high": num(f"{col}_raw_high"),
+            "reproduced_status": status if isinstance(status, str) else ""}
+
+
 def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
     pub = load(spec.published)
     out = []
@@ -252,9 +274,7 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
         pr = p.iloc[0]
         key = f"{spec.key[0]} {r[spec.key[0]]}" if spec.key else ""
         for ours, theirs in spec.quantities.items():
-            if ours not in r or pd.isna(pr[theirs]):
-                continue
-            if pd.isna(r[ours]):  # e.g. a distance beyond this run's K
+            if ours not in r or pd.isna(pr[theirs]) or not measured(r, ours):
                 continue
             mine = float(r[ours])
             out.append({"table": spec.table, "model": r["model"],
@@ -263,6 +283,7 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
                         "key": key, "quantity": ours, "published": float(pr[theirs]),
                         "reproduced": mine,
                         **_reproduced_interval(r, ours, spec.intervals.get(ours)),
+                        **_raw_and_status(r, ours),
                         "difference": mine - float(pr[theirs])})
     return out
 
@@ -270,8 +291,9 @@ def _rows(spec: Spec, df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
 def _three_step_rows(df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
     """The published three-step correction beside each run of its model's variant from the main
     set at the study's K (main_run, as every other comparison), step by step in the run's own
-    order; a step whose TE is not a value (NaN: not identified) is left out, as _rows leaves
-    out a quantity without one."""
+    order; a step whose TE is not a value but was measured (NaN beside a te_status that says
+    why, e.g. not identified) keeps its row with an empty reproduced value, its raw value and
+    status beside, as _rows keeps such a quantity; a step never measured is left out."""
     steps, _ = three_step()
     variant = three_step_variant()
     out = []
@@ -283,7 +305,7 @@ def _three_step_rows(df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
                 variant, entry, ("gpu", "precision", "tp")) or not main_run(first, entry):
             continue
         for i, (_, r) in enumerate(g.iloc[:len(steps)].iterrows()):
-            if pd.isna(r["te"]):
+            if not measured(r, "te"):
                 continue
             pr = steps.iloc[i]
             out.append({"table": "three_step_correction", "model": r["model"],
@@ -291,13 +313,14 @@ def _three_step_rows(df: pd.DataFrame, study: dict[str, dict]) -> list[dict]:
                         "dataset": r.get("dataset", ""), "study_model": entry["study"],
                         "key": f"step {i}", "quantity": "te",
                         "published": float(pr["te"]), "reproduced": float(r["te"]),
-                        **_reproduced_interval(r, "te"),
+                        **_reproduced_interval(r, "te"), **_raw_and_status(r, "te"),
                         "difference": float(r["te"]) - float(pr["te"])})
     return out
 
 
 COLUMNS = ["table", "model", "drafter", "k", "dataset", "study_model", "key", "quantity",
-           "published", "reproduced", "reproduced_low", "reproduced_high", "difference"]
+           "published", "reproduced", "reproduced_low", "reproduced_high", "reproduced_raw",
+           "reproduced_raw_low", "reproduced_raw_high", "reproduced_status", "difference"]
 
 
 def comparison(tables: dict[str, pd.DataFrame], study: dict[str, dict]) -> pd.DataFrame:
