@@ -28,12 +28,14 @@ sns.set_theme(style="whitegrid", context="paper")
 
 
 def save(fig: plt.Figure, stem: str | Path, prov: dict) -> list[Path]:
-    """Save stem.png and stem.pdf atomically; provenance goes into the files' metadata."""
+    """Save stem.png and stem.pdf atomically; provenance goes into the files' metadata. No
+    time is written (a PDF's /CreationDate by default): the same figure and provenance give the
+    same bytes."""
     stem = Path(stem)
     blob = json.dumps(prov, default=str, separators=(",", ":"))
     paths = []
     for ext, meta in (("png", {"Description": blob, "Software": "specmoe"}),
-                      ("pdf", {"Subject": blob, "Creator": "specmoe"})):
+                      ("pdf", {"Subject": blob, "Creator": "specmoe", "CreationDate": None})):
         path = stem.with_suffix(f".{ext}")
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight", metadata=meta)
