@@ -161,11 +161,13 @@ def _te_text(row, col: str) -> str:
     not a number (its raw value, interval and status beside)."""
     v = row.get(col, np.nan)
     lo, hi = _interval(row, col)
-    # a table of an older run may keep a value its interval does not identify: the tables' one
-    # rule (sweep.bound_status) decides it here too
-    status = sweep.bound_status(v, lo, hi) if pd.notna(v) and np.isfinite(lo) else sweep.TE_OK
+    # a table of an older run may keep a value its interval does not identify, and one without
+    # an interval may keep a value past a bound: the tables' one rule (sweep.bound_status)
+    # decides it here too, by the point alone where there is no interval
+    status = ((sweep.bound_status(v, lo, hi) if np.isfinite(lo) else sweep.bound_status(v))
+              if pd.notna(v) else sweep.TE_OK)
     if status != sweep.TE_OK:
-        return f"{status} (raw ratio {v:.2f} [{lo:.2f}, {hi:.2f}], not a TE)"
+        return f"{status} (raw ratio {v:.2f}{_bracket(row, col)}, not a TE)"
     if pd.notna(v):
         return f"{v:.2f}" + _bracket(row, col)
     raw = row.get(f"{col}_raw", np.nan)
