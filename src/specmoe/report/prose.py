@@ -57,6 +57,19 @@ def _with_interval(est: float, lo: float, hi: float, digits: int = 3, sign: bool
             f"{_num(hi, digits, sign)}]")
 
 
+def _pct_with_interval(v: float, lo: float, hi: float) -> str:
+    """"58% [51%, 65%]": a share in percent with its 95% interval, with a decimal more (up to
+    two) where whole percents would print an end that differs from the point as the point
+    ("15% [15%, 15%]"); "(no interval)" beside it where it has none."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{100 * v:.0f}% (no interval)"
+    for d in (0, 1, 2):
+        p, a, b = (f"{100 * x:.{d}f}" for x in (v, lo, hi))
+        if (a != p or lo == v) and (b != p or hi == v):
+            break
+    return f"{p}% [{a}%, {b}%]"
+
+
 def _decided(low: float, high: float, above: float = 0.0) -> str:
     """shown / not shown / undecided for 'the quantity exceeds `above`', from its 95% interval."""
     if not (np.isfinite(low) and np.isfinite(high)):
@@ -85,8 +98,7 @@ def _share_text(row) -> str:
     v, (lo, hi) = _val(row, "above_shuffle_share"), _interval(row, "above_shuffle_share")
     if not np.isfinite(v):
         return ""
-    return f"{100 * v:.0f}%" + (f" [{100 * lo:.0f}%, {100 * hi:.0f}%]"
-                                if np.isfinite(lo) and np.isfinite(hi) else " (no interval)")
+    return _pct_with_interval(v, lo, hi)
 
 
 def _ordering_text(row) -> str:
@@ -278,7 +290,8 @@ def report_findings(td: Tables) -> list[str]:
                      + direction(_val(r, "window_decay_within_status"),
                                  *_interval(r, "window_decay_within_status"), "decays",
                                  "rises"))
-        line += f"; independence {r['independent']:.3f}"
+        ind = _with_interval(_val(r, "independent"), *_interval(r, "independent"))
+        line += f"; independence {ind}{_held(r, 'independent')}"
         seq = by_distance(r, prefix="seq")
         if seq:
             line += (f"; along the committed sequence, d = 1..{len(seq)} {_fmt(seq)}, from "
@@ -1124,12 +1137,12 @@ def _cpu_step_numbers(td: Tables, models: list[str]) -> str:
             other = _first(k[k["class"] == "other"], model, like) if not k.empty else None
             if moe is not None and np.isfinite(moe["decode_share"]):
                 share = _moe_share(load(td, "te_three_ways"), model, like, moe)
-                took = (f"{100 * share[0]:.0f}% [{100 * share[1]:.0f}%, {100 * share[2]:.0f}%]"
-                        if share else f"{100 * moe['decode_share']:.0f}% (no interval)")
+                took = _pct_with_interval(*(share or (moe["decode_share"], np.nan, np.nan)))
                 said.append(f"its MoE kernels took {took} of the profiled step against "
                             f"{100 * moe['moe_weight_share']:.0f}% of its weights"
-                            + (f", and ops outside attention, GEMMs and MoE "
-                               f"{100 * other['decode_share']:.0f}%"
+                            + (", and ops outside attention, GEMMs and MoE "
+                               + _pct_with_interval(*(_val(other, c) for c in (
+                                   "decode_share", "decode_share_low", "decode_share_high")))
                                if other is not None else ""))
         te = _cpu_te(td, g)
         if te:
