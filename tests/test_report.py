@@ -1675,8 +1675,8 @@ def test_the_sweep_s_acceptance_length_beside_the_prediction_carries_its_interva
     assert table[["tau_measured_low", "tau_measured_high"]].iloc[0].tolist() == [2.2, 2.6]
     table.to_csv(tmp_path / "step_model.csv", index=False)
     [line] = prose.prediction_findings(tables_in(tmp_path))
-    assert ("acceptance length 2.50 in the prediction against 2.10 (no interval) to "
-            "2.40 [2.20, 2.60] in the sweep") in line, line
+    assert ("acceptance length 2.50 in the prediction against 2.10 (no interval over requests) "
+            "to 2.40 [2.20, 2.60] (over repeats, not requests) in the sweep") in line, line
 
 
 def test_shapes_from_the_studys_rule_are_scored_apart_from_measured_curves(tmp_path):

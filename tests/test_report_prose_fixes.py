@@ -403,21 +403,22 @@ def test_a_run_s_speedup_line_names_its_shape_and_the_direction_its_sweep_decide
 def test_a_run_s_acceptance_length_is_given_with_its_interval(tmp_path):
     """measured_findings printed the acceptance length bare ('acceptance length 2.04') although
     the speedup table carries its 95% interval over the repeats (tau_low, tau_high). It is now
-    given with its interval, at the batch size it is from, and 'no interval' where there is none
-    (one repeat, or a table written before tau kept its interval)."""
+    given with its interval, at the batch size it is from, and 'no interval over requests' where
+    there is none (repeats that agree exactly, one repeat, or a table written before tau kept its
+    interval)."""
     sp = tables.read_csv(FIXTURE / "speedup_vs_batch.csv")
     b1 = int(sp["batch"].min())
     sp = sp.assign(tau=2.5, tau_low=np.where(sp["batch"] == b1, 2.25, np.nan),
                    tau_high=np.where(sp["batch"] == b1, 2.75, np.nan))
     td = _fixture_with(tmp_path, speedup_vs_batch=sp)
     lines = [ln for ln in prose.measured_findings(td) if ": speedup B=" in ln]
-    assert lines and any(f"acceptance length at B={b1} 2.50 [2.25, 2.75]" in ln
-                         for ln in lines), lines
+    assert lines and any(f"acceptance length at B={b1} 2.50 [2.25, 2.75] (over repeats, not "
+                         "requests)" in ln for ln in lines), lines
     # a run whose tau has no interval, or a table without the columns, says so
     td = _fixture_with(tmp_path / "none", speedup_vs_batch=sp.assign(tau_low=np.nan))
     lines = [ln for ln in prose.measured_findings(td) if ": speedup B=" in ln]
-    assert lines and all("acceptance length at B=" in ln and "2.50 (no interval)" in ln
-                         for ln in lines), lines
+    assert lines and all("acceptance length at B=" in ln and "2.50 (no interval over requests"
+                         in ln for ln in lines), lines
     td = _fixture_with(tmp_path / "old", speedup_vs_batch=sp.drop(columns=["tau_low", "tau_high"]))
     lines = [ln for ln in prose.measured_findings(td) if ": speedup B=" in ln]
-    assert lines and all("2.50 (no interval)" in ln for ln in lines), lines
+    assert lines and all("2.50 (no interval over requests" in ln for ln in lines), lines

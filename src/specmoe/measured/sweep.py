@@ -17,11 +17,14 @@ length:
 - speedup(B) = TPOT_noSD(B) / TPOT_SD(B) with a 95% interval (log scale, t quantile with
   Welch-Satterthwaite degrees of freedom);
 - tau(B): mean acceptance length of the SD series' repeats (tokens per step, bonus token included),
-  with its t interval over the repeats (tau_low, tau_high; none from one repeat);
+  with its t interval over the repeats (tau_low, tau_high; none from one repeat, nor from repeats
+  that agree exactly, as greedy decoding's do: vLLM counts acceptance engine-wide, so there is
+  no interval over requests);
 - c(B) = K * TPOT_drafter(B) / TPOT_noSD(B): the draft cost per SD step over the target's decode
   step, with the drafter timed alone (served without SD, same batch);
 - TE(B) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95% interval: each bound at the corner
-  of the four inputs' own 95% intervals where TE is smallest or largest (TE rises with TPOT_noSD and
+  of the four inputs' own 95% intervals (tau without one at its point) where TE is smallest or
+  largest (TE rises with TPOT_noSD and
   TPOT_drafter and falls with tau and TPOT_SD). Whether it is a value is decided by the one rule
   every table's TE is flagged by (bound_status, on [0, 1]): a point inside whose interval reaches
   past a bound (above 1, or unbounded) or is missing is "not identified", and so is a point outside
@@ -243,11 +246,13 @@ def te_status(te: float, low: float, high: float, drafter: bool) -> str:
 
 
 def mean_interval(xs: list[float], level: float = LEVEL) -> tuple[float, float]:
-    """A t interval of the mean of repeated values ((x, x) when they agree exactly)."""
+    """A t interval of the mean of repeated values; none (NaN) from one value, or from values
+    that agree exactly (repeats of greedy decoding do: their spread of 0 says nothing of the
+    error, and an interval of zero width would claim none)."""
     m = sum(xs) / len(xs)
-    if len(xs) < 2:
+    if len(xs) < 2 or len(set(xs)) == 1:
         return float("nan"), float("nan")
-    half = _t(level, len(xs) - 1) * stats.tstd(xs) / math.sqrt(len(xs)) if len(set(xs)) > 1 else 0
+    half = _t(level, len(xs) - 1) * stats.tstd(xs) / math.sqrt(len(xs))
     return m - half, m + half
 
 
@@ -431,11 +436,11 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
             spd_other = _mean(tpot(p, other) for p in a_pts) / _mean(tpot(p, other) for p in s_pts)
         except InputError:
             spd_other = float("nan")
-        # tau's 95% interval over the repeats (none from one repeat), kept beside it and taken
-        # by TE's (one repeat: its point, beside the TPOTs' missing intervals)
+        # tau's 95% interval over the repeats (none from one repeat, nor from repeats that
+        # agree exactly), kept beside it and taken by TE's (none: tau at its point)
         tau_iv = mean_interval(taus)
         te_raw = te_from_sweep(tau, spd.mean, c) if math.isfinite(c) else float("nan")
-        te_lo, te_hi = (te_interval(tau_iv if len(taus) > 1 else (tau, tau), k,
+        te_lo, te_hi = (te_interval(tau_iv if math.isfinite(tau_iv[0]) else (tau, tau), k,
                                     a.interval(), s.interval(), d.interval())
                         if d else (float("nan"), float("nan")))
         status = te_status(te_raw, te_lo, te_hi, math.isfinite(c))

@@ -134,8 +134,8 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         # alone also times the engine's per-step work, which SD pays once, not K times
         # (its interval from tau's, the speedup's and the profiled c's: te_sweep_interval)
         **(bounded_te("te_sweep_profiled_c", *te_sweep_interval(
-            *(sw.get(k, np.nan) for k in ("tau", "tau_low", "tau_high", "speedup",
-                                          "speedup_low", "speedup_high")),
+            sw.get("tau", np.nan), *_tau_interval(sw),
+            *(sw.get(k, np.nan) for k in ("speedup", "speedup_low", "speedup_high")),
             *(b[k] for k in ("draft_cost_profiled", "draft_cost_profiled_low",
                              "draft_cost_profiled_high"))))
            if sw else bounded_te("te_sweep_profiled_c", np.nan, np.nan, np.nan)),
@@ -278,6 +278,18 @@ def gap_as_pct(step: dict) -> dict:
         out.update({f"gap_closed_pct{e[10:]}": 100 * step[e] if ok and step[e] is not None
                     else np.nan for e in ends})
     return out
+
+
+def _tau_interval(sw: dict) -> tuple[float, float]:
+    """A sweep point's tau interval as its TE takes it (sweep.speedup_curve): its own, else tau
+    at its point where its repeats agree exactly (tau_spread 0: no interval, none needed); NaN
+    where the point keeps neither (a sweep from before tau kept its interval)."""
+    lo, hi = sw.get("tau_low", np.nan), sw.get("tau_high", np.nan)
+    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
+        return lo, hi
+    if sw.get("tau_spread") == 0:
+        return sw.get("tau", np.nan), sw.get("tau", np.nan)
+    return np.nan, np.nan
 
 
 def te_sweep_interval(tau: float, tau_low: float, tau_high: float, speedup: float,

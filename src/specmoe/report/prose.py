@@ -163,6 +163,19 @@ def _bracket(row, col: str) -> str:
     return f" [{lo:.2f}, {'∞' if hi == np.inf else f'{hi:.2f}'}]"
 
 
+def _tau_text(v: float, lo: float, hi: float, spread: float = np.nan,
+              repeats: float = np.nan) -> str:
+    """A sweep's acceptance length as the report words it: with its 95% interval over the
+    sweep's repeats where they differ, named as such; else "no interval over requests" (vLLM
+    counts acceptance over the whole engine, not request by request), with why the repeats give
+    none: they agree exactly (spread 0, or a table's interval of zero width), or there is one."""
+    if np.isfinite(lo) and np.isfinite(hi) and lo < hi:
+        return f"{v:.2f} [{lo:.2f}, {hi:.2f}] (over repeats, not requests)"
+    why = ("repeats of greedy decoding agree exactly" if spread == 0 or lo == hi == v
+           else "measured once" if repeats == 1 else "")
+    return f"{v:.2f} (no interval over requests" + (f": {why})" if why else ")")
+
+
 def _speedup_text(row) -> str:
     """A speedup with its 95% interval, as the report words it."""
     return f"{row['speedup']:.2f}" + (_bracket(row, "speedup") or " (no interval)")
@@ -1226,10 +1239,11 @@ def measured_findings(td: Tables) -> list[str]:
     for run, g in (sp.groupby("run", sort=False) if not sp.empty else []):
         g = g.sort_values("batch")
         pts = ", ".join(f"B={int(r['batch'])}: {_speedup_text(r)}" for _, r in g.iterrows())
-        # tau with its 95% interval over the repeats (a table written before tau kept its
-        # interval lacks tau_low/tau_high: _interval reads them as none)
+        # tau with its 95% interval over the repeats where they differ, else none (a table
+        # written before tau kept its interval lacks tau_low/tau_high: _interval reads none)
         r0 = g.iloc[0]
-        tau = _with_interval(_val(r0, "tau"), *_interval(r0, "tau"), digits=2)
+        tau = _tau_text(_val(r0, "tau"), *_interval(r0, "tau"), _val(r0, "tau_spread"),
+                        _val(r0, "repeats"))
         out.append(f"{run}: speedup {pts}; shape: {g['shape'].iloc[0]}; {_direction_word(g)}; "
                    f"acceptance length at B={int(r0['batch'])} {tau}")
     ue = load(td, "unique_experts")
@@ -1292,6 +1306,16 @@ def _flagged(row, col: str) -> bool:
     return v is not None and pd.notna(v) and str(v).lower() in ("true", "1", "1.0")
 
 
+def _sweep_repeats(sp: pd.DataFrame, r) -> tuple[float, float]:
+    """(tau_spread, repeats) of the speedup table's point of the run and batch size of a step
+    model row `r` (NaN, NaN where the table has none)."""
+    keys = [c for c in ("model", "drafter", "k", "dataset", "batch") if c in sp and c in r]
+    hit = sp[np.logical_and.reduce([sp[c] == r[c] for c in keys])] if not sp.empty else sp
+    if hit.empty:
+        return np.nan, np.nan
+    return _val(hit.iloc[0], "tau_spread"), _val(hit.iloc[0], "repeats")
+
+
 def prediction_findings(td: Tables) -> list[str]:
     """The step model's prediction beside the measurement, one line per model with both (naming
     the run predicted, whose sweep measured it): the speedup at each measured batch size with its interval, inside, outside or not separated from
@@ -1299,7 +1323,7 @@ def prediction_findings(td: Tables) -> list[str]:
     interval short of its whole physical range), the predicted medians there without a shape
     read from them, the prediction's shape as its draws decide it, and the measured shape."""
     out = []
-    sm = load(td, "step_model")
+    sm, sp = load(td, "step_model"), load(td, "speedup_vs_batch")
     studied = set(published.load("hardware")["gpu"])
     both = sm[np.isfinite(sm["speedup_measured"])] if not sm.empty else sm
     for model, g in (both.groupby("model", sort=False) if not both.empty else []):
@@ -1332,12 +1356,15 @@ def prediction_findings(td: Tables) -> list[str]:
             lo, hi = float(g["tau_predicted_low"].iloc[0]), float(g["tau_predicted_high"].iloc[0])
             meas = g[np.isfinite(g["tau_measured"])]
             drawn = f"{lo:.2f}" if lo == hi else f"{lo:.2f} to {hi:.2f}"
-            # the sweep's lowest and highest, each with its 95% interval (a table written
-            # before tau kept its interval lacks tau_measured_low/high: _interval reads none)
+            # the sweep's lowest and highest, each with its 95% interval over the repeats
+            # where it has one, and its point's spread and repeats (speedup_vs_batch) saying
+            # why it has none (a table written before tau kept its interval lacks
+            # tau_measured_low/high: _interval reads none)
             ends = [meas.loc[meas["tau_measured"].idxmin()],
                     meas.loc[meas["tau_measured"].idxmax()]]
             swept = " to ".join(dict.fromkeys(
-                _with_interval(_val(r, "tau_measured"), *_interval(r, "tau_measured"), digits=2)
+                _tau_text(_val(r, "tau_measured"), *_interval(r, "tau_measured"),
+                          *_sweep_repeats(sp, r))
                 for r in ends))
             tau = (f"; acceptance length {drawn} in the prediction against {swept} in the sweep "
                    "(the speedup scales with it)")
