@@ -24,13 +24,12 @@ length:
   step, with the drafter timed alone (served without SD, same batch);
 - TE(B) = TPOT_noSD / (tau TPOT_SD - K TPOT_drafter), with a 95% interval: each bound at the corner
   of the four inputs' own 95% intervals (tau without one at its point) where TE is smallest or
-  largest (TE rises with TPOT_noSD and
-  TPOT_drafter and falls with tau and TPOT_SD). Whether it is a value is decided by the one rule
-  every table's TE is flagged by (bound_status, on [0, 1]): a point inside whose interval reaches
-  past a bound (above 1, or unbounded) or is missing is "not identified", and so is a point outside
-  whose interval reaches back inside; one outside with its interval is "not physical"; no finite
-  TE (tau / speedup at or below c) is TE_UNDEFINED. Any of these leaves its TE NaN (the raw value
-  and the interval are kept beside the status);
+  largest (TE rises with TPOT_noSD and TPOT_drafter and falls with tau and TPOT_SD). Whether it
+  is a value is decided by the one rule every table's TE is flagged by (bound_status, on [0, 1]):
+  a point inside whose interval reaches past a bound (above 1, or unbounded) or is missing is "not
+  identified", and so is a point outside whose interval reaches back inside; one outside with its
+  interval is "not physical"; no finite TE (tau / speedup at or below c) is TE_UNDEFINED. Any of
+  these leaves its TE NaN (the raw value and the interval are kept beside the status);
 - the curve's shape (shape_label) and whether SD is faster or slower over it (direction_labels),
   decided by the intervals or said to be undecided.
 """

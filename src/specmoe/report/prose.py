@@ -169,6 +169,8 @@ def _tau_text(v: float, lo: float, hi: float, spread: float = np.nan,
     sweep's repeats where they differ, named as such; else "no interval over requests" (vLLM
     counts acceptance over the whole engine, not request by request), with why the repeats give
     none: they agree exactly (spread 0, or a table's interval of zero width), or there is one."""
+    if not np.isfinite(v):
+        return _num(v, 2)
     if np.isfinite(lo) and np.isfinite(hi) and lo < hi:
         return f"{v:.2f} [{lo:.2f}, {hi:.2f}] (over repeats, not requests)"
     why = ("repeats of greedy decoding agree exactly" if spread == 0 or lo == hi == v
