@@ -37,6 +37,10 @@ def test_a_te_the_run_did_not_identify_keeps_its_row_and_the_figure_names_it():
         {"te_three_ways": _te_sweep(0.8, 0.8, sweep.bound_status(0.8, 0.7, 0.9))}, study)
     assert len(identified) == 1 and identified["reproduced"].iloc[0] == 0.8
 
+    # a TE the run has no sweep point for (no raw value: "not measured") is left out
+    never = _te_sweep(np.nan, np.nan, sweep.bound_status(np.nan))
+    assert published.comparison({"te_three_ways": never}, study).empty
+
     df = published.comparison({"te_three_ways": _te_sweep(np.nan, 1.3, UNPHYSICAL)}, study)
     assert len(df) == 1, df
     r = df.iloc[0]

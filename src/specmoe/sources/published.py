@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost.costmodel import PEAK_DTYPES  # the dtypes a peak is given for: hardware.csv's columns
+from ..measured.sweep import bound_status
 
 SOURCE = ("Why Speculative Decoding Works Better Than Predicted on Sparse MoE Models "
           "(Cohere, arXiv, October 2026)")
@@ -232,12 +233,19 @@ def _reproduced_interval(r: pd.Series, col: str, names: tuple[str, str] | None =
             "reproduced_high": float(r.get(high, np.nan))}
 
 
+# the one rule's status of a quantity without a raw value (bounds.bounded_te of a run with no
+# sweep point): never measured
+NOT_MEASURED = bound_status(float("nan"))
+
+
 def measured(r: pd.Series, col: str) -> bool:
     """Did the run measure `col` in this row: a value, or none where its table says why (a
-    <col>_status other than "ok": e.g. a TE whose raw ratio left [0, 1], not identified)? A NaN
-    without a status was never measured (e.g. a distance beyond this run's K)."""
+    <col>_status other than "ok" and NOT_MEASURED: e.g. a TE whose raw ratio left [0, 1], not
+    identified)? A NaN without such a status was never measured (e.g. a distance beyond this
+    run's K, a TE of a batch size the sweep has no point of)."""
     status = r.get(f"{col}_status")
-    return pd.notna(r[col]) or (isinstance(status, str) and status not in ("", "ok"))
+    return pd.notna(r[col]) or (isinstance(status, str)
+                                and status not in ("", "ok", NOT_MEASURED))
 
 
 def _raw_and_status(r: pd.Series, col: str) -> dict:
