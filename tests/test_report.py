@@ -1650,8 +1650,8 @@ def test_the_prediction_beside_the_measurement_reads_no_shape_from_medians(tmp_p
     assert "the prediction's shape, decided over its draws, is undecided" in line
     # the capture's acceptance length (repetition penalty) against the sweep's: named, since the
     # speedup scales with it
-    assert ("acceptance length 1.64 in the prediction against 2.09 (no interval) in the sweep "
-            "(the speedup scales with it)") in line
+    assert ("acceptance length 1.64 in the prediction against 2.09 (no interval over requests) "
+            "in the sweep (the speedup scales with it)") in line
 
 
 def test_the_sweep_s_acceptance_length_beside_the_prediction_carries_its_interval(tmp_path):
