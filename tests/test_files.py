@@ -83,7 +83,8 @@ def test_the_gpu_plan_reads_only_the_config_files_the_package_does_not_ship():
 
     wanted = PlanParams.inputs(paper.cfg)["manifests"]
     for n in paper.cfg.planned:
-        shipped = shipped_config(paper.cfg.entry(n)["repo_id"]) is not None
+        e = paper.cfg.entry(n)
+        shipped = shipped_config(e["repo_id"], e.get("revision")) is not None
         # a draft model served alone is read from the Hugging Face cache, as the preflight reads it
         assert (paper.download(n, "config") in wanted) == (not shipped and n in paper.cfg.hf), n
 

@@ -286,6 +286,39 @@ def test_the_long_context_sets_max_batch_is_the_largest_batch_every_model_holds(
     assert c.max_batch(ds) == fits == 32
 
 
+def test_the_gpu_plan_sizes_a_pinned_model_from_its_download_and_says_so(tmp_path):
+    """A planned study model that pins a revision is sized from its config-only download at
+    that revision (contracts.report.plan_config asks for it though the package ships a copy),
+    and the plan's provenance names where each model's config.json came from."""
+    from types import SimpleNamespace
+
+    from specmoe.contracts.report import PlanParams, plan_config
+    from specmoe.stages.report import plan_stage
+
+    name, repo, rev = "glm-4.7-flash-bf16-tp1", "zai-org/GLM-4.7-Flash", "0123456789" * 4
+    assert plan_config(paper(only(name)), name) == []
+    pinned = paper(only(name, revision=rev))
+    assert plan_config(pinned, name) == ["results/downloads/zai-org--GLM-4.7-Flash.config.json"]
+    snap = tmp_path / "snapshots" / rev
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(preflight.shipped_config(repo)))
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"repo_id": repo, "mode": "config", "revision_requested": rev,
+                                    "commit": rev, "snapshot_path": str(snap)}))
+
+    def sources(cfg, tag):
+        params = PlanParams.from_config(cfg)
+        entries = [{**e, "manifest": str(manifest) if e["manifest"] else None}
+                   for e in params.entries]
+        out = SimpleNamespace(json=tmp_path / f"{tag}.json", md=tmp_path / f"{tag}.md")
+        plan_stage(None, out, PlanParams(entries, params.config, params.unplanned,
+                                         params.prompt_tokens))
+        return json.loads(out.json.read_text())["provenance"]["config_sources"]
+
+    assert sources(pinned, "pinned") == {name: "download"}
+    assert sources(paper(only(name)), "shipped") == {name: "package"}
+
+
 def test_the_gpu_plan_bills_a_capped_dataset_at_its_own_points(tmp_path):
     """The plan bills a series' dataset at the points it runs (up to its max_batch): without
     speed-bench-32k's cap, Qwen3-30B's TP 2 series would bill its 32k prompts at batches 64 and
@@ -315,6 +348,39 @@ def test_the_gpu_plan_bills_a_capped_dataset_at_its_own_points(tmp_path):
         every[("capture", "qwen3-30b-fp8-tp2", 3, "speed-bench-32k")]
     mt_bench_only = ("sweep_sd", "qwen3-30b-fp8-tp1", 3, "")
     assert capped[mt_bench_only] == every[mt_bench_only]
+
+
+def test_a_pinned_revision_reads_its_own_config_json_not_the_packages_copy(tmp_path, monkeypatch):
+    """The package's config.json copies were made at commits nobody recorded
+    (data/hf_configs/SOURCE.md): an entry that pins a revision reads its download at that
+    revision (or the cache), as `specmoe predict --revision` does; one without reads the copy. A
+    download of another revision is not read for it."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    repo, rev = "Qwen/Qwen3-30B-A3B-FP8", "0123456789abcdef0123456789abcdef01234567"
+    snap = tmp_path / "snapshots" / rev
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(
+        {**preflight.shipped_config(repo), "num_experts": 64, "num_experts_per_tok": 4}))
+    manifest = tmp_path / "Qwen--Qwen3-30B-A3B-FP8.config.json"
+    manifest.write_text(json.dumps({"repo_id": repo, "mode": "config", "revision_requested": rev,
+                                    "commit": rev, "snapshot_path": str(snap)}))
+    cfg, source = preflight.offline_config({"repo_id": repo, "revision": rev}, manifest)
+    assert (source, cfg["num_experts"], cfg["num_experts_per_tok"]) == ("download", 64, 4)
+    cfg, source = preflight.offline_config({"repo_id": repo}, manifest)
+    assert (source, cfg["num_experts"], cfg["num_experts_per_tok"]) == ("package", 128, 8)
+    assert preflight.offline_config({"repo_id": repo, "revision": "f" * 40}, manifest) == (
+        None, preflight.MISSING)
+
+
+def test_a_pinned_shipped_model_without_its_download_stops_the_run(tmp_path, monkeypatch):
+    """A study model that pins a revision is checked against that revision's config.json: the
+    package's copy does not stand in for it, so without its download it is the fatal line."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    lines = paper(only("glm-4.7-flash-bf16-tp1", revision="0" * 40)).preflight(
+        with_vllm=False).lines(True)
+    assert len(lines) == 1 and lines[0].startswith(
+        "preflight: no config.json for glm-4.7-flash-bf16-tp1 (zai-org/GLM-4.7-Flash)"), lines
+    assert "--revision" in lines[0]
 
 
 def test_a_drafter_without_its_config_json_stops_the_run(tmp_path, monkeypatch):

@@ -154,16 +154,19 @@ class Engine:
 
 # --- config.json, offline ----------------------------------------------------------------------
 
-def shipped_config_path(repo_id: str | None) -> Path | None:
+def shipped_config_path(repo_id: str | None, revision: str | None = None) -> Path | None:
     """Where the package keeps the config.json of one of the study's checkpoints (None: not
-    shipped)."""
-    name = SHIPPED.get(repo_id or "")
+    shipped). The copies were made at commits nobody recorded (data/hf_configs/SOURCE.md), so
+    none stands for a pinned `revision`: None where one is given (its download, or the Hugging
+    Face cache at it, is read instead)."""
+    name = None if revision else SHIPPED.get(repo_id or "")
     return None if name is None else Path(resources.files("specmoe") / "data" / "hf_configs" / name)
 
 
-def shipped_config(repo_id: str | None) -> dict | None:
-    """The packaged config.json of one of the study's checkpoints (None: not shipped)."""
-    path = shipped_config_path(repo_id)
+def shipped_config(repo_id: str | None, revision: str | None = None) -> dict | None:
+    """The packaged config.json of one of the study's checkpoints (None: not shipped, or a
+    `revision` is pinned: shipped_config_path)."""
+    path = shipped_config_path(repo_id, revision)
     return None if path is None else json.loads(path.read_text())
 
 
@@ -175,19 +178,23 @@ def shipped_repo_of(cfg: dict) -> str | None:
 
 def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dict | None, str]:
     """(config.json, where it came from) of a model or drafter entry, never from the network:
-    the package, a download manifest's snapshot, or the Hugging Face cache; (None, why) else. A
-    manifest or config.json that is not a JSON object (a truncated download) is an InputError
-    naming the file, one line."""
-    repo = entry.get("repo_id")
+    the package (an entry without `revision` only: shipped_config_path), a download manifest's
+    snapshot (one of the entry's revision), or the Hugging Face cache at the entry's revision;
+    (None, why) else. A manifest or config.json that is not a JSON object (a truncated download)
+    is an InputError naming the file, one line."""
+    repo, revision = entry.get("repo_id"), entry.get("revision")
     if not repo:
         return None, "no repo_id"
-    cfg = shipped_config(repo)
+    cfg = shipped_config(repo, revision)
     if cfg is not None:
         return cfg, "package"
     if manifest and Path(manifest).exists():
         man = _json_object(manifest)
         path = Path(man.get("snapshot_path", "")) / "config.json"
-        if path.exists():
+        # a download of another revision (the configuration changed since) is not this one's
+        of_revision = not revision or revision in (man.get("revision_requested"),
+                                                   man.get("commit"))
+        if of_revision and path.exists():
             return _json_object(path), "download"
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -196,8 +203,7 @@ def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dic
 
         cache = os.environ.get("HF_HUB_CACHE") or (
             os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else None)
-        hit = try_to_load_from_cache(repo, "config.json", revision=entry.get("revision"),
-                                     cache_dir=cache)
+        hit = try_to_load_from_cache(repo, "config.json", revision=revision, cache_dir=cache)
     except Exception:  # noqa: BLE001 - a malformed id or cache: not available offline
         hit = None
     if isinstance(hit, str) and Path(hit).exists():
@@ -795,7 +801,8 @@ class Report:
             f"preflight: no config.json for {', '.join(missing)}: neither shipped with the "
             "package nor in the Hugging Face cache, so their checks (vLLM's among them) cannot "
             "run: fetch each once, where the Hub is reachable, with `specmoe download REPO --mode "
-            "config` (config.json and tokenizer, no weights; into HF_HOME's cache, which "
+            "config` (with `--revision` where the configuration pins one: the package's copies "
+            "stand for none; config.json and tokenizer, no weights; into HF_HOME's cache, which "
             "HF_HUB_OFFLINE=1 then reads), then run again"]
         for (_, check_), fs in groups.items():
             jobs = list(dict.fromkeys(f.job for f in fs))

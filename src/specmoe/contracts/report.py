@@ -91,13 +91,14 @@ def config_json(cfg, name: str) -> str:
 
 def plan_config(cfg, model: str) -> list[str]:
     """The config-only download the GPU plan (and each GPU job's runtime, its estimate) sizes a
-    planned study model from, where the package ships no config.json of it (none: the package's
-    is read, and a draft model served alone is read from the Hugging Face cache, as the
-    preflight reads it)."""
-    from ..checks.preflight import shipped_config
+    planned study model from, where the package ships no config.json of it or the model pins a
+    revision (none: the package's is read, and a draft model served alone is read from the
+    Hugging Face cache, as the preflight reads it; preflight.offline_config)."""
+    from ..checks.preflight import shipped_config_path
 
     m = cfg.hf.get(model)
-    if model not in cfg.planned or m is None or shipped_config(m.entry["repo_id"]) is not None:
+    if model not in cfg.planned or m is None or shipped_config_path(
+            m.entry["repo_id"], m.entry.get("revision")) is not None:
         return []
     return [config_json(cfg, model)]
 
@@ -241,8 +242,8 @@ class PlanParams:
     """Rule plan: the GPU plan (outputs md, json: results/plan.md and each GPU job's hours and
     runtime, the one its job asks for: specmoe.cost.plan.Planner computes both;
     specmoe.stages.report.plan_stage) from the config.json of each planned study model that the
-    package does not ship (input manifests; the others, and the draft models served alone, are
-    read offline, as the preflight reads them).
+    package does not ship or that pins a revision (input manifests; the others, and the draft
+    models served alone, are read offline, as the preflight reads them).
 
     entries: per planned model or draft model served alone (Config.planned), its engine jobs as
     the rules run them and, on a GPU, each job's engine (for its memory headroom), with its

@@ -248,15 +248,13 @@ def table_prompt_tokens(source: str, dataset: str) -> float | None:
     return rows_prompt_tokens(rows)
 
 
-def model_rows(entry: dict, config: dict, a: PlanAssumptions, params: StepParams,
-               prompt_tokens: dict[str, float]) -> list[dict]:
-    """The estimates of one planned model's GPU jobs (job_rows), from an entry of the plan
-    (specmoe.contracts.report.PlanParams.entries) and its config.json read offline. Its config-only
-    download (`manifest`, set where the package ships no config.json) must exist:
-    FileNotFoundError naming it else (a GPU job's runtime that reads it is left to be decided once
-    it does)."""
+def model_config(entry: dict) -> tuple[dict, str]:
+    """(config.json, where it came from: package, download or cache) of one planned model, read
+    offline (preflight.offline_config) from an entry of the plan. Its config-only download
+    (`manifest`, set where the package ships no config.json or the model pins a revision) must
+    exist: FileNotFoundError naming it else (a GPU job's runtime that reads it is left to be
+    decided once it does)."""
     from ..checks.preflight import offline_config
-    from .hfconfig import check_precision, dense_dims_from_config, dims_from_config
 
     name, manifest = entry["name"], entry.get("manifest")
     if manifest and not os.path.exists(manifest):
@@ -266,6 +264,17 @@ def model_rows(entry: dict, config: dict, a: PlanAssumptions, params: StepParams
                               manifest)
     if cfg is None:
         raise InputError(f"model {name}: {why}")
+    return cfg, why
+
+
+def model_rows(entry: dict, config: dict, a: PlanAssumptions, params: StepParams,
+               prompt_tokens: dict[str, float]) -> list[dict]:
+    """The estimates of one planned model's GPU jobs (job_rows), from an entry of the plan
+    (specmoe.contracts.report.PlanParams.entries) and its config.json (model_config)."""
+    from .hfconfig import check_precision, dense_dims_from_config, dims_from_config
+
+    name = entry["name"]
+    cfg, _ = model_config(entry)
     try:  # a config.json downloaded after the configuration check ran
         check_precision(cfg, entry["precision"])
     except InputError as exc:
@@ -315,6 +324,11 @@ class Planner:
             self._rows[name] = model_rows(self.entries[name], self.config, self.assumptions,
                                           self.params, self.prompt_tokens)
         return self._rows[name]
+
+    def config_source(self, name: str) -> str:
+        """Where a planned model's config.json came from (model_config): package, download or
+        cache."""
+        return model_config(self.entries[name])[1]
 
     def runtime(self, rule: str, job: dict) -> int | None:
         """A GPU job's SLURM runtime in minutes, its row's; None where the plan has no such job

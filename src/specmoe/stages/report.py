@@ -291,10 +291,12 @@ def plan_stage(inputs, outputs, params) -> dict:
     """Rule plan (its contract: specmoe.contracts.report.PlanParams): the GPU plan into outputs md
     and json, from its entries (one per study model that runs and per draft model served alone,
     with the `manifest` of its config-only download, read where the package ships no
-    config.json, else the Hugging Face cache), its settings (config),
+    config.json or the model pins a revision, else the Hugging Face cache), its settings (config),
     the models it cannot size (unplanned) and each dataset's prompt tokens (prompt_tokens: mean
     and where the number comes from, for the prefill term). Reads nothing else: no dataset, no
-    download of a model whose config.json the package ships."""
+    download of a model whose config.json the package ships and that pins no revision. Its
+    provenance names where each model's config.json came from (config_sources: package,
+    download or cache; preflight.offline_config)."""
     from ..checks import preflight
 
     entries, unplanned = params.entries, params.unplanned
@@ -312,7 +314,8 @@ def plan_stage(inputs, outputs, params) -> dict:
                  kv_sequences=m.sequences if m else None,
                  headroom_gib=m.headroom / preflight.GIB if m else None)
     s = summary(rows)
-    prov = provenance(config, stage="plan")
+    prov = provenance(config, stage="plan",
+                      config_sources={e["name"]: planner.config_source(e["name"]) for e in entries})
     write_json(outputs.json, {"assumptions": asdict(a), "sd_loop_us": asdict(sd_loop()), **s,
                               "jobs": rows, "unplanned": list(unplanned), "prompt_tokens": ptok,
                               "preflight": [f.line() for f in report.findings]}, prov)
