@@ -215,7 +215,8 @@ class WeightModelParams:
     """Rule weight_model: the weight-model table of every study model with a repository (output
     tables; specmoe.stages.report.weight_model_stage) from each one's config.json (input
     manifests: its config-only download). entries: per model, what the table reads of it (name,
-    repository, manifest, precision, TP, hardware, Ks, the study's overlaps where given)."""
+    repository, manifest, precision, TP, hardware, Ks, and its overlaps by step distance where it
+    has some, with where they come from: published.weight_model_overlaps)."""
 
     INPUTS = ("manifests",)
     OUTPUTS = ("tables",)
@@ -225,10 +226,16 @@ class WeightModelParams:
 
     @classmethod
     def from_config(cls, cfg, w=None) -> "WeightModelParams":
+        from ..sources.published import weight_model_overlaps
+
+        def overlaps(entry: dict) -> dict:
+            ov, source = weight_model_overlaps(entry)
+            return {"overlaps": ov, "overlaps_source": source} if ov else {}
+
         return cls(entries=[
             {"name": n, "repo_id": m.entry["repo_id"], "manifest": config_json(cfg, n),
              "precision": m.precision, "tp": m.tp, "hardware": m.hardware, "ks": list(m.ks),
-             **({"overlaps": m.entry["overlaps"]} if m.entry.get("overlaps") else {})}
+             **overlaps(m.entry)}
             for n, m in cfg.hf.items() if m.entry["repo_id"]])
 
     @staticmethod

@@ -95,6 +95,25 @@ def study_model_of(model_cfg: dict) -> str | None:
     return None if hit.empty else str(hit["model"].iloc[0])
 
 
+def weight_model_overlaps(model_cfg: dict) -> tuple[list[float] | None, str]:
+    """(overlaps by step distance 1.., where they come from) for a configured model's IPF column
+    of the weight-model table: its own `overlaps` ("configured"), else its study model's row of
+    the published overlap_by_distance ("published"); (None, "") where it has neither. Configured
+    overlaps equal to the published row to its three decimals are a copy of it: "published". A
+    number fed the published overlaps is the replay's (report/replay.py), never a reproduction
+    (SPECS compares only configured ones)."""
+    study = study_model_of(model_cfg)
+    ob = load("overlap_by_distance").set_index("model")
+    steps = [c for c in ob.columns if c.startswith("step")]
+    pub = [float(ob.loc[study, c]) for c in steps] if study in ob.index else None
+    own = model_cfg.get("overlaps")
+    if own:
+        copied = pub is not None and len(own) <= len(pub) and bool(
+            np.allclose(own, pub[:len(own)], rtol=0, atol=5e-4))
+        return [float(x) for x in own], "published" if copied else "configured"
+    return (pub, "published") if pub else (None, "")
+
+
 def study_entry(model_cfg: dict, hardware: str | None = None,
                 methods: dict[str, str] | None = None) -> dict | None:
     """What the comparison needs of a configured model: its study model and variant, its main
@@ -171,8 +190,10 @@ SPECS = (
          {"c_expert_mib_per_gpu": "c_expert_mib_per_gpu",
           "c_dense_mib_per_gpu": "c_dense_mib_per_gpu", "moe_weight_share": "moe_weight_share"},
          where={"K": STUDY_K}, variant=("dtype", "tp"), main_set=False),
-    Spec("weight_model", "unique_experts_ipf", {"unique_ipf": "uniform_ipf"}, where={"K": STUDY_K},
-         main_set=False),
+    # only an IPF fit of overlaps the configuration gives (measured, say): one of the published
+    # overlaps is the study's own number fed back (the replay recomputes it), not a reproduction
+    Spec("weight_model", "unique_experts_ipf", {"unique_ipf": "uniform_ipf"},
+         where={"K": STUDY_K, "overlaps_source": "configured"}, main_set=False),
 )
 
 # The published three-step correction is for one model at batch 1, on one variant of it

@@ -274,9 +274,14 @@ def replay_stage(inputs, outputs, params) -> list[Path]:
 
 def weight_model_stage(inputs, outputs, params) -> list[Path]:
     """Rule weight_model (its contract: specmoe.contracts.report.WeightModelParams): the
-    weight-model table of the study models its entries name, with each download's commit."""
+    weight-model table of the study models its entries name, with each download's commit and,
+    per row, where the overlaps of its IPF column come from (overlaps_source: configured,
+    published or empty for none)."""
     entries = params.entries
     df = weight_model_table(entries)
+    if len(df):
+        source = {e["name"]: e.get("overlaps_source", "") for e in entries}
+        df["overlaps_source"] = df["model"].map(source)
     commits = {}
     for e in entries:
         if "manifest" in e:
