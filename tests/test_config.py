@@ -232,6 +232,19 @@ def test_warnings_name_what_runs_but_not_as_expected():
     unset = resolved("config/paper.yaml").warnings()
     assert any(w.startswith("config: no repo_id for qwen3-next-80b-bf16-tp4") for w in unset)
 
+def test_a_dataset_of_runs_without_a_repo_id_is_named_at_parse_time():
+    """paper.yaml's header says a repo_id of null is warned of at parse time; spec-bench's
+    (repo_id null, read by runs) was not, and its download_dataset job failed at run time."""
+    (line,) = [w for w in resolved("config/paper.yaml").warnings() if "no repo_id" in w]
+    assert "dataset spec-bench" in line and "fill it in before their downloads run" in line
+
+    def unused(cfg):  # a dataset no run reads downloads nothing: nothing to fill in
+        for m in cfg["models"]:
+            if "spec-bench" in (m.get("datasets") or []):
+                m["datasets"].remove("spec-bench")
+
+    assert not any("spec-bench" in w for w in resolved("config/paper.yaml", unused).warnings())
+
 def test_the_schema_knows_the_speculative_methods_the_engine_serves():
     """One list of methods (specmoe.names.SPEC_METHODS), which the schema's enum must repeat and
     the step model must price (its families)."""

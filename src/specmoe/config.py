@@ -778,11 +778,15 @@ class Config:
 
     def warnings(self) -> list[str]:
         """What may run, but not as the user expects: unusual values (configcheck.unusual),
-        study models without a repository, GPUs the step model was not calibrated on."""
+        study models, drafters and datasets of runs without a repository, GPUs the step model was
+        not calibrated on."""
         out = configcheck.unusual(self.raw) + self.max_prompts_unread()
         unset = [n for n, m in self.hf.items() if not m.entry.get("repo_id")]
         unset += [n for n, d in self.drafters.items() if d.source == "hf"
                   and not d.entry.get("repo_id")]
+        used = datasets_in(ds for m in self.models.values() for ds in m.datasets)
+        unset += [f"dataset {d}" for d in used
+                  if d in self.datasets and not self.datasets[d].get("repo_id")]
         if unset:
             out.append(f"config: no repo_id for {', '.join(unset)} (the study names none): fill it "
                        "in before their downloads run; the DAG below includes them")
