@@ -13,7 +13,7 @@ from ..runtime import tiny
 from ..errors import InputError
 from ..names import control_name
 from ..provenance import atomic_dir, provenance, write_json
-from .engines import setting, tiny_prompts
+from .engines import model_identity, model_provenance, setting, tiny_prompts
 
 logger = logging.getLogger("specmoe")
 
@@ -125,9 +125,10 @@ def sd_check_stage(inputs, outputs, params, log: str | None = None) -> dict:
     spec = res["spec"]
     logger.info("SD equals plain: %s; acceptance length %.3f", res["sd_equals_plain"],
                 spec.get("acceptance_length", float("nan")))
+    # the target's name, origin and revision (its training manifest's seed and steps) and the
+    # drafter's identity, as every other engine job records them
     write_json(out, res, provenance({"k": k, "sd": sd_cfg, "prompts": prompts_source},
-                                    model={"name": Path(target_dir).name, "source": "tiny",
-                                           "revision": None},
-                                    stage="sd_check", drafter=Path(drafter_dir).name,
+                                    model=model_provenance(Path(target_dir).name, target_dir),
+                                    stage="sd_check", drafter=model_identity(drafter_dir),
                                     timed=True))
     return res
