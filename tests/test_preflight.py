@@ -370,6 +370,12 @@ def test_a_pinned_revision_reads_its_own_config_json_not_the_packages_copy(tmp_p
     assert (source, cfg["num_experts"], cfg["num_experts_per_tok"]) == ("package", 128, 8)
     assert preflight.offline_config({"repo_id": repo, "revision": "f" * 40}, manifest) == (
         None, preflight.MISSING)
+    # an unpinned download whose recorded commit was then copied into the configuration
+    manifest.write_text(json.dumps({"repo_id": repo, "mode": "config", "revision_requested": None,
+                                    "commit": rev, "snapshot_path": str(snap)}))
+    for pinned in (rev, rev[:12]):
+        assert preflight.offline_config({"repo_id": repo, "revision": pinned}, manifest)[1] == \
+            "download"
 
 
 def test_a_pinned_shipped_model_without_its_download_stops_the_run(tmp_path, monkeypatch):

@@ -191,9 +191,10 @@ def offline_config(entry: dict, manifest: str | Path | None = None) -> tuple[dic
     if manifest and Path(manifest).exists():
         man = _json_object(manifest)
         path = Path(man.get("snapshot_path", "")) / "config.json"
-        # a download of another revision (the configuration changed since) is not this one's
-        of_revision = not revision or revision in (man.get("revision_requested"),
-                                                   man.get("commit"))
+        # a download of another revision (the configuration changed since) is not this one's;
+        # the commit it recorded, copied into the configuration (or its prefix), is
+        of_revision = not revision or revision == man.get("revision_requested") or str(
+            man.get("commit") or "").startswith(str(revision))
         if of_revision and path.exists():
             return _json_object(path), "download"
     try:
