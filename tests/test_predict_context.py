@@ -33,7 +33,7 @@ def _first(cfg_dict, model, dataset):
 def test_a_long_context_run_is_predicted_at_its_32k_prompt_and_a_short_one_at_its_own():
     """config/paper.yaml's TP2 model with SPEED-Bench's 32k set first: 32,768 stated prompt
     tokens + half of the sweep's 256 output tokens; as configured (MT-Bench first): MT-Bench's
-    70 + 128. Both were priced at 600 before."""
+    70 + 128. Both were priced at the step model's one CONTEXT before."""
     output = resolved("config/paper.yaml").sweep["output_len"]
     long = _params(resolved("config/paper.yaml",
                             lambda c: _first(c, "qwen3-30b-fp8-tp2", "speed-bench-32k")),
@@ -45,6 +45,21 @@ def test_a_long_context_run_is_predicted_at_its_32k_prompt_and_a_short_one_at_it
     short = _params(resolved("config/paper.yaml"), "qwen3-30b-fp8-tp2")
     assert short.run["dataset"] == "mt-bench"
     assert short.context["tokens"] == 70 + output / 2
+
+
+def test_the_calibrations_context_is_the_studys_mt_bench_run_context():
+    """The step model's CONTEXT stands for the study's TE rows, served on MT-Bench's first turns
+    with 256 output tokens; it read 600 tokens (a 472-token prompt), while config/paper.yaml
+    states MT-Bench's prompts at 70 tokens: the study's own MT-Bench runs then fell outside the
+    calibration's window (distance 1 for every paper model rule predict prices). CONTEXT is
+    that run's context, by the one formula (plan.decode_context)."""
+    from specmoe.cost.plan import decode_context
+
+    cfg = resolved("config/paper.yaml")
+    assert stepmodel.CONTEXT == decode_context(cfg.datasets["mt-bench"]["prompt_tokens"],
+                                               cfg.sweep["output_len"])
+    p = _params(cfg, "qwen3-30b-fp8-tp2")
+    assert p.run["dataset"] == "mt-bench" and p.context["tokens"] == stepmodel.CONTEXT
 
 
 def test_a_joined_prompt_table_set_is_the_sweeps_prompt_set_weighted_as_it_serves_it():
@@ -123,7 +138,8 @@ def test_the_context_reaches_the_prediction_and_its_record(tmp_path):
         "configured mean prompt of speed-bench-32k + half of sweep.output_len"
     assert out["long"]["context_source"]["prompt_tokens"] == 32768.0
     assert out["none"]["context"] == stepmodel.CONTEXT
-    assert out["none"]["te"] == out["short"]["te"]
-    assert any(c.startswith("context: the step model's 600 KV tokens per sequence") and
+    assert out["none"]["te"] != out["short"]["te"]  # CONTEXT is not 600
+    caveat = f"context: the step model's {stepmodel.CONTEXT} KV tokens per sequence"
+    assert any(c.startswith(caveat) and
                c.endswith("qwen3-30b's run serves no prompts") for c in out["none"]["caveats"])
     assert not any(c.startswith("context: the step model's") for c in out["long"]["caveats"])

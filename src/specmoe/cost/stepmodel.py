@@ -66,10 +66,13 @@ from ..errors import InputError
 from ..routing.unique import uniform_unique
 
 TILE_N = 64                # output columns of one CTA's tile in the fused MoE kernel
-CONTEXT = 600              # KV tokens per sequence: an MT-Bench prompt and half its output
-# The contexts the calibration stands for: its TE rows were served on MT-Bench conversations, priced
-# at CONTEXT tokens; one within this factor of it (300-1,200 tokens) counts as theirs (assumed:
-# the study publishes no context lengths), a longer or shorter one as outside the calibration
+# KV tokens per sequence of the calibration's rows: the study served its TE rows on MT-Bench's first
+# turns with 256 output tokens, a decode step reading the prompt and half the output on average:
+# 70 + 256 / 2 (config/paper.yaml's mt-bench prompt_tokens and sweep output_len; a test holds them
+# equal, plan.decode_context)
+CONTEXT = 198
+# The contexts the calibration stands for: one within this factor of CONTEXT (99-396 tokens) counts
+# as theirs (assumed: the study publishes no context lengths), a longer or shorter one as outside
 CONTEXT_FACTOR = 2.0
 MAX_CONTEXT = 1 << 20      # KV tokens per sequence that predict accepts (beyond any served model)
 LOGIT_BYTES = 4            # the logits are kept in fp32 for sampling

@@ -67,7 +67,7 @@ def engine_overheads() -> dict[str, EngineOverhead]:
                       and r["role"] == "value")
         spread = [float(r["value_us"]) for r in rows if r["engine"] == e
                   and r["role"] == "spread"]
-        if vals:  # the least: the short-context measurement (the step model's is 600 tokens)
+        if vals:  # the least: the short-context measurement (the step model prices CONTEXT tokens)
             out[e] = EngineOverhead(e, vals[0], 0.0, max(vals + spread), True,
                                     f"{len(vals)} measurement(s), {vals[0]:g}-{vals[-1]:g} us")
         elif spread:
