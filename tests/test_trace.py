@@ -302,3 +302,36 @@ def test_a_request_with_a_window_missing_is_refused(tmp_path, small_trace):
     keep = np.ones(starts.size, bool)
     keep[int(np.flatnonzero((req == 3) & (step == 0))[0])] = False
     select_windows(tr, keep).validate()
+
+
+def _k_trace(k_draft, requests=3, steps=2, n=8, k=2):
+    """A whole trace of windows of K + 1 positions, every draft rejected."""
+    from specmoe.routing.trace import Trace
+
+    rows = [(r, s, j) for r in range(requests) for s in range(steps) for j in range(k_draft + 1)]
+    r, s, j = (np.array(c) for c in zip(*rows))
+    rng = np.random.default_rng(0)
+    experts = np.stack([rng.permutation(n)[:k] for _ in rows])[:, None, :].astype(np.uint8)
+    acc = np.zeros(len(rows), np.int8)
+    cols = {"request": r.astype(np.int32), "step": s.astype(np.int32),
+            "position": j.astype(np.int8), "accepted": acc, "status": status_for(j, acc),
+            "token_id": np.arange(len(rows), dtype=np.int32),
+            "n_drafts": np.full(len(rows), k_draft, np.int8)}
+    return Trace(experts=experts, columns=cols, num_experts=n, k_draft=k_draft)
+
+
+@pytest.mark.parametrize("k_draft", [0, 9])
+def test_a_trace_whose_k_the_statistics_cannot_take_is_refused(tmp_path, k_draft):
+    """K = 0 (windows of the committed token alone) passed write_trace and read_trace, and the
+    overlap stage then failed with an IndexError; K = 9 passed too, past the IPF's window of at
+    most 9 positions. Both are refused in one line naming K, before anything is written; K = 1
+    and K = 8, the ends of the range, are written."""
+    from specmoe.routing.unique import MAX_POSITIONS
+
+    with pytest.raises(TraceError, match=rf"^.*t\.parquet: K={k_draft} is outside 1\.\."
+                                         rf"{MAX_POSITIONS - 1}[^\n]*$"):
+        write_trace(tmp_path / "t.parquet", _k_trace(k_draft))
+    assert not (tmp_path / "t.parquet").exists()
+    for ok in (1, MAX_POSITIONS - 1):
+        write_trace(tmp_path / f"k{ok}.parquet", _k_trace(ok))
+        assert read_trace(tmp_path / f"k{ok}.parquet").k_draft == ok

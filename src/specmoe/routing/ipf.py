@@ -20,9 +20,8 @@ import numpy as np
 
 from ..errors import InputError
 from . import bootstrap
-from .unique import check_nk
+from .unique import MAX_POSITIONS, check_nk
 
-MAX_POSITIONS = 9  # K <= 8
 # Margins within this of their targets are held (the fit converged). IPF runs on to `tol`
 # (1e-10) where it can; near the boundary of what is feasible (overlaps of 0.95 and more) it
 # converges slowly and stops at max_iter a few 1e-10 short, its unique experts exact to 4

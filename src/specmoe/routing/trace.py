@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from ..errors import TraceError
 from ..provenance import atomic_path
+from .unique import MAX_POSITIONS
 
 SCHEMA_VERSION = 1
 STATUS = ("committed", "accepted", "first_rejected", "after_rejection")
@@ -111,6 +112,11 @@ class Trace:
         # its floor k/N, and failed in the overlap stage and in write_trace with numpy's errors
         if t == 0:
             raise TraceError(f"{source}: the trace has no rows")
+        # K = 0 (windows of the committed token alone) has no distance to measure and failed in
+        # the overlap stage with an IndexError; K past the window the IPF fits, in its stage
+        if not 1 <= self.k_draft <= MAX_POSITIONS - 1:
+            raise TraceError(f"{source}: K={self.k_draft} is outside 1..{MAX_POSITIONS - 1}, the "
+                             "drafts per step the statistics take")
         if self.num_experts < k:
             raise TraceError(f"{source}: top_k={k} exceeds num_experts={self.num_experts}")
         if int(self.experts.max()) >= self.num_experts:

@@ -11,6 +11,10 @@ import numpy as np
 
 from ..errors import InputError
 
+# the most positions a verification window has (K + 1, K <= 8): the IPF's patterns of a window
+# (2^(K+1) per expert) and the trace's K (trace.Trace.validate) are bounded here, where both read it
+MAX_POSITIONS = 9
+
 
 def check_nk(num_experts: int, top_k: int) -> None:
     if top_k < 1 or num_experts < 1:
