@@ -440,3 +440,28 @@ def test_the_ipf_stage_refuses_per_request_pieces_lacking_any_key(tmp_path, key)
     with pytest.raises(InputError, match=rf"^the overlap results' per-request pieces lack {key} "
                                          r"\(.*\): rerun the overlap stage$"):
         run_ipf(o, tmp_path / "without.json", [1])
+
+
+def test_every_batch_extrapolation_is_the_one_batch_unique(tmp_path):
+    """sum_e (1 - p0^B) is written once (unique.batch_unique): the uniform and skewed fits and
+    the ipf stage's rows by batch size give exactly its value from the fits' own unused shares,
+    and the IPF's result has no second copy of it (IPFResult.batch_unique, never called, is
+    gone)."""
+    from specmoe.provenance import read_json
+    from specmoe.routing.unique import batch_unique
+
+    assert not hasattr(ipf.IPFResult, "batch_unique")
+    ov, q = [0.43, 0.36, 0.33], np.array([[0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05]])
+    p0 = ipf.fit(np.array([8 / 128]), np.array(ov)).p_zero
+    skew_p0 = ipf.fit_layers(q, np.array([ov])).p_zero
+    for b in (1, 2, 3, 7, 64):
+        assert ipf.predict_uniform(128, 8, ov, batch=b)["unique"] == 128 * batch_unique(p0, b)
+        assert ipf.predict_skewed(q, [ov], batch=b)["unique"] == batch_unique(skew_p0, b).mean()
+    run_ipf(_overlap_json(tmp_path, [0.45, 0.38, 0.35], ov), tmp_path / "ipf.json", [1, 3, 64])
+    out = read_json(tmp_path / "ipf.json")
+    pred = out["prediction"]
+    for row in out["by_batch"]:
+        b = row["batch"]
+        for key in ("uniform_sequence", "uniform_window"):
+            assert row[f"verify_ipf_{key}"] == 128 * batch_unique([1 - pred[key] / 128], b)[()]
+    assert out["by_batch"][0]["verify_ipf_skewed_window"] == pred["skewed_window"]

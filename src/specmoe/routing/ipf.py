@@ -7,7 +7,7 @@ entropy distribution over the 2^(K+1) patterns whose pair tables match
 with P11(d) = q ov(d) for uniform loads and q^2 + lambda(d) q (1 - q) for measured (skewed) ones,
 starting from the uniform distribution and cycling over every pair's 2x2 table. Each expert is
 fitted on its own (a compiled loop, experts in parallel).
-Predicted unique experts = sum_e (1 - P_e(all zeros)).
+Predicted unique experts = sum_e (1 - P_e(all zeros)) (unique.batch_unique, for B windows too).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import bootstrap
-from .unique import MAX_POSITIONS, check_nk
+from .unique import MAX_POSITIONS, batch_unique, check_nk
 
 # Margins within this of their targets are held (the fit converged). IPF runs on to `tol`
 # (1e-10) where it can; near the boundary of what is feasible (overlaps of 0.95 and more) it
@@ -39,13 +39,6 @@ class IPFResult:
     n_unconverged: int = 0  # experts whose margins are still off by >= MATCHED
     n_infeasible: int = 0   # of those, experts whose margins no distribution has (feasible())
     dist: np.ndarray | None = None  # [expert, pattern] fitted distribution; bit j of a pattern = x_j
-
-    @property
-    def unique(self) -> float:
-        return float((1.0 - self.p_zero).sum())
-
-    def batch_unique(self, batch: float) -> float:
-        return float((1.0 - self.p_zero**batch).sum())
 
 
 def _check_overlaps(ov: np.ndarray) -> np.ndarray:
@@ -179,8 +172,8 @@ def predict_uniform(num_experts: int, top_k: int, overlaps, batch: float = 1) ->
     """Uniform IPF: every expert has q = k/N; returns unique experts for a batch of B windows."""
     check_nk(num_experts, top_k)
     res = fit(np.array([top_k / num_experts]), overlaps)
-    p0 = float(res.p_zero[0])
-    return {"unique": num_experts * (1 - p0**batch), "window": np.asarray(overlaps).shape[-1] + 1,
+    # every expert alike: the one fitted expert's unused share, N times
+    return {"unique": num_experts * float(batch_unique(res.p_zero, batch)), "window": np.asarray(overlaps).shape[-1] + 1,
             "converged": res.converged, "infeasible": res.n_infeasible > 0,
             "iterations": res.iterations, "max_error": res.max_error, "n_clipped": res.n_clipped}
 
@@ -256,7 +249,7 @@ def fit_layers(q: np.ndarray, overlaps: np.ndarray) -> IPFResult:
 def predict_skewed(q: np.ndarray, overlaps: np.ndarray, batch: float = 1) -> dict:
     """Skewed IPF: q[layer, e] and overlaps[layer, d-1]; summed over experts, averaged over layers."""
     res = fit_layers(q, overlaps)
-    per_layer = (1.0 - res.p_zero**batch).sum(axis=1)
+    per_layer = batch_unique(res.p_zero, batch)
     return {"unique": float(per_layer.mean()), "per_layer": per_layer.tolist(),
             "converged": res.converged, "iterations": res.iterations, "n_clipped": res.n_clipped,
             "n_unconverged": res.n_unconverged, "infeasible": res.n_infeasible > 0,

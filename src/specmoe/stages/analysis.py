@@ -13,7 +13,8 @@ import numpy as np
 from ..cost import costmodel
 from ..errors import InputError
 from ..provenance import derived, provenance, read_json, write_json
-from ..routing.unique import independent_unique, uniform_unique, window_unique_table
+from ..routing.unique import (batch_unique, independent_unique, uniform_unique,
+                              window_unique_table)
 from ..runs import Run, dataset_parts
 
 log = logging.getLogger("specmoe")
@@ -283,13 +284,13 @@ def ipf_stage(inputs, outputs, params) -> None:
     emp = ov["unique"]["empirical"]
     pred = {key: fits[key]["unique"] if key in fits else float("nan")
             for key in ("uniform_sequence", "uniform_window")}
-    pred["skewed_window"] = float((1 - p0).sum(axis=1).mean())
+    pred["skewed_window"] = float(batch_unique(p0, 1).mean())
     rows = []
     for b in batch_sizes:
         row = {"batch": int(b)}
-        for key in ("uniform_sequence", "uniform_window"):
-            row[f"verify_ipf_{key}"] = float(n * (1 - (1 - pred[key] / n) ** b))
-        row["verify_ipf_skewed_window"] = float((1 - p0**b).sum(axis=1).mean())
+        for key in ("uniform_sequence", "uniform_window"):  # N experts alike
+            row[f"verify_ipf_{key}"] = float(n * batch_unique(np.array([1 - pred[key] / n]), b))
+        row["verify_ipf_skewed_window"] = float(batch_unique(p0, b).mean())
         rows.append(row)
     status = {key: (f["converged"], f["iterations"], f["max_error"], f["n_clipped"],
                     0 if f["converged"] else n, n if f["infeasible"] else 0)
