@@ -607,3 +607,62 @@ def test_the_peak_dtypes_are_defined_once():
                if re.search(r"^PEAK_DTYPES\s*=", p.read_text(), re.M)]
     assert defined == ["cost/costmodel.py"], defined
     assert set(next(iter(gpus().values()))["peak_tflops"]) == set(cm.PEAK_DTYPES)
+
+
+@pytest.mark.parametrize("converged,infeasible,status", [
+    (False, 0, "not converged"), (False, 2, "infeasible"), (True, 0, "ok")])
+def test_a_skewed_ipf_fit_that_does_not_hold_its_margins_gives_no_te(tmp_path, converged,
+                                                                     infeasible, status):
+    """The cost model read the skewed IPF's unique experts without asking whether the fit held
+    its margins: predict_skewed(q = [[0.25] * 8], ov = [[0] * 8]) gives 8.0 unique experts, not
+    converged and infeasible, and that became an ordinary TE (te_vs_batch's IPF rows had
+    sample_ok true, te_ipf_skewed a number). A fit that did not converge, or whose margins no
+    distribution has, now gives no TE at any batch size nor at batch 1, each of its rows saying
+    why (ipf_fit), into the report's rows; the other routings' rows are untouched."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import CostmodelParams, IpfParams, OverlapParams
+    from specmoe.provenance import read_json, write_json
+    from specmoe.report.runs import _add_cost_rows
+    from specmoe.stages import analysis
+
+    from specmoe.routing import ipf as ipf_mod
+
+    fit = ipf_mod.predict_skewed(np.full((1, 8), 0.25), np.zeros((1, 8)))
+    assert fit["unique"] == pytest.approx(8.0) and not fit["converged"] and fit["infeasible"]
+    model = {"name": "m", "source": "synthetic", "hardware": "H100",
+             "dims": dict(hidden=2048, expert_intermediate=768, heads=32, kv_heads=4,
+                          head_dim=128, num_layers=48, vocab_size=151936, dtype="bf16", tp=1),
+             "synthetic": {"num_experts": 32, "top_k": 4, "num_layers": 2, "requests": 8,
+                           "steps": 6, "seed": 0}}
+    run = {"model": "m", "drafter": "synth", "k": 3, "dataset": "synth"}
+    analysis.synth_trace(model, run, tmp_path / "t.parquet")
+    o, i, c = tmp_path / "o.json", tmp_path / "i.json", tmp_path / "c.json"
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
+                           OverlapParams(batch_sizes=[1, 8], shuffle_null=True))
+    analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
+    ip = read_json(i)
+    assert ip["converged"]["skewed_window"] and not ip["n_infeasible_experts"]["skewed_window"]
+    ip["converged"]["skewed_window"] = converged
+    ip["n_infeasible_experts"]["skewed_window"] = infeasible
+    ip["n_unconverged_experts"]["skewed_window"] = 0 if converged else max(infeasible, 1)
+    write_json(i, {k: v for k, v in ip.items() if k != "provenance"}, ip.get("provenance", {}))
+    params = CostmodelParams(model=model, hardware={"H100": gpus()["H100"]},
+                             draft={"context_tokens": 512, "moe_drafter_experts": 64,
+                                    "batch_sizes": [1, 64]})
+    analysis.costmodel_stage(Named({"overlap": o, "ipf": i}), Named({"json": c}), params)
+    out = read_json(c)
+    ipf_routing = "max-entropy IPF, skewed (this project's)"
+    rows = [r for r in out["te_vs_batch"] if r["routing"] == ipf_routing]
+    others = [r for r in out["te_vs_batch"] if r["routing"] != ipf_routing]
+    assert len(rows) == 2 and len(others) == 6
+    assert all(r["ipf_fit"] == status for r in rows)
+    assert all(np.isnan(r["te"]) != (status == "ok") for r in rows)
+    assert all(np.isfinite(r["te"]) and r["ipf_fit"] is None for r in others)
+    assert out["ipf_skewed_fit"] == status
+    assert np.isnan(out["te_weight_batch1"]["ipf_skewed"]) != (status == "ok")
+    t = {"target_efficiency": [], "te_vs_batch": [], "draft_ratio_model": []}
+    _add_cost_rows(t, out)
+    assert t["target_efficiency"][0]["ipf_skewed_fit"] == status
+    table = [r for r in t["te_vs_batch"] if r["routing"] == ipf_routing]
+    assert all(r["ipf_fit"] == status and (r["te_status"] == "ok") == (status == "ok")
+               for r in table)

@@ -262,7 +262,10 @@ def report_caveats(td: Tables) -> list[str]:
                        + (f", {int(bad)} of them with pair margins that cannot hold together "
                           "(no distribution over a window's positions has them)" if bad > 0
                           else " (feasible, near the boundary, where it converges slowly)")
-                       + f"; its prediction (ipf_{key}) is the closest fit")
+                       + f"; its prediction (ipf_{key}) is the closest fit"
+                       # the cost model prices no TE from a fit that did not hold its margins
+                       + ("; no TE is priced from it (te_vs_batch and target_efficiency: "
+                          "ipf_fit, ipf_skewed_fit)" if key == "skewed_window" else ""))
     df = td.read("te_vs_batch")
     if "sample_ok" in df:
         bad = df[~df["sample_ok"].astype(bool)]

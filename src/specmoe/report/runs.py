@@ -241,11 +241,14 @@ def _add_cost_rows(t: dict[str, list], cm: dict, control_of: dict | None = None)
     t["target_efficiency"].append({
         **rc, "hardware": cm["hardware"], "c_expert_mib": cm["c_expert_mib"],
         "c_dense_mib": cm["c_dense_mib"], "moe_weight_share": cm["moe_weight_share"],
-        **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()}})
+        **{f"te_{k}": v for k, v in cm["te_weight_batch1"].items()},
+        "ipf_skewed_fit": cm.get("ipf_skewed_fit", np.nan)})
     # a TE outside [0, 1] is NaN beside its raw value and why (bounded_te), as in every TE table
     t["te_vs_batch"] += [{**rc, "routing": r["routing"], "batch": r["batch"],
                           **bounded_te("te", r["te"]), "compute_bound": r["compute_bound"],
-                          "sample_ok": r.get("sample_ok", True)} for r in cm["te_vs_batch"]]
+                          "sample_ok": r.get("sample_ok", True),
+                          # the skewed IPF's rows: whether its fit held its margins (else no TE)
+                          "ipf_fit": r.get("ipf_fit")} for r in cm["te_vs_batch"]]
     t["draft_ratio_model"] += [{**rc, **r} for r in cm.get("draft_ratio_vs_batch", [])]
 
 

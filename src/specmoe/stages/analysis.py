@@ -402,6 +402,18 @@ def model_dims(model_cfg: dict, num_experts: int, top_k: int,
     return costmodel.ModelDims.from_dims(**d)
 
 
+IPF_FIT_OK = "ok"
+
+
+def ipf_fit_status(ip: dict, key: str) -> str:
+    """Whether an IPF fit of the ipf stage's result held its margins: "ok", "not converged"
+    (margins still off by ipf.MATCHED or more) or "infeasible" (margins no distribution over a
+    window's positions has). Only an "ok" fit's unique experts are priced as a TE."""
+    if ip["n_infeasible_experts"][key]:
+        return "infeasible"
+    return IPF_FIT_OK if ip["converged"][key] else "not converged"
+
+
 def costmodel_stage(inputs, outputs, params) -> None:
     """Rule costmodel (its contract: specmoe.contracts.analysis.CostmodelParams): TE at batch 1
     and vs batch size, and the synthetic drafters' cost ratio (params.draft: context_tokens,
@@ -429,19 +441,27 @@ def costmodel_stage(inputs, outputs, params) -> None:
     if "verify_empirical_reliable" not in table:
         raise InputError(f"{overlap_json}: its unique_by_batch has no verify_empirical_reliable "
                          "(written by an older overlap job): rerun rule overlap")
+    # a skewed IPF fit that did not hold its margins predicts no unique experts to price
+    fit = ipf_fit_status(ip, "skewed_window")
+    if fit != IPF_FIT_OK:
+        log.warning("model %s: the skewed IPF fit is %s: no TE under it", model_cfg["name"], fit)
     curves = []
     for routing, (vcol, dcol) in ROUTINGS.items():
+        ipf_rows = vcol == "verify_ipf_skewed_window"
+        priced = not ipf_rows or fit == IPF_FIT_OK
         rows = costmodel.te_curve(dims, hw, s["k_draft"], table.index.tolist(),
-                                  lambda b, c=vcol: table.loc[b, c],
+                                  lambda b, c=vcol, p=priced: table.loc[b, c] if p else np.nan,
                                   lambda b, c=dcol: table.loc[b, c])
         for r in rows:  # measured windows: is the trace large enough for this batch size?
             ok = (bool(table.loc[r["batch"], "verify_empirical_reliable"])
                   if vcol == "verify_empirical" else True)
-            curves.append({"routing": routing, **r, "sample_ok": ok})
+            curves.append({"routing": routing, **r, "sample_ok": ok,
+                           "ipf_fit": fit if ipf_rows else None})
     u = ov["unique"]
     te_b1 = {"uniform": dims.te_weight(u["uniform"]),
              "independent": dims.te_weight(u["independent"]),
-             "ipf_skewed": dims.te_weight(ip["prediction"]["skewed_window"]),
+             "ipf_skewed": (dims.te_weight(ip["prediction"]["skewed_window"])
+                            if fit == IPF_FIT_OK else float("nan")),
              "empirical": dims.te_weight(u["empirical"])}
     prov = derived(ov.get("provenance", {}), {"model": model_cfg,
                                               "hardware": hardware_cfg[hw_name],
@@ -465,7 +485,7 @@ def costmodel_stage(inputs, outputs, params) -> None:
         ratio = []
     write_json(out, {"run": ov["run"], "hardware": hw_name, "dims": dims.to_dict(),
                      **dims.summary(), "unique_ratio": u["empirical"] / s["top_k"],
-                     "te_weight_batch1": te_b1, "te_vs_batch": curves,
+                     "te_weight_batch1": te_b1, "ipf_skewed_fit": fit, "te_vs_batch": curves,
                      "draft_ratio_vs_batch": ratio,
                      "step_params": fitted.as_dict() if fitted else None}, prov)
 
