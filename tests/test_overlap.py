@@ -997,3 +997,65 @@ def test_overlap_by_status_resamples_only_the_requests_with_drafts_in_the_cell()
     assert many["n_requests"] == requests >= bootstrap.MIN_REQUESTS
     assert np.isfinite([many["mean_low"], many["mean_high"]]).all(), many
     assert many["mean_low"] <= many["mean"] <= many["mean_high"]
+
+
+def _iid_trace(requests, steps=10, k_draft=3, n=64, k=4, layers=1, seed=0, categories=None,
+               accepted=None):
+    """Routing with no locality at all: each token's k of n experts drawn uniformly and
+    independently (true overlap k/n at every distance, true temporal overlap 0); each step's
+    accepted count drawn (or `accepted`); categories: each request's slice (category)."""
+    from specmoe.routing.trace import status_for
+
+    rng = np.random.default_rng(seed)
+    rows = [(r, s, j, a) for r in range(requests) for s in range(steps)
+            for a in [int(rng.integers(0, k_draft + 1)) if accepted is None else accepted]
+            for j in range(k_draft + 1)]
+    req, step, pos, acc = (np.array(c) for c in zip(*rows))
+    experts = np.argsort(rng.random((len(rows) * layers, n)), axis=1)[:, :k]
+    cols = {"request": req.astype(np.int32), "step": step.astype(np.int32),
+            "position": pos.astype(np.int8), "accepted": acc.astype(np.int8),
+            "status": status_for(pos, acc), "token_id": np.arange(len(rows), dtype=np.int32),
+            "n_drafts": np.full(len(rows), k_draft, np.int8)}
+    meta = {}
+    if categories is not None:
+        cols["category"] = np.array([categories[r] for r in req])
+        meta["slice_datasets"] = {c: "held" for c in set(categories)}
+    return Trace(experts=experts.reshape(len(rows), layers, k).astype(np.uint8), columns=cols,
+                 num_experts=n, k_draft=k_draft, meta=meta)
+
+
+def test_each_slice_is_measured_against_its_corrected_baseline_with_its_intervals():
+    """The held-out slices' table took each slice's plug-in baseline sum q^2 / k (biased up) and
+    no interval: on i.i.d. routing (k = 4 of N = 64, true overlap 0.0625 at every distance) in
+    two slices of 6 requests, slice a read 0.0632/0.0620/0.0740 (rising, to the eye) and slice
+    b's step 1 0.0549 lay below its plug-in baseline 0.0647, nothing saying that 6 requests
+    decide nothing. Each slice is now measured as the trace is, against its bias-corrected
+    baseline (trace_independence of the slice), with intervals over its requests: NaN with 6
+    (below bootstrap.MIN_REQUESTS), and so the held-out set's mean of the two; with 12 requests
+    each has its intervals, the mean's over both slices' requests."""
+    from specmoe.report.runs import HELDOUT_MEAN, heldout_overlap_rows
+    from specmoe.routing import bootstrap
+    from specmoe.routing.overlap import select_windows, trace_independence
+    from specmoe.stages.analysis import slice_overlaps
+
+    for per_slice in (6, 12):
+        cats = ["a"] * per_slice + ["b"] * per_slice
+        tr = _iid_trace(2 * per_slice, seed=5, categories=cats)
+        by_slice, by_ds = slice_overlaps(tr)
+        assert set(by_slice) == {"a", "b"} and by_ds["held"]["slices"] == ["a", "b"]
+        starts, _ = tr.windows()
+        for name, sl in by_slice.items():
+            sub = select_windows(tr, tr.columns["category"][starts] == name)
+            assert sl["independent"] == trace_independence(sub)
+            assert sl["n_requests"] == per_slice
+        rows = heldout_overlap_rows({}, by_slice, {"held": {"slices": ["a", "b"]}}, by_ds)
+        assert [r["slice"] for r in rows] == ["a", "b", f"{HELDOUT_MEAN}held"]
+        ends = [r[f"step{d}_{e}"] for r in rows for d in (1, 2, 3) for e in ("low", "high")]
+        ends += [r[f"decay_{e}"] for r in rows for e in ("low", "high")]
+        if per_slice < bootstrap.MIN_REQUESTS:
+            assert np.isnan(ends).all()
+        else:
+            assert np.isfinite(ends).all()
+            # the mean of two slices' resamples: narrower than either slice's
+            width = [r["step1_high"] - r["step1_low"] for r in rows]
+            assert 0 < width[2] < min(width[:2])

@@ -100,7 +100,8 @@ def _add_overlap_rows(t: dict[str, list], ov: dict, heldout: dict,
     t["overlap_by_distance"].append(overlap_row(rc, s, ov))
     # per draft position and status (the repetitive windows' share is overlap_by_distance's)
     t["overlap_by_status"] += [{**rc, **r} for r in ov.get("overlap_by_status") or []]
-    t["heldout_overlap"] += heldout_overlap_rows(rc, ov.get("by_slice") or {}, heldout)
+    t["heldout_overlap"] += heldout_overlap_rows(rc, ov.get("by_slice") or {}, heldout,
+                                                 ov.get("by_slice_dataset"))
     if ov.get("control"):
         t["matched_controls"].append(matched_control_row(run_cols(ov["run"]), ov["control"]))
     t["per_layer_overlap"] += per_layer_rows(rc, ov["per_layer"])
@@ -185,16 +186,37 @@ def decomposition_row(rc: dict, s: dict) -> dict:
         "hottest_expert_pct": 100 * s.get("hottest_share", np.nan)}
 
 
-def heldout_overlap_rows(rc: dict, by_slice: dict, heldout: dict) -> list[dict]:
-    """One run's rows of the heldout_overlap table: each slice, then each held-out dataset's
-    mean over its slices (heldout_range)."""
+def heldout_overlap_rows(rc: dict, by_slice: dict, heldout: dict,
+                         by_dataset: dict | None = None) -> list[dict]:
+    """One run's rows of the heldout_overlap table: each slice, with its intervals over its
+    requests, then each held-out dataset's mean over its slices (heldout_range) with the
+    intervals of that mean (by_dataset: the overlap stage's by_slice_dataset)."""
     rows = [{**rc, "slice": name, "slice_dataset": sl["dataset"], "n_windows": sl["n_windows"],
-             **{f"step{d}": v for d, v in enumerate(sl["overlap_by_distance"], 1)},
+             "n_requests": sl.get("n_requests", np.nan),
+             **slice_intervals(sl, len(sl["overlap_by_distance"])),
              "independent": sl["independent"]} for name, sl in by_slice.items()]
     for ds, h in heldout.items():
-        rows.append({**rc, **heldout_range(ds, [by_slice[n] for n in h["slices"]
-                                                if n in by_slice])})
+        names = [n for n in h["slices"] if n in by_slice]
+        pooled = (by_dataset or {}).get(ds) or {}
+        if pooled.get("slices") != names:  # not the mean of these slices: no interval
+            pooled = {}
+        rows.append({**rc, **heldout_range(ds, [by_slice[n] for n in names], pooled)})
     return rows
+
+
+def slice_intervals(sl: dict, n_d: int) -> dict:
+    """step<d> with step<d>_low/step<d>_high and the decay with its ends of a slice (or of a
+    dataset's mean of slices: overlap.slices_mean); NaN ends where it has none (fewer requests
+    than the bootstrap's floor, or an overlap file written before they were kept)."""
+    nan = [np.nan] * n_d
+    out = {}
+    for d in range(1, n_d + 1):
+        out[f"step{d}"] = sl["overlap_by_distance"][d - 1] if "overlap_by_distance" in sl \
+            else sl["overlap"][d - 1]
+        out[f"step{d}_low"] = (sl.get("overlap_low") or nan)[d - 1]
+        out[f"step{d}_high"] = (sl.get("overlap_high") or nan)[d - 1]
+    out.update({key: sl.get(key, np.nan) for key in ("decay", "decay_low", "decay_high")})
+    return out
 
 
 def per_layer_rows(rc: dict, pl: dict) -> list[dict]:
@@ -415,18 +437,29 @@ def in_order(df: pd.DataFrame) -> pd.DataFrame:
     return df[sorted(df.columns, key=key)]
 
 
-def heldout_range(dataset: str, slices: list[dict]) -> dict:
+def heldout_range(dataset: str, slices: list[dict], pooled: dict | None = None) -> dict:
     """A held-out dataset's overlap by distance as the study's Table 18 gives it: the mean over its
-    slices, with the smallest and largest slice beside it."""
+    slices, with the smallest and largest slice beside it, and the mean's intervals over the
+    slices' requests and its decay where pooled (overlap.slices_mean of these slices) has them;
+    NaN where it has none."""
     out = {"slice": f"{HELDOUT_MEAN}{dataset}", "slice_dataset": dataset,
-           "n_windows": sum(s["n_windows"] for s in slices)}
+           "n_windows": sum(s["n_windows"] for s in slices),
+           "n_requests": sum(s.get("n_requests", np.nan) for s in slices)}
     if not slices:
         return out
+    n_d = min(len(s["overlap_by_distance"]) for s in slices)
     cols = {f"step{d}": [s["overlap_by_distance"][d - 1] for s in slices]
-            for d in range(1, min(len(s["overlap_by_distance"]) for s in slices) + 1)}
+            for d in range(1, n_d + 1)}
     cols["independent"] = [s["independent"] for s in slices]
     for c, v in cols.items():
         out[c], out[f"{c}_min"], out[f"{c}_max"] = float(np.mean(v)), min(v), max(v)
+    pooled = pooled or {}
+    ends = slice_intervals({"overlap": [out[f"step{d}"] for d in range(1, n_d + 1)],
+                            **{k: pooled[k] for k in ("overlap_low", "overlap_high",
+                                                      "decay_low", "decay_high") if k in pooled}},
+                           n_d)
+    out.update({k: v for k, v in ends.items() if k.endswith(("_low", "_high"))})
+    out["decay"] = out["step1"] - out[f"step{n_d}"]
     return out
 
 

@@ -646,7 +646,10 @@ def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray |
     with np.errstate(invalid="ignore", divide="ignore"):
         est = s_req.sum(axis=0) / (p_req.sum(axis=0) * scale)
         boot = (w @ s_req) / ((w @ p_req) * scale)
-    out = {"n_requests": int(g), "overlap": est.tolist()}
+    # the requests' pieces (layer sums [request, d], pairs [request, d]; overlap = sums /
+    # (pairs * layers * k)) for statistics that resample them with others (slices_mean)
+    out = {"n_requests": int(g), "overlap": est.tolist(),
+           "per_request": {"sums": s_req, "pairs": p_req, "scale": scale}}
     lo, hi = _percentiles(boot)
     out.update(overlap_low=lo.tolist(), overlap_high=hi.tolist())
     dlo, dhi = _percentiles(boot[:, 0] - boot[:, -1])
@@ -676,6 +679,28 @@ def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray |
                    above_shuffle_share=float(share), above_shuffle_share_low=float(share_lo),
                    above_shuffle_share_high=float(share_hi))
     return out
+
+
+def slices_mean(units: list[dict], n_boot: int | None = None) -> dict:
+    """The mean over slices (prompt categories) of each one's layer-mean overlap inside windows
+    by distance, as the study's Table 18 averages a held-out set's slices, and of its decay
+    from d = 1 to K, each with its percentile interval (at bootstrap.LEVEL) from a stratified
+    bootstrap over requests: each slice's own requests resampled (request_weights, slice i from
+    seed bootstrap.BOOT_SEED + i: a request's windows lie in one slice) and the resampled slices
+    averaged. units: each slice's window_intervals "per_request". With fewer than
+    bootstrap.MIN_REQUESTS requests in any slice the intervals are NaN."""
+    seed = bootstrap.BOOT_SEED
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = np.mean([u["sums"].sum(axis=0) / (u["pairs"].sum(axis=0) * u["scale"])
+                       for u in units], axis=0)
+        boot = np.mean([(w @ u["sums"]) / ((w @ u["pairs"]) * u["scale"]) for i, u in
+                        enumerate(units) for w in [request_weights(u["sums"].shape[0], n_boot,
+                                                                   seed + i)]], axis=0)
+    lo, hi = _percentiles(boot)
+    dlo, dhi = _percentiles(boot[:, 0] - boot[:, -1])
+    return {"overlap": est.tolist(), "overlap_low": lo.tolist(), "overlap_high": hi.tolist(),
+            "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi),
+            "n_requests": int(sum(u["sums"].shape[0] for u in units))}
 
 
 def status_contrast(sums: np.ndarray, pairs: np.ndarray, scale: float) -> np.ndarray:

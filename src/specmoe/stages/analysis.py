@@ -161,7 +161,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
                                                    "excess_clipped")})
     summary.update({f"sequence_loop_free_{key}": v for key, v in loop_free.items()})
     by_status = overlap.overlap_by_status(tr)
-    by_slice = slice_overlaps(tr)
+    by_slice, by_slice_dataset = slice_overlaps(tr)
     control = None
     if target_trace:
         from ..routing.controls import control_contrast
@@ -178,6 +178,7 @@ def overlap_stage(inputs, outputs, params, threads: int | None = None) -> None:
         "summary_without_repetition": no_rep,
         "overlap_by_status": by_status,
         "by_slice": by_slice,
+        "by_slice_dataset": by_slice_dataset,
         **({"control": control} if control is not None else {}),
         "unique": unique,
         "unique_by_batch": uniq,
@@ -229,27 +230,42 @@ def window_interval_summary(ci: dict) -> dict:
     return out
 
 
-def slice_overlaps(tr) -> dict[str, dict]:
+def slice_overlaps(tr) -> tuple[dict[str, dict], dict[str, dict]]:
     """Overlap by distance and the independence baseline of each prompt slice (category) of a
-    trace: whether the decay with distance holds slice by slice. Slices with fewer than two full
-    windows (MIN_WINDOWS) are left out."""
+    trace: whether the decay with distance holds slice by slice. Each slice is measured as the
+    whole trace is: against its own bias-corrected baseline (trace_independence), its overlap by
+    distance and its decay from d = 1 to K with their intervals over its requests
+    (window_intervals: NaN below bootstrap.MIN_REQUESTS). Slices with fewer than two full
+    windows (MIN_WINDOWS) are left out. Also, per dataset of the slices, their mean with its
+    intervals from a bootstrap over each slice's requests (overlap.slices_mean): the "mean of"
+    rows of the held-out sets."""
     from ..routing import overlap
 
     if "category" not in tr.columns:
-        return {}
+        return {}, {}
     starts, lengths = tr.windows()
     cat = tr.columns["category"][starts]
     datasets = tr.meta.get("slice_datasets") or {}
-    out = {}
+    out, units = {}, {}
     for name in sorted({str(c) for c in cat}):
         keep = cat == name
         if (keep & (lengths == tr.k_draft + 1)).sum() < MIN_WINDOWS:
             continue
-        s = overlap.window_stats(overlap.select_windows(tr, keep), shuffle_null=False).summary()
+        sub = overlap.select_windows(tr, keep)
+        s = overlap.window_stats(sub, shuffle_null=False).summary(overlap.trace_independence(sub))
+        ci = overlap.window_intervals(sub, shuffle_null=False)
         out[name] = {"dataset": datasets.get(name, ""), "n_windows": s["n_windows"],
+                     "n_requests": ci["n_requests"],
                      "overlap_by_distance": s["overlap_by_distance"],
-                     "independent": s["independent"]}
-    return out
+                     "overlap_low": ci["overlap_low"], "overlap_high": ci["overlap_high"],
+                     "decay": s["decay_1_to_K"], "decay_low": ci["decay_low"],
+                     "decay_high": ci["decay_high"], "independent": s["independent"]}
+        units[name] = ci["per_request"]
+    by_dataset = {}
+    for ds in sorted({sl["dataset"] for sl in out.values()} - {""}):
+        names = [n for n, sl in out.items() if sl["dataset"] == ds]
+        by_dataset[ds] = {"slices": names, **overlap.slices_mean([units[n] for n in names])}
+    return out, by_dataset
 
 
 # The IPF's three predictions of unique experts per window, and the overlap each is fed:
