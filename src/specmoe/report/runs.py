@@ -171,6 +171,11 @@ def decomposition_row(rc: dict, s: dict) -> dict:
         **rc, "k_over_n": s["top_k"] / s["num_experts"], "uniform": s["uniform"],
         "independent": s["independent"], "empirical": s["step1"],
         "temporal": s["temporal"], "temporal_share": s["temporal_share"],
+        # their 95% intervals over requests (basic: each resample against its own baseline), and
+        # whether an end passed what the statistic can be (1 - k/N) and is shown at it
+        **{f"{name}_{end}": s.get(f"{name}_{end}", np.nan) for name in ("temporal",
+                                                                        "temporal_share")
+           for end in ("low", "high", "clipped")},
         "shuffle_null": s.get("shuffle_step1", float("nan")),
         "sequence_step1": s.get("sequence_step1", np.nan),
         "sequence_temporal": s.get("sequence_temporal", np.nan),
@@ -181,8 +186,9 @@ def decomposition_row(rc: dict, s: dict) -> dict:
         # shown at it (overlap.within_range)
         "sequence_temporal_share_clipped": s.get("sequence_temporal_share_clipped", np.nan),
         "sequence_within_request": s.get("sequence_within_request", np.nan),
-        "sequence_temporal_share_within_request": s.get("sequence_temporal_share_within_request",
-                                                        np.nan),
+        **{f"sequence_temporal_share_within_request{end}": s.get(
+            f"sequence_temporal_share_within_request{end}", np.nan) for end in ("", "_low",
+                                                                              "_high")},
         "hottest_expert_pct": 100 * s.get("hottest_share", np.nan)}
 
 

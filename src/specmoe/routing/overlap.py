@@ -302,6 +302,11 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
             wr_boot = (w @ within) / (w @ pairs[:, 0] * k)
             wr_jk = (within.sum() - within) / ((pairs[:, 0].sum() - pairs[:, 0]) * k)
         wlo, whi = bca_interval(boot[:, 0] - wr_boot, float(est[0] - wr), jk[:, 0] - wr_jk)
+        # its share of step 1, as the excess within: BCa over the same resamples
+        with np.errstate(invalid="ignore", divide="ignore"):
+            wslo, wshi = bca_interval((boot[:, 0] - wr_boot) / boot[:, 0],
+                                      float((est[0] - wr) / est[0]),
+                                      (jk[:, 0] - wr_jk) / jk[:, 0])
         out.update(independence=ind, independence_low=ilo, independence_high=ihi,
                    independence_clipped=iclip,
                    excess=float(est[0] - ind), excess_low=elo, excess_high=ehi,
@@ -309,7 +314,8 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
                    temporal_share_clipped=sclip,
                    within_request=float(wr),
                    excess_within=float(est[0] - wr), excess_within_low=float(wlo),
-                   excess_within_high=float(whi))
+                   excess_within_high=float(whi), temporal_share_within_low=float(wslo),
+                   temporal_share_within_high=float(wshi))
     return out
 
 
@@ -464,7 +470,10 @@ def sequence_summary(seq: np.ndarray, pairs: np.ndarray, ws: "WindowStats", ci: 
            "sequence_temporal_share_clipped": ci["temporal_share_clipped"],
            "independent_low": ci["independence_low"], "independent_high": ci["independence_high"],
            "independent_clipped": ci["independence_clipped"],
-           "sequence_temporal_share_within_request": (s1 - wr) / s1 if s1 > 0 else float("nan")}
+           "sequence_temporal_share_within_request": (s1 - wr) / s1 if s1 > 0 else float("nan"),
+           # its interval: BCa over the same resamples (sequence_intervals)
+           "sequence_temporal_share_within_request_low": ci["temporal_share_within_low"],
+           "sequence_temporal_share_within_request_high": ci["temporal_share_within_high"]}
     out.update({f"sequence_{key}": ci[key] for key in (
         "excess", "excess_low", "excess_high", "excess_clipped", "excess_within",
         "excess_within_low", "excess_within_high", "within_request")})
@@ -656,12 +665,14 @@ def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray |
     out.update(decay=float(est[0] - est[-1]), decay_low=float(dlo), decay_high=float(dhi))
     if kd >= 2:
         out.update(_within_status(per_request(st_sums), per_request(st_pairs), w, scale))
+    ind, plug, ind_boot = baseline_resamples(
+        w, *request_loads(trace, None if row_keep is None else np.flatnonzero(row_keep))[1:],
+        trace.top_k)
+    out.update(temporal_intervals(float(est[0]), boot[:, 0], ind, plug, ind_boot,
+                                  trace.top_k / trace.num_experts))
     if shuffle_null:
         # per window: all its pairs' intersections, spread over the distances as a shuffle would
         sh_req = per_request(sums.sum(axis=1)[:, None] * shuffle_weights(lengths, kd))
-        ind, plug, ind_boot = baseline_resamples(
-            w, *request_loads(trace, None if row_keep is None else np.flatnonzero(row_keep))[1:],
-            trace.top_k)
         with np.errstate(invalid="ignore", divide="ignore"):
             sh_est = sh_req.sum(axis=0) / (p_req.sum(axis=0) * scale)
             sh_boot = (w @ sh_req) / ((w @ p_req) * scale)
@@ -701,6 +712,26 @@ def slices_mean(units: list[dict], n_boot: int | None = None) -> dict:
     return {"overlap": est.tolist(), "overlap_low": lo.tolist(), "overlap_high": hi.tolist(),
             "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi),
             "n_requests": int(sum(u["sums"].shape[0] for u in units))}
+
+
+def temporal_intervals(step1: float, step1_boot: np.ndarray, ind: float, plug: float,
+                       ind_boot: np.ndarray, floor: float) -> dict:
+    """The temporal overlap (step 1 - independence) and its share of step 1, against the
+    bias-corrected baseline `ind`, with basic intervals (bounded_basic_interval) from each
+    resample's step 1 against its own plug-in baseline (plug, ind_boot: baseline_resamples),
+    as the sequence's excess and share take theirs (sequence_intervals): the excess held in
+    [-1, 1 - k/N] and the share at most 1 - k/N (floor: k/N), `_clipped` where an end was."""
+    top = 1 - floor
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tlo, thi, tclip = bounded_basic_interval(step1 - plug, step1_boot - ind_boot, -1.0, top)
+        slo, shi, sclip = bounded_basic_interval((step1 - plug) / step1,
+                                                 (step1_boot - ind_boot) / step1_boot,
+                                                 -np.inf, top)
+    return {"temporal": step1 - ind, "temporal_low": tlo, "temporal_high": thi,
+            "temporal_clipped": tclip,
+            "temporal_share": (step1 - ind) / step1 if step1 > 0 else float("nan"),
+            "temporal_share_low": slo, "temporal_share_high": shi,
+            "temporal_share_clipped": sclip}
 
 
 def status_contrast(sums: np.ndarray, pairs: np.ndarray, scale: float) -> np.ndarray:

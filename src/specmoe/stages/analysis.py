@@ -219,6 +219,10 @@ def window_interval_summary(ci: dict) -> dict:
     out = {"window_requests": ci["n_requests"], "window_low": ci["overlap_low"],
            "window_high": ci["overlap_high"], "window_decay": ci["decay"],
            "window_decay_low": ci["decay_low"], "window_decay_high": ci["decay_high"]}
+    # the temporal overlap and its share (their points: WindowStats.summary's) with their ends
+    out.update({key: ci[key] for key in ("temporal_low", "temporal_high", "temporal_clipped",
+                                         "temporal_share_low", "temporal_share_high",
+                                         "temporal_share_clipped")})
     out.update({f"window_{key}": ci[key] for key in ("decay_within_status",
                                                      "decay_within_status_low",
                                                      "decay_within_status_high") if key in ci})
