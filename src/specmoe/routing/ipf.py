@@ -173,9 +173,10 @@ def predict_uniform(num_experts: int, top_k: int, overlaps, batch: float = 1) ->
     check_nk(num_experts, top_k)
     res = fit(np.array([top_k / num_experts]), overlaps)
     # every expert alike: the one fitted expert's unused share, N times
-    return {"unique": num_experts * float(batch_unique(res.p_zero, batch)), "window": np.asarray(overlaps).shape[-1] + 1,
-            "converged": res.converged, "infeasible": res.n_infeasible > 0,
-            "iterations": res.iterations, "max_error": res.max_error, "n_clipped": res.n_clipped}
+    return {"unique": num_experts * float(batch_unique(res.p_zero, batch)),
+            "window": np.asarray(overlaps).shape[-1] + 1, "converged": res.converged,
+            "infeasible": res.n_infeasible > 0, "iterations": res.iterations,
+            "max_error": res.max_error, "n_clipped": res.n_clipped}
 
 
 def skewed_pairs(q: np.ndarray, overlaps: np.ndarray) -> np.ndarray:
