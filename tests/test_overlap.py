@@ -832,9 +832,10 @@ def test_fewer_requests_than_the_floor_give_no_interval_and_no_direction(request
                    if k.endswith(("low", "high"))},
                 "ipf error": np.asarray(err)}
         # the window's overlap, shuffle, decay, decay within status, step 1 above the shuffle
-        # and its share; the sequence's overlap, decay, independence, excess, temporal share and
-        # excess within requests; the IPF's error
-        assert len(ends) == 2 * 6 + 2 * 6 + 1
+        # and its share, the temporal overlap and its share; the sequence's overlap, decay,
+        # independence, excess, temporal share, excess within requests and the share within
+        # requests; the IPF's error
+        assert len(ends) == 2 * 8 + 2 * 7 + 1
         for name, v in ends.items():
             assert np.isfinite(v).all() == decided, (n, name, v)
         for name in ("decay", "above_shuffle", "above_shuffle_share", "decay_within_status"):
