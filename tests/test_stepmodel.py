@@ -1059,12 +1059,12 @@ def test_a_configuration_vllm_cannot_start_is_refused_as_the_preflight_refuses_i
 
 
 def test_a_batch_the_kv_cache_does_not_hold_is_marked_not_predicted(capsys):
-    """Mixtral-8x7B in fp8 on one H100 holds about 300 sequences of the step model's 604 tokens
-    in its KV cache: batch 512 would run 300 at a time, so it is marked rather than predicted, in
-    the JSON and in the table people read."""
+    """Mixtral-8x7B in fp8 on one H100 holds about 300 sequences of 604 tokens (a 600-token
+    context and K+1) in its KV cache: batch 512 would run 300 at a time, so it is marked rather
+    than predicted, in the JSON and in the table people read."""
     code, out, err = predict(capsys, str(CONFIGS / "Mixtral-8x7B-Instruct-v0.1.json"),
                              "--precision", "fp8", "--method", "eagle", "--batch-sizes",
-                             "1,512", "--json")
+                             "1,512", "--context", "600", "--json")
     assert code == 0, err
     r = json.loads(out)
     assert r["batch_sizes"] == [1] and r["over_kv_cache"] == [512]
@@ -1073,7 +1073,8 @@ def test_a_batch_the_kv_cache_does_not_hold_is_marked_not_predicted(capsys):
                r["caveats"])
     assert "not predicted at batch 512" in r["verdict"]
     code, out, err = predict(capsys, str(CONFIGS / "Mixtral-8x7B-Instruct-v0.1.json"),
-                             "--precision", "fp8", "--method", "eagle", "--batch-sizes", "1,512")
+                             "--precision", "fp8", "--method", "eagle", "--batch-sizes", "1,512",
+                             "--context", "600")
     assert code == 0, err
     [row] = [x for x in out.splitlines() if x.strip().startswith("512 ")]
     assert f"not predicted: the KV cache holds {r['kv_cache_sequences']} sequences" in row
@@ -1322,8 +1323,9 @@ def test_the_context_a_prediction_assumes_is_stated_and_counts_in_the_distance(c
                                                 if x.startswith("context"))
     assert f"{stepmodel.CONTEXT} tokens per sequence" in next(
         x for x in run().splitlines() if x.startswith("context"))
-    near = json.loads(run("--json", "--context", "1000"))
-    assert near["calibration_distance"] == 0 and near["context"] == 1000
+    near_context = int(stepmodel.CONTEXT * stepmodel.CONTEXT_FACTOR)  # the window's edge
+    near = json.loads(run("--json", "--context", str(near_context)))
+    assert near["calibration_distance"] == 0 and near["context"] == near_context
 
 
 def test_a_context_longer_than_the_models_positions_is_refused(capsys):
