@@ -1,9 +1,8 @@
 """Coverage of the request bootstrap's 95% intervals near the floor of requests
 (routing.bootstrap.MIN_REQUESTS): the share of simulated traces whose interval leaves out the
-truth, for the pipeline's resamples (overlap.request_weights: the plain bootstrap, multinomial n
-of n) and for a candidate widening of them for a small sample (resamples whose weights are
-Dirichlet draws spread spread_factor(n) = sqrt(n / (n - 1)) t_{n-1} / z times as far: the
-standard small-sample correction of the interval's width).
+truth, for the pipeline's intervals (each half-width widened about its point by
+bootstrap.small_sample_factor(n) = sqrt(n / (n - 1)) t_{n-1} / z: bootstrap.widen) and for the
+plain bootstrap's (the same resamples, unwidened: the factor held at 1).
 
 Design: routing with no locality at all (each token's k = 2 of N = 16 experts drawn uniformly
 and independently, one layer, K = 3, 10 steps a request, each step's accepted count uniform on
@@ -15,14 +14,12 @@ excess, against the bias-corrected baseline) and BCa (sequence decay), as the ov
 builds them (overlap.window_intervals, overlap.trace_sequence_stats). Seeded: trace t of a size
 is drawn from seed 1000 * requests + t; every run prints the same table.
 
-The widening through the resamples' weights widens every interval drawn with them in one place,
-but it also moves the convex independence baseline's resamples c^2 times as far above its
-plug-in, and the basic intervals measured against it (which reflect that shift as the
-baseline's bias) off their bias-corrected points: tests/test_routing_fixes.py's
-test_paired_differences_against_the_baseline_cover_the_truth finds the matched excess's
-interval 0.14 of its width off its point (0.07 with the baseline's shift held at the plain
-bootstrap's), where it asks for 0.05. Widening each interval about its point where it is built
-keeps them centred.
+A widening through the resamples' weights instead (Dirichlet weights spread the factor times as
+far, in overlap.request_weights) covered as well but moved the convex independence baseline's
+resamples c^2 times as far above its plug-in, and the basic intervals measured against it off
+their bias-corrected points (tests/test_routing_fixes.py's
+test_paired_differences_against_the_baseline_cover_the_truth: 0.14 of the width off, where
+0.05 is asked): the pipeline widens each interval about its point where it is built.
 
     .venv/bin/python bench/interval_coverage.py [--traces 300] [--requests 10 12 20 40] [--json]
 """
@@ -42,7 +39,7 @@ from specmoe.routing.trace import Trace, status_for  # noqa: E402
 
 STATISTICS = ("window step 1", "window decay", "above shuffle", "sequence excess",
               "sequence decay")
-METHODS = {"plain": "pipeline (plain bootstrap)", "widened": "widened (small-sample)"}
+METHODS = {"pipeline": "pipeline (widened)", "plain": "plain bootstrap (unwidened)"}
 
 
 def iid_trace(requests: int, seed: int, steps: int = 10, k_draft: int = 3, n: int = 16,
@@ -81,40 +78,18 @@ def misses(tr: Trace, statistics=STATISTICS, n: int = 16, k: int = 2) -> np.ndar
     return np.array(out)
 
 
-def spread_factor(n: int, level: float | None = None) -> float:
-    """sqrt(n / (n - 1)) t_{n-1} / z at the two-sided level (default bootstrap.LEVEL): the
-    resamples' spread is the plug-in one, short by sqrt((n - 1) / n), and a mean of n units is
-    t-, not normally, distributed; 1.216 at 10 requests, 1.045 at 40, 1 in the limit."""
-    from scipy.special import ndtri, stdtrit
-
-    p = (1 + (bootstrap.LEVEL if level is None else level)) / 2
-    return float(np.sqrt(n / (n - 1)) * stdtrit(n - 1, p) / ndtri(p))
-
-
-def widened_weights(n: int, n_boot: int | None = None, seed: int | None = None) -> np.ndarray:
-    """overlap.request_weights widened: n times Dirichlet(alpha) draws, alpha = (n / c^2 - 1) / n
-    with c = spread_factor(n), so that the weights (summing to n) vary c^2 times as much as the
-    plain bootstrap's counts (variance 1 - 1/n; here (n - 1) / (n alpha + 1)) with the same
-    negative correlation; NaN below bootstrap.MIN_REQUESTS, as there."""
-    n_boot = bootstrap.N_BOOT if n_boot is None else n_boot
-    if n < bootstrap.MIN_REQUESTS:
-        return np.full((n_boot, n), np.nan)
-    c2 = spread_factor(n) ** 2
-    rng = np.random.default_rng(bootstrap.BOOT_SEED if seed is None else seed)
-    return n * rng.dirichlet(np.full(n, (n / c2 - 1) / n), size=n_boot)
-
-
 def miss_rates(requests: int, traces: int, method: str, statistics=STATISTICS) -> np.ndarray:
     """The share of `traces` traces of `requests` requests whose interval of each statistic
-    leaves out the truth, the resamples drawn by `method` (METHODS)."""
-    pipeline = overlap.request_weights
-    if method == "widened":
-        overlap.request_weights = widened_weights
+    leaves out the truth, the intervals built by `method` (METHODS): the pipeline's, or its
+    resamples' own (bootstrap.small_sample_factor held at 1)."""
+    factor = bootstrap.small_sample_factor
+    if method == "plain":
+        bootstrap.small_sample_factor = lambda n, level=None: 1.0
     try:
         hits = np.array([misses(iid_trace(requests, 1000 * requests + t), statistics)
                          for t in range(traces)])
     finally:
-        overlap.request_weights = pipeline
+        bootstrap.small_sample_factor = factor
     return hits.mean(axis=0)
 
 

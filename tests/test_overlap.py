@@ -629,7 +629,8 @@ def test_the_temporal_shares_interval_recomputes_the_baseline_in_each_resample()
     lo, hi = s["sequence_temporal_share_low"], s["sequence_temporal_share_high"]
     assert boot["target_point"] == pytest.approx(s["sequence_temporal_share"])
     assert lo < boot["target_point"] < hi
-    assert (lo, hi) == pytest.approx(overlap.basic_interval(share[0], share[1:]), abs=2e-6)
+    assert (lo, hi) == pytest.approx(overlap.basic_interval(share[0], share[1:], 12,
+                                                        boot["target_point"]), abs=2e-6)
     assert hi - lo > 1.5 * 0.021  # the fixed-baseline interval's width
 
 

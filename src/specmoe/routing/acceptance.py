@@ -164,10 +164,11 @@ def by_request(acc: np.ndarray, rej: np.ndarray, acc_req: np.ndarray,
         # Cohen's d of each resample: the pooled variance from its summed squares (ddof 1)
         pooled = (va - ca * ma ** 2 + vr - cr * mr ** 2) / (ca + cr - 2)
         d_boot = np.where(pooled > spread_floor(acc, rej), boot / np.sqrt(pooled), np.nan)
-    lo, hi = _percentiles(boot)  # NaN where no resample is finite (too few requests)
+    # NaN where no resample is finite (too few requests); widened about the plug-in for g
+    lo, hi = _percentiles(boot, sa.sum() / na.sum() - sr.sum() / nr.sum(), g)
     out["delta_low_by_request"], out["delta_high_by_request"] = float(lo), float(hi)
     if np.isfinite(d_boot).any():
-        dlo, dhi = np.nanpercentile(d_boot, bootstrap.tails())
+        dlo, dhi = _percentiles(d_boot, cohens_d(acc, rej), g)
         out["cohens_d_low"], out["cohens_d_high"] = float(dlo), float(dhi)
     out["p_by_request"] = cluster_robust_p(acc, rej, acc_req, rej_req)
     return out
@@ -343,7 +344,7 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
             ids = np.unique(req[m])
             slice_req[name] = int(ids.size)
             drop_ci[name] = [float(v) for v in _percentiles(_anchor_drop_boot(
-                anchor, pos, req, m, kd, ids, request_weights(ids.size)))]
+                anchor, pos, req, m, kd, ids, request_weights(ids.size)), drops[name], ids.size)]
         out["slices"] = slices
         out["slice_anchor_drop"] = drops
         # its 95% interval over the slice's requests (NaN below bootstrap.MIN_REQUESTS)
@@ -409,15 +410,16 @@ def _anchor_drop_boot(anchor: np.ndarray, pos: np.ndarray, req: np.ndarray, m: n
             - _request_ratio(anchor, ok & (pos == kd), req, ids, w))
 
 
-def _median_boot(boots: list[np.ndarray]) -> tuple[float, float]:
+def _median_boot(boots: list[np.ndarray], point: float, n: int) -> tuple[float, float]:
     """The 95% percentile interval of the median over slices of their resamples (one array per
-    slice, drawn from the same resampled requests); NaN without a slice."""
+    slice, drawn from the same resampled n requests), widened about the median `point`
+    (bootstrap.widen); NaN without a slice."""
     if not boots:
         return float("nan"), float("nan")
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a resample without any slice: NaN
         med = np.nanmedian(np.vstack(boots), axis=0)
-    lo, hi = _percentiles(med)
+    lo, hi = _percentiles(med, point, n)
     return float(lo), float(hi)
 
 
@@ -451,10 +453,10 @@ def heldout_medians(cols: tuple, names: list[str], slices: dict, drops: dict,
         rows = {n: slices[n][j - 1] for n in names}
         keep = [n for n, r in rows.items()
                 if r["size"] not in UNDECIDED_ROWS and np.isfinite(r["delta"])]
+        point = float(np.median([rows[n]["delta"] for n in keep])) if keep else float("nan")
         lo, hi = _median_boot([_delta_boot(consec, pos, st, req, labels == n, j, ids, w)
-                               for n in keep])
-        out["median_delta_by_position"].append(
-            float(np.median([rows[n]["delta"] for n in keep])) if keep else float("nan"))
+                               for n in keep], point, ids.size)
+        out["median_delta_by_position"].append(point)
         out["median_delta_low_by_position"].append(lo)
         out["median_delta_high_by_position"].append(hi)
         out["median_delta_slices_by_position"].append(len(keep))
@@ -462,11 +464,11 @@ def heldout_medians(cols: tuple, names: list[str], slices: dict, drops: dict,
             "" if keep else _why_none([rows[n]["size"] for n in names]))
     keep = [n for n in names
             if slice_req[n] >= bootstrap.MIN_REQUESTS and np.isfinite(drops[n])]
+    point = float(np.median([drops[n] for n in keep])) if keep else float("nan")
     lo, hi = _median_boot([_anchor_drop_boot(anchor, pos, req, labels == n, kd, ids, w)
-                           for n in keep])
+                           for n in keep], point, ids.size)
     out.update({
-        "median_anchor_drop": float(np.median([drops[n] for n in keep])) if keep
-        else float("nan"),
+        "median_anchor_drop": point,
         "median_anchor_drop_low": lo, "median_anchor_drop_high": hi,
         "median_anchor_drop_slices": len(keep), "median_requests": int(ids.size),
         "median_anchor_drop_why": "" if keep else _why_none(
@@ -495,7 +497,8 @@ def _acceptance_length(trace: Trace) -> dict:
     w = request_weights(steps_r.size)
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = 1 + (w @ acc_r) / (w @ steps_r)
-    lo, hi, clipped = bounded_basic_interval(tau, boot, 1.0, trace.k_draft + 1.0)
+    lo, hi, clipped = bounded_basic_interval(tau, boot, 1.0, trace.k_draft + 1.0,
+                                             n=steps_r.size)
     return {"tau": tau, "tau_low": lo, "tau_high": hi, "tau_clipped": clipped,
             "requests": int(steps_r.size), "steps": int(drafting.sum()),
             "steps_without_drafts": int((~drafting).sum()), "position_acceptance": rates}

@@ -112,21 +112,23 @@ def _statistics(tr: Trace, ids: np.ndarray,
     return out, {name: points.get(name, float(v[0])) for name, v in out.items()}
 
 
-def _difference(name: str, ours: np.ndarray, theirs: np.ndarray, point: float,
+def _difference(name: str, ours: np.ndarray, theirs: np.ndarray, point: float, n: int,
                 ranges: tuple[tuple[float, float], tuple[float, float]] | None = None) -> dict:
     """Statistic `name`'s difference ours - theirs (each: the plug-in estimate, then its
     resamples, paired) beside its point `point` (the reported values' difference): the basic
     interval of the plug-in difference for a statistic of AGAINST_BASELINE, held within what the
     difference can be where `ranges` gives each statistic's range (ours, theirs), else the
-    percentile interval. Below bootstrap.MIN_REQUESTS requests the resamples are NaN: no
+    percentile interval, each widened about `point` for the n requests resampled
+    (bootstrap.widen). Below bootstrap.MIN_REQUESTS requests the resamples are NaN: no
     interval."""
     diff = ours - theirs
     if name not in AGAINST_BASELINE:
-        lo, hi = _percentiles(diff[1:])
+        lo, hi = _percentiles(diff[1:], point, n)
         return {"difference": point, "difference_low": float(lo), "difference_high": float(hi),
                 "difference_clipped": False}
     (a_lo, a_hi), (b_lo, b_hi) = ranges or ((-np.inf, np.inf), (-np.inf, np.inf))
-    lo, hi, clipped = bounded_basic_interval(float(diff[0]), diff[1:], a_lo - b_hi, a_hi - b_lo)
+    lo, hi, clipped = bounded_basic_interval(float(diff[0]), diff[1:], a_lo - b_hi, a_hi - b_lo,
+                                             n=n, point=point)
     return {"difference": point, "difference_low": lo, "difference_high": hi,
             "difference_clipped": clipped}
 
@@ -181,7 +183,7 @@ def control_contrast(target: Trace, control: Trace, n_boot: int | None = None,
     for name in ours:
         point = our_points[name] - their_points[name]
         out["statistics"][name] = {"target": our_points[name], "control": their_points[name],
-                                   **_difference(name, ours[name], theirs[name], point,
+                                   **_difference(name, ours[name], theirs[name], point, g,
                                                  ranges.get(name))}
     out.update(comparable=True, why="", n_requests=int(g), level=bootstrap.LEVEL)
     return out
@@ -236,7 +238,7 @@ def share_contrast(fine: dict, coarse: dict) -> dict:
         parts += [("control_lead", fc, cc, fcp - ccp),
                   ("excess", f - fc, c - cc, (fp - fcp) - (cp - ccp))]
     for name, a, b, point in parts:
-        d = _difference("seq_temporal_share", a, b, point)
+        d = _difference("seq_temporal_share", a, b, point, len(fine["prompt_ids"]))
         out.update({name: d["difference"], f"{name}_low": d["difference_low"],
                     f"{name}_high": d["difference_high"]})
     return out

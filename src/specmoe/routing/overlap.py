@@ -271,7 +271,7 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         boot = (w @ per_seq) / (w @ pairs * k)  # [boot, d]
         est = per_seq.sum(axis=0) / (pairs.sum(axis=0) * k)
     decay = boot[:, 0] - boot[:, -1]
-    lo, hi = _percentiles(boot)
+    lo, hi = _percentiles(boot, est, n)
     # the decay: BCa (a looping request can carry its resamples' tail)
     with np.errstate(invalid="ignore", divide="ignore"):
         jk = (per_seq.sum(axis=0) - per_seq) / ((pairs.sum(axis=0) - pairs) * k)  # [seq, d]
@@ -289,15 +289,18 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         # most 1 - k/N (mirrored, they reached 1.01 and 1.10 where 0.75 is the most)
         floor = k / loads.shape[-1]
         top = 1 - floor
-        ilo, ihi, iclip = bounded_basic_interval(plug, ind_boot, floor, 1.0)
+        ilo, ihi, iclip = bounded_basic_interval(plug, ind_boot, floor, 1.0, n=n,
+                                                 point=ind)
         # the excess and the share: the corrected baseline's, each resample with its own baseline
         # (held fixed, the share's interval was 2-2.6 times too narrow)
         with np.errstate(invalid="ignore", divide="ignore"):
             elo, ehi, eclip = bounded_basic_interval(float(est[0] - plug),
-                                                     boot[:, 0] - ind_boot, -1.0, top)
+                                                     boot[:, 0] - ind_boot, -1.0, top, n=n,
+                                                     point=float(est[0] - ind))
             slo, shi, sclip = bounded_basic_interval(float((est[0] - plug) / est[0]),
                                                      (boot[:, 0] - ind_boot) / boot[:, 0],
-                                                     -np.inf, top)
+                                                     -np.inf, top, n=n,
+                                                     point=float((est[0] - ind) / est[0]))
             wr = within.sum() / (pairs[:, 0].sum() * k)
             wr_boot = (w @ within) / (w @ pairs[:, 0] * k)
             wr_jk = (within.sum() - within) / ((pairs[:, 0].sum() - pairs[:, 0]) * k)
@@ -350,21 +353,27 @@ def independence_corrected(loads: np.ndarray, tokens: np.ndarray, k: int) -> flo
     return float(max(jack.size * plug - (jack.size - 1) * jack.mean(), k / loads.shape[-1]))
 
 
-def basic_interval(est: float, boot: np.ndarray) -> tuple[float, float]:
+def basic_interval(est: float, boot: np.ndarray, n: int,
+                   point: float | None = None) -> tuple[float, float]:
     """The basic (reflected) bootstrap interval (at bootstrap.LEVEL) [2 est - q_high,
     2 est - q_low] of a plug-in estimate from its resamples: their spread about the estimate
     stands for the estimate's about the truth, so a bias as large as the spread (the independence
     baseline near uniform loads: resamples above the estimate, itself above the truth) is
     reflected away where the percentile interval repeats it, and the interval holds the jackknife
-    bias-corrected point."""
+    bias-corrected point. n: the requests resampled: the reflected half-widths are widened for
+    the small sample (bootstrap.widen) about `point`, the point reported beside the interval
+    (default est; the bias-corrected one where est is a plug-in: widened about the plug-in, the
+    interval left that point by f - 1 times the bias)."""
     if not np.isfinite(est):
         return float("nan"), float("nan")
-    lo, hi = _percentiles(boot)
-    return float(2 * est - hi), float(2 * est - lo)
+    lo, hi = _ends(boot)
+    lo, hi = bootstrap.widen(est if point is None else point, 2 * est - hi, 2 * est - lo, n)
+    return float(lo), float(hi)
 
 
 def bounded_basic_interval(est: float, boot: np.ndarray, low: float = -np.inf,
-                           high: float = np.inf) -> tuple[float, float, bool]:
+                           high: float = np.inf, *, n: int,
+                           point: float | None = None) -> tuple[float, float, bool]:
     """The basic interval (basic_interval) of a plug-in estimate from its resamples, held inside
     its statistic's range [low, high] (within_range): its ends, and whether either was moved
     (an acceptance length's in [1, K+1]; an excess over independence's). For an estimate
@@ -376,7 +385,7 @@ def bounded_basic_interval(est: float, boot: np.ndarray, low: float = -np.inf,
     by the correction instead centre on the plug-in, and their percentile interval sits about
     one bias below the corrected point (the matched contrasts' excess covered its truth in 72%
     of simulated traces of 12 requests, every miss below it; tests/test_routing_fixes.py)."""
-    return within_range(*basic_interval(est, boot), low, high)
+    return within_range(*basic_interval(est, boot, n, point), low, high)
 
 
 def within_range(lo: float, hi: float, low: float, high: float) -> tuple[float, float, bool]:
@@ -397,11 +406,13 @@ def bca_interval(boot: np.ndarray, est: float, jack: np.ndarray,
     (jackknife) estimates over the resampled units (acceleration a), so a statistic whose
     resamples are skewed (one unit carrying a heavy tail) keeps its coverage better than the
     plain percentile interval (Efron 1987). boot: the resamples' values; jack: the statistic
-    without each unit in turn; level: default bootstrap.LEVEL."""
+    without each unit in turn (one per request resampled: their number widens the interval
+    about est for the small sample, bootstrap.widen); level: default bootstrap.LEVEL."""
     # the standard normal's quantile and distribution functions themselves (scipy.stats.norm
     # calls these; importing scipy.stats costs an analysis job more than its bootstrap)
     from scipy.special import ndtr, ndtri
 
+    n = jack.size
     boot = boot[np.isfinite(boot)]
     jack = jack[np.isfinite(jack)]
     if not boot.size or not np.isfinite(est):
@@ -414,7 +425,7 @@ def bca_interval(boot: np.ndarray, est: float, jack: np.ndarray,
     level = bootstrap.LEVEL if level is None else level
     z = ndtri(np.asarray([(1 - level) / 2, (1 + level) / 2]))
     q = ndtr(z0 + (z0 + z) / (1 - a * (z0 + z)))
-    lo, hi = np.percentile(boot, 100 * q)
+    lo, hi = bootstrap.widen(est, *np.percentile(boot, 100 * q), n)
     return float(lo), float(hi)
 
 
@@ -542,9 +553,15 @@ def _status_pair_pass(experts, starts, lengths, n_experts, cls, max_d):
     return sums, pairs
 
 
-def _percentiles(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The percentile interval's ends (at bootstrap.LEVEL) of resamples [boot, ...]; NaN where
-    none is finite (too few requests to resample: request_weights)."""
+def _percentiles(boot: np.ndarray, est, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile interval's ends (at bootstrap.LEVEL) of resamples [boot, ...] of n
+    requests, widened about the point est ([...]) for the small sample (bootstrap.widen); NaN
+    where none is finite (too few requests to resample: request_weights)."""
+    return bootstrap.widen(np.asarray(est, dtype=np.float64), *_ends(boot), n)
+
+
+def _ends(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The resamples' own percentiles at the tails of bootstrap.LEVEL, unwidened."""
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "All-NaN slice": NaN is the answer
         lo, hi = np.nanpercentile(boot, bootstrap.tails(), axis=0)
@@ -659,17 +676,17 @@ def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray |
     # (pairs * layers * k)) for statistics that resample them with others (slices_mean)
     out = {"n_requests": int(g), "overlap": est.tolist(),
            "per_request": {"sums": s_req, "pairs": p_req, "scale": scale}}
-    lo, hi = _percentiles(boot)
+    lo, hi = _percentiles(boot, est, g)
     out.update(overlap_low=lo.tolist(), overlap_high=hi.tolist())
-    dlo, dhi = _percentiles(boot[:, 0] - boot[:, -1])
+    dlo, dhi = _percentiles(boot[:, 0] - boot[:, -1], est[0] - est[-1], g)
     out.update(decay=float(est[0] - est[-1]), decay_low=float(dlo), decay_high=float(dhi))
     if kd >= 2:
-        out.update(_within_status(per_request(st_sums), per_request(st_pairs), w, scale))
+        out.update(_within_status(per_request(st_sums), per_request(st_pairs), w, scale, g))
     ind, plug, ind_boot = baseline_resamples(
         w, *request_loads(trace, None if row_keep is None else np.flatnonzero(row_keep))[1:],
         trace.top_k)
     out.update(temporal_intervals(float(est[0]), boot[:, 0], ind, plug, ind_boot,
-                                  trace.top_k / trace.num_experts))
+                                  trace.top_k / trace.num_experts, g))
     if shuffle_null:
         # per window: all its pairs' intersections, spread over the distances as a shuffle would
         sh_req = per_request(sums.sum(axis=1)[:, None] * shuffle_weights(lengths, kd))
@@ -681,9 +698,9 @@ def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray |
             # be 0 or below: the report marks a share outside [0, 1])
             share_lo, share_hi, _ = bounded_basic_interval(
                 float((est[0] - sh_est[0]) / (est[0] - plug)),
-                (boot[:, 0] - sh_boot[:, 0]) / (boot[:, 0] - ind_boot))
-        lo, hi = _percentiles(sh_boot)
-        above_lo, above_hi = _percentiles(boot[:, 0] - sh_boot[:, 0])
+                (boot[:, 0] - sh_boot[:, 0]) / (boot[:, 0] - ind_boot), n=g, point=float(share))
+        lo, hi = _percentiles(sh_boot, sh_est, g)
+        above_lo, above_hi = _percentiles(boot[:, 0] - sh_boot[:, 0], est[0] - sh_est[0], g)
         out.update(shuffle=sh_est.tolist(), shuffle_low=lo.tolist(), shuffle_high=hi.tolist(),
                    above_shuffle=float(est[0] - sh_est[0]), above_shuffle_low=float(above_lo),
                    above_shuffle_high=float(above_hi), independence=ind,
@@ -707,26 +724,31 @@ def slices_mean(units: list[dict], n_boot: int | None = None) -> dict:
         boot = np.mean([(w @ u["sums"]) / ((w @ u["pairs"]) * u["scale"]) for i, u in
                         enumerate(units) for w in [request_weights(u["sums"].shape[0], n_boot,
                                                                    seed + i)]], axis=0)
-    lo, hi = _percentiles(boot)
-    dlo, dhi = _percentiles(boot[:, 0] - boot[:, -1])
+    # each slice's resamples short of its own spread: widened for the smallest slice's requests
+    n = min(u["sums"].shape[0] for u in units)
+    lo, hi = _percentiles(boot, est, n)
+    dlo, dhi = _percentiles(boot[:, 0] - boot[:, -1], est[0] - est[-1], n)
     return {"overlap": est.tolist(), "overlap_low": lo.tolist(), "overlap_high": hi.tolist(),
             "decay": float(est[0] - est[-1]), "decay_low": float(dlo), "decay_high": float(dhi),
             "n_requests": int(sum(u["sums"].shape[0] for u in units))}
 
 
 def temporal_intervals(step1: float, step1_boot: np.ndarray, ind: float, plug: float,
-                       ind_boot: np.ndarray, floor: float) -> dict:
+                       ind_boot: np.ndarray, floor: float, n: int) -> dict:
     """The temporal overlap (step 1 - independence) and its share of step 1, against the
     bias-corrected baseline `ind`, with basic intervals (bounded_basic_interval) from each
     resample's step 1 against its own plug-in baseline (plug, ind_boot: baseline_resamples),
     as the sequence's excess and share take theirs (sequence_intervals): the excess held in
-    [-1, 1 - k/N] and the share at most 1 - k/N (floor: k/N), `_clipped` where an end was."""
+    [-1, 1 - k/N] and the share at most 1 - k/N (floor: k/N), `_clipped` where an end was;
+    n: the requests resampled."""
     top = 1 - floor
     with np.errstate(invalid="ignore", divide="ignore"):
-        tlo, thi, tclip = bounded_basic_interval(step1 - plug, step1_boot - ind_boot, -1.0, top)
+        tlo, thi, tclip = bounded_basic_interval(step1 - plug, step1_boot - ind_boot, -1.0, top,
+                                                  n=n, point=step1 - ind)
         slo, shi, sclip = bounded_basic_interval((step1 - plug) / step1,
                                                  (step1_boot - ind_boot) / step1_boot,
-                                                 -np.inf, top)
+                                                 -np.inf, top, n=n,
+                                                 point=(step1 - ind) / step1)
     return {"temporal": step1 - ind, "temporal_low": tlo, "temporal_high": thi,
             "temporal_clipped": tclip,
             "temporal_share": (step1 - ind) / step1 if step1 > 0 else float("nan"),
@@ -746,12 +768,14 @@ def status_contrast(sums: np.ndarray, pairs: np.ndarray, scale: float) -> np.nda
         return (np.where(weight > 0, diff, 0.0) * weight).sum(axis=-1) / weight.sum(axis=-1)
 
 
-def _within_status(s_req: np.ndarray, p_req: np.ndarray, w: np.ndarray, scale: float) -> dict:
+def _within_status(s_req: np.ndarray, p_req: np.ndarray, w: np.ndarray, scale: float,
+                   n: int) -> dict:
     """decay_within_status and its interval from per-request sums and pair counts [request,
-    (class, d)] for the two acceptance classes at d = 1, 2 (w: the resamples' request weights)."""
-    lo, hi = _percentiles(status_contrast(w @ s_req, w @ p_req, scale))
-    return {"decay_within_status": float(status_contrast(s_req.sum(axis=0), p_req.sum(axis=0),
-                                                         scale)),
+    (class, d)] for the two acceptance classes at d = 1, 2 (w: the resamples' request weights
+    over n requests)."""
+    est = float(status_contrast(s_req.sum(axis=0), p_req.sum(axis=0), scale))
+    lo, hi = _percentiles(status_contrast(w @ s_req, w @ p_req, scale), est, n)
+    return {"decay_within_status": est,
             "decay_within_status_low": float(lo), "decay_within_status_high": float(hi)}
 
 
@@ -1021,7 +1045,8 @@ def overlap_by_status(trace: Trace, consec: np.ndarray | None = None) -> list[di
             cell = counts > 0
             w = request_weights(int(cell.sum()))
             with np.errstate(invalid="ignore", divide="ignore"):
-                lo, hi = _percentiles((w @ sums[cell]) / (w @ counts[cell]))
+                lo, hi = _percentiles((w @ sums[cell]) / (w @ counts[cell]),
+                                      sums.sum() / counts.sum(), int(cell.sum()))
             rows.append({"draft_position": j, "status": name,
                          "mean": float(sums.sum() / counts.sum()),
                          "mean_low": float(lo), "mean_high": float(hi), "n": int(m.sum()),
