@@ -36,7 +36,9 @@ def weight_row(dims: costmodel.ModelDims, k_draft: int, overlaps=None) -> dict:
 
 
 def weight_model_table(entries: list[dict]) -> pd.DataFrame:
-    """entries: {name, manifest (or config), precision, tp, hardware, ks, overlaps?}."""
+    """entries: {name, manifest (or config), precision, tp, hardware, ks, overlaps?,
+    overlaps_source?}: a row per model and K, with where its IPF column's overlaps come from
+    (overlaps_source: configured, published, or empty for none)."""
     rows = []
     for e in entries:
         dims = study_dims(e.get("manifest") or e["config"], e["precision"], e["tp"])
@@ -45,5 +47,6 @@ def weight_model_table(entries: list[dict]) -> pd.DataFrame:
                          "precision": dims.dtype if dims.dtype == dims.dense_dtype
                          else f"{dims.dtype} experts, {dims.dense_dtype} dense",
                          "tp": dims.tp, "hardware": e.get("hardware"), "N": dims.num_experts,
-                         "top_k": dims.top_k, **weight_row(dims, int(k), e.get("overlaps"))})
+                         "top_k": dims.top_k, **weight_row(dims, int(k), e.get("overlaps")),
+                         "overlaps_source": e.get("overlaps_source", "")})
     return pd.DataFrame(rows)

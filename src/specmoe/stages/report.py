@@ -279,9 +279,6 @@ def weight_model_stage(inputs, outputs, params) -> list[Path]:
     published or empty for none)."""
     entries = params.entries
     df = weight_model_table(entries)
-    if len(df):
-        source = {e["name"]: e.get("overlaps_source", "") for e in entries}
-        df["overlaps_source"] = df["model"].map(source)
     commits = {}
     for e in entries:
         if "manifest" in e:
