@@ -406,7 +406,7 @@ CONFIG = [
     ("a device that is not one", lambda c: c["hardware"]["CPU"].update(device="tpu"), 1,
      r"hardware\.CPU\.device: must be one of gpu, cpu \(got 'tpu'\)"),
     ("GPU memory of zero", lambda c: c["hardware"].update(H100={"memory_gib": 0}), 1,
-     r"hardware\.H100\.memory_gib: must be a number > 0"),
+     r"hardware\.H100\.memory_gib: must be a number >= 1 and <= 65536 \(got 0\)"),
     ("timing that is not one", merge(sweep={"timing": "wall"}), 1,
      r"config: sweep\.timing: must be one of client, engine \(got 'wall'\)"),
     ("a batch of zero", lambda c: c["sweep"]["schedule"].append({"batch": 0, "prompts": 1}), 1,
