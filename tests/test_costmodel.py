@@ -333,6 +333,30 @@ def test_the_gpu_plan_prices_decoding_over_the_prompts_kv_cache(k):
     assert floor > 1.5 * short
 
 
+SYNTH_DIMS = dict(hidden=2048, expert_intermediate=768, heads=32, kv_heads=4, head_dim=128,
+                  num_layers=48, vocab_size=151936, dtype="bf16", tp=1)
+
+
+def _synthetic_overlap_and_ipf(tmp_path, name="m", dims=SYNTH_DIMS, n=32, k=4):
+    """A synthetic model's trace (8 requests of N = n, k = k routing, K = 3) through the overlap
+    and IPF stages: the model entry and the overlap, IPF and (not yet written) cost-model
+    files."""
+    from specmoe.contracts import Named
+    from specmoe.contracts.analysis import IpfParams, OverlapParams
+    from specmoe.stages import analysis
+
+    model = {"name": name, "source": "synthetic", "hardware": "H100", "dims": dims,
+             "synthetic": {"num_experts": n, "top_k": k, "num_layers": 2, "requests": 8,
+                           "steps": 6, "seed": 0}}
+    run = {"model": name, "drafter": "synth", "k": 3, "dataset": "synth"}
+    analysis.synth_trace(model, run, tmp_path / "t.parquet")
+    o, i, c = tmp_path / "o.json", tmp_path / "i.json", tmp_path / "c.json"
+    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
+                           OverlapParams(batch_sizes=[1, 8], shuffle_null=True))
+    analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
+    return model, o, i, c
+
+
 @pytest.mark.parametrize("name,dims,n,k,heavy", [
     ("qwen-like", dict(hidden=2048, expert_intermediate=768, heads=32, kv_heads=4, head_dim=128,
                        num_layers=48, vocab_size=151936, dtype="bf16", tp=1), 128, 8, False),
@@ -345,20 +369,12 @@ def test_costmodel_stage_prices_the_draft_ratio_past_the_ridge(tmp_path, name, d
     configured 4,096 sequences for the dense drafter, the target's own N and N = 896; an
     896-expert layer of Mixtral's width outweighs Mixtral and is flagged, not priced."""
     from specmoe.contracts import Named
-    from specmoe.contracts.analysis import CostmodelParams, IpfParams, OverlapParams
+    from specmoe.contracts.analysis import CostmodelParams
     from specmoe.provenance import read_json
     from specmoe.stages import analysis
 
-    model = {"name": name, "source": "synthetic", "hardware": "H100", "dims": dims,
-             "synthetic": {"num_experts": n, "top_k": k, "num_layers": 2, "requests": 8,
-                           "steps": 6, "seed": 0}}
-    run = {"model": name, "drafter": "synth", "k": 3, "dataset": "synth"}
+    model, o, i, _ = _synthetic_overlap_and_ipf(tmp_path, name, dims, n, k)
     hw = {"H100": gpus()["H100"]}
-    analysis.synth_trace(model, run, tmp_path / "t.parquet")
-    o, i = tmp_path / "o.json", tmp_path / "i.json"
-    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1, 8], shuffle_null=True))
-    analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
     batches = [1, 64, 512, 4096]
     draft = {"context_tokens": 512, "moe_drafter_experts": 896, "batch_sizes": batches}
     analysis.costmodel_stage(Named({"overlap": o, "ipf": i}), Named({"json": tmp_path / "c.json"}),
@@ -476,21 +492,11 @@ def test_costmodel_stage_refuses_an_overlap_without_the_reliability_of_its_measu
     the measured-windows TE rows took sample_ok true at every batch size from it, whatever the
     trace's windows could support."""
     from specmoe.contracts import Named
-    from specmoe.contracts.analysis import CostmodelParams, IpfParams, OverlapParams
+    from specmoe.contracts.analysis import CostmodelParams
     from specmoe.provenance import read_json, write_json
     from specmoe.stages import analysis
 
-    model = {"name": "m", "source": "synthetic", "hardware": "H100",
-             "dims": dict(hidden=2048, expert_intermediate=768, heads=32, kv_heads=4,
-                          head_dim=128, num_layers=48, vocab_size=151936, dtype="bf16", tp=1),
-             "synthetic": {"num_experts": 32, "top_k": 4, "num_layers": 2, "requests": 8,
-                           "steps": 6, "seed": 0}}
-    run = {"model": "m", "drafter": "synth", "k": 3, "dataset": "synth"}
-    analysis.synth_trace(model, run, tmp_path / "t.parquet")
-    o, i, c = tmp_path / "o.json", tmp_path / "i.json", tmp_path / "c.json"
-    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1, 8], shuffle_null=True))
-    analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
+    model, o, i, c = _synthetic_overlap_and_ipf(tmp_path)
     params = CostmodelParams(model=model, hardware={"H100": gpus()["H100"]},
                              draft={"context_tokens": 512, "moe_drafter_experts": 64,
                                     "batch_sizes": [1, 64]})
@@ -620,7 +626,7 @@ def test_a_skewed_ipf_fit_that_does_not_hold_its_margins_gives_no_te(tmp_path, c
     distribution has, now gives no TE at any batch size nor at batch 1, each of its rows saying
     why (ipf_fit), into the report's rows; the other routings' rows are untouched."""
     from specmoe.contracts import Named
-    from specmoe.contracts.analysis import CostmodelParams, IpfParams, OverlapParams
+    from specmoe.contracts.analysis import CostmodelParams
     from specmoe.provenance import read_json, write_json
     from specmoe.report.runs import _add_cost_rows
     from specmoe.stages import analysis
@@ -629,17 +635,7 @@ def test_a_skewed_ipf_fit_that_does_not_hold_its_margins_gives_no_te(tmp_path, c
 
     fit = ipf_mod.predict_skewed(np.full((1, 8), 0.25), np.zeros((1, 8)))
     assert fit["unique"] == pytest.approx(8.0) and not fit["converged"] and fit["infeasible"]
-    model = {"name": "m", "source": "synthetic", "hardware": "H100",
-             "dims": dict(hidden=2048, expert_intermediate=768, heads=32, kv_heads=4,
-                          head_dim=128, num_layers=48, vocab_size=151936, dtype="bf16", tp=1),
-             "synthetic": {"num_experts": 32, "top_k": 4, "num_layers": 2, "requests": 8,
-                           "steps": 6, "seed": 0}}
-    run = {"model": "m", "drafter": "synth", "k": 3, "dataset": "synth"}
-    analysis.synth_trace(model, run, tmp_path / "t.parquet")
-    o, i, c = tmp_path / "o.json", tmp_path / "i.json", tmp_path / "c.json"
-    analysis.overlap_stage(Named({"trace": tmp_path / "t.parquet"}), Named({"json": o}),
-                           OverlapParams(batch_sizes=[1, 8], shuffle_null=True))
-    analysis.ipf_stage(Named({"overlap": o}), Named({"json": i}), IpfParams([1, 8]))
+    model, o, i, c = _synthetic_overlap_and_ipf(tmp_path)
     ip = read_json(i)
     assert ip["converged"]["skewed_window"] and not ip["n_infeasible_experts"]["skewed_window"]
     ip["converged"]["skewed_window"] = converged
