@@ -232,6 +232,19 @@ def test_a_cpu_sweep_on_a_node_with_a_gpu_is_a_cpu_sweep(tmp_path):
         build_measured_tables([dump(tmp_path, "s", sp)], [], [])
 
 
+def sweep_points(tpots, taus=None):
+    """A series' points at batch 1, one per repeat: each repeat's TPOT (ms) and, for an SD
+    series, its acceptance length."""
+    out = []
+    for r, t in enumerate(tpots):
+        p = {"batch": 1, "repeat": r, "output_throughput": 1000.0 / t,
+             "tpot_ms": {"mean": t, "median": t, "p99": t * 1.3}}
+        if taus:
+            p["sd"] = {"acceptance_length": taus[r], "per_position_acceptance": [0.5]}
+        out.append(p)
+    return out
+
+
 def test_tau_keeps_its_interval_and_the_te_with_the_profiled_c_takes_it():
     """The sweep's TE took the acceptance length's interval but kept none of it: the speedup table
     showed tau without one, and the TE with the profiled c (te_sweep_profiled_c) took tau as
@@ -242,19 +255,9 @@ def test_tau_keeps_its_interval_and_the_te_with_the_profiled_c_takes_it():
     from specmoe.report.measured import speedup_row, te_three_ways_row
     from specmoe.report.runs import run_cols
 
-    def series(tpots, taus=None):
-        out = []
-        for r, t in enumerate(tpots):
-            p = {"batch": 1, "repeat": r, "output_throughput": 1000.0 / t,
-                 "tpot_ms": {"mean": t, "median": t, "p99": t * 1.3}}
-            if taus:
-                p["sd"] = {"acceptance_length": taus[r], "per_position_acceptance": [0.5]}
-            out.append(p)
-        return out
-
     taus = [2.0, 2.5, 3.0]
-    sp = speedup_curve(series([10.0, 10.2, 9.8]), series([6.0, 6.1, 5.9], taus),
-                       series([0.5, 0.51, 0.49]), 3, 0.05, "client", 0.0)
+    sp = speedup_curve(sweep_points([10.0, 10.2, 9.8]), sweep_points([6.0, 6.1, 5.9], taus),
+                       sweep_points([0.5, 0.51, 0.49]), 3, 0.05, "client", 0.0)
     row = sp["rows"][0]
     assert (row["tau_low"], row["tau_high"]) == pytest.approx(mean_interval(taus))
     assert row["tau_low"] == pytest.approx(1.258, abs=1e-3)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from declared import tables_in
+from test_measured import sweep_points
 from specmoe.measured import sweep
 from specmoe.report import prose
 from specmoe.report.runs import load
@@ -62,24 +63,14 @@ def test_tau_from_repeats_that_agree_exactly_has_no_interval_and_te_takes_it_as_
     lo, hi = sweep.mean_interval([2.0, 2.5, 3.0])
     assert lo < 2.5 < hi
 
-    def series(tpots, taus=None):
-        out = []
-        for r, t in enumerate(tpots):
-            p = {"batch": 1, "repeat": r, "output_throughput": 1000.0 / t,
-                 "tpot_ms": {"mean": t, "median": t, "p99": t * 1.3}}
-            if taus:
-                p["sd"] = {"acceptance_length": taus[r], "per_position_acceptance": [0.5]}
-            out.append(p)
-        return out
-
-    row = sweep.speedup_curve(series([10.0, 10.2, 9.8]), series([6.0, 6.1, 5.9], [2.25] * 3),
-                              series([0.5, 0.51, 0.49]), 3, 0.05, "client", 0.0)["rows"][0]
+    ar, sd, dr = (sweep_points([10.0, 10.2, 9.8]), sweep_points([6.0, 6.1, 5.9], [2.25] * 3),
+                  sweep_points([0.5, 0.51, 0.49]))
+    row = sweep.speedup_curve(ar, sd, dr, 3, 0.05, "client", 0.0)["rows"][0]
     assert math.isnan(row["tau_low"]) and math.isnan(row["tau_high"]) and row["tau_spread"] == 0
     # TE's interval from the TPOTs' alone, tau at its point: as from tau known exactly
     assert row["te_sweep_low"] < row["te_sweep_raw"] < row["te_sweep_high"]
     tpot = {name: sweep.series_estimates(pts, "client", name, 0.0)[1].interval()
-            for name, pts in (("ar", series([10.0, 10.2, 9.8])), ("sd", series([6.0, 6.1, 5.9])),
-                              ("dr", series([0.5, 0.51, 0.49])))}
+            for name, pts in (("ar", ar), ("sd", sweep_points([6.0, 6.1, 5.9])), ("dr", dr))}
     assert (row["te_sweep_low"], row["te_sweep_high"]) == pytest.approx(sweep.te_interval(
         (2.25, 2.25), 3, tpot["ar"], tpot["sd"], tpot["dr"]))
 
