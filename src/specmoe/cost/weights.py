@@ -3,8 +3,9 @@
 One row per configured model variant (checkpoint, precision, TP): C_expert and C_dense per GPU (MiB,
 per MoE layer), the expert-free layers' bytes spread over the MoE layers, the MoE weight share, and
 the weight model's TE at batch 1 for each K with unique experts per window under the prior uniform
-i.i.d. model, and, where the config gives a model's overlaps by step distance, under the uniform
-max-entropy IPF fit of those overlaps.
+i.i.d. model, and, where the model has overlaps by step distance (its configured ones, else its
+study model's published row; overlaps_source says which), under the uniform max-entropy IPF fit of
+those overlaps.
 """
 
 from __future__ import annotations
