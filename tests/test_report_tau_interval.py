@@ -99,3 +99,13 @@ def test_the_te_with_the_profiled_c_takes_a_tau_without_interval_at_its_point():
     old = te_three_ways_row(rc, b, {k: v for k, v in sw.items() if k != "tau_spread"}, None,
                             np.nan)
     assert old["te_sweep_profiled_c_status"] == sweep.TE_NO_INTERVAL
+
+
+def test_tau_of_one_repeat_is_worded_measured_once():
+    """One repeat has spread 0 as well, so testing spread == 0 first made 'measured once'
+    unreachable: a single repeat was worded as repeats that agree exactly."""
+    nan = float("nan")
+    assert "measured once" in prose._tau_text(1.83, nan, nan, 0.0, 1)
+    assert "measured once" in prose._tau_text(1.83, 1.83, 1.83, 0.0, 1)
+    assert "agree exactly" in prose._tau_text(1.83, nan, nan, 0.0, 3)
+    assert "over repeats" in prose._tau_text(1.83, 1.7, 1.9, 0.1, 3)

@@ -173,8 +173,10 @@ def _tau_text(v: float, lo: float, hi: float, spread: float = np.nan,
         return _num(v, 2)
     if np.isfinite(lo) and np.isfinite(hi) and lo < hi:
         return f"{v:.2f} [{lo:.2f}, {hi:.2f}] (over repeats, not requests)"
-    why = ("repeats of greedy decoding agree exactly" if spread == 0 or lo == hi == v
-           else "measured once" if repeats == 1 else "")
+    # one repeat has spread 0 too: "measured once" is the reason there, tested first
+    why = ("measured once" if repeats == 1
+           else "repeats of greedy decoding agree exactly" if spread == 0 or lo == hi == v
+           else "")
     return f"{v:.2f} (no interval over requests" + (f": {why})" if why else ")")
 
 
