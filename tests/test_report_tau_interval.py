@@ -109,3 +109,31 @@ def test_tau_of_one_repeat_is_worded_measured_once():
     assert "measured once" in prose._tau_text(1.83, 1.83, 1.83, 0.0, 1)
     assert "agree exactly" in prose._tau_text(1.83, nan, nan, 0.0, 3)
     assert "over repeats" in prose._tau_text(1.83, 1.7, 1.9, 0.1, 3)
+
+
+def test_the_sweep_and_the_report_take_tau_for_te_by_one_rule(monkeypatch):
+    """'tau without an interval is taken at its point' was written twice (speedup_curve: the
+    interval if finite else tau; report._tau_interval: the interval, else tau where tau_spread
+    is 0): both now take sweep.tau_for_te, and agree on a sweep point of one repeat (tau_low
+    NaN, tau_spread 0: tau at its point) and on one whose spread is unknown (NaN: none)."""
+    from specmoe.report import measured as rmeasured
+
+    calls = []
+    real = sweep.tau_for_te
+
+    def spy(*a):
+        calls.append(a)
+        return real(*a)
+
+    monkeypatch.setattr(sweep, "tau_for_te", spy)
+    monkeypatch.setattr(rmeasured, "tau_for_te", spy)
+    ar, sd, dr = (sweep_points([10.0]), sweep_points([6.0], [2.25]), sweep_points([0.5]))
+    row = sweep.speedup_curve(ar, sd, dr, 3, 0.05, "client", 0.0)["rows"][0]
+    assert len(calls) == 1
+    assert math.isnan(row["tau_low"]) and row["tau_spread"] == 0
+    assert rmeasured._tau_interval(row) == real(*calls[0]) == (2.25, 2.25)
+    assert len(calls) == 2
+    unknown = {**row, "tau_spread": np.nan}
+    assert all(math.isnan(v) for v in rmeasured._tau_interval(unknown))
+    assert all(math.isnan(v) for v in real(2.25, np.nan, np.nan, np.nan))
+    assert real(2.25, 2.0, 2.5, 0.5) == (2.0, 2.5)

@@ -255,6 +255,20 @@ def mean_interval(xs: list[float], level: float = LEVEL) -> tuple[float, float]:
     return m - half, m + half
 
 
+def tau_for_te(tau: float, low, high, spread) -> tuple[float, float]:
+    """A sweep point's tau interval as its TE takes it, the one rule for the sweep's TE
+    (speedup_curve) and the report's (te_sweep_interval): its own interval where it has one;
+    else tau at its point where its repeats agree exactly or there is one (spread 0: no
+    interval, none needed); else none (NaN: a spread of NaN or None is unknown, as in a sweep
+    from before tau kept its spread, and says nothing)."""
+    ok = [v is not None and math.isfinite(v) for v in (low, high)]
+    if all(ok):
+        return low, high
+    if spread is not None and spread == 0:
+        return tau, tau
+    return float("nan"), float("nan")
+
+
 def shape_label(batches: list[int], speedups: list[Estimate], margin: float,
                 level: float = LEVEL) -> str:
     """The shape of a speedup-vs-batch curve as far as its intervals decide it (shape_labels on
@@ -439,7 +453,8 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
         # agree exactly), kept beside it and taken by TE's (none: tau at its point)
         tau_iv = mean_interval(taus)
         te_raw = te_from_sweep(tau, spd.mean, c) if math.isfinite(c) else float("nan")
-        te_lo, te_hi = (te_interval(tau_iv if math.isfinite(tau_iv[0]) else (tau, tau), k,
+        tau_spread = max(taus) - min(taus)
+        te_lo, te_hi = (te_interval(tau_for_te(tau, *tau_iv, tau_spread), k,
                                     a.interval(), s.interval(), d.interval())
                         if d else (float("nan"), float("nan")))
         status = te_status(te_raw, te_lo, te_hi, math.isfinite(c))
@@ -453,7 +468,7 @@ def speedup_curve(ar: list[dict], sd: list[dict], drafter: list[dict] | None, k:
                      "speedup": spd.mean, "speedup_low": lo, "speedup_high": hi,
                      "speedup_log_se": spd.log_se, "speedup_df": spd.df,
                      "tau": tau, "tau_low": tau_iv[0], "tau_high": tau_iv[1],
-                     "tau_spread": max(taus) - min(taus),
+                     "tau_spread": tau_spread,
                      "position_acceptance": pos, "draft_cost": c,
                      "draft_cost_low": c_lo, "draft_cost_high": c_hi,
                      "te_sweep": te_raw if ok else float("nan"), "te_sweep_raw": te_raw,

@@ -14,7 +14,7 @@ import pandas as pd
 from ..cost import costmodel
 from ..errors import InputError
 from ..measured.profiling import ALL_CLASSES, eager
-from ..measured.sweep import below_highest
+from ..measured.sweep import below_highest, tau_for_te
 from ..provenance import measured_device
 from ..runs import Run
 from . import registry
@@ -281,15 +281,9 @@ def gap_as_pct(step: dict) -> dict:
 
 
 def _tau_interval(sw: dict) -> tuple[float, float]:
-    """A sweep point's tau interval as its TE takes it (sweep.speedup_curve): its own, else tau
-    at its point where its repeats agree exactly (tau_spread 0: no interval, none needed); NaN
-    where the point keeps neither (a sweep from before tau kept its interval)."""
-    lo, hi = sw.get("tau_low", np.nan), sw.get("tau_high", np.nan)
-    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
-        return lo, hi
-    if sw.get("tau_spread") == 0:
-        return sw.get("tau", np.nan), sw.get("tau", np.nan)
-    return np.nan, np.nan
+    """A sweep point's tau interval as its TE takes it (sweep.tau_for_te, the sweep's rule)."""
+    return tau_for_te(sw.get("tau", np.nan), sw.get("tau_low"), sw.get("tau_high"),
+                      sw.get("tau_spread"))
 
 
 def te_sweep_interval(tau: float, tau_low: float, tau_high: float, speedup: float,
