@@ -42,7 +42,6 @@ def test_tied_acceptance_shows_positive_delta(small_trace):
     assert [r["draft_position"] for r in res["by_position"]] == [1, 2, 3]
     assert res["by_position"][0]["delta"] > 0 and res["by_position"][0]["cohens_d"] > 0.2
     assert set(res["slices"]) == {"a", "b"}
-    assert len(res["median_delta_by_position"]) == 3
     statuses = {r["status"] for r in res["anchor"]}
     assert statuses == {"accepted", "first_rejected", "after_rejection"}
     assert 1 <= res["acceptance_length"]["tau"] <= 4
@@ -85,8 +84,8 @@ def test_median_delta_uses_the_held_out_datasets_slices_only(small_trace):
                                                 "slice_datasets": {"a": "main", "b": "held"}})
     res = acceptance_stats(tr, consec, anchor)
     b = [r["delta"] for r in res["slices"]["b"]]
-    assert res["median_delta_by_position"] == pytest.approx(b)   # slice a is the main set
-    held = res["heldout"]["held"]
+    held = res["heldout"]["held"]   # slice a is the main set
+    assert set(res["heldout"]) == {"held"}
     assert held["slices"] == ["b"] and held["median_delta_by_position"] == pytest.approx(b)
     assert held["median_anchor_drop"] == res["slice_anchor_drop"]["b"]
     # the anchor drop: anchor overlap at position 1 minus at position K, by hand
@@ -95,7 +94,32 @@ def test_median_delta_uses_the_held_out_datasets_slices_only(small_trace):
     drop = anchor[m & (pos == 1)].mean() - anchor[m & (pos == tr.k_draft)].mean()
     assert res["slice_anchor_drop"]["b"] == pytest.approx(drop)
     tr = dataclasses.replace(tr, meta={**tr.meta, "run": {"dataset": "main"}})  # no held-out set
-    assert all(np.isnan(acceptance_stats(tr, consec, anchor)["median_delta_by_position"]))
+    assert acceptance_stats(tr, consec, anchor)["heldout"] == {}
+
+
+def test_acceptance_stats_bootstraps_each_held_out_dataset_once(small_trace, monkeypatch):
+    """acceptance_stats reran heldout_medians (its delta and anchor-drop bootstrap) over every
+    held-out slice for top-level median_delta_* fields that nothing read: with one held-out
+    dataset it is called once now, for that dataset, and the result keeps no top-level
+    medians."""
+    import dataclasses
+
+    from specmoe.routing import acceptance
+
+    calls = []
+    real = acceptance.heldout_medians
+
+    def spy(cols, names, *a):
+        calls.append(list(names))
+        return real(cols, names, *a)
+
+    monkeypatch.setattr(acceptance, "heldout_medians", spy)
+    consec, anchor = row_overlaps(small_trace)
+    tr = dataclasses.replace(small_trace, meta={**small_trace.meta, "run": {"dataset": "main+held"},
+                                                "slice_datasets": {"a": "main", "b": "held"}})
+    res = acceptance_stats(tr, consec, anchor)
+    assert calls == [["b"]]
+    assert not any(k.startswith("median_") for k in res)
 
 
 def test_anchor_effects_compare_anchor_overlap_not_consecutive(small_trace):

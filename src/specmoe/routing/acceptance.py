@@ -323,8 +323,7 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
                      slice_column: str = "category", heldout=frozenset()) -> dict:
     """All acceptance statistics of one trace: overall, anchor (with effect sizes), per slice
     (with each slice's anchor drop, its interval by request and its requests), and per held-out
-    dataset the medians across its slices with their intervals (heldout_medians; the
-    top-level median_delta_* across every held-out slice). The
+    dataset the medians across its slices with their intervals (heldout_medians). The
     clustered p-values of every position, overall, in each slice and of the anchor effects, are
     one family: each row's `p_holm` is its Holm-adjusted p."""
     pos, st = trace.columns["position"], trace.columns["status"]
@@ -356,11 +355,6 @@ def acceptance_stats(trace: Trace, consec: np.ndarray, anchor: np.ndarray,
         out["heldout"] = {ds: {"slices": names, **heldout_medians(cols, names, slices, drops,
                                                                   slice_req, kd)}
                           for ds, names in split.items()}
-        held = [n for names in split.values() for n in names]
-        every = heldout_medians(cols, held, slices, drops, slice_req, kd)
-        out.update({k: every[k] for k in ("median_delta_by_position",
-                                          "median_delta_low_by_position",
-                                          "median_delta_high_by_position")})
     family = (out["by_position"] + [r for rows in out.get("slices", {}).values() for r in rows]
               + out["anchor_effects"])
     for r, p in zip(family, holm([r.get("p_by_request", np.nan) for r in family])):
