@@ -1081,3 +1081,29 @@ def test_the_window_temporal_overlap_and_its_shares_carry_intervals(tmp_path):
     for name in ("temporal", "temporal_share"):
         assert row[f"{name}_low"] == s[f"{name}_low"] and row[f"{name}_clipped"] is False
         assert row[f"{name}_low"] < 0 < row[f"{name}_high"], name
+
+
+def test_the_sequence_excess_and_share_are_the_temporal_intervals(monkeypatch):
+    """sequence_intervals wrote out the excess and share intervals that temporal_intervals
+    (the window's temporal overlap) also computes (two bounded_basic_interval calls each): the
+    sequence's excess_* and temporal_share_* ends are now temporal_intervals' own, one call."""
+    from specmoe.routing import overlap
+
+    calls = []
+    real = overlap.temporal_intervals
+
+    def spy(*a):
+        calls.append(real(*a))
+        return calls[-1]
+
+    monkeypatch.setattr(overlap, "temporal_intervals", spy)
+    tr = _iid_trace(12, seed=3)
+    ci = overlap.trace_sequence_stats(tr)[2]
+    assert len(calls) == 1
+    t = calls[0]
+    for key in ("", "_low", "_high", "_clipped"):
+        assert ci[f"excess{key}"] == t[f"temporal{key}"]
+    for key in ("_low", "_high", "_clipped"):
+        assert ci[f"temporal_share{key}"] == t[f"temporal_share{key}"]
+    assert np.isfinite([ci["excess_low"], ci["excess_high"]]).all()
+

@@ -288,19 +288,13 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
         # step 1 in [0, 1], so the excess in [-1, 1 - k/N] and the share 1 - baseline / step 1 at
         # most 1 - k/N (mirrored, they reached 1.01 and 1.10 where 0.75 is the most)
         floor = k / loads.shape[-1]
-        top = 1 - floor
         ilo, ihi, iclip = bounded_basic_interval(plug, ind_boot, floor, 1.0, n=n,
                                                  point=ind)
         # the excess and the share: the corrected baseline's, each resample with its own baseline
-        # (held fixed, the share's interval was 2-2.6 times too narrow)
+        # (held fixed, the share's interval was 2-2.6 times too narrow), as the window's
+        # temporal overlap takes them (temporal_intervals)
+        t = temporal_intervals(float(est[0]), boot[:, 0], ind, plug, ind_boot, floor, n)
         with np.errstate(invalid="ignore", divide="ignore"):
-            elo, ehi, eclip = bounded_basic_interval(float(est[0] - plug),
-                                                     boot[:, 0] - ind_boot, -1.0, top, n=n,
-                                                     point=float(est[0] - ind))
-            slo, shi, sclip = bounded_basic_interval(float((est[0] - plug) / est[0]),
-                                                     (boot[:, 0] - ind_boot) / boot[:, 0],
-                                                     -np.inf, top, n=n,
-                                                     point=float((est[0] - ind) / est[0]))
             wr = within.sum() / (pairs[:, 0].sum() * k)
             wr_boot = (w @ within) / (w @ pairs[:, 0] * k)
             wr_jk = (within.sum() - within) / ((pairs[:, 0].sum() - pairs[:, 0]) * k)
@@ -312,9 +306,11 @@ def sequence_intervals(sums: np.ndarray, pairs: np.ndarray, k: int, n_boot: int 
                                       (jk[:, 0] - wr_jk) / jk[:, 0])
         out.update(independence=ind, independence_low=ilo, independence_high=ihi,
                    independence_clipped=iclip,
-                   excess=float(est[0] - ind), excess_low=elo, excess_high=ehi,
-                   excess_clipped=eclip, temporal_share_low=slo, temporal_share_high=shi,
-                   temporal_share_clipped=sclip,
+                   excess=t["temporal"], excess_low=t["temporal_low"],
+                   excess_high=t["temporal_high"], excess_clipped=t["temporal_clipped"],
+                   temporal_share_low=t["temporal_share_low"],
+                   temporal_share_high=t["temporal_share_high"],
+                   temporal_share_clipped=t["temporal_share_clipped"],
                    within_request=float(wr),
                    excess_within=float(est[0] - wr), excess_within_low=float(wlo),
                    excess_within_high=float(whi), temporal_share_within_low=float(wslo),
@@ -742,6 +738,7 @@ def temporal_intervals(step1: float, step1_boot: np.ndarray, ind: float, plug: f
     [-1, 1 - k/N] and the share at most 1 - k/N (floor: k/N), `_clipped` where an end was;
     n: the requests resampled."""
     top = 1 - floor
+    step1 = np.float64(step1)  # a step 1 of 0 divides to inf/NaN, as the resamples do
     with np.errstate(invalid="ignore", divide="ignore"):
         tlo, thi, tclip = bounded_basic_interval(step1 - plug, step1_boot - ind_boot, -1.0, top,
                                                   n=n, point=step1 - ind)
@@ -749,9 +746,9 @@ def temporal_intervals(step1: float, step1_boot: np.ndarray, ind: float, plug: f
                                                  (step1_boot - ind_boot) / step1_boot,
                                                  -np.inf, top, n=n,
                                                  point=(step1 - ind) / step1)
-    return {"temporal": step1 - ind, "temporal_low": tlo, "temporal_high": thi,
+    return {"temporal": float(step1 - ind), "temporal_low": tlo, "temporal_high": thi,
             "temporal_clipped": tclip,
-            "temporal_share": (step1 - ind) / step1 if step1 > 0 else float("nan"),
+            "temporal_share": float((step1 - ind) / step1) if step1 > 0 else float("nan"),
             "temporal_share_low": slo, "temporal_share_high": shi,
             "temporal_share_clipped": sclip}
 
