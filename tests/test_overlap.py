@@ -1107,3 +1107,33 @@ def test_the_sequence_excess_and_share_are_the_temporal_intervals(monkeypatch):
         assert ci[f"temporal_share{key}"] == t[f"temporal_share{key}"]
     assert np.isfinite([ci["excess_low"], ci["excess_high"]]).all()
 
+
+def test_slice_overlaps_resample_no_baseline_they_do_not_keep(monkeypatch):
+    """window_intervals ran baseline_resamples for its temporal overlap even where the caller
+    kept none of it (slice_overlaps, finding_rates): one resampled baseline per slice thrown
+    away. With temporal=False (and no shuffle null) it computes none; slice_overlaps keeps each
+    slice's own corrected baseline (trace_independence) and makes no call of baseline_resamples,
+    and its intervals are those of window_intervals with the temporal overlap."""
+    from specmoe.routing import overlap
+    from specmoe.stages.analysis import slice_overlaps
+
+    tr = _iid_trace(24, seed=5, categories=["a"] * 12 + ["b"] * 12)
+    with_temporal = overlap.window_intervals(tr, shuffle_null=False)
+    calls = []
+    real = overlap.baseline_resamples
+
+    def spy(*a):
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(overlap, "baseline_resamples", spy)
+    without = overlap.window_intervals(tr, shuffle_null=False, temporal=False)
+    assert calls == [] and "temporal" not in without
+    for key in ("overlap_low", "overlap_high", "decay_low", "decay_high"):
+        assert without[key] == with_temporal[key]
+    overlap.window_intervals(tr, shuffle_null=False)
+    assert len(calls) == 1
+    calls.clear()
+    by_slice, _ = slice_overlaps(tr)
+    assert set(by_slice) == {"a", "b"} and calls == []
+    assert np.isfinite(by_slice["a"]["decay_low"])

@@ -250,7 +250,8 @@ def finding_rates(trials: int = 200, seed: int = 0, **trace_args) -> dict[str, f
     try:
         for _ in range(trials):
             tr = null_trace(rng, **trace_args)
-            ci = {"window": window_intervals(tr, shuffle_null=False, n_boot=1000),
+            ci = {"window": window_intervals(tr, shuffle_null=False, n_boot=1000,
+                                             temporal=False),  # its temporal ends not read
                   "sequence": trace_sequence_stats(tr)[2],
                   "independent": trace_sequence_stats(
                       null_trace(rng, shared=True, **trace_args))[2]}

@@ -619,7 +619,8 @@ def baseline_resamples(w: np.ndarray, loads: np.ndarray, tokens: np.ndarray,
 
 
 def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray | None = None,
-                     n_boot: int | None = None, seed: int | None = None) -> dict:
+                     n_boot: int | None = None, seed: int | None = None,
+                     temporal: bool = True) -> dict:
     """Intervals (at bootstrap.LEVEL, 95%) of the layer-mean overlap inside windows by distance,
     of the within-window shuffle null, of the step-1 overlap above that null (step 1 - shuffle 1)
     and of the decay from d = 1 to d = K, each resampling whole requests (percentile bootstrap,
@@ -636,7 +637,11 @@ def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray |
     basic interval (bounded_basic_interval). `decay_within_status`: the step-1 minus
     step-2 overlap among pairs of tokens of the same acceptance status (both committed or
     accepted, or both not accepted), weighted by each status's step-2 pairs: the distance
-    contrast without the change of status mix with distance."""
+    contrast without the change of status mix with distance.
+
+    temporal: the temporal overlap and its share with their intervals (temporal_intervals);
+    with temporal and shuffle_null both False the resampled baseline they take
+    (baseline_resamples) is not computed, for callers that keep neither."""
     from .trace import ACCEPTED, COMMITTED
 
     starts, lengths = trace.windows()
@@ -678,11 +683,13 @@ def window_intervals(trace: Trace, shuffle_null: bool = True, keep: np.ndarray |
     out.update(decay=float(est[0] - est[-1]), decay_low=float(dlo), decay_high=float(dhi))
     if kd >= 2:
         out.update(_within_status(per_request(st_sums), per_request(st_pairs), w, scale, g))
-    ind, plug, ind_boot = baseline_resamples(
-        w, *request_loads(trace, None if row_keep is None else np.flatnonzero(row_keep))[1:],
-        trace.top_k)
-    out.update(temporal_intervals(float(est[0]), boot[:, 0], ind, plug, ind_boot,
-                                  trace.top_k / trace.num_experts, g))
+    if temporal or shuffle_null:
+        ind, plug, ind_boot = baseline_resamples(
+            w, *request_loads(trace, None if row_keep is None else np.flatnonzero(row_keep))[1:],
+            trace.top_k)
+    if temporal:
+        out.update(temporal_intervals(float(est[0]), boot[:, 0], ind, plug, ind_boot,
+                                      trace.top_k / trace.num_experts, g))
     if shuffle_null:
         # per window: all its pairs' intersections, spread over the distances as a shuffle would
         sh_req = per_request(sums.sum(axis=1)[:, None] * shuffle_weights(lengths, kd))
