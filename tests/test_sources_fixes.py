@@ -25,8 +25,9 @@ def test_pinning_the_recorded_commit_reruns_nothing_and_another_commit_reruns_th
         tmp_path, preflight_memo):
     """The README's advice: run unpinned, then copy the recorded commit into the config to pin
     it. Pinning it changes no param, so neither the download nor the engine job that reads its
-    manifest (nor the prompt table of a dataset so pinned) reruns; another commit reruns the
-    download and so what reads it. Offline throughout: only dry runs after the downloads."""
+    manifest (nor the prompt table of a dataset so pinned) reruns; another commit (its
+    config.json fetched, which the preflight reads for a pinned commit) reruns the download and
+    so what reads it. Offline throughout: only dry runs after the downloads."""
     from test_study_workflow import CASE, offline_cache
 
     env = offline_cache(tmp_path)  # every repo of the study case at commit f*40, offline
@@ -63,6 +64,13 @@ def test_pinning_the_recorded_commit_reruns_nothing_and_another_commit_reruns_th
 
     assert rules(unpinned) == set()
     assert rules(config("f" * 40, "e" * 40)) == set()  # the recorded commits, pinned
+    # another commit: its config.json fetched first (`specmoe download REPO --mode config
+    # --revision COMMIT`, as the preflight asks: the package's copy stands for no pinned commit)
+    cache = tmp_path / "hf" / "hub"
+    recorded = repo_folder(cache, case["models"][0]["repo_id"], "model") / "snapshots" / ("f" * 40)
+    lay_out_cache(cache, case["models"][0]["repo_id"],
+                  {"config.json": (recorded / "config.json").read_bytes()}, commit="0" * 40,
+                  ref="fetched-config")
     assert rules(config("0" * 40)) == {"download_model", "capture"}
     assert rules(config(None, "1" * 40)) == {"download_dataset", "prompt_table"}
     assert rules(config("main")) == {"download_model", "capture"}  # a branch named anew
@@ -70,7 +78,6 @@ def test_pinning_the_recorded_commit_reruns_nothing_and_another_commit_reruns_th
     # main has moved on since; the downloads rerun (--forcerun, as snapshot_of advises) with the
     # recorded commits pinned: they download those, pinned, not main's newest commits, and keep
     # their params, so the next run reruns neither a second time
-    cache = tmp_path / "hf" / "hub"
     for repo_id, repo_type, commit in ((case["models"][0]["repo_id"], "model", "f" * 40),
                                        ("philschmid/mt-bench", "dataset", "e" * 40)):
         snap = repo_folder(cache, repo_id, repo_type) / "snapshots" / commit
