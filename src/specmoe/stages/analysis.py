@@ -355,9 +355,10 @@ def ipf_error_intervals(ov: dict, fits: dict, pred: dict, seq: np.ndarray,
     per-request pieces (its "per_request"), and of the measured unique experts per window (the
     errors' denominator) over the same resamples (ipf.measured_resamples): the study's input
     along the committed sequence and the window overlaps (ipf.uniform_error_interval), the
-    skewed fit from each layer's window overlaps and loads (ipf.skewed_error_interval). An overlap
+    skewed fit from each layer's window overlaps and loads (ipf.skewed_error_interval), each
+    widened for the number of requests (bootstrap.widen). An overlap
     file without them (the overlap stage always writes them) is refused: rerun that stage."""
-    from ..routing import ipf
+    from ..routing import bootstrap, ipf
 
     s = ov["summary"]
     n, k = s["num_experts"], s["top_k"]
@@ -383,12 +384,17 @@ def ipf_error_intervals(ov: dict, fits: dict, pred: dict, seq: np.ndarray,
     err_ci["skewed_window"] = ipf.skewed_error_interval(
         k, q, per_layer_ov, pred["skewed_window"], w_sums, pr["window_pairs"], pr["loads"],
         pr["tokens"], w, measured)
+    # widened about each point for the requests' number, as every request-resampled interval is
+    # (bootstrap.widen), about the error the ipf stage prints (relative_error)
+    n_req, emp = len(pr["unique_sum"]), ov["unique"]["empirical"]
     for key, ends in err_ci.items():
         if not np.isfinite(ends).all():
             log.warning("IPF (%s): no interval of its error over requests (fewer than the "
                         "bootstrap's requests, or a fit a step from its inputs does not hold its "
                         "margins)", key)
-    return err_ci, ipf.empirical_interval(measured)
+        err_ci[key] = [float(e) for e in bootstrap.widen((pred[key] - emp) / emp, *ends, n_req)]
+    emp_ci = [float(e) for e in bootstrap.widen(emp, *ipf.empirical_interval(measured), n_req)]
+    return err_ci, emp_ci
 
 
 def model_dims(model_cfg: dict, num_experts: int, top_k: int,
