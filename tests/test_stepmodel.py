@@ -1374,3 +1374,78 @@ def test_the_method_notes_numbers_of_the_calibration_are_the_codes():
                                             "eagle3", cfg)
     line = predictor.calibration_line({"calibration_distance": d, "outside_calibration": far})
     assert f'(DeepSeek-R1 on B200, TP 8, EAGLE-3: "{line}")' in text
+
+
+# --- the predicted shape: decided by the measured rule on the draws' pair intervals -------------
+
+def _shape_line(out: str) -> str:
+    return next(x for x in out.splitlines() if x.startswith("shape "))
+
+
+@pytest.mark.parametrize("config, args", [
+    # 'flat within the margin (probability 0.85)': 37% of the draws at TE 1 at both batch sizes,
+    # the 95% interval of log(s32 / s16) [-0.117, 0.003] reaching past -log 1.05
+    ("Mixtral-8x7B-Instruct-v0.1.json", ("--tp", "2", "--method", "eagle", "--batch-sizes",
+                                         "16,32")),
+    # 'peak at low batch (probability 0.83)' with log(s1 / s16) in [-0.087, 1.01]
+    ("Qwen3-Next-80B-A3B-Instruct.json", ("--tp", "4", "--method", "mtp", "--batch-sizes",
+                                          "1,16")),
+])
+def test_a_shape_the_intervals_do_not_decide_is_undecided(capsys, config, args):
+    """A shape was stated once 80% of the drawn curves had it, though the 95% intervals of the
+    ratios between the batch sizes' speedups did not decide it (README: "undecided where the
+    intervals do not decide it"); the measured shapes are named by those intervals."""
+    code, out, err = predict(capsys, str(CONFIGS / config), *args, "--acceptance-length", "2.6")
+    assert code == 0, err
+    line = _shape_line(out)
+    assert line.split()[1] == "undecided" and "probability" not in line, line
+
+
+def _curves(rng, n, medians, sd=0.02):
+    return np.exp(np.log(medians)[None, :] + rng.normal(0, sd, (n, len(medians))))
+
+
+def test_the_draws_shape_is_the_measured_rule_on_their_pair_intervals():
+    """The predicted shape and the measured one are one rule (sweep.shapes_from_pairs): tight
+    draws around a curve give its exact shape; draws whose pair intervals reach past the margin
+    give none, whatever share of them has the shape."""
+    from specmoe.measured.sweep import Estimate, shape_label
+
+    rng = np.random.default_rng(0)
+    inside = np.full((400, 4), 0.5)
+    for medians in ([1.0, 1.429, 1.111, 0.952], [2.0, 1.6, 1.3, 1.0], [1.0, 1.3, 1.6, 2.0],
+                    [1.0, 1.01, 0.99, 1.0]):
+        exact = shape_label([1, 2, 4, 8], [Estimate(v, 0.0, float("inf")) for v in medians],
+                            stepmodel.SHAPE_MARGIN)
+        got = stepmodel.draw_shape(_curves(rng, 400, np.array(medians), 0.005), inside,
+                                   stepmodel.SHAPE_MARGIN)
+        assert got == exact == stepmodel.curve_shape(medians, stepmodel.SHAPE_MARGIN)
+    # 85% of the draws flat, the rest 10% apart: the pair interval reaches past the margin
+    spd = np.ones((400, 2))
+    spd[:60, 1] = 0.9
+    assert stepmodel.curve_shapes(spd, stepmodel.SHAPE_MARGIN).count(
+        "flat within the margin") == 340
+    assert stepmodel.draw_shape(spd, np.full((400, 2), 0.5), stepmodel.SHAPE_MARGIN) == \
+        "undecided"
+
+
+def test_a_draw_at_a_te_clip_bound_counts_only_where_the_clip_cannot_undo_its_side():
+    """Draws with TE clipped at 1 at both batch sizes have equal speedups by the clip alone (they
+    made Mixtral 'flat'): they decide no pair. A TE clipped at the floor at the larger batch only
+    says its speedup could lie lower, which cannot undo a peak at the smaller one."""
+    rng = np.random.default_rng(1)
+    n = 400
+    flat = _curves(rng, n, np.array([1.0, 1.0]), 0.005)
+    te = np.full((n, 2), 0.5)
+    assert stepmodel.draw_shape(flat, te, stepmodel.SHAPE_MARGIN) == "flat within the margin"
+    te[:40] = 1.0  # 10% of the draws at TE 1 at both batch sizes
+    assert stepmodel.draw_shape(flat, te, stepmodel.SHAPE_MARGIN) == "undecided"
+    peak = _curves(rng, n, np.array([2.0, 1.0]), 0.02)
+    te = np.full((n, 2), 0.5)
+    te[:40, 1] = stepmodel.TE_FLOOR  # s(64) could lie lower: s(1) / s(64) higher, still a peak
+    assert stepmodel.draw_shape(peak, te, stepmodel.SHAPE_MARGIN) == "peak at low batch"
+    te[:40, 1] = 1.0  # s(64) could lie higher: the peak is the clip's
+    assert stepmodel.draw_shape(peak, te, stepmodel.SHAPE_MARGIN) == "undecided"
+    r = stepmodel.summarise([1, 64], te, peak, np.zeros_like(te), stepmodel.SHAPE_MARGIN)
+    assert r["shape"] == "undecided" and r["shape_unclipped_draws"] == n - 40
+    assert r["shape_shares"] == {"peak at low batch": 1.0} and r["shape_probability"] is None

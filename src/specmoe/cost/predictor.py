@@ -574,13 +574,31 @@ def _interval(res: dict, key: str, i: int, clipped: tuple[bool, bool]) -> str:
     return clipped_interval(res[key][i], res[f"{key}_low"][i], res[f"{key}_high"][i], clipped)
 
 
+def shape_words(res: dict) -> str:
+    """The shape as the pair intervals decide it (stepmodel.draw_shape), with the drawn curves'
+    shares of each shape as information: the stated shape's where one is decided, every
+    shape's where none is, over the draws without a TE at a clip bound."""
+    shape, n = res["shape"], res.get("shape_unclipped_draws", 0)
+    if shape not in stepmodel.SHAPES:  # no shape: one batch size, or one with information
+        return shape
+    if not n:
+        return f"{shape} (every drawn curve has a TE at a clip bound)"
+    of = f"of the {n} drawn curves without a TE at a clip bound"
+    if shape != "undecided":
+        return (f"{shape} (the 95% intervals of the speedup's ratios between batch sizes decide "
+                f"it; share {of} {res['shape_probability']:.2f})")
+    shares = ", ".join(f"{k} {v:.2f}" for k, v in sorted(res["shape_shares"].items(),
+                                                         key=lambda kv: -kv[1]))
+    return f"undecided (the 95% intervals decide no shape; shares {of}: {shares})"
+
+
 def human(res: dict) -> dict:
     """The prediction as people read it: a table of batch size, TE and speedup with their 95%
     intervals, where TE's is validated (an end of TE's interval held at its clip bound says "no
     information below" or "above" in place of that bound, for TE and for the speedup's end drawn
     from it; a batch size whose TE interval spans its whole physical range says "no
-    information"), the shape in words with its probability, where SD pays, the
-    caveats one per line and a legend of TE and draft cost."""
+    information"), the shape in words with the drawn curves' shares (shape_words), where SD
+    pays, the caveats one per line and a legend of TE and draft cost."""
     rows = []
     for i, b in enumerate(res["batch_sizes"]):
         clipped = (res["te_low_clipped"][i], res["te_high_clipped"][i])
@@ -598,14 +616,10 @@ def human(res: dict) -> dict:
                                        f"{res['kv_cache_sequences']} sequences",
                      "speedup": "-", "draft cost": "-", "TE validated": "no"})
     rows.sort(key=lambda r: r["batch"])
-    shares = ", ".join(f"{k} {v:.2f}" for k, v in sorted(res["shape_shares"].items(),
-                                                         key=lambda kv: -kv[1]))
-    shape = (res["shape"] if res["shape_probability"] is None else
-             f"{res['shape']} (probability {res['shape_probability']:.2f})"
-             if res["shape"] != "undecided" else f"undecided ({shares})")
+    out_shape = shape_words(res)
     kept = res.get("shape_batch_sizes", res["batch_sizes"])
     if len(kept) >= 2 and kept != res["batch_sizes"]:
-        shape += f", over batch {', '.join(map(str, kept))} (the batch sizes with information)"
+        out_shape += f", over batch {', '.join(map(str, kept))} (the batch sizes with information)"
     out = {"model": res.get("model", ""), "hardware": res["hardware"], "tp": res["tp"],
            "precision": res["precision"], "method": f"{res['method']}, K = {res['k']}",
            "overlaps": res["overlaps"],
@@ -614,7 +628,7 @@ def human(res: dict) -> dict:
            if res["acceptance_length"][0] == res["acceptance_length"][1]
            else "{:g} to {:g}".format(*res["acceptance_length"]),
            "calibration distance": calibration_line(res),
-           "curve (median [95% interval])": rows, "shape": shape, "verdict": res["verdict"]}
+           "curve (median [95% interval])": rows, "shape": out_shape, "verdict": res["verdict"]}
     if res["caveats"]:
         out["caveats"] = list(res["caveats"])
     out["legend"] = list(LEGEND)

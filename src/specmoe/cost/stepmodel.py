@@ -921,7 +921,6 @@ def tau_prior(k_draft: int) -> tuple[float, float]:
 
 
 SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin", "undecided")
-SHAPE_SHARE = 0.8  # a shape is stated when at least this share of the draws has it
 NO_SHAPE = "no shape (one batch size)"
 NO_SHAPE_INFORMATION = "no shape (information at fewer than two batch sizes)"
 DRAWS = 400
@@ -941,10 +940,15 @@ def curve_shapes(curves: np.ndarray, margin: float) -> list[str]:
     a low-batch peak), "peak at low batch" where the smallest batch exceeds the largest by it and
     no larger batch exceeds the smallest by it, "rising" the mirror without a dip below the
     smallest first, "flat within the margin", else "undecided"."""
-    from ..measured.sweep import UNDECIDED, shape_labels
+    from ..measured.sweep import shape_labels
 
     lm = np.log(np.asarray(curves, float))
-    labels = shape_labels(lm, np.zeros_like(lm), np.full(lm.shape, np.inf), margin)
+    return _shape_names(shape_labels(lm, np.zeros_like(lm), np.full(lm.shape, np.inf), margin))
+
+
+def _shape_names(labels) -> list[str]:
+    from ..measured.sweep import UNDECIDED
+
     return ["undecided" if x == UNDECIDED else str(x) for x in labels]
 
 
@@ -1067,8 +1071,8 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
     at most tau: an SD iteration costs at least the one decode step its verification does.
     known_cost: a known c (else c(B) from the drafter's step time); the speedup is then at most
     tau / (1 + c), the iteration costing at least its known drafts and one decode step. Each
-    draw gives a whole curve, whose shape counts; `draws` of them (DRAWS unless a quick check
-    asks for fewer).
+    draw gives a whole curve, the shape read from the draws' ratios between batch sizes
+    (draw_shape); `draws` of them (DRAWS unless a quick check asks for fewer).
     `context`: KV tokens per sequence that attention reads (the calibration's: CONTEXT)."""
     overlaps = check_inputs(k_draft, overlaps, tau)
     batches = sorted({int(b) for b in batch_sizes})
@@ -1119,14 +1123,50 @@ def predict(dims: ModelDims, hw: Hardware, k_draft: int, method: str, batch_size
     return res
 
 
+def draw_shape(spd: np.ndarray, te: np.ndarray, margin: float, level: float = 1 - 2 * TAIL
+               ) -> str:
+    """The shape of drawn speedup curves [draw, batch] (batch sizes ascending, at least two) as
+    far as their intervals decide it, by the rule that names the measured shapes
+    (specmoe.measured.sweep: pair_decisions and shapes_from_pairs) on each pair of batch sizes'
+    interval of log(s_i / s_j) over the draws: its point the draws' median, its ends their
+    percentiles at that rule's Bonferroni-adjusted level (sweep.pair_tail). A share of the draws
+    decides nothing (80% of them 'flat' named a shape whose pair intervals reached past the
+    margin). A draw whose TE (`te`, [draw, batch]) sits at a clip bound says nothing beyond it, as
+    the speedup's end drawn from it reads "no information above" (TE at 1) or "below" (TE at
+    TE_FLOOR): where TE_i is at 1 or TE_j at the floor, log(s_i / s_j) could lie higher than
+    drawn, and the draw stands at +inf for the interval's upper end; where TE_i is at the floor
+    or TE_j at 1, at -inf for its lower end. A pair is decided only where it holds whatever lies
+    beyond the clips (draws clipped at 1 at both batch sizes agree by the clip alone: they made
+    'flat')."""
+    from ..measured.sweep import pair_decisions, pair_tail, shapes_from_pairs
+
+    ls = np.log(np.asarray(spd, float))
+    high, low = np.asarray(te) >= 1.0, np.asarray(te) <= TE_FLOOR
+    diff = ls[:, :, None] - ls[:, None, :]                          # [draw, i, j]: log(s_i / s_j)
+    up = high[:, :, None] | low[:, None, :]     # log(s_i / s_j) could lie higher than drawn
+    down = low[:, :, None] | high[:, None, :]   # or lower
+    tail = 100 * pair_tail(ls.shape[1], level)
+    with np.errstate(invalid="ignore"):  # an end interpolated between a clipped draw's inf and
+        # a finite one is NaN: it lies past every finite draw, at that inf
+        lo = np.percentile(np.where(down, -np.inf, diff), tail, axis=0)
+        hi = np.percentile(np.where(up, np.inf, diff), 100 - tail, axis=0)
+    lo, hi = np.where(np.isnan(lo), -np.inf, lo), np.where(np.isnan(hi), np.inf, hi)
+    point = np.median(diff, axis=0)
+    pairs = pair_decisions(point[None], lo[None], hi[None], np.ones((1, *point.shape), bool),
+                           margin)
+    return _shape_names(shapes_from_pairs(*pairs, margin))[0]
+
+
 def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndarray,
               margin: float) -> dict:
     """Medians and 95% intervals per batch size (TE, speedup and the draft cost, drawn with the
     parameters); each end of TE's interval held at its clip
     bound (te_low_clipped at TE_FLOOR, te_high_clipped at 1: at least a tail's share of the draws
     there); where the model says nothing (both ends clipped: TE's interval spans its whole
-    physical range, "no information"); the shape's share of the drawn curves over
-    the batch sizes with information (fewer than two have none: NO_SHAPE); where SD pays, per
+    physical range, "no information"); the shape over the batch sizes with information as their
+    pair intervals decide it (draw_shape; fewer than two have none: NO_SHAPE), beside each exact
+    shape's share of the drawn curves without a TE at a clip bound there (`shape_shares`, over
+    `shape_unclipped_draws` draws; `shape_probability` the stated shape's); where SD pays, per
     batch size "yes" (lower bound above 1), "no" (upper bound at most 1: a speedup capped at
     tau = 1 can equal 1, never exceed it) or "undecided"; and the verdict in words."""
     te_lo, te_hi = np.percentile(te, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
@@ -1139,12 +1179,18 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
     high_clipped = [bool(o >= TAIL) for o in (te >= 1.0).mean(axis=0)]
     blind = [lo_ and hi_ for lo_, hi_ in zip(low_clipped, high_clipped)]
     keep = [j for j, n in enumerate(blind) if not n]
+    counts, unclipped = {}, 0
     if len(keep) < 2:  # one point has no shape
-        counts, top = {}, NO_SHAPE if len(batches) < 2 else NO_SHAPE_INFORMATION
+        shape = NO_SHAPE if len(batches) < 2 else NO_SHAPE_INFORMATION
     else:
-        shapes = curve_shapes(spd[:, keep], margin)
-        counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
-        top = max(counts, key=counts.get)
+        shape = draw_shape(spd[:, keep], te[:, keep], margin)
+        # the drawn curves' shares of each exact shape, as information: over the draws without a
+        # TE at a clip bound, whose shape the clip would make
+        sel = ~((te[:, keep] <= TE_FLOOR) | (te[:, keep] >= 1.0)).any(axis=1)
+        unclipped = int(sel.sum())
+        if unclipped:
+            shapes = curve_shapes(spd[sel][:, keep], margin)
+            counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
     lo, hi = np.percentile(spd, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
     cost_lo, cost_hi = np.percentile(cost, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
     pays = ["yes" if x > 1 else "no" if h <= 1 else "undecided" for x, h in zip(lo, hi)]
@@ -1158,8 +1204,9 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
             "speedup_high": hi.tolist(), "p_pays": p_above.tolist(),
             "draft_cost": np.median(cost, axis=0).tolist(),
             "draft_cost_low": cost_lo.tolist(), "draft_cost_high": cost_hi.tolist(),
-            "shape": top if counts.get(top, 1.0) >= SHAPE_SHARE else "undecided",
-            "shape_probability": counts.get(top), "shape_shares": counts,
+            "shape": shape,
+            "shape_probability": counts.get(shape) if shape in SHAPES[:-1] else None,
+            "shape_shares": counts, "shape_unclipped_draws": unclipped,
             "shape_batch_sizes": [batches[j] for j in keep], "pays": pays,
             "verdict": verdict(batches, pays, p_above.tolist(), blind)}
 

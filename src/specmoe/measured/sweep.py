@@ -304,13 +304,20 @@ def shape_labels(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, ma
     "undecided within the noise". Each label's false-label rate under the configurations' noise
     is simulated (specmoe.measured.rules, bench/decision_rules.py)."""
     lm = np.asarray(log_speedup, float)
-    n = lm.shape[1]
-    out = np.full(lm.shape[0], UNDECIDED, dtype=object)
-    if n < 2:
-        out[:] = TOO_FEW
-        return out
+    if lm.shape[1] < 2:
+        return np.full(lm.shape[0], TOO_FEW, dtype=object)
+    return shapes_from_pairs(*pair_tests(lm, log_se, df, margin, level), margin)
+
+
+def shapes_from_pairs(above: np.ndarray, within: np.ndarray, lo: np.ndarray,
+                      margin: float) -> np.ndarray:
+    """shape_labels' rule on its pair tests ([curve, i, j] arrays of "i above j", "i not above j
+    by more than the margin" and the lower bound of the interval of log(s_i / s_j), at least two
+    points, ascending batch size), whatever gave the pairs' intervals: pair_tests from each
+    point's error, or the step model's draws (stepmodel.draw_shape, through pair_decisions)."""
+    n = above.shape[1]
+    out = np.full(above.shape[0], UNDECIDED, dtype=object)
     up = math.log1p(margin)
-    above, within, lo = pair_tests(lm, log_se, df, margin, level)
     first, last = 0, n - 1
     concave = (above[:, 1:-1, first] & above[:, 1:-1, last]).any(axis=1)
     rising = (above[:, last, first] & within[:, :last, last].all(axis=1)
@@ -332,8 +339,7 @@ def pair_tests(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, marg
     the interval of log(s_i / s_j) (Bonferroni-adjusted for the number of pairs)."""
     lm = np.asarray(log_speedup, float)
     se, dof = np.asarray(log_se, float), np.asarray(df, float)
-    q = 0.5 + (1 - (1 - level) / max(math.comb(lm.shape[1], 2), 1)) / 2
-    up = math.log1p(margin)
+    q = 1 - pair_tail(lm.shape[1], level)
     diff = lm[:, :, None] - lm[:, None, :]                      # [curve, i, j]: log(s_i / s_j)
     v = se ** 2
     vsum = v[:, :, None] + v[:, None, :]
@@ -343,9 +349,24 @@ def pair_tests(log_speedup: np.ndarray, log_se: np.ndarray, df: np.ndarray, marg
         # the pair's degrees of freedom: shared estimates count once (t of inf df is normal)
         pair_df = np.where(ok, np.minimum(dof[:, :, None], dof[:, None, :]), 1.0)
         half = np.where(ok, stats.t.ppf(q, pair_df) * np.sqrt(np.where(ok, vsum, 0.0)), 0.0)
-    lo, hi = diff - half, diff + half
+    return pair_decisions(diff, diff - half, diff + half, ok, margin)
+
+
+def pair_tail(points: int, level: float = LEVEL) -> float:
+    """Each tail's share of a pair's interval among `points` points: the level Bonferroni-adjusted
+    for the number of pairs (one claim about the whole curve)."""
+    return (1 - level) / max(math.comb(points, 2), 1) / 2
+
+
+def pair_decisions(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, ok: np.ndarray,
+                   margin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pair tests from each pair's log(s_i / s_j) (its point and the ends of its adjusted
+    interval; `ok`: the pair has an interval): "i above j" where the interval lies above 0 and its
+    point above log(1 + margin), "i not above j by more than the margin" where its upper end is
+    at most log(1 + margin); and the lower ends (shapes_from_pairs' input)."""
+    up = math.log1p(margin)
     with np.errstate(invalid="ignore"):
-        above = ok & (lo > 0) & (diff > up)
+        above = ok & (lo > 0) & (point > up)
         within = ok & (hi <= up)                                # i not above j by the margin
     return above, within, lo
 
