@@ -1449,3 +1449,19 @@ def test_a_draw_at_a_te_clip_bound_counts_only_where_the_clip_cannot_undo_its_si
     r = stepmodel.summarise([1, 64], te, peak, np.zeros_like(te), stepmodel.SHAPE_MARGIN)
     assert r["shape"] == "undecided" and r["shape_unclipped_draws"] == n - 40
     assert r["shape_shares"] == {"peak at low batch": 1.0} and r["shape_probability"] is None
+
+
+def test_an_engine_whose_loop_no_source_measures_says_so(capsys):
+    """--engine trtllm drew its SD loop from 0-3160 us around 1580 us with no source, and SGLang
+    from the spread between its loop versions, both without a word (steptables' note was read by
+    nobody); vLLM's is measured against plain decoding and needs none."""
+    def caveats(engine):
+        code, out, err = predict(capsys, str(CONFIGS / "Qwen3-30B-A3B-FP8.json"), "--engine",
+                                 engine, "--batch-sizes", "1,2", "--json")
+        assert code == 0, err
+        return [c for c in json.loads(out)["caveats"] if "SD loop overhead" in c]
+    [trt] = caveats("trtllm")
+    assert "no source" in trt and "not measured" in trt and "0-3160 us" in trt, trt
+    [sgl] = caveats("sglang")
+    assert "not measured" in sgl and "spread between its SD loop versions" in sgl, sgl
+    assert caveats("vllm") == []

@@ -49,6 +49,8 @@ def test_the_engine_term_is_read_per_engine_with_its_spread():
     assert (v.value, v.low, v.high, v.sourced) == (1710.0, 0.0, 2370.0, True)
     assert eo["sglang"].sourced and eo["sglang"].high == 3160.0
     assert not eo["trtllm"].sourced  # no source: said so, and the widest range
+    # only vLLM's loop is measured against plain decoding (predictor.loop_caveat says the rest)
+    assert [e for e, x in eo.items() if x.measured] == ["vllm"]
     m = stepmodel.MECHANISMS["sd_loop_us"]
     assert (m.value, m.low, m.high, m.fitted) == (v.value, v.low, v.high, False)
 

@@ -475,6 +475,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
         caveats.append(f"not predicted at batch {shown}: {words}, so vLLM would run {held} at a "
                        "time and queue the rest")
         batches = [b for b in batches if b not in over]
+    caveats += loop_caveat(engine)
     distance, far = calibration_distance(dims, hw, method, config, engine, k, draft, context)
     # TE's error grows with the distance of the model and GPU; another engine is priced by its
     # own factor on the speedup (stepmodel.ENGINE_LOG_SD), not counted twice
@@ -496,6 +497,18 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
             "caveats": [*caveats, *far, *missing_terms(cal.params, method, draft),
                         *unpriced(dims, method, config), *unvalidated(inside, res["batch_sizes"],
                                                                   draft_cost is None)]}
+
+
+def loop_caveat(engine: str) -> list[str]:
+    """The engine's SD loop overhead where no source measures it against plain decoding
+    (steptables.engine_overheads: a spread between versions only, or no source at all): what it
+    is drawn from, with its note."""
+    loop = steptables.engine_overheads().get(engine)
+    if loop is None or loop.measured:
+        return []
+    return [f"{engine}'s SD loop overhead per iteration is not measured against plain decoding "
+            f"({loop.note}): drawn within {loop.low:g}-{loop.high:g} us around {loop.value:g} us "
+            "(data/engine_overhead.csv)"]
 
 
 def missing_terms(p: stepmodel.StepParams, method: str, draft: ModelDims | None) -> list[str]:

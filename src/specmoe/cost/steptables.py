@@ -36,13 +36,16 @@ def _rows(name: str) -> list[dict]:
 class EngineOverhead:
     """The SD loop's overhead per iteration of one engine, in us: its point value, and the range
     predict draws it from (the spread of the sources; `sourced` False where no source measures
-    it and the range is the largest the table holds, from 0)."""
+    it and the range is the largest the table holds, from 0); `measured` True only where a row
+    measures the loop against plain decoding (role `value`), and `note` says where it comes
+    from (predict states it as a caveat where it is not measured)."""
     engine: str
     value: float
     low: float
     high: float
     sourced: bool
     note: str
+    measured: bool = False
 
 
 @lru_cache(maxsize=1)
@@ -69,7 +72,8 @@ def engine_overheads() -> dict[str, EngineOverhead]:
                   and r["role"] == "spread"]
         if vals:  # the least: the short-context measurement (the step model prices CONTEXT tokens)
             out[e] = EngineOverhead(e, vals[0], 0.0, max(vals + spread), True,
-                                    f"{len(vals)} measurement(s), {vals[0]:g}-{vals[-1]:g} us")
+                                    f"{len(vals)} measurement(s), {vals[0]:g}-{vals[-1]:g} us",
+                                    measured=True)
         elif spread:
             out[e] = EngineOverhead(e, max(spread) / 2, 0.0, max(spread), True,
                                     f"no measurement against plain decoding; 0 to the spread "
