@@ -1465,3 +1465,17 @@ def test_an_engine_whose_loop_no_source_measures_says_so(capsys):
     [sgl] = caveats("sglang")
     assert "not measured" in sgl and "spread between its SD loop versions" in sgl, sgl
     assert caveats("vllm") == []
+
+
+def test_people_read_the_engine_the_answer_is_for(capsys):
+    """The engine was in --json only: a person reading the default answer could not tell a
+    vLLM prediction from one for another engine."""
+    config = str(CONFIGS / "Qwen3-30B-A3B-FP8.json")
+    code, out, err = predict(capsys, config, "--batch-sizes", "1")
+    assert code == 0, err
+    assert [x.split()[1:] for x in out.splitlines() if x.split()[:1] == ["engine"]] == \
+        [["vllm", "(the", "calibration's)"]], out
+    code, out, err = predict(capsys, config, "--batch-sizes", "1", "--engine", "sglang")
+    assert code == 0, err
+    assert [x.split()[1:] for x in out.splitlines() if x.split()[:1] == ["engine"]] == \
+        [["sglang"]], out

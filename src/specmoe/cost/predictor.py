@@ -606,11 +606,11 @@ def shape_words(res: dict) -> str:
 
 
 def human(res: dict) -> dict:
-    """The prediction as people read it: a table of batch size, TE and speedup with their 95%
-    intervals, where TE's is validated (an end of TE's interval held at its clip bound says "no
-    information below" or "above" in place of that bound, for TE and for the speedup's end drawn
-    from it; a batch size whose TE interval spans its whole physical range says "no
-    information"), the shape in words with the drawn curves' shares (shape_words), where SD
+    """The prediction as people read it: the setup (the engine included), a table of batch size,
+    TE and speedup with their 95% intervals, where TE's is validated (an end of TE's interval
+    held at its clip bound says "no information below" or "above" in place of that bound, for TE
+    and for the speedup's end drawn from it; a batch size whose TE interval spans its whole
+    physical range says "no information"), the shape in words with the drawn curves' shares (shape_words), where SD
     pays, the caveats one per line and a legend of TE and draft cost."""
     rows = []
     for i, b in enumerate(res["batch_sizes"]):
@@ -635,6 +635,8 @@ def human(res: dict) -> dict:
         out_shape += f", over batch {', '.join(map(str, kept))} (the batch sizes with information)"
     out = {"model": res.get("model", ""), "hardware": res["hardware"], "tp": res["tp"],
            "precision": res["precision"], "method": f"{res['method']}, K = {res['k']}",
+           "engine": res["engine"] + (" (the calibration's)"
+                                      if res["engine"] == stepmodel.CALIBRATION_ENGINE else ""),
            "overlaps": res["overlaps"],
            "context": f"{res['context']:,} tokens per sequence (the KV cache attention reads)",
            "acceptance length": "{:g}".format(res["acceptance_length"][0])
