@@ -610,8 +610,8 @@ def human(res: dict) -> dict:
     TE and speedup with their 95% intervals, where TE's is validated (an end of TE's interval
     held at its clip bound says "no information below" or "above" in place of that bound, for TE
     and for the speedup's end drawn from it; a batch size whose TE interval spans its whole
-    physical range says "no information"), the shape in words with the drawn curves' shares (shape_words), where SD
-    pays, the caveats one per line and a legend of TE and draft cost."""
+    physical range says "no information"), the shape in words with the drawn curves' shares
+    (shape_words), where SD pays, the caveats one per line and a legend of TE and draft cost."""
     rows = []
     for i, b in enumerate(res["batch_sizes"]):
         clipped = (res["te_low_clipped"][i], res["te_high_clipped"][i])
