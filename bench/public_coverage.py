@@ -8,7 +8,10 @@ Rows of one source share a setup, so coverage is counted two ways: over rows, an
 exact binomial 95% interval (Clopper-Pearson; over rows it treats rows as independent, which
 they are not). Beside each row, what it says of the model: the cost of one SD cycle in decode
 steps the measurement implies (acceptance length over speedup) against the model's (c + 1/TE),
-and the model's decode step against the source's baseline time per token.
+and the model's decode step against the source's baseline time per token. A row whose TE
+interval spans its whole physical range at its batch size (`no_information`: the model says
+nothing there, and the ends of its speedup interval are drawn from TE's clip bounds) is listed
+apart, counted in no coverage, half-width or error.
 
 --study reports the study's Table 10 the same way: each configuration's leave-one-model-out
 95% interval of TE at batch 1 (stepmodel.lomo_coverage), coverage over rows and over models.
@@ -86,16 +89,23 @@ def decode_ms(r) -> float:
 
 
 def point(r, res: dict) -> dict:
+    """One row's prediction beside its measurement. Where TE's 95% interval spans its whole
+    physical range (`no_information`: both ends at TE's clip bounds, and the speedup's interval
+    drawn from them) the model says nothing of the row: its ends are the clip's, so it is not
+    scored (inside, half-width and error None) and is counted apart."""
     mid, lo, hi = res["speedup"][0], res["speedup_low"][0], res["speedup_high"][0]
     measured, tau = float(r["speedup"]), float(np.mean(res["acceptance_length"]))
     te, cost = res["te"][0], res["draft_cost"][0]
+    blind = bool(res["no_information"][0])
+    scored = (lambda x: None if blind else x)  # noqa: E731
     return {"id": r["id"], "source": r["id"][:3], "batch": int(r["batch_pred"]),
             "engine": r["engine_pred"], "measured": measured,
             "predicted": round(mid, 3), "low": round(lo, 3), "high": round(hi, 3),
-            "inside": bool(round(lo, 3) <= measured <= round(hi, 3)),
-            "half_width_rel": round((hi - lo) / 2 / mid, 3),
-            "error_rel": round(mid / measured - 1, 3),
-            "log_error": round(float(np.log(measured / mid)), 3),
+            "no_information": blind,
+            "inside": scored(bool(round(lo, 3) <= measured <= round(hi, 3))),
+            "half_width_rel": scored(round((hi - lo) / 2 / mid, 3)),
+            "error_rel": scored(round(mid / measured - 1, 3)),
+            "log_error": scored(round(float(np.log(measured / mid)), 3)),
             "te": round(te, 3), "draft_cost": round(cost, 3),
             "cycle_model": round(cost + 1 / te, 3), "cycle_implied": round(tau / measured, 3),
             "decode_ms_model": round(decode_ms(r), 3),
@@ -114,14 +124,15 @@ def score(table: pd.DataFrame, draws: int = stepmodel.DRAWS,
 
 
 def loso_sizes(points: list[dict]) -> dict[str, float]:
-    """Each source's extra log-sd: the RMS of the other sources' log errors, each source's mean
-    square weighing one (0 where no other source is scored)."""
+    """Each source's extra log-sd: the RMS of the other sources' log errors over their rows with
+    information, each source's mean square weighing one (0 where no other source is scored)."""
     by: dict[str, list[float]] = {}
     for p in points:
-        by.setdefault(p["source"], []).append(p["log_error"])
+        if not p["no_information"]:
+            by.setdefault(p["source"], []).append(p["log_error"])
     ms = {s: float(np.mean(np.square(v))) for s, v in by.items()}
     return {s: float(np.sqrt(np.mean([m for o, m in ms.items() if o != s]))) if len(ms) > 1
-            else 0.0 for s in ms}
+            else 0.0 for s in {p["source"] for p in points}}
 
 
 def clopper_pearson(k: float, n: int) -> list[float]:
@@ -132,7 +143,14 @@ def clopper_pearson(k: float, n: int) -> list[float]:
     return [round(float(low), 3), round(float(high), 3)]
 
 
-def summarise(points: list[dict]) -> dict:
+def summarise(all_points: list[dict]) -> dict:
+    """Coverage, half-width and error over the rows with information (point); the rows without
+    it are listed apart (`no_information`), counted in no coverage or half-width."""
+    blind = [p["id"] for p in all_points if p["no_information"]]
+    points = [p for p in all_points if not p["no_information"]]
+    if not points:
+        raise SystemExit(f"no scored row with information (TE's 95% interval spans its whole "
+                         f"range at {', '.join(blind)}): no coverage to count")
     by_source: dict[str, list[dict]] = {}
     for p in points:
         by_source.setdefault(p["source"], []).append(p)
@@ -145,13 +163,16 @@ def summarise(points: list[dict]) -> dict:
     for name, keep in (("batch 1", lambda p: p["batch"] == 1), ("past batch 1",
                                                                  lambda p: p["batch"] > 1)):
         ps = [p for p in points if keep(p)]
+        none = [p["id"] for p in all_points if keep(p) and p["no_information"]]
+        if ps or none:
+            by_batch[name] = {"rows": len(ps), "no_information": none}
         if ps:
             k = sum(p["inside"] for p in ps)
             src: dict[str, list[dict]] = {}
             for p in ps:
                 src.setdefault(p["source"], []).append(p)
             cov_src = [float(np.mean([p["inside"] for p in v])) for v in src.values()]
-            by_batch[name] = {"rows": len(ps), "coverage": k / len(ps),
+            by_batch[name] |= {"coverage": k / len(ps),
                               "coverage_ci95": clopper_pearson(k, len(ps)),
                               "median_half_width_rel": float(np.median(
                                   [p["half_width_rel"] for p in ps])),
@@ -164,6 +185,8 @@ def summarise(points: list[dict]) -> dict:
     for p in points:
         engines.setdefault(p["engine"], []).append(p["log_error"])
     return {"rows": len(points), "sources": len(sources), "by_batch": by_batch,
+            # rows whose TE interval spans its whole range: the model says nothing there
+            "no_information": blind,
             # log(measured / predicted median): > 0 where the model is low (its bias)
             "median_log_error_by_engine": {e: {"rows": len(v), "median": float(np.median(v))}
                                            for e, v in engines.items()},
@@ -175,7 +198,7 @@ def summarise(points: list[dict]) -> dict:
             "median_half_width_rel_sources": float(np.median(
                 [s["median_half_width_rel"] for s in sources.values()])),
             "median_abs_error_rel": float(np.median([abs(p["error_rel"]) for p in points])),
-            "by_source": sources, "points": points}
+            "by_source": sources, "points": all_points}
 
 
 def study_coverage() -> dict:
@@ -229,22 +252,36 @@ def text(res: dict) -> str:
     lines = [f"{'id':18} {'measured':>8} {'predicted [95%]':>22} {'inside':>6} {'±rel':>5} "
              f"{'TE':>5} {'c':>5} {'far':>3}"]
     for p in res["points"]:
+        if p["no_information"]:
+            lines.append(f"{p['id']:18} {p['measured']:8.3f} no information (TE's 95% interval "
+                         f"spans its whole range; not scored) {p['te']:5.2f} "
+                         f"{p['draft_cost']:5.2f} {p['calibration_distance']:3d}")
+            continue
         lines.append(f"{p['id']:18} {p['measured']:8.3f} {p['predicted']:8.3f} "
                      f"[{p['low']:.3f}, {p['high']:.3f}] {str(p['inside']):>6} "
                      f"{p['half_width_rel']:5.2f} {p['te']:5.2f} {p['draft_cost']:5.2f} "
                      f"{p['calibration_distance']:3d}")
     lines.append(f"coverage over rows {res['coverage_rows']:.2f} (95% {res['coverage_rows_ci95']}, "
-                 f"{res['rows']} rows); over sources {res['coverage_sources']:.2f} "
-                 f"(95% {res['coverage_sources_ci95']}, {res['sources']} sources)")
+                 f"{res['rows']} rows with information); over sources "
+                 f"{res['coverage_sources']:.2f} (95% {res['coverage_sources_ci95']}, "
+                 f"{res['sources']} sources)")
+    if res["no_information"]:
+        lines.append(f"not scored, no information (TE's 95% interval spans its whole range): "
+                     f"{', '.join(res['no_information'])} ({len(res['no_information'])})")
     lines.append(f"median half-width over the prediction {res['median_half_width_rel']:.3f} "
                  f"(rows), {res['median_half_width_rel_sources']:.3f} (sources); median |error| "
                  f"{res['median_abs_error_rel']:.3f}")
     for name, b in res["by_batch"].items():
+        if not b["rows"]:
+            lines.append(f"{name}: no row with information ({len(b['no_information'])} without)")
+            continue
         lines.append(f"{name}: coverage over rows {b['coverage']:.2f} (95% {b['coverage_ci95']}, "
                      f"{b['rows']} rows), over sources {b['coverage_sources']:.2f} "
                      f"({b['sources']} sources); median half-width "
                      f"{b['median_half_width_rel']:.3f} (rows), "
-                     f"{b['median_half_width_rel_sources']:.3f} (sources)")
+                     f"{b['median_half_width_rel_sources']:.3f} (sources)"
+                     + (f"; without information, apart: {len(b['no_information'])}"
+                        if b["no_information"] else ""))
     lines.append("median log error (log measured/predicted) per engine: " + ", ".join(
         f"{e} {v['median']:+.3f} ({v['rows']} rows)"
         for e, v in res["median_log_error_by_engine"].items()))

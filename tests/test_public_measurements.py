@@ -347,7 +347,7 @@ def test_the_bench_scores_a_subset():
         assert p["inside"] == (p["low"] <= p["measured"] <= p["high"])
         assert p["cycle_implied"] == pytest.approx(
             sum(p["acceptance_length"]) / 2 / p["measured"], abs=1e-3)
-    assert res["rows"] == 2 and res["sources"] == 2
+    assert res["rows"] == 2 and res["sources"] == 2 and res["no_information"] == []
     assert res["coverage_rows"] == sum(p["inside"] for p in res["points"]) / 2
     assert 0 <= res["coverage_sources"] <= 1 and res["median_half_width_rel"] > 0
     # coverage and half-width at batch 1 and past it, over rows and over sources
@@ -381,3 +381,28 @@ def test_the_bench_scores_the_admitted_rows_and_the_study_beside_its_baselines(t
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "public_coverage.py"), "--ids",
                           "S29-q30b-gsm8k-s3t1d4"], capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "not admitted rows" in bad.stderr
+
+
+def test_a_row_without_information_is_counted_apart_not_as_covered(table):
+    """Kimi-K2 on H200 at batch 8 (S29): TE's 95% interval spans [0.001, 1], so the speedup's
+    [0.003, 3.27] is the clip's, not the model's, and every such row was scored 'inside' (8 of
+    the 11 admitted rows, S08-c1 and seven S29 rows). point() carries no_information, and
+    summarise counts such rows in no coverage, half-width or error, listing them apart."""
+    spec = importlib.util.spec_from_file_location("public_coverage",
+                                                  REPO / "bench" / "public_coverage.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    points = {r["id"]: bench.point(r, bench.predict_row(r, 40)) for _, r in bench.load(
+        ["S29-kimik2-gsm8k-s3t1d4", "S10-bs1-s3t1d4"]).iterrows()}
+    kimi, s10 = points["S29-kimik2-gsm8k-s3t1d4"], points["S10-bs1-s3t1d4"]
+    assert kimi["no_information"] and kimi["inside"] is None and kimi["half_width_rel"] is None
+    assert not s10["no_information"] and s10["inside"] is not None
+    res = bench.summarise([kimi, s10])
+    assert res["rows"] == 1 and res["coverage_rows"] == float(s10["inside"])
+    assert res["no_information"] == ["S29-kimik2-gsm8k-s3t1d4"]
+    assert res["median_half_width_rel"] == s10["half_width_rel"] and res["sources"] == 1
+    assert res["by_batch"]["past batch 1"] == {"rows": 0,
+                                               "no_information": ["S29-kimik2-gsm8k-s3t1d4"]}
+    assert bench.loso_sizes([kimi, s10]) == {"S29": 0.0, "S10": 0.0}
+    with pytest.raises(SystemExit, match="no scored row with information"):
+        bench.summarise([kimi])
