@@ -4,8 +4,8 @@ predict` draws it (every uncertain input, the leave-one-model-out fits, K = 3 at
 schedule of batch sizes, the model's own published overlaps or its granularity's prior): the
 shape predict states (decided by the 95% intervals of the draws' speedup ratios between batch
 sizes, by the rule that names the measured shapes: stepmodel.draw_shape, else "undecided") and
-each shape's share of the drawn curves without a TE at a clip bound; P(published) is the share
-with the published shape.
+each shape's share of the drawn curves (a curve with a TE at a clip bound counts toward none:
+stepmodel.CLIPPED); P(published) is the share with the published shape.
 
     python bench/study_shapes.py [--json] [--draws N] [--models Mixtral-8x7B,...]
 """
@@ -38,7 +38,6 @@ def score(draws: int = stepmodel.DRAWS, models: list[str] | None = None) -> list
                     "p_published": round(float(shares.get(r["published"], 0.0)), 3),
                     "decided_right": res["shape"] == r["published"],
                     "shape_shares": {k: round(float(v), 3) for k, v in shares.items()},
-                    "unclipped_draws": res["shape_unclipped_draws"],
                     "batches": r["batches"],
                     "speedup_median_over_tau": [round(float(x), 3) for x in np.asarray(
                         res["speedup"]) / float(np.mean(stepmodel.tau_prior(3)))]})
@@ -46,15 +45,13 @@ def score(draws: int = stepmodel.DRAWS, models: list[str] | None = None) -> list
 
 
 def text(rows: list[dict]) -> str:
-    lines = [f"{'model':14} {'published':18} {'predicted':18} {'P(published)':>12}  shares "
-             "(of the draws without a TE at a clip bound)"]
+    lines = [f"{'model':14} {'published':18} {'predicted':18} {'P(published)':>12}  shares"]
     for r in rows:
         mark = " (the study's N/k rule)" if r["rule_made"] else ""
         lines.append(f"{r['model']:14} {r['published']:18} {r['predicted']:18} "
                      f"{r['p_published']:12.2f}  " + ", ".join(
                          f"{k} {v:.2f}" for k, v in sorted(r["shape_shares"].items(),
-                                                           key=lambda kv: -kv[1]))
-                     + f" ({r['unclipped_draws']} draws)" + mark)
+                                                           key=lambda kv: -kv[1])) + mark)
     right = sum(r["decided_right"] for r in rows)
     lines.append(f"decided right: {right} of {len(rows)}")
     return "\n".join(lines)

@@ -589,20 +589,18 @@ def _interval(res: dict, key: str, i: int, clipped: tuple[bool, bool]) -> str:
 
 def shape_words(res: dict) -> str:
     """The shape as the pair intervals decide it (stepmodel.draw_shape), with the drawn curves'
-    shares of each shape as information: the stated shape's where one is decided, every
-    shape's where none is, over the draws without a TE at a clip bound."""
-    shape, n = res["shape"], res.get("shape_unclipped_draws", 0)
+    shares of each shape as information (stepmodel.CLIPPED: those with a TE at a clip bound,
+    which count toward none): the stated shape's where one is decided, every share where none
+    is."""
+    shape = res["shape"]
     if shape not in stepmodel.SHAPES:  # no shape: one batch size, or one with information
         return shape
-    if not n:
-        return f"{shape} (every drawn curve has a TE at a clip bound)"
-    of = f"of the {n} drawn curves without a TE at a clip bound"
     if shape != "undecided":
         return (f"{shape} (the 95% intervals of the speedup's ratios between batch sizes decide "
-                f"it; share {of} {res['shape_probability']:.2f})")
+                f"it; share of the drawn curves {res['shape_probability']:.2f})")
     shares = ", ".join(f"{k} {v:.2f}" for k, v in sorted(res["shape_shares"].items(),
                                                          key=lambda kv: -kv[1]))
-    return f"undecided (the 95% intervals decide no shape; shares {of}: {shares})"
+    return f"undecided (the 95% intervals decide no shape; shares of the drawn curves: {shares})"
 
 
 def human(res: dict) -> dict:

@@ -921,6 +921,7 @@ def tau_prior(k_draft: int) -> tuple[float, float]:
 
 
 SHAPES = ("peak at low batch", "concave", "rising", "flat within the margin", "undecided")
+CLIPPED = "TE at a clip bound"  # a drawn curve whose shape the clip gives (shape_shares)
 NO_SHAPE = "no shape (one batch size)"
 NO_SHAPE_INFORMATION = "no shape (information at fewer than two batch sizes)"
 DRAWS = 400
@@ -1165,8 +1166,8 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
     there); where the model says nothing (both ends clipped: TE's interval spans its whole
     physical range, "no information"); the shape over the batch sizes with information as their
     pair intervals decide it (draw_shape; fewer than two have none: NO_SHAPE), beside each exact
-    shape's share of the drawn curves without a TE at a clip bound there (`shape_shares`, over
-    `shape_unclipped_draws` draws; `shape_probability` the stated shape's); where SD pays, per
+    shape's share of the drawn curves, those with a TE at a clip bound there counted as CLIPPED
+    (`shape_shares`; `shape_probability` the stated shape's); where SD pays, per
     batch size "yes" (lower bound above 1), "no" (upper bound at most 1: a speedup capped at
     tau = 1 can equal 1, never exceed it) or "undecided"; and the verdict in words."""
     te_lo, te_hi = np.percentile(te, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
@@ -1179,18 +1180,17 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
     high_clipped = [bool(o >= TAIL) for o in (te >= 1.0).mean(axis=0)]
     blind = [lo_ and hi_ for lo_, hi_ in zip(low_clipped, high_clipped)]
     keep = [j for j, n in enumerate(blind) if not n]
-    counts, unclipped = {}, 0
+    counts = {}
     if len(keep) < 2:  # one point has no shape
         shape = NO_SHAPE if len(batches) < 2 else NO_SHAPE_INFORMATION
     else:
         shape = draw_shape(spd[:, keep], te[:, keep], margin)
-        # the drawn curves' shares of each exact shape, as information: over the draws without a
-        # TE at a clip bound, whose shape the clip would make
-        sel = ~((te[:, keep] <= TE_FLOOR) | (te[:, keep] >= 1.0)).any(axis=1)
-        unclipped = int(sel.sum())
-        if unclipped:
-            shapes = curve_shapes(spd[sel][:, keep], margin)
-            counts = {s: shapes.count(s) / len(shapes) for s in SHAPES if s in shapes}
+        # the drawn curves' shares of each exact shape, as information; a draw with a TE at a
+        # clip bound has the shape the clip gives it and counts toward none (CLIPPED)
+        clipped = ((te[:, keep] <= TE_FLOOR) | (te[:, keep] >= 1.0)).any(axis=1)
+        shapes = np.where(clipped, CLIPPED, np.array(curve_shapes(spd[:, keep], margin), object))
+        counts = {s: float(np.mean(shapes == s)) for s in (*SHAPES, CLIPPED)
+                  if (shapes == s).any()}
     lo, hi = np.percentile(spd, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
     cost_lo, cost_hi = np.percentile(cost, [100 * TAIL, 100 * (1 - TAIL)], axis=0)
     pays = ["yes" if x > 1 else "no" if h <= 1 else "undecided" for x, h in zip(lo, hi)]
@@ -1206,7 +1206,7 @@ def summarise(batches: list[int], te: np.ndarray, spd: np.ndarray, cost: np.ndar
             "draft_cost_low": cost_lo.tolist(), "draft_cost_high": cost_hi.tolist(),
             "shape": shape,
             "shape_probability": counts.get(shape) if shape in SHAPES[:-1] else None,
-            "shape_shares": counts, "shape_unclipped_draws": unclipped,
+            "shape_shares": counts,
             "shape_batch_sizes": [batches[j] for j in keep], "pays": pays,
             "verdict": verdict(batches, pays, p_above.tolist(), blind)}
 
