@@ -212,6 +212,41 @@ def test_the_study_shapes_are_scored_by_their_share_of_draws():
         *stepmodel.SHAPES, stepmodel.CLIPPED}
 
 
+def test_the_docs_shape_numbers_are_study_shapes_and_the_step_models():
+    """README said the step model 'gives Mixtral-8x7B's concave curve' where bench/study_shapes.py
+    (predict's intervals) gave 'undecided', and docs/method.md quoted a P(published) of 0.69
+    where the bench gave 0.72. Each such claim is read from the text and recomputed here: predict's
+    shapes and shares from study_shapes.score, the step model's own curves from predict_shape on
+    its fitted parameters and on the leave-one-model-out fits (step_model_shapes)."""
+    rows = {r["model"]: r for r in _bench("study_shapes").score()}
+    assert len(rows) == 5 and {r["predicted"] for r in rows.values()} == {"undecided"}
+    p = {m: f"{r['p_published']:.2f}" for m, r in rows.items()}
+    clip = [r["shape_shares"].get(stepmodel.CLIPPED, 0.0) for r in rows.values()]
+    method = " ".join((REPO / "docs" / "method.md").read_text().split())
+    assert (f"Mixtral-8x7B concave {p['Mixtral-8x7B']}, Qwen3-30B peak at low batch "
+            f"{p['Qwen3-30B']}, Qwen3-235B {p['Qwen3-235B']}, and, from the study's N/k rule, "
+            f"GLM-4.7-Flash {p['GLM-4.7-Flash']} and GPT-OSS-120B {p['GPT-OSS-120B']}, with "
+            f"{min(clip):.2f}-{max(clip):.2f} of each model's curves at a TE clip bound") in method
+    assert "the intervals decide none of the five, so all five stay \"undecided\"" in method
+    readme = " ".join((REPO / "README.md").read_text().split())
+    mix = rows["Mixtral-8x7B"]["shape_shares"]
+    assert ("with its 95% intervals `specmoe predict` decides none of the five published shapes "
+            f"(`bench/study_shapes.py`: Mixtral-8x7B undecided, {mix['concave']:.2f} of its drawn "
+            f"curves concave and {mix[stepmodel.CLIPPED]:.2f} with a TE at a clip bound)") in readme
+    assert set(mix) == {"concave", stepmodel.CLIPPED}
+    # "the step model's curve from its fitted parameters is concave for Mixtral-8x7B, as
+    # published, and for Qwen3-30B-A3B and Qwen3-235B-A22B too"
+    assert "is concave for Mixtral-8x7B, as published, and for Qwen3-30B-A3B and " \
+        "Qwen3-235B-A22B too, where the study measures a peak at batch 1" in readme
+    cal = stepmodel.calibration()
+    shapes = stepmodel.shape_rows()
+    lomo = list(cal.lomo)[len(stepmodel.calibration_rows()):]
+    for r, lo in zip(shapes, lomo):
+        if r["model"] in ("Mixtral-8x7B", "Qwen3-30B", "Qwen3-235B"):
+            assert stepmodel.predict_shape(r, cal.params) == lo["predicted"] == "concave", r
+    assert {r["model"]: r["published"] for r in shapes}["Mixtral-8x7B"] == "concave"
+
+
 def test_no_public_fused_moe_time_implies_more_than_the_moe_kernels_ceiling():
     """The ceiling was DeepGEMM's fp8 0.796 of the bandwidth, while vLLM's bf16 fused_moe on
     Mixtral-8x7B TP 2 (H100, M = 16) streams its unique experts at 0.883 of it: every public
