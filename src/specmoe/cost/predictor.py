@@ -551,8 +551,9 @@ def unvalidated(inside: bool, batches: list[int], cost_drawn: bool = True) -> li
            "too few public measurements to show them to hold (docs/method.md, Public "
            "measurements)"]
     if not inside:
-        out.append("not validated outside the study's calibration on vLLM: public measurements "
-                   "of such configurations mostly fall outside these intervals (docs/method.md, "
+        out.append("not validated outside the study's calibration on vLLM: the public "
+                   "measurements of such configurations are too few to show these intervals "
+                   "hold, and at most of them TE's interval spans its whole range (docs/method.md, "
                    "Public measurements); read them as one step's physics, not a forecast")
     if max(batches) > 1:
         out.append("not validated past batch 1: the study publishes TE at batch 1 only, and the "
