@@ -420,7 +420,7 @@ def prediction(dims: ModelDims, hw: Hardware, k: int, method: str, batch_sizes, 
                engine: str = "vllm", caveats: list[str] | None = None,
                margin: float = stepmodel.SHAPE_MARGIN, draws: int = stepmodel.DRAWS,
                extra_log_sd: float = 0.0, context: int = stepmodel.CONTEXT) -> dict:
-    """TE and speedup at each batch size with 95% intervals, the shape with its probability, where
+    """TE and speedup at each batch size with 95% intervals, the shape the intervals decide, where
     SD pays, and the caveats: every input checked first. `config`: the target's config.json;
     `draft_config`: a separate draft model's or EAGLE head's (draft_dims; `draft_name` names it in
     messages). `draws` and `extra_log_sd` (an error on the speedup sized outside the step model)
