@@ -51,6 +51,12 @@ def structure(config: dict) -> list[str]:
         for name, n in Counter(e["name"] for e in entries).items():
             if n > 1:
                 out.append(f"{what} name '{name}' is used by {n} entries: names must be unique")
+    for d in drafters:  # the schema lets a downloaded drafter take any method
+        if d["source"] == "hf" and d.get("method") == "mtp":
+            out.append(f"drafter {d['name']}: method mtp runs the target's own MTP layers, "
+                       "which no download provides (its engine jobs would refuse the drafter "
+                       "model): give it source self without repo_id, or a downloaded drafter's "
+                       "method (draft_model, eagle or eagle3)")
     both = {m["name"] for m in models} & {d["name"] for d in drafters}
     for name in sorted(both):
         out.append(f"'{name}' is both a model and a drafter: give them different names")

@@ -1,0 +1,63 @@
+"""Configurations that passed every parse-time check and failed only in their jobs: each is
+refused when the configuration loads, in one line naming the entry and the value; and the
+preflight's kept answers are asked again when specmoe's own check code changes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import types
+
+import pytest
+import yaml
+from snakemake.utils import update_config
+
+from specmoe.config import Config, for_workflow
+from specmoe.errors import InputError
+from wf import REPO
+
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+PAPER = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+
+
+def paper_raw(edit=None) -> dict:
+    """config/paper.yaml over config.yaml, as `--configfile` merges it, with an edit."""
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    update_config(cfg, copy.deepcopy(PAPER))
+    if edit:
+        edit(cfg)
+    return cfg
+
+
+def only(name, **kw):
+    """An edit: the paper's model `name` alone, changed."""
+    def edit(cfg):
+        m = next(m for m in cfg["models"] if m["name"] == name)
+        m.update(kw)
+        cfg["models"] = [m]
+    return edit
+
+
+def refused(cfg: dict, **kw) -> str:
+    with pytest.raises(InputError) as exc:
+        for_workflow(cfg, SCHEMA, **kw) if kw else Config.load(cfg, SCHEMA)
+    return str(exc.value)
+
+
+# --- 1. method mtp is the target's own MTP layers: never a downloaded drafter ---
+
+def test_a_downloaded_drafter_of_method_mtp_is_refused_when_the_configuration_loads():
+    """A drafter {source: hf, method: mtp} passed the schema and the preflight (which checks no
+    drafter for mtp), was downloaded, and every engine job then stopped in drafter_spec ("method
+    mtp uses the target's own MTP layers: give it no drafter model")."""
+    def edit(cfg):
+        cfg["drafters"].append({"name": "hfmtp", "source": "hf", "method": "mtp",
+                                "repo_id": "zai-org/GLM-4.7-Flash"})
+        only("glm-4.7-flash-bf16-tp1", drafters=["hfmtp"])(cfg)
+    msg = refused(paper_raw(edit))
+    assert msg.count("\n") == 0, msg
+    assert "config: drafter hfmtp: method mtp" in msg and "source self" in msg, msg
+
+
+def test_the_targets_own_mtp_drafter_still_loads():
+    Config.load(paper_raw(only("glm-4.7-flash-bf16-tp1", drafters=["mtp"])), SCHEMA)
