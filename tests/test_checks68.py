@@ -61,3 +61,28 @@ def test_a_downloaded_drafter_of_method_mtp_is_refused_when_the_configuration_lo
 
 def test_the_targets_own_mtp_drafter_still_loads():
     Config.load(paper_raw(only("glm-4.7-flash-bf16-tp1", drafters=["mtp"])), SCHEMA)
+
+
+# --- 2. the engines run with tensor parallelism only ---
+
+@pytest.mark.parametrize("key", ["pipeline_parallel_size", "data_parallel_size",
+                                 "decode_context_parallel_size", "prefill-context-parallel-size"])
+def test_a_parallel_layout_other_than_tp_is_refused_in_engine_args(key):
+    """pipeline, data or context parallelism above 1 was accepted by the configuration (its jobs
+    ask SLURM for tp GPUs only) and refused by routing capture on the GPU node
+    (runtime.capture.check_engine_layout)."""
+    msg = refused(paper_raw(only("glm-4.7-flash-bf16-tp1", engine_args={key: 2})))
+    assert msg.startswith(f"config: model glm-4.7-flash-bf16-tp1: engine_args.{key} 2: "), msg
+    assert msg.count("\n") == 0, msg
+    cfg = paper_raw()
+    cfg["sweep"]["engine_args"] = {key: 2}
+    assert f"config: sweep.engine_args.{key} 2: " in refused(cfg)
+
+
+def test_one_rank_of_each_layout_is_accepted_and_capture_reads_the_same_names():
+    from specmoe import kinds
+    from specmoe.runtime import capture
+
+    Config.load(paper_raw(only("glm-4.7-flash-bf16-tp1",
+                               engine_args={k: 1 for k in kinds.ONE_RANK_SIZES})), SCHEMA)
+    assert capture.ONE_RANK_SIZES is kinds.ONE_RANK_SIZES

@@ -22,6 +22,15 @@ STAGES = ("capture", "series", "profile")
 ENGINE_DEFAULTS = {"dtype": "auto", "kv_cache_mib": 512, "max_model_len": 1024,
                    "timeout_s": 1800.0, "repetition_penalty": 1.0}
 
+# Parallel layouts under which a worker's routing rows are not the batch's rows in order (pipeline
+# stages, data-parallel ranks and context-parallel shards each see part of a step): routing
+# capture needs each of these at 1, as vLLM's own routed-experts capture does (vllm/config/vllm.py;
+# specmoe.runtime.capture.check_layout), and every engine job is given its model's TP GPUs only,
+# so the configuration refuses any of them above 1 (specmoe.checks.configcheck). The names are
+# vLLM's ParallelConfig's and the engine arguments' alike.
+ONE_RANK_SIZES = ("pipeline_parallel_size", "data_parallel_size",
+                  "decode_context_parallel_size", "prefill_context_parallel_size")
+
 
 def engine_arg(key) -> str:
     """An engine argument's name as vLLM reads it: its command line takes '-' for '_'

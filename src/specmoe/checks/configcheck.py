@@ -13,7 +13,7 @@ from collections import Counter
 
 from ..cost.costmodel import compute_dtype
 from ..errors import InputError
-from ..kinds import KINDS, engine_arg, engine_context
+from ..kinds import KINDS, ONE_RANK_SIZES, engine_arg, engine_context
 from ..names import control_name
 from ..runs import dataset_parts, max_batch_of
 from .schema import did_you_mean
@@ -649,11 +649,23 @@ def _engine_args_problems(prefix: str, args: dict | None, profiled: bool = False
         owner = OWNED_ENGINE_ARGS.get(name)
         if owner:
             out.append(f"{prefix}.{key} is set by {owner}: leave it out of engine_args")
+        elif name in ONE_RANK_SIZES and _above_one(value):
+            out.append(f"{prefix}.{key} {value}: the engines run with tensor parallelism only "
+                       "(a job is given its model's tp GPUs; routing capture records one rank "
+                       "of each other layout): leave it out, or set the model's tp")
         elif profiled and name == "enforce_eager" and not value:
             out.append(f"{prefix}.{key} false reaches the kernel profile, which needs eager mode "
                        "(torch.compile drops its MoE ranges, a CUDA graph's kernels share one "
                        "launch): leave it out")
     return out
+
+
+def _above_one(value) -> bool:
+    """A parallel size other than one rank (one that is no number is no size of one either)."""
+    try:
+        return value is not None and int(value) != 1
+    except (TypeError, ValueError):
+        return True
 
 
 def _arch_problems(arch: dict) -> list[str]:

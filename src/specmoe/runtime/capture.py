@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import SpecmoeError
+from ..kinds import ONE_RANK_SIZES  # the configuration refuses them too
 
 if TYPE_CHECKING:
     from ..routing.trace import Trace
@@ -80,14 +81,6 @@ def check_version() -> None:
     if not any(v == s or v.startswith(s + ".") for s in SUPPORTED_VLLM):
         raise SpecmoeError(f"routing capture supports vLLM {', '.join(SUPPORTED_VLLM)}.x, found {v}: "
                            "the model-runner hooks would be silently wrong on other versions")
-
-
-# Parallel layouts under which a worker's routing rows are not the batch's rows in order (pipeline
-# stages, data-parallel ranks and context-parallel shards each see part of a step): capture needs
-# each of these at 1, as vLLM's own routed-experts capture does (vllm/config/vllm.py). The names
-# are ParallelConfig's and the engine arguments' alike.
-ONE_RANK_SIZES = ("pipeline_parallel_size", "data_parallel_size",
-                  "decode_context_parallel_size", "prefill_context_parallel_size")
 
 
 def check_layout(sizes: dict, adaptive_verification: bool) -> None:
