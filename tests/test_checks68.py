@@ -86,3 +86,24 @@ def test_one_rank_of_each_layout_is_accepted_and_capture_reads_the_same_names():
     Config.load(paper_raw(only("glm-4.7-flash-bf16-tp1",
                                engine_args={k: 1 for k in kinds.ONE_RANK_SIZES})), SCHEMA)
     assert capture.ONE_RANK_SIZES is kinds.ONE_RANK_SIZES
+
+
+# --- 5. a dataset's lists: none empty, none with a value twice ---
+
+@pytest.mark.parametrize("dataset,key,value,line", [
+    ("aya", "languages", ["Swahili", "Swahili"],
+     "config: datasets.aya.languages: lists a value twice (got ['Swahili', 'Swahili']): give "
+     "each once"),
+    ("aya", "languages", [], "config: datasets.aya.languages: must have at least 1 item(s)"),
+    ("mt-bench", "files", [], "config: datasets.mt-bench.files: must have at least 1 item(s)"),
+    ("mt-bench", "files", ["question.jsonl", "question.jsonl"],
+     "config: datasets.mt-bench.files: lists a value twice"),
+])
+def test_an_empty_or_repeated_dataset_list_is_refused(dataset, key, value, line):
+    """Aya's [Swahili, Swahili] passed the prompt-count check (max_prompts x 2 languages) though
+    the table holds one language's; [] kept every language, and files [] the format's default
+    files, silently."""
+    cfg = paper_raw()
+    cfg["datasets"][dataset][key] = value
+    msg = refused(cfg)
+    assert msg.startswith(line) and msg.count("\n") == 0, msg
