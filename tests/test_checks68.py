@@ -107,3 +107,26 @@ def test_an_empty_or_repeated_dataset_list_is_refused(dataset, key, value, line)
     cfg["datasets"][dataset][key] = value
     msg = refused(cfg)
     assert msg.startswith(line) and msg.count("\n") == 0, msg
+
+
+# --- 6. configured overlaps reach the largest K ---
+
+def test_overlaps_shorter_than_the_largest_k_are_refused():
+    """overlaps [0.6, 0.5] with ks (3, 5, 7): the weight-model table's IPF column was NaN at
+    every K (cost.weights.weight_row fits ov(1..K)) and still labelled 'configured'."""
+    cfg = paper_raw(only("qwen3-30b-fp8-tp1", overlaps=[0.6, 0.5]))
+    msg = refused(cfg)
+    assert "config: model qwen3-30b-fp8-tp1: overlaps has 2 distances, fewer than K=7" in msg, msg
+    assert msg.count("\n") == 0, msg
+
+
+def test_overlaps_of_every_distance_up_to_the_largest_k_load():
+    from specmoe.cost.hfconfig import dims_from_config
+    from specmoe.cost.weights import weight_row
+    from specmoe.checks.preflight import shipped_config
+
+    ov = [0.6, 0.5, 0.45, 0.42, 0.4, 0.39, 0.38]
+    c = Config.load(paper_raw(only("qwen3-30b-fp8-tp1", overlaps=ov)), SCHEMA)
+    m = c.model("qwen3-30b-fp8-tp1")
+    dims = dims_from_config(shipped_config("Qwen/Qwen3-30B-A3B-FP8"), dtype="auto", tp=1)
+    assert all(weight_row(dims, k, list(m.entry["overlaps"]))["te_ipf"] > 0 for k in m.ks)

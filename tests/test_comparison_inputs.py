@@ -66,16 +66,19 @@ def test_the_paper_configs_weight_model_lists_no_ipf_of_the_published_overlaps_a
 def test_a_configured_copy_of_the_published_overlaps_is_labelled_published(tmp_path):
     """Overlaps the configuration gives are the model's own (measured, say) and their fit is set
     beside the study's; a hand copy of the published row is the published row."""
-    def own(values):
+    def own(values, ks=None):
         def edit(cfg):
             for m in cfg["models"]:
                 if m["name"] in QWEN:
                     m["overlaps"] = values
+                    if ks:
+                        m["ks"] = ks
         return edit
 
-    copied = weight_table(paper(own([0.431, 0.356, 0.328, 0.312])), tmp_path)
+    # the published row has 4 distances: a copy of it serves K <= 4 (fewer than K are refused)
+    copied = weight_table(paper(own([0.431, 0.356, 0.328, 0.312], ks=[3])), tmp_path)
     assert (copied["overlaps_source"] == "published").all()
-    measured = weight_table(paper(own([0.40, 0.33, 0.30])), tmp_path)
+    measured = weight_table(paper(own([0.40, 0.33, 0.30, 0.29, 0.28, 0.27, 0.26])), tmp_path)
     assert (measured["overlaps_source"] == "configured").all()
     cmp = published.comparison({"weight_model": measured}, paper().study)
     ipf = cmp[cmp["quantity"] == "unique_ipf"]

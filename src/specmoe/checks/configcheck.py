@@ -286,6 +286,12 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
                        "(peak_tflops.fp8)")
         if src == "hf" and m.precision != "auto":
             out += [f"{where}: {p}" for p in _precision_problems(e, m.precision)]
+        own = e.get("overlaps") or []
+        if own and len(own) < max(m.ks):  # the IPF column fits ov(1..K): NaN at every K beyond
+            out.append(f"{where}: overlaps has {len(own)} distances, fewer than K={max(m.ks)}: the "
+                       "weight-model table's IPF column needs the overlap at every distance "
+                       "1..K (give one per distance, or leave overlaps out for its study "
+                       "model's published ones)")
         if src == "tiny" and m.hardware in hardware and "fp32" not in peaks:
             # a tiny checkpoint computes in float32 (its config.json), priced at that peak
             no_fp32.setdefault(m.hardware, []).append(m.name)
