@@ -130,3 +130,20 @@ def test_overlaps_of_every_distance_up_to_the_largest_k_load():
     m = c.model("qwen3-30b-fp8-tp1")
     dims = dims_from_config(shipped_config("Qwen/Qwen3-30B-A3B-FP8"), dtype="auto", tp=1)
     assert all(weight_row(dims, k, list(m.entry["overlaps"]))["te_ipf"] > 0 for k in m.ks)
+
+
+# --- 7. the engines' default context is read from its one place ---
+
+def test_the_tiny_context_check_reads_the_engines_default_context(monkeypatch):
+    """_tiny_context_problems repeated kinds.ENGINE_DEFAULTS' max_model_len as a literal 1024:
+    a changed default would start the engines at one context and check another."""
+    from specmoe import kinds
+    from specmoe.checks import configcheck
+    from specmoe.runtime.tiny import MAX_POSITIONS
+
+    cfg = Config.load(yaml.safe_load((REPO / "config.yaml").read_text()), SCHEMA).raw
+    assert configcheck._tiny_context_problems(cfg) == []
+    monkeypatch.setitem(kinds.ENGINE_DEFAULTS, "max_model_len", 2 * MAX_POSITIONS)
+    found = configcheck._tiny_context_problems(cfg)
+    assert f"tiny.capture.max_model_len {2 * MAX_POSITIONS} exceeds the tiny models' " \
+        f"{MAX_POSITIONS} positions (vLLM refuses it)" in found, found

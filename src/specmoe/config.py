@@ -223,7 +223,6 @@ class Config:
         found = (configcheck.models(every, self.drafters, self.hardware, self.datasets, self.ks,
                                     prompt_datasets)
                  + configcheck.settings(self.raw, prompt_datasets,
-                                        {"max_model_len": ENGINE_DEFAULTS["max_model_len"]},
                                         [n for n in self.names("hf") if self.on_gpu(n)]))
         return found or (self.graph_problems() + self.profile_problems()
                          + self.capture_context_problems())

@@ -13,7 +13,7 @@ from collections import Counter
 
 from ..cost.costmodel import compute_dtype
 from ..errors import InputError
-from ..kinds import KINDS, ONE_RANK_SIZES, engine_arg, engine_context
+from ..kinds import ENGINE_DEFAULTS, KINDS, ONE_RANK_SIZES, engine_arg, engine_context
 from ..names import control_name
 from ..runs import dataset_parts, max_batch_of
 from .schema import did_you_mean
@@ -421,12 +421,10 @@ def granularity_problems(compare_with: str, own: tuple[int, int]) -> list[str]:
             + (", ".join(same) if same else "the study has none") + ")"]
 
 
-def settings(config: dict, prompt_datasets: set[str] | None,
-             engine_defaults: dict | None = None, gpu_models=()) -> list[str]:
+def settings(config: dict, prompt_datasets: set[str] | None, gpu_models=()) -> list[str]:
     """The sweep's schedule (and each dataset's max_batch on it), the GPU plan's assumptions and
-    the tiny models' settings (engine_defaults: an engine section's max_model_len where the
-    configuration leaves it out, specmoe.config's; the tiny section's defaults are the schema's,
-    filled in by its validation; gpu_models: the models with runs whose engines run on a GPU,
+    the tiny models' settings (the tiny section's defaults are the schema's, filled in by its
+    validation; gpu_models: the models with runs whose engines run on a GPU,
     specmoe.config.Config.on_gpu's, the jobs the GPU plan prices)."""
     out: list[str] = []
     sweep = config.get("sweep") or {}
@@ -459,7 +457,7 @@ def settings(config: dict, prompt_datasets: set[str] | None,
         out.append(f"{have} is set without {lack}: sweeps and profiles run only when both "
                    f"sections are present (add {lack}, or remove {have})")
     out += _plan_problems(config, gpu_models)
-    out += _tiny_context_problems(config, **(engine_defaults or {}))
+    out += _tiny_context_problems(config)
     if tiny:  # the schema's defaults filled
         train = tiny["train"]
         if tiny["max_train_tokens"] <= train["seq_len"] + 1:
@@ -548,9 +546,10 @@ def _plan_problems(config: dict, gpu_models=()) -> list[str]:
     return out
 
 
-def _tiny_context_problems(config: dict, max_model_len: int = 1024) -> list[str]:
+def _tiny_context_problems(config: dict) -> list[str]:
     """Each engine section the tiny models run under: the context its engine starts with
-    (kinds.engine_context: its engine_args' max_model_len, else its own) within the tiny models'
+    (kinds.engine_context: its engine_args' max_model_len, else its own, else the engines'
+    default, kinds.ENGINE_DEFAULTS, read when the check runs) within the tiny models'
     positions, and the longest prompt of their table (about 4 characters a token) with the
     section's output and K+1 within it (vLLM refuses a longer request). The config's engine_args
     keys are vLLM's names by now (specmoe.config.with_engine_arg_names)."""
@@ -576,7 +575,8 @@ def _tiny_context_problems(config: dict, max_model_len: int = 1024) -> list[str]
                      ("profiling", "max_tokens", config["profiling"], k)]
     out = []
     for where, key, section, k_max in sections:
-        limit = engine_context(section, max_model_len)  # the context the engine starts with
+        # the context the engine starts with
+        limit = engine_context(section, ENGINE_DEFAULTS["max_model_len"])
         if limit > MAX_POSITIONS:
             out.append(f"{where}.max_model_len {limit} exceeds the tiny models' {MAX_POSITIONS} "
                        "positions (vLLM refuses it)")
