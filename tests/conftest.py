@@ -144,8 +144,9 @@ def preflight_memo(tmp_path_factory) -> Path:
     the workflow copies of this session that ask vLLM's checks the same question (wf.copy_workflow's
     memo), so each question runs vLLM once: not for a test of the checks themselves, which must
     see them run. This session's own folder, not the repository's: an answer is kept by vLLM's
-    version and the question, not by the checks' code, so one kept by an earlier checkout could
-    be stale."""
+    version, the question and specmoe's own check code (memo.source_digest), not by the
+    installed vLLM's files, so one kept by another environment of the same version could be
+    stale."""
     return tmp_path_factory.mktemp("preflight-memo")
 
 

@@ -147,3 +147,54 @@ def test_the_tiny_context_check_reads_the_engines_default_context(monkeypatch):
     found = configcheck._tiny_context_problems(cfg)
     assert f"tiny.capture.max_model_len {2 * MAX_POSITIONS} exceeds the tiny models' " \
         f"{MAX_POSITIONS} positions (vLLM refuses it)" in found, found
+
+
+# --- 4. a kept answer of the checks is kept by specmoe's own code too ---
+
+REQUEST = [{"job": "j", "model": "m", "repo": "r", "config": {"a": 1}, "method": None, "k": 0,
+            "max_model_len": 1024, "batch": 1, "dtype": "auto", "engine_args": {},
+            "capture": False, "gpu": "H100"}]
+
+
+def test_vllms_kept_verdict_is_asked_again_when_specmoes_check_code_changes(tmp_path,
+                                                                           monkeypatch):
+    """The dry run kept vLLM's verdict by vLLM's version and the request only: after an update of
+    specmoe's own code that builds the engines' arguments (runtime.engine.engine_kwargs, ...),
+    it read back a pass that the new arguments might not get."""
+    import subprocess
+
+    from specmoe.checks import memo, preflight
+
+    calls = []
+
+    def fake_run(*a, **kw):
+        calls.append(kw.get("input"))
+        return types.SimpleNamespace(returncode=0, stdout="[]", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(memo, "source_digest", lambda *files: "code-1", raising=False)
+    preflight.run_vllm(REQUEST, tmp_path)
+    preflight.run_vllm(REQUEST, tmp_path)
+    assert len(calls) == 1  # the same code and question: read back
+    monkeypatch.setattr(memo, "source_digest", lambda *files: "code-2", raising=False)
+    preflight.run_vllm(REQUEST, tmp_path)
+    assert len(calls) == 2
+
+
+def test_the_check_codes_digest_follows_its_files(tmp_path, monkeypatch):
+    """The digest reads the files the answers depend on (each of them exists in the package)."""
+    from specmoe.checks import contextfit, memo, preflight
+
+    for files in (preflight.VLLM_CHECK_SOURCES, contextfit.PROMPT_LENGTH_SOURCES):
+        assert len(memo.source_digest(*files)) == 64
+    assert memo.source_digest("kinds.py") != memo.source_digest("kinds.py", "names.py")
+
+
+def test_kept_prompt_lengths_are_asked_again_when_specmoes_rendering_code_changes(monkeypatch):
+    from specmoe.checks import contextfit, memo
+
+    ask = lambda: contextfit._question({"tokenizer.json": "x"}, ["a prompt"], True, False)  # noqa: E731
+    monkeypatch.setattr(memo, "source_digest", lambda *files: "code-1", raising=False)
+    first = ask()
+    monkeypatch.setattr(memo, "source_digest", lambda *files: "code-2", raising=False)
+    assert ask() != first

@@ -61,17 +61,24 @@ class _NoTokenizer(Exception):
     """The tokenizer would not load (a note says why): its engine jobs check the prompts."""
 
 
+# specmoe's own code behind the prompt lengths: how a prompt is rendered and measured.
+PROMPT_LENGTH_SOURCES = ("sources/promptfit.py",)
+
+
 def _question(tokenizer: dict[str, str], texts: list[str], chat: bool, trust: bool) -> str:
     """All that the lengths of a dataset's prompts (texts, in order) under a tokenizer depend on
     (specmoe.checks.memo): the tokenizer's files (their digests), the texts, the chat setting,
-    the tokenizer packages."""
+    the tokenizer packages, specmoe's rendering code (PROMPT_LENGTH_SOURCES)."""
     import hashlib
     import json
 
     from specmoe.provenance import package_versions
 
+    from . import memo
+
     versions = package_versions()
     return json.dumps({"chat_template": chat, "trust_remote_code": trust,
+                       "code": memo.source_digest(*PROMPT_LENGTH_SOURCES),
                        "texts": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
                        "tokenizer": tokenizer,
                        "versions": {d: versions.get(d, "-") for d in ("transformers", "tokenizers")}},

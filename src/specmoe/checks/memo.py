@@ -1,6 +1,7 @@
 """An answer the checks computed once, kept by the question it answers: a JSON file named by the
 digest of everything the answer depends on (the question, the versions of what computed it, the
-contents of the files it read), so a changed input asks again and an unchanged one is read back
+contents of the files it read, specmoe's own code that builds what it is asked: source_digest),
+so a changed input asks again and an unchanged one is read back
 without importing what computed it (vLLM's checks, transformers' tokenizers)."""
 
 from __future__ import annotations
@@ -44,3 +45,16 @@ def file_digests(folder: str | Path) -> dict[str, str]:
         if p.is_file() and not p.name.endswith(WEIGHTS):
             out[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+def source_digest(*files: str) -> str:
+    """sha256 of specmoe's own source files an answer depends on (paths in the package:
+    "runtime/engine.py"), each with its name: a kept answer is asked again after an update of
+    the code that built its question or computed it, not only after one of vLLM or the
+    tokenizers."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for name in files:
+        h.update(name.encode() + b"\0")
+        h.update(hashlib.sha256((root / name).read_bytes()).digest())
+    return h.hexdigest()

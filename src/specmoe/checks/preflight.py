@@ -925,14 +925,21 @@ def _moe_backend_request(e: Engine) -> dict:
     return {"capture": e.job.split(" ", 1)[0] == "capture", "gpu": e.hardware_name}
 
 
+# specmoe's own code behind vLLM's verdict (run_vllm keeps it by their digest too): the checks
+# themselves and what builds the arguments and backend they give vLLM.
+VLLM_CHECK_SOURCES = ("checks/vllmcheck.py", "checks/drafters.py", "runtime/engine.py",
+                      "runtime/serving.py", "runtime/moebackend.py", "cudagraphs.py", "kinds.py",
+                      "names.py")
+
+
 class _CheckFailed(Exception):
     """vLLM's checks exited with an error (the message: its last line)."""
 
 
 def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[Finding], str]:
     """specmoe.checks.vllmcheck on the requests (each distinct engine once), in a subprocess of this
-    Python, its answer kept in cache_dir by what it was asked (specmoe.checks.memo); (findings,
-    what was checked)."""
+    Python, its answer kept in cache_dir by what it was asked, vLLM's version and specmoe's own
+    code behind it (VLLM_CHECK_SOURCES; specmoe.checks.memo); (findings, what was checked)."""
     import subprocess
     import sys
     from importlib.util import find_spec
@@ -960,7 +967,8 @@ def run_vllm(requests: list[dict], cache_dir: str | Path | None) -> tuple[list[F
         return json.loads(r.stdout)
 
     try:
-        answer = memo.cached(cache_dir, "vllmcheck", version + text, ask)
+        answer = memo.cached(cache_dir, "vllmcheck",
+                             version + memo.source_digest(*VLLM_CHECK_SOURCES) + text, ask)
     except _CheckFailed as exc:  # a check that cannot run stops the dry run: it is no pass
         return [Finding("every GPU job", "vLLM's own checks",
                         f"vLLM {version}'s checks failed to run, so no job is known to "
