@@ -198,3 +198,90 @@ def test_kept_prompt_lengths_are_asked_again_when_specmoes_rendering_code_change
     first = ask()
     monkeypatch.setattr(memo, "source_digest", lambda *files: "code-2", raising=False)
     assert ask() != first
+
+
+# --- 3. a study model's shape is checked wherever its engines run, and where it has none ---
+
+@pytest.mark.usefixtures("study_drafters")
+def test_a_study_model_on_cpu_hardware_gets_the_shape_checks():
+    """qwen3-30b-fp8-tp1 at TP 3 and a 100,000-token context was refused on an H100 and loaded on
+    hardware CPU (the .test/study-cpu route): the preflight ran only where there were GPU jobs.
+    Its shape (TP, context) is checked on a CPU too; its memory is sized on a GPU only."""
+    edit = only("qwen3-30b-fp8-tp1", hardware="CPU", tp=3, engine_args={"max_model_len": 100000})
+    msg = refused(paper_raw(edit), with_vllm=False)
+    assert "tensor parallelism: TP 3 does not divide the 32 attention heads" in msg, msg
+    assert "context: max_model_len 100,000 exceeds the model's" in msg, msg
+    assert "memory" not in msg, msg
+
+
+@pytest.mark.usefixtures("study_drafters")
+def test_a_study_model_on_cpu_hardware_that_fits_loads_unsized():
+    c, notes = for_workflow(paper_raw(only("qwen3-30b-fp8-tp1", hardware="CPU")), SCHEMA,
+                            with_vllm=False)
+    assert c.gpu_jobs() == []
+    report = c.preflight(with_vllm=False)
+    assert report.fatal == [] and report.memory == {}
+    jobs = len(c.engine_jobs("qwen3-30b-fp8-tp1")) + len(c.alone_jobs())
+    assert f"preflight: 0 GPU jobs and {jobs} engine jobs on CPU hardware (their models' shape " \
+        "only), 0 problem(s); vLLM's own checks: not checked: no GPU job" in notes, notes
+
+
+def test_a_cost_only_models_tp_is_checked_against_its_config_json():
+    """cost_only: true at TP 3 loaded, and the weight-model job then stopped: 'TP 3 does not
+    divide the 32 attention heads' (a cost-only model has no engine job to preflight)."""
+    def edit(cfg):
+        only("qwen3-30b-fp8-tp1", tp=3, cost_only=True)(cfg)
+        for key in ("drafters", "datasets"):
+            cfg["models"][0].pop(key)
+    msg = refused(paper_raw(edit))
+    assert msg.startswith("config: model qwen3-30b-fp8-tp1: tp 3: TP 3 does not divide the 32 "
+                          "attention heads; TP 3 neither divides the 4 KV heads"), msg
+    assert msg.count("\n") == 0 and msg.endswith("(the weight-model table splits the model as "
+                                                 "vLLM would)"), msg
+
+
+# The study-cpu case's repositories, as its builder trains them (tests/study_cpu.py): config.json
+# in the Hugging Face cache at each pinned revision.
+def _study_cpu_cache(hub, cfg: dict) -> None:
+    from hubfake import lay_out_cache
+
+    attn = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "head_dim": 32, "num_hidden_layers": 2, "vocab_size": 512, "torch_dtype": "float32",
+            "max_position_embeddings": 2048}
+    moe = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
+           "moe_intermediate_size": 16, "intermediate_size": 64, **attn}
+    shapes = {"specmoe-test/tiny-fine-moe": {**moe, "num_experts": 16, "num_experts_per_tok": 4},
+              "specmoe-test/tiny-coarse-moe": {**moe, "num_experts": 4,
+                                               "num_experts_per_tok": 1},
+              "specmoe-test/tiny-draft": {"model_type": "qwen3",
+                                          "architectures": ["Qwen3ForCausalLM"],
+                                          "intermediate_size": 128, **attn,
+                                          "num_hidden_layers": 1}}
+    for e in [*cfg["models"], *cfg["drafters"]]:
+        lay_out_cache(hub, e["repo_id"], {"config.json": json.dumps(shapes[e["repo_id"]]).encode()},
+                      commit=e["revision"])
+
+
+def _study_cpu() -> dict:
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    update_config(cfg, yaml.safe_load((REPO / ".test/study-cpu/config.yaml").read_text()))
+    return cfg
+
+
+def test_the_study_cpu_case_passes_its_shape_checks_and_its_tp_is_checked(tmp_path, monkeypatch):
+    """.test/study-cpu's stand-ins (2 attention heads) load with their config.json cached, as its
+    builder leaves them; TP 3 on them is refused now, and without their config.json offline the
+    checks that could not run are named, one line, not passed."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _, notes = for_workflow(_study_cpu(), SCHEMA, with_vllm=False)
+    unchecked = [n for n in notes if n.startswith("preflight: not checked: ")]
+    assert len(unchecked) == 1 and "fine-cpu" in unchecked[0] and "coarse-cpu" in unchecked[0] \
+        and "drafter tiny-draft" in unchecked[0], notes
+    _study_cpu_cache(tmp_path, _study_cpu())
+    _, notes = for_workflow(_study_cpu(), SCHEMA, with_vllm=False)
+    assert not [n for n in notes if n.startswith("preflight: not checked")], notes
+    cfg = _study_cpu()
+    next(m for m in cfg["models"] if m["name"] == "fine-cpu")["tp"] = 3
+    msg = refused(cfg, with_vllm=False)
+    assert "fine-cpu" in msg and "TP 3 does not divide the 2 attention heads" in msg, msg

@@ -528,6 +528,11 @@ class Config:
         return sorted({j.drafter for n in self.names("hf") for j in self.engine_jobs(n)
                        if j.rule == "sweep_sd" and self.drafters[j.drafter].served_alone})
 
+    def study_jobs(self) -> list[Job]:
+        """Every engine job of the study models and of the separate draft models served alone
+        (on a GPU or on CPU hardware): the preflight's."""
+        return [j for n in [*self.names("hf"), *self.hf_alone] for j in self.engine_jobs(n)]
+
     def gpu_jobs(self) -> list[Job]:
         """Every engine job on a GPU: the study models' jobs, and the series of each separate draft
         model that is served alone for the draft cost."""
@@ -670,10 +675,13 @@ class Config:
         return out
 
     def preflight(self, cache_dir=None, with_vllm: bool = True):
-        """The preflight of every GPU job (specmoe.checks.preflight.Report)."""
+        """The preflight of every engine job of the study models (study_jobs;
+        specmoe.checks.preflight.Report): on a GPU every check, on CPU hardware the model's shape
+        (TP, context, speculative method) where its config.json is offline."""
         from .checks import preflight
 
-        return preflight.run([self.engine_of(j) for j in self.gpu_jobs()], cache_dir, with_vllm)
+        return preflight.run([self.engine_of(j) for j in self.study_jobs()], cache_dir,
+                             with_vllm)
 
     def _job_datasets(self, job: Job) -> list[str]:
         """The datasets whose prompts a job's engine meets: a capture's or profile's one, a
@@ -964,8 +972,9 @@ def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = N
                  files=()) -> tuple[Config, list[str]]:
     """What the workflow runs when it is parsed: the configuration files it was merged from read
     strictly (read_strictly), the configuration validated and resolved against its prompt table
-    (prompt_datasets; None: the one `tiny.prompts` names, table_datasets), every GPU job
-    preflighted (specmoe.checks.preflight; with vLLM's own checks unless with_vllm is False) and
+    (prompt_datasets; None: the one `tiny.prompts` names, table_datasets), every engine job of
+    the study models preflighted (specmoe.checks.preflight; on CPU hardware their shape only;
+    with vLLM's own checks of the GPU jobs unless with_vllm is False) and
     every engine job's prompts checked against its context where the prompt table and the
     tokenizer exist by then (specmoe.checks.contextfit); (Config, the warnings to show). Both
     checks keep their answers in cache_dir by what they depend on (specmoe.checks.memo).
@@ -978,7 +987,7 @@ def for_workflow(config: dict, schema_path, prompt_datasets: set[str] | None = N
         prompt_datasets = table_datasets(config)
     cfg = Config.resolve(config, prompt_datasets)
     notes = cfg.warnings()
-    if preflight and cfg.gpu_jobs():
+    if preflight and cfg.study_jobs():
         report = cfg.preflight(cache_dir, with_vllm)
         if report.fatal:
             raise InputError("\n".join(report.lines(True)))

@@ -286,6 +286,8 @@ def models(resolved: list, drafters: dict, hardware: dict, datasets: dict, ks: t
                        "(peak_tflops.fp8)")
         if src == "hf" and m.precision != "auto":
             out += [f"{where}: {p}" for p in _precision_problems(e, m.precision)]
+        if src == "hf" and e.get("cost_only"):  # no engine job: the preflight checks none
+            out += [f"{where}: tp {m.tp}: {p}" for p in _cost_only_tp_problems(e, m.tp)]
         own = e.get("overlaps") or []
         if own and len(own) < max(m.ks):  # the IPF column fits ov(1..K): NaN at every K beyond
             out.append(f"{where}: overlaps has {len(own)} distances, fewer than K={max(m.ks)}: the "
@@ -393,6 +395,24 @@ def _precision_problems(entry: dict, precision: str) -> list[str]:
     except InputError as exc:
         return [f"{entry['repo_id']} {exc}"]
     return []
+
+
+def _cost_only_tp_problems(entry: dict, tp: int) -> list[str]:
+    """How TP fails to split a cost-only model as vLLM would (hfconfig.tp_problems), where its
+    config.json is offline (shipped, downloaded or cached): the weight-model table splits it so,
+    and its job stopped on it after the parse. One not offline yet is checked by that job,
+    which reads it first (cost.hfconfig.study_dims)."""
+    from ..cost.hfconfig import tp_problems
+
+    cfg = _offline_cfg(entry)
+    if cfg is None:
+        return []
+    try:
+        found = tp_problems(cfg, tp)
+    except InputError as exc:  # a file the table cannot read: its job names it
+        return [f"{entry['repo_id']} {exc}"]
+    return ["; ".join(found) + " (the weight-model table splits the model as vLLM would)"] \
+        if found else []
 
 
 def _granularity_problems(entry: dict) -> list[str]:

@@ -1,7 +1,9 @@
 """Preflight of every GPU job: can its engine start, and start as configured, before it queues?
 
 For each engine job of a study model on a GPU (capture, sweeps, profiles, a drafter served alone:
-specmoe.config.Config.gpu_jobs), from the model's config.json and the configuration alone, offline:
+specmoe.config.Config.gpu_jobs), from the model's config.json and the configuration alone, offline
+(an engine job on CPU hardware: tensor parallelism, context and speculative method only, where
+its config.json is offline; one it is not offline for is named as not checked):
 
 - memory: per GPU, the weights (every layer's experts, attention and dense weights, the embeddings
   and LM head, the MTP layers a method mtp runs, the drafter) plus a reserve (CUDA context, NCCL
@@ -150,6 +152,12 @@ class Engine:
     engine_args: dict = field(default_factory=dict)
     # dataset -> the largest batch it runs at where its max_batch keeps it below `batch`
     batches: dict = field(default_factory=dict)
+
+    @property
+    def on_gpu(self) -> bool:
+        """Its engine runs on a GPU: its hardware's device (specmoe.config.Config.on_gpu); on a
+        CPU only the model's shape is checked (`check`)."""
+        return self.hardware.get("device", "gpu") == "gpu"
 
 
 # --- config.json, offline ----------------------------------------------------------------------
@@ -660,7 +668,7 @@ def check(e: Engine, cfg: dict | None, why: str, drafter_cfg: dict | None = None
         add("tensor parallelism", "; ".join(problems))
     out += _context(e, c)
     out += _method(e, c, drafter_cfg, drafter_why)
-    if problems:  # no split, so no memory per GPU to size
+    if problems or not e.on_gpu:  # no split, so no memory per GPU to size; a CPU has none
         return out, None
     try:  # a kv_cache_dtype whose pages the sizing does not model: no memory to size
         kv_cache_dtype({}, str(e.engine_args.get("kv_cache_dtype") or "auto"))
@@ -773,7 +781,8 @@ class Report:
     findings: list[Finding]
     memory: dict[str, Memory]   # job label -> its memory, where it was sized
     vllm: str                   # what the vLLM checks were ("checked with vLLM ...", or why not)
-    jobs: int = 0
+    jobs: int = 0               # GPU jobs
+    cpu_jobs: int = 0           # engine jobs on CPU hardware: their models' shape checked only
 
     @property
     def fatal(self) -> list[Finding]:
@@ -815,8 +824,10 @@ class Report:
         return out
 
     def summary(self) -> str:
-        return (f"preflight: {self.jobs} GPU jobs, {len(self.lines(True))} problem(s); vLLM's own "
-                f"checks: {self.vllm}")
+        cpu = f" and {self.cpu_jobs} engine jobs on CPU hardware (their models' shape only)" \
+            if self.cpu_jobs else ""
+        return (f"preflight: {self.jobs} GPU jobs{cpu}, {len(self.lines(True))} problem(s); "
+                f"vLLM's own checks: {self.vllm}")
 
 
 def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: bool = True,
@@ -838,23 +849,39 @@ def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: b
             with _reading(e.drafter, True):
                 dcfg, dwhy = _cached(configs, e.drafter, manifests) if e.drafter else (None, "")
             found, m = check(e, cfg, why, dcfg, dwhy)
-            support = drafter_support(e, cfg, dcfg, found, vllm_here)
+            support = drafter_support(e, cfg, dcfg, found, vllm_here and e.on_gpu)
         except InputError as exc:  # one job's unreadable config.json: the others still checked
             found, m, support = [_unreadable(e, exc)], None, []
         if support:  # a drafter refused before its download needs no config.json to be refused
             found = [f for f in found if not (f.check == UNAVAILABLE
                                               and f.message.startswith("drafter "))]
+        if not e.on_gpu:
+            found = [_unchecked_on_cpu(f) for f in found]
         findings += found + support
         if m is not None:
             mem[e.job] = m
-    requests = vllm_requests(engines, configs)
+    gpu = [e for e in engines if e.on_gpu]  # vLLM's checks are of CUDA engines
+    requests = vllm_requests(gpu, configs)
     note = "not checked: no GPU job"
     if requests and with_vllm:
         more, note = run_vllm(requests, cache_dir)
         findings += more
     elif requests:
         note = "not checked: left out"
-    return Report(findings, mem, note, len(engines))
+    return Report(findings, mem, note, len(gpu), len(engines) - len(gpu))
+
+
+def _unchecked_on_cpu(f: Finding) -> Finding:
+    """A CPU engine's model or drafter without its config.json offline: its shape is checked
+    where the file is at hand (shipped, downloaded or cached) and named as not checked else (its
+    engine, started by the workflow after the download, is the first to read it); the fetch
+    that puts it there is the GPU jobs' (Report.lines)."""
+    if f.check != UNAVAILABLE:
+        return f
+    return Finding(f.job, "not checked", f"{f.message}: config.json not available offline, so "
+                   "its TP, context and speculative method are not checked before its engine "
+                   "jobs on CPU hardware start (`specmoe download REPO --mode config` fetches "
+                   "it)", False, f.model)
 
 
 def drafter_support(e: Engine, cfg: dict | None, drafter_cfg: dict | None, found: list[Finding],
