@@ -536,8 +536,7 @@ class Config:
     def gpu_jobs(self) -> list[Job]:
         """Every engine job on a GPU: the study models' jobs, and the series of each separate draft
         model that is served alone for the draft cost."""
-        return [j for n in [*self.names("hf"), *self.hf_alone] if self.on_gpu(n)
-                for j in self.engine_jobs(n)]
+        return [j for j in self.study_jobs() if self.on_gpu(j.model)]
 
     def engine_settings(self, name: str, section: str) -> dict:
         """An engine section (sweep, profiling, capture) for a study model or a drafter served

@@ -873,9 +873,9 @@ def run(engines: list[Engine], cache_dir: str | Path | None = None, with_vllm: b
 
 def _unchecked_on_cpu(f: Finding) -> Finding:
     """A CPU engine's model or drafter without its config.json offline: its shape is checked
-    where the file is at hand (shipped, downloaded or cached) and named as not checked else (its
-    engine, started by the workflow after the download, is the first to read it); the fetch
-    that puts it there is the GPU jobs' (Report.lines)."""
+    where the file is at hand (shipped, downloaded or cached) and named as not checked else, a
+    warning (its engine, started by the workflow after the download, is the first to read it),
+    where a GPU job's stops the run."""
     if f.check != UNAVAILABLE:
         return f
     return Finding(f.job, "not checked", f"{f.message}: config.json not available offline, so "
