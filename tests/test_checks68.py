@@ -193,7 +193,9 @@ def test_the_check_codes_digest_follows_its_files(tmp_path, monkeypatch):
 def test_kept_prompt_lengths_are_asked_again_when_specmoes_rendering_code_changes(monkeypatch):
     from specmoe.checks import contextfit, memo
 
-    ask = lambda: contextfit._question({"tokenizer.json": "x"}, ["a prompt"], True, False)  # noqa: E731
+    def ask():
+        return contextfit._question({"tokenizer.json": "x"}, ["a prompt"], True, False)
+
     monkeypatch.setattr(memo, "source_digest", lambda *files: "code-1", raising=False)
     first = ask()
     monkeypatch.setattr(memo, "source_digest", lambda *files: "code-2", raising=False)
