@@ -210,10 +210,11 @@ def test_the_predict_stage_records_its_model(tmp_path):
     cfg = {"name": "olmoe", "source": "hf", "revision": "c" * 40, "precision": "bf16", "tp": 1,
            "hardware": "H100", "hf_config": str(snapshot)}
     predict_stage(Named({}), Named({"json": tmp_path / "p.json"}),
-                  PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
-                                method="eagle3", batch_sizes=[1], study=None,
-                                run={"model": "olmoe", "drafter": "olmoe-eagle", "k": 3,
-                                     "dataset": "heldout-prose"}))
+                  PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]},
+                                batch_sizes=[1], study=None,
+                                predictions=[{"k": 3, "method": "eagle3",
+                                              "run": {"model": "olmoe", "drafter": "olmoe-eagle",
+                                                      "k": 3, "dataset": "heldout-prose"}}]))
     prov = json.loads((tmp_path / "p.json").read_text())["provenance"]
     assert prov["model"] == {"name": "olmoe", "source": "hf", "revision": "c" * 40}
 

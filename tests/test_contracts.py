@@ -313,17 +313,22 @@ def test_the_analysis_records_read_only_what_their_rules_depend_on():
 
     assert CostmodelParams.from_config(resolved(edit=other_datasets), RUN) == cm
     pr = PredictParams.from_config(cfg, synth)
-    assert (pr.method, pr.k, pr.batch_sizes) == (DEFAULT_METHOD, 3, cfg.batch_sizes)
-    assert PredictParams.from_config(cfg, RUN).method == cfg.drafters["tiny-drafter"].method
-    # the run it names (the report sets it beside that run's sweep) is the one whose trace it
-    # reads
+    assert pr.batch_sizes == cfg.batch_sizes
+    assert [(e["method"], e["k"]) for e in pr.predictions] == [(DEFAULT_METHOD, k)
+                                                               for k in (3, 5, 7)]
+    assert {e["method"] for e in PredictParams.from_config(cfg, RUN).predictions} == {
+        cfg.drafters["tiny-drafter"].method}
+    # the run each prediction names (the report sets it beside that run's sweep) is the one
+    # whose trace it reads
     from specmoe import paths as P
     from specmoe.files import Files as RunFiles
     from specmoe.runs import Run
 
-    run = Run.of(PredictParams.from_config(cfg, RUN).run)
-    assert run.fill(P.OVERLAP) == RunFiles(cfg).predict_inputs("tiny-fine")["overlap"]
-    assert (run.model, run.k) == ("tiny-fine", PredictParams.from_config(cfg, RUN).k)
+    for e in PredictParams.from_config(cfg, RUN).predictions:
+        run = Run.of(e["run"])
+        assert e["files"]["overlap"] == run.fill(P.OVERLAP)
+        assert run.fill(P.OVERLAP) in RunFiles(cfg).predict_inputs("tiny-fine")["overlap"]
+        assert (run.model, run.k) == ("tiny-fine", e["k"])
 
 
 def test_only_an_untrained_control_reads_its_targets_trace():

@@ -23,14 +23,13 @@ def test_the_default_makes_the_report_the_tiny_models_their_controls_and_sd_chec
     assert "results/sd_check/tiny-fine/tiny-drafter/K3/tinybench.json" in out
 
 
-def test_a_tiny_model_predicts_from_its_first_run_a_study_model_from_its_config():
+def test_a_tiny_model_predicts_from_its_runs_a_study_model_from_its_config():
     default, paper = files("config.yaml"), files("config/paper.yaml")
     tiny = default.predict_inputs("tiny-fine")
-    first = default.cfg.models["tiny-fine"].runs()[0]
-    assert tiny["overlap"] == (f"results/overlap/tiny-fine/{first.drafter}/K{first.k}/"
-                               f"{first.dataset}.json")
+    assert tiny["overlap"] == [f"results/overlap/tiny-fine/{r.drafter}/K{r.k}/{r.dataset}.json"
+                               for r in default.cfg.models["tiny-fine"].runs()]
     assert tiny["checkpoint"] == ["results/models/tiny-fine"]
-    study = paper.predict_inputs("qwen3-30b-fp8-tp1")
+    study = paper.predict_inputs("qwen3-30b-fp8-tp2")  # K = 3: the study's curves reach it
     assert set(study) == {"config"}
     assert study["config"] == "results/downloads/Qwen--Qwen3-30B-A3B-FP8.config.json"
 

@@ -1,4 +1,4 @@
-"""Rule predict prices the run it predicts at that run's own KV context: its dataset's mean
+"""Rule predict prices each run it predicts at that run's own KV context: its dataset's mean
 prompt plus half the output its engine generates (cost.plan.decode_context, the GPU plan's
 formula too), recorded with its sources; a run that serves no prompts at the step model's
 CONTEXT, with a caveat."""
@@ -20,29 +20,25 @@ from test_config import resolved
 from wf import REPO
 
 
-def _params(cfg, model):
-    return PredictParams.from_config(cfg, SimpleNamespace(model=model))
-
-
-def _first(cfg_dict, model, dataset):
-    """`model`'s datasets with `dataset` first: the run rule predict predicts (its first)."""
-    m = next(m for m in cfg_dict["models"] if m["name"] == model)
-    m["datasets"] = [dataset] + [d for d in m["datasets"] if d != dataset]
+def _params(cfg, model, dataset=None):
+    """The entry of rule predict's params for `model`'s run on `dataset` (None: its first run;
+    the model has one drafter and K here, so one run per dataset)."""
+    entries = PredictParams.from_config(cfg, SimpleNamespace(model=model)).predictions
+    [entry] = [e for e in entries if e["run"]["dataset"] == dataset] if dataset else entries[:1]
+    return SimpleNamespace(**entry)
 
 
 def test_a_long_context_run_is_predicted_at_its_32k_prompt_and_a_short_one_at_its_own():
-    """config/paper.yaml's TP2 model with SPEED-Bench's 32k set first: 32,768 stated prompt
-    tokens + half of the sweep's 256 output tokens; as configured (MT-Bench first): MT-Bench's
-    70 + 128. Both were priced at the step model's one CONTEXT before."""
+    """config/paper.yaml's TP2 model on SPEED-Bench's 32k set: 32,768 stated prompt tokens +
+    half of the sweep's 256 output tokens; on MT-Bench: MT-Bench's 70 + 128. Both were priced
+    at the step model's one CONTEXT before."""
     output = resolved("config/paper.yaml").sweep["output_len"]
-    long = _params(resolved("config/paper.yaml",
-                            lambda c: _first(c, "qwen3-30b-fp8-tp2", "speed-bench-32k")),
-                   "qwen3-30b-fp8-tp2")
+    long = _params(resolved("config/paper.yaml"), "qwen3-30b-fp8-tp2", "speed-bench-32k")
     assert long.run["dataset"] == "speed-bench-32k"
     assert long.context == {"tokens": 32768 + output / 2, "prompt_tokens": 32768.0,
                             "prompt_source": "configured", "output_len": output,
                             "output_source": "sweep.output_len"}
-    short = _params(resolved("config/paper.yaml"), "qwen3-30b-fp8-tp2")
+    short = _params(resolved("config/paper.yaml"), "qwen3-30b-fp8-tp2", "mt-bench")
     assert short.run["dataset"] == "mt-bench"
     assert short.context["tokens"] == 70 + output / 2
 
@@ -58,7 +54,7 @@ def test_the_calibrations_context_is_the_studys_mt_bench_run_context():
     cfg = resolved("config/paper.yaml")
     assert stepmodel.CONTEXT == decode_context(cfg.datasets["mt-bench"]["prompt_tokens"],
                                                cfg.sweep["output_len"])
-    p = _params(cfg, "qwen3-30b-fp8-tp2")
+    p = _params(cfg, "qwen3-30b-fp8-tp2", "mt-bench")
     assert p.run["dataset"] == "mt-bench" and p.context["tokens"] == stepmodel.CONTEXT
 
 
@@ -114,8 +110,10 @@ def _qwen(snapshot, context):
     cfg = {"name": "qwen3-30b", "source": "hf", "precision": "auto", "tp": 1, "hardware": "H100",
            "hf_config": str(snapshot)}
     run = {"model": "qwen3-30b", "drafter": "eagle3", "k": 3, "dataset": "speed-bench-32k"}
-    return PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
-                         method="eagle3", batch_sizes=[1], study=None, run=run, context=context)
+    return PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]},
+                         batch_sizes=[1], study=None,
+                         predictions=[{"run": run, "k": 3, "method": "eagle3",
+                                       "context": context}])
 
 
 def test_the_context_reaches_the_prediction_and_its_record(tmp_path):
@@ -131,7 +129,7 @@ def test_the_context_reaches_the_prediction_and_its_record(tmp_path):
                                                  "prompt_tokens": 472.0}), ("none", None)):
         predict_stage(Named({}), Named({"json": tmp_path / f"{name}.json"}),
                       _qwen(tmp_path / "qwen", ctx))
-        out[name] = read_json(tmp_path / f"{name}.json")
+        [out[name]] = read_json(tmp_path / f"{name}.json")["predictions"]
     assert out["long"]["context"] == 32896 and out["short"]["context"] == 600
     assert out["long"]["te"] != out["short"]["te"]
     assert out["long"]["context_source"]["source"] == \

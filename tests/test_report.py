@@ -20,6 +20,7 @@ from specmoe.contracts.report import (ComparisonParams, FiguresParams, ReplayPar
                                       ReportIndexParams)
 from specmoe.sources import published
 from specmoe.report import bounds, figures, page, prose, registry, replay, tables
+from specmoe.runs import label_of
 from specmoe.stages import report
 from wf import copy_workflow, snakemake
 
@@ -1667,7 +1668,7 @@ def test_the_sweep_s_acceptance_length_beside_the_prediction_carries_its_interva
             "te_high_clipped": [False, False], "no_information": [False, False],
             "speedup": [1.2, 1.2], "speedup_low": [1.0, 1.0], "speedup_high": [1.4, 1.4],
             "acceptance_length": [2.5, 2.5], "shape": "no shape"}
-    (tmp_path / "pred.json").write_text(json.dumps(pred))
+    (tmp_path / "pred.json").write_text(json.dumps({"model": "tiny-fine", "predictions": [pred]}))
     (tmp_path / "sp.json").write_text(json.dumps({"run": own, "shape": "x", "rows": [
         {"batch": 1, "speedup": 1.3, "tau": 2.4, "tau_low": 2.2, "tau_high": 2.6},
         {"batch": 2, "speedup": 1.2, "tau": 2.1, "tau_low": None, "tau_high": None}]}))
@@ -1988,10 +1989,13 @@ def test_the_prediction_beside_the_measurement_gives_its_intervals(tmp_path):
     prediction's, and 'predicted medians ... 0.303 / 0.325 / ...' where the prediction has no
     information. The measurement now stands with its interval, a miss is counted only where the
     intervals are apart, and medians only where the prediction has information."""
-    [fine] = [s for s in prose.prediction_findings(tables_in(FIXTURE))
-              if s.startswith("tiny-fine ")]
     sm = tables.read_csv(FIXTURE / "step_model.csv")
-    sm = sm[sm["model"] == "tiny-fine"]
+    first = sm[sm["model"] == "tiny-fine"].iloc[0]  # one run of tiny-fine's, swept
+    sm = sm[np.logical_and.reduce([sm[c] == first[c]
+                                   for c in ("model", "drafter", "k", "dataset")])]
+    said = (f"tiny-fine (step model for {label_of('tiny-fine', first['k'], first['dataset'])} "
+            f"with {first['drafter']}, ")
+    [fine] = [s for s in prose.prediction_findings(tables_in(FIXTURE)) if s.startswith(said)]
     b1 = sm["batch"] == 1
     r1 = sm[b1].iloc[0]
     measured = prose._with_interval(r1["speedup_measured"], r1["speedup_measured_low"],
@@ -2175,7 +2179,7 @@ def test_the_prediction_stands_beside_its_own_runs_sweep(tmp_path):
             "te_high_clipped": [False], "no_information": [False], "speedup": [1.2],
             "speedup_low": [1.0], "speedup_high": [1.4], "acceptance_length": [2.5, 2.5],
             "shape": "no shape"}
-    (tmp_path / "pred.json").write_text(json.dumps(pred))
+    (tmp_path / "pred.json").write_text(json.dumps({"model": "tiny-fine", "predictions": [pred]}))
     sweeps = []
     for name, run, speedup, tau in (
             ("a", {**own, "drafter": "other-drafter", "dataset": "heldout-code"}, 0.7, 1.6),
@@ -2190,7 +2194,8 @@ def test_the_prediction_stands_beside_its_own_runs_sweep(tmp_path):
     [row] = prediction_table([tmp_path / "pred.json"], sweeps[:1]).to_dict("records")
     assert np.isnan(row["speedup_measured"]) and row["dataset"] == own["dataset"]
     # a prediction that names no run (written before they did) is refused, not guessed
-    (tmp_path / "old.json").write_text(json.dumps({k: v for k, v in pred.items() if k != "run"}))
+    (tmp_path / "old.json").write_text(json.dumps({"model": "tiny-fine", "predictions": [
+        {k: v for k, v in pred.items() if k != "run"}]}))
     with pytest.raises(InputError, match="names no run"):
         prediction_table([tmp_path / "old.json"], sweeps)
 
@@ -2210,8 +2215,9 @@ def test_the_predict_stage_names_its_run_for_the_table(tmp_path):
            "hf_config": str(snapshot)}
     run = {"model": "olmoe", "drafter": "olmoe-eagle", "k": 3, "dataset": "heldout-prose"}
     predict_stage(Named({}), Named({"json": tmp_path / "p.json"}),
-                  PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
-                                method="eagle3", batch_sizes=[1], study=None, run=run))
+                  PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]},
+                                batch_sizes=[1], study=None,
+                                predictions=[{"run": run, "k": 3, "method": "eagle3"}]))
     (tmp_path / "sp.json").write_text(json.dumps({"run": run, "shape": "x", "rows": [
         {"batch": 1, "speedup": 1.7, "tau": 2.9}]}))
     [row] = prediction_table([tmp_path / "p.json"], [tmp_path / "sp.json"]).to_dict("records")

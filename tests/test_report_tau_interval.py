@@ -17,6 +17,7 @@ from test_measured import sweep_points
 from specmoe.measured import sweep
 from specmoe.report import prose
 from specmoe.report.runs import load
+from specmoe.runs import label_of
 from specmoe.stages import report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_tables"
@@ -48,8 +49,10 @@ def test_no_number_of_the_report_has_an_interval_of_zero_width():
         assert any(line.startswith(f"{run}: ") and said in line for line in measured), said
     sm = load(td, "step_model")
     swept = sm[np.isfinite(sm["tau_measured"])]
-    for model, g in swept.groupby("model", sort=False):
-        [line] = [s for s in predicted if s.startswith(f"{model} (step model ")]
+    for (model, drafter, k, dataset), g in swept.groupby(["model", "drafter", "k", "dataset"],
+                                                         sort=False):
+        [line] = [s for s in predicted if s.startswith(
+            f"{model} (step model for {label_of(model, k, dataset)} with {drafter}, ")]
         low = g.loc[g["tau_measured"].idxmin()]
         assert (f"against {low['tau_measured']:.2f} (no interval over requests: repeats of "
                 "greedy decoding agree exactly)") in line, line

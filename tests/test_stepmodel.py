@@ -4,6 +4,7 @@ errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -522,9 +523,9 @@ def test_the_predict_rule_gives_a_stand_in_the_prior_not_its_compared_study_mode
     runs = {}
     for name, study in (("stand-in", "Qwen3-30B"), ("alone", None)):
         predict_stage(Named({}), Named({"json": tmp_path / f"{name}.json"}),
-                      PredictParams(model=cfg, hardware=hw, k=3, method="eagle3",
-                                    batch_sizes=[1, 8], study=study))
-        runs[name] = read_json(tmp_path / f"{name}.json")
+                      PredictParams(model=cfg, hardware=hw, batch_sizes=[1, 8], study=study,
+                                    predictions=[{"k": 3, "method": "eagle3"}]))
+        [runs[name]] = read_json(tmp_path / f"{name}.json")["predictions"]
     assert runs["stand-in"]["speedup"] == runs["alone"]["speedup"]
     assert runs["stand-in"]["overlaps"] == runs["alone"]["overlaps"]
     assert runs["alone"]["overlaps"].startswith("prior")
@@ -1034,15 +1035,16 @@ def test_the_predict_rule_and_the_command_price_a_draft_model_alike(capsys, tmp_
         (folder / "config.json").write_bytes(src.read_bytes())
     cfg = {"name": "qwen3-30b", "source": "hf", "precision": "auto", "tp": 2, "hardware": "H100",
            "hf_config": str(target)}
-    stage = predict_stage(Named({"draft": str(draft)}), Named({"json": tmp_path / "p.json"}),
+    stage = predict_stage(Named({"draft": [str(draft)]}), Named({"json": tmp_path / "p.json"}),
                           PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]},
-                                        k=3, method="draft_model", batch_sizes=[1, 8],
-                                        study="Qwen3-30B"))
+                                        batch_sizes=[1, 8], study="Qwen3-30B",
+                                        predictions=[{"k": 3, "method": "draft_model",
+                                                      "files": {"draft": str(draft)}}]))
     code, out, err = predict(capsys, str(target / "config.json"), "--tp", "2", "--method",
                              "draft_model", "--draft-config", str(draft / "config.json"),
                              "--batch-sizes", "1,8", "--json")
     assert code == 0, err
-    assert stage["draft_cost"] == json.loads(out)["draft_cost"]
+    assert stage["predictions"][0]["draft_cost"] == json.loads(out)["draft_cost"]
 
 
 def test_a_configuration_vllm_cannot_start_is_refused_as_the_preflight_refuses_it():
@@ -1214,9 +1216,9 @@ def test_the_expert_width_of_the_distance_is_the_width_each_gpu_holds():
                                           "mtp") == (0, [])
 
 
-def _olmoe_predict_params(tmp_path):
+def _olmoe_predict_params(tmp_path, **files):
     """Rule predict's parameters for OLMoE (a snapshot of its config.json) on an H100, EAGLE-3
-    at K = 3, batch 1."""
+    at K = 3, batch 1, its one prediction reading `files` (overlap, acceptance)."""
     from specmoe.contracts.analysis import PredictParams
 
     snapshot = tmp_path / "olmoe"
@@ -1225,8 +1227,10 @@ def _olmoe_predict_params(tmp_path):
         (REPO / "tests/fixtures/hf_configs/OLMoE-1B-7B-0924.json").read_bytes())
     cfg = {"name": "olmoe", "source": "hf", "precision": "bf16", "tp": 1, "hardware": "H100",
            "hf_config": str(snapshot)}
-    return PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]}, k=3,
-                         method="eagle3", batch_sizes=[1], study=None)
+    return PredictParams(model=cfg, hardware={"H100": published.gpus()["H100"]},
+                         batch_sizes=[1], study=None,
+                         predictions=[{"k": 3, "method": "eagle3",
+                                       "files": {k: str(v) for k, v in files.items()}}])
 
 
 def test_the_predict_stage_draws_a_measured_tau_from_its_interval_over_requests(tmp_path):
@@ -1238,13 +1242,13 @@ def test_the_predict_stage_draws_a_measured_tau_from_its_interval_over_requests(
     from specmoe.provenance import read_json, write_json
     from specmoe.stages.analysis import predict_stage
 
-    params = _olmoe_predict_params(tmp_path)
+    params = _olmoe_predict_params(tmp_path, acceptance=tmp_path / "acc.json")
 
     def predicted(acceptance: dict) -> dict:
         write_json(tmp_path / "acc.json", {"acceptance_length": acceptance})
-        predict_stage(Named({"acceptance": tmp_path / "acc.json"}),
+        predict_stage(Named({"acceptance": [str(tmp_path / "acc.json")]}),
                       Named({"json": tmp_path / "p.json"}), params)
-        return read_json(tmp_path / "p.json")
+        return read_json(tmp_path / "p.json")["predictions"][0]
 
     out = predicted({"tau": 2.5, "tau_low": 2.1, "tau_high": 2.8, "requests": 12})
     assert out["acceptance_length"] == [2.1, 2.8]
@@ -1267,15 +1271,15 @@ def test_the_predict_stage_draws_measured_overlaps_from_their_interval_over_requ
     from specmoe.provenance import read_json, write_json
     from specmoe.stages.analysis import predict_stage
 
-    params = _olmoe_predict_params(tmp_path)
+    params = _olmoe_predict_params(tmp_path, overlap=tmp_path / "ov.json")
     point = [0.5, 0.4, 0.35]
 
     def predicted(**interval) -> dict:
         write_json(tmp_path / "ov.json", {"summary": {"num_experts": 64, "top_k": 8,
                                                       "overlap_by_distance": point, **interval}})
-        predict_stage(Named({"overlap": tmp_path / "ov.json"}),
+        predict_stage(Named({"overlap": [str(tmp_path / "ov.json")]}),
                       Named({"json": tmp_path / "p.json"}), params)
-        return read_json(tmp_path / "p.json")
+        return read_json(tmp_path / "p.json")["predictions"][0]
 
     def widths(r):
         return np.subtract(r["te_high"], r["te_low"])
@@ -1292,8 +1296,9 @@ def test_the_predict_stage_draws_measured_overlaps_from_their_interval_over_requ
     few = predicted(window_low=[nan] * 3, window_high=[nan] * 3, window_requests=2)
     assert few["overlaps"] != "measured" and few["overlaps"].startswith("prior"), few["overlaps"]
     assert any("2 requests" in c and "overlaps" in c for c in few["caveats"]), few["caveats"]
-    predict_stage(Named({}), Named({"json": tmp_path / "prior.json"}), params)
-    prior = read_json(tmp_path / "prior.json")
+    predict_stage(Named({}), Named({"json": tmp_path / "prior.json"}),  # no trace read
+                  dataclasses.replace(params, predictions=[{"k": 3, "method": "eagle3"}]))
+    [prior] = read_json(tmp_path / "prior.json")["predictions"]
     assert prior["overlaps"] == few["overlaps"] and prior["te"] == few["te"]
     with pytest.raises(InputError, match="rerun rule overlap"):
         predicted()

@@ -15,6 +15,7 @@ from .config import Config
 from .names import repo_key
 from .names import control_name
 from .runs import Run
+from .sources import published
 from .sources.prompts import BUILTIN
 
 
@@ -140,19 +141,37 @@ class Files:
         return [str(m.entry["hf_config"])] if m.entry.get("hf_config") else []
 
     def predict_inputs(self, name: str) -> dict[str, str | list[str]]:
-        """A study model's config.json (its download); a model with a trace of its own: its first
-        run's overlaps and acceptance length (and a tiny target's checkpoint); a separate draft
-        model's config.json."""
+        """What rule predict reads for a model, which it predicts at every run (PredictParams):
+        a study model's config.json (its download), a model with a trace of its own its
+        checkpoint (a tiny target's; a synthetic model's hf_config where it names one), and
+        each run's files (predict_run_inputs: overlaps, acceptance length, a separate draft
+        model's config.json), each file once, in the order of the model's runs."""
         m = self.cfg.models[name]
-        out: dict[str, str | list[str]] = {}
-        if m.source == "hf":
-            out["config"] = self.download(name, "config")
+        out: dict[str, str | list[str]] = (
+            {"config": self.download(name, "config")} if m.source == "hf"
+            else {"checkpoint": self.checkpoint(name)})
+        for run in m.runs():
+            for key, path in self.predict_run_inputs(run).items():
+                paths = out.setdefault(key, [])
+                if path not in paths:
+                    paths.append(path)
+        return out
+
+    def predict_run_inputs(self, run: Run) -> dict[str, str]:
+        """The files rule predict reads for one run's prediction: a model with a trace of its own
+        (tiny, synthetic) the run's overlaps and acceptance length; a study model's run at a K
+        past the study's overlap curves (published.overlap_steps: neither its published curve
+        nor the prior reaches it) the overlaps its capture measured, its acceptance length
+        staying the prior's; a separate draft model's config.json (a tiny drafter's checkpoint,
+        else its download's config)."""
+        m = self.cfg.models[run.model]
+        if m.source != "hf":
+            out = {"overlap": run.fill(P.OVERLAP), "acceptance": run.fill(P.ACCEPTANCE)}
+        elif run.k > published.overlap_steps():
+            out = {"overlap": run.fill(P.OVERLAP)}
         else:
-            r = m.runs()[0]
-            out["overlap"] = r.fill(P.OVERLAP)
-            out["acceptance"] = r.fill(P.ACCEPTANCE)
-            out["checkpoint"] = self.checkpoint(name)
-        d = self.cfg.drafters.get(m.drafters[0])
+            out = {}
+        d = self.cfg.drafters.get(run.drafter)
         if d is not None and d.method == "draft_model":
             out["draft"] = P.model(d.name) if d.source == "tiny" else self.download(d.name,
                                                                                     "config")

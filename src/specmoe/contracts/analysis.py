@@ -97,16 +97,21 @@ class CostmodelParams:
 
 @dataclass(frozen=True)
 class PredictParams:
-    """Rule predict: the step model's TE and speedup at every batch size for one model
-    (specmoe.stages.analysis.predict_stage). Inputs (specmoe.files.Files.predict_inputs; each
-    may be absent): config (a study model's config.json), overlap, acceptance and checkpoint (a
-    model with a trace of its own: its first run's), draft (a separate draft model's config);
-    output json. It depends on the model's cost entry, the hardware table, the model's first K,
-    the speculative method of its first drafter (a synthetic model's: DEFAULT_METHOD), the batch
-    sizes, the study model it stands beside and the run it predicts (the model's first: its first
-    drafter, K and dataset, whose trace a model with one reads; the report sets it beside that
-    run's sweep; None: a prediction for no run) and that run's KV context (context_of; None: the
-    run serves no prompts, and the step model's CONTEXT stands in)."""
+    """Rule predict: the step model's TE and speedup at every batch size for every run of one
+    model (specmoe.stages.analysis.predict_stage), one job per model whose output json holds one
+    prediction per run, in the order of the model's runs. Inputs (specmoe.files.Files.
+    predict_inputs; each may be absent): config (a study model's config.json), checkpoint (a
+    tiny target's; a synthetic model's hf_config), and each run's files (Files.
+    predict_run_inputs): overlap and acceptance (a model with a trace of its own: each run's
+    own; a study model's run at a K past the study's overlap curves: its captured overlaps) and
+    draft (each separate draft model's config). It depends on the model's cost entry,
+    the hardware table, the batch sizes, the study model it stands beside, and per run
+    (`predictions`, one entry per run: prediction_of) the run (the report sets its prediction
+    beside that run's sweep), its K, its drafter's speculative method (a synthetic model's:
+    DEFAULT_METHOD), its KV context (context_of; None: the run serves no prompts, and the step
+    model's CONTEXT stands in) and the files of the job's inputs it reads (`files`: overlap,
+    acceptance, draft). An entry may leave out its run (None: a prediction for no run) and its
+    files (none read)."""
 
     INPUTS = ("config", "overlap", "acceptance", "checkpoint", "draft")
     OUTPUTS = ("json",)
@@ -114,23 +119,29 @@ class PredictParams:
 
     model: dict
     hardware: dict
-    k: int
-    method: str
     batch_sizes: list
     study: str | None
-    run: dict | None = None
-    context: dict | None = None
+    predictions: list
 
     @classmethod
     def from_config(cls, cfg, w) -> "PredictParams":
-        m = cfg.models[w.model]
-        d = cfg.drafters.get(m.drafters[0])
-        run = m.runs()[0]  # the run Files.predict_inputs reads a trace of
-        return cls(model=cost_entry(cfg, w.model), hardware=cfg.hardware, k=run.k,
-                   method=d.method if d is not None else DEFAULT_METHOD,
+        from ..files import Files
+
+        files = Files(cfg)
+        return cls(model=cost_entry(cfg, w.model), hardware=cfg.hardware,
                    batch_sizes=cfg.batch_sizes,
-                   study=(cfg.study.get(w.model) or {}).get("study"), run=run.as_dict(),
-                   context=cls.context_of(cfg, run))
+                   study=(cfg.study.get(w.model) or {}).get("study"),
+                   predictions=[cls.prediction_of(cfg, files, run)
+                                for run in cfg.models[w.model].runs()])
+
+    @classmethod
+    def prediction_of(cls, cfg, files, run) -> dict:
+        """One run's entry of `predictions`: the run, its K, its drafter's method, its KV
+        context and the files it reads (files.predict_run_inputs)."""
+        d = cfg.drafters.get(run.drafter)
+        return {"run": run.as_dict(), "k": run.k,
+                "method": d.method if d is not None else DEFAULT_METHOD,
+                "context": cls.context_of(cfg, run), "files": files.predict_run_inputs(run)}
 
     @staticmethod
     def context_of(cfg, run) -> dict | None:

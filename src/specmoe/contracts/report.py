@@ -135,10 +135,11 @@ class MeasuredTablesParams(TablesParams):
 
 @dataclass(frozen=True)
 class StepModelParams(TablesParams):
-    """Rule step_model: the step model's prediction for every predicted model beside the measured
-    speedup (registry.written_by("step_model"), output tables;
-    specmoe.stages.report.step_model_stage) from each model's prediction (input predict) and
-    every swept run's speedup (input speedup). It depends on the configuration's hash."""
+    """Rule step_model: the step model's prediction for every run of every predicted model beside
+    the run's measured speedup (registry.written_by("step_model"), output tables;
+    specmoe.stages.report.step_model_stage) from each model's predictions, one per run (input
+    predict), and every swept run's speedup (input speedup). It depends on the configuration's
+    hash."""
 
     INPUTS = ("predict", "speedup")
     STAGE = "specmoe.stages.report.step_model_stage"

@@ -1,5 +1,6 @@
-"""The step model's tables: its prediction for each model of the configuration beside what the
-run measured, and its calibration on what the study measured (leave-one-model-out)."""
+"""The step model's tables: its prediction for each run of the configuration's predicted models
+beside what the run measured, and its calibration on what the study measured
+(leave-one-model-out)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from ..runs import Run
 
 
 def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
-    """One row per model and batch size: predicted TE and speedup with their 95% intervals, and
-    the measured speedup of the run the prediction was made for (its drafter, K and dataset:
-    the predict JSON's `run`, named in the row) where a sweep measured it; beside each, its
-    acceptance length (the speedup scales with it): the one the prediction drew (its range: the
-    capture's, or the prior's) and the sweep's. Another run's sweep (another drafter or dataset)
-    is not this prediction's measurement."""
+    """One row per predicted run and batch size (each predict JSON holds its model's predictions,
+    one per run: rule predict): predicted TE and speedup with their 95% intervals, and the
+    measured speedup of the run the prediction was made for (its drafter, K and dataset: the
+    prediction's `run`, named in the row) where a sweep measured it, so that every swept run of
+    a predicted model stands beside its own prediction; beside each, its acceptance length (the
+    speedup scales with it): the one the prediction drew (its range: the capture's, or the
+    prior's) and the sweep's. Another run's sweep (another drafter, K or dataset) is not this
+    prediction's measurement."""
     measured = {}
     for path in speedup_jsons:
         sp = read_json(path)
@@ -33,38 +36,51 @@ def prediction_table(predict_jsons, speedup_jsons) -> pd.DataFrame:
                 "tau_measured_high": r.get("tau_high", np.nan), "shape_measured": sp["shape"]}
     rows = []
     for path in predict_jsons:
-        p = read_json(path)
-        if not p.get("run"):
-            raise InputError(f"{path}: the prediction names no run (written before predictions "
-                             "named theirs): rerun rule predict")
-        if "te_low_clipped" not in p:
-            raise InputError(f"{path}: the prediction does not say which ends of TE's intervals "
-                             "are clipped (written before predictions did): rerun rule predict")
-        run = Run.of(p["run"])
-        for i, b in enumerate(p["batch_sizes"]):
-            m = measured.get((run, int(b)), {})
-            rows.append({"model": p["model"], "drafter": run.drafter, "k": p["k"],
-                         "dataset": run.dataset, "method": p["method"],
-                         "hardware": p["hardware"], "overlaps": p["overlaps"], "batch": b,
-                         "te_predicted": p["te"][i], "te_low": p["te_low"][i],
-                         "te_high": p["te_high"][i],
-                         "te_low_clipped": bool(p["te_low_clipped"][i]),
-                         "te_high_clipped": bool(p["te_high_clipped"][i]),
-                         "no_information": bool(p["no_information"][i]),
-                         "speedup_predicted": p["speedup"][i],
-                         "speedup_low": p["speedup_low"][i],
-                         "speedup_high": p["speedup_high"][i],
-                         "speedup_measured": m.get("speedup_measured", np.nan),
-                         "speedup_measured_low": m.get("speedup_measured_low", np.nan),
-                         "speedup_measured_high": m.get("speedup_measured_high", np.nan),
-                         "tau_predicted_low": p["acceptance_length"][0],
-                         "tau_predicted_high": p["acceptance_length"][-1],
-                         "tau_measured": m.get("tau_measured", np.nan),
-                         "tau_measured_low": m.get("tau_measured_low", np.nan),
-                         "tau_measured_high": m.get("tau_measured_high", np.nan),
-                         "shape_predicted": p["shape"],
-                         "shape_measured": m.get("shape_measured", "")})
+        whole = read_json(path)
+        if "predictions" not in whole:
+            raise InputError(f"{path}: holds one prediction, not one per run of its model "
+                             "(written before rule predict predicted every run): rerun rule "
+                             "predict")
+        for p in whole["predictions"]:
+            rows += _prediction_rows(path, p, measured)
     return pd.DataFrame(rows)
+
+
+def _prediction_rows(path, p: dict, measured: dict) -> list[dict]:
+    """prediction_table's rows of one run's prediction `p` (an entry of a predict JSON's
+    `predictions`), each batch size beside its run's measurement where `measured` has it."""
+    if not p.get("run"):
+        raise InputError(f"{path}: a prediction names no run (written before predictions "
+                         "named theirs): rerun rule predict")
+    if "te_low_clipped" not in p:
+        raise InputError(f"{path}: the prediction does not say which ends of TE's intervals "
+                         "are clipped (written before predictions did): rerun rule predict")
+    run = Run.of(p["run"])
+    rows = []
+    for i, b in enumerate(p["batch_sizes"]):
+        m = measured.get((run, int(b)), {})
+        rows.append({"model": p["model"], "drafter": run.drafter, "k": p["k"],
+                     "dataset": run.dataset, "method": p["method"],
+                     "hardware": p["hardware"], "overlaps": p["overlaps"], "batch": b,
+                     "te_predicted": p["te"][i], "te_low": p["te_low"][i],
+                     "te_high": p["te_high"][i],
+                     "te_low_clipped": bool(p["te_low_clipped"][i]),
+                     "te_high_clipped": bool(p["te_high_clipped"][i]),
+                     "no_information": bool(p["no_information"][i]),
+                     "speedup_predicted": p["speedup"][i],
+                     "speedup_low": p["speedup_low"][i],
+                     "speedup_high": p["speedup_high"][i],
+                     "speedup_measured": m.get("speedup_measured", np.nan),
+                     "speedup_measured_low": m.get("speedup_measured_low", np.nan),
+                     "speedup_measured_high": m.get("speedup_measured_high", np.nan),
+                     "tau_predicted_low": p["acceptance_length"][0],
+                     "tau_predicted_high": p["acceptance_length"][-1],
+                     "tau_measured": m.get("tau_measured", np.nan),
+                     "tau_measured_low": m.get("tau_measured_low", np.nan),
+                     "tau_measured_high": m.get("tau_measured_high", np.nan),
+                     "shape_predicted": p["shape"],
+                     "shape_measured": m.get("shape_measured", "")})
+    return rows
 
 
 def calibration_tables() -> dict[str, pd.DataFrame]:

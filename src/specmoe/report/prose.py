@@ -1324,17 +1324,21 @@ def _sweep_repeats(sp: pd.DataFrame, r) -> tuple[float, float]:
 
 
 def prediction_findings(td: Tables) -> list[str]:
-    """The step model's prediction beside the measurement, one line per model with both (naming
-    the run predicted, whose sweep measured it): the speedup at each measured batch size with its interval, inside, outside or not separated from
-    the predicted 95% interval (_against_prediction) where the prediction has information (TE's
-    interval short of its whole physical range), the predicted medians there without a shape
-    read from them, the prediction's shape as its draws decide it, and the measured shape."""
+    """The step model's prediction beside the measurement, one line per predicted run with both
+    (naming the run, whose sweep measured it): the speedup at each measured batch size with its
+    interval, inside, outside or not separated from the predicted 95% interval
+    (_against_prediction) where the prediction has information (TE's interval short of its
+    whole physical range), the predicted medians there without a shape read from them, the
+    prediction's shape as its draws decide it, and the measured shape."""
     out = []
     sm, sp = load(td, "step_model"), load(td, "speedup_vs_batch")
     studied = set(published.load("hardware")["gpu"])
     both = sm[np.isfinite(sm["speedup_measured"])] if not sm.empty else sm
-    for model, g in (both.groupby("model", sort=False) if not both.empty else []):
+    # a run's rows (older tables name the model alone)
+    keys = [c for c in ("model", "drafter", "k", "dataset") if c in sm]
+    for _, g in (both.groupby(keys, sort=False) if not both.empty else []):
         g = g.sort_values("batch")
+        model = g["model"].iloc[0]
         # where the step model said nothing (stepmodel.summarise's own flag, not recomputed)
         blind = g["no_information"].astype(bool)
         seen = g[~blind]
@@ -1352,7 +1356,8 @@ def prediction_findings(td: Tables) -> list[str]:
         if "dataset" in g:  # the run predicted, whose sweep is the measurement (older tables: none)
             where = (f"for {label_of(model, g['k'].iloc[0], g['dataset'].iloc[0])} with "
                      f"{g['drafter'].iloc[0]}, {where}")
-        whole = sm[sm["model"] == model]["batch"].astype(int)
+        own = np.logical_and.reduce([sm[c] == g[c].iloc[0] for c in keys])  # the run's rows
+        whole = sm[own]["batch"].astype(int)
         count = (f"of the {len(against)} measured batch size(s)"
                  + (" where the prediction has information" if blind.any() else "") + ", "
                  + ", ".join(f"{against.count(k)} {words}" for k, words in AGAINST.items()

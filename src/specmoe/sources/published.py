@@ -10,6 +10,7 @@ downloaded model, by its repository id.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 
 import numpy as np
@@ -154,6 +155,15 @@ class Spec:
 
 
 STUDY_K = 3  # the K of every published overlap, acceptance and TE table
+
+
+@lru_cache(maxsize=1)
+def overlap_steps() -> int:
+    """How many draft distances (d = 1..n) the study's overlap curves reach (overlap_by_distance's
+    step columns): neither a study model's published curve nor the prior of its granularity
+    (cost.stepmodel.study_overlaps) covers a draft length K past them."""
+    return sum(str(c).startswith("step") for c in load("overlap_by_distance").columns)
+
 
 SPECS = (
     Spec("overlap_by_distance", "overlap_by_distance",

@@ -697,79 +697,128 @@ def _measured_overlaps(overlap_json, summary: dict, k: int,
 
 def predict_stage(inputs, outputs, params) -> dict:
     """Rule predict (its contract: specmoe.contracts.analysis.PredictParams): the step model's
-    prediction for one model, through the entry point `specmoe predict` uses
-    (specmoe.cost.predictor): TE and speedup at every batch size with their intervals, into
-    outputs.json. A model with a trace of its own (tiny, synthetic) uses its measured overlaps and
-    acceptance length (inputs overlap, acceptance); a study model its config.json and the study's
-    published overlaps (or the prior of its granularity) and the acceptance prior; a separate
-    draft model's config (inputs.draft) sizes the draft. Attention reads the predicted run's
-    KV context (params.context: its dataset's mean prompt and half its output, recorded with
-    their sources as context_source); a run that serves no prompts is priced at the step
+    prediction for every run of one model (params.predictions, one entry per run), each through
+    the entry point `specmoe predict` uses (specmoe.cost.predictor): TE and speedup at every
+    batch size with their intervals, at the run's own K and method, into outputs.json as
+    `predictions`, one per run in their order. A model with a trace of its own (tiny,
+    synthetic) uses each run's measured overlaps and acceptance length (the run's files among
+    inputs overlap, acceptance); a study model its config.json and the study's published
+    overlaps (or the prior of its granularity; at a K past them, the run's captured overlaps,
+    said in a caveat) and the acceptance prior; a separate draft
+    model's config (the run's file among inputs.draft) sizes the draft. Attention reads each
+    run's KV context (its `context`: its dataset's mean prompt and half its output, recorded
+    with their sources as context_source); a run that serves no prompts is priced at the step
     model's CONTEXT, said in a caveat."""
-    from ..contracts import one
+    from ..cost import stepmodel
+
+    model_cfg, hardware_cfg = params.model, params.hardware
+    if not params.predictions:
+        raise InputError(f"rule predict: {model_cfg['name']} has no run to predict")
+    hw_name = model_cfg["hardware"]
+    hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
+    config = None
+    if model_cfg.get("hf_config"):  # the config.json the dimensions were read from
+        from ..cost.hfconfig import config_file
+
+        config = config_file(model_cfg["hf_config"])
+    # each run's files, every one checked among the job's inputs before any is read
+    files = [{name: _run_file(inputs, entry, name) for name in RUN_FILES}
+             for entry in params.predictions]
+    predictions = [_predict_run(params, entry, read, hw, config)
+                   for entry, read in zip(params.predictions, files)]
+    out_obj = {"model": model_cfg["name"], "params": stepmodel.fitted().as_dict(),
+               "predictions": predictions}
+    write_json(outputs.json, out_obj, provenance(
+        {"model": model_cfg, "hardware": hardware_cfg[hw_name],
+         "predictions": [{key: e.get(key) for key in ("run", "k", "method", "context")}
+                         for e in params.predictions]},
+        model=model_ref(model_cfg), stage="predict"))
+    return out_obj
+
+
+RUN_FILES = ("overlap", "acceptance", "draft")  # the inputs a prediction reads of its run alone
+
+
+def _run_file(inputs, entry: dict, name: str) -> str | None:
+    """The file `name` (overlap, acceptance, draft) a prediction's entry reads (its `files`),
+    which must be among the job's inputs of that name; None where it reads none."""
+    path = (entry.get("files") or {}).get(name)
+    if path is None:
+        return None
+    given = inputs.get(name)
+    given = [] if given is None else [str(given)] if isinstance(given, (str, Path)) else \
+        [str(g) for g in given]
+    if str(path) not in given:
+        raise ValueError(f"rule predict: the prediction of {entry.get('run')} reads {name} "
+                         f"{path}, which is not among the job's inputs "
+                         f"({', '.join(given) or 'none'})")
+    return str(path)
+
+
+def _predict_run(params, entry: dict, files: dict, hw, config) -> dict:
+    """One run's prediction (an entry of params.predictions, reading `files`: its RUN_FILES, each
+    a path or None) for predict_stage."""
     from ..cost import predictor, stepmodel
 
-    model_cfg, hardware_cfg, k, method = params.model, params.hardware, params.k, params.method
-    batch_sizes, study_model, out = params.batch_sizes, params.study, outputs.json
-    overlap_json, acceptance_json = inputs.get("overlap"), inputs.get("acceptance")
-    draft_config = one(inputs.get("draft"))
+    model_cfg, batch_sizes, study_model = params.model, params.batch_sizes, params.study
+    k, method, run = int(entry["k"]), entry["method"], entry.get("run")
+    overlap_json, acceptance_json, draft_config = (files[name] for name in RUN_FILES)
     overlaps, source, caveats = None, "given", []
     if overlap_json:
         ov = read_json(overlap_json)
         s = ov["summary"]
         dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
         overlaps, why = _measured_overlaps(overlap_json, s, k, model_cfg["name"])
+        past = None
+        if model_cfg.get("source") == "hf":  # Files.predict_run_inputs: past the study's curves
+            from ..sources.published import overlap_steps
+
+            past = (f"the study's curves (its models' and the prior of a granularity) reach "
+                    f"d = 1..{overlap_steps()} only, short of K = {k}")
+        if overlaps is None and past:
+            raise InputError(f"{overlap_json}: its {s.get('window_requests')} requests give the "
+                             f"overlaps no interval, and {past}: capture more prompts")
         if overlaps is None:  # no interval: the prior of its granularity, not a study's curve
             overlaps, source = stepmodel.study_overlaps(dims, k)
             caveats.append(why)
         else:
             source = "measured"
+        if past:
+            caveats.append(f"overlaps: this run's capture's, since {past}")
     else:
         dims = model_dims(model_cfg, 0, 0, check=False)
     tau = None
     if acceptance_json:
         tau, why = _measured_tau(acceptance_json, model_cfg["name"])
         caveats += [why] if why else []
-    hw_name = model_cfg["hardware"]
-    hw = costmodel.Hardware.from_config(hw_name, hardware_cfg[hw_name])
     if draft_config:  # a checkpoint folder, or a download manifest of one
         from ..sources.hub import snapshot_of
 
         draft_config = snapshot_of(draft_config)
-    config = None
-    if model_cfg.get("hf_config"):  # the config.json the dimensions were read from
-        from ..cost.hfconfig import config_file
-
-        config = config_file(model_cfg["hf_config"])
     if study_model and overlaps is None and predictor.study_routing(study_model) not in (
             None, (dims.top_k, dims.num_experts)):  # a stand-in compared with other k, N
         log.info("%s: %s routes another k of N; its overlaps are not this model's: the prior of "
                  "its granularity", model_cfg["name"], study_model)
         study_model = None
-    ctx = params.context
+    ctx = entry.get("context")
     if ctx is None:
         context = stepmodel.CONTEXT
         caveats.append(f"context: the step model's {context:,} KV tokens per sequence (an "
                        "MT-Bench prompt and half its output), since "
-                       + ("no run is predicted" if params.run is None else
+                       + ("no run is predicted" if run is None else
                           f"{model_cfg['name']}'s run serves no prompts"))
         context_source = {"tokens": context, "source": "the step model's CONTEXT"}
     else:
         context = max(1, int(round(ctx["tokens"])))
         context_source = {**ctx, "source": f"{ctx['prompt_source']} mean prompt of "
-                                           f"{(params.run or {}).get('dataset')} + half of "
+                                           f"{(run or {}).get('dataset')} + half of "
                                            f"{ctx['output_source']}"}
     res = predictor.prediction(dims, hw, k, method, batch_sizes, config=config,
                                study_model=study_model, overlaps=overlaps,
                                overlap_source=source, tau=tau,
                                draft_config=draft_config, caveats=caveats, context=context)
-    out_obj = {"model": model_cfg["name"], "run": params.run,
-               "params": stepmodel.fitted().as_dict(), **res, "context_source": context_source}
-    write_json(out, out_obj, provenance({"model": model_cfg, "hardware": hardware_cfg[hw_name],
-                                         "k": k, "method": method, "run": params.run,
-                                         "context": ctx},
-                                        model=model_ref(model_cfg), stage="predict"))
-    log.info("%s: predicted speedup %s; shape %s; %s", model_cfg["name"],
+    log.info("%s (%s): predicted speedup %s; shape %s; %s", model_cfg["name"],
+             Run.of(run) if run else "no run",
              ", ".join(f"B={b}: {x:.2f}" for b, x in zip(res["batch_sizes"], res["speedup"])),
              res["shape"], res["verdict"])
-    return out_obj
+    return {"model": model_cfg["name"], "run": run, **res, "context_source": context_source}

@@ -69,7 +69,7 @@ def tables_stage(inputs, outputs, params) -> list[Path]:
 
 def step_model_stage(inputs, outputs, params) -> list[Path]:
     """Rule step_model (its contract: specmoe.contracts.report.StepModelParams): the step model's
-    prediction for every model beside the run's measured speedup."""
+    prediction for every run of every predicted model beside that run's measured speedup."""
     from ..report.predicted import prediction_table
 
     return tables.write_tables({"step_model": prediction_table(inputs.predict, inputs.speedup)},
