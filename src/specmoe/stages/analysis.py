@@ -759,6 +759,7 @@ def _predict_run(params, entry: dict, files: dict, hw, config) -> dict:
     """One run's prediction (an entry of params.predictions, reading `files`: its RUN_FILES, each
     a path or None) for predict_stage."""
     from ..cost import predictor, stepmodel
+    from ..sources.published import overlap_steps
 
     model_cfg, batch_sizes, study_model = params.model, params.batch_sizes, params.study
     k, method, run = int(entry["k"]), entry["method"], entry.get("run")
@@ -769,13 +770,11 @@ def _predict_run(params, entry: dict, files: dict, hw, config) -> dict:
         s = ov["summary"]
         dims = model_dims(model_cfg, s["num_experts"], s["top_k"])
         overlaps, why = _measured_overlaps(overlap_json, s, k, model_cfg["name"])
-        past = None
-        if model_cfg.get("source") == "hf":  # Files.predict_run_inputs: past the study's curves
-            from ..sources.published import overlap_steps
-
-            past = (f"the study's curves (its models' and the prior of a granularity) reach "
-                    f"d = 1..{overlap_steps()} only, short of K = {k}")
-        if overlaps is None and past:
+        # the study's curves and the prior stop at d = overlap_steps(): past it, only the trace's
+        steps = overlap_steps()
+        past = (f"the study's curves (its models' and the prior of a granularity) reach "
+                f"d = 1..{steps} only, short of K = {k}")
+        if overlaps is None and k > steps:
             raise InputError(f"{overlap_json}: its {s.get('window_requests')} requests give the "
                              f"overlaps no interval, and {past}: capture more prompts")
         if overlaps is None:  # no interval: the prior of its granularity, not a study's curve
@@ -783,7 +782,7 @@ def _predict_run(params, entry: dict, files: dict, hw, config) -> dict:
             caveats.append(why)
         else:
             source = "measured"
-        if past:
+        if model_cfg.get("source") == "hf" and k > steps:  # Files.predict_run_inputs' case
             caveats.append(f"overlaps: this run's capture's, since {past}")
     else:
         dims = model_dims(model_cfg, 0, 0, check=False)
