@@ -272,3 +272,19 @@ def test_every_swept_run_stands_beside_its_own_prediction(qwen_predicted):
     with pytest.raises(InputError, match="not one per run of its model"):
         prediction_table([tmp / "old.json"], sweeps)
     assert np.isfinite(table["te_predicted"]).all()
+
+
+@pytest.mark.slow  # a Snakemake dry run of the default configuration
+def test_the_dry_run_plans_one_predict_job_per_model_reading_every_run(tmp_path):
+    """The DAG's predict job of tiny-fine (4 runs) lists each run's overlaps and acceptance
+    length; it listed the first run's alone. One job per model, not per run."""
+    from wf import copy_workflow, planned_jobs, snakemake
+
+    wd = copy_workflow(tmp_path / "wf")
+    runs = resolved().models["tiny-fine"].runs()
+    jobs = planned_jobs(snakemake(wd, "-n", P.PREDICT.format(model="tiny-fine")).stdout)
+    [job] = [j for j in jobs if j["rule"] == "predict"]
+    listed = job["input"].split(", ")
+    for run in runs:
+        assert run.fill(P.OVERLAP) in listed and run.fill(P.ACCEPTANCE) in listed
+    assert job["wildcards"] == {"model": "tiny-fine"}
