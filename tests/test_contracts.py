@@ -312,19 +312,19 @@ def test_the_analysis_records_read_only_what_their_rules_depend_on():
         next(m for m in c["models"] if m["name"] == "tiny-fine")["datasets"] = ["heldout-code"]
 
     assert CostmodelParams.from_config(resolved(edit=other_datasets), RUN) == cm
-    pr = PredictParams.from_config(cfg, synth)
-    assert pr.batch_sizes == cfg.batch_sizes
-    assert [(e["method"], e["k"]) for e in pr.predictions] == [(DEFAULT_METHOD, k)
-                                                               for k in (3, 5, 7)]
-    assert {e["method"] for e in PredictParams.from_config(cfg, RUN).predictions} == {
-        cfg.drafters["tiny-drafter"].method}
-    # the run each prediction names (the report sets it beside that run's sweep) is the one
-    # whose trace it reads
     from specmoe import paths as P
     from specmoe.files import Files as RunFiles
     from specmoe.runs import Run
 
-    for e in PredictParams.from_config(cfg, RUN).predictions:
+    pr = PredictParams.from_config(cfg, synth, RunFiles(cfg))
+    assert pr.batch_sizes == cfg.batch_sizes
+    assert [(e["method"], e["k"]) for e in pr.predictions] == [(DEFAULT_METHOD, k)
+                                                               for k in (3, 5, 7)]
+    tiny = PredictParams.from_config(cfg, RUN, RunFiles(cfg)).predictions
+    assert {e["method"] for e in tiny} == {cfg.drafters["tiny-drafter"].method}
+    # the run each prediction names (the report sets it beside that run's sweep) is the one
+    # whose trace it reads
+    for e in tiny:
         run = Run.of(e["run"])
         assert e["files"]["overlap"] == run.fill(P.OVERLAP)
         assert run.fill(P.OVERLAP) in RunFiles(cfg).predict_inputs("tiny-fine")["overlap"]

@@ -13,6 +13,7 @@ from specmoe.contracts import Named
 from specmoe.contracts.analysis import PredictParams
 from specmoe.cost import stepmodel
 from specmoe.cost.plan import CHARS_PER_TOKEN
+from specmoe.files import Files
 from specmoe.provenance import read_json
 from specmoe.sources import prompts as prompt_table
 from specmoe.sources import published
@@ -23,7 +24,7 @@ from wf import REPO
 def _params(cfg, model, dataset=None):
     """The entry of rule predict's params for `model`'s run on `dataset` (None: its first run;
     the model has one drafter and K here, so one run per dataset)."""
-    entries = PredictParams.from_config(cfg, SimpleNamespace(model=model)).predictions
+    entries = PredictParams.from_config(cfg, SimpleNamespace(model=model), Files(cfg)).predictions
     [entry] = [e for e in entries if e["run"]["dataset"] == dataset] if dataset else entries[:1]
     return SimpleNamespace(**entry)
 

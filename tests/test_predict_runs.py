@@ -31,7 +31,7 @@ QWEN = "qwen3-30b-fp8-tp2"  # MT-Bench first, SPEED-Bench's 32k set second
 
 
 def _params(cfg, model) -> PredictParams:
-    return PredictParams.from_config(cfg, SimpleNamespace(model=model))
+    return PredictParams.from_config(cfg, SimpleNamespace(model=model), Files(cfg))
 
 
 def _runs(params) -> list[Run]:

@@ -117,7 +117,7 @@ rule predict:
     conda:
         "../../envs/analysis.yaml"
     params:
-        **params_of(PredictParams),
+        **params_of(PredictParams, files=FILES),
     script:
         "../scripts/predict.py"
 

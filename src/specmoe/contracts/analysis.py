@@ -124,10 +124,9 @@ class PredictParams:
     predictions: list
 
     @classmethod
-    def from_config(cls, cfg, w) -> "PredictParams":
-        from ..files import Files
-
-        files = Files(cfg)
+    def from_config(cls, cfg, w, files) -> "PredictParams":
+        """files: the run's specmoe.files.Files (the workflow's FILES), whose predict_run_inputs
+        names the files each prediction reads."""
         return cls(model=cost_entry(cfg, w.model), hardware=cfg.hardware,
                    batch_sizes=cfg.batch_sizes,
                    study=(cfg.study.get(w.model) or {}).get("study"),
