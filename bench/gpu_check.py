@@ -251,7 +251,7 @@ def kernels(a: argparse.Namespace) -> int:
         prof.export_chrome_trace(str(path))
         with gzip.open(path, "rt") as fh:
             trace = json.load(fh)
-    steps = profiling.steps_from_chrome_trace(trace)
+    steps = profiling.steps_from_chrome_trace(trace, dev, str(path))
     dec = [s for s in steps if s.ntok == b]
     ver = [s for s in steps if s.ntok == b * (k + 1)]
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 0

@@ -123,7 +123,7 @@ def test_cpu_trace_self_times_gaps_and_moe_blocks():
         X("aten::mm", "cpu_op", 20, 5, tid=2),                  # other thread: ignored
         X(label("drafter", 2, 2, 0), "user_annotation", 300, 40),
     ]}
-    steps = steps_from_chrome_trace(trace)
+    steps = steps_from_chrome_trace(trace, "cpu")
     assert [(s.role, s.nreq, s.ntok, s.nwin) for s in steps] == [("target", 2, 2, 2),
                                                                 ("drafter", 2, 2, 0)]
     ev = {(e.name, e.in_moe): e.duration_us for e in steps[0].events}
@@ -155,7 +155,7 @@ def test_cuda_trace_kernels_by_correlation_with_grids_mock_gpu():
         X("fused_moe_kernel", "kernel", 1015, 20, tid=99, correlation=13, grid=[64, 1, 1]),
         X("sm90_xmma_gemm", "kernel", 1040, 9, tid=99, correlation=14, grid=[300, 1, 1]),
     ]}
-    (step,) = steps_from_chrome_trace(trace)
+    (step,) = steps_from_chrome_trace(trace, "cuda")
     # the device's idle time between the kernels is part of the step (3 us after attention, 2 us
     # between two kernels of the MoE block: MoE time), so the events add up to its span
     assert [(e.name, e.duration_us, e.grid, e.in_moe) for e in step.events] == [
@@ -183,8 +183,8 @@ def test_cuda_class_times_add_up_to_the_step_so_the_te_point_is_the_step_times_t
             t += kernel_us + gap
         return {"traceEvents": ev}
 
-    (dec,) = steps_from_chrome_trace(step_trace(10.0))
-    (ver,) = steps_from_chrome_trace(step_trace(20.0))
+    (dec,) = steps_from_chrome_trace(step_trace(10.0), "cuda")
+    (ver,) = steps_from_chrome_trace(step_trace(20.0), "cuda")
     te = compare(dec.events, ver.events)["te_profiled"]
     assert te == pytest.approx(dec.time_us / ver.time_us) == pytest.approx(280 / 380)
     # two kernels overlapping for 5 us on a second stream: 15 us of span, shared
@@ -194,7 +194,7 @@ def test_cuda_class_times_add_up_to_the_step_so_the_te_point_is_the_step_times_t
         X("cudaLaunchKernel", "cuda_runtime", 2, 1, correlation=2),
         X("sm90_xmma_gemm", "kernel", 100, 10, tid=99, correlation=1),
         X("fused_moe_kernel", "kernel", 105, 10, tid=98, correlation=2)]}
-    (step,) = steps_from_chrome_trace(trace)
+    (step,) = steps_from_chrome_trace(trace, "cuda")
     assert [e.duration_us for e in step.events] == [7.5, 7.5]
     assert sum(e.duration_us for e in step.events) == step.time_us == 15.0
 
@@ -224,8 +224,62 @@ def test_a_cuda_step_without_recorded_kernels_has_no_time_mock_gpu():
         X("cudaLaunchKernel", "cuda_runtime", 1, 1, correlation=1),
         X("sm90_xmma_gemm", "kernel", 100, 300, tid=99, correlation=1),
         X(label("target", 1, 1, 1), "user_annotation", 60, 10)]}
-    with_kernel, without = steps_from_chrome_trace(trace)
+    with_kernel, without = steps_from_chrome_trace(trace, "cuda")
     assert with_kernel.time_us == 300.0 and math.isnan(without.time_us)
+
+
+def _launches_only_trace(path, window: int, drafter: bool):
+    """A CUDA profile whose kernels CUPTI did not record (Kineto only warns): six target
+    forwards of 10 us of launches each (a MoE block's and a GEMM's), no kernel events."""
+    import json
+
+    ev, ts, corr = [], 0, 0
+    for _ in range(6):
+        ev += [X(label("target", 2, 2 * window, 2), "user_annotation", ts, 10),
+               X(MOE_BLOCK, "user_annotation", ts + 1, 6),
+               X("vllm::moe_forward", "cpu_op", ts + 1, 5),
+               X("cudaLaunchKernel", "cuda_runtime", ts + 2, 2, correlation=corr + 1),
+               X("aten::mm", "cpu_op", ts + 7, 2),
+               X("cudaLaunchKernel", "cuda_runtime", ts + 7.5, 1, correlation=corr + 2)]
+        corr += 2
+        if drafter:
+            ev += [X(label("drafter", 2, 2, 0), "user_annotation", ts + 20, 3),
+                   X("aten::mm", "cpu_op", ts + 20, 3)]
+        ts += 1000
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_a_cuda_profile_without_any_recorded_kernel_is_an_error_mock_gpu(tmp_path):
+    """Whether a step was timed on the device was decided per trace by whether it held kernel
+    events, never by the worker's device: a CUDA profile whose kernel activity CUPTI did not
+    record (Kineto only warns) was timed by its host launch times and passed, TE 1.0 and MoE
+    share 0.8 from 10 us of launches per step. The worker's device decides now."""
+    import json
+
+    from specmoe.errors import InputError, SpecmoeError
+    from specmoe.runtime.kernelprof import profile_summary
+
+    def result(mode, i):
+        p = _launches_only_trace(tmp_path / f"{mode}{i}.json", 1 if mode == "decode" else 4,
+                                 mode == "verify")
+        return {2: {"traces": [{"path": str(p), "device": "cuda", "gpu": "NVIDIA H100",
+                                "sm_count": 132, "model_runner": "v2",
+                                "engine_mode": EAGER_MODE}]}}
+
+    with pytest.raises(SpecmoeError, match=r"decode0\.json: a CUDA profile without any "
+                                           "recorded kernel"):
+        profile_summary([result("decode", i) for i in (0, 1)],
+                        [result("verify", i) for i in (0, 1)], 3, [2])
+    trace = json.loads((tmp_path / "decode0.json").read_text())
+    with pytest.raises(SpecmoeError, match="without any recorded kernel"):
+        steps_from_chrome_trace(trace, "cuda")
+    assert len(steps_from_chrome_trace(trace, "cpu")) == 6  # as a CPU profile: host ops
+    kernel = X("fused_moe_kernel", "kernel", 50, 30, tid=99, correlation=1)
+    with pytest.raises(SpecmoeError, match="device kernels in a profile of a cpu worker"):
+        steps_from_chrome_trace({"traceEvents": trace["traceEvents"] + [kernel]}, "cpu")
+    with pytest.raises(InputError, match="device 'gpu' is none of"):
+        steps_from_chrome_trace(trace, "gpu")
 
 
 def test_mean_events_averages_per_step():
@@ -235,7 +289,7 @@ def test_mean_events_averages_per_step():
         X(label("target", 1, 1, 1), "user_annotation", 100, 30),
         X("aten::mm", "cpu_op", 100, 30),
     ]}
-    steps = steps_from_chrome_trace(trace)
+    steps = steps_from_chrome_trace(trace, "cpu")
     (mm,) = [e for e in mean_events(steps) if e.name == "aten::mm"]
     assert mm.duration_us == 20.0
 
@@ -333,7 +387,7 @@ def test_drafter_time_belongs_to_the_step_it_follows(tmp_path):
         ts += 100
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    out = summarise(path, batch=2, window=4)
+    out = summarise(path, batch=2, window=4, device="cpu")
     assert len(out["steps"]) == 7 - 2                  # steady steps after the warm-up ones
     assert out["drafter_us_per_step"] == pytest.approx(30.0)
 
@@ -373,11 +427,12 @@ def test_warm_up_steps_are_dropped_however_few_steps_follow(tmp_path):
         if e["ts"] < 200:
             e["dur"] *= 3
     path.write_text(json.dumps(trace))
-    out = summarise(path, batch=1, window=1)
+    out = summarise(path, batch=1, window=1, device="cpu")
     assert len(out["steps"]) == 4 - WARMUP_STEPS and out["wall_us"] == pytest.approx(50.0)
     with pytest.raises(SpecmoeError, match="no steady step with 1 windows of 1 tokens after the "
                                            "2 warm-up steps"):
-        summarise(_cpu_trace(tmp_path / "u.json", [(1, 1, 1)] * 2), batch=1, window=1)
+        summarise(_cpu_trace(tmp_path / "u.json", [(1, 1, 1)] * 2), batch=1, window=1,
+                  device="cpu")
 
 
 def test_shared_experts_inside_a_moe_block_are_not_moe_time():
@@ -395,7 +450,7 @@ def test_shared_experts_inside_a_moe_block_are_not_moe_time():
         X(SHARED_EXPERTS, "user_annotation", 35, 30),
         X("aten::linear", "cpu_op", 36, 28),                        # a shared expert's MLP
         X("_C::cpu_fused_moe", "cpu_op", 66, 22)]}
-    (step,) = steps_from_chrome_trace(trace)
+    (step,) = steps_from_chrome_trace(trace, "cpu")
     times = class_times(step.events)
     # with the block's own gaps (10 us), less those inside the shared experts' range (2 us)
     assert times["moe"] == pytest.approx(20 + 22 + 10 - 2)
@@ -498,7 +553,7 @@ def test_a_cuda_graph_launch_keeps_all_its_kernels_mock_gpu():
         X("fused_moe_kernel", "kernel", 120, 300, tid=99, correlation=7, grid=[64, 1, 1]),
         X("flash_fwd_splitkv_kernel", "kernel", 420, 50, tid=99, correlation=7,
           grid=[8, 1, 1])]}
-    (step,) = steps_from_chrome_trace(trace)
+    (step,) = steps_from_chrome_trace(trace, "cuda")
     assert step.device_us == 450.0
     assert [(e.name, e.duration_us) for e in step.events] == [
         ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 100.0), ("fused_moe_kernel", 300.0),
@@ -536,9 +591,9 @@ def test_cuda_step_and_drafter_times_are_device_times_mock_gpu(tmp_path):
         ts += 1000
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    steps = steps_from_chrome_trace(json.loads(path.read_text()))
+    steps = steps_from_chrome_trace(json.loads(path.read_text()), "cuda")
     assert steps[0].dur_us == 10 and steps[0].device_us == 300 and steps[0].time_us == 300
-    out = summarise(path, batch=1, window=4)
+    out = summarise(path, batch=1, window=4, device="cuda")
     assert out["wall_us"] == pytest.approx(300.0 + 50.0)      # not the 10 + 4 us of launches
     assert out["drafter_us_per_step"] == pytest.approx(100.0)  # not 5
 
@@ -570,7 +625,7 @@ def test_a_step_with_an_unrecorded_drafter_forward_is_left_out_of_the_drafter_ti
         ts += 1000
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    out = summarise(path, batch=1, window=4)
+    out = summarise(path, batch=1, window=4, device="cuda")
     assert out["drafter_us_per_step"] == pytest.approx(30.0)
     assert out["drafter_steps_without_kernels"] == 1
 
@@ -825,7 +880,7 @@ def test_profiler_labels_what_model_runner_v2_runs_cuda_choice_faked(monkeypatch
     info = worker.specmoe_profile_stop(str(tmp_path / "trace-{rank}.json"))
     assert info["model_runner"] == "v2"
     assert info["engine_mode"]["cudagraph_mode"] == vc.compilation_config.cudagraph_mode.name
-    steps = steps_from_chrome_trace(json.loads(Path(info["path"]).read_text()))
+    steps = steps_from_chrome_trace(json.loads(Path(info["path"]).read_text()), info["device"])
     # one head range: sample's compute_logits opens none inside it
     assert [(s.role, s.nreq, s.ntok, s.nwin) for s in steps] == [("target", 3, 9, 3),
                                                                 ("head", 3, 9, 3),
@@ -948,9 +1003,10 @@ def test_profiled_step_holds_the_lm_head_and_sampler_model_runner_v1(monkeypatch
     # the engine's mode as vLLM resolved enforce_eager
     assert {k: info["engine_mode"][k] for k in ("compilation_mode", "cudagraph_mode")} == {
         "compilation_mode": "NONE", "cudagraph_mode": "NONE"}
-    ranges = steps_from_chrome_trace(json.loads((tmp_path / "trace-0.json").read_text()))
+    ranges = steps_from_chrome_trace(json.loads((tmp_path / "trace-0.json").read_text()),
+                                     info["device"])
     assert [s.role for s in ranges[:6]] == ["target", "head", "head"] + ["drafter"] * 3
-    out = summarise(info["path"], batch=2, window=1)
+    out = summarise(info["path"], batch=2, window=1, device=info["device"])
     step = out["steps"][-1]
     # the body's and the LM head's GEMMs, and the sampler's argmax
     assert sum(e.name == "aten::addmm" for e in step.events) == 2
@@ -1205,7 +1261,7 @@ def test_other_time_which_holds_the_device_idle_time_may_fall_from_decode_to_ver
                 events.append(X(name, "kernel", ts + at + 0.5, kernel_us, tid=99,
                                 correlation=corr))
             ts += 1000
-        return mean_events(steps_from_chrome_trace({"traceEvents": events}))
+        return mean_events(steps_from_chrome_trace({"traceEvents": events}, "cuda"))
 
     starts = [(trace(1.0, at, 1), trace(2.5, at, 4)) for at in (10.0, 10.1, 9.9)]
     b = {**compare_starts(starts), "batch": 1}

@@ -234,7 +234,7 @@ def test_kernel_profile_of_decode_and_verify_forward_passes(tiny_models, tmp_pat
     # was labelled and follows it
     for mode in ("decode", "verify"):
         with gzip.open(tmp_path / "traces" / mode / "e0" / "b2-rank0.json.gz", "rt") as fh:
-            steps = steps_from_chrome_trace(json.load(fh))
+            steps = steps_from_chrome_trace(json.load(fh), row["device"])
         heads = following(steps, "head")
         assert heads and all(heads.values()), mode
     assert res["engine_startup_s"] > 0  # every engine's start, for report.timing

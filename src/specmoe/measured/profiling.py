@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError, SpecmoeError
+
 # "gemm" but not "gemma": vLLM's Gemma RMSNorm kernels (_gemma_rmsnorm_kernel,
 # _grouped_gemma_rmsnorm_kernel) are neither GEMMs nor MoE; CUTLASS's GemmArray still is a GEMM
 _GEMM = r"gemm(?!a(?![a-z]))"
@@ -236,11 +238,11 @@ class Step:
     # device's clock. A host range that does not end in a synchronisation times the launches,
     # not the work (the kernels may still be running, or not yet started, when it closes).
     device_us: float | None = None
-    on_device: bool = False  # the trace has device kernels: the step's time is theirs
+    on_device: bool = False  # profiled on CUDA: the step's time is its kernels'
 
     @property
     def time_us(self) -> float:
-        """The step's time: on the device where the trace recorded kernels (NaN for a step none
+        """The step's time: on the device for a CUDA profile (NaN for a step none
         of whose kernels was recorded: its host range times launches, not work, and must not be
         averaged with device times), else on the host."""
         if self.on_device:
@@ -323,17 +325,32 @@ def device_events(timed: list[tuple[float, float, Event]]) -> list[Event]:
     return out
 
 
-def steps_from_chrome_trace(trace: dict) -> list[Step]:
-    """The labelled ranges of a torch.profiler chrome trace (forward passes and the target's
-    heads, ROLES), each with its events.
+# the devices a profile runs on (the worker's torch.cuda.is_available(): kernelprof's
+# specmoe_profile_stop), each timed where its work runs: "cuda" by its kernels on the device,
+# "cpu" by its host ops
+DEVICES = ("cpu", "cuda")
 
-    With device kernels in the trace (CUDA), a step's events are the kernels launched from inside its
-    range (linked by correlation id), timed on the device, with their grid sizes, and the device's
-    idle time between them (device_events: they add up to the step's span). Without them (CPU),
-    they are the host ops inside the range with their self times, plus the host time between
-    top-level ops as UNTRACKED, so that a step's events add up to its wall time. Events launched
-    inside a MOE_BLOCK range are marked in_moe, except inside its SHARED_EXPERTS ranges.
+
+def steps_from_chrome_trace(trace: dict, device: str, source: str = "trace") -> list[Step]:
+    """The labelled ranges of a torch.profiler chrome trace (forward passes and the target's
+    heads, ROLES), each with its events; `device` is the device the profiled worker ran on
+    (DEVICES), `source` names the trace in errors.
+
+    On CUDA, a step's events are the kernels launched from inside its range (linked by
+    correlation id), timed on the device, with their grid sizes, and the device's idle time
+    between them (device_events: they add up to the step's span). On the CPU, they are the host
+    ops inside the range with their self times, plus the host time between top-level ops as
+    UNTRACKED, so that a step's events add up to its wall time. Events launched inside a
+    MOE_BLOCK range are marked in_moe, except inside its SHARED_EXPERTS ranges.
+
+    The device decides, not the trace: a CUDA trace without any kernel event (CUPTI recorded no
+    kernel activity, of which Kineto only warns, e.g. beside another CUPTI subscriber) is an
+    error, since its host ranges time the kernels' launches, not their work (such a trace gave
+    a TE of 1.0 and an MoE share of 0.8 from 10 us of launches per step), and so is a CPU trace
+    with kernel events.
     """
+    if device not in DEVICES:
+        raise InputError(f"{source}: device {device!r} is none of {DEVICES}")
     evs = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
     ranges, blocks, shared_ranges = [], {}, {}
     role_of = {head: role for role, head in ROLES.items()}
@@ -352,6 +369,13 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get(
                 "args", {}):
             kernels.setdefault(e["args"]["correlation"], []).append(e)
+    on_device = device == "cuda"
+    if on_device and not kernels:
+        raise SpecmoeError(f"{source}: a CUDA profile without any recorded kernel: CUPTI "
+                           "recorded no kernel activity (another CUPTI subscriber?), and its "
+                           "host ranges time the launches, not the work: rerun the profile")
+    if kernels and not on_device:
+        raise SpecmoeError(f"{source}: device kernels in a profile of a {device} worker")
     by_tid: dict = {}
     for e in evs:
         if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver"):
@@ -364,7 +388,7 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
         moe = [(a, b) for a, b in blocks.get(tid, []) if a >= lo and b <= hi]
         shared = [(a, b) for a, b in shared_ranges.get(tid, []) if a >= lo and b <= hi]
         device_us = None
-        if kernels:
+        if on_device:
             timed = []
             for e in inside:
                 for k in kernels.get(e.get("args", {}).get("correlation"), ()):
@@ -389,7 +413,7 @@ def steps_from_chrome_trace(trace: dict) -> list[Step]:
             if moe:
                 events.append(Event(UNTRACKED, max(0.0, moe_gap), in_moe=True))
         steps.append(Step(role, nreq, ntok, nwin, lo, float(r["dur"]), events, device_us,
-                          on_device=bool(kernels)))
+                          on_device=on_device))
     return sorted(steps, key=lambda s: s.ts)
 
 

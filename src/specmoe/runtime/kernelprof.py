@@ -245,11 +245,12 @@ def profile_generate(prompts_by_batch: dict[int, list[str]], max_tokens: int, en
         return {**out, "startup_s": startup_s, "engine_start": clock.summary()}
 
 
-def summarise(trace_path: str | Path, batch: int, window: int) -> dict:
-    """Steady steps of one profile: B requests, each one window of `window` tokens (1 = decode)."""
+def summarise(trace_path: str | Path, batch: int, window: int, device: str) -> dict:
+    """Steady steps of one profile: B requests, each one window of `window` tokens (1 = decode),
+    profiled on `device` (its worker's: profiling.steps_from_chrome_trace)."""
     with gzip.open(trace_path, "rt") if str(trace_path).endswith(".gz") else open(trace_path) as fh:
         trace = json.load(fh)
-    steps = with_heads(profiling.steps_from_chrome_trace(trace))
+    steps = with_heads(profiling.steps_from_chrome_trace(trace, device, str(trace_path)))
     target = [s for s in steps if s.role == "target" and s.nreq == batch and s.nwin == batch
               and s.ntok == batch * window]
     # the first steps warm up (kept where there were few, they inflated the step time 3x)
@@ -406,8 +407,8 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                 raise SpecmoeError(f"{i['path']}: profiled with {i['engine_mode']}: profiles "
                                    f"need eager mode ({profiling.EAGER}), whose kernels run "
                                    "inside its ranges")
-        dec = [summarise(i["path"], b, 1) for i in dec_infos]
-        ver = [summarise(i["path"], b, k + 1) for i in ver_infos]
+        dec = [summarise(i["path"], b, 1, i["device"]) for i in dec_infos]
+        ver = [summarise(i["path"], b, k + 1, i["device"]) for i in ver_infos]
         for i, v in zip(ver_infos, ver):
             if not math.isfinite(v["drafter_us_per_step"]):
                 # no drafter ranges (forward_models found no drafter model) or none with
