@@ -104,8 +104,8 @@ def test_correction_shows_no_te_past_one(capsys):
     assert steps[2]["te"] is None and steps[2]["te_raw"] == pytest.approx(1 / 0.6)
     assert steps[2]["delta"] is None and steps[3]["gap_closed"] is None
     assert json.loads(cap.out)["total_gap_closed"] is None
-    warned = cap.err.strip().splitlines()
-    assert len(warned) == 2 and all("below 1: not physical" in w for w in warned)
+    # the ratios themselves hold idle time, which may fall from decode to verify: no warning
+    assert cap.err == ""
 
 
 def test_correction_ratios_range_is_the_report_s(monkeypatch, capsys):

@@ -316,3 +316,55 @@ def test_the_correction_table_gives_each_delta_and_share_of_the_gap_its_interval
     assert te["gap_sweep_minus_costmodel"] == pytest.approx(0.85 - 0.61)
     assert (te["gap_sweep_minus_costmodel_low"], te["gap_sweep_minus_costmodel_high"]) == \
         pytest.approx((0.75 - 0.61, 0.95 - 0.61))
+
+
+def test_time_ratios_that_hold_device_idle_time_may_fall_below_1():
+    """S_moe, S_dense and the MoE class's ratio were held to [1, inf) though their class times
+    hold the device's idle time between kernels (profiling.device_events: idle between two MoE
+    kernels is MoE time, the rest is 'other', and dense = total - MoE holds 'other'), which
+    verify's longer kernels fill: starts built from the study's Qwen3-30B values (f 0.33, S_moe
+    1.57, S_dense 0.94) gave step 3 a TE of 0.871 'ok' beside an s_dense blanked as 'below 1:
+    not physical' on the same row. They are bounded by (0, inf) now, as 'other' is; a class of
+    kernel work alone (attention) still cannot fall."""
+    from specmoe.measured.profiling import (
+        DEVICE_IDLE, EAGER, Event, compare_starts, over_starts, share_over_starts,
+    )
+    from specmoe.report.measured import correction_rows, kernel_rows
+
+    def start(j):
+        dec = [Event("fused_moe_kernel", 33, in_moe=True), Event("nvjet_tst_x", 40),
+               Event(DEVICE_IDLE, 27)]
+        ver = [Event("fused_moe_kernel", 51.8 + j, in_moe=True), Event("nvjet_tst_x", 48),
+               Event(DEVICE_IDLE, 15 - j)]
+        return dec, ver
+
+    b = {**compare_starts([start(j) for j in (-0.5, 0, 0.5)]), "batch": 1,
+         "engine_mode": {"decode": EAGER, "verify": EAGER}}
+    assert b["dense_time_ratio_high"] < 1
+    rows = correction_rows({"model": "m"}, b, None, {"moe_weight_share": 0.667,
+                                                     "unique_ratio": 2.44})
+    assert rows[3]["te_status"] == "ok" and rows[3]["s_dense_status"] == "ok"
+    assert rows[3]["s_dense"] == pytest.approx(b["dense_time_ratio"])
+    assert (rows[3]["s_dense_low"], rows[3]["s_dense_high"]) == (b["dense_time_ratio_low"],
+                                                                 b["dense_time_ratio_high"])
+    # per-start S_dense of 0.93, 0.94 and 0.95: a value, with its interval
+    per = {"moe_time_share": [0.33] * 3, "moe_time_ratio": [1.55, 1.57, 1.59],
+           "dense_time_ratio": [0.93, 0.94, 0.95]}
+    b2 = summarised({"batches": [{"batch": 1, "te_profiled": 0.87, "draft_cost_profiled": 0.05,
+                                  "device": "cuda", "classes": {},
+                                  **{k: v[0] for k, v in per.items()}}]})["batches"][0]
+    for k, v in per.items():
+        point, lo, hi = (share_over_starts if k == "moe_time_share" else over_starts)(v)
+        b2.update({k: point, f"{k}_low": lo, f"{k}_high": hi, f"{k}_per_start": v})
+    rows = correction_rows({"model": "m"}, b2, None, {"moe_weight_share": 0.667,
+                                                      "unique_ratio": 2.44})
+    assert rows[3]["s_dense_status"] == "ok" and rows[3]["s_dense"] == pytest.approx(0.94,
+                                                                                    rel=1e-3)
+    # the MoE class's ratio below 1 (idle between MoE kernels that verify fills) is a value;
+    # attention's, kernel work alone, is not
+    b["classes"]["moe"] = {**b["classes"]["moe"], "ratio": 0.9, "ratio_low": 0.85,
+                           "ratio_high": 0.95}
+    b["classes"]["attention"] = {**b["classes"]["moe"]}
+    ks = {r["class"]: r for r in kernel_rows({"model": "m"}, b, None)}
+    assert ks["moe"]["ratio_status"] == "ok" and ks["moe"]["ratio"] == 0.9
+    assert ks["attention"]["ratio_status"] == "below 1: not physical"

@@ -703,7 +703,7 @@ def test_profiled_shares_ratios_and_draft_cost_have_their_spread_over_engine_sta
     start 1.073 / 0.993 / 0.848 showed as 0.993 'ok' though its interval over the starts, [0.737,
     1.338], reaches past 1. Three starts whose MoE time ratio straddles 1 (0.8, 1.1, 1.4 at an
     MoE share of 0.5): every profiled value has its interval over the starts, step 2 of the
-    correction is not identified, and a class whose ratio lies below 1 is flagged."""
+    correction is not identified, and a class of work whose ratio lies below 1 is flagged."""
     from specmoe.report.bounds import TE_PAST_BOUND
     from specmoe.report.measured import correction_rows, kernel_rows
     from specmoe.report.measured import te_three_ways_row
@@ -738,16 +738,20 @@ def test_profiled_shares_ratios_and_draft_cost_have_their_spread_over_engine_sta
         (b["te_profiled_low"], b["te_profiled_high"]))
     assert rows[2]["s_moe_raw_low"] == b["moe_time_ratio_low"]
     assert math.isnan(rows[1]["s_moe_raw_low"])
-    assert rows[2]["s_moe_status"] == TE_PAST_BOUND and math.isnan(rows[2]["s_moe_low"])
+    # S_moe's interval passing 1 is a value: MoE time holds the idle time between its kernels,
+    # which may fall from decode to verify (report.measured.CORRECTION_INPUTS)
+    assert rows[2]["s_moe_status"] == "ok"
+    assert rows[2]["s_moe_low"] == b["moe_time_ratio_low"] < 1
 
-    # attention's ratio below 1 wholly (a class cannot take less time on more tokens), MoE's
-    # interval passing 1, the dense GEMM's above it: flagged as TE past its bound is
+    # attention's ratio below 1 wholly (a class of work cannot take less time on more tokens),
+    # flagged as TE past its bound is; MoE's interval passing 1 and the dense GEMM's above it
+    # are values
     b["classes"]["attention"] = {**b["classes"]["moe"], "ratio": 0.6, "ratio_low": 0.5,
                                  "ratio_high": 0.7}
     ks = {r["class"]: r for r in kernel_rows({"model": "m"}, b, cm)}
     assert ks["attention"]["ratio_status"] == "below 1: not physical"
     assert math.isnan(ks["attention"]["ratio"]) and ks["attention"]["ratio_raw"] == 0.6
-    assert ks["moe"]["ratio_status"] == TE_PAST_BOUND and math.isnan(ks["moe"]["ratio_high"])
+    assert ks["moe"]["ratio_status"] == "ok" and ks["moe"]["ratio_high"] > 1
     assert ks["dense_gemm"]["ratio_status"] == "ok"
     assert ks["dense_gemm"]["ratio"] == pytest.approx(59 / 49)  # the GEMM alone
 
@@ -1271,7 +1275,7 @@ def test_other_time_which_holds_the_device_idle_time_may_fall_from_decode_to_ver
     assert rows["other"]["ratio_status"] == "ok"
     assert rows["other"]["ratio"] == pytest.approx(7.5 / 9, rel=1e-3)
     assert rows["other"]["ratio_low"] < rows["other"]["ratio"] < rows["other"]["ratio_high"] < 1
-    for work in ("moe", "attention"):  # a work class's time still cannot fall
+    for work in ("moe", "attention"):  # their kernels took 2.5 times as long
         assert rows[work]["ratio"] == pytest.approx(2.5)
     b["classes"]["attention"] = {**b["classes"]["other"]}
     rows = {r["class"]: r for r in kernel_rows({"model": "m"}, b, None)}

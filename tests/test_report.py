@@ -1784,8 +1784,7 @@ def test_the_three_step_corrections_rows_lay_out_the_cost_models_correction_over
     assert len(calls) == 1 and [r["te_status"] for r in rows] == ["ok"] * 4
     for r, s in zip(rows, want):
         assert r["te"] == s["te"] and r.get("te_low") == s["te_low"]
-        # the inputs as computed (their shown values are bounded: s_dense's interval over
-        # these starts reaches below 1, so it is flagged and shown empty)
+        # the inputs as computed (their shown values are bounded by their physical ranges)
         assert (r["f_raw"], r["s_moe_raw"], r["s_dense_raw"]) == (s["f"], s["s_moe"],
                                                                  s["s_dense"])
     for r, s in zip(rows[1:], want[1:]):

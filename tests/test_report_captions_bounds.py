@@ -57,15 +57,21 @@ def _fixture_corrections() -> dict[str, list[dict]]:
 
 
 def test_the_three_step_corrections_time_ratios_are_never_below_their_floor():
-    """s_moe and s_dense are verify/decode time ratios, physically >= 1; kernel_time_shares
-    flags a ratio below 1 (or one whose interval reaches there) as not identified, but the
-    three-step correction wrote the same numbers as plain values (the fixture's tiny-fine step 2:
-    s_moe 0.425 [0.028, 6.551]). Now no input column holds a number past its bound, the raw
-    value stays beside it, and a measured ratio's status is kernel_time_shares' for it."""
+    """kernel_time_shares flags a ratio past its physical range (or one whose interval reaches
+    there) as not identified, but the three-step correction wrote the same numbers as plain
+    values (the fixture's tiny-fine step 2: s_moe 0.425 [0.028, 6.551], when s_moe was held to
+    [1, inf)). Now no input column holds a number past its bound (CORRECTION_INPUTS: f in [0,
+    1], s_moe and s_dense, time ratios holding idle time, in (0, inf)), the raw value stays
+    beside it, and a measured s_moe's status is the one kernel_time_shares' rule gives the MoE
+    class's ratio from the same numbers."""
+    from specmoe.report.bounds import bounded
+    from specmoe.report.measured import CORRECTION_INPUTS, RATIO_RANGE
+
     ks = tables.read_csv(FIXTURE / "kernel_time_shares.csv")
     rebuilt = _fixture_corrections()
     assert rebuilt
-    bounds = {"f": (0, 1), "s_moe": (1, np.inf), "s_dense": (1, np.inf)}
+    assert CORRECTION_INPUTS["s_moe"] == RATIO_RANGE["moe"]
+    bounds = {col: (r["lower"], r["upper"]) for col, r in CORRECTION_INPUTS.items()}
     past = [(model, r["name"], c, r[c]) for model, rows in rebuilt.items() for r in rows
             for col, (lo, hi) in bounds.items() for c in (col, f"{col}_low", f"{col}_high")
             if not (np.isnan(r[c]) or lo <= r[c] <= hi)]
@@ -76,12 +82,11 @@ def test_the_three_step_corrections_time_ratios_are_never_below_their_floor():
                 assert r[f"{col}_status"] == "ok" or np.isnan(r[col])
                 assert not np.isnan(r[f"{col}_raw"])
         moe = ks[(ks["model"] == model) & (ks["batch"] == 1) & (ks["class"] == "moe")].iloc[0]
-        assert [r["s_moe_status"] for r in rows[2:]] == [moe["ratio_status"]] * 2
+        status = bounded("ratio", moe["ratio_raw"], moe["ratio_raw_low"],
+                         moe["ratio_raw_high"], **RATIO_RANGE["moe"])["ratio_status"]
+        assert [r["s_moe_status"] for r in rows[2:]] == [status] * 2
         assert [r["s_moe_raw"] for r in rows[2:]] == pytest.approx([moe["ratio_raw"]] * 2,
                                                                    rel=1e-12)
-    # the fixture has a ratio flagged (its interval reaching below 1): shown empty, kept raw
-    flagged = [r for rows in rebuilt.values() for r in rows[2:] if r["s_moe_status"] != "ok"]
-    assert flagged and all(np.isnan(r["s_moe"]) and r["s_moe_raw"] > 0 for r in flagged)
     fine = rebuilt["tiny-fine"]
     # the weight model's inputs have no interval and are flagged by their point alone
     assert fine[0]["s_moe_status"] == fine[0]["s_dense_status"] == fine[0]["f_status"] == "ok"

@@ -272,8 +272,8 @@ SEED = Range(int, 0)
 SHARE = Range(float, 0, 1, open="lohi")
 PROBABILITY = Range(float, 0, 1)
 # a verification window of K+1 <= 9 tokens reads at most K+1 times one token's experts, and takes
-# at most K+1 decode steps' time for each part of the step; a measured ratio below the report's
-# physical range (report.measured.CORRECTION_INPUTS, at least 1) is kept and flagged there
+# at most K+1 decode steps' time for each part of the step; a measured ratio outside the report's
+# physical range (report.measured.CORRECTION_INPUTS) is kept and flagged there
 WINDOW_RATIO = Range(float, 0, MAX_K + 1, open="lo")
 BATCH = Range(int, 1, MAX_BATCH)
 
@@ -451,9 +451,10 @@ def _correction_args(s: argparse.ArgumentParser) -> None:
              "unique experts per window / k: at least one token's k, at most K+1 tokens' own"),
             ("moe-time-share", SHARE, "measured MoE share of decode time"),
             ("moe-time-ratio", WINDOW_RATIO, "measured verify/decode time ratio of MoE kernels "
-                                              "(below 1, not physical, is flagged)"),
+                                              "(idle time between them included: may be "
+                                              "below 1)"),
             ("dense-time-ratio", WINDOW_RATIO, "measured verify/decode time ratio of the rest "
-                                               "(below 1, not physical, is flagged)")):
+                                               "(idle time included: may be below 1)")):
         s.add_argument(f"--{name}", type=kind, required=True, help=what)
     s.add_argument("--measured", type=Range(float, 0, 1, open="lo"),
                    help="TE measured from the sweep: decode step time / verification step time "
@@ -474,10 +475,8 @@ def cmd_correction(a) -> dict:
              "s_dense": ("--dense-time-ratio", a.dense_time_ratio)}
     for col, (flag, v) in given.items():
         status = bounded(col, v, **CORRECTION_INPUTS[col])[f"{col}_status"]
-        if status != "ok":  # measured, so kept (the study's own s_dense is 0.94), but flagged
-            _warn(a, f"{flag} {v:g}: {status} (verify runs K + 1 tokens per request where "
-                     "decode runs 1: a class's time cannot fall); a TE it puts outside [0, 1] "
-                     "is not shown")
+        if status != "ok":  # measured, so kept, but flagged
+            _warn(a, f"{flag} {v:g}: {status}; a TE it puts outside [0, 1] is not shown")
     res = three_step_correction(a.moe_weight_share, a.unique_ratio, a.moe_time_share,
                                 a.moe_time_ratio, a.dense_time_ratio, a.measured)
     steps = []

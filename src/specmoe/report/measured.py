@@ -159,12 +159,17 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         "device": b["device"]}
 
 
+# a verify/decode time ratio that holds idle time: the device's between kernels and the host's
+# between ops (profiling.DEVICE_IDLE, UNTRACKED), which verify's longer kernels fill, so that it
+# may fall from decode to verify though the work in it cannot: (0, inf). "other" holds the idle
+# time outside MoE blocks, the MoE class the idle time between two of a block's kernels (or
+# ops): profiling.device_events, steps_from_chrome_trace
+IDLE_HOLDING = {"lower": 0.0, "upper": np.inf}
 # a kernel class's verify/decode time ratio's physical range: verify runs K + 1 tokens per
-# request where decode runs 1, so a work class's time cannot fall ([1, inf)); "other" holds the
-# device's idle time between kernels and the host's between ops (profiling.DEVICE_IDLE,
-# UNTRACKED), which verify's longer kernels fill, so it may fall: (0, inf)
+# request where decode runs 1, so the time of a class of work alone (attention, dense GEMM,
+# communication) cannot fall ([1, inf)); MoE and "other" hold idle time (IDLE_HOLDING)
 RATIO_RANGE = {**{cls: {"lower": 1.0, "upper": np.inf} for cls in ALL_CLASSES},
-               "other": {"lower": 0.0, "upper": np.inf}}
+               "moe": IDLE_HOLDING, "other": IDLE_HOLDING}
 
 
 def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
@@ -192,11 +197,12 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
 
 
 # the three-step correction's inputs in the order its steps measure them, each with its physical
-# range: the MoE share of step time, and the MoE and non-MoE verify/decode time ratios (verify
-# runs K + 1 tokens per request where decode runs 1: a class's time cannot fall)
+# range: the MoE share of step time, [0, 1], and the MoE and non-MoE verify/decode time ratios,
+# (0, inf): both hold idle time, which may fall from decode to verify (IDLE_HOLDING; the
+# non-MoE time is the step's less the MoE class's, "other" included), so that below 1 is no
+# sign of a broken measurement (the study's own S_dense is 0.94)
 CORRECTION_INPUTS = {"f": {"lower": 0.0, "upper": 1.0},
-                     "s_moe": {"lower": 1.0, "upper": np.inf},
-                     "s_dense": {"lower": 1.0, "upper": np.inf}}
+                     "s_moe": RATIO_RANGE["moe"], "s_dense": IDLE_HOLDING}
 # the profile's values per engine start the correction's steps take, in their order
 # (profiling.compare_starts), and every value of a profiled batch the tables read
 PER_START = ("moe_time_share", "moe_time_ratio", "dense_time_ratio")
@@ -232,7 +238,7 @@ def correction_rows(rc: dict, b: dict, sw: dict | None, cm: dict) -> list[dict]:
         row = {**rc, "batch": 1, **gap_as_pct(step), **bounded_te("te", s["te"], *interval),
                "te_sweep": corr["measured"], "profile_mode": profile_mode(b)}
         # each input within its physical range, flagged as kernel_rows flags a class's ratio
-        # (f, a share: [0, 1]; s_moe and s_dense, verify/decode time ratios: [1, inf)), with
+        # (f, a share: [0, 1]; s_moe and s_dense, time ratios holding idle time: (0, inf)), with
         # its own interval over the engine starts from the step that takes it on (none before
         # it, where it is the weight model's)
         for j, (col, key) in enumerate(zip(CORRECTION_INPUTS, PER_START), 1):
