@@ -42,9 +42,11 @@ def summarised(prof: dict) -> dict:
             "ratio": 1.0}  # a kernel class the hand-made profile gives no time
 
     def batch(b):
-        given = {c: b["classes"].get(c, none) for c in ALL_CLASSES}
-        out = {**b, "classes": {c: {**d, **{f"{k}{e}": d[k] for k in ("decode_share",
-                                                                      "verify_share", "ratio")
+        # a class's share of kernel time: its share of time where not given (a CPU profile's)
+        given = {c: {"decode_kernel_share": d["decode_share"], **d}
+                 for c, d in ((c, b["classes"].get(c, none)) for c in ALL_CLASSES)}
+        out = {**b, "classes": {c: {**d, **{f"{k}{e}": d[k] for k in (
+                                    "decode_share", "verify_share", "decode_kernel_share", "ratio")
                                             for e in ("_low", "_high")},
                                     "ratio_per_start": [d["ratio"]] * 2}
                                 for c, d in given.items()}}
@@ -368,3 +370,67 @@ def test_time_ratios_that_hold_device_idle_time_may_fall_below_1():
     ks = {r["class"]: r for r in kernel_rows({"model": "m"}, b, None)}
     assert ks["moe"]["ratio_status"] == "ok" and ks["moe"]["ratio"] == 0.9
     assert ks["attention"]["ratio_status"] == "below 1: not physical"
+
+
+def test_the_moe_share_of_kernel_time_leaves_the_device_idle_time_out():
+    """On a GPU the profiled class times hold the device's idle time between kernels (the eager
+    passes' launch gaps), so f, the MoE share of the step's time, is not the study's MoE share
+    of GPU time, a sum of kernel times, with which the comparison set it: 9 non-MoE and 8 MoE
+    kernels per layer, each launched 15 us after the one before, gave f 0.427 where the MoE
+    kernels take 0.352 of the kernel time. The share of kernel time is carried with its interval
+    over the starts beside f, per class in kernel_time_shares, and it is what the comparison
+    sets beside the study's; on a CPU (no device idle time) it is f."""
+    from specmoe.measured.profiling import Event, compare, compare_starts, device_events
+    from specmoe.report.measured import kernel_rows
+    from specmoe.sources import published
+
+    def step(moe_k, dense_k, gap=15.0, layers=4):
+        timed, t = [], 0.0
+        for _ in range(layers):
+            for in_moe, ks in ((False, dense_k), (True, moe_k)):
+                for d in ks:
+                    timed.append((t, t + d, Event("fused_moe_kernel" if in_moe else "nvjet_tst",
+                                                  0.0, in_moe=in_moe)))
+                    t += max(d, gap)
+        return device_events(timed)
+
+    dense, moe = [2.0] * 8 + [4.0], [1.0] * 6 + [2.425] * 2
+    dec, ver = step(moe, dense), step([2 * d for d in moe], [2 * d for d in dense])
+    one = compare(dec, ver)
+    kernel = 4 * sum(moe) / (4 * sum(moe) + 4 * sum(dense))
+    assert round(one["moe_kernel_share"], 3) == round(kernel, 3) == 0.352
+    assert round(one["moe_time_share"], 3) == 0.427                  # f: the step's time
+    assert one["classes"]["moe"]["decode_kernel_share"] == one["moe_kernel_share"]
+    # on a CPU, no device idle time: the two are one
+    cpu = compare([Event("_C::cpu_fused_moe", 30, in_moe=True), Event("aten::mm", 70)],
+                  [Event("_C::cpu_fused_moe", 40, in_moe=True), Event("aten::mm", 80)])
+    assert cpu["moe_kernel_share"] == cpu["moe_time_share"] == 0.3
+
+    # three starts: the share of kernel time with its interval over them, as f has
+    starts = [(step(moe, [x * d for d in dense]), ver) for x in (0.95, 1.0, 1.05)]
+    b = {**compare_starts(starts), "batch": 1}
+    assert b["moe_kernel_share_low"] < b["moe_kernel_share"] < b["moe_kernel_share_high"]
+    assert b["moe_kernel_share_high"] < b["moe_time_share_low"]
+    assert len(b["moe_kernel_share_per_start"]) == 3
+    ks = {r["class"]: r for r in kernel_rows(run_cols_of("d1"), b, None)}
+    assert (ks["moe"]["decode_kernel_share"], ks["moe"]["decode_kernel_share_low"],
+            ks["moe"]["decode_kernel_share_high"]) == (b["moe_kernel_share"],
+                                                       b["moe_kernel_share_low"],
+                                                       b["moe_kernel_share_high"])
+    assert ks["moe"]["decode_share"] == b["moe_time_share"]
+
+    # the comparison with the study's MoE share of GPU time reads the share of kernel time
+    study = {"m": published.study_entry(
+        {"name": "m", "repo_id": "Qwen/Qwen3-30B-A3B-FP8", "tp": 1, "hardware": "H100",
+         "datasets": ["d1"]})}
+    cmp_ = published.comparison({"kernel_time_shares": pd.DataFrame(list(ks.values()))}, study)
+    (row,) = cmp_.to_dict("records")
+    assert row["quantity"] == "decode_kernel_share" and row["published"] == 0.33
+    assert (row["reproduced"], row["reproduced_low"], row["reproduced_high"]) == (
+        b["moe_kernel_share"], b["moe_kernel_share_low"], b["moe_kernel_share_high"])
+
+
+def run_cols_of(ds):
+    from specmoe.report.runs import run_cols
+
+    return run_cols(run(ds))

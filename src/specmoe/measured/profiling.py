@@ -84,17 +84,30 @@ def class_times(events: list[Event]) -> dict[str, float]:
 
 
 def compare(decode: list[Event], verify: list[Event]) -> dict:
-    """Per class: share of time in decode and verify, verify/decode ratio; and the MoE time share
-    f, MoE kernel time ratio S_moe and non-MoE time ratio S_dense of the three-step correction."""
+    """Per class: share of time in decode and verify, verify/decode ratio, and its share of the
+    decode step's kernel time (decode_kernel_share); and the MoE time share f, MoE kernel time
+    ratio S_moe and non-MoE time ratio S_dense of the three-step correction, with the MoE share
+    of kernel time (moe_kernel_share).
+
+    The shares of time are of the step's time, the device's idle time between kernels
+    (DEVICE_IDLE, launch gaps in the eager passes a profile runs) included, so that the
+    correction's last step is the step times' TE; the shares of kernel time leave that idle time
+    out, as the study's MoE share of GPU time (a sum of kernel times) does: 9 non-MoE and 8 MoE
+    kernels per layer launched 15 us apart gave f 0.427 where the MoE kernels take 0.352 of the
+    kernel time. On a CPU, with no device idle time, the two are the same."""
     d, v = class_times(decode), class_times(verify)
     td, tv = sum(d.values()), sum(v.values())
     if td <= 0 or tv <= 0:
         raise ValueError("no profiled time in decode or verify")
+    kd = class_times([e for e in decode if e.name != DEVICE_IDLE])
+    tk = sum(kd.values())
+    kernel_share = {c: kd[c] / tk if tk > 0 else float("nan") for c in ALL_CLASSES}
     per_class = {c: {"decode_us": d[c], "verify_us": v[c], "decode_share": d[c] / td,
-                     "verify_share": v[c] / tv,
+                     "verify_share": v[c] / tv, "decode_kernel_share": kernel_share[c],
                      "ratio": v[c] / d[c] if d[c] > 0 else float("nan")} for c in ALL_CLASSES}
     dense_d, dense_v = td - d["moe"], tv - v["moe"]
     return {"classes": per_class, "moe_time_share": d["moe"] / td,
+            "moe_kernel_share": kernel_share["moe"],
             "moe_time_ratio": v["moe"] / d["moe"] if d["moe"] > 0 else float("nan"),
             "dense_time_ratio": dense_v / dense_d if dense_d > 0 else float("nan"),
             "te_profiled": td / tv}
@@ -166,16 +179,20 @@ def share_over_starts(per_start: list[float]) -> tuple[float, float, float]:
     return expit(m), expit(m - half), expit(m + half)
 
 
-SUMMARY_RATIOS = ("moe_time_share", "moe_time_ratio", "dense_time_ratio", "te_profiled")
-SHARES = ("moe_time_share",)  # summarised by share_over_starts, the others by over_starts
+SUMMARY_RATIOS = ("moe_time_share", "moe_kernel_share", "moe_time_ratio", "dense_time_ratio",
+                  "te_profiled")
+# summarised by share_over_starts, the others by over_starts
+SHARES = ("moe_time_share", "moe_kernel_share")
 
 
 def compare_starts(starts: list[tuple[list[Event], list[Event]]]) -> dict:
     """compare() of each engine start's mean decode and verify step ((decode events, verify
     events) per start: the starts' steps are not pooled, a start is the independent unit), the
     starts summarised: per class its mean time per step over the starts, its decode and verify
-    shares (as share_over_starts gives them) and its verify/decode ratio (as over_starts does),
-    each with <name>_low and <name>_high, so that the MoE class's are f's and S_moe's; and f (moe_time_share, as share_over_starts gives it), S_moe,
+    shares and its share of the decode step's kernel time (as share_over_starts gives them) and
+    its verify/decode ratio (as over_starts does), each with <name>_low and <name>_high, so that
+    the MoE class's are f's, the MoE share of kernel time's and S_moe's; and f (moe_time_share)
+    and the MoE share of kernel time (moe_kernel_share), as share_over_starts gives them, S_moe,
     S_dense and TE (as over_starts gives them), each (point, <name>_low, <name>_high) with
     <name>_per_start."""
     per = [compare(d, v) for d, v in starts]
@@ -188,7 +205,8 @@ def compare_starts(starts: list[tuple[list[Event], list[Event]]]) -> dict:
         # its shares and ratio from each start's, as f and S_moe are (the MoE class's are
         # those): the shares of its mean times were a second estimate of the same share
         for key, summary in (("decode_share", share_over_starts),
-                             ("verify_share", share_over_starts), ("ratio", over_starts)):
+                             ("verify_share", share_over_starts),
+                             ("decode_kernel_share", share_over_starts), ("ratio", over_starts)):
             vals = [o[key] for o in one]
             point, lo, hi = summary(vals)
             classes[c].update({key: point, f"{key}_low": lo, f"{key}_high": hi})

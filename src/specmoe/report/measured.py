@@ -60,17 +60,20 @@ def _summarised_over_starts(pr: dict) -> None:
     """Refuse a profile written before its values were summarised over the engine starts
     (profiling.compare_starts: each pair of starts on prompts of its own, shares on the logit
     scale, every value with its interval and per-start values, every kernel class), or one
-    that misses what the tables read of it: its f and a class's share were other estimates of
-    the same share, and its starts replayed one prompt set."""
+    that misses what the tables read of it (a class's share of kernel time among them): its f
+    and a class's share were other estimates of the same share, and its starts replayed one
+    prompt set."""
     classes = set(ALL_CLASSES)
     complete = pr["batches"] and all(
         set(b["classes"]) == classes and all(
-            "decode_share_low" in c and "ratio_per_start" in c for c in b["classes"].values())
+            "decode_share_low" in c and "decode_kernel_share_low" in c
+            and "ratio_per_start" in c for c in b["classes"].values())
         and all(k in b for k in PROFILE_KEYS) for b in pr["batches"])
     if not complete:
         raise InputError(f"profile of {Run.of(run_cols(pr['run'])).label}: written before"
                          " its values were summarised over the engine starts (no per-start "
-                         "values, share intervals or kernel classes): rerun rule profile")
+                         "values, share intervals, kernel classes or shares of kernel time): "
+                         "rerun rule profile")
 
 
 def _costmodel_te(cms: list[dict]) -> dict[tuple, float]:
@@ -183,6 +186,11 @@ def kernel_rows(rc: dict, b: dict, cm: dict | None) -> list[dict]:
             # the shares with their 95% intervals over the engine starts
             **{f"{ph}_share{end}": c[f"{ph}_share{end}"]
                for ph in ("decode", "verify") for end in ("", "_low", "_high")},
+            # its share of the decode step's kernel time, the device's idle time between
+            # kernels left out (profiling.compare), as the study's MoE share of GPU time is:
+            # the share set beside the study's (sources.published)
+            **{f"decode_kernel_share{end}": c[f"decode_kernel_share{end}"]
+               for end in ("", "_low", "_high")},
             # its ratio within its physical range (RATIO_RANGE), flagged as a TE past its
             # bound is (bounded), with its interval over the engine starts
             **bounded("ratio", c["ratio"], c["ratio_low"], c["ratio_high"],

@@ -19,7 +19,7 @@ MAX_INLINE_ROWS = 40
 FEW_BATCHES = 4
 # the quantities of the comparison shown inline: the study's headline numbers
 COMPARISON_MAIN = ("seq1", "seq2", "seq3", "independent", "sequence_temporal_share", "empirical",
-                   "ipf_uniform_sequence", "te_sweep", "decode_share", "delta")
+                   "ipf_uniform_sequence", "te_sweep", "decode_kernel_share", "delta")
 
 
 def parts(df: pd.DataFrame, stem: str) -> list[tuple[str, pd.DataFrame]]:

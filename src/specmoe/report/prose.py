@@ -1540,7 +1540,8 @@ HEADLINES = [("overlap_by_distance", "seq1", "step-1 overlap along the committed
              ("unique_experts", "ipf_uniform_sequence",
               "uniform IPF from the overlap along the sequence"),
              ("te_three_ways", "te_sweep", "TE at batch 1"),
-             ("kernel_time_shares", "decode_share", "MoE share of decode time at batch 1")]
+             ("kernel_time_shares", "decode_kernel_share",
+              "MoE share of decode kernel time at batch 1")]
 
 
 def pooled_note(td: Tables, run: pd.Series) -> str:

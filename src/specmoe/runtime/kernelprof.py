@@ -458,10 +458,11 @@ def profile_summary(decodes: list[dict], verifies: list[dict], k: int,
                      "grids": {"decode": profiling.grid_stats(dec_steps, sms),
                                "verify": profiling.grid_stats(ver_steps, sms)},
                      "top_ops": top_ops(dec_steps, ver_steps)})
-        log.info("batch %d: %d engine starts, %d decode / %d verify steps; MoE share %.3f, "
-                 "S_moe %.2f [%.2f, %.2f], S_dense %.2f [%.2f, %.2f], c %.3f [%.3f, %.3f], "
-                 "TE %.3f [%.3f, %.3f] (per start %s)", b, len(dec), len(dec_steps),
-                 len(ver_steps), cmp["moe_time_share"], cmp["moe_time_ratio"],
+        log.info("batch %d: %d engine starts, %d decode / %d verify steps; MoE share %.3f "
+                 "(of kernel time %.3f), S_moe %.2f [%.2f, %.2f], S_dense %.2f [%.2f, %.2f], "
+                 "c %.3f [%.3f, %.3f], TE %.3f [%.3f, %.3f] (per start %s)", b, len(dec),
+                 len(dec_steps), len(ver_steps), cmp["moe_time_share"],
+                 cmp["moe_kernel_share"], cmp["moe_time_ratio"],
                  cmp["moe_time_ratio_low"], cmp["moe_time_ratio_high"], cmp["dense_time_ratio"],
                  cmp["dense_time_ratio_low"], cmp["dense_time_ratio_high"], c, c_lo, c_hi,
                  cmp["te_profiled"], cmp["te_profiled_low"], cmp["te_profiled_high"],

@@ -190,7 +190,10 @@ SPECS = (
          key=("draft_position", "draft_position"),
          # the delta's interval is clustered by request (the table's test of it)
          intervals={"delta": ("delta_low_by_request", "delta_high_by_request")}),
-    Spec("kernel_time_shares", "profiling_batch1", {"decode_share": "moe_time_share"},
+    # the study's MoE share of GPU time is a sum of kernel times: beside it the MoE share of the
+    # decode step's kernel time, not of its time, which holds the device's idle time between
+    # kernels (launch gaps of the eager passes profiled: profiling.compare)
+    Spec("kernel_time_shares", "profiling_batch1", {"decode_kernel_share": "moe_time_share"},
          where={"batch": 1, "class": "moe"}, variant=("gpu", "precision", "tp")),
     Spec("te_three_ways", "te_batch1_k3", {"te_sweep": "target_efficiency"},
          where={"batch": 1, "k": STUDY_K}, variant=("precision", "tp", "sd_method")),
