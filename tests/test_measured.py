@@ -76,7 +76,7 @@ def test_a_profile_joins_its_own_datasets_sweep_and_cost_model(tmp_path):
     cms = [dump(tmp_path, "c1", cost("d1", 0.61, 0.667)), dump(tmp_path, "c2", cost("d2", 0.42, 0.5))]
     prof = {"run": run("d1"), "batches": [{
         "batch": 1, "te_profiled": 0.7, "moe_time_share": 0.33, "moe_time_ratio": 1.6,
-        "dense_time_ratio": 0.95, "draft_cost_profiled": 0.05, "device": "cuda", "sm_count": 132,
+        "dense_time_ratio": 0.95, "draft_cost_profiled": 0.05, "device": "cpu", "sm_count": 132,
         "classes": {"moe": {"decode_us": 3.0, "verify_us": 5.0, "decode_share": 0.33,
                             "verify_share": 0.4, "ratio": 1.6}}, "grids": {}}]}
     t = build_measured_tables(sps, [dump(tmp_path, "p", summarised(prof))], cms)
@@ -270,7 +270,7 @@ def test_tau_keeps_its_interval_and_the_te_with_the_profiled_c_takes_it():
 
     b = summarised({"run": run("d1"), "batches": [{
         "batch": 1, "te_profiled": 0.7, "moe_time_share": 0.33, "moe_time_ratio": 1.6,
-        "dense_time_ratio": 1.05, "draft_cost_profiled": 0.1, "device": "cuda",
+        "dense_time_ratio": 1.05, "draft_cost_profiled": 0.1, "device": "cpu",
         "draft_cost_profiled_low": 0.09, "draft_cost_profiled_high": 0.11,
         "classes": {}}]})["batches"][0]
     sw = {**row, "tau": 2.5, "speedup": 1.5, "speedup_low": 1.45, "speedup_high": 1.55}
@@ -434,3 +434,75 @@ def run_cols_of(ds):
     from specmoe.report.runs import run_cols
 
     return run_cols(run(ds))
+
+
+def test_a_draft_cost_profiled_eagerly_on_cuda_joins_only_a_sweep_that_ran_eagerly(tmp_path):
+    """te_sweep_profiled_c set the profile's draft cost c (eager passes: each kernel launched on
+    its own, the launch gaps in the drafter's and the step's times) beside tau and the speedup
+    of sweeps whose engines replay CUDA graphs (vLLM's default on a GPU): two engines mixed in
+    one number. On a CUDA profile beside graph-mode sweeps it is now no value, with the raw
+    number kept and a status saying why; beside eager sweeps, and on a CPU, it is as before.
+    The speedup stage records how the SD engine and the no-SD one beside it ran."""
+    from types import SimpleNamespace
+
+    from specmoe.contracts.analysis import SpeedupParams
+    from specmoe.measured.profiling import EAGER
+    from specmoe.provenance import read_json, write_json
+    from specmoe.report.measured import (
+        PROFILED_C_MODE_UNKNOWN, PROFILED_C_OTHER_ENGINE, te_three_ways_row,
+    )
+    from specmoe.stages.analysis import speedup_stage
+    from test_sweep import CPU_SERIES, point
+
+    graphs = {"compilation_mode": "VLLM_COMPILE", "cudagraph_mode": "FULL_AND_PIECEWISE",
+              "async_scheduling": True}
+    # the speedup stage passes the series' engine modes on
+    pts = lambda tpots, tau=None: [point(b, t * (1 + 0.01 * r), tau=tau, per_pos=[0.5])  # noqa
+                                   | {"repeat": r} for b, t in tpots for r in range(2)]
+    sd = {"datasets": {"ds": {"points": pts([(1, 8.0), (2, 10.0)], 2.0),
+                              "paired_no_sd": {"points": pts([(1, 10.0), (2, 11.0)])}}},
+          "engine_mode": graphs, "model_runner": "v1",
+          "paired_no_sd": {"engine": {}, "arm_order": "interleaved", "engine_mode": EAGER}}
+    write_json(tmp_path / "sd.json", sd, CPU_SERIES)
+    speedup_stage(SimpleNamespace(sd=tmp_path / "sd.json", drafter=[]),
+                  SimpleNamespace(json=tmp_path / "out.json"),
+                  SpeedupParams(run={"model": "m", "dataset": "ds", "k": 3}, margin=0.05,
+                                timing="client", engine_log_sd=0.043, engine_log_sd_df=6,
+                                engine_log_sd_device="cpu"))
+    assert read_json(tmp_path / "out.json")["engine_mode"] == {"sd": graphs, "no_sd": EAGER}
+
+    def row(device, modes):
+        b = summarised({"run": run("d1"), "batches": [{
+            "batch": 1, "te_profiled": 0.7, "moe_time_share": 0.33, "moe_time_ratio": 1.6,
+            "dense_time_ratio": 1.05, "draft_cost_profiled": 0.05, "device": device,
+            "classes": {}}]})["batches"][0]
+        sw = {**speedup("d1", 0.8, 2.5, 1.6)["rows"][0], "engine_mode": modes}
+        return te_three_ways_row({"model": "m"}, b, sw, None, np.nan)
+
+    te = 1 / (2.5 / 1.6 - 0.05)
+    eager_sweep = row("cuda", {"sd": EAGER, "no_sd": EAGER})
+    assert eager_sweep["te_sweep_profiled_c"] == pytest.approx(te)
+    assert eager_sweep["te_sweep_profiled_c_status"] == "ok"
+    for modes, why in (({"sd": graphs, "no_sd": graphs}, PROFILED_C_OTHER_ENGINE),
+                       ({"sd": graphs, "no_sd": EAGER}, PROFILED_C_OTHER_ENGINE),
+                       (None, PROFILED_C_MODE_UNKNOWN), ({"sd": EAGER}, PROFILED_C_MODE_UNKNOWN)):
+        got = row("cuda", modes)
+        assert np.isnan(got["te_sweep_profiled_c"]) and got["te_sweep_profiled_c_status"] == why
+        assert np.isnan(got["te_sweep_profiled_c_low"])
+        assert got["te_sweep_profiled_c_raw"] == pytest.approx(te)  # kept, with why
+    for modes in ({"sd": graphs, "no_sd": graphs}, None):  # a CPU profile: as before
+        got = row("cpu", modes)
+        assert got["te_sweep_profiled_c"] == pytest.approx(te)
+        assert got["te_sweep_profiled_c_status"] == "ok"
+
+    # through the tables: the speedup result's engine modes reach the row
+    sp = {**speedup("d1", 0.8, 2.5, 1.6), "engine_mode": {"sd": graphs, "no_sd": graphs}}
+    prof = summarised({"run": run("d1"), "batches": [{
+        "batch": 1, "te_profiled": 0.7, "moe_time_share": 0.33, "moe_time_ratio": 1.6,
+        "dense_time_ratio": 1.05, "draft_cost_profiled": 0.05, "device": "cuda",
+        "classes": {}}]})
+    t = build_measured_tables([dump(tmp_path, "s", sp)], [dump(tmp_path, "p", prof)],
+                              [dump(tmp_path, "c", cost("d1", 0.61, 0.667))])
+    r = t["te_three_ways"].iloc[0]
+    assert np.isnan(r["te_sweep_profiled_c"])
+    assert r["te_sweep_profiled_c_status"] == PROFILED_C_OTHER_ENGINE

@@ -88,7 +88,7 @@ def test_the_te_with_the_profiled_c_takes_a_tau_without_interval_at_its_point():
 
     b = summarised({"run": run("d1"), "batches": [{
         "batch": 1, "te_profiled": 0.7, "moe_time_share": 0.33, "moe_time_ratio": 1.6,
-        "dense_time_ratio": 1.05, "draft_cost_profiled": 0.1, "device": "cuda",
+        "dense_time_ratio": 1.05, "draft_cost_profiled": 0.1, "device": "cpu",
         "draft_cost_profiled_low": 0.09, "draft_cost_profiled_high": 0.11,
         "classes": {}}]})["batches"][0]
     sw = {"tau": 2.5, "tau_spread": 0.0, "speedup": 1.5, "speedup_low": 1.45,

@@ -40,7 +40,8 @@ def build_measured_tables(speedup_jsons, profile_jsons, cost_jsons) -> dict[str,
         below = below_highest(sp["rows"], sp["margin"])
         for r, b in zip(sp["rows"], below):
             t["speedup_vs_batch"].append(speedup_row(rc, sp, r, b))
-            sweep_rows[(Run.of(rc), r["batch"])] = r
+            # with how the sweep's engines ran (profiled_c_apart)
+            sweep_rows[(Run.of(rc), r["batch"])] = {**r, "engine_mode": sp.get("engine_mode")}
     for pr in prs:
         _summarised_over_starts(pr)
         rc = run_cols(pr["run"])
@@ -135,12 +136,13 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
            if sw else bounded_te("te_sweep", np.nan, np.nan, np.nan)),
         # the same sweep point with the drafter cost from profiling: serving the drafter
         # alone also times the engine's per-step work, which SD pays once, not K times
-        # (its interval from tau's, the speedup's and the profiled c's: te_sweep_interval)
-        **(bounded_te("te_sweep_profiled_c", *te_sweep_interval(
+        # (its interval from tau's, the speedup's and the profiled c's: te_sweep_interval);
+        # none where the profile timed another engine than the sweep's (profiled_c_apart)
+        **(bounded("te_sweep_profiled_c", *te_sweep_interval(
             sw.get("tau", np.nan), *_tau_interval(sw),
             *(sw.get(k, np.nan) for k in ("speedup", "speedup_low", "speedup_high")),
             *(b[k] for k in ("draft_cost_profiled", "draft_cost_profiled_low",
-                             "draft_cost_profiled_high"))))
+                             "draft_cost_profiled_high"))), profiled_c_apart(b, sw))
            if sw else bounded_te("te_sweep_profiled_c", np.nan, np.nan, np.nan)),
         **bounded_te("te_profiled", b["te_profiled"], b["te_profiled_low"],
                      b["te_profiled_high"]),
@@ -160,6 +162,30 @@ def te_three_ways_row(rc: dict, b: dict, sw: dict | None, cm: dict | None,
         **{f"draft_cost_profiled{end}": b[f"draft_cost_profiled{end}"]
            for end in ("", "_low", "_high")},
         "device": b["device"]}
+
+
+# why a TE from a sweep point with the profiled draft cost is no value (profiled_c_apart)
+PROFILED_C_OTHER_ENGINE = ("not comparable: the draft cost was profiled in eager mode on CUDA, "
+                           "the sweep ran with CUDA graphs or torch.compile")
+PROFILED_C_MODE_UNKNOWN = ("not comparable: the sweep's engine mode is not recorded (a speedup "
+                           "result from before it was: rerun rule speedup)")
+
+
+def profiled_c_apart(b: dict, sw: dict) -> str | None:
+    """Why a profiled batch's draft cost c (b) cannot join a sweep point (sw, with its sweep's
+    engine_mode: {"sd", "no_sd"}, analysis.speedup_stage), or None where it can. A profile runs
+    eager (profiling.EAGER); on CUDA that launches each kernel on its own, and the launch gaps
+    are in its step and drafter times, while vLLM's default engine, the sweeps', replays CUDA
+    graphs: c from the one beside tau and the speedup from the other mixes two engines. So on
+    CUDA it joins only a sweep whose engines both ran eager too; a sweep that did not record
+    how it ran is not taken as one. On a CPU, where no CUDA graphs take the launches out, it
+    joins the sweep as before."""
+    if b["device"] != "cuda":
+        return None
+    modes = [(sw.get("engine_mode") or {}).get(arm) for arm in ("sd", "no_sd")]
+    if any(m is None for m in modes):
+        return PROFILED_C_MODE_UNKNOWN
+    return None if all(eager(m) for m in modes) else PROFILED_C_OTHER_ENGINE
 
 
 # a verify/decode time ratio that holds idle time: the device's between kernels and the host's

@@ -589,6 +589,12 @@ def speedup_stage(inputs, outputs, params) -> None:
         raise InputError(f"{inputs.sd}: unknown arm order {arm_order!r} of its no-SD points "
                          f"({' or '.join(PAIR_ORDER)})")
     res["no_sd_series"] = PAIR_ORDER[arm_order]
+    # how the SD engine and the no-SD one beside it ran, as the series recorded them
+    # (measure.engine_runs; None where it did not): the report sets a draft cost profiled in
+    # eager mode beside the sweep only where that is how the sweep ran too
+    # (report.measured.profiled_c_apart)
+    res["engine_mode"] = {"sd": sd.get("engine_mode"),
+                          "no_sd": (sd.get("paired_no_sd") or {}).get("engine_mode")}
     prov = derived(sd.get("provenance", {}), asdict(params), stage="speedup",
                    also=(dr.get("provenance", {}),) if dr else ())
     fit = sd.get("prompting") or {}
