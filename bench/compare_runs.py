@@ -52,7 +52,8 @@ TIMING_COLUMNS = {
     # a profiled value with its interval over engine starts, raw value and status (bounded_te)
     "te_three_ways": ("te_sweep*", "te_profiled*", "gap_sweep_minus_costmodel*", "moe_time_share*",
                       "draft_cost_profiled*"),
-    "kernel_time_shares": ("decode_us", "verify_us", "decode_share*", "verify_share*", "ratio*"),
+    "kernel_time_shares": ("decode_us", "verify_us", "decode_share*", "verify_share*",
+                           "decode_kernel_share*", "ratio*"),
     "three_step_correction": ("te_sweep",),
 }
 # three_step_correction's inputs in the order its steps measure them (costmodel.CORRECTION_STEPS):

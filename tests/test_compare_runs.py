@@ -242,6 +242,8 @@ def test_a_measured_inputs_interval_raw_value_and_status_are_timings_of_its_step
      "m,moe,10,1.2,1.1,1.2,ok", "m,moe,11,,,0.9,below 1: not physical"),
     ("kernel_time_shares", "model,class,decode_share,decode_share_low,verify_share_high",
      "m,moe,0.5,0.4,0.7", "m,moe,0.55,0.45,0.75"),
+    ("kernel_time_shares", "model,class,decode_kernel_share,decode_kernel_share_high",
+     "m,moe,0.35,0.4", "m,moe,0.36,0.42"),
     ("te_three_ways", "model,batch,moe_time_share,moe_time_share_low,draft_cost_profiled,"
      "draft_cost_profiled_high", "m,1,0.3,0.25,0.05,0.07", "m,1,0.35,0.28,0.06,0.09"),
 ])
