@@ -423,3 +423,27 @@ def test_the_outside_calibration_caveat_says_what_the_public_rows_show():
     assert res["rows"] < 10 and "too few to show these intervals hold" in caveat
     assert len(res["no_information"]) > res["rows"] and "at most of them TE's interval spans " \
         "its whole range" in caveat
+
+
+def test_same_publisher_needs_a_checkpoint():
+    """The inferred layout's 'same publisher' rule is the same checkpoint on the same GPU from
+    the same publisher: two rows without a checkpoint (hf_id empty, as 10 rows are) matched as
+    'the same checkpoint', so a row that names none took another's stated TP."""
+    from specmoe.cost import admission
+
+    rows = admission.read_table()
+    base = next(r for r in rows if r["id"] == "S08-c1")
+    stated = dict(base, id="X1", hf_id="", parallel="tp", tp_pred="8", hardware_pred="H200",
+                  source_url="https://github.com/acme/a/issues/1")
+    unknown = dict(base, id="X2", hf_id="", parallel="not stated", tp_pred="",
+                   hardware_pred="H200", source_url="https://github.com/acme/b/pull/2",
+                   config="")
+    tp, why = admission.layout(unknown, [stated, unknown])
+    assert tp == "" and not why.startswith("same publisher"), why
+    # with the checkpoint named on both, the publisher's statement is taken
+    named = [dict(r, hf_id="acme/model") for r in (stated, unknown)]
+    assert admission.layout(named[1], named)[0] == "8"
+    # and no row of the table changes: its stored admission is the rule's
+    assert any(not r["hf_id"] for r in rows)  # rows without a checkpoint are there
+    for r, a in zip(rows, admission.admit(rows)):
+        assert (r["tp_admitted"], r["admitted"]) == (a["tp_admitted"], a["admitted"]), r["id"]

@@ -8,7 +8,8 @@ the evidence is recorded per row (`layout_evidence`):
 
 - stated: the source gives pure tensor parallelism for this measurement;
 - same publisher: another row of the collection from the same publisher (the source address's
-  repository owner), for the same checkpoint and GPU, states pure TP, one value;
+  repository owner), for the same checkpoint and GPU, states pure TP, one value (a row that
+  names no checkpoint, `hf_id` empty, has no "same checkpoint": it takes no other's TP);
 - one TP fits: of TP 1, 2, 4, 8 that split the model (hfconfig.tp_problems) and that one node of
   the GPU holds, exactly one fits the weights within the engines' default memory share
   (ENGINE_MEMORY_SHARE; both vLLM and SGLang default to pure TP given a TP). One GPU's memory is
@@ -108,8 +109,9 @@ def layout(r: dict, table: list[dict]) -> tuple[str, str]:
     if r["parallel"] != "not stated":
         return "", f"stated: {r['parallel']}"
     same = sorted({o["tp_pred"] for o in table
-                   if o["id"] != r["id"] and o["parallel"] == "tp" and o["tp_pred"]
-                   and o["hf_id"] == r["hf_id"] and o["hardware_pred"] == r["hardware_pred"]
+                   if r["hf_id"] and o["id"] != r["id"] and o["parallel"] == "tp"
+                   and o["tp_pred"] and o["hf_id"] == r["hf_id"]
+                   and o["hardware_pred"] == r["hardware_pred"]
                    and publisher(o["source_url"]) == publisher(r["source_url"])})
     if len(same) == 1:
         return same[0], (f"same publisher ({publisher(r['source_url'])}) states TP {same[0]} for "
