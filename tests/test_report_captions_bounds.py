@@ -170,3 +170,23 @@ def test_every_caption_file_reads_as_snakemakes_report_renders_it_with_no_placeh
     built = figures.caption("speedup_vs_batch", tables.Tables.of(
         {p.stem: str(p) for p in FIXTURE.glob("*.csv")}))
     assert "the engine-to-engine spread measured for the device they ran on" in built
+
+
+def test_overlap_by_status_caption_states_no_direction_of_overlap():
+    """The caption said "acceptance falls with position, and so does overlap" as a fact, but a
+    run's own table contradicts it (run8: synth-fine at K = 7, accepted drafts' overlap 0.442
+    [0.439, 0.445] at position 1 and 0.459 [0.446, 0.472] at 7, rising with disjoint intervals;
+    tiny-fine at K = 5 falling). Acceptance falls with position by construction; overlap may
+    change either way, so the caption (and the method it cites) names no direction of it."""
+    import re
+
+    from specmoe.report import registry
+
+    method = (Path(__file__).parents[1] / "docs/method.md").read_text()
+    section = method.split("## Deconfounded acceptance")[1].split("\n## ")[0]
+    for text in (registry.text("overlap_by_status"), section):
+        flat = " ".join(text.split())
+        assert "so does overlap" not in flat
+        assert not re.search(r"overlap[^.;()]{0,40}\b(falls|rises|drops|grows|declines|"
+                             r"decreases|increases)\b", flat), flat[:300]
+        assert "within a position" in flat or "same position" in flat

@@ -1,8 +1,8 @@
 """Deconfounded acceptance statistics (docs/method.md, "Deconfounded acceptance").
 
-Acceptance falls with draft position and so does overlap, so tokens are compared within the same
-draft position only: consecutive overlap overlap(S(j-1), S(j)) (layer-averaged) of accepted drafts at j
-against first-rejected drafts at j.
+Acceptance falls with draft position by construction and overlap may change with position too, so
+tokens are compared within the same draft position only: consecutive overlap overlap(S(j-1), S(j))
+(layer-averaged) of accepted drafts at j against first-rejected drafts at j.
 
 The independent unit is the request: the drafts of one request share its prompt, its topic and
 its routing, so its tokens are not independent samples. Every interval and test that decides
