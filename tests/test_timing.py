@@ -425,3 +425,51 @@ def test_the_timing_notes_and_the_prose_join_names_with_one_function():
         assert "_and" not in defined and module.and_join is words.and_join, module.__name__
     assert not [n for n in ast.walk(ast.parse(inspect.getsource(words)))
                 if isinstance(n, (ast.Import, ast.ImportFrom)) and n.module != "__future__"]
+
+
+def _renamed(old: str, new: str):
+    """The default configuration with every `old` in its text read as `new`."""
+    import yaml
+
+    from specmoe.config import Config
+    from test_config import REPO
+
+    raw = yaml.safe_load((REPO / "config.yaml").read_text().replace(old, new))
+    return Config.load(raw, REPO / "workflow/schemas/config.schema.yaml")
+
+
+def test_a_dotted_tiny_models_benchmark_is_the_one_its_rule_writes():
+    """A tiny model's name may hold a dot (the schema's ^[A-Za-z0-9][A-Za-z0-9._-]*$), but
+    benchmark_of dropped its last '.xxx' as an extension, though a checkpoint is a directory:
+    Files.benchmarks() declared benchmarks/models/tiny-fine-1.tsv (and its control the same
+    file) where rules train_model and random_model write benchmarks/models/tiny-fine-1.5.tsv and
+    tiny-fine-1.5-random.tsv."""
+    from specmoe.names import control_name
+
+    cfg = _renamed("tiny-fine", "tiny-fine-1.5")
+    declared = Files(cfg).benchmarks()
+    for name in ("tiny-fine-1.5", control_name("tiny-fine-1.5")):
+        # what Snakemake writes: the rules' benchmark pattern, filled
+        written = P.benchmark_of(P.model("{tiny}")).format(tiny=name)
+        assert written == f"benchmarks/models/{name}.tsv"
+        assert written in declared, (written, [d for d in declared if "/models/" in d])
+        assert P.log_of(P.model(name)) == f"logs/models/{name}.log"
+    # a file output still loses its extension alone, a dotted name kept
+    assert P.benchmark_of(P.SWEEP_AR.format(model="m.1", dtype="auto", tp=2)) == \
+        "benchmarks/sweeps/m.1/ar-auto-tp2.tsv"
+    assert P.benchmark_of(P.download("a--b.c", "full")) == "benchmarks/downloads/a--b.c.full.tsv"
+
+
+def test_the_report_counts_a_dotted_models_training(tmp_path):
+    """The report said "1 declared job(s) left no benchmark file (models/tiny-fine-1)" of a run
+    whose end-of-run summary counted its trainings: it now counts them too."""
+    from specmoe.names import control_name
+
+    cfg = _renamed("tiny-fine", "tiny-fine-1.5")
+    params = ReportIndexParams.from_config(cfg, None, Files(cfg))
+    for name, s in (("tiny-fine-1.5", 100), (control_name("tiny-fine-1.5"), 2)):
+        bench(tmp_path, P.benchmark_of(P.model("{tiny}")).format(tiny=name)
+              .removeprefix("benchmarks/"), s)
+    b = timing.collect(tmp_path, benchmarks=params.benchmarks)
+    assert b.seconds.get("train") == 102 and b.jobs.get("train") == 2, (b.seconds, b.missing)
+    assert not [j for j in b.missing if j.startswith("models/tiny-fine")], b.missing

@@ -66,10 +66,14 @@ def figure(name: str, ext: str) -> str:
 
 
 def _mirror(path: str, root: str, ext: str) -> str:
+    """root/<path under results/>.ext: a file output's extension replaced; a checkpoint (model:
+    results/models/<name>, the tokenizer's too) is a directory, whose name has no extension
+    though it may hold a dot (tiny-fine-1.5), so it is kept whole."""
     if not path.startswith("results/"):
         raise ValueError(f"not a results path: {path}")
     head, _, last = path[len("results/"):].rpartition("/")
-    stem = last.rsplit(".", 1)[0] if "." in last else last
+    directory = path == model(last)
+    stem = last.rsplit(".", 1)[0] if "." in last and not directory else last
     return f"{root}/{head}/{stem}.{ext}" if head else f"{root}/{stem}.{ext}"
 
 
