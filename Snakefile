@@ -28,4 +28,4 @@ rule all:
 
 
 onsuccess:
-    print(end_of_run(P.REPORT_SUMMARY, START, root="."))
+    print(end_of_run(P.REPORT_SUMMARY, START, root=".", controls=CFG.controls))

@@ -177,7 +177,8 @@ def test_report_index_names_the_configuration_it_was_given_and_writes_its_named_
             "summary": str(tmp_path / "r" / "end.txt")}
     smk = job("report_index", {"tables": list(csvs.values()), "markdown": list(mds.values()),
                                "figures": list(figs.values())}, outs,
-              {"config_hash": p.config_hash, "benchmarks": p.benchmarks}, tmp_path / "index.log")
+              {"config_hash": p.config_hash, "benchmarks": p.benchmarks,
+               "controls": p.controls}, tmp_path / "index.log")
     run_rule(smk, report_index_stage, ReportIndexParams)
     assert f"Configuration hash `{p.config_hash}`" in (tmp_path / "r" / "index.md").read_text()
     assert (tmp_path / "r" / "page.html").exists()

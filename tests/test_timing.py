@@ -22,6 +22,8 @@ from specmoe.routing.trace import Trace, status_for, write_trace
 from specmoe.stages import report
 from test_config import resolved
 
+# the untrained controls of run_dir's run (Config.controls: those the train note tells apart)
+CONTROLS = ("tiny-fine-random",)
 HEAD = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
 
@@ -94,7 +96,7 @@ def test_a_profile_counts_a_decode_and_a_verify_engine_per_engine_start(tmp_path
 
 
 def test_stages_sum_the_jobs_and_split_engine_start_off_where_recorded(tmp_path):
-    b = timing.collect(run_dir(tmp_path))
+    b = timing.collect(run_dir(tmp_path), controls=CONTROLS)
     assert b.seconds == pytest.approx({"train": 110, "engine start": 76, "serve": 55,
                                        "capture": 10, "profile": 14, "analysis": 7, "report": 7})
     assert b.jobs == {"train": 2, "serve": 3, "capture": 1, "profile": 1, "analysis": 2,
@@ -113,7 +115,7 @@ def test_an_engine_job_without_its_start_recorded_says_so_and_stays_whole(tmp_pa
     trace(root, "traces/tiny-fine/tiny-drafter/K3/tinybench.parquet",
           {"capture": {"generate_s": 6.0}})
     (root / "results/sweeps/tiny-fine/ar.json").unlink()
-    b = timing.collect(root)
+    b = timing.collect(root, controls=CONTROLS)
     assert b.seconds["engine start"] == pytest.approx(36)  # the SD check and the profile only
     assert b.seconds["capture"] == pytest.approx(20) and b.seconds["serve"] == pytest.approx(85)
     assert sorted(b.unsplit) == ["sweeps/tiny-fine/ar", "traces/tiny-fine/tiny-drafter/K3/tinybench"]
@@ -127,7 +129,7 @@ def test_an_engine_start_timed_after_vllms_import_is_named_too_short(tmp_path):
     late = {"import_included": False}
     out_json(root, "profiles/tiny-fine/tiny-drafter/K3.json",
              {"engine_startup_s": 16.0, "engine_start": {"decode": late, "verify": late}})
-    b = timing.collect(root)
+    b = timing.collect(root, controls=CONTROLS)
     assert b.import_excluded == ["profiles/tiny-fine/tiny-drafter/K3"]
     assert any(n.startswith("Too short: 1 engine job(s)") for n in timing.notes(b))
     out_json(root, "profiles/tiny-fine/tiny-drafter/K3.json",
@@ -155,7 +157,7 @@ def test_the_report_has_a_provenance_section_with_the_breakdown(tmp_path):
     root = run_dir(tmp_path)
     out = root / "results/report/index.md"
     report.report_index_stage(*report_job(root / "results/tables", root / "results/figures", out),
-                              ReportIndexParams("abc"), run_root=root)
+                              ReportIndexParams("abc", controls=CONTROLS), run_root=root)
     text = out.read_text()
     section = text[text.index("## Provenance"):]
     assert "Configuration hash `abc`" in section and "### Where the time went" in section
@@ -385,7 +387,7 @@ def test_the_notes_name_the_stage_each_unsplit_job_is_counted_in_and_only_stages
     trace(root, "traces/tiny-fine/tiny-drafter/K3/tinybench.parquet",
           {"capture": {"generate_s": 6.0}})
     (root / "results/sweeps/tiny-fine/ar.json").unlink()
-    said = " ".join(timing.notes(timing.collect(root)))
+    said = " ".join(timing.notes(timing.collect(root, controls=CONTROLS)))
     assert "their start-up is counted in serve and capture" in said
     assert "Train includes the tokenizer" in said and "serve the sweeps and SD checks" in said
     assert "vLLM's import included," in said
@@ -396,14 +398,15 @@ def test_the_train_note_names_only_the_jobs_that_ran(tmp_path):
     time, of a run without controls and of a rerun that retrained one model alike: it now says
     what the counted train jobs are, from their benchmark files."""
     bench(tmp_path, "models/tiny-fine.tsv", 100)  # one model retrained, nothing else
-    said = " ".join(timing.notes(timing.collect(tmp_path)))
+    controls = ("tiny-fine-random", "tiny-coarse-random")
+    said = " ".join(timing.notes(timing.collect(tmp_path, controls=controls)))
     assert "Train includes 1 trained model;" in said
     assert "tokenizer" not in said and "control" not in said
     bench(tmp_path, "models/tokenizer.tsv", 10)
     bench(tmp_path, "models/tiny-coarse.tsv", 90)
     for target in ("tiny-fine", "tiny-coarse"):
         bench(tmp_path, f"models/{target}-random.tsv", 2)
-    b = timing.collect(tmp_path)
+    b = timing.collect(tmp_path, controls=controls)
     assert b.jobs["train"] == 5
     assert ("Train includes the tokenizer, 2 trained models and 2 untrained controls;"
             in " ".join(timing.notes(b)))
@@ -473,3 +476,28 @@ def test_the_report_counts_a_dotted_models_training(tmp_path):
     b = timing.collect(tmp_path, benchmarks=params.benchmarks)
     assert b.seconds.get("train") == 102 and b.jobs.get("train") == 2, (b.seconds, b.missing)
     assert not [j for j in b.missing if j.startswith("models/tiny-fine")], b.missing
+
+
+def test_a_trained_drafter_named_random_is_not_an_untrained_control(tmp_path):
+    """A job counted as an untrained control where its name ended in "-random": a trained tiny
+    drafter named draft-random (the configuration refuses only a name that clashes with a
+    generated control) made "1 trained model and 2 untrained controls" of the tokenizer,
+    tiny-fine, its control and draft-random. The configuration's own controls decide it now, in
+    the report's breakdown (ReportIndexParams.controls) and at the end of the run alike."""
+    cfg = _renamed("tiny-drafter", "draft-random")
+    assert "draft-random" in cfg.tiny_drafters and "draft-random" not in cfg.controls
+    for job, s in (("models/tokenizer", 10), ("models/tiny-fine", 100),
+                   ("models/tiny-fine-random", 2), ("models/draft-random", 50)):
+        bench(tmp_path, f"{job}.tsv", s)
+    said = "Train includes the tokenizer, 2 trained models and 1 untrained control;"
+    params = ReportIndexParams.from_config(cfg, None, Files(cfg))
+    assert "tiny-fine-random" in params.controls and "draft-random" not in params.controls
+    out = tmp_path / "results/report/index.md"
+    report.report_index_stage(*report_job(tmp_path / "results/tables",
+                                          tmp_path / "results/figures", out),
+                              params, run_root=tmp_path)
+    assert said in out.read_text()
+    assert said in end_of_run(tmp_path / "x", 0.0, root=tmp_path, controls=cfg.controls)
+    # without the configuration's controls, the train jobs are not told apart by a guess
+    with pytest.raises(ValueError, match="without the configuration's controls"):
+        timing.notes(timing.collect(tmp_path))

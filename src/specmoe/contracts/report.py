@@ -47,7 +47,9 @@ class ReportIndexParams:
     every job the configuration declares but its own (`benchmarks`: specmoe.files.Files.
     benchmarks and the report rules'): its time breakdown counts only those, not the files a
     dropped model, K or dataset, or another configuration's run, left in benchmarks/, nor its
-    own job's previous file (Snakemake replaces it only once the job ends).
+    own job's previous file (Snakemake replaces it only once the job ends). Its train jobs are
+    told apart by the configuration's untrained controls (`controls`, Config.controls), not by
+    their names' end: a trained drafter may be named "...-random" too.
 
     Every job of `benchmarks` is upstream of it, so that its benchmark file is this run's by the
     time the breakdown reads it: besides the tables' and figures' jobs, input records (the
@@ -63,6 +65,7 @@ class ReportIndexParams:
 
     config_hash: str
     benchmarks: tuple[str, ...] | None = None
+    controls: tuple[str, ...] | None = None
 
     @classmethod
     def from_config(cls, cfg, w, files) -> "ReportIndexParams":
@@ -70,7 +73,8 @@ class ReportIndexParams:
         rules = {registry.TABLES[t][1] for t in report_tables(cfg)} | {"figures"}
         rules |= {"plan"} if cfg.planned else set()  # a target of its own (Files.targets)
         return cls(config_hash=config_hash(cfg.raw), benchmarks=tuple(sorted(
-            [*files.benchmarks(), *(P.report_benchmark(r) for r in rules)])))
+            [*files.benchmarks(), *(P.report_benchmark(r) for r in rules)])),
+            controls=tuple(sorted(cfg.controls)))
 
     @staticmethod
     def inputs(cfg, files) -> dict[str, list[str]]:

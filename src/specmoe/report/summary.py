@@ -10,13 +10,16 @@ from pathlib import Path
 from . import timing
 
 
-def end_of_run(summary_path, started: float, root: str | Path | None = None) -> str:
+def end_of_run(summary_path, started: float, root: str | Path | None = None,
+               controls=None) -> str:
     """The end-of-run text: the report's summary where this run wrote it, else where an older
     report lies (not rebuilt by this run: its targets did not include the report); with root
-    (the working directory), the time breakdown of the jobs this run ran."""
+    (the working directory), the time breakdown of the jobs this run ran, whose trained models
+    and untrained controls (controls: the configuration's, Config.controls) it tells apart."""
     return _report_part(summary_path, started) + (
-        "" if root is None else "\n\n" + timing.text(timing.collect(root, since=started),
-                                                      wall_s=time.time() - started))
+        "" if root is None else "\n\n" + timing.text(
+            timing.collect(root, since=started, controls=controls),
+            wall_s=time.time() - started))
 
 
 def _report_part(summary_path, started: float) -> str:

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..errors import InputError
-from ..names import CONTROL_SUFFIX
-from ..paths import TOKENIZER, benchmark_of
+from ..paths import TOKENIZER, benchmark_of, model
 from .words import and_join
 
 # the stages in the order a run meets them
@@ -58,6 +57,9 @@ class Breakdown:
     unreadable: list[str] = field(default_factory=list)
     # the jobs counted in train (the tokenizer, trained models, untrained controls), as _job
     train_jobs: list[str] = field(default_factory=list)
+    # the configuration's untrained controls (Config.controls), which tell the train jobs apart
+    # (train_words); None: not given
+    controls: tuple[str, ...] | None = None
 
     @property
     def total_s(self) -> float:
@@ -189,7 +191,8 @@ def record_of(benchmark: str) -> str | None:
 
 def collect(root: str | Path = ".", since: float | None = None,
             benchmarks: Iterable[str] | None = None,
-            records: Iterable[str] | None = None) -> Breakdown:
+            records: Iterable[str] | None = None,
+            controls: Iterable[str] | None = None) -> Breakdown:
     """The breakdown of the jobs whose benchmark files lie under root/benchmarks (those written
     at or after `since`, a time.time(), where given: one invocation's jobs; with `benchmarks`,
     paths under root, only these: the jobs a configuration declares, ReportIndexParams.
@@ -198,9 +201,12 @@ def collect(root: str | Path = ".", since: float | None = None,
     is read from its output (record_of); with `records`, paths under root, only from these (a
     job's inputs: rule report_index's, which declares them), the others' left unsplit. Declared
     benchmark files that are absent (Breakdown.missing) and files that are not Snakemake's
-    benchmarks (Breakdown.unreadable) count nowhere, and the notes say so (uncounted)."""
+    benchmarks (Breakdown.unreadable) count nowhere, and the notes say so (uncounted). With
+    `controls`, the configuration's untrained controls (Config.controls), the notes tell its
+    trained models from its controls (train_words); without, a breakdown with a model's training
+    in it has no notes (an error)."""
     root = Path(root)
-    b = Breakdown()
+    b = Breakdown(controls=None if controls is None else tuple(sorted(controls)))
     if benchmarks is None:
         found = sorted((root / "benchmarks").rglob("*.tsv"))
     else:
@@ -337,7 +343,7 @@ def notes(b: Breakdown) -> list[str]:
     out += uncounted(b)
     said = []
     if "train" in b.seconds:
-        said.append(("train", train_words(b.train_jobs)))
+        said.append(("train", train_words(b.train_jobs, b.controls)))
     if "serve" in b.seconds:
         said.append(("serve", "the sweeps and SD checks"
                      + (" once their engines are up" if "engine start" in b.seconds else "")
@@ -351,18 +357,31 @@ def notes(b: Breakdown) -> list[str]:
     return out
 
 
-def train_words(jobs: list[str]) -> str:
+def model_job(path: str) -> str:
+    """The job writing a checkpoint (specmoe.paths.model, TOKENIZER) as the notes name it
+    (_job): its benchmark file's path under benchmarks/, no extension."""
+    return str(PurePosixPath(benchmark_of(path)).relative_to("benchmarks").with_suffix(""))
+
+
+def train_words(jobs: list[str], controls: Iterable[str] | None) -> str:
     """What the train stage's jobs (Breakdown.train_jobs) are, in words: the tokenizer, trained
     models and untrained controls, each only where its jobs ran (a rerun that retrained one model
-    counted that model alone)."""
-    tokenizer = str(PurePosixPath(benchmark_of(TOKENIZER)).relative_to("benchmarks")
-                    .with_suffix(""))
-    controls = sum(j != tokenizer and j.endswith(CONTROL_SUFFIX) for j in jobs)
-    trained = len(jobs) - controls - jobs.count(tokenizer)
+    counted that model alone). controls: the configuration's untrained controls (Config.
+    controls), by name: a trained model or drafter may be named "...-random" too, so a job is a
+    control where the configuration makes it one, not by its name's end. None: not known, a
+    ValueError where a model's job is among `jobs`."""
+    tokenizer = model_job(TOKENIZER)
+    models = [j for j in jobs if j != tokenizer]
+    if models and controls is None:
+        raise ValueError(f"the train jobs {', '.join(models)} cannot be told apart as trained "
+                         "models or untrained controls without the configuration's controls")
+    untrained = {model_job(model(c)) for c in controls or ()}
+    n_controls = sum(j in untrained for j in models)
+    trained = len(models) - n_controls
     return and_join((["the tokenizer"] if tokenizer in jobs else [])
                     + ([f"{trained} trained model{'s' * (trained != 1)}"] if trained else [])
-                    + ([f"{controls} untrained control{'s' * (controls != 1)}"]
-                       if controls else []))
+                    + ([f"{n_controls} untrained control{'s' * (n_controls != 1)}"]
+                       if n_controls else []))
 
 
 def uncounted(b: Breakdown) -> list[str]:

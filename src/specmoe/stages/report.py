@@ -204,7 +204,7 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
         if block:
             lines += [f"## {section}", "", *block]
     lines += provenance_section(prov, sources_of(inputs.tables)["measured"], run_root,
-                                params.benchmarks, inputs.get("records"))
+                                params.benchmarks, inputs.get("records"), params.controls)
     text = "\n".join(lines)
     write_text(out, text + f"\n\n<!-- provenance: {json.dumps(prov, default=str)} -->\n")
     write_text(html, to_html(text, out.parent))
@@ -226,13 +226,15 @@ def _figure_block(png: Path, rel, td: tables.Tables) -> list[str]:
 
 def provenance_section(prov: dict, measured: list[str], run_root,
                        benchmarks: tuple[str, ...] | None = None,
-                       records: list[str] | None = None) -> list[str]:
+                       records: list[str] | None = None,
+                       controls: tuple[str, ...] | None = None) -> list[str]:
     """How the run was made: its configuration, where its measurements were made (measured:
     the tables' `measured` lines), the report job's packages and machine, and, with run_root,
     where its time went, by stage, from the jobs' benchmark files under run_root/benchmarks
     (those of `benchmarks`, the jobs the configuration declares, this report's own job excepted:
     it is still running; where not given, every file there) and the engine starts their
-    outputs record (those of `records`, the job's inputs, where given: timing.collect)."""
+    outputs record (those of `records`, the job's inputs, where given: timing.collect), its
+    trained models told from the configuration's untrained controls (`controls`)."""
     hw = prov.get("hardware") or {}
     lines = ["## Provenance", "",
              f"Configuration hash `{prov.get('config_hash')}`, created {prov.get('created')}.",
@@ -249,7 +251,8 @@ def provenance_section(prov: dict, measured: list[str], run_root,
             "Each job's wall time from its Snakemake benchmark file (benchmarks/), summed by "
             "stage, with engine start-up split off where the job's output records it; the "
             "report's own job is still running and is not counted.", "",
-            *timing.markdown(timing.collect(run_root, benchmarks=benchmarks, records=records))]
+            *timing.markdown(timing.collect(run_root, benchmarks=benchmarks, records=records,
+                                            controls=controls))]
 
 
 def run_summary(index: Path, opening: str, html=None) -> str:
