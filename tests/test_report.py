@@ -2228,3 +2228,46 @@ def test_the_predict_stage_names_its_run_for_the_table(tmp_path):
     [line] = prose.prediction_findings(tables_in(tmp_path))
     assert line.startswith("olmoe (step model for olmoe, K=3, heldout-prose with olmoe-eagle, "
                            "on H100): B=1: 1.70")
+
+
+def test_every_report_index_output_carries_its_provenance(tmp_path):
+    """summary.txt, an output of rule report_index, carried no provenance, and the Markdown
+    outputs wrote theirs in two encodings (index.md JSON, plan.md a Python repr: single quotes,
+    None). Each now carries the one provenance line (provenance.provenance_line): index.md and
+    index.html in a comment, summary.txt in a last '# provenance: ' line, which the end of the
+    run does not print."""
+    from specmoe.provenance import CSV_PROVENANCE
+    from specmoe.report.summary import end_of_run
+
+    out = tmp_path / "results/report/index.md"
+    report.report_index_stage(*report_job(tmp_path / "results/tables",
+                                          tmp_path / "results/figures", out),
+                              ReportIndexParams("abc"), run_root=None)
+
+    def comment(text: str) -> dict:
+        import html
+
+        return json.loads(html.unescape(re.search(r"<!-- provenance: (.*?) -->", text)[1]))
+
+    assert comment(out.read_text())["config_hash"] == "abc"
+    assert comment(out.with_suffix(".html").read_text())["config_hash"] == "abc"
+    summary = (out.parent / "summary.txt").read_text().rstrip("\n").splitlines()
+    assert summary[0].startswith("Report: ") and summary[-1].startswith(CSV_PROVENANCE)
+    prov = json.loads(summary[-1][len(CSV_PROVENANCE):])
+    assert prov["config_hash"] == "abc" and prov == comment(out.read_text())
+    said = end_of_run(out.parent / "summary.txt", 0.0)
+    assert "Report: " in said and "provenance" not in said and "abc" not in said
+
+
+def test_the_gpu_plans_provenance_comment_is_json(tmp_path):
+    """plan.md's provenance comment was the record's Python repr (single quotes, None), not
+    the JSON every other output carries."""
+    from types import SimpleNamespace
+
+    from specmoe.contracts.report import PlanParams
+    from test_preflight import only, paper
+
+    out = SimpleNamespace(json=tmp_path / "plan.json", md=tmp_path / "plan.md")
+    report.plan_stage(None, out, PlanParams.from_config(paper(only("glm-4.7-flash-bf16-tp1"))))
+    line = re.search(r"<!-- provenance: (.*?) -->", out.md.read_text())[1]
+    assert json.loads(line) == json.loads(out.json.read_text())["provenance"]

@@ -26,7 +26,11 @@ def _report_part(summary_path, started: float) -> str:
     p = Path(summary_path)
     if not p.is_file():
         return "specmoe: this run made no report (its targets did not include results/report)."
-    text = p.read_text().rstrip()
+    from ..provenance import CSV_PROVENANCE
+
+    # its provenance line (stages.report.report_index_stage) is the record's, not the run's news
+    text = "\n".join(ln for ln in p.read_text().splitlines()
+                     if not ln.startswith(CSV_PROVENANCE)).rstrip()
     if p.stat().st_mtime < started:
         first = text.splitlines()[0] if text else str(p)
         return (f"specmoe: the report was not rebuilt by this run (its targets did not include "
