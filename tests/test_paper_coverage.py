@@ -184,3 +184,17 @@ def test_the_gpu_plan_estimates_exactly_the_engine_jobs_of_the_dag(jobs):
     # a profile's dataset is not a wildcard: the plan's profile rows carry it, the DAG's do not
     planned = {(r, m, d, k, "" if r == "profile" else ds) for r, m, d, k, ds in planned}
     assert planned == dag
+
+
+def test_the_readme_quotes_the_study_dry_runs_own_job_counts(paper_dry_run):
+    """The README quoted 465 jobs and 'preflight: 107 GPU jobs' for config/paper.yaml after
+    the drafters served alone per dtype and TP had made them 469 and 109: each count it quotes is
+    read from the dry run itself."""
+    out_text, _ = paper_dry_run
+    readme = (REPO / "README.md").read_text()
+    total = re.search(r"^total\s+(\d+)$", out_text, re.M)
+    gpu = re.search(r"preflight: (\d+) GPU jobs", out_text)
+    assert total and gpu, out_text[-2000:]
+    assert re.findall(r"every job it would run: (\d+)", readme) == [total[1]]
+    assert re.findall(r"configuration plans (\d+) jobs", readme) == [total[1]]
+    assert re.findall(r"`preflight: (\d+) GPU jobs", readme) == [gpu[1]]
