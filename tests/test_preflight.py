@@ -284,6 +284,13 @@ def test_the_long_context_sets_max_batch_is_the_largest_batch_every_model_holds(
     assert held["qwen3-30b-fp8-tp2"] == 35 and held["gpt-oss-120b-tp4"] == 119
     fits = max(b for b, _ in c.sweep_schedule("mt-bench") if b <= min(held.values()))
     assert c.max_batch(ds) == fits == 32
+    # the README and paper.yaml quote these estimates (the README said 180 for GPT-OSS-120B, an
+    # estimate from before the KV cache's groups were counted as vLLM counts them)
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert f"about {held['qwen3-30b-fp8-tp2']} sequences do" in readme
+    assert f"GPT-OSS-120B's cache would hold {held['gpt-oss-120b-tp4']})" in readme
+    paper_text = (REPO / "config" / "paper.yaml").read_text()
+    assert f"{held['gpt-oss-120b-tp4']} GPT-OSS-120B's at TP 4" in paper_text
 
 
 def test_the_gpu_plan_sizes_a_pinned_model_from_its_download_and_says_so(tmp_path):
