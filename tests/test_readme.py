@@ -165,3 +165,17 @@ def test_the_preflight_example_is_what_the_preflight_says():
     schema = REPO / "workflow/schemas/config.schema.yaml"
     report = Config.load(cfg, schema).preflight(with_vllm=False)
     assert report.lines(True) == [example]
+
+
+# phrases of a lab notebook or of the project's history, not of what the tool does for its user
+NOTEBOOK = ("recent revisions", "on some days", "in one default run", "the old `--", "the former",
+            "as before", "in two runs here", "from one day to the next")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "config/README.md"])
+def test_the_user_docs_speak_about_the_tool_not_its_history(doc):
+    """The README quoted 'eight cold runs of recent revisions', a machine 'slower on some days',
+    'the old `--k`', and config/README 'the former `shuffle_seed`' and 'as before': sentences about
+    how the project was developed. Each user doc is free of such phrases."""
+    text = " ".join((REPO / doc).read_text().split())
+    assert [p for p in NOTEBOOK if p in text] == []
