@@ -8,7 +8,8 @@ sequence at d = 1 minus d = 8, ratio of sums over requests) is known, sampled `-
 - synthetic: a trained-like request has overlap 0.25 + 0.08 exp(-(d - 1) / 3) plus a request
   offset (sd 0.03) and noise (sd 0.01); a looping request (period 2: its tokens alternate) has
   overlap 0.3 at odd d and 0.9 at even d. `--loop-share` of the population loops (default 2/112,
-  the default run's tiny-fine: 2 of 112 requests);
+  an earlier default run's tiny-fine, 2 of 112 requests, on which docs/method.md's coverage
+  figures were measured; the current default's loop in 9 of 112);
 - a trace (`--trace results/traces/.../<dataset>.parquet`): the run's own requests are the
   population (resampling a run as if it were the world: what its intervals would cover if the
   run were drawn again).

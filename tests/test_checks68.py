@@ -14,6 +14,7 @@ from snakemake.utils import update_config
 
 from specmoe.config import Config, for_workflow
 from specmoe.errors import InputError
+from test_preflight import only
 from wf import REPO
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -27,15 +28,6 @@ def paper_raw(edit=None) -> dict:
     if edit:
         edit(cfg)
     return cfg
-
-
-def only(name, **kw):
-    """An edit: the paper's model `name` alone, changed."""
-    def edit(cfg):
-        m = next(m for m in cfg["models"] if m["name"] == name)
-        m.update(kw)
-        cfg["models"] = [m]
-    return edit
 
 
 def refused(cfg: dict, **kw) -> str:
