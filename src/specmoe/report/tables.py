@@ -5,7 +5,7 @@ CSV files start with one `# provenance: {...}` comment line; read them with `rea
 
 from __future__ import annotations
 
-import html
+import html as _html
 import io
 import json
 import math
@@ -111,7 +111,7 @@ def to_html(df: pd.DataFrame, caption: str = "", digits: int = 3) -> str:
     style = ("body{font-family:sans-serif;font-size:13px} table{border-collapse:collapse} "
              "td,th{padding:2px 8px;border-bottom:1px solid #ddd} td{text-align:right} "
              "th{text-align:left}")
-    cap = f"<p>{html.escape(caption)}</p>" if caption else ""
+    cap = f"<p>{_html.escape(caption)}</p>" if caption else ""
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>{style}</style></head>"
             f"<body>{cap}{body}</body></html>")
 
@@ -127,6 +127,14 @@ def _counts_as_integers(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def provenance_comment(prov: dict, html: bool = False) -> str:
+    """A Markdown (or, html, an HTML page's) provenance comment: its record's one line
+    (provenance_line), as every table's .md (and, escaped, .html) file and the report's pages
+    carry it."""
+    line = provenance_line(prov)
+    return f"<!-- provenance: {_html.escape(line) if html else line} -->"
+
+
 def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "",
                 digits: int = 3) -> list[Path]:
     """Write stem.csv, stem.md, stem.tex and stem.html. Returns the paths."""
@@ -138,10 +146,10 @@ def write_table(df: pd.DataFrame, stem: str | Path, prov: dict, caption: str = "
     paths = [stem.with_suffix(f".{ext}") for ext in FORMATS]
     write_csv(paths[0], buf.getvalue(), prov)
     head = f"**{caption}**\n\n" if caption else ""
-    write_text(paths[1], head + to_markdown(df, digits) + f"\n<!-- provenance: {prov_line} -->\n")
+    write_text(paths[1], head + to_markdown(df, digits) + f"\n{provenance_comment(prov)}\n")
     write_text(paths[2], f"% provenance: {prov_line}\n" + to_latex(df, caption, digits))
     write_text(paths[3], to_html(df, caption, digits)
-               + f"\n<!-- provenance: {html.escape(prov_line)} -->\n")
+               + f"\n{provenance_comment(prov, html=True)}\n")
     return paths
 
 

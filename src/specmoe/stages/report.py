@@ -6,7 +6,6 @@ captions."""
 
 from __future__ import annotations
 
-import html as html_text
 from pathlib import Path
 
 from dataclasses import asdict
@@ -30,13 +29,6 @@ def table_dir(files) -> Path:
     if len(dirs) != 1:
         raise ValueError(f"a rule's tables lie in one folder, not {sorted(map(str, dirs))}")
     return dirs.pop()
-
-
-def provenance_comment(prov: dict, html: bool = False) -> str:
-    """A Markdown (or, html, an HTML page's) provenance comment: its record's one line
-    (provenance_line), as the tables' .md (and, escaped, .html) files carry it."""
-    line = provenance_line(prov)
-    return f"<!-- provenance: {html_text.escape(line) if html else line} -->"
 
 
 def config_provenance(params, **extra) -> dict:
@@ -214,8 +206,8 @@ def report_index_stage(inputs, outputs, params, run_root=".") -> None:
     lines += provenance_section(prov, sources_of(inputs.tables)["measured"], run_root,
                                 params.benchmarks, inputs.get("records"), params.controls)
     text = "\n".join(lines)
-    write_text(out, text + f"\n\n{provenance_comment(prov)}\n")
-    write_text(html, to_html(text, out.parent) + f"{provenance_comment(prov, html=True)}\n")
+    write_text(out, text + f"\n\n{tables.provenance_comment(prov)}\n")
+    write_text(html, to_html(text, out.parent) + f"{tables.provenance_comment(prov, html=True)}\n")
     # its last line: the end of the run prints the rest (report.summary)
     write_text(outputs.summary, run_summary(out, opening, html)
                + f"{CSV_PROVENANCE}{provenance_line(prov)}\n")
@@ -390,5 +382,5 @@ def _plan_markdown(rows, s, a, ptok, sources, unplanned, report, prov) -> str:
              tables.to_markdown(df, 2),
              "## Preflight", "", *(f"- {ln}" for ln in report.lines(True) + report.lines(False)),
              *([] if report.findings else ["Every GPU job passes."]), "",
-             provenance_comment(prov), ""]
+             tables.provenance_comment(prov), ""]
     return "\n".join(lines)
