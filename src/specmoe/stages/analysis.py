@@ -319,14 +319,15 @@ def ipf_stage(inputs, outputs, params) -> None:
     status["skewed_window"] = (skew.converged, skew.iterations, skew.max_error, skew.n_clipped,
                                skew.n_unconverged, skew.n_infeasible)
     prov = derived(ov.get("provenance", {}), {"batch_sizes": batch_sizes}, stage="ipf")
-    err_ci, emp_ci = ipf_error_intervals(ov, fits, pred, seq, per_layer_ov, q)
+    rel = {key: (v - emp) / emp for key, v in pred.items()}
+    err_ci, emp_ci = ipf_error_intervals(ov, fits, pred, rel, seq, per_layer_ov, q)
     write_json(out, {
         "run": ov["run"],
         "empirical": emp,
         "inputs": IPF_INPUTS,
         "sequence_overlap": seq.tolist(),
         "prediction": pred,
-        "relative_error": {key: (v - emp) / emp for key, v in pred.items()},
+        "relative_error": rel,
         # each error's 95% interval over requests, and the measured value's over the same
         # resamples (ipf_error_intervals)
         "relative_error_interval": err_ci,
@@ -349,7 +350,7 @@ def ipf_stage(inputs, outputs, params) -> None:
         log.warning("IPF clipped %d infeasible pair tables", clipped)
 
 
-def ipf_error_intervals(ov: dict, fits: dict, pred: dict, seq: np.ndarray,
+def ipf_error_intervals(ov: dict, fits: dict, pred: dict, rel: dict, seq: np.ndarray,
                         per_layer_ov: np.ndarray, q: np.ndarray) -> tuple[dict, list[float]]:
     """The 95% interval over requests of each IPF's relative error, from the overlap stage's
     per-request pieces (its "per_request"), and of the measured unique experts per window (the
@@ -384,16 +385,17 @@ def ipf_error_intervals(ov: dict, fits: dict, pred: dict, seq: np.ndarray,
     err_ci["skewed_window"] = ipf.skewed_error_interval(
         k, q, per_layer_ov, pred["skewed_window"], w_sums, pr["window_pairs"], pr["loads"],
         pr["tokens"], w, measured)
-    # widened about each point for the requests' number, as every request-resampled interval is
-    # (bootstrap.widen), about the error the ipf stage prints (relative_error)
-    n_req, emp = len(pr["unique_sum"]), ov["unique"]["empirical"]
+    # widened for the requests' number, as every request-resampled interval is (bootstrap.widen),
+    # about the error the ipf stage prints (rel: its relative_error) and the measured value
+    n_req = len(pr["unique_sum"])
     for key, ends in err_ci.items():
         if not np.isfinite(ends).all():
             log.warning("IPF (%s): no interval of its error over requests (fewer than the "
                         "bootstrap's requests, or a fit a step from its inputs does not hold its "
                         "margins)", key)
-        err_ci[key] = [float(e) for e in bootstrap.widen((pred[key] - emp) / emp, *ends, n_req)]
-    emp_ci = [float(e) for e in bootstrap.widen(emp, *ipf.empirical_interval(measured), n_req)]
+        err_ci[key] = [float(e) for e in bootstrap.widen(rel[key], *ends, n_req)]
+    emp_ci = [float(e) for e in bootstrap.widen(ov["unique"]["empirical"],
+                                                *ipf.empirical_interval(measured), n_req)]
     return err_ci, emp_ci
 
 
