@@ -26,7 +26,7 @@ from .contracts.analysis import SpeedupParams
 from .cost.costmodel import DEFAULT_HARDWARE
 from .cudagraphs import cuda_graph_config, tokens_per_request
 from .errors import InputError
-from .kinds import ENGINE_DEFAULTS, engine_arg, engine_context, kind
+from .kinds import ENGINE_DEFAULTS, engine_arg, engine_context, kind, on_gpu_hardware
 from .names import control_name, job_label, repo_key
 from .measured.profiling import prompts_needed
 from .runs import Run, dataset_parts, datasets_in, max_batch_of
@@ -469,7 +469,7 @@ class Config:
         CPU; tiny models run on this machine's cores."""
         if not self.from_download(name):
             return False
-        return self.hardware.get(self.hardware_of(name), {}).get("device", "gpu") == "gpu"
+        return on_gpu_hardware(self.hardware.get(self.hardware_of(name)))
 
     def entry(self, name: str) -> dict:
         """The configuration entry of a model or drafter."""
@@ -800,7 +800,7 @@ class Config:
 
         calibrated = set(load("hardware")["gpu"])
         for hw in sorted({m.hardware for m in self.models.values() if m.source != "tiny"}):
-            if self.hardware.get(hw, {}).get("device", "gpu") == "gpu" and hw not in calibrated:
+            if on_gpu_hardware(self.hardware.get(hw)) and hw not in calibrated:
                 out.append(f"config: hardware {hw} is not a GPU the step model was calibrated on "
                            f"({', '.join(sorted(calibrated))}): its predictions and the GPU plan "
                            "there are extrapolations")

@@ -32,6 +32,11 @@ ONE_RANK_SIZES = ("pipeline_parallel_size", "data_parallel_size",
                   "decode_context_parallel_size", "prefill_context_parallel_size")
 
 
+def on_gpu_hardware(entry: dict | None) -> bool:
+    """Whether a hardware entry's engines run on a GPU: its device, gpu where it names none."""
+    return (entry or {}).get("device", "gpu") == "gpu"
+
+
 def engine_arg(key) -> str:
     """An engine argument's name as vLLM reads it: its command line takes '-' for '_'
     (max-model-len is max_model_len). The configuration's engine_args are resolved to these

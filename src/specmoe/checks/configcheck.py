@@ -13,7 +13,8 @@ from collections import Counter
 
 from ..cost.costmodel import compute_dtype
 from ..errors import InputError
-from ..kinds import ENGINE_DEFAULTS, KINDS, ONE_RANK_SIZES, engine_arg, engine_context
+from ..kinds import (ENGINE_DEFAULTS, KINDS, ONE_RANK_SIZES, engine_arg, engine_context,
+                     on_gpu_hardware)
 from ..names import control_name
 from ..runs import dataset_parts, max_batch_of
 from .schema import did_you_mean
@@ -163,8 +164,7 @@ def _unread_keys(config: dict) -> list[str]:
     hardware = config.get("hardware") or {}
     for m in config.get("models") or []:
         hw = m.get("hardware") or DEFAULT_HARDWARE
-        if m["source"] == "hf" and "gpu" in m and \
-                (hardware.get(hw) or {}).get("device", "gpu") != "gpu":
+        if m["source"] == "hf" and "gpu" in m and not on_gpu_hardware(hardware.get(hw)):
             out.append(f"model {m['name']}: gpu is not read on hardware {hw}, whose device is "
                        "cpu (its engines run on this machine's cores): leave it out")
     for name, d in (config.get("datasets") or {}).items():

@@ -57,6 +57,7 @@ from ..cost.hfconfig import (KV_CACHE_DTYPE_BYTES, POSITION_KEYS, auto_torch_dty
                              kv_cache_dtype, kv_heads, layer_kinds, max_positions, read_json,
                              required_int, sliding_window, torch_dtype_fmt, tp_problems)
 from ..errors import InputError
+from ..kinds import on_gpu_hardware
 from . import memo
 from .drafters import EAGLE_METHODS
 
@@ -157,7 +158,7 @@ class Engine:
     def on_gpu(self) -> bool:
         """Its engine runs on a GPU: its hardware's device (specmoe.config.Config.on_gpu); on a
         CPU only the model's shape is checked (`check`)."""
-        return self.hardware.get("device", "gpu") == "gpu"
+        return on_gpu_hardware(self.hardware)
 
 
 # --- config.json, offline ----------------------------------------------------------------------
