@@ -1333,11 +1333,12 @@ def prediction_findings(td: Tables) -> list[str]:
     out = []
     sm, sp = load(td, "step_model"), load(td, "speedup_vs_batch")
     studied = set(published.load("hardware")["gpu"])
-    both = sm[np.isfinite(sm["speedup_measured"])] if not sm.empty else sm
-    # a run's rows (older tables name the model alone)
+    # a run's rows (older tables name the model alone), those with a measurement in g
     keys = [c for c in ("model", "drafter", "k", "dataset") if c in sm]
-    for _, g in (both.groupby(keys, sort=False) if not both.empty else []):
-        g = g.sort_values("batch")
+    for _, run_rows in (sm.groupby(keys, sort=False) if not sm.empty else []):
+        g = run_rows[np.isfinite(run_rows["speedup_measured"])].sort_values("batch")
+        if g.empty:
+            continue
         model = g["model"].iloc[0]
         # where the step model said nothing (stepmodel.summarise's own flag, not recomputed)
         blind = g["no_information"].astype(bool)
@@ -1356,8 +1357,7 @@ def prediction_findings(td: Tables) -> list[str]:
         if "dataset" in g:  # the run predicted, whose sweep is the measurement (older tables: none)
             where = (f"for {label_of(model, g['k'].iloc[0], g['dataset'].iloc[0])} with "
                      f"{g['drafter'].iloc[0]}, {where}")
-        own = np.logical_and.reduce([sm[c] == g[c].iloc[0] for c in keys])  # the run's rows
-        whole = sm[own]["batch"].astype(int)
+        whole = run_rows["batch"].astype(int)
         count = (f"of the {len(against)} measured batch size(s)"
                  + (" where the prediction has information" if blind.any() else "") + ", "
                  + ", ".join(f"{against.count(k)} {words}" for k, words in AGAINST.items()
