@@ -422,3 +422,21 @@ def test_a_run_s_acceptance_length_is_given_with_its_interval(tmp_path):
     td = _fixture_with(tmp_path / "old", speedup_vs_batch=sp.drop(columns=["tau_low", "tau_high"]))
     lines = [ln for ln in prose.measured_findings(td) if ": speedup B=" in ln]
     assert lines and all("2.50 (no interval over requests" in ln for ln in lines), lines
+
+
+def test_the_moe_share_finding_reads_the_share_of_kernel_time():
+    """The study's claim is that MoE kernels take a smaller share of GPU time than of weights;
+    on a GPU the eager profile's step time also holds launch gaps (0.427 of a step against 0.352
+    of its kernel time in test_measured's example). The finding took te_three_ways' share of
+    step time; it reads the profile's share of kernel time where the table has it, the step
+    share only for tables written before it."""
+    te = pd.DataFrame([{"model": "m", "run": "m K=3", "k": 3, "batch": 1,
+                        "moe_time_share": 0.43, "moe_time_share_low": 0.40,
+                        "moe_time_share_high": 0.46}])
+    profile = pd.Series({"model": "m", "decode_share": 0.43, "decode_share_low": 0.40,
+                         "decode_share_high": 0.46, "decode_kernel_share": 0.35,
+                         "decode_kernel_share_low": 0.32, "decode_kernel_share_high": 0.38})
+    assert prose._moe_share(te, "m", None, profile) == (0.35, 0.32, 0.38)
+    older = profile.drop(["decode_kernel_share", "decode_kernel_share_low",
+                          "decode_kernel_share_high"])
+    assert prose._moe_share(te, "m", None, older) == (0.43, 0.40, 0.46)
